@@ -1,0 +1,23 @@
+/* cli: the subcommands of the one `longhaul` binary. Each takes the
+ * arguments after its name (argv[0] is the subcommand's name) and returns
+ * the process exit code: 0 ok, 1 runtime error, 2 usage error. Only cli/
+ * decides to exit. */
+#ifndef LH_CLI_COMMANDS_H
+#define LH_CLI_COMMANDS_H
+
+enum { LH_EXIT_OK = 0, LH_EXIT_RUNTIME = 1, LH_EXIT_USAGE = 2 };
+
+typedef int (*lh_command_fn)(int argc, char **argv);
+
+typedef struct {
+  const char *name;
+  const char *summary;
+  lh_command_fn run;
+} lh_command;
+
+int lh_cmd_replay(int argc, char **argv);
+
+/* True when argv holds -h or --help. */
+int lh_cli_wants_help(int argc, char **argv);
+
+#endif

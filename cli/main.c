@@ -1,0 +1,66 @@
+/* longhaul: one binary, one subcommand per line of the table below. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "kernels/kernels.h"
+
+static const lh_command commands[] = {
+    {"replay", "query the replay store: stats, episodes, show, export, sql", lh_cmd_replay},
+};
+static const int command_count = (int)(sizeof commands / sizeof commands[0]);
+
+int lh_cli_wants_help(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
+  return 0;
+}
+
+static void print_commands(FILE *out) {
+  fprintf(out, "commands:\n");
+  for (int i = 0; i < command_count; i++)
+    fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+}
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: longhaul COMMAND [ARGS...]\n"
+          "       longhaul --help | --version\n\n"
+          "An actor-learner system for reinforcement learning of sparse\n"
+          "mixture-of-experts policies on long tool-using episodes.\n\n");
+  print_commands(out);
+  fprintf(out, "\nRun 'longhaul COMMAND --help' for a command's options.\n");
+}
+
+static void version(void) {
+  char device[256];
+  int devices = lh_kernels_cuda_devices(device, sizeof device);
+  printf("longhaul %s\n", LH_VERSION);
+  if (!lh_kernels_cuda_compiled())
+    printf("backends: cpu (CUDA not compiled in)\n");
+  else if (devices == 0)
+    printf("backends: cpu; cuda compiled in, no CUDA device found\n");
+  else
+    printf("backends: cpu, cuda (%d device%s: %s)\n", devices, devices == 1 ? "" : "s", device);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return LH_EXIT_USAGE;
+  }
+  const char *name = argv[1];
+  if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+    usage(stdout);
+    return LH_EXIT_OK;
+  }
+  if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+    version();
+    return LH_EXIT_OK;
+  }
+  for (int i = 0; i < command_count; i++)
+    if (strcmp(commands[i].name, name) == 0) return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "longhaul: unknown command '%s'\n", name);
+  print_commands(stderr);
+  return LH_EXIT_USAGE;
+}

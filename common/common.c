@@ -1,0 +1,110 @@
+/* common: error table, logger, clocks, hashing. */
+#include "common/common.h"
+
+#include <stdarg.h>
+#include <string.h>
+#include <time.h>
+
+const char *lh_strerror(int err) {
+  switch (err) {
+#define LH_ERR_MSG(name, value, msg) \
+  case value:                        \
+    return msg;
+    LH_ERR_ALL(LH_ERR_MSG)
+#undef LH_ERR_MSG
+  }
+  return "unknown error";
+}
+
+const char *lh_err_name(int err) {
+  switch (err) {
+#define LH_ERR_NAME(name, value, msg) \
+  case value:                         \
+    return #name;
+    LH_ERR_ALL(LH_ERR_NAME)
+#undef LH_ERR_NAME
+  }
+  return "EUNKNOWN";
+}
+
+int lh_errbuf_set(lh_errbuf *e, int code, const char *fmt, ...) {
+  if (e) {
+    va_list ap;
+    va_start(ap, fmt);
+    e->code = code;
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+void lh_errbuf_clear(lh_errbuf *e) {
+  if (e) {
+    e->code = 0;
+    e->msg[0] = '\0';
+  }
+}
+
+/* The logger is the one piece of global mutable state the style allows. */
+static lh_log_level log_level = LH_LOG_INFO;
+static FILE *log_sink;
+
+void lh_log_set_level(lh_log_level level) { log_level = level; }
+void lh_log_set_file(FILE *sink) { log_sink = sink; }
+
+lh_log_level lh_log_level_from_name(const char *name) {
+  static const char *names[] = {"debug", "info", "warn", "error", "off"};
+  for (int i = 0; i <= LH_LOG_OFF; i++)
+    if (strcmp(name, names[i]) == 0) return (lh_log_level)i;
+  return (lh_log_level)(LH_LOG_OFF + 1);
+}
+
+void lh_log(lh_log_level level, const char *component, const char *fmt, ...) {
+  static const char *names[] = {"debug", "info", "warn", "error"};
+  if (level < log_level || level >= LH_LOG_OFF) return;
+  FILE *out = log_sink ? log_sink : stderr;
+  char line[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  /* One write per line so that lines from several processes sharing a file
+   * do not interleave. */
+  fprintf(out, "%s %s: %s\n", names[level], component, line);
+  fflush(out);
+}
+
+int64_t lh_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t lh_wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t lh_hash64(const void *data, size_t bytes, uint64_t seed) {
+  /* FNV-1a, 64-bit, processed 8 bytes at a time with a final mix: fast
+   * enough for weight checksums, and no dependency. */
+  const unsigned char *p = data;
+  uint64_t h = 1469598103934665603ULL ^ seed;
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t w;
+    memcpy(&w, p + i, 8);
+    h ^= w;
+    h *= 1099511628211ULL;
+    h ^= h >> 29;
+  }
+  for (; i < bytes; i++) {
+    h ^= p[i];
+    h *= 1099511628211ULL;
+  }
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  return h;
+}

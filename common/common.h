@@ -1,0 +1,94 @@
+/* common: error codes, the logger and small helpers every module shares.
+ *
+ * Errors are negative lh_err codes generated from one table, as libuv does:
+ * the enum, lh_strerror() and lh_err_name() come from the same macro lists,
+ * one per module, kept in common/errors_<module>.def. A code is never reused
+ * or renumbered; each module owns a range of a hundred values. */
+#ifndef LH_COMMON_H
+#define LH_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* XX(NAME, value, "message") */
+#define LH_ERR_GENERAL(XX)                                              \
+  XX(OK, 0, "success")                                                  \
+  XX(ENOMEM, -1, "out of memory")                                       \
+  XX(EINVAL, -2, "invalid argument")                                    \
+  XX(EIO, -3, "input/output error")                                     \
+  XX(ENOENT, -4, "no such file or entry")                               \
+  XX(ERANGE, -5, "value out of range")                                  \
+  XX(ECONFIG, -6, "bad configuration")                                  \
+  XX(ETIMEOUT, -7, "timed out")                                         \
+  XX(EZMQ, -8, "ZeroMQ call failed")                                    \
+  XX(ESYS, -9, "system call failed")                                    \
+  XX(EUNSUPPORTED, -10, "not supported here")                           \
+  XX(EINTERRUPTED, -11, "interrupted")                                  \
+  XX(EAGAIN, -12, "try again later")
+
+#include "common/errors_wire.def"
+#include "common/errors_store.def"
+#include "common/errors_kernels.def"
+#include "common/errors_model.def"
+#include "common/errors_envs.def"
+
+#define LH_ERR_ALL(XX)                                                  \
+  LH_ERR_GENERAL(XX)                                                    \
+  LH_ERR_WIRE(XX)                                                       \
+  LH_ERR_STORE(XX)                                                      \
+  LH_ERR_KERNELS(XX)                                                    \
+  LH_ERR_MODEL(XX)                                                      \
+  LH_ERR_ENVS(XX)
+
+typedef enum {
+#define LH_ERR_ENUM(name, value, msg) LH_##name = (value),
+  LH_ERR_ALL(LH_ERR_ENUM)
+#undef LH_ERR_ENUM
+} lh_err;
+
+/* The fixed message of a code ("unknown error" for one not in the table). */
+const char *lh_strerror(int err);
+/* The code's name without the LH_ prefix, e.g. "EWIRE_TOKEN_RANGE". */
+const char *lh_err_name(int err);
+
+/* Error detail kept by an object or written by a caller: what failed, which
+ * input, what to do. lh_errbuf_set formats into it and returns err so that
+ * a failing path can `return lh_errbuf_set(&e, LH_EINVAL, "...")`. */
+#define LH_ERRMSG_BYTES 512
+typedef struct {
+  int code;
+  char msg[LH_ERRMSG_BYTES];
+} lh_errbuf;
+int lh_errbuf_set(lh_errbuf *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void lh_errbuf_clear(lh_errbuf *e);
+
+/* The logger: one line each, `level component: message key=value ...`.
+ * The only global mutable state of the project (level and sink). */
+typedef enum { LH_LOG_DEBUG, LH_LOG_INFO, LH_LOG_WARN, LH_LOG_ERROR, LH_LOG_OFF } lh_log_level;
+void lh_log_set_level(lh_log_level level);
+void lh_log_set_file(FILE *sink);   /* NULL means stderr */
+lh_log_level lh_log_level_from_name(const char *name);  /* LH_LOG_OFF+1 when unknown */
+void lh_log(lh_log_level level, const char *component, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define LH_DEBUG(comp, ...) lh_log(LH_LOG_DEBUG, comp, __VA_ARGS__)
+#define LH_INFO(comp, ...) lh_log(LH_LOG_INFO, comp, __VA_ARGS__)
+#define LH_WARN(comp, ...) lh_log(LH_LOG_WARN, comp, __VA_ARGS__)
+#define LH_ERROR(comp, ...) lh_log(LH_LOG_ERROR, comp, __VA_ARGS__)
+
+/* Monotonic clock in nanoseconds and wall clock in milliseconds. */
+int64_t lh_now_ns(void);
+int64_t lh_wall_ms(void);
+
+/* A 64-bit checksum of bytes (weights, payloads); not cryptographic. */
+uint64_t lh_hash64(const void *data, size_t bytes, uint64_t seed);
+
+/* Return early with the code when an lh call fails. */
+#define LH_TRY(expr)                                                    \
+  do {                                                                  \
+    int lh_try_rc_ = (expr);                                            \
+    if (lh_try_rc_ < 0) return lh_try_rc_;                              \
+  } while (0)
+
+#endif

@@ -1,0 +1,17 @@
+/* What compute is available to this build and this machine. */
+#include "kernels/kernels.h"
+
+#ifdef LH_HAVE_CUDA
+int lh_cuda_device_count(char *name, int name_bytes);
+int lh_kernels_cuda_compiled(void) { return 1; }
+int lh_kernels_cuda_devices(char *name, int name_bytes) {
+  if (name && name_bytes > 0) name[0] = '\0';
+  return lh_cuda_device_count(name, name_bytes);
+}
+#else
+int lh_kernels_cuda_compiled(void) { return 0; }
+int lh_kernels_cuda_devices(char *name, int name_bytes) {
+  if (name && name_bytes > 0) name[0] = '\0';
+  return 0;
+}
+#endif

@@ -1,0 +1,70 @@
+/* wire: encode, decode and validate longhaul messages.
+ *
+ * Every byte that arrives from outside goes through lh_wire_decode (or
+ * lh_wire_segment_decode for a stored payload), which checks the size limit
+ * before parsing and then validates every field before the caller sees the
+ * message: array lengths agree, token ids are below the vocabulary, counts
+ * are within limits, strings are bounded and valid. Each rejection is a
+ * distinct LH_EWIRE_* code, and the message in err names the field. */
+#ifndef LH_WIRE_H
+#define LH_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "proto/longhaul.pb-c.h"
+
+/* Bumped when a change to longhaul.proto is not backward compatible. */
+#define LH_WIRE_PROTOCOL 1
+#define LH_WIRE_DEFAULT_MAX_MESSAGE_BYTES (64u << 20)
+
+typedef struct {
+  size_t max_message_bytes;     /* whole encoded message; default 64 MiB */
+  uint32_t vocab;               /* token ids must be below; default 264 */
+  uint32_t max_segment_tokens;  /* default 65536 */
+  uint32_t max_images;          /* per segment or observation; default 256 */
+  uint32_t max_image_side;      /* pixels per side; default 4096 */
+  uint32_t max_string_bytes;    /* names, env, actor, term names; default 256 */
+  uint32_t max_text_bytes;      /* observation text, actions, errors; default 16 MiB */
+  uint32_t max_layers;          /* routed_layers; default 256 */
+  uint32_t max_topk;            /* routed_topk; default 64 */
+  uint32_t max_experts;         /* routed expert ids must be below; default 4096 */
+  uint32_t max_terms;           /* reward terms; default 64 */
+  uint32_t max_chunk_bytes;     /* weights chunk data; default 16 MiB */
+  uint32_t max_ids;             /* msg ids in one Ack; default 65536 */
+  uint32_t max_options;         /* env options; default 256 */
+} lh_wire_limits;
+
+/* Fills l with the defaults above. */
+void lh_wire_limits_default(lh_wire_limits *l);
+
+/* Validates a message already in memory (decoded, or built by the caller
+ * before sending). Returns 0 or an LH_EWIRE_* code with err naming the field. */
+int lh_wire_validate(const Longhaul__Envelope *env, const lh_wire_limits *lim, lh_errbuf *err);
+int lh_wire_validate_segment(const Longhaul__Segment *seg, const lh_wire_limits *lim,
+                             lh_errbuf *err);
+
+/* Encodes env into a new malloc'd buffer (*out, *bytes); the caller frees it
+ * with free(). Refuses (LH_EWIRE_TOO_LARGE) a message over the default size
+ * limit, so that a sender never emits what a receiver would drop. */
+int lh_wire_encode(const Longhaul__Envelope *env, uint8_t **out, size_t *bytes, lh_errbuf *err);
+
+/* Decodes and validates buf. On success *out is a new message the caller
+ * frees with lh_wire_free; on failure *out is NULL. lim may be NULL for the
+ * defaults. */
+int lh_wire_decode(const uint8_t *buf, size_t bytes, const lh_wire_limits *lim,
+                   Longhaul__Envelope **out, lh_errbuf *err);
+void lh_wire_free(Longhaul__Envelope *env);  /* accepts NULL */
+
+/* The same for a bare Segment, the payload the replay store keeps. */
+int lh_wire_segment_encode(const Longhaul__Segment *seg, uint8_t **out, size_t *bytes,
+                           lh_errbuf *err);
+int lh_wire_segment_decode(const uint8_t *buf, size_t bytes, const lh_wire_limits *lim,
+                           Longhaul__Segment **out, lh_errbuf *err);
+void lh_wire_segment_free(Longhaul__Segment *seg);  /* accepts NULL */
+
+/* The name of the message a body case carries ("segment", "ack", ...). */
+const char *lh_wire_body_name(Longhaul__Envelope__BodyCase body);
+
+#endif

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every Debian package longhaul builds, tests or runs with.
+# Idempotent: packages already present are skipped, and nothing runs when
+# all of them are there. Uses sudo when not root.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libopenblas-dev          # CPU backend (sgemm)
+  libzmq3-dev              # transport, with CURVE
+  libprotobuf-c-dev protobuf-c-compiler   # wire messages
+  libsqlite3-dev sqlite3   # replay store
+  check libsubunit-dev     # unit tests
+  libopenmpi-dev openmpi-bin   # multi-learner collectives
+  libcjson-dev             # safetensors headers, JSON export
+  libinih-dev              # INI config
+  python3-zmq python3-protobuf   # Python env server example
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "deps: installed ${#missing[@]} packages"
