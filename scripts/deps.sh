@@ -14,7 +14,7 @@ packages=(
   libopenmpi-dev openmpi-bin   # multi-learner collectives
   libcjson-dev             # safetensors headers, JSON export
   libinih-dev              # INI config
-  python3-zmq python3-protobuf   # Python env server example
+  python3-zmq python3-protobuf protobuf-compiler   # Python env server example
 )
 
 missing=()
