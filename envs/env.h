@@ -1,0 +1,220 @@
+/* envs: tool environments for longhaul episodes.
+ *
+ * An environment is a versioned table of function pointers (lh_env_vtable)
+ * plus a context it creates from options. Three ways in, one table shape:
+ *   - built into the binary: calc, needle, maze (lh_envs_builtin);
+ *   - a shared library loaded with dlopen that exports the symbol
+ *     LH_ENV_PLUGIN_SYMBOL, a `const lh_env_vtable` (envs/examples/);
+ *   - an env server in any language speaking EnvRequest/EnvResponse
+ *     (proto/longhaul.proto) inside an Envelope over ZeroMQ (envs/python/).
+ * Callers use the lh_env wrapper, which parses the policy's action text,
+ * counts steps against max_steps, and turns every failure into a returned
+ * code with a message: nothing in this module exits or crashes on input.
+ *
+ * Action text. The actor hands step() the decoded text of the policy's
+ * action, with the special tokens written as these literal markers:
+ *   258 <call>  -> "<call>"      259 </call> -> "</call>"      257 <eos> -> "<eos>"
+ * (byte tokens are the bytes themselves). An action is one of
+ *   [thought] <call>NAME(ARGS)</call>    a tool call; NAME is [a-z_][a-z0-9_]*
+ *                                        (at most 32 bytes); ARGS is everything
+ *                                        between the first '(' and the last ')'
+ *                                        before </call>; only whitespace may
+ *                                        follow </call>
+ *   ANSWER <eos>                         the final answer (trimmed); only
+ *                                        whitespace may follow <eos>
+ * where [thought] is free text the environment ignores. Byte sequences that
+ * spell a marker are read as the marker, so the actor should decode them so.
+ * Malformed calls, unknown tools, over-long arguments, unbalanced markers and
+ * bytes that are not UTF-8 each give a distinct error observation the model
+ * sees ("error: <kind>: <detail>"); the step counts and the episode goes on.
+ *
+ * Determinism: for the same options and seed, reset and the same actions
+ * give the same observations, rewards and expert proposals. */
+#ifndef LH_ENVS_ENV_H
+#define LH_ENVS_ENV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+/* The version of lh_env_vtable. The table only grows at its end; a plugin
+ * built against version v fills fields up to v and is accepted by any host
+ * with LH_ENV_API_VERSION >= v. */
+#define LH_ENV_API_VERSION 1
+#define LH_ENV_PLUGIN_SYMBOL "lh_env_plugin_table"
+
+#define LH_ENV_MAX_TOOL_NAME 32
+#define LH_ENV_DEFAULT_MAX_ARG_BYTES 4096
+#define LH_ENV_DEFAULT_MAX_ANSWER_BYTES 4096
+
+typedef struct {
+  const char *key;
+  const char *value;
+} lh_env_option;
+
+/* An RGB (channels 3) or gray (1) image, row-major HWC, values 0..255. */
+typedef struct {
+  uint32_t width, height, channels;
+  const uint8_t *pixels;
+} lh_env_image;
+
+/* A view into memory the environment owns, valid until its next call. */
+typedef struct {
+  const char *text;
+  size_t text_bytes;
+  const lh_env_image *images;
+  uint32_t image_count;
+} lh_env_obs;
+
+typedef struct {
+  const char *name;
+  float value;
+} lh_env_term;
+
+/* Values agree with longhaul.Outcome. */
+typedef enum {
+  LH_ENV_RUNNING = 0,
+  LH_ENV_SUCCESS = 1,
+  LH_ENV_FAILURE = 2,
+  LH_ENV_TRUNCATED = 3,
+  LH_ENV_ERROR = 5,
+} lh_env_outcome;
+
+typedef struct {
+  lh_env_obs obs;
+  float reward;                /* this step's reward; sparse: the final one */
+  int done;
+  lh_env_outcome outcome;      /* set when done */
+  const lh_env_term *terms;    /* named parts of reward */
+  uint32_t term_count;
+} lh_env_result;
+
+/* A parsed action. Strings are views into the action text (not
+ * NUL-terminated). */
+typedef enum { LH_ACTION_CALL = 1, LH_ACTION_ANSWER = 2 } lh_action_kind;
+typedef struct {
+  lh_action_kind kind;
+  const char *tool;            /* CALL */
+  size_t tool_bytes;
+  const char *args;            /* CALL: arguments; ANSWER: the answer */
+  size_t args_bytes;
+} lh_action;
+
+/* The table every environment fills. Required: version, name, create,
+ * reset, step, describe, destroy. Optional: expert (NULL when none).
+ * Callbacks return 0 or a negative lh_err with err->code and err->msg set
+ * (a plugin may fill the struct directly). A tool failure the model should
+ * see (division by zero) is an observation, not an error. */
+typedef struct lh_env_vtable {
+  uint32_t version;            /* LH_ENV_API_VERSION the table was built for */
+  const char *name;
+  const char *summary;         /* one line */
+  const char *tools;           /* comma-separated tool names; NULL: any */
+  uint32_t default_max_steps;
+  /* Creates a context from options (key/value pairs; an unknown key is an
+   * error naming it). The wrapper strips its own keys (max_steps, max_arg_bytes). */
+  int (*create)(const lh_env_option *opts, size_t count, void **ctx, lh_errbuf *err);
+  int (*reset)(void *ctx, uint64_t seed, lh_env_obs *obs, lh_errbuf *err);
+  /* action is the raw text; parsed is the wrapper's parse of it, already
+   * checked (a known tool, bounded arguments, valid UTF-8). */
+  int (*step)(void *ctx, const char *action, size_t action_bytes, const lh_action *parsed,
+              lh_env_result *out, lh_errbuf *err);
+  /* A human description: the task, tools, options and reward. */
+  const char *(*describe)(void *ctx);
+  /* Proposes the next action (action text as above) for the current state;
+   * with the option expert_noise = p it proposes a wrong or random action
+   * with probability p, drawn from an RNG seeded by reset. */
+  int (*expert)(void *ctx, const char **action, lh_errbuf *err);
+  void (*destroy)(void *ctx);
+} lh_env_vtable;
+
+/* ---- parser ---- */
+
+typedef struct {
+  size_t max_arg_bytes;        /* default LH_ENV_DEFAULT_MAX_ARG_BYTES */
+  size_t max_answer_bytes;     /* default LH_ENV_DEFAULT_MAX_ANSWER_BYTES */
+} lh_action_limits;
+
+/* Parses action text. tools is a comma-separated list of known tools (NULL
+ * accepts any well-formed name); lim may be NULL for the defaults. Returns 0,
+ * or one of LH_EENVS_CALL_* with err->msg a one-line description the model
+ * can read. Never reads past text + bytes; text need not be NUL-terminated. */
+int lh_action_parse(const char *text, size_t bytes, const char *tools,
+                    const lh_action_limits *lim, lh_action *out, lh_errbuf *err);
+
+/* ---- the wrapper every caller uses ---- */
+
+typedef struct lh_env lh_env;
+
+/* The built-in tables (calc, needle, maze), and one by name (NULL if none). */
+const lh_env_vtable *const *lh_envs_builtin(size_t *count);
+const lh_env_vtable *lh_envs_find_builtin(const char *name);
+
+/* Opens an environment. name is a built-in; or, with the option
+ * plugin=PATH, the plugin at PATH (its table's name must equal name unless
+ * name is NULL); or, with server=ENDPOINT, the environment name on the env
+ * server at ENDPOINT (option timeout_ms, default 5000). Wrapper options:
+ * max_steps (default the table's), max_arg_bytes; the rest go to create. */
+int lh_env_open(const char *name, const lh_env_option *opts, size_t count, lh_env **out,
+                lh_errbuf *err);
+/* Opens from a table directly (validated as a plugin's would be). */
+int lh_env_open_vtable(const lh_env_vtable *vt, const lh_env_option *opts, size_t count,
+                       lh_env **out, lh_errbuf *err);
+void lh_env_free(lh_env *env);  /* accepts NULL */
+
+/* Starts an episode. obs stays valid until the next call on env. */
+int lh_env_reset(lh_env *env, uint64_t seed, lh_env_obs *obs, lh_errbuf *err);
+/* One step. A parse failure is an error observation (returns 0). When the
+ * environment fails (a crashed or hung server) this returns the code and
+ * sets out->done with outcome LH_ENV_ERROR; the next reset starts afresh. */
+int lh_env_step(lh_env *env, const char *action, size_t bytes, lh_env_result *out,
+                lh_errbuf *err);
+/* The expert's next action (LH_EENVS_NO_EXPERT when the table has none). */
+int lh_env_expert(lh_env *env, const char **action, lh_errbuf *err);
+const char *lh_env_describe(lh_env *env);
+const char *lh_env_name(const lh_env *env);
+uint32_t lh_env_steps(const lh_env *env);
+uint32_t lh_env_max_steps(const lh_env *env);
+
+/* ---- plugins ---- */
+
+typedef struct lh_env_plugin lh_env_plugin;
+/* Loads the shared library at path and checks its table: the symbol,
+ * the version, the required functions. */
+int lh_env_plugin_load(const char *path, lh_env_plugin **out, lh_errbuf *err);
+const lh_env_vtable *lh_env_plugin_vtable(const lh_env_plugin *p);
+void lh_env_plugin_free(lh_env_plugin *p);  /* accepts NULL */
+/* Checks a table's version and required fields; what names the first fault. */
+int lh_env_vtable_check(const lh_env_vtable *vt, const char *what, lh_errbuf *err);
+
+/* ---- env servers ---- */
+
+/* Serves every built-in over ZeroMQ at endpoint (a REP socket) until an
+ * Envelope with Shutdown arrives or a signal interrupts it. Sessions are
+ * created with ENV_OP_CREATE and live until CLOSE. */
+int lh_envserver_serve(const char *endpoint, lh_errbuf *err);
+
+/* ---- option helpers for environment code ---- */
+
+/* The value of key, or NULL. */
+const char *lh_env_opt(const lh_env_option *opts, size_t count, const char *key);
+/* Reads an integer/float option within [lo, hi] (default when absent). */
+int lh_env_opt_int(const lh_env_option *opts, size_t count, const char *key, long def, long lo,
+                   long hi, long *out, lh_errbuf *err);
+int lh_env_opt_double(const lh_env_option *opts, size_t count, const char *key, double def,
+                      double lo, double hi, double *out, lh_errbuf *err);
+/* Fails naming the first key not in the comma-separated list known. */
+int lh_env_opt_check_keys(const lh_env_option *opts, size_t count, const char *env,
+                          const char *known, lh_errbuf *err);
+
+/* A small deterministic RNG (splitmix64) for environment code. */
+typedef struct {
+  uint64_t state;
+} lh_env_rng;
+void lh_env_rng_seed(lh_env_rng *r, uint64_t seed);
+uint64_t lh_env_rng_next(lh_env_rng *r);
+uint32_t lh_env_rng_below(lh_env_rng *r, uint32_t n);  /* uniform in [0, n) */
+double lh_env_rng_unit(lh_env_rng *r);                /* uniform in [0, 1) */
+
+#endif

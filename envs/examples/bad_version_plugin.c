@@ -1,0 +1,13 @@
+/* A deliberately bad plugin for the tests: its table claims a version
+ * from the future, which the loader must refuse by name. */
+#include <stddef.h>
+
+#include "envs/env.h"
+
+static void nothing(void *ctx) { (void)ctx; }
+
+__attribute__((visibility("default"))) const lh_env_vtable lh_env_plugin_table = {
+    .version = LH_ENV_API_VERSION + 98,
+    .name = "future",
+    .destroy = nothing,
+};

@@ -1,0 +1,82 @@
+/* Option parsing and the deterministic RNG that environment code shares. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "envs/env.h"
+
+const char *lh_env_opt(const lh_env_option *opts, size_t count, const char *key) {
+  const char *v = NULL;
+  for (size_t i = 0; opts && i < count; i++)
+    if (opts[i].key && strcmp(opts[i].key, key) == 0) v = opts[i].value ? opts[i].value : "";
+  return v;  /* the last one wins, as on a command line */
+}
+
+int lh_env_opt_int(const lh_env_option *opts, size_t count, const char *key, long def, long lo,
+                   long hi, long *out, lh_errbuf *err) {
+  const char *v = lh_env_opt(opts, count, key);
+  *out = def;
+  if (!v) return 0;
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || end == v || *end)
+    return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "option %s='%s' is not an integer", key, v);
+  if (x < lo || x > hi)
+    return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "option %s=%ld is outside %ld..%ld", key, x, lo, hi);
+  *out = x;
+  return 0;
+}
+
+int lh_env_opt_double(const lh_env_option *opts, size_t count, const char *key, double def,
+                      double lo, double hi, double *out, lh_errbuf *err) {
+  const char *v = lh_env_opt(opts, count, key);
+  *out = def;
+  if (!v) return 0;
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || end == v || *end || !isfinite(x))
+    return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "option %s='%s' is not a number", key, v);
+  if (x < lo || x > hi)
+    return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "option %s=%g is outside %g..%g", key, x, lo, hi);
+  *out = x;
+  return 0;
+}
+
+int lh_env_opt_check_keys(const lh_env_option *opts, size_t count, const char *env,
+                          const char *known, lh_errbuf *err) {
+  for (size_t i = 0; opts && i < count; i++) {
+    const char *k = opts[i].key ? opts[i].key : "";
+    size_t n = strlen(k);
+    const char *p = known;
+    int found = 0;
+    while (n && p && *p) {
+      const char *comma = strchr(p, ',');
+      size_t len = comma ? (size_t)(comma - p) : strlen(p);
+      if (len == n && memcmp(p, k, n) == 0) found = 1;
+      p = comma ? comma + 1 : NULL;
+    }
+    if (!found)
+      return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "%s: unknown option '%s'; options: %s", env, k,
+                           known);
+  }
+  return 0;
+}
+
+void lh_env_rng_seed(lh_env_rng *r, uint64_t seed) { r->state = seed ^ 0x6a09e667f3bcc909ull; }
+
+uint64_t lh_env_rng_next(lh_env_rng *r) {
+  uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint32_t lh_env_rng_below(lh_env_rng *r, uint32_t n) {
+  if (n <= 1) return 0;
+  return (uint32_t)(((lh_env_rng_next(r) >> 32) * (uint64_t)n) >> 32);
+}
+
+double lh_env_rng_unit(lh_env_rng *r) { return (double)(lh_env_rng_next(r) >> 11) * 0x1.0p-53; }
