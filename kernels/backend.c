@@ -1,0 +1,114 @@
+/* The backend tables and picking one by name. The CPU table is static
+ * const: the CPU backend keeps no state, its context is NULL. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/kernels.h"
+
+/* OpenBLAS's pool size; declared here since not every cblas.h has it. */
+void openblas_set_num_threads(int n);
+
+static void *cpu_alloc(void *ctx, size_t bytes) {
+  (void)ctx;
+  void *p = NULL;
+  size_t rounded = (bytes + 63) / 64 * 64;
+  if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) return NULL;
+  return p;
+}
+
+static void cpu_free(void *ctx, void *ptr) {
+  (void)ctx;
+  free(ptr);
+}
+
+static int cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+  (void)ctx;
+  if (bytes == 0) return LH_OK;
+  if (!dst || !src) return LH_EKERNELS_NULL_ARG;
+  memmove(dst, src, bytes);
+  return LH_OK;
+}
+
+static int cpu_zero(void *ctx, void *ptr, size_t bytes) {
+  (void)ctx;
+  if (bytes == 0) return LH_OK;
+  if (!ptr) return LH_EKERNELS_NULL_ARG;
+  memset(ptr, 0, bytes);
+  return LH_OK;
+}
+
+static int cpu_synchronize(void *ctx) {
+  (void)ctx;
+  return LH_OK;
+}
+
+static int cpu_set_threads(void *ctx, int n) {
+  (void)ctx;
+  if (n > 0) openblas_set_num_threads(n);
+  return LH_OK;
+}
+
+#define OP(name) .name = lh_cpu32_##name
+static const lh_backend cpu_backend = {
+    .version = LH_BACKEND_VERSION,
+    .name = "cpu",
+    .context = NULL,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .zero = cpu_zero,
+    .synchronize = cpu_synchronize,
+    .set_threads = cpu_set_threads,
+    OP(matmul_forward),
+    OP(matmul_backward),
+    OP(rmsnorm_forward),
+    OP(rmsnorm_backward),
+    OP(swiglu_forward),
+    OP(swiglu_backward),
+    OP(embedding_forward),
+    OP(embedding_backward),
+    OP(patch_forward),
+    OP(patch_backward),
+    OP(decay_gate_forward),
+    OP(decay_gate_backward),
+    OP(attn_chunked_forward),
+    OP(attn_chunked_backward),
+    OP(attn_recurrent_forward),
+    OP(attn_recurrent_backward),
+    OP(attn_decode_step),
+    OP(moe_route_forward),
+    OP(moe_route_backward),
+    OP(moe_experts_forward),
+    OP(moe_experts_backward),
+    OP(log_softmax_forward),
+    OP(logprob_forward),
+    OP(logprob_backward),
+    OP(scale),
+    OP(axpy),
+    OP(dot),
+    OP(sum_squares),
+    OP(adamw_step),
+};
+#undef OP
+
+const lh_backend *lh_backend_cpu(void) { return &cpu_backend; }
+
+int lh_backend_by_name(const char *name, const lh_backend **out, lh_errbuf *err) {
+  if (out) *out = NULL;
+  if (!name || !out)
+    return lh_errbuf_set(err, LH_EKERNELS_NULL_ARG, "backend: name and out are required");
+  if (strcmp(name, "cpu") == 0) {
+    *out = &cpu_backend;
+    return LH_OK;
+  }
+  if (strcmp(name, "cuda") == 0)
+    return lh_errbuf_set(err, LH_EKERNELS_NOT_AVAILABLE,
+                         "backend 'cuda' is not available in this build (its kernels are not "
+                         "written yet); use backend = cpu");
+  return lh_errbuf_set(err, LH_EKERNELS_UNKNOWN_BACKEND,
+                       "unknown backend '%s': expected 'cpu' or 'cuda'", name);
+}

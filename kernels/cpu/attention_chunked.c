@@ -1,0 +1,230 @@
+/* Linear attention in chunks (DESIGN 4, "Chunked form"), the training path.
+ * Within a chunk of L <= C rows starting at s, per head and key channel:
+ * G_i = sum_{m<=i} g_m (inclusive), Qt = q * exp(G), Kt = k * exp(-G),
+ * Kb = k * exp(G_last - G), A = mask(Qt Kt^T) (lower triangle with diagonal):
+ *   o     = Qt S0 + A V
+ *   S_end = diag(exp(G_last)) S0 + Kb^T V
+ * Because the gate keeps g > g_min, |G| < C |g_min| (80 for C = 16 and
+ * g_min = -5), so exp(-G) stays finite in fp32; that bound is the caller's
+ * to keep (decay_gate_forward). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/real.h"
+
+#define LH_CHUNK_MAX 256
+
+/* Scratch of one chunk of one head. */
+typedef struct {
+  lh_real *G, *Qt, *Kt, *Kb, *A;          /* (L,dk) x4, (L,L) */
+  lh_real *dQt, *dKt, *dKb, *dA, *dV, *dG; /* backward only */
+  lh_real *Gl;                             /* (dk): exp(G_last) */
+} chunk_buf;
+
+static lh_real *chunk_buf_init(chunk_buf *b, int C, int dk, int backward) {
+  size_t LD = (size_t)C * dk, LL = (size_t)C * C;
+  size_t n = 4 * LD + LL + dk + (backward ? 5 * LD + LL : 0);
+  lh_real *mem = malloc(sizeof(lh_real) * n), *p = mem;
+  if (!mem) return NULL;
+  b->G = p, p += LD;
+  b->Qt = p, p += LD;
+  b->Kt = p, p += LD;
+  b->Kb = p, p += LD;
+  b->A = p, p += LL;
+  b->Gl = p, p += dk;
+  if (backward) {
+    b->dQt = p, p += LD;
+    b->dKt = p, p += LD;
+    b->dKb = p, p += LD;
+    b->dV = p, p += LD;
+    b->dG = p, p += LD;
+    b->dA = p;
+  }
+  return mem;
+}
+
+/* Fills G, Qt, Kt, Kb, exp(G_last) and the masked A of rows [t0, t0+L) of
+ * head h (q, k, g point at the head's first column, row stride D). */
+static void chunk_prepare(chunk_buf *b, const lh_real *q, const lh_real *k, const lh_real *g,
+                          size_t D, int t0, int L, int dk) {
+  for (int i = 0; i < L; i++) {
+    const lh_real *gi = g + (size_t)(t0 + i) * D;
+    for (int c = 0; c < dk; c++)
+      b->G[i * dk + c] = (i ? b->G[(i - 1) * dk + c] : 0) + gi[c];
+  }
+  const lh_real *Gl = b->G + (size_t)(L - 1) * dk;
+  for (int c = 0; c < dk; c++) b->Gl[c] = LH_EXP(Gl[c]);
+  for (int i = 0; i < L; i++) {
+    const lh_real *qi = q + (size_t)(t0 + i) * D, *ki = k + (size_t)(t0 + i) * D;
+    for (int c = 0; c < dk; c++) {
+      lh_real G = b->G[i * dk + c];
+      b->Qt[i * dk + c] = qi[c] * LH_EXP(G);
+      b->Kt[i * dk + c] = ki[c] * LH_EXP(-G);
+      b->Kb[i * dk + c] = ki[c] * LH_EXP(Gl[c] - G);
+    }
+  }
+  LH_MM(0, 1, L, L, dk, 1, b->Qt, dk, b->Kt, dk, 0, b->A, L);
+  for (int i = 0; i < L; i++)
+    for (int j = i + 1; j < L; j++) b->A[i * L + j] = 0;
+}
+
+/* Runs the chunks of rows [t0, t1) of one head from S (dk,dk), leaving the
+ * final state in S. out may be NULL (states only); when states is not NULL
+ * it receives the state before each chunk. */
+static void head_forward(chunk_buf *b, lh_real *out, lh_real *S, lh_real *states,
+                         const lh_real *q, const lh_real *k, const lh_real *v,
+                         const lh_real *g, size_t D, int t0, int t1, int dk, int C) {
+  int ci = 0;
+  for (int s = t0; s < t1; s += C, ci++) {
+    int L = t1 - s < C ? t1 - s : C;
+    if (states) memcpy(states + (size_t)ci * dk * dk, S, sizeof(lh_real) * dk * dk);
+    chunk_prepare(b, q, k, g, D, s, L, dk);
+    const lh_real *V = v + (size_t)s * D;
+    if (out) {
+      lh_real *O = out + (size_t)s * D;
+      LH_MM(0, 0, L, dk, dk, 1, b->Qt, dk, S, dk, 0, O, (int)D);
+      LH_MM(0, 0, L, dk, L, 1, b->A, L, V, (int)D, 1, O, (int)D);
+    }
+    for (int i = 0; i < dk; i++)
+      for (int j = 0; j < dk; j++) S[i * dk + j] *= b->Gl[i];
+    LH_MM(1, 0, dk, dk, L, 1, b->Kb, dk, V, (int)D, 1, S, dk);
+  }
+}
+
+int LH_CPU(attn_chunked_forward)(void *ctx, lh_real *out, lh_real *state_out,
+                                 const lh_real *q, const lh_real *k, const lh_real *v,
+                                 const lh_real *g, const lh_real *state_in,
+                                 const int32_t *seq_offsets, int n_seq, int H, int dk,
+                                 int chunk) {
+  (void)ctx;
+  int T = lh_attn_check(seq_offsets, n_seq, H, dk);
+  if (T < 0) return T;
+  if (chunk <= 0 || chunk > LH_CHUNK_MAX) return LH_EKERNELS_SHAPE;
+  if (!out || !q || !k || !v || !g) return LH_EKERNELS_NULL_ARG;
+  size_t D = (size_t)H * dk, SS = (size_t)dk * dk;
+  chunk_buf b;
+  lh_real *mem = chunk_buf_init(&b, chunk, dk, 0);
+  lh_real *S = malloc(sizeof(lh_real) * SS);
+  if (!mem || !S) {
+    free(mem), free(S);
+    return LH_ENOMEM;
+  }
+  for (int s = 0; s < n_seq; s++)
+    for (int h = 0; h < H; h++) {
+      size_t si = ((size_t)s * H + h) * SS, c0 = (size_t)h * dk;
+      if (state_in) memcpy(S, state_in + si, sizeof(lh_real) * SS);
+      else memset(S, 0, sizeof(lh_real) * SS);
+      head_forward(&b, out + c0, S, NULL, q + c0, k + c0, v + c0, g + c0, D, seq_offsets[s],
+                   seq_offsets[s + 1], dk, chunk);
+      if (state_out) memcpy(state_out + si, S, sizeof(lh_real) * SS);
+    }
+  free(mem), free(S);
+  return LH_OK;
+}
+
+/* Backward of one chunk given its S0 and dS (gradient of S_end), which on
+ * return holds the gradient of S0. With dO the chunk's output gradient:
+ *   dQt = dO S0^T + dA Kt,  dA = mask(dO V^T),  dKt = dA^T Qt,
+ *   dV  = A^T dO + Kb dS,   dKb = V dS^T,
+ *   dS0 = Qt^T dO + diag(exp(G_last)) dS,
+ *   dq = dQt exp(G), dk = dKt exp(-G) + dKb exp(G_last - G),
+ *   dG_i = dQt Qt - dKt Kt - dKb Kb (elementwise), and G_last also gets
+ *   sum_i dKb Kb + exp(G_last) rowsum(dS * S0); dg is the reverse cumsum. */
+static void chunk_backward(chunk_buf *b, lh_real *dS, const lh_real *S0, lh_real *dq,
+                           lh_real *dk_, lh_real *dv, lh_real *dg, const lh_real *dout,
+                           const lh_real *v, size_t D, int s, int L, int dk) {
+  const lh_real *dO = dout + (size_t)s * D, *V = v + (size_t)s * D;
+  int ld = (int)D;
+  LH_MM(0, 1, L, dk, dk, 1, dO, ld, S0, dk, 0, b->dQt, dk);
+  LH_MM(0, 1, L, L, dk, 1, dO, ld, V, ld, 0, b->dA, L);
+  for (int i = 0; i < L; i++)
+    for (int j = i + 1; j < L; j++) b->dA[i * L + j] = 0;
+  LH_MM(0, 0, L, dk, L, 1, b->dA, L, b->Kt, dk, 1, b->dQt, dk);
+  LH_MM(1, 0, L, dk, L, 1, b->dA, L, b->Qt, dk, 0, b->dKt, dk);
+  LH_MM(1, 0, L, dk, L, 1, b->A, L, dO, ld, 0, b->dV, dk);
+  LH_MM(0, 0, L, dk, dk, 1, b->Kb, dk, dS, dk, 1, b->dV, dk);
+  LH_MM(0, 1, L, dk, dk, 1, V, ld, dS, dk, 0, b->dKb, dk);
+  /* dG rows, then the terms only G_last sees, computed before dS changes. */
+  lh_real *dGl = b->dG + (size_t)(L - 1) * dk;
+  for (int i = 0; i < L; i++)
+    for (int c = 0; c < dk; c++) {
+      int e = i * dk + c;
+      b->dG[e] = b->dQt[e] * b->Qt[e] - b->dKt[e] * b->Kt[e] - b->dKb[e] * b->Kb[e];
+    }
+  for (int i = 0; i < L; i++)
+    for (int c = 0; c < dk; c++) dGl[c] += b->dKb[i * dk + c] * b->Kb[i * dk + c];
+  for (int c = 0; c < dk; c++) {
+    lh_real acc = 0;
+    for (int j = 0; j < dk; j++) acc += dS[c * dk + j] * S0[c * dk + j];
+    dGl[c] += b->Gl[c] * acc;
+  }
+  for (int c = 0; c < dk; c++)
+    for (int j = 0; j < dk; j++) dS[c * dk + j] *= b->Gl[c];
+  LH_MM(1, 0, dk, dk, L, 1, b->Qt, dk, dO, ld, 1, dS, dk);
+  /* Reverse cumulative sum of dG gives dg. */
+  for (int i = L - 2; i >= 0; i--)
+    for (int c = 0; c < dk; c++) b->dG[i * dk + c] += b->dG[(i + 1) * dk + c];
+  const lh_real *Glog = b->G + (size_t)(L - 1) * dk;
+  for (int i = 0; i < L; i++) {
+    size_t o = (size_t)(s + i) * D;
+    for (int c = 0; c < dk; c++) {
+      int e = i * dk + c;
+      lh_real G = b->G[e];
+      if (dq) dq[o + c] += b->dQt[e] * LH_EXP(G);
+      if (dk_) dk_[o + c] += b->dKt[e] * LH_EXP(-G) + b->dKb[e] * LH_EXP(Glog[c] - G);
+      if (dv) dv[o + c] += b->dV[e];
+      if (dg) dg[o + c] += b->dG[e];
+    }
+  }
+}
+
+int LH_CPU(attn_chunked_backward)(void *ctx, lh_real *dq, lh_real *dk_, lh_real *dv,
+                                  lh_real *dg, lh_real *dstate_in, const lh_real *dout,
+                                  const lh_real *dstate_out, const lh_real *q,
+                                  const lh_real *k, const lh_real *v, const lh_real *g,
+                                  const lh_real *state_in, const int32_t *seq_offsets,
+                                  int n_seq, int H, int dk, int chunk) {
+  (void)ctx;
+  int T = lh_attn_check(seq_offsets, n_seq, H, dk);
+  if (T < 0) return T;
+  if (chunk <= 0 || chunk > LH_CHUNK_MAX) return LH_EKERNELS_SHAPE;
+  if (!dout || !q || !k || !v || !g) return LH_EKERNELS_NULL_ARG;
+  size_t D = (size_t)H * dk, SS = (size_t)dk * dk;
+  int max_chunks = 0;
+  for (int s = 0; s < n_seq; s++) {
+    int n = (seq_offsets[s + 1] - seq_offsets[s] + chunk - 1) / chunk;
+    if (n > max_chunks) max_chunks = n;
+  }
+  chunk_buf b;
+  lh_real *mem = chunk_buf_init(&b, chunk, dk, 1);
+  lh_real *S = malloc(sizeof(lh_real) * SS), *dS = malloc(sizeof(lh_real) * SS);
+  lh_real *states = malloc(sizeof(lh_real) * SS * ((size_t)max_chunks + 1));
+  if (!mem || !S || !dS || !states) {
+    free(mem), free(S), free(dS), free(states);
+    return LH_ENOMEM;
+  }
+  for (int s = 0; s < n_seq; s++)
+    for (int h = 0; h < H; h++) {
+      size_t si = ((size_t)s * H + h) * SS, c0 = (size_t)h * dk;
+      int t0 = seq_offsets[s], t1 = seq_offsets[s + 1];
+      if (state_in) memcpy(S, state_in + si, sizeof(lh_real) * SS);
+      else memset(S, 0, sizeof(lh_real) * SS);
+      /* Recompute the state before each chunk (the forward keeps none). */
+      head_forward(&b, NULL, S, states, q + c0, k + c0, v + c0, g + c0, D, t0, t1, dk, chunk);
+      if (dstate_out) memcpy(dS, dstate_out + si, sizeof(lh_real) * SS);
+      else memset(dS, 0, sizeof(lh_real) * SS);
+      int n_chunks = (t1 - t0 + chunk - 1) / chunk;
+      for (int ci = n_chunks - 1; ci >= 0; ci--) {
+        int cs = t0 + ci * chunk, L = t1 - cs < chunk ? t1 - cs : chunk;
+        chunk_prepare(&b, q + c0, k + c0, g + c0, D, cs, L, dk);
+        chunk_backward(&b, dS, states + (size_t)ci * SS, dq ? dq + c0 : NULL,
+                       dk_ ? dk_ + c0 : NULL, dv ? dv + c0 : NULL, dg ? dg + c0 : NULL,
+                       dout + c0, v + c0, D, cs, L, dk);
+      }
+      if (dstate_in)
+        for (size_t e = 0; e < SS; e++) dstate_in[si + e] += dS[e];
+    }
+  free(mem), free(S), free(dS), free(states);
+  return LH_OK;
+}

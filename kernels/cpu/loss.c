@@ -1,0 +1,88 @@
+/* Output distribution: log-softmax, per-token log-probabilities of targets
+ * (cross-entropy is their negative) and entropies. Softmax is recomputed in
+ * the backward from the logits; nothing is kept between calls. */
+#include "kernels/cpu/real.h"
+
+/* max and log(sum exp(x - max)) of one row. */
+static void row_lse(const lh_real *x, int V, lh_real *max_out, lh_real *lse_out) {
+  lh_real m = x[0];
+  for (int v = 1; v < V; v++)
+    if (x[v] > m) m = x[v];
+  double sum = 0;
+  for (int v = 0; v < V; v++) sum += LH_EXP(x[v] - m);
+  *max_out = m;
+  *lse_out = (lh_real)log(sum);
+}
+
+int LH_CPU(log_softmax_forward)(void *ctx, lh_real *out, const lh_real *logits, int N, int V) {
+  (void)ctx;
+  if (N < 0 || V <= 0) return LH_EKERNELS_SHAPE;
+  if (N == 0) return LH_OK;
+  if (!out || !logits) return LH_EKERNELS_NULL_ARG;
+  for (int n = 0; n < N; n++) {
+    const lh_real *x = logits + (size_t)n * V;
+    lh_real m, lse;
+    row_lse(x, V, &m, &lse);
+    for (int v = 0; v < V; v++) out[(size_t)n * V + v] = x[v] - m - lse;
+  }
+  return LH_OK;
+}
+
+static int check_targets(const int32_t *targets, int N, int V) {
+  for (int n = 0; n < N; n++)
+    if (targets[n] < -1 || targets[n] >= V) return LH_EKERNELS_INDEX;
+  return LH_OK;
+}
+
+int LH_CPU(logprob_forward)(void *ctx, lh_real *logp, lh_real *entropy, const lh_real *logits,
+                            const int32_t *targets, int N, int V) {
+  (void)ctx;
+  if (N < 0 || V <= 0) return LH_EKERNELS_SHAPE;
+  if (N == 0) return LH_OK;
+  if (!logp || !logits || !targets) return LH_EKERNELS_NULL_ARG;
+  LH_TRY(check_targets(targets, N, V));
+  for (int n = 0; n < N; n++) {
+    const lh_real *x = logits + (size_t)n * V;
+    lh_real m, lse;
+    row_lse(x, V, &m, &lse);
+    logp[n] = targets[n] >= 0 ? x[targets[n]] - m - lse : 0;
+    if (entropy) {
+      double h = 0;
+      for (int v = 0; v < V; v++) {
+        lh_real lp = x[v] - m - lse;
+        h -= LH_EXP(lp) * lp;
+      }
+      entropy[n] = (lh_real)h;
+    }
+  }
+  return LH_OK;
+}
+
+/* d logp_t / dx_v = [v == t] - p_v; d H / dx_v = -p_v (log p_v + H). */
+int LH_CPU(logprob_backward)(void *ctx, lh_real *dlogits, const lh_real *dlogp,
+                             const lh_real *dentropy, const lh_real *logits,
+                             const int32_t *targets, int N, int V) {
+  (void)ctx;
+  if (N < 0 || V <= 0) return LH_EKERNELS_SHAPE;
+  if (N == 0 || !dlogits) return LH_OK;
+  if (!dlogp || !logits || !targets) return LH_EKERNELS_NULL_ARG;
+  LH_TRY(check_targets(targets, N, V));
+  for (int n = 0; n < N; n++) {
+    const lh_real *x = logits + (size_t)n * V;
+    lh_real *dx = dlogits + (size_t)n * V;
+    lh_real m, lse, h = 0;
+    row_lse(x, V, &m, &lse);
+    lh_real dl = targets[n] >= 0 ? dlogp[n] : 0, de = dentropy ? dentropy[n] : 0;
+    if (de != 0)
+      for (int v = 0; v < V; v++) {
+        lh_real lp = x[v] - m - lse;
+        h -= LH_EXP(lp) * lp;
+      }
+    for (int v = 0; v < V; v++) {
+      lh_real lp = x[v] - m - lse, p = LH_EXP(lp);
+      dx[v] += -dl * p - de * p * (lp + h);
+    }
+    if (targets[n] >= 0) dx[targets[n]] += dl;
+  }
+  return LH_OK;
+}
