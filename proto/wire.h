@@ -67,4 +67,9 @@ void lh_wire_segment_free(Longhaul__Segment *seg);  /* accepts NULL */
 /* The name of the message a body case carries ("segment", "ack", ...). */
 const char *lh_wire_body_name(Longhaul__Envelope__BodyCase body);
 
+/* The checksum WeightsChunk.checksum must carry for its data (and
+ * WeightsAnnounce.checksum for all the bytes): lh_hash64 with seed 0.
+ * lh_wire_decode rejects a chunk whose data does not match it. */
+uint64_t lh_wire_checksum(const void *data, size_t bytes);
+
 #endif
