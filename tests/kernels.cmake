@@ -3,3 +3,5 @@
 # AdamW, the backend table and error paths in fp32 (test_kernels_ops).
 lh_add_test(test_kernels SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels.c
   LIBS lh_kernels lh_kernels_cpu64 TIMEOUT 120)
+lh_add_test(test_kernels_ops SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_ops.c
+  LIBS lh_kernels TIMEOUT 120)
