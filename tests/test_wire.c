@@ -1,0 +1,864 @@
+/* Tests of proto/wire: a round trip of each of the eleven message kinds with
+ * every field compared, the segment payload the store keeps, and one test
+ * per validation error code, each asserting the exact code and that the
+ * message names the field. The random and mutated inputs are in
+ * test_wire_fuzz.c. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/wire_fixture.h"
+
+/* ---- round trips ---------------------------------------------------- */
+
+static void same_images(Longhaul__Image *const *a, size_t na, Longhaul__Image *const *b,
+                        size_t nb) {
+  ck_assert_uint_eq(na, nb);
+  for (size_t i = 0; i < na; i++) {
+    ck_assert_uint_eq(a[i]->offset, b[i]->offset);
+    ck_assert_uint_eq(a[i]->width, b[i]->width);
+    ck_assert_uint_eq(a[i]->height, b[i]->height);
+    ck_assert_uint_eq(a[i]->channels, b[i]->channels);
+    ck_assert_uint_eq(a[i]->pixels.len, b[i]->pixels.len);
+    ck_assert_mem_eq(a[i]->pixels.data, b[i]->pixels.data, a[i]->pixels.len);
+  }
+}
+
+static void same_terms(Longhaul__RewardTerm *const *a, size_t na, Longhaul__RewardTerm *const *b,
+                       size_t nb) {
+  ck_assert_uint_eq(na, nb);
+  for (size_t i = 0; i < na; i++) {
+    ck_assert_str_eq(a[i]->name, b[i]->name);
+    ck_assert_float_eq(a[i]->value, b[i]->value);
+    ck_assert_uint_eq(a[i]->step, b[i]->step);
+  }
+}
+
+static void same_segment(const Longhaul__Segment *a, const Longhaul__Segment *b) {
+  ck_assert_uint_eq(a->episode_id, b->episode_id);
+  ck_assert_uint_eq(a->seq, b->seq);
+  ck_assert_str_eq(a->actor, b->actor);
+  ck_assert_str_eq(a->env, b->env);
+  ck_assert_uint_eq(a->start_offset, b->start_offset);
+  ck_assert_uint_eq(a->n_tokens, b->n_tokens);
+  ck_assert_mem_eq(a->tokens, b->tokens, a->n_tokens * sizeof *a->tokens);
+  ck_assert_uint_eq(a->loss_mask.len, b->loss_mask.len);
+  ck_assert_mem_eq(a->loss_mask.data, b->loss_mask.data, a->loss_mask.len);
+  ck_assert_uint_eq(a->n_behavior_logp, b->n_behavior_logp);
+  ck_assert_mem_eq(a->behavior_logp, b->behavior_logp, a->n_behavior_logp * sizeof(float));
+  ck_assert_uint_eq(a->n_policy_version, b->n_policy_version);
+  ck_assert_mem_eq(a->policy_version, b->policy_version, a->n_policy_version * sizeof(uint32_t));
+  ck_assert_uint_eq(a->routed_layers, b->routed_layers);
+  ck_assert_uint_eq(a->routed_topk, b->routed_topk);
+  ck_assert_uint_eq(a->n_routed_experts, b->n_routed_experts);
+  ck_assert_mem_eq(a->routed_experts, b->routed_experts, a->n_routed_experts * sizeof(uint32_t));
+  same_images(a->images, a->n_images, b->images, b->n_images);
+  ck_assert_uint_eq(a->group_id, b->group_id);
+  ck_assert_uint_eq(a->task_seed, b->task_seed);
+}
+
+static void same_body(const Longhaul__Envelope *a, const Longhaul__Envelope *b) {
+  switch (a->body_case) {
+    case LONGHAUL__ENVELOPE__BODY_HELLO: {
+      const Longhaul__Hello *x = a->hello, *y = b->hello;
+      ck_assert_str_eq(x->role, y->role);
+      ck_assert_str_eq(x->name, y->name);
+      ck_assert_uint_eq(x->vocab, y->vocab);
+      ck_assert_uint_eq(x->layers, y->layers);
+      ck_assert_uint_eq(x->topk, y->topk);
+      ck_assert_uint_eq(x->pid, y->pid);
+      ck_assert_uint_eq(x->policy_version, y->policy_version);
+      break;
+    }
+    case LONGHAUL__ENVELOPE__BODY_SEGMENT: same_segment(a->segment, b->segment); break;
+    case LONGHAUL__ENVELOPE__BODY_EPISODE_END: {
+      const Longhaul__EpisodeEnd *x = a->episode_end, *y = b->episode_end;
+      ck_assert_uint_eq(x->episode_id, y->episode_id);
+      ck_assert_str_eq(x->actor, y->actor);
+      ck_assert_str_eq(x->env, y->env);
+      ck_assert_uint_eq(x->segment_count, y->segment_count);
+      ck_assert_uint_eq(x->total_tokens, y->total_tokens);
+      ck_assert_int_eq(x->outcome, y->outcome);
+      ck_assert_float_eq(x->reward, y->reward);
+      same_terms(x->terms, x->n_terms, y->terms, y->n_terms);
+      ck_assert_uint_eq(x->group_id, y->group_id);
+      ck_assert_uint_eq(x->task_seed, y->task_seed);
+      ck_assert_uint_eq(x->steps, y->steps);
+      ck_assert_str_eq(x->error, y->error);
+      break;
+    }
+    case LONGHAUL__ENVELOPE__BODY_ACK: {
+      ck_assert_uint_eq(a->ack->n_msg_ids, b->ack->n_msg_ids);
+      ck_assert_mem_eq(a->ack->msg_ids, b->ack->msg_ids, a->ack->n_msg_ids * sizeof(uint64_t));
+      ck_assert_int_eq(a->ack->status, b->ack->status);
+      ck_assert_str_eq(a->ack->reason, b->ack->reason);
+      break;
+    }
+    case LONGHAUL__ENVELOPE__BODY_HEARTBEAT: {
+      const Longhaul__Heartbeat *x = a->heartbeat, *y = b->heartbeat;
+      ck_assert_str_eq(x->role, y->role);
+      ck_assert_uint_eq(x->policy_version, y->policy_version);
+      ck_assert_double_eq(x->episodes_per_s, y->episodes_per_s);
+      ck_assert_double_eq(x->tokens_per_s, y->tokens_per_s);
+      ck_assert_uint_eq(x->outbox_depth, y->outbox_depth);
+      ck_assert_uint_eq(x->open_episodes, y->open_episodes);
+      ck_assert_uint_eq(x->episodes_done, y->episodes_done);
+      ck_assert_double_eq(x->policy_lag, y->policy_lag);
+      ck_assert_uint_eq(x->step, y->step);
+      ck_assert_double_eq(x->loss, y->loss);
+      ck_assert_double_eq(x->reward_mean, y->reward_mean);
+      ck_assert_double_eq(x->success_rate, y->success_rate);
+      ck_assert_double_eq(x->busy_fraction, y->busy_fraction);
+      ck_assert_double_eq(x->max_vio, y->max_vio);
+      break;
+    }
+    case LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE: {
+      const Longhaul__WeightsAnnounce *x = a->weights_announce, *y = b->weights_announce;
+      ck_assert_uint_eq(x->version, y->version);
+      ck_assert_uint_eq(x->total_bytes, y->total_bytes);
+      ck_assert_uint_eq(x->chunk_bytes, y->chunk_bytes);
+      ck_assert_uint_eq(x->chunk_count, y->chunk_count);
+      ck_assert_uint_eq(x->checksum, y->checksum);
+      ck_assert_uint_eq(x->stage_index, y->stage_index);
+      ck_assert_uint_eq(x->max_context, y->max_context);
+      ck_assert_float_eq(x->long_frac, y->long_frac);
+      break;
+    }
+    case LONGHAUL__ENVELOPE__BODY_WEIGHTS_REQUEST:
+      ck_assert_uint_eq(a->weights_request->version, b->weights_request->version);
+      ck_assert_uint_eq(a->weights_request->first_chunk, b->weights_request->first_chunk);
+      ck_assert_uint_eq(a->weights_request->chunk_count, b->weights_request->chunk_count);
+      break;
+    case LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK: {
+      const Longhaul__WeightsChunk *x = a->weights_chunk, *y = b->weights_chunk;
+      ck_assert_uint_eq(x->version, y->version);
+      ck_assert_uint_eq(x->chunk_index, y->chunk_index);
+      ck_assert_uint_eq(x->offset, y->offset);
+      ck_assert_uint_eq(x->data.len, y->data.len);
+      ck_assert_mem_eq(x->data.data, y->data.data, x->data.len);
+      ck_assert_uint_eq(x->checksum, y->checksum);
+      break;
+    }
+    case LONGHAUL__ENVELOPE__BODY_ENV_REQUEST: {
+      const Longhaul__EnvRequest *x = a->env_request, *y = b->env_request;
+      ck_assert_uint_eq(x->request_id, y->request_id);
+      ck_assert_int_eq(x->op, y->op);
+      ck_assert_uint_eq(x->session_id, y->session_id);
+      ck_assert_str_eq(x->env_name, y->env_name);
+      ck_assert_uint_eq(x->n_options, y->n_options);
+      for (size_t i = 0; i < x->n_options; i++) {
+        ck_assert_str_eq(x->options[i]->key, y->options[i]->key);
+        ck_assert_str_eq(x->options[i]->value, y->options[i]->value);
+      }
+      ck_assert_uint_eq(x->seed, y->seed);
+      ck_assert_str_eq(x->action, y->action);
+      break;
+    }
+    case LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE: {
+      const Longhaul__EnvResponse *x = a->env_response, *y = b->env_response;
+      ck_assert_uint_eq(x->request_id, y->request_id);
+      ck_assert_uint_eq(x->session_id, y->session_id);
+      ck_assert_int_eq(x->status, y->status);
+      ck_assert_str_eq(x->error, y->error);
+      ck_assert_ptr_nonnull(y->observation);
+      ck_assert_str_eq(x->observation->text, y->observation->text);
+      same_images(x->observation->images, x->observation->n_images, y->observation->images,
+                  y->observation->n_images);
+      ck_assert_float_eq(x->reward, y->reward);
+      ck_assert_int_eq(x->done, y->done);
+      same_terms(x->terms, x->n_terms, y->terms, y->n_terms);
+      ck_assert_str_eq(x->description, y->description);
+      ck_assert_str_eq(x->expert_action, y->expert_action);
+      break;
+    }
+    case LONGHAUL__ENVELOPE__BODY_SHUTDOWN:
+      ck_assert_str_eq(a->shutdown->reason, b->shutdown->reason);
+      ck_assert_uint_eq(a->shutdown->grace_ms, b->shutdown->grace_ms);
+      break;
+    default: ck_abort_msg("unexpected body case %d", (int)a->body_case);
+  }
+}
+
+START_TEST(test_round_trip) {
+  wire_fixture *f = malloc(sizeof *f);
+  fx_init(f, fx_bodies[_i]);
+  size_t bytes = 0;
+  uint8_t *buf = fx_encode(f, &bytes);
+  Longhaul__Envelope *got = NULL;
+  lh_errbuf err;
+  int rc = lh_wire_decode(buf, bytes, NULL, &got, &err);
+  ck_assert_msg(rc == 0, "%s: %s", lh_wire_body_name(fx_bodies[_i]), err.msg);
+  ck_assert_uint_eq(got->protocol, LH_WIRE_PROTOCOL);
+  ck_assert_uint_eq(got->msg_id, f->env.msg_id);
+  ck_assert_str_eq(got->sender, f->env.sender);
+  ck_assert_int_eq(got->body_case, f->env.body_case);
+  same_body(&f->env, got);
+  /* Re-encoding what was decoded gives the same bytes: nothing was lost. */
+  uint8_t *again = NULL;
+  size_t again_bytes = 0;
+  ck_assert_int_eq(lh_wire_encode(got, &again, &again_bytes, &err), 0);
+  ck_assert_uint_eq(again_bytes, bytes);
+  ck_assert_mem_eq(again, buf, bytes);
+  free(again);
+  lh_wire_free(got);
+  free(buf);
+  free(f);
+}
+END_TEST
+
+START_TEST(test_segment_payload) {
+  wire_fixture *f = malloc(sizeof *f);
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_SEGMENT);
+  uint8_t *buf = NULL;
+  size_t bytes = 0;
+  lh_errbuf err;
+  ck_assert_int_eq(lh_wire_segment_encode(&f->seg, &buf, &bytes, &err), 0);
+  Longhaul__Segment *got = NULL;
+  ck_assert_int_eq(lh_wire_segment_decode(buf, bytes, NULL, &got, &err), 0);
+  same_segment(&f->seg, got);
+  lh_wire_segment_free(got);
+  free(buf);
+
+  /* The same validation as a Segment in an Envelope. */
+  f->tokens[17] = 900;
+  ck_assert_int_eq(lh_wire_segment_encode(&f->seg, &buf, &bytes, &err), 0);
+  got = (Longhaul__Segment *)buf; /* must be reset to NULL on failure */
+  ck_assert_int_eq(lh_wire_segment_decode(buf, bytes, NULL, &got, &err), LH_EWIRE_TOKEN_RANGE);
+  ck_assert_ptr_null(got);
+  ck_assert_str_eq(err.msg, "segment.tokens[17]=900 is not below vocab 264");
+  lh_wire_limits lim;
+  lh_wire_limits_default(&lim);
+  lim.max_message_bytes = bytes - 1;
+  ck_assert_int_eq(lh_wire_segment_decode(buf, bytes, &lim, &got, &err), LH_EWIRE_TOO_LARGE);
+  ck_assert_ptr_nonnull(strstr(err.msg, "over the limit"));
+  ck_assert_int_eq(lh_wire_segment_decode(buf, bytes / 2, NULL, &got, &err), LH_EWIRE_UNPARSEABLE);
+  ck_assert_ptr_nonnull(strstr(err.msg, "segment"));
+  ck_assert_int_eq(lh_wire_validate_segment(NULL, NULL, &err), LH_EWIRE_MISSING);
+  ck_assert_int_eq(lh_wire_segment_encode(NULL, &buf, &bytes, &err), LH_EINVAL);
+  free(buf);
+  lh_wire_segment_free(NULL);
+  free(f);
+}
+END_TEST
+
+START_TEST(test_limits_and_names) {
+  lh_wire_limits l;
+  lh_wire_limits_default(&l);
+  ck_assert_uint_eq(l.max_message_bytes, 64u << 20);
+  ck_assert_uint_eq(l.vocab, 264);
+  ck_assert_uint_eq(l.max_segment_tokens, 65536);
+  ck_assert_uint_eq(l.max_string_bytes, 256);
+  lh_wire_limits_default(NULL);
+  ck_assert_str_eq(lh_wire_body_name(LONGHAUL__ENVELOPE__BODY_SEGMENT), "segment");
+  ck_assert_str_eq(lh_wire_body_name(LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE), "env_response");
+  ck_assert_str_eq(lh_wire_body_name(LONGHAUL__ENVELOPE__BODY__NOT_SET), "none");
+  ck_assert_str_eq(lh_wire_body_name((Longhaul__Envelope__BodyCase)99), "unknown");
+  /* Every code of the table has its own name and message. */
+  for (int c = -100; c >= -136; c--) {
+    ck_assert_str_ne(lh_err_name(c), "EUNKNOWN");
+    ck_assert_ptr_nonnull(strstr(lh_strerror(c), "wire"));
+  }
+  lh_wire_free(NULL);
+  Longhaul__Envelope *out = NULL;
+  lh_errbuf err;
+  ck_assert_int_eq(lh_wire_decode(NULL, 5, NULL, &out, &err), LH_EINVAL);
+  ck_assert_int_eq(lh_wire_decode((const uint8_t *)"", 0, NULL, NULL, &err), LH_EINVAL);
+  ck_assert_int_eq(lh_wire_encode(NULL, NULL, NULL, &err), LH_EINVAL);
+}
+END_TEST
+
+/* ---- validation errors ---------------------------------------------- */
+
+/* Encodes f->env, decodes it under lim (NULL: defaults) and asserts the
+ * rejection: the exact code, no message handed out, and the error text
+ * naming the field (needle). lh_wire_validate on the in-memory message
+ * gives the same answer. */
+static void expect_reject(wire_fixture *f, const lh_wire_limits *lim, int code, const char *needle) {
+  size_t bytes = 0;
+  uint8_t *buf = fx_encode(f, &bytes);
+  Longhaul__Envelope *got = (Longhaul__Envelope *)buf;
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  int rc = lh_wire_decode(buf, bytes, lim, &got, &err);
+  ck_assert_msg(rc == code, "decode gave %s (%s), expected %s", lh_err_name(rc), err.msg,
+                lh_err_name(code));
+  ck_assert_ptr_null(got);
+  ck_assert_int_eq(err.code, code);
+  ck_assert_msg(strstr(err.msg, needle) != NULL, "message '%s' does not name '%s'", err.msg, needle);
+  lh_errbuf err2;
+  ck_assert_int_eq(lh_wire_validate(&f->env, lim, &err2), code);
+  ck_assert_str_eq(err2.msg, err.msg);
+  free(buf);
+}
+
+/* For faults only a message built in memory can have (NULL pointers). */
+static void expect_invalid(wire_fixture *f, int code, const char *needle) {
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  int rc = lh_wire_validate(&f->env, NULL, &err);
+  ck_assert_msg(rc == code, "validate gave %s (%s), expected %s", lh_err_name(rc), err.msg,
+                lh_err_name(code));
+  ck_assert_msg(strstr(err.msg, needle) != NULL, "message '%s' does not name '%s'", err.msg, needle);
+}
+
+static wire_fixture *fx_new(Longhaul__Envelope__BodyCase body) {
+  wire_fixture *f = malloc(sizeof *f);
+  ck_assert_ptr_nonnull(f);
+  fx_init(f, body);
+  return f;
+}
+
+static lh_wire_limits limits(void) {
+  lh_wire_limits l;
+  lh_wire_limits_default(&l);
+  return l;
+}
+
+#define SEG LONGHAUL__ENVELOPE__BODY_SEGMENT
+
+START_TEST(test_err_too_large) {
+  wire_fixture *f = fx_new(SEG);
+  size_t bytes = 0;
+  uint8_t *buf = fx_encode(f, &bytes);
+  lh_wire_limits lim = limits();
+  lim.max_message_bytes = bytes;
+  Longhaul__Envelope *got = NULL;
+  lh_errbuf err;
+  ck_assert_int_eq(lh_wire_decode(buf, bytes, &lim, &got, &err), 0); /* exactly at the limit */
+  lh_wire_free(got);
+  lim.max_message_bytes = bytes - 1;
+  ck_assert_int_eq(lh_wire_decode(buf, bytes, &lim, &got, &err), LH_EWIRE_TOO_LARGE);
+  ck_assert_ptr_null(got);
+  ck_assert_ptr_nonnull(strstr(err.msg, "over the limit"));
+  free(buf);
+
+  /* A sender refuses what no receiver with default limits would take. */
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK);
+  size_t big = (64u << 20) + 1;
+  uint8_t *data = calloc(big, 1);
+  ck_assert_ptr_nonnull(data);
+  f->wc.data.data = data;
+  f->wc.data.len = big;
+  buf = NULL;
+  ck_assert_int_eq(lh_wire_encode(&f->env, &buf, &bytes, &err), LH_EWIRE_TOO_LARGE);
+  ck_assert_ptr_null(buf);
+  ck_assert_ptr_nonnull(strstr(err.msg, "weights_chunk"));
+  free(data);
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_unparseable) {
+  wire_fixture *f = fx_new(SEG);
+  size_t bytes = 0;
+  uint8_t *buf = fx_encode(f, &bytes);
+  Longhaul__Envelope *got = NULL;
+  lh_errbuf err;
+  ck_assert_int_eq(lh_wire_decode(buf, bytes - 3, NULL, &got, &err), LH_EWIRE_UNPARSEABLE);
+  ck_assert_ptr_null(got);
+  ck_assert_ptr_nonnull(strstr(err.msg, "envelope"));
+  const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  ck_assert_int_eq(lh_wire_decode(junk, sizeof junk, NULL, &got, &err), LH_EWIRE_UNPARSEABLE);
+  free(buf);
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_no_body) {
+  wire_fixture *f = fx_new(SEG);
+  f->env.body_case = LONGHAUL__ENVELOPE__BODY__NOT_SET;
+  f->env.segment = NULL;
+  uint8_t *buf = NULL;
+  size_t bytes = 0;
+  lh_errbuf err;
+  ck_assert_int_eq(lh_wire_encode(&f->env, &buf, &bytes, &err), LH_EWIRE_NO_BODY);
+  /* What a foreign sender could still put on the wire. */
+  bytes = longhaul__envelope__get_packed_size(&f->env);
+  buf = malloc(bytes);
+  longhaul__envelope__pack(&f->env, buf);
+  Longhaul__Envelope *got = NULL;
+  ck_assert_int_eq(lh_wire_decode(buf, bytes, NULL, &got, &err), LH_EWIRE_NO_BODY);
+  ck_assert_ptr_null(got);
+  ck_assert_ptr_nonnull(strstr(err.msg, "no body"));
+  f->env.body_case = (Longhaul__Envelope__BodyCase)99;
+  ck_assert_int_eq(lh_wire_validate(&f->env, NULL, &err), LH_EWIRE_NO_BODY);
+  free(buf);
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_protocol) {
+  wire_fixture *f = fx_new(SEG);
+  f->env.protocol = 2;
+  expect_reject(f, NULL, LH_EWIRE_PROTOCOL, "envelope.protocol=2");
+  f->env.protocol = 0;
+  expect_reject(f, NULL, LH_EWIRE_PROTOCOL, "envelope.protocol=0");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_missing) {
+  wire_fixture *f = fx_new(SEG);
+  f->seg_imgp[1] = NULL;
+  expect_invalid(f, LH_EWIRE_MISSING, "segment.images[1]");
+  fx_init(f, SEG);
+  f->seg.tokens = NULL;
+  expect_invalid(f, LH_EWIRE_MISSING, "segment.tokens");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_EPISODE_END);
+  f->end_termp[2] = NULL;
+  expect_invalid(f, LH_EWIRE_MISSING, "episode_end.terms[2]");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_ENV_REQUEST);
+  f->kvp[0] = NULL;
+  expect_invalid(f, LH_EWIRE_MISSING, "env_request.options[0]");
+  fx_init(f, SEG);
+  f->env.segment = NULL;
+  expect_invalid(f, LH_EWIRE_MISSING, "envelope.segment");
+  uint8_t *buf = NULL;
+  size_t bytes = 0;
+  lh_errbuf err;
+  ck_assert_int_eq(lh_wire_encode(&f->env, &buf, &bytes, &err), LH_EWIRE_MISSING);
+  ck_assert_int_eq(lh_wire_validate(NULL, NULL, &err), LH_EWIRE_MISSING);
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_string_too_long) {
+  wire_fixture *f = fx_new(SEG);
+  char name[258];
+  memset(name, 'x', 257);
+  name[257] = '\0';
+  f->seg.actor = name;
+  expect_reject(f, NULL, LH_EWIRE_STRING_TOO_LONG, "segment.actor is 257 bytes");
+  name[256] = '\0'; /* exactly the limit is fine */
+  fx_init(f, SEG);
+  f->seg.actor = name;
+  lh_errbuf err;
+  ck_assert_int_eq(lh_wire_validate(&f->env, NULL, &err), 0);
+  fx_init(f, SEG);
+  f->env.sender = name;
+  name[256] = 'x';
+  expect_reject(f, NULL, LH_EWIRE_STRING_TOO_LONG, "envelope.sender");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE);
+  lh_wire_limits lim = limits();
+  lim.max_text_bytes = 10;
+  expect_reject(f, &lim, LH_EWIRE_STRING_TOO_LONG, "env_response.error"); /* "bad argument" */
+  f->eresp.error = "short";
+  expect_reject(f, &lim, LH_EWIRE_STRING_TOO_LONG, "env_response.observation.text");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_utf8) {
+  wire_fixture *f = fx_new(SEG);
+  f->seg.env = "ca\xff" "c";
+  expect_reject(f, NULL, LH_EWIRE_UTF8, "segment.env is not valid UTF-8 (bad byte 0xff at offset 2)");
+  /* Overlong "/", a surrogate, above U+10FFFF, a cut sequence. */
+  const char *bad[] = {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "ok\xe2\x82"};
+  for (int i = 0; i < 4; i++) {
+    fx_init(f, LONGHAUL__ENVELOPE__BODY_ENV_REQUEST);
+    f->ereq.action = (char *)bad[i];
+    expect_reject(f, NULL, LH_EWIRE_UTF8, "env_request.action");
+  }
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_empty_name) {
+  wire_fixture *f = fx_new(LONGHAUL__ENVELOPE__BODY_EPISODE_END);
+  f->end_term[1].name = "";
+  expect_reject(f, NULL, LH_EWIRE_EMPTY_NAME, "episode_end.terms[1].name is empty");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_ENV_REQUEST);
+  f->kv[1].key = "";
+  expect_reject(f, NULL, LH_EWIRE_EMPTY_NAME, "env_request.options[1].key");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_no_tokens) {
+  wire_fixture *f = fx_new(SEG);
+  Longhaul__Segment *s = &f->seg;
+  s->n_tokens = s->loss_mask.len = s->n_behavior_logp = s->n_policy_version = 0;
+  s->n_routed_experts = 0;
+  s->n_images = 0;
+  expect_reject(f, NULL, LH_EWIRE_NO_TOKENS, "segment.tokens is empty");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_too_many_tokens) {
+  wire_fixture *f = fx_new(SEG);
+  lh_wire_limits lim = limits();
+  lim.max_segment_tokens = FX_TOKENS - 1;
+  expect_reject(f, &lim, LH_EWIRE_TOO_MANY_TOKENS, "segment.tokens has 64 tokens");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_token_range) {
+  wire_fixture *f = fx_new(SEG);
+  f->tokens[17] = 900;
+  size_t bytes = 0;
+  uint8_t *buf = fx_encode(f, &bytes);
+  Longhaul__Envelope *got = NULL;
+  lh_errbuf err;
+  ck_assert_int_eq(lh_wire_decode(buf, bytes, NULL, &got, &err), LH_EWIRE_TOKEN_RANGE);
+  ck_assert_str_eq(err.msg, "segment.tokens[17]=900 is not below vocab 264");
+  free(buf);
+  f->tokens[17] = 264;
+  expect_reject(f, NULL, LH_EWIRE_TOKEN_RANGE, "segment.tokens[17]=264");
+  f->tokens[17] = 263; /* the last id is fine */
+  ck_assert_int_eq(lh_wire_validate(&f->env, NULL, &err), 0);
+  lh_wire_limits lim = limits();
+  lim.vocab = 100;
+  f->tokens[3] = 100;
+  expect_reject(f, &lim, LH_EWIRE_TOKEN_RANGE, "segment.tokens[3]=100 is not below vocab 100");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_loss_mask_length) {
+  wire_fixture *f = fx_new(SEG);
+  f->seg.loss_mask.len = FX_TOKENS - 1;
+  expect_reject(f, NULL, LH_EWIRE_LOSS_MASK_LENGTH, "segment.loss_mask is 63 bytes");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_loss_mask_value) {
+  wire_fixture *f = fx_new(SEG);
+  f->mask[5] = 2;
+  expect_reject(f, NULL, LH_EWIRE_LOSS_MASK_VALUE, "segment.loss_mask[5]=2");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_logp_length) {
+  wire_fixture *f = fx_new(SEG);
+  f->seg.n_behavior_logp = FX_TOKENS - 2;
+  expect_reject(f, NULL, LH_EWIRE_LOGP_LENGTH, "segment.behavior_logp has 62 entries");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_logp_value) {
+  wire_fixture *f = fx_new(SEG);
+  f->logp[9] = NAN;
+  expect_reject(f, NULL, LH_EWIRE_LOGP_VALUE, "segment.behavior_logp[9]=nan");
+  f->logp[9] = -INFINITY;
+  expect_reject(f, NULL, LH_EWIRE_LOGP_VALUE, "segment.behavior_logp[9]=-inf");
+  f->logp[9] = 0.5f;
+  expect_reject(f, NULL, LH_EWIRE_LOGP_VALUE, "segment.behavior_logp[9]=0.5");
+  f->logp[9] = 0.0f; /* probability 1 is fine */
+  lh_errbuf err;
+  ck_assert_int_eq(lh_wire_validate(&f->env, NULL, &err), 0);
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_version_length) {
+  wire_fixture *f = fx_new(SEG);
+  f->seg.n_policy_version = 10;
+  expect_reject(f, NULL, LH_EWIRE_VERSION_LENGTH, "segment.policy_version has 10 entries");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_routed_layers) {
+  wire_fixture *f = fx_new(SEG);
+  lh_wire_limits lim = limits();
+  lim.max_layers = 3;
+  expect_reject(f, &lim, LH_EWIRE_ROUTED_LAYERS, "segment.routed_layers=4 is over the limit of 3");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_routed_topk) {
+  wire_fixture *f = fx_new(SEG);
+  f->seg.routed_topk = 0;
+  f->seg.n_routed_experts = 0;
+  expect_reject(f, NULL, LH_EWIRE_ROUTED_TOPK, "segment.routed_topk=0");
+  fx_init(f, SEG);
+  lh_wire_limits lim = limits();
+  lim.max_topk = 1;
+  expect_reject(f, &lim, LH_EWIRE_ROUTED_TOPK, "segment.routed_topk=2 is not in 1..1");
+  fx_init(f, SEG);
+  f->seg.routed_layers = 0; /* routing not recorded, yet a topk */
+  f->seg.n_routed_experts = 0;
+  expect_reject(f, NULL, LH_EWIRE_ROUTED_TOPK, "segment.routed_topk=2 but routed_layers is 0");
+  f->seg.routed_topk = 0; /* no routing at all is fine */
+  lh_errbuf err;
+  ck_assert_int_eq(lh_wire_validate(&f->env, NULL, &err), 0);
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_routed_length) {
+  wire_fixture *f = fx_new(SEG);
+  f->seg.n_routed_experts--;
+  expect_reject(f, NULL, LH_EWIRE_ROUTED_LENGTH, "segment.routed_experts has 511 entries");
+  fx_init(f, SEG);
+  f->seg.routed_layers = 0;
+  f->seg.routed_topk = 0;
+  expect_reject(f, NULL, LH_EWIRE_ROUTED_LENGTH, "segment.routed_experts has 512 entries but routed_layers is 0");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_expert_range) {
+  wire_fixture *f = fx_new(SEG);
+  /* token 2, layer 1, slot 1 */
+  f->experts[2 * FX_LAYERS * FX_TOPK + 1 * FX_TOPK + 1] = 4096;
+  expect_reject(f, NULL, LH_EWIRE_EXPERT_RANGE,
+                "segment.routed_experts[19]=4096 (token 2, layer 1, slot 1) is not below max_experts 4096");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_too_many_images) {
+  wire_fixture *f = fx_new(SEG);
+  lh_wire_limits lim = limits();
+  lim.max_images = 1;
+  expect_reject(f, &lim, LH_EWIRE_TOO_MANY_IMAGES, "segment.images has 2 images");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE);
+  lim.max_images = 0;
+  expect_reject(f, &lim, LH_EWIRE_TOO_MANY_IMAGES, "env_response.observation.images has 1 images");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_image_channels) {
+  wire_fixture *f = fx_new(SEG);
+  f->seg_img[1].channels = 2;
+  f->seg_img[1].pixels.len = 5 * 4 * 2;
+  expect_reject(f, NULL, LH_EWIRE_IMAGE_CHANNELS, "segment.images[1].channels=2");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE);
+  f->obs_img.channels = 4;
+  expect_reject(f, NULL, LH_EWIRE_IMAGE_CHANNELS, "env_response.observation.images[0].channels=4");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_image_size) {
+  wire_fixture *f = fx_new(SEG);
+  f->seg_img[0].width = 0;
+  expect_reject(f, NULL, LH_EWIRE_IMAGE_SIZE, "segment.images[0].width=0 is not in 1..4096");
+  fx_init(f, SEG);
+  lh_wire_limits lim = limits();
+  lim.max_image_side = 5;
+  expect_reject(f, &lim, LH_EWIRE_IMAGE_SIZE, "segment.images[0].width=8 is not in 1..5");
+  fx_init(f, SEG);
+  f->seg_img[1].height = 4097;
+  expect_reject(f, NULL, LH_EWIRE_IMAGE_SIZE, "segment.images[1].height=4097");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_image_bytes) {
+  wire_fixture *f = fx_new(SEG);
+  f->seg_img[0].pixels.len--;
+  expect_reject(f, NULL, LH_EWIRE_IMAGE_BYTES, "segment.images[0].pixels is 143 bytes, not width*height*channels = 8x6x3 = 144");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_image_offset) {
+  wire_fixture *f = fx_new(SEG);
+  f->seg_img[1].offset = FX_TOKENS;
+  expect_reject(f, NULL, LH_EWIRE_IMAGE_OFFSET, "segment.images[1].offset=64 is not below the token count 64");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_offset_overflow) {
+  wire_fixture *f = fx_new(SEG);
+  f->seg.start_offset = UINT64_MAX - 10;
+  expect_reject(f, NULL, LH_EWIRE_OFFSET_OVERFLOW, "segment.start_offset");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_WEIGHTS_REQUEST);
+  f->wr.first_chunk = UINT32_MAX - 2;
+  expect_reject(f, NULL, LH_EWIRE_OFFSET_OVERFLOW, "weights_request.first_chunk");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK);
+  f->wc.offset = UINT64_MAX - 999;
+  expect_reject(f, NULL, LH_EWIRE_OFFSET_OVERFLOW, "weights_chunk.offset");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_outcome) {
+  wire_fixture *f = fx_new(LONGHAUL__ENVELOPE__BODY_EPISODE_END);
+  f->end.outcome = LONGHAUL__OUTCOME__OUTCOME_UNSPECIFIED;
+  expect_reject(f, NULL, LH_EWIRE_OUTCOME, "episode_end.outcome=0");
+  f->end.outcome = (Longhaul__Outcome)9;
+  expect_reject(f, NULL, LH_EWIRE_OUTCOME, "episode_end.outcome=9");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_not_finite) {
+  wire_fixture *f = fx_new(LONGHAUL__ENVELOPE__BODY_EPISODE_END);
+  f->end.reward = INFINITY;
+  expect_reject(f, NULL, LH_EWIRE_NOT_FINITE, "episode_end.reward=inf");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_EPISODE_END);
+  f->end_term[2].value = NAN;
+  expect_reject(f, NULL, LH_EWIRE_NOT_FINITE, "episode_end.terms[2].value=nan");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE);
+  f->eresp.reward = -INFINITY;
+  expect_reject(f, NULL, LH_EWIRE_NOT_FINITE, "env_response.reward=-inf");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE);
+  f->resp_term[0].value = NAN;
+  expect_reject(f, NULL, LH_EWIRE_NOT_FINITE, "env_response.terms[0].value");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE);
+  f->wa.long_frac = NAN;
+  expect_reject(f, NULL, LH_EWIRE_NOT_FINITE, "weights_announce.long_frac");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_too_many_terms) {
+  wire_fixture *f = fx_new(LONGHAUL__ENVELOPE__BODY_EPISODE_END);
+  lh_wire_limits lim = limits();
+  lim.max_terms = 2;
+  expect_reject(f, &lim, LH_EWIRE_TOO_MANY_TERMS, "episode_end.terms has 3 terms");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE);
+  lim.max_terms = 1;
+  expect_reject(f, &lim, LH_EWIRE_TOO_MANY_TERMS, "env_response.terms has 2 terms");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_too_many_ids) {
+  wire_fixture *f = fx_new(LONGHAUL__ENVELOPE__BODY_ACK);
+  lh_wire_limits lim = limits();
+  lim.max_ids = 4;
+  expect_reject(f, &lim, LH_EWIRE_TOO_MANY_IDS, "ack.msg_ids has 5 ids");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_ack_status) {
+  wire_fixture *f = fx_new(LONGHAUL__ENVELOPE__BODY_ACK);
+  f->ack.status = (Longhaul__AckStatus)7;
+  expect_reject(f, NULL, LH_EWIRE_ACK_STATUS, "ack.status=7");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_chunk_too_large) {
+  wire_fixture *f = fx_new(LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK);
+  lh_wire_limits lim = limits();
+  lim.max_chunk_bytes = FX_CHUNK - 1;
+  expect_reject(f, &lim, LH_EWIRE_CHUNK_TOO_LARGE, "weights_chunk.data is 1000 bytes, over the limit of 999");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE);
+  expect_reject(f, &lim, LH_EWIRE_CHUNK_TOO_LARGE, "weights_announce.chunk_bytes=1000");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_chunk_checksum) {
+  wire_fixture *f = fx_new(LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK);
+  f->chunk[100] ^= 1;
+  expect_reject(f, NULL, LH_EWIRE_CHUNK_CHECKSUM, "weights_chunk.checksum");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_weights_layout) {
+  wire_fixture *f = fx_new(LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE);
+  f->wa.chunk_count = 10; /* 10001 bytes in chunks of 1000 need 11 */
+  expect_reject(f, NULL, LH_EWIRE_WEIGHTS_LAYOUT, "weights_announce.chunk_count=10");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE);
+  f->wa.chunk_bytes = 0;
+  expect_reject(f, NULL, LH_EWIRE_WEIGHTS_LAYOUT, "weights_announce.chunk_bytes is 0");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_env_op) {
+  wire_fixture *f = fx_new(LONGHAUL__ENVELOPE__BODY_ENV_REQUEST);
+  f->ereq.op = LONGHAUL__ENV_OP__ENV_OP_UNSPECIFIED;
+  expect_reject(f, NULL, LH_EWIRE_ENV_OP, "env_request.op=0");
+  f->ereq.op = (Longhaul__EnvOp)42;
+  expect_reject(f, NULL, LH_EWIRE_ENV_OP, "env_request.op=42");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_too_many_options) {
+  wire_fixture *f = fx_new(LONGHAUL__ENVELOPE__BODY_ENV_REQUEST);
+  lh_wire_limits lim = limits();
+  lim.max_options = 1;
+  expect_reject(f, &lim, LH_EWIRE_TOO_MANY_OPTIONS, "env_request.options has 2 entries");
+  free(f);
+}
+END_TEST
+
+START_TEST(test_err_value_range) {
+  wire_fixture *f = fx_new(LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE);
+  f->wa.long_frac = 1.5f;
+  expect_reject(f, NULL, LH_EWIRE_VALUE_RANGE, "weights_announce.long_frac=1.5 is not in 0..1");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_HELLO);
+  f->hello.layers = 257;
+  expect_reject(f, NULL, LH_EWIRE_VALUE_RANGE, "hello.layers=257");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_HELLO);
+  f->hello.topk = 65;
+  expect_reject(f, NULL, LH_EWIRE_VALUE_RANGE, "hello.topk=65");
+  fx_init(f, LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE);
+  f->eresp.status = 3;
+  expect_reject(f, NULL, LH_EWIRE_VALUE_RANGE, "env_response.status=3");
+  free(f);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("wire");
+  TCase *rt = tcase_create("round_trip");
+  tcase_add_loop_test(rt, test_round_trip, 0, 11);
+  tcase_add_test(rt, test_segment_payload);
+  tcase_add_test(rt, test_limits_and_names);
+  suite_add_tcase(s, rt);
+  TCase *tc = tcase_create("validation");
+  tcase_add_test(tc, test_err_too_large);
+  tcase_add_test(tc, test_err_unparseable);
+  tcase_add_test(tc, test_err_no_body);
+  tcase_add_test(tc, test_err_protocol);
+  tcase_add_test(tc, test_err_missing);
+  tcase_add_test(tc, test_err_string_too_long);
+  tcase_add_test(tc, test_err_utf8);
+  tcase_add_test(tc, test_err_empty_name);
+  tcase_add_test(tc, test_err_no_tokens);
+  tcase_add_test(tc, test_err_too_many_tokens);
+  tcase_add_test(tc, test_err_token_range);
+  tcase_add_test(tc, test_err_loss_mask_length);
+  tcase_add_test(tc, test_err_loss_mask_value);
+  tcase_add_test(tc, test_err_logp_length);
+  tcase_add_test(tc, test_err_logp_value);
+  tcase_add_test(tc, test_err_version_length);
+  tcase_add_test(tc, test_err_routed_layers);
+  tcase_add_test(tc, test_err_routed_topk);
+  tcase_add_test(tc, test_err_routed_length);
+  tcase_add_test(tc, test_err_expert_range);
+  tcase_add_test(tc, test_err_too_many_images);
+  tcase_add_test(tc, test_err_image_channels);
+  tcase_add_test(tc, test_err_image_size);
+  tcase_add_test(tc, test_err_image_bytes);
+  tcase_add_test(tc, test_err_image_offset);
+  tcase_add_test(tc, test_err_offset_overflow);
+  tcase_add_test(tc, test_err_outcome);
+  tcase_add_test(tc, test_err_not_finite);
+  tcase_add_test(tc, test_err_too_many_terms);
+  tcase_add_test(tc, test_err_too_many_ids);
+  tcase_add_test(tc, test_err_ack_status);
+  tcase_add_test(tc, test_err_chunk_too_large);
+  tcase_add_test(tc, test_err_chunk_checksum);
+  tcase_add_test(tc, test_err_weights_layout);
+  tcase_add_test(tc, test_err_env_op);
+  tcase_add_test(tc, test_err_too_many_options);
+  tcase_add_test(tc, test_err_value_range);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
