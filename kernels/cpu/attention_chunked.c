@@ -15,53 +15,60 @@
 
 #define LH_CHUNK_MAX 256
 
-/* Scratch of one chunk of one head. */
+/* What one chunk of one head needs, prepared from q, k, g: G (L,dk), its
+ * exponentials eG = exp(G) and eGi = exp(-G) (L,dk), Qt, Kt, Kb (L,dk), the
+ * masked A (L,L) and Gl = exp(G_last) (dk). exp(-G) and exp(G_last - G) come
+ * from one exponential per element: the exponentials dominate otherwise. */
 typedef struct {
-  lh_real *G, *Qt, *Kt, *Kb, *A;          /* (L,dk) x4, (L,L) */
-  lh_real *dQt, *dKt, *dKb, *dA, *dV, *dG; /* backward only */
-  lh_real *Gl;                             /* (dk): exp(G_last) */
-} chunk_buf;
+  lh_real *G, *eG, *eGi, *Qt, *Kt, *Kb, *A, *Gl;
+} chunk_pre;
 
-static lh_real *chunk_buf_init(chunk_buf *b, int C, int dk, int backward) {
-  size_t LD = (size_t)C * dk, LL = (size_t)C * C;
-  size_t n = 4 * LD + LL + dk + (backward ? 5 * LD + LL : 0);
-  lh_real *mem = malloc(sizeof(lh_real) * n), *p = mem;
-  if (!mem) return NULL;
-  b->G = p, p += LD;
-  b->Qt = p, p += LD;
-  b->Kt = p, p += LD;
-  b->Kb = p, p += LD;
-  b->A = p, p += LL;
-  b->Gl = p, p += dk;
-  if (backward) {
-    b->dQt = p, p += LD;
-    b->dKt = p, p += LD;
-    b->dKb = p, p += LD;
-    b->dV = p, p += LD;
-    b->dG = p, p += LD;
-    b->dA = p;
-  }
-  return mem;
+static size_t chunk_pre_floats(int C, int dk) {
+  return 6 * (size_t)C * dk + (size_t)C * C + (size_t)dk;
 }
 
-/* Fills G, Qt, Kt, Kb, exp(G_last) and the masked A of rows [t0, t0+L) of
- * head h (q, k, g point at the head's first column, row stride D). */
-static void chunk_prepare(chunk_buf *b, const lh_real *q, const lh_real *k, const lh_real *g,
+/* Points pre at the ci-th block of mem (blocks of chunk_pre_floats). */
+static void chunk_pre_at(chunk_pre *p, lh_real *mem, int ci, int C, int dk) {
+  size_t LD = (size_t)C * dk;
+  lh_real *m = mem + (size_t)ci * chunk_pre_floats(C, dk);
+  p->G = m, m += LD;
+  p->eG = m, m += LD;
+  p->eGi = m, m += LD;
+  p->Qt = m, m += LD;
+  p->Kt = m, m += LD;
+  p->Kb = m, m += LD;
+  p->A = m, m += (size_t)C * C;
+  p->Gl = m;
+}
+
+/* Gradient scratch of one chunk. */
+typedef struct {
+  lh_real *dQt, *dKt, *dKb, *dV, *dG, *dA;
+} chunk_grad;
+
+/* Fills pre for rows [t0, t0+L) of head h (q, k, g point at the head's
+ * first column, row stride D). */
+static void chunk_prepare(chunk_pre *b, const lh_real *q, const lh_real *k, const lh_real *g,
                           size_t D, int t0, int L, int dk) {
   for (int i = 0; i < L; i++) {
     const lh_real *gi = g + (size_t)(t0 + i) * D;
     for (int c = 0; c < dk; c++)
       b->G[i * dk + c] = (i ? b->G[(i - 1) * dk + c] : 0) + gi[c];
   }
-  const lh_real *Gl = b->G + (size_t)(L - 1) * dk;
-  for (int c = 0; c < dk; c++) b->Gl[c] = LH_EXP(Gl[c]);
+  size_t n = (size_t)L * dk;
+  for (size_t e = 0; e < n; e++) {
+    b->eG[e] = LH_EXP(b->G[e]);
+    b->eGi[e] = 1 / b->eG[e];
+  }
+  const lh_real *eGl = b->eG + (size_t)(L - 1) * dk;
+  for (int c = 0; c < dk; c++) b->Gl[c] = eGl[c];
   for (int i = 0; i < L; i++) {
     const lh_real *qi = q + (size_t)(t0 + i) * D, *ki = k + (size_t)(t0 + i) * D;
     for (int c = 0; c < dk; c++) {
-      lh_real G = b->G[i * dk + c];
-      b->Qt[i * dk + c] = qi[c] * LH_EXP(G);
-      b->Kt[i * dk + c] = ki[c] * LH_EXP(-G);
-      b->Kb[i * dk + c] = ki[c] * LH_EXP(Gl[c] - G);
+      int e = i * dk + c;
+      b->Qt[e] = qi[c] * b->eG[e];
+      b->Kt[e] = ki[c] * b->eGi[e];
+      b->Kb[e] = b->Kt[e] * b->Gl[c];
     }
   }
   LH_MM(0, 1, L, L, dk, 1, b->Qt, dk, b->Kt, dk, 0, b->A, L);
@@ -70,25 +77,28 @@ static void chunk_prepare(chunk_buf *b, const lh_real *q, const lh_real *k, cons
 }
 
 /* Runs the chunks of rows [t0, t1) of one head from S (dk,dk), leaving the
- * final state in S. out may be NULL (states only); when states is not NULL
- * it receives the state before each chunk. */
-static void head_forward(chunk_buf *b, lh_real *out, lh_real *S, lh_real *states,
-                         const lh_real *q, const lh_real *k, const lh_real *v,
+ * final state in S. With pre_all NULL one block (mem) is reused; otherwise
+ * pre_all keeps every chunk's preparation and states the state before each
+ * chunk, for the backward. out may be NULL (the backward's recomputation). */
+static void head_forward(lh_real *pre_mem, int keep, lh_real *out, lh_real *S,
+                         lh_real *states, const lh_real *q, const lh_real *k, const lh_real *v,
                          const lh_real *g, size_t D, int t0, int t1, int dk, int C) {
   int ci = 0;
   for (int s = t0; s < t1; s += C, ci++) {
     int L = t1 - s < C ? t1 - s : C;
+    chunk_pre b;
+    chunk_pre_at(&b, pre_mem, keep ? ci : 0, C, dk);
     if (states) memcpy(states + (size_t)ci * dk * dk, S, sizeof(lh_real) * dk * dk);
-    chunk_prepare(b, q, k, g, D, s, L, dk);
+    chunk_prepare(&b, q, k, g, D, s, L, dk);
     const lh_real *V = v + (size_t)s * D;
     if (out) {
       lh_real *O = out + (size_t)s * D;
-      LH_MM(0, 0, L, dk, dk, 1, b->Qt, dk, S, dk, 0, O, (int)D);
-      LH_MM(0, 0, L, dk, L, 1, b->A, L, V, (int)D, 1, O, (int)D);
+      LH_MM(0, 0, L, dk, dk, 1, b.Qt, dk, S, dk, 0, O, (int)D);
+      LH_MM(0, 0, L, dk, L, 1, b.A, L, V, (int)D, 1, O, (int)D);
     }
     for (int i = 0; i < dk; i++)
-      for (int j = 0; j < dk; j++) S[i * dk + j] *= b->Gl[i];
-    LH_MM(1, 0, dk, dk, L, 1, b->Kb, dk, V, (int)D, 1, S, dk);
+      for (int j = 0; j < dk; j++) S[i * dk + j] *= b.Gl[i];
+    LH_MM(1, 0, dk, dk, L, 1, b.Kb, dk, V, (int)D, 1, S, dk);
   }
 }
 
@@ -103,11 +113,10 @@ int LH_CPU(attn_chunked_forward)(void *ctx, lh_real *out, lh_real *state_out,
   if (chunk <= 0 || chunk > LH_CHUNK_MAX) return LH_EKERNELS_SHAPE;
   if (!out || !q || !k || !v || !g) return LH_EKERNELS_NULL_ARG;
   size_t D = (size_t)H * dk, SS = (size_t)dk * dk;
-  chunk_buf b;
-  lh_real *mem = chunk_buf_init(&b, chunk, dk, 0);
+  lh_real *pre = malloc(sizeof(lh_real) * chunk_pre_floats(chunk, dk));
   lh_real *S = malloc(sizeof(lh_real) * SS);
-  if (!mem || !S) {
-    free(mem), free(S);
+  if (!pre || !S) {
+    free(pre), free(S);
     return LH_ENOMEM;
   }
   for (int s = 0; s < n_seq; s++)
@@ -115,45 +124,44 @@ int LH_CPU(attn_chunked_forward)(void *ctx, lh_real *out, lh_real *state_out,
       size_t si = ((size_t)s * H + h) * SS, c0 = (size_t)h * dk;
       if (state_in) memcpy(S, state_in + si, sizeof(lh_real) * SS);
       else memset(S, 0, sizeof(lh_real) * SS);
-      head_forward(&b, out + c0, S, NULL, q + c0, k + c0, v + c0, g + c0, D, seq_offsets[s],
+      head_forward(pre, 0, out + c0, S, NULL, q + c0, k + c0, v + c0, g + c0, D, seq_offsets[s],
                    seq_offsets[s + 1], dk, chunk);
       if (state_out) memcpy(state_out + si, S, sizeof(lh_real) * SS);
     }
-  free(mem), free(S);
+  free(pre), free(S);
   return LH_OK;
 }
 
-/* Backward of one chunk given its S0 and dS (gradient of S_end), which on
- * return holds the gradient of S0. With dO the chunk's output gradient:
+/* Backward of one chunk given its preparation b, its S0 and dS (gradient of
+ * S_end), which on return holds the gradient of S0. With dO the chunk's
+ * output gradient:
  *   dQt = dO S0^T + dA Kt,  dA = mask(dO V^T),  dKt = dA^T Qt,
  *   dV  = A^T dO + Kb dS,   dKb = V dS^T,
  *   dS0 = Qt^T dO + diag(exp(G_last)) dS,
  *   dq = dQt exp(G), dk = dKt exp(-G) + dKb exp(G_last - G),
  *   dG_i = dQt Qt - dKt Kt - dKb Kb (elementwise), and G_last also gets
  *   sum_i dKb Kb + exp(G_last) rowsum(dS * S0); dg is the reverse cumsum. */
-static void chunk_backward(chunk_buf *b, lh_real *dS, const lh_real *S0, lh_real *dq,
-                           lh_real *dk_, lh_real *dv, lh_real *dg, const lh_real *dout,
-                           const lh_real *v, size_t D, int s, int L, int dk) {
+static void chunk_backward(const chunk_pre *b, chunk_grad *w, lh_real *dS, const lh_real *S0,
+                           lh_real *dq, lh_real *dk_, lh_real *dv, lh_real *dg,
+                           const lh_real *dout, const lh_real *v, size_t D, int s, int L,
+                           int dk) {
   const lh_real *dO = dout + (size_t)s * D, *V = v + (size_t)s * D;
   int ld = (int)D;
-  LH_MM(0, 1, L, dk, dk, 1, dO, ld, S0, dk, 0, b->dQt, dk);
-  LH_MM(0, 1, L, L, dk, 1, dO, ld, V, ld, 0, b->dA, L);
+  LH_MM(0, 1, L, dk, dk, 1, dO, ld, S0, dk, 0, w->dQt, dk);
+  LH_MM(0, 1, L, L, dk, 1, dO, ld, V, ld, 0, w->dA, L);
   for (int i = 0; i < L; i++)
-    for (int j = i + 1; j < L; j++) b->dA[i * L + j] = 0;
-  LH_MM(0, 0, L, dk, L, 1, b->dA, L, b->Kt, dk, 1, b->dQt, dk);
-  LH_MM(1, 0, L, dk, L, 1, b->dA, L, b->Qt, dk, 0, b->dKt, dk);
-  LH_MM(1, 0, L, dk, L, 1, b->A, L, dO, ld, 0, b->dV, dk);
-  LH_MM(0, 0, L, dk, dk, 1, b->Kb, dk, dS, dk, 1, b->dV, dk);
-  LH_MM(0, 1, L, dk, dk, 1, V, ld, dS, dk, 0, b->dKb, dk);
+    for (int j = i + 1; j < L; j++) w->dA[i * L + j] = 0;
+  LH_MM(0, 0, L, dk, L, 1, w->dA, L, b->Kt, dk, 1, w->dQt, dk);
+  LH_MM(1, 0, L, dk, L, 1, w->dA, L, b->Qt, dk, 0, w->dKt, dk);
+  LH_MM(1, 0, L, dk, L, 1, b->A, L, dO, ld, 0, w->dV, dk);
+  LH_MM(0, 0, L, dk, dk, 1, b->Kb, dk, dS, dk, 1, w->dV, dk);
+  LH_MM(0, 1, L, dk, dk, 1, V, ld, dS, dk, 0, w->dKb, dk);
   /* dG rows, then the terms only G_last sees, computed before dS changes. */
-  lh_real *dGl = b->dG + (size_t)(L - 1) * dk;
+  lh_real *dGl = w->dG + (size_t)(L - 1) * dk;
+  for (int e = 0; e < L * dk; e++)
+    w->dG[e] = w->dQt[e] * b->Qt[e] - w->dKt[e] * b->Kt[e] - w->dKb[e] * b->Kb[e];
   for (int i = 0; i < L; i++)
-    for (int c = 0; c < dk; c++) {
-      int e = i * dk + c;
-      b->dG[e] = b->dQt[e] * b->Qt[e] - b->dKt[e] * b->Kt[e] - b->dKb[e] * b->Kb[e];
-    }
-  for (int i = 0; i < L; i++)
-    for (int c = 0; c < dk; c++) dGl[c] += b->dKb[i * dk + c] * b->Kb[i * dk + c];
+    for (int c = 0; c < dk; c++) dGl[c] += w->dKb[i * dk + c] * b->Kb[i * dk + c];
   for (int c = 0; c < dk; c++) {
     lh_real acc = 0;
     for (int j = 0; j < dk; j++) acc += dS[c * dk + j] * S0[c * dk + j];
@@ -164,17 +172,15 @@ static void chunk_backward(chunk_buf *b, lh_real *dS, const lh_real *S0, lh_real
   LH_MM(1, 0, dk, dk, L, 1, b->Qt, dk, dO, ld, 1, dS, dk);
   /* Reverse cumulative sum of dG gives dg. */
   for (int i = L - 2; i >= 0; i--)
-    for (int c = 0; c < dk; c++) b->dG[i * dk + c] += b->dG[(i + 1) * dk + c];
-  const lh_real *Glog = b->G + (size_t)(L - 1) * dk;
+    for (int c = 0; c < dk; c++) w->dG[i * dk + c] += w->dG[(i + 1) * dk + c];
   for (int i = 0; i < L; i++) {
     size_t o = (size_t)(s + i) * D;
     for (int c = 0; c < dk; c++) {
       int e = i * dk + c;
-      lh_real G = b->G[e];
-      if (dq) dq[o + c] += b->dQt[e] * LH_EXP(G);
-      if (dk_) dk_[o + c] += b->dKt[e] * LH_EXP(-G) + b->dKb[e] * LH_EXP(Glog[c] - G);
-      if (dv) dv[o + c] += b->dV[e];
-      if (dg) dg[o + c] += b->dG[e];
+      if (dq) dq[o + c] += w->dQt[e] * b->eG[e];
+      if (dk_) dk_[o + c] += (w->dKt[e] + w->dKb[e] * b->Gl[c]) * b->eGi[e];
+      if (dv) dv[o + c] += w->dV[e];
+      if (dg) dg[o + c] += w->dG[e];
     }
   }
 }
@@ -190,41 +196,45 @@ int LH_CPU(attn_chunked_backward)(void *ctx, lh_real *dq, lh_real *dk_, lh_real 
   if (T < 0) return T;
   if (chunk <= 0 || chunk > LH_CHUNK_MAX) return LH_EKERNELS_SHAPE;
   if (!dout || !q || !k || !v || !g) return LH_EKERNELS_NULL_ARG;
-  size_t D = (size_t)H * dk, SS = (size_t)dk * dk;
-  int max_chunks = 0;
+  size_t D = (size_t)H * dk, SS = (size_t)dk * dk, LD = (size_t)chunk * dk;
+  int max_chunks = 1;
   for (int s = 0; s < n_seq; s++) {
     int n = (seq_offsets[s + 1] - seq_offsets[s] + chunk - 1) / chunk;
     if (n > max_chunks) max_chunks = n;
   }
-  chunk_buf b;
-  lh_real *mem = chunk_buf_init(&b, chunk, dk, 1);
+  /* The forward is recomputed per sequence and head, keeping every chunk's
+   * preparation and incoming state: (6 L dk + L^2 + dk + dk^2) per chunk. */
+  lh_real *pre = malloc(sizeof(lh_real) * chunk_pre_floats(chunk, dk) * (size_t)max_chunks);
+  lh_real *states = malloc(sizeof(lh_real) * SS * (size_t)max_chunks);
   lh_real *S = malloc(sizeof(lh_real) * SS), *dS = malloc(sizeof(lh_real) * SS);
-  lh_real *states = malloc(sizeof(lh_real) * SS * ((size_t)max_chunks + 1));
-  if (!mem || !S || !dS || !states) {
-    free(mem), free(S), free(dS), free(states);
+  lh_real *wmem = malloc(sizeof(lh_real) * (5 * LD + (size_t)chunk * chunk));
+  if (!pre || !states || !S || !dS || !wmem) {
+    free(pre), free(states), free(S), free(dS), free(wmem);
     return LH_ENOMEM;
   }
+  chunk_grad w = {.dQt = wmem, .dKt = wmem + LD, .dKb = wmem + 2 * LD, .dV = wmem + 3 * LD,
+                  .dG = wmem + 4 * LD, .dA = wmem + 5 * LD};
   for (int s = 0; s < n_seq; s++)
     for (int h = 0; h < H; h++) {
       size_t si = ((size_t)s * H + h) * SS, c0 = (size_t)h * dk;
       int t0 = seq_offsets[s], t1 = seq_offsets[s + 1];
       if (state_in) memcpy(S, state_in + si, sizeof(lh_real) * SS);
       else memset(S, 0, sizeof(lh_real) * SS);
-      /* Recompute the state before each chunk (the forward keeps none). */
-      head_forward(&b, NULL, S, states, q + c0, k + c0, v + c0, g + c0, D, t0, t1, dk, chunk);
+      head_forward(pre, 1, NULL, S, states, q + c0, k + c0, v + c0, g + c0, D, t0, t1, dk, chunk);
       if (dstate_out) memcpy(dS, dstate_out + si, sizeof(lh_real) * SS);
       else memset(dS, 0, sizeof(lh_real) * SS);
       int n_chunks = (t1 - t0 + chunk - 1) / chunk;
       for (int ci = n_chunks - 1; ci >= 0; ci--) {
         int cs = t0 + ci * chunk, L = t1 - cs < chunk ? t1 - cs : chunk;
-        chunk_prepare(&b, q + c0, k + c0, g + c0, D, cs, L, dk);
-        chunk_backward(&b, dS, states + (size_t)ci * SS, dq ? dq + c0 : NULL,
+        chunk_pre b;
+        chunk_pre_at(&b, pre, ci, chunk, dk);
+        chunk_backward(&b, &w, dS, states + (size_t)ci * SS, dq ? dq + c0 : NULL,
                        dk_ ? dk_ + c0 : NULL, dv ? dv + c0 : NULL, dg ? dg + c0 : NULL,
                        dout + c0, v + c0, D, cs, L, dk);
       }
       if (dstate_in)
         for (size_t e = 0; e < SS; e++) dstate_in[si + e] += dS[e];
     }
-  free(mem), free(S), free(dS), free(states);
+  free(pre), free(states), free(S), free(dS), free(wmem);
   return LH_OK;
 }
