@@ -2,7 +2,10 @@
  *
  * Decoding checks the size limit before protobuf-c sees a byte, so that a
  * peer cannot make us parse (and allocate for) more than we accept, then
- * validates the whole message (wire_validate.c) before handing it out. */
+ * parses under a memory budget, then validates the whole message
+ * (wire_validate.c) before handing it out. */
+#include <malloc.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +48,67 @@ const char *lh_wire_body_name(Longhaul__Envelope__BodyCase body) {
 }
 
 uint64_t lh_wire_checksum(const void *data, size_t bytes) { return lh_hash64(data, bytes, 0); }
+
+/* protobuf-c allocates per element, so a small message of many tiny
+ * repeated entries (empty images, unknown fields) can expand fifty-fold in
+ * memory before validation could count them. Parsing therefore runs under a
+ * budget of LH_WIRE_EXPANSION times the input plus a floor, tracked with the
+ * allocator's own block sizes. A packed encoding of legitimate content
+ * needs at most about eight times its size (one-byte varints of Ack ids
+ * becoming uint64), a quarter of the budget. The blocks are plain malloc blocks, so the result is freed
+ * with the default allocator. */
+#define LH_WIRE_EXPANSION 32
+#define LH_WIRE_EXPANSION_FLOOR (1u << 20)
+
+typedef struct {
+  size_t used, budget;
+  int over;
+} parse_budget;
+
+static void *budget_alloc(void *ctx, size_t size) {
+  parse_budget *b = ctx;
+  if (size > b->budget || b->used > b->budget - size) {
+    b->over = 1;
+    return NULL;
+  }
+  void *p = malloc(size);
+  if (p) b->used += malloc_usable_size(p);
+  return p;
+}
+
+static void budget_free(void *ctx, void *p) {
+  parse_budget *b = ctx;
+  if (!p) return;
+  b->used -= malloc_usable_size(p);
+  free(p);
+}
+
+/* Unpacks with desc under the budget for bytes; NULL on failure with the
+ * code in *rc. */
+static ProtobufCMessage *unpack_bounded(const ProtobufCMessageDescriptor *desc, const uint8_t *buf,
+                                        size_t bytes, const char *what, int *rc, lh_errbuf *err) {
+  static const uint8_t none[1] = {0};
+  parse_budget b = {0, LH_WIRE_EXPANSION_FLOOR, 0};
+  if (bytes <= (SIZE_MAX - LH_WIRE_EXPANSION_FLOOR) / LH_WIRE_EXPANSION)
+    b.budget += bytes * LH_WIRE_EXPANSION;
+  else
+    b.budget = SIZE_MAX;
+  ProtobufCAllocator alloc = {budget_alloc, budget_free, &b};
+  ProtobufCMessage *m = protobuf_c_message_unpack(desc, &alloc, bytes, buf ? buf : none);
+  if (m) return m;
+  if (b.over) {
+    *rc = lh_errbuf_set(err, LH_EWIRE_EXPANSION,
+                        "%s: %zu bytes would need more than %zu bytes of memory to parse (a flood "
+                        "of tiny repeated entries)",
+                        what, bytes, b.budget);
+  } else {
+    *rc = lh_errbuf_set(err, LH_EWIRE_UNPARSEABLE,
+                        "%s: %zu bytes do not parse as a longhaul %s (truncated, corrupt, or not a "
+                        "longhaul peer)",
+                        what, bytes, desc->short_name);
+  }
+  return NULL;
+}
 
 /* Packs msg into a new buffer after checking its size against the default
  * limit; what names the message in errors. */
@@ -97,14 +161,11 @@ int lh_wire_decode(const uint8_t *buf, size_t bytes, const lh_wire_limits *lim,
   if (bytes > lim->max_message_bytes)
     return lh_errbuf_set(err, LH_EWIRE_TOO_LARGE, "message is %zu bytes, over the limit of %zu", bytes,
                          lim->max_message_bytes);
-  static const uint8_t none[1] = {0};
-  Longhaul__Envelope *env = longhaul__envelope__unpack(NULL, bytes, buf ? buf : none);
-  if (!env)
-    return lh_errbuf_set(err, LH_EWIRE_UNPARSEABLE,
-                         "envelope: %zu bytes do not parse as a longhaul Envelope (truncated, "
-                         "corrupt, or not a longhaul peer)",
-                         bytes);
-  int rc = lh_wire_validate(env, lim, err);
+  int rc = 0;
+  Longhaul__Envelope *env = (Longhaul__Envelope *)unpack_bounded(&longhaul__envelope__descriptor, buf,
+                                                                 bytes, "envelope", &rc, err);
+  if (!env) return rc;
+  rc = lh_wire_validate(env, lim, err);
   if (rc < 0) {
     longhaul__envelope__free_unpacked(env, NULL);
     return rc;
@@ -137,14 +198,11 @@ int lh_wire_segment_decode(const uint8_t *buf, size_t bytes, const lh_wire_limit
   if (bytes > lim->max_message_bytes)
     return lh_errbuf_set(err, LH_EWIRE_TOO_LARGE, "segment is %zu bytes, over the limit of %zu", bytes,
                          lim->max_message_bytes);
-  static const uint8_t none[1] = {0};
-  Longhaul__Segment *seg = longhaul__segment__unpack(NULL, bytes, buf ? buf : none);
-  if (!seg)
-    return lh_errbuf_set(err, LH_EWIRE_UNPARSEABLE,
-                         "segment: %zu bytes do not parse as a longhaul Segment (truncated or corrupt "
-                         "payload)",
-                         bytes);
-  int rc = lh_wire_validate_segment(seg, lim, err);
+  int rc = 0;
+  Longhaul__Segment *seg = (Longhaul__Segment *)unpack_bounded(&longhaul__segment__descriptor, buf,
+                                                               bytes, "segment", &rc, err);
+  if (!seg) return rc;
+  rc = lh_wire_validate_segment(seg, lim, err);
   if (rc < 0) {
     longhaul__segment__free_unpacked(seg, NULL);
     return rc;

@@ -255,7 +255,7 @@ START_TEST(test_limits_and_names) {
   ck_assert_str_eq(lh_wire_body_name(LONGHAUL__ENVELOPE__BODY__NOT_SET), "none");
   ck_assert_str_eq(lh_wire_body_name((Longhaul__Envelope__BodyCase)99), "unknown");
   /* Every code of the table has its own name and message. */
-  for (int c = -100; c >= -136; c--) {
+  for (int c = -100; c >= -137; c--) {
     ck_assert_str_ne(lh_err_name(c), "EUNKNOWN");
     ck_assert_ptr_nonnull(strstr(lh_strerror(c), "wire"));
   }
@@ -809,6 +809,67 @@ START_TEST(test_err_value_range) {
 }
 END_TEST
 
+/* A flood of empty images: tiny on the wire, fifty-fold in memory. */
+START_TEST(test_err_expansion) {
+  const size_t reps = 500000;
+  uint8_t *buf = malloc(reps * 2 + 16);
+  size_t n = 0;
+  buf[n++] = 0x08, buf[n++] = 0x01; /* protocol 1 */
+  buf[n++] = 0x5a;                  /* field 11 (segment), length-delimited */
+  uint64_t len = reps * 2;
+  while (len >= 0x80) buf[n++] = (uint8_t)(len | 0x80), len >>= 7;
+  buf[n++] = (uint8_t)len;
+  size_t body = n;
+  for (size_t i = 0; i < reps; i++) buf[n++] = 0x6a, buf[n++] = 0x00; /* images: {} */
+  Longhaul__Envelope *got = NULL;
+  lh_errbuf err;
+  ck_assert_int_eq(lh_wire_decode(buf, n, NULL, &got, &err), LH_EWIRE_EXPANSION);
+  ck_assert_ptr_null(got);
+  ck_assert_ptr_nonnull(strstr(err.msg, "envelope"));
+  Longhaul__Segment *seg = NULL;
+  ck_assert_int_eq(lh_wire_segment_decode(buf + body, n - body, NULL, &seg, &err), LH_EWIRE_EXPANSION);
+  ck_assert_ptr_null(seg);
+  ck_assert_ptr_nonnull(strstr(err.msg, "segment"));
+  free(buf);
+}
+END_TEST
+
+/* The largest segment the default limits take parses within the budget;
+ * one token more is refused. */
+START_TEST(test_largest_segment) {
+  lh_wire_limits lim = limits();
+  size_t n = lim.max_segment_tokens;
+  Longhaul__Segment s = LONGHAUL__SEGMENT__INIT;
+  uint32_t *tokens = malloc((n + 1) * sizeof *tokens), *ver = malloc((n + 1) * sizeof *ver);
+  uint32_t *experts = malloc((n + 1) * 8 * sizeof *experts);
+  float *logp = malloc((n + 1) * sizeof *logp);
+  uint8_t *mask = malloc(n + 1);
+  for (size_t i = 0; i <= n; i++) {
+    tokens[i] = (uint32_t)(i % 264), ver[i] = 5, logp[i] = -1.0f, mask[i] = 1;
+    for (int k = 0; k < 8; k++) experts[i * 8 + k] = (uint32_t)k;
+  }
+  s.n_tokens = s.loss_mask.len = s.n_behavior_logp = s.n_policy_version = n;
+  s.tokens = tokens, s.loss_mask.data = mask, s.behavior_logp = logp, s.policy_version = ver;
+  s.routed_layers = 4, s.routed_topk = 2, s.n_routed_experts = n * 8, s.routed_experts = experts;
+  uint8_t *buf = NULL;
+  size_t bytes = 0;
+  lh_errbuf err;
+  ck_assert_int_eq(lh_wire_segment_encode(&s, &buf, &bytes, &err), 0);
+  Longhaul__Segment *got = NULL;
+  ck_assert_msg(lh_wire_segment_decode(buf, bytes, NULL, &got, &err) == 0, "%s", err.msg);
+  ck_assert_uint_eq(got->n_tokens, n);
+  lh_wire_segment_free(got);
+  free(buf);
+  s.n_tokens = s.loss_mask.len = s.n_behavior_logp = s.n_policy_version = n + 1;
+  s.n_routed_experts = (n + 1) * 8;
+  ck_assert_int_eq(lh_wire_segment_encode(&s, &buf, &bytes, &err), 0);
+  ck_assert_int_eq(lh_wire_segment_decode(buf, bytes, NULL, &got, &err), LH_EWIRE_TOO_MANY_TOKENS);
+  ck_assert_str_eq(err.msg, "segment.tokens has 65537 tokens, over the limit of 65536");
+  free(buf);
+  free(tokens), free(ver), free(experts), free(logp), free(mask);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("wire");
   TCase *rt = tcase_create("round_trip");
@@ -854,6 +915,8 @@ int main(void) {
   tcase_add_test(tc, test_err_env_op);
   tcase_add_test(tc, test_err_too_many_options);
   tcase_add_test(tc, test_err_value_range);
+  tcase_add_test(tc, test_err_expansion);
+  tcase_add_test(tc, test_largest_segment);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
