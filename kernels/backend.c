@@ -92,6 +92,8 @@ static const lh_backend cpu_backend = {
     OP(dot),
     OP(sum_squares),
     OP(adamw_step),
+    OP(moe_aux_loss_forward),
+    OP(moe_aux_loss_backward),
 };
 #undef OP
 

@@ -252,6 +252,18 @@ struct lh_backend {
   // weight-decay term only when decay != 0 (decoupled, per tensor).
   int (*adamw_step)(void *ctx, float *param, const float *grad, float *m, float *v,
                     size_t n, const lh_adamw_params *p, int decay);
+
+  /* ---- appended in version 1 (new fields go below, never above) -------- */
+  // The conventional balancing loss of balance = aux (DESIGN 4), for
+  // comparison with the bias rules. affinity is (N,E) from moe_route_forward,
+  // load is (E), the fraction of routed (token, slot) pairs per expert, held
+  // constant; p = affinity normalised over experts per token:
+  // *loss = weight * E * sum_e load_e * mean_n p[n][e] (host pointer loss).
+  int (*moe_aux_loss_forward)(void *ctx, double *loss, const float *affinity,
+                              const float *load, int N, int E, float weight);
+  // dlogits (N,E) += dloss * d loss / d logits, through p and the sigmoid.
+  int (*moe_aux_loss_backward)(void *ctx, float *dlogits, float dloss, const float *affinity,
+                               const float *load, int N, int E, float weight);
 };
 
 /* The CPU backend's table (static const; never NULL). */

@@ -337,6 +337,37 @@ START_TEST(test_grad_moe_through_gates) {
 }
 END_TEST
 
+/* The aux balancing loss from router logits (load held constant). */
+typedef struct {
+  int N, E;
+  double *logits, *aff, *gates, *load;
+  int32_t *idx;
+} aux_env;
+
+static double aux_loss(void *p) {
+  aux_env *e = p;
+  ck_assert_int_eq(lh_cpu64_moe_route_forward(NULL, e->idx, e->gates, e->aff, e->logits, NULL, e->N,
+                                              e->E, 2, 0), 0);
+  double loss = 0;
+  ck_assert_int_eq(lh_cpu64_moe_aux_loss_forward(NULL, &loss, e->aff, e->load, e->N, e->E, 0.7f), 0);
+  return loss;
+}
+
+START_TEST(test_grad_moe_aux_loss) {
+  test_rng r = {12};
+  aux_env e = {.N = 7, .E = 5};
+  size_t nl = (size_t)e.N * e.E;
+  e.logits = alloc_d(nl), e.aff = alloc_d(nl), e.gates = alloc_d((size_t)e.N * 2);
+  e.load = alloc_d(e.E), e.idx = calloc((size_t)e.N * 2, sizeof(int32_t));
+  fill_d(&r, e.logits, nl, -3, 3), fill_d(&r, e.load, e.E, 0, 0.4);
+  aux_loss(&e);
+  double *dl = alloc_d(nl);
+  ck_assert_int_eq(lh_cpu64_moe_aux_loss_backward(NULL, dl, 1.0f, e.aff, e.load, e.N, e.E, 0.7f), 0);
+  CHECK_GRAD("moe_aux_loss", "logits", e.logits, nl, dl, aux_loss, &e);
+  free(e.logits), free(e.aff), free(e.gates), free(e.load), free(e.idx), free(dl);
+}
+END_TEST
+
 /* ---- log-probabilities and entropy ---------------------------------------- */
 typedef struct {
   int N, V;
@@ -387,6 +418,7 @@ int main(void) {
   tcase_add_test(tc, test_grad_moe_experts);
   tcase_add_test(tc, test_grad_moe_experts_dense);
   tcase_add_test(tc, test_grad_moe_through_gates);
+  tcase_add_test(tc, test_grad_moe_aux_loss);
   tcase_add_test(tc, test_grad_logprob);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

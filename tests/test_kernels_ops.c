@@ -313,6 +313,11 @@ START_TEST(test_vector_helpers) {
   x[2] = NAN;
   ck_assert_int_eq(cpu()->sum_squares(NULL, &out, x, 4), 0);
   ck_assert(!isfinite(out));
+  /* aux loss by hand: two tokens, p = (0.5, 0.5) and (0.75, 0.25), load
+   * (1, 0): 0.3 * 2 * 1 * mean(0.5, 0.75) = 0.375. */
+  float aff[4] = {0.2f, 0.2f, 0.6f, 0.2f}, load[2] = {1, 0};
+  ck_assert_int_eq(cpu()->moe_aux_loss_forward(NULL, &out, aff, load, 2, 2, 0.3f), 0);
+  ck_assert_msg(fabs(out - 0.375) < 1e-6, "aux %.8f", out);
 }
 END_TEST
 
@@ -345,7 +350,7 @@ START_TEST(test_backend_table) {
       (void *)b->moe_experts_forward, (void *)b->moe_experts_backward,
       (void *)b->log_softmax_forward, (void *)b->logprob_forward, (void *)b->logprob_backward,
       (void *)b->scale, (void *)b->axpy, (void *)b->dot, (void *)b->sum_squares,
-      (void *)b->adamw_step};
+      (void *)b->adamw_step, (void *)b->moe_aux_loss_forward, (void *)b->moe_aux_loss_backward};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) ck_assert_msg(ops[i] != NULL, "op %zu", i);
   /* Memory: aligned allocation, copies and zero fill. */
   float host[5] = {1, 2, 3, 4, 5}, back[5];
@@ -429,6 +434,9 @@ START_TEST(test_error_paths) {
   ck_assert_int_eq(b->adamw_step(NULL, out, buf, out, out, 2, &hp, 1), LH_EKERNELS_SHAPE);
   ck_assert_int_eq(b->adamw_step(NULL, out, buf, out, out, 2, NULL, 1), LH_EKERNELS_NULL_ARG);
   ck_assert_int_eq(b->dot(NULL, NULL, buf, buf, 2), LH_EKERNELS_NULL_ARG);
+  double loss;
+  ck_assert_int_eq(b->moe_aux_loss_forward(NULL, &loss, buf, NULL, 2, 4, 1.0f), LH_EKERNELS_NULL_ARG);
+  ck_assert_int_eq(b->moe_aux_loss_backward(NULL, out, 1.0f, buf, buf, 2, 0, 1.0f), LH_EKERNELS_SHAPE);
 }
 END_TEST
 

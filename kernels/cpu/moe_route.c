@@ -68,3 +68,41 @@ int LH_CPU(moe_route_backward)(void *ctx, lh_real *dlogits, const lh_real *dgate
   }
   return LH_OK;
 }
+
+/* aux = weight * E * sum_e load_e * mean_n p[n][e], p = s / sum_e s. */
+int LH_CPU(moe_aux_loss_forward)(void *ctx, double *loss, const lh_real *affinity,
+                                 const lh_real *load, int N, int E, float weight) {
+  (void)ctx;
+  if (N < 0 || E <= 0) return LH_EKERNELS_SHAPE;
+  if (!loss || (N && (!affinity || !load))) return LH_EKERNELS_NULL_ARG;
+  double acc = 0;
+  for (int n = 0; n < N; n++) {
+    const lh_real *s = affinity + (size_t)n * E;
+    double sum = 0, dot = 0;
+    for (int e = 0; e < E; e++) sum += s[e], dot += (double)load[e] * s[e];
+    acc += dot / sum;
+  }
+  *loss = N ? (double)weight * E * acc / N : 0;
+  return LH_OK;
+}
+
+/* With c_e = weight E load_e / N the gradient of p[n][e]:
+ * ds_j = (c_j - sum_e c_e p_e) / sum_e s_e, dlogit_j = ds_j s_j (1 - s_j). */
+int LH_CPU(moe_aux_loss_backward)(void *ctx, lh_real *dlogits, float dloss,
+                                  const lh_real *affinity, const lh_real *load, int N, int E,
+                                  float weight) {
+  (void)ctx;
+  if (N < 0 || E <= 0) return LH_EKERNELS_SHAPE;
+  if (N == 0 || !dlogits) return LH_OK;
+  if (!affinity || !load) return LH_EKERNELS_NULL_ARG;
+  lh_real scale = (lh_real)dloss * (lh_real)weight * (lh_real)E / (lh_real)N;
+  for (int n = 0; n < N; n++) {
+    const lh_real *s = affinity + (size_t)n * E;
+    lh_real sum = 0, cp = 0;
+    for (int e = 0; e < E; e++) sum += s[e];
+    for (int e = 0; e < E; e++) cp += scale * load[e] * s[e] / sum;
+    for (int e = 0; e < E; e++)
+      dlogits[(size_t)n * E + e] += (scale * load[e] - cp) / sum * s[e] * (1 - s[e]);
+  }
+  return LH_OK;
+}
