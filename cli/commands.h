@@ -16,6 +16,7 @@ typedef struct {
 } lh_command;
 
 int lh_cmd_replay(int argc, char **argv);
+int lh_cmd_envs(int argc, char **argv);
 
 /* True when argv holds -h or --help. */
 int lh_cli_wants_help(int argc, char **argv);

@@ -7,6 +7,7 @@
 
 static const lh_command commands[] = {
     {"replay", "query the replay store: stats, episodes, show, export, sql", lh_cmd_replay},
+    {"envs", "tool environments: list, describe, play, serve", lh_cmd_envs},
 };
 static const int command_count = (int)(sizeof commands / sizeof commands[0]);
 

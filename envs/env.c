@@ -7,11 +7,7 @@
 
 #include "envs/internal.h"
 
-#ifdef LH_ENVS_WITH_SERVER
 static int is_server(const lh_env_vtable *vt) { return vt == &lh_envs_server_vtable; }
-#else
-static int is_server(const lh_env_vtable *vt) { (void)vt; return 0; }
-#endif
 
 struct lh_env {
   const lh_env_vtable *vt;
@@ -22,6 +18,11 @@ struct lh_env {
   int has_max_steps, reset_ok, done;
   lh_action_limits lim;
   lh_envs_text errobs;       /* error observations the wrapper writes */
+  int pending;               /* PENDING_*: what begin left for end */
+  int pending_rc, parse_failed;
+  lh_env_result pending_res;
+  lh_env_obs pending_obs;
+  lh_errbuf pending_err;
 };
 
 static const lh_env_vtable *const builtins[] = {&lh_envs_calc_vtable, &lh_envs_needle_vtable,
@@ -64,7 +65,7 @@ static int wrapper_key(const char *key) {
          strcmp(key, "plugin") == 0;
 }
 
-static int open_table(const lh_env_vtable *vt, const char *name, lh_env_plugin *plugin,
+static int open_table(const lh_env_vtable *vt, const char *name, lh_env_plugin *plugin, lh_env_hub *hub,
                       const lh_env_option *opts, size_t count, lh_env **out, lh_errbuf *err) {
   lh_env *env = calloc(1, sizeof *env);
   lh_env_option *rest = calloc(count + 1, sizeof *rest);
@@ -94,7 +95,8 @@ static int open_table(const lh_env_vtable *vt, const char *name, lh_env_plugin *
       if (opts[i].key && (!wrapper_key(opts[i].key) ||
                           (is_server(vt) && strcmp(opts[i].key, "plugin") != 0)))
         rest[n++] = opts[i];
-    rc = vt->create(rest, n, &env->ctx, err);
+    if (is_server(vt)) rc = lh_envs_server_create(hub, rest, n, &env->ctx, err);
+    else rc = vt->create(rest, n, &env->ctx, err);
   }
   free(rest);
   if (rc < 0) {
@@ -111,11 +113,16 @@ int lh_env_open_vtable(const lh_env_vtable *vt, const lh_env_option *opts, size_
   if (!out) return lh_errbuf_set(err, LH_EINVAL, "lh_env_open: out is NULL");
   *out = NULL;
   LH_TRY(lh_env_vtable_check(vt, "environment", err));
-  return open_table(vt, NULL, NULL, opts, count, out, err);
+  return open_table(vt, NULL, NULL, NULL, opts, count, out, err);
 }
 
 int lh_env_open(const char *name, const lh_env_option *opts, size_t count, lh_env **out,
                 lh_errbuf *err) {
+  return lh_env_open_hub(NULL, name, opts, count, out, err);
+}
+
+int lh_env_open_hub(lh_env_hub *hub, const char *name, const lh_env_option *opts, size_t count,
+                    lh_env **out, lh_errbuf *err) {
   if (!out) return lh_errbuf_set(err, LH_EINVAL, "lh_env_open: out is NULL");
   *out = NULL;
   const char *plugin_path = lh_env_opt(opts, count, "plugin");
@@ -132,12 +139,9 @@ int lh_env_open(const char *name, const lh_env_option *opts, size_t count, lh_en
       lh_env_plugin_free(p);
       return rc;
     }
-    return open_table(vt, NULL, p, opts, count, out, err);
+    return open_table(vt, NULL, p, NULL, opts, count, out, err);
   }
   if (server) {
-#ifndef LH_ENVS_WITH_SERVER
-    return lh_errbuf_set(err, LH_EUNSUPPORTED, "env servers need proto/wire.c, not built yet");
-#else
     if (!name || !*name)
       return lh_errbuf_set(err, LH_EINVAL, "an env server needs the environment's name");
     lh_env_option *all = calloc(count + 1, sizeof *all);
@@ -145,10 +149,9 @@ int lh_env_open(const char *name, const lh_env_option *opts, size_t count, lh_en
     memcpy(all, opts, count * sizeof *opts);
     all[count].key = "env";
     all[count].value = name;
-    int rc = open_table(&lh_envs_server_vtable, name, NULL, all, count + 1, out, err);
+    int rc = open_table(&lh_envs_server_vtable, name, NULL, hub, all, count + 1, out, err);
     free(all);
     return rc;
-#endif
   }
   const lh_env_vtable *vt = lh_envs_find_builtin(name);
   if (!vt)
@@ -156,7 +159,7 @@ int lh_env_open(const char *name, const lh_env_option *opts, size_t count, lh_en
                          "unknown environment '%s'; built-ins: calc, needle, maze "
                          "(or give plugin=PATH or server=ENDPOINT)",
                          name ? name : "(null)");
-  return open_table(vt, NULL, NULL, opts, count, out, err);
+  return open_table(vt, NULL, NULL, NULL, opts, count, out, err);
 }
 
 void lh_env_free(lh_env *env) {
@@ -167,16 +170,60 @@ void lh_env_free(lh_env *env) {
   free(env);
 }
 
-int lh_env_reset(lh_env *env, uint64_t seed, lh_env_obs *obs, lh_errbuf *err) {
-  if (!env || !obs) return lh_errbuf_set(err, LH_EINVAL, "lh_env_reset: env or obs is NULL");
-  memset(obs, 0, sizeof *obs);
+enum { PENDING_NONE, PENDING_STEP, PENDING_STEP_REMOTE, PENDING_RESET, PENDING_RESET_REMOTE };
+
+/* Collects an answer begun and never ended, so that an env server's
+ * connection is in step again before the next request. */
+static void drain(lh_env *env) {
+  if (env->pending == PENDING_STEP_REMOTE) {
+    lh_env_result dropped;
+    lh_env_step_end(env, &dropped, NULL);
+  } else if (env->pending == PENDING_RESET_REMOTE) {
+    lh_env_obs dropped;
+    lh_env_reset_end(env, &dropped, NULL);
+  }
+  env->pending = PENDING_NONE;
+}
+
+int lh_env_reset_begin(lh_env *env, uint64_t seed, lh_errbuf *err) {
+  if (!env) return lh_errbuf_set(err, LH_EINVAL, "lh_env_reset: env is NULL");
+  drain(env);
   env->steps = 0;
   env->done = 0;
   env->reset_ok = 0;
-  int rc = env->vt->reset(env->ctx, seed, obs, err);
-  if (rc < 0) return rc;
+  lh_errbuf_clear(&env->pending_err);
+  memset(&env->pending_obs, 0, sizeof env->pending_obs);
+  if (is_server(env->vt)) {
+    env->pending_rc = lh_envs_server_reset_send(env->ctx, seed, &env->pending_err);
+    env->pending = env->pending_rc == 0 ? PENDING_RESET_REMOTE : PENDING_RESET;
+    return 0;
+  }
+  env->pending_rc = env->vt->reset(env->ctx, seed, &env->pending_obs, &env->pending_err);
+  env->pending = PENDING_RESET;
+  return 0;
+}
+
+int lh_env_reset_end(lh_env *env, lh_env_obs *obs, lh_errbuf *err) {
+  if (!env || !obs) return lh_errbuf_set(err, LH_EINVAL, "lh_env_reset: env or obs is NULL");
+  memset(obs, 0, sizeof *obs);
+  if (env->pending != PENDING_RESET && env->pending != PENDING_RESET_REMOTE)
+    return lh_errbuf_set(err, LH_EINVAL, "%s: no reset in flight", env->name);
+  if (env->pending == PENDING_RESET_REMOTE)
+    env->pending_rc = lh_envs_server_reset_recv(env->ctx, &env->pending_obs, &env->pending_err);
+  env->pending = PENDING_NONE;
+  if (env->pending_rc < 0) {
+    if (err) *err = env->pending_err;
+    return env->pending_rc;
+  }
+  *obs = env->pending_obs;
   env->reset_ok = 1;
   return 0;
+}
+
+int lh_env_reset(lh_env *env, uint64_t seed, lh_env_obs *obs, lh_errbuf *err) {
+  if (!env || !obs) return lh_errbuf_set(err, LH_EINVAL, "lh_env_reset: env or obs is NULL");
+  LH_TRY(lh_env_reset_begin(env, seed, err));
+  return lh_env_reset_end(env, obs, err);
 }
 
 static void error_result(lh_env *env, lh_env_result *out, lh_env_outcome outcome, const char *msg) {
@@ -189,29 +236,58 @@ static void error_result(lh_env *env, lh_env_result *out, lh_env_outcome outcome
   out->outcome = outcome;
 }
 
-int lh_env_step(lh_env *env, const char *action, size_t bytes, lh_env_result *out, lh_errbuf *err) {
-  if (!env || !out) return lh_errbuf_set(err, LH_EINVAL, "lh_env_step: env or out is NULL");
-  memset(out, 0, sizeof *out);
+int lh_env_step_begin(lh_env *env, const char *action, size_t bytes, lh_errbuf *err) {
+  if (!env) return lh_errbuf_set(err, LH_EINVAL, "lh_env_step: env is NULL");
+  if (env->pending)
+    return lh_errbuf_set(err, LH_EINVAL, "%s: a %s is already in flight; end it first", env->name,
+                         env->pending >= PENDING_RESET ? "reset" : "step");
   if (!env->reset_ok)
-    return lh_errbuf_set(err, LH_EENVS_NOT_RESET, "%s: step before reset", env->vt->name);
+    return lh_errbuf_set(err, LH_EENVS_NOT_RESET, "%s: step before reset", env->name);
   if (env->done)
     return lh_errbuf_set(err, LH_EENVS_EPISODE_DONE, "%s: step after the episode ended; reset first",
-                         env->vt->name);
+                         env->name);
   env->steps++;
+  lh_env_result *res = &env->pending_res;
+  memset(res, 0, sizeof *res);
+  lh_errbuf_clear(&env->pending_err);
+  env->pending = PENDING_STEP;
+  env->pending_rc = 0;
   lh_action parsed;
-  lh_errbuf perr;
-  lh_errbuf_clear(&perr);
-  if (lh_action_parse(action, bytes, env->vt->tools, &env->lim, &parsed, &perr) < 0) {
+  if (lh_action_parse(action, bytes, env->vt->tools, &env->lim, &parsed, &env->pending_err) < 0) {
     int last = env->steps >= env->max_steps;
-    error_result(env, out, last ? LH_ENV_TRUNCATED : LH_ENV_RUNNING, perr.msg);
-    env->done = last;
+    error_result(env, res, last ? LH_ENV_TRUNCATED : LH_ENV_RUNNING, env->pending_err.msg);
+    env->parse_failed = 1;
     return 0;
   }
-  int rc = env->vt->step(env->ctx, action, bytes, &parsed, out, err);
+  env->parse_failed = 0;
+  if (is_server(env->vt)) {
+    env->pending_rc = lh_envs_server_step_send(env->ctx, action, bytes, &env->pending_err);
+    if (env->pending_rc == 0) env->pending = PENDING_STEP_REMOTE;
+    return 0;
+  }
+  env->pending_rc = env->vt->step(env->ctx, action, bytes, &parsed, res, &env->pending_err);
+  return 0;
+}
+
+int lh_env_step_end(lh_env *env, lh_env_result *out, lh_errbuf *err) {
+  if (!env || !out) return lh_errbuf_set(err, LH_EINVAL, "lh_env_step: env or out is NULL");
+  memset(out, 0, sizeof *out);
+  if (env->pending != PENDING_STEP && env->pending != PENDING_STEP_REMOTE)
+    return lh_errbuf_set(err, LH_EINVAL, "%s: no step in flight", env->name);
+  if (env->pending == PENDING_STEP_REMOTE)
+    env->pending_rc = lh_envs_server_step_recv(env->ctx, &env->pending_res, &env->pending_err);
+  env->pending = PENDING_NONE;
+  *out = env->pending_res;
+  if (env->parse_failed) {
+    env->done = out->done;
+    return 0;
+  }
+  int rc = env->pending_rc;
   if (rc < 0) {
     /* The environment failed (a crashed or hung server): the episode ends
      * as an error and the caller keeps going. */
-    error_result(env, out, LH_ENV_ERROR, err ? err->msg : lh_strerror(rc));
+    if (err) *err = env->pending_err;
+    error_result(env, out, LH_ENV_ERROR, env->pending_err.msg);
     env->done = 1;
     env->reset_ok = 0;
     return rc;
@@ -227,11 +303,19 @@ int lh_env_step(lh_env *env, const char *action, size_t bytes, lh_env_result *ou
   return 0;
 }
 
+int lh_env_step(lh_env *env, const char *action, size_t bytes, lh_env_result *out, lh_errbuf *err) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!out) return lh_errbuf_set(err, LH_EINVAL, "lh_env_step: out is NULL");
+  LH_TRY(lh_env_step_begin(env, action, bytes, err));
+  return lh_env_step_end(env, out, err);
+}
+
 int lh_env_expert(lh_env *env, const char **action, lh_errbuf *err) {
   if (!env || !action) return lh_errbuf_set(err, LH_EINVAL, "lh_env_expert: env or action is NULL");
   *action = NULL;
   if (!env->vt->expert)
     return lh_errbuf_set(err, LH_EENVS_NO_EXPERT, "%s has no expert", env->vt->name);
+  if (env->pending) return lh_errbuf_set(err, LH_EINVAL, "%s: end the step in flight first", env->name);
   if (!env->reset_ok || env->done)
     return lh_errbuf_set(err, LH_EENVS_NOT_RESET, "%s: no running episode for the expert",
                          env->vt->name);

@@ -158,6 +158,19 @@ const lh_env_vtable *lh_envs_find_builtin(const char *name);
  * max_steps (default the table's), max_arg_bytes; the rest go to create. */
 int lh_env_open(const char *name, const lh_env_option *opts, size_t count, lh_env **out,
                 lh_errbuf *err);
+/* A hub shares env-server connections: every environment opened on it
+ * with the same server=ENDPOINT uses one ZeroMQ socket, and all use the
+ * hub's context (zmq_ctx, which must outlive the hub; NULL: the hub makes
+ * its own). An actor running B episodes opens them on one hub, so that B
+ * requests in flight cost one connection (see lh_env_step_begin).
+ * lh_env_hub_free drops the caller's reference: connections still in use
+ * stay until their environments are freed. */
+typedef struct lh_env_hub lh_env_hub;
+int lh_env_hub_new(void *zmq_ctx, lh_env_hub **out, lh_errbuf *err);
+void lh_env_hub_free(lh_env_hub *hub);  /* accepts NULL */
+/* lh_env_open on a hub (NULL: a private one, as lh_env_open does). */
+int lh_env_open_hub(lh_env_hub *hub, const char *name, const lh_env_option *opts, size_t count,
+                    lh_env **out, lh_errbuf *err);
 /* Opens from a table directly (validated as a plugin's would be). */
 int lh_env_open_vtable(const lh_env_vtable *vt, const lh_env_option *opts, size_t count,
                        lh_env **out, lh_errbuf *err);
@@ -170,6 +183,16 @@ int lh_env_reset(lh_env *env, uint64_t seed, lh_env_obs *obs, lh_errbuf *err);
  * sets out->done with outcome LH_ENV_ERROR; the next reset starts afresh. */
 int lh_env_step(lh_env *env, const char *action, size_t bytes, lh_env_result *out,
                 lh_errbuf *err);
+/* Reset in two halves, as for step below. */
+int lh_env_reset_begin(lh_env *env, uint64_t seed, lh_errbuf *err);
+int lh_env_reset_end(lh_env *env, lh_env_obs *obs, lh_errbuf *err);
+/* The same step in two halves, for a caller running many episodes at
+ * once: begin sends the action (to an env server: without waiting) and end
+ * returns exactly what lh_env_step would have. Begin fails only when no
+ * step may start (not reset, episode done, a step already in flight); the
+ * step's own outcome comes from end. */
+int lh_env_step_begin(lh_env *env, const char *action, size_t bytes, lh_errbuf *err);
+int lh_env_step_end(lh_env *env, lh_env_result *out, lh_errbuf *err);
 /* The expert's next action (LH_EENVS_NO_EXPERT when the table has none). */
 int lh_env_expert(lh_env *env, const char **action, lh_errbuf *err);
 const char *lh_env_describe(lh_env *env);

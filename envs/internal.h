@@ -10,6 +10,32 @@ extern const lh_env_vtable lh_envs_maze_vtable;
 /* The client side of an env server: options server=ENDPOINT, env=NAME,
  * timeout_ms; every other option goes to the server's CREATE. */
 extern const lh_env_vtable lh_envs_server_vtable;
+/* The server table's create on a hub's connection (envhub.c). */
+int lh_envs_server_create(lh_env_hub *hub, const lh_env_option *opts, size_t count, void **ctx,
+                          lh_errbuf *err);
+
+/* Connections of a hub, one per endpoint, shared by reference. */
+#include "proto/wire.h"
+typedef struct lh_envs_conn lh_envs_conn;
+int lh_envs_hub_conn(lh_env_hub *hub, const char *endpoint, lh_envs_conn **out, lh_errbuf *err);
+void lh_envs_conn_release(lh_envs_conn *c);  /* accepts NULL */
+const char *lh_envs_conn_endpoint(const lh_envs_conn *c);
+uint64_t lh_envs_conn_generation(const lh_envs_conn *c);
+/* Closes the socket and voids every request and session on it. */
+void lh_envs_conn_drop(lh_envs_conn *c);
+/* Sends req with a fresh request_id; *generation names the socket it went on. */
+int lh_envs_conn_send(lh_envs_conn *c, Longhaul__EnvRequest *req, int timeout_ms, uint64_t *generation,
+                      lh_errbuf *err);
+/* Waits until deadline_ns for the answer to request id; *out is the
+ * caller's to lh_wire_free. A timeout drops the connection. */
+int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, int64_t deadline_ns,
+                      Longhaul__Envelope **out, lh_errbuf *err);
+/* The two halves of the server table's step, so that many episodes can
+ * have a request in flight at once (lh_env_step_begin / _end). */
+int lh_envs_server_step_send(void *ctx, const char *action, size_t bytes, lh_errbuf *err);
+int lh_envs_server_step_recv(void *ctx, lh_env_result *out, lh_errbuf *err);
+int lh_envs_server_reset_send(void *ctx, uint64_t seed, lh_errbuf *err);
+int lh_envs_server_reset_recv(void *ctx, lh_env_obs *obs, lh_errbuf *err);
 
 /* A growable text buffer for observations. */
 typedef struct {

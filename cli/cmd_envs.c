@@ -1,0 +1,327 @@
+/* longhaul envs: list, describe, play and serve tool environments. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "envs/env.h"
+
+#define MAX_OPTS 64
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: longhaul envs list\n"
+          "       longhaul envs describe NAME [ENV OPTIONS]\n"
+          "       longhaul envs play NAME [--seed N] [--expert] [--ansi] [--max-text BYTES] [ENV OPTIONS]\n"
+          "       longhaul envs serve --bind ENDPOINT\n\n"
+          "Tool environments: the built-ins (calc, needle, maze), plugins and env servers.\n\n"
+          "ENV OPTIONS\n"
+          "  --opt KEY=VALUE     an environment option (repeatable), e.g. --opt size=8\n"
+          "  --plugin PATH       load NAME from the plugin library at PATH\n"
+          "  --server ENDPOINT   use NAME on the env server at ENDPOINT (tcp://, ipc://)\n"
+          "  --timeout-ms MS     env server timeout (default 5000)\n\n"
+          "play: type one action per line, e.g. <call>calc(2*21)</call> or 42<eos>;\n"
+          "with --expert the expert plays (press Enter for each step on a terminal).\n"
+          "Images are drawn as text art (--ansi: in colour). Exit codes: 0 episode\n"
+          "played, 1 runtime error, 2 usage error.\n");
+}
+
+typedef struct {
+  const char *name;
+  lh_env_option opts[MAX_OPTS];
+  size_t count;
+  char *owned[MAX_OPTS];
+  size_t owned_count;
+  uint64_t seed;
+  int expert, ansi;
+  long max_text;
+  const char *bind;
+} args;
+
+static void args_free(args *a) {
+  for (size_t i = 0; i < a->owned_count; i++) free(a->owned[i]);
+}
+
+static int add_opt(args *a, const char *key, const char *value) {
+  if (a->count >= MAX_OPTS) {
+    fprintf(stderr, "longhaul envs: more than %d options\n", MAX_OPTS);
+    return -1;
+  }
+  a->opts[a->count++] = (lh_env_option){key, value};
+  return 0;
+}
+
+/* Returns 0, or LH_EXIT_USAGE after printing what was wrong. */
+static int parse_args(int argc, char **argv, int first, args *a, int want_name) {
+  for (int i = first; i < argc; i++) {
+    const char *s = argv[i];
+    const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+    int takes = !strcmp(s, "--opt") || !strcmp(s, "--plugin") || !strcmp(s, "--server") ||
+                !strcmp(s, "--timeout-ms") || !strcmp(s, "--seed") || !strcmp(s, "--max-text") ||
+                !strcmp(s, "--bind");
+    if (takes && !next) {
+      fprintf(stderr, "longhaul envs: %s needs a value\n", s);
+      return LH_EXIT_USAGE;
+    }
+    if (!strcmp(s, "--opt")) {
+      const char *eq = strchr(next, '=');
+      if (!eq || eq == next) {
+        fprintf(stderr, "longhaul envs: --opt takes KEY=VALUE, not '%s'\n", next);
+        return LH_EXIT_USAGE;
+      }
+      char *key = strndup(next, (size_t)(eq - next));
+      if (!key || a->owned_count >= MAX_OPTS) return LH_EXIT_USAGE;
+      a->owned[a->owned_count++] = key;
+      if (add_opt(a, key, eq + 1)) return LH_EXIT_USAGE;
+      i++;
+    } else if (!strcmp(s, "--plugin") || !strcmp(s, "--server")) {
+      if (add_opt(a, s + 2, next)) return LH_EXIT_USAGE;
+      i++;
+    } else if (!strcmp(s, "--timeout-ms")) {
+      if (add_opt(a, "timeout_ms", next)) return LH_EXIT_USAGE;
+      i++;
+    } else if (!strcmp(s, "--seed") || !strcmp(s, "--max-text")) {
+      char *end;
+      errno = 0;
+      unsigned long long v = strtoull(next, &end, 10);
+      if (errno || end == next || *end || next[0] == '-') {
+        fprintf(stderr, "longhaul envs: %s takes a non-negative integer, not '%s'\n", s, next);
+        return LH_EXIT_USAGE;
+      }
+      if (!strcmp(s, "--seed")) a->seed = v;
+      else a->max_text = (long)v;
+      i++;
+    } else if (!strcmp(s, "--bind")) {
+      a->bind = next;
+      i++;
+    } else if (!strcmp(s, "--expert")) {
+      a->expert = 1;
+    } else if (!strcmp(s, "--ansi")) {
+      a->ansi = 1;
+    } else if (s[0] == '-') {
+      fprintf(stderr, "longhaul envs: unknown option '%s' (see longhaul envs --help)\n", s);
+      return LH_EXIT_USAGE;
+    } else if (want_name && !a->name) {
+      a->name = s;
+    } else {
+      fprintf(stderr, "longhaul envs: unexpected argument '%s'\n", s);
+      return LH_EXIT_USAGE;
+    }
+  }
+  if (want_name && !a->name) {
+    fprintf(stderr, "longhaul envs: which environment? (longhaul envs list)\n");
+    return LH_EXIT_USAGE;
+  }
+  return 0;
+}
+
+static int cmd_list(void) {
+  size_t n;
+  const lh_env_vtable *const *all = lh_envs_builtin(&n);
+  printf("built-in environments:\n");
+  for (size_t i = 0; i < n; i++) printf("  %-8s %s (tools: %s)\n", all[i]->name, all[i]->summary, all[i]->tools);
+  printf("plugins: --plugin PATH (a library exporting %s, table version <= %d)\n", LH_ENV_PLUGIN_SYMBOL,
+         LH_ENV_API_VERSION);
+  printf("env servers: --server ENDPOINT (EnvRequest/EnvResponse over ZeroMQ)\n");
+  return LH_EXIT_OK;
+}
+
+static int open_env(args *a, lh_env **env) {
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  int rc = lh_env_open(a->name, a->opts, a->count, env, &err);
+  if (rc < 0) {
+    fprintf(stderr, "longhaul envs: cannot open '%s': %s (%s)\n", a->name, err.msg, lh_err_name(rc));
+    return LH_EXIT_RUNTIME;
+  }
+  return 0;
+}
+
+/* Draws an image as text: one character per sampled pixel, doubled
+ * horizontally for a square look; red-ish pixels 'A', green-ish 'G', the
+ * rest by brightness. --ansi paints the true colour instead. */
+/* The largest k <= 16 such that the image is made of uniform k x k blocks
+ * (a maze's cells), so that one block becomes one character. */
+static uint32_t block_size(const lh_env_image *im) {
+  for (uint32_t k = 16; k > 1; k--) {
+    if (im->width % k || im->height % k) continue;
+    int uniform = 1;
+    for (uint32_t y = 0; uniform && y < im->height; y++)
+      for (uint32_t x = 0; uniform && x < im->width; x++) {
+        const uint8_t *p = im->pixels + ((size_t)y * im->width + x) * im->channels;
+        const uint8_t *q = im->pixels + ((size_t)(y - y % k) * im->width + (x - x % k)) * im->channels;
+        uniform = memcmp(p, q, im->channels) == 0;
+      }
+    if (uniform) return k;
+  }
+  return 1;
+}
+
+static void draw_image(const lh_env_image *im, int ansi) {
+  if (!im->pixels || !im->width || !im->height) return;
+  uint32_t step = block_size(im);
+  while (im->width / step > 48) step *= 2;
+  static const char ramp[] = "##%+=-. ";
+  for (uint32_t y = step / 2; y < im->height; y += step) {
+    for (uint32_t x = step / 2; x < im->width; x += step) {
+      const uint8_t *p = im->pixels + ((size_t)y * im->width + x) * im->channels;
+      int r = p[0], g = im->channels >= 3 ? p[1] : p[0], b = im->channels >= 3 ? p[2] : p[0];
+      if (ansi) {
+        printf("\x1b[48;2;%d;%d;%dm  ", r, g, b);
+        continue;
+      }
+      char c;
+      if (r > 150 && g < 100 && b < 100) c = 'A';
+      else if (g > 150 && r < 100 && b < 100) c = 'G';
+      else c = ramp[((r + g + b) / 3) * 8 / 256];
+      printf("%c%c", c, c);
+    }
+    printf(ansi ? "\x1b[0m\n" : "\n");
+  }
+}
+
+static void show_obs(const lh_env_obs *obs, const args *a) {
+  size_t n = obs->text_bytes;
+  if (a->max_text > 0 && n > (size_t)a->max_text) {
+    size_t half = (size_t)a->max_text / 2;
+    printf("%.*s\n[... %zu bytes not shown ...]\n%.*s\n", (int)half, obs->text, n - 2 * half, (int)half,
+           obs->text + n - half);
+  } else {
+    printf("%.*s\n", (int)n, obs->text ? obs->text : "");
+  }
+  for (uint32_t i = 0; i < obs->image_count; i++) {
+    printf("[image %u: %ux%u]\n", i, obs->images[i].width, obs->images[i].height);
+    draw_image(&obs->images[i], a->ansi);
+  }
+}
+
+static const char *outcome_name(lh_env_outcome o) {
+  switch (o) {
+    case LH_ENV_SUCCESS: return "success";
+    case LH_ENV_FAILURE: return "failure";
+    case LH_ENV_TRUNCATED: return "truncated";
+    case LH_ENV_ERROR: return "error";
+    default: return "running";
+  }
+}
+
+static int cmd_play(args *a) {
+  lh_env *env;
+  int rc = open_env(a, &env);
+  if (rc) return rc;
+  lh_errbuf err;
+  lh_env_obs obs;
+  if ((rc = lh_env_reset(env, a->seed, &obs, &err)) < 0) {
+    fprintf(stderr, "longhaul envs play: reset failed: %s (%s)\n", err.msg, lh_err_name(rc));
+    lh_env_free(env);
+    return LH_EXIT_RUNTIME;
+  }
+  printf("== %s, seed %llu, max_steps %u ==\n", lh_env_name(env), (unsigned long long)a->seed,
+         lh_env_max_steps(env));
+  show_obs(&obs, a);
+  int interactive = isatty(STDIN_FILENO);
+  float total = 0;
+  char *line = NULL;
+  size_t cap = 0;
+  int status = LH_EXIT_OK;
+  for (;;) {
+    const char *action;
+    size_t bytes;
+    if (a->expert) {
+      if (interactive) {
+        printf("(Enter: next expert step) ");
+        fflush(stdout);
+        if (getline(&line, &cap, stdin) < 0) break;
+      }
+      if ((rc = lh_env_expert(env, &action, &err)) < 0) {
+        fprintf(stderr, "longhaul envs play: expert failed: %s (%s)\n", err.msg, lh_err_name(rc));
+        status = LH_EXIT_RUNTIME;
+        break;
+      }
+      bytes = strlen(action);
+    } else {
+      printf("action> ");
+      fflush(stdout);
+      ssize_t n = getline(&line, &cap, stdin);
+      if (n < 0) {
+        printf("\n(end of input: episode left unfinished)\n");
+        break;
+      }
+      while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+      action = line;
+      bytes = (size_t)n;
+    }
+    printf("-- step %u: %.*s\n", lh_env_steps(env) + 1, (int)bytes, action);
+    lh_env_result res;
+    rc = lh_env_step(env, action, bytes, &res, &err);
+    show_obs(&res.obs, a);
+    total += res.reward;
+    printf("reward %g", res.reward);
+    for (uint32_t i = 0; i < res.term_count; i++) printf(" %s=%g", res.terms[i].name, res.terms[i].value);
+    printf("\n");
+    if (rc < 0) {
+      fprintf(stderr, "longhaul envs play: %s (%s)\n", err.msg, lh_err_name(rc));
+      status = LH_EXIT_RUNTIME;
+    }
+    if (res.done) {
+      printf("== episode over: %s, reward %g, steps %u ==\n", outcome_name(res.outcome), total,
+             lh_env_steps(env));
+      break;
+    }
+  }
+  free(line);
+  lh_env_free(env);
+  return status;
+}
+
+int lh_cmd_envs(int argc, char **argv) {
+  if (argc < 2 || (lh_cli_wants_help(argc, argv) && argc >= 2 && argv[1][0] == '-')) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? LH_EXIT_USAGE : LH_EXIT_OK;
+  }
+  if (lh_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return LH_EXIT_OK;
+  }
+  const char *sub = argv[1];
+  args a;
+  memset(&a, 0, sizeof a);
+  a.max_text = 4000;
+  int rc;
+  if (!strcmp(sub, "list")) {
+    rc = parse_args(argc, argv, 2, &a, 0);
+    if (!rc) rc = cmd_list();
+  } else if (!strcmp(sub, "describe")) {
+    rc = parse_args(argc, argv, 2, &a, 1);
+    lh_env *env;
+    if (!rc && !(rc = open_env(&a, &env))) {
+      printf("%s\n", lh_env_describe(env));
+      lh_env_free(env);
+    }
+  } else if (!strcmp(sub, "play")) {
+    rc = parse_args(argc, argv, 2, &a, 1);
+    if (!rc) rc = cmd_play(&a);
+  } else if (!strcmp(sub, "serve")) {
+    rc = parse_args(argc, argv, 2, &a, 0);
+    if (!rc && !a.bind) {
+      fprintf(stderr, "longhaul envs serve: --bind ENDPOINT is required (e.g. tcp://127.0.0.1:5600)\n");
+      rc = LH_EXIT_USAGE;
+    }
+    if (!rc) {
+      lh_errbuf err;
+      lh_errbuf_clear(&err);
+      int s = lh_envserver_serve(a.bind, &err);
+      if (s < 0) {
+        fprintf(stderr, "longhaul envs serve: %s (%s)\n", err.msg, lh_err_name(s));
+        rc = LH_EXIT_RUNTIME;
+      }
+    }
+  } else {
+    fprintf(stderr, "longhaul envs: unknown subcommand '%s' (list, describe, play, serve)\n", sub);
+    rc = LH_EXIT_USAGE;
+  }
+  args_free(&a);
+  return rc;
+}
