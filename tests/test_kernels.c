@@ -405,6 +405,104 @@ START_TEST(test_grad_logprob) {
 }
 END_TEST
 
+/* ---- the fp32 table against the fp64 build -------------------------------- */
+/* Copies of one random tensor in both element types. */
+typedef struct {
+  size_t n;
+  float *f;
+  double *d;
+} pair_buf;
+
+static pair_buf pair_new(test_rng *r, size_t n, double lo, double hi) {
+  pair_buf p = {n, alloc_f(n), alloc_d(n)};
+  fill_d(r, p.d, n, lo, hi);
+  for (size_t i = 0; i < n; i++) p.f[i] = (float)p.d[i], p.d[i] = p.f[i];
+  return p;
+}
+
+static double pair_diff(const pair_buf *p) {
+  double d = 0, m = 0;
+  for (size_t i = 0; i < p->n; i++) {
+    double e = fabs(p->f[i] - p->d[i]);
+    if (e > d || isnan(e)) d = isnan(e) ? INFINITY : e;
+    if (fabs(p->d[i]) > m) m = fabs(p->d[i]);
+  }
+  return d / (m > 0 ? m : 1e-30);
+}
+
+static void pair_free(pair_buf *p) { free(p->f), free(p->d); }
+
+#define CHECK_PAIR(op, name, p, tol)                                                  \
+  do {                                                                                \
+    double d_ = pair_diff(&(p));                                                      \
+    printf("fp32 vs fp64 %-16s %-8s %.3e\n", op, name, d_);                          \
+    ck_assert_msg(d_ < (tol), "%s %s: fp32 differs from fp64 by %.3e", op, name, d_); \
+  } while (0)
+
+/* The fp32 table computes what the fp64 build computes, to fp32 accuracy,
+ * at the demo model's widths (d 128, latent 64, hidden 128, vocab 264). */
+START_TEST(test_fp32_matches_fp64) {
+  test_rng r = {30};
+  const lh_backend *b = lh_backend_cpu();
+  int N = 24, C = 128, R = 64, F = 128, E = 4, k = 2, V = 264;
+  pair_buf x = pair_new(&r, (size_t)N * C, -1, 1), w = pair_new(&r, (size_t)R * C, -0.1, 0.1);
+  pair_buf y = pair_new(&r, (size_t)N * R, 0, 0), dy = pair_new(&r, (size_t)N * R, -1, 1);
+  pair_buf dx = pair_new(&r, (size_t)N * C, 0, 0), dw = pair_new(&r, (size_t)R * C, 0, 0);
+  ck_assert_int_eq(b->matmul_forward(NULL, y.f, x.f, w.f, NULL, N, C, R), 0);
+  ck_assert_int_eq(lh_cpu64_matmul_forward(NULL, y.d, x.d, w.d, NULL, N, C, R), 0);
+  CHECK_PAIR("matmul", "out", y, 1e-5);
+  ck_assert_int_eq(b->matmul_backward(NULL, dx.f, dw.f, NULL, dy.f, x.f, w.f, N, C, R), 0);
+  ck_assert_int_eq(lh_cpu64_matmul_backward(NULL, dx.d, dw.d, NULL, dy.d, x.d, w.d, N, C, R), 0);
+  CHECK_PAIR("matmul", "dinp", dx, 1e-5);
+  CHECK_PAIR("matmul", "dweight", dw, 1e-5);
+
+  pair_buf nw = pair_new(&r, (size_t)C, 0.5, 1.5), nout = pair_new(&r, (size_t)N * C, 0, 0);
+  pair_buf ndx = pair_new(&r, (size_t)N * C, 0, 0), ndw = pair_new(&r, (size_t)C, 0, 0);
+  ck_assert_int_eq(b->rmsnorm_forward(NULL, nout.f, NULL, x.f, nw.f, N, C, 1e-6f), 0);
+  ck_assert_int_eq(lh_cpu64_rmsnorm_forward(NULL, nout.d, NULL, x.d, nw.d, N, C, 1e-6f), 0);
+  CHECK_PAIR("rmsnorm", "out", nout, 1e-5);
+  ck_assert_int_eq(b->rmsnorm_backward(NULL, ndx.f, ndw.f, dx.f, x.f, nw.f, N, C, 1e-6f), 0);
+  ck_assert_int_eq(lh_cpu64_rmsnorm_backward(NULL, ndx.d, ndw.d, dx.d, x.d, nw.d, N, C, 1e-6f), 0);
+  CHECK_PAIR("rmsnorm", "dinp", ndx, 1e-5);
+  CHECK_PAIR("rmsnorm", "dweight", ndw, 1e-5);
+
+  int32_t idx[48];
+  for (int n = 0; n < N; n++) idx[2 * n] = n % E, idx[2 * n + 1] = (n / E + n + 1) % E;
+  pair_buf gates = pair_new(&r, (size_t)N * k, 0.2, 0.8);
+  size_t nwe = (size_t)E * F * R;
+  pair_buf w1 = pair_new(&r, nwe, -0.1, 0.1), w2 = pair_new(&r, nwe, -0.1, 0.1), w3 = pair_new(&r, nwe, -0.1, 0.1);
+  pair_buf mo = pair_new(&r, (size_t)N * R, 0, 0), cache = pair_new(&r, lh_moe_cache_floats(N * k, F, R), 0, 0);
+  pair_buf dz = pair_new(&r, (size_t)N * R, 0, 0), d1 = pair_new(&r, nwe, 0, 0), dg = pair_new(&r, (size_t)N * k, 0, 0);
+  ck_assert_int_eq(b->moe_experts_forward(NULL, mo.f, cache.f, y.f, idx, gates.f, w1.f, w2.f, w3.f, N, E, k, R, F), 0);
+  ck_assert_int_eq(lh_cpu64_moe_experts_forward(NULL, mo.d, cache.d, y.d, idx, gates.d, w1.d, w2.d, w3.d, N, E, k, R, F), 0);
+  CHECK_PAIR("moe_experts", "out", mo, 1e-5);
+  ck_assert_int_eq(b->moe_experts_backward(NULL, dz.f, d1.f, NULL, NULL, dg.f, dy.f, cache.f, y.f, idx, gates.f,
+                                           w1.f, w2.f, w3.f, N, E, k, R, F), 0);
+  ck_assert_int_eq(lh_cpu64_moe_experts_backward(NULL, dz.d, d1.d, NULL, NULL, dg.d, dy.d, cache.d, y.d, idx,
+                                                 gates.d, w1.d, w2.d, w3.d, N, E, k, R, F), 0);
+  CHECK_PAIR("moe_experts", "dz", dz, 1e-5);
+  CHECK_PAIR("moe_experts", "dw1", d1, 1e-5);
+  CHECK_PAIR("moe_experts", "dgates", dg, 1e-5);
+
+  pair_buf logits = pair_new(&r, (size_t)N * V, -4, 4), lp = pair_new(&r, (size_t)N, 0, 0);
+  pair_buf ent = pair_new(&r, (size_t)N, 0, 0), dl = pair_new(&r, (size_t)N * V, 0, 0);
+  pair_buf dlp = pair_new(&r, (size_t)N, -1, 1);
+  int32_t tg[24];
+  for (int n = 0; n < N; n++) tg[n] = (n * 37) % V;
+  ck_assert_int_eq(b->logprob_forward(NULL, lp.f, ent.f, logits.f, tg, N, V), 0);
+  ck_assert_int_eq(lh_cpu64_logprob_forward(NULL, lp.d, ent.d, logits.d, tg, N, V), 0);
+  CHECK_PAIR("logprob", "logp", lp, 1e-5);
+  CHECK_PAIR("logprob", "entropy", ent, 1e-5);
+  ck_assert_int_eq(b->logprob_backward(NULL, dl.f, dlp.f, dlp.f, logits.f, tg, N, V), 0);
+  ck_assert_int_eq(lh_cpu64_logprob_backward(NULL, dl.d, dlp.d, dlp.d, logits.d, tg, N, V), 0);
+  CHECK_PAIR("logprob", "dlogits", dl, 1e-5);
+
+  pair_buf *all[] = {&x, &w, &y, &dy, &dx, &dw, &nw, &nout, &ndx, &ndw, &gates, &w1, &w2, &w3, &mo,
+                     &cache, &dz, &d1, &dg, &logits, &lp, &ent, &dl, &dlp};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pair_free(all[i]);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("kernels_grad");
   TCase *tc = tcase_create("finite_differences");
@@ -421,6 +519,9 @@ int main(void) {
   tcase_add_test(tc, test_grad_moe_aux_loss);
   tcase_add_test(tc, test_grad_logprob);
   suite_add_tcase(s, tc);
+  TCase *tp = tcase_create("precision");
+  tcase_add_test(tp, test_fp32_matches_fp64);
+  suite_add_tcase(s, tp);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
   srunner_run_all(sr, CK_NORMAL);
