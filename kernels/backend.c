@@ -94,6 +94,7 @@ static const lh_backend cpu_backend = {
     OP(adamw_step),
     OP(moe_aux_loss_forward),
     OP(moe_aux_loss_backward),
+    .copy = cpu_copy,
 };
 #undef OP
 

@@ -264,6 +264,9 @@ struct lh_backend {
   // dlogits (N,E) += dloss * d loss / d logits, through p and the sigmoid.
   int (*moe_aux_loss_backward)(void *ctx, float *dlogits, float dloss, const float *affinity,
                                const float *load, int N, int E, float weight);
+  // Backend-to-backend copy of bytes (dst and src may overlap), e.g. placing
+  // patch_forward's rows at their positions in a packed sequence.
+  int (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
 };
 
 /* The CPU backend's table (static const; never NULL). */

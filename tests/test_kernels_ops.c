@@ -350,7 +350,7 @@ START_TEST(test_backend_table) {
       (void *)b->moe_experts_forward, (void *)b->moe_experts_backward,
       (void *)b->log_softmax_forward, (void *)b->logprob_forward, (void *)b->logprob_backward,
       (void *)b->scale, (void *)b->axpy, (void *)b->dot, (void *)b->sum_squares,
-      (void *)b->adamw_step, (void *)b->moe_aux_loss_forward, (void *)b->moe_aux_loss_backward};
+      (void *)b->adamw_step, (void *)b->moe_aux_loss_forward, (void *)b->moe_aux_loss_backward, (void *)b->copy};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) ck_assert_msg(ops[i] != NULL, "op %zu", i);
   /* Memory: aligned allocation, copies and zero fill. */
   float host[5] = {1, 2, 3, 4, 5}, back[5];
@@ -361,6 +361,10 @@ START_TEST(test_backend_table) {
   ck_assert_int_eq(b->zero(b->context, dev + 1, sizeof(float)), 0);
   ck_assert_int_eq(b->download(b->context, back, dev, sizeof back), 0);
   ck_assert(back[0] == 1 && back[1] == 0 && back[4] == 5);
+  ck_assert_int_eq(b->copy(b->context, dev, dev + 3, 2 * sizeof(float)), 0);
+  ck_assert_int_eq(b->download(b->context, back, dev, sizeof back), 0);
+  ck_assert(back[0] == 4 && back[1] == 5 && back[2] == 3);
+  ck_assert_int_eq(b->copy(b->context, NULL, dev, 4), LH_EKERNELS_NULL_ARG);
   ck_assert_int_eq(b->synchronize(b->context), 0);
   ck_assert_int_eq(b->set_threads(b->context, 0), 0);
   b->free(b->context, dev);
