@@ -149,7 +149,9 @@ struct lh_backend {
   // columns h*dk..(h+1)*dk-1. q is used as given (the caller applies dk^-1/2);
   // g is the log-decay (<= 0). state_in, state_out are (n_seq,H,dk,dk):
   // state_in NULL means zero states, state_out NULL means not wanted; a window
-  // continues the previous one by passing its state_out as state_in.
+  // continues the previous one by passing its state_out as state_in
+  // (state_out may be the same buffer as state_in: each state is read before
+  // it is written).
   // Per head: S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t, out_t = q_t S_t,
   // computed chunk by chunk (chunk rows, intra-chunk as matrix products).
   int (*attn_chunked_forward)(void *ctx, float *out, float *state_out, const float *q,

@@ -97,6 +97,14 @@ START_TEST(test_chunked_windows_carry_state) {
                                                w2, 1, H, dk, 16), 0);
   double d_out = rel_max_diff_f(out, ref, n), d_state = rel_max_diff_f(fin, sref, SS);
   printf("windows 37+63 chunked vs whole recurrent: out %.3e state %.3e\n", d_out, d_state);
+  /* Carrying the state in place (state_out == state_in) gives the same. */
+  float *inplace = alloc_f(SS), *out2 = alloc_f(n);
+  memcpy(inplace, mid, SS * sizeof(float));
+  ck_assert_int_eq(cpu()->attn_chunked_forward(NULL, out2 + o, inplace, a.q + o, a.k + o, a.v + o, a.g + o,
+                                               inplace, w2, 1, H, dk, 16), 0);
+  ck_assert(memcmp(inplace, fin, SS * sizeof(float)) == 0);
+  ck_assert(memcmp(out2 + o, out + o, (n - o) * sizeof(float)) == 0);
+  free(inplace), free(out2);
   ck_assert_msg(d_out < ATTN_TOL && d_state < ATTN_TOL, "out %.3e state %.3e", d_out, d_state);
 
   float *dout = alloc_f(n);
