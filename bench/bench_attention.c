@@ -111,11 +111,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   double gf = sgemm_gflops(1024, 5);
-  /* Useful work of the chunked form per chunk and head: forward 3 products,
-   * backward 8 plus the recomputed state pass (1): 2*L*dk*(3dk + 4L)-ish; we
-   * report its rate against sgemm's from the product count. */
+  /* Products of the chunked form per chunk (L rows) and head, in
+   * multiply-adds: forward Qt S, Kb^T V (L dk^2) and A = Qt Kt^T, A V
+   * (L^2 dk); the backward's recomputation A and Kb^T V; the backward
+   * dO S0^T, Kb dS, V dS^T, Qt^T dO (L dk^2) and dO V^T, dA Kt, dA^T Qt,
+   * A^T dO (L^2 dk): 7 of each kind, 2 flops per multiply-add. */
   double L = 16, chunks = ceil(T / L);
-  double flops_per_chunk = 2 * (L * dk * dk * 6 + L * L * dk * 6);
+  double flops_per_chunk = 2 * (7 * L * dk * dk + 7 * L * L * dk);
   double chunked_gf = chunks * H * flops_per_chunk / chunked_s / 1e9;
   printf("bench_attention: T=%d d=%d heads=%d chunk=16 threads=%d (best of %d)\n", T, H * dk, H,
          threads, reps);
