@@ -47,12 +47,16 @@ int lh_wire_validate_segment(const Longhaul__Segment *seg, const lh_wire_limits 
 
 /* Encodes env into a new malloc'd buffer (*out, *bytes); the caller frees it
  * with free(). Refuses (LH_EWIRE_TOO_LARGE) a message over the default size
- * limit, so that a sender never emits what a receiver would drop. */
+ * limit, so that a sender never emits what a receiver would drop, and an
+ * envelope without a body (LH_EWIRE_NO_BODY, LH_EWIRE_MISSING). It does not
+ * validate the fields: call lh_wire_validate first for that. */
 int lh_wire_encode(const Longhaul__Envelope *env, uint8_t **out, size_t *bytes, lh_errbuf *err);
 
 /* Decodes and validates buf. On success *out is a new message the caller
  * frees with lh_wire_free; on failure *out is NULL. lim may be NULL for the
- * defaults. */
+ * defaults. The size limit is checked before parsing, and parsing runs
+ * under a memory budget (32 times the input plus 1 MiB; LH_EWIRE_EXPANSION
+ * past it), so a hostile peer can make us allocate little. */
 int lh_wire_decode(const uint8_t *buf, size_t bytes, const lh_wire_limits *lim,
                    Longhaul__Envelope **out, lh_errbuf *err);
 void lh_wire_free(Longhaul__Envelope *env);  /* accepts NULL */
