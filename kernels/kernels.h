@@ -15,8 +15,9 @@
  *   gradient they write (llm.c style: the caller zeroes gradients once per
  *   step, residual branches simply accumulate). A gradient pointer that is
  *   NULL is not computed (e.g. no dinp for the first layer's inputs).
- * - A backward takes the same inputs as its forward, in the same order,
- *   after the gradients; it never depends on hidden state of the backend.
+ * - A backward takes its gradients first, then the forward inputs it needs
+ *   in the forward's order; it never depends on hidden state of the backend
+ *   (what it needs from the forward, e.g. the MoE cache, is passed in).
  * - Nothing here keeps global state or starts threads besides OpenBLAS's own
  *   pool (sized by set_threads or OPENBLAS_NUM_THREADS).
  *
