@@ -354,15 +354,23 @@ int lh_envs_text_append(lh_envs_text *t, const char *s, size_t n) {
 }
 
 int lh_envs_text_printf(lh_envs_text *t, const char *fmt, ...) {
+  /* Format into the room there is; only when it does not fit, grow and
+   * format again. */
+  if (!t->data) LH_TRY(text_reserve(t, 64));
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
+  int n = vsnprintf(t->data + t->len, t->cap - t->len, fmt, ap);
   va_end(ap);
   if (n < 0) return LH_EINVAL;
-  LH_TRY(text_reserve(t, (size_t)n));
-  va_start(ap, fmt);
-  vsnprintf(t->data + t->len, (size_t)n + 1, fmt, ap);
-  va_end(ap);
+  if ((size_t)n >= t->cap - t->len) {
+    if (text_reserve(t, (size_t)n) < 0) {
+      t->data[t->len] = 0; /* drop the truncated tail */
+      return LH_ENOMEM;
+    }
+    va_start(ap, fmt);
+    vsnprintf(t->data + t->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+  }
   t->len += (size_t)n;
   return 0;
 }

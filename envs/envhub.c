@@ -2,9 +2,11 @@
  *
  * One DEALER socket per endpoint carries the requests of every session on
  * that server, so B episodes in flight cost the I/O thread one pipe, not B
- * (measured by bench_envs: a socket per episode was 3.6x slower). Answers
- * arrive in whatever order; one that belongs to another waiter is parked
- * on the connection until that waiter asks for it.
+ * (measured by bench_envs: a socket per episode was 3.6x slower). Requests
+ * begun together leave as one message with an Envelope per frame, and the
+ * server answers with one frame per request in the same message (a server
+ * that handles one frame per message is the case of one). Answers that
+ * belong to another waiter are parked on the connection until it asks.
  *
  * A timeout or an undecodable answer closes the socket and bumps the
  * connection's generation: every request in flight on the old socket then
@@ -19,11 +21,17 @@
 #include "envs/internal.h"
 
 #define LINGER_MS 50
+#define MAX_BATCH 1024 /* requests in one message */
 
 typedef struct {
   uint64_t request_id;
   Longhaul__Envelope *env;
 } parked;
+
+typedef struct {
+  uint8_t *buf;
+  size_t bytes;
+} queued;
 
 struct lh_envs_conn {
   lh_env_hub *hub;
@@ -32,6 +40,9 @@ struct lh_envs_conn {
   uint64_t generation, next_request, next_msg;
   parked *parked;
   size_t parked_count, parked_cap;
+  queued *queued;                /* encoded requests not yet sent */
+  size_t queued_count, queued_cap;
+  int queued_timeout_ms;
   int refs;
   lh_envs_conn *next;
 };
@@ -72,6 +83,8 @@ void lh_env_hub_free(lh_env_hub *h) { hub_release(h); }
 static void clear_parked(lh_envs_conn *c) {
   for (size_t i = 0; i < c->parked_count; i++) lh_wire_free(c->parked[i].env);
   c->parked_count = 0;
+  for (size_t i = 0; i < c->queued_count; i++) free(c->queued[i].buf);
+  c->queued_count = 0;
 }
 
 void lh_envs_conn_drop(lh_envs_conn *c) {
@@ -114,8 +127,35 @@ void lh_envs_conn_release(lh_envs_conn *c) {
     }
   lh_envs_conn_drop(c);
   free(c->parked);
+  free(c->queued);
   free(c);
   hub_release(h);
+}
+
+/* Sends the queued requests as one message: the empty delimiter a REP
+ * server expects, then one Envelope per frame. A multipart message is
+ * queued whole or not at all, so only its first frame can wait. */
+static int flush(lh_envs_conn *c, lh_errbuf *err) {
+  if (c->queued_count == 0) return 0;
+  int sent = zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) == 0;
+  if (!sent) {
+    zmq_pollitem_t item = {c->sock, 0, ZMQ_POLLOUT, 0};
+    if (zmq_poll(&item, 1, c->queued_timeout_ms) > 0 && (item.revents & ZMQ_POLLOUT))
+      sent = zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) == 0;
+  }
+  for (size_t i = 0; sent && i < c->queued_count; i++) {
+    int flags = ZMQ_DONTWAIT | (i + 1 < c->queued_count ? ZMQ_SNDMORE : 0);
+    sent = zmq_send(c->sock, c->queued[i].buf, c->queued[i].bytes, flags) == (int)c->queued[i].bytes;
+  }
+  int timeout_ms = c->queued_timeout_ms;
+  for (size_t i = 0; i < c->queued_count; i++) free(c->queued[i].buf);
+  c->queued_count = 0;
+  if (!sent) {
+    lh_envs_conn_drop(c);
+    return lh_errbuf_set(err, LH_EENVS_SERVER_TIMEOUT, "env server %s: could not send within %d ms",
+                         c->endpoint, timeout_ms);
+  }
+  return 0;
 }
 
 const char *lh_envs_conn_endpoint(const lh_envs_conn *c) { return c->endpoint; }
@@ -137,9 +177,19 @@ static int connect_socket(lh_envs_conn *c, lh_errbuf *err) {
   return 0;
 }
 
+/* Queues req with a fresh request id; the queue goes out as one message
+ * at the next wait (or when it is long), so that B requests begun together
+ * cross the sockets once. */
 int lh_envs_conn_send(lh_envs_conn *c, Longhaul__EnvRequest *req, int timeout_ms, uint64_t *generation,
                       lh_errbuf *err) {
   LH_TRY(connect_socket(c, err));
+  if (c->queued_count == c->queued_cap) {
+    size_t cap = c->queued_cap ? 2 * c->queued_cap : 16;
+    queued *q = realloc(c->queued, cap * sizeof *q);
+    if (!q) return lh_errbuf_set(err, LH_ENOMEM, "env hub: out of memory");
+    c->queued = q;
+    c->queued_cap = cap;
+  }
   req->request_id = ++c->next_request;
   *generation = c->generation;
   Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
@@ -148,23 +198,11 @@ int lh_envs_conn_send(lh_envs_conn *c, Longhaul__EnvRequest *req, int timeout_ms
   env.sender = "envs-client";
   env.body_case = LONGHAUL__ENVELOPE__BODY_ENV_REQUEST;
   env.env_request = req;
-  uint8_t *buf = NULL;
-  size_t bytes = 0;
-  LH_TRY(lh_wire_encode(&env, &buf, &bytes, err));
-  /* A DEALER queues while it may; only a full queue needs the poll. */
-  int sent = zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) == 0;
-  if (!sent) {
-    zmq_pollitem_t item = {c->sock, 0, ZMQ_POLLOUT, 0};
-    if (zmq_poll(&item, 1, timeout_ms) > 0 && (item.revents & ZMQ_POLLOUT))
-      sent = zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) == 0;
-  }
-  sent = sent && zmq_send(c->sock, buf, bytes, ZMQ_DONTWAIT) == (int)bytes;
-  free(buf);
-  if (!sent) {
-    lh_envs_conn_drop(c);
-    return lh_errbuf_set(err, LH_EENVS_SERVER_TIMEOUT, "env server %s: could not send within %d ms",
-                         c->endpoint, timeout_ms);
-  }
+  queued *q = &c->queued[c->queued_count];
+  LH_TRY(lh_wire_encode(&env, &q->buf, &q->bytes, err));
+  c->queued_count++;
+  if (timeout_ms < c->queued_timeout_ms || c->queued_count == 1) c->queued_timeout_ms = timeout_ms;
+  if (c->queued_count >= MAX_BATCH) return flush(c, err);
   return 0;
 }
 
@@ -180,9 +218,11 @@ static int park(lh_envs_conn *c, uint64_t id, Longhaul__Envelope *env) {
   return 0;
 }
 
-/* Reads one message from the socket (without blocking); returns 1 and the
- * decoded envelope, 0 when none is waiting, or a negative code. */
-static int read_one(lh_envs_conn *c, Longhaul__Envelope **out, lh_errbuf *err) {
+/* Reads one message (the empty delimiter, then one Envelope per frame)
+ * without blocking. The answer to want goes to *out, the others are
+ * parked. Returns 1 when a message was read, 0 when none is waiting, or a
+ * negative code for a message that breaks the protocol. */
+static int read_message(lh_envs_conn *c, uint64_t want, Longhaul__Envelope **out, lh_errbuf *err) {
   zmq_msg_t part;
   zmq_msg_init(&part);
   int n = zmq_msg_recv(&part, c->sock, ZMQ_DONTWAIT);
@@ -190,39 +230,34 @@ static int read_one(lh_envs_conn *c, Longhaul__Envelope **out, lh_errbuf *err) {
     zmq_msg_close(&part);
     return 0;
   }
-  int more = zmq_msg_more(&part);
-  if (n == 0 && more) { /* the empty delimiter, then the payload */
+  int more = zmq_msg_more(&part), rc = 1;
+  if (n != 0 || !more)
+    rc = lh_errbuf_set(err, LH_EENVS_SERVER_PROTOCOL, "env server %s: bad framing (no empty delimiter)",
+                       c->endpoint);
+  while (more) {
     zmq_msg_close(&part);
     zmq_msg_init(&part);
-    n = zmq_msg_recv(&part, c->sock, ZMQ_DONTWAIT);
+    if (zmq_msg_recv(&part, c->sock, ZMQ_DONTWAIT) < 0) break;
     more = zmq_msg_more(&part);
-  }
-  while (more) { /* extra frames: the message is bad */
-    zmq_msg_t extra;
-    zmq_msg_init(&extra);
-    zmq_msg_recv(&extra, c->sock, ZMQ_DONTWAIT);
-    more = zmq_msg_more(&extra);
-    zmq_msg_close(&extra);
-    n = -2;
-  }
-  if (n < 0) {
-    zmq_msg_close(&part);
-    return lh_errbuf_set(err, LH_EENVS_SERVER_PROTOCOL, "env server %s: bad framing", c->endpoint);
-  }
-  lh_errbuf derr;
-  int rc = lh_wire_decode(zmq_msg_data(&part), zmq_msg_size(&part), NULL, out, &derr);
-  zmq_msg_close(&part);
-  if (rc < 0)
-    return lh_errbuf_set(err, LH_EENVS_SERVER_PROTOCOL, "env server %s: undecodable answer: %s", c->endpoint,
+    if (rc < 0) continue; /* drain the rest of a bad message */
+    Longhaul__Envelope *got = NULL;
+    lh_errbuf derr;
+    if (lh_wire_decode(zmq_msg_data(&part), zmq_msg_size(&part), NULL, &got, &derr) < 0) {
+      rc = lh_errbuf_set(err, LH_EENVS_SERVER_PROTOCOL, "env server %s: undecodable answer: %s", c->endpoint,
                          derr.msg);
-  if ((*out)->body_case != LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE) {
-    Longhaul__Envelope__BodyCase body = (*out)->body_case;
-    lh_wire_free(*out);
-    *out = NULL;
-    return lh_errbuf_set(err, LH_EENVS_SERVER_PROTOCOL, "env server %s: answered with a %s message", c->endpoint,
-                         lh_wire_body_name(body));
+    } else if (got->body_case != LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE) {
+      rc = lh_errbuf_set(err, LH_EENVS_SERVER_PROTOCOL, "env server %s: answered with a %s message",
+                         c->endpoint, lh_wire_body_name(got->body_case));
+      lh_wire_free(got);
+    } else if (got->env_response->request_id == want && !*out) {
+      *out = got;
+    } else if (got->env_response->request_id > c->next_request ||
+               park(c, got->env_response->request_id, got) < 0) {
+      lh_wire_free(got); /* an id this connection never sent */
+    }
   }
-  return 1;
+  zmq_msg_close(&part);
+  return rc;
 }
 
 int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, int64_t deadline_ns,
@@ -238,22 +273,17 @@ int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, int64_t
       c->parked[i] = c->parked[--c->parked_count];
       return 0;
     }
+  LH_TRY(flush(c, err));
   for (;;) {
-    Longhaul__Envelope *got = NULL;
-    int rc = read_one(c, &got, err);
+    int rc = read_message(c, id, out, err);
     if (rc < 0) {
+      lh_wire_free(*out);
+      *out = NULL;
       lh_envs_conn_drop(c);
       return rc;
     }
-    if (rc == 1) {
-      uint64_t rid = got->env_response->request_id;
-      if (rid == id) {
-        *out = got;
-        return 0;
-      }
-      if (rid > c->next_request || park(c, rid, got) < 0) lh_wire_free(got);  /* not ours */
-      continue;
-    }
+    if (*out) return 0;
+    if (rc == 1) continue;
     int64_t left_ns = deadline_ns - lh_now_ns();
     if (left_ns <= 0) break;
     zmq_pollitem_t item = {c->sock, 0, ZMQ_POLLIN, 0};

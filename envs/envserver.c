@@ -143,6 +143,47 @@ static int handle(sessions *ss, const Longhaul__EnvRequest *q, Longhaul__EnvResp
   }
 }
 
+/* Answers one request frame: decodes it, runs it and encodes the answer
+ * into *out (malloc'd). Sets *stop for a Shutdown. */
+static void answer(sessions *ss, const zmq_msg_t *in, uint64_t msg_id, uint8_t **out, size_t *bytes, int *stop) {
+  Longhaul__Envelope *req = NULL;
+  lh_errbuf herr;
+  lh_errbuf_clear(&herr);
+  Longhaul__EnvResponse resp = LONGHAUL__ENV_RESPONSE__INIT;
+  reply_parts parts;
+  int hrc = lh_wire_decode(zmq_msg_data((zmq_msg_t *)in), zmq_msg_size((zmq_msg_t *)in), NULL, &req, &herr);
+  if (hrc == 0 && req->body_case == LONGHAUL__ENVELOPE__BODY_SHUTDOWN) {
+    *stop = 1;
+  } else if (hrc == 0 && req->body_case != LONGHAUL__ENVELOPE__BODY_ENV_REQUEST) {
+    hrc = lh_errbuf_set(&herr, LH_EINVAL, "env server: expected an EnvRequest, got %s",
+                        lh_wire_body_name(req->body_case));
+  } else if (hrc == 0) {
+    hrc = handle(ss, req->env_request, &resp, &parts, &herr);
+  }
+  if (hrc < 0) {
+    resp.status = hrc;
+    resp.error = herr.msg;
+  }
+  Longhaul__Envelope reply = LONGHAUL__ENVELOPE__INIT;
+  reply.protocol = LH_WIRE_PROTOCOL;
+  reply.msg_id = msg_id;
+  reply.sender = "envs-server";
+  reply.body_case = LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE;
+  reply.env_response = &resp;
+  *out = NULL;
+  *bytes = 0;
+  if (lh_wire_encode(&reply, out, bytes, &herr) < 0) {
+    /* The answer itself is refused (too large): say so instead. */
+    Longhaul__EnvResponse bad = LONGHAUL__ENV_RESPONSE__INIT;
+    bad.request_id = resp.request_id;
+    bad.status = herr.code;
+    bad.error = herr.msg;
+    reply.env_response = &bad;
+    if (lh_wire_encode(&reply, out, bytes, &herr) < 0) *out = NULL, *bytes = 0;
+  }
+  lh_wire_free(req);
+}
+
 int lh_envserver_serve(const char *endpoint, lh_errbuf *err) {
   if (!endpoint || !*endpoint) return lh_errbuf_set(err, LH_EINVAL, "env server: no endpoint to bind");
   void *zctx = zmq_ctx_new();
@@ -160,55 +201,48 @@ int lh_envserver_serve(const char *endpoint, lh_errbuf *err) {
   sessions ss = {0};
   int rc = 0, stop = 0;
   uint64_t msg_id = 0;
+  /* One message holds one or more requests, one per frame; the reply has
+   * one answer frame per request, in order. */
+  struct {
+    uint8_t *buf;
+    size_t bytes;
+  } *outs = NULL;
+  size_t out_cap = 0;
   while (!stop) {
-    zmq_msg_t in;
-    zmq_msg_init(&in);
-    if (zmq_msg_recv(&in, sock, 0) < 0) {
-      int e = zmq_errno();
+    size_t n = 0;
+    int more = 1;
+    while (more) {
+      zmq_msg_t in;
+      zmq_msg_init(&in);
+      if (zmq_msg_recv(&in, sock, 0) < 0) {
+        int e = zmq_errno();
+        zmq_msg_close(&in);
+        if (e != EINTR) rc = lh_errbuf_set(err, LH_EZMQ, "env server: recv: %s", zmq_strerror(e));
+        stop = 2; /* a signal or a failure: stop serving */
+        break;
+      }
+      more = zmq_msg_more(&in);
+      if (n == out_cap) {
+        size_t cap = out_cap ? 2 * out_cap : 64;
+        void *grown = realloc(outs, cap * sizeof *outs);
+        if (!grown) {
+          zmq_msg_close(&in);
+          rc = lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
+          stop = 2;
+          break;
+        }
+        outs = grown;
+        out_cap = cap;
+      }
+      answer(&ss, &in, ++msg_id, &outs[n].buf, &outs[n].bytes, &stop);
+      n++;
       zmq_msg_close(&in);
-      if (e == EINTR) break; /* a signal: stop serving */
-      rc = lh_errbuf_set(err, LH_EZMQ, "env server: recv: %s", zmq_strerror(e));
-      break;
     }
-    Longhaul__Envelope *req = NULL;
-    lh_errbuf herr;
-    lh_errbuf_clear(&herr);
-    Longhaul__EnvResponse resp = LONGHAUL__ENV_RESPONSE__INIT;
-    reply_parts parts;
-    int hrc = lh_wire_decode(zmq_msg_data(&in), zmq_msg_size(&in), NULL, &req, &herr);
-    zmq_msg_close(&in);
-    if (hrc == 0 && req->body_case == LONGHAUL__ENVELOPE__BODY_SHUTDOWN) {
-      stop = 1;
-    } else if (hrc == 0 && req->body_case != LONGHAUL__ENVELOPE__BODY_ENV_REQUEST) {
-      hrc = lh_errbuf_set(&herr, LH_EINVAL, "env server: expected an EnvRequest, got %s",
-                          lh_wire_body_name(req->body_case));
-    } else if (hrc == 0) {
-      hrc = handle(&ss, req->env_request, &resp, &parts, &herr);
-    }
-    if (hrc < 0) {
-      resp.status = hrc;
-      resp.error = herr.msg;
-    }
-    Longhaul__Envelope out = LONGHAUL__ENVELOPE__INIT;
-    out.protocol = LH_WIRE_PROTOCOL;
-    out.msg_id = ++msg_id;
-    out.sender = "envs-server";
-    out.body_case = LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE;
-    out.env_response = &resp;
-    uint8_t *buf = NULL;
-    size_t bytes = 0;
-    if (lh_wire_encode(&out, &buf, &bytes, &herr) < 0) {
-      Longhaul__EnvResponse bad = LONGHAUL__ENV_RESPONSE__INIT;
-      bad.request_id = resp.request_id;
-      bad.status = herr.code;
-      bad.error = herr.msg;
-      out.env_response = &bad;
-      if (lh_wire_encode(&out, &buf, &bytes, &herr) < 0) buf = NULL, bytes = 0;
-    }
-    zmq_send(sock, buf, bytes, 0);
-    free(buf);
-    lh_wire_free(req);
+    for (size_t i = 0; stop != 2 && i < n; i++)
+      zmq_send(sock, outs[i].buf, outs[i].bytes, i + 1 < n ? ZMQ_SNDMORE : 0);
+    for (size_t i = 0; i < n; i++) free(outs[i].buf);
   }
+  free(outs);
   for (size_t i = 0; i < ss.n; i++) lh_env_free(ss.s[i].env);
   free(ss.s);
   zmq_close(sock);

@@ -25,6 +25,8 @@ typedef struct {
   Longhaul__Envelope *last;     /* the answer the current views point into */
   lh_env_image *images;
   lh_env_term *terms;
+  size_t terms_cap;
+  lh_envs_text action;
   char *describe;
 } server_env;
 
@@ -144,6 +146,7 @@ static void server_destroy(void *ctx) {
   lh_wire_free(s->last);
   free(s->images);
   free(s->terms);
+  lh_envs_text_free(&s->action);
   free(s->describe);
   free(s);
 }
@@ -241,15 +244,14 @@ int lh_envs_server_step_send(void *ctx, const char *action, size_t bytes, lh_err
   if (!have_session(s))
     return lh_errbuf_set(err, LH_EENVS_NOT_RESET, "env server %s: no session; reset first",
                          lh_envs_conn_endpoint(s->conn));
-  char *text = strndup(action, bytes);
-  if (!text) return lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
+  lh_envs_text_clear(&s->action);  /* a NUL-terminated copy for protobuf-c, reused */
+  if (lh_envs_text_append(&s->action, action, bytes) < 0)
+    return lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
   Longhaul__EnvRequest req = LONGHAUL__ENV_REQUEST__INIT;
   req.op = LONGHAUL__ENV_OP__ENV_OP_STEP;
   req.session_id = s->session_id;
-  req.action = text;
-  int rc = send_request(s, &req, err);
-  free(text);
-  return rc;
+  req.action = s->action.data;
+  return send_request(s, &req, err);
 }
 
 int lh_envs_server_step_recv(void *ctx, lh_env_result *out, lh_errbuf *err) {
@@ -259,11 +261,13 @@ int lh_envs_server_step_recv(void *ctx, lh_env_result *out, lh_errbuf *err) {
   LH_TRY(take_obs(s, r->observation, &out->obs, err));
   out->reward = r->reward;
   out->done = r->done;
-  free(s->terms);
-  s->terms = NULL;
+  if (r->n_terms > s->terms_cap) {
+    lh_env_term *t = realloc(s->terms, r->n_terms * sizeof *t);
+    if (!t) return lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
+    s->terms = t;
+    s->terms_cap = r->n_terms;
+  }
   if (r->n_terms) {
-    s->terms = calloc(r->n_terms, sizeof *s->terms);
-    if (!s->terms) return lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
     for (size_t i = 0; i < r->n_terms; i++)
       s->terms[i] = (lh_env_term){r->terms[i]->name ? r->terms[i]->name : "", r->terms[i]->value};
     out->terms = s->terms;

@@ -8,15 +8,34 @@
 
 static const char CALL_OPEN[] = "<call>", CALL_CLOSE[] = "</call>", EOS[] = "<eos>";
 
-/* Returns the offset of the first invalid UTF-8 sequence (or NUL byte), or
- * bytes when all is valid. Rejects overlong forms, surrogates and code
- * points above U+10FFFF. */
-static size_t utf8_invalid_at(const unsigned char *s, size_t bytes) {
+typedef struct {
+  size_t opens, closes, eoses;              /* how many of each marker */
+  const char *open, *close, *eos;           /* the first of each */
+} markers;
+
+static void note(const char **first, size_t *n, const char *at) {
+  if (!*first) *first = at;
+  (*n)++;
+}
+
+/* One pass over the text: returns the offset of the first invalid UTF-8
+ * sequence (or NUL byte), or bytes when all is valid, and finds the
+ * markers. Rejects overlong forms, surrogates and code points above
+ * U+10FFFF. */
+static size_t scan(const char *text, size_t bytes, markers *m) {
+  const unsigned char *s = (const unsigned char *)text;
+  memset(m, 0, sizeof *m);
   size_t i = 0;
   while (i < bytes) {
     unsigned c = s[i];
     if (c == 0) return i;
     if (c < 0x80) {
+      if (c == '<') {
+        size_t left = bytes - i;
+        if (left >= 6 && memcmp(s + i, CALL_OPEN, 6) == 0) note(&m->open, &m->opens, text + i);
+        else if (left >= 7 && memcmp(s + i, CALL_CLOSE, 7) == 0) note(&m->close, &m->closes, text + i);
+        else if (left >= 5 && memcmp(s + i, EOS, 5) == 0) note(&m->eos, &m->eoses, text + i);
+      }
       i++;
       continue;
     }
@@ -35,17 +54,6 @@ static size_t utf8_invalid_at(const unsigned char *s, size_t bytes) {
     i += n;
   }
   return bytes;
-}
-
-static const char *find(const char *hay, size_t bytes, const char *needle) {
-  return memmem(hay, bytes, needle, strlen(needle));
-}
-
-static size_t count(const char *hay, size_t bytes, const char *needle) {
-  size_t n = 0, len = strlen(needle);
-  const char *p = hay, *end = hay + bytes;
-  while ((p = memmem(p, (size_t)(end - p), needle, len)) != NULL) n++, p += len;
-  return n;
 }
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -94,7 +102,7 @@ static int parse_call(const char *body, const char *body_end, const char *tools,
                          "malformed call: expected ')' right before </call>");
   const char *args = q + 1;
   size_t args_len = (size_t)(body_end - 1 - args);
-  if (find(args, args_len, EOS))
+  if (memmem(args, args_len, EOS, 5))
     return lh_errbuf_set(err, LH_EENVS_CALL_MALFORMED, "malformed call: <eos> inside a tool call");
   if (tools && !tool_known(tools, name, name_len))
     return lh_errbuf_set(err, LH_EENVS_CALL_UNKNOWN_TOOL, "unknown tool '%.*s'; tools: %s",
@@ -119,13 +127,14 @@ int lh_action_parse(const char *text, size_t bytes, const char *tools,
   memset(out, 0, sizeof *out);
   if (!text && bytes) return lh_errbuf_set(err, LH_EINVAL, "lh_action_parse: text is NULL");
   if (!text) text = "";
-  size_t bad = utf8_invalid_at((const unsigned char *)text, bytes);
+  markers m;
+  size_t bad = scan(text, bytes, &m);
   if (bad < bytes)
     return lh_errbuf_set(err, LH_EENVS_CALL_NOT_UTF8,
                          "not UTF-8: byte 0x%02x at offset %zu is not allowed",
                          (unsigned)(unsigned char)text[bad], bad);
   const char *end = text + bytes;
-  size_t opens = count(text, bytes, CALL_OPEN), closes = count(text, bytes, CALL_CLOSE);
+  size_t opens = m.opens, closes = m.closes;
   if (opens || closes) {
     if (opens == 0)
       return lh_errbuf_set(err, LH_EENVS_CALL_UNBALANCED, "unbalanced markers: </call> without <call>");
@@ -135,17 +144,17 @@ int lh_action_parse(const char *text, size_t bytes, const char *tools,
       return lh_errbuf_set(err, LH_EENVS_CALL_UNBALANCED,
                            "unbalanced markers: %zu <call> and %zu </call>; one call per action",
                            opens, closes);
-    const char *open = find(text, bytes, CALL_OPEN), *close = find(text, bytes, CALL_CLOSE);
+    const char *open = m.open, *close = m.close;
     if (close < open)
       return lh_errbuf_set(err, LH_EENVS_CALL_UNBALANCED, "unbalanced markers: </call> before <call>");
     const char *after = close + strlen(CALL_CLOSE);
     if (!only_space(after, end))
       return lh_errbuf_set(err, LH_EENVS_CALL_TRAILING, "text after </call>: end the action there");
-    if (find(text, (size_t)(open - text), EOS))
+    if (m.eos && m.eos < open)
       return lh_errbuf_set(err, LH_EENVS_CALL_TRAILING, "text after <eos>: the answer ended there");
     return parse_call(open + strlen(CALL_OPEN), close, tools, lim, out, err);
   }
-  const char *eos = find(text, bytes, EOS);
+  const char *eos = m.eos;
   if (!eos)
     return lh_errbuf_set(err, LH_EENVS_CALL_EMPTY,
                          "no action: write <call>tool(args)</call> or ANSWER<eos>");

@@ -104,6 +104,58 @@ class Guess:
                 "reward: 1 for the right answer, else 0 (term 'correct'); expert: bisection")
 
 
+def answer(pb, sessions, next_id, raw):
+    """Handles one request frame; returns (EnvResponse, next_id, stop)."""
+    env = pb.Envelope()
+    resp = pb.EnvResponse()
+    stop = False
+    try:
+        env.ParseFromString(raw)
+        body = env.WhichOneof("body")
+        if body == "shutdown":
+            stop = True
+        elif body != "env_request":
+            raise EnvError(LH_EINVAL, f"expected an env_request, got {body}")
+        else:
+            req = env.env_request
+            resp.request_id = req.request_id
+            resp.session_id = req.session_id
+            if req.op == pb.ENV_OP_CREATE:
+                if req.env_name != "guess":
+                    raise EnvError(LH_EENVS_UNKNOWN_ENV, f"no environment '{req.env_name}' here (guess)")
+                opts = {kv.key: kv.value for kv in req.options}
+                sessions[next_id + 1] = Guess(opts)
+                next_id += 1
+                resp.session_id = next_id
+            else:
+                s = sessions.get(req.session_id)
+                if s is None:
+                    raise EnvError(LH_ENOENT, f"no session {req.session_id}")
+                if req.op == pb.ENV_OP_RESET:
+                    resp.observation.text = s.reset(req.seed)
+                elif req.op == pb.ENV_OP_STEP:
+                    text, reward, done = s.step(req.action)
+                    resp.observation.text = text
+                    resp.reward = reward
+                    resp.done = done
+                    if done:
+                        t = resp.terms.add()
+                        t.name, t.value = "correct", reward
+                elif req.op == pb.ENV_OP_DESCRIBE:
+                    resp.description = s.describe()
+                elif req.op == pb.ENV_OP_EXPERT:
+                    resp.expert_action = s.expert()
+                elif req.op == pb.ENV_OP_CLOSE:
+                    del sessions[req.session_id]
+                else:
+                    raise EnvError(LH_EINVAL, f"unknown op {req.op}")
+    except EnvError as e:
+        resp.status, resp.error = e.code, str(e)
+    except Exception as e:  # a bad message must not stop the server
+        resp.status, resp.error = LH_EINVAL, f"env server: {type(e).__name__}: {e}"
+    return resp, next_id, stop
+
+
 def serve(bind, pb):
     import zmq
     ctx = zmq.Context()
@@ -113,58 +165,18 @@ def serve(bind, pb):
     print(f"info envs-py: env server listening endpoint={bind}", file=sys.stderr, flush=True)
     sessions, next_id, msg_id = {}, 0, 0
     while True:
-        raw = sock.recv()
-        env = pb.Envelope()
-        resp = pb.EnvResponse()
-        stop = False
-        try:
-            env.ParseFromString(raw)
-            body = env.WhichOneof("body")
-            if body == "shutdown":
-                stop = True
-            elif body != "env_request":
-                raise EnvError(LH_EINVAL, f"expected an env_request, got {body}")
-            else:
-                req = env.env_request
-                resp.request_id = req.request_id
-                resp.session_id = req.session_id
-                if req.op == pb.ENV_OP_CREATE:
-                    if req.env_name != "guess":
-                        raise EnvError(LH_EENVS_UNKNOWN_ENV, f"no environment '{req.env_name}' here (guess)")
-                    opts = {kv.key: kv.value for kv in req.options}
-                    next_id += 1
-                    sessions[next_id] = Guess(opts)
-                    resp.session_id = next_id
-                else:
-                    s = sessions.get(req.session_id)
-                    if s is None:
-                        raise EnvError(LH_ENOENT, f"no session {req.session_id}")
-                    if req.op == pb.ENV_OP_RESET:
-                        resp.observation.text = s.reset(req.seed)
-                    elif req.op == pb.ENV_OP_STEP:
-                        text, reward, done = s.step(req.action)
-                        resp.observation.text = text
-                        resp.reward = reward
-                        resp.done = done
-                        if done:
-                            t = resp.terms.add()
-                            t.name, t.value = "correct", reward
-                    elif req.op == pb.ENV_OP_DESCRIBE:
-                        resp.description = s.describe()
-                    elif req.op == pb.ENV_OP_EXPERT:
-                        resp.expert_action = s.expert()
-                    elif req.op == pb.ENV_OP_CLOSE:
-                        del sessions[req.session_id]
-                    else:
-                        raise EnvError(LH_EINVAL, f"unknown op {req.op}")
-        except EnvError as e:
-            resp.status, resp.error = e.code, str(e)
-        except Exception as e:  # a bad message must not stop the server
-            resp.status, resp.error = LH_EINVAL, f"env server: {type(e).__name__}: {e}"
-        msg_id += 1
-        out = pb.Envelope(protocol=1, msg_id=msg_id, sender="envs-py")
-        out.env_response.CopyFrom(resp)
-        sock.send(out.SerializeToString())
+        # One message holds one or more requests, one Envelope per frame;
+        # the reply holds one answer per frame, in the same order.
+        frames = sock.recv_multipart()
+        replies, stop = [], False
+        for raw in frames:
+            msg_id += 1
+            resp, next_id, halt = answer(pb, sessions, next_id, raw)
+            stop = stop or halt
+            out = pb.Envelope(protocol=1, msg_id=msg_id, sender="envs-py")
+            out.env_response.CopyFrom(resp)
+            replies.append(out.SerializeToString())
+        sock.send_multipart(replies)
         if stop:
             break
     sock.close()
