@@ -56,40 +56,63 @@ static void script_free(script *s) {
     for (int k = 0; k < s->count[ep]; k++) free(s->action[ep][k]);
 }
 
-/* Replays the script on B environments at once (each begins its reset or
- * step, then each ends it) for at least min_s seconds; returns steps per
- * second. Environment j plays episodes j, j+B, j+2B, ... */
-static double replay(lh_env **envs, int B, const script *s, double min_s) {
+typedef struct {
+  int ep, k; /* episode played and its next action; k = -1: reset next */
+} cursor;
+
+static int begin(lh_env *env, cursor *c, const script *s, lh_errbuf *e) {
+  if (c->k < 0) return lh_env_reset_begin(env, (uint64_t)c->ep, e);
+  const char *a = s->action[c->ep][c->k];
+  return lh_env_step_begin(env, a, strlen(a), e);
+}
+
+/* Ends what begin started; returns 1 for a step, 0 for a reset, or < 0. */
+static int end(lh_env *env, cursor *c, const script *s, int B, lh_errbuf *e) {
+  lh_env_obs obs;
+  lh_env_result r;
+  int was_step = c->k >= 0;
+  int rc = was_step ? lh_env_step_end(env, &r, e) : lh_env_reset_end(env, &obs, e);
+  if (rc < 0) return rc;
+  if (++c->k == s->count[c->ep]) c->ep = (c->ep + B) % EPISODES, c->k = -1;
+  return was_step;
+}
+
+/* Replays the script on B environments for at least min_s seconds and
+ * returns steps per second. Environment j plays episodes j, j+B, ...
+ * halves = 1: each round begins every environment's reset or step, then
+ * ends each. halves = 2: the two halves alternate, the hub flushing each
+ * half's requests as soon as they are begun, so that the server works on
+ * one half while this process ends and begins the other (an actor
+ * overlapping its decode with the environments). */
+static double replay(lh_env_hub *hub, lh_env **envs, int B, int halves, const script *s, double min_s) {
   lh_errbuf e;
-  int ep[256], k[256];
-  for (int j = 0; j < B; j++) ep[j] = j % EPISODES, k[j] = -1;  /* -1: reset next */
+  cursor cur[1024];
+  for (int j = 0; j < B; j++) cur[j] = (cursor){j % EPISODES, -1};
+  int half = (B + halves - 1) / halves;
   long steps = 0;
+  for (int j = 0; j < B; j++)
+    if (begin(envs[j], &cur[j], s, &e) < 0) goto fail;
+  if (halves > 1 && lh_env_hub_flush(hub, &e) < 0) goto fail;
   int64_t t0 = lh_now_ns(), t;
   do {
-    for (int round = 0; round < 64; round++) {
-      for (int j = 0; j < B; j++) {
-        int rc = k[j] < 0 ? lh_env_reset_begin(envs[j], (uint64_t)ep[j], &e)
-                          : lh_env_step_begin(envs[j], s->action[ep[j]][k[j]], strlen(s->action[ep[j]][k[j]]), &e);
-        if (rc < 0) {
-          fprintf(stderr, "bench_envs: begin: %s\n", e.msg);
-          return 0;
+    for (int round = 0; round < 16; round++)
+      for (int h = 0; h < halves; h++) {
+        int lo = h * half, hi = lo + half < B ? lo + half : B;
+        for (int j = lo; j < hi; j++) {
+          int rc = end(envs[j], &cur[j], s, B, &e);
+          if (rc < 0) goto fail;
+          steps += rc;
+          if (begin(envs[j], &cur[j], s, &e) < 0) goto fail;
         }
+        if (halves > 1 && lh_env_hub_flush(hub, &e) < 0) goto fail;
       }
-      for (int j = 0; j < B; j++) {
-        lh_env_obs obs;
-        lh_env_result r;
-        int rc = k[j] < 0 ? lh_env_reset_end(envs[j], &obs, &e) : lh_env_step_end(envs[j], &r, &e);
-        if (rc < 0) {
-          fprintf(stderr, "bench_envs: %s\n", e.msg);
-          return 0;
-        }
-        if (k[j] >= 0) steps++;
-        if (++k[j] == s->count[ep[j]]) ep[j] = (ep[j] + B) % EPISODES, k[j] = -1;
-      }
-    }
     t = lh_now_ns();
   } while ((double)(t - t0) < min_s * 1e9);
+  for (int j = 0; j < B; j++) end(envs[j], &cur[j], s, B, &e);
   return (double)steps / ((double)(t - t0) / 1e9);
+fail:
+  fprintf(stderr, "bench_envs: %s\n", e.msg);
+  return 0;
 }
 
 static pid_t start_server(const char *ep) {
@@ -105,9 +128,9 @@ static pid_t start_server(const char *ep) {
 
 /* Opens B copies of name (on the server at ep, or in process when ep is
  * NULL) and replays the script on them. */
-static double measure(lh_env_hub *hub, const char *name, const char *ep, int B, const script *s,
-                      double min_s) {
-  lh_env *envs[256];
+static double measure(lh_env_hub *hub, const char *name, const char *ep, int B, int halves,
+                      const script *s, double min_s) {
+  lh_env *envs[1024];
   lh_env_option opt = {"server", ep};
   lh_errbuf e;
   for (int j = 0; j < B; j++)
@@ -116,7 +139,7 @@ static double measure(lh_env_hub *hub, const char *name, const char *ep, int B, 
       while (j--) lh_env_free(envs[j]);
       return 0;
     }
-  double v = replay(envs, B, s, min_s);
+  double v = replay(hub, envs, B, halves, s, min_s);
   for (int j = 0; j < B; j++) lh_env_free(envs[j]);
   return v;
 }
@@ -137,9 +160,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("bench_envs: steps/s replaying %d recorded expert episodes (resets included, not counted), "
-         ">= %.1f s per figure; B = episodes in flight at once (an actor's batch)\n", EPISODES, min_s);
-  printf("%-7s %11s | %-24s | %-24s | %-24s | %-24s\n", "env", "in-process", "ipc B=1 (ratio)",
-         "tcp B=1 (ratio)", "ipc B=256 (ratio)", "tcp B=256 (ratio)");
+         ">= %.1f s per figure\nB = episodes in flight at once; overlap = the server works on one half "
+         "of them while this process handles the other\n", EPISODES, min_s);
+  printf("%-7s %-10s %5s %8s %12s %20s\n", "env", "path", "B", "overlap", "steps/s", "vs in-process");
+  static const struct {
+    int tcp, B, halves;
+  } configs[] = {{0, 1, 1}, {1, 1, 1}, {0, 64, 1}, {1, 64, 1}, {0, 256, 1}, {1, 256, 1}, {0, 256, 2}, {1, 256, 2}, {0, 1024, 2}, {1, 1024, 2}};
   int status = 0;
   for (int i = 0; i < 3; i++) {
     int wanted = argc <= 2;
@@ -147,16 +173,21 @@ int main(int argc, char **argv) {
     if (!wanted) continue;
     script s;
     if (record(names[i], NULL, 0, &s) < 0) return 1;
-    double local = measure(hub, names[i], NULL, 1, &s, min_s);
-    const char *eps[4] = {ipc, tcp, ipc, tcp};
-    int batch[4] = {1, 1, 256, 256};
-    printf("%-7s %11.0f", names[i], local);
-    for (int m = 0; m < 4; m++) {
-      double v = measure(hub, names[i], eps[m], batch[m], &s, min_s);
+    double local = measure(hub, names[i], NULL, 1, 1, &s, min_s), best = 0;
+    printf("%-7s %-10s %5d %8s %12.0f %20s\n", names[i], "in-process", 1, "-", local, "(reference)");
+    for (size_t m = 0; m < sizeof configs / sizeof configs[0]; m++) {
+      double v = measure(hub, names[i], configs[m].tcp ? tcp : ipc, configs[m].B, configs[m].halves, &s, min_s);
       if (v <= 0) status = 1;
-      printf(" | %11.0f (%6.1fx slower)", v, v > 0 ? local / v : 0);
+      if (v > best) best = v;
+      char ratio[32];
+      snprintf(ratio, sizeof ratio, "%.1fx slower", v > 0 ? local / v : 0);
+      printf("%-7s %-10s %5d %8s %12.0f %20s\n", names[i], configs[m].tcp ? "server tcp" : "server ipc",
+             configs[m].B, configs[m].halves > 1 ? "yes" : "no", v, ratio);
     }
-    printf("\n");
+    printf("%-7s best server path: %.1fx the in-process time per step%s\n", names[i], best > 0 ? local / best : 0,
+           strcmp(names[i], "calc") == 0 ? (best > 0 && local / best <= 5.0 ? " (target <= 5x: met)"
+                                                                           : " (target <= 5x: NOT met)")
+                                         : "");
     fflush(stdout);
     script_free(&s);
   }

@@ -168,6 +168,10 @@ int lh_env_open(const char *name, const lh_env_option *opts, size_t count, lh_en
 typedef struct lh_env_hub lh_env_hub;
 int lh_env_hub_new(void *zmq_ctx, lh_env_hub **out, lh_errbuf *err);
 void lh_env_hub_free(lh_env_hub *hub);  /* accepts NULL */
+/* Sends the requests begun on the hub's connections now, rather than at
+ * the first lh_env_*_end: a caller that begins one half of its episodes,
+ * flushes, and works on the other half keeps the server busy meanwhile. */
+int lh_env_hub_flush(lh_env_hub *hub, lh_errbuf *err);
 /* lh_env_open on a hub (NULL: a private one, as lh_env_open does). */
 int lh_env_open_hub(lh_env_hub *hub, const char *name, const lh_env_option *opts, size_t count,
                     lh_env **out, lh_errbuf *err);

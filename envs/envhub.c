@@ -158,6 +158,16 @@ static int flush(lh_envs_conn *c, lh_errbuf *err) {
   return 0;
 }
 
+int lh_env_hub_flush(lh_env_hub *hub, lh_errbuf *err) {
+  if (!hub) return 0;
+  int first = 0;
+  for (lh_envs_conn *c = hub->conns; c; c = c->next) {
+    int rc = c->sock ? flush(c, err) : 0;
+    if (rc < 0 && !first) first = rc;
+  }
+  return first;
+}
+
 const char *lh_envs_conn_endpoint(const lh_envs_conn *c) { return c->endpoint; }
 uint64_t lh_envs_conn_generation(const lh_envs_conn *c) { return c->generation; }
 

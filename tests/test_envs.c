@@ -435,6 +435,40 @@ START_TEST(test_wrapper_errors) {
 }
 END_TEST
 
+/* begin/end in process give what lh_env_step gives */
+START_TEST(test_split_steps_in_process) {
+  lh_env *a, *b;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_open("maze", NULL, 0, &a, &e), 0);
+  ck_assert_int_eq(lh_env_open("maze", NULL, 0, &b, &e), 0);
+  lh_env_obs oa, ob;
+  ck_assert_int_eq(lh_env_reset_begin(a, 4, &e), 0);
+  ck_assert_int_eq(lh_env_reset_end(a, &oa, &e), 0);
+  ck_assert_int_eq(lh_env_reset(b, 4, &ob, &e), 0);
+  ck_assert(hash_obs(0, &oa) == hash_obs(0, &ob));
+  for (;;) {
+    const char *act;
+    char buf[64];
+    ck_assert_int_eq(lh_env_expert(a, &act, &e), 0);
+    snprintf(buf, sizeof buf, "%s", act);
+    lh_env_result ra, rb;
+    ck_assert_int_eq(lh_env_step_begin(a, buf, strlen(buf), &e), 0);
+    ck_assert_int_eq(lh_env_step_begin(a, buf, strlen(buf), &e), LH_EINVAL);
+    ck_assert_int_eq(lh_env_step_end(a, &ra, &e), 0);
+    ck_assert_int_eq(lh_env_step(b, buf, strlen(buf), &rb, &e), 0);
+    ck_assert(hash_obs(0, &ra.obs) == hash_obs(0, &rb.obs) && ra.done == rb.done);
+    if (ra.done) break;
+  }
+  lh_env_result r;
+  ck_assert_int_eq(lh_env_step_end(a, &r, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_env_step_begin(a, "x", 1, &e), LH_EENVS_EPISODE_DONE);
+  lh_env_free(a);
+  lh_env_free(b);
+  ck_assert_int_eq(lh_env_step_begin(NULL, "x", 1, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_env_reset_begin(NULL, 1, &e), LH_EINVAL);
+}
+END_TEST
+
 /* ---- plugins (paths from the build) ---- */
 
 START_TEST(test_plugin_good) {
@@ -500,6 +534,7 @@ int main(void) {
   tcase_add_test(tc, test_expert_noise);
   tcase_add_test(tc, test_calc_observations);
   tcase_add_test(tc, test_wrapper_errors);
+  tcase_add_test(tc, test_split_steps_in_process);
   tcase_add_test(tc, test_plugin_good);
   tcase_add_test(tc, test_plugin_bad);
   suite_add_tcase(s, tc);

@@ -276,6 +276,180 @@ START_TEST(test_garbage_server) {
 }
 END_TEST
 
+/* B episodes on one hub, each step begun for all before any ends: the
+ * batched path gives the same episodes as lh_env_step in process. */
+static void batched_episodes(lh_env_hub *hub, const char *name, const char *ep, int B, uint64_t seed0) {
+  lh_env *remote[16], *local[16];
+  const lh_env_option opts[] = {{"server", ep}, {"timeout_ms", "10000"}};
+  lh_errbuf e;
+  uint64_t h_remote[16], h_local[16];
+  int done[16] = {0};
+  for (int j = 0; j < B; j++) {
+    ck_assert_msg(lh_env_open_hub(hub, name, opts, 2, &remote[j], &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(lh_env_open(name, NULL, 0, &local[j], &e), 0);
+    ck_assert_int_eq(lh_env_reset_begin(remote[j], seed0 + (uint64_t)j, &e), 0);
+  }
+  for (int j = 0; j < B; j++) {
+    lh_env_obs ro, lo;
+    ck_assert_msg(lh_env_reset_end(remote[j], &ro, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(lh_env_reset(local[j], seed0 + (uint64_t)j, &lo, &e), 0);
+    h_remote[j] = hash_obs(0, &ro);
+    h_local[j] = hash_obs(0, &lo);
+  }
+  for (int left = B; left > 0;) {
+    char actions[16][256];
+    for (int j = 0; j < B; j++) {
+      if (done[j]) continue;
+      const char *a;
+      ck_assert_int_eq(lh_env_expert(local[j], &a, &e), 0);
+      snprintf(actions[j], sizeof actions[j], "%s", a);
+      ck_assert_int_eq(lh_env_step_begin(remote[j], actions[j], strlen(actions[j]), &e), 0);
+    }
+    ck_assert_int_eq(lh_env_hub_flush(hub, &e), 0);
+    for (int j = 0; j < B; j++) {
+      if (done[j]) continue;
+      lh_env_result rr, lr;
+      ck_assert_msg(lh_env_step_end(remote[j], &rr, &e) == 0, "%s", e.msg);
+      ck_assert_int_eq(lh_env_step(local[j], actions[j], strlen(actions[j]), &lr, &e), 0);
+      h_remote[j] = hash_obs(h_remote[j], &rr.obs);
+      h_local[j] = hash_obs(h_local[j], &lr.obs);
+      ck_assert(rr.done == lr.done && rr.reward == lr.reward);
+      if (rr.done) {
+        ck_assert(h_remote[j] == h_local[j]);
+        ck_assert(rr.outcome == LH_ENV_SUCCESS);
+        done[j] = 1;
+        left--;
+      }
+    }
+  }
+  for (int j = 0; j < B; j++) {
+    lh_env_free(remote[j]);
+    lh_env_free(local[j]);
+  }
+}
+
+START_TEST(test_batched_on_hub) {
+  char ep[256];
+  endpoint(ep, sizeof ep, "hub");
+  pid_t pid = start_c_server(ep);
+  lh_env_hub *hub;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_hub_new(NULL, &hub, &e), 0);
+  batched_episodes(hub, "calc", ep, 16, 100);
+  batched_episodes(hub, "maze", ep, 8, 200);
+  batched_episodes(hub, "needle", ep, 8, 300);
+  /* misuse of the halves is an error, not a hang */
+  const lh_env_option opts[] = {{"server", ep}};
+  lh_env *env;
+  ck_assert_int_eq(lh_env_open_hub(hub, "calc", opts, 1, &env, &e), 0);
+  lh_env_hub_free(hub);  /* the connection stays while env lives */
+  lh_env_result r;
+  lh_env_obs obs;
+  ck_assert_int_eq(lh_env_step_end(env, &r, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_env_reset_end(env, &obs, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_env_reset_begin(env, 1, &e), 0);
+  ck_assert_int_eq(lh_env_step_begin(env, "1<eos>", 6, &e), LH_EINVAL);
+  ck_assert(strstr(e.msg, "a reset is already in flight"));
+  ck_assert_int_eq(lh_env_reset_end(env, &obs, &e), 0);
+  ck_assert_int_eq(lh_env_step_begin(env, "<call>calc(1+1)</call>", 22, &e), 0);
+  ck_assert_int_eq(lh_env_step_begin(env, "1<eos>", 6, &e), LH_EINVAL);
+  ck_assert(strstr(e.msg, "a step is already in flight"));
+  const char *a;
+  ck_assert_int_eq(lh_env_expert(env, &a, &e), LH_EINVAL);
+  /* a reset with a step in flight collects the step first */
+  ck_assert_int_eq(lh_env_reset(env, 2, &obs, &e), 0);
+  ck_assert_int_eq(lh_env_step(env, "<call>calc(6*7)</call>", 22, &r, &e), 0);
+  ck_assert_str_eq(r.obs.text, "= 42");
+  /* freeing with a step in flight is clean too */
+  ck_assert_int_eq(lh_env_step_begin(env, "<call>calc(1)</call>", 20, &e), 0);
+  lh_env_free(env);
+  lh_env_hub_free(NULL);
+  ck_assert_int_eq(lh_env_hub_flush(NULL, &e), 0);
+  stop(pid);
+  remove_endpoint(ep);
+}
+END_TEST
+
+START_TEST(test_batched_python) {
+  if (system("/usr/bin/python3 -c 'import zmq, google.protobuf' 2>/dev/null") != 0) return;
+  char ep[256];
+  endpoint(ep, sizeof ep, "hubpy");
+  pid_t pid = start_py_server(ep);
+  lh_env_hub *hub;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_hub_new(NULL, &hub, &e), 0);
+  lh_env *env[8];
+  const lh_env_option opts[] = {{"server", ep}, {"timeout_ms", "10000"}};
+  for (int j = 0; j < 8; j++) ck_assert_msg(lh_env_open_hub(hub, "guess", opts, 2, &env[j], &e) == 0, "%s", e.msg);
+  int solved = 0, done[8] = {0};
+  for (int j = 0; j < 8; j++) ck_assert_int_eq(lh_env_reset_begin(env[j], (uint64_t)j, &e), 0);
+  for (int j = 0; j < 8; j++) {
+    lh_env_obs obs;
+    ck_assert_int_eq(lh_env_reset_end(env[j], &obs, &e), 0);
+  }
+  for (int round = 0; round < 12 && solved < 8; round++) {
+    char act[8][64];
+    for (int j = 0; j < 8; j++) {
+      if (done[j]) continue;
+      const char *a;
+      ck_assert_int_eq(lh_env_expert(env[j], &a, &e), 0);
+      snprintf(act[j], sizeof act[j], "%s", a);
+    }
+    for (int j = 0; j < 8; j++)
+      if (!done[j]) ck_assert_int_eq(lh_env_step_begin(env[j], act[j], strlen(act[j]), &e), 0);
+    for (int j = 0; j < 8; j++) {
+      if (done[j]) continue;
+      lh_env_result r;
+      ck_assert_msg(lh_env_step_end(env[j], &r, &e) == 0, "%s", e.msg);
+      if (r.done) done[j] = 1, solved += r.outcome == LH_ENV_SUCCESS;
+    }
+  }
+  ck_assert_int_eq(solved, 8);
+  for (int j = 0; j < 8; j++) lh_env_free(env[j]);
+  lh_env_hub_free(hub);
+  stop(pid);
+  remove_endpoint(ep);
+}
+END_TEST
+
+/* The server dies with B requests in flight on one connection: every one
+ * of them ends as error, and all the episodes start again on a new server. */
+START_TEST(test_hub_server_killed) {
+  char ep[256];
+  endpoint(ep, sizeof ep, "hubkill");
+  pid_t pid = start_c_server(ep);
+  lh_env_hub *hub;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_hub_new(NULL, &hub, &e), 0);
+  lh_env *env[4];
+  const lh_env_option opts[] = {{"server", ep}, {"timeout_ms", "800"}};
+  lh_env_obs obs;
+  for (int j = 0; j < 4; j++) {
+    ck_assert_int_eq(lh_env_open_hub(hub, "calc", opts, 2, &env[j], &e), 0);
+    ck_assert_int_eq(lh_env_reset(env[j], (uint64_t)j, &obs, &e), 0);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  for (int j = 0; j < 4; j++) ck_assert_int_eq(lh_env_step_begin(env[j], "<call>calc(1)</call>", 20, &e), 0);
+  for (int j = 0; j < 4; j++) {
+    lh_env_result r;
+    int rc = lh_env_step_end(env[j], &r, &e);
+    ck_assert_int_eq(rc, LH_EENVS_SERVER_TIMEOUT);
+    ck_assert(r.done && r.outcome == LH_ENV_ERROR);
+  }
+  pid = start_c_server(ep);
+  for (int j = 0; j < 4; j++) {
+    int ok;
+    expert_episode(env[j], (uint64_t)j, &ok);
+    ck_assert(ok);
+  }
+  for (int j = 0; j < 4; j++) lh_env_free(env[j]);
+  lh_env_hub_free(hub);
+  stop(pid);
+  remove_endpoint(ep);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("envs_server");
   TCase *tc = tcase_create("core");
@@ -288,6 +462,9 @@ int main(void) {
   tcase_add_test(tc, test_python_server_hung);
   tcase_add_test(tc, test_no_server);
   tcase_add_test(tc, test_garbage_server);
+  tcase_add_test(tc, test_batched_on_hub);
+  tcase_add_test(tc, test_batched_python);
+  tcase_add_test(tc, test_hub_server_killed);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
