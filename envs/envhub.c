@@ -38,8 +38,8 @@ struct lh_envs_conn {
   char endpoint[256];
   void *sock;
   uint64_t generation, next_request, next_msg;
-  parked *parked;
-  size_t parked_count, parked_cap;
+  parked *parked;                /* [parked_head, parked_count): a FIFO; claimed slots have env NULL */
+  size_t parked_head, parked_count, parked_cap;
   queued *queued;                /* encoded requests not yet sent */
   size_t queued_count, queued_cap;
   int queued_timeout_ms;
@@ -81,8 +81,8 @@ static void hub_release(lh_env_hub *h) {
 void lh_env_hub_free(lh_env_hub *h) { hub_release(h); }
 
 static void clear_parked(lh_envs_conn *c) {
-  for (size_t i = 0; i < c->parked_count; i++) lh_wire_free(c->parked[i].env);
-  c->parked_count = 0;
+  for (size_t i = c->parked_head; i < c->parked_count; i++) lh_wire_free(c->parked[i].env);
+  c->parked_head = c->parked_count = 0;
   for (size_t i = 0; i < c->queued_count; i++) free(c->queued[i].buf);
   c->queued_count = 0;
 }
@@ -217,6 +217,12 @@ int lh_envs_conn_send(lh_envs_conn *c, Longhaul__EnvRequest *req, int timeout_ms
 }
 
 static int park(lh_envs_conn *c, uint64_t id, Longhaul__Envelope *env) {
+  if (c->parked_count == c->parked_cap && c->parked_head > 0) {
+    /* slide the live window to the front */
+    memmove(c->parked, c->parked + c->parked_head, (c->parked_count - c->parked_head) * sizeof *c->parked);
+    c->parked_count -= c->parked_head;
+    c->parked_head = 0;
+  }
   if (c->parked_count == c->parked_cap) {
     size_t cap = c->parked_cap ? 2 * c->parked_cap : 16;
     parked *p = realloc(c->parked, cap * sizeof *p);
@@ -277,10 +283,14 @@ int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, int64_t
     return lh_errbuf_set(err, LH_EENVS_SERVER_TIMEOUT,
                          "env server %s: the connection was reset while this request was in flight "
                          "(another request timed out)", c->endpoint);
-  for (size_t i = 0; i < c->parked_count; i++)
-    if (c->parked[i].request_id == id) {
+  /* Waiters mostly end in the order they began, so the answer is
+   * usually at the head: claiming is O(1) then. */
+  for (size_t i = c->parked_head; i < c->parked_count; i++)
+    if (c->parked[i].env && c->parked[i].request_id == id) {
       *out = c->parked[i].env;
-      c->parked[i] = c->parked[--c->parked_count];
+      c->parked[i].env = NULL;
+      while (c->parked_head < c->parked_count && !c->parked[c->parked_head].env) c->parked_head++;
+      if (c->parked_head == c->parked_count) c->parked_head = c->parked_count = 0;
       return 0;
     }
   LH_TRY(flush(c, err));

@@ -24,19 +24,29 @@ typedef struct {
   uint64_t next_id;
 } sessions;
 
+/* Sessions stay sorted by id (ids only grow), so lookup is a binary
+ * search: a server with a thousand sessions answers as fast as with one. */
+static size_t locate(const sessions *ss, uint64_t id) {
+  size_t lo = 0, hi = ss->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ss->s[mid].id < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 static lh_env *find(sessions *ss, uint64_t id) {
-  for (size_t i = 0; i < ss->n; i++)
-    if (ss->s[i].id == id) return ss->s[i].env;
-  return NULL;
+  size_t i = locate(ss, id);
+  return i < ss->n && ss->s[i].id == id ? ss->s[i].env : NULL;
 }
 
 static void close_session(sessions *ss, uint64_t id) {
-  for (size_t i = 0; i < ss->n; i++)
-    if (ss->s[i].id == id) {
-      lh_env_free(ss->s[i].env);
-      ss->s[i] = ss->s[--ss->n];
-      return;
-    }
+  size_t i = locate(ss, id);
+  if (i >= ss->n || ss->s[i].id != id) return;
+  lh_env_free(ss->s[i].env);
+  memmove(ss->s + i, ss->s + i + 1, (ss->n - i - 1) * sizeof *ss->s);
+  ss->n--;
 }
 
 /* Fills the observation message from obs; images point into env memory,
