@@ -1,0 +1,364 @@
+/* store: the SQLite replay store (DESIGN §7).
+ *
+ * One file in WAL mode holds the runs, the policy versions the learner
+ * published, every episode (a row per episode, its segments' payloads and
+ * its reward terms) and the learner's per-step metrics. The schema is
+ * documented in README.md so that a user can query the file with sqlite3.
+ *
+ * Writers (learners) open it read-write; lh_store_open creates a new file
+ * or migrates an older schema in place. Readers (the `replay` commands)
+ * open it read-only and never block a writer. Several processes may have
+ * the same file open at once; a locked database is waited for (busy
+ * timeout plus a retry loop) so that SQLITE_BUSY never reaches a caller
+ * before the wait limit (LH_ESTORE_BUSY after it).
+ *
+ * Every write runs inside a transaction: either an explicit batch
+ * (lh_store_begin ... lh_store_commit) or, for a put outside a batch, a
+ * transaction of its own. Inserts are idempotent on their keys: a message
+ * the store already holds is counted as a duplicate (*inserted = 0), not an
+ * error, so an actor may resend whatever was not acked.
+ *
+ * An lh_store is one SQLite connection: use it from one thread at a time.
+ * All SQL is prepared with bound parameters. Unsigned 64-bit ids and seeds
+ * are stored as SQLite's signed 64-bit integers (the same bits), so one
+ * above 2^63 shows as negative in sqlite3 but reads back unchanged here. */
+#ifndef LH_STORE_H
+#define LH_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "proto/wire.h"
+
+/* The schema version this build writes (PRAGMA user_version; also the
+ * meta table's schema_version). Older files are migrated on a read-write
+ * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
+#define LH_STORE_SCHEMA_VERSION 2
+/* meta.application and PRAGMA application_id ('LHRS'): what marks a
+ * SQLite file as a longhaul store. */
+#define LH_STORE_APPLICATION "longhaul-replay-store"
+#define LH_STORE_APPLICATION_ID 0x4C485253
+
+/* Fixed text sizes of the rows below (bytes including the NUL). Names are
+ * bounded by the wire limits (256 bytes); longer error text is cut. */
+#define LH_STORE_NAME_BYTES 257
+#define LH_STORE_ERROR_BYTES 512
+#define LH_STORE_MAX_LAYERS 256
+#define LH_STORE_MAX_GAPS 64   /* missing seq numbers listed in a report */
+
+typedef struct lh_store lh_store;
+
+/* ---- opening ----------------------------------------------------------- */
+
+typedef struct {
+  int readonly;            /* SQLITE_OPEN_READONLY; no schema changes, no writes */
+  int busy_timeout_ms;     /* SQLite's busy handler per attempt; default 2000 */
+  int max_wait_ms;         /* total wait for a lock before LH_ESTORE_BUSY; default 120000 */
+  int synchronous;         /* PRAGMA synchronous: 0 OFF, 1 NORMAL (default), 2 FULL */
+  int quick_check;         /* run PRAGMA quick_check on open; default 1 */
+  lh_wire_limits limits;   /* for decoding payloads read back; default lh_wire_limits_default */
+} lh_store_options;
+
+void lh_store_options_default(lh_store_options *o);
+
+/* Opens (creating if absent, migrating if older) the store at path for
+ * reading and writing. On success *out is a new store the caller closes
+ * with lh_store_close; on failure *out is NULL and err says why:
+ * LH_ESTORE_NOT_SQLITE (the file is not a SQLite database),
+ * LH_ESTORE_NOT_STORE (a SQLite database without the longhaul marker),
+ * LH_ESTORE_CORRUPT (quick_check failed or SQLite reports corruption),
+ * LH_ESTORE_TOO_NEW, LH_ESTORE_SQLITE. A new file gets WAL mode. */
+int lh_store_open(const char *path, lh_store **out, lh_errbuf *err);
+/* Opens an existing store read-only (SQLITE_OPEN_READONLY), as every query
+ * path does. Besides the errors above: LH_ESTORE_NO_FILE when path does not
+ * exist, LH_ESTORE_NEEDS_MIGRATION when the schema is older than this build
+ * (open it read-write once to migrate). */
+int lh_store_open_readonly(const char *path, lh_store **out, lh_errbuf *err);
+/* Either of the above, as o->readonly says; o may be NULL for defaults. */
+int lh_store_open_with(const char *path, const lh_store_options *o, lh_store **out,
+                       lh_errbuf *err);
+/* Rolls back an open batch, finalizes everything and closes; accepts NULL. */
+void lh_store_close(lh_store *s);
+
+const char *lh_store_path(const lh_store *s);
+int lh_store_is_readonly(const lh_store *s);
+
+/* ---- batches ----------------------------------------------------------- */
+
+/* Starts a write transaction (BEGIN IMMEDIATE, waiting for the write lock).
+ * Every put until lh_store_commit joins it. LH_ESTORE_TXN when a batch is
+ * already open, LH_ESTORE_READONLY on a read-only store. */
+int lh_store_begin(lh_store *s, lh_errbuf *err);
+/* Makes the batch durable (as PRAGMA synchronous says). LH_ESTORE_TXN when
+ * no batch is open. On failure the batch is rolled back. */
+int lh_store_commit(lh_store *s, lh_errbuf *err);
+/* Drops the open batch; a no-op when none is open. */
+int lh_store_rollback(lh_store *s, lh_errbuf *err);
+int lh_store_in_batch(const lh_store *s);
+
+/* ---- writes (each: *inserted = 1 when new, 0 when a duplicate) ---------- */
+
+/* Validates seg (lh_wire_validate_segment with the store's limits), stores
+ * its encoding (lh_wire_segment_encode) as the payload under (episode_id,
+ * seq), and creates the episode row as `running` when there is none yet, or
+ * adds the segment's tokens and versions to it. The version range counts
+ * tokens sampled by the policy (loss_mask 1) only. inserted may be NULL. */
+int lh_store_put_segment(lh_store *s, const Longhaul__Segment *seg, int *inserted,
+                         lh_errbuf *err);
+/* Records the end of an episode: status and outcome, reward, reward terms,
+ * expected segment count, total tokens, steps, group and task seed.
+ * Creates the episode row when no segment came first. An episode that has
+ * already ended is a duplicate (nothing changes). */
+int lh_store_put_episode_end(lh_store *s, const Longhaul__EpisodeEnd *end, int *inserted,
+                             lh_errbuf *err);
+
+typedef struct {
+  const char *run_id;      /* key; required */
+  const char *command;     /* how it was started; may be NULL */
+  const char *config;      /* the configuration text; may be NULL */
+  int64_t started_ms;      /* wall clock; 0 means now */
+} lh_store_run;
+int lh_store_put_run(lh_store *s, const lh_store_run *run, int *inserted, lh_errbuf *err);
+
+typedef struct {
+  uint64_t version;        /* key */
+  const char *run_id;      /* may be NULL */
+  uint64_t step;           /* learner step that produced it */
+  const char *checkpoint;  /* checkpoint directory; may be NULL */
+  uint64_t checksum;       /* WeightsAnnounce.checksum */
+  uint64_t total_bytes;
+  uint32_t stage_index;
+  uint32_t max_context;
+  int64_t created_ms;      /* 0 means now */
+} lh_store_policy_version;
+int lh_store_put_policy_version(lh_store *s, const lh_store_policy_version *v, int *inserted,
+                                lh_errbuf *err);
+
+typedef struct {
+  uint64_t step;           /* key */
+  uint64_t version;        /* policy version after the step */
+  char run_id[LH_STORE_NAME_BYTES];  /* may be empty */
+  double loss;
+  double reward_mean;
+  double success_rate;     /* 0..1 over the step's episodes */
+  uint64_t tokens;         /* sampled tokens trained on */
+  uint32_t episodes;
+  uint32_t dropped_stale;  /* episodes dropped for max_policy_lag */
+  double lag_mean;         /* policy lag of the step's tokens */
+  double lag_max;
+  double logp_diff;        /* max |learner logp - behavior logp| at the current version */
+  double grad_norm;
+  double lr;
+  int skipped;             /* 1 when a non-finite loss or gradient skipped it */
+  uint32_t layers;         /* entries of maxvio used */
+  double maxvio[LH_STORE_MAX_LAYERS];  /* MaxVio per layer, stored as a JSON array */
+  double step_ms;          /* duration of the step */
+  int64_t time_ms;         /* wall clock at its end; 0 means now */
+} lh_store_train_step;
+/* Non-finite loss and metrics are stored as NULL. */
+int lh_store_put_train_step(lh_store *s, const lh_store_train_step *t, int *inserted,
+                            lh_errbuf *err);
+
+/* ---- episodes ---------------------------------------------------------- */
+
+typedef enum {
+  LH_EPISODE_RUNNING = 0,   /* segments arrived, no EpisodeEnd yet */
+  LH_EPISODE_COMPLETE = 1,  /* ended with success or failure */
+  LH_EPISODE_TRUNCATED = 2, /* hit max_steps or max_context */
+  LH_EPISODE_ABORTED = 3,
+  LH_EPISODE_ERROR = 4,
+  LH_EPISODE_STATUS_COUNT = 5
+} lh_episode_status;
+
+/* "running", "complete", ... as stored in episodes.status; NULL if unknown. */
+const char *lh_episode_status_name(lh_episode_status st);
+/* Returns the status, or -1 when name is not one. */
+int lh_episode_status_from_name(const char *name);
+/* "success", "failure", "truncated", "aborted", "error" as stored in
+ * episodes.outcome; NULL for OUTCOME_UNSPECIFIED or unknown. */
+const char *lh_episode_outcome_name(Longhaul__Outcome outcome);
+
+typedef struct {
+  uint64_t id;
+  char actor[LH_STORE_NAME_BYTES];
+  char env[LH_STORE_NAME_BYTES];
+  uint64_t task_seed;
+  uint64_t group_id;
+  lh_episode_status status;
+  Longhaul__Outcome outcome;       /* OUTCOME_UNSPECIFIED while running */
+  char error[LH_STORE_ERROR_BYTES];/* EpisodeEnd.error, cut to fit */
+  uint32_t steps;
+  uint64_t tokens;                 /* EpisodeEnd.total_tokens; tokens_received while running */
+  uint64_t tokens_received;        /* sum over the stored segments */
+  int has_reward;                  /* 0 until the EpisodeEnd */
+  double reward;
+  int has_versions;                /* 0 when no sampled token was stored */
+  uint64_t min_version, max_version;
+  int has_end;                     /* an EpisodeEnd arrived */
+  uint32_t segment_count;          /* expected (EpisodeEnd); 0 without one */
+  uint32_t segments_received;
+  uint32_t payloads_dropped;       /* segments whose payload retention removed */
+  int64_t created_ms, updated_ms, ended_ms;  /* ended_ms 0 while running */
+} lh_episode_row;
+
+/* Which episodes lh_store_episodes visits. Fields left as
+ * lh_episode_filter_init sets them match everything. */
+typedef struct {
+  const char *env;          /* exact environment name; NULL: any */
+  const char *actor;        /* exact actor name; NULL: any */
+  unsigned status_mask;     /* bit (1u << lh_episode_status) per status; 0: any */
+  int has_group;            /* only this group */
+  uint64_t group_id;
+  int reward_range;         /* reward in [reward_min, reward_max]; excludes episodes without one */
+  double reward_min, reward_max;
+  int version_range;        /* every sampled token's version in [version_min, version_max] */
+  uint64_t version_min, version_max;
+  int ready_only;           /* ended, and every expected segment is stored with its payload */
+  uint64_t after_id;        /* only ids above (below, when newest_first); 0: from the start */
+  int newest_first;         /* order by id descending instead of ascending */
+  uint32_t limit;           /* at most this many rows; 0: no limit */
+} lh_episode_filter;
+
+void lh_episode_filter_init(lh_episode_filter *f);
+
+/* Called per row; return 0 to go on, a positive value to stop quietly (the
+ * query returns 0) or a negative lh_err to stop with that code. The row is
+ * valid only during the call. */
+typedef int (*lh_store_episode_fn)(void *ctx, const lh_episode_row *row);
+
+/* Visits the episodes f selects (NULL: all), in id order. *count (may be
+ * NULL) gets the number of rows visited. */
+int lh_store_episodes(lh_store *s, const lh_episode_filter *f, lh_store_episode_fn fn, void *ctx,
+                      uint64_t *count, lh_errbuf *err);
+/* One episode; LH_ESTORE_NO_EPISODE when the store has none with that id. */
+int lh_store_episode_get(lh_store *s, uint64_t id, lh_episode_row *row, lh_errbuf *err);
+
+/* What reassembly found: the stored seq numbers against what should be
+ * there (0 .. max(segment_count, highest stored seq + 1) - 1). */
+typedef struct {
+  int has_end;
+  uint32_t expected;          /* EpisodeEnd.segment_count; 0 without one */
+  uint32_t received;          /* segment rows stored */
+  uint32_t dropped;           /* of those, payloads removed by retention */
+  uint32_t missing_count;     /* seq numbers with no row */
+  uint32_t missing_listed;    /* entries of missing[] used */
+  uint32_t missing[LH_STORE_MAX_GAPS];  /* the first missing seq numbers, ascending */
+  int complete;               /* has_end, no gap, nothing dropped, received == expected */
+} lh_segment_report;
+
+/* Called per stored segment in seq order. seg is the decoded, validated
+ * payload (owned by the store, freed after the call), or NULL when
+ * retention dropped it. Return as for lh_store_episode_fn. */
+typedef int (*lh_store_segment_fn)(void *ctx, uint32_t seq, const Longhaul__Segment *seg);
+
+/* Reassembles episode id: decodes each stored payload with
+ * lh_wire_segment_decode (LH_ESTORE_PAYLOAD naming the episode and seq when
+ * one does not decode or names another episode/seq), hands it to fn (may
+ * be NULL to only check) and fills *report (may be NULL). Gaps are not an
+ * error: they are reported. LH_ESTORE_NO_EPISODE for an unknown id. */
+int lh_store_episode_segments(lh_store *s, uint64_t id, lh_store_segment_fn fn, void *ctx,
+                              lh_segment_report *report, lh_errbuf *err);
+/* The same into an array: *segs gets a malloc'd array of *count decoded
+ * segments in seq order (an entry NULL where retention dropped the
+ * payload), freed with lh_store_segments_free. */
+int lh_store_episode_segments_array(lh_store *s, uint64_t id, Longhaul__Segment ***segs,
+                                    size_t *count, lh_segment_report *report, lh_errbuf *err);
+void lh_store_segments_free(Longhaul__Segment **segs, size_t count);  /* accepts NULL */
+
+typedef struct {
+  char name[LH_STORE_NAME_BYTES];
+  double value;
+  uint32_t step;
+} lh_reward_term;
+
+/* The reward terms of episode id, by step then name: up to cap of them
+ * into terms (may be NULL when cap is 0); *count gets how many there are
+ * in all (may exceed cap). An episode without terms gives 0. */
+int lh_store_episode_rewards(lh_store *s, uint64_t id, lh_reward_term *terms, size_t cap,
+                             size_t *count, lh_errbuf *err);
+
+/* ---- train steps ------------------------------------------------------- */
+
+typedef int (*lh_store_train_step_fn)(void *ctx, const lh_store_train_step *t);
+/* Visits train steps with step >= from_step in step order, at most limit
+ * (0: all). Metrics stored as NULL read back as NAN. */
+int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
+                         lh_store_train_step_fn fn, void *ctx, lh_errbuf *err);
+
+/* ---- statistics -------------------------------------------------------- */
+
+typedef struct {
+  uint32_t schema_version;
+  uint64_t file_bytes;                   /* page_count * page_size of the main file */
+  uint64_t runs;
+  uint64_t policy_versions;
+  uint64_t latest_policy_version;        /* 0 when none */
+  uint64_t episodes;
+  uint64_t by_status[LH_EPISODE_STATUS_COUNT];
+  uint64_t successes;                    /* outcome success */
+  uint64_t incomplete;                   /* ended, but segments missing or dropped */
+  uint64_t segments;
+  uint64_t payloads_dropped;
+  uint64_t payload_bytes;                /* of the payloads still stored */
+  uint64_t tokens;                       /* over the stored segments */
+  uint64_t reward_terms;
+  uint64_t rewarded;                     /* episodes with a reward */
+  double reward_mean;                    /* over those; 0 when none */
+  double reward_min, reward_max;
+  int has_versions;
+  uint64_t min_version, max_version;     /* over the stored sampled tokens */
+  uint64_t train_steps;
+  uint64_t last_train_step;              /* 0 when none */
+} lh_store_stats;
+
+int lh_store_stats_get(lh_store *s, lh_store_stats *st, lh_errbuf *err);
+
+typedef struct {
+  char env[LH_STORE_NAME_BYTES];
+  uint64_t episodes;
+  uint64_t by_status[LH_EPISODE_STATUS_COUNT];
+  uint64_t successes;
+  uint64_t tokens;                       /* over the stored segments */
+  uint64_t rewarded;
+  double reward_mean;                    /* 0 when none rewarded */
+} lh_store_env_stats;
+typedef int (*lh_store_env_stats_fn)(void *ctx, const lh_store_env_stats *e);
+/* One row per environment, by name. */
+int lh_store_stats_by_env(lh_store *s, lh_store_env_stats_fn fn, void *ctx, lh_errbuf *err);
+
+/* ---- retention --------------------------------------------------------- */
+
+/* Drops (sets to NULL) the payload of every segment whose newest sampled
+ * token is older than min_version (segments without sampled tokens go with
+ * the versions around them: they are dropped when their episode's
+ * max_version is older). Episode rows, segment rows (tokens, versions) and
+ * reward terms stay. One transaction (or joins the open batch).
+ * *segments_dropped and *bytes_dropped may be NULL. */
+int lh_store_drop_payloads_before(lh_store *s, uint64_t min_version, uint64_t *segments_dropped,
+                                  uint64_t *bytes_dropped, lh_errbuf *err);
+/* Keeps the payloads of the newest keep_versions versions (relative to the
+ * newest stored sampled-token version) and drops older ones as above. */
+int lh_store_retain_versions(lh_store *s, uint64_t keep_versions, uint64_t *segments_dropped,
+                             uint64_t *bytes_dropped, lh_errbuf *err);
+
+/* ---- read-only SQL (`longhaul replay sql`) ---------------------------- */
+
+/* Called once per result row: ncols columns with their names and values
+ * as text (NULL for SQL NULL; a BLOB as "<blob N bytes>"). Valid only
+ * during the call. Return as for lh_store_episode_fn. */
+typedef int (*lh_store_sql_row_fn)(void *ctx, int ncols, const char *const *names,
+                                   const char *const *values);
+
+/* Runs one SQL statement on a store opened read-only. Refuses, before
+ * running anything: a store not opened read-only
+ * (LH_ESTORE_SQL_NEEDS_READONLY), text that does not compile
+ * (LH_ESTORE_SQL_PARSE, with SQLite's message), more than one statement
+ * (LH_ESTORE_SQL_MULTIPLE), and any statement that could write or change
+ * the connection: sqlite3_stmt_readonly false, ATTACH/DETACH, a PRAGMA
+ * that sets a value, VACUUM (LH_ESTORE_SQL_WRITE). *rows (may be NULL)
+ * gets the number of rows handed to fn. */
+int lh_store_sql(lh_store *s, const char *sql, lh_store_sql_row_fn fn, void *ctx,
+                 uint64_t *rows, lh_errbuf *err);
+
+#endif
