@@ -32,6 +32,8 @@
 #include "common/errors_kernels.def"
 #include "common/errors_model.def"
 #include "common/errors_envs.def"
+#include "common/errors_actors.def"
+#include "common/errors_learner.def"
 
 #define LH_ERR_ALL(XX)                                                  \
   LH_ERR_GENERAL(XX)                                                    \
@@ -39,7 +41,9 @@
   LH_ERR_STORE(XX)                                                      \
   LH_ERR_KERNELS(XX)                                                    \
   LH_ERR_MODEL(XX)                                                      \
-  LH_ERR_ENVS(XX)
+  LH_ERR_ENVS(XX)                                                       \
+  LH_ERR_ACTORS(XX)                                                     \
+  LH_ERR_LEARNER(XX)
 
 typedef enum {
 #define LH_ERR_ENUM(name, value, msg) LH_##name = (value),
