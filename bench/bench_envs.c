@@ -121,7 +121,7 @@ static pid_t start_server(const char *ep) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     lh_log_set_level(LH_LOG_WARN);
     lh_errbuf e;
-    _exit(lh_envserver_serve(ep, &e) < 0 ? 3 : 0);
+    _exit(lh_envserver_serve(ep, 0, &e) < 0 ? 3 : 0);
   }
   return pid;
 }

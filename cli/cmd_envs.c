@@ -15,13 +15,15 @@ static void usage(FILE *out) {
           "usage: longhaul envs list\n"
           "       longhaul envs describe NAME [ENV OPTIONS]\n"
           "       longhaul envs play NAME [--seed N] [--expert] [--ansi] [--max-text BYTES] [ENV OPTIONS]\n"
-          "       longhaul envs serve --bind ENDPOINT\n\n"
+          "       longhaul envs serve --bind ENDPOINT [--max-sessions N]\n\n"
           "Tool environments: the built-ins (calc, needle, maze), plugins and env servers.\n\n"
           "ENV OPTIONS\n"
           "  --opt KEY=VALUE     an environment option (repeatable), e.g. --opt size=8\n"
           "  --plugin PATH       load NAME from the plugin library at PATH\n"
           "  --server ENDPOINT   use NAME on the env server at ENDPOINT (tcp://, ipc://)\n"
           "  --timeout-ms MS     env server timeout (default 5000)\n\n"
+          "serve: the built-ins over ZeroMQ for any client; at most N sessions\n"
+          "(default 4096), the least recently used going first.\n\n"
           "play: type one action per line, e.g. <call>calc(2*21)</call> or 42<eos>;\n"
           "with --expert the expert plays (press Enter for each step on a terminal).\n"
           "Images are drawn as text art (--ansi: in colour). Exit codes: 0 episode\n"
@@ -36,7 +38,7 @@ typedef struct {
   size_t owned_count;
   uint64_t seed;
   int expert, ansi;
-  long max_text;
+  long max_text, max_sessions;
   const char *bind;
 } args;
 
@@ -60,7 +62,7 @@ static int parse_args(int argc, char **argv, int first, args *a, int want_name) 
     const char *next = i + 1 < argc ? argv[i + 1] : NULL;
     int takes = !strcmp(s, "--opt") || !strcmp(s, "--plugin") || !strcmp(s, "--server") ||
                 !strcmp(s, "--timeout-ms") || !strcmp(s, "--seed") || !strcmp(s, "--max-text") ||
-                !strcmp(s, "--bind");
+                !strcmp(s, "--bind") || !strcmp(s, "--max-sessions");
     if (takes && !next) {
       fprintf(stderr, "longhaul envs: %s needs a value\n", s);
       return LH_EXIT_USAGE;
@@ -82,7 +84,7 @@ static int parse_args(int argc, char **argv, int first, args *a, int want_name) 
     } else if (!strcmp(s, "--timeout-ms")) {
       if (add_opt(a, "timeout_ms", next)) return LH_EXIT_USAGE;
       i++;
-    } else if (!strcmp(s, "--seed") || !strcmp(s, "--max-text")) {
+    } else if (!strcmp(s, "--seed") || !strcmp(s, "--max-text") || !strcmp(s, "--max-sessions")) {
       char *end;
       errno = 0;
       unsigned long long v = strtoull(next, &end, 10);
@@ -90,8 +92,16 @@ static int parse_args(int argc, char **argv, int first, args *a, int want_name) 
         fprintf(stderr, "longhaul envs: %s takes a non-negative integer, not '%s'\n", s, next);
         return LH_EXIT_USAGE;
       }
-      if (!strcmp(s, "--seed")) a->seed = v;
-      else a->max_text = (long)v;
+      if (!strcmp(s, "--seed")) {
+        a->seed = v;
+      } else if (!strcmp(s, "--max-text")) {
+        a->max_text = (long)v;
+      } else if (v < 1 || v > 1000000) {
+        fprintf(stderr, "longhaul envs: --max-sessions takes 1..1000000, not '%s'\n", next);
+        return LH_EXIT_USAGE;
+      } else {
+        a->max_sessions = (long)v;
+      }
       i++;
     } else if (!strcmp(s, "--bind")) {
       a->bind = next;
@@ -312,7 +322,7 @@ int lh_cmd_envs(int argc, char **argv) {
     if (!rc) {
       lh_errbuf err;
       lh_errbuf_clear(&err);
-      int s = lh_envserver_serve(a.bind, &err);
+      int s = lh_envserver_serve(a.bind, (uint32_t)a.max_sessions, &err);
       if (s < 0) {
         fprintf(stderr, "longhaul envs serve: %s (%s)\n", err.msg, lh_err_name(s));
         rc = LH_EXIT_RUNTIME;

@@ -219,8 +219,12 @@ int lh_env_vtable_check(const lh_env_vtable *vt, const char *what, lh_errbuf *er
 
 /* Serves every built-in over ZeroMQ at endpoint (a REP socket) until an
  * Envelope with Shutdown arrives or a signal interrupts it. Sessions are
- * created with ENV_OP_CREATE and live until CLOSE. */
-int lh_envserver_serve(const char *endpoint, lh_errbuf *err);
+ * created with ENV_OP_CREATE and live until CLOSE; at most max_sessions
+ * (0: the default) are kept, the least recently used going first, and a
+ * request for a session that is gone is answered with LH_ENOENT, after
+ * which the client's next reset creates a new one. */
+#define LH_ENVSERVER_DEFAULT_SESSIONS 4096
+int lh_envserver_serve(const char *endpoint, uint32_t max_sessions, lh_errbuf *err);
 
 /* ---- option helpers for environment code ---- */
 

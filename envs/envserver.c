@@ -11,17 +11,16 @@
 #include "envs/internal.h"
 #include "proto/wire.h"
 
-#define MAX_SESSIONS 4096
-
 typedef struct {
   uint64_t id;
   lh_env *env;
+  uint64_t last_used;  /* the server's request count when last used */
 } session;
 
 typedef struct {
   session *s;
-  size_t n;
-  uint64_t next_id;
+  size_t n, max;
+  uint64_t next_id, clock;
 } sessions;
 
 /* Sessions stay sorted by id (ids only grow), so lookup is a binary
@@ -38,7 +37,9 @@ static size_t locate(const sessions *ss, uint64_t id) {
 
 static lh_env *find(sessions *ss, uint64_t id) {
   size_t i = locate(ss, id);
-  return i < ss->n && ss->s[i].id == id ? ss->s[i].env : NULL;
+  if (i >= ss->n || ss->s[i].id != id) return NULL;
+  ss->s[i].last_used = ++ss->clock;
+  return ss->s[i].env;
 }
 
 static void close_session(sessions *ss, uint64_t id) {
@@ -80,8 +81,16 @@ static int handle(sessions *ss, const Longhaul__EnvRequest *q, Longhaul__EnvResp
   r->request_id = q->request_id;
   r->session_id = q->session_id;
   if (q->op == LONGHAUL__ENV_OP__ENV_OP_CREATE) {
-    if (ss->n >= MAX_SESSIONS)
-      return lh_errbuf_set(err, LH_EAGAIN, "env server: %d sessions open; close some", MAX_SESSIONS);
+    if (ss->n >= ss->max) {
+      /* Full: the least recently used session goes. Clients that lost a
+       * connection never close theirs, so without this the table would
+       * only fill. Its owner's next request gets ENOENT and re-creates. */
+      size_t lru = 0;
+      for (size_t i = 1; i < ss->n; i++)
+        if (ss->s[i].last_used < ss->s[lru].last_used) lru = i;
+      LH_INFO("envs", "env server evicts session=%llu sessions=%zu", (unsigned long long)ss->s[lru].id, ss->n);
+      close_session(ss, ss->s[lru].id);
+    }
     lh_env_option opts[256];
     size_t n = q->n_options < 256 ? q->n_options : 256;
     for (size_t i = 0; i < n; i++) {
@@ -102,7 +111,7 @@ static int handle(sessions *ss, const Longhaul__EnvRequest *q, Longhaul__EnvResp
       return lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
     }
     ss->s = grown;
-    ss->s[ss->n++] = (session){++ss->next_id, env};
+    ss->s[ss->n++] = (session){++ss->next_id, env, ++ss->clock};
     r->session_id = ss->next_id;
     return 0;
   }
@@ -194,7 +203,7 @@ static void answer(sessions *ss, const zmq_msg_t *in, uint64_t msg_id, uint8_t *
   lh_wire_free(req);
 }
 
-int lh_envserver_serve(const char *endpoint, lh_errbuf *err) {
+int lh_envserver_serve(const char *endpoint, uint32_t max_sessions, lh_errbuf *err) {
   if (!endpoint || !*endpoint) return lh_errbuf_set(err, LH_EINVAL, "env server: no endpoint to bind");
   void *zctx = zmq_ctx_new();
   if (!zctx) return lh_errbuf_set(err, LH_EZMQ, "env server: zmq_ctx_new failed");
@@ -207,8 +216,10 @@ int lh_envserver_serve(const char *endpoint, lh_errbuf *err) {
     zmq_ctx_term(zctx);
     return rc;
   }
-  LH_INFO("envs", "env server listening endpoint=%s", endpoint);
+  LH_INFO("envs", "env server listening endpoint=%s max_sessions=%u", endpoint,
+          max_sessions ? max_sessions : LH_ENVSERVER_DEFAULT_SESSIONS);
   sessions ss = {0};
+  ss.max = max_sessions ? max_sessions : LH_ENVSERVER_DEFAULT_SESSIONS;
   int rc = 0, stop = 0;
   uint64_t msg_id = 0;
   /* One message holds one or more requests, one per frame; the reply has

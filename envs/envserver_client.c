@@ -74,6 +74,8 @@ static int wait_response(server_env *s, Longhaul__EnvResponse **resp, lh_errbuf 
   Longhaul__EnvResponse *r = got->env_response;
   lh_wire_free(s->last);
   s->last = got;
+  if (r->status == LH_ENOENT && op != LONGHAUL__ENV_OP__ENV_OP_CREATE)
+    s->session_id = 0; /* the server dropped our session: the next reset makes a new one */
   if (r->status < 0)
     return lh_errbuf_set(err, LH_EENVS_SERVER_ERROR, "env server %s: %s failed: %s (%s)",
                          lh_envs_conn_endpoint(s->conn), op_name(op),

@@ -107,6 +107,8 @@ END_TEST
 START_TEST(test_serve) {
   ck_assert_int_eq(run("envs serve", NULL), 2);
   ck_assert(strstr(out, "--bind ENDPOINT is required"));
+  ck_assert_int_eq(run("envs serve --bind ipc:///tmp/x --max-sessions 0", NULL), 2);
+  ck_assert(strstr(out, "--max-sessions takes 1..1000000"));
   ck_assert_int_eq(run("envs serve --bind nonsense://here", NULL), 1);
   ck_assert(strstr(out, "cannot bind"));
   char ep[128], args[512];

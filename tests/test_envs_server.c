@@ -18,16 +18,18 @@ static void endpoint(char *buf, size_t cap, const char *tag) {
   snprintf(buf, cap, "ipc:///tmp/lh-envs-test-%d-%s.sock", (int)getpid(), tag);
 }
 
-static pid_t start_c_server(const char *ep) {
+static pid_t start_c_server_max(const char *ep, uint32_t max_sessions) {
   pid_t pid = fork();
   ck_assert(pid >= 0);
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  /* never outlive a failed test */
     lh_errbuf e;
-    _exit(lh_envserver_serve(ep, &e) < 0 ? 3 : 0);
+    _exit(lh_envserver_serve(ep, max_sessions, &e) < 0 ? 3 : 0);
   }
   return pid;
 }
+
+static pid_t start_c_server(const char *ep) { return start_c_server_max(ep, 0); }
 
 static pid_t start_py_server(const char *ep) {
   char script[1024];
@@ -450,6 +452,36 @@ START_TEST(test_hub_server_killed) {
 }
 END_TEST
 
+/* A full server evicts the least recently used session; its owner's next
+ * request fails (the episode ends as error) and the reset after that
+ * creates a new session. */
+START_TEST(test_session_eviction) {
+  char ep[256];
+  endpoint(ep, sizeof ep, "evict");
+  pid_t pid = start_c_server_max(ep, 2);
+  const lh_env_option opts[] = {{"server", ep}};
+  lh_env *a, *b, *c;
+  lh_errbuf e;
+  lh_env_obs obs;
+  ck_assert_int_eq(lh_env_open("calc", opts, 1, &a, &e), 0);
+  ck_assert_int_eq(lh_env_open("calc", opts, 1, &b, &e), 0);
+  ck_assert_int_eq(lh_env_reset(b, 1, &obs, &e), 0);
+  ck_assert_int_eq(lh_env_open("calc", opts, 1, &c, &e), 0);  /* evicts a */
+  ck_assert_int_eq(lh_env_reset(a, 1, &obs, &e), LH_EENVS_SERVER_ERROR);
+  ck_assert(strstr(e.msg, "no session"));
+  int ok;
+  expert_episode(a, 2, &ok);  /* a new session (evicting b) */
+  ck_assert(ok);
+  expert_episode(c, 3, &ok);
+  ck_assert(ok);
+  lh_env_free(a);
+  lh_env_free(b);
+  lh_env_free(c);
+  stop(pid);
+  remove_endpoint(ep);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("envs_server");
   TCase *tc = tcase_create("core");
@@ -465,6 +497,7 @@ int main(void) {
   tcase_add_test(tc, test_batched_on_hub);
   tcase_add_test(tc, test_batched_python);
   tcase_add_test(tc, test_hub_server_killed);
+  tcase_add_test(tc, test_session_eviction);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
