@@ -1,0 +1,298 @@
+/* The [model] section: defaults (the demo model), INI parsing through inih,
+ * validation, and the JSON form kept in the checkpoint's metadata. */
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <ini.h>
+
+#include "model/internal.h"
+
+typedef enum { KEY_INT, KEY_FLOAT, KEY_BALANCE, KEY_U64 } key_type;
+
+typedef struct {
+  const char *name;
+  key_type type;
+  size_t offset;
+  double min, max; /* inclusive range for numbers */
+} key_spec;
+
+#define K(field, type, lo, hi) {#field, type, offsetof(lh_model_config, field), lo, hi}
+static const key_spec keys[] = {
+    K(d_model, KEY_INT, 1, 65536),
+    K(layers, KEY_INT, 1, 1024),
+    K(heads, KEY_INT, 1, 4096),
+    K(experts, KEY_INT, 1, 4096),
+    K(topk, KEY_INT, 1, 4096),
+    K(shared_experts, KEY_INT, 0, 4096),
+    K(latent, KEY_INT, 1, 65536),
+    K(expert_hidden, KEY_INT, 1, 65536),
+    K(chunk, KEY_INT, 1, 1024),
+    K(g_min, KEY_FLOAT, -80, -1e-6),
+    K(tau, KEY_FLOAT, 1e-6, 1e6),
+    K(vocab, KEY_INT, LH_TOK_VOCAB, 1 << 24),
+    K(patch, KEY_INT, 1, 1024),
+    K(max_patches, KEY_INT, 1, 1 << 20),
+    K(balance, KEY_BALANCE, 0, 0),
+    K(bias_rate, KEY_FLOAT, 0, 1e3),
+    K(quantile_rate, KEY_FLOAT, 0, 1e3),
+    K(aux_weight, KEY_FLOAT, 0, 1e3),
+    K(seed, KEY_U64, 0, 0),
+};
+#undef K
+static const int n_keys = (int)(sizeof keys / sizeof keys[0]);
+
+static const char *const balance_names[4] = {"bias", "quantile", "aux", "none"};
+
+const char *lh_balance_name(lh_balance_kind kind) {
+  return (unsigned)kind < 4 ? balance_names[kind] : "?";
+}
+
+void lh_model_config_default(lh_model_config *cfg) {
+  *cfg = (lh_model_config){.d_model = 128,
+                           .layers = 4,
+                           .heads = 4,
+                           .experts = 16,
+                           .topk = 2,
+                           .shared_experts = 1,
+                           .latent = 64,
+                           .expert_hidden = 128,
+                           .chunk = 16,
+                           .g_min = -5.0f,
+                           .tau = 1.0f,
+                           .vocab = LH_TOK_VOCAB,
+                           .patch = 8,
+                           .max_patches = 64,
+                           .balance = LH_BALANCE_BIAS,
+                           .bias_rate = 1e-3f,
+                           .quantile_rate = 0.5f,
+                           .aux_weight = 1e-2f,
+                           .seed = 0};
+}
+
+/* Sets one key from its text; 0, or the code with a message (no line). */
+static int set_key(lh_model_config *cfg, const key_spec *k, const char *value, lh_errbuf *err) {
+  char *end = NULL;
+  char *field = (char *)cfg + k->offset;
+  errno = 0;
+  switch (k->type) {
+    case KEY_INT: {
+      long v = strtol(value, &end, 10);
+      if (end == value || *end || errno || v < k->min || v > k->max)
+        return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
+                             "key '%s' = '%s' is not an integer in [%g, %g]", k->name, value,
+                             k->min, k->max);
+      *(int *)field = (int)v;
+      return LH_OK;
+    }
+    case KEY_FLOAT: {
+      double v = strtod(value, &end);
+      if (end == value || *end || errno || !isfinite(v) || v < k->min || v > k->max)
+        return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
+                             "key '%s' = '%s' is not a number in [%g, %g]", k->name, value,
+                             k->min, k->max);
+      *(float *)field = (float)v;
+      return LH_OK;
+    }
+    case KEY_U64: {
+      if (value[0] == '-')
+        return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
+                             "key '%s' = '%s' is not a non-negative integer", k->name, value);
+      unsigned long long v = strtoull(value, &end, 10);
+      if (end == value || *end || errno)
+        return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
+                             "key '%s' = '%s' is not a non-negative integer", k->name, value);
+      *(uint64_t *)field = (uint64_t)v;
+      return LH_OK;
+    }
+    case KEY_BALANCE:
+      for (int i = 0; i < 4; i++)
+        if (strcmp(value, balance_names[i]) == 0) {
+          *(lh_balance_kind *)field = (lh_balance_kind)i;
+          return LH_OK;
+        }
+      return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
+                           "key 'balance' = '%s' is not one of bias, quantile, aux, none",
+                           value);
+  }
+  return LH_EINVAL;
+}
+
+static const key_spec *find_key(const char *name) {
+  for (int i = 0; i < n_keys; i++)
+    if (strcmp(keys[i].name, name) == 0) return &keys[i];
+  return NULL;
+}
+
+int lh_model_config_validate(const lh_model_config *cfg, lh_errbuf *err) {
+  if (!cfg) return LH_EINVAL;
+  for (int i = 0; i < n_keys; i++) {
+    const key_spec *k = &keys[i];
+    const char *field = (const char *)cfg + k->offset;
+    double v = k->type == KEY_INT ? *(const int *)field
+               : k->type == KEY_FLOAT ? *(const float *)field
+                                      : 0;
+    if ((k->type == KEY_INT || k->type == KEY_FLOAT) && !(v >= k->min && v <= k->max))
+      return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE, "key '%s' = %g is outside [%g, %g]",
+                           k->name, v, k->min, k->max);
+  }
+  if ((unsigned)cfg->balance > 3)
+    return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE, "key 'balance' is not a known rule");
+  if (cfg->d_model % cfg->heads)
+    return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
+                         "key 'heads' = %d does not divide d_model = %d", cfg->heads,
+                         cfg->d_model);
+  if (cfg->topk > cfg->experts)
+    return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
+                         "key 'topk' = %d exceeds experts = %d", cfg->topk, cfg->experts);
+  return LH_OK;
+}
+
+typedef struct {
+  lh_model_config *cfg;
+  lh_errbuf *err;
+  int rc;
+} parse_state;
+
+static int on_entry(void *user, const char *section, const char *name, const char *value) {
+  parse_state *st = user;
+  if (strcmp(section, "model") != 0) return 1; /* other modules' sections */
+  if (st->rc) return 0;                        /* keep the first error only */
+  const key_spec *k = find_key(name);
+  if (!k) {
+    st->rc = lh_errbuf_set(st->err, LH_EMODEL_CONFIG_KEY,
+                           "unknown key '%s' in [model] (known: d_model, layers, heads, "
+                           "experts, topk, shared_experts, latent, expert_hidden, chunk, "
+                           "g_min, tau, vocab, patch, max_patches, balance, bias_rate, "
+                           "quantile_rate, aux_weight, seed)",
+                           name);
+    return 0;
+  }
+  st->rc = set_key(st->cfg, k, value, st->err);
+  return st->rc == 0;
+}
+
+/* inih returns the first failing line; append it to the message. */
+static int finish(parse_state *st, int line, const char *where, lh_errbuf *err) {
+  if (st->rc) {
+    if (err) {
+      char msg[LH_ERRMSG_BYTES];
+      snprintf(msg, sizeof msg, "%s", err->msg);
+      lh_errbuf_set(err, st->rc, "%s line %d: %s", where, line, msg);
+    }
+    return st->rc;
+  }
+  if (line > 0)
+    return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE, "%s line %d: not valid INI syntax",
+                         where, line);
+  int rc = lh_model_config_validate(st->cfg, err);
+  if (rc && err) {
+    char msg[LH_ERRMSG_BYTES];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    lh_errbuf_set(err, rc, "%s: %s", where, msg);
+  }
+  return rc;
+}
+
+int lh_model_config_parse_file(const char *path, lh_model_config *cfg, lh_errbuf *err) {
+  if (!path || !cfg) return LH_EINVAL;
+  lh_model_config c;
+  lh_model_config_default(&c);
+  parse_state st = {&c, err, 0};
+  int line = ini_parse(path, on_entry, &st);
+  if (line == -1)
+    return lh_errbuf_set(err, LH_EMODEL_IO, "cannot open config file '%s'", path);
+  if (line == -2) return lh_errbuf_set(err, LH_ENOMEM, "out of memory parsing '%s'", path);
+  int rc = finish(&st, line, path, err);
+  if (rc == 0) *cfg = c;
+  return rc;
+}
+
+int lh_model_config_parse_string(const char *text, lh_model_config *cfg, lh_errbuf *err) {
+  if (!text || !cfg) return LH_EINVAL;
+  lh_model_config c;
+  lh_model_config_default(&c);
+  parse_state st = {&c, err, 0};
+  int line = ini_parse_string(text, on_entry, &st);
+  if (line == -2) return lh_errbuf_set(err, LH_ENOMEM, "out of memory parsing config");
+  int rc = finish(&st, line, "config", err);
+  if (rc == 0) *cfg = c;
+  return rc;
+}
+
+char *lh_model_config_to_json(const lh_model_config *cfg) {
+  if (!cfg) return NULL;
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  for (int i = 0; i < n_keys; i++) {
+    const key_spec *k = &keys[i];
+    const char *field = (const char *)cfg + k->offset;
+    cJSON *item = NULL;
+    char buf[32];
+    switch (k->type) {
+      case KEY_INT: item = cJSON_CreateNumber(*(const int *)field); break;
+      case KEY_FLOAT: item = cJSON_CreateNumber(*(const float *)field); break;
+      case KEY_BALANCE: item = cJSON_CreateString(lh_balance_name(cfg->balance)); break;
+      case KEY_U64:
+        /* as a string: a double cannot hold every 64-bit seed */
+        snprintf(buf, sizeof buf, "%llu", (unsigned long long)cfg->seed);
+        item = cJSON_CreateString(buf);
+        break;
+    }
+    if (!item || !cJSON_AddItemToObject(o, k->name, item)) {
+      cJSON_Delete(item);
+      cJSON_Delete(o);
+      return NULL;
+    }
+  }
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}
+
+
+
+int lh_model_config_from_json_obj(const void *obj, lh_model_config *cfg, lh_errbuf *err) {
+  const cJSON *o = obj;
+  if (!cJSON_IsObject(o))
+    return lh_errbuf_set(err, LH_EMODEL_CKPT_METADATA, "model config is not a JSON object");
+  lh_model_config c;
+  lh_model_config_default(&c);
+  for (const cJSON *it = o->child; it; it = it->next)
+    if (!find_key(it->string))
+      return lh_errbuf_set(err, LH_EMODEL_CONFIG_KEY, "unknown key '%s' in model config JSON",
+                           it->string);
+  for (int i = 0; i < n_keys; i++) {
+    const key_spec *k = &keys[i];
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k->name);
+    if (!it)
+      return lh_errbuf_set(err, LH_EMODEL_CKPT_METADATA, "model config JSON lacks key '%s'",
+                           k->name);
+    char text[64];
+    if (cJSON_IsString(it))
+      snprintf(text, sizeof text, "%s", it->valuestring);
+    else if (cJSON_IsNumber(it))
+      snprintf(text, sizeof text, "%.17g", it->valuedouble);
+    else
+      return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
+                           "model config JSON key '%s' is neither a number nor a string",
+                           k->name);
+    LH_TRY(set_key(&c, k, text, err));
+  }
+  LH_TRY(lh_model_config_validate(&c, err));
+  *cfg = c;
+  return LH_OK;
+}
+
+int lh_model_config_from_json(const char *json, lh_model_config *cfg, lh_errbuf *err) {
+  if (!json || !cfg) return LH_EINVAL;
+  cJSON *o = cJSON_Parse(json);
+  if (!o) return lh_errbuf_set(err, LH_EMODEL_CKPT_METADATA, "model config is not valid JSON");
+  int rc = lh_model_config_from_json_obj(o, cfg, err);
+  cJSON_Delete(o);
+  return rc;
+}

@@ -1,0 +1,325 @@
+/* The training forward over packed sequences (DESIGN 4, chunked attention):
+ * embeddings and image patches, the blocks with their cross-layer
+ * attention residuals and MoE, the output log-probabilities; everything the
+ * backward needs stays in the cache. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/internal.h"
+
+void *lh_model_cache_alloc(lh_model_cache *c, size_t bytes) {
+  if (c->n_allocs == LH_MODEL_MAX_ALLOCS) return NULL;
+  void *p = c->be->alloc(c->be->context, bytes ? bytes : 4);
+  if (p) c->allocs[c->n_allocs++] = p;
+  return p;
+}
+
+static void cache_release(lh_model_cache *c) {
+  for (int i = 0; i < c->n_allocs; i++) c->be->free(c->be->context, c->allocs[i]);
+  c->n_allocs = 0;
+  free(c->layer);
+  free(c->images);
+  free(c->dlogp_default);
+  free(c->load_host);
+  free(c->xres_host);
+  free(c->idx_host);
+  c->layer = NULL;
+  c->images = NULL;
+  c->dlogp_default = c->load_host = c->xres_host = NULL;
+  c->idx_host = NULL;
+  c->have_bwd = 0;
+  c->cap_T = c->cap_seq = c->cap_pixels = 0;
+}
+
+void lh_model_cache_free(lh_model_cache *c) {
+  if (!c) return;
+  cache_release(c);
+  free(c);
+}
+
+#define GRAB(ptr, count, type)                                            \
+  do {                                                                    \
+    (ptr) = lh_model_cache_alloc(c, (size_t)(count) * sizeof(type));      \
+    if (!(ptr)) return LH_ENOMEM;                                         \
+  } while (0)
+
+/* Sizes the cache for T tokens, n_seq sequences and pixel floats. */
+static int cache_reserve(lh_model_cache *c, const lh_model *m, int T, int n_seq, int pixels,
+                         int n_images) {
+  const lh_model_config *cf = &m->cfg;
+  if (c->model == m && T <= c->cap_T && n_seq <= c->cap_seq && pixels <= c->cap_pixels &&
+      c->images && n_images <= c->cap_T)
+    return LH_OK;
+  cache_release(c);
+  c->model = m;
+  c->be = m->be;
+  int L = cf->layers, d = cf->d_model, r = cf->latent, E = cf->experts, k = cf->topk;
+  int S = cf->shared_experts, H = cf->heads, dk = d / H, f = cf->expert_hidden;
+  size_t st = (size_t)n_seq * H * dk * dk;
+  c->L = L;
+  c->layer = calloc((size_t)L, sizeof *c->layer);
+  c->images = calloc((size_t)T + 1, sizeof *c->images);
+  c->dlogp_default = calloc((size_t)T, sizeof(float));
+  c->load_host = calloc((size_t)L * E, sizeof(float));
+  c->xres_host = calloc((size_t)L * L + 1, sizeof(float));
+  c->idx_host = calloc((size_t)L * T * k, sizeof(int32_t));
+  if (!c->layer || !c->images || !c->dlogp_default || !c->load_host || !c->xres_host ||
+      !c->idx_host)
+    return LH_ENOMEM;
+  for (int l = 0; l < L; l++) {
+    lh_model_layer_cache *lc = &c->layer[l];
+    float **td[] = {&lc->h_in, &lc->u, &lc->q, &lc->k, &lc->v, &lc->graw, &lc->g,
+                    &lc->o, &lc->on, &lc->r, &lc->hmid, &lc->u2};
+    for (size_t i = 0; i < sizeof td / sizeof td[0]; i++) GRAB(*td[i], (size_t)T * d, float);
+    GRAB(lc->z, (size_t)T * r, float);
+    GRAB(lc->routed, (size_t)T * r, float);
+    GRAB(lc->shared, (size_t)T * r, float);
+    GRAB(lc->msum, (size_t)T * r, float);
+    GRAB(lc->rlogits, (size_t)T * E, float);
+    GRAB(lc->aff, (size_t)T * E, float);
+    GRAB(lc->gates, (size_t)T * k, float);
+    GRAB(lc->idx, (size_t)T * k, int32_t);
+    GRAB(lc->rcache, lh_moe_cache_floats(T * k, f, r), float);
+    if (S > 0) GRAB(lc->scache, lh_moe_cache_floats(T * S, f, r), float);
+    GRAB(lc->state_in, st, float);
+  }
+  GRAB(c->h_final, (size_t)T * d, float);
+  GRAB(c->un, (size_t)T * d, float);
+  GRAB(c->logits, (size_t)T * cf->vocab, float);
+  GRAB(c->logp, (size_t)T, float);
+  GRAB(c->tokens, (size_t)T, int32_t);
+  GRAB(c->targets, (size_t)T, int32_t);
+  GRAB(c->offsets, (size_t)n_seq + 1, int32_t);
+  GRAB(c->pixels, (size_t)pixels + 1, float);
+  GRAB(c->load_dev, (size_t)L * E, float);
+  GRAB(c->state_out, (size_t)L * st, float);
+  c->cap_T = T;
+  c->cap_seq = n_seq;
+  c->cap_pixels = pixels;
+  return LH_OK;
+}
+
+/* Checks the batch before anything runs; sets *pixels to the images'
+ * total float count. */
+static int check_batch(const lh_model *m, const lh_model_batch *b, int *pixels,
+                       lh_errbuf *err) {
+  const lh_model_config *cf = &m->cfg;
+  if (!b->tokens || b->n_tokens <= 0 || b->n_seq <= 0 || !b->seq_offsets)
+    return lh_errbuf_set(err, LH_EMODEL_BATCH, "batch needs tokens and seq_offsets");
+  int T = b->n_tokens;
+  if (b->seq_offsets[0] != 0 || b->seq_offsets[b->n_seq] != T)
+    return lh_errbuf_set(err, LH_EMODEL_BATCH,
+                         "seq_offsets must start at 0 and end at n_tokens = %d", T);
+  for (int s = 0; s < b->n_seq; s++)
+    if (b->seq_offsets[s + 1] < b->seq_offsets[s])
+      return lh_errbuf_set(err, LH_EMODEL_BATCH, "seq_offsets decrease at sequence %d", s);
+  for (int t = 0; t < T; t++) {
+    if (b->tokens[t] < 0 || b->tokens[t] >= cf->vocab)
+      return lh_errbuf_set(err, LH_EMODEL_TOKEN, "token %d is %d, outside [0, %d)", t,
+                           (int)b->tokens[t], cf->vocab);
+    if (b->targets && (b->targets[t] < -1 || b->targets[t] >= cf->vocab))
+      return lh_errbuf_set(err, LH_EMODEL_TOKEN, "target %d is %d, outside [-1, %d)", t,
+                           (int)b->targets[t], cf->vocab);
+  }
+  if (b->replay_experts)
+    for (size_t i = 0; i < (size_t)cf->layers * T * cf->topk; i++)
+      if (b->replay_experts[i] < 0 || b->replay_experts[i] >= cf->experts)
+        return lh_errbuf_set(err, LH_EMODEL_BATCH, "replayed expert %zu is %d, outside [0, %d)",
+                             i, (int)b->replay_experts[i], cf->experts);
+  *pixels = 0;
+  int next_free = 0;
+  for (int i = 0; i < b->n_images; i++) {
+    const lh_model_image *im = &b->images[i];
+    int p = cf->patch;
+    if (!im->pixels || im->height <= 0 || im->width <= 0 || im->height % p ||
+        im->width % p)
+      return lh_errbuf_set(err, LH_EMODEL_BATCH,
+                           "image %d is %dx%d: height and width must be positive multiples "
+                           "of patch = %d", i, im->height, im->width, p);
+    int P = (im->height / p) * (im->width / p);
+    if (P > cf->max_patches)
+      return lh_errbuf_set(err, LH_EMODEL_BATCH, "image %d has %d patches, over max_patches = %d",
+                           i, P, cf->max_patches);
+    if (im->at < next_free || im->at + P > T)
+      return lh_errbuf_set(err, LH_EMODEL_BATCH,
+                           "image %d at position %d with %d patches overlaps another image or "
+                           "runs past the %d tokens (images must come in order)", i, im->at, P,
+                           T);
+    next_free = im->at + P;
+    *pixels += im->height * im->width * 3;
+  }
+  return LH_OK;
+}
+
+int lh_model_forward(lh_model *m, const lh_model_batch *b, lh_model_cache **cache,
+                     float *logp, double *loss, float *state_out, lh_errbuf *err) {
+  if (!m || !b || !cache) return LH_EINVAL;
+  const lh_model_config *cf = &m->cfg;
+  const lh_backend *be = m->be;
+  void *ctx = be->context;
+  int pixels = 0;
+  LH_TRY(check_batch(m, b, &pixels, err));
+  if (!*cache) {
+    *cache = calloc(1, sizeof **cache);
+    if (!*cache) return LH_ENOMEM;
+  }
+  lh_model_cache *c = *cache;
+  int T = b->n_tokens, n_seq = b->n_seq;
+  c->valid = 0;
+  LH_TRY(cache_reserve(c, m, T, n_seq, pixels, b->n_images));
+  int L = cf->layers, d = cf->d_model, r = cf->latent, E = cf->experts, k = cf->topk;
+  int S = cf->shared_experts, H = cf->heads, dk = d / H, f = cf->expert_hidden;
+  int V = cf->vocab;
+  size_t st = (size_t)n_seq * H * dk * dk;
+  c->T = T;
+  c->n_seq = n_seq;
+  c->n_images = b->n_images;
+  c->has_state = b->state_in != NULL;
+
+  /* inputs: copies the backward can rely on after the caller's arrays go */
+  LH_TRY(be->upload(ctx, c->tokens, b->tokens, (size_t)T * sizeof(int32_t)));
+  LH_TRY(be->upload(ctx, c->offsets, b->seq_offsets, (size_t)(n_seq + 1) * sizeof(int32_t)));
+  int32_t *tg = malloc((size_t)T * sizeof *tg);
+  if (!tg) return LH_ENOMEM;
+  double wsum = 0;
+  for (int t = 0; t < T; t++) {
+    tg[t] = b->targets ? b->targets[t] : -1;
+    float w = tg[t] < 0 ? 0.0f : (b->loss_weight ? b->loss_weight[t] : 1.0f);
+    c->dlogp_default[t] = w;
+    wsum += w;
+  }
+  for (int t = 0; t < T; t++)
+    c->dlogp_default[t] = wsum > 0 ? (float)(-c->dlogp_default[t] / wsum) : 0.0f;
+  int rc = be->upload(ctx, c->targets, tg, (size_t)T * sizeof(int32_t));
+  free(tg);
+  LH_TRY(rc);
+  size_t px = 0;
+  for (int i = 0; i < b->n_images; i++) {
+    const lh_model_image *im = &b->images[i];
+    size_t n = (size_t)im->height * im->width * 3;
+    LH_TRY(be->upload(ctx, c->pixels + px, im->pixels, n * sizeof(float)));
+    c->images[i] = *im;
+    c->images[i].pixels = c->pixels + px;
+    px += n;
+  }
+  for (int l = 1; l < L; l++)
+    LH_TRY(be->download(ctx, c->xres_host + (size_t)l * L,
+                        lh_model_view(m, m->params, m->layer[l].xres), (size_t)l * sizeof(float)));
+
+  /* h0 = embeddings, with image patches at their positions */
+  float *h = c->layer[0].h_in;
+  LH_TRY(be->embedding_forward(ctx, h, c->tokens, m->params + m->tensors[m->embed].offset, T,
+                               V, d));
+  for (int i = 0; i < b->n_images; i++) {
+    const lh_model_image *im = &c->images[i];
+    LH_TRY(be->patch_forward(ctx, h + (size_t)im->at * d, im->pixels, im->height, im->width,
+                             cf->patch, lh_model_view(m, m->params, m->patch_w),
+                             lh_model_view(m, m->params, m->patch_b),
+                             lh_model_view(m, m->params, m->patch_pos), cf->max_patches, d));
+  }
+
+  float qscale = 1.0f / sqrtf((float)dk);
+  size_t Td = (size_t)T * d;
+  for (int l = 0; l < L; l++) {
+    lh_model_layer_cache *lc = &c->layer[l];
+    const lh_model_layer_ids *id = &m->layer[l];
+    float *P = m->params;
+#define W(name) lh_model_view(m, P, id->name)
+    float *h_out = l + 1 < L ? c->layer[l + 1].h_in : c->h_final;
+    LH_TRY(be->rmsnorm_forward(ctx, lc->u, NULL, lc->h_in, W(attn_norm), T, d, LH_RMSNORM_EPS));
+    LH_TRY(be->matmul_forward(ctx, lc->q, lc->u, W(wq), NULL, T, d, d));
+    LH_TRY(be->scale(ctx, lc->q, Td, qscale));
+    LH_TRY(be->matmul_forward(ctx, lc->k, lc->u, W(wk), NULL, T, d, d));
+    LH_TRY(be->matmul_forward(ctx, lc->v, lc->u, W(wv), NULL, T, d, d));
+    LH_TRY(be->matmul_forward(ctx, lc->graw, lc->u, W(wg), W(bg), T, d, d));
+    LH_TRY(be->decay_gate_forward(ctx, lc->g, lc->graw, Td, cf->g_min, cf->tau));
+    const float *sin = NULL;
+    if (b->state_in) {
+      LH_TRY(be->upload(ctx, lc->state_in, b->state_in + (size_t)l * st, st * sizeof(float)));
+      sin = lc->state_in;
+    }
+    LH_TRY(be->attn_chunked_forward(ctx, lc->o, c->state_out + (size_t)l * st, lc->q, lc->k,
+                                    lc->v, lc->g, sin, c->offsets, n_seq, H, dk, cf->chunk));
+    LH_TRY(be->rmsnorm_forward(ctx, lc->on, NULL, lc->o, W(head_norm), T * H, dk,
+                               LH_RMSNORM_EPS));
+    LH_TRY(be->matmul_forward(ctx, lc->r, lc->on, W(wo), NULL, T, d, d));
+    /* h_mid = h + r_l + sum_j c_{l,j} r_j */
+    LH_TRY(be->copy(ctx, lc->hmid, lc->h_in, Td * sizeof(float)));
+    LH_TRY(be->axpy(ctx, lc->hmid, 1.0f, lc->r, Td));
+    for (int j = 0; j < l; j++)
+      LH_TRY(be->axpy(ctx, lc->hmid, c->xres_host[(size_t)l * L + j], c->layer[j].r, Td));
+    /* MoE */
+    LH_TRY(be->rmsnorm_forward(ctx, lc->u2, NULL, lc->hmid, W(moe_norm), T, d, LH_RMSNORM_EPS));
+    LH_TRY(be->matmul_forward(ctx, lc->z, lc->u2, W(down), NULL, T, d, r));
+    LH_TRY(be->matmul_forward(ctx, lc->rlogits, lc->z, W(router), NULL, T, r, E));
+    if (b->replay_experts)
+      LH_TRY(be->upload(ctx, lc->idx, b->replay_experts + (size_t)l * T * k,
+                        (size_t)T * k * sizeof(int32_t)));
+    rc = be->moe_route_forward(ctx, lc->idx, lc->gates, lc->aff, lc->rlogits, W(bias), T, E, k,
+                               b->replay_experts != NULL);
+    if (rc)
+      return lh_errbuf_set(err, rc, "layer %d routing failed: %s", l, lh_strerror(rc));
+    LH_TRY(be->moe_experts_forward(ctx, lc->routed, lc->rcache, lc->z, lc->idx, lc->gates,
+                                   W(w1), W(w2), W(w3), T, E, k, r, f));
+    LH_TRY(be->copy(ctx, lc->msum, lc->routed, (size_t)T * r * sizeof(float)));
+    if (S > 0) {
+      LH_TRY(be->moe_experts_forward(ctx, lc->shared, lc->scache, lc->z, NULL, NULL, W(sw1),
+                                     W(sw2), W(sw3), T, S, S, r, f));
+      LH_TRY(be->axpy(ctx, lc->msum, 1.0f, lc->shared, (size_t)T * r));
+    }
+    LH_TRY(be->matmul_forward(ctx, h_out, lc->msum, W(up), NULL, T, r, d));
+    LH_TRY(be->axpy(ctx, h_out, 1.0f, lc->hmid, Td));
+#undef W
+    /* load per expert: the fraction of routed (token, slot) pairs */
+    int32_t *ih = c->idx_host + (size_t)l * T * k;
+    LH_TRY(be->download(ctx, ih, lc->idx, (size_t)T * k * sizeof(int32_t)));
+    float *load = c->load_host + (size_t)l * E;
+    memset(load, 0, (size_t)E * sizeof(float));
+    for (size_t i = 0; i < (size_t)T * k; i++) load[ih[i]] += 1.0f;
+    for (int e = 0; e < E; e++) load[e] /= (float)((size_t)T * k);
+  }
+  LH_TRY(be->upload(ctx, c->load_dev, c->load_host, (size_t)L * E * sizeof(float)));
+  LH_TRY(be->rmsnorm_forward(ctx, c->un, NULL, c->h_final,
+                             lh_model_view(m, m->params, m->final_norm), T, d, LH_RMSNORM_EPS));
+  LH_TRY(be->matmul_forward(ctx, c->logits, c->un, lh_model_view(m, m->params, m->out), NULL, T,
+                            d, V));
+  LH_TRY(be->logprob_forward(ctx, c->logp, NULL, c->logits, c->targets, T, V));
+  if (logp || loss) {
+    float *lp = logp ? logp : malloc((size_t)T * sizeof(float));
+    if (!lp) return LH_ENOMEM;
+    rc = be->download(ctx, lp, c->logp, (size_t)T * sizeof(float));
+    if (!rc && loss) {
+      double s = 0;
+      /* dlogp_default holds -w/sum w, so the loss is sum of dlogp * logp */
+      for (int t = 0; t < T; t++) s += (double)c->dlogp_default[t] * lp[t];
+      /* balance = aux: the balancing loss is part of the objective */
+      for (int l = 0; cf->balance == LH_BALANCE_AUX && l < L; l++) {
+        double aux = 0;
+        rc = be->moe_aux_loss_forward(ctx, &aux, c->layer[l].aff, c->load_dev + (size_t)l * E,
+                                      T, E, cf->aux_weight);
+        if (rc) break;
+        s += aux;
+      }
+      *loss = s;
+    }
+    if (!logp) free(lp);
+    LH_TRY(rc);
+  }
+  if (state_out)
+    LH_TRY(be->download(ctx, state_out, c->state_out, (size_t)L * st * sizeof(float)));
+  c->valid = 1;
+  return LH_OK;
+}
+
+int lh_model_cache_experts(const lh_model_cache *c, int32_t *out) {
+  if (!c || !out || !c->valid) return LH_EINVAL;
+  memcpy(out, c->idx_host, (size_t)c->L * c->T * c->model->cfg.topk * sizeof(int32_t));
+  return LH_OK;
+}
+
+int lh_model_cache_load(const lh_model_cache *c, float *out) {
+  if (!c || !out || !c->valid) return LH_EINVAL;
+  memcpy(out, c->load_host, (size_t)c->L * c->model->cfg.experts * sizeof(float));
+  return LH_OK;
+}

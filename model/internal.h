@@ -1,0 +1,79 @@
+/* model: what the module's files share and nobody else sees. */
+#ifndef LH_MODEL_INTERNAL_H
+#define LH_MODEL_INTERNAL_H
+
+#include "model/model.h"
+
+/* Indices into the tensor table of one layer's tensors. */
+typedef struct {
+  int attn_norm, wq, wk, wv, wg, wo, bg, head_norm, xres;  /* xres -1 for layer 0 */
+  int moe_norm, down, up, router, bias, w1, w3, w2, sw1, sw3, sw2;  /* sw* -1 without shared */
+} lh_model_layer_ids;
+
+struct lh_model {
+  lh_model_config cfg;
+  const lh_backend *be;
+  int n_tensors;
+  lh_model_tensor *tensors;
+  lh_model_layer_ids *layer;   /* (layers) */
+  int embed, patch_w, patch_b, patch_pos, final_norm, out;
+  size_t n_floats;
+  float *params, *grads, *m, *v;  /* backend memory */
+};
+
+/* The view of tensor i in buffer buf (params, grads, ...). */
+static inline float *lh_model_view(const lh_model *m, float *buf, int i) {
+  return i < 0 ? NULL : buf + m->tensors[i].offset;
+}
+
+/* A model with its table and parameter buffer but without initialisation. */
+int lh_model_new_uninit(const lh_model_config *cfg, const lh_backend *be, lh_model **out,
+                        lh_errbuf *err);
+
+/* cJSON object -> config (config.c). */
+int lh_model_config_from_json_obj(const void *obj, lh_model_config *cfg, lh_errbuf *err);
+
+#define LH_BK(m, op, ...) ((m)->be->op((m)->be->context, __VA_ARGS__))
+
+#endif
+
+/* ---- the forward's cache (forward.c, backward.c, decode.c, balance.c) --- */
+typedef struct {
+  float *h_in, *u, *q, *k, *v, *graw, *g, *o, *on, *r, *hmid, *u2;  /* (T,d) */
+  float *z, *routed, *shared, *msum;                                 /* (T,r) */
+  float *rlogits, *aff;                                              /* (T,E) */
+  float *gates;                                                      /* (T,k) */
+  int32_t *idx;                                                      /* (T,k) */
+  float *rcache, *scache;                                            /* expert caches */
+  float *state_in;                    /* (n_seq,H,dk,dk) or NULL */
+} lh_model_layer_cache;
+
+#define LH_MODEL_MAX_ALLOCS 512
+
+struct lh_model_cache {
+  const lh_model *model;   /* the model of the last forward */
+  const lh_backend *be;
+  int cap_T, cap_seq, cap_pixels, has_state, L;
+  int T, n_seq, n_images, valid;
+  lh_model_layer_cache *layer;      /* (L) */
+  float *h_final, *un, *logits, *logp;    /* (T,d), (T,d), (T,V), (T) */
+  int32_t *tokens, *targets, *offsets;    /* backend copies */
+  float *pixels;                          /* all images' pixels, backend */
+  lh_model_image *images;                 /* host; .pixels point into pixels */
+  float *dlogp_default;                   /* host (T): -w/sum w */
+  float *load_host;                       /* (L,E) */
+  float *load_dev;                        /* (L,E) backend, for aux */
+  float *xres_host;                       /* (L,L) c_{l,j} at row l */
+  int32_t *idx_host;                      /* (L,T,k) */
+  float *state_out;                       /* (L,n_seq,H,dk,dk) backend */
+  /* backward scratch, allocated on the first backward */
+  int have_bwd;
+  float *dlogits, *dun, *dh, *du, *du2, *don, *do_, *dq, *dk, *dv, *dg, *dgraw, *dr;
+  float *dmsum, *dz, *drl, *dgates, *dlogp_dev;
+  void *allocs[LH_MODEL_MAX_ALLOCS];
+  int n_allocs;
+};
+
+/* Backend allocation owned by the cache (freed with it); NULL when out of
+ * memory. */
+void *lh_model_cache_alloc(lh_model_cache *c, size_t bytes);

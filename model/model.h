@@ -1,0 +1,240 @@
+/* model: the sparse multimodal MoE policy of DESIGN 4.
+ *
+ * The tokenizer, the [model] config, the parameter buffer with its table of
+ * named views, safetensors checkpoints, the training forward/backward over
+ * packed sequences, batched incremental decode, and the routers' balancing.
+ * Every computation goes through an lh_backend table (kernels/kernels.h);
+ * parameter, gradient and moment buffers live in that backend's memory.
+ * Errors are LH_EMODEL_* codes with a sentence in an lh_errbuf. */
+#ifndef LH_MODEL_H
+#define LH_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "kernels/kernels.h"
+
+/* ---- tokens (DESIGN 4 "Tokens") ---------------------------------------- */
+enum {
+  LH_TOK_BOS = 256,
+  LH_TOK_EOS = 257,
+  LH_TOK_CALL = 258,
+  LH_TOK_CALL_END = 259,
+  LH_TOK_OBS = 260,
+  LH_TOK_OBS_END = 261,
+  LH_TOK_IMG = 262,
+  LH_TOK_PAD = 263,
+  LH_TOK_VOCAB = 264
+};
+
+/* The markup of a special token ("<bos>" ...), NULL for a byte or an id out
+ * of range. */
+const char *lh_tok_name(int32_t id);
+
+/* Encodes len bytes of text. With markup != 0, the eight special-token
+ * spellings ("<bos>", "</call>", ...) become their ids; everything else is
+ * one id per byte. Writes at most cap ids and sets *n to the number the
+ * whole text needs (never more than len); LH_ERANGE when cap was too small. */
+int lh_tok_encode(const char *text, size_t len, int markup, int32_t *ids, size_t cap,
+                  size_t *n);
+
+/* Decodes ids to text: bytes as themselves, special tokens as their markup.
+ * Writes at most cap-1 bytes plus a NUL and sets *n to the length the whole
+ * text needs (without the NUL); LH_ERANGE when cap was too small,
+ * LH_EMODEL_TOKEN (message in err) for an id outside [0, 264). */
+int lh_tok_decode(const int32_t *ids, size_t n_ids, char *text, size_t cap, size_t *n,
+                  lh_errbuf *err);
+
+/* ---- config (the [model] section) -------------------------------------- */
+typedef enum {
+  LH_BALANCE_BIAS = 0,
+  LH_BALANCE_QUANTILE = 1,
+  LH_BALANCE_AUX = 2,
+  LH_BALANCE_NONE = 3
+} lh_balance_kind;
+
+typedef struct {
+  int d_model, layers, heads, experts, topk, shared_experts, latent, expert_hidden, chunk;
+  float g_min, tau;
+  int vocab, patch, max_patches;
+  lh_balance_kind balance;
+  float bias_rate, quantile_rate, aux_weight;
+  uint64_t seed;
+} lh_model_config;
+
+/* The demo model of DESIGN 4. */
+void lh_model_config_default(lh_model_config *cfg);
+/* Checks ranges and divisibility (d_model % heads, topk <= experts, ...);
+ * LH_EMODEL_CONFIG_VALUE with the key named in err. */
+int lh_model_config_validate(const lh_model_config *cfg, lh_errbuf *err);
+/* Parses the [model] section of an INI file (or string) over the defaults.
+ * Other sections ([learner], [actor], [env], ...) are ignored, so one file
+ * can hold them all. An unknown key is LH_EMODEL_CONFIG_KEY, a bad value
+ * LH_EMODEL_CONFIG_VALUE, an unreadable file LH_EMODEL_IO; err names the
+ * key and the line. */
+int lh_model_config_parse_file(const char *path, lh_model_config *cfg, lh_errbuf *err);
+int lh_model_config_parse_string(const char *text, lh_model_config *cfg, lh_errbuf *err);
+const char *lh_balance_name(lh_balance_kind kind);
+/* The config as a JSON object (keys as in the INI file); malloc'd, the caller
+ * frees it. NULL when out of memory. */
+char *lh_model_config_to_json(const lh_model_config *cfg);
+/* Parses such an object (every key required, no unknown key):
+ * LH_EMODEL_CONFIG_KEY / LH_EMODEL_CONFIG_VALUE / LH_EMODEL_CKPT_METADATA. */
+int lh_model_config_from_json(const char *json, lh_model_config *cfg, lh_errbuf *err);
+
+/* ---- the model: parameters and their table ----------------------------- */
+#define LH_MODEL_NAME_BYTES 48
+
+/* One named view of the parameter buffer (and of the gradient and moment
+ * buffers, which share the layout). */
+typedef struct {
+  char name[LH_MODEL_NAME_BYTES];
+  size_t offset;      /* in floats from the start of the buffer */
+  size_t numel;
+  int ndim;
+  int shape[3];
+  int decay;          /* AdamW weight decay applies (not norms, gains, xres) */
+  int trainable;      /* 0 for layers.l.moe.bias: balancing updates it */
+} lh_model_tensor;
+
+typedef struct lh_model lh_model;
+
+/* A model of cfg on backend be with every parameter initialised from
+ * cfg->seed. Allocates the parameter buffer only; gradients and moments come
+ * with lh_model_enable_training. */
+int lh_model_new(const lh_model_config *cfg, const lh_backend *be, lh_model **out,
+                 lh_errbuf *err);
+void lh_model_free(lh_model *m);
+/* Re-initialises every parameter deterministically from seed: matrices
+ * N(0, 1/fan_in), embed N(0,1), patch.pos N(0, 0.02^2), norms 1, xres 0,
+ * biases 0 except the decay bias bg, which spreads the channels' initial
+ * decay rates; out is scaled by 1/sqrt(d). */
+int lh_model_init(lh_model *m, uint64_t seed);
+const lh_model_config *lh_model_get_config(const lh_model *m);
+const lh_backend *lh_model_backend(const lh_model *m);
+int lh_model_n_tensors(const lh_model *m);
+const lh_model_tensor *lh_model_tensor_at(const lh_model *m, int i);
+/* Index of the tensor called name, or -1. */
+int lh_model_find(const lh_model *m, const char *name);
+size_t lh_model_n_floats(const lh_model *m);
+/* The buffers (backend memory). grads/m/v are NULL before enable_training. */
+float *lh_model_params(lh_model *m);
+float *lh_model_grads(lh_model *m);
+/* Allocates (zeroed) gradients and AdamW moments. */
+int lh_model_enable_training(lh_model *m);
+int lh_model_zero_grads(lh_model *m);
+/* One AdamW step over every trainable tensor (p->step is 1-based); decay
+ * per tensor flag. */
+int lh_model_adamw_step(lh_model *m, const lh_adamw_params *p);
+
+/* ---- checkpoints -------------------------------------------------------- */
+/* Writes DIR/model.safetensors (creating DIR when missing): float32,
+ * row-major, tensors in table order, __metadata__.config = the config JSON. */
+int lh_model_save(const lh_model *m, const char *dir, lh_errbuf *err);
+/* Reads DIR/model.safetensors into a new model on be. Checks the header
+ * length, the JSON, every expected name present and nothing else, shapes,
+ * dtype F32, contiguous in-bounds offsets and the file size; each failure
+ * has its own LH_EMODEL_CKPT_* code and a sentence in err. */
+int lh_model_load(const char *dir, const lh_backend *be, lh_model **out, lh_errbuf *err);
+/* The same for a file path (tests use it for hand-made files). */
+int lh_model_load_file(const char *path, const lh_backend *be, lh_model **out,
+                       lh_errbuf *err);
+
+/* ---- training forward/backward over packed sequences -------------------- */
+/* An image whose patches occupy positions at .. at+P-1 of the packed tokens
+ * (P = (height/patch)*(width/patch)); the token ids at those positions are
+ * ignored (the <img> token at at-1 is an ordinary token). */
+typedef struct {
+  int at;
+  int height, width;
+  const float *pixels;  /* (height,width,3) in [0,1], backend memory */
+} lh_model_image;
+
+typedef struct {
+  int n_tokens;                 /* T */
+  const int32_t *tokens;        /* (T) ids in [0, vocab) */
+  const int32_t *targets;       /* (T) next-token target or -1 (no loss) */
+  const float *loss_weight;     /* (T) or NULL (1 wherever a target exists) */
+  int n_seq;
+  const int32_t *seq_offsets;   /* (n_seq+1): 0 .. T; attention state resets at each */
+  int n_images;
+  const lh_model_image *images;
+  /* (layers, n_seq, heads, dk, dk) attention state each sequence starts
+   * from (a window continuing the previous one), or NULL for zeros. The
+   * gradient stops there. */
+  const float *state_in;
+  /* (layers, T, topk) routing replay: experts to use instead of top-k, or
+   * NULL to route. */
+  const int32_t *replay_experts;
+} lh_model_batch;
+
+/* Everything one forward keeps for its backward; reused across calls. */
+typedef struct lh_model_cache lh_model_cache;
+void lh_model_cache_free(lh_model_cache *c);
+
+/* Runs the training forward (chunked attention). *cache is created or
+ * resized as needed. logp (T, host memory, may be NULL) gets
+ * log p(targets[t] | ...) (0 where no target); *loss (may be NULL) the
+ * weighted mean cross-entropy sum_t w_t (-logp_t) / sum_t w_t, plus with
+ * balance = aux the layers' auxiliary balancing losses. state_out
+ * (layers, n_seq, heads, dk, dk), host memory or NULL, gets each sequence's
+ * final attention state. All the batch's arrays are host memory. */
+int lh_model_forward(lh_model *m, const lh_model_batch *batch, lh_model_cache **cache,
+                     float *logp, double *loss, float *state_out, lh_errbuf *err);
+/* Backward of the last forward on this cache, adding into the gradients.
+ * dlogp (T, host) is d objective / d logp_t; NULL means the forward's loss
+ * (dlogp_t = -w_t / sum w). With balance = aux, the auxiliary loss's
+ * gradient is added too. */
+int lh_model_backward(lh_model *m, lh_model_cache *cache, const float *dlogp,
+                      lh_errbuf *err);
+/* Experts chosen by the last forward: (layers, T, topk) host copy into out. */
+int lh_model_cache_experts(const lh_model_cache *c, int32_t *out);
+/* Per-layer load of the last forward: (layers, experts) fractions of the
+ * routed (token, slot) pairs. */
+int lh_model_cache_load(const lh_model_cache *c, float *out);
+
+/* ---- batched incremental decode ----------------------------------------- */
+typedef struct lh_model_decoder lh_model_decoder;
+/* B independent sequences, each with its own attention state (zero). */
+int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *err);
+void lh_model_decoder_free(lh_model_decoder *d);
+/* Starts sequence b again from the zero state. */
+int lh_model_decoder_reset(lh_model_decoder *d, int b);
+/* One token for each of the B sequences (recurrent step); logp (B,vocab,
+ * host) gets log-probabilities of the next token; experts (layers, B, topk,
+ * host) or NULL gets the routing (for routing replay). */
+int lh_model_decode_step(lh_model_decoder *d, const int32_t *tokens, float *logp,
+                         int32_t *experts, lh_errbuf *err);
+/* Feeds n tokens (and images, positions relative to these tokens) to
+ * sequence b through the chunked training path, continuing its state;
+ * logp_next (vocab, host) or NULL gets the next-token distribution after
+ * the last one. */
+int lh_model_prefill(lh_model_decoder *d, int b, const int32_t *tokens, int n,
+                     const lh_model_image *images, int n_images, float *logp_next,
+                     lh_errbuf *err);
+
+/* ---- balancing ----------------------------------------------------------- */
+typedef struct lh_model_balancer lh_model_balancer;
+/* Statistics and bias updates for layers x experts routers (DESIGN 4
+ * "Balancing"), with the rule and rates of cfg. */
+int lh_model_balancer_new(const lh_model_config *cfg, lh_model_balancer **out);
+void lh_model_balancer_free(lh_model_balancer *b);
+/* Adds one layer's routing of N tokens to the current step: affinity (N,E)
+ * and bias (E) (host) for the quantile rule, expert_idx (N,k). */
+int lh_model_balancer_observe(lh_model_balancer *b, int layer, const float *affinity,
+                              const float *bias, const int32_t *expert_idx, int N);
+/* Adds every layer's routing of the model's last forward. */
+int lh_model_balancer_observe_cache(lh_model_balancer *b, const lh_model *m,
+                                    const lh_model_cache *c);
+/* Ends the step: per layer load, MaxVio, dead-expert window, and (rules bias
+ * and quantile) the bias update bias[layer*E + e] (host). */
+int lh_model_balancer_step(lh_model_balancer *b, float *bias);
+/* The same applied to the model's layers.l.moe.bias tensors. */
+int lh_model_balancer_step_model(lh_model_balancer *b, lh_model *m);
+/* After a step: MaxVio of layer = max(load)/mean(load) - 1, and the number of
+ * experts with load 0 over the last 100 steps. */
+double lh_model_balancer_maxvio(const lh_model_balancer *b, int layer);
+int lh_model_balancer_dead(const lh_model_balancer *b, int layer);
+
+#endif

@@ -1,0 +1,3 @@
+# model: whole-model gradient check against finite differences (test_model_grad).
+lh_add_test(test_model_grad SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_model_grad.c
+  LIBS lh_model TIMEOUT 200)
