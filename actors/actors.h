@@ -69,4 +69,83 @@ void lh_sampler_free(lh_sampler *s);
 int lh_sampler_sample(lh_sampler *s, const float *logits, lh_rng *rng, lh_sample *out,
                       lh_errbuf *err);
 
+/* ---- segmenter ------------------------------------------------------------
+ * One episode's token stream, cut into Segment messages of segment_tokens
+ * tokens as soon as each is full, then a final partial segment and an
+ * EpisodeEnd when the episode ends. Every message it hands out has passed
+ * lh_wire_validate (with the vocabulary and expert count of the config), so
+ * a bad token is refused at the push that brought it, naming it. */
+typedef struct lh_segmenter lh_segmenter;
+
+typedef struct {
+  uint64_t episode_id;
+  uint64_t group_id;
+  uint64_t task_seed;
+  const char *actor;        /* copied; NULL means "" */
+  const char *env;          /* copied; NULL means "" */
+  uint32_t segment_tokens;  /* 1 .. 65536 */
+  uint32_t vocab;           /* token ids must be below; 0 means 264 */
+  uint32_t routed_layers;   /* 0: routing not recorded */
+  uint32_t routed_topk;     /* 1 .. 64 when routed_layers > 0, else 0 */
+  uint32_t experts;         /* routed expert ids must be below; 0 means 4096 */
+} lh_segmenter_config;
+
+typedef struct {
+  const char *name;
+  float value;
+  uint32_t step;
+} lh_reward_term;
+
+/* How an episode ended, for its EpisodeEnd. */
+typedef struct {
+  Longhaul__Outcome outcome;  /* success, failure, truncated, aborted or error */
+  float reward;               /* finite */
+  const lh_reward_term *terms;
+  size_t n_terms;
+  uint32_t steps;             /* environment steps taken */
+  const char *error;          /* why, for aborted and error; may be NULL */
+} lh_episode_result;
+
+lh_segmenter *lh_segmenter_new(const lh_segmenter_config *cfg, lh_errbuf *err);
+void lh_segmenter_free(lh_segmenter *s);  /* frees segments not yet popped */
+
+/* Appends one token. sampled is 1 for a token the policy drew (loss mask 1,
+ * behavior_logp is the sampler's logp, finite and <= 0) and 0 for a token
+ * that came from elsewhere (prompt, observation; its logp is stored as 0
+ * whatever is passed). version is the policy version that produced the
+ * step. experts holds routed_layers * routed_topk ids ([layer][slot]) and is
+ * required when routing is recorded, ignored otherwise. Returns the number
+ * of segments ready to pop (>= 0) or a negative code; on error nothing is
+ * appended. */
+int lh_segmenter_push(lh_segmenter *s, uint32_t token, int sampled, float behavior_logp,
+                      uint32_t version, const uint32_t *experts, lh_errbuf *err);
+
+/* Places an image at the offset of the next token pushed (the <img> token
+ * that precedes its patches, DESIGN §4); pixels (width*height*channels
+ * bytes, HWC) are copied. An image must be followed by a token before
+ * lh_segmenter_finish. */
+int lh_segmenter_push_image(lh_segmenter *s, uint32_t width, uint32_t height, uint32_t channels,
+                            const uint8_t *pixels, lh_errbuf *err);
+
+/* The oldest segment ready to send, or NULL. The caller owns it and frees it
+ * with lh_segment_free. seq counts 0, 1, 2 ...; start_offset is the episode
+ * offset of its first token; image offsets are relative to the segment. */
+Longhaul__Segment *lh_segmenter_pop(lh_segmenter *s);
+size_t lh_segmenter_ready(const lh_segmenter *s);
+
+/* Ends the episode: the tokens not yet cut become a final (partial) segment,
+ * to pop as usual, and *end receives the EpisodeEnd (segment_count, total
+ * tokens, outcome, reward and terms, group, task seed, steps), which the
+ * caller frees with lh_episode_end_free. Afterwards push and finish fail
+ * with LH_EACTORS_SEGMENT_FINISHED. */
+int lh_segmenter_finish(lh_segmenter *s, const lh_episode_result *res, Longhaul__EpisodeEnd **end,
+                        lh_errbuf *err);
+
+/* Totals so far: tokens pushed and segments cut. */
+uint64_t lh_segmenter_tokens(const lh_segmenter *s);
+uint32_t lh_segmenter_segments(const lh_segmenter *s);
+
+void lh_segment_free(Longhaul__Segment *seg);         /* accepts NULL */
+void lh_episode_end_free(Longhaul__EpisodeEnd *end);  /* accepts NULL */
+
 #endif

@@ -1,3 +1,6 @@
 # actors: the generator and the sampler (test_actors_sampler).
 lh_add_test(test_actors_sampler SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_actors_sampler.c
   LIBS lh_actors TIMEOUT 120)
+# The segmenter, its messages checked with lh_wire_validate (test_actors_segmenter).
+lh_add_test(test_actors_segmenter SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_actors_segmenter.c
+  LIBS lh_actors TIMEOUT 120)
