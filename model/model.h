@@ -148,7 +148,7 @@ int lh_model_load_file(const char *path, const lh_backend *be, lh_model **out,
 typedef struct {
   int at;
   int height, width;
-  const float *pixels;  /* (height,width,3) in [0,1], backend memory */
+  const float *pixels;  /* (height,width,3) in [0,1], host memory */
 } lh_model_image;
 
 typedef struct {

@@ -1,3 +1,6 @@
 # model: whole-model gradient check against finite differences (test_model_grad).
 lh_add_test(test_model_grad SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_model_grad.c
   LIBS lh_model TIMEOUT 200)
+# decode vs training forward, prefill, packed vs separate, carried windows.
+lh_add_test(test_model_align SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_model_align.c
+  LIBS lh_model TIMEOUT 120)

@@ -1,0 +1,198 @@
+/* Batched incremental decode: B independent sequences, one token each per
+ * step through the recurrent attention form, each sequence with its own
+ * fixed-size state per layer; prefill of a prompt (or an observation with
+ * images) through the chunked training path, continuing the same state. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/internal.h"
+
+struct lh_model_decoder {
+  lh_model *m;
+  int B;
+  size_t state_floats;   /* H*dk*dk, one sequence and layer */
+  float *state;          /* (L,B,H,dk,dk) backend */
+  float *h, *u, *q, *k, *v, *graw, *g, *o, *on, *r;  /* (B,d); r is (L,B,d) */
+  float *z, *routed, *shared, *rl, *aff, *gates, *logits, *logp;
+  int32_t *idx, *tok;
+  float *xres_host;      /* (L,L) */
+  float *host_state;     /* (L,H,dk,dk) for prefill */
+  lh_model_cache *cache; /* prefill's forward */
+  void *allocs[40];
+  int n_allocs;
+};
+
+static void *dalloc(lh_model_decoder *d, size_t bytes) {
+  if (d->n_allocs == (int)(sizeof d->allocs / sizeof d->allocs[0])) return NULL;
+  const lh_backend *be = d->m->be;
+  void *p = be->alloc(be->context, bytes ? bytes : 4);
+  if (p) d->allocs[d->n_allocs++] = p;
+  return p;
+}
+
+void lh_model_decoder_free(lh_model_decoder *d) {
+  if (!d) return;
+  for (int i = 0; i < d->n_allocs; i++) d->m->be->free(d->m->be->context, d->allocs[i]);
+  lh_model_cache_free(d->cache);
+  free(d->xres_host);
+  free(d->host_state);
+  free(d);
+}
+
+int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *err) {
+  if (!m || !out) return LH_EINVAL;
+  *out = NULL;
+  if (B <= 0) return lh_errbuf_set(err, LH_EINVAL, "decoder needs B >= 1 sequences, got %d", B);
+  const lh_model_config *cf = &m->cfg;
+  lh_model_decoder *d = calloc(1, sizeof *d);
+  if (!d) return LH_ENOMEM;
+  d->m = m;
+  d->B = B;
+  int L = cf->layers, dm = cf->d_model, H = cf->heads, dk = dm / H;
+  d->state_floats = (size_t)H * dk * dk;
+  size_t Bd = (size_t)B * dm;
+  int ok = 1;
+#define A(ptr, count, type) \
+  ok = ok && ((ptr) = dalloc(d, (size_t)(count) * sizeof(type))) != NULL
+  A(d->state, (size_t)L * B * d->state_floats, float);
+  float **bd[] = {&d->h, &d->u, &d->q, &d->k, &d->v, &d->graw, &d->g, &d->o, &d->on};
+  for (size_t i = 0; i < sizeof bd / sizeof bd[0]; i++) A(*bd[i], Bd, float);
+  A(d->r, (size_t)L * Bd, float);
+  A(d->z, (size_t)B * cf->latent, float);
+  A(d->routed, (size_t)B * cf->latent, float);
+  A(d->shared, (size_t)B * cf->latent, float);
+  A(d->rl, (size_t)B * cf->experts, float);
+  A(d->aff, (size_t)B * cf->experts, float);
+  A(d->gates, (size_t)B * cf->topk, float);
+  A(d->idx, (size_t)B * cf->topk, int32_t);
+  A(d->logits, (size_t)B * cf->vocab, float);
+  A(d->logp, (size_t)B * cf->vocab, float);
+  A(d->tok, (size_t)B, int32_t);
+#undef A
+  d->xres_host = calloc((size_t)L * L + 1, sizeof(float));
+  d->host_state = malloc((size_t)L * d->state_floats * sizeof(float));
+  if (!ok || !d->xres_host || !d->host_state ||
+      m->be->zero(m->be->context, d->state, (size_t)L * B * d->state_floats * sizeof(float))) {
+    lh_model_decoder_free(d);
+    return lh_errbuf_set(err, LH_ENOMEM, "cannot allocate a decoder for %d sequences", B);
+  }
+  *out = d;
+  return LH_OK;
+}
+
+int lh_model_decoder_reset(lh_model_decoder *d, int b) {
+  if (!d || b < 0 || b >= d->B) return LH_EINVAL;
+  const lh_backend *be = d->m->be;
+  for (int l = 0; l < d->m->cfg.layers; l++)
+    LH_TRY(be->zero(be->context, d->state + ((size_t)l * d->B + b) * d->state_floats,
+                    d->state_floats * sizeof(float)));
+  return LH_OK;
+}
+
+static int load_xres(lh_model_decoder *d) {
+  lh_model *m = d->m;
+  int L = m->cfg.layers;
+  for (int l = 1; l < L; l++)
+    LH_TRY(m->be->download(m->be->context, d->xres_host + (size_t)l * L,
+                           lh_model_view(m, m->params, m->layer[l].xres),
+                           (size_t)l * sizeof(float)));
+  return LH_OK;
+}
+
+int lh_model_decode_step(lh_model_decoder *d, const int32_t *tokens, float *logp,
+                         int32_t *experts, lh_errbuf *err) {
+  if (!d || !tokens) return LH_EINVAL;
+  lh_model *m = d->m;
+  const lh_model_config *cf = &m->cfg;
+  const lh_backend *be = m->be;
+  void *ctx = be->context;
+  int B = d->B, L = cf->layers, dm = cf->d_model, H = cf->heads, dk = dm / H;
+  int r = cf->latent, E = cf->experts, k = cf->topk, S = cf->shared_experts;
+  int f = cf->expert_hidden, V = cf->vocab;
+  size_t Bd = (size_t)B * dm;
+  for (int b = 0; b < B; b++)
+    if (tokens[b] < 0 || tokens[b] >= V)
+      return lh_errbuf_set(err, LH_EMODEL_TOKEN, "decode token %d is %d, outside [0, %d)", b,
+                           (int)tokens[b], V);
+  LH_TRY(load_xres(d));
+  LH_TRY(be->upload(ctx, d->tok, tokens, (size_t)B * sizeof(int32_t)));
+  float *P = m->params;
+  LH_TRY(be->embedding_forward(ctx, d->h, d->tok, lh_model_view(m, P, m->embed), B, V, dm));
+  float qscale = 1.0f / sqrtf((float)dk);
+  for (int l = 0; l < L; l++) {
+    const lh_model_layer_ids *id = &m->layer[l];
+#define W(name) lh_model_view(m, P, id->name)
+    float *r_l = d->r + (size_t)l * Bd;
+    LH_TRY(be->rmsnorm_forward(ctx, d->u, NULL, d->h, W(attn_norm), B, dm, LH_RMSNORM_EPS));
+    LH_TRY(be->matmul_forward(ctx, d->q, d->u, W(wq), NULL, B, dm, dm));
+    LH_TRY(be->scale(ctx, d->q, Bd, qscale));
+    LH_TRY(be->matmul_forward(ctx, d->k, d->u, W(wk), NULL, B, dm, dm));
+    LH_TRY(be->matmul_forward(ctx, d->v, d->u, W(wv), NULL, B, dm, dm));
+    LH_TRY(be->matmul_forward(ctx, d->graw, d->u, W(wg), W(bg), B, dm, dm));
+    LH_TRY(be->decay_gate_forward(ctx, d->g, d->graw, Bd, cf->g_min, cf->tau));
+    LH_TRY(be->attn_decode_step(ctx, d->o, d->state + (size_t)l * B * d->state_floats, d->q,
+                                d->k, d->v, d->g, B, H, dk));
+    LH_TRY(be->rmsnorm_forward(ctx, d->on, NULL, d->o, W(head_norm), B * H, dk,
+                               LH_RMSNORM_EPS));
+    LH_TRY(be->matmul_forward(ctx, r_l, d->on, W(wo), NULL, B, dm, dm));
+    LH_TRY(be->axpy(ctx, d->h, 1.0f, r_l, Bd));
+    for (int j = 0; j < l; j++)
+      LH_TRY(be->axpy(ctx, d->h, d->xres_host[(size_t)l * L + j], d->r + (size_t)j * Bd, Bd));
+    LH_TRY(be->rmsnorm_forward(ctx, d->u, NULL, d->h, W(moe_norm), B, dm, LH_RMSNORM_EPS));
+    LH_TRY(be->matmul_forward(ctx, d->z, d->u, W(down), NULL, B, dm, r));
+    LH_TRY(be->matmul_forward(ctx, d->rl, d->z, W(router), NULL, B, r, E));
+    LH_TRY(be->moe_route_forward(ctx, d->idx, d->gates, d->aff, d->rl, W(bias), B, E, k, 0));
+    if (experts)
+      LH_TRY(be->download(ctx, experts + (size_t)l * B * k, d->idx,
+                          (size_t)B * k * sizeof(int32_t)));
+    LH_TRY(be->moe_experts_forward(ctx, d->routed, NULL, d->z, d->idx, d->gates, W(w1), W(w2),
+                                   W(w3), B, E, k, r, f));
+    if (S > 0) {
+      LH_TRY(be->moe_experts_forward(ctx, d->shared, NULL, d->z, NULL, NULL, W(sw1), W(sw2),
+                                     W(sw3), B, S, S, r, f));
+      LH_TRY(be->axpy(ctx, d->routed, 1.0f, d->shared, (size_t)B * r));
+    }
+    /* h += W_up (routed + shared); u is free again and takes the product */
+    LH_TRY(be->matmul_forward(ctx, d->u, d->routed, W(up), NULL, B, r, dm));
+    LH_TRY(be->axpy(ctx, d->h, 1.0f, d->u, Bd));
+#undef W
+  }
+  LH_TRY(be->rmsnorm_forward(ctx, d->u, NULL, d->h, lh_model_view(m, P, m->final_norm), B, dm,
+                             LH_RMSNORM_EPS));
+  LH_TRY(be->matmul_forward(ctx, d->logits, d->u, lh_model_view(m, P, m->out), NULL, B, dm, V));
+  LH_TRY(be->log_softmax_forward(ctx, d->logp, d->logits, B, V));
+  if (logp) LH_TRY(be->download(ctx, logp, d->logp, (size_t)B * V * sizeof(float)));
+  return LH_OK;
+}
+
+int lh_model_prefill(lh_model_decoder *d, int b, const int32_t *tokens, int n,
+                     const lh_model_image *images, int n_images, float *logp_next,
+                     lh_errbuf *err) {
+  if (!d || !tokens || b < 0 || b >= d->B || n <= 0) return LH_EINVAL;
+  lh_model *m = d->m;
+  const lh_backend *be = m->be;
+  void *ctx = be->context;
+  int L = m->cfg.layers, V = m->cfg.vocab;
+  size_t sb = d->state_floats * sizeof(float);
+  for (int l = 0; l < L; l++)
+    LH_TRY(be->download(ctx, d->host_state + (size_t)l * d->state_floats,
+                        d->state + ((size_t)l * d->B + b) * d->state_floats, sb));
+  int32_t offsets[2] = {0, n};
+  lh_model_batch batch = {.n_tokens = n,
+                          .tokens = tokens,
+                          .n_seq = 1,
+                          .seq_offsets = offsets,
+                          .n_images = n_images,
+                          .images = images,
+                          .state_in = d->host_state};
+  LH_TRY(lh_model_forward(m, &batch, &d->cache, NULL, NULL, d->host_state, err));
+  for (int l = 0; l < L; l++)
+    LH_TRY(be->upload(ctx, d->state + ((size_t)l * d->B + b) * d->state_floats,
+                      d->host_state + (size_t)l * d->state_floats, sb));
+  if (logp_next) {
+    LH_TRY(be->log_softmax_forward(ctx, d->logp, d->cache->logits + (size_t)(n - 1) * V, 1, V));
+    LH_TRY(be->download(ctx, logp_next, d->logp, (size_t)V * sizeof(float)));
+  }
+  return LH_OK;
+}
