@@ -148,4 +148,47 @@ uint32_t lh_segmenter_segments(const lh_segmenter *s);
 void lh_segment_free(Longhaul__Segment *seg);         /* accepts NULL */
 void lh_episode_end_free(Longhaul__EpisodeEnd *end);  /* accepts NULL */
 
+/* ---- outbox ---------------------------------------------------------------
+ * Encoded messages sent and not yet acked, keyed by msg_id, bounded in
+ * messages and in bytes. A push that would pass either bound fails with
+ * LH_EACTORS_OUTBOX_FULL, which the actor takes as back-pressure: it stops
+ * generating until acks make room. Time is passed in by the caller (any
+ * monotonic milliseconds, e.g. lh_now_ns() / 1000000), so nothing here
+ * sleeps or reads a clock. */
+typedef struct lh_outbox lh_outbox;
+
+/* max_messages >= 1, max_bytes >= 1, resend_timeout_ms >= 1. */
+lh_outbox *lh_outbox_new(size_t max_messages, size_t max_bytes, int64_t resend_timeout_ms,
+                         lh_errbuf *err);
+void lh_outbox_free(lh_outbox *ob);
+
+/* Copies bytes[0..n) under msg_id, counted as sent at now_ms (the caller
+ * sends it right after). LH_EACTORS_OUTBOX_FULL when it does not fit now,
+ * LH_EACTORS_OUTBOX_TOO_LARGE when it never could (n > max_bytes),
+ * LH_EACTORS_OUTBOX_DUPLICATE when msg_id is already waiting. */
+int lh_outbox_push(lh_outbox *ob, uint64_t msg_id, const uint8_t *bytes, size_t n, int64_t now_ms,
+                   lh_errbuf *err);
+/* Whether a message of n bytes would fit now. */
+int lh_outbox_has_room(const lh_outbox *ob, size_t n);
+
+/* Drops the message acked by id: 1 when it was waiting, 0 when the id is
+ * unknown (never pushed, or acked before: duplicate acks are harmless). */
+int lh_outbox_ack(lh_outbox *ob, uint64_t msg_id);
+/* The same for an Ack's list; returns how many were waiting. */
+size_t lh_outbox_ack_many(lh_outbox *ob, const uint64_t *msg_ids, size_t n);
+
+/* The next message due for resending at now_ms (sent at least
+ * resend_timeout_ms ago, or marked by lh_outbox_resend_all), least recently
+ * sent first, so that first sends and resends keep push order. Returns 1
+ * and records it as sent at now_ms; 0 when none is due. *bytes stays valid
+ * until the message is acked or the outbox freed. */
+int lh_outbox_next_due(lh_outbox *ob, int64_t now_ms, uint64_t *msg_id, const uint8_t **bytes,
+                       size_t *n);
+/* Marks every waiting message due at once (after a reconnect). */
+void lh_outbox_resend_all(lh_outbox *ob);
+
+size_t lh_outbox_depth(const lh_outbox *ob);    /* messages waiting */
+size_t lh_outbox_bytes(const lh_outbox *ob);    /* their bytes */
+uint64_t lh_outbox_resends(const lh_outbox *ob);  /* resends handed out so far */
+
 #endif
