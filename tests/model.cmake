@@ -4,3 +4,6 @@ lh_add_test(test_model_grad SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_model_grad.
 # decode vs training forward, prefill, packed vs separate, carried windows.
 lh_add_test(test_model_align SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_model_align.c
   LIBS lh_model TIMEOUT 120)
+# tokenizer, config, parameter table, safetensors, input checks.
+lh_add_test(test_model SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_model.c LIBS lh_model TIMEOUT 60)
+target_compile_definitions(test_model PRIVATE _GNU_SOURCE)
