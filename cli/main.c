@@ -8,6 +8,8 @@
 static const lh_command commands[] = {
     {"replay", "query the replay store: stats, episodes, show, export, sql", lh_cmd_replay},
     {"envs", "tool environments: list, describe, play, serve", lh_cmd_envs},
+    {"init", "write a freshly initialised checkpoint from a [model] config", lh_cmd_init},
+    {"score", "log-probabilities of a token sequence under a checkpoint", lh_cmd_score},
 };
 static const int command_count = (int)(sizeof commands / sizeof commands[0]);
 

@@ -114,10 +114,11 @@ static int check_batch(const lh_model *m, const lh_model_batch *b, int *pixels,
   for (int s = 0; s < b->n_seq; s++)
     if (b->seq_offsets[s + 1] < b->seq_offsets[s])
       return lh_errbuf_set(err, LH_EMODEL_BATCH, "seq_offsets decrease at sequence %d", s);
-  for (int t = 0; t < T; t++) {
+  for (int t = 0; t < T; t++)
     if (b->tokens[t] < 0 || b->tokens[t] >= cf->vocab)
       return lh_errbuf_set(err, LH_EMODEL_TOKEN, "token %d is %d, outside [0, %d)", t,
                            (int)b->tokens[t], cf->vocab);
+  for (int t = 0; t < T; t++) {
     if (b->targets && (b->targets[t] < -1 || b->targets[t] >= cf->vocab))
       return lh_errbuf_set(err, LH_EMODEL_TOKEN, "target %d is %d, outside [-1, %d)", t,
                            (int)b->targets[t], cf->vocab);

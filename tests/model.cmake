@@ -7,3 +7,7 @@ lh_add_test(test_model_align SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_model_alig
 # tokenizer, config, parameter table, safetensors, input checks.
 lh_add_test(test_model SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_model.c LIBS lh_model TIMEOUT 60)
 target_compile_definitions(test_model PRIVATE _GNU_SOURCE)
+# longhaul init / score through the real binary.
+lh_add_test(test_model_cli SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_model_cli.c
+  LIBS lh_model TIMEOUT 60)
+add_dependencies(test_model_cli longhaul)
