@@ -82,4 +82,79 @@ lh_admission lh_admission_check(uint64_t learner_version, uint64_t oldest_versio
                                 lh_admission_counts *counts);
 const char *lh_admission_name(lh_admission a);
 
+/* ---- PPO-clip loss --------------------------------------------------------
+ * Over the sampled tokens t (loss_mask 1), with r_t = exp(logp_t -
+ * behavior_logp_t) and advantage A_t:
+ *
+ *   term_t = min( min(r_t, is_cap) * A_t,  clip(r_t, 1 - clip_eps, 1 + clip_eps) * A_t )
+ *   loss   = -(1/N) sum_t term_t  -  entropy_coef * (1/N) sum_t H_t
+ *
+ * The importance weight is truncated by replacing the unclipped ratio with
+ * min(r_t, is_cap). For A > 0 the clip already bounds the term (is_cap >=
+ * 1 + clip_eps changes nothing); for A < 0 it bounds how far a token the
+ * behavior policy found unlikely can push the loss (dual-clip with c =
+ * is_cap). is_cap may be +inf (no truncation). N is `normaliser`, the
+ * number of sampled tokens of the whole batch, so that windows of one batch
+ * computed in separate calls add up to the batch mean; 0 means this call's
+ * sampled tokens. logp must be the learner's log-softmax at the actor's
+ * sampling temperature (actors.h says why). log r is clamped to +-80 before
+ * exp, which only matters for tokens that are clipped anyway.
+ *
+ * dlogp_t = dloss/dlogp_t (0 for tokens not sampled), for the model's
+ * log-probability backward; dloss/dH_t is the same for every sampled token
+ * and is reported as stats.dloss_dentropy. At the kinks (r exactly at
+ * 1 +- clip_eps or is_cap) the gradient is that of the branch min() picks,
+ * the unclipped one on ties. */
+typedef struct {
+  double clip_eps;      /* in (0, 1); 0.2 */
+  double is_cap;        /* >= 1, may be +inf */
+  double entropy_coef;  /* >= 0 */
+} lh_ppo_params;
+
+typedef struct {
+  size_t n;                    /* positions */
+  const float *logp;           /* learner log p of each token */
+  const float *behavior_logp;  /* the actor's, from the segment */
+  const float *advantage;      /* per token (the episode's, broadcast) */
+  const uint8_t *loss_mask;    /* 1 = sampled; NULL: every token */
+  const uint32_t *version;     /* per-token policy version; NULL: no alignment figure */
+  uint64_t current_version;    /* the learner's version */
+  const float *entropy;        /* per token; required when entropy_coef > 0 */
+  double normaliser;           /* N above; 0: this call's sampled tokens */
+} lh_ppo_input;
+
+/* The same in double, for gradient checks and references. */
+typedef struct {
+  size_t n;
+  const double *logp, *behavior_logp, *advantage;
+  const uint8_t *loss_mask;
+  const uint32_t *version;
+  uint64_t current_version;
+  const double *entropy;
+  double normaliser;
+} lh_ppo_input_f64;
+
+typedef struct {
+  double loss;            /* as returned */
+  double policy_loss;     /* without the entropy bonus */
+  double entropy_mean;    /* over sampled tokens; 0 without entropy */
+  double dloss_dentropy;  /* -entropy_coef / N */
+  size_t tokens;          /* sampled tokens in this call */
+  double clip_frac;       /* share of sampled tokens whose gradient the clip or cap cut (A != 0) */
+  double trunc_frac;      /* share with r > is_cap */
+  double ratio_mean;      /* mean r over sampled tokens */
+  size_t current_tokens;  /* sampled tokens whose version is current_version */
+  double logp_diff_mean;  /* mean |logp - behavior_logp| over those (DESIGN §5 alignment) */
+  double logp_diff_max;
+} lh_ppo_stats;
+
+/* Validates p and the sampled tokens' inputs (finite; LH_ELEARNER_PPO_INPUT
+ * naming the index), then writes *loss, dlogp[0..n) and *stats (each may be
+ * NULL). Nothing is written on error, so a non-finite step can be skipped. */
+int lh_ppo_loss(const lh_ppo_params *p, const lh_ppo_input *in, double *loss, float *dlogp,
+                lh_ppo_stats *stats, lh_errbuf *err);
+int lh_ppo_loss_f64(const lh_ppo_params *p, const lh_ppo_input_f64 *in, double *loss, double *dlogp,
+                    lh_ppo_stats *stats, lh_errbuf *err);
+int lh_ppo_params_check(const lh_ppo_params *p, lh_errbuf *err);
+
 #endif

@@ -1,3 +1,6 @@
 # learner: advantages and admission (test_learner_advantage).
 lh_add_test(test_learner_advantage SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_advantage.c
   LIBS lh_learner TIMEOUT 120)
+# The PPO-clip loss, its gradient checked by finite differences (test_learner_ppo).
+lh_add_test(test_learner_ppo SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_ppo.c
+  LIBS lh_learner TIMEOUT 120)
