@@ -235,6 +235,8 @@ int lh_model_balancer_step_model(lh_model_balancer *b, lh_model *m);
 /* After a step: MaxVio of layer = max(load)/mean(load) - 1, and the number of
  * experts with load 0 over the last 100 steps. */
 double lh_model_balancer_maxvio(const lh_model_balancer *b, int layer);
+/* The last step's load of layer: (experts) fractions summing to 1. */
+int lh_model_balancer_load(const lh_model_balancer *b, int layer, float *out);
 int lh_model_balancer_dead(const lh_model_balancer *b, int layer);
 
 #endif

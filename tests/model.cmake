@@ -11,3 +11,6 @@ target_compile_definitions(test_model PRIVATE _GNU_SOURCE)
 lh_add_test(test_model_cli SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_model_cli.c
   LIBS lh_model TIMEOUT 60)
 add_dependencies(test_model_cli longhaul)
+# balancing rules on a synthetic router (MaxVio curves), dead experts.
+lh_add_test(test_model_balance SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_model_balance.c
+  LIBS lh_model TIMEOUT 120)

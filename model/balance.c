@@ -1,0 +1,224 @@
+/* Routers' balancing (DESIGN 4 "Balancing"): per step and layer, the load of
+ * each expert (fraction of routed (token, slot) pairs), MaxVio, experts dead
+ * over the last 100 steps, and the bias updates of the `bias`
+ * (auxiliary-loss-free, sign of the load gap) and `quantile` rules. `aux`
+ * acts through the loss (backward.c) and `none` does nothing; both still
+ * get the statistics. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/internal.h"
+
+#define DEAD_WINDOW 100
+
+struct lh_model_balancer {
+  lh_model_config cfg;
+  int L, E, k;
+  double *counts;          /* (L,E) pairs routed to e in the current step */
+  double *pairs;           /* (L) */
+  float **scores;          /* per layer: (n_scores, E) s + b, for quantile */
+  size_t *n_scores, *cap_scores;
+  double *maxvio;          /* (L) after the last step */
+  float *load;             /* (L,E) of the last step */
+  unsigned char *used;     /* (DEAD_WINDOW, L, E): load > 0 in that step */
+  int steps;               /* steps ended so far */
+  int *dead;               /* (L) */
+};
+
+void lh_model_balancer_free(lh_model_balancer *b) {
+  if (!b) return;
+  for (int l = 0; b->scores && l < b->L; l++) free(b->scores[l]);
+  free(b->scores);
+  free(b->n_scores);
+  free(b->cap_scores);
+  free(b->counts);
+  free(b->pairs);
+  free(b->maxvio);
+  free(b->load);
+  free(b->used);
+  free(b->dead);
+  free(b);
+}
+
+int lh_model_balancer_new(const lh_model_config *cfg, lh_model_balancer **out) {
+  if (!cfg || !out) return LH_EINVAL;
+  *out = NULL;
+  lh_model_balancer *b = calloc(1, sizeof *b);
+  if (!b) return LH_ENOMEM;
+  b->cfg = *cfg;
+  b->L = cfg->layers, b->E = cfg->experts, b->k = cfg->topk;
+  size_t LE = (size_t)b->L * b->E;
+  b->counts = calloc(LE, sizeof(double));
+  b->pairs = calloc((size_t)b->L, sizeof(double));
+  b->scores = calloc((size_t)b->L, sizeof(float *));
+  b->n_scores = calloc((size_t)b->L, sizeof(size_t));
+  b->cap_scores = calloc((size_t)b->L, sizeof(size_t));
+  b->maxvio = calloc((size_t)b->L, sizeof(double));
+  b->load = calloc(LE, sizeof(float));
+  b->used = calloc((size_t)DEAD_WINDOW * LE, 1);
+  b->dead = calloc((size_t)b->L, sizeof(int));
+  if (!b->counts || !b->pairs || !b->scores || !b->n_scores || !b->cap_scores || !b->maxvio ||
+      !b->load || !b->used || !b->dead) {
+    lh_model_balancer_free(b);
+    return LH_ENOMEM;
+  }
+  *out = b;
+  return LH_OK;
+}
+
+int lh_model_balancer_observe(lh_model_balancer *b, int layer, const float *affinity,
+                              const float *bias, const int32_t *expert_idx, int N) {
+  if (!b || !expert_idx || layer < 0 || layer >= b->L || N < 0) return LH_EINVAL;
+  int E = b->E;
+  for (size_t i = 0; i < (size_t)N * b->k; i++) {
+    if (expert_idx[i] < 0 || expert_idx[i] >= E) return LH_EMODEL_BATCH;
+    b->counts[(size_t)layer * E + expert_idx[i]] += 1;
+  }
+  b->pairs[layer] += (double)N * b->k;
+  if (b->cfg.balance != LH_BALANCE_QUANTILE) return LH_OK;
+  if (!affinity) return LH_EINVAL;
+  size_t need = b->n_scores[layer] + (size_t)N;
+  if (need > b->cap_scores[layer]) {
+    size_t cap = need * 2;
+    float *s = realloc(b->scores[layer], cap * E * sizeof(float));
+    if (!s) return LH_ENOMEM;
+    b->scores[layer] = s;
+    b->cap_scores[layer] = cap;
+  }
+  float *dst = b->scores[layer] + b->n_scores[layer] * E;
+  for (size_t n = 0; n < (size_t)N; n++)
+    for (int e = 0; e < E; e++)
+      dst[n * E + e] = affinity[n * E + e] + (bias ? bias[e] : 0.0f);
+  b->n_scores[layer] = need;
+  return LH_OK;
+}
+
+int lh_model_balancer_observe_cache(lh_model_balancer *b, const lh_model *m,
+                                    const lh_model_cache *c) {
+  if (!b || !m || !c || !c->valid || c->model != m) return LH_EINVAL;
+  int T = c->T, E = m->cfg.experts;
+  float *aff = NULL, *bias = malloc((size_t)E * sizeof(float));
+  int rc = bias ? LH_OK : LH_ENOMEM;
+  if (!rc && b->cfg.balance == LH_BALANCE_QUANTILE) {
+    aff = malloc((size_t)T * E * sizeof(float));
+    if (!aff) rc = LH_ENOMEM;
+  }
+  for (int l = 0; !rc && l < b->L && l < m->cfg.layers; l++) {
+    if (aff) {
+      rc = m->be->download(m->be->context, aff, c->layer[l].aff, (size_t)T * E * sizeof(float));
+      if (!rc)
+        rc = m->be->download(m->be->context, bias, lh_model_view(m, m->params, m->layer[l].bias),
+                             (size_t)E * sizeof(float));
+    }
+    if (!rc)
+      rc = lh_model_balancer_observe(b, l, aff, bias,
+                                     c->idx_host + (size_t)l * T * m->cfg.topk, T);
+  }
+  free(aff);
+  free(bias);
+  return rc;
+}
+
+static int cmp_float(const void *x, const void *y) {
+  float a = *(const float *)x, b = *(const float *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* q_e: the (1 - k/E) quantile of column e of scores (n, E). */
+static int quantiles(const float *scores, size_t n, int E, int k, double *q) {
+  float *col = malloc((n ? n : 1) * sizeof(float));
+  if (!col) return LH_ENOMEM;
+  double level = 1.0 - (double)k / E;
+  for (int e = 0; e < E; e++) {
+    for (size_t i = 0; i < n; i++) col[i] = scores[i * E + e];
+    qsort(col, n, sizeof(float), cmp_float);
+    /* linear interpolation between order statistics */
+    double pos = level * (double)(n - 1);
+    size_t lo = (size_t)floor(pos), hi = lo + 1 < n ? lo + 1 : lo;
+    q[e] = col[lo] + (pos - (double)lo) * (col[hi] - col[lo]);
+  }
+  free(col);
+  return LH_OK;
+}
+
+int lh_model_balancer_step(lh_model_balancer *b, float *bias) {
+  if (!b) return LH_EINVAL;
+  int E = b->E;
+  int slot = b->steps % DEAD_WINDOW;
+  double *q = malloc((size_t)E * sizeof(double));
+  if (!q) return LH_ENOMEM;
+  int rc = LH_OK;
+  for (int l = 0; l < b->L; l++) {
+    const double *cnt = b->counts + (size_t)l * E;
+    double total = b->pairs[l], mean = total / E, mx = 0;
+    for (int e = 0; e < E; e++) {
+      mx = fmax(mx, cnt[e]);
+      b->load[(size_t)l * E + e] = total > 0 ? (float)(cnt[e] / total) : 0.0f;
+    }
+    /* MaxVio = max(load)/mean(load) - 1 (loads are fractions of total) */
+    b->maxvio[l] = total > 0 ? mx / mean - 1.0 : 0.0;
+    unsigned char *u = b->used + ((size_t)slot * b->L + l) * E;
+    for (int e = 0; e < E; e++) u[e] = cnt[e] > 0;
+    float *bl = bias ? bias + (size_t)l * E : NULL;
+    if (bl && total > 0 && b->cfg.balance == LH_BALANCE_BIAS) {
+      for (int e = 0; e < E; e++) {
+        double gap = mean - cnt[e];
+        bl[e] += b->cfg.bias_rate * (float)((gap > 0) - (gap < 0));
+      }
+    } else if (bl && b->n_scores[l] > 0 && b->cfg.balance == LH_BALANCE_QUANTILE) {
+      rc = quantiles(b->scores[l], b->n_scores[l], E, b->k, q);
+      if (rc) break;
+      double Q = 0;
+      for (int e = 0; e < E; e++) Q += q[e] / E;
+      for (int e = 0; e < E; e++) bl[e] += (float)(b->cfg.quantile_rate * (Q - q[e]));
+    }
+  }
+  free(q);
+  if (rc) return rc;
+  b->steps++;
+  int window = b->steps < DEAD_WINDOW ? b->steps : DEAD_WINDOW;
+  for (int l = 0; l < b->L; l++) {
+    b->dead[l] = 0;
+    for (int e = 0; e < E; e++) {
+      int any = 0;
+      for (int s = 0; s < window && !any; s++) any = b->used[((size_t)s * b->L + l) * E + e];
+      b->dead[l] += !any;
+    }
+    b->pairs[l] = 0;
+    b->n_scores[l] = 0;
+  }
+  memset(b->counts, 0, (size_t)b->L * E * sizeof(double));
+  return LH_OK;
+}
+
+int lh_model_balancer_step_model(lh_model_balancer *b, lh_model *m) {
+  if (!b || !m || b->L != m->cfg.layers || b->E != m->cfg.experts) return LH_EINVAL;
+  int E = b->E;
+  float *bias = malloc((size_t)b->L * E * sizeof(float));
+  if (!bias) return LH_ENOMEM;
+  int rc = LH_OK;
+  for (int l = 0; !rc && l < b->L; l++)
+    rc = m->be->download(m->be->context, bias + (size_t)l * E,
+                         lh_model_view(m, m->params, m->layer[l].bias), (size_t)E * sizeof(float));
+  if (!rc) rc = lh_model_balancer_step(b, bias);
+  for (int l = 0; !rc && l < b->L; l++)
+    rc = m->be->upload(m->be->context, lh_model_view(m, m->params, m->layer[l].bias),
+                       bias + (size_t)l * E, (size_t)E * sizeof(float));
+  free(bias);
+  return rc;
+}
+
+double lh_model_balancer_maxvio(const lh_model_balancer *b, int layer) {
+  return b && layer >= 0 && layer < b->L ? b->maxvio[layer] : NAN;
+}
+
+int lh_model_balancer_dead(const lh_model_balancer *b, int layer) {
+  return b && layer >= 0 && layer < b->L ? b->dead[layer] : -1;
+}
+
+int lh_model_balancer_load(const lh_model_balancer *b, int layer, float *out) {
+  if (!b || !out || layer < 0 || layer >= b->L) return LH_EINVAL;
+  memcpy(out, b->load + (size_t)layer * b->E, (size_t)b->E * sizeof(float));
+  return LH_OK;
+}
