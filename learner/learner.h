@@ -157,4 +157,56 @@ int lh_ppo_loss_f64(const lh_ppo_params *p, const lh_ppo_input_f64 *in, double *
                     lh_ppo_stats *stats, lh_errbuf *err);
 int lh_ppo_params_check(const lh_ppo_params *p, lh_errbuf *err);
 
+/* ---- [learner] config -----------------------------------------------------
+ * The [learner] section of the one INI file shared by all commands (other
+ * sections are ignored here). Every key is optional with the default shown;
+ * an unknown key, a key given twice, or a bad value is an error whose
+ * message names the file, line, section and key (LH_ELEARNER_CONFIG_*). */
+#define LH_LEARNER_MAX_STAGES 16
+
+/* One context-extension stage: `max_context:steps:long_frac`. */
+typedef struct {
+  uint64_t max_context;  /* >= 1, increasing from stage to stage */
+  uint64_t steps;        /* >= 1 */
+  double long_frac;      /* in [0, 1]: share of episodes sized to max_context */
+} lh_stage;
+
+typedef struct {
+  lh_adv_kind advantage;    /* advantage = grpo | rloo | reinforce (grpo) */
+  double baseline_decay;    /* reinforce running-mean decay, [0, 1) (0.9) */
+  double clip_eps;          /* (0, 1) (0.2) */
+  double is_cap;            /* >= 1, "inf" allowed (2.0) */
+  double entropy_coef;      /* >= 0 (0) */
+  uint64_t max_policy_lag;  /* versions (2) */
+  double lr;                /* > 0 (3e-4) */
+  uint64_t warmup_steps;    /* <= total_steps (10) */
+  uint64_t total_steps;     /* >= 1 (1000) */
+  double weight_decay;      /* >= 0 (0.01) */
+  double grad_clip;         /* > 0, global norm (1.0) */
+  uint64_t batch_episodes;  /* >= 1, a multiple of group_size (32) */
+  uint64_t group_size;      /* >= 1 (8) */
+  uint64_t train_window;    /* tokens, >= 1 (2048) */
+  uint64_t ckpt_every;      /* steps, >= 1 (50) */
+  int routing_replay;       /* true/false, yes/no, on/off, 1/0 (false) */
+  size_t n_stages;          /* stages = "max_context:steps:long_frac,..." (none) */
+  lh_stage stages[LH_LEARNER_MAX_STAGES];
+} lh_learner_config;
+
+void lh_learner_config_default(lh_learner_config *cfg);
+/* Loads the defaults, then the [learner] section of the file at path. */
+int lh_learner_config_load(const char *path, lh_learner_config *cfg, lh_errbuf *err);
+/* The same from INI text in memory; source names it in messages. */
+int lh_learner_config_parse(const char *text, const char *source, lh_learner_config *cfg,
+                            lh_errbuf *err);
+
+/* Learning rate at optimizer step (0-based): linear warmup to lr over
+ * warmup_steps (lr * (step + 1) / warmup_steps), then cosine from lr down to
+ * 0 at total_steps: lr * (1 + cos(pi * progress)) / 2 with progress =
+ * (step - warmup_steps) / (total_steps - warmup_steps), held at 0 after. */
+double lh_lr_at(double lr, uint64_t warmup_steps, uint64_t total_steps, uint64_t step);
+
+/* The stage in force at a step: stages run in order for their steps each,
+ * and the last one stays in force after its steps. -1 without stages. */
+int lh_stage_at(const lh_learner_config *cfg, uint64_t step);
+
 #endif

@@ -4,3 +4,6 @@ lh_add_test(test_learner_advantage SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_lear
 # The PPO-clip loss, its gradient checked by finite differences (test_learner_ppo).
 lh_add_test(test_learner_ppo SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_ppo.c
   LIBS lh_learner TIMEOUT 120)
+# The [learner] config, each error, the schedule and the stages (test_learner_config).
+lh_add_test(test_learner_config SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_config.c
+  LIBS lh_learner TIMEOUT 120)
