@@ -113,6 +113,14 @@ int lh_store_put_segment(lh_store *s, const Longhaul__Segment *seg, int *inserte
 int lh_store_put_episode_end(lh_store *s, const Longhaul__EpisodeEnd *end, int *inserted,
                              lh_errbuf *err);
 
+/* Ends or re-marks an episode from the learner's side (say its actor was
+ * lost: aborted; its payload does not decode: error), with reason as its
+ * error text (may be NULL). status must not be running. An outcome that
+ * was success or failure is kept for complete; other statuses set the
+ * matching outcome. LH_ESTORE_NO_EPISODE for an unknown id. */
+int lh_store_episode_set_status(lh_store *s, uint64_t id, int status, const char *reason,
+                                lh_errbuf *err);
+
 typedef struct {
   const char *run_id;      /* key; required */
   const char *command;     /* how it was started; may be NULL */

@@ -1,0 +1,90 @@
+/* store: what the store's files share and nothing outside store/ sees.
+ *
+ * An lh_store is one SQLite connection plus the statements its hot paths
+ * reuse (prepared once, reset after each use). Every SQL call goes through
+ * the helpers below, which turn SQLite's result codes into lh_err codes
+ * with a message naming the file and the statement, and wait out a locked
+ * database so that SQLITE_BUSY never reaches a caller. */
+#ifndef LH_STORE_INTERNAL_H
+#define LH_STORE_INTERNAL_H
+
+#include <sqlite3.h>
+
+#include "store/store.h"
+
+/* The statements prepared on demand and kept until close. */
+enum {
+  ST_SEG_INSERT,
+  ST_EP_UPSERT_SEG,
+  ST_EP_UPSERT_END,
+  ST_REWARD_INSERT,
+  ST_COUNT
+};
+
+struct lh_store {
+  sqlite3 *db;
+  char *path;
+  lh_store_options opt;
+  int readonly;
+  int in_batch;
+  uint32_t schema_version;
+  sqlite3_stmt *st[ST_COUNT];
+};
+
+/* One step of the migration table: applied in order to bring a file from
+ * version - 1 to version. */
+typedef struct {
+  uint32_t version;
+  const char *description;
+  const char *sql;
+} lh_store_migration;
+
+/* The steps from an empty file to LH_STORE_SCHEMA_VERSION, in order
+ * (store_schema.c). Tests use the first ones to build an old file. */
+extern const lh_store_migration lh_store_migrations[];
+extern const size_t lh_store_migration_count;
+
+/* Maps a SQLite result code to the store's code (corruption, not a
+ * database, full, busy, readonly, else LH_ESTORE_SQLITE) and writes a
+ * message naming what was being done and the file. */
+int lh_store_sqlite_err(lh_store *s, int rc, const char *what, lh_errbuf *err);
+
+/* Runs SQL text without results (DDL, BEGIN, COMMIT, PRAGMA writes),
+ * waiting out SQLITE_BUSY up to the store's wait limit. */
+int lh_store_exec(lh_store *s, const char *sql, lh_errbuf *err);
+
+/* Prepares sql (one statement); *st is NULL on failure. */
+int lh_store_prepare(lh_store *s, const char *sql, sqlite3_stmt **st, lh_errbuf *err);
+/* The cached statement `which`, prepared from sql the first time. */
+int lh_store_cached(lh_store *s, int which, const char *sql, sqlite3_stmt **st, lh_errbuf *err);
+
+/* sqlite3_step with the busy wait: returns SQLITE_ROW, SQLITE_DONE or a
+ * negative lh_err (statement reset on error). */
+int lh_store_step(lh_store *s, sqlite3_stmt *st, const char *what, lh_errbuf *err);
+
+/* A write either joins the open batch or runs in a transaction of its own:
+ * lh_store_write_begin opens one when needed (*own = 1);
+ * lh_store_write_end commits it when rc >= 0 and rolls it back otherwise.
+ * Returns rc, or the commit's error. */
+int lh_store_write_begin(lh_store *s, int *own, lh_errbuf *err);
+int lh_store_write_end(lh_store *s, int own, int rc, lh_errbuf *err);
+
+/* Binds a uint64 as SQLite's signed 64-bit integer (same bits). */
+static inline int lh_store_bind_u64(sqlite3_stmt *st, int i, uint64_t v) {
+  return sqlite3_bind_int64(st, i, (sqlite3_int64)v);
+}
+static inline uint64_t lh_store_column_u64(sqlite3_stmt *st, int i) {
+  return (uint64_t)sqlite3_column_int64(st, i);
+}
+/* Binds text or NULL (SQLITE_STATIC: the caller keeps it alive until the
+ * statement is reset). */
+static inline int lh_store_bind_text(sqlite3_stmt *st, int i, const char *t) {
+  return t ? sqlite3_bind_text(st, i, t, -1, SQLITE_STATIC) : sqlite3_bind_null(st, i);
+}
+/* Copies column i as text into dst (cut to cap bytes; "" for NULL). */
+void lh_store_column_text(sqlite3_stmt *st, int i, char *dst, size_t cap);
+
+/* Sleeps ms milliseconds (the busy loop's pause). */
+void lh_store_sleep_ms(int ms);
+
+#endif

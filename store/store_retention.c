@@ -1,0 +1,84 @@
+/* store: retention. Old payloads go; the rows that describe them stay, so
+ * statistics and the episode list still cover the whole run. The pages
+ * freed are reused by later inserts (the file does not shrink). */
+#include "store/store_internal.h"
+
+/* Which segments a drop below ?1 takes: those whose newest sampled token
+ * is older, and those without sampled tokens whose episode is older. */
+#define DROP_WHERE                                                                         \
+  " WHERE payload IS NOT NULL AND (max_version < ?1 OR (max_version IS NULL AND episode IN" \
+  " (SELECT id FROM episodes WHERE max_version < ?1)))"
+
+static int drop(lh_store *s, uint64_t min_version, uint64_t *segments, uint64_t *bytes,
+                lh_errbuf *err) {
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_prepare(s, "SELECT count(*), coalesce(sum(payload_bytes), 0) FROM segments"
+                          DROP_WHERE, &st, err));
+  lh_store_bind_u64(st, 1, min_version);
+  int rc = lh_store_step(s, st, "counting payloads to drop", err);
+  if (rc == SQLITE_ROW) {
+    *segments = lh_store_column_u64(st, 0);
+    *bytes = lh_store_column_u64(st, 1);
+  }
+  sqlite3_finalize(st);
+  if (rc < 0) return rc;
+  if (*segments == 0) return 0;
+  int64_t now = lh_wall_ms();
+  LH_TRY(lh_store_prepare(s, "UPDATE segments SET payload = NULL, dropped_ms = ?2" DROP_WHERE, &st,
+                          err));
+  lh_store_bind_u64(st, 1, min_version);
+  sqlite3_bind_int64(st, 2, now);
+  rc = lh_store_step(s, st, "dropping payloads", err);
+  sqlite3_finalize(st);
+  if (rc < 0) return rc;
+  LH_TRY(lh_store_prepare(s,
+                          "UPDATE episodes SET payloads_dropped = (SELECT count(*) FROM segments g"
+                          " WHERE g.episode = episodes.id AND g.payload IS NULL), updated_ms = ?1"
+                          " WHERE id IN (SELECT episode FROM segments WHERE dropped_ms = ?1)",
+                          &st, err));
+  sqlite3_bind_int64(st, 1, now);
+  rc = lh_store_step(s, st, "counting dropped payloads per episode", err);
+  sqlite3_finalize(st);
+  return rc < 0 ? rc : 0;
+}
+
+int lh_store_drop_payloads_before(lh_store *s, uint64_t min_version, uint64_t *segments_dropped,
+                                  uint64_t *bytes_dropped, lh_errbuf *err) {
+  uint64_t segments = 0, bytes = 0;
+  if (segments_dropped) *segments_dropped = 0;
+  if (bytes_dropped) *bytes_dropped = 0;
+  if (!s) return lh_errbuf_set(err, LH_EINVAL, "lh_store_drop_payloads_before: store is NULL");
+  int own;
+  LH_TRY(lh_store_write_begin(s, &own, err));
+  int rc = lh_store_write_end(s, own, drop(s, min_version, &segments, &bytes, err), err);
+  if (rc < 0) return rc;
+  if (segments)
+    LH_INFO("store", "retention dropped segments=%llu bytes=%llu below_version=%llu",
+            (unsigned long long)segments, (unsigned long long)bytes,
+            (unsigned long long)min_version);
+  if (segments_dropped) *segments_dropped = segments;
+  if (bytes_dropped) *bytes_dropped = bytes;
+  return 0;
+}
+
+int lh_store_retain_versions(lh_store *s, uint64_t keep_versions, uint64_t *segments_dropped,
+                             uint64_t *bytes_dropped, lh_errbuf *err) {
+  if (segments_dropped) *segments_dropped = 0;
+  if (bytes_dropped) *bytes_dropped = 0;
+  if (!s) return lh_errbuf_set(err, LH_EINVAL, "lh_store_retain_versions: store is NULL");
+  if (s->readonly)
+    return lh_errbuf_set(err, LH_ESTORE_READONLY, "%s is open read-only; retention needs lh_store_open",
+                         s->path);
+  if (keep_versions == 0)
+    return lh_errbuf_set(err, LH_EINVAL, "retention must keep at least one version");
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_prepare(s, "SELECT max(max_version) FROM segments", &st, err));
+  int rc = lh_store_step(s, st, "finding the newest version", err);
+  int has = rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL;
+  uint64_t newest = has ? lh_store_column_u64(st, 0) : 0;
+  sqlite3_finalize(st);
+  if (rc < 0) return rc;
+  if (!has || newest + 1 <= keep_versions) return 0;
+  return lh_store_drop_payloads_before(s, newest + 1 - keep_versions, segments_dropped,
+                                       bytes_dropped, err);
+}

@@ -1,0 +1,117 @@
+/* store: the schema, as a table of migration steps applied in order.
+ *
+ * A new file runs every step; a file at version v runs the steps above v.
+ * Steps are only ever appended: a released step never changes, so every
+ * file that ran it has the same tables. README.md documents the result. */
+#include "store/store_internal.h"
+
+/* Version 1: the tables of DESIGN §7. */
+static const char schema_v1[] =
+    "CREATE TABLE meta("
+    "  key TEXT PRIMARY KEY,"
+    "  value TEXT NOT NULL);"
+    "CREATE TABLE migrations("
+    "  version INTEGER PRIMARY KEY,"
+    "  description TEXT NOT NULL,"
+    "  applied_ms INTEGER NOT NULL);"
+    "CREATE TABLE runs("
+    "  run_id TEXT PRIMARY KEY,"
+    "  command TEXT,"
+    "  config TEXT,"
+    "  started_ms INTEGER NOT NULL);"
+    "CREATE TABLE policy_versions("
+    "  version INTEGER PRIMARY KEY,"
+    "  run_id TEXT,"
+    "  step INTEGER NOT NULL,"
+    "  checkpoint TEXT,"
+    "  checksum INTEGER NOT NULL DEFAULT 0,"
+    "  total_bytes INTEGER NOT NULL DEFAULT 0,"
+    "  stage_index INTEGER NOT NULL DEFAULT 0,"
+    "  max_context INTEGER NOT NULL DEFAULT 0,"
+    "  created_ms INTEGER NOT NULL);"
+    "CREATE TABLE episodes("
+    "  id INTEGER PRIMARY KEY,"
+    "  actor TEXT NOT NULL,"
+    "  env TEXT NOT NULL,"
+    "  task_seed INTEGER NOT NULL DEFAULT 0,"
+    "  group_id INTEGER NOT NULL DEFAULT 0,"
+    "  status TEXT NOT NULL DEFAULT 'running' CHECK (status IN"
+    "    ('running','complete','truncated','aborted','error')),"
+    "  outcome TEXT CHECK (outcome IS NULL OR outcome IN"
+    "    ('success','failure','truncated','aborted','error')),"
+    "  error TEXT,"
+    "  steps INTEGER NOT NULL DEFAULT 0,"
+    "  tokens INTEGER,"
+    "  tokens_received INTEGER NOT NULL DEFAULT 0,"
+    "  reward REAL,"
+    "  segment_count INTEGER,"
+    "  segments_received INTEGER NOT NULL DEFAULT 0,"
+    "  min_version INTEGER,"
+    "  max_version INTEGER,"
+    "  created_ms INTEGER NOT NULL,"
+    "  updated_ms INTEGER NOT NULL,"
+    "  ended_ms INTEGER);"
+    "CREATE TABLE segments("
+    "  episode INTEGER NOT NULL,"
+    "  seq INTEGER NOT NULL,"
+    "  start_offset INTEGER NOT NULL,"
+    "  tokens INTEGER NOT NULL,"
+    "  sampled INTEGER NOT NULL,"
+    "  min_version INTEGER,"
+    "  max_version INTEGER,"
+    "  images INTEGER NOT NULL DEFAULT 0,"
+    "  payload_bytes INTEGER NOT NULL,"
+    "  payload BLOB,"
+    "  created_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (episode, seq));"
+    "CREATE TABLE rewards("
+    "  episode INTEGER NOT NULL,"
+    "  term TEXT NOT NULL,"
+    "  value REAL NOT NULL,"
+    "  step INTEGER NOT NULL,"
+    "  PRIMARY KEY (episode, step, term));"
+    "CREATE TABLE train_steps("
+    "  step INTEGER PRIMARY KEY,"
+    "  version INTEGER NOT NULL,"
+    "  run_id TEXT,"
+    "  loss REAL,"
+    "  reward_mean REAL,"
+    "  success_rate REAL,"
+    "  tokens INTEGER NOT NULL DEFAULT 0,"
+    "  episodes INTEGER NOT NULL DEFAULT 0,"
+    "  dropped_stale INTEGER NOT NULL DEFAULT 0,"
+    "  lag_mean REAL,"
+    "  lag_max REAL,"
+    "  logp_diff REAL,"
+    "  grad_norm REAL,"
+    "  lr REAL,"
+    "  skipped INTEGER NOT NULL DEFAULT 0,"
+    "  maxvio TEXT,"
+    "  step_ms REAL,"
+    "  time_ms INTEGER NOT NULL);";
+
+/* Version 2: retention bookkeeping (which payloads were dropped, when),
+ * MaxVio per layer as rows as well as the JSON array, and the indexes the
+ * queries of `longhaul replay` and retention use. */
+static const char schema_v2[] =
+    "ALTER TABLE episodes ADD COLUMN payloads_dropped INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE segments ADD COLUMN dropped_ms INTEGER;"
+    "CREATE TABLE train_step_layers("
+    "  step INTEGER NOT NULL,"
+    "  layer INTEGER NOT NULL,"
+    "  maxvio REAL,"
+    "  PRIMARY KEY (step, layer));"
+    "CREATE INDEX episodes_env ON episodes(env, status);"
+    "CREATE INDEX episodes_status ON episodes(status);"
+    "CREATE INDEX episodes_reward ON episodes(reward);"
+    "CREATE INDEX segments_version ON segments(max_version);";
+
+const lh_store_migration lh_store_migrations[] = {
+    {1, "tables of DESIGN 7: runs, policy_versions, episodes, segments, rewards, train_steps",
+     schema_v1},
+    {2, "payloads_dropped/dropped_ms, train_step_layers, query indexes", schema_v2},
+};
+const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
+
+_Static_assert(sizeof lh_store_migrations / sizeof lh_store_migrations[0] == LH_STORE_SCHEMA_VERSION,
+               "one migration step per schema version");

@@ -1,0 +1,133 @@
+/* store: reassembly of an episode's segments in seq order, with the gaps
+ * (missing seq numbers, count against EpisodeEnd.segment_count). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store_internal.h"
+
+static void note_missing(lh_segment_report *r, uint32_t from, uint32_t to) {
+  for (uint32_t q = from; q < to; q++) {
+    if (r->missing_listed < LH_STORE_MAX_GAPS) r->missing[r->missing_listed++] = q;
+    r->missing_count++;
+  }
+}
+
+/* The walk behind both entry points. With keep, fn takes each decoded
+ * segment over (frees it with lh_wire_segment_free); without, the walk
+ * frees it after the call. */
+typedef int (*owned_fn)(void *ctx, uint32_t seq, Longhaul__Segment *seg);
+
+static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn keep, void *ctx,
+                      lh_segment_report *report, lh_errbuf *err) {
+  lh_segment_report local;
+  lh_segment_report *r = report ? report : &local;
+  memset(r, 0, sizeof *r);
+  if (!s) return lh_errbuf_set(err, LH_EINVAL, "lh_store_episode_segments: store is NULL");
+  lh_episode_row row;
+  LH_TRY(lh_store_episode_get(s, id, &row, err));
+  r->has_end = row.has_end;
+  r->expected = row.segment_count;
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_prepare(s, "SELECT seq, payload FROM segments WHERE episode = ?1 ORDER BY seq",
+                          &st, err));
+  lh_store_bind_u64(st, 1, id);
+  uint32_t next = 0;  /* the seq number expected next */
+  int rc;
+  while ((rc = lh_store_step(s, st, "reading segments", err)) == SQLITE_ROW) {
+    uint32_t seq = (uint32_t)sqlite3_column_int64(st, 0);
+    if (seq > next) note_missing(r, next, seq);
+    next = seq + 1;
+    r->received++;
+    Longhaul__Segment *seg = NULL;
+    if (sqlite3_column_type(st, 1) == SQLITE_NULL) {
+      r->dropped++;
+    } else {
+      const uint8_t *buf = sqlite3_column_blob(st, 1);
+      size_t bytes = (size_t)sqlite3_column_bytes(st, 1);
+      lh_errbuf why = {0};
+      int drc = lh_wire_segment_decode(buf, bytes, &s->opt.limits, &seg, &why);
+      if (drc < 0) {
+        rc = lh_errbuf_set(err, LH_ESTORE_PAYLOAD,
+                           "%s: the payload of episode %llu segment %u does not decode: %s",
+                           s->path, (unsigned long long)id, seq, why.msg);
+        break;
+      }
+      if (seg->episode_id != id || seg->seq != seq) {
+        rc = lh_errbuf_set(err, LH_ESTORE_PAYLOAD,
+                           "%s: the payload stored as episode %llu segment %u is episode %llu "
+                           "segment %u",
+                           s->path, (unsigned long long)id, seq,
+                           (unsigned long long)seg->episode_id, seg->seq);
+        lh_wire_segment_free(seg);
+        break;
+      }
+    }
+    int cb;
+    if (keep) {
+      cb = keep(ctx, seq, seg);
+    } else {
+      cb = fn ? fn(ctx, seq, seg) : 0;
+      lh_wire_segment_free(seg);
+    }
+    if (cb != 0) {
+      rc = cb < 0 ? cb : SQLITE_DONE;
+      break;
+    }
+  }
+  sqlite3_finalize(st);
+  if (rc < 0) return rc;
+  if (r->expected > next) note_missing(r, next, r->expected);
+  r->complete = r->has_end && r->missing_count == 0 && r->dropped == 0 &&
+                r->received == r->expected;
+  return 0;
+}
+
+int lh_store_episode_segments(lh_store *s, uint64_t id, lh_store_segment_fn fn, void *ctx,
+                              lh_segment_report *report, lh_errbuf *err) {
+  return reassemble(s, id, fn, NULL, ctx, report, err);
+}
+
+typedef struct {
+  Longhaul__Segment **segs;
+  size_t count, cap;
+  lh_errbuf *err;
+} collect_ctx;
+
+static int collect(void *ctx, uint32_t seq, Longhaul__Segment *seg) {
+  (void)seq;
+  collect_ctx *c = ctx;
+  if (c->count == c->cap) {
+    size_t cap = c->cap ? c->cap * 2 : 16;
+    Longhaul__Segment **g = realloc(c->segs, cap * sizeof *g);
+    if (!g) {
+      lh_wire_segment_free(seg);
+      return lh_errbuf_set(c->err, LH_ENOMEM, "no memory for the segments");
+    }
+    c->segs = g;
+    c->cap = cap;
+  }
+  c->segs[c->count++] = seg;
+  return 0;
+}
+
+int lh_store_episode_segments_array(lh_store *s, uint64_t id, Longhaul__Segment ***segs,
+                                    size_t *count, lh_segment_report *report, lh_errbuf *err) {
+  if (!segs || !count) return lh_errbuf_set(err, LH_EINVAL, "lh_store_episode_segments_array: out is NULL");
+  *segs = NULL;
+  *count = 0;
+  collect_ctx c = {NULL, 0, 0, err};
+  int rc = reassemble(s, id, NULL, collect, &c, report, err);
+  if (rc < 0) {
+    lh_store_segments_free(c.segs, c.count);
+    return rc;
+  }
+  *segs = c.segs;
+  *count = c.count;
+  return 0;
+}
+
+void lh_store_segments_free(Longhaul__Segment **segs, size_t count) {
+  if (!segs) return;
+  for (size_t i = 0; i < count; i++) lh_wire_segment_free(segs[i]);
+  free(segs);
+}

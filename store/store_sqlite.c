@@ -1,0 +1,119 @@
+/* store: the SQLite call helpers every store file uses (error mapping, the
+ * busy wait, statement cache, write transactions). */
+#define _POSIX_C_SOURCE 200809L
+#include <string.h>
+#include <time.h>
+
+#include "store/store_internal.h"
+
+void lh_store_sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+int lh_store_sqlite_err(lh_store *s, int rc, const char *what, lh_errbuf *err) {
+  int code;
+  switch (rc & 0xff) {
+    case SQLITE_CORRUPT: code = LH_ESTORE_CORRUPT; break;
+    case SQLITE_NOTADB: code = LH_ESTORE_NOT_SQLITE; break;
+    case SQLITE_FULL: code = LH_ESTORE_FULL; break;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: code = LH_ESTORE_BUSY; break;
+    case SQLITE_READONLY: code = LH_ESTORE_READONLY; break;
+    case SQLITE_NOMEM: code = LH_ENOMEM; break;
+    default: code = LH_ESTORE_SQLITE; break;
+  }
+  const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
+  const char *hint = "";
+  if (code == LH_ESTORE_CORRUPT)
+    hint = " (restore it from a copy; `sqlite3 FILE .recover` may save some rows)";
+  else if (code == LH_ESTORE_FULL)
+    hint = " (free disk space or drop old payloads with retention)";
+  else if (code == LH_ESTORE_BUSY)
+    hint = " (another process held the write lock past the wait limit)";
+  if (code == LH_ESTORE_CORRUPT)
+    return lh_errbuf_set(err, code, "%s is corrupt (%s: %s, sqlite %d)%s",
+                         s && s->path ? s->path : "store", what, msg, rc, hint);
+  return lh_errbuf_set(err, code, "%s on %s: %s (sqlite %d)%s", what,
+                       s && s->path ? s->path : "store", msg, rc, hint);
+}
+
+/* Whether a failed call may succeed if tried again after a wait. */
+static int is_busy(int rc) {
+  return (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED;
+}
+
+int lh_store_exec(lh_store *s, const char *sql, lh_errbuf *err) {
+  int64_t start = lh_now_ns();
+  for (;;) {
+    int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+    if (rc == SQLITE_OK) return 0;
+    if (!is_busy(rc) || (lh_now_ns() - start) / 1000000 >= s->opt.max_wait_ms)
+      return lh_store_sqlite_err(s, rc, sql, err);
+    lh_store_sleep_ms(1);
+  }
+}
+
+int lh_store_prepare(lh_store *s, const char *sql, sqlite3_stmt **st, lh_errbuf *err) {
+  *st = NULL;
+  int64_t start = lh_now_ns();
+  for (;;) {
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
+    if (rc == SQLITE_OK) return 0;
+    /* Preparing reads the schema, which a writer's lock can delay. */
+    if (!is_busy(rc) || (lh_now_ns() - start) / 1000000 >= s->opt.max_wait_ms)
+      return lh_store_sqlite_err(s, rc, "preparing a statement", err);
+    lh_store_sleep_ms(1);
+  }
+}
+
+int lh_store_cached(lh_store *s, int which, const char *sql, sqlite3_stmt **st, lh_errbuf *err) {
+  if (!s->st[which]) LH_TRY(lh_store_prepare(s, sql, &s->st[which], err));
+  *st = s->st[which];
+  return 0;
+}
+
+int lh_store_step(lh_store *s, sqlite3_stmt *st, const char *what, lh_errbuf *err) {
+  int64_t start = lh_now_ns();
+  for (;;) {
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW || rc == SQLITE_DONE) return rc;
+    sqlite3_reset(st);
+    /* Inside a batch we hold the write lock, so BUSY cannot happen there;
+     * outside one a statement is its own transaction and may be retried. */
+    if (!is_busy(rc) || s->in_batch || (lh_now_ns() - start) / 1000000 >= s->opt.max_wait_ms)
+      return lh_store_sqlite_err(s, rc, what, err);
+    lh_store_sleep_ms(1);
+  }
+}
+
+int lh_store_write_begin(lh_store *s, int *own, lh_errbuf *err) {
+  *own = 0;
+  if (s->readonly)
+    return lh_errbuf_set(err, LH_ESTORE_READONLY, "%s is open read-only; writes need lh_store_open",
+                         s->path);
+  if (s->in_batch) return 0;
+  LH_TRY(lh_store_exec(s, "BEGIN IMMEDIATE", err));
+  *own = 1;
+  return 0;
+}
+
+int lh_store_write_end(lh_store *s, int own, int rc, lh_errbuf *err) {
+  if (!own) return rc;
+  if (rc < 0) {
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+  }
+  int crc = lh_store_exec(s, "COMMIT", err);
+  if (crc < 0) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+  return crc < 0 ? crc : rc;
+}
+
+void lh_store_column_text(sqlite3_stmt *st, int i, char *dst, size_t cap) {
+  const unsigned char *t = sqlite3_column_text(st, i);
+  if (!t) t = (const unsigned char *)"";
+  size_t n = strlen((const char *)t);
+  if (n >= cap) n = cap - 1;
+  memcpy(dst, t, n);
+  dst[n] = 0;
+}

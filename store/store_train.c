@@ -1,0 +1,171 @@
+/* store: the learner's per-step metrics (train_steps, train_step_layers). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store_internal.h"
+
+static void bind_metric(sqlite3_stmt *st, int i, double v) {
+  if (isfinite(v))
+    sqlite3_bind_double(st, i, v);
+  else
+    sqlite3_bind_null(st, i);
+}
+
+/* MaxVio per layer as a JSON array ("[0.12,0.5,null]"); non-finite as null. */
+static char *maxvio_json(const lh_store_train_step *t) {
+  size_t cap = 2 + (size_t)t->layers * 26;
+  char *j = malloc(cap), *p = j;
+  if (!j) return NULL;
+  *p++ = '[';
+  for (uint32_t l = 0; l < t->layers; l++) {
+    size_t left = cap - (size_t)(p - j);
+    int n = isfinite(t->maxvio[l]) ? snprintf(p, left, "%s%.9g", l ? "," : "", t->maxvio[l])
+                                   : snprintf(p, left, "%snull", l ? "," : "");
+    p += n;
+  }
+  *p++ = ']';
+  *p = 0;
+  return j;
+}
+
+static int insert_step(lh_store *s, const lh_store_train_step *t, const char *json, int *inserted,
+                       lh_errbuf *err) {
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_prepare(s,
+                          "INSERT OR IGNORE INTO train_steps(step, version, run_id, loss,"
+                          " reward_mean, success_rate, tokens, episodes, dropped_stale, lag_mean,"
+                          " lag_max, logp_diff, grad_norm, lr, skipped, maxvio, step_ms, time_ms)"
+                          " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
+                          " ?15, ?16, ?17, ?18)",
+                          &st, err));
+  lh_store_bind_u64(st, 1, t->step);
+  lh_store_bind_u64(st, 2, t->version);
+  lh_store_bind_text(st, 3, t->run_id[0] ? t->run_id : NULL);
+  bind_metric(st, 4, t->loss);
+  bind_metric(st, 5, t->reward_mean);
+  bind_metric(st, 6, t->success_rate);
+  lh_store_bind_u64(st, 7, t->tokens);
+  sqlite3_bind_int64(st, 8, t->episodes);
+  sqlite3_bind_int64(st, 9, t->dropped_stale);
+  bind_metric(st, 10, t->lag_mean);
+  bind_metric(st, 11, t->lag_max);
+  bind_metric(st, 12, t->logp_diff);
+  bind_metric(st, 13, t->grad_norm);
+  bind_metric(st, 14, t->lr);
+  sqlite3_bind_int(st, 15, t->skipped != 0);
+  sqlite3_bind_text(st, 16, json, -1, SQLITE_STATIC);
+  bind_metric(st, 17, t->step_ms);
+  sqlite3_bind_int64(st, 18, t->time_ms ? t->time_ms : lh_wall_ms());
+  int rc = lh_store_step(s, st, "inserting a train step", err);
+  sqlite3_finalize(st);
+  if (rc < 0) return rc;
+  *inserted = sqlite3_changes(s->db) > 0;
+  if (!*inserted || t->layers == 0) return 0;
+  LH_TRY(lh_store_prepare(s,
+                          "INSERT OR IGNORE INTO train_step_layers(step, layer, maxvio)"
+                          " VALUES (?1, ?2, ?3)",
+                          &st, err));
+  for (uint32_t l = 0; l < t->layers && rc >= 0; l++) {
+    lh_store_bind_u64(st, 1, t->step);
+    sqlite3_bind_int64(st, 2, l);
+    bind_metric(st, 3, t->maxvio[l]);
+    rc = lh_store_step(s, st, "inserting a layer's MaxVio", err);
+    sqlite3_reset(st);
+  }
+  sqlite3_finalize(st);
+  return rc < 0 ? rc : 0;
+}
+
+int lh_store_put_train_step(lh_store *s, const lh_store_train_step *t, int *inserted,
+                            lh_errbuf *err) {
+  int dummy;
+  if (!inserted) inserted = &dummy;
+  *inserted = 0;
+  if (!s || !t) return lh_errbuf_set(err, LH_EINVAL, "lh_store_put_train_step: store or row is NULL");
+  if (t->layers > LH_STORE_MAX_LAYERS)
+    return lh_errbuf_set(err, LH_EINVAL, "train step %llu: %u layers, over the limit of %d",
+                         (unsigned long long)t->step, t->layers, LH_STORE_MAX_LAYERS);
+  char *json = maxvio_json(t);
+  if (!json) return lh_errbuf_set(err, LH_ENOMEM, "no memory for a train step");
+  int own;
+  int rc = lh_store_write_begin(s, &own, err);
+  if (rc >= 0) rc = lh_store_write_end(s, own, insert_step(s, t, json, inserted, err), err);
+  free(json);
+  if (rc < 0) *inserted = 0;
+  return rc;
+}
+
+static double column_metric(sqlite3_stmt *st, int i) {
+  return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+/* Parses the JSON array written by maxvio_json (numbers and null only). */
+static uint32_t parse_maxvio(const char *j, double *out) {
+  uint32_t n = 0;
+  if (!j || *j != '[') return 0;
+  j++;
+  while (*j && *j != ']' && n < LH_STORE_MAX_LAYERS) {
+    if (strncmp(j, "null", 4) == 0) {
+      out[n++] = NAN;
+      j += 4;
+    } else {
+      char *end;
+      out[n++] = strtod(j, &end);
+      if (end == j) break;
+      j = end;
+    }
+    if (*j == ',') j++;
+  }
+  return n;
+}
+
+int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
+                         lh_store_train_step_fn fn, void *ctx, lh_errbuf *err) {
+  if (!s || !fn) return lh_errbuf_set(err, LH_EINVAL, "lh_store_train_steps: store or fn is NULL");
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_prepare(s,
+                          "SELECT step, version, run_id, loss, reward_mean, success_rate, tokens,"
+                          " episodes, dropped_stale, lag_mean, lag_max, logp_diff, grad_norm, lr,"
+                          " skipped, maxvio, step_ms, time_ms FROM train_steps"
+                          " WHERE step >= ?1 ORDER BY step LIMIT ?2",
+                          &st, err));
+  lh_store_bind_u64(st, 1, from_step);
+  sqlite3_bind_int64(st, 2, limit ? (sqlite3_int64)limit : -1);
+  lh_store_train_step *t = malloc(sizeof *t);
+  if (!t) {
+    sqlite3_finalize(st);
+    return lh_errbuf_set(err, LH_ENOMEM, "no memory for a train step");
+  }
+  int rc;
+  while ((rc = lh_store_step(s, st, "reading train steps", err)) == SQLITE_ROW) {
+    memset(t, 0, sizeof *t);
+    t->step = lh_store_column_u64(st, 0);
+    t->version = lh_store_column_u64(st, 1);
+    lh_store_column_text(st, 2, t->run_id, sizeof t->run_id);
+    t->loss = column_metric(st, 3);
+    t->reward_mean = column_metric(st, 4);
+    t->success_rate = column_metric(st, 5);
+    t->tokens = lh_store_column_u64(st, 6);
+    t->episodes = (uint32_t)sqlite3_column_int64(st, 7);
+    t->dropped_stale = (uint32_t)sqlite3_column_int64(st, 8);
+    t->lag_mean = column_metric(st, 9);
+    t->lag_max = column_metric(st, 10);
+    t->logp_diff = column_metric(st, 11);
+    t->grad_norm = column_metric(st, 12);
+    t->lr = column_metric(st, 13);
+    t->skipped = sqlite3_column_int(st, 14);
+    t->layers = parse_maxvio((const char *)sqlite3_column_text(st, 15), t->maxvio);
+    t->step_ms = column_metric(st, 16);
+    t->time_ms = sqlite3_column_int64(st, 17);
+    int r = fn(ctx, t);
+    if (r != 0) {
+      rc = r < 0 ? r : SQLITE_DONE;
+      break;
+    }
+  }
+  free(t);
+  sqlite3_finalize(st);
+  return rc < 0 ? rc : 0;
+}

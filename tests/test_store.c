@@ -1,0 +1,946 @@
+/* Tests of the replay store: round trips, duplicates, a reward before its
+ * segments, gaps, queries, statistics, retention, train steps, batches,
+ * read-only refusals, bad files (garbage, truncated, not a store, too new),
+ * migration of an old file, two writer processes and a reader on one file,
+ * and a writer killed with SIGKILL in the middle of a transaction.
+ * Usage: test_store PATH_OF_store_writer */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "store/store_internal.h"
+#include "tests/store_fixture.h"
+
+static const char *writer_bin;
+static char db[256];
+static lh_errbuf e;
+
+static void setup(void) {
+  snprintf(db, sizeof db, "/tmp/lh-test-store-%d.db", (int)getpid());
+  char p[300];
+  unlink(db);
+  snprintf(p, sizeof p, "%s-wal", db), unlink(p);
+  snprintf(p, sizeof p, "%s-shm", db), unlink(p);
+  memset(&e, 0, sizeof e);
+  lh_log_set_level(LH_LOG_WARN);
+}
+
+static void teardown(void) {
+  char p[300];
+  unlink(db);
+  snprintf(p, sizeof p, "%s-wal", db), unlink(p);
+  snprintf(p, sizeof p, "%s-shm", db), unlink(p);
+}
+
+static lh_store *open_rw(void) {
+  lh_store *s = NULL;
+  int rc = lh_store_open(db, &s, &e);
+  ck_assert_msg(rc == 0, "open: %s", e.msg);
+  return s;
+}
+
+static lh_store *open_ro(void) {
+  lh_store *s = NULL;
+  int rc = lh_store_open_readonly(db, &s, &e);
+  ck_assert_msg(rc == 0, "open read-only: %s", e.msg);
+  return s;
+}
+
+/* A segment with text, a tool call, an observation and an image. */
+static void rich_segment(sfx_seg *f, uint64_t ep, uint32_t seq, uint32_t version) {
+  sfx_seg_init(f, ep, seq, "a0", "calc");
+  if (seq == 0) sfx_seg_token(f, 256, 0, 0);
+  sfx_seg_text(f, "What is 2+3? ", 0, 0);
+  sfx_seg_token(f, 258, 1, version);
+  sfx_seg_text(f, "calc(2+3)", 1, version);
+  sfx_seg_token(f, 259, 1, version);
+  sfx_seg_token(f, 260, 0, 0);
+  sfx_seg_text(f, "5", 0, 0);
+  sfx_seg_image(f);
+  sfx_seg_token(f, 261, 0, 0);
+  sfx_seg_text(f, "5", 1, version + 1);
+  sfx_seg_token(f, 257, 1, version + 1);
+}
+
+static void put_seg(lh_store *s, const Longhaul__Segment *seg, int want_inserted) {
+  int ins = -1;
+  int rc = lh_store_put_segment(s, seg, &ins, &e);
+  ck_assert_msg(rc == 0, "put_segment: %s", e.msg);
+  ck_assert_int_eq(ins, want_inserted);
+}
+
+static void put_end(lh_store *s, const Longhaul__EpisodeEnd *end, int want_inserted) {
+  int ins = -1;
+  int rc = lh_store_put_episode_end(s, end, &ins, &e);
+  ck_assert_msg(rc == 0, "put_episode_end: %s", e.msg);
+  ck_assert_int_eq(ins, want_inserted);
+}
+
+static void same_segment(const Longhaul__Segment *a, const Longhaul__Segment *b) {
+  ck_assert_uint_eq(a->episode_id, b->episode_id);
+  ck_assert_uint_eq(a->seq, b->seq);
+  ck_assert_str_eq(a->env, b->env);
+  ck_assert_uint_eq(a->n_tokens, b->n_tokens);
+  ck_assert_int_eq(memcmp(a->tokens, b->tokens, a->n_tokens * sizeof *a->tokens), 0);
+  ck_assert_int_eq(memcmp(a->loss_mask.data, b->loss_mask.data, a->n_tokens), 0);
+  ck_assert_int_eq(memcmp(a->behavior_logp, b->behavior_logp, a->n_tokens * sizeof(float)), 0);
+  ck_assert_int_eq(memcmp(a->policy_version, b->policy_version, a->n_tokens * 4), 0);
+  ck_assert_uint_eq(a->n_routed_experts, b->n_routed_experts);
+  ck_assert_int_eq(memcmp(a->routed_experts, b->routed_experts, a->n_routed_experts * 4), 0);
+  ck_assert_uint_eq(a->n_images, b->n_images);
+  for (size_t i = 0; i < a->n_images; i++) {
+    ck_assert_uint_eq(a->images[i]->offset, b->images[i]->offset);
+    ck_assert_uint_eq(a->images[i]->pixels.len, b->images[i]->pixels.len);
+    ck_assert_int_eq(memcmp(a->images[i]->pixels.data, b->images[i]->pixels.data,
+                            a->images[i]->pixels.len), 0);
+  }
+}
+
+START_TEST(test_round_trip) {
+  lh_store *s = open_rw();
+  static sfx_seg f0, f1;
+  rich_segment(&f0, 7, 0, 3);
+  rich_segment(&f1, 7, 1, 4);
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  put_seg(s, &f0.seg, 1);
+  put_seg(s, &f1.seg, 1);
+  sfx_end end;
+  sfx_end_init(&end, 7, "calc", 2, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
+  put_end(s, &end.end, 1);
+  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+  lh_store_close(s);
+
+  s = open_ro();
+  ck_assert(lh_store_is_readonly(s));
+  lh_episode_row r;
+  ck_assert_int_eq(lh_store_episode_get(s, 7, &r, &e), 0);
+  ck_assert_str_eq(r.env, "calc");
+  ck_assert_str_eq(r.actor, "a0");
+  ck_assert_int_eq(r.status, LH_EPISODE_COMPLETE);
+  ck_assert_int_eq(r.outcome, LONGHAUL__OUTCOME__OUTCOME_SUCCESS);
+  ck_assert(r.has_reward && r.reward == 1.0);
+  ck_assert(r.has_end);
+  ck_assert_uint_eq(r.segment_count, 2);
+  ck_assert_uint_eq(r.segments_received, 2);
+  ck_assert_uint_eq(r.tokens_received, f0.seg.n_tokens + f1.seg.n_tokens);
+  ck_assert_uint_eq(r.tokens, end.end.total_tokens);
+  ck_assert(r.has_versions);
+  ck_assert_uint_eq(r.min_version, 3);  /* sampled tokens only */
+  ck_assert_uint_eq(r.max_version, 5);
+  ck_assert_uint_eq(r.task_seed, 1001);
+  ck_assert_uint_eq(r.group_id, 1);
+
+  Longhaul__Segment **segs;
+  size_t n;
+  lh_segment_report rep;
+  ck_assert_int_eq(lh_store_episode_segments_array(s, 7, &segs, &n, &rep, &e), 0);
+  ck_assert_uint_eq(n, 2);
+  same_segment(segs[0], &f0.seg);
+  same_segment(segs[1], &f1.seg);
+  lh_store_segments_free(segs, n);
+  ck_assert(rep.complete);
+  ck_assert_uint_eq(rep.missing_count, 0);
+
+  lh_reward_term terms[4];
+  size_t nt;
+  ck_assert_int_eq(lh_store_episode_rewards(s, 7, terms, 4, &nt, &e), 0);
+  ck_assert_uint_eq(nt, 2);
+  ck_assert_str_eq(terms[0].name, "correct");
+  ck_assert_uint_eq(terms[0].step, 1);
+  ck_assert(fabs(terms[0].value - 0.75) < 1e-6);
+  ck_assert_str_eq(terms[1].name, "format");
+
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  ck_assert_uint_eq(st.schema_version, LH_STORE_SCHEMA_VERSION);
+  ck_assert_uint_eq(st.episodes, 1);
+  ck_assert_uint_eq(st.by_status[LH_EPISODE_COMPLETE], 1);
+  ck_assert_uint_eq(st.successes, 1);
+  ck_assert_uint_eq(st.segments, 2);
+  ck_assert_uint_eq(st.reward_terms, 2);
+  ck_assert_uint_eq(st.tokens, f0.seg.n_tokens + f1.seg.n_tokens);
+  ck_assert(st.payload_bytes > 0 && st.file_bytes > 0);
+  ck_assert_uint_eq(st.min_version, 3);
+  ck_assert_uint_eq(st.max_version, 5);
+  ck_assert_int_eq(lh_store_episode_get(s, 8, &r, &e), LH_ESTORE_NO_EPISODE);
+  ck_assert_int_eq(lh_store_episode_segments(s, 8, NULL, NULL, &rep, &e), LH_ESTORE_NO_EPISODE);
+  lh_store_close(s);
+}
+END_TEST
+
+START_TEST(test_duplicates) {
+  lh_store *s = open_rw();
+  static sfx_seg f;
+  sfx_seg_plain(&f, 1, 0, 16, 2);
+  put_seg(s, &f.seg, 1);
+  put_seg(s, &f.seg, 0);
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  int dups = 0, ins;
+  for (int i = 0; i < 5; i++) {
+    ck_assert_int_eq(lh_store_put_segment(s, &f.seg, &ins, &e), 0);
+    dups += !ins;
+  }
+  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+  ck_assert_int_eq(dups, 5);
+  sfx_end end;
+  sfx_end_init(&end, 1, "calc", 1, LONGHAUL__OUTCOME__OUTCOME_FAILURE, 0.0f);
+  put_end(s, &end.end, 1);
+  end.end.reward = 5.0f;  /* a resend never changes what is stored */
+  put_end(s, &end.end, 0);
+  lh_episode_row r;
+  ck_assert_int_eq(lh_store_episode_get(s, 1, &r, &e), 0);
+  ck_assert_uint_eq(r.segments_received, 1);
+  ck_assert_uint_eq(r.tokens_received, 16);
+  ck_assert(r.reward == 0.0);
+  ck_assert_int_eq(r.outcome, LONGHAUL__OUTCOME__OUTCOME_FAILURE);
+  size_t nt;
+  ck_assert_int_eq(lh_store_episode_rewards(s, 1, NULL, 0, &nt, &e), 0);
+  ck_assert_uint_eq(nt, 2);
+
+  lh_store_run run = {"run-1", "longhaul learner", "[model]\n", 0};
+  ck_assert_int_eq(lh_store_put_run(s, &run, &ins, &e), 0);
+  ck_assert_int_eq(ins, 1);
+  ck_assert_int_eq(lh_store_put_run(s, &run, &ins, &e), 0);
+  ck_assert_int_eq(ins, 0);
+  lh_store_policy_version v = {.version = 3, .run_id = "run-1", .step = 30, .checkpoint = "ckpt/3"};
+  ck_assert_int_eq(lh_store_put_policy_version(s, &v, &ins, &e), 0);
+  ck_assert_int_eq(ins, 1);
+  ck_assert_int_eq(lh_store_put_policy_version(s, &v, &ins, &e), 0);
+  ck_assert_int_eq(ins, 0);
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  ck_assert_uint_eq(st.runs, 1);
+  ck_assert_uint_eq(st.policy_versions, 1);
+  ck_assert_uint_eq(st.latest_policy_version, 3);
+  ck_assert_int_eq(lh_store_put_run(s, &(lh_store_run){0}, &ins, &e), LH_EINVAL);
+  lh_store_close(s);
+}
+END_TEST
+
+START_TEST(test_reward_before_segments) {
+  lh_store *s = open_rw();
+  sfx_end end;
+  sfx_end_init(&end, 9, "needle", 3, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
+  put_end(s, &end.end, 1);
+  lh_episode_row r;
+  ck_assert_int_eq(lh_store_episode_get(s, 9, &r, &e), 0);
+  ck_assert_int_eq(r.status, LH_EPISODE_COMPLETE);
+  ck_assert_uint_eq(r.segments_received, 0);
+  ck_assert(!r.has_versions);
+  lh_segment_report rep;
+  ck_assert_int_eq(lh_store_episode_segments(s, 9, NULL, NULL, &rep, &e), 0);
+  ck_assert_uint_eq(rep.missing_count, 3);
+  ck_assert(!rep.complete);
+  lh_episode_filter f;
+  lh_episode_filter_init(&f);
+  f.ready_only = 1;
+  uint64_t count;
+  ck_assert_int_eq(lh_store_episodes(s, &f, NULL, NULL, &count, &e), LH_EINVAL);
+  static sfx_seg g;
+  for (uint32_t q = 0; q < 3; q++) {
+    sfx_seg_init(&g, 9, q, "a0", "needle");
+    sfx_seg_fill(&g, 16, 6 + q);
+    put_seg(s, &g.seg, 1);
+  }
+  ck_assert_int_eq(lh_store_episode_get(s, 9, &r, &e), 0);
+  ck_assert_int_eq(r.status, LH_EPISODE_COMPLETE);  /* a late segment keeps the end */
+  ck_assert(r.reward == 1.0);
+  ck_assert_uint_eq(r.segments_received, 3);
+  ck_assert_uint_eq(r.min_version, 6);
+  ck_assert_uint_eq(r.max_version, 8);
+  ck_assert_int_eq(lh_store_episode_segments(s, 9, NULL, NULL, &rep, &e), 0);
+  ck_assert(rep.complete);
+  lh_store_close(s);
+}
+END_TEST
+
+static int count_seg(void *ctx, uint32_t seq, const Longhaul__Segment *seg) {
+  ck_assert(seg != NULL);
+  ck_assert_uint_eq(seg->seq, seq);
+  (*(int *)ctx)++;
+  return 0;
+}
+
+START_TEST(test_gaps) {
+  lh_store *s = open_rw();
+  static sfx_seg g;
+  const uint32_t seqs[] = {5, 0, 3, 1};
+  for (int i = 0; i < 4; i++) {
+    sfx_seg_plain(&g, 4, seqs[i], 8, 1);
+    put_seg(s, &g.seg, 1);
+  }
+  lh_segment_report rep;
+  int visited = 0;
+  ck_assert_int_eq(lh_store_episode_segments(s, 4, count_seg, &visited, &rep, &e), 0);
+  ck_assert_int_eq(visited, 4);
+  ck_assert(!rep.has_end);
+  ck_assert_uint_eq(rep.received, 4);
+  ck_assert_uint_eq(rep.missing_count, 2);  /* 2 and 4, below the highest stored */
+  ck_assert_uint_eq(rep.missing[0], 2);
+  ck_assert_uint_eq(rep.missing[1], 4);
+  sfx_end end;
+  sfx_end_init(&end, 4, "needle", 8, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f);
+  put_end(s, &end.end, 1);
+  ck_assert_int_eq(lh_store_episode_segments(s, 4, NULL, NULL, &rep, &e), 0);
+  ck_assert_uint_eq(rep.expected, 8);
+  ck_assert_uint_eq(rep.missing_count, 4);  /* 2, 4, 6, 7 */
+  ck_assert_uint_eq(rep.missing_listed, 4);
+  ck_assert_uint_eq(rep.missing[2], 6);
+  ck_assert_uint_eq(rep.missing[3], 7);
+  ck_assert(!rep.complete);
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  ck_assert_uint_eq(st.incomplete, 1);
+  ck_assert_uint_eq(st.by_status[LH_EPISODE_TRUNCATED], 1);
+  lh_store_close(s);
+}
+END_TEST
+
+typedef struct {
+  uint64_t ids[64];
+  int n;
+} ids_ctx;
+
+static int collect_id(void *ctx, const lh_episode_row *r) {
+  ids_ctx *c = ctx;
+  if (c->n < 64) c->ids[c->n++] = r->id;
+  return 0;
+}
+
+static int query(lh_store *s, const lh_episode_filter *f, ids_ctx *c) {
+  memset(c, 0, sizeof *c);
+  uint64_t count;
+  int rc = lh_store_episodes(s, f, collect_id, c, &count, &e);
+  ck_assert_msg(rc == 0, "episodes: %s", e.msg);
+  ck_assert_uint_eq(count, (uint64_t)c->n);
+  return c->n;
+}
+
+START_TEST(test_queries) {
+  lh_store *s = open_rw();
+  static sfx_seg g;
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  /* Episodes 1..10: env calc for odd ids, needle for even; version = id;
+   * reward id/10; 1..6 ended (1..3 success, 4..6 failure), 7..10 running. */
+  for (uint64_t id = 1; id <= 10; id++) {
+    sfx_seg_plain(&g, id, 0, 8, (uint32_t)id);
+    put_seg(s, &g.seg, 1);
+    if (id <= 6) {
+      sfx_end end;
+      sfx_end_init(&end, id, id % 2 ? "calc" : "needle", 1,
+                   id <= 3 ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE,
+                   (float)id / 10.0f);
+      put_end(s, &end.end, 1);
+    }
+  }
+  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+  ids_ctx c;
+  lh_episode_filter f;
+  lh_episode_filter_init(&f);
+  ck_assert_int_eq(query(s, &f, &c), 10);
+  ck_assert_uint_eq(c.ids[0], 1);
+  f.env = "calc";
+  ck_assert_int_eq(query(s, &f, &c), 5);
+  f.status_mask = 1u << LH_EPISODE_RUNNING;
+  ck_assert_int_eq(query(s, &f, &c), 2);  /* 7, 9 */
+  ck_assert_uint_eq(c.ids[0], 7);
+  lh_episode_filter_init(&f);
+  f.reward_range = 1;
+  f.reward_min = 0.25;
+  f.reward_max = 0.55;
+  ck_assert_int_eq(query(s, &f, &c), 3);  /* 3, 4, 5 */
+  ck_assert_uint_eq(c.ids[0], 3);
+  lh_episode_filter_init(&f);
+  f.version_range = 1;
+  f.version_min = 5;
+  f.version_max = 8;
+  ck_assert_int_eq(query(s, &f, &c), 4);
+  lh_episode_filter_init(&f);
+  f.newest_first = 1;
+  f.limit = 3;
+  ck_assert_int_eq(query(s, &f, &c), 3);
+  ck_assert_uint_eq(c.ids[0], 10);
+  f.after_id = 8;
+  ck_assert_int_eq(query(s, &f, &c), 3);
+  ck_assert_uint_eq(c.ids[0], 7);
+  lh_episode_filter_init(&f);
+  f.ready_only = 1;
+  ck_assert_int_eq(query(s, &f, &c), 6);
+  f.has_group = 1;
+  f.group_id = 1;  /* ids 4..7 */
+  ck_assert_int_eq(query(s, &f, &c), 3);
+  lh_episode_filter_init(&f);
+  f.actor = "nobody";
+  ck_assert_int_eq(query(s, &f, &c), 0);
+  lh_episode_filter_init(&f);
+  f.status_mask = (1u << LH_EPISODE_COMPLETE) | (1u << LH_EPISODE_RUNNING);
+  ck_assert_int_eq(query(s, &f, &c), 10);
+
+  ck_assert_int_eq(lh_store_episode_set_status(s, 8, LH_EPISODE_ABORTED, "actor lost", &e), 0);
+  lh_episode_row r;
+  ck_assert_int_eq(lh_store_episode_get(s, 8, &r, &e), 0);
+  ck_assert_int_eq(r.status, LH_EPISODE_ABORTED);
+  ck_assert_int_eq(r.outcome, LONGHAUL__OUTCOME__OUTCOME_ABORTED);
+  ck_assert_str_eq(r.error, "actor lost");
+  ck_assert(r.has_end);
+  ck_assert_int_eq(lh_store_episode_set_status(s, 99, LH_EPISODE_ERROR, NULL, &e),
+                   LH_ESTORE_NO_EPISODE);
+  ck_assert_int_eq(lh_store_episode_set_status(s, 8, LH_EPISODE_RUNNING, NULL, &e), LH_EINVAL);
+
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  ck_assert_uint_eq(st.episodes, 10);
+  ck_assert_uint_eq(st.by_status[LH_EPISODE_RUNNING], 3);
+  ck_assert_uint_eq(st.by_status[LH_EPISODE_ABORTED], 1);
+  ck_assert_uint_eq(st.successes, 3);
+  ck_assert_uint_eq(st.rewarded, 6);
+  ck_assert(fabs(st.reward_mean - 0.35) < 1e-6);
+  ck_assert(fabs(st.reward_max - 0.6) < 1e-6);
+  ck_assert_str_eq(lh_episode_status_name(LH_EPISODE_TRUNCATED), "truncated");
+  ck_assert_int_eq(lh_episode_status_from_name("error"), LH_EPISODE_ERROR);
+  ck_assert_int_eq(lh_episode_status_from_name("bogus"), -1);
+  ck_assert(lh_episode_outcome_name(LONGHAUL__OUTCOME__OUTCOME_UNSPECIFIED) == NULL);
+  lh_store_close(s);
+}
+END_TEST
+
+static int env_row(void *ctx, const lh_store_env_stats *st) {
+  if (strcmp(st->env, "calc") == 0) {
+    ck_assert_uint_eq(st->episodes, 2);
+    ck_assert_uint_eq(st->by_status[LH_EPISODE_COMPLETE], 1);
+    ck_assert_uint_eq(st->rewarded, 1);
+  }
+  (*(int *)ctx)++;
+  return 0;
+}
+
+START_TEST(test_stats_by_env) {
+  lh_store *s = open_rw();
+  static sfx_seg g;
+  for (uint64_t id = 1; id <= 3; id++) {
+    sfx_seg_plain(&g, id, 0, 8, 1);
+    put_seg(s, &g.seg, 1);
+  }
+  sfx_end end;
+  sfx_end_init(&end, 1, "calc", 1, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
+  put_end(s, &end.end, 1);
+  int envs = 0;
+  ck_assert_int_eq(lh_store_stats_by_env(s, env_row, &envs, &e), 0);
+  ck_assert_int_eq(envs, 2);
+  lh_store_close(s);
+}
+END_TEST
+
+static int null_payloads(void *ctx, uint32_t seq, const Longhaul__Segment *seg) {
+  (void)seq;
+  if (!seg) (*(int *)ctx)++;
+  return 0;
+}
+
+START_TEST(test_retention) {
+  lh_store *s = open_rw();
+  static sfx_seg g;
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  for (uint64_t id = 1; id <= 5; id++) {  /* episode id at version id */
+    for (uint32_t q = 0; q < 2; q++) {
+      sfx_seg_plain(&g, id, q, 16, (uint32_t)id);
+      put_seg(s, &g.seg, 1);
+    }
+    sfx_end end;
+    sfx_end_init(&end, id, "calc", 2, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
+    put_end(s, &end.end, 1);
+  }
+  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+  lh_store_stats before;
+  ck_assert_int_eq(lh_store_stats_get(s, &before, &e), 0);
+  uint64_t segs, bytes;
+  ck_assert_int_eq(lh_store_retain_versions(s, 2, &segs, &bytes, &e), 0);  /* keep 4, 5 */
+  ck_assert_uint_eq(segs, 6);
+  ck_assert(bytes > 0);
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  ck_assert_uint_eq(st.episodes, 5);  /* rows stay */
+  ck_assert_uint_eq(st.segments, 10);
+  ck_assert_uint_eq(st.payloads_dropped, 6);
+  ck_assert_uint_eq(st.payload_bytes + bytes, before.payload_bytes);
+  ck_assert_uint_eq(st.reward_terms, 10);
+  ck_assert_uint_eq(st.incomplete, 3);
+  lh_episode_row r;
+  ck_assert_int_eq(lh_store_episode_get(s, 2, &r, &e), 0);
+  ck_assert_uint_eq(r.payloads_dropped, 2);
+  ck_assert(r.has_reward);
+  int nulls = 0;
+  lh_segment_report rep;
+  ck_assert_int_eq(lh_store_episode_segments(s, 2, null_payloads, &nulls, &rep, &e), 0);
+  ck_assert_int_eq(nulls, 2);
+  ck_assert_uint_eq(rep.dropped, 2);
+  ck_assert(!rep.complete);
+  ck_assert_int_eq(lh_store_episode_segments(s, 5, null_payloads, &nulls, &rep, &e), 0);
+  ck_assert(rep.complete);
+  ck_assert_int_eq(nulls, 2);
+  lh_episode_filter f;
+  lh_episode_filter_init(&f);
+  f.ready_only = 1;
+  uint64_t count;
+  ck_assert_int_eq(lh_store_episodes(s, &f, collect_id, &(ids_ctx){0}, &count, &e), 0);
+  ck_assert_uint_eq(count, 2);
+  /* Again: nothing more to drop. */
+  ck_assert_int_eq(lh_store_drop_payloads_before(s, 4, &segs, &bytes, &e), 0);
+  ck_assert_uint_eq(segs, 0);
+  ck_assert_int_eq(lh_store_retain_versions(s, 0, &segs, &bytes, &e), LH_EINVAL);
+  lh_store_close(s);
+}
+END_TEST
+
+static int step_row(void *ctx, const lh_store_train_step *t) {
+  lh_store_train_step *out = ctx;
+  *out = *t;
+  return 1;  /* the first only */
+}
+
+START_TEST(test_train_steps) {
+  lh_store *s = open_rw();
+  static lh_store_train_step t;
+  memset(&t, 0, sizeof t);
+  t.step = 12;
+  t.version = 13;
+  snprintf(t.run_id, sizeof t.run_id, "run-1");
+  t.loss = NAN;
+  t.reward_mean = 0.5;
+  t.success_rate = 0.25;
+  t.tokens = 4096;
+  t.episodes = 16;
+  t.lag_mean = 0.5;
+  t.lag_max = 2;
+  t.logp_diff = 3e-6;
+  t.layers = 3;
+  t.maxvio[0] = 0.125;
+  t.maxvio[1] = 1.5;
+  t.maxvio[2] = INFINITY;
+  t.step_ms = 250;
+  int ins;
+  ck_assert_int_eq(lh_store_put_train_step(s, &t, &ins, &e), 0);
+  ck_assert_int_eq(ins, 1);
+  ck_assert_int_eq(lh_store_put_train_step(s, &t, &ins, &e), 0);
+  ck_assert_int_eq(ins, 0);
+  t.layers = LH_STORE_MAX_LAYERS + 1;
+  ck_assert_int_eq(lh_store_put_train_step(s, &t, &ins, &e), LH_EINVAL);
+  static lh_store_train_step back;
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, step_row, &back, &e), 0);
+  ck_assert_uint_eq(back.step, 12);
+  ck_assert_uint_eq(back.version, 13);
+  ck_assert_str_eq(back.run_id, "run-1");
+  ck_assert(isnan(back.loss));
+  ck_assert(back.reward_mean == 0.5 && back.success_rate == 0.25);
+  ck_assert_uint_eq(back.tokens, 4096);
+  ck_assert(back.logp_diff == 3e-6);
+  ck_assert_uint_eq(back.layers, 3);
+  ck_assert(back.maxvio[0] == 0.125 && back.maxvio[1] == 1.5 && isnan(back.maxvio[2]));
+  lh_store_close(s);
+  s = open_ro();
+  uint64_t rows;
+  ck_assert_int_eq(lh_store_sql(s, "SELECT maxvio FROM train_step_layers WHERE step = 12", NULL,
+                                NULL, &rows, &e), 0);
+  ck_assert_uint_eq(rows, 3);
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  ck_assert_uint_eq(st.train_steps, 1);
+  ck_assert_uint_eq(st.last_train_step, 12);
+  lh_store_close(s);
+}
+END_TEST
+
+START_TEST(test_batches) {
+  lh_store *s = open_rw();
+  static sfx_seg g;
+  ck_assert_int_eq(lh_store_commit(s, &e), LH_ESTORE_TXN);
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  ck_assert(lh_store_in_batch(s));
+  ck_assert_int_eq(lh_store_begin(s, &e), LH_ESTORE_TXN);
+  sfx_seg_plain(&g, 1, 0, 8, 1);
+  put_seg(s, &g.seg, 1);
+  ck_assert_int_eq(lh_store_rollback(s, &e), 0);
+  ck_assert(!lh_store_in_batch(s));
+  lh_episode_row r;
+  ck_assert_int_eq(lh_store_episode_get(s, 1, &r, &e), LH_ESTORE_NO_EPISODE);
+  /* An invalid segment inside a batch leaves the batch usable. */
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  g.tokens[3] = 999;
+  int ins = 7;
+  ck_assert_int_eq(lh_store_put_segment(s, &g.seg, &ins, &e), LH_EWIRE_TOKEN_RANGE);
+  ck_assert_int_eq(ins, 0);
+  ck_assert(strstr(e.msg, "tokens[3]") != NULL);
+  g.tokens[3] = 'a';
+  put_seg(s, &g.seg, 1);
+  sfx_end end;
+  sfx_end_init(&end, 1, "calc", 1, LONGHAUL__OUTCOME__OUTCOME_UNSPECIFIED, 0.0f);
+  ck_assert_int_eq(lh_store_put_episode_end(s, &end.end, &ins, &e), LH_EWIRE_OUTCOME);
+  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+  ck_assert_int_eq(lh_store_episode_get(s, 1, &r, &e), 0);
+  /* Closing with a batch open rolls it back. */
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  sfx_seg_plain(&g, 2, 0, 8, 1);
+  put_seg(s, &g.seg, 1);
+  lh_store_close(s);
+  s = open_ro();
+  ck_assert_int_eq(lh_store_episode_get(s, 2, &r, &e), LH_ESTORE_NO_EPISODE);
+  lh_store_close(s);
+  ck_assert_int_eq(lh_store_put_segment(NULL, &g.seg, &ins, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_store_begin(NULL, &e), LH_EINVAL);
+  lh_store_close(NULL);
+}
+END_TEST
+
+static int first_value(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  ck_assert_int_ge(ncols, 1);
+  snprintf(ctx, 64, "%s", values[0] ? values[0] : "NULL");
+  return 0;
+}
+
+START_TEST(test_readonly) {
+  lh_store *s = open_rw();
+  static sfx_seg g;
+  sfx_seg_plain(&g, 1, 0, 8, 1);
+  put_seg(s, &g.seg, 1);
+  ck_assert_int_eq(lh_store_sql(s, "SELECT 1", NULL, NULL, NULL, &e), LH_ESTORE_SQL_NEEDS_READONLY);
+  lh_store_close(s);
+  s = open_ro();
+  int ins;
+  ck_assert_int_eq(lh_store_put_segment(s, &g.seg, &ins, &e), LH_ESTORE_READONLY);
+  ck_assert_int_eq(lh_store_begin(s, &e), LH_ESTORE_READONLY);
+  uint64_t segs;
+  ck_assert_int_eq(lh_store_retain_versions(s, 1, &segs, NULL, &e), LH_ESTORE_READONLY);
+  ck_assert_int_eq(lh_store_drop_payloads_before(s, 9, &segs, NULL, &e), LH_ESTORE_READONLY);
+  char v[64];
+  uint64_t rows;
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM segments", first_value, v, &rows, &e), 0);
+  ck_assert_str_eq(v, "1");
+  ck_assert_uint_eq(rows, 1);
+  ck_assert_int_eq(lh_store_sql(s, "  -- a comment\n WITH x AS (SELECT 2) SELECT * FROM x;",
+                                first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "2");
+  ck_assert_int_eq(lh_store_sql(s, "SELECT payload FROM segments", first_value, v, NULL, &e), 0);
+  ck_assert(strncmp(v, "<blob ", 6) == 0);
+  ck_assert_int_eq(lh_store_sql(s, "PRAGMA table_info(episodes)", NULL, NULL, &rows, &e), 0);
+  ck_assert_uint_gt(rows, 10);
+  ck_assert_int_eq(lh_store_sql(s, "PRAGMA integrity_check", first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "ok");
+  const char *writes[] = {"DELETE FROM episodes", "INSERT INTO runs(run_id, started_ms) VALUES ('x', 1)",
+                          "UPDATE episodes SET reward = 1", "DROP TABLE segments",
+                          "CREATE TABLE t(x)", "ATTACH DATABASE '/tmp/x.db' AS x",
+                          "PRAGMA user_version = 7", "PRAGMA journal_mode = DELETE", "BEGIN",
+                          "VACUUM", "WITH x AS (SELECT 1) DELETE FROM episodes",
+                          "PRAGMA cache_size(10)"};
+  for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {
+    int rc = lh_store_sql(s, writes[i], NULL, NULL, NULL, &e);
+    ck_assert_msg(rc == LH_ESTORE_SQL_WRITE, "%s gave %s: %s", writes[i], lh_err_name(rc), e.msg);
+    ck_assert(strstr(e.msg, "refused") != NULL);
+  }
+  ck_assert_int_eq(lh_store_sql(s, "SELECT 1; DELETE FROM episodes", NULL, NULL, NULL, &e),
+                   LH_ESTORE_SQL_MULTIPLE);
+  ck_assert_int_eq(lh_store_sql(s, "SELEC nothing", NULL, NULL, NULL, &e), LH_ESTORE_SQL_PARSE);
+  ck_assert(strstr(e.msg, "syntax error") != NULL);
+  ck_assert_int_eq(lh_store_sql(s, "SELECT * FROM no_such_table", NULL, NULL, NULL, &e),
+                   LH_ESTORE_SQL_PARSE);
+  ck_assert_int_eq(lh_store_sql(s, "   ", NULL, NULL, NULL, &e), LH_ESTORE_SQL_PARSE);
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM episodes", first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "1");  /* nothing was deleted */
+  lh_store_close(s);
+}
+END_TEST
+
+static void write_file(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  ck_assert(f != NULL);
+  ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+  fclose(f);
+}
+
+static void raw_exec(const char *path, const char *sql) {
+  sqlite3 *d;
+  ck_assert_int_eq(sqlite3_open(path, &d), SQLITE_OK);
+  char *msg = NULL;
+  int rc = sqlite3_exec(d, sql, NULL, NULL, &msg);
+  ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, msg ? msg : "");
+  sqlite3_close(d);
+}
+
+static int open_code(int readonly) {
+  lh_store *s = NULL;
+  int rc = readonly ? lh_store_open_readonly(db, &s, &e) : lh_store_open(db, &s, &e);
+  ck_assert(rc < 0 ? s == NULL : s != NULL);
+  lh_store_close(s);
+  return rc;
+}
+
+/* A store with enough rows to span many pages, closed cleanly. */
+static void make_store(void) {
+  lh_store *s = open_rw();
+  static sfx_seg g;
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  for (uint64_t id = 1; id <= 40; id++) {
+    sfx_seg_plain(&g, id, 0, 256, 1);
+    put_seg(s, &g.seg, 1);
+  }
+  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+  lh_store_close(s);
+}
+
+START_TEST(test_bad_files) {
+  ck_assert_int_eq(open_code(1), LH_ESTORE_NO_FILE);
+  ck_assert(strstr(e.msg, "does not exist") != NULL);
+  char garbage[8192];
+  for (size_t i = 0; i < sizeof garbage; i++) garbage[i] = (char)(i * 131 + 7);
+  write_file(db, garbage, sizeof garbage);
+  ck_assert_int_eq(open_code(0), LH_ESTORE_NOT_SQLITE);
+  ck_assert(strstr(e.msg, "not a SQLite database") != NULL);
+  ck_assert_int_eq(open_code(1), LH_ESTORE_NOT_SQLITE);
+  write_file(db, "SQLite", 6);
+  ck_assert_int_eq(open_code(1), LH_ESTORE_NOT_SQLITE);
+  teardown();
+
+  raw_exec(db, "CREATE TABLE photos(id INTEGER PRIMARY KEY, name TEXT)");
+  ck_assert_int_eq(open_code(0), LH_ESTORE_NOT_STORE);
+  ck_assert(strstr(e.msg, "not a longhaul replay store") != NULL);
+  ck_assert_int_eq(open_code(1), LH_ESTORE_NOT_STORE);
+  teardown();
+  raw_exec(db, "PRAGMA user_version = 1");
+  ck_assert_int_eq(open_code(1), LH_ESTORE_NOT_STORE);
+  teardown();
+  raw_exec(db, "PRAGMA application_id = 1279808083; CREATE TABLE meta(key TEXT, value TEXT)");
+  ck_assert_int_eq(open_code(0), LH_ESTORE_NOT_STORE);
+  teardown();
+
+  make_store();
+  raw_exec(db, "PRAGMA journal_mode = DELETE; PRAGMA user_version = 99");
+  ck_assert_int_eq(open_code(0), LH_ESTORE_TOO_NEW);
+  ck_assert(strstr(e.msg, "newer") != NULL);
+  ck_assert_int_eq(open_code(1), LH_ESTORE_TOO_NEW);
+  teardown();
+
+  /* Truncated: the file ends halfway through its pages. */
+  make_store();
+  FILE *f = fopen(db, "rb");
+  ck_assert(f != NULL);
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fclose(f);
+  ck_assert_int_gt(size, 16 * 4096);
+  ck_assert_int_eq(truncate(db, size / 2), 0);
+  ck_assert_int_eq(open_code(1), LH_ESTORE_CORRUPT);
+  ck_assert_msg(strstr(e.msg, "corrupt") != NULL || strstr(e.msg, "quick_check") != NULL, "%s", e.msg);
+  ck_assert_int_eq(open_code(0), LH_ESTORE_CORRUPT);
+  teardown();
+
+  /* Garbage over pages in the middle of a store. */
+  make_store();
+  f = fopen(db, "r+b");
+  ck_assert(f != NULL);
+  fseek(f, 3 * 4096, SEEK_SET);
+  fwrite(garbage, 1, sizeof garbage, f);
+  fclose(f);
+  ck_assert_int_eq(open_code(1), LH_ESTORE_CORRUPT);
+  ck_assert_int_eq(open_code(0), LH_ESTORE_CORRUPT);
+
+  lh_store *s = NULL;
+  ck_assert_int_eq(lh_store_open("", &s, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_store_open(db, NULL, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_store_open_readonly("/tmp", &s, &e), LH_ESTORE_NOT_SQLITE);
+}
+END_TEST
+
+START_TEST(test_payload_mismatch) {
+  make_store();
+  /* Another episode's payload under episode 1, and a payload cut short. */
+  raw_exec(db, "UPDATE segments SET payload = (SELECT payload FROM segments WHERE episode = 2)"
+               " WHERE episode = 1;"
+               "UPDATE segments SET payload = substr(payload, 1, 20) WHERE episode = 3");
+  lh_store *s = open_ro();
+  lh_segment_report rep;
+  ck_assert_int_eq(lh_store_episode_segments(s, 1, NULL, NULL, &rep, &e), LH_ESTORE_PAYLOAD);
+  ck_assert(strstr(e.msg, "is episode 2") != NULL);
+  ck_assert_int_eq(lh_store_episode_segments(s, 3, NULL, NULL, &rep, &e), LH_ESTORE_PAYLOAD);
+  ck_assert(strstr(e.msg, "episode 3 segment 0 does not decode") != NULL);
+  lh_store_close(s);
+}
+END_TEST
+
+START_TEST(test_migration) {
+  /* A version-1 file as an older build wrote it: step 1 of the table. */
+  char sql[8192];
+  snprintf(sql, sizeof sql,
+           "%s INSERT INTO migrations VALUES (1, 'v1', 0);"
+           "INSERT INTO meta VALUES ('application', '%s'), ('schema_version', '1');"
+           "INSERT INTO episodes(id, actor, env, status, outcome, reward, segment_count,"
+           " segments_received, created_ms, updated_ms, ended_ms)"
+           " VALUES (5, 'a0', 'calc', 'complete', 'success', 1.0, 1, 1, 1, 1, 1);"
+           "INSERT INTO segments(episode, seq, start_offset, tokens, sampled, min_version,"
+           " max_version, payload_bytes, payload, created_ms) VALUES (5, 0, 0, 4, 4, 1, 1, 0, NULL, 1);"
+           "PRAGMA application_id = 1279808083; PRAGMA user_version = 1;",
+           lh_store_migrations[0].sql, LH_STORE_APPLICATION);
+  ck_assert_uint_eq(lh_store_migrations[0].version, 1);
+  raw_exec(db, sql);
+  ck_assert_int_eq(open_code(1), LH_ESTORE_NEEDS_MIGRATION);
+  ck_assert(strstr(e.msg, "open it read-write") != NULL);
+  lh_store *s = open_rw();
+  lh_store_close(s);
+  s = open_ro();
+  char v[64];
+  ck_assert_int_eq(lh_store_sql(s, "PRAGMA user_version", first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "2");
+  ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
+                                NULL, &e), 0);
+  ck_assert_str_eq(v, "1,2");
+  ck_assert_int_eq(lh_store_sql(s, "SELECT value FROM meta WHERE key = 'schema_version'",
+                                first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "2");
+  lh_episode_row r;
+  ck_assert_int_eq(lh_store_episode_get(s, 5, &r, &e), 0);
+  ck_assert_str_eq(r.env, "calc");
+  ck_assert_uint_eq(r.payloads_dropped, 0);
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  ck_assert_uint_eq(st.episodes, 1);
+  ck_assert_uint_eq(st.payloads_dropped, 1);
+  lh_store_close(s);
+}
+END_TEST
+
+/* fork/exec of store_writer with the given arguments. */
+static pid_t spawn(char *const args[], int *out_fd) {
+  int fds[2];
+  if (out_fd) ck_assert_int_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    if (out_fd) {
+      dup2(fds[1], 1);
+      close(fds[0]);
+      close(fds[1]);
+    }
+    execv(writer_bin, args);
+    perror("execv store_writer");
+    _exit(127);
+  }
+  if (out_fd) {
+    close(fds[1]);
+    *out_fd = fds[0];
+  }
+  return pid;
+}
+
+static int wait_exit(pid_t pid) {
+  int status;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+START_TEST(test_two_writers_one_reader) {
+  lh_store_close(open_rw());
+  char *w1[] = {"store_writer", "write", db, "1", "150", "4", "7", NULL};
+  char *w2[] = {"store_writer", "write", db, "1001", "150", "4", "3", NULL};
+  char *rd[] = {"store_writer", "read", db, "300", NULL};
+  pid_t p1 = spawn(w1, NULL), p2 = spawn(w2, NULL), p3 = spawn(rd, NULL);
+  ck_assert_int_eq(wait_exit(p1), 0);
+  ck_assert_int_eq(wait_exit(p2), 0);
+  ck_assert_int_eq(wait_exit(p3), 0);
+  lh_store *s = open_ro();
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  ck_assert_uint_eq(st.episodes, 300);
+  ck_assert_uint_eq(st.segments, 1200);
+  ck_assert_uint_eq(st.by_status[LH_EPISODE_COMPLETE], 300);
+  ck_assert_uint_eq(st.reward_terms, 600);
+  ck_assert_uint_eq(st.incomplete, 0);
+  lh_segment_report rep;
+  for (uint64_t id = 1; id <= 150; id++) {
+    ck_assert_int_eq(lh_store_episode_segments(s, id, NULL, NULL, &rep, &e), 0);
+    ck_assert(rep.complete);
+    ck_assert_int_eq(lh_store_episode_segments(s, 1000 + id, NULL, NULL, &rep, &e), 0);
+    ck_assert(rep.complete);
+  }
+  lh_store_close(s);
+}
+END_TEST
+
+START_TEST(test_killed_writer) {
+  char *args[] = {"store_writer", "hang", db, "1", "30", NULL};
+  int fd;
+  pid_t pid = spawn(args, &fd);
+  char buf[64] = {0};
+  size_t got = 0;
+  while (got < sizeof buf - 1 && !strchr(buf, '\n')) {
+    ssize_t n = read(fd, buf + got, sizeof buf - 1 - got);
+    ck_assert_int_gt(n, 0);
+    got += (size_t)n;
+  }
+  ck_assert_str_eq(buf, "in-transaction\n");
+  close(fd);
+  ck_assert_int_eq(kill(pid, SIGKILL), 0);
+  ck_assert_int_eq(wait_exit(pid), 128 + SIGKILL);
+  lh_store *s = open_ro();
+  char v[64];
+  ck_assert_int_eq(lh_store_sql(s, "PRAGMA integrity_check", first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "ok");
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  ck_assert_uint_eq(st.episodes, 30);  /* every committed one, none of the open batch */
+  ck_assert_uint_eq(st.segments, 60);
+  ck_assert_uint_eq(st.by_status[LH_EPISODE_COMPLETE], 30);
+  lh_episode_row r;
+  ck_assert_int_eq(lh_store_episode_get(s, 31, &r, &e), LH_ESTORE_NO_EPISODE);
+  lh_store_close(s);
+  /* A writer picks up where it stopped. */
+  s = open_rw();
+  static sfx_seg g;
+  sfx_seg_plain(&g, 31, 0, 8, 1);
+  put_seg(s, &g.seg, 1);
+  lh_store_close(s);
+}
+END_TEST
+
+static Suite *store_suite(void) {
+  Suite *su = suite_create("store");
+  TCase *tc = tcase_create("store");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_round_trip);
+  tcase_add_test(tc, test_duplicates);
+  tcase_add_test(tc, test_reward_before_segments);
+  tcase_add_test(tc, test_gaps);
+  tcase_add_test(tc, test_queries);
+  tcase_add_test(tc, test_stats_by_env);
+  tcase_add_test(tc, test_retention);
+  tcase_add_test(tc, test_train_steps);
+  tcase_add_test(tc, test_batches);
+  tcase_add_test(tc, test_readonly);
+  tcase_add_test(tc, test_bad_files);
+  tcase_add_test(tc, test_payload_mismatch);
+  tcase_add_test(tc, test_migration);
+  tcase_add_test(tc, test_two_writers_one_reader);
+  tcase_add_test(tc, test_killed_writer);
+  suite_add_tcase(su, tc);
+  return su;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_store PATH_OF_store_writer\n");
+    return 2;
+  }
+  writer_bin = argv[1];
+  SRunner *sr = srunner_create(store_suite());
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
