@@ -146,6 +146,13 @@ int lh_model_config_validate(const lh_model_config *cfg, lh_errbuf *err) {
     return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
                          "key 'heads' = %d does not divide d_model = %d", cfg->heads,
                          cfg->d_model);
+  /* inside a chunk |G| < chunk * |g_min|, and exp(-G) must stay finite in
+   * fp32 (and bf16): e^88 is the largest power of e below FLT_MAX */
+  if ((double)cfg->chunk * -cfg->g_min > 88.0)
+    return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
+                         "keys 'chunk' = %d and 'g_min' = %g: chunk * |g_min| = %g exceeds 88, "
+                         "so exp(-G) overflows fp32 inside a chunk; lower one of them",
+                         cfg->chunk, cfg->g_min, cfg->chunk * -cfg->g_min);
   if (cfg->topk > cfg->experts)
     return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
                          "key 'topk' = %d exceeds experts = %d", cfg->topk, cfg->experts);

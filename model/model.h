@@ -121,6 +121,10 @@ size_t lh_model_n_floats(const lh_model *m);
 /* The buffers (backend memory). grads/m/v are NULL before enable_training. */
 float *lh_model_params(lh_model *m);
 float *lh_model_grads(lh_model *m);
+/* AdamW's first and second moments (same layout), for checkpoints that
+ * resume exactly. */
+float *lh_model_moment1(lh_model *m);
+float *lh_model_moment2(lh_model *m);
 /* Allocates (zeroed) gradients and AdamW moments. */
 int lh_model_enable_training(lh_model *m);
 int lh_model_zero_grads(lh_model *m);

@@ -208,6 +208,8 @@ int lh_model_n_tensors(const lh_model *m) { return m ? m->n_tensors : 0; }
 size_t lh_model_n_floats(const lh_model *m) { return m ? m->n_floats : 0; }
 float *lh_model_params(lh_model *m) { return m ? m->params : NULL; }
 float *lh_model_grads(lh_model *m) { return m ? m->grads : NULL; }
+float *lh_model_moment1(lh_model *m) { return m ? m->m : NULL; }
+float *lh_model_moment2(lh_model *m) { return m ? m->v : NULL; }
 
 const lh_model_tensor *lh_model_tensor_at(const lh_model *m, int i) {
   return m && i >= 0 && i < m->n_tensors ? &m->tensors[i] : NULL;

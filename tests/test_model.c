@@ -128,6 +128,7 @@ START_TEST(test_config_errors) {
   expect_bad("[model]\nvocab = 100\n", LH_EMODEL_CONFIG_VALUE, "'vocab'");
   expect_bad("[model]\nheads = 3\n", LH_EMODEL_CONFIG_VALUE, "'heads'");
   expect_bad("[model]\ntopk = 17\n", LH_EMODEL_CONFIG_VALUE, "'topk'");
+  expect_bad("[model]\nchunk = 32\n", LH_EMODEL_CONFIG_VALUE, "exceeds 88");
   expect_bad("[model]\nthis is not ini\n", LH_EMODEL_CONFIG_VALUE, "line 2");
   lh_model_config c;
   lh_errbuf err = {0};

@@ -62,22 +62,46 @@ START_TEST(test_decode_matches_training) {
   float train[NSEQ][64];
   int all[NSEQ] = {0, 1, 2};
   train_logp(m, seqs, NSEQ, all, train);
+  /* the training forward's routing of sequence 0 alone, for comparison */
+  const lh_model_config *cf = lh_model_get_config(m);
+  int L = cf->layers, k = cf->topk;
+  int32_t *train_experts = malloc((size_t)L * lens[0] * k * sizeof(int32_t));
+  {
+    int32_t targets[64], offsets[2] = {0, lens[0]};
+    for (int t = 0; t < lens[0]; t++) targets[t] = -1;
+    lh_model_batch b = {.n_tokens = lens[0], .tokens = seqs[0], .targets = targets, .n_seq = 1,
+                        .seq_offsets = offsets};
+    lh_model_cache *c = NULL;
+    ck_assert_int_eq(lh_model_forward(m, &b, &c, NULL, NULL, NULL, NULL), 0);
+    ck_assert_int_eq(lh_model_cache_experts(c, train_experts), 0);
+    lh_model_cache_free(c);
+  }
   lh_model_decoder *d = NULL;
   ck_assert_int_eq(lh_model_decoder_new(m, NSEQ, &d, NULL), 0);
   int V = LH_TOK_VOCAB;
   float *logp = malloc((size_t)NSEQ * V * sizeof(float));
+  int32_t *experts = malloc((size_t)L * NSEQ * k * sizeof(int32_t));
   double worst = 0;
+  int routing_diffs = 0;
   for (int t = 0; t + 1 < lens[0]; t++) {
     int32_t tok[NSEQ];
     /* shorter sequences keep decoding padding after their end, ignored */
     for (int i = 0; i < NSEQ; i++) tok[i] = t < lens[i] ? seqs[i][t] : LH_TOK_PAD;
-    ck_assert_int_eq(lh_model_decode_step(d, tok, logp, NULL, NULL), 0);
+    ck_assert_int_eq(lh_model_decode_step(d, tok, logp, experts, NULL), 0);
     for (int i = 0; i < NSEQ; i++)
       if (t + 1 < lens[i])
         worst = fmax(worst, fabs(logp[(size_t)i * V + seqs[i][t + 1]] - train[i][t]));
+    for (int l = 0; l < L; l++)
+      for (int j = 0; j < k; j++)
+        routing_diffs += experts[((size_t)l * NSEQ + 0) * k + j] !=
+                         train_experts[((size_t)l * lens[0] + t) * k + j];
   }
-  printf("decode vs training forward: max |logp difference| %.3e\n", worst);
+  printf("decode vs training forward: max |logp difference| %.3e, routing differences %d\n",
+         worst, routing_diffs);
   ck_assert(worst < 1e-5);
+  ck_assert_int_eq(routing_diffs, 0);
+  free(experts);
+  free(train_experts);
 
   /* prefill sequence 0's first 20 tokens, then decode the rest */
   ck_assert_int_eq(lh_model_decoder_reset(d, 0), 0);
@@ -191,6 +215,40 @@ START_TEST(test_prefill_image_matches_training) {
 }
 END_TEST
 
+/* Routing replay: replaying the forward's own choice changes nothing;
+ * replaying another choice changes the log-probabilities. */
+START_TEST(test_routing_replay) {
+  lh_model *m = demo_model();
+  const lh_model_config *cf = lh_model_get_config(m);
+  int32_t seqs[NSEQ][64];
+  make_seqs(seqs);
+  int n = lens[0], L = cf->layers, k = cf->topk;
+  int32_t targets[64], offsets[2] = {0, n};
+  for (int t = 0; t < n; t++) targets[t] = t + 1 < n ? seqs[0][t + 1] : -1;
+  lh_model_batch b = {.n_tokens = n, .tokens = seqs[0], .targets = targets, .n_seq = 1,
+                      .seq_offsets = offsets};
+  float a[64], r[64], o[64];
+  lh_model_cache *c = NULL;
+  ck_assert_int_eq(lh_model_forward(m, &b, &c, a, NULL, NULL, NULL), 0);
+  int32_t *ex = malloc((size_t)L * n * k * sizeof(int32_t));
+  ck_assert_int_eq(lh_model_cache_experts(c, ex), 0);
+  b.replay_experts = ex;
+  ck_assert_int_eq(lh_model_forward(m, &b, &c, r, NULL, NULL, NULL), 0);
+  for (int t = 0; t < n; t++) ck_assert(a[t] == r[t]);
+  /* another valid choice: every expert index shifted by one */
+  for (size_t i = 0; i < (size_t)L * n * k; i++) ex[i] = (ex[i] + 1) % cf->experts;
+  ck_assert_int_eq(lh_model_forward(m, &b, &c, o, NULL, NULL, NULL), 0);
+  double moved = 0;
+  for (int t = 0; t + 1 < n; t++) moved = fmax(moved, fabs(o[t] - a[t]));
+  printf("routing replay: own choice identical, shifted choice moves logp by up to %.3e\n",
+         moved);
+  ck_assert(moved > 1e-4);
+  free(ex);
+  lh_model_cache_free(c);
+  lh_model_free(m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("model_align");
   TCase *tc = tcase_create("align");
@@ -199,6 +257,7 @@ int main(void) {
   tcase_add_test(tc, test_packed_equals_separate);
   tcase_add_test(tc, test_windows_with_carried_state);
   tcase_add_test(tc, test_prefill_image_matches_training);
+  tcase_add_test(tc, test_routing_replay);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
