@@ -191,4 +191,28 @@ size_t lh_outbox_depth(const lh_outbox *ob);    /* messages waiting */
 size_t lh_outbox_bytes(const lh_outbox *ob);    /* their bytes */
 uint64_t lh_outbox_resends(const lh_outbox *ob);  /* resends handed out so far */
 
+/* ---- [actor] config -------------------------------------------------------
+ * The [actor] section of the one INI file shared by all commands (other
+ * sections are ignored here). Every key is optional with the default shown;
+ * an unknown key, a key given twice, or a bad value is an error whose
+ * message names the file, line, section and key (LH_EACTORS_CONFIG_*). */
+typedef struct {
+  uint64_t batch;              /* B episodes decoded together, 1..65536 (8) */
+  double temperature;          /* >= 0, 0 is greedy (1.0) */
+  double top_p;                /* (0, 1] (1.0) */
+  uint64_t seed;               /* any 64-bit integer (0) */
+  uint64_t segment_tokens;     /* 1..65536 (512) */
+  uint64_t outbox_messages;    /* >= 1 (1024) */
+  uint64_t outbox_bytes;       /* >= 1 (67108864) */
+  uint64_t resend_timeout_ms;  /* >= 1 (5000) */
+  uint64_t heartbeat_ms;       /* >= 1 (1000) */
+  uint64_t group_size;         /* episodes per task seed, >= 1 (8) */
+} lh_actor_config;
+
+void lh_actor_config_default(lh_actor_config *cfg);
+/* Loads the defaults, then the [actor] section of the file at path. */
+int lh_actor_config_load(const char *path, lh_actor_config *cfg, lh_errbuf *err);
+/* The same from INI text in memory; source names it in messages. */
+int lh_actor_config_parse(const char *text, const char *source, lh_actor_config *cfg, lh_errbuf *err);
+
 #endif

@@ -7,3 +7,6 @@ lh_add_test(test_actors_segmenter SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_actor
 # The outbox with an injected clock (test_actors_outbox).
 lh_add_test(test_actors_outbox SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_actors_outbox.c
   LIBS lh_actors TIMEOUT 120)
+# The [actor] config and each of its errors (test_actors_config).
+lh_add_test(test_actors_config SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_actors_config.c
+  LIBS lh_actors TIMEOUT 120)

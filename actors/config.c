@@ -1,0 +1,217 @@
+/* actors: the [actor] section of the INI config, read with inih.
+ *
+ * A table lists every key with its type, field and range. inih reads
+ * through our own line reader, which counts lines, so that every message
+ * names the line it is about. (learner/config.c reads [learner] the same
+ * way; the two modules do not depend on each other.) */
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/actors.h"
+
+typedef enum { K_U64, K_F64 } key_kind;
+
+/* U64: [min, max] with max 0 meaning no bound. F64: [min, max], open at
+ * the ends flagged. */
+typedef struct {
+  const char *key;
+  key_kind kind;
+  size_t offset;
+  double min, max;
+  int min_open, max_open;
+} key_spec;
+
+#define F(field) offsetof(lh_actor_config, field)
+static const key_spec KEYS[] = {
+    {"batch", K_U64, F(batch), 1, 65536, 0, 0},
+    {"temperature", K_F64, F(temperature), 0, 1e6, 0, 0},
+    {"top_p", K_F64, F(top_p), 0, 1, 1, 0},
+    {"seed", K_U64, F(seed), 0, 0, 0, 0},
+    {"segment_tokens", K_U64, F(segment_tokens), 1, 65536, 0, 0},
+    {"outbox_messages", K_U64, F(outbox_messages), 1, 0, 0, 0},
+    {"outbox_bytes", K_U64, F(outbox_bytes), 1, 0, 0, 0},
+    {"resend_timeout_ms", K_U64, F(resend_timeout_ms), 1, 0, 0, 0},
+    {"heartbeat_ms", K_U64, F(heartbeat_ms), 1, 0, 0, 0},
+    {"group_size", K_U64, F(group_size), 1, 0, 0, 0},
+};
+#undef F
+#define N_KEYS (sizeof KEYS / sizeof KEYS[0])
+
+void lh_actor_config_default(lh_actor_config *c) {
+  if (!c) return;
+  memset(c, 0, sizeof *c);
+  c->batch = 8;
+  c->temperature = 1.0;
+  c->top_p = 1.0;
+  c->seed = 0;
+  c->segment_tokens = 512;
+  c->outbox_messages = 1024;
+  c->outbox_bytes = 64u << 20;
+  c->resend_timeout_ms = 5000;
+  c->heartbeat_ms = 1000;
+  c->group_size = 8;
+}
+
+typedef struct {
+  lh_actor_config *cfg;
+  lh_errbuf *err;
+  const char *source;
+  const char *text;  /* the reader's position */
+  int line;          /* of the line inih last read */
+  int failed;
+  int seen_line[N_KEYS];
+} parse_ctx;
+
+static char *read_line(char *str, int num, void *stream) {
+  parse_ctx *p = stream;
+  if (!*p->text) return NULL;
+  int i = 0;
+  while (i < num - 1 && p->text[i]) {
+    str[i] = p->text[i];
+    if (p->text[i++] == '\n') break;
+  }
+  str[i] = 0;
+  p->text += i;
+  if (i > 0 && (str[i - 1] == '\n' || !*p->text)) p->line++;
+  return str;
+}
+
+static int parse_u64(const char *v, uint64_t *out) {
+  if (!*v || *v == '-' || *v == '+') return -1;
+  errno = 0;
+  char *end;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (errno || *end) return -1;
+  *out = x;
+  return 0;
+}
+
+static int parse_f64(const char *v, double *out) {
+  if (!*v) return -1;
+  errno = 0;
+  char *end;
+  double x = strtod(v, &end);
+  if (errno == ERANGE || *end || !isfinite(x)) return -1;
+  *out = x;
+  return 0;
+}
+
+static void range_text(const key_spec *k, char *buf, size_t bytes) {
+  if (k->kind == K_U64 && k->max > 0)
+    snprintf(buf, bytes, "an integer in %.0f..%.0f", k->min, k->max);
+  else if (k->kind == K_U64)
+    snprintf(buf, bytes, "an integer >= %.0f", k->min);
+  else if (k->max >= 1e6)
+    snprintf(buf, bytes, "a number %s %g", k->min_open ? ">" : ">=", k->min);
+  else
+    snprintf(buf, bytes, "a number in %c%g, %g%c", k->min_open ? '(' : '[', k->min, k->max,
+             k->max_open ? ')' : ']');
+}
+
+static int on_key(void *user, const char *section, const char *name, const char *value) {
+  parse_ctx *p = user;
+  if (strcmp(section, "actor") != 0) return 1;
+  if (p->failed) return 0;
+  p->failed = 1;  /* cleared below when the key is good */
+  size_t i = 0;
+  while (i < N_KEYS && strcmp(KEYS[i].key, name) != 0) i++;
+  if (i == N_KEYS) {
+    char known[LH_ERRMSG_BYTES] = "";
+    for (size_t j = 0; j < N_KEYS; j++) {
+      strncat(known, KEYS[j].key, sizeof known - strlen(known) - 1);
+      if (j + 1 < N_KEYS) strncat(known, ", ", sizeof known - strlen(known) - 1);
+    }
+    lh_errbuf_set(p->err, LH_EACTORS_CONFIG_UNKNOWN_KEY, "%s:%d: [actor] unknown key '%.64s' (known: %.300s)",
+                  p->source, p->line, name, known);
+    return 0;
+  }
+  const key_spec *k = &KEYS[i];
+  if (p->seen_line[i]) {
+    lh_errbuf_set(p->err, LH_EACTORS_CONFIG_DUPLICATE,
+                  "%s:%d: [actor] %s = %.64s: the key was already given on line %d", p->source, p->line,
+                  name, value, p->seen_line[i]);
+    return 0;
+  }
+  p->seen_line[i] = p->line;
+  char range[96];
+  range_text(k, range, sizeof range);
+  char *field = (char *)p->cfg + k->offset;
+  int bad;
+  if (k->kind == K_U64) {
+    uint64_t x = 0;
+    bad = parse_u64(value, &x) || (double)x < k->min || (k->max > 0 && (double)x > k->max);
+    if (!bad) memcpy(field, &x, sizeof x);
+  } else {
+    double x = 0;
+    bad = parse_f64(value, &x) != 0;
+    if (!bad) bad = k->min_open ? !(x > k->min) : !(x >= k->min);
+    if (!bad) bad = k->max_open ? !(x < k->max) : !(x <= k->max);
+    if (!bad) memcpy(field, &x, sizeof x);
+  }
+  if (bad) {
+    lh_errbuf_set(p->err, LH_EACTORS_CONFIG_VALUE, "%s:%d: [actor] %s = '%.64s' is not %s", p->source,
+                  p->line, name, value, range);
+    return 0;
+  }
+  p->failed = 0;
+  return 1;
+}
+
+int lh_actor_config_parse(const char *text, const char *source, lh_actor_config *cfg, lh_errbuf *err) {
+  if (!text || !cfg) return lh_errbuf_set(err, LH_EINVAL, "actor config: NULL text or config");
+  if (!source) source = "config";
+  lh_actor_config c;
+  lh_actor_config_default(&c);
+  parse_ctx p = {.cfg = &c, .err = err, .source = source, .text = text};
+  int rc = ini_parse_stream(read_line, &p, on_key, &p);
+  if (p.failed) return err ? err->code : LH_EACTORS_CONFIG_VALUE;
+  if (rc == -2) return lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory while parsing", source);
+  if (rc != 0)
+    return lh_errbuf_set(err, LH_EACTORS_CONFIG_FILE,
+                         "%s:%d: syntax error (expected '[section]' or 'key = value')", source, rc);
+  *cfg = c;
+  return 0;
+}
+
+int lh_actor_config_load(const char *path, lh_actor_config *cfg, lh_errbuf *err) {
+  if (!path || !cfg) return lh_errbuf_set(err, LH_EINVAL, "actor config: NULL path or config");
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return lh_errbuf_set(err, LH_EACTORS_CONFIG_FILE, "%s: cannot open the config file: %s", path,
+                         strerror(errno));
+  char *text = NULL;
+  size_t len = 0, cap = 0;
+  int rc = 0;
+  for (;;) {
+    if (len + 4096 + 1 > cap) {
+      cap = cap ? 2 * cap : 8192;
+      char *t = realloc(text, cap);
+      if (!t) {
+        rc = lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory reading the config", path);
+        break;
+      }
+      text = t;
+    }
+    size_t got = fread(text + len, 1, 4096, f);
+    len += got;
+    if (got < 4096) {
+      if (ferror(f)) rc = lh_errbuf_set(err, LH_EACTORS_CONFIG_FILE, "%s: read error", path);
+      break;
+    }
+  }
+  fclose(f);
+  if (rc == 0) {
+    text[len] = 0;
+    if (strlen(text) != len)
+      rc = lh_errbuf_set(err, LH_EACTORS_CONFIG_FILE, "%s: holds a NUL byte; not a text INI file", path);
+    else
+      rc = lh_actor_config_parse(text, path, cfg, err);
+  }
+  free(text);
+  return rc;
+}
