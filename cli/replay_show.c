@@ -1,0 +1,221 @@
+/* longhaul replay show: one episode as a readable transcript. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/replay.h"
+
+typedef struct {
+  lh_cli_transcript *transcript;
+  int tokens;             /* --tokens: list every token too */
+  int have_prev;
+  uint32_t prev_seq;
+  uint64_t next_offset;   /* where the previous segment ended */
+  uint64_t shown, dropped;
+} show_state;
+
+static void print_gap(show_state *st, uint32_t first, uint32_t last) {
+  lh_cli_transcript_break(st->transcript);
+  if (first == last) printf("-- gap: segment %u is missing --\n", first);
+  else printf("-- gap: segments %u..%u are missing --\n", first, last);
+}
+
+static void print_token_table(const Longhaul__Segment *seg) {
+  printf("  %8s  %5s  %-8s %4s  %7s  %s\n", "OFFSET", "ID", "TEXT", "MASK", "VERSION", "LOGP");
+  for (size_t i = 0; i < seg->n_tokens; i++) {
+    uint32_t tok = seg->tokens[i];
+    char text[16];
+    const char *name = lh_cli_token_name(tok);
+    if (name) snprintf(text, sizeof text, "%s", name);
+    else if (tok >= 0x21 && tok < 0x7f) snprintf(text, sizeof text, "'%c'", (char)tok);
+    else if (tok == ' ') snprintf(text, sizeof text, "' '");
+    else if (tok < 256) snprintf(text, sizeof text, "\\x%02x", tok);
+    else snprintf(text, sizeof text, "<?%u>", tok);
+    int mask = i < seg->loss_mask.len ? seg->loss_mask.data[i] : 0;
+    printf("  %8llu  %5u  %-8s %4d  ", (unsigned long long)(seg->start_offset + i), tok, text, mask);
+    if (i < seg->n_policy_version) printf("%7u  ", seg->policy_version[i]);
+    else printf("%7s  ", "-");
+    if (i < seg->n_behavior_logp) printf("%.6g\n", (double)seg->behavior_logp[i]);
+    else printf("-\n");
+  }
+}
+
+/* The segment's header line: its token range, how many tokens each source
+ * gave, and the policy versions of its sampled tokens. */
+static void print_segment_header(const Longhaul__Segment *seg) {
+  size_t sampled = 0;
+  uint32_t vmin = UINT32_MAX, vmax = 0;
+  for (size_t i = 0; i < seg->n_tokens; i++) {
+    if (!(i < seg->loss_mask.len && seg->loss_mask.data[i])) continue;
+    sampled++;
+    if (i < seg->n_policy_version) {
+      uint32_t v = seg->policy_version[i];
+      if (v < vmin) vmin = v;
+      if (v > vmax) vmax = v;
+    }
+  }
+  printf("segment %u  tokens %llu..%llu (%zu: %zu policy, %zu env)", seg->seq,
+         (unsigned long long)seg->start_offset,
+         (unsigned long long)(seg->start_offset + (seg->n_tokens ? seg->n_tokens - 1 : 0)),
+         seg->n_tokens, sampled, seg->n_tokens - sampled);
+  if (vmin > vmax) printf("  versions -");
+  else if (vmin == vmax) printf("  version %u", vmin);
+  else printf("  versions %u..%u", vmin, vmax);
+  if (seg->n_images) printf("  images %zu", seg->n_images);
+  printf("\n");
+}
+
+static int on_segment(void *ctx, uint32_t seq, const Longhaul__Segment *seg) {
+  show_state *st = ctx;
+  uint32_t expect = st->have_prev ? st->prev_seq + 1 : 0;
+  if (seq > expect) print_gap(st, expect, seq - 1);
+  st->have_prev = 1;
+  st->prev_seq = seq;
+  if (!seg) {
+    lh_cli_transcript_break(st->transcript);
+    printf("segment %u  payload dropped by retention (its tokens are no longer stored)\n", seq);
+    st->dropped++;
+    return 0;
+  }
+  if (st->shown && seg->start_offset != st->next_offset) {
+    lh_cli_transcript_break(st->transcript);
+    printf("-- tokens %llu..%llu are not stored --\n", (unsigned long long)st->next_offset,
+           (unsigned long long)seg->start_offset - 1);
+  }
+  print_segment_header(seg);
+  lh_cli_transcript_segment(st->transcript, seg);
+  if (st->tokens) print_token_table(seg);
+  st->next_offset = seg->start_offset + seg->n_tokens;
+  st->shown++;
+  return 0;
+}
+
+static void print_episode(const lh_episode_row *r) {
+  const char *status = lh_episode_status_name(r->status);
+  printf("episode %llu  env %s  actor %s  status %s\n", (unsigned long long)r->id,
+         r->env[0] ? r->env : "-", r->actor[0] ? r->actor : "-", status ? status : "?");
+  printf("  task seed %llu  group %llu  steps %u  tokens %llu (%llu stored)\n",
+         (unsigned long long)r->task_seed, (unsigned long long)r->group_id, r->steps,
+         (unsigned long long)r->tokens, (unsigned long long)r->tokens_received);
+  if (r->has_versions)
+    printf("  versions %llu..%llu", (unsigned long long)r->min_version, (unsigned long long)r->max_version);
+  else
+    printf("  versions -");
+  if (r->has_end)
+    printf("  segments %u of %u stored", r->segments_received, r->segment_count);
+  else
+    printf("  segments %u stored (no episode end yet)", r->segments_received);
+  if (r->payloads_dropped) printf(", %u payloads dropped", r->payloads_dropped);
+  printf("\n\n");
+}
+
+static int print_outcome(lh_store *s, const char *db, const lh_episode_row *r,
+                         const lh_segment_report *rep) {
+  printf("\n");
+  if (rep->missing_count) {
+    printf("gaps: %u segment%s missing:", rep->missing_count, rep->missing_count == 1 ? "" : "s");
+    for (uint32_t k = 0; k < rep->missing_listed; k++) printf(" %u", rep->missing[k]);
+    if (rep->missing_listed < rep->missing_count) printf(" ...");
+    printf("\n");
+  }
+  if (!r->has_end) {
+    printf("outcome: none yet (the episode is running or its end was not stored)\n");
+  } else {
+    const char *outcome = lh_episode_outcome_name(r->outcome);
+    printf("outcome: %s", outcome ? outcome : "unspecified");
+    if (r->has_reward) printf("  reward %g", r->reward);
+    printf("\n");
+    if (r->error[0]) printf("error: %s\n", r->error);
+  }
+  size_t count = 0;
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  int e = lh_store_episode_rewards(s, r->id, NULL, 0, &count, &err);
+  lh_reward_term *terms = NULL;
+  if (e >= 0 && count) {
+    terms = calloc(count, sizeof *terms);
+    if (!terms) return lh_cli_replay_fail("show", db, LH_ENOMEM, NULL);
+    e = lh_store_episode_rewards(s, r->id, terms, count, &count, &err);
+  }
+  if (e < 0) {
+    free(terms);
+    return lh_cli_replay_fail("show", db, e, &err);
+  }
+  if (count == 0) {
+    printf("reward terms: none\n");
+  } else {
+    int w = 4;
+    for (size_t k = 0; k < count; k++)
+      if ((int)strlen(terms[k].name) > w) w = (int)strlen(terms[k].name);
+    printf("reward terms:\n");
+    for (size_t k = 0; k < count; k++)
+      printf("  %-*s  %10g  (step %u)\n", w, terms[k].name, terms[k].value, terms[k].step);
+  }
+  free(terms);
+  return LH_EXIT_OK;
+}
+
+int lh_cli_replay_show(int argc, char **argv) {
+  const char *db = NULL;
+  int tokens = 0;
+  const lh_cli_opt opts[] = {{"--db", LH_CLI_OPT_STRING, &db, NULL},
+                             {"--tokens", LH_CLI_OPT_FLAG, &tokens, NULL}};
+  const char *pos[1];
+  size_t npos;
+  int rc = lh_cli_parse("show", argc, argv, opts, 2, pos, 1, &npos);
+  if (rc) return rc;
+  if (npos == 0) {
+    fprintf(stderr, "longhaul replay show: which episode? give its ID (see longhaul replay episodes)\n");
+    return LH_EXIT_USAGE;
+  }
+  uint64_t id;
+  if (lh_cli_parse_u64(pos[0], &id)) {
+    fprintf(stderr, "longhaul replay show: ID must be a non-negative integer, not '%s'\n", pos[0]);
+    return LH_EXIT_USAGE;
+  }
+  lh_store *s;
+  if ((rc = lh_cli_replay_open("show", db, &s))) return rc;
+  lh_episode_row row;
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  int e = lh_store_episode_get(s, id, &row, &err);
+  if (e == LH_ESTORE_NO_EPISODE) {
+    fprintf(stderr, "longhaul replay show: no episode %llu in '%s' (see longhaul replay episodes)\n",
+            (unsigned long long)id, db);
+    lh_store_close(s);
+    return LH_EXIT_RUNTIME;
+  }
+  if (e < 0) {
+    lh_store_close(s);
+    return lh_cli_replay_fail("show", db, e, &err);
+  }
+  print_episode(&row);
+  show_state st;
+  memset(&st, 0, sizeof st);
+  st.tokens = tokens;
+  st.transcript = lh_cli_transcript_new(stdout, "  ");
+  if (!st.transcript) {
+    lh_store_close(s);
+    return lh_cli_replay_fail("show", db, LH_ENOMEM, NULL);
+  }
+  lh_segment_report rep;
+  memset(&rep, 0, sizeof rep);
+  e = lh_store_episode_segments(s, id, on_segment, &st, &rep, &err);
+  lh_cli_transcript_free(st.transcript);
+  if (e < 0) {
+    fflush(stdout);
+    lh_store_close(s);
+    return lh_cli_replay_fail("show", db, e, &err);
+  }
+  /* Segments expected after the last stored one. */
+  uint32_t next = st.have_prev ? st.prev_seq + 1 : 0;
+  if (rep.expected > next) {
+    if (rep.expected - 1 == next) printf("-- gap: segment %u is missing --\n", next);
+    else printf("-- gap: segments %u..%u are missing --\n", next, rep.expected - 1);
+  }
+  if (!st.have_prev && rep.expected == 0) printf("(no segments stored)\n");
+  rc = print_outcome(s, db, &row, &rep);
+  lh_store_close(s);
+  return rc;
+}

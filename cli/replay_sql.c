@@ -1,0 +1,145 @@
+/* longhaul replay sql: one read-only SQL statement, its rows printed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/replay.h"
+
+/* As for `episodes`: widths from the first rows, the rest streamed. */
+#define BUFFERED_ROWS 1000
+
+typedef struct {
+  int aligned;
+  int ncols;
+  int header_done;
+  int streaming;
+  char **cells;          /* aligned: BUFFERED_ROWS * ncols escaped cells */
+  size_t buffered;
+  int *width;
+  int failed;
+} sql_out;
+
+/* A value as one cell: tabs, newlines and backslashes escaped so that a
+ * row stays one line and the columns stay apart. NULL prints as NULL. */
+static char *escape(const char *v) {
+  if (!v) v = "NULL";
+  size_t n = strlen(v);
+  char *e = malloc(2 * n + 1), *p = e;
+  if (!e) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    char c = v[i];
+    if (c == '\t') *p++ = '\\', *p++ = 't';
+    else if (c == '\n') *p++ = '\\', *p++ = 'n';
+    else if (c == '\r') *p++ = '\\', *p++ = 'r';
+    else if (c == '\\') *p++ = '\\', *p++ = '\\';
+    else *p++ = c;
+  }
+  *p = 0;
+  return e;
+}
+
+static void print_line(const sql_out *o, char *const *cells) {
+  for (int k = 0; k < o->ncols; k++) {
+    if (!o->aligned) printf("%s%s", k ? "\t" : "", cells[k]);
+    else if (k == o->ncols - 1) printf("%s%s", k ? "  " : "", cells[k]);
+    else printf("%s%-*s", k ? "  " : "", o->width[k], cells[k]);
+  }
+  putchar('\n');
+}
+
+static void flush(sql_out *o) {
+  for (size_t r = 0; r < o->buffered; r++)
+    for (int k = 0; k < o->ncols; k++) {
+      int l = (int)strlen(o->cells[r * o->ncols + k]);
+      if (l > o->width[k]) o->width[k] = l;
+    }
+  for (size_t r = 0; r < o->buffered; r++) {
+    print_line(o, o->cells + r * o->ncols);
+    for (int k = 0; k < o->ncols; k++) {
+      free(o->cells[r * o->ncols + k]);
+      o->cells[r * o->ncols + k] = NULL;
+    }
+  }
+  o->buffered = 0;
+  o->streaming = 1;
+}
+
+static int on_row(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  sql_out *o = ctx;
+  if (!o->header_done) {
+    o->ncols = ncols;
+    o->width = calloc((size_t)ncols ? (size_t)ncols : 1, sizeof *o->width);
+    o->cells = calloc((size_t)(BUFFERED_ROWS + 1) * (size_t)(ncols ? ncols : 1), sizeof *o->cells);
+    if (!o->width || !o->cells) return LH_ENOMEM;
+    /* The header is the first buffered row, so its width counts too. */
+    for (int k = 0; k < ncols; k++)
+      if (!(o->cells[k] = escape(names[k]))) return LH_ENOMEM;
+    o->buffered = 1;
+    o->header_done = 1;
+    if (!o->aligned) flush(o);
+  }
+  char **row = o->cells + o->buffered * (size_t)o->ncols;
+  for (int k = 0; k < ncols; k++)
+    if (!(row[k] = escape(values[k]))) return LH_ENOMEM;
+  if (o->streaming) {
+    print_line(o, row);
+    for (int k = 0; k < ncols; k++) {
+      free(row[k]);
+      row[k] = NULL;
+    }
+    return 0;
+  }
+  if (++o->buffered == BUFFERED_ROWS + 1) flush(o);
+  return 0;
+}
+
+static void sql_out_free(sql_out *o) {
+  /* Cells printed are already freed (and NULL); these are what an error
+   * left behind. */
+  if (o->cells)
+    for (size_t i = 0; i < (size_t)(BUFFERED_ROWS + 1) * (size_t)o->ncols; i++) free(o->cells[i]);
+  free(o->cells);
+  free(o->width);
+}
+
+int lh_cli_replay_sql(int argc, char **argv) {
+  const char *db = NULL;
+  int aligned = 0;
+  const lh_cli_opt opts[] = {{"--db", LH_CLI_OPT_STRING, &db, NULL},
+                             {"--aligned", LH_CLI_OPT_FLAG, &aligned, NULL}};
+  const char *pos[1];
+  size_t npos;
+  int rc = lh_cli_parse("sql", argc, argv, opts, 2, pos, 1, &npos);
+  if (rc) return rc;
+  if (npos == 0 || !pos[0][0]) {
+    fprintf(stderr, "longhaul replay sql: give the query, e.g. longhaul replay sql --db FILE "
+                    "\"SELECT id, env, reward FROM episodes\"\n");
+    return LH_EXIT_USAGE;
+  }
+  lh_store *s;
+  if ((rc = lh_cli_replay_open("sql", db, &s))) return rc;
+  sql_out o;
+  memset(&o, 0, sizeof o);
+  o.aligned = aligned;
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  uint64_t rows = 0;
+  int e = lh_store_sql(s, pos[0], on_row, &o, &rows, &err);
+  if (e >= 0 && o.header_done && !o.streaming) flush(&o);
+  sql_out_free(&o);
+  lh_store_close(s);
+  if (e == LH_ESTORE_SQL_WRITE || e == LH_ESTORE_SQL_NEEDS_READONLY) {
+    const char *why = err.msg[0] ? err.msg : lh_strerror(e);
+    fprintf(stderr, "longhaul replay sql: %s%s (%s)\n", strstr(why, "refused") ? "" : "refused: ", why,
+            lh_err_name(e));
+    return LH_EXIT_RUNTIME;
+  }
+  if (e == LH_ESTORE_SQL_PARSE || e == LH_ESTORE_SQL_MULTIPLE) {
+    fprintf(stderr, "longhaul replay sql: %s (%s)\n", err.msg[0] ? err.msg : lh_strerror(e), lh_err_name(e));
+    return LH_EXIT_RUNTIME;
+  }
+  if (e < 0) return lh_cli_replay_fail("sql", db, e, &err);
+  if (rows == 0) fprintf(stderr, "longhaul replay sql: no rows\n");
+  return LH_EXIT_OK;
+}
