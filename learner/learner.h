@@ -209,4 +209,48 @@ double lh_lr_at(double lr, uint64_t warmup_steps, uint64_t total_steps, uint64_t
  * and the last one stays in force after its steps. -1 without stages. */
 int lh_stage_at(const lh_learner_config *cfg, uint64_t step);
 
+/* ---- AdamW and gradient clipping ------------------------------------------
+ * Over one flat float buffer of n parameters (the model keeps parameters,
+ * gradients and the two moments as contiguous buffers with one table of
+ * named views). Per element, at step t (1-based, counted by the optimizer):
+ *
+ *   m = beta1 m + (1 - beta1) g          v = beta2 v + (1 - beta2) g^2
+ *   m^ = m / (1 - beta1^t)               v^ = v / (1 - beta2^t)
+ *   p = p - lr * ( m^ / (sqrt(v^) + eps)  +  wd * p )     (wd only where decay_mask is 1)
+ *
+ * i.e. decoupled weight decay (Loshchilov and Hutter), applied to the
+ * parameter before the step, as PyTorch's AdamW does. Arithmetic per
+ * element is in double, stored in float. DESIGN §5: beta 0.9 / 0.95,
+ * eps 1e-8, weight decay 0.01 except norms, gains and c_{l,j} (the caller's
+ * decay_mask says which). */
+typedef struct {
+  double beta1, beta2, eps, weight_decay;
+} lh_adamw_params;
+
+void lh_adamw_params_default(lh_adamw_params *p);  /* 0.9, 0.95, 1e-8, 0.01 */
+
+typedef struct lh_adamw lh_adamw;
+
+lh_adamw *lh_adamw_new(size_t n, lh_errbuf *err);
+void lh_adamw_free(lh_adamw *opt);
+/* One step with learning rate lr (from lh_lr_at). decay_mask: n bytes, 1 =
+ * decay; NULL decays everything. Refuses bad params (LH_ELEARNER_OPT_PARAMS)
+ * and leaves everything untouched. Gradients are not checked here: run
+ * lh_grad_clip first, which refuses non-finite ones. */
+int lh_adamw_step(lh_adamw *opt, const lh_adamw_params *p, double lr, float *params,
+                  const float *grads, const uint8_t *decay_mask, lh_errbuf *err);
+/* The state for checkpoints: steps taken and the moments (n floats each),
+ * which a caller may read and overwrite (to restore) in place. */
+uint64_t lh_adamw_steps(const lh_adamw *opt);
+void lh_adamw_set_steps(lh_adamw *opt, uint64_t steps);
+size_t lh_adamw_size(const lh_adamw *opt);
+float *lh_adamw_m(lh_adamw *opt);
+float *lh_adamw_v(lh_adamw *opt);
+
+/* The global L2 norm of g (in double) into *norm; when it is above
+ * max_norm (> 0), g is scaled by max_norm / norm. A NaN or infinite entry
+ * is LH_ELEARNER_NOT_FINITE naming its index, with g untouched and *norm
+ * set to NaN, so that the step can be skipped, counted and logged. */
+int lh_grad_clip(float *g, size_t n, double max_norm, double *norm, lh_errbuf *err);
+
 #endif
