@@ -1,38 +1,59 @@
 /* cli replay: a decoded segment as a cJSON object, for `replay export`. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/replay.h"
 
-/* cJSON keeps numbers as doubles: exact for integers below 2^53, which
- * token ids, offsets and versions are. */
-typedef double (*element_fn)(const void *v, size_t i);
-static double u32_at(const void *v, size_t i) { return (double)((const uint32_t *)v)[i]; }
-static double u8_at(const void *v, size_t i) { return (double)((const uint8_t *)v)[i]; }
+/* The per-token arrays are most of an export (four numbers per token), so
+ * each is written as JSON text in one buffer and added raw, instead of as a
+ * cJSON number node per element printed through printf and checked with
+ * sscanf. Each writer puts one element at out (room for 32 bytes) and
+ * returns its length. */
+typedef size_t (*element_fn)(const void *v, size_t i, char *out);
+
+static size_t put_uint(uint32_t x, char *out) {
+  char digits[10];
+  size_t n = 0;
+  do {
+    digits[n++] = (char)('0' + x % 10);
+    x /= 10;
+  } while (x);
+  for (size_t k = 0; k < n; k++) out[k] = digits[n - 1 - k];
+  return n;
+}
+static size_t u32_at(const void *v, size_t i, char *out) { return put_uint(((const uint32_t *)v)[i], out); }
+static size_t u8_at(const void *v, size_t i, char *out) { return put_uint(((const uint8_t *)v)[i], out); }
+
 /* A float goes out as the shortest decimal that reads back as that float
- * (-0.1, not -0.10000000149011612); 9 digits always do. */
-static double f32_at(const void *v, size_t i) {
+ * (-0.1, not -0.10000000149011612); 9 significant digits always do. The
+ * validated log-probabilities are finite, so the text is a JSON number. */
+static size_t f32_at(const void *v, size_t i, char *out) {
   float f = ((const float *)v)[i];
-  char digits[32];
-  double d = (double)f;
-  for (int precision = 6; precision <= 9; precision++) {
-    snprintf(digits, sizeof digits, "%.*g", precision, (double)f);
-    d = strtod(digits, NULL);
-    if ((float)d == f) break;
+  if (f == 0.0f) {
+    out[0] = '0';
+    return 1;
   }
-  return d;
+  int n = 0;
+  for (int precision = 6; precision <= 9; precision++) {
+    n = snprintf(out, 32, "%.*g", precision, (double)f);
+    if (precision == 9 || strtof(out, NULL) == f) break;
+  }
+  return (size_t)n;
 }
 
 static cJSON *number_array(const void *v, size_t n, element_fn at) {
-  cJSON *a = cJSON_CreateArray();
-  for (size_t i = 0; a && i < n; i++) {
-    cJSON *x = cJSON_CreateNumber(at(v, i));
-    if (!x || !cJSON_AddItemToArray(a, x)) {
-      cJSON_Delete(x);
-      cJSON_Delete(a);
-      return NULL;
-    }
+  char *text = malloc(n * 33 + 3), *p = text;
+  if (!text) return NULL;
+  *p++ = '[';
+  for (size_t i = 0; i < n; i++) {
+    if (i) *p++ = ',';
+    p += at(v, i, p);
   }
+  *p++ = ']';
+  *p = 0;
+  cJSON *a = cJSON_CreateRaw(text);
+  free(text);
   return a;
 }
 
