@@ -21,6 +21,20 @@ enum {
   ST_COUNT
 };
 
+/* The episode-row changes of segments put in the open batch, applied in
+ * one upsert per episode when the batch commits (or a read needs them):
+ * an actor's segments come episode after episode, so this saves most of
+ * the per-segment updates of the ingest path. */
+#define LH_STORE_PENDING 64
+typedef struct {
+  uint64_t id, task_seed, group_id, tokens;
+  uint32_t segments;
+  int has_versions;
+  uint64_t vmin, vmax;
+  int64_t updated_ms;
+  char actor[LH_STORE_NAME_BYTES], env[LH_STORE_NAME_BYTES];
+} lh_store_pending_episode;
+
 struct lh_store {
   sqlite3 *db;
   char *path;
@@ -29,7 +43,13 @@ struct lh_store {
   int in_batch;
   uint32_t schema_version;
   sqlite3_stmt *st[ST_COUNT];
+  lh_store_pending_episode *pending;  /* LH_STORE_PENDING entries */
+  size_t pending_count;
 };
+
+/* Applies the pending episode changes (a no-op when there are none). Every
+ * read of episode rows on a writing connection calls it first. */
+int lh_store_flush(lh_store *s, lh_errbuf *err);
 
 /* One step of the migration table: applied in order to bring a file from
  * version - 1 to version. */

@@ -263,7 +263,9 @@ int lh_store_open_readonly(const char *path, lh_store **out, lh_errbuf *err) {
 void lh_store_close(lh_store *s) {
   if (!s) return;
   if (s->db && s->in_batch) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+  s->pending_count = 0;
   for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
+  free(s->pending);
   sqlite3_close_v2(s->db);
   free(s->path);
   free(s);
@@ -290,7 +292,8 @@ int lh_store_commit(lh_store *s, lh_errbuf *err) {
     return lh_errbuf_set(err, LH_ESTORE_TXN, "%s: no batch is open (lh_store_begin first)",
                          s->path);
   s->in_batch = 0;
-  int rc = lh_store_exec(s, "COMMIT", err);
+  int rc = lh_store_flush(s, err);
+  if (rc >= 0) rc = lh_store_exec(s, "COMMIT", err);
   if (rc < 0) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
   return rc;
 }
@@ -298,6 +301,7 @@ int lh_store_commit(lh_store *s, lh_errbuf *err) {
 int lh_store_rollback(lh_store *s, lh_errbuf *err) {
   if (!s || !s->in_batch) return 0;
   s->in_batch = 0;
+  s->pending_count = 0;
   return lh_store_exec(s, "ROLLBACK", err);
 }
 

@@ -95,6 +95,7 @@ int lh_store_episodes(lh_store *s, const lh_episode_filter *f, lh_store_episode_
   if (!s || !fn) return lh_errbuf_set(err, LH_EINVAL, "lh_store_episodes: store or fn is NULL");
   lh_episode_filter all;
   if (!f) lh_episode_filter_init(&all), f = &all;
+  LH_TRY(lh_store_flush(s, err));
   sqlite3_stmt *st;
   LH_TRY(lh_store_prepare(s,
                           f->newest_first
@@ -135,6 +136,7 @@ int lh_store_episodes(lh_store *s, const lh_episode_filter *f, lh_store_episode_
 
 int lh_store_episode_get(lh_store *s, uint64_t id, lh_episode_row *row, lh_errbuf *err) {
   if (!s || !row) return lh_errbuf_set(err, LH_EINVAL, "lh_store_episode_get: store or row is NULL");
+  LH_TRY(lh_store_flush(s, err));
   sqlite3_stmt *st;
   LH_TRY(lh_store_prepare(s, "SELECT " EPISODE_COLUMNS " FROM episodes WHERE id = ?1", &st, err));
   lh_store_bind_u64(st, 1, id);

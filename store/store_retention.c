@@ -11,6 +11,7 @@
 
 static int drop(lh_store *s, uint64_t min_version, uint64_t *segments, uint64_t *bytes,
                 lh_errbuf *err) {
+  LH_TRY(lh_store_flush(s, err));
   sqlite3_stmt *st;
   LH_TRY(lh_store_prepare(s, "SELECT count(*), coalesce(sum(payload_bytes), 0) FROM segments"
                           DROP_WHERE, &st, err));

@@ -92,7 +92,9 @@ static const char schema_v1[] =
 
 /* Version 2: retention bookkeeping (which payloads were dropped, when),
  * MaxVio per layer as rows as well as the JSON array, and the indexes the
- * queries of `longhaul replay` and retention use. */
+ * episode queries of `longhaul replay` use. segments has no index besides
+ * its key on purpose: every ingested segment would pay for it, while
+ * retention, the one query by segment version, is rare and scans. */
 static const char schema_v2[] =
     "ALTER TABLE episodes ADD COLUMN payloads_dropped INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE segments ADD COLUMN dropped_ms INTEGER;"
@@ -103,13 +105,12 @@ static const char schema_v2[] =
     "  PRIMARY KEY (step, layer));"
     "CREATE INDEX episodes_env ON episodes(env, status);"
     "CREATE INDEX episodes_status ON episodes(status);"
-    "CREATE INDEX episodes_reward ON episodes(reward);"
-    "CREATE INDEX segments_version ON segments(max_version);";
+    "CREATE INDEX episodes_reward ON episodes(reward);";
 
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of DESIGN 7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
-    {2, "payloads_dropped/dropped_ms, train_step_layers, query indexes", schema_v2},
+    {2, "payloads_dropped/dropped_ms, train_step_layers, episode query indexes", schema_v2},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

@@ -102,6 +102,7 @@ int lh_store_write_end(lh_store *s, int own, int rc, lh_errbuf *err) {
   if (!own) return rc;
   if (rc < 0) {
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    s->pending_count = 0;
     return rc;
   }
   int crc = lh_store_exec(s, "COMMIT", err);

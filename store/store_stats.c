@@ -49,6 +49,7 @@ int lh_store_stats_get(lh_store *s, lh_store_stats *st_out, lh_errbuf *err) {
   lh_store_stats *o = st_out;
   memset(o, 0, sizeof *o);
   o->schema_version = s->schema_version;
+  LH_TRY(lh_store_flush(s, err));
   /* One read transaction, so that the figures agree with each other while
    * writers go on. */
   if (!s->in_batch) LH_TRY(lh_store_exec(s, "BEGIN", err));
@@ -92,6 +93,7 @@ int lh_store_stats_get(lh_store *s, lh_store_stats *st_out, lh_errbuf *err) {
 
 int lh_store_stats_by_env(lh_store *s, lh_store_env_stats_fn fn, void *ctx, lh_errbuf *err) {
   if (!s || !fn) return lh_errbuf_set(err, LH_EINVAL, "lh_store_stats_by_env: store or fn is NULL");
+  LH_TRY(lh_store_flush(s, err));
   sqlite3_stmt *st;
   LH_TRY(lh_store_prepare(s,
                           "SELECT env, count(*), sum(status = 'running'), sum(status = 'complete'),"

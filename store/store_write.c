@@ -1,5 +1,6 @@
 /* store: the writes of the ingest path (segments and episode ends) and
  * episode status updates. Each is idempotent on its key. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,10 +16,10 @@ static const char sql_seg_insert[] =
 static const char sql_ep_upsert_seg[] =
     "INSERT INTO episodes(id, actor, env, task_seed, group_id, status, tokens_received,"
     " segments_received, min_version, max_version, created_ms, updated_ms)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, 1, ?7, ?8, ?9, ?9)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?10, ?7, ?8, ?9, ?9)"
     " ON CONFLICT(id) DO UPDATE SET"
     "  tokens_received = tokens_received + excluded.tokens_received,"
-    "  segments_received = segments_received + 1,"
+    "  segments_received = segments_received + excluded.segments_received,"
     "  min_version = coalesce(min(min_version, excluded.min_version), min_version,"
     "                         excluded.min_version),"
     "  max_version = coalesce(max(max_version, excluded.max_version), max_version,"
@@ -46,6 +47,77 @@ static const char sql_reward_insert[] =
 
 static const char *nonempty(const char *s) { return s && *s ? s : NULL; }
 static const char *text_or_empty(const char *s) { return s ? s : ""; }
+
+static void copy_name(char *dst, const char *src) {
+  size_t n = src ? strlen(src) : 0;
+  if (n >= LH_STORE_NAME_BYTES) n = LH_STORE_NAME_BYTES - 1;
+  if (n) memcpy(dst, src, n);
+  dst[n] = 0;
+}
+
+int lh_store_flush(lh_store *s, lh_errbuf *err) {
+  if (!s || s->pending_count == 0) return 0;
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_cached(s, ST_EP_UPSERT_SEG, sql_ep_upsert_seg, &st, err));
+  int rc = 0;
+  for (size_t i = 0; i < s->pending_count && rc >= 0; i++) {
+    const lh_store_pending_episode *p = &s->pending[i];
+    lh_store_bind_u64(st, 1, p->id);
+    sqlite3_bind_text(st, 2, p->actor, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, p->env, -1, SQLITE_STATIC);
+    lh_store_bind_u64(st, 4, p->task_seed);
+    lh_store_bind_u64(st, 5, p->group_id);
+    lh_store_bind_u64(st, 6, p->tokens);
+    if (p->has_versions) {
+      lh_store_bind_u64(st, 7, p->vmin);
+      lh_store_bind_u64(st, 8, p->vmax);
+    } else {
+      sqlite3_bind_null(st, 7);
+      sqlite3_bind_null(st, 8);
+    }
+    sqlite3_bind_int64(st, 9, p->updated_ms);
+    sqlite3_bind_int64(st, 10, p->segments);
+    rc = lh_store_step(s, st, "updating the episode of a segment", err);
+    sqlite3_reset(st);
+  }
+  s->pending_count = 0;
+  return rc < 0 ? rc : 0;
+}
+
+/* Adds a stored segment's tokens and versions to its episode's pending
+ * change, flushing first when the table is full. */
+static int pending_add(lh_store *s, const Longhaul__Segment *seg, uint64_t sampled, uint64_t vmin,
+                       uint64_t vmax, int64_t now, lh_errbuf *err) {
+  if (!s->pending) {
+    s->pending = malloc(LH_STORE_PENDING * sizeof *s->pending);
+    if (!s->pending) return lh_errbuf_set(err, LH_ENOMEM, "no memory for pending episode rows");
+  }
+  lh_store_pending_episode *p = NULL;
+  for (size_t i = s->pending_count; i-- > 0;)
+    if (s->pending[i].id == seg->episode_id) {
+      p = &s->pending[i];
+      break;
+    }
+  if (!p) {
+    if (s->pending_count == LH_STORE_PENDING) LH_TRY(lh_store_flush(s, err));
+    p = &s->pending[s->pending_count++];
+    memset(p, 0, offsetof(lh_store_pending_episode, actor));
+    p->id = seg->episode_id;
+    p->task_seed = seg->task_seed;
+    p->group_id = seg->group_id;
+    copy_name(p->actor, seg->actor);
+    copy_name(p->env, seg->env);
+  }
+  p->tokens += seg->n_tokens;
+  p->segments++;
+  p->updated_ms = now;
+  if (sampled) {
+    if (!p->has_versions || vmin < p->vmin) p->vmin = vmin;
+    if (!p->has_versions || vmax > p->vmax) p->vmax = vmax;
+    p->has_versions = 1;
+  }
+  return 0;
+}
 
 /* The segment columns and the episode update, under the caller's
  * transaction. */
@@ -80,31 +152,13 @@ static int insert_segment(lh_store *s, const Longhaul__Segment *seg, const uint8
   sqlite3_bind_int64(st, 11, now);
   int rc = lh_store_step(s, st, "inserting a segment", err);
   sqlite3_reset(st);
-  sqlite3_clear_bindings(st);
   if (rc < 0) return rc;
   if (sqlite3_changes(s->db) == 0) {
     *inserted = 0;
     return 0;
   }
   *inserted = 1;
-  LH_TRY(lh_store_cached(s, ST_EP_UPSERT_SEG, sql_ep_upsert_seg, &st, err));
-  lh_store_bind_u64(st, 1, seg->episode_id);
-  sqlite3_bind_text(st, 2, text_or_empty(seg->actor), -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 3, text_or_empty(seg->env), -1, SQLITE_STATIC);
-  lh_store_bind_u64(st, 4, seg->task_seed);
-  lh_store_bind_u64(st, 5, seg->group_id);
-  sqlite3_bind_int64(st, 6, (sqlite3_int64)seg->n_tokens);
-  if (sampled) {
-    lh_store_bind_u64(st, 7, vmin);
-    lh_store_bind_u64(st, 8, vmax);
-  } else {
-    sqlite3_bind_null(st, 7);
-    sqlite3_bind_null(st, 8);
-  }
-  sqlite3_bind_int64(st, 9, now);
-  rc = lh_store_step(s, st, "updating the episode of a segment", err);
-  sqlite3_reset(st);
-  return rc < 0 ? rc : 0;
+  return pending_add(s, seg, sampled, vmin, vmax, now, err);
 }
 
 int lh_store_put_segment(lh_store *s, const Longhaul__Segment *seg, int *inserted,
@@ -121,6 +175,7 @@ int lh_store_put_segment(lh_store *s, const Longhaul__Segment *seg, int *inserte
   int rc = lh_store_write_begin(s, &own, err);
   if (rc >= 0) {
     rc = insert_segment(s, seg, payload, bytes, inserted, err);
+    if (rc >= 0 && own) rc = lh_store_flush(s, err);
     rc = lh_store_write_end(s, own, rc, err);
   }
   free(payload);
@@ -205,7 +260,9 @@ int lh_store_episode_set_status(lh_store *s, uint64_t id, int status, const char
   int own;
   LH_TRY(lh_store_write_begin(s, &own, err));
   sqlite3_stmt *st;
-  int rc = lh_store_prepare(s,
+  int rc = lh_store_flush(s, err);
+  if (rc >= 0)
+    rc = lh_store_prepare(s,
                             "UPDATE episodes SET status = ?2,"
                             " outcome = coalesce(?3, CASE WHEN outcome IN ('success','failure')"
                             "   THEN outcome ELSE 'failure' END),"
