@@ -19,19 +19,19 @@
  * that a resumed actor draws exactly the numbers it would have drawn. */
 typedef struct {
   uint64_t s[4];
-} lh_rng;
+} lh_actors_rng;
 
-#define LH_RNG_STATE_BYTES 32
+#define LH_ACTORS_RNG_STATE_BYTES 32
 
 /* Seeds r from one 64-bit seed; any seed (0 included) gives a valid state. */
-void lh_rng_seed(lh_rng *r, uint64_t seed);
-uint64_t lh_rng_next(lh_rng *r);
+void lh_actors_rng_seed(lh_actors_rng *r, uint64_t seed);
+uint64_t lh_actors_rng_next(lh_actors_rng *r);
 /* A double uniform in [0, 1) with 53 random bits. */
-double lh_rng_uniform(lh_rng *r);
+double lh_actors_rng_uniform(lh_actors_rng *r);
 /* The state as 32 little-endian bytes, and back. load refuses the all-zero
  * state, which xoshiro can never leave (LH_EACTORS_RNG_STATE). */
-void lh_rng_save(const lh_rng *r, uint8_t out[LH_RNG_STATE_BYTES]);
-int lh_rng_load(lh_rng *r, const uint8_t in[LH_RNG_STATE_BYTES], lh_errbuf *err);
+void lh_actors_rng_save(const lh_actors_rng *r, uint8_t out[LH_ACTORS_RNG_STATE_BYTES]);
+int lh_actors_rng_load(lh_actors_rng *r, const uint8_t in[LH_ACTORS_RNG_STATE_BYTES], lh_errbuf *err);
 
 /* ---- sampler --------------------------------------------------------------
  * Draws one token from a vector of log-probabilities (or any logits: they
@@ -40,7 +40,7 @@ int lh_rng_load(lh_rng *r, const uint8_t in[LH_RNG_STATE_BYTES], lh_errbuf *err)
  * temperature T > 0: p_i proportional to exp(l_i / T); the nucleus is the
  * smallest set of most likely tokens (ties to the lower id) whose tempered
  * mass reaches top_p, and the token is drawn from it, renormalised, with one
- * lh_rng_uniform draw. T = 0: greedy, the argmax with ties to the lower id;
+ * lh_actors_rng_uniform draw. T = 0: greedy, the argmax with ties to the lower id;
  * the generator is not advanced.
  *
  * What the learner compares with (DESIGN §5): `logp` is the log-softmax of
@@ -52,21 +52,21 @@ int lh_rng_load(lh_rng *r, const uint8_t in[LH_RNG_STATE_BYTES], lh_errbuf *err)
  * policy being trained; `sample_logp` is the log-probability the token was
  * actually drawn with (nucleus renormalised), for diagnostics. For T = 0,
  * `logp` is the log-softmax at temperature 1 and `sample_logp` is 0. */
-typedef struct lh_sampler lh_sampler;
+typedef struct lh_actors_sampler lh_actors_sampler;
 
 typedef struct {
   uint32_t token;
   float logp;         /* log-softmax(l / T)[token], full vocabulary; <= 0 */
   float sample_logp;  /* log-probability under the nucleus distribution */
   uint32_t nucleus;   /* tokens in the nucleus (1 for greedy) */
-} lh_sample;
+} lh_actors_sample;
 
 /* vocab >= 1, temperature finite and >= 0, top_p in (0, 1]. */
-lh_sampler *lh_sampler_new(uint32_t vocab, float temperature, float top_p, lh_errbuf *err);
-void lh_sampler_free(lh_sampler *s);
+lh_actors_sampler *lh_actors_sampler_new(uint32_t vocab, float temperature, float top_p, lh_errbuf *err);
+void lh_actors_sampler_free(lh_actors_sampler *s);
 /* logits holds vocab values; -inf excludes a token; NaN, +inf or all -inf
  * is LH_EACTORS_SAMPLER_INPUT. */
-int lh_sampler_sample(lh_sampler *s, const float *logits, lh_rng *rng, lh_sample *out,
+int lh_actors_sampler_sample(lh_actors_sampler *s, const float *logits, lh_actors_rng *rng, lh_actors_sample *out,
                       lh_errbuf *err);
 
 /* ---- segmenter ------------------------------------------------------------
@@ -75,7 +75,7 @@ int lh_sampler_sample(lh_sampler *s, const float *logits, lh_rng *rng, lh_sample
  * EpisodeEnd when the episode ends. Every message it hands out has passed
  * lh_wire_validate (with the vocabulary and expert count of the config), so
  * a bad token is refused at the push that brought it, naming it. */
-typedef struct lh_segmenter lh_segmenter;
+typedef struct lh_actors_segmenter lh_actors_segmenter;
 
 typedef struct {
   uint64_t episode_id;
@@ -88,26 +88,26 @@ typedef struct {
   uint32_t routed_layers;   /* 0: routing not recorded */
   uint32_t routed_topk;     /* 1 .. 64 when routed_layers > 0, else 0 */
   uint32_t experts;         /* routed expert ids must be below; 0 means 4096 */
-} lh_segmenter_config;
+} lh_actors_segmenter_config;
 
 typedef struct {
   const char *name;
   float value;
   uint32_t step;
-} lh_reward_term;
+} lh_actors_reward_term;
 
 /* How an episode ended, for its EpisodeEnd. */
 typedef struct {
   Longhaul__Outcome outcome;  /* success, failure, truncated, aborted or error */
   float reward;               /* finite */
-  const lh_reward_term *terms;
+  const lh_actors_reward_term *terms;
   size_t n_terms;
   uint32_t steps;             /* environment steps taken */
   const char *error;          /* why, for aborted and error; may be NULL */
-} lh_episode_result;
+} lh_actors_episode_result;
 
-lh_segmenter *lh_segmenter_new(const lh_segmenter_config *cfg, lh_errbuf *err);
-void lh_segmenter_free(lh_segmenter *s);  /* frees segments not yet popped */
+lh_actors_segmenter *lh_actors_segmenter_new(const lh_actors_segmenter_config *cfg, lh_errbuf *err);
+void lh_actors_segmenter_free(lh_actors_segmenter *s);  /* frees segments not yet popped */
 
 /* Appends one token. sampled is 1 for a token the policy drew (loss mask 1,
  * behavior_logp is the sampler's logp, finite and <= 0) and 0 for a token
@@ -117,36 +117,36 @@ void lh_segmenter_free(lh_segmenter *s);  /* frees segments not yet popped */
  * required when routing is recorded, ignored otherwise. Returns the number
  * of segments ready to pop (>= 0) or a negative code; on error nothing is
  * appended. */
-int lh_segmenter_push(lh_segmenter *s, uint32_t token, int sampled, float behavior_logp,
+int lh_actors_segmenter_push(lh_actors_segmenter *s, uint32_t token, int sampled, float behavior_logp,
                       uint32_t version, const uint32_t *experts, lh_errbuf *err);
 
 /* Places an image at the offset of the next token pushed (the <img> token
  * that precedes its patches, DESIGN §4); pixels (width*height*channels
  * bytes, HWC) are copied. An image must be followed by a token before
- * lh_segmenter_finish. */
-int lh_segmenter_push_image(lh_segmenter *s, uint32_t width, uint32_t height, uint32_t channels,
+ * lh_actors_segmenter_finish. */
+int lh_actors_segmenter_push_image(lh_actors_segmenter *s, uint32_t width, uint32_t height, uint32_t channels,
                             const uint8_t *pixels, lh_errbuf *err);
 
 /* The oldest segment ready to send, or NULL. The caller owns it and frees it
- * with lh_segment_free. seq counts 0, 1, 2 ...; start_offset is the episode
+ * with lh_actors_segment_free. seq counts 0, 1, 2 ...; start_offset is the episode
  * offset of its first token; image offsets are relative to the segment. */
-Longhaul__Segment *lh_segmenter_pop(lh_segmenter *s);
-size_t lh_segmenter_ready(const lh_segmenter *s);
+Longhaul__Segment *lh_actors_segmenter_pop(lh_actors_segmenter *s);
+size_t lh_actors_segmenter_ready(const lh_actors_segmenter *s);
 
 /* Ends the episode: the tokens not yet cut become a final (partial) segment,
  * to pop as usual, and *end receives the EpisodeEnd (segment_count, total
  * tokens, outcome, reward and terms, group, task seed, steps), which the
- * caller frees with lh_episode_end_free. Afterwards push and finish fail
+ * caller frees with lh_actors_episode_end_free. Afterwards push and finish fail
  * with LH_EACTORS_SEGMENT_FINISHED. */
-int lh_segmenter_finish(lh_segmenter *s, const lh_episode_result *res, Longhaul__EpisodeEnd **end,
+int lh_actors_segmenter_finish(lh_actors_segmenter *s, const lh_actors_episode_result *res, Longhaul__EpisodeEnd **end,
                         lh_errbuf *err);
 
 /* Totals so far: tokens pushed and segments cut. */
-uint64_t lh_segmenter_tokens(const lh_segmenter *s);
-uint32_t lh_segmenter_segments(const lh_segmenter *s);
+uint64_t lh_actors_segmenter_tokens(const lh_actors_segmenter *s);
+uint32_t lh_actors_segmenter_segments(const lh_actors_segmenter *s);
 
-void lh_segment_free(Longhaul__Segment *seg);         /* accepts NULL */
-void lh_episode_end_free(Longhaul__EpisodeEnd *end);  /* accepts NULL */
+void lh_actors_segment_free(Longhaul__Segment *seg);         /* accepts NULL */
+void lh_actors_episode_end_free(Longhaul__EpisodeEnd *end);  /* accepts NULL */
 
 /* ---- outbox ---------------------------------------------------------------
  * Encoded messages sent and not yet acked, keyed by msg_id, bounded in
@@ -155,41 +155,41 @@ void lh_episode_end_free(Longhaul__EpisodeEnd *end);  /* accepts NULL */
  * generating until acks make room. Time is passed in by the caller (any
  * monotonic milliseconds, e.g. lh_now_ns() / 1000000), so nothing here
  * sleeps or reads a clock. */
-typedef struct lh_outbox lh_outbox;
+typedef struct lh_actors_outbox lh_actors_outbox;
 
 /* max_messages >= 1, max_bytes >= 1, resend_timeout_ms >= 1. */
-lh_outbox *lh_outbox_new(size_t max_messages, size_t max_bytes, int64_t resend_timeout_ms,
+lh_actors_outbox *lh_actors_outbox_new(size_t max_messages, size_t max_bytes, int64_t resend_timeout_ms,
                          lh_errbuf *err);
-void lh_outbox_free(lh_outbox *ob);
+void lh_actors_outbox_free(lh_actors_outbox *ob);
 
 /* Copies bytes[0..n) under msg_id, counted as sent at now_ms (the caller
  * sends it right after). LH_EACTORS_OUTBOX_FULL when it does not fit now,
  * LH_EACTORS_OUTBOX_TOO_LARGE when it never could (n > max_bytes),
  * LH_EACTORS_OUTBOX_DUPLICATE when msg_id is already waiting. */
-int lh_outbox_push(lh_outbox *ob, uint64_t msg_id, const uint8_t *bytes, size_t n, int64_t now_ms,
+int lh_actors_outbox_push(lh_actors_outbox *ob, uint64_t msg_id, const uint8_t *bytes, size_t n, int64_t now_ms,
                    lh_errbuf *err);
 /* Whether a message of n bytes would fit now. */
-int lh_outbox_has_room(const lh_outbox *ob, size_t n);
+int lh_actors_outbox_has_room(const lh_actors_outbox *ob, size_t n);
 
 /* Drops the message acked by id: 1 when it was waiting, 0 when the id is
  * unknown (never pushed, or acked before: duplicate acks are harmless). */
-int lh_outbox_ack(lh_outbox *ob, uint64_t msg_id);
+int lh_actors_outbox_ack(lh_actors_outbox *ob, uint64_t msg_id);
 /* The same for an Ack's list; returns how many were waiting. */
-size_t lh_outbox_ack_many(lh_outbox *ob, const uint64_t *msg_ids, size_t n);
+size_t lh_actors_outbox_ack_many(lh_actors_outbox *ob, const uint64_t *msg_ids, size_t n);
 
 /* The next message due for resending at now_ms (sent at least
- * resend_timeout_ms ago, or marked by lh_outbox_resend_all), least recently
+ * resend_timeout_ms ago, or marked by lh_actors_outbox_resend_all), least recently
  * sent first, so that first sends and resends keep push order. Returns 1
  * and records it as sent at now_ms; 0 when none is due. *bytes stays valid
  * until the message is acked or the outbox freed. */
-int lh_outbox_next_due(lh_outbox *ob, int64_t now_ms, uint64_t *msg_id, const uint8_t **bytes,
+int lh_actors_outbox_next_due(lh_actors_outbox *ob, int64_t now_ms, uint64_t *msg_id, const uint8_t **bytes,
                        size_t *n);
 /* Marks every waiting message due at once (after a reconnect). */
-void lh_outbox_resend_all(lh_outbox *ob);
+void lh_actors_outbox_resend_all(lh_actors_outbox *ob);
 
-size_t lh_outbox_depth(const lh_outbox *ob);    /* messages waiting */
-size_t lh_outbox_bytes(const lh_outbox *ob);    /* their bytes */
-uint64_t lh_outbox_resends(const lh_outbox *ob);  /* resends handed out so far */
+size_t lh_actors_outbox_depth(const lh_actors_outbox *ob);    /* messages waiting */
+size_t lh_actors_outbox_bytes(const lh_actors_outbox *ob);    /* their bytes */
+uint64_t lh_actors_outbox_resends(const lh_actors_outbox *ob);  /* resends handed out so far */
 
 /* ---- [actor] config -------------------------------------------------------
  * The [actor] section of the one INI file shared by all commands (other
@@ -207,12 +207,12 @@ typedef struct {
   uint64_t resend_timeout_ms;  /* >= 1 (5000) */
   uint64_t heartbeat_ms;       /* >= 1 (1000) */
   uint64_t group_size;         /* episodes per task seed, >= 1 (8) */
-} lh_actor_config;
+} lh_actors_config;
 
-void lh_actor_config_default(lh_actor_config *cfg);
+void lh_actors_config_default(lh_actors_config *cfg);
 /* Loads the defaults, then the [actor] section of the file at path. */
-int lh_actor_config_load(const char *path, lh_actor_config *cfg, lh_errbuf *err);
+int lh_actors_config_load(const char *path, lh_actors_config *cfg, lh_errbuf *err);
 /* The same from INI text in memory; source names it in messages. */
-int lh_actor_config_parse(const char *text, const char *source, lh_actor_config *cfg, lh_errbuf *err);
+int lh_actors_config_parse(const char *text, const char *source, lh_actors_config *cfg, lh_errbuf *err);
 
 #endif

@@ -26,7 +26,7 @@ typedef struct {
   int min_open, max_open;
 } key_spec;
 
-#define F(field) offsetof(lh_actor_config, field)
+#define F(field) offsetof(lh_actors_config, field)
 static const key_spec KEYS[] = {
     {"batch", K_U64, F(batch), 1, 65536, 0, 0},
     {"temperature", K_F64, F(temperature), 0, 1e6, 0, 0},
@@ -42,7 +42,7 @@ static const key_spec KEYS[] = {
 #undef F
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
 
-void lh_actor_config_default(lh_actor_config *c) {
+void lh_actors_config_default(lh_actors_config *c) {
   if (!c) return;
   memset(c, 0, sizeof *c);
   c->batch = 8;
@@ -58,7 +58,7 @@ void lh_actor_config_default(lh_actor_config *c) {
 }
 
 typedef struct {
-  lh_actor_config *cfg;
+  lh_actors_config *cfg;
   lh_errbuf *err;
   const char *source;
   const char *text;  /* the reader's position */
@@ -162,11 +162,11 @@ static int on_key(void *user, const char *section, const char *name, const char 
   return 1;
 }
 
-int lh_actor_config_parse(const char *text, const char *source, lh_actor_config *cfg, lh_errbuf *err) {
+int lh_actors_config_parse(const char *text, const char *source, lh_actors_config *cfg, lh_errbuf *err) {
   if (!text || !cfg) return lh_errbuf_set(err, LH_EINVAL, "actor config: NULL text or config");
   if (!source) source = "config";
-  lh_actor_config c;
-  lh_actor_config_default(&c);
+  lh_actors_config c;
+  lh_actors_config_default(&c);
   parse_ctx p = {.cfg = &c, .err = err, .source = source, .text = text};
   int rc = ini_parse_stream(read_line, &p, on_key, &p);
   if (p.failed) return err ? err->code : LH_EACTORS_CONFIG_VALUE;
@@ -178,7 +178,7 @@ int lh_actor_config_parse(const char *text, const char *source, lh_actor_config 
   return 0;
 }
 
-int lh_actor_config_load(const char *path, lh_actor_config *cfg, lh_errbuf *err) {
+int lh_actors_config_load(const char *path, lh_actors_config *cfg, lh_errbuf *err) {
   if (!path || !cfg) return lh_errbuf_set(err, LH_EINVAL, "actor config: NULL path or config");
   FILE *f = fopen(path, "rb");
   if (!f)
@@ -210,7 +210,7 @@ int lh_actor_config_load(const char *path, lh_actor_config *cfg, lh_errbuf *err)
     if (strlen(text) != len)
       rc = lh_errbuf_set(err, LH_EACTORS_CONFIG_FILE, "%s: holds a NUL byte; not a text INI file", path);
     else
-      rc = lh_actor_config_parse(text, path, cfg, err);
+      rc = lh_actors_config_parse(text, path, cfg, err);
   }
   free(text);
   return rc;

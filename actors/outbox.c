@@ -21,7 +21,7 @@ typedef struct {
   uint32_t prev, next;
 } slot;
 
-struct lh_outbox {
+struct lh_actors_outbox {
   size_t max_messages, max_bytes;
   int64_t timeout_ms;
   slot *slots;
@@ -43,7 +43,7 @@ static size_t hash_id(uint64_t x) {
   return (size_t)x;
 }
 
-lh_outbox *lh_outbox_new(size_t max_messages, size_t max_bytes, int64_t resend_timeout_ms,
+lh_actors_outbox *lh_actors_outbox_new(size_t max_messages, size_t max_bytes, int64_t resend_timeout_ms,
                          lh_errbuf *err) {
   if (max_messages < 1 || max_messages >= NIL || max_bytes < 1 || resend_timeout_ms < 1) {
     lh_errbuf_set(err, LH_EACTORS_OUTBOX_CONFIG,
@@ -54,14 +54,14 @@ lh_outbox *lh_outbox_new(size_t max_messages, size_t max_bytes, int64_t resend_t
   }
   size_t tsize = 16;
   while (tsize < 2 * max_messages) tsize *= 2;
-  lh_outbox *ob = calloc(1, sizeof *ob);
+  lh_actors_outbox *ob = calloc(1, sizeof *ob);
   if (ob) {
     ob->slots = calloc(max_messages, sizeof *ob->slots);
     ob->free_list = malloc(max_messages * sizeof *ob->free_list);
     ob->table = calloc(tsize, sizeof *ob->table);
   }
   if (!ob || !ob->slots || !ob->free_list || !ob->table) {
-    lh_outbox_free(ob);
+    lh_actors_outbox_free(ob);
     lh_errbuf_set(err, LH_ENOMEM, "outbox: out of memory for %zu messages", max_messages);
     return NULL;
   }
@@ -75,7 +75,7 @@ lh_outbox *lh_outbox_new(size_t max_messages, size_t max_bytes, int64_t resend_t
   return ob;
 }
 
-void lh_outbox_free(lh_outbox *ob) {
+void lh_actors_outbox_free(lh_actors_outbox *ob) {
   if (!ob) return;
   if (ob->slots)
     for (uint32_t i = ob->head; i != NIL; i = ob->slots[i].next) free(ob->slots[i].data);
@@ -86,13 +86,13 @@ void lh_outbox_free(lh_outbox *ob) {
 }
 
 /* The table position holding id, or the empty position where it would go. */
-static size_t find_pos(const lh_outbox *ob, uint64_t id) {
+static size_t find_pos(const lh_actors_outbox *ob, uint64_t id) {
   size_t p = hash_id(id) & ob->table_mask;
   while (ob->table[p] && ob->slots[ob->table[p] - 1].id != id) p = (p + 1) & ob->table_mask;
   return p;
 }
 
-static void table_delete(lh_outbox *ob, size_t p) {
+static void table_delete(lh_actors_outbox *ob, size_t p) {
   /* Backward shift: move later entries of the probe run into the hole
    * when their home position does not lie cyclically in (hole, them]. */
   size_t hole = p, q = p;
@@ -109,7 +109,7 @@ static void table_delete(lh_outbox *ob, size_t p) {
   ob->table[hole] = 0;
 }
 
-static void list_unlink(lh_outbox *ob, uint32_t i) {
+static void list_unlink(lh_actors_outbox *ob, uint32_t i) {
   slot *s = &ob->slots[i];
   if (s->prev != NIL) ob->slots[s->prev].next = s->next;
   else ob->head = s->next;
@@ -118,7 +118,7 @@ static void list_unlink(lh_outbox *ob, uint32_t i) {
   s->prev = s->next = NIL;
 }
 
-static void list_append(lh_outbox *ob, uint32_t i) {
+static void list_append(lh_actors_outbox *ob, uint32_t i) {
   slot *s = &ob->slots[i];
   s->prev = ob->tail;
   s->next = NIL;
@@ -127,11 +127,11 @@ static void list_append(lh_outbox *ob, uint32_t i) {
   ob->tail = i;
 }
 
-int lh_outbox_has_room(const lh_outbox *ob, size_t n) {
+int lh_actors_outbox_has_room(const lh_actors_outbox *ob, size_t n) {
   return ob && ob->depth < ob->max_messages && n <= ob->max_bytes - ob->bytes;
 }
 
-int lh_outbox_push(lh_outbox *ob, uint64_t msg_id, const uint8_t *bytes, size_t n, int64_t now_ms,
+int lh_actors_outbox_push(lh_actors_outbox *ob, uint64_t msg_id, const uint8_t *bytes, size_t n, int64_t now_ms,
                    lh_errbuf *err) {
   if (!ob || (!bytes && n)) return lh_errbuf_set(err, LH_EINVAL, "outbox push: NULL outbox or bytes");
   if (n > ob->max_bytes)
@@ -143,7 +143,7 @@ int lh_outbox_push(lh_outbox *ob, uint64_t msg_id, const uint8_t *bytes, size_t 
   if (ob->table[p])
     return lh_errbuf_set(err, LH_EACTORS_OUTBOX_DUPLICATE, "outbox push: message %llu is already waiting",
                          (unsigned long long)msg_id);
-  if (!lh_outbox_has_room(ob, n))
+  if (!lh_actors_outbox_has_room(ob, n))
     return lh_errbuf_set(err, LH_EACTORS_OUTBOX_FULL,
                          "outbox push: full (%zu of %zu messages, %zu of %zu bytes) for %zu more bytes",
                          ob->depth, ob->max_messages, ob->bytes, ob->max_bytes, n);
@@ -159,7 +159,7 @@ int lh_outbox_push(lh_outbox *ob, uint64_t msg_id, const uint8_t *bytes, size_t 
   return 0;
 }
 
-int lh_outbox_ack(lh_outbox *ob, uint64_t msg_id) {
+int lh_actors_outbox_ack(lh_actors_outbox *ob, uint64_t msg_id) {
   if (!ob) return 0;
   size_t p = find_pos(ob, msg_id);
   if (!ob->table[p]) return 0;
@@ -174,13 +174,13 @@ int lh_outbox_ack(lh_outbox *ob, uint64_t msg_id) {
   return 1;
 }
 
-size_t lh_outbox_ack_many(lh_outbox *ob, const uint64_t *msg_ids, size_t n) {
+size_t lh_actors_outbox_ack_many(lh_actors_outbox *ob, const uint64_t *msg_ids, size_t n) {
   size_t acked = 0;
-  for (size_t i = 0; msg_ids && i < n; i++) acked += (size_t)lh_outbox_ack(ob, msg_ids[i]);
+  for (size_t i = 0; msg_ids && i < n; i++) acked += (size_t)lh_actors_outbox_ack(ob, msg_ids[i]);
   return acked;
 }
 
-int lh_outbox_next_due(lh_outbox *ob, int64_t now_ms, uint64_t *msg_id, const uint8_t **bytes,
+int lh_actors_outbox_next_due(lh_actors_outbox *ob, int64_t now_ms, uint64_t *msg_id, const uint8_t **bytes,
                        size_t *n) {
   if (!ob || ob->head == NIL) return 0;
   uint32_t i = ob->head;
@@ -198,13 +198,13 @@ int lh_outbox_next_due(lh_outbox *ob, int64_t now_ms, uint64_t *msg_id, const ui
   return 1;
 }
 
-void lh_outbox_resend_all(lh_outbox *ob) {
+void lh_actors_outbox_resend_all(lh_actors_outbox *ob) {
   if (!ob) return;
   /* Every entry gets the same mark, so the list order (push order of the
    * last sends) is kept. */
   for (uint32_t i = ob->head; i != NIL; i = ob->slots[i].next) ob->slots[i].sent_ms = INT64_MIN;
 }
 
-size_t lh_outbox_depth(const lh_outbox *ob) { return ob ? ob->depth : 0; }
-size_t lh_outbox_bytes(const lh_outbox *ob) { return ob ? ob->bytes : 0; }
-uint64_t lh_outbox_resends(const lh_outbox *ob) { return ob ? ob->resends : 0; }
+size_t lh_actors_outbox_depth(const lh_actors_outbox *ob) { return ob ? ob->depth : 0; }
+size_t lh_actors_outbox_bytes(const lh_actors_outbox *ob) { return ob ? ob->bytes : 0; }
+uint64_t lh_actors_outbox_resends(const lh_actors_outbox *ob) { return ob ? ob->resends : 0; }

@@ -11,7 +11,7 @@ static uint64_t splitmix64(uint64_t *x) {
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-void lh_rng_seed(lh_rng *r, uint64_t seed) {
+void lh_actors_rng_seed(lh_actors_rng *r, uint64_t seed) {
   if (!r) return;
   uint64_t x = seed;
   for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
@@ -19,7 +19,7 @@ void lh_rng_seed(lh_rng *r, uint64_t seed) {
    * never all zero; no further check needed. */
 }
 
-uint64_t lh_rng_next(lh_rng *r) {
+uint64_t lh_actors_rng_next(lh_actors_rng *r) {
   uint64_t *s = r->s;
   uint64_t result = rotl(s[1] * 5, 7) * 9;
   uint64_t t = s[1] << 17;
@@ -32,16 +32,16 @@ uint64_t lh_rng_next(lh_rng *r) {
   return result;
 }
 
-double lh_rng_uniform(lh_rng *r) { return (double)(lh_rng_next(r) >> 11) * 0x1.0p-53; }
+double lh_actors_rng_uniform(lh_actors_rng *r) { return (double)(lh_actors_rng_next(r) >> 11) * 0x1.0p-53; }
 
-void lh_rng_save(const lh_rng *r, uint8_t out[LH_RNG_STATE_BYTES]) {
+void lh_actors_rng_save(const lh_actors_rng *r, uint8_t out[LH_ACTORS_RNG_STATE_BYTES]) {
   for (int i = 0; i < 4; i++)
     for (int b = 0; b < 8; b++) out[i * 8 + b] = (uint8_t)(r->s[i] >> (8 * b));
 }
 
-int lh_rng_load(lh_rng *r, const uint8_t in[LH_RNG_STATE_BYTES], lh_errbuf *err) {
+int lh_actors_rng_load(lh_actors_rng *r, const uint8_t in[LH_ACTORS_RNG_STATE_BYTES], lh_errbuf *err) {
   if (!r || !in) return lh_errbuf_set(err, LH_EINVAL, "rng load: NULL generator or state");
-  lh_rng t;
+  lh_actors_rng t;
   uint64_t any = 0;
   for (int i = 0; i < 4; i++) {
     t.s[i] = 0;

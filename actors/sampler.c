@@ -11,14 +11,14 @@ typedef struct {
   uint32_t id;
 } prob_id;
 
-struct lh_sampler {
+struct lh_actors_sampler {
   uint32_t vocab;
   float temperature;
   float top_p;
   prob_id *work;  /* vocab entries */
 };
 
-lh_sampler *lh_sampler_new(uint32_t vocab, float temperature, float top_p, lh_errbuf *err) {
+lh_actors_sampler *lh_actors_sampler_new(uint32_t vocab, float temperature, float top_p, lh_errbuf *err) {
   if (vocab < 1) {
     lh_errbuf_set(err, LH_EACTORS_SAMPLER_PARAMS, "sampler: vocab=%u must be at least 1", vocab);
     return NULL;
@@ -32,10 +32,10 @@ lh_sampler *lh_sampler_new(uint32_t vocab, float temperature, float top_p, lh_er
     lh_errbuf_set(err, LH_EACTORS_SAMPLER_PARAMS, "sampler: top_p=%g must be in (0, 1]", (double)top_p);
     return NULL;
   }
-  lh_sampler *s = calloc(1, sizeof *s);
+  lh_actors_sampler *s = calloc(1, sizeof *s);
   if (s) s->work = malloc(vocab * sizeof *s->work);
   if (!s || !s->work) {
-    lh_sampler_free(s);
+    lh_actors_sampler_free(s);
     lh_errbuf_set(err, LH_ENOMEM, "sampler: out of memory for vocab=%u", vocab);
     return NULL;
   }
@@ -45,7 +45,7 @@ lh_sampler *lh_sampler_new(uint32_t vocab, float temperature, float top_p, lh_er
   return s;
 }
 
-void lh_sampler_free(lh_sampler *s) {
+void lh_actors_sampler_free(lh_actors_sampler *s) {
   if (!s) return;
   free(s->work);
   free(s);
@@ -68,7 +68,7 @@ static double log_softmax_at(const float *l, uint32_t n, double t, double max, u
   return ((double)l[k] - max) / t - log(z);
 }
 
-int lh_sampler_sample(lh_sampler *s, const float *logits, lh_rng *rng, lh_sample *out,
+int lh_actors_sampler_sample(lh_actors_sampler *s, const float *logits, lh_actors_rng *rng, lh_actors_sample *out,
                       lh_errbuf *err) {
   if (!s || !logits || !out || (!rng && s->temperature > 0.0f))
     return lh_errbuf_set(err, LH_EINVAL, "sampler: NULL sampler, logits, generator or output");
@@ -113,7 +113,7 @@ int lh_sampler_sample(lh_sampler *s, const float *logits, lh_rng *rng, lh_sample
     }
     kept_mass = cum;
   }
-  double u = lh_rng_uniform(rng) * kept_mass, cum = 0.0;
+  double u = lh_actors_rng_uniform(rng) * kept_mass, cum = 0.0;
   uint32_t pick = kept - 1;
   while (pick > 0 && s->work[pick].p == 0.0) pick--;  /* never land on an excluded token */
   for (uint32_t j = 0; j < kept; j++) {

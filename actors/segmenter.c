@@ -12,8 +12,8 @@
 #include "actors/actors.h"
 #include "proto/wire.h"
 
-struct lh_segmenter {
-  lh_segmenter_config cfg;
+struct lh_actors_segmenter {
+  lh_actors_segmenter_config cfg;
   char *actor, *env;
   lh_wire_limits lim;
   size_t per_token;  /* routed_layers * routed_topk */
@@ -49,7 +49,7 @@ static void image_free(Longhaul__Image *im) {
   free(im);
 }
 
-void lh_segment_free(Longhaul__Segment *seg) {
+void lh_actors_segment_free(Longhaul__Segment *seg) {
   if (!seg) return;
   free(seg->actor);
   free(seg->env);
@@ -63,7 +63,7 @@ void lh_segment_free(Longhaul__Segment *seg) {
   free(seg);
 }
 
-void lh_episode_end_free(Longhaul__EpisodeEnd *end) {
+void lh_actors_episode_end_free(Longhaul__EpisodeEnd *end) {
   if (!end) return;
   free(end->actor);
   free(end->env);
@@ -76,7 +76,7 @@ void lh_episode_end_free(Longhaul__EpisodeEnd *end) {
   free(end);
 }
 
-void lh_segmenter_free(lh_segmenter *s) {
+void lh_actors_segmenter_free(lh_actors_segmenter *s) {
   if (!s) return;
   free(s->actor);
   free(s->env);
@@ -87,12 +87,12 @@ void lh_segmenter_free(lh_segmenter *s) {
   free(s->routed);
   for (size_t i = 0; i < s->n_images; i++) image_free(s->images[i]);
   free(s->images);
-  for (size_t i = 0; i < s->n_ready; i++) lh_segment_free(s->ready[(s->ready_head + i) % s->ready_cap]);
+  for (size_t i = 0; i < s->n_ready; i++) lh_actors_segment_free(s->ready[(s->ready_head + i) % s->ready_cap]);
   free(s->ready);
   free(s);
 }
 
-lh_segmenter *lh_segmenter_new(const lh_segmenter_config *cfg, lh_errbuf *err) {
+lh_actors_segmenter *lh_actors_segmenter_new(const lh_actors_segmenter_config *cfg, lh_errbuf *err) {
   if (!cfg) {
     lh_errbuf_set(err, LH_EINVAL, "segmenter: NULL config");
     return NULL;
@@ -122,7 +122,7 @@ lh_segmenter *lh_segmenter_new(const lh_segmenter_config *cfg, lh_errbuf *err) {
                     fields[i], strlen(names[i]), lim.max_string_bytes);
       return NULL;
     }
-  lh_segmenter *s = calloc(1, sizeof *s);
+  lh_actors_segmenter *s = calloc(1, sizeof *s);
   if (!s) goto oom;
   s->cfg = *cfg;
   s->lim = lim;
@@ -143,7 +143,7 @@ lh_segmenter *lh_segmenter_new(const lh_segmenter_config *cfg, lh_errbuf *err) {
     goto oom;
   return s;
 oom:
-  lh_segmenter_free(s);
+  lh_actors_segmenter_free(s);
   lh_errbuf_set(err, LH_ENOMEM, "segmenter: out of memory for segment_tokens=%u", cfg->segment_tokens);
   return NULL;
 }
@@ -155,7 +155,7 @@ static void *dup_mem(const void *p, size_t bytes) {
   return d;
 }
 
-static int enqueue(lh_segmenter *s, Longhaul__Segment *seg, lh_errbuf *err) {
+static int enqueue(lh_actors_segmenter *s, Longhaul__Segment *seg, lh_errbuf *err) {
   if (s->n_ready == s->ready_cap) {
     size_t cap = s->ready_cap ? 2 * s->ready_cap : 4;
     Longhaul__Segment **q = malloc(cap * sizeof *q);
@@ -171,7 +171,7 @@ static int enqueue(lh_segmenter *s, Longhaul__Segment *seg, lh_errbuf *err) {
 }
 
 /* Turns the open segment into a message, validates it and queues it. */
-static int cut(lh_segmenter *s, lh_errbuf *err) {
+static int cut(lh_actors_segmenter *s, lh_errbuf *err) {
   uint32_t n = s->n;
   Longhaul__Segment *seg = malloc(sizeof *seg);
   if (!seg) return lh_errbuf_set(err, LH_ENOMEM, "segmenter: out of memory cutting a segment");
@@ -203,13 +203,13 @@ static int cut(lh_segmenter *s, lh_errbuf *err) {
   if (!seg->actor || !seg->env || !seg->tokens || !seg->loss_mask.data || !seg->behavior_logp ||
       !seg->policy_version || (seg->n_routed_experts && !seg->routed_experts) ||
       s->n_images) {
-    lh_segment_free(seg);
+    lh_actors_segment_free(seg);
     return lh_errbuf_set(err, LH_ENOMEM, "segmenter: out of memory cutting segment %u", s->seq);
   }
   int rc = lh_wire_validate_segment(seg, &s->lim, err);
   if (rc == 0) rc = enqueue(s, seg, err);
   if (rc < 0) {
-    lh_segment_free(seg);
+    lh_actors_segment_free(seg);
     return rc;
   }
   s->seq++;
@@ -217,7 +217,7 @@ static int cut(lh_segmenter *s, lh_errbuf *err) {
   return 0;
 }
 
-int lh_segmenter_push(lh_segmenter *s, uint32_t token, int sampled, float behavior_logp,
+int lh_actors_segmenter_push(lh_actors_segmenter *s, uint32_t token, int sampled, float behavior_logp,
                       uint32_t version, const uint32_t *experts, lh_errbuf *err) {
   if (!s) return lh_errbuf_set(err, LH_EINVAL, "segmenter push: NULL segmenter");
   uint64_t at = s->total_tokens;
@@ -269,7 +269,7 @@ int lh_segmenter_push(lh_segmenter *s, uint32_t token, int sampled, float behavi
   return (int)s->n_ready;
 }
 
-int lh_segmenter_push_image(lh_segmenter *s, uint32_t width, uint32_t height, uint32_t channels,
+int lh_actors_segmenter_push_image(lh_actors_segmenter *s, uint32_t width, uint32_t height, uint32_t channels,
                             const uint8_t *pixels, lh_errbuf *err) {
   if (!s) return lh_errbuf_set(err, LH_EINVAL, "segmenter image: NULL segmenter");
   if (s->finished)
@@ -305,7 +305,7 @@ int lh_segmenter_push_image(lh_segmenter *s, uint32_t width, uint32_t height, ui
   return 0;
 }
 
-Longhaul__Segment *lh_segmenter_pop(lh_segmenter *s) {
+Longhaul__Segment *lh_actors_segmenter_pop(lh_actors_segmenter *s) {
   if (!s || s->n_ready == 0) return NULL;
   Longhaul__Segment *seg = s->ready[s->ready_head];
   s->ready_head = (s->ready_head + 1) % s->ready_cap;
@@ -313,11 +313,11 @@ Longhaul__Segment *lh_segmenter_pop(lh_segmenter *s) {
   return seg;
 }
 
-size_t lh_segmenter_ready(const lh_segmenter *s) { return s ? s->n_ready : 0; }
-uint64_t lh_segmenter_tokens(const lh_segmenter *s) { return s ? s->total_tokens : 0; }
-uint32_t lh_segmenter_segments(const lh_segmenter *s) { return s ? s->seq : 0; }
+size_t lh_actors_segmenter_ready(const lh_actors_segmenter *s) { return s ? s->n_ready : 0; }
+uint64_t lh_actors_segmenter_tokens(const lh_actors_segmenter *s) { return s ? s->total_tokens : 0; }
+uint32_t lh_actors_segmenter_segments(const lh_actors_segmenter *s) { return s ? s->seq : 0; }
 
-static Longhaul__EpisodeEnd *build_end(const lh_segmenter *s, const lh_episode_result *res) {
+static Longhaul__EpisodeEnd *build_end(const lh_actors_segmenter *s, const lh_actors_episode_result *res) {
   Longhaul__EpisodeEnd *e = malloc(sizeof *e);
   if (!e) return NULL;
   longhaul__episode_end__init(e);
@@ -349,13 +349,13 @@ static Longhaul__EpisodeEnd *build_end(const lh_segmenter *s, const lh_episode_r
     }
   }
   if (!ok) {
-    lh_episode_end_free(e);
+    lh_actors_episode_end_free(e);
     return NULL;
   }
   return e;
 }
 
-int lh_segmenter_finish(lh_segmenter *s, const lh_episode_result *res, Longhaul__EpisodeEnd **end,
+int lh_actors_segmenter_finish(lh_actors_segmenter *s, const lh_actors_episode_result *res, Longhaul__EpisodeEnd **end,
                         lh_errbuf *err) {
   if (end) *end = NULL;
   if (!s || !res || !end) return lh_errbuf_set(err, LH_EINVAL, "segmenter finish: NULL argument");
@@ -383,13 +383,13 @@ int lh_segmenter_finish(lh_segmenter *s, const lh_episode_result *res, Longhaul_
   env.episode_end = e;
   int rc = lh_wire_validate(&env, &s->lim, err);
   if (rc < 0) {
-    lh_episode_end_free(e);
+    lh_actors_episode_end_free(e);
     char why[LH_ERRMSG_BYTES];
     snprintf(why, sizeof why, "%s", err ? err->msg : lh_strerror(rc));
     return lh_errbuf_set(err, LH_EACTORS_SEGMENT_RESULT, "segmenter finish: bad episode result: %s", why);
   }
   if (s->n && (rc = cut(s, err)) < 0) {
-    lh_episode_end_free(e);
+    lh_actors_episode_end_free(e);
     return rc;
   }
   s->finished = 1;

@@ -1,41 +1,41 @@
 /* learner: admission of complete episodes by staleness and outcome. */
 #include "learner/learner.h"
 
-lh_admission lh_admission_check(uint64_t learner_version, uint64_t oldest_version,
+lh_learner_admission lh_learner_admission_check(uint64_t learner_version, uint64_t oldest_version,
                                 Longhaul__Outcome outcome, uint64_t max_policy_lag,
-                                lh_admission_counts *counts) {
-  lh_admission a;
+                                lh_learner_admission_counts *counts) {
+  lh_learner_admission a;
   if (outcome != LONGHAUL__OUTCOME__OUTCOME_SUCCESS && outcome != LONGHAUL__OUTCOME__OUTCOME_FAILURE &&
       outcome != LONGHAUL__OUTCOME__OUTCOME_TRUNCATED)
-    a = LH_DROP_STATUS;
+    a = LH_LEARNER_DROP_STATUS;
   else if (oldest_version > learner_version)
-    a = LH_DROP_FUTURE;
+    a = LH_LEARNER_DROP_FUTURE;
   else if (learner_version - oldest_version > max_policy_lag)
-    a = LH_DROP_STALE;
+    a = LH_LEARNER_DROP_STALE;
   else
-    a = LH_ADMIT;
+    a = LH_LEARNER_ADMIT;
   if (counts) {
     switch (a) {
-      case LH_ADMIT: {
+      case LH_LEARNER_ADMIT: {
         counts->admitted++;
         uint64_t staleness = learner_version - oldest_version;
         if (staleness > counts->max_admitted_staleness) counts->max_admitted_staleness = staleness;
         break;
       }
-      case LH_DROP_STALE: counts->dropped_stale++; break;
-      case LH_DROP_STATUS: counts->dropped_status++; break;
-      case LH_DROP_FUTURE: counts->dropped_future++; break;
+      case LH_LEARNER_DROP_STALE: counts->dropped_stale++; break;
+      case LH_LEARNER_DROP_STATUS: counts->dropped_status++; break;
+      case LH_LEARNER_DROP_FUTURE: counts->dropped_future++; break;
     }
   }
   return a;
 }
 
-const char *lh_admission_name(lh_admission a) {
+const char *lh_learner_admission_name(lh_learner_admission a) {
   switch (a) {
-    case LH_ADMIT: return "admit";
-    case LH_DROP_STALE: return "stale";
-    case LH_DROP_STATUS: return "status";
-    case LH_DROP_FUTURE: return "future";
+    case LH_LEARNER_ADMIT: return "admit";
+    case LH_LEARNER_DROP_STALE: return "stale";
+    case LH_LEARNER_DROP_STATUS: return "status";
+    case LH_LEARNER_DROP_FUTURE: return "future";
   }
   return "unknown";
 }

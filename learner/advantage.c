@@ -5,24 +5,24 @@
 
 #include "learner/learner.h"
 
-const char *lh_adv_kind_name(lh_adv_kind kind) {
+const char *lh_learner_adv_kind_name(lh_learner_adv_kind kind) {
   switch (kind) {
-    case LH_ADV_GRPO: return "grpo";
-    case LH_ADV_RLOO: return "rloo";
-    case LH_ADV_REINFORCE: return "reinforce";
+    case LH_LEARNER_ADV_GRPO: return "grpo";
+    case LH_LEARNER_ADV_RLOO: return "rloo";
+    case LH_LEARNER_ADV_REINFORCE: return "reinforce";
   }
   return "unknown";
 }
 
-lh_adv_kind lh_adv_kind_from_name(const char *name) {
+lh_learner_adv_kind lh_learner_adv_kind_from_name(const char *name) {
   if (!name) return 0;
-  if (!strcmp(name, "grpo")) return LH_ADV_GRPO;
-  if (!strcmp(name, "rloo")) return LH_ADV_RLOO;
-  if (!strcmp(name, "reinforce")) return LH_ADV_REINFORCE;
+  if (!strcmp(name, "grpo")) return LH_LEARNER_ADV_GRPO;
+  if (!strcmp(name, "rloo")) return LH_LEARNER_ADV_RLOO;
+  if (!strcmp(name, "reinforce")) return LH_LEARNER_ADV_REINFORCE;
   return 0;
 }
 
-void lh_adv_baseline_init(lh_adv_baseline *b, double decay) {
+void lh_learner_adv_baseline_init(lh_learner_adv_baseline *b, double decay) {
   if (!b) return;
   b->mean = 0.0;
   b->decay = decay;
@@ -38,7 +38,7 @@ static uint64_t get64(const uint8_t *p) {
   return v;
 }
 
-void lh_adv_baseline_save(const lh_adv_baseline *b, uint8_t out[LH_ADV_BASELINE_BYTES]) {
+void lh_learner_adv_baseline_save(const lh_learner_adv_baseline *b, uint8_t out[LH_LEARNER_ADV_BASELINE_BYTES]) {
   uint64_t m, d;
   memcpy(&m, &b->mean, 8);
   memcpy(&d, &b->decay, 8);
@@ -47,9 +47,9 @@ void lh_adv_baseline_save(const lh_adv_baseline *b, uint8_t out[LH_ADV_BASELINE_
   put64(out + 16, b->batches);
 }
 
-int lh_adv_baseline_load(lh_adv_baseline *b, const uint8_t in[LH_ADV_BASELINE_BYTES], lh_errbuf *err) {
+int lh_learner_adv_baseline_load(lh_learner_adv_baseline *b, const uint8_t in[LH_LEARNER_ADV_BASELINE_BYTES], lh_errbuf *err) {
   if (!b || !in) return lh_errbuf_set(err, LH_EINVAL, "baseline load: NULL baseline or bytes");
-  lh_adv_baseline t;
+  lh_learner_adv_baseline t;
   uint64_t m = get64(in), d = get64(in + 8);
   memcpy(&t.mean, &m, 8);
   memcpy(&t.decay, &d, 8);
@@ -79,9 +79,9 @@ static void group_sums(const float *r, const uint64_t *keys, size_t n, size_t i,
   *count = c;
 }
 
-int lh_advantages(lh_adv_kind kind, const float *rewards, const uint64_t *group_keys, size_t n,
-                  lh_adv_baseline *baseline, float *adv, lh_errbuf *err) {
-  if (kind != LH_ADV_GRPO && kind != LH_ADV_RLOO && kind != LH_ADV_REINFORCE)
+int lh_learner_advantages(lh_learner_adv_kind kind, const float *rewards, const uint64_t *group_keys, size_t n,
+                  lh_learner_adv_baseline *baseline, float *adv, lh_errbuf *err) {
+  if (kind != LH_LEARNER_ADV_GRPO && kind != LH_LEARNER_ADV_RLOO && kind != LH_LEARNER_ADV_REINFORCE)
     return lh_errbuf_set(err, LH_ELEARNER_ADV_KIND,
                          "advantages: estimator %d is not grpo, rloo or reinforce", (int)kind);
   if (n == 0) return 0;
@@ -90,7 +90,7 @@ int lh_advantages(lh_adv_kind kind, const float *rewards, const uint64_t *group_
     if (!isfinite(rewards[i]))
       return lh_errbuf_set(err, LH_ELEARNER_ADV_INPUT, "advantages: reward[%zu]=%g is not finite", i,
                            (double)rewards[i]);
-  if (kind == LH_ADV_REINFORCE) {
+  if (kind == LH_LEARNER_ADV_REINFORCE) {
     if (!baseline)
       return lh_errbuf_set(err, LH_EINVAL, "advantages: reinforce needs its running-mean baseline");
     if (!(baseline->decay >= 0.0 && baseline->decay < 1.0) || !isfinite(baseline->mean))
@@ -112,9 +112,9 @@ int lh_advantages(lh_adv_kind kind, const float *rewards, const uint64_t *group_
     size_t c;
     group_sums(rewards, group_keys, n, i, &sum, &ss, &c);
     double r = rewards[i];
-    if (kind == LH_ADV_GRPO) {
+    if (kind == LH_LEARNER_ADV_GRPO) {
       double mean = sum / (double)c, std = sqrt(ss / (double)c);
-      adv[i] = (float)((r - mean) / (std + LH_ADV_GRPO_EPS));
+      adv[i] = (float)((r - mean) / (std + LH_LEARNER_ADV_GRPO_EPS));
     } else {
       adv[i] = c > 1 ? (float)(r - (sum - r) / (double)(c - 1)) : 0.0f;
     }

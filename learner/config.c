@@ -52,7 +52,7 @@ static const key_spec KEYS[] = {
 void lh_learner_config_default(lh_learner_config *c) {
   if (!c) return;
   memset(c, 0, sizeof *c);
-  c->advantage = LH_ADV_GRPO;
+  c->advantage = LH_LEARNER_ADV_GRPO;
   c->baseline_decay = 0.9;
   c->clip_eps = 0.2;
   c->is_cap = 2.0;
@@ -157,7 +157,7 @@ static int parse_stages(const char *v, lh_learner_config *cfg, char *why, size_t
     if (!b || !c || strchr(c + 1, ':'))
       return snprintf(why, why_bytes, "stage %zu '%s' is not max_context:steps:long_frac", n + 1, item), -1;
     *b++ = 0, *c++ = 0;
-    lh_stage st;
+    lh_learner_stage st;
     if (parse_u64(a, &st.max_context) || st.max_context < 1)
       return snprintf(why, why_bytes, "stage %zu max_context '%s' is not an integer >= 1", n + 1, a), -1;
     if (parse_u64(b, &st.steps) || st.steps < 1)
@@ -244,7 +244,7 @@ static int on_key(void *user, const char *section, const char *name, const char 
       return 1;
     }
     case K_ADV: {
-      lh_adv_kind x = lh_adv_kind_from_name(value);
+      lh_learner_adv_kind x = lh_learner_adv_kind_from_name(value);
       if (!x)
         return fail(p, LH_ELEARNER_CONFIG_VALUE, "%s = '%s' is not %s", name, value,
                     "one of grpo, rloo, reinforce");
@@ -337,14 +337,14 @@ int lh_learner_config_load(const char *path, lh_learner_config *cfg, lh_errbuf *
   return rc;
 }
 
-double lh_lr_at(double lr, uint64_t warmup_steps, uint64_t total_steps, uint64_t step) {
+double lh_learner_lr_at(double lr, uint64_t warmup_steps, uint64_t total_steps, uint64_t step) {
   if (step < warmup_steps) return lr * (double)(step + 1) / (double)warmup_steps;
   if (step >= total_steps || total_steps <= warmup_steps) return 0.0;
   double progress = (double)(step - warmup_steps) / (double)(total_steps - warmup_steps);
   return lr * 0.5 * (1.0 + cos(3.14159265358979323846 * progress));
 }
 
-int lh_stage_at(const lh_learner_config *cfg, uint64_t step) {
+int lh_learner_stage_at(const lh_learner_config *cfg, uint64_t step) {
   if (!cfg || cfg->n_stages == 0) return -1;
   uint64_t end = 0;
   for (size_t i = 0; i < cfg->n_stages; i++) {

@@ -20,42 +20,42 @@
  * contiguous. Rewards must be finite (LH_ELEARNER_ADV_INPUT). Arithmetic is
  * in double. */
 typedef enum {
-  LH_ADV_GRPO = 1,      /* (R - mean) / (std + 1e-6), population std of the group */
-  LH_ADV_RLOO = 2,      /* R - mean of the other episodes of the group; 0 alone */
-  LH_ADV_REINFORCE = 3  /* R - running mean of earlier batches (below) */
-} lh_adv_kind;
+  LH_LEARNER_ADV_GRPO = 1,      /* (R - mean) / (std + 1e-6), population std of the group */
+  LH_LEARNER_ADV_RLOO = 2,      /* R - mean of the other episodes of the group; 0 alone */
+  LH_LEARNER_ADV_REINFORCE = 3  /* R - running mean of earlier batches (below) */
+} lh_learner_adv_kind;
 
-#define LH_ADV_GRPO_EPS 1e-6
+#define LH_LEARNER_ADV_GRPO_EPS 1e-6
 
 /* The name used in the config ("grpo", "rloo", "reinforce") and back;
- * lh_adv_kind_from_name returns 0 for an unknown name. */
-const char *lh_adv_kind_name(lh_adv_kind kind);
-lh_adv_kind lh_adv_kind_from_name(const char *name);
+ * lh_learner_adv_kind_from_name returns 0 for an unknown name. */
+const char *lh_learner_adv_kind_name(lh_learner_adv_kind kind);
+lh_learner_adv_kind lh_learner_adv_kind_from_name(const char *name);
 
 /* The REINFORCE baseline: an exponential moving average of batch mean
  * rewards, mean <- decay * mean + (1 - decay) * batch_mean, applied after
  * the batch's advantages are computed against the previous value. Before
  * the first batch there is no history, and the first batch is measured
  * against its own mean (which then becomes the baseline). A plain value:
- * copy it into a checkpoint with lh_adv_baseline_save and back. */
+ * copy it into a checkpoint with lh_learner_adv_baseline_save and back. */
 typedef struct {
   double mean;
   double decay;      /* in [0, 1); 0.9 by default */
   uint64_t batches;  /* batches seen; 0: no history yet */
-} lh_adv_baseline;
+} lh_learner_adv_baseline;
 
-#define LH_ADV_BASELINE_BYTES 24
+#define LH_LEARNER_ADV_BASELINE_BYTES 24
 
-void lh_adv_baseline_init(lh_adv_baseline *b, double decay);
-void lh_adv_baseline_save(const lh_adv_baseline *b, uint8_t out[LH_ADV_BASELINE_BYTES]);
+void lh_learner_adv_baseline_init(lh_learner_adv_baseline *b, double decay);
+void lh_learner_adv_baseline_save(const lh_learner_adv_baseline *b, uint8_t out[LH_LEARNER_ADV_BASELINE_BYTES]);
 /* Refuses a non-finite mean or a decay outside [0, 1). */
-int lh_adv_baseline_load(lh_adv_baseline *b, const uint8_t in[LH_ADV_BASELINE_BYTES], lh_errbuf *err);
+int lh_learner_adv_baseline_load(lh_learner_adv_baseline *b, const uint8_t in[LH_LEARNER_ADV_BASELINE_BYTES], lh_errbuf *err);
 
 /* adv[i] for the n episodes with rewards[i] and group_keys[i]. group_keys
  * may be NULL for one group of all n. baseline is used (and updated) only by
- * LH_ADV_REINFORCE, where it is required. */
-int lh_advantages(lh_adv_kind kind, const float *rewards, const uint64_t *group_keys, size_t n,
-                  lh_adv_baseline *baseline, float *adv, lh_errbuf *err);
+ * LH_LEARNER_ADV_REINFORCE, where it is required. */
+int lh_learner_advantages(lh_learner_adv_kind kind, const float *rewards, const uint64_t *group_keys, size_t n,
+                  lh_learner_adv_baseline *baseline, float *adv, lh_errbuf *err);
 
 /* ---- admission ------------------------------------------------------------
  * Whether a complete episode may enter a batch. Staleness is the learner's
@@ -66,21 +66,21 @@ int lh_advantages(lh_adv_kind kind, const float *rewards, const uint64_t *group_
  * newer than the learner's (it came from a learner run that got further,
  * e.g. before a restore) is not admitted either. Every decision is counted. */
 typedef enum {
-  LH_ADMIT = 0,
-  LH_DROP_STALE = 1,   /* staleness > max_policy_lag */
-  LH_DROP_STATUS = 2,  /* aborted, error or unknown outcome */
-  LH_DROP_FUTURE = 3   /* oldest version above the learner's */
-} lh_admission;
+  LH_LEARNER_ADMIT = 0,
+  LH_LEARNER_DROP_STALE = 1,   /* staleness > max_policy_lag */
+  LH_LEARNER_DROP_STATUS = 2,  /* aborted, error or unknown outcome */
+  LH_LEARNER_DROP_FUTURE = 3   /* oldest version above the learner's */
+} lh_learner_admission;
 
 typedef struct {
   uint64_t admitted, dropped_stale, dropped_status, dropped_future;
   uint64_t max_admitted_staleness;
-} lh_admission_counts;
+} lh_learner_admission_counts;
 
-lh_admission lh_admission_check(uint64_t learner_version, uint64_t oldest_version,
+lh_learner_admission lh_learner_admission_check(uint64_t learner_version, uint64_t oldest_version,
                                 Longhaul__Outcome outcome, uint64_t max_policy_lag,
-                                lh_admission_counts *counts);
-const char *lh_admission_name(lh_admission a);
+                                lh_learner_admission_counts *counts);
+const char *lh_learner_admission_name(lh_learner_admission a);
 
 /* ---- PPO-clip loss --------------------------------------------------------
  * Over the sampled tokens t (loss_mask 1), with r_t = exp(logp_t -
@@ -109,7 +109,7 @@ typedef struct {
   double clip_eps;      /* in (0, 1); 0.2 */
   double is_cap;        /* >= 1, may be +inf */
   double entropy_coef;  /* >= 0 */
-} lh_ppo_params;
+} lh_learner_ppo_params;
 
 typedef struct {
   size_t n;                    /* positions */
@@ -121,7 +121,7 @@ typedef struct {
   uint64_t current_version;    /* the learner's version */
   const float *entropy;        /* per token; required when entropy_coef > 0 */
   double normaliser;           /* N above; 0: this call's sampled tokens */
-} lh_ppo_input;
+} lh_learner_ppo_input;
 
 /* The same in double, for gradient checks and references. */
 typedef struct {
@@ -132,7 +132,7 @@ typedef struct {
   uint64_t current_version;
   const double *entropy;
   double normaliser;
-} lh_ppo_input_f64;
+} lh_learner_ppo_input_f64;
 
 typedef struct {
   double loss;            /* as returned */
@@ -146,16 +146,16 @@ typedef struct {
   size_t current_tokens;  /* sampled tokens whose version is current_version */
   double logp_diff_mean;  /* mean |logp - behavior_logp| over those (DESIGN §5 alignment) */
   double logp_diff_max;
-} lh_ppo_stats;
+} lh_learner_ppo_stats;
 
 /* Validates p and the sampled tokens' inputs (finite; LH_ELEARNER_PPO_INPUT
  * naming the index), then writes *loss, dlogp[0..n) and *stats (each may be
  * NULL). Nothing is written on error, so a non-finite step can be skipped. */
-int lh_ppo_loss(const lh_ppo_params *p, const lh_ppo_input *in, double *loss, float *dlogp,
-                lh_ppo_stats *stats, lh_errbuf *err);
-int lh_ppo_loss_f64(const lh_ppo_params *p, const lh_ppo_input_f64 *in, double *loss, double *dlogp,
-                    lh_ppo_stats *stats, lh_errbuf *err);
-int lh_ppo_params_check(const lh_ppo_params *p, lh_errbuf *err);
+int lh_learner_ppo_loss(const lh_learner_ppo_params *p, const lh_learner_ppo_input *in, double *loss, float *dlogp,
+                lh_learner_ppo_stats *stats, lh_errbuf *err);
+int lh_learner_ppo_loss_f64(const lh_learner_ppo_params *p, const lh_learner_ppo_input_f64 *in, double *loss, double *dlogp,
+                    lh_learner_ppo_stats *stats, lh_errbuf *err);
+int lh_learner_ppo_params_check(const lh_learner_ppo_params *p, lh_errbuf *err);
 
 /* ---- [learner] config -----------------------------------------------------
  * The [learner] section of the one INI file shared by all commands (other
@@ -169,10 +169,10 @@ typedef struct {
   uint64_t max_context;  /* >= 1, increasing from stage to stage */
   uint64_t steps;        /* >= 1 */
   double long_frac;      /* in [0, 1]: share of episodes sized to max_context */
-} lh_stage;
+} lh_learner_stage;
 
 typedef struct {
-  lh_adv_kind advantage;    /* advantage = grpo | rloo | reinforce (grpo) */
+  lh_learner_adv_kind advantage;    /* advantage = grpo | rloo | reinforce (grpo) */
   double baseline_decay;    /* reinforce running-mean decay, [0, 1) (0.9) */
   double clip_eps;          /* (0, 1) (0.2) */
   double is_cap;            /* >= 1, "inf" allowed (2.0) */
@@ -189,7 +189,7 @@ typedef struct {
   uint64_t ckpt_every;      /* steps, >= 1 (50) */
   int routing_replay;       /* true/false, yes/no, on/off, 1/0 (false) */
   size_t n_stages;          /* stages = "max_context:steps:long_frac,..." (none) */
-  lh_stage stages[LH_LEARNER_MAX_STAGES];
+  lh_learner_stage stages[LH_LEARNER_MAX_STAGES];
 } lh_learner_config;
 
 void lh_learner_config_default(lh_learner_config *cfg);
@@ -203,54 +203,10 @@ int lh_learner_config_parse(const char *text, const char *source, lh_learner_con
  * warmup_steps (lr * (step + 1) / warmup_steps), then cosine from lr down to
  * 0 at total_steps: lr * (1 + cos(pi * progress)) / 2 with progress =
  * (step - warmup_steps) / (total_steps - warmup_steps), held at 0 after. */
-double lh_lr_at(double lr, uint64_t warmup_steps, uint64_t total_steps, uint64_t step);
+double lh_learner_lr_at(double lr, uint64_t warmup_steps, uint64_t total_steps, uint64_t step);
 
 /* The stage in force at a step: stages run in order for their steps each,
  * and the last one stays in force after its steps. -1 without stages. */
-int lh_stage_at(const lh_learner_config *cfg, uint64_t step);
-
-/* ---- AdamW and gradient clipping ------------------------------------------
- * Over one flat float buffer of n parameters (the model keeps parameters,
- * gradients and the two moments as contiguous buffers with one table of
- * named views). Per element, at step t (1-based, counted by the optimizer):
- *
- *   m = beta1 m + (1 - beta1) g          v = beta2 v + (1 - beta2) g^2
- *   m^ = m / (1 - beta1^t)               v^ = v / (1 - beta2^t)
- *   p = p - lr * ( m^ / (sqrt(v^) + eps)  +  wd * p )     (wd only where decay_mask is 1)
- *
- * i.e. decoupled weight decay (Loshchilov and Hutter), applied to the
- * parameter before the step, as PyTorch's AdamW does. Arithmetic per
- * element is in double, stored in float. DESIGN §5: beta 0.9 / 0.95,
- * eps 1e-8, weight decay 0.01 except norms, gains and c_{l,j} (the caller's
- * decay_mask says which). */
-typedef struct {
-  double beta1, beta2, eps, weight_decay;
-} lh_adamw_params;
-
-void lh_adamw_params_default(lh_adamw_params *p);  /* 0.9, 0.95, 1e-8, 0.01 */
-
-typedef struct lh_adamw lh_adamw;
-
-lh_adamw *lh_adamw_new(size_t n, lh_errbuf *err);
-void lh_adamw_free(lh_adamw *opt);
-/* One step with learning rate lr (from lh_lr_at). decay_mask: n bytes, 1 =
- * decay; NULL decays everything. Refuses bad params (LH_ELEARNER_OPT_PARAMS)
- * and leaves everything untouched. Gradients are not checked here: run
- * lh_grad_clip first, which refuses non-finite ones. */
-int lh_adamw_step(lh_adamw *opt, const lh_adamw_params *p, double lr, float *params,
-                  const float *grads, const uint8_t *decay_mask, lh_errbuf *err);
-/* The state for checkpoints: steps taken and the moments (n floats each),
- * which a caller may read and overwrite (to restore) in place. */
-uint64_t lh_adamw_steps(const lh_adamw *opt);
-void lh_adamw_set_steps(lh_adamw *opt, uint64_t steps);
-size_t lh_adamw_size(const lh_adamw *opt);
-float *lh_adamw_m(lh_adamw *opt);
-float *lh_adamw_v(lh_adamw *opt);
-
-/* The global L2 norm of g (in double) into *norm; when it is above
- * max_norm (> 0), g is scaled by max_norm / norm. A NaN or infinite entry
- * is LH_ELEARNER_NOT_FINITE naming its index, with g untouched and *norm
- * set to NaN, so that the step can be skipped, counted and logged. */
-int lh_grad_clip(float *g, size_t n, double max_norm, double *norm, lh_errbuf *err);
+int lh_learner_stage_at(const lh_learner_config *cfg, uint64_t step);
 
 #endif

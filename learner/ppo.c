@@ -9,7 +9,7 @@
 
 #define LOG_RATIO_CLAMP 80.0
 
-int lh_ppo_params_check(const lh_ppo_params *p, lh_errbuf *err) {
+int lh_learner_ppo_params_check(const lh_learner_ppo_params *p, lh_errbuf *err) {
   if (!p) return lh_errbuf_set(err, LH_EINVAL, "ppo: NULL params");
   if (!(p->clip_eps > 0.0 && p->clip_eps < 1.0))
     return lh_errbuf_set(err, LH_ELEARNER_PPO_PARAMS, "ppo: clip_eps=%g must be in (0, 1)", p->clip_eps);
@@ -23,7 +23,7 @@ int lh_ppo_params_check(const lh_ppo_params *p, lh_errbuf *err) {
 }
 
 /* One sampled token: returns term_t and sets *g = dterm_t/dlogp_t. */
-static double token_term(const lh_ppo_params *p, double logp, double blogp, double A, double *ratio,
+static double token_term(const lh_learner_ppo_params *p, double logp, double blogp, double A, double *ratio,
                          double *g, int *cut, int *truncated) {
   double lr = logp - blogp;
   if (lr > LOG_RATIO_CLAMP) lr = LOG_RATIO_CLAMP;
@@ -48,7 +48,7 @@ static double token_term(const lh_ppo_params *p, double logp, double blogp, doub
 }
 
 #define PPO_LOSS_BODY(T)                                                                           \
-  int rc = lh_ppo_params_check(p, err);                                                            \
+  int rc = lh_learner_ppo_params_check(p, err);                                                            \
   if (rc < 0) return rc;                                                                           \
   if (!in) return lh_errbuf_set(err, LH_EINVAL, "ppo: NULL input");                                \
   size_t n = in->n;                                                                                \
@@ -121,12 +121,12 @@ static double token_term(const lh_ppo_params *p, double logp, double blogp, doub
   }                                                                                                \
   return 0;
 
-int lh_ppo_loss(const lh_ppo_params *p, const lh_ppo_input *in, double *loss, float *dlogp,
-                lh_ppo_stats *stats, lh_errbuf *err) {
+int lh_learner_ppo_loss(const lh_learner_ppo_params *p, const lh_learner_ppo_input *in, double *loss, float *dlogp,
+                lh_learner_ppo_stats *stats, lh_errbuf *err) {
   PPO_LOSS_BODY(float)
 }
 
-int lh_ppo_loss_f64(const lh_ppo_params *p, const lh_ppo_input_f64 *in, double *loss, double *dlogp,
-                    lh_ppo_stats *stats, lh_errbuf *err) {
+int lh_learner_ppo_loss_f64(const lh_learner_ppo_params *p, const lh_learner_ppo_input_f64 *in, double *loss, double *dlogp,
+                    lh_learner_ppo_stats *stats, lh_errbuf *err) {
   PPO_LOSS_BODY(double)
 }

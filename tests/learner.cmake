@@ -7,6 +7,3 @@ lh_add_test(test_learner_ppo SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_pp
 # The [learner] config, each error, the schedule and the stages (test_learner_config).
 lh_add_test(test_learner_config SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_config.c
   LIBS lh_learner TIMEOUT 120)
-# AdamW against a double reference, exact resume, gradient clipping (test_learner_adamw).
-lh_add_test(test_learner_adamw SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_adamw.c
-  LIBS lh_learner TIMEOUT 120)

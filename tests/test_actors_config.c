@@ -9,11 +9,11 @@
 #include "actors/actors.h"
 
 static void expect_error(const char *text, int code, const char *n1, const char *n2) {
-  lh_actor_config c;
+  lh_actors_config c;
   lh_errbuf e;
-  lh_actor_config_default(&c);
+  lh_actors_config_default(&c);
   c.batch = 99;  /* must stay untouched */
-  int rc = lh_actor_config_parse(text, "fleet.ini", &c, &e);
+  int rc = lh_actors_config_parse(text, "fleet.ini", &c, &e);
   ck_assert_msg(rc == code, "'%s': got %d (%s), want %d", text, rc, e.msg, code);
   ck_assert_msg(strstr(e.msg, n1), "message '%s' lacks '%s'", e.msg, n1);
   if (n2) ck_assert_msg(strstr(e.msg, n2), "message '%s' lacks '%s'", e.msg, n2);
@@ -21,9 +21,9 @@ static void expect_error(const char *text, int code, const char *n1, const char 
 }
 
 START_TEST(test_defaults_and_every_key) {
-  lh_actor_config c;
+  lh_actors_config c;
   lh_errbuf e;
-  ck_assert_int_eq(lh_actor_config_parse("[learner]\nlr = 1\nnonsense = 2\n", "x", &c, &e), 0);
+  ck_assert_int_eq(lh_actors_config_parse("[learner]\nlr = 1\nnonsense = 2\n", "x", &c, &e), 0);
   ck_assert_uint_eq(c.batch, 8);
   ck_assert(c.temperature == 1.0 && c.top_p == 1.0);
   ck_assert_uint_eq(c.segment_tokens, 512);
@@ -33,7 +33,7 @@ START_TEST(test_defaults_and_every_key) {
       "seed = 18446744073709551615\nsegment_tokens = 65536\noutbox_messages = 10\n"
       "outbox_bytes = 1000\nresend_timeout_ms = 250\nheartbeat_ms = 100 ; inline comment\n"
       "group_size = 4\n[env]\nname = calc\n";
-  ck_assert_msg(lh_actor_config_parse(text, "x", &c, &e) == 0, "%s", e.msg);
+  ck_assert_msg(lh_actors_config_parse(text, "x", &c, &e) == 0, "%s", e.msg);
   ck_assert_uint_eq(c.batch, 64);
   ck_assert(c.temperature == 0.0);
   ck_assert(c.top_p == 0.95);
@@ -76,30 +76,30 @@ START_TEST(test_bad_values) {
 END_TEST
 
 START_TEST(test_syntax_and_files) {
-  lh_actor_config c;
+  lh_actors_config c;
   lh_errbuf e;
-  ck_assert_int_eq(lh_actor_config_parse("[actor]\n\n[broken\n", "fleet.ini", &c, &e), LH_EACTORS_CONFIG_FILE);
+  ck_assert_int_eq(lh_actors_config_parse("[actor]\n\n[broken\n", "fleet.ini", &c, &e), LH_EACTORS_CONFIG_FILE);
   ck_assert_msg(strstr(e.msg, "fleet.ini:3: syntax error"), "%s", e.msg);
-  ck_assert_int_eq(lh_actor_config_load("/nonexistent/a.ini", &c, &e), LH_EACTORS_CONFIG_FILE);
+  ck_assert_int_eq(lh_actors_config_load("/nonexistent/a.ini", &c, &e), LH_EACTORS_CONFIG_FILE);
   ck_assert(strstr(e.msg, "/nonexistent/a.ini: cannot open"));
-  char path[] = "/tmp/lh_actor_config_XXXXXX";
+  char path[] = "/tmp/lh_actors_config_XXXXXX";
   int fd = mkstemp(path);
   ck_assert_int_ge(fd, 0);
   const char *text = "[actor]\nbatch = 3\n";
   ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
   close(fd);
-  ck_assert_msg(lh_actor_config_load(path, &c, &e) == 0, "%s", e.msg);
+  ck_assert_msg(lh_actors_config_load(path, &c, &e) == 0, "%s", e.msg);
   ck_assert_uint_eq(c.batch, 3);
   FILE *f = fopen(path, "w");
   fputs("[actor]\ntop_p = 2\n", f);
   fclose(f);
-  ck_assert_int_eq(lh_actor_config_load(path, &c, &e), LH_EACTORS_CONFIG_VALUE);
+  ck_assert_int_eq(lh_actors_config_load(path, &c, &e), LH_EACTORS_CONFIG_VALUE);
   char want[128];
   snprintf(want, sizeof want, "%s:2: [actor] top_p", path);
   ck_assert_msg(strstr(e.msg, want), "%s", e.msg);
   unlink(path);
-  ck_assert_int_eq(lh_actor_config_parse(NULL, "x", &c, &e), LH_EINVAL);
-  ck_assert_int_eq(lh_actor_config_load("x", NULL, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_actors_config_parse(NULL, "x", &c, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_actors_config_load("x", NULL, &e), LH_EINVAL);
 }
 END_TEST
 

@@ -12,8 +12,8 @@
 
 enum { L = 2, K = 2 };
 
-static lh_segmenter_config config(uint32_t segment_tokens) {
-  lh_segmenter_config c = {.episode_id = 77, .group_id = 5, .task_seed = 1234, .actor = "a0",
+static lh_actors_segmenter_config config(uint32_t segment_tokens) {
+  lh_actors_segmenter_config c = {.episode_id = 77, .group_id = 5, .task_seed = 1234, .actor = "a0",
                            .env = "calc", .segment_tokens = segment_tokens, .vocab = 264,
                            .routed_layers = L, .routed_topk = K, .experts = 16};
   return c;
@@ -28,12 +28,12 @@ static void experts_at(uint64_t i, uint32_t *e) {
   for (int j = 0; j < L * K; j++) e[j] = (uint32_t)((i + (uint64_t)j * 3) % 16);
 }
 
-static void push_range(lh_segmenter *s, uint64_t from, uint64_t to) {
+static void push_range(lh_actors_segmenter *s, uint64_t from, uint64_t to) {
   for (uint64_t i = from; i < to; i++) {
     uint32_t e[L * K];
     experts_at(i, e);
     lh_errbuf err;
-    int rc = lh_segmenter_push(s, tok_at(i), sampled_at(i), logp_at(i), version_at(i), e, &err);
+    int rc = lh_actors_segmenter_push(s, tok_at(i), sampled_at(i), logp_at(i), version_at(i), e, &err);
     ck_assert_msg(rc >= 0, "push %llu: %s", (unsigned long long)i, err.msg);
   }
 }
@@ -98,35 +98,35 @@ static void check_segment(Longhaul__Segment *seg, uint32_t seq, uint64_t start, 
 }
 
 START_TEST(test_boundaries_and_final_partial) {
-  lh_segmenter_config c = config(4);
-  lh_segmenter *s = lh_segmenter_new(&c, NULL);
+  lh_actors_segmenter_config c = config(4);
+  lh_actors_segmenter *s = lh_actors_segmenter_new(&c, NULL);
   ck_assert_ptr_nonnull(s);
   push_range(s, 0, 3);
-  ck_assert_uint_eq(lh_segmenter_ready(s), 0);
-  ck_assert_ptr_null(lh_segmenter_pop(s));
+  ck_assert_uint_eq(lh_actors_segmenter_ready(s), 0);
+  ck_assert_ptr_null(lh_actors_segmenter_pop(s));
   push_range(s, 3, 4);  /* full: cut at once */
-  ck_assert_uint_eq(lh_segmenter_ready(s), 1);
-  Longhaul__Segment *seg = lh_segmenter_pop(s);
+  ck_assert_uint_eq(lh_actors_segmenter_ready(s), 1);
+  Longhaul__Segment *seg = lh_actors_segmenter_pop(s);
   check_segment(seg, 0, 0, 4);
-  lh_segment_free(seg);
+  lh_actors_segment_free(seg);
   push_range(s, 4, 10);
-  ck_assert_uint_eq(lh_segmenter_tokens(s), 10);
-  ck_assert_uint_eq(lh_segmenter_segments(s), 2);
-  seg = lh_segmenter_pop(s);
+  ck_assert_uint_eq(lh_actors_segmenter_tokens(s), 10);
+  ck_assert_uint_eq(lh_actors_segmenter_segments(s), 2);
+  seg = lh_actors_segmenter_pop(s);
   check_segment(seg, 1, 4, 4);
-  lh_segment_free(seg);
-  ck_assert_ptr_null(lh_segmenter_pop(s));
+  lh_actors_segment_free(seg);
+  ck_assert_ptr_null(lh_actors_segmenter_pop(s));
 
-  lh_reward_term terms[2] = {{"correct", 1.0f, 3}, {"format", -0.25f, 2}};
-  lh_episode_result res = {.outcome = LONGHAUL__OUTCOME__OUTCOME_SUCCESS, .reward = 0.75f,
+  lh_actors_reward_term terms[2] = {{"correct", 1.0f, 3}, {"format", -0.25f, 2}};
+  lh_actors_episode_result res = {.outcome = LONGHAUL__OUTCOME__OUTCOME_SUCCESS, .reward = 0.75f,
                            .terms = terms, .n_terms = 2, .steps = 3};
   Longhaul__EpisodeEnd *end;
   lh_errbuf err;
-  ck_assert_msg(lh_segmenter_finish(s, &res, &end, &err) == 0, "%s", err.msg);
-  seg = lh_segmenter_pop(s);
+  ck_assert_msg(lh_actors_segmenter_finish(s, &res, &end, &err) == 0, "%s", err.msg);
+  seg = lh_actors_segmenter_pop(s);
   check_segment(seg, 2, 8, 2);
-  lh_segment_free(seg);
-  ck_assert_ptr_null(lh_segmenter_pop(s));
+  lh_actors_segment_free(seg);
+  ck_assert_ptr_null(lh_actors_segmenter_pop(s));
   ck_assert_uint_eq(end->episode_id, 77);
   ck_assert_uint_eq(end->segment_count, 3);
   ck_assert_uint_eq(end->total_tokens, 10);
@@ -141,68 +141,68 @@ START_TEST(test_boundaries_and_final_partial) {
   ck_assert_uint_eq(end->terms[0]->step, 3);
   ck_assert_str_eq(end->actor, "a0");
   check_wire_end(end);
-  lh_episode_end_free(end);
-  lh_segmenter_free(s);
+  lh_actors_episode_end_free(end);
+  lh_actors_segmenter_free(s);
 }
 END_TEST
 
 START_TEST(test_exact_multiple_has_no_empty_segment) {
-  lh_segmenter_config c = config(4);
-  lh_segmenter *s = lh_segmenter_new(&c, NULL);
+  lh_actors_segmenter_config c = config(4);
+  lh_actors_segmenter *s = lh_actors_segmenter_new(&c, NULL);
   push_range(s, 0, 8);
-  ck_assert_uint_eq(lh_segmenter_ready(s), 2);
-  lh_episode_result res = {.outcome = LONGHAUL__OUTCOME__OUTCOME_FAILURE};
+  ck_assert_uint_eq(lh_actors_segmenter_ready(s), 2);
+  lh_actors_episode_result res = {.outcome = LONGHAUL__OUTCOME__OUTCOME_FAILURE};
   Longhaul__EpisodeEnd *end;
-  ck_assert_int_eq(lh_segmenter_finish(s, &res, &end, NULL), 0);
-  ck_assert_uint_eq(lh_segmenter_ready(s), 2);
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, &res, &end, NULL), 0);
+  ck_assert_uint_eq(lh_actors_segmenter_ready(s), 2);
   ck_assert_uint_eq(end->segment_count, 2);
   ck_assert_uint_eq(end->total_tokens, 8);
   check_wire_end(end);
-  lh_episode_end_free(end);
-  lh_segmenter_free(s);  /* frees the two segments never popped */
+  lh_actors_episode_end_free(end);
+  lh_actors_segmenter_free(s);  /* frees the two segments never popped */
 }
 END_TEST
 
 START_TEST(test_long_episode_one_token_segments) {
-  lh_segmenter_config c = config(1);
+  lh_actors_segmenter_config c = config(1);
   c.routed_layers = 0, c.routed_topk = 0;
-  lh_segmenter *s = lh_segmenter_new(&c, NULL);
+  lh_actors_segmenter *s = lh_actors_segmenter_new(&c, NULL);
   for (uint32_t i = 0; i < 1000; i++) {
-    ck_assert_int_eq(lh_segmenter_push(s, i % 264, 1, -1.0f, 3, NULL, NULL), 1);
-    Longhaul__Segment *seg = lh_segmenter_pop(s);
+    ck_assert_int_eq(lh_actors_segmenter_push(s, i % 264, 1, -1.0f, 3, NULL, NULL), 1);
+    Longhaul__Segment *seg = lh_actors_segmenter_pop(s);
     ck_assert_uint_eq(seg->seq, i);
     ck_assert_uint_eq(seg->start_offset, i);
     ck_assert_uint_eq(seg->n_tokens, 1);
     ck_assert_uint_eq(seg->routed_layers, 0);
     ck_assert_uint_eq(seg->n_routed_experts, 0);
     if (i % 100 == 0) check_wire_segment(seg);
-    lh_segment_free(seg);
+    lh_actors_segment_free(seg);
   }
-  lh_episode_result res = {.outcome = LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, .reward = 0.0f};
+  lh_actors_episode_result res = {.outcome = LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, .reward = 0.0f};
   Longhaul__EpisodeEnd *end;
-  ck_assert_int_eq(lh_segmenter_finish(s, &res, &end, NULL), 0);
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, &res, &end, NULL), 0);
   ck_assert_uint_eq(end->segment_count, 1000);
-  ck_assert_uint_eq(lh_segmenter_ready(s), 0);
-  lh_episode_end_free(end);
-  lh_segmenter_free(s);
+  ck_assert_uint_eq(lh_actors_segmenter_ready(s), 0);
+  lh_actors_episode_end_free(end);
+  lh_actors_segmenter_free(s);
 }
 END_TEST
 
 START_TEST(test_images_relative_to_segment) {
-  lh_segmenter_config c = config(4);
-  lh_segmenter *s = lh_segmenter_new(&c, NULL);
+  lh_actors_segmenter_config c = config(4);
+  lh_actors_segmenter *s = lh_actors_segmenter_new(&c, NULL);
   uint8_t px[2 * 3 * 3];
   for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)i;
   uint8_t gray[5] = {9, 8, 7, 6, 5};
   push_range(s, 0, 3);
-  ck_assert_int_eq(lh_segmenter_push_image(s, 2, 3, 3, px, NULL), 0);  /* offset 3: last of seg 0 */
+  ck_assert_int_eq(lh_actors_segmenter_push_image(s, 2, 3, 3, px, NULL), 0);  /* offset 3: last of seg 0 */
   push_range(s, 3, 4);
-  ck_assert_int_eq(lh_segmenter_push_image(s, 5, 1, 1, gray, NULL), 0);  /* offset 4: first of seg 1 */
+  ck_assert_int_eq(lh_actors_segmenter_push_image(s, 5, 1, 1, gray, NULL), 0);  /* offset 4: first of seg 1 */
   push_range(s, 4, 5);
-  ck_assert_int_eq(lh_segmenter_push_image(s, 2, 3, 3, px, NULL), 0);  /* offset 5 */
-  ck_assert_int_eq(lh_segmenter_push_image(s, 5, 1, 1, gray, NULL), 0);  /* offset 5 too */
+  ck_assert_int_eq(lh_actors_segmenter_push_image(s, 2, 3, 3, px, NULL), 0);  /* offset 5 */
+  ck_assert_int_eq(lh_actors_segmenter_push_image(s, 5, 1, 1, gray, NULL), 0);  /* offset 5 too */
   push_range(s, 5, 6);
-  Longhaul__Segment *seg = lh_segmenter_pop(s);
+  Longhaul__Segment *seg = lh_actors_segmenter_pop(s);
   ck_assert_uint_eq(seg->n_images, 1);
   ck_assert_uint_eq(seg->images[0]->offset, 3);
   ck_assert_uint_eq(seg->images[0]->width, 2);
@@ -211,11 +211,11 @@ START_TEST(test_images_relative_to_segment) {
   ck_assert_uint_eq(seg->images[0]->pixels.len, sizeof px);
   ck_assert_int_eq(memcmp(seg->images[0]->pixels.data, px, sizeof px), 0);
   check_segment(seg, 0, 0, 4);
-  lh_segment_free(seg);
-  lh_episode_result res = {.outcome = LONGHAUL__OUTCOME__OUTCOME_SUCCESS, .reward = 1.0f};
+  lh_actors_segment_free(seg);
+  lh_actors_episode_result res = {.outcome = LONGHAUL__OUTCOME__OUTCOME_SUCCESS, .reward = 1.0f};
   Longhaul__EpisodeEnd *end;
-  ck_assert_int_eq(lh_segmenter_finish(s, &res, &end, NULL), 0);
-  seg = lh_segmenter_pop(s);
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, &res, &end, NULL), 0);
+  seg = lh_actors_segmenter_pop(s);
   ck_assert_uint_eq(seg->n_images, 3);
   ck_assert_uint_eq(seg->images[0]->offset, 0);
   ck_assert_uint_eq(seg->images[0]->channels, 1);
@@ -223,147 +223,147 @@ START_TEST(test_images_relative_to_segment) {
   ck_assert_uint_eq(seg->images[2]->offset, 1);
   ck_assert_int_eq(memcmp(seg->images[2]->pixels.data, gray, sizeof gray), 0);
   check_segment(seg, 1, 4, 2);
-  lh_segment_free(seg);
-  lh_episode_end_free(end);
-  lh_segmenter_free(s);
+  lh_actors_segment_free(seg);
+  lh_actors_episode_end_free(end);
+  lh_actors_segmenter_free(s);
 }
 END_TEST
 
 START_TEST(test_empty_episode) {
-  lh_segmenter_config c = config(4);
-  lh_segmenter *s = lh_segmenter_new(&c, NULL);
-  lh_episode_result res = {.outcome = LONGHAUL__OUTCOME__OUTCOME_ABORTED, .error = "env server died"};
+  lh_actors_segmenter_config c = config(4);
+  lh_actors_segmenter *s = lh_actors_segmenter_new(&c, NULL);
+  lh_actors_episode_result res = {.outcome = LONGHAUL__OUTCOME__OUTCOME_ABORTED, .error = "env server died"};
   Longhaul__EpisodeEnd *end;
-  ck_assert_int_eq(lh_segmenter_finish(s, &res, &end, NULL), 0);
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, &res, &end, NULL), 0);
   ck_assert_uint_eq(end->segment_count, 0);
   ck_assert_uint_eq(end->total_tokens, 0);
   ck_assert_str_eq(end->error, "env server died");
-  ck_assert_ptr_null(lh_segmenter_pop(s));
+  ck_assert_ptr_null(lh_actors_segmenter_pop(s));
   check_wire_end(end);
-  lh_episode_end_free(end);
-  lh_segmenter_free(s);
+  lh_actors_episode_end_free(end);
+  lh_actors_segmenter_free(s);
 }
 END_TEST
 
 START_TEST(test_unsampled_logp_stored_as_zero) {
-  lh_segmenter_config c = config(2);
+  lh_actors_segmenter_config c = config(2);
   c.routed_layers = 0, c.routed_topk = 0;
-  lh_segmenter *s = lh_segmenter_new(&c, NULL);
-  ck_assert_int_eq(lh_segmenter_push(s, 10, 0, NAN, 0, NULL, NULL), 0);
-  ck_assert_int_eq(lh_segmenter_push(s, 11, 0, 5.0f, 0, NULL, NULL), 1);
-  Longhaul__Segment *seg = lh_segmenter_pop(s);
+  lh_actors_segmenter *s = lh_actors_segmenter_new(&c, NULL);
+  ck_assert_int_eq(lh_actors_segmenter_push(s, 10, 0, NAN, 0, NULL, NULL), 0);
+  ck_assert_int_eq(lh_actors_segmenter_push(s, 11, 0, 5.0f, 0, NULL, NULL), 1);
+  Longhaul__Segment *seg = lh_actors_segmenter_pop(s);
   ck_assert(seg->behavior_logp[0] == 0.0f && seg->behavior_logp[1] == 0.0f);
   check_wire_segment(seg);
-  lh_segment_free(seg);
-  lh_segmenter_free(s);
+  lh_actors_segment_free(seg);
+  lh_actors_segmenter_free(s);
 }
 END_TEST
 
 START_TEST(test_config_errors) {
   lh_errbuf e;
-  lh_segmenter_config c = config(0);
-  ck_assert_ptr_null(lh_segmenter_new(&c, &e));
+  lh_actors_segmenter_config c = config(0);
+  ck_assert_ptr_null(lh_actors_segmenter_new(&c, &e));
   ck_assert_int_eq(e.code, LH_EACTORS_SEGMENT_CONFIG);
   ck_assert(strstr(e.msg, "segment_tokens=0"));
   c = config(70000);
-  ck_assert_ptr_null(lh_segmenter_new(&c, &e));
+  ck_assert_ptr_null(lh_actors_segmenter_new(&c, &e));
   ck_assert(strstr(e.msg, "segment_tokens=70000"));
   c = config(4);
   c.routed_topk = 0;
-  ck_assert_ptr_null(lh_segmenter_new(&c, &e));
+  ck_assert_ptr_null(lh_actors_segmenter_new(&c, &e));
   ck_assert(strstr(e.msg, "routed_topk=0"));
   c = config(4);
   c.routed_layers = 0;
-  ck_assert_ptr_null(lh_segmenter_new(&c, &e));
+  ck_assert_ptr_null(lh_actors_segmenter_new(&c, &e));
   ck_assert(strstr(e.msg, "routed_layers=0"));
   char longname[300];
   memset(longname, 'x', sizeof longname - 1);
   longname[sizeof longname - 1] = 0;
   c = config(4);
   c.env = longname;
-  ck_assert_ptr_null(lh_segmenter_new(&c, &e));
+  ck_assert_ptr_null(lh_actors_segmenter_new(&c, &e));
   ck_assert(strstr(e.msg, "env name"));
-  ck_assert_ptr_null(lh_segmenter_new(NULL, &e));
+  ck_assert_ptr_null(lh_actors_segmenter_new(NULL, &e));
   ck_assert_int_eq(e.code, LH_EINVAL);
-  lh_segmenter_free(NULL);
-  lh_segment_free(NULL);
-  lh_episode_end_free(NULL);
+  lh_actors_segmenter_free(NULL);
+  lh_actors_segment_free(NULL);
+  lh_actors_episode_end_free(NULL);
 }
 END_TEST
 
 START_TEST(test_push_errors) {
-  lh_segmenter_config c = config(4);
-  lh_segmenter *s = lh_segmenter_new(&c, NULL);
+  lh_actors_segmenter_config c = config(4);
+  lh_actors_segmenter *s = lh_actors_segmenter_new(&c, NULL);
   uint32_t e4[L * K] = {0, 1, 2, 3}, bad[L * K] = {0, 1, 16, 3};
   lh_errbuf e;
-  ck_assert_int_eq(lh_segmenter_push(s, 264, 1, -1.0f, 0, e4, &e), LH_EACTORS_SEGMENT_TOKEN);
+  ck_assert_int_eq(lh_actors_segmenter_push(s, 264, 1, -1.0f, 0, e4, &e), LH_EACTORS_SEGMENT_TOKEN);
   ck_assert(strstr(e.msg, "token 264"));
-  ck_assert_int_eq(lh_segmenter_push(s, 1, 2, -1.0f, 0, e4, &e), LH_EACTORS_SEGMENT_TOKEN);
+  ck_assert_int_eq(lh_actors_segmenter_push(s, 1, 2, -1.0f, 0, e4, &e), LH_EACTORS_SEGMENT_TOKEN);
   ck_assert(strstr(e.msg, "sampled=2"));
-  ck_assert_int_eq(lh_segmenter_push(s, 1, 1, 0.5f, 0, e4, &e), LH_EACTORS_SEGMENT_TOKEN);
+  ck_assert_int_eq(lh_actors_segmenter_push(s, 1, 1, 0.5f, 0, e4, &e), LH_EACTORS_SEGMENT_TOKEN);
   ck_assert(strstr(e.msg, "behavior_logp"));
-  ck_assert_int_eq(lh_segmenter_push(s, 1, 1, NAN, 0, e4, &e), LH_EACTORS_SEGMENT_TOKEN);
-  ck_assert_int_eq(lh_segmenter_push(s, 1, 1, -INFINITY, 0, e4, &e), LH_EACTORS_SEGMENT_TOKEN);
-  ck_assert_int_eq(lh_segmenter_push(s, 1, 1, -1.0f, 0, NULL, &e), LH_EACTORS_SEGMENT_TOKEN);
+  ck_assert_int_eq(lh_actors_segmenter_push(s, 1, 1, NAN, 0, e4, &e), LH_EACTORS_SEGMENT_TOKEN);
+  ck_assert_int_eq(lh_actors_segmenter_push(s, 1, 1, -INFINITY, 0, e4, &e), LH_EACTORS_SEGMENT_TOKEN);
+  ck_assert_int_eq(lh_actors_segmenter_push(s, 1, 1, -1.0f, 0, NULL, &e), LH_EACTORS_SEGMENT_TOKEN);
   ck_assert(strstr(e.msg, "no experts"));
-  ck_assert_int_eq(lh_segmenter_push(s, 1, 1, -1.0f, 0, bad, &e), LH_EACTORS_SEGMENT_TOKEN);
+  ck_assert_int_eq(lh_actors_segmenter_push(s, 1, 1, -1.0f, 0, bad, &e), LH_EACTORS_SEGMENT_TOKEN);
   ck_assert(strstr(e.msg, "expert 16 (layer 1, slot 0)"));
-  ck_assert_int_eq(lh_segmenter_push(NULL, 1, 1, -1.0f, 0, e4, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_actors_segmenter_push(NULL, 1, 1, -1.0f, 0, e4, &e), LH_EINVAL);
   /* Nothing was appended by the failed pushes. */
-  ck_assert_uint_eq(lh_segmenter_tokens(s), 0);
+  ck_assert_uint_eq(lh_actors_segmenter_tokens(s), 0);
   uint8_t px[3] = {1, 2, 3};
-  ck_assert_int_eq(lh_segmenter_push_image(s, 1, 1, 2, px, &e), LH_EACTORS_SEGMENT_IMAGE);
+  ck_assert_int_eq(lh_actors_segmenter_push_image(s, 1, 1, 2, px, &e), LH_EACTORS_SEGMENT_IMAGE);
   ck_assert(strstr(e.msg, "channels=2"));
-  ck_assert_int_eq(lh_segmenter_push_image(s, 0, 1, 3, px, &e), LH_EACTORS_SEGMENT_IMAGE);
-  ck_assert_int_eq(lh_segmenter_push_image(s, 1, 5000, 3, px, &e), LH_EACTORS_SEGMENT_IMAGE);
-  ck_assert_int_eq(lh_segmenter_push_image(s, 1, 1, 3, NULL, &e), LH_EACTORS_SEGMENT_IMAGE);
-  ck_assert_int_eq(lh_segmenter_push_image(NULL, 1, 1, 3, px, &e), LH_EINVAL);
-  lh_segmenter_free(s);
+  ck_assert_int_eq(lh_actors_segmenter_push_image(s, 0, 1, 3, px, &e), LH_EACTORS_SEGMENT_IMAGE);
+  ck_assert_int_eq(lh_actors_segmenter_push_image(s, 1, 5000, 3, px, &e), LH_EACTORS_SEGMENT_IMAGE);
+  ck_assert_int_eq(lh_actors_segmenter_push_image(s, 1, 1, 3, NULL, &e), LH_EACTORS_SEGMENT_IMAGE);
+  ck_assert_int_eq(lh_actors_segmenter_push_image(NULL, 1, 1, 3, px, &e), LH_EINVAL);
+  lh_actors_segmenter_free(s);
 }
 END_TEST
 
 START_TEST(test_finish_errors) {
-  lh_segmenter_config c = config(4);
-  lh_segmenter *s = lh_segmenter_new(&c, NULL);
+  lh_actors_segmenter_config c = config(4);
+  lh_actors_segmenter *s = lh_actors_segmenter_new(&c, NULL);
   push_range(s, 0, 2);
   uint8_t px[3] = {1, 2, 3};
-  ck_assert_int_eq(lh_segmenter_push_image(s, 1, 1, 3, px, NULL), 0);
-  lh_episode_result res = {.outcome = LONGHAUL__OUTCOME__OUTCOME_SUCCESS, .reward = 1.0f};
+  ck_assert_int_eq(lh_actors_segmenter_push_image(s, 1, 1, 3, px, NULL), 0);
+  lh_actors_episode_result res = {.outcome = LONGHAUL__OUTCOME__OUTCOME_SUCCESS, .reward = 1.0f};
   Longhaul__EpisodeEnd *end = (Longhaul__EpisodeEnd *)&res;
   lh_errbuf e;
-  ck_assert_int_eq(lh_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_IMAGE);
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_IMAGE);
   ck_assert(strstr(e.msg, "no token followed"));
   ck_assert_ptr_null(end);
   push_range(s, 2, 3);
   res.outcome = LONGHAUL__OUTCOME__OUTCOME_UNSPECIFIED;
-  ck_assert_int_eq(lh_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_RESULT);
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_RESULT);
   ck_assert(strstr(e.msg, "outcome"));
   res.outcome = LONGHAUL__OUTCOME__OUTCOME_SUCCESS;
   res.reward = NAN;
-  ck_assert_int_eq(lh_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_RESULT);
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_RESULT);
   ck_assert(strstr(e.msg, "reward"));
   res.reward = 1.0f;
-  lh_reward_term t = {"", 1.0f, 0};
+  lh_actors_reward_term t = {"", 1.0f, 0};
   res.terms = &t, res.n_terms = 1;
-  ck_assert_int_eq(lh_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_RESULT);
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_RESULT);
   ck_assert(strstr(e.msg, "term 0"));
   res.terms = NULL;
-  ck_assert_int_eq(lh_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_RESULT);
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_RESULT);
   t.name = "x", t.value = INFINITY, res.terms = &t;
-  ck_assert_int_eq(lh_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_RESULT);
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_RESULT);
   ck_assert(strstr(e.msg, "terms[0].value"));
   /* The failures cut nothing; a good result still works, once. */
-  ck_assert_uint_eq(lh_segmenter_ready(s), 0);
+  ck_assert_uint_eq(lh_actors_segmenter_ready(s), 0);
   res.n_terms = 0;
-  ck_assert_int_eq(lh_segmenter_finish(s, &res, &end, &e), 0);
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, &res, &end, &e), 0);
   ck_assert_uint_eq(end->segment_count, 1);
-  ck_assert_uint_eq(lh_segmenter_ready(s), 1);
-  lh_episode_end_free(end);
-  ck_assert_int_eq(lh_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_FINISHED);
-  ck_assert_int_eq(lh_segmenter_push(s, 1, 0, 0.0f, 0, NULL, &e), LH_EACTORS_SEGMENT_FINISHED);
-  ck_assert_int_eq(lh_segmenter_push_image(s, 1, 1, 3, px, &e), LH_EACTORS_SEGMENT_FINISHED);
-  ck_assert_int_eq(lh_segmenter_finish(s, NULL, &end, &e), LH_EINVAL);
-  lh_segmenter_free(s);
+  ck_assert_uint_eq(lh_actors_segmenter_ready(s), 1);
+  lh_actors_episode_end_free(end);
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, &res, &end, &e), LH_EACTORS_SEGMENT_FINISHED);
+  ck_assert_int_eq(lh_actors_segmenter_push(s, 1, 0, 0.0f, 0, NULL, &e), LH_EACTORS_SEGMENT_FINISHED);
+  ck_assert_int_eq(lh_actors_segmenter_push_image(s, 1, 1, 3, px, &e), LH_EACTORS_SEGMENT_FINISHED);
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, NULL, &end, &e), LH_EINVAL);
+  lh_actors_segmenter_free(s);
 }
 END_TEST
 

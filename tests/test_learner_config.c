@@ -35,7 +35,7 @@ START_TEST(test_defaults_and_other_sections_ignored) {
   lh_learner_config c;
   lh_errbuf e;
   ck_assert_int_eq(parse("[model]\nd_model = 128\nwhatever = 1\n[actor]\nbatch = 4\n", &c, &e), 0);
-  ck_assert_int_eq(c.advantage, LH_ADV_GRPO);
+  ck_assert_int_eq(c.advantage, LH_LEARNER_ADV_GRPO);
   NEAR(c.clip_eps, 0.2, 0);
   NEAR(c.weight_decay, 0.01, 0);
   NEAR(c.grad_clip, 1.0, 0);
@@ -59,7 +59,7 @@ START_TEST(test_every_key) {
   lh_learner_config c;
   lh_errbuf e;
   ck_assert_msg(parse(text, &c, &e) == 0, "%s", e.msg);
-  ck_assert_int_eq(c.advantage, LH_ADV_RLOO);
+  ck_assert_int_eq(c.advantage, LH_LEARNER_ADV_RLOO);
   NEAR(c.baseline_decay, 0.5, 0);
   NEAR(c.clip_eps, 0.1, 0);
   ck_assert(isinf(c.is_cap));
@@ -80,15 +80,15 @@ START_TEST(test_every_key) {
   ck_assert_uint_eq(c.stages[1].steps, 50);
   NEAR(c.stages[1].long_frac, 0.25, 0);
   NEAR(c.stages[2].long_frac, 1.0, 0);
-  ck_assert_int_eq(lh_stage_at(&c, 0), 0);
-  ck_assert_int_eq(lh_stage_at(&c, 99), 0);
-  ck_assert_int_eq(lh_stage_at(&c, 100), 1);
-  ck_assert_int_eq(lh_stage_at(&c, 149), 1);
-  ck_assert_int_eq(lh_stage_at(&c, 150), 2);
-  ck_assert_int_eq(lh_stage_at(&c, 100000), 2);
+  ck_assert_int_eq(lh_learner_stage_at(&c, 0), 0);
+  ck_assert_int_eq(lh_learner_stage_at(&c, 99), 0);
+  ck_assert_int_eq(lh_learner_stage_at(&c, 100), 1);
+  ck_assert_int_eq(lh_learner_stage_at(&c, 149), 1);
+  ck_assert_int_eq(lh_learner_stage_at(&c, 150), 2);
+  ck_assert_int_eq(lh_learner_stage_at(&c, 100000), 2);
   lh_learner_config_default(&c);
-  ck_assert_int_eq(lh_stage_at(&c, 0), -1);
-  ck_assert_int_eq(lh_stage_at(NULL, 0), -1);
+  ck_assert_int_eq(lh_learner_stage_at(&c, 0), -1);
+  ck_assert_int_eq(lh_learner_stage_at(NULL, 0), -1);
   const char *bools[8] = {"true", "on", "1", "yes", "false", "off", "0", "no"};
   for (int i = 0; i < 8; i++) {
     char t[64];
@@ -205,25 +205,25 @@ END_TEST
 
 START_TEST(test_lr_schedule) {
   /* lr 1, warmup 10, total 110 */
-  NEAR(lh_lr_at(1.0, 10, 110, 0), 0.1, 1e-15);
-  NEAR(lh_lr_at(1.0, 10, 110, 4), 0.5, 1e-15);
-  NEAR(lh_lr_at(1.0, 10, 110, 9), 1.0, 1e-15);
-  NEAR(lh_lr_at(1.0, 10, 110, 10), 1.0, 1e-15);
-  NEAR(lh_lr_at(1.0, 10, 110, 60), 0.5, 1e-12);
-  NEAR(lh_lr_at(1.0, 10, 110, 35), 0.5 * (1 + cos(M_PI * 0.25)), 1e-12);
-  NEAR(lh_lr_at(1.0, 10, 110, 110), 0.0, 0);
-  NEAR(lh_lr_at(1.0, 10, 110, 5000), 0.0, 0);
+  NEAR(lh_learner_lr_at(1.0, 10, 110, 0), 0.1, 1e-15);
+  NEAR(lh_learner_lr_at(1.0, 10, 110, 4), 0.5, 1e-15);
+  NEAR(lh_learner_lr_at(1.0, 10, 110, 9), 1.0, 1e-15);
+  NEAR(lh_learner_lr_at(1.0, 10, 110, 10), 1.0, 1e-15);
+  NEAR(lh_learner_lr_at(1.0, 10, 110, 60), 0.5, 1e-12);
+  NEAR(lh_learner_lr_at(1.0, 10, 110, 35), 0.5 * (1 + cos(M_PI * 0.25)), 1e-12);
+  NEAR(lh_learner_lr_at(1.0, 10, 110, 110), 0.0, 0);
+  NEAR(lh_learner_lr_at(1.0, 10, 110, 5000), 0.0, 0);
   double prev = 2.0;
   for (uint64_t s = 10; s <= 110; s++) {
-    double v = lh_lr_at(3e-4, 10, 110, s);
+    double v = lh_learner_lr_at(3e-4, 10, 110, s);
     ck_assert(v <= prev && v >= 0.0);
     prev = v;
   }
   /* No warmup starts at the full rate. */
-  NEAR(lh_lr_at(2.0, 0, 100, 0), 2.0, 1e-15);
+  NEAR(lh_learner_lr_at(2.0, 0, 100, 0), 2.0, 1e-15);
   /* All warmup, then nothing. */
-  NEAR(lh_lr_at(1.0, 4, 4, 3), 1.0, 1e-15);
-  NEAR(lh_lr_at(1.0, 4, 4, 4), 0.0, 0);
+  NEAR(lh_learner_lr_at(1.0, 4, 4, 3), 1.0, 1e-15);
+  NEAR(lh_learner_lr_at(1.0, 4, 4, 4), 0.0, 0);
 }
 END_TEST
 

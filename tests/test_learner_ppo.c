@@ -10,7 +10,7 @@
 #define NEAR(a, b, tol) ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), "%.12g vs %.12g", \
                                       (double)(a), (double)(b))
 
-static const lh_ppo_params P = {.clip_eps = 0.2, .is_cap = 2.0, .entropy_coef = 0.0};
+static const lh_learner_ppo_params P = {.clip_eps = 0.2, .is_cap = 2.0, .entropy_coef = 0.0};
 
 /* A small LCG so the test data does not depend on another module. */
 static double unif(uint64_t *s) {
@@ -18,9 +18,9 @@ static double unif(uint64_t *s) {
   return (double)(*s >> 11) * 0x1.0p-53;
 }
 
-static double loss_f64(const lh_ppo_params *p, const lh_ppo_input_f64 *in) {
+static double loss_f64(const lh_learner_ppo_params *p, const lh_learner_ppo_input_f64 *in) {
   double l;
-  ck_assert_int_eq(lh_ppo_loss_f64(p, in, &l, NULL, NULL, NULL), 0);
+  ck_assert_int_eq(lh_learner_ppo_loss_f64(p, in, &l, NULL, NULL, NULL), 0);
   return l;
 }
 
@@ -36,14 +36,14 @@ START_TEST(test_gradient_matches_finite_differences) {
     ent[t] = unif(&s) * 3.0;
     mask[t] = unif(&s) < 0.8;
   }
-  const lh_ppo_params params[3] = {{0.2, 2.0, 0.0}, {0.1, 1.5, 0.01}, {0.3, INFINITY, 0.0}};
+  const lh_learner_ppo_params params[3] = {{0.2, 2.0, 0.0}, {0.1, 1.5, 0.01}, {0.3, INFINITY, 0.0}};
   double h = 1e-6, max_err = 0.0;
   int checked = 0;
   for (int pi = 0; pi < 3; pi++) {
-    const lh_ppo_params *p = &params[pi];
-    lh_ppo_input_f64 in = {.n = N, .logp = logp, .behavior_logp = blogp, .advantage = adv,
+    const lh_learner_ppo_params *p = &params[pi];
+    lh_learner_ppo_input_f64 in = {.n = N, .logp = logp, .behavior_logp = blogp, .advantage = adv,
                            .loss_mask = mask, .entropy = ent, .normaliser = 0};
-    ck_assert_int_eq(lh_ppo_loss_f64(p, &in, NULL, grad, NULL, NULL), 0);
+    ck_assert_int_eq(lh_learner_ppo_loss_f64(p, &in, NULL, grad, NULL, NULL), 0);
     for (int t = 0; t < N; t++) {
       double r = exp(logp[t] - blogp[t]);
       /* Skip the kinks, where the derivative is one-sided. */
@@ -72,15 +72,15 @@ START_TEST(test_gradient_matches_finite_differences) {
 END_TEST
 
 /* The loss and gradient of one token with advantage A and ratio r. */
-static void one(const lh_ppo_params *p, double r, double A, double *loss, double *g, lh_ppo_stats *st) {
+static void one(const lh_learner_ppo_params *p, double r, double A, double *loss, double *g, lh_learner_ppo_stats *st) {
   double logp = log(r) - 1.0, blogp = -1.0;
-  lh_ppo_input_f64 in = {.n = 1, .logp = &logp, .behavior_logp = &blogp, .advantage = &A};
-  ck_assert_int_eq(lh_ppo_loss_f64(p, &in, loss, g, st, NULL), 0);
+  lh_learner_ppo_input_f64 in = {.n = 1, .logp = &logp, .behavior_logp = &blogp, .advantage = &A};
+  ck_assert_int_eq(lh_learner_ppo_loss_f64(p, &in, loss, g, st, NULL), 0);
 }
 
 START_TEST(test_clip_regions) {
   double l, g;
-  lh_ppo_stats st;
+  lh_learner_ppo_stats st;
   /* A > 0, ratio above 1 + eps: clipped, no gradient. */
   one(&P, 1.5, 1.0, &l, &g, &st);
   NEAR(l, -1.2, 1e-12);
@@ -117,7 +117,7 @@ END_TEST
 
 START_TEST(test_truncation_at_is_cap) {
   double l, g;
-  lh_ppo_stats st;
+  lh_learner_ppo_stats st;
   /* A < 0, r = 5 > is_cap = 2: the weight is min(r, is_cap) = 2. */
   one(&P, 5.0, -1.0, &l, &g, &st);
   NEAR(l, 2.0, 1e-12);
@@ -125,7 +125,7 @@ START_TEST(test_truncation_at_is_cap) {
   NEAR(st.trunc_frac, 1.0, 0);
   NEAR(st.clip_frac, 1.0, 0);
   /* Without a cap the same token costs r * |A| and keeps its gradient. */
-  lh_ppo_params nocap = P;
+  lh_learner_ppo_params nocap = P;
   nocap.is_cap = INFINITY;
   one(&nocap, 5.0, -1.0, &l, &g, &st);
   NEAR(l, 5.0, 1e-12);
@@ -135,7 +135,7 @@ START_TEST(test_truncation_at_is_cap) {
   one(&P, 5.0, 1.0, &l, &g, &st);
   NEAR(l, -1.2, 1e-12);
   /* A cap inside the trust region binds for A > 0 too. */
-  lh_ppo_params tight = P;
+  lh_learner_ppo_params tight = P;
   tight.is_cap = 1.1;
   one(&tight, 1.15, 1.0, &l, &g, &st);
   NEAR(l, -1.1, 1e-12);
@@ -152,13 +152,13 @@ START_TEST(test_float_entry_normaliser_mask_alignment_entropy) {
   float adv[4] = {1.0f, 1.0f, -1.0f, 5.0f}, ent[4] = {2.0f, 1.0f, 0.5f, 9.0f};
   uint8_t mask[4] = {1, 1, 1, 0};
   uint32_t ver[4] = {7, 6, 7, 7};
-  lh_ppo_params p = {.clip_eps = 0.2, .is_cap = 2.0, .entropy_coef = 0.1};
-  lh_ppo_input in = {.n = 4, .logp = logp, .behavior_logp = blogp, .advantage = adv, .loss_mask = mask,
+  lh_learner_ppo_params p = {.clip_eps = 0.2, .is_cap = 2.0, .entropy_coef = 0.1};
+  lh_learner_ppo_input in = {.n = 4, .logp = logp, .behavior_logp = blogp, .advantage = adv, .loss_mask = mask,
                      .version = ver, .current_version = 7, .entropy = ent};
   double l;
   float g[4] = {9, 9, 9, 9};
-  lh_ppo_stats st;
-  ck_assert_int_eq(lh_ppo_loss(&p, &in, &l, g, &st, NULL), 0);
+  lh_learner_ppo_stats st;
+  ck_assert_int_eq(lh_learner_ppo_loss(&p, &in, &l, g, &st, NULL), 0);
   double r1 = exp(0.1);  /* inside the trust region */
   double want_policy = -(1.0 + r1 * 1.0 + -1.0) / 3.0;
   NEAR(st.policy_loss, want_policy, 1e-6);
@@ -174,7 +174,7 @@ START_TEST(test_float_entry_normaliser_mask_alignment_entropy) {
   ck_assert_uint_eq(st.current_tokens, 2);
   ck_assert(st.logp_diff_max == 0.0 && st.logp_diff_mean == 0.0);
   blogp[2] = -0.5f + 1e-3f;
-  ck_assert_int_eq(lh_ppo_loss(&p, &in, &l, g, &st, NULL), 0);
+  ck_assert_int_eq(lh_learner_ppo_loss(&p, &in, &l, g, &st, NULL), 0);
   NEAR(st.logp_diff_max, 1e-3, 1e-7);
   NEAR(st.logp_diff_mean, 5e-4, 1e-7);
   /* Split into two calls normalised by the batch's 3 sampled tokens: the
@@ -183,67 +183,67 @@ START_TEST(test_float_entry_normaliser_mask_alignment_entropy) {
   p.entropy_coef = 0.0;
   in.entropy = NULL;
   double whole, a, b;
-  ck_assert_int_eq(lh_ppo_loss(&p, &in, &whole, NULL, NULL, NULL), 0);
-  lh_ppo_input first = in, second = in;
+  ck_assert_int_eq(lh_learner_ppo_loss(&p, &in, &whole, NULL, NULL, NULL), 0);
+  lh_learner_ppo_input first = in, second = in;
   first.n = 2, first.normaliser = 3;
   second.n = 2, second.logp += 2, second.behavior_logp += 2, second.advantage += 2;
   second.loss_mask += 2, second.version += 2, second.normaliser = 3;
-  ck_assert_int_eq(lh_ppo_loss(&p, &first, &a, NULL, NULL, NULL), 0);
-  ck_assert_int_eq(lh_ppo_loss(&p, &second, &b, NULL, NULL, NULL), 0);
+  ck_assert_int_eq(lh_learner_ppo_loss(&p, &first, &a, NULL, NULL, NULL), 0);
+  ck_assert_int_eq(lh_learner_ppo_loss(&p, &second, &b, NULL, NULL, NULL), 0);
   NEAR(a + b, whole, 1e-7);
   /* Masked positions may hold anything, NaN included. */
   logp[3] = NAN;
-  ck_assert_int_eq(lh_ppo_loss(&p, &in, &l, g, NULL, NULL), 0);
+  ck_assert_int_eq(lh_learner_ppo_loss(&p, &in, &l, g, NULL, NULL), 0);
   /* An empty call is a zero loss. */
-  lh_ppo_input empty = {.n = 0};
-  ck_assert_int_eq(lh_ppo_loss(&p, &empty, &l, NULL, &st, NULL), 0);
+  lh_learner_ppo_input empty = {.n = 0};
+  ck_assert_int_eq(lh_learner_ppo_loss(&p, &empty, &l, NULL, &st, NULL), 0);
   ck_assert(l == 0.0 && st.tokens == 0);
 }
 END_TEST
 
 START_TEST(test_ppo_errors) {
   float logp[2] = {-1.0f, -1.0f}, blogp[2] = {-1.0f, -1.0f}, adv[2] = {1.0f, 1.0f};
-  lh_ppo_input in = {.n = 2, .logp = logp, .behavior_logp = blogp, .advantage = adv};
+  lh_learner_ppo_input in = {.n = 2, .logp = logp, .behavior_logp = blogp, .advantage = adv};
   lh_errbuf e;
   double l = 42.0;
   float g[2] = {7, 7};
-  lh_ppo_params p = P;
+  lh_learner_ppo_params p = P;
   p.clip_eps = 0.0;
-  ck_assert_int_eq(lh_ppo_loss(&p, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_PARAMS);
+  ck_assert_int_eq(lh_learner_ppo_loss(&p, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_PARAMS);
   ck_assert(strstr(e.msg, "clip_eps"));
   p = P, p.clip_eps = 1.0;
-  ck_assert_int_eq(lh_ppo_loss(&p, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_PARAMS);
+  ck_assert_int_eq(lh_learner_ppo_loss(&p, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_PARAMS);
   p = P, p.is_cap = 0.5;
-  ck_assert_int_eq(lh_ppo_loss(&p, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_PARAMS);
+  ck_assert_int_eq(lh_learner_ppo_loss(&p, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_PARAMS);
   ck_assert(strstr(e.msg, "is_cap"));
   p = P, p.is_cap = NAN;
-  ck_assert_int_eq(lh_ppo_loss(&p, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_PARAMS);
+  ck_assert_int_eq(lh_learner_ppo_loss(&p, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_PARAMS);
   p = P, p.entropy_coef = -0.1;
-  ck_assert_int_eq(lh_ppo_loss(&p, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_PARAMS);
+  ck_assert_int_eq(lh_learner_ppo_loss(&p, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_PARAMS);
   ck_assert(strstr(e.msg, "entropy_coef"));
   p = P, p.entropy_coef = 0.1;
-  ck_assert_int_eq(lh_ppo_loss(&p, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
+  ck_assert_int_eq(lh_learner_ppo_loss(&p, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
   ck_assert(strstr(e.msg, "no per-token entropy"));
   logp[1] = NAN;
-  ck_assert_int_eq(lh_ppo_loss(&P, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
+  ck_assert_int_eq(lh_learner_ppo_loss(&P, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
   ck_assert(strstr(e.msg, "logp[1]"));
   logp[1] = -1.0f, blogp[0] = -INFINITY;
-  ck_assert_int_eq(lh_ppo_loss(&P, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
+  ck_assert_int_eq(lh_learner_ppo_loss(&P, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
   ck_assert(strstr(e.msg, "behavior_logp[0]"));
   blogp[0] = -1.0f, adv[1] = INFINITY;
-  ck_assert_int_eq(lh_ppo_loss(&P, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
+  ck_assert_int_eq(lh_learner_ppo_loss(&P, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
   ck_assert(strstr(e.msg, "advantage[1]"));
   adv[1] = 1.0f;
   in.normaliser = 1;
-  ck_assert_int_eq(lh_ppo_loss(&P, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
+  ck_assert_int_eq(lh_learner_ppo_loss(&P, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
   ck_assert(strstr(e.msg, "normaliser=1"));
   in.normaliser = -2;
-  ck_assert_int_eq(lh_ppo_loss(&P, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
+  ck_assert_int_eq(lh_learner_ppo_loss(&P, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
   in.normaliser = 0;
   in.logp = NULL;
-  ck_assert_int_eq(lh_ppo_loss(&P, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
-  ck_assert_int_eq(lh_ppo_loss(&P, NULL, &l, g, NULL, &e), LH_EINVAL);
-  ck_assert_int_eq(lh_ppo_loss(NULL, &in, &l, g, NULL, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_learner_ppo_loss(&P, &in, &l, g, NULL, &e), LH_ELEARNER_PPO_INPUT);
+  ck_assert_int_eq(lh_learner_ppo_loss(&P, NULL, &l, g, NULL, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_learner_ppo_loss(NULL, &in, &l, g, NULL, &e), LH_EINVAL);
   /* Nothing was written by the failed calls. */
   ck_assert(l == 42.0 && g[0] == 7.0f && g[1] == 7.0f);
 }
