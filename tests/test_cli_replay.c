@@ -111,7 +111,7 @@ static void put_end(lh_store *s, uint64_t id, const char *env, const char *actor
 /* Episode 1 (calc, complete, reward 1): a prompt, a tool call, its
  * observation and the answer, in two segments, with escapes to show.
  * Episode 2 (maze, truncated, reward 0): an image in an observation;
- * segment 1 of 3 missing. Episode 3 (calc, running): one segment.
+ * segments 1 and 3 of 4 missing. Episode 3 (calc, running): one segment.
  * Episode 4 (needle, aborted, version 1): its payload dropped by retention. */
 static void build_fixture(void) {
   snprintf(dir, sizeof dir, "/tmp/lh-test-cli-replay-%d", (int)getpid());
@@ -169,7 +169,7 @@ static void build_fixture(void) {
   add_tok(&b, OBS_END, 0, 0);
   add_tok(&b, EOS, 1, 6);
   put_segment(s, 2, 2, len0 + 10, "maze", "a1", &b, NULL);  /* seq 1 never arrives */
-  put_end(s, 2, "maze", "a1", LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, 3, len0 + 10 + b.n, "reached_goal",
+  put_end(s, 2, "maze", "a1", LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, 4, len0 + 10 + b.n, "reached_goal",
           0.0f, NULL, 0, NULL);
 
   b.n = 0;
@@ -467,7 +467,7 @@ START_TEST(test_episodes) {
   char line[512];
   line_with("maze", line, sizeof line);
   HAS(line, "truncated");
-  HAS(line, "2/3");     /* segments stored of expected */
+  HAS(line, "2/4");     /* segments stored of expected */
   HAS(line, "5..6");    /* versions */
   line_with("running", line, sizeof line);
   HAS(line, "calc");
@@ -551,11 +551,13 @@ END_TEST
 START_TEST(test_show_image_and_gap) {
   ck_assert_int_eq(replay("show", "--db", db, "2", NULL), 0);
   HAS(out_buf, "status truncated");
-  HAS(out_buf, "segments 2 of 3 stored");
+  HAS(out_buf, "segments 2 of 4 stored");
   HAS(out_buf, "[obs] [image 4x3x3 at offset 17]<pad>x4\n");
   HAS(out_buf, "  policy [call] move(N)\n");
   HAS(out_buf, "-- gap: segment 1 is missing --");
-  HAS(out_buf, "gaps: 1 segment missing: 1");
+  HAS(out_buf, "gaps: 2 segments missing: 1 3");
+  HAS(out_buf, "-- gap: segment 3 is missing --");
+  HAS(out_buf, "-- tokens 32..41 are not stored --");
   HAS(out_buf, "  env    [obs] Blocked\n");
   char line[512];
   line_with("segment 0 ", line, sizeof line);
@@ -651,7 +653,8 @@ START_TEST(test_export) {
   ck_assert_int_eq((int)get(img, "offset")->valuedouble, 17);
   ck_assert(cJSON_GetObjectItem(img, "pixels") == NULL);
   cJSON *gaps = get(ep[1], "gaps");
-  ck_assert_int_eq((int)get(gaps, "missing_count")->valuedouble, 1);
+  ck_assert_int_eq((int)get(gaps, "missing_count")->valuedouble, 2);
+  ck_assert_int_eq((int)cJSON_GetArrayItem(get(gaps, "missing"), 1)->valuedouble, 3);
   ck_assert_int_eq((int)cJSON_GetArrayItem(get(gaps, "missing"), 0)->valuedouble, 1);
   ck_assert(cJSON_IsFalse(get(gaps, "complete")));
   /* Episode 3 has no reward yet. */
@@ -683,6 +686,8 @@ START_TEST(test_export) {
   HAS_NOT(err_buf, "export:");
   ck_assert_int_eq(replay("export", "--db", db, "--out", "/nonexistent/dir/x.jsonl", NULL), 1);
   HAS(err_buf, "cannot write --out '/nonexistent/dir/x.jsonl'");
+  ck_assert_int_eq(replay("export", "--db", db, "--out", "/dev/full", NULL), 1);
+  HAS(err_buf, "writing /dev/full failed");
 }
 END_TEST
 
@@ -704,6 +709,20 @@ START_TEST(test_sql) {
   HAS(out_buf, "NULL\ta\\tb\n");
   ck_assert_int_eq(replay("sql", "--db", db, "SELECT id FROM episodes WHERE id > 100", NULL), 0);
   HAS(err_buf, "no rows");
+
+  /* Past the rows that set the column widths, the rest streams. */
+  const char *count_to = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1500) "
+                         "SELECT x, 'row' || x AS label FROM c";
+  for (int aligned = 0; aligned < 2; aligned++) {
+    ck_assert_int_eq(aligned ? replay("sql", "--db", db, "--aligned", count_to, NULL)
+                             : replay("sql", "--db", db, count_to, NULL),
+                     0);
+    int lines = 0;
+    for (const char *p = out_buf; (p = strchr(p, '\n')); p++) lines++;
+    ck_assert_int_eq(lines, 1501);
+    HAS(out_buf, aligned ? "\n1500  row1500\n" : "\n1500\trow1500\n");
+    HAS(out_buf, aligned ? "\n1     row1\n" : "\n1\trow1\n");
+  }
 
   const char *writes[] = {
       "INSERT INTO episodes(id) VALUES (77)",
