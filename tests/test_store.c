@@ -845,9 +845,9 @@ static int wait_exit(pid_t pid) {
 
 START_TEST(test_two_writers_one_reader) {
   lh_store_close(open_rw());
-  char *w1[] = {"store_writer", "write", db, "1", "150", "4", "7", NULL};
-  char *w2[] = {"store_writer", "write", db, "1001", "150", "4", "3", NULL};
-  char *rd[] = {"store_writer", "read", db, "300", NULL};
+  char *w1[] = {"store_writer", "write", db, "1", "400", "4", "7", NULL};
+  char *w2[] = {"store_writer", "write", db, "1001", "400", "4", "3", NULL};
+  char *rd[] = {"store_writer", "read", db, "800", NULL};
   pid_t p1 = spawn(w1, NULL), p2 = spawn(w2, NULL), p3 = spawn(rd, NULL);
   ck_assert_int_eq(wait_exit(p1), 0);
   ck_assert_int_eq(wait_exit(p2), 0);
@@ -855,13 +855,13 @@ START_TEST(test_two_writers_one_reader) {
   lh_store *s = open_ro();
   lh_store_stats st;
   ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
-  ck_assert_uint_eq(st.episodes, 300);
-  ck_assert_uint_eq(st.segments, 1200);
-  ck_assert_uint_eq(st.by_status[LH_EPISODE_COMPLETE], 300);
-  ck_assert_uint_eq(st.reward_terms, 600);
+  ck_assert_uint_eq(st.episodes, 800);
+  ck_assert_uint_eq(st.segments, 3200);
+  ck_assert_uint_eq(st.by_status[LH_EPISODE_COMPLETE], 800);
+  ck_assert_uint_eq(st.reward_terms, 1600);
   ck_assert_uint_eq(st.incomplete, 0);
   lh_segment_report rep;
-  for (uint64_t id = 1; id <= 150; id++) {
+  for (uint64_t id = 1; id <= 400; id++) {
     ck_assert_int_eq(lh_store_episode_segments(s, id, NULL, NULL, &rep, &e), 0);
     ck_assert(rep.complete);
     ck_assert_int_eq(lh_store_episode_segments(s, 1000 + id, NULL, NULL, &rep, &e), 0);
@@ -907,6 +907,46 @@ START_TEST(test_killed_writer) {
 }
 END_TEST
 
+/* A writer that holds the write lock past the wait limit: the other gets
+ * LH_ESTORE_BUSY (not SQLITE_BUSY), and succeeds once the lock is free. */
+START_TEST(test_busy_limit) {
+  char *args[] = {"store_writer", "hang", db, "1", "2", NULL};
+  int fd;
+  pid_t pid = spawn(args, &fd);
+  char buf[64] = {0};
+  size_t got = 0;
+  while (got < sizeof buf - 1 && !strchr(buf, '\n')) {
+    ssize_t n = read(fd, buf + got, sizeof buf - 1 - got);
+    ck_assert_int_gt(n, 0);
+    got += (size_t)n;
+  }
+  close(fd);
+  lh_store_options o;
+  lh_store_options_default(&o);
+  o.busy_timeout_ms = 20;
+  o.max_wait_ms = 200;
+  lh_store *s = NULL;
+  ck_assert_int_eq(lh_store_open_with(db, &o, &s, &e), 0);
+  static sfx_seg g;
+  sfx_seg_plain(&g, 500, 0, 8, 1);
+  int ins;
+  ck_assert_int_eq(lh_store_put_segment(s, &g.seg, &ins, &e), LH_ESTORE_BUSY);
+  ck_assert(strstr(e.msg, "wait limit") != NULL);
+  ck_assert_int_eq(lh_store_begin(s, &e), LH_ESTORE_BUSY);
+  ck_assert(!lh_store_in_batch(s));
+  /* Readers are not blocked by the writer. */
+  lh_store *r = open_ro();
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(r, &st, &e), 0);
+  ck_assert_uint_eq(st.episodes, 2);
+  lh_store_close(r);
+  ck_assert_int_eq(kill(pid, SIGKILL), 0);
+  wait_exit(pid);
+  put_seg(s, &g.seg, 1);
+  lh_store_close(s);
+}
+END_TEST
+
 static Suite *store_suite(void) {
   Suite *su = suite_create("store");
   TCase *tc = tcase_create("store");
@@ -927,6 +967,7 @@ static Suite *store_suite(void) {
   tcase_add_test(tc, test_migration);
   tcase_add_test(tc, test_two_writers_one_reader);
   tcase_add_test(tc, test_killed_writer);
+  tcase_add_test(tc, test_busy_limit);
   suite_add_tcase(su, tc);
   return su;
 }
