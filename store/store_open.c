@@ -152,7 +152,8 @@ static int migrate(lh_store *s, lh_errbuf *err) {
     sqlite3_bind_int64(st, 3, lh_wall_ms());
     rc = lh_store_step(s, st, "recording a migration", err);
     sqlite3_finalize(st);
-    if (rc >= 0) LH_INFO("store", "migrated path=%s to_version=%u", s->path, m->version);
+    if (rc >= 0 && version > 0)
+      LH_INFO("store", "migrated path=%s to_version=%u", s->path, m->version);
   }
   if (rc >= 0 && version < LH_STORE_SCHEMA_VERSION) {
     rc = lh_store_exec(s,
@@ -171,6 +172,7 @@ static int migrate(lh_store *s, lh_errbuf *err) {
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return rc;
   }
+  if (version == 0) LH_INFO("store", "created path=%s schema=%d", s->path, LH_STORE_SCHEMA_VERSION);
   return lh_store_exec(s, "COMMIT", err);
 }
 
