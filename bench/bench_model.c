@@ -72,7 +72,7 @@ static int bench_step(lh_model *m, int n_seq, int seq_len, int steps, double *be
     double t0 = now_s(), loss = 0;
     rc = lh_model_forward(m, &b, &c, NULL, &loss, NULL, &err);
     if (!rc) rc = lh_model_zero_grads(m);
-    if (!rc) rc = lh_model_backward(m, c, NULL, &err);
+    if (!rc) rc = lh_model_backward(m, c, NULL, NULL, &err);
     ap.step = i + 1;
     if (!rc) rc = lh_model_adamw_step(m, &ap);
     double dt = now_s() - t0;

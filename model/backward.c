@@ -26,11 +26,13 @@ static int reserve_backward(lh_model_cache *c, const lh_model_config *cf) {
   GRAB(c->drl, T * cf->experts);
   GRAB(c->dgates, T * cf->topk);
   GRAB(c->dlogp_dev, T);
+  GRAB(c->dentropy_dev, T);
   c->have_bwd = 1;
   return LH_OK;
 }
 
-int lh_model_backward(lh_model *m, lh_model_cache *c, const float *dlogp, lh_errbuf *err) {
+int lh_model_backward(lh_model *m, lh_model_cache *c, const float *dlogp, const float *dentropy,
+                      lh_errbuf *err) {
   if (!m || !c) return LH_EINVAL;
   if (!m->grads)
     return lh_errbuf_set(err, LH_EMODEL_STATE,
@@ -52,7 +54,13 @@ int lh_model_backward(lh_model *m, lh_model_cache *c, const float *dlogp, lh_err
   LH_TRY(be->upload(ctx, c->dlogp_dev, dlogp ? dlogp : c->dlogp_default,
                     (size_t)T * sizeof(float)));
   Z(c->dlogits, (size_t)T * V);
-  LH_TRY(be->logprob_backward(ctx, c->dlogits, c->dlogp_dev, NULL, c->logits, c->targets, T, V));
+  if (dentropy)
+    LH_TRY(be->upload(ctx, c->dentropy_dev, dentropy, (size_t)T * sizeof(float)));
+  LH_TRY(be->logprob_backward(ctx, c->dlogits, c->dlogp_dev, dentropy ? c->dentropy_dev : NULL,
+                              c->logits, c->targets, T, V));
+  /* the cached logits were divided by the temperature */
+  if (c->inv_temperature != 1.0f)
+    LH_TRY(be->scale(ctx, c->dlogits, (size_t)T * V, c->inv_temperature));
   Z(c->dun, Td);
   LH_TRY(be->matmul_backward(ctx, c->dun, lh_model_view(m, G, m->out), NULL, c->dlogits, c->un,
                              lh_model_view(m, P, m->out), T, d, V));

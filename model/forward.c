@@ -88,6 +88,7 @@ static int cache_reserve(lh_model_cache *c, const lh_model *m, int T, int n_seq,
   GRAB(c->un, (size_t)T * d, float);
   GRAB(c->logits, (size_t)T * cf->vocab, float);
   GRAB(c->logp, (size_t)T, float);
+  GRAB(c->entropy, (size_t)T, float);
   GRAB(c->tokens, (size_t)T, int32_t);
   GRAB(c->targets, (size_t)T, int32_t);
   GRAB(c->offsets, (size_t)n_seq + 1, int32_t);
@@ -128,6 +129,9 @@ static int check_batch(const lh_model *m, const lh_model_batch *b, int *pixels,
       if (b->replay_experts[i] < 0 || b->replay_experts[i] >= cf->experts)
         return lh_errbuf_set(err, LH_EMODEL_BATCH, "replayed expert %zu is %d, outside [0, %d)",
                              i, (int)b->replay_experts[i], cf->experts);
+  if (!(b->temperature >= 0) || b->temperature > 1e6)
+    return lh_errbuf_set(err, LH_EMODEL_BATCH, "temperature %g is not in [0, 1e6] (0 means 1)",
+                         b->temperature);
   *pixels = 0;
   int next_free = 0;
   for (int i = 0; i < b->n_images; i++) {
@@ -285,7 +289,11 @@ int lh_model_forward(lh_model *m, const lh_model_batch *b, lh_model_cache **cach
                              lh_model_view(m, m->params, m->final_norm), T, d, LH_RMSNORM_EPS));
   LH_TRY(be->matmul_forward(ctx, c->logits, c->un, lh_model_view(m, m->params, m->out), NULL, T,
                             d, V));
-  LH_TRY(be->logprob_forward(ctx, c->logp, NULL, c->logits, c->targets, T, V));
+  /* sampling temperature: logp and entropy of softmax(logits / temperature) */
+  c->inv_temperature = b->temperature > 0 ? 1.0f / b->temperature : 1.0f;
+  if (c->inv_temperature != 1.0f)
+    LH_TRY(be->scale(ctx, c->logits, (size_t)T * V, c->inv_temperature));
+  LH_TRY(be->logprob_forward(ctx, c->logp, c->entropy, c->logits, c->targets, T, V));
   if (logp || loss) {
     float *lp = logp ? logp : malloc((size_t)T * sizeof(float));
     if (!lp) return LH_ENOMEM;
@@ -323,4 +331,9 @@ int lh_model_cache_load(const lh_model_cache *c, float *out) {
   if (!c || !out || !c->valid) return LH_EINVAL;
   memcpy(out, c->load_host, (size_t)c->L * c->model->cfg.experts * sizeof(float));
   return LH_OK;
+}
+
+int lh_model_cache_entropy(const lh_model_cache *c, float *out) {
+  if (!c || !out || !c->valid) return LH_EINVAL;
+  return c->be->download(c->be->context, out, c->entropy, (size_t)c->T * sizeof(float));
 }

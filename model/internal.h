@@ -57,6 +57,8 @@ struct lh_model_cache {
   int T, n_seq, n_images, valid;
   lh_model_layer_cache *layer;      /* (L) */
   float *h_final, *un, *logits, *logp;    /* (T,d), (T,d), (T,V), (T) */
+  float *entropy;                         /* (T) */
+  float inv_temperature;                  /* logits are scaled by it */
   int32_t *tokens, *targets, *offsets;    /* backend copies */
   float *pixels;                          /* all images' pixels, backend */
   lh_model_image *images;                 /* host; .pixels point into pixels */
@@ -69,7 +71,7 @@ struct lh_model_cache {
   /* backward scratch, allocated on the first backward */
   int have_bwd;
   float *dlogits, *dun, *dh, *du, *du2, *don, *do_, *dq, *dk, *dv, *dg, *dgraw, *dr;
-  float *dmsum, *dz, *drl, *dgates, *dlogp_dev;
+  float *dmsum, *dz, *drl, *dgates, *dlogp_dev, *dentropy_dev;
   void *allocs[LH_MODEL_MAX_ALLOCS];
   int n_allocs;
 };

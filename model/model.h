@@ -171,6 +171,9 @@ typedef struct {
   /* (layers, T, topk) routing replay: experts to use instead of top-k, or
    * NULL to route. */
   const int32_t *replay_experts;
+  /* Sampling temperature: logp (and entropy) are those of
+   * softmax(logits / temperature), as the actor sampled; 0 means 1. */
+  float temperature;
 } lh_model_batch;
 
 /* Everything one forward keeps for its backward; reused across calls. */
@@ -188,10 +191,15 @@ int lh_model_forward(lh_model *m, const lh_model_batch *batch, lh_model_cache **
                      float *logp, double *loss, float *state_out, lh_errbuf *err);
 /* Backward of the last forward on this cache, adding into the gradients.
  * dlogp (T, host) is d objective / d logp_t; NULL means the forward's loss
- * (dlogp_t = -w_t / sum w). With balance = aux, the auxiliary loss's
+ * (dlogp_t = -w_t / sum w). dentropy (T, host, or NULL) is d objective /
+ * d entropy_t (an entropy bonus). With balance = aux, the auxiliary loss's
  * gradient is added too. */
 int lh_model_backward(lh_model *m, lh_model_cache *cache, const float *dlogp,
-                      lh_errbuf *err);
+                      const float *dentropy, lh_errbuf *err);
+/* Per-position entropy -sum_v p log p of the next-token distribution of
+ * the last forward (tempered as its batch said): (T) host copy. Its
+ * gradient comes in through lh_model_backward's dentropy (T, or NULL). */
+int lh_model_cache_entropy(const lh_model_cache *c, float *out);
 /* Experts chosen by the last forward: (layers, T, topk) host copy into out. */
 int lh_model_cache_experts(const lh_model_cache *c, int32_t *out);
 /* Per-layer load of the last forward: (layers, experts) fractions of the

@@ -223,12 +223,44 @@ START_TEST(test_train_step_lowers_loss) {
     ck_assert_int_eq(lh_model_forward(m, &tb.batch, &c, NULL, &loss, NULL, NULL), 0);
     if (step == 1) first = loss;
     ck_assert_int_eq(lh_model_zero_grads(m), 0);
-    ck_assert_int_eq(lh_model_backward(m, c, NULL, NULL), 0);
+    ck_assert_int_eq(lh_model_backward(m, c, NULL, NULL, NULL), 0);
     ap.step = step;
     ck_assert_int_eq(lh_model_adamw_step(m, &ap), 0);
   }
   printf("20 AdamW steps on one batch: loss %.4f -> %.4f\n", first, loss);
   ck_assert(loss < first - 1.0);
+  lh_model_cache_free(c);
+  lh_model_free(m);
+}
+END_TEST
+
+/* Temperature and entropy: a huge temperature flattens the distribution to
+ * uniform (entropy log V, logp -log V); temperature 1 and 0 agree. */
+START_TEST(test_temperature_and_entropy) {
+  lh_model_config cfg = tm_small_config();
+  lh_model *m = NULL;
+  ck_assert_int_eq(lh_model_new(&cfg, lh_backend_cpu(), &m, NULL), 0);
+  tm_batch tb;
+  tm_make_batch(&tb, 4);
+  lh_model_cache *c = NULL;
+  float l0[21], l1[21], lh[21], e[21];
+  ck_assert_int_eq(lh_model_forward(m, &tb.batch, &c, l0, NULL, NULL, NULL), 0);
+  ck_assert_int_eq(lh_model_cache_entropy(c, e), 0);
+  for (int t = 0; t < 21; t++) ck_assert(e[t] > 0 && e[t] <= logf(264.0f) + 1e-4f);
+  tb.batch.temperature = 1.0f;
+  ck_assert_int_eq(lh_model_forward(m, &tb.batch, &c, l1, NULL, NULL, NULL), 0);
+  ck_assert_mem_eq(l0, l1, sizeof l0);
+  tb.batch.temperature = 1e5f;
+  ck_assert_int_eq(lh_model_forward(m, &tb.batch, &c, lh, NULL, NULL, NULL), 0);
+  ck_assert_int_eq(lh_model_cache_entropy(c, e), 0);
+  for (int t = 0; t < 21; t++) {
+    ck_assert(fabsf(e[t] - logf(264.0f)) < 1e-3f);
+    if (tb.targets[t] >= 0) ck_assert(fabsf(lh[t] + logf(264.0f)) < 1e-3f);
+  }
+  tb.batch.temperature = -1.0f;
+  lh_errbuf err = {0};
+  ck_assert_int_eq(lh_model_forward(m, &tb.batch, &c, lh, NULL, NULL, &err), LH_EMODEL_BATCH);
+  ck_assert_ptr_nonnull(strstr(err.msg, "temperature"));
   lh_model_cache_free(c);
   lh_model_free(m);
 }
@@ -270,7 +302,7 @@ START_TEST(test_forward_input_errors) {
   replay[0] = 7;
   ck_assert_int_eq(lh_model_forward(m, &tb.batch, &c, NULL, NULL, NULL, &err), LH_EMODEL_BATCH);
   /* backward without training buffers, and before any forward */
-  ck_assert_int_eq(lh_model_backward(m, c, NULL, &err), LH_EMODEL_STATE);
+  ck_assert_int_eq(lh_model_backward(m, c, NULL, NULL, &err), LH_EMODEL_STATE);
   ck_assert_int_eq(lh_model_enable_training(m), 0);
   lh_model_cache_free(c);
   c = calloc(1, 1);
@@ -458,6 +490,7 @@ int main(void) {
   tcase_add_test(tc, test_config_errors);
   tcase_add_test(tc, test_params_table);
   tcase_add_test(tc, test_train_step_lowers_loss);
+  tcase_add_test(tc, test_temperature_and_entropy);
   tcase_add_test(tc, test_forward_input_errors);
   tcase_add_test(tc, test_safetensors_round_trip);
   tcase_add_test(tc, test_safetensors_rejects);

@@ -21,16 +21,25 @@
 #include <stdio.h>
 
 
-static double eval_loss(lh_model *m, lh_model_cache **c, lh_model_batch *b) {
+/* The objective: the forward's loss, or with a and b given,
+ * sum_t a_t logp_t + b_t entropy_t (a PPO-style per-token weight and an
+ * entropy bonus). */
+static double eval_loss(lh_model *m, lh_model_cache **c, lh_model_batch *b, const float *a,
+                        const float *bonus) {
   double loss = 0;
   lh_errbuf err = {0};
-  int rc = lh_model_forward(m, b, c, NULL, &loss, NULL, &err);
+  float logp[64], ent[64];
+  int rc = lh_model_forward(m, b, c, logp, &loss, NULL, &err);
   ck_assert_msg(rc == 0, "forward: %s", err.msg);
-  return loss;
+  if (!a) return loss;
+  ck_assert_int_eq(lh_model_cache_entropy(*c, ent), 0);
+  double s = 0;
+  for (int t = 0; t < b->n_tokens; t++) s += (double)a[t] * logp[t] + (double)bonus[t] * ent[t];
+  return s;
 }
 
 static void check_model_gradients(lh_balance_kind balance, int with_state, int variant,
-                                  uint64_t seed) {
+                                  uint64_t seed, float temperature) {
   lh_model_config cfg = tm_small_config();
   cfg.balance = balance;
   if (variant) {
@@ -51,11 +60,19 @@ static void check_model_gradients(lh_balance_kind balance, int with_state, int v
   uint64_t s = 3;
   for (size_t i = 0; i < st_n; i++) state[i] = (float)(0.3 * tm_uniform(&s));
   if (with_state) tb.batch.state_in = state;
+  tb.batch.temperature = temperature;
+  /* with a temperature, also a custom objective with an entropy bonus */
+  float a[21], bonus[21];
+  for (int t = 0; t < 21; t++) {
+    a[t] = tb.targets[t] >= 0 ? (float)(0.05 * tm_uniform(&s)) : 0.0f;
+    bonus[t] = (float)(0.02 * tm_uniform(&s));
+  }
+  const float *pa = temperature > 0 ? a : NULL, *pb = temperature > 0 ? bonus : NULL;
 
   lh_model_cache *c = NULL;
-  double base = eval_loss(m, &c, &tb.batch);
+  double base = eval_loss(m, &c, &tb.batch, pa, pb);
   ck_assert_int_eq(lh_model_zero_grads(m), 0);
-  ck_assert_int_eq(lh_model_backward(m, c, NULL, &err), 0);
+  ck_assert_int_eq(lh_model_backward(m, c, pa, pb, &err), 0);
   size_t n = lh_model_n_floats(m);
   float *grad = malloc(n * sizeof(float));
   memcpy(grad, lh_model_grads(m), n * sizeof(float));
@@ -95,7 +112,7 @@ static void check_model_gradients(lh_balance_kind balance, int with_state, int v
           for (size_t j = 0; j < t->numel; j++)
             p[t->offset + j] += (float)((sgn ? -eps : eps) * grad[t->offset + j] / gn);
           tm_set_params(m, p);
-          lp[sgn] = eval_loss(m, &c, &replay);
+          lp[sgn] = eval_loss(m, &c, &replay, pa, pb);
         }
         D[e] = (lp[0] - lp[1]) / (2 * eps);
       }
@@ -108,27 +125,33 @@ static void check_model_gradients(lh_balance_kind balance, int with_state, int v
     if (best > worst) worst = best;
     ck_assert_msg(best < 1e-3, "%s: relative error %g", t->name, best);
   }
-  printf("grad %s state_in=%d variant=%d: largest relative error %.2e, base loss %.6f\n",
-         lh_balance_name(balance), with_state, variant, worst, base);
+  printf("grad %s state_in=%d variant=%d temperature=%g: largest relative error %.2e, base loss %.6f\n",
+         lh_balance_name(balance), with_state, variant, temperature, worst, base);
   tm_set_params(m, p0);
   free(p0), free(p), free(grad), free(experts), free(state);
   lh_model_cache_free(c);
   lh_model_free(m);
 }
 
-START_TEST(test_grad_whole_model) { check_model_gradients(LH_BALANCE_BIAS, 0, 0, 13); }
+START_TEST(test_grad_whole_model) { check_model_gradients(LH_BALANCE_BIAS, 0, 0, 13, 0); }
 END_TEST
 
-START_TEST(test_grad_whole_model_aux_and_state) { check_model_gradients(LH_BALANCE_AUX, 1, 0, 13); }
+START_TEST(test_grad_whole_model_aux_and_state) { check_model_gradients(LH_BALANCE_AUX, 1, 0, 13, 0); }
 END_TEST
 
 START_TEST(test_grad_whole_model_3_experts_no_shared) {
-  check_model_gradients(LH_BALANCE_BIAS, 1, 1, 13);
+  check_model_gradients(LH_BALANCE_BIAS, 1, 1, 13, 0);
 }
 END_TEST
 
 /* dlogp given by the caller: backward of sum_t a_t logp_t matches the
  * default loss's backward when a_t = -w_t / sum w. */
+/* Per-token weights, an entropy bonus and a sampling temperature of 0.7. */
+START_TEST(test_grad_tempered_entropy_objective) {
+  check_model_gradients(LH_BALANCE_BIAS, 0, 0, 13, 0.7f);
+}
+END_TEST
+
 START_TEST(test_grad_custom_dlogp) {
   lh_model_config cfg = tm_small_config();
   lh_model *m = NULL;
@@ -138,7 +161,7 @@ START_TEST(test_grad_custom_dlogp) {
   tm_make_batch(&tb, 8);
   lh_model_cache *c = NULL;
   ck_assert_int_eq(lh_model_forward(m, &tb.batch, &c, NULL, NULL, NULL, NULL), 0);
-  ck_assert_int_eq(lh_model_backward(m, c, NULL, NULL), 0);
+  ck_assert_int_eq(lh_model_backward(m, c, NULL, NULL, NULL), 0);
   size_t n = lh_model_n_floats(m);
   float *g1 = malloc(n * sizeof(float));
   memcpy(g1, lh_model_grads(m), n * sizeof(float));
@@ -147,7 +170,7 @@ START_TEST(test_grad_custom_dlogp) {
   for (int t = 0; t < 21; t++) ws += tb.targets[t] >= 0 ? tb.weights[t] : 0;
   for (int t = 0; t < 21; t++) dl[t] = tb.targets[t] >= 0 ? (float)(-tb.weights[t] / ws) : 0;
   ck_assert_int_eq(lh_model_zero_grads(m), 0);
-  ck_assert_int_eq(lh_model_backward(m, c, dl, NULL), 0);
+  ck_assert_int_eq(lh_model_backward(m, c, dl, NULL, NULL), 0);
   const float *g2 = lh_model_grads(m);
   double md = 0;
   for (size_t i = 0; i < n; i++) md = fmax(md, fabs(g1[i] - g2[i]));
@@ -166,6 +189,7 @@ int main(void) {
   tcase_add_test(tc, test_grad_whole_model);
   tcase_add_test(tc, test_grad_whole_model_aux_and_state);
   tcase_add_test(tc, test_grad_whole_model_3_experts_no_shared);
+  tcase_add_test(tc, test_grad_tempered_entropy_objective);
   tcase_add_test(tc, test_grad_custom_dlogp);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
