@@ -209,4 +209,32 @@ double lh_learner_lr_at(double lr, uint64_t warmup_steps, uint64_t total_steps, 
  * and the last one stays in force after its steps. -1 without stages. */
 int lh_learner_stage_at(const lh_learner_config *cfg, uint64_t step);
 
+/* ---- weights publishing ---------------------------------------------------
+ * One version's bytes (a checkpoint's parameters, in whatever layout the
+ * model chooses) served in chunks of chunk_bytes: the announcement carries
+ * the layout and lh_wire_checksum of all the bytes, each chunk its own
+ * checksum. The publisher keeps a copy, so training may go on changing the
+ * live parameters while actors fetch. */
+typedef struct lh_learner_weights lh_learner_weights;
+
+/* Copies bytes[0..n) (n >= 1) of version; chunk_bytes in 1..16 MiB (the
+ * wire's chunk limit). */
+lh_learner_weights *lh_learner_weights_new(uint64_t version, const void *bytes, size_t n,
+                                           uint32_t chunk_bytes, lh_errbuf *err);
+void lh_learner_weights_free(lh_learner_weights *w);
+/* Fills a (initialised with longhaul__weights_announce__init) with version,
+ * total_bytes, chunk_bytes, chunk_count and checksum; the stage fields are
+ * the caller's. */
+void lh_learner_weights_announce(const lh_learner_weights *w, Longhaul__WeightsAnnounce *a);
+uint32_t lh_learner_weights_chunk_count(const lh_learner_weights *w);
+/* Fills c (initialised) with chunk index; c->data points into w and stays
+ * valid while w lives. LH_ELEARNER_WEIGHTS_REQUEST past the last chunk. */
+int lh_learner_weights_chunk(const lh_learner_weights *w, uint32_t index, Longhaul__WeightsChunk *c,
+                             lh_errbuf *err);
+/* Checks a request against w: its version must be w's and its range inside
+ * the chunks (chunk_count 0 means "to the last chunk"). Sets the range to
+ * serve. */
+int lh_learner_weights_serve(const lh_learner_weights *w, const Longhaul__WeightsRequest *req,
+                             uint32_t *first, uint32_t *count, lh_errbuf *err);
+
 #endif

@@ -7,3 +7,6 @@ lh_add_test(test_learner_ppo SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_pp
 # The [learner] config, each error, the schedule and the stages (test_learner_config).
 lh_add_test(test_learner_config SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_config.c
   LIBS lh_learner TIMEOUT 120)
+# Weights announced and served in chunks (test_learner_weights).
+lh_add_test(test_learner_weights SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_weights.c
+  LIBS lh_learner TIMEOUT 120)
