@@ -235,7 +235,9 @@ int lh_cli_replay_export(int argc, char **argv) {
     lh_store_close(s);
     return LH_EXIT_RUNTIME;
   }
-  int show_progress = isatty(STDERR_FILENO);
+  /* Progress only where someone watches, and not into the lines
+   * themselves when they go to the same terminal. */
+  int show_progress = isatty(STDERR_FILENO) && (to_file || !isatty(STDOUT_FILENO));
   int64_t last_ns = 0;
   size_t done = 0;
   for (; done < ids.count && e >= 0; done++) {

@@ -11,14 +11,25 @@ typedef struct {
   int tokens;             /* --tokens: list every token too */
   int have_prev;
   uint32_t prev_seq;
-  uint64_t next_offset;   /* where the previous segment ended */
-  uint64_t shown, dropped;
+  uint64_t next_offset;   /* where the previous segment's tokens ended */
+  int offset_known;       /* next_offset holds (the first offset is 0) */
 } show_state;
 
-static void print_gap(show_state *st, uint32_t first, uint32_t last) {
+/* A gap: count missing segments from first (count may be 0 when only
+ * tokens are missing) and the tokens from_offset..to_offset-1 they held,
+ * when that is known (from_offset < to_offset). The transcript's
+ * call/observation state is dropped: what the missing tokens opened or
+ * closed is unknown. */
+static void print_gap(show_state *st, uint32_t first, uint32_t count, uint64_t from_offset,
+                      uint64_t to_offset) {
   lh_cli_transcript_break(st->transcript);
-  if (first == last) printf("-- gap: segment %u is missing --\n", first);
-  else printf("-- gap: segments %u..%u are missing --\n", first, last);
+  printf("-- gap:");
+  if (count == 1) printf(" segment %u is missing", first);
+  else if (count > 1) printf(" segments %u..%u are missing", first, first + count - 1);
+  if (from_offset < to_offset)
+    printf("%s tokens %llu..%llu", count ? "," : "", (unsigned long long)from_offset,
+           (unsigned long long)(to_offset - 1));
+  printf(" --\n");
 }
 
 static void print_token_table(const Longhaul__Segment *seg) {
@@ -69,25 +80,24 @@ static void print_segment_header(const Longhaul__Segment *seg) {
 static int on_segment(void *ctx, uint32_t seq, const Longhaul__Segment *seg) {
   show_state *st = ctx;
   uint32_t expect = st->have_prev ? st->prev_seq + 1 : 0;
-  if (seq > expect) print_gap(st, expect, seq - 1);
+  uint32_t missing = seq > expect ? seq - expect : 0;
+  /* Which tokens are missing is known only between stored payloads. */
+  int tokens_missing = seg && st->offset_known && seg->start_offset != st->next_offset;
+  if (missing || tokens_missing)
+    print_gap(st, expect, missing, st->next_offset, tokens_missing ? seg->start_offset : 0);
   st->have_prev = 1;
   st->prev_seq = seq;
   if (!seg) {
     lh_cli_transcript_break(st->transcript);
     printf("segment %u  payload dropped by retention (its tokens are no longer stored)\n", seq);
-    st->dropped++;
+    st->offset_known = 0;
     return 0;
-  }
-  if (st->shown && seg->start_offset != st->next_offset) {
-    lh_cli_transcript_break(st->transcript);
-    printf("-- tokens %llu..%llu are not stored --\n", (unsigned long long)st->next_offset,
-           (unsigned long long)seg->start_offset - 1);
   }
   print_segment_header(seg);
   lh_cli_transcript_segment(st->transcript, seg);
   if (st->tokens) print_token_table(seg);
   st->next_offset = seg->start_offset + seg->n_tokens;
-  st->shown++;
+  st->offset_known = 1;
   return 0;
 }
 
@@ -145,12 +155,16 @@ static int print_outcome(lh_store *s, const char *db, const lh_episode_row *r,
   if (count == 0) {
     printf("reward terms: none\n");
   } else {
-    int w = 4;
-    for (size_t k = 0; k < count; k++)
-      if ((int)strlen(terms[k].name) > w) w = (int)strlen(terms[k].name);
+    int name_w = 4, value_w = 1;
+    for (size_t k = 0; k < count; k++) {
+      char value[32];
+      int l = snprintf(value, sizeof value, "%g", terms[k].value);
+      if (l > value_w) value_w = l;
+      if ((int)strlen(terms[k].name) > name_w) name_w = (int)strlen(terms[k].name);
+    }
     printf("reward terms:\n");
     for (size_t k = 0; k < count; k++)
-      printf("  %-*s  %10g  (step %u)\n", w, terms[k].name, terms[k].value, terms[k].step);
+      printf("  %-*s  %*g  (step %u)\n", name_w, terms[k].name, value_w, terms[k].value, terms[k].step);
   }
   free(terms);
   return LH_EXIT_OK;
@@ -194,6 +208,7 @@ int lh_cli_replay_show(int argc, char **argv) {
   show_state st;
   memset(&st, 0, sizeof st);
   st.tokens = tokens;
+  st.offset_known = 1;
   st.transcript = lh_cli_transcript_new(stdout, "  ");
   if (!st.transcript) {
     lh_store_close(s);
@@ -202,18 +217,19 @@ int lh_cli_replay_show(int argc, char **argv) {
   lh_segment_report rep;
   memset(&rep, 0, sizeof rep);
   e = lh_store_episode_segments(s, id, on_segment, &st, &rep, &err);
-  lh_cli_transcript_free(st.transcript);
   if (e < 0) {
+    lh_cli_transcript_free(st.transcript);
     fflush(stdout);
     lh_store_close(s);
     return lh_cli_replay_fail("show", db, e, &err);
   }
-  /* Segments expected after the last stored one. */
+  /* Segments expected after the last stored one, and their tokens when
+   * the episode's end said how many there were. */
   uint32_t next = st.have_prev ? st.prev_seq + 1 : 0;
-  if (rep.expected > next) {
-    if (rep.expected - 1 == next) printf("-- gap: segment %u is missing --\n", next);
-    else printf("-- gap: segments %u..%u are missing --\n", next, rep.expected - 1);
-  }
+  if (rep.expected > next)
+    print_gap(&st, next, rep.expected - next, st.next_offset,
+              st.offset_known && row.has_end ? row.tokens : 0);
+  lh_cli_transcript_free(st.transcript);
   if (!st.have_prev && rep.expected == 0) printf("(no segments stored)\n");
   rc = print_outcome(s, db, &row, &rep);
   lh_store_close(s);

@@ -32,30 +32,52 @@ static int collect_env(void *ctx, const lh_store_env_stats *e) {
   return 0;
 }
 
+/* Column k of row i of the environment table as text (k 0 is the name). */
+enum { ENV_COLS = 2 + LH_EPISODE_STATUS_COUNT + 4 };
+
+static void env_cell(const lh_store_env_stats *e, int k, char *out, size_t cap) {
+  if (k == 0) snprintf(out, cap, "%s", e->env);
+  else if (k == 1) snprintf(out, cap, "%llu", (unsigned long long)e->episodes);
+  else if (k < 2 + LH_EPISODE_STATUS_COUNT) snprintf(out, cap, "%llu", (unsigned long long)e->by_status[k - 2]);
+  else if (k == 2 + LH_EPISODE_STATUS_COUNT) snprintf(out, cap, "%llu", (unsigned long long)e->successes);
+  else if (k == 3 + LH_EPISODE_STATUS_COUNT) snprintf(out, cap, "%llu", (unsigned long long)e->tokens);
+  else if (k == 4 + LH_EPISODE_STATUS_COUNT) snprintf(out, cap, "%llu", (unsigned long long)e->rewarded);
+  else if (e->rewarded) snprintf(out, cap, "%.4f", e->reward_mean);
+  else snprintf(out, cap, "-");
+}
+
 static void print_envs(const env_table *t) {
-  int w = 3;
-  for (size_t i = 0; i < t->count; i++) {
-    int l = (int)strlen(t->rows[i].env);
-    if (l > w) w = l;
-  }
-  printf("\nby environment:\n%-*s  %8s", w, "ENV", "EPISODES");
+  char head[ENV_COLS][32];
+  snprintf(head[0], sizeof head[0], "ENV");
+  snprintf(head[1], sizeof head[1], "EPISODES");
   for (int k = 0; k < LH_EPISODE_STATUS_COUNT; k++) {
-    char head[32];
     const char *name = lh_episode_status_name((lh_episode_status)k);
     size_t j = 0;
-    for (; name && name[j] && j < sizeof head - 1; j++) head[j] = (char)(name[j] - 'a' + 'A');
-    head[j] = 0;
-    printf("  %9s", head);
+    for (; name && name[j] && j < sizeof head[0] - 1; j++) head[2 + k][j] = (char)(name[j] - 'a' + 'A');
+    head[2 + k][j] = 0;
   }
-  printf("  %8s  %10s  %8s  %11s\n", "SUCCESS", "TOKENS", "REWARDED", "REWARD_MEAN");
+  snprintf(head[2 + LH_EPISODE_STATUS_COUNT], sizeof head[0], "SUCCESS");
+  snprintf(head[3 + LH_EPISODE_STATUS_COUNT], sizeof head[0], "TOKENS");
+  snprintf(head[4 + LH_EPISODE_STATUS_COUNT], sizeof head[0], "REWARDED");
+  snprintf(head[5 + LH_EPISODE_STATUS_COUNT], sizeof head[0], "REWARD_MEAN");
+  int width[ENV_COLS];
+  char cell[LH_STORE_NAME_BYTES];
+  for (int k = 0; k < ENV_COLS; k++) {
+    width[k] = (int)strlen(head[k]);
+    for (size_t i = 0; i < t->count; i++) {
+      env_cell(&t->rows[i], k, cell, sizeof cell);
+      if ((int)strlen(cell) > width[k]) width[k] = (int)strlen(cell);
+    }
+  }
+  printf("\nby environment:\n");
+  for (int k = 0; k < ENV_COLS; k++) printf(k ? "  %*s" : "%-*s", width[k], head[k]);
+  printf("\n");
   for (size_t i = 0; i < t->count; i++) {
-    const lh_store_env_stats *e = &t->rows[i];
-    printf("%-*s  %8llu", w, e->env, (unsigned long long)e->episodes);
-    for (int k = 0; k < LH_EPISODE_STATUS_COUNT; k++) printf("  %9llu", (unsigned long long)e->by_status[k]);
-    printf("  %8llu  %10llu  %8llu  ", (unsigned long long)e->successes, (unsigned long long)e->tokens,
-           (unsigned long long)e->rewarded);
-    if (e->rewarded) printf("%11.4f\n", e->reward_mean);
-    else printf("%11s\n", "-");
+    for (int k = 0; k < ENV_COLS; k++) {
+      env_cell(&t->rows[i], k, cell, sizeof cell);
+      printf(k ? "  %*s" : "%-*s", width[k], cell);
+    }
+    printf("\n");
   }
 }
 
