@@ -215,4 +215,47 @@ int lh_actors_config_load(const char *path, lh_actors_config *cfg, lh_errbuf *er
 /* The same from INI text in memory; source names it in messages. */
 int lh_actors_config_parse(const char *text, const char *source, lh_actors_config *cfg, lh_errbuf *err);
 
+/* ---- weights fetching -----------------------------------------------------
+ * Fetches an announced version in chunks while decoding goes on with the
+ * last complete one: the version being fetched and the complete one live in
+ * separate buffers, and the caller swaps (lh_actors_weights_latest) between
+ * decode steps. A chunk must match the announced layout exactly; when the
+ * last one arrives the checksum of all the bytes is verified, and on a
+ * mismatch the version is fetched again from scratch. */
+typedef struct lh_actors_weights lh_actors_weights;
+
+/* max_bytes bounds what an announcement may ask us to hold. */
+lh_actors_weights *lh_actors_weights_new(size_t max_bytes, lh_errbuf *err);
+void lh_actors_weights_free(lh_actors_weights *w);
+
+/* Starts fetching the announced version when it is newer than both the
+ * complete one and the one in progress (a partial older fetch is dropped).
+ * Returns 1 when a fetch started, 0 when the announcement is not newer, or
+ * LH_EACTORS_WEIGHTS_ANNOUNCE (layout inconsistent, or over max_bytes). */
+int lh_actors_weights_announce(lh_actors_weights *w, const Longhaul__WeightsAnnounce *a, lh_errbuf *err);
+
+/* The next request to send (req initialised by the caller): the first run
+ * of chunks neither received nor requested, at most window chunks long,
+ * which it marks requested. Returns 1 with req filled, 0 when nothing is
+ * left to ask for. lh_actors_weights_rerequest forgets the marks (after a
+ * timeout or a reconnect), so that missing chunks are asked for again. */
+int lh_actors_weights_next_request(lh_actors_weights *w, uint32_t window, Longhaul__WeightsRequest *req);
+void lh_actors_weights_rerequest(lh_actors_weights *w);
+
+/* Takes one chunk (decoded by lh_wire_decode, so its own checksum holds).
+ * Returns 0 when stored or ignored (another version, or a duplicate), 1 when
+ * it completed the version and the whole checksum matched: the version is
+ * then the latest complete one. LH_EACTORS_WEIGHTS_CHUNK when it does not
+ * fit the layout, LH_EACTORS_WEIGHTS_CHECKSUM when the completed bytes do
+ * not match the announcement (the fetch restarts). */
+int lh_actors_weights_add_chunk(lh_actors_weights *w, const Longhaul__WeightsChunk *c, lh_errbuf *err);
+
+/* The latest complete version's bytes (NULL before the first), valid until
+ * the next lh_actors_weights_add_chunk that completes a newer version. */
+const uint8_t *lh_actors_weights_latest(const lh_actors_weights *w, uint64_t *version, size_t *bytes);
+/* The fetch in progress: returns 1 and its version and chunks received of
+ * total, or 0 when none is. */
+int lh_actors_weights_progress(const lh_actors_weights *w, uint64_t *version, uint32_t *received,
+                               uint32_t *total);
+
 #endif

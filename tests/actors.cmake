@@ -10,3 +10,6 @@ lh_add_test(test_actors_outbox SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_actors_o
 # The [actor] config and each of its errors (test_actors_config).
 lh_add_test(test_actors_config SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_actors_config.c
   LIBS lh_actors TIMEOUT 120)
+# Weights fetched in chunks from the real publisher, through the codec (test_actors_weights).
+lh_add_test(test_actors_weights SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_actors_weights.c
+  LIBS lh_actors lh_learner TIMEOUT 120)
