@@ -12,14 +12,17 @@
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: longhaul score --ckpt DIR --input IN.json\n\n"
+          "usage: longhaul score --ckpt DIR --input IN.json [--window N]\n\n"
           "Reads {\"tokens\": [ids...]} from IN.json ('-' for stdin) and prints one\n"
           "JSON object {\"logprobs\": [...]} with n-1 numbers: entry t-1 is\n"
           "log p(tokens[t] | tokens[<t]) under DIR/model.safetensors.\n\n"
           "Optional \"images\": [{\"at\": P, \"height\": H, \"width\": W,\n"
           "\"pixels\": [H*W*3 values in [0,1], row-major RGB]}]: the image's patches\n"
           "take positions P .. P+patches-1 of tokens (their ids are ignored; the\n"
-          "<img> token 262 goes at P-1). Entries whose target is a patch are 0.\n"
+          "<img> token 262 goes at P-1). Entries whose target is a patch are 0.\n\n"
+          "--window N   tokens per forward (default 4096); the attention state is\n"
+          "             carried from one window to the next, so the numbers do not\n"
+          "             depend on N (an image is never split), only the memory does.\n"
           "Exit codes: 0 scored, 1 runtime error (checkpoint), 2 usage or input error.\n");
 }
 
@@ -132,16 +135,54 @@ done:
   return rc;
 }
 
+/* Runs the checked batch b (one sequence) in windows of about window
+ * tokens, each starting from the previous one's attention state; a window
+ * boundary never falls inside an image. logp gets all n entries. */
+static int score_windows(lh_model *m, const lh_model_batch *b, int window, lh_model_cache **c,
+                         float *logp, lh_errbuf *err) {
+  const lh_model_config *cf = lh_model_get_config(m);
+  int dk = cf->d_model / cf->heads, n = b->n_tokens;
+  size_t st = (size_t)cf->layers * cf->heads * dk * dk;
+  float *state = calloc(st, sizeof(float));
+  lh_model_image *rel = calloc((size_t)b->n_images + 1, sizeof *rel);
+  int rc = state && rel ? LH_OK : LH_ENOMEM, img = 0;
+  for (int at = 0; !rc && at < n;) {
+    int end = at + window < n ? at + window : n;
+    /* move the end off any image it would cut: before it, or after it
+     * when the image starts the window */
+    for (int i = img; i < b->n_images; i++) {
+      const lh_model_image *im = &b->images[i];
+      int P = (im->height / cf->patch) * (im->width / cf->patch);
+      if (im->at < end && end < im->at + P) end = im->at > at ? im->at : im->at + P;
+    }
+    int k = 0;
+    while (img < b->n_images && b->images[img].at < end) {
+      rel[k] = b->images[img++];
+      rel[k++].at -= at;
+    }
+    int32_t offsets[2] = {0, end - at};
+    lh_model_batch w = {.n_tokens = end - at, .tokens = b->tokens + at,
+                        .targets = b->targets + at, .n_seq = 1, .seq_offsets = offsets,
+                        .n_images = k, .images = rel, .state_in = at ? state : NULL};
+    rc = lh_model_forward(m, &w, c, logp + at, NULL, state, err);
+    at = end;
+  }
+  free(state);
+  free(rel);
+  return rc;
+}
+
 int lh_cmd_score(int argc, char **argv) {
   if (lh_cli_wants_help(argc, argv)) {
     usage(stdout);
     return LH_EXIT_OK;
   }
-  const char *ckpt = NULL, *input = NULL;
+  const char *ckpt = NULL, *input = NULL, *window_text = "4096";
   for (int i = 1; i < argc; i++) {
-    const char **slot = !strcmp(argv[i], "--ckpt")    ? &ckpt
-                        : !strcmp(argv[i], "--input") ? &input
-                                                      : NULL;
+    const char **slot = !strcmp(argv[i], "--ckpt")     ? &ckpt
+                        : !strcmp(argv[i], "--input")  ? &input
+                        : !strcmp(argv[i], "--window") ? &window_text
+                                                       : NULL;
     if (!slot) {
       fprintf(stderr, "longhaul score: unknown argument '%s'\n", argv[i]);
       usage(stderr);
@@ -156,6 +197,13 @@ int lh_cmd_score(int argc, char **argv) {
   if (!ckpt || !input) {
     fprintf(stderr, "longhaul score: --ckpt and --input are both required\n");
     usage(stderr);
+    return LH_EXIT_USAGE;
+  }
+  char *wend = NULL;
+  long window = strtol(window_text, &wend, 10);
+  if (wend == window_text || *wend || window < 1 || window > (1 << 24)) {
+    fprintf(stderr, "longhaul score: --window '%s' is not a token count in [1, 16777216]\n",
+            window_text);
     return LH_EXIT_USAGE;
   }
   char *text = read_all(input);
@@ -194,8 +242,9 @@ int lh_cmd_score(int argc, char **argv) {
     targets[t] = t + 1 < n && !is_patch[t + 1] ? in.tokens[t + 1] : -1;
   lh_model_batch b = {.n_tokens = n, .tokens = in.tokens, .targets = targets, .n_seq = 1,
                       .seq_offsets = offsets, .n_images = in.n_images, .images = in.images};
+  if (!rc) rc = lh_model_batch_check(m, &b, &err);
   lh_model_cache *c = NULL;
-  if (!rc) rc = lh_model_forward(m, &b, &c, logp, NULL, NULL, &err);
+  if (!rc) rc = score_windows(m, &b, (int)window, &c, logp, &err);
   if (rc) {
     fprintf(stderr, "longhaul score: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
   } else {

@@ -105,6 +105,7 @@ static int cache_reserve(lh_model_cache *c, const lh_model *m, int T, int n_seq,
  * total float count. */
 static int check_batch(const lh_model *m, const lh_model_batch *b, int *pixels,
                        lh_errbuf *err) {
+  if (!m || !b) return LH_EINVAL;
   const lh_model_config *cf = &m->cfg;
   if (!b->tokens || b->n_tokens <= 0 || b->n_seq <= 0 || !b->seq_offsets)
     return lh_errbuf_set(err, LH_EMODEL_BATCH, "batch needs tokens and seq_offsets");
@@ -336,4 +337,9 @@ int lh_model_cache_load(const lh_model_cache *c, float *out) {
 int lh_model_cache_entropy(const lh_model_cache *c, float *out) {
   if (!c || !out || !c->valid) return LH_EINVAL;
   return c->be->download(c->be->context, out, c->entropy, (size_t)c->T * sizeof(float));
+}
+
+int lh_model_batch_check(const lh_model *m, const lh_model_batch *b, lh_errbuf *err) {
+  int pixels = 0;
+  return check_batch(m, b, &pixels, err);
 }

@@ -176,6 +176,11 @@ typedef struct {
   float temperature;
 } lh_model_batch;
 
+/* The checks lh_model_forward makes before it runs (token and target
+ * ranges, offsets, images in order and inside the tokens, replay indices,
+ * temperature): 0 or LH_EMODEL_TOKEN / LH_EMODEL_BATCH with a sentence. */
+int lh_model_batch_check(const lh_model *m, const lh_model_batch *b, lh_errbuf *err);
+
 /* Everything one forward keeps for its backward; reused across calls. */
 typedef struct lh_model_cache lh_model_cache;
 void lh_model_cache_free(lh_model_cache *c);

@@ -104,6 +104,23 @@ START_TEST(test_init_and_score) {
   ck_assert(worst < 1e-6);
   ck_assert(cJSON_GetArrayItem(lp, 4)->valuedouble == 0);
   cJSON_Delete(o);
+  /* windows with carried state give the same numbers; windows of 1 and 6
+   * would cut the image and move around it */
+  const int windows[3] = {1, 3, 6};
+  for (int wi = 0; wi < 3; wi++) {
+    snprintf(cmd, sizeof cmd, "%s score --ckpt %s/a --input %s --window %d", bin(), work, in,
+             windows[wi]);
+    ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
+    o = cJSON_Parse(out);
+    ck_assert_msg(o != NULL, "not JSON: %s", out);
+    lp = cJSON_GetObjectItem(o, "logprobs");
+    ck_assert_int_eq(cJSON_GetArraySize(lp), 11);
+    double wd = 0;
+    for (int t = 0; t < 11; t++) wd = fmax(wd, fabs(cJSON_GetArrayItem(lp, t)->valuedouble - logp[t]));
+    printf("score --window %d vs one forward: max difference %.2e\n", windows[wi], wd);
+    ck_assert(wd < 1e-5);
+    cJSON_Delete(o);
+  }
   lh_model_cache_free(c);
   lh_model_free(m);
   snprintf(cmd, sizeof cmd, "rm -rf %s", work);
@@ -152,6 +169,8 @@ START_TEST(test_cli_errors) {
   expect(cmd, 1, "cannot open checkpoint");
   snprintf(cmd, sizeof cmd, "%s score --ckpt %s", bin(), ck);
   expect(cmd, 2, "required");
+  snprintf(cmd, sizeof cmd, "%s score --ckpt %s --input %s --window 0", bin(), ck, in);
+  expect(cmd, 2, "--window");
   snprintf(cmd, sizeof cmd, "%s score --ckpt %s --input %s/none.json", bin(), ck, work);
   expect(cmd, 2, "cannot read input");
   snprintf(cmd, sizeof cmd, "%s score --ckpt %s --input %s", bin(), ck, in);
