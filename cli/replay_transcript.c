@@ -138,7 +138,12 @@ void lh_cli_transcript_segment(lh_cli_transcript *t, const Longhaul__Segment *se
       if (tok == TOK_IMG) continue;  /* the note stands for the <img> token */
     }
     if (tok == '\n') {
-      open_line(t, policy, kind);
+      if (!t->line_open) {
+        /* An empty line: its tag alone, no trailing blanks. */
+        fprintf(t->out, "%s%s\n", t->indent, policy ? "policy" : "env");
+        t->line_policy = policy;
+        t->line_kind = kind;
+      }
       end_line(t);
       t->continuation = 1;
       continue;

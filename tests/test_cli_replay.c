@@ -174,7 +174,7 @@ static void build_fixture(void) {
 
   b.n = 0;
   add_tok(&b, BOS, 0, 0);
-  add_text(&b, "What is 2*3?", 0, 0);
+  add_text(&b, "What is\n\n2*3?", 0, 0);
   add_text(&b, "6", 1, 7);
   put_segment(s, 3, 0, 0, "calc", "a0", &b, NULL);
 
@@ -429,7 +429,7 @@ START_TEST(test_stats) {
   HAS(line, " 6 ");
   HAS(line, "payloads dropped 1");
   line_starting("tokens ", line, sizeof line);
-  HAS(line, " 129");
+  HAS(line, " 130");
   line_starting("rewards ", line, sizeof line);
   HAS(line, "3 episodes rewarded, mean 0.3333");
   HAS(line, "4 reward terms");
@@ -440,7 +440,7 @@ START_TEST(test_stats) {
   HAS(line, "4 (last step 4)");
   HAS(out_buf, "by environment:");
   line_starting("calc ", line, sizeof line);
-  HAS(line, " 68 ");   /* stored tokens of calc: 54 + 14 */
+  HAS(line, " 69 ");   /* stored tokens of calc: 54 + 15 */
   line_starting("maze ", line, sizeof line);
   HAS(line, " 42 ");
   line_starting("needle ", line, sizeof line);
@@ -569,7 +569,8 @@ START_TEST(test_show_image_and_gap) {
   /* Episode 3 has not ended. */
   ck_assert_int_eq(replay("show", "--db", db, "3", NULL), 0);
   HAS(out_buf, "status running");
-  HAS(out_buf, "  env    <bos>What is 2*3?\n  policy 6\n");
+  /* A newline byte ends the line; an empty line keeps its tag. */
+  HAS(out_buf, "  env    <bos>What is\n  env\n  env    2*3?\n  policy 6\n");
   HAS(out_buf, "outcome: none yet");
   HAS(out_buf, "reward terms: none");
   /* --tokens lists every token. */
