@@ -90,7 +90,15 @@ static int do_read(const char *db, uint64_t want) {
   for (long iter = 0;; iter++) {
     lh_errbuf e = {0};
     lh_store *s;
-    if (lh_store_open_readonly(db, &s, &e) < 0) return fail("open read-only", &e);
+    int orc = lh_store_open_readonly(db, &s, &e);
+    /* Until a writer has created the store, there is no store to read. */
+    if ((orc == LH_ESTORE_NO_FILE || orc == LH_ESTORE_NOT_STORE) && last == 0 &&
+        lh_now_ns() - start < 10000000000LL) {
+      struct timespec wait_ts = {0, 2000000L};
+      nanosleep(&wait_ts, NULL);
+      continue;
+    }
+    if (orc < 0) return fail("open read-only", &e);
     lh_store_stats st;
     if (lh_store_stats_get(s, &st, &e) < 0) return fail("stats", &e);
     lh_episode_filter f;
