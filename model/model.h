@@ -144,6 +144,13 @@ int lh_model_load(const char *dir, const lh_backend *be, lh_model **out, lh_errb
 /* The same for a file path (tests use it for hand-made files). */
 int lh_model_load_file(const char *path, const lh_backend *be, lh_model **out,
                        lh_errbuf *err);
+/* The same from size bytes in memory (e.g. weights received over the
+ * network); path only names the source in messages (NULL: "(memory)"). */
+int lh_model_load_bytes(const void *bytes, size_t size, const char *path,
+                        const lh_backend *be, lh_model **out, lh_errbuf *err);
+/* The bytes of model.safetensors in memory (malloc'd into *out, the caller
+ * frees it), exactly what lh_model_save writes. */
+int lh_model_serialize(const lh_model *m, unsigned char **out, size_t *n_bytes);
 
 /* ---- training forward/backward over packed sequences -------------------- */
 /* An image whose patches occupy positions at .. at+P-1 of the packed tokens

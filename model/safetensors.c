@@ -46,44 +46,65 @@ static char *header_json(const lh_model *m) {
   return s;
 }
 
+int lh_model_serialize(const lh_model *m, unsigned char **out, size_t *n_bytes) {
+  if (!m || !out || !n_bytes) return LH_EINVAL;
+  *out = NULL;
+  char *json = header_json(m);
+  if (!json) return LH_ENOMEM;
+  size_t jlen = strlen(json);
+  size_t padded = (jlen + 7) / 8 * 8; /* data starts 8-byte aligned */
+  size_t data = 0;
+  for (int i = 0; i < m->n_tensors; i++) data += m->tensors[i].numel * sizeof(float);
+  size_t total = 8 + padded + data;
+  unsigned char *buf = malloc(total);
+  float *host = malloc(m->n_floats * sizeof(float));
+  int rc = buf && host ? LH_OK : LH_ENOMEM;
+  if (!rc) rc = m->be->download(m->be->context, host, m->params, m->n_floats * sizeof(float));
+  if (!rc) {
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    memcpy(buf + 8, json, jlen);
+    memset(buf + 8 + jlen, ' ', padded - jlen);
+    unsigned char *at = buf + 8 + padded;
+    for (int i = 0; i < m->n_tensors; i++) {
+      const lh_model_tensor *t = &m->tensors[i];
+      memcpy(at, host + t->offset, t->numel * sizeof(float));
+      at += t->numel * sizeof(float);
+    }
+    *out = buf;
+    *n_bytes = total;
+  } else {
+    free(buf);
+  }
+  free(host);
+  free(json);
+  return rc;
+}
+
 int lh_model_save(const lh_model *m, const char *dir, lh_errbuf *err) {
   if (!m || !dir) return LH_EINVAL;
   if (mkdir(dir, 0777) != 0 && errno != EEXIST)
     return lh_errbuf_set(err, LH_EMODEL_IO, "cannot create directory '%s': %s", dir,
                          strerror(errno));
-  char *json = header_json(m);
-  if (!json) return LH_ENOMEM;
-  size_t jlen = strlen(json);
-  size_t padded = (jlen + 7) / 8 * 8; /* data starts 8-byte aligned */
-  float *host = malloc(m->n_floats * sizeof(float));
-  if (!host) {
-    free(json);
-    return LH_ENOMEM;
-  }
-  int rc = m->be->download(m->be->context, host, m->params, m->n_floats * sizeof(float));
+  unsigned char *bytes = NULL;
+  size_t n = 0;
+  LH_TRY(lh_model_serialize(m, &bytes, &n));
   char path[4096], tmp[4200];
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = rc ? NULL : fopen(tmp, "wb");
-  if (!rc && !f) rc = lh_errbuf_set(err, LH_EMODEL_IO, "cannot write '%s': %s", tmp,
-                                    strerror(errno));
-  if (f) {
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(json, 1, jlen, f) == jlen;
-    for (size_t i = jlen; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
-    for (int i = 0; ok && i < m->n_tensors; i++) {
-      const lh_model_tensor *t = &m->tensors[i];
-      ok = fwrite(host + t->offset, sizeof(float), t->numel, f) == t->numel;
-    }
+  /* write then rename, so a reader never sees half a checkpoint */
+  int rc = LH_OK;
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    rc = lh_errbuf_set(err, LH_EMODEL_IO, "cannot write '%s': %s", tmp, strerror(errno));
+  } else {
+    int ok = fwrite(bytes, 1, n, f) == n;
     if (fclose(f) != 0) ok = 0;
     if (!ok || rename(tmp, path) != 0) {
       remove(tmp);
       rc = lh_errbuf_set(err, LH_EMODEL_IO, "cannot write '%s': %s", path, strerror(errno));
     }
   }
-  free(host);
-  free(json);
+  free(bytes);
   return rc;
 }
 
@@ -245,13 +266,12 @@ static int load_parsed(const cJSON *root, const unsigned char *data, size_t data
   return LH_OK;
 }
 
-int lh_model_load_file(const char *path, const lh_backend *be, lh_model **out,
-                       lh_errbuf *err) {
-  if (!path || !be || !out) return LH_EINVAL;
+int lh_model_load_bytes(const void *bytes, size_t size, const char *path,
+                        const lh_backend *be, lh_model **out, lh_errbuf *err) {
+  if ((!bytes && size) || !be || !out) return LH_EINVAL;
+  if (!path) path = "(memory)";
   *out = NULL;
-  unsigned char *data = NULL;
-  size_t size = 0;
-  LH_TRY(read_file(path, &data, &size, err));
+  const unsigned char *data = bytes;
   int rc = LH_OK;
   uint64_t hlen = 0;
   if (size < 8) {
@@ -282,6 +302,17 @@ int lh_model_load_file(const char *path, const lh_backend *be, lh_model **out,
   }
   if (!rc) rc = load_parsed(root, data + 8 + hlen, size - 8 - (size_t)hlen, path, be, out, err);
   cJSON_Delete(root);
+  return rc;
+}
+
+int lh_model_load_file(const char *path, const lh_backend *be, lh_model **out,
+                       lh_errbuf *err) {
+  if (!path || !be || !out) return LH_EINVAL;
+  *out = NULL;
+  unsigned char *data = NULL;
+  size_t size = 0;
+  LH_TRY(read_file(path, &data, &size, err));
+  int rc = lh_model_load_bytes(data, size, path, be, out, err);
   free(data);
   return rc;
 }

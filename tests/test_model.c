@@ -375,6 +375,22 @@ START_TEST(test_safetensors_round_trip) {
   ck_assert_ptr_nonnull(strstr(hdr, "\"dtype\":\"F32\""));
   /* the first tensor, embed, starts right after the header */
   ck_assert_mem_eq(f + 8 + hl, a, 16);
+  /* the same bytes in memory, and loading from them */
+  unsigned char *mem = NULL;
+  size_t mn = 0;
+  ck_assert_int_eq(lh_model_serialize(m, &mem, &mn), 0);
+  ck_assert_uint_eq(mn, n);
+  ck_assert_mem_eq(mem, f, n);
+  lh_model *m3 = NULL;
+  ck_assert_int_eq(lh_model_load_bytes(mem, mn, NULL, lh_backend_cpu(), &m3, &err), 0);
+  float *c3 = tm_get_params(m3);
+  ck_assert_mem_eq(a, c3, lh_model_n_floats(m) * sizeof(float));
+  lh_model_free(m3);
+  ck_assert_int_eq(lh_model_load_bytes(mem, 7, NULL, lh_backend_cpu(), &m3, &err),
+                   LH_EMODEL_CKPT_TRUNCATED);
+  ck_assert_ptr_null(m3);
+  ck_assert_ptr_nonnull(strstr(err.msg, "(memory)"));
+  free(c3), free(mem);
   free(hdr), free(f), free(a), free(b);
   unlink(path);
   rmdir(dir);
