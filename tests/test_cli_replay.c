@@ -411,6 +411,22 @@ START_TEST(test_bad_store) {
   ck_assert_int_eq(replay("stats", "--db", path, NULL), 1);
   HAS(err_buf, "other.db'");
   HAS(err_buf, "ESTORE_NOT_STORE");
+  /* The fixture with four of its pages overwritten: corrupt. */
+  static char bytes[1 << 20];
+  FILE *in = fopen(db, "rb");
+  ck_assert(in != NULL);
+  size_t n = fread(bytes, 1, sizeof bytes, in);
+  fclose(in);
+  ck_assert_msg(n >= 8 * 4096, "fixture is only %zu bytes", n);
+  memset(bytes + 3 * 4096, 0xff, 4 * 4096);
+  snprintf(path, sizeof path, "%s/corrupt.db", dir);
+  FILE *c = fopen(path, "wb");
+  ck_assert(c != NULL && fwrite(bytes, 1, n, c) == n);
+  fclose(c);
+  ck_assert_int_eq(replay("episodes", "--db", path, NULL), 1);
+  HAS(err_buf, "corrupt.db'");
+  HAS(err_buf, "ESTORE_CORRUPT");
+  ck_assert_str_eq(out_buf, "");
 }
 END_TEST
 
