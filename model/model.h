@@ -125,6 +125,10 @@ float *lh_model_grads(lh_model *m);
  * resume exactly. */
 float *lh_model_moment1(lh_model *m);
 float *lh_model_moment2(lh_model *m);
+/* Copies every parameter (balancing biases included) of src into dst, whose
+ * config must match (the seed aside): how an actor takes new weights while
+ * its decoders, which point at dst, keep their state. */
+int lh_model_copy_params(lh_model *dst, const lh_model *src, lh_errbuf *err);
 /* Allocates (zeroed) gradients and AdamW moments. */
 int lh_model_enable_training(lh_model *m);
 int lh_model_zero_grads(lh_model *m);

@@ -259,3 +259,23 @@ int lh_model_adamw_step(lh_model *m, const lh_adamw_params *p) {
   }
   return LH_OK;
 }
+
+int lh_model_copy_params(lh_model *dst, const lh_model *src, lh_errbuf *err) {
+  if (!dst || !src) return LH_EINVAL;
+  if (memcmp(&dst->cfg, &src->cfg, sizeof dst->cfg) != 0 || dst->n_floats != src->n_floats) {
+    /* the seed is only where the weights came from; any other key differs */
+    lh_model_config a = dst->cfg, b = src->cfg;
+    a.seed = b.seed = 0;
+    if (memcmp(&a, &b, sizeof a) != 0 || dst->n_floats != src->n_floats)
+      return lh_errbuf_set(err, LH_EMODEL_STATE,
+                           "cannot copy parameters between models of different configs");
+  }
+  size_t bytes = src->n_floats * sizeof(float);
+  if (dst->be == src->be) return dst->be->copy(dst->be->context, dst->params, src->params, bytes);
+  float *host = malloc(bytes);
+  if (!host) return LH_ENOMEM;
+  int rc = src->be->download(src->be->context, host, src->params, bytes);
+  if (!rc) rc = dst->be->upload(dst->be->context, dst->params, host, bytes);
+  free(host);
+  return rc;
+}

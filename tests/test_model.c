@@ -391,6 +391,20 @@ START_TEST(test_safetensors_round_trip) {
   ck_assert_ptr_null(m3);
   ck_assert_ptr_nonnull(strstr(err.msg, "(memory)"));
   free(c3), free(mem);
+  /* copying parameters into a model of the same config (other seed) */
+  lh_model_config cfg2 = tm_small_config();
+  cfg2.seed = 99;
+  lh_model *m4 = NULL;
+  ck_assert_int_eq(lh_model_new(&cfg2, lh_backend_cpu(), &m4, NULL), 0);
+  ck_assert_int_eq(lh_model_copy_params(m4, m, &err), 0);
+  float *c4 = tm_get_params(m4);
+  ck_assert_mem_eq(a, c4, lh_model_n_floats(m) * sizeof(float));
+  free(c4);
+  lh_model_free(m4);
+  cfg2.d_model = 32;
+  ck_assert_int_eq(lh_model_new(&cfg2, lh_backend_cpu(), &m4, NULL), 0);
+  ck_assert_int_eq(lh_model_copy_params(m4, m, &err), LH_EMODEL_STATE);
+  lh_model_free(m4);
   free(hdr), free(f), free(a), free(b);
   unlink(path);
   rmdir(dir);
