@@ -113,8 +113,10 @@ int lh_store_episodes(lh_store *s, const lh_episode_filter *f, lh_store_episode_
   sqlite3_bind_double(st, 7, f->reward_min);
   sqlite3_bind_double(st, 8, f->reward_max);
   sqlite3_bind_int(st, 9, f->version_range != 0);
-  lh_store_bind_u64(st, 10, f->version_min);
-  lh_store_bind_u64(st, 11, f->version_max);
+  /* Versions are stored as signed integers; a bound above INT64_MAX (say
+   * UINT64_MAX for "no upper bound") means the largest one. */
+  sqlite3_bind_int64(st, 10, f->version_min > INT64_MAX ? INT64_MAX : (sqlite3_int64)f->version_min);
+  sqlite3_bind_int64(st, 11, f->version_max > INT64_MAX ? INT64_MAX : (sqlite3_int64)f->version_max);
   sqlite3_bind_int(st, 12, f->ready_only != 0);
   lh_store_bind_u64(st, 13, f->after_id);
   sqlite3_bind_int(st, 14, f->newest_first != 0);

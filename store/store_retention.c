@@ -32,12 +32,16 @@ static int drop(lh_store *s, uint64_t min_version, uint64_t *segments, uint64_t 
   rc = lh_store_step(s, st, "dropping payloads", err);
   sqlite3_finalize(st);
   if (rc < 0) return rc;
+  /* Every episode with a segment dropped now has min_version below the
+   * bound, so recounting those covers them; the count reads only the
+   * columns stored before the payload, never its overflow pages. */
   LH_TRY(lh_store_prepare(s,
                           "UPDATE episodes SET payloads_dropped = (SELECT count(*) FROM segments g"
-                          " WHERE g.episode = episodes.id AND g.payload IS NULL), updated_ms = ?1"
-                          " WHERE id IN (SELECT episode FROM segments WHERE dropped_ms = ?1)",
+                          " WHERE g.episode = episodes.id AND g.payload IS NULL), updated_ms = ?2"
+                          " WHERE min_version < ?1",
                           &st, err));
-  sqlite3_bind_int64(st, 1, now);
+  lh_store_bind_u64(st, 1, min_version);
+  sqlite3_bind_int64(st, 2, now);
   rc = lh_store_step(s, st, "counting dropped payloads per episode", err);
   sqlite3_finalize(st);
   return rc < 0 ? rc : 0;
@@ -46,6 +50,9 @@ static int drop(lh_store *s, uint64_t min_version, uint64_t *segments, uint64_t 
 int lh_store_drop_payloads_before(lh_store *s, uint64_t min_version, uint64_t *segments_dropped,
                                   uint64_t *bytes_dropped, lh_errbuf *err) {
   uint64_t segments = 0, bytes = 0;
+  /* Versions are stored as signed integers: a bound above INT64_MAX is
+   * the largest one. */
+  if (min_version > INT64_MAX) min_version = INT64_MAX;
   if (segments_dropped) *segments_dropped = 0;
   if (bytes_dropped) *bytes_dropped = 0;
   if (!s) return lh_errbuf_set(err, LH_EINVAL, "lh_store_drop_payloads_before: store is NULL");

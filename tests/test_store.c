@@ -362,6 +362,8 @@ START_TEST(test_queries) {
   f.version_min = 5;
   f.version_max = 8;
   ck_assert_int_eq(query(s, &f, &c), 4);
+  f.version_max = UINT64_MAX;  /* no upper bound */
+  ck_assert_int_eq(query(s, &f, &c), 6);
   lh_episode_filter_init(&f);
   f.newest_first = 1;
   f.limit = 3;
