@@ -247,12 +247,13 @@ int lh_cli_replay_export(int argc, char **argv) {
   if (show_progress && e >= 0) progress(done, ids.count, &last_ns, 1);
   else if (show_progress) fputc('\n', stderr);
   int closed = to_file ? fclose(out) : fflush(out);
+  int close_errno = errno;
   free(ids.ids);
   lh_store_close(s);
   if (e < 0 && e != LH_EIO) return lh_cli_replay_fail("export", db, e, &err);
   if (e == LH_EIO || closed != 0) {
-    fprintf(stderr, "longhaul replay export: writing %s failed%s%s\n",
-            to_file ? out_path : "stdout", e == LH_EIO ? ": " : "", e == LH_EIO ? err.msg : "");
+    fprintf(stderr, "longhaul replay export: writing %s failed: %s\n", to_file ? out_path : "stdout",
+            e == LH_EIO ? err.msg : strerror(close_errno));
     return LH_EXIT_RUNTIME;
   }
   if (to_file) fprintf(stderr, "longhaul replay export: %zu episodes written to %s\n", done, out_path);
