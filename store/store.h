@@ -88,7 +88,10 @@ int lh_store_is_readonly(const lh_store *s);
 
 /* Starts a write transaction (BEGIN IMMEDIATE, waiting for the write lock).
  * Every put until lh_store_commit joins it. LH_ESTORE_TXN when a batch is
- * already open, LH_ESTORE_READONLY on a read-only store. */
+ * already open, LH_ESTORE_READONLY on a read-only store. Inside a batch
+ * the episode-row changes of its segments are gathered per episode and
+ * written once at commit (reads through this store see them at once; other
+ * connections see the batch only after its commit anyway). */
 int lh_store_begin(lh_store *s, lh_errbuf *err);
 /* Makes the batch durable (as PRAGMA synchronous says). LH_ESTORE_TXN when
  * no batch is open. On failure the batch is rolled back. */
