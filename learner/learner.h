@@ -237,4 +237,42 @@ int lh_learner_weights_chunk(const lh_learner_weights *w, uint32_t index, Longha
 int lh_learner_weights_serve(const lh_learner_weights *w, const Longhaul__WeightsRequest *req,
                              uint32_t *first, uint32_t *count, lh_errbuf *err);
 
+/* ---- an episode's tokens --------------------------------------------------
+ * The segments of one complete episode (as stored, decoded with
+ * lh_wire_segment_decode), joined into flat per-token arrays for the loss,
+ * after checking they are exactly the episode: one episode id, seq 0..n-1
+ * each once (in any order), each starting where the previous ended, the
+ * same routing shape throughout, and as many tokens as its EpisodeEnd says.
+ * Image offsets become episode offsets. */
+typedef struct {
+  uint64_t episode_id, group_id, task_seed;
+  size_t n;                  /* tokens */
+  uint32_t *tokens;
+  uint8_t *loss_mask;
+  float *behavior_logp;
+  uint32_t *policy_version;
+  uint32_t routed_layers, routed_topk;
+  uint32_t *routed_experts;  /* n * layers * topk, NULL when not recorded */
+  size_t n_images;
+  const Longhaul__Image **images;  /* point into the segments; offset is per segment */
+  uint64_t *image_offsets;         /* episode offset of each image */
+  size_t sampled;                  /* tokens with loss_mask 1 */
+  uint32_t oldest_version;         /* over sampled tokens (all tokens when none is sampled) */
+  uint32_t newest_version;
+} lh_learner_episode;
+
+/* Joins segs[0..n_segs) into *out (freed with lh_learner_episode_free).
+ * total_tokens is the EpisodeEnd's. The segments must outlive *out when
+ * it holds images. */
+int lh_learner_episode_join(Longhaul__Segment *const *segs, size_t n_segs, uint64_t total_tokens,
+                            lh_learner_episode **out, lh_errbuf *err);
+void lh_learner_episode_free(lh_learner_episode *ep);
+/* adv_out[t] = advantage where the token was sampled, 0 elsewhere. */
+void lh_learner_episode_broadcast(const lh_learner_episode *ep, float advantage, float *adv_out);
+/* The training windows of train_window tokens (DESIGN §5): how many, and
+ * the [start, end) of window i; the last may be shorter. */
+size_t lh_learner_episode_windows(const lh_learner_episode *ep, size_t train_window);
+void lh_learner_episode_window(const lh_learner_episode *ep, size_t train_window, size_t i,
+                               size_t *start, size_t *end);
+
 #endif

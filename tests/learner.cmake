@@ -10,3 +10,6 @@ lh_add_test(test_learner_config SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner
 # Weights announced and served in chunks (test_learner_weights).
 lh_add_test(test_learner_weights SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_weights.c
   LIBS lh_learner TIMEOUT 120)
+# An episode joined from segments the real segmenter cut (test_learner_episode).
+lh_add_test(test_learner_episode SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_episode.c
+  LIBS lh_learner lh_actors TIMEOUT 120)
