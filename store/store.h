@@ -58,6 +58,9 @@ typedef struct {
   int synchronous;         /* PRAGMA synchronous: 0 OFF, 1 NORMAL (default), 2 FULL */
   int quick_check;         /* run PRAGMA quick_check on open; default 1 */
   lh_wire_limits limits;   /* for decoding payloads read back; default lh_wire_limits_default */
+  uint64_t max_bytes;      /* cap on the pages in use; 0: none. A batch or put begun at or
+                              over it fails with LH_ESTORE_FULL (ACK_RETRY for the actor)
+                              until retention frees pages */
 } lh_store_options;
 
 void lh_store_options_default(lh_store_options *o);

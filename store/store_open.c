@@ -284,6 +284,11 @@ int lh_store_begin(lh_store *s, lh_errbuf *err) {
     return lh_errbuf_set(err, LH_ESTORE_TXN, "%s: a batch is already open (commit it first)",
                          s->path);
   LH_TRY(lh_store_exec(s, "BEGIN IMMEDIATE", err));
+  int rc = lh_store_check_cap(s, err);
+  if (rc < 0) {
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+  }
   s->in_batch = 1;
   return 0;
 }

@@ -87,6 +87,26 @@ int lh_store_step(lh_store *s, sqlite3_stmt *st, const char *what, lh_errbuf *er
   }
 }
 
+int lh_store_check_cap(lh_store *s, lh_errbuf *err) {
+  if (s->opt.max_bytes == 0) return 0;
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_prepare(s,
+                          "SELECT ((SELECT page_count FROM pragma_page_count()) -"
+                          " (SELECT freelist_count FROM pragma_freelist_count())) *"
+                          " (SELECT page_size FROM pragma_page_size())",
+                          &st, err));
+  int rc = lh_store_step(s, st, "measuring the store", err);
+  uint64_t used = rc == SQLITE_ROW ? lh_store_column_u64(st, 0) : 0;
+  sqlite3_finalize(st);
+  if (rc < 0) return rc;
+  if (used >= s->opt.max_bytes)
+    return lh_errbuf_set(err, LH_ESTORE_FULL,
+                         "%s holds %llu bytes, at its cap of %llu: drop old payloads (retention) "
+                         "or raise the cap",
+                         s->path, (unsigned long long)used, (unsigned long long)s->opt.max_bytes);
+  return 0;
+}
+
 int lh_store_write_begin(lh_store *s, int *own, lh_errbuf *err) {
   *own = 0;
   if (s->readonly)
@@ -94,6 +114,11 @@ int lh_store_write_begin(lh_store *s, int *own, lh_errbuf *err) {
                          s->path);
   if (s->in_batch) return 0;
   LH_TRY(lh_store_exec(s, "BEGIN IMMEDIATE", err));
+  int rc = lh_store_check_cap(s, err);
+  if (rc < 0) {
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+  }
   *own = 1;
   return 0;
 }

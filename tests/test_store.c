@@ -949,6 +949,40 @@ START_TEST(test_busy_limit) {
 }
 END_TEST
 
+/* A store at its cap refuses new writes with LH_ESTORE_FULL until
+ * retention frees pages. */
+START_TEST(test_full) {
+  lh_store_options o;
+  lh_store_options_default(&o);
+  o.max_bytes = 256 * 1024;
+  lh_store *s = NULL;
+  ck_assert_int_eq(lh_store_open_with(db, &o, &s, &e), 0);
+  static sfx_seg g;
+  int ins, rc = 0;
+  uint32_t stored = 0;
+  for (uint32_t id = 1; id <= 1000 && rc == 0; id++) {
+    sfx_seg_plain(&g, id, 0, 512, id);
+    rc = lh_store_put_segment(s, &g.seg, &ins, &e);
+    if (rc == 0) stored++;
+  }
+  ck_assert_int_eq(rc, LH_ESTORE_FULL);
+  ck_assert(strstr(e.msg, "cap") != NULL);
+  ck_assert_uint_gt(stored, 10);
+  ck_assert_int_eq(lh_store_begin(s, &e), LH_ESTORE_FULL);
+  ck_assert(!lh_store_in_batch(s));
+  uint64_t segs;
+  ck_assert_int_eq(lh_store_retain_versions(s, 2, &segs, NULL, &e), 0);
+  ck_assert_uint_eq(segs, stored - 2);
+  put_seg(s, &g.seg, 1);
+  lh_store_close(s);
+  s = open_ro();
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  ck_assert_uint_eq(st.episodes, stored + 1);
+  lh_store_close(s);
+}
+END_TEST
+
 static Suite *store_suite(void) {
   Suite *su = suite_create("store");
   TCase *tc = tcase_create("store");
@@ -970,6 +1004,7 @@ static Suite *store_suite(void) {
   tcase_add_test(tc, test_two_writers_one_reader);
   tcase_add_test(tc, test_killed_writer);
   tcase_add_test(tc, test_busy_limit);
+  tcase_add_test(tc, test_full);
   suite_add_tcase(su, tc);
   return su;
 }
