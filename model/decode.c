@@ -13,6 +13,7 @@ struct lh_model_decoder {
   int B;
   size_t state_floats;   /* H*dk*dk, one sequence and layer */
   float *state;          /* (L,B,H,dk,dk) backend */
+  float *gathered;       /* the same size: the states of a subset of rows */
   float *h, *u, *q, *k, *v, *graw, *g, *o, *on, *r;  /* (B,d); r is (L,B,d) */
   float *z, *routed, *shared, *rl, *aff, *gates, *logits, *logp;
   int32_t *idx, *tok;
@@ -56,6 +57,7 @@ int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *
 #define A(ptr, count, type) \
   ok = ok && ((ptr) = dalloc(d, (size_t)(count) * sizeof(type))) != NULL
   A(d->state, (size_t)L * B * d->state_floats, float);
+  A(d->gathered, (size_t)L * B * d->state_floats, float);
   float **bd[] = {&d->h, &d->u, &d->q, &d->k, &d->v, &d->graw, &d->g, &d->o, &d->on};
   for (size_t i = 0; i < sizeof bd / sizeof bd[0]; i++) A(*bd[i], Bd, float);
   A(d->r, (size_t)L * Bd, float);
@@ -100,14 +102,15 @@ static int load_xres(lh_model_decoder *d) {
   return LH_OK;
 }
 
-int lh_model_decode_step(lh_model_decoder *d, const int32_t *tokens, float *logp,
-                         int32_t *experts, lh_errbuf *err) {
-  if (!d || !tokens) return LH_EINVAL;
+/* One step of B sequences whose states are (L,B,H,dk,dk) at state (B <=
+ * the decoder's B: the buffers are sized for that). */
+static int step_core(lh_model_decoder *d, float *state, int B, const int32_t *tokens,
+                     float *logp, int32_t *experts, lh_errbuf *err) {
   lh_model *m = d->m;
   const lh_model_config *cf = &m->cfg;
   const lh_backend *be = m->be;
   void *ctx = be->context;
-  int B = d->B, L = cf->layers, dm = cf->d_model, H = cf->heads, dk = dm / H;
+  int L = cf->layers, dm = cf->d_model, H = cf->heads, dk = dm / H;
   int r = cf->latent, E = cf->experts, k = cf->topk, S = cf->shared_experts;
   int f = cf->expert_hidden, V = cf->vocab;
   size_t Bd = (size_t)B * dm;
@@ -131,7 +134,7 @@ int lh_model_decode_step(lh_model_decoder *d, const int32_t *tokens, float *logp
     LH_TRY(be->matmul_forward(ctx, d->v, d->u, W(wv), NULL, B, dm, dm));
     LH_TRY(be->matmul_forward(ctx, d->graw, d->u, W(wg), W(bg), B, dm, dm));
     LH_TRY(be->decay_gate_forward(ctx, d->g, d->graw, Bd, cf->g_min, cf->tau));
-    LH_TRY(be->attn_decode_step(ctx, d->o, d->state + (size_t)l * B * d->state_floats, d->q,
+    LH_TRY(be->attn_decode_step(ctx, d->o, state + (size_t)l * B * d->state_floats, d->q,
                                 d->k, d->v, d->g, B, H, dk));
     LH_TRY(be->rmsnorm_forward(ctx, d->on, NULL, d->o, W(head_norm), B * H, dk,
                                LH_RMSNORM_EPS));
@@ -163,6 +166,41 @@ int lh_model_decode_step(lh_model_decoder *d, const int32_t *tokens, float *logp
   LH_TRY(be->matmul_forward(ctx, d->logits, d->u, lh_model_view(m, P, m->out), NULL, B, dm, V));
   LH_TRY(be->log_softmax_forward(ctx, d->logp, d->logits, B, V));
   if (logp) LH_TRY(be->download(ctx, logp, d->logp, (size_t)B * V * sizeof(float)));
+  return LH_OK;
+}
+
+int lh_model_decode_step(lh_model_decoder *d, const int32_t *tokens, float *logp,
+                         int32_t *experts, lh_errbuf *err) {
+  if (!d || !tokens) return LH_EINVAL;
+  return step_core(d, d->state, d->B, tokens, logp, experts, err);
+}
+
+int lh_model_decode_step_rows(lh_model_decoder *d, const int32_t *rows, int n_rows,
+                              const int32_t *tokens, float *logp, int32_t *experts,
+                              lh_errbuf *err) {
+  if (!d || !rows || !tokens || n_rows < 0 || n_rows > d->B) return LH_EINVAL;
+  if (n_rows == 0) return LH_OK;
+  int L = d->m->cfg.layers, B = d->B;
+  for (int i = 0; i < n_rows; i++) {
+    if (rows[i] < 0 || rows[i] >= B)
+      return lh_errbuf_set(err, LH_EINVAL, "decode row %d is %d, outside [0, %d)", i,
+                           (int)rows[i], B);
+    for (int j = 0; j < i; j++)
+      if (rows[j] == rows[i])
+        return lh_errbuf_set(err, LH_EINVAL, "decode row %d appears twice", (int)rows[i]);
+  }
+  const lh_backend *be = d->m->be;
+  size_t sb = d->state_floats * sizeof(float);
+  /* gather the rows' states, step them together, scatter them back */
+  for (int l = 0; l < L; l++)
+    for (int i = 0; i < n_rows; i++)
+      LH_TRY(be->copy(be->context, d->gathered + ((size_t)l * n_rows + i) * d->state_floats,
+                      d->state + ((size_t)l * B + rows[i]) * d->state_floats, sb));
+  LH_TRY(step_core(d, d->gathered, n_rows, tokens, logp, experts, err));
+  for (int l = 0; l < L; l++)
+    for (int i = 0; i < n_rows; i++)
+      LH_TRY(be->copy(be->context, d->state + ((size_t)l * B + rows[i]) * d->state_floats,
+                      d->gathered + ((size_t)l * n_rows + i) * d->state_floats, sb));
   return LH_OK;
 }
 

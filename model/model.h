@@ -234,6 +234,13 @@ int lh_model_decoder_reset(lh_model_decoder *d, int b);
  * host) or NULL gets the routing (for routing replay). */
 int lh_model_decode_step(lh_model_decoder *d, const int32_t *tokens, float *logp,
                          int32_t *experts, lh_errbuf *err);
+/* The same for the n_rows sequences rows[0..n_rows) only (distinct, in
+ * [0, B)); tokens, logp (n_rows, vocab) and experts (layers, n_rows, topk)
+ * follow rows' order. The other sequences' states do not move: how an actor
+ * keeps decoding while some episodes wait for a tool. */
+int lh_model_decode_step_rows(lh_model_decoder *d, const int32_t *rows, int n_rows,
+                              const int32_t *tokens, float *logp, int32_t *experts,
+                              lh_errbuf *err);
 /* Feeds n tokens (and images, positions relative to these tokens) to
  * sequence b through the chunked training path, continuing its state;
  * logp_next (vocab, host) or NULL gets the next-token distribution after
