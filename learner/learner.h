@@ -275,4 +275,41 @@ size_t lh_learner_episode_windows(const lh_learner_episode *ep, size_t train_win
 void lh_learner_episode_window(const lh_learner_episode *ep, size_t train_window, size_t i,
                                size_t *start, size_t *end);
 
+/* ---- batches of whole groups ----------------------------------------------
+ * Complete episodes arrive one by one, each with its group; the batcher
+ * holds them until their group has all group_size members (admitted or
+ * dropped by lh_learner_admission_check: a dropped one still counts as
+ * arrived, so a group is never waited on for ever), then hands out batches
+ * made of whole groups, oldest completed first, as soon as they hold at
+ * least batch_episodes admitted episodes. A group whose members were all
+ * dropped is discarded. When more than max_pending_groups groups are
+ * incomplete, the oldest of them is closed with what it has (its actor may
+ * have died), so memory stays bounded and training goes on. */
+typedef struct {
+  uint64_t episode_id;
+  uint64_t group_id;
+  float reward;
+  int admitted;  /* 1: goes into the batch; 0: dropped, counts toward its group */
+} lh_learner_batch_item;
+
+typedef struct lh_learner_batcher lh_learner_batcher;
+
+lh_learner_batcher *lh_learner_batcher_new(size_t batch_episodes, size_t group_size,
+                                           size_t max_pending_groups, lh_errbuf *err);
+void lh_learner_batcher_free(lh_learner_batcher *b);
+/* Adds one episode. LH_ELEARNER_BATCH_DUPLICATE for an episode id already
+ * pending, LH_ELEARNER_BATCH_GROUP_FULL for a member beyond group_size. */
+int lh_learner_batcher_add(lh_learner_batcher *b, const lh_learner_batch_item *item, lh_errbuf *err);
+/* When a batch is ready: copies its admitted episodes, group by group, into
+ * out (room for cap; batch_episodes + group_size - 1 always suffices),
+ * sets *n and returns 1. Returns 0 when no batch is ready. */
+int lh_learner_batcher_take(lh_learner_batcher *b, lh_learner_batch_item *out, size_t cap, size_t *n,
+                            lh_errbuf *err);
+/* Admitted episodes in complete groups waiting for a batch; groups still
+ * incomplete; groups closed early; groups discarded with no admitted member. */
+size_t lh_learner_batcher_ready(const lh_learner_batcher *b);
+size_t lh_learner_batcher_pending_groups(const lh_learner_batcher *b);
+uint64_t lh_learner_batcher_closed_early(const lh_learner_batcher *b);
+uint64_t lh_learner_batcher_discarded(const lh_learner_batcher *b);
+
 #endif

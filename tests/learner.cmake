@@ -13,3 +13,6 @@ lh_add_test(test_learner_weights SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learne
 # An episode joined from segments the real segmenter cut (test_learner_episode).
 lh_add_test(test_learner_episode SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_episode.c
   LIBS lh_learner lh_actors TIMEOUT 120)
+# Batches of whole groups (test_learner_batcher).
+lh_add_test(test_learner_batcher SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_batcher.c
+  LIBS lh_learner TIMEOUT 120)

@@ -1,0 +1,164 @@
+/* learner: batches made of whole groups of episodes.
+ *
+ * Groups live in one array in order of their first episode; a complete
+ * group gets a completion number, and batches take complete groups in that
+ * order. Batches are tens of groups and pending groups at most a few
+ * hundred, so linear scans are the simple and sufficient choice. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "learner/learner.h"
+
+typedef struct {
+  uint64_t group_id;
+  lh_learner_batch_item *items;  /* group_size */
+  size_t n;                      /* arrived */
+  size_t admitted;
+  uint64_t completed;            /* 0 while incomplete, else completion order from 1 */
+} group;
+
+struct lh_learner_batcher {
+  size_t batch_episodes, group_size, max_pending;
+  group *groups;
+  size_t n_groups, cap_groups;
+  uint64_t next_completion;
+  size_t ready;  /* admitted episodes in complete groups */
+  size_t pending;
+  uint64_t closed_early, discarded;
+};
+
+lh_learner_batcher *lh_learner_batcher_new(size_t batch_episodes, size_t group_size,
+                                           size_t max_pending_groups, lh_errbuf *err) {
+  if (batch_episodes < 1 || group_size < 1 || max_pending_groups < 1) {
+    lh_errbuf_set(err, LH_ELEARNER_BATCH_PARAMS,
+                  "batcher: batch_episodes=%zu, group_size=%zu and max_pending_groups=%zu must all be >= 1",
+                  batch_episodes, group_size, max_pending_groups);
+    return NULL;
+  }
+  lh_learner_batcher *b = calloc(1, sizeof *b);
+  if (!b) {
+    lh_errbuf_set(err, LH_ENOMEM, "batcher: out of memory");
+    return NULL;
+  }
+  b->batch_episodes = batch_episodes;
+  b->group_size = group_size;
+  b->max_pending = max_pending_groups;
+  return b;
+}
+
+void lh_learner_batcher_free(lh_learner_batcher *b) {
+  if (!b) return;
+  for (size_t i = 0; i < b->n_groups; i++) free(b->groups[i].items);
+  free(b->groups);
+  free(b);
+}
+
+static void remove_group(lh_learner_batcher *b, size_t i) {
+  free(b->groups[i].items);
+  memmove(b->groups + i, b->groups + i + 1, (b->n_groups - i - 1) * sizeof *b->groups);
+  b->n_groups--;
+}
+
+/* Marks group i complete, or discards it when nothing in it was admitted. */
+static void complete(lh_learner_batcher *b, size_t i) {
+  group *g = &b->groups[i];
+  b->pending--;
+  if (g->admitted == 0) {
+    b->discarded++;
+    remove_group(b, i);
+    return;
+  }
+  g->completed = ++b->next_completion;
+  b->ready += g->admitted;
+}
+
+int lh_learner_batcher_add(lh_learner_batcher *b, const lh_learner_batch_item *item, lh_errbuf *err) {
+  if (!b || !item) return lh_errbuf_set(err, LH_EINVAL, "batcher add: NULL argument");
+  for (size_t i = 0; i < b->n_groups; i++)
+    for (size_t j = 0; j < b->groups[i].n; j++)
+      if (b->groups[i].items[j].episode_id == item->episode_id)
+        return lh_errbuf_set(err, LH_ELEARNER_BATCH_DUPLICATE, "batcher add: episode %llu is already pending",
+                             (unsigned long long)item->episode_id);
+  size_t gi = 0;
+  while (gi < b->n_groups && b->groups[gi].group_id != item->group_id) gi++;
+  if (gi < b->n_groups && b->groups[gi].completed)
+    return lh_errbuf_set(err, LH_ELEARNER_BATCH_GROUP_FULL,
+                         "batcher add: group %llu is already complete (group_size %zu); episode %llu is one "
+                         "too many",
+                         (unsigned long long)item->group_id, b->group_size, (unsigned long long)item->episode_id);
+  if (gi == b->n_groups) {
+    if (b->n_groups == b->cap_groups) {
+      size_t cap = b->cap_groups ? 2 * b->cap_groups : 16;
+      group *gs = realloc(b->groups, cap * sizeof *gs);
+      if (!gs) return lh_errbuf_set(err, LH_ENOMEM, "batcher add: out of memory");
+      b->groups = gs;
+      b->cap_groups = cap;
+    }
+    group *g = &b->groups[b->n_groups];
+    memset(g, 0, sizeof *g);
+    g->items = malloc(b->group_size * sizeof *g->items);
+    if (!g->items) return lh_errbuf_set(err, LH_ENOMEM, "batcher add: out of memory");
+    g->group_id = item->group_id;
+    b->n_groups++;
+    b->pending++;
+  }
+  group *g = &b->groups[gi];
+  g->items[g->n++] = *item;
+  g->admitted += item->admitted != 0;
+  if (g->n == b->group_size) {
+    complete(b, gi);
+  } else if (b->pending > b->max_pending) {
+    /* Close the oldest incomplete group (the array is in arrival order). */
+    for (size_t i = 0; i < b->n_groups; i++)
+      if (!b->groups[i].completed) {
+        b->closed_early++;
+        complete(b, i);
+        break;
+      }
+  }
+  return 0;
+}
+
+int lh_learner_batcher_take(lh_learner_batcher *b, lh_learner_batch_item *out, size_t cap, size_t *n,
+                            lh_errbuf *err) {
+  if (n) *n = 0;
+  if (!b || !out || !n) return lh_errbuf_set(err, LH_EINVAL, "batcher take: NULL argument");
+  if (b->ready < b->batch_episodes) return 0;
+  /* Count what the batch will take before copying, so a small out fails
+   * without losing anything. */
+  size_t want = 0;
+  uint64_t last = 0;
+  while (want < b->batch_episodes) {
+    size_t best = b->n_groups;
+    for (size_t i = 0; i < b->n_groups; i++)
+      if (b->groups[i].completed > last &&
+          (best == b->n_groups || b->groups[i].completed < b->groups[best].completed))
+        best = i;
+    if (best == b->n_groups) break;
+    want += b->groups[best].admitted;
+    last = b->groups[best].completed;
+  }
+  if (want > cap)
+    return lh_errbuf_set(err, LH_EINVAL, "batcher take: the batch has %zu episodes but out has room for %zu",
+                         want, cap);
+  size_t taken = 0;
+  while (taken < b->batch_episodes) {
+    size_t best = b->n_groups;
+    for (size_t i = 0; i < b->n_groups; i++)
+      if (b->groups[i].completed && (best == b->n_groups || b->groups[i].completed < b->groups[best].completed))
+        best = i;
+    if (best == b->n_groups) break;
+    group *g = &b->groups[best];
+    for (size_t j = 0; j < g->n; j++)
+      if (g->items[j].admitted) out[taken++] = g->items[j];
+    b->ready -= g->admitted;
+    remove_group(b, best);
+  }
+  *n = taken;
+  return 1;
+}
+
+size_t lh_learner_batcher_ready(const lh_learner_batcher *b) { return b ? b->ready : 0; }
+size_t lh_learner_batcher_pending_groups(const lh_learner_batcher *b) { return b ? b->pending : 0; }
+uint64_t lh_learner_batcher_closed_early(const lh_learner_batcher *b) { return b ? b->closed_early : 0; }
+uint64_t lh_learner_batcher_discarded(const lh_learner_batcher *b) { return b ? b->discarded : 0; }
