@@ -69,6 +69,14 @@ static int do_hang(const char *db, uint64_t first, uint64_t committed) {
   if (lh_store_begin(s, &e) < 0) return fail("begin", &e);
   for (uint64_t id = first + committed; id < first + committed + 20; id++)
     if (put_episode(s, id, 3, 0, &pending, &e) < 0) return fail("write", &e);
+  /* More than SQLite's page cache holds (2 MiB), so that uncommitted pages
+   * spill into the WAL file before the kill. */
+  static sfx_seg big;
+  for (uint32_t k = 0; k < 400; k++) {
+    sfx_seg_plain(&big, first + committed + 20 + k / 4, k % 4, 1024, 1);
+    int ins;
+    if (lh_store_put_segment(s, &big.seg, &ins, &e) < 0) return fail("write", &e);
+  }
   printf("in-transaction\n");
   fflush(stdout);
   for (;;) pause();
