@@ -258,4 +258,24 @@ const uint8_t *lh_actors_weights_latest(const lh_actors_weights *w, uint64_t *ve
 int lh_actors_weights_progress(const lh_actors_weights *w, uint64_t *version, uint32_t *received,
                                uint32_t *total);
 
+/* ---- heartbeat figures ----------------------------------------------------
+ * Counts tokens and finished episodes, and turns them into the rates of a
+ * Heartbeat over the time since the previous one (caller's clock, ms). */
+typedef struct {
+  uint64_t tokens, episodes;            /* totals */
+  uint64_t window_tokens, window_episodes;
+  int64_t window_start_ms;              /* -1 before the first heartbeat */
+} lh_actors_meter;
+
+void lh_actors_meter_init(lh_actors_meter *m, int64_t now_ms);
+void lh_actors_meter_tokens(lh_actors_meter *m, uint64_t n);
+void lh_actors_meter_episode_done(lh_actors_meter *m);
+/* Fills hb (initialised by the caller; role is left to it): tokens_per_s
+ * and episodes_per_s over [window start, now_ms) (0 for an empty window),
+ * episodes_done, and the caller's policy_version, outbox_depth,
+ * open_episodes and policy_lag. Starts a new window at now_ms. */
+void lh_actors_meter_heartbeat(lh_actors_meter *m, int64_t now_ms, uint64_t policy_version,
+                               uint32_t outbox_depth, uint32_t open_episodes, double policy_lag,
+                               Longhaul__Heartbeat *hb);
+
 #endif

@@ -1,6 +1,6 @@
 /* Tests of actors/outbox.c: capacity in messages and bytes, acks of unknown
  * and duplicate ids, resend order and timeouts with an injected clock, the
- * reconnect path, and the id table under many collisions. */
+ * reconnect path, and the id table under many collisions; and the heartbeat meter. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +183,36 @@ START_TEST(test_outbox_errors) {
 }
 END_TEST
 
+START_TEST(test_heartbeat_meter) {
+  /* Lives here because it is the outbox's companion in the actor's loop:
+   * both run on the caller's clock. */
+  lh_actors_meter m;
+  lh_actors_meter_init(&m, 1000);
+  lh_actors_meter_tokens(&m, 300);
+  lh_actors_meter_tokens(&m, 200);
+  lh_actors_meter_episode_done(&m);
+  Longhaul__Heartbeat hb;
+  longhaul__heartbeat__init(&hb);
+  lh_actors_meter_heartbeat(&m, 3000, 7, 12, 5, 1.5, &hb);
+  ck_assert(hb.tokens_per_s == 250.0);
+  ck_assert(hb.episodes_per_s == 0.5);
+  ck_assert_uint_eq(hb.episodes_done, 1);
+  ck_assert_uint_eq(hb.policy_version, 7);
+  ck_assert_uint_eq(hb.outbox_depth, 12);
+  ck_assert_uint_eq(hb.open_episodes, 5);
+  ck_assert(hb.policy_lag == 1.5);
+  /* A new window: an empty one reports 0, totals stay. */
+  lh_actors_meter_heartbeat(&m, 3000, 7, 0, 0, 0, &hb);
+  ck_assert(hb.tokens_per_s == 0.0 && hb.episodes_per_s == 0.0);
+  lh_actors_meter_tokens(&m, 10);
+  lh_actors_meter_heartbeat(&m, 3100, 8, 0, 0, 0, &hb);
+  ck_assert(hb.tokens_per_s == 100.0);
+  ck_assert_uint_eq(m.tokens, 510);
+  lh_actors_meter_heartbeat(NULL, 0, 0, 0, 0, 0, &hb);
+  lh_actors_meter_tokens(NULL, 1);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("actors_outbox");
   TCase *tc = tcase_create("core");
@@ -193,6 +223,7 @@ int main(void) {
   tcase_add_test(tc, test_resend_all_on_reconnect);
   tcase_add_test(tc, test_many_colliding_ids_against_reference);
   tcase_add_test(tc, test_outbox_errors);
+  tcase_add_test(tc, test_heartbeat_meter);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
