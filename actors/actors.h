@@ -1,7 +1,21 @@
 /* actors: the parts of an actor process that do not need the model or the
  * network: the seeded generator and the sampler, the segmenter that cuts an
  * episode's token stream into Segment messages, the outbox of unacked
- * messages, and the [actor] section of the config.
+ * messages, weights fetched in chunks, the heartbeat meter, and the [actor]
+ * section of the config.
+ *
+ * How they fit in the actor's loop (DESIGN §1, §6):
+ *   per decode step and episode: lh_actors_sampler_sample on the model's
+ *     logits -> lh_actors_segmenter_push(token, 1, sample.logp, version,
+ *     experts); prompt and observation tokens are pushed with sampled 0;
+ *   each lh_actors_segmenter_pop (and the EpisodeEnd of finish) goes into an
+ *     Envelope with a fresh msg_id, lh_wire_encode, lh_actors_outbox_push,
+ *     then send; LH_EACTORS_OUTBOX_FULL pauses generation (back-pressure);
+ *   Ack -> lh_actors_outbox_ack_many; every loop lh_actors_outbox_next_due
+ *     resends; a reconnect calls lh_actors_outbox_resend_all;
+ *   WeightsAnnounce -> lh_actors_weights_announce, then next_request /
+ *     add_chunk; when add_chunk returns 1, swap in lh_actors_weights_latest
+ *     between decode steps (episodes go on: partial rollouts).
  *
  * All objects are single-threaded; free functions accept NULL. */
 #ifndef LH_ACTORS_H

@@ -1,7 +1,22 @@
 /* learner: the parts of the learner that do not need the model, the store or
  * the network: advantage estimators, admission by staleness, the PPO-clip
  * loss and its gradient, the [learner] section of the config and the
- * learning-rate schedule (DESIGN §5).
+ * learning-rate schedule, joining an episode's segments, batches of whole
+ * groups, and weights served in chunks (DESIGN §5).
+ *
+ * How they fit in a training step:
+ *   a complete episode (store) -> its segments decoded ->
+ *     lh_learner_episode_join -> lh_learner_admission_check(version,
+ *     ep->oldest_version, outcome, max_policy_lag) -> lh_learner_batcher_add;
+ *   lh_learner_batcher_take -> lh_learner_advantages over the batch's
+ *     rewards with the group ids as keys -> lh_learner_episode_broadcast;
+ *   per episode and lh_learner_episode_window: the model's log-probabilities
+ *     of the tokens (logits divided by the actor's temperature) ->
+ *     lh_learner_ppo_loss with normaliser = the batch's sampled tokens ->
+ *     dlogp into the model's backward;
+ *   clipping and AdamW are model/'s and kernels/' (lh_model_adamw_step), at
+ *     lr = lh_learner_lr_at(...); then lh_learner_weights_new on the new
+ *     parameters, announce, and serve requests.
  *
  * Free functions accept NULL. */
 #ifndef LH_LEARNER_H
