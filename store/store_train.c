@@ -15,7 +15,7 @@ static void bind_metric(sqlite3_stmt *st, int i, double v) {
 
 /* MaxVio per layer as a JSON array ("[0.12,0.5,null]"); non-finite as null. */
 static char *maxvio_json(const lh_store_train_step *t) {
-  size_t cap = 2 + (size_t)t->layers * 26;
+  size_t cap = 3 + (size_t)t->layers * 26; /* "[", "]", NUL */
   char *j = malloc(cap), *p = j;
   if (!j) return NULL;
   *p++ = '[';

@@ -559,6 +559,23 @@ START_TEST(test_train_steps) {
 }
 END_TEST
 
+/* A step with no per-layer figures stores an empty MaxVio array. */
+START_TEST(test_train_step_no_layers) {
+  lh_store *s = open_rw();
+  static lh_store_train_step t;
+  memset(&t, 0, sizeof t);
+  t.step = 1;
+  int ins;
+  ck_assert_int_eq(lh_store_put_train_step(s, &t, &ins, &e), 0);
+  ck_assert_int_eq(ins, 1);
+  static lh_store_train_step back;
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, step_row, &back, &e), 0);
+  ck_assert_uint_eq(back.step, 1);
+  ck_assert_uint_eq(back.layers, 0);
+  lh_store_close(s);
+}
+END_TEST
+
 START_TEST(test_batches) {
   lh_store *s = open_rw();
   static sfx_seg g;
@@ -996,6 +1013,7 @@ static Suite *store_suite(void) {
   tcase_add_test(tc, test_stats_by_env);
   tcase_add_test(tc, test_retention);
   tcase_add_test(tc, test_train_steps);
+  tcase_add_test(tc, test_train_step_no_layers);
   tcase_add_test(tc, test_batches);
   tcase_add_test(tc, test_readonly);
   tcase_add_test(tc, test_bad_files);
