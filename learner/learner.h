@@ -327,4 +327,32 @@ size_t lh_learner_batcher_pending_groups(const lh_learner_batcher *b);
 uint64_t lh_learner_batcher_closed_early(const lh_learner_batcher *b);
 uint64_t lh_learner_batcher_discarded(const lh_learner_batcher *b);
 
+/* ---- the learner's own checkpoint state -----------------------------------
+ * What a checkpoint needs besides the model's tensors and moments (which
+ * model/ saves) for `--resume` to continue exactly: counters, the
+ * REINFORCE baseline, admission counts, the learner's generator state and
+ * the ingest position. Saved as DIR/learner_state.bin, written to a
+ * temporary file, flushed to disk and renamed over the old one, so that a
+ * crash leaves either the old state or the new, never a mix. The file is
+ * little-endian binary (doubles bit for bit) with a magic, a format version
+ * and a checksum. */
+#define LH_LEARNER_STATE_FILE "learner_state.bin"
+
+typedef struct {
+  uint64_t step;             /* optimizer steps taken */
+  uint64_t version;          /* policy version published */
+  uint64_t ingest_position;  /* the store's position the learner has consumed up to */
+  uint64_t skipped_steps;    /* non-finite steps skipped */
+  uint32_t stage_index;
+  lh_learner_adv_baseline baseline;
+  lh_learner_admission_counts admission;
+  uint8_t rng[32];           /* a generator state (e.g. lh_actors_rng_save's bytes) */
+} lh_learner_state;
+
+int lh_learner_state_save(const char *dir, const lh_learner_state *st, lh_errbuf *err);
+/* LH_ELEARNER_STATE_IO when the file cannot be opened (the message says
+ * why, e.g. it does not exist), LH_ELEARNER_STATE_CORRUPT when its size,
+ * magic, format, checksum or baseline is wrong; *st is untouched then. */
+int lh_learner_state_load(const char *dir, lh_learner_state *st, lh_errbuf *err);
+
 #endif

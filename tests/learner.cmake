@@ -16,3 +16,6 @@ lh_add_test(test_learner_episode SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learne
 # Batches of whole groups (test_learner_batcher).
 lh_add_test(test_learner_batcher SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_batcher.c
   LIBS lh_learner TIMEOUT 120)
+# The learner's checkpoint state, atomic and checksummed (test_learner_state).
+lh_add_test(test_learner_state SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_state.c
+  LIBS lh_learner TIMEOUT 120)
