@@ -15,6 +15,7 @@ packages=(
   libcjson-dev             # safetensors headers, JSON export
   libinih-dev              # INI config
   python3-zmq python3-protobuf protobuf-compiler   # Python env server example
+  python3-torch            # the PyTorch peer of bench_model
 )
 
 missing=()
