@@ -19,3 +19,6 @@ lh_add_test(test_learner_batcher SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learne
 # The learner's checkpoint state, atomic and checksummed (test_learner_state).
 lh_add_test(test_learner_state SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_state.c
   LIBS lh_learner TIMEOUT 120)
+# The actor and learner parts wired together on a toy policy that must learn (test_learner_pipeline).
+lh_add_test(test_learner_pipeline SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_pipeline.c
+  LIBS lh_learner lh_actors TIMEOUT 120)
