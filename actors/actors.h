@@ -61,8 +61,9 @@ int lh_actors_rng_load(lh_actors_rng *r, const uint8_t in[LH_ACTORS_RNG_STATE_BY
  * l / T over the whole vocabulary at the chosen token, without the nucleus
  * renormalisation, i.e. the log-probability under the tempered model. The
  * learner must divide its logits by the same temperature before its
- * log-softmax, and then it computes exactly this number (at T = 1 it is the
- * model's own log p). The nucleus is a sampling heuristic, not part of the
+ * log-softmax, and then it computes this number up to float rounding (at
+ * T = 1 it is the model's own log p; the sampler works in double and rounds
+ * once, well inside DESIGN §5's 1e-5). The nucleus is a sampling heuristic, not part of the
  * policy being trained; `sample_logp` is the log-probability the token was
  * actually drawn with (nucleus renormalised), for diagnostics. For T = 0,
  * `logp` is the log-softmax at temperature 1 and `sample_logp` is 0. */
