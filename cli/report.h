@@ -1,0 +1,101 @@
+/* cli report: the pieces of `longhaul report`: a growing text buffer with
+ * HTML escaping (report_buf.c), the SVG chart primitives (report_svg.c),
+ * what the page shows as read from the store (report_data.c) and the page
+ * itself (report_page.c). Private to cli/.
+ *
+ * The page is self-contained: inline CSS and inline SVG, no script, no
+ * fonts or images fetched, so it can be mailed or opened offline. */
+#ifndef LH_CLI_REPORT_H
+#define LH_CLI_REPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/store.h"
+
+/* ---- text buffer (report_buf.c) ---------------------------------------- */
+
+/* A NUL-terminated string that grows. A failed allocation sets failed and
+ * drops later appends, so that writers need not check every call; the
+ * caller checks failed once at the end. */
+typedef struct {
+  char *data;
+  size_t len, cap;
+  int failed;
+} lh_report_buf;
+
+void lh_report_buf_free(lh_report_buf *b);  /* accepts NULL; leaves b empty */
+void lh_report_puts(lh_report_buf *b, const char *s);
+void lh_report_printf(lh_report_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends s with &, <, >, " and ' escaped, valid in text and in quoted
+ * attribute values alike. Bytes below 0x20 other than tab and newline
+ * (not allowed in HTML text) become U+FFFD. NULL appends nothing. */
+void lh_report_escape(lh_report_buf *b, const char *s);
+
+/* ---- charts (report_svg.c) ---------------------------------------------- */
+
+/* What every chart has: its id (the svg's id attribute, an identifier the
+ * caller chooses, not escaped), a title and axis labels (escaped). */
+typedef struct {
+  const char *id;
+  const char *title;
+  const char *xlabel, *ylabel;
+  int y_from_zero;     /* the y axis starts at 0 (counts, rates) */
+  int y_fixed;         /* use ymin..ymax instead of the data's range */
+  double ymin, ymax;
+} lh_report_axes;
+
+typedef struct {
+  const char *name;    /* legend entry and tooltip prefix */
+  const char *color;   /* a CSS colour, not escaped */
+  const double *x, *y; /* n points; a NAN y leaves a gap in the line */
+  size_t n;
+} lh_report_series;
+
+/* A line chart of nseries series sharing the axes: a polyline per series
+ * and, up to a few hundred points, a circle per point with an SVG <title>
+ * tooltip. With no finite point at all it draws the axes frame with a
+ * "no data yet" note. */
+void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_report_series *s,
+                          size_t nseries);
+/* A histogram: bins of [edges[i], edges[i+1]) with counts[i], nbins >= 1. */
+void lh_report_histogram(lh_report_buf *b, const lh_report_axes *a, const double *edges,
+                         const double *counts, size_t nbins);
+/* A heat map of rows x cols values (row-major, NAN: no value, drawn grey);
+ * row r is labelled "row_label r", column c sits at x col_x[c]. A colour
+ * legend gives the scale. */
+void lh_report_heatmap(lh_report_buf *b, const lh_report_axes *a, const char *row_label,
+                       const double *values, size_t rows, size_t cols, const double *col_x);
+
+/* ---- data (report_data.c) ----------------------------------------------- */
+
+/* Everything the page shows, read once from a store opened read-only. */
+typedef struct {
+  lh_store_stats stats;
+  lh_store_env_stats *envs;
+  size_t env_count;
+  /* per policy version (episodes by their newest sampled token's version) */
+  double *version, *version_reward, *version_success, *version_episodes;
+  size_t version_count;
+  /* per train step */
+  double *step, *loss, *reward_mean, *success_rate, *lag_mean, *lag_max, *tok_s_step,
+      *tok_s_wall;
+  size_t step_count, step_cap;
+  int64_t *time_ms;
+  uint32_t layers;          /* the most MaxVio layers any step had */
+  double *maxvio;           /* step_count rows of layers values, NAN where a step had fewer */
+} lh_report_data;
+
+/* Reads the report's data from s into *d (zeroed first). On failure
+ * returns the store's negative code with err set, and *d is freed. */
+int lh_report_data_load(lh_store *s, lh_report_data *d, lh_errbuf *err);
+void lh_report_data_free(lh_report_data *d);  /* accepts NULL */
+
+/* ---- the page (report_page.c) ------------------------------------------- */
+
+/* Writes the whole HTML page for d into b; title (escaped) heads it and
+ * source (escaped) names the store it came from. */
+void lh_report_page(lh_report_buf *b, const lh_report_data *d, const char *title,
+                    const char *source);
+
+#endif

@@ -1,0 +1,151 @@
+/* cli report: reads what the page shows from a store opened read-only:
+ * the store's counts, the per-environment counts, reward and success per
+ * policy version (an aggregate query over the episodes) and every train
+ * step. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/report.h"
+
+void lh_report_data_free(lh_report_data *d) {
+  if (!d) return;
+  free(d->envs);
+  free(d->version);
+  free(d->version_reward);
+  free(d->version_success);
+  free(d->version_episodes);
+  free(d->step);
+  free(d->loss);
+  free(d->reward_mean);
+  free(d->success_rate);
+  free(d->lag_mean);
+  free(d->lag_max);
+  free(d->tok_s_step);
+  free(d->tok_s_wall);
+  free(d->time_ms);
+  free(d->maxvio);
+  memset(d, 0, sizeof *d);
+}
+
+/* Grows *p to hold cap elements of size bytes; 0 or LH_ENOMEM. */
+static int grow(void *p, size_t cap, size_t size) {
+  void *q = realloc(*(void **)p, cap * size);
+  if (!q) return LH_ENOMEM;
+  *(void **)p = q;
+  return 0;
+}
+
+typedef struct {
+  lh_report_data *d;
+  size_t cap;
+  int failed;
+} load_ctx;
+
+static int on_env(void *ctx, const lh_store_env_stats *e) {
+  load_ctx *c = ctx;
+  lh_report_data *d = c->d;
+  if (d->env_count == c->cap) {
+    c->cap = c->cap ? c->cap * 2 : 8;
+    if (grow(&d->envs, c->cap, sizeof *d->envs) != 0) return LH_ENOMEM;
+  }
+  d->envs[d->env_count++] = *e;
+  return 0;
+}
+
+static double num(const char *text) { return text ? strtod(text, NULL) : NAN; }
+
+static int on_version(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  load_ctx *c = ctx;
+  lh_report_data *d = c->d;
+  if (ncols != 4) return LH_EINVAL;
+  if (d->version_count == c->cap) {
+    c->cap = c->cap ? c->cap * 2 : 64;
+    if (grow(&d->version, c->cap, sizeof(double)) || grow(&d->version_reward, c->cap, sizeof(double)) ||
+        grow(&d->version_success, c->cap, sizeof(double)) ||
+        grow(&d->version_episodes, c->cap, sizeof(double)))
+      return LH_ENOMEM;
+  }
+  size_t i = d->version_count++;
+  d->version[i] = num(values[0]);
+  d->version_reward[i] = num(values[1]);
+  d->version_success[i] = num(values[2]);
+  d->version_episodes[i] = num(values[3]);
+  return 0;
+}
+
+/* Stores step t's MaxVio row, widening every row when t has more layers
+ * than any step before it. */
+static int put_maxvio(lh_report_data *d, size_t i, const lh_store_train_step *t) {
+  uint32_t layers = t->layers <= LH_STORE_MAX_LAYERS ? t->layers : LH_STORE_MAX_LAYERS;
+  if (layers > d->layers) {
+    double *wide = malloc(d->step_cap * layers * sizeof *wide);
+    if (!wide) return LH_ENOMEM;
+    for (size_t r = 0; r < d->step_cap; r++)
+      for (uint32_t l = 0; l < layers; l++)
+        wide[r * layers + l] = (r < i && l < d->layers) ? d->maxvio[r * d->layers + l] : NAN;
+    free(d->maxvio);
+    d->maxvio = wide;
+    d->layers = layers;
+  }
+  for (uint32_t l = 0; l < d->layers; l++) d->maxvio[i * d->layers + l] = l < layers ? t->maxvio[l] : NAN;
+  return 0;
+}
+
+static int on_step(void *ctx, const lh_store_train_step *t) {
+  load_ctx *c = ctx;
+  lh_report_data *d = c->d;
+  if (d->step_count == d->step_cap) {
+    size_t cap = d->step_cap ? d->step_cap * 2 : 256;
+    double **cols[] = {&d->step, &d->loss, &d->reward_mean, &d->success_rate,
+                       &d->lag_mean, &d->lag_max, &d->tok_s_step, &d->tok_s_wall};
+    for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++)
+      if (grow(cols[k], cap, sizeof(double))) return LH_ENOMEM;
+    if (grow(&d->time_ms, cap, sizeof(int64_t))) return LH_ENOMEM;
+    if (d->layers && grow(&d->maxvio, cap * d->layers, sizeof(double))) return LH_ENOMEM;
+    d->step_cap = cap;
+  }
+  size_t i = d->step_count;
+  d->step[i] = (double)t->step;
+  d->loss[i] = t->skipped ? NAN : t->loss;
+  d->reward_mean[i] = t->reward_mean;
+  d->success_rate[i] = t->success_rate;
+  d->lag_mean[i] = t->lag_mean;
+  d->lag_max[i] = t->lag_max;
+  d->time_ms[i] = t->time_ms;
+  /* Tokens per second of the step's own time, and per wall-clock second
+   * since the previous step (which includes waiting for episodes). */
+  d->tok_s_step[i] = (isfinite(t->step_ms) && t->step_ms > 0) ? (double)t->tokens / (t->step_ms / 1000.0) : NAN;
+  d->tok_s_wall[i] = NAN;
+  if (i > 0 && t->time_ms > d->time_ms[i - 1])
+    d->tok_s_wall[i] = (double)t->tokens / ((double)(t->time_ms - d->time_ms[i - 1]) / 1000.0);
+  int rc = put_maxvio(d, i, t);
+  if (rc) return rc;
+  d->step_count++;
+  return 0;
+}
+
+int lh_report_data_load(lh_store *s, lh_report_data *d, lh_errbuf *err) {
+  memset(d, 0, sizeof *d);
+  int rc = lh_store_stats_get(s, &d->stats, err);
+  load_ctx c = {.d = d};
+  if (rc == 0) rc = lh_store_stats_by_env(s, on_env, &c, err);
+  /* Episodes by the newest policy version that sampled them: the version
+   * their reward speaks for. Only ended episodes have a reward. */
+  c.cap = 0;
+  if (rc == 0)
+    rc = lh_store_sql(s,
+                      "SELECT max_version, avg(reward), "
+                      "avg(CASE WHEN outcome = 'success' THEN 1.0 ELSE 0.0 END), count(*) "
+                      "FROM episodes WHERE reward IS NOT NULL AND max_version IS NOT NULL "
+                      "GROUP BY max_version ORDER BY max_version",
+                      on_version, &c, NULL, err);
+  if (rc == 0) rc = lh_store_train_steps(s, 0, 0, on_step, &c, err);
+  if (rc != 0) {
+    if (rc == LH_ENOMEM && err->code != LH_ENOMEM)
+      lh_errbuf_set(err, LH_ENOMEM, "out of memory reading the store");
+    lh_report_data_free(d);
+  }
+  return rc;
+}

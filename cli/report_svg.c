@@ -1,0 +1,292 @@
+/* cli report: the SVG charts of the report page (line chart, histogram,
+ * heat map), each with axes, ticks, labels and a <title> tooltip per data
+ * point, so they read without any script. Coordinates are written with
+ * one decimal: the charts are a few hundred pixels wide. */
+#include <math.h>
+#include <stdio.h>
+
+#include "cli/report.h"
+
+enum { WIDTH = 760, HEIGHT = 300, LEFT = 70, RIGHT = 20, TOP = 36, BOTTOM = 50 };
+enum { MAX_MARKED_POINTS = 400 };  /* above this, lines only: the page stays small */
+
+typedef struct {
+  double lo, hi, step;
+} axis_range;
+
+/* A round tick step (1, 2 or 5 times a power of ten) giving about target
+ * ticks over range. */
+static double nice_step(double range, int target) {
+  double raw = range / target;
+  double mag = pow(10.0, floor(log10(raw)));
+  double f = raw / mag;
+  double nf = f < 1.5 ? 1.0 : f < 3.0 ? 2.0 : f < 7.0 ? 5.0 : 10.0;
+  return nf * mag;
+}
+
+/* Widens [lo, hi] to whole ticks; an empty or one-value range gets room. */
+static axis_range make_range(double lo, double hi, int target) {
+  axis_range r;
+  if (!isfinite(lo) || !isfinite(hi)) lo = 0, hi = 1;
+  if (hi - lo < 1e-12 * (fabs(hi) + 1.0)) {
+    double pad = fabs(lo) > 0 ? fabs(lo) * 0.1 : 1.0;
+    lo -= pad;
+    hi += pad;
+  }
+  r.step = nice_step(hi - lo, target);
+  r.lo = floor(lo / r.step + 1e-9) * r.step;
+  r.hi = ceil(hi / r.step - 1e-9) * r.step;
+  return r;
+}
+
+static double map(double v, const axis_range *r, double p0, double p1) {
+  return p0 + (v - r->lo) / (r->hi - r->lo) * (p1 - p0);
+}
+
+static void svg_open(lh_report_buf *b, const lh_report_axes *a, size_t points) {
+  lh_report_printf(b,
+                   "<svg id=\"%s\" class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" "
+                   "viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" data-points=\"%zu\" "
+                   "aria-label=\"",
+                   a->id, WIDTH, HEIGHT, WIDTH, HEIGHT, points);
+  lh_report_escape(b, a->title);
+  lh_report_puts(b, "\">\n<title>");
+  lh_report_escape(b, a->title);
+  lh_report_printf(b, "</title>\n<text class=\"title\" x=\"%d\" y=\"22\">", LEFT);
+  lh_report_escape(b, a->title);
+  lh_report_puts(b, "</text>\n");
+  lh_report_printf(b, "<text class=\"label\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">",
+                   LEFT + (WIDTH - LEFT - RIGHT) / 2.0, HEIGHT - 8);
+  lh_report_escape(b, a->xlabel);
+  lh_report_printf(b,
+                   "</text>\n<text class=\"label\" x=\"16\" y=\"%.1f\" text-anchor=\"middle\" "
+                   "transform=\"rotate(-90 16 %.1f)\">",
+                   TOP + (HEIGHT - TOP - BOTTOM) / 2.0, TOP + (HEIGHT - TOP - BOTTOM) / 2.0);
+  lh_report_escape(b, a->ylabel);
+  lh_report_puts(b, "</text>\n");
+}
+
+static void no_data(lh_report_buf *b) {
+  lh_report_printf(b, "<text class=\"nodata\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">no data yet</text>\n",
+                   LEFT + (WIDTH - LEFT - RIGHT) / 2.0, TOP + (HEIGHT - TOP - BOTTOM) / 2.0);
+}
+
+/* Grid lines and tick labels of the y axis (always) and of the x axis
+ * (when xr is not NULL), then the frame. */
+static void draw_axes(lh_report_buf *b, const axis_range *xr, const axis_range *yr, int right) {
+  double x0 = LEFT, x1 = WIDTH - right, y0 = HEIGHT - BOTTOM, y1 = TOP;
+  lh_report_puts(b, "<g class=\"axes\">\n");
+  if (yr)
+    for (double v = yr->lo; v <= yr->hi + yr->step * 1e-6; v += yr->step) {
+      double y = map(v, yr, y0, y1);
+      double shown = fabs(v) < yr->step * 1e-9 ? 0.0 : v;
+      lh_report_printf(b,
+                       "<line class=\"grid\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
+                       "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n",
+                       x0, y, x1, y, x0 - 6, y + 4, shown);
+    }
+  if (xr)
+    for (double v = xr->lo; v <= xr->hi + xr->step * 1e-6; v += xr->step) {
+      double x = map(v, xr, x0, x1);
+      double shown = fabs(v) < xr->step * 1e-9 ? 0.0 : v;
+      lh_report_printf(b,
+                       "<line class=\"tickmark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
+                       "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.6g</text>\n",
+                       x, y0, x, y0 + 5, x, y0 + 18, shown);
+    }
+  lh_report_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>\n</g>\n",
+                   x0, y1, x1 - x0, y0 - y1);
+}
+
+void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_report_series *s,
+                          size_t nseries) {
+  double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
+  size_t points = 0;
+  for (size_t k = 0; k < nseries; k++)
+    for (size_t i = 0; i < s[k].n; i++) {
+      if (!isfinite(s[k].x[i]) || !isfinite(s[k].y[i])) continue;
+      points++;
+      xlo = fmin(xlo, s[k].x[i]);
+      xhi = fmax(xhi, s[k].x[i]);
+      ylo = fmin(ylo, s[k].y[i]);
+      yhi = fmax(yhi, s[k].y[i]);
+    }
+  svg_open(b, a, points);
+  if (points == 0) {
+    axis_range yr = make_range(0, 1, 4);
+    draw_axes(b, NULL, &yr, RIGHT);
+    no_data(b);
+    lh_report_puts(b, "</svg>\n");
+    return;
+  }
+  if (a->y_from_zero) ylo = fmin(ylo, 0.0), yhi = fmax(yhi, 0.0);
+  if (a->y_fixed) ylo = a->ymin, yhi = a->ymax;
+  axis_range xr = make_range(xlo, xhi, 8), yr = make_range(ylo, yhi, 5);
+  draw_axes(b, &xr, &yr, RIGHT);
+  double x0 = LEFT, x1 = WIDTH - RIGHT, y0 = HEIGHT - BOTTOM, y1 = TOP;
+  for (size_t k = 0; k < nseries; k++) {
+    /* One polyline per run of finite points: a NAN is a gap. */
+    int open = 0;
+    for (size_t i = 0; i < s[k].n; i++) {
+      int ok = isfinite(s[k].x[i]) && isfinite(s[k].y[i]);
+      if (ok && !open) {
+        lh_report_puts(b, "<polyline class=\"series\" data-series=\"");
+        lh_report_escape(b, s[k].name);
+        lh_report_printf(b, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", s[k].color);
+        open = 1;
+      } else if (!ok && open) {
+        lh_report_puts(b, "\"/>\n");
+        open = 0;
+      }
+      if (ok)
+        lh_report_printf(b, "%.1f,%.1f ", map(s[k].x[i], &xr, x0, x1), map(s[k].y[i], &yr, y0, y1));
+    }
+    if (open) lh_report_puts(b, "\"/>\n");
+    if (s[k].n <= MAX_MARKED_POINTS) {
+      lh_report_puts(b, "<g class=\"points\">\n");
+      for (size_t i = 0; i < s[k].n; i++) {
+        if (!isfinite(s[k].x[i]) || !isfinite(s[k].y[i])) continue;
+        lh_report_printf(b, "<circle class=\"pt\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>",
+                         map(s[k].x[i], &xr, x0, x1), map(s[k].y[i], &yr, y0, y1), s[k].color);
+        lh_report_escape(b, s[k].name);
+        lh_report_puts(b, " at ");
+        lh_report_escape(b, a->xlabel);
+        lh_report_printf(b, " %.6g: %.6g</title></circle>\n", s[k].x[i], s[k].y[i]);
+      }
+      lh_report_puts(b, "</g>\n");
+    }
+  }
+  /* The legend, right-aligned above the plot. */
+  double lx = WIDTH - RIGHT;
+  for (size_t k = nseries; k-- > 0;) {
+    lh_report_printf(b, "<text class=\"legend\" x=\"%.1f\" y=\"22\" text-anchor=\"end\">", lx);
+    lh_report_escape(b, s[k].name);
+    lh_report_puts(b, "</text>");
+    size_t len = 0;
+    for (const char *p = s[k].name; p && *p; p++) len++;
+    lx -= 7.0 * (double)len + 6;
+    lh_report_printf(b, "<rect x=\"%.1f\" y=\"13\" width=\"12\" height=\"12\" fill=\"%s\"/>\n", lx - 12,
+                     s[k].color);
+    lx -= 30;
+  }
+  lh_report_puts(b, "</svg>\n");
+}
+
+void lh_report_histogram(lh_report_buf *b, const lh_report_axes *a, const double *edges,
+                         const double *counts, size_t nbins) {
+  double total = 0, top = 0;
+  for (size_t i = 0; i < nbins; i++) {
+    total += counts[i];
+    top = fmax(top, counts[i]);
+  }
+  svg_open(b, a, nbins);
+  if (nbins == 0 || total <= 0) {
+    axis_range yr = make_range(0, 1, 4);
+    draw_axes(b, NULL, &yr, RIGHT);
+    no_data(b);
+    lh_report_puts(b, "</svg>\n");
+    return;
+  }
+  axis_range xr = make_range(edges[0], edges[nbins], 8), yr = make_range(0, top, 5);
+  draw_axes(b, &xr, &yr, RIGHT);
+  double x0 = LEFT, x1 = WIDTH - RIGHT, y0 = HEIGHT - BOTTOM, y1 = TOP;
+  lh_report_puts(b, "<g class=\"bars\">\n");
+  for (size_t i = 0; i < nbins; i++) {
+    double xa = map(edges[i], &xr, x0, x1), xb = map(edges[i + 1], &xr, x0, x1);
+    double yt = map(counts[i], &yr, y0, y1);
+    lh_report_printf(b,
+                     "<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\">"
+                     "<title>[%.4g, %.4g): %.0f</title></rect>\n",
+                     xa + 1, yt, fmax(xb - xa - 2, 1.0), y0 - yt, edges[i], edges[i + 1], counts[i]);
+  }
+  lh_report_puts(b, "</g>\n</svg>\n");
+}
+
+/* The heat map's colour for t in [0, 1]: pale yellow through orange to
+ * dark red (a sequential scale that also reads in greyscale). */
+static void heat_color(double t, char out[8]) {
+  static const double stops[3][3] = {{255, 247, 188}, {254, 153, 41}, {153, 0, 13}};
+  if (!(t >= 0)) t = 0;
+  if (t > 1) t = 1;
+  int k = t < 0.5 ? 0 : 1;
+  double u = t < 0.5 ? t * 2 : (t - 0.5) * 2;
+  int c[3];
+  for (int j = 0; j < 3; j++) c[j] = (int)lround(stops[k][j] + (stops[k + 1][j] - stops[k][j]) * u);
+  snprintf(out, 8, "#%02x%02x%02x", c[0] & 255, c[1] & 255, c[2] & 255);
+}
+
+void lh_report_heatmap(lh_report_buf *b, const lh_report_axes *a, const char *row_label,
+                       const double *values, size_t rows, size_t cols, const double *col_x) {
+  enum { LEGEND = 90 };
+  double lo = INFINITY, hi = -INFINITY;
+  size_t cells = 0;
+  for (size_t i = 0; i < rows * cols; i++)
+    if (isfinite(values[i])) {
+      cells++;
+      lo = fmin(lo, values[i]);
+      hi = fmax(hi, values[i]);
+    }
+  svg_open(b, a, cells);
+  if (cells == 0) {
+    draw_axes(b, NULL, NULL, LEGEND);
+    no_data(b);
+    lh_report_puts(b, "</svg>\n");
+    return;
+  }
+  if (a->y_from_zero) lo = fmin(lo, 0.0);
+  if (hi - lo < 1e-12) hi = lo + 1.0;
+  double x0 = LEFT, x1 = WIDTH - LEGEND, y0 = HEIGHT - BOTTOM, y1 = TOP;
+  double cw = (x1 - x0) / (double)cols, ch = (y0 - y1) / (double)rows;
+  lh_report_puts(b, "<g class=\"cells\">\n");
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < cols; c++) {
+      double v = values[r * cols + c];
+      char color[8] = "#d9d9d9";
+      if (isfinite(v)) heat_color((v - lo) / (hi - lo), color);
+      /* Row 0 at the top, as a table reads. The cells overlap by a hair so
+       * that no seams show between them. */
+      lh_report_printf(b,
+                       "<rect class=\"cell\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
+                       "fill=\"%s\"><title>",
+                       x0 + cw * (double)c, y1 + ch * (double)r, cw + 0.3, ch + 0.3, color);
+      lh_report_escape(b, row_label);
+      lh_report_printf(b, " %zu, ", r);
+      lh_report_escape(b, a->xlabel);
+      if (isfinite(v))
+        lh_report_printf(b, " %.6g: %.4g</title></rect>\n", col_x[c], v);
+      else
+        lh_report_printf(b, " %.6g: none</title></rect>\n", col_x[c]);
+    }
+  lh_report_puts(b, "</g>\n");
+  /* Row labels, thinned to about 16. */
+  size_t every = rows > 16 ? (rows + 15) / 16 : 1;
+  for (size_t r = 0; r < rows; r += every) {
+    lh_report_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", x0 - 6,
+                     y1 + ch * ((double)r + 0.5) + 4);
+    lh_report_escape(b, row_label);
+    lh_report_printf(b, " %zu</text>\n", r);
+  }
+  /* Column labels: about 8 of the columns' x values. */
+  size_t step = cols > 8 ? (cols + 7) / 8 : 1;
+  for (size_t c = 0; c < cols; c += step)
+    lh_report_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.6g</text>\n",
+                     x0 + cw * ((double)c + 0.5), y0 + 18, col_x[c]);
+  lh_report_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>\n", x0,
+                   y1, x1 - x0, y0 - y1);
+  /* The colour legend: a vertical gradient from hi (top) to lo. */
+  char c0[8], c1[8], c2[8];
+  heat_color(0, c0);
+  heat_color(0.5, c1);
+  heat_color(1, c2);
+  lh_report_printf(b,
+                   "<defs><linearGradient id=\"%s-scale\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">"
+                   "<stop offset=\"0\" stop-color=\"%s\"/><stop offset=\"0.5\" stop-color=\"%s\"/>"
+                   "<stop offset=\"1\" stop-color=\"%s\"/></linearGradient></defs>\n"
+                   "<rect class=\"legendbar\" x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"%.1f\" "
+                   "fill=\"url(#%s-scale)\"/>\n"
+                   "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\">%.3g</text>\n"
+                   "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\">%.3g</text>\n",
+                   a->id, c0, c1, c2, x1 + 16, y1, y0 - y1, a->id, x1 + 34, y1 + 10, hi, x1 + 34, y0,
+                   lo);
+  lh_report_puts(b, "</svg>\n");
+}
