@@ -100,6 +100,31 @@ static const lh_backend cpu_backend = {
 
 const lh_backend *lh_backend_cpu(void) { return &cpu_backend; }
 
+#ifdef LH_HAVE_CUDA
+void lh_backend_cuda_close(const lh_backend *b);
+#else
+int lh_backend_cuda_open(const lh_backend **out, size_t pool_bytes, lh_errbuf *err) {
+  (void)pool_bytes;
+  if (out) *out = NULL;
+  return lh_errbuf_set(err, LH_EKERNELS_NOT_AVAILABLE,
+                       "backend 'cuda' is not available: this build has no CUDA (nvcc was not "
+                       "found when it was configured); use --backend cpu");
+}
+
+int lh_backend_cuda_set_gemm(const lh_backend *b, lh_gemm_mode mode) {
+  (void)b;
+  (void)mode;
+  return LH_EKERNELS_NOT_AVAILABLE;
+}
+#endif
+
+void lh_backend_close(const lh_backend *b) {
+  if (!b || b == &cpu_backend) return;
+#ifdef LH_HAVE_CUDA
+  lh_backend_cuda_close(b);
+#endif
+}
+
 int lh_backend_by_name(const char *name, const lh_backend **out, lh_errbuf *err) {
   if (out) *out = NULL;
   if (!name || !out)
@@ -108,10 +133,7 @@ int lh_backend_by_name(const char *name, const lh_backend **out, lh_errbuf *err)
     *out = &cpu_backend;
     return LH_OK;
   }
-  if (strcmp(name, "cuda") == 0)
-    return lh_errbuf_set(err, LH_EKERNELS_NOT_AVAILABLE,
-                         "backend 'cuda' is not available in this build (its kernels are not "
-                         "written yet); use backend = cpu");
+  if (strcmp(name, "cuda") == 0) return lh_backend_cuda_open(out, 0, err);
   return lh_errbuf_set(err, LH_EKERNELS_UNKNOWN_BACKEND,
                        "unknown backend '%s': expected 'cpu' or 'cuda'", name);
 }

@@ -275,8 +275,29 @@ struct lh_backend {
 /* The CPU backend's table (static const; never NULL). */
 const lh_backend *lh_backend_cpu(void);
 
-/* The backend called name: "cpu", or "cuda" (LH_EKERNELS_NOT_AVAILABLE until
- * the CUDA backend exists or when this build/machine has none). An unknown
+/* The CUDA backend (kernels/cuda/): a table created at run time on device 0
+ * with its own stream, cuBLAS handle and ONE device memory pool of
+ * pool_bytes taken with cudaMalloc at open (0: 90% of the free device
+ * memory); alloc carves that pool, so running out is alloc returning NULL.
+ * Pointers are device memory: move data with upload/download. Operations
+ * are queued on the stream; upload, download, dot and sum_squares wait.
+ * Operations not yet on CUDA answer LH_EKERNELS_NOT_AVAILABLE. No build
+ * support, no driver or no device is LH_EKERNELS_NOT_AVAILABLE with err
+ * saying so. Release it with lh_backend_close. */
+int lh_backend_cuda_open(const lh_backend **out, size_t pool_bytes, lh_errbuf *err);
+
+/* Precision of a CUDA table's matrix products: fp32 (the default and the
+ * checking mode) or bf16 operands with fp32 accumulation (training speed). */
+typedef enum { LH_GEMM_FP32 = 0, LH_GEMM_BF16 = 1 } lh_gemm_mode;
+int lh_backend_cuda_set_gemm(const lh_backend *b, lh_gemm_mode mode);
+
+/* Releases a table from lh_backend_by_name or lh_backend_cuda_open (all its
+ * device memory with it); NULL and the CPU table are no-ops. */
+void lh_backend_close(const lh_backend *b);
+
+/* The backend called name: "cpu", or "cuda" (lh_backend_cuda_open with the
+ * default pool; LH_EKERNELS_NOT_AVAILABLE when this build or machine has
+ * none; release it with lh_backend_close). An unknown
  * name is LH_EKERNELS_UNKNOWN_BACKEND. err (may be NULL) gets a sentence
  * naming what failed and what to do. */
 int lh_backend_by_name(const char *name, const lh_backend **out, lh_errbuf *err);
