@@ -46,7 +46,7 @@ static void summary(lh_report_buf *b, const lh_report_data *d) {
   for (int k = 0; k < LH_EPISODE_STATUS_COUNT; k++)
     lh_report_printf(b, "<th>%s</th>", lh_episode_status_name((lh_episode_status)k));
   lh_report_puts(b, "<th>success rate</th><th>reward mean</th><th>train steps</th><th>last step</th>"
-                    "<th>policy version</th></tr>\n<tr>");
+                    "<th>newest policy version</th></tr>\n<tr>");
   lh_report_printf(b, "<td>%llu</td>", (unsigned long long)st->episodes);
   for (int k = 0; k < LH_EPISODE_STATUS_COUNT; k++) cell_u64(b, st->by_status[k]);
   cell_rate(b, st->successes, ended(st->by_status));
@@ -59,7 +59,12 @@ static void summary(lh_report_buf *b, const lh_report_data *d) {
     cell_u64(b, st->last_train_step);
   else
     lh_report_puts(b, "<td>-</td>");
-  cell_u64(b, st->latest_policy_version);
+  /* The newest version the learner announced, or without any recorded,
+   * the newest one that sampled a stored token. */
+  if (st->latest_policy_version || !st->has_versions)
+    cell_u64(b, st->latest_policy_version);
+  else
+    cell_u64(b, st->max_version);
   lh_report_puts(b, "</tr>\n</table>\n");
   lh_report_puts(b, "<p class=\"note\">Success rate: episodes whose outcome is success among those that "
                     "ended (every status but running).</p>\n");

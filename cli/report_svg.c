@@ -4,6 +4,7 @@
  * one decimal: the charts are a few hundred pixels wide. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/report.h"
 
@@ -156,18 +157,18 @@ void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_re
       lh_report_puts(b, "</g>\n");
     }
   }
-  /* The legend, right-aligned above the plot. */
-  double lx = WIDTH - RIGHT;
-  for (size_t k = nseries; k-- > 0;) {
-    lh_report_printf(b, "<text class=\"legend\" x=\"%.1f\" y=\"22\" text-anchor=\"end\">", lx);
+  /* The legend above the plot, ending near its right edge: a swatch, then
+   * its name. Text widths are estimated (no script to measure them), on
+   * the wide side, so an entry never runs into the next one. */
+  double width = 0;
+  for (size_t k = 0; k < nseries; k++) width += 6.5 * (double)strlen(s[k].name ? s[k].name : "") + 34;
+  double lx = fmax(WIDTH - RIGHT - width, WIDTH / 2.0);
+  for (size_t k = 0; k < nseries; k++) {
+    lh_report_printf(b, "<rect x=\"%.1f\" y=\"13\" width=\"12\" height=\"12\" fill=\"%s\"/>", lx, s[k].color);
+    lh_report_printf(b, "<text class=\"legend\" x=\"%.1f\" y=\"23\">", lx + 16);
     lh_report_escape(b, s[k].name);
-    lh_report_puts(b, "</text>");
-    size_t len = 0;
-    for (const char *p = s[k].name; p && *p; p++) len++;
-    lx -= 7.0 * (double)len + 6;
-    lh_report_printf(b, "<rect x=\"%.1f\" y=\"13\" width=\"12\" height=\"12\" fill=\"%s\"/>\n", lx - 12,
-                     s[k].color);
-    lx -= 30;
+    lh_report_puts(b, "</text>\n");
+    lx += 6.5 * (double)strlen(s[k].name ? s[k].name : "") + 34;
   }
   lh_report_puts(b, "</svg>\n");
 }
@@ -188,6 +189,10 @@ void lh_report_histogram(lh_report_buf *b, const lh_report_axes *a, const double
     return;
   }
   axis_range xr = make_range(edges[0], edges[nbins], 8), yr = make_range(0, top, 5);
+  /* Counts are whole numbers, and so are unit-wide bins' edges: no
+   * fractional ticks for them. */
+  if (yr.step < 1) yr = (axis_range){0, ceil(top), 1};
+  if (xr.step < 1 && edges[1] - edges[0] == 1.0) xr = (axis_range){edges[0], edges[nbins], 1};
   draw_axes(b, &xr, &yr, RIGHT);
   double x0 = LEFT, x1 = WIDTH - RIGHT, y0 = HEIGHT - BOTTOM, y1 = TOP;
   lh_report_puts(b, "<g class=\"bars\">\n");

@@ -1,0 +1,541 @@
+/* Tests of `longhaul report`: a fixture store written through store/
+ * (episodes over eight policy versions with rising rewards, a running
+ * episode, an environment whose name needs escaping, twelve train steps
+ * with MaxVio for 4 layers), the real binary (LH_BIN) run on it and on bad
+ * input, and the page checked as text. Run with the argument --render, the
+ * suite instead renders the page in headless Chromium and checks that the
+ * charts drew; without a `chromium` on PATH it exits 77 (skipped). */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <fcntl.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "store/store.h"
+
+#define ODD_ENV "<b>calc&\"co\"</b>"
+#define ODD_ENV_ESCAPED "&lt;b&gt;calc&amp;&quot;co&quot;&lt;/b&gt;"
+enum { VERSIONS = 8, PER_VERSION = 5, STEPS = 12, LAYERS = 4, LONG_STEPS = 500 };
+
+static char dir[256], db[300], empty_db[300], long_db[300], page[300];
+static char out_buf[1 << 16], err_buf[1 << 16];
+static char html[1 << 21];
+
+/* ---- the fixture --------------------------------------------------------- */
+
+static void put_episode(lh_store *s, uint64_t id, const char *env, uint32_t version, int end, float reward) {
+  uint32_t tokens[8], version_of[8];
+  uint8_t mask[8];
+  float logp[8];
+  for (int i = 0; i < 8; i++) {
+    tokens[i] = (uint32_t)('a' + i);
+    mask[i] = i >= 2;
+    logp[i] = mask[i] ? -0.5f : 0.0f;
+    version_of[i] = mask[i] ? version : 0;
+  }
+  Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
+  seg.episode_id = id;
+  seg.seq = 0;
+  seg.actor = "a0";
+  seg.env = (char *)env;
+  seg.n_tokens = 8;
+  seg.tokens = tokens;
+  seg.loss_mask.len = 8;
+  seg.loss_mask.data = mask;
+  seg.n_behavior_logp = 8;
+  seg.behavior_logp = logp;
+  seg.n_policy_version = 8;
+  seg.policy_version = version_of;
+  seg.task_seed = id;
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  ck_assert_msg(lh_store_put_segment(s, &seg, NULL, &err) == 0, "segment %llu: %s", (unsigned long long)id,
+                err.msg);
+  if (!end) return;
+  Longhaul__EpisodeEnd e = LONGHAUL__EPISODE_END__INIT;
+  e.episode_id = id;
+  e.actor = "a0";
+  e.env = (char *)env;
+  e.segment_count = 1;
+  e.total_tokens = 8;
+  e.outcome = reward > 0.5f ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
+  e.reward = reward;
+  e.task_seed = id;
+  e.steps = 1;
+  ck_assert_msg(lh_store_put_episode_end(s, &e, NULL, &err) == 0, "end %llu: %s", (unsigned long long)id,
+                err.msg);
+}
+
+/* Versions 1..8, 5 episodes each: in version v, episodes k < v (of 5,
+ * capped) succeed with reward 1, the others fail with reward 0.1; one
+ * episode per version is in ODD_ENV. Then a running episode, and train
+ * steps 1..12 whose layer l has MaxVio 0.1 * (l + 1) + 0.01 * step. */
+static void build_fixture(void) {
+  snprintf(dir, sizeof dir, "/tmp/lh-test-report-%d", (int)getpid());
+  mkdir(dir, 0700);
+  snprintf(db, sizeof db, "%s/store.db", dir);
+  snprintf(empty_db, sizeof empty_db, "%s/empty.db", dir);
+  snprintf(page, sizeof page, "%s/report.html", dir);
+  lh_store *s;
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  ck_assert_msg(lh_store_open(empty_db, &s, &err) == 0, "open %s: %s", empty_db, err.msg);
+  lh_store_close(s);
+  /* A long run: 500 train steps, 2 layers, step 100 skipped (NaN loss). */
+  snprintf(long_db, sizeof long_db, "%s/long.db", dir);
+  ck_assert_msg(lh_store_open(long_db, &s, &err) == 0, "open %s: %s", long_db, err.msg);
+  ck_assert(lh_store_begin(s, &err) == 0);
+  for (uint64_t step = 1; step <= LONG_STEPS; step++) {
+    lh_store_train_step t;
+    memset(&t, 0, sizeof t);
+    t.step = step;
+    t.version = step;
+    t.loss = step == 100 ? NAN : 1.0 + 1.0 / (double)step;
+    t.skipped = step == 100;
+    t.tokens = 100;
+    t.lag_mean = (double)(step % 40);
+    t.layers = 2;
+    t.maxvio[0] = 0.5;
+    t.maxvio[1] = 1.0 / (double)step;
+    t.step_ms = 10;
+    t.time_ms = 1700000000000LL + 20 * (int64_t)step;
+    ck_assert_msg(lh_store_put_train_step(s, &t, NULL, &err) == 0, "train step: %s", err.msg);
+  }
+  ck_assert_msg(lh_store_commit(s, &err) == 0, "commit: %s", err.msg);
+  lh_store_close(s);
+
+  ck_assert_msg(lh_store_open(db, &s, &err) == 0, "open %s: %s", db, err.msg);
+  ck_assert(lh_store_begin(s, &err) == 0);
+  uint64_t id = 1;
+  for (uint32_t v = 1; v <= VERSIONS; v++)
+    for (int k = 0; k < PER_VERSION; k++)
+      put_episode(s, id++, k == PER_VERSION - 1 ? ODD_ENV : "calc", v, 1, k < (int)v ? 1.0f : 0.1f);
+  put_episode(s, id++, "calc", VERSIONS, 0, 0);
+  for (uint64_t step = 1; step <= STEPS; step++) {
+    lh_store_train_step t;
+    memset(&t, 0, sizeof t);
+    t.step = step;
+    t.version = step;
+    t.loss = 2.0 / (double)step;
+    t.reward_mean = 0.05 * (double)step;
+    t.success_rate = 0.08 * (double)step;
+    t.tokens = 1000 + 10 * step;
+    t.episodes = 4;
+    t.lag_mean = step <= 5 ? 0.0 : step <= 9 ? 1.0 : step <= 11 ? 2.5 : 3.5;
+    t.lag_max = t.lag_mean + 1;
+    t.layers = LAYERS;
+    for (int l = 0; l < LAYERS; l++) t.maxvio[l] = 0.1 * (l + 1) + 0.01 * (double)step;
+    t.step_ms = 250;
+    t.time_ms = 1700000000000LL + 500 * (int64_t)step;
+    ck_assert_msg(lh_store_put_train_step(s, &t, NULL, &err) == 0, "train step: %s", err.msg);
+  }
+  ck_assert_msg(lh_store_commit(s, &err) == 0, "commit: %s", err.msg);
+  lh_store_close(s);
+}
+
+/* LH_TEST_KEEP=1 keeps the fixture folder (the page, screenshots). */
+static void remove_fixture(void) {
+  if (getenv("LH_TEST_KEEP")) {
+    fprintf(stderr, "fixture kept: %s\n", dir);
+    return;
+  }
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* ---- running things ------------------------------------------------------ */
+
+static size_t slurp(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "r");
+  ck_assert_msg(f != NULL, "cannot open %s", path);
+  size_t n = fread(buf, 1, cap - 1, f);
+  buf[n] = 0;
+  fclose(f);
+  return n;
+}
+
+/* Runs argv (NULL-terminated; argv[0] the program, looked up on PATH) with
+ * stdout and stderr into out_path and err_path; returns the exit code
+ * (128+ for a signal). */
+static int run_into(const char *const *argv, const char *out_path, const char *err_path) {
+  pid_t pid = fork();
+  ck_assert(pid >= 0);
+  if (pid == 0) {
+    int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int in = open("/dev/null", O_RDONLY);
+    if (o < 0 || e < 0 || in < 0) _exit(126);
+    dup2(o, 1);
+    dup2(e, 2);
+    dup2(in, 0);
+    /* Under ASan a report must not pass for the exit code 1 a test expects. */
+    setenv("ASAN_OPTIONS", "exitcode=86", 0);
+    execvp(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int status;
+  ck_assert(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Runs `longhaul report ARGS...` (NULL-terminated) with its stdout and
+ * stderr into out_buf and err_buf. */
+static int report(const char *first, ...) {
+  const char *argv[32];
+  int argc = 0;
+  const char *bin = getenv("LH_BIN");
+  ck_assert_msg(bin != NULL, "LH_BIN is not set");
+  argv[argc++] = bin;
+  argv[argc++] = "report";
+  va_list ap;
+  va_start(ap, first);
+  for (const char *a = first; a; a = va_arg(ap, const char *)) {
+    ck_assert(argc < 31);
+    argv[argc++] = a;
+  }
+  va_end(ap);
+  argv[argc] = NULL;
+  char out_path[400], err_path[400];
+  snprintf(out_path, sizeof out_path, "%s/stdout.%d", dir, (int)getpid());
+  snprintf(err_path, sizeof err_path, "%s/stderr.%d", dir, (int)getpid());
+  int rc = run_into(argv, out_path, err_path);
+  slurp(out_path, out_buf, sizeof out_buf);
+  slurp(err_path, err_buf, sizeof err_buf);
+  unlink(out_path);
+  unlink(err_path);
+  return rc;
+}
+
+#define HAS(buf, text) ck_assert_msg(strstr(buf, text) != NULL, "'%s' not in:\n%.2000s", text, buf)
+#define HAS_NOT(buf, text) ck_assert_msg(strstr(buf, text) == NULL, "'%s' in:\n%.2000s", text, buf)
+
+static size_t count(const char *from, const char *to, const char *what) {
+  size_t n = 0;
+  for (const char *p = strstr(from, what); p && (!to || p < to); p = strstr(p + 1, what)) n++;
+  return n;
+}
+
+/* The text of the svg with id (from its tag to its </svg>), into a static
+ * buffer; fails when the page has no such chart. */
+static const char *chart(const char *page_text, const char *id) {
+  static char buf[1 << 18];
+  char tag[64];
+  snprintf(tag, sizeof tag, "<svg id=\"%s\"", id);
+  const char *p = strstr(page_text, tag);
+  ck_assert_msg(p != NULL, "no chart %s in the page", id);
+  const char *end = strstr(p, "</svg>");
+  ck_assert_msg(end != NULL, "chart %s is not closed", id);
+  size_t n = (size_t)(end - p) + 6;
+  ck_assert(n < sizeof buf);
+  memcpy(buf, p, n);
+  buf[n] = 0;
+  return buf;
+}
+
+static const char *const chart_ids[] = {"svg-reward", "svg-success", "svg-loss", "svg-tokens",
+                                        "svg-staleness", "svg-maxvio"};
+enum { CHART_COUNT = sizeof chart_ids / sizeof chart_ids[0] };
+
+/* ---- arguments and errors ------------------------------------------------ */
+
+START_TEST(test_help) {
+  ck_assert_int_eq(report("--help", NULL), 0);
+  HAS(out_buf, "usage: longhaul report --db FILE");
+  HAS(out_buf, "--out FILE");
+  ck_assert_int_eq(report("-h", NULL), 0);
+  HAS(out_buf, "usage: longhaul report");
+}
+END_TEST
+
+START_TEST(test_usage_errors) {
+  ck_assert_int_eq(report(NULL), 2);
+  HAS(err_buf, "--db FILE is required");
+  HAS(err_buf, "usage: longhaul report");
+  ck_assert_int_eq(report("--db", NULL), 2);
+  HAS(err_buf, "option '--db' needs a value");
+  ck_assert_int_eq(report("--db", db, "--frobnicate", "x", NULL), 2);
+  HAS(err_buf, "unknown option '--frobnicate'");
+  ck_assert_int_eq(report("--db", db, "extra", NULL), 2);
+  HAS(err_buf, "unexpected argument 'extra'");
+  ck_assert_int_eq(report("--db", "", NULL), 2);
+  HAS(err_buf, "needs a non-empty value");
+  ck_assert_int_eq(report("--db", db, "--out", NULL), 2);
+  HAS(err_buf, "option '--out' needs a value");
+}
+END_TEST
+
+START_TEST(test_not_a_store) {
+  char missing[400], text[400], plain[400];
+  snprintf(missing, sizeof missing, "%s/missing.db", dir);
+  ck_assert_int_eq(report("--db", missing, "--out", page, NULL), 1);
+  HAS(err_buf, "missing.db");
+  HAS(err_buf, "ESTORE_NO_FILE");
+
+  snprintf(text, sizeof text, "%s/notes.txt", dir);
+  FILE *f = fopen(text, "w");
+  ck_assert(f != NULL);
+  fputs("these are notes, not a database, and long enough to look like a file header\n", f);
+  fclose(f);
+  ck_assert_int_eq(report("--db", text, "--out", page, NULL), 1);
+  HAS(err_buf, "notes.txt");
+  HAS(err_buf, "ESTORE_NOT_SQLITE");
+
+  snprintf(plain, sizeof plain, "%s/plain.db", dir);
+  sqlite3 *q;
+  ck_assert(sqlite3_open(plain, &q) == SQLITE_OK);
+  ck_assert(sqlite3_exec(q, "CREATE TABLE t(x); INSERT INTO t VALUES (1);", NULL, NULL, NULL) == SQLITE_OK);
+  sqlite3_close(q);
+  ck_assert_int_eq(report("--db", plain, "--out", page, NULL), 1);
+  HAS(err_buf, "plain.db");
+  HAS(err_buf, "ESTORE_NOT_STORE");
+  ck_assert_int_eq(access(page, F_OK), -1);  /* no page for a failed run */
+}
+END_TEST
+
+START_TEST(test_unwritable_out) {
+  char out[400];
+  snprintf(out, sizeof out, "%s/no/such/folder/report.html", dir);
+  ck_assert_int_eq(report("--db", db, "--out", out, NULL), 1);
+  HAS(err_buf, "cannot write");
+  HAS(err_buf, "no/such/folder/report.html");
+}
+END_TEST
+
+/* ---- the page ------------------------------------------------------------ */
+
+START_TEST(test_empty_store) {
+  ck_assert_int_eq(report("--db", empty_db, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  HAS(html, "<!DOCTYPE html>");
+  HAS(html, "id=\"no-data\"");
+  HAS(html, "No data yet");
+  for (int i = 0; i < CHART_COUNT; i++) {
+    const char *c = chart(html, chart_ids[i]);
+    HAS(c, "data-points=\"0\"");
+    HAS(c, "no data yet");
+  }
+  HAS(html, "</html>");
+}
+END_TEST
+
+START_TEST(test_page_charts) {
+  ck_assert_int_eq(report("--db", db, "--out", page, NULL), 0);
+  HAS(err_buf, "wrote");
+  slurp(page, html, sizeof html);
+  HAS(html, "<!DOCTYPE html>");
+  HAS_NOT(html, "id=\"no-data\"");
+  /* Self-contained: no script, nothing linked or fetched. */
+  HAS_NOT(html, "<script");
+  HAS_NOT(html, "src=");
+  HAS_NOT(html, "href=");
+  HAS_NOT(html, "@import");
+
+  /* Summary: 41 episodes (40 ended, 1 running), 8 + 7 + ... successes. */
+  HAS(html, "<table id=\"summary\">");
+  HAS(html, "<tr><td>41</td><td>1</td><td>40</td><td>0</td><td>0</td><td>0</td>");
+  /* successes: sum over v of min(v, 5) = 1+2+3+4+5+5+5+5 = 30 of 40 */
+  HAS(html, "<td>75.0%</td>");
+  HAS(html, "<td>12</td><td>12</td>");  /* train steps, last step */
+  HAS(html, "<td>calc</td><td>33</td>");
+
+  const char *c = chart(html, "svg-reward");
+  HAS(c, "data-points=\"8\"");
+  ck_assert_uint_eq(count(c, NULL, "<circle"), VERSIONS);
+  HAS(c, "<polyline");
+  /* version 8: 5 of 5 succeed, reward 1 */
+  HAS(c, "reward mean at policy version 8: 1</title>");
+  /* version 2: rewards 1, 1, 0.1, 0.1, 0.1 */
+  HAS(c, "reward mean at policy version 2: 0.46</title>");
+  c = chart(html, "svg-success");
+  HAS(c, "data-points=\"8\"");
+  HAS(c, "success rate at policy version 1: 0.2</title>");
+  HAS(c, "success rate at policy version 5: 1</title>");
+  c = chart(html, "svg-loss");
+  HAS(c, "data-points=\"12\"");
+  ck_assert_uint_eq(count(c, NULL, "<circle"), STEPS);
+  HAS(c, "loss at train step 1: 2</title>");
+  HAS(c, "loss at train step 4: 0.5</title>");
+  c = chart(html, "svg-tokens");
+  /* during the step: (1000 + 10 step) / 0.25 s; since the last: / 0.5 s, from step 2 */
+  HAS(c, "data-points=\"23\"");
+  HAS(c, "during the step at train step 1: 4040</title>");
+  HAS(c, "since the last step at train step 2: 2040</title>");
+  c = chart(html, "svg-staleness");
+  /* mean lags 0 (steps 1-5), 1 (6-9), 2.5 (10, 11), 3.5 (12) */
+  HAS(c, "data-points=\"4\"");
+  ck_assert_uint_eq(count(c, NULL, "class=\"bar\""), 4);
+  HAS(c, "[0, 1): 5</title>");
+  HAS(c, "[1, 2): 4</title>");
+  HAS(c, "[2, 3): 2</title>");
+  HAS(c, "[3, 4): 1</title>");
+  c = chart(html, "svg-maxvio");
+  HAS(c, "data-points=\"48\"");
+  ck_assert_uint_eq(count(c, NULL, "class=\"cell\""), LAYERS * STEPS);
+  HAS(c, "layer 0, train step 1: 0.11</title>");
+  HAS(c, "layer 3, train step 12: 0.52</title>");
+  HAS(c, ">layer 3</text>");
+  HAS(html, "not the load of each expert");
+}
+END_TEST
+
+/* Many steps: lines without a marker per point, a gap at the skipped
+ * step, the heat map's steps averaged into 150 columns, lag bins widened. */
+START_TEST(test_long_run) {
+  ck_assert_int_eq(report("--db", long_db, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  const char *c = chart(html, "svg-loss");
+  HAS(c, "data-points=\"499\"");
+  ck_assert_uint_eq(count(c, NULL, "<circle"), 0);
+  ck_assert_uint_eq(count(c, NULL, "<polyline"), 2);
+  c = chart(html, "svg-maxvio");
+  HAS(c, "data-points=\"300\"");
+  ck_assert_uint_eq(count(c, NULL, "class=\"cell\""), 300);
+  HAS(c, "layer 0, train step 1: 0.5</title>");
+  /* column 0 averages steps 1..3 (500 steps into 150 columns): (1 + 1/2 + 1/3) / 3 */
+  HAS(c, "layer 1, train step 1: 0.6111</title>");
+  HAS(c, ">layer 1</text>");
+  c = chart(html, "svg-staleness");
+  ck_assert_uint_eq(count(c, NULL, "class=\"bar\""), 24);
+  HAS(html, "<td>500</td><td>500</td>");
+}
+END_TEST
+
+START_TEST(test_escaping) {
+  ck_assert_int_eq(report("--db", db, "--out", page, "--title", "<script>alert('x')</script> & co", NULL), 0);
+  slurp(page, html, sizeof html);
+  HAS(html, "<h1>&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; co</h1>");
+  HAS(html, "<title>&lt;script&gt;");
+  HAS_NOT(html, "<script");
+  HAS(html, "<td>" ODD_ENV_ESCAPED "</td><td>8</td>");
+  HAS_NOT(html, ODD_ENV);
+  HAS_NOT(html, "<b>");
+}
+END_TEST
+
+START_TEST(test_stdout) {
+  ck_assert_int_eq(report("--db", db, "--out", "-", NULL), 0);
+  HAS(out_buf, "<!DOCTYPE html>");
+  HAS(out_buf, "<svg id=\"svg-maxvio\"");
+}
+END_TEST
+
+/* ---- rendering in headless Chromium -------------------------------------- */
+
+/* Runs chromium headless on url with extra (one flag, e.g. --dump-dom or
+ * --screenshot=PATH), stdout into out_path. A fresh profile folder keeps
+ * it from touching the user's; the flags keep it off the network. */
+static int chromium(const char *extra, const char *url, const char *out_path) {
+  char profile[400], err_path[400];
+  snprintf(profile, sizeof profile, "--user-data-dir=%.300s/chromium-profile", dir);
+  snprintf(err_path, sizeof err_path, "%s/chromium.err", dir);
+  const char *argv[] = {"timeout", "90", "chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                        "--disable-quic", "--no-first-run", "--disable-background-networking",
+                        "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+                        "--window-size=820,2400", profile, extra, url, NULL};
+  return run_into(argv, out_path, err_path);
+}
+
+static long file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+START_TEST(test_render) {
+  ck_assert_int_eq(report("--db", db, "--out", page, NULL), 0);
+  char url[400], dom[400], shot[400], blank[400], blank_url[420], shot_flag[420], blank_flag[420];
+  snprintf(url, sizeof url, "file://%.300s", page);
+  snprintf(dom, sizeof dom, "%s/dom.html", dir);
+  ck_assert_int_eq(chromium("--dump-dom", url, dom), 0);
+  slurp(dom, html, sizeof html);
+  /* The browser parsed every chart as SVG with its elements in place. */
+  for (int i = 0; i < CHART_COUNT; i++) {
+    char tag[64];
+    snprintf(tag, sizeof tag, "<svg id=\"%s\"", chart_ids[i]);
+    HAS(html, tag);
+  }
+  ck_assert_uint_eq(count(chart(html, "svg-loss"), NULL, "<circle"), STEPS);
+  ck_assert_uint_eq(count(chart(html, "svg-maxvio"), NULL, "<rect class=\"cell\""), LAYERS * STEPS);
+  ck_assert_uint_eq(count(chart(html, "svg-staleness"), NULL, "<rect class=\"bar\""), 4);
+
+  /* The screenshot of the page against one of a blank page of the same
+   * size: charts, text and colour make the PNG many times larger. */
+  snprintf(shot, sizeof shot, "%s/report.png", dir);
+  snprintf(shot_flag, sizeof shot_flag, "--screenshot=%s", shot);
+  ck_assert_int_eq(chromium(shot_flag, url, dom), 0);
+  snprintf(blank, sizeof blank, "%s/blank.html", dir);
+  FILE *f = fopen(blank, "w");
+  ck_assert(f != NULL);
+  fputs("<!DOCTYPE html><html><body></body></html>\n", f);
+  fclose(f);
+  snprintf(blank_url, sizeof blank_url, "file://%s", blank);
+  char blank_png[400];
+  snprintf(blank_png, sizeof blank_png, "%s/blank.png", dir);
+  snprintf(blank_flag, sizeof blank_flag, "--screenshot=%s", blank_png);
+  ck_assert_int_eq(chromium(blank_flag, blank_url, dom), 0);
+  long page_bytes = file_size(shot), blank_bytes = file_size(blank_png);
+  fprintf(stderr, "screenshot %ld bytes, blank page %ld bytes\n", page_bytes, blank_bytes);
+  ck_assert_msg(blank_bytes > 0 && page_bytes > 10 * blank_bytes,
+                "screenshot %ld bytes against %ld for a blank page: the charts did not draw", page_bytes,
+                blank_bytes);
+  char png[8];
+  FILE *p = fopen(shot, "rb");
+  ck_assert(p != NULL);
+  ck_assert(fread(png, 1, 8, p) == 8);
+  fclose(p);
+  ck_assert(memcmp(png, "\x89PNG\r\n\x1a\n", 8) == 0);
+}
+END_TEST
+
+/* True when a program named chromium is on PATH. */
+static int have_chromium(void) {
+  const char *path = getenv("PATH");
+  if (!path) return 0;
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *save = NULL, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+    char exe[4200];
+    snprintf(exe, sizeof exe, "%s/chromium", d);
+    if (access(exe, X_OK) == 0) return 1;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int render = argc > 1 && strcmp(argv[1], "--render") == 0;
+  if (render && !have_chromium()) {
+    fprintf(stderr, "test_report --render: no chromium on PATH (apt-get install chromium); skipped\n");
+    return 77;
+  }
+  Suite *s = suite_create(render ? "report_render" : "report");
+  TCase *tc = tcase_create("report");
+  tcase_add_unchecked_fixture(tc, build_fixture, remove_fixture);
+  tcase_set_timeout(tc, 120);
+  if (render) {
+    tcase_add_test(tc, test_render);
+  } else {
+    tcase_add_test(tc, test_help);
+    tcase_add_test(tc, test_usage_errors);
+    tcase_add_test(tc, test_not_a_store);
+    tcase_add_test(tc, test_unwritable_out);
+    tcase_add_test(tc, test_empty_store);
+    tcase_add_test(tc, test_page_charts);
+    tcase_add_test(tc, test_long_run);
+    tcase_add_test(tc, test_escaping);
+    tcase_add_test(tc, test_stdout);
+  }
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
