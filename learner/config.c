@@ -14,7 +14,7 @@
 
 #include "learner/learner.h"
 
-typedef enum { K_U64, K_F64, K_BOOL, K_ADV, K_STAGES } key_kind;
+typedef enum { K_U64, K_F64, K_BOOL, K_ADV, K_STAGES, K_STR } key_kind;
 
 /* Ranges: value in [min, max], or (min, ...) when min_open, (..., max) when
  * max_open. U64 keys use only min. */
@@ -45,6 +45,11 @@ static const key_spec KEYS[] = {
     {"ckpt_every", K_U64, F(ckpt_every), 1, 0, 0, 0},
     {"routing_replay", K_BOOL, F(routing_replay), 0, 0, 0, 0},
     {"stages", K_STAGES, 0, 0, 0, 0, 0},
+    {"ingest_endpoint", K_STR, F(ingest_endpoint), 0, 0, 0, 0},
+    {"weights_pub_endpoint", K_STR, F(weights_pub_endpoint), 0, 0, 0, 0},
+    {"weights_endpoint", K_STR, F(weights_endpoint), 0, 0, 0, 0},
+    {"db", K_STR, F(db), 0, 0, 0, 0},
+    {"ckpt_dir", K_STR, F(ckpt_dir), 0, 0, 0, 0},
 };
 #undef F
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
@@ -69,6 +74,11 @@ void lh_learner_config_default(lh_learner_config *c) {
   c->ckpt_every = 50;
   c->routing_replay = 0;
   c->n_stages = 0;
+  snprintf(c->ingest_endpoint, sizeof c->ingest_endpoint, "tcp://127.0.0.1:5555");
+  snprintf(c->weights_pub_endpoint, sizeof c->weights_pub_endpoint, "tcp://127.0.0.1:5556");
+  snprintf(c->weights_endpoint, sizeof c->weights_endpoint, "tcp://127.0.0.1:5557");
+  snprintf(c->db, sizeof c->db, "replay.db");
+  snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "ckpt");
 }
 
 typedef struct {
@@ -251,6 +261,13 @@ static int on_key(void *user, const char *section, const char *name, const char 
       memcpy(field, &x, sizeof x);
       return 1;
     }
+    case K_STR:
+      if (!*value || strlen(value) >= LH_LEARNER_TEXT_BYTES) {
+        snprintf(why, sizeof why, "a non-empty text under %d bytes", LH_LEARNER_TEXT_BYTES);
+        return fail(p, LH_ELEARNER_CONFIG_VALUE, "%s = '%s' is not %s", name, value, why);
+      }
+      memcpy(field, value, strlen(value) + 1);
+      return 1;
     case K_STAGES:
       if (parse_stages(value, p->cfg, why, sizeof why))
         return fail(p, LH_ELEARNER_CONFIG_STAGES, "%s = '%s' %s", name, value, why);

@@ -27,6 +27,8 @@
 
 #include "common/common.h"
 #include "proto/longhaul.pb-c.h"
+#include "proto/wire.h"
+#include "store/store.h"
 
 /* ---- advantages -----------------------------------------------------------
  * One scalar per episode, broadcast by the caller to every sampled token of
@@ -178,6 +180,8 @@ int lh_learner_ppo_params_check(const lh_learner_ppo_params *p, lh_errbuf *err);
  * an unknown key, a key given twice, or a bad value is an error whose
  * message names the file, line, section and key (LH_ELEARNER_CONFIG_*). */
 #define LH_LEARNER_MAX_STAGES 16
+/* Room for a text value (endpoint, path) with its NUL. */
+#define LH_LEARNER_TEXT_BYTES 512
 
 /* One context-extension stage: `max_context:steps:long_frac`. */
 typedef struct {
@@ -205,6 +209,12 @@ typedef struct {
   int routing_replay;       /* true/false, yes/no, on/off, 1/0 (false) */
   size_t n_stages;          /* stages = "max_context:steps:long_frac,..." (none) */
   lh_learner_stage stages[LH_LEARNER_MAX_STAGES];
+  /* Where the learner process binds and writes (ZeroMQ endpoints, paths). */
+  char ingest_endpoint[LH_LEARNER_TEXT_BYTES];       /* (tcp://127.0.0.1:5555) */
+  char weights_pub_endpoint[LH_LEARNER_TEXT_BYTES];  /* (tcp://127.0.0.1:5556) */
+  char weights_endpoint[LH_LEARNER_TEXT_BYTES];      /* (tcp://127.0.0.1:5557) */
+  char db[LH_LEARNER_TEXT_BYTES];                    /* replay store file (replay.db) */
+  char ckpt_dir[LH_LEARNER_TEXT_BYTES];              /* checkpoints (ckpt) */
 } lh_learner_config;
 
 void lh_learner_config_default(lh_learner_config *cfg);
@@ -354,5 +364,52 @@ int lh_learner_state_save(const char *dir, const lh_learner_state *st, lh_errbuf
  * why, e.g. it does not exist), LH_ELEARNER_STATE_CORRUPT when its size,
  * magic, format, checksum or baseline is wrong; *st is untouched then. */
 int lh_learner_state_load(const char *dir, lh_learner_state *st, lh_errbuf *err);
+
+/* ---- ingest (the learner process's ROUTER) --------------------------------
+ * Binds a ROUTER where actors' DEALERs send Hello, Segment, EpisodeEnd and
+ * Heartbeat envelopes (one frame each; a REQ-style empty delimiter frame is
+ * accepted and echoed). Each poll round receives what has arrived (at most
+ * max_round messages), decodes each with lh_wire_decode, writes the round's
+ * Segments and EpisodeEnds into the store in one batch, commits, and only
+ * then sends one Ack per peer and status: ACK_STORED for new messages,
+ * ACK_DUPLICATE for ones the store already held, ACK_RETRY when the batch
+ * failed (nothing of it is stored; the actor resends), ACK_REJECTED for a
+ * message that does not decode or validate (when its msg_id can be read; a
+ * message that does not even parse cannot be acked). Bad input is counted
+ * and logged at most once per log interval, never fatal. Frames over
+ * max_message_bytes are refused by ZeroMQ itself (ZMQ_MAXMSGSIZE: the peer
+ * is disconnected); messages of more than 3 frames are dropped and counted. */
+typedef struct lh_learner_ingest lh_learner_ingest;
+
+typedef struct {
+  uint64_t received;    /* envelopes read off the socket */
+  uint64_t stored;      /* segments and ends newly stored */
+  uint64_t duplicates;  /* segments and ends the store already held */
+  uint64_t rejected;    /* did not decode or validate, or a body the ingest does not take */
+  uint64_t retried;     /* messages answered ACK_RETRY */
+  uint64_t bad_frames;  /* messages with a wrong frame count (not acked) */
+  uint64_t hellos, heartbeats;
+  uint64_t segments, episode_ends;  /* stored or duplicate, by kind */
+  uint64_t acks_sent;   /* Ack messages */
+  uint64_t rounds;      /* rounds that committed a batch */
+} lh_learner_ingest_counts;
+
+/* ctx is the caller's zmq context; store is borrowed (it must outlive the
+ * ingest). lim may be NULL for the defaults. endpoint may use a wildcard
+ * port (tcp://127.0.0.1:*); lh_learner_ingest_endpoint tells the one bound. */
+lh_learner_ingest *lh_learner_ingest_new(void *zmq_ctx, const char *endpoint, lh_store *store,
+                                         const lh_wire_limits *lim, lh_errbuf *err);
+void lh_learner_ingest_free(lh_learner_ingest *ig);
+const char *lh_learner_ingest_endpoint(const lh_learner_ingest *ig);
+/* The socket, for a caller's own zmq_poll over several sockets. */
+void *lh_learner_ingest_socket(lh_learner_ingest *ig);
+/* Waits up to timeout_ms (0: do not wait) for a message, then runs one
+ * round as above. *handled (may be NULL) gets the number of envelopes
+ * read. Returns 0, or a negative code only for a socket failure (the store
+ * failing is answered with ACK_RETRY and counted, not returned). */
+int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handled, lh_errbuf *err);
+const lh_learner_ingest_counts *lh_learner_ingest_get_counts(const lh_learner_ingest *ig);
+/* Messages per round, 1..256 (default 256). */
+void lh_learner_ingest_set_round(lh_learner_ingest *ig, size_t max_round);
 
 #endif

@@ -1,0 +1,367 @@
+/* learner: the ingest ROUTER. Messages are read in rounds; a round's
+ * Segments and EpisodeEnds go into the store in one transaction, and the
+ * acks go out only after it committed, so an ack always means the message
+ * is durable (DESIGN §1). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "learner/learner.h"
+
+#define INGEST_MAX_ROUND 256
+#define INGEST_LINGER_MS 200
+#define INGEST_LOG_INTERVAL_NS 5000000000ll
+#define IDENTITY_BYTES 256
+
+enum { KIND_NONE = 0, KIND_STORE = 1 };
+
+/* One message of a round: who sent it, how to answer, what to store. */
+typedef struct {
+  uint8_t identity[IDENTITY_BYTES];
+  size_t identity_bytes;
+  int delimiter;          /* the peer put an empty frame before the payload */
+  int has_id;
+  uint64_t msg_id;
+  int status;             /* Longhaul__AckStatus, or -1: no ack */
+  int kind;
+  Longhaul__Envelope *env;
+  int acked;
+} entry;
+
+struct lh_learner_ingest {
+  void *sock;
+  lh_store *store;
+  lh_wire_limits lim;
+  char endpoint[LH_LEARNER_TEXT_BYTES];
+  size_t max_round;
+  entry *round;
+  uint64_t next_msg_id;
+  lh_learner_ingest_counts counts;
+  int64_t last_bad_log_ns;
+  uint64_t bad_since_log;
+};
+
+/* Reads field 2 (msg_id, a varint) of a top-level Envelope without parsing
+ * the rest, so that a message that fails validation can still be rejected
+ * by id. Returns 1 when found. Bounded by the buffer; never allocates. */
+static int read_varint(const uint8_t *b, size_t n, size_t *i, uint64_t *out) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (*i >= n) return -1;
+    uint8_t c = b[(*i)++];
+    v |= (uint64_t)(c & 0x7f) << shift;
+    if (!(c & 0x80)) return *out = v, 0;
+  }
+  return -1;
+}
+
+static int peek_msg_id(const uint8_t *b, size_t n, uint64_t *id) {
+  size_t i = 0;
+  while (i < n) {
+    uint64_t key, v;
+    if (read_varint(b, n, &i, &key)) return 0;
+    unsigned type = (unsigned)(key & 7);
+    uint64_t field = key >> 3;
+    if (type == 0) {
+      if (read_varint(b, n, &i, &v)) return 0;
+      if (field == 2) return *id = v, 1;
+    } else if (type == 1) {
+      if (n - i < 8) return 0;
+      i += 8;
+    } else if (type == 2) {
+      if (read_varint(b, n, &i, &v) || v > n - i) return 0;
+      i += (size_t)v;
+    } else if (type == 5) {
+      if (n - i < 4) return 0;
+      i += 4;
+    } else {
+      return 0;
+    }
+  }
+  return 0;
+}
+
+lh_learner_ingest *lh_learner_ingest_new(void *zmq_ctx, const char *endpoint, lh_store *store,
+                                         const lh_wire_limits *lim, lh_errbuf *err) {
+  if (!zmq_ctx || !endpoint || !store) {
+    lh_errbuf_set(err, LH_EINVAL, "ingest: NULL context, endpoint or store");
+    return NULL;
+  }
+  lh_learner_ingest *ig = calloc(1, sizeof *ig);
+  if (ig) ig->round = calloc(INGEST_MAX_ROUND, sizeof *ig->round);
+  if (!ig || !ig->round) {
+    if (ig) free(ig);
+    lh_errbuf_set(err, LH_ENOMEM, "ingest: out of memory");
+    return NULL;
+  }
+  ig->store = store;
+  if (lim) ig->lim = *lim;
+  else lh_wire_limits_default(&ig->lim);
+  ig->max_round = INGEST_MAX_ROUND;
+  ig->sock = zmq_socket(zmq_ctx, ZMQ_ROUTER);
+  int linger = INGEST_LINGER_MS;
+  int64_t maxmsg = (int64_t)ig->lim.max_message_bytes;
+  if (!ig->sock || zmq_setsockopt(ig->sock, ZMQ_LINGER, &linger, sizeof linger) ||
+      zmq_setsockopt(ig->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
+      zmq_bind(ig->sock, endpoint)) {
+    lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET,
+                  "ingest: cannot bind ROUTER on %s: %s (is another learner using it? set "
+                  "[learner] ingest_endpoint)",
+                  endpoint, zmq_strerror(zmq_errno()));
+    lh_learner_ingest_free(ig);
+    return NULL;
+  }
+  size_t len = sizeof ig->endpoint;
+  if (zmq_getsockopt(ig->sock, ZMQ_LAST_ENDPOINT, ig->endpoint, &len))
+    snprintf(ig->endpoint, sizeof ig->endpoint, "%s", endpoint);
+  LH_INFO("ingest", "bound endpoint=%s", ig->endpoint);
+  return ig;
+}
+
+void lh_learner_ingest_free(lh_learner_ingest *ig) {
+  if (!ig) return;
+  if (ig->sock) zmq_close(ig->sock);
+  free(ig->round);
+  free(ig);
+}
+
+const char *lh_learner_ingest_endpoint(const lh_learner_ingest *ig) { return ig ? ig->endpoint : NULL; }
+void *lh_learner_ingest_socket(lh_learner_ingest *ig) { return ig ? ig->sock : NULL; }
+const lh_learner_ingest_counts *lh_learner_ingest_get_counts(const lh_learner_ingest *ig) {
+  return ig ? &ig->counts : NULL;
+}
+void lh_learner_ingest_set_round(lh_learner_ingest *ig, size_t max_round) {
+  if (!ig) return;
+  ig->max_round = max_round < 1 ? 1 : max_round > INGEST_MAX_ROUND ? INGEST_MAX_ROUND : max_round;
+}
+
+/* Bad input is logged at most once per interval, with how many were
+ * suppressed, so a hostile or broken peer cannot flood the log. */
+static void log_bad(lh_learner_ingest *ig, const char *what) {
+  int64_t now = lh_now_ns();
+  ig->bad_since_log++;
+  if (ig->last_bad_log_ns && now - ig->last_bad_log_ns < INGEST_LOG_INTERVAL_NS) return;
+  LH_WARN("ingest", "bad message: %s (bad since last report=%llu)", what,
+          (unsigned long long)ig->bad_since_log);
+  ig->last_bad_log_ns = now;
+  ig->bad_since_log = 0;
+}
+
+/* Reads the frames of one message into e. Returns 1 for a message, 0 when
+ * nothing was waiting, -1 for a socket error; a message of the wrong shape
+ * is drained, counted and returns 2 (no entry). */
+static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
+  zmq_msg_t frames[3];
+  int n = 0, more = 1, extra = 0, rc = 1;
+  while (more) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, ig->sock, n == 0 && !extra ? ZMQ_DONTWAIT : 0) < 0) {
+      int en = zmq_errno();
+      zmq_msg_close(&m);
+      for (int i = 0; i < n; i++) zmq_msg_close(&frames[i]);
+      if (en == EAGAIN && n == 0) return 0;
+      lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: receive failed: %s", zmq_strerror(en));
+      return -1;
+    }
+    more = zmq_msg_more(&m);
+    if (n < 3) frames[n++] = m;
+    else zmq_msg_close(&m), extra++;
+  }
+  const zmq_msg_t *payload = NULL;
+  if (extra || n < 2 || zmq_msg_size(&frames[0]) > IDENTITY_BYTES) {
+    rc = 2;
+  } else if (n == 3) {
+    if (zmq_msg_size(&frames[1]) != 0) rc = 2;
+    else payload = &frames[2], e->delimiter = 1;
+  } else {
+    payload = &frames[1];
+  }
+  if (rc == 2) {
+    ig->counts.bad_frames++;
+    log_bad(ig, "wrong frame count (expected identity and one payload frame)");
+  } else {
+    e->identity_bytes = zmq_msg_size(&frames[0]);
+    memcpy(e->identity, zmq_msg_data(&frames[0]), e->identity_bytes);
+    const uint8_t *b = zmq_msg_data((zmq_msg_t *)payload);
+    size_t bytes = zmq_msg_size((zmq_msg_t *)payload);
+    ig->counts.received++;
+    lh_errbuf de;
+    int drc = lh_wire_decode(b, bytes, &ig->lim, &e->env, &de);
+    if (drc) {
+      ig->counts.rejected++;
+      e->has_id = peek_msg_id(b, bytes, &e->msg_id);
+      e->status = e->has_id ? LONGHAUL__ACK_STATUS__ACK_REJECTED : -1;
+      log_bad(ig, de.msg);
+    } else {
+      e->has_id = 1;
+      e->msg_id = e->env->msg_id;
+      switch (e->env->body_case) {
+        case LONGHAUL__ENVELOPE__BODY_SEGMENT:
+        case LONGHAUL__ENVELOPE__BODY_EPISODE_END:
+          e->kind = KIND_STORE;
+          break;
+        case LONGHAUL__ENVELOPE__BODY_HELLO:
+          /* Acked so that a sender that keeps it in its outbox lets it go. */
+          ig->counts.hellos++;
+          LH_INFO("ingest", "hello sender=%s role=%s name=%s pid=%llu", e->env->sender,
+                  e->env->hello->role, e->env->hello->name, (unsigned long long)e->env->hello->pid);
+          e->status = LONGHAUL__ACK_STATUS__ACK_STORED;
+          break;
+        case LONGHAUL__ENVELOPE__BODY_HEARTBEAT:
+          ig->counts.heartbeats++;
+          LH_DEBUG("ingest", "heartbeat sender=%s version=%llu tokens_per_s=%.1f outbox=%u",
+                   e->env->sender, (unsigned long long)e->env->heartbeat->policy_version,
+                   e->env->heartbeat->tokens_per_s, e->env->heartbeat->outbox_depth);
+          e->status = LONGHAUL__ACK_STATUS__ACK_STORED;
+          break;
+        default: {
+          char why[128];
+          snprintf(why, sizeof why, "a %s message on the ingest socket (expected segment, "
+                   "episode_end, hello or heartbeat)", lh_wire_body_name(e->env->body_case));
+          ig->counts.rejected++;
+          log_bad(ig, why);
+          e->status = LONGHAUL__ACK_STATUS__ACK_REJECTED;
+        }
+      }
+    }
+  }
+  for (int i = 0; i < n; i++) zmq_msg_close(&frames[i]);
+  return rc;
+}
+
+/* Writes the round's store entries in one batch. On any failure the batch
+ * is rolled back and every store entry of the round is answered ACK_RETRY:
+ * nothing of it is durable, and the actor resends. */
+static void store_round(lh_learner_ingest *ig, size_t n) {
+  size_t todo = 0;
+  for (size_t i = 0; i < n; i++) todo += ig->round[i].kind == KIND_STORE;
+  if (!todo) return;
+  lh_errbuf e;
+  int rc = lh_store_begin(ig->store, &e);
+  int begun = rc == 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    entry *x = &ig->round[i];
+    if (x->kind != KIND_STORE) continue;
+    int inserted = 0;
+    if (x->env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT)
+      rc = lh_store_put_segment(ig->store, x->env->segment, &inserted, &e);
+    else
+      rc = lh_store_put_episode_end(ig->store, x->env->episode_end, &inserted, &e);
+    x->status = inserted ? LONGHAUL__ACK_STATUS__ACK_STORED : LONGHAUL__ACK_STATUS__ACK_DUPLICATE;
+  }
+  if (rc == 0) rc = lh_store_commit(ig->store, &e);
+  if (rc) {
+    lh_errbuf ignore;
+    if (begun) lh_store_rollback(ig->store, &ignore);
+    LH_WARN("ingest", "store batch failed, answering retry: messages=%zu code=%s error=%s", todo,
+            lh_err_name(rc), e.msg);
+  } else {
+    ig->counts.rounds++;
+  }
+  for (size_t i = 0; i < n; i++) {
+    entry *x = &ig->round[i];
+    if (x->kind != KIND_STORE) continue;
+    if (rc) {
+      x->status = LONGHAUL__ACK_STATUS__ACK_RETRY;
+      ig->counts.retried++;
+      continue;
+    }
+    if (x->status == LONGHAUL__ACK_STATUS__ACK_STORED) ig->counts.stored++;
+    else ig->counts.duplicates++;
+    if (x->env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT) ig->counts.segments++;
+    else ig->counts.episode_ends++;
+  }
+}
+
+static int send_frame(void *sock, const void *data, size_t n, int flags) {
+  return zmq_send(sock, data, n, flags) < 0 ? -1 : 0;
+}
+
+/* One Ack per (peer, status) of the round, naming every msg_id it covers. */
+static int send_acks(lh_learner_ingest *ig, size_t n, lh_errbuf *err) {
+  uint64_t *ids = malloc(n * sizeof *ids);
+  if (!ids) return lh_errbuf_set(err, LH_ENOMEM, "ingest: out of memory for acks");
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    entry *a = &ig->round[i];
+    if (a->acked || !a->has_id || a->status < 0) continue;
+    size_t k = 0;
+    for (size_t j = i; j < n; j++) {
+      entry *b = &ig->round[j];
+      if (b->acked || !b->has_id || b->status != a->status || b->identity_bytes != a->identity_bytes ||
+          memcmp(b->identity, a->identity, a->identity_bytes) != 0)
+        continue;
+      ids[k++] = b->msg_id;
+      b->acked = 1;
+    }
+    Longhaul__Ack ack = LONGHAUL__ACK__INIT;
+    ack.n_msg_ids = k;
+    ack.msg_ids = ids;
+    ack.status = (Longhaul__AckStatus)a->status;
+    if (a->status == LONGHAUL__ACK_STATUS__ACK_RETRY) ack.reason = "store write failed; resend later";
+    else if (a->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) ack.reason = "invalid message; do not resend";
+    Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+    env.protocol = LH_WIRE_PROTOCOL;
+    env.msg_id = ++ig->next_msg_id;
+    env.sender = "learner";
+    env.body_case = LONGHAUL__ENVELOPE__BODY_ACK;
+    env.ack = &ack;
+    uint8_t *buf = NULL;
+    size_t bytes = 0;
+    lh_errbuf e;
+    if (lh_wire_encode(&env, &buf, &bytes, &e)) {
+      rc = lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: cannot encode an ack: %s", e.msg);
+      break;
+    }
+    /* A peer that went away makes the ROUTER drop the reply silently; the
+     * actor resends on reconnect and gets ACK_DUPLICATE then. */
+    if (send_frame(ig->sock, a->identity, a->identity_bytes, ZMQ_SNDMORE) ||
+        (a->delimiter && send_frame(ig->sock, "", 0, ZMQ_SNDMORE)) ||
+        send_frame(ig->sock, buf, bytes, 0)) {
+      int en = zmq_errno();
+      if (en != EHOSTUNREACH && en != EAGAIN)
+        rc = lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: cannot send an ack: %s",
+                           zmq_strerror(en));
+    } else {
+      ig->counts.acks_sent++;
+    }
+    free(buf);
+  }
+  free(ids);
+  return rc;
+}
+
+int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handled, lh_errbuf *err) {
+  if (handled) *handled = 0;
+  if (!ig) return lh_errbuf_set(err, LH_EINVAL, "ingest: NULL ingest");
+  zmq_pollitem_t item = {ig->sock, 0, ZMQ_POLLIN, 0};
+  int pr = zmq_poll(&item, 1, timeout_ms);
+  if (pr < 0) {
+    if (zmq_errno() == EINTR) return 0;  /* a signal: the caller's loop decides */
+    return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: poll failed: %s",
+                         zmq_strerror(zmq_errno()));
+  }
+  if (pr == 0) return 0;
+  size_t n = 0;
+  int rc = 0;
+  while (n < ig->max_round) {
+    entry *e = &ig->round[n];
+    memset(e, 0, sizeof *e);
+    e->status = -1;
+    int r = recv_one(ig, e, err);
+    if (r < 0) {
+      rc = zmq_errno() == EINTR ? 0 : LH_ELEARNER_INGEST_SOCKET;
+      break;
+    }
+    if (r == 0) break;
+    if (r == 2) continue;
+    n++;
+  }
+  store_round(ig, n);
+  int arc = send_acks(ig, n, err);
+  for (size_t i = 0; i < n; i++) lh_wire_free(ig->round[i].env), ig->round[i].env = NULL;
+  if (handled) *handled = n;
+  return rc ? rc : arc;
+}
