@@ -1,0 +1,536 @@
+/* The CUDA backend against the CPU backend: every operation it has, on the
+ * same random inputs, forward and backward (gradients start from random
+ * values, so the "add into" rule is checked too), plus the memory pool, the
+ * error paths and the operations that are not on CUDA yet.
+ *
+ * Tolerances, as max |cuda - cpu| / max |cpu| over a tensor: fp32 1e-5;
+ * bf16 matrix products 2e-2 (operands rounded to 8 significant bits, fp32
+ * accumulation: about 2^-8 relative to the output's scale, with margin).
+ *
+ * Without a device this checks that opening the backend is a clear error
+ * and exits 77 ("skipped: no CUDA device"). CUDA cannot be used in a child
+ * forked after the parent touched the driver, so this suite runs without
+ * forking and opens one backend for all its tests. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "test_kernels_util.h"
+
+#define TOL_FP32 1e-5
+#define TOL_BF16 2e-2
+#define POOL_BYTES ((size_t)256 << 20)
+
+static const lh_backend *G;  /* the CUDA table, opened once in main */
+static const lh_backend *C;  /* the CPU reference */
+
+/* Device buffers of the running test, freed by its teardown. */
+#define MAX_DEV 64
+static void *dev_ptrs[MAX_DEV];
+static int dev_count;
+
+static void *dev_alloc(size_t bytes) {
+  void *d = G->alloc(G->context, bytes);
+  ck_assert_ptr_nonnull(d);
+  ck_assert_int_lt(dev_count, MAX_DEV);
+  dev_ptrs[dev_count++] = d;
+  return d;
+}
+
+static float *dev_f(const float *h, size_t n) {
+  float *d = dev_alloc(sizeof(float) * (n ? n : 1));
+  if (n) ck_assert_int_eq(G->upload(G->context, d, h, sizeof(float) * n), 0);
+  return d;
+}
+
+static int32_t *dev_i(const int32_t *h, size_t n) {
+  int32_t *d = dev_alloc(sizeof(int32_t) * (n ? n : 1));
+  if (n) ck_assert_int_eq(G->upload(G->context, d, h, sizeof(int32_t) * n), 0);
+  return d;
+}
+
+static void teardown(void) {
+  if (G) G->synchronize(G->context);
+  for (int i = 0; i < dev_count; i++) G->free(G->context, dev_ptrs[i]);
+  dev_count = 0;
+}
+
+static float *rand_f(test_rng *r, size_t n, double lo, double hi) {
+  float *x = alloc_f(n);
+  fill_f(r, x, n, lo, hi);
+  return x;
+}
+
+/* Downloads dev (n floats) and bounds its difference from the CPU's ref. */
+static void expect_near(const char *what, const float *ref, const float *dev, size_t n,
+                        double tol) {
+  float *h = alloc_f(n);
+  ck_assert_int_eq(G->download(G->context, h, dev, sizeof(float) * n), 0);
+  double rel = rel_max_diff_f(h, ref, n);
+  printf("cuda %-28s n=%-7zu max rel diff %.3e (tol %.0e)\n", what, n, rel, tol);
+  ck_assert_msg(rel <= tol, "%s: cuda differs from cpu by %.3e relative (tol %.1e)", what, rel,
+                tol);
+  free(h);
+}
+
+static void matmul_case(lh_gemm_mode mode, double tol) {
+  test_rng r = {11};
+  const int N = 67, IN = 96, OUT = 130;
+  float *inp = rand_f(&r, (size_t)N * IN, -1, 1), *w = rand_f(&r, (size_t)OUT * IN, -1, 1);
+  float *b = rand_f(&r, OUT, -1, 1), *dout = rand_f(&r, (size_t)N * OUT, -1, 1);
+  float *dinp = rand_f(&r, (size_t)N * IN, -1, 1), *dw = rand_f(&r, (size_t)OUT * IN, -1, 1);
+  float *db = rand_f(&r, OUT, -1, 1), *out = alloc_f((size_t)N * OUT);
+  float *g_inp = dev_f(inp, (size_t)N * IN), *g_w = dev_f(w, (size_t)OUT * IN);
+  float *g_b = dev_f(b, OUT), *g_dout = dev_f(dout, (size_t)N * OUT);
+  float *g_dinp = dev_f(dinp, (size_t)N * IN), *g_dw = dev_f(dw, (size_t)OUT * IN);
+  float *g_db = dev_f(db, OUT), *g_out = dev_f(out, (size_t)N * OUT);
+  ck_assert_int_eq(lh_backend_cuda_set_gemm(G, mode), 0);
+  const char *tag = mode == LH_GEMM_BF16 ? "bf16" : "fp32";
+  char what[64];
+
+  ck_assert_int_eq(C->matmul_forward(NULL, out, inp, w, NULL, N, IN, OUT), 0);
+  ck_assert_int_eq(G->matmul_forward(G->context, g_out, g_inp, g_w, NULL, N, IN, OUT), 0);
+  snprintf(what, sizeof what, "matmul_forward %s", tag);
+  expect_near(what, out, g_out, (size_t)N * OUT, tol);
+  ck_assert_int_eq(C->matmul_forward(NULL, out, inp, w, b, N, IN, OUT), 0);
+  ck_assert_int_eq(G->matmul_forward(G->context, g_out, g_inp, g_w, g_b, N, IN, OUT), 0);
+  snprintf(what, sizeof what, "matmul_forward+bias %s", tag);
+  expect_near(what, out, g_out, (size_t)N * OUT, tol);
+
+  ck_assert_int_eq(C->matmul_backward(NULL, dinp, dw, db, dout, inp, w, N, IN, OUT), 0);
+  ck_assert_int_eq(
+      G->matmul_backward(G->context, g_dinp, g_dw, g_db, g_dout, g_inp, g_w, N, IN, OUT), 0);
+  snprintf(what, sizeof what, "matmul_backward dinp %s", tag);
+  expect_near(what, dinp, g_dinp, (size_t)N * IN, tol);
+  snprintf(what, sizeof what, "matmul_backward dweight %s", tag);
+  expect_near(what, dw, g_dw, (size_t)OUT * IN, tol);
+  /* The bias gradient is a plain fp32 sum in both modes. */
+  snprintf(what, sizeof what, "matmul_backward dbias %s", tag);
+  expect_near(what, db, g_db, OUT, TOL_FP32);
+  /* NULL gradients are skipped. */
+  ck_assert_int_eq(
+      G->matmul_backward(G->context, NULL, g_dw, NULL, g_dout, g_inp, g_w, N, IN, OUT), 0);
+  ck_assert_int_eq(C->matmul_backward(NULL, NULL, dw, NULL, dout, inp, w, N, IN, OUT), 0);
+  snprintf(what, sizeof what, "matmul_backward dweight only %s", tag);
+  expect_near(what, dw, g_dw, (size_t)OUT * IN, tol);
+  ck_assert_int_eq(lh_backend_cuda_set_gemm(G, LH_GEMM_FP32), 0);
+  free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(out);
+}
+
+START_TEST(test_matmul_fp32) { matmul_case(LH_GEMM_FP32, TOL_FP32); }
+END_TEST
+
+START_TEST(test_matmul_bf16) { matmul_case(LH_GEMM_BF16, TOL_BF16); }
+END_TEST
+
+START_TEST(test_matmul_errors) {
+  ck_assert_int_eq(G->matmul_forward(G->context, NULL, NULL, NULL, NULL, 0, 4, 4), 0);
+  ck_assert_int_eq(G->matmul_forward(G->context, NULL, NULL, NULL, NULL, 2, 0, 4),
+                   LH_EKERNELS_SHAPE);
+  ck_assert_int_eq(G->matmul_forward(G->context, NULL, NULL, NULL, NULL, 2, 4, 4),
+                   LH_EKERNELS_NULL_ARG);
+  ck_assert_int_eq(lh_backend_cuda_set_gemm(G, (lh_gemm_mode)7), LH_EKERNELS_SHAPE);
+  ck_assert_int_eq(lh_backend_cuda_set_gemm(C, LH_GEMM_BF16), LH_EKERNELS_NULL_ARG);
+}
+END_TEST
+
+static void rmsnorm_case(int N, int Cn) {
+  test_rng r = {(uint64_t)(N * 1000 + Cn)};
+  size_t n = (size_t)N * Cn;
+  float *x = rand_f(&r, n, -2, 2), *w = rand_f(&r, Cn, 0.5, 1.5), *dy = rand_f(&r, n, -1, 1);
+  float *dx = rand_f(&r, n, -1, 1), *dw = rand_f(&r, Cn, -1, 1);
+  float *y = alloc_f(n), *rstd = alloc_f(N);
+  float *g_x = dev_f(x, n), *g_w = dev_f(w, Cn), *g_dy = dev_f(dy, n), *g_dx = dev_f(dx, n);
+  float *g_dw = dev_f(dw, Cn), *g_y = dev_f(y, n), *g_rstd = dev_f(rstd, N);
+  ck_assert_int_eq(C->rmsnorm_forward(NULL, y, rstd, x, w, N, Cn, LH_RMSNORM_EPS), 0);
+  ck_assert_int_eq(
+      G->rmsnorm_forward(G->context, g_y, g_rstd, g_x, g_w, N, Cn, LH_RMSNORM_EPS), 0);
+  expect_near("rmsnorm_forward out", y, g_y, n, TOL_FP32);
+  expect_near("rmsnorm_forward rstd", rstd, g_rstd, N, TOL_FP32);
+  ck_assert_int_eq(C->rmsnorm_backward(NULL, dx, dw, dy, x, w, N, Cn, LH_RMSNORM_EPS), 0);
+  ck_assert_int_eq(
+      G->rmsnorm_backward(G->context, g_dx, g_dw, g_dy, g_x, g_w, N, Cn, LH_RMSNORM_EPS), 0);
+  expect_near("rmsnorm_backward dinp", dx, g_dx, n, TOL_FP32);
+  expect_near("rmsnorm_backward dweight", dw, g_dw, Cn, TOL_FP32);
+  ck_assert_int_eq(C->rmsnorm_backward(NULL, NULL, dw, dy, x, w, N, Cn, LH_RMSNORM_EPS), 0);
+  ck_assert_int_eq(
+      G->rmsnorm_backward(G->context, NULL, g_dw, g_dy, g_x, g_w, N, Cn, LH_RMSNORM_EPS), 0);
+  expect_near("rmsnorm_backward dweight only", dw, g_dw, Cn, TOL_FP32);
+  free(x), free(w), free(dy), free(dx), free(dw), free(y), free(rstd);
+}
+
+START_TEST(test_rmsnorm) {
+  rmsnorm_case(37, 300); /* rows longer than a block */
+  rmsnorm_case(130, 32); /* per-head norm: many short rows */
+  rmsnorm_case(1, 5);
+  ck_assert_int_eq(G->rmsnorm_forward(G->context, NULL, NULL, NULL, NULL, 2, 4, 0.0f),
+                   LH_EKERNELS_SHAPE);
+}
+END_TEST
+
+START_TEST(test_swiglu_decay) {
+  test_rng r = {5};
+  const size_t n = 10007;
+  float *a = rand_f(&r, n, -4, 4), *b = rand_f(&r, n, -2, 2), *dout = rand_f(&r, n, -1, 1);
+  float *da = rand_f(&r, n, -1, 1), *db = rand_f(&r, n, -1, 1), *out = alloc_f(n);
+  float *g_a = dev_f(a, n), *g_b = dev_f(b, n), *g_dout = dev_f(dout, n), *g_da = dev_f(da, n);
+  float *g_db = dev_f(db, n), *g_out = dev_f(out, n);
+  ck_assert_int_eq(C->swiglu_forward(NULL, out, a, b, n), 0);
+  ck_assert_int_eq(G->swiglu_forward(G->context, g_out, g_a, g_b, n), 0);
+  expect_near("swiglu_forward", out, g_out, n, TOL_FP32);
+  ck_assert_int_eq(C->swiglu_backward(NULL, da, db, dout, a, b, n), 0);
+  ck_assert_int_eq(G->swiglu_backward(G->context, g_da, g_db, g_dout, g_a, g_b, n), 0);
+  expect_near("swiglu_backward da", da, g_da, n, TOL_FP32);
+  expect_near("swiglu_backward db", db, g_db, n, TOL_FP32);
+  ck_assert_int_eq(C->swiglu_backward(NULL, NULL, db, dout, a, b, n), 0);
+  ck_assert_int_eq(G->swiglu_backward(G->context, NULL, g_db, g_dout, g_a, g_b, n), 0);
+  expect_near("swiglu_backward db only", db, g_db, n, TOL_FP32);
+
+  /* decay gate: a as raw, out as g, da as draw */
+  ck_assert_int_eq(C->decay_gate_forward(NULL, out, a, n, -5.0f, 1.5f), 0);
+  ck_assert_int_eq(G->decay_gate_forward(G->context, g_out, g_a, n, -5.0f, 1.5f), 0);
+  expect_near("decay_gate_forward", out, g_out, n, TOL_FP32);
+  ck_assert_int_eq(C->decay_gate_backward(NULL, da, dout, a, n, -5.0f, 1.5f), 0);
+  ck_assert_int_eq(G->decay_gate_backward(G->context, g_da, g_dout, g_a, n, -5.0f, 1.5f), 0);
+  expect_near("decay_gate_backward", da, g_da, n, TOL_FP32);
+  ck_assert_int_eq(G->decay_gate_forward(G->context, g_out, g_a, n, 0.0f, 1.0f),
+                   LH_EKERNELS_SHAPE);
+  ck_assert_int_eq(G->decay_gate_forward(G->context, g_out, g_a, n, -5.0f, 0.0f),
+                   LH_EKERNELS_SHAPE);
+  free(a), free(b), free(dout), free(da), free(db), free(out);
+}
+END_TEST
+
+START_TEST(test_embedding) {
+  test_rng r = {9};
+  const int N = 50, V = 17, Cn = 70;
+  int32_t ids[50];
+  for (int i = 0; i < N; i++) ids[i] = (int32_t)(rng_uniform(&r) * V) % V; /* repeats */
+  ids[0] = ids[1] = ids[2] = 3;
+  float *table = rand_f(&r, (size_t)V * Cn, -1, 1), *dout = rand_f(&r, (size_t)N * Cn, -1, 1);
+  float *dtable = rand_f(&r, (size_t)V * Cn, -1, 1), *out = alloc_f((size_t)N * Cn);
+  int32_t *g_ids = dev_i(ids, N);
+  float *g_table = dev_f(table, (size_t)V * Cn), *g_dout = dev_f(dout, (size_t)N * Cn);
+  float *g_dtable = dev_f(dtable, (size_t)V * Cn), *g_out = dev_f(out, (size_t)N * Cn);
+  ck_assert_int_eq(C->embedding_forward(NULL, out, ids, table, N, V, Cn), 0);
+  ck_assert_int_eq(G->embedding_forward(G->context, g_out, g_ids, g_table, N, V, Cn), 0);
+  expect_near("embedding_forward", out, g_out, (size_t)N * Cn, 0.0);
+  ck_assert_int_eq(C->embedding_backward(NULL, dtable, dout, ids, N, V, Cn), 0);
+  ck_assert_int_eq(G->embedding_backward(G->context, g_dtable, g_dout, g_ids, N, V, Cn), 0);
+  expect_near("embedding_backward", dtable, g_dtable, (size_t)V * Cn, TOL_FP32);
+
+  /* An id out of range is refused before anything is written; the flag is
+   * cleared for the next call. */
+  int32_t bad[3] = {1, V, 2}, neg[3] = {1, -1, 2};
+  int32_t *g_bad = dev_i(bad, 3), *g_neg = dev_i(neg, 3);
+  ck_assert_int_eq(G->embedding_forward(G->context, g_out, g_bad, g_table, 3, V, Cn),
+                   LH_EKERNELS_INDEX);
+  ck_assert_int_eq(G->embedding_forward(G->context, g_out, g_neg, g_table, 3, V, Cn),
+                   LH_EKERNELS_INDEX);
+  ck_assert_int_eq(G->embedding_backward(G->context, g_dtable, g_dout, g_bad, 3, V, Cn),
+                   LH_EKERNELS_INDEX);
+  expect_near("embedding_backward untouched", dtable, g_dtable, (size_t)V * Cn, TOL_FP32);
+  ck_assert_int_eq(G->embedding_forward(G->context, g_out, g_ids, g_table, N, V, Cn), 0);
+  expect_near("embedding_forward after error", out, g_out, (size_t)N * Cn, 0.0);
+  free(table), free(dout), free(dtable), free(out);
+}
+END_TEST
+
+START_TEST(test_patch) {
+  test_rng r = {13};
+  const int H = 8, W = 12, P = 4, Cn = 20, MAXP = 10, F = 3 * P * P, NP = (H / P) * (W / P);
+  float *image = rand_f(&r, (size_t)H * W * 3, 0, 1), *w = rand_f(&r, (size_t)Cn * F, -1, 1);
+  float *b = rand_f(&r, Cn, -1, 1), *pos = rand_f(&r, (size_t)MAXP * Cn, -1, 1);
+  float *dout = rand_f(&r, (size_t)NP * Cn, -1, 1), *dw = rand_f(&r, (size_t)Cn * F, -1, 1);
+  float *db = rand_f(&r, Cn, -1, 1), *dpos = rand_f(&r, (size_t)MAXP * Cn, -1, 1);
+  float *out = alloc_f((size_t)NP * Cn);
+  float *g_image = dev_f(image, (size_t)H * W * 3), *g_w = dev_f(w, (size_t)Cn * F);
+  float *g_b = dev_f(b, Cn), *g_pos = dev_f(pos, (size_t)MAXP * Cn);
+  float *g_dout = dev_f(dout, (size_t)NP * Cn), *g_dw = dev_f(dw, (size_t)Cn * F);
+  float *g_db = dev_f(db, Cn), *g_dpos = dev_f(dpos, (size_t)MAXP * Cn);
+  float *g_out = dev_f(out, (size_t)NP * Cn);
+  ck_assert_int_eq(C->patch_forward(NULL, out, image, H, W, P, w, b, pos, MAXP, Cn), 0);
+  ck_assert_int_eq(
+      G->patch_forward(G->context, g_out, g_image, H, W, P, g_w, g_b, g_pos, MAXP, Cn), 0);
+  expect_near("patch_forward", out, g_out, (size_t)NP * Cn, TOL_FP32);
+  ck_assert_int_eq(C->patch_backward(NULL, dw, db, dpos, dout, image, H, W, P, w, MAXP, Cn), 0);
+  ck_assert_int_eq(G->patch_backward(G->context, g_dw, g_db, g_dpos, g_dout, g_image, H, W, P,
+                                     g_w, MAXP, Cn),
+                   0);
+  expect_near("patch_backward dw", dw, g_dw, (size_t)Cn * F, TOL_FP32);
+  expect_near("patch_backward db", db, g_db, Cn, TOL_FP32);
+  expect_near("patch_backward dpos", dpos, g_dpos, (size_t)MAXP * Cn, TOL_FP32);
+  ck_assert_int_eq(
+      G->patch_forward(G->context, g_out, g_image, H, W, 5, g_w, g_b, g_pos, MAXP, Cn),
+      LH_EKERNELS_SHAPE);
+  ck_assert_int_eq(G->patch_forward(G->context, g_out, g_image, H, W, P, g_w, g_b, g_pos, 5, Cn),
+                   LH_EKERNELS_SHAPE);
+  free(image), free(w), free(b), free(pos), free(dout), free(dw), free(db), free(dpos), free(out);
+}
+END_TEST
+
+START_TEST(test_logprob) {
+  test_rng r = {21};
+  const int N = 23, V = 264;
+  size_t n = (size_t)N * V;
+  float *logits = rand_f(&r, n, -6, 6), *out = alloc_f(n), *dlogits = rand_f(&r, n, -1, 1);
+  float *logp = alloc_f(N), *ent = alloc_f(N), *dlogp = rand_f(&r, N, -1, 1);
+  float *dent = rand_f(&r, N, -1, 1);
+  int32_t targets[23];
+  for (int i = 0; i < N; i++) targets[i] = (int32_t)(rng_uniform(&r) * V) % V;
+  targets[4] = targets[9] = -1; /* padding */
+  float *g_logits = dev_f(logits, n), *g_out = dev_f(out, n), *g_dlogits = dev_f(dlogits, n);
+  float *g_logp = dev_f(logp, N), *g_ent = dev_f(ent, N), *g_dlogp = dev_f(dlogp, N);
+  float *g_dent = dev_f(dent, N);
+  int32_t *g_t = dev_i(targets, N);
+  ck_assert_int_eq(C->log_softmax_forward(NULL, out, logits, N, V), 0);
+  ck_assert_int_eq(G->log_softmax_forward(G->context, g_out, g_logits, N, V), 0);
+  expect_near("log_softmax_forward", out, g_out, n, TOL_FP32);
+  ck_assert_int_eq(C->logprob_forward(NULL, logp, ent, logits, targets, N, V), 0);
+  ck_assert_int_eq(G->logprob_forward(G->context, g_logp, g_ent, g_logits, g_t, N, V), 0);
+  expect_near("logprob_forward logp", logp, g_logp, N, TOL_FP32);
+  expect_near("logprob_forward entropy", ent, g_ent, N, TOL_FP32);
+  ck_assert_int_eq(C->logprob_backward(NULL, dlogits, dlogp, dent, logits, targets, N, V), 0);
+  ck_assert_int_eq(
+      G->logprob_backward(G->context, g_dlogits, g_dlogp, g_dent, g_logits, g_t, N, V), 0);
+  expect_near("logprob_backward", dlogits, g_dlogits, n, TOL_FP32);
+  ck_assert_int_eq(C->logprob_backward(NULL, dlogits, dlogp, NULL, logits, targets, N, V), 0);
+  ck_assert_int_eq(
+      G->logprob_backward(G->context, g_dlogits, g_dlogp, NULL, g_logits, g_t, N, V), 0);
+  expect_near("logprob_backward no entropy", dlogits, g_dlogits, n, TOL_FP32);
+  ck_assert_int_eq(G->logprob_forward(G->context, g_logp, NULL, g_logits, g_t, N, V), 0);
+  expect_near("logprob_forward no entropy", logp, g_logp, N, TOL_FP32);
+  /* A target >= V or < -1 is refused. */
+  int32_t bad[2] = {0, V}, neg[2] = {-2, 0};
+  int32_t *g_bad = dev_i(bad, 2), *g_neg = dev_i(neg, 2);
+  ck_assert_int_eq(G->logprob_forward(G->context, g_logp, NULL, g_logits, g_bad, 2, V),
+                   LH_EKERNELS_INDEX);
+  ck_assert_int_eq(G->logprob_backward(G->context, g_dlogits, g_dlogp, NULL, g_logits, g_neg, 2, V),
+                   LH_EKERNELS_INDEX);
+  free(logits), free(out), free(dlogits), free(logp), free(ent), free(dlogp), free(dent);
+}
+END_TEST
+
+START_TEST(test_vector) {
+  test_rng r = {33};
+  const size_t n = 300001;
+  float *x = rand_f(&r, n, -1, 1), *y = rand_f(&r, n, -1, 1);
+  float *g_x = dev_f(x, n), *g_y = dev_f(y, n);
+  double dc = 0, dg = 0;
+  ck_assert_int_eq(C->dot(NULL, &dc, x, y, n), 0);
+  ck_assert_int_eq(G->dot(G->context, &dg, g_x, g_y, n), 0);
+  ck_assert_msg(fabs(dc - dg) <= 1e-9 * (fabs(dc) + 1), "dot %.17g vs %.17g", dg, dc);
+  ck_assert_int_eq(C->sum_squares(NULL, &dc, x, n), 0);
+  ck_assert_int_eq(G->sum_squares(G->context, &dg, g_x, n), 0);
+  ck_assert_msg(fabs(dc - dg) <= 1e-9 * dc, "sum_squares %.17g vs %.17g", dg, dc);
+  ck_assert_int_eq(G->sum_squares(G->context, &dg, g_x, 0), 0);
+  ck_assert(dg == 0.0);
+  ck_assert_int_eq(C->axpy(NULL, y, -0.75f, x, n), 0);
+  ck_assert_int_eq(G->axpy(G->context, g_y, -0.75f, g_x, n), 0);
+  expect_near("axpy", y, g_y, n, TOL_FP32);
+  ck_assert_int_eq(C->scale(NULL, y, n, 3.5f), 0);
+  ck_assert_int_eq(G->scale(G->context, g_y, n, 3.5f), 0);
+  expect_near("scale", y, g_y, n, TOL_FP32);
+  /* A non-finite element makes the sum non-finite (bad-step detection). */
+  float nan_one = NAN;
+  ck_assert_int_eq(G->upload(G->context, g_x + 12345, &nan_one, sizeof nan_one), 0);
+  ck_assert_int_eq(G->sum_squares(G->context, &dg, g_x, n), 0);
+  ck_assert(!isfinite(dg));
+  ck_assert_int_eq(G->dot(G->context, NULL, g_x, g_y, n), LH_EKERNELS_NULL_ARG);
+  free(x), free(y);
+}
+END_TEST
+
+START_TEST(test_adamw) {
+  test_rng r = {44};
+  const size_t n = 5003;
+  float *p = rand_f(&r, n, -1, 1), *g = rand_f(&r, n, -1, 1), *m = rand_f(&r, n, -0.1, 0.1);
+  float *v = rand_f(&r, n, 0, 0.1);
+  float *g_p = dev_f(p, n), *g_g = dev_f(g, n), *g_m = dev_f(m, n), *g_v = dev_f(v, n);
+  lh_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                        .weight_decay = 0.1f, .grad_scale = 0.5f, .step = 1};
+  for (int s = 1; s <= 3; s++) {
+    hp.step = s;
+    ck_assert_int_eq(C->adamw_step(NULL, p, g, m, v, n, &hp, s != 2), 0);
+    ck_assert_int_eq(G->adamw_step(G->context, g_p, g_g, g_m, g_v, n, &hp, s != 2), 0);
+  }
+  expect_near("adamw_step param", p, g_p, n, TOL_FP32);
+  expect_near("adamw_step m", m, g_m, n, TOL_FP32);
+  expect_near("adamw_step v", v, g_v, n, TOL_FP32);
+  hp.step = 0;
+  ck_assert_int_eq(G->adamw_step(G->context, g_p, g_g, g_m, g_v, n, &hp, 1), LH_EKERNELS_SHAPE);
+  ck_assert_int_eq(G->adamw_step(G->context, g_p, g_g, g_m, g_v, n, NULL, 1),
+                   LH_EKERNELS_NULL_ARG);
+  free(p), free(g), free(m), free(v);
+}
+END_TEST
+
+START_TEST(test_memory) {
+  /* round trip, zero, overlapping and plain copies */
+  float h[1000], back[1000];
+  for (int i = 0; i < 1000; i++) h[i] = (float)i;
+  float *d = dev_f(h, 1000), *e = dev_alloc(sizeof h);
+  ck_assert_int_eq(G->copy(G->context, e, d, sizeof h), 0);
+  ck_assert_int_eq(G->download(G->context, back, e, sizeof back), 0);
+  ck_assert_mem_eq(back, h, sizeof h);
+  ck_assert_int_eq(G->copy(G->context, d + 10, d, sizeof(float) * 900), 0); /* overlap */
+  ck_assert_int_eq(G->download(G->context, back, d, sizeof back), 0);
+  for (int i = 0; i < 1000; i++)
+    ck_assert_float_eq(back[i], i < 10 ? (float)i : i < 910 ? (float)(i - 10) : (float)i);
+  ck_assert_int_eq(G->zero(G->context, d, sizeof(float) * 500), 0);
+  ck_assert_int_eq(G->download(G->context, back, d, sizeof back), 0);
+  ck_assert_float_eq(back[0], 0.0f);
+  ck_assert_float_eq(back[499], 0.0f);
+  ck_assert_float_eq(back[500], 490.0f);
+  ck_assert_int_eq(G->synchronize(G->context), 0);
+  ck_assert_int_eq(G->set_threads(G->context, 4), 0);
+  ck_assert_int_eq(G->upload(G->context, NULL, h, 4), LH_EKERNELS_NULL_ARG);
+  ck_assert_int_eq(G->download(G->context, back, NULL, 4), LH_EKERNELS_NULL_ARG);
+  ck_assert_int_eq(G->upload(G->context, NULL, NULL, 0), 0);
+
+  /* The pool: more than it holds is NULL, not a crash; freed memory is
+   * handed out again (merged with its free neighbours). */
+  ck_assert_ptr_null(G->alloc(G->context, POOL_BYTES + 1));
+  void *a = G->alloc(G->context, 1 << 20), *b = G->alloc(G->context, 1 << 20);
+  void *c = G->alloc(G->context, 1 << 20);
+  ck_assert(a && b && c && a != b && b != c);
+  G->free(G->context, b);
+  G->free(G->context, a);
+  void *ab = G->alloc(G->context, (1 << 21) - 256); /* fits in a+b merged */
+  ck_assert_ptr_eq(ab, a);
+  G->free(G->context, ab);
+  G->free(G->context, c);
+  G->free(G->context, NULL);
+  void *big = G->alloc(G->context, POOL_BYTES / 2);
+  ck_assert_ptr_nonnull(big);
+  G->free(G->context, big);
+}
+END_TEST
+
+START_TEST(test_not_on_cuda) {
+  void *x = G->context;
+  ck_assert_int_eq(G->attn_chunked_forward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0,
+                                           1, 1, 16),
+                   LH_EKERNELS_NOT_AVAILABLE);
+  ck_assert_int_eq(G->attn_chunked_backward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                            NULL, NULL, NULL, NULL, NULL, 0, 1, 1, 16),
+                   LH_EKERNELS_NOT_AVAILABLE);
+  ck_assert_int_eq(G->attn_recurrent_forward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                             0, 1, 1),
+                   LH_EKERNELS_NOT_AVAILABLE);
+  ck_assert_int_eq(G->attn_recurrent_backward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                              NULL, NULL, NULL, NULL, NULL, 0, 1, 1),
+                   LH_EKERNELS_NOT_AVAILABLE);
+  ck_assert_int_eq(G->attn_decode_step(x, NULL, NULL, NULL, NULL, NULL, NULL, 1, 1, 1),
+                   LH_EKERNELS_NOT_AVAILABLE);
+  ck_assert_int_eq(G->moe_route_forward(x, NULL, NULL, NULL, NULL, NULL, 1, 2, 1, 0),
+                   LH_EKERNELS_NOT_AVAILABLE);
+  ck_assert_int_eq(G->moe_route_backward(x, NULL, NULL, NULL, NULL, 1, 2, 1),
+                   LH_EKERNELS_NOT_AVAILABLE);
+  ck_assert_int_eq(G->moe_experts_forward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1,
+                                          2, 1, 1, 1),
+                   LH_EKERNELS_NOT_AVAILABLE);
+  ck_assert_int_eq(G->moe_experts_backward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                           NULL, NULL, NULL, NULL, NULL, 1, 2, 1, 1, 1),
+                   LH_EKERNELS_NOT_AVAILABLE);
+  ck_assert_int_eq(G->moe_aux_loss_forward(x, NULL, NULL, NULL, 1, 2, 1.0f),
+                   LH_EKERNELS_NOT_AVAILABLE);
+  ck_assert_int_eq(G->moe_aux_loss_backward(x, NULL, 1.0f, NULL, NULL, 1, 2, 1.0f),
+                   LH_EKERNELS_NOT_AVAILABLE);
+}
+END_TEST
+
+START_TEST(test_table) {
+  ck_assert_str_eq(G->name, "cuda");
+  ck_assert_int_ge(G->version, LH_BACKEND_VERSION);
+  /* every entry filled */
+  const void *const *f = (const void *const *)&G->alloc;
+  const void *const *end = (const void *const *)(&G->copy + 1);
+  for (; f < end; f++) ck_assert_ptr_nonnull(*f);
+  /* by name: a second, independent table, released by lh_backend_close */
+  const lh_backend *b = NULL;
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  const lh_backend *small = NULL;
+  ck_assert_int_eq(lh_backend_cuda_open(&small, (size_t)16 << 20, &err), 0);
+  ck_assert_ptr_ne(small, G);
+  float one = 1.0f, back = 0.0f;
+  float *d = small->alloc(small->context, sizeof one);
+  ck_assert_ptr_nonnull(d);
+  ck_assert_int_eq(small->upload(small->context, d, &one, sizeof one), 0);
+  ck_assert_int_eq(small->download(small->context, &back, d, sizeof back), 0);
+  ck_assert_float_eq(back, 1.0f);
+  lh_backend_close(small);
+  ck_assert_int_eq(lh_backend_cuda_open(&b, (size_t)1 << 60, &err), LH_ENOMEM);
+  ck_assert_ptr_null(b);
+  ck_assert(strstr(err.msg, "pool"));
+  lh_backend_close(NULL);
+  lh_backend_close(lh_backend_cpu());
+}
+END_TEST
+
+/* Without a device: opening is a clear error naming what to do, not a
+ * crash. Returns 0 when that holds. */
+static int check_no_device(void) {
+  const lh_backend *b = lh_backend_cpu();
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  int rc = lh_backend_cuda_open(&b, 0, &err);
+  if (rc != LH_EKERNELS_NOT_AVAILABLE || b != NULL || !strstr(err.msg, "no CUDA device") ||
+      !strstr(err.msg, "--backend cpu")) {
+    fprintf(stderr, "no device: open gave %d (%s)\n", rc, err.msg);
+    return 1;
+  }
+  b = lh_backend_cpu();
+  rc = lh_backend_by_name("cuda", &b, &err);
+  if (rc != LH_EKERNELS_NOT_AVAILABLE || b != NULL || !strstr(err.msg, "not available")) {
+    fprintf(stderr, "no device: by name gave %d (%s)\n", rc, err.msg);
+    return 1;
+  }
+  printf("no device: %s\n", err.msg);
+  return 0;
+}
+
+int main(void) {
+  char name[256];
+  if (lh_kernels_cuda_devices(name, sizeof name) == 0) {
+    if (check_no_device() != 0) return 1;
+    printf("skipped: no CUDA device\n");
+    return 77;
+  }
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  C = lh_backend_cpu();
+  if (lh_backend_cuda_open(&G, POOL_BYTES, &err) != 0) {
+    fprintf(stderr, "cannot open the CUDA backend on %s: %s\n", name, err.msg);
+    return 1;
+  }
+  printf("device: %s\n", name);
+  Suite *s = suite_create("kernels_cuda");
+  TCase *tc = tcase_create("vs_cpu");
+  tcase_add_checked_fixture(tc, NULL, teardown);
+  tcase_add_test(tc, test_table);
+  tcase_add_test(tc, test_memory);
+  tcase_add_test(tc, test_matmul_fp32);
+  tcase_add_test(tc, test_matmul_bf16);
+  tcase_add_test(tc, test_matmul_errors);
+  tcase_add_test(tc, test_rmsnorm);
+  tcase_add_test(tc, test_swiglu_decay);
+  tcase_add_test(tc, test_embedding);
+  tcase_add_test(tc, test_patch);
+  tcase_add_test(tc, test_logprob);
+  tcase_add_test(tc, test_vector);
+  tcase_add_test(tc, test_adamw);
+  tcase_add_test(tc, test_not_on_cuda);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  lh_backend_close(G);
+  return failed == 0 ? 0 : 1;
+}
