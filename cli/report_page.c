@@ -98,12 +98,13 @@ static void staleness(lh_report_buf *b, const lh_report_data *d) {
   double top = 0;
   for (size_t i = 0; i < d->step_count; i++)
     if (isfinite(d->lag_mean[i]) && d->lag_mean[i] > top) top = d->lag_mean[i];
-  size_t nbins = (size_t)floor(top) + 1;
-  double width = 1.0;
-  if (nbins > MAX_LAG_BINS) {
-    nbins = MAX_LAG_BINS;
-    width = top / (double)(MAX_LAG_BINS - 1);
-  }
+  /* Versions are whole numbers, so bins are whole numbers wide: one
+   * version each while they fit, else the fewest versions per bin that
+   * keep to MAX_LAG_BINS bins. */
+  size_t versions = (size_t)floor(top) + 1;
+  size_t per_bin = (versions + MAX_LAG_BINS - 1) / MAX_LAG_BINS;
+  size_t nbins = (versions + per_bin - 1) / per_bin;
+  double width = (double)per_bin;
   double edges[MAX_LAG_BINS + 1], counts[MAX_LAG_BINS] = {0};
   for (size_t k = 0; k <= nbins; k++) edges[k] = width * (double)k;
   for (size_t i = 0; i < d->step_count; i++) {

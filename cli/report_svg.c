@@ -40,6 +40,15 @@ static axis_range make_range(double lo, double hi, int target) {
   return r;
 }
 
+/* A tick label: whole numbers up to 15 digits in full (10000, not
+ * 1e+04), others with 4 significant digits. */
+static void tick_text(double v, char out[32]) {
+  if (fabs(v) >= 1e4 && fabs(v) < 1e15 && v == floor(v))
+    snprintf(out, 32, "%.0f", v);
+  else
+    snprintf(out, 32, "%.4g", v);
+}
+
 static double map(double v, const axis_range *r, double p0, double p1) {
   return p0 + (v - r->lo) / (r->hi - r->lo) * (p1 - p0);
 }
@@ -80,20 +89,22 @@ static void draw_axes(lh_report_buf *b, const axis_range *xr, const axis_range *
   if (yr)
     for (double v = yr->lo; v <= yr->hi + yr->step * 1e-6; v += yr->step) {
       double y = map(v, yr, y0, y1);
-      double shown = fabs(v) < yr->step * 1e-9 ? 0.0 : v;
+      char text[32];
+      tick_text(fabs(v) < yr->step * 1e-9 ? 0.0 : v, text);
       lh_report_printf(b,
                        "<line class=\"grid\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
-                       "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n",
-                       x0, y, x1, y, x0 - 6, y + 4, shown);
+                       "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                       x0, y, x1, y, x0 - 6, y + 4, text);
     }
   if (xr)
     for (double v = xr->lo; v <= xr->hi + xr->step * 1e-6; v += xr->step) {
       double x = map(v, xr, x0, x1);
-      double shown = fabs(v) < xr->step * 1e-9 ? 0.0 : v;
+      char text[32];
+      tick_text(fabs(v) < xr->step * 1e-9 ? 0.0 : v, text);
       lh_report_printf(b,
                        "<line class=\"tickmark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
-                       "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.6g</text>\n",
-                       x, y0, x, y0 + 5, x, y0 + 18, shown);
+                       "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
+                       x, y0, x, y0 + 5, x, y0 + 18, text);
     }
   lh_report_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>\n</g>\n",
                    x0, y1, x1 - x0, y0 - y1);
