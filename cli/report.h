@@ -77,6 +77,11 @@ typedef struct {
   /* per policy version (episodes by their newest sampled token's version) */
   double *version, *version_reward, *version_success, *version_episodes;
   size_t version_count;
+  /* sampled tokens the store received per second (every actor together),
+   * in time buckets from the first stored segment */
+  double *ingest_t, *ingest_tok_s;
+  size_t ingest_count;
+  double ingest_bucket_s;
   /* per train step */
   double *step, *loss, *reward_mean, *success_rate, *lag_mean, *lag_max, *tok_s_step,
       *tok_s_wall;

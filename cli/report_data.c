@@ -3,6 +3,7 @@
  * policy version (an aggregate query over the episodes) and every train
  * step. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,8 @@ void lh_report_data_free(lh_report_data *d) {
   free(d->version_reward);
   free(d->version_success);
   free(d->version_episodes);
+  free(d->ingest_t);
+  free(d->ingest_tok_s);
   free(d->step);
   free(d->loss);
   free(d->reward_mean);
@@ -73,6 +76,50 @@ static int on_version(void *ctx, int ncols, const char *const *names, const char
   d->version_success[i] = num(values[2]);
   d->version_episodes[i] = num(values[3]);
   return 0;
+}
+
+static int on_span(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  double *span = ctx;
+  if (ncols != 2) return LH_EINVAL;
+  span[0] = num(values[0]);
+  span[1] = num(values[1]);
+  return 0;
+}
+
+static int on_ingest(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  load_ctx *c = ctx;
+  lh_report_data *d = c->d;
+  if (ncols != 2) return LH_EINVAL;
+  if (d->ingest_count == c->cap) {
+    c->cap = c->cap ? c->cap * 2 : 128;
+    if (grow(&d->ingest_t, c->cap, sizeof(double)) || grow(&d->ingest_tok_s, c->cap, sizeof(double)))
+      return LH_ENOMEM;
+  }
+  size_t i = d->ingest_count++;
+  d->ingest_t[i] = num(values[0]) * d->ingest_bucket_s;
+  d->ingest_tok_s[i] = num(values[1]) / d->ingest_bucket_s;
+  return 0;
+}
+
+/* The store's intake of sampled tokens over time: segments by the time
+ * they were stored, in about 100 buckets of at least a second. An empty
+ * bucket is a point at 0 only when some segment came after it: the SQL
+ * leaves it out, and the line then joins its neighbours. */
+static int load_ingest(lh_store *s, load_ctx *c, lh_errbuf *err) {
+  double span[2] = {NAN, NAN};
+  int rc = lh_store_sql(s, "SELECT min(created_ms), max(created_ms) FROM segments", on_span, span, NULL, err);
+  if (rc != 0 || !isfinite(span[0]) || !isfinite(span[1])) return rc;
+  double bucket_ms = fmax(1000.0, ceil((span[1] - span[0] + 1) / 100.0 / 1000.0) * 1000.0);
+  c->d->ingest_bucket_s = bucket_ms / 1000.0;
+  char sql[256];
+  snprintf(sql, sizeof sql,
+           "SELECT (created_ms - %.0f) / %.0f AS bucket, sum(sampled) FROM segments "
+           "GROUP BY bucket ORDER BY bucket",
+           span[0], bucket_ms);
+  c->cap = 0;
+  return lh_store_sql(s, sql, on_ingest, c, NULL, err);
 }
 
 /* Stores step t's MaxVio row, widening every row when t has more layers
@@ -141,6 +188,7 @@ int lh_report_data_load(lh_store *s, lh_report_data *d, lh_errbuf *err) {
                       "FROM episodes WHERE reward IS NOT NULL AND max_version IS NOT NULL "
                       "GROUP BY max_version ORDER BY max_version",
                       on_version, &c, NULL, err);
+  if (rc == 0) rc = load_ingest(s, &c, err);
   if (rc == 0) rc = lh_store_train_steps(s, 0, 0, on_step, &c, err);
   if (rc != 0) {
     if (rc == LH_ENOMEM && err->code != LH_ENOMEM)

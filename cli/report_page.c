@@ -2,6 +2,7 @@
  * (CSS in a <style>, charts as <svg>), with no script and nothing fetched. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -201,8 +202,16 @@ void lh_report_page(lh_report_buf *b, const lh_report_data *d, const char *title
                        .ylabel = "tokens/s", .y_from_zero = 1};
   lh_report_line_chart(b, &ta, tok, 2);
   lh_report_puts(b, "<p class=\"note\">Tokens the learner trained on per second of the step itself, and per "
-                    "wall-clock second since the previous step (which includes waiting for episodes). "
-                    "Actor sampling rates are not in the store.</p>\n");
+                    "wall-clock second since the previous step (which includes waiting for episodes).</p>\n");
+  lh_report_series ingest = {"all actors", "#17becf", d->ingest_t, d->ingest_tok_s, d->ingest_count};
+  char xlabel[96];
+  snprintf(xlabel, sizeof xlabel, "seconds since the first segment (%.0f s buckets)",
+           d->ingest_bucket_s > 0 ? d->ingest_bucket_s : 1.0);
+  lh_report_axes ia = {.id = "svg-ingest", .title = "Sampled tokens per second received from the actors",
+                       .xlabel = xlabel, .ylabel = "tokens/s", .y_from_zero = 1};
+  lh_report_line_chart(b, &ia, &ingest, 1);
+  lh_report_puts(b, "<p class=\"note\">Policy-sampled tokens in the segments the store received, by the "
+                    "time they were stored: the actors' sampling rate as the learner saw it.</p>\n");
 
   lh_report_puts(b, "<h2>Staleness</h2>\n");
   staleness(b, d);

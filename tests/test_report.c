@@ -240,8 +240,8 @@ static const char *chart(const char *page_text, const char *id) {
   return buf;
 }
 
-static const char *const chart_ids[] = {"svg-reward", "svg-success", "svg-loss", "svg-tokens",
-                                        "svg-staleness", "svg-maxvio"};
+static const char *const chart_ids[] = {"svg-reward", "svg-success", "svg-loss",  "svg-tokens",
+                                        "svg-ingest", "svg-staleness", "svg-maxvio"};
 enum { CHART_COUNT = sizeof chart_ids / sizeof chart_ids[0] };
 
 /* ---- arguments and errors ------------------------------------------------ */
@@ -368,6 +368,12 @@ START_TEST(test_page_charts) {
   HAS(c, "data-points=\"23\"");
   HAS(c, "during the step at train step 1: 4040</title>");
   HAS(c, "since the last step at train step 2: 2040</title>");
+  /* 41 episodes of 6 sampled tokens, stored within the fixture's few
+   * milliseconds: one bucket of a second (two, should the clock have
+   * crossed a bucket's end in between). */
+  c = chart(html, "svg-ingest");
+  HAS(c, "all actors at seconds since the first segment (1 s buckets) 0: ");
+  if (strstr(c, "data-points=\"1\"")) HAS(c, "(1 s buckets) 0: 246</title>");
   c = chart(html, "svg-staleness");
   /* mean lags 0 (steps 1-5), 1 (6-9), 2.5 (10, 11), 3.5 (12) */
   HAS(c, "data-points=\"4\"");
