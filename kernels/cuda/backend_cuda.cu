@@ -210,6 +210,16 @@ static int ctx_open(lh_cuda_ctx *c, size_t pool_bytes, lh_errbuf *err) {
   if (rc < 0)
     return lh_errbuf_set(err, rc, "cuda: cannot take a memory pool of %zu bytes (%zu free)",
                          pool_bytes, free_b);
+  // cuBLAS's workspace comes from the pool too (32 MiB is what it asks for
+  // on Hopper), so the pool is all the device memory the backend takes. It
+  // is set after cublasSetStream, which resets it.
+  size_t ws_bytes = c->pool.bytes / 8 < ((size_t)32 << 20) ? c->pool.bytes / 8 : (size_t)32 << 20;
+  void *ws = lh_cuda_pool_alloc(&c->pool, ws_bytes);
+  if (!ws) return lh_errbuf_set(err, LH_ENOMEM, "cuda: pool of %zu bytes too small", pool_bytes);
+  s = cublasSetWorkspace(c->cublas, ws, ws_bytes);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    return lh_errbuf_set(err, LH_EKERNELS_DEVICE, "cuda: cannot give cuBLAS its workspace: %s",
+                         cublasGetStatusString(s));
   c->flag = (int *)lh_cuda_pool_alloc(&c->pool, sizeof(int));
   c->sum = (double *)lh_cuda_pool_alloc(&c->pool, sizeof(double));
   if (!c->flag || !c->sum)
