@@ -25,6 +25,8 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "envs/env.h"
+#include "model/model.h"
 #include "proto/longhaul.pb-c.h"
 
 /* ---- generator ------------------------------------------------------------
@@ -292,5 +294,169 @@ void lh_actors_meter_episode_done(lh_actors_meter *m);
 void lh_actors_meter_heartbeat(lh_actors_meter *m, int64_t now_ms, uint64_t policy_version,
                                uint32_t outbox_depth, uint32_t open_episodes, double policy_lag,
                                Longhaul__Heartbeat *hb);
+
+/* ---- transcripts (actors/transcript.c) -------------------------------------
+ * An episode as the policy sees it, in the one format that SFT trains on and
+ * the actor plays in:
+ *   <bos> first-observation-text [<img> patches]...
+ *   action tokens (loss mask 1): thought bytes, <call> NAME(ARGS) </call>
+ *   <obs> observation-text [<img> patches]... </obs>       (loss mask 0)
+ *   ... and the final action: ANSWER <eos> (loss mask 1).
+ * Action text is encoded with its markers (<call>, </call>, <eos> become
+ * their ids); observation text is encoded byte by byte, so that an
+ * environment can never inject a special token. An image is <img> followed
+ * by (height/patch)*(width/patch) positions holding <pad> (the model ignores
+ * their ids and embeds the patches), pixels converted to RGB floats in [0,1];
+ * its height and width must be multiples of patch. */
+typedef struct lh_actors_transcript lh_actors_transcript;
+
+/* patch is the model's patch size (images need it); >= 1. */
+lh_actors_transcript *lh_actors_transcript_new(int patch, lh_errbuf *err);
+void lh_actors_transcript_free(lh_actors_transcript *t);
+/* Empties t for a new episode (memory kept). */
+void lh_actors_transcript_clear(lh_actors_transcript *t);
+/* <bos> and the first observation (after clear). */
+int lh_actors_transcript_begin(lh_actors_transcript *t, const lh_env_obs *obs, lh_errbuf *err);
+/* An action's text with its markers (what lh_env_step takes), mask 1. */
+int lh_actors_transcript_action(lh_actors_transcript *t, const char *text, size_t bytes,
+                                lh_errbuf *err);
+/* One token the policy drew (mask 1). */
+int lh_actors_transcript_policy_token(lh_actors_transcript *t, int32_t token, lh_errbuf *err);
+/* <obs> text and images </obs>, mask 0. */
+int lh_actors_transcript_observation(lh_actors_transcript *t, const lh_env_obs *obs,
+                                     lh_errbuf *err);
+size_t lh_actors_transcript_len(const lh_actors_transcript *t);
+const int32_t *lh_actors_transcript_tokens(const lh_actors_transcript *t);
+const uint8_t *lh_actors_transcript_mask(const lh_actors_transcript *t);
+/* The images in order; .at is the position of their first patch (the <img>
+ * token is at .at - 1); pixels stay valid until clear or free. */
+int lh_actors_transcript_n_images(const lh_actors_transcript *t);
+const lh_model_image *lh_actors_transcript_images(const lh_actors_transcript *t);
+
+/* One demonstration: reset(seed), then the expert's proposal, step, until
+ * done (the wrapper's max_steps ends it too). t receives the transcript,
+ * *outcome (may be NULL) how it ended. LH_EENVS_NO_EXPERT without one. */
+int lh_actors_transcript_expert(lh_env *env, uint64_t seed, lh_actors_transcript *t,
+                                lh_env_outcome *outcome, lh_errbuf *err);
+
+/* Greedy evaluation (sampler at temperature 0): the episodes of seeds[0..n)
+ * played by model, n_envs at a time (one environment each, opened alike by
+ * the caller) through one batched decoder (the
+ * first observation and every observation go in by prefill), each action
+ * ending at </call> or <eos> and stepped through env. An episode that
+ * reaches max_context tokens, or an action of more than max_action_tokens,
+ * ends as truncated (not a success). *successes counts LH_ENV_SUCCESS. */
+typedef struct {
+  int max_context;            /* tokens per episode, >= 2 */
+  int max_action_tokens;      /* >= 1 */
+} lh_actors_eval_params;
+
+int lh_actors_eval_greedy(lh_model *model, lh_env *const *envs, int n_envs, const uint64_t *seeds, size_t n,
+                          const lh_actors_eval_params *p, size_t *successes, lh_errbuf *err);
+
+
+/* ---- episode runner -------------------------------------------------------
+ * B episodes at once on one model (DESIGN §1, §6): each row of a batched
+ * decoder holds one episode; prompts and observations go in through the
+ * chunked prefill, sampled tokens through one lh_model_decode_step_rows per
+ * lh_actors_runner_step over the rows that are generating. A sampled
+ * `</call>` or `<eos>` hands the action text to the environment
+ * (lh_env_step_begin for every row that finished an action, then the hub is
+ * flushed, the other rows decode, and lh_env_step_end collects), and the
+ * observation's tokens are appended with loss mask 0. Each episode's tokens
+ * go through its own segmenter; full segments and, at the end, the last one
+ * and the EpisodeEnd wait in the runner's queue (lh_actors_runner_pop) in
+ * the order they were made. Episodes come in groups of group_size per task
+ * seed. Routing is not recorded (routed_layers 0): the model's prefill does
+ * not expose the experts of the tokens it feeds, and a segment records
+ * routing for every token or none. */
+typedef struct lh_actors_runner lh_actors_runner;
+
+typedef struct {
+  const char *actor;                /* actor name, in every message */
+  const char *env;                  /* environment name for lh_env_open_hub */
+  const lh_env_option *env_options; /* passed to every environment (copied) */
+  size_t n_env_options;
+  lh_env_hub *hub;                  /* borrowed; NULL: the runner makes one */
+  uint32_t batch;                   /* B >= 1 */
+  uint32_t group_size;              /* episodes per task seed, >= 1 */
+  uint32_t segment_tokens;          /* 1..65536 */
+  uint32_t max_context;             /* tokens per episode; 0: no limit */
+  uint32_t max_steps;               /* environment steps; 0: the env's default */
+  float temperature, top_p;
+  uint64_t seed;                    /* the sampler's generator and the task seeds */
+  uint64_t id_salt;                 /* mixed into episode and group ids (name, start time) */
+  uint64_t episodes;                /* episodes to start in all; 0: no limit */
+} lh_actors_runner_config;
+
+/* model is borrowed and must outlive the runner; new weights go into it
+ * with lh_model_copy_params between steps (the decoder's state stays). */
+int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh_actors_runner **out,
+                         lh_errbuf *err);
+void lh_actors_runner_free(lh_actors_runner *r);
+/* The policy version stamped on tokens sampled from now on. */
+void lh_actors_runner_set_version(lh_actors_runner *r, uint64_t version);
+/* One round: starts episodes on free rows, samples one token on every
+ * generating row, runs the environment for finished actions and decodes.
+ * Returns the number of tokens sampled (>= 0) or a negative code; an
+ * environment's failure is not an error here: it ends that episode with
+ * outcome error. */
+int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err);
+/* The oldest message made and not yet taken: returns 1 with exactly one of
+ * *seg, *end set (the caller owns it: lh_actors_segment_free /
+ * lh_actors_episode_end_free), 0 when the queue is empty. */
+int lh_actors_runner_pop(lh_actors_runner *r, Longhaul__Segment **seg, Longhaul__EpisodeEnd **end);
+size_t lh_actors_runner_queued(const lh_actors_runner *r);
+/* Ends every open episode now with outcome aborted (reason in its
+ * EpisodeEnd) and starts no more: how an actor stops on a signal. */
+int lh_actors_runner_abort(lh_actors_runner *r, const char *reason, lh_errbuf *err);
+uint32_t lh_actors_runner_open_episodes(const lh_actors_runner *r);
+uint64_t lh_actors_runner_finished(const lh_actors_runner *r);
+/* 1 when the episodes limit is reached and every episode has ended. */
+int lh_actors_runner_done(const lh_actors_runner *r);
+
+
+/* ---- the link to the learner (actors/link.c) ------------------------------
+ * The actor's three sockets (DESIGN §1): a DEALER to the learner's ingest
+ * (Hello on every connection, then Segment / EpisodeEnd, kept in the
+ * outbox until acked STORED or DUPLICATE, dropped on REJECTED, resent after
+ * resend_timeout_ms or at once on a reconnect, which a socket monitor
+ * reports; Heartbeats go untracked), a SUB to the weights PUB and a DEALER
+ * to the weights ROUTER (announce -> chunked fetch -> verify, as
+ * lh_actors_weights). Every socket has ZMQ_LINGER linger_ms. */
+typedef struct lh_actors_link lh_actors_link;
+
+typedef struct {
+  const char *name;                 /* the sender of every message */
+  const char *ingest_endpoint;      /* required */
+  const char *weights_pub_endpoint; /* NULL, "" or "none": no weight updates */
+  const char *weights_endpoint;     /* required with weights_pub_endpoint */
+  size_t outbox_messages, outbox_bytes;
+  int64_t resend_timeout_ms;
+  int linger_ms;
+  uint64_t id_salt;                 /* msg ids: a base from it, then a counter */
+  size_t max_weights_bytes;         /* 0: 4 GiB */
+  uint32_t vocab, layers, topk;     /* for the Hello */
+  uint64_t pid, policy_version;     /* for the Hello */
+} lh_actors_link_config;
+
+int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actors_link **out, lh_errbuf *err);
+void lh_actors_link_free(lh_actors_link *l);
+/* Fills the header (protocol, a fresh msg_id, sender), validates, encodes
+ * and sends env; a Segment or EpisodeEnd first goes into the outbox, and
+ * when it does not fit nothing is sent: LH_EACTORS_OUTBOX_FULL, the
+ * caller's signal to pause generation and send it again later. */
+int lh_actors_link_send(lh_actors_link *l, Longhaul__Envelope *env, lh_errbuf *err);
+/* Waits up to timeout_ms for traffic, handles acks, reconnections and
+ * weights, and resends what is due. Returns 1 when a new weights version
+ * completed (lh_actors_link_weights), 0 otherwise, or a negative code. */
+int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err);
+/* The latest complete weights (lh_model_serialize bytes), or NULL. */
+const uint8_t *lh_actors_link_weights(const lh_actors_link *l, uint64_t *version, size_t *bytes);
+/* The version the next Hello announces. */
+void lh_actors_link_set_version(lh_actors_link *l, uint64_t version);
+size_t lh_actors_link_unacked(const lh_actors_link *l);
+uint64_t lh_actors_link_resends(const lh_actors_link *l);
+uint64_t lh_actors_link_connects(const lh_actors_link *l);
 
 #endif

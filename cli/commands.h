@@ -19,6 +19,7 @@ int lh_cmd_replay(int argc, char **argv);
 int lh_cmd_envs(int argc, char **argv);
 int lh_cmd_init(int argc, char **argv);
 int lh_cmd_score(int argc, char **argv);
+int lh_cmd_sft(int argc, char **argv);
 int lh_cmd_report(int argc, char **argv);
 
 /* True when argv holds -h or --help. */

@@ -10,6 +10,7 @@ static const lh_command commands[] = {
     {"envs", "tool environments: list, describe, play, serve", lh_cmd_envs},
     {"init", "write a freshly initialised checkpoint from a [model] config", lh_cmd_init},
     {"score", "log-probabilities of a token sequence under a checkpoint", lh_cmd_score},
+    {"sft", "supervised warm start from an environment's expert demonstrations", lh_cmd_sft},
     {"report", "an HTML page of charts about a replay store", lh_cmd_report},
 };
 static const int command_count = (int)(sizeof commands / sizeof commands[0]);

@@ -27,6 +27,7 @@
 
 #include "common/common.h"
 #include "proto/longhaul.pb-c.h"
+#include "model/model.h"
 #include "proto/wire.h"
 #include "store/store.h"
 
@@ -411,5 +412,53 @@ int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handle
 const lh_learner_ingest_counts *lh_learner_ingest_get_counts(const lh_learner_ingest *ig);
 /* Messages per round, 1..256 (default 256). */
 void lh_learner_ingest_set_round(lh_learner_ingest *ig, size_t max_round);
+
+/* ---- SFT (learner/sft.c) ---------------------------------------------------
+ * Supervised steps on demonstrations: cross-entropy on the policy's tokens
+ * only. Episodes (tokens with a loss mask, 1 on the policy's tokens, as
+ * actors/ transcripts give them) are packed into one batch, each its own
+ * sequence (attention state reset); position t is trained to predict token
+ * t+1 when that token has mask 1, and the loss is the mean over those
+ * targets. Then the global gradient norm is clipped to cfg->grad_clip, AdamW
+ * (beta 0.9/0.95, eps 1e-8, cfg->weight_decay) steps at
+ * lh_learner_lr_at(cfg->lr, warmup, total_steps, step) with warmup =
+ * min(cfg->warmup_steps, total_steps), and the routers' balancing biases
+ * move. A step whose loss or gradient is not finite is skipped (parameters
+ * untouched) and counted. The model stays the caller's and must outlive
+ * the trainer. */
+typedef struct {
+  size_t n_tokens;
+  const int32_t *tokens;
+  const uint8_t *mask;           /* 1 on the policy's tokens */
+  int n_images;
+  const lh_model_image *images;  /* .at relative to this episode */
+} lh_learner_sft_episode;
+
+typedef struct {
+  uint64_t step;       /* 0-based index of the step just taken */
+  double loss;         /* mean cross-entropy over the trained targets */
+  double lr;
+  double grad_norm;    /* before clipping */
+  size_t tokens;       /* packed positions */
+  size_t targets;      /* trained (mask 1) targets */
+  int skipped;         /* 1 when the step was not finite and was skipped */
+} lh_learner_sft_stats;
+
+typedef struct lh_learner_sft lh_learner_sft;
+
+/* Enables training on m (gradients, moments) when not yet enabled.
+ * total_steps >= 1 sets the schedule's length. */
+int lh_learner_sft_new(lh_model *m, const lh_learner_config *cfg, uint64_t total_steps,
+                       lh_learner_sft **out, lh_errbuf *err);
+void lh_learner_sft_free(lh_learner_sft *s);
+/* One step on the n >= 1 episodes; LH_EINVAL for an empty batch or one
+ * without any mask-1 target, the model's codes for bad tokens. */
+int lh_learner_sft_step(lh_learner_sft *s, const lh_learner_sft_episode *eps, size_t n,
+                        lh_learner_sft_stats *stats, lh_errbuf *err);
+uint64_t lh_learner_sft_skipped(const lh_learner_sft *s);
+/* Writes DIR/model.safetensors atomically: the file is written in a fresh
+ * temporary directory inside DIR and renamed over the old one, so a reader
+ * sees the old checkpoint or the new one, never a part. */
+int lh_learner_sft_save(const lh_model *m, const char *dir, lh_errbuf *err);
 
 #endif

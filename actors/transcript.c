@@ -1,0 +1,344 @@
+/* Transcripts: an episode as the policy's token stream (actors.h says the
+ * format), built from the expert's demonstrations for SFT and from the
+ * policy's own greedy decode for evaluation, through the same functions, so
+ * that what SFT trains on is exactly what the actor plays. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/actors.h"
+
+struct lh_actors_transcript {
+  int patch;
+  int32_t *tokens;
+  uint8_t *mask;
+  size_t len, cap;
+  lh_model_image *images;
+  float **pixels;  /* owned copies, one per image */
+  int n_images, images_cap;
+};
+
+lh_actors_transcript *lh_actors_transcript_new(int patch, lh_errbuf *err) {
+  if (patch < 1) {
+    lh_errbuf_set(err, LH_EINVAL, "transcript: patch %d must be >= 1", patch);
+    return NULL;
+  }
+  lh_actors_transcript *t = calloc(1, sizeof *t);
+  if (!t) {
+    lh_errbuf_set(err, LH_ENOMEM, "transcript: out of memory");
+    return NULL;
+  }
+  t->patch = patch;
+  return t;
+}
+
+void lh_actors_transcript_clear(lh_actors_transcript *t) {
+  if (!t) return;
+  for (int i = 0; i < t->n_images; i++) free(t->pixels[i]);
+  t->n_images = 0;
+  t->len = 0;
+}
+
+void lh_actors_transcript_free(lh_actors_transcript *t) {
+  if (!t) return;
+  lh_actors_transcript_clear(t);
+  free(t->tokens);
+  free(t->mask);
+  free(t->images);
+  free(t->pixels);
+  free(t);
+}
+
+static int reserve(lh_actors_transcript *t, size_t more, lh_errbuf *err) {
+  if (t->len + more <= t->cap) return 0;
+  size_t cap = t->cap ? t->cap : 1024;
+  while (cap < t->len + more) cap *= 2;
+  int32_t *tok = realloc(t->tokens, cap * sizeof *tok);
+  if (tok) t->tokens = tok;
+  uint8_t *mask = tok ? realloc(t->mask, cap) : NULL;
+  if (!mask) return lh_errbuf_set(err, LH_ENOMEM, "transcript: out of memory at %zu tokens", cap);
+  t->mask = mask;
+  t->cap = cap;
+  return 0;
+}
+
+static int push(lh_actors_transcript *t, int32_t token, uint8_t mask, lh_errbuf *err) {
+  LH_TRY(reserve(t, 1, err));
+  t->tokens[t->len] = token;
+  t->mask[t->len++] = mask;
+  return 0;
+}
+
+/* Text as tokens with the given mask; markup says whether marker spellings
+ * become special tokens (actions) or stay bytes (observations). */
+static int push_text(lh_actors_transcript *t, const char *text, size_t bytes, int markup,
+                     uint8_t mask, lh_errbuf *err) {
+  if (!bytes) return 0;
+  if (!text) return lh_errbuf_set(err, LH_EINVAL, "transcript: NULL text of %zu bytes", bytes);
+  LH_TRY(reserve(t, bytes, err));
+  size_t n = 0;
+  LH_TRY(lh_tok_encode(text, bytes, markup, t->tokens + t->len, t->cap - t->len, &n));
+  memset(t->mask + t->len, mask, n);
+  t->len += n;
+  return 0;
+}
+
+static int push_image(lh_actors_transcript *t, const lh_env_image *im, lh_errbuf *err) {
+  int p = t->patch;
+  if (!im->pixels || (im->channels != 1 && im->channels != 3) || !im->width || !im->height ||
+      im->width % (uint32_t)p || im->height % (uint32_t)p)
+    return lh_errbuf_set(err, LH_EINVAL,
+                         "transcript: image %ux%u with %u channels: need 1 or 3 channels and "
+                         "sides that are multiples of the model's patch %d",
+                         im->width, im->height, im->channels, p);
+  size_t patches = (size_t)(im->width / p) * (im->height / p);
+  if (t->n_images == t->images_cap) {
+    int cap = t->images_cap ? 2 * t->images_cap : 4;
+    lh_model_image *imgs = realloc(t->images, (size_t)cap * sizeof *imgs);
+    if (imgs) t->images = imgs;
+    float **px = imgs ? realloc(t->pixels, (size_t)cap * sizeof *px) : NULL;
+    if (!px) return lh_errbuf_set(err, LH_ENOMEM, "transcript: out of memory for images");
+    t->pixels = px;
+    t->images_cap = cap;
+  }
+  size_t n_px = (size_t)im->width * im->height;
+  float *f = malloc(n_px * 3 * sizeof *f);
+  if (!f) return lh_errbuf_set(err, LH_ENOMEM, "transcript: out of memory for an image");
+  for (size_t i = 0; i < n_px; i++)
+    for (int c = 0; c < 3; c++)
+      f[3 * i + c] = im->pixels[i * im->channels + (im->channels == 3 ? (size_t)c : 0)] / 255.0f;
+  int rc = push(t, LH_TOK_IMG, 0, err);
+  if (!rc) rc = reserve(t, patches, err);
+  if (rc) {
+    free(f);
+    return rc;
+  }
+  t->pixels[t->n_images] = f;
+  t->images[t->n_images++] = (lh_model_image){
+      .at = (int)t->len, .height = (int)im->height, .width = (int)im->width, .pixels = f};
+  for (size_t i = 0; i < patches; i++) {
+    t->tokens[t->len] = LH_TOK_PAD;
+    t->mask[t->len++] = 0;
+  }
+  return 0;
+}
+
+static int push_obs_body(lh_actors_transcript *t, const lh_env_obs *obs, lh_errbuf *err) {
+  LH_TRY(push_text(t, obs->text, obs->text_bytes, 0, 0, err));
+  for (uint32_t i = 0; i < obs->image_count; i++) LH_TRY(push_image(t, &obs->images[i], err));
+  return 0;
+}
+
+int lh_actors_transcript_begin(lh_actors_transcript *t, const lh_env_obs *obs, lh_errbuf *err) {
+  if (!t || !obs) return lh_errbuf_set(err, LH_EINVAL, "transcript: begin needs t and obs");
+  lh_actors_transcript_clear(t);
+  LH_TRY(push(t, LH_TOK_BOS, 0, err));
+  return push_obs_body(t, obs, err);
+}
+
+int lh_actors_transcript_action(lh_actors_transcript *t, const char *text, size_t bytes,
+                                lh_errbuf *err) {
+  if (!t) return lh_errbuf_set(err, LH_EINVAL, "transcript: NULL transcript");
+  return push_text(t, text, bytes, 1, 1, err);
+}
+
+int lh_actors_transcript_policy_token(lh_actors_transcript *t, int32_t token, lh_errbuf *err) {
+  if (!t) return lh_errbuf_set(err, LH_EINVAL, "transcript: NULL transcript");
+  if (token < 0 || token >= LH_TOK_VOCAB)
+    return lh_errbuf_set(err, LH_EMODEL_TOKEN, "transcript: token %d outside [0, %d)", token,
+                         LH_TOK_VOCAB);
+  return push(t, token, 1, err);
+}
+
+int lh_actors_transcript_observation(lh_actors_transcript *t, const lh_env_obs *obs,
+                                     lh_errbuf *err) {
+  if (!t || !obs) return lh_errbuf_set(err, LH_EINVAL, "transcript: observation needs t and obs");
+  LH_TRY(push(t, LH_TOK_OBS, 0, err));
+  LH_TRY(push_obs_body(t, obs, err));
+  return push(t, LH_TOK_OBS_END, 0, err);
+}
+
+size_t lh_actors_transcript_len(const lh_actors_transcript *t) { return t ? t->len : 0; }
+const int32_t *lh_actors_transcript_tokens(const lh_actors_transcript *t) {
+  return t ? t->tokens : NULL;
+}
+const uint8_t *lh_actors_transcript_mask(const lh_actors_transcript *t) {
+  return t ? t->mask : NULL;
+}
+int lh_actors_transcript_n_images(const lh_actors_transcript *t) { return t ? t->n_images : 0; }
+const lh_model_image *lh_actors_transcript_images(const lh_actors_transcript *t) {
+  return t ? t->images : NULL;
+}
+
+int lh_actors_transcript_expert(lh_env *env, uint64_t seed, lh_actors_transcript *t,
+                                lh_env_outcome *outcome, lh_errbuf *err) {
+  if (!env || !t) return lh_errbuf_set(err, LH_EINVAL, "transcript: expert needs env and t");
+  lh_env_obs obs;
+  LH_TRY(lh_env_reset(env, seed, &obs, err));
+  LH_TRY(lh_actors_transcript_begin(t, &obs, err));
+  for (;;) {
+    const char *action = NULL;
+    LH_TRY(lh_env_expert(env, &action, err));
+    size_t bytes = strlen(action);
+    LH_TRY(lh_actors_transcript_action(t, action, bytes, err));
+    lh_env_result res;
+    memset(&res, 0, sizeof res);
+    LH_TRY(lh_env_step(env, action, bytes, &res, err));
+    if (res.done) {
+      if (outcome) *outcome = res.outcome;
+      return 0;
+    }
+    LH_TRY(lh_actors_transcript_observation(t, &res.obs, err));
+  }
+}
+
+/* ---- greedy evaluation ---------------------------------------------------- */
+
+typedef struct {
+  int active;
+  lh_actors_transcript *t;
+  size_t action_start;  /* where the action being decoded began */
+} eval_slot;
+
+typedef struct {
+  lh_model *model;
+  lh_env *const *envs;
+  lh_model_decoder *dec;
+  const lh_actors_eval_params *p;
+  const uint64_t *seeds;
+  size_t n, next;
+  size_t successes;
+  float *logp;  /* (n_envs, vocab) next-token log-probabilities */
+  int vocab;
+  char *text;
+  size_t text_cap;
+} eval_run;
+
+/* Feeds the transcript's tokens from position from on (with their images)
+ * to row b and keeps the next-token distribution. */
+static int feed(eval_run *r, int b, eval_slot *s, size_t from, lh_errbuf *err) {
+  const lh_actors_transcript *t = s->t;
+  lh_model_image imgs[64];
+  int n_imgs = 0;
+  for (int i = 0; i < t->n_images; i++) {
+    if ((size_t)t->images[i].at < from) continue;
+    if (n_imgs == 64) return lh_errbuf_set(err, LH_ERANGE, "eval: more than 64 images in one observation");
+    imgs[n_imgs] = t->images[i];
+    imgs[n_imgs++].at -= (int)from;
+  }
+  return lh_model_prefill(r->dec, b, t->tokens + from, (int)(t->len - from), imgs, n_imgs,
+                          r->logp + (size_t)b * r->vocab, err);
+}
+
+/* Starts the next seed in slot b, or leaves it idle when none is left. */
+static int start(eval_run *r, int b, eval_slot *s, lh_errbuf *err) {
+  s->active = 0;
+  if (r->next >= r->n) return 0;
+  lh_env_obs obs;
+  LH_TRY(lh_env_reset(r->envs[b], r->seeds[r->next++], &obs, err));
+  LH_TRY(lh_actors_transcript_begin(s->t, &obs, err));
+  LH_TRY(lh_model_decoder_reset(r->dec, b));
+  LH_TRY(feed(r, b, s, 0, err));
+  s->action_start = s->t->len;
+  s->active = 1;
+  return 0;
+}
+
+/* The action's tokens as the text lh_env_step takes (markers spelled out). */
+static int action_text(eval_run *r, const eval_slot *s, size_t *bytes, lh_errbuf *err) {
+  size_t n = s->t->len - s->action_start;
+  for (;;) {
+    int rc = lh_tok_decode(s->t->tokens + s->action_start, n, r->text, r->text_cap, bytes, err);
+    if (rc != LH_ERANGE) return rc;
+    size_t cap = *bytes + 1;
+    char *text = realloc(r->text, cap);
+    if (!text) return lh_errbuf_set(err, LH_ENOMEM, "eval: out of memory for an action");
+    r->text = text;
+    r->text_cap = cap;
+  }
+}
+
+/* One sampled token for slot b: either it continues the action (returns 1:
+ * decode it with the others) or it ended the action, which is stepped, and
+ * the slot has been fed its observation or moved to the next episode. */
+static int advance(eval_run *r, int b, eval_slot *s, int32_t tok, lh_errbuf *err) {
+  LH_TRY(lh_actors_transcript_policy_token(s->t, tok, err));
+  size_t action_len = s->t->len - s->action_start;
+  if (tok != LH_TOK_CALL_END && tok != LH_TOK_EOS) {
+    if (s->t->len >= (size_t)r->p->max_context || action_len >= (size_t)r->p->max_action_tokens)
+      return start(r, b, s, err);  /* truncated: not a success */
+    return 1;
+  }
+  size_t bytes = 0;
+  LH_TRY(action_text(r, s, &bytes, err));
+  lh_env_result res;
+  memset(&res, 0, sizeof res);
+  LH_TRY(lh_env_step(r->envs[b], r->text, bytes, &res, err));
+  if (res.done) {
+    if (res.outcome == LH_ENV_SUCCESS) r->successes++;
+    return start(r, b, s, err);
+  }
+  size_t from = s->t->len - 1;  /* the sampled token has not been fed yet */
+  LH_TRY(lh_actors_transcript_observation(s->t, &res.obs, err));
+  if (s->t->len >= (size_t)r->p->max_context) return start(r, b, s, err);
+  LH_TRY(feed(r, b, s, from, err));
+  s->action_start = s->t->len;
+  return 0;
+}
+
+int lh_actors_eval_greedy(lh_model *model, lh_env *const *envs, int n_envs, const uint64_t *seeds,
+                          size_t n, const lh_actors_eval_params *p, size_t *successes,
+                          lh_errbuf *err) {
+  if (!model || !envs || n_envs < 1 || (n && !seeds) || !p || !successes || p->max_context < 2 ||
+      p->max_action_tokens < 1)
+    return lh_errbuf_set(err, LH_EINVAL,
+                         "eval: needs a model, n_envs >= 1 environments, seeds, max_context >= 2 "
+                         "and max_action_tokens >= 1");
+  const lh_model_config *cfg = lh_model_get_config(model);
+  eval_run r = {.model = model, .envs = envs, .p = p, .seeds = seeds, .n = n, .vocab = cfg->vocab};
+  eval_slot *slots = calloc((size_t)n_envs, sizeof *slots);
+  int32_t *rows = malloc((size_t)n_envs * sizeof *rows), *toks = malloc((size_t)n_envs * sizeof *toks);
+  float *row_logp = malloc((size_t)n_envs * cfg->vocab * sizeof *row_logp);
+  r.logp = malloc((size_t)n_envs * cfg->vocab * sizeof *r.logp);
+  lh_actors_sampler *sampler = lh_actors_sampler_new((uint32_t)cfg->vocab, 0.0f, 1.0f, err);
+  int rc = 0;
+  if (!slots || !rows || !toks || !row_logp || !r.logp || !sampler)
+    rc = sampler ? lh_errbuf_set(err, LH_ENOMEM, "eval: out of memory") : LH_EINVAL;
+  if (!rc) rc = lh_model_decoder_new(model, n_envs, &r.dec, err);
+  for (int b = 0; !rc && b < n_envs; b++)
+    if (!(slots[b].t = lh_actors_transcript_new(cfg->patch, err))) rc = LH_ENOMEM;
+  for (int b = 0; !rc && b < n_envs; b++) rc = start(&r, b, &slots[b], err);
+  while (!rc) {
+    int n_rows = 0, any = 0;
+    for (int b = 0; !rc && b < n_envs; b++) {
+      if (!slots[b].active) continue;
+      any = 1;
+      lh_actors_sample smp;
+      rc = lh_actors_sampler_sample(sampler, r.logp + (size_t)b * cfg->vocab, NULL, &smp, err);
+      if (rc) break;
+      int more = advance(&r, b, &slots[b], (int32_t)smp.token, err);
+      if (more < 0) rc = more;
+      else if (more == 1) {
+        rows[n_rows] = b;
+        toks[n_rows++] = (int32_t)smp.token;
+      }
+    }
+    if (rc || !any) break;
+    if (n_rows) {
+      rc = lh_model_decode_step_rows(r.dec, rows, n_rows, toks, row_logp, NULL, err);
+      for (int i = 0; !rc && i < n_rows; i++)
+        memcpy(r.logp + (size_t)rows[i] * cfg->vocab, row_logp + (size_t)i * cfg->vocab,
+               (size_t)cfg->vocab * sizeof(float));
+    }
+  }
+  if (!rc) *successes = r.successes;
+  for (int b = 0; slots && b < n_envs; b++) lh_actors_transcript_free(slots[b].t);
+  lh_model_decoder_free(r.dec);
+  lh_actors_sampler_free(sampler);
+  free(slots);
+  free(rows);
+  free(toks);
+  free(row_logp);
+  free(r.logp);
+  free(r.text);
+  return rc;
+}

@@ -1,0 +1,241 @@
+/* longhaul sft: a supervised warm start from an environment's expert
+ * (DESIGN 5 "SFT"). Arguments, config and printing live here; the episode
+ * format is actors/ (transcripts, greedy evaluation) and the step learner/. */
+#include <errno.h>
+#include <ini.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "actors/actors.h"
+#include "cli/commands.h"
+#include "learner/learner.h"
+
+/* Training seeds live far from the evaluation seeds 1..N, so evaluation is
+ * on held-out tasks whatever --seed and --steps are. */
+#define SFT_TRAIN_SEED_BASE (1ull << 40)
+#define SFT_MAX_ENV_OPTS 64
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: longhaul sft --config FILE --env NAME --out DIR [--steps N] [--seed N]\n"
+          "                    [--init DIR] [--batch N] [--eval N]\n\n"
+          "Trains the policy on demonstrations of the environment's expert:\n"
+          "cross-entropy on the policy's tokens only (actions, <call>..</call>,\n"
+          "the answer and <eos>), never on the environment's. Each step packs\n"
+          "--batch fresh episodes (default 8) of training seeds 2^40 + seed*2^20 + k.\n"
+          "The [model] section of FILE gives the model (or --init DIR starts from\n"
+          "DIR/model.safetensors), [learner] the optimizer (lr, warmup_steps,\n"
+          "weight_decay, grad_clip; AdamW, warmup then cosine over --steps,\n"
+          "default 200), [env] the environment's options (e.g. stages = 2,\n"
+          "expert_noise = 0.1). --seed N (default 0) seeds the model and the\n"
+          "training tasks. At the end, greedy decoding on the --eval N held-out\n"
+          "seeds 1..N (default 200, 0 to skip) prints the success rate, and\n"
+          "DIR/model.safetensors is written atomically.\n"
+          "Exit codes: 0 written, 1 runtime error, 2 usage or config error.\n");
+}
+
+typedef struct {
+  lh_env_option opts[SFT_MAX_ENV_OPTS];
+  char *keys[SFT_MAX_ENV_OPTS], *values[SFT_MAX_ENV_OPTS];
+  size_t n;
+  int overflow;
+} env_opts;
+
+static int on_ini(void *user, const char *section, const char *key, const char *value) {
+  env_opts *o = user;
+  if (strcmp(section, "env") != 0) return 1;
+  if (o->n == SFT_MAX_ENV_OPTS) {
+    o->overflow = 1;
+    return 0;
+  }
+  o->keys[o->n] = strdup(key);
+  o->values[o->n] = strdup(value);
+  o->opts[o->n] = (lh_env_option){o->keys[o->n], o->values[o->n]};
+  o->n++;
+  return 1;
+}
+
+static void env_opts_free(env_opts *o) {
+  for (size_t i = 0; i < o->n; i++) free(o->keys[i]), free(o->values[i]);
+}
+
+static int parse_u64(const char *flag, const char *text, unsigned long long lo,
+                     unsigned long long hi, unsigned long long *out) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (text[0] == '-' || end == text || *end || errno || v < lo || v > hi) {
+    fprintf(stderr, "longhaul sft: %s '%s' is not an integer in [%llu, %llu]\n", flag, text, lo, hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static void progress(int tty, const lh_learner_sft_stats *st, uint64_t steps, double tok_s,
+                     double left_s) {
+  if (tty)
+    fprintf(stderr, "\rsft: step %llu/%llu loss %.4f lr %.2e tokens/s %.0f left %.0fs\033[K",
+            (unsigned long long)st->step + 1, (unsigned long long)steps, st->loss, st->lr, tok_s,
+            left_s);
+  else
+    fprintf(stderr, "sft: step %llu/%llu loss %.4f lr %.2e grad_norm %.3f tokens/s %.0f left %.0fs%s\n",
+            (unsigned long long)st->step + 1, (unsigned long long)steps, st->loss, st->lr,
+            st->grad_norm, tok_s, left_s, st->skipped ? " (skipped: not finite)" : "");
+}
+
+typedef struct {
+  const char *config, *env, *out, *init;
+  unsigned long long steps, seed, batch, eval;
+} sft_args;
+
+static int parse_args(int argc, char **argv, sft_args *a) {
+  const char *steps = "200", *seed = "0", *batch = "8", *eval = "200";
+  for (int i = 1; i < argc; i++) {
+    const char **slot = !strcmp(argv[i], "--config")  ? &a->config
+                        : !strcmp(argv[i], "--env")   ? &a->env
+                        : !strcmp(argv[i], "--out")   ? &a->out
+                        : !strcmp(argv[i], "--init")  ? &a->init
+                        : !strcmp(argv[i], "--steps") ? &steps
+                        : !strcmp(argv[i], "--seed")  ? &seed
+                        : !strcmp(argv[i], "--batch") ? &batch
+                        : !strcmp(argv[i], "--eval")  ? &eval
+                                                      : NULL;
+    if (!slot) {
+      fprintf(stderr, "longhaul sft: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
+      return -1;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "longhaul sft: %s needs a value\n", argv[i]);
+      return -1;
+    }
+    *slot = argv[++i];
+  }
+  if (!a->config || !a->env || !a->out) {
+    fprintf(stderr, "longhaul sft: --config, --env and --out are all required\n");
+    usage(stderr);
+    return -1;
+  }
+  if (parse_u64("--steps", steps, 1, 100000000, &a->steps) ||
+      parse_u64("--seed", seed, 0, (1ull << 19) - 1, &a->seed) ||
+      parse_u64("--batch", batch, 1, 65536, &a->batch) ||
+      parse_u64("--eval", eval, 0, 1000000, &a->eval))
+    return -1;
+  return 0;
+}
+
+/* The training loop proper: demonstrations, steps, progress. */
+static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const sft_args *a,
+                 lh_errbuf *err) {
+  size_t B = (size_t)a->batch;
+  lh_actors_transcript **ts = calloc(B, sizeof *ts);
+  lh_learner_sft_episode *eps = calloc(B, sizeof *eps);
+  lh_learner_sft *sft = NULL;
+  int rc = ts && eps ? 0 : lh_errbuf_set(err, LH_ENOMEM, "out of memory");
+  for (size_t i = 0; !rc && i < B; i++)
+    if (!(ts[i] = lh_actors_transcript_new(lh_model_get_config(m)->patch, err))) rc = LH_ENOMEM;
+  if (!rc) rc = lh_learner_sft_new(m, lcfg, a->steps, &sft, err);
+  int tty = isatty(2);
+  uint64_t every = a->steps / 20 ? a->steps / 20 : 1, next_seed = 0;
+  int64_t t0 = lh_now_ns();
+  size_t tokens = 0;
+  for (uint64_t step = 0; !rc && step < a->steps; step++) {
+    for (size_t i = 0; !rc && i < B; i++) {
+      uint64_t seed = SFT_TRAIN_SEED_BASE + (a->seed << 20) + next_seed++;
+      rc = lh_actors_transcript_expert(env, seed, ts[i], NULL, err);
+      eps[i] = (lh_learner_sft_episode){.n_tokens = lh_actors_transcript_len(ts[i]),
+                                        .tokens = lh_actors_transcript_tokens(ts[i]),
+                                        .mask = lh_actors_transcript_mask(ts[i]),
+                                        .n_images = lh_actors_transcript_n_images(ts[i]),
+                                        .images = lh_actors_transcript_images(ts[i])};
+    }
+    lh_learner_sft_stats st;
+    if (!rc) rc = lh_learner_sft_step(sft, eps, B, &st, err);
+    if (rc) break;
+    tokens += st.tokens;
+    double elapsed = (double)(lh_now_ns() - t0) / 1e9;
+    if (tty || (step + 1) % every == 0 || step + 1 == a->steps || st.skipped)
+      progress(tty, &st, a->steps, tokens / (elapsed > 0 ? elapsed : 1e-9),
+               elapsed / (double)(step + 1) * (double)(a->steps - step - 1));
+  }
+  if (tty) fputc('\n', stderr);
+  if (!rc)
+    fprintf(stderr, "sft: %llu steps, %zu tokens in %.1fs, %llu skipped\n",
+            (unsigned long long)a->steps, tokens, (double)(lh_now_ns() - t0) / 1e9,
+            (unsigned long long)lh_learner_sft_skipped(sft));
+  for (size_t i = 0; ts && i < B; i++) lh_actors_transcript_free(ts[i]);
+  free(ts);
+  free(eps);
+  lh_learner_sft_free(sft);
+  return rc;
+}
+
+static int evaluate(lh_model *m, const sft_args *a, const env_opts *o, lh_errbuf *err) {
+  enum { EVAL_ENVS = 16 };
+  lh_env *envs[EVAL_ENVS] = {0};
+  uint64_t *seeds = malloc((size_t)a->eval * sizeof *seeds);
+  int rc = seeds ? 0 : lh_errbuf_set(err, LH_ENOMEM, "out of memory");
+  for (size_t i = 0; !rc && i < a->eval; i++) seeds[i] = i + 1;
+  int n_envs = a->eval < EVAL_ENVS ? (int)a->eval : EVAL_ENVS;
+  for (int i = 0; !rc && i < n_envs; i++) rc = lh_env_open(a->env, o->opts, o->n, &envs[i], err);
+  size_t wins = 0;
+  int64_t t0 = lh_now_ns();
+  lh_actors_eval_params p = {.max_context = 4096, .max_action_tokens = 256};
+  if (!rc) rc = lh_actors_eval_greedy(m, envs, n_envs, seeds, a->eval, &p, &wins, err);
+  if (!rc)
+    printf("eval: success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n",
+           (double)wins / (double)a->eval, wins, a->eval, a->eval,
+           (double)(lh_now_ns() - t0) / 1e9);
+  for (int i = 0; i < n_envs; i++) lh_env_free(envs[i]);
+  free(seeds);
+  return rc;
+}
+
+int lh_cmd_sft(int argc, char **argv) {
+  if (lh_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return LH_EXIT_OK;
+  }
+  sft_args a = {0};
+  if (parse_args(argc, argv, &a)) return LH_EXIT_USAGE;
+  lh_errbuf err = {0};
+  lh_model_config mcfg;
+  lh_learner_config lcfg;
+  int rc = lh_model_config_parse_file(a.config, &mcfg, &err);
+  if (!rc) rc = lh_learner_config_load(a.config, &lcfg, &err);
+  if (rc) {
+    fprintf(stderr, "longhaul sft: %s\n", err.msg);
+    return rc == LH_EMODEL_IO || rc == LH_EIO ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
+  }
+  env_opts o = {0};
+  int ini = ini_parse(a.config, on_ini, &o);
+  if (ini || o.overflow) {
+    fprintf(stderr, "longhaul sft: %s: cannot read the [env] section (%s)\n", a.config,
+            o.overflow ? "more than 64 keys" : "syntax error or unreadable");
+    env_opts_free(&o);
+    return LH_EXIT_USAGE;
+  }
+  lh_env *env = NULL;
+  rc = lh_env_open(a.env, o.opts, o.n, &env, &err);
+  if (rc) {
+    fprintf(stderr, "longhaul sft: environment '%s': %s\n", a.env, err.msg[0] ? err.msg : lh_strerror(rc));
+    env_opts_free(&o);
+    return LH_EXIT_USAGE;
+  }
+  lh_model *m = NULL;
+  mcfg.seed = a.seed;
+  rc = a.init ? lh_model_load(a.init, lh_backend_cpu(), &m, &err)
+              : lh_model_new(&mcfg, lh_backend_cpu(), &m, &err);
+  if (!rc) rc = train(m, env, &lcfg, &a, &err);
+  if (!rc) rc = lh_learner_sft_save(m, a.out, &err);
+  if (!rc) printf("wrote %s/model.safetensors\n", a.out);
+  if (!rc && a.eval) rc = evaluate(m, &a, &o, &err);
+  if (rc) fprintf(stderr, "longhaul sft: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
+  lh_model_free(m);
+  lh_env_free(env);
+  env_opts_free(&o);
+  return rc ? LH_EXIT_RUNTIME : LH_EXIT_OK;
+}
