@@ -1,0 +1,423 @@
+/* learner: the RL training step over the replay store (learner.h says what
+ * a step does). Episodes are read back from the store at training time, so
+ * the batcher only holds ids and rewards, and memory stays bounded by one
+ * batch's tokens. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "learner/learner.h"
+
+/* Incomplete groups kept open before the oldest is closed (its actor may
+ * have died). */
+#define TRAINER_MAX_PENDING_GROUPS 64
+
+struct lh_learner_trainer {
+  lh_model *m;
+  lh_store *store;
+  lh_learner_config cfg;
+  float temperature;
+  lh_learner_batcher *batcher;
+  lh_model_balancer *balancer;
+  lh_model_cache *cache;
+  uint64_t step, version, position, skipped;
+  lh_learner_adv_baseline baseline;
+  lh_learner_admission_counts admission;
+  uint64_t *consumed;  /* sorted ids above position already handed to the batcher */
+  size_t n_consumed, cap_consumed;
+  lh_learner_batch_item *items;
+  size_t cap_items;
+  float *scratch_bias;
+};
+
+static int consumed_find(const lh_learner_trainer *t, uint64_t id, size_t *at) {
+  size_t lo = 0, hi = t->n_consumed;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (t->consumed[mid] < id) lo = mid + 1;
+    else hi = mid;
+  }
+  *at = lo;
+  return lo < t->n_consumed && t->consumed[lo] == id;
+}
+
+static int consumed_add(lh_learner_trainer *t, uint64_t id) {
+  size_t at;
+  if (consumed_find(t, id, &at)) return 0;
+  if (t->n_consumed == t->cap_consumed) {
+    size_t c = t->cap_consumed ? 2 * t->cap_consumed : 256;
+    uint64_t *p = realloc(t->consumed, c * sizeof *p);
+    if (!p) return LH_ENOMEM;
+    t->consumed = p, t->cap_consumed = c;
+  }
+  memmove(t->consumed + at + 1, t->consumed + at, (t->n_consumed - at) * sizeof *t->consumed);
+  t->consumed[at] = id;
+  t->n_consumed++;
+  return 0;
+}
+
+int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config *cfg, float temperature,
+                           const lh_learner_state *st, lh_learner_trainer **out, lh_errbuf *err) {
+  if (!m || !store || !cfg || !out) return lh_errbuf_set(err, LH_EINVAL, "train: NULL model, store, config or out");
+  *out = NULL;
+  if (!(temperature >= 0) || !isfinite(temperature))
+    return lh_errbuf_set(err, LH_EINVAL, "train: temperature %g is not a finite number >= 0", temperature);
+  lh_learner_trainer *t = calloc(1, sizeof *t);
+  if (!t) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
+  t->m = m, t->store = store, t->cfg = *cfg;
+  t->temperature = temperature > 0 ? temperature : 1.0f;
+  lh_learner_adv_baseline_init(&t->baseline, cfg->baseline_decay);
+  if (st) {
+    t->step = st->step, t->version = st->version, t->position = st->ingest_position;
+    t->skipped = st->skipped_steps, t->baseline = st->baseline, t->admission = st->admission;
+  }
+  const lh_model_config *mc = lh_model_get_config(m);
+  t->cap_items = cfg->batch_episodes + cfg->group_size;
+  t->items = calloc(t->cap_items, sizeof *t->items);
+  t->scratch_bias = calloc((size_t)mc->layers * (size_t)mc->experts, sizeof(float));
+  t->batcher = lh_learner_batcher_new(cfg->batch_episodes, cfg->group_size, TRAINER_MAX_PENDING_GROUPS, err);
+  int rc = 0;
+  if (!t->batcher) rc = err ? err->code : LH_ENOMEM;
+  else if (!t->items || !t->scratch_bias) rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
+  else if (!lh_model_grads(m) && (rc = lh_model_enable_training(m)))
+    lh_errbuf_set(err, rc, "train: cannot enable training: %s", lh_strerror(rc));
+  else if ((rc = lh_model_balancer_new(mc, &t->balancer)))
+    lh_errbuf_set(err, rc, "train: cannot create the balancer: %s", lh_strerror(rc));
+  if (rc) {
+    lh_learner_trainer_free(t);
+    return rc;
+  }
+  *out = t;
+  return 0;
+}
+
+void lh_learner_trainer_free(lh_learner_trainer *t) {
+  if (!t) return;
+  lh_learner_batcher_free(t->batcher);
+  lh_model_balancer_free(t->balancer);
+  lh_model_cache_free(t->cache);
+  free(t->consumed);
+  free(t->items);
+  free(t->scratch_bias);
+  free(t);
+}
+
+uint64_t lh_learner_trainer_version(const lh_learner_trainer *t) { return t ? t->version : 0; }
+const lh_learner_admission_counts *lh_learner_trainer_admission(const lh_learner_trainer *t) {
+  return t ? &t->admission : NULL;
+}
+
+void lh_learner_trainer_state(const lh_learner_trainer *t, lh_learner_state *st) {
+  if (!t || !st) return;
+  st->step = t->step, st->version = t->version, st->ingest_position = t->position;
+  st->skipped_steps = t->skipped, st->baseline = t->baseline, st->admission = t->admission;
+  int stage = lh_learner_stage_at(&t->cfg, t->step);
+  st->stage_index = stage < 0 ? 0 : (uint32_t)stage;
+}
+
+typedef struct {
+  lh_learner_trainer *t;
+  size_t added;
+  int rc;
+  lh_errbuf *err;
+} scan_ctx;
+
+static Longhaul__Outcome row_outcome(const lh_episode_row *row) {
+  if (row->outcome != LONGHAUL__OUTCOME__OUTCOME_UNSPECIFIED) return row->outcome;
+  return row->status == LH_EPISODE_TRUNCATED ? LONGHAUL__OUTCOME__OUTCOME_TRUNCATED
+                                             : LONGHAUL__OUTCOME__OUTCOME_ERROR;
+}
+
+static int on_ready(void *ctx, const lh_episode_row *row) {
+  scan_ctx *c = ctx;
+  lh_learner_trainer *t = c->t;
+  size_t at;
+  if (consumed_find(t, row->id, &at)) return 0;
+  /* Staleness over the sampled tokens; an episode without any sampled
+   * token is as fresh as the learner (it has nothing to train on). */
+  uint64_t oldest = row->has_versions ? row->min_version : t->version;
+  lh_learner_admission a = lh_learner_admission_check(t->version, oldest, row_outcome(row),
+                                                      t->cfg.max_policy_lag, &t->admission);
+  lh_learner_batch_item it = {.episode_id = row->id, .group_id = row->group_id,
+                              .reward = (float)row->reward, .admitted = a == LH_LEARNER_ADMIT};
+  int rc = lh_learner_batcher_add(t->batcher, &it, c->err);
+  if (rc == LH_ELEARNER_BATCH_GROUP_FULL) {
+    /* A group_size mismatch with the actors: train what fits, say so. */
+    LH_WARN("train", "episode=%llu group=%llu beyond group_size=%llu: skipped",
+            (unsigned long long)row->id, (unsigned long long)row->group_id,
+            (unsigned long long)t->cfg.group_size);
+    rc = 0;
+  }
+  if (rc) return c->rc = rc;
+  if ((rc = consumed_add(t, row->id))) return c->rc = lh_errbuf_set(c->err, rc, "train: out of memory");
+  if (a != LH_LEARNER_ADMIT)
+    LH_DEBUG("train", "episode=%llu dropped=%s oldest_version=%llu version=%llu",
+             (unsigned long long)row->id, lh_learner_admission_name(a), (unsigned long long)oldest,
+             (unsigned long long)t->version);
+  c->added++;
+  return 0;
+}
+
+int lh_learner_trainer_scan(lh_learner_trainer *t, size_t *added, lh_errbuf *err) {
+  if (added) *added = 0;
+  if (!t) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer");
+  lh_episode_filter f;
+  lh_episode_filter_init(&f);
+  f.ready_only = 1;
+  f.after_id = t->position;
+  f.status_mask = (1u << LH_EPISODE_COMPLETE) | (1u << LH_EPISODE_TRUNCATED) | (1u << LH_EPISODE_ABORTED) |
+                  (1u << LH_EPISODE_ERROR);
+  scan_ctx c = {.t = t, .err = err};
+  int rc = lh_store_episodes(t->store, &f, on_ready, &c, NULL, err);
+  if (!rc) rc = c.rc;
+  if (added) *added = c.added;
+  return rc;
+}
+
+/* Per-window buffers: the model sees tokens[start..end) and position i
+ * predicts episode token start+i+1, so the loss arrays are shifted by one. */
+typedef struct {
+  int32_t *tokens, *targets;
+  float *logp, *blogp, *adv, *dlogp, *entropy, *dentropy;
+  uint8_t *mask;
+  uint32_t *ver;
+  float *state_a, *state_b;
+  size_t cap;
+} window_bufs;
+
+static void bufs_free(window_bufs *w) {
+  free(w->tokens), free(w->targets), free(w->logp), free(w->blogp), free(w->adv), free(w->dlogp);
+  free(w->entropy), free(w->dentropy), free(w->mask), free(w->ver), free(w->state_a), free(w->state_b);
+}
+
+static int bufs_alloc(window_bufs *w, size_t n, size_t state_floats) {
+  memset(w, 0, sizeof *w);
+  w->cap = n;
+  w->tokens = malloc(n * sizeof(int32_t)), w->targets = malloc(n * sizeof(int32_t));
+  w->logp = malloc(n * sizeof(float)), w->blogp = malloc(n * sizeof(float));
+  w->adv = malloc(n * sizeof(float)), w->dlogp = malloc(n * sizeof(float));
+  w->entropy = malloc(n * sizeof(float)), w->dentropy = malloc(n * sizeof(float));
+  w->mask = malloc(n), w->ver = malloc(n * sizeof(uint32_t));
+  w->state_a = calloc(state_floats, sizeof(float)), w->state_b = calloc(state_floats, sizeof(float));
+  if (!w->tokens || !w->targets || !w->logp || !w->blogp || !w->adv || !w->dlogp || !w->entropy ||
+      !w->dentropy || !w->mask || !w->ver || !w->state_a || !w->state_b)
+    return LH_ENOMEM;
+  return 0;
+}
+
+typedef struct {
+  double loss, policy_loss, clip_sum, lag_sum, lag_max, logp_diff;
+  size_t tokens, current;
+  int nonfinite;  /* a window's log-probabilities were not finite: skip the step */
+} step_acc;
+
+/* Forward and backward of one episode, window by window, accumulating
+ * gradients (every window's loss is normalised by the batch's N). */
+static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, const float *adv, double N,
+                         step_acc *acc, lh_errbuf *err) {
+  const lh_model_config *mc = lh_model_get_config(t->m);
+  size_t dk = (size_t)(mc->d_model / mc->heads);
+  size_t state_floats = (size_t)mc->layers * (size_t)mc->heads * dk * dk;
+  size_t W = t->cfg.train_window < ep->n ? t->cfg.train_window : ep->n;
+  window_bufs w;
+  int rc = bufs_alloc(&w, W, state_floats);
+  if (rc) {
+    bufs_free(&w);
+    return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for a window of %zu tokens", W);
+  }
+  size_t nw = lh_learner_episode_windows(ep, t->cfg.train_window);
+  lh_learner_ppo_params pp = {t->cfg.clip_eps, t->cfg.is_cap, t->cfg.entropy_coef};
+  for (size_t k = 0; k < nw && !rc; k++) {
+    size_t start, end;
+    lh_learner_episode_window(ep, t->cfg.train_window, k, &start, &end);
+    size_t n = end - start;
+    size_t sampled = 0;
+    for (size_t i = 0; i < n; i++) {
+      size_t j = start + i + 1;
+      w.tokens[i] = (int32_t)ep->tokens[start + i];
+      int has = j < ep->n;
+      w.mask[i] = has ? ep->loss_mask[j] : 0;
+      w.targets[i] = w.mask[i] ? (int32_t)ep->tokens[j] : -1;
+      w.blogp[i] = has ? ep->behavior_logp[j] : 0;
+      w.adv[i] = has ? adv[j] : 0;
+      w.ver[i] = has ? ep->policy_version[j] : 0;
+      sampled += w.mask[i];
+    }
+    int32_t offs[2] = {0, (int32_t)n};
+    lh_model_batch b = {.n_tokens = (int)n, .tokens = w.tokens, .targets = w.targets, .n_seq = 1,
+                        .seq_offsets = offs, .state_in = k ? w.state_a : NULL,
+                        .temperature = t->temperature};
+    rc = lh_model_forward(t->m, &b, &t->cache, w.logp, NULL, w.state_b, err);
+    if (rc) break;
+    rc = lh_model_balancer_observe_cache(t->balancer, t->m, t->cache);
+    if (rc) {
+      lh_errbuf_set(err, rc, "train: balancer: %s", lh_strerror(rc));
+      break;
+    }
+    for (size_t i = 0; i < n && sampled; i++)
+      if (w.mask[i] && !isfinite(w.logp[i])) acc->nonfinite = 1, sampled = 0;
+    if (sampled) {
+      if (pp.entropy_coef > 0) lh_model_cache_entropy(t->cache, w.entropy);
+      lh_learner_ppo_input in = {.n = n, .logp = w.logp, .behavior_logp = w.blogp, .advantage = w.adv,
+                                 .loss_mask = w.mask, .version = w.ver, .current_version = t->version,
+                                 .entropy = pp.entropy_coef > 0 ? w.entropy : NULL, .normaliser = N};
+      double loss;
+      lh_learner_ppo_stats ps;
+      rc = lh_learner_ppo_loss(&pp, &in, &loss, w.dlogp, &ps, err);
+      if (rc) break;
+      for (size_t i = 0; i < n; i++) w.dentropy[i] = w.mask[i] ? (float)ps.dloss_dentropy : 0.0f;
+      rc = lh_model_backward(t->m, t->cache, w.dlogp, pp.entropy_coef > 0 ? w.dentropy : NULL, err);
+      if (rc) break;
+      acc->loss += loss;
+      acc->policy_loss += ps.policy_loss;
+      acc->clip_sum += ps.clip_frac * (double)ps.tokens;
+      acc->tokens += ps.tokens;
+      if (ps.current_tokens) {
+        acc->current += ps.current_tokens;
+        if (ps.logp_diff_max > acc->logp_diff) acc->logp_diff = ps.logp_diff_max;
+      }
+      for (size_t i = 0; i < n; i++) {
+        if (!w.mask[i]) continue;
+        double lag = t->version >= w.ver[i] ? (double)(t->version - w.ver[i]) : 0.0;
+        acc->lag_sum += lag;
+        if (lag > acc->lag_max) acc->lag_max = lag;
+      }
+    }
+    float *s = w.state_a;
+    w.state_a = w.state_b, w.state_b = s;
+  }
+  bufs_free(&w);
+  return rc;
+}
+
+int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_train_stats *stats, lh_errbuf *err) {
+  if (stepped) *stepped = 0;
+  if (!t) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer");
+  size_t n = 0;
+  int ready = lh_learner_batcher_take(t->batcher, t->items, t->cap_items, &n, err);
+  if (ready < 0) return ready;
+  if (!ready || n == 0) return 0;
+  int64_t t0 = lh_now_ns();
+  lh_learner_episode **eps = calloc(n, sizeof *eps);
+  Longhaul__Segment ***segs = calloc(n, sizeof *segs);
+  size_t *n_segs = calloc(n, sizeof *n_segs);
+  float *rewards = calloc(n, sizeof *rewards), *advs = calloc(n, sizeof *advs);
+  uint64_t *keys = calloc(n, sizeof *keys);
+  int *success = calloc(n, sizeof *success);
+  int rc = 0;
+  if (!eps || !segs || !n_segs || !rewards || !advs || !keys || !success)
+    rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for a batch of %zu", n);
+  /* Read back and join every episode; one that does not join is marked
+   * error in the store and left out. */
+  size_t m = 0;
+  uint64_t max_id = t->position;
+  for (size_t i = 0; i < n && !rc; i++) {
+    lh_episode_row row;
+    lh_errbuf e;
+    uint64_t id = t->items[i].episode_id;
+    if (id > max_id) max_id = id;
+    int jr = lh_store_episode_get(t->store, id, &row, &e);
+    if (!jr) jr = lh_store_episode_segments_array(t->store, id, &segs[m], &n_segs[m], NULL, &e);
+    if (!jr) jr = lh_learner_episode_join(segs[m], n_segs[m], row.tokens, &eps[m], &e);
+    /* Images arrive as bytes and would need the model's patch inputs; the
+     * RL step does not feed them yet, so such an episode is left out
+     * rather than trained on without what the policy saw. */
+    if (!jr && eps[m]->n_images)
+      jr = lh_errbuf_set(&e, LH_ELEARNER_TRAIN, "episode %llu has images, which RL steps do not train on yet",
+                         (unsigned long long)id);
+    if (jr) {
+      LH_WARN("train", "episode=%llu left out: %s", (unsigned long long)id, e.msg);
+      lh_errbuf ig;
+      lh_store_episode_set_status(t->store, id, LH_EPISODE_ERROR, e.msg, &ig);
+      lh_learner_episode_free(eps[m]);
+      eps[m] = NULL;
+      lh_store_segments_free(segs[m], n_segs[m]);
+      segs[m] = NULL;
+      continue;
+    }
+    rewards[m] = t->items[i].reward;
+    keys[m] = t->items[i].group_id;
+    success[m] = row.outcome == LONGHAUL__OUTCOME__OUTCOME_SUCCESS;
+    m++;
+  }
+  size_t N = 0;
+  for (size_t i = 0; i < m; i++) N += eps[i]->sampled;
+  lh_learner_train_stats st = {.step = t->step, .episodes = m};
+  double lr = lh_learner_lr_at(t->cfg.lr, t->cfg.warmup_steps, t->cfg.total_steps, t->step);
+  st.lr = lr;
+  if (!rc && m > 0 && N > 0) {
+    rc = lh_learner_advantages(t->cfg.advantage, rewards, keys, m, &t->baseline, advs, err);
+    if (!rc) rc = lh_model_zero_grads(t->m);
+    step_acc acc = {0};
+    for (size_t i = 0; i < m && !rc; i++) {
+      float *adv = malloc(eps[i]->n * sizeof *adv);
+      if (!adv) {
+        rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
+        break;
+      }
+      lh_learner_episode_broadcast(eps[i], advs[i], adv);
+      rc = train_episode(t, eps[i], adv, (double)N, &acc, err);
+      free(adv);
+    }
+    if (!rc) {
+      const lh_backend *be = lh_model_backend(t->m);
+      double sq = 0;
+      rc = be->sum_squares(be->context, &sq, lh_model_grads(t->m), lh_model_n_floats(t->m));
+      double norm = sqrt(sq);
+      st.loss = acc.loss, st.policy_loss = acc.policy_loss, st.grad_norm = norm, st.tokens = acc.tokens;
+      st.lag_mean = acc.tokens ? acc.lag_sum / (double)acc.tokens : 0, st.lag_max = acc.lag_max;
+      st.logp_diff = acc.current ? acc.logp_diff : NAN, st.current_tokens = acc.current;
+      st.clip_frac = acc.tokens ? acc.clip_sum / (double)acc.tokens : 0;
+      if (!rc && (acc.nonfinite || !isfinite(acc.loss) || !isfinite(norm))) {
+        st.skipped = 1;
+        t->skipped++;
+        LH_WARN("train", "step=%llu skipped: loss=%g grad_norm=%g not finite", (unsigned long long)t->step,
+                acc.loss, norm);
+        /* The step's routing statistics go to a scratch bias, not the model. */
+        rc = lh_model_balancer_step(t->balancer, t->scratch_bias);
+      } else if (!rc) {
+        lh_adamw_params p = {.lr = (float)lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                             .weight_decay = (float)t->cfg.weight_decay,
+                             .grad_scale = norm > t->cfg.grad_clip ? (float)(t->cfg.grad_clip / norm) : 1.0f,
+                             .step = (int64_t)(t->step - t->skipped + 1)};
+        rc = lh_model_adamw_step(t->m, &p);
+        if (!rc) rc = lh_model_balancer_step_model(t->balancer, t->m);
+        if (!rc) t->version++;
+      }
+      if (rc) lh_errbuf_set(err, rc, "train: optimizer or balancer step failed: %s", lh_strerror(rc));
+    }
+  }
+  double rsum = 0;
+  size_t succ = 0;
+  for (size_t i = 0; i < m; i++) rsum += rewards[i], succ += (size_t)success[i];
+  st.reward_mean = m ? rsum / (double)m : 0;
+  st.success_rate = m ? (double)succ / (double)m : 0;
+  for (size_t i = 0; i < n; i++) {
+    lh_learner_episode_free(eps ? eps[i] : NULL);
+    if (segs && n_segs) lh_store_segments_free(segs[i], n_segs[i]);
+  }
+  free(eps), free(segs), free(n_segs), free(rewards), free(advs), free(keys), free(success);
+  if (rc) return rc;
+  t->position = max_id;
+  if (m == 0 || N == 0) return 0;  /* nothing to train on: no step */
+  t->step++;
+  st.version = t->version;
+  st.step_ms = (double)(lh_now_ns() - t0) / 1e6;
+  /* The train_steps row. */
+  lh_store_train_step row;
+  memset(&row, 0, sizeof row);
+  row.step = st.step, row.version = st.version, row.loss = st.loss, row.reward_mean = st.reward_mean;
+  row.success_rate = st.success_rate, row.tokens = st.tokens, row.episodes = (uint32_t)st.episodes;
+  row.dropped_stale = (uint32_t)t->admission.dropped_stale, row.lag_mean = st.lag_mean;
+  row.lag_max = st.lag_max, row.logp_diff = st.logp_diff, row.grad_norm = st.grad_norm, row.lr = st.lr;
+  row.skipped = st.skipped, row.step_ms = st.step_ms;
+  const lh_model_config *mc = lh_model_get_config(t->m);
+  row.layers = (uint32_t)(mc->layers < LH_STORE_MAX_LAYERS ? mc->layers : LH_STORE_MAX_LAYERS);
+  for (uint32_t l = 0; l < row.layers; l++) row.maxvio[l] = lh_model_balancer_maxvio(t->balancer, (int)l);
+  rc = lh_store_put_train_step(t->store, &row, NULL, err);
+  if (rc) return rc;
+  if (stats) *stats = st;
+  if (stepped) *stepped = 1;
+  return 0;
+}

@@ -1,0 +1,282 @@
+/* Tests of learner/train.c on a tiny model (d 16) and a real SQLite store:
+ * episodes written as an actor would (segments, then the end), one PPO step
+ * over windows with carried state whose log-probabilities match the
+ * behavior ones at version 0 below 1e-5, a train_steps row, no episode
+ * trained twice, staleness drops counted, and a non-finite step skipped
+ * with the parameters untouched. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "learner/learner.h"
+
+#define EP_TOKENS 24
+#define SEG_TOKENS 8
+#define PROMPT 4
+
+static char dir[64], db[128];
+
+static void make_dir(void) {
+  strcpy(dir, "/tmp/lh_train_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(db, sizeof db, "%s/replay.db", dir);
+}
+
+static void remove_dir(void) {
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+static lh_model *tiny_model(void) {
+  lh_model_config c;
+  lh_model_config_default(&c);
+  c.d_model = 16, c.layers = 2, c.heads = 2, c.experts = 4, c.topk = 2;
+  c.shared_experts = 1, c.latent = 8, c.expert_hidden = 8, c.chunk = 4;
+  c.patch = 2, c.max_patches = 8, c.seed = 7;
+  lh_model *m;
+  lh_errbuf e;
+  ck_assert_msg(lh_model_new(&c, lh_backend_cpu(), &m, &e) == 0, "%s", e.msg);
+  return m;
+}
+
+/* Writes episode id (group, reward) whose tokens after the prompt count as
+ * sampled at version, with behavior log-probabilities from the model's own
+ * forward over the whole episode (one sequence, no windows). */
+static void write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group, float reward,
+                          uint32_t version) {
+  int32_t tok[EP_TOKENS], tgt[EP_TOKENS];
+  float logp[EP_TOKENS];
+  for (int i = 0; i < EP_TOKENS; i++) tok[i] = (int32_t)((id * 31 + (uint64_t)i * 7) % 200 + 32);
+  for (int i = 0; i < EP_TOKENS; i++) tgt[i] = i + 1 < EP_TOKENS ? tok[i + 1] : -1;
+  int32_t offs[2] = {0, EP_TOKENS};
+  lh_model_batch b = {.n_tokens = EP_TOKENS, .tokens = tok, .targets = tgt, .n_seq = 1,
+                      .seq_offsets = offs, .temperature = 0.7f};
+  lh_model_cache *cache = NULL;
+  lh_errbuf e;
+  ck_assert_msg(lh_model_forward(m, &b, &cache, logp, NULL, NULL, &e) == 0, "%s", e.msg);
+  lh_model_cache_free(cache);
+  uint32_t utok[EP_TOKENS], ver[EP_TOKENS];
+  uint8_t mask[EP_TOKENS];
+  float blogp[EP_TOKENS];
+  for (int i = 0; i < EP_TOKENS; i++) {
+    utok[i] = (uint32_t)tok[i];
+    mask[i] = i >= PROMPT;
+    blogp[i] = mask[i] ? logp[i - 1] : 0.0f;
+    ver[i] = mask[i] ? version : 0;
+  }
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  for (uint32_t q = 0; q < EP_TOKENS / SEG_TOKENS; q++) {
+    Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
+    size_t o = q * SEG_TOKENS;
+    seg.episode_id = id, seg.seq = q, seg.actor = "a0", seg.env = "calc", seg.start_offset = o;
+    seg.group_id = group, seg.task_seed = group;
+    seg.n_tokens = SEG_TOKENS, seg.tokens = utok + o;
+    seg.loss_mask.len = SEG_TOKENS, seg.loss_mask.data = mask + o;
+    seg.n_behavior_logp = SEG_TOKENS, seg.behavior_logp = blogp + o;
+    seg.n_policy_version = SEG_TOKENS, seg.policy_version = ver + o;
+    ck_assert_msg(lh_store_put_segment(s, &seg, NULL, &e) == 0, "%s", e.msg);
+  }
+  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
+  end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = EP_TOKENS / SEG_TOKENS;
+  end.total_tokens = EP_TOKENS, end.reward = reward, end.group_id = group, end.task_seed = group;
+  end.outcome = reward > 0 ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
+  ck_assert_msg(lh_store_put_episode_end(s, &end, NULL, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+}
+
+static lh_learner_config small_cfg(void) {
+  lh_learner_config c;
+  lh_learner_config_default(&c);
+  c.batch_episodes = 4, c.group_size = 2, c.train_window = 5;  /* 24 tokens: 5 windows */
+  c.max_policy_lag = 0, c.lr = 1e-2, c.warmup_steps = 0, c.total_steps = 10;
+  return c;
+}
+
+typedef struct {
+  int n;
+  lh_store_train_step last;
+} rows_ctx;
+
+static int on_row(void *ctx, const lh_store_train_step *t) {
+  rows_ctx *r = ctx;
+  r->n++;
+  r->last = *t;
+  return 0;
+}
+
+START_TEST(test_step_aligned_and_recorded) {
+  make_dir();
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_model *m = tiny_model();
+  write_episode(s, m, 1, 10, 1.0f, 0);
+  write_episode(s, m, 2, 10, 0.0f, 0);
+  write_episode(s, m, 3, 11, 1.0f, 0);
+  /* Not ready: one segment short, no end. */
+  lh_learner_config cfg = small_cfg();
+  lh_learner_trainer *t;
+  ck_assert_msg(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e) == 0, "%s", e.msg);
+  size_t added;
+  int stepped;
+  ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
+  ck_assert_uint_eq(added, 3);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 0);  /* group 11 has one of two */
+  write_episode(s, m, 4, 11, 0.0f, 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
+  ck_assert_uint_eq(added, 1);
+  float *before = malloc(lh_model_n_floats(m) * sizeof(float));
+  memcpy(before, lh_model_params(m), lh_model_n_floats(m) * sizeof(float));
+  lh_learner_train_stats st;
+  ck_assert_msg(lh_learner_trainer_step(t, &stepped, &st, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(stepped, 1);
+  printf("step: loss=%g tokens=%zu logp_diff=%g grad_norm=%g\n", st.loss, st.tokens, st.logp_diff,
+         st.grad_norm);
+  ck_assert_uint_eq(st.episodes, 4);
+  ck_assert_uint_eq(st.tokens, 4 * (EP_TOKENS - PROMPT));
+  ck_assert_uint_eq(st.current_tokens, st.tokens);
+  /* Windows of 5 with the state carried reproduce the whole-sequence
+   * log-probabilities at the same temperature. */
+  ck_assert_msg(st.logp_diff < 1e-5, "logp diff %g", st.logp_diff);
+  ck_assert_uint_eq(st.version, 1);
+  ck_assert_int_eq(st.skipped, 0);
+  ck_assert(fabs(st.reward_mean - 0.5) < 1e-9 && fabs(st.success_rate - 0.5) < 1e-9);
+  ck_assert(st.grad_norm > 0);
+  size_t changed = 0;
+  for (size_t i = 0; i < lh_model_n_floats(m); i++) changed += before[i] != lh_model_params(m)[i];
+  ck_assert_uint_gt(changed, 0);
+  rows_ctx r = {0};
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_row, &r, &e), 0);
+  ck_assert_int_eq(r.n, 1);
+  ck_assert_uint_eq(r.last.version, 1);
+  ck_assert_uint_eq(r.last.tokens, st.tokens);
+  ck_assert_uint_eq(r.last.layers, 2);
+  ck_assert(isfinite(r.last.maxvio[0]) && isfinite(r.last.maxvio[1]));
+  /* Nothing is trained twice. */
+  ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
+  ck_assert_uint_eq(added, 0);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 0);
+  /* Episodes sampled at version 0 are stale for version 1 with lag 0. */
+  write_episode(s, m, 5, 12, 1.0f, 0);
+  write_episode(s, m, 6, 12, 0.0f, 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
+  ck_assert_uint_eq(added, 2);
+  ck_assert_uint_eq(lh_learner_trainer_admission(t)->dropped_stale, 2);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 0);
+  /* The state a checkpoint takes. */
+  lh_learner_state ls;
+  memset(&ls, 0, sizeof ls);
+  lh_learner_trainer_state(t, &ls);
+  ck_assert_uint_eq(ls.step, 1);
+  ck_assert_uint_eq(ls.version, 1);
+  ck_assert_uint_eq(ls.ingest_position, 4);
+  ck_assert_uint_eq(ls.admission.dropped_stale, 2);
+  free(before);
+  lh_learner_trainer_free(t);
+  lh_model_free(m);
+  lh_store_close(s);
+  remove_dir();
+}
+END_TEST
+
+START_TEST(test_nonfinite_step_skipped) {
+  make_dir();
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_model *m = tiny_model();
+  write_episode(s, m, 1, 10, 1.0f, 0);
+  write_episode(s, m, 2, 10, 0.0f, 0);
+  lh_learner_config cfg = small_cfg();
+  cfg.batch_episodes = 2;
+  lh_learner_trainer *t;
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  /* A NaN in the output projection makes every log-probability NaN. */
+  int out = lh_model_find(m, "out");
+  ck_assert_int_ge(out, 0);
+  float *p = lh_model_params(m);
+  p[lh_model_tensor_at(m, out)->offset] = NAN;
+  size_t n = lh_model_n_floats(m);
+  float *before = malloc(n * sizeof(float));
+  memcpy(before, p, n * sizeof(float));
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  lh_learner_train_stats st;
+  int stepped;
+  ck_assert_msg(lh_learner_trainer_step(t, &stepped, &st, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(stepped, 1);
+  ck_assert_int_eq(st.skipped, 1);
+  ck_assert_uint_eq(st.version, 0);
+  ck_assert_int_eq(memcmp(before, p, n * sizeof(float)), 0);
+  rows_ctx r = {0};
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_row, &r, &e), 0);
+  ck_assert_int_eq(r.n, 1);
+  ck_assert_int_eq(r.last.skipped, 1);
+  lh_learner_state ls;
+  lh_learner_trainer_state(t, &ls);
+  ck_assert_uint_eq(ls.skipped_steps, 1);
+  free(before);
+  lh_learner_trainer_free(t);
+  lh_model_free(m);
+  lh_store_close(s);
+  remove_dir();
+}
+END_TEST
+
+START_TEST(test_bad_join_marked_error_and_args) {
+  make_dir();
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_model *m = tiny_model();
+  lh_learner_config cfg = small_cfg();
+  cfg.batch_episodes = 2;
+  lh_learner_trainer *t = NULL;
+  ck_assert_int_eq(lh_learner_trainer_new(NULL, s, &cfg, 1, NULL, &t, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, NAN, NULL, &t, &e), LH_EINVAL);
+  ck_assert(strstr(e.msg, "temperature"));
+  ck_assert_int_eq(lh_learner_trainer_scan(NULL, NULL, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_learner_trainer_step(NULL, NULL, NULL, &e), LH_EINVAL);
+  lh_learner_trainer_free(NULL);
+  write_episode(s, m, 1, 10, 1.0f, 0);
+  write_episode(s, m, 2, 10, 0.0f, 0);
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  /* Retention drops the payloads after the scan: nothing joins. */
+  uint64_t dropped = 0;
+  ck_assert_int_eq(lh_store_drop_payloads_before(s, 1, &dropped, NULL, &e), 0);
+  ck_assert_uint_gt(dropped, 0);
+  int stepped;
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 0);  /* neither joins: nothing to train on */
+  lh_episode_row row;
+  ck_assert_int_eq(lh_store_episode_get(s, 2, &row, &e), 0);
+  ck_assert_int_eq(row.status, LH_EPISODE_ERROR);
+  lh_learner_trainer_free(t);
+  lh_model_free(m);
+  lh_store_close(s);
+  remove_dir();
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("learner_train");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_step_aligned_and_recorded);
+  tcase_add_test(tc, test_nonfinite_step_skipped);
+  tcase_add_test(tc, test_bad_join_marked_error_and_args);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
