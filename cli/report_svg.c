@@ -30,8 +30,10 @@ static axis_range make_range(double lo, double hi, int target) {
   axis_range r;
   if (!isfinite(lo) || !isfinite(hi)) lo = 0, hi = 1;
   if (hi - lo < 1e-12 * (fabs(hi) + 1.0)) {
+    /* A value that cannot be negative (a count, a time) keeps the axis at
+     * or above zero. */
     double pad = fabs(lo) > 0 ? fabs(lo) * 0.1 : 1.0;
-    lo -= pad;
+    lo = lo >= 0 && lo - pad < 0 ? 0 : lo - pad;
     hi += pad;
   }
   r.step = nice_step(hi - lo, target);
