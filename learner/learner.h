@@ -461,4 +461,54 @@ uint64_t lh_learner_sft_skipped(const lh_learner_sft *s);
  * sees the old checkpoint or the new one, never a part. */
 int lh_learner_sft_save(const lh_model *m, const char *dir, lh_errbuf *err);
 
+/* ---- the training step (learner/train.c) ----------------------------------
+ * The RL step of the learner process over the replay store: scan finds the
+ * store's episodes that are ready (ended, every segment stored) and not yet
+ * consumed, applies admission (staleness against the trainer's version,
+ * counted) and hands them to the batcher; step takes a ready batch, joins
+ * each episode's segments, computes advantages, runs the model over windows
+ * of train_window tokens with the attention state carried from window to
+ * window, takes the PPO-clip loss (learner log p at the actor's sampling
+ * temperature against the behavior log p), clips the global gradient norm,
+ * steps AdamW at the warmup+cosine learning rate, moves the balancing
+ * biases, bumps the version and writes a train_steps row. A step whose loss
+ * or gradient is not finite leaves the parameters untouched, is counted
+ * (skipped_steps) and logged, and does not bump the version. Episodes are
+ * consumed in id order above the ingest position (the highest id trained);
+ * an episode whose segments do not join is marked error in the store. The
+ * model and the store stay the caller's and must outlive the trainer. */
+typedef struct lh_learner_trainer lh_learner_trainer;
+
+typedef struct {
+  uint64_t step;          /* 0-based index of the step just taken */
+  uint64_t version;       /* after the step */
+  double loss, policy_loss, reward_mean, success_rate;
+  size_t tokens;          /* sampled tokens trained on */
+  size_t episodes;
+  double lag_mean, lag_max;     /* version minus token version, sampled tokens */
+  double logp_diff;       /* max |learner - behavior logp| over current-version tokens */
+  size_t current_tokens;  /* tokens that figure is over */
+  double grad_norm, lr, clip_frac;
+  int skipped;
+  double step_ms;
+} lh_learner_train_stats;
+
+/* st (may be NULL) is a resumed state (step, version, position, baseline,
+ * admission counts, skipped steps). temperature is the actors' sampling
+ * temperature (0 means 1, as for greedy actors). Enables training on m. */
+int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config *cfg, float temperature,
+                           const lh_learner_state *st, lh_learner_trainer **out, lh_errbuf *err);
+void lh_learner_trainer_free(lh_learner_trainer *t);
+/* Finds newly ready episodes; *added (may be NULL) gets how many entered
+ * the batcher (admitted or dropped). */
+int lh_learner_trainer_scan(lh_learner_trainer *t, size_t *added, lh_errbuf *err);
+/* Runs one step when a batch is ready (*stepped = 1) and fills *stats (may
+ * be NULL); *stepped = 0 when none is ready. */
+int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_train_stats *stats,
+                            lh_errbuf *err);
+/* The trainer's part of a checkpoint state (the rng bytes are left as they are). */
+void lh_learner_trainer_state(const lh_learner_trainer *t, lh_learner_state *st);
+uint64_t lh_learner_trainer_version(const lh_learner_trainer *t);
+const lh_learner_admission_counts *lh_learner_trainer_admission(const lh_learner_trainer *t);
+
 #endif
