@@ -16,6 +16,7 @@ packages=(
   libinih-dev              # INI config
   python3-zmq python3-protobuf protobuf-compiler   # Python env server example
   python3-torch            # the PyTorch peer of bench_model
+  chromium                 # renders longhaul report's page in its test
 )
 
 missing=()
@@ -35,5 +36,5 @@ if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 echo "deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+$sudo apt-get install -y -qq "${missing[@]}"
 echo "deps: installed ${#missing[@]} packages"
