@@ -21,6 +21,7 @@
 #ifndef LH_ACTORS_H
 #define LH_ACTORS_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -213,6 +214,10 @@ uint64_t lh_actors_outbox_resends(const lh_actors_outbox *ob);  /* resends hande
  * sections are ignored here). Every key is optional with the default shown;
  * an unknown key, a key given twice, or a bad value is an error whose
  * message names the file, line, section and key (LH_EACTORS_CONFIG_*). */
+#define LH_ACTORS_ENDPOINT_BYTES 256
+#define LH_ACTORS_ENV_NAME_BYTES 64
+#define LH_ACTORS_ENV_OPTIONS 32
+
 typedef struct {
   uint64_t batch;              /* B episodes decoded together, 1..65536 (8) */
   double temperature;          /* >= 0, 0 is greedy (1.0) */
@@ -224,6 +229,21 @@ typedef struct {
   uint64_t resend_timeout_ms;  /* >= 1 (5000) */
   uint64_t heartbeat_ms;       /* >= 1 (1000) */
   uint64_t group_size;         /* episodes per task seed, >= 1 (8) */
+  /* The actor process (longhaul actor): the learner's three sockets (DESIGN
+   * §1; weights_pub_endpoint "none" turns weight updates off), episode
+   * limits, and the bounded wait for acks when it stops. */
+  char learner_endpoint[LH_ACTORS_ENDPOINT_BYTES];      /* (tcp://127.0.0.1:5555) */
+  char weights_pub_endpoint[LH_ACTORS_ENDPOINT_BYTES];  /* (tcp://127.0.0.1:5556) */
+  char weights_endpoint[LH_ACTORS_ENDPOINT_BYTES];      /* (tcp://127.0.0.1:5557) */
+  uint64_t max_context;        /* tokens per episode, 0 no limit (4096) */
+  uint64_t max_steps;          /* environment steps, 0 the env's default (0) */
+  uint64_t flush_timeout_ms;   /* wait for acks on exit, >= 1 (5000) */
+  /* The [env] section: name, and every other key an option for the
+   * environment (which refuses the ones it does not know). */
+  char env_name[LH_ACTORS_ENV_NAME_BYTES];              /* (calc) */
+  uint32_t n_env_options;
+  char env_keys[LH_ACTORS_ENV_OPTIONS][LH_ACTORS_ENV_NAME_BYTES];
+  char env_values[LH_ACTORS_ENV_OPTIONS][LH_ACTORS_ENDPOINT_BYTES];
 } lh_actors_config;
 
 void lh_actors_config_default(lh_actors_config *cfg);
@@ -458,5 +478,32 @@ void lh_actors_link_set_version(lh_actors_link *l, uint64_t version);
 size_t lh_actors_link_unacked(const lh_actors_link *l);
 uint64_t lh_actors_link_resends(const lh_actors_link *l);
 uint64_t lh_actors_link_connects(const lh_actors_link *l);
+
+
+/* ---- the actor process (actors/actor.c) -----------------------------------
+ * The loop of `longhaul actor`: a runner on model (borrowed; weights from
+ * the learner are copied into it between decode steps) and a link, in one
+ * thread, until `episodes` episodes ended and were acked (0: no limit) or
+ * *stop becomes non-zero (set by a signal handler): then the open episodes
+ * end as aborted and the outbox is flushed for at most flush_timeout_ms.
+ * Episode, group and msg ids mix the name, the wall and monotonic clocks and
+ * the pid, so that they stay unique across actors and restarts. */
+typedef struct {
+  const char *name;              /* actor name */
+  const lh_actors_config *actor; /* [actor] and [env] */
+  uint64_t index;                /* mixed into the seed: actors differ */
+  uint64_t episodes;             /* 0: until stopped */
+  int wait_for_weights;          /* sample nothing before the first weights arrive */
+} lh_actors_actor_config;
+
+typedef struct {
+  uint64_t episodes, tokens, resends, version, pauses;
+  size_t unacked;
+} lh_actors_actor_stats;
+
+/* Returns 0 on a clean end (a stop request included), or a negative code
+ * with err set; stats (may be NULL) gets the totals either way. */
+int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, volatile sig_atomic_t *stop,
+                        lh_actors_actor_stats *stats, lh_errbuf *err);
 
 #endif

@@ -14,7 +14,7 @@
 
 #include "actors/actors.h"
 
-typedef enum { K_U64, K_F64 } key_kind;
+typedef enum { K_U64, K_F64, K_STR } key_kind;
 
 /* U64: [min, max] with max 0 meaning no bound. F64: [min, max], open at
  * the ends flagged. */
@@ -38,6 +38,12 @@ static const key_spec KEYS[] = {
     {"resend_timeout_ms", K_U64, F(resend_timeout_ms), 1, 0, 0, 0},
     {"heartbeat_ms", K_U64, F(heartbeat_ms), 1, 0, 0, 0},
     {"group_size", K_U64, F(group_size), 1, 0, 0, 0},
+    {"learner_endpoint", K_STR, F(learner_endpoint), 0, 0, 0, 0},
+    {"weights_pub_endpoint", K_STR, F(weights_pub_endpoint), 0, 0, 0, 0},
+    {"weights_endpoint", K_STR, F(weights_endpoint), 0, 0, 0, 0},
+    {"max_context", K_U64, F(max_context), 0, 0, 0, 0},
+    {"max_steps", K_U64, F(max_steps), 0, 1000000000, 0, 0},
+    {"flush_timeout_ms", K_U64, F(flush_timeout_ms), 1, 0, 0, 0},
 };
 #undef F
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
@@ -55,6 +61,13 @@ void lh_actors_config_default(lh_actors_config *c) {
   c->resend_timeout_ms = 5000;
   c->heartbeat_ms = 1000;
   c->group_size = 8;
+  snprintf(c->learner_endpoint, sizeof c->learner_endpoint, "tcp://127.0.0.1:5555");
+  snprintf(c->weights_pub_endpoint, sizeof c->weights_pub_endpoint, "tcp://127.0.0.1:5556");
+  snprintf(c->weights_endpoint, sizeof c->weights_endpoint, "tcp://127.0.0.1:5557");
+  c->max_context = 4096;
+  c->max_steps = 0;
+  c->flush_timeout_ms = 5000;
+  snprintf(c->env_name, sizeof c->env_name, "calc");
 }
 
 typedef struct {
@@ -65,6 +78,8 @@ typedef struct {
   int line;          /* of the line inih last read */
   int failed;
   int seen_line[N_KEYS];
+  int env_name_line;
+  int env_line[LH_ACTORS_ENV_OPTIONS];
 } parse_ctx;
 
 static char *read_line(char *str, int num, void *stream) {
@@ -113,8 +128,51 @@ static void range_text(const key_spec *k, char *buf, size_t bytes) {
              k->max_open ? ')' : ']');
 }
 
+/* [env]: name, and every other key an option for the environment. */
+static int on_env_key(parse_ctx *p, const char *name, const char *value) {
+  lh_actors_config *c = p->cfg;
+  p->failed = 1;
+  if (strcmp(name, "name") == 0) {
+    if (p->env_name_line)
+      return lh_errbuf_set(p->err, LH_EACTORS_CONFIG_DUPLICATE,
+                           "%s:%d: [env] name = %.64s: the key was already given on line %d", p->source,
+                           p->line, value, p->env_name_line),
+             0;
+    if (!*value || strlen(value) >= sizeof c->env_name)
+      return lh_errbuf_set(p->err, LH_EACTORS_CONFIG_VALUE,
+                           "%s:%d: [env] name = '%.64s' is not an environment name of 1..%zu bytes",
+                           p->source, p->line, value, sizeof c->env_name - 1),
+             0;
+    p->env_name_line = p->line;
+    snprintf(c->env_name, sizeof c->env_name, "%s", value);
+    p->failed = 0;
+    return 1;
+  }
+  for (uint32_t i = 0; i < c->n_env_options; i++)
+    if (strcmp(c->env_keys[i], name) == 0)
+      return lh_errbuf_set(p->err, LH_EACTORS_CONFIG_DUPLICATE,
+                           "%s:%d: [env] %s = %.64s: the key was already given on line %d", p->source,
+                           p->line, name, value, p->env_line[i]),
+             0;
+  if (c->n_env_options == LH_ACTORS_ENV_OPTIONS || strlen(name) >= sizeof c->env_keys[0] ||
+      strlen(value) >= sizeof c->env_values[0])
+    return lh_errbuf_set(p->err, LH_EACTORS_CONFIG_VALUE,
+                         "%s:%d: [env] %.64s: at most %d options, keys under %zu bytes and values under "
+                         "%zu bytes",
+                         p->source, p->line, name, LH_ACTORS_ENV_OPTIONS, sizeof c->env_keys[0],
+                         sizeof c->env_values[0]),
+           0;
+  uint32_t i = c->n_env_options++;
+  snprintf(c->env_keys[i], sizeof c->env_keys[i], "%s", name);
+  snprintf(c->env_values[i], sizeof c->env_values[i], "%s", value);
+  p->env_line[i] = p->line;
+  p->failed = 0;
+  return 1;
+}
+
 static int on_key(void *user, const char *section, const char *name, const char *value) {
   parse_ctx *p = user;
+  if (strcmp(section, "env") == 0) return p->failed ? 0 : on_env_key(p, name, value);
   if (strcmp(section, "actor") != 0) return 1;
   if (p->failed) return 0;
   p->failed = 1;  /* cleared below when the key is good */
@@ -142,7 +200,11 @@ static int on_key(void *user, const char *section, const char *name, const char 
   range_text(k, range, sizeof range);
   char *field = (char *)p->cfg + k->offset;
   int bad;
-  if (k->kind == K_U64) {
+  if (k->kind == K_STR) {
+    bad = !*value || strlen(value) >= LH_ACTORS_ENDPOINT_BYTES;
+    if (!bad) snprintf(field, LH_ACTORS_ENDPOINT_BYTES, "%s", value);
+    if (bad) snprintf(range, sizeof range, "an endpoint of 1..%d bytes", LH_ACTORS_ENDPOINT_BYTES - 1);
+  } else if (k->kind == K_U64) {
     uint64_t x = 0;
     bad = parse_u64(value, &x) || (double)x < k->min || (k->max > 0 && (double)x > k->max);
     if (!bad) memcpy(field, &x, sizeof x);

@@ -1,0 +1,218 @@
+/* actors: the actor process's loop (DESIGN §1, §6).
+ *
+ * One thread: a runner step (B episodes, one decode step each), the
+ * messages it made into the link (a full outbox keeps the one that did not
+ * fit and pauses generation until acks make room), the link's traffic
+ * (acks, resends, weights), new weights swapped into the live model
+ * between steps (the episodes go on: partial rollouts), and a heartbeat
+ * every heartbeat_ms. A stop request (a signal handler sets *stop) aborts
+ * the open episodes, whose EpisodeEnds go out with the rest, and waits at
+ * most flush_timeout_ms for the acks. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "actors/actors.h"
+#include "proto/wire.h"
+
+static int64_t now_ms(void) { return lh_now_ns() / 1000000; }
+
+typedef struct {
+  Longhaul__Segment *seg;
+  Longhaul__EpisodeEnd *end;
+} pending;
+
+/* Sends p; 1 when it went (or was dropped), 0 when the outbox is full. */
+static int send_pending(lh_actors_link *link, pending *p, lh_actors_meter *meter, lh_errbuf *err) {
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  if (p->seg) env.body_case = LONGHAUL__ENVELOPE__BODY_SEGMENT, env.segment = p->seg;
+  else env.body_case = LONGHAUL__ENVELOPE__BODY_EPISODE_END, env.episode_end = p->end;
+  int rc = lh_actors_link_send(link, &env, err);
+  if (rc == LH_EACTORS_OUTBOX_FULL) return 0;
+  if (rc < 0) return rc;
+  if (p->end) lh_actors_meter_episode_done(meter);
+  lh_actors_segment_free(p->seg);
+  lh_actors_episode_end_free(p->end);
+  p->seg = NULL;
+  p->end = NULL;
+  return 1;
+}
+
+/* Moves the runner's queue into the link until it is empty or the outbox
+ * is full; returns 1 when everything went. */
+static int flush_queue(lh_actors_runner *r, lh_actors_link *link, pending *p, lh_actors_meter *meter,
+                       lh_errbuf *err) {
+  for (;;) {
+    if (!p->seg && !p->end && !lh_actors_runner_pop(r, &p->seg, &p->end)) return 1;
+    int rc = send_pending(link, p, meter, err);
+    if (rc <= 0) return rc;
+  }
+}
+
+static int swap_weights(lh_model *model, lh_actors_link *link, lh_actors_runner *r, uint64_t *version,
+                        lh_errbuf *err) {
+  uint64_t v = 0;
+  size_t n = 0;
+  const uint8_t *bytes = lh_actors_link_weights(link, &v, &n);
+  if (!bytes) return 0;
+  lh_model *fresh = NULL;
+  int64_t t0 = now_ms();
+  int rc = lh_model_load_bytes(bytes, n, "weights from the learner", lh_model_backend(model), &fresh, err);
+  if (rc == 0) rc = lh_model_copy_params(model, fresh, err);
+  lh_model_free(fresh);
+  if (rc < 0) return rc;
+  *version = v;
+  lh_actors_runner_set_version(r, v);
+  lh_actors_link_set_version(link, v);
+  LH_INFO("actor", "weights swapped version=%llu bytes=%zu ms=%lld", (unsigned long long)v, n,
+          (long long)(now_ms() - t0));
+  return 1;
+}
+
+static int heartbeat(lh_actors_link *link, lh_actors_meter *meter, lh_actors_runner *r, uint64_t version,
+                     lh_errbuf *err) {
+  Longhaul__Heartbeat hb = LONGHAUL__HEARTBEAT__INIT;
+  hb.role = "actor";
+  lh_actors_meter_heartbeat(meter, now_ms(), version, (uint32_t)lh_actors_link_unacked(link),
+                            lh_actors_runner_open_episodes(r), 0.0, &hb);
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_HEARTBEAT;
+  env.heartbeat = &hb;
+  return lh_actors_link_send(link, &env, err);
+}
+
+int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, volatile sig_atomic_t *stop,
+                        lh_actors_actor_stats *stats, lh_errbuf *err) {
+  if (!cfg || !cfg->actor || !model) return lh_errbuf_set(err, LH_EINVAL, "actor: NULL config or model");
+  const lh_actors_config *a = cfg->actor;
+  const lh_model_config *mc = lh_model_get_config(model);
+  uint64_t salt_parts[3] = {lh_hash64(cfg->name, strlen(cfg->name), 0), (uint64_t)lh_wall_ms(),
+                            (uint64_t)lh_now_ns() ^ ((uint64_t)getpid() << 32)};
+  uint64_t salt = lh_hash64(salt_parts, sizeof salt_parts, 0x6163746f72ull);
+  lh_env_option opts[LH_ACTORS_ENV_OPTIONS];
+  for (uint32_t i = 0; i < a->n_env_options; i++) opts[i] = (lh_env_option){a->env_keys[i], a->env_values[i]};
+  lh_actors_runner_config rc_cfg = {.actor = cfg->name,
+                                    .env = a->env_name,
+                                    .env_options = opts,
+                                    .n_env_options = a->n_env_options,
+                                    .batch = (uint32_t)a->batch,
+                                    .group_size = (uint32_t)a->group_size,
+                                    .segment_tokens = (uint32_t)a->segment_tokens,
+                                    .max_context = (uint32_t)(a->max_context > UINT32_MAX ? UINT32_MAX : a->max_context),
+                                    .max_steps = (uint32_t)a->max_steps,
+                                    .temperature = (float)a->temperature,
+                                    .top_p = (float)a->top_p,
+                                    .seed = a->seed + cfg->index * 0x9E3779B97F4A7C15ull,
+                                    .id_salt = salt,
+                                    .episodes = cfg->episodes};
+  lh_actors_link_config lc = {.name = cfg->name,
+                              .ingest_endpoint = a->learner_endpoint,
+                              .weights_pub_endpoint = a->weights_pub_endpoint,
+                              .weights_endpoint = a->weights_endpoint,
+                              .outbox_messages = a->outbox_messages,
+                              .outbox_bytes = a->outbox_bytes,
+                              .resend_timeout_ms = (int64_t)a->resend_timeout_ms,
+                              .linger_ms = (int)(a->flush_timeout_ms < 2000 ? a->flush_timeout_ms : 2000),
+                              .id_salt = salt,
+                              .vocab = (uint32_t)mc->vocab,
+                              .layers = (uint32_t)mc->layers,
+                              .topk = (uint32_t)mc->topk,
+                              .pid = (uint64_t)getpid()};
+  void *ctx = zmq_ctx_new();
+  if (!ctx) return lh_errbuf_set(err, LH_EZMQ, "actor: zmq_ctx_new failed");
+  lh_env_hub *hub = NULL;
+  lh_actors_runner *r = NULL;
+  lh_actors_link *link = NULL;
+  pending p = {0};
+  int rc = lh_env_hub_new(ctx, &hub, err);
+  rc_cfg.hub = hub;
+  if (rc == 0) rc = lh_actors_link_new(ctx, &lc, &link, err);
+  if (rc == 0) rc = lh_actors_runner_new(model, &rc_cfg, &r, err);
+  lh_actors_meter meter;
+  lh_actors_meter_init(&meter, now_ms());
+  uint64_t version = 0;
+  int64_t next_hb = now_ms() + (int64_t)a->heartbeat_ms, paused_since = -1;
+  uint64_t pauses = 0;
+  int have_weights = 0;
+  if (rc == 0)
+    LH_INFO("actor", "started name=%s env=%s batch=%u episodes=%llu learner=%s", cfg->name, a->env_name,
+            (unsigned)a->batch, (unsigned long long)cfg->episodes, a->learner_endpoint);
+  while (rc == 0 && !*stop && !lh_actors_runner_done(r)) {
+    int all_sent = flush_queue(r, link, &p, &meter, err);
+    if (all_sent < 0) {
+      rc = all_sent;
+      break;
+    }
+    int waiting = cfg->wait_for_weights && !have_weights;
+    if (all_sent && !waiting) {
+      if (paused_since >= 0) paused_since = -1;
+      int n = lh_actors_runner_step(r, err);
+      if (n < 0) {
+        rc = n;
+        break;
+      }
+      lh_actors_meter_tokens(&meter, (uint64_t)n);
+    } else if (!waiting && paused_since < 0) {
+      paused_since = now_ms();
+      pauses++;
+      LH_DEBUG("actor", "outbox full: generation paused unacked=%zu", lh_actors_link_unacked(link));
+    }
+    int got = lh_actors_link_poll(link, all_sent && !waiting ? 0 : 20, err);
+    if (got < 0) {
+      rc = got;
+      break;
+    }
+    if (got) {
+      if ((rc = swap_weights(model, link, r, &version, err)) < 0) break;
+      have_weights = 1;
+    }
+    rc = 0;
+    if (now_ms() >= next_hb) {
+      if ((rc = heartbeat(link, &meter, r, version, err)) < 0) break;
+      next_hb = now_ms() + (int64_t)a->heartbeat_ms;
+    }
+  }
+  /* Stopping: open episodes end as aborted, everything queued goes into
+   * the outbox as room allows, and acks are awaited for a bounded time. */
+  if (rc == 0 || *stop) {
+    int stopped_by_signal = *stop != 0;
+    if (r && stopped_by_signal) {
+      lh_errbuf e = {0};
+      if (lh_actors_runner_abort(r, "actor stopped", &e) < 0) LH_WARN("actor", "abort: %s", e.msg);
+    }
+    int64_t deadline = now_ms() + (int64_t)a->flush_timeout_ms;
+    while (link && r && now_ms() < deadline) {
+      int sent = flush_queue(r, link, &p, &meter, err);
+      if (sent < 0) break;
+      if (sent && lh_actors_link_unacked(link) == 0) break;
+      if (lh_actors_link_poll(link, 20, err) < 0) break;
+    }
+    if (link && (lh_actors_link_unacked(link) || p.seg || p.end || lh_actors_runner_queued(r)))
+      LH_WARN("actor", "stopping with messages not acked unacked=%zu queued=%zu",
+              lh_actors_link_unacked(link), lh_actors_runner_queued(r) + (p.seg || p.end));
+    if (rc == 0 && !stopped_by_signal && link && lh_actors_link_unacked(link))
+      rc = lh_errbuf_set(err, LH_ETIMEOUT, "actor: %zu messages still unacked after flush_timeout_ms=%llu",
+                         lh_actors_link_unacked(link), (unsigned long long)a->flush_timeout_ms);
+    else if (stopped_by_signal)
+      rc = 0;
+  }
+  if (stats) {
+    stats->episodes = lh_actors_runner_finished(r);
+    stats->tokens = meter.tokens;
+    stats->resends = lh_actors_link_resends(link);
+    stats->unacked = lh_actors_link_unacked(link);
+    stats->version = version;
+    stats->pauses = pauses;
+  }
+  LH_INFO("actor", "stopped name=%s episodes=%llu tokens=%llu resends=%llu unacked=%zu", cfg->name,
+          (unsigned long long)lh_actors_runner_finished(r), (unsigned long long)meter.tokens,
+          (unsigned long long)lh_actors_link_resends(link), lh_actors_link_unacked(link));
+  lh_actors_segment_free(p.seg);
+  lh_actors_episode_end_free(p.end);
+  lh_actors_runner_free(r);
+  lh_env_hub_free(hub);
+  lh_actors_link_free(link);
+  zmq_ctx_term(ctx);
+  return rc;
+}

@@ -1,0 +1,333 @@
+/* actors: the actor's sockets to its learner (DESIGN §1).
+ *
+ * A DEALER to the learner's ingest ROUTER carries Hello, Segment,
+ * EpisodeEnd and Heartbeat; Segment and EpisodeEnd wait in the outbox
+ * until acked and are resent after resend_timeout_ms, or at once when the
+ * DEALER reconnects (a socket monitor reports each connection; every one
+ * begins with a Hello). A SUB to the weights PUB hears announcements and a
+ * DEALER to the weights ROUTER fetches the chunks (actors/weights.c keeps
+ * them). Every socket has a bounded ZMQ_LINGER. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "actors/actors.h"
+#include "proto/wire.h"
+
+#define WEIGHTS_WINDOW 8
+
+struct lh_actors_link {
+  lh_actors_link_config cfg;
+  char *name;
+  void *ctx;
+  void *ingest, *monitor, *sub, *wdealer;
+  lh_actors_outbox *outbox;
+  lh_actors_weights *weights;
+  lh_wire_limits lim;
+  uint64_t msg_base, msg_count;
+  uint64_t connects, acked, rejected;
+  int64_t last_weights_ms;
+  int weights_new;
+};
+
+static int64_t now_ms(void) { return lh_now_ns() / 1000000; }
+
+static void close_socket(void **s) {
+  if (*s) zmq_close(*s);
+  *s = NULL;
+}
+
+void lh_actors_link_free(lh_actors_link *l) {
+  if (!l) return;
+  if (l->ingest) zmq_socket_monitor(l->ingest, NULL, 0);
+  close_socket(&l->monitor);
+  close_socket(&l->ingest);
+  close_socket(&l->sub);
+  close_socket(&l->wdealer);
+  lh_actors_outbox_free(l->outbox);
+  lh_actors_weights_free(l->weights);
+  free(l->name);
+  free(l);
+}
+
+static int open_socket(lh_actors_link *l, int type, const char *endpoint, void **out, lh_errbuf *err) {
+  void *s = zmq_socket(l->ctx, type);
+  if (!s) return lh_errbuf_set(err, LH_EZMQ, "actor link: zmq_socket: %s", zmq_strerror(zmq_errno()));
+  int linger = l->cfg.linger_ms;
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  if (type == ZMQ_SUB) zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0);
+  if (zmq_connect(s, endpoint) != 0) {
+    int rc = lh_errbuf_set(err, LH_EZMQ, "actor link: cannot connect to %s: %s (check the endpoint in [actor])",
+                           endpoint, zmq_strerror(zmq_errno()));
+    zmq_close(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actors_link **out, lh_errbuf *err) {
+  if (out) *out = NULL;
+  if (!zmq_ctx || !cfg || !out || !cfg->ingest_endpoint || !*cfg->ingest_endpoint)
+    return lh_errbuf_set(err, LH_EINVAL, "actor link: NULL context, config, out or ingest endpoint");
+  lh_actors_link *l = calloc(1, sizeof *l);
+  if (!l) return lh_errbuf_set(err, LH_ENOMEM, "actor link: out of memory");
+  l->cfg = *cfg;
+  l->ctx = zmq_ctx;
+  l->name = malloc(strlen(cfg->name ? cfg->name : "") + 1);
+  int rc = 0;
+  if (!l->name) {
+    rc = lh_errbuf_set(err, LH_ENOMEM, "actor link: out of memory");
+    goto fail;
+  }
+  strcpy(l->name, cfg->name ? cfg->name : "");
+  l->cfg.name = l->name;
+  lh_wire_limits_default(&l->lim);
+  if (cfg->vocab) l->lim.vocab = cfg->vocab;
+  /* msg ids: a base drawn from the actor's salt, then a counter, so that
+   * a restarted actor never reuses an id of its previous life. */
+  l->msg_base = lh_hash64(&cfg->id_salt, sizeof cfg->id_salt, 0x6d7367696473ull) & ~0xffffffffull;
+  l->outbox = lh_actors_outbox_new(cfg->outbox_messages, cfg->outbox_bytes, cfg->resend_timeout_ms, err);
+  if (!l->outbox) {
+    rc = err ? err->code : LH_ENOMEM;
+    goto fail;
+  }
+  if ((rc = open_socket(l, ZMQ_DEALER, cfg->ingest_endpoint, &l->ingest, err)) < 0) goto fail;
+  char mon[96];
+  snprintf(mon, sizeof mon, "inproc://lh-actor-monitor-%p", (void *)l);
+  if (zmq_socket_monitor(l->ingest, mon, ZMQ_EVENT_CONNECTED) != 0 ||
+      !(l->monitor = zmq_socket(l->ctx, ZMQ_PAIR)) || zmq_connect(l->monitor, mon) != 0) {
+    rc = lh_errbuf_set(err, LH_EZMQ, "actor link: cannot monitor the ingest socket: %s",
+                       zmq_strerror(zmq_errno()));
+    goto fail;
+  }
+  int linger = cfg->linger_ms;
+  zmq_setsockopt(l->monitor, ZMQ_LINGER, &linger, sizeof linger);
+  if (cfg->weights_pub_endpoint && *cfg->weights_pub_endpoint && strcmp(cfg->weights_pub_endpoint, "none") != 0) {
+    l->weights = lh_actors_weights_new(cfg->max_weights_bytes ? cfg->max_weights_bytes : (size_t)1 << 32, err);
+    if (!l->weights) {
+      rc = err ? err->code : LH_ENOMEM;
+      goto fail;
+    }
+    if ((rc = open_socket(l, ZMQ_SUB, cfg->weights_pub_endpoint, &l->sub, err)) < 0) goto fail;
+    if (!cfg->weights_endpoint || !*cfg->weights_endpoint) {
+      rc = lh_errbuf_set(err, LH_ECONFIG, "actor link: weights_pub_endpoint is set but weights_endpoint is not");
+      goto fail;
+    }
+    if ((rc = open_socket(l, ZMQ_DEALER, cfg->weights_endpoint, &l->wdealer, err)) < 0) goto fail;
+  }
+  *out = l;
+  return 0;
+fail:
+  lh_actors_link_free(l);
+  return rc;
+}
+
+static int send_bytes(void *sock, const uint8_t *b, size_t n, lh_errbuf *err) {
+  if (zmq_send(sock, b, n, ZMQ_DONTWAIT) < 0) {
+    int en = zmq_errno();
+    /* Not connected yet, or the pipe is full: the outbox resends it. */
+    if (en == EAGAIN || en == EHOSTUNREACH) return 0;
+    return lh_errbuf_set(err, LH_EZMQ, "actor link: send failed: %s", zmq_strerror(en));
+  }
+  return 1;
+}
+
+/* Fills the envelope's header and encodes it. */
+static int encode(lh_actors_link *l, Longhaul__Envelope *env, uint8_t **buf, size_t *n, lh_errbuf *err) {
+  env->protocol = LH_WIRE_PROTOCOL;
+  env->msg_id = l->msg_base + ++l->msg_count;
+  env->sender = l->name;
+  LH_TRY(lh_wire_validate(env, &l->lim, err));
+  return lh_wire_encode(env, buf, n, err);
+}
+
+static int send_hello(lh_actors_link *l, lh_errbuf *err) {
+  Longhaul__Hello h = LONGHAUL__HELLO__INIT;
+  h.role = "actor";
+  h.name = l->name;
+  h.vocab = l->cfg.vocab;
+  h.layers = l->cfg.layers;
+  h.topk = l->cfg.topk;
+  h.pid = l->cfg.pid;
+  h.policy_version = l->cfg.policy_version;
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_HELLO;
+  env.hello = &h;
+  uint8_t *buf = NULL;
+  size_t n = 0;
+  int rc = encode(l, &env, &buf, &n, err);
+  if (rc == 0) rc = send_bytes(l->ingest, buf, n, err);
+  free(buf);
+  return rc < 0 ? rc : 0;
+}
+
+int lh_actors_link_send(lh_actors_link *l, Longhaul__Envelope *env, lh_errbuf *err) {
+  if (!l || !env) return lh_errbuf_set(err, LH_EINVAL, "actor link send: NULL argument");
+  int tracked = env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT ||
+                env->body_case == LONGHAUL__ENVELOPE__BODY_EPISODE_END;
+  uint8_t *buf = NULL;
+  size_t n = 0;
+  uint64_t before = l->msg_count;
+  int rc = encode(l, env, &buf, &n, err);
+  if (rc == 0 && tracked) {
+    if (!lh_actors_outbox_has_room(l->outbox, n) && n <= l->cfg.outbox_bytes) {
+      l->msg_count = before;  /* the id goes to the retry */
+      free(buf);
+      return lh_errbuf_set(err, LH_EACTORS_OUTBOX_FULL, "actor link: outbox full (%zu messages unacked)",
+                           lh_actors_outbox_depth(l->outbox));
+    }
+    rc = lh_actors_outbox_push(l->outbox, env->msg_id, buf, n, now_ms(), err);
+  }
+  if (rc == 0) rc = send_bytes(l->ingest, buf, n, err);
+  free(buf);
+  return rc < 0 ? rc : 0;
+}
+
+static void handle_ingest(lh_actors_link *l, const uint8_t *b, size_t n) {
+  Longhaul__Envelope *env = NULL;
+  lh_errbuf e = {0};
+  if (lh_wire_decode(b, n, &l->lim, &env, &e) != 0) {
+    LH_WARN("actor", "bad message from the learner's ingest: %s", e.msg);
+    return;
+  }
+  if (env->body_case == LONGHAUL__ENVELOPE__BODY_ACK) {
+    Longhaul__Ack *a = env->ack;
+    /* RETRY leaves the messages waiting: the timeout resends them. */
+    if (a->status == LONGHAUL__ACK_STATUS__ACK_STORED || a->status == LONGHAUL__ACK_STATUS__ACK_DUPLICATE) {
+      l->acked += lh_actors_outbox_ack_many(l->outbox, a->msg_ids, a->n_msg_ids);
+    } else if (a->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) {
+      size_t k = lh_actors_outbox_ack_many(l->outbox, a->msg_ids, a->n_msg_ids);
+      l->rejected += k;
+      LH_WARN("actor", "learner rejected %zu messages: %s", k, a->reason ? a->reason : "");
+    }
+  }
+  lh_wire_free(env);
+}
+
+static void request_weights(lh_actors_link *l, lh_errbuf *err) {
+  Longhaul__WeightsRequest req;
+  for (int i = 0; i < 2; i++) {
+    longhaul__weights_request__init(&req);
+    if (!lh_actors_weights_next_request(l->weights, WEIGHTS_WINDOW, &req)) return;
+    Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+    env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_REQUEST;
+    env.weights_request = &req;
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    if (encode(l, &env, &buf, &n, err) == 0) (void)send_bytes(l->wdealer, buf, n, err);
+    free(buf);
+    l->last_weights_ms = now_ms();
+  }
+}
+
+static void handle_weights(lh_actors_link *l, const uint8_t *b, size_t n, lh_errbuf *err) {
+  Longhaul__Envelope *env = NULL;
+  lh_errbuf e = {0};
+  if (lh_wire_decode(b, n, &l->lim, &env, &e) != 0) {
+    LH_WARN("actor", "bad weights message: %s", e.msg);
+    return;
+  }
+  if (env->body_case == LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE) {
+    int rc = lh_actors_weights_announce(l->weights, env->weights_announce, &e);
+    if (rc < 0) LH_WARN("actor", "weights announcement refused: %s", e.msg);
+    if (rc == 1)
+      LH_INFO("actor", "weights announced version=%llu bytes=%llu",
+              (unsigned long long)env->weights_announce->version,
+              (unsigned long long)env->weights_announce->total_bytes);
+  } else if (env->body_case == LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK) {
+    int rc = lh_actors_weights_add_chunk(l->weights, env->weights_chunk, &e);
+    if (rc < 0) LH_WARN("actor", "weights chunk refused: %s", e.msg);
+    if (rc == 1) l->weights_new = 1;
+    l->last_weights_ms = now_ms();
+  }
+  lh_wire_free(env);
+  request_weights(l, err);
+}
+
+/* A (re)connection of the ingest DEALER: Hello first, then everything
+ * unacked goes again. */
+static int on_connect(lh_actors_link *l, lh_errbuf *err) {
+  l->connects++;
+  LH_INFO("actor", "connected to the learner endpoint=%s connects=%llu unacked=%zu", l->cfg.ingest_endpoint,
+          (unsigned long long)l->connects, lh_actors_outbox_depth(l->outbox));
+  lh_actors_outbox_resend_all(l->outbox);
+  return send_hello(l, err);
+}
+
+/* Drains the messages waiting on s: 0 ingest, 1 weights, 2 monitor events
+ * (each a message of two frames). */
+static int drain(lh_actors_link *l, void *s, int which, lh_errbuf *err) {
+  for (int k = 0; k < 1024; k++) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, s, ZMQ_DONTWAIT) < 0) {
+      int en = zmq_errno();
+      zmq_msg_close(&m);
+      if (en == EAGAIN) return 0;
+      return lh_errbuf_set(err, LH_EZMQ, "actor link: receive failed: %s", zmq_strerror(en));
+    }
+    int more = zmq_msg_more(&m), rc = 0;
+    if (which == 0) handle_ingest(l, zmq_msg_data(&m), zmq_msg_size(&m));
+    else if (which == 1) handle_weights(l, zmq_msg_data(&m), zmq_msg_size(&m), err);
+    else rc = on_connect(l, err);
+    zmq_msg_close(&m);
+    while (more) {
+      zmq_msg_init(&m);
+      if (zmq_msg_recv(&m, s, 0) < 0) more = 0;
+      else more = zmq_msg_more(&m);
+      zmq_msg_close(&m);
+    }
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err) {
+  if (!l) return lh_errbuf_set(err, LH_EINVAL, "actor link poll: NULL link");
+  zmq_pollitem_t items[4] = {{l->ingest, 0, ZMQ_POLLIN, 0}, {l->monitor, 0, ZMQ_POLLIN, 0}};
+  int n = 2;
+  if (l->sub) {
+    items[n++] = (zmq_pollitem_t){l->sub, 0, ZMQ_POLLIN, 0};
+    items[n++] = (zmq_pollitem_t){l->wdealer, 0, ZMQ_POLLIN, 0};
+  }
+  if (zmq_poll(items, n, timeout_ms) < 0 && zmq_errno() != EINTR)
+    return lh_errbuf_set(err, LH_EZMQ, "actor link: poll failed: %s", zmq_strerror(zmq_errno()));
+  LH_TRY(drain(l, l->monitor, 2, err));
+  LH_TRY(drain(l, l->ingest, 0, err));
+  if (l->sub) {
+    LH_TRY(drain(l, l->sub, 1, err));
+    LH_TRY(drain(l, l->wdealer, 1, err));
+    /* A fetch that went quiet asks again for what is missing. */
+    uint64_t v;
+    uint32_t got, total;
+    if (lh_actors_weights_progress(l->weights, &v, &got, &total) &&
+        now_ms() - l->last_weights_ms >= (int64_t)l->cfg.resend_timeout_ms) {
+      lh_actors_weights_rerequest(l->weights);
+      request_weights(l, err);
+    }
+  }
+  /* Resends that are due, oldest first. */
+  int64_t t = now_ms();
+  uint64_t id;
+  const uint8_t *b;
+  size_t bn;
+  for (int k = 0; k < 256 && lh_actors_outbox_next_due(l->outbox, t, &id, &b, &bn); k++)
+    LH_TRY(send_bytes(l->ingest, b, bn, err));
+  int fresh = l->weights_new;
+  l->weights_new = 0;
+  return fresh;
+}
+
+const uint8_t *lh_actors_link_weights(const lh_actors_link *l, uint64_t *version, size_t *bytes) {
+  return l && l->weights ? lh_actors_weights_latest(l->weights, version, bytes) : NULL;
+}
+
+size_t lh_actors_link_unacked(const lh_actors_link *l) { return l ? lh_actors_outbox_depth(l->outbox) : 0; }
+uint64_t lh_actors_link_resends(const lh_actors_link *l) { return l ? lh_actors_outbox_resends(l->outbox) : 0; }
+uint64_t lh_actors_link_connects(const lh_actors_link *l) { return l ? l->connects : 0; }
+void lh_actors_link_set_version(lh_actors_link *l, uint64_t version) {
+  if (l) l->cfg.policy_version = version;
+}

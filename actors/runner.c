@@ -1,0 +1,508 @@
+/* actors: the episode runner, B episodes on one batched decoder.
+ *
+ * Each row is one episode in one of three states: free (no episode), on
+ * the policy's turn (it holds the next-token distribution, or a token still
+ * to feed), or waiting for its environment. The transcript (transcript.c)
+ * is the one place that turns observations and actions into tokens; the
+ * runner feeds what it appended since the last feed to the model (prefill
+ * for observations, one decode step per sampled token) and to the
+ * episode's segmenter. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/actors.h"
+#include "proto/wire.h"
+
+typedef enum { ROW_FREE, ROW_POLICY, ROW_ENV } row_state;
+
+typedef struct {
+  row_state state;
+  lh_env *env;
+  lh_actors_transcript *tr;
+  lh_actors_segmenter *seg;
+  size_t pushed;       /* transcript tokens already in the segmenter */
+  size_t fed;          /* transcript tokens already fed to the model */
+  int images_pushed;   /* transcript images already in the segmenter */
+  size_t action_start; /* where the current action began in the transcript */
+  int have_logp;       /* logp holds the next-token distribution */
+  float *logp;         /* (vocab) */
+  float *behavior;     /* per transcript token: the sampler's logp (sampled ones) */
+  uint32_t *version;   /* per transcript token */
+  size_t cap;
+  uint32_t steps;
+} row;
+
+typedef struct {
+  Longhaul__Segment *seg;
+  Longhaul__EpisodeEnd *end;
+} item;
+
+struct lh_actors_runner {
+  lh_actors_runner_config cfg;
+  char *actor, *env_name;
+  lh_env_option *opts;
+  char **opt_strings;
+  size_t n_opts;
+  lh_env_hub *hub, *own_hub;
+  lh_model *model;
+  lh_model_decoder *dec;
+  lh_actors_sampler *sampler;
+  lh_actors_rng rng;
+  int vocab;
+  uint64_t version;
+  row *rows;
+  uint64_t started, finished;
+  int stopped;
+  /* per step scratch */
+  int32_t *dec_rows, *dec_tokens;
+  float *dec_logp;
+  /* the output queue, a ring */
+  item *q;
+  size_t q_head, q_n, q_cap;
+};
+
+static char *dup_str(const char *s) {
+  if (!s) s = "";
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+static uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t v[2] = {a, b};
+  return lh_hash64(v, sizeof v, 0x6c68616374726964ull);
+}
+
+void lh_actors_runner_free(lh_actors_runner *r) {
+  if (!r) return;
+  for (uint32_t b = 0; r->rows && b < r->cfg.batch; b++) {
+    row *w = &r->rows[b];
+    lh_env_free(w->env);
+    lh_actors_transcript_free(w->tr);
+    lh_actors_segmenter_free(w->seg);
+    free(w->logp);
+    free(w->behavior);
+    free(w->version);
+  }
+  free(r->rows);
+  for (size_t i = 0; i < r->q_n; i++) {
+    item *it = &r->q[(r->q_head + i) % r->q_cap];
+    lh_actors_segment_free(it->seg);
+    lh_actors_episode_end_free(it->end);
+  }
+  free(r->q);
+  for (size_t i = 0; r->opt_strings && i < 2 * r->n_opts; i++) free(r->opt_strings[i]);
+  free(r->opt_strings);
+  free(r->opts);
+  lh_env_hub_free(r->own_hub);
+  lh_model_decoder_free(r->dec);
+  lh_actors_sampler_free(r->sampler);
+  free(r->dec_rows);
+  free(r->dec_tokens);
+  free(r->dec_logp);
+  free(r->actor);
+  free(r->env_name);
+  free(r);
+}
+
+int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh_actors_runner **out,
+                         lh_errbuf *err) {
+  if (out) *out = NULL;
+  if (!model || !cfg || !out) return lh_errbuf_set(err, LH_EINVAL, "runner: NULL model, config or out");
+  if (cfg->batch < 1 || cfg->batch > 65536 || cfg->group_size < 1)
+    return lh_errbuf_set(err, LH_ECONFIG, "runner: batch=%u must be in 1..65536 and group_size=%u at least 1",
+                         cfg->batch, cfg->group_size);
+  if (cfg->max_context == 1)
+    return lh_errbuf_set(err, LH_ECONFIG, "runner: max_context=1 leaves no room for a token after <bos>");
+  if (!cfg->env || !*cfg->env) return lh_errbuf_set(err, LH_ECONFIG, "runner: no environment name");
+  lh_actors_runner *r = calloc(1, sizeof *r);
+  if (!r) return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory");
+  r->cfg = *cfg;
+  r->model = model;
+  const lh_model_config *mc = lh_model_get_config(model);
+  r->vocab = mc->vocab;
+  int rc = 0;
+  r->actor = dup_str(cfg->actor);
+  r->env_name = dup_str(cfg->env);
+  r->cfg.actor = r->actor;
+  r->cfg.env = r->env_name;
+  /* Options: the caller's, plus max_steps when set (the env wrapper counts
+   * steps against it and ends the episode as truncated). */
+  size_t n_opts = cfg->n_env_options + (cfg->max_steps ? 1 : 0);
+  r->opts = calloc(n_opts + 1, sizeof *r->opts);
+  r->opt_strings = calloc(2 * n_opts + 1, sizeof *r->opt_strings);
+  if (!r->actor || !r->env_name || !r->opts || !r->opt_strings) goto oom;
+  r->n_opts = n_opts;
+  for (size_t i = 0; i < cfg->n_env_options; i++) {
+    r->opt_strings[2 * i] = dup_str(cfg->env_options[i].key);
+    r->opt_strings[2 * i + 1] = dup_str(cfg->env_options[i].value);
+    if (!r->opt_strings[2 * i] || !r->opt_strings[2 * i + 1]) goto oom;
+    r->opts[i] = (lh_env_option){r->opt_strings[2 * i], r->opt_strings[2 * i + 1]};
+  }
+  if (cfg->max_steps) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%u", cfg->max_steps);
+    size_t i = cfg->n_env_options;
+    r->opt_strings[2 * i] = dup_str("max_steps");
+    r->opt_strings[2 * i + 1] = dup_str(buf);
+    if (!r->opt_strings[2 * i] || !r->opt_strings[2 * i + 1]) goto oom;
+    r->opts[i] = (lh_env_option){r->opt_strings[2 * i], r->opt_strings[2 * i + 1]};
+  }
+  r->cfg.env_options = r->opts;
+  r->cfg.n_env_options = r->n_opts;
+  if (cfg->hub) {
+    r->hub = cfg->hub;
+  } else {
+    if ((rc = lh_env_hub_new(NULL, &r->own_hub, err)) < 0) goto fail;
+    r->hub = r->own_hub;
+  }
+  r->sampler = lh_actors_sampler_new((uint32_t)r->vocab, cfg->temperature, cfg->top_p, err);
+  if (!r->sampler) {
+    rc = err ? err->code : LH_ECONFIG;
+    goto fail;
+  }
+  lh_actors_rng_seed(&r->rng, cfg->seed);
+  if ((rc = lh_model_decoder_new(model, (int)cfg->batch, &r->dec, err)) < 0) goto fail;
+  r->rows = calloc(cfg->batch, sizeof *r->rows);
+  r->dec_rows = malloc(cfg->batch * sizeof *r->dec_rows);
+  r->dec_tokens = malloc(cfg->batch * sizeof *r->dec_tokens);
+  r->dec_logp = malloc((size_t)cfg->batch * r->vocab * sizeof *r->dec_logp);
+  if (!r->rows || !r->dec_rows || !r->dec_tokens || !r->dec_logp) goto oom;
+  for (uint32_t b = 0; b < cfg->batch; b++) {
+    row *w = &r->rows[b];
+    w->logp = malloc((size_t)r->vocab * sizeof *w->logp);
+    if (!w->logp) goto oom;
+    w->tr = lh_actors_transcript_new(mc->patch, err);
+    if (!w->tr) {
+      rc = err ? err->code : LH_ENOMEM;
+      goto fail;
+    }
+    if ((rc = lh_env_open_hub(r->hub, r->env_name, r->opts, r->n_opts, &w->env, err)) < 0) goto fail;
+  }
+  *out = r;
+  return 0;
+oom:
+  rc = lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for %u episodes", cfg->batch);
+fail:
+  lh_actors_runner_free(r);
+  return rc;
+}
+
+void lh_actors_runner_set_version(lh_actors_runner *r, uint64_t version) {
+  if (r) r->version = version;
+}
+
+static int enqueue(lh_actors_runner *r, Longhaul__Segment *seg, Longhaul__EpisodeEnd *end, lh_errbuf *err) {
+  if (r->q_n == r->q_cap) {
+    size_t cap = r->q_cap ? 2 * r->q_cap : 16;
+    item *q = malloc(cap * sizeof *q);
+    if (!q) {
+      lh_actors_segment_free(seg);
+      lh_actors_episode_end_free(end);
+      return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for the message queue");
+    }
+    for (size_t i = 0; i < r->q_n; i++) q[i] = r->q[(r->q_head + i) % r->q_cap];
+    free(r->q);
+    r->q = q;
+    r->q_cap = cap;
+    r->q_head = 0;
+  }
+  r->q[(r->q_head + r->q_n++) % r->q_cap] = (item){seg, end};
+  return 0;
+}
+
+static int drain_segments(lh_actors_runner *r, row *w, lh_errbuf *err) {
+  Longhaul__Segment *s;
+  while ((s = lh_actors_segmenter_pop(w->seg)) != NULL) LH_TRY(enqueue(r, s, NULL, err));
+  return 0;
+}
+
+int lh_actors_runner_pop(lh_actors_runner *r, Longhaul__Segment **seg, Longhaul__EpisodeEnd **end) {
+  if (seg) *seg = NULL;
+  if (end) *end = NULL;
+  if (!r || !r->q_n || !seg || !end) return 0;
+  item it = r->q[r->q_head];
+  r->q_head = (r->q_head + 1) % r->q_cap;
+  r->q_n--;
+  *seg = it.seg;
+  *end = it.end;
+  return 1;
+}
+
+size_t lh_actors_runner_queued(const lh_actors_runner *r) { return r ? r->q_n : 0; }
+
+uint32_t lh_actors_runner_open_episodes(const lh_actors_runner *r) {
+  uint32_t n = 0;
+  for (uint32_t b = 0; r && b < r->cfg.batch; b++) n += r->rows[b].state != ROW_FREE;
+  return n;
+}
+
+uint64_t lh_actors_runner_finished(const lh_actors_runner *r) { return r ? r->finished : 0; }
+
+int lh_actors_runner_done(const lh_actors_runner *r) {
+  if (!r) return 1;
+  int limit = r->stopped || (r->cfg.episodes && r->started >= r->cfg.episodes);
+  return limit && lh_actors_runner_open_episodes(r) == 0;
+}
+
+/* Room for the per-token arrays of n transcript tokens. */
+static int reserve(row *w, size_t n, lh_errbuf *err) {
+  if (n <= w->cap) return 0;
+  size_t cap = w->cap ? w->cap : 256;
+  while (cap < n) cap *= 2;
+  float *b = realloc(w->behavior, cap * sizeof *b);
+  if (b) w->behavior = b;
+  uint32_t *v = realloc(w->version, cap * sizeof *v);
+  if (v) w->version = v;
+  if (!b || !v) return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for %zu tokens", n);
+  w->cap = cap;
+  return 0;
+}
+
+/* Moves the transcript tokens not yet in the segmenter into it, with the
+ * images at their <img> tokens (the environment's own pixels, whose
+ * position the transcript gives). obs is the observation the images came
+ * from (NULL when none were appended). */
+static int push_new(lh_actors_runner *r, row *w, const lh_env_obs *obs, lh_errbuf *err) {
+  size_t n = lh_actors_transcript_len(w->tr);
+  const int32_t *tok = lh_actors_transcript_tokens(w->tr);
+  const uint8_t *mask = lh_actors_transcript_mask(w->tr);
+  const lh_model_image *im = lh_actors_transcript_images(w->tr);
+  int n_im = lh_actors_transcript_n_images(w->tr);
+  int obs_first = n_im - (obs ? (int)obs->image_count : 0);
+  for (size_t t = w->pushed; t < n; t++) {
+    while (w->images_pushed < n_im && (size_t)im[w->images_pushed].at - 1 == t) {
+      int k = w->images_pushed - obs_first;
+      if (!obs || k < 0 || k >= (int)obs->image_count)
+        return lh_errbuf_set(err, LH_EINVAL, "runner: transcript image %d has no observation image",
+                             w->images_pushed);
+      const lh_env_image *ei = &obs->images[k];
+      LH_TRY(lh_actors_segmenter_push_image(w->seg, ei->width, ei->height, ei->channels, ei->pixels, err));
+      w->images_pushed++;
+    }
+    LH_TRY(lh_actors_segmenter_push(w->seg, (uint32_t)tok[t], mask[t], mask[t] ? w->behavior[t] : 0.0f,
+                                    mask[t] ? w->version[t] : (uint32_t)r->version, NULL, err));
+  }
+  w->pushed = n;
+  return drain_segments(r, w, err);
+}
+
+/* Feeds the transcript tokens not yet fed through the chunked prefill,
+ * images included; afterwards the row holds the next distribution. */
+static int prefill_new(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
+  row *w = &r->rows[b];
+  size_t n = lh_actors_transcript_len(w->tr);
+  if (n <= w->fed) return 0;
+  const lh_model_image *all = lh_actors_transcript_images(w->tr);
+  int n_all = lh_actors_transcript_n_images(w->tr), first = 0;
+  while (first < n_all && (size_t)all[first].at < w->fed) first++;
+  lh_model_image local[256];
+  int n_im = 0;
+  for (int i = first; i < n_all && n_im < 256; i++) {
+    local[n_im] = all[i];
+    local[n_im].at = all[i].at - (int)w->fed;
+    n_im++;
+  }
+  LH_TRY(lh_model_prefill(r->dec, (int)b, lh_actors_transcript_tokens(w->tr) + w->fed, (int)(n - w->fed),
+                          n_im ? local : NULL, n_im, w->logp, err));
+  w->fed = n;
+  w->have_logp = 1;
+  return 0;
+}
+
+static Longhaul__Outcome outcome_of(lh_env_outcome o) {
+  switch (o) {
+    case LH_ENV_SUCCESS: return LONGHAUL__OUTCOME__OUTCOME_SUCCESS;
+    case LH_ENV_FAILURE: return LONGHAUL__OUTCOME__OUTCOME_FAILURE;
+    case LH_ENV_TRUNCATED: return LONGHAUL__OUTCOME__OUTCOME_TRUNCATED;
+    case LH_ENV_ERROR: return LONGHAUL__OUTCOME__OUTCOME_ERROR;
+    default: return LONGHAUL__OUTCOME__OUTCOME_FAILURE;
+  }
+}
+
+/* Ends the row's episode: the segmenter's last segment and the EpisodeEnd
+ * go to the queue, and the row is free again. */
+static int finish(lh_actors_runner *r, row *w, Longhaul__Outcome outcome, float reward, const lh_env_term *terms,
+                  uint32_t n_terms, const char *why, lh_errbuf *err) {
+  lh_actors_reward_term t[64];
+  if (n_terms > 64) n_terms = 64;
+  for (uint32_t i = 0; i < n_terms; i++) t[i] = (lh_actors_reward_term){terms[i].name, terms[i].value, w->steps};
+  lh_actors_episode_result res = {.outcome = outcome,
+                                  .reward = reward,
+                                  .terms = t,
+                                  .n_terms = n_terms,
+                                  .steps = w->steps,
+                                  .error = why};
+  Longhaul__EpisodeEnd *end = NULL;
+  int rc = lh_actors_segmenter_finish(w->seg, &res, &end, err);
+  if (rc == 0) rc = drain_segments(r, w, err);
+  if (rc == 0) rc = enqueue(r, NULL, end, err);
+  else lh_actors_episode_end_free(end);
+  lh_actors_segmenter_free(w->seg);
+  w->seg = NULL;
+  w->state = ROW_FREE;
+  w->have_logp = 0;
+  r->finished++;
+  return rc;
+}
+
+/* Starts episode number r->started on row b: ids, segmenter, reset, the
+ * first observation into the transcript, the segmenter and the model. */
+static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
+  row *w = &r->rows[b];
+  uint64_t k = r->started++, group = k / r->cfg.group_size;
+  uint64_t episode_id = mix(r->cfg.id_salt, k) | 1;  /* never 0 */
+  uint64_t group_id = mix(r->cfg.id_salt ^ 0x67726f7570ull, group) | 1;
+  uint64_t task_seed = mix(r->cfg.seed, group);
+  lh_actors_segmenter_config sc = {.episode_id = episode_id,
+                                   .group_id = group_id,
+                                   .task_seed = task_seed,
+                                   .actor = r->actor,
+                                   .env = r->env_name,
+                                   .segment_tokens = r->cfg.segment_tokens,
+                                   .vocab = (uint32_t)r->vocab};
+  w->seg = lh_actors_segmenter_new(&sc, err);
+  if (!w->seg) return err ? err->code : LH_ENOMEM;
+  w->state = ROW_POLICY;
+  w->pushed = w->fed = 0;
+  w->images_pushed = 0;
+  w->steps = 0;
+  w->have_logp = 0;
+  lh_actors_transcript_clear(w->tr);
+  LH_TRY(lh_model_decoder_reset(r->dec, (int)b));
+  lh_env_obs obs;
+  lh_errbuf e = {0};
+  int rc = lh_env_reset(w->env, task_seed, &obs, &e);
+  if (rc < 0) return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
+  LH_TRY(lh_actors_transcript_begin(w->tr, &obs, err));
+  LH_TRY(reserve(w, lh_actors_transcript_len(w->tr), err));
+  LH_TRY(push_new(r, w, &obs, err));
+  if (r->cfg.max_context && lh_actors_transcript_len(w->tr) >= r->cfg.max_context)
+    return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err);
+  w->action_start = lh_actors_transcript_len(w->tr);
+  return prefill_new(r, b, err);
+}
+
+/* The environment's answer to the row's action: the episode ends, or the
+ * observation goes into the transcript, the segmenter and the model. */
+static int collect(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
+  row *w = &r->rows[b];
+  lh_env_result res;
+  lh_errbuf e = {0};
+  int rc = lh_env_step_end(w->env, &res, &e);
+  w->steps++;
+  if (rc < 0) return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
+  if (res.done)
+    return finish(r, w, outcome_of(res.outcome), res.reward, res.terms, res.term_count, NULL, err);
+  size_t before = lh_actors_transcript_len(w->tr);
+  LH_TRY(lh_actors_transcript_observation(w->tr, &res.obs, err));
+  size_t n = lh_actors_transcript_len(w->tr);
+  if (r->cfg.max_context && n >= r->cfg.max_context) {
+    /* The observation would fill the context: the episode is cut here,
+     * without it, so that no stored episode passes max_context. */
+    w->pushed = before;
+    return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err);
+  }
+  LH_TRY(reserve(w, n, err));
+  LH_TRY(push_new(r, w, &res.obs, err));
+  w->state = ROW_POLICY;
+  w->action_start = n;
+  return prefill_new(r, b, err);
+}
+
+/* The action the row just ended, as text with its markers, begun on the
+ * environment. A failure to begin ends the episode as an error. */
+static int begin_action(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
+  row *w = &r->rows[b];
+  const int32_t *tok = lh_actors_transcript_tokens(w->tr) + w->action_start;
+  size_t n = lh_actors_transcript_len(w->tr) - w->action_start, need = 0;
+  char small[4096], *text = small;
+  lh_errbuf e = {0};
+  int rc = lh_tok_decode(tok, n, text, sizeof small, &need, &e);
+  if (rc == LH_ERANGE) {
+    text = malloc(need + 1);
+    if (!text) return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a %zu-byte action", need);
+    rc = lh_tok_decode(tok, n, text, need + 1, &need, &e);
+  }
+  if (rc == 0) rc = lh_env_step_begin(w->env, text, need, &e);
+  if (text != small) free(text);
+  w->state = ROW_ENV;
+  if (rc < 0) {
+    w->steps++;
+    return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
+  }
+  return 0;
+}
+
+int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
+  if (!r) return lh_errbuf_set(err, LH_EINVAL, "runner step: NULL runner");
+  uint32_t B = r->cfg.batch;
+  /* Free rows take the next episodes. */
+  for (uint32_t b = 0; b < B; b++)
+    if (r->rows[b].state == ROW_FREE && !r->stopped && (!r->cfg.episodes || r->started < r->cfg.episodes))
+      LH_TRY(start(r, b, err));
+  /* Every row on the policy's turn with a distribution samples a token. */
+  int sampled = 0, n_dec = 0, n_env = 0;
+  for (uint32_t b = 0; b < B; b++) {
+    row *w = &r->rows[b];
+    if (w->state != ROW_POLICY || !w->have_logp) continue;
+    lh_actors_sample s;
+    LH_TRY(lh_actors_sampler_sample(r->sampler, w->logp, &r->rng, &s, err));
+    w->have_logp = 0;
+    LH_TRY(lh_actors_transcript_policy_token(w->tr, (int32_t)s.token, err));
+    size_t n = lh_actors_transcript_len(w->tr);
+    LH_TRY(reserve(w, n, err));
+    w->behavior[n - 1] = s.logp;
+    w->version[n - 1] = (uint32_t)r->version;
+    LH_TRY(push_new(r, w, NULL, err));
+    sampled++;
+    if (s.token == LH_TOK_CALL_END || s.token == LH_TOK_EOS) {
+      LH_TRY(begin_action(r, b, err));
+      n_env += w->state == ROW_ENV;
+    } else if (r->cfg.max_context && n >= r->cfg.max_context) {
+      LH_TRY(finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err));
+    } else {
+      r->dec_rows[n_dec] = (int32_t)b;
+      r->dec_tokens[n_dec] = (int32_t)s.token;
+      n_dec++;
+    }
+  }
+  /* Requests to env servers leave now; the decode overlaps with them. */
+  if (n_env) {
+    lh_errbuf e = {0};
+    if (lh_env_hub_flush(r->hub, &e) < 0) LH_WARN("actor", "env hub flush failed: %s", e.msg);
+  }
+  if (n_dec) {
+    LH_TRY(lh_model_decode_step_rows(r->dec, r->dec_rows, n_dec, r->dec_tokens, r->dec_logp, NULL, err));
+    for (int i = 0; i < n_dec; i++) {
+      row *w = &r->rows[r->dec_rows[i]];
+      memcpy(w->logp, r->dec_logp + (size_t)i * r->vocab, (size_t)r->vocab * sizeof *w->logp);
+      w->have_logp = 1;
+      w->fed = lh_actors_transcript_len(w->tr);
+    }
+  }
+  /* The environments' answers. The action's last token (</call>) is fed
+   * with the observation by the prefill. */
+  for (uint32_t b = 0; b < B; b++)
+    if (r->rows[b].state == ROW_ENV) LH_TRY(collect(r, b, err));
+  return sampled;
+}
+
+int lh_actors_runner_abort(lh_actors_runner *r, const char *reason, lh_errbuf *err) {
+  if (!r) return 0;
+  r->stopped = 1;
+  int first = 0;
+  for (uint32_t b = 0; b < r->cfg.batch; b++) {
+    row *w = &r->rows[b];
+    if (w->state == ROW_FREE) continue;
+    if (w->state == ROW_ENV) {
+      lh_env_result res;
+      lh_errbuf e = {0};
+      (void)lh_env_step_end(w->env, &res, &e);  /* the answer no longer matters */
+    }
+    int rc = finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ABORTED, 0.0f, NULL, 0, reason ? reason : "aborted", err);
+    if (rc < 0 && !first) first = rc;
+  }
+  return first;
+}

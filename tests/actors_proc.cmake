@@ -1,0 +1,3 @@
+# actors: the episode runner in process on a tiny model and calc (test_actors_runner).
+lh_add_test(test_actors_runner SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_actors_runner.c
+  LIBS lh_actors TIMEOUT 120)
