@@ -511,4 +511,60 @@ void lh_learner_trainer_state(const lh_learner_trainer *t, lh_learner_state *st)
 uint64_t lh_learner_trainer_version(const lh_learner_trainer *t);
 const lh_learner_admission_counts *lh_learner_trainer_admission(const lh_learner_trainer *t);
 
+/* ---- the weights sockets (learner/publish.c) ------------------------------
+ * Binds the weights PUB (WeightsAnnounce of each new version, with the
+ * stage fields) and the weights ROUTER (WeightsRequest -> WeightsChunk
+ * replies, one chunk a message). A request for a version other than the
+ * current one (an actor that joined after the announcement, or one asking
+ * for a replaced version) is answered on the ROUTER with the current
+ * WeightsAnnounce, so a new actor gets the current version on request.
+ * The bytes are lh_model_serialize's. */
+typedef struct lh_learner_publisher lh_learner_publisher;
+
+typedef struct {
+  uint64_t announces, chunks_sent, redirects, bad_requests;
+} lh_learner_publisher_counts;
+
+lh_learner_publisher *lh_learner_publisher_new(void *zmq_ctx, const char *pub_endpoint,
+                                               const char *router_endpoint, uint32_t chunk_bytes,
+                                               lh_errbuf *err);
+void lh_learner_publisher_free(lh_learner_publisher *p);
+const char *lh_learner_publisher_pub_endpoint(const lh_learner_publisher *p);
+const char *lh_learner_publisher_router_endpoint(const lh_learner_publisher *p);
+void *lh_learner_publisher_socket(lh_learner_publisher *p);
+/* Copies the bytes of version as the current one and announces it. */
+int lh_learner_publisher_set(lh_learner_publisher *p, uint64_t version, const void *bytes, size_t n,
+                             uint32_t stage_index, uint32_t max_context, float long_frac, lh_errbuf *err);
+/* Announces the current version again (for subscribers that joined late);
+ * a no-op before the first set. */
+int lh_learner_publisher_announce(lh_learner_publisher *p, lh_errbuf *err);
+uint64_t lh_learner_publisher_version(const lh_learner_publisher *p);
+/* Waits up to timeout_ms for requests and serves those waiting; bad ones
+ * are counted and ignored. */
+int lh_learner_publisher_poll(lh_learner_publisher *p, int timeout_ms, size_t *served, lh_errbuf *err);
+const lh_learner_publisher_counts *lh_learner_publisher_get_counts(const lh_learner_publisher *p);
+
+/* ---- checkpoints of the learner process (learner/checkpoint.c) -----------
+ * A checkpoint is a directory CKPT_DIR/step-NNNNNNNN holding
+ * model.safetensors (the parameters and balancing biases), optimizer.bin
+ * (AdamW's two moments, checksummed) and learner_state.bin; CKPT_DIR/latest
+ * names the newest. Each is written into a temporary directory, every file
+ * flushed to disk, the directory renamed into place and only then `latest`
+ * replaced (itself written to a temporary file and renamed), so a crash at
+ * any point leaves the previous checkpoint whole. */
+#define LH_LEARNER_OPTIMIZER_FILE "optimizer.bin"
+#define LH_LEARNER_LATEST_FILE "latest"
+
+/* Writes the checkpoint of st->step; *path_out (may be NULL, room for
+ * LH_LEARNER_TEXT_BYTES) gets its directory. */
+int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_state *st, char *path_out,
+                         lh_errbuf *err);
+/* Loads the checkpoint `latest` names: a new model on be with training
+ * enabled and its moments restored, and the state. LH_ELEARNER_CKPT naming
+ * the file when something is missing or does not match. */
+int lh_learner_ckpt_load_latest(const char *ckpt_dir, const lh_backend *be, lh_model **out,
+                                lh_learner_state *st, lh_errbuf *err);
+/* Whether ckpt_dir has a `latest` to resume from. */
+int lh_learner_ckpt_exists(const char *ckpt_dir);
+
 #endif

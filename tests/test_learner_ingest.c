@@ -391,6 +391,123 @@ START_TEST(test_config_keys) {
 }
 END_TEST
 
+/* Weights: announced on the PUB, served in checksummed chunks on the
+ * ROUTER, and a request for another version answered with the current
+ * announcement (how a new actor learns the version). */
+static Longhaul__Envelope *recv_env(void *sock) {
+  int timeout = 10000;
+  zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+  static uint8_t buf[1 << 16];
+  int got = zmq_recv(sock, buf, sizeof buf, 0);
+  ck_assert_int_gt(got, 0);
+  Longhaul__Envelope *env;
+  lh_errbuf e;
+  ck_assert_msg(lh_wire_decode(buf, (size_t)got, NULL, &env, &e) == 0, "%s", e.msg);
+  return env;
+}
+
+static void send_request(void *d, uint64_t version, uint32_t first, uint32_t count) {
+  Longhaul__WeightsRequest r = LONGHAUL__WEIGHTS_REQUEST__INIT;
+  r.version = version, r.first_chunk = first, r.chunk_count = count;
+  msg m;
+  memset(&m, 0, sizeof m);
+  longhaul__envelope__init(&m.env);
+  m.env.protocol = LH_WIRE_PROTOCOL, m.env.msg_id = 1, m.env.sender = "a0";
+  m.env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_REQUEST, m.env.weights_request = &r;
+  send_msg(d, &m);
+}
+
+START_TEST(test_weights_published_and_served) {
+  make_dir();
+  void *ctx = zmq_ctx_new();
+  char pub_ep[160], rt_ep[160];
+  snprintf(pub_ep, sizeof pub_ep, "ipc://%s/wpub", dir);
+  snprintf(rt_ep, sizeof rt_ep, "ipc://%s/wrt", dir);
+  lh_errbuf e;
+  lh_learner_publisher *p = lh_learner_publisher_new(ctx, pub_ep, rt_ep, 1000, &e);
+  ck_assert_msg(p != NULL, "%s", e.msg);
+  void *sub = zmq_socket(ctx, ZMQ_SUB), *d = zmq_socket(ctx, ZMQ_DEALER);
+  int linger = 0;
+  zmq_setsockopt(sub, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
+  ck_assert_int_eq(zmq_connect(sub, pub_ep), 0);
+  ck_assert_int_eq(zmq_connect(d, rt_ep), 0);
+  /* Before any version: a request is ignored, the announce is a no-op. */
+  ck_assert_int_eq(lh_learner_publisher_announce(p, &e), 0);
+  uint8_t bytes[2500];
+  for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (uint8_t)(i * 13 + 5);
+  ck_assert_int_eq(lh_learner_publisher_set(p, 3, bytes, sizeof bytes, 1, 4096, 0.25f, &e), 0);
+  ck_assert_uint_eq(lh_learner_publisher_version(p), 3);
+  /* The subscriber may join after the first announcement: announce until
+   * it hears one (the loop re-announces periodically for the same reason). */
+  int timeout = 50;
+  zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+  uint8_t buf[4096];
+  int got = -1;
+  for (int i = 0; i < 200 && got < 0; i++) {
+    ck_assert_int_eq(lh_learner_publisher_announce(p, &e), 0);
+    got = zmq_recv(sub, buf, sizeof buf, 0);
+  }
+  ck_assert_int_gt(got, 0);
+  Longhaul__Envelope *env;
+  ck_assert_int_eq(lh_wire_decode(buf, (size_t)got, NULL, &env, &e), 0);
+  ck_assert_int_eq(env->body_case, LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE);
+  ck_assert_uint_eq(env->weights_announce->version, 3);
+  ck_assert_uint_eq(env->weights_announce->chunk_count, 3);
+  ck_assert_uint_eq(env->weights_announce->max_context, 4096);
+  ck_assert_uint_eq(env->weights_announce->checksum, lh_wire_checksum(bytes, sizeof bytes));
+  lh_wire_free(env);
+  /* A new actor asks for version 0: it is told the current one. */
+  send_request(d, 0, 0, 0);
+  size_t served = 0;
+  for (int i = 0; i < 500 && !served; i++) ck_assert_int_eq(lh_learner_publisher_poll(p, 10, &served, &e), 0);
+  env = recv_env(d);
+  ck_assert_int_eq(env->body_case, LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE);
+  ck_assert_uint_eq(env->weights_announce->version, 3);
+  lh_wire_free(env);
+  /* Then fetches every chunk. */
+  send_request(d, 3, 0, 0);
+  served = 0;
+  for (int i = 0; i < 500 && !served; i++) ck_assert_int_eq(lh_learner_publisher_poll(p, 10, &served, &e), 0);
+  uint8_t back[sizeof bytes];
+  size_t total = 0;
+  for (int k = 0; k < 3; k++) {
+    env = recv_env(d);
+    ck_assert_int_eq(env->body_case, LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK);
+    Longhaul__WeightsChunk *c = env->weights_chunk;
+    ck_assert_uint_le(c->offset + c->data.len, sizeof back);
+    memcpy(back + c->offset, c->data.data, c->data.len);
+    total += c->data.len;
+    lh_wire_free(env);
+  }
+  ck_assert_uint_eq(total, sizeof bytes);
+  ck_assert_int_eq(memcmp(back, bytes, sizeof bytes), 0);
+  const lh_learner_publisher_counts *c = lh_learner_publisher_get_counts(p);
+  ck_assert_uint_eq(c->chunks_sent, 3);
+  ck_assert_uint_eq(c->redirects, 1);
+  /* Garbage on the ROUTER is counted, not fatal. */
+  zmq_send(d, "junk", 4, 0);
+  for (int i = 0; i < 500 && c->bad_requests == 0; i++) ck_assert_int_eq(lh_learner_publisher_poll(p, 10, NULL, &e), 0);
+  ck_assert_uint_eq(c->bad_requests, 1);
+  /* A second publisher on the same endpoints cannot bind, and says which key to set. */
+  lh_learner_publisher *p2 = lh_learner_publisher_new(ctx, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", 1000, &e);
+  ck_assert_ptr_nonnull(p2);
+  char taken[LH_LEARNER_TEXT_BYTES];
+  snprintf(taken, sizeof taken, "%s", lh_learner_publisher_pub_endpoint(p2));
+  ck_assert_ptr_null(lh_learner_publisher_new(ctx, taken, "tcp://127.0.0.1:*", 1000, &e));
+  ck_assert_int_eq(e.code, LH_ELEARNER_PUBLISH);
+  lh_learner_publisher_free(p2);
+  ck_assert(strstr(e.msg, "weights_pub_endpoint"));
+  zmq_close(sub);
+  zmq_close(d);
+  lh_learner_publisher_free(p);
+  lh_learner_publisher_free(NULL);
+  zmq_ctx_term(ctx);
+  remove_dir();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_ingest");
   TCase *tc = tcase_create("core");
@@ -402,6 +519,7 @@ int main(void) {
   tcase_add_test(tc, test_second_process);
   tcase_add_test(tc, test_bind_error_and_null);
   tcase_add_test(tc, test_config_keys);
+  tcase_add_test(tc, test_weights_published_and_served);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);

@@ -265,6 +265,84 @@ START_TEST(test_bad_join_marked_error_and_args) {
 }
 END_TEST
 
+/* 2 steps straight against 1 step, checkpoint, load, 1 step: the same
+ * parameters bit for bit (moments, step count and ingest position carried). */
+START_TEST(test_resume_exact) {
+  make_dir();
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_model *w = tiny_model();
+  write_episode(s, w, 1, 10, 1.0f, 0);
+  write_episode(s, w, 2, 10, 0.0f, 0);
+  write_episode(s, w, 3, 11, 0.0f, 0);
+  write_episode(s, w, 4, 11, 1.0f, 0);
+  lh_model_free(w);
+  lh_learner_config cfg = small_cfg();
+  cfg.batch_episodes = 2, cfg.max_policy_lag = 5, cfg.warmup_steps = 1;
+  int stepped;
+  /* Straight. */
+  lh_model *a = tiny_model();
+  lh_learner_trainer *t;
+  ck_assert_int_eq(lh_learner_trainer_new(a, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  for (int i = 0; i < 2; i++) {
+    ck_assert_msg(lh_learner_trainer_step(t, &stepped, NULL, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(stepped, 1);
+  }
+  lh_learner_trainer_free(t);
+  /* One step, a checkpoint, a fresh start from it, one step. */
+  lh_model *b = tiny_model();
+  ck_assert_int_eq(lh_learner_trainer_new(b, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  lh_learner_state st;
+  memset(&st, 0, sizeof st);
+  lh_learner_trainer_state(t, &st);
+  char ck[160], path[LH_LEARNER_TEXT_BYTES];
+  snprintf(ck, sizeof ck, "%s/ckpt", dir);
+  ck_assert_int_eq(lh_learner_ckpt_exists(ck), 0);
+  ck_assert_msg(lh_learner_ckpt_save(ck, b, &st, path, &e) == 0, "%s", e.msg);
+  ck_assert(strstr(path, "step-00000001"));
+  ck_assert_int_eq(lh_learner_ckpt_exists(ck), 1);
+  lh_learner_trainer_free(t);
+  lh_model_free(b);
+  lh_learner_state st2;
+  lh_model *c;
+  ck_assert_msg(lh_learner_ckpt_load_latest(ck, lh_backend_cpu(), &c, &st2, &e) == 0, "%s", e.msg);
+  ck_assert_uint_eq(st2.step, 1);
+  ck_assert_uint_eq(st2.version, 1);
+  ck_assert_uint_eq(st2.ingest_position, 2);
+  ck_assert_int_eq(lh_learner_trainer_new(c, s, &cfg, 0.7f, &st2, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 1);
+  ck_assert_uint_eq(lh_learner_trainer_version(t), 2);
+  size_t n = lh_model_n_floats(a);
+  ck_assert_int_eq(memcmp(lh_model_params(a), lh_model_params(c), n * sizeof(float)), 0);
+  ck_assert_int_eq(memcmp(lh_model_moment2(a), lh_model_moment2(c), n * sizeof(float)), 0);
+  lh_learner_trainer_free(t);
+  /* A damaged optimizer file is refused with its name. */
+  char opt[LH_LEARNER_TEXT_BYTES + 32];
+  snprintf(opt, sizeof opt, "%s/%s", path, LH_LEARNER_OPTIMIZER_FILE);
+  FILE *f = fopen(opt, "r+b");
+  ck_assert_ptr_nonnull(f);
+  fseek(f, 40, SEEK_SET);
+  fputc(0x5a, f);
+  fclose(f);
+  lh_model *d = NULL;
+  ck_assert_int_eq(lh_learner_ckpt_load_latest(ck, lh_backend_cpu(), &d, &st2, &e), LH_ELEARNER_CKPT);
+  ck_assert_msg(strstr(e.msg, "optimizer.bin") && strstr(e.msg, "checksum"), "%s", e.msg);
+  ck_assert_ptr_null(d);
+  ck_assert_int_eq(lh_learner_ckpt_load_latest(dir, lh_backend_cpu(), &d, &st2, &e), LH_ELEARNER_CKPT);
+  ck_assert(strstr(e.msg, "nothing to resume from"));
+  lh_model_free(a);
+  lh_model_free(c);
+  lh_store_close(s);
+  remove_dir();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_train");
   TCase *tc = tcase_create("core");
@@ -272,6 +350,7 @@ int main(void) {
   tcase_add_test(tc, test_step_aligned_and_recorded);
   tcase_add_test(tc, test_nonfinite_step_skipped);
   tcase_add_test(tc, test_bad_join_marked_error_and_args);
+  tcase_add_test(tc, test_resume_exact);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);

@@ -1,0 +1,229 @@
+/* learner: the weights PUB and ROUTER of the learner process. A new
+ * version is announced on the PUB; actors fetch it in chunks from the
+ * ROUTER. A request for any other version (a new actor that missed the
+ * announcement, or one asking for a version already replaced) is answered
+ * with the current announcement on the ROUTER, so that it can start
+ * fetching the version that is there. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "learner/learner.h"
+
+#define PUBLISH_LINGER_MS 200
+#define PUBLISH_MAX_REQUESTS 64
+
+struct lh_learner_publisher {
+  void *pub, *router;
+  char pub_endpoint[LH_LEARNER_TEXT_BYTES], router_endpoint[LH_LEARNER_TEXT_BYTES];
+  lh_learner_weights *w;
+  uint32_t chunk_bytes;
+  uint32_t stage_index, max_context;
+  float long_frac;
+  uint64_t next_msg_id;
+  lh_wire_limits lim;
+  lh_learner_publisher_counts counts;
+};
+
+static void *bind_socket(void *ctx, int type, const char *ep, char *bound, lh_errbuf *err) {
+  void *s = zmq_socket(ctx, type);
+  int linger = PUBLISH_LINGER_MS;
+  int64_t maxmsg = 1 << 20;  /* requests are small */
+  if (!s || zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger) ||
+      (type == ZMQ_ROUTER && zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg)) ||
+      zmq_bind(s, ep)) {
+    lh_errbuf_set(err, LH_ELEARNER_PUBLISH, "weights: cannot bind %s on %s: %s (set [learner] %s)",
+                  type == ZMQ_PUB ? "PUB" : "ROUTER", ep, zmq_strerror(zmq_errno()),
+                  type == ZMQ_PUB ? "weights_pub_endpoint" : "weights_endpoint");
+    if (s) zmq_close(s);
+    return NULL;
+  }
+  size_t len = LH_LEARNER_TEXT_BYTES;
+  if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, bound, &len)) snprintf(bound, LH_LEARNER_TEXT_BYTES, "%s", ep);
+  return s;
+}
+
+lh_learner_publisher *lh_learner_publisher_new(void *zmq_ctx, const char *pub_endpoint,
+                                               const char *router_endpoint, uint32_t chunk_bytes,
+                                               lh_errbuf *err) {
+  if (!zmq_ctx || !pub_endpoint || !router_endpoint || chunk_bytes < 1) {
+    lh_errbuf_set(err, LH_EINVAL, "weights: NULL context or endpoint, or chunk_bytes 0");
+    return NULL;
+  }
+  lh_learner_publisher *p = calloc(1, sizeof *p);
+  if (!p) {
+    lh_errbuf_set(err, LH_ENOMEM, "weights: out of memory");
+    return NULL;
+  }
+  p->chunk_bytes = chunk_bytes;
+  lh_wire_limits_default(&p->lim);
+  p->pub = bind_socket(zmq_ctx, ZMQ_PUB, pub_endpoint, p->pub_endpoint, err);
+  if (p->pub) p->router = bind_socket(zmq_ctx, ZMQ_ROUTER, router_endpoint, p->router_endpoint, err);
+  if (!p->router) {
+    lh_learner_publisher_free(p);
+    return NULL;
+  }
+  LH_INFO("weights", "bound pub=%s router=%s", p->pub_endpoint, p->router_endpoint);
+  return p;
+}
+
+void lh_learner_publisher_free(lh_learner_publisher *p) {
+  if (!p) return;
+  if (p->pub) zmq_close(p->pub);
+  if (p->router) zmq_close(p->router);
+  lh_learner_weights_free(p->w);
+  free(p);
+}
+
+const char *lh_learner_publisher_pub_endpoint(const lh_learner_publisher *p) { return p ? p->pub_endpoint : NULL; }
+const char *lh_learner_publisher_router_endpoint(const lh_learner_publisher *p) {
+  return p ? p->router_endpoint : NULL;
+}
+void *lh_learner_publisher_socket(lh_learner_publisher *p) { return p ? p->router : NULL; }
+const lh_learner_publisher_counts *lh_learner_publisher_get_counts(const lh_learner_publisher *p) {
+  return p ? &p->counts : NULL;
+}
+
+/* Encodes env (whose body the caller set) and sends it, after the given
+ * routing frames. */
+static int send_env(lh_learner_publisher *p, void *sock, Longhaul__Envelope *env, const void *id, size_t id_bytes,
+                    int delimiter, lh_errbuf *err) {
+  env->protocol = LH_WIRE_PROTOCOL;
+  env->msg_id = ++p->next_msg_id;
+  env->sender = "learner";
+  uint8_t *buf = NULL;
+  size_t n = 0;
+  lh_errbuf e;
+  if (lh_wire_encode(env, &buf, &n, &e))
+    return lh_errbuf_set(err, LH_ELEARNER_PUBLISH, "weights: cannot encode a %s: %s",
+                         lh_wire_body_name(env->body_case), e.msg);
+  int bad = 0;
+  if (id) bad = zmq_send(sock, id, id_bytes, ZMQ_SNDMORE) < 0;
+  if (!bad && delimiter) bad = zmq_send(sock, "", 0, ZMQ_SNDMORE) < 0;
+  if (!bad) bad = zmq_send(sock, buf, n, 0) < 0;
+  free(buf);
+  /* A peer that went away is not an error of ours. */
+  if (bad && zmq_errno() != EHOSTUNREACH && zmq_errno() != EAGAIN)
+    return lh_errbuf_set(err, LH_ELEARNER_PUBLISH, "weights: send failed: %s", zmq_strerror(zmq_errno()));
+  return 0;
+}
+
+static void fill_announce(const lh_learner_publisher *p, Longhaul__WeightsAnnounce *a) {
+  longhaul__weights_announce__init(a);
+  lh_learner_weights_announce(p->w, a);
+  a->stage_index = p->stage_index, a->max_context = p->max_context, a->long_frac = p->long_frac;
+}
+
+int lh_learner_publisher_announce(lh_learner_publisher *p, lh_errbuf *err) {
+  if (!p) return lh_errbuf_set(err, LH_EINVAL, "weights: NULL publisher");
+  if (!p->w) return 0;
+  Longhaul__WeightsAnnounce a;
+  fill_announce(p, &a);
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE;
+  env.weights_announce = &a;
+  int rc = send_env(p, p->pub, &env, NULL, 0, 0, err);
+  if (!rc) p->counts.announces++;
+  return rc;
+}
+
+int lh_learner_publisher_set(lh_learner_publisher *p, uint64_t version, const void *bytes, size_t n,
+                             uint32_t stage_index, uint32_t max_context, float long_frac, lh_errbuf *err) {
+  if (!p) return lh_errbuf_set(err, LH_EINVAL, "weights: NULL publisher");
+  lh_learner_weights *w = lh_learner_weights_new(version, bytes, n, p->chunk_bytes, err);
+  if (!w) return err ? err->code : LH_ENOMEM;
+  lh_learner_weights_free(p->w);
+  p->w = w;
+  p->stage_index = stage_index, p->max_context = max_context, p->long_frac = long_frac;
+  return lh_learner_publisher_announce(p, err);
+}
+
+uint64_t lh_learner_publisher_version(const lh_learner_publisher *p) {
+  Longhaul__WeightsAnnounce a;
+  if (!p || !p->w) return 0;
+  longhaul__weights_announce__init(&a);
+  lh_learner_weights_announce(p->w, &a);
+  return a.version;
+}
+
+/* Serves one request message: chunks of the current version, or the
+ * current announcement when it asks for another. */
+static int serve_one(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes, int delimiter,
+                     const uint8_t *buf, size_t n, lh_errbuf *err) {
+  Longhaul__Envelope *req = NULL;
+  lh_errbuf e;
+  if (lh_wire_decode(buf, n, &p->lim, &req, &e) ||
+      req->body_case != LONGHAUL__ENVELOPE__BODY_WEIGHTS_REQUEST) {
+    p->counts.bad_requests++;
+    LH_DEBUG("weights", "bad request ignored: %s", req ? "not a weights_request" : e.msg);
+    lh_wire_free(req);
+    return 0;
+  }
+  int rc = 0;
+  uint32_t first = 0, count = 0;
+  if (!p->w) {
+    p->counts.bad_requests++;  /* nothing published yet: the announcement will come */
+  } else if (lh_learner_weights_serve(p->w, req->weights_request, &first, &count, &e)) {
+    Longhaul__WeightsAnnounce a;
+    fill_announce(p, &a);
+    Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+    env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE;
+    env.weights_announce = &a;
+    rc = send_env(p, p->router, &env, id, id_bytes, delimiter, err);
+    p->counts.redirects++;
+  } else {
+    for (uint32_t i = 0; i < count && !rc; i++) {
+      Longhaul__WeightsChunk c;
+      longhaul__weights_chunk__init(&c);
+      rc = lh_learner_weights_chunk(p->w, first + i, &c, err);
+      if (rc) break;
+      Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+      env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK;
+      env.weights_chunk = &c;
+      rc = send_env(p, p->router, &env, id, id_bytes, delimiter, err);
+      if (!rc) p->counts.chunks_sent++;
+    }
+  }
+  lh_wire_free(req);
+  return rc;
+}
+
+int lh_learner_publisher_poll(lh_learner_publisher *p, int timeout_ms, size_t *served, lh_errbuf *err) {
+  if (served) *served = 0;
+  if (!p) return lh_errbuf_set(err, LH_EINVAL, "weights: NULL publisher");
+  zmq_pollitem_t item = {p->router, 0, ZMQ_POLLIN, 0};
+  int pr = zmq_poll(&item, 1, timeout_ms);
+  if (pr <= 0) return pr < 0 && zmq_errno() != EINTR
+                          ? lh_errbuf_set(err, LH_ELEARNER_PUBLISH, "weights: poll failed: %s",
+                                          zmq_strerror(zmq_errno()))
+                          : 0;
+  for (size_t k = 0; k < PUBLISH_MAX_REQUESTS; k++) {
+    zmq_msg_t f[3];
+    int n = 0, more = 1, extra = 0;
+    while (more) {
+      zmq_msg_t m;
+      zmq_msg_init(&m);
+      if (zmq_msg_recv(&m, p->router, n == 0 && !extra ? ZMQ_DONTWAIT : 0) < 0) {
+        zmq_msg_close(&m);
+        for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
+        return 0;  /* nothing more waiting (or interrupted) */
+      }
+      more = zmq_msg_more(&m);
+      if (n < 3) f[n++] = m;
+      else zmq_msg_close(&m), extra++;
+    }
+    int rc = 0;
+    if (extra || n < 2 || (n == 3 && zmq_msg_size(&f[1]) != 0)) {
+      p->counts.bad_requests++;
+    } else {
+      zmq_msg_t *payload = &f[n - 1];
+      rc = serve_one(p, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), n == 3, zmq_msg_data(payload),
+                     zmq_msg_size(payload), err);
+      if (!rc && served) (*served)++;
+    }
+    for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
+    if (rc) return rc;
+  }
+  return 0;
+}
