@@ -1,7 +1,8 @@
 /* The CUDA backend against the CPU backend: every operation it has, on the
  * same random inputs, forward and backward (gradients start from random
  * values, so the "add into" rule is checked too), plus the memory pool, the
- * error paths and the operations that are not on CUDA yet.
+ * error paths and the operations that are not on CUDA yet (chunked
+ * attention and the MoE experts).
  *
  * Tolerances, as max |cuda - cpu| / max |cpu| over a tensor: fp32 1e-5;
  * bf16 matrix products 2e-2 (operands rounded to 8 significant bits, fp32
@@ -62,6 +63,12 @@ static float *rand_f(test_rng *r, size_t n, double lo, double hi) {
   float *x = alloc_f(n);
   fill_f(r, x, n, lo, hi);
   return x;
+}
+
+static float *copy_f(const float *x, size_t n) {
+  float *y = alloc_f(n);
+  memcpy(y, x, sizeof(float) * n);
+  return y;
 }
 
 /* Downloads dev (n floats) and bounds its difference from the CPU's ref. */
@@ -410,6 +417,150 @@ START_TEST(test_memory) {
 }
 END_TEST
 
+/* Two heads, three sequences (one empty), dk not a multiple of a warp. */
+static void recurrent_case(int dk) {
+  test_rng r = {(uint64_t)(77 + dk)};
+  const int H = 2, n_seq = 3;
+  int32_t offs[4] = {0, 5, 5, 24};
+  const int T = offs[n_seq];
+  size_t D = (size_t)H * dk, n = (size_t)T * D, ns = (size_t)n_seq * H * dk * dk;
+  float *q = rand_f(&r, n, -1, 1), *k = rand_f(&r, n, -1, 1), *v = rand_f(&r, n, -1, 1);
+  float *g = rand_f(&r, n, -2, -0.01), *s_in = rand_f(&r, ns, -1, 1);
+  float *dout = rand_f(&r, n, -1, 1), *ds_out = rand_f(&r, ns, -1, 1);
+  float *dq = rand_f(&r, n, -1, 1), *dk_ = rand_f(&r, n, -1, 1), *dv = rand_f(&r, n, -1, 1);
+  float *dg = rand_f(&r, n, -1, 1), *ds_in = rand_f(&r, ns, -1, 1);
+  float *out = alloc_f(n), *s_out = alloc_f(ns);
+  float *g_q = dev_f(q, n), *g_k = dev_f(k, n), *g_v = dev_f(v, n), *g_g = dev_f(g, n);
+  float *g_sin = dev_f(s_in, ns), *g_dout = dev_f(dout, n), *g_dsout = dev_f(ds_out, ns);
+  float *g_dq = dev_f(dq, n), *g_dk = dev_f(dk_, n), *g_dv = dev_f(dv, n), *g_dg = dev_f(dg, n);
+  float *g_dsin = dev_f(ds_in, ns), *g_out = dev_f(out, n), *g_sout = dev_f(s_out, ns);
+  int32_t *g_offs = dev_i(offs, 4);
+  ck_assert_int_eq(
+      C->attn_recurrent_forward(NULL, out, s_out, q, k, v, g, s_in, offs, n_seq, H, dk), 0);
+  ck_assert_int_eq(G->attn_recurrent_forward(G->context, g_out, g_sout, g_q, g_k, g_v, g_g,
+                                             g_sin, g_offs, n_seq, H, dk),
+                   0);
+  expect_near("attn_recurrent_forward out", out, g_out, n, TOL_FP32);
+  expect_near("attn_recurrent_forward state", s_out, g_sout, ns, TOL_FP32);
+  /* zero initial state, no state out */
+  ck_assert_int_eq(
+      C->attn_recurrent_forward(NULL, out, NULL, q, k, v, g, NULL, offs, n_seq, H, dk), 0);
+  ck_assert_int_eq(G->attn_recurrent_forward(G->context, g_out, NULL, g_q, g_k, g_v, g_g, NULL,
+                                             g_offs, n_seq, H, dk),
+                   0);
+  expect_near("attn_recurrent_forward zero state", out, g_out, n, TOL_FP32);
+  ck_assert_int_eq(C->attn_recurrent_backward(NULL, dq, dk_, dv, dg, ds_in, dout, ds_out, q, k,
+                                              v, g, s_in, offs, n_seq, H, dk),
+                   0);
+  ck_assert_int_eq(G->attn_recurrent_backward(G->context, g_dq, g_dk, g_dv, g_dg, g_dsin,
+                                              g_dout, g_dsout, g_q, g_k, g_v, g_g, g_sin,
+                                              g_offs, n_seq, H, dk),
+                   0);
+  expect_near("attn_recurrent_backward dq", dq, g_dq, n, TOL_FP32);
+  expect_near("attn_recurrent_backward dk", dk_, g_dk, n, TOL_FP32);
+  expect_near("attn_recurrent_backward dv", dv, g_dv, n, TOL_FP32);
+  expect_near("attn_recurrent_backward dg", dg, g_dg, n, TOL_FP32);
+  expect_near("attn_recurrent_backward dstate_in", ds_in, g_dsin, ns, TOL_FP32);
+  /* Decode: the first sequence's heads as a batch of B = 5 single steps
+   * from random states, state updated in place. */
+  const int B = 5;
+  size_t nb = (size_t)B * H * dk * dk;
+  float *state = rand_f(&r, nb, -1, 1), *g_state = dev_f(state, nb);
+  ck_assert_int_eq(C->attn_decode_step(NULL, out, state, q, k, v, g, B, H, dk), 0);
+  ck_assert_int_eq(
+      G->attn_decode_step(G->context, g_out, g_state, g_q, g_k, g_v, g_g, B, H, dk), 0);
+  expect_near("attn_decode_step out", out, g_out, (size_t)B * D, TOL_FP32);
+  expect_near("attn_decode_step state", state, g_state, nb, TOL_FP32);
+  /* In-place windows: state_out is state_in. */
+  float *win = copy_f(s_in, ns), *g_win = dev_f(s_in, ns);
+  ck_assert_int_eq(
+      C->attn_recurrent_forward(NULL, out, win, q, k, v, g, win, offs, n_seq, H, dk), 0);
+  ck_assert_int_eq(G->attn_recurrent_forward(G->context, g_out, g_win, g_q, g_k, g_v, g_g,
+                                             g_win, g_offs, n_seq, H, dk),
+                   0);
+  expect_near("attn_recurrent_forward in place", win, g_win, ns, TOL_FP32);
+  /* Bad offsets are refused. */
+  int32_t bad[4] = {0, 6, 5, 24}, *g_bad = dev_i(bad, 4);
+  ck_assert_int_eq(G->attn_recurrent_forward(G->context, g_out, NULL, g_q, g_k, g_v, g_g, NULL,
+                                             g_bad, n_seq, H, dk),
+                   LH_EKERNELS_SHAPE);
+  ck_assert_int_eq(G->attn_recurrent_forward(G->context, g_out, NULL, g_q, g_k, g_v, g_g, NULL,
+                                             NULL, n_seq, H, dk),
+                   LH_EKERNELS_NULL_ARG);
+  free(q), free(k), free(v), free(g), free(s_in), free(dout), free(ds_out), free(dq);
+  free(dk_), free(dv), free(dg), free(ds_in), free(out), free(s_out), free(state), free(win);
+}
+
+START_TEST(test_attn_recurrent) {
+  recurrent_case(16);
+  recurrent_case(40);
+}
+END_TEST
+
+START_TEST(test_moe_route) {
+  test_rng r = {55};
+  const int N = 300, E = 16, k = 4;
+  size_t ne = (size_t)N * E, nk = (size_t)N * k;
+  float *logits = rand_f(&r, ne, -3, 3), *bias = rand_f(&r, E, -0.05, 0.05);
+  /* row 0 all equal: ties go to the lower index */
+  for (int e = 0; e < E; e++) logits[e] = 0.5f;
+  float *aff = alloc_f(ne), *gates = alloc_f(nk), *dgates = rand_f(&r, nk, -1, 1);
+  float *dlogits = rand_f(&r, ne, -1, 1), *load = rand_f(&r, E, 0, 0.2);
+  int32_t *idx = calloc(nk, sizeof(int32_t)), *gidx_h = calloc(nk, sizeof(int32_t));
+  float *g_logits = dev_f(logits, ne), *g_bias = dev_f(bias, E), *g_aff = dev_f(aff, ne);
+  float *g_gates = dev_f(gates, nk), *g_dgates = dev_f(dgates, nk);
+  float *g_dlogits = dev_f(dlogits, ne), *g_load = dev_f(load, E);
+  int32_t *g_idx = dev_i(idx, nk);
+  for (int b = 0; b < 2; b++) {
+    const float *bs = b ? bias : NULL;
+    ck_assert_int_eq(C->moe_route_forward(NULL, idx, gates, aff, logits, bs, N, E, k, 0), 0);
+    ck_assert_int_eq(G->moe_route_forward(G->context, g_idx, g_gates, g_aff, g_logits,
+                                          b ? g_bias : NULL, N, E, k, 0),
+                     0);
+    ck_assert_int_eq(G->download(G->context, gidx_h, g_idx, sizeof(int32_t) * nk), 0);
+    for (size_t i = 0; i < nk; i++)
+      ck_assert_msg(gidx_h[i] == idx[i], "expert_idx[%zu]: cuda %d, cpu %d", i, gidx_h[i],
+                    idx[i]);
+    expect_near("moe_route_forward affinity", aff, g_aff, ne, TOL_FP32);
+    expect_near("moe_route_forward gates", gates, g_gates, nk, TOL_FP32);
+    if (!b) ck_assert(gidx_h[0] == 0 && gidx_h[1] == 1 && gidx_h[2] == 2 && gidx_h[3] == 3);
+  }
+  /* replay of the CPU's choice gives the same gates */
+  ck_assert_int_eq(G->zero(G->context, g_gates, sizeof(float) * nk), 0);
+  ck_assert_int_eq(
+      G->moe_route_forward(G->context, g_idx, g_gates, g_aff, g_logits, NULL, N, E, k, 1), 0);
+  expect_near("moe_route_forward replay", gates, g_gates, nk, TOL_FP32);
+  ck_assert_int_eq(C->moe_route_backward(NULL, dlogits, dgates, aff, idx, N, E, k), 0);
+  ck_assert_int_eq(
+      G->moe_route_backward(G->context, g_dlogits, g_dgates, g_aff, g_idx, N, E, k), 0);
+  expect_near("moe_route_backward", dlogits, g_dlogits, ne, TOL_FP32);
+  double lc = 0, lg = 0;
+  ck_assert_int_eq(C->moe_aux_loss_forward(NULL, &lc, aff, load, N, E, 0.01f), 0);
+  ck_assert_int_eq(G->moe_aux_loss_forward(G->context, &lg, g_aff, g_load, N, E, 0.01f), 0);
+  ck_assert_msg(fabs(lc - lg) <= 1e-6 * fabs(lc), "aux loss cuda %.9g cpu %.9g", lg, lc);
+  ck_assert_int_eq(C->moe_aux_loss_backward(NULL, dlogits, 2.0f, aff, load, N, E, 0.01f), 0);
+  ck_assert_int_eq(
+      G->moe_aux_loss_backward(G->context, g_dlogits, 2.0f, g_aff, g_load, N, E, 0.01f), 0);
+  expect_near("moe_aux_loss_backward", dlogits, g_dlogits, ne, TOL_FP32);
+  /* replay with a repeated or out-of-range index, backward with a bad one */
+  int32_t rep[4] = {1, 2, 2, 3}, out_of[4] = {0, 1, 2, E};
+  int32_t *g_rep = dev_i(rep, 4), *g_oor = dev_i(out_of, 4);
+  ck_assert_int_eq(
+      G->moe_route_forward(G->context, g_rep, g_gates, g_aff, g_logits, NULL, 1, E, k, 1),
+      LH_EKERNELS_INDEX);
+  ck_assert_int_eq(
+      G->moe_route_forward(G->context, g_oor, g_gates, g_aff, g_logits, NULL, 1, E, k, 1),
+      LH_EKERNELS_INDEX);
+  ck_assert_int_eq(G->moe_route_backward(G->context, g_dlogits, g_dgates, g_aff, g_oor, 1, E, k),
+                   LH_EKERNELS_INDEX);
+  ck_assert_int_eq(
+      G->moe_route_forward(G->context, g_idx, g_gates, g_aff, g_logits, NULL, N, E, E + 1, 0),
+      LH_EKERNELS_SHAPE);
+  free(logits), free(bias), free(aff), free(gates), free(dgates), free(dlogits), free(load);
+  free(idx), free(gidx_h);
+}
+END_TEST
+
 START_TEST(test_not_on_cuda) {
   void *x = G->context;
   ck_assert_int_eq(G->attn_chunked_forward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0,
@@ -418,27 +569,11 @@ START_TEST(test_not_on_cuda) {
   ck_assert_int_eq(G->attn_chunked_backward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                                             NULL, NULL, NULL, NULL, NULL, 0, 1, 1, 16),
                    LH_EKERNELS_NOT_AVAILABLE);
-  ck_assert_int_eq(G->attn_recurrent_forward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                                             0, 1, 1),
-                   LH_EKERNELS_NOT_AVAILABLE);
-  ck_assert_int_eq(G->attn_recurrent_backward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                                              NULL, NULL, NULL, NULL, NULL, 0, 1, 1),
-                   LH_EKERNELS_NOT_AVAILABLE);
-  ck_assert_int_eq(G->attn_decode_step(x, NULL, NULL, NULL, NULL, NULL, NULL, 1, 1, 1),
-                   LH_EKERNELS_NOT_AVAILABLE);
-  ck_assert_int_eq(G->moe_route_forward(x, NULL, NULL, NULL, NULL, NULL, 1, 2, 1, 0),
-                   LH_EKERNELS_NOT_AVAILABLE);
-  ck_assert_int_eq(G->moe_route_backward(x, NULL, NULL, NULL, NULL, 1, 2, 1),
-                   LH_EKERNELS_NOT_AVAILABLE);
   ck_assert_int_eq(G->moe_experts_forward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1,
                                           2, 1, 1, 1),
                    LH_EKERNELS_NOT_AVAILABLE);
   ck_assert_int_eq(G->moe_experts_backward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                                            NULL, NULL, NULL, NULL, NULL, 1, 2, 1, 1, 1),
-                   LH_EKERNELS_NOT_AVAILABLE);
-  ck_assert_int_eq(G->moe_aux_loss_forward(x, NULL, NULL, NULL, 1, 2, 1.0f),
-                   LH_EKERNELS_NOT_AVAILABLE);
-  ck_assert_int_eq(G->moe_aux_loss_backward(x, NULL, 1.0f, NULL, NULL, 1, 2, 1.0f),
                    LH_EKERNELS_NOT_AVAILABLE);
 }
 END_TEST
@@ -524,6 +659,8 @@ int main(void) {
   tcase_add_test(tc, test_logprob);
   tcase_add_test(tc, test_vector);
   tcase_add_test(tc, test_adamw);
+  tcase_add_test(tc, test_attn_recurrent);
+  tcase_add_test(tc, test_moe_route);
   tcase_add_test(tc, test_not_on_cuda);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -169,6 +169,13 @@ static void fill_table(lh_cuda_ctx *c) {
   OP(dot);
   OP(sum_squares);
   OP(adamw_step);
+  OP(attn_recurrent_forward);
+  OP(attn_recurrent_backward);
+  OP(attn_decode_step);
+  OP(moe_route_forward);
+  OP(moe_route_backward);
+  OP(moe_aux_loss_forward);
+  OP(moe_aux_loss_backward);
 #undef OP
   lh_cuda_fill_missing(t);
 }

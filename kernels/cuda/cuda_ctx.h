@@ -168,6 +168,29 @@ int lh_cuda_patch_forward(void *ctx, float *out, const float *image, int H, int 
 int lh_cuda_patch_backward(void *ctx, float *dw, float *db, float *dpos, const float *dout,
                            const float *image, int H, int W, int patch, const float *w,
                            int max_patches, int C);
+int lh_cuda_attn_decode_step(void *ctx, float *out, float *state, const float *q,
+                             const float *k, const float *v, const float *g, int B, int H,
+                             int dk);
+int lh_cuda_attn_recurrent_forward(void *ctx, float *out, float *state_out, const float *q,
+                                   const float *k, const float *v, const float *g,
+                                   const float *state_in, const int32_t *seq_offsets,
+                                   int n_seq, int H, int dk);
+int lh_cuda_attn_recurrent_backward(void *ctx, float *dq, float *dk_, float *dv, float *dg,
+                                    float *dstate_in, const float *dout,
+                                    const float *dstate_out, const float *q, const float *k,
+                                    const float *v, const float *g, const float *state_in,
+                                    const int32_t *seq_offsets, int n_seq, int H, int dk);
+int lh_cuda_moe_route_forward(void *ctx, int32_t *expert_idx, float *gates, float *affinity,
+                              const float *logits, const float *bias, int N, int E, int k,
+                              int replay);
+int lh_cuda_moe_route_backward(void *ctx, float *dlogits, const float *dgates,
+                               const float *affinity, const int32_t *expert_idx, int N, int E,
+                               int k);
+int lh_cuda_moe_aux_loss_forward(void *ctx, double *loss, const float *affinity,
+                                 const float *load, int N, int E, float weight);
+int lh_cuda_moe_aux_loss_backward(void *ctx, float *dlogits, float dloss,
+                                  const float *affinity, const float *load, int N, int E,
+                                  float weight);
 // Fills the entries of the operations not yet written for CUDA (they
 // answer LH_EKERNELS_NOT_AVAILABLE naming themselves); not_on_cuda.cu.
 void lh_cuda_fill_missing(lh_backend *table);

@@ -1,0 +1,157 @@
+// MoE routing and the auxiliary balancing loss: one thread per token (E and
+// k are small: 16 and 2 in the demo, 64 and 8 in the benchmark model), so
+// each row is computed exactly as the CPU backend computes it.
+#include "kernels/cuda/cuda_ctx.h"
+
+#define LH_ROW_FOR(n, N)                                                        \
+  for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < (N); n += gridDim.x * blockDim.x)
+
+// Top-k of affinity + bias by repeated scans, strict > so ties go to the
+// lower index; replay checks the given indices instead (flag on a bad row).
+__global__ void route_fwd(int *flag, int32_t *expert_idx, float *gates, float *affinity,
+                          const float *logits, const float *bias, int N, int E, int k,
+                          int replay) {
+  LH_ROW_FOR(n, N) {
+    const float *z = logits + (size_t)n * E;
+    float *s = affinity + (size_t)n * E;
+    int32_t *idx = expert_idx + (size_t)n * k;
+    for (int e = 0; e < E; e++) s[e] = lh_dsigmoid(z[e]);
+    int bad = 0;
+    if (replay) {
+      for (int j = 0; j < k; j++) {
+        if (idx[j] < 0 || idx[j] >= E) bad = 1;
+        for (int i = 0; i < j; i++)
+          if (idx[i] == idx[j]) bad = 1;
+      }
+    } else {
+      for (int j = 0; j < k; j++) {
+        int best = -1;
+        float best_v = 0.0f;
+        for (int e = 0; e < E; e++) {
+          int taken = 0;
+          for (int i = 0; i < j; i++) taken |= idx[i] == e;
+          if (taken) continue;
+          float val = s[e] + (bias ? bias[e] : 0.0f);
+          if (best < 0 || val > best_v) best = e, best_v = val;
+        }
+        idx[j] = best;
+      }
+    }
+    if (bad) {
+      atomicExch(flag, 1);
+      continue;
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) sum += s[idx[j]];
+    for (int j = 0; j < k; j++) gates[(size_t)n * k + j] = s[idx[j]] / sum;
+  }
+}
+
+// ds_j = (dg_j - sum_i dg_i g_i) / sum for chosen j; dlogit = ds s (1 - s).
+__global__ void route_bwd(float *dlogits, const float *dgates, const float *affinity,
+                          const int32_t *expert_idx, int N, int E, int k) {
+  LH_ROW_FOR(n, N) {
+    const float *s = affinity + (size_t)n * E, *dg = dgates + (size_t)n * k;
+    const int32_t *idx = expert_idx + (size_t)n * k;
+    float sum = 0.0f, dot = 0.0f;
+    for (int j = 0; j < k; j++) sum += s[idx[j]];
+    for (int j = 0; j < k; j++) dot += dg[j] * s[idx[j]] / sum;
+    for (int j = 0; j < k; j++) {
+      float se = s[idx[j]];
+      dlogits[(size_t)n * E + idx[j]] += (dg[j] - dot) / sum * se * (1.0f - se);
+    }
+  }
+}
+
+extern "C" int lh_cuda_moe_route_forward(void *ctx, int32_t *expert_idx, float *gates,
+                                         float *affinity, const float *logits, const float *bias,
+                                         int N, int E, int k, int replay) {
+  if (N < 0 || E <= 0 || k <= 0 || k > E) return LH_EKERNELS_SHAPE;
+  if (N == 0) return LH_OK;
+  if (!ctx || !expert_idx || !gates || !affinity || !logits) return LH_EKERNELS_NULL_ARG;
+  lh_cuda_ctx *c = lh_cuda(ctx);
+  route_fwd<<<lh_cuda_blocks((size_t)N), LH_CUDA_THREADS, 0, c->stream>>>(
+      c->flag, expert_idx, gates, affinity, logits, bias, N, E, k, replay);
+  LH_CUDA_LAUNCHED();
+  if (!replay) return LH_OK;
+  int bad = 0;
+  LH_TRY(lh_cuda_read_flag(c, &bad));
+  return bad ? LH_EKERNELS_INDEX : LH_OK;
+}
+
+extern "C" int lh_cuda_moe_route_backward(void *ctx, float *dlogits, const float *dgates,
+                                          const float *affinity, const int32_t *expert_idx,
+                                          int N, int E, int k) {
+  if (N < 0 || E <= 0 || k <= 0 || k > E) return LH_EKERNELS_SHAPE;
+  if (N == 0 || !dlogits) return LH_OK;
+  if (!ctx || !dgates || !affinity || !expert_idx) return LH_EKERNELS_NULL_ARG;
+  lh_cuda_ctx *c = lh_cuda(ctx);
+  LH_TRY(lh_cuda_check_ids(c, expert_idx, N * k, 0, E));
+  route_bwd<<<lh_cuda_blocks((size_t)N), LH_CUDA_THREADS, 0, c->stream>>>(
+      dlogits, dgates, affinity, expert_idx, N, E, k);
+  LH_CUDA_LAUNCHED();
+  return LH_OK;
+}
+
+// Sum over rows of (load . s) / sum(s), in double; one atomic per block.
+__global__ void aux_fwd(double *acc_out, const float *affinity, const float *load, int N,
+                        int E) {
+  __shared__ double shared[32];
+  double acc = 0.0;
+  LH_ROW_FOR(n, N) {
+    const float *s = affinity + (size_t)n * E;
+    double sum = 0.0, dot = 0.0;
+    for (int e = 0; e < E; e++) sum += s[e], dot += (double)load[e] * s[e];
+    acc += dot / sum;
+  }
+  acc = lh_block_sum(acc, shared);
+  if (threadIdx.x == 0) atomicAdd(acc_out, acc);
+}
+
+// With c_e = scale load_e: ds_j = (c_j - sum_e c_e p_e) / sum_e s_e,
+// dlogit_j = ds_j s_j (1 - s_j).
+__global__ void aux_bwd(float *dlogits, float scale, const float *affinity, const float *load,
+                        int N, int E) {
+  LH_ROW_FOR(n, N) {
+    const float *s = affinity + (size_t)n * E;
+    float sum = 0.0f, cp = 0.0f;
+    for (int e = 0; e < E; e++) sum += s[e];
+    for (int e = 0; e < E; e++) cp += scale * load[e] * s[e] / sum;
+    for (int e = 0; e < E; e++)
+      dlogits[(size_t)n * E + e] += (scale * load[e] - cp) / sum * s[e] * (1.0f - s[e]);
+  }
+}
+
+extern "C" int lh_cuda_moe_aux_loss_forward(void *ctx, double *loss, const float *affinity,
+                                            const float *load, int N, int E, float weight) {
+  if (N < 0 || E <= 0) return LH_EKERNELS_SHAPE;
+  if (!ctx || !loss || (N && (!affinity || !load))) return LH_EKERNELS_NULL_ARG;
+  if (N == 0) {
+    *loss = 0.0;
+    return LH_OK;
+  }
+  lh_cuda_ctx *c = lh_cuda(ctx);
+  LH_CUDA_CHECK(cudaMemsetAsync(c->sum, 0, sizeof(double), c->stream));
+  unsigned blocks = lh_cuda_blocks((size_t)N);
+  if (blocks > 1024) blocks = 1024;
+  aux_fwd<<<blocks, LH_CUDA_THREADS, 0, c->stream>>>(c->sum, affinity, load, N, E);
+  LH_CUDA_LAUNCHED();
+  double acc = 0.0;
+  LH_CUDA_CHECK(cudaMemcpyAsync(&acc, c->sum, sizeof acc, cudaMemcpyDeviceToHost, c->stream));
+  LH_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+  *loss = (double)weight * E * acc / N;
+  return LH_OK;
+}
+
+extern "C" int lh_cuda_moe_aux_loss_backward(void *ctx, float *dlogits, float dloss,
+                                             const float *affinity, const float *load, int N,
+                                             int E, float weight) {
+  if (N < 0 || E <= 0) return LH_EKERNELS_SHAPE;
+  if (N == 0 || !dlogits) return LH_OK;
+  if (!ctx || !affinity || !load) return LH_EKERNELS_NULL_ARG;
+  float scale = dloss * weight * (float)E / (float)N;
+  aux_bwd<<<lh_cuda_blocks((size_t)N), LH_CUDA_THREADS, 0, lh_cuda(ctx)->stream>>>(
+      dlogits, scale, affinity, load, N, E);
+  LH_CUDA_LAUNCHED();
+  return LH_OK;
+}
