@@ -12,6 +12,7 @@ static const lh_command commands[] = {
     {"score", "log-probabilities of a token sequence under a checkpoint", lh_cmd_score},
     {"sft", "supervised warm start from an environment's expert demonstrations", lh_cmd_sft},
     {"report", "an HTML page of charts about a replay store", lh_cmd_report},
+    {"actor", "run episodes against the policy and stream them to the learner", lh_cmd_actor},
 };
 static const int command_count = (int)(sizeof commands / sizeof commands[0]);
 

@@ -1,0 +1,128 @@
+/* longhaul actor: one actor process (DESIGN §1, §6): B episodes at once
+ * against the policy, segments and EpisodeEnds to the learner's ingest,
+ * weights from its publisher. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/actors.h"
+#include "cli/commands.h"
+#include "model/model.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: longhaul actor --config FILE --name NAME [--index I] [--episodes N]\n"
+          "                      [--ckpt DIR]\n\n"
+          "Runs [actor] batch episodes at once in the [env] environment, sampling\n"
+          "from the policy, and streams their segments and EpisodeEnds to the\n"
+          "learner at [actor] learner_endpoint; new weights announced on\n"
+          "weights_pub_endpoint are fetched from weights_endpoint and swapped in\n"
+          "between decode steps. One INI file holds [model] [learner] [actor] [env].\n\n"
+          "--config FILE  the INI file (required)\n"
+          "--name NAME    this actor's name, the sender of its messages (required)\n"
+          "--index I      the actor's index, mixed into its seed (default 0)\n"
+          "--episodes N   stop after N episodes, once they are acked (default: run\n"
+          "               until SIGINT or SIGTERM)\n"
+          "--ckpt DIR     start from DIR/model.safetensors; without it the model of\n"
+          "               [model] samples nothing until the learner's first weights\n"
+          "               arrive\n\n"
+          "SIGINT/SIGTERM: stop sampling, end open episodes as aborted, wait at most\n"
+          "flush_timeout_ms for acks, exit 0.\n"
+          "Exit codes: 0 ok, 1 runtime error, 2 usage or config error.\n");
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+  if (!s || !*s || *s == '-') return -1;
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end) return -1;
+  *out = v;
+  return 0;
+}
+
+int lh_cmd_actor(int argc, char **argv) {
+  if (lh_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return LH_EXIT_OK;
+  }
+  const char *config = NULL, *name = NULL, *ckpt = NULL;
+  uint64_t index = 0, episodes = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int bad = 0;
+    if (strcmp(a, "--config") == 0 && v) config = v, i++;
+    else if (strcmp(a, "--name") == 0 && v) name = v, i++;
+    else if (strcmp(a, "--ckpt") == 0 && v) ckpt = v, i++;
+    else if (strcmp(a, "--index") == 0 && v) bad = parse_u64(v, &index), i++;
+    else if (strcmp(a, "--episodes") == 0 && v) bad = parse_u64(v, &episodes), i++;
+    else {
+      fprintf(stderr, "longhaul actor: unknown or incomplete argument '%s'\n", a);
+      usage(stderr);
+      return LH_EXIT_USAGE;
+    }
+    if (bad) {
+      fprintf(stderr, "longhaul actor: %s '%s' is not a non-negative integer\n", a, v);
+      return LH_EXIT_USAGE;
+    }
+  }
+  if (!config || !name || !*name) {
+    fprintf(stderr, "longhaul actor: --config FILE and --name NAME are required\n");
+    usage(stderr);
+    return LH_EXIT_USAGE;
+  }
+  lh_errbuf err = {0};
+  lh_actors_config acfg;
+  if (lh_actors_config_load(config, &acfg, &err) < 0) {
+    fprintf(stderr, "longhaul actor: %s\n", err.msg);
+    return LH_EXIT_USAGE;
+  }
+  lh_model *model = NULL;
+  if (ckpt) {
+    if (lh_model_load(ckpt, lh_backend_cpu(), &model, &err) < 0) {
+      fprintf(stderr, "longhaul actor: cannot load the checkpoint %s: %s\n", ckpt, err.msg);
+      return LH_EXIT_RUNTIME;
+    }
+  } else {
+    lh_model_config mc;
+    if (lh_model_config_parse_file(config, &mc, &err) < 0) {
+      fprintf(stderr, "longhaul actor: %s\n", err.msg);
+      return LH_EXIT_USAGE;
+    }
+    if (lh_model_new(&mc, lh_backend_cpu(), &model, &err) < 0) {
+      fprintf(stderr, "longhaul actor: cannot build the [model] of %s: %s\n", config, err.msg);
+      return LH_EXIT_RUNTIME;
+    }
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  lh_actors_actor_config cfg = {.name = name,
+                                .actor = &acfg,
+                                .index = index,
+                                .episodes = episodes,
+                                .wait_for_weights = ckpt == NULL};
+  lh_actors_actor_stats st = {0};
+  int rc = lh_actors_actor_run(&cfg, model, &stop_requested, &st, &err);
+  lh_model_free(model);
+  if (rc < 0) {
+    fprintf(stderr, "longhaul actor: %s\n", err.msg);
+    return LH_EXIT_RUNTIME;
+  }
+  printf("actor %s: episodes=%llu tokens=%llu resends=%llu version=%llu unacked=%zu\n", name,
+         (unsigned long long)st.episodes, (unsigned long long)st.tokens, (unsigned long long)st.resends,
+         (unsigned long long)st.version, st.unacked);
+  return LH_EXIT_OK;
+}
