@@ -13,6 +13,7 @@ static const lh_command commands[] = {
     {"sft", "supervised warm start from an environment's expert demonstrations", lh_cmd_sft},
     {"report", "an HTML page of charts about a replay store", lh_cmd_report},
     {"actor", "run episodes against the policy and stream them to the learner", lh_cmd_actor},
+    {"learner", "store actors' episodes, train the policy on them, publish its weights", lh_cmd_learner},
 };
 static const int command_count = (int)(sizeof commands / sizeof commands[0]);
 

@@ -5,3 +5,8 @@ lh_add_test(test_learner_ingest SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner
 # The RL training step over the store on a tiny model (test_learner_train).
 lh_add_test(test_learner_train SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_train.c
   LIBS lh_learner TIMEOUT 120)
+# `longhaul learner` as a real process: trains, publishes, checkpoints, stops
+# on SIGTERM, resumes (test_learner_cli).
+lh_add_test(test_learner_cli SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_cli.c
+  LIBS lh_learner PkgConfig::ZMQ TIMEOUT 180)
+add_dependencies(test_learner_cli longhaul)

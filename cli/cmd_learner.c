@@ -1,0 +1,289 @@
+/* longhaul learner: the learner process of DESIGN §1 (one rank). It binds
+ * the ingest ROUTER and the weights PUB/ROUTER, stores what actors send,
+ * trains on complete episodes, publishes each new version and checkpoints.
+ * The parts are learner/'s; this file is the loop, the arguments and the
+ * signals. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "actors/actors.h"
+#include "cli/commands.h"
+#include "learner/learner.h"
+
+#define LEARNER_CHUNK_BYTES (1u << 20)
+#define LEARNER_POLL_MS 20
+#define LEARNER_SCAN_NS 1000000000ll      /* rescan the store at least this often */
+#define LEARNER_ANNOUNCE_NS 1000000000ll  /* re-announce for late subscribers */
+#define LEARNER_STATUS_NS 10000000000ll   /* status line */
+
+/* Set by SIGINT/SIGTERM; the loop stops at its next turn. The one piece of
+ * process state a signal handler may touch. */
+static volatile sig_atomic_t stop_requested = 0;
+
+static void on_signal(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: longhaul learner --config FILE [--init CKPT_DIR] [--resume] [--steps N]\n\n"
+          "Runs the learner: binds [learner] ingest_endpoint (ROUTER, actors' segments\n"
+          "and episode ends, acked once committed to the replay store [learner] db),\n"
+          "weights_pub_endpoint (PUB, announcements) and weights_endpoint (ROUTER,\n"
+          "weights in chunks); trains on complete episodes (PPO-clip, AdamW) and\n"
+          "publishes every new version. A checkpoint goes to [learner] ckpt_dir every\n"
+          "ckpt_every steps and at the end.\n"
+          "  --init DIR   start from DIR/model.safetensors (e.g. written by `longhaul sft`)\n"
+          "  --resume     continue from ckpt_dir/latest (model, optimizer, step, version,\n"
+          "               ingest position); without one, start as if not given\n"
+          "  --steps N    stop after N training steps (default: run until SIGINT/SIGTERM)\n"
+          "The [model] section gives a fresh model, [actor] temperature the sampling\n"
+          "temperature the log-probabilities are compared at.\n"
+          "SIGINT/SIGTERM: acks what is stored, writes a final checkpoint, exits 0.\n"
+          "Exit codes: 0 done, 1 runtime error, 2 usage or config error.\n");
+}
+
+typedef struct {
+  const char *config, *init;
+  int resume;
+  unsigned long long steps;
+} args;
+
+static int parse_args(int argc, char **argv, args *a) {
+  memset(a, 0, sizeof *a);
+  for (int i = 1; i < argc; i++) {
+    const char *f = argv[i];
+    if (!strcmp(f, "--resume")) {
+      a->resume = 1;
+      continue;
+    }
+    if (strcmp(f, "--config") && strcmp(f, "--init") && strcmp(f, "--steps")) {
+      fprintf(stderr, "longhaul learner: unknown argument '%s' (see --help)\n", f);
+      return -1;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "longhaul learner: %s needs a value\n", f);
+      return -1;
+    }
+    const char *v = argv[++i];
+    if (!strcmp(f, "--config")) a->config = v;
+    else if (!strcmp(f, "--init")) a->init = v;
+    else {
+      char *end = NULL;
+      errno = 0;
+      a->steps = strtoull(v, &end, 10);
+      if (v[0] == '-' || end == v || *end || errno || a->steps < 1) {
+        fprintf(stderr, "longhaul learner: --steps '%s' is not an integer >= 1\n", v);
+        return -1;
+      }
+    }
+  }
+  if (!a->config) {
+    fprintf(stderr, "longhaul learner: --config FILE is required (see --help)\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* Everything the loop holds; freed in one place whatever failed. */
+typedef struct {
+  lh_learner_config cfg;
+  lh_model *m;
+  lh_store *store;
+  lh_learner_trainer *trainer;
+  void *zctx;
+  lh_learner_ingest *ingest;
+  lh_learner_publisher *pub;
+  lh_learner_state st;
+  uint64_t last_ckpt_step;
+} learner;
+
+static void learner_close(learner *L) {
+  lh_learner_trainer_free(L->trainer);
+  lh_learner_ingest_free(L->ingest);
+  lh_learner_publisher_free(L->pub);
+  lh_store_close(L->store);
+  lh_model_free(L->m);
+  if (L->zctx) zmq_ctx_term(L->zctx);
+}
+
+/* Serializes the live parameters and publishes them as the trainer's
+ * version, recording it in the store. */
+static int publish(learner *L, lh_errbuf *err) {
+  unsigned char *bytes = NULL;
+  size_t n = 0;
+  int rc = lh_model_serialize(L->m, &bytes, &n);
+  if (rc) return lh_errbuf_set(err, rc, "cannot serialize the weights: %s", lh_strerror(rc));
+  uint64_t version = lh_learner_trainer_version(L->trainer);
+  lh_learner_state st;
+  memset(&st, 0, sizeof st);
+  lh_learner_trainer_state(L->trainer, &st);
+  int stage = lh_learner_stage_at(&L->cfg, st.step);
+  uint32_t max_context = stage < 0 ? 0 : (uint32_t)L->cfg.stages[stage].max_context;
+  float long_frac = stage < 0 ? 0.0f : (float)L->cfg.stages[stage].long_frac;
+  rc = lh_learner_publisher_set(L->pub, version, bytes, n, stage < 0 ? 0 : (uint32_t)stage, max_context, long_frac,
+                                err);
+  if (!rc) {
+    lh_store_policy_version v = {.version = version, .step = st.step, .checksum = lh_wire_checksum(bytes, n),
+                                 .total_bytes = n, .stage_index = stage < 0 ? 0 : (uint32_t)stage,
+                                 .max_context = max_context};
+    rc = lh_store_put_policy_version(L->store, &v, NULL, err);
+  }
+  free(bytes);
+  return rc;
+}
+
+static int checkpoint(learner *L, lh_errbuf *err) {
+  lh_learner_trainer_state(L->trainer, &L->st);
+  char path[LH_LEARNER_TEXT_BYTES];
+  int rc = lh_learner_ckpt_save(L->cfg.ckpt_dir, L->m, &L->st, path, err);
+  if (!rc) {
+    L->last_ckpt_step = L->st.step;
+    LH_INFO("learner", "checkpoint path=%s step=%llu version=%llu", path, (unsigned long long)L->st.step,
+            (unsigned long long)L->st.version);
+  }
+  return rc;
+}
+
+static int open_all(learner *L, const args *a, lh_errbuf *err, int *usage_error) {
+  *usage_error = 1;
+  LH_TRY(lh_learner_config_load(a->config, &L->cfg, err));
+  lh_actors_config ac;
+  LH_TRY(lh_actors_config_load(a->config, &ac, err));
+  lh_model_config mc;
+  LH_TRY(lh_model_config_parse_file(a->config, &mc, err));
+  *usage_error = 0;
+  const lh_backend *be = lh_backend_cpu();
+  memset(&L->st, 0, sizeof L->st);
+  lh_learner_adv_baseline_init(&L->st.baseline, L->cfg.baseline_decay);
+  int resumed = 0;
+  if (a->resume && lh_learner_ckpt_exists(L->cfg.ckpt_dir)) {
+    LH_TRY(lh_learner_ckpt_load_latest(L->cfg.ckpt_dir, be, &L->m, &L->st, err));
+    resumed = 1;
+    L->last_ckpt_step = L->st.step;
+    LH_INFO("learner", "resumed ckpt_dir=%s step=%llu version=%llu ingest_position=%llu", L->cfg.ckpt_dir,
+            (unsigned long long)L->st.step, (unsigned long long)L->st.version,
+            (unsigned long long)L->st.ingest_position);
+  } else if (a->init) {
+    if (a->resume) LH_INFO("learner", "no checkpoint in ckpt_dir=%s: starting from --init", L->cfg.ckpt_dir);
+    LH_TRY(lh_model_load(a->init, be, &L->m, err));
+    LH_INFO("learner", "init from=%s", a->init);
+  } else {
+    if (a->resume) LH_INFO("learner", "no checkpoint in ckpt_dir=%s: starting fresh", L->cfg.ckpt_dir);
+    LH_TRY(lh_model_new(&mc, be, &L->m, err));
+  }
+  LH_TRY(lh_store_open(L->cfg.db, &L->store, err));
+  LH_TRY(lh_learner_trainer_new(L->m, L->store, &L->cfg, (float)ac.temperature, resumed ? &L->st : NULL,
+                                &L->trainer, err));
+  L->zctx = zmq_ctx_new();
+  if (!L->zctx) return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "cannot create a ZeroMQ context");
+  L->ingest = lh_learner_ingest_new(L->zctx, L->cfg.ingest_endpoint, L->store, NULL, err);
+  if (!L->ingest) return err->code;
+  L->pub = lh_learner_publisher_new(L->zctx, L->cfg.weights_pub_endpoint, L->cfg.weights_endpoint,
+                                    LEARNER_CHUNK_BYTES, err);
+  if (!L->pub) return err->code;
+  return publish(L, err);
+}
+
+static void status_line(learner *L, uint64_t steps_run) {
+  const lh_learner_ingest_counts *c = lh_learner_ingest_get_counts(L->ingest);
+  const lh_learner_admission_counts *ad = lh_learner_trainer_admission(L->trainer);
+  const lh_learner_publisher_counts *pc = lh_learner_publisher_get_counts(L->pub);
+  LH_INFO("learner",
+          "status version=%llu steps_run=%llu received=%llu stored=%llu duplicates=%llu rejected=%llu "
+          "retried=%llu hellos=%llu heartbeats=%llu admitted=%llu dropped_stale=%llu chunks_sent=%llu",
+          (unsigned long long)lh_learner_trainer_version(L->trainer), (unsigned long long)steps_run,
+          (unsigned long long)c->received, (unsigned long long)c->stored, (unsigned long long)c->duplicates,
+          (unsigned long long)c->rejected, (unsigned long long)c->retried, (unsigned long long)c->hellos,
+          (unsigned long long)c->heartbeats, (unsigned long long)ad->admitted,
+          (unsigned long long)ad->dropped_stale, (unsigned long long)pc->chunks_sent);
+}
+
+static int run_loop(learner *L, const args *a, lh_errbuf *err) {
+  uint64_t steps_run = 0;
+  int64_t now = lh_now_ns(), last_scan = 0, last_announce = now, last_status = now;
+  while (!stop_requested && (!a->steps || steps_run < a->steps)) {
+    size_t handled = 0, served = 0;
+    LH_TRY(lh_learner_ingest_poll(L->ingest, LEARNER_POLL_MS, &handled, err));
+    LH_TRY(lh_learner_publisher_poll(L->pub, 0, &served, err));
+    now = lh_now_ns();
+    if (handled || now - last_scan > LEARNER_SCAN_NS) {
+      LH_TRY(lh_learner_trainer_scan(L->trainer, NULL, err));
+      last_scan = now;
+    }
+    int stepped = 0;
+    lh_learner_train_stats s;
+    LH_TRY(lh_learner_trainer_step(L->trainer, &stepped, &s, err));
+    if (stepped) {
+      steps_run++;
+      LH_INFO("learner",
+              "step=%llu version=%llu loss=%.6g reward_mean=%.4g success_rate=%.3f episodes=%zu tokens=%zu "
+              "lag_mean=%.3g logp_diff=%.3g grad_norm=%.4g lr=%.3g skipped=%d step_ms=%.1f",
+              (unsigned long long)s.step, (unsigned long long)s.version, s.loss, s.reward_mean, s.success_rate,
+              s.episodes, s.tokens, s.lag_mean, s.logp_diff, s.grad_norm, s.lr, s.skipped, s.step_ms);
+      if (!s.skipped) LH_TRY(publish(L, err));
+      if ((s.step + 1) % L->cfg.ckpt_every == 0) LH_TRY(checkpoint(L, err));
+    }
+    if (now - last_announce > LEARNER_ANNOUNCE_NS) {
+      LH_TRY(lh_learner_publisher_announce(L->pub, err));
+      last_announce = now;
+    }
+    if (now - last_status > LEARNER_STATUS_NS) {
+      status_line(L, steps_run);
+      last_status = now;
+    }
+  }
+  /* Whatever already arrived is stored and acked before the end, so the
+   * actors need not resend it. */
+  size_t handled = 1;
+  for (int i = 0; i < 100 && handled; i++) LH_TRY(lh_learner_ingest_poll(L->ingest, 0, &handled, err));
+  status_line(L, steps_run);
+  LH_INFO("learner", "stopping reason=%s", stop_requested ? "signal" : "steps done");
+  return 0;
+}
+
+int lh_cmd_learner(int argc, char **argv) {
+  if (lh_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return LH_EXIT_OK;
+  }
+  args a;
+  if (parse_args(argc, argv, &a)) return LH_EXIT_USAGE;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  learner L;
+  memset(&L, 0, sizeof L);
+  lh_errbuf err;
+  memset(&err, 0, sizeof err);
+  int usage_error = 0;
+  int rc = open_all(&L, &a, &err, &usage_error);
+  if (rc) {
+    fprintf(stderr, "longhaul learner: %s\n", err.msg);
+    learner_close(&L);
+    return usage_error ? LH_EXIT_USAGE : LH_EXIT_RUNTIME;
+  }
+  rc = run_loop(&L, &a, &err);
+  if (rc) fprintf(stderr, "longhaul learner: %s\n", err.msg);
+  /* A final checkpoint, unless this step already has one. */
+  lh_learner_state now;
+  memset(&now, 0, sizeof now);
+  lh_learner_trainer_state(L.trainer, &now);
+  if (now.step != L.last_ckpt_step || !lh_learner_ckpt_exists(L.cfg.ckpt_dir)) {
+    lh_errbuf ce;
+    if (checkpoint(&L, &ce)) {
+      fprintf(stderr, "longhaul learner: final checkpoint failed: %s\n", ce.msg);
+      rc = rc ? rc : ce.code;
+    }
+  }
+  learner_close(&L);
+  return rc ? LH_EXIT_RUNTIME : LH_EXIT_OK;
+}

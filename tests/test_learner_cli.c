@@ -1,0 +1,292 @@
+/* Tests of `longhaul learner` as a real process (LH_BIN), fed by a DEALER
+ * in this process over ipc:// endpoints in a temporary directory: it
+ * stores and acks, trains, publishes, checkpoints, stops cleanly on SIGTERM
+ * and resumes from its checkpoint; usage and config errors exit 2. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "learner/learner.h"
+
+#define EP_TOKENS 12
+#define SEG 6
+
+static char dir[64], cfg_path[128], db[128], ck[128], ing[160], wpub[160], wrt[160];
+
+static void setup_dir(const char *extra) {
+  strcpy(dir, "/tmp/lh_lcli_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(cfg_path, sizeof cfg_path, "%s/run.ini", dir);
+  snprintf(db, sizeof db, "%s/replay.db", dir);
+  snprintf(ck, sizeof ck, "%s/ckpt", dir);
+  snprintf(ing, sizeof ing, "ipc://%s/ingest", dir);
+  snprintf(wpub, sizeof wpub, "ipc://%s/wpub", dir);
+  snprintf(wrt, sizeof wrt, "ipc://%s/wrt", dir);
+  FILE *f = fopen(cfg_path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f,
+          "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
+          "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
+          "[learner]\nbatch_episodes = 2\ngroup_size = 2\ntrain_window = 5\nckpt_every = 1\n"
+          "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 5\nlr = 0.01\n"
+          "ingest_endpoint = %s\nweights_pub_endpoint = %s\nweights_endpoint = %s\ndb = %s\nckpt_dir = %s\n"
+          "%s"
+          "[actor]\ntemperature = 1.0\n",
+          ing, wpub, wrt, db, ck, extra ? extra : "");
+  fclose(f);
+}
+
+static void remove_dir(void) {
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+static pid_t spawn(const char *a1, const char *a2, const char *a3) {
+  const char *bin = getenv("LH_BIN");
+  ck_assert_msg(bin != NULL, "LH_BIN is not set");
+  char log[128];
+  snprintf(log, sizeof log, "%s/learner.log", dir);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    FILE *l = freopen(log, "a", stderr);
+    (void)l;
+    const char *argv[8] = {"longhaul", "learner", "--config", cfg_path, a1, a2, a3, NULL};
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* Waits up to 60 s for the child; returns its exit code (-1 on a signal). */
+static int wait_exit(pid_t pid) {
+  int status = 0;
+  for (int i = 0; i < 6000; i++) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  ck_abort_msg("the learner did not exit");
+  return -1;
+}
+
+static void *dealer(void *ctx, const char *ep) {
+  void *d = zmq_socket(ctx, ZMQ_DEALER);
+  int linger = 0, timeout = 20000;
+  zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(d, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+  ck_assert_int_eq(zmq_connect(d, ep), 0);
+  return d;
+}
+
+static void send_env(void *d, Longhaul__Envelope *env, uint64_t msg_id) {
+  env->protocol = LH_WIRE_PROTOCOL, env->msg_id = msg_id, env->sender = "a0";
+  uint8_t *buf;
+  size_t n;
+  lh_errbuf e;
+  ck_assert_msg(lh_wire_encode(env, &buf, &n, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(zmq_send(d, buf, n, 0), (int)n);
+  free(buf);
+}
+
+static Longhaul__Envelope *recv_env(void *d) {
+  static uint8_t buf[1 << 16];
+  int got = zmq_recv(d, buf, sizeof buf, 0);
+  ck_assert_msg(got > 0, "no reply from the learner");
+  Longhaul__Envelope *env;
+  lh_errbuf e;
+  ck_assert_msg(lh_wire_decode(buf, (size_t)got, NULL, &env, &e) == 0, "%s", e.msg);
+  return env;
+}
+
+/* Sends episode id of group (two segments and the end), as an actor at
+ * version 0 would, and waits until all three are acked as stored. */
+static void send_episode(void *d, uint64_t id, uint64_t group, float reward) {
+  uint32_t tok[EP_TOKENS], ver[EP_TOKENS] = {0};
+  uint8_t mask[EP_TOKENS];
+  float logp[EP_TOKENS];
+  for (int i = 0; i < EP_TOKENS; i++) {
+    tok[i] = (uint32_t)(40 + (id * 5 + (uint64_t)i * 3) % 60);
+    mask[i] = i >= 2;
+    logp[i] = mask[i] ? -5.0f : 0.0f;
+  }
+  for (uint32_t q = 0; q < EP_TOKENS / SEG; q++) {
+    Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+    Longhaul__Segment s = LONGHAUL__SEGMENT__INIT;
+    s.episode_id = id, s.seq = q, s.actor = "a0", s.env = "calc", s.start_offset = q * SEG;
+    s.group_id = group, s.task_seed = group;
+    s.n_tokens = SEG, s.tokens = tok + q * SEG;
+    s.loss_mask.len = SEG, s.loss_mask.data = mask + q * SEG;
+    s.n_behavior_logp = SEG, s.behavior_logp = logp + q * SEG;
+    s.n_policy_version = SEG, s.policy_version = ver + q * SEG;
+    env.body_case = LONGHAUL__ENVELOPE__BODY_SEGMENT, env.segment = &s;
+    send_env(d, &env, id * 10 + q);
+  }
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
+  end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = EP_TOKENS / SEG;
+  end.total_tokens = EP_TOKENS, end.reward = reward, end.group_id = group, end.task_seed = group;
+  end.outcome = reward > 0 ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_EPISODE_END, env.episode_end = &end;
+  send_env(d, &env, id * 10 + 9);
+  size_t acked = 0;
+  while (acked < 3) {
+    Longhaul__Envelope *a = recv_env(d);
+    ck_assert_int_eq(a->body_case, LONGHAUL__ENVELOPE__BODY_ACK);
+    ck_assert_int_eq(a->ack->status, LONGHAUL__ACK_STATUS__ACK_STORED);
+    acked += a->ack->n_msg_ids;
+    lh_wire_free(a);
+  }
+}
+
+static void read_latest(char *out, size_t cap) {
+  char p[160];
+  snprintf(p, sizeof p, "%s/latest", ck);
+  FILE *f = fopen(p, "r");
+  ck_assert_msg(f != NULL, "no %s", p);
+  ck_assert_ptr_nonnull(fgets(out, (int)cap, f));
+  fclose(f);
+  out[strcspn(out, "\n")] = 0;
+}
+
+typedef struct {
+  int n;
+  uint64_t last_version;
+} rows;
+
+static int on_row(void *ctx, const lh_store_train_step *t) {
+  rows *r = ctx;
+  r->n++;
+  r->last_version = t->version;
+  return 0;
+}
+
+static rows train_rows(void) {
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_msg(lh_store_open_readonly(db, &s, &e) == 0, "%s", e.msg);
+  rows r = {0};
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_row, &r, &e), 0);
+  lh_store_close(s);
+  return r;
+}
+
+START_TEST(test_trains_publishes_checkpoints) {
+  setup_dir(NULL);
+  pid_t pid = spawn("--steps", "1", NULL);
+  void *ctx = zmq_ctx_new();
+  void *d = dealer(ctx, ing), *w = dealer(ctx, wrt);
+  /* A new actor asks for a version it does not know: it is told the current one. */
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  Longhaul__WeightsRequest req = LONGHAUL__WEIGHTS_REQUEST__INIT;
+  req.version = 12345;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_REQUEST, env.weights_request = &req;
+  send_env(w, &env, 1);
+  Longhaul__Envelope *a = recv_env(w);
+  ck_assert_int_eq(a->body_case, LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE);
+  ck_assert_uint_eq(a->weights_announce->version, 0);
+  ck_assert_uint_gt(a->weights_announce->total_bytes, 1000);
+  lh_wire_free(a);
+  send_episode(d, 1, 7, 1.0f);
+  send_episode(d, 2, 7, 0.0f);
+  ck_assert_int_eq(wait_exit(pid), 0);
+  char latest[64];
+  read_latest(latest, sizeof latest);
+  ck_assert_str_eq(latest, "step-00000001");
+  rows r = train_rows();
+  ck_assert_int_eq(r.n, 1);
+  ck_assert_uint_eq(r.last_version, 1);
+  zmq_close(d);
+  zmq_close(w);
+  zmq_ctx_term(ctx);
+  remove_dir();
+}
+END_TEST
+
+START_TEST(test_sigterm_then_resume) {
+  setup_dir(NULL);
+  pid_t pid = spawn(NULL, NULL, NULL);
+  void *ctx = zmq_ctx_new();
+  void *d = dealer(ctx, ing);
+  /* A Hello acked means the learner is up. */
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  Longhaul__Hello h = LONGHAUL__HELLO__INIT;
+  h.role = "actor", h.name = "a0";
+  env.body_case = LONGHAUL__ENVELOPE__BODY_HELLO, env.hello = &h;
+  send_env(d, &env, 1);
+  lh_wire_free(recv_env(d));
+  send_episode(d, 1, 7, 1.0f);  /* a lone member of its group: stored, not trained */
+  ck_assert_int_eq(kill(pid, SIGTERM), 0);
+  ck_assert_int_eq(wait_exit(pid), 0);
+  char latest[64];
+  read_latest(latest, sizeof latest);
+  ck_assert_str_eq(latest, "step-00000000");
+  /* Resume: the rest of the group arrives, one step, version 1. */
+  pid = spawn("--resume", "--steps", "1");
+  send_episode(d, 2, 7, 0.0f);
+  ck_assert_int_eq(wait_exit(pid), 0);
+  read_latest(latest, sizeof latest);
+  ck_assert_str_eq(latest, "step-00000001");
+  /* And again: it continues from step 1 and version 1. */
+  pid = spawn("--resume", "--steps", "1");
+  send_episode(d, 3, 8, 1.0f);
+  send_episode(d, 4, 8, 0.0f);
+  ck_assert_int_eq(wait_exit(pid), 0);
+  read_latest(latest, sizeof latest);
+  ck_assert_str_eq(latest, "step-00000002");
+  rows r = train_rows();
+  ck_assert_int_eq(r.n, 2);
+  ck_assert_uint_eq(r.last_version, 2);
+  zmq_close(d);
+  zmq_ctx_term(ctx);
+  remove_dir();
+}
+END_TEST
+
+START_TEST(test_usage_and_config_errors) {
+  setup_dir("bogus_key = 1\n");
+  const char *bin = getenv("LH_BIN");
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "'%s' learner --config '%s' 2>'%s/err.txt'", bin, cfg_path, dir);
+  int st = system(cmd);
+  ck_assert_int_eq(WEXITSTATUS(st), 2);
+  char p[160], text[1024] = "";
+  snprintf(p, sizeof p, "%s/err.txt", dir);
+  FILE *f = fopen(p, "r");
+  ck_assert_ptr_nonnull(f);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = 0;
+  fclose(f);
+  ck_assert_msg(strstr(text, "bogus_key"), "%s", text);
+  snprintf(cmd, sizeof cmd, "'%s' learner 2>/dev/null", bin);
+  ck_assert_int_eq(WEXITSTATUS(system(cmd)), 2);
+  snprintf(cmd, sizeof cmd, "'%s' learner --config x --steps 0 2>/dev/null", bin);
+  ck_assert_int_eq(WEXITSTATUS(system(cmd)), 2);
+  snprintf(cmd, sizeof cmd, "'%s' learner --help >/dev/null", bin);
+  ck_assert_int_eq(WEXITSTATUS(system(cmd)), 0);
+  remove_dir();
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("learner_cli");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 90);
+  tcase_add_test(tc, test_trains_publishes_checkpoints);
+  tcase_add_test(tc, test_sigterm_then_resume);
+  tcase_add_test(tc, test_usage_and_config_errors);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
