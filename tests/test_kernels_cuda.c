@@ -2,7 +2,7 @@
  * same random inputs, forward and backward (gradients start from random
  * values, so the "add into" rule is checked too), plus the memory pool, the
  * error paths and the operations that are not on CUDA yet (chunked
- * attention and the MoE experts).
+ * attention).
  *
  * Tolerances, as max |cuda - cpu| / max |cpu| over a tensor: fp32 1e-5;
  * bf16 matrix products 2e-2 (operands rounded to 8 significant bits, fp32
@@ -561,6 +561,88 @@ START_TEST(test_moe_route) {
 }
 END_TEST
 
+/* Routed (k distinct experts per token, some experts idle) or dense
+ * (shared experts: every token to each of E experts with gate 1). */
+static void experts_case(int dense) {
+  test_rng r_ = {(uint64_t)(91 + dense)};
+  test_rng *r = &r_;
+  const int N = 40, E = dense ? 2 : 8, k = 2, R = 24, F = 40;
+  size_t P = (size_t)N * k, nz = (size_t)N * R, nw = (size_t)E * F * R;
+  size_t cache_n = lh_moe_cache_floats((int)P, F, R);
+  int32_t *idx = calloc(P, sizeof(int32_t));
+  for (int n = 0; n < N; n++) {
+    idx[n * k] = (int32_t)(rng_uniform(r) * (E - 2)) % (E - 1); /* expert E-1 stays idle */
+    idx[n * k + 1] = (idx[n * k] + 1 + n % 3) % (E - 1);
+    if (idx[n * k + 1] == idx[n * k]) idx[n * k + 1] = (idx[n * k] + 1) % (E - 1);
+  }
+  float *z = rand_f(r, nz, -1, 1), *gates = rand_f(r, P, 0.1, 0.9);
+  float *w1 = rand_f(r, nw, -0.3, 0.3), *w2 = rand_f(r, nw, -0.3, 0.3);
+  float *w3 = rand_f(r, nw, -0.3, 0.3), *dout = rand_f(r, nz, -1, 1);
+  float *dz = rand_f(r, nz, -1, 1), *dw1 = rand_f(r, nw, -1, 1), *dw2 = rand_f(r, nw, -1, 1);
+  float *dw3 = rand_f(r, nw, -1, 1), *dgates = rand_f(r, P, -1, 1);
+  float *out = alloc_f(nz), *cache = alloc_f(cache_n);
+  const int32_t *ci = dense ? NULL : idx;
+  const float *cg = dense ? NULL : gates;
+  int32_t *g_idx = dense ? NULL : dev_i(idx, P);
+  float *g_gates = dense ? NULL : dev_f(gates, P), *g_dgates = dense ? NULL : dev_f(dgates, P);
+  float *g_z = dev_f(z, nz), *g_w1 = dev_f(w1, nw), *g_w2 = dev_f(w2, nw), *g_w3 = dev_f(w3, nw);
+  float *g_dout = dev_f(dout, nz), *g_dz = dev_f(dz, nz), *g_dw1 = dev_f(dw1, nw);
+  float *g_dw2 = dev_f(dw2, nw), *g_dw3 = dev_f(dw3, nw), *g_out = dev_f(out, nz);
+  float *g_cache = dev_f(cache, cache_n);
+  ck_assert_int_eq(C->moe_experts_forward(NULL, out, cache, z, ci, cg, w1, w2, w3, N, E, k, R, F),
+                   0);
+  ck_assert_int_eq(G->moe_experts_forward(G->context, g_out, g_cache, g_z, g_idx, g_gates, g_w1,
+                                          g_w2, g_w3, N, E, k, R, F),
+                   0);
+  expect_near(dense ? "moe_experts_forward dense" : "moe_experts_forward", out, g_out, nz,
+              TOL_FP32);
+  expect_near("moe_experts_forward cache", cache, g_cache, cache_n, TOL_FP32);
+  ck_assert_int_eq(C->moe_experts_backward(NULL, dz, dw1, dw2, dw3, dense ? NULL : dgates, dout,
+                                           cache, z, ci, cg, w1, w2, w3, N, E, k, R, F),
+                   0);
+  ck_assert_int_eq(G->moe_experts_backward(G->context, g_dz, g_dw1, g_dw2, g_dw3, g_dgates,
+                                           g_dout, g_cache, g_z, g_idx, g_gates, g_w1, g_w2,
+                                           g_w3, N, E, k, R, F),
+                   0);
+  expect_near("moe_experts_backward dz", dz, g_dz, nz, TOL_FP32);
+  expect_near("moe_experts_backward dw1", dw1, g_dw1, nw, TOL_FP32);
+  expect_near("moe_experts_backward dw2", dw2, g_dw2, nw, TOL_FP32);
+  expect_near("moe_experts_backward dw3", dw3, g_dw3, nw, TOL_FP32);
+  if (!dense) expect_near("moe_experts_backward dgates", dgates, g_dgates, P, TOL_FP32);
+  /* no cache (decode) gives the same output */
+  ck_assert_int_eq(G->zero(G->context, g_out, sizeof(float) * nz), 0);
+  ck_assert_int_eq(G->moe_experts_forward(G->context, g_out, NULL, g_z, g_idx, g_gates, g_w1,
+                                          g_w2, g_w3, N, E, k, R, F),
+                   0);
+  expect_near("moe_experts_forward no cache", out, g_out, nz, TOL_FP32);
+  ck_assert_int_eq(G->moe_experts_backward(G->context, g_dz, g_dw1, g_dw2, g_dw3, g_dgates,
+                                           g_dout, NULL, g_z, g_idx, g_gates, g_w1, g_w2, g_w3,
+                                           N, E, k, R, F),
+                   LH_EKERNELS_NULL_ARG);
+  if (!dense) {
+    idx[7] = E;
+    int32_t *g_bad = dev_i(idx, P);
+    ck_assert_int_eq(G->moe_experts_forward(G->context, g_out, NULL, g_z, g_bad, g_gates, g_w1,
+                                            g_w2, g_w3, N, E, k, R, F),
+                     LH_EKERNELS_INDEX);
+    ck_assert_int_eq(G->moe_experts_forward(G->context, g_out, NULL, g_z, g_idx, NULL, g_w1,
+                                            g_w2, g_w3, N, E, k, R, F),
+                     LH_EKERNELS_NULL_ARG);
+  } else {
+    ck_assert_int_eq(G->moe_experts_forward(G->context, g_out, NULL, g_z, NULL, NULL, g_w1, g_w2,
+                                            g_w3, N, E, 1, R, F),
+                     LH_EKERNELS_SHAPE);
+  }
+  free(idx), free(z), free(gates), free(w1), free(w2), free(w3), free(dout), free(dz);
+  free(dw1), free(dw2), free(dw3), free(dgates), free(out), free(cache);
+}
+
+START_TEST(test_moe_experts) {
+  experts_case(0);
+  experts_case(1);
+}
+END_TEST
+
 START_TEST(test_not_on_cuda) {
   void *x = G->context;
   ck_assert_int_eq(G->attn_chunked_forward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0,
@@ -568,12 +650,6 @@ START_TEST(test_not_on_cuda) {
                    LH_EKERNELS_NOT_AVAILABLE);
   ck_assert_int_eq(G->attn_chunked_backward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                                             NULL, NULL, NULL, NULL, NULL, 0, 1, 1, 16),
-                   LH_EKERNELS_NOT_AVAILABLE);
-  ck_assert_int_eq(G->moe_experts_forward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1,
-                                          2, 1, 1, 1),
-                   LH_EKERNELS_NOT_AVAILABLE);
-  ck_assert_int_eq(G->moe_experts_backward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                                           NULL, NULL, NULL, NULL, NULL, 1, 2, 1, 1, 1),
                    LH_EKERNELS_NOT_AVAILABLE);
 }
 END_TEST
@@ -661,6 +737,7 @@ int main(void) {
   tcase_add_test(tc, test_adamw);
   tcase_add_test(tc, test_attn_recurrent);
   tcase_add_test(tc, test_moe_route);
+  tcase_add_test(tc, test_moe_experts);
   tcase_add_test(tc, test_not_on_cuda);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

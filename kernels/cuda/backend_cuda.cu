@@ -174,6 +174,8 @@ static void fill_table(lh_cuda_ctx *c) {
   OP(attn_decode_step);
   OP(moe_route_forward);
   OP(moe_route_backward);
+  OP(moe_experts_forward);
+  OP(moe_experts_backward);
   OP(moe_aux_loss_forward);
   OP(moe_aux_loss_backward);
 #undef OP

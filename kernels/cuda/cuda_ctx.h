@@ -191,6 +191,19 @@ int lh_cuda_moe_aux_loss_forward(void *ctx, double *loss, const float *affinity,
 int lh_cuda_moe_aux_loss_backward(void *ctx, float *dlogits, float dloss,
                                   const float *affinity, const float *load, int N, int E,
                                   float weight);
+int lh_cuda_moe_experts_forward(void *ctx, float *out, float *cache, const float *z,
+                                const int32_t *expert_idx, const float *gates, const float *w1,
+                                const float *w2, const float *w3, int N, int E, int k, int r,
+                                int f);
+int lh_cuda_moe_experts_backward(void *ctx, float *dz, float *dw1, float *dw2, float *dw3,
+                                 float *dgates, const float *dout, const float *cache,
+                                 const float *z, const int32_t *expert_idx, const float *gates,
+                                 const float *w1, const float *w2, const float *w3, int N, int E,
+                                 int k, int r, int f);
+// Row-major C (M,N) = op(A) op(B) + beta C in the context's precision
+// (ta, tb: read A, B transposed; lda, ldb, ldc row strides); matmul.cu.
+int lh_cuda_gemm_rm(lh_cuda_ctx *c, int ta, int tb, int M, int N, int K, const float *A,
+                    int lda, const float *B, int ldb, float beta, float *C, int ldc);
 // Fills the entries of the operations not yet written for CUDA (they
 // answer LH_EKERNELS_NOT_AVAILABLE naming themselves); not_on_cuda.cu.
 void lh_cuda_fill_missing(lh_backend *table);

@@ -22,6 +22,15 @@ static int gemm(lh_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int 
   return LH_OK;
 }
 
+// Row-major C (M,N) = op(A) op(B) + beta C: the column-major product
+// C^T = op(B)^T op(A)^T, so B comes first.
+extern "C" int lh_cuda_gemm_rm(lh_cuda_ctx *c, int ta, int tb, int M, int N, int K,
+                               const float *A, int lda, const float *B, int ldb, float beta,
+                               float *C, int ldc) {
+  return gemm(c, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, B, ldb,
+              A, lda, beta, C, ldc);
+}
+
 __global__ void fill_bias_rows(float *out, const float *bias, int N, int OUT) {
   size_t total = (size_t)N * OUT;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;

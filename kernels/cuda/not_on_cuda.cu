@@ -1,6 +1,6 @@
 // The operations of the table that have no CUDA kernel yet: chunked linear
-// attention and the MoE experts (the training forms, which need tensor-core
-// and grouped-GEMM kernels of their own). Each answers
+// attention forward and backward (the training form, which needs a
+// tensor-core kernel of its own). Each answers
 // LH_EKERNELS_NOT_AVAILABLE and logs its own name, so a model that reaches
 // one on CUDA fails with a sentence instead of reading device pointers on
 // the host.
@@ -24,22 +24,7 @@ static int attn_chunked_backward(void *, float *, float *, float *, float *, flo
   return missing("attn_chunked_backward");
 }
 
-static int moe_experts_forward(void *, float *, float *, const float *, const int32_t *,
-                               const float *, const float *, const float *, const float *, int,
-                               int, int, int, int) {
-  return missing("moe_experts_forward");
-}
-
-static int moe_experts_backward(void *, float *, float *, float *, float *, float *,
-                                const float *, const float *, const float *, const int32_t *,
-                                const float *, const float *, const float *, const float *, int,
-                                int, int, int, int) {
-  return missing("moe_experts_backward");
-}
-
 extern "C" void lh_cuda_fill_missing(lh_backend *t) {
   t->attn_chunked_forward = attn_chunked_forward;
   t->attn_chunked_backward = attn_chunked_backward;
-  t->moe_experts_forward = moe_experts_forward;
-  t->moe_experts_backward = moe_experts_backward;
 }
