@@ -32,6 +32,8 @@ struct lh_actors_link {
   int weights_new;
 };
 
+static int send_hello(lh_actors_link *l, lh_errbuf *err);
+
 static int64_t now_ms(void) { return lh_now_ns() / 1000000; }
 
 static void close_socket(void **s) {
@@ -118,6 +120,9 @@ int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actor
     }
     if ((rc = open_socket(l, ZMQ_DEALER, cfg->weights_endpoint, &l->wdealer, err)) < 0) goto fail;
   }
+  /* Queued until the DEALER connects, so that it is the first message
+   * the learner sees from us. */
+  if ((rc = send_hello(l, err)) < 0) goto fail;
   *out = l;
   return 0;
 fail:
@@ -253,6 +258,9 @@ static int on_connect(lh_actors_link *l, lh_errbuf *err) {
   l->connects++;
   LH_INFO("actor", "connected to the learner endpoint=%s connects=%llu unacked=%zu", l->cfg.ingest_endpoint,
           (unsigned long long)l->connects, lh_actors_outbox_depth(l->outbox));
+  /* The first connection carries what was queued before it, the Hello
+   * first; a reconnection may have lost what was in flight. */
+  if (l->connects == 1) return 0;
   lh_actors_outbox_resend_all(l->outbox);
   return send_hello(l, err);
 }
