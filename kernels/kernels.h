@@ -281,7 +281,8 @@ const lh_backend *lh_backend_cpu(void);
  * memory); alloc carves that pool, so running out is alloc returning NULL.
  * Pointers are device memory: move data with upload/download. Operations
  * are queued on the stream; upload, download, dot and sum_squares wait.
- * Operations not yet on CUDA answer LH_EKERNELS_NOT_AVAILABLE. No build
+ * The chunked attention entries compute their function with the
+ * step-by-step kernels for now (right, not yet fast). No build
  * support, no driver or no device is LH_EKERNELS_NOT_AVAILABLE with err
  * saying so. Release it with lh_backend_close. */
 int lh_backend_cuda_open(const lh_backend **out, size_t pool_bytes, lh_errbuf *err);

@@ -1,12 +1,12 @@
 /* The CUDA backend against the CPU backend: every operation it has, on the
  * same random inputs, forward and backward (gradients start from random
- * values, so the "add into" rule is checked too), plus the memory pool, the
- * error paths and the operations that are not on CUDA yet (chunked
- * attention).
+ * values, so the "add into" rule is checked too), plus the memory pool and
+ * the error paths.
  *
  * Tolerances, as max |cuda - cpu| / max |cpu| over a tensor: fp32 1e-5;
  * bf16 matrix products 2e-2 (operands rounded to 8 significant bits, fp32
- * accumulation: about 2^-8 relative to the output's scale, with margin).
+ * accumulation: about 2^-8 relative to the output's scale, with margin);
+ * chunked attention 1e-4, the CPU's own chunked-vs-recurrent bound.
  *
  * Without a device this checks that opening the backend is a clear error
  * and exits 77 ("skipped: no CUDA device"). CUDA cannot be used in a child
@@ -643,14 +643,56 @@ START_TEST(test_moe_experts) {
 }
 END_TEST
 
-START_TEST(test_not_on_cuda) {
-  void *x = G->context;
-  ck_assert_int_eq(G->attn_chunked_forward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0,
-                                           1, 1, 16),
-                   LH_EKERNELS_NOT_AVAILABLE);
-  ck_assert_int_eq(G->attn_chunked_backward(x, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                                            NULL, NULL, NULL, NULL, NULL, 0, 1, 1, 16),
-                   LH_EKERNELS_NOT_AVAILABLE);
+/* The chunked entries against the CPU's chunked form: within the CPU's own
+ * chunked-vs-recurrent bound (1e-4), since the two forms round differently. */
+#define TOL_CHUNKED 1e-4
+START_TEST(test_attn_chunked) {
+  test_rng r = {66};
+  const int H = 4, dk = 32, n_seq = 4, chunk = 16;
+  int32_t offs[5] = {0, 1, 17, 62, 95};
+  const int T = offs[n_seq];
+  size_t n = (size_t)T * H * dk, ns = (size_t)n_seq * H * dk * dk;
+  float *q = rand_f(&r, n, -0.5, 0.5), *k = rand_f(&r, n, -0.5, 0.5);
+  float *v = rand_f(&r, n, -1, 1), *g = rand_f(&r, n, -3, -0.01);
+  float *s_in = rand_f(&r, ns, -0.5, 0.5), *dout = rand_f(&r, n, -1, 1);
+  float *ds_out = rand_f(&r, ns, -1, 1), *out = alloc_f(n), *s_out = alloc_f(ns);
+  float *gr[5];
+  size_t sizes[5] = {n, n, n, n, ns};
+  for (int i = 0; i < 5; i++) gr[i] = rand_f(&r, sizes[i], -1, 1);
+  float *g_q = dev_f(q, n), *g_k = dev_f(k, n), *g_v = dev_f(v, n), *g_g = dev_f(g, n);
+  float *g_sin = dev_f(s_in, ns), *g_dout = dev_f(dout, n), *g_dsout = dev_f(ds_out, ns);
+  float *g_out = dev_f(out, n), *g_sout = dev_f(s_out, ns), *g_gr[5];
+  for (int i = 0; i < 5; i++) g_gr[i] = dev_f(gr[i], sizes[i]);
+  int32_t *g_offs = dev_i(offs, 5);
+  ck_assert_int_eq(C->attn_chunked_forward(NULL, out, s_out, q, k, v, g, s_in, offs, n_seq, H,
+                                           dk, chunk),
+                   0);
+  ck_assert_int_eq(G->attn_chunked_forward(G->context, g_out, g_sout, g_q, g_k, g_v, g_g, g_sin,
+                                           g_offs, n_seq, H, dk, chunk),
+                   0);
+  expect_near("attn_chunked_forward out", out, g_out, n, TOL_CHUNKED);
+  expect_near("attn_chunked_forward state", s_out, g_sout, ns, TOL_CHUNKED);
+  ck_assert_int_eq(C->attn_chunked_backward(NULL, gr[0], gr[1], gr[2], gr[3], gr[4], dout, ds_out,
+                                            q, k, v, g, s_in, offs, n_seq, H, dk, chunk),
+                   0);
+  ck_assert_int_eq(G->attn_chunked_backward(G->context, g_gr[0], g_gr[1], g_gr[2], g_gr[3],
+                                            g_gr[4], g_dout, g_dsout, g_q, g_k, g_v, g_g, g_sin,
+                                            g_offs, n_seq, H, dk, chunk),
+                   0);
+  const char *names[5] = {"attn_chunked_backward dq", "attn_chunked_backward dk",
+                          "attn_chunked_backward dv", "attn_chunked_backward dg",
+                          "attn_chunked_backward dstate_in"};
+  for (int i = 0; i < 5; i++) expect_near(names[i], gr[i], g_gr[i], sizes[i], TOL_CHUNKED);
+  ck_assert_int_eq(G->attn_chunked_forward(G->context, g_out, NULL, g_q, g_k, g_v, g_g, NULL,
+                                           g_offs, n_seq, H, dk, 0),
+                   LH_EKERNELS_SHAPE);
+  ck_assert_int_eq(G->attn_chunked_backward(G->context, g_gr[0], NULL, NULL, NULL, NULL, g_dout,
+                                            NULL, g_q, g_k, g_v, g_g, NULL, g_offs, n_seq, H, dk,
+                                            257),
+                   LH_EKERNELS_SHAPE);
+  free(q), free(k), free(v), free(g), free(s_in), free(dout), free(ds_out), free(out);
+  free(s_out);
+  for (int i = 0; i < 5; i++) free(gr[i]);
 }
 END_TEST
 
@@ -738,7 +780,7 @@ int main(void) {
   tcase_add_test(tc, test_attn_recurrent);
   tcase_add_test(tc, test_moe_route);
   tcase_add_test(tc, test_moe_experts);
-  tcase_add_test(tc, test_not_on_cuda);
+  tcase_add_test(tc, test_attn_chunked);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

@@ -169,6 +169,8 @@ static void fill_table(lh_cuda_ctx *c) {
   OP(dot);
   OP(sum_squares);
   OP(adamw_step);
+  OP(attn_chunked_forward);
+  OP(attn_chunked_backward);
   OP(attn_recurrent_forward);
   OP(attn_recurrent_backward);
   OP(attn_decode_step);
@@ -179,7 +181,6 @@ static void fill_table(lh_cuda_ctx *c) {
   OP(moe_aux_loss_forward);
   OP(moe_aux_loss_backward);
 #undef OP
-  lh_cuda_fill_missing(t);
 }
 
 // Opens everything or fails with the first error; *out set only on success.

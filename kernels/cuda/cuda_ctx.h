@@ -204,9 +204,15 @@ int lh_cuda_moe_experts_backward(void *ctx, float *dz, float *dw1, float *dw2, f
 // (ta, tb: read A, B transposed; lda, ldb, ldc row strides); matmul.cu.
 int lh_cuda_gemm_rm(lh_cuda_ctx *c, int ta, int tb, int M, int N, int K, const float *A,
                     int lda, const float *B, int ldb, float beta, float *C, int ldc);
-// Fills the entries of the operations not yet written for CUDA (they
-// answer LH_EKERNELS_NOT_AVAILABLE naming themselves); not_on_cuda.cu.
-void lh_cuda_fill_missing(lh_backend *table);
+int lh_cuda_attn_chunked_forward(void *ctx, float *out, float *state_out, const float *q,
+                                 const float *k, const float *v, const float *g,
+                                 const float *state_in, const int32_t *seq_offsets, int n_seq,
+                                 int H, int dk, int chunk);
+int lh_cuda_attn_chunked_backward(void *ctx, float *dq, float *dk_, float *dv, float *dg,
+                                  float *dstate_in, const float *dout, const float *dstate_out,
+                                  const float *q, const float *k, const float *v, const float *g,
+                                  const float *state_in, const int32_t *seq_offsets, int n_seq,
+                                  int H, int dk, int chunk);
 // LH_EKERNELS_INDEX when one of ids (N) is outside [lo, V) (embed.cu).
 int lh_cuda_check_ids(lh_cuda_ctx *c, const int32_t *ids, int N, int lo, int V);
 }
