@@ -54,16 +54,34 @@ void lh_actors_link_free(lh_actors_link *l) {
   free(l);
 }
 
+/* The monitor of the ingest DEALER, attached before it connects so that
+ * no connection event is missed (events with no listener are dropped). */
+static int attach_monitor(lh_actors_link *l, void *s, lh_errbuf *err) {
+  char mon[96];
+  snprintf(mon, sizeof mon, "inproc://lh-actor-monitor-%p", (void *)l);
+  if (zmq_socket_monitor(s, mon, ZMQ_EVENT_CONNECTED) != 0 || !(l->monitor = zmq_socket(l->ctx, ZMQ_PAIR)) ||
+      zmq_connect(l->monitor, mon) != 0)
+    return lh_errbuf_set(err, LH_EZMQ, "actor link: cannot monitor the ingest socket: %s",
+                         zmq_strerror(zmq_errno()));
+  int linger = l->cfg.linger_ms;
+  zmq_setsockopt(l->monitor, ZMQ_LINGER, &linger, sizeof linger);
+  return 0;
+}
+
 static int open_socket(lh_actors_link *l, int type, const char *endpoint, void **out, lh_errbuf *err) {
   void *s = zmq_socket(l->ctx, type);
   if (!s) return lh_errbuf_set(err, LH_EZMQ, "actor link: zmq_socket: %s", zmq_strerror(zmq_errno()));
   int linger = l->cfg.linger_ms;
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
   if (type == ZMQ_SUB) zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0);
+  if (out == &l->ingest) {
+    l->ingest = s;  /* freed with the link on failure */
+    LH_TRY(attach_monitor(l, s, err));
+  }
   if (zmq_connect(s, endpoint) != 0) {
     int rc = lh_errbuf_set(err, LH_EZMQ, "actor link: cannot connect to %s: %s (check the endpoint in [actor])",
                            endpoint, zmq_strerror(zmq_errno()));
-    zmq_close(s);
+    if (out != &l->ingest) zmq_close(s);
     return rc;
   }
   *out = s;
@@ -97,16 +115,6 @@ int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actor
     goto fail;
   }
   if ((rc = open_socket(l, ZMQ_DEALER, cfg->ingest_endpoint, &l->ingest, err)) < 0) goto fail;
-  char mon[96];
-  snprintf(mon, sizeof mon, "inproc://lh-actor-monitor-%p", (void *)l);
-  if (zmq_socket_monitor(l->ingest, mon, ZMQ_EVENT_CONNECTED) != 0 ||
-      !(l->monitor = zmq_socket(l->ctx, ZMQ_PAIR)) || zmq_connect(l->monitor, mon) != 0) {
-    rc = lh_errbuf_set(err, LH_EZMQ, "actor link: cannot monitor the ingest socket: %s",
-                       zmq_strerror(zmq_errno()));
-    goto fail;
-  }
-  int linger = cfg->linger_ms;
-  zmq_setsockopt(l->monitor, ZMQ_LINGER, &linger, sizeof linger);
   if (cfg->weights_pub_endpoint && *cfg->weights_pub_endpoint && strcmp(cfg->weights_pub_endpoint, "none") != 0) {
     l->weights = lh_actors_weights_new(cfg->max_weights_bytes ? cfg->max_weights_bytes : (size_t)1 << 32, err);
     if (!l->weights) {

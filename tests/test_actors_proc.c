@@ -69,9 +69,9 @@ static void setup(fixture *f, int weights, const char *limits, const char *extra
   fprintf(out,
           "[learner]\n[actor]\nbatch = 2\ngroup_size = 2\nsegment_tokens = 32\n%s"
           "learner_endpoint = %s\nweights_pub_endpoint = %s\nweights_endpoint = %s\n"
-          "resend_timeout_ms = 300\nheartbeat_ms = 100\nflush_timeout_ms = 3000\nseed = 3\n%s"
+          "heartbeat_ms = 100\nflush_timeout_ms = 3000\nseed = 3\n%s"
           "[env]\nname = calc\nstages = 1\n",
-          limits ? limits : "max_context = 400\nmax_steps = 3\n", f->ingest, weights ? f->pub : "none", f->wrouter,
+          limits ? limits : "max_context = 400\nmax_steps = 3\nresend_timeout_ms = 300\n", f->ingest, weights ? f->pub : "none", f->wrouter,
           extra_actor ? extra_actor : "");
   fclose(out);
   f->ctx = zmq_ctx_new();
@@ -130,8 +130,10 @@ typedef struct {
   uint64_t ids[4096];
   int n_ids;
   uint64_t episode_ids[64];
-  uint32_t next_seq[64];
-  uint64_t tokens[64];
+  uint64_t seg_start[64][512];  /* per episode and seq; UINT64_MAX: not seen */
+  uint32_t seg_tokens[64][512];
+  int64_t end_segments[64];     /* -1 until its EpisodeEnd */
+  uint64_t end_tokens[64];
   int n_episodes;
   int segments_v1;   /* sampled tokens carrying version 1 */
   int two_versions;  /* episodes with sampled tokens of versions 0 and 1 */
@@ -143,6 +145,8 @@ static int episode_slot(seen *s, uint64_t id) {
     if (s->episode_ids[i] == id) return i;
   ck_assert_int_lt(s->n_episodes, 64);
   s->episode_ids[s->n_episodes] = id;
+  memset(s->seg_start[s->n_episodes], 0xff, sizeof s->seg_start[0]);
+  s->end_segments[s->n_episodes] = -1;
   return s->n_episodes++;
 }
 
@@ -209,10 +213,9 @@ static int receive(fixture *f, seen *s, int timeout_ms, int skip_ack) {
       if (env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT) {
         Longhaul__Segment *seg = env->segment;
         int k = episode_slot(s, seg->episode_id);
-        ck_assert_uint_eq(seg->seq, s->next_seq[k]);
-        ck_assert_uint_eq(seg->start_offset, s->tokens[k]);
-        s->next_seq[k]++;
-        s->tokens[k] += seg->n_tokens;
+        ck_assert_uint_lt(seg->seq, 512);
+        s->seg_start[k][seg->seq] = seg->start_offset;
+        s->seg_tokens[k][seg->seq] = (uint32_t)seg->n_tokens;
         s->segments++;
         for (size_t t = 0; t < seg->n_tokens; t++)
           if (seg->loss_mask.data[t]) {
@@ -222,8 +225,8 @@ static int receive(fixture *f, seen *s, int timeout_ms, int skip_ack) {
       } else {
         Longhaul__EpisodeEnd *e = env->episode_end;
         int k = episode_slot(s, e->episode_id);
-        ck_assert_uint_eq(e->segment_count, s->next_seq[k]);
-        ck_assert_uint_eq(e->total_tokens, s->tokens[k]);
+        s->end_segments[k] = e->segment_count;
+        s->end_tokens[k] = e->total_tokens;
         s->ends++;
         if (e->outcome == LONGHAUL__OUTCOME__OUTCOME_ABORTED) s->aborted++;
         if (s->saw_v0[k] && s->saw_v1[k]) s->two_versions++;
@@ -240,6 +243,22 @@ static int receive(fixture *f, seen *s, int timeout_ms, int skip_ack) {
   return 1;
 }
 
+/* Every episode that ended arrived whole: seqs 0 .. segment_count-1, each
+ * once (duplicates were dropped above), contiguous, as many tokens as its
+ * EpisodeEnd says. Messages may arrive out of order after resends. */
+static void verify_episodes(const seen *s) {
+  for (int k = 0; k < s->n_episodes; k++) {
+    if (s->end_segments[k] < 0) continue;
+    uint64_t at = 0;
+    for (int64_t q = 0; q < s->end_segments[k]; q++) {
+      ck_assert_msg(s->seg_start[k][q] != UINT64_MAX, "episode %d: segment %lld never arrived", k, (long long)q);
+      ck_assert_uint_eq(s->seg_start[k][q], at);
+      at += s->seg_tokens[k][q];
+    }
+    ck_assert_uint_eq(at, s->end_tokens[k]);
+  }
+}
+
 /* Receives until the child exits (or the safety bound); returns its exit
  * status. */
 static int serve_until_exit(fixture *f, seen *s) {
@@ -252,6 +271,7 @@ static int serve_until_exit(fixture *f, seen *s) {
       f->pid = 0;
       while (receive(f, s, 10, 0)) {
       }
+      verify_episodes(s);
       return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
   }
@@ -295,6 +315,31 @@ START_TEST(test_unacked_are_resent) {
 }
 END_TEST
 
+/* The learner goes away with messages unacked and comes back on the same
+ * endpoint: the actor reconnects, says Hello again and resends them at
+ * once (resend_timeout_ms is a minute, so only the reconnect can do it). */
+START_TEST(test_reconnect_resends) {
+  fixture f;
+  setup(&f, 0, "max_context = 400\nmax_steps = 3\nresend_timeout_ms = 60000\n", NULL);
+  spawn(&f, "2");
+  static seen s;
+  memset(&s, 0, sizeof s);
+  for (int i = 0; i < 3000 && s.n_ids < 3; i++) receive(&f, &s, 10, 1);
+  ck_assert_int_ge(s.n_ids, 3);
+  int hellos = s.hellos;
+  zmq_close(f.router);
+  f.router = bind_socket(&f, ZMQ_ROUTER, f.ingest);
+  int code = serve_until_exit(&f, &s);
+  ck_assert_int_eq(code, 0);
+  ck_assert_int_gt(s.hellos, hellos);
+  ck_assert_int_gt(s.duplicates, 0);
+  ck_assert_int_eq(s.ends, 2);
+  printf("actor process: after the learner came back: %d hellos, %d messages resent\n", s.hellos,
+         s.duplicates);
+  teardown(&f);
+}
+END_TEST
+
 /* SIGTERM mid-run: the actor stops sampling, the open episodes end as
  * aborted, the outbox is flushed, exit 0. */
 START_TEST(test_sigterm_exits_cleanly) {
@@ -319,7 +364,7 @@ END_TEST
  * tokens of both versions (partial rollouts). */
 START_TEST(test_weights_swap_mid_episode) {
   fixture f;
-  setup(&f, 1, "max_context = 4000\nmax_steps = 50\n", NULL);
+  setup(&f, 1, "max_context = 4000\nmax_steps = 50\nresend_timeout_ms = 300\n", NULL);
   spawn(&f, "2");
   lh_model *m = tiny_model(77);
   unsigned char *bytes = NULL;
@@ -394,6 +439,7 @@ START_TEST(test_weights_swap_mid_episode) {
   while (receive(&f, &s, 10, 0)) {
   }
   ck_assert_int_eq(f.pid, 0);
+  verify_episodes(&s);
   ck_assert_int_ge(served, (int)lh_learner_weights_chunk_count(w));
   ck_assert_int_gt(s.segments_v1, 0);
   ck_assert_int_ge(s.two_versions, 1);
@@ -468,6 +514,7 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_episodes_arrive_and_exit);
   tcase_add_test(tc, test_unacked_are_resent);
+  tcase_add_test(tc, test_reconnect_resends);
   tcase_add_test(tc, test_sigterm_exits_cleanly);
   tcase_add_test(tc, test_weights_swap_mid_episode);
   tcase_add_test(tc, test_config_keys);
