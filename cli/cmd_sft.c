@@ -19,7 +19,7 @@
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: longhaul sft --config FILE --env NAME --out DIR [--steps N] [--seed N]\n"
+          "usage: longhaul sft --config FILE [--env NAME] --out DIR [--steps N] [--seed N]\n"
           "                    [--init DIR] [--batch N] [--eval N]\n\n"
           "Trains the policy on demonstrations of the environment's expert:\n"
           "cross-entropy on the policy's tokens only (actions, <call>..</call>,\n"
@@ -29,10 +29,11 @@ static void usage(FILE *out) {
           "DIR/model.safetensors), [learner] the optimizer (lr, warmup_steps,\n"
           "weight_decay, grad_clip; AdamW, warmup then cosine over --steps,\n"
           "default 200), [env] the environment's options (e.g. stages = 2,\n"
-          "expert_noise = 0.1). --seed N (default 0) seeds the model and the\n"
-          "training tasks. At the end, greedy decoding on the --eval N held-out\n"
-          "seeds 1..N (default 200, 0 to skip) prints the success rate, and\n"
-          "DIR/model.safetensors is written atomically.\n"
+          "expert_noise = 0.1; name = NAME stands for --env). --seed N (default\n"
+          "0) seeds the model and the training tasks. At the end\n"
+          "DIR/model.safetensors is written atomically, then greedy decoding on\n"
+          "the --eval N held-out seeds 1..N (default 200, 0 to skip) prints the\n"
+          "success rate.\n"
           "Exit codes: 0 written, 1 runtime error, 2 usage or config error.\n");
 }
 
@@ -41,11 +42,16 @@ typedef struct {
   char *keys[SFT_MAX_ENV_OPTS], *values[SFT_MAX_ENV_OPTS];
   size_t n;
   int overflow;
+  char *name;  /* [env] name, the environment when --env is not given */
 } env_opts;
 
 static int on_ini(void *user, const char *section, const char *key, const char *value) {
   env_opts *o = user;
   if (strcmp(section, "env") != 0) return 1;
+  if (!strcmp(key, "name")) {
+    free(o->name);
+    return (o->name = strdup(value)) != NULL;
+  }
   if (o->n == SFT_MAX_ENV_OPTS) {
     o->overflow = 1;
     return 0;
@@ -59,6 +65,7 @@ static int on_ini(void *user, const char *section, const char *key, const char *
 
 static void env_opts_free(env_opts *o) {
   for (size_t i = 0; i < o->n; i++) free(o->keys[i]), free(o->values[i]);
+  free(o->name);
 }
 
 static int parse_u64(const char *flag, const char *text, unsigned long long lo,
@@ -114,8 +121,8 @@ static int parse_args(int argc, char **argv, sft_args *a) {
     }
     *slot = argv[++i];
   }
-  if (!a->config || !a->env || !a->out) {
-    fprintf(stderr, "longhaul sft: --config, --env and --out are all required\n");
+  if (!a->config || !a->out) {
+    fprintf(stderr, "longhaul sft: --config and --out are required\n");
     usage(stderr);
     return -1;
   }
@@ -215,6 +222,13 @@ int lh_cmd_sft(int argc, char **argv) {
   if (ini || o.overflow) {
     fprintf(stderr, "longhaul sft: %s: cannot read the [env] section (%s)\n", a.config,
             o.overflow ? "more than 64 keys" : "syntax error or unreadable");
+    env_opts_free(&o);
+    return LH_EXIT_USAGE;
+  }
+  if (!a.env) a.env = o.name;
+  if (!a.env) {
+    fprintf(stderr, "longhaul sft: no environment: give --env NAME or name = NAME in [env] of %s\n",
+            a.config);
     env_opts_free(&o);
     return LH_EXIT_USAGE;
   }

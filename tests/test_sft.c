@@ -302,7 +302,7 @@ START_TEST(test_cli) {
   struct {
     const char *args, *says;
   } bad[] = {
-      {"--out X", "required"},
+      {"--env calc", "required"},
       {"--env calc --out X --bogus 1", "unknown argument '--bogus'"},
       {"--env calc --out X --steps 0", "--steps '0'"},
       {"--env calc --out X --steps ten", "--steps 'ten'"},
@@ -310,6 +310,7 @@ START_TEST(test_cli) {
       {"--env calc --out X --seed 99999999999999999999", "--seed"},
       {"--env calc --out X --steps", "needs a value"},
       {"--env nosuch --out X", "nosuch"},
+      {"--out X --env", "needs a value"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(cmd, sizeof cmd, "%s sft --config %s %s", bin(), cfg, bad[i].args);
@@ -328,6 +329,15 @@ START_TEST(test_cli) {
     ck_assert_msg(run(cmd, out, sizeof out) == 2, "config %zu did not exit 2: %s", i, out);
     ck_assert_msg(strstr(out, configs[i][1]), "config %zu does not name '%s': %s", i, configs[i][1], out);
   }
+  /* [env] name stands for --env; without either the command says so */
+  write_text(cfg, "[model]\nd_model = 32\nlayers = 2\nheads = 2\nexperts = 4\nlatent = 16\n"
+                  "expert_hidden = 16\n[env]\nname = calc\nstages = 1\n");
+  snprintf(cmd, sizeof cmd, "%s sft --config %s --out %s/n --steps 1 --batch 1 --eval 1", bin(), cfg, work);
+  ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
+  write_text(cfg, "[env]\nstages = 1\n");
+  snprintf(cmd, sizeof cmd, "%s sft --config %s --out %s/n", bin(), cfg, work);
+  ck_assert_msg(run(cmd, out, sizeof out) == 2, "%s", out);
+  ck_assert_ptr_nonnull(strstr(out, "no environment"));
   /* a missing config file and an unreadable --init are runtime errors */
   snprintf(cmd, sizeof cmd, "%s sft --config %s/none.ini --env calc --out %s/x", bin(), work, work);
   ck_assert_int_ne(run(cmd, out, sizeof out), 0);
