@@ -11,7 +11,7 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-./gpu-results}
 build=${BUILD:-$root/build-gpu}
-budget=${GPU_CHECK_BUDGET_S:-470}  # seconds for all steps together
+budget=${GPU_CHECK_BUDGET_S:-470}  # seconds for all steps together (< 8 min)
 jobs=$(nproc 2>/dev/null || echo 4)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -86,6 +86,17 @@ cp "$build/Testing/Temporary/LastTest.log" "$out/ctest-LastTest.log" 2>/dev/null
 if grep -q "skipped: no CUDA device" "$out/ctest-LastTest.log" 2>/dev/null; then
   echo "tests: SKIPPED, no CUDA device visible to the tests" | tee -a "$summary"
   failed=1
+fi
+
+# The same tests under compute-sanitizer: out-of-bounds and misaligned
+# accesses (memcheck) and shared-memory races (racecheck) in the kernels.
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+test_bin=$build/tests/test_kernels_cuda
+if [[ -x $sanitizer && -x $test_bin ]]; then
+  step memcheck 120 "$sanitizer" --tool memcheck --error-exitcode 1 "$test_bin"
+  step racecheck 120 "$sanitizer" --tool racecheck --error-exitcode 1 "$test_bin"
+else
+  echo "sanitizer: compute-sanitizer or $test_bin not found" | tee -a "$summary"
 fi
 
 benches=0
