@@ -135,6 +135,7 @@ typedef struct {
   int64_t end_segments[64];     /* -1 until its EpisodeEnd */
   uint64_t end_tokens[64];
   int n_episodes;
+  uint32_t last_outbox_depth;  /* of the latest Heartbeat */
   int segments_v1;   /* sampled tokens carrying version 1 */
   int two_versions;  /* episodes with sampled tokens of versions 0 and 1 */
   int saw_v0[64], saw_v1[64];
@@ -198,6 +199,7 @@ static int receive(fixture *f, seen *s, int timeout_ms, int skip_ack) {
       break;
     case LONGHAUL__ENVELOPE__BODY_HEARTBEAT:
       s->heartbeats++;
+      s->last_outbox_depth = env->heartbeat->outbox_depth;
       break;
     case LONGHAUL__ENVELOPE__BODY_SEGMENT:
     case LONGHAUL__ENVELOPE__BODY_EPISODE_END: {
@@ -311,6 +313,31 @@ START_TEST(test_unacked_are_resent) {
   ck_assert_int_eq(code, 0);
   ck_assert_int_eq(s.ends, 2);
   printf("actor process: %d resends seen before acking\n", s.duplicates);
+  teardown(&f);
+}
+END_TEST
+
+/* Back-pressure: with room for 3 messages and no acks, no fourth message
+ * is made (the distinct ids stay at 3 while resends and heartbeats go on,
+ * the heartbeat reporting the full outbox); acks let the actor finish. */
+START_TEST(test_full_outbox_pauses) {
+  fixture f;
+  setup(&f, 0, NULL, "outbox_messages = 3\n");
+  spawn(&f, "2");
+  static seen s;
+  memset(&s, 0, sizeof s);
+  for (int i = 0; i < 3000 && (s.duplicates < 6 || s.heartbeats < 3); i++) {
+    receive(&f, &s, 10, 1);
+    ck_assert_int_le(s.n_ids, 3);
+  }
+  ck_assert_int_eq(s.n_ids, 3);
+  ck_assert_int_ge(s.heartbeats, 3);
+  ck_assert_uint_eq(s.last_outbox_depth, 3);
+  int code = serve_until_exit(&f, &s);
+  ck_assert_int_eq(code, 0);
+  ck_assert_int_eq(s.ends, 2);
+  printf("actor process: outbox of 3 full: %d resends and %d heartbeats while paused\n", s.duplicates,
+         s.heartbeats);
   teardown(&f);
 }
 END_TEST
@@ -514,6 +541,7 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_episodes_arrive_and_exit);
   tcase_add_test(tc, test_unacked_are_resent);
+  tcase_add_test(tc, test_full_outbox_pauses);
   tcase_add_test(tc, test_reconnect_resends);
   tcase_add_test(tc, test_sigterm_exits_cleanly);
   tcase_add_test(tc, test_weights_swap_mid_episode);
