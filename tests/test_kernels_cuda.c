@@ -4,8 +4,9 @@
  * the error paths.
  *
  * Tolerances, as max |cuda - cpu| / max |cpu| over a tensor: fp32 1e-5;
- * bf16 matrix products 2e-2 (operands rounded to 8 significant bits, fp32
- * accumulation: about 2^-8 relative to the output's scale, with margin);
+ * bf16 matrix products and the MoE experts built on them 2e-2 (operands
+ * rounded to 8 significant bits, fp32 accumulation: about 2^-8 relative to
+ * the output's scale, with margin);
  * chunked attention 1e-4, the CPU's own chunked-vs-recurrent bound.
  *
  * Without a device this checks that opening the backend is a clear error
@@ -53,8 +54,11 @@ static int32_t *dev_i(const int32_t *h, size_t n) {
   return d;
 }
 
+/* Also back to fp32, so a failed bf16 test cannot change the next one. */
 static void teardown(void) {
-  if (G) G->synchronize(G->context);
+  if (!G) return;
+  G->synchronize(G->context);
+  lh_backend_cuda_set_gemm(G, LH_GEMM_FP32);
   for (int i = 0; i < dev_count; i++) G->free(G->context, dev_ptrs[i]);
   dev_count = 0;
 }
@@ -563,7 +567,8 @@ END_TEST
 
 /* Routed (k distinct experts per token, some experts idle) or dense
  * (shared experts: every token to each of E experts with gate 1). */
-static void experts_case(int dense) {
+static void experts_case(int dense, lh_gemm_mode mode) {
+  const double tol = mode == LH_GEMM_BF16 ? TOL_BF16 : tol;
   test_rng r_ = {(uint64_t)(91 + dense)};
   test_rng *r = &r_;
   const int N = 40, E = dense ? 2 : 8, k = 2, R = 24, F = 40;
@@ -589,14 +594,15 @@ static void experts_case(int dense) {
   float *g_dout = dev_f(dout, nz), *g_dz = dev_f(dz, nz), *g_dw1 = dev_f(dw1, nw);
   float *g_dw2 = dev_f(dw2, nw), *g_dw3 = dev_f(dw3, nw), *g_out = dev_f(out, nz);
   float *g_cache = dev_f(cache, cache_n);
+  ck_assert_int_eq(lh_backend_cuda_set_gemm(G, mode), 0);
   ck_assert_int_eq(C->moe_experts_forward(NULL, out, cache, z, ci, cg, w1, w2, w3, N, E, k, R, F),
                    0);
   ck_assert_int_eq(G->moe_experts_forward(G->context, g_out, g_cache, g_z, g_idx, g_gates, g_w1,
                                           g_w2, g_w3, N, E, k, R, F),
                    0);
   expect_near(dense ? "moe_experts_forward dense" : "moe_experts_forward", out, g_out, nz,
-              TOL_FP32);
-  expect_near("moe_experts_forward cache", cache, g_cache, cache_n, TOL_FP32);
+              tol);
+  expect_near("moe_experts_forward cache", cache, g_cache, cache_n, tol);
   ck_assert_int_eq(C->moe_experts_backward(NULL, dz, dw1, dw2, dw3, dense ? NULL : dgates, dout,
                                            cache, z, ci, cg, w1, w2, w3, N, E, k, R, F),
                    0);
@@ -604,17 +610,17 @@ static void experts_case(int dense) {
                                            g_dout, g_cache, g_z, g_idx, g_gates, g_w1, g_w2,
                                            g_w3, N, E, k, R, F),
                    0);
-  expect_near("moe_experts_backward dz", dz, g_dz, nz, TOL_FP32);
-  expect_near("moe_experts_backward dw1", dw1, g_dw1, nw, TOL_FP32);
-  expect_near("moe_experts_backward dw2", dw2, g_dw2, nw, TOL_FP32);
-  expect_near("moe_experts_backward dw3", dw3, g_dw3, nw, TOL_FP32);
-  if (!dense) expect_near("moe_experts_backward dgates", dgates, g_dgates, P, TOL_FP32);
+  expect_near("moe_experts_backward dz", dz, g_dz, nz, tol);
+  expect_near("moe_experts_backward dw1", dw1, g_dw1, nw, tol);
+  expect_near("moe_experts_backward dw2", dw2, g_dw2, nw, tol);
+  expect_near("moe_experts_backward dw3", dw3, g_dw3, nw, tol);
+  if (!dense) expect_near("moe_experts_backward dgates", dgates, g_dgates, P, tol);
   /* no cache (decode) gives the same output */
   ck_assert_int_eq(G->zero(G->context, g_out, sizeof(float) * nz), 0);
   ck_assert_int_eq(G->moe_experts_forward(G->context, g_out, NULL, g_z, g_idx, g_gates, g_w1,
                                           g_w2, g_w3, N, E, k, R, F),
                    0);
-  expect_near("moe_experts_forward no cache", out, g_out, nz, TOL_FP32);
+  expect_near("moe_experts_forward no cache", out, g_out, nz, tol);
   ck_assert_int_eq(G->moe_experts_backward(G->context, g_dz, g_dw1, g_dw2, g_dw3, g_dgates,
                                            g_dout, NULL, g_z, g_idx, g_gates, g_w1, g_w2, g_w3,
                                            N, E, k, R, F),
@@ -633,13 +639,19 @@ static void experts_case(int dense) {
                                             g_w3, N, E, 1, R, F),
                      LH_EKERNELS_SHAPE);
   }
+  ck_assert_int_eq(lh_backend_cuda_set_gemm(G, LH_GEMM_FP32), 0);
   free(idx), free(z), free(gates), free(w1), free(w2), free(w3), free(dout), free(dz);
   free(dw1), free(dw2), free(dw3), free(dgates), free(out), free(cache);
 }
 
 START_TEST(test_moe_experts) {
-  experts_case(0);
-  experts_case(1);
+  experts_case(0, LH_GEMM_FP32);
+  experts_case(1, LH_GEMM_FP32);
+}
+END_TEST
+
+START_TEST(test_moe_experts_bf16) {
+  experts_case(0, LH_GEMM_BF16);
 }
 END_TEST
 
@@ -780,6 +792,7 @@ int main(void) {
   tcase_add_test(tc, test_attn_recurrent);
   tcase_add_test(tc, test_moe_route);
   tcase_add_test(tc, test_moe_experts);
+  tcase_add_test(tc, test_moe_experts_bf16);
   tcase_add_test(tc, test_attn_chunked);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
