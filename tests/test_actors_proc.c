@@ -67,6 +67,8 @@ static void setup(fixture *f, int weights, const char *limits, const char *extra
   FILE *out = fopen(f->config, "w");
   ck_assert_ptr_nonnull(out);
   fprintf(out,
+          "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
+          "latent = 8\nexpert_hidden = 8\nchunk = 4\npatch = 2\nmax_patches = 8\n"
           "[learner]\n[actor]\nbatch = 2\ngroup_size = 2\nsegment_tokens = 32\n%s"
           "learner_endpoint = %s\nweights_pub_endpoint = %s\nweights_endpoint = %s\n"
           "heartbeat_ms = 100\nflush_timeout_ms = 3000\nseed = 3\n%s"
@@ -82,17 +84,22 @@ static void setup(fixture *f, int weights, const char *limits, const char *extra
   }
 }
 
-static void spawn(fixture *f, const char *episodes) {
+static void spawn_with(fixture *f, const char *episodes, int ckpt) {
   const char *bin = getenv("LH_BIN");
   ck_assert_msg(bin != NULL, "LH_BIN is not set");
   f->pid = fork();
   ck_assert_int_ge(f->pid, 0);
   if (f->pid == 0) {
-    execl(bin, bin, "actor", "--config", f->config, "--name", "a0", "--ckpt", f->ckpt, "--episodes", episodes,
-          (char *)NULL);
+    if (ckpt)
+      execl(bin, bin, "actor", "--config", f->config, "--name", "a0", "--ckpt", f->ckpt, "--episodes", episodes,
+            (char *)NULL);
+    else
+      execl(bin, bin, "actor", "--config", f->config, "--name", "a0", "--episodes", episodes, (char *)NULL);
     _exit(127);
   }
 }
+
+static void spawn(fixture *f, const char *episodes) { spawn_with(f, episodes, 1); }
 
 static int wait_exit(fixture *f) {
   int status = 0;
@@ -387,12 +394,16 @@ START_TEST(test_sigterm_exits_cleanly) {
 END_TEST
 
 /* Weights: version 1 is announced on the PUB and served in chunks from the
- * ROUTER; later sampled tokens carry version 1, and some episode holds
- * tokens of both versions (partial rollouts). */
+ * ROUTER. Loop 0 (from a checkpoint): announced once sampling began, later
+ * sampled tokens carry version 1, and some episode holds tokens of both
+ * versions (partial rollouts). Loop 1 (no --ckpt: the [model] config): the
+ * actor samples nothing before the weights, so every sampled token carries
+ * version 1. */
 START_TEST(test_weights_swap_mid_episode) {
+  int from_ckpt = _i == 0;
   fixture f;
   setup(&f, 1, "max_context = 4000\nmax_steps = 50\nresend_timeout_ms = 300\n", NULL);
-  spawn(&f, "2");
+  spawn_with(&f, "2", from_ckpt);
   lh_model *m = tiny_model(77);
   unsigned char *bytes = NULL;
   size_t n = 0;
@@ -405,7 +416,7 @@ START_TEST(test_weights_swap_mid_episode) {
   static seen s;
   memset(&s, 0, sizeof s);
   /* Wait for sampling to begin, then announce (repeatedly: SUB joins late). */
-  for (int i = 0; i < 3000 && s.segments < 1; i++) receive(&f, &s, 10, 0);
+  for (int i = 0; from_ckpt && i < 3000 && s.segments < 1; i++) receive(&f, &s, 10, 0);
   int served = 0;
   for (int i = 0; i < 3000 && f.pid > 0; i++) {
     if (i % 20 == 0 && s.segments_v1 == 0) {
@@ -469,7 +480,11 @@ START_TEST(test_weights_swap_mid_episode) {
   verify_episodes(&s);
   ck_assert_int_ge(served, (int)lh_learner_weights_chunk_count(w));
   ck_assert_int_gt(s.segments_v1, 0);
-  ck_assert_int_ge(s.two_versions, 1);
+  if (from_ckpt) {
+    ck_assert_int_ge(s.two_versions, 1);
+  } else {
+    for (int k = 0; k < s.n_episodes; k++) ck_assert(!s.saw_v0[k]);
+  }
   printf("actor process: %d chunks served, %d tokens at version 1, %d episodes with two versions\n", served,
          s.segments_v1, s.two_versions);
   lh_learner_weights_free(w);
@@ -544,7 +559,7 @@ int main(void) {
   tcase_add_test(tc, test_full_outbox_pauses);
   tcase_add_test(tc, test_reconnect_resends);
   tcase_add_test(tc, test_sigterm_exits_cleanly);
-  tcase_add_test(tc, test_weights_swap_mid_episode);
+  tcase_add_loop_test(tc, test_weights_swap_mid_episode, 0, 2);
   tcase_add_test(tc, test_config_keys);
   tcase_add_test(tc, test_cli_errors);
   suite_add_tcase(s, tc);
