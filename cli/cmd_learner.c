@@ -141,7 +141,7 @@ static int publish(learner *L, lh_errbuf *err) {
 static int checkpoint(learner *L, lh_errbuf *err) {
   lh_learner_trainer_state(L->trainer, &L->st);
   char path[LH_LEARNER_TEXT_BYTES];
-  int rc = lh_learner_ckpt_save(L->cfg.ckpt_dir, L->m, &L->st, path, err);
+  int rc = lh_learner_ckpt_save(L->cfg.ckpt_dir, L->m, &L->st, L->trainer, path, err);
   if (!rc) {
     L->last_ckpt_step = L->st.step;
     LH_INFO("learner", "checkpoint path=%s step=%llu version=%llu", path, (unsigned long long)L->st.step,
@@ -162,8 +162,9 @@ static int open_all(learner *L, const args *a, lh_errbuf *err, int *usage_error)
   memset(&L->st, 0, sizeof L->st);
   lh_learner_adv_baseline_init(&L->st.baseline, L->cfg.baseline_decay);
   int resumed = 0;
+  char from[LH_LEARNER_TEXT_BYTES] = "";
   if (a->resume && lh_learner_ckpt_exists(L->cfg.ckpt_dir)) {
-    LH_TRY(lh_learner_ckpt_load_latest(L->cfg.ckpt_dir, be, &L->m, &L->st, err));
+    LH_TRY(lh_learner_ckpt_load_latest(L->cfg.ckpt_dir, be, &L->m, &L->st, from, err));
     resumed = 1;
     L->last_ckpt_step = L->st.step;
     LH_INFO("learner", "resumed ckpt_dir=%s step=%llu version=%llu ingest_position=%llu", L->cfg.ckpt_dir,
@@ -180,6 +181,7 @@ static int open_all(learner *L, const args *a, lh_errbuf *err, int *usage_error)
   LH_TRY(lh_store_open(L->cfg.db, &L->store, err));
   LH_TRY(lh_learner_trainer_new(L->m, L->store, &L->cfg, (float)ac.temperature, resumed ? &L->st : NULL,
                                 &L->trainer, err));
+  if (resumed) LH_TRY(lh_learner_trainer_load_done(L->trainer, from, L->st.ingest_position, err));
   L->zctx = zmq_ctx_new();
   if (!L->zctx) return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "cannot create a ZeroMQ context");
   L->ingest = lh_learner_ingest_new(L->zctx, L->cfg.ingest_endpoint, L->store, NULL, err);

@@ -98,8 +98,8 @@ static int load_optimizer(lh_model *m, const char *dir, lh_errbuf *err) {
   return rc;
 }
 
-int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_state *st, char *path_out,
-                         lh_errbuf *err) {
+int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_state *st,
+                         const lh_learner_trainer *t, char *path_out, lh_errbuf *err) {
   if (!ckpt_dir || !*ckpt_dir || !m || !st)
     return lh_errbuf_set(err, LH_EINVAL, "checkpoint: NULL directory, model or state");
   if (strlen(ckpt_dir) > LH_LEARNER_TEXT_BYTES - 64)
@@ -115,6 +115,7 @@ int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_sta
   int rc = lh_model_save(m, tmp, err);
   if (!rc) rc = save_optimizer(m, tmp, err);
   if (!rc) rc = lh_learner_state_save(tmp, st, err);
+  if (!rc && t) rc = lh_learner_trainer_save_done(t, tmp, err);
   char p[2 * LH_LEARNER_TEXT_BYTES];
   snprintf(p, sizeof p, "%s/model.safetensors", tmp);
   if (!rc && (fsync_path(p, 0) || fsync_path(tmp, 1)))
@@ -169,7 +170,7 @@ int lh_learner_ckpt_exists(const char *ckpt_dir) {
 }
 
 int lh_learner_ckpt_load_latest(const char *ckpt_dir, const lh_backend *be, lh_model **out,
-                                lh_learner_state *st, lh_errbuf *err) {
+                                lh_learner_state *st, char *dir_out, lh_errbuf *err) {
   if (!ckpt_dir || !be || !out || !st) return lh_errbuf_set(err, LH_EINVAL, "checkpoint: NULL argument");
   *out = NULL;
   char dir[LH_LEARNER_TEXT_BYTES];
@@ -184,5 +185,6 @@ int lh_learner_ckpt_load_latest(const char *ckpt_dir, const lh_backend *be, lh_m
     return rc;
   }
   *out = m;
+  if (dir_out) snprintf(dir_out, LH_LEARNER_TEXT_BYTES, "%s", dir);
   return 0;
 }

@@ -473,10 +473,13 @@ int lh_learner_sft_save(const lh_model *m, const char *dir, lh_errbuf *err);
  * steps AdamW at the warmup+cosine learning rate, moves the balancing
  * biases, bumps the version and writes a train_steps row. A step whose loss
  * or gradient is not finite leaves the parameters untouched, is counted
- * (skipped_steps) and logged, and does not bump the version. Episodes are
- * consumed in id order above the ingest position (the highest id trained);
- * an episode whose segments do not join is marked error in the store. The
- * model and the store stay the caller's and must outlive the trainer. */
+ * (skipped_steps) and logged, and does not bump the version. Episode ids
+ * are the actors' (in no order), so the trainer keeps the set of episodes
+ * it is done with (trained, dropped or left out; the state's
+ * ingest_position is its size), which a checkpoint saves and a resume
+ * loads: none is trained twice. An episode whose segments do not join is
+ * marked error in the store. The model and the store stay the caller's
+ * and must outlive the trainer. */
 typedef struct lh_learner_trainer lh_learner_trainer;
 
 typedef struct {
@@ -509,6 +512,11 @@ int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_trai
 /* The trainer's part of a checkpoint state (the rng bytes are left as they are). */
 void lh_learner_trainer_state(const lh_learner_trainer *t, lh_learner_state *st);
 uint64_t lh_learner_trainer_version(const lh_learner_trainer *t);
+/* The done set as DIR/episodes_done.bin (checksummed), and back; load
+ * checks it holds `expected` ids (the state's ingest_position). */
+#define LH_LEARNER_EPISODES_FILE "episodes_done.bin"
+int lh_learner_trainer_save_done(const lh_learner_trainer *t, const char *dir, lh_errbuf *err);
+int lh_learner_trainer_load_done(lh_learner_trainer *t, const char *dir, uint64_t expected, lh_errbuf *err);
 const lh_learner_admission_counts *lh_learner_trainer_admission(const lh_learner_trainer *t);
 
 /* ---- the weights sockets (learner/publish.c) ------------------------------
@@ -555,15 +563,16 @@ const lh_learner_publisher_counts *lh_learner_publisher_get_counts(const lh_lear
 #define LH_LEARNER_OPTIMIZER_FILE "optimizer.bin"
 #define LH_LEARNER_LATEST_FILE "latest"
 
-/* Writes the checkpoint of st->step; *path_out (may be NULL, room for
- * LH_LEARNER_TEXT_BYTES) gets its directory. */
-int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_state *st, char *path_out,
-                         lh_errbuf *err);
+/* Writes the checkpoint of st->step, with t's done episodes when t is not
+ * NULL; *path_out (may be NULL, room for LH_LEARNER_TEXT_BYTES) gets its
+ * directory. */
+int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_state *st,
+                         const lh_learner_trainer *t, char *path_out, lh_errbuf *err);
 /* Loads the checkpoint `latest` names: a new model on be with training
  * enabled and its moments restored, and the state. LH_ELEARNER_CKPT naming
  * the file when something is missing or does not match. */
 int lh_learner_ckpt_load_latest(const char *ckpt_dir, const lh_backend *be, lh_model **out,
-                                lh_learner_state *st, lh_errbuf *err);
+                                lh_learner_state *st, char *dir_out, lh_errbuf *err);
 /* Whether ckpt_dir has a `latest` to resume from. */
 int lh_learner_ckpt_exists(const char *ckpt_dir);
 

@@ -6,12 +6,45 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "learner/learner.h"
 
 /* Incomplete groups kept open before the oldest is closed (its actor may
  * have died). */
 #define TRAINER_MAX_PENDING_GROUPS 64
+
+/* A sorted set of episode ids. */
+typedef struct {
+  uint64_t *ids;
+  size_t n, cap;
+} id_set;
+
+static int set_find(const id_set *s, uint64_t id, size_t *at) {
+  size_t lo = 0, hi = s->n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (s->ids[mid] < id) lo = mid + 1;
+    else hi = mid;
+  }
+  *at = lo;
+  return lo < s->n && s->ids[lo] == id;
+}
+
+static int set_add(id_set *s, uint64_t id) {
+  size_t at;
+  if (set_find(s, id, &at)) return 0;
+  if (s->n == s->cap) {
+    size_t c = s->cap ? 2 * s->cap : 256;
+    uint64_t *p = realloc(s->ids, c * sizeof *p);
+    if (!p) return LH_ENOMEM;
+    s->ids = p, s->cap = c;
+  }
+  memmove(s->ids + at + 1, s->ids + at, (s->n - at) * sizeof *s->ids);
+  s->ids[at] = id;
+  s->n++;
+  return 0;
+}
 
 struct lh_learner_trainer {
   lh_model *m;
@@ -21,41 +54,19 @@ struct lh_learner_trainer {
   lh_learner_batcher *batcher;
   lh_model_balancer *balancer;
   lh_model_cache *cache;
-  uint64_t step, version, position, skipped;
+  uint64_t step, version, skipped;
   lh_learner_adv_baseline baseline;
   lh_learner_admission_counts admission;
-  uint64_t *consumed;  /* sorted ids above position already handed to the batcher */
-  size_t n_consumed, cap_consumed;
+  /* Episode ids are the actors' (hashes, in no order), so what has been
+   * used is kept as sets: seen = handed to the batcher in this process;
+   * done = trained, dropped or left out, which a checkpoint keeps (an
+   * admitted episode still waiting in the batcher is not done: after a
+   * resume it is scanned again). */
+  id_set seen, done;
   lh_learner_batch_item *items;
   size_t cap_items;
   float *scratch_bias;
 };
-
-static int consumed_find(const lh_learner_trainer *t, uint64_t id, size_t *at) {
-  size_t lo = 0, hi = t->n_consumed;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (t->consumed[mid] < id) lo = mid + 1;
-    else hi = mid;
-  }
-  *at = lo;
-  return lo < t->n_consumed && t->consumed[lo] == id;
-}
-
-static int consumed_add(lh_learner_trainer *t, uint64_t id) {
-  size_t at;
-  if (consumed_find(t, id, &at)) return 0;
-  if (t->n_consumed == t->cap_consumed) {
-    size_t c = t->cap_consumed ? 2 * t->cap_consumed : 256;
-    uint64_t *p = realloc(t->consumed, c * sizeof *p);
-    if (!p) return LH_ENOMEM;
-    t->consumed = p, t->cap_consumed = c;
-  }
-  memmove(t->consumed + at + 1, t->consumed + at, (t->n_consumed - at) * sizeof *t->consumed);
-  t->consumed[at] = id;
-  t->n_consumed++;
-  return 0;
-}
 
 int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config *cfg, float temperature,
                            const lh_learner_state *st, lh_learner_trainer **out, lh_errbuf *err) {
@@ -69,7 +80,7 @@ int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config
   t->temperature = temperature > 0 ? temperature : 1.0f;
   lh_learner_adv_baseline_init(&t->baseline, cfg->baseline_decay);
   if (st) {
-    t->step = st->step, t->version = st->version, t->position = st->ingest_position;
+    t->step = st->step, t->version = st->version;
     t->skipped = st->skipped_steps, t->baseline = st->baseline, t->admission = st->admission;
   }
   const lh_model_config *mc = lh_model_get_config(m);
@@ -97,7 +108,8 @@ void lh_learner_trainer_free(lh_learner_trainer *t) {
   lh_learner_batcher_free(t->batcher);
   lh_model_balancer_free(t->balancer);
   lh_model_cache_free(t->cache);
-  free(t->consumed);
+  free(t->seen.ids);
+  free(t->done.ids);
   free(t->items);
   free(t->scratch_bias);
   free(t);
@@ -110,7 +122,7 @@ const lh_learner_admission_counts *lh_learner_trainer_admission(const lh_learner
 
 void lh_learner_trainer_state(const lh_learner_trainer *t, lh_learner_state *st) {
   if (!t || !st) return;
-  st->step = t->step, st->version = t->version, st->ingest_position = t->position;
+  st->step = t->step, st->version = t->version, st->ingest_position = t->done.n;
   st->skipped_steps = t->skipped, st->baseline = t->baseline, st->admission = t->admission;
   int stage = lh_learner_stage_at(&t->cfg, t->step);
   st->stage_index = stage < 0 ? 0 : (uint32_t)stage;
@@ -133,7 +145,7 @@ static int on_ready(void *ctx, const lh_episode_row *row) {
   scan_ctx *c = ctx;
   lh_learner_trainer *t = c->t;
   size_t at;
-  if (consumed_find(t, row->id, &at)) return 0;
+  if (set_find(&t->seen, row->id, &at) || set_find(&t->done, row->id, &at)) return 0;
   /* Staleness over the sampled tokens; an episode without any sampled
    * token is as fresh as the learner (it has nothing to train on). */
   uint64_t oldest = row->has_versions ? row->min_version : t->version;
@@ -147,10 +159,13 @@ static int on_ready(void *ctx, const lh_episode_row *row) {
     LH_WARN("train", "episode=%llu group=%llu beyond group_size=%llu: skipped",
             (unsigned long long)row->id, (unsigned long long)row->group_id,
             (unsigned long long)t->cfg.group_size);
-    rc = 0;
+    rc = set_add(&t->done, row->id);
+  } else if (!rc && a != LH_LEARNER_ADMIT) {
+    rc = set_add(&t->done, row->id);
   }
+  if (!rc) rc = set_add(&t->seen, row->id);
+  if (rc == LH_ENOMEM) rc = lh_errbuf_set(c->err, rc, "train: out of memory");
   if (rc) return c->rc = rc;
-  if ((rc = consumed_add(t, row->id))) return c->rc = lh_errbuf_set(c->err, rc, "train: out of memory");
   if (a != LH_LEARNER_ADMIT)
     LH_DEBUG("train", "episode=%llu dropped=%s oldest_version=%llu version=%llu",
              (unsigned long long)row->id, lh_learner_admission_name(a), (unsigned long long)oldest,
@@ -165,7 +180,6 @@ int lh_learner_trainer_scan(lh_learner_trainer *t, size_t *added, lh_errbuf *err
   lh_episode_filter f;
   lh_episode_filter_init(&f);
   f.ready_only = 1;
-  f.after_id = t->position;
   f.status_mask = (1u << LH_EPISODE_COMPLETE) | (1u << LH_EPISODE_TRUNCATED) | (1u << LH_EPISODE_ABORTED) |
                   (1u << LH_EPISODE_ERROR);
   scan_ctx c = {.t = t, .err = err};
@@ -311,12 +325,14 @@ int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_trai
   /* Read back and join every episode; one that does not join is marked
    * error in the store and left out. */
   size_t m = 0;
-  uint64_t max_id = t->position;
   for (size_t i = 0; i < n && !rc; i++) {
     lh_episode_row row;
     lh_errbuf e;
     uint64_t id = t->items[i].episode_id;
-    if (id > max_id) max_id = id;
+    if (set_add(&t->done, id)) {
+      rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
+      break;
+    }
     int jr = lh_store_episode_get(t->store, id, &row, &e);
     if (!jr) jr = lh_store_episode_segments_array(t->store, id, &segs[m], &n_segs[m], NULL, &e);
     if (!jr) jr = lh_learner_episode_join(segs[m], n_segs[m], row.tokens, &eps[m], &e);
@@ -399,7 +415,6 @@ int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_trai
   }
   free(eps), free(segs), free(n_segs), free(rewards), free(advs), free(keys), free(success);
   if (rc) return rc;
-  t->position = max_id;
   if (m == 0 || N == 0) return 0;  /* nothing to train on: no step */
   t->step++;
   st.version = t->version;
@@ -420,4 +435,63 @@ int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_trai
   if (stats) *stats = st;
   if (stepped) *stepped = 1;
   return 0;
+}
+
+static void put_u64(uint8_t *b, uint64_t v) {
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get_u64(const uint8_t *b) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
+  return v;
+}
+
+#define DONE_MAGIC "LHDONE01"
+
+int lh_learner_trainer_save_done(const lh_learner_trainer *t, const char *dir, lh_errbuf *err) {
+  if (!t || !dir) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or directory");
+  size_t bytes = 16 + 8 * t->done.n + 8;
+  uint8_t *buf = malloc(bytes);
+  if (!buf) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory saving %zu episode ids", t->done.n);
+  memcpy(buf, DONE_MAGIC, 8);
+  put_u64(buf + 8, t->done.n);
+  for (size_t i = 0; i < t->done.n; i++) put_u64(buf + 16 + 8 * i, t->done.ids[i]);
+  put_u64(buf + bytes - 8, lh_hash64(buf, bytes - 8, 0));
+  char path[2 * LH_LEARNER_TEXT_BYTES];
+  snprintf(path, sizeof path, "%s/%s", dir, LH_LEARNER_EPISODES_FILE);
+  FILE *f = fopen(path, "wb");
+  int rc = 0;
+  if (!f || fwrite(buf, 1, bytes, f) != bytes || fflush(f) || fsync(fileno(f)))
+    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot write %s", path);
+  if (f && fclose(f) && !rc) rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot close %s", path);
+  free(buf);
+  return rc;
+}
+
+int lh_learner_trainer_load_done(lh_learner_trainer *t, const char *dir, uint64_t expected, lh_errbuf *err) {
+  if (!t || !dir) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or directory");
+  char path[2 * LH_LEARNER_TEXT_BYTES];
+  snprintf(path, sizeof path, "%s/%s", dir, LH_LEARNER_EPISODES_FILE);
+  FILE *f = fopen(path, "rb");
+  if (!f) return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot open %s", path);
+  uint8_t head[16];
+  int rc = 0;
+  if (fread(head, 1, 16, f) != 16 || memcmp(head, DONE_MAGIC, 8) || get_u64(head + 8) != expected)
+    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT,
+                       "checkpoint: %s is not the episode list of this state (%llu episodes expected)", path,
+                       (unsigned long long)expected);
+  size_t bytes = 16 + 8 * (size_t)expected + 8;
+  uint8_t *buf = rc ? NULL : malloc(bytes);
+  if (!rc && !buf) rc = lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory");
+  if (!rc) {
+    memcpy(buf, head, 16);
+    if (fread(buf + 16, 1, bytes - 16, f) != bytes - 16 || fgetc(f) != EOF ||
+        get_u64(buf + bytes - 8) != lh_hash64(buf, bytes - 8, 0))
+      rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: %s is truncated or fails its checksum", path);
+  }
+  for (size_t i = 0; !rc && i < expected; i++)
+    if (set_add(&t->done, get_u64(buf + 16 + 8 * i))) rc = lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory");
+  free(buf);
+  fclose(f);
+  return rc;
 }

@@ -176,7 +176,7 @@ START_TEST(test_step_aligned_and_recorded) {
   lh_learner_trainer_state(t, &ls);
   ck_assert_uint_eq(ls.step, 1);
   ck_assert_uint_eq(ls.version, 1);
-  ck_assert_uint_eq(ls.ingest_position, 4);
+  ck_assert_uint_eq(ls.ingest_position, 6);  /* done: 4 trained, 2 dropped */
   ck_assert_uint_eq(ls.admission.dropped_stale, 2);
   free(before);
   lh_learner_trainer_free(t);
@@ -302,18 +302,22 @@ START_TEST(test_resume_exact) {
   char ck[160], path[LH_LEARNER_TEXT_BYTES];
   snprintf(ck, sizeof ck, "%s/ckpt", dir);
   ck_assert_int_eq(lh_learner_ckpt_exists(ck), 0);
-  ck_assert_msg(lh_learner_ckpt_save(ck, b, &st, path, &e) == 0, "%s", e.msg);
+  ck_assert_msg(lh_learner_ckpt_save(ck, b, &st, t, path, &e) == 0, "%s", e.msg);
   ck_assert(strstr(path, "step-00000001"));
   ck_assert_int_eq(lh_learner_ckpt_exists(ck), 1);
   lh_learner_trainer_free(t);
   lh_model_free(b);
   lh_learner_state st2;
   lh_model *c;
-  ck_assert_msg(lh_learner_ckpt_load_latest(ck, lh_backend_cpu(), &c, &st2, &e) == 0, "%s", e.msg);
+  char from[LH_LEARNER_TEXT_BYTES];
+  ck_assert_msg(lh_learner_ckpt_load_latest(ck, lh_backend_cpu(), &c, &st2, from, &e) == 0, "%s", e.msg);
+  ck_assert_str_eq(from, path);
   ck_assert_uint_eq(st2.step, 1);
   ck_assert_uint_eq(st2.version, 1);
   ck_assert_uint_eq(st2.ingest_position, 2);
   ck_assert_int_eq(lh_learner_trainer_new(c, s, &cfg, 0.7f, &st2, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_load_done(t, from, st2.ingest_position + 1, &e), LH_ELEARNER_CKPT);
+  ck_assert_msg(lh_learner_trainer_load_done(t, from, st2.ingest_position, &e) == 0, "%s", e.msg);
   ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
   ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
   ck_assert_int_eq(stepped, 1);
@@ -331,10 +335,10 @@ START_TEST(test_resume_exact) {
   fputc(0x5a, f);
   fclose(f);
   lh_model *d = NULL;
-  ck_assert_int_eq(lh_learner_ckpt_load_latest(ck, lh_backend_cpu(), &d, &st2, &e), LH_ELEARNER_CKPT);
+  ck_assert_int_eq(lh_learner_ckpt_load_latest(ck, lh_backend_cpu(), &d, &st2, NULL, &e), LH_ELEARNER_CKPT);
   ck_assert_msg(strstr(e.msg, "optimizer.bin") && strstr(e.msg, "checksum"), "%s", e.msg);
   ck_assert_ptr_null(d);
-  ck_assert_int_eq(lh_learner_ckpt_load_latest(dir, lh_backend_cpu(), &d, &st2, &e), LH_ELEARNER_CKPT);
+  ck_assert_int_eq(lh_learner_ckpt_load_latest(dir, lh_backend_cpu(), &d, &st2, NULL, &e), LH_ELEARNER_CKPT);
   ck_assert(strstr(e.msg, "nothing to resume from"));
   lh_model_free(a);
   lh_model_free(c);
