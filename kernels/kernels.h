@@ -280,7 +280,8 @@ const lh_backend *lh_backend_cpu(void);
  * pool_bytes taken with cudaMalloc at open (0: 90% of the free device
  * memory); alloc carves that pool, so running out is alloc returning NULL.
  * Pointers are device memory: move data with upload/download. Operations
- * are queued on the stream; upload, download, dot and sum_squares wait.
+ * are queued on the stream (call them from one thread at a time); upload,
+ * download, dot, sum_squares and index checks wait for it.
  * The chunked attention entries compute their function with the
  * step-by-step kernels for now (right, not yet fast). No build
  * support, no driver or no device is LH_EKERNELS_NOT_AVAILABLE with err

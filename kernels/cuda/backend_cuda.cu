@@ -288,15 +288,3 @@ extern "C" int lh_backend_cuda_set_gemm(const lh_backend *b, lh_gemm_mode mode) 
   c->gemm_mode = mode;
   return LH_OK;
 }
-
-extern "C" int lh_backend_cuda_pool_stats(const lh_backend *b, size_t *bytes, size_t *in_use,
-                                          size_t *peak) {
-  lh_cuda_ctx *c = ctx_of(b);
-  if (!c) return LH_EKERNELS_NULL_ARG;
-  pthread_mutex_lock(&c->pool.lock);
-  if (bytes) *bytes = c->pool.bytes;
-  if (in_use) *in_use = c->pool.in_use;
-  if (peak) *peak = c->pool.peak;
-  pthread_mutex_unlock(&c->pool.lock);
-  return LH_OK;
-}
