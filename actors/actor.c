@@ -74,8 +74,10 @@ static int heartbeat(lh_actors_link *link, lh_actors_meter *meter, lh_actors_run
                      lh_errbuf *err) {
   Longhaul__Heartbeat hb = LONGHAUL__HEARTBEAT__INIT;
   hb.role = "actor";
+  uint64_t announced = lh_actors_link_announced(link);
+  double lag = announced > version ? (double)(announced - version) : 0.0;
   lh_actors_meter_heartbeat(meter, now_ms(), version, (uint32_t)lh_actors_link_unacked(link),
-                            lh_actors_runner_open_episodes(r), 0.0, &hb);
+                            lh_actors_runner_open_episodes(r), lag, &hb);
   Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
   env.body_case = LONGHAUL__ENVELOPE__BODY_HEARTBEAT;
   env.heartbeat = &hb;

@@ -478,6 +478,9 @@ void lh_actors_link_set_version(lh_actors_link *l, uint64_t version);
 size_t lh_actors_link_unacked(const lh_actors_link *l);
 uint64_t lh_actors_link_resends(const lh_actors_link *l);
 uint64_t lh_actors_link_connects(const lh_actors_link *l);
+/* The newest version announced so far (0 before any): the heartbeat's
+ * policy_lag is it minus the version in use. */
+uint64_t lh_actors_link_announced(const lh_actors_link *l);
 
 
 /* ---- the actor process (actors/actor.c) -----------------------------------

@@ -30,6 +30,7 @@ struct lh_actors_link {
   uint64_t connects, acked, rejected;
   int64_t last_weights_ms;
   int weights_new;
+  uint64_t announced;  /* the newest version announced */
 };
 
 static int send_hello(lh_actors_link *l, lh_errbuf *err);
@@ -244,6 +245,7 @@ static void handle_weights(lh_actors_link *l, const uint8_t *b, size_t n, lh_err
     return;
   }
   if (env->body_case == LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE) {
+    if (env->weights_announce->version > l->announced) l->announced = env->weights_announce->version;
     int rc = lh_actors_weights_announce(l->weights, env->weights_announce, &e);
     if (rc < 0) LH_WARN("actor", "weights announcement refused: %s", e.msg);
     if (rc == 1)
@@ -344,6 +346,7 @@ const uint8_t *lh_actors_link_weights(const lh_actors_link *l, uint64_t *version
 size_t lh_actors_link_unacked(const lh_actors_link *l) { return l ? lh_actors_outbox_depth(l->outbox) : 0; }
 uint64_t lh_actors_link_resends(const lh_actors_link *l) { return l ? lh_actors_outbox_resends(l->outbox) : 0; }
 uint64_t lh_actors_link_connects(const lh_actors_link *l) { return l ? l->connects : 0; }
+uint64_t lh_actors_link_announced(const lh_actors_link *l) { return l ? l->announced : 0; }
 void lh_actors_link_set_version(lh_actors_link *l, uint64_t version) {
   if (l) l->cfg.policy_version = version;
 }
