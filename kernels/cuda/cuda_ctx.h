@@ -47,7 +47,7 @@ typedef struct {
   int device;
   cudaStream_t stream;
   cublasHandle_t cublas;
-  int gemm_mode;  // lh_cuda_gemm_mode
+  int gemm_mode;  // lh_gemm_mode (kernels.h)
   lh_cuda_pool pool;
   void *scratch[LH_CUDA_SCRATCH_SLOTS];
   size_t scratch_bytes[LH_CUDA_SCRATCH_SLOTS];
