@@ -17,6 +17,7 @@
 #define LEARNER_CHUNK_BYTES (1u << 20)
 #define LEARNER_POLL_MS 20
 #define LEARNER_SCAN_NS 1000000000ll      /* rescan the store at least this often */
+#define LEARNER_SCAN_MIN_NS 100000000ll   /* and at most this often (a scan reads every ready row) */
 #define LEARNER_ANNOUNCE_NS 1000000000ll  /* re-announce for late subscribers */
 #define LEARNER_STATUS_NS 10000000000ll   /* status line */
 
@@ -214,7 +215,7 @@ static int run_loop(learner *L, const args *a, lh_errbuf *err) {
     LH_TRY(lh_learner_ingest_poll(L->ingest, LEARNER_POLL_MS, &handled, err));
     LH_TRY(lh_learner_publisher_poll(L->pub, 0, &served, err));
     now = lh_now_ns();
-    if (handled || now - last_scan > LEARNER_SCAN_NS) {
+    if ((handled && now - last_scan > LEARNER_SCAN_MIN_NS) || now - last_scan > LEARNER_SCAN_NS) {
       LH_TRY(lh_learner_trainer_scan(L->trainer, NULL, err));
       last_scan = now;
     }
