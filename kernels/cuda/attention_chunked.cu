@@ -2,9 +2,10 @@
 // same function as the CPU's chunked form (and its gradients) with the
 // step-by-step kernels of attention_recurrent.cu, so a model runs end to
 // end on CUDA and matches the CPU's chunked form within the bound the CPU
-// tests put between its two forms (1e-5 forward, 1e-4 backward). It is the correct path, not the fast one:
-// the tensor-core kernel with the intra-chunk products (DESIGN 4) is what
-// the attention benchmark's target needs. chunk is checked as on the CPU.
+// tests put between its two forms (1e-5 forward, 1e-4 backward). It is the
+// correct path, not the fast one: the tensor-core kernel with the
+// intra-chunk products (DESIGN 4) is what the attention benchmark's target
+// needs. chunk is checked as on the CPU.
 #include "kernels/cuda/cuda_ctx.h"
 
 // The CPU backend's largest chunk (kernels/cpu/attention_chunked.c).
