@@ -478,8 +478,12 @@ int lh_learner_sft_save(const lh_model *m, const char *dir, lh_errbuf *err);
  * it is done with (trained, dropped or left out; the state's
  * ingest_position is its size), which a checkpoint saves and a resume
  * loads: none is trained twice. An episode whose segments do not join is
- * marked error in the store. The model and the store stay the caller's
- * and must outlive the trainer. */
+ * marked error in the store. With routing_replay, an episode that
+ * recorded its routing ([token][layer][slot], the experts chosen while
+ * that token was the model's input) is run with those experts instead of
+ * top-k; one whose routing shape is not the model's is left out. Episodes
+ * with images are left out (the RL step does not feed images yet). The
+ * model and the store stay the caller's and must outlive the trainer. */
 typedef struct lh_learner_trainer lh_learner_trainer;
 
 typedef struct {

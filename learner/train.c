@@ -196,6 +196,7 @@ typedef struct {
   float *logp, *blogp, *adv, *dlogp, *entropy, *dentropy;
   uint8_t *mask;
   uint32_t *ver;
+  int32_t *replay;  /* (layers, n, topk) with routing replay, else NULL */
   float *state_a, *state_b;
   size_t cap;
 } window_bufs;
@@ -203,6 +204,7 @@ typedef struct {
 static void bufs_free(window_bufs *w) {
   free(w->tokens), free(w->targets), free(w->logp), free(w->blogp), free(w->adv), free(w->dlogp);
   free(w->entropy), free(w->dentropy), free(w->mask), free(w->ver), free(w->state_a), free(w->state_b);
+  free(w->replay);
 }
 
 static int bufs_alloc(window_bufs *w, size_t n, size_t state_floats) {
@@ -240,6 +242,20 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
     bufs_free(&w);
     return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for a window of %zu tokens", W);
   }
+  if (t->cfg.routing_replay && ep->routed_experts) {
+    if (ep->routed_layers != (uint32_t)mc->layers || ep->routed_topk != (uint32_t)mc->topk) {
+      bufs_free(&w);
+      return lh_errbuf_set(err, LH_ELEARNER_TRAIN,
+                           "train: episode %llu records routing of %u layers x top-%u, the model has %d x top-%d",
+                           (unsigned long long)ep->episode_id, ep->routed_layers, ep->routed_topk, mc->layers,
+                           mc->topk);
+    }
+    w.replay = malloc((size_t)mc->layers * W * (size_t)mc->topk * sizeof(int32_t));
+    if (!w.replay) {
+      bufs_free(&w);
+      return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for routing replay");
+    }
+  }
   size_t nw = lh_learner_episode_windows(ep, t->cfg.train_window);
   lh_learner_ppo_params pp = {t->cfg.clip_eps, t->cfg.is_cap, t->cfg.entropy_coef};
   for (size_t k = 0; k < nw && !rc; k++) {
@@ -258,10 +274,19 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
       w.ver[i] = has ? ep->policy_version[j] : 0;
       sampled += w.mask[i];
     }
+    /* Routing replay: the experts the actor used for each input token,
+     * [token][layer][slot] in the segment, (layers, T, topk) for the model. */
+    if (w.replay) {
+      size_t L = ep->routed_layers, K = ep->routed_topk;
+      for (size_t l = 0; l < L; l++)
+        for (size_t i = 0; i < n; i++)
+          for (size_t q = 0; q < K; q++)
+            w.replay[(l * n + i) * K + q] = (int32_t)ep->routed_experts[((start + i) * L + l) * K + q];
+    }
     int32_t offs[2] = {0, (int32_t)n};
     lh_model_batch b = {.n_tokens = (int)n, .tokens = w.tokens, .targets = w.targets, .n_seq = 1,
                         .seq_offsets = offs, .state_in = k ? w.state_a : NULL,
-                        .temperature = t->temperature};
+                        .replay_experts = w.replay, .temperature = t->temperature};
     rc = lh_model_forward(t->m, &b, &t->cache, w.logp, NULL, w.state_b, err);
     if (rc) break;
     rc = lh_model_balancer_observe_cache(t->balancer, t->m, t->cache);
@@ -339,6 +364,11 @@ int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_trai
     /* Images arrive as bytes and would need the model's patch inputs; the
      * RL step does not feed them yet, so such an episode is left out
      * rather than trained on without what the policy saw. */
+    const lh_model_config *mcj = lh_model_get_config(t->m);
+    if (!jr && t->cfg.routing_replay && eps[m]->routed_experts &&
+        (eps[m]->routed_layers != (uint32_t)mcj->layers || eps[m]->routed_topk != (uint32_t)mcj->topk))
+      jr = lh_errbuf_set(&e, LH_ELEARNER_TRAIN, "episode %llu records routing of %u layers x top-%u, the model has %d x top-%d",
+                         (unsigned long long)id, eps[m]->routed_layers, eps[m]->routed_topk, mcj->layers, mcj->topk);
     if (!jr && eps[m]->n_images)
       jr = lh_errbuf_set(&e, LH_ELEARNER_TRAIN, "episode %llu has images, which RL steps do not train on yet",
                          (unsigned long long)id);

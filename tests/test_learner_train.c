@@ -18,6 +18,9 @@
 #define PROMPT 4
 
 static char dir[64], db[128];
+/* How write_episode records routing: 0 none, 1 the model's own, 2 forced
+ * to experts 0 and 1 everywhere. */
+static int record_routing = 0;
 
 static void make_dir(void) {
   strcpy(dir, "/tmp/lh_train_XXXXXX");
@@ -58,7 +61,14 @@ static void write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group,
   lh_model_cache *cache = NULL;
   lh_errbuf e;
   ck_assert_msg(lh_model_forward(m, &b, &cache, logp, NULL, NULL, &e) == 0, "%s", e.msg);
+  int32_t ex[2 * EP_TOKENS * 2];  /* (layers, T, topk) */
+  ck_assert_int_eq(lh_model_cache_experts(cache, ex), 0);
   lh_model_cache_free(cache);
+  uint32_t routed[EP_TOKENS * 2 * 2];  /* [token][layer][slot] */
+  for (int i = 0; i < EP_TOKENS; i++)
+    for (int l = 0; l < 2; l++)
+      for (int q = 0; q < 2; q++)
+        routed[(i * 2 + l) * 2 + q] = record_routing == 2 ? (uint32_t)q : (uint32_t)ex[(l * EP_TOKENS + i) * 2 + q];
   uint32_t utok[EP_TOKENS], ver[EP_TOKENS];
   uint8_t mask[EP_TOKENS];
   float blogp[EP_TOKENS];
@@ -78,6 +88,10 @@ static void write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group,
     seg.loss_mask.len = SEG_TOKENS, seg.loss_mask.data = mask + o;
     seg.n_behavior_logp = SEG_TOKENS, seg.behavior_logp = blogp + o;
     seg.n_policy_version = SEG_TOKENS, seg.policy_version = ver + o;
+    if (record_routing) {
+      seg.routed_layers = 2, seg.routed_topk = 2;
+      seg.n_routed_experts = SEG_TOKENS * 4, seg.routed_experts = routed + o * 4;
+    }
     ck_assert_msg(lh_store_put_segment(s, &seg, NULL, &e) == 0, "%s", e.msg);
   }
   Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
@@ -347,6 +361,53 @@ START_TEST(test_resume_exact) {
 }
 END_TEST
 
+/* Routing replay: the actor's recorded experts are used instead of top-k.
+ * Its own routing gives the same log-probabilities; a forced one does not. */
+START_TEST(test_routing_replay) {
+  make_dir();
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_model *m = tiny_model();
+  record_routing = 1;
+  write_episode(s, m, 1, 10, 1.0f, 0);
+  write_episode(s, m, 2, 10, 0.0f, 0);
+  record_routing = 0;
+  lh_learner_config cfg = small_cfg();
+  cfg.batch_episodes = 2, cfg.routing_replay = 1, cfg.max_policy_lag = 5, cfg.lr = 1e-9;
+  lh_learner_trainer *t;
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  lh_learner_train_stats st;
+  int stepped;
+  ck_assert_msg(lh_learner_trainer_step(t, &stepped, &st, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(stepped, 1);
+  printf("replay own routing: logp_diff=%g\n", st.logp_diff);
+  ck_assert_msg(st.logp_diff < 1e-5, "own routing replayed: diff %g", st.logp_diff);
+  lh_learner_trainer_free(t);
+  /* The forced routing, in a store of its own, on a fresh model. */
+  lh_store_close(s);
+  lh_model_free(m);
+  snprintf(db, sizeof db, "%s/replay2.db", dir);
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  m = tiny_model();
+  record_routing = 2;
+  write_episode(s, m, 3, 11, 1.0f, 0);
+  write_episode(s, m, 4, 11, 0.0f, 0);
+  record_routing = 0;
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, &st, &e), 0);
+  ck_assert_int_eq(stepped, 1);
+  printf("replay forced routing: logp_diff=%g\n", st.logp_diff);
+  ck_assert_msg(st.logp_diff > 1e-4, "forced routing must change log p: diff %g", st.logp_diff);
+  lh_learner_trainer_free(t);
+  lh_model_free(m);
+  lh_store_close(s);
+  remove_dir();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_train");
   TCase *tc = tcase_create("core");
@@ -355,6 +416,7 @@ int main(void) {
   tcase_add_test(tc, test_nonfinite_step_skipped);
   tcase_add_test(tc, test_bad_join_marked_error_and_args);
   tcase_add_test(tc, test_resume_exact);
+  tcase_add_test(tc, test_routing_replay);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
