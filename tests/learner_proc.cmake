@@ -10,3 +10,7 @@ lh_add_test(test_learner_train SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_
 lh_add_test(test_learner_cli SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_cli.c
   LIBS lh_learner PkgConfig::ZMQ TIMEOUT 180)
 add_dependencies(test_learner_cli longhaul)
+# A learner and two actor processes on calc, three steps (test_learner_e2e).
+lh_add_test(test_learner_e2e SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_e2e.c
+  LIBS lh_learner TIMEOUT 180)
+add_dependencies(test_learner_e2e longhaul)

@@ -1,0 +1,150 @@
+/* End to end (issue 5 "Tests"): `longhaul learner` and two `longhaul actor`
+ * processes on ipc:// endpoints in a temporary directory, a tiny model on
+ * calc, three training steps. Versions advance, actors take new weights
+ * mid-episode (some episode's tokens carry two versions), the store holds
+ * ended episodes with rewards from both actors, and at version 0 the
+ * learner's log-probabilities match the actors' below 1e-5. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "learner/learner.h"
+
+static char dir[64], cfg_path[128], db[128];
+
+static void setup(void) {
+  strcpy(dir, "/tmp/lh_e2e_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(cfg_path, sizeof cfg_path, "%s/run.ini", dir);
+  snprintf(db, sizeof db, "%s/replay.db", dir);
+  FILE *f = fopen(cfg_path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f,
+          "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
+          "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
+          "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
+          "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\n"
+          "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
+          "db = %s\nckpt_dir = %s/ckpt\n"
+          "[actor]\nlearner_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\n"
+          "weights_endpoint = ipc://%s/w\nmax_context = 400\ngroup_size = 4\nbatch = 8\n"
+          "[env]\nname = calc\n",
+          dir, dir, dir, db, dir, dir, dir, dir);
+  fclose(f);
+}
+
+static pid_t spawn(const char *log, const char *const *args) {
+  const char *bin = getenv("LH_BIN");
+  ck_assert_msg(bin != NULL, "LH_BIN is not set");
+  char path[160];
+  snprintf(path, sizeof path, "%s/%s", dir, log);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    FILE *l = freopen(path, "w", stderr);
+    (void)l;
+    const char *argv[12] = {"longhaul"};
+    int n = 1;
+    for (; args[n - 1] && n < 11; n++) argv[n] = args[n - 1];
+    argv[n] = NULL;
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+static int wait_exit(pid_t pid, int seconds) {
+  int status = 0;
+  for (int i = 0; i < seconds * 100; i++) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -2;
+}
+
+typedef struct {
+  int ended, rewarded, two_versions, a0, a1;
+} ep_counts;
+
+static int on_episode(void *ctx, const lh_episode_row *r) {
+  ep_counts *c = ctx;
+  if (r->status == LH_EPISODE_RUNNING) return 0;
+  c->ended++;
+  c->rewarded += r->has_reward;
+  c->two_versions += r->has_versions && r->max_version > r->min_version;
+  c->a0 += !strcmp(r->actor, "a0");
+  c->a1 += !strcmp(r->actor, "a1");
+  return 0;
+}
+
+typedef struct {
+  int n;
+  uint64_t last_version;
+  double first_logp_diff;
+} step_rows;
+
+static int on_step(void *ctx, const lh_store_train_step *t) {
+  step_rows *r = ctx;
+  if (r->n == 0) r->first_logp_diff = t->logp_diff;
+  r->n++;
+  r->last_version = t->version;
+  return 0;
+}
+
+START_TEST(test_learner_and_two_actors) {
+  setup();
+  const char *largs[] = {"learner", "--config", cfg_path, "--steps", "3", NULL};
+  const char *a0[] = {"actor", "--config", cfg_path, "--name", "a0", "--index", "0", NULL};
+  const char *a1[] = {"actor", "--config", cfg_path, "--name", "a1", "--index", "1", NULL};
+  pid_t lp = spawn("learner.log", largs);
+  pid_t p0 = spawn("a0.log", a0), p1 = spawn("a1.log", a1);
+  int lrc = wait_exit(lp, 100);
+  kill(p0, SIGTERM);
+  kill(p1, SIGTERM);
+  int rc0 = wait_exit(p0, 30), rc1 = wait_exit(p1, 30);
+  ck_assert_msg(lrc == 0, "learner exit %d (see %s/learner.log)", lrc, dir);
+  ck_assert_msg(rc0 == 0 && rc1 == 0, "actors exit %d %d", rc0, rc1);
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_msg(lh_store_open_readonly(db, &s, &e) == 0, "%s", e.msg);
+  step_rows r = {0};
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_step, &r, &e), 0);
+  ck_assert_int_eq(r.n, 3);
+  ck_assert_uint_eq(r.last_version, 3);
+  printf("e2e: first step logp_diff=%g\n", r.first_logp_diff);
+  ck_assert_msg(r.first_logp_diff < 1e-5, "alignment at version 0: %g", r.first_logp_diff);
+  ep_counts c = {0};
+  ck_assert_int_eq(lh_store_episodes(s, NULL, on_episode, &c, NULL, &e), 0);
+  printf("e2e: ended=%d rewarded=%d two_versions=%d a0=%d a1=%d\n", c.ended, c.rewarded, c.two_versions, c.a0,
+         c.a1);
+  ck_assert_int_ge(c.ended, 12);
+  ck_assert_int_eq(c.rewarded, c.ended);
+  ck_assert_int_gt(c.a0, 0);
+  ck_assert_int_gt(c.a1, 0);
+  ck_assert_int_gt(c.two_versions, 0);
+  lh_store_close(s);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("learner_e2e");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 170);
+  tcase_add_test(tc, test_learner_and_two_actors);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
