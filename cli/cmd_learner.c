@@ -193,23 +193,25 @@ static int open_all(learner *L, const args *a, lh_errbuf *err, int *usage_error)
   return publish(L, err);
 }
 
-static void status_line(learner *L, uint64_t steps_run) {
+static void status_line(learner *L, uint64_t steps_run, double busy) {
   const lh_learner_ingest_counts *c = lh_learner_ingest_get_counts(L->ingest);
   const lh_learner_admission_counts *ad = lh_learner_trainer_admission(L->trainer);
   const lh_learner_publisher_counts *pc = lh_learner_publisher_get_counts(L->pub);
   LH_INFO("learner",
           "status version=%llu steps_run=%llu received=%llu stored=%llu duplicates=%llu rejected=%llu "
-          "retried=%llu hellos=%llu heartbeats=%llu admitted=%llu dropped_stale=%llu chunks_sent=%llu",
+          "retried=%llu hellos=%llu heartbeats=%llu admitted=%llu dropped_stale=%llu chunks_sent=%llu "
+          "busy_fraction=%.3f",
           (unsigned long long)lh_learner_trainer_version(L->trainer), (unsigned long long)steps_run,
           (unsigned long long)c->received, (unsigned long long)c->stored, (unsigned long long)c->duplicates,
           (unsigned long long)c->rejected, (unsigned long long)c->retried, (unsigned long long)c->hellos,
           (unsigned long long)c->heartbeats, (unsigned long long)ad->admitted,
-          (unsigned long long)ad->dropped_stale, (unsigned long long)pc->chunks_sent);
+          (unsigned long long)ad->dropped_stale, (unsigned long long)pc->chunks_sent, busy);
 }
 
 static int run_loop(learner *L, const args *a, lh_errbuf *err) {
   uint64_t steps_run = 0;
-  int64_t now = lh_now_ns(), last_scan = 0, last_announce = now, last_status = now;
+  int64_t now = lh_now_ns(), last_scan = 0, last_announce = now, last_status = now, start = now;
+  double busy_ms = 0;  /* time in training steps: the busy fraction's numerator */
   while (!stop_requested && (!a->steps || steps_run < a->steps)) {
     size_t handled = 0, served = 0;
     LH_TRY(lh_learner_ingest_poll(L->ingest, LEARNER_POLL_MS, &handled, err));
@@ -224,6 +226,7 @@ static int run_loop(learner *L, const args *a, lh_errbuf *err) {
     LH_TRY(lh_learner_trainer_step(L->trainer, &stepped, &s, err));
     if (stepped) {
       steps_run++;
+      busy_ms += s.step_ms;
       LH_INFO("learner",
               "step=%llu version=%llu loss=%.6g reward_mean=%.4g success_rate=%.3f episodes=%zu tokens=%zu "
               "lag_mean=%.3g logp_diff=%.3g grad_norm=%.4g lr=%.3g skipped=%d step_ms=%.1f",
@@ -237,7 +240,7 @@ static int run_loop(learner *L, const args *a, lh_errbuf *err) {
       last_announce = now;
     }
     if (now - last_status > LEARNER_STATUS_NS) {
-      status_line(L, steps_run);
+      status_line(L, steps_run, busy_ms / ((double)(now - start) / 1e6));
       last_status = now;
     }
   }
@@ -245,7 +248,8 @@ static int run_loop(learner *L, const args *a, lh_errbuf *err) {
    * actors need not resend it. */
   size_t handled = 1;
   for (int i = 0; i < 100 && handled; i++) LH_TRY(lh_learner_ingest_poll(L->ingest, 0, &handled, err));
-  status_line(L, steps_run);
+  now = lh_now_ns();
+  status_line(L, steps_run, now > start ? busy_ms / ((double)(now - start) / 1e6) : 0.0);
   LH_INFO("learner", "stopping reason=%s", stop_requested ? "signal" : "steps done");
   return 0;
 }

@@ -275,6 +275,56 @@ START_TEST(test_usage_and_config_errors) {
 }
 END_TEST
 
+static long read_file(const char *path, char **out) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  *out = malloc((size_t)n);
+  ck_assert_int_eq(fread(*out, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  return n;
+}
+
+/* --init DIR starts from DIR/model.safetensors (here from `longhaul init`
+ * with another seed): stopped before any step, its checkpoint holds
+ * exactly those weights. */
+START_TEST(test_init_from_checkpoint) {
+  setup_dir(NULL);
+  const char *bin = getenv("LH_BIN");
+  char cmd[512], init_dir[160];
+  snprintf(init_dir, sizeof init_dir, "%s/sft", dir);
+  snprintf(cmd, sizeof cmd, "'%s' init --config '%s' --seed 99 --out '%s' >/dev/null 2>&1", bin, cfg_path, init_dir);
+  ck_assert_int_eq(WEXITSTATUS(system(cmd)), 0);
+  pid_t pid = spawn("--init", init_dir, NULL);
+  void *ctx = zmq_ctx_new();
+  void *d = dealer(ctx, ing);
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  Longhaul__Hello h = LONGHAUL__HELLO__INIT;
+  h.role = "actor", h.name = "a0";
+  env.body_case = LONGHAUL__ENVELOPE__BODY_HELLO, env.hello = &h;
+  send_env(d, &env, 1);
+  lh_wire_free(recv_env(d));
+  ck_assert_int_eq(kill(pid, SIGTERM), 0);
+  ck_assert_int_eq(wait_exit(pid), 0);
+  char a[200], b[200], *x, *y;
+  snprintf(a, sizeof a, "%s/model.safetensors", init_dir);
+  snprintf(b, sizeof b, "%s/step-00000000/model.safetensors", ck);
+  long na = read_file(a, &x), nb = read_file(b, &y);
+  ck_assert_int_eq(na, nb);
+  ck_assert_int_eq(memcmp(x, y, (size_t)na), 0);
+  free(x);
+  free(y);
+  /* A missing --init directory is a runtime error naming it. */
+  snprintf(cmd, sizeof cmd, "'%s' learner --config '%s' --init '%s/nope' 2>'%s/err.txt'", bin, cfg_path, dir, dir);
+  ck_assert_int_eq(WEXITSTATUS(system(cmd)), 1);
+  zmq_close(d);
+  zmq_ctx_term(ctx);
+  remove_dir();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_cli");
   TCase *tc = tcase_create("core");
@@ -282,6 +332,7 @@ int main(void) {
   tcase_add_test(tc, test_trains_publishes_checkpoints);
   tcase_add_test(tc, test_sigterm_then_resume);
   tcase_add_test(tc, test_usage_and_config_errors);
+  tcase_add_test(tc, test_init_from_checkpoint);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
