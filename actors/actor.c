@@ -107,7 +107,8 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
                                     .top_p = (float)a->top_p,
                                     .seed = a->seed + cfg->index * 0x9E3779B97F4A7C15ull,
                                     .id_salt = salt,
-                                    .episodes = cfg->episodes};
+                                    .episodes = cfg->episodes,
+                                    .record_routing = a->record_routing != 0};
   lh_actors_link_config lc = {.name = cfg->name,
                               .ingest_endpoint = a->learner_endpoint,
                               .weights_pub_endpoint = a->weights_pub_endpoint,

@@ -238,6 +238,7 @@ typedef struct {
   uint64_t max_context;        /* tokens per episode, 0 no limit (4096) */
   uint64_t max_steps;          /* environment steps, 0 the env's default (0) */
   uint64_t flush_timeout_ms;   /* wait for acks on exit, >= 1 (5000) */
+  uint64_t record_routing;     /* 1: record each token's experts (routing replay), 0 or 1 (0) */
   /* The [env] section: name, and every other key an option for the
    * environment (which refuses the ones it does not know). */
   char env_name[LH_ACTORS_ENV_NAME_BYTES];              /* (calc) */
@@ -387,9 +388,12 @@ int lh_actors_eval_greedy(lh_model *model, lh_env *const *envs, int n_envs, cons
  * go through its own segmenter; full segments and, at the end, the last one
  * and the EpisodeEnd wait in the runner's queue (lh_actors_runner_pop) in
  * the order they were made. Episodes come in groups of group_size per task
- * seed. Routing is not recorded (routed_layers 0): the model's prefill does
- * not expose the experts of the tokens it feeds, and a segment records
- * routing for every token or none. */
+ * seed. Routing (the experts each token chose, as an input, per layer) is
+ * recorded with record_routing: the chunked prefill does not report it, so
+ * prompts and observations then go in by one decode step per token (the
+ * same function, slower), images cannot be recorded (LH_EUNSUPPORTED), and
+ * the last token of an episode, never an input, records experts 0.
+ * Without it segments have routed_layers 0. */
 typedef struct lh_actors_runner lh_actors_runner;
 
 typedef struct {
@@ -407,6 +411,7 @@ typedef struct {
   uint64_t seed;                    /* the sampler's generator and the task seeds */
   uint64_t id_salt;                 /* mixed into episode and group ids (name, start time) */
   uint64_t episodes;                /* episodes to start in all; 0: no limit */
+  int record_routing;               /* record every token's experts (see below) */
 } lh_actors_runner_config;
 
 /* model is borrowed and must outlive the runner; new weights go into it

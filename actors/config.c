@@ -44,6 +44,7 @@ static const key_spec KEYS[] = {
     {"max_context", K_U64, F(max_context), 0, 0, 0, 0},
     {"max_steps", K_U64, F(max_steps), 0, 1000000000, 0, 0},
     {"flush_timeout_ms", K_U64, F(flush_timeout_ms), 1, 0, 0, 0},
+    {"record_routing", K_U64, F(record_routing), 0, 1, 0, 0},
 };
 #undef F
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])

@@ -28,7 +28,9 @@ typedef struct {
   float *logp;         /* (vocab) */
   float *behavior;     /* per transcript token: the sampler's logp (sampled ones) */
   uint32_t *version;   /* per transcript token */
+  uint32_t *experts;   /* per transcript token, layers*topk, when routing is recorded */
   size_t cap;
+  size_t end_at;       /* tokens that belong to the episode when it ends (SIZE_MAX: all) */
   uint32_t steps;
 } row;
 
@@ -49,6 +51,9 @@ struct lh_actors_runner {
   lh_actors_sampler *sampler;
   lh_actors_rng rng;
   int vocab;
+  int record;          /* routing recorded: L layers x K slots of E experts */
+  size_t LK;
+  int32_t *dec_experts, *one_experts;
   uint64_t version;
   row *rows;
   uint64_t started, finished;
@@ -84,6 +89,7 @@ void lh_actors_runner_free(lh_actors_runner *r) {
     free(w->logp);
     free(w->behavior);
     free(w->version);
+    free(w->experts);
   }
   free(r->rows);
   for (size_t i = 0; i < r->q_n; i++) {
@@ -101,6 +107,8 @@ void lh_actors_runner_free(lh_actors_runner *r) {
   free(r->dec_rows);
   free(r->dec_tokens);
   free(r->dec_logp);
+  free(r->dec_experts);
+  free(r->one_experts);
   free(r->actor);
   free(r->env_name);
   free(r);
@@ -122,6 +130,8 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
   r->model = model;
   const lh_model_config *mc = lh_model_get_config(model);
   r->vocab = mc->vocab;
+  r->record = cfg->record_routing != 0;
+  r->LK = (size_t)mc->layers * mc->topk;
   int rc = 0;
   r->actor = dup_str(cfg->actor);
   r->env_name = dup_str(cfg->env);
@@ -168,7 +178,9 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
   r->dec_rows = malloc(cfg->batch * sizeof *r->dec_rows);
   r->dec_tokens = malloc(cfg->batch * sizeof *r->dec_tokens);
   r->dec_logp = malloc((size_t)cfg->batch * r->vocab * sizeof *r->dec_logp);
-  if (!r->rows || !r->dec_rows || !r->dec_tokens || !r->dec_logp) goto oom;
+  r->dec_experts = malloc((size_t)cfg->batch * r->LK * sizeof *r->dec_experts);
+  r->one_experts = malloc(r->LK * sizeof *r->one_experts);
+  if (!r->rows || !r->dec_rows || !r->dec_tokens || !r->dec_logp || !r->dec_experts || !r->one_experts) goto oom;
   for (uint32_t b = 0; b < cfg->batch; b++) {
     row *w = &r->rows[b];
     w->logp = malloc((size_t)r->vocab * sizeof *w->logp);
@@ -247,7 +259,7 @@ int lh_actors_runner_done(const lh_actors_runner *r) {
 }
 
 /* Room for the per-token arrays of n transcript tokens. */
-static int reserve(row *w, size_t n, lh_errbuf *err) {
+static int reserve(const lh_actors_runner *r, row *w, size_t n, lh_errbuf *err) {
   if (n <= w->cap) return 0;
   size_t cap = w->cap ? w->cap : 256;
   while (cap < n) cap *= 2;
@@ -255,7 +267,9 @@ static int reserve(row *w, size_t n, lh_errbuf *err) {
   if (b) w->behavior = b;
   uint32_t *v = realloc(w->version, cap * sizeof *v);
   if (v) w->version = v;
-  if (!b || !v) return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for %zu tokens", n);
+  uint32_t *x = w->experts;
+  if (r->record && (x = realloc(w->experts, cap * r->LK * sizeof *x)) != NULL) w->experts = x;
+  if (!b || !v || (r->record && !x)) return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for %zu tokens", n);
   w->cap = cap;
   return 0;
 }
@@ -264,8 +278,7 @@ static int reserve(row *w, size_t n, lh_errbuf *err) {
  * images at their <img> tokens (the environment's own pixels, whose
  * position the transcript gives). obs is the observation the images came
  * from (NULL when none were appended). */
-static int push_new(lh_actors_runner *r, row *w, const lh_env_obs *obs, lh_errbuf *err) {
-  size_t n = lh_actors_transcript_len(w->tr);
+static int push_new(lh_actors_runner *r, row *w, const lh_env_obs *obs, size_t n, lh_errbuf *err) {
   const int32_t *tok = lh_actors_transcript_tokens(w->tr);
   const uint8_t *mask = lh_actors_transcript_mask(w->tr);
   const lh_model_image *im = lh_actors_transcript_images(w->tr);
@@ -282,9 +295,10 @@ static int push_new(lh_actors_runner *r, row *w, const lh_env_obs *obs, lh_errbu
       w->images_pushed++;
     }
     LH_TRY(lh_actors_segmenter_push(w->seg, (uint32_t)tok[t], mask[t], mask[t] ? w->behavior[t] : 0.0f,
-                                    mask[t] ? w->version[t] : (uint32_t)r->version, NULL, err));
+                                    mask[t] ? w->version[t] : (uint32_t)r->version,
+                                    r->record ? w->experts + t * r->LK : NULL, err));
   }
-  w->pushed = n;
+  if (n > w->pushed) w->pushed = n;
   return drain_segments(r, w, err);
 }
 
@@ -294,6 +308,27 @@ static int prefill_new(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   row *w = &r->rows[b];
   size_t n = lh_actors_transcript_len(w->tr);
   if (n <= w->fed) return 0;
+  if (r->record) {
+    /* The chunked prefill does not report its routing; one decode step per
+     * token does, and computes the same function (images need the
+     * prefill, so they cannot be recorded). */
+    const int32_t *tok = lh_actors_transcript_tokens(w->tr);
+    int32_t row_index = (int32_t)b;
+    const lh_model_image *im = lh_actors_transcript_images(w->tr);
+    int n_im = lh_actors_transcript_n_images(w->tr);
+    if (n_im && (size_t)im[n_im - 1].at > w->fed)
+      return lh_errbuf_set(err, LH_EUNSUPPORTED,
+                           "runner: [actor] record_routing cannot record the routing of image patches; "
+                           "turn it off for environment %s",
+                           r->env_name);
+    for (size_t t = w->fed; t < n; t++) {
+      LH_TRY(lh_model_decode_step_rows(r->dec, &row_index, 1, &tok[t], w->logp, r->one_experts, err));
+      for (size_t j = 0; j < r->LK; j++) w->experts[t * r->LK + j] = (uint32_t)r->one_experts[j];
+    }
+    w->fed = n;
+    w->have_logp = 1;
+    return 0;
+  }
   const lh_model_image *all = lh_actors_transcript_images(w->tr);
   int n_all = lh_actors_transcript_n_images(w->tr), first = 0;
   while (first < n_all && (size_t)all[first].at < w->fed) first++;
@@ -325,6 +360,13 @@ static Longhaul__Outcome outcome_of(lh_env_outcome o) {
  * go to the queue, and the row is free again. */
 static int finish(lh_actors_runner *r, row *w, Longhaul__Outcome outcome, float reward, const lh_env_term *terms,
                   uint32_t n_terms, const char *why, lh_errbuf *err) {
+  /* Tokens never fed (the last action's end) have no routing: their
+   * experts are recorded as 0; no target follows them, so a replay of
+   * them changes nothing the learner trains on. */
+  size_t upto = lh_actors_transcript_len(w->tr);
+  if (w->end_at < upto) upto = w->end_at;
+  if (r->record && upto > w->fed) memset(w->experts + w->fed * r->LK, 0, (upto - w->fed) * r->LK * sizeof *w->experts);
+  int prc = w->seg && upto > w->pushed ? push_new(r, w, NULL, upto, err) : 0;
   lh_actors_reward_term t[64];
   if (n_terms > 64) n_terms = 64;
   for (uint32_t i = 0; i < n_terms; i++) t[i] = (lh_actors_reward_term){terms[i].name, terms[i].value, w->steps};
@@ -335,7 +377,7 @@ static int finish(lh_actors_runner *r, row *w, Longhaul__Outcome outcome, float 
                                   .steps = w->steps,
                                   .error = why};
   Longhaul__EpisodeEnd *end = NULL;
-  int rc = lh_actors_segmenter_finish(w->seg, &res, &end, err);
+  int rc = prc < 0 ? prc : lh_actors_segmenter_finish(w->seg, &res, &end, err);
   if (rc == 0) rc = drain_segments(r, w, err);
   if (rc == 0) rc = enqueue(r, NULL, end, err);
   else lh_actors_episode_end_free(end);
@@ -362,6 +404,12 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
                                    .env = r->env_name,
                                    .segment_tokens = r->cfg.segment_tokens,
                                    .vocab = (uint32_t)r->vocab};
+  if (r->record) {
+    const lh_model_config *mc = lh_model_get_config(r->model);
+    sc.routed_layers = (uint32_t)mc->layers;
+    sc.routed_topk = (uint32_t)mc->topk;
+    sc.experts = (uint32_t)mc->experts;
+  }
   w->seg = lh_actors_segmenter_new(&sc, err);
   if (!w->seg) return err ? err->code : LH_ENOMEM;
   w->state = ROW_POLICY;
@@ -369,6 +417,7 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   w->images_pushed = 0;
   w->steps = 0;
   w->have_logp = 0;
+  w->end_at = SIZE_MAX;
   lh_actors_transcript_clear(w->tr);
   LH_TRY(lh_model_decoder_reset(r->dec, (int)b));
   lh_env_obs obs;
@@ -376,12 +425,16 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   int rc = lh_env_reset(w->env, task_seed, &obs, &e);
   if (rc < 0) return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
   LH_TRY(lh_actors_transcript_begin(w->tr, &obs, err));
-  LH_TRY(reserve(w, lh_actors_transcript_len(w->tr), err));
-  LH_TRY(push_new(r, w, &obs, err));
-  if (r->cfg.max_context && lh_actors_transcript_len(w->tr) >= r->cfg.max_context)
+  size_t n = lh_actors_transcript_len(w->tr);
+  LH_TRY(reserve(r, w, n, err));
+  if (r->cfg.max_context && n >= r->cfg.max_context) {
+    if (r->record) memset(w->experts, 0, n * r->LK * sizeof *w->experts);
+    LH_TRY(push_new(r, w, &obs, n, err));
     return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err);
-  w->action_start = lh_actors_transcript_len(w->tr);
-  return prefill_new(r, b, err);
+  }
+  w->action_start = n;
+  LH_TRY(prefill_new(r, b, err));
+  return push_new(r, w, &obs, w->fed, err);
 }
 
 /* The environment's answer to the row's action: the episode ends, or the
@@ -401,14 +454,14 @@ static int collect(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   if (r->cfg.max_context && n >= r->cfg.max_context) {
     /* The observation would fill the context: the episode is cut here,
      * without it, so that no stored episode passes max_context. */
-    w->pushed = before;
+    w->end_at = before;
     return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err);
   }
-  LH_TRY(reserve(w, n, err));
-  LH_TRY(push_new(r, w, &res.obs, err));
+  LH_TRY(reserve(r, w, n, err));
   w->state = ROW_POLICY;
   w->action_start = n;
-  return prefill_new(r, b, err);
+  LH_TRY(prefill_new(r, b, err));
+  return push_new(r, w, &res.obs, w->fed, err);
 }
 
 /* The action the row just ended, as text with its markers, begun on the
@@ -452,10 +505,9 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
     w->have_logp = 0;
     LH_TRY(lh_actors_transcript_policy_token(w->tr, (int32_t)s.token, err));
     size_t n = lh_actors_transcript_len(w->tr);
-    LH_TRY(reserve(w, n, err));
+    LH_TRY(reserve(r, w, n, err));
     w->behavior[n - 1] = s.logp;
     w->version[n - 1] = (uint32_t)r->version;
-    LH_TRY(push_new(r, w, NULL, err));
     sampled++;
     if (s.token == LH_TOK_CALL_END || s.token == LH_TOK_EOS) {
       LH_TRY(begin_action(r, b, err));
@@ -474,12 +526,20 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
     if (lh_env_hub_flush(r->hub, &e) < 0) LH_WARN("actor", "env hub flush failed: %s", e.msg);
   }
   if (n_dec) {
-    LH_TRY(lh_model_decode_step_rows(r->dec, r->dec_rows, n_dec, r->dec_tokens, r->dec_logp, NULL, err));
+    LH_TRY(lh_model_decode_step_rows(r->dec, r->dec_rows, n_dec, r->dec_tokens, r->dec_logp,
+                                     r->record ? r->dec_experts : NULL, err));
+    size_t K = r->LK ? (size_t)lh_model_get_config(r->model)->topk : 0, L = K ? r->LK / K : 0;
     for (int i = 0; i < n_dec; i++) {
       row *w = &r->rows[r->dec_rows[i]];
       memcpy(w->logp, r->dec_logp + (size_t)i * r->vocab, (size_t)r->vocab * sizeof *w->logp);
       w->have_logp = 1;
-      w->fed = lh_actors_transcript_len(w->tr);
+      size_t t = lh_actors_transcript_len(w->tr) - 1;  /* the token just fed */
+      /* (layers, n_dec, topk) from the decoder; [layer][slot] per token here */
+      for (size_t l = 0; r->record && l < L; l++)
+        for (size_t q = 0; q < K; q++)
+          w->experts[t * r->LK + l * K + q] = (uint32_t)r->dec_experts[(l * (size_t)n_dec + (size_t)i) * K + q];
+      w->fed = t + 1;
+      LH_TRY(push_new(r, w, NULL, w->fed, err));
     }
   }
   /* The environments' answers. The action's last token (</call>) is fed

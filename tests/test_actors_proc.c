@@ -510,6 +510,12 @@ START_TEST(test_config_keys) {
   ck_assert_uint_eq(c.max_context, 100);
   ck_assert_uint_eq(c.max_steps, 7);
   ck_assert_uint_eq(c.flush_timeout_ms, 9);
+  ck_assert_uint_eq(c.record_routing, 0);
+  lh_actors_config c2;
+  ck_assert_int_eq(lh_actors_config_parse("[actor]\nrecord_routing = 1\n", "x", &c2, &e), 0);
+  ck_assert_uint_eq(c2.record_routing, 1);
+  ck_assert_int_eq(lh_actors_config_parse("[actor]\nrecord_routing = 2\n", "f.ini", &c2, &e), LH_EACTORS_CONFIG_VALUE);
+  ck_assert_ptr_nonnull(strstr(e.msg, "record_routing"));
   ck_assert_str_eq(c.env_name, "needle");
   ck_assert_uint_eq(c.n_env_options, 2);
   ck_assert_str_eq(c.env_keys[1], "expert_noise");

@@ -52,9 +52,13 @@ typedef struct {
   uint8_t *mask;
   float *logp;
   uint32_t *version;
+  uint32_t *experts;  /* [token][layer][slot] when routing is recorded */
   size_t n;
   Longhaul__EpisodeEnd *end;
 } episode;
+
+/* routed_layers every segment must carry (0: not recorded). */
+static uint32_t expect_layers;
 
 typedef struct {
   episode ep[64];
@@ -91,7 +95,12 @@ static void take(collection *c, Longhaul__Segment *seg, Longhaul__EpisodeEnd *en
     ck_assert_uint_ne(seg->episode_id, 0);
     ck_assert_uint_eq(seg->seq, e->next_seq);
     ck_assert_uint_eq(seg->start_offset, e->n);
-    ck_assert_uint_eq(seg->routed_layers, 0);
+    ck_assert_uint_eq(seg->routed_layers, expect_layers);
+    if (expect_layers) {
+      size_t per = (size_t)seg->routed_layers * seg->routed_topk;
+      e->experts = realloc(e->experts, (e->n + seg->n_tokens) * per * sizeof *e->experts);
+      memcpy(e->experts + e->n * per, seg->routed_experts, seg->n_tokens * per * sizeof *e->experts);
+    }
     e->group = seg->group_id;
     e->task_seed = seg->task_seed;
     e->next_seq++;
@@ -125,6 +134,7 @@ static void free_collection(collection *c) {
     free(c->ep[i].mask);
     free(c->ep[i].logp);
     free(c->ep[i].version);
+    free(c->ep[i].experts);
     lh_actors_episode_end_free(c->ep[i].end);
   }
 }
@@ -235,6 +245,74 @@ START_TEST(test_behavior_logp_matches_forward) {
   printf("runner: behavior logp against the training forward: largest difference %.3g (%d observations "
          "after actions)\n",
          worst, with_obs);
+  ck_assert_msg(worst < 1e-4, "largest difference %g", worst);
+  free_collection(&c);
+  lh_actors_runner_free(r);
+  lh_model_free(m);
+}
+END_TEST
+
+/* With record_routing every token carries the experts it chose as an
+ * input, the same the training forward chooses (prompts and observations
+ * go in by decode steps then); the episode's last token, never an input,
+ * carries 0s. */
+START_TEST(test_routing_recorded) {
+  lh_model *m = tiny_model();
+  lh_actors_runner_config cfg = base_config();
+  cfg.max_context = 500;
+  cfg.max_steps = 6;
+  cfg.episodes = 3;
+  cfg.record_routing = 1;
+  expect_layers = 2;
+  lh_actors_runner *r = NULL;
+  lh_errbuf err = {0};
+  ck_assert_msg(lh_actors_runner_new(m, &cfg, &r, &err) == 0, "%s", err.msg);
+  collection c = {0};
+  run_all(r, &c, -1);
+  ck_assert_int_eq(c.n, 3);
+  size_t compared = 0, differ = 0;
+  double worst = 0;
+  for (int i = 0; i < c.n; i++) {
+    episode *e = &c.ep[i];
+    int T = (int)e->n, L = 2, K = 2;
+    int32_t *tok = malloc(T * sizeof *tok), *tgt = malloc(T * sizeof *tgt);
+    int32_t *ex = malloc((size_t)L * T * K * sizeof *ex);
+    float *lp = malloc(T * sizeof *lp);
+    for (int t = 0; t < T; t++) tok[t] = (int32_t)e->tokens[t];
+    for (int t = 0; t < T; t++) tgt[t] = t + 1 < T ? tok[t + 1] : -1;
+    int32_t off[2] = {0, T};
+    lh_model_batch b = {.n_tokens = T, .tokens = tok, .targets = tgt, .n_seq = 1, .seq_offsets = off};
+    lh_model_cache *cache = NULL;
+    ck_assert_msg(lh_model_forward(m, &b, &cache, lp, NULL, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(lh_model_cache_experts(cache, ex), 0);
+    for (int t = 0; t + 1 < T; t++)
+      for (int l = 0; l < L; l++) {
+        /* a set of K experts; compare as sets */
+        const uint32_t *got = e->experts + ((size_t)t * L + l) * K;
+        const int32_t *want = ex + ((size_t)l * T + t) * K;
+        int same = 1;
+        for (int q = 0; q < K; q++) {
+          int found = 0;
+          for (int q2 = 0; q2 < K; q2++) found |= (int32_t)got[q] == want[q2];
+          same &= found;
+        }
+        compared++;
+        differ += !same;
+      }
+    for (int l = 0; l < L * K; l++) ck_assert_uint_eq(e->experts[(size_t)(T - 1) * L * K + l], 0);
+    for (int t = 1; t < T; t++)
+      if (e->mask[t] && fabs((double)lp[t - 1] - e->logp[t]) > worst) worst = fabs((double)lp[t - 1] - e->logp[t]);
+    lh_model_cache_free(cache);
+    free(tok);
+    free(tgt);
+    free(ex);
+    free(lp);
+  }
+  printf("runner: recorded routing against the training forward: %zu of %zu (token, layer) sets differ; "
+         "behavior logp largest difference %.3g\n",
+         differ, compared, worst);
+  ck_assert_uint_gt(compared, 0);
+  ck_assert_msg(differ * 100 <= compared, "%zu of %zu differ", differ, compared);
   ck_assert_msg(worst < 1e-4, "largest difference %g", worst);
   free_collection(&c);
   lh_actors_runner_free(r);
@@ -368,6 +446,16 @@ START_TEST(test_abort_and_errors) {
   bad.top_p = 0;
   ck_assert_int_lt(lh_actors_runner_new(m, &bad, &r, &err), 0);
   ck_assert_int_eq(lh_actors_runner_new(NULL, &bad, &r, &err), LH_EINVAL);
+  /* Routing cannot be recorded for image patches: said, not guessed. */
+  bad = base_config();
+  bad.env = "maze";
+  bad.record_routing = 1;
+  bad.batch = 1;
+  bad.max_context = 0;
+  ck_assert_msg(lh_actors_runner_new(m, &bad, &r, &err) == 0, "%s", err.msg);
+  ck_assert_int_eq(lh_actors_runner_step(r, &err), LH_EUNSUPPORTED);
+  ck_assert_ptr_nonnull(strstr(err.msg, "record_routing"));
+  lh_actors_runner_free(r);
   lh_actors_runner_free(NULL);
   lh_model_free(m);
 }
@@ -380,6 +468,7 @@ int main(void) {
   tcase_add_test(tc, test_episodes_complete_and_reassemble);
   tcase_add_test(tc, test_behavior_logp_matches_forward);
   tcase_add_test(tc, test_version_switch_and_determinism);
+  tcase_add_test(tc, test_routing_recorded);
   tcase_add_test(tc, test_env_error_ends_episode);
   tcase_add_test(tc, test_abort_and_errors);
   suite_add_tcase(s, tc);
