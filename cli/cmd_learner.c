@@ -16,8 +16,10 @@
 
 #define LEARNER_CHUNK_BYTES (1u << 20)
 #define LEARNER_POLL_MS 20
-#define LEARNER_SCAN_NS 1000000000ll      /* rescan the store at least this often */
-#define LEARNER_SCAN_MIN_NS 100000000ll   /* and at most this often (a scan reads every ready row) */
+/* A full scan of the store reads every ready row, so it runs at the start
+ * and then rarely (for episodes made ready some other way); new episodes
+ * come through the ingest's list of what it just stored. */
+#define LEARNER_SCAN_NS 30000000000ll
 #define LEARNER_ANNOUNCE_NS 1000000000ll  /* re-announce for late subscribers */
 #define LEARNER_STATUS_NS 10000000000ll   /* status line */
 
@@ -217,9 +219,13 @@ static int run_loop(learner *L, const args *a, lh_errbuf *err) {
     LH_TRY(lh_learner_ingest_poll(L->ingest, LEARNER_POLL_MS, &handled, err));
     LH_TRY(lh_learner_publisher_poll(L->pub, 0, &served, err));
     now = lh_now_ns();
-    if ((handled && now - last_scan > LEARNER_SCAN_MIN_NS) || now - last_scan > LEARNER_SCAN_NS) {
+    if (!last_scan || now - last_scan > LEARNER_SCAN_NS) {
       LH_TRY(lh_learner_trainer_scan(L->trainer, NULL, err));
       last_scan = now;
+    } else if (handled) {
+      size_t n_touched = 0;
+      const uint64_t *touched = lh_learner_ingest_touched(L->ingest, &n_touched);
+      LH_TRY(lh_learner_trainer_offer(L->trainer, touched, n_touched, NULL, err));
     }
     int stepped = 0;
     lh_learner_train_stats s;

@@ -40,6 +40,8 @@ struct lh_learner_ingest {
   lh_learner_ingest_counts counts;
   int64_t last_bad_log_ns;
   uint64_t bad_since_log;
+  uint64_t *touched;  /* episodes the last committed round wrote */
+  size_t n_touched;
 };
 
 /* Reads field 2 (msg_id, a varint) of a top-level Envelope without parsing
@@ -90,8 +92,9 @@ lh_learner_ingest *lh_learner_ingest_new(void *zmq_ctx, const char *endpoint, lh
   }
   lh_learner_ingest *ig = calloc(1, sizeof *ig);
   if (ig) ig->round = calloc(INGEST_MAX_ROUND, sizeof *ig->round);
-  if (!ig || !ig->round) {
-    if (ig) free(ig);
+  if (ig) ig->touched = calloc(INGEST_MAX_ROUND, sizeof *ig->touched);
+  if (!ig || !ig->round || !ig->touched) {
+    if (ig) free(ig->round), free(ig->touched), free(ig);
     lh_errbuf_set(err, LH_ENOMEM, "ingest: out of memory");
     return NULL;
   }
@@ -123,7 +126,13 @@ void lh_learner_ingest_free(lh_learner_ingest *ig) {
   if (!ig) return;
   if (ig->sock) zmq_close(ig->sock);
   free(ig->round);
+  free(ig->touched);
   free(ig);
+}
+
+const uint64_t *lh_learner_ingest_touched(const lh_learner_ingest *ig, size_t *n) {
+  if (n) *n = ig ? ig->n_touched : 0;
+  return ig ? ig->touched : NULL;
 }
 
 const char *lh_learner_ingest_endpoint(const lh_learner_ingest *ig) { return ig ? ig->endpoint : NULL; }
@@ -270,8 +279,11 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
     }
     if (x->status == LONGHAUL__ACK_STATUS__ACK_STORED) ig->counts.stored++;
     else ig->counts.duplicates++;
-    if (x->env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT) ig->counts.segments++;
+    int is_seg = x->env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT;
+    if (is_seg) ig->counts.segments++;
     else ig->counts.episode_ends++;
+    if (x->status == LONGHAUL__ACK_STATUS__ACK_STORED)
+      ig->touched[ig->n_touched++] = is_seg ? x->env->segment->episode_id : x->env->episode_end->episode_id;
   }
 }
 
@@ -343,6 +355,7 @@ int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handle
     return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: poll failed: %s",
                          zmq_strerror(zmq_errno()));
   }
+  ig->n_touched = 0;
   if (pr == 0) return 0;
   size_t n = 0;
   int rc = 0;

@@ -412,6 +412,10 @@ int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handle
 const lh_learner_ingest_counts *lh_learner_ingest_get_counts(const lh_learner_ingest *ig);
 /* Messages per round, 1..256 (default 256). */
 void lh_learner_ingest_set_round(lh_learner_ingest *ig, size_t max_round);
+/* The episode ids the last poll's round newly stored something of (with
+ * repeats), valid until the next poll: what may have become ready, so the
+ * trainer need not rescan the whole store (lh_learner_trainer_offer). */
+const uint64_t *lh_learner_ingest_touched(const lh_learner_ingest *ig, size_t *n);
 
 /* ---- SFT (learner/sft.c) ---------------------------------------------------
  * Supervised steps on demonstrations: cross-entropy on the policy's tokens
@@ -509,6 +513,9 @@ void lh_learner_trainer_free(lh_learner_trainer *t);
 /* Finds newly ready episodes; *added (may be NULL) gets how many entered
  * the batcher (admitted or dropped). */
 int lh_learner_trainer_scan(lh_learner_trainer *t, size_t *added, lh_errbuf *err);
+/* The same for the given episodes only (those the ingest just wrote):
+ * each that is ready and not yet used enters the batcher. */
+int lh_learner_trainer_offer(lh_learner_trainer *t, const uint64_t *ids, size_t n, size_t *added, lh_errbuf *err);
 /* Runs one step when a batch is ready (*stepped = 1) and fills *stats (may
  * be NULL); *stepped = 0 when none is ready. */
 int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_train_stats *stats,

@@ -189,6 +189,28 @@ int lh_learner_trainer_scan(lh_learner_trainer *t, size_t *added, lh_errbuf *err
   return rc;
 }
 
+int lh_learner_trainer_offer(lh_learner_trainer *t, const uint64_t *ids, size_t n, size_t *added, lh_errbuf *err) {
+  if (added) *added = 0;
+  if (!t || (n && !ids)) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or ids");
+  scan_ctx c = {.t = t, .err = err};
+  for (size_t i = 0; i < n; i++) {
+    size_t at;
+    if (set_find(&t->seen, ids[i], &at) || set_find(&t->done, ids[i], &at)) continue;
+    lh_episode_row row;
+    int rc = lh_store_episode_get(t->store, ids[i], &row, err);
+    if (rc) return rc;
+    /* Ready as lh_episode_filter.ready_only says: ended, every expected
+     * segment stored with its payload. */
+    if (!row.has_end || row.status == LH_EPISODE_RUNNING || row.segments_received != row.segment_count ||
+        row.payloads_dropped)
+      continue;
+    on_ready(&c, &row);
+    if (c.rc) return c.rc;
+  }
+  if (added) *added = c.added;
+  return 0;
+}
+
 /* Per-window buffers: the model sees tokens[start..end) and position i
  * predicts episode token start+i+1, so the loss arrays are shifted by one. */
 typedef struct {

@@ -176,6 +176,10 @@ START_TEST(test_acked_means_stored) {
   ck_assert_uint_eq(row.segments_received, 2);
   ck_assert_uint_eq(row.tokens_received, 16);
   lh_store_close(other);
+  size_t n_touched = 0;
+  const uint64_t *touched = lh_learner_ingest_touched(r.ig, &n_touched);
+  ck_assert_uint_ge(n_touched, 1);
+  for (size_t i = 0; i < n_touched; i++) ck_assert_uint_eq(touched[i], 7);
   const lh_learner_ingest_counts *c = lh_learner_ingest_get_counts(r.ig);
   ck_assert_uint_eq(c->stored, 3);
   ck_assert_uint_eq(c->segments, 2);

@@ -142,8 +142,13 @@ START_TEST(test_step_aligned_and_recorded) {
   ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
   ck_assert_int_eq(stepped, 0);  /* group 11 has one of two */
   write_episode(s, m, 4, 11, 0.0f, 0);
-  ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
+  /* Offered by id (as the ingest reports what it stored), twice, and an
+   * episode already in the batcher: one added. */
+  uint64_t ids[3] = {4, 4, 1};
+  ck_assert_int_eq(lh_learner_trainer_offer(t, ids, 3, &added, &e), 0);
   ck_assert_uint_eq(added, 1);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
+  ck_assert_uint_eq(added, 0);
   float *before = malloc(lh_model_n_floats(m) * sizeof(float));
   memcpy(before, lh_model_params(m), lh_model_n_floats(m) * sizeof(float));
   lh_learner_train_stats st;
