@@ -352,13 +352,15 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
   return rc;
 }
 
-int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_train_stats *stats, lh_errbuf *err) {
-  if (stepped) *stepped = 0;
-  if (!t) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer");
+/* One batch, if one is ready (*took = 1); *stepped = 1 when it trained. */
+static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_train_stats *stats,
+                     lh_errbuf *err) {
+  *took = 0;
   size_t n = 0;
   int ready = lh_learner_batcher_take(t->batcher, t->items, t->cap_items, &n, err);
   if (ready < 0) return ready;
   if (!ready || n == 0) return 0;
+  *took = 1;
   int64_t t0 = lh_now_ns();
   lh_learner_episode **eps = calloc(n, sizeof *eps);
   Longhaul__Segment ***segs = calloc(n, sizeof *segs);
@@ -381,6 +383,15 @@ int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_trai
       break;
     }
     int jr = lh_store_episode_get(t->store, id, &row, &e);
+    /* Staleness again at training time: an episode admitted when it
+     * arrived may have waited in the batcher while the version moved on
+     * (actors faster than the learner). */
+    if (!jr && row.has_versions && t->version - row.min_version > t->cfg.max_policy_lag &&
+        row.min_version <= t->version) {
+      t->admission.dropped_stale++;
+      if (t->admission.admitted) t->admission.admitted--;
+      continue;
+    }
     if (!jr) jr = lh_store_episode_segments_array(t->store, id, &segs[m], &n_segs[m], NULL, &e);
     if (!jr) jr = lh_learner_episode_join(segs[m], n_segs[m], row.tokens, &eps[m], &e);
     /* Images arrive as bytes and would need the model's patch inputs; the
@@ -485,7 +496,18 @@ int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_trai
   rc = lh_store_put_train_step(t->store, &row, NULL, err);
   if (rc) return rc;
   if (stats) *stats = st;
-  if (stepped) *stepped = 1;
+  *stepped = 1;
+  return 0;
+}
+
+int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_train_stats *stats, lh_errbuf *err) {
+  int local = 0, took = 1;
+  if (!stepped) stepped = &local;
+  *stepped = 0;
+  if (!t) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer");
+  /* Batches whose episodes all went stale (or did not join) are passed
+   * over, so a backlog drains without a step each. */
+  while (took && !*stepped) LH_TRY(step_once(t, &took, stepped, stats, err));
   return 0;
 }
 

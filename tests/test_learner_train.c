@@ -413,6 +413,41 @@ START_TEST(test_routing_replay) {
 }
 END_TEST
 
+/* Admitted on arrival, stale by the time its batch comes up: dropped then,
+ * counted, and the step passes over it. */
+START_TEST(test_stale_at_training_time) {
+  make_dir();
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_model *m = tiny_model();
+  write_episode(s, m, 1, 10, 1.0f, 0);
+  write_episode(s, m, 2, 10, 0.0f, 0);
+  write_episode(s, m, 3, 11, 1.0f, 0);
+  write_episode(s, m, 4, 11, 0.0f, 0);
+  lh_learner_config cfg = small_cfg();
+  cfg.batch_episodes = 2;  /* max_policy_lag 0 */
+  lh_learner_trainer *t;
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  ck_assert_uint_eq(lh_learner_trainer_admission(t)->admitted, 4);
+  int stepped;
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 1);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 0);
+  ck_assert_uint_eq(lh_learner_trainer_admission(t)->dropped_stale, 2);
+  ck_assert_uint_eq(lh_learner_trainer_admission(t)->admitted, 2);
+  lh_learner_state ls;
+  lh_learner_trainer_state(t, &ls);
+  ck_assert_uint_eq(ls.ingest_position, 4);
+  lh_learner_trainer_free(t);
+  lh_model_free(m);
+  lh_store_close(s);
+  remove_dir();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_train");
   TCase *tc = tcase_create("core");
@@ -422,6 +457,7 @@ int main(void) {
   tcase_add_test(tc, test_bad_join_marked_error_and_args);
   tcase_add_test(tc, test_resume_exact);
   tcase_add_test(tc, test_routing_replay);
+  tcase_add_test(tc, test_stale_at_training_time);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
