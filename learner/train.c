@@ -367,9 +367,16 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   size_t *n_segs = calloc(n, sizeof *n_segs);
   float *rewards = calloc(n, sizeof *rewards), *advs = calloc(n, sizeof *advs);
   uint64_t *keys = calloc(n, sizeof *keys);
+  /* Advantages are over every episode of the batch's groups, trained or
+   * not (a stale member's reward still says how hard its task was); each
+   * trained episode takes its own item's value. */
+  float *all_rewards = calloc(n, sizeof *all_rewards), *all_advs = calloc(n, sizeof *all_advs);
+  uint64_t *all_keys = calloc(n, sizeof *all_keys);
+  size_t *item_of = calloc(n, sizeof *item_of);
   int *success = calloc(n, sizeof *success);
   int rc = 0;
-  if (!eps || !segs || !n_segs || !rewards || !advs || !keys || !success)
+  if (!eps || !segs || !n_segs || !rewards || !advs || !keys || !success || !all_rewards || !all_advs ||
+      !all_keys || !item_of)
     rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for a batch of %zu", n);
   /* Read back and join every episode; one that does not join is marked
    * error in the store and left out. */
@@ -378,6 +385,8 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
     lh_episode_row row;
     lh_errbuf e;
     uint64_t id = t->items[i].episode_id;
+    all_rewards[i] = t->items[i].reward;
+    all_keys[i] = t->items[i].group_id;
     if (set_add(&t->done, id)) {
       rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
       break;
@@ -417,6 +426,7 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
     }
     rewards[m] = t->items[i].reward;
     keys[m] = t->items[i].group_id;
+    item_of[m] = i;
     success[m] = row.outcome == LONGHAUL__OUTCOME__OUTCOME_SUCCESS;
     m++;
   }
@@ -426,7 +436,8 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   double lr = lh_learner_lr_at(t->cfg.lr, t->cfg.warmup_steps, t->cfg.total_steps, t->step);
   st.lr = lr;
   if (!rc && m > 0 && N > 0) {
-    rc = lh_learner_advantages(t->cfg.advantage, rewards, keys, m, &t->baseline, advs, err);
+    rc = lh_learner_advantages(t->cfg.advantage, all_rewards, all_keys, n, &t->baseline, all_advs, err);
+    for (size_t i = 0; i < m && !rc; i++) advs[i] = all_advs[item_of[i]];
     if (!rc) rc = lh_model_zero_grads(t->m);
     step_acc acc = {0};
     for (size_t i = 0; i < m && !rc; i++) {
@@ -477,6 +488,7 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
     if (segs && n_segs) lh_store_segments_free(segs[i], n_segs[i]);
   }
   free(eps), free(segs), free(n_segs), free(rewards), free(advs), free(keys), free(success);
+  free(all_rewards), free(all_advs), free(all_keys), free(item_of);
   if (rc) return rc;
   if (m == 0 || N == 0) return 0;  /* nothing to train on: no step */
   t->step++;
