@@ -243,38 +243,10 @@ int lh_actors_config_parse(const char *text, const char *source, lh_actors_confi
 
 int lh_actors_config_load(const char *path, lh_actors_config *cfg, lh_errbuf *err) {
   if (!path || !cfg) return lh_errbuf_set(err, LH_EINVAL, "actor config: NULL path or config");
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return lh_errbuf_set(err, LH_EACTORS_CONFIG_FILE, "%s: cannot open the config file: %s", path,
-                         strerror(errno));
-  char *text = NULL;
-  size_t len = 0, cap = 0;
-  int rc = 0;
-  for (;;) {
-    if (len + 4096 + 1 > cap) {
-      cap = cap ? 2 * cap : 8192;
-      char *t = realloc(text, cap);
-      if (!t) {
-        rc = lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory reading the config", path);
-        break;
-      }
-      text = t;
-    }
-    size_t got = fread(text + len, 1, 4096, f);
-    len += got;
-    if (got < 4096) {
-      if (ferror(f)) rc = lh_errbuf_set(err, LH_EACTORS_CONFIG_FILE, "%s: read error", path);
-      break;
-    }
-  }
-  fclose(f);
-  if (rc == 0) {
-    text[len] = 0;
-    if (strlen(text) != len)
-      rc = lh_errbuf_set(err, LH_EACTORS_CONFIG_FILE, "%s: holds a NUL byte; not a text INI file", path);
-    else
-      rc = lh_actors_config_parse(text, path, cfg, err);
-  }
+  char *text;
+  int rc = lh_read_text_file(path, LH_EACTORS_CONFIG_FILE, &text, NULL, err);
+  if (rc != 0) return rc;
+  rc = lh_actors_config_parse(text, path, cfg, err);
   free(text);
   return rc;
 }

@@ -1,7 +1,9 @@
 /* common: error table, logger, clocks, hashing. */
 #include "common/common.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -107,4 +109,44 @@ uint64_t lh_hash64(const void *data, size_t bytes, uint64_t seed) {
   h *= 0xff51afd7ed558ccdULL;
   h ^= h >> 33;
   return h;
+}
+
+int lh_read_text_file(const char *path, int file_error, char **text, size_t *bytes,
+                      lh_errbuf *err) {
+  *text = NULL;
+  if (bytes) *bytes = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return lh_errbuf_set(err, file_error, "%s: cannot open the file: %s", path, strerror(errno));
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  int rc = 0;
+  for (;;) {
+    if (len + 4096 + 1 > cap) {
+      cap = cap ? 2 * cap : 8192;
+      char *t = realloc(buf, cap);
+      if (!t) {
+        rc = lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory reading the file", path);
+        break;
+      }
+      buf = t;
+    }
+    size_t got = fread(buf + len, 1, 4096, f);
+    len += got;
+    if (got < 4096) {
+      if (ferror(f)) rc = lh_errbuf_set(err, file_error, "%s: read error", path);
+      break;
+    }
+  }
+  fclose(f);
+  if (rc == 0) {
+    buf[len] = 0;
+    if (strlen(buf) != len) rc = lh_errbuf_set(err, file_error, "%s: holds a NUL byte; not a text file", path);
+  }
+  if (rc != 0) {
+    free(buf);
+    return rc;
+  }
+  *text = buf;
+  if (bytes) *bytes = len;
+  return 0;
 }

@@ -88,6 +88,13 @@ int64_t lh_wall_ms(void);
 /* A 64-bit checksum of bytes (weights, payloads); not cryptographic. */
 uint64_t lh_hash64(const void *data, size_t bytes, uint64_t seed);
 
+/* Reads the whole text file at path into a new NUL-terminated buffer
+ * (*text, freed by the caller; *bytes its length). A file that cannot be
+ * opened or read, or that holds a NUL byte (so is not text), gives
+ * file_error with err naming the path; out of memory gives LH_ENOMEM. */
+int lh_read_text_file(const char *path, int file_error, char **text, size_t *bytes,
+                      lh_errbuf *err);
+
 /* Return early with the code when an lh call fails. */
 #define LH_TRY(expr)                                                    \
   do {                                                                  \

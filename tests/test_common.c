@@ -1,6 +1,9 @@
 /* Tests of common/: the error table and the hash. */
 #include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/common.h"
 
@@ -22,11 +25,38 @@ START_TEST(test_hash_differs) {
 }
 END_TEST
 
+START_TEST(test_read_text_file) {
+  char path[] = "/tmp/lh_common_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, "a = 1\n", 6), 6);
+  close(fd);
+  char *text;
+  size_t bytes;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_read_text_file(path, LH_ECONFIG, &text, &bytes, &e), 0);
+  ck_assert_str_eq(text, "a = 1\n");
+  ck_assert_uint_eq(bytes, 6);
+  free(text);
+  /* A NUL byte inside: not a text file. */
+  FILE *f = fopen(path, "wb");
+  ck_assert_uint_eq(fwrite("a\0b", 1, 3, f), 3);
+  fclose(f);
+  ck_assert_int_eq(lh_read_text_file(path, LH_ECONFIG, &text, NULL, &e), LH_ECONFIG);
+  ck_assert_ptr_null(text);
+  ck_assert(strstr(e.msg, "NUL byte"));
+  unlink(path);
+  ck_assert_int_eq(lh_read_text_file(path, LH_ECONFIG, &text, NULL, &e), LH_ECONFIG);
+  ck_assert(strstr(e.msg, path) && strstr(e.msg, "cannot open"));
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("common");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_error_table);
   tcase_add_test(tc, test_hash_differs);
+  tcase_add_test(tc, test_read_text_file);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
