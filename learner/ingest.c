@@ -244,9 +244,9 @@ static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
  * is rolled back and every store entry of the round is answered ACK_RETRY:
  * nothing of it is durable, and the actor resends. */
 static void store_round(lh_learner_ingest *ig, size_t n) {
-  size_t todo = 0;
-  for (size_t i = 0; i < n; i++) todo += ig->round[i].kind == KIND_STORE;
-  if (!todo) return;
+  size_t to_store = 0;
+  for (size_t i = 0; i < n; i++) to_store += ig->round[i].kind == KIND_STORE;
+  if (!to_store) return;
   lh_errbuf e;
   int rc = lh_store_begin(ig->store, &e);
   int begun = rc == 0;
@@ -264,7 +264,7 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
   if (rc) {
     lh_errbuf ignore;
     if (begun) lh_store_rollback(ig->store, &ignore);
-    LH_WARN("ingest", "store batch failed, answering retry: messages=%zu code=%s error=%s", todo,
+    LH_WARN("ingest", "store batch failed, answering retry: messages=%zu code=%s error=%s", to_store,
             lh_err_name(rc), e.msg);
   } else {
     ig->counts.rounds++;
