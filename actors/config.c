@@ -75,47 +75,15 @@ typedef struct {
   lh_actors_config *cfg;
   lh_errbuf *err;
   const char *source;
-  const char *text;  /* the reader's position */
-  int line;          /* of the line inih last read */
+  lh_text_lines lines;  /* the text, and the line inih last read */
   int failed;
   int seen_line[N_KEYS];
   int env_name_line;
   int env_line[LH_ACTORS_ENV_OPTIONS];
 } parse_ctx;
 
-static char *read_line(char *str, int num, void *stream) {
-  parse_ctx *p = stream;
-  if (!*p->text) return NULL;
-  int i = 0;
-  while (i < num - 1 && p->text[i]) {
-    str[i] = p->text[i];
-    if (p->text[i++] == '\n') break;
-  }
-  str[i] = 0;
-  p->text += i;
-  if (i > 0 && (str[i - 1] == '\n' || !*p->text)) p->line++;
-  return str;
-}
 
-static int parse_u64(const char *v, uint64_t *out) {
-  if (!*v || *v == '-' || *v == '+') return -1;
-  errno = 0;
-  char *end;
-  unsigned long long x = strtoull(v, &end, 10);
-  if (errno || *end) return -1;
-  *out = x;
-  return 0;
-}
 
-static int parse_f64(const char *v, double *out) {
-  if (!*v) return -1;
-  errno = 0;
-  char *end;
-  double x = strtod(v, &end);
-  if (errno == ERANGE || *end || !isfinite(x)) return -1;
-  *out = x;
-  return 0;
-}
 
 static void range_text(const key_spec *k, char *buf, size_t bytes) {
   if (k->kind == K_U64 && k->max > 0)
@@ -137,14 +105,14 @@ static int on_env_key(parse_ctx *p, const char *name, const char *value) {
     if (p->env_name_line)
       return lh_errbuf_set(p->err, LH_EACTORS_CONFIG_DUPLICATE,
                            "%s:%d: [env] name = %.64s: the key was already given on line %d", p->source,
-                           p->line, value, p->env_name_line),
+                           p->lines.line, value, p->env_name_line),
              0;
     if (!*value || strlen(value) >= sizeof c->env_name)
       return lh_errbuf_set(p->err, LH_EACTORS_CONFIG_VALUE,
                            "%s:%d: [env] name = '%.64s' is not an environment name of 1..%zu bytes",
-                           p->source, p->line, value, sizeof c->env_name - 1),
+                           p->source, p->lines.line, value, sizeof c->env_name - 1),
              0;
-    p->env_name_line = p->line;
+    p->env_name_line = p->lines.line;
     snprintf(c->env_name, sizeof c->env_name, "%s", value);
     p->failed = 0;
     return 1;
@@ -153,20 +121,20 @@ static int on_env_key(parse_ctx *p, const char *name, const char *value) {
     if (strcmp(c->env_keys[i], name) == 0)
       return lh_errbuf_set(p->err, LH_EACTORS_CONFIG_DUPLICATE,
                            "%s:%d: [env] %s = %.64s: the key was already given on line %d", p->source,
-                           p->line, name, value, p->env_line[i]),
+                           p->lines.line, name, value, p->env_line[i]),
              0;
   if (c->n_env_options == LH_ACTORS_ENV_OPTIONS || strlen(name) >= sizeof c->env_keys[0] ||
       strlen(value) >= sizeof c->env_values[0])
     return lh_errbuf_set(p->err, LH_EACTORS_CONFIG_VALUE,
                          "%s:%d: [env] %.64s: at most %d options, keys under %zu bytes and values under "
                          "%zu bytes",
-                         p->source, p->line, name, LH_ACTORS_ENV_OPTIONS, sizeof c->env_keys[0],
+                         p->source, p->lines.line, name, LH_ACTORS_ENV_OPTIONS, sizeof c->env_keys[0],
                          sizeof c->env_values[0]),
            0;
   uint32_t i = c->n_env_options++;
   snprintf(c->env_keys[i], sizeof c->env_keys[i], "%s", name);
   snprintf(c->env_values[i], sizeof c->env_values[i], "%s", value);
-  p->env_line[i] = p->line;
+  p->env_line[i] = p->lines.line;
   p->failed = 0;
   return 1;
 }
@@ -186,17 +154,17 @@ static int on_key(void *user, const char *section, const char *name, const char 
       if (j + 1 < N_KEYS) strncat(known, ", ", sizeof known - strlen(known) - 1);
     }
     lh_errbuf_set(p->err, LH_EACTORS_CONFIG_UNKNOWN_KEY, "%s:%d: [actor] unknown key '%.64s' (known: %.300s)",
-                  p->source, p->line, name, known);
+                  p->source, p->lines.line, name, known);
     return 0;
   }
   const key_spec *k = &KEYS[i];
   if (p->seen_line[i]) {
     lh_errbuf_set(p->err, LH_EACTORS_CONFIG_DUPLICATE,
-                  "%s:%d: [actor] %s = %.64s: the key was already given on line %d", p->source, p->line,
+                  "%s:%d: [actor] %s = %.64s: the key was already given on line %d", p->source, p->lines.line,
                   name, value, p->seen_line[i]);
     return 0;
   }
-  p->seen_line[i] = p->line;
+  p->seen_line[i] = p->lines.line;
   char range[96];
   range_text(k, range, sizeof range);
   char *field = (char *)p->cfg + k->offset;
@@ -207,18 +175,18 @@ static int on_key(void *user, const char *section, const char *name, const char 
     if (bad) snprintf(range, sizeof range, "an endpoint of 1..%d bytes", LH_ACTORS_ENDPOINT_BYTES - 1);
   } else if (k->kind == K_U64) {
     uint64_t x = 0;
-    bad = parse_u64(value, &x) || (double)x < k->min || (k->max > 0 && (double)x > k->max);
+    bad = lh_parse_u64(value, &x) || (double)x < k->min || (k->max > 0 && (double)x > k->max);
     if (!bad) memcpy(field, &x, sizeof x);
   } else {
     double x = 0;
-    bad = parse_f64(value, &x) != 0;
+    bad = lh_parse_f64(value, &x) != 0 || !isfinite(x);
     if (!bad) bad = k->min_open ? !(x > k->min) : !(x >= k->min);
     if (!bad) bad = k->max_open ? !(x < k->max) : !(x <= k->max);
     if (!bad) memcpy(field, &x, sizeof x);
   }
   if (bad) {
     lh_errbuf_set(p->err, LH_EACTORS_CONFIG_VALUE, "%s:%d: [actor] %s = '%.64s' is not %s", p->source,
-                  p->line, name, value, range);
+                  p->lines.line, name, value, range);
     return 0;
   }
   p->failed = 0;
@@ -230,8 +198,8 @@ int lh_actors_config_parse(const char *text, const char *source, lh_actors_confi
   if (!source) source = "config";
   lh_actors_config c;
   lh_actors_config_default(&c);
-  parse_ctx p = {.cfg = &c, .err = err, .source = source, .text = text};
-  int rc = ini_parse_stream(read_line, &p, on_key, &p);
+  parse_ctx p = {.cfg = &c, .err = err, .source = source, .lines = {.text = text}};
+  int rc = ini_parse_stream(lh_text_lines_read, &p.lines, on_key, &p);
   if (p.failed) return err ? err->code : LH_EACTORS_CONFIG_VALUE;
   if (rc == -2) return lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory while parsing", source);
   if (rc != 0)

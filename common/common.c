@@ -2,6 +2,7 @@
 #include "common/common.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,5 +149,39 @@ int lh_read_text_file(const char *path, int file_error, char **text, size_t *byt
   }
   *text = buf;
   if (bytes) *bytes = len;
+  return 0;
+}
+
+char *lh_text_lines_read(char *str, int num, void *stream) {
+  lh_text_lines *r = stream;
+  if (!*r->text) return NULL;
+  int i = 0;
+  while (i < num - 1 && r->text[i]) {
+    str[i] = r->text[i];
+    if (r->text[i++] == '\n') break;
+  }
+  str[i] = 0;
+  r->text += i;
+  if (i > 0 && (str[i - 1] == '\n' || !*r->text)) r->line++;
+  return str;
+}
+
+int lh_parse_u64(const char *v, uint64_t *out) {
+  if (!*v || *v == '-' || *v == '+') return -1;
+  errno = 0;
+  char *end;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (errno || *end) return -1;
+  *out = x;
+  return 0;
+}
+
+int lh_parse_f64(const char *v, double *out) {
+  if (!*v) return -1;
+  errno = 0;
+  char *end;
+  double x = strtod(v, &end);
+  if (errno == ERANGE || *end || isnan(x)) return -1;
+  *out = x;
   return 0;
 }

@@ -95,6 +95,23 @@ uint64_t lh_hash64(const void *data, size_t bytes, uint64_t seed);
 int lh_read_text_file(const char *path, int file_error, char **text, size_t *bytes,
                       lh_errbuf *err);
 
+/* INI text held in memory, handed to inih's ini_parse_stream one line at
+ * a time by lh_text_lines_read (the stream argument is the lh_text_lines).
+ * line is the number of the line last handed out, so that a config error
+ * can name it; a line longer than inih's buffer arrives in pieces and is
+ * counted once. */
+typedef struct {
+  const char *text;  /* the reader's position */
+  int line;
+} lh_text_lines;
+char *lh_text_lines_read(char *str, int num, void *stream);
+
+/* Whole-string numbers of config values: 0, or -1 when v is not one.
+ * lh_parse_u64: decimal digits only (no sign). lh_parse_f64: strtod's
+ * syntax, infinities allowed, NaN and overflow refused. */
+int lh_parse_u64(const char *v, uint64_t *out);
+int lh_parse_f64(const char *v, double *out);
+
 /* Return early with the code when an lh call fails. */
 #define LH_TRY(expr)                                                    \
   do {                                                                  \

@@ -85,57 +85,24 @@ typedef struct {
   lh_learner_config *cfg;
   lh_errbuf *err;
   const char *source;
-  const char *text;  /* the reader's position */
-  int line;          /* of the line inih last read */
+  lh_text_lines lines;  /* the text, and the line inih last read */
   int failed;
   int seen_line[N_KEYS];
 } parse_ctx;
 
-static char *read_line(char *str, int num, void *stream) {
-  parse_ctx *p = stream;
-  if (!*p->text) return NULL;
-  int i = 0;
-  while (i < num - 1 && p->text[i]) {
-    str[i] = p->text[i];
-    if (p->text[i++] == '\n') break;
-  }
-  str[i] = 0;
-  p->text += i;
-  /* A line longer than inih's buffer arrives in pieces; count it once. */
-  if (i > 0 && (str[i - 1] == '\n' || !*p->text)) p->line++;
-  return str;
-}
 
 static int fail(parse_ctx *p, int code, const char *fmt, const char *key, const char *value,
                 const char *why) {
   if (!p->failed) {
     char detail[LH_ERRMSG_BYTES];
     snprintf(detail, sizeof detail, fmt, key, value, why);
-    lh_errbuf_set(p->err, code, "%s:%d: [learner] %s", p->source, p->line, detail);
+    lh_errbuf_set(p->err, code, "%s:%d: [learner] %s", p->source, p->lines.line, detail);
   }
   p->failed = 1;
   return 0;
 }
 
-static int parse_u64(const char *v, uint64_t *out) {
-  if (!*v || *v == '-' || *v == '+') return -1;
-  errno = 0;
-  char *end;
-  unsigned long long x = strtoull(v, &end, 10);
-  if (errno || *end) return -1;
-  *out = x;
-  return 0;
-}
 
-static int parse_f64(const char *v, double *out) {
-  if (!*v) return -1;
-  errno = 0;
-  char *end;
-  double x = strtod(v, &end);
-  if (errno == ERANGE || *end || isnan(x)) return -1;
-  *out = x;
-  return 0;
-}
 
 static int parse_bool(const char *v, int *out) {
   static const char *yes[] = {"true", "yes", "on", "1"}, *no[] = {"false", "no", "off", "0"};
@@ -168,11 +135,11 @@ static int parse_stages(const char *v, lh_learner_config *cfg, char *why, size_t
       return snprintf(why, why_bytes, "stage %zu '%s' is not max_context:steps:long_frac", n + 1, item), -1;
     *b++ = 0, *c++ = 0;
     lh_learner_stage st;
-    if (parse_u64(a, &st.max_context) || st.max_context < 1)
+    if (lh_parse_u64(a, &st.max_context) || st.max_context < 1)
       return snprintf(why, why_bytes, "stage %zu max_context '%s' is not an integer >= 1", n + 1, a), -1;
-    if (parse_u64(b, &st.steps) || st.steps < 1)
+    if (lh_parse_u64(b, &st.steps) || st.steps < 1)
       return snprintf(why, why_bytes, "stage %zu steps '%s' is not an integer >= 1", n + 1, b), -1;
-    if (parse_f64(c, &st.long_frac) || !(st.long_frac >= 0.0 && st.long_frac <= 1.0))
+    if (lh_parse_f64(c, &st.long_frac) || !(st.long_frac >= 0.0 && st.long_frac <= 1.0))
       return snprintf(why, why_bytes, "stage %zu long_frac '%s' is not a number in [0, 1]", n + 1, c), -1;
     if (n > 0 && st.max_context <= cfg->stages[n - 1].max_context)
       return snprintf(why, why_bytes, "stage %zu max_context %llu is not above stage %zu's %llu", n + 1,
@@ -222,14 +189,14 @@ static int on_key(void *user, const char *section, const char *name, const char 
     return fail(p, LH_ELEARNER_CONFIG_DUPLICATE, "%s = %s: the key was already given on line %s", name,
                 value, why);
   }
-  p->seen_line[i] = p->line;
+  p->seen_line[i] = p->lines.line;
   char *field = (char *)p->cfg + k->offset;
   char why[256];
   switch (k->kind) {
     case K_U64: {
       uint64_t x;
       range_text(k, why, sizeof why);
-      if (parse_u64(value, &x) || (double)x < k->min)
+      if (lh_parse_u64(value, &x) || (double)x < k->min)
         return fail(p, LH_ELEARNER_CONFIG_VALUE, "%s = '%s' is not %s", name, value, why);
       memcpy(field, &x, sizeof x);
       return 1;
@@ -237,7 +204,7 @@ static int on_key(void *user, const char *section, const char *name, const char 
     case K_F64: {
       double x;
       range_text(k, why, sizeof why);
-      int bad = parse_f64(value, &x) != 0;
+      int bad = lh_parse_f64(value, &x) != 0;
       if (!bad) bad = k->min_open ? !(x > k->min) : !(x >= k->min);
       if (!bad && k->max < INFINITY) bad = k->max_open ? !(x < k->max) : !(x <= k->max);
       if (!bad && isinf(x) && k->max < INFINITY) bad = 1;
@@ -288,8 +255,8 @@ int lh_learner_config_parse(const char *text, const char *source, lh_learner_con
   if (!source) source = "config";
   lh_learner_config c;
   lh_learner_config_default(&c);
-  parse_ctx p = {.cfg = &c, .err = err, .source = source, .text = text};
-  int rc = ini_parse_stream(read_line, &p, on_key, &p);
+  parse_ctx p = {.cfg = &c, .err = err, .source = source, .lines = {.text = text}};
+  int rc = ini_parse_stream(lh_text_lines_read, &p.lines, on_key, &p);
   if (p.failed) return err ? err->code : LH_ELEARNER_CONFIG_VALUE;
   if (rc == -2) return lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory while parsing", source);
   if (rc != 0)

@@ -51,12 +51,52 @@ START_TEST(test_read_text_file) {
 }
 END_TEST
 
+START_TEST(test_parse_numbers) {
+  uint64_t u;
+  double d;
+  ck_assert_int_eq(lh_parse_u64("42", &u), 0);
+  ck_assert_uint_eq(u, 42);
+  ck_assert_int_eq(lh_parse_u64("-1", &u), -1);
+  ck_assert_int_eq(lh_parse_u64("4x", &u), -1);
+  ck_assert_int_eq(lh_parse_u64("", &u), -1);
+  ck_assert_int_eq(lh_parse_u64("99999999999999999999", &u), -1);
+  ck_assert_int_eq(lh_parse_f64("0.25", &d), 0);
+  ck_assert(d == 0.25);
+  ck_assert_int_eq(lh_parse_f64("inf", &d), 0);
+  ck_assert_int_eq(lh_parse_f64("nan", &d), -1);
+  ck_assert_int_eq(lh_parse_f64("1e999", &d), -1);
+  ck_assert_int_eq(lh_parse_f64("1.5 ", &d), -1);
+}
+END_TEST
+
+START_TEST(test_text_lines) {
+  lh_text_lines r = {.text = "a\nbb\n\nc"};
+  char buf[8];
+  ck_assert_str_eq(lh_text_lines_read(buf, sizeof buf, &r), "a\n");
+  ck_assert_int_eq(r.line, 1);
+  ck_assert_str_eq(lh_text_lines_read(buf, sizeof buf, &r), "bb\n");
+  ck_assert_str_eq(lh_text_lines_read(buf, sizeof buf, &r), "\n");
+  ck_assert_str_eq(lh_text_lines_read(buf, sizeof buf, &r), "c");
+  ck_assert_int_eq(r.line, 4);
+  ck_assert_ptr_null(lh_text_lines_read(buf, sizeof buf, &r));
+  /* A line longer than the buffer comes in pieces and counts once. */
+  lh_text_lines l = {.text = "abcdefghij\nk"};
+  ck_assert_str_eq(lh_text_lines_read(buf, 4, &l), "abc");
+  ck_assert_int_eq(l.line, 0);
+  while (l.line < 1) ck_assert_ptr_nonnull(lh_text_lines_read(buf, 4, &l));
+  ck_assert_str_eq(lh_text_lines_read(buf, 4, &l), "k");
+  ck_assert_int_eq(l.line, 2);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("common");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_error_table);
   tcase_add_test(tc, test_hash_differs);
   tcase_add_test(tc, test_read_text_file);
+  tcase_add_test(tc, test_parse_numbers);
+  tcase_add_test(tc, test_text_lines);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
