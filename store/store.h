@@ -34,7 +34,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 2
+#define LH_STORE_SCHEMA_VERSION 3
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
@@ -81,6 +81,10 @@ int lh_store_open_readonly(const char *path, lh_store **out, lh_errbuf *err);
 /* Either of the above, as o->readonly says; o may be NULL for defaults. */
 int lh_store_open_with(const char *path, const lh_store_options *o, lh_store **out,
                        lh_errbuf *err);
+/* Changes the cap of an open store (lh_store_options.max_bytes; 0: none),
+ * say when the learner re-reads its config: the next batch or put is
+ * checked against the new cap. */
+void lh_store_set_max_bytes(lh_store *s, uint64_t max_bytes);
 /* Rolls back an open batch, finalizes everything and closes; accepts NULL. */
 void lh_store_close(lh_store *s);
 
@@ -169,6 +173,8 @@ typedef struct {
   double maxvio[LH_STORE_MAX_LAYERS];  /* MaxVio per layer, stored as a JSON array */
   double step_ms;          /* duration of the step */
   int64_t time_ms;         /* wall clock at its end; 0 means now */
+  double busy_frac;        /* time in training steps / wall time since the previous row;
+                              NAN (stored as NULL) when unknown */
 } lh_store_train_step;
 /* Non-finite loss and metrics are stored as NULL. */
 int lh_store_put_train_step(lh_store *s, const lh_store_train_step *t, int *inserted,
@@ -299,6 +305,36 @@ typedef int (*lh_store_train_step_fn)(void *ctx, const lh_store_train_step *t);
  * (0: all). Metrics stored as NULL read back as NAN. */
 int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
                          lh_store_train_step_fn fn, void *ctx, lh_errbuf *err);
+
+/* ---- actor heartbeats (schema 3) -------------------------------------- */
+
+typedef struct {
+  char actor[LH_STORE_NAME_BYTES];  /* Envelope.sender */
+  int64_t time_ms;                  /* wall clock when the learner stored it; 0 means now */
+  char role[LH_STORE_NAME_BYTES];
+  uint64_t policy_version;
+  double episodes_per_s, tokens_per_s;
+  uint32_t outbox_depth, open_episodes;
+  uint64_t episodes_done;
+  double policy_lag;
+} lh_store_heartbeat;
+
+/* Stores one Heartbeat of actor as a row of actor_heartbeats (at
+ * time_ms, now when 0). A second heartbeat of the same actor in the same
+ * millisecond replaces the first. Joins the open batch, as every put. */
+int lh_store_put_heartbeat(lh_store *s, const char *actor, const Longhaul__Heartbeat *hb,
+                           int64_t time_ms, lh_errbuf *err);
+
+typedef int (*lh_store_heartbeat_fn)(void *ctx, const lh_store_heartbeat *h);
+/* Visits the newest heartbeat of every actor, by actor name. */
+int lh_store_latest_heartbeats(lh_store *s, lh_store_heartbeat_fn fn, void *ctx, lh_errbuf *err);
+
+/* Ends as aborted (outcome aborted, reason as error text) every episode
+ * still running whose row last changed before idle_before_ms (wall clock):
+ * an actor that died mid-episode never sends its EpisodeEnd. *aborted (may
+ * be NULL) gets how many. One transaction (or joins the open batch). */
+int lh_store_abort_idle_episodes(lh_store *s, int64_t idle_before_ms, const char *reason,
+                                 uint64_t *aborted, lh_errbuf *err);
 
 /* ---- statistics -------------------------------------------------------- */
 

@@ -107,10 +107,33 @@ static const char schema_v2[] =
     "CREATE INDEX episodes_status ON episodes(status);"
     "CREATE INDEX episodes_reward ON episodes(reward);";
 
+/* Version 3: what a running fleet looks like. Each actor Heartbeat the
+ * learner receives becomes a row of actor_heartbeats (the learner writes
+ * it in the round's batch); busy_frac on train_steps is the learner's time
+ * in training steps over the wall time since the previous step row. The
+ * key's time comes first in the index so that "the latest per actor" and
+ * "everything since t" both read an index range. */
+static const char schema_v3[] =
+    "CREATE TABLE actor_heartbeats("
+    "  actor TEXT NOT NULL,"
+    "  time_ms INTEGER NOT NULL,"
+    "  role TEXT,"
+    "  policy_version INTEGER NOT NULL DEFAULT 0,"
+    "  episodes_per_s REAL,"
+    "  tokens_per_s REAL,"
+    "  outbox_depth INTEGER NOT NULL DEFAULT 0,"
+    "  open_episodes INTEGER NOT NULL DEFAULT 0,"
+    "  episodes_done INTEGER NOT NULL DEFAULT 0,"
+    "  policy_lag REAL,"
+    "  PRIMARY KEY (actor, time_ms));"
+    "CREATE INDEX actor_heartbeats_time ON actor_heartbeats(time_ms);"
+    "ALTER TABLE train_steps ADD COLUMN busy_frac REAL;";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of DESIGN 7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
     {2, "payloads_dropped/dropped_ms, train_step_layers, episode query indexes", schema_v2},
+    {3, "actor_heartbeats, train_steps.busy_frac", schema_v3},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

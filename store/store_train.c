@@ -36,9 +36,9 @@ static int insert_step(lh_store *s, const lh_store_train_step *t, const char *js
   LH_TRY(lh_store_prepare(s,
                           "INSERT OR IGNORE INTO train_steps(step, version, run_id, loss,"
                           " reward_mean, success_rate, tokens, episodes, dropped_stale, lag_mean,"
-                          " lag_max, logp_diff, grad_norm, lr, skipped, maxvio, step_ms, time_ms)"
+                          " lag_max, logp_diff, grad_norm, lr, skipped, maxvio, step_ms, time_ms, busy_frac)"
                           " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
-                          " ?15, ?16, ?17, ?18)",
+                          " ?15, ?16, ?17, ?18, ?19)",
                           &st, err));
   lh_store_bind_u64(st, 1, t->step);
   lh_store_bind_u64(st, 2, t->version);
@@ -58,6 +58,7 @@ static int insert_step(lh_store *s, const lh_store_train_step *t, const char *js
   sqlite3_bind_text(st, 16, json, -1, SQLITE_STATIC);
   bind_metric(st, 17, t->step_ms);
   sqlite3_bind_int64(st, 18, t->time_ms ? t->time_ms : lh_wall_ms());
+  bind_metric(st, 19, t->busy_frac);
   int rc = lh_store_step(s, st, "inserting a train step", err);
   sqlite3_finalize(st);
   if (rc < 0) return rc;
@@ -128,7 +129,7 @@ int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
   LH_TRY(lh_store_prepare(s,
                           "SELECT step, version, run_id, loss, reward_mean, success_rate, tokens,"
                           " episodes, dropped_stale, lag_mean, lag_max, logp_diff, grad_norm, lr,"
-                          " skipped, maxvio, step_ms, time_ms FROM train_steps"
+                          " skipped, maxvio, step_ms, time_ms, busy_frac FROM train_steps"
                           " WHERE step >= ?1 ORDER BY step LIMIT ?2",
                           &st, err));
   lh_store_bind_u64(st, 1, from_step);
@@ -159,6 +160,7 @@ int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
     t->layers = parse_maxvio((const char *)sqlite3_column_text(st, 15), t->maxvio);
     t->step_ms = column_metric(st, 16);
     t->time_ms = sqlite3_column_int64(st, 17);
+    t->busy_frac = column_metric(st, 18);
     int r = fn(ctx, t);
     if (r != 0) {
       rc = r < 0 ? r : SQLITE_DONE;

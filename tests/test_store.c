@@ -527,6 +527,7 @@ START_TEST(test_train_steps) {
   t.maxvio[1] = 1.5;
   t.maxvio[2] = INFINITY;
   t.step_ms = 250;
+  t.busy_frac = 0.75;
   int ins;
   ck_assert_int_eq(lh_store_put_train_step(s, &t, &ins, &e), 0);
   ck_assert_int_eq(ins, 1);
@@ -545,6 +546,7 @@ START_TEST(test_train_steps) {
   ck_assert(back.logp_diff == 3e-6);
   ck_assert_uint_eq(back.layers, 3);
   ck_assert(back.maxvio[0] == 0.125 && back.maxvio[1] == 1.5 && isnan(back.maxvio[2]));
+  ck_assert(back.busy_frac == 0.75);
   lh_store_close(s);
   s = open_ro();
   uint64_t rows;
@@ -814,13 +816,13 @@ START_TEST(test_migration) {
   s = open_ro();
   char v[64];
   ck_assert_int_eq(lh_store_sql(s, "PRAGMA user_version", first_value, v, NULL, &e), 0);
-  ck_assert_str_eq(v, "2");
+  ck_assert_str_eq(v, "3");
   ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
                                 NULL, &e), 0);
-  ck_assert_str_eq(v, "1,2");
+  ck_assert_str_eq(v, "1,2,3");
   ck_assert_int_eq(lh_store_sql(s, "SELECT value FROM meta WHERE key = 'schema_version'",
                                 first_value, v, NULL, &e), 0);
-  ck_assert_str_eq(v, "2");
+  ck_assert_str_eq(v, "3");
   lh_episode_row r;
   ck_assert_int_eq(lh_store_episode_get(s, 5, &r, &e), 0);
   ck_assert_str_eq(r.env, "calc");
@@ -829,6 +831,124 @@ START_TEST(test_migration) {
   ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
   ck_assert_uint_eq(st.episodes, 1);
   ck_assert_uint_eq(st.payloads_dropped, 1);
+  lh_store_close(s);
+}
+END_TEST
+
+/* A version-2 file (steps 1 and 2 of the table) with a train step: the
+ * read-write open adds actor_heartbeats and train_steps.busy_frac, the
+ * old row reads back with busy_frac NULL (NAN), and new rows carry it. */
+START_TEST(test_migration_v2) {
+  char sql[16384];
+  snprintf(sql, sizeof sql,
+           "%s %s INSERT INTO migrations VALUES (1, 'v1', 0), (2, 'v2', 0);"
+           "INSERT INTO meta VALUES ('application', '%s'), ('schema_version', '2');"
+           "INSERT INTO train_steps(step, version, loss, maxvio, step_ms, time_ms)"
+           " VALUES (4, 5, 0.5, '[0.25]', 10, 1);"
+           "PRAGMA application_id = 1279808083; PRAGMA user_version = 2;",
+           lh_store_migrations[0].sql, lh_store_migrations[1].sql, LH_STORE_APPLICATION);
+  ck_assert_uint_eq(lh_store_migrations[1].version, 2);
+  raw_exec(db, sql);
+  ck_assert_int_eq(open_code(1), LH_ESTORE_NEEDS_MIGRATION);
+  lh_store *s = open_rw();
+  static lh_store_train_step t;
+  memset(&t, 0, sizeof t);
+  t.step = 5, t.version = 6, t.busy_frac = 0.5;
+  ck_assert_int_eq(lh_store_put_train_step(s, &t, NULL, &e), 0);
+  Longhaul__Heartbeat hb = LONGHAUL__HEARTBEAT__INIT;
+  hb.policy_version = 6;
+  ck_assert_int_eq(lh_store_put_heartbeat(s, "a0", &hb, 100, &e), 0);
+  lh_store_close(s);
+  s = open_ro();
+  char v[64];
+  ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
+                                NULL, &e), 0);
+  ck_assert_str_eq(v, "1,2,3");
+  static lh_store_train_step back;
+  ck_assert_int_eq(lh_store_train_steps(s, 4, 1, step_row, &back, &e), 0);
+  ck_assert_uint_eq(back.step, 4);
+  ck_assert(back.loss == 0.5 && isnan(back.busy_frac));
+  ck_assert_int_eq(lh_store_train_steps(s, 5, 1, step_row, &back, &e), 0);
+  ck_assert(back.busy_frac == 0.5);
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM actor_heartbeats", first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "1");
+  lh_store_close(s);
+}
+END_TEST
+
+typedef struct {
+  int n;
+  lh_store_heartbeat h[4];
+} hb_rows;
+
+static int hb_row(void *ctx, const lh_store_heartbeat *h) {
+  hb_rows *r = ctx;
+  if (r->n < 4) r->h[r->n] = *h;
+  r->n++;
+  return 0;
+}
+
+/* Heartbeats: the newest per actor comes back, in a batch or not; a
+ * same-millisecond one replaces the first. */
+START_TEST(test_heartbeats) {
+  lh_store *s = open_rw();
+  Longhaul__Heartbeat hb = LONGHAUL__HEARTBEAT__INIT;
+  hb.role = "actor";
+  hb.policy_version = 3, hb.episodes_per_s = 1.5, hb.tokens_per_s = 200, hb.outbox_depth = 7;
+  hb.open_episodes = 8, hb.episodes_done = 40, hb.policy_lag = 1;
+  ck_assert_int_eq(lh_store_put_heartbeat(s, "a1", &hb, 1000, &e), 0);
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  hb.policy_version = 4, hb.tokens_per_s = 300;
+  ck_assert_int_eq(lh_store_put_heartbeat(s, "a1", &hb, 2000, &e), 0);
+  hb.tokens_per_s = 310;
+  ck_assert_int_eq(lh_store_put_heartbeat(s, "a1", &hb, 2000, &e), 0);
+  hb.policy_version = 2, hb.tokens_per_s = NAN;
+  ck_assert_int_eq(lh_store_put_heartbeat(s, "a0", &hb, 1500, &e), 0);
+  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+  ck_assert_int_eq(lh_store_put_heartbeat(NULL, "a0", &hb, 0, &e), LH_EINVAL);
+  lh_store_close(s);
+  s = open_ro();
+  hb_rows r = {0};
+  ck_assert_int_eq(lh_store_latest_heartbeats(s, hb_row, &r, &e), 0);
+  ck_assert_int_eq(r.n, 2);
+  ck_assert_str_eq(r.h[0].actor, "a0");
+  ck_assert_uint_eq(r.h[0].policy_version, 2);
+  ck_assert(isnan(r.h[0].tokens_per_s));
+  ck_assert_str_eq(r.h[1].actor, "a1");
+  ck_assert_int_eq(r.h[1].time_ms, 2000);
+  ck_assert_uint_eq(r.h[1].policy_version, 4);
+  ck_assert(r.h[1].tokens_per_s == 310 && r.h[1].episodes_per_s == 1.5);
+  ck_assert_uint_eq(r.h[1].outbox_depth, 7);
+  ck_assert_uint_eq(r.h[1].open_episodes, 8);
+  ck_assert_uint_eq(r.h[1].episodes_done, 40);
+  ck_assert(r.h[1].policy_lag == 1);
+  ck_assert_str_eq(r.h[1].role, "actor");
+  lh_store_close(s);
+}
+END_TEST
+
+/* Episodes still running with no change since the cut-off end as aborted;
+ * ended ones and recent ones stay as they are. */
+START_TEST(test_abort_idle) {
+  lh_store *s = open_rw();
+  static sfx_seg f;
+  rich_segment(&f, 1, 0, 1);
+  put_seg(s, &f.seg, 1);
+  rich_segment(&f, 2, 0, 1);
+  put_seg(s, &f.seg, 1);
+  uint64_t n = 9;
+  ck_assert_int_eq(lh_store_abort_idle_episodes(s, lh_wall_ms() - 60000, "actor lost", &n, &e), 0);
+  ck_assert_uint_eq(n, 0);
+  ck_assert_int_eq(lh_store_abort_idle_episodes(s, lh_wall_ms() + 1000, "actor lost", &n, &e), 0);
+  ck_assert_uint_eq(n, 2);
+  ck_assert_int_eq(lh_store_abort_idle_episodes(s, lh_wall_ms() + 1000, "actor lost", &n, &e), 0);
+  ck_assert_uint_eq(n, 0);
+  lh_episode_row r;
+  ck_assert_int_eq(lh_store_episode_get(s, 2, &r, &e), 0);
+  ck_assert_int_eq(r.status, LH_EPISODE_ABORTED);
+  ck_assert_int_eq(r.outcome, LONGHAUL__OUTCOME__OUTCOME_ABORTED);
+  ck_assert_str_eq(r.error, "actor lost");
+  ck_assert_int_gt(r.ended_ms, 0);
   lh_store_close(s);
 }
 END_TEST
@@ -1019,6 +1139,9 @@ static Suite *store_suite(void) {
   tcase_add_test(tc, test_bad_files);
   tcase_add_test(tc, test_payload_mismatch);
   tcase_add_test(tc, test_migration);
+  tcase_add_test(tc, test_migration_v2);
+  tcase_add_test(tc, test_heartbeats);
+  tcase_add_test(tc, test_abort_idle);
   tcase_add_test(tc, test_two_writers_one_reader);
   tcase_add_test(tc, test_killed_writer);
   tcase_add_test(tc, test_busy_limit);
