@@ -22,6 +22,7 @@
 #define LEARNER_SCAN_NS 30000000000ll
 #define LEARNER_ANNOUNCE_NS 1000000000ll  /* re-announce for late subscribers */
 #define LEARNER_STATUS_NS 10000000000ll   /* status line */
+#define LEARNER_ABORT_SWEEP_NS 1000000000ll  /* episodes of lost actors: checked once a second */
 
 /* Set by SIGINT/SIGTERM; the loop stops at its next turn. The one piece of
  * process state a signal handler may touch. */
@@ -214,6 +215,7 @@ static int run_loop(learner *L, const args *a, lh_errbuf *err) {
   uint64_t steps_run = 0;
   int64_t now = lh_now_ns(), last_scan = 0, last_announce = now, last_status = now, start = now;
   double busy_ms = 0;  /* time in training steps: the busy fraction's numerator */
+  int64_t last_abort_sweep = now;
   while (!stop_requested && (!a->steps || steps_run < a->steps)) {
     size_t handled = 0, served = 0;
     LH_TRY(lh_learner_ingest_poll(L->ingest, LEARNER_POLL_MS, &handled, err));
@@ -240,6 +242,19 @@ static int run_loop(learner *L, const args *a, lh_errbuf *err) {
               s.episodes, s.tokens, s.lag_mean, s.logp_diff, s.grad_norm, s.lr, s.skipped, s.step_ms);
       if (!s.skipped) LH_TRY(publish(L, err));
       if ((s.step + 1) % L->cfg.ckpt_every == 0) LH_TRY(checkpoint(L, err));
+    }
+    /* An actor that died mid-episode never ends it: running episodes with
+     * no new segment for abort_after_ms end as aborted (never trained). */
+    if (now - last_abort_sweep > LEARNER_ABORT_SWEEP_NS) {
+      uint64_t aborted = 0;
+      lh_errbuf ae;
+      if (lh_store_abort_idle_episodes(L->store, lh_wall_ms() - (int64_t)L->cfg.abort_after_ms,
+                                       "no segment for abort_after_ms: its actor is gone", &aborted, &ae))
+        LH_WARN("learner", "idle episodes not aborted: %s", ae.msg);
+      else if (aborted)
+        LH_INFO("learner", "aborted idle episodes=%llu abort_after_ms=%llu", (unsigned long long)aborted,
+                (unsigned long long)L->cfg.abort_after_ms);
+      last_abort_sweep = now;
     }
     if (now - last_announce > LEARNER_ANNOUNCE_NS) {
       LH_TRY(lh_learner_publisher_announce(L->pub, err));

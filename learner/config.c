@@ -50,6 +50,7 @@ static const key_spec KEYS[] = {
     {"weights_endpoint", K_STR, F(weights_endpoint), 0, 0, 0, 0},
     {"db", K_STR, F(db), 0, 0, 0, 0},
     {"ckpt_dir", K_STR, F(ckpt_dir), 0, 0, 0, 0},
+    {"abort_after_ms", K_U64, F(abort_after_ms), 1, 0, 0, 0},
 };
 #undef F
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
@@ -79,6 +80,7 @@ void lh_learner_config_default(lh_learner_config *c) {
   snprintf(c->weights_endpoint, sizeof c->weights_endpoint, "tcp://127.0.0.1:5557");
   snprintf(c->db, sizeof c->db, "replay.db");
   snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "ckpt");
+  c->abort_after_ms = 60000;
 }
 
 typedef struct {

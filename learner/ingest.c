@@ -7,6 +7,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "common/zsock.h"
 #include "learner/learner.h"
 
 #define INGEST_MAX_ROUND 256
@@ -14,7 +15,9 @@
 #define INGEST_LOG_INTERVAL_NS 5000000000ll
 #define IDENTITY_BYTES 256
 
-enum { KIND_NONE = 0, KIND_STORE = 1 };
+/* KIND_HEARTBEAT: an actor's Heartbeat, a row of actor_heartbeats written
+ * in the round's batch (acked at once: it is a report, not data). */
+enum { KIND_NONE = 0, KIND_STORE = 1, KIND_HEARTBEAT = 2 };
 
 /* One message of a round: who sent it, how to answer, what to store. */
 typedef struct {
@@ -86,6 +89,12 @@ static int peek_msg_id(const uint8_t *b, size_t n, uint64_t *id) {
 
 lh_learner_ingest *lh_learner_ingest_new(void *zmq_ctx, const char *endpoint, lh_store *store,
                                          const lh_wire_limits *lim, lh_errbuf *err) {
+  return lh_learner_ingest_new_curve(zmq_ctx, endpoint, store, lim, NULL, err);
+}
+
+lh_learner_ingest *lh_learner_ingest_new_curve(void *zmq_ctx, const char *endpoint, lh_store *store,
+                                               const lh_wire_limits *lim, const lh_zsock_curve *curve,
+                                               lh_errbuf *err) {
   if (!zmq_ctx || !endpoint || !store) {
     lh_errbuf_set(err, LH_EINVAL, "ingest: NULL context, endpoint or store");
     return NULL;
@@ -102,23 +111,20 @@ lh_learner_ingest *lh_learner_ingest_new(void *zmq_ctx, const char *endpoint, lh
   if (lim) ig->lim = *lim;
   else lh_wire_limits_default(&ig->lim);
   ig->max_round = INGEST_MAX_ROUND;
-  ig->sock = zmq_socket(zmq_ctx, ZMQ_ROUTER);
-  int linger = INGEST_LINGER_MS;
-  int64_t maxmsg = (int64_t)ig->lim.max_message_bytes;
-  if (!ig->sock || zmq_setsockopt(ig->sock, ZMQ_LINGER, &linger, sizeof linger) ||
-      zmq_setsockopt(ig->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
-      zmq_bind(ig->sock, endpoint)) {
+  lh_zsock_opts so = {.linger_ms = INGEST_LINGER_MS, .max_message_bytes = (int64_t)ig->lim.max_message_bytes,
+                      .curve = curve};
+  lh_errbuf se;
+  ig->sock = lh_zsock_open(zmq_ctx, ZMQ_ROUTER, &so, "ingest ROUTER", &se);
+  if (!ig->sock ||
+      lh_zsock_bind(ig->sock, endpoint, curve, ig->endpoint, sizeof ig->endpoint, "ingest ROUTER", &se)) {
     lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET,
                   "ingest: cannot bind ROUTER on %s: %s (is another learner using it? set "
                   "[learner] ingest_endpoint)",
-                  endpoint, zmq_strerror(zmq_errno()));
+                  endpoint, se.msg);
     lh_learner_ingest_free(ig);
     return NULL;
   }
-  size_t len = sizeof ig->endpoint;
-  if (zmq_getsockopt(ig->sock, ZMQ_LAST_ENDPOINT, ig->endpoint, &len))
-    snprintf(ig->endpoint, sizeof ig->endpoint, "%s", endpoint);
-  LH_INFO("ingest", "bound endpoint=%s", ig->endpoint);
+  LH_INFO("ingest", "bound endpoint=%s curve=%s", ig->endpoint, curve && curve->secret[0] ? "on" : "off");
   return ig;
 }
 
@@ -162,24 +168,15 @@ static void log_bad(lh_learner_ingest *ig, const char *what) {
  * is drained, counted and returns 2 (no entry). */
 static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
   zmq_msg_t frames[3];
-  int n = 0, more = 1, extra = 0, rc = 1;
-  while (more) {
-    zmq_msg_t m;
-    zmq_msg_init(&m);
-    if (zmq_msg_recv(&m, ig->sock, n == 0 && !extra ? ZMQ_DONTWAIT : 0) < 0) {
-      int en = zmq_errno();
-      zmq_msg_close(&m);
-      for (int i = 0; i < n; i++) zmq_msg_close(&frames[i]);
-      if (en == EAGAIN && n == 0) return 0;
-      lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: receive failed: %s", zmq_strerror(en));
-      return -1;
-    }
-    more = zmq_msg_more(&m);
-    if (n < 3) frames[n++] = m;
-    else zmq_msg_close(&m), extra++;
+  int n = 0, rc = 1;
+  int got = lh_zsock_recv_frames(ig->sock, frames, 3, ZMQ_DONTWAIT, &n);
+  if (got == 0) return 0;
+  if (got < 0) {
+    lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: receive failed: %s", zmq_strerror(zmq_errno()));
+    return -1;
   }
   const zmq_msg_t *payload = NULL;
-  if (extra || n < 2 || zmq_msg_size(&frames[0]) > IDENTITY_BYTES) {
+  if (got == 2 || n < 2 || zmq_msg_size(&frames[0]) > IDENTITY_BYTES) {
     rc = 2;
   } else if (n == 3) {
     if (zmq_msg_size(&frames[1]) != 0) rc = 2;
@@ -223,6 +220,7 @@ static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
           LH_DEBUG("ingest", "heartbeat sender=%s version=%llu tokens_per_s=%.1f outbox=%u",
                    e->env->sender, (unsigned long long)e->env->heartbeat->policy_version,
                    e->env->heartbeat->tokens_per_s, e->env->heartbeat->outbox_depth);
+          e->kind = KIND_HEARTBEAT;
           e->status = LONGHAUL__ACK_STATUS__ACK_STORED;
           break;
         default: {
@@ -245,13 +243,17 @@ static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
  * nothing of it is durable, and the actor resends. */
 static void store_round(lh_learner_ingest *ig, size_t n) {
   size_t to_store = 0;
-  for (size_t i = 0; i < n; i++) to_store += ig->round[i].kind == KIND_STORE;
+  for (size_t i = 0; i < n; i++) to_store += ig->round[i].kind != KIND_NONE;
   if (!to_store) return;
   lh_errbuf e;
   int rc = lh_store_begin(ig->store, &e);
   int begun = rc == 0;
   for (size_t i = 0; i < n && rc == 0; i++) {
     entry *x = &ig->round[i];
+    if (x->kind == KIND_HEARTBEAT) {
+      rc = lh_store_put_heartbeat(ig->store, x->env->sender, x->env->heartbeat, 0, &e);
+      continue;
+    }
     if (x->kind != KIND_STORE) continue;
     int inserted = 0;
     if (x->env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT)

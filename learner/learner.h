@@ -216,6 +216,8 @@ typedef struct {
   char weights_endpoint[LH_LEARNER_TEXT_BYTES];      /* (tcp://127.0.0.1:5557) */
   char db[LH_LEARNER_TEXT_BYTES];                    /* replay store file (replay.db) */
   char ckpt_dir[LH_LEARNER_TEXT_BYTES];              /* checkpoints (ckpt) */
+  uint64_t abort_after_ms;  /* a running episode with no new segment for this long (its actor
+                               is gone) ends as aborted, >= 1 (60000) */
 } lh_learner_config;
 
 void lh_learner_config_default(lh_learner_config *cfg);
@@ -502,6 +504,8 @@ typedef struct {
   double grad_norm, lr, clip_frac;
   int skipped;
   double step_ms;
+  double busy_frac;       /* step_ms over the wall time since the previous step (or the start) */
+  double allreduce_ms;    /* of step_ms: summing the gradients over ranks (0 with one rank) */
 } lh_learner_train_stats;
 
 /* st (may be NULL) is a resumed state (step, version, position, baseline,
@@ -586,5 +590,128 @@ int lh_learner_ckpt_load_latest(const char *ckpt_dir, const lh_backend *be, lh_m
                                 lh_learner_state *st, char *dir_out, lh_errbuf *err);
 /* Whether ckpt_dir has a `latest` to resume from. */
 int lh_learner_ckpt_exists(const char *ckpt_dir);
+
+/* ---- learner ranks (learner/allreduce.c) ----------------------------------
+ * Data parallelism over M learner ranks (DESIGN §1): one MPI job launched
+ * with `mpirun -n M longhaul learner ...`, or a plain process for M = 1.
+ *
+ * Roles. Rank r binds its own ingest ROUTER at the configured
+ * ingest_endpoint's port + 10 * r (lh_learner_rank_endpoint), and actor i
+ * sends to rank i mod M, so an episode's segments all reach one rank. Only
+ * rank 0 binds the weights PUB and ROUTER (it serves weights to every
+ * actor), writes the train_steps rows, records policy versions and writes
+ * checkpoints.
+ *
+ * Stores. Each rank has its own SQLite file: rank 0 uses [learner] db, rank
+ * r > 0 db with the suffix ".rank<r>" (lh_learner_rank_db). A message is
+ * acked by the one rank that stored it, so "every acked message stored
+ * exactly once" holds per file with no cross-process locking, and a rank's
+ * scan sees only its own actors' episodes. `longhaul report` and `replay`
+ * read any one file; rank 0's holds the run's train_steps and versions.
+ *
+ * A step. Each rank forms its own batch (batch_episodes is per rank, whole
+ * groups, from its own episodes); the ranks step only when every one has a
+ * batch ready (a MIN reduce of the flag, so no rank trains alone). The PPO
+ * normaliser is the global count of sampled tokens (summed before the
+ * loss); gradients are summed over ranks in one flat buffer before the
+ * global-norm clip; the routers' expert loads are summed before the
+ * balancing update; the loss, reward and success figures are reduced for
+ * the train_steps row. Every rank thus applies the same AdamW step and
+ * bias update and holds the same weights; a non-finite step is skipped on
+ * every rank together. balance = quantile needs every token's scores and
+ * is refused with M > 1. A rank that fails aborts the whole job (the
+ * others would wait for it for ever); the launcher restarts it with
+ * --resume.
+ *
+ * Resume. Rank 0's checkpoint holds the model, optimizer and state; every
+ * rank loads it (ckpt_dir must be the same directory for all ranks). Each
+ * rank's done-episode set concerns its own store: at a checkpoint rank 0
+ * gathers them (lh_learner_trainer_gather_done) and writes
+ * episodes_done.bin (its own) and episodes_done.rank<r>.bin inside the same
+ * atomically renamed directory; on resume rank r loads its own file. A
+ * resume needs at most as many ranks as the checkpoint's run had (a rank
+ * without a file is an error naming it).
+ *
+ * The comm is a table of operations with a context, so another transport
+ * (NCCL for CUDA gradients) can fill one; allreduce_backend takes backend
+ * memory (the model's gradient buffer), the others host memory. */
+typedef enum { LH_LEARNER_COMM_SUM = 0, LH_LEARNER_COMM_MAX = 1, LH_LEARNER_COMM_MIN = 2 } lh_learner_comm_op;
+
+#define LH_LEARNER_COMM_OPS_VERSION 1
+
+typedef struct {
+  int version;       /* LH_LEARNER_COMM_OPS_VERSION */
+  const char *name;  /* "single", "mpi" */
+  /* In place over every rank: buf[i] = op over ranks of buf[i]. 0 or a
+   * negative lh_err code. */
+  int (*allreduce_f32)(void *ctx, float *buf, size_t n, lh_learner_comm_op op);
+  int (*allreduce_f64)(void *ctx, double *buf, size_t n, lh_learner_comm_op op);
+  /* The sum over a buffer of backend memory (host memory on CPU). */
+  int (*allreduce_backend_f32)(void *ctx, float *buf, size_t n);
+  int (*bcast)(void *ctx, void *buf, size_t bytes, int root);
+  int (*barrier)(void *ctx);
+  /* Ends the whole job at once. */
+  void (*abort)(void *ctx, int code);
+  /* Releases the context (MPI_Finalize when it initialised MPI). */
+  void (*close)(void *ctx);
+} lh_learner_comm_ops;
+
+typedef struct lh_learner_comm lh_learner_comm;
+
+/* The ranks of this process: under mpirun (OMPI_COMM_WORLD_SIZE, or
+ * PMI_SIZE / PMIX_RANK, set in the environment) MPI is initialised and the
+ * comm is MPI_COMM_WORLD; otherwise a single rank that makes no MPI call at
+ * all, so a plain `longhaul learner` needs neither mpirun nor MPI singleton
+ * support. LH_ELEARNER_COMM when the environment says mpirun but the build
+ * has no MPI, or MPI_Init fails. */
+int lh_learner_comm_open(lh_learner_comm **out, lh_errbuf *err);
+/* A single rank, never touching MPI. */
+int lh_learner_comm_open_single(lh_learner_comm **out, lh_errbuf *err);
+/* A comm over another transport's table (copied); ctx is handed to ops. */
+int lh_learner_comm_new(const lh_learner_comm_ops *ops, void *ctx, int rank, int size, lh_learner_comm **out,
+                        lh_errbuf *err);
+/* Whether this build can run more than one rank (linked with MPI). */
+int lh_learner_comm_mpi_built(void);
+/* Closes the transport (MPI_Finalize); accepts NULL. */
+void lh_learner_comm_close(lh_learner_comm *c);
+int lh_learner_comm_rank(const lh_learner_comm *c);  /* 0 for NULL */
+int lh_learner_comm_size(const lh_learner_comm *c);  /* 1 for NULL */
+const char *lh_learner_comm_name(const lh_learner_comm *c);
+/* Collectives: every rank calls them in the same order. With one rank (or
+ * c NULL) they return at once and change nothing. LH_ELEARNER_COMM on a
+ * failure. */
+int lh_learner_comm_allreduce_f32(lh_learner_comm *c, float *buf, size_t n, lh_learner_comm_op op, lh_errbuf *err);
+int lh_learner_comm_allreduce_f64(lh_learner_comm *c, double *buf, size_t n, lh_learner_comm_op op,
+                                  lh_errbuf *err);
+int lh_learner_comm_allreduce_backend_f32(lh_learner_comm *c, float *buf, size_t n, lh_errbuf *err);
+int lh_learner_comm_bcast(lh_learner_comm *c, void *buf, size_t bytes, int root, lh_errbuf *err);
+int lh_learner_comm_barrier(lh_learner_comm *c, lh_errbuf *err);
+/* *same = 1 when every rank passed the same value (a checksum). */
+int lh_learner_comm_same_u64(lh_learner_comm *c, uint64_t value, int *same, lh_errbuf *err);
+/* Ends the whole job (with one rank: nothing; the caller exits). */
+void lh_learner_comm_abort(lh_learner_comm *c, int code);
+/* Milliseconds spent in allreduce_backend (the gradient sum) so far. */
+double lh_learner_comm_backend_ms(const lh_learner_comm *c);
+
+/* Rank r's ingest endpoint: the port of endpoint ("tcp://host:port") plus
+ * 10 * rank; rank 0 and a wildcard port (tcp://host:*) keep it as it is.
+ * LH_ELEARNER_CONFIG_VALUE naming the endpoint when it has no numeric port
+ * or the port would pass 65535. out has room for LH_LEARNER_TEXT_BYTES. */
+int lh_learner_rank_endpoint(const char *endpoint, int rank, char *out, lh_errbuf *err);
+/* Rank r's store file: db for rank 0, db.rank<r> otherwise (out: room for
+ * LH_LEARNER_TEXT_BYTES). */
+int lh_learner_rank_db(const char *db, int rank, char *out, lh_errbuf *err);
+
+/* The trainer's ranks (borrowed, must outlive it; NULL: one rank). Set it
+ * before the first step and before lh_learner_trainer_load_done, which
+ * then reads this rank's own file. LH_ELEARNER_COMM for balance = quantile
+ * with more than one rank. */
+int lh_learner_trainer_set_comm(lh_learner_trainer *t, lh_learner_comm *c, lh_errbuf *err);
+/* Collective: brings every rank's done set to rank 0, which writes them
+ * with its next lh_learner_ckpt_save (nothing to do with one rank). */
+int lh_learner_trainer_gather_done(lh_learner_trainer *t, lh_errbuf *err);
+/* lh_hash64 of the live parameters (balancing biases included), for ranks
+ * to compare with lh_learner_comm_same_u64. */
+int lh_learner_trainer_params_hash(const lh_learner_trainer *t, uint64_t *hash, lh_errbuf *err);
 
 #endif

@@ -66,6 +66,7 @@ struct lh_learner_trainer {
   lh_learner_batch_item *items;
   size_t cap_items;
   float *scratch_bias;
+  int64_t last_row_ns;  /* when the previous train_steps row (or the trainer) was made */
 };
 
 int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config *cfg, float temperature,
@@ -77,6 +78,7 @@ int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config
   lh_learner_trainer *t = calloc(1, sizeof *t);
   if (!t) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
   t->m = m, t->store = store, t->cfg = *cfg;
+  t->last_row_ns = lh_now_ns();
   t->temperature = temperature > 0 ? temperature : 1.0f;
   lh_learner_adv_baseline_init(&t->baseline, cfg->baseline_decay);
   if (st) {
@@ -493,7 +495,12 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   if (m == 0 || N == 0) return 0;  /* nothing to train on: no step */
   t->step++;
   st.version = t->version;
-  st.step_ms = (double)(lh_now_ns() - t0) / 1e6;
+  int64_t row_ns = lh_now_ns();
+  st.step_ms = (double)(row_ns - t0) / 1e6;
+  /* Busy: this step's time over the wall time since the previous row. */
+  double since_ms = (double)(row_ns - t->last_row_ns) / 1e6;
+  st.busy_frac = since_ms > 0 ? fmin(1.0, st.step_ms / since_ms) : 1.0;
+  t->last_row_ns = row_ns;
   /* The train_steps row. */
   lh_store_train_step row;
   memset(&row, 0, sizeof row);
@@ -501,7 +508,7 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   row.success_rate = st.success_rate, row.tokens = st.tokens, row.episodes = (uint32_t)st.episodes;
   row.dropped_stale = (uint32_t)t->admission.dropped_stale, row.lag_mean = st.lag_mean;
   row.lag_max = st.lag_max, row.logp_diff = st.logp_diff, row.grad_norm = st.grad_norm, row.lr = st.lr;
-  row.skipped = st.skipped, row.step_ms = st.step_ms;
+  row.skipped = st.skipped, row.step_ms = st.step_ms, row.busy_frac = st.busy_frac;
   const lh_model_config *mc = lh_model_get_config(t->m);
   row.layers = (uint32_t)(mc->layers < LH_STORE_MAX_LAYERS ? mc->layers : LH_STORE_MAX_LAYERS);
   for (uint32_t l = 0; l < row.layers; l++) row.maxvio[l] = lh_model_balancer_maxvio(t->balancer, (int)l);
