@@ -65,6 +65,8 @@ static int swap_weights(lh_model *model, lh_actors_link *link, lh_actors_runner 
   *version = v;
   lh_actors_runner_set_version(r, v);
   lh_actors_link_set_version(link, v);
+  lh_actors_stage stage;
+  if (lh_actors_link_stage(link, &stage)) lh_actors_runner_set_stage(r, &stage);
   LH_INFO("actor", "weights swapped version=%llu bytes=%zu ms=%lld", (unsigned long long)v, n,
           (long long)(now_ms() - t0));
   return 1;
@@ -108,7 +110,8 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
                                     .seed = a->seed + cfg->index * 0x9E3779B97F4A7C15ull,
                                     .id_salt = salt,
                                     .episodes = cfg->episodes,
-                                    .record_routing = a->record_routing != 0};
+                                    .record_routing = a->record_routing != 0,
+                                    .stage_option = a->stage_option};
   lh_actors_link_config lc = {.name = cfg->name,
                               .ingest_endpoint = a->learner_endpoint,
                               .weights_pub_endpoint = a->weights_pub_endpoint,
@@ -208,9 +211,10 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
     stats->version = version;
     stats->pauses = pauses;
   }
-  LH_INFO("actor", "stopped name=%s episodes=%llu tokens=%llu resends=%llu unacked=%zu", cfg->name,
+  LH_INFO("actor", "stopped name=%s episodes=%llu tokens=%llu resends=%llu acked=%llu unacked=%zu", cfg->name,
           (unsigned long long)lh_actors_runner_finished(r), (unsigned long long)meter.tokens,
-          (unsigned long long)lh_actors_link_resends(link), lh_actors_link_unacked(link));
+          (unsigned long long)lh_actors_link_resends(link), (unsigned long long)lh_actors_link_acked(link),
+          lh_actors_link_unacked(link));
   lh_actors_segment_free(p.seg);
   lh_actors_episode_end_free(p.end);
   lh_actors_runner_free(r);

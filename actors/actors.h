@@ -22,6 +22,7 @@
 #define LH_ACTORS_H
 
 #include <signal.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -239,6 +240,9 @@ typedef struct {
   uint64_t max_steps;          /* environment steps, 0 the env's default (0) */
   uint64_t flush_timeout_ms;   /* wait for acks on exit, >= 1 (5000) */
   uint64_t record_routing;     /* 1: record each token's experts (routing replay), 0 or 1 (0) */
+  /* The [env] option a context-extension stage sizes long episodes by
+   * (e.g. needle's "tokens"; lh_actors_runner_set_stage); empty: none. */
+  char stage_option[LH_ACTORS_ENDPOINT_BYTES];          /* () */
   /* The [env] section: name, and every other key an option for the
    * environment (which refuses the ones it does not know). */
   char env_name[LH_ACTORS_ENV_NAME_BYTES];              /* (calc) */
@@ -260,6 +264,15 @@ int lh_actors_config_parse(const char *text, const char *source, lh_actors_confi
  * decode steps. A chunk must match the announced layout exactly; when the
  * last one arrives the checksum of all the bytes is verified, and on a
  * mismatch the version is fetched again from scratch. */
+/* The stage that travels with a weights version: its index, the episode
+ * context at the stage maximum (0: no stage) and the share of episodes
+ * sized to it. */
+typedef struct {
+  uint32_t index;
+  uint32_t max_context;
+  float long_frac;
+} lh_actors_stage;
+
 typedef struct lh_actors_weights lh_actors_weights;
 
 /* max_bytes bounds what an announcement may ask us to hold. */
@@ -291,6 +304,9 @@ int lh_actors_weights_add_chunk(lh_actors_weights *w, const Longhaul__WeightsChu
 /* The latest complete version's bytes (NULL before the first), valid until
  * the next lh_actors_weights_add_chunk that completes a newer version. */
 const uint8_t *lh_actors_weights_latest(const lh_actors_weights *w, uint64_t *version, size_t *bytes);
+/* The context-extension stage (DESIGN §5) announced with that version:
+ * returns 1 and fills *stage, or 0 before any version completed. */
+int lh_actors_weights_latest_stage(const lh_actors_weights *w, lh_actors_stage *stage);
 /* The fetch in progress: returns 1 and its version and chunks received of
  * total, or 0 when none is. */
 int lh_actors_weights_progress(const lh_actors_weights *w, uint64_t *version, uint32_t *received,
@@ -370,6 +386,8 @@ int lh_actors_transcript_expert(lh_env *env, uint64_t seed, lh_actors_transcript
 typedef struct {
   int max_context;            /* tokens per episode, >= 2 */
   int max_action_tokens;      /* >= 1 */
+  FILE *show;                 /* when set, the first show_count episodes to end */
+  size_t show_count;          /*   are written there as text, with their seed and outcome */
 } lh_actors_eval_params;
 
 int lh_actors_eval_greedy(lh_model *model, lh_env *const *envs, int n_envs, const uint64_t *seeds, size_t n,
@@ -412,6 +430,9 @@ typedef struct {
   uint64_t id_salt;                 /* mixed into episode and group ids (name, start time) */
   uint64_t episodes;                /* episodes to start in all; 0: no limit */
   int record_routing;               /* record every token's experts (see below) */
+  /* The environment option that sizes a long episode to the stage
+   * (lh_actors_runner_set_stage), e.g. needle's "tokens"; NULL or "": none. */
+  const char *stage_option;
 } lh_actors_runner_config;
 
 /* model is borrowed and must outlive the runner; new weights go into it
@@ -421,6 +442,19 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
 void lh_actors_runner_free(lh_actors_runner *r);
 /* The policy version stamped on tokens sampled from now on. */
 void lh_actors_runner_set_version(lh_actors_runner *r, uint64_t version);
+/* The context-extension stage for episodes started from now on (DESIGN
+ * §5). Each group of group_size episodes is drawn long with probability
+ * long_frac (from the task seed: the draw does not touch the sampler's
+ * generator): a long group's episodes have the stage's max_context as
+ * their token budget and, with stage_option set, that option of the
+ * environment set to LH_ACTORS_STAGE_FILL of it (the rest is room for the
+ * policy's actions and the tools' answers). Other groups keep the
+ * configured max_context and options, the budget capped at the stage's.
+ * A stage with max_context 0 means no stage. */
+#define LH_ACTORS_STAGE_FILL 0.75
+void lh_actors_runner_set_stage(lh_actors_runner *r, const lh_actors_stage *stage);
+/* Groups started long and short since the runner began. */
+void lh_actors_runner_stage_counts(const lh_actors_runner *r, uint64_t *long_groups, uint64_t *short_groups);
 /* One round: starts episodes on free rows, samples one token on every
  * generating row, runs the environment for finished actions and decodes.
  * Returns the number of tokens sampled (>= 0) or a negative code; an
@@ -478,10 +512,14 @@ int lh_actors_link_send(lh_actors_link *l, Longhaul__Envelope *env, lh_errbuf *e
 int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err);
 /* The latest complete weights (lh_model_serialize bytes), or NULL. */
 const uint8_t *lh_actors_link_weights(const lh_actors_link *l, uint64_t *version, size_t *bytes);
+/* The stage announced with those weights (0 before any). */
+int lh_actors_link_stage(const lh_actors_link *l, lh_actors_stage *stage);
 /* The version the next Hello announces. */
 void lh_actors_link_set_version(lh_actors_link *l, uint64_t version);
 size_t lh_actors_link_unacked(const lh_actors_link *l);
 uint64_t lh_actors_link_resends(const lh_actors_link *l);
+/* Segments and EpisodeEnds acked STORED or DUPLICATE so far (each once). */
+uint64_t lh_actors_link_acked(const lh_actors_link *l);
 uint64_t lh_actors_link_connects(const lh_actors_link *l);
 /* The newest version announced so far (0 before any): the heartbeat's
  * policy_lag is it minus the version in use. */

@@ -45,6 +45,7 @@ static const key_spec KEYS[] = {
     {"max_steps", K_U64, F(max_steps), 0, 1000000000, 0, 0},
     {"flush_timeout_ms", K_U64, F(flush_timeout_ms), 1, 0, 0, 0},
     {"record_routing", K_U64, F(record_routing), 0, 1, 0, 0},
+    {"stage_option", K_STR, F(stage_option), 0, 0, 0, 0},
 };
 #undef F
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
@@ -172,7 +173,7 @@ static int on_key(void *user, const char *section, const char *name, const char 
   if (k->kind == K_STR) {
     bad = !*value || strlen(value) >= LH_ACTORS_ENDPOINT_BYTES;
     if (!bad) snprintf(field, LH_ACTORS_ENDPOINT_BYTES, "%s", value);
-    if (bad) snprintf(range, sizeof range, "an endpoint of 1..%d bytes", LH_ACTORS_ENDPOINT_BYTES - 1);
+    if (bad) snprintf(range, sizeof range, "a text of 1..%d bytes", LH_ACTORS_ENDPOINT_BYTES - 1);
   } else if (k->kind == K_U64) {
     uint64_t x = 0;
     bad = lh_parse_u64(value, &x) || (double)x < k->min || (k->max > 0 && (double)x > k->max);

@@ -343,9 +343,14 @@ const uint8_t *lh_actors_link_weights(const lh_actors_link *l, uint64_t *version
   return l && l->weights ? lh_actors_weights_latest(l->weights, version, bytes) : NULL;
 }
 
+int lh_actors_link_stage(const lh_actors_link *l, lh_actors_stage *stage) {
+  return l && l->weights ? lh_actors_weights_latest_stage(l->weights, stage) : 0;
+}
+
 size_t lh_actors_link_unacked(const lh_actors_link *l) { return l ? lh_actors_outbox_depth(l->outbox) : 0; }
 uint64_t lh_actors_link_resends(const lh_actors_link *l) { return l ? lh_actors_outbox_resends(l->outbox) : 0; }
 uint64_t lh_actors_link_connects(const lh_actors_link *l) { return l ? l->connects : 0; }
+uint64_t lh_actors_link_acked(const lh_actors_link *l) { return l ? l->acked : 0; }
 uint64_t lh_actors_link_announced(const lh_actors_link *l) { return l ? l->announced : 0; }
 void lh_actors_link_set_version(lh_actors_link *l, uint64_t version) {
   if (l) l->cfg.policy_version = version;

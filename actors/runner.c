@@ -32,6 +32,8 @@ typedef struct {
   size_t cap;
   size_t end_at;       /* tokens that belong to the episode when it ends (SIZE_MAX: all) */
   uint32_t steps;
+  uint32_t max_context;  /* this episode's token budget; 0: no limit */
+  uint64_t env_size;     /* the stage_option value the row's env was opened with; 0: as configured */
 } row;
 
 typedef struct {
@@ -55,6 +57,12 @@ struct lh_actors_runner {
   size_t LK;
   int32_t *dec_experts, *one_experts;
   uint64_t version;
+  lh_actors_stage stage;
+  char *stage_option;
+  uint64_t group_long_for;   /* the group whose draw group_long holds (+1; 0: none) */
+  int group_long;
+  uint32_t group_budget;
+  uint64_t long_groups, short_groups;
   row *rows;
   uint64_t started, finished;
   int stopped;
@@ -111,6 +119,7 @@ void lh_actors_runner_free(lh_actors_runner *r) {
   free(r->one_experts);
   free(r->actor);
   free(r->env_name);
+  free(r->stage_option);
   free(r);
 }
 
@@ -135,8 +144,11 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
   int rc = 0;
   r->actor = dup_str(cfg->actor);
   r->env_name = dup_str(cfg->env);
+  r->stage_option = dup_str(cfg->stage_option);
   r->cfg.actor = r->actor;
   r->cfg.env = r->env_name;
+  r->cfg.stage_option = r->stage_option;
+  if (!r->stage_option) goto oom;
   /* Options: the caller's, plus max_steps when set (the env wrapper counts
    * steps against it and ends the episode as truncated). */
   size_t n_opts = cfg->n_env_options + (cfg->max_steps ? 1 : 0);
@@ -203,6 +215,64 @@ fail:
 
 void lh_actors_runner_set_version(lh_actors_runner *r, uint64_t version) {
   if (r) r->version = version;
+}
+
+void lh_actors_runner_set_stage(lh_actors_runner *r, const lh_actors_stage *stage) {
+  if (!r || !stage) return;
+  if (stage->max_context != r->stage.max_context || stage->long_frac != r->stage.long_frac)
+    LH_INFO("actor", "stage index=%u max_context=%u long_frac=%.3f", stage->index, stage->max_context,
+            (double)stage->long_frac);
+  r->stage = *stage;
+}
+
+void lh_actors_runner_stage_counts(const lh_actors_runner *r, uint64_t *long_groups, uint64_t *short_groups) {
+  if (long_groups) *long_groups = r ? r->long_groups : 0;
+  if (short_groups) *short_groups = r ? r->short_groups : 0;
+}
+
+/* Whether the group of task_seed is long under the current stage, and its
+ * token budget (r->group_budget): drawn once per group, when its first
+ * episode starts, so that the group's episodes play the same task. */
+static int group_is_long(lh_actors_runner *r, uint64_t group, uint64_t task_seed) {
+  if (r->group_long_for == group + 1) return r->group_long;
+  double u = (double)(mix(task_seed, 0x73746167656c6f6eull) >> 11) * 0x1.0p-53;
+  r->group_long = r->stage.max_context && u < (double)r->stage.long_frac;
+  r->group_long_for = group + 1;
+  /* The budget too is the group's, fixed when it starts. */
+  uint32_t budget = r->cfg.max_context, cap = r->stage.max_context;
+  if (cap && (r->group_long || !budget || budget > cap)) budget = cap;
+  r->group_budget = budget;
+  if (r->stage.max_context) {
+    if (r->group_long) r->long_groups++;
+    else r->short_groups++;
+  }
+  return r->group_long;
+}
+
+/* Opens the row's environment again when the episode needs another size
+ * (stage_option = size, or as configured for size 0). */
+static int size_env(lh_actors_runner *r, row *w, uint64_t size, lh_errbuf *err) {
+  if (!r->stage_option[0] || size == w->env_size) return 0;
+  lh_env_option opts[LH_ACTORS_ENV_OPTIONS + 2];
+  size_t n = 0;
+  int replaced = 0;
+  char value[32];
+  snprintf(value, sizeof value, "%llu", (unsigned long long)size);
+  for (size_t i = 0; i < r->n_opts && n < LH_ACTORS_ENV_OPTIONS + 1; i++) {
+    if (size && !strcmp(r->opts[i].key, r->stage_option)) {
+      opts[n++] = (lh_env_option){r->opts[i].key, value};
+      replaced = 1;
+    } else {
+      opts[n++] = r->opts[i];
+    }
+  }
+  if (size && !replaced) opts[n++] = (lh_env_option){r->stage_option, value};
+  lh_env *env = NULL;
+  LH_TRY(lh_env_open_hub(r->hub, r->env_name, opts, n, &env, err));
+  lh_env_free(w->env);
+  w->env = env;
+  w->env_size = size;
+  return 0;
 }
 
 static int enqueue(lh_actors_runner *r, Longhaul__Segment *seg, Longhaul__EpisodeEnd *end, lh_errbuf *err) {
@@ -397,6 +467,8 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   uint64_t episode_id = mix(r->cfg.id_salt, k) | 1;  /* never 0 */
   uint64_t group_id = mix(r->cfg.id_salt ^ 0x67726f7570ull, group) | 1;
   uint64_t task_seed = mix(r->cfg.seed, group);
+  int is_long = group_is_long(r, group, task_seed);
+  uint32_t budget = r->group_budget;
   lh_actors_segmenter_config sc = {.episode_id = episode_id,
                                    .group_id = group_id,
                                    .task_seed = task_seed,
@@ -418,16 +490,18 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   w->steps = 0;
   w->have_logp = 0;
   w->end_at = SIZE_MAX;
+  w->max_context = budget;
   lh_actors_transcript_clear(w->tr);
   LH_TRY(lh_model_decoder_reset(r->dec, (int)b));
   lh_env_obs obs;
   lh_errbuf e = {0};
-  int rc = lh_env_reset(w->env, task_seed, &obs, &e);
+  int rc = size_env(r, w, is_long ? (uint64_t)((double)budget * LH_ACTORS_STAGE_FILL) : 0, &e);
+  if (rc == 0) rc = lh_env_reset(w->env, task_seed, &obs, &e);
   if (rc < 0) return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
   LH_TRY(lh_actors_transcript_begin(w->tr, &obs, err));
   size_t n = lh_actors_transcript_len(w->tr);
   LH_TRY(reserve(r, w, n, err));
-  if (r->cfg.max_context && n >= r->cfg.max_context) {
+  if (w->max_context && n >= w->max_context) {
     if (r->record) memset(w->experts, 0, n * r->LK * sizeof *w->experts);
     LH_TRY(push_new(r, w, &obs, n, err));
     return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err);
@@ -451,7 +525,7 @@ static int collect(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   size_t before = lh_actors_transcript_len(w->tr);
   LH_TRY(lh_actors_transcript_observation(w->tr, &res.obs, err));
   size_t n = lh_actors_transcript_len(w->tr);
-  if (r->cfg.max_context && n >= r->cfg.max_context) {
+  if (w->max_context && n >= w->max_context) {
     /* The observation would fill the context: the episode is cut here,
      * without it, so that no stored episode passes max_context. */
     w->end_at = before;
@@ -512,7 +586,7 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
     if (s.token == LH_TOK_CALL_END || s.token == LH_TOK_EOS) {
       LH_TRY(begin_action(r, b, err));
       n_env += w->state == ROW_ENV;
-    } else if (r->cfg.max_context && n >= r->cfg.max_context) {
+    } else if (w->max_context && n >= w->max_context) {
       LH_TRY(finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err));
     } else {
       r->dec_rows[n_dec] = (int32_t)b;

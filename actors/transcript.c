@@ -195,6 +195,7 @@ int lh_actors_transcript_expert(lh_env *env, uint64_t seed, lh_actors_transcript
 
 typedef struct {
   int active;
+  uint64_t seed;
   lh_actors_transcript *t;
   size_t action_start;  /* where the action being decoded began */
 } eval_slot;
@@ -206,7 +207,7 @@ typedef struct {
   const lh_actors_eval_params *p;
   const uint64_t *seeds;
   size_t n, next;
-  size_t successes;
+  size_t successes, shown;
   float *logp;  /* (n_envs, vocab) next-token log-probabilities */
   int vocab;
   char *text;
@@ -234,7 +235,8 @@ static int start(eval_run *r, int b, eval_slot *s, lh_errbuf *err) {
   s->active = 0;
   if (r->next >= r->n) return 0;
   lh_env_obs obs;
-  LH_TRY(lh_env_reset(r->envs[b], r->seeds[r->next++], &obs, err));
+  s->seed = r->seeds[r->next++];
+  LH_TRY(lh_env_reset(r->envs[b], s->seed, &obs, err));
   LH_TRY(lh_actors_transcript_begin(s->t, &obs, err));
   LH_TRY(lh_model_decoder_reset(r->dec, b));
   LH_TRY(feed(r, b, s, 0, err));
@@ -257,6 +259,33 @@ static int action_text(eval_run *r, const eval_slot *s, size_t *bytes, lh_errbuf
   }
 }
 
+/* Writes a finished episode to p->show (the first show_count of them): the
+ * whole transcript as text, so a user sees what the policy did. */
+static int show(eval_run *r, const eval_slot *s, const char *outcome, lh_errbuf *err) {
+  if (!r->p->show || r->shown >= r->p->show_count) return 0;
+  r->shown++;
+  size_t bytes = 0, len = s->t->len;
+  char *text = NULL;
+  for (size_t cap = len * 8 + 64;; cap = bytes + 1) {
+    char *grown = realloc(text, cap);
+    if (!grown) {
+      free(text);
+      return lh_errbuf_set(err, LH_ENOMEM, "eval: out of memory showing an episode");
+    }
+    text = grown;
+    int rc = lh_tok_decode(s->t->tokens, len, text, cap, &bytes, err);
+    if (rc == 0) break;
+    if (rc != LH_ERANGE) {
+      free(text);
+      return rc;
+    }
+  }
+  fprintf(r->p->show, "-- seed %llu: %s, %zu tokens\n%.*s\n", (unsigned long long)s->seed, outcome,
+          len, (int)bytes, text);
+  free(text);
+  return 0;
+}
+
 /* One sampled token for slot b: either it continues the action (returns 1:
  * decode it with the others) or it ended the action, which is stepped, and
  * the slot has been fed its observation or moved to the next episode. */
@@ -264,8 +293,10 @@ static int advance(eval_run *r, int b, eval_slot *s, int32_t tok, lh_errbuf *err
   LH_TRY(lh_actors_transcript_policy_token(s->t, tok, err));
   size_t action_len = s->t->len - s->action_start;
   if (tok != LH_TOK_CALL_END && tok != LH_TOK_EOS) {
-    if (s->t->len >= (size_t)r->p->max_context || action_len >= (size_t)r->p->max_action_tokens)
+    if (s->t->len >= (size_t)r->p->max_context || action_len >= (size_t)r->p->max_action_tokens) {
+      LH_TRY(show(r, s, "truncated", err));
       return start(r, b, s, err);  /* truncated: not a success */
+    }
     return 1;
   }
   size_t bytes = 0;
@@ -275,6 +306,7 @@ static int advance(eval_run *r, int b, eval_slot *s, int32_t tok, lh_errbuf *err
   LH_TRY(lh_env_step(r->envs[b], r->text, bytes, &res, err));
   if (res.done) {
     if (res.outcome == LH_ENV_SUCCESS) r->successes++;
+    LH_TRY(show(r, s, res.outcome == LH_ENV_SUCCESS ? "success" : "not solved", err));
     return start(r, b, s, err);
   }
   size_t from = s->t->len - 1;  /* the sampled token has not been fed yet */

@@ -13,6 +13,7 @@ struct lh_actors_weights {
   uint64_t complete_version;
   uint8_t *complete;
   size_t complete_bytes;
+  lh_actors_stage complete_stage;
   /* the fetch in progress */
   int fetching;
   Longhaul__WeightsAnnounce ann;
@@ -147,9 +148,16 @@ int lh_actors_weights_add_chunk(lh_actors_weights *w, const Longhaul__WeightsChu
   w->complete = w->buf;
   w->complete_bytes = a->total_bytes;
   w->complete_version = a->version;
+  w->complete_stage = (lh_actors_stage){a->stage_index, a->max_context, a->long_frac};
   w->have_complete = 1;
   w->buf = NULL;
   drop_fetch(w);
+  return 1;
+}
+
+int lh_actors_weights_latest_stage(const lh_actors_weights *w, lh_actors_stage *stage) {
+  if (!w || !w->have_complete) return 0;
+  if (stage) *stage = w->complete_stage;
   return 1;
 }
 

@@ -20,7 +20,7 @@
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul sft --config FILE [--env NAME] --out DIR [--steps N] [--seed N]\n"
-          "                    [--init DIR] [--batch N] [--eval N]\n\n"
+          "                    [--init DIR] [--batch N] [--eval N] [--show N]\n\n"
           "Trains the policy on demonstrations of the environment's expert:\n"
           "cross-entropy on the policy's tokens only (actions, <call>..</call>,\n"
           "the answer and <eos>), never on the environment's. Each step packs\n"
@@ -33,7 +33,7 @@ static void usage(FILE *out) {
           "0) seeds the model and the training tasks. At the end\n"
           "DIR/model.safetensors is written atomically, then greedy decoding on\n"
           "the --eval N held-out seeds 1..N (default 200, 0 to skip) prints the\n"
-          "success rate.\n"
+          "success rate; --show N (default 0) prints the first N of those episodes.\n"
           "Exit codes: 0 written, 1 runtime error, 2 usage or config error.\n");
 }
 
@@ -95,11 +95,11 @@ static void progress(int tty, const lh_learner_sft_stats *st, uint64_t steps, do
 
 typedef struct {
   const char *config, *env, *out, *init;
-  unsigned long long steps, seed, batch, eval;
+  unsigned long long steps, seed, batch, eval, show;
 } sft_args;
 
 static int parse_args(int argc, char **argv, sft_args *a) {
-  const char *steps = "200", *seed = "0", *batch = "8", *eval = "200";
+  const char *steps = "200", *seed = "0", *batch = "8", *eval = "200", *show = "0";
   for (int i = 1; i < argc; i++) {
     const char **slot = !strcmp(argv[i], "--config")  ? &a->config
                         : !strcmp(argv[i], "--env")   ? &a->env
@@ -109,6 +109,7 @@ static int parse_args(int argc, char **argv, sft_args *a) {
                         : !strcmp(argv[i], "--seed")  ? &seed
                         : !strcmp(argv[i], "--batch") ? &batch
                         : !strcmp(argv[i], "--eval")  ? &eval
+                        : !strcmp(argv[i], "--show")  ? &show
                                                       : NULL;
     if (!slot) {
       fprintf(stderr, "longhaul sft: unknown argument '%s'\n", argv[i]);
@@ -129,7 +130,8 @@ static int parse_args(int argc, char **argv, sft_args *a) {
   if (parse_u64("--steps", steps, 1, 100000000, &a->steps) ||
       parse_u64("--seed", seed, 0, (1ull << 19) - 1, &a->seed) ||
       parse_u64("--batch", batch, 1, 65536, &a->batch) ||
-      parse_u64("--eval", eval, 0, 1000000, &a->eval))
+      parse_u64("--eval", eval, 0, 1000000, &a->eval) ||
+      parse_u64("--show", show, 0, 1000000, &a->show))
     return -1;
   return 0;
 }
@@ -190,7 +192,8 @@ static int evaluate(lh_model *m, const sft_args *a, const env_opts *o, lh_errbuf
   for (int i = 0; !rc && i < n_envs; i++) rc = lh_env_open(a->env, o->opts, o->n, &envs[i], err);
   size_t wins = 0;
   int64_t t0 = lh_now_ns();
-  lh_actors_eval_params p = {.max_context = 4096, .max_action_tokens = 256};
+  lh_actors_eval_params p = {.max_context = 4096, .max_action_tokens = 256, .show = stdout,
+                             .show_count = (size_t)a->show};
   if (!rc) rc = lh_actors_eval_greedy(m, envs, n_envs, seeds, a->eval, &p, &wins, err);
   if (!rc)
     printf("eval: success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n",

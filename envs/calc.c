@@ -128,7 +128,15 @@ static int calc_reset(void *ctx, uint64_t seed, lh_env_obs *obs, lh_errbuf *err)
   }
   e->progress = 0;
   e->calls = 0;
+  /* The instructions come first and the question last, so that what the
+   * first call copies sits right before it: a small policy with linear
+   * attention copies from near by far more easily than from far. */
   lh_envs_text_clear(&e->text);
+  lh_envs_text_printf(&e->text,
+                      "The tool <call>calc(EXPR)</call> evaluates EXPR exactly (integers, "
+                      "+ - * /, parentheses; at most %ld operators; it knows no variables). "
+                      "Answer with an integer or a fraction p/q, then <eos>.\n",
+                      e->max_ops);
   lh_envs_text_printf(&e->text, "Variables:\n");
   for (int k = 0; k < e->stages; k++) {
     char name[2] = {(char)('a' + k), 0}, prev[64];
@@ -138,11 +146,7 @@ static int calc_reset(void *ctx, uint64_t seed, lh_env_obs *obs, lh_errbuf *err)
     stage_print(&e->text, &e->st[k], prev);
     lh_envs_text_printf(&e->text, "\n");
   }
-  lh_envs_text_printf(&e->text,
-                      "What is %c? The tool <call>calc(EXPR)</call> evaluates EXPR exactly "
-                      "(integers, + - * /, parentheses; at most %ld operators; it knows no "
-                      "variables). Answer with an integer or a fraction p/q, then <eos>.",
-                      (char)('a' + e->stages - 1), e->max_ops);
+  lh_envs_text_printf(&e->text, "What is %c?", (char)('a' + e->stages - 1));
   (void)err;
   obs->text = e->text.data;
   obs->text_bytes = e->text.len;

@@ -461,6 +461,59 @@ START_TEST(test_abort_and_errors) {
 }
 END_TEST
 
+/* Context-extension stages: with long_frac 1 every group is long (the
+ * needle document sized to the stage through stage_option, the budget the
+ * stage's max_context); with long_frac 0 none is, and the budget is the
+ * configured one capped at the stage's; the groups' draws are counted and
+ * a group's episodes share their size. */
+START_TEST(test_stage_sizes_episodes) {
+  lh_model *m = tiny_model();
+  lh_env_option opts[] = {{"tokens", "200"}, {"show_document", "1"}};
+  for (int long_all = 0; long_all < 2; long_all++) {
+    lh_actors_runner_config cfg = base_config();
+    cfg.env = "needle";
+    cfg.env_options = opts;
+    cfg.n_env_options = 2;
+    cfg.stage_option = "tokens";
+    cfg.max_context = 600;
+    cfg.max_steps = 2;
+    cfg.episodes = 4;
+    lh_actors_runner *r = NULL;
+    lh_errbuf err = {0};
+    ck_assert_msg(lh_actors_runner_new(m, &cfg, &r, &err) == 0, "%s", err.msg);
+    lh_actors_stage stage = {.index = 1, .max_context = 2000, .long_frac = long_all ? 1.0f : 0.0f};
+    lh_actors_runner_set_stage(r, &stage);
+    collection *c = calloc(1, sizeof *c);
+    run_all(r, c, -1);
+    ck_assert_int_eq(c->n, 4);
+    uint64_t lg = 0, sh = 0;
+    lh_actors_runner_stage_counts(r, &lg, &sh);
+    ck_assert_uint_eq(lg + sh, 2);
+    ck_assert_uint_eq(lg, long_all ? 2 : 0);
+    for (int i = 0; i < c->n; i++) {
+      episode *e = &c->ep[i];
+      ck_assert_ptr_nonnull(e->end);
+      /* The first observation: the document, then the question. */
+      size_t prompt = 0;
+      while (prompt < e->n && !e->mask[prompt]) prompt++;
+      if (long_all) {
+        /* 0.75 * 2000 document tokens do not fit the configured 600, and
+         * the stage's budget holds the episode. */
+        ck_assert_uint_gt(prompt, 900);
+        ck_assert_uint_le(e->n, 2000);
+      } else {
+        ck_assert_uint_lt(prompt, 600);
+        ck_assert_uint_le(e->n, 600);
+      }
+    }
+    free_collection(c);
+    free(c);
+    lh_actors_runner_free(r);
+  }
+  lh_model_free(m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("actors_runner");
   TCase *tc = tcase_create("runner");
@@ -471,6 +524,7 @@ int main(void) {
   tcase_add_test(tc, test_routing_recorded);
   tcase_add_test(tc, test_env_error_ends_episode);
   tcase_add_test(tc, test_abort_and_errors);
+  tcase_add_test(tc, test_stage_sizes_episodes);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);

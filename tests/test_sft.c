@@ -46,7 +46,7 @@ START_TEST(test_transcript_calc) {
   lh_env_obs obs;
   ck_assert_int_eq(lh_env_reset(env, 3, &obs, &err), 0);
   size_t at = 1;
-  ck_assert_int_eq(memcmp(obs.text, "Variables:", 10), 0);
+  ck_assert_int_eq(memcmp(obs.text, "The tool <call>", 15), 0);
   for (size_t i = 0; i < obs.text_bytes; i++, at++) {
     /* The prompt spells "<call>calc(EXPR)</call>": bytes, never markers. */
     ck_assert_int_eq(tok[at], (unsigned char)obs.text[i]);
