@@ -86,6 +86,19 @@ static int heartbeat(lh_actors_link *link, lh_actors_meter *meter, lh_actors_run
   return lh_actors_link_send(link, &env, err);
 }
 
+/* The actor's CURVE keys from [actor] curve_secret_key_file and
+ * curve_server_key_file: both or neither (plain). */
+static int load_curve(const lh_actors_config *a, lh_zsock_curve *curve, lh_errbuf *err) {
+  memset(curve, 0, sizeof *curve);
+  int has_secret = a->curve_secret_key_file[0] != 0, has_server = a->curve_server_key_file[0] != 0;
+  if (!has_secret && !has_server) return 0;
+  if (!has_secret || !has_server)
+    return lh_errbuf_set(err, LH_EACTORS_CONFIG_VALUE, "[actor] curve_secret_key_file and curve_server_key_file "
+                         "go together (CURVE needs this actor's secret key and the learner's public key)");
+  LH_TRY(lh_zsock_key_read(a->curve_secret_key_file, 1, curve->secret, err));
+  return lh_zsock_key_read(a->curve_server_key_file, 0, curve->server_key, err);
+}
+
 int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, volatile sig_atomic_t *stop,
                         lh_actors_actor_stats *stats, lh_errbuf *err) {
   if (!cfg || !cfg->actor || !model) return lh_errbuf_set(err, LH_EINVAL, "actor: NULL config or model");
@@ -125,6 +138,9 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
                               .layers = (uint32_t)mc->layers,
                               .topk = (uint32_t)mc->topk,
                               .pid = (uint64_t)getpid()};
+  lh_zsock_curve curve;
+  LH_TRY(load_curve(a, &curve, err));
+  if (curve.secret[0]) lc.curve = &curve;
   void *ctx = zmq_ctx_new();
   if (!ctx) return lh_errbuf_set(err, LH_EZMQ, "actor: zmq_ctx_new failed");
   lh_env_hub *hub = NULL;

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "common/zsock.h"
 #include "envs/env.h"
 #include "model/model.h"
 #include "proto/longhaul.pb-c.h"
@@ -236,6 +237,10 @@ typedef struct {
   char learner_endpoint[LH_ACTORS_ENDPOINT_BYTES];      /* (tcp://127.0.0.1:5555) */
   char weights_pub_endpoint[LH_ACTORS_ENDPOINT_BYTES];  /* (tcp://127.0.0.1:5556) */
   char weights_endpoint[LH_ACTORS_ENDPOINT_BYTES];      /* (tcp://127.0.0.1:5557) */
+  /* CURVE (common/zsock.h): with both set, the three sockets are CURVE
+   * clients of the learner, whose allow-list must hold this actor's key. */
+  char curve_secret_key_file[LH_ACTORS_ENDPOINT_BYTES]; /* this actor's NAME.key (none) */
+  char curve_server_key_file[LH_ACTORS_ENDPOINT_BYTES]; /* the learner's NAME.pub (none) */
   uint64_t max_context;        /* tokens per episode, 0 no limit (4096) */
   uint64_t max_steps;          /* environment steps, 0 the env's default (0) */
   uint64_t flush_timeout_ms;   /* wait for acks on exit, >= 1 (5000) */
@@ -497,6 +502,7 @@ typedef struct {
   size_t max_weights_bytes;         /* 0: 4 GiB */
   uint32_t vocab, layers, topk;     /* for the Hello */
   uint64_t pid, policy_version;     /* for the Hello */
+  const lh_zsock_curve *curve;      /* NULL or no secret: plain; else CURVE clients */
 } lh_actors_link_config;
 
 int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actors_link **out, lh_errbuf *err);

@@ -41,6 +41,8 @@ static const key_spec KEYS[] = {
     {"learner_endpoint", K_STR, F(learner_endpoint), 0, 0, 0, 0},
     {"weights_pub_endpoint", K_STR, F(weights_pub_endpoint), 0, 0, 0, 0},
     {"weights_endpoint", K_STR, F(weights_endpoint), 0, 0, 0, 0},
+    {"curve_secret_key_file", K_STR, F(curve_secret_key_file), 0, 0, 0, 0},
+    {"curve_server_key_file", K_STR, F(curve_server_key_file), 0, 0, 0, 0},
     {"max_context", K_U64, F(max_context), 0, 0, 0, 0},
     {"max_steps", K_U64, F(max_steps), 0, 1000000000, 0, 0},
     {"flush_timeout_ms", K_U64, F(flush_timeout_ms), 1, 0, 0, 0},

@@ -14,6 +14,7 @@
 #include <zmq.h>
 
 #include "actors/actors.h"
+#include "common/zsock.h"
 #include "proto/wire.h"
 
 #define WEIGHTS_WINDOW 8
@@ -31,6 +32,7 @@ struct lh_actors_link {
   int64_t last_weights_ms;
   int weights_new;
   uint64_t announced;  /* the newest version announced */
+  lh_zsock_curve curve;  /* a copy of cfg->curve's keys */
 };
 
 static int send_hello(lh_actors_link *l, lh_errbuf *err);
@@ -60,20 +62,22 @@ void lh_actors_link_free(lh_actors_link *l) {
 static int attach_monitor(lh_actors_link *l, void *s, lh_errbuf *err) {
   char mon[96];
   snprintf(mon, sizeof mon, "inproc://lh-actor-monitor-%p", (void *)l);
-  if (zmq_socket_monitor(s, mon, ZMQ_EVENT_CONNECTED) != 0 || !(l->monitor = zmq_socket(l->ctx, ZMQ_PAIR)) ||
-      zmq_connect(l->monitor, mon) != 0)
+  lh_zsock_opts mo = {.linger_ms = l->cfg.linger_ms, .max_message_bytes = 4096};
+  lh_errbuf me;
+  if (zmq_socket_monitor(s, mon, ZMQ_EVENT_CONNECTED) != 0 ||
+      !(l->monitor = lh_zsock_open(l->ctx, ZMQ_PAIR, &mo, "actor monitor", &me)) || zmq_connect(l->monitor, mon) != 0)
     return lh_errbuf_set(err, LH_EZMQ, "actor link: cannot monitor the ingest socket: %s",
                          zmq_strerror(zmq_errno()));
-  int linger = l->cfg.linger_ms;
-  zmq_setsockopt(l->monitor, ZMQ_LINGER, &linger, sizeof linger);
   return 0;
 }
 
 static int open_socket(lh_actors_link *l, int type, const char *endpoint, void **out, lh_errbuf *err) {
-  void *s = zmq_socket(l->ctx, type);
-  if (!s) return lh_errbuf_set(err, LH_EZMQ, "actor link: zmq_socket: %s", zmq_strerror(zmq_errno()));
-  int linger = l->cfg.linger_ms;
-  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  /* Each socket takes the learner's messages up to the wire's limit:
+   * acks, announcements and weights chunks. */
+  lh_zsock_opts so = {.linger_ms = l->cfg.linger_ms, .max_message_bytes = (int64_t)l->lim.max_message_bytes,
+                      .curve = l->cfg.curve};
+  void *s = lh_zsock_open(l->ctx, type, &so, "actor link", err);
+  if (!s) return err ? err->code : LH_EZMQ;
   if (type == ZMQ_SUB) zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0);
   if (out == &l->ingest) {
     l->ingest = s;  /* freed with the link on failure */
@@ -105,6 +109,10 @@ int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actor
   }
   strcpy(l->name, cfg->name ? cfg->name : "");
   l->cfg.name = l->name;
+  if (cfg->curve) {
+    l->curve = *cfg->curve;
+    l->cfg.curve = &l->curve;
+  }
   lh_wire_limits_default(&l->lim);
   if (cfg->vocab) l->lim.vocab = cfg->vocab;
   /* msg ids: a base drawn from the actor's salt, then a counter, so that

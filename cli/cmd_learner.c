@@ -103,6 +103,8 @@ typedef struct {
   void *zctx;
   lh_learner_ingest *ingest;
   lh_learner_publisher *pub;
+  lh_zsock_curve curve;  /* the sockets' CURVE keys (plain when none) */
+  lh_zsock_zap *zap;     /* the ZAP handler when CURVE is on */
   lh_learner_state st;
   uint64_t last_ckpt_step;
 } learner;
@@ -111,6 +113,7 @@ static void learner_close(learner *L) {
   lh_learner_trainer_free(L->trainer);
   lh_learner_ingest_free(L->ingest);
   lh_learner_publisher_free(L->pub);
+  lh_zsock_zap_stop(L->zap);
   lh_store_close(L->store);
   lh_model_free(L->m);
   if (L->zctx) zmq_ctx_term(L->zctx);
@@ -188,10 +191,11 @@ static int open_all(learner *L, const args *a, lh_errbuf *err, int *usage_error)
   if (resumed) LH_TRY(lh_learner_trainer_load_done(L->trainer, from, L->st.ingest_position, err));
   L->zctx = zmq_ctx_new();
   if (!L->zctx) return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "cannot create a ZeroMQ context");
-  L->ingest = lh_learner_ingest_new(L->zctx, L->cfg.ingest_endpoint, L->store, NULL, err);
+  LH_TRY(lh_learner_curve_start(L->zctx, &L->cfg, &L->curve, &L->zap, err));
+  L->ingest = lh_learner_ingest_new_curve(L->zctx, L->cfg.ingest_endpoint, L->store, NULL, &L->curve, err);
   if (!L->ingest) return err->code;
-  L->pub = lh_learner_publisher_new(L->zctx, L->cfg.weights_pub_endpoint, L->cfg.weights_endpoint,
-                                    LEARNER_CHUNK_BYTES, err);
+  L->pub = lh_learner_publisher_new_curve(L->zctx, L->cfg.weights_pub_endpoint, L->cfg.weights_endpoint,
+                                          LEARNER_CHUNK_BYTES, &L->curve, err);
   if (!L->pub) return err->code;
   return publish(L, err);
 }

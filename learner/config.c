@@ -48,6 +48,8 @@ static const key_spec KEYS[] = {
     {"ingest_endpoint", K_STR, F(ingest_endpoint), 0, 0, 0, 0},
     {"weights_pub_endpoint", K_STR, F(weights_pub_endpoint), 0, 0, 0, 0},
     {"weights_endpoint", K_STR, F(weights_endpoint), 0, 0, 0, 0},
+    {"curve_secret_key_file", K_STR, F(curve_secret_key_file), 0, 0, 0, 0},
+    {"curve_allowed_keys", K_STR, F(curve_allowed_keys), 0, 0, 0, 0},
     {"db", K_STR, F(db), 0, 0, 0, 0},
     {"ckpt_dir", K_STR, F(ckpt_dir), 0, 0, 0, 0},
     {"abort_after_ms", K_U64, F(abort_after_ms), 1, 0, 0, 0},

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "common/zsock.h"
 #include "proto/longhaul.pb-c.h"
 #include "model/model.h"
 #include "proto/wire.h"
@@ -216,6 +217,10 @@ typedef struct {
   char weights_endpoint[LH_LEARNER_TEXT_BYTES];      /* (tcp://127.0.0.1:5557) */
   char db[LH_LEARNER_TEXT_BYTES];                    /* replay store file (replay.db) */
   char ckpt_dir[LH_LEARNER_TEXT_BYTES];              /* checkpoints (ckpt) */
+  /* CURVE (common/zsock.h): with both set, the three sockets are CURVE
+   * servers and a ZAP handler admits only the allowed actor keys. */
+  char curve_secret_key_file[LH_LEARNER_TEXT_BYTES]; /* the learner's NAME.key (none) */
+  char curve_allowed_keys[LH_LEARNER_TEXT_BYTES];    /* a file of Z85 keys, or a folder of .pub (none) */
   uint64_t abort_after_ms;  /* a running episode with no new segment for this long (its actor
                                is gone) ends as aborted, >= 1 (60000) */
 } lh_learner_config;
@@ -402,6 +407,11 @@ typedef struct {
  * port (tcp://127.0.0.1:*); lh_learner_ingest_endpoint tells the one bound. */
 lh_learner_ingest *lh_learner_ingest_new(void *zmq_ctx, const char *endpoint, lh_store *store,
                                          const lh_wire_limits *lim, lh_errbuf *err);
+/* The same with the ROUTER a CURVE server when curve has a secret key
+ * (common/zsock.h: the caller runs the ZAP handler; NULL is plain). */
+lh_learner_ingest *lh_learner_ingest_new_curve(void *zmq_ctx, const char *endpoint, lh_store *store,
+                                               const lh_wire_limits *lim, const lh_zsock_curve *curve,
+                                               lh_errbuf *err);
 void lh_learner_ingest_free(lh_learner_ingest *ig);
 const char *lh_learner_ingest_endpoint(const lh_learner_ingest *ig);
 /* The socket, for a caller's own zmq_poll over several sockets. */
@@ -551,6 +561,17 @@ typedef struct {
 lh_learner_publisher *lh_learner_publisher_new(void *zmq_ctx, const char *pub_endpoint,
                                                const char *router_endpoint, uint32_t chunk_bytes,
                                                lh_errbuf *err);
+/* The same with the PUB and the ROUTER CURVE servers (as the ingest's). */
+lh_learner_publisher *lh_learner_publisher_new_curve(void *zmq_ctx, const char *pub_endpoint,
+                                                     const char *router_endpoint, uint32_t chunk_bytes,
+                                                     const lh_zsock_curve *curve, lh_errbuf *err);
+/* CURVE from cfg (learner/curve.c): with curve_secret_key_file and
+ * curve_allowed_keys both set, reads the learner's secret key into curve
+ * and starts the ZAP handler of zmq_ctx with the allow-list (*zap, to stop
+ * with lh_zsock_zap_stop before the context ends); with neither, curve is
+ * left plain and *zap NULL; one without the other is a config error. */
+int lh_learner_curve_start(void *zmq_ctx, const lh_learner_config *cfg, lh_zsock_curve *curve, lh_zsock_zap **zap,
+                           lh_errbuf *err);
 void lh_learner_publisher_free(lh_learner_publisher *p);
 const char *lh_learner_publisher_pub_endpoint(const lh_learner_publisher *p);
 const char *lh_learner_publisher_router_endpoint(const lh_learner_publisher *p);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "common/zsock.h"
 #include "learner/learner.h"
 
 #define PUBLISH_LINGER_MS 200
@@ -24,29 +25,36 @@ struct lh_learner_publisher {
   uint64_t next_msg_id;
   lh_wire_limits lim;
   lh_learner_publisher_counts counts;
+  lh_zsock_meter bad;  /* bad requests: counted, logged once per interval */
 };
 
-static void *bind_socket(void *ctx, int type, const char *ep, char *bound, lh_errbuf *err) {
-  void *s = zmq_socket(ctx, type);
-  int linger = PUBLISH_LINGER_MS;
-  int64_t maxmsg = 1 << 20;  /* requests are small */
-  if (!s || zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger) ||
-      (type == ZMQ_ROUTER && zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg)) ||
-      zmq_bind(s, ep)) {
+/* The PUB only sends; the ROUTER takes requests, which are small. */
+static void *bind_socket(void *ctx, int type, const char *ep, const lh_zsock_curve *curve, char *bound,
+                         lh_errbuf *err) {
+  lh_zsock_opts so = {.linger_ms = PUBLISH_LINGER_MS, .max_message_bytes = type == ZMQ_ROUTER ? 1 << 20 : 0,
+                      .curve = curve};
+  const char *what = type == ZMQ_PUB ? "weights PUB" : "weights ROUTER";
+  lh_errbuf se;
+  void *s = lh_zsock_open(ctx, type, &so, what, &se);
+  if (!s || lh_zsock_bind(s, ep, curve, bound, LH_LEARNER_TEXT_BYTES, what, &se)) {
     lh_errbuf_set(err, LH_ELEARNER_PUBLISH, "weights: cannot bind %s on %s: %s (set [learner] %s)",
-                  type == ZMQ_PUB ? "PUB" : "ROUTER", ep, zmq_strerror(zmq_errno()),
+                  type == ZMQ_PUB ? "PUB" : "ROUTER", ep, se.msg,
                   type == ZMQ_PUB ? "weights_pub_endpoint" : "weights_endpoint");
     if (s) zmq_close(s);
     return NULL;
   }
-  size_t len = LH_LEARNER_TEXT_BYTES;
-  if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, bound, &len)) snprintf(bound, LH_LEARNER_TEXT_BYTES, "%s", ep);
   return s;
 }
 
 lh_learner_publisher *lh_learner_publisher_new(void *zmq_ctx, const char *pub_endpoint,
                                                const char *router_endpoint, uint32_t chunk_bytes,
                                                lh_errbuf *err) {
+  return lh_learner_publisher_new_curve(zmq_ctx, pub_endpoint, router_endpoint, chunk_bytes, NULL, err);
+}
+
+lh_learner_publisher *lh_learner_publisher_new_curve(void *zmq_ctx, const char *pub_endpoint,
+                                                     const char *router_endpoint, uint32_t chunk_bytes,
+                                                     const lh_zsock_curve *curve, lh_errbuf *err) {
   if (!zmq_ctx || !pub_endpoint || !router_endpoint || chunk_bytes < 1) {
     lh_errbuf_set(err, LH_EINVAL, "weights: NULL context or endpoint, or chunk_bytes 0");
     return NULL;
@@ -58,13 +66,15 @@ lh_learner_publisher *lh_learner_publisher_new(void *zmq_ctx, const char *pub_en
   }
   p->chunk_bytes = chunk_bytes;
   lh_wire_limits_default(&p->lim);
-  p->pub = bind_socket(zmq_ctx, ZMQ_PUB, pub_endpoint, p->pub_endpoint, err);
-  if (p->pub) p->router = bind_socket(zmq_ctx, ZMQ_ROUTER, router_endpoint, p->router_endpoint, err);
+  p->bad.component = "weights";
+  p->pub = bind_socket(zmq_ctx, ZMQ_PUB, pub_endpoint, curve, p->pub_endpoint, err);
+  if (p->pub) p->router = bind_socket(zmq_ctx, ZMQ_ROUTER, router_endpoint, curve, p->router_endpoint, err);
   if (!p->router) {
     lh_learner_publisher_free(p);
     return NULL;
   }
-  LH_INFO("weights", "bound pub=%s router=%s", p->pub_endpoint, p->router_endpoint);
+  LH_INFO("weights", "bound pub=%s router=%s curve=%s", p->pub_endpoint, p->router_endpoint,
+          curve && curve->secret[0] ? "on" : "off");
   return p;
 }
 
@@ -156,7 +166,7 @@ static int serve_one(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes
   if (lh_wire_decode(buf, n, &p->lim, &req, &e) ||
       req->body_case != LONGHAUL__ENVELOPE__BODY_WEIGHTS_REQUEST) {
     p->counts.bad_requests++;
-    LH_DEBUG("weights", "bad request ignored: %s", req ? "not a weights_request" : e.msg);
+    lh_zsock_meter_bad(&p->bad, req ? "not a weights_request on the weights ROUTER" : e.msg);
     lh_wire_free(req);
     return 0;
   }
@@ -200,22 +210,13 @@ int lh_learner_publisher_poll(lh_learner_publisher *p, int timeout_ms, size_t *s
                           : 0;
   for (size_t k = 0; k < PUBLISH_MAX_REQUESTS; k++) {
     zmq_msg_t f[3];
-    int n = 0, more = 1, extra = 0;
-    while (more) {
-      zmq_msg_t m;
-      zmq_msg_init(&m);
-      if (zmq_msg_recv(&m, p->router, n == 0 && !extra ? ZMQ_DONTWAIT : 0) < 0) {
-        zmq_msg_close(&m);
-        for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
-        return 0;  /* nothing more waiting (or interrupted) */
-      }
-      more = zmq_msg_more(&m);
-      if (n < 3) f[n++] = m;
-      else zmq_msg_close(&m), extra++;
-    }
+    int n = 0;
+    int got = lh_zsock_recv_frames(p->router, f, 3, ZMQ_DONTWAIT, &n);
+    if (got <= 0) return 0;  /* nothing more waiting (or interrupted) */
     int rc = 0;
-    if (extra || n < 2 || (n == 3 && zmq_msg_size(&f[1]) != 0)) {
+    if (got == 2 || n < 2 || (n == 3 && zmq_msg_size(&f[1]) != 0)) {
       p->counts.bad_requests++;
+      lh_zsock_meter_bad(&p->bad, "wrong frame count on the weights ROUTER (expected identity and one request)");
     } else {
       zmq_msg_t *payload = &f[n - 1];
       rc = serve_one(p, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), n == 3, zmq_msg_data(payload),

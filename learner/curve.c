@@ -1,0 +1,25 @@
+/* learner: CURVE for the learner's three sockets. With [learner]
+ * curve_secret_key_file and curve_allowed_keys set, the learner's key is
+ * read, the ZAP handler of its ZeroMQ context starts with the allow-list
+ * of actor keys, and the sockets bound after it are CURVE servers that
+ * admit only those keys. */
+#include <string.h>
+
+#include "learner/learner.h"
+
+int lh_learner_curve_start(void *zmq_ctx, const lh_learner_config *cfg, lh_zsock_curve *curve, lh_zsock_zap **zap,
+                           lh_errbuf *err) {
+  if (!zmq_ctx || !cfg || !curve || !zap) return lh_errbuf_set(err, LH_EINVAL, "learner curve: NULL argument");
+  memset(curve, 0, sizeof *curve);
+  *zap = NULL;
+  int has_secret = cfg->curve_secret_key_file[0] != 0, has_allowed = cfg->curve_allowed_keys[0] != 0;
+  if (!has_secret && !has_allowed) return 0;
+  if (!has_secret || !has_allowed)
+    return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
+                         "[learner] curve_secret_key_file and curve_allowed_keys go together (CURVE without an "
+                         "allow-list would authenticate nobody)");
+  LH_TRY(lh_zsock_key_read(cfg->curve_secret_key_file, 1, curve->secret, err));
+  int rc = lh_zsock_zap_start(zmq_ctx, cfg->curve_allowed_keys, zap, err);
+  if (rc < 0) memset(curve, 0, sizeof *curve);
+  return rc;
+}
