@@ -48,6 +48,8 @@ typedef struct {
   cudaStream_t stream;
   cublasHandle_t cublas;
   int gemm_mode;  // lh_gemm_mode (kernels.h)
+  // Set once cuBLAS refused a grouped GEMM (moe_experts.cu warns once).
+  int grouped_refused;
   lh_cuda_pool pool;
   void *scratch[LH_CUDA_SCRATCH_SLOTS];
   size_t scratch_bytes[LH_CUDA_SCRATCH_SLOTS];
