@@ -1,0 +1,363 @@
+/* longhaul launch FLEET.ini: starts and supervises a fleet (DESIGN §1):
+ * the env server, the learner (M > 1: one mpirun job), N actors; restarts
+ * what dies; stops in order; shows the status screen. The parts are in
+ * cli/launch_*.c (cli/launch.h); this file is the loop and the signals. */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/launch.h"
+
+#define LAUNCH_TICK_MS 50
+#define LAUNCH_SCREEN_MS 1000   /* the terminal screen's refresh */
+#define LAUNCH_STABLE_MS 60000  /* up this long: the next restart starts the backoff over */
+#define LAUNCH_EVENTS 6         /* the last events shown under the screen */
+
+/* Counted by SIGINT/SIGTERM: the first starts the ordered shutdown, the
+ * second kills whatever is left. The one state a handler touches. */
+static volatile sig_atomic_t stop_signals = 0;
+
+static void on_signal(int sig) {
+  (void)sig;
+  if (stop_signals < 100) stop_signals++;
+}
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: longhaul launch FLEET.ini [--status auto|screen|plain|off]\n\n"
+          "Starts a fleet from one INI file ([fleet] [model] [learner] [actor] [env]):\n"
+          "the env server ([fleet] env_server), the learner (`longhaul learner`; for\n"
+          "learners = M > 1 `mpirun --oversubscribe -n M longhaul learner`, rank r\n"
+          "binding every [learner] endpoint at its port + r*10) and actors actor-0 ..\n"
+          "actor-(N-1) (actor i bound to learner i mod M). Each child logs to\n"
+          "LOG_DIR/<name>.log (appended across restarts; LOG_DIR/<name>.pid holds its\n"
+          "pid); the launcher's own events go to LOG_DIR/launch.log.\n\n"
+          "Supervision: a child that dies is restarted after restart_backoff_ms,\n"
+          "doubled per consecutive restart up to restart_backoff_max_ms (the count\n"
+          "starts over once it stayed up 60 s); the learner comes back with --resume.\n"
+          "More than max_restarts restarts of one child, or a child's usage error\n"
+          "(exit 2), ends the fleet. With [fleet] steps the fleet ends when the\n"
+          "learner has run them.\n\n"
+          "SIGINT/SIGTERM (or duration_s): ordered shutdown: SIGTERM to the actors\n"
+          "(they abort open episodes and flush their outboxes), then to the learner\n"
+          "(it acks what is stored and writes a final checkpoint), then to the env\n"
+          "server; what is not gone after stop_timeout_ms gets SIGKILL. A second\n"
+          "signal kills at once.\n\n"
+          "--status  screen: redraw in place; plain: status lines every\n"
+          "          status_interval_ms; off: none; auto (default): screen when stdout\n"
+          "          is a terminal, plain otherwise.\n"
+          "Exit codes: 0 every child shut down cleanly, 1 a child failed or had to be\n"
+          "killed, 2 usage or config error.\n");
+}
+
+typedef enum { PHASE_RUN, PHASE_ACTORS, PHASE_LEARNER, PHASE_ENV, PHASE_DONE } phase;
+
+typedef struct {
+  lh_launch_fleet *f;
+  FILE *events;  /* LOG_DIR/launch.log */
+  int to_stderr;
+  char recent[LAUNCH_EVENTS][300];
+  int n_recent;
+  phase ph;
+  int64_t phase_deadline_ms;
+  int failed;     /* a child failed for good, or the fleet was given up */
+  int killed;     /* some child needed SIGKILL */
+  char reason[128];
+} launcher;
+
+static int64_t now_ms(void) { return lh_now_ns() / 1000000; }
+
+static void event(launcher *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void event(launcher *L, const char *fmt, ...) {
+  char line[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  if (L->events) {
+    fprintf(L->events, "%02d:%02d:%02d info launch: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec, line);
+    fflush(L->events);
+  }
+  if (L->to_stderr) fprintf(stderr, "info launch: %s\n", line);
+  if (L->n_recent == LAUNCH_EVENTS) {
+    memmove(L->recent[0], L->recent[1], sizeof L->recent[0] * (LAUNCH_EVENTS - 1));
+    L->n_recent--;
+  }
+  snprintf(L->recent[L->n_recent++], sizeof L->recent[0], "%02d:%02d:%02d %s", tm.tm_hour, tm.tm_min, tm.tm_sec,
+           line);
+}
+
+static void write_pid(const launcher *L, size_t i) {
+  char path[LH_LAUNCH_PATH_BYTES + LH_LAUNCH_NAME_BYTES + 8];
+  snprintf(path, sizeof path, "%s/%s.pid", L->f->fleet.log_dir, L->f->child[i].name);
+  FILE *p = fopen(path, "w");
+  if (!p) return;
+  fprintf(p, "%lld\n", (long long)L->f->child[i].pid);
+  fclose(p);
+}
+
+static int start(launcher *L, size_t i) {
+  lh_launch_child *c = &L->f->child[i];
+  lh_errbuf e;
+  memset(&e, 0, sizeof e);
+  if (lh_launch_fleet_start(L->f, i, &e)) {
+    event(L, "cannot start name=%s: %s", c->name, e.msg);
+    return -1;
+  }
+  if (c->done) {
+    event(L, "not restarted name=%s: the store holds all %llu steps", c->name,
+          (unsigned long long)L->f->fleet.steps);
+    return 0;
+  }
+  write_pid(L, i);
+  event(L, "started name=%s pid=%lld attempt=%llu", c->name, (long long)c->pid, (unsigned long long)c->starts);
+  return 0;
+}
+
+static void describe_exit(int status, char *out, size_t bytes) {
+  if (WIFEXITED(status)) snprintf(out, bytes, "exit=%d", WEXITSTATUS(status));
+  else if (WIFSIGNALED(status)) snprintf(out, bytes, "signal=%s", strsignal(WTERMSIG(status)));
+  else snprintf(out, bytes, "status=%d", status);
+}
+
+static void begin_shutdown(launcher *L, const char *why) {
+  if (L->ph != PHASE_RUN) return;
+  snprintf(L->reason, sizeof L->reason, "%s", why);
+  event(L, "shutdown reason=%s: stopping the actors", why);
+  L->ph = PHASE_ACTORS;
+  L->phase_deadline_ms = 0;
+}
+
+/* A child exited while the fleet runs: restart it after its backoff, or
+ * give the fleet up. */
+static void on_exit_running(launcher *L, lh_launch_child *c) {
+  char how[64];
+  describe_exit(c->last_status, how, sizeof how);
+  int code = WIFEXITED(c->last_status) ? WEXITSTATUS(c->last_status) : -1;
+  if (c->role == LH_CHILD_LEARNER && code == 0 && L->f->fleet.steps) {
+    c->done = 1;
+    event(L, "exited name=%s %s: the learner ran its steps", c->name, how);
+    begin_shutdown(L, "steps done");
+    return;
+  }
+  if (code == LH_EXIT_USAGE) {
+    c->done = 1;
+    L->failed = 1;
+    event(L, "exited name=%s %s: a usage or config error, not restarted (see its log)", c->name, how);
+    begin_shutdown(L, "child failed");
+    return;
+  }
+  if (c->restarts >= L->f->fleet.max_restarts) {
+    c->done = 1;
+    L->failed = 1;
+    event(L, "exited name=%s %s: max_restarts=%llu reached, giving up", c->name, how,
+          (unsigned long long)L->f->fleet.max_restarts);
+    begin_shutdown(L, "max_restarts reached");
+    return;
+  }
+  int64_t now = now_ms();
+  if (now - c->started_ms >= LAUNCH_STABLE_MS) c->consecutive = 0;
+  uint64_t delay = L->f->fleet.restart_backoff_ms;
+  for (uint32_t k = 0; k < c->consecutive && delay < L->f->fleet.restart_backoff_max_ms; k++) delay *= 2;
+  if (delay > L->f->fleet.restart_backoff_max_ms) delay = L->f->fleet.restart_backoff_max_ms;
+  c->consecutive++;
+  c->restarts++;
+  c->restart_at_ms = now + (int64_t)delay;
+  event(L, "died name=%s %s restarts=%llu restart_in_ms=%llu%s", c->name, how, (unsigned long long)c->restarts,
+        (unsigned long long)delay, c->role == LH_CHILD_LEARNER ? " (with --resume)" : "");
+}
+
+static void reap(launcher *L) {
+  int status;
+  pid_t pid;
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    lh_launch_fleet *f = L->f;
+    lh_launch_child *c = NULL;
+    for (size_t i = 0; i < f->n; i++)
+      if (f->child[i].pid == pid) c = &f->child[i];
+    if (!c) continue;
+    c->pid = 0;
+    c->exited = 1;
+    c->last_status = status;
+    if (L->ph == PHASE_RUN && !c->stopping) {
+      on_exit_running(L, c);
+      continue;
+    }
+    c->done = 1;
+    char how[64];
+    describe_exit(status, how, sizeof how);
+    /* Stopped by the shutdown: exit 0, or the SIGTERM itself when it came
+     * before the child set its handler (or the child keeps the default). */
+    int clean = (WIFEXITED(status) && WEXITSTATUS(status) == 0) ||
+                (c->stopping && !c->killed && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+    if (!clean && !c->killed) L->failed = 1;
+    event(L, "stopped name=%s %s%s", c->name, how, clean ? "" : c->killed ? " (killed)" : " (not clean)");
+  }
+}
+
+static int role_running(const lh_launch_fleet *f, lh_launch_role role) {
+  for (size_t i = 0; i < f->n; i++)
+    if (f->child[i].role == role && f->child[i].pid > 0) return 1;
+  return 0;
+}
+
+/* One step of the ordered shutdown: SIGTERM to the phase's children when it
+ * begins, SIGKILL to those left at its deadline, the next phase when none
+ * is left. */
+static void shutdown_step(launcher *L) {
+  static const lh_launch_role role_of[] = {[PHASE_ACTORS] = LH_CHILD_ACTOR, [PHASE_LEARNER] = LH_CHILD_LEARNER,
+                                           [PHASE_ENV] = LH_CHILD_ENV_SERVER};
+  lh_launch_fleet *f = L->f;
+  while (L->ph != PHASE_RUN && L->ph != PHASE_DONE) {
+    lh_launch_role role = role_of[L->ph];
+    int64_t now = now_ms();
+    if (!L->phase_deadline_ms) {
+      L->phase_deadline_ms = now + (int64_t)f->fleet.stop_timeout_ms;
+      for (size_t i = 0; i < f->n; i++) {
+        lh_launch_child *c = &f->child[i];
+        if (c->role != role) continue;
+        c->restart_at_ms = 0;
+        if (c->pid > 0) {
+          c->stopping = 1;
+          lh_launch_child_signal(c, SIGTERM);
+        } else {
+          c->done = 1;
+        }
+      }
+    }
+    if (role_running(f, role) && (now >= L->phase_deadline_ms || stop_signals >= 2)) {
+      for (size_t i = 0; i < f->n; i++) {
+        lh_launch_child *c = &f->child[i];
+        if (c->role != role || c->pid <= 0 || c->killed) continue;
+        event(L, "killing name=%s pid=%lld: %s", c->name, (long long)c->pid,
+              stop_signals >= 2 ? "second signal" : "not gone after stop_timeout_ms");
+        c->killed = 1;
+        L->killed = 1;
+        lh_launch_child_signal(c, SIGKILL);
+      }
+    }
+    if (role_running(f, role)) return;
+    L->ph++;
+    L->phase_deadline_ms = 0;
+    if (L->ph == PHASE_LEARNER) event(L, "actors stopped: stopping the learner");
+    else if (L->ph == PHASE_ENV && f->child[0].role == LH_CHILD_ENV_SERVER) event(L, "learner stopped: stopping the env server");
+  }
+}
+
+static void screen(launcher *L, FILE *out, int ansi, int64_t up_ms) {
+  lh_launch_status_print(L->f, out, ansi, up_ms);
+  if (!ansi) return;
+  fprintf(out, "\nevents (all in %s/launch.log):\n", L->f->fleet.log_dir);
+  for (int i = 0; i < L->n_recent; i++) fprintf(out, "  %s\n", L->recent[i]);
+  fflush(out);
+}
+
+int lh_cmd_launch(int argc, char **argv) {
+  if (lh_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return LH_EXIT_OK;
+  }
+  const char *config = NULL, *status = "auto";
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--status") && i + 1 < argc) status = argv[++i];
+    else if (argv[i][0] != '-' && !config) config = argv[i];
+    else {
+      fprintf(stderr, "longhaul launch: unknown or incomplete argument '%s' (see --help)\n", argv[i]);
+      return LH_EXIT_USAGE;
+    }
+  }
+  if (!config) {
+    fprintf(stderr, "longhaul launch: FLEET.ini is required (see --help)\n");
+    return LH_EXIT_USAGE;
+  }
+  int mode; /* 0 off, 1 plain, 2 screen */
+  if (!strcmp(status, "auto")) mode = isatty(STDOUT_FILENO) ? 2 : 1;
+  else if (!strcmp(status, "screen")) mode = 2;
+  else if (!strcmp(status, "plain")) mode = 1;
+  else if (!strcmp(status, "off")) mode = 0;
+  else {
+    fprintf(stderr, "longhaul launch: --status '%s' is not auto, screen, plain or off\n", status);
+    return LH_EXIT_USAGE;
+  }
+  lh_launch_fleet *f = calloc(1, sizeof *f);
+  if (!f) {
+    fprintf(stderr, "longhaul launch: out of memory\n");
+    return LH_EXIT_RUNTIME;
+  }
+  lh_errbuf err;
+  memset(&err, 0, sizeof err);
+  if (lh_launch_fleet_init(f, config, &err)) {
+    fprintf(stderr, "longhaul launch: %s\n", err.msg);
+    free(f);
+    return err.code == LH_ESYS ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
+  }
+  launcher L = {.f = f, .to_stderr = mode != 2, .ph = PHASE_RUN};
+  char path[LH_LAUNCH_PATH_BYTES + 16];
+  snprintf(path, sizeof path, "%s/launch.log", f->fleet.log_dir);
+  L.events = fopen(path, "a");
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  event(&L, "fleet config=%s learners=%llu actors=%llu log_dir=%s bin=%s", f->config_path,
+        (unsigned long long)f->fleet.learners, (unsigned long long)f->fleet.actors, f->fleet.log_dir, f->bin);
+  int64_t t0 = now_ms(), last_screen = 0;
+  for (size_t i = 0; i < f->n && !stop_signals; i++)
+    if (start(&L, i)) {
+      L.failed = 1;
+      begin_shutdown(&L, "a child could not start");
+      break;
+    }
+  while (L.ph != PHASE_DONE) {
+    reap(&L);
+    int64_t now = now_ms();
+    if (stop_signals && L.ph == PHASE_RUN) begin_shutdown(&L, "signal");
+    if (L.ph == PHASE_RUN && f->fleet.duration_s && now - t0 >= (int64_t)f->fleet.duration_s * 1000)
+      begin_shutdown(&L, "duration_s");
+    if (L.ph == PHASE_RUN)
+      for (size_t i = 0; i < f->n; i++) {
+        lh_launch_child *c = &f->child[i];
+        if (c->pid <= 0 && !c->done && c->restart_at_ms && now >= c->restart_at_ms && start(&L, i)) {
+          c->done = 1;
+          L.failed = 1;
+          begin_shutdown(&L, "a child could not restart");
+        }
+      }
+    if (L.ph != PHASE_RUN) shutdown_step(&L);
+    if (L.ph == PHASE_DONE) break;
+    int64_t every = mode == 2 ? LAUNCH_SCREEN_MS : (int64_t)f->fleet.status_interval_ms;
+    if (mode && now - last_screen >= every) {
+      screen(&L, stdout, mode == 2, now - t0);
+      last_screen = now;
+    }
+    struct timespec ts = {0, LAUNCH_TICK_MS * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  if (mode) screen(&L, stdout, 0, now_ms() - t0);
+  int clean = !L.failed && !L.killed;
+  char restarts[1024] = "";
+  for (size_t i = 0; i < f->n; i++) {
+    size_t len = strlen(restarts);
+    snprintf(restarts + len, sizeof restarts - len, " %s=%llu", f->child[i].name,
+             (unsigned long long)f->child[i].restarts);
+  }
+  L.to_stderr = 1;
+  event(&L, "done reason=%s clean=%d uptime_s=%.1f restarts:%s", L.reason[0] ? L.reason : "none", clean,
+        (double)(now_ms() - t0) / 1000.0, restarts);
+  if (L.events) fclose(L.events);
+  free(f);
+  return clean ? LH_EXIT_OK : LH_EXIT_RUNTIME;
+}

@@ -1,0 +1,122 @@
+/* cli: `longhaul launch FLEET.ini`, the fleet supervisor (DESIGN §1, §8).
+ *
+ * One INI file holds [model] [learner] [actor] [env] and the launcher's own
+ * [fleet]. The launcher starts M learners (one plain child, or one mpirun
+ * job of M ranks), N actors and optionally an env server, each a child
+ * process logging to LOG_DIR/<name>.log; restarts what dies (backoff
+ * doubled per consecutive restart, capped; the learner with --resume);
+ * shuts down in order on SIGINT/SIGTERM or after duration_s; and shows a
+ * status screen read from the replay store. The files:
+ *   launch_config.c    the [fleet] section
+ *   launch_endpoint.c  endpoints shifted per learner rank
+ *   launch_child.c     one child process: spawn with its log, signal, reap
+ *   launch_fleet.c     the children of a fleet, their command lines, restarts
+ *   launch_status.c    the status screen
+ *   cmd_launch.c       arguments, signals and the supervision loop */
+#ifndef LH_CLI_LAUNCH_H
+#define LH_CLI_LAUNCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "common/common.h"
+
+#define LH_LAUNCH_MAX_LEARNERS 64
+#define LH_LAUNCH_MAX_ACTORS 256
+#define LH_LAUNCH_PATH_BYTES 512
+#define LH_LAUNCH_NAME_BYTES 64
+#define LH_LAUNCH_COMMAND_BYTES 2048
+/* Learner rank r binds each endpoint of [learner] at its port + r * this;
+ * actor i talks to learner i mod M at the same offset. */
+#define LH_LAUNCH_RANK_PORT_STRIDE 10
+
+typedef struct {
+  uint64_t learners;              /* M, 1..64 (1) */
+  uint64_t actors;                /* N, 0..256 (2) */
+  char log_dir[LH_LAUNCH_PATH_BYTES];  /* (logs) */
+  char init[LH_LAUNCH_PATH_BYTES];     /* SFT checkpoint: learner --init, actors --ckpt ("") */
+  uint64_t steps;                 /* learner --steps over the whole run; 0: until stopped (0) */
+  uint64_t duration_s;            /* ordered shutdown after this long; 0: until a signal (0) */
+  uint64_t restart_backoff_ms;    /* first restart delay, doubled per consecutive one (1000) */
+  uint64_t restart_backoff_max_ms;/* the cap (30000) */
+  uint64_t max_restarts;          /* per process; one more death ends the fleet (10) */
+  uint64_t stop_timeout_ms;       /* per shutdown phase, then SIGKILL (30000) */
+  uint64_t status_interval_ms;    /* plain status lines when not a terminal (5000) */
+  char mpirun[LH_LAUNCH_PATH_BYTES];   /* the MPI launcher for M > 1 (mpirun) */
+  char env_server[LH_LAUNCH_COMMAND_BYTES];  /* command run by /bin/sh as a supervised child ("") */
+  uint32_t n_actor_envs;          /* actor_envs = calc,needle: actor i gets entry i mod n */
+  char actor_envs[LH_LAUNCH_MAX_ACTORS][LH_LAUNCH_NAME_BYTES];
+} lh_launch_config;
+
+void lh_launch_config_default(lh_launch_config *c);
+/* Reads [fleet] of the INI file at path over the defaults; other sections
+ * are the other modules'. An unknown key, a repeated key or a bad value is
+ * LH_ECONFIG with err naming the file, the line and the key. */
+int lh_launch_config_load(const char *path, lh_launch_config *c, lh_errbuf *err);
+int lh_launch_config_parse(const char *text, const char *source, lh_launch_config *c, lh_errbuf *err);
+
+/* Writes endpoint with its TCP port raised by offset into out (the text
+ * unchanged when offset is 0). An endpoint that is not tcp://HOST:PORT,
+ * or a port pushed past 65535, is LH_ECONFIG when offset is not 0. */
+int lh_launch_endpoint_offset(const char *endpoint, unsigned offset, char *out, size_t out_bytes,
+                              lh_errbuf *err);
+
+/* ---- one child ---------------------------------------------------------- */
+
+typedef enum { LH_CHILD_LEARNER, LH_CHILD_ACTOR, LH_CHILD_ENV_SERVER } lh_launch_role;
+
+typedef struct {
+  char name[LH_LAUNCH_NAME_BYTES];  /* learner, actor-<i>, env-server: the log's name */
+  lh_launch_role role;
+  int index;                        /* actor index; 0 otherwise */
+  pid_t pid;                        /* 0 when not running */
+  int64_t started_ms;               /* monotonic, of the current or last start */
+  int64_t restart_at_ms;            /* monotonic; 0 when no restart is due */
+  uint64_t starts, restarts;
+  uint32_t consecutive;             /* restarts since it last stayed up */
+  int last_status;                  /* waitpid status of the last exit */
+  int exited;                       /* has exited at least once */
+  int stopping;                     /* SIGTERM sent by the shutdown */
+  int killed;                       /* SIGKILL sent after stop_timeout_ms */
+  int done;                         /* exited for good: not to be restarted */
+} lh_launch_child;
+
+/* Starts argv[0] (a path) with argv in a new process group (a terminal's
+ * Ctrl-C reaches only the launcher, which stops the children in order),
+ * stdout and stderr appended to log_path, and SIGTERM when the launcher
+ * dies. One line naming the command goes into the log first. */
+int lh_launch_child_spawn(lh_launch_child *c, char *const argv[], const char *log_path, lh_errbuf *err);
+/* Sends sig to the child (and its process group); a no-op when not running. */
+void lh_launch_child_signal(lh_launch_child *c, int sig);
+
+/* ---- the fleet ---------------------------------------------------------- */
+
+typedef struct {
+  lh_launch_config fleet;
+  char config_path[LH_LAUNCH_PATH_BYTES];  /* absolute */
+  char bin[LH_LAUNCH_PATH_BYTES];          /* this binary (/proc/self/exe) */
+  char db[LH_LAUNCH_PATH_BYTES];           /* [learner] db, for the status screen */
+  uint64_t steps_done;                     /* train steps in the store at the learner's restart */
+  size_t n;                                /* children: env server, learner, actors, in that order */
+  lh_launch_child child[LH_LAUNCH_MAX_ACTORS + 2];
+} lh_launch_fleet;
+
+/* Fills f from the config file (all sections checked before anything
+ * starts); LH_ECONFIG/the modules' config codes with err naming the line. */
+int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf *err);
+/* Starts child i (first start or a restart: the learner's restarts add
+ * --resume and the steps still to go). */
+int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err);
+/* The log file of child i. */
+void lh_launch_fleet_log_path(const lh_launch_fleet *f, size_t i, char *out, size_t bytes);
+
+/* ---- status ------------------------------------------------------------- */
+
+/* Renders one status screen of the fleet to out: the actors' newest
+ * heartbeats and the learner's newest train_steps row from the store (opened
+ * read-only, and closed again, each time), the launcher's restart counts
+ * and states. ansi: clear and redraw in place; else plain log lines. */
+void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64_t uptime_ms);
+
+#endif

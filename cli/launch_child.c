@@ -1,0 +1,76 @@
+/* cli: one supervised child process of `longhaul launch`. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/launch.h"
+
+static void log_line(int fd, const lh_launch_child *c, char *const argv[]) {
+  char line[LH_LAUNCH_COMMAND_BYTES + 256];
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  int n = snprintf(line, sizeof line, "launch: start name=%s attempt=%llu time=%04d-%02d-%02dT%02d:%02d:%02dZ command=",
+                   c->name, (unsigned long long)c->starts, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                   tm.tm_hour, tm.tm_min, tm.tm_sec);
+  for (int i = 0; argv[i] && n > 0 && (size_t)n < sizeof line - 2; i++)
+    n += snprintf(line + n, sizeof line - (size_t)n, "%s%s", i ? " " : "", argv[i]);
+  if (n < 0 || (size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
+  line[n++] = '\n';
+  ssize_t w = write(fd, line, (size_t)n);
+  (void)w;
+}
+
+int lh_launch_child_spawn(lh_launch_child *c, char *const argv[], const char *log_path, lh_errbuf *err) {
+  int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return lh_errbuf_set(err, LH_ESYS, "cannot open the log %s of %s: %s", log_path, c->name, strerror(errno));
+  log_line(fd, c, argv);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    int en = errno;
+    close(fd);
+    return lh_errbuf_set(err, LH_ESYS, "cannot fork %s: %s", c->name, strerror(en));
+  }
+  if (pid == 0) {
+    /* Own process group: a terminal's Ctrl-C reaches only the launcher. */
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127); /* the launcher died before prctl */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execvp(argv[0], argv);
+    dprintf(2, "launch: cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  close(fd);
+  setpgid(pid, pid); /* also here, so a signal sent at once finds the group */
+  c->pid = pid;
+  c->started_ms = lh_now_ns() / 1000000;
+  c->restart_at_ms = 0;
+  c->stopping = c->killed = 0;
+  c->starts++;
+  return 0;
+}
+
+void lh_launch_child_signal(lh_launch_child *c, int sig) {
+  if (!c || c->pid <= 0) return;
+  /* The group reaches what the child started itself (mpirun's ranks, a
+   * shell's command); the pid itself in case it left the group. */
+  kill(-c->pid, sig);
+  kill(c->pid, sig);
+}

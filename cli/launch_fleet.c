@@ -1,0 +1,161 @@
+/* cli: the children of a fleet and their command lines.
+ *
+ * Children, in the order they start (and the reverse of the order they
+ * stop): the env server (when [fleet] env_server is set), the learner
+ * (`longhaul learner`, or `mpirun -n M longhaul learner` for M > 1), then
+ * actors actor-0 .. actor-(N-1). Actor i is bound to learner rank i mod M:
+ * for M > 1 it gets --endpoint-offset (i mod M) * LH_LAUNCH_RANK_PORT_STRIDE. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "actors/actors.h"
+#include "cli/launch.h"
+#include "learner/learner.h"
+#include "model/model.h"
+#include "store/store.h"
+
+static int make_dirs(const char *path, lh_errbuf *err) {
+  char buf[LH_LAUNCH_PATH_BYTES];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1;; p++) {
+    if (*p == '/' || *p == 0) {
+      char c = *p;
+      *p = 0;
+      if (mkdir(buf, 0755) && errno != EEXIST)
+        return lh_errbuf_set(err, LH_ESYS, "cannot create the log directory %s: %s", buf, strerror(errno));
+      *p = c;
+      if (!c) break;
+    }
+  }
+  return 0;
+}
+
+int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf *err) {
+  memset(f, 0, sizeof *f);
+  LH_TRY(lh_launch_config_load(config_path, &f->fleet, err));
+  /* Every section is checked here, so a bad key stops the launch before
+   * any process starts (each child would only stop on its own). */
+  lh_learner_config lc;
+  LH_TRY(lh_learner_config_load(config_path, &lc, err));
+  lh_actors_config ac;
+  LH_TRY(lh_actors_config_load(config_path, &ac, err));
+  lh_model_config mc;
+  LH_TRY(lh_model_config_parse_file(config_path, &mc, err));
+  if (!realpath(config_path, f->config_path))
+    return lh_errbuf_set(err, LH_ESYS, "cannot resolve %s: %s", config_path, strerror(errno));
+  ssize_t n = readlink("/proc/self/exe", f->bin, sizeof f->bin - 1);
+  if (n <= 0 || (size_t)n >= sizeof f->bin - 1)
+    return lh_errbuf_set(err, LH_ESYS, "cannot find this binary through /proc/self/exe: %s", strerror(errno));
+  f->bin[n] = 0;
+  snprintf(f->db, sizeof f->db, "%s", lc.db);
+  const lh_launch_config *c = &f->fleet;
+  if (c->init[0]) {
+    char model[LH_LAUNCH_PATH_BYTES + 32];
+    snprintf(model, sizeof model, "%s/model.safetensors", c->init);
+    if (access(model, R_OK))
+      return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] init = %s: no readable %s (run `longhaul sft` first)",
+                           config_path, c->init, model);
+  }
+  if (c->learners > 1) {
+    /* Each rank's endpoints must shift cleanly: tcp:// only. */
+    char out[LH_LAUNCH_PATH_BYTES];
+    unsigned top = (unsigned)(c->learners - 1) * LH_LAUNCH_RANK_PORT_STRIDE;
+    const char *eps[] = {lc.ingest_endpoint, lc.weights_pub_endpoint, lc.weights_endpoint,
+                         ac.learner_endpoint, ac.weights_pub_endpoint, ac.weights_endpoint};
+    for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++)
+      if (lh_launch_endpoint_offset(eps[i], top, out, sizeof out, err))
+        return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] learners = %llu: %s", config_path,
+                             (unsigned long long)c->learners, err->msg);
+  }
+  LH_TRY(make_dirs(c->log_dir, err));
+  if (c->env_server[0]) {
+    lh_launch_child *ch = &f->child[f->n++];
+    snprintf(ch->name, sizeof ch->name, "env-server");
+    ch->role = LH_CHILD_ENV_SERVER;
+  }
+  lh_launch_child *lch = &f->child[f->n++];
+  snprintf(lch->name, sizeof lch->name, "learner");
+  lch->role = LH_CHILD_LEARNER;
+  for (uint64_t i = 0; i < c->actors; i++) {
+    lh_launch_child *ch = &f->child[f->n++];
+    snprintf(ch->name, sizeof ch->name, "actor-%llu", (unsigned long long)i);
+    ch->role = LH_CHILD_ACTOR;
+    ch->index = (int)i;
+  }
+  return 0;
+}
+
+void lh_launch_fleet_log_path(const lh_launch_fleet *f, size_t i, char *out, size_t bytes) {
+  snprintf(out, bytes, "%s/%s.log", f->fleet.log_dir, f->child[i].name);
+}
+
+/* Train steps the store already holds (so a restarted learner runs only
+ * the rest of [fleet] steps); 0 when the store cannot be read yet. */
+static uint64_t steps_in_store(const char *db) {
+  lh_store_options o;
+  lh_store_options_default(&o);
+  o.readonly = 1;
+  o.quick_check = 0;
+  lh_store *s = NULL;
+  lh_errbuf e;
+  if (lh_store_open_with(db, &o, &s, &e)) return 0;
+  lh_store_stats st;
+  uint64_t done = 0;
+  if (lh_store_stats_get(s, &st, &e) == 0 && st.train_steps) done = st.last_train_step + 1;
+  lh_store_close(s);
+  return done;
+}
+
+int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
+  lh_launch_child *c = &f->child[i];
+  const lh_launch_config *fc = &f->fleet;
+  char *argv[40];
+  int n = 0;
+  char steps[32], index[32], offset[32], learners[32];
+  if (c->role == LH_CHILD_ENV_SERVER) {
+    static char sh[] = "/bin/sh", dash_c[] = "-c";
+    static char cmd[LH_LAUNCH_COMMAND_BYTES + 8];
+    snprintf(cmd, sizeof cmd, "exec %s", fc->env_server);
+    argv[n++] = sh, argv[n++] = dash_c, argv[n++] = cmd;
+  } else if (c->role == LH_CHILD_LEARNER) {
+    if (fc->learners > 1) {
+      snprintf(learners, sizeof learners, "%llu", (unsigned long long)fc->learners);
+      argv[n++] = (char *)fc->mpirun, argv[n++] = "--oversubscribe", argv[n++] = "-n", argv[n++] = learners;
+    }
+    argv[n++] = f->bin, argv[n++] = "learner", argv[n++] = "--config", argv[n++] = f->config_path;
+    if (fc->init[0]) argv[n++] = "--init", argv[n++] = (char *)fc->init;
+    if (c->starts) argv[n++] = "--resume";
+    if (fc->steps) {
+      uint64_t done = c->starts ? steps_in_store(f->db) : 0;
+      f->steps_done = done;
+      if (done >= fc->steps) {
+        /* It finished its steps and died on the way out: nothing to redo. */
+        c->done = 1;
+        return 0;
+      }
+      snprintf(steps, sizeof steps, "%llu", (unsigned long long)(fc->steps - done));
+      argv[n++] = "--steps", argv[n++] = steps;
+    }
+  } else {
+    argv[n++] = f->bin, argv[n++] = "actor", argv[n++] = "--config", argv[n++] = f->config_path;
+    argv[n++] = "--name", argv[n++] = c->name;
+    snprintf(index, sizeof index, "%d", c->index);
+    argv[n++] = "--index", argv[n++] = index;
+    if (fc->init[0]) argv[n++] = "--ckpt", argv[n++] = (char *)fc->init;
+    if (fc->n_actor_envs) argv[n++] = "--env", argv[n++] = (char *)fc->actor_envs[(uint32_t)c->index % fc->n_actor_envs];
+    if (fc->learners > 1) {
+      snprintf(offset, sizeof offset, "%llu",
+               (unsigned long long)((uint64_t)c->index % fc->learners) * LH_LAUNCH_RANK_PORT_STRIDE);
+      argv[n++] = "--endpoint-offset", argv[n++] = offset;
+    }
+  }
+  argv[n] = NULL;
+  char log[LH_LAUNCH_PATH_BYTES + LH_LAUNCH_NAME_BYTES + 8];
+  lh_launch_fleet_log_path(f, i, log, sizeof log);
+  return lh_launch_child_spawn(c, argv, log, err);
+}

@@ -1,0 +1,167 @@
+/* cli: the fleet's status screen. Everything but the launcher's own
+ * process states and restart counts comes from the replay store, opened
+ * read-only for each screen (a reader never blocks the learner): the
+ * newest actor_heartbeats row of each actor and the newest train_steps row
+ * with its largest per-layer MaxVio. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "cli/launch.h"
+#include "store/store.h"
+
+#define STATUS_MAX_ACTORS LH_LAUNCH_MAX_ACTORS
+
+typedef struct {
+  int have;
+  char step[32], version[32], loss[32], reward[32], success[32], maxvio[32], busy[32];
+} learner_row;
+
+typedef struct {
+  size_t n;
+  lh_store_heartbeat *h;
+} heartbeats;
+
+static int on_heartbeat(void *ctx, const lh_store_heartbeat *h) {
+  heartbeats *hb = ctx;
+  if (hb->n < STATUS_MAX_ACTORS) hb->h[hb->n++] = *h;
+  return 0;
+}
+
+/* A number as text with the given precision; "-" for NULL. */
+static void num(const char *v, int prec, char *out, size_t bytes) {
+  if (!v) {
+    snprintf(out, bytes, "-");
+    return;
+  }
+  char *end;
+  double x = strtod(v, &end);
+  if (end == v) snprintf(out, bytes, "%.*s", (int)bytes - 1, v);
+  else if (prec < 0) snprintf(out, bytes, "%.0f", x);
+  else snprintf(out, bytes, "%.*f", prec, x);
+}
+
+static int on_step_row(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  learner_row *r = ctx;
+  if (ncols < 7) return 1;
+  r->have = 1;
+  num(values[0], -1, r->step, sizeof r->step);
+  num(values[1], -1, r->version, sizeof r->version);
+  num(values[2], 4, r->loss, sizeof r->loss);
+  num(values[3], 3, r->reward, sizeof r->reward);
+  num(values[4], 3, r->success, sizeof r->success);
+  num(values[5], 3, r->maxvio, sizeof r->maxvio);
+  num(values[6], 3, r->busy, sizeof r->busy);
+  return 1;
+}
+
+static const char *state_of(const lh_launch_child *c) {
+  if (c->pid > 0) return c->stopping ? "stopping" : "running";
+  if (c->done) return c->exited && WIFEXITED(c->last_status) && WEXITSTATUS(c->last_status) == 0 ? "exited" : "failed";
+  if (c->restart_at_ms) return "backoff";
+  return c->starts ? "down" : "starting";
+}
+
+static void rate(double v, int prec, char *out, size_t bytes) {
+  if (!isfinite(v)) snprintf(out, bytes, "-");
+  else snprintf(out, bytes, "%.*f", prec, v);
+}
+
+void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64_t uptime_ms) {
+  learner_row lr;
+  memset(&lr, 0, sizeof lr);
+  heartbeats hb = {0, calloc(STATUS_MAX_ACTORS, sizeof(lh_store_heartbeat))};
+  char store_note[LH_ERRMSG_BYTES + LH_LAUNCH_PATH_BYTES + 64] = "";
+  lh_store_options o;
+  lh_store_options_default(&o);
+  o.readonly = 1;
+  o.quick_check = 0;
+  o.max_wait_ms = 1000;
+  lh_store *s = NULL;
+  lh_errbuf e;
+  memset(&e, 0, sizeof e);
+  if (!hb.h) {
+    snprintf(store_note, sizeof store_note, "out of memory for the status");
+  } else if (lh_store_open_with(f->db, &o, &s, &e)) {
+    snprintf(store_note, sizeof store_note, "store %s not readable yet: %s", f->db, e.msg);
+  } else {
+    if (lh_store_sql(s,
+                     "SELECT step, version, loss, reward_mean, success_rate,"
+                     " (SELECT max(maxvio) FROM train_step_layers l WHERE l.step = t.step), busy_frac"
+                     " FROM train_steps t ORDER BY step DESC LIMIT 1",
+                     on_step_row, &lr, NULL, &e) ||
+        lh_store_latest_heartbeats(s, on_heartbeat, &hb, &e))
+      snprintf(store_note, sizeof store_note, "store %s: %s", f->db, e.msg);
+    lh_store_close(s);
+  }
+  int64_t now_wall = lh_wall_ms(), up = uptime_ms / 1000;
+  if (ansi) {
+    fprintf(out, "\033[H\033[2J");
+    fprintf(out, "longhaul launch %s  up %02lld:%02lld:%02lld  store %s  logs %s/\n\n", f->config_path,
+            (long long)(up / 3600), (long long)(up / 60 % 60), (long long)(up % 60), f->db, f->fleet.log_dir);
+    fprintf(out, "%-12s %-9s %8s %8s %8s %10s %8s %8s %8s %6s\n", "LEARNER", "state", "restarts", "step",
+            "version", "loss", "reward", "success", "maxvio", "busy");
+  }
+  for (size_t i = 0; i < f->n; i++) {
+    const lh_launch_child *c = &f->child[i];
+    if (c->role != LH_CHILD_LEARNER && c->role != LH_CHILD_ENV_SERVER) continue;
+    const char *step = lr.have ? lr.step : "-", *ver = lr.have ? lr.version : "-";
+    const char *loss = lr.have ? lr.loss : "-", *rw = lr.have ? lr.reward : "-";
+    const char *sr = lr.have ? lr.success : "-", *mv = lr.have ? lr.maxvio : "-", *bz = lr.have ? lr.busy : "-";
+    if (c->role == LH_CHILD_ENV_SERVER) step = ver = loss = rw = sr = mv = bz = "";
+    char name[80];
+    if (c->role == LH_CHILD_LEARNER && f->fleet.learners > 1)
+      snprintf(name, sizeof name, "learner x%llu", (unsigned long long)f->fleet.learners);
+    else
+      snprintf(name, sizeof name, "%s", c->name);
+    if (ansi)
+      fprintf(out, "%-12s %-9s %8llu %8s %8s %10s %8s %8s %8s %6s\n", name, state_of(c),
+              (unsigned long long)c->restarts, step, ver, loss, rw, sr, mv, bz);
+    else if (c->role == LH_CHILD_ENV_SERVER)
+      fprintf(out, "info launch: status name=%s state=%s restarts=%llu\n", c->name, state_of(c),
+              (unsigned long long)c->restarts);
+    else
+      fprintf(out,
+              "info launch: status name=%s ranks=%llu state=%s restarts=%llu step=%s version=%s loss=%s "
+              "reward_mean=%s success_rate=%s maxvio=%s busy_frac=%s\n",
+              c->name, (unsigned long long)f->fleet.learners, state_of(c), (unsigned long long)c->restarts, step,
+              ver, loss, rw, sr, mv, bz);
+  }
+  if (ansi)
+    fprintf(out, "\n%-12s %-9s %8s %8s %10s %6s %7s %6s %9s %8s %7s\n", "ACTOR", "state", "restarts", "eps/s",
+            "tokens/s", "lag", "outbox", "open", "episodes", "version", "hb_age");
+  for (size_t i = 0; i < f->n; i++) {
+    const lh_launch_child *c = &f->child[i];
+    if (c->role != LH_CHILD_ACTOR) continue;
+    const lh_store_heartbeat *h = NULL;
+    for (size_t j = 0; j < hb.n; j++)
+      if (!strcmp(hb.h[j].actor, c->name)) h = &hb.h[j];
+    char eps[24] = "-", tps[24] = "-", lag[24] = "-", outbox[24] = "-", open[24] = "-", done[24] = "-",
+         ver[24] = "-", age[24] = "-";
+    if (h) {
+      rate(h->episodes_per_s, 2, eps, sizeof eps);
+      rate(h->tokens_per_s, 1, tps, sizeof tps);
+      rate(h->policy_lag, 1, lag, sizeof lag);
+      snprintf(outbox, sizeof outbox, "%u", h->outbox_depth);
+      snprintf(open, sizeof open, "%u", h->open_episodes);
+      snprintf(done, sizeof done, "%llu", (unsigned long long)h->episodes_done);
+      snprintf(ver, sizeof ver, "%llu", (unsigned long long)h->policy_version);
+      snprintf(age, sizeof age, "%.1fs", (double)(now_wall - h->time_ms) / 1000.0);
+    }
+    if (ansi)
+      fprintf(out, "%-12s %-9s %8llu %8s %10s %6s %7s %6s %9s %8s %7s\n", c->name, state_of(c),
+              (unsigned long long)c->restarts, eps, tps, lag, outbox, open, done, ver, age);
+    else
+      fprintf(out,
+              "info launch: status name=%s state=%s restarts=%llu episodes_per_s=%s tokens_per_s=%s "
+              "policy_lag=%s outbox_depth=%s open_episodes=%s episodes_done=%s version=%s heartbeat_age=%s\n",
+              c->name, state_of(c), (unsigned long long)c->restarts, eps, tps, lag, outbox, open, done, ver, age);
+  }
+  if (store_note[0]) fprintf(out, ansi ? "\n%s\n" : "info launch: %s\n", store_note);
+  if (ansi) fprintf(out, "\nCtrl-C: ordered shutdown (actors, then the learner); twice: kill now.\n");
+  fflush(out);
+  free(hb.h);
+}
