@@ -9,6 +9,7 @@
 
 #include "actors/actors.h"
 #include "cli/commands.h"
+#include "cli/launch.h"
 #include "model/model.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -34,7 +35,12 @@ static void usage(FILE *out) {
           "               until SIGINT or SIGTERM)\n"
           "--ckpt DIR     start from DIR/model.safetensors; without it the model of\n"
           "               [model] samples nothing until the learner's first weights\n"
-          "               arrive\n\n"
+          "               arrive\n"
+          "--env NAME     this actor's environment instead of [env] name (the [env]\n"
+          "               options still apply)\n"
+          "--endpoint-offset K  add K to the port of every [actor] endpoint (tcp://\n"
+          "               only): learner rank r of `longhaul launch` binds at port +\n"
+          "               r*10\n\n"
           "SIGINT/SIGTERM: stop sampling, end open episodes as aborted, wait at most\n"
           "flush_timeout_ms for acks, exit 0.\n"
           "Exit codes: 0 ok, 1 runtime error, 2 usage or config error.\n");
@@ -55,8 +61,8 @@ int lh_cmd_actor(int argc, char **argv) {
     usage(stdout);
     return LH_EXIT_OK;
   }
-  const char *config = NULL, *name = NULL, *ckpt = NULL;
-  uint64_t index = 0, episodes = 0;
+  const char *config = NULL, *name = NULL, *ckpt = NULL, *env_name = NULL;
+  uint64_t index = 0, episodes = 0, endpoint_offset = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int bad = 0;
@@ -65,6 +71,9 @@ int lh_cmd_actor(int argc, char **argv) {
     else if (strcmp(a, "--ckpt") == 0 && v) ckpt = v, i++;
     else if (strcmp(a, "--index") == 0 && v) bad = parse_u64(v, &index), i++;
     else if (strcmp(a, "--episodes") == 0 && v) bad = parse_u64(v, &episodes), i++;
+    else if (strcmp(a, "--env") == 0 && v) env_name = v, i++;
+    else if (strcmp(a, "--endpoint-offset") == 0 && v)
+      bad = parse_u64(v, &endpoint_offset) || endpoint_offset > 65535, i++;
     else {
       fprintf(stderr, "longhaul actor: unknown or incomplete argument '%s'\n", a);
       usage(stderr);
@@ -85,6 +94,23 @@ int lh_cmd_actor(int argc, char **argv) {
   if (lh_actors_config_load(config, &acfg, &err) < 0) {
     fprintf(stderr, "longhaul actor: %s\n", err.msg);
     return LH_EXIT_USAGE;
+  }
+  if (env_name) {
+    if (!*env_name || strlen(env_name) >= sizeof acfg.env_name) {
+      fprintf(stderr, "longhaul actor: --env '%s' is not an environment name of 1..%zu bytes\n", env_name,
+              sizeof acfg.env_name - 1);
+      return LH_EXIT_USAGE;
+    }
+    snprintf(acfg.env_name, sizeof acfg.env_name, "%s", env_name);
+  }
+  char *endpoints[] = {acfg.learner_endpoint, acfg.weights_pub_endpoint, acfg.weights_endpoint};
+  for (size_t k = 0; k < sizeof endpoints / sizeof endpoints[0] && endpoint_offset; k++) {
+    char shifted[LH_ACTORS_ENDPOINT_BYTES];
+    if (lh_launch_endpoint_offset(endpoints[k], (unsigned)endpoint_offset, shifted, sizeof shifted, &err)) {
+      fprintf(stderr, "longhaul actor: --endpoint-offset %llu: %s\n", (unsigned long long)endpoint_offset, err.msg);
+      return LH_EXIT_USAGE;
+    }
+    memcpy(endpoints[k], shifted, sizeof shifted);
   }
   lh_model *model = NULL;
   if (ckpt) {

@@ -15,6 +15,7 @@ typedef struct {
   lh_command_fn run;
 } lh_command;
 
+int lh_cmd_launch(int argc, char **argv);
 int lh_cmd_replay(int argc, char **argv);
 int lh_cmd_envs(int argc, char **argv);
 int lh_cmd_init(int argc, char **argv);
