@@ -29,6 +29,13 @@ static inline float *lh_model_view(const lh_model *m, float *buf, int i) {
 /* A model with its table and parameter buffer but without initialisation. */
 int lh_model_new_uninit(const lh_model_config *cfg, const lh_backend *be, lh_model **out,
                         lh_errbuf *err);
+/* The same in two steps: the table only (params NULL; lh_model_free takes
+ * it), then the zeroed parameter buffer. The checkpoint loader checks a
+ * file against the table before it allocates, so that a small file whose
+ * config names a huge model is refused without allocating that model. */
+int lh_model_new_table(const lh_model_config *cfg, const lh_backend *be, lh_model **out,
+                       lh_errbuf *err);
+int lh_model_alloc_params(lh_model *m, lh_errbuf *err);
 
 /* cJSON object -> config (config.c). */
 int lh_model_config_from_json_obj(const void *obj, lh_model_config *cfg, lh_errbuf *err);

@@ -88,8 +88,8 @@ static void build_table(lh_model *m, int *count, size_t *offset) {
   m->out = add(m, count, offset, "out", 1, 1, 2, c->vocab, d, 0);
 }
 
-int lh_model_new_uninit(const lh_model_config *cfg, const lh_backend *be, lh_model **out,
-                        lh_errbuf *err) {
+int lh_model_new_table(const lh_model_config *cfg, const lh_backend *be, lh_model **out,
+                       lh_errbuf *err) {
   if (!cfg || !be || !out) return LH_EINVAL;
   *out = NULL;
   LH_TRY(lh_model_config_validate(cfg, err));
@@ -107,13 +107,26 @@ int lh_model_new_uninit(const lh_model_config *cfg, const lh_backend *be, lh_mod
     return LH_ENOMEM;
   }
   build_table(m, &m->n_tensors, &m->n_floats);
-  m->params = be->alloc(be->context, m->n_floats * sizeof(float));
-  if (!m->params || be->zero(be->context, m->params, m->n_floats * sizeof(float))) {
-    lh_model_free(m);
-    return lh_errbuf_set(err, LH_ENOMEM, "cannot allocate %zu parameters", m->n_floats);
-  }
   *out = m;
   return LH_OK;
+}
+
+int lh_model_alloc_params(lh_model *m, lh_errbuf *err) {
+  m->params = m->be->alloc(m->be->context, m->n_floats * sizeof(float));
+  if (!m->params || m->be->zero(m->be->context, m->params, m->n_floats * sizeof(float)))
+    return lh_errbuf_set(err, LH_ENOMEM, "cannot allocate %zu parameters", m->n_floats);
+  return LH_OK;
+}
+
+int lh_model_new_uninit(const lh_model_config *cfg, const lh_backend *be, lh_model **out,
+                        lh_errbuf *err) {
+  LH_TRY(lh_model_new_table(cfg, be, out, err));
+  int rc = lh_model_alloc_params(*out, err);
+  if (rc) {
+    lh_model_free(*out);
+    *out = NULL;
+  }
+  return rc;
 }
 
 int lh_model_new(const lh_model_config *cfg, const lh_backend *be, lh_model **out,

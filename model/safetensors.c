@@ -210,7 +210,7 @@ static int load_parsed(const cJSON *root, const unsigned char *data, size_t data
     return lh_errbuf_set(err, LH_EMODEL_CKPT_METADATA, "checkpoint '%s': metadata config: %s",
                          path, sub.msg);
   lh_model *m = NULL;
-  LH_TRY(lh_model_new_uninit(&cfg, be, &m, err));
+  LH_TRY(lh_model_new_table(&cfg, be, &m, err));
   span *spans = calloc((size_t)m->n_tensors, sizeof *spans);
   char *seen = calloc((size_t)m->n_tensors, 1);
   int rc = spans && seen ? LH_OK : LH_ENOMEM, n = 0;
@@ -248,6 +248,8 @@ static int load_parsed(const cJSON *root, const unsigned char *data, size_t data
     rc = lh_errbuf_set(err, LH_EMODEL_CKPT_SIZE,
                        "checkpoint '%s' has %zu bytes after its last tensor", path,
                        data_bytes - at);
+  /* allocated only now that the file is known to hold every tensor */
+  if (!rc) rc = lh_model_alloc_params(m, err);
   float *host = rc ? NULL : calloc(m->n_floats, sizeof(float));
   if (!rc && !host) rc = LH_ENOMEM;
   for (int i = 0; !rc && i < n; i++) {
