@@ -107,6 +107,10 @@ typedef struct {
   lh_zsock_zap *zap;     /* the ZAP handler when CURVE is on */
   lh_learner_state st;
   uint64_t last_ckpt_step;
+  /* The learner ranks (learner.h): rank 0 alone has the weights sockets,
+   * writes checkpoints and the run's rows. Borrowed from lh_cmd_learner. */
+  lh_learner_comm *comm;
+  int rank, ranks;
 } learner;
 
 static void learner_close(learner *L) {
@@ -122,6 +126,7 @@ static void learner_close(learner *L) {
 /* Serializes the live parameters and publishes them as the trainer's
  * version, recording it in the store. */
 static int publish(learner *L, lh_errbuf *err) {
+  if (!L->pub) return 0;  /* not rank 0 */
   unsigned char *bytes = NULL;
   size_t n = 0;
   int rc = lh_model_serialize(L->m, &bytes, &n);
@@ -145,9 +150,25 @@ static int publish(learner *L, lh_errbuf *err) {
   return rc;
 }
 
+/* Collective with several ranks: every rank's done set goes to rank 0, the
+ * ranks' weights are checked to be the same, and rank 0 writes. */
 static int checkpoint(learner *L, lh_errbuf *err) {
   lh_learner_trainer_state(L->trainer, &L->st);
   char path[LH_LEARNER_TEXT_BYTES];
+  if (L->ranks > 1) {
+    uint64_t hash = 0;
+    int same = 0;
+    LH_TRY(lh_learner_trainer_gather_done(L->trainer, err));
+    LH_TRY(lh_learner_trainer_params_hash(L->trainer, &hash, err));
+    LH_TRY(lh_learner_comm_same_u64(L->comm, hash, &same, err));
+    if (!same)
+      return lh_errbuf_set(err, LH_ELEARNER_COMM, "the %d learner ranks hold different weights at step %llu", L->ranks,
+                           (unsigned long long)L->st.step);
+    if (L->rank != 0) {
+      L->last_ckpt_step = L->st.step;
+      return 0;
+    }
+  }
   int rc = lh_learner_ckpt_save(L->cfg.ckpt_dir, L->m, &L->st, L->trainer, path, err);
   if (!rc) {
     L->last_ckpt_step = L->st.step;
@@ -164,6 +185,12 @@ static int open_all(learner *L, const args *a, lh_errbuf *err, int *usage_error)
   LH_TRY(lh_actors_config_load(a->config, &ac, err));
   lh_model_config mc;
   LH_TRY(lh_model_config_parse_file(a->config, &mc, err));
+  /* This rank's own ingest port and store file (learner.h, "learner ranks"). */
+  char rank_text[LH_LEARNER_TEXT_BYTES];
+  LH_TRY(lh_learner_rank_endpoint(L->cfg.ingest_endpoint, L->rank, rank_text, err));
+  memcpy(L->cfg.ingest_endpoint, rank_text, sizeof rank_text);
+  LH_TRY(lh_learner_rank_db(L->cfg.db, L->rank, rank_text, err));
+  memcpy(L->cfg.db, rank_text, sizeof rank_text);
   *usage_error = 0;
   const lh_backend *be = lh_backend_cpu();
   memset(&L->st, 0, sizeof L->st);
@@ -188,12 +215,30 @@ static int open_all(learner *L, const args *a, lh_errbuf *err, int *usage_error)
   LH_TRY(lh_store_open(L->cfg.db, &L->store, err));
   LH_TRY(lh_learner_trainer_new(L->m, L->store, &L->cfg, (float)ac.temperature, resumed ? &L->st : NULL,
                                 &L->trainer, err));
+  LH_TRY(lh_learner_trainer_set_comm(L->trainer, L->comm, err));
   if (resumed) LH_TRY(lh_learner_trainer_load_done(L->trainer, from, L->st.ingest_position, err));
+  if (L->ranks > 1) {
+    /* Every rank starts from the same weights and step (the same
+     * checkpoint, --init directory or [model] seed). */
+    uint64_t hash = 0;
+    int same_step = 0, same_weights = 0;
+    LH_TRY(lh_learner_comm_same_u64(L->comm, L->st.step, &same_step, err));
+    LH_TRY(lh_learner_trainer_params_hash(L->trainer, &hash, err));
+    LH_TRY(lh_learner_comm_same_u64(L->comm, hash, &same_weights, err));
+    if (!same_step || !same_weights)
+      return lh_errbuf_set(err, LH_ELEARNER_COMM,
+                           "the %d learner ranks start from different %s: give them the same ckpt_dir, --init "
+                           "directory and [model] section",
+                           L->ranks, same_step ? "weights" : "steps");
+    LH_INFO("learner", "rank=%d ranks=%d comm=%s ingest=%s db=%s", L->rank, L->ranks,
+            lh_learner_comm_name(L->comm), L->cfg.ingest_endpoint, L->cfg.db);
+  }
   L->zctx = zmq_ctx_new();
   if (!L->zctx) return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "cannot create a ZeroMQ context");
   LH_TRY(lh_learner_curve_start(L->zctx, &L->cfg, &L->curve, &L->zap, err));
   L->ingest = lh_learner_ingest_new_curve(L->zctx, L->cfg.ingest_endpoint, L->store, NULL, &L->curve, err);
   if (!L->ingest) return err->code;
+  if (L->rank != 0) return 0;  /* rank 0 alone serves the weights */
   L->pub = lh_learner_publisher_new_curve(L->zctx, L->cfg.weights_pub_endpoint, L->cfg.weights_endpoint,
                                           LEARNER_CHUNK_BYTES, &L->curve, err);
   if (!L->pub) return err->code;
@@ -212,7 +257,17 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
           (unsigned long long)c->received, (unsigned long long)c->stored, (unsigned long long)c->duplicates,
           (unsigned long long)c->rejected, (unsigned long long)c->retried, (unsigned long long)c->hellos,
           (unsigned long long)c->heartbeats, (unsigned long long)ad->admitted,
-          (unsigned long long)ad->dropped_stale, (unsigned long long)pc->chunks_sent, busy);
+          (unsigned long long)ad->dropped_stale, (unsigned long long)(pc ? pc->chunks_sent : 0), busy);
+}
+
+/* Whether to stop now; with several ranks they stop at the same turn (a
+ * signal reaches them at different moments), or a collective would wait
+ * for a rank that left. */
+static int agree_stop(learner *L, const args *a, uint64_t steps_run, int *stop, lh_errbuf *err) {
+  double flag = stop_requested || (a->steps && steps_run >= a->steps);
+  LH_TRY(lh_learner_comm_allreduce_f64(L->comm, &flag, 1, LH_LEARNER_COMM_MAX, err));
+  *stop = flag > 0;
+  return 0;
 }
 
 static int run_loop(learner *L, const args *a, lh_errbuf *err) {
@@ -220,10 +275,13 @@ static int run_loop(learner *L, const args *a, lh_errbuf *err) {
   int64_t now = lh_now_ns(), last_scan = 0, last_announce = now, last_status = now, start = now;
   double busy_ms = 0;  /* time in training steps: the busy fraction's numerator */
   int64_t last_abort_sweep = now;
-  while (!stop_requested && (!a->steps || steps_run < a->steps)) {
+  for (;;) {
+    int stop = 0;
+    LH_TRY(agree_stop(L, a, steps_run, &stop, err));
+    if (stop) break;
     size_t handled = 0, served = 0;
     LH_TRY(lh_learner_ingest_poll(L->ingest, LEARNER_POLL_MS, &handled, err));
-    LH_TRY(lh_learner_publisher_poll(L->pub, 0, &served, err));
+    if (L->pub) LH_TRY(lh_learner_publisher_poll(L->pub, 0, &served, err));
     now = lh_now_ns();
     if (!last_scan || now - last_scan > LEARNER_SCAN_NS) {
       LH_TRY(lh_learner_trainer_scan(L->trainer, NULL, err));
@@ -244,6 +302,9 @@ static int run_loop(learner *L, const args *a, lh_errbuf *err) {
               "lag_mean=%.3g logp_diff=%.3g grad_norm=%.4g lr=%.3g skipped=%d step_ms=%.1f",
               (unsigned long long)s.step, (unsigned long long)s.version, s.loss, s.reward_mean, s.success_rate,
               s.episodes, s.tokens, s.lag_mean, s.logp_diff, s.grad_norm, s.lr, s.skipped, s.step_ms);
+      if (L->ranks > 1)
+        LH_INFO("learner", "ranks=%d step=%llu allreduce_ms=%.2f step_ms=%.1f", L->ranks, (unsigned long long)s.step,
+                s.allreduce_ms, s.step_ms);
       if (!s.skipped) LH_TRY(publish(L, err));
       if ((s.step + 1) % L->cfg.ckpt_every == 0) LH_TRY(checkpoint(L, err));
     }
@@ -260,7 +321,7 @@ static int run_loop(learner *L, const args *a, lh_errbuf *err) {
                 (unsigned long long)L->cfg.abort_after_ms);
       last_abort_sweep = now;
     }
-    if (now - last_announce > LEARNER_ANNOUNCE_NS) {
+    if (L->pub && now - last_announce > LEARNER_ANNOUNCE_NS) {
       LH_TRY(lh_learner_publisher_announce(L->pub, err));
       last_announce = now;
     }
@@ -297,19 +358,44 @@ int lh_cmd_learner(int argc, char **argv) {
   lh_errbuf err;
   memset(&err, 0, sizeof err);
   int usage_error = 0;
+  /* One rank, or one of an mpirun job (MPI is started only then). */
+  lh_learner_comm *comm = NULL;
+  if (lh_learner_comm_open(&comm, &err)) {
+    fprintf(stderr, "longhaul learner: %s\n", err.msg);
+    return LH_EXIT_RUNTIME;
+  }
+  L.comm = comm, L.rank = lh_learner_comm_rank(comm), L.ranks = lh_learner_comm_size(comm);
   int rc = open_all(&L, &a, &err, &usage_error);
   if (rc) {
-    fprintf(stderr, "longhaul learner: %s\n", err.msg);
+    fprintf(stderr, "longhaul learner: %s%s\n", L.ranks > 1 ? "rank failed, ending the job: " : "", err.msg);
     learner_close(&L);
+    /* The other ranks would wait for this one for ever. */
+    lh_learner_comm_abort(comm, usage_error ? LH_EXIT_USAGE : LH_EXIT_RUNTIME);
+    lh_learner_comm_close(comm);
     return usage_error ? LH_EXIT_USAGE : LH_EXIT_RUNTIME;
   }
   rc = run_loop(&L, &a, &err);
   if (rc) fprintf(stderr, "longhaul learner: %s\n", err.msg);
-  /* A final checkpoint, unless this step already has one. */
+  if (rc && L.ranks > 1) {
+    fprintf(stderr, "longhaul learner: rank %d of %d failed, ending the job (restart it with --resume)\n", L.rank,
+            L.ranks);
+    learner_close(&L);
+    lh_learner_comm_abort(comm, LH_EXIT_RUNTIME);
+    lh_learner_comm_close(comm);
+    return LH_EXIT_RUNTIME;
+  }
+  /* A final checkpoint, unless this step already has one (rank 0 decides
+   * for every rank: the checkpoint is collective). */
   lh_learner_state now;
   memset(&now, 0, sizeof now);
   lh_learner_trainer_state(L.trainer, &now);
-  if (now.step != L.last_ckpt_step || !lh_learner_ckpt_exists(L.cfg.ckpt_dir)) {
+  double want_final = now.step != L.last_ckpt_step || !lh_learner_ckpt_exists(L.cfg.ckpt_dir);
+  if (L.ranks > 1 && lh_learner_comm_bcast(comm, &want_final, sizeof want_final, 0, &err)) {
+    fprintf(stderr, "longhaul learner: %s\n", err.msg);
+    rc = err.code;
+    want_final = 0;
+  }
+  if (want_final > 0) {
     lh_errbuf ce;
     if (checkpoint(&L, &ce)) {
       fprintf(stderr, "longhaul learner: final checkpoint failed: %s\n", ce.msg);
@@ -317,5 +403,7 @@ int lh_cmd_learner(int argc, char **argv) {
     }
   }
   learner_close(&L);
+  if (rc && L.ranks > 1) lh_learner_comm_abort(comm, LH_EXIT_RUNTIME);
+  lh_learner_comm_close(comm);
   return rc ? LH_EXIT_RUNTIME : LH_EXIT_OK;
 }

@@ -2,6 +2,7 @@
  * a step does). Episodes are read back from the store at training time, so
  * the batcher only holds ids and rewards, and memory stays bounded by one
  * batch's tokens. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,12 @@ struct lh_learner_trainer {
   lh_learner_batch_item *items;
   size_t cap_items;
   float *scratch_bias;
+  /* The learner's ranks (NULL: one); rank 0 keeps the other ranks' done
+   * sets from the last gather for its checkpoint (others[r - 1]). */
+  lh_learner_comm *comm;
+  int rank;
+  id_set *others;
+  size_t n_others;
   int64_t last_row_ns;  /* when the previous train_steps row (or the trainer) was made */
 };
 
@@ -114,7 +121,22 @@ void lh_learner_trainer_free(lh_learner_trainer *t) {
   free(t->done.ids);
   free(t->items);
   free(t->scratch_bias);
+  for (size_t i = 0; i < t->n_others; i++) free(t->others[i].ids);
+  free(t->others);
   free(t);
+}
+
+int lh_learner_trainer_set_comm(lh_learner_trainer *t, lh_learner_comm *c, lh_errbuf *err) {
+  if (!t) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer");
+  const lh_model_config *mc = lh_model_get_config(t->m);
+  if (lh_learner_comm_size(c) > 1 && mc->balance == LH_BALANCE_QUANTILE)
+    return lh_errbuf_set(err, LH_ELEARNER_COMM,
+                         "train: [model] balance = quantile needs every token's router scores and cannot run on %d "
+                         "learner ranks; use balance = bias, or one learner",
+                         lh_learner_comm_size(c));
+  t->comm = c;
+  t->rank = lh_learner_comm_rank(c);
+  return 0;
 }
 
 uint64_t lh_learner_trainer_version(const lh_learner_trainer *t) { return t ? t->version : 0; }
@@ -354,13 +376,49 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
   return rc;
 }
 
+/* Sums what every rank's batch gave, in place, before the clip and the
+ * optimizer: the gradients (one flat buffer), the routers' expert counts
+ * (so the bias update and MaxVio see the global loads), the loss sums and
+ * the non-finite flag (so a skipped step is skipped on every rank), and the
+ * largest lag and alignment figures. */
+static int reduce_step(lh_learner_trainer *t, step_acc *acc, lh_errbuf *err) {
+  LH_TRY(lh_learner_comm_allreduce_backend_f32(t->comm, lh_model_grads(t->m), lh_model_n_floats(t->m), err));
+  const lh_model_config *mc = lh_model_get_config(t->m);
+  double *counts, *pairs;
+  int rc = lh_model_balancer_counts(t->balancer, &counts, &pairs);
+  if (rc) return lh_errbuf_set(err, rc, "train: balancer counts: %s", lh_strerror(rc));
+  LH_TRY(lh_learner_comm_allreduce_f64(t->comm, counts, (size_t)mc->layers * (size_t)mc->experts,
+                                       LH_LEARNER_COMM_SUM, err));
+  LH_TRY(lh_learner_comm_allreduce_f64(t->comm, pairs, (size_t)mc->layers, LH_LEARNER_COMM_SUM, err));
+  double sum[7] = {acc->loss, acc->policy_loss, acc->clip_sum, acc->lag_sum, (double)acc->tokens,
+                   (double)acc->current, (double)acc->nonfinite};
+  LH_TRY(lh_learner_comm_allreduce_f64(t->comm, sum, 7, LH_LEARNER_COMM_SUM, err));
+  double mx[2] = {acc->lag_max, acc->logp_diff};
+  LH_TRY(lh_learner_comm_allreduce_f64(t->comm, mx, 2, LH_LEARNER_COMM_MAX, err));
+  acc->loss = sum[0], acc->policy_loss = sum[1], acc->clip_sum = sum[2], acc->lag_sum = sum[3];
+  acc->tokens = (size_t)sum[4], acc->current = (size_t)sum[5], acc->nonfinite = sum[6] > 0;
+  acc->lag_max = mx[0], acc->logp_diff = mx[1];
+  return 0;
+}
+
 /* One batch, if one is ready (*took = 1); *stepped = 1 when it trained. */
 static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_train_stats *stats,
                      lh_errbuf *err) {
   *took = 0;
   size_t n = 0;
+  /* With several ranks, a step is taken only when every rank has a batch
+   * (the same test as lh_learner_batcher_take's), so no rank trains alone
+   * and every rank makes the same number of steps. */
+  int multi = lh_learner_comm_size(t->comm) > 1;
+  if (multi) {
+    double all_ready = lh_learner_batcher_ready(t->batcher) >= t->cfg.batch_episodes;
+    LH_TRY(lh_learner_comm_allreduce_f64(t->comm, &all_ready, 1, LH_LEARNER_COMM_MIN, err));
+    if (all_ready < 1) return 0;
+  }
   int ready = lh_learner_batcher_take(t->batcher, t->items, t->cap_items, &n, err);
   if (ready < 0) return ready;
+  if (multi && (!ready || n == 0))
+    return lh_errbuf_set(err, LH_ELEARNER_COMM, "train: rank %d said a batch was ready but has none", t->rank);
   if (!ready || n == 0) return 0;
   *took = 1;
   int64_t t0 = lh_now_ns();
@@ -434,11 +492,16 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   }
   size_t N = 0;
   for (size_t i = 0; i < m; i++) N += eps[i]->sampled;
+  /* The loss is a mean over the sampled tokens of every rank's batch. A
+   * rank with nothing to train on still takes part (its gradient is 0). */
+  double gN = (double)N;
+  if (!rc && multi) rc = lh_learner_comm_allreduce_f64(t->comm, &gN, 1, LH_LEARNER_COMM_SUM, err);
   lh_learner_train_stats st = {.step = t->step, .episodes = m};
   double lr = lh_learner_lr_at(t->cfg.lr, t->cfg.warmup_steps, t->cfg.total_steps, t->step);
   st.lr = lr;
-  if (!rc && m > 0 && N > 0) {
-    rc = lh_learner_advantages(t->cfg.advantage, all_rewards, all_keys, n, &t->baseline, all_advs, err);
+  double reduce_ms0 = lh_learner_comm_backend_ms(t->comm);
+  if (!rc && gN > 0) {
+    if (m > 0) rc = lh_learner_advantages(t->cfg.advantage, all_rewards, all_keys, n, &t->baseline, all_advs, err);
     for (size_t i = 0; i < m && !rc; i++) advs[i] = all_advs[item_of[i]];
     if (!rc) rc = lh_model_zero_grads(t->m);
     step_acc acc = {0};
@@ -449,9 +512,10 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
         break;
       }
       lh_learner_episode_broadcast(eps[i], advs[i], adv);
-      rc = train_episode(t, eps[i], adv, (double)N, &acc, err);
+      rc = train_episode(t, eps[i], adv, gN, &acc, err);
       free(adv);
     }
+    if (!rc && multi) rc = reduce_step(t, &acc, err);
     if (!rc) {
       const lh_backend *be = lh_model_backend(t->m);
       double sq = 0;
@@ -483,6 +547,15 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   double rsum = 0;
   size_t succ = 0;
   for (size_t i = 0; i < m; i++) rsum += rewards[i], succ += (size_t)success[i];
+  double dropped_stale = (double)t->admission.dropped_stale;
+  if (!rc && multi && gN > 0) {
+    /* The train_steps row's figures over every rank's batch. */
+    double v[4] = {rsum, (double)succ, (double)m, dropped_stale};
+    rc = lh_learner_comm_allreduce_f64(t->comm, v, 4, LH_LEARNER_COMM_SUM, err);
+    rsum = v[0], succ = (size_t)v[1], m = (size_t)v[2], dropped_stale = v[3];
+    st.episodes = m;
+  }
+  st.allreduce_ms = lh_learner_comm_backend_ms(t->comm) - reduce_ms0;
   st.reward_mean = m ? rsum / (double)m : 0;
   st.success_rate = m ? (double)succ / (double)m : 0;
   for (size_t i = 0; i < n; i++) {
@@ -492,7 +565,7 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   free(eps), free(segs), free(n_segs), free(rewards), free(advs), free(keys), free(success);
   free(all_rewards), free(all_advs), free(all_keys), free(item_of);
   if (rc) return rc;
-  if (m == 0 || N == 0) return 0;  /* nothing to train on: no step */
+  if (gN == 0) return 0;  /* nothing to train on (on any rank): no step */
   t->step++;
   st.version = t->version;
   int64_t row_ns = lh_now_ns();
@@ -506,13 +579,14 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   memset(&row, 0, sizeof row);
   row.step = st.step, row.version = st.version, row.loss = st.loss, row.reward_mean = st.reward_mean;
   row.success_rate = st.success_rate, row.tokens = st.tokens, row.episodes = (uint32_t)st.episodes;
-  row.dropped_stale = (uint32_t)t->admission.dropped_stale, row.lag_mean = st.lag_mean;
+  row.dropped_stale = (uint32_t)dropped_stale, row.lag_mean = st.lag_mean;
   row.lag_max = st.lag_max, row.logp_diff = st.logp_diff, row.grad_norm = st.grad_norm, row.lr = st.lr;
   row.skipped = st.skipped, row.step_ms = st.step_ms, row.busy_frac = st.busy_frac;
   const lh_model_config *mc = lh_model_get_config(t->m);
   row.layers = (uint32_t)(mc->layers < LH_STORE_MAX_LAYERS ? mc->layers : LH_STORE_MAX_LAYERS);
   for (uint32_t l = 0; l < row.layers; l++) row.maxvio[l] = lh_model_balancer_maxvio(t->balancer, (int)l);
-  rc = lh_store_put_train_step(t->store, &row, NULL, err);
+  /* Rank 0 writes the run's row; the others' stores hold episodes only. */
+  if (t->rank == 0) rc = lh_store_put_train_step(t->store, &row, NULL, err);
   if (rc) return rc;
   if (stats) *stats = st;
   *stepped = 1;
@@ -541,17 +615,15 @@ static uint64_t get_u64(const uint8_t *b) {
 
 #define DONE_MAGIC "LHDONE01"
 
-int lh_learner_trainer_save_done(const lh_learner_trainer *t, const char *dir, lh_errbuf *err) {
-  if (!t || !dir) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or directory");
-  size_t bytes = 16 + 8 * t->done.n + 8;
+/* Writes set as a checksummed id list at path. */
+static int write_done_file(const id_set *set, const char *path, lh_errbuf *err) {
+  size_t bytes = 16 + 8 * set->n + 8;
   uint8_t *buf = malloc(bytes);
-  if (!buf) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory saving %zu episode ids", t->done.n);
+  if (!buf) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory saving %zu episode ids", set->n);
   memcpy(buf, DONE_MAGIC, 8);
-  put_u64(buf + 8, t->done.n);
-  for (size_t i = 0; i < t->done.n; i++) put_u64(buf + 16 + 8 * i, t->done.ids[i]);
+  put_u64(buf + 8, set->n);
+  for (size_t i = 0; i < set->n; i++) put_u64(buf + 16 + 8 * i, set->ids[i]);
   put_u64(buf + bytes - 8, lh_hash64(buf, bytes - 8, 0));
-  char path[2 * LH_LEARNER_TEXT_BYTES];
-  snprintf(path, sizeof path, "%s/%s", dir, LH_LEARNER_EPISODES_FILE);
   FILE *f = fopen(path, "wb");
   int rc = 0;
   if (!f || fwrite(buf, 1, bytes, f) != bytes || fflush(f) || fsync(fileno(f)))
@@ -561,19 +633,45 @@ int lh_learner_trainer_save_done(const lh_learner_trainer *t, const char *dir, l
   return rc;
 }
 
-int lh_learner_trainer_load_done(lh_learner_trainer *t, const char *dir, uint64_t expected, lh_errbuf *err) {
+/* The done file of rank r inside a checkpoint directory. */
+static void done_path(const char *dir, int rank, char *path, size_t size) {
+  if (rank == 0) snprintf(path, size, "%s/%s", dir, LH_LEARNER_EPISODES_FILE);
+  else snprintf(path, size, "%s/episodes_done.rank%d.bin", dir, rank);
+}
+
+int lh_learner_trainer_save_done(const lh_learner_trainer *t, const char *dir, lh_errbuf *err) {
   if (!t || !dir) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or directory");
   char path[2 * LH_LEARNER_TEXT_BYTES];
-  snprintf(path, sizeof path, "%s/%s", dir, LH_LEARNER_EPISODES_FILE);
+  done_path(dir, 0, path, sizeof path);
+  LH_TRY(write_done_file(&t->done, path, err));
+  /* The other ranks' sets as of the last gather (rank 0 only). */
+  for (size_t r = 1; r <= t->n_others; r++) {
+    done_path(dir, (int)r, path, sizeof path);
+    LH_TRY(write_done_file(&t->others[r - 1], path, err));
+  }
+  return 0;
+}
+
+/* Adds the ids of the done file at path; expected is the count it must
+ * hold, or UINT64_MAX for whatever its checksummed header says. */
+static int load_done_file(lh_learner_trainer *t, const char *path, uint64_t expected, lh_errbuf *err) {
   FILE *f = fopen(path, "rb");
-  if (!f) return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot open %s", path);
+  if (!f)
+    return lh_errbuf_set(err, LH_ELEARNER_CKPT,
+                         "checkpoint: cannot open %s: %s (a rank's list is missing when the checkpoint's run had "
+                         "fewer learner ranks; resume with at most that many)",
+                         path, strerror(errno));
   uint8_t head[16];
   int rc = 0;
-  if (fread(head, 1, 16, f) != 16 || memcmp(head, DONE_MAGIC, 8) || get_u64(head + 8) != expected)
+  if (fread(head, 1, 16, f) != 16 || memcmp(head, DONE_MAGIC, 8) ||
+      (expected != UINT64_MAX && get_u64(head + 8) != expected))
     rc = lh_errbuf_set(err, LH_ELEARNER_CKPT,
                        "checkpoint: %s is not the episode list of this state (%llu episodes expected)", path,
                        (unsigned long long)expected);
-  size_t bytes = 16 + 8 * (size_t)expected + 8;
+  uint64_t count = rc ? 0 : get_u64(head + 8);
+  if (!rc && count > (SIZE_MAX - 24) / 8)
+    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: %s claims %llu episodes", path, (unsigned long long)count);
+  size_t bytes = 16 + 8 * (size_t)count + 8;
   uint8_t *buf = rc ? NULL : malloc(bytes);
   if (!rc && !buf) rc = lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory");
   if (!rc) {
@@ -582,9 +680,70 @@ int lh_learner_trainer_load_done(lh_learner_trainer *t, const char *dir, uint64_
         get_u64(buf + bytes - 8) != lh_hash64(buf, bytes - 8, 0))
       rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: %s is truncated or fails its checksum", path);
   }
-  for (size_t i = 0; !rc && i < expected; i++)
+  for (size_t i = 0; !rc && i < count; i++)
     if (set_add(&t->done, get_u64(buf + 16 + 8 * i))) rc = lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory");
   free(buf);
   fclose(f);
+  return rc;
+}
+
+int lh_learner_trainer_load_done(lh_learner_trainer *t, const char *dir, uint64_t expected, lh_errbuf *err) {
+  if (!t || !dir) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or directory");
+  char path[2 * LH_LEARNER_TEXT_BYTES];
+  done_path(dir, t->rank, path, sizeof path);
+  /* expected is the state's ingest_position, rank 0's count; another
+   * rank's file carries its own. */
+  return load_done_file(t, path, t->rank == 0 ? expected : UINT64_MAX, err);
+}
+
+int lh_learner_trainer_gather_done(lh_learner_trainer *t, lh_errbuf *err) {
+  if (!t) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer");
+  int size = lh_learner_comm_size(t->comm);
+  if (size == 1) return 0;
+  id_set *others = NULL;
+  if (t->rank == 0 && !(others = calloc((size_t)size - 1, sizeof *others)))
+    return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory gathering the ranks' episode lists");
+  int rc = 0;
+  /* Rank by rank: its count, then its ids, broadcast from it. Every rank
+   * takes part in every broadcast; rank 0 keeps what it receives. */
+  for (int r = 1; r < size && !rc; r++) {
+    uint64_t count = t->rank == r ? (uint64_t)t->done.n : 0;
+    rc = lh_learner_comm_bcast(t->comm, &count, sizeof count, r, err);
+    if (rc) break;
+    uint64_t *ids = t->rank == r ? t->done.ids : malloc((count ? count : 1) * sizeof *ids);
+    if (!ids) {
+      /* A rank that cannot take part would leave the others waiting. */
+      lh_learner_comm_abort(t->comm, 1);
+      rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for rank %d's %llu episode ids", r,
+                         (unsigned long long)count);
+      break;
+    }
+    rc = lh_learner_comm_bcast(t->comm, ids, count * sizeof *ids, r, err);
+    if (t->rank == 0 && !rc) others[r - 1] = (id_set){.ids = ids, .n = count, .cap = count};
+    else if (t->rank != r) free(ids);
+  }
+  if (t->rank == 0) {
+    if (rc) {
+      for (int r = 0; r < size - 1; r++) free(others[r].ids);
+      free(others);
+      return rc;
+    }
+    for (size_t i = 0; i < t->n_others; i++) free(t->others[i].ids);
+    free(t->others);
+    t->others = others, t->n_others = (size_t)size - 1;
+  }
+  return rc;
+}
+
+int lh_learner_trainer_params_hash(const lh_learner_trainer *t, uint64_t *hash, lh_errbuf *err) {
+  if (!t || !hash) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or hash");
+  size_t bytes = lh_model_n_floats(t->m) * sizeof(float);
+  float *host = malloc(bytes);
+  if (!host) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory hashing %zu bytes of parameters", bytes);
+  const lh_backend *be = lh_model_backend(t->m);
+  int rc = be->download(be->context, host, lh_model_params(t->m), bytes);
+  if (rc) lh_errbuf_set(err, rc, "train: cannot read the parameters: %s", lh_strerror(rc));
+  else *hash = lh_hash64(host, bytes, 0);
+  free(host);
   return rc;
 }

@@ -222,3 +222,10 @@ int lh_model_balancer_load(const lh_model_balancer *b, int layer, float *out) {
   memcpy(out, b->load + (size_t)layer * b->E, (size_t)b->E * sizeof(float));
   return LH_OK;
 }
+
+int lh_model_balancer_counts(lh_model_balancer *b, double **counts, double **pairs) {
+  if (!b || !counts || !pairs) return LH_EINVAL;
+  *counts = b->counts;
+  *pairs = b->pairs;
+  return LH_OK;
+}

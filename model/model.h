@@ -273,5 +273,10 @@ double lh_model_balancer_maxvio(const lh_model_balancer *b, int layer);
 /* The last step's load of layer: (experts) fractions summing to 1. */
 int lh_model_balancer_load(const lh_model_balancer *b, int layer, float *out);
 int lh_model_balancer_dead(const lh_model_balancer *b, int layer);
+/* The current step's routed (token, slot) counts, (layers, experts), and
+ * their per-layer totals (layers), writable until lh_model_balancer_step:
+ * data-parallel learners sum them over ranks first, so that every rank's
+ * bias update, MaxVio and dead-expert count see the global loads. */
+int lh_model_balancer_counts(lh_model_balancer *b, double **counts, double **pairs);
 
 #endif

@@ -1,0 +1,5 @@
+# Learner ranks: the single-rank comm, per-rank names, and two ranks under
+# `mpirun -n 2` with half batches matching one rank with the whole batch
+# (test_learner_mpi; skipped when mpirun or an MPI build is missing).
+lh_add_test(test_learner_mpi SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_mpi.c
+  LIBS lh_learner LABELS proc TIMEOUT 120)
