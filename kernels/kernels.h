@@ -282,8 +282,9 @@ const lh_backend *lh_backend_cpu(void);
  * Pointers are device memory: move data with upload/download. Operations
  * are queued on the stream (call them from one thread at a time); upload,
  * download, dot, sum_squares and index checks wait for it.
- * The chunked attention entries compute their function with the
- * step-by-step kernels for now (right, not yet fast). No build
+ * The chunked attention entries run chunk-parallel kernels for chunk 16
+ * and dk <= 128 (WMMA bf16 tiles in bf16 mode) and the step-by-step kernels
+ * otherwise; MoE experts run grouped GEMMs. No build
  * support, no driver or no device is LH_EKERNELS_NOT_AVAILABLE with err
  * saying so. Release it with lh_backend_close. */
 int lh_backend_cuda_open(const lh_backend **out, size_t pool_bytes, lh_errbuf *err);
