@@ -2,7 +2,6 @@
  * (DESIGN 5 "SFT"). Arguments, config and printing live here; the episode
  * format is actors/ (transcripts, greedy evaluation) and the step learner/. */
 #include <errno.h>
-#include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,12 +9,12 @@
 
 #include "actors/actors.h"
 #include "cli/commands.h"
+#include "cli/policy_eval.h"
 #include "learner/learner.h"
 
 /* Training seeds live far from the evaluation seeds 1..N, so evaluation is
  * on held-out tasks whatever --seed and --steps are. */
 #define SFT_TRAIN_SEED_BASE (1ull << 40)
-#define SFT_MAX_ENV_OPTS 64
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -35,37 +34,6 @@ static void usage(FILE *out) {
           "the --eval N held-out seeds 1..N (default 200, 0 to skip) prints the\n"
           "success rate; --show N (default 0) prints the first N of those episodes.\n"
           "Exit codes: 0 written, 1 runtime error, 2 usage or config error.\n");
-}
-
-typedef struct {
-  lh_env_option opts[SFT_MAX_ENV_OPTS];
-  char *keys[SFT_MAX_ENV_OPTS], *values[SFT_MAX_ENV_OPTS];
-  size_t n;
-  int overflow;
-  char *name;  /* [env] name, the environment when --env is not given */
-} env_opts;
-
-static int on_ini(void *user, const char *section, const char *key, const char *value) {
-  env_opts *o = user;
-  if (strcmp(section, "env") != 0) return 1;
-  if (!strcmp(key, "name")) {
-    free(o->name);
-    return (o->name = strdup(value)) != NULL;
-  }
-  if (o->n == SFT_MAX_ENV_OPTS) {
-    o->overflow = 1;
-    return 0;
-  }
-  o->keys[o->n] = strdup(key);
-  o->values[o->n] = strdup(value);
-  o->opts[o->n] = (lh_env_option){o->keys[o->n], o->values[o->n]};
-  o->n++;
-  return 1;
-}
-
-static void env_opts_free(env_opts *o) {
-  for (size_t i = 0; i < o->n; i++) free(o->keys[i]), free(o->values[i]);
-  free(o->name);
 }
 
 static int parse_u64(const char *flag, const char *text, unsigned long long lo,
@@ -182,25 +150,14 @@ static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const 
   return rc;
 }
 
-static int evaluate(lh_model *m, const sft_args *a, const env_opts *o, lh_errbuf *err) {
-  enum { EVAL_ENVS = 16 };
-  lh_env *envs[EVAL_ENVS] = {0};
-  uint64_t *seeds = malloc((size_t)a->eval * sizeof *seeds);
-  int rc = seeds ? 0 : lh_errbuf_set(err, LH_ENOMEM, "out of memory");
-  for (size_t i = 0; !rc && i < a->eval; i++) seeds[i] = i + 1;
-  int n_envs = a->eval < EVAL_ENVS ? (int)a->eval : EVAL_ENVS;
-  for (int i = 0; !rc && i < n_envs; i++) rc = lh_env_open(a->env, o->opts, o->n, &envs[i], err);
+static int evaluate(lh_model *m, const sft_args *a, const lh_cli_env_section *o, lh_errbuf *err) {
   size_t wins = 0;
   int64_t t0 = lh_now_ns();
-  lh_actors_eval_params p = {.max_context = 4096, .max_action_tokens = 256, .show = stdout,
-                             .show_count = (size_t)a->show};
-  if (!rc) rc = lh_actors_eval_greedy(m, envs, n_envs, seeds, a->eval, &p, &wins, err);
+  int rc = lh_cli_eval_policy(m, a->env, o->opts, o->n, a->eval, (size_t)a->show, stdout, &wins, err);
   if (!rc)
     printf("eval: success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n",
            (double)wins / (double)a->eval, wins, a->eval, a->eval,
            (double)(lh_now_ns() - t0) / 1e9);
-  for (int i = 0; i < n_envs; i++) lh_env_free(envs[i]);
-  free(seeds);
   return rc;
 }
 
@@ -220,26 +177,24 @@ int lh_cmd_sft(int argc, char **argv) {
     fprintf(stderr, "longhaul sft: %s\n", err.msg);
     return rc == LH_EMODEL_IO || rc == LH_EIO ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
   }
-  env_opts o = {0};
-  int ini = ini_parse(a.config, on_ini, &o);
-  if (ini || o.overflow) {
-    fprintf(stderr, "longhaul sft: %s: cannot read the [env] section (%s)\n", a.config,
-            o.overflow ? "more than 64 keys" : "syntax error or unreadable");
-    env_opts_free(&o);
+  lh_cli_env_section o;
+  char msg[512];
+  if (lh_cli_env_section_read(a.config, &o, msg, sizeof msg)) {
+    fprintf(stderr, "longhaul sft: %s\n", msg);
     return LH_EXIT_USAGE;
   }
   if (!a.env) a.env = o.name;
   if (!a.env) {
     fprintf(stderr, "longhaul sft: no environment: give --env NAME or name = NAME in [env] of %s\n",
             a.config);
-    env_opts_free(&o);
+    lh_cli_env_section_free(&o);
     return LH_EXIT_USAGE;
   }
   lh_env *env = NULL;
   rc = lh_env_open(a.env, o.opts, o.n, &env, &err);
   if (rc) {
     fprintf(stderr, "longhaul sft: environment '%s': %s\n", a.env, err.msg[0] ? err.msg : lh_strerror(rc));
-    env_opts_free(&o);
+    lh_cli_env_section_free(&o);
     return LH_EXIT_USAGE;
   }
   lh_model *m = NULL;
@@ -253,6 +208,6 @@ int lh_cmd_sft(int argc, char **argv) {
   if (rc) fprintf(stderr, "longhaul sft: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
   lh_model_free(m);
   lh_env_free(env);
-  env_opts_free(&o);
+  lh_cli_env_section_free(&o);
   return rc ? LH_EXIT_RUNTIME : LH_EXIT_OK;
 }

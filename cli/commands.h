@@ -21,6 +21,7 @@ int lh_cmd_envs(int argc, char **argv);
 int lh_cmd_init(int argc, char **argv);
 int lh_cmd_score(int argc, char **argv);
 int lh_cmd_sft(int argc, char **argv);
+int lh_cmd_eval(int argc, char **argv);
 int lh_cmd_report(int argc, char **argv);
 int lh_cmd_actor(int argc, char **argv);
 int lh_cmd_learner(int argc, char **argv);

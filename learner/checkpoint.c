@@ -145,7 +145,7 @@ int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_sta
   return 0;
 }
 
-static int read_latest(const char *ckpt_dir, char *dir, lh_errbuf *err) {
+int lh_learner_ckpt_latest_dir(const char *ckpt_dir, char *dir, lh_errbuf *err) {
   char lf[LH_LEARNER_TEXT_BYTES + 32];
   snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
   FILE *f = fopen(lf, "rb");
@@ -174,7 +174,7 @@ int lh_learner_ckpt_load_latest(const char *ckpt_dir, const lh_backend *be, lh_m
   if (!ckpt_dir || !be || !out || !st) return lh_errbuf_set(err, LH_EINVAL, "checkpoint: NULL argument");
   *out = NULL;
   char dir[LH_LEARNER_TEXT_BYTES];
-  LH_TRY(read_latest(ckpt_dir, dir, err));
+  LH_TRY(lh_learner_ckpt_latest_dir(ckpt_dir, dir, err));
   lh_model *m = NULL;
   int rc = lh_model_load(dir, be, &m, err);
   if (!rc && (rc = lh_model_enable_training(m))) lh_errbuf_set(err, rc, "checkpoint: cannot enable training");

@@ -609,6 +609,9 @@ int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_sta
  * the file when something is missing or does not match. */
 int lh_learner_ckpt_load_latest(const char *ckpt_dir, const lh_backend *be, lh_model **out,
                                 lh_learner_state *st, char *dir_out, lh_errbuf *err);
+/* The directory `latest` names (room for LH_LEARNER_TEXT_BYTES), or
+ * LH_ELEARNER_CKPT when there is none or it names no step-N directory. */
+int lh_learner_ckpt_latest_dir(const char *ckpt_dir, char *dir, lh_errbuf *err);
 /* Whether ckpt_dir has a `latest` to resume from. */
 int lh_learner_ckpt_exists(const char *ckpt_dir);
 

@@ -294,6 +294,36 @@ START_TEST(test_cli) {
            bin(), cfg, work, work);
   ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
   ck_assert_ptr_null(strstr(out, "eval:"));
+  /* longhaul eval measures any checkpoint the same way, --show prints episodes */
+  snprintf(cmd, sizeof cmd, "%s eval --config %s --env calc --ckpt %s/ck --seeds 3 --show 2", bin(), cfg, work);
+  ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
+  ck_assert_ptr_nonnull(strstr(out, "/3 held-out seeds 1..3, greedy"));
+  ck_assert_ptr_nonnull(strstr(out, "-- seed "));
+  ck_assert_ptr_nonnull(strstr(out, "<bos>The tool"));
+  snprintf(cmd, sizeof cmd, "%s eval --config %s --env calc --ckpt %s/ck --seeds 2 --json", bin(), cfg, work);
+  ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
+  ck_assert_ptr_nonnull(strstr(out, "\"episodes\": 2, \"successes\": "));
+  struct {
+    const char *args, *says;
+    int code;
+  } bad_eval[] = {
+      {"--env calc", "required", 2},
+      {"--env calc --ckpt X --seeds 0", "--seeds must be at least 1", 2},
+      {"--env calc --ckpt X --seeds -3", "--seeds '-3'", 2},
+      {"--env calc --ckpt X --what", "unknown argument '--what'", 2},
+      {"--env calc --ckpt /nonexistent", "holds no model.safetensors", 1},
+      {"--env nosuch --ckpt CK", "nosuch", 2},
+  };
+  for (size_t i = 0; i < sizeof bad_eval / sizeof bad_eval[0]; i++) {
+    char args[512];
+    const char *ck = strstr(bad_eval[i].args, "CK");
+    if (ck) snprintf(args, sizeof args, "%.*s%s/ck", (int)(ck - bad_eval[i].args), bad_eval[i].args, work);
+    else snprintf(args, sizeof args, "%s", bad_eval[i].args);
+    snprintf(cmd, sizeof cmd, "%s eval --config %s %s", bin(), cfg, args);
+    int code = run(cmd, out, sizeof out);
+    ck_assert_msg(code == bad_eval[i].code, "eval '%s' exit %d, not %d: %s", args, code, bad_eval[i].code, out);
+    ck_assert_msg(strstr(out, bad_eval[i].says), "eval '%s' does not say '%s': %s", args, bad_eval[i].says, out);
+  }
   snprintf(cmd, sizeof cmd, "%s sft --help", bin());
   ck_assert_int_eq(run(cmd, out, sizeof out), 0);
   ck_assert_ptr_nonnull(strstr(out, "usage: longhaul sft"));

@@ -1,0 +1,138 @@
+/* longhaul eval: the greedy success rate of a checkpoint on held-out seeds,
+ * the same measure `longhaul sft` prints at its end, for any checkpoint (an
+ * SFT one, or a learner's ckpt_dir/step-N or ckpt_dir/latest). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/commands.h"
+#include "cli/policy_eval.h"
+#include "common/common.h"
+#include "learner/learner.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: longhaul eval --config FILE --ckpt DIR [--env NAME] [--seeds N] [--show N]\n"
+          "                     [--json]\n\n"
+          "Plays the held-out seeds 1..N (default 200) of the environment (--env,\n"
+          "or name in [env] of FILE, with the [env] options) greedily with the\n"
+          "policy in DIR/model.safetensors, and prints the success rate. DIR may\n"
+          "be a learner's ckpt_dir: its `latest` checkpoint is used. --show N\n"
+          "prints the first N episodes to end; --json prints one JSON object\n"
+          "{\"env\", \"episodes\", \"successes\", \"success_rate\", \"ckpt\"}.\n"
+          "Exit codes: 0 evaluated, 1 runtime error, 2 usage or config error.\n");
+}
+
+static int parse_count(const char *flag, const char *text, unsigned long long hi, unsigned long long *out) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (text[0] == '-' || end == text || *end || errno || v > hi) {
+    fprintf(stderr, "longhaul eval: %s '%s' is not an integer in [0, %llu]\n", flag, text, hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* DIR itself when it holds model.safetensors, else the checkpoint its
+ * `latest` names (a learner's ckpt_dir). */
+static int resolve_ckpt(const char *dir, char *out, lh_errbuf *err) {
+  struct stat st;
+  snprintf(out, LH_LEARNER_TEXT_BYTES, "%s/model.safetensors", dir);
+  if (stat(out, &st) == 0) {
+    snprintf(out, LH_LEARNER_TEXT_BYTES, "%s", dir);
+    return 0;
+  }
+  return lh_learner_ckpt_latest_dir(dir, out, err);
+}
+
+int lh_cmd_eval(int argc, char **argv) {
+  if (lh_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return LH_EXIT_OK;
+  }
+  const char *config = NULL, *ckpt = NULL, *env = NULL, *seeds_s = "200", *show_s = "0";
+  int json = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) {
+      json = 1;
+      continue;
+    }
+    const char **slot = !strcmp(argv[i], "--config") ? &config
+                        : !strcmp(argv[i], "--ckpt") ? &ckpt
+                        : !strcmp(argv[i], "--env")  ? &env
+                        : !strcmp(argv[i], "--seeds") ? &seeds_s
+                        : !strcmp(argv[i], "--show") ? &show_s
+                                                     : NULL;
+    if (!slot) {
+      fprintf(stderr, "longhaul eval: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
+      return LH_EXIT_USAGE;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "longhaul eval: %s needs a value\n", argv[i]);
+      return LH_EXIT_USAGE;
+    }
+    *slot = argv[++i];
+  }
+  unsigned long long seeds = 0, show = 0;
+  if (!config || !ckpt) {
+    fprintf(stderr, "longhaul eval: --config and --ckpt are required\n");
+    usage(stderr);
+    return LH_EXIT_USAGE;
+  }
+  if (parse_count("--seeds", seeds_s, 1000000, &seeds) || parse_count("--show", show_s, 1000000, &show))
+    return LH_EXIT_USAGE;
+  if (!seeds) {
+    fprintf(stderr, "longhaul eval: --seeds must be at least 1\n");
+    return LH_EXIT_USAGE;
+  }
+  lh_cli_env_section o;
+  char msg[512];
+  if (lh_cli_env_section_read(config, &o, msg, sizeof msg)) {
+    fprintf(stderr, "longhaul eval: %s\n", msg);
+    return LH_EXIT_USAGE;
+  }
+  if (!env) env = o.name;
+  if (!env) {
+    fprintf(stderr, "longhaul eval: no environment: give --env NAME or name = NAME in [env] of %s\n", config);
+    lh_cli_env_section_free(&o);
+    return LH_EXIT_USAGE;
+  }
+  char dir[LH_LEARNER_TEXT_BYTES];
+  lh_errbuf err = {0};
+  /* The environment and its options are the config's: opening one first
+   * tells a usage error from a runtime one. */
+  lh_env *probe = NULL;
+  if (lh_env_open(env, o.opts, o.n, &probe, &err) < 0) {
+    fprintf(stderr, "longhaul eval: environment '%s': %s\n", env, err.msg);
+    lh_cli_env_section_free(&o);
+    return LH_EXIT_USAGE;
+  }
+  lh_env_free(probe);
+  if (resolve_ckpt(ckpt, dir, &err)) {
+    fprintf(stderr, "longhaul eval: %s holds no model.safetensors, and %s\n", ckpt, err.msg);
+    lh_cli_env_section_free(&o);
+    return LH_EXIT_RUNTIME;
+  }
+  lh_model *m = NULL;
+  size_t wins = 0;
+  int64_t t0 = lh_now_ns();
+  int rc = lh_model_load(dir, lh_backend_cpu(), &m, &err);
+  if (!rc) rc = lh_cli_eval_policy(m, env, o.opts, o.n, seeds, (size_t)show, stdout, &wins, &err);
+  if (rc) {
+    fprintf(stderr, "longhaul eval: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
+  } else if (json) {
+    printf("{\"env\": \"%s\", \"episodes\": %llu, \"successes\": %zu, \"success_rate\": %.6f, \"ckpt\": \"%s\"}\n",
+           env, seeds, wins, (double)wins / (double)seeds, dir);
+  } else {
+    printf("eval: %s success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n", dir,
+           (double)wins / (double)seeds, wins, seeds, seeds, (double)(lh_now_ns() - t0) / 1e9);
+  }
+  lh_model_free(m);
+  lh_cli_env_section_free(&o);
+  return rc ? LH_EXIT_RUNTIME : LH_EXIT_OK;
+}

@@ -1,0 +1,36 @@
+/* cli: what `longhaul sft` and `longhaul eval` share: the [env] section of
+ * the config as environment options, and greedy evaluation of a policy on
+ * the held-out seeds 1..N (training seeds live elsewhere: sft's at 2^40 and
+ * up, the actors' drawn by hash). */
+#ifndef LH_CLI_POLICY_EVAL_H
+#define LH_CLI_POLICY_EVAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "envs/env.h"
+#include "model/model.h"
+
+#define LH_CLI_MAX_ENV_OPTS 64
+
+typedef struct {
+  lh_env_option opts[LH_CLI_MAX_ENV_OPTS];
+  char *keys[LH_CLI_MAX_ENV_OPTS], *values[LH_CLI_MAX_ENV_OPTS];
+  size_t n;
+  int overflow;
+  char *name;  /* [env] name, NULL when not given */
+} lh_cli_env_section;
+
+/* Reads the [env] section of the INI file at path: name, and every other
+ * key as an option. Returns 0, or -1 with a one-line reason in msg. */
+int lh_cli_env_section_read(const char *path, lh_cli_env_section *o, char *msg, size_t cap);
+void lh_cli_env_section_free(lh_cli_env_section *o);
+
+/* Greedy episodes of m on seeds 1..n of environment env (opened with the
+ * options, 16 at a time); *wins counts successes. The first show of them
+ * to end are printed to out (may be NULL when show is 0). */
+int lh_cli_eval_policy(lh_model *m, const char *env, const lh_env_option *opts, size_t n_opts,
+                       uint64_t n, size_t show, FILE *out, size_t *wins, lh_errbuf *err);
+
+#endif
