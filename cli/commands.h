@@ -25,6 +25,7 @@ int lh_cmd_eval(int argc, char **argv);
 int lh_cmd_report(int argc, char **argv);
 int lh_cmd_actor(int argc, char **argv);
 int lh_cmd_learner(int argc, char **argv);
+int lh_cmd_keys(int argc, char **argv);
 
 /* True when argv holds -h or --help. */
 int lh_cli_wants_help(int argc, char **argv);

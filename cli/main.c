@@ -16,6 +16,7 @@ static const lh_command commands[] = {
     {"report", "an HTML page of charts about a replay store", lh_cmd_report},
     {"actor", "run episodes against the policy and stream them to the learner", lh_cmd_actor},
     {"learner", "store actors' episodes, train the policy on them, publish its weights", lh_cmd_learner},
+    {"keys", "CURVE key pairs for the learner and its actors: generate", lh_cmd_keys},
 };
 static const int command_count = (int)(sizeof commands / sizeof commands[0]);
 

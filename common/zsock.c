@@ -238,7 +238,8 @@ static int add_key(lh_zsock_zap *z, const char *z85, const char *source, int lin
   return 0;
 }
 
-/* Every key line of the file at path (blank and '#' lines skipped). */
+/* Every key line of the file at path (blank lines skipped; no comments:
+ * '#' is a Z85 character). */
 static int load_key_file(lh_zsock_zap *z, const char *path, lh_errbuf *err) {
   char *text = NULL;
   size_t bytes = 0;
@@ -249,7 +250,7 @@ static int load_key_file(lh_zsock_zap *z, const char *path, lh_errbuf *err) {
     line++;
     const char *q = p;
     while (*q == ' ' || *q == '\t' || *q == '\r') q++;
-    if (*q && *q != '\n' && *q != '#') rc = add_key(z, p, path, line, err);
+    if (*q && *q != '\n') rc = add_key(z, p, path, line, err);
     p = end ? end + 1 : p + strlen(p);
   }
   free(text);

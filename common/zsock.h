@@ -98,8 +98,8 @@ int lh_zsock_keys_generate(const char *dir, const char *name, char public_key[LH
  * LH_ZSOCK_ZAP_ENDPOINT that accepts a CURVE peer of the domain
  * LH_ZSOCK_ZAP_DOMAIN whose public key is in the allow-list and refuses
  * every other request (counted, logged once per interval). allowed is a
- * file of Z85 public keys, one a line (blank lines and lines starting with
- * '#' skipped), or a folder whose *.pub files hold one each. Start it
+ * file of Z85 public keys, one a line (blank lines skipped; no comments,
+ * as '#' is a Z85 character), or a folder whose *.pub files hold one each. Start it
  * before the server sockets bind; stop it before zmq_ctx_term. */
 typedef struct lh_zsock_zap lh_zsock_zap;
 int lh_zsock_zap_start(void *ctx, const char *allowed, lh_zsock_zap **out, lh_errbuf *err);

@@ -1,0 +1,69 @@
+/* longhaul keys: CURVE key pairs for the learner and its actors. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/commands.h"
+#include "common/zsock.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: longhaul keys generate --out DIR [--name NAME]\n\n"
+          "Writes a new CURVE key pair (zmq_curve_keypair, Z85 text): DIR/NAME.key,\n"
+          "the secret key (mode 0600), and DIR/NAME.pub, the public key. NAME is\n"
+          "'longhaul' unless given. DIR is created (mode 0700) when missing; an\n"
+          "existing key file is never overwritten.\n\n"
+          "The learner takes its own NAME.key as [learner] curve_secret_key_file\n"
+          "and the actors' public keys in [learner] curve_allowed_keys (a file of\n"
+          "keys, one a line, or a folder of .pub files); each actor takes its own\n"
+          "NAME.key as [actor] curve_secret_key_file and the learner's NAME.pub as\n"
+          "[actor] curve_server_key_file.\n"
+          "Exit codes: 0 written, 1 runtime error, 2 usage error.\n");
+}
+
+int lh_cmd_keys(int argc, char **argv) {
+  if (lh_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return LH_EXIT_OK;
+  }
+  if (argc < 2 || strcmp(argv[1], "generate") != 0) {
+    fprintf(stderr, "longhaul keys: expected 'generate' (see --help)\n");
+    return LH_EXIT_USAGE;
+  }
+  const char *dir = NULL, *name = "longhaul";
+  for (int i = 2; i < argc; i++) {
+    const char **slot = !strcmp(argv[i], "--out") ? &dir : !strcmp(argv[i], "--name") ? &name : NULL;
+    if (!slot) {
+      fprintf(stderr, "longhaul keys generate: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
+      return LH_EXIT_USAGE;
+    }
+    if (i + 1 >= argc || !*argv[i + 1]) {
+      fprintf(stderr, "longhaul keys generate: %s needs a value\n", argv[i]);
+      return LH_EXIT_USAGE;
+    }
+    *slot = argv[++i];
+  }
+  if (!dir) {
+    fprintf(stderr, "longhaul keys generate: --out DIR is required\n");
+    return LH_EXIT_USAGE;
+  }
+  if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) {
+    fprintf(stderr, "longhaul keys generate: --name '%s' must be a plain file name\n", name);
+    return LH_EXIT_USAGE;
+  }
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    fprintf(stderr, "longhaul keys generate: cannot create %s: %s\n", dir, strerror(errno));
+    return LH_EXIT_RUNTIME;
+  }
+  char pub[LH_ZSOCK_KEY_CHARS + 1];
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  if (lh_zsock_keys_generate(dir, name, pub, &err) < 0) {
+    fprintf(stderr, "longhaul keys generate: %s\n", err.msg);
+    return LH_EXIT_RUNTIME;
+  }
+  printf("wrote %s/%s.key (secret, mode 0600) and %s/%s.pub\npublic key %s\n", dir, name, dir, name, pub);
+  return LH_EXIT_OK;
+}

@@ -1,0 +1,303 @@
+/* Security (issue 8, part 4): CURVE with a ZAP allow-list on the learner's
+ * sockets, over real processes. `longhaul keys generate` writes a key pair
+ * with the right modes; a learner with CURVE and an allow-list acks the
+ * segments of an actor process whose key is allowed, refuses an actor
+ * process whose key is not (nothing of it stored, the refusals counted in
+ * the learner's log) and answers nothing to a plain (non-CURVE) client;
+ * CURVE keys given by halves, or a secret key file others can read, are
+ * config errors. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/zsock.h"
+#include "learner/learner.h"
+#include "sec_util.h"
+
+static char dir[64];
+
+static void path_of(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", dir, name); }
+
+static void gen_key(const char *name) {
+  char log[128], kdir[96];
+  path_of(log, sizeof log, "keys.log");
+  path_of(kdir, sizeof kdir, "keys");
+  const char *args[] = {"keys", "generate", "--out", kdir, "--name", name, NULL};
+  pid_t p = sec_spawn(log, args);
+  ck_assert_int_gt(p, 0);
+  ck_assert_int_eq(sec_wait(p, 30), 0);
+}
+
+/* The whole run config; actor_key names the [actor] secret key ("" for
+ * none), extra goes at the end of [learner]. */
+static void write_config(const char *file, const char *actor_key, const char *learner_extra) {
+  char path[128], text[4096];
+  path_of(path, sizeof path, file);
+  snprintf(text, sizeof text,
+           "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
+           "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
+           "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 50\n"
+           "warmup_steps = 0\ntotal_steps = 1000\nmax_policy_lag = 100\n"
+           "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
+           "db = %s/replay.db\nckpt_dir = %s/ckpt\n%s"
+           "[actor]\nlearner_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\n"
+           "weights_endpoint = ipc://%s/w\nmax_context = 200\ngroup_size = 4\nbatch = 4\nflush_timeout_ms = 2000\n"
+           "%s%s%s%s%s"
+           "[env]\nname = calc\n",
+           dir, dir, dir, dir, dir, learner_extra, dir, dir, dir, *actor_key ? "curve_secret_key_file = " : "",
+           *actor_key ? dir : "", *actor_key ? "/keys/" : "", actor_key,
+           *actor_key ? ".key\ncurve_server_key_file = KEYDIR/learner.pub\n" : "");
+  /* KEYDIR is this run's keys folder. */
+  char out[4096], *o = out;
+  for (const char *s = text; *s;)
+    if (!strncmp(s, "KEYDIR", 6)) o += sprintf(o, "%s/keys", dir), s += 6;
+    else *o++ = *s++;
+  *o = 0;
+  ck_assert_int_eq(sec_write(path, out), 0);
+}
+
+static const char *curve_learner(void) {
+  static char buf[512];
+  snprintf(buf, sizeof buf, "curve_secret_key_file = %s/keys/learner.key\ncurve_allowed_keys = %s/allowed\n", dir,
+           dir);
+  return buf;
+}
+
+START_TEST(test_keys_generate) {
+  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  gen_key("n1");
+  char kpath[128], ppath[128];
+  path_of(kpath, sizeof kpath, "keys/n1.key");
+  path_of(ppath, sizeof ppath, "keys/n1.pub");
+  struct stat ks, ps;
+  ck_assert_int_eq(stat(kpath, &ks), 0);
+  ck_assert_int_eq(stat(ppath, &ps), 0);
+  printf("keys: n1.key mode %03o, n1.pub mode %03o\n", (unsigned)(ks.st_mode & 0777), (unsigned)(ps.st_mode & 0777));
+  ck_assert_uint_eq(ks.st_mode & 0777, 0600);
+  ck_assert_uint_eq(ps.st_mode & 0777, 0644);
+  ck_assert_int_eq((int)ks.st_size, LH_ZSOCK_KEY_CHARS + 1);
+  ck_assert_int_eq((int)ps.st_size, LH_ZSOCK_KEY_CHARS + 1);
+  char sec[41], pub[41], derived[41];
+  lh_errbuf e;
+  ck_assert_msg(lh_zsock_key_read(kpath, 1, sec, &e) == 0, "%s", e.msg);
+  ck_assert_msg(lh_zsock_key_read(ppath, 0, pub, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(zmq_curve_public(derived, sec), 0);
+  ck_assert_str_eq(derived, pub);
+  /* Never overwritten. */
+  char log[128];
+  path_of(log, sizeof log, "keys.log");
+  const char *again[] = {"keys", "generate", "--out", dir, "--name", "keys/n1", NULL};
+  pid_t p = sec_spawn(log, again);
+  ck_assert_int_eq(sec_wait(p, 30), 2);
+  char kdir[96];
+  path_of(kdir, sizeof kdir, "keys");
+  const char *same[] = {"keys", "generate", "--out", kdir, "--name", "n1", NULL};
+  p = sec_spawn(log, same);
+  ck_assert_int_eq(sec_wait(p, 30), 1);
+  ck_assert(sec_log_has(log, "File exists"));
+  ck_assert_int_eq(lh_zsock_key_read(kpath, 1, derived, &e), 0);
+  ck_assert_str_eq(derived, sec);
+  /* A secret others can read is refused; a public key file is not a
+   * secret. A file that is not a key says so. */
+  ck_assert_int_eq(chmod(kpath, 0644), 0);
+  ck_assert_int_eq(lh_zsock_key_read(kpath, 1, derived, &e), LH_ECONFIG);
+  printf("keys: %s\n", e.msg);
+  ck_assert_ptr_nonnull(strstr(e.msg, "chmod 600"));
+  ck_assert_int_eq(sec_write(ppath, "not a key\n"), 0);
+  ck_assert_int_eq(lh_zsock_key_read(ppath, 0, derived, &e), LH_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(e.msg, "Z85"));
+  sec_rmdir(dir);
+}
+END_TEST
+
+/* The allow-list: a file of keys or a folder of .pub files; a bad line is
+ * an error naming it; an empty list is refused (it would admit nobody). */
+START_TEST(test_allow_list) {
+  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  gen_key("a");
+  gen_key("b");
+  char list[128], apub[128], bpub[128], text[256];
+  path_of(list, sizeof list, "list.txt");
+  path_of(apub, sizeof apub, "keys/a.pub");
+  path_of(bpub, sizeof bpub, "keys/b.pub");
+  char *a = sec_read(apub), *b = sec_read(bpub);
+  snprintf(text, sizeof text, "%s\n%s", a, b);
+  ck_assert_int_eq(sec_write(list, text), 0);
+  void *ctx = zmq_ctx_new();
+  lh_zsock_zap *z = NULL;
+  lh_errbuf e;
+  ck_assert_msg(lh_zsock_zap_start(ctx, list, &z, &e) == 0, "%s", e.msg);
+  ck_assert_uint_eq(lh_zsock_zap_keys(z), 2);
+  lh_zsock_zap *twice = NULL;
+  ck_assert_int_eq(lh_zsock_zap_start(ctx, list, &twice, &e), LH_EZMQ);
+  lh_zsock_zap_stop(z);
+  char kdir[96];
+  path_of(kdir, sizeof kdir, "keys");
+  ck_assert_msg(lh_zsock_zap_start(ctx, kdir, &z, &e) == 0, "%s", e.msg);
+  ck_assert_uint_eq(lh_zsock_zap_keys(z), 2);
+  lh_zsock_zap_stop(z);
+  snprintf(text, sizeof text, "%sshort\n", a); /* a ends with its newline */
+  ck_assert_int_eq(sec_write(list, text), 0);
+  ck_assert_int_eq(lh_zsock_zap_start(ctx, list, &z, &e), LH_ECONFIG);
+  printf("allow-list: %s\n", e.msg);
+  ck_assert_ptr_nonnull(strstr(e.msg, ":2:"));
+  ck_assert_int_eq(sec_write(list, "\n\n"), 0);
+  ck_assert_int_eq(lh_zsock_zap_start(ctx, list, &z, &e), LH_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(e.msg, "no key"));
+  zmq_ctx_term(ctx);
+  free(a);
+  free(b);
+  sec_rmdir(dir);
+}
+END_TEST
+
+typedef struct {
+  int ok_ended, bad_any;
+} ep_counts;
+
+static int on_episode(void *ctx, const lh_episode_row *r) {
+  ep_counts *c = ctx;
+  if (!strcmp(r->actor, "ok") && r->status != LH_EPISODE_RUNNING) c->ok_ended++;
+  if (!strcmp(r->actor, "bad")) c->bad_any++;
+  return 0;
+}
+
+/* A plain DEALER sends a Hello to the CURVE ingest: no answer comes. */
+static int plain_client_answers(void) {
+  void *ctx = zmq_ctx_new();
+  void *s = zmq_socket(ctx, ZMQ_DEALER);
+  int linger = 0;
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  char ep[128];
+  snprintf(ep, sizeof ep, "ipc://%s/ing", dir);
+  ck_assert_int_eq(zmq_connect(s, ep), 0);
+  Longhaul__Hello h = LONGHAUL__HELLO__INIT;
+  h.role = "actor";
+  h.name = "plain";
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  env.protocol = LH_WIRE_PROTOCOL;
+  env.msg_id = 1;
+  env.sender = "plain";
+  env.body_case = LONGHAUL__ENVELOPE__BODY_HELLO;
+  env.hello = &h;
+  uint8_t *buf;
+  size_t n;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_wire_encode(&env, &buf, &n, &e), 0);
+  zmq_send(s, buf, n, ZMQ_DONTWAIT);
+  free(buf);
+  zmq_pollitem_t it = {s, 0, ZMQ_POLLIN, 0};
+  int got = zmq_poll(&it, 1, 2000);
+  zmq_close(s);
+  zmq_ctx_term(ctx);
+  return got;
+}
+
+START_TEST(test_curve_allow_list_processes) {
+  ck_assert(zmq_has("curve"));
+  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  gen_key("learner");
+  gen_key("ok");
+  gen_key("bad");
+  char allowed[96], from[128], to[128];
+  path_of(allowed, sizeof allowed, "allowed");
+  ck_assert_int_eq(mkdir(allowed, 0700), 0);
+  path_of(from, sizeof from, "keys/ok.pub");
+  path_of(to, sizeof to, "allowed/ok.pub");
+  char *okpub = sec_read(from);
+  ck_assert_int_eq(sec_write(to, okpub), 0);
+  free(okpub);
+  write_config("ok.ini", "ok", curve_learner());
+  write_config("bad.ini", "bad", curve_learner());
+  char okini[128], badini[128], llog[128], oklog[128], badlog[128];
+  path_of(okini, sizeof okini, "ok.ini");
+  path_of(badini, sizeof badini, "bad.ini");
+  path_of(llog, sizeof llog, "learner.log");
+  path_of(oklog, sizeof oklog, "ok.log");
+  path_of(badlog, sizeof badlog, "bad.log");
+  const char *largs[] = {"learner", "--config", okini, "--steps", "1000", NULL};
+  pid_t lp = sec_spawn(llog, largs);
+  ck_assert_msg(sec_wait_log(llog, "curve=on", 60), "the learner did not bind (see %s)", llog);
+  const char *oargs[] = {"actor", "--config", okini, "--name", "ok", "--episodes", "4", NULL};
+  const char *bargs[] = {"actor", "--config", badini, "--name", "bad", "--episodes", "1", NULL};
+  pid_t op = sec_spawn(oklog, oargs), bp = sec_spawn(badlog, bargs);
+  int plain = plain_client_answers();
+  int orc = sec_wait(op, 120);
+  ck_assert_msg(orc == 0, "allowed actor exit %d (see %s)", orc, oklog);
+  long long acked = sec_log_value(oklog, "acked"), unacked = sec_log_value(oklog, "unacked");
+  /* The refused actor never gets weights; asked to stop, it exits. */
+  ck_assert_msg(sec_wait_log(llog, "zap: peer refused", 30), "no refusal in %s", llog);
+  kill(bp, SIGTERM);
+  int brc = sec_wait(bp, 10);
+  kill(lp, SIGTERM);
+  int lrc = sec_wait(lp, 10);
+  long long refused = sec_log_value(llog, "refused"), accepted = sec_log_value(llog, "accepted");
+  printf("curve: allowed actor acked=%lld unacked=%lld; refused actor exit=%d; plain client answers=%d; "
+         "learner zap accepted=%lld refused=%lld exit=%d\n", acked, unacked, brc, plain, accepted, refused, lrc);
+  ck_assert_int_gt(acked, 0);
+  ck_assert_int_eq(unacked, 0);
+  ck_assert_int_eq(plain, 0);
+  ck_assert_msg(brc >= 0, "the refused actor did not stop within 10 s of SIGTERM");
+  ck_assert_msg(lrc == 0, "learner exit %d (see %s)", lrc, llog);
+  ck_assert_int_ge(accepted, 3);
+  ck_assert_int_ge(refused, 1);
+  ck_assert(sec_log_has(llog, "public key not in the allow-list"));
+  lh_store *s;
+  lh_errbuf e;
+  char db[128];
+  path_of(db, sizeof db, "replay.db");
+  ck_assert_msg(lh_store_open_readonly(db, &s, &e) == 0, "%s", e.msg);
+  ep_counts c = {0};
+  ck_assert_int_eq(lh_store_episodes(s, NULL, on_episode, &c, NULL, &e), 0);
+  lh_store_close(s);
+  printf("curve: stored episodes ok=%d bad=%d\n", c.ok_ended, c.bad_any);
+  ck_assert_int_ge(c.ok_ended, 4);
+  ck_assert_int_eq(c.bad_any, 0);
+  sec_rmdir(dir);
+}
+END_TEST
+
+/* Half a CURVE config is an error that says what goes with what. */
+START_TEST(test_curve_config_halves) {
+  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  gen_key("learner");
+  char extra[256], ini[128], log[128];
+  snprintf(extra, sizeof extra, "curve_secret_key_file = %s/keys/learner.key\n", dir);
+  write_config("half.ini", "", extra);
+  path_of(ini, sizeof ini, "half.ini");
+  path_of(log, sizeof log, "half.log");
+  const char *largs[] = {"learner", "--config", ini, "--steps", "1", NULL};
+  pid_t lp = sec_spawn(log, largs);
+  int rc = sec_wait(lp, 60);
+  printf("curve config halves: exit %d\n", rc);
+  ck_assert_int_ne(rc, 0);
+  ck_assert(sec_log_has(log, "go together"));
+  sec_rmdir(dir);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("security");
+  TCase *t = tcase_create("curve");
+  tcase_set_timeout(t, 240);
+  tcase_add_test(t, test_keys_generate);
+  tcase_add_test(t, test_allow_list);
+  tcase_add_test(t, test_curve_allow_list_processes);
+  tcase_add_test(t, test_curve_config_halves);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(suite());
+  srunner_set_fork_status(r, CK_FORK);
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}
