@@ -1,14 +1,19 @@
 # longhaul: the two commands a user needs. Both install dependencies first.
 #   make demo   SFT warm start, then an RL fleet on the default environment
 #   make test   configure, build, run every test; then the unit tests again
-#               under AddressSanitizer and UndefinedBehaviorSanitizer
+#               under AddressSanitizer and UndefinedBehaviorSanitizer, and
+#               the store and wire suites under valgrind
+#   make fuzz   the libFuzzer harnesses (clang), FUZZ_SECONDS each
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 LH_CUDA ?= auto
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_PARALLEL ?= 1
 
-.PHONY: all deps build test test-asan demo bench clean
+.PHONY: all deps build test test-asan test-valgrind fuzz demo bench clean
 
 all: build
 
@@ -24,6 +29,7 @@ build: deps $(BUILD)/CMakeCache.txt
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) test-asan
+	$(MAKE) test-valgrind
 
 # The unit tests once more under ASan+UBSan (CUDA off: the sanitizers
 # do not apply to device code).
@@ -33,6 +39,19 @@ test-asan: deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) -L unit
 
+# The store and wire suites of the ordinary build under valgrind's memcheck
+# (0 errors, no leaks).
+test-valgrind: build
+	./scripts/valgrind-tests.sh $(BUILD)
+
+# Every libFuzzer harness of fuzz/ for FUZZ_SECONDS, FUZZ_PARALLEL at a time,
+# from its corpus tests/corpus/<harness>/; new inputs go to
+# $(FUZZ_BUILD)/corpus-<harness>/, and any crash fails the target.
+fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DLH_FUZZ=ON -DLH_CUDA=off $(CMAKE_FLAGS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
+	FUZZ_PARALLEL=$(FUZZ_PARALLEL) ./scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 demo: build
 	./scripts/demo.sh $(BUILD)
 
@@ -40,4 +59,4 @@ bench: build
 	./scripts/bench.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -17,6 +17,8 @@ packages=(
   python3-zmq python3-protobuf protobuf-compiler   # Python env server example
   python3-torch            # the PyTorch peer of bench_model
   chromium                 # renders longhaul report's page in its test
+  clang                    # libFuzzer harnesses (make fuzz)
+  valgrind                 # memcheck pass of make test
 )
 
 missing=()
