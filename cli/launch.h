@@ -8,7 +8,6 @@
  * shuts down in order on SIGINT/SIGTERM or after duration_s; and shows a
  * status screen read from the replay store. The files:
  *   launch_config.c    the [fleet] section
- *   launch_endpoint.c  endpoints shifted per learner rank
  *   launch_child.c     one child process: spawn with its log, signal, reap
  *   launch_fleet.c     the children of a fleet, their command lines, restarts
  *   launch_status.c    the status screen
@@ -27,9 +26,6 @@
 #define LH_LAUNCH_PATH_BYTES 512
 #define LH_LAUNCH_NAME_BYTES 64
 #define LH_LAUNCH_COMMAND_BYTES 2048
-/* Learner rank r binds each endpoint of [learner] at its port + r * this;
- * actor i talks to learner i mod M at the same offset. */
-#define LH_LAUNCH_RANK_PORT_STRIDE 10
 
 typedef struct {
   uint64_t learners;              /* M, 1..64 (1) */
@@ -55,12 +51,6 @@ void lh_launch_config_default(lh_launch_config *c);
  * LH_ECONFIG with err naming the file, the line and the key. */
 int lh_launch_config_load(const char *path, lh_launch_config *c, lh_errbuf *err);
 int lh_launch_config_parse(const char *text, const char *source, lh_launch_config *c, lh_errbuf *err);
-
-/* Writes endpoint with its TCP port raised by offset into out (the text
- * unchanged when offset is 0). An endpoint that is not tcp://HOST:PORT,
- * or a port pushed past 65535, is LH_ECONFIG when offset is not 0. */
-int lh_launch_endpoint_offset(const char *endpoint, unsigned offset, char *out, size_t out_bytes,
-                              lh_errbuf *err);
 
 /* ---- one child ---------------------------------------------------------- */
 
@@ -96,7 +86,7 @@ typedef struct {
   lh_launch_config fleet;
   char config_path[LH_LAUNCH_PATH_BYTES];  /* absolute */
   char bin[LH_LAUNCH_PATH_BYTES];          /* this binary (/proc/self/exe) */
-  char db[LH_LAUNCH_PATH_BYTES];           /* [learner] db, for the status screen */
+  char db[LH_LAUNCH_PATH_BYTES];           /* [learner] db: rank 0's store, for the status screen */
   uint64_t steps_done;                     /* train steps in the store at the learner's restart */
   size_t n;                                /* children: env server, learner, actors, in that order */
   lh_launch_child child[LH_LAUNCH_MAX_ACTORS + 2];

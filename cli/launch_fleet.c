@@ -3,8 +3,10 @@
  * Children, in the order they start (and the reverse of the order they
  * stop): the env server (when [fleet] env_server is set), the learner
  * (`longhaul learner`, or `mpirun -n M longhaul learner` for M > 1), then
- * actors actor-0 .. actor-(N-1). Actor i is bound to learner rank i mod M:
- * for M > 1 it gets --endpoint-offset (i mod M) * LH_LAUNCH_RANK_PORT_STRIDE. */
+ * actors actor-0 .. actor-(N-1). Actor i is bound to learner rank i mod M
+ * (--learner-rank): rank r binds its ingest at the port of [learner]
+ * ingest_endpoint + 10 r and keeps its own store, db.rank<r> for r > 0
+ * (learner/learner.h, "learner ranks"); rank 0 alone serves the weights. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -62,13 +64,11 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
                            config_path, c->init, model);
   }
   if (c->learners > 1) {
-    /* Each rank's endpoints must shift cleanly: tcp:// only. */
-    char out[LH_LAUNCH_PATH_BYTES];
-    unsigned top = (unsigned)(c->learners - 1) * LH_LAUNCH_RANK_PORT_STRIDE;
-    const char *eps[] = {lc.ingest_endpoint, lc.weights_pub_endpoint, lc.weights_endpoint,
-                         ac.learner_endpoint, ac.weights_pub_endpoint, ac.weights_endpoint};
+    /* The last rank's ingest port must exist on both sides. */
+    char out[LH_LEARNER_TEXT_BYTES];
+    const char *eps[] = {lc.ingest_endpoint, ac.learner_endpoint};
     for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++)
-      if (lh_launch_endpoint_offset(eps[i], top, out, sizeof out, err))
+      if (lh_learner_rank_endpoint(eps[i], (int)c->learners - 1, out, err))
         return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] learners = %llu: %s", config_path,
                              (unsigned long long)c->learners, err->msg);
   }
@@ -116,7 +116,7 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
   const lh_launch_config *fc = &f->fleet;
   char *argv[40];
   int n = 0;
-  char steps[32], index[32], offset[32], learners[32];
+  char steps[32], index[32], rank[32], learners[32];
   if (c->role == LH_CHILD_ENV_SERVER) {
     static char sh[] = "/bin/sh", dash_c[] = "-c";
     static char cmd[LH_LAUNCH_COMMAND_BYTES + 8];
@@ -149,9 +149,8 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
     if (fc->init[0]) argv[n++] = "--ckpt", argv[n++] = (char *)fc->init;
     if (fc->n_actor_envs) argv[n++] = "--env", argv[n++] = (char *)fc->actor_envs[(uint32_t)c->index % fc->n_actor_envs];
     if (fc->learners > 1) {
-      snprintf(offset, sizeof offset, "%llu",
-               (unsigned long long)((uint64_t)c->index % fc->learners) * LH_LAUNCH_RANK_PORT_STRIDE);
-      argv[n++] = "--endpoint-offset", argv[n++] = offset;
+      snprintf(rank, sizeof rank, "%llu", (unsigned long long)((uint64_t)c->index % fc->learners));
+      argv[n++] = "--learner-rank", argv[n++] = rank;
     }
   }
   argv[n] = NULL;

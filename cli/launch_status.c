@@ -2,7 +2,8 @@
  * process states and restart counts comes from the replay store, opened
  * read-only for each screen (a reader never blocks the learner): the
  * newest actor_heartbeats row of each actor and the newest train_steps row
- * with its largest per-layer MaxVio. */
+ * with its largest per-layer MaxVio. With M learner ranks each rank keeps
+ * its own file (its actors' heartbeats); rank 0's holds the train steps. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <sys/wait.h>
 
 #include "cli/launch.h"
+#include "learner/learner.h"
 #include "store/store.h"
 
 #define STATUS_MAX_ACTORS LH_LAUNCH_MAX_ACTORS
@@ -80,22 +82,26 @@ void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64
   o.readonly = 1;
   o.quick_check = 0;
   o.max_wait_ms = 1000;
-  lh_store *s = NULL;
   lh_errbuf e;
   memset(&e, 0, sizeof e);
-  if (!hb.h) {
-    snprintf(store_note, sizeof store_note, "out of memory for the status");
-  } else if (lh_store_open_with(f->db, &o, &s, &e)) {
-    snprintf(store_note, sizeof store_note, "store %s not readable yet: %s", f->db, e.msg);
-  } else {
-    if (lh_store_sql(s,
-                     "SELECT step, version, loss, reward_mean, success_rate,"
-                     " (SELECT max(maxvio) FROM train_step_layers l WHERE l.step = t.step), busy_frac"
-                     " FROM train_steps t ORDER BY step DESC LIMIT 1",
-                     on_step_row, &lr, NULL, &e) ||
-        lh_store_latest_heartbeats(s, on_heartbeat, &hb, &e))
-      snprintf(store_note, sizeof store_note, "store %s: %s", f->db, e.msg);
-    lh_store_close(s);
+  if (!hb.h) snprintf(store_note, sizeof store_note, "out of memory for the status");
+  for (int r = 0; hb.h && r < (int)f->fleet.learners && !store_note[0]; r++) {
+    char db[LH_LEARNER_TEXT_BYTES];
+    lh_store *s = NULL;
+    if (lh_learner_rank_db(f->db, r, db, &e)) {
+      snprintf(store_note, sizeof store_note, "store of rank %d: %s", r, e.msg);
+    } else if (lh_store_open_with(db, &o, &s, &e)) {
+      snprintf(store_note, sizeof store_note, "store %s not readable yet: %s", db, e.msg);
+    } else {
+      if ((r == 0 && lh_store_sql(s,
+                                  "SELECT step, version, loss, reward_mean, success_rate,"
+                                  " (SELECT max(maxvio) FROM train_step_layers l WHERE l.step = t.step),"
+                                  " busy_frac FROM train_steps t ORDER BY step DESC LIMIT 1",
+                                  on_step_row, &lr, NULL, &e)) ||
+          lh_store_latest_heartbeats(s, on_heartbeat, &hb, &e))
+        snprintf(store_note, sizeof store_note, "store %s: %s", db, e.msg);
+      lh_store_close(s);
+    }
   }
   int64_t now_wall = lh_wall_ms(), up = uptime_ms / 1000;
   if (ansi) {
