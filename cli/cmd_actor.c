@@ -9,7 +9,7 @@
 
 #include "actors/actors.h"
 #include "cli/commands.h"
-#include "cli/launch.h"
+#include "learner/learner.h"
 #include "model/model.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -38,9 +38,9 @@ static void usage(FILE *out) {
           "               arrive\n"
           "--env NAME     this actor's environment instead of [env] name (the [env]\n"
           "               options still apply)\n"
-          "--endpoint-offset K  add K to the port of every [actor] endpoint (tcp://\n"
-          "               only): learner rank r of `longhaul launch` binds at port +\n"
-          "               r*10\n\n"
+          "--learner-rank R  send to learner rank R of an mpirun job: the port of\n"
+          "               [actor] learner_endpoint plus 10*R, as the rank binds it\n"
+          "               (weights come from rank 0 as configured)\n\n"
           "SIGINT/SIGTERM: stop sampling, end open episodes as aborted, wait at most\n"
           "flush_timeout_ms for acks, exit 0.\n"
           "Exit codes: 0 ok, 1 runtime error, 2 usage or config error.\n");
@@ -62,7 +62,7 @@ int lh_cmd_actor(int argc, char **argv) {
     return LH_EXIT_OK;
   }
   const char *config = NULL, *name = NULL, *ckpt = NULL, *env_name = NULL;
-  uint64_t index = 0, episodes = 0, endpoint_offset = 0;
+  uint64_t index = 0, episodes = 0, learner_rank = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int bad = 0;
@@ -72,8 +72,7 @@ int lh_cmd_actor(int argc, char **argv) {
     else if (strcmp(a, "--index") == 0 && v) bad = parse_u64(v, &index), i++;
     else if (strcmp(a, "--episodes") == 0 && v) bad = parse_u64(v, &episodes), i++;
     else if (strcmp(a, "--env") == 0 && v) env_name = v, i++;
-    else if (strcmp(a, "--endpoint-offset") == 0 && v)
-      bad = parse_u64(v, &endpoint_offset) || endpoint_offset > 65535, i++;
+    else if (strcmp(a, "--learner-rank") == 0 && v) bad = parse_u64(v, &learner_rank) || learner_rank > 6553, i++;
     else {
       fprintf(stderr, "longhaul actor: unknown or incomplete argument '%s'\n", a);
       usage(stderr);
@@ -103,14 +102,14 @@ int lh_cmd_actor(int argc, char **argv) {
     }
     snprintf(acfg.env_name, sizeof acfg.env_name, "%s", env_name);
   }
-  char *endpoints[] = {acfg.learner_endpoint, acfg.weights_pub_endpoint, acfg.weights_endpoint};
-  for (size_t k = 0; k < sizeof endpoints / sizeof endpoints[0] && endpoint_offset; k++) {
-    char shifted[LH_ACTORS_ENDPOINT_BYTES];
-    if (lh_launch_endpoint_offset(endpoints[k], (unsigned)endpoint_offset, shifted, sizeof shifted, &err)) {
-      fprintf(stderr, "longhaul actor: --endpoint-offset %llu: %s\n", (unsigned long long)endpoint_offset, err.msg);
+  if (learner_rank) {
+    char rank_endpoint[LH_LEARNER_TEXT_BYTES];
+    if (lh_learner_rank_endpoint(acfg.learner_endpoint, (int)learner_rank, rank_endpoint, &err) ||
+        strlen(rank_endpoint) >= sizeof acfg.learner_endpoint) {
+      fprintf(stderr, "longhaul actor: --learner-rank %llu: %s\n", (unsigned long long)learner_rank, err.msg);
       return LH_EXIT_USAGE;
     }
-    memcpy(endpoints[k], shifted, sizeof shifted);
+    snprintf(acfg.learner_endpoint, sizeof acfg.learner_endpoint, "%s", rank_endpoint);
   }
   lh_model *model = NULL;
   if (ckpt) {
