@@ -7,8 +7,9 @@
  * bf16 matrix products and the MoE experts built on them 2e-2 (operands
  * rounded to 8 significant bits, fp32 accumulation: about 2^-8 relative to
  * the output's scale, with margin);
- * chunked attention 1e-4 (the CPU tests bound its two forms by 1e-5
- * forward and 1e-4 backward; they round differently).
+ * chunked attention: fp32 1e-5 against the CPU's chunked form, bf16 2e-2
+ * forward and 5e-2 backward, 1e-4 against the step-by-step kernels (see
+ * test_attn_chunked). NCCL with a single rank.
  *
  * Without a device this checks that opening the backend is a clear error
  * and exits 77 ("skipped: no CUDA device"). CUDA cannot be used in a child
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/nccl.h"
 #include "test_kernels_util.h"
 
 #define TOL_FP32 1e-5
@@ -569,7 +571,7 @@ END_TEST
 /* Routed (k distinct experts per token, some experts idle) or dense
  * (shared experts: every token to each of E experts with gate 1). */
 static void experts_case(int dense, lh_gemm_mode mode) {
-  const double tol = mode == LH_GEMM_BF16 ? TOL_BF16 : tol;
+  const double tol = mode == LH_GEMM_BF16 ? TOL_BF16 : TOL_FP32;
   test_rng r_ = {(uint64_t)(91 + dense)};
   test_rng *r = &r_;
   const int N = 40, E = dense ? 2 : 8, k = 2, R = 24, F = 40;
@@ -656,56 +658,260 @@ START_TEST(test_moe_experts_bf16) {
 }
 END_TEST
 
-/* The chunked entries (step-by-step kernels on CUDA) against the CPU's
- * chunked form, within the CPU tests' bound for its two forms' gradients. */
+/* Chunked attention. The fast kernels (chunk 16, dk <= 128) against the
+ * CPU's chunked form on the same inputs: fp32 mode within TOL_FP32 (the
+ * same operations in another summation order); bf16 mode within
+ * TOL_ATTN_BF16 forward and TOL_ATTN_BF16_BWD backward (every product's
+ * operands rounded to bf16, 2^-9 relative, through two chained products
+ * forward (A, then A V) and three backward, where dG is a difference of
+ * such products). The CUDA step-by-step kernels stay the reference too:
+ * they and the fast fp32 kernels agree within TOL_CHUNKED, the bound the
+ * CPU tests put between the two forms (1e-5 forward, 1e-4 backward).
+ * Sequences: a single row, one full chunk, several chunks with a short
+ * last one, an empty one. */
 #define TOL_CHUNKED 1e-4
+#define TOL_ATTN_BF16 2e-2
+#define TOL_ATTN_BF16_BWD 5e-2
+
+typedef struct {
+  int H, dk, n_seq, T;
+  const int32_t *offs;
+  size_t n, ns;
+  float *q, *k, *v, *g, *s_in, *dout, *ds_out, *gr0[5];
+  float *g_q, *g_k, *g_v, *g_g, *g_sin, *g_dout, *g_dsout;
+  int32_t *g_offs;
+} attn_inputs;
+
+static void attn_inputs_make(attn_inputs *a, int H, int dk, int n_seq, const int32_t *offs,
+                             uint64_t seed) {
+  test_rng r = {seed};
+  a->H = H, a->dk = dk, a->n_seq = n_seq, a->offs = offs, a->T = offs[n_seq];
+  a->n = (size_t)a->T * H * dk, a->ns = (size_t)n_seq * H * dk * dk;
+  a->q = rand_f(&r, a->n, -0.5, 0.5), a->k = rand_f(&r, a->n, -0.5, 0.5);
+  a->v = rand_f(&r, a->n, -1, 1), a->g = rand_f(&r, a->n, -3, -0.01);
+  a->s_in = rand_f(&r, a->ns, -0.5, 0.5), a->dout = rand_f(&r, a->n, -1, 1);
+  a->ds_out = rand_f(&r, a->ns, -1, 1);
+  size_t sizes[5] = {a->n, a->n, a->n, a->n, a->ns};
+  for (int i = 0; i < 5; i++) a->gr0[i] = rand_f(&r, sizes[i], -1, 1);
+  a->g_q = dev_f(a->q, a->n), a->g_k = dev_f(a->k, a->n), a->g_v = dev_f(a->v, a->n);
+  a->g_g = dev_f(a->g, a->n), a->g_sin = dev_f(a->s_in, a->ns);
+  a->g_dout = dev_f(a->dout, a->n), a->g_dsout = dev_f(a->ds_out, a->ns);
+  a->g_offs = dev_i(offs, (size_t)n_seq + 1);
+}
+
+static void attn_inputs_free(attn_inputs *a) {
+  free(a->q), free(a->k), free(a->v), free(a->g), free(a->s_in), free(a->dout);
+  free(a->ds_out);
+  for (int i = 0; i < 5; i++) free(a->gr0[i]);
+}
+
+/* Host results of one form: out, state_out and the five gradients (which
+ * start from gr0, so "adds into" is checked). */
+typedef struct {
+  float *out, *s_out, *gr[5];
+} attn_result;
+
+static void attn_result_free(attn_result *x) {
+  free(x->out), free(x->s_out);
+  for (int i = 0; i < 5; i++) free(x->gr[i]);
+}
+
+static void attn_cpu(const attn_inputs *a, int chunk, attn_result *x) {
+  size_t sizes[5] = {a->n, a->n, a->n, a->n, a->ns};
+  x->out = alloc_f(a->n), x->s_out = alloc_f(a->ns);
+  for (int i = 0; i < 5; i++) x->gr[i] = copy_f(a->gr0[i], sizes[i]);
+  ck_assert_int_eq(C->attn_chunked_forward(NULL, x->out, x->s_out, a->q, a->k, a->v, a->g,
+                                           a->s_in, a->offs, a->n_seq, a->H, a->dk, chunk),
+                   0);
+  ck_assert_int_eq(C->attn_chunked_backward(NULL, x->gr[0], x->gr[1], x->gr[2], x->gr[3],
+                                            x->gr[4], a->dout, a->ds_out, a->q, a->k, a->v,
+                                            a->g, a->s_in, a->offs, a->n_seq, a->H, a->dk,
+                                            chunk),
+                   0);
+}
+
+/* On the device: chunked (chunk > 0) or step-by-step (chunk 0). */
+static void attn_dev(const attn_inputs *a, int chunk, attn_result *x) {
+  size_t sizes[5] = {a->n, a->n, a->n, a->n, a->ns};
+  float *g_out = dev_alloc(sizeof(float) * a->n), *g_sout = dev_alloc(sizeof(float) * a->ns);
+  float *g_gr[5];
+  for (int i = 0; i < 5; i++) g_gr[i] = dev_f(a->gr0[i], sizes[i]);
+  void *ctx = G->context;
+  if (chunk > 0) {
+    ck_assert_int_eq(G->attn_chunked_forward(ctx, g_out, g_sout, a->g_q, a->g_k, a->g_v, a->g_g,
+                                             a->g_sin, a->g_offs, a->n_seq, a->H, a->dk, chunk),
+                     0);
+    ck_assert_int_eq(G->attn_chunked_backward(ctx, g_gr[0], g_gr[1], g_gr[2], g_gr[3], g_gr[4],
+                                              a->g_dout, a->g_dsout, a->g_q, a->g_k, a->g_v,
+                                              a->g_g, a->g_sin, a->g_offs, a->n_seq, a->H,
+                                              a->dk, chunk),
+                     0);
+  } else {
+    ck_assert_int_eq(G->attn_recurrent_forward(ctx, g_out, g_sout, a->g_q, a->g_k, a->g_v,
+                                               a->g_g, a->g_sin, a->g_offs, a->n_seq, a->H,
+                                               a->dk),
+                     0);
+    ck_assert_int_eq(G->attn_recurrent_backward(ctx, g_gr[0], g_gr[1], g_gr[2], g_gr[3],
+                                                g_gr[4], a->g_dout, a->g_dsout, a->g_q, a->g_k,
+                                                a->g_v, a->g_g, a->g_sin, a->g_offs, a->n_seq,
+                                                a->H, a->dk),
+                     0);
+  }
+  x->out = alloc_f(a->n), x->s_out = alloc_f(a->ns);
+  ck_assert_int_eq(G->download(ctx, x->out, g_out, sizeof(float) * a->n), 0);
+  ck_assert_int_eq(G->download(ctx, x->s_out, g_sout, sizeof(float) * a->ns), 0);
+  for (int i = 0; i < 5; i++) {
+    x->gr[i] = alloc_f(sizes[i]);
+    ck_assert_int_eq(G->download(ctx, x->gr[i], g_gr[i], sizeof(float) * sizes[i]), 0);
+  }
+}
+
+static void attn_compare(const char *tag, const attn_inputs *a, const attn_result *ref,
+                         const attn_result *got, double tol_fwd, double tol_bwd) {
+  static const char *names[5] = {"dq", "dk", "dv", "dg", "dstate_in"};
+  size_t sizes[5] = {a->n, a->n, a->n, a->n, a->ns};
+  double rel = rel_max_diff_f(got->out, ref->out, a->n);
+  printf("cuda attn %-22s dk=%-3d out       max rel diff %.3e (tol %.0e)\n", tag, a->dk, rel,
+         tol_fwd);
+  ck_assert_msg(rel <= tol_fwd, "%s dk %d out: %.3e", tag, a->dk, rel);
+  rel = rel_max_diff_f(got->s_out, ref->s_out, a->ns);
+  printf("cuda attn %-22s dk=%-3d state_out max rel diff %.3e (tol %.0e)\n", tag, a->dk, rel,
+         tol_fwd);
+  ck_assert_msg(rel <= tol_fwd, "%s dk %d state_out: %.3e", tag, a->dk, rel);
+  for (int i = 0; i < 5; i++) {
+    rel = rel_max_diff_f(got->gr[i], ref->gr[i], sizes[i]);
+    printf("cuda attn %-22s dk=%-3d %-9s max rel diff %.3e (tol %.0e)\n", tag, a->dk, names[i],
+           rel, tol_bwd);
+    ck_assert_msg(rel <= tol_bwd, "%s dk %d %s: %.3e", tag, a->dk, names[i], rel);
+  }
+}
+
+static const int32_t attn_offs[5] = {0, 1, 17, 62, 62};
+
+/* dk 32 and 128 (WMMA tiles in bf16), 24 (fp32 kernels in both modes). */
+static void chunked_case(int dk, lh_gemm_mode mode) {
+  attn_inputs a;
+  attn_inputs_make(&a, 3, dk, 4, attn_offs, (uint64_t)(66 + dk));
+  attn_result cpu, fast;
+  attn_cpu(&a, 16, &cpu);
+  ck_assert_int_eq(lh_backend_cuda_set_gemm(G, mode), 0);
+  attn_dev(&a, 16, &fast);
+  ck_assert_int_eq(lh_backend_cuda_set_gemm(G, LH_GEMM_FP32), 0);
+  if (mode == LH_GEMM_FP32 || dk % 16 != 0) {
+    attn_compare(mode == LH_GEMM_FP32 ? "chunked fp32 vs cpu" : "chunked bf16(fp32) vs cpu", &a,
+                 &cpu, &fast, TOL_FP32, TOL_FP32);
+    attn_result step;
+    attn_dev(&a, 0, &step);
+    attn_compare("chunked vs cuda steps", &a, &step, &fast, 1e-5, TOL_CHUNKED);
+    attn_result_free(&step);
+  } else {
+    attn_compare("chunked bf16 vs cpu", &a, &cpu, &fast, TOL_ATTN_BF16, TOL_ATTN_BF16_BWD);
+  }
+  attn_result_free(&cpu), attn_result_free(&fast);
+  attn_inputs_free(&a);
+}
+
 START_TEST(test_attn_chunked) {
-  test_rng r = {66};
-  const int H = 4, dk = 32, n_seq = 4, chunk = 16;
-  int32_t offs[5] = {0, 1, 17, 62, 95};
-  const int T = offs[n_seq];
-  size_t n = (size_t)T * H * dk, ns = (size_t)n_seq * H * dk * dk;
-  float *q = rand_f(&r, n, -0.5, 0.5), *k = rand_f(&r, n, -0.5, 0.5);
-  float *v = rand_f(&r, n, -1, 1), *g = rand_f(&r, n, -3, -0.01);
-  float *s_in = rand_f(&r, ns, -0.5, 0.5), *dout = rand_f(&r, n, -1, 1);
-  float *ds_out = rand_f(&r, ns, -1, 1), *out = alloc_f(n), *s_out = alloc_f(ns);
-  float *gr[5];
-  size_t sizes[5] = {n, n, n, n, ns};
-  for (int i = 0; i < 5; i++) gr[i] = rand_f(&r, sizes[i], -1, 1);
-  float *g_q = dev_f(q, n), *g_k = dev_f(k, n), *g_v = dev_f(v, n), *g_g = dev_f(g, n);
-  float *g_sin = dev_f(s_in, ns), *g_dout = dev_f(dout, n), *g_dsout = dev_f(ds_out, ns);
-  float *g_out = dev_f(out, n), *g_sout = dev_f(s_out, ns), *g_gr[5];
-  for (int i = 0; i < 5; i++) g_gr[i] = dev_f(gr[i], sizes[i]);
-  int32_t *g_offs = dev_i(offs, 5);
-  ck_assert_int_eq(C->attn_chunked_forward(NULL, out, s_out, q, k, v, g, s_in, offs, n_seq, H,
-                                           dk, chunk),
+  chunked_case(32, LH_GEMM_FP32);
+  chunked_case(24, LH_GEMM_FP32);
+  chunked_case(128, LH_GEMM_FP32);
+}
+END_TEST
+
+START_TEST(test_attn_chunked_bf16) {
+  chunked_case(32, LH_GEMM_BF16);
+  chunked_case(128, LH_GEMM_BF16);
+  chunked_case(24, LH_GEMM_BF16);
+}
+END_TEST
+
+/* Another chunk size (step-by-step kernels), windows continued in place,
+ * NULL states and gradients, and the errors. */
+START_TEST(test_attn_chunked_misc) {
+  attn_inputs a;
+  attn_inputs_make(&a, 2, 32, 4, attn_offs, 5);
+  attn_result cpu, dev;
+  attn_cpu(&a, 8, &cpu);
+  attn_dev(&a, 8, &dev);
+  attn_compare("chunk 8 vs cpu", &a, &cpu, &dev, 1e-5, TOL_CHUNKED);
+  attn_result_free(&cpu), attn_result_free(&dev);
+  /* Two windows: rows 0..9 then 10..40 of one sequence, the state passed in
+   * place, against one window over 0..40 (fp32 kernels). */
+  const int32_t w_all[2] = {0, 41}, w1[2] = {0, 10}, w2[2] = {0, 31};
+  size_t D = (size_t)a.H * a.dk, SS = (size_t)a.H * a.dk * a.dk;
+  float *out_all = alloc_f(41 * D), *out_win = alloc_f(41 * D);
+  float *g_out = dev_alloc(sizeof(float) * 41 * D), *g_state = dev_alloc(sizeof(float) * SS);
+  int32_t *g_all = dev_i(w_all, 2), *g_w1 = dev_i(w1, 2), *g_w2 = dev_i(w2, 2);
+  void *ctx = G->context;
+  ck_assert_int_eq(G->attn_chunked_forward(ctx, g_out, NULL, a.g_q, a.g_k, a.g_v, a.g_g, NULL,
+                                           g_all, 1, a.H, a.dk, 16),
                    0);
-  ck_assert_int_eq(G->attn_chunked_forward(G->context, g_out, g_sout, g_q, g_k, g_v, g_g, g_sin,
-                                           g_offs, n_seq, H, dk, chunk),
+  ck_assert_int_eq(G->download(ctx, out_all, g_out, sizeof(float) * 41 * D), 0);
+  ck_assert_int_eq(G->attn_chunked_forward(ctx, g_out, g_state, a.g_q, a.g_k, a.g_v, a.g_g, NULL,
+                                           g_w1, 1, a.H, a.dk, 16),
                    0);
-  expect_near("attn_chunked_forward out", out, g_out, n, TOL_CHUNKED);
-  expect_near("attn_chunked_forward state", s_out, g_sout, ns, TOL_CHUNKED);
-  ck_assert_int_eq(C->attn_chunked_backward(NULL, gr[0], gr[1], gr[2], gr[3], gr[4], dout, ds_out,
-                                            q, k, v, g, s_in, offs, n_seq, H, dk, chunk),
+  size_t o2 = 10 * D;
+  ck_assert_int_eq(G->attn_chunked_forward(ctx, g_out + o2, g_state, a.g_q + o2, a.g_k + o2,
+                                           a.g_v + o2, a.g_g + o2, g_state, g_w2, 1, a.H, a.dk,
+                                           16),
                    0);
-  ck_assert_int_eq(G->attn_chunked_backward(G->context, g_gr[0], g_gr[1], g_gr[2], g_gr[3],
-                                            g_gr[4], g_dout, g_dsout, g_q, g_k, g_v, g_g, g_sin,
-                                            g_offs, n_seq, H, dk, chunk),
+  ck_assert_int_eq(G->download(ctx, out_win, g_out, sizeof(float) * 41 * D), 0);
+  double rel = rel_max_diff_f(out_win, out_all, 41 * D);
+  printf("cuda attn two windows vs one        max rel diff %.3e (tol %.0e)\n", rel, TOL_CHUNKED);
+  ck_assert(rel <= TOL_CHUNKED);
+  /* NULL gradients and states are skipped. */
+  ck_assert_int_eq(G->attn_chunked_backward(ctx, dev_alloc(sizeof(float) * a.n), NULL, NULL,
+                                            NULL, NULL, a.g_dout, NULL, a.g_q, a.g_k, a.g_v,
+                                            a.g_g, NULL, a.g_offs, a.n_seq, a.H, a.dk, 16),
                    0);
-  const char *names[5] = {"attn_chunked_backward dq", "attn_chunked_backward dk",
-                          "attn_chunked_backward dv", "attn_chunked_backward dg",
-                          "attn_chunked_backward dstate_in"};
-  for (int i = 0; i < 5; i++) expect_near(names[i], gr[i], g_gr[i], sizes[i], TOL_CHUNKED);
-  ck_assert_int_eq(G->attn_chunked_forward(G->context, g_out, NULL, g_q, g_k, g_v, g_g, NULL,
-                                           g_offs, n_seq, H, dk, 0),
+  ck_assert_int_eq(G->attn_chunked_forward(ctx, g_out, NULL, a.g_q, a.g_k, a.g_v, a.g_g, NULL,
+                                           a.g_offs, a.n_seq, a.H, a.dk, 0),
                    LH_EKERNELS_SHAPE);
-  ck_assert_int_eq(G->attn_chunked_backward(G->context, g_gr[0], NULL, NULL, NULL, NULL, g_dout,
-                                            NULL, g_q, g_k, g_v, g_g, NULL, g_offs, n_seq, H, dk,
-                                            257),
+  ck_assert_int_eq(G->attn_chunked_backward(ctx, g_out, NULL, NULL, NULL, NULL, a.g_dout, NULL,
+                                            a.g_q, a.g_k, a.g_v, a.g_g, NULL, a.g_offs, a.n_seq,
+                                            a.H, a.dk, 257),
                    LH_EKERNELS_SHAPE);
-  free(q), free(k), free(v), free(g), free(s_in), free(dout), free(ds_out), free(out);
-  free(s_out);
-  for (int i = 0; i < 5; i++) free(gr[i]);
+  ck_assert_int_eq(G->attn_chunked_forward(ctx, NULL, NULL, a.g_q, a.g_k, a.g_v, a.g_g, NULL,
+                                           a.g_offs, a.n_seq, a.H, a.dk, 16),
+                   LH_EKERNELS_NULL_ARG);
+  const int32_t bad[3] = {0, 9, 4};
+  int32_t *g_bad = dev_i(bad, 3);
+  ck_assert_int_eq(G->attn_chunked_forward(ctx, g_out, NULL, a.g_q, a.g_k, a.g_v, a.g_g, NULL,
+                                           g_bad, 2, a.H, a.dk, 16),
+                   LH_EKERNELS_SHAPE);
+  free(out_all), free(out_win);
+  attn_inputs_free(&a);
+}
+END_TEST
+
+/* NCCL with one rank: the communicator forms and the sum leaves the data
+ * as it is; wrong tables and ranks are refused with a sentence. */
+START_TEST(test_nccl) {
+  if (!lh_cuda_nccl_compiled()) {
+    printf("nccl: not in this build\n");
+    return;
+  }
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  unsigned char id[LH_NCCL_ID_BYTES];
+  ck_assert_int_eq(lh_cuda_nccl_unique_id(id, &err), 0);
+  lh_cuda_nccl *comm = NULL;
+  ck_assert_int_eq(lh_cuda_nccl_init(&comm, C, id, 1, 0, &err), LH_EKERNELS_NOT_AVAILABLE);
+  ck_assert(strstr(err.msg, "cuda"));
+  ck_assert_int_eq(lh_cuda_nccl_init(&comm, G, id, 1, 1, &err), LH_EKERNELS_SHAPE);
+  ck_assert_int_eq(lh_cuda_nccl_init(&comm, G, id, 1, 0, &err), 0);
+  ck_assert_int_eq(lh_cuda_nccl_size(comm), 1);
+  ck_assert_int_eq(lh_cuda_nccl_rank(comm), 0);
+  float h[1000], back[1000];
+  for (int i = 0; i < 1000; i++) h[i] = (float)i * 0.5f - 3.0f;
+  float *d = dev_f(h, 1000);
+  ck_assert_int_eq(lh_cuda_nccl_allreduce_sum(comm, d, 1000), 0);
+  ck_assert_int_eq(lh_cuda_nccl_allreduce_sum(comm, d, 0), 0);
+  ck_assert_int_eq(lh_cuda_nccl_allreduce_sum(comm, NULL, 4), LH_EKERNELS_NULL_ARG);
+  ck_assert_int_eq(G->download(G->context, back, d, sizeof back), 0);
+  ck_assert_mem_eq(back, h, sizeof h);
+  lh_cuda_nccl_free(comm);
+  lh_cuda_nccl_free(NULL);
 }
 END_TEST
 
@@ -795,6 +1001,9 @@ int main(void) {
   tcase_add_test(tc, test_moe_experts);
   tcase_add_test(tc, test_moe_experts_bf16);
   tcase_add_test(tc, test_attn_chunked);
+  tcase_add_test(tc, test_attn_chunked_bf16);
+  tcase_add_test(tc, test_attn_chunked_misc);
+  tcase_add_test(tc, test_nccl);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);
