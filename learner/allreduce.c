@@ -263,6 +263,14 @@ int lh_learner_rank_endpoint(const char *endpoint, int rank, char *out, lh_errbu
     snprintf(out, LH_LEARNER_TEXT_BYTES, "%s", endpoint);
     return 0;
   }
+  /* An ipc:// path (or inproc:// name) has no port: each rank takes its
+   * own name beside it. */
+  if (!strncmp(endpoint, "ipc://", 6) || !strncmp(endpoint, "inproc://", 9)) {
+    int n = snprintf(out, LH_LEARNER_TEXT_BYTES, "%s.rank%d", endpoint, rank);
+    if (n < 0 || n >= LH_LEARNER_TEXT_BYTES)
+      return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE, "learner ranks: endpoint '%.64s...' is too long", endpoint);
+    return 0;
+  }
   char *end = NULL;
   long port = colon ? strtol(colon + 1, &end, 10) : -1;
   if (!colon || colon[1] < '0' || colon[1] > '9' || *end || port < 1 || port + 10L * rank > 65535)

@@ -718,9 +718,11 @@ void lh_learner_comm_abort(lh_learner_comm *c, int code);
 double lh_learner_comm_backend_ms(const lh_learner_comm *c);
 
 /* Rank r's ingest endpoint: the port of endpoint ("tcp://host:port") plus
- * 10 * rank; rank 0 and a wildcard port (tcp://host:*) keep it as it is.
- * LH_ELEARNER_CONFIG_VALUE naming the endpoint when it has no numeric port
- * or the port would pass 65535. out has room for LH_LEARNER_TEXT_BYTES. */
+ * 10 * rank; rank 0 and a wildcard port (tcp://host:*) keep it as it is,
+ * and an ipc:// or inproc:// endpoint gets the suffix ".rank<r>".
+ * LH_ELEARNER_CONFIG_VALUE naming the endpoint when a tcp one has no
+ * numeric port or the port would pass 65535. out has room for
+ * LH_LEARNER_TEXT_BYTES. */
 int lh_learner_rank_endpoint(const char *endpoint, int rank, char *out, lh_errbuf *err);
 /* Rank r's store file: db for rank 0, db.rank<r> otherwise (out: room for
  * LH_LEARNER_TEXT_BYTES). */

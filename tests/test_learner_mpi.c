@@ -4,17 +4,21 @@
  * of 3 steps with the same weights as one rank with the whole batch
  * (within 1e-6) and with bit-identical weights on both ranks; rank 0 alone
  * writes the train_steps rows (global figures); the checkpoint holds every
- * rank's done set and a 2-rank resume trains nothing twice.
+ * rank's done set and a 2-rank resume trains nothing twice; and a real
+ * `mpirun -n 2 longhaul learner` with one actor per rank (actor i to rank
+ * i mod 2) trains 3 steps, each rank storing only its actor's episodes.
  *
  * The binary is its own MPI worker: `test_learner_mpi --worker MODE DIR`
  * runs one rank. The whole suite exits 77 (skipped) when mpirun or an MPI
  * build is missing. */
 #include <check.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "learner/learner.h"
@@ -300,8 +304,10 @@ START_TEST(test_rank_names) {
   ck_assert_str_eq(out, "tcp://127.0.0.1:5585");
   ck_assert_int_eq(lh_learner_rank_endpoint("tcp://127.0.0.1:*", 2, out, &e), 0);
   ck_assert_str_eq(out, "tcp://127.0.0.1:*");
-  ck_assert_int_eq(lh_learner_rank_endpoint("ipc:///tmp/ingest", 1, out, &e), LH_ELEARNER_CONFIG_VALUE);
-  ck_assert_ptr_nonnull(strstr(e.msg, "ipc:///tmp/ingest"));
+  ck_assert_int_eq(lh_learner_rank_endpoint("ipc:///tmp/ingest", 1, out, &e), 0);
+  ck_assert_str_eq(out, "ipc:///tmp/ingest.rank1");
+  ck_assert_int_eq(lh_learner_rank_endpoint("udp://h", 1, out, &e), LH_ELEARNER_CONFIG_VALUE);
+  ck_assert_ptr_nonnull(strstr(e.msg, "udp://h"));
   ck_assert_int_eq(lh_learner_rank_endpoint("tcp://h:65530", 1, out, &e), LH_ELEARNER_CONFIG_VALUE);
   ck_assert_int_eq(lh_learner_rank_endpoint("tcp://h:55x", 1, out, &e), LH_ELEARNER_CONFIG_VALUE);
   ck_assert_int_eq(lh_learner_rank_db("run/replay.db", 0, out, &e), 0);
@@ -405,6 +411,125 @@ START_TEST(test_two_ranks_match_one) {
 }
 END_TEST
 
+/* ---- a real job: `mpirun -n 2 longhaul learner` and one actor per rank -- */
+
+static pid_t spawn_logged(const char *log, const char *const *argv) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    if (!freopen(log, "w", stderr) || !freopen(log, "a", stdout)) _exit(126);
+    execvp(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+static int wait_exit(pid_t pid, int seconds) {
+  int status = 0;
+  for (int i = 0; i < seconds * 100; i++) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -2;
+}
+
+typedef struct {
+  int ended, a0, a1;
+} actor_counts;
+
+static int on_episode(void *ctx, const lh_episode_row *r) {
+  actor_counts *c = ctx;
+  if (r->status == LH_EPISODE_RUNNING) return 0;
+  c->ended++;
+  c->a0 += !strcmp(r->actor, "a0");
+  c->a1 += !strcmp(r->actor, "a1");
+  return 0;
+}
+
+static void write_config(const char *path, const char *dir, const char *actor_ingest) {
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f,
+          "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
+          "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
+          "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
+          "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\n"
+          "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
+          "db = %s/replay.db\nckpt_dir = %s/ckpt\n"
+          "[actor]\nlearner_endpoint = %s\nweights_pub_endpoint = ipc://%s/pub\n"
+          "weights_endpoint = ipc://%s/w\nmax_context = 400\ngroup_size = 4\nbatch = 8\n"
+          "[env]\nname = calc\n",
+          dir, dir, dir, dir, dir, actor_ingest, dir, dir);
+  fclose(f);
+}
+
+START_TEST(test_mpirun_learner_with_actors) {
+  const char *bin = getenv("LH_BIN");
+  ck_assert_msg(bin != NULL, "LH_BIN is not set");
+  char dir[64], run[128], a1_cfg[128], ing0[128], ing1[128], path[256], log[256];
+  strcpy(dir, "/tmp/lh_mpijob_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(run, sizeof run, "%s/run.ini", dir);
+  snprintf(a1_cfg, sizeof a1_cfg, "%s/a1.ini", dir);
+  snprintf(ing0, sizeof ing0, "ipc://%s/ing", dir);
+  lh_errbuf e;
+  ck_assert_int_eq(lh_learner_rank_endpoint(ing0, 1, ing1, &e), 0);
+  /* Actor i sends to rank i mod 2; weights come from rank 0 for both. */
+  write_config(run, dir, ing0);
+  write_config(a1_cfg, dir, ing1);
+  const char *job[] = {"mpirun", "--oversubscribe", "-n", "2", "--mca", "btl", "self,vader", "--mca",
+                       "btl_vader_single_copy_mechanism", "none", "-x", "OPENBLAS_NUM_THREADS=1", bin, "learner",
+                       "--config", run, "--steps", "3", NULL};
+  const char *a0[] = {bin, "actor", "--config", run, "--name", "a0", "--index", "0", NULL};
+  const char *a1[] = {bin, "actor", "--config", a1_cfg, "--name", "a1", "--index", "1", NULL};
+  snprintf(log, sizeof log, "%s/job.log", dir);
+  pid_t jp = spawn_logged(log, job);
+  snprintf(path, sizeof path, "%s/a0.log", dir);
+  pid_t p0 = spawn_logged(path, a0);
+  snprintf(path, sizeof path, "%s/a1.log", dir);
+  pid_t p1 = spawn_logged(path, a1);
+  int jrc = wait_exit(jp, 100);
+  kill(p0, SIGTERM);
+  kill(p1, SIGTERM);
+  int rc0 = wait_exit(p0, 30), rc1 = wait_exit(p1, 30);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "grep -h -E 'rank=|allreduce_ms|step=|error|rank failed' '%s' | head -20", log);
+  ck_assert_int_ge(system(cmd), 0);
+  ck_assert_msg(jrc == 0, "mpirun exit %d (see %s)", jrc, log);
+  ck_assert_msg(rc0 == 0 && rc1 == 0, "actors exit %d %d", rc0, rc1);
+  /* Rank 0's store: the run's rows and a0's episodes; rank 1's: a1's only. */
+  lh_store *s;
+  snprintf(path, sizeof path, "%s/replay.db", dir);
+  ck_assert_msg(lh_store_open_readonly(path, &s, &e) == 0, "%s", e.msg);
+  rows_ctx r = {0};
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_row, &r, &e), 0);
+  ck_assert_int_eq(r.n, 3);
+  ck_assert_uint_eq(r.last.version, 3);
+  ck_assert_uint_eq(r.last.episodes, 8);  /* 4 per rank */
+  actor_counts c0 = {0}, c1 = {0};
+  ck_assert_int_eq(lh_store_episodes(s, NULL, on_episode, &c0, NULL, &e), 0);
+  lh_store_close(s);
+  snprintf(path, sizeof path, "%s/replay.db.rank1", dir);
+  ck_assert_msg(lh_store_open_readonly(path, &s, &e) == 0, "%s", e.msg);
+  rows_ctx r1 = {0};
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_row, &r1, &e), 0);
+  ck_assert_int_eq(r1.n, 0);
+  ck_assert_int_eq(lh_store_episodes(s, NULL, on_episode, &c1, NULL, &e), 0);
+  lh_store_close(s);
+  printf("job: rank 0 ended=%d (a0 %d, a1 %d), rank 1 ended=%d (a0 %d, a1 %d)\n", c0.ended, c0.a0, c0.a1, c1.ended,
+         c1.a0, c1.a1);
+  ck_assert(c0.ended >= 12 && c0.a0 == c0.ended);
+  ck_assert(c1.ended >= 12 && c1.a1 == c1.ended);
+  /* The final checkpoint (step 3) holds both ranks' done lists. */
+  snprintf(path, sizeof path, "%s/ckpt/step-%08d/episodes_done.rank1.bin", dir, 3);
+  ck_assert_msg(access(path, R_OK) == 0, "%s missing", path);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "--worker")) return worker(argv[2], argv[3]);
   if (!realpath(argv[0], self_path)) {
@@ -424,6 +549,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_single_rank_comm);
   tcase_add_test(tc, test_rank_names);
   tcase_add_test(tc, test_two_ranks_match_one);
+  tcase_add_test(tc, test_mpirun_learner_with_actors);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
