@@ -138,7 +138,7 @@ static void train(lh_model *m, double *losses) {
   lh_errbuf err;
   lh_errbuf_clear(&err);
   lh_model_cache *c = NULL;
-  lh_adamw_params ap = {.lr = 2e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+  lh_adamw_params ap = {.lr = 5e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                         .weight_decay = 0.01f, .grad_scale = 1.0f};
   for (int i = 0; i < STEPS; i++) {
     ck_assert_msg(lh_model_forward(m, &batch, &c, NULL, &losses[i], NULL, &err) == 0, "%s",
