@@ -208,7 +208,9 @@ uint32_t lh_env_max_steps(const lh_env *env);
 
 typedef struct lh_env_plugin lh_env_plugin;
 /* Loads the shared library at path and checks its table: the symbol,
- * the version, the required functions. */
+ * the version, the required functions. path must be absolute; it is
+ * resolved by realpath and, when LH_PLUGIN_PATH is set (folders separated
+ * by ':'), must lie inside one of them (LH_EENVS_PLUGIN_PATH otherwise). */
 int lh_env_plugin_load(const char *path, lh_env_plugin **out, lh_errbuf *err);
 const lh_env_vtable *lh_env_plugin_vtable(const lh_env_plugin *p);
 void lh_env_plugin_free(lh_env_plugin *p);  /* accepts NULL */

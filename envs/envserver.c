@@ -4,17 +4,26 @@
  * A remote peer may not name plugin or server options: it must not make
  * this process load a library or open connections. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
 
+#include "common/zsock.h"
 #include "envs/internal.h"
 #include "proto/wire.h"
+
+/* A request is an action or a config, never weights: 8 MiB bounds a
+ * frame (ZMQ_MAXMSGSIZE), and a message holds at most as many requests
+ * as a client batches (envs/envhub.c's MAX_BATCH). */
+#define SERVER_MAX_REQUEST_BYTES (8 << 20)
+#define SERVER_MAX_FRAMES 1024
 
 typedef struct {
   uint64_t id;
   lh_env *env;
   uint64_t last_used;  /* the server's request count when last used */
+  uint64_t last_request;  /* the newest request_id answered: older ones are replays */
 } session;
 
 typedef struct {
@@ -35,11 +44,11 @@ static size_t locate(const sessions *ss, uint64_t id) {
   return lo;
 }
 
-static lh_env *find(sessions *ss, uint64_t id) {
+static session *find(sessions *ss, uint64_t id) {
   size_t i = locate(ss, id);
   if (i >= ss->n || ss->s[i].id != id) return NULL;
   ss->s[i].last_used = ++ss->clock;
-  return ss->s[i].env;
+  return &ss->s[i];
 }
 
 static void close_session(sessions *ss, uint64_t id) {
@@ -111,14 +120,24 @@ static int handle(sessions *ss, const Longhaul__EnvRequest *q, Longhaul__EnvResp
       return lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
     }
     ss->s = grown;
-    ss->s[ss->n++] = (session){++ss->next_id, env, ++ss->clock};
+    ss->s[ss->n++] = (session){++ss->next_id, env, ++ss->clock, q->request_id};
     r->session_id = ss->next_id;
     return 0;
   }
-  lh_env *env = find(ss, q->session_id);
-  if (!env)
+  session *sn = find(ss, q->session_id);
+  if (!sn)
     return lh_errbuf_set(err, LH_ENOENT, "env server: no session %llu (send CREATE first)",
                          (unsigned long long)q->session_id);
+  /* A client numbers its requests upwards (envs/envhub.c), one at a time
+   * per session: an id not above the last one is a replay, which would
+   * step the episode twice. */
+  if (q->request_id <= sn->last_request)
+    return lh_errbuf_set(err, LH_EENVS_SERVER_REPLAY,
+                         "env server: request %llu replayed (session %llu has answered request %llu)",
+                         (unsigned long long)q->request_id, (unsigned long long)q->session_id,
+                         (unsigned long long)sn->last_request);
+  sn->last_request = q->request_id;
+  lh_env *env = sn->env;
   switch (q->op) {
     case LONGHAUL__ENV_OP__ENV_OP_RESET: {
       lh_env_obs obs;
@@ -164,7 +183,8 @@ static int handle(sessions *ss, const Longhaul__EnvRequest *q, Longhaul__EnvResp
 
 /* Answers one request frame: decodes it, runs it and encodes the answer
  * into *out (malloc'd). Sets *stop for a Shutdown. */
-static void answer(sessions *ss, const zmq_msg_t *in, uint64_t msg_id, uint8_t **out, size_t *bytes, int *stop) {
+static void answer(sessions *ss, const zmq_msg_t *in, uint64_t msg_id, uint8_t **out, size_t *bytes, int *stop,
+                   lh_zsock_meter *bad) {
   Longhaul__Envelope *req = NULL;
   lh_errbuf herr;
   lh_errbuf_clear(&herr);
@@ -178,7 +198,9 @@ static void answer(sessions *ss, const zmq_msg_t *in, uint64_t msg_id, uint8_t *
                         lh_wire_body_name(req->body_case));
   } else if (hrc == 0) {
     hrc = handle(ss, req->env_request, &resp, &parts, &herr);
+    if (hrc == LH_EENVS_SERVER_REPLAY) lh_zsock_meter_bad(bad, herr.msg);
   }
+  if (hrc < 0 && (!req || req->body_case != LONGHAUL__ENVELOPE__BODY_ENV_REQUEST)) lh_zsock_meter_bad(bad, herr.msg);
   if (hrc < 0) {
     resp.status = hrc;
     resp.error = herr.msg;
@@ -207,11 +229,11 @@ int lh_envserver_serve(const char *endpoint, uint32_t max_sessions, lh_errbuf *e
   if (!endpoint || !*endpoint) return lh_errbuf_set(err, LH_EINVAL, "env server: no endpoint to bind");
   void *zctx = zmq_ctx_new();
   if (!zctx) return lh_errbuf_set(err, LH_EZMQ, "env server: zmq_ctx_new failed");
-  void *sock = zmq_socket(zctx, ZMQ_REP);
-  int linger = 0;
-  if (sock) zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
-  if (!sock || zmq_bind(sock, endpoint) != 0) {
-    int rc = lh_errbuf_set(err, LH_EZMQ, "env server: cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
+  lh_zsock_opts so = {.max_message_bytes = SERVER_MAX_REQUEST_BYTES};
+  void *sock = lh_zsock_open(zctx, ZMQ_REP, &so, "env server REP", err);
+  int brc = sock ? lh_zsock_bind(sock, endpoint, NULL, NULL, 0, "env server REP", err) : LH_EZMQ;
+  if (brc < 0) {
+    int rc = err ? err->code : brc;
     if (sock) zmq_close(sock);
     zmq_ctx_term(zctx);
     return rc;
@@ -220,49 +242,54 @@ int lh_envserver_serve(const char *endpoint, uint32_t max_sessions, lh_errbuf *e
           max_sessions ? max_sessions : LH_ENVSERVER_DEFAULT_SESSIONS);
   sessions ss = {0};
   ss.max = max_sessions ? max_sessions : LH_ENVSERVER_DEFAULT_SESSIONS;
+  lh_zsock_meter bad = {.component = "envs"};
   int rc = 0, stop = 0;
   uint64_t msg_id = 0;
   /* One message holds one or more requests, one per frame; the reply has
-   * one answer frame per request, in order. */
+   * one answer frame per request, in order. A message of more frames than
+   * SERVER_MAX_FRAMES is dropped whole and answered with one error (a REP
+   * socket must answer before it reads again). */
   struct {
     uint8_t *buf;
     size_t bytes;
-  } *outs = NULL;
-  size_t out_cap = 0;
-  while (!stop) {
-    size_t n = 0;
-    int more = 1;
-    while (more) {
-      zmq_msg_t in;
-      zmq_msg_init(&in);
-      if (zmq_msg_recv(&in, sock, 0) < 0) {
-        int e = zmq_errno();
-        zmq_msg_close(&in);
-        if (e != EINTR) rc = lh_errbuf_set(err, LH_EZMQ, "env server: recv: %s", zmq_strerror(e));
-        stop = 2; /* a signal or a failure: stop serving */
-        break;
-      }
-      more = zmq_msg_more(&in);
-      if (n == out_cap) {
-        size_t cap = out_cap ? 2 * out_cap : 64;
-        void *grown = realloc(outs, cap * sizeof *outs);
-        if (!grown) {
-          zmq_msg_close(&in);
-          rc = lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
-          stop = 2;
-          break;
-        }
-        outs = grown;
-        out_cap = cap;
-      }
-      answer(&ss, &in, ++msg_id, &outs[n].buf, &outs[n].bytes, &stop);
-      n++;
-      zmq_msg_close(&in);
-    }
-    for (size_t i = 0; stop != 2 && i < n; i++)
-      zmq_send(sock, outs[i].buf, outs[i].bytes, i + 1 < n ? ZMQ_SNDMORE : 0);
-    for (size_t i = 0; i < n; i++) free(outs[i].buf);
+  } *outs = calloc(SERVER_MAX_FRAMES, sizeof *outs);
+  zmq_msg_t *frames = calloc(SERVER_MAX_FRAMES, sizeof *frames);
+  if (!outs || !frames) {
+    rc = lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
+    stop = 2;
   }
+  while (!stop) {
+    int n = 0;
+    int got = lh_zsock_recv_frames(sock, frames, SERVER_MAX_FRAMES, 0, &n);
+    if (got < 0) {
+      int e = zmq_errno();
+      if (e != EINTR) rc = lh_errbuf_set(err, LH_EZMQ, "env server: recv: %s", zmq_strerror(e));
+      break; /* a signal or a failure: stop serving */
+    }
+    if (got == 2) {
+      char why[128];
+      snprintf(why, sizeof why, "a message of more than %d requests (dropped whole)", SERVER_MAX_FRAMES);
+      lh_zsock_meter_bad(&bad, why);
+      Longhaul__EnvResponse r = LONGHAUL__ENV_RESPONSE__INIT;
+      r.status = LH_EENVS_SERVER_PROTOCOL;
+      r.error = why;
+      Longhaul__Envelope reply = LONGHAUL__ENVELOPE__INIT;
+      reply.protocol = LH_WIRE_PROTOCOL;
+      reply.msg_id = ++msg_id;
+      reply.sender = "envs-server";
+      reply.body_case = LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE;
+      reply.env_response = &r;
+      lh_errbuf ee;
+      if (lh_wire_encode(&reply, &outs[0].buf, &outs[0].bytes, &ee) < 0) outs[0].buf = NULL, outs[0].bytes = 0;
+      n = 1;
+    } else {
+      for (int i = 0; i < n; i++) answer(&ss, &frames[i], ++msg_id, &outs[i].buf, &outs[i].bytes, &stop, &bad);
+      lh_zsock_frames_close(frames, n);
+    }
+    for (int i = 0; i < n; i++) zmq_send(sock, outs[i].buf, outs[i].bytes, i + 1 < n ? ZMQ_SNDMORE : 0);
+    for (int i = 0; i < n; i++) free(outs[i].buf), outs[i].buf = NULL;
+  }
+  free(frames);
   free(outs);
   for (size_t i = 0; i < ss.n; i++) lh_env_free(ss.s[i].env);
   free(ss.s);

@@ -5,7 +5,7 @@
  * process whose key is not (nothing of it stored, the refusals counted in
  * the learner's log) and answers nothing to a plain (non-CURVE) client;
  * CURVE keys given by halves, or a secret key file others can read, are
- * config errors. */
+ * config errors. Plugins load only from allowed paths. */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +16,7 @@
 #include <zmq.h>
 
 #include "common/zsock.h"
+#include "envs/env.h"
 #include "learner/learner.h"
 #include "sec_util.h"
 
@@ -281,6 +282,37 @@ START_TEST(test_curve_config_halves) {
 }
 END_TEST
 
+/* Plugins load only from an absolute path, resolved, and inside
+ * LH_PLUGIN_PATH when it is set; a symbolic link cannot lead out of it. An
+ * env server refuses a plugin named in a request (envs/envserver.c). */
+START_TEST(test_plugin_paths) {
+  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  lh_env_plugin *p = NULL;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_plugin_load("libreverse.so", &p, &e), LH_EENVS_PLUGIN_PATH);
+  printf("plugin: %s\n", e.msg);
+  ck_assert_int_eq(lh_env_plugin_load("./x/libreverse.so", &p, &e), LH_EENVS_PLUGIN_PATH);
+  ck_assert_int_eq(setenv("LH_PLUGIN_PATH", dir, 1), 0);
+  ck_assert_int_eq(lh_env_plugin_load(LH_TEST_PLUGIN_GOOD, &p, &e), LH_EENVS_PLUGIN_PATH);
+  printf("plugin: %s\n", e.msg);
+  char link[128];
+  path_of(link, sizeof link, "libreverse.so");
+  ck_assert_int_eq(symlink(LH_TEST_PLUGIN_GOOD, link), 0);
+  ck_assert_int_eq(lh_env_plugin_load(link, &p, &e), LH_EENVS_PLUGIN_PATH);
+  char both[512], good_dir[256];
+  snprintf(good_dir, sizeof good_dir, "%s", LH_TEST_PLUGIN_GOOD);
+  *strrchr(good_dir, '/') = 0;
+  snprintf(both, sizeof both, "/nonexistent:%s:%s", dir, good_dir);
+  ck_assert_int_eq(setenv("LH_PLUGIN_PATH", both, 1), 0);
+  ck_assert_msg(lh_env_plugin_load(LH_TEST_PLUGIN_GOOD, &p, &e) == 0, "%s", e.msg);
+  lh_env_plugin_free(p);
+  ck_assert_int_eq(unsetenv("LH_PLUGIN_PATH"), 0);
+  ck_assert_msg(lh_env_plugin_load(LH_TEST_PLUGIN_GOOD, &p, &e) == 0, "%s", e.msg);
+  lh_env_plugin_free(p);
+  sec_rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("security");
   TCase *t = tcase_create("curve");
@@ -289,6 +321,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_allow_list);
   tcase_add_test(t, test_curve_allow_list_processes);
   tcase_add_test(t, test_curve_config_halves);
+  tcase_add_test(t, test_plugin_paths);
   suite_add_tcase(s, t);
   return s;
 }

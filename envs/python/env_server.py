@@ -16,6 +16,7 @@ import argparse
 import random
 import re
 import sys
+import time
 
 CALL = re.compile(r"<call>\s*([a-z_][a-z0-9_]*)\s*\((.*)\)\s*</call>\s*$", re.S)
 EOS = "<eos>"
@@ -24,6 +25,34 @@ LH_ENOENT = -4
 LH_EENVS_UNKNOWN_ENV = -510
 LH_EENVS_BAD_OPTION = -511
 LH_EENVS_NOT_RESET = -512
+LH_EENVS_SERVER_PROTOCOL = -531
+LH_EENVS_SERVER_REPLAY = -533
+# Bad input is refused, counted and logged at most once per interval; a
+# request frame is at most MAX_REQUEST_BYTES (ZMQ_MAXMSGSIZE) and a message
+# at most MAX_FRAMES requests, as the C server (envs/envserver.c).
+MAX_REQUEST_BYTES = 8 << 20
+MAX_FRAMES = 1024
+MAX_SESSIONS = 1024
+LINGER_MS = 1000
+LOG_INTERVAL_S = 5.0
+
+
+class BadMeter:
+    """Counts bad messages; one log line per interval with the count."""
+
+    def __init__(self):
+        self.total = self.since = 0
+        self.last = None
+
+    def bad(self, what):
+        self.total += 1
+        self.since += 1
+        now = time.monotonic()
+        if self.last is not None and now - self.last < LOG_INTERVAL_S:
+            return
+        print(f"warn envs-py: bad message: {what} (bad since last report={self.since} total={self.total})",
+              file=sys.stderr, flush=True)
+        self.last, self.since = now, 0
 
 
 class EnvError(Exception):
@@ -104,17 +133,22 @@ class Guess:
                 "reward: 1 for the right answer, else 0 (term 'correct'); expert: bisection")
 
 
-def answer(pb, sessions, next_id, raw):
+def answer(pb, sessions, next_id, raw, meter):
     """Handles one request frame; returns (EnvResponse, next_id, stop)."""
     env = pb.Envelope()
     resp = pb.EnvResponse()
     stop = False
     try:
-        env.ParseFromString(raw)
+        try:
+            env.ParseFromString(raw)
+        except Exception as e:
+            meter.bad(f"undecodable request: {type(e).__name__}")
+            raise EnvError(LH_EINVAL, f"env server: undecodable request: {type(e).__name__}")
         body = env.WhichOneof("body")
         if body == "shutdown":
             stop = True
         elif body != "env_request":
+            meter.bad(f"expected an env_request, got {body}")
             raise EnvError(LH_EINVAL, f"expected an env_request, got {body}")
         else:
             req = env.env_request
@@ -124,13 +158,27 @@ def answer(pb, sessions, next_id, raw):
                 if req.env_name != "guess":
                     raise EnvError(LH_EENVS_UNKNOWN_ENV, f"no environment '{req.env_name}' here (guess)")
                 opts = {kv.key: kv.value for kv in req.options}
-                sessions[next_id + 1] = Guess(opts)
+                g = Guess(opts)
+                g.last_request = req.request_id
+                if len(sessions) >= MAX_SESSIONS:
+                    # Full: the oldest session goes (clients that lost a
+                    # connection never close theirs); its owner re-creates.
+                    del sessions[next(iter(sessions))]
+                sessions[next_id + 1] = g
                 next_id += 1
                 resp.session_id = next_id
             else:
                 s = sessions.get(req.session_id)
                 if s is None:
                     raise EnvError(LH_ENOENT, f"no session {req.session_id}")
+                # Request ids rise one request at a time per session: an id
+                # not above the last one is a replay.
+                if req.request_id <= s.last_request:
+                    meter.bad(f"request {req.request_id} replayed on session {req.session_id}")
+                    raise EnvError(LH_EENVS_SERVER_REPLAY,
+                                   f"env server: request {req.request_id} replayed (session "
+                                   f"{req.session_id} has answered request {s.last_request})")
+                s.last_request = req.request_id
                 if req.op == pb.ENV_OP_RESET:
                     resp.observation.text = s.reset(req.seed)
                 elif req.op == pb.ENV_OP_STEP:
@@ -160,18 +208,33 @@ def serve(bind, pb):
     import zmq
     ctx = zmq.Context()
     sock = ctx.socket(zmq.REP)
-    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.LINGER, LINGER_MS)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
     sock.bind(bind)
     print(f"info envs-py: env server listening endpoint={bind}", file=sys.stderr, flush=True)
     sessions, next_id, msg_id = {}, 0, 0
+    meter = BadMeter()
     while True:
         # One message holds one or more requests, one Envelope per frame;
-        # the reply holds one answer per frame, in the same order.
-        frames = sock.recv_multipart()
+        # the reply holds one answer per frame, in the same order. A message
+        # of more than MAX_FRAMES is read whole, dropped and answered with
+        # one error (a REP socket answers before it reads again).
+        frames = [sock.recv()]
+        while sock.getsockopt(zmq.RCVMORE):
+            f = sock.recv()
+            if len(frames) <= MAX_FRAMES:
+                frames.append(f)
         replies, stop = [], False
+        if len(frames) > MAX_FRAMES:
+            meter.bad(f"a message of more than {MAX_FRAMES} requests (dropped whole)")
+            out = pb.Envelope(protocol=1, msg_id=msg_id + 1, sender="envs-py")
+            out.env_response.status = LH_EENVS_SERVER_PROTOCOL
+            out.env_response.error = f"env server: a message of more than {MAX_FRAMES} requests (dropped whole)"
+            msg_id += 1
+            frames, replies = [], [out.SerializeToString()]
         for raw in frames:
             msg_id += 1
-            resp, next_id, halt = answer(pb, sessions, next_id, raw)
+            resp, next_id, halt = answer(pb, sessions, next_id, raw, meter)
             stop = stop or halt
             out = pb.Envelope(protocol=1, msg_id=msg_id, sender="envs-py")
             out.env_response.CopyFrom(resp)
