@@ -49,6 +49,11 @@ static void usage(FILE *out) {
           "The [model] section gives a fresh model, [actor] temperature the sampling\n"
           "temperature the log-probabilities are compared at.\n"
           "SIGINT/SIGTERM: acks what is stored, writes a final checkpoint, exits 0.\n"
+          "Several ranks: mpirun -n M longhaul learner ... (rank r binds the ingest port\n"
+          "+ 10*r, or an ipc:// path + .rank<r>, and keeps the store db.rank<r>; rank 0\n"
+          "serves the weights and writes checkpoints). SIGUSR1, which mpirun forwards to\n"
+          "every rank, stops the job in order with exit 0 (after SIGTERM or SIGINT the\n"
+          "ranks stop the same way but mpirun itself exits 1).\n"
           "Exit codes: 0 done, 1 runtime error, 2 usage or config error.\n");
 }
 
@@ -353,6 +358,7 @@ int lh_cmd_learner(int argc, char **argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);  /* what mpirun forwards to every rank */
   learner L;
   memset(&L, 0, sizeof L);
   lh_errbuf err;
