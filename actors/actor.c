@@ -227,10 +227,10 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
     stats->version = version;
     stats->pauses = pauses;
   }
-  LH_INFO("actor", "stopped name=%s episodes=%llu tokens=%llu resends=%llu acked=%llu unacked=%zu", cfg->name,
-          (unsigned long long)lh_actors_runner_finished(r), (unsigned long long)meter.tokens,
+  LH_INFO("actor", "stopped name=%s episodes=%llu tokens=%llu resends=%llu acked=%llu unacked=%zu pauses=%llu",
+          cfg->name, (unsigned long long)lh_actors_runner_finished(r), (unsigned long long)meter.tokens,
           (unsigned long long)lh_actors_link_resends(link), (unsigned long long)lh_actors_link_acked(link),
-          lh_actors_link_unacked(link));
+          lh_actors_link_unacked(link), (unsigned long long)pauses);
   lh_actors_segment_free(p.seg);
   lh_actors_episode_end_free(p.end);
   lh_actors_runner_free(r);

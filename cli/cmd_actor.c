@@ -138,7 +138,9 @@ int lh_cmd_actor(int argc, char **argv) {
                                 .actor = &acfg,
                                 .index = index,
                                 .episodes = episodes,
-                                .wait_for_weights = ckpt == NULL};
+                                /* with weight updates off none would ever come */
+                                .wait_for_weights = ckpt == NULL && acfg.weights_pub_endpoint[0] &&
+                                                    strcmp(acfg.weights_pub_endpoint, "none") != 0};
   lh_actors_actor_stats st = {0};
   int rc = lh_actors_actor_run(&cfg, model, &stop_requested, &st, &err);
   lh_model_free(model);

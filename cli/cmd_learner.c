@@ -28,9 +28,17 @@
  * process state a signal handler may touch. */
 static volatile sig_atomic_t stop_requested = 0;
 
+/* Set by SIGHUP: re-read [learner] max_db_bytes at the next turn. */
+static volatile sig_atomic_t reload_requested = 0;
+
 static void on_signal(int sig) {
   (void)sig;
   stop_requested = 1;
+}
+
+static void on_hup(int sig) {
+  (void)sig;
+  reload_requested = 1;
 }
 
 static void usage(FILE *out) {
@@ -54,6 +62,8 @@ static void usage(FILE *out) {
           "serves the weights and writes checkpoints). SIGUSR1, which mpirun forwards to\n"
           "every rank, stops the job in order with exit 0 (after SIGTERM or SIGINT the\n"
           "ranks stop the same way but mpirun itself exits 1).\n"
+          "SIGHUP: re-reads [learner] max_db_bytes (the store's cap; while the store is\n"
+          "full or read-only, segments are answered ACK_RETRY and the actors resend).\n"
           "Exit codes: 0 done, 1 runtime error, 2 usage or config error.\n");
 }
 
@@ -150,6 +160,12 @@ static int publish(learner *L, lh_errbuf *err) {
                                  .total_bytes = n, .stage_index = stage < 0 ? 0 : (uint32_t)stage,
                                  .max_context = max_context};
     rc = lh_store_put_policy_version(L->store, &v, NULL, err);
+    /* The version is published; only its row waits for room in the store. */
+    if (rc == LH_ESTORE_FULL || rc == LH_ESTORE_READONLY) {
+      LH_WARN("learner", "policy_versions row of version %llu not stored: %s", (unsigned long long)version,
+              err->msg);
+      rc = 0;
+    }
   }
   free(bytes);
   return rc;
@@ -217,7 +233,10 @@ static int open_all(learner *L, const args *a, lh_errbuf *err, int *usage_error)
     if (a->resume) LH_INFO("learner", "no checkpoint in ckpt_dir=%s: starting fresh", L->cfg.ckpt_dir);
     LH_TRY(lh_model_new(&mc, be, &L->m, err));
   }
-  LH_TRY(lh_store_open(L->cfg.db, &L->store, err));
+  lh_store_options so;
+  lh_store_options_default(&so);
+  so.max_bytes = L->cfg.max_db_bytes;
+  LH_TRY(lh_store_open_with(L->cfg.db, &so, &L->store, err));
   LH_TRY(lh_learner_trainer_new(L->m, L->store, &L->cfg, (float)ac.temperature, resumed ? &L->st : NULL,
                                 &L->trainer, err));
   LH_TRY(lh_learner_trainer_set_comm(L->trainer, L->comm, err));
@@ -330,6 +349,20 @@ static int run_loop(learner *L, const args *a, lh_errbuf *err) {
       LH_TRY(lh_learner_publisher_announce(L->pub, err));
       last_announce = now;
     }
+    if (reload_requested) {
+      reload_requested = 0;
+      lh_learner_config fresh;
+      lh_errbuf re;
+      if (lh_learner_config_load(a->config, &fresh, &re)) {
+        LH_WARN("learner", "SIGHUP: config not re-read, keeping max_db_bytes=%llu: %s",
+                (unsigned long long)L->cfg.max_db_bytes, re.msg);
+      } else {
+        L->cfg.max_db_bytes = fresh.max_db_bytes;
+        lh_store_set_max_bytes(L->store, fresh.max_db_bytes);
+        LH_INFO("learner", "SIGHUP: re-read config=%s max_db_bytes=%llu", a->config,
+                (unsigned long long)fresh.max_db_bytes);
+      }
+    }
     if (now - last_status > LEARNER_STATUS_NS) {
       status_line(L, steps_run, busy_ms / ((double)(now - start) / 1e6));
       last_status = now;
@@ -359,6 +392,8 @@ int lh_cmd_learner(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGUSR1, &sa, NULL);  /* what mpirun forwards to every rank */
+  sa.sa_handler = on_hup;
+  sigaction(SIGHUP, &sa, NULL);
   learner L;
   memset(&L, 0, sizeof L);
   lh_errbuf err;

@@ -51,6 +51,7 @@ static const key_spec KEYS[] = {
     {"curve_secret_key_file", K_STR, F(curve_secret_key_file), 0, 0, 0, 0},
     {"curve_allowed_keys", K_STR, F(curve_allowed_keys), 0, 0, 0, 0},
     {"db", K_STR, F(db), 0, 0, 0, 0},
+    {"max_db_bytes", K_U64, F(max_db_bytes), 0, 0, 0, 0},
     {"ckpt_dir", K_STR, F(ckpt_dir), 0, 0, 0, 0},
     {"abort_after_ms", K_U64, F(abort_after_ms), 1, 0, 0, 0},
 };

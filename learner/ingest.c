@@ -43,6 +43,8 @@ struct lh_learner_ingest {
   lh_learner_ingest_counts counts;
   int64_t last_bad_log_ns;
   uint64_t bad_since_log;
+  int64_t last_fail_log_ns;  /* store failures: logged once per interval too */
+  uint64_t failed_since_log;
   uint64_t *touched;  /* episodes the last committed round wrote */
   size_t n_touched;
 };
@@ -266,9 +268,23 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
   if (rc) {
     lh_errbuf ignore;
     if (begun) lh_store_rollback(ig->store, &ignore);
-    LH_WARN("ingest", "store batch failed, answering retry: messages=%zu code=%s error=%s", to_store,
-            lh_err_name(rc), e.msg);
+    /* A full or read-only store fails every round until it is fixed: say
+     * why once per interval, with how many messages were answered retry. */
+    int64_t now = lh_now_ns();
+    ig->failed_since_log += to_store;
+    if (!ig->last_fail_log_ns || now - ig->last_fail_log_ns >= INGEST_LOG_INTERVAL_NS) {
+      LH_WARN("ingest", "store batch failed, answering retry: messages=%llu code=%s error=%s",
+              (unsigned long long)ig->failed_since_log, lh_err_name(rc), e.msg);
+      ig->last_fail_log_ns = now;
+      ig->failed_since_log = 0;
+    }
   } else {
+    if (ig->last_fail_log_ns) {
+      LH_INFO("ingest", "store writes resumed (retried since the last report=%llu)",
+              (unsigned long long)ig->failed_since_log);
+      ig->last_fail_log_ns = 0;
+      ig->failed_since_log = 0;
+    }
     ig->counts.rounds++;
   }
   for (size_t i = 0; i < n; i++) {

@@ -216,6 +216,7 @@ typedef struct {
   char weights_pub_endpoint[LH_LEARNER_TEXT_BYTES];  /* (tcp://127.0.0.1:5556) */
   char weights_endpoint[LH_LEARNER_TEXT_BYTES];      /* (tcp://127.0.0.1:5557) */
   char db[LH_LEARNER_TEXT_BYTES];                    /* replay store file (replay.db) */
+  uint64_t max_db_bytes;    /* cap on the store's pages in use, 0 none (0); SIGHUP re-reads it */
   char ckpt_dir[LH_LEARNER_TEXT_BYTES];              /* checkpoints (ckpt) */
   /* CURVE (common/zsock.h): with both set, the three sockets are CURVE
    * servers and a ZAP handler admits only the allowed actor keys. */

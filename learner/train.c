@@ -587,6 +587,12 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   for (uint32_t l = 0; l < row.layers; l++) row.maxvio[l] = lh_model_balancer_maxvio(t->balancer, (int)l);
   /* Rank 0 writes the run's row; the others' stores hold episodes only. */
   if (t->rank == 0) rc = lh_store_put_train_step(t->store, &row, NULL, err);
+  /* A full or read-only store loses this metrics row, not the step: the
+   * model has moved on and training goes on. */
+  if (rc == LH_ESTORE_FULL || rc == LH_ESTORE_READONLY) {
+    LH_WARN("train", "train_steps row of step %llu not stored: %s", (unsigned long long)st.step, err->msg);
+    rc = 0;
+  }
   if (rc) return rc;
   if (stats) *stats = st;
   *stepped = 1;

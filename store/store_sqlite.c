@@ -87,6 +87,10 @@ int lh_store_step(lh_store *s, sqlite3_stmt *st, const char *what, lh_errbuf *er
   }
 }
 
+void lh_store_set_max_bytes(lh_store *s, uint64_t max_bytes) {
+  if (s) s->opt.max_bytes = max_bytes;
+}
+
 int lh_store_check_cap(lh_store *s, lh_errbuf *err) {
   if (s->opt.max_bytes == 0) return 0;
   sqlite3_stmt *st;

@@ -1,0 +1,157 @@
+/* Helpers for tests that run real processes (see proc_util.h). */
+#define _GNU_SOURCE
+#include "proc_util.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+int lh_proc_tmpdir(char *dir, size_t cap, const char *tag) {
+  if (snprintf(dir, cap, "/tmp/lh-%s-XXXXXX", tag) >= (int)cap) return -1;
+  return mkdtemp(dir) ? 0 : -1;
+}
+
+void lh_proc_rmdir(const char *dir) {
+  if (!dir || strncmp(dir, "/tmp/lh-", 8) != 0 || strchr(dir, '\'')) return;
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "proc_util: could not remove %s\n", dir);
+}
+
+int lh_proc_write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  int rc = fputs(text, f) < 0 ? -1 : 0;
+  return fclose(f) ? -1 : rc;
+}
+
+pid_t lh_proc_spawn(const char *log, const char *const *argv) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (log) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+  }
+  execv(argv[0], (char *const *)argv);
+  _exit(127);
+}
+
+const char *lh_proc_longhaul(void) { return getenv("LH_BIN"); }
+
+pid_t lh_proc_spawn_longhaul(const char *log, const char *const *args) {
+  const char *bin = lh_proc_longhaul();
+  if (!bin) return -1;
+  const char *argv[64] = {bin};
+  int n = 1;
+  for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  return lh_proc_spawn(log, argv);
+}
+
+void lh_proc_sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+static int status_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st); }
+
+int lh_proc_wait(pid_t pid, int seconds, long *maxrss_kb) {
+  if (maxrss_kb) *maxrss_kb = -1;
+  if (pid <= 0) return -1;
+  int st = 0;
+  struct rusage ru;
+  for (int i = 0; i < seconds * 100; i++) {
+    memset(&ru, 0, sizeof ru);
+    pid_t w = wait4(pid, &st, WNOHANG, &ru);
+    if (w == pid) {
+      if (maxrss_kb) *maxrss_kb = ru.ru_maxrss;
+      return status_code(st);
+    }
+    if (w < 0) return -1;
+    lh_proc_sleep_ms(10);
+  }
+  kill(pid, SIGKILL);
+  wait4(pid, &st, 0, &ru);
+  if (maxrss_kb) *maxrss_kb = ru.ru_maxrss;
+  return -2;
+}
+
+void lh_proc_kill(pid_t pid) {
+  if (pid <= 0) return;
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+int lh_proc_alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+long lh_proc_vmhwm_kb(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmHWM:", 6)) kb = strtol(line + 6, NULL, 10);
+  fclose(f);
+  return kb;
+}
+
+int lh_proc_run_capture(const char *cmd, char *out, size_t cap) {
+  char full[8192];
+  if (snprintf(full, sizeof full, "%s 2>&1", cmd) >= (int)sizeof full) return -1;
+  FILE *p = popen(full, "r");
+  if (!p) return -1;
+  size_t n = 0, got;
+  char sink[4096];
+  /* Up to cap-1 bytes kept; the rest read and dropped, so the command
+   * never blocks on a full pipe. */
+  for (;;) {
+    size_t room = cap > n + 1 ? cap - 1 - n : 0;
+    got = room ? fread(out + n, 1, room, p) : fread(sink, 1, sizeof sink, p);
+    if (got == 0) break;
+    if (room) n += got;
+  }
+  if (cap) out[n] = 0;
+  int st = pclose(p);
+  return st < 0 ? -1 : status_code(st);
+}
+
+int lh_proc_count_lines(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[8192];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+  fclose(f);
+  return n;
+}
+
+int lh_proc_log_u64(const char *path, const char *needle, const char *key, uint64_t *out) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[8192], pat[128];
+  snprintf(pat, sizeof pat, " %s=", key);
+  int found = -1;
+  while (fgets(line, sizeof line, f)) {
+    if (!strstr(line, needle)) continue;
+    const char *k = strstr(line, pat);
+    if (!k) continue;
+    *out = strtoull(k + strlen(pat), NULL, 10);
+    found = 0;
+  }
+  fclose(f);
+  return found;
+}

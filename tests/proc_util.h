@@ -1,0 +1,54 @@
+/* Helpers for tests that run real processes: a temporary folder, `longhaul`
+ * (LH_BIN) or any program started with its output in a log file, a bounded
+ * wait for its exit with its peak resident memory, a shell command's output
+ * captured, and figures read back from logs (key=value fields). None of
+ * them uses Check, so any test (or benchmark) may link them; failures come
+ * back as return values. */
+#ifndef LH_TESTS_PROC_UTIL_H
+#define LH_TESTS_PROC_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* mkdtemp of /tmp/lh-<tag>-XXXXXX into dir (cap >= 32). 0 or -1. */
+int lh_proc_tmpdir(char *dir, size_t cap, const char *tag);
+/* rm -rf of dir (only paths under /tmp/lh-). */
+void lh_proc_rmdir(const char *dir);
+/* Writes text to path; 0 or -1. */
+int lh_proc_write_file(const char *path, const char *text);
+
+/* Starts argv[0] (a path) with stdout and stderr appended to log (NULL:
+ * inherited); the child dies with the test (PR_SET_PDEATHSIG). Returns the
+ * pid or -1. */
+pid_t lh_proc_spawn(const char *log, const char *const *argv);
+/* The same for `longhaul ARGS...` from LH_BIN; args ends with NULL. */
+pid_t lh_proc_spawn_longhaul(const char *log, const char *const *args);
+/* The LH_BIN path, or NULL when unset. */
+const char *lh_proc_longhaul(void);
+
+/* Waits up to seconds for pid to exit: its exit code, 128 + the signal
+ * that ended it, or -2 when it outlived the wait (then it is SIGKILLed).
+ * *maxrss_kb (may be NULL) gets its peak resident set (wait4). */
+int lh_proc_wait(pid_t pid, int seconds, long *maxrss_kb);
+/* SIGKILL and reap; accepts pid <= 0. */
+void lh_proc_kill(pid_t pid);
+/* 1 while pid runs (not yet exited or not reaped). */
+int lh_proc_alive(pid_t pid);
+/* VmHWM (peak resident set, kB) of a running pid from /proc/PID/status;
+ * -1 when unreadable. */
+long lh_proc_vmhwm_kb(pid_t pid);
+
+/* Runs a shell command (stdout and stderr both), out gets up to cap-1
+ * bytes of its output; returns the exit code or -1. */
+int lh_proc_run_capture(const char *cmd, char *out, size_t cap);
+
+/* Lines of the file at path holding needle (0 when unreadable). */
+int lh_proc_count_lines(const char *path, const char *needle);
+/* From the last line of path holding needle, the unsigned value of
+ * "key=" (0 found, -1 not). */
+int lh_proc_log_u64(const char *path, const char *needle, const char *key, uint64_t *out);
+/* Sleeps ms milliseconds. */
+void lh_proc_sleep_ms(int ms);
+
+#endif

@@ -1,0 +1,907 @@
+/* Fault tests with real processes (issue 8, "Faults survived" and "Load"):
+ * `longhaul learner`, `longhaul actor` and `longhaul envs serve` on ipc://
+ * endpoints in a temporary folder, a tiny model (d 16). Each fault is
+ * injected for real (SIGKILL, SIGSTOP, a store cap lowered at run time
+ * through SIGHUP, a read-only store, a corrupted weights chunk on a real
+ * socket) and each test prints what it counted on one "faults:" line:
+ * messages sent and acked (the actors' own counts, from their last log
+ * line), stored (rows in the store) and lost (acked but not stored).
+ *
+ * Run one fault by its case name: test_faults CASE (faults.cmake registers
+ * one ctest entry per case). */
+#define _GNU_SOURCE
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "actors/actors.h"
+#include "learner/learner.h"
+#include "proc_util.h"
+#include "proto/wire.h"
+
+#define MAX_ACTORS 8
+
+typedef struct {
+  char dir[64], cfg[160], db[160], ing[160];
+  char learner_extra[512], actor_extra[512], env[512];
+  pid_t learner, server, actors[MAX_ACTORS];
+  int n_actors, learner_runs;
+} fleet;
+
+static void path_in(const fleet *f, char *out, size_t cap, const char *name) {
+  snprintf(out, cap, "%s/%s", f->dir, name);
+}
+
+/* Appends the section's base lines to out, leaving out each key the
+ * extra lines give (they come after, so a test overrides any default). */
+static void section(char *out, size_t cap, const char *base, const char *extra) {
+  char line[512];
+  for (const char *p = base; *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t n = nl ? (size_t)(nl - p) : strlen(p);
+    snprintf(line, sizeof line, "%.*s", (int)n, p);
+    p += n + (nl != NULL);
+    char key[128];
+    int given = 0;
+    if (sscanf(line, "%127[^ =]", key) == 1) {
+      char pat[160];
+      snprintf(pat, sizeof pat, "\n%s =", key);
+      char with_nl[1024];
+      snprintf(with_nl, sizeof with_nl, "\n%s", extra);
+      given = strstr(with_nl, pat) != NULL;
+    }
+    if (!given) strncat(out, line, cap - strlen(out) - 1), strncat(out, "\n", cap - strlen(out) - 1);
+  }
+  strncat(out, extra, cap - strlen(out) - 1);
+}
+
+/* Writes the config from the extras (kept in f, so a test may rewrite it
+ * with one key changed). */
+static void write_config(fleet *f) {
+  char text[8192] = "", base[2048];
+  strcat(text,
+         "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
+         "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n[learner]\n");
+  snprintf(base, sizeof base,
+           "batch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
+           "warmup_steps = 0\ntotal_steps = 100000\nmax_policy_lag = 1000\n"
+           "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
+           "db = %s\nckpt_dir = %s/ckpt\n",
+           f->dir, f->dir, f->dir, f->db, f->dir);
+  section(text, sizeof text, base, f->learner_extra);
+  strncat(text, "[actor]\n", sizeof text - strlen(text) - 1);
+  snprintf(base, sizeof base,
+           "learner_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\n"
+           "weights_endpoint = ipc://%s/w\nmax_context = 400\ngroup_size = 4\nbatch = 4\n"
+           "resend_timeout_ms = 500\nheartbeat_ms = 200\nflush_timeout_ms = 15000\n",
+           f->dir, f->dir, f->dir);
+  section(text, sizeof text, base, f->actor_extra);
+  strncat(text, "[env]\n", sizeof text - strlen(text) - 1);
+  strncat(text, f->env[0] ? f->env : "name = calc\n", sizeof text - strlen(text) - 1);
+  ck_assert_int_eq(lh_proc_write_file(f->cfg, text), 0);
+}
+
+static void fleet_init(fleet *f, const char *tag, const char *learner_extra, const char *actor_extra,
+                       const char *env) {
+  memset(f, 0, sizeof *f);
+  ck_assert_msg(lh_proc_longhaul() != NULL, "LH_BIN is not set");
+  ck_assert_int_eq(lh_proc_tmpdir(f->dir, sizeof f->dir, tag), 0);
+  path_in(f, f->cfg, sizeof f->cfg, "run.ini");
+  path_in(f, f->db, sizeof f->db, "replay.db");
+  snprintf(f->ing, sizeof f->ing, "ipc://%s/ing", f->dir);
+  snprintf(f->learner_extra, sizeof f->learner_extra, "%s", learner_extra ? learner_extra : "");
+  snprintf(f->actor_extra, sizeof f->actor_extra, "%s", actor_extra ? actor_extra : "");
+  snprintf(f->env, sizeof f->env, "%s", env ? env : "");
+  write_config(f);
+}
+
+/* Starts learner run number f->learner_runs + 1 (log learnerN.log). */
+static void start_learner(fleet *f, int resume) {
+  char log[192], name[32];
+  snprintf(name, sizeof name, "learner%d.log", ++f->learner_runs);
+  path_in(f, log, sizeof log, name);
+  const char *plain[] = {"learner", "--config", f->cfg, NULL};
+  const char *res[] = {"learner", "--config", f->cfg, "--resume", NULL};
+  f->learner = lh_proc_spawn_longhaul(log, resume ? res : plain);
+  ck_assert_int_gt(f->learner, 0);
+}
+
+static void learner_log(const fleet *f, int run, char *out, size_t cap) {
+  char name[32];
+  snprintf(name, sizeof name, "learner%d.log", run);
+  path_in(f, out, cap, name);
+}
+
+static void actor_log(const fleet *f, int i, char *out, size_t cap) {
+  char name[32];
+  snprintf(name, sizeof name, "a%d.log", i);
+  path_in(f, out, cap, name);
+}
+
+static void start_actors(fleet *f, int n) {
+  for (int i = 0; i < n; i++) {
+    char log[192], nm[8], idx[8];
+    actor_log(f, i, log, sizeof log);
+    snprintf(nm, sizeof nm, "a%d", i);
+    snprintf(idx, sizeof idx, "%d", i);
+    const char *args[] = {"actor", "--config", f->cfg, "--name", nm, "--index", idx, NULL};
+    f->actors[i] = lh_proc_spawn_longhaul(log, args);
+    ck_assert_int_gt(f->actors[i], 0);
+  }
+  f->n_actors = n;
+}
+
+/* SIGTERM to every actor (they abort open episodes and flush), then to the
+ * learner; each must exit 0. */
+static void stop_all(fleet *f) {
+  for (int i = 0; i < f->n_actors; i++) kill(f->actors[i], SIGTERM);
+  for (int i = 0; i < f->n_actors; i++) {
+    int rc = lh_proc_wait(f->actors[i], 40, NULL);
+    ck_assert_msg(rc == 0, "actor a%d exit %d (see %s/a%d.log)", i, rc, f->dir, i);
+    f->actors[i] = 0;
+  }
+  if (f->learner > 0) {
+    kill(f->learner, SIGTERM);
+    int rc = lh_proc_wait(f->learner, 40, NULL);
+    ck_assert_msg(rc == 0, "learner exit %d (see %s/learner%d.log)", rc, f->dir, f->learner_runs);
+    f->learner = 0;
+  }
+}
+
+static void fleet_free(fleet *f) {
+  for (int i = 0; i < f->n_actors; i++) lh_proc_kill(f->actors[i]);
+  lh_proc_kill(f->learner);
+  lh_proc_kill(f->server);
+  lh_proc_rmdir(f->dir);
+}
+
+/* ---- what the store holds ---------------------------------------------- */
+
+typedef struct {
+  uint64_t episodes, ended, gaps, segments, ends;
+  uint64_t by_status[LH_EPISODE_STATUS_COUNT];
+  uint64_t msgs[MAX_ACTORS];  /* segments + EpisodeEnds stored, per actor */
+  int64_t after_ms;           /* count episodes ended after this wall time: */
+  uint64_t ok_after, error_after;
+} store_counts;
+
+static int on_row(void *ctx, const lh_episode_row *r) {
+  store_counts *c = ctx;
+  c->episodes++;
+  c->segments += r->segments_received;
+  c->ends += (uint64_t)r->has_end;
+  if (r->status >= 0 && r->status < LH_EPISODE_STATUS_COUNT) c->by_status[r->status]++;
+  if (r->has_end) {
+    c->ended++;
+    if (r->segments_received != r->segment_count || r->tokens_received != r->tokens) c->gaps++;
+    if (r->ended_ms > c->after_ms) {
+      if (r->status == LH_EPISODE_COMPLETE || r->status == LH_EPISODE_TRUNCATED) c->ok_after++;
+      if (r->status == LH_EPISODE_ERROR) c->error_after++;
+    }
+  }
+  int k = -1;
+  if (r->actor[0] == 'a' && sscanf(r->actor + 1, "%d", &k) == 1 && k >= 0 && k < MAX_ACTORS)
+    c->msgs[k] += r->segments_received + (uint64_t)r->has_end;
+  return 0;
+}
+
+/* Reads the store (read-only, beside a running learner). Returns 0, or -1
+ * while the file is not there yet. */
+static int count_store(const char *db, int64_t after_ms, store_counts *c) {
+  memset(c, 0, sizeof *c);
+  c->after_ms = after_ms;
+  if (access(db, F_OK) != 0) return -1;
+  lh_store *s = NULL;
+  lh_errbuf e;
+  if (lh_store_open_readonly(db, &s, &e) != 0) return -1;
+  int rc = lh_store_episodes(s, NULL, on_row, c, NULL, &e);
+  lh_store_close(s);
+  return rc == 0 ? 0 : -1;
+}
+
+typedef struct {
+  uint64_t sent, acked, unacked, stored, lost, resends, pauses;
+} actor_totals;
+
+/* The actors' own counts (their "stopped" line) against the store: sent =
+ * acked + unacked, lost = acked messages the store does not hold. */
+static void totals(const fleet *f, const store_counts *c, actor_totals *t) {
+  memset(t, 0, sizeof *t);
+  for (int i = 0; i < f->n_actors; i++) {
+    char log[192];
+    actor_log(f, i, log, sizeof log);
+    uint64_t acked = 0, unacked = 0, resends = 0, pauses = 0;
+    ck_assert_msg(lh_proc_log_u64(log, "stopped name=", "acked", &acked) == 0, "no stopped line in %s", log);
+    lh_proc_log_u64(log, "stopped name=", "unacked", &unacked);
+    lh_proc_log_u64(log, "stopped name=", "resends", &resends);
+    lh_proc_log_u64(log, "stopped name=", "pauses", &pauses);
+    t->acked += acked, t->unacked += unacked, t->resends += resends, t->pauses += pauses;
+    t->sent += acked + unacked;
+    t->stored += c->msgs[i];
+    if (acked > c->msgs[i]) t->lost += acked - c->msgs[i];
+  }
+}
+
+static void print_totals(const char *fault, const actor_totals *t, const store_counts *c, const char *extra) {
+  printf("faults: %s: sent=%llu acked=%llu stored=%llu lost=%llu resends=%llu episodes=%llu ended=%llu gaps=%llu %s\n",
+         fault, (unsigned long long)t->sent, (unsigned long long)t->acked, (unsigned long long)t->stored,
+         (unsigned long long)t->lost, (unsigned long long)t->resends, (unsigned long long)c->episodes,
+         (unsigned long long)c->ended, (unsigned long long)c->gaps, extra ? extra : "");
+  fflush(stdout);
+}
+
+/* Nothing acked is lost, every message is acked, every ended episode is
+ * whole. */
+static void assert_nothing_lost(const actor_totals *t, const store_counts *c) {
+  ck_assert_uint_eq(t->lost, 0);
+  ck_assert_uint_eq(t->unacked, 0);
+  ck_assert_uint_eq(t->stored, t->acked);
+  ck_assert_uint_eq(c->gaps, 0);
+  ck_assert_uint_gt(t->acked, 0);
+}
+
+/* Polls (10 ms) until cond holds or seconds pass; returns whether it held. */
+#define WAIT_FOR(seconds, cond)                                        \
+  ({                                                                   \
+    int ok_ = 0;                                                       \
+    for (int i_ = 0; i_ < (seconds) * 20 && !(ok_ = (cond)); i_++) lh_proc_sleep_ms(50); \
+    ok_;                                                               \
+  })
+
+static uint64_t stored_messages(const char *db) {
+  store_counts c;
+  return count_store(db, 0, &c) == 0 ? c.segments + c.ends : 0;
+}
+
+static int log_lines(const fleet *f, int run, const char *needle) {
+  char log[192];
+  learner_log(f, run, log, sizeof log);
+  return lh_proc_count_lines(log, needle);
+}
+
+/* ---- 1. the learner SIGKILLed mid-step and mid-ingest ------------------- */
+
+typedef struct {
+  uint64_t n, first, last;
+  int contiguous;
+} step_rows;
+
+static int on_step(void *ctx, const lh_store_train_step *t) {
+  step_rows *r = ctx;
+  if (r->n == 0) r->first = t->step, r->contiguous = 1;
+  else if (t->step != r->last + 1) r->contiguous = 0;
+  r->last = t->step;
+  r->n++;
+  return 0;
+}
+
+/* Mid-step: killed once it has logged 3 training steps (episodes wait, so
+ * it is training back to back); restarted with --resume it starts from
+ * the last checkpoint's step and version, the actors resend what was not
+ * acked, and training goes on. */
+START_TEST(test_learner_killed_mid_step) {
+  fleet f;
+  fleet_init(&f, "faults-step", NULL, NULL, NULL);
+  start_learner(&f, 0);
+  start_actors(&f, 2);
+  ck_assert_msg(WAIT_FOR(60, log_lines(&f, 1, "loss=") >= 3), "no 3 steps (see %s)", f.dir);
+  ck_assert_int_eq(kill(f.learner, SIGKILL), 0);
+  ck_assert_int_eq(lh_proc_wait(f.learner, 10, NULL), 128 + SIGKILL);
+  int steps_before = log_lines(&f, 1, "loss=");
+  char log1[192], log2[192];
+  learner_log(&f, 1, log1, sizeof log1);
+  learner_log(&f, 2, log2, sizeof log2);
+  uint64_t ckpt_step = 0, ckpt_version = 0;
+  ck_assert_int_eq(lh_proc_log_u64(log1, "checkpoint path=", "step", &ckpt_step), 0);
+  ck_assert_int_eq(lh_proc_log_u64(log1, "checkpoint path=", "version", &ckpt_version), 0);
+  lh_proc_sleep_ms(1000);  /* the actors go on into their outboxes */
+  start_learner(&f, 1);
+  ck_assert_msg(WAIT_FOR(60, log_lines(&f, 2, "loss=") >= 2), "no steps after the restart (see %s)", f.dir);
+  uint64_t res_step = 0, res_version = 0, first_step = 0, first_version = 0;
+  ck_assert_int_eq(lh_proc_log_u64(log2, "resumed ckpt_dir=", "step", &res_step), 0);
+  ck_assert_int_eq(lh_proc_log_u64(log2, "resumed ckpt_dir=", "version", &res_version), 0);
+  ck_assert_uint_eq(res_step, ckpt_step);
+  ck_assert_uint_eq(res_version, ckpt_version);
+  FILE *l = fopen(log2, "r");
+  ck_assert_ptr_nonnull(l);
+  char line[8192];
+  while (fgets(line, sizeof line, l)) {
+    char *s = strstr(line, " step="), *v = strstr(line, " version=");
+    if (strstr(line, "loss=") && s && v) {
+      first_step = strtoull(s + 6, NULL, 10), first_version = strtoull(v + 9, NULL, 10);
+      break;
+    }
+  }
+  fclose(l);
+  /* The first step after the restart is the checkpoint's next one. */
+  ck_assert_uint_eq(first_step, ckpt_step);
+  ck_assert_uint_eq(first_version, ckpt_version + 1);
+  stop_all(&f);
+  store_counts c;
+  ck_assert_int_eq(count_store(f.db, 0, &c), 0);
+  actor_totals t;
+  totals(&f, &c, &t);
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open_readonly(f.db, &s, &e), 0);
+  step_rows r = {0};
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_step, &r, &e), 0);
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  lh_store_close(s);
+  uint64_t dups = 0;
+  lh_proc_log_u64(log2, "status version=", "duplicates", &dups);
+  char extra[256];
+  snprintf(extra, sizeof extra,
+           "steps_before_kill=%d checkpoint_step=%llu resumed_first_step=%llu train_steps_rows=%llu "
+           "latest_policy_version=%llu duplicates_after_restart=%llu",
+           steps_before, (unsigned long long)ckpt_step, (unsigned long long)first_step,
+           (unsigned long long)r.n, (unsigned long long)st.latest_policy_version, (unsigned long long)dups);
+  print_totals("learner SIGKILL mid-step", &t, &c, extra);
+  assert_nothing_lost(&t, &c);
+  ck_assert(r.contiguous);
+  ck_assert_uint_eq(r.first, 0);
+  ck_assert_uint_gt(r.last, ckpt_step);
+  fleet_free(&f);
+}
+END_TEST
+
+/* Mid-ingest: no training (a batch never fills), the learner only stores
+ * and acks; killed while segments flow, restarted with --resume, the
+ * actors resend: every message acked once and stored once. */
+START_TEST(test_learner_killed_mid_ingest) {
+  fleet f;
+  fleet_init(&f, "faults-ingest", "batch_episodes = 4000\n", NULL, NULL);
+  start_learner(&f, 0);
+  start_actors(&f, 2);
+  ck_assert_msg(WAIT_FOR(60, stored_messages(f.db) >= 40), "nothing stored (see %s)", f.dir);
+  ck_assert_int_eq(kill(f.learner, SIGKILL), 0);
+  ck_assert_int_eq(lh_proc_wait(f.learner, 10, NULL), 128 + SIGKILL);
+  uint64_t at_kill = stored_messages(f.db);
+  lh_proc_sleep_ms(1000);
+  start_learner(&f, 1);
+  ck_assert_msg(WAIT_FOR(60, stored_messages(f.db) > at_kill + 20), "nothing stored after the restart");
+  stop_all(&f);
+  store_counts c;
+  ck_assert_int_eq(count_store(f.db, 0, &c), 0);
+  actor_totals t;
+  totals(&f, &c, &t);
+  char log2[192];
+  learner_log(&f, 2, log2, sizeof log2);
+  uint64_t dups = 0, stored2 = 0;
+  lh_proc_log_u64(log2, "status version=", "duplicates", &dups);
+  lh_proc_log_u64(log2, "status version=", "stored", &stored2);
+  char extra[256];
+  snprintf(extra, sizeof extra, "stored_at_kill=%llu stored_after_restart=%llu duplicates_after_restart=%llu",
+           (unsigned long long)at_kill, (unsigned long long)stored2, (unsigned long long)dups);
+  print_totals("learner SIGKILL mid-ingest", &t, &c, extra);
+  assert_nothing_lost(&t, &c);
+  ck_assert_uint_eq(at_kill + stored2, t.stored);
+  fleet_free(&f);
+}
+END_TEST
+
+/* ---- 2. the env server killed or hung ----------------------------------- */
+
+static void start_server(fleet *f, int run) {
+  char log[192], ep[192], name[32];
+  snprintf(name, sizeof name, "server%d.log", run);
+  path_in(f, log, sizeof log, name);
+  snprintf(ep, sizeof ep, "ipc://%s/env", f->dir);
+  const char *args[] = {"envs", "serve", "--bind", ep, NULL};
+  f->server = lh_proc_spawn_longhaul(log, args);
+  ck_assert_int_gt(f->server, 0);
+}
+
+static uint64_t ok_after(const char *db, int64_t ms) {
+  store_counts c;
+  return count_store(db, ms, &c) == 0 ? c.ok_after : 0;
+}
+
+static uint64_t errors_after(const char *db, int64_t ms) {
+  store_counts c;
+  return count_store(db, ms, &c) == 0 ? c.error_after : 0;
+}
+
+/* The actor plays calc on a `longhaul envs serve` process. SIGKILL: the
+ * episodes in flight end as error, and once a new server is up the actor
+ * plays on. SIGSTOP: the steps time out (timeout_ms), the episodes end as
+ * error, and after SIGCONT new episodes complete. */
+static void env_server_case(int sig) {
+  fleet f;
+  fleet_init(&f, sig == SIGKILL ? "faults-envkill" : "faults-envhang", "batch_episodes = 4000\n", NULL, NULL);
+  snprintf(f.env, sizeof f.env, "name = calc\nstages = 3\nserver = ipc://%s/env\ntimeout_ms = 1000\n", f.dir);
+  write_config(&f);
+  start_server(&f, 1);
+  start_learner(&f, 0);
+  start_actors(&f, 1);
+  ck_assert_msg(WAIT_FOR(60, ok_after(f.db, 0) >= 4), "no episodes before the fault (see %s)", f.dir);
+  int64_t fault_ms = lh_wall_ms();
+  ck_assert_int_eq(kill(f.server, sig), 0);
+  ck_assert_msg(WAIT_FOR(30, errors_after(f.db, fault_ms) >= 1), "no episode ended as error (see %s)", f.dir);
+  int64_t back_ms = lh_wall_ms();
+  if (sig == SIGKILL) {
+    lh_proc_wait(f.server, 10, NULL);
+    char ep[160];
+    path_in(&f, ep, sizeof ep, "env");
+    unlink(ep);  /* what a killed server leaves behind */
+    start_server(&f, 2);
+  } else {
+    lh_proc_sleep_ms(1500);  /* longer than timeout_ms: later steps time out too */
+    back_ms = lh_wall_ms();
+    kill(f.server, SIGCONT);
+  }
+  ck_assert_msg(WAIT_FOR(60, ok_after(f.db, back_ms) >= 4), "the actor did not go on (see %s)", f.dir);
+  stop_all(&f);
+  store_counts c;
+  ck_assert_int_eq(count_store(f.db, fault_ms, &c), 0);
+  uint64_t ok_back = ok_after(f.db, back_ms);
+  actor_totals t;
+  totals(&f, &c, &t);
+  char extra[256];
+  snprintf(extra, sizeof extra, "error_episodes=%llu after_fault_ok=%llu ok_after_server_back=%llu",
+           (unsigned long long)c.by_status[LH_EPISODE_ERROR], (unsigned long long)c.ok_after,
+           (unsigned long long)ok_back);
+  print_totals(sig == SIGKILL ? "env server SIGKILL" : "env server SIGSTOP", &t, &c, extra);
+  assert_nothing_lost(&t, &c);
+  ck_assert_uint_ge(c.by_status[LH_EPISODE_ERROR], 1);
+  ck_assert_uint_ge(ok_back, 4);
+  fleet_free(&f);
+}
+
+START_TEST(test_env_server_killed) { env_server_case(SIGKILL); }
+END_TEST
+
+START_TEST(test_env_server_hung) { env_server_case(SIGSTOP); }
+END_TEST
+
+/* ---- 3. the store full, and read-only ---------------------------------- */
+
+/* The learner's store cap is lowered below what it holds through SIGHUP
+ * ([learner] max_db_bytes re-read): segments are answered ACK_RETRY, the
+ * store does not grow, the log says why once per interval; the cap is
+ * lifted (SIGHUP again) and every message comes in. */
+START_TEST(test_store_full) {
+  fleet f;
+  fleet_init(&f, "faults-full", "max_db_bytes = 0\n", NULL, NULL);
+  start_learner(&f, 0);
+  start_actors(&f, 2);
+  ck_assert_msg(WAIT_FOR(60, stored_messages(f.db) >= 20), "nothing stored (see %s)", f.dir);
+  snprintf(f.learner_extra, sizeof f.learner_extra, "max_db_bytes = 4096\n");
+  write_config(&f);
+  kill(f.learner, SIGHUP);
+  ck_assert_msg(WAIT_FOR(30, log_lines(&f, 1, "store batch failed") >= 1), "no store-full warning");
+  uint64_t full_at = stored_messages(f.db);
+  lh_proc_sleep_ms(3000);  /* the actors resend; nothing goes in */
+  uint64_t full_after = stored_messages(f.db);
+  int warnings = log_lines(&f, 1, "store batch failed");
+  snprintf(f.learner_extra, sizeof f.learner_extra, "max_db_bytes = 0\n");
+  write_config(&f);
+  kill(f.learner, SIGHUP);
+  ck_assert_msg(WAIT_FOR(30, log_lines(&f, 1, "store writes resumed") >= 1), "writes did not resume");
+  ck_assert_msg(WAIT_FOR(30, stored_messages(f.db) > full_after + 10), "nothing stored after the cap was lifted");
+  stop_all(&f);
+  store_counts c;
+  ck_assert_int_eq(count_store(f.db, 0, &c), 0);
+  actor_totals t;
+  totals(&f, &c, &t);
+  char log1[192];
+  learner_log(&f, 1, log1, sizeof log1);
+  uint64_t retried = 0;
+  lh_proc_log_u64(log1, "status version=", "retried", &retried);
+  int rows_skipped = lh_proc_count_lines(log1, "row of step") + lh_proc_count_lines(log1, "row of version");
+  char extra[256];
+  snprintf(extra, sizeof extra, "stored_while_full=%llu retried=%llu full_warnings=%d metrics_rows_not_stored=%d",
+           (unsigned long long)(full_after - full_at), (unsigned long long)retried, warnings, rows_skipped);
+  print_totals("store full (max_db_bytes via SIGHUP)", &t, &c, extra);
+  assert_nothing_lost(&t, &c);
+  ck_assert_uint_eq(full_after, full_at);
+  ck_assert_uint_gt(retried, (uint64_t)warnings);
+  fleet_free(&f);
+}
+END_TEST
+
+/* Ingest on a store opened read-only, in this process, for a real actor
+ * process: every segment is answered ACK_RETRY with the reason logged;
+ * then the ingest is rebuilt on the store opened read-write (the same
+ * endpoint): the actor reconnects, resends, and everything is stored. */
+START_TEST(test_store_readonly) {
+  fleet f;
+  fleet_init(&f, "faults-ro", NULL, "weights_pub_endpoint = none\n", NULL);
+  lh_store *s = NULL;
+  lh_errbuf e;
+  ck_assert_msg(lh_store_open(f.db, &s, &e) == 0, "%s", e.msg);
+  lh_store_close(s);
+  ck_assert_msg(lh_store_open_readonly(f.db, &s, &e) == 0, "%s", e.msg);
+  void *ctx = zmq_ctx_new();
+  lh_learner_ingest *ig = lh_learner_ingest_new(ctx, f.ing, s, NULL, &e);
+  ck_assert_msg(ig != NULL, "%s", e.msg);
+  start_actors(&f, 1);
+  size_t handled;
+  for (int i = 0; i < 1000 && lh_learner_ingest_get_counts(ig)->retried < 50; i++)
+    ck_assert_int_eq(lh_learner_ingest_poll(ig, 10, &handled, &e), 0);
+  lh_learner_ingest_counts ro = *lh_learner_ingest_get_counts(ig);
+  ck_assert_uint_ge(ro.retried, 50);
+  ck_assert_uint_eq(ro.stored, 0);
+  lh_learner_ingest_free(ig);
+  lh_store_close(s);
+  ck_assert_msg(lh_store_open(f.db, &s, &e) == 0, "%s", e.msg);
+  ig = lh_learner_ingest_new(ctx, f.ing, s, NULL, &e);
+  ck_assert_msg(ig != NULL, "%s", e.msg);
+  for (int i = 0; i < 1000 && lh_learner_ingest_get_counts(ig)->stored < 40; i++)
+    ck_assert_int_eq(lh_learner_ingest_poll(ig, 10, &handled, &e), 0);
+  kill(f.actors[0], SIGTERM);
+  int rc = -1;
+  for (int i = 0; i < 4000; i++) {
+    ck_assert_int_eq(lh_learner_ingest_poll(ig, 10, &handled, &e), 0);
+    int st;
+    if (waitpid(f.actors[0], &st, WNOHANG) == f.actors[0]) {
+      rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      break;
+    }
+  }
+  f.actors[0] = 0;
+  ck_assert_int_eq(rc, 0);
+  lh_learner_ingest_counts rw = *lh_learner_ingest_get_counts(ig);
+  lh_learner_ingest_free(ig);
+  lh_store_close(s);
+  zmq_ctx_term(ctx);
+  store_counts c;
+  ck_assert_int_eq(count_store(f.db, 0, &c), 0);
+  actor_totals t;
+  totals(&f, &c, &t);
+  char extra[256];
+  snprintf(extra, sizeof extra, "retried_read_only=%llu stored_read_write=%llu duplicates=%llu",
+           (unsigned long long)ro.retried, (unsigned long long)rw.stored, (unsigned long long)rw.duplicates);
+  print_totals("store read-only", &t, &c, extra);
+  assert_nothing_lost(&t, &c);
+  ck_assert_uint_eq(rw.stored, t.acked);
+  fleet_free(&f);
+}
+END_TEST
+
+/* ---- 4. a corrupted weights chunk --------------------------------------- */
+
+/* The test is the learner: it binds the ingest ROUTER (acking every
+ * Segment and EpisodeEnd), the weights PUB and ROUTER, and serves version 1
+ * in chunks, the first answer to chunk CORRUPT_CHUNK corrupted. Loop 0: a
+ * byte flipped, the chunk's own checksum left (the chunk is refused, asked
+ * for again after resend_timeout_ms); loop 1: a byte flipped and the
+ * chunk checksum recomputed (the whole version's checksum fails and it is
+ * fetched again from scratch). Until the good fetch completes, every
+ * sampled token still carries version 0. */
+#define CORRUPT_CHUNK 2
+
+typedef struct {
+  void *ctx, *router, *pub, *wsock;
+  uint64_t seg_v0, seg_v1, segs_after_bad;
+  int bad_served, good_done;  /* good_done: every chunk served after the bad one */
+  uint64_t v1_before_good;    /* sampled version-1 tokens seen before that */
+  uint32_t served_after_bad;
+} fake_learner;
+
+static void *bind_sock(void *ctx, int type, const char *ep) {
+  void *s = zmq_socket(ctx, type);
+  int linger = 0;
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  ck_assert_msg(zmq_bind(s, ep) == 0, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
+  return s;
+}
+
+static void send_env(void *sock, zmq_msg_t *id, Longhaul__Envelope *env) {
+  uint8_t *buf;
+  size_t n;
+  lh_errbuf e;
+  env->protocol = LH_WIRE_PROTOCOL;
+  env->sender = "learner";
+  ck_assert_int_eq(lh_wire_encode(env, &buf, &n, &e), 0);
+  if (id) zmq_send(sock, zmq_msg_data(id), zmq_msg_size(id), ZMQ_SNDMORE);
+  zmq_send(sock, buf, n, 0);
+  free(buf);
+}
+
+static void serve_ingest(fake_learner *fl) {
+  zmq_pollitem_t it = {fl->router, 0, ZMQ_POLLIN, 0};
+  while (zmq_poll(&it, 1, 0) > 0) {
+    zmq_msg_t id, pl;
+    zmq_msg_init(&id);
+    zmq_msg_init(&pl);
+    zmq_msg_recv(&id, fl->router, 0);
+    zmq_msg_recv(&pl, fl->router, 0);
+    Longhaul__Envelope *env = NULL;
+    lh_errbuf e;
+    ck_assert_int_eq(lh_wire_decode(zmq_msg_data(&pl), zmq_msg_size(&pl), NULL, &env, &e), 0);
+    if (env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT) {
+      Longhaul__Segment *s = env->segment;
+      for (size_t t = 0; t < s->n_tokens; t++) {
+        if (!s->loss_mask.data[t]) continue;
+        if (s->policy_version[t] == 0) fl->seg_v0++;
+        if (s->policy_version[t] == 1) {
+          fl->seg_v1++;
+          if (!fl->good_done) fl->v1_before_good++;
+        }
+      }
+      if (fl->bad_served) fl->segs_after_bad++;
+    }
+    if (env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT || env->body_case == LONGHAUL__ENVELOPE__BODY_EPISODE_END ||
+        env->body_case == LONGHAUL__ENVELOPE__BODY_HELLO) {
+      uint64_t mid = env->msg_id;
+      Longhaul__Ack ack = LONGHAUL__ACK__INIT;
+      ack.n_msg_ids = 1;
+      ack.msg_ids = &mid;
+      ack.status = LONGHAUL__ACK_STATUS__ACK_STORED;
+      Longhaul__Envelope out = LONGHAUL__ENVELOPE__INIT;
+      out.msg_id = mid;
+      out.body_case = LONGHAUL__ENVELOPE__BODY_ACK;
+      out.ack = &ack;
+      send_env(fl->router, &id, &out);
+    }
+    lh_wire_free(env);
+    zmq_msg_close(&id);
+    zmq_msg_close(&pl);
+  }
+}
+
+static void corrupted_chunk_case(int recompute) {
+  fleet f;
+  fleet_init(&f, "faults-weights", NULL, "max_steps = 50\n", NULL);
+  /* A checkpoint for the actor to start from (version 0). */
+  lh_model_config mc;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_model_config_parse_file(f.cfg, &mc, &e), 0);
+  lh_model *m0 = NULL, *m1 = NULL;
+  ck_assert_int_eq(lh_model_new(&mc, lh_backend_cpu(), &m0, &e), 0);
+  char ckpt[192];
+  path_in(&f, ckpt, sizeof ckpt, "ckpt0");
+  ck_assert_msg(lh_model_save(m0, ckpt, &e) == 0, "%s", e.msg);
+  lh_model_free(m0);
+  mc.seed = 77;
+  ck_assert_int_eq(lh_model_new(&mc, lh_backend_cpu(), &m1, &e), 0);
+  unsigned char *bytes = NULL;
+  size_t n = 0;
+  ck_assert_int_eq(lh_model_serialize(m1, &bytes, &n), 0);
+  lh_model_free(m1);
+  lh_learner_weights *w = lh_learner_weights_new(1, bytes, n, 4096, &e);
+  ck_assert_msg(w != NULL, "%s", e.msg);
+  free(bytes);
+  ck_assert_uint_gt(lh_learner_weights_chunk_count(w), CORRUPT_CHUNK);
+  fake_learner fl;
+  memset(&fl, 0, sizeof fl);
+  fl.ctx = zmq_ctx_new();
+  char ep[192];
+  fl.router = bind_sock(fl.ctx, ZMQ_ROUTER, f.ing);
+  snprintf(ep, sizeof ep, "ipc://%s/pub", f.dir);
+  fl.pub = bind_sock(fl.ctx, ZMQ_PUB, ep);
+  snprintf(ep, sizeof ep, "ipc://%s/w", f.dir);
+  fl.wsock = bind_sock(fl.ctx, ZMQ_ROUTER, ep);
+  char log[192];
+  actor_log(&f, 0, log, sizeof log);
+  const char *args[] = {"actor", "--config", f.cfg, "--name", "a0", "--ckpt", ckpt, NULL};
+  f.actors[0] = lh_proc_spawn_longhaul(log, args);
+  f.n_actors = 1;
+  uint32_t chunks = lh_learner_weights_chunk_count(w);
+  uint8_t *served_good = calloc(chunks, 1);
+  uint64_t requests = 0, requests_after_bad = 0;
+  /* Sampling first, then the announcement (repeated: SUB joins late). */
+  for (int i = 0; i < 3000 && fl.seg_v0 == 0; i++) serve_ingest(&fl), lh_proc_sleep_ms(10);
+  ck_assert_uint_gt(fl.seg_v0, 0);
+  uint64_t v0_at_bad = 0;
+  for (int i = 0; i < 6000 && !(fl.good_done && fl.seg_v1 > 0); i++) {
+    if (i % 20 == 0 && !fl.good_done) {
+      Longhaul__WeightsAnnounce a = LONGHAUL__WEIGHTS_ANNOUNCE__INIT;
+      lh_learner_weights_announce(w, &a);
+      Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+      env.msg_id = (uint64_t)i + 1;
+      env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE;
+      env.weights_announce = &a;
+      send_env(fl.pub, NULL, &env);
+    }
+    zmq_pollitem_t it = {fl.wsock, 0, ZMQ_POLLIN, 0};
+    /* After the bad chunk, requests wait until the actor has sent a few
+     * more segments: it must keep sampling at version 0 meanwhile. */
+    while ((!fl.bad_served || fl.segs_after_bad >= 3) && zmq_poll(&it, 1, 0) > 0) {
+      zmq_msg_t id, pl;
+      zmq_msg_init(&id);
+      zmq_msg_init(&pl);
+      zmq_msg_recv(&id, fl.wsock, 0);
+      zmq_msg_recv(&pl, fl.wsock, 0);
+      Longhaul__Envelope *req = NULL;
+      ck_assert_int_eq(lh_wire_decode(zmq_msg_data(&pl), zmq_msg_size(&pl), NULL, &req, &e), 0);
+      ck_assert_int_eq(req->body_case, LONGHAUL__ENVELOPE__BODY_WEIGHTS_REQUEST);
+      requests++;
+      if (fl.bad_served) requests_after_bad++;
+      uint32_t first, count;
+      ck_assert_msg(lh_learner_weights_serve(w, req->weights_request, &first, &count, &e) == 0, "%s", e.msg);
+      for (uint32_t c = first; c < first + count; c++) {
+        Longhaul__WeightsChunk ch = LONGHAUL__WEIGHTS_CHUNK__INIT;
+        ck_assert_int_eq(lh_learner_weights_chunk(w, c, &ch, &e), 0);
+        uint8_t *copy = NULL, *orig = ch.data.data;
+        if (c == CORRUPT_CHUNK && !fl.bad_served) {
+          copy = malloc(ch.data.len);
+          memcpy(copy, ch.data.data, ch.data.len);
+          copy[ch.data.len / 2] ^= 0x5a;
+          ch.data.data = copy;
+          if (recompute) ch.checksum = lh_wire_checksum(copy, ch.data.len);
+          fl.bad_served = 1;
+          v0_at_bad = fl.seg_v0;
+        } else if (fl.bad_served) {
+          served_good[c] = 1;
+        }
+        Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+        env.msg_id = c + 1;
+        env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK;
+        env.weights_chunk = &ch;
+        /* A chunk whose bytes fail its own checksum does not pass
+         * lh_wire_encode's checks either; send the bytes as encoded with
+         * the good data, then patch them. */
+        if (copy && !recompute) {
+          ch.data.data = orig;
+          uint8_t *buf;
+          size_t bn;
+          env.protocol = LH_WIRE_PROTOCOL;
+          env.sender = "learner";
+          ck_assert_int_eq(lh_wire_encode(&env, &buf, &bn, &e), 0);
+          uint8_t *hit = memmem(buf, bn, ch.data.data, ch.data.len);
+          ck_assert_ptr_nonnull(hit);
+          hit[ch.data.len / 2] ^= 0x5a;
+          zmq_send(fl.wsock, zmq_msg_data(&id), zmq_msg_size(&id), ZMQ_SNDMORE);
+          zmq_send(fl.wsock, buf, bn, 0);
+          free(buf);
+        } else {
+          send_env(fl.wsock, &id, &env);
+        }
+        free(copy);
+      }
+      if (fl.bad_served) {
+        int all = 1;
+        /* Loop 0 refetches the one refused chunk; loop 1 every chunk. */
+        for (uint32_t c = 0; c < chunks; c++)
+          if (recompute ? !served_good[c] : (c == CORRUPT_CHUNK && !served_good[c])) all = 0;
+        if (all) fl.good_done = 1;
+      }
+      lh_wire_free(req);
+      zmq_msg_close(&id);
+      zmq_msg_close(&pl);
+    }
+    serve_ingest(&fl);
+    lh_proc_sleep_ms(5);
+  }
+  uint64_t v0_between = 0;
+  kill(f.actors[0], SIGTERM);
+  for (int i = 0; i < 3000 && lh_proc_alive(f.actors[0]); i++) {
+    serve_ingest(&fl);
+    int st;
+    if (waitpid(f.actors[0], &st, WNOHANG) == f.actors[0]) {
+      ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+      f.actors[0] = 0;
+      break;
+    }
+    lh_proc_sleep_ms(10);
+  }
+  ck_assert_int_eq(f.actors[0], 0);
+  v0_between = fl.seg_v0 - v0_at_bad;
+  int swaps = lh_proc_count_lines(log, "weights swapped version=1");
+  int refused = lh_proc_count_lines(log, "weights chunk refused") + lh_proc_count_lines(log, "bad weights message");
+  printf("faults: corrupted weights chunk (%s): chunks=%u requests=%llu requests_after_bad=%llu "
+         "v0_tokens_after_bad=%llu v1_tokens_before_good=%llu v1_tokens=%llu swaps=%d refusals_logged=%d\n",
+         recompute ? "whole-version checksum" : "chunk checksum", chunks, (unsigned long long)requests,
+         (unsigned long long)requests_after_bad, (unsigned long long)v0_between,
+         (unsigned long long)fl.v1_before_good, (unsigned long long)fl.seg_v1, swaps, refused);
+  ck_assert(fl.bad_served && fl.good_done);
+  ck_assert_uint_gt(requests_after_bad, 0);
+  ck_assert_uint_gt(v0_between, 0);      /* the old weights stayed in use */
+  ck_assert_uint_eq(fl.v1_before_good, 0);
+  ck_assert_uint_gt(fl.seg_v1, 0);       /* and the good version came in */
+  ck_assert_int_eq(swaps, 1);
+  ck_assert_int_ge(refused, 1);
+  free(served_good);
+  lh_learner_weights_free(w);
+  zmq_close(fl.router);
+  zmq_close(fl.pub);
+  zmq_close(fl.wsock);
+  zmq_ctx_term(fl.ctx);
+  fleet_free(&f);
+}
+
+START_TEST(test_weights_chunk_corrupted) { corrupted_chunk_case(0); }
+END_TEST
+
+START_TEST(test_weights_chunk_recomputed) { corrupted_chunk_case(1); }
+END_TEST
+
+/* ---- 5. load: 8 actors, long episodes, full speed ----------------------- */
+
+#define LOAD_SECONDS 20
+
+START_TEST(test_load_eight_actors) {
+  fleet f;
+  fleet_init(&f, "faults-load", "batch_episodes = 8\ngroup_size = 4\ntrain_window = 256\nckpt_every = 20\n",
+             "max_context = 2048\nsegment_tokens = 128\noutbox_messages = 64\n",
+             "name = needle\ntokens = 1200\n");
+  start_learner(&f, 0);
+  start_actors(&f, MAX_ACTORS);
+  long hwm[MAX_ACTORS + 1];
+  for (int i = 0; i <= MAX_ACTORS; i++) hwm[i] = -1;
+  uint64_t peak_stored = 0;
+  for (int s = 0; s < LOAD_SECONDS * 4; s++) {
+    lh_proc_sleep_ms(250);
+    for (int i = 0; i < MAX_ACTORS; i++) {
+      long k = lh_proc_vmhwm_kb(f.actors[i]);
+      if (k > hwm[i]) hwm[i] = k;
+    }
+    long k = lh_proc_vmhwm_kb(f.learner);
+    if (k > hwm[MAX_ACTORS]) hwm[MAX_ACTORS] = k;
+  }
+  peak_stored = stored_messages(f.db);
+  stop_all(&f);
+  store_counts c;
+  ck_assert_int_eq(count_store(f.db, 0, &c), 0);
+  actor_totals t;
+  totals(&f, &c, &t);
+  char log1[192];
+  learner_log(&f, 1, log1, sizeof log1);
+  int steps = lh_proc_count_lines(log1, "loss=");
+  uint64_t tokens = 0;
+  for (int i = 0; i < MAX_ACTORS; i++) {
+    char log[192];
+    uint64_t tk = 0;
+    actor_log(&f, i, log, sizeof log);
+    lh_proc_log_u64(log, "stopped name=", "tokens", &tk);
+    tokens += tk;
+  }
+  char extra[512];
+  int at = snprintf(extra, sizeof extra,
+                    "seconds=%d tokens=%llu steps=%d pauses=%llu stored_at_stop=%llu vmhwm_kb: learner=%ld",
+                    LOAD_SECONDS, (unsigned long long)tokens, steps, (unsigned long long)t.pauses,
+                    (unsigned long long)peak_stored, hwm[MAX_ACTORS]);
+  for (int i = 0; i < MAX_ACTORS && at < (int)sizeof extra; i++)
+    at += snprintf(extra + at, sizeof extra - (size_t)at, " a%d=%ld", i, hwm[i]);
+  print_totals("load, 8 actors", &t, &c, extra);
+  assert_nothing_lost(&t, &c);
+  for (int i = 0; i <= MAX_ACTORS; i++) ck_assert_int_gt(hwm[i], 0);
+  fleet_free(&f);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  Suite *s = suite_create("faults");
+  struct {
+    const char *name;
+    const TTest *test;
+  } cases[] = {
+      {"learner_kill_step", test_learner_killed_mid_step},
+      {"learner_kill_ingest", test_learner_killed_mid_ingest},
+      {"env_server_kill", test_env_server_killed},
+      {"env_server_hang", test_env_server_hung},
+      {"store_full", test_store_full},
+      {"store_readonly", test_store_readonly},
+      {"weights_corrupt", test_weights_chunk_corrupted},
+      {"weights_corrupt_whole", test_weights_chunk_recomputed},
+      {"load", test_load_eight_actors},
+  };
+  int picked = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
+    TCase *tc = tcase_create(cases[i].name);
+    tcase_set_timeout(tc, 170);
+    tcase_add_test(tc, cases[i].test);
+    suite_add_tcase(s, tc);
+    picked++;
+  }
+  if (!picked) {
+    fprintf(stderr, "test_faults: unknown case '%s'\n", argv[1]);
+    return 2;
+  }
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
