@@ -55,13 +55,14 @@ static int wire_seeds(const char *dir) {
   return rc;
 }
 
-/* The smallest model the config allows, so that the fuzzer's inputs stay
- * small: one layer, one head, two experts. */
-static int safetensors_seeds(const char *dir) {
+/* Models about as small as the config allows, so that the fuzzer's inputs
+ * stay small: one layer, one head, two experts; and two layers (the second
+ * has xres) with a shared expert. */
+static int safetensors_seed(const char *dir, const char *name, int layers, int shared) {
   lh_model_config c;
   lh_model_config_default(&c);
-  c.d_model = 4, c.layers = 1, c.heads = 1, c.experts = 2, c.topk = 1;
-  c.shared_experts = 0, c.latent = 2, c.expert_hidden = 2, c.chunk = 2;
+  c.d_model = 4, c.layers = layers, c.heads = 1, c.experts = 2, c.topk = 1;
+  c.shared_experts = shared, c.latent = 2, c.expert_hidden = 2, c.chunk = 2;
   c.patch = 1, c.max_patches = 1, c.seed = 3;
   lh_errbuf err;
   lh_errbuf_clear(&err);
@@ -73,7 +74,7 @@ static int safetensors_seeds(const char *dir) {
   unsigned char *bytes = NULL;
   size_t n = 0;
   int rc = lh_model_serialize(m, &bytes, &n) < 0;
-  if (!rc) rc = write_file(dir, "safetensors", "tiny-model", bytes, n);
+  if (!rc) rc = write_file(dir, "safetensors", name, bytes, n);
   free(bytes);
   lh_model_free(m);
   return rc;
@@ -84,5 +85,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: fuzz_make_seeds CORPUS_DIR\n");
     return 2;
   }
-  return wire_seeds(argv[1]) || safetensors_seeds(argv[1]);
+  return wire_seeds(argv[1]) || safetensors_seed(argv[1], "tiny-model", 1, 0) ||
+         safetensors_seed(argv[1], "two-layers-shared", 2, 1);
 }
