@@ -3,7 +3,8 @@
  * [learner] section (lh_learner_config_parse) and the [actor] and [env]
  * sections (lh_actors_config_parse). The contract: a rejection is an error
  * code with a message; an accepted model config validates and survives its
- * JSON round trip (the form a checkpoint carries it in). */
+ * JSON round trip (the form a checkpoint carries it in); an accepted
+ * learner or actor config's tables and strings stay within their arrays. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +48,15 @@ static void check_learner(const char *text) {
   lh_errbuf err;
   lh_errbuf_clear(&err);
   int rc = lh_learner_config_parse(text, "fuzz", &cfg, &err);
-  if (rc < 0 && !err.msg[0]) fail("learner", "rejected without a message", rc, &err);
+  if (rc < 0) {
+    if (!err.msg[0]) fail("learner", "rejected without a message", rc, &err);
+    return;
+  }
+  if (cfg.n_stages > LH_LEARNER_MAX_STAGES) fail("learner", "more stages than the table holds", rc, &err);
+  if (strnlen(cfg.db, sizeof cfg.db) == sizeof cfg.db ||
+      strnlen(cfg.ckpt_dir, sizeof cfg.ckpt_dir) == sizeof cfg.ckpt_dir ||
+      strnlen(cfg.ingest_endpoint, sizeof cfg.ingest_endpoint) == sizeof cfg.ingest_endpoint)
+    fail("learner", "a text field is not NUL-terminated", rc, &err);
 }
 
 static void check_actors(const char *text) {
@@ -55,7 +64,18 @@ static void check_actors(const char *text) {
   lh_errbuf err;
   lh_errbuf_clear(&err);
   int rc = lh_actors_config_parse(text, "fuzz", &cfg, &err);
-  if (rc < 0 && !err.msg[0]) fail("actors", "rejected without a message", rc, &err);
+  if (rc < 0) {
+    if (!err.msg[0]) fail("actors", "rejected without a message", rc, &err);
+    return;
+  }
+  if (cfg.n_env_options > LH_ACTORS_ENV_OPTIONS) fail("actors", "more env options than the table holds", rc, &err);
+  if (strnlen(cfg.env_name, sizeof cfg.env_name) == sizeof cfg.env_name ||
+      strnlen(cfg.learner_endpoint, sizeof cfg.learner_endpoint) == sizeof cfg.learner_endpoint)
+    fail("actors", "a text field is not NUL-terminated", rc, &err);
+  for (uint32_t i = 0; i < cfg.n_env_options; i++)
+    if (strnlen(cfg.env_keys[i], sizeof cfg.env_keys[i]) == sizeof cfg.env_keys[i] ||
+        strnlen(cfg.env_values[i], sizeof cfg.env_values[i]) == sizeof cfg.env_values[i])
+      fail("actors", "an env option is not NUL-terminated", rc, &err);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
