@@ -1,6 +1,6 @@
 # kernels_cuda: every CUDA operation against the CPU backend on the same
-# inputs (fp32 1e-5, bf16 2e-2 relative; chunked attention bf16 5e-2
-# backward) and NCCL on one rank; exits 77 without a device. Only
+# inputs (fp32 1e-5, bf16 2e-2 relative; chunked attention bf16 1e-2
+# forward, 2e-2 backward) and NCCL on one rank; exits 77 without a device. Only
 # where the CUDA backend is compiled in.
 if(LH_HAVE_CUDA)
   lh_add_test(test_kernels_cuda SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_cuda.c

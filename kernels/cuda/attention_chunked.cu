@@ -572,11 +572,21 @@ static int run_backward(lh_cuda_ctx *c, const chunk_plan *p, float *dq, float *d
   return rc;
 }
 
-// 0: the step-by-step kernels; 1: fast fp32; 2: fast bf16.
+// 0: the step-by-step kernels; 1: fast fp32; 2: fast bf16. A device whose
+// blocks cannot have the chunk kernels' shared memory (they need up to
+// 109 KiB in fp32 at dk 128; Hopper allows 227) takes the step kernels.
 static int pick_path(const lh_cuda_ctx *c, int dk, int chunk) {
   if (chunk != CH || dk > DK_MAX) return 0;
-  if (c->gemm_mode == LH_GEMM_BF16 && dk % 16 == 0) return 2;
-  return 1;
+  int path = c->gemm_mode == LH_GEMM_BF16 && dk % 16 == 0 ? 2 : 1;
+  size_t need = chunk_smem_layout(NULL, NULL, dk, path == 2 ? sizeof(bf16) : sizeof(float));
+  int most = 0;
+  if (cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) !=
+          cudaSuccess ||
+      (size_t)most < need) {
+    cudaGetLastError();
+    return 0;
+  }
+  return path;
 }
 
 extern "C" int lh_cuda_attn_chunked_forward(void *ctx, float *out, float *state_out,
