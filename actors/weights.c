@@ -12,12 +12,18 @@ struct lh_actors_weights {
   int have_complete;
   uint64_t complete_version;
   uint8_t *complete;
-  size_t complete_bytes;
+  size_t complete_bytes, complete_cap;
   lh_actors_stage complete_stage;
+  /* the buffer of the version before the complete one, kept for the next
+   * fetch: a fresh allocation of the model's size each version costs a
+   * page fault per page */
+  uint8_t *spare;
+  size_t spare_bytes;
   /* the fetch in progress */
   int fetching;
   Longhaul__WeightsAnnounce ann;
   uint8_t *buf;
+  size_t buf_bytes;  /* its capacity */
   uint8_t *state;  /* per chunk: 0 missing, 1 requested, 2 received */
   uint32_t received;
 };
@@ -49,6 +55,7 @@ void lh_actors_weights_free(lh_actors_weights *w) {
   if (!w) return;
   drop_fetch(w);
   free(w->complete);
+  free(w->spare);
   free(w);
 }
 
@@ -69,7 +76,17 @@ int lh_actors_weights_announce(lh_actors_weights *w, const Longhaul__WeightsAnno
     return lh_errbuf_set(err, LH_EACTORS_WEIGHTS_ANNOUNCE,
                          "weights announce: version %llu is %llu bytes, over this actor's limit of %zu",
                          (unsigned long long)a->version, (unsigned long long)a->total_bytes, w->max_bytes);
-  uint8_t *buf = malloc(a->total_bytes), *state = calloc(a->chunk_count, 1);
+  uint8_t *buf = NULL, *state = calloc(a->chunk_count, 1);
+  size_t cap = a->total_bytes;
+  if (state && w->spare && w->spare_bytes >= a->total_bytes) {
+    buf = w->spare, cap = w->spare_bytes;
+    w->spare = NULL, w->spare_bytes = 0;
+  } else if (state && w->fetching && w->buf && w->buf_bytes >= a->total_bytes) {
+    buf = w->buf, cap = w->buf_bytes;  /* the fetch this one replaces */
+    w->buf = NULL;
+  } else {
+    buf = malloc(a->total_bytes);
+  }
   if (!buf || !state) {
     free(buf);
     free(state);
@@ -78,6 +95,7 @@ int lh_actors_weights_announce(lh_actors_weights *w, const Longhaul__WeightsAnno
   }
   drop_fetch(w);
   w->buf = buf;
+  w->buf_bytes = cap;
   w->state = state;
   longhaul__weights_announce__init(&w->ann);
   w->ann.version = a->version;
@@ -85,6 +103,9 @@ int lh_actors_weights_announce(lh_actors_weights *w, const Longhaul__WeightsAnno
   w->ann.chunk_bytes = a->chunk_bytes;
   w->ann.chunk_count = a->chunk_count;
   w->ann.checksum = a->checksum;
+  w->ann.stage_index = a->stage_index;
+  w->ann.max_context = a->max_context;
+  w->ann.long_frac = a->long_frac;
   w->fetching = 1;
   return 1;
 }
@@ -144,8 +165,11 @@ int lh_actors_weights_add_chunk(lh_actors_weights *w, const Longhaul__WeightsChu
                          (unsigned long long)a->version, (unsigned long long)a->total_bytes,
                          (unsigned long long)sum, (unsigned long long)a->checksum);
   }
-  free(w->complete);
+  free(w->spare);
+  w->spare = w->complete;
+  w->spare_bytes = w->complete_cap;
   w->complete = w->buf;
+  w->complete_cap = w->buf_bytes;
   w->complete_bytes = a->total_bytes;
   w->complete_version = a->version;
   w->complete_stage = (lh_actors_stage){a->stage_index, a->max_context, a->long_frac};

@@ -256,6 +256,10 @@ typedef struct lh_learner_weights lh_learner_weights;
 lh_learner_weights *lh_learner_weights_new(uint64_t version, const void *bytes, size_t n,
                                            uint32_t chunk_bytes, lh_errbuf *err);
 void lh_learner_weights_free(lh_learner_weights *w);
+/* Overwrites w with another version of exactly its size (same layout),
+ * checksums recomputed: returns 1, or 0 (w untouched) when w is NULL or
+ * the size differs. Chunks handed out before point at the new bytes. */
+int lh_learner_weights_refill(lh_learner_weights *w, uint64_t version, const void *bytes, size_t n);
 /* Fills a (initialised with longhaul__weights_announce__init) with version,
  * total_bytes, chunk_bytes, chunk_count and checksum; the stage fields are
  * the caller's. */

@@ -15,6 +15,17 @@ struct lh_learner_weights {
   uint64_t *chunk_checksums;
 };
 
+/* Copies the bytes in and computes the checksums of a layout already set. */
+static void fill(lh_learner_weights *w, uint64_t version, const void *bytes) {
+  memcpy(w->bytes, bytes, w->n);
+  w->version = version;
+  w->checksum = lh_wire_checksum(w->bytes, w->n);
+  for (uint32_t i = 0; i < w->chunk_count; i++) {
+    size_t off = (size_t)i * w->chunk_bytes, len = w->n - off < w->chunk_bytes ? w->n - off : w->chunk_bytes;
+    w->chunk_checksums[i] = lh_wire_checksum(w->bytes + off, len);
+  }
+}
+
 lh_learner_weights *lh_learner_weights_new(uint64_t version, const void *bytes, size_t n,
                                            uint32_t chunk_bytes, lh_errbuf *err) {
   lh_wire_limits lim;
@@ -45,17 +56,17 @@ lh_learner_weights *lh_learner_weights_new(uint64_t version, const void *bytes, 
     lh_errbuf_set(err, LH_ENOMEM, "weights: out of memory for %zu bytes", n);
     return NULL;
   }
-  memcpy(w->bytes, bytes, n);
-  w->version = version;
   w->n = n;
   w->chunk_bytes = chunk_bytes;
   w->chunk_count = (uint32_t)count;
-  w->checksum = lh_wire_checksum(w->bytes, n);
-  for (uint32_t i = 0; i < w->chunk_count; i++) {
-    size_t off = (size_t)i * chunk_bytes, len = n - off < chunk_bytes ? n - off : chunk_bytes;
-    w->chunk_checksums[i] = lh_wire_checksum(w->bytes + off, len);
-  }
+  fill(w, version, bytes);
   return w;
+}
+
+int lh_learner_weights_refill(lh_learner_weights *w, uint64_t version, const void *bytes, size_t n) {
+  if (!w || !bytes || n != w->n) return 0;
+  fill(w, version, bytes);
+  return 1;
 }
 
 void lh_learner_weights_free(lh_learner_weights *w) {

@@ -47,7 +47,27 @@ const char *lh_wire_body_name(Longhaul__Envelope__BodyCase body) {
   }
 }
 
-uint64_t lh_wire_checksum(const void *data, size_t bytes) { return lh_hash64(data, bytes, 0); }
+/* Four independent multiply-xorshift lanes over 32-byte blocks, folded
+ * with the tail and the length at the end: the lanes break the one long
+ * dependency chain of a byte-serial hash, so checksumming a weights
+ * version runs at memory speed rather than at one multiply per 8 bytes. */
+uint64_t lh_wire_checksum(const void *data, size_t bytes) {
+  const unsigned char *p = data;
+  uint64_t lane[4] = {0x9E3779B97F4A7C15ull, 0xC2B2AE3D27D4EB4Full, 0x165667B19E3779F9ull,
+                      0x27D4EB2F165667C5ull};
+  size_t i = 0;
+  for (; i + 32 <= bytes; i += 32) {
+    for (int k = 0; k < 4; k++) {
+      uint64_t w;
+      memcpy(&w, p + i + 8 * (size_t)k, 8);
+      lane[k] ^= w;
+      lane[k] *= 0xFF51AFD7ED558CCDull;
+      lane[k] ^= lane[k] >> 29;
+    }
+  }
+  uint64_t h = lh_hash64(lane, sizeof lane, (uint64_t)bytes);
+  return bytes > i ? lh_hash64(p + i, bytes - i, h) : h;
+}
 
 /* protobuf-c allocates per element, so a small message of many tiny
  * repeated entries (empty images, unknown fields) can expand fifty-fold in

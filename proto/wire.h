@@ -72,8 +72,10 @@ void lh_wire_segment_free(Longhaul__Segment *seg);  /* accepts NULL */
 const char *lh_wire_body_name(Longhaul__Envelope__BodyCase body);
 
 /* The checksum WeightsChunk.checksum must carry for its data (and
- * WeightsAnnounce.checksum for all the bytes): lh_hash64 with seed 0.
- * lh_wire_decode rejects a chunk whose data does not match it. */
+ * WeightsAnnounce.checksum for all the bytes): four multiply-xorshift
+ * lanes over 32-byte blocks, folded with the tail and the length by
+ * lh_hash64 (proto/wire.c has the exact steps). lh_wire_decode rejects a
+ * chunk whose data does not match it. */
 uint64_t lh_wire_checksum(const void *data, size_t bytes);
 
 #endif

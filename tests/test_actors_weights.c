@@ -262,6 +262,60 @@ START_TEST(test_bad_announcements) {
 }
 END_TEST
 
+/* Versions of one size, one after another, as a learner publishes them:
+ * the publisher overwrites its copy in place (lh_learner_weights_refill)
+ * and the fetcher recycles its buffers; every version arrives whole with
+ * its own bytes and stage, and a version of another size is new again. */
+START_TEST(test_versions_of_one_size_reuse_buffers) {
+  size_t n = 5000;
+  uint8_t *b = pattern(n, 0);
+  lh_learner_weights *w = lh_learner_weights_new(1, b, n, 512, NULL);
+  lh_actors_weights *f = lh_actors_weights_new(1 << 20, NULL);
+  for (unsigned v = 1; v <= 5; v++) {
+    uint8_t *bv = pattern(n, v * 7);
+    if (v > 1) ck_assert_int_eq(lh_learner_weights_refill(w, v, bv, n), 1);
+    else ck_assert_int_eq(lh_learner_weights_refill(w, v, b, n), 1);
+    Longhaul__WeightsAnnounce a;
+    longhaul__weights_announce__init(&a);
+    lh_learner_weights_announce(w, &a);
+    ck_assert_uint_eq(a.version, v);
+    ck_assert_uint_eq(a.checksum, lh_wire_checksum(v > 1 ? bv : b, n));
+    a.stage_index = v, a.max_context = 100 * v, a.long_frac = 0.5f;
+    Longhaul__Envelope *env = travel(&a, NULL);
+    ck_assert_int_eq(lh_actors_weights_announce(f, env->weights_announce, NULL), 1);
+    lh_wire_free(env);
+    fetch_all(f, w, 4);
+    uint64_t got_v;
+    size_t len;
+    const uint8_t *data = lh_actors_weights_latest(f, &got_v, &len);
+    ck_assert_uint_eq(got_v, v);
+    ck_assert_uint_eq(len, n);
+    ck_assert_int_eq(memcmp(data, v > 1 ? bv : b, n), 0);
+    lh_actors_stage st;
+    ck_assert_int_eq(lh_actors_weights_latest_stage(f, &st), 1);
+    ck_assert_uint_eq(st.index, v);
+    ck_assert_uint_eq(st.max_context, 100 * v);
+    free(bv);
+  }
+  ck_assert_int_eq(lh_learner_weights_refill(w, 9, b, n - 1), 0);
+  ck_assert_int_eq(lh_learner_weights_refill(NULL, 9, b, n), 0);
+  /* A bigger version after smaller ones: a fresh buffer, whole again. */
+  uint8_t *big = pattern(3 * n, 99);
+  lh_learner_weights *w2 = lh_learner_weights_new(6, big, 3 * n, 512, NULL);
+  announce(f, w2, 1);
+  fetch_all(f, w2, 4);
+  size_t len;
+  const uint8_t *data = lh_actors_weights_latest(f, NULL, &len);
+  ck_assert_uint_eq(len, 3 * n);
+  ck_assert_int_eq(memcmp(data, big, 3 * n), 0);
+  lh_learner_weights_free(w2);
+  lh_learner_weights_free(w);
+  lh_actors_weights_free(f);
+  free(big);
+  free(b);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("actors_weights");
   TCase *tc = tcase_create("core");
@@ -270,6 +324,7 @@ int main(void) {
   tcase_add_test(tc, test_rerequest_after_loss);
   tcase_add_test(tc, test_bad_chunks_and_checksum);
   tcase_add_test(tc, test_bad_announcements);
+  tcase_add_test(tc, test_versions_of_one_size_reuse_buffers);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
