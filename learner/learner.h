@@ -648,9 +648,11 @@ int lh_learner_ckpt_exists(const char *ckpt_dir);
  * the train_steps row. Every rank thus applies the same AdamW step and
  * bias update and holds the same weights; a non-finite step is skipped on
  * every rank together. balance = quantile needs every token's scores and
- * is refused with M > 1. A rank that fails aborts the whole job (the
- * others would wait for it for ever); the launcher restarts it with
- * --resume.
+ * is refused with M > 1. With advantage = reinforce each rank's running
+ * baseline follows its own batches (advantages are per rank's groups; rank
+ * 0's baseline is the one a checkpoint keeps). A rank that fails aborts the
+ * whole job (the others would wait for it for ever); the launcher restarts
+ * it with --resume.
  *
  * Resume. Rank 0's checkpoint holds the model, optimizer and state; every
  * rank loads it (ckpt_dir must be the same directory for all ranks). Each
