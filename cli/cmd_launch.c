@@ -19,6 +19,7 @@
 #define LAUNCH_SCREEN_MS 1000   /* the terminal screen's refresh */
 #define LAUNCH_STABLE_MS 60000  /* up this long: the next restart starts the backoff over */
 #define LAUNCH_EVENTS 6         /* the last events shown under the screen */
+#define LAUNCH_STEPS_MS 250     /* how often [fleet] steps is checked in the store */
 
 /* Counted by SIGINT/SIGTERM: the first starts the ordered shutdown, the
  * second kills whatever is left. The one state a handler touches. */
@@ -43,8 +44,8 @@ static void usage(FILE *out) {
           "doubled per consecutive restart up to restart_backoff_max_ms (the count\n"
           "starts over once it stayed up 60 s); the learner comes back with --resume.\n"
           "More than max_restarts restarts of one child, or a child's usage error\n"
-          "(exit 2), ends the fleet. With [fleet] steps the fleet ends when the\n"
-          "learner has run them.\n\n"
+          "(exit 2), ends the fleet. With [fleet] steps the fleet shuts down in\n"
+          "order once the store holds that many train steps.\n\n"
           "SIGINT/SIGTERM (or duration_s): ordered shutdown: SIGTERM to the actors\n"
           "(they abort open episodes and flush their outboxes), then to the learner\n"
           "(it acks what is stored and writes a final checkpoint), then to the env\n"
@@ -114,11 +115,6 @@ static int start(launcher *L, size_t i) {
     event(L, "cannot start name=%s: %s", c->name, e.msg);
     return -1;
   }
-  if (c->done) {
-    event(L, "not restarted name=%s: the store holds all %llu steps", c->name,
-          (unsigned long long)L->f->fleet.steps);
-    return 0;
-  }
   write_pid(L, i);
   event(L, "started name=%s pid=%lld attempt=%llu", c->name, (long long)c->pid, (unsigned long long)c->starts);
   return 0;
@@ -144,12 +140,6 @@ static void on_exit_running(launcher *L, lh_launch_child *c) {
   char how[64];
   describe_exit(c->last_status, how, sizeof how);
   int code = WIFEXITED(c->last_status) ? WEXITSTATUS(c->last_status) : -1;
-  if (c->role == LH_CHILD_LEARNER && code == 0 && L->f->fleet.steps) {
-    c->done = 1;
-    event(L, "exited name=%s %s: the learner ran its steps", c->name, how);
-    begin_shutdown(L, "steps done");
-    return;
-  }
   if (code == LH_EXIT_USAGE) {
     c->done = 1;
     L->failed = 1;
@@ -314,7 +304,7 @@ int lh_cmd_launch(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   event(&L, "fleet config=%s learners=%llu actors=%llu log_dir=%s bin=%s", f->config_path,
         (unsigned long long)f->fleet.learners, (unsigned long long)f->fleet.actors, f->fleet.log_dir, f->bin);
-  int64_t t0 = now_ms(), last_screen = 0;
+  int64_t t0 = now_ms(), last_screen = 0, last_steps = 0;
   for (size_t i = 0; i < f->n && !stop_signals; i++)
     if (start(&L, i)) {
       L.failed = 1;
@@ -327,6 +317,15 @@ int lh_cmd_launch(int argc, char **argv) {
     if (stop_signals && L.ph == PHASE_RUN) begin_shutdown(&L, "signal");
     if (L.ph == PHASE_RUN && f->fleet.duration_s && now - t0 >= (int64_t)f->fleet.duration_s * 1000)
       begin_shutdown(&L, "duration_s");
+    if (L.ph == PHASE_RUN && f->fleet.steps && now - last_steps >= LAUNCH_STEPS_MS) {
+      last_steps = now;
+      uint64_t done = lh_launch_fleet_steps_done(f);
+      if (done >= f->fleet.steps) {
+        event(&L, "steps done: the store holds %llu train steps (steps=%llu)", (unsigned long long)done,
+              (unsigned long long)f->fleet.steps);
+        begin_shutdown(&L, "steps done");
+      }
+    }
     if (L.ph == PHASE_RUN)
       for (size_t i = 0; i < f->n; i++) {
         lh_launch_child *c = &f->child[i];

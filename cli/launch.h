@@ -32,7 +32,8 @@ typedef struct {
   uint64_t actors;                /* N, 0..256 (2) */
   char log_dir[LH_LAUNCH_PATH_BYTES];  /* (logs) */
   char init[LH_LAUNCH_PATH_BYTES];     /* SFT checkpoint: learner --init, actors --ckpt ("") */
-  uint64_t steps;                 /* learner --steps over the whole run; 0: until stopped (0) */
+  uint64_t steps;                 /* ordered shutdown once the store holds this many train
+                                     steps (the learner may finish one more); 0: none (0) */
   uint64_t duration_s;            /* ordered shutdown after this long; 0: until a signal (0) */
   uint64_t restart_backoff_ms;    /* first restart delay, doubled per consecutive one (1000) */
   uint64_t restart_backoff_max_ms;/* the cap (30000) */
@@ -87,7 +88,6 @@ typedef struct {
   char config_path[LH_LAUNCH_PATH_BYTES];  /* absolute */
   char bin[LH_LAUNCH_PATH_BYTES];          /* this binary (/proc/self/exe) */
   char db[LH_LAUNCH_PATH_BYTES];           /* [learner] db: rank 0's store, for the status screen */
-  uint64_t steps_done;                     /* train steps in the store at the learner's restart */
   size_t n;                                /* children: env server, learner, actors, in that order */
   lh_launch_child child[LH_LAUNCH_MAX_ACTORS + 2];
 } lh_launch_fleet;
@@ -98,6 +98,8 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
 /* Starts child i (first start or a restart: the learner's restarts add
  * --resume and the steps still to go). */
 int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err);
+/* Train steps rank 0's store holds (max step + 1); 0 when it cannot be read yet. */
+uint64_t lh_launch_fleet_steps_done(const lh_launch_fleet *f);
 /* The log file of child i. */
 void lh_launch_fleet_log_path(const lh_launch_fleet *f, size_t i, char *out, size_t bytes);
 

@@ -16,7 +16,7 @@ static void log_line(int fd, const lh_launch_child *c, char *const argv[]) {
   struct tm tm;
   gmtime_r(&now, &tm);
   int n = snprintf(line, sizeof line, "launch: start name=%s attempt=%llu time=%04d-%02d-%02dT%02d:%02d:%02dZ command=",
-                   c->name, (unsigned long long)c->starts, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                   c->name, (unsigned long long)c->starts + 1, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                    tm.tm_hour, tm.tm_min, tm.tm_sec);
   for (int i = 0; argv[i] && n > 0 && (size_t)n < sizeof line - 2; i++)
     n += snprintf(line + n, sizeof line - (size_t)n, "%s%s", i ? " " : "", argv[i]);

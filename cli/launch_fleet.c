@@ -94,19 +94,23 @@ void lh_launch_fleet_log_path(const lh_launch_fleet *f, size_t i, char *out, siz
   snprintf(out, bytes, "%s/%s.log", f->fleet.log_dir, f->child[i].name);
 }
 
-/* Train steps the store already holds (so a restarted learner runs only
- * the rest of [fleet] steps); 0 when the store cannot be read yet. */
-static uint64_t steps_in_store(const char *db) {
+static int first_u64(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  if (ncols > 0 && values[0]) *(uint64_t *)ctx = strtoull(values[0], NULL, 10);
+  return 1;
+}
+
+uint64_t lh_launch_fleet_steps_done(const lh_launch_fleet *f) {
   lh_store_options o;
   lh_store_options_default(&o);
   o.readonly = 1;
   o.quick_check = 0;
+  o.max_wait_ms = 1000;
   lh_store *s = NULL;
   lh_errbuf e;
-  if (lh_store_open_with(db, &o, &s, &e)) return 0;
-  lh_store_stats st;
+  if (access(f->db, F_OK) || lh_store_open_with(f->db, &o, &s, &e)) return 0;
   uint64_t done = 0;
-  if (lh_store_stats_get(s, &st, &e) == 0 && st.train_steps) done = st.last_train_step + 1;
+  if (lh_store_sql(s, "SELECT max(step) + 1 FROM train_steps", first_u64, &done, NULL, &e)) done = 0;
   lh_store_close(s);
   return done;
 }
@@ -116,7 +120,7 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
   const lh_launch_config *fc = &f->fleet;
   char *argv[40];
   int n = 0;
-  char steps[32], index[32], rank[32], learners[32];
+  char index[32], rank[32], learners[32];
   if (c->role == LH_CHILD_ENV_SERVER) {
     static char sh[] = "/bin/sh", dash_c[] = "-c";
     static char cmd[LH_LAUNCH_COMMAND_BYTES + 8];
@@ -129,18 +133,10 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
     }
     argv[n++] = f->bin, argv[n++] = "learner", argv[n++] = "--config", argv[n++] = f->config_path;
     if (fc->init[0]) argv[n++] = "--init", argv[n++] = (char *)fc->init;
+    /* No --steps: [fleet] steps is watched in the store by the launcher,
+     * which then stops the actors before the learner (a learner that ended
+     * by itself would leave the actors' last messages unacked). */
     if (c->starts) argv[n++] = "--resume";
-    if (fc->steps) {
-      uint64_t done = c->starts ? steps_in_store(f->db) : 0;
-      f->steps_done = done;
-      if (done >= fc->steps) {
-        /* It finished its steps and died on the way out: nothing to redo. */
-        c->done = 1;
-        return 0;
-      }
-      snprintf(steps, sizeof steps, "%llu", (unsigned long long)(fc->steps - done));
-      argv[n++] = "--steps", argv[n++] = steps;
-    }
   } else {
     argv[n++] = f->bin, argv[n++] = "actor", argv[n++] = "--config", argv[n++] = f->config_path;
     argv[n++] = "--name", argv[n++] = c->name;

@@ -1,0 +1,20 @@
+# `longhaul launch`: the [fleet] reader in process (test_launch_config); a
+# tiny calc fleet as real processes: SIGTERM, an actor SIGKILLed, bad
+# configs (test_launch); the examples/ fleets, each shrunk and run to its
+# end (test_launch_examples; the env server one alone, skipped without
+# python3-zmq and python3-protobuf).
+lh_add_test(test_launch_config SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch_config.c
+  ${CMAKE_SOURCE_DIR}/cli/launch_config.c LIBS lh_learner)
+lh_add_test(test_launch SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch.c ${CMAKE_CURRENT_SOURCE_DIR}/launch_fixture.c
+  LIBS lh_store LABELS proc TIMEOUT 300)
+add_dependencies(test_launch longhaul)
+foreach(t examples envserver)
+  lh_add_test(test_launch_${t} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch_examples.c
+    ${CMAKE_CURRENT_SOURCE_DIR}/launch_fixture.c LIBS lh_store LABELS proc TIMEOUT 300 ARGS ${t})
+  add_dependencies(test_launch_${t} longhaul lh_env_reverse)
+  target_compile_definitions(test_launch_${t} PRIVATE LH_TEST_PLUGIN_GOOD="$<TARGET_FILE:lh_env_reverse>"
+    LH_TEST_PY_PROTO_DIR="${CMAKE_BINARY_DIR}/envs/python")
+  if(TARGET lh_envs_python)
+    add_dependencies(test_launch_${t} lh_envs_python)
+  endif()
+endforeach()

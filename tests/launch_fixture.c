@@ -1,0 +1,252 @@
+/* tests: the `longhaul launch` fixture (launch_fixture.h). */
+#include "launch_fixture.h"
+
+#include <check.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "store/store.h"
+
+void lfx_init(lfx_fleet *f, const char *tag) {
+  memset(f, 0, sizeof *f);
+  snprintf(f->dir, sizeof f->dir, "/tmp/lh_launch_%s_XXXXXX", tag);
+  ck_assert_ptr_nonnull(mkdtemp(f->dir));
+  snprintf(f->config, sizeof f->config, "%s/fleet.ini", f->dir);
+  snprintf(f->db, sizeof f->db, "%s/replay.db", f->dir);
+  snprintf(f->logs, sizeof f->logs, "%s/logs", f->dir);
+}
+
+#define MAX_OVER 64
+#define MAX_SECTIONS 16
+
+typedef struct {
+  char key[64], value[LFX_PATH * 2];
+  int used;
+} item;
+
+static void add(item *items, int *n, const char *key, const char *value) {
+  for (int i = 0; i < *n; i++)
+    if (!strcmp(items[i].key, key)) {
+      snprintf(items[i].value, sizeof items[i].value, "%s", value);
+      return;
+    }
+  ck_assert_int_lt(*n, MAX_OVER);
+  snprintf(items[*n].key, sizeof items[*n].key, "%s", key);
+  snprintf(items[*n].value, sizeof items[*n].value, "%s", value);
+  (*n)++;
+}
+
+/* Writes the overrides of section that were not used yet. */
+static void flush_section(FILE *out, item *items, int n, const char *section) {
+  size_t len = strlen(section);
+  for (int i = 0; i < n; i++)
+    if (!items[i].used && !strncmp(items[i].key, section, len) && items[i].key[len] == '.') {
+      fprintf(out, "%s = %s\n", items[i].key + len + 1, items[i].value);
+      items[i].used = 1;
+    }
+}
+
+void lfx_write_config(lfx_fleet *f, const char *src, const lfx_override *over, int n_over) {
+  static item items[MAX_OVER];
+  int n = 0;
+  char v[LFX_PATH * 2];
+  static const char *const tiny[][2] = {
+      {"model.d_model", "16"},        {"model.layers", "2"},         {"model.heads", "2"},
+      {"model.experts", "4"},         {"model.topk", "2"},           {"model.shared_experts", "1"},
+      {"model.latent", "8"},          {"model.expert_hidden", "8"},  {"model.chunk", "4"},
+      {"learner.batch_episodes", "4"}, {"learner.group_size", "4"},  {"learner.train_window", "64"},
+      {"learner.ckpt_every", "2"},    {"learner.warmup_steps", "0"}, {"actor.batch", "4"},
+      {"actor.group_size", "4"},      {"fleet.status_interval_ms", "500"},
+      {"fleet.stop_timeout_ms", "20000"}, {"fleet.restart_backoff_ms", "200"}};
+  for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) add(items, &n, tiny[i][0], tiny[i][1]);
+  snprintf(v, sizeof v, "ipc://%s/ing", f->dir);
+  add(items, &n, "learner.ingest_endpoint", v);
+  add(items, &n, "actor.learner_endpoint", v);
+  snprintf(v, sizeof v, "ipc://%s/pub", f->dir);
+  add(items, &n, "learner.weights_pub_endpoint", v);
+  add(items, &n, "actor.weights_pub_endpoint", v);
+  snprintf(v, sizeof v, "ipc://%s/w", f->dir);
+  add(items, &n, "learner.weights_endpoint", v);
+  add(items, &n, "actor.weights_endpoint", v);
+  add(items, &n, "learner.db", f->db);
+  snprintf(v, sizeof v, "%s/ckpt", f->dir);
+  add(items, &n, "learner.ckpt_dir", v);
+  add(items, &n, "fleet.log_dir", f->logs);
+  for (int i = 0; i < n_over; i++) add(items, &n, over[i].key, over[i].value);
+  for (int i = 0; i < n; i++) items[i].used = 0;
+  FILE *out = fopen(f->config, "w");
+  ck_assert_ptr_nonnull(out);
+  char section[64] = "";
+  char seen[MAX_SECTIONS][64];
+  int n_seen = 0;
+  const char *p = src;
+  while (*p) {
+    const char *end = strchr(p, '\n');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char line[1024];
+    ck_assert_uint_lt(len, sizeof line);
+    memcpy(line, p, len);
+    line[len] = 0;
+    p += len + (end != NULL);
+    const char *s = line;
+    while (*s == ' ' || *s == '\t') s++;
+    if (*s == '[') {
+      flush_section(out, items, n, section);
+      const char *close = strchr(s, ']');
+      ck_assert_ptr_nonnull(close);
+      snprintf(section, sizeof section, "%.*s", (int)(close - s - 1), s + 1);
+      ck_assert_int_lt(n_seen, MAX_SECTIONS);
+      snprintf(seen[n_seen++], sizeof seen[0], "%s", section);
+      fprintf(out, "%s\n", line);
+      continue;
+    }
+    const char *eq = strchr(s, '=');
+    int replaced = 0;
+    if (eq && *s != ';' && *s != '#') {
+      const char *k_end = eq;
+      while (k_end > s && (k_end[-1] == ' ' || k_end[-1] == '\t')) k_end--;
+      char key[128];
+      snprintf(key, sizeof key, "%s.%.*s", section, (int)(k_end - s), s);
+      for (int i = 0; i < n; i++)
+        if (!strcmp(items[i].key, key)) {
+          fprintf(out, "%.*s = %s\n", (int)(k_end - s), s, items[i].value);
+          items[i].used = replaced = 1;
+        }
+    }
+    if (!replaced) fprintf(out, "%s\n", line);
+  }
+  flush_section(out, items, n, section);
+  /* Sections the text did not have. */
+  for (int i = 0; i < n; i++) {
+    if (items[i].used) continue;
+    const char *dot = strchr(items[i].key, '.');
+    char sec[64];
+    snprintf(sec, sizeof sec, "%.*s", (int)(dot - items[i].key), items[i].key);
+    fprintf(out, "[%s]\n", sec);
+    flush_section(out, items, n, sec);
+  }
+  fclose(out);
+}
+
+void lfx_start(lfx_fleet *f) {
+  const char *bin = getenv("LH_BIN");
+  ck_assert_msg(bin != NULL, "LH_BIN is not set");
+  char out[LFX_PATH + 16];
+  snprintf(out, sizeof out, "%s/launch.out", f->dir);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+    execl(bin, "longhaul", "launch", f->config, "--status", "plain", (char *)NULL);
+    _exit(127);
+  }
+  f->launcher = pid;
+}
+
+int lfx_wait(lfx_fleet *f, int seconds) {
+  int status = 0;
+  for (int i = 0; i < seconds * 100; i++) {
+    if (waitpid(f->launcher, &status, WNOHANG) == f->launcher) {
+      f->launcher = 0;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    usleep(10000);
+  }
+  kill(f->launcher, SIGKILL);
+  waitpid(f->launcher, &status, 0);
+  f->launcher = 0;
+  return -2;
+}
+
+typedef struct {
+  char *out;
+  size_t bytes;
+  int got;
+} first_ctx;
+
+static int first(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  first_ctx *c = ctx;
+  if (ncols > 0 && values[0]) snprintf(c->out, c->bytes, "%s", values[0]);
+  c->got = 1;
+  return 1;
+}
+
+void lfx_sql_text(const lfx_fleet *f, const char *sql, char *out, size_t bytes) {
+  out[0] = 0;
+  lh_store_options o;
+  lh_store_options_default(&o);
+  o.readonly = 1;
+  o.quick_check = 0;
+  lh_store *s = NULL;
+  lh_errbuf e;
+  if (access(f->db, F_OK) || lh_store_open_with(f->db, &o, &s, &e)) return;
+  first_ctx c = {out, bytes, 0};
+  if (lh_store_sql(s, sql, first, &c, NULL, &e)) snprintf(out, bytes, "error: %s", e.msg);
+  lh_store_close(s);
+}
+
+int64_t lfx_sql_int(const lfx_fleet *f, const char *sql) {
+  char v[64];
+  lfx_sql_text(f, sql, v, sizeof v);
+  if (!v[0] || !strncmp(v, "error", 5)) return -1;
+  return strtoll(v, NULL, 10);
+}
+
+int lfx_wait_sql(const lfx_fleet *f, const char *sql, int64_t want, int seconds) {
+  for (int i = 0; i < seconds * 10; i++) {
+    if (lfx_sql_int(f, sql) >= want) return 1;
+    usleep(100000);
+  }
+  return 0;
+}
+
+char *lfx_read(const lfx_fleet *f, const char *name) {
+  char path[LFX_PATH * 2];
+  snprintf(path, sizeof path, "%s/%s", f->dir, name);
+  FILE *in = fopen(path, "r");
+  if (!in) return strdup("");
+  fseek(in, 0, SEEK_END);
+  long n = ftell(in);
+  fseek(in, 0, SEEK_SET);
+  char *text = malloc((size_t)n + 1);
+  ck_assert_ptr_nonnull(text);
+  size_t got = fread(text, 1, (size_t)n, in);
+  text[got] = 0;
+  fclose(in);
+  return text;
+}
+
+uint64_t lfx_sum_key(const char *text, const char *prefix, const char *key, int *lines) {
+  uint64_t sum = 0;
+  size_t plen = strlen(prefix), klen = strlen(key);
+  if (lines) *lines = 0;
+  for (const char *p = text; p && *p;) {
+    const char *end = strchr(p, '\n');
+    if (!strncmp(p, prefix, plen)) {
+      for (const char *q = p; q && (!end || q < end); q = strchr(q + 1, ' ')) {
+        const char *w = *q == ' ' ? q + 1 : q;
+        if (!strncmp(w, key, klen) && w[klen] == '=') {
+          sum += strtoull(w + klen + 1, NULL, 10);
+          if (lines) (*lines)++;
+          break;
+        }
+      }
+    }
+    p = end ? end + 1 : NULL;
+  }
+  return sum;
+}
+
+void lfx_cleanup(lfx_fleet *f) {
+  if (f->launcher > 0) lfx_wait(f, 1);
+  char cmd[LFX_PATH + 16];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", f->dir);
+}

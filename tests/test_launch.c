@@ -1,0 +1,216 @@
+/* `longhaul launch` as a real process over a tiny calc fleet (issue 6,
+ * "Tests"): SIGTERM shuts it down in order and it exits 0 with a final
+ * checkpoint, a store that passes integrity_check and every message the
+ * actors saw acked in the store; an actor killed with SIGKILL is restarted
+ * (the restart counted), its open episodes end as aborted after
+ * abort_after_ms, and no aborted episode is trained on; a bad [fleet] key
+ * stops the launch before anything starts. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "launch_fixture.h"
+
+static char *example(const char *name) {
+  const char *src = getenv("LH_SOURCE_DIR");
+  ck_assert_msg(src != NULL, "LH_SOURCE_DIR is not set");
+  char path[LFX_PATH * 2];
+  snprintf(path, sizeof path, "%s/examples/%s", src, name);
+  FILE *in = fopen(path, "r");
+  ck_assert_msg(in != NULL, "cannot open %s", path);
+  static char text[16384];
+  size_t n = fread(text, 1, sizeof text - 1, in);
+  text[n] = 0;
+  fclose(in);
+  return strdup(text);
+}
+
+/* The demo fleet (examples/calc.ini) made tiny, running until stopped,
+ * with short segments so that episodes are in the store while they run. */
+static void calc_fleet(lfx_fleet *f, const char *tag, const lfx_override *more, int n_more) {
+  lfx_init(f, tag);
+  lfx_override o[16] = {{"fleet.duration_s", "0"},     {"actor.segment_tokens", "32"},
+                        {"actor.max_context", "400"},  {"actor.heartbeat_ms", "300"},
+                        {"actor.flush_timeout_ms", "5000"}};
+  int n = 5;
+  for (int i = 0; i < n_more && n < 16; i++) o[n++] = more[i];
+  char *src = example("calc.ini");
+  lfx_write_config(f, src, o, n);
+  free(src);
+}
+
+static int64_t sqlf(const lfx_fleet *f, const char *fmt, const char *arg) {
+  char sql[512];
+  snprintf(sql, sizeof sql, fmt, arg);
+  return lfx_sql_int(f, sql);
+}
+
+START_TEST(test_sigterm_clean) {
+  lfx_fleet f;
+  calc_fleet(&f, "term", NULL, 0);
+  lfx_start(&f);
+  ck_assert_msg(lfx_wait_sql(&f, "SELECT count(*) FROM train_steps", 2, 120), "no 2 train steps (see %s)", f.dir);
+  ck_assert(lfx_wait_sql(&f, "SELECT count(DISTINCT actor) FROM actor_heartbeats", 2, 60));
+  kill(f.launcher, SIGTERM);
+  int rc = lfx_wait(&f, 120);
+  char *out = lfx_read(&f, "launch.out");
+  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, out);
+  ck_assert_ptr_nonnull(strstr(out, "done reason=signal clean=1"));
+  /* The order: both actors stopped before the learner was told to. */
+  char *order = strstr(out, "actors stopped: stopping the learner");
+  ck_assert_ptr_nonnull(order);
+  ck_assert_ptr_null(strstr(order, "stopped name=actor-"));
+  char latest[LFX_PATH + 16];
+  snprintf(latest, sizeof latest, "%s/ckpt/latest", f.dir);
+  ck_assert_msg(access(latest, F_OK) == 0, "no final checkpoint %s", latest);
+  char *llog = lfx_read(&f, "logs/learner.log");
+  ck_assert_ptr_nonnull(strstr(llog, "stopping reason=signal"));
+  char ok[64];
+  lfx_sql_text(&f, "PRAGMA integrity_check", ok, sizeof ok);
+  ck_assert_str_eq(ok, "ok");
+  ck_assert_int_eq(lfx_sql_int(&f, "SELECT count(*) FROM episodes WHERE status = 'running'"), 0);
+  ck_assert_int_ge(lfx_sql_int(&f, "SELECT count(*) FROM train_steps WHERE busy_frac > 0 AND busy_frac <= 1"), 2);
+  for (int i = 0; i < 2; i++) {
+    char name[32], log[64], prefix[64];
+    snprintf(name, sizeof name, "actor-%d", i);
+    snprintf(log, sizeof log, "logs/%s.log", name);
+    snprintf(prefix, sizeof prefix, "actor %s:", name);
+    char *text = lfx_read(&f, log);
+    int lines = 0;
+    uint64_t episodes = lfx_sum_key(text, prefix, "episodes", &lines);
+    ck_assert_int_eq(lines, 1);
+    ck_assert_uint_eq(lfx_sum_key(text, prefix, "unacked", NULL), 0);
+    uint64_t acked = lfx_sum_key(text, "info actor: stopped", "acked", &lines);
+    ck_assert_int_eq(lines, 1);
+    int64_t ended = sqlf(&f, "SELECT count(*) FROM episodes WHERE actor = '%s' AND segment_count IS NOT NULL", name);
+    int64_t segments = sqlf(&f,
+                            "SELECT count(*) FROM segments s JOIN episodes e ON e.id = s.episode"
+                            " WHERE e.actor = '%s'",
+                            name);
+    int64_t whole = sqlf(&f,
+                         "SELECT count(*) FROM episodes WHERE actor = '%s' AND segment_count IS NOT NULL"
+                         " AND segments_received = segment_count",
+                         name);
+    printf("launch sigterm: %s episodes=%llu acked=%llu stored: ended=%lld segments=%lld whole=%lld\n", name,
+           (unsigned long long)episodes, (unsigned long long)acked, (long long)ended, (long long)segments,
+           (long long)whole);
+    ck_assert_int_gt(episodes, 0);
+    ck_assert_int_eq(ended, (int64_t)episodes);
+    ck_assert_int_eq(whole, ended);
+    ck_assert_int_eq(segments + ended, (int64_t)acked);
+    free(text);
+  }
+  free(llog);
+  free(out);
+  lfx_cleanup(&f);
+}
+END_TEST
+
+static int file_has(const lfx_fleet *f, const char *name, const char *what, int seconds) {
+  for (int i = 0; i < seconds * 10; i++) {
+    char *t = lfx_read(f, name);
+    int has = strstr(t, what) != NULL;
+    free(t);
+    if (has) return 1;
+    usleep(100000);
+  }
+  return 0;
+}
+
+START_TEST(test_actor_killed) {
+  lfx_fleet f;
+  lfx_override o[] = {{"learner.abort_after_ms", "1500"}};
+  calc_fleet(&f, "kill", o, 1);
+  lfx_start(&f);
+  ck_assert_msg(lfx_wait_sql(&f, "SELECT count(*) FROM episodes WHERE actor = 'actor-1' AND status = 'running'", 1, 120),
+                "no running episode of actor-1 (see %s)", f.dir);
+  char *pid_text = lfx_read(&f, "logs/actor-1.pid");
+  pid_t pid = (pid_t)atoi(pid_text);
+  free(pid_text);
+  ck_assert_int_gt(pid, 1);
+  ck_assert_int_eq(kill(pid, SIGKILL), 0);
+  ck_assert_msg(file_has(&f, "logs/launch.log", "started name=actor-1 pid=", 1) &&
+                    file_has(&f, "launch.out", "died name=actor-1 signal=Killed restarts=1", 60),
+                "actor-1 not seen dying (see %s)", f.dir);
+  ck_assert(file_has(&f, "logs/launch.log", "attempt=2", 60));
+  /* Its open episodes: no EpisodeEnd will come, so the learner ends them. */
+  ck_assert_msg(lfx_wait_sql(&f,
+                             "SELECT count(*) FROM episodes WHERE actor = 'actor-1' AND status = 'aborted'"
+                             " AND outcome = 'aborted' AND error LIKE '%abort_after_ms%'",
+                             1, 60),
+                "no aborted episode of the killed actor (see %s)", f.dir);
+  ck_assert(lfx_wait_sql(&f, "SELECT count(*) FROM train_steps", 2, 120));
+  kill(f.launcher, SIGTERM);
+  int rc = lfx_wait(&f, 120);
+  char *out = lfx_read(&f, "launch.out");
+  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, out);
+  ck_assert_ptr_nonnull(strstr(out, "actor-0=0 actor-1=1"));
+  int64_t swept = lfx_sql_int(&f, "SELECT count(*) FROM episodes WHERE error LIKE '%abort_after_ms%'");
+  int64_t swept_ended = lfx_sql_int(&f,
+                                    "SELECT count(*) FROM episodes WHERE error LIKE '%abort_after_ms%'"
+                                    " AND segment_count IS NOT NULL");
+  /* Trained episodes: complete or truncated only (the trainer admits no
+   * other status, and an episode without its EpisodeEnd is never ready). */
+  int64_t trained = lfx_sql_int(&f, "SELECT coalesce(sum(episodes), 0) FROM train_steps");
+  int64_t trainable = lfx_sql_int(&f, "SELECT count(*) FROM episodes WHERE status IN ('complete', 'truncated')");
+  int64_t aborted = lfx_sql_int(&f, "SELECT count(*) FROM episodes WHERE status = 'aborted'");
+  printf("launch kill: swept=%lld (with an end: %lld) aborted=%lld trained=%lld trainable=%lld\n", (long long)swept,
+         (long long)swept_ended, (long long)aborted, (long long)trained, (long long)trainable);
+  ck_assert_int_ge(swept, 1);
+  ck_assert_int_eq(swept_ended, 0);
+  ck_assert_int_le(trained, trainable);
+  char ok[64];
+  lfx_sql_text(&f, "PRAGMA integrity_check", ok, sizeof ok);
+  ck_assert_str_eq(ok, "ok");
+  free(out);
+  lfx_cleanup(&f);
+}
+END_TEST
+
+START_TEST(test_bad_config) {
+  lfx_fleet f;
+  lfx_init(&f, "bad");
+  FILE *c = fopen(f.config, "w");
+  ck_assert_ptr_nonnull(c);
+  fprintf(c, "[fleet]\nactors = 1\nbogus = 3\n");
+  fclose(c);
+  lfx_start(&f);
+  ck_assert_int_eq(lfx_wait(&f, 30), 2);
+  char *out = lfx_read(&f, "launch.out");
+  ck_assert_msg(strstr(out, "fleet.ini:3: [fleet] unknown key 'bogus'") != NULL, "%s", out);
+  free(out);
+  c = fopen(f.config, "w");
+  fprintf(c, "[fleet]\nactors = 1\n[learner]\nbatch_episodes = 0\n");
+  fclose(c);
+  lfx_start(&f);
+  ck_assert_int_eq(lfx_wait(&f, 30), 2);
+  out = lfx_read(&f, "launch.out");
+  ck_assert_msg(strstr(out, "fleet.ini:4: [learner] batch_episodes") != NULL, "%s", out);
+  ck_assert_int_ne(access(f.logs, F_OK), 0); /* nothing started, no log folder */
+  free(out);
+  lfx_cleanup(&f);
+}
+END_TEST
+
+static Suite *launch_suite(void) {
+  Suite *s = suite_create("launch");
+  TCase *tc = tcase_create("fleet");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, test_bad_config);
+  tcase_add_test(tc, test_sigterm_clean);
+  tcase_add_test(tc, test_actor_killed);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(launch_suite());
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
