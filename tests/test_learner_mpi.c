@@ -1,5 +1,7 @@
 /* Tests of the learner ranks (learner/allreduce.c and the rank-aware step
- * of learner/train.c): the single-rank comm needs no MPI; two ranks under
+ * of learner/train.c): the single-rank comm needs no MPI; the rank-aware
+ * step over a transport that reduces nothing gives one rank's weights bit
+ * for bit, and balance = quantile is refused with two ranks; two ranks under
  * `mpirun -n 2`, each with half of every batch in its own store, end each
  * of 3 steps with the same weights as one rank with the whole batch
  * (within 1e-6) and with bit-identical weights on both ranks; rank 0 alone
@@ -318,6 +320,107 @@ START_TEST(test_rank_names) {
 }
 END_TEST
 
+/* A stand-in transport that claims two ranks but reduces nothing (each
+ * "sum" is this process's own value): the trainer's rank-aware path then
+ * computes exactly what one rank does, which shows it adds nothing of its
+ * own to the arithmetic; and balance = quantile is refused with it. */
+static int fake_calls;
+static int fake_f32(void *ctx, float *buf, size_t n, lh_learner_comm_op op) {
+  (void)ctx, (void)buf, (void)n, (void)op;
+  fake_calls++;
+  return 0;
+}
+static int fake_f64(void *ctx, double *buf, size_t n, lh_learner_comm_op op) {
+  (void)ctx, (void)buf, (void)n, (void)op;
+  fake_calls++;
+  return 0;
+}
+static int fake_backend(void *ctx, float *buf, size_t n) {
+  (void)ctx, (void)buf, (void)n;
+  fake_calls++;
+  return 0;
+}
+static int fake_bcast(void *ctx, void *buf, size_t bytes, int root) {
+  (void)ctx, (void)buf, (void)bytes, (void)root;
+  return 0;
+}
+static int fake_barrier(void *ctx) {
+  (void)ctx;
+  return 0;
+}
+static void fake_abort(void *ctx, int code) { (void)ctx, (void)code; }
+static void fake_close(void *ctx) { (void)ctx; }
+
+static void train_three(lh_learner_comm *comm, const char *db, float *out, size_t nf) {
+  lh_errbuf e;
+  lh_store *s;
+  unlink(db);
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_model *m = tiny_model();
+  for (int g = 0; g < GROUPS; g++) write_group(s, m, g);
+  lh_learner_config cfg = cfg_for(2 * GROUP_SIZE);
+  lh_learner_trainer *t;
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_msg(lh_learner_trainer_set_comm(t, comm, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  for (int k = 0; k < STEPS; k++) {
+    int stepped = 0;
+    ck_assert_msg(lh_learner_trainer_step(t, &stepped, NULL, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(stepped, 1);
+  }
+  ck_assert_uint_eq(lh_model_n_floats(m), nf);
+  memcpy(out, lh_model_params(m), nf * sizeof(float));
+  lh_learner_trainer_free(t);
+  lh_model_free(m);
+  lh_store_close(s);
+}
+
+START_TEST(test_rank_path_adds_nothing) {
+  lh_learner_comm_ops ops = {.version = LH_LEARNER_COMM_OPS_VERSION, .name = "fake", .allreduce_f32 = fake_f32,
+                             .allreduce_f64 = fake_f64, .allreduce_backend_f32 = fake_backend, .bcast = fake_bcast,
+                             .barrier = fake_barrier, .abort = fake_abort, .close = fake_close};
+  lh_learner_comm *two = NULL;
+  lh_errbuf e;
+  ck_assert_msg(lh_learner_comm_new(&ops, NULL, 0, 2, &two, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(lh_learner_comm_size(two), 2);
+  ck_assert_str_eq(lh_learner_comm_name(two), "fake");
+  lh_model *m = tiny_model();
+  size_t nf = lh_model_n_floats(m);
+  lh_model_free(m);
+  float *one_rank = malloc(nf * sizeof(float)), *rank_path = malloc(nf * sizeof(float));
+  char dir[64], db[128];
+  strcpy(dir, "/tmp/lh_mpi_fake_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(db, sizeof db, "%s/replay.db", dir);
+  train_three(NULL, db, one_rank, nf);
+  fake_calls = 0;
+  train_three(two, db, rank_path, nf);
+  ck_assert_int_gt(fake_calls, 0);
+  ck_assert_int_eq(memcmp(one_rank, rank_path, nf * sizeof(float)), 0);
+  /* balance = quantile cannot be reduced over ranks. */
+  lh_model_config c;
+  lh_model_config_default(&c);
+  c.d_model = 16, c.layers = 2, c.heads = 2, c.experts = 4, c.topk = 2;
+  c.shared_experts = 1, c.latent = 8, c.expert_hidden = 8, c.chunk = 4, c.balance = LH_BALANCE_QUANTILE;
+  ck_assert_int_eq(lh_model_new(&c, lh_backend_cpu(), &m, &e), 0);
+  lh_store *s;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_learner_config cfg = cfg_for(2 * GROUP_SIZE);
+  lh_learner_trainer *t;
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_set_comm(t, two, &e), LH_ELEARNER_COMM);
+  ck_assert_ptr_nonnull(strstr(e.msg, "quantile"));
+  lh_learner_trainer_free(t);
+  lh_store_close(s);
+  lh_model_free(m);
+  lh_learner_comm_close(two);
+  free(one_rank), free(rank_path);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(test_two_ranks_match_one) {
   char dir[64], one[128], two[128], path[256];
   strcpy(dir, "/tmp/lh_mpi_XXXXXX");
@@ -560,6 +663,7 @@ int main(int argc, char **argv) {
   TCase *unit = tcase_create("single");
   tcase_add_test(unit, test_single_rank_comm);
   tcase_add_test(unit, test_rank_names);
+  tcase_add_test(unit, test_rank_path_adds_nothing);
   suite_add_tcase(s, unit);
   if (have_mpi) {
     TCase *tc = tcase_create("ranks");
