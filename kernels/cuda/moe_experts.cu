@@ -198,9 +198,13 @@ static int run_list(lh_cuda_ctx *c, gemm_list *l, cudaDataType_t ab) {
         c->cublas, ops, ops + n, m, nn, kk, ab_s, (const void *const *)dp, ab, lda,
         (const void *const *)(dp + n), ab, ldb, ab_s + n, dp + 2 * n, CUDA_R_32F, ldc, n, gsize,
         ct);
-    if (s == CUBLAS_STATUS_NOT_SUPPORTED) {
+    // A refusal (NOT_SUPPORTED, or INVALID_VALUE for a combination this
+    // cuBLAS does not take grouped) runs the same problems one by one; a
+    // real shape error fails there too.
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
       if (!c->grouped_refused)
-        LH_WARN("kernels", "cuBLAS grouped GEMM refused these types; one GEMM per problem");
+        LH_WARN("kernels", "cuBLAS grouped GEMM refused (%s); one GEMM per problem from now on",
+                cublasGetStatusString(s));
       c->grouped_refused = 1;
       s = CUBLAS_STATUS_SUCCESS;
       for (int i = 0; i < n && s == CUBLAS_STATUS_SUCCESS; i++)
