@@ -103,9 +103,7 @@ static int push_image(lh_actors_transcript *t, const lh_env_image *im, lh_errbuf
   size_t n_px = (size_t)im->width * im->height;
   float *f = malloc(n_px * 3 * sizeof *f);
   if (!f) return lh_errbuf_set(err, LH_ENOMEM, "transcript: out of memory for an image");
-  for (size_t i = 0; i < n_px; i++)
-    for (int c = 0; c < 3; c++)
-      f[3 * i + c] = im->pixels[i * im->channels + (im->channels == 3 ? (size_t)c : 0)] / 255.0f;
+  lh_model_pixels_from_u8(im->pixels, n_px, im->channels, f);
   int rc = push(t, LH_TOK_IMG, 0, err);
   if (!rc) rc = reserve(t, patches, err);
   if (rc) {

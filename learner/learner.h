@@ -502,8 +502,10 @@ int lh_learner_sft_save(const lh_model *m, const char *dir, lh_errbuf *err);
  * marked error in the store. With routing_replay, an episode that
  * recorded its routing ([token][layer][slot], the experts chosen while
  * that token was the model's input) is run with those experts instead of
- * top-k; one whose routing shape is not the model's is left out. Episodes
- * with images are left out (the RL step does not feed images yet). The
+ * top-k; one whose routing shape is not the model's is left out. Images
+ * go in as the model's patch inputs at the positions after their <img>
+ * tokens; an episode with an image that crosses a train_window boundary
+ * is left out (a window is one forward pass). The
  * model and the store stay the caller's and must outlive the trainer. */
 typedef struct lh_learner_trainer lh_learner_trainer;
 

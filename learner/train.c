@@ -276,6 +276,50 @@ typedef struct {
 
 /* Forward and backward of one episode, window by window, accumulating
  * gradients (every window's loss is normalised by the batch's N). */
+/* An episode's images as the model takes them: patch positions (the
+ * token after each <img>) and pixels in [0,1]. Every image must sit inside
+ * one training window, since a window is one forward pass; checked at join
+ * time (images_fit) so that an episode that cannot be trained is left out
+ * with the reason. */
+static size_t image_patches(const Longhaul__Image *im, int patch) {
+  return (size_t)(im->height / (uint32_t)patch) * (size_t)(im->width / (uint32_t)patch);
+}
+
+static int images_fit(const lh_learner_episode *ep, int patch, size_t train_window, lh_errbuf *err) {
+  for (size_t i = 0; i < ep->n_images; i++) {
+    const Longhaul__Image *im = ep->images[i];
+    if ((im->channels != 1 && im->channels != 3) || !im->width || !im->height || im->width % (uint32_t)patch ||
+        im->height % (uint32_t)patch || im->pixels.len != (size_t)im->width * im->height * im->channels)
+      return lh_errbuf_set(err, LH_ELEARNER_TRAIN,
+                           "episode %llu image %zu is %ux%u with %u channels and %zu bytes: not the model's "
+                           "patch %d input",
+                           (unsigned long long)ep->episode_id, i, im->width, im->height, im->channels,
+                           im->pixels.len, patch);
+    size_t at = (size_t)ep->image_offsets[i] + 1, end = at + image_patches(im, patch);
+    if (end > ep->n || (at / train_window != (end - 1) / train_window))
+      return lh_errbuf_set(err, LH_ELEARNER_TRAIN,
+                           "episode %llu image %zu (positions %zu..%zu) crosses a training window of %zu tokens; "
+                           "raise [learner] train_window",
+                           (unsigned long long)ep->episode_id, i, at, end - 1, train_window);
+  }
+  return 0;
+}
+
+/* The images of window [start, end) with window positions; pixels[i] are
+ * the episode's converted once per episode. */
+static int window_images(const lh_learner_episode *ep, float *const *pixels, size_t start, size_t end,
+                         lh_model_image *out) {
+  int n = 0;
+  for (size_t i = 0; i < ep->n_images; i++) {
+    size_t at = (size_t)ep->image_offsets[i] + 1;
+    if (at < start || at >= end) continue;
+    const Longhaul__Image *im = ep->images[i];
+    out[n++] = (lh_model_image){.at = (int)(at - start), .height = (int)im->height, .width = (int)im->width,
+                                .pixels = pixels[i]};
+  }
+  return n;
+}
+
 static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, const float *adv, double N,
                          step_acc *acc, lh_errbuf *err) {
   const lh_model_config *mc = lh_model_get_config(t->m);
@@ -301,6 +345,21 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
       bufs_free(&w);
       return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for routing replay");
     }
+  }
+  float **pixels = NULL;
+  lh_model_image *imgs = NULL;
+  if (ep->n_images) {
+    pixels = calloc(ep->n_images, sizeof *pixels);
+    imgs = malloc(ep->n_images * sizeof *imgs);
+    for (size_t i = 0; pixels && imgs && i < ep->n_images; i++) {
+      const Longhaul__Image *im = ep->images[i];
+      size_t n_px = (size_t)im->width * im->height;
+      if (!(pixels[i] = malloc(3 * n_px * sizeof(float)))) break;
+      lh_model_pixels_from_u8(im->pixels.data, n_px, im->channels, pixels[i]);
+    }
+    if (!pixels || !imgs || !pixels[ep->n_images - 1])
+      rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for the images of episode %llu",
+                         (unsigned long long)ep->episode_id);
   }
   size_t nw = lh_learner_episode_windows(ep, t->cfg.train_window);
   lh_learner_ppo_params pp = {t->cfg.clip_eps, t->cfg.is_cap, t->cfg.entropy_coef};
@@ -330,8 +389,10 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
             w.replay[(l * n + i) * K + q] = (int32_t)ep->routed_experts[((start + i) * L + l) * K + q];
     }
     int32_t offs[2] = {0, (int32_t)n};
+    int n_imgs = imgs ? window_images(ep, pixels, start, end, imgs) : 0;
     lh_model_batch b = {.n_tokens = (int)n, .tokens = w.tokens, .targets = w.targets, .n_seq = 1,
-                        .seq_offsets = offs, .state_in = k ? w.state_a : NULL,
+                        .seq_offsets = offs, .n_images = n_imgs, .images = n_imgs ? imgs : NULL,
+                        .state_in = k ? w.state_a : NULL,
                         .replay_experts = w.replay, .temperature = t->temperature};
     rc = lh_model_forward(t->m, &b, &t->cache, w.logp, NULL, w.state_b, err);
     if (rc) break;
@@ -372,6 +433,9 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
     float *s = w.state_a;
     w.state_a = w.state_b, w.state_b = s;
   }
+  for (size_t i = 0; pixels && i < ep->n_images; i++) free(pixels[i]);
+  free(pixels);
+  free(imgs);
   bufs_free(&w);
   return rc;
 }
@@ -463,17 +527,15 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
     }
     if (!jr) jr = lh_store_episode_segments_array(t->store, id, &segs[m], &n_segs[m], NULL, &e);
     if (!jr) jr = lh_learner_episode_join(segs[m], n_segs[m], row.tokens, &eps[m], &e);
-    /* Images arrive as bytes and would need the model's patch inputs; the
-     * RL step does not feed them yet, so such an episode is left out
-     * rather than trained on without what the policy saw. */
+    /* An episode the model cannot be run on as the actor ran it (another
+     * routing shape, an image across windows) is left out, not trained on
+     * without what the policy saw. */
     const lh_model_config *mcj = lh_model_get_config(t->m);
     if (!jr && t->cfg.routing_replay && eps[m]->routed_experts &&
         (eps[m]->routed_layers != (uint32_t)mcj->layers || eps[m]->routed_topk != (uint32_t)mcj->topk))
       jr = lh_errbuf_set(&e, LH_ELEARNER_TRAIN, "episode %llu records routing of %u layers x top-%u, the model has %d x top-%d",
                          (unsigned long long)id, eps[m]->routed_layers, eps[m]->routed_topk, mcj->layers, mcj->topk);
-    if (!jr && eps[m]->n_images)
-      jr = lh_errbuf_set(&e, LH_ELEARNER_TRAIN, "episode %llu has images, which RL steps do not train on yet",
-                         (unsigned long long)id);
+    if (!jr && eps[m]->n_images) jr = images_fit(eps[m], mcj->patch, t->cfg.train_window, &e);
     if (jr) {
       LH_WARN("train", "episode=%llu left out: %s", (unsigned long long)id, e.msg);
       lh_errbuf ig;

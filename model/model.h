@@ -166,6 +166,12 @@ typedef struct {
   const float *pixels;  /* (height,width,3) in [0,1], host memory */
 } lh_model_image;
 
+/* An image as environments and segments carry it (width*height pixels of
+ * channels bytes, 1 gray or 3 RGB, HWC, 0..255) into lh_model_image pixels:
+ * (height,width,3) floats in [0,1], gray repeated in the three channels.
+ * dst holds 3*n_pixels floats. */
+void lh_model_pixels_from_u8(const uint8_t *src, size_t n_pixels, uint32_t channels, float *dst);
+
 typedef struct {
   int n_tokens;                 /* T */
   const int32_t *tokens;        /* (T) ids in [0, vocab) */

@@ -21,6 +21,11 @@ static char dir[64], db[128];
 /* How write_episode records routing: 0 none, 1 the model's own, 2 forced
  * to experts 0 and 1 everywhere. */
 static int record_routing = 0;
+/* 1: write_episode puts a 4x4 RGB image (4 patches of 2x2) after an
+ * <img> token at IMG_AT, as an observation. */
+static int with_image = 0;
+#define IMG_AT 5
+static uint8_t img_bytes[4 * 4 * 3];
 
 static void make_dir(void) {
   strcpy(dir, "/tmp/lh_train_XXXXXX");
@@ -54,10 +59,19 @@ static void write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group,
   int32_t tok[EP_TOKENS], tgt[EP_TOKENS];
   float logp[EP_TOKENS];
   for (int i = 0; i < EP_TOKENS; i++) tok[i] = (int32_t)((id * 31 + (uint64_t)i * 7) % 200 + 32);
+  float img_px[4 * 4 * 3];
+  lh_model_image img = {.at = IMG_AT + 1, .height = 4, .width = 4, .pixels = img_px};
+  if (with_image) {
+    for (size_t i = 0; i < sizeof img_bytes; i++) img_bytes[i] = (uint8_t)(i * 37 + id * 11);
+    lh_model_pixels_from_u8(img_bytes, 16, 3, img_px);
+    tok[IMG_AT] = LH_TOK_IMG;
+    for (int i = 1; i <= 4; i++) tok[IMG_AT + i] = LH_TOK_PAD;
+  }
   for (int i = 0; i < EP_TOKENS; i++) tgt[i] = i + 1 < EP_TOKENS ? tok[i + 1] : -1;
   int32_t offs[2] = {0, EP_TOKENS};
   lh_model_batch b = {.n_tokens = EP_TOKENS, .tokens = tok, .targets = tgt, .n_seq = 1,
-                      .seq_offsets = offs, .temperature = 0.7f};
+                      .seq_offsets = offs, .n_images = with_image, .images = with_image ? &img : NULL,
+                      .temperature = 0.7f};
   lh_model_cache *cache = NULL;
   lh_errbuf e;
   ck_assert_msg(lh_model_forward(m, &b, &cache, logp, NULL, NULL, &e) == 0, "%s", e.msg);
@@ -74,7 +88,7 @@ static void write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group,
   float blogp[EP_TOKENS];
   for (int i = 0; i < EP_TOKENS; i++) {
     utok[i] = (uint32_t)tok[i];
-    mask[i] = i >= PROMPT;
+    mask[i] = i >= PROMPT && !(with_image && i >= IMG_AT && i <= IMG_AT + 4);
     blogp[i] = mask[i] ? logp[i - 1] : 0.0f;
     ver[i] = mask[i] ? version : 0;
   }
@@ -88,6 +102,13 @@ static void write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group,
     seg.loss_mask.len = SEG_TOKENS, seg.loss_mask.data = mask + o;
     seg.n_behavior_logp = SEG_TOKENS, seg.behavior_logp = blogp + o;
     seg.n_policy_version = SEG_TOKENS, seg.policy_version = ver + o;
+    Longhaul__Image im = LONGHAUL__IMAGE__INIT;
+    Longhaul__Image *ims[1] = {&im};
+    if (with_image && q == 0) {
+      im.offset = IMG_AT, im.width = 4, im.height = 4, im.channels = 3;
+      im.pixels.len = sizeof img_bytes, im.pixels.data = img_bytes;
+      seg.n_images = 1, seg.images = ims;
+    }
     if (record_routing) {
       seg.routed_layers = 2, seg.routed_topk = 2;
       seg.n_routed_experts = SEG_TOKENS * 4, seg.routed_experts = routed + o * 4;
@@ -448,11 +469,56 @@ START_TEST(test_stale_at_training_time) {
 }
 END_TEST
 
+/* Episodes with an image (an observation's patches after its <img>): the
+ * trainer feeds the image in the window that holds it, and the
+ * log-probabilities match the behavior ones (computed with the image) at
+ * version 0; with windows that cut the image the episode is left out and
+ * marked error with the reason. */
+START_TEST(test_images_trained) {
+  for (int cut = 0; cut < 2; cut++) {
+    make_dir();
+    lh_store *s;
+    lh_errbuf e;
+    ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+    lh_model *m = tiny_model();
+    with_image = 1;
+    for (uint64_t id = 1; id <= 4; id++) write_episode(s, m, id, 10 + (id - 1) / 2, id % 2 ? 1.0f : 0.0f, 0);
+    with_image = 0;
+    lh_learner_config cfg = small_cfg();
+    cfg.train_window = cut ? 8 : 12;  /* patches at 6..9: inside [0,12); across 8 */
+    lh_learner_trainer *t;
+    ck_assert_msg(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+    int stepped = 0;
+    lh_learner_train_stats st;
+    ck_assert_msg(lh_learner_trainer_step(t, &stepped, &st, &e) == 0, "%s", e.msg);
+    if (!cut) {
+      ck_assert_int_eq(stepped, 1);
+      ck_assert_uint_eq(st.episodes, 4);
+      ck_assert_uint_eq(st.tokens, 4 * (EP_TOKENS - PROMPT - 5));
+      printf("images: logp_diff=%g over %zu tokens\n", st.logp_diff, st.current_tokens);
+      ck_assert_msg(st.logp_diff < 1e-5, "logp diff %g", st.logp_diff);
+    } else {
+      ck_assert_int_eq(stepped, 0);
+      lh_episode_row row;
+      ck_assert_int_eq(lh_store_episode_get(s, 1, &row, &e), 0);
+      ck_assert_int_eq(row.status, LH_EPISODE_ERROR);
+      ck_assert_msg(strstr(row.error, "crosses a training window"), "%s", row.error);
+    }
+    lh_learner_trainer_free(t);
+    lh_model_free(m);
+    lh_store_close(s);
+    remove_dir();
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_train");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_step_aligned_and_recorded);
+  tcase_add_test(tc, test_images_trained);
   tcase_add_test(tc, test_nonfinite_step_skipped);
   tcase_add_test(tc, test_bad_join_marked_error_and_args);
   tcase_add_test(tc, test_resume_exact);
