@@ -18,6 +18,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "common/zsock.h"
 #include "envs/internal.h"
 
 #define LINGER_MS 50
@@ -173,10 +174,11 @@ uint64_t lh_envs_conn_generation(const lh_envs_conn *c) { return c->generation; 
 
 static int connect_socket(lh_envs_conn *c, lh_errbuf *err) {
   if (c->sock) return 0;
-  c->sock = zmq_socket(c->hub->zctx, ZMQ_DEALER);
-  if (!c->sock) return lh_errbuf_set(err, LH_EZMQ, "env server: zmq_socket: %s", zmq_strerror(zmq_errno()));
-  int linger = LINGER_MS;
-  zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
+  /* Answers carry observations, images included: up to the wire's
+   * message limit a frame. */
+  lh_zsock_opts so = {.linger_ms = LINGER_MS, .max_message_bytes = LH_WIRE_DEFAULT_MAX_MESSAGE_BYTES};
+  c->sock = lh_zsock_open(c->hub->zctx, ZMQ_DEALER, &so, "env server DEALER", err);
+  if (!c->sock) return err ? err->code : LH_EZMQ;
   if (zmq_connect(c->sock, c->endpoint) != 0) {
     int rc = lh_errbuf_set(err, LH_EZMQ, "env server: cannot connect to %s: %s", c->endpoint,
                            zmq_strerror(zmq_errno()));

@@ -1,6 +1,7 @@
-/* A C env server: serves the built-ins over ZeroMQ (REP) with the
+/* A C env server: serves the built-ins over ZeroMQ (a ROUTER) with the
  * EnvRequest / EnvResponse protocol, one session per CREATE. Used by
  * `longhaul envs serve` and by the benchmark that prices the server path.
+ * Clients are DEALERs (envs/envhub.c) that frame as a REQ would.
  * A remote peer may not name plugin or server options: it must not make
  * this process load a library or open connections. */
 #include <errno.h>
@@ -229,9 +230,13 @@ int lh_envserver_serve(const char *endpoint, uint32_t max_sessions, lh_errbuf *e
   if (!endpoint || !*endpoint) return lh_errbuf_set(err, LH_EINVAL, "env server: no endpoint to bind");
   void *zctx = zmq_ctx_new();
   if (!zctx) return lh_errbuf_set(err, LH_EZMQ, "env server: zmq_ctx_new failed");
+  /* A ROUTER, not a REP: a REP reads a message's frames from one peer at
+   * a time, so a peer that broke off inside one (transport garbage does
+   * that) could leave it waiting for the rest; a ROUTER goes on reading
+   * the others. Each message is [peer][empty delimiter][requests...]. */
   lh_zsock_opts so = {.max_message_bytes = SERVER_MAX_REQUEST_BYTES};
-  void *sock = lh_zsock_open(zctx, ZMQ_REP, &so, "env server REP", err);
-  int brc = sock ? lh_zsock_bind(sock, endpoint, NULL, NULL, 0, "env server REP", err) : LH_EZMQ;
+  void *sock = lh_zsock_open(zctx, ZMQ_ROUTER, &so, "env server ROUTER", err);
+  int brc = sock ? lh_zsock_bind(sock, endpoint, NULL, NULL, 0, "env server ROUTER", err) : LH_EZMQ;
   if (brc < 0) {
     int rc = err ? err->code : brc;
     if (sock) zmq_close(sock);
@@ -246,27 +251,43 @@ int lh_envserver_serve(const char *endpoint, uint32_t max_sessions, lh_errbuf *e
   int rc = 0, stop = 0;
   uint64_t msg_id = 0;
   /* One message holds one or more requests, one per frame; the reply has
-   * one answer frame per request, in order. A message of more frames than
-   * SERVER_MAX_FRAMES is dropped whole and answered with one error (a REP
-   * socket must answer before it reads again). */
+   * one answer frame per request, in order. A message of more requests
+   * than SERVER_MAX_FRAMES is dropped whole and answered with one error;
+   * one without the empty delimiter is dropped unanswered. */
   struct {
     uint8_t *buf;
     size_t bytes;
   } *outs = calloc(SERVER_MAX_FRAMES, sizeof *outs);
-  zmq_msg_t *frames = calloc(SERVER_MAX_FRAMES, sizeof *frames);
+  zmq_msg_t *frames = calloc(SERVER_MAX_FRAMES + 1, sizeof *frames);
   if (!outs || !frames) {
     rc = lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
     stop = 2;
   }
   while (!stop) {
-    int n = 0;
-    int got = lh_zsock_recv_frames(sock, frames, SERVER_MAX_FRAMES, 0, &n);
-    if (got < 0) {
+    zmq_msg_t peer;
+    zmq_msg_init(&peer);
+    if (zmq_msg_recv(&peer, sock, 0) < 0) {
       int e = zmq_errno();
+      zmq_msg_close(&peer);
       if (e != EINTR) rc = lh_errbuf_set(err, LH_EZMQ, "env server: recv: %s", zmq_strerror(e));
       break; /* a signal or a failure: stop serving */
     }
-    if (got == 2) {
+    int n = 0, got = 0;
+    if (zmq_msg_more(&peer)) got = lh_zsock_recv_frames(sock, frames, SERVER_MAX_FRAMES + 1, 0, &n);
+    if (got < 0) {
+      zmq_msg_close(&peer);
+      int e = zmq_errno();
+      if (e != EINTR) rc = lh_errbuf_set(err, LH_EZMQ, "env server: recv: %s", zmq_strerror(e));
+      break;
+    }
+    if (got == 1 && (n < 2 || zmq_msg_size(&frames[0]) != 0)) {
+      lh_zsock_meter_bad(&bad, "a message without the empty delimiter or without a request (dropped)");
+      lh_zsock_frames_close(frames, n);
+      zmq_msg_close(&peer);
+      continue;
+    }
+    int answers = 0;
+    if (got != 1) {
       char why[128];
       snprintf(why, sizeof why, "a message of more than %d requests (dropped whole)", SERVER_MAX_FRAMES);
       lh_zsock_meter_bad(&bad, why);
@@ -281,13 +302,18 @@ int lh_envserver_serve(const char *endpoint, uint32_t max_sessions, lh_errbuf *e
       reply.env_response = &r;
       lh_errbuf ee;
       if (lh_wire_encode(&reply, &outs[0].buf, &outs[0].bytes, &ee) < 0) outs[0].buf = NULL, outs[0].bytes = 0;
-      n = 1;
+      answers = 1;
     } else {
-      for (int i = 0; i < n; i++) answer(&ss, &frames[i], ++msg_id, &outs[i].buf, &outs[i].bytes, &stop, &bad);
+      for (int i = 1; i < n; i++) answer(&ss, &frames[i], ++msg_id, &outs[i - 1].buf, &outs[i - 1].bytes, &stop, &bad);
+      answers = n - 1;
       lh_zsock_frames_close(frames, n);
     }
-    for (int i = 0; i < n; i++) zmq_send(sock, outs[i].buf, outs[i].bytes, i + 1 < n ? ZMQ_SNDMORE : 0);
-    for (int i = 0; i < n; i++) free(outs[i].buf), outs[i].buf = NULL;
+    /* A peer that went away makes the ROUTER drop the reply. */
+    zmq_send(sock, zmq_msg_data(&peer), zmq_msg_size(&peer), ZMQ_SNDMORE);
+    zmq_send(sock, "", 0, ZMQ_SNDMORE);
+    for (int i = 0; i < answers; i++) zmq_send(sock, outs[i].buf, outs[i].bytes, i + 1 < answers ? ZMQ_SNDMORE : 0);
+    for (int i = 0; i < answers; i++) free(outs[i].buf), outs[i].buf = NULL;
+    zmq_msg_close(&peer);
   }
   free(frames);
   free(outs);

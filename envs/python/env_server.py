@@ -2,7 +2,8 @@
 """A longhaul env server in Python: the "guess" environment.
 
 Speaks EnvRequest/EnvResponse inside an Envelope (proto/longhaul.proto)
-over a ZeroMQ REP socket, one session per CREATE. The task: find a secret
+over a ZeroMQ ROUTER socket (clients frame as a REQ would), one session
+per CREATE. The task: find a secret
 integer in 1..max_number with the tool guess(N), which answers "higher",
 "lower" or "correct"; then give the number before <eos>. Sparse reward:
 1 for the right final answer. The expert bisects.
@@ -207,7 +208,11 @@ def answer(pb, sessions, next_id, raw, meter):
 def serve(bind, pb):
     import zmq
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.REP)
+    # A ROUTER, not a REP: a REP reads a message's frames from one peer at
+    # a time, so a peer that broke off inside one (transport garbage does
+    # that) could leave it waiting; a ROUTER goes on reading the others.
+    # Each message is [peer][empty delimiter][requests...].
+    sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
     sock.bind(bind)
@@ -217,13 +222,18 @@ def serve(bind, pb):
     while True:
         # One message holds one or more requests, one Envelope per frame;
         # the reply holds one answer per frame, in the same order. A message
-        # of more than MAX_FRAMES is read whole, dropped and answered with
-        # one error (a REP socket answers before it reads again).
-        frames = [sock.recv()]
+        # of more than MAX_FRAMES requests is read whole, dropped and
+        # answered with one error.
+        peer, frames, count = sock.recv(), [], 0
         while sock.getsockopt(zmq.RCVMORE):
             f = sock.recv()
-            if len(frames) <= MAX_FRAMES:
+            count += 1
+            if count <= MAX_FRAMES + 2:  # the delimiter, then one request past the limit
                 frames.append(f)
+        if len(frames) < 2 or frames[0] != b"":
+            meter.bad("a message without the empty delimiter or without a request (dropped)")
+            continue
+        frames = frames[1:]
         replies, stop = [], False
         if len(frames) > MAX_FRAMES:
             meter.bad(f"a message of more than {MAX_FRAMES} requests (dropped whole)")
@@ -239,7 +249,7 @@ def serve(bind, pb):
             out = pb.Envelope(protocol=1, msg_id=msg_id, sender="envs-py")
             out.env_response.CopyFrom(resp)
             replies.append(out.SerializeToString())
-        sock.send_multipart(replies)
+        sock.send_multipart([peer, b""] + replies)
         if stop:
             break
     sock.close()
