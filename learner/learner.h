@@ -554,9 +554,11 @@ const lh_learner_admission_counts *lh_learner_trainer_admission(const lh_learner
 /* ---- the weights sockets (learner/publish.c) ------------------------------
  * Binds the weights PUB (WeightsAnnounce of each new version, with the
  * stage fields) and the weights ROUTER (WeightsRequest -> WeightsChunk
- * replies, one chunk a message). A request for a version other than the
- * current one (an actor that joined after the announcement, or one asking
- * for a replaced version) is answered on the ROUTER with the current
+ * replies, one chunk a message). The version before the current one is
+ * served too, so that a fetch begun before a new version still ends while
+ * the learner steps back to back. A request for any other version (an
+ * actor that joined after the announcement, or one asking for a version
+ * replaced twice) is answered on the ROUTER with the current
  * WeightsAnnounce, so a new actor gets the current version on request.
  * The bytes are lh_model_serialize's. */
 typedef struct lh_learner_publisher lh_learner_publisher;

@@ -1,9 +1,11 @@
 /* learner: the weights PUB and ROUTER of the learner process. A new
  * version is announced on the PUB; actors fetch it in chunks from the
- * ROUTER. A request for any other version (a new actor that missed the
- * announcement, or one asking for a version already replaced) is answered
- * with the current announcement on the ROUTER, so that it can start
- * fetching the version that is there. */
+ * ROUTER. The version before the current one is still served, so that a
+ * fetch begun before a new version completes. A request for any other
+ * version (a new actor that missed the announcement, or one asking for a
+ * version already replaced twice) is answered with the current
+ * announcement on the ROUTER, so that it can start fetching the version
+ * that is there. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,11 @@ struct lh_learner_publisher {
   void *pub, *router;
   char pub_endpoint[LH_LEARNER_TEXT_BYTES], router_endpoint[LH_LEARNER_TEXT_BYTES];
   lh_learner_weights *w;
+  /* The version before it, still served: a learner that steps back to
+   * back replaces a version before most actors' requests for it come in,
+   * and would otherwise redirect every fetch to a version that is
+   * replaced again by the time they ask (a fetch that never ends). */
+  lh_learner_weights *prev;
   uint32_t chunk_bytes;
   uint32_t stage_index, max_context;
   float long_frac;
@@ -83,6 +90,7 @@ void lh_learner_publisher_free(lh_learner_publisher *p) {
   if (p->pub) zmq_close(p->pub);
   if (p->router) zmq_close(p->router);
   lh_learner_weights_free(p->w);
+  lh_learner_weights_free(p->prev);
   free(p);
 }
 
@@ -144,9 +152,15 @@ int lh_learner_publisher_set(lh_learner_publisher *p, uint64_t version, const vo
   /* A version of the same size overwrites the current one in place (its
    * requests are answered with the new announcement from now on), which
    * spares a fresh allocation, and its page faults, per version. */
+  lh_learner_weights *spare = p->prev;
+  p->prev = p->w;
+  p->w = spare;
   if (!lh_learner_weights_refill(p->w, version, bytes, n)) {
     lh_learner_weights *w = lh_learner_weights_new(version, bytes, n, p->chunk_bytes, err);
-    if (!w) return err ? err->code : LH_ENOMEM;
+    if (!w) {
+      p->w = p->prev, p->prev = spare;
+      return err ? err->code : LH_ENOMEM;
+    }
     lh_learner_weights_free(p->w);
     p->w = w;
   }
@@ -177,9 +191,13 @@ static int serve_one(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes
   }
   int rc = 0;
   uint32_t first = 0, count = 0;
+  lh_learner_weights *from = p->w;
+  if (p->w && p->prev && lh_learner_weights_serve(p->w, req->weights_request, &first, &count, &e) &&
+      !lh_learner_weights_serve(p->prev, req->weights_request, &first, &count, &e))
+    from = p->prev;
   if (!p->w) {
     p->counts.bad_requests++;  /* nothing published yet: the announcement will come */
-  } else if (lh_learner_weights_serve(p->w, req->weights_request, &first, &count, &e)) {
+  } else if (lh_learner_weights_serve(from, req->weights_request, &first, &count, &e)) {
     Longhaul__WeightsAnnounce a;
     fill_announce(p, &a);
     Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
@@ -191,7 +209,7 @@ static int serve_one(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes
     for (uint32_t i = 0; i < count && !rc; i++) {
       Longhaul__WeightsChunk c;
       longhaul__weights_chunk__init(&c);
-      rc = lh_learner_weights_chunk(p->w, first + i, &c, err);
+      rc = lh_learner_weights_chunk(from, first + i, &c, err);
       if (rc) break;
       Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
       env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK;

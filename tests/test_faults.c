@@ -158,7 +158,7 @@ static void fleet_free(fleet *f) {
   for (int i = 0; i < f->n_actors; i++) lh_proc_kill(f->actors[i]);
   lh_proc_kill(f->learner);
   lh_proc_kill(f->server);
-  lh_proc_rmdir(f->dir);
+  if (!getenv("LH_KEEP")) lh_proc_rmdir(f->dir);
 }
 
 /* ---- what the store holds ---------------------------------------------- */
@@ -287,10 +287,12 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
  * acked, and training goes on. */
 START_TEST(test_learner_killed_mid_step) {
   fleet f;
-  fleet_init(&f, "faults-step", NULL, NULL, NULL);
+  /* loop 0: the checkpoint one step back; loop 1: four steps back */
+  fleet_init(&f, "faults-step", _i ? "ckpt_every = 5\n" : NULL, NULL, NULL);
+  int kill_at = _i ? 7 : 3;
   start_learner(&f, 0);
   start_actors(&f, 2);
-  ck_assert_msg(WAIT_FOR(60, log_lines(&f, 1, "loss=") >= 3), "no 3 steps (see %s)", f.dir);
+  ck_assert_msg(WAIT_FOR(60, log_lines(&f, 1, "loss=") >= kill_at), "no %d steps (see %s)", kill_at, f.dir);
   ck_assert_int_eq(kill(f.learner, SIGKILL), 0);
   ck_assert_int_eq(lh_proc_wait(f.learner, 10, NULL), 128 + SIGKILL);
   int steps_before = log_lines(&f, 1, "loss=");
@@ -302,7 +304,22 @@ START_TEST(test_learner_killed_mid_step) {
   ck_assert_int_eq(lh_proc_log_u64(log1, "checkpoint path=", "version", &ckpt_version), 0);
   lh_proc_sleep_ms(1000);  /* the actors go on into their outboxes */
   start_learner(&f, 1);
-  ck_assert_msg(WAIT_FOR(60, log_lines(&f, 2, "loss=") >= 2), "no steps after the restart (see %s)", f.dir);
+  uint64_t last_v1 = 0;
+  ck_assert_int_eq(lh_proc_log_u64(log1, "loss=", "version", &last_v1), 0);
+  /* Training goes on past every version the killed learner published
+   * (the actors hold its newest weights until then). */
+  ck_assert_msg(WAIT_FOR(60, log_lines(&f, 2, "loss=") >= (int)(last_v1 - ckpt_version) + 6),
+                "learner 2 did not pass version %llu (see %s)", (unsigned long long)last_v1, f.dir);
+  /* and the actors follow: each swaps in versions well above them all
+   * (with the learner stepping back to back, a fetch must still end) */
+  for (int i = 0; i < f.n_actors; i++) {
+    char alog[192];
+    actor_log(&f, i, alog, sizeof alog);
+    uint64_t v = 0;
+    ck_assert_msg(WAIT_FOR(60, lh_proc_log_u64(alog, "weights swapped", "version", &v) == 0 && v > last_v1 + 4),
+                  "actor a%d stays at version %llu, not above %llu (see %s)", i, (unsigned long long)v,
+                  (unsigned long long)last_v1 + 4, f.dir);
+  }
   uint64_t res_step = 0, res_version = 0, first_step = 0, first_version = 0;
   ck_assert_int_eq(lh_proc_log_u64(log2, "resumed ckpt_dir=", "step", &res_step), 0);
   ck_assert_int_eq(lh_proc_log_u64(log2, "resumed ckpt_dir=", "version", &res_version), 0);
@@ -339,9 +356,9 @@ START_TEST(test_learner_killed_mid_step) {
   lh_proc_log_u64(log2, "status version=", "duplicates", &dups);
   char extra[256];
   snprintf(extra, sizeof extra,
-           "steps_before_kill=%d checkpoint_step=%llu resumed_first_step=%llu train_steps_rows=%llu "
-           "latest_policy_version=%llu duplicates_after_restart=%llu",
-           steps_before, (unsigned long long)ckpt_step, (unsigned long long)first_step,
+           "steps_before_kill=%d last_version_before_kill=%llu checkpoint_step=%llu resumed_first_step=%llu "
+           "train_steps_rows=%llu latest_policy_version=%llu duplicates_after_restart=%llu",
+           steps_before, (unsigned long long)last_v1, (unsigned long long)ckpt_step, (unsigned long long)first_step,
            (unsigned long long)r.n, (unsigned long long)st.latest_policy_version, (unsigned long long)dups);
   print_totals("learner SIGKILL mid-step", &t, &c, extra);
   assert_nothing_lost(&t, &c);
@@ -815,6 +832,81 @@ END_TEST
 START_TEST(test_weights_chunk_recomputed) { corrupted_chunk_case(1); }
 END_TEST
 
+/* A learner that steps back to back replaces a version before the
+ * actors' requests for it are read. The publisher still serves the
+ * version before the current one: a request for version 1 read after
+ * version 2 was set gets version 1's chunks (not a redirect to 2, which a
+ * learner publishing every step would replace again before the next
+ * request, so that no fetch would ever end), and they verify. */
+START_TEST(test_weights_replaced_mid_fetch) {
+  char dir[64], pub_ep[128], w_ep[128];
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "faults-wrep"), 0);
+  snprintf(pub_ep, sizeof pub_ep, "ipc://%s/pub", dir);
+  snprintf(w_ep, sizeof w_ep, "ipc://%s/w", dir);
+  lh_errbuf e;
+  void *ctx = zmq_ctx_new();
+  lh_learner_publisher *p = lh_learner_publisher_new(ctx, pub_ep, w_ep, 4096, &e);
+  ck_assert_msg(p != NULL, "%s", e.msg);
+  uint8_t v1[20000], v2[20000];
+  for (size_t i = 0; i < sizeof v1; i++) v1[i] = (uint8_t)(i * 7), v2[i] = (uint8_t)(i * 7 + 1);
+  ck_assert_int_eq(lh_learner_publisher_set(p, 1, v1, sizeof v1, 0, 0, 0.0f, &e), 0);
+  lh_learner_weights *ref = lh_learner_weights_new(1, v1, sizeof v1, 4096, &e);
+  Longhaul__WeightsAnnounce ann = LONGHAUL__WEIGHTS_ANNOUNCE__INIT;
+  lh_learner_weights_announce(ref, &ann);
+  lh_actors_weights *fetch = lh_actors_weights_new(1 << 20, &e);
+  ck_assert_int_eq(lh_actors_weights_announce(fetch, &ann, &e), 1);
+  void *dealer = zmq_socket(ctx, ZMQ_DEALER);
+  int linger = 0;
+  zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
+  ck_assert_int_eq(zmq_connect(dealer, w_ep), 0);
+  Longhaul__WeightsRequest req = LONGHAUL__WEIGHTS_REQUEST__INIT;
+  ck_assert_int_eq(lh_actors_weights_next_request(fetch, 64, &req), 1);
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  env.msg_id = 1;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_REQUEST;
+  env.weights_request = &req;
+  send_env(dealer, NULL, &env);
+  /* the next step's version replaces it before the request is read */
+  ck_assert_int_eq(lh_learner_publisher_set(p, 2, v2, sizeof v2, 0, 0, 0.0f, &e), 0);
+  size_t served = 0;
+  for (int i = 0; i < 500 && served == 0; i++) ck_assert_int_eq(lh_learner_publisher_poll(p, 10, &served, &e), 0);
+  ck_assert_uint_eq(served, 1);
+  int done = 0, chunks = 0;
+  zmq_pollitem_t it = {dealer, 0, ZMQ_POLLIN, 0};
+  while (!done && zmq_poll(&it, 1, 2000) > 0) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    ck_assert_int_ge(zmq_msg_recv(&m, dealer, 0), 0);
+    Longhaul__Envelope *got = NULL;
+    ck_assert_int_eq(lh_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), NULL, &got, &e), 0);
+    ck_assert_msg(got->body_case == LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK, "a %s instead of version 1's chunks",
+                  lh_wire_body_name(got->body_case));
+    chunks++;
+    int rc = lh_actors_weights_add_chunk(fetch, got->weights_chunk, &e);
+    ck_assert_int_ge(rc, 0);
+    done = rc == 1;
+    lh_wire_free(got);
+    zmq_msg_close(&m);
+  }
+  uint64_t version = 0;
+  size_t nbytes = 0;
+  const uint8_t *b = lh_actors_weights_latest(fetch, &version, &nbytes);
+  printf("faults: weights replaced mid-fetch: chunks=%d version=%llu redirects=%llu\n", chunks,
+         (unsigned long long)version, (unsigned long long)lh_learner_publisher_get_counts(p)->redirects);
+  ck_assert(done);
+  ck_assert_uint_eq(version, 1);
+  ck_assert_uint_eq(nbytes, sizeof v1);
+  ck_assert(memcmp(b, v1, sizeof v1) == 0);
+  ck_assert_uint_eq(lh_learner_publisher_get_counts(p)->redirects, 0);
+  zmq_close(dealer);
+  lh_actors_weights_free(fetch);
+  lh_learner_weights_free(ref);
+  lh_learner_publisher_free(p);
+  zmq_ctx_term(ctx);
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
 /* ---- 5. load: 8 actors, long episodes, full speed ----------------------- */
 
 #define LOAD_SECONDS 20
@@ -874,23 +966,26 @@ int main(int argc, char **argv) {
   struct {
     const char *name;
     const TTest *test;
+    int loop;  /* the _i the test runs with */
   } cases[] = {
-      {"learner_kill_step", test_learner_killed_mid_step},
-      {"learner_kill_ingest", test_learner_killed_mid_ingest},
-      {"env_server_kill", test_env_server_killed},
-      {"env_server_hang", test_env_server_hung},
-      {"store_full", test_store_full},
-      {"store_readonly", test_store_readonly},
-      {"weights_corrupt", test_weights_chunk_corrupted},
-      {"weights_corrupt_whole", test_weights_chunk_recomputed},
-      {"load", test_load_eight_actors},
+      {"learner_kill_step", test_learner_killed_mid_step, 0},
+      {"learner_kill_step_back4", test_learner_killed_mid_step, 1},
+      {"learner_kill_ingest", test_learner_killed_mid_ingest, 0},
+      {"env_server_kill", test_env_server_killed, 0},
+      {"env_server_hang", test_env_server_hung, 0},
+      {"store_full", test_store_full, 0},
+      {"store_readonly", test_store_readonly, 0},
+      {"weights_corrupt", test_weights_chunk_corrupted, 0},
+      {"weights_corrupt_whole", test_weights_chunk_recomputed, 0},
+      {"weights_replaced_mid_fetch", test_weights_replaced_mid_fetch, 0},
+      {"load", test_load_eight_actors, 0},
   };
   int picked = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
     TCase *tc = tcase_create(cases[i].name);
     tcase_set_timeout(tc, 170);
-    tcase_add_test(tc, cases[i].test);
+    tcase_add_loop_test(tc, cases[i].test, cases[i].loop, cases[i].loop + 1);
     suite_add_tcase(s, tc);
     picked++;
   }

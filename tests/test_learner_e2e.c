@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
+#include "proc_util.h"
 
 static char dir[64], cfg_path[128], db[128];
 
@@ -38,34 +39,19 @@ static void setup(void) {
 }
 
 static pid_t spawn(const char *log, const char *const *args) {
-  const char *bin = getenv("LH_BIN");
-  ck_assert_msg(bin != NULL, "LH_BIN is not set");
+  ck_assert_msg(lh_proc_longhaul() != NULL, "LH_BIN is not set");
   char path[160];
   snprintf(path, sizeof path, "%s/%s", dir, log);
-  pid_t pid = fork();
+  pid_t pid = lh_proc_spawn_longhaul(path, args);
   ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    FILE *l = freopen(path, "w", stderr);
-    (void)l;
-    const char *argv[12] = {"longhaul"};
-    int n = 1;
-    for (; args[n - 1] && n < 11; n++) argv[n] = args[n - 1];
-    argv[n] = NULL;
-    execv(bin, (char *const *)argv);
-    _exit(127);
-  }
   return pid;
 }
 
+/* The exit code, or a negative number when the process did not exit by
+ * itself within seconds (or a signal ended it). */
 static int wait_exit(pid_t pid, int seconds) {
-  int status = 0;
-  for (int i = 0; i < seconds * 100; i++) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    usleep(10000);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  return -2;
+  int rc = lh_proc_wait(pid, seconds, NULL);
+  return rc >= 128 ? -1 : rc;
 }
 
 typedef struct {
