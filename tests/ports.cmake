@@ -11,3 +11,6 @@ target_compile_definitions(test_ports PRIVATE
 if(TARGET lh_envs_python)
   add_dependencies(test_ports lh_envs_python)
 endif()
+lh_add_test(test_shutdown SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_shutdown.c ${CMAKE_CURRENT_SOURCE_DIR}/sec_util.c
+  LIBS lh_common LABELS proc TIMEOUT 300)
+add_dependencies(test_shutdown longhaul)
