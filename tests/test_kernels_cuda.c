@@ -967,6 +967,15 @@ static int check_no_device(void) {
     return 1;
   }
   printf("no device: %s\n", err.msg);
+  /* NCCL needs a CUDA table: refused with a sentence, nothing created. */
+  unsigned char id[LH_NCCL_ID_BYTES] = {0};
+  lh_cuda_nccl *nc = NULL;
+  rc = lh_cuda_nccl_init(&nc, lh_backend_cpu(), id, 1, 0, &err);
+  if (rc != LH_EKERNELS_NOT_AVAILABLE || nc || !strstr(err.msg, "nccl")) {
+    fprintf(stderr, "no device: nccl init gave %d (%s)\n", rc, err.msg);
+    return 1;
+  }
+  printf("no device: %s\n", err.msg);
   return 0;
 }
 
