@@ -19,7 +19,8 @@
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul sft --config FILE [--env NAME] --out DIR [--steps N] [--seed N]\n"
-          "                    [--init DIR] [--batch N] [--eval N] [--show N]\n\n"
+          "                    [--init DIR] [--batch N] [--eval N] [--show N]\n"
+          "                    [--eval-every N [--target RATE]]\n\n"
           "Trains the policy on demonstrations of the environment's expert:\n"
           "cross-entropy on the policy's tokens only (actions, <call>..</call>,\n"
           "the answer and <eos>), never on the environment's. Each step packs\n"
@@ -33,6 +34,9 @@ static void usage(FILE *out) {
           "DIR/model.safetensors is written atomically, then greedy decoding on\n"
           "the --eval N held-out seeds 1..N (default 200, 0 to skip) prints the\n"
           "success rate; --show N (default 0) prints the first N of those episodes.\n"
+          "--eval-every N also evaluates (and writes DIR) every N steps; with\n"
+          "--target RATE training stops at the first evaluation whose success\n"
+          "rate reaches RATE (in (0, 1]): a warm start as good as asked for.\n"
           "Exit codes: 0 written, 1 runtime error, 2 usage or config error.\n");
 }
 
@@ -63,11 +67,13 @@ static void progress(int tty, const lh_learner_sft_stats *st, uint64_t steps, do
 
 typedef struct {
   const char *config, *env, *out, *init;
-  unsigned long long steps, seed, batch, eval, show;
+  unsigned long long steps, seed, batch, eval, show, eval_every;
+  double target;  /* 0: none */
 } sft_args;
 
 static int parse_args(int argc, char **argv, sft_args *a) {
-  const char *steps = "200", *seed = "0", *batch = "8", *eval = "200", *show = "0";
+  const char *steps = "200", *seed = "0", *batch = "8", *eval = "200", *show = "0", *every = "0",
+             *target = NULL;
   for (int i = 1; i < argc; i++) {
     const char **slot = !strcmp(argv[i], "--config")  ? &a->config
                         : !strcmp(argv[i], "--env")   ? &a->env
@@ -78,6 +84,8 @@ static int parse_args(int argc, char **argv, sft_args *a) {
                         : !strcmp(argv[i], "--batch") ? &batch
                         : !strcmp(argv[i], "--eval")  ? &eval
                         : !strcmp(argv[i], "--show")  ? &show
+                        : !strcmp(argv[i], "--eval-every") ? &every
+                        : !strcmp(argv[i], "--target") ? &target
                                                       : NULL;
     if (!slot) {
       fprintf(stderr, "longhaul sft: unknown argument '%s'\n", argv[i]);
@@ -99,14 +107,44 @@ static int parse_args(int argc, char **argv, sft_args *a) {
       parse_u64("--seed", seed, 0, (1ull << 19) - 1, &a->seed) ||
       parse_u64("--batch", batch, 1, 65536, &a->batch) ||
       parse_u64("--eval", eval, 0, 1000000, &a->eval) ||
-      parse_u64("--show", show, 0, 1000000, &a->show))
+      parse_u64("--show", show, 0, 1000000, &a->show) ||
+      parse_u64("--eval-every", every, 0, 100000000, &a->eval_every))
     return -1;
+  if (target) {
+    char *end = NULL;
+    a->target = strtod(target, &end);
+    if (end == target || *end || !(a->target > 0 && a->target <= 1)) {
+      fprintf(stderr, "longhaul sft: --target '%s' is not a success rate in (0, 1]\n", target);
+      return -1;
+    }
+    if (!a->eval_every || !a->eval) {
+      fprintf(stderr, "longhaul sft: --target needs --eval-every N and --eval N above 0\n");
+      return -1;
+    }
+  }
   return 0;
 }
 
-/* The training loop proper: demonstrations, steps, progress. */
+/* Greedy success on the held-out seeds; *rate (may be NULL) gets it. */
+static int evaluate(lh_model *m, const sft_args *a, const lh_cli_env_section *o, uint64_t step, double *rate,
+                    lh_errbuf *err) {
+  size_t wins = 0;
+  int64_t t0 = lh_now_ns();
+  int rc = lh_cli_eval_policy(m, a->env, o->opts, o->n, a->eval, (size_t)a->show, stdout, &wins, err);
+  if (!rc)
+    printf("eval: step %llu success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n",
+           (unsigned long long)step, (double)wins / (double)a->eval, wins, a->eval, a->eval,
+           (double)(lh_now_ns() - t0) / 1e9);
+  fflush(stdout);
+  if (rate) *rate = (double)wins / (double)a->eval;
+  return rc;
+}
+
+/* The training loop proper: demonstrations, steps, progress; with
+ * --eval-every, evaluations and checkpoints along the way. *taken gets the
+ * steps taken, *done_at the step of the last evaluation (0: none ran). */
 static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const sft_args *a,
-                 lh_errbuf *err) {
+                 const lh_cli_env_section *o, uint64_t *taken, uint64_t *done_at, lh_errbuf *err) {
   size_t B = (size_t)a->batch;
   lh_actors_transcript **ts = calloc(B, sizeof *ts);
   lh_learner_sft_episode *eps = calloc(B, sizeof *eps);
@@ -116,7 +154,8 @@ static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const 
     if (!(ts[i] = lh_actors_transcript_new(lh_model_get_config(m)->patch, err))) rc = LH_ENOMEM;
   if (!rc) rc = lh_learner_sft_new(m, lcfg, a->steps, &sft, err);
   int tty = isatty(2);
-  uint64_t every = a->steps / 20 ? a->steps / 20 : 1, next_seed = 0;
+  uint64_t every = a->steps / 20 ? a->steps / 20 : 1, next_seed = 0, a_steps_done = a->steps;
+  *done_at = 0;
   int64_t t0 = lh_now_ns();
   size_t tokens = 0;
   for (uint64_t step = 0; !rc && step < a->steps; step++) {
@@ -137,27 +176,30 @@ static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const 
     if (tty || (step + 1) % every == 0 || step + 1 == a->steps || st.skipped)
       progress(tty, &st, a->steps, tokens / (elapsed > 0 ? elapsed : 1e-9),
                elapsed / (double)(step + 1) * (double)(a->steps - step - 1));
+    if (a->eval_every && a->eval && (step + 1) % a->eval_every == 0) {
+      if (tty) fputc('\n', stderr);
+      double rate = 0;
+      rc = lh_learner_sft_save(m, a->out, err);
+      if (!rc) rc = evaluate(m, a, o, step + 1, &rate, err);
+      *done_at = step + 1;
+      if (!rc && a->target > 0 && rate >= a->target) {
+        fprintf(stderr, "sft: success rate %.3f reached --target %.3f at step %llu; stopping\n", rate, a->target,
+                (unsigned long long)step + 1);
+        a_steps_done = step + 1;
+        break;
+      }
+    }
   }
   if (tty) fputc('\n', stderr);
+  *taken = a_steps_done;
   if (!rc)
     fprintf(stderr, "sft: %llu steps, %zu tokens in %.1fs, %llu skipped\n",
-            (unsigned long long)a->steps, tokens, (double)(lh_now_ns() - t0) / 1e9,
+            (unsigned long long)a_steps_done, tokens, (double)(lh_now_ns() - t0) / 1e9,
             (unsigned long long)lh_learner_sft_skipped(sft));
   for (size_t i = 0; ts && i < B; i++) lh_actors_transcript_free(ts[i]);
   free(ts);
   free(eps);
   lh_learner_sft_free(sft);
-  return rc;
-}
-
-static int evaluate(lh_model *m, const sft_args *a, const lh_cli_env_section *o, lh_errbuf *err) {
-  size_t wins = 0;
-  int64_t t0 = lh_now_ns();
-  int rc = lh_cli_eval_policy(m, a->env, o->opts, o->n, a->eval, (size_t)a->show, stdout, &wins, err);
-  if (!rc)
-    printf("eval: success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n",
-           (double)wins / (double)a->eval, wins, a->eval, a->eval,
-           (double)(lh_now_ns() - t0) / 1e9);
   return rc;
 }
 
@@ -201,10 +243,13 @@ int lh_cmd_sft(int argc, char **argv) {
   mcfg.seed = a.seed;
   rc = a.init ? lh_model_load(a.init, lh_backend_cpu(), &m, &err)
               : lh_model_new(&mcfg, lh_backend_cpu(), &m, &err);
-  if (!rc) rc = train(m, env, &lcfg, &a, &err);
-  if (!rc) rc = lh_learner_sft_save(m, a.out, &err);
+  uint64_t taken = 0, done_at = 0;
+  if (!rc) rc = train(m, env, &lcfg, &a, &o, &taken, &done_at, &err);
+  /* The model as it ended, unless the last evaluation already wrote it. */
+  int fresh = done_at != taken;
+  if (!rc && fresh) rc = lh_learner_sft_save(m, a.out, &err);
   if (!rc) printf("wrote %s/model.safetensors\n", a.out);
-  if (!rc && a.eval) rc = evaluate(m, &a, &o, &err);
+  if (!rc && a.eval && fresh) rc = evaluate(m, &a, &o, taken, NULL, &err);
   if (rc) fprintf(stderr, "longhaul sft: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
   lh_model_free(m);
   lh_env_free(env);

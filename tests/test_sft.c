@@ -280,7 +280,7 @@ START_TEST(test_cli) {
   ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
   ck_assert_ptr_nonnull(strstr(out, "sft: step 6/6 loss"));
   ck_assert_ptr_nonnull(strstr(out, "tokens/s"));
-  ck_assert_ptr_nonnull(strstr(out, "eval: success rate"));
+  ck_assert_ptr_nonnull(strstr(out, "eval: step 6 success rate"));
   ck_assert_ptr_nonnull(strstr(out, "/3 held-out seeds"));
   /* score loads it */
   char in[256];
@@ -294,6 +294,16 @@ START_TEST(test_cli) {
            bin(), cfg, work, work);
   ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
   ck_assert_ptr_null(strstr(out, "eval:"));
+  /* --eval-every evaluates (and writes DIR) along the way; the last step's
+   * evaluation is not repeated at the end. */
+  snprintf(cmd, sizeof cmd, "%s sft --config %s --env calc --out %s/ck3 --steps 4 --batch 1 --eval 2 --eval-every 2",
+           bin(), cfg, work);
+  ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
+  ck_assert_ptr_nonnull(strstr(out, "eval: step 2 success rate"));
+  ck_assert_ptr_nonnull(strstr(out, "eval: step 4 success rate"));
+  ck_assert_ptr_null(strstr(strstr(out, "eval: step 4") + 1, "eval: step 4"));
+  snprintf(cmd, sizeof cmd, "%s score --ckpt %s/ck3 --input %s", bin(), work, in);
+  ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
   /* longhaul eval measures any checkpoint the same way, --show prints episodes */
   snprintf(cmd, sizeof cmd, "%s eval --config %s --env calc --ckpt %s/ck --seeds 3 --show 2", bin(), cfg, work);
   ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
@@ -341,6 +351,9 @@ START_TEST(test_cli) {
       {"--env calc --out X --steps", "needs a value"},
       {"--env nosuch --out X", "nosuch"},
       {"--out X --env", "needs a value"},
+      {"--env calc --out X --target 0.5", "--target needs --eval-every"},
+      {"--env calc --out X --eval-every 5 --target 1.5", "--target '1.5'"},
+      {"--env calc --out X --eval-every 5 --target x", "--target 'x'"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(cmd, sizeof cmd, "%s sft --config %s %s", bin(), cfg, bad[i].args);
