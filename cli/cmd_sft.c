@@ -20,7 +20,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul sft --config FILE [--env NAME] --out DIR [--steps N] [--seed N]\n"
           "                    [--init DIR] [--batch N] [--eval N] [--show N]\n"
-          "                    [--eval-every N [--target RATE]]\n\n"
+          "                    [--eval-every N [--target RATE]] [--lr LR] [--warmup N]\n\n"
           "Trains the policy on demonstrations of the environment's expert:\n"
           "cross-entropy on the policy's tokens only (actions, <call>..</call>,\n"
           "the answer and <eos>), never on the environment's. Each step packs\n"
@@ -28,7 +28,9 @@ static void usage(FILE *out) {
           "The [model] section of FILE gives the model (or --init DIR starts from\n"
           "DIR/model.safetensors), [learner] the optimizer (lr, warmup_steps,\n"
           "weight_decay, grad_clip; AdamW, warmup then cosine over --steps,\n"
-          "default 200), [env] the environment's options (e.g. stages = 2,\n"
+          "default 200; --lr and --warmup override lr and warmup_steps, since an\n"
+          "RL learner reading the same file wants a smaller rate), [env] the\n"
+          "environment's options (e.g. stages = 2,\n"
           "expert_noise = 0.1; name = NAME stands for --env). --seed N (default\n"
           "0) seeds the model and the training tasks. At the end\n"
           "DIR/model.safetensors is written atomically, then greedy decoding on\n"
@@ -69,11 +71,13 @@ typedef struct {
   const char *config, *env, *out, *init;
   unsigned long long steps, seed, batch, eval, show, eval_every;
   double target;  /* 0: none */
+  double lr;      /* 0: [learner] lr */
+  const char *warmup;  /* NULL: [learner] warmup_steps */
 } sft_args;
 
 static int parse_args(int argc, char **argv, sft_args *a) {
   const char *steps = "200", *seed = "0", *batch = "8", *eval = "200", *show = "0", *every = "0",
-             *target = NULL;
+             *target = NULL, *lr = NULL;
   for (int i = 1; i < argc; i++) {
     const char **slot = !strcmp(argv[i], "--config")  ? &a->config
                         : !strcmp(argv[i], "--env")   ? &a->env
@@ -86,6 +90,8 @@ static int parse_args(int argc, char **argv, sft_args *a) {
                         : !strcmp(argv[i], "--show")  ? &show
                         : !strcmp(argv[i], "--eval-every") ? &every
                         : !strcmp(argv[i], "--target") ? &target
+                        : !strcmp(argv[i], "--lr")     ? &lr
+                        : !strcmp(argv[i], "--warmup") ? &a->warmup
                                                       : NULL;
     if (!slot) {
       fprintf(stderr, "longhaul sft: unknown argument '%s'\n", argv[i]);
@@ -110,6 +116,16 @@ static int parse_args(int argc, char **argv, sft_args *a) {
       parse_u64("--show", show, 0, 1000000, &a->show) ||
       parse_u64("--eval-every", every, 0, 100000000, &a->eval_every))
     return -1;
+  unsigned long long warm = 0;
+  if (a->warmup && parse_u64("--warmup", a->warmup, 0, 100000000, &warm)) return -1;
+  if (lr) {
+    char *end = NULL;
+    a->lr = strtod(lr, &end);
+    if (end == lr || *end || !(a->lr > 0 && a->lr < 1e3)) {
+      fprintf(stderr, "longhaul sft: --lr '%s' is not a positive learning rate\n", lr);
+      return -1;
+    }
+  }
   if (target) {
     char *end = NULL;
     a->target = strtod(target, &end);
@@ -219,6 +235,8 @@ int lh_cmd_sft(int argc, char **argv) {
     fprintf(stderr, "longhaul sft: %s\n", err.msg);
     return rc == LH_EMODEL_IO || rc == LH_EIO ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
   }
+  if (a.lr > 0) lcfg.lr = a.lr;
+  if (a.warmup) lcfg.warmup_steps = strtoull(a.warmup, NULL, 10);
   lh_cli_env_section o;
   char msg[512];
   if (lh_cli_env_section_read(a.config, &o, msg, sizeof msg)) {

@@ -296,7 +296,7 @@ START_TEST(test_cli) {
   ck_assert_ptr_null(strstr(out, "eval:"));
   /* --eval-every evaluates (and writes DIR) along the way; the last step's
    * evaluation is not repeated at the end. */
-  snprintf(cmd, sizeof cmd, "%s sft --config %s --env calc --out %s/ck3 --steps 4 --batch 1 --eval 2 --eval-every 2",
+  snprintf(cmd, sizeof cmd, "%s sft --config %s --env calc --out %s/ck3 --steps 4 --batch 1 --eval 2 --eval-every 2 --lr 1e-3 --warmup 1",
            bin(), cfg, work);
   ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
   ck_assert_ptr_nonnull(strstr(out, "eval: step 2 success rate"));
@@ -354,6 +354,8 @@ START_TEST(test_cli) {
       {"--env calc --out X --target 0.5", "--target needs --eval-every"},
       {"--env calc --out X --eval-every 5 --target 1.5", "--target '1.5'"},
       {"--env calc --out X --eval-every 5 --target x", "--target 'x'"},
+      {"--env calc --out X --lr 0", "--lr '0'"},
+      {"--env calc --out X --warmup -2", "--warmup '-2'"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(cmd, sizeof cmd, "%s sft --config %s %s", bin(), cfg, bad[i].args);
