@@ -72,6 +72,12 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
         return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] learners = %llu: %s", config_path,
                              (unsigned long long)c->learners, err->msg);
   }
+  /* OpenMPI refuses to run as root unless told twice (containers often
+   * are root); the launcher's environment is its children's. */
+  if (c->learners > 1 && geteuid() == 0) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
   LH_TRY(make_dirs(c->log_dir, err));
   if (c->env_server[0]) {
     lh_launch_child *ch = &f->child[f->n++];
