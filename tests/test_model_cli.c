@@ -3,6 +3,7 @@
  * the library's forward, images are accepted, and every bad input gives a
  * clear message and the documented exit code. */
 #include "tests/test_model_util.h"
+#include "tests/proc_util.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -12,16 +13,7 @@
 static char work[] = "/tmp/lh_model_cli_XXXXXX";
 
 /* Runs the shell command, returns its exit code; out gets stdout+stderr. */
-static int run(const char *cmd, char *out, size_t cap) {
-  char full[4096];
-  snprintf(full, sizeof full, "%s 2>&1", cmd);
-  FILE *p = popen(full, "r");
-  ck_assert_ptr_nonnull(p);
-  size_t n = fread(out, 1, cap - 1, p);
-  out[n] = '\0';
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+static int run(const char *cmd, char *out, size_t cap) { return lh_proc_run_capture(cmd, out, cap); }
 
 static const char *bin(void) {
   const char *b = getenv("LH_BIN");
