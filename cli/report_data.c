@@ -113,13 +113,12 @@ static int load_ingest(lh_store *s, load_ctx *c, lh_errbuf *err) {
   if (rc != 0 || !isfinite(span[0]) || !isfinite(span[1])) return rc;
   double bucket_ms = fmax(1000.0, ceil((span[1] - span[0] + 1) / 100.0 / 1000.0) * 1000.0);
   c->d->ingest_bucket_s = bucket_ms / 1000.0;
-  char sql[256];
-  snprintf(sql, sizeof sql,
-           "SELECT (created_ms - %.0f) / %.0f AS bucket, sum(sampled) FROM segments "
-           "GROUP BY bucket ORDER BY bucket",
-           span[0], bucket_ms);
+  const int64_t params[2] = {(int64_t)span[0], (int64_t)bucket_ms};
   c->cap = 0;
-  return lh_store_sql(s, sql, on_ingest, c, NULL, err);
+  return lh_store_sql_ints(s,
+                           "SELECT (created_ms - ?1) / ?2 AS bucket, sum(sampled) FROM segments "
+                           "GROUP BY bucket ORDER BY bucket",
+                           params, 2, on_ingest, c, NULL, err);
 }
 
 /* Stores step t's MaxVio row, widening every row when t has more layers

@@ -342,6 +342,9 @@ static void *zap_thread(void *arg) {
     if (pr < 0 && zmq_errno() == ETERM) break;
     if (pr > 0) zap_answer(z);
   }
+  /* Unbinding an inproc endpoint is synchronous, closing is not: a new
+   * handler may bind the endpoint as soon as this one is stopped. */
+  zmq_unbind(z->sock, LH_ZSOCK_ZAP_ENDPOINT);
   zmq_close(z->sock);
   z->sock = NULL;
   return NULL;

@@ -410,5 +410,9 @@ typedef int (*lh_store_sql_row_fn)(void *ctx, int ncols, const char *const *name
  * gets the number of rows handed to fn. */
 int lh_store_sql(lh_store *s, const char *sql, lh_store_sql_row_fn fn, void *ctx,
                  uint64_t *rows, lh_errbuf *err);
+/* The same with integer parameters bound to ?1..?n (n_params must be the
+ * statement's count; LH_EINVAL otherwise): values never go into SQL text. */
+int lh_store_sql_ints(lh_store *s, const char *sql, const int64_t *params, int n_params, lh_store_sql_row_fn fn,
+                      void *ctx, uint64_t *rows, lh_errbuf *err);
 
 #endif

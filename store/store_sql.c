@@ -54,6 +54,11 @@ static int is_query(const char *sql) {
 
 int lh_store_sql(lh_store *s, const char *sql, lh_store_sql_row_fn fn, void *ctx, uint64_t *rows,
                  lh_errbuf *err) {
+  return lh_store_sql_ints(s, sql, NULL, 0, fn, ctx, rows, err);
+}
+
+int lh_store_sql_ints(lh_store *s, const char *sql, const int64_t *params, int n_params, lh_store_sql_row_fn fn,
+                      void *ctx, uint64_t *rows, lh_errbuf *err) {
   if (rows) *rows = 0;
   if (!s || !sql) return lh_errbuf_set(err, LH_EINVAL, "lh_store_sql: store or SQL is NULL");
   if (!s->readonly)
@@ -80,6 +85,16 @@ int lh_store_sql(lh_store *s, const char *sql, lh_store_sql_row_fn fn, void *ctx
                          "connection; `replay sql` runs read-only queries (SELECT, WITH, "
                          "VALUES, EXPLAIN, reading PRAGMAs)");
   }
+  if (n_params != sqlite3_bind_parameter_count(st)) {
+    int want = sqlite3_bind_parameter_count(st);
+    sqlite3_finalize(st);
+    return lh_errbuf_set(err, LH_EINVAL, "the SQL takes %d parameters, %d given", want, n_params);
+  }
+  for (int i = 0; i < n_params; i++)
+    if (sqlite3_bind_int64(st, i + 1, params[i]) != SQLITE_OK) {
+      sqlite3_finalize(st);
+      return lh_errbuf_set(err, LH_EINVAL, "cannot bind SQL parameter %d: %s", i + 1, sqlite3_errmsg(s->db));
+    }
   int ncols = sqlite3_column_count(st);
   const char *names[256];
   const char *values[256];

@@ -313,6 +313,36 @@ START_TEST(test_plugin_paths) {
 }
 END_TEST
 
+/* SQL takes values as bound parameters, never in its text: the report's
+ * ingest query goes through lh_store_sql_ints. A parameter count that does
+ * not match is refused; the statement stays read-only. */
+static int on_sum(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  if (ncols == 1 && values[0]) snprintf(ctx, 32, "%s", values[0]);
+  return 0;
+}
+
+START_TEST(test_sql_parameters) {
+  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  char db[128];
+  path_of(db, sizeof db, "x.db");
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_msg(lh_store_open(db, &s, &e) == 0, "%s", e.msg);
+  lh_store_close(s);
+  ck_assert_msg(lh_store_open_readonly(db, &s, &e) == 0, "%s", e.msg);
+  const int64_t p[2] = {2, 3};
+  char got[32] = "";
+  ck_assert_msg(lh_store_sql_ints(s, "SELECT ?1 + ?2", p, 2, on_sum, got, NULL, &e) == 0, "%s", e.msg);
+  ck_assert_str_eq(got, "5");
+  ck_assert_int_eq(lh_store_sql_ints(s, "SELECT ?1 + ?2", p, 1, on_sum, got, NULL, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_store_sql_ints(s, "DELETE FROM meta WHERE rowid = ?1", p, 1, NULL, NULL, NULL, &e),
+                   LH_ESTORE_SQL_WRITE);
+  lh_store_close(s);
+  sec_rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("security");
   TCase *t = tcase_create("curve");
@@ -322,6 +352,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_curve_allow_list_processes);
   tcase_add_test(t, test_curve_config_halves);
   tcase_add_test(t, test_plugin_paths);
+  tcase_add_test(t, test_sql_parameters);
   suite_add_tcase(s, t);
   return s;
 }
