@@ -325,6 +325,66 @@ START_TEST(test_init_from_checkpoint) {
 }
 END_TEST
 
+/* The parameters (and AdamW moments) of the checkpoint `latest` names. */
+static void latest_files(char **model, long *n_model, char **opt, long *n_opt) {
+  char latest[64], p[256];
+  read_latest(latest, sizeof latest);
+  snprintf(p, sizeof p, "%s/%s/model.safetensors", ck, latest);
+  *n_model = read_file(p, model);
+  snprintf(p, sizeof p, "%s/%s/%s", ck, latest, LH_LEARNER_OPTIMIZER_FILE);
+  *n_opt = read_file(p, opt);
+  ck_assert_int_gt(*n_model, 0);
+  ck_assert_int_gt(*n_opt, 0);
+}
+
+/* Resume is exact: 4 steps straight against 2 steps, SIGKILL, --resume, 2
+ * steps, on the same episodes (one sender, fixed contents): the final
+ * checkpoints' parameters and moments are identical bit for bit. */
+START_TEST(test_kill_resume_bit_identical) {
+  char *model[2], *opt[2];
+  long n_model[2], n_opt[2];
+  for (int run = 0; run < 2; run++) {
+    setup_dir(NULL);
+    pid_t pid = spawn("--steps", "4", NULL);
+    void *ctx = zmq_ctx_new();
+    void *d = dealer(ctx, ing);
+    for (uint64_t g = 1; g <= 4; g++) {
+      send_episode(d, 2 * g - 1, g, 1.0f);
+      send_episode(d, 2 * g, g, 0.0f);
+      if (run == 1 && g == 2) {
+        /* Killed once step 2's checkpoint is in place. */
+        char latest[64] = "";
+        for (int i = 0; i < 3000 && strcmp(latest, "step-00000002"); i++) {
+          char p[160];
+          snprintf(p, sizeof p, "%s/latest", ck);
+          if (access(p, R_OK) == 0) read_latest(latest, sizeof latest);
+          usleep(10000);
+        }
+        ck_assert_str_eq(latest, "step-00000002");
+        ck_assert_int_eq(kill(pid, SIGKILL), 0);
+        ck_assert_int_eq(wait_exit(pid), -1);
+        pid = spawn("--resume", "--steps", "2");
+        zmq_close(d);
+        d = dealer(ctx, ing);
+      }
+    }
+    ck_assert_int_eq(wait_exit(pid), 0);
+    char latest[64];
+    read_latest(latest, sizeof latest);
+    ck_assert_str_eq(latest, "step-00000004");
+    latest_files(&model[run], &n_model[run], &opt[run], &n_opt[run]);
+    zmq_close(d);
+    zmq_ctx_term(ctx);
+    remove_dir();
+  }
+  ck_assert_int_eq(n_model[0], n_model[1]);
+  ck_assert_msg(memcmp(model[0], model[1], (size_t)n_model[0]) == 0, "parameters differ after resume");
+  ck_assert_int_eq(n_opt[0], n_opt[1]);
+  ck_assert_msg(memcmp(opt[0], opt[1], (size_t)n_opt[0]) == 0, "optimizer moments differ after resume");
+  for (int run = 0; run < 2; run++) free(model[run]), free(opt[run]);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_cli");
   TCase *tc = tcase_create("core");
@@ -333,6 +393,7 @@ int main(void) {
   tcase_add_test(tc, test_sigterm_then_resume);
   tcase_add_test(tc, test_usage_and_config_errors);
   tcase_add_test(tc, test_init_from_checkpoint);
+  tcase_add_test(tc, test_kill_resume_bit_identical);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
