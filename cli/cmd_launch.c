@@ -36,8 +36,8 @@ static void usage(FILE *out) {
           "Starts a fleet from one INI file ([fleet] [model] [learner] [actor] [env]):\n"
           "the env server ([fleet] env_server), the learner (`longhaul learner`; for\n"
           "learners = M > 1 `mpirun --oversubscribe -n M longhaul learner`, rank r\n"
-          "binding every [learner] endpoint at its port + r*10) and actors actor-0 ..\n"
-          "actor-(N-1) (actor i bound to learner i mod M). Each child logs to\n"
+          "binding its ingest at the ingest_endpoint port + 10*r) and actors actor-0\n"
+          "..actor-(N-1) (actor i bound to rank i mod M). Each child logs to\n"
           "LOG_DIR/<name>.log (appended across restarts; LOG_DIR/<name>.pid holds its\n"
           "pid); the launcher's own events go to LOG_DIR/launch.log.\n\n"
           "Supervision: a child that dies is restarted after restart_backoff_ms,\n"
@@ -46,11 +46,11 @@ static void usage(FILE *out) {
           "More than max_restarts restarts of one child, or a child's usage error\n"
           "(exit 2), ends the fleet. With [fleet] steps the fleet shuts down in\n"
           "order once the store holds that many train steps.\n\n"
-          "SIGINT/SIGTERM (or duration_s): ordered shutdown: SIGTERM to the actors\n"
-          "(they abort open episodes and flush their outboxes), then to the learner\n"
-          "(it acks what is stored and writes a final checkpoint), then to the env\n"
-          "server; what is not gone after stop_timeout_ms gets SIGKILL. A second\n"
-          "signal kills at once.\n\n"
+          "SIGINT/SIGTERM (or duration_s, or steps): ordered shutdown: SIGTERM to the\n"
+          "actors (they abort open episodes and flush their outboxes), then to the\n"
+          "learner (SIGUSR1 to mpirun, which forwards it to every rank; it acks what\n"
+          "is stored and writes a final checkpoint), then to the env server; what is\n"
+          "not gone after stop_timeout_ms gets SIGKILL. A second signal kills at once.\n\n"
           "--status  screen: redraw in place; plain: status lines every\n"
           "          status_interval_ms; off: none; auto (default): screen when stdout\n"
           "          is a terminal, plain otherwise.\n"
@@ -219,7 +219,10 @@ static void shutdown_step(launcher *L) {
         c->restart_at_ms = 0;
         if (c->pid > 0) {
           c->stopping = 1;
-          lh_launch_child_signal(c, SIGTERM);
+          /* mpirun forwards SIGUSR1 to every rank (they stop at the same
+           * turn and it exits 0); on SIGTERM it would end the job itself. */
+          if (c->role == LH_CHILD_LEARNER && f->fleet.learners > 1) kill(c->pid, SIGUSR1);
+          else lh_launch_child_signal(c, SIGTERM);
         } else {
           c->done = 1;
         }

@@ -1,6 +1,6 @@
 # `longhaul launch`: the [fleet] reader in process (test_launch_config); a
 # tiny calc fleet as real processes: SIGTERM, an actor SIGKILLed, bad
-# configs (test_launch); the examples/ fleets, each shrunk and run to its
+# configs (test_launch); two learner ranks (test_launch_mpi); the examples/ fleets, each shrunk and run to its
 # end (test_launch_examples; the env server one alone, skipped without
 # python3-zmq and python3-protobuf).
 lh_add_test(test_launch_config SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch_config.c
@@ -8,6 +8,10 @@ lh_add_test(test_launch_config SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch_c
 lh_add_test(test_launch SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch.c ${CMAKE_CURRENT_SOURCE_DIR}/launch_fixture.c
   LIBS lh_store LABELS proc TIMEOUT 300)
 add_dependencies(test_launch longhaul)
+# Two learner ranks under mpirun (skipped without one).
+lh_add_test(test_launch_mpi SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch.c ${CMAKE_CURRENT_SOURCE_DIR}/launch_fixture.c
+  LIBS lh_store LABELS proc TIMEOUT 300 ARGS mpi)
+add_dependencies(test_launch_mpi longhaul)
 foreach(t examples envserver)
   lh_add_test(test_launch_${t} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch_examples.c
     ${CMAKE_CURRENT_SOURCE_DIR}/launch_fixture.c LIBS lh_store LABELS proc TIMEOUT 300 ARGS ${t})

@@ -4,7 +4,9 @@
  * actors saw acked in the store; an actor killed with SIGKILL is restarted
  * (the restart counted), its open episodes end as aborted after
  * abort_after_ms, and no aborted episode is trained on; a bad [fleet] key
- * stops the launch before anything starts. */
+ * stops the launch before anything starts. With the argument "mpi": two
+ * learner ranks (one mpirun job) with an actor each, stopped in order
+ * after three steps; exit 77 (skipped) without mpirun. */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
@@ -195,19 +197,72 @@ START_TEST(test_bad_config) {
 }
 END_TEST
 
-static Suite *launch_suite(void) {
+START_TEST(test_two_learners) {
+  lfx_fleet f;
+  lfx_override o[] = {{"fleet.learners", "2"}, {"fleet.steps", "3"}, {"fleet.duration_s", "200"}};
+  calc_fleet(&f, "mpi", o, 3);
+  lfx_start(&f);
+  int rc = lfx_wait(&f, 240);
+  char *out = lfx_read(&f, "launch.out");
+  ck_assert_msg(rc == 0, "launcher exit %d (see %s): %s", rc, f.dir, out);
+  ck_assert_ptr_nonnull(strstr(out, "done reason=steps done clean=1"));
+  ck_assert_ptr_nonnull(strstr(out, "actors stopped: stopping the learner"));
+  char *llog = lfx_read(&f, "logs/learner.log");
+  ck_assert_ptr_nonnull(strstr(llog, "command=mpirun --oversubscribe -n 2 "));
+  ck_assert_ptr_nonnull(strstr(llog, "rank=1 ranks=2"));
+  char latest[LFX_PATH + 16];
+  snprintf(latest, sizeof latest, "%s/ckpt/latest", f.dir);
+  ck_assert_msg(access(latest, F_OK) == 0, "no final checkpoint %s", latest);
+  /* Rank 0's store: the train steps, actor-0's episodes and heartbeats. */
+  ck_assert_int_ge(lfx_sql_int(&f, "SELECT count(*) FROM train_steps"), 3);
+  const char *mine = "SELECT count(*) FROM episodes WHERE actor = 'actor-%d'";
+  const char *hb = "SELECT count(*) FROM actor_heartbeats WHERE actor = 'actor-%d'";
+  char sql[160];
+  for (int r = 0; r < 2; r++) {
+    if (r == 1) snprintf(f.db + strlen(f.db), sizeof f.db - strlen(f.db), ".rank1");
+    char ok[64];
+    lfx_sql_text(&f, "PRAGMA integrity_check", ok, sizeof ok);
+    ck_assert_str_eq(ok, "ok");
+    snprintf(sql, sizeof sql, mine, r);
+    int64_t own = lfx_sql_int(&f, sql);
+    snprintf(sql, sizeof sql, mine, 1 - r);
+    int64_t other = lfx_sql_int(&f, sql);
+    snprintf(sql, sizeof sql, hb, r);
+    int64_t beats = lfx_sql_int(&f, sql);
+    printf("launch mpi: rank %d store: own actor episodes=%lld other=%lld heartbeats=%lld\n", r, (long long)own,
+           (long long)other, (long long)beats);
+    ck_assert_int_gt(own, 0);
+    ck_assert_int_eq(other, 0);
+    ck_assert_int_eq(lfx_sql_int(&f, "SELECT count(*) FROM episodes WHERE status = 'running'"), 0);
+  }
+  free(llog);
+  free(out);
+  lfx_cleanup(&f);
+}
+END_TEST
+
+static Suite *launch_suite(int mpi) {
   Suite *s = suite_create("launch");
   TCase *tc = tcase_create("fleet");
   tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, test_bad_config);
-  tcase_add_test(tc, test_sigterm_clean);
-  tcase_add_test(tc, test_actor_killed);
+  if (mpi) {
+    tcase_add_test(tc, test_two_learners);
+  } else {
+    tcase_add_test(tc, test_bad_config);
+    tcase_add_test(tc, test_sigterm_clean);
+    tcase_add_test(tc, test_actor_killed);
+  }
   suite_add_tcase(s, tc);
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(launch_suite());
+int main(int argc, char **argv) {
+  int mpi = argc > 1 && !strcmp(argv[1], "mpi");
+  if (mpi && system("command -v mpirun > /dev/null 2>&1") != 0) {
+    printf("skipped: no mpirun (Debian openmpi-bin)\n");
+    return 77;
+  }
+  SRunner *sr = srunner_create(launch_suite(mpi));
   srunner_set_fork_status(sr, CK_FORK);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
