@@ -187,12 +187,16 @@ static int collect_id(void *ctx, const lh_episode_row *r) {
   return 0;
 }
 
-static void progress(size_t done, size_t total, int64_t *last_ns, int final) {
+/* The progress line with the time left at the rate so far; start_ns is
+ * when the export began. */
+static void progress(size_t done, size_t total, int64_t start_ns, int64_t *last_ns, int final) {
   int64_t now = lh_now_ns();
   if (!final && now - *last_ns < 200000000) return;  /* five updates a second at most */
   *last_ns = now;
-  fprintf(stderr, "\rexport: %zu/%zu episodes (%.0f%%)", done, total,
-          total ? 100.0 * (double)done / (double)total : 100.0);
+  double elapsed = (double)(now - start_ns) / 1e9;
+  double left = done ? elapsed / (double)done * (double)(total - done) : 0.0;
+  fprintf(stderr, "\rexport: %zu/%zu episodes (%.0f%%) %.0fs, left %.0fs\033[K", done, total,
+          total ? 100.0 * (double)done / (double)total : 100.0, elapsed, left);
   if (final) fputc('\n', stderr);
 }
 
@@ -238,13 +242,13 @@ int lh_cli_replay_export(int argc, char **argv) {
   /* Progress only where someone watches, and not into the lines
    * themselves when they go to the same terminal. */
   int show_progress = isatty(STDERR_FILENO) && (to_file || !isatty(STDOUT_FILENO));
-  int64_t last_ns = 0;
+  int64_t last_ns = 0, start_ns = lh_now_ns();
   size_t done = 0;
   for (; done < ids.count && e >= 0; done++) {
     e = export_one(s, ids.ids[done], out, &err);
-    if (show_progress) progress(done + 1, ids.count, &last_ns, 0);
+    if (show_progress) progress(done + 1, ids.count, start_ns, &last_ns, 0);
   }
-  if (show_progress && e >= 0) progress(done, ids.count, &last_ns, 1);
+  if (show_progress && e >= 0) progress(done, ids.count, start_ns, &last_ns, 1);
   else if (show_progress) fputc('\n', stderr);
   int closed = to_file ? fclose(out) : fflush(out);
   int close_errno = errno;
