@@ -289,6 +289,12 @@ void lh_actors_weights_free(lh_actors_weights *w);
  * Returns 1 when a fetch started, 0 when the announcement is not newer, or
  * LH_EACTORS_WEIGHTS_ANNOUNCE (layout inconsistent, or over max_bytes). */
 int lh_actors_weights_announce(lh_actors_weights *w, const Longhaul__WeightsAnnounce *a, lh_errbuf *err);
+/* The learner may have restarted (the link reconnected): the next
+ * announcement starts a fetch whenever its version or checksum differs
+ * from the complete one's and the one in progress's, older versions
+ * included, since a learner resumed from a checkpoint publishes its
+ * version numbers again, for other weights. */
+void lh_actors_weights_restarted(lh_actors_weights *w);
 
 /* The next request to send (req initialised by the caller): the first run
  * of chunks neither received nor requested, at most window chunks long,

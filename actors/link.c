@@ -255,6 +255,11 @@ static void handle_weights(lh_actors_link *l, const uint8_t *b, size_t n, lh_err
   if (env->body_case == LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE) {
     if (env->weights_announce->version > l->announced) l->announced = env->weights_announce->version;
     int rc = lh_actors_weights_announce(l->weights, env->weights_announce, &e);
+    if (rc == 1 && env->weights_announce->version < l->announced) {
+      LH_INFO("actor", "the learner went back to version %llu (from %llu): restarted from a checkpoint",
+              (unsigned long long)env->weights_announce->version, (unsigned long long)l->announced);
+      l->announced = env->weights_announce->version;
+    }
     if (rc < 0) LH_WARN("actor", "weights announcement refused: %s", e.msg);
     if (rc == 1)
       LH_INFO("actor", "weights announced version=%llu bytes=%llu",
@@ -280,6 +285,7 @@ static int on_connect(lh_actors_link *l, lh_errbuf *err) {
    * first; a reconnection may have lost what was in flight. */
   if (l->connects == 1) return 0;
   lh_actors_outbox_resend_all(l->outbox);
+  if (l->weights) lh_actors_weights_restarted(l->weights);
   return send_hello(l, err);
 }
 

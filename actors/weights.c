@@ -7,10 +7,12 @@
 #include "proto/wire.h"
 
 struct lh_actors_weights {
+  int any_version;  /* the next announcement is taken even if older (lh_actors_weights_restarted) */
+  int superseded;   /* a restarted learner's fetch is on: the complete version's number is void */
   size_t max_bytes;
   /* the latest complete version */
   int have_complete;
-  uint64_t complete_version;
+  uint64_t complete_version, complete_checksum;
   uint8_t *complete;
   size_t complete_bytes, complete_cap;
   lh_actors_stage complete_stage;
@@ -42,6 +44,10 @@ lh_actors_weights *lh_actors_weights_new(size_t max_bytes, lh_errbuf *err) {
   return w;
 }
 
+void lh_actors_weights_restarted(lh_actors_weights *w) {
+  if (w) w->any_version = 1;
+}
+
 static void drop_fetch(lh_actors_weights *w) {
   free(w->buf);
   free(w->state);
@@ -61,7 +67,14 @@ void lh_actors_weights_free(lh_actors_weights *w) {
 
 int lh_actors_weights_announce(lh_actors_weights *w, const Longhaul__WeightsAnnounce *a, lh_errbuf *err) {
   if (!w || !a) return lh_errbuf_set(err, LH_EINVAL, "weights announce: NULL argument");
-  if ((w->have_complete && a->version <= w->complete_version) || (w->fetching && a->version <= w->ann.version))
+  /* The first announcement after a reconnect may come from a learner
+   * restarted from an older checkpoint: its versions are the ones now. */
+  int other = w->any_version &&
+              (!w->have_complete || a->version != w->complete_version || a->checksum != w->complete_checksum) &&
+              (!w->fetching || a->version != w->ann.version || a->checksum != w->ann.checksum);
+  w->any_version = 0;
+  if (!other && ((w->have_complete && !w->superseded && a->version <= w->complete_version) ||
+                 (w->fetching && a->version <= w->ann.version)))
     return 0;
   /* The same layout rule as the wire's validation, checked again because a
    * caller may hand us an announcement it built. */
@@ -107,6 +120,7 @@ int lh_actors_weights_announce(lh_actors_weights *w, const Longhaul__WeightsAnno
   w->ann.max_context = a->max_context;
   w->ann.long_frac = a->long_frac;
   w->fetching = 1;
+  if (other) w->superseded = 1;
   return 1;
 }
 
@@ -172,6 +186,8 @@ int lh_actors_weights_add_chunk(lh_actors_weights *w, const Longhaul__WeightsChu
   w->complete_cap = w->buf_bytes;
   w->complete_bytes = a->total_bytes;
   w->complete_version = a->version;
+  w->complete_checksum = a->checksum;
+  w->superseded = 0;
   w->complete_stage = (lh_actors_stage){a->stage_index, a->max_context, a->long_frac};
   w->have_complete = 1;
   w->buf = NULL;

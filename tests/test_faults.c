@@ -356,12 +356,19 @@ START_TEST(test_learner_killed_mid_step) {
   lh_store_close(s);
   uint64_t dups = 0;
   lh_proc_log_u64(log2, "status version=", "duplicates", &dups);
-  char extra[256];
+  int went_back = 0;
+  for (int i = 0; i < f.n_actors; i++) {
+    char alog[192];
+    actor_log(&f, i, alog, sizeof alog);
+    went_back += lh_proc_count_lines(alog, "the learner went back") > 0;
+  }
+  char extra[384];
   snprintf(extra, sizeof extra,
            "steps_before_kill=%d last_version_before_kill=%llu checkpoint_step=%llu resumed_first_step=%llu "
-           "train_steps_rows=%llu latest_policy_version=%llu duplicates_after_restart=%llu",
+           "train_steps_rows=%llu latest_policy_version=%llu duplicates_after_restart=%llu "
+           "actors_taking_older_versions=%d",
            steps_before, (unsigned long long)last_v1, (unsigned long long)res_step, (unsigned long long)first_step,
-           (unsigned long long)r.n, (unsigned long long)st.latest_policy_version, (unsigned long long)dups);
+           (unsigned long long)r.n, (unsigned long long)st.latest_policy_version, (unsigned long long)dups, went_back);
   print_totals("learner SIGKILL mid-step", &t, &c, extra);
   assert_nothing_lost(&t, &c);
   ck_assert(r.contiguous);
@@ -909,6 +916,47 @@ START_TEST(test_weights_replaced_mid_fetch) {
 }
 END_TEST
 
+/* After a reconnect (the learner may have restarted from a checkpoint)
+ * the next announcement is fetched even with an older version number, or
+ * the same number with other bytes; without one, neither is. */
+START_TEST(test_weights_after_learner_restart) {
+  lh_errbuf e;
+  lh_actors_weights *w = lh_actors_weights_new(1 << 20, &e);
+  uint8_t a[9000], b[9000];
+  for (size_t i = 0; i < sizeof a; i++) a[i] = (uint8_t)i, b[i] = (uint8_t)(i + 3);
+  lh_learner_weights *v7 = lh_learner_weights_new(7, a, sizeof a, 4096, &e);
+  lh_learner_weights *v5 = lh_learner_weights_new(5, b, sizeof b, 4096, &e);
+  lh_learner_weights *v7b = lh_learner_weights_new(7, b, sizeof b, 4096, &e);
+  Longhaul__WeightsAnnounce an = LONGHAUL__WEIGHTS_ANNOUNCE__INIT;
+  lh_learner_weights_announce(v7, &an);
+  ck_assert_int_eq(lh_actors_weights_announce(w, &an, &e), 1);
+  for (uint32_t c = 0; c < lh_learner_weights_chunk_count(v7); c++) {
+    Longhaul__WeightsChunk ch = LONGHAUL__WEIGHTS_CHUNK__INIT;
+    ck_assert_int_eq(lh_learner_weights_chunk(v7, c, &ch, &e), 0);
+    ck_assert_int_ge(lh_actors_weights_add_chunk(w, &ch, &e), 0);
+  }
+  uint64_t version = 0;
+  ck_assert_ptr_nonnull(lh_actors_weights_latest(w, &version, NULL));
+  ck_assert_uint_eq(version, 7);
+  Longhaul__WeightsAnnounce older = LONGHAUL__WEIGHTS_ANNOUNCE__INIT, same = LONGHAUL__WEIGHTS_ANNOUNCE__INIT;
+  lh_learner_weights_announce(v5, &older);
+  lh_learner_weights_announce(v7b, &same);
+  ck_assert_int_eq(lh_actors_weights_announce(w, &older, &e), 0);
+  ck_assert_int_eq(lh_actors_weights_announce(w, &same, &e), 0);
+  ck_assert_int_eq(lh_actors_weights_announce(w, &an, &e), 0);
+  lh_actors_weights_restarted(w);
+  ck_assert_int_eq(lh_actors_weights_announce(w, &an, &e), 0);  /* the very same weights */
+  lh_actors_weights_restarted(w);
+  ck_assert_int_eq(lh_actors_weights_announce(w, &same, &e), 1);
+  lh_actors_weights_restarted(w);
+  ck_assert_int_eq(lh_actors_weights_announce(w, &older, &e), 1);
+  ck_assert_int_eq(lh_actors_weights_announce(w, &same, &e), 1);  /* newer than 5 */
+  printf("faults: weights after a learner restart: older and same-numbered versions taken once reconnected\n");
+  lh_learner_weights_free(v7), lh_learner_weights_free(v5), lh_learner_weights_free(v7b);
+  lh_actors_weights_free(w);
+}
+END_TEST
+
 /* ---- 5. load: 8 actors, long episodes, full speed ----------------------- */
 
 #define LOAD_SECONDS 20
@@ -980,6 +1028,7 @@ int main(int argc, char **argv) {
       {"weights_corrupt", test_weights_chunk_corrupted, 0},
       {"weights_corrupt_whole", test_weights_chunk_recomputed, 0},
       {"weights_replaced_mid_fetch", test_weights_replaced_mid_fetch, 0},
+      {"weights_learner_restart", test_weights_after_learner_restart, 0},
       {"load", test_load_eight_actors, 0},
   };
   int picked = 0;
