@@ -22,7 +22,7 @@ static void on_signal(int sig) {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul actor --config FILE --name NAME [--index I] [--episodes N]\n"
-          "                      [--ckpt DIR]\n\n"
+          "                      [--ckpt DIR] [--backend cpu|cuda]\n\n"
           "Runs [actor] batch episodes at once in the [env] environment, sampling\n"
           "from the policy, and streams their segments and EpisodeEnds to the\n"
           "learner at [actor] learner_endpoint; new weights announced on\n"
@@ -40,7 +40,9 @@ static void usage(FILE *out) {
           "               options still apply)\n"
           "--learner-rank R  send to learner rank R of an mpirun job: the port of\n"
           "               [actor] learner_endpoint plus 10*R, as the rank binds it\n"
-          "               (weights come from rank 0 as configured)\n\n"
+          "               (weights come from rank 0 as configured)\n"
+          "--backend B    cpu (default) or cuda (decode on the GPU; without one, an\n"
+          "               error)\n\n"
           "SIGINT/SIGTERM: stop sampling, end open episodes as aborted, wait at most\n"
           "flush_timeout_ms for acks, exit 0.\n"
           "Exit codes: 0 ok, 1 runtime error, 2 usage or config error.\n");
@@ -61,7 +63,7 @@ int lh_cmd_actor(int argc, char **argv) {
     usage(stdout);
     return LH_EXIT_OK;
   }
-  const char *config = NULL, *name = NULL, *ckpt = NULL, *env_name = NULL;
+  const char *config = NULL, *name = NULL, *ckpt = NULL, *env_name = NULL, *backend = NULL;
   uint64_t index = 0, episodes = 0, learner_rank = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -72,6 +74,7 @@ int lh_cmd_actor(int argc, char **argv) {
     else if (strcmp(a, "--index") == 0 && v) bad = parse_u64(v, &index), i++;
     else if (strcmp(a, "--episodes") == 0 && v) bad = parse_u64(v, &episodes), i++;
     else if (strcmp(a, "--env") == 0 && v) env_name = v, i++;
+    else if (strcmp(a, "--backend") == 0 && v) backend = v, i++;
     else if (strcmp(a, "--learner-rank") == 0 && v) bad = parse_u64(v, &learner_rank) || learner_rank > 6553, i++;
     else {
       fprintf(stderr, "longhaul actor: unknown or incomplete argument '%s'\n", a);
@@ -111,20 +114,26 @@ int lh_cmd_actor(int argc, char **argv) {
     }
     snprintf(acfg.learner_endpoint, sizeof acfg.learner_endpoint, "%s", rank_endpoint);
   }
+  const lh_backend *be = NULL;
+  int bx = lh_cli_open_backend("actor", backend, &be);
+  if (bx) return bx;
   lh_model *model = NULL;
   if (ckpt) {
-    if (lh_model_load(ckpt, lh_backend_cpu(), &model, &err) < 0) {
+    if (lh_model_load(ckpt, be, &model, &err) < 0) {
       fprintf(stderr, "longhaul actor: cannot load the checkpoint %s: %s\n", ckpt, err.msg);
+      lh_backend_close(be);
       return LH_EXIT_RUNTIME;
     }
   } else {
     lh_model_config mc;
     if (lh_model_config_parse_file(config, &mc, &err) < 0) {
       fprintf(stderr, "longhaul actor: %s\n", err.msg);
+      lh_backend_close(be);
       return LH_EXIT_USAGE;
     }
-    if (lh_model_new(&mc, lh_backend_cpu(), &model, &err) < 0) {
+    if (lh_model_new(&mc, be, &model, &err) < 0) {
       fprintf(stderr, "longhaul actor: cannot build the [model] of %s: %s\n", config, err.msg);
+      lh_backend_close(be);
       return LH_EXIT_RUNTIME;
     }
   }
@@ -144,6 +153,7 @@ int lh_cmd_actor(int argc, char **argv) {
   lh_actors_actor_stats st = {0};
   int rc = lh_actors_actor_run(&cfg, model, &stop_requested, &st, &err);
   lh_model_free(model);
+  lh_backend_close(be);
   if (rc < 0) {
     fprintf(stderr, "longhaul actor: %s\n", err.msg);
     return LH_EXIT_RUNTIME;

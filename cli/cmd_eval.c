@@ -15,7 +15,7 @@
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul eval --config FILE --ckpt DIR [--env NAME] [--seeds N] [--show N]\n"
-          "                     [--json]\n\n"
+          "                     [--json] [--backend cpu|cuda]\n\n"
           "Plays the held-out seeds 1..N (default 200) of the environment (--env,\n"
           "or name in [env] of FILE, with the [env] options) greedily with the\n"
           "policy in DIR/model.safetensors, and prints the success rate. DIR may\n"
@@ -54,7 +54,7 @@ int lh_cmd_eval(int argc, char **argv) {
     usage(stdout);
     return LH_EXIT_OK;
   }
-  const char *config = NULL, *ckpt = NULL, *env = NULL, *seeds_s = "200", *show_s = "0";
+  const char *config = NULL, *ckpt = NULL, *env = NULL, *seeds_s = "200", *show_s = "0", *backend = NULL;
   int json = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
@@ -66,6 +66,7 @@ int lh_cmd_eval(int argc, char **argv) {
                         : !strcmp(argv[i], "--env")  ? &env
                         : !strcmp(argv[i], "--seeds") ? &seeds_s
                         : !strcmp(argv[i], "--show") ? &show_s
+                        : !strcmp(argv[i], "--backend") ? &backend
                                                      : NULL;
     if (!slot) {
       fprintf(stderr, "longhaul eval: unknown argument '%s'\n", argv[i]);
@@ -121,7 +122,13 @@ int lh_cmd_eval(int argc, char **argv) {
   lh_model *m = NULL;
   size_t wins = 0;
   int64_t t0 = lh_now_ns();
-  int rc = lh_model_load(dir, lh_backend_cpu(), &m, &err);
+  const lh_backend *be = NULL;
+  int bx = lh_cli_open_backend("eval", backend, &be);
+  if (bx) {
+    lh_cli_env_section_free(&o);
+    return bx;
+  }
+  int rc = lh_model_load(dir, be, &m, &err);
   if (!rc) rc = lh_cli_eval_policy(m, env, o.opts, o.n, seeds, (size_t)show, stdout, &wins, &err);
   if (rc) {
     fprintf(stderr, "longhaul eval: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
@@ -133,6 +140,7 @@ int lh_cmd_eval(int argc, char **argv) {
            (double)wins / (double)seeds, wins, seeds, seeds, (double)(lh_now_ns() - t0) / 1e9);
   }
   lh_model_free(m);
+  lh_backend_close(be);
   lh_cli_env_section_free(&o);
   return rc ? LH_EXIT_RUNTIME : LH_EXIT_OK;
 }

@@ -43,7 +43,8 @@ static void on_hup(int sig) {
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: longhaul learner --config FILE [--init CKPT_DIR] [--resume] [--steps N]\n\n"
+          "usage: longhaul learner --config FILE [--init CKPT_DIR] [--resume] [--steps N]\n"
+          "                        [--backend cpu|cuda]\n\n"
           "Runs the learner: binds [learner] ingest_endpoint (ROUTER, actors' segments\n"
           "and episode ends, acked once committed to the replay store [learner] db),\n"
           "weights_pub_endpoint (PUB, announcements) and weights_endpoint (ROUTER,\n"
@@ -54,6 +55,7 @@ static void usage(FILE *out) {
           "  --resume     continue from ckpt_dir/latest (model, optimizer, step, version,\n"
           "               ingest position); without one, start as if not given\n"
           "  --steps N    stop after N training steps (default: run until SIGINT/SIGTERM)\n"
+          "  --backend B  cpu (default) or cuda (the GPU backend; without a GPU, an error)\n"
           "The [model] section gives a fresh model, [actor] temperature the sampling\n"
           "temperature the log-probabilities are compared at.\n"
           "SIGINT/SIGTERM: acks what is stored, writes a final checkpoint, exits 0.\n"
@@ -68,7 +70,7 @@ static void usage(FILE *out) {
 }
 
 typedef struct {
-  const char *config, *init;
+  const char *config, *init, *backend;
   int resume;
   unsigned long long steps;
 } args;
@@ -81,7 +83,7 @@ static int parse_args(int argc, char **argv, args *a) {
       a->resume = 1;
       continue;
     }
-    if (strcmp(f, "--config") && strcmp(f, "--init") && strcmp(f, "--steps")) {
+    if (strcmp(f, "--config") && strcmp(f, "--init") && strcmp(f, "--steps") && strcmp(f, "--backend")) {
       fprintf(stderr, "longhaul learner: unknown argument '%s' (see --help)\n", f);
       return -1;
     }
@@ -92,6 +94,7 @@ static int parse_args(int argc, char **argv, args *a) {
     const char *v = argv[++i];
     if (!strcmp(f, "--config")) a->config = v;
     else if (!strcmp(f, "--init")) a->init = v;
+    else if (!strcmp(f, "--backend")) a->backend = v;
     else {
       char *end = NULL;
       errno = 0;
@@ -126,6 +129,7 @@ typedef struct {
    * writes checkpoints and the run's rows. Borrowed from lh_cmd_learner. */
   lh_learner_comm *comm;
   int rank, ranks;
+  const lh_backend *be;  /* --backend's, closed after the model */
 } learner;
 
 static void learner_close(learner *L) {
@@ -135,6 +139,7 @@ static void learner_close(learner *L) {
   lh_zsock_zap_stop(L->zap);
   lh_store_close(L->store);
   lh_model_free(L->m);
+  lh_backend_close(L->be);
   if (L->zctx) zmq_ctx_term(L->zctx);
 }
 
@@ -212,8 +217,13 @@ static int open_all(learner *L, const args *a, lh_errbuf *err, int *usage_error)
   memcpy(L->cfg.ingest_endpoint, rank_text, sizeof rank_text);
   LH_TRY(lh_learner_rank_db(L->cfg.db, L->rank, rank_text, err));
   memcpy(L->cfg.db, rank_text, sizeof rank_text);
+  int brc = lh_backend_by_name(a->backend ? a->backend : "cpu", &L->be, err);
+  if (brc) {
+    *usage_error = brc == LH_EKERNELS_UNKNOWN_BACKEND;  /* no GPU is a runtime error */
+    return brc;
+  }
   *usage_error = 0;
-  const lh_backend *be = lh_backend_cpu();
+  const lh_backend *be = L->be;
   memset(&L->st, 0, sizeof L->st);
   lh_learner_adv_baseline_init(&L->st.baseline, L->cfg.baseline_decay);
   int resumed = 0;

@@ -20,7 +20,8 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul sft --config FILE [--env NAME] --out DIR [--steps N] [--seed N]\n"
           "                    [--init DIR] [--batch N] [--eval N] [--show N]\n"
-          "                    [--eval-every N [--target RATE]] [--lr LR] [--warmup N]\n\n"
+          "                    [--eval-every N [--target RATE]] [--lr LR] [--warmup N]\n"
+          "                    [--backend cpu|cuda]\n\n"
           "Trains the policy on demonstrations of the environment's expert:\n"
           "cross-entropy on the policy's tokens only (actions, <call>..</call>,\n"
           "the answer and <eos>), never on the environment's. Each step packs\n"
@@ -73,6 +74,7 @@ typedef struct {
   double target;  /* 0: none */
   double lr;      /* 0: [learner] lr */
   const char *warmup;  /* NULL: [learner] warmup_steps */
+  const char *backend; /* NULL: cpu */
 } sft_args;
 
 static int parse_args(int argc, char **argv, sft_args *a) {
@@ -92,6 +94,7 @@ static int parse_args(int argc, char **argv, sft_args *a) {
                         : !strcmp(argv[i], "--target") ? &target
                         : !strcmp(argv[i], "--lr")     ? &lr
                         : !strcmp(argv[i], "--warmup") ? &a->warmup
+                        : !strcmp(argv[i], "--backend") ? &a->backend
                                                       : NULL;
     if (!slot) {
       fprintf(stderr, "longhaul sft: unknown argument '%s'\n", argv[i]);
@@ -258,9 +261,15 @@ int lh_cmd_sft(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   lh_model *m = NULL;
+  const lh_backend *be = NULL;
+  int bx = lh_cli_open_backend("sft", a.backend, &be);
+  if (bx) {
+    lh_env_free(env);
+    lh_cli_env_section_free(&o);
+    return bx;
+  }
   mcfg.seed = a.seed;
-  rc = a.init ? lh_model_load(a.init, lh_backend_cpu(), &m, &err)
-              : lh_model_new(&mcfg, lh_backend_cpu(), &m, &err);
+  rc = a.init ? lh_model_load(a.init, be, &m, &err) : lh_model_new(&mcfg, be, &m, &err);
   uint64_t taken = 0, done_at = 0;
   if (!rc) rc = train(m, env, &lcfg, &a, &o, &taken, &done_at, &err);
   /* The model as it ended, unless the last evaluation already wrote it. */
@@ -270,6 +279,7 @@ int lh_cmd_sft(int argc, char **argv) {
   if (!rc && a.eval && fresh) rc = evaluate(m, &a, &o, taken, NULL, &err);
   if (rc) fprintf(stderr, "longhaul sft: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
   lh_model_free(m);
+  lh_backend_close(be);
   lh_env_free(env);
   lh_cli_env_section_free(&o);
   return rc ? LH_EXIT_RUNTIME : LH_EXIT_OK;

@@ -27,6 +27,12 @@ int lh_cmd_actor(int argc, char **argv);
 int lh_cmd_learner(int argc, char **argv);
 int lh_cmd_keys(int argc, char **argv);
 
+/* The backend --backend NAME asks for ("cpu" when name is NULL): 0, or the
+ * exit code after printing why it cannot be had (an unknown name: usage;
+ * no GPU: runtime). Release it with lh_backend_close. */
+typedef struct lh_backend lh_backend;
+int lh_cli_open_backend(const char *command, const char *name, const lh_backend **out);
+
 /* True when argv holds -h or --help. */
 int lh_cli_wants_help(int argc, char **argv);
 

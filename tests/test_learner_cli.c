@@ -271,6 +271,24 @@ START_TEST(test_usage_and_config_errors) {
   ck_assert_int_eq(WEXITSTATUS(system(cmd)), 2);
   snprintf(cmd, sizeof cmd, "'%s' learner --help >/dev/null", bin);
   ck_assert_int_eq(WEXITSTATUS(system(cmd)), 0);
+  /* --backend: an unknown name is a usage error; cuda where no GPU can be
+   * opened is a runtime error that says so (where one can, it would run). */
+  setup_dir(NULL);
+  snprintf(cmd, sizeof cmd, "'%s' learner --config '%s' --backend tpu 2>/dev/null", bin, cfg_path);
+  ck_assert_int_eq(WEXITSTATUS(system(cmd)), 2);
+  const lh_backend *cuda = NULL;
+  if (lh_backend_by_name("cuda", &cuda, NULL) != 0) {
+    snprintf(cmd, sizeof cmd, "'%s' learner --config '%s' --backend cuda 2>'%s/err.txt'", bin, cfg_path, dir);
+    ck_assert_int_eq(WEXITSTATUS(system(cmd)), 1);
+    snprintf(p, sizeof p, "%s/err.txt", dir);
+    f = fopen(p, "r");
+    ck_assert_ptr_nonnull(f);
+    n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    ck_assert_msg(strstr(text, "not available") && strstr(text, "--backend cpu"), "%s", text);
+  }
+  lh_backend_close(cuda);
   remove_dir();
 }
 END_TEST

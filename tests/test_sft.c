@@ -323,11 +323,12 @@ START_TEST(test_cli) {
       {"--env calc --ckpt X --what", "unknown argument '--what'", 2},
       {"--env calc --ckpt /nonexistent", "holds no model.safetensors", 1},
       {"--env nosuch --ckpt CK", "nosuch", 2},
+      {"--env calc --ckpt CK --backend tpu", "unknown backend 'tpu'", 2},
   };
   for (size_t i = 0; i < sizeof bad_eval / sizeof bad_eval[0]; i++) {
     char args[512];
     const char *ck = strstr(bad_eval[i].args, "CK");
-    if (ck) snprintf(args, sizeof args, "%.*s%s/ck", (int)(ck - bad_eval[i].args), bad_eval[i].args, work);
+    if (ck) snprintf(args, sizeof args, "%.*s%s/ck%s", (int)(ck - bad_eval[i].args), bad_eval[i].args, work, ck + 2);
     else snprintf(args, sizeof args, "%s", bad_eval[i].args);
     snprintf(cmd, sizeof cmd, "%s eval --config %s %s", bin(), cfg, args);
     int code = run(cmd, out, sizeof out);
@@ -356,6 +357,7 @@ START_TEST(test_cli) {
       {"--env calc --out X --eval-every 5 --target x", "--target 'x'"},
       {"--env calc --out X --lr 0", "--lr '0'"},
       {"--env calc --out X --warmup -2", "--warmup '-2'"},
+      {"--env calc --out X --backend tpu", "unknown backend 'tpu'"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(cmd, sizeof cmd, "%s sft --config %s %s", bin(), cfg, bad[i].args);
