@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# bench/learn.sh [BUILD]: the proof that the RL loop learns, and the
+# learner's and actors' figures from the same run.
+#
+#   1. SFT on calc (bench/learn.ini) until the greedy success rate on 100
+#      held-out seeds reaches LH_LEARN_TARGET (0.3), evaluated every 25
+#      steps: a warm start that is neither helpless nor done.
+#   2. before: greedy success on the 200 held-out seeds 1..200, which must
+#      lie in [0.2, 0.7] for the figure to count.
+#   3. RL: `longhaul launch` with 1 learner and 2 actors from that
+#      checkpoint for [fleet] steps (LH_LEARN_STEPS overrides) steps.
+#   4. after: the same 200 seeds with the learner's last checkpoint.
+# Printed: before, after and the gain (target: +15 points), the curve of
+# the fleet's own success rate per step (sampled, temperature 1), the
+# learner's busy fraction (time in steps over wall time) and the actors'
+# tokens/s (from their heartbeats in the store). Everything stays in
+# LH_LEARN_DIR (default BUILD/bench-learn), report.html included.
+set -euo pipefail
+build=${1:-build}
+src=$(cd "$(dirname "$0")/.." && pwd)
+bin=$(cd "$build" && pwd)/cli/longhaul
+work=${LH_LEARN_DIR:-$build/bench-learn}
+target=${LH_LEARN_TARGET:-0.3}
+rm -rf "$work"
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+cd "$work"
+cp "$src/bench/learn.ini" learn.ini
+if [ -n "${LH_LEARN_STEPS:-}" ]; then
+  sed -i "s/^steps = .*/steps = $LH_LEARN_STEPS/; s/^total_steps = .*/total_steps = $LH_LEARN_STEPS/" learn.ini
+fi
+sed -i "s|^\[fleet\]|[fleet]\ninit = $work/sft|" learn.ini
+export OPENBLAS_NUM_THREADS=1
+
+rate() { sed -n 's/.*"success_rate": \([0-9.]*\).*/\1/p'; }
+
+echo "== 1. SFT until greedy success >= $target on 100 held-out seeds"
+t0=$(date +%s)
+"$bin" sft --config learn.ini --out sft --steps 3000 --batch 8 --lr 0.003 --warmup 20 \
+  --eval 100 --eval-every 25 --target "$target" 2>&1 | grep -E "^eval:|^sft: [0-9]+ steps|reached" || true
+t1=$(date +%s)
+before=$("$bin" eval --config learn.ini --ckpt sft --seeds 200 --json | rate)
+echo "SFT took $((t1 - t0)) s; before RL: greedy success $before on seeds 1..200"
+in_range=$(awk -v b="$before" 'BEGIN { print (b >= 0.2 && b <= 0.7) ? "yes" : "no" }')
+if [ "$in_range" != yes ]; then
+  echo "bench/learn: the SFT checkpoint's success $before is outside [0.2, 0.7]; the RL figure would not count" >&2
+  exit 1
+fi
+
+echo
+echo "== 2. RL: 1 learner, 2 actors, $(sed -n 's/^steps = //p' learn.ini) steps"
+t2=$(date +%s)
+"$bin" launch learn.ini --status plain | sed -n '/^learner\|^step\|^fleet\|^launch/p' | tail -n 12 || true
+t3=$(date +%s)
+after=$("$bin" eval --config learn.ini --ckpt ckpt --seeds 200 --json | rate)
+
+echo
+echo "== 3. the fleet's success rate per step (sampled at temperature 1; 32 episodes a step)"
+sqlite3 replay.db "SELECT step, printf('%.3f', success_rate), printf('%.3f', reward_mean),
+  printf('%.2f', busy_frac), printf('%.0f', step_ms) FROM train_steps ORDER BY step" |
+  awk -F'|' 'BEGIN { print "step  success  reward  busy  step_ms" }
+             { bar = ""; for (i = 0; i < $2 * 40; i++) bar = bar "#"; printf "%4d  %7s  %6s  %4s  %7s  %s\n", $1, $2, $3, $4, $5, bar }'
+busy=$(sqlite3 replay.db "SELECT printf('%.3f', avg(busy_frac)) FROM train_steps WHERE step >= 2")
+tok=$(sqlite3 replay.db "SELECT printf('%.0f', sum(t)) FROM (SELECT actor, avg(tokens_per_s) AS t
+  FROM actor_heartbeats WHERE tokens_per_s > 0 GROUP BY actor)")
+per_actor=$(sqlite3 replay.db "SELECT group_concat(actor || ' ' || printf('%.0f', t), ', ') FROM
+  (SELECT actor, avg(tokens_per_s) AS t FROM actor_heartbeats WHERE tokens_per_s > 0 GROUP BY actor)")
+"$bin" report --db replay.db --out report.html >/dev/null
+
+echo
+echo "== figures"
+echo "greedy success on seeds 1..200: before $before, after $after ($(awk -v a="$after" -v b="$before" \
+  'BEGIN { printf "%+.1f points; target +15", (a - b) * 100 }'))"
+echo "RL: $((t3 - t2)) s wall for the fleet"
+echo "learner busy fraction (mean over steps >= 2): $busy (target >= 0.9)"
+echo "actor tokens/s, sum over actors: $tok ($per_actor)"
+echo "report: $work/report.html"
