@@ -148,6 +148,7 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
   lh_actors_link *link = NULL;
   pending p = {0};
   int rc = lh_env_hub_new(ctx, &hub, err);
+  lh_env_hub_set_stop(hub, stop);  /* env-server waits end when a stop is asked for */
   rc_cfg.hub = hub;
   if (rc == 0) rc = lh_actors_link_new(ctx, &lc, &link, err);
   if (rc == 0) rc = lh_actors_runner_new(model, &rc_cfg, &r, err);

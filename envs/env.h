@@ -33,6 +33,7 @@
 #ifndef LH_ENVS_ENV_H
 #define LH_ENVS_ENV_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -172,6 +173,12 @@ void lh_env_hub_free(lh_env_hub *hub);  /* accepts NULL */
  * the first lh_env_*_end: a caller that begins one half of its episodes,
  * flushes, and works on the other half keeps the server busy meanwhile. */
 int lh_env_hub_flush(lh_env_hub *hub, lh_errbuf *err);
+/* A stop flag (a signal handler's; NULL for none) the hub's waits watch:
+ * once it is set, a wait for an env server gives up at once with
+ * LH_EINTERRUPTED instead of running to its timeout, so that a process
+ * asked to stop whose env server is gone is not held timeout_ms per
+ * request. The flag must outlive the hub. */
+void lh_env_hub_set_stop(lh_env_hub *hub, volatile sig_atomic_t *stop);
 /* lh_env_open on a hub (NULL: a private one, as lh_env_open does). */
 int lh_env_open_hub(lh_env_hub *hub, const char *name, const lh_env_option *opts, size_t count,
                     lh_env **out, lh_errbuf *err);

@@ -13,6 +13,8 @@
  * fails (its server is gone or hung), sessions opened on it are void, and
  * the next request opens a fresh socket. A late answer from a thawed
  * server can thus never be read as the answer to a newer request. */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +52,7 @@ struct lh_envs_conn {
 
 struct lh_env_hub {
   void *zctx;
+  volatile sig_atomic_t *stop;  /* the caller's stop flag, or NULL */
   int own_zctx;
   int refs;
   lh_envs_conn *conns;
@@ -80,6 +83,16 @@ static void hub_release(lh_env_hub *h) {
 }
 
 void lh_env_hub_free(lh_env_hub *h) { hub_release(h); }
+
+void lh_env_hub_set_stop(lh_env_hub *h, volatile sig_atomic_t *stop) {
+  if (h) h->stop = stop;
+}
+
+static int stopping(const lh_envs_conn *c) { return c->hub->stop && *c->hub->stop; }
+
+/* A wait in slices of at most this, so that a stop flag set by a signal
+ * that came just before zmq_poll began is seen soon. */
+#define STOP_SLICE_MS 100
 
 static void clear_parked(lh_envs_conn *c) {
   for (size_t i = c->parked_head; i < c->parked_count; i++) lh_wire_free(c->parked[i].env);
@@ -139,9 +152,12 @@ void lh_envs_conn_release(lh_envs_conn *c) {
 static int flush(lh_envs_conn *c, lh_errbuf *err) {
   if (c->queued_count == 0) return 0;
   int sent = zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) == 0;
-  if (!sent) {
+  int64_t send_deadline = lh_now_ns() + (int64_t)c->queued_timeout_ms * 1000000;
+  while (!sent && !stopping(c)) {
+    int64_t left_ms = (send_deadline - lh_now_ns()) / 1000000;
+    if (left_ms <= 0) break;
     zmq_pollitem_t item = {c->sock, 0, ZMQ_POLLOUT, 0};
-    if (zmq_poll(&item, 1, c->queued_timeout_ms) > 0 && (item.revents & ZMQ_POLLOUT))
+    if (zmq_poll(&item, 1, left_ms < STOP_SLICE_MS ? left_ms : STOP_SLICE_MS) > 0 && (item.revents & ZMQ_POLLOUT))
       sent = zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) == 0;
   }
   for (size_t i = 0; sent && i < c->queued_count; i++) {
@@ -306,10 +322,16 @@ int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, int64_t
     }
     if (*out) return 0;
     if (rc == 1) continue;
+    if (stopping(c)) {
+      lh_envs_conn_drop(c);
+      return lh_errbuf_set(err, LH_EINTERRUPTED, "env server %s: stopped waiting (the process is stopping)",
+                           c->endpoint);
+    }
     int64_t left_ns = deadline_ns - lh_now_ns();
     if (left_ns <= 0) break;
+    long left_ms = (long)((left_ns + 999999) / 1000000);
     zmq_pollitem_t item = {c->sock, 0, ZMQ_POLLIN, 0};
-    if (zmq_poll(&item, 1, (long)((left_ns + 999999) / 1000000)) < 0) break;
+    if (zmq_poll(&item, 1, left_ms < STOP_SLICE_MS ? left_ms : STOP_SLICE_MS) < 0 && zmq_errno() != EINTR) break;
   }
   lh_envs_conn_drop(c);
   return lh_errbuf_set(err, LH_EENVS_SERVER_TIMEOUT, "env server %s did not answer in time", c->endpoint);
