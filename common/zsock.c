@@ -78,8 +78,10 @@ int lh_zsock_endpoint_is_local(const char *ep) {
   if (!strncmp(ep, "ipc://", 6) || !strncmp(ep, "inproc://", 9)) return 1;
   if (strncmp(ep, "tcp://", 6) != 0) return 0;
   const char *h = ep + 6;
-  if (!strncmp(h, "127.", 4) || !strncmp(h, "localhost:", 10) || !strncmp(h, "[::1]:", 6)) return 1;
-  return 0;
+  if (!strncmp(h, "localhost:", 10) || !strncmp(h, "[::1]:", 6)) return 1;
+  if (strncmp(h, "127.", 4) != 0) return 0;
+  size_t n = strspn(h, "0123456789.");  /* 127.x.y.z, not a name that starts so */
+  return h[n] == ':';
 }
 
 int lh_zsock_bind(void *s, const char *endpoint, const lh_zsock_curve *curve, char *bound, size_t bound_bytes,

@@ -343,10 +343,63 @@ START_TEST(test_sql_parameters) {
 }
 END_TEST
 
+/* zsock's pieces on their own: which endpoints count as local (a TCP bind
+ * elsewhere without CURVE is warned about), the frame-count limit (a
+ * message of too many frames is read whole and dropped, the next one comes
+ * through), and the linger bound. */
+START_TEST(test_zsock_pieces) {
+  ck_assert(lh_zsock_endpoint_is_local("tcp://127.0.0.1:5555"));
+  ck_assert(lh_zsock_endpoint_is_local("tcp://localhost:5555"));
+  ck_assert(lh_zsock_endpoint_is_local("tcp://[::1]:5555"));
+  ck_assert(lh_zsock_endpoint_is_local("ipc:///tmp/x"));
+  ck_assert(lh_zsock_endpoint_is_local("inproc://x"));
+  ck_assert(!lh_zsock_endpoint_is_local("tcp://*:5555"));
+  ck_assert(!lh_zsock_endpoint_is_local("tcp://0.0.0.0:5555"));
+  ck_assert(!lh_zsock_endpoint_is_local("tcp://10.0.0.1:5555"));
+  ck_assert(!lh_zsock_endpoint_is_local("tcp://127.example.com:5555"));
+  void *ctx = zmq_ctx_new();
+  lh_errbuf e;
+  lh_zsock_opts o = {.linger_ms = 60000, .max_message_bytes = 64};
+  void *a = lh_zsock_open(ctx, ZMQ_PAIR, &o, "test PAIR", &e), *b = lh_zsock_open(ctx, ZMQ_PAIR, NULL, "test", &e);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_ptr_nonnull(b);
+  int linger = 0;
+  size_t len = sizeof linger;
+  ck_assert_int_eq(zmq_getsockopt(a, ZMQ_LINGER, &linger, &len), 0);
+  ck_assert_int_eq(linger, LH_ZSOCK_LINGER_MS);
+  int64_t maxmsg = 0;
+  len = sizeof maxmsg;
+  ck_assert_int_eq(zmq_getsockopt(a, ZMQ_MAXMSGSIZE, &maxmsg, &len), 0);
+  ck_assert_int_eq(maxmsg, 64);
+  ck_assert_int_eq(lh_zsock_bind(a, "inproc://zsock-test", NULL, NULL, 0, "test PAIR", &e), 0);
+  ck_assert_int_eq(zmq_connect(b, "inproc://zsock-test"), 0);
+  for (int i = 0; i < 5; i++) zmq_send(b, "x", 1, i < 4 ? ZMQ_SNDMORE : 0);
+  zmq_send(b, "a", 1, ZMQ_SNDMORE);
+  zmq_send(b, "b", 1, 0);
+  zmq_msg_t f[3];
+  int n = -1;
+  ck_assert_int_eq(lh_zsock_recv_frames(a, f, 3, 0, &n), 2);
+  ck_assert_int_eq(n, 0);
+  ck_assert_int_eq(lh_zsock_recv_frames(a, f, 3, 0, &n), 1);
+  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(memcmp(zmq_msg_data(&f[1]), "b", 1), 0);
+  lh_zsock_frames_close(f, n);
+  ck_assert_int_eq(lh_zsock_recv_frames(a, f, 3, ZMQ_DONTWAIT, &n), 0);
+  lh_zsock_meter m = {.component = "test"};
+  for (int i = 0; i < 100; i++) lh_zsock_meter_bad(&m, "test input");
+  ck_assert_uint_eq(m.total, 100);
+  ck_assert_uint_eq(m.since_log, 99); /* one line for the first; the rest wait for the interval */
+  zmq_close(a);
+  zmq_close(b);
+  zmq_ctx_term(ctx);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("security");
   TCase *t = tcase_create("curve");
   tcase_set_timeout(t, 240);
+  tcase_add_test(t, test_zsock_pieces);
   tcase_add_test(t, test_keys_generate);
   tcase_add_test(t, test_allow_list);
   tcase_add_test(t, test_curve_allow_list_processes);
