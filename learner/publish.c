@@ -149,9 +149,9 @@ int lh_learner_publisher_announce(lh_learner_publisher *p, lh_errbuf *err) {
 int lh_learner_publisher_set(lh_learner_publisher *p, uint64_t version, const void *bytes, size_t n,
                              uint32_t stage_index, uint32_t max_context, float long_frac, lh_errbuf *err) {
   if (!p) return lh_errbuf_set(err, LH_EINVAL, "weights: NULL publisher");
-  /* A version of the same size overwrites the current one in place (its
-   * requests are answered with the new announcement from now on), which
-   * spares a fresh allocation, and its page faults, per version. */
+  /* The current version becomes the previous one (still served), and the
+   * new one overwrites the buffer of the version before that when it has
+   * the same size: no fresh allocation, and no page faults, per version. */
   lh_learner_weights *spare = p->prev;
   p->prev = p->w;
   p->w = spare;
