@@ -15,7 +15,8 @@ static void usage(FILE *out) {
           "usage: longhaul envs list\n"
           "       longhaul envs describe NAME [ENV OPTIONS]\n"
           "       longhaul envs play NAME [--seed N] [--expert] [--ansi] [--max-text BYTES] [ENV OPTIONS]\n"
-          "       longhaul envs serve --bind ENDPOINT [--max-sessions N]\n\n"
+          "       longhaul envs serve --bind ENDPOINT [--max-sessions N]\n"
+          "                           [--curve-secret-key-file KEY --curve-allowed-keys FILE|DIR]\n\n"
           "Tool environments: the built-ins (calc, needle, maze), plugins and env servers.\n\n"
           "ENV OPTIONS\n"
           "  --opt KEY=VALUE     an environment option (repeatable), e.g. --opt size=8\n"
@@ -23,7 +24,9 @@ static void usage(FILE *out) {
           "  --server ENDPOINT   use NAME on the env server at ENDPOINT (tcp://, ipc://)\n"
           "  --timeout-ms MS     env server timeout (default 5000)\n\n"
           "serve: the built-ins over ZeroMQ for any client; at most N sessions\n"
-          "(default 4096), the least recently used going first.\n\n"
+          "(default 4096), the least recently used going first. With the two\n"
+          "--curve options, a CURVE server admitting only the allowed public keys\n"
+          "(clients give --opt curve_secret_key_file=KEY --opt curve_server_key_file=PUB).\n\n"
           "play: type one action per line, e.g. <call>calc(2*21)</call> or 42<eos>;\n"
           "with --expert the expert plays (press Enter for each step on a terminal).\n"
           "Images are drawn as text art (--ansi: in colour). Exit codes: 0 episode\n"
@@ -39,7 +42,7 @@ typedef struct {
   uint64_t seed;
   int expert, ansi;
   long max_text, max_sessions;
-  const char *bind;
+  const char *bind, *curve_secret, *curve_allowed;
 } args;
 
 static void args_free(args *a) {
@@ -62,7 +65,8 @@ static int parse_args(int argc, char **argv, int first, args *a, int want_name) 
     const char *next = i + 1 < argc ? argv[i + 1] : NULL;
     int takes = !strcmp(s, "--opt") || !strcmp(s, "--plugin") || !strcmp(s, "--server") ||
                 !strcmp(s, "--timeout-ms") || !strcmp(s, "--seed") || !strcmp(s, "--max-text") ||
-                !strcmp(s, "--bind") || !strcmp(s, "--max-sessions");
+                !strcmp(s, "--bind") || !strcmp(s, "--max-sessions") || !strcmp(s, "--curve-secret-key-file") ||
+                !strcmp(s, "--curve-allowed-keys");
     if (takes && !next) {
       fprintf(stderr, "longhaul envs: %s needs a value\n", s);
       return LH_EXIT_USAGE;
@@ -105,6 +109,12 @@ static int parse_args(int argc, char **argv, int first, args *a, int want_name) 
       i++;
     } else if (!strcmp(s, "--bind")) {
       a->bind = next;
+      i++;
+    } else if (!strcmp(s, "--curve-secret-key-file")) {
+      a->curve_secret = next;
+      i++;
+    } else if (!strcmp(s, "--curve-allowed-keys")) {
+      a->curve_allowed = next;
       i++;
     } else if (!strcmp(s, "--expert")) {
       a->expert = 1;
@@ -322,7 +332,7 @@ int lh_cmd_envs(int argc, char **argv) {
     if (!rc) {
       lh_errbuf err;
       lh_errbuf_clear(&err);
-      int s = lh_envserver_serve(a.bind, (uint32_t)a.max_sessions, &err);
+      int s = lh_envserver_serve_curve(a.bind, (uint32_t)a.max_sessions, a.curve_secret, a.curve_allowed, &err);
       if (s < 0) {
         fprintf(stderr, "longhaul envs serve: %s (%s)\n", err.msg, lh_err_name(s));
         rc = LH_EXIT_RUNTIME;

@@ -234,6 +234,13 @@ int lh_env_vtable_check(const lh_env_vtable *vt, const char *what, lh_errbuf *er
  * which the client's next reset creates a new one. */
 #define LH_ENVSERVER_DEFAULT_SESSIONS 4096
 int lh_envserver_serve(const char *endpoint, uint32_t max_sessions, lh_errbuf *err);
+/* The same as a CURVE server: secret_key_file is the server's NAME.key and
+ * allowed_keys the clients' public keys (a file, one a line, or a folder of
+ * .pub files; common/zsock.h), admitted by a ZAP handler. Both NULL: plain.
+ * A client names the keys in its options curve_secret_key_file (its own
+ * .key) and curve_server_key_file (the server's .pub). */
+int lh_envserver_serve_curve(const char *endpoint, uint32_t max_sessions, const char *secret_key_file,
+                             const char *allowed_keys, lh_errbuf *err);
 
 /* ---- option helpers for environment code ---- */
 

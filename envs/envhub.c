@@ -39,6 +39,7 @@ typedef struct {
 struct lh_envs_conn {
   lh_env_hub *hub;
   char endpoint[256];
+  lh_zsock_curve curve;  /* secret empty: plain */
   void *sock;
   uint64_t generation, next_request, next_msg;
   parked *parked;                /* [parked_head, parked_count): a FIFO; claimed slots have env NULL */
@@ -109,11 +110,15 @@ void lh_envs_conn_drop(lh_envs_conn *c) {
   clear_parked(c);
 }
 
-int lh_envs_hub_conn(lh_env_hub *h, const char *endpoint, lh_envs_conn **out, lh_errbuf *err) {
+int lh_envs_hub_conn(lh_env_hub *h, const char *endpoint, const lh_zsock_curve *curve, lh_envs_conn **out,
+                     lh_errbuf *err) {
   if (strlen(endpoint) >= sizeof ((lh_envs_conn *)0)->endpoint)
     return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "env server endpoint longer than 255 bytes");
+  lh_zsock_curve keys;
+  memset(&keys, 0, sizeof keys);
+  if (curve && curve->secret[0]) keys = *curve;
   for (lh_envs_conn *c = h->conns; c; c = c->next)
-    if (strcmp(c->endpoint, endpoint) == 0) {
+    if (strcmp(c->endpoint, endpoint) == 0 && memcmp(&c->curve, &keys, sizeof keys) == 0) {
       c->refs++;
       *out = c;
       return 0;
@@ -121,6 +126,7 @@ int lh_envs_hub_conn(lh_env_hub *h, const char *endpoint, lh_envs_conn **out, lh
   lh_envs_conn *c = calloc(1, sizeof *c);
   if (!c) return lh_errbuf_set(err, LH_ENOMEM, "env hub: out of memory");
   snprintf(c->endpoint, sizeof c->endpoint, "%s", endpoint);
+  c->curve = keys;
   c->hub = h;
   c->refs = 1;
   c->generation = 1;
@@ -192,7 +198,8 @@ static int connect_socket(lh_envs_conn *c, lh_errbuf *err) {
   if (c->sock) return 0;
   /* Answers carry observations, images included: up to the wire's
    * message limit a frame. */
-  lh_zsock_opts so = {.linger_ms = LINGER_MS, .max_message_bytes = LH_WIRE_DEFAULT_MAX_MESSAGE_BYTES};
+  lh_zsock_opts so = {.linger_ms = LINGER_MS, .max_message_bytes = LH_WIRE_DEFAULT_MAX_MESSAGE_BYTES,
+                      .curve = &c->curve};
   c->sock = lh_zsock_open(c->hub->zctx, ZMQ_DEALER, &so, "env server DEALER", err);
   if (!c->sock) return err ? err->code : LH_EZMQ;
   if (zmq_connect(c->sock, c->endpoint) != 0) {

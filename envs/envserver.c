@@ -227,24 +227,42 @@ static void answer(sessions *ss, const zmq_msg_t *in, uint64_t msg_id, uint8_t *
 }
 
 int lh_envserver_serve(const char *endpoint, uint32_t max_sessions, lh_errbuf *err) {
+  return lh_envserver_serve_curve(endpoint, max_sessions, NULL, NULL, err);
+}
+
+int lh_envserver_serve_curve(const char *endpoint, uint32_t max_sessions, const char *secret_key_file,
+                             const char *allowed_keys, lh_errbuf *err) {
   if (!endpoint || !*endpoint) return lh_errbuf_set(err, LH_EINVAL, "env server: no endpoint to bind");
+  int has_secret = secret_key_file && *secret_key_file, has_allowed = allowed_keys && *allowed_keys;
+  if (has_secret != has_allowed)
+    return lh_errbuf_set(err, LH_EINVAL, "env server: a CURVE secret key and allowed keys go together");
+  lh_zsock_curve curve;
+  memset(&curve, 0, sizeof curve);
+  if (has_secret) LH_TRY(lh_zsock_key_read(secret_key_file, 1, curve.secret, err));
   void *zctx = zmq_ctx_new();
   if (!zctx) return lh_errbuf_set(err, LH_EZMQ, "env server: zmq_ctx_new failed");
+  lh_zsock_zap *zap = NULL;
+  if (has_secret && lh_zsock_zap_start(zctx, allowed_keys, &zap, err) < 0) {
+    zmq_ctx_term(zctx);
+    return err ? err->code : LH_ECONFIG;
+  }
   /* A ROUTER, not a REP: a REP reads a message's frames from one peer at
    * a time, so a peer that broke off inside one (transport garbage does
    * that) could leave it waiting for the rest; a ROUTER goes on reading
    * the others. Each message is [peer][empty delimiter][requests...]. */
-  lh_zsock_opts so = {.max_message_bytes = SERVER_MAX_REQUEST_BYTES};
+  lh_zsock_opts so = {.max_message_bytes = SERVER_MAX_REQUEST_BYTES, .curve = &curve};
   void *sock = lh_zsock_open(zctx, ZMQ_ROUTER, &so, "env server ROUTER", err);
-  int brc = sock ? lh_zsock_bind(sock, endpoint, NULL, NULL, 0, "env server ROUTER", err) : LH_EZMQ;
+  int brc = sock ? lh_zsock_bind(sock, endpoint, &curve, NULL, 0, "env server ROUTER", err) : LH_EZMQ;
+  memset(&curve, 0, sizeof curve);
   if (brc < 0) {
     int rc = err ? err->code : brc;
     if (sock) zmq_close(sock);
+    lh_zsock_zap_stop(zap);
     zmq_ctx_term(zctx);
     return rc;
   }
-  LH_INFO("envs", "env server listening endpoint=%s max_sessions=%u", endpoint,
-          max_sessions ? max_sessions : LH_ENVSERVER_DEFAULT_SESSIONS);
+  LH_INFO("envs", "env server listening endpoint=%s max_sessions=%u curve=%s", endpoint,
+          max_sessions ? max_sessions : LH_ENVSERVER_DEFAULT_SESSIONS, has_secret ? "on" : "off");
   sessions ss = {0};
   ss.max = max_sessions ? max_sessions : LH_ENVSERVER_DEFAULT_SESSIONS;
   lh_zsock_meter bad = {.component = "envs"};
@@ -320,6 +338,7 @@ int lh_envserver_serve(const char *endpoint, uint32_t max_sessions, lh_errbuf *e
   for (size_t i = 0; i < ss.n; i++) lh_env_free(ss.s[i].env);
   free(ss.s);
   zmq_close(sock);
+  lh_zsock_zap_stop(zap);
   zmq_ctx_term(zctx);
   return rc;
 }

@@ -168,16 +168,28 @@ int lh_envs_server_create(lh_env_hub *hub, const lh_env_option *opts, size_t cou
   if (!rc && !s->opts) rc = lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
   for (size_t i = 0; !rc && i < count; i++) {
     const char *k = opts[i].key ? opts[i].key : "";
-    if (!strcmp(k, "server") || !strcmp(k, "env") || !strcmp(k, "timeout_ms")) continue;
+    if (!strcmp(k, "server") || !strcmp(k, "env") || !strcmp(k, "timeout_ms") || !strncmp(k, "curve_", 6)) continue;
     s->opts[s->opt_count].key = strdup(k);
     s->opts[s->opt_count].value = strdup(opts[i].value ? opts[i].value : "");
     if (!s->opts[s->opt_count].key || !s->opts[s->opt_count].value)
       rc = lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
     s->opt_count++;
   }
+  /* CURVE: this client's secret key and the server's public key, both or
+   * neither; they stay here, never sent to the server. */
+  lh_zsock_curve curve;
+  memset(&curve, 0, sizeof curve);
+  const char *secret = lh_env_opt(opts, count, "curve_secret_key_file"),
+             *server_key = lh_env_opt(opts, count, "curve_server_key_file");
+  if (!rc && (secret || server_key) && (!secret || !server_key || !*secret || !*server_key))
+    rc = lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "env server: options curve_secret_key_file and "
+                       "curve_server_key_file go together");
+  if (!rc && secret) rc = lh_zsock_key_read(secret, 1, curve.secret, err);
+  if (!rc && server_key) rc = lh_zsock_key_read(server_key, 0, curve.server_key, err);
   lh_env_hub *own = NULL;
   if (!rc && !hub) rc = lh_env_hub_new(NULL, &own, err);
-  if (!rc) rc = lh_envs_hub_conn(hub ? hub : own, endpoint, &s->conn, err);
+  if (!rc) rc = lh_envs_hub_conn(hub ? hub : own, endpoint, &curve, &s->conn, err);
+  memset(&curve, 0, sizeof curve);
   lh_env_hub_free(own);  /* the connection holds it now */
   if (!rc) rc = open_session(s, err);
   if (rc < 0) {

@@ -2,6 +2,7 @@
 #ifndef LH_ENVS_INTERNAL_H
 #define LH_ENVS_INTERNAL_H
 
+#include "common/zsock.h"
 #include "envs/env.h"
 
 extern const lh_env_vtable lh_envs_calc_vtable;
@@ -17,7 +18,10 @@ int lh_envs_server_create(lh_env_hub *hub, const lh_env_option *opts, size_t cou
 /* Connections of a hub, one per endpoint, shared by reference. */
 #include "proto/wire.h"
 typedef struct lh_envs_conn lh_envs_conn;
-int lh_envs_hub_conn(lh_env_hub *hub, const char *endpoint, lh_envs_conn **out, lh_errbuf *err);
+/* curve: NULL (plain) or this client's keys and the server's public key;
+ * a connection is shared only by environments with the same keys. */
+int lh_envs_hub_conn(lh_env_hub *hub, const char *endpoint, const lh_zsock_curve *curve, lh_envs_conn **out,
+                     lh_errbuf *err);
 void lh_envs_conn_release(lh_envs_conn *c);  /* accepts NULL */
 const char *lh_envs_conn_endpoint(const lh_envs_conn *c);
 uint64_t lh_envs_conn_generation(const lh_envs_conn *c);

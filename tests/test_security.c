@@ -395,6 +395,60 @@ START_TEST(test_zsock_pieces) {
 }
 END_TEST
 
+/* An env server with CURVE (`envs serve --curve-secret-key-file
+ * --curve-allowed-keys`): an allowed client plays, one with another key
+ * and a plain one get no answer (a timeout), and the server logs the
+ * refusal. */
+static int env_reset_with(const char *ep, const char *key, const char *server_pub) {
+  lh_env_option o[5] = {{"server", ep}, {"timeout_ms", "1000"}};
+  size_t n = 2;
+  if (key) o[n++] = (lh_env_option){"curve_secret_key_file", key};
+  if (server_pub) o[n++] = (lh_env_option){"curve_server_key_file", server_pub};
+  lh_env *env = NULL;
+  lh_errbuf e;
+  int rc = lh_env_open("calc", o, n, &env, &e);
+  if (rc == 0) {
+    lh_env_obs obs;
+    rc = lh_env_reset(env, 3, &obs, &e);
+  }
+  if (rc) printf("env server curve: %s\n", e.msg);
+  lh_env_free(env);
+  return rc;
+}
+
+START_TEST(test_env_server_curve) {
+  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  gen_key("envs");
+  gen_key("ok");
+  gen_key("bad");
+  char ep[128], log[128], key[128], allowed[128], ok[128], bad[128], pub[128];
+  snprintf(ep, sizeof ep, "ipc://%s/env", dir);
+  path_of(log, sizeof log, "env.log");
+  path_of(key, sizeof key, "keys/envs.key");
+  path_of(pub, sizeof pub, "keys/envs.pub");
+  path_of(allowed, sizeof allowed, "keys/ok.pub");
+  path_of(ok, sizeof ok, "keys/ok.key");
+  path_of(bad, sizeof bad, "keys/bad.key");
+  const char *args[] = {"envs", "serve", "--bind", ep, "--curve-secret-key-file", key, "--curve-allowed-keys",
+                        allowed, NULL};
+  pid_t p = sec_spawn(log, args);
+  ck_assert_msg(sec_wait_log(log, "curve=on", 30), "the env server did not start (see %s)", log);
+  int allowed_rc = env_reset_with(ep, ok, pub), refused_rc = env_reset_with(ep, bad, pub),
+      plain_rc = env_reset_with(ep, NULL, NULL), half_rc = env_reset_with(ep, ok, NULL);
+  kill(p, SIGTERM);
+  int rc = sec_wait(p, 10);
+  printf("env server curve: allowed=%d refused=%d plain=%d half=%d server exit=%d\n", allowed_rc, refused_rc,
+         plain_rc, half_rc, rc);
+  ck_assert_int_eq(allowed_rc, 0);
+  ck_assert_int_eq(refused_rc, LH_EENVS_SERVER_TIMEOUT);
+  ck_assert_int_eq(plain_rc, LH_EENVS_SERVER_TIMEOUT);
+  ck_assert_int_eq(half_rc, LH_EENVS_BAD_OPTION);
+  ck_assert_int_ge(rc, 0);
+  ck_assert(sec_log_has(log, "zap: peer refused"));
+  sec_rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("security");
   TCase *t = tcase_create("curve");
@@ -406,6 +460,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_curve_config_halves);
   tcase_add_test(t, test_plugin_paths);
   tcase_add_test(t, test_sql_parameters);
+  tcase_add_test(t, test_env_server_curve);
   suite_add_tcase(s, t);
   return s;
 }
