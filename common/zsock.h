@@ -42,8 +42,8 @@ typedef struct {
   /* 0: LH_ZSOCK_LINGER_MS; 1..LH_ZSOCK_LINGER_MS as given (larger values
    * are bounded to it); LH_ZSOCK_LINGER_NONE: 0. */
   int linger_ms;
-  /* ZMQ_MAXMSGSIZE of a receiving socket: the largest frame accepted;
-   * 0 for a socket that only sends (PUB). */
+  /* ZMQ_MAXMSGSIZE: the largest frame accepted (a larger one cuts its
+   * sender off); 0 leaves libzmq's default (no limit). */
   int64_t max_message_bytes;
   const lh_zsock_curve *curve;  /* NULL or secret "": plain */
 } lh_zsock_opts;

@@ -35,10 +35,11 @@ struct lh_learner_publisher {
   lh_zsock_meter bad;  /* bad requests: counted, logged once per interval */
 };
 
-/* The PUB only sends; the ROUTER takes requests, which are small. */
+/* The ROUTER takes requests and the PUB its subscribers' subscriptions:
+ * both small, so 1 MiB bounds a frame. */
 static void *bind_socket(void *ctx, int type, const char *ep, const lh_zsock_curve *curve, char *bound,
                          lh_errbuf *err) {
-  lh_zsock_opts so = {.linger_ms = PUBLISH_LINGER_MS, .max_message_bytes = type == ZMQ_ROUTER ? 1 << 20 : 0,
+  lh_zsock_opts so = {.linger_ms = PUBLISH_LINGER_MS, .max_message_bytes = 1 << 20,
                       .curve = curve};
   const char *what = type == ZMQ_PUB ? "weights PUB" : "weights ROUTER";
   lh_errbuf se;
