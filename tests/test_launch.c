@@ -3,7 +3,8 @@
  * checkpoint, a store that passes integrity_check and every message the
  * actors saw acked in the store; an actor killed with SIGKILL is restarted
  * (the restart counted), its open episodes end as aborted after
- * abort_after_ms, and no aborted episode is trained on; a bad [fleet] key
+ * abort_after_ms, and no aborted episode is trained on; the learner
+ * SIGKILLed comes back with --resume and loses no acked message; a bad [fleet] key
  * stops the launch before anything starts. With the argument "mpi": two
  * learner ranks (one mpirun job) with an actor each, stopped in order
  * after three steps; exit 77 (skipped) without mpirun. */
@@ -50,6 +51,40 @@ static int64_t sqlf(const lfx_fleet *f, const char *fmt, const char *arg) {
   return lfx_sql_int(f, sql);
 }
 
+/* Every message actor-<i> saw acked (its log's acked=, summed over its
+ * runs) is in the store: its segments plus its EpisodeEnds; and every
+ * episode it ended is whole. Needs each run to have ended with unacked=0. */
+static void acked_all_stored(const lfx_fleet *f, int i, const char *tag) {
+  char name[32], log[64], prefix[64];
+  snprintf(name, sizeof name, "actor-%d", i);
+  snprintf(log, sizeof log, "logs/%s.log", name);
+  snprintf(prefix, sizeof prefix, "actor %s:", name);
+  char *text = lfx_read(f, log);
+  int lines = 0, acked_lines = 0;
+  uint64_t episodes = lfx_sum_key(text, prefix, "episodes", &lines);
+  ck_assert_int_ge(lines, 1);
+  ck_assert_uint_eq(lfx_sum_key(text, prefix, "unacked", NULL), 0);
+  uint64_t acked = lfx_sum_key(text, "info actor: stopped", "acked", &acked_lines);
+  ck_assert_int_eq(acked_lines, lines);
+  int64_t ended = sqlf(f, "SELECT count(*) FROM episodes WHERE actor = '%s' AND segment_count IS NOT NULL", name);
+  int64_t segments = sqlf(f,
+                          "SELECT count(*) FROM segments s JOIN episodes e ON e.id = s.episode"
+                          " WHERE e.actor = '%s'",
+                          name);
+  int64_t whole = sqlf(f,
+                       "SELECT count(*) FROM episodes WHERE actor = '%s' AND segment_count IS NOT NULL"
+                       " AND segments_received = segment_count",
+                       name);
+  printf("launch %s: %s runs=%d episodes=%llu acked=%llu stored: ended=%lld segments=%lld whole=%lld\n", tag, name,
+         lines, (unsigned long long)episodes, (unsigned long long)acked, (long long)ended, (long long)segments,
+         (long long)whole);
+  ck_assert_int_gt(episodes, 0);
+  ck_assert_int_eq(ended, (int64_t)episodes);
+  ck_assert_int_eq(whole, ended);
+  ck_assert_int_eq(segments + ended, (int64_t)acked);
+  free(text);
+}
+
 START_TEST(test_sigterm_clean) {
   lfx_fleet f;
   calc_fleet(&f, "term", NULL, 0);
@@ -75,36 +110,7 @@ START_TEST(test_sigterm_clean) {
   ck_assert_str_eq(ok, "ok");
   ck_assert_int_eq(lfx_sql_int(&f, "SELECT count(*) FROM episodes WHERE status = 'running'"), 0);
   ck_assert_int_ge(lfx_sql_int(&f, "SELECT count(*) FROM train_steps WHERE busy_frac > 0 AND busy_frac <= 1"), 2);
-  for (int i = 0; i < 2; i++) {
-    char name[32], log[64], prefix[64];
-    snprintf(name, sizeof name, "actor-%d", i);
-    snprintf(log, sizeof log, "logs/%s.log", name);
-    snprintf(prefix, sizeof prefix, "actor %s:", name);
-    char *text = lfx_read(&f, log);
-    int lines = 0;
-    uint64_t episodes = lfx_sum_key(text, prefix, "episodes", &lines);
-    ck_assert_int_eq(lines, 1);
-    ck_assert_uint_eq(lfx_sum_key(text, prefix, "unacked", NULL), 0);
-    uint64_t acked = lfx_sum_key(text, "info actor: stopped", "acked", &lines);
-    ck_assert_int_eq(lines, 1);
-    int64_t ended = sqlf(&f, "SELECT count(*) FROM episodes WHERE actor = '%s' AND segment_count IS NOT NULL", name);
-    int64_t segments = sqlf(&f,
-                            "SELECT count(*) FROM segments s JOIN episodes e ON e.id = s.episode"
-                            " WHERE e.actor = '%s'",
-                            name);
-    int64_t whole = sqlf(&f,
-                         "SELECT count(*) FROM episodes WHERE actor = '%s' AND segment_count IS NOT NULL"
-                         " AND segments_received = segment_count",
-                         name);
-    printf("launch sigterm: %s episodes=%llu acked=%llu stored: ended=%lld segments=%lld whole=%lld\n", name,
-           (unsigned long long)episodes, (unsigned long long)acked, (long long)ended, (long long)segments,
-           (long long)whole);
-    ck_assert_int_gt(episodes, 0);
-    ck_assert_int_eq(ended, (int64_t)episodes);
-    ck_assert_int_eq(whole, ended);
-    ck_assert_int_eq(segments + ended, (int64_t)acked);
-    free(text);
-  }
+  for (int i = 0; i < 2; i++) acked_all_stored(&f, i, "sigterm");
   free(llog);
   free(out);
   lfx_cleanup(&f);
@@ -164,6 +170,45 @@ START_TEST(test_actor_killed) {
   ck_assert_int_ge(swept, 1);
   ck_assert_int_eq(swept_ended, 0);
   ck_assert_int_le(trained, trainable);
+  char ok[64];
+  lfx_sql_text(&f, "PRAGMA integrity_check", ok, sizeof ok);
+  ck_assert_str_eq(ok, "ok");
+  free(out);
+  lfx_cleanup(&f);
+}
+END_TEST
+
+/* The learner SIGKILLed under the launcher: restarted with --resume, it
+ * goes on from its checkpoint, the actors resend what was not acked, and at
+ * the end every acked message is in the store. */
+START_TEST(test_learner_killed) {
+  lfx_fleet f;
+  calc_fleet(&f, "lkill", NULL, 0);
+  lfx_start(&f);
+  ck_assert_msg(lfx_wait_sql(&f, "SELECT count(*) FROM train_steps", 3, 120), "no 3 train steps (see %s)", f.dir);
+  char *pid_text = lfx_read(&f, "logs/learner.pid");
+  pid_t pid = (pid_t)atoi(pid_text);
+  free(pid_text);
+  ck_assert_int_gt(pid, 1);
+  int64_t before = lfx_sql_int(&f, "SELECT max(step) FROM train_steps");
+  ck_assert_int_eq(kill(pid, SIGKILL), 0);
+  ck_assert_msg(file_has(&f, "launch.out", "died name=learner signal=Killed restarts=1", 60) &&
+                    file_has(&f, "logs/learner.log", "info learner: resumed", 60),
+                "the learner did not come back (see %s)", f.dir);
+  char *llog = lfx_read(&f, "logs/learner.log");
+  ck_assert_ptr_nonnull(strstr(llog, " learner --config "));
+  ck_assert_ptr_nonnull(strstr(llog, "attempt=2"));
+  ck_assert_ptr_nonnull(strstr(strstr(llog, "attempt=2"), "--resume"));
+  free(llog);
+  char want[128];
+  snprintf(want, sizeof want, "SELECT count(*) FROM train_steps WHERE step > %lld", (long long)before);
+  ck_assert_msg(lfx_wait_sql(&f, want, 2, 120), "no new steps after the restart (see %s)", f.dir);
+  kill(f.launcher, SIGTERM);
+  int rc = lfx_wait(&f, 120);
+  char *out = lfx_read(&f, "launch.out");
+  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, out);
+  ck_assert_ptr_nonnull(strstr(out, "learner=1 actor-0=0 actor-1=0"));
+  for (int i = 0; i < 2; i++) acked_all_stored(&f, i, "learner-kill");
   char ok[64];
   lfx_sql_text(&f, "PRAGMA integrity_check", ok, sizeof ok);
   ck_assert_str_eq(ok, "ok");
@@ -251,6 +296,7 @@ static Suite *launch_suite(int mpi) {
     tcase_add_test(tc, test_bad_config);
     tcase_add_test(tc, test_sigterm_clean);
     tcase_add_test(tc, test_actor_killed);
+    tcase_add_test(tc, test_learner_killed);
   }
   suite_add_tcase(s, tc);
   return s;
