@@ -158,6 +158,33 @@ int lh_learner_batcher_take(lh_learner_batcher *b, lh_learner_batch_item *out, s
   return 1;
 }
 
+long lh_learner_batcher_drop_stale(lh_learner_batcher *b, uint64_t min_version,
+                                   int (*on_drop)(void *ctx, const lh_learner_batch_item *item), void *ctx) {
+  if (!b) return 0;
+  long dropped = 0;
+  for (size_t i = 0; i < b->n_groups;) {
+    group *g = &b->groups[i];
+    int stale = g->completed != 0;
+    for (size_t j = 0; stale && j < g->n; j++)
+      if (g->items[j].admitted && g->items[j].oldest_version >= min_version) stale = 0;
+    if (!stale) {
+      i++;
+      continue;
+    }
+    for (size_t j = 0; j < g->n; j++) {
+      if (!g->items[j].admitted) continue;
+      if (on_drop) {
+        int rc = on_drop(ctx, &g->items[j]);
+        if (rc < 0) return rc;
+      }
+      dropped++;
+    }
+    b->ready -= g->admitted;
+    remove_group(b, i);
+  }
+  return dropped;
+}
+
 size_t lh_learner_batcher_ready(const lh_learner_batcher *b) { return b ? b->ready : 0; }
 size_t lh_learner_batcher_pending_groups(const lh_learner_batcher *b) { return b ? b->pending : 0; }
 uint64_t lh_learner_batcher_closed_early(const lh_learner_batcher *b) { return b ? b->closed_early : 0; }

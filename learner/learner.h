@@ -328,6 +328,7 @@ typedef struct {
   uint64_t group_id;
   float reward;
   int admitted;  /* 1: goes into the batch; 0: dropped, counts toward its group */
+  uint64_t oldest_version;  /* over its sampled tokens (lh_learner_batcher_drop_stale) */
 } lh_learner_batch_item;
 
 typedef struct lh_learner_batcher lh_learner_batcher;
@@ -343,6 +344,14 @@ int lh_learner_batcher_add(lh_learner_batcher *b, const lh_learner_batch_item *i
  * sets *n and returns 1. Returns 0 when no batch is ready. */
 int lh_learner_batcher_take(lh_learner_batcher *b, lh_learner_batch_item *out, size_t cap, size_t *n,
                             lh_errbuf *err);
+/* Removes every complete group whose admitted episodes all have
+ * oldest_version below min_version: when actors outpace the learner, the
+ * groups waiting longest have gone stale, and a batch of them would be
+ * thrown away at training time. on_drop (may be NULL) sees each admitted
+ * episode removed; returns how many were (a negative code from on_drop
+ * stops it). Groups with a fresh member stay whole. */
+long lh_learner_batcher_drop_stale(lh_learner_batcher *b, uint64_t min_version,
+                                   int (*on_drop)(void *ctx, const lh_learner_batch_item *item), void *ctx);
 /* Admitted episodes in complete groups waiting for a batch; groups still
  * incomplete; groups closed early; groups discarded with no admitted member. */
 size_t lh_learner_batcher_ready(const lh_learner_batcher *b);

@@ -176,7 +176,8 @@ static int on_ready(void *ctx, const lh_episode_row *row) {
   lh_learner_admission a = lh_learner_admission_check(t->version, oldest, row_outcome(row),
                                                       t->cfg.max_policy_lag, &t->admission);
   lh_learner_batch_item it = {.episode_id = row->id, .group_id = row->group_id,
-                              .reward = (float)row->reward, .admitted = a == LH_LEARNER_ADMIT};
+                              .reward = (float)row->reward, .admitted = a == LH_LEARNER_ADMIT,
+                              .oldest_version = oldest};
   int rc = lh_learner_batcher_add(t->batcher, &it, c->err);
   if (rc == LH_ELEARNER_BATCH_GROUP_FULL) {
     /* A group_size mismatch with the actors: train what fits, say so. */
@@ -465,6 +466,16 @@ static int reduce_step(lh_learner_trainer *t, step_acc *acc, lh_errbuf *err) {
   return 0;
 }
 
+/* A waiting episode gone stale (lh_learner_batcher_drop_stale): done with,
+ * and counted as dropped for staleness. */
+static int on_stale(void *ctx, const lh_learner_batch_item *item) {
+  lh_learner_trainer *t = ctx;
+  if (set_add(&t->done, item->episode_id)) return LH_ENOMEM;
+  t->admission.dropped_stale++;
+  if (t->admission.admitted) t->admission.admitted--;
+  return 0;
+}
+
 /* One batch, if one is ready (*took = 1); *stepped = 1 when it trained. */
 static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_train_stats *stats,
                      lh_errbuf *err) {
@@ -474,6 +485,14 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
    * (the same test as lh_learner_batcher_take's), so no rank trains alone
    * and every rank makes the same number of steps. */
   int multi = lh_learner_comm_size(t->comm) > 1;
+  /* Groups that went stale while waiting (actors faster than the learner)
+   * leave first, so the batch is made of the freshest groups instead. */
+  uint64_t min_version = t->version > t->cfg.max_policy_lag ? t->version - t->cfg.max_policy_lag : 0;
+  long stale = lh_learner_batcher_drop_stale(t->batcher, min_version, on_stale, t);
+  if (stale < 0) return lh_errbuf_set(err, (int)stale, "train: out of memory");
+  if (stale)
+    LH_DEBUG("train", "dropped %ld waiting episodes gone stale at version %llu", stale,
+             (unsigned long long)t->version);
   if (multi) {
     double all_ready = lh_learner_batcher_ready(t->batcher) >= t->cfg.batch_episodes;
     LH_TRY(lh_learner_comm_allreduce_f64(t->comm, &all_ready, 1, LH_LEARNER_COMM_MIN, err));

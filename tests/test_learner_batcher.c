@@ -118,6 +118,47 @@ START_TEST(test_batcher_errors) {
 }
 END_TEST
 
+static void add_v(lh_learner_batcher *b, uint64_t ep, uint64_t group, int admitted, uint64_t version) {
+  lh_learner_batch_item it = {.episode_id = ep, .group_id = group, .admitted = admitted, .oldest_version = version};
+  lh_errbuf e;
+  ck_assert_msg(lh_learner_batcher_add(b, &it, &e) == 0, "%s", e.msg);
+}
+
+static int count_drop(void *ctx, const lh_learner_batch_item *item) {
+  uint64_t *sum = ctx;
+  *sum += item->episode_id;
+  return 0;
+}
+
+/* Complete groups whose admitted members are all older than min_version
+ * leave (each admitted one seen by the callback); a group with one fresh
+ * member, an incomplete group and the counts stay right. */
+START_TEST(test_stale_groups_dropped) {
+  lh_learner_batcher *b = lh_learner_batcher_new(4, 2, 100, NULL);
+  add_v(b, 1, 10, 1, 3), add_v(b, 2, 10, 1, 4);  /* stale below 5 */
+  add_v(b, 3, 20, 1, 4), add_v(b, 4, 20, 1, 6);  /* one fresh member */
+  add_v(b, 5, 30, 0, 9), add_v(b, 6, 30, 1, 2);  /* the admitted one stale */
+  add_v(b, 7, 40, 1, 1);                         /* incomplete: waits */
+  ck_assert_uint_eq(lh_learner_batcher_ready(b), 5);
+  uint64_t sum = 0;
+  ck_assert_int_eq(lh_learner_batcher_drop_stale(b, 5, count_drop, &sum), 3);
+  ck_assert_uint_eq(sum, 1 + 2 + 6);
+  ck_assert_uint_eq(lh_learner_batcher_ready(b), 2);
+  ck_assert_uint_eq(lh_learner_batcher_pending_groups(b), 1);
+  ck_assert_int_eq(lh_learner_batcher_drop_stale(b, 5, NULL, NULL), 0);
+  add_v(b, 8, 40, 1, 7);
+  add_v(b, 9, 50, 1, 8), add_v(b, 10, 50, 1, 8);
+  lh_learner_batch_item out[8];
+  size_t n;
+  ck_assert_int_eq(lh_learner_batcher_take(b, out, 8, &n, NULL), 1);
+  ck_assert_uint_eq(n, 4);  /* groups 20 and 40, in completion order */
+  ck_assert_uint_eq(out[0].episode_id, 3);
+  ck_assert_uint_eq(out[2].episode_id, 7);
+  ck_assert_int_eq(lh_learner_batcher_drop_stale(NULL, 5, NULL, NULL), 0);
+  lh_learner_batcher_free(b);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_batcher");
   TCase *tc = tcase_create("core");
@@ -125,6 +166,7 @@ int main(void) {
   tcase_add_test(tc, test_dropped_episodes_count_toward_their_group);
   tcase_add_test(tc, test_oldest_incomplete_group_closed_early);
   tcase_add_test(tc, test_batcher_errors);
+  tcase_add_test(tc, test_stale_groups_dropped);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
