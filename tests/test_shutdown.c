@@ -1,7 +1,7 @@
 /* Shutdown never hangs (issue 8, part 5): a process asked to stop
  * (SIGTERM) exits within 10 s even when its peers are gone. An actor
  * whose learner was SIGKILLed waits at most [actor] flush_timeout_ms
- * (5000, the default) for acks, then exits; a learner whose actor was
+ * (2000 here) for acks, then exits (its sockets linger 1 s at most); a learner whose actor was
  * SIGKILLed exits at once; an actor whose env server was SIGKILLed mid
  * episode exits as the first. Every socket's ZMQ_LINGER is bounded
  * (common/zsock.h, 1000 ms), so closing them cannot wait on a dead peer.
@@ -32,7 +32,7 @@ static void write_config(const char *env_server) {
            "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
            "db = %s/replay.db\nckpt_dir = %s/ckpt\n"
            "[actor]\nlearner_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\n"
-           "weights_endpoint = ipc://%s/w\nmax_context = 200\ngroup_size = 4\nbatch = 4\n"
+           "weights_endpoint = ipc://%s/w\nmax_context = 200\ngroup_size = 4\nbatch = 4\nflush_timeout_ms = 2000\n"
            "[env]\nname = calc\n%s%s%s",
            dir, dir, dir, dir, dir, dir, dir, dir, env_server ? "server = " : "", env_server ? env_server : "",
            env_server ? "\n" : "");
