@@ -51,12 +51,21 @@ int lh_store_put_heartbeat(lh_store *s, const char *actor, const Longhaul__Heart
 int lh_store_latest_heartbeats(lh_store *s, lh_store_heartbeat_fn fn, void *ctx, lh_errbuf *err) {
   if (!s || !fn) return lh_errbuf_set(err, LH_EINVAL, "lh_store_latest_heartbeats: store or fn is NULL");
   sqlite3_stmt *st;
-  /* SQLite's bare-column rule: with max(time_ms) the other columns come
-   * from the row holding the maximum. */
+  /* The table grows by a row per actor per heartbeat_ms, and a status
+   * screen asks every second: walk the distinct actors through the key
+   * (one index seek each, a skip scan) and take each one's newest row
+   * through the key again, rather than grouping every row. */
   LH_TRY(lh_store_prepare(s,
-                          "SELECT actor, max(time_ms), role, policy_version, episodes_per_s,"
-                          " tokens_per_s, outbox_depth, open_episodes, episodes_done, policy_lag"
-                          " FROM actor_heartbeats GROUP BY actor ORDER BY actor",
+                          "WITH RECURSIVE a(actor) AS ("
+                          "  SELECT min(actor) FROM actor_heartbeats"
+                          "  UNION ALL"
+                          "  SELECT (SELECT min(actor) FROM actor_heartbeats h WHERE h.actor > a.actor)"
+                          "  FROM a WHERE a.actor IS NOT NULL)"
+                          " SELECT h.actor, h.time_ms, h.role, h.policy_version, h.episodes_per_s,"
+                          " h.tokens_per_s, h.outbox_depth, h.open_episodes, h.episodes_done, h.policy_lag"
+                          " FROM a JOIN actor_heartbeats h ON h.actor = a.actor AND h.time_ms ="
+                          "  (SELECT max(time_ms) FROM actor_heartbeats m WHERE m.actor = a.actor)"
+                          " ORDER BY h.actor",
                           &st, err));
   int rc;
   lh_store_heartbeat h;
