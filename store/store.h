@@ -34,7 +34,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 3
+#define LH_STORE_SCHEMA_VERSION 4
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
@@ -45,6 +45,8 @@
 #define LH_STORE_NAME_BYTES 257
 #define LH_STORE_ERROR_BYTES 512
 #define LH_STORE_MAX_LAYERS 256
+/* The most experts per layer a train step's expert rows may have. */
+#define LH_STORE_MAX_EXPERTS 4096
 #define LH_STORE_MAX_GAPS 64   /* missing seq numbers listed in a report */
 
 typedef struct lh_store lh_store;
@@ -175,8 +177,15 @@ typedef struct {
   int64_t time_ms;         /* wall clock at its end; 0 means now */
   double busy_frac;        /* time in training steps / wall time since the previous row;
                               NAN (stored as NULL) when unknown */
+  /* Expert load (schema 4, table train_step_experts): per layer, the share
+   * of the step's routed (token, slot) assignments each expert got (summing
+   * to 1 over a layer's experts). layers * experts values. */
+  uint32_t experts;        /* 0: no expert rows */
+  const double *expert_load; /* layers*experts, row-major by layer; NULL: none */
 } lh_store_train_step;
-/* Non-finite loss and metrics are stored as NULL. */
+/* Non-finite loss and metrics are stored as NULL. With experts > 0 and
+ * expert_load set, the layers * experts loads go to train_step_experts in
+ * the same transaction (a non-finite or negative load is LH_EINVAL). */
 int lh_store_put_train_step(lh_store *s, const lh_store_train_step *t, int *inserted,
                             lh_errbuf *err);
 
@@ -302,7 +311,11 @@ int lh_store_episode_rewards(lh_store *s, uint64_t id, lh_reward_term *terms, si
 
 typedef int (*lh_store_train_step_fn)(void *ctx, const lh_store_train_step *t);
 /* Visits train steps with step >= from_step in step order, at most limit
- * (0: all). Metrics stored as NULL read back as NAN. */
+ * (0: all). Metrics stored as NULL read back as NAN. A step with
+ * train_step_experts rows comes with experts (its highest expert + 1) and
+ * expert_load (layers * experts, NAN where a row is missing), which point
+ * into the visitor's buffer: valid during the call only. Steps without
+ * rows (older runs) have experts 0 and expert_load NULL. */
 int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
                          lh_store_train_step_fn fn, void *ctx, lh_errbuf *err);
 

@@ -129,11 +129,23 @@ static const char schema_v3[] =
     "CREATE INDEX actor_heartbeats_time ON actor_heartbeats(time_ms);"
     "ALTER TABLE train_steps ADD COLUMN busy_frac REAL;";
 
+/* Version 4: the load of every expert per layer and train step, the
+ * share of the step's routed (token, slot) assignments it got (summing to
+ * 1 over a layer's experts), for the report's expert-load heat maps. */
+static const char schema_v4[] =
+    "CREATE TABLE train_step_experts("
+    "  step INTEGER NOT NULL,"
+    "  layer INTEGER NOT NULL,"
+    "  expert INTEGER NOT NULL,"
+    "  load REAL NOT NULL,"
+    "  PRIMARY KEY (step, layer, expert));";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of DESIGN 7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
     {2, "payloads_dropped/dropped_ms, train_step_layers, episode query indexes", schema_v2},
     {3, "actor_heartbeats, train_steps.busy_frac", schema_v3},
+    {4, "train_step_experts", schema_v4},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

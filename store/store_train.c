@@ -1,4 +1,5 @@
-/* store: the learner's per-step metrics (train_steps, train_step_layers). */
+/* store: the learner's per-step metrics (train_steps, train_step_layers,
+ * train_step_experts). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,21 @@ static int insert_step(lh_store *s, const lh_store_train_step *t, const char *js
     sqlite3_reset(st);
   }
   sqlite3_finalize(st);
+  if (rc < 0 || !t->experts || !t->expert_load) return rc < 0 ? rc : 0;
+  LH_TRY(lh_store_prepare(s,
+                          "INSERT OR IGNORE INTO train_step_experts(step, layer, expert, load)"
+                          " VALUES (?1, ?2, ?3, ?4)",
+                          &st, err));
+  for (uint32_t l = 0; l < t->layers && rc >= 0; l++)
+    for (uint32_t x = 0; x < t->experts && rc >= 0; x++) {
+      lh_store_bind_u64(st, 1, t->step);
+      sqlite3_bind_int64(st, 2, l);
+      sqlite3_bind_int64(st, 3, x);
+      sqlite3_bind_double(st, 4, t->expert_load[(size_t)l * t->experts + x]);
+      rc = lh_store_step(s, st, "inserting an expert's load", err);
+      sqlite3_reset(st);
+    }
+  sqlite3_finalize(st);
   return rc < 0 ? rc : 0;
 }
 
@@ -88,6 +104,15 @@ int lh_store_put_train_step(lh_store *s, const lh_store_train_step *t, int *inse
   if (t->layers > LH_STORE_MAX_LAYERS)
     return lh_errbuf_set(err, LH_EINVAL, "train step %llu: %u layers, over the limit of %d",
                          (unsigned long long)t->step, t->layers, LH_STORE_MAX_LAYERS);
+  if (t->experts && t->expert_load) {
+    if (t->experts > LH_STORE_MAX_EXPERTS)
+      return lh_errbuf_set(err, LH_EINVAL, "train step %llu: %u experts, over the limit of %d",
+                           (unsigned long long)t->step, t->experts, LH_STORE_MAX_EXPERTS);
+    for (size_t i = 0; i < (size_t)t->layers * t->experts; i++)
+      if (!isfinite(t->expert_load[i]) || t->expert_load[i] < 0)
+        return lh_errbuf_set(err, LH_EINVAL, "train step %llu: layer %zu expert %zu has load %g (not a share)",
+                             (unsigned long long)t->step, i / t->experts, i % t->experts, t->expert_load[i]);
+  }
   char *json = maxvio_json(t);
   if (!json) return lh_errbuf_set(err, LH_ENOMEM, "no memory for a train step");
   int own;
@@ -122,6 +147,65 @@ static uint32_t parse_maxvio(const char *j, double *out) {
   return n;
 }
 
+/* The expert rows of the steps being visited: a cursor over
+ * train_step_experts in (step, layer, expert) order, read alongside the
+ * train_steps rows, and the current step's loads laid out row-major. */
+typedef struct {
+  sqlite3_stmt *st;
+  int row;          /* 1: st holds a row not yet used */
+  double *load;
+  size_t cap;
+  /* the current step's rows before layout */
+  uint32_t *lx;     /* (layer, expert) pairs */
+  double *lv;
+  size_t n, ncap;
+} expert_cursor;
+
+static int cursor_next(lh_store *s, expert_cursor *c, lh_errbuf *err) {
+  int rc = lh_store_step(s, c->st, "reading expert loads", err);
+  if (rc < 0) return rc;
+  c->row = rc == SQLITE_ROW;
+  return 0;
+}
+
+/* Fills t->experts and t->expert_load from the cursor's rows of t->step,
+ * skipping rows of earlier steps (whose train_steps row is gone). */
+static int read_experts(lh_store *s, expert_cursor *c, lh_store_train_step *t, lh_errbuf *err) {
+  c->n = 0;
+  uint32_t experts = 0;
+  while (c->row) {
+    uint64_t step = lh_store_column_u64(c->st, 0);
+    if (step > t->step) break;
+    sqlite3_int64 layer = sqlite3_column_int64(c->st, 1), expert = sqlite3_column_int64(c->st, 2);
+    if (step == t->step && layer >= 0 && layer < t->layers && expert >= 0 && expert < LH_STORE_MAX_EXPERTS) {
+      if (c->n == c->ncap) {
+        size_t cap = c->ncap ? c->ncap * 2 : 256;
+        uint32_t *lx = realloc(c->lx, cap * 2 * sizeof *lx);
+        if (lx) c->lx = lx;
+        double *lv = lx ? realloc(c->lv, cap * sizeof *lv) : NULL;
+        if (!lv) return lh_errbuf_set(err, LH_ENOMEM, "no memory for expert loads");
+        c->lv = lv, c->ncap = cap;
+      }
+      c->lx[2 * c->n] = (uint32_t)layer, c->lx[2 * c->n + 1] = (uint32_t)expert;
+      c->lv[c->n++] = sqlite3_column_double(c->st, 3);
+      if ((uint32_t)expert + 1 > experts) experts = (uint32_t)expert + 1;
+    }
+    LH_TRY(cursor_next(s, c, err));
+  }
+  if (!experts) return 0;
+  size_t need = (size_t)t->layers * experts;
+  if (need > c->cap) {
+    double *load = realloc(c->load, need * sizeof *load);
+    if (!load) return lh_errbuf_set(err, LH_ENOMEM, "no memory for expert loads");
+    c->load = load, c->cap = need;
+  }
+  for (size_t i = 0; i < need; i++) c->load[i] = NAN;
+  for (size_t i = 0; i < c->n; i++) c->load[(size_t)c->lx[2 * i] * experts + c->lx[2 * i + 1]] = c->lv[i];
+  t->experts = experts;
+  t->expert_load = c->load;
+  return 0;
+}
+
 int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
                          lh_store_train_step_fn fn, void *ctx, lh_errbuf *err) {
   if (!s || !fn) return lh_errbuf_set(err, LH_EINVAL, "lh_store_train_steps: store or fn is NULL");
@@ -134,13 +218,25 @@ int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
                           &st, err));
   lh_store_bind_u64(st, 1, from_step);
   sqlite3_bind_int64(st, 2, limit ? (sqlite3_int64)limit : -1);
+  expert_cursor c = {0};
+  int rc = lh_store_prepare(s,
+                            "SELECT step, layer, expert, load FROM train_step_experts"
+                            " WHERE step >= ?1 ORDER BY step, layer, expert",
+                            &c.st, err);
+  if (rc < 0) {
+    sqlite3_finalize(st);
+    return rc;
+  }
+  lh_store_bind_u64(c.st, 1, from_step);
   lh_store_train_step *t = malloc(sizeof *t);
   if (!t) {
     sqlite3_finalize(st);
+    sqlite3_finalize(c.st);
     return lh_errbuf_set(err, LH_ENOMEM, "no memory for a train step");
   }
-  int rc;
-  while ((rc = lh_store_step(s, st, "reading train steps", err)) == SQLITE_ROW) {
+  c.row = 1;
+  rc = cursor_next(s, &c, err);
+  while (rc >= 0 && (rc = lh_store_step(s, st, "reading train steps", err)) == SQLITE_ROW) {
     memset(t, 0, sizeof *t);
     t->step = lh_store_column_u64(st, 0);
     t->version = lh_store_column_u64(st, 1);
@@ -161,13 +257,20 @@ int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
     t->step_ms = column_metric(st, 16);
     t->time_ms = sqlite3_column_int64(st, 17);
     t->busy_frac = column_metric(st, 18);
-    int r = fn(ctx, t);
+    int r = read_experts(s, &c, t, err);
+    if (r < 0) {
+      rc = r;
+      break;
+    }
+    r = fn(ctx, t);
     if (r != 0) {
       rc = r < 0 ? r : SQLITE_DONE;
       break;
     }
   }
   free(t);
+  free(c.load), free(c.lx), free(c.lv);
   sqlite3_finalize(st);
+  sqlite3_finalize(c.st);
   return rc < 0 ? rc : 0;
 }

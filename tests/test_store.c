@@ -794,6 +794,95 @@ START_TEST(test_payload_mismatch) {
 }
 END_TEST
 
+typedef struct {
+  int n;
+  uint64_t step[4];
+  uint32_t layers[4], experts[4];
+  double load[4][16];
+  int has_load[4];
+} expert_rows;
+
+static int expert_row(void *ctx, const lh_store_train_step *t) {
+  expert_rows *r = ctx;
+  if (r->n < 4) {
+    r->step[r->n] = t->step, r->layers[r->n] = t->layers, r->experts[r->n] = t->experts;
+    r->has_load[r->n] = t->expert_load != NULL;
+    for (size_t i = 0; t->expert_load && i < (size_t)t->layers * t->experts && i < 16; i++)
+      r->load[r->n][i] = t->expert_load[i];
+  }
+  r->n++;
+  return 0;
+}
+
+/* Expert loads: rows of train_step_experts in the step's transaction, read
+ * back row-major with the step; a step without them reads none; bad loads
+ * and too many experts are refused, and a refused step leaves no row. */
+START_TEST(test_train_step_experts) {
+  lh_store *s = open_rw();
+  static lh_store_train_step t;
+  static const double load[2][4] = {{0.5, 0.25, 0.125, 0.125}, {0.25, 0.25, 0.25, 0.25}};
+  static const double even[8] = {0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25};
+  memset(&t, 0, sizeof t);
+  t.layers = 2, t.maxvio[0] = 1, t.maxvio[1] = 0;
+  t.experts = 4, t.expert_load = &load[0][0];
+  t.step = 1;
+  ck_assert_int_eq(lh_store_put_train_step(s, &t, NULL, &e), 0);
+  t.step = 2, t.experts = 0, t.expert_load = NULL;
+  ck_assert_int_eq(lh_store_put_train_step(s, &t, NULL, &e), 0);
+  t.step = 3, t.experts = 4, t.expert_load = even;
+  ck_assert_int_eq(lh_store_put_train_step(s, &t, NULL, &e), 0);
+  double bad[8] = {0.5, 0.5, 0, 0, NAN, 1, 0, 0};
+  t.step = 4, t.expert_load = bad;
+  ck_assert_int_eq(lh_store_put_train_step(s, &t, NULL, &e), LH_EINVAL);
+  ck_assert_msg(strstr(e.msg, "layer 1 expert 0 has load nan") != NULL, "%s", e.msg);
+  bad[4] = -0.5;
+  ck_assert_int_eq(lh_store_put_train_step(s, &t, NULL, &e), LH_EINVAL);
+  t.experts = LH_STORE_MAX_EXPERTS + 1;
+  ck_assert_int_eq(lh_store_put_train_step(s, &t, NULL, &e), LH_EINVAL);
+  ck_assert(strstr(e.msg, "experts, over the limit") != NULL);
+  static expert_rows r;
+  memset(&r, 0, sizeof r);
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, expert_row, &r, &e), 0);
+  ck_assert_int_eq(r.n, 3);
+  ck_assert_uint_eq(r.step[0], 1);
+  ck_assert_uint_eq(r.experts[0], 4);
+  ck_assert(r.has_load[0]);
+  for (int i = 0; i < 8; i++) ck_assert(r.load[0][i] == (&load[0][0])[i]);
+  ck_assert_uint_eq(r.step[1], 2);
+  ck_assert_uint_eq(r.experts[1], 0);
+  ck_assert(!r.has_load[1]);
+  ck_assert_uint_eq(r.experts[2], 4);
+  for (int i = 0; i < 8; i++) ck_assert(r.load[2][i] == 0.25);
+  /* From step 3 on, and the first step only. */
+  memset(&r, 0, sizeof r);
+  ck_assert_int_eq(lh_store_train_steps(s, 3, 0, expert_row, &r, &e), 0);
+  ck_assert_int_eq(r.n, 1);
+  ck_assert_uint_eq(r.step[0], 3);
+  ck_assert_uint_eq(r.experts[0], 4);
+  memset(&r, 0, sizeof r);
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 1, expert_row, &r, &e), 0);
+  ck_assert_int_eq(r.n, 1);
+  ck_assert(r.load[0][0] == 0.5);
+  lh_store_close(s);
+  s = open_ro();
+  char v[64];
+  uint64_t rows;
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM train_step_experts", first_value, v, &rows, &e), 0);
+  ck_assert_str_eq(v, "16");
+  ck_assert_int_eq(lh_store_sql(s, "SELECT sum(load) FROM train_step_experts WHERE step = 1 AND layer = 0",
+                                first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "1.0");
+  /* A missing row reads back as NAN in its place. */
+  lh_store_close(s);
+  raw_exec(db, "DELETE FROM train_step_experts WHERE step = 3 AND layer = 1 AND expert = 2");
+  s = open_ro();
+  memset(&r, 0, sizeof r);
+  ck_assert_int_eq(lh_store_train_steps(s, 3, 0, expert_row, &r, &e), 0);
+  ck_assert(r.load[0][5] == 0.25 && isnan(r.load[0][6]) && r.load[0][7] == 0.25);
+  lh_store_close(s);
+}
+END_TEST
+
 START_TEST(test_migration) {
   /* A version-1 file as an older build wrote it: step 1 of the table. */
   char sql[8192];
@@ -816,13 +905,13 @@ START_TEST(test_migration) {
   s = open_ro();
   char v[64];
   ck_assert_int_eq(lh_store_sql(s, "PRAGMA user_version", first_value, v, NULL, &e), 0);
-  ck_assert_str_eq(v, "3");
+  ck_assert_str_eq(v, "4");
   ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
                                 NULL, &e), 0);
-  ck_assert_str_eq(v, "1,2,3");
+  ck_assert_str_eq(v, "1,2,3,4");
   ck_assert_int_eq(lh_store_sql(s, "SELECT value FROM meta WHERE key = 'schema_version'",
                                 first_value, v, NULL, &e), 0);
-  ck_assert_str_eq(v, "3");
+  ck_assert_str_eq(v, "4");
   lh_episode_row r;
   ck_assert_int_eq(lh_store_episode_get(s, 5, &r, &e), 0);
   ck_assert_str_eq(r.env, "calc");
@@ -863,7 +952,7 @@ START_TEST(test_migration_v2) {
   char v[64];
   ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
                                 NULL, &e), 0);
-  ck_assert_str_eq(v, "1,2,3");
+  ck_assert_str_eq(v, "1,2,3,4");
   static lh_store_train_step back;
   ck_assert_int_eq(lh_store_train_steps(s, 4, 1, step_row, &back, &e), 0);
   ck_assert_uint_eq(back.step, 4);
@@ -872,6 +961,53 @@ START_TEST(test_migration_v2) {
   ck_assert(back.busy_frac == 0.5);
   ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM actor_heartbeats", first_value, v, NULL, &e), 0);
   ck_assert_str_eq(v, "1");
+  lh_store_close(s);
+}
+END_TEST
+
+/* A version-3 file (steps 1 to 3) with a train step and its MaxVio rows:
+ * the read-write open adds train_step_experts; the old step reads back
+ * with no expert loads, and a new step's loads go in and come back. */
+START_TEST(test_migration_v3) {
+  char sql[16384];
+  snprintf(sql, sizeof sql,
+           "%s %s %s INSERT INTO migrations VALUES (1, 'v1', 0), (2, 'v2', 0), (3, 'v3', 0);"
+           "INSERT INTO meta VALUES ('application', '%s'), ('schema_version', '3');"
+           "INSERT INTO train_steps(step, version, loss, maxvio, step_ms, time_ms, busy_frac)"
+           " VALUES (7, 7, 0.5, '[0.25,0.5]', 10, 1, 0.5);"
+           "INSERT INTO train_step_layers VALUES (7, 0, 0.25), (7, 1, 0.5);"
+           "PRAGMA application_id = 1279808083; PRAGMA user_version = 3;",
+           lh_store_migrations[0].sql, lh_store_migrations[1].sql, lh_store_migrations[2].sql,
+           LH_STORE_APPLICATION);
+  ck_assert_uint_eq(lh_store_migrations[2].version, 3);
+  ck_assert_uint_eq(lh_store_migrations[3].version, 4);
+  raw_exec(db, sql);
+  ck_assert_int_eq(open_code(1), LH_ESTORE_NEEDS_MIGRATION);
+  lh_store *s = open_rw();
+  static lh_store_train_step t;
+  static const double load[4] = {0.75, 0.25, 0.5, 0.5};
+  memset(&t, 0, sizeof t);
+  t.step = 8, t.version = 8, t.layers = 2, t.experts = 2, t.expert_load = load;
+  ck_assert_int_eq(lh_store_put_train_step(s, &t, NULL, &e), 0);
+  lh_store_close(s);
+  s = open_ro();
+  char v[64];
+  ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
+                                NULL, &e), 0);
+  ck_assert_str_eq(v, "1,2,3,4");
+  ck_assert_int_eq(lh_store_sql(s, "PRAGMA user_version", first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "4");
+  static expert_rows r;
+  memset(&r, 0, sizeof r);
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, expert_row, &r, &e), 0);
+  ck_assert_int_eq(r.n, 2);
+  ck_assert_uint_eq(r.step[0], 7);
+  ck_assert_uint_eq(r.layers[0], 2);
+  ck_assert_uint_eq(r.experts[0], 0);
+  ck_assert(!r.has_load[0]);
+  ck_assert_uint_eq(r.step[1], 8);
+  ck_assert_uint_eq(r.experts[1], 2);
+  for (int i = 0; i < 4; i++) ck_assert(r.load[1][i] == load[i]);
   lh_store_close(s);
 }
 END_TEST
@@ -1140,6 +1276,8 @@ static Suite *store_suite(void) {
   tcase_add_test(tc, test_payload_mismatch);
   tcase_add_test(tc, test_migration);
   tcase_add_test(tc, test_migration_v2);
+  tcase_add_test(tc, test_migration_v3);
+  tcase_add_test(tc, test_train_step_experts);
   tcase_add_test(tc, test_heartbeats);
   tcase_add_test(tc, test_abort_idle);
   tcase_add_test(tc, test_two_writers_one_reader);
