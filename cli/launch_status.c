@@ -67,6 +67,41 @@ static const char *state_of(const lh_launch_child *c) {
   return c->starts ? "down" : "starting";
 }
 
+/* "1h02m" / "4m05s" / "12s". */
+static void span(int64_t s, char *out, size_t bytes) {
+  if (s < 0) s = 0;
+  if (s >= 3600) snprintf(out, bytes, "%lldh%02lldm", (long long)(s / 3600), (long long)(s / 60 % 60));
+  else if (s >= 60) snprintf(out, bytes, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  else snprintf(out, bytes, "%llds", (long long)s);
+}
+
+/* How far the fleet is towards its end ([fleet] steps or duration_s) and
+ * the time left: from the steps' pace so far, or the clock. "" when it
+ * runs until stopped. */
+static void progress(const lh_launch_fleet *f, const learner_row *lr, int64_t uptime_ms, char *out, size_t bytes) {
+  out[0] = 0;
+  char left[32] = "";
+  int64_t left_s = -1;
+  if (f->fleet.steps) {
+    uint64_t done = lr->have ? strtoull(lr->step, NULL, 10) + 1 : 0;
+    if (done > f->fleet.steps) done = f->fleet.steps;
+    if (done) left_s = (int64_t)((double)uptime_ms / 1000.0 * (double)(f->fleet.steps - done) / (double)done);
+    if (left_s >= 0) span(left_s, left, sizeof left);
+    snprintf(out, bytes, "steps %llu/%llu (%.0f%%) left %s", (unsigned long long)done,
+             (unsigned long long)f->fleet.steps, 100.0 * (double)done / (double)f->fleet.steps,
+             left[0] ? left : "?");
+  }
+  if (f->fleet.duration_s) {
+    int64_t d = (int64_t)f->fleet.duration_s - uptime_ms / 1000;
+    if (left_s < 0 || d < left_s) {
+      span(d, left, sizeof left);
+      size_t n = strlen(out);
+      snprintf(out + n, bytes - n, "%sstops in %s (duration_s=%llu)", n ? ", " : "", left,
+               (unsigned long long)f->fleet.duration_s);
+    }
+  }
+}
+
 static void rate(double v, int prec, char *out, size_t bytes) {
   if (!isfinite(v)) snprintf(out, bytes, "-");
   else snprintf(out, bytes, "%.*f", prec, v);
@@ -104,10 +139,13 @@ void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64
     }
   }
   int64_t now_wall = lh_wall_ms(), up = uptime_ms / 1000;
+  char prog[160];
+  progress(f, &lr, uptime_ms, prog, sizeof prog);
   if (ansi) {
     fprintf(out, "\033[H\033[2J");
-    fprintf(out, "longhaul launch %s  up %02lld:%02lld:%02lld  store %s  logs %s/\n\n", f->config_path,
+    fprintf(out, "longhaul launch %s  up %02lld:%02lld:%02lld  store %s  logs %s/\n", f->config_path,
             (long long)(up / 3600), (long long)(up / 60 % 60), (long long)(up % 60), f->db, f->fleet.log_dir);
+    fprintf(out, "%s\n\n", prog[0] ? prog : "runs until Ctrl-C or SIGTERM");
     fprintf(out, "%-12s %-9s %8s %8s %8s %10s %8s %8s %8s %6s\n", "LEARNER", "state", "restarts", "step",
             "version", "loss", "reward", "success", "maxvio", "busy");
   }
@@ -136,6 +174,7 @@ void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64
               c->name, (unsigned long long)f->fleet.learners, state_of(c), (unsigned long long)c->restarts, step,
               ver, loss, rw, sr, mv, bz);
   }
+  if (!ansi && prog[0]) fprintf(out, "info launch: progress %s\n", prog);
   if (ansi)
     fprintf(out, "\n%-12s %-9s %8s %8s %10s %6s %7s %6s %9s %8s %7s\n", "ACTOR", "state", "restarts", "eps/s",
             "tokens/s", "lag", "outbox", "open", "episodes", "version", "hb_age");
