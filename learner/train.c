@@ -666,8 +666,26 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   const lh_model_config *mc = lh_model_get_config(t->m);
   row.layers = (uint32_t)(mc->layers < LH_STORE_MAX_LAYERS ? mc->layers : LH_STORE_MAX_LAYERS);
   for (uint32_t l = 0; l < row.layers; l++) row.maxvio[l] = lh_model_balancer_maxvio(t->balancer, (int)l);
+  /* Each expert's share of the step's routed (token, slot) assignments per
+   * layer: the balancer's load of the step (its counts, summed over ranks,
+   * over their total), in double and summing to 1. A layer that routed
+   * nothing, or no memory for the loads, leaves the row without them. */
+  double *load = t->rank == 0 && row.layers && mc->experts > 0 && mc->experts <= LH_STORE_MAX_EXPERTS
+                     ? malloc((size_t)row.layers * (size_t)mc->experts * sizeof *load)
+                     : NULL;
+  float *share = load ? malloc((size_t)mc->experts * sizeof *share) : NULL;
+  int loads_ok = share != NULL;
+  for (uint32_t l = 0; loads_ok && l < row.layers; l++) {
+    double *dst = load + (size_t)l * (size_t)mc->experts, sum = 0;
+    loads_ok = lh_model_balancer_load(t->balancer, (int)l, share) == 0;
+    for (int x = 0; loads_ok && x < mc->experts; x++) sum += (dst[x] = share[x]);
+    for (int x = 0; loads_ok && sum > 0 && x < mc->experts; x++) dst[x] /= sum;
+    loads_ok = loads_ok && sum > 0;
+  }
+  if (loads_ok) row.experts = (uint32_t)mc->experts, row.expert_load = load;
   /* Rank 0 writes the run's row; the others' stores hold episodes only. */
   if (t->rank == 0) rc = lh_store_put_train_step(t->store, &row, NULL, err);
+  free(share), free(load);
   /* A full or read-only store loses this metrics row, not the step: the
    * model has moved on and training goes on. */
   if (rc == LH_ESTORE_FULL || rc == LH_ESTORE_READONLY) {

@@ -134,13 +134,34 @@ static lh_learner_config small_cfg(void) {
 typedef struct {
   int n;
   lh_store_train_step last;
+  double load[2 * 4];  /* the last row's expert loads (tiny_model: 2 layers, 4 experts) */
 } rows_ctx;
 
 static int on_row(void *ctx, const lh_store_train_step *t) {
   rows_ctx *r = ctx;
   r->n++;
   r->last = *t;
+  r->last.expert_load = NULL;  /* the store's buffer: copied below */
+  for (size_t i = 0; t->expert_load && i < (size_t)t->layers * t->experts && i < 8; i++)
+    r->load[i] = t->expert_load[i];
   return 0;
+}
+
+/* The row's expert loads: 4 per layer, each layer's summing to 1, and the
+ * layer's MaxVio that of those loads (max load / mean load - 1). */
+static void check_loads(const rows_ctx *r) {
+  ck_assert_uint_eq(r->last.experts, 4);
+  for (uint32_t l = 0; l < r->last.layers; l++) {
+    double sum = 0, mx = 0;
+    for (int x = 0; x < 4; x++) {
+      double v = r->load[l * 4 + x];
+      ck_assert_msg(v >= 0 && v <= 1, "layer %u expert %d load %g", l, x, v);
+      sum += v, mx = fmax(mx, v);
+    }
+    ck_assert_msg(fabs(sum - 1) < 1e-9, "layer %u loads sum to %.12g", l, sum);
+    ck_assert_msg(fabs(mx * 4 - 1 - r->last.maxvio[l]) < 1e-5, "layer %u: max load %g, MaxVio %g", l, mx,
+                  r->last.maxvio[l]);
+  }
 }
 
 START_TEST(test_step_aligned_and_recorded) {
@@ -197,6 +218,7 @@ START_TEST(test_step_aligned_and_recorded) {
   ck_assert_uint_eq(r.last.tokens, st.tokens);
   ck_assert_uint_eq(r.last.layers, 2);
   ck_assert(isfinite(r.last.maxvio[0]) && isfinite(r.last.maxvio[1]));
+  check_loads(&r);
   /* Nothing is trained twice. */
   ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
   ck_assert_uint_eq(added, 0);
@@ -427,6 +449,17 @@ START_TEST(test_routing_replay) {
   ck_assert_int_eq(stepped, 1);
   printf("replay forced routing: logp_diff=%g\n", st.logp_diff);
   ck_assert_msg(st.logp_diff > 1e-4, "forced routing must change log p: diff %g", st.logp_diff);
+  /* Every (token, slot) went to expert 0 or 1: half the load each, in
+   * every layer, and none on experts 2 and 3. */
+  rows_ctx r = {0};
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_row, &r, &e), 0);
+  ck_assert_int_eq(r.n, 1);
+  check_loads(&r);
+  for (int l = 0; l < 2; l++)
+    ck_assert_msg(r.load[l * 4] == 0.5 && r.load[l * 4 + 1] == 0.5 && r.load[l * 4 + 2] == 0 &&
+                      r.load[l * 4 + 3] == 0,
+                  "layer %d loads %g %g %g %g", l, r.load[l * 4], r.load[l * 4 + 1], r.load[l * 4 + 2],
+                  r.load[l * 4 + 3]);
   lh_learner_trainer_free(t);
   lh_model_free(m);
   lh_store_close(s);
