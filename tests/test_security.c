@@ -385,6 +385,26 @@ START_TEST(test_zsock_pieces) {
   ck_assert_int_eq(memcmp(zmq_msg_data(&f[1]), "b", 1), 0);
   lh_zsock_frames_close(f, n);
   ck_assert_int_eq(lh_zsock_recv_frames(a, f, 3, ZMQ_DONTWAIT, &n), 0);
+  /* A TCP bind off loopback without CURVE is warned about; on loopback not. */
+  char logpath[] = "/tmp/lh_zsock_log_XXXXXX";
+  int fd = mkstemp(logpath);
+  ck_assert_int_ge(fd, 0);
+  FILE *logf = fdopen(fd, "w");
+  lh_log_set_file(logf);
+  void *lo = lh_zsock_open(ctx, ZMQ_ROUTER, NULL, "loopback ROUTER", &e);
+  void *any = lh_zsock_open(ctx, ZMQ_ROUTER, NULL, "wildcard ROUTER", &e);
+  char bound[128];
+  ck_assert_int_eq(lh_zsock_bind(lo, "tcp://127.0.0.1:*", NULL, bound, sizeof bound, "loopback ROUTER", &e), 0);
+  ck_assert_int_eq(strncmp(bound, "tcp://127.0.0.1:", 16), 0);
+  ck_assert_int_eq(lh_zsock_bind(any, "tcp://0.0.0.0:*", NULL, NULL, 0, "wildcard ROUTER", &e), 0);
+  fflush(logf);
+  lh_log_set_file(NULL);
+  fclose(logf);
+  ck_assert(sec_log_has(logpath, "wildcard ROUTER binds a non-loopback address without CURVE"));
+  ck_assert(!sec_log_has(logpath, "loopback ROUTER binds"));
+  unlink(logpath);
+  zmq_close(lo);
+  zmq_close(any);
   lh_zsock_meter m = {.component = "test"};
   for (int i = 0; i < 100; i++) lh_zsock_meter_bad(&m, "test input");
   ck_assert_uint_eq(m.total, 100);
