@@ -419,14 +419,14 @@ END_TEST
  * --curve-allowed-keys`): an allowed client plays, one with another key
  * and a plain one get no answer (a timeout), and the server logs the
  * refusal. */
-static int env_reset_with(const char *ep, const char *key, const char *server_pub) {
+static int env_reset_with(const char *ep, const char *name, const char *key, const char *server_pub) {
   lh_env_option o[5] = {{"server", ep}, {"timeout_ms", "1000"}};
   size_t n = 2;
   if (key) o[n++] = (lh_env_option){"curve_secret_key_file", key};
   if (server_pub) o[n++] = (lh_env_option){"curve_server_key_file", server_pub};
   lh_env *env = NULL;
   lh_errbuf e;
-  int rc = lh_env_open("calc", o, n, &env, &e);
+  int rc = lh_env_open(name, o, n, &env, &e);
   if (rc == 0) {
     lh_env_obs obs;
     rc = lh_env_reset(env, 3, &obs, &e);
@@ -453,8 +453,8 @@ START_TEST(test_env_server_curve) {
                         allowed, NULL};
   pid_t p = sec_spawn(log, args);
   ck_assert_msg(sec_wait_log(log, "curve=on", 30), "the env server did not start (see %s)", log);
-  int allowed_rc = env_reset_with(ep, ok, pub), refused_rc = env_reset_with(ep, bad, pub),
-      plain_rc = env_reset_with(ep, NULL, NULL), half_rc = env_reset_with(ep, ok, NULL);
+  int allowed_rc = env_reset_with(ep, "calc", ok, pub), refused_rc = env_reset_with(ep, "calc", bad, pub),
+      plain_rc = env_reset_with(ep, "calc", NULL, NULL), half_rc = env_reset_with(ep, "calc", ok, NULL);
   kill(p, SIGTERM);
   int rc = sec_wait(p, 10);
   printf("env server curve: allowed=%d refused=%d plain=%d half=%d server exit=%d\n", allowed_rc, refused_rc,
@@ -463,6 +463,52 @@ START_TEST(test_env_server_curve) {
   ck_assert_int_eq(refused_rc, LH_EENVS_SERVER_TIMEOUT);
   ck_assert_int_eq(plain_rc, LH_EENVS_SERVER_TIMEOUT);
   ck_assert_int_eq(half_rc, LH_EENVS_BAD_OPTION);
+  ck_assert_int_ge(rc, 0);
+  ck_assert(sec_log_has(log, "zap: peer refused"));
+  sec_rmdir(dir);
+}
+END_TEST
+
+/* The Python env server with CURVE (--curve-secret-key-file,
+ * --curve-allowed-keys; pyzmq's ZAP thread with the same allow-list). */
+START_TEST(test_python_env_server_curve) {
+  if (access("/usr/bin/python3", X_OK) != 0 ||
+      system("/usr/bin/python3 -c 'import zmq, google.protobuf' 2>/dev/null") != 0) {
+    printf("python env server: /usr/bin/python3 with zmq and protobuf not found; skipped\n");
+    return;
+  }
+  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  gen_key("envs");
+  gen_key("ok");
+  gen_key("bad");
+  char ep[128], log[128], key[128], allowed[128], ok[128], bad[128], pub[128], script[512];
+  snprintf(ep, sizeof ep, "ipc://%s/env", dir);
+  path_of(log, sizeof log, "env.log");
+  path_of(key, sizeof key, "keys/envs.key");
+  path_of(pub, sizeof pub, "keys/envs.pub");
+  path_of(allowed, sizeof allowed, "keys/ok.pub");
+  path_of(ok, sizeof ok, "keys/ok.key");
+  path_of(bad, sizeof bad, "keys/bad.key");
+  snprintf(script, sizeof script, "%s/envs/python/env_server.py", LH_TEST_SOURCE_DIR);
+  pid_t p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) {
+    FILE *l = freopen(log, "w", stderr);
+    (void)l;
+    execl("/usr/bin/python3", "python3", script, "--bind", ep, "--proto-dir", LH_TEST_PY_PROTO_DIR,
+          "--curve-secret-key-file", key, "--curve-allowed-keys", allowed, (char *)NULL);
+    _exit(127);
+  }
+  ck_assert_msg(sec_wait_log(log, "curve=on", 30), "the env server did not start (see %s)", log);
+  int allowed_rc = env_reset_with(ep, "guess", ok, pub), refused_rc = env_reset_with(ep, "guess", bad, pub),
+      plain_rc = env_reset_with(ep, "guess", NULL, NULL);
+  kill(p, SIGTERM);
+  int rc = sec_wait(p, 10);
+  printf("python env server curve: allowed=%d refused=%d plain=%d server exit=%d\n", allowed_rc, refused_rc,
+         plain_rc, rc);
+  ck_assert_int_eq(allowed_rc, 0);
+  ck_assert_int_eq(refused_rc, LH_EENVS_SERVER_TIMEOUT);
+  ck_assert_int_eq(plain_rc, LH_EENVS_SERVER_TIMEOUT);
   ck_assert_int_ge(rc, 0);
   ck_assert(sec_log_has(log, "zap: peer refused"));
   sec_rmdir(dir);
@@ -481,6 +527,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_plugin_paths);
   tcase_add_test(t, test_sql_parameters);
   tcase_add_test(t, test_env_server_curve);
+  tcase_add_test(t, test_python_env_server_curve);
   suite_add_tcase(s, t);
   return s;
 }

@@ -14,6 +14,7 @@ Run:  /usr/bin/python3 env_server.py --bind ipc:///tmp/guess.sock \
 protoc --python_out; it is never committed.)
 """
 import argparse
+import os
 import random
 import re
 import sys
@@ -205,9 +206,53 @@ def answer(pb, sessions, next_id, raw, meter):
     return resp, next_id, stop
 
 
-def serve(bind, pb):
+def read_key(path, secret):
+    """The Z85 key on the first line of path (as `longhaul keys generate`
+    writes it); a secret key file must not be readable by group or others."""
+    if secret and os.stat(path).st_mode & 0o077:
+        sys.exit(f"env_server.py: secret key file {path} is readable by group or others; chmod 600 it")
+    with open(path) as f:
+        key = f.readline().strip()
+    if len(key) != 40:
+        sys.exit(f"env_server.py: {path}: the first line is not a 40-character Z85 key")
+    return key.encode()
+
+
+def read_allowed(path):
+    """Allowed public keys: a file, one Z85 key a line, or a folder of .pub files."""
+    files = [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".pub")] \
+        if os.path.isdir(path) else [path]
+    keys = set()
+    for name in files:
+        with open(name) as f:
+            for line in f:
+                if line.strip():
+                    if len(line.strip()) != 40:
+                        sys.exit(f"env_server.py: {name}: not a 40-character Z85 public key")
+                    keys.add(line.strip().encode())
+    if not keys:
+        sys.exit(f"env_server.py: {path}: no key in it (every peer would be refused)")
+    return keys
+
+
+class AllowList:
+    """The ZAP check of a CURVE server: the longhaul domain and an allowed
+    key; refusals are counted and logged once per interval."""
+
+    def __init__(self, keys):
+        self.keys, self.meter = keys, BadMeter()
+
+    def callback(self, domain, key):
+        if domain == "longhaul" and key in self.keys:
+            return True
+        self.meter.bad("zap: peer refused: public key not in the allow-list")
+        return False
+
+
+def serve(bind, pb, secret_key_file=None, allowed_keys=None):
     import zmq
     ctx = zmq.Context()
+    auth = None
     # A ROUTER, not a REP: a REP reads a message's frames from one peer at
     # a time, so a peer that broke off inside one (transport garbage does
     # that) could leave it waiting; a ROUTER goes on reading the others.
@@ -215,8 +260,22 @@ def serve(bind, pb):
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
+    if secret_key_file:
+        # CURVE with ZAP, as the C server: the handler admits only the
+        # allowed keys, and with the domain enforced no handler admits none.
+        from zmq.auth.thread import ThreadAuthenticator
+        secret = read_key(secret_key_file, True)
+        auth = ThreadAuthenticator(ctx)
+        auth.start()
+        auth.configure_curve_callback(domain="longhaul", credentials_provider=AllowList(read_allowed(allowed_keys)))
+        sock.curve_secretkey = secret
+        sock.curve_publickey = zmq.curve_public(secret)
+        sock.curve_server = True
+        sock.zap_domain = b"longhaul"
+        sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
     sock.bind(bind)
-    print(f"info envs-py: env server listening endpoint={bind}", file=sys.stderr, flush=True)
+    print(f"info envs-py: env server listening endpoint={bind} curve={'on' if auth else 'off'}",
+          file=sys.stderr, flush=True)
     sessions, next_id, msg_id = {}, 0, 0
     meter = BadMeter()
     while True:
@@ -253,6 +312,8 @@ def serve(bind, pb):
         if stop:
             break
     sock.close()
+    if auth:
+        auth.stop()
     ctx.term()
 
 
@@ -260,10 +321,14 @@ def main():
     ap = argparse.ArgumentParser(description="longhaul env server (Python): the guess environment")
     ap.add_argument("--bind", required=True, help="ZeroMQ endpoint, e.g. tcp://127.0.0.1:5601")
     ap.add_argument("--proto-dir", default=".", help="folder holding the generated longhaul_pb2.py")
+    ap.add_argument("--curve-secret-key-file", help="this server's NAME.key: serve with CURVE")
+    ap.add_argument("--curve-allowed-keys", help="clients' public keys: a file, one a line, or a folder of .pub")
     args = ap.parse_args()
+    if bool(args.curve_secret_key_file) != bool(args.curve_allowed_keys):
+        ap.error("--curve-secret-key-file and --curve-allowed-keys go together")
     sys.path.insert(0, args.proto_dir)
     import longhaul_pb2 as pb
-    serve(args.bind, pb)
+    serve(args.bind, pb, args.curve_secret_key_file, args.curve_allowed_keys)
 
 
 if __name__ == "__main__":
