@@ -41,8 +41,10 @@ typedef struct {
   const char *title;
   const char *xlabel, *ylabel;
   int y_from_zero;     /* the y axis starts at 0 (counts, rates) */
-  int y_fixed;         /* use ymin..ymax instead of the data's range */
+  int y_fixed;         /* use ymin..ymax instead of the data's range (a heat
+                          map: as its colour scale) */
   double ymin, ymax;
+  const char *value_label;  /* a heat map's colour legend caption (escaped); NULL: none */
 } lh_report_axes;
 
 typedef struct {
@@ -63,7 +65,8 @@ void lh_report_histogram(lh_report_buf *b, const lh_report_axes *a, const double
                          const double *counts, size_t nbins);
 /* A heat map of rows x cols values (row-major, NAN: no value, drawn grey);
  * row r is labelled "row_label r", column c sits at x col_x[c]. A colour
- * legend gives the scale. */
+ * legend gives the scale: the values' range (from 0 with y_from_zero), or
+ * ymin..ymax with y_fixed. */
 void lh_report_heatmap(lh_report_buf *b, const lh_report_axes *a, const char *row_label,
                        const double *values, size_t rows, size_t cols, const double *col_x);
 
@@ -89,7 +92,21 @@ typedef struct {
   int64_t *time_ms;
   uint32_t layers;          /* the most MaxVio layers any step had */
   double *maxvio;           /* step_count rows of layers values, NAN where a step had fewer */
+  /* Expert load (train_step_experts) over the train steps, in columns of
+   * load_width consecutive steps (doubled whenever the steps outgrow
+   * LH_REPORT_MAX_LOAD_COLUMNS columns, so there are at most that many):
+   * per column and (layer, expert), the sum of the loads of the column's
+   * steps that had one and how many did. load_layers is 0 when no step
+   * had expert rows (runs written before schema 4). */
+  uint32_t load_layers, load_experts;  /* the most any step had */
+  size_t load_cols, load_width;
+  double *load_col_step;    /* load_cols: the first step of each column */
+  double *load_sum;         /* load_cols blocks of load_layers * load_experts, [c][l][x] */
+  uint32_t *load_n;         /* the same shape: steps summed */
+  size_t load_steps;        /* steps with expert rows */
 } lh_report_data;
+
+enum { LH_REPORT_MAX_LOAD_COLUMNS = 200 };
 
 /* Reads the report's data from s into *d (zeroed first). On failure
  * returns the store's negative code with err set, and *d is freed. */

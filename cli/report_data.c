@@ -1,7 +1,8 @@
 /* cli report: reads what the page shows from a store opened read-only:
  * the store's counts, the per-environment counts, reward and success per
- * policy version (an aggregate query over the episodes) and every train
- * step. */
+ * policy version (an aggregate query over the episodes), every train
+ * step and, in at most LH_REPORT_MAX_LOAD_COLUMNS columns of steps, the
+ * load of every expert. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,9 @@ void lh_report_data_free(lh_report_data *d) {
   free(d->tok_s_wall);
   free(d->time_ms);
   free(d->maxvio);
+  free(d->load_col_step);
+  free(d->load_sum);
+  free(d->load_n);
   memset(d, 0, sizeof *d);
 }
 
@@ -139,6 +143,81 @@ static int put_maxvio(lh_report_data *d, size_t i, const lh_store_train_step *t)
   return 0;
 }
 
+/* Gives every load column layers x experts cells when a step has more
+ * than any before it, keeping what the columns hold. */
+static int widen_load(lh_report_data *d, uint32_t layers, uint32_t experts) {
+  if (layers <= d->load_layers && experts <= d->load_experts) return 0;
+  if (layers < d->load_layers) layers = d->load_layers;
+  if (experts < d->load_experts) experts = d->load_experts;
+  size_t block = (size_t)layers * experts, old = (size_t)d->load_layers * d->load_experts;
+  double *sum = calloc(LH_REPORT_MAX_LOAD_COLUMNS * block, sizeof *sum);
+  uint32_t *n = calloc(LH_REPORT_MAX_LOAD_COLUMNS * block, sizeof *n);
+  if (!sum || !n) {
+    free(sum);
+    free(n);
+    return LH_ENOMEM;
+  }
+  for (size_t c = 0; c < d->load_cols && old; c++)
+    for (uint32_t l = 0; l < d->load_layers; l++)
+      for (uint32_t x = 0; x < d->load_experts; x++) {
+        size_t from = c * old + (size_t)l * d->load_experts + x, to = c * block + (size_t)l * experts + x;
+        sum[to] = d->load_sum[from];
+        n[to] = d->load_n[from];
+      }
+  free(d->load_sum);
+  free(d->load_n);
+  d->load_sum = sum, d->load_n = n;
+  d->load_layers = layers, d->load_experts = experts;
+  return 0;
+}
+
+/* Adds step t (the i-th visited) to its load column: columns of
+ * load_width steps; when the steps outgrow the columns, neighbouring
+ * columns merge in pairs and the width doubles. */
+static int put_load(lh_report_data *d, size_t i, const lh_store_train_step *t) {
+  int has = t->experts > 0 && t->expert_load != NULL && t->layers > 0;
+  uint32_t layers = t->layers <= LH_STORE_MAX_LAYERS ? t->layers : LH_STORE_MAX_LAYERS;
+  if (!d->load_col_step) {
+    d->load_col_step = malloc(LH_REPORT_MAX_LOAD_COLUMNS * sizeof *d->load_col_step);
+    if (!d->load_col_step) return LH_ENOMEM;
+    d->load_width = 1;
+  }
+  if (has && widen_load(d, layers, t->experts)) return LH_ENOMEM;
+  size_t block = (size_t)d->load_layers * d->load_experts;
+  if (i / d->load_width >= LH_REPORT_MAX_LOAD_COLUMNS) {
+    size_t cols = (d->load_cols + 1) / 2;
+    for (size_t k = 0; k < cols; k++) {
+      d->load_col_step[k] = d->load_col_step[2 * k];
+      for (size_t j = 0; j < block; j++) {
+        double s = d->load_sum[2 * k * block + j];
+        uint32_t n = d->load_n[2 * k * block + j];
+        if (2 * k + 1 < d->load_cols) s += d->load_sum[(2 * k + 1) * block + j], n += d->load_n[(2 * k + 1) * block + j];
+        d->load_sum[k * block + j] = s;
+        d->load_n[k * block + j] = n;
+      }
+    }
+    if (block) {
+      memset(d->load_sum + cols * block, 0, (d->load_cols - cols) * block * sizeof *d->load_sum);
+      memset(d->load_n + cols * block, 0, (d->load_cols - cols) * block * sizeof *d->load_n);
+    }
+    d->load_cols = cols;
+    d->load_width *= 2;
+  }
+  size_t c = i / d->load_width;
+  while (d->load_cols <= c) d->load_col_step[d->load_cols++] = (double)t->step;
+  if (!has) return 0;
+  for (uint32_t l = 0; l < layers; l++)
+    for (uint32_t x = 0; x < t->experts; x++) {
+      double v = t->expert_load[(size_t)l * t->experts + x];
+      if (!isfinite(v)) continue;
+      size_t at = c * block + (size_t)l * d->load_experts + x;
+      d->load_sum[at] += v;
+      d->load_n[at]++;
+    }
+  d->load_steps++;
+  return 0;
+}
+
 static int on_step(void *ctx, const lh_store_train_step *t) {
   load_ctx *c = ctx;
   lh_report_data *d = c->d;
@@ -167,6 +246,7 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
   if (i > 0 && t->time_ms > d->time_ms[i - 1])
     d->tok_s_wall[i] = (double)t->tokens / ((double)(t->time_ms - d->time_ms[i - 1]) / 1000.0);
   int rc = put_maxvio(d, i, t);
+  if (!rc) rc = put_load(d, i, t);
   if (rc) return rc;
   d->step_count++;
   return 0;

@@ -8,7 +8,7 @@
 
 #include "cli/report.h"
 
-enum { MAX_HEAT_COLUMNS = 150, MAX_LAG_BINS = 24 };
+enum { MAX_HEAT_COLUMNS = 150, MAX_LAG_BINS = 24, MAX_LOAD_CELLS = 60000 };
 
 static const char css[] =
     "body{font-family:sans-serif;margin:24px;color:#222;background:#fff;max-width:800px}"
@@ -160,6 +160,70 @@ static void heatmap(lh_report_buf *b, const lh_report_data *d) {
   free(col_x);
 }
 
+/* The mean load share of (layer l, expert x) over the group load columns
+ * from column c * group: NAN when none of their steps had one. */
+static double cell_mean(const lh_report_data *d, size_t group, size_t l, size_t x, size_t c) {
+  size_t block = (size_t)d->load_layers * d->load_experts, at = l * d->load_experts + x;
+  double sum = 0;
+  uint32_t n = 0;
+  for (size_t k = c * group; k < (c + 1) * group && k < d->load_cols; k++) {
+    sum += d->load_sum[k * block + at];
+    n += d->load_n[k * block + at];
+  }
+  return n ? sum / n : NAN;
+}
+
+/* The expert-load heat maps, one per layer: experts (rows) over train
+ * steps (the data's load columns, merged further so that all the maps
+ * together keep to MAX_LOAD_CELLS cells), coloured by the mean load share
+ * on one scale for every layer, from 0 to the largest share. A store
+ * without expert rows (a run from before schema 4) gets a note instead. */
+static void expert_load(lh_report_buf *b, const lh_report_data *d) {
+  size_t L = d->load_layers, E = d->load_experts, cols = d->load_cols, block = L * E;
+  if (block == 0 || cols == 0 || d->load_steps == 0) {
+    lh_report_puts(b, "<p class=\"note\" id=\"no-expert-load\">No per-expert load in this store: its train "
+                      "steps have no <code>train_step_experts</code> rows (a run written before store schema "
+                      "4, or no train step yet). MaxVio above is all there is of the experts' balance.</p>\n");
+    return;
+  }
+  size_t group = (block * cols + MAX_LOAD_CELLS - 1) / MAX_LOAD_CELLS;
+  if (group == 0) group = 1;
+  size_t shown = (cols + group - 1) / group;
+  double *values = malloc(E * shown * sizeof *values), *col_x = malloc(shown * sizeof *col_x);
+  if (!values || !col_x) {
+    free(values);
+    free(col_x);
+    b->failed = 1;
+    return;
+  }
+  double top = 0;
+  for (size_t l = 0; l < L; l++)
+    for (size_t x = 0; x < E; x++)
+      for (size_t c = 0; c < shown; c++) {
+        double v = cell_mean(d, group, l, x, c);
+        if (isfinite(v) && v > top) top = v;
+      }
+  for (size_t c = 0; c < shown; c++) col_x[c] = d->load_col_step[c * group];
+  for (size_t l = 0; l < L; l++) {
+    for (size_t x = 0; x < E; x++)
+      for (size_t c = 0; c < shown; c++) values[x * shown + c] = cell_mean(d, group, l, x, c);
+    char id[32], title[96];
+    snprintf(id, sizeof id, "svg-load-%zu", l);
+    snprintf(title, sizeof title, "Expert load share, layer %zu, over train steps", l);
+    lh_report_axes a = {.id = id, .title = title, .xlabel = "train step", .ylabel = "expert",
+                        .y_fixed = 1, .ymin = 0, .ymax = top > 0 ? top : 1, .value_label = "share"};
+    lh_report_heatmap(b, &a, "expert", values, E, shown, col_x);
+  }
+  free(values);
+  free(col_x);
+  lh_report_printf(b,
+                   "<p class=\"note\" id=\"expert-load-note\">Each expert&#8217;s share of its layer&#8217;s "
+                   "routed (token, slot) assignments in a train step (a layer&#8217;s shares sum to 1; an even "
+                   "load is 1/%zu = %.3g), averaged over the %zu train step%s of a column. One colour scale "
+                   "for every layer, from 0 to the largest share (%.3g). Grey: steps without expert rows.</p>\n",
+                   E, 1.0 / (double)E, d->load_width * group, d->load_width * group == 1 ? "" : "s", top);
+}
+
 void lh_report_page(lh_report_buf *b, const lh_report_data *d, const char *title, const char *source) {
   char when[64] = "";
   time_t now = time(NULL);
@@ -219,8 +283,8 @@ void lh_report_page(lh_report_buf *b, const lh_report_data *d, const char *title
   lh_report_puts(b, "<h2>Expert load</h2>\n");
   heatmap(b, d);
   lh_report_puts(b, "<p class=\"note\">MaxVio = max<sub>e</sub> load<sub>e</sub> / mean load &#8722; 1 per "
-                    "layer and train step (0: every expert equally loaded). The store keeps this summary, "
-                    "not the load of each expert, so the map shows MaxVio per layer rather than the load "
-                    "of every expert.</p>\n");
+                    "layer and train step (0: every expert equally loaded). The maps below show the load "
+                    "of every expert, one map per layer.</p>\n");
+  expert_load(b, d);
   lh_report_puts(b, "</body>\n</html>\n");
 }

@@ -252,10 +252,11 @@ void lh_report_heatmap(lh_report_buf *b, const lh_report_axes *a, const char *ro
     return;
   }
   if (a->y_from_zero) lo = fmin(lo, 0.0);
+  if (a->y_fixed) lo = a->ymin, hi = a->ymax;
   if (hi - lo < 1e-12) hi = lo + 1.0;
   double x0 = LEFT, x1 = WIDTH - LEGEND, y0 = HEIGHT - BOTTOM, y1 = TOP;
   double cw = (x1 - x0) / (double)cols, ch = (y0 - y1) / (double)rows;
-  lh_report_puts(b, "<g class=\"cells\">\n");
+  lh_report_puts(b, "<g class=\"cells\" shape-rendering=\"crispEdges\">\n");
   for (size_t r = 0; r < rows; r++)
     for (size_t c = 0; c < cols; c++) {
       double v = values[r * cols + c];
@@ -306,5 +307,11 @@ void lh_report_heatmap(lh_report_buf *b, const lh_report_axes *a, const char *ro
                    "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\">%.3g</text>\n",
                    a->id, c0, c1, c2, x1 + 16, y1, y0 - y1, a->id, x1 + 34, y1 + 10, hi, x1 + 34, y0,
                    lo);
+  if (a->value_label) {
+    lh_report_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", x1 + 23,
+                     y1 - 6);
+    lh_report_escape(b, a->value_label);
+    lh_report_puts(b, "</text>\n");
+  }
   lh_report_puts(b, "</svg>\n");
 }

@@ -1,7 +1,8 @@
 /* Tests of `longhaul report`: a fixture store written through store/
  * (episodes over eight policy versions with rising rewards, a running
  * episode, an environment whose name needs escaping, twelve train steps
- * with MaxVio for 4 layers), the real binary (LH_BIN) run on it and on bad
+ * with MaxVio and the load of 8 experts for 4 layers; a store whose steps
+ * have no expert rows, as older runs wrote), the real binary (LH_BIN) run on it and on bad
  * input, and the page checked as text. Run with the argument --render, the
  * suite instead renders the page in headless Chromium and checks that the
  * charts drew; without a `chromium` on PATH it exits 77 (skipped). */
@@ -22,9 +23,9 @@
 
 #define ODD_ENV "<b>calc&\"co\"</b>"
 #define ODD_ENV_ESCAPED "&lt;b&gt;calc&amp;&quot;co&quot;&lt;/b&gt;"
-enum { VERSIONS = 8, PER_VERSION = 5, STEPS = 12, LAYERS = 4, LONG_STEPS = 500 };
+enum { VERSIONS = 8, PER_VERSION = 5, STEPS = 12, LAYERS = 4, EXPERTS = 8, LONG_STEPS = 500, LONG_EXPERTS = 4 };
 
-static char dir[256], db[300], empty_db[300], long_db[300], page[300];
+static char dir[256], db[300], empty_db[300], long_db[300], old_db[300], page[300];
 static char out_buf[1 << 16], err_buf[1 << 16];
 static char html[1 << 21];
 
@@ -76,7 +77,8 @@ static void put_episode(lh_store *s, uint64_t id, const char *env, uint32_t vers
 /* Versions 1..8, 5 episodes each: in version v, episodes k < v (of 5,
  * capped) succeed with reward 1, the others fail with reward 0.1; one
  * episode per version is in ODD_ENV. Then a running episode, and train
- * steps 1..12 whose layer l has MaxVio 0.1 * (l + 1) + 0.01 * step. */
+ * steps 1..12 whose layer l has MaxVio 0.1 * (l + 1) + 0.01 * step and
+ * expert (step + l) % 8 with load 0.3, the other 7 with 0.1. */
 static void build_fixture(void) {
   snprintf(dir, sizeof dir, "/tmp/lh-test-report-%d", (int)getpid());
   mkdir(dir, 0700);
@@ -88,7 +90,20 @@ static void build_fixture(void) {
   lh_errbuf_clear(&err);
   ck_assert_msg(lh_store_open(empty_db, &s, &err) == 0, "open %s: %s", empty_db, err.msg);
   lh_store_close(s);
-  /* A long run: 500 train steps, 2 layers, step 100 skipped (NaN loss). */
+  /* An older run: train steps with MaxVio and no expert rows. */
+  snprintf(old_db, sizeof old_db, "%s/old.db", dir);
+  ck_assert_msg(lh_store_open(old_db, &s, &err) == 0, "open %s: %s", old_db, err.msg);
+  for (uint64_t step = 1; step <= 3; step++) {
+    lh_store_train_step t;
+    memset(&t, 0, sizeof t);
+    t.step = step, t.version = step, t.loss = 1, t.layers = 2, t.maxvio[0] = 0.5, t.maxvio[1] = 0.25;
+    t.time_ms = 1700000000000LL + 20 * (int64_t)step;
+    ck_assert_msg(lh_store_put_train_step(s, &t, NULL, &err) == 0, "train step: %s", err.msg);
+  }
+  lh_store_close(s);
+  /* A long run: 500 train steps, 2 layers, step 100 skipped (NaN loss);
+   * expert loads (4 experts) from step 101 on: layer 0 always 0.4, 0.3,
+   * 0.2, 0.1; in layer 1 expert step % 4 has 0.7, the others 0.1. */
   snprintf(long_db, sizeof long_db, "%s/long.db", dir);
   ck_assert_msg(lh_store_open(long_db, &s, &err) == 0, "open %s: %s", long_db, err.msg);
   ck_assert(lh_store_begin(s, &err) == 0);
@@ -106,6 +121,9 @@ static void build_fixture(void) {
     t.maxvio[1] = 1.0 / (double)step;
     t.step_ms = 10;
     t.time_ms = 1700000000000LL + 20 * (int64_t)step;
+    double load[2 * LONG_EXPERTS] = {0.4, 0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.1};
+    load[LONG_EXPERTS + step % LONG_EXPERTS] = 0.7;
+    if (step > 100) t.experts = LONG_EXPERTS, t.expert_load = load;
     ck_assert_msg(lh_store_put_train_step(s, &t, NULL, &err) == 0, "train step: %s", err.msg);
   }
   ck_assert_msg(lh_store_commit(s, &err) == 0, "commit: %s", err.msg);
@@ -132,6 +150,11 @@ static void build_fixture(void) {
     t.lag_max = t.lag_mean + 1;
     t.layers = LAYERS;
     for (int l = 0; l < LAYERS; l++) t.maxvio[l] = 0.1 * (l + 1) + 0.01 * (double)step;
+    /* Expert (step + l) % 8 of layer l has 0.3, the others 0.1. */
+    double load[LAYERS * EXPERTS];
+    for (int l = 0; l < LAYERS; l++)
+      for (int x = 0; x < EXPERTS; x++) load[l * EXPERTS + x] = x == (int)((step + l) % EXPERTS) ? 0.3 : 0.1;
+    t.experts = EXPERTS, t.expert_load = load;
     t.step_ms = 250;
     t.time_ms = 1700000000000LL + 500 * (int64_t)step;
     ck_assert_msg(lh_store_put_train_step(s, &t, NULL, &err) == 0, "train step: %s", err.msg);
@@ -388,7 +411,45 @@ START_TEST(test_page_charts) {
   HAS(c, "layer 0, train step 1: 0.11</title>");
   HAS(c, "layer 3, train step 12: 0.52</title>");
   HAS(c, ">layer 3</text>");
-  HAS(html, "not the load of each expert");
+  /* A heat map of expert load per layer: 8 experts by 12 steps, one
+   * colour scale from 0 to the largest share (0.3). */
+  HAS_NOT(html, "id=\"no-expert-load\"");
+  HAS_NOT(html, "svg-load-4");
+  for (int l = 0; l < LAYERS; l++) {
+    char id[32], hot[96];
+    snprintf(id, sizeof id, "svg-load-%d", l);
+    c = chart(html, id);
+    HAS(c, "data-points=\"96\"");
+    ck_assert_uint_eq(count(c, NULL, "class=\"cell\""), EXPERTS * STEPS);
+    snprintf(hot, sizeof hot, "expert %d, train step 1: 0.3</title>", (1 + l) % EXPERTS);
+    HAS(c, hot);
+    snprintf(hot, sizeof hot, "expert %d, train step 12: 0.3</title>", (12 + l) % EXPERTS);
+    HAS(c, hot);
+    HAS(c, ">expert 7</text>");
+    HAS(c, "class=\"legendbar\"");
+    HAS(c, ">0.3</text>");
+    HAS(c, ">0</text>");
+    HAS(c, ">share</text>");
+  }
+  HAS(chart(html, "svg-load-0"), "expert 0, train step 1: 0.1</title>");
+  HAS(chart(html, "svg-load-0"), "Expert load share, layer 0, over train steps");
+  HAS(html, "an even load is 1/8 = 0.125), averaged over the 1 train step of a column");
+}
+END_TEST
+
+/* Train steps without expert rows (an older run): the MaxVio map, and a
+ * note where the expert-load maps would be. */
+START_TEST(test_no_expert_rows) {
+  ck_assert_int_eq(report("--db", old_db, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  const char *c = chart(html, "svg-maxvio");
+  ck_assert_uint_eq(count(c, NULL, "class=\"cell\""), 2 * 3);
+  HAS(html, "id=\"no-expert-load\"");
+  HAS(html, "No per-expert load in this store");
+  HAS_NOT(html, "<svg id=\"svg-load-");
+  ck_assert_int_eq(report("--db", empty_db, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  HAS(html, "id=\"no-expert-load\"");
 }
 END_TEST
 
@@ -416,6 +477,24 @@ START_TEST(test_long_run) {
   c = chart(html, "svg-tokens");
   HAS(c, ">10000</text>");
   HAS(html, "<td>500</td><td>500</td>");
+  /* Expert load of 500 steps: columns of 4 steps once they outgrew 200
+   * (at step 201 columns of 2, at step 401 of 4): 125 columns, the first
+   * 25 (steps 1..100) without expert rows, drawn grey. */
+  c = chart(html, "svg-load-0");
+  ck_assert_uint_eq(count(c, NULL, "class=\"cell\""), LONG_EXPERTS * 125);
+  HAS(c, "data-points=\"400\"");
+  HAS(c, "expert 0, train step 1: none</title>");
+  HAS(c, "expert 3, train step 97: none</title>");
+  HAS(c, "expert 0, train step 101: 0.4</title>");
+  HAS(c, "expert 3, train step 497: 0.1</title>");
+  HAS(c, ">0.4</text>");  /* the scale's top: the largest share of any layer */
+  c = chart(html, "svg-load-1");
+  /* a column of 4 steps: 0.7 once and 0.1 three times for every expert */
+  HAS(c, "expert 0, train step 101: 0.25</title>");
+  HAS(c, "expert 2, train step 497: 0.25</title>");
+  HAS(c, ">0.4</text>");
+  HAS_NOT(html, "svg-load-2");
+  HAS(html, "averaged over the 4 train steps of a column");
 }
 END_TEST
 
@@ -476,6 +555,15 @@ START_TEST(test_render) {
   ck_assert_uint_eq(count(chart(html, "svg-loss"), NULL, "<circle"), STEPS);
   ck_assert_uint_eq(count(chart(html, "svg-maxvio"), NULL, "<rect class=\"cell\""), LAYERS * STEPS);
   ck_assert_uint_eq(count(chart(html, "svg-staleness"), NULL, "<rect class=\"bar\""), 4);
+  /* The expert-load maps: one per layer, every cell a rect with a fill. */
+  for (int l = 0; l < LAYERS; l++) {
+    char id[32];
+    snprintf(id, sizeof id, "svg-load-%d", l);
+    const char *m = chart(html, id);
+    ck_assert_uint_eq(count(m, NULL, "<rect class=\"cell\""), EXPERTS * STEPS);
+    ck_assert_uint_eq(count(m, NULL, "class=\"legendbar\""), 1);
+  }
+  HAS_NOT(html, "id=\"no-expert-load\"");
 
   /* The screenshot of the page against one of a blank page of the same
    * size: charts, text and colour make the PNG many times larger. */
@@ -503,6 +591,15 @@ START_TEST(test_render) {
   ck_assert(fread(png, 1, 8, p) == 8);
   fclose(p);
   ck_assert(memcmp(png, "\x89PNG\r\n\x1a\n", 8) == 0);
+
+  /* A store of an older run, without expert rows: the page renders with
+   * the MaxVio map and the note in place of the expert-load maps. */
+  ck_assert_int_eq(report("--db", old_db, "--out", page, NULL), 0);
+  ck_assert_int_eq(chromium("--dump-dom", url, dom), 0);
+  slurp(dom, html, sizeof html);
+  ck_assert_uint_eq(count(chart(html, "svg-maxvio"), NULL, "<rect class=\"cell\""), 2 * 3);
+  HAS(html, "id=\"no-expert-load\"");
+  HAS_NOT(html, "<svg id=\"svg-load-");
 }
 END_TEST
 
@@ -539,6 +636,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_unwritable_out);
     tcase_add_test(tc, test_empty_store);
     tcase_add_test(tc, test_page_charts);
+    tcase_add_test(tc, test_no_expert_rows);
     tcase_add_test(tc, test_long_run);
     tcase_add_test(tc, test_escaping);
     tcase_add_test(tc, test_stdout);
