@@ -387,7 +387,9 @@ const lh_model_image *lh_actors_transcript_images(const lh_actors_transcript *t)
 int lh_actors_transcript_expert(lh_env *env, uint64_t seed, lh_actors_transcript *t,
                                 lh_env_outcome *outcome, lh_errbuf *err);
 
-/* Greedy evaluation (sampler at temperature 0): the episodes of seeds[0..n)
+/* Evaluation, greedy (temperature 0, the default) or sampled at
+ * temperature (top_p 1) from a generator seeded by each episode's seed, so
+ * that a seed plays the same whatever else runs beside it: the episodes of seeds[0..n)
  * played by model, n_envs at a time (one environment each, opened alike by
  * the caller) through one batched decoder (the
  * first observation and every observation go in by prefill), each action
@@ -399,9 +401,10 @@ typedef struct {
   int max_action_tokens;      /* >= 1 */
   FILE *show;                 /* when set, the first show_count episodes to end */
   size_t show_count;          /*   are written there as text, with their seed and outcome */
+  float temperature;          /* >= 0; 0: greedy */
 } lh_actors_eval_params;
 
-int lh_actors_eval_greedy(lh_model *model, lh_env *const *envs, int n_envs, const uint64_t *seeds, size_t n,
+int lh_actors_eval(lh_model *model, lh_env *const *envs, int n_envs, const uint64_t *seeds, size_t n,
                           const lh_actors_eval_params *p, size_t *successes, lh_errbuf *err);
 
 

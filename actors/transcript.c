@@ -194,6 +194,7 @@ int lh_actors_transcript_expert(lh_env *env, uint64_t seed, lh_actors_transcript
 typedef struct {
   int active;
   uint64_t seed;
+  lh_actors_rng rng;    /* sampled evaluation: seeded by the episode's seed */
   lh_actors_transcript *t;
   size_t action_start;  /* where the action being decoded began */
 } eval_slot;
@@ -234,6 +235,7 @@ static int start(eval_run *r, int b, eval_slot *s, lh_errbuf *err) {
   if (r->next >= r->n) return 0;
   lh_env_obs obs;
   s->seed = r->seeds[r->next++];
+  lh_actors_rng_seed(&s->rng, s->seed ^ 0x6576616c73616d70ull);
   LH_TRY(lh_env_reset(r->envs[b], s->seed, &obs, err));
   LH_TRY(lh_actors_transcript_begin(s->t, &obs, err));
   LH_TRY(lh_model_decoder_reset(r->dec, b));
@@ -315,7 +317,7 @@ static int advance(eval_run *r, int b, eval_slot *s, int32_t tok, lh_errbuf *err
   return 0;
 }
 
-int lh_actors_eval_greedy(lh_model *model, lh_env *const *envs, int n_envs, const uint64_t *seeds,
+int lh_actors_eval(lh_model *model, lh_env *const *envs, int n_envs, const uint64_t *seeds,
                           size_t n, const lh_actors_eval_params *p, size_t *successes,
                           lh_errbuf *err) {
   if (!model || !envs || n_envs < 1 || (n && !seeds) || !p || !successes || p->max_context < 2 ||
@@ -329,7 +331,7 @@ int lh_actors_eval_greedy(lh_model *model, lh_env *const *envs, int n_envs, cons
   int32_t *rows = malloc((size_t)n_envs * sizeof *rows), *toks = malloc((size_t)n_envs * sizeof *toks);
   float *row_logp = malloc((size_t)n_envs * cfg->vocab * sizeof *row_logp);
   r.logp = malloc((size_t)n_envs * cfg->vocab * sizeof *r.logp);
-  lh_actors_sampler *sampler = lh_actors_sampler_new((uint32_t)cfg->vocab, 0.0f, 1.0f, err);
+  lh_actors_sampler *sampler = lh_actors_sampler_new((uint32_t)cfg->vocab, p->temperature, 1.0f, err);
   int rc = 0;
   if (!slots || !rows || !toks || !row_logp || !r.logp || !sampler)
     rc = sampler ? lh_errbuf_set(err, LH_ENOMEM, "eval: out of memory") : LH_EINVAL;
@@ -343,7 +345,8 @@ int lh_actors_eval_greedy(lh_model *model, lh_env *const *envs, int n_envs, cons
       if (!slots[b].active) continue;
       any = 1;
       lh_actors_sample smp;
-      rc = lh_actors_sampler_sample(sampler, r.logp + (size_t)b * cfg->vocab, NULL, &smp, err);
+      rc = lh_actors_sampler_sample(sampler, r.logp + (size_t)b * cfg->vocab,
+                                    p->temperature > 0 ? &slots[b].rng : NULL, &smp, err);
       if (rc) break;
       int more = advance(&r, b, &slots[b], (int32_t)smp.token, err);
       if (more < 0) rc = more;

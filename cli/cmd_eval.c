@@ -15,10 +15,12 @@
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul eval --config FILE --ckpt DIR [--env NAME] [--seeds N] [--show N]\n"
-          "                     [--json] [--backend cpu|cuda]\n\n"
+          "                     [--temperature T] [--json] [--backend cpu|cuda]\n\n"
           "Plays the held-out seeds 1..N (default 200) of the environment (--env,\n"
-          "or name in [env] of FILE, with the [env] options) greedily with the\n"
-          "policy in DIR/model.safetensors, and prints the success rate. DIR may\n"
+          "or name in [env] of FILE, with the [env] options) with the policy in\n"
+          "DIR/model.safetensors, greedily or, with --temperature T > 0, sampled at\n"
+          "T (as actors sample; each seed its own generator, so a run repeats),\n"
+          "and prints the success rate. DIR may\n"
           "be a learner's ckpt_dir: its `latest` checkpoint is used. --show N\n"
           "prints the first N episodes to end; --json prints one JSON object\n"
           "{\"env\", \"episodes\", \"successes\", \"success_rate\", \"ckpt\"}.\n"
@@ -54,7 +56,8 @@ int lh_cmd_eval(int argc, char **argv) {
     usage(stdout);
     return LH_EXIT_OK;
   }
-  const char *config = NULL, *ckpt = NULL, *env = NULL, *seeds_s = "200", *show_s = "0", *backend = NULL;
+  const char *config = NULL, *ckpt = NULL, *env = NULL, *seeds_s = "200", *show_s = "0", *backend = NULL,
+             *temp_s = "0";
   int json = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
@@ -67,6 +70,7 @@ int lh_cmd_eval(int argc, char **argv) {
                         : !strcmp(argv[i], "--seeds") ? &seeds_s
                         : !strcmp(argv[i], "--show") ? &show_s
                         : !strcmp(argv[i], "--backend") ? &backend
+                        : !strcmp(argv[i], "--temperature") ? &temp_s
                                                      : NULL;
     if (!slot) {
       fprintf(stderr, "longhaul eval: unknown argument '%s'\n", argv[i]);
@@ -87,6 +91,12 @@ int lh_cmd_eval(int argc, char **argv) {
   }
   if (parse_count("--seeds", seeds_s, 1000000, &seeds) || parse_count("--show", show_s, 1000000, &show))
     return LH_EXIT_USAGE;
+  char *tend = NULL;
+  double temperature = strtod(temp_s, &tend);
+  if (tend == temp_s || *tend || !(temperature >= 0 && temperature <= 100)) {
+    fprintf(stderr, "longhaul eval: --temperature '%s' is not a number in [0, 100]\n", temp_s);
+    return LH_EXIT_USAGE;
+  }
   if (!seeds) {
     fprintf(stderr, "longhaul eval: --seeds must be at least 1\n");
     return LH_EXIT_USAGE;
@@ -129,15 +139,19 @@ int lh_cmd_eval(int argc, char **argv) {
     return bx;
   }
   int rc = lh_model_load(dir, be, &m, &err);
-  if (!rc) rc = lh_cli_eval_policy(m, env, o.opts, o.n, seeds, (size_t)show, stdout, &wins, &err);
+  if (!rc) rc = lh_cli_eval_policy(m, env, o.opts, o.n, seeds, (float)temperature, (size_t)show, stdout, &wins,
+                                      &err);
   if (rc) {
     fprintf(stderr, "longhaul eval: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
   } else if (json) {
-    printf("{\"env\": \"%s\", \"episodes\": %llu, \"successes\": %zu, \"success_rate\": %.6f, \"ckpt\": \"%s\"}\n",
-           env, seeds, wins, (double)wins / (double)seeds, dir);
+    printf("{\"env\": \"%s\", \"episodes\": %llu, \"successes\": %zu, \"success_rate\": %.6f, "
+           "\"temperature\": %g, \"ckpt\": \"%s\"}\n",
+           env, seeds, wins, (double)wins / (double)seeds, temperature, dir);
   } else {
-    printf("eval: %s success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n", dir,
-           (double)wins / (double)seeds, wins, seeds, seeds, (double)(lh_now_ns() - t0) / 1e9);
+    char how[32] = "greedy";
+    if (temperature > 0) snprintf(how, sizeof how, "sampled at T=%g", temperature);
+    printf("eval: %s success rate %.3f (%zu/%llu held-out seeds 1..%llu, %s) in %.1fs\n", dir,
+           (double)wins / (double)seeds, wins, seeds, seeds, how, (double)(lh_now_ns() - t0) / 1e9);
   }
   lh_model_free(m);
   lh_backend_close(be);

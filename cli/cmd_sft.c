@@ -149,7 +149,7 @@ static int evaluate(lh_model *m, const sft_args *a, const lh_cli_env_section *o,
                     lh_errbuf *err) {
   size_t wins = 0;
   int64_t t0 = lh_now_ns();
-  int rc = lh_cli_eval_policy(m, a->env, o->opts, o->n, a->eval, (size_t)a->show, stdout, &wins, err);
+  int rc = lh_cli_eval_policy(m, a->env, o->opts, o->n, a->eval, 0.0f, (size_t)a->show, stdout, &wins, err);
   if (!rc)
     printf("eval: step %llu success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n",
            (unsigned long long)step, (double)wins / (double)a->eval, wins, a->eval, a->eval,

@@ -47,7 +47,8 @@ void lh_cli_env_section_free(lh_cli_env_section *o) {
 }
 
 int lh_cli_eval_policy(lh_model *m, const char *env, const lh_env_option *opts, size_t n_opts,
-                       uint64_t n, size_t show, FILE *out, size_t *wins, lh_errbuf *err) {
+                       uint64_t n, float temperature, size_t show, FILE *out, size_t *wins,
+                       lh_errbuf *err) {
   enum { EVAL_ENVS = 16 };
   lh_env *envs[EVAL_ENVS] = {0};
   *wins = 0;
@@ -59,8 +60,8 @@ int lh_cli_eval_policy(lh_model *m, const char *env, const lh_env_option *opts, 
   int n_envs = n < EVAL_ENVS ? (int)n : EVAL_ENVS;
   for (int i = 0; !rc && i < n_envs; i++) rc = lh_env_open(env, opts, n_opts, &envs[i], err);
   lh_actors_eval_params p = {.max_context = 4096, .max_action_tokens = 256, .show = show ? out : NULL,
-                             .show_count = show};
-  if (!rc) rc = lh_actors_eval_greedy(m, envs, n_envs, seeds, (size_t)n, &p, wins, err);
+                             .show_count = show, .temperature = temperature};
+  if (!rc) rc = lh_actors_eval(m, envs, n_envs, seeds, (size_t)n, &p, wins, err);
   for (int i = 0; i < n_envs; i++) lh_env_free(envs[i]);
   free(seeds);
   return rc;

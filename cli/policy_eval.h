@@ -27,10 +27,12 @@ typedef struct {
 int lh_cli_env_section_read(const char *path, lh_cli_env_section *o, char *msg, size_t cap);
 void lh_cli_env_section_free(lh_cli_env_section *o);
 
-/* Greedy episodes of m on seeds 1..n of environment env (opened with the
- * options, 16 at a time); *wins counts successes. The first show of them
- * to end are printed to out (may be NULL when show is 0). */
+/* Episodes of m on seeds 1..n of environment env (opened with the
+ * options, 16 at a time), greedy at temperature 0, else sampled at it
+ * (each seed's own generator); *wins counts successes. The first show of
+ * them to end are printed to out (may be NULL when show is 0). */
 int lh_cli_eval_policy(lh_model *m, const char *env, const lh_env_option *opts, size_t n_opts,
-                       uint64_t n, size_t show, FILE *out, size_t *wins, lh_errbuf *err);
+                       uint64_t n, float temperature, size_t show, FILE *out, size_t *wins,
+                       lh_errbuf *err);
 
 #endif

@@ -207,13 +207,13 @@ START_TEST(test_loss_falls) {
   uint64_t seeds[5] = {1, 2, 3, 4, 5};
   lh_actors_eval_params p = {.max_context = 4096, .max_action_tokens = 64};
   size_t wins = 99;
-  ck_assert_msg(lh_actors_eval_greedy(m, envs, 3, seeds, 5, &p, &wins, &err) == 0, "%s", err.msg);
+  ck_assert_msg(lh_actors_eval(m, envs, 3, seeds, 5, &p, &wins, &err) == 0, "%s", err.msg);
   ck_assert_uint_le(wins, 5);
   p.max_action_tokens = 1;
-  ck_assert_int_eq(lh_actors_eval_greedy(m, envs, 3, seeds, 5, &p, &wins, &err), 0);
+  ck_assert_int_eq(lh_actors_eval(m, envs, 3, seeds, 5, &p, &wins, &err), 0);
   ck_assert_uint_eq(wins, 0);
   p.max_context = 1;
-  ck_assert_int_eq(lh_actors_eval_greedy(m, envs, 3, seeds, 5, &p, &wins, &err), LH_EINVAL);
+  ck_assert_int_eq(lh_actors_eval(m, envs, 3, seeds, 5, &p, &wins, &err), LH_EINVAL);
 
   /* the checkpoint is written through a temporary directory, then renamed */
   char dir[] = "/tmp/lh_sft_XXXXXX";
@@ -313,6 +313,16 @@ START_TEST(test_cli) {
   snprintf(cmd, sizeof cmd, "%s eval --config %s --env calc --ckpt %s/ck --seeds 2 --json", bin(), cfg, work);
   ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
   ck_assert_ptr_nonnull(strstr(out, "\"episodes\": 2, \"successes\": "));
+  /* Sampled at a temperature, each seed with its own generator: a rerun
+   * gives the same figure. */
+  snprintf(cmd, sizeof cmd, "%s eval --config %s --env calc --ckpt %s/ck --seeds 4 --temperature 0.7", bin(), cfg, work);
+  ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
+  ck_assert_ptr_nonnull(strstr(out, "sampled at T=0.7"));
+  char first[256];
+  snprintf(first, sizeof first, "%s", strstr(out, "success rate"));
+  *strstr(first, " in ") = 0;
+  ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
+  ck_assert_msg(strstr(out, first), "'%s' not repeated in %s", first, out);
   struct {
     const char *args, *says;
     int code;
@@ -324,6 +334,8 @@ START_TEST(test_cli) {
       {"--env calc --ckpt /nonexistent", "holds no model.safetensors", 1},
       {"--env nosuch --ckpt CK", "nosuch", 2},
       {"--env calc --ckpt CK --backend tpu", "unknown backend 'tpu'", 2},
+      {"--env calc --ckpt CK --temperature -1", "--temperature '-1'", 2},
+      {"--env calc --ckpt CK --temperature hot", "--temperature 'hot'", 2},
   };
   for (size_t i = 0; i < sizeof bad_eval / sizeof bad_eval[0]; i++) {
     char args[512];
