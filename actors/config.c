@@ -1,56 +1,41 @@
-/* actors: the [actor] section of the INI config, read with inih.
+/* actors: the [actor] section of the INI config, and [env] beside it.
  *
- * A table lists every key with its type, field and range. inih reads
- * through our own line reader, which counts lines, so that every message
- * names the line it is about. (learner/config.c reads [learner] the same
- * way; the two modules do not depend on each other.) */
-#include <errno.h>
-#include <ini.h>
+ * A table lists every [actor] key with its type, field and range, read by
+ * common's section reader (common/ini_section.h), which names the file,
+ * line, section and key of every error. The free-form [env] section (a name
+ * and the environment's own options) is read in the same pass by the
+ * section's `other` callback. */
 #include <math.h>
-#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "actors/actors.h"
+#include "common/ini_section.h"
 
-typedef enum { K_U64, K_F64, K_STR } key_kind;
-
-/* U64: [min, max] with max 0 meaning no bound. F64: [min, max], open at
- * the ends flagged. */
-typedef struct {
-  const char *key;
-  key_kind kind;
-  size_t offset;
-  double min, max;
-  int min_open, max_open;
-} key_spec;
-
-#define F(field) offsetof(lh_actors_config, field)
-static const key_spec KEYS[] = {
-    {"batch", K_U64, F(batch), 1, 65536, 0, 0},
-    {"temperature", K_F64, F(temperature), 0, 1e6, 0, 0},
-    {"top_p", K_F64, F(top_p), 0, 1, 1, 0},
-    {"seed", K_U64, F(seed), 0, 0, 0, 0},
-    {"segment_tokens", K_U64, F(segment_tokens), 1, 65536, 0, 0},
-    {"outbox_messages", K_U64, F(outbox_messages), 1, 0, 0, 0},
-    {"outbox_bytes", K_U64, F(outbox_bytes), 1, 0, 0, 0},
-    {"resend_timeout_ms", K_U64, F(resend_timeout_ms), 1, 0, 0, 0},
-    {"heartbeat_ms", K_U64, F(heartbeat_ms), 1, 0, 0, 0},
-    {"group_size", K_U64, F(group_size), 1, 0, 0, 0},
-    {"learner_endpoint", K_STR, F(learner_endpoint), 0, 0, 0, 0},
-    {"weights_pub_endpoint", K_STR, F(weights_pub_endpoint), 0, 0, 0, 0},
-    {"weights_endpoint", K_STR, F(weights_endpoint), 0, 0, 0, 0},
-    {"curve_secret_key_file", K_STR, F(curve_secret_key_file), 0, 0, 0, 0},
-    {"curve_server_key_file", K_STR, F(curve_server_key_file), 0, 0, 0, 0},
-    {"max_context", K_U64, F(max_context), 0, 0, 0, 0},
-    {"max_steps", K_U64, F(max_steps), 0, 1000000000, 0, 0},
-    {"flush_timeout_ms", K_U64, F(flush_timeout_ms), 1, 0, 0, 0},
-    {"record_routing", K_U64, F(record_routing), 0, 1, 0, 0},
-    {"stage_option", K_STR, F(stage_option), 0, 0, 0, 0},
+#define T lh_actors_config
+static const lh_ini_key KEYS[] = {
+    LH_INI_KEY_U64(T, batch, 1, 65536),
+    LH_INI_KEY_F64(T, temperature, 0, 1e6, LH_INI_CLOSED),
+    LH_INI_KEY_F64(T, top_p, 0, 1, LH_INI_OPEN_MIN),
+    LH_INI_KEY_U64(T, seed, 0, INFINITY),
+    LH_INI_KEY_U64(T, segment_tokens, 1, 65536),
+    LH_INI_KEY_U64(T, outbox_messages, 1, INFINITY),
+    LH_INI_KEY_U64(T, outbox_bytes, 1, INFINITY),
+    LH_INI_KEY_U64(T, resend_timeout_ms, 1, INFINITY),
+    LH_INI_KEY_U64(T, heartbeat_ms, 1, INFINITY),
+    LH_INI_KEY_U64(T, group_size, 1, INFINITY),
+    LH_INI_KEY_STR(T, learner_endpoint, 0),
+    LH_INI_KEY_STR(T, weights_pub_endpoint, 0),
+    LH_INI_KEY_STR(T, weights_endpoint, 0),
+    LH_INI_KEY_STR(T, curve_secret_key_file, 0),
+    LH_INI_KEY_STR(T, curve_server_key_file, 0),
+    LH_INI_KEY_U64(T, max_context, 0, INFINITY),
+    LH_INI_KEY_U64(T, max_steps, 0, 1000000000),
+    LH_INI_KEY_U64(T, flush_timeout_ms, 1, INFINITY),
+    LH_INI_KEY_U64(T, record_routing, 0, 1),
+    LH_INI_KEY_STR(T, stage_option, 0),
 };
-#undef F
-#define N_KEYS (sizeof KEYS / sizeof KEYS[0])
+#undef T
 
 void lh_actors_config_default(lh_actors_config *c) {
   if (!c) return;
@@ -74,150 +59,72 @@ void lh_actors_config_default(lh_actors_config *c) {
   snprintf(c->env_name, sizeof c->env_name, "calc");
 }
 
+/* The [env] section's state: the lines its keys were given on. */
 typedef struct {
   lh_actors_config *cfg;
-  lh_errbuf *err;
-  const char *source;
-  lh_text_lines lines;  /* the text, and the line inih last read */
-  int failed;
-  int seen_line[N_KEYS];
   int env_name_line;
   int env_line[LH_ACTORS_ENV_OPTIONS];
-} parse_ctx;
+} env_ctx;
 
-
-
-
-static void range_text(const key_spec *k, char *buf, size_t bytes) {
-  if (k->kind == K_U64 && k->max > 0)
-    snprintf(buf, bytes, "an integer in %.0f..%.0f", k->min, k->max);
-  else if (k->kind == K_U64)
-    snprintf(buf, bytes, "an integer >= %.0f", k->min);
-  else if (k->max >= 1e6)
-    snprintf(buf, bytes, "a number %s %g", k->min_open ? ">" : ">=", k->min);
-  else
-    snprintf(buf, bytes, "a number in %c%g, %g%c", k->min_open ? '(' : '[', k->min, k->max,
-             k->max_open ? ')' : ']');
-}
-
-/* [env]: name, and every other key an option for the environment. */
-static int on_env_key(parse_ctx *p, const char *name, const char *value) {
+/* [env]: name, and every other key an option for the environment; the
+ * keys of sections other than [actor] and [env] are not ours. */
+static int on_other_key(void *user, const char *source, int line, const char *section, const char *name,
+                        const char *value, lh_errbuf *err) {
+  env_ctx *p = user;
   lh_actors_config *c = p->cfg;
-  p->failed = 1;
+  if (strcmp(section, "env") != 0) return 0;
   if (strcmp(name, "name") == 0) {
     if (p->env_name_line)
-      return lh_errbuf_set(p->err, LH_EACTORS_CONFIG_DUPLICATE,
-                           "%s:%d: [env] name = %.64s: the key was already given on line %d", p->source,
-                           p->lines.line, value, p->env_name_line),
-             0;
+      return lh_errbuf_set(err, LH_EACTORS_CONFIG_DUPLICATE,
+                           "%s:%d: [env] name = %.64s: the key was already given on line %d", source, line, value,
+                           p->env_name_line);
     if (!*value || strlen(value) >= sizeof c->env_name)
-      return lh_errbuf_set(p->err, LH_EACTORS_CONFIG_VALUE,
-                           "%s:%d: [env] name = '%.64s' is not an environment name of 1..%zu bytes",
-                           p->source, p->lines.line, value, sizeof c->env_name - 1),
-             0;
-    p->env_name_line = p->lines.line;
+      return lh_errbuf_set(err, LH_EACTORS_CONFIG_VALUE,
+                           "%s:%d: [env] name = '%.64s' is not an environment name of 1..%zu bytes", source, line,
+                           value, sizeof c->env_name - 1);
+    p->env_name_line = line;
     snprintf(c->env_name, sizeof c->env_name, "%s", value);
-    p->failed = 0;
-    return 1;
+    return 0;
   }
   for (uint32_t i = 0; i < c->n_env_options; i++)
     if (strcmp(c->env_keys[i], name) == 0)
-      return lh_errbuf_set(p->err, LH_EACTORS_CONFIG_DUPLICATE,
-                           "%s:%d: [env] %s = %.64s: the key was already given on line %d", p->source,
-                           p->lines.line, name, value, p->env_line[i]),
-             0;
+      return lh_errbuf_set(err, LH_EACTORS_CONFIG_DUPLICATE,
+                           "%s:%d: [env] %s = %.64s: the key was already given on line %d", source, line, name,
+                           value, p->env_line[i]);
   if (c->n_env_options == LH_ACTORS_ENV_OPTIONS || strlen(name) >= sizeof c->env_keys[0] ||
       strlen(value) >= sizeof c->env_values[0])
-    return lh_errbuf_set(p->err, LH_EACTORS_CONFIG_VALUE,
+    return lh_errbuf_set(err, LH_EACTORS_CONFIG_VALUE,
                          "%s:%d: [env] %.64s: at most %d options, keys under %zu bytes and values under "
                          "%zu bytes",
-                         p->source, p->lines.line, name, LH_ACTORS_ENV_OPTIONS, sizeof c->env_keys[0],
-                         sizeof c->env_values[0]),
-           0;
+                         source, line, name, LH_ACTORS_ENV_OPTIONS, sizeof c->env_keys[0], sizeof c->env_values[0]);
   uint32_t i = c->n_env_options++;
   snprintf(c->env_keys[i], sizeof c->env_keys[i], "%s", name);
   snprintf(c->env_values[i], sizeof c->env_values[i], "%s", value);
-  p->env_line[i] = p->lines.line;
-  p->failed = 0;
-  return 1;
+  p->env_line[i] = line;
+  return 0;
 }
 
-static int on_key(void *user, const char *section, const char *name, const char *value) {
-  parse_ctx *p = user;
-  if (strcmp(section, "env") == 0) return p->failed ? 0 : on_env_key(p, name, value);
-  if (strcmp(section, "actor") != 0) return 1;
-  if (p->failed) return 0;
-  p->failed = 1;  /* cleared below when the key is good */
-  size_t i = 0;
-  while (i < N_KEYS && strcmp(KEYS[i].key, name) != 0) i++;
-  if (i == N_KEYS) {
-    char known[LH_ERRMSG_BYTES] = "";
-    for (size_t j = 0; j < N_KEYS; j++) {
-      strncat(known, KEYS[j].key, sizeof known - strlen(known) - 1);
-      if (j + 1 < N_KEYS) strncat(known, ", ", sizeof known - strlen(known) - 1);
-    }
-    lh_errbuf_set(p->err, LH_EACTORS_CONFIG_UNKNOWN_KEY, "%s:%d: [actor] unknown key '%.64s' (known: %.300s)",
-                  p->source, p->lines.line, name, known);
-    return 0;
-  }
-  const key_spec *k = &KEYS[i];
-  if (p->seen_line[i]) {
-    lh_errbuf_set(p->err, LH_EACTORS_CONFIG_DUPLICATE,
-                  "%s:%d: [actor] %s = %.64s: the key was already given on line %d", p->source, p->lines.line,
-                  name, value, p->seen_line[i]);
-    return 0;
-  }
-  p->seen_line[i] = p->lines.line;
-  char range[96];
-  range_text(k, range, sizeof range);
-  char *field = (char *)p->cfg + k->offset;
-  int bad;
-  if (k->kind == K_STR) {
-    bad = !*value || strlen(value) >= LH_ACTORS_ENDPOINT_BYTES;
-    if (!bad) snprintf(field, LH_ACTORS_ENDPOINT_BYTES, "%s", value);
-    if (bad) snprintf(range, sizeof range, "a text of 1..%d bytes", LH_ACTORS_ENDPOINT_BYTES - 1);
-  } else if (k->kind == K_U64) {
-    uint64_t x = 0;
-    bad = lh_parse_u64(value, &x) || (double)x < k->min || (k->max > 0 && (double)x > k->max);
-    if (!bad) memcpy(field, &x, sizeof x);
-  } else {
-    double x = 0;
-    bad = lh_parse_f64(value, &x) != 0 || !isfinite(x);
-    if (!bad) bad = k->min_open ? !(x > k->min) : !(x >= k->min);
-    if (!bad) bad = k->max_open ? !(x < k->max) : !(x <= k->max);
-    if (!bad) memcpy(field, &x, sizeof x);
-  }
-  if (bad) {
-    lh_errbuf_set(p->err, LH_EACTORS_CONFIG_VALUE, "%s:%d: [actor] %s = '%.64s' is not %s", p->source,
-                  p->lines.line, name, value, range);
-    return 0;
-  }
-  p->failed = 0;
-  return 1;
-}
+static const lh_ini_section SECTION = {
+    .name = "actor", .keys = KEYS, .n_keys = sizeof KEYS / sizeof KEYS[0],
+    .unknown_key_error = LH_EACTORS_CONFIG_UNKNOWN_KEY, .duplicate_error = LH_EACTORS_CONFIG_DUPLICATE,
+    .value_error = LH_EACTORS_CONFIG_VALUE, .syntax_error = LH_EACTORS_CONFIG_FILE, .other = on_other_key};
 
 int lh_actors_config_parse(const char *text, const char *source, lh_actors_config *cfg, lh_errbuf *err) {
   if (!text || !cfg) return lh_errbuf_set(err, LH_EINVAL, "actor config: NULL text or config");
-  if (!source) source = "config";
   lh_actors_config c;
   lh_actors_config_default(&c);
-  parse_ctx p = {.cfg = &c, .err = err, .source = source, .lines = {.text = text}};
-  int rc = ini_parse_stream(lh_text_lines_read, &p.lines, on_key, &p);
-  if (p.failed) return err ? err->code : LH_EACTORS_CONFIG_VALUE;
-  if (rc == -2) return lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory while parsing", source);
-  if (rc != 0)
-    return lh_errbuf_set(err, LH_EACTORS_CONFIG_FILE,
-                         "%s:%d: syntax error (expected '[section]' or 'key = value')", source, rc);
+  env_ctx env = {.cfg = &c};
+  int rc = lh_ini_section_parse(&SECTION, text, source, &c, &env, NULL, err);
+  if (rc != 0) return rc;
   *cfg = c;
   return 0;
 }
 
+static int parse_text(const char *text, const char *source, void *cfg, lh_errbuf *err) {
+  return lh_actors_config_parse(text, source, cfg, err);
+}
+
 int lh_actors_config_load(const char *path, lh_actors_config *cfg, lh_errbuf *err) {
   if (!path || !cfg) return lh_errbuf_set(err, LH_EINVAL, "actor config: NULL path or config");
-  char *text;
-  int rc = lh_read_text_file(path, LH_EACTORS_CONFIG_FILE, &text, NULL, err);
-  if (rc != 0) return rc;
-  rc = lh_actors_config_parse(text, path, cfg, err);
-  free(text);
-  return rc;
+  return lh_ini_load_file(path, LH_EACTORS_CONFIG_FILE, parse_text, cfg, err);
 }

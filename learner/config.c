@@ -1,62 +1,55 @@
-/* learner: the [learner] section of the INI config, read with inih.
+/* learner: the [learner] section of the INI config.
  *
  * A table lists every key with its type, field and range, so that the
- * parser, the "known keys" hint and the checks cannot drift apart. inih
- * reads through our own line reader, which counts lines, so that every
- * message can name the line it is about. */
-#include <errno.h>
-#include <ini.h>
+ * parser, the "known keys" hint and the checks cannot drift apart; common's
+ * section reader (common/ini_section.h) reads it and names the file, line,
+ * section and key of every error. The advantage and the stages have parsers
+ * of their own here; the checks across keys name the later key's line. */
 #include <math.h>
-#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "common/ini_section.h"
 #include "learner/learner.h"
 
-typedef enum { K_U64, K_F64, K_BOOL, K_ADV, K_STAGES, K_STR } key_kind;
+static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes);
+static int parse_stages(const char *v, void *cfg, char *why, size_t why_bytes);
 
-/* Ranges: value in [min, max], or (min, ...) when min_open, (..., max) when
- * max_open. U64 keys use only min. */
-typedef struct {
-  const char *key;
-  key_kind kind;
-  size_t offset;
-  double min, max;
-  int min_open, max_open;
-} key_spec;
-
-#define F(field) offsetof(lh_learner_config, field)
-static const key_spec KEYS[] = {
-    {"advantage", K_ADV, F(advantage), 0, 0, 0, 0},
-    {"baseline_decay", K_F64, F(baseline_decay), 0, 1, 0, 1},
-    {"clip_eps", K_F64, F(clip_eps), 0, 1, 1, 1},
-    {"is_cap", K_F64, F(is_cap), 1, INFINITY, 0, 0},
-    {"entropy_coef", K_F64, F(entropy_coef), 0, 1e9, 0, 0},
-    {"max_policy_lag", K_U64, F(max_policy_lag), 0, 0, 0, 0},
-    {"lr", K_F64, F(lr), 0, 1e9, 1, 0},
-    {"warmup_steps", K_U64, F(warmup_steps), 0, 0, 0, 0},
-    {"total_steps", K_U64, F(total_steps), 1, 0, 0, 0},
-    {"weight_decay", K_F64, F(weight_decay), 0, 1e9, 0, 0},
-    {"grad_clip", K_F64, F(grad_clip), 0, 1e9, 1, 0},
-    {"batch_episodes", K_U64, F(batch_episodes), 1, 0, 0, 0},
-    {"group_size", K_U64, F(group_size), 1, 0, 0, 0},
-    {"train_window", K_U64, F(train_window), 1, 0, 0, 0},
-    {"ckpt_every", K_U64, F(ckpt_every), 1, 0, 0, 0},
-    {"routing_replay", K_BOOL, F(routing_replay), 0, 0, 0, 0},
-    {"stages", K_STAGES, 0, 0, 0, 0, 0},
-    {"ingest_endpoint", K_STR, F(ingest_endpoint), 0, 0, 0, 0},
-    {"weights_pub_endpoint", K_STR, F(weights_pub_endpoint), 0, 0, 0, 0},
-    {"weights_endpoint", K_STR, F(weights_endpoint), 0, 0, 0, 0},
-    {"curve_secret_key_file", K_STR, F(curve_secret_key_file), 0, 0, 0, 0},
-    {"curve_allowed_keys", K_STR, F(curve_allowed_keys), 0, 0, 0, 0},
-    {"db", K_STR, F(db), 0, 0, 0, 0},
-    {"max_db_bytes", K_U64, F(max_db_bytes), 0, 0, 0, 0},
-    {"ckpt_dir", K_STR, F(ckpt_dir), 0, 0, 0, 0},
-    {"abort_after_ms", K_U64, F(abort_after_ms), 1, 0, 0, 0},
+#define T lh_learner_config
+static const lh_ini_key KEYS[] = {
+    LH_INI_KEY_CUSTOM(advantage, parse_advantage, 0),
+    LH_INI_KEY_F64(T, baseline_decay, 0, 1, LH_INI_OPEN_MAX),
+    LH_INI_KEY_F64(T, clip_eps, 0, 1, LH_INI_OPEN_MIN | LH_INI_OPEN_MAX),
+    LH_INI_KEY_F64(T, is_cap, 1, INFINITY, LH_INI_CLOSED),
+    LH_INI_KEY_F64(T, entropy_coef, 0, 1e9, LH_INI_CLOSED),
+    LH_INI_KEY_U64(T, max_policy_lag, 0, INFINITY),
+    LH_INI_KEY_F64(T, lr, 0, 1e9, LH_INI_OPEN_MIN),
+    LH_INI_KEY_U64(T, warmup_steps, 0, INFINITY),
+    LH_INI_KEY_U64(T, total_steps, 1, INFINITY),
+    LH_INI_KEY_F64(T, weight_decay, 0, 1e9, LH_INI_CLOSED),
+    LH_INI_KEY_F64(T, grad_clip, 0, 1e9, LH_INI_OPEN_MIN),
+    LH_INI_KEY_U64(T, batch_episodes, 1, INFINITY),
+    LH_INI_KEY_U64(T, group_size, 1, INFINITY),
+    LH_INI_KEY_U64(T, train_window, 1, INFINITY),
+    LH_INI_KEY_U64(T, ckpt_every, 1, INFINITY),
+    LH_INI_KEY_BOOL(T, routing_replay),
+    LH_INI_KEY_CUSTOM(stages, parse_stages, LH_ELEARNER_CONFIG_STAGES),
+    LH_INI_KEY_STR(T, ingest_endpoint, 0),
+    LH_INI_KEY_STR(T, weights_pub_endpoint, 0),
+    LH_INI_KEY_STR(T, weights_endpoint, 0),
+    LH_INI_KEY_STR(T, curve_secret_key_file, 0),
+    LH_INI_KEY_STR(T, curve_allowed_keys, 0),
+    LH_INI_KEY_STR(T, db, 0),
+    LH_INI_KEY_U64(T, max_db_bytes, 0, INFINITY),
+    LH_INI_KEY_STR(T, ckpt_dir, 0),
+    LH_INI_KEY_U64(T, abort_after_ms, 1, INFINITY),
 };
-#undef F
-#define N_KEYS (sizeof KEYS / sizeof KEYS[0])
+#undef T
+
+static const lh_ini_section SECTION = {
+    .name = "learner", .keys = KEYS, .n_keys = sizeof KEYS / sizeof KEYS[0],
+    .unknown_key_error = LH_ELEARNER_CONFIG_UNKNOWN_KEY, .duplicate_error = LH_ELEARNER_CONFIG_DUPLICATE,
+    .value_error = LH_ELEARNER_CONFIG_VALUE, .syntax_error = LH_ELEARNER_CONFIG_FILE};
 
 void lh_learner_config_default(lh_learner_config *c) {
   if (!c) return;
@@ -86,40 +79,16 @@ void lh_learner_config_default(lh_learner_config *c) {
   c->abort_after_ms = 60000;
 }
 
-typedef struct {
-  lh_learner_config *cfg;
-  lh_errbuf *err;
-  const char *source;
-  lh_text_lines lines;  /* the text, and the line inih last read */
-  int failed;
-  int seen_line[N_KEYS];
-} parse_ctx;
-
-
-static int fail(parse_ctx *p, int code, const char *fmt, const char *key, const char *value,
-                const char *why) {
-  if (!p->failed) {
-    char detail[LH_ERRMSG_BYTES];
-    snprintf(detail, sizeof detail, fmt, key, value, why);
-    lh_errbuf_set(p->err, code, "%s:%d: [learner] %s", p->source, p->lines.line, detail);
-  }
-  p->failed = 1;
+static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes) {
+  lh_learner_adv_kind x = lh_learner_adv_kind_from_name(v);
+  if (!x) return snprintf(why, why_bytes, "is not one of grpo, rloo, reinforce"), -1;
+  ((lh_learner_config *)cfg)->advantage = x;
   return 0;
 }
 
-
-
-static int parse_bool(const char *v, int *out) {
-  static const char *yes[] = {"true", "yes", "on", "1"}, *no[] = {"false", "no", "off", "0"};
-  for (int i = 0; i < 4; i++) {
-    if (!strcmp(v, yes[i])) return *out = 1, 0;
-    if (!strcmp(v, no[i])) return *out = 0, 0;
-  }
-  return -1;
-}
-
 /* "max_context:steps:long_frac,..." into cfg->stages; why says what is wrong. */
-static int parse_stages(const char *v, lh_learner_config *cfg, char *why, size_t why_bytes) {
+static int parse_stages(const char *v, void *config, char *why, size_t why_bytes) {
+  lh_learner_config *cfg = config;
   size_t n = 0;
   const char *s = v;
   if (!*s) return snprintf(why, why_bytes, "is empty (leave the key out for no stages)"), -1;
@@ -162,122 +131,24 @@ static int parse_stages(const char *v, lh_learner_config *cfg, char *why, size_t
   return 0;
 }
 
-static void range_text(const key_spec *k, char *buf, size_t bytes) {
-  if (k->kind == K_U64) {
-    snprintf(buf, bytes, "an integer >= %.0f", k->min);
-  } else if (k->max >= 1e9) {
-    snprintf(buf, bytes, "a number %s %g", k->min_open ? ">" : ">=", k->min);
-  } else {
-    snprintf(buf, bytes, "a number in %c%g, %g%c", k->min_open ? '(' : '[', k->min, k->max,
-             k->max_open ? ')' : ']');
-  }
-}
-
-static int on_key(void *user, const char *section, const char *name, const char *value) {
-  parse_ctx *p = user;
-  if (strcmp(section, "learner") != 0) return 1;
-  if (p->failed) return 0;
-  size_t i = 0;
-  while (i < N_KEYS && strcmp(KEYS[i].key, name) != 0) i++;
-  if (i == N_KEYS) {
-    char known[LH_ERRMSG_BYTES] = "";
-    for (size_t j = 0; j < N_KEYS; j++) {
-      strncat(known, KEYS[j].key, sizeof known - strlen(known) - 1);
-      if (j + 1 < N_KEYS) strncat(known, ", ", sizeof known - strlen(known) - 1);
-    }
-    return fail(p, LH_ELEARNER_CONFIG_UNKNOWN_KEY, "unknown key '%s'%s (known: %s)", name, "", known);
-  }
-  const key_spec *k = &KEYS[i];
-  if (p->seen_line[i]) {
-    char why[64];
-    snprintf(why, sizeof why, "%d", p->seen_line[i]);
-    return fail(p, LH_ELEARNER_CONFIG_DUPLICATE, "%s = %s: the key was already given on line %s", name,
-                value, why);
-  }
-  p->seen_line[i] = p->lines.line;
-  char *field = (char *)p->cfg + k->offset;
-  char why[256];
-  switch (k->kind) {
-    case K_U64: {
-      uint64_t x;
-      range_text(k, why, sizeof why);
-      if (lh_parse_u64(value, &x) || (double)x < k->min)
-        return fail(p, LH_ELEARNER_CONFIG_VALUE, "%s = '%s' is not %s", name, value, why);
-      memcpy(field, &x, sizeof x);
-      return 1;
-    }
-    case K_F64: {
-      double x;
-      range_text(k, why, sizeof why);
-      int bad = lh_parse_f64(value, &x) != 0;
-      if (!bad) bad = k->min_open ? !(x > k->min) : !(x >= k->min);
-      if (!bad && k->max < INFINITY) bad = k->max_open ? !(x < k->max) : !(x <= k->max);
-      if (!bad && isinf(x) && k->max < INFINITY) bad = 1;
-      if (bad) return fail(p, LH_ELEARNER_CONFIG_VALUE, "%s = '%s' is not %s", name, value, why);
-      memcpy(field, &x, sizeof x);
-      return 1;
-    }
-    case K_BOOL: {
-      int x;
-      if (parse_bool(value, &x))
-        return fail(p, LH_ELEARNER_CONFIG_VALUE, "%s = '%s' is not %s", name, value,
-                    "true/false, yes/no, on/off or 1/0");
-      memcpy(field, &x, sizeof x);
-      return 1;
-    }
-    case K_ADV: {
-      lh_learner_adv_kind x = lh_learner_adv_kind_from_name(value);
-      if (!x)
-        return fail(p, LH_ELEARNER_CONFIG_VALUE, "%s = '%s' is not %s", name, value,
-                    "one of grpo, rloo, reinforce");
-      memcpy(field, &x, sizeof x);
-      return 1;
-    }
-    case K_STR:
-      if (!*value || strlen(value) >= LH_LEARNER_TEXT_BYTES) {
-        snprintf(why, sizeof why, "a non-empty text under %d bytes", LH_LEARNER_TEXT_BYTES);
-        return fail(p, LH_ELEARNER_CONFIG_VALUE, "%s = '%s' is not %s", name, value, why);
-      }
-      memcpy(field, value, strlen(value) + 1);
-      return 1;
-    case K_STAGES:
-      if (parse_stages(value, p->cfg, why, sizeof why))
-        return fail(p, LH_ELEARNER_CONFIG_STAGES, "%s = '%s' %s", name, value, why);
-      return 1;
-  }
-  return 0;
-}
-
-static int key_line(const parse_ctx *p, const char *key) {
-  for (size_t i = 0; i < N_KEYS; i++)
-    if (!strcmp(KEYS[i].key, key)) return p->seen_line[i];
-  return 0;
-}
-
 int lh_learner_config_parse(const char *text, const char *source, lh_learner_config *cfg,
                             lh_errbuf *err) {
   if (!text || !cfg) return lh_errbuf_set(err, LH_EINVAL, "learner config: NULL text or config");
   if (!source) source = "config";
   lh_learner_config c;
   lh_learner_config_default(&c);
-  parse_ctx p = {.cfg = &c, .err = err, .source = source, .lines = {.text = text}};
-  int rc = ini_parse_stream(lh_text_lines_read, &p.lines, on_key, &p);
-  if (p.failed) return err ? err->code : LH_ELEARNER_CONFIG_VALUE;
-  if (rc == -2) return lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory while parsing", source);
-  if (rc != 0)
-    return lh_errbuf_set(err, LH_ELEARNER_CONFIG_FILE,
-                         "%s:%d: syntax error (expected '[section]' or 'key = value')", source, rc);
+  lh_ini_lines lines;
+  int rc = lh_ini_section_parse(&SECTION, text, source, &c, NULL, &lines, err);
+  if (rc != 0) return rc;
   /* Checks across keys, named by the line of the later one. */
   if (c.warmup_steps > c.total_steps) {
-    int line = key_line(&p, "warmup_steps") > key_line(&p, "total_steps") ? key_line(&p, "warmup_steps")
-                                                                          : key_line(&p, "total_steps");
+    int line = lh_ini_later_line(&SECTION, &lines, "warmup_steps", "total_steps");
     return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
                          "%s:%d: [learner] warmup_steps = %llu is above total_steps = %llu", source, line,
                          (unsigned long long)c.warmup_steps, (unsigned long long)c.total_steps);
   }
   if (c.batch_episodes % c.group_size != 0) {
-    int line = key_line(&p, "batch_episodes") > key_line(&p, "group_size") ? key_line(&p, "batch_episodes")
-                                                                           : key_line(&p, "group_size");
+    int line = lh_ini_later_line(&SECTION, &lines, "batch_episodes", "group_size");
     return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
                          "%s:%d: [learner] batch_episodes = %llu is not a multiple of group_size = %llu "
                          "(a batch holds whole groups)",
@@ -288,14 +159,13 @@ int lh_learner_config_parse(const char *text, const char *source, lh_learner_con
   return 0;
 }
 
+static int parse_text(const char *text, const char *source, void *cfg, lh_errbuf *err) {
+  return lh_learner_config_parse(text, source, cfg, err);
+}
+
 int lh_learner_config_load(const char *path, lh_learner_config *cfg, lh_errbuf *err) {
   if (!path || !cfg) return lh_errbuf_set(err, LH_EINVAL, "learner config: NULL path or config");
-  char *text;
-  int rc = lh_read_text_file(path, LH_ELEARNER_CONFIG_FILE, &text, NULL, err);
-  if (rc != 0) return rc;
-  rc = lh_learner_config_parse(text, path, cfg, err);
-  free(text);
-  return rc;
+  return lh_ini_load_file(path, LH_ELEARNER_CONFIG_FILE, parse_text, cfg, err);
 }
 
 double lh_learner_lr_at(double lr, uint64_t warmup_steps, uint64_t total_steps, uint64_t step) {

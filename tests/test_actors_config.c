@@ -67,7 +67,7 @@ START_TEST(test_bad_values) {
   expect_error("[actor]\nresend_timeout_ms = 0\n", V, "resend_timeout_ms", NULL);
   expect_error("[actor]\nheartbeat_ms = 1.5\n", V, "heartbeat_ms", NULL);
   expect_error("[actor]\ngroup_size =\n", V, "group_size = ''", NULL);
-  expect_error("[actor]\ntemperature = -0.5\n", V, "temperature = '-0.5'", "a number >= 0");
+  expect_error("[actor]\ntemperature = -0.5\n", V, "temperature = '-0.5'", "a number in [0, 1e+06]");
   expect_error("[actor]\ntemperature = nan\n", V, "temperature", NULL);
   expect_error("[actor]\ntop_p = 0\n", V, "top_p = '0'", "in (0, 1]");
   expect_error("[actor]\ntop_p = 1.01\n", V, "top_p", NULL);

@@ -127,7 +127,7 @@ START_TEST(test_bad_numbers) {
   expect_error("[learner]\nclip_eps = 1.0\n", LH_ELEARNER_CONFIG_VALUE, "fleet.ini:2: [learner] clip_eps = '1.0'",
                "in (0, 1)");
   expect_error("[learner]\nclip_eps = 0\n", LH_ELEARNER_CONFIG_VALUE, "clip_eps", NULL);
-  expect_error("[learner]\nlr = 0\n", LH_ELEARNER_CONFIG_VALUE, "lr = '0'", "a number > 0");
+  expect_error("[learner]\nlr = 0\n", LH_ELEARNER_CONFIG_VALUE, "lr = '0'", "a number in (0, 1e+09]");
   expect_error("[learner]\nlr = nan\n", LH_ELEARNER_CONFIG_VALUE, "lr = 'nan'", NULL);
   expect_error("[learner]\nlr = inf\n", LH_ELEARNER_CONFIG_VALUE, "lr = 'inf'", NULL);
   expect_error("[learner]\nlr = 1e-3x\n", LH_ELEARNER_CONFIG_VALUE, "lr = '1e-3x'", NULL);

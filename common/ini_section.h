@@ -1,0 +1,116 @@
+/* common: one section of INI text read into a config struct by a table of
+ * keys, the one way the [actor], [learner] and [fleet] readers work.
+ *
+ * A module lists every key of its section in a static table (name, kind,
+ * the field's offset, its bounds or size, or a parser of its own for a
+ * special kind) and hands the table, the text and its own error codes to
+ * lh_ini_section_parse. The text goes to inih through lh_text_lines_read,
+ * which counts lines, so that every message names the file, the line, the
+ * section and the key:
+ *
+ *   fleet.ini:3: [actor] unknown key 'batchsize' (known: batch, ...)
+ *   fleet.ini:6: [actor] seed = 2: the key was already given on line 2
+ *   fleet.ini:2: [actor] batch = '0' is not an integer in 1..65536
+ *   fleet.ini:3: syntax error (expected '[section]' or 'key = value')
+ *
+ * Keys of other sections are skipped, or handed to the section's `other`
+ * callback so that a module can read a second, free-form section in the
+ * same pass (the actors' [env]). */
+#ifndef LH_INI_SECTION_H
+#define LH_INI_SECTION_H
+
+#include <math.h>
+#include <stddef.h>
+
+#include "common/common.h"
+
+typedef enum {
+  LH_INI_U64,    /* uint64_t, decimal digits, in [min, max] */
+  LH_INI_F64,    /* double, in min..max with the ends open or closed */
+  LH_INI_BOOL,   /* int: true/false, yes/no, on/off, 1/0 */
+  LH_INI_STR,    /* char[bytes]: at most bytes - 1 bytes, empty only when allow_empty */
+  LH_INI_CUSTOM  /* the key's own parse callback */
+} lh_ini_kind;
+
+/* The open ends of an F64 range (integers' ranges are closed). */
+enum { LH_INI_CLOSED = 0, LH_INI_OPEN_MIN = 1, LH_INI_OPEN_MAX = 2 };
+
+/* A special kind's parser: reads value into the config struct cfg and
+ * returns 0, or returns -1 with why set to what is wrong, worded to follow
+ * "key = 'value' " in the message ("is not one of grpo, rloo"). */
+typedef int (*lh_ini_parse_fn)(const char *value, void *cfg, char *why, size_t why_bytes);
+
+typedef struct {
+  const char *name;
+  lh_ini_kind kind;
+  size_t offset;          /* the field in the config struct (not CUSTOM) */
+  double min, max;        /* U64, F64: the range; max INFINITY for no upper bound */
+  int open;               /* F64: LH_INI_OPEN_MIN | LH_INI_OPEN_MAX, or LH_INI_CLOSED */
+  size_t bytes;           /* STR: the field's size with its NUL */
+  int allow_empty;        /* STR */
+  lh_ini_parse_fn parse;  /* CUSTOM */
+  int error;              /* CUSTOM: the code of a bad value; 0 for the section's value_error */
+} lh_ini_key;
+
+/* Table rows for a key named like its field in the struct type. */
+#define LH_INI_KEY_U64(type, key, lo, hi) \
+  {#key, LH_INI_U64, offsetof(type, key), .min = (lo), .max = (hi)}
+#define LH_INI_KEY_F64(type, key, lo, hi, open_ends) \
+  {#key, LH_INI_F64, offsetof(type, key), .min = (lo), .max = (hi), .open = (open_ends)}
+#define LH_INI_KEY_BOOL(type, key) {#key, LH_INI_BOOL, offsetof(type, key), .min = 0}
+#define LH_INI_KEY_STR(type, key, empty_ok) \
+  {#key, LH_INI_STR, offsetof(type, key), .bytes = sizeof(((type *)0)->key), .allow_empty = (empty_ok)}
+#define LH_INI_KEY_CUSTOM(key, parse_fn, code) {#key, LH_INI_CUSTOM, 0, .parse = (parse_fn), .error = (code)}
+
+/* A key of another section, for the section's `other` callback: returns 0,
+ * or a negative lh_err code after setting err (which may be NULL); line is
+ * the key's line in source. */
+typedef int (*lh_ini_other_fn)(void *user, const char *source, int line, const char *section,
+                               const char *name, const char *value, lh_errbuf *err);
+
+#define LH_INI_MAX_KEYS 64
+
+/* One section: its name without brackets, its keys (at most
+ * LH_INI_MAX_KEYS), the module's codes for each kind of error, and an
+ * optional reader of the keys of every other section. */
+typedef struct {
+  const char *name;
+  const lh_ini_key *keys;
+  size_t n_keys;
+  int unknown_key_error, duplicate_error, value_error, syntax_error;
+  lh_ini_other_fn other;
+} lh_ini_section;
+
+/* The line each key of a section was given on, 0 when it was not. */
+typedef struct {
+  int line[LH_INI_MAX_KEYS];
+} lh_ini_lines;
+
+/* Reads the keys of section sec in the NUL-terminated INI text into cfg
+ * (which holds the defaults beforehand), in file order; keys of other
+ * sections go to sec->other, or are skipped without one. source names the
+ * text in messages ("config" when NULL). Returns 0, or the first error's
+ * code with err saying which file, line, section and key: an unknown key
+ * (listing the known ones), a key given twice (naming the first line), a
+ * bad value (saying what would do), a code from sec->other, a syntax error
+ * (sec->syntax_error), LH_ENOMEM, or LH_EINVAL for NULL arguments, a
+ * table over LH_INI_MAX_KEYS or error codes that are not negative. On failure cfg may hold some of the values
+ * read, so callers parse into a copy. lines (may be NULL) gets each key's
+ * line, for messages about several keys. */
+int lh_ini_section_parse(const lh_ini_section *sec, const char *text, const char *source, void *cfg,
+                         void *user, lh_ini_lines *lines, lh_errbuf *err);
+
+/* The line key name was given on (0 when not given or not in the table). */
+int lh_ini_key_line(const lh_ini_section *sec, const lh_ini_lines *lines, const char *name);
+/* The later of the lines of keys a and b: the line a check across the two
+ * keys names. */
+int lh_ini_later_line(const lh_ini_section *sec, const lh_ini_lines *lines, const char *a, const char *b);
+
+/* A module's parse of its config from INI text, for lh_ini_load_file. */
+typedef int (*lh_ini_text_fn)(const char *text, const char *source, void *cfg, lh_errbuf *err);
+/* Reads the text file at path (lh_read_text_file: one that cannot be read
+ * gives file_error naming the path) and returns what parse returns for its
+ * text, with path as the source its messages name. */
+int lh_ini_load_file(const char *path, int file_error, lh_ini_text_fn parse, void *cfg, lh_errbuf *err);
+
+#endif
