@@ -155,3 +155,49 @@ int lh_proc_log_u64(const char *path, const char *needle, const char *key, uint6
   fclose(f);
   return found;
 }
+
+char *lh_proc_read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    size_t got = fread(buf + n, 1, cap - n - 1, f);
+    n += got;
+    if (got == 0) break;
+    if (cap - n < 2) {
+      char *grown = realloc(buf, cap * 2);
+      if (!grown) free(buf);
+      buf = grown;
+      cap *= 2;
+    }
+  }
+  fclose(f);
+  if (buf) buf[n] = 0;
+  return buf;
+}
+
+int lh_proc_file_has(const char *path, const char *needle) {
+  char *text = lh_proc_read_file(path);
+  int has = text && strstr(text, needle) != NULL;
+  free(text);
+  return has;
+}
+
+int lh_proc_wait_file(const char *path, const char *needle, int seconds) {
+  for (int i = 0; i < seconds * 20; i++) {
+    if (lh_proc_file_has(path, needle)) return 1;
+    lh_proc_sleep_ms(50);
+  }
+  return 0;
+}
+
+long long lh_proc_log_value(const char *path, const char *key) {
+  uint64_t v;
+  return lh_proc_log_u64(path, "", key, &v) == 0 ? (long long)v : -1;
+}
+
+int lh_proc_have_python_envs(void) {
+  return access("/usr/bin/python3", X_OK) == 0 &&
+         system("/usr/bin/python3 -c 'import zmq, google.protobuf' 2>/dev/null") == 0;
+}

@@ -1,7 +1,8 @@
 /* Helpers for tests that run real processes: a temporary folder, `longhaul`
  * (LH_BIN) or any program started with its output in a log file, a bounded
  * wait for its exit with its peak resident memory, a shell command's output
- * captured, and figures read back from logs (key=value fields). None of
+ * captured, files read back whole or waited on for a line, and figures read
+ * back from logs (key=value fields). None of
  * them uses Check, so any test (or benchmark) may link them; failures come
  * back as return values. */
 #ifndef LH_TESTS_PROC_UTIL_H
@@ -43,11 +44,26 @@ long lh_proc_vmhwm_kb(pid_t pid);
  * bytes of its output; returns the exit code or -1. */
 int lh_proc_run_capture(const char *cmd, char *out, size_t cap);
 
+/* The whole file at path as a NUL-terminated string (malloc'd, freed by
+ * the caller), or NULL when it cannot be read. */
+char *lh_proc_read_file(const char *path);
+/* 1 when the file at path holds needle, 0 when not or unreadable. */
+int lh_proc_file_has(const char *path, const char *needle);
+/* Polls (every 50 ms, up to seconds) until the file at path holds needle:
+ * 1 found, 0 not. */
+int lh_proc_wait_file(const char *path, const char *needle, int seconds);
+
 /* Lines of the file at path holding needle (0 when unreadable). */
 int lh_proc_count_lines(const char *path, const char *needle);
 /* From the last line of path holding needle, the unsigned value of
  * "key=" (0 found, -1 not). */
 int lh_proc_log_u64(const char *path, const char *needle, const char *key, uint64_t *out);
+/* The unsigned value of the last " key=" in the file at path (the last
+ * line holding it), or -1 when there is none. */
+long long lh_proc_log_value(const char *path, const char *key);
+/* 1 when /usr/bin/python3 can run the Python env server (it imports zmq
+ * and google.protobuf), else 0. */
+int lh_proc_have_python_envs(void);
 /* Sleeps ms milliseconds. */
 void lh_proc_sleep_ms(int ms);
 

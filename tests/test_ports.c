@@ -18,7 +18,7 @@
 #include <zmq.h>
 
 #include "learner/learner.h"
-#include "sec_util.h"
+#include "proc_util.h"
 
 #define SEG 6
 
@@ -95,7 +95,7 @@ static void write_learner_config(void) {
            "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
            "db = %s/replay.db\nckpt_dir = %s/ckpt\n[actor]\ntemperature = 1.0\n",
            dir, dir, dir, dir, dir);
-  ck_assert_int_eq(sec_write(path, text), 0);
+  ck_assert_int_eq(lh_proc_write_file(path, text), 0);
 }
 
 /* A Hello with msg_id id is acked as stored: the ingest still serves. */
@@ -153,15 +153,15 @@ static void send_big(void *d, size_t bytes) {
 }
 
 START_TEST(test_learner_ingest_port) {
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "ports"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "ports"), 0);
   ctx = zmq_ctx_new();
   write_learner_config();
   char ini[128], log[128];
   path_of(ini, sizeof ini, "run.ini");
   path_of(log, sizeof log, "learner.log");
   const char *args[] = {"learner", "--config", ini, "--steps", "100", NULL};
-  pid_t lp = sec_spawn(log, args);
-  ck_assert_msg(sec_wait_log(log, "bound pub=", 60), "the learner did not bind (see %s)", log);
+  pid_t lp = lh_proc_spawn_longhaul(log, args);
+  ck_assert_msg(lh_proc_wait_file(log, "bound pub=", 60), "the learner did not bind (see %s)", log);
   void *d = dealer("ing");
   ck_assert(hello_acked(d, 1));
   raw_garbage("ing");
@@ -182,16 +182,16 @@ START_TEST(test_learner_ingest_port) {
   ck_assert_msg(hello_acked(d, 6), "no ack after a replay");
   zmq_close(d);
   kill(lp, SIGTERM);
-  int rc = sec_wait(lp, 10);
-  long long rejected = sec_log_value(log, "rejected"), duplicates = sec_log_value(log, "duplicates");
+  int rc = lh_proc_wait(lp, 10, NULL);
+  long long rejected = lh_proc_log_value(log, "rejected"), duplicates = lh_proc_log_value(log, "duplicates");
   printf("ingest port: learner exit=%d rejected=%lld duplicates=%lld bad lines logged=%d\n", rc, rejected, duplicates,
-         sec_log_has(log, "ingest: bad message"));
+         lh_proc_file_has(log, "ingest: bad message"));
   ck_assert_int_eq(rc, 0);
   ck_assert_int_ge(rejected, 1);
   ck_assert_int_ge(duplicates, 1);
-  ck_assert(sec_log_has(log, "ingest: bad message"));
+  ck_assert(lh_proc_file_has(log, "ingest: bad message"));
   zmq_ctx_term(ctx);
-  sec_rmdir(dir);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
@@ -213,15 +213,15 @@ static int weights_answer(void *d, uint64_t id) {
 }
 
 START_TEST(test_learner_weights_port) {
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "ports"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "ports"), 0);
   ctx = zmq_ctx_new();
   write_learner_config();
   char ini[128], log[128];
   path_of(ini, sizeof ini, "run.ini");
   path_of(log, sizeof log, "learner.log");
   const char *args[] = {"learner", "--config", ini, "--steps", "100", NULL};
-  pid_t lp = sec_spawn(log, args);
-  ck_assert_msg(sec_wait_log(log, "bound pub=", 60), "the learner did not bind (see %s)", log);
+  pid_t lp = lh_proc_spawn_longhaul(log, args);
+  ck_assert_msg(lh_proc_wait_file(log, "bound pub=", 60), "the learner did not bind (see %s)", log);
   void *d = dealer("w");
   ck_assert(weights_answer(d, 1));
   raw_garbage("w");
@@ -240,12 +240,12 @@ START_TEST(test_learner_weights_port) {
   ck_assert(weights_answer(d, 6));
   zmq_close(d);
   kill(lp, SIGTERM);
-  int rc = sec_wait(lp, 10);
-  printf("weights port: learner exit=%d bad lines logged=%d\n", rc, sec_log_has(log, "weights: bad message"));
+  int rc = lh_proc_wait(lp, 10, NULL);
+  printf("weights port: learner exit=%d bad lines logged=%d\n", rc, lh_proc_file_has(log, "weights: bad message"));
   ck_assert_int_eq(rc, 0);
-  ck_assert(sec_log_has(log, "weights: bad message"));
+  ck_assert(lh_proc_file_has(log, "weights: bad message"));
   zmq_ctx_term(ctx);
-  sec_rmdir(dir);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
@@ -286,7 +286,7 @@ static int env_reset(void *d, uint64_t id, uint64_t session) {
 static void env_server_port(pid_t pid, const char *log, const char *env, const char *bad_line) {
   char sock[128];
   path_of(sock, sizeof sock, "env");
-  ck_assert_msg(sec_wait_log(log, "listening", 30), "the env server did not start (see %s)", log);
+  ck_assert_msg(lh_proc_wait_file(log, "listening", 30), "the env server did not start (see %s)", log);
   void *d = dealer("env");
   uint64_t session = 0;
   ck_assert_int_eq(env_create(d, 1, env, &session), 0);
@@ -329,50 +329,44 @@ static void env_server_port(pid_t pid, const char *log, const char *env, const c
   ck_assert_int_ne(env_call(d, &q, NULL), 0);
   zmq_close(d);
   kill(pid, SIGTERM);
-  int rc = sec_wait(pid, 10);
+  int rc = lh_proc_wait(pid, 10, NULL);
   printf("env server %s: exit=%d replay status=%d bad lines logged=%d\n", env, rc, replay,
-         sec_log_has(log, bad_line));
+         lh_proc_file_has(log, bad_line));
   ck_assert_msg(rc >= 0, "the env server did not stop within 10 s of SIGTERM");
-  ck_assert(sec_log_has(log, bad_line));
+  ck_assert(lh_proc_file_has(log, bad_line));
 }
 
 START_TEST(test_c_env_server_port) {
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "ports"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "ports"), 0);
   ctx = zmq_ctx_new();
   char ep[128], log[128];
   snprintf(ep, sizeof ep, "ipc://%s/env", dir);
   path_of(log, sizeof log, "env.log");
   const char *args[] = {"envs", "serve", "--bind", ep, NULL};
-  pid_t p = sec_spawn(log, args);
+  pid_t p = lh_proc_spawn_longhaul(log, args);
   env_server_port(p, log, "calc", "envs: bad message");
   zmq_ctx_term(ctx);
-  sec_rmdir(dir);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
 START_TEST(test_python_env_server_port) {
-  if (access("/usr/bin/python3", X_OK) != 0 ||
-      system("/usr/bin/python3 -c 'import zmq, google.protobuf' 2>/dev/null") != 0) {
+  if (!lh_proc_have_python_envs()) {
     printf("python env server: /usr/bin/python3 with zmq and protobuf not found; skipped\n");
     return;
   }
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "ports"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "ports"), 0);
   ctx = zmq_ctx_new();
   char ep[128], log[128], script[512];
   snprintf(ep, sizeof ep, "ipc://%s/env", dir);
   path_of(log, sizeof log, "env.log");
   snprintf(script, sizeof script, "%s/envs/python/env_server.py", LH_TEST_SOURCE_DIR);
-  pid_t p = fork();
-  ck_assert_int_ge(p, 0);
-  if (p == 0) {
-    FILE *l = freopen(log, "w", stderr);
-    (void)l;
-    execl("/usr/bin/python3", "python3", script, "--bind", ep, "--proto-dir", LH_TEST_PY_PROTO_DIR, (char *)NULL);
-    _exit(127);
-  }
+  const char *argv[] = {"/usr/bin/python3", script, "--bind", ep, "--proto-dir", LH_TEST_PY_PROTO_DIR, NULL};
+  pid_t p = lh_proc_spawn(log, argv);
+  ck_assert_int_gt(p, 0);
   env_server_port(p, log, "guess", "envs-py: bad message");
   zmq_ctx_term(ctx);
-  sec_rmdir(dir);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 

@@ -18,7 +18,7 @@
 #include "common/zsock.h"
 #include "envs/env.h"
 #include "learner/learner.h"
-#include "sec_util.h"
+#include "proc_util.h"
 
 static char dir[64];
 
@@ -29,9 +29,9 @@ static void gen_key(const char *name) {
   path_of(log, sizeof log, "keys.log");
   path_of(kdir, sizeof kdir, "keys");
   const char *args[] = {"keys", "generate", "--out", kdir, "--name", name, NULL};
-  pid_t p = sec_spawn(log, args);
+  pid_t p = lh_proc_spawn_longhaul(log, args);
   ck_assert_int_gt(p, 0);
-  ck_assert_int_eq(sec_wait(p, 30), 0);
+  ck_assert_int_eq(lh_proc_wait(p, 30, NULL), 0);
 }
 
 /* The whole run config; actor_key names the [actor] secret key ("" for
@@ -59,7 +59,7 @@ static void write_config(const char *file, const char *actor_key, const char *le
     if (!strncmp(s, "KEYDIR", 6)) o += sprintf(o, "%s/keys", dir), s += 6;
     else *o++ = *s++;
   *o = 0;
-  ck_assert_int_eq(sec_write(path, out), 0);
+  ck_assert_int_eq(lh_proc_write_file(path, out), 0);
 }
 
 static const char *curve_learner(void) {
@@ -70,7 +70,7 @@ static const char *curve_learner(void) {
 }
 
 START_TEST(test_keys_generate) {
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
   gen_key("n1");
   char kpath[128], ppath[128];
   path_of(kpath, sizeof kpath, "keys/n1.key");
@@ -93,14 +93,14 @@ START_TEST(test_keys_generate) {
   char log[128];
   path_of(log, sizeof log, "keys.log");
   const char *again[] = {"keys", "generate", "--out", dir, "--name", "keys/n1", NULL};
-  pid_t p = sec_spawn(log, again);
-  ck_assert_int_eq(sec_wait(p, 30), 2);
+  pid_t p = lh_proc_spawn_longhaul(log, again);
+  ck_assert_int_eq(lh_proc_wait(p, 30, NULL), 2);
   char kdir[96];
   path_of(kdir, sizeof kdir, "keys");
   const char *same[] = {"keys", "generate", "--out", kdir, "--name", "n1", NULL};
-  p = sec_spawn(log, same);
-  ck_assert_int_eq(sec_wait(p, 30), 1);
-  ck_assert(sec_log_has(log, "File exists"));
+  p = lh_proc_spawn_longhaul(log, same);
+  ck_assert_int_eq(lh_proc_wait(p, 30, NULL), 1);
+  ck_assert(lh_proc_file_has(log, "File exists"));
   ck_assert_int_eq(lh_zsock_key_read(kpath, 1, derived, &e), 0);
   ck_assert_str_eq(derived, sec);
   /* A secret others can read is refused; a public key file is not a
@@ -109,26 +109,26 @@ START_TEST(test_keys_generate) {
   ck_assert_int_eq(lh_zsock_key_read(kpath, 1, derived, &e), LH_ECONFIG);
   printf("keys: %s\n", e.msg);
   ck_assert_ptr_nonnull(strstr(e.msg, "chmod 600"));
-  ck_assert_int_eq(sec_write(ppath, "not a key\n"), 0);
+  ck_assert_int_eq(lh_proc_write_file(ppath, "not a key\n"), 0);
   ck_assert_int_eq(lh_zsock_key_read(ppath, 0, derived, &e), LH_ECONFIG);
   ck_assert_ptr_nonnull(strstr(e.msg, "Z85"));
-  sec_rmdir(dir);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
 /* The allow-list: a file of keys or a folder of .pub files; a bad line is
  * an error naming it; an empty list is refused (it would admit nobody). */
 START_TEST(test_allow_list) {
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
   gen_key("a");
   gen_key("b");
   char list[128], apub[128], bpub[128], text[256];
   path_of(list, sizeof list, "list.txt");
   path_of(apub, sizeof apub, "keys/a.pub");
   path_of(bpub, sizeof bpub, "keys/b.pub");
-  char *a = sec_read(apub), *b = sec_read(bpub);
+  char *a = lh_proc_read_file(apub), *b = lh_proc_read_file(bpub);
   snprintf(text, sizeof text, "%s\n%s", a, b);
-  ck_assert_int_eq(sec_write(list, text), 0);
+  ck_assert_int_eq(lh_proc_write_file(list, text), 0);
   void *ctx = zmq_ctx_new();
   lh_zsock_zap *z = NULL;
   lh_errbuf e;
@@ -143,17 +143,17 @@ START_TEST(test_allow_list) {
   ck_assert_uint_eq(lh_zsock_zap_keys(z), 2);
   lh_zsock_zap_stop(z);
   snprintf(text, sizeof text, "%sshort\n", a); /* a ends with its newline */
-  ck_assert_int_eq(sec_write(list, text), 0);
+  ck_assert_int_eq(lh_proc_write_file(list, text), 0);
   ck_assert_int_eq(lh_zsock_zap_start(ctx, list, &z, &e), LH_ECONFIG);
   printf("allow-list: %s\n", e.msg);
   ck_assert_ptr_nonnull(strstr(e.msg, ":2:"));
-  ck_assert_int_eq(sec_write(list, "\n\n"), 0);
+  ck_assert_int_eq(lh_proc_write_file(list, "\n\n"), 0);
   ck_assert_int_eq(lh_zsock_zap_start(ctx, list, &z, &e), LH_ECONFIG);
   ck_assert_ptr_nonnull(strstr(e.msg, "no key"));
   zmq_ctx_term(ctx);
   free(a);
   free(b);
-  sec_rmdir(dir);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
@@ -201,7 +201,7 @@ static int plain_client_answers(void) {
 
 START_TEST(test_curve_allow_list_processes) {
   ck_assert(zmq_has("curve"));
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
   gen_key("learner");
   gen_key("ok");
   gen_key("bad");
@@ -210,8 +210,8 @@ START_TEST(test_curve_allow_list_processes) {
   ck_assert_int_eq(mkdir(allowed, 0700), 0);
   path_of(from, sizeof from, "keys/ok.pub");
   path_of(to, sizeof to, "allowed/ok.pub");
-  char *okpub = sec_read(from);
-  ck_assert_int_eq(sec_write(to, okpub), 0);
+  char *okpub = lh_proc_read_file(from);
+  ck_assert_int_eq(lh_proc_write_file(to, okpub), 0);
   free(okpub);
   write_config("ok.ini", "ok", curve_learner());
   write_config("bad.ini", "bad", curve_learner());
@@ -222,22 +222,22 @@ START_TEST(test_curve_allow_list_processes) {
   path_of(oklog, sizeof oklog, "ok.log");
   path_of(badlog, sizeof badlog, "bad.log");
   const char *largs[] = {"learner", "--config", okini, "--steps", "1000", NULL};
-  pid_t lp = sec_spawn(llog, largs);
-  ck_assert_msg(sec_wait_log(llog, "curve=on", 60), "the learner did not bind (see %s)", llog);
+  pid_t lp = lh_proc_spawn_longhaul(llog, largs);
+  ck_assert_msg(lh_proc_wait_file(llog, "curve=on", 60), "the learner did not bind (see %s)", llog);
   const char *oargs[] = {"actor", "--config", okini, "--name", "ok", "--episodes", "4", NULL};
   const char *bargs[] = {"actor", "--config", badini, "--name", "bad", "--episodes", "1", NULL};
-  pid_t op = sec_spawn(oklog, oargs), bp = sec_spawn(badlog, bargs);
+  pid_t op = lh_proc_spawn_longhaul(oklog, oargs), bp = lh_proc_spawn_longhaul(badlog, bargs);
   int plain = plain_client_answers();
-  int orc = sec_wait(op, 120);
+  int orc = lh_proc_wait(op, 120, NULL);
   ck_assert_msg(orc == 0, "allowed actor exit %d (see %s)", orc, oklog);
-  long long acked = sec_log_value(oklog, "acked"), unacked = sec_log_value(oklog, "unacked");
+  long long acked = lh_proc_log_value(oklog, "acked"), unacked = lh_proc_log_value(oklog, "unacked");
   /* The refused actor never gets weights; asked to stop, it exits. */
-  ck_assert_msg(sec_wait_log(llog, "zap: peer refused", 30), "no refusal in %s", llog);
+  ck_assert_msg(lh_proc_wait_file(llog, "zap: peer refused", 30), "no refusal in %s", llog);
   kill(bp, SIGTERM);
-  int brc = sec_wait(bp, 10);
+  int brc = lh_proc_wait(bp, 10, NULL);
   kill(lp, SIGTERM);
-  int lrc = sec_wait(lp, 10);
-  long long refused = sec_log_value(llog, "refused"), accepted = sec_log_value(llog, "accepted");
+  int lrc = lh_proc_wait(lp, 10, NULL);
+  long long refused = lh_proc_log_value(llog, "refused"), accepted = lh_proc_log_value(llog, "accepted");
   printf("curve: allowed actor acked=%lld unacked=%lld; refused actor exit=%d; plain client answers=%d; "
          "learner zap accepted=%lld refused=%lld exit=%d\n", acked, unacked, brc, plain, accepted, refused, lrc);
   ck_assert_int_gt(acked, 0);
@@ -247,7 +247,7 @@ START_TEST(test_curve_allow_list_processes) {
   ck_assert_msg(lrc == 0, "learner exit %d (see %s)", lrc, llog);
   ck_assert_int_ge(accepted, 3);
   ck_assert_int_ge(refused, 1);
-  ck_assert(sec_log_has(llog, "public key not in the allow-list"));
+  ck_assert(lh_proc_file_has(llog, "public key not in the allow-list"));
   lh_store *s;
   lh_errbuf e;
   char db[128];
@@ -259,13 +259,13 @@ START_TEST(test_curve_allow_list_processes) {
   printf("curve: stored episodes ok=%d bad=%d\n", c.ok_ended, c.bad_any);
   ck_assert_int_ge(c.ok_ended, 4);
   ck_assert_int_eq(c.bad_any, 0);
-  sec_rmdir(dir);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
 /* Half a CURVE config is an error that says what goes with what. */
 START_TEST(test_curve_config_halves) {
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
   gen_key("learner");
   char extra[256], ini[128], log[128];
   snprintf(extra, sizeof extra, "curve_secret_key_file = %s/keys/learner.key\n", dir);
@@ -273,12 +273,12 @@ START_TEST(test_curve_config_halves) {
   path_of(ini, sizeof ini, "half.ini");
   path_of(log, sizeof log, "half.log");
   const char *largs[] = {"learner", "--config", ini, "--steps", "1", NULL};
-  pid_t lp = sec_spawn(log, largs);
-  int rc = sec_wait(lp, 60);
+  pid_t lp = lh_proc_spawn_longhaul(log, largs);
+  int rc = lh_proc_wait(lp, 60, NULL);
   printf("curve config halves: exit %d\n", rc);
   ck_assert_int_ne(rc, 0);
-  ck_assert(sec_log_has(log, "go together"));
-  sec_rmdir(dir);
+  ck_assert(lh_proc_file_has(log, "go together"));
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
@@ -286,7 +286,7 @@ END_TEST
  * LH_PLUGIN_PATH when it is set; a symbolic link cannot lead out of it. An
  * env server refuses a plugin named in a request (envs/envserver.c). */
 START_TEST(test_plugin_paths) {
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
   lh_env_plugin *p = NULL;
   lh_errbuf e;
   ck_assert_int_eq(lh_env_plugin_load("libreverse.so", &p, &e), LH_EENVS_PLUGIN_PATH);
@@ -309,7 +309,7 @@ START_TEST(test_plugin_paths) {
   ck_assert_int_eq(unsetenv("LH_PLUGIN_PATH"), 0);
   ck_assert_msg(lh_env_plugin_load(LH_TEST_PLUGIN_GOOD, &p, &e) == 0, "%s", e.msg);
   lh_env_plugin_free(p);
-  sec_rmdir(dir);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
@@ -323,7 +323,7 @@ static int on_sum(void *ctx, int ncols, const char *const *names, const char *co
 }
 
 START_TEST(test_sql_parameters) {
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
   char db[128];
   path_of(db, sizeof db, "x.db");
   lh_store *s;
@@ -339,7 +339,7 @@ START_TEST(test_sql_parameters) {
   ck_assert_int_eq(lh_store_sql_ints(s, "DELETE FROM meta WHERE rowid = ?1", p, 1, NULL, NULL, NULL, &e),
                    LH_ESTORE_SQL_WRITE);
   lh_store_close(s);
-  sec_rmdir(dir);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
@@ -400,8 +400,8 @@ START_TEST(test_zsock_pieces) {
   fflush(logf);
   lh_log_set_file(NULL);
   fclose(logf);
-  ck_assert(sec_log_has(logpath, "wildcard ROUTER binds a non-loopback address without CURVE"));
-  ck_assert(!sec_log_has(logpath, "loopback ROUTER binds"));
+  ck_assert(lh_proc_file_has(logpath, "wildcard ROUTER binds a non-loopback address without CURVE"));
+  ck_assert(!lh_proc_file_has(logpath, "loopback ROUTER binds"));
   unlink(logpath);
   zmq_close(lo);
   zmq_close(any);
@@ -437,7 +437,7 @@ static int env_reset_with(const char *ep, const char *name, const char *key, con
 }
 
 START_TEST(test_env_server_curve) {
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
   gen_key("envs");
   gen_key("ok");
   gen_key("bad");
@@ -451,12 +451,12 @@ START_TEST(test_env_server_curve) {
   path_of(bad, sizeof bad, "keys/bad.key");
   const char *args[] = {"envs", "serve", "--bind", ep, "--curve-secret-key-file", key, "--curve-allowed-keys",
                         allowed, NULL};
-  pid_t p = sec_spawn(log, args);
-  ck_assert_msg(sec_wait_log(log, "curve=on", 30), "the env server did not start (see %s)", log);
+  pid_t p = lh_proc_spawn_longhaul(log, args);
+  ck_assert_msg(lh_proc_wait_file(log, "curve=on", 30), "the env server did not start (see %s)", log);
   int allowed_rc = env_reset_with(ep, "calc", ok, pub), refused_rc = env_reset_with(ep, "calc", bad, pub),
       plain_rc = env_reset_with(ep, "calc", NULL, NULL), half_rc = env_reset_with(ep, "calc", ok, NULL);
   kill(p, SIGTERM);
-  int rc = sec_wait(p, 10);
+  int rc = lh_proc_wait(p, 10, NULL);
   printf("env server curve: allowed=%d refused=%d plain=%d half=%d server exit=%d\n", allowed_rc, refused_rc,
          plain_rc, half_rc, rc);
   ck_assert_int_eq(allowed_rc, 0);
@@ -464,20 +464,19 @@ START_TEST(test_env_server_curve) {
   ck_assert_int_eq(plain_rc, LH_EENVS_SERVER_TIMEOUT);
   ck_assert_int_eq(half_rc, LH_EENVS_BAD_OPTION);
   ck_assert_int_ge(rc, 0);
-  ck_assert(sec_log_has(log, "zap: peer refused"));
-  sec_rmdir(dir);
+  ck_assert(lh_proc_file_has(log, "zap: peer refused"));
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
 /* The Python env server with CURVE (--curve-secret-key-file,
  * --curve-allowed-keys; pyzmq's ZAP thread with the same allow-list). */
 START_TEST(test_python_env_server_curve) {
-  if (access("/usr/bin/python3", X_OK) != 0 ||
-      system("/usr/bin/python3 -c 'import zmq, google.protobuf' 2>/dev/null") != 0) {
+  if (!lh_proc_have_python_envs()) {
     printf("python env server: /usr/bin/python3 with zmq and protobuf not found; skipped\n");
     return;
   }
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "sec"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
   gen_key("envs");
   gen_key("ok");
   gen_key("bad");
@@ -490,28 +489,23 @@ START_TEST(test_python_env_server_curve) {
   path_of(ok, sizeof ok, "keys/ok.key");
   path_of(bad, sizeof bad, "keys/bad.key");
   snprintf(script, sizeof script, "%s/envs/python/env_server.py", LH_TEST_SOURCE_DIR);
-  pid_t p = fork();
-  ck_assert_int_ge(p, 0);
-  if (p == 0) {
-    FILE *l = freopen(log, "w", stderr);
-    (void)l;
-    execl("/usr/bin/python3", "python3", script, "--bind", ep, "--proto-dir", LH_TEST_PY_PROTO_DIR,
-          "--curve-secret-key-file", key, "--curve-allowed-keys", allowed, (char *)NULL);
-    _exit(127);
-  }
-  ck_assert_msg(sec_wait_log(log, "curve=on", 30), "the env server did not start (see %s)", log);
+  const char *argv[] = {"/usr/bin/python3", script, "--bind", ep, "--proto-dir", LH_TEST_PY_PROTO_DIR,
+                        "--curve-secret-key-file", key, "--curve-allowed-keys", allowed, NULL};
+  pid_t p = lh_proc_spawn(log, argv);
+  ck_assert_int_gt(p, 0);
+  ck_assert_msg(lh_proc_wait_file(log, "curve=on", 30), "the env server did not start (see %s)", log);
   int allowed_rc = env_reset_with(ep, "guess", ok, pub), refused_rc = env_reset_with(ep, "guess", bad, pub),
       plain_rc = env_reset_with(ep, "guess", NULL, NULL);
   kill(p, SIGTERM);
-  int rc = sec_wait(p, 10);
+  int rc = lh_proc_wait(p, 10, NULL);
   printf("python env server curve: allowed=%d refused=%d plain=%d server exit=%d\n", allowed_rc, refused_rc,
          plain_rc, rc);
   ck_assert_int_eq(allowed_rc, 0);
   ck_assert_int_eq(refused_rc, LH_EENVS_SERVER_TIMEOUT);
   ck_assert_int_eq(plain_rc, LH_EENVS_SERVER_TIMEOUT);
   ck_assert_int_ge(rc, 0);
-  ck_assert(sec_log_has(log, "zap: peer refused"));
-  sec_rmdir(dir);
+  ck_assert(lh_proc_file_has(log, "zap: peer refused"));
+  lh_proc_rmdir(dir);
 }
 END_TEST
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sec_util.h"
+#include "proc_util.h"
 
 #define EXIT_BOUND_S 10
 
@@ -36,79 +36,79 @@ static void write_config(const char *env_server) {
            "[env]\nname = calc\n%s%s%s",
            dir, dir, dir, dir, dir, dir, dir, dir, env_server ? "server = " : "", env_server ? env_server : "",
            env_server ? "\n" : "");
-  ck_assert_int_eq(sec_write(ini, text), 0);
+  ck_assert_int_eq(lh_proc_write_file(ini, text), 0);
 }
 
 static pid_t start_learner(void) {
   const char *args[] = {"learner", "--config", ini, "--steps", "1000", NULL};
-  pid_t p = sec_spawn(llog, args);
+  pid_t p = lh_proc_spawn_longhaul(llog, args);
   ck_assert_int_gt(p, 0);
-  ck_assert_msg(sec_wait_log(llog, "bound pub=", 60), "the learner did not bind (see %s)", llog);
+  ck_assert_msg(lh_proc_wait_file(llog, "bound pub=", 60), "the learner did not bind (see %s)", llog);
   return p;
 }
 
 /* An actor that has its weights and has sent episodes. */
 static pid_t start_actor(void) {
   const char *args[] = {"actor", "--config", ini, "--name", "a0", NULL};
-  pid_t p = sec_spawn(alog, args);
+  pid_t p = lh_proc_spawn_longhaul(alog, args);
   ck_assert_int_gt(p, 0);
-  ck_assert_msg(sec_wait_log(alog, "weights swapped", 60), "the actor got no weights (see %s)", alog);
-  ck_assert_msg(sec_wait_log(llog, "hello sender=a0", 30), "the learner saw no hello (see %s)", llog);
+  ck_assert_msg(lh_proc_wait_file(alog, "weights swapped", 60), "the actor got no weights (see %s)", alog);
+  ck_assert_msg(lh_proc_wait_file(llog, "hello sender=a0", 30), "the learner saw no hello (see %s)", llog);
   return p;
 }
 
 START_TEST(test_actor_stops_without_learner) {
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "shut"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "shut"), 0);
   write_config(NULL);
   pid_t lp = start_learner(), ap = start_actor();
   kill(lp, SIGKILL);
-  ck_assert_int_eq(sec_wait(lp, 10), 128 + SIGKILL);
+  ck_assert_int_eq(lh_proc_wait(lp, 10, NULL), 128 + SIGKILL);
   usleep(300000);
   kill(ap, SIGTERM);
-  int rc = sec_wait(ap, EXIT_BOUND_S);
+  int rc = lh_proc_wait(ap, EXIT_BOUND_S, NULL);
   printf("shutdown: actor whose learner was SIGKILLed exited with %d within %d s of SIGTERM (-2: it did not)\n", rc,
          EXIT_BOUND_S);
   ck_assert_msg(rc >= 0 && rc < 128, "the actor did not exit by itself within %d s (see %s)", EXIT_BOUND_S, alog);
-  sec_rmdir(dir);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
 START_TEST(test_learner_stops_without_actors) {
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "shut"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "shut"), 0);
   write_config(NULL);
   pid_t lp = start_learner(), ap = start_actor();
   kill(ap, SIGKILL);
-  ck_assert_int_eq(sec_wait(ap, 10), 128 + SIGKILL);
+  ck_assert_int_eq(lh_proc_wait(ap, 10, NULL), 128 + SIGKILL);
   kill(lp, SIGTERM);
-  int rc = sec_wait(lp, EXIT_BOUND_S);
+  int rc = lh_proc_wait(lp, EXIT_BOUND_S, NULL);
   printf("shutdown: learner whose actor was SIGKILLed exited with %d within %d s of SIGTERM\n", rc, EXIT_BOUND_S);
   ck_assert_msg(rc == 0, "learner exit %d (see %s)", rc, llog);
-  sec_rmdir(dir);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
 START_TEST(test_env_client_stops_without_server) {
-  ck_assert_int_eq(sec_tmpdir(dir, sizeof dir, "shut"), 0);
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "shut"), 0);
   char ep[128], elog[128];
   snprintf(ep, sizeof ep, "ipc://%s/env", dir);
   snprintf(elog, sizeof elog, "%s/env.log", dir);
   write_config(ep);
   const char *eargs[] = {"envs", "serve", "--bind", ep, NULL};
-  pid_t ep_pid = sec_spawn(elog, eargs);
-  ck_assert_msg(sec_wait_log(elog, "listening", 30), "the env server did not start (see %s)", elog);
+  pid_t ep_pid = lh_proc_spawn_longhaul(elog, eargs);
+  ck_assert_msg(lh_proc_wait_file(elog, "listening", 30), "the env server did not start (see %s)", elog);
   pid_t lp = start_learner(), ap = start_actor();
   kill(ep_pid, SIGKILL);
-  ck_assert_int_eq(sec_wait(ep_pid, 10), 128 + SIGKILL);
+  ck_assert_int_eq(lh_proc_wait(ep_pid, 10, NULL), 128 + SIGKILL);
   usleep(300000);
   kill(ap, SIGTERM);
-  int rc = sec_wait(ap, EXIT_BOUND_S);
+  int rc = lh_proc_wait(ap, EXIT_BOUND_S, NULL);
   kill(lp, SIGTERM);
-  int lrc = sec_wait(lp, EXIT_BOUND_S);
+  int lrc = lh_proc_wait(lp, EXIT_BOUND_S, NULL);
   printf("shutdown: actor whose env server was SIGKILLed exited with %d within %d s of SIGTERM; learner %d\n", rc,
          EXIT_BOUND_S, lrc);
   ck_assert_msg(rc >= 0 && rc < 128, "the actor did not exit by itself within %d s (see %s)", EXIT_BOUND_S, alog);
   ck_assert_int_eq(lrc, 0);
-  sec_rmdir(dir);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
