@@ -6,15 +6,18 @@
 lh_add_test(test_launch_config SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch_config.c
   ${CMAKE_SOURCE_DIR}/cli/launch_config.c LIBS lh_learner)
 lh_add_test(test_launch SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch.c ${CMAKE_CURRENT_SOURCE_DIR}/launch_fixture.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
   LIBS lh_store LABELS proc TIMEOUT 300)
 add_dependencies(test_launch longhaul)
 # Two learner ranks under mpirun (skipped without one).
 lh_add_test(test_launch_mpi SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch.c ${CMAKE_CURRENT_SOURCE_DIR}/launch_fixture.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
   LIBS lh_store LABELS proc TIMEOUT 300 ARGS mpi)
 add_dependencies(test_launch_mpi longhaul)
 foreach(t examples envserver)
   lh_add_test(test_launch_${t} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch_examples.c
-    ${CMAKE_CURRENT_SOURCE_DIR}/launch_fixture.c LIBS lh_store LABELS proc TIMEOUT 300 ARGS ${t})
+    ${CMAKE_CURRENT_SOURCE_DIR}/launch_fixture.c ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
+    LIBS lh_store LABELS proc TIMEOUT 300 ARGS ${t})
   add_dependencies(test_launch_${t} longhaul lh_env_reverse)
   target_compile_definitions(test_launch_${t} PRIVATE LH_TEST_PLUGIN_GOOD="$<TARGET_FILE:lh_env_reverse>"
     LH_TEST_PY_PROTO_DIR="${CMAKE_BINARY_DIR}/envs/python")

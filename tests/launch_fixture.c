@@ -2,20 +2,19 @@
 #include "launch_fixture.h"
 
 #include <check.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "proc_util.h"
 #include "store/store.h"
 
 void lfx_init(lfx_fleet *f, const char *tag) {
   memset(f, 0, sizeof *f);
-  snprintf(f->dir, sizeof f->dir, "/tmp/lh_launch_%s_XXXXXX", tag);
-  ck_assert_ptr_nonnull(mkdtemp(f->dir));
+  char tmp_tag[64];
+  snprintf(tmp_tag, sizeof tmp_tag, "launch-%s", tag);
+  ck_assert_int_eq(lh_proc_tmpdir(f->dir, sizeof f->dir, tmp_tag), 0);
   snprintf(f->config, sizeof f->config, "%s/fleet.ini", f->dir);
   snprintf(f->db, sizeof f->db, "%s/replay.db", f->dir);
   snprintf(f->logs, sizeof f->logs, "%s/logs", f->dir);
@@ -134,34 +133,18 @@ void lfx_write_config(lfx_fleet *f, const char *src, const lfx_override *over, i
 }
 
 void lfx_start(lfx_fleet *f) {
-  const char *bin = getenv("LH_BIN");
-  ck_assert_msg(bin != NULL, "LH_BIN is not set");
+  ck_assert_msg(lh_proc_longhaul() != NULL, "LH_BIN is not set");
   char out[LFX_PATH + 16];
   snprintf(out, sizeof out, "%s/launch.out", f->dir);
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-    execl(bin, "longhaul", "launch", f->config, "--status", "plain", (char *)NULL);
-    _exit(127);
-  }
-  f->launcher = pid;
+  const char *args[] = {"launch", f->config, "--status", "plain", NULL};
+  f->launcher = lh_proc_spawn_longhaul(out, args);
+  ck_assert_int_gt(f->launcher, 0);
 }
 
 int lfx_wait(lfx_fleet *f, int seconds) {
-  int status = 0;
-  for (int i = 0; i < seconds * 100; i++) {
-    if (waitpid(f->launcher, &status, WNOHANG) == f->launcher) {
-      f->launcher = 0;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    usleep(10000);
-  }
-  kill(f->launcher, SIGKILL);
-  waitpid(f->launcher, &status, 0);
+  int rc = lh_proc_wait(f->launcher, seconds, NULL);
   f->launcher = 0;
-  return -2;
+  return rc;
 }
 
 typedef struct {
@@ -210,16 +193,25 @@ int lfx_wait_sql(const lfx_fleet *f, const char *sql, int64_t want, int seconds)
 char *lfx_read(const lfx_fleet *f, const char *name) {
   char path[LFX_PATH * 2];
   snprintf(path, sizeof path, "%s/%s", f->dir, name);
-  FILE *in = fopen(path, "r");
-  if (!in) return strdup("");
-  fseek(in, 0, SEEK_END);
-  long n = ftell(in);
-  fseek(in, 0, SEEK_SET);
-  char *text = malloc((size_t)n + 1);
+  char *text = lh_proc_read_file(path);
+  if (!text) text = strdup("");
   ck_assert_ptr_nonnull(text);
-  size_t got = fread(text, 1, (size_t)n, in);
-  text[got] = 0;
-  fclose(in);
+  return text;
+}
+
+int lfx_wait_file(const lfx_fleet *f, const char *name, const char *needle, int seconds) {
+  char path[LFX_PATH * 2];
+  snprintf(path, sizeof path, "%s/%s", f->dir, name);
+  return lh_proc_wait_file(path, needle, seconds);
+}
+
+char *lfx_example(const char *name) {
+  const char *src = getenv("LH_SOURCE_DIR");
+  ck_assert_msg(src != NULL, "LH_SOURCE_DIR is not set");
+  char path[LFX_PATH * 2];
+  snprintf(path, sizeof path, "%s/examples/%s", src, name);
+  char *text = lh_proc_read_file(path);
+  ck_assert_msg(text != NULL, "cannot read %s", path);
   return text;
 }
 
@@ -246,7 +238,5 @@ uint64_t lfx_sum_key(const char *text, const char *prefix, const char *key, int 
 
 void lfx_cleanup(lfx_fleet *f) {
   if (f->launcher > 0) lfx_wait(f, 1);
-  char cmd[LFX_PATH + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", f->dir);
+  lh_proc_rmdir(f->dir);
 }

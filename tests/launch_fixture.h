@@ -1,6 +1,7 @@
 /* tests: what the `longhaul launch` tests share: a fleet directory with a
  * config written or rewritten for a tiny fleet, the launcher as a real
- * process, and reads of its store and logs. */
+ * process, and reads of its store and logs; the processes and files go
+ * through proc_util.h. */
 #ifndef LH_TESTS_LAUNCH_FIXTURE_H
 #define LH_TESTS_LAUNCH_FIXTURE_H
 
@@ -19,7 +20,8 @@ typedef struct {
   const char *key, *value;
 } lfx_override;
 
-/* A fresh directory under /tmp and its paths. */
+/* A fresh directory under /tmp (lh_proc_tmpdir, "launch-<tag>") and its
+ * paths. */
 void lfx_init(lfx_fleet *f, const char *tag);
 /* Writes f->config from the INI text src: each overridden key's line gets
  * the new value, keys the text lacks are added at the end of their
@@ -32,7 +34,8 @@ void lfx_write_config(lfx_fleet *f, const char *src, const lfx_override *over, i
  * f->dir/launch.out. */
 void lfx_start(lfx_fleet *f);
 /* Waits for the launcher (up to seconds, then SIGKILL) and returns its
- * exit code, -1 for a signal, -2 when it had to be killed. */
+ * exit code, 128 + the signal that ended it, or -2 when it had to be
+ * killed (lh_proc_wait). */
 int lfx_wait(lfx_fleet *f, int seconds);
 /* The first column of the first row of sql on the store (read-only), as
  * an integer; -1 when the store cannot be read yet. */
@@ -43,6 +46,10 @@ void lfx_sql_text(const lfx_fleet *f, const char *sql, char *out, size_t bytes);
 int lfx_wait_sql(const lfx_fleet *f, const char *sql, int64_t want, int seconds);
 /* The whole text of f->dir/name (malloc'd, "" when absent). */
 char *lfx_read(const lfx_fleet *f, const char *name);
+/* Polls (up to seconds) until f->dir/name holds needle: 1 found, 0 not. */
+int lfx_wait_file(const lfx_fleet *f, const char *name, const char *needle, int seconds);
+/* The text of examples/<name> under LH_SOURCE_DIR (malloc'd). */
+char *lfx_example(const char *name);
 /* Sum of the values of key= on lines of text that start with prefix. */
 uint64_t lfx_sum_key(const char *text, const char *prefix, const char *key, int *lines);
 /* rm -rf of f->dir. */

@@ -16,20 +16,7 @@
 #include <unistd.h>
 
 #include "launch_fixture.h"
-
-static char *example(const char *name) {
-  const char *src = getenv("LH_SOURCE_DIR");
-  ck_assert_msg(src != NULL, "LH_SOURCE_DIR is not set");
-  char path[LFX_PATH * 2];
-  snprintf(path, sizeof path, "%s/examples/%s", src, name);
-  FILE *in = fopen(path, "r");
-  ck_assert_msg(in != NULL, "cannot open %s", path);
-  static char text[16384];
-  size_t n = fread(text, 1, sizeof text - 1, in);
-  text[n] = 0;
-  fclose(in);
-  return strdup(text);
-}
+#include "proc_util.h"
 
 /* The demo fleet (examples/calc.ini) made tiny, running until stopped,
  * with short segments so that episodes are in the store while they run. */
@@ -40,7 +27,7 @@ static void calc_fleet(lfx_fleet *f, const char *tag, const lfx_override *more, 
                         {"actor.flush_timeout_ms", "5000"}};
   int n = 5;
   for (int i = 0; i < n_more && n < 16; i++) o[n++] = more[i];
-  char *src = example("calc.ini");
+  char *src = lfx_example("calc.ini");
   lfx_write_config(f, src, o, n);
   free(src);
 }
@@ -117,17 +104,6 @@ START_TEST(test_sigterm_clean) {
 }
 END_TEST
 
-static int file_has(const lfx_fleet *f, const char *name, const char *what, int seconds) {
-  for (int i = 0; i < seconds * 10; i++) {
-    char *t = lfx_read(f, name);
-    int has = strstr(t, what) != NULL;
-    free(t);
-    if (has) return 1;
-    usleep(100000);
-  }
-  return 0;
-}
-
 START_TEST(test_actor_killed) {
   lfx_fleet f;
   lfx_override o[] = {{"learner.abort_after_ms", "1500"}};
@@ -140,10 +116,10 @@ START_TEST(test_actor_killed) {
   free(pid_text);
   ck_assert_int_gt(pid, 1);
   ck_assert_int_eq(kill(pid, SIGKILL), 0);
-  ck_assert_msg(file_has(&f, "logs/launch.log", "started name=actor-1 pid=", 1) &&
-                    file_has(&f, "launch.out", "died name=actor-1 signal=Killed restarts=1", 60),
+  ck_assert_msg(lfx_wait_file(&f, "logs/launch.log", "started name=actor-1 pid=", 1) &&
+                    lfx_wait_file(&f, "launch.out", "died name=actor-1 signal=Killed restarts=1", 60),
                 "actor-1 not seen dying (see %s)", f.dir);
-  ck_assert(file_has(&f, "logs/launch.log", "attempt=2", 60));
+  ck_assert(lfx_wait_file(&f, "logs/launch.log", "attempt=2", 60));
   /* Its open episodes: no EpisodeEnd will come, so the learner ends them. */
   ck_assert_msg(lfx_wait_sql(&f,
                              "SELECT count(*) FROM episodes WHERE actor = 'actor-1' AND status = 'aborted'"
@@ -192,8 +168,8 @@ START_TEST(test_learner_killed) {
   ck_assert_int_gt(pid, 1);
   int64_t before = lfx_sql_int(&f, "SELECT max(step) FROM train_steps");
   ck_assert_int_eq(kill(pid, SIGKILL), 0);
-  ck_assert_msg(file_has(&f, "launch.out", "died name=learner signal=Killed restarts=1", 60) &&
-                    file_has(&f, "logs/learner.log", "info learner: resumed", 60),
+  ck_assert_msg(lfx_wait_file(&f, "launch.out", "died name=learner signal=Killed restarts=1", 60) &&
+                    lfx_wait_file(&f, "logs/learner.log", "info learner: resumed", 60),
                 "the learner did not come back (see %s)", f.dir);
   char *llog = lfx_read(&f, "logs/learner.log");
   ck_assert_ptr_nonnull(strstr(llog, " learner --config "));
@@ -220,18 +196,13 @@ END_TEST
 START_TEST(test_bad_config) {
   lfx_fleet f;
   lfx_init(&f, "bad");
-  FILE *c = fopen(f.config, "w");
-  ck_assert_ptr_nonnull(c);
-  fprintf(c, "[fleet]\nactors = 1\nbogus = 3\n");
-  fclose(c);
+  ck_assert_int_eq(lh_proc_write_file(f.config, "[fleet]\nactors = 1\nbogus = 3\n"), 0);
   lfx_start(&f);
   ck_assert_int_eq(lfx_wait(&f, 30), 2);
   char *out = lfx_read(&f, "launch.out");
   ck_assert_msg(strstr(out, "fleet.ini:3: [fleet] unknown key 'bogus'") != NULL, "%s", out);
   free(out);
-  c = fopen(f.config, "w");
-  fprintf(c, "[fleet]\nactors = 1\n[learner]\nbatch_episodes = 0\n");
-  fclose(c);
+  ck_assert_int_eq(lh_proc_write_file(f.config, "[fleet]\nactors = 1\n[learner]\nbatch_episodes = 0\n"), 0);
   lfx_start(&f);
   ck_assert_int_eq(lfx_wait(&f, 30), 2);
   out = lfx_read(&f, "launch.out");

@@ -12,27 +12,14 @@
 #include <unistd.h>
 
 #include "launch_fixture.h"
-
-static char *example(const char *name) {
-  const char *src = getenv("LH_SOURCE_DIR");
-  ck_assert_msg(src != NULL, "LH_SOURCE_DIR is not set");
-  char path[LFX_PATH * 2];
-  snprintf(path, sizeof path, "%s/examples/%s", src, name);
-  FILE *in = fopen(path, "r");
-  ck_assert_msg(in != NULL, "cannot open %s", path);
-  static char text[16384];
-  size_t n = fread(text, 1, sizeof text - 1, in);
-  text[n] = 0;
-  fclose(in);
-  return strdup(text);
-}
+#include "proc_util.h"
 
 /* Runs examples/<name>.ini shrunk, with more overrides, in the fleet f
  * (lfx_init done); returns the launcher's exit code. */
 static int run_example(lfx_fleet *f, const char *name, const lfx_override *more, int n_more) {
   char file[64];
   snprintf(file, sizeof file, "%s.ini", name);
-  char *src = example(file);
+  char *src = lfx_example(file);
   lfx_write_config(f, src, more, n_more);
   free(src);
   lfx_start(f);
@@ -113,7 +100,7 @@ END_TEST
 
 int main(int argc, char **argv) {
   int envserver = argc > 1 && !strcmp(argv[1], "envserver");
-  if (envserver && system("/usr/bin/python3 -c 'import zmq, google.protobuf' 2>/dev/null") != 0) {
+  if (envserver && !lh_proc_have_python_envs()) {
     printf("skipped: /usr/bin/python3 lacks zmq or protobuf (Debian python3-zmq, python3-protobuf)\n");
     return 77;
   }
