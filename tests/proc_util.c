@@ -89,6 +89,12 @@ int lh_proc_wait(pid_t pid, int seconds, long *maxrss_kb) {
   return -2;
 }
 
+int lh_proc_poll(pid_t pid) {
+  int st = 0;
+  if (pid <= 0 || waitpid(pid, &st, WNOHANG) != pid) return -1;
+  return status_code(st);
+}
+
 void lh_proc_kill(pid_t pid) {
   if (pid <= 0) return;
   kill(pid, SIGKILL);

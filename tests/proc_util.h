@@ -32,6 +32,10 @@ const char *lh_proc_longhaul(void);
  * that ended it, or -2 when it outlived the wait (then it is SIGKILLed).
  * *maxrss_kb (may be NULL) gets its peak resident set (wait4). */
 int lh_proc_wait(pid_t pid, int seconds, long *maxrss_kb);
+/* Whether pid has exited, without waiting: its exit code or 128 + the
+ * signal (as lh_proc_wait; it is reaped then), or -1 while it runs (or
+ * when it is not a child of this process). */
+int lh_proc_poll(pid_t pid);
 /* SIGKILL and reap; accepts pid <= 0. */
 void lh_proc_kill(pid_t pid);
 /* 1 while pid runs (not yet exited or not reaped). */

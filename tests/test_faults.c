@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -228,6 +227,13 @@ static void totals(const fleet *f, const store_counts *c, actor_totals *t) {
   }
 }
 
+/* The store read (all episodes; ok_after and error_after count those ended
+ * after after_ms) and the actors' totals against it. */
+static void tally(const fleet *f, int64_t after_ms, store_counts *c, actor_totals *t) {
+  ck_assert_int_eq(count_store(f->db, after_ms, c), 0);
+  totals(f, c, t);
+}
+
 static void print_totals(const char *fault, const actor_totals *t, const store_counts *c, const char *extra) {
   printf("faults: %s: sent=%llu acked=%llu stored=%llu lost=%llu resends=%llu episodes=%llu ended=%llu gaps=%llu %s\n",
          fault, (unsigned long long)t->sent, (unsigned long long)t->acked, (unsigned long long)t->stored,
@@ -343,9 +349,8 @@ START_TEST(test_learner_killed_mid_step) {
   ck_assert_uint_eq(first_version, res_version + 1);
   stop_all(&f);
   store_counts c;
-  ck_assert_int_eq(count_store(f.db, 0, &c), 0);
   actor_totals t;
-  totals(&f, &c, &t);
+  tally(&f, 0, &c, &t);
   lh_store *s;
   lh_errbuf e;
   ck_assert_int_eq(lh_store_open_readonly(f.db, &s, &e), 0);
@@ -395,9 +400,8 @@ START_TEST(test_learner_killed_mid_ingest) {
   ck_assert_msg(WAIT_FOR(60, stored_messages(f.db) > at_kill + 20), "nothing stored after the restart");
   stop_all(&f);
   store_counts c;
-  ck_assert_int_eq(count_store(f.db, 0, &c), 0);
   actor_totals t;
-  totals(&f, &c, &t);
+  tally(&f, 0, &c, &t);
   char log2[192];
   learner_log(&f, 2, log2, sizeof log2);
   uint64_t dups = 0, stored2 = 0;
@@ -466,10 +470,9 @@ static void env_server_case(int sig) {
   ck_assert_msg(WAIT_FOR(60, ok_after(f.db, back_ms) >= 4), "the actor did not go on (see %s)", f.dir);
   stop_all(&f);
   store_counts c;
-  ck_assert_int_eq(count_store(f.db, fault_ms, &c), 0);
-  uint64_t ok_back = ok_after(f.db, back_ms);
   actor_totals t;
-  totals(&f, &c, &t);
+  tally(&f, fault_ms, &c, &t);
+  uint64_t ok_back = ok_after(f.db, back_ms);
   char extra[256];
   snprintf(extra, sizeof extra, "error_episodes=%llu after_fault_ok=%llu ok_after_server_back=%llu",
            (unsigned long long)c.by_status[LH_EPISODE_ERROR], (unsigned long long)c.ok_after,
@@ -514,9 +517,8 @@ START_TEST(test_store_full) {
   ck_assert_msg(WAIT_FOR(30, stored_messages(f.db) > full_after + 10), "nothing stored after the cap was lifted");
   stop_all(&f);
   store_counts c;
-  ck_assert_int_eq(count_store(f.db, 0, &c), 0);
   actor_totals t;
-  totals(&f, &c, &t);
+  tally(&f, 0, &c, &t);
   char log1[192];
   learner_log(&f, 1, log1, sizeof log1);
   uint64_t retried = 0;
@@ -564,13 +566,9 @@ START_TEST(test_store_readonly) {
     ck_assert_int_eq(lh_learner_ingest_poll(ig, 10, &handled, &e), 0);
   kill(f.actors[0], SIGTERM);
   int rc = -1;
-  for (int i = 0; i < 4000; i++) {
+  for (int i = 0; i < 4000 && rc < 0; i++) {
     ck_assert_int_eq(lh_learner_ingest_poll(ig, 10, &handled, &e), 0);
-    int st;
-    if (waitpid(f.actors[0], &st, WNOHANG) == f.actors[0]) {
-      rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      break;
-    }
+    rc = lh_proc_poll(f.actors[0]);
   }
   f.actors[0] = 0;
   ck_assert_int_eq(rc, 0);
@@ -579,9 +577,8 @@ START_TEST(test_store_readonly) {
   lh_store_close(s);
   zmq_ctx_term(ctx);
   store_counts c;
-  ck_assert_int_eq(count_store(f.db, 0, &c), 0);
   actor_totals t;
-  totals(&f, &c, &t);
+  tally(&f, 0, &c, &t);
   char extra[256];
   snprintf(extra, sizeof extra, "retried_read_only=%llu stored_read_write=%llu duplicates=%llu",
            (unsigned long long)ro.retried, (unsigned long long)rw.stored, (unsigned long long)rw.duplicates);
@@ -802,9 +799,9 @@ static void corrupted_chunk_case(int recompute) {
   kill(f.actors[0], SIGTERM);
   for (int i = 0; i < 3000 && lh_proc_alive(f.actors[0]); i++) {
     serve_ingest(&fl);
-    int st;
-    if (waitpid(f.actors[0], &st, WNOHANG) == f.actors[0]) {
-      ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int rc = lh_proc_poll(f.actors[0]);
+    if (rc >= 0) {
+      ck_assert_int_eq(rc, 0);
       f.actors[0] = 0;
       break;
     }
@@ -983,9 +980,8 @@ START_TEST(test_load_eight_actors) {
   peak_stored = stored_messages(f.db);
   stop_all(&f);
   store_counts c;
-  ck_assert_int_eq(count_store(f.db, 0, &c), 0);
   actor_totals t;
-  totals(&f, &c, &t);
+  tally(&f, 0, &c, &t);
   char log1[192];
   learner_log(&f, 1, log1, sizeof log1);
   int steps = lh_proc_count_lines(log1, "loss=");

@@ -436,25 +436,36 @@ static int env_reset_with(const char *ep, const char *name, const char *key, con
   return rc;
 }
 
-START_TEST(test_env_server_curve) {
+/* The keys and paths of an env server test with CURVE: a fresh folder,
+ * the server's key pair, an allowed client ("ok", whose public key is the
+ * allow-list) and another one ("bad"). */
+typedef struct {
+  char ep[128], log[128], key[128], pub[128], allowed[128], ok[128], bad[128];
+} curve_env;
+
+static void curve_env_setup(curve_env *c) {
   ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
   gen_key("envs");
   gen_key("ok");
   gen_key("bad");
-  char ep[128], log[128], key[128], allowed[128], ok[128], bad[128], pub[128];
-  snprintf(ep, sizeof ep, "ipc://%s/env", dir);
-  path_of(log, sizeof log, "env.log");
-  path_of(key, sizeof key, "keys/envs.key");
-  path_of(pub, sizeof pub, "keys/envs.pub");
-  path_of(allowed, sizeof allowed, "keys/ok.pub");
-  path_of(ok, sizeof ok, "keys/ok.key");
-  path_of(bad, sizeof bad, "keys/bad.key");
-  const char *args[] = {"envs", "serve", "--bind", ep, "--curve-secret-key-file", key, "--curve-allowed-keys",
-                        allowed, NULL};
-  pid_t p = lh_proc_spawn_longhaul(log, args);
-  ck_assert_msg(lh_proc_wait_file(log, "curve=on", 30), "the env server did not start (see %s)", log);
-  int allowed_rc = env_reset_with(ep, "calc", ok, pub), refused_rc = env_reset_with(ep, "calc", bad, pub),
-      plain_rc = env_reset_with(ep, "calc", NULL, NULL), half_rc = env_reset_with(ep, "calc", ok, NULL);
+  snprintf(c->ep, sizeof c->ep, "ipc://%s/env", dir);
+  path_of(c->log, sizeof c->log, "env.log");
+  path_of(c->key, sizeof c->key, "keys/envs.key");
+  path_of(c->pub, sizeof c->pub, "keys/envs.pub");
+  path_of(c->allowed, sizeof c->allowed, "keys/ok.pub");
+  path_of(c->ok, sizeof c->ok, "keys/ok.key");
+  path_of(c->bad, sizeof c->bad, "keys/bad.key");
+}
+
+START_TEST(test_env_server_curve) {
+  curve_env c;
+  curve_env_setup(&c);
+  const char *args[] = {"envs", "serve", "--bind", c.ep, "--curve-secret-key-file", c.key, "--curve-allowed-keys",
+                        c.allowed, NULL};
+  pid_t p = lh_proc_spawn_longhaul(c.log, args);
+  ck_assert_msg(lh_proc_wait_file(c.log, "curve=on", 30), "the env server did not start (see %s)", c.log);
+  int allowed_rc = env_reset_with(c.ep, "calc", c.ok, c.pub), refused_rc = env_reset_with(c.ep, "calc", c.bad, c.pub),
+      plain_rc = env_reset_with(c.ep, "calc", NULL, NULL), half_rc = env_reset_with(c.ep, "calc", c.ok, NULL);
   kill(p, SIGTERM);
   int rc = lh_proc_wait(p, 10, NULL);
   printf("env server curve: allowed=%d refused=%d plain=%d half=%d server exit=%d\n", allowed_rc, refused_rc,
@@ -464,7 +475,7 @@ START_TEST(test_env_server_curve) {
   ck_assert_int_eq(plain_rc, LH_EENVS_SERVER_TIMEOUT);
   ck_assert_int_eq(half_rc, LH_EENVS_BAD_OPTION);
   ck_assert_int_ge(rc, 0);
-  ck_assert(lh_proc_file_has(log, "zap: peer refused"));
+  ck_assert(lh_proc_file_has(c.log, "zap: peer refused"));
   lh_proc_rmdir(dir);
 }
 END_TEST
@@ -476,26 +487,17 @@ START_TEST(test_python_env_server_curve) {
     printf("python env server: /usr/bin/python3 with zmq and protobuf not found; skipped\n");
     return;
   }
-  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
-  gen_key("envs");
-  gen_key("ok");
-  gen_key("bad");
-  char ep[128], log[128], key[128], allowed[128], ok[128], bad[128], pub[128], script[512];
-  snprintf(ep, sizeof ep, "ipc://%s/env", dir);
-  path_of(log, sizeof log, "env.log");
-  path_of(key, sizeof key, "keys/envs.key");
-  path_of(pub, sizeof pub, "keys/envs.pub");
-  path_of(allowed, sizeof allowed, "keys/ok.pub");
-  path_of(ok, sizeof ok, "keys/ok.key");
-  path_of(bad, sizeof bad, "keys/bad.key");
+  curve_env c;
+  curve_env_setup(&c);
+  char script[512];
   snprintf(script, sizeof script, "%s/envs/python/env_server.py", LH_TEST_SOURCE_DIR);
-  const char *argv[] = {"/usr/bin/python3", script, "--bind", ep, "--proto-dir", LH_TEST_PY_PROTO_DIR,
-                        "--curve-secret-key-file", key, "--curve-allowed-keys", allowed, NULL};
-  pid_t p = lh_proc_spawn(log, argv);
+  const char *argv[] = {"/usr/bin/python3", script, "--bind", c.ep, "--proto-dir", LH_TEST_PY_PROTO_DIR,
+                        "--curve-secret-key-file", c.key, "--curve-allowed-keys", c.allowed, NULL};
+  pid_t p = lh_proc_spawn(c.log, argv);
   ck_assert_int_gt(p, 0);
-  ck_assert_msg(lh_proc_wait_file(log, "curve=on", 30), "the env server did not start (see %s)", log);
-  int allowed_rc = env_reset_with(ep, "guess", ok, pub), refused_rc = env_reset_with(ep, "guess", bad, pub),
-      plain_rc = env_reset_with(ep, "guess", NULL, NULL);
+  ck_assert_msg(lh_proc_wait_file(c.log, "curve=on", 30), "the env server did not start (see %s)", c.log);
+  int allowed_rc = env_reset_with(c.ep, "guess", c.ok, c.pub), refused_rc = env_reset_with(c.ep, "guess", c.bad, c.pub),
+      plain_rc = env_reset_with(c.ep, "guess", NULL, NULL);
   kill(p, SIGTERM);
   int rc = lh_proc_wait(p, 10, NULL);
   printf("python env server curve: allowed=%d refused=%d plain=%d server exit=%d\n", allowed_rc, refused_rc,
@@ -504,7 +506,7 @@ START_TEST(test_python_env_server_curve) {
   ck_assert_int_eq(refused_rc, LH_EENVS_SERVER_TIMEOUT);
   ck_assert_int_eq(plain_rc, LH_EENVS_SERVER_TIMEOUT);
   ck_assert_int_ge(rc, 0);
-  ck_assert(lh_proc_file_has(log, "zap: peer refused"));
+  ck_assert(lh_proc_file_has(c.log, "zap: peer refused"));
   lh_proc_rmdir(dir);
 }
 END_TEST
