@@ -182,6 +182,12 @@ int64_t lfx_sql_int(const lfx_fleet *f, const char *sql) {
   return strtoll(v, NULL, 10);
 }
 
+void lfx_assert_intact(const lfx_fleet *f) {
+  char ok[64];
+  lfx_sql_text(f, "PRAGMA integrity_check", ok, sizeof ok);
+  ck_assert_msg(!strcmp(ok, "ok"), "%s: integrity_check says '%s'", f->db, ok);
+}
+
 int lfx_wait_sql(const lfx_fleet *f, const char *sql, int64_t want, int seconds) {
   for (int i = 0; i < seconds * 10; i++) {
     if (lfx_sql_int(f, sql) >= want) return 1;

@@ -42,6 +42,8 @@ int lfx_wait(lfx_fleet *f, int seconds);
 int64_t lfx_sql_int(const lfx_fleet *f, const char *sql);
 /* The same as text into out ("" when unreadable). */
 void lfx_sql_text(const lfx_fleet *f, const char *sql, char *out, size_t bytes);
+/* Fails the test unless the store passes PRAGMA integrity_check. */
+void lfx_assert_intact(const lfx_fleet *f);
 /* Polls (every 100 ms, up to seconds) until sql gives at least want. */
 int lfx_wait_sql(const lfx_fleet *f, const char *sql, int64_t want, int seconds);
 /* The whole text of f->dir/name (malloc'd, "" when absent). */

@@ -92,9 +92,7 @@ START_TEST(test_sigterm_clean) {
   ck_assert_msg(access(latest, F_OK) == 0, "no final checkpoint %s", latest);
   char *llog = lfx_read(&f, "logs/learner.log");
   ck_assert_ptr_nonnull(strstr(llog, "stopping reason=signal"));
-  char ok[64];
-  lfx_sql_text(&f, "PRAGMA integrity_check", ok, sizeof ok);
-  ck_assert_str_eq(ok, "ok");
+  lfx_assert_intact(&f);
   ck_assert_int_eq(lfx_sql_int(&f, "SELECT count(*) FROM episodes WHERE status = 'running'"), 0);
   ck_assert_int_ge(lfx_sql_int(&f, "SELECT count(*) FROM train_steps WHERE busy_frac > 0 AND busy_frac <= 1"), 2);
   for (int i = 0; i < 2; i++) acked_all_stored(&f, i, "sigterm");
@@ -146,9 +144,7 @@ START_TEST(test_actor_killed) {
   ck_assert_int_ge(swept, 1);
   ck_assert_int_eq(swept_ended, 0);
   ck_assert_int_le(trained, trainable);
-  char ok[64];
-  lfx_sql_text(&f, "PRAGMA integrity_check", ok, sizeof ok);
-  ck_assert_str_eq(ok, "ok");
+  lfx_assert_intact(&f);
   free(out);
   lfx_cleanup(&f);
 }
@@ -185,9 +181,7 @@ START_TEST(test_learner_killed) {
   ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, out);
   ck_assert_ptr_nonnull(strstr(out, "learner=1 actor-0=0 actor-1=0"));
   for (int i = 0; i < 2; i++) acked_all_stored(&f, i, "learner-kill");
-  char ok[64];
-  lfx_sql_text(&f, "PRAGMA integrity_check", ok, sizeof ok);
-  ck_assert_str_eq(ok, "ok");
+  lfx_assert_intact(&f);
   free(out);
   lfx_cleanup(&f);
 }
@@ -236,9 +230,7 @@ START_TEST(test_two_learners) {
   char sql[160];
   for (int r = 0; r < 2; r++) {
     if (r == 1) snprintf(f.db + strlen(f.db), sizeof f.db - strlen(f.db), ".rank1");
-    char ok[64];
-    lfx_sql_text(&f, "PRAGMA integrity_check", ok, sizeof ok);
-    ck_assert_str_eq(ok, "ok");
+    lfx_assert_intact(&f);
     snprintf(sql, sizeof sql, mine, r);
     int64_t own = lfx_sql_int(&f, sql);
     snprintf(sql, sizeof sql, mine, 1 - r);

@@ -98,6 +98,22 @@ static void write_learner_config(void) {
   ck_assert_int_eq(lh_proc_write_file(path, text), 0);
 }
 
+/* A fresh folder and ZeroMQ context, and `longhaul learner` on them once
+ * it has bound its sockets; log gets its log file's path. */
+static pid_t start_learner(char *log, size_t cap) {
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "ports"), 0);
+  ctx = zmq_ctx_new();
+  write_learner_config();
+  char ini[128];
+  path_of(ini, sizeof ini, "run.ini");
+  path_of(log, cap, "learner.log");
+  const char *args[] = {"learner", "--config", ini, "--steps", "100", NULL};
+  pid_t lp = lh_proc_spawn_longhaul(log, args);
+  ck_assert_int_gt(lp, 0);
+  ck_assert_msg(lh_proc_wait_file(log, "bound pub=", 60), "the learner did not bind (see %s)", log);
+  return lp;
+}
+
 /* A Hello with msg_id id is acked as stored: the ingest still serves. */
 static int hello_acked(void *d, uint64_t id) {
   Longhaul__Hello h = LONGHAUL__HELLO__INIT;
@@ -153,15 +169,8 @@ static void send_big(void *d, size_t bytes) {
 }
 
 START_TEST(test_learner_ingest_port) {
-  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "ports"), 0);
-  ctx = zmq_ctx_new();
-  write_learner_config();
-  char ini[128], log[128];
-  path_of(ini, sizeof ini, "run.ini");
-  path_of(log, sizeof log, "learner.log");
-  const char *args[] = {"learner", "--config", ini, "--steps", "100", NULL};
-  pid_t lp = lh_proc_spawn_longhaul(log, args);
-  ck_assert_msg(lh_proc_wait_file(log, "bound pub=", 60), "the learner did not bind (see %s)", log);
+  char log[128];
+  pid_t lp = start_learner(log, sizeof log);
   void *d = dealer("ing");
   ck_assert(hello_acked(d, 1));
   raw_garbage("ing");
@@ -213,15 +222,8 @@ static int weights_answer(void *d, uint64_t id) {
 }
 
 START_TEST(test_learner_weights_port) {
-  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "ports"), 0);
-  ctx = zmq_ctx_new();
-  write_learner_config();
-  char ini[128], log[128];
-  path_of(ini, sizeof ini, "run.ini");
-  path_of(log, sizeof log, "learner.log");
-  const char *args[] = {"learner", "--config", ini, "--steps", "100", NULL};
-  pid_t lp = lh_proc_spawn_longhaul(log, args);
-  ck_assert_msg(lh_proc_wait_file(log, "bound pub=", 60), "the learner did not bind (see %s)", log);
+  char log[128];
+  pid_t lp = start_learner(log, sizeof log);
   void *d = dealer("w");
   ck_assert(weights_answer(d, 1));
   raw_garbage("w");
