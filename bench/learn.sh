@@ -54,7 +54,7 @@ fi
 echo
 echo "== 2. RL: 1 learner, 2 actors, $(sed -n 's/^steps = //p' learn.ini) steps"
 t2=$(date +%s)
-"$bin" launch learn.ini --status plain | sed -n '/^learner\|^step\|^fleet\|^launch/p' | tail -n 12 || true
+"$bin" launch learn.ini --status plain 2>&1 | grep --line-buffered -E "name=learner |done reason" || true
 t3=$(date +%s)
 after=$("$bin" eval --config learn.ini --ckpt ckpt --seeds 200 --json | rate)
 after_t=$("$bin" eval --config learn.ini --ckpt ckpt --seeds 200 --temperature "$temp" --json | rate)

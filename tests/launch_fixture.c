@@ -61,7 +61,10 @@ void lfx_write_config(lfx_fleet *f, const char *src, const lfx_override *over, i
       {"learner.batch_episodes", "4"}, {"learner.group_size", "4"},  {"learner.train_window", "64"},
       {"learner.ckpt_every", "2"},    {"learner.warmup_steps", "0"}, {"actor.batch", "4"},
       {"actor.group_size", "4"},      {"fleet.status_interval_ms", "500"},
-      {"fleet.stop_timeout_ms", "20000"}, {"fleet.restart_backoff_ms", "200"}};
+      {"fleet.stop_timeout_ms", "20000"}, {"fleet.restart_backoff_ms", "200"},
+      /* Time enough to flush an outbox to a learner restarted under load,
+       * whatever the example's own settings. */
+      {"actor.flush_timeout_ms", "15000"}, {"learner.max_policy_lag", "4"}};
   for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) add(items, &n, tiny[i][0], tiny[i][1]);
   snprintf(v, sizeof v, "ipc://%s/ing", f->dir);
   add(items, &n, "learner.ingest_endpoint", v);
