@@ -38,18 +38,21 @@ for n in 1 2 4; do
 done
 # Weights: the bytes of one version, and loopback bandwidth, for the paper model.
 wbytes=$(sqlite3 "$root/a1/replay.db" "SELECT max(total_bytes) FROM policy_versions")
+vrate=$(sqlite3 "$root/a1/replay.db" "SELECT coalesce((count(*) - 1) * 1000.0 / nullif(max(time_ms) - min(time_ms), 0), 0)
+  FROM train_steps")
 echo
 echo "on paper (per-process costs above; one core per actor, one learner process per node):"
-awk -v wb="$wbytes" 'NR == 1 { one = $2; train = $4; bpt = $5 }
+awk -v wb="$wbytes" -v vr="$vrate" 'NR == 1 { one = $2; train = $4; bpt = $5 }
   END {
     if (one <= 0 || train <= 0) { print "(no figures: the 1-actor fleet measured nothing)"; exit }
-    printf "  one actor: %.0f tokens/s; the learner trains %.0f tokens/s (sampled+context tokens)\n", one, train
+    printf "  one actor samples %.0f tokens/s; one learner trains %.0f sampled tokens/s; %.2f versions/s of %.1f MB\n",
+           one, train, vr, wb / 1e6
     printf "  %-10s %-9s %14s %16s %14s %14s\n", "actors", "learners", "tokens/s made", "learner need", "ingest MB/s", "weights MB/s"
     split("1 8 16 64", A, " "); split("1 1 2 8", L, " ")
     for (i = 1; i <= 4; i++) {
       a = A[i]; l = L[i]; made = a * one; need = made / (train * l)
-      printf "  %-10d %-9d %14.0f %15.2fx %14.2f %14.2f\n", a, l, made, need, made * bpt / 1e6 / l, wb * a / 1e6 / 60
+      printf "  %-10d %-9d %14.0f %15.2fx %14.2f %14.2f\n", a, l, made, need, made * bpt / 1e6 / l, wb * a * vr / 1e6
     }
     print "  learner need: tokens made / tokens the learners train (above 1: actors outpace the learners)"
-    print "  weights MB/s: every actor fetching one version a minute from rank 0"
+    print "  ingest MB/s: segment bytes into each learner; weights MB/s: every actor fetching every version from rank 0"
   }' "$root/figures.txt"
