@@ -107,12 +107,16 @@ int lh_cmd_actor(int argc, char **argv) {
   }
   if (learner_rank) {
     char rank_endpoint[LH_LEARNER_TEXT_BYTES];
-    if (lh_learner_rank_endpoint(acfg.learner_endpoint, (int)learner_rank, rank_endpoint, &err) ||
-        strlen(rank_endpoint) >= sizeof acfg.learner_endpoint) {
+    size_t len = 0;
+    if (lh_learner_rank_endpoint(acfg.learner_endpoint, (int)learner_rank, rank_endpoint, &err) == 0 &&
+        (len = strlen(rank_endpoint)) >= sizeof acfg.learner_endpoint)
+      lh_errbuf_set(&err, LH_ECONFIG, "the endpoint %s is over %zu bytes", rank_endpoint,
+                    sizeof acfg.learner_endpoint - 1);
+    if (err.code) {
       fprintf(stderr, "longhaul actor: --learner-rank %llu: %s\n", (unsigned long long)learner_rank, err.msg);
       return LH_EXIT_USAGE;
     }
-    snprintf(acfg.learner_endpoint, sizeof acfg.learner_endpoint, "%s", rank_endpoint);
+    memcpy(acfg.learner_endpoint, rank_endpoint, len + 1);
   }
   const lh_backend *be = NULL;
   int bx = lh_cli_open_backend("actor", backend, &be);

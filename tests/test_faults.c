@@ -125,7 +125,7 @@ static void actor_log(const fleet *f, int i, char *out, size_t cap) {
 
 static void start_actors(fleet *f, int n) {
   for (int i = 0; i < n; i++) {
-    char log[192], nm[8], idx[8];
+    char log[192], nm[16], idx[16];
     actor_log(f, i, log, sizeof log);
     snprintf(nm, sizeof nm, "a%d", i);
     snprintf(idx, sizeof idx, "%d", i);
