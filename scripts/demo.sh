@@ -2,7 +2,7 @@
 # make demo: the whole loop on the default environment, calc.
 #   1. the environment, solved by its expert;
 #   2. SFT warm start from the expert's demonstrations, until the greedy
-#      success rate on held-out seeds reaches LH_DEMO_TARGET (0.4);
+#      success rate on held-out seeds reaches LH_DEMO_TARGET (0.3);
 #   3. an RL fleet (1 learner, 2 actors: examples/calc.ini) from that
 #      checkpoint for LH_DEMO_SECONDS (300), with its status screen;
 #   4. the reward and success curves, the greedy success before and after,
@@ -15,7 +15,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 bin=$(cd "$build" && pwd)/cli/longhaul
 work=${LH_DEMO_DIR:-demo-run}
 seconds=${LH_DEMO_SECONDS:-300}
-target=${LH_DEMO_TARGET:-0.4}
+target=${LH_DEMO_TARGET:-0.3}
 rm -rf "$work"
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
