@@ -14,7 +14,6 @@ seconds=${LH_FLEET_SECONDS:-45}
 rm -rf "$root"
 mkdir -p "$root"
 root=$(cd "$root" && pwd)
-export OPENBLAS_NUM_THREADS=1
 printf "%-7s %12s %14s %10s %12s %12s\n" actors "tokens/s" "per actor" busy "train tok/s" "bytes/token"
 for n in 1 2 4; do
   w="$root/a$n"

@@ -32,7 +32,6 @@ if [ -n "${LH_LEARN_STEPS:-}" ]; then
   sed -i "s/^steps = .*/steps = $LH_LEARN_STEPS/; s/^total_steps = .*/total_steps = $LH_LEARN_STEPS/" learn.ini
 fi
 sed -i "s|^\[fleet\]|[fleet]\ninit = $work/sft|" learn.ini
-export OPENBLAS_NUM_THREADS=1
 
 rate() { sed -n 's/.*"success_rate": \([0-9.]*\).*/\1/p'; }
 

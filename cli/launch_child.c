@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -53,6 +54,10 @@ int lh_launch_child_spawn(lh_launch_child *c, char *const argv[], const char *lo
     if (devnull >= 0) dup2(devnull, 0);
     dup2(fd, 1);
     dup2(fd, 2);
+    /* Actors decode one token per episode per step: a pool of BLAS threads
+     * per actor only fights the other processes for the cores. The
+     * user's own setting wins. */
+    if (c->role == LH_CHILD_ACTOR) setenv("OPENBLAS_NUM_THREADS", "1", 0);
     execvp(argv[0], argv);
     dprintf(2, "launch: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);

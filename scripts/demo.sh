@@ -19,7 +19,6 @@ target=${LH_DEMO_TARGET:-0.3}
 rm -rf "$work"
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-export OPENBLAS_NUM_THREADS=1
 
 # The fleet's config: examples/calc.ini with the warm start, the run
 # length and every path inside the work folder.
