@@ -34,6 +34,10 @@ typedef struct {
   uint32_t max_chunk_bytes;     /* weights chunk data; default 16 MiB */
   uint32_t max_ids;             /* msg ids in one Ack; default 65536 */
   uint32_t max_options;         /* env options; default 256 */
+  /* 1: WeightsChunk data is not hashed against its checksum here, for a
+   * receiver that verifies every chunk itself (actors/weights.c), so a
+   * version is not hashed twice on its way in; default 0. */
+  int skip_chunk_checksums;
 } lh_wire_limits;
 
 /* Fills l with the defaults above. */
