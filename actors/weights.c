@@ -27,6 +27,7 @@ struct lh_actors_weights {
   uint8_t *buf;
   size_t buf_bytes;  /* its capacity */
   uint8_t *state;  /* per chunk: 0 missing, 1 requested, 2 received */
+  uint64_t *sums;  /* per chunk: its verified checksum, for the version's */
   uint32_t received;
 };
 
@@ -51,8 +52,10 @@ void lh_actors_weights_restarted(lh_actors_weights *w) {
 static void drop_fetch(lh_actors_weights *w) {
   free(w->buf);
   free(w->state);
+  free(w->sums);
   w->buf = NULL;
   w->state = NULL;
+  w->sums = NULL;
   w->fetching = 0;
   w->received = 0;
 }
@@ -90,7 +93,12 @@ int lh_actors_weights_announce(lh_actors_weights *w, const Longhaul__WeightsAnno
                          "weights announce: version %llu is %llu bytes, over this actor's limit of %zu",
                          (unsigned long long)a->version, (unsigned long long)a->total_bytes, w->max_bytes);
   uint8_t *buf = NULL, *state = calloc(a->chunk_count, 1);
+  uint64_t *sums = malloc((size_t)a->chunk_count * sizeof *sums);
   size_t cap = a->total_bytes;
+  if (!sums) {
+    free(state);
+    state = NULL;
+  }
   if (state && w->spare && w->spare_bytes >= a->total_bytes) {
     buf = w->spare, cap = w->spare_bytes;
     w->spare = NULL, w->spare_bytes = 0;
@@ -103,6 +111,7 @@ int lh_actors_weights_announce(lh_actors_weights *w, const Longhaul__WeightsAnno
   if (!buf || !state) {
     free(buf);
     free(state);
+    free(sums);
     return lh_errbuf_set(err, LH_ENOMEM, "weights announce: out of memory for %llu bytes",
                          (unsigned long long)a->total_bytes);
   }
@@ -110,6 +119,7 @@ int lh_actors_weights_announce(lh_actors_weights *w, const Longhaul__WeightsAnno
   w->buf = buf;
   w->buf_bytes = cap;
   w->state = state;
+  w->sums = sums;
   longhaul__weights_announce__init(&w->ann);
   w->ann.version = a->version;
   w->ann.total_bytes = a->total_bytes;
@@ -166,8 +176,11 @@ int lh_actors_weights_add_chunk(lh_actors_weights *w, const Longhaul__WeightsChu
   if (w->state[i] == 2) return 0;
   memcpy(w->buf + off, c->data.data, len);
   w->state[i] = 2;
+  w->sums[i] = c->checksum;
   if (++w->received < a->chunk_count) return 0;
-  uint64_t sum = lh_wire_checksum(w->buf, a->total_bytes);
+  /* Every chunk's bytes were checked against its checksum: the version's
+   * checksum follows from those (lh_wire_weights_checksum). */
+  uint64_t sum = lh_wire_weights_checksum(w->sums, a->chunk_count);
   if (sum != a->checksum) {
     /* Every chunk matched its own checksum, yet the whole does not: the
      * announcement and the chunks disagree. Start this version over. */

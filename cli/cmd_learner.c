@@ -161,7 +161,7 @@ static int publish(learner *L, lh_errbuf *err) {
   rc = lh_learner_publisher_set(L->pub, version, bytes, n, stage < 0 ? 0 : (uint32_t)stage, max_context, long_frac,
                                 err);
   if (!rc) {
-    lh_store_policy_version v = {.version = version, .step = st.step, .checksum = lh_wire_checksum(bytes, n),
+    lh_store_policy_version v = {.version = version, .step = st.step, .checksum = lh_learner_publisher_checksum(L->pub),
                                  .total_bytes = n, .stage_index = stage < 0 ? 0 : (uint32_t)stage,
                                  .max_context = max_context};
     rc = lh_store_put_policy_version(L->store, &v, NULL, err);

@@ -246,8 +246,8 @@ int lh_learner_stage_at(const lh_learner_config *cfg, uint64_t step);
 /* ---- weights publishing ---------------------------------------------------
  * One version's bytes (a checkpoint's parameters, in whatever layout the
  * model chooses) served in chunks of chunk_bytes: the announcement carries
- * the layout and lh_wire_checksum of all the bytes, each chunk its own
- * checksum. The publisher keeps a copy, so training may go on changing the
+ * the layout and the version's checksum (lh_wire_weights_checksum of the
+ * chunk checksums), each chunk its own checksum (lh_wire_checksum). The publisher keeps a copy, so training may go on changing the
  * live parameters while actors fetch. */
 typedef struct lh_learner_weights lh_learner_weights;
 
@@ -601,6 +601,8 @@ int lh_learner_publisher_set(lh_learner_publisher *p, uint64_t version, const vo
  * a no-op before the first set. */
 int lh_learner_publisher_announce(lh_learner_publisher *p, lh_errbuf *err);
 uint64_t lh_learner_publisher_version(const lh_learner_publisher *p);
+/* The current version's WeightsAnnounce.checksum (0 before the first set). */
+uint64_t lh_learner_publisher_checksum(const lh_learner_publisher *p);
 /* Waits up to timeout_ms for requests and serves those waiting; bad ones
  * are counted and ignored. */
 int lh_learner_publisher_poll(lh_learner_publisher *p, int timeout_ms, size_t *served, lh_errbuf *err);

@@ -169,6 +169,14 @@ int lh_learner_publisher_set(lh_learner_publisher *p, uint64_t version, const vo
   return lh_learner_publisher_announce(p, err);
 }
 
+uint64_t lh_learner_publisher_checksum(const lh_learner_publisher *p) {
+  Longhaul__WeightsAnnounce a;
+  if (!p || !p->w) return 0;
+  longhaul__weights_announce__init(&a);
+  lh_learner_weights_announce(p->w, &a);
+  return a.checksum;
+}
+
 uint64_t lh_learner_publisher_version(const lh_learner_publisher *p) {
   Longhaul__WeightsAnnounce a;
   if (!p || !p->w) return 0;

@@ -19,11 +19,11 @@ struct lh_learner_weights {
 static void fill(lh_learner_weights *w, uint64_t version, const void *bytes) {
   memcpy(w->bytes, bytes, w->n);
   w->version = version;
-  w->checksum = lh_wire_checksum(w->bytes, w->n);
   for (uint32_t i = 0; i < w->chunk_count; i++) {
     size_t off = (size_t)i * w->chunk_bytes, len = w->n - off < w->chunk_bytes ? w->n - off : w->chunk_bytes;
     w->chunk_checksums[i] = lh_wire_checksum(w->bytes + off, len);
   }
+  w->checksum = lh_wire_weights_checksum(w->chunk_checksums, w->chunk_count);
 }
 
 lh_learner_weights *lh_learner_weights_new(uint64_t version, const void *bytes, size_t n,

@@ -77,6 +77,19 @@ uint64_t lh_wire_checksum(const void *data, size_t bytes) {
   return bytes > i ? lh_hash64(p + i, bytes - i, h) : h;
 }
 
+uint64_t lh_wire_weights_checksum(const uint64_t *chunk_checksums, uint32_t count) {
+  uint64_t h = lh_hash64(&count, 0, 0x77656967687473ull);
+  unsigned char le[8 * 64];
+  for (uint32_t i = 0; i < count;) {
+    uint32_t n = count - i < 64 ? count - i : 64;
+    for (uint32_t k = 0; k < n; k++)
+      for (int b = 0; b < 8; b++) le[8 * k + (uint32_t)b] = (unsigned char)(chunk_checksums[i + k] >> (8 * b));
+    h = lh_hash64(le, 8 * (size_t)n, h);
+    i += n;
+  }
+  return lh_hash64(&h, sizeof h, count);
+}
+
 /* protobuf-c allocates per element, so a small message of many tiny
  * repeated entries (empty images, unknown fields) can expand fifty-fold in
  * memory before validation could count them. Parsing therefore runs under a

@@ -82,4 +82,10 @@ const char *lh_wire_body_name(Longhaul__Envelope__BodyCase body);
  * chunk whose data does not match it. */
 uint64_t lh_wire_checksum(const void *data, size_t bytes);
 
+/* WeightsAnnounce.checksum: lh_wire_checksum of the chunks' checksums in
+ * order, each as 8 little-endian bytes. It covers every byte through the
+ * chunk checksums, and a receiver that verified each chunk gets the
+ * version's checksum without hashing the whole version again. */
+uint64_t lh_wire_weights_checksum(const uint64_t *chunk_checksums, uint32_t count);
+
 #endif

@@ -460,7 +460,10 @@ START_TEST(test_weights_published_and_served) {
   ck_assert_uint_eq(env->weights_announce->version, 3);
   ck_assert_uint_eq(env->weights_announce->chunk_count, 3);
   ck_assert_uint_eq(env->weights_announce->max_context, 4096);
-  ck_assert_uint_eq(env->weights_announce->checksum, lh_wire_checksum(bytes, sizeof bytes));
+  uint64_t sums[3] = {lh_wire_checksum(bytes, 1000), lh_wire_checksum(bytes + 1000, 1000),
+                      lh_wire_checksum(bytes + 2000, 500)};
+  ck_assert_uint_eq(env->weights_announce->checksum, lh_wire_weights_checksum(sums, 3));
+  ck_assert_uint_eq(lh_learner_publisher_checksum(p), env->weights_announce->checksum);
   lh_wire_free(env);
   /* A new actor asks for version 0: it is told the current one. */
   send_request(d, 0, 0, 0);
