@@ -246,43 +246,33 @@ static int start(eval_run *r, int b, eval_slot *s, lh_errbuf *err) {
 }
 
 /* The action's tokens as the text lh_env_step takes (markers spelled out). */
-static int action_text(eval_run *r, const eval_slot *s, size_t *bytes, lh_errbuf *err) {
-  size_t n = s->t->len - s->action_start;
+/* Tokens as text (markers spelled out) into r->text, grown as needed. */
+static int decode_text(eval_run *r, const int32_t *ids, size_t n, size_t *bytes, lh_errbuf *err) {
   for (;;) {
-    int rc = lh_tok_decode(s->t->tokens + s->action_start, n, r->text, r->text_cap, bytes, err);
+    int rc = lh_tok_decode(ids, n, r->text, r->text_cap, bytes, err);
     if (rc != LH_ERANGE) return rc;
     size_t cap = *bytes + 1;
     char *text = realloc(r->text, cap);
-    if (!text) return lh_errbuf_set(err, LH_ENOMEM, "eval: out of memory for an action");
+    if (!text) return lh_errbuf_set(err, LH_ENOMEM, "eval: out of memory for %zu bytes of text", cap);
     r->text = text;
     r->text_cap = cap;
   }
 }
 
+static int action_text(eval_run *r, const eval_slot *s, size_t *bytes, lh_errbuf *err) {
+  return decode_text(r, s->t->tokens + s->action_start, s->t->len - s->action_start, bytes, err);
+}
+
 /* Writes a finished episode to p->show (the first show_count of them): the
- * whole transcript as text, so a user sees what the policy did. */
+ * whole transcript as text, so a user sees what the policy did. The
+ * episode's action text is spent by then, so r->text holds it. */
 static int show(eval_run *r, const eval_slot *s, const char *outcome, lh_errbuf *err) {
   if (!r->p->show || r->shown >= r->p->show_count) return 0;
   r->shown++;
-  size_t bytes = 0, len = s->t->len;
-  char *text = NULL;
-  for (size_t cap = len * 8 + 64;; cap = bytes + 1) {
-    char *grown = realloc(text, cap);
-    if (!grown) {
-      free(text);
-      return lh_errbuf_set(err, LH_ENOMEM, "eval: out of memory showing an episode");
-    }
-    text = grown;
-    int rc = lh_tok_decode(s->t->tokens, len, text, cap, &bytes, err);
-    if (rc == 0) break;
-    if (rc != LH_ERANGE) {
-      free(text);
-      return rc;
-    }
-  }
+  size_t bytes = 0;
+  LH_TRY(decode_text(r, s->t->tokens, s->t->len, &bytes, err));
   fprintf(r->p->show, "-- seed %llu: %s, %zu tokens\n%.*s\n", (unsigned long long)s->seed, outcome,
-          len, (int)bytes, text);
-  free(text);
+          s->t->len, (int)bytes, r->text);
   return 0;
 }
 

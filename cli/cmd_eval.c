@@ -1,7 +1,6 @@
 /* longhaul eval: the greedy success rate of a checkpoint on held-out seeds,
  * the same measure `longhaul sft` prints at its end, for any checkpoint (an
  * SFT one, or a learner's ckpt_dir/step-N or ckpt_dir/latest). */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +27,8 @@ static void usage(FILE *out) {
 }
 
 static int parse_count(const char *flag, const char *text, unsigned long long hi, unsigned long long *out) {
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(text, &end, 10);
-  if (text[0] == '-' || end == text || *end || errno || v > hi) {
+  uint64_t v = 0;
+  if (lh_parse_u64(text, &v) || v > hi) {
     fprintf(stderr, "longhaul eval: %s '%s' is not an integer in [0, %llu]\n", flag, text, hi);
     return -1;
   }
@@ -91,9 +88,8 @@ int lh_cmd_eval(int argc, char **argv) {
   }
   if (parse_count("--seeds", seeds_s, 1000000, &seeds) || parse_count("--show", show_s, 1000000, &show))
     return LH_EXIT_USAGE;
-  char *tend = NULL;
-  double temperature = strtod(temp_s, &tend);
-  if (tend == temp_s || *tend || !(temperature >= 0 && temperature <= 100)) {
+  double temperature = 0;
+  if (lh_parse_f64(temp_s, &temperature) || !(temperature >= 0 && temperature <= 100)) {
     fprintf(stderr, "longhaul eval: --temperature '%s' is not a number in [0, 100]\n", temp_s);
     return LH_EXIT_USAGE;
   }

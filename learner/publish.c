@@ -169,21 +169,17 @@ int lh_learner_publisher_set(lh_learner_publisher *p, uint64_t version, const vo
   return lh_learner_publisher_announce(p, err);
 }
 
-uint64_t lh_learner_publisher_checksum(const lh_learner_publisher *p) {
+/* The current version's announcement fields (all 0 before the first set). */
+static Longhaul__WeightsAnnounce current(const lh_learner_publisher *p) {
   Longhaul__WeightsAnnounce a;
-  if (!p || !p->w) return 0;
   longhaul__weights_announce__init(&a);
-  lh_learner_weights_announce(p->w, &a);
-  return a.checksum;
+  if (p && p->w) lh_learner_weights_announce(p->w, &a);
+  return a;
 }
 
-uint64_t lh_learner_publisher_version(const lh_learner_publisher *p) {
-  Longhaul__WeightsAnnounce a;
-  if (!p || !p->w) return 0;
-  longhaul__weights_announce__init(&a);
-  lh_learner_weights_announce(p->w, &a);
-  return a.version;
-}
+uint64_t lh_learner_publisher_checksum(const lh_learner_publisher *p) { return current(p).checksum; }
+
+uint64_t lh_learner_publisher_version(const lh_learner_publisher *p) { return current(p).version; }
 
 /* Serves one request message: chunks of the current version, or the
  * current announcement when it asks for another. */

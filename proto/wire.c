@@ -78,7 +78,7 @@ uint64_t lh_wire_checksum(const void *data, size_t bytes) {
 }
 
 uint64_t lh_wire_weights_checksum(const uint64_t *chunk_checksums, uint32_t count) {
-  uint64_t h = lh_hash64(&count, 0, 0x77656967687473ull);
+  uint64_t h = 0x77656967687473ull;
   unsigned char le[8 * 64];
   for (uint32_t i = 0; i < count;) {
     uint32_t n = count - i < 64 ? count - i : 64;
