@@ -123,7 +123,11 @@ static void check_model_gradients(lh_balance_kind balance, int with_state, int v
     printf("grad %-8s %-26s |g| %.6e fd %.6e rel %.2e (h %.0e, plain cd %.2e)\n", lh_balance_name(balance),
            t->name, gn, fd_best, best, eps_best, plain);
     if (best > worst) worst = best;
-    ck_assert_msg(best < 1e-3, "%s: relative error %g", t->name, best);
+    /* 3e-3: the loss is fp32 near 5.6, so for the smallest gradients here
+     * (|g| ~ 6e-3) the difference quotient itself carries ~1e-3 of
+     * rounding, and which side of 1e-3 it lands depends on the CPU's libm
+     * and sgemm kernels. A wrong term shows errors of 1e-2 and more. */
+    ck_assert_msg(best < 3e-3, "%s: relative error %g", t->name, best);
   }
   printf("grad %s state_in=%d variant=%d temperature=%g: largest relative error %.2e, base loss %.6f\n",
          lh_balance_name(balance), with_state, variant, temperature, worst, base);
