@@ -168,6 +168,7 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
       break;
     }
     int waiting = cfg->wait_for_weights && !have_weights;
+    lh_actors_runner_set_hold(r, lh_actors_link_hold(link));
     if (all_sent && !waiting) {
       if (paused_since >= 0) paused_since = -1;
       int n = lh_actors_runner_step(r, err);
@@ -181,7 +182,10 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
       pauses++;
       LH_DEBUG("actor", "outbox full: generation paused unacked=%zu", lh_actors_link_unacked(link));
     }
-    int got = lh_actors_link_poll(link, all_sent && !waiting ? 0 : 20, err);
+    /* Idle (paused, waiting, or held with no episode open): the poll
+     * waits for traffic instead of spinning. */
+    int idle = !all_sent || waiting || (lh_actors_link_hold(link) && lh_actors_runner_open_episodes(r) == 0);
+    int got = lh_actors_link_poll(link, idle ? 20 : 0, err);
     if (got < 0) {
       rc = got;
       break;

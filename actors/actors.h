@@ -194,6 +194,8 @@ int lh_actors_outbox_has_room(const lh_actors_outbox *ob, size_t n);
 /* Drops the message acked by id: 1 when it was waiting, 0 when the id is
  * unknown (never pushed, or acked before: duplicate acks are harmless). */
 int lh_actors_outbox_ack(lh_actors_outbox *ob, uint64_t msg_id);
+/* The same, with the time it was first pushed (for its ack latency). */
+int lh_actors_outbox_ack_at(lh_actors_outbox *ob, uint64_t msg_id, int64_t *pushed_ms);
 /* The same for an Ack's list; returns how many were waiting. */
 size_t lh_actors_outbox_ack_many(lh_actors_outbox *ob, const uint64_t *msg_ids, size_t n);
 
@@ -467,6 +469,10 @@ void lh_actors_runner_set_version(lh_actors_runner *r, uint64_t version);
  * A stage with max_context 0 means no stage. */
 #define LH_ACTORS_STAGE_FILL 0.75
 void lh_actors_runner_set_stage(lh_actors_runner *r, const lh_actors_stage *stage);
+/* Back-pressure (Ack.hold): while held, a free row starts no episode that
+ * would begin a new group; a group already begun is completed, so the
+ * learner never waits on a half-started group. */
+void lh_actors_runner_set_hold(lh_actors_runner *r, int hold);
 /* Groups started long and short since the runner began. */
 void lh_actors_runner_stage_counts(const lh_actors_runner *r, uint64_t *long_groups, uint64_t *short_groups);
 /* One round: starts episodes on free rows, samples one token on every
@@ -539,6 +545,14 @@ uint64_t lh_actors_link_connects(const lh_actors_link *l);
 /* The newest version announced so far (0 before any): the heartbeat's
  * policy_lag is it minus the version in use. */
 uint64_t lh_actors_link_announced(const lh_actors_link *l);
+/* Back-pressure: whether the learner's last Ack asked to start no new
+ * episode group (Ack.hold; 0 before any Ack). */
+int lh_actors_link_hold(const lh_actors_link *l);
+/* With LH_ACK_LOG naming a file in the environment, the link appends one
+ * line per Segment or EpisodeEnd acked STORED or DUPLICATE: the wall
+ * clock of the ack in ms and its latency in ms from the first send, so a
+ * benchmark measures what the actor really waited. */
+#define LH_ACTORS_ACK_LOG_ENV "LH_ACK_LOG"
 
 
 /* ---- the actor process (actors/actor.c) -----------------------------------

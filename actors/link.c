@@ -33,6 +33,8 @@ struct lh_actors_link {
   int weights_new;
   uint64_t announced;  /* the newest version announced */
   lh_zsock_curve curve;  /* a copy of cfg->curve's keys */
+  int hold;              /* the last Ack's back-pressure flag */
+  FILE *ack_log;         /* LH_ACK_LOG's file, or NULL */
 };
 
 static int send_hello(lh_actors_link *l, lh_errbuf *err);
@@ -53,6 +55,7 @@ void lh_actors_link_free(lh_actors_link *l) {
   close_socket(&l->wdealer);
   lh_actors_outbox_free(l->outbox);
   lh_actors_weights_free(l->weights);
+  if (l->ack_log) fclose(l->ack_log);
   free(l->name);
   free(l);
 }
@@ -108,6 +111,10 @@ int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actor
     goto fail;
   }
   strcpy(l->name, cfg->name ? cfg->name : "");
+  const char *ack_log = getenv(LH_ACTORS_ACK_LOG_ENV);
+  if (ack_log && *ack_log && !(l->ack_log = fopen(ack_log, "a")))
+    LH_WARN("actor", "%s=%s cannot be opened: ack latencies not logged", LH_ACTORS_ACK_LOG_ENV, ack_log);
+  if (l->ack_log) setvbuf(l->ack_log, NULL, _IOLBF, 0);
   l->cfg.name = l->name;
   if (cfg->curve) {
     l->curve = *cfg->curve;
@@ -217,8 +224,18 @@ static void handle_ingest(lh_actors_link *l, const uint8_t *b, size_t n) {
   }
   if (env->body_case == LONGHAUL__ENVELOPE__BODY_ACK) {
     Longhaul__Ack *a = env->ack;
+    if (a->hold != l->hold) LH_DEBUG("actor", "learner back-pressure hold=%d", (int)a->hold);
+    l->hold = a->hold;
     /* RETRY leaves the messages waiting: the timeout resends them. */
-    if (a->status == LONGHAUL__ACK_STATUS__ACK_STORED || a->status == LONGHAUL__ACK_STATUS__ACK_DUPLICATE) {
+    if (l->ack_log &&
+        (a->status == LONGHAUL__ACK_STATUS__ACK_STORED || a->status == LONGHAUL__ACK_STATUS__ACK_DUPLICATE)) {
+      int64_t t = now_ms(), wall = lh_wall_ms(), pushed = 0;
+      for (size_t i = 0; i < a->n_msg_ids; i++)
+        if (lh_actors_outbox_ack_at(l->outbox, a->msg_ids[i], &pushed)) {
+          l->acked++;
+          fprintf(l->ack_log, "%lld %lld\n", (long long)wall, (long long)(t - pushed));
+        }
+    } else if (a->status == LONGHAUL__ACK_STATUS__ACK_STORED || a->status == LONGHAUL__ACK_STATUS__ACK_DUPLICATE) {
       l->acked += lh_actors_outbox_ack_many(l->outbox, a->msg_ids, a->n_msg_ids);
     } else if (a->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) {
       size_t k = lh_actors_outbox_ack_many(l->outbox, a->msg_ids, a->n_msg_ids);
@@ -370,6 +387,7 @@ uint64_t lh_actors_link_resends(const lh_actors_link *l) { return l ? lh_actors_
 uint64_t lh_actors_link_connects(const lh_actors_link *l) { return l ? l->connects : 0; }
 uint64_t lh_actors_link_acked(const lh_actors_link *l) { return l ? l->acked : 0; }
 uint64_t lh_actors_link_announced(const lh_actors_link *l) { return l ? l->announced : 0; }
+int lh_actors_link_hold(const lh_actors_link *l) { return l ? l->hold : 0; }
 void lh_actors_link_set_version(lh_actors_link *l, uint64_t version) {
   if (l) l->cfg.policy_version = version;
 }

@@ -18,6 +18,7 @@ typedef struct {
   uint8_t *data;
   size_t n;
   int64_t sent_ms;
+  int64_t pushed_ms;  /* the first send: an ack's latency counts from here */
   uint32_t prev, next;
 } slot;
 
@@ -151,7 +152,7 @@ int lh_actors_outbox_push(lh_actors_outbox *ob, uint64_t msg_id, const uint8_t *
   if (!copy) return lh_errbuf_set(err, LH_ENOMEM, "outbox push: out of memory for %zu bytes", n);
   if (n) memcpy(copy, bytes, n);
   uint32_t i = ob->free_list[--ob->n_free];
-  ob->slots[i] = (slot){.id = msg_id, .data = copy, .n = n, .sent_ms = now_ms};
+  ob->slots[i] = (slot){.id = msg_id, .data = copy, .n = n, .sent_ms = now_ms, .pushed_ms = now_ms};
   list_append(ob, i);
   ob->table[p] = i + 1;
   ob->depth++;
@@ -159,11 +160,14 @@ int lh_actors_outbox_push(lh_actors_outbox *ob, uint64_t msg_id, const uint8_t *
   return 0;
 }
 
-int lh_actors_outbox_ack(lh_actors_outbox *ob, uint64_t msg_id) {
+int lh_actors_outbox_ack(lh_actors_outbox *ob, uint64_t msg_id) { return lh_actors_outbox_ack_at(ob, msg_id, NULL); }
+
+int lh_actors_outbox_ack_at(lh_actors_outbox *ob, uint64_t msg_id, int64_t *pushed_ms) {
   if (!ob) return 0;
   size_t p = find_pos(ob, msg_id);
   if (!ob->table[p]) return 0;
   uint32_t i = ob->table[p] - 1;
+  if (pushed_ms) *pushed_ms = ob->slots[i].pushed_ms;
   table_delete(ob, p);
   list_unlink(ob, i);
   free(ob->slots[i].data);

@@ -65,6 +65,7 @@ struct lh_actors_runner {
   uint64_t long_groups, short_groups;
   row *rows;
   uint64_t started, finished;
+  int hold;  /* back-pressure: no new group (lh_actors_runner_set_hold) */
   int stopped;
   /* per step scratch */
   int32_t *dec_rows, *dec_tokens;
@@ -562,12 +563,18 @@ static int begin_action(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   return 0;
 }
 
+void lh_actors_runner_set_hold(lh_actors_runner *r, int hold) {
+  if (r) r->hold = hold != 0;
+}
+
 int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
   if (!r) return lh_errbuf_set(err, LH_EINVAL, "runner step: NULL runner");
   uint32_t B = r->cfg.batch;
-  /* Free rows take the next episodes. */
+  /* Free rows take the next episodes; under a hold, only those that
+   * complete a group already begun. */
   for (uint32_t b = 0; b < B; b++)
-    if (r->rows[b].state == ROW_FREE && !r->stopped && (!r->cfg.episodes || r->started < r->cfg.episodes))
+    if (r->rows[b].state == ROW_FREE && !r->stopped && (!r->cfg.episodes || r->started < r->cfg.episodes) &&
+        !(r->hold && r->started % r->cfg.group_size == 0))
       LH_TRY(start(r, b, err));
   /* Every row on the policy's turn with a distribution samples a token. */
   int sampled = 0, n_dec = 0, n_env = 0;

@@ -159,9 +159,11 @@ int lh_learner_comm_open(lh_learner_comm **out, lh_errbuf *err) {
 #ifdef LH_HAVE_MPI
   if (!out) return lh_errbuf_set(err, LH_EINVAL, "learner ranks: NULL out");
   *out = NULL;
-  int inited = 0;
+  int inited = 0, provided = 0;
   MPI_Initialized(&inited);
-  if (!inited && MPI_Init(NULL, NULL) != MPI_SUCCESS)
+  /* FUNNELED: the learner has a service thread too (learner/service.c),
+   * but only the training thread, the one that initialised MPI, calls it. */
+  if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
     return lh_errbuf_set(err, LH_ELEARNER_COMM, "learner ranks: MPI_Init failed (%s is set, so mpirun started this "
                          "process; run without mpirun for one learner)", var);
   /* Errors come back as codes, so a failing collective is reported. */

@@ -43,6 +43,9 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, max_db_bytes, 0, INFINITY),
     LH_INI_KEY_STR(T, ckpt_dir, 0),
     LH_INI_KEY_U64(T, abort_after_ms, 1, INFINITY),
+    LH_INI_KEY_U64(T, max_backlog_episodes, 0, INFINITY),
+    LH_INI_KEY_F64(T, max_stale_share, 0, 1, LH_INI_CLOSED),
+    LH_INI_KEY_U64(T, blas_threads, 1, 256),
 };
 #undef T
 
@@ -77,6 +80,9 @@ void lh_learner_config_default(lh_learner_config *c) {
   snprintf(c->db, sizeof c->db, "replay.db");
   snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "ckpt");
   c->abort_after_ms = 60000;
+  c->max_backlog_episodes = 0;
+  c->max_stale_share = 0.05;
+  c->blas_threads = 1;
 }
 
 static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes) {

@@ -47,6 +47,7 @@ struct lh_learner_ingest {
   uint64_t failed_since_log;
   uint64_t *touched;  /* episodes the last committed round wrote */
   size_t n_touched;
+  int hold;           /* every Ack carries it (back-pressure, lh_learner_ingest_set_hold) */
 };
 
 /* Reads field 2 (msg_id, a varint) of a top-level Envelope without parsing
@@ -148,6 +149,10 @@ void *lh_learner_ingest_socket(lh_learner_ingest *ig) { return ig ? ig->sock : N
 const lh_learner_ingest_counts *lh_learner_ingest_get_counts(const lh_learner_ingest *ig) {
   return ig ? &ig->counts : NULL;
 }
+void lh_learner_ingest_set_hold(lh_learner_ingest *ig, int hold) {
+  if (ig) ig->hold = hold != 0;
+}
+
 void lh_learner_ingest_set_round(lh_learner_ingest *ig, size_t max_round) {
   if (!ig) return;
   ig->max_round = max_round < 1 ? 1 : max_round > INGEST_MAX_ROUND ? INGEST_MAX_ROUND : max_round;
@@ -330,6 +335,7 @@ static int send_acks(lh_learner_ingest *ig, size_t n, lh_errbuf *err) {
     ack.n_msg_ids = k;
     ack.msg_ids = ids;
     ack.status = (Longhaul__AckStatus)a->status;
+    ack.hold = ig->hold;
     if (a->status == LONGHAUL__ACK_STATUS__ACK_RETRY) ack.reason = "store write failed; resend later";
     else if (a->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) ack.reason = "invalid message; do not resend";
     Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;

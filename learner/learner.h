@@ -22,6 +22,7 @@
 #ifndef LH_LEARNER_H
 #define LH_LEARNER_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -224,6 +225,15 @@ typedef struct {
   char curve_allowed_keys[LH_LEARNER_TEXT_BYTES];    /* a file of Z85 keys, or a folder of .pub (none) */
   uint64_t abort_after_ms;  /* a running episode with no new segment for this long (its actor
                                is gone) ends as aborted, >= 1 (60000) */
+  /* Back-pressure (learner/train.c): the actors are told to start no new
+   * episode group while this many admitted episodes wait untrained; 0 is
+   * max(1, max_policy_lag) * batch_episodes. The learner lowers it (never
+   * below batch_episodes) while more than max_stale_share of the episodes
+   * it took in over its recent steps were dropped as stale, and raises it
+   * back when the share is low. */
+  uint64_t max_backlog_episodes;  /* (0) */
+  double max_stale_share;         /* [0, 1] (0.05) */
+  uint64_t blas_threads;          /* the training thread's BLAS threads, 1..256 (1) */
 } lh_learner_config;
 
 void lh_learner_config_default(lh_learner_config *cfg);
@@ -442,6 +452,30 @@ void lh_learner_ingest_set_round(lh_learner_ingest *ig, size_t max_round);
  * repeats), valid until the next poll: what may have become ready, so the
  * trainer need not rescan the whole store (lh_learner_trainer_offer). */
 const uint64_t *lh_learner_ingest_touched(const lh_learner_ingest *ig, size_t *n);
+/* Back-pressure: every Ack from now on carries hold (Ack.hold): 1 asks
+ * the actors to start no new episode group. */
+void lh_learner_ingest_set_hold(lh_learner_ingest *ig, int hold);
+
+/* ---- the learner process (learner/run.c) ----------------------------------
+ * `longhaul learner` from top to bottom: open (checkpoint, --init or a
+ * fresh model; the store; the ranks), start the service thread, then the
+ * training loop on this thread (take the stored ids, offer them, step,
+ * publish, checkpoint, back-pressure, status), and stop in order (the
+ * service stores and acks what arrived, then a final checkpoint). The
+ * command keeps only the arguments, the signals and the exit codes. */
+typedef struct {
+  const char *config, *init, *backend;
+  int resume;
+  uint64_t steps;       /* stop after this many steps; 0: until *stop */
+  float temperature;    /* the actors' sampling temperature ([actor] temperature) */
+  volatile sig_atomic_t *stop;    /* set by SIGINT/SIGTERM/SIGUSR1 */
+  volatile sig_atomic_t *reload;  /* set by SIGHUP: re-read max_db_bytes */
+} lh_learner_run_args;
+
+/* 0 when done; LH_LEARNER_RUN_RUNTIME or LH_LEARNER_RUN_USAGE (a bad
+ * config or argument) after printing the reason to stderr. */
+enum { LH_LEARNER_RUN_OK = 0, LH_LEARNER_RUN_RUNTIME = 1, LH_LEARNER_RUN_USAGE = 2 };
+int lh_learner_run(const lh_learner_run_args *a);
 
 /* ---- SFT (learner/sft.c) ---------------------------------------------------
  * Supervised steps on demonstrations: cross-entropy on the policy's tokens
@@ -559,6 +593,13 @@ uint64_t lh_learner_trainer_version(const lh_learner_trainer *t);
 int lh_learner_trainer_save_done(const lh_learner_trainer *t, const char *dir, lh_errbuf *err);
 int lh_learner_trainer_load_done(lh_learner_trainer *t, const char *dir, uint64_t expected, lh_errbuf *err);
 const lh_learner_admission_counts *lh_learner_trainer_admission(const lh_learner_trainer *t);
+/* Back-pressure: admitted episodes waiting untrained in complete groups,
+ * and the cap on them the stale-share controller has set; the actors hold
+ * while backlog >= cap. stale_share is over the recent steps (NAN before
+ * any episode was taken in). */
+size_t lh_learner_trainer_backlog(const lh_learner_trainer *t);
+uint64_t lh_learner_trainer_backlog_cap(const lh_learner_trainer *t);
+double lh_learner_trainer_stale_share(const lh_learner_trainer *t);
 
 /* ---- the weights sockets (learner/publish.c) ------------------------------
  * Binds the weights PUB (WeightsAnnounce of each new version, with the
@@ -607,6 +648,70 @@ uint64_t lh_learner_publisher_checksum(const lh_learner_publisher *p);
  * are counted and ignored. */
 int lh_learner_publisher_poll(lh_learner_publisher *p, int timeout_ms, size_t *served, lh_errbuf *err);
 const lh_learner_publisher_counts *lh_learner_publisher_get_counts(const lh_learner_publisher *p);
+
+/* ---- the learner's service thread (learner/service.c) --------------------
+ * Everything a peer waits on, apart from training: the ingest ROUTER
+ * (receive, validate, commit, ack), the weights PUB and ROUTER (announce,
+ * serve chunks), the sweep of episodes whose actor is gone, all on their
+ * own thread with their own connection to the store. An ack thus waits for
+ * its commit only, and a fetch for its chunks only, whatever a training
+ * step is doing (ARCHITECTURE.md, "The learner process").
+ *
+ * The training thread talks to it through four calls, each thread-safe:
+ * lh_learner_service_take (episode ids newly stored, which may have become
+ * ready: the store stays the source of truth, this is only the hint that
+ * saves a scan), lh_learner_service_publish (a new version's bytes, handed
+ * over; the service announces them and records the policy_versions row),
+ * lh_learner_service_set_hold (the back-pressure flag the acks carry) and
+ * lh_learner_service_counts. Its sockets are made and bound by
+ * lh_learner_service_new on the caller's thread, so a bind error is the
+ * caller's at once; the thread starts with lh_learner_service_start. */
+typedef struct lh_learner_service lh_learner_service;
+
+typedef struct {
+  void *zmq_ctx;
+  const lh_learner_config *cfg;  /* endpoints, db (this rank's), max_db_bytes, abort_after_ms */
+  const lh_zsock_curve *curve;   /* NULL or plain: no CURVE */
+  int serve_weights;             /* rank 0: bind the weights PUB and ROUTER */
+  uint32_t chunk_bytes;
+} lh_learner_service_config;
+
+typedef struct {
+  lh_learner_ingest_counts ingest;
+  lh_learner_publisher_counts weights;
+  uint64_t aborted;       /* idle episodes the sweep ended */
+  uint64_t hint_overflows;  /* times the id hint overflowed (the trainer rescans) */
+  uint64_t versions;      /* versions published */
+  int hold;
+} lh_learner_service_counts;
+
+int lh_learner_service_new(const lh_learner_service_config *c, lh_learner_service **out, lh_errbuf *err);
+int lh_learner_service_start(lh_learner_service *s, lh_errbuf *err);
+/* Asks the thread to stop, waits for it (it stores and acks what has
+ * already arrived first), closes the sockets and the store. NULL is fine. */
+void lh_learner_service_free(lh_learner_service *s);
+/* Copies up to cap ids stored since the last call into ids (*n of them);
+ * *rescan = 1 when some were lost to the hint's bound, so the caller must
+ * scan the store. Waits up to timeout_ms for at least one when none is
+ * waiting. */
+void lh_learner_service_take(lh_learner_service *s, uint64_t *ids, size_t cap, size_t *n, int *rescan,
+                             int timeout_ms);
+/* Takes ownership of bytes (malloc'd, n of them): published as version on
+ * the service's next turn, replacing any version handed over and not yet
+ * published. Stage fields as lh_learner_publisher_set's; step is the
+ * policy_versions row's. */
+int lh_learner_service_publish(lh_learner_service *s, uint64_t version, uint64_t step, void *bytes, size_t n,
+                               uint32_t stage_index, uint32_t max_context, float long_frac, lh_errbuf *err);
+/* Waits until the last version handed over has been announced (or the
+ * thread failed): for a start that must announce before it trains. */
+int lh_learner_service_flush(lh_learner_service *s, lh_errbuf *err);
+void lh_learner_service_set_hold(lh_learner_service *s, int hold);
+void lh_learner_service_set_max_bytes(lh_learner_service *s, uint64_t max_bytes);
+void lh_learner_service_counts_get(lh_learner_service *s, lh_learner_service_counts *out);
+/* 0 while the thread runs well; else its error (copied into err). */
+int lh_learner_service_failed(lh_learner_service *s, lh_errbuf *err);
+/* The ingest endpoint bound (a wildcard port resolved). */
+const char *lh_learner_service_ingest_endpoint(const lh_learner_service *s);
 
 /* ---- checkpoints of the learner process (learner/checkpoint.c) -----------
  * A checkpoint is a directory CKPT_DIR/step-NNNNNNNN holding

@@ -74,7 +74,26 @@ struct lh_learner_trainer {
   id_set *others;
   size_t n_others;
   int64_t last_row_ns;  /* when the previous train_steps row (or the trainer) was made */
+  /* Back-pressure (learner.h, lh_learner_trainer_backlog): the cap, its
+   * ceiling, and the episodes taken in and dropped as stale over the last
+   * STALE_WINDOW steps (a ring), with the totals at the previous step. */
+  uint64_t backlog_cap, backlog_max;
+  uint64_t win_taken[8], win_stale[8];
+  unsigned win_i, win_n;
+  uint64_t prev_taken, prev_stale;
 };
+
+#define STALE_WINDOW 8
+
+/* A test hook: with LH_LEARNER_TEST_STEP_GATE naming a file, every step
+ * waits, after taking its batch, until that file is gone. A test thus
+ * holds a training step open for as long as it needs, with no clock. */
+static void test_step_gate(void) {
+  const char *gate = getenv("LH_LEARNER_TEST_STEP_GATE");
+  if (!gate || !*gate || access(gate, F_OK) != 0) return;
+  LH_INFO("train", "step gate: holding the step while %s exists", gate);
+  while (access(gate, F_OK) == 0) usleep(2000);
+}
 
 int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config *cfg, float temperature,
                            const lh_learner_state *st, lh_learner_trainer **out, lh_errbuf *err) {
@@ -93,6 +112,12 @@ int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config
     t->skipped = st->skipped_steps, t->baseline = st->baseline, t->admission = st->admission;
   }
   const lh_model_config *mc = lh_model_get_config(m);
+  uint64_t lag = cfg->max_policy_lag ? cfg->max_policy_lag : 1;
+  t->backlog_max = cfg->max_backlog_episodes ? cfg->max_backlog_episodes : lag * cfg->batch_episodes;
+  if (t->backlog_max < cfg->batch_episodes) t->backlog_max = cfg->batch_episodes;  /* a batch must fit */
+  t->backlog_cap = t->backlog_max;
+  t->prev_taken = t->admission.admitted + t->admission.dropped_stale;
+  t->prev_stale = t->admission.dropped_stale;
   t->cap_items = cfg->batch_episodes + cfg->group_size;
   t->items = calloc(t->cap_items, sizeof *t->items);
   t->scratch_bias = calloc((size_t)mc->layers * (size_t)mc->experts, sizeof(float));
@@ -140,6 +165,42 @@ int lh_learner_trainer_set_comm(lh_learner_trainer *t, lh_learner_comm *c, lh_er
 }
 
 uint64_t lh_learner_trainer_version(const lh_learner_trainer *t) { return t ? t->version : 0; }
+
+size_t lh_learner_trainer_backlog(const lh_learner_trainer *t) {
+  return t ? lh_learner_batcher_ready(t->batcher) : 0;
+}
+uint64_t lh_learner_trainer_backlog_cap(const lh_learner_trainer *t) { return t ? t->backlog_cap : 0; }
+
+double lh_learner_trainer_stale_share(const lh_learner_trainer *t) {
+  if (!t) return NAN;
+  uint64_t taken = 0, stale = 0;
+  for (unsigned i = 0; i < t->win_n; i++) taken += t->win_taken[i], stale += t->win_stale[i];
+  return taken ? (double)stale / (double)taken : NAN;
+}
+
+/* After each step: the step's intake joins the window, and the cap moves.
+ * Too many stale drops mean episodes wait too long behind the backlog, so
+ * the cap shrinks by a quarter (never below one batch, or no batch could
+ * form while the actors hold); a share well under the bound lets it grow
+ * back a group at a time, so a learner that keeps up gets the most data. */
+static void backlog_update(lh_learner_trainer *t) {
+  uint64_t taken = t->admission.admitted + t->admission.dropped_stale, stale = t->admission.dropped_stale;
+  t->win_taken[t->win_i] = taken - t->prev_taken;
+  t->win_stale[t->win_i] = stale - t->prev_stale;
+  t->win_i = (t->win_i + 1) % STALE_WINDOW;
+  if (t->win_n < STALE_WINDOW) t->win_n++;
+  t->prev_taken = taken, t->prev_stale = stale;
+  double share = lh_learner_trainer_stale_share(t);
+  if (isnan(share)) return;
+  uint64_t floor = t->cfg.batch_episodes;
+  if (share > t->cfg.max_stale_share && t->backlog_cap > floor) {
+    uint64_t cut = t->backlog_cap / 4 > t->cfg.group_size ? t->backlog_cap / 4 : t->cfg.group_size;
+    t->backlog_cap = t->backlog_cap - floor > cut ? t->backlog_cap - cut : floor;
+  } else if (share <= t->cfg.max_stale_share / 2 && t->backlog_cap < t->backlog_max) {
+    t->backlog_cap += t->cfg.group_size;
+    if (t->backlog_cap > t->backlog_max) t->backlog_cap = t->backlog_max;
+  }
+}
 const lh_learner_admission_counts *lh_learner_trainer_admission(const lh_learner_trainer *t) {
   return t ? &t->admission : NULL;
 }
@@ -504,6 +565,7 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
     return lh_errbuf_set(err, LH_ELEARNER_COMM, "train: rank %d said a batch was ready but has none", t->rank);
   if (!ready || n == 0) return 0;
   *took = 1;
+  test_step_gate();
   int64_t t0 = lh_now_ns();
   lh_learner_episode **eps = calloc(n, sizeof *eps);
   Longhaul__Segment ***segs = calloc(n, sizeof *segs);
@@ -663,6 +725,8 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   row.dropped_stale = (uint32_t)dropped_stale, row.lag_mean = st.lag_mean;
   row.lag_max = st.lag_max, row.logp_diff = st.logp_diff, row.grad_norm = st.grad_norm, row.lr = st.lr;
   row.skipped = st.skipped, row.step_ms = st.step_ms, row.busy_frac = st.busy_frac;
+  backlog_update(t);
+  row.stale_share = lh_learner_trainer_stale_share(t), row.backlog_cap = t->backlog_cap;
   const lh_model_config *mc = lh_model_get_config(t->m);
   row.layers = (uint32_t)(mc->layers < LH_STORE_MAX_LAYERS ? mc->layers : LH_STORE_MAX_LAYERS);
   for (uint32_t l = 0; l < row.layers; l++) row.maxvio[l] = lh_model_balancer_maxvio(t->balancer, (int)l);

@@ -34,7 +34,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 4
+#define LH_STORE_SCHEMA_VERSION 5
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
@@ -182,6 +182,10 @@ typedef struct {
    * to 1 over a layer's experts). layers * experts values. */
   uint32_t experts;        /* 0: no expert rows */
   const double *expert_load; /* layers*experts, row-major by layer; NULL: none */
+  /* Back-pressure (schema 5): the share of recent episodes dropped as stale
+   * (NAN, stored as NULL, when unknown) and the backlog cap in force. */
+  double stale_share;
+  uint64_t backlog_cap;
 } lh_store_train_step;
 /* Non-finite loss and metrics are stored as NULL. With experts > 0 and
  * expert_load set, the layers * experts loads go to train_step_experts in

@@ -140,12 +140,22 @@ static const char schema_v4[] =
     "  load REAL NOT NULL,"
     "  PRIMARY KEY (step, layer, expert));";
 
+/* Version 5: back-pressure. stale_share is the share of the episodes the
+ * learner took in over its recent steps that were dropped for
+ * max_policy_lag (what [learner] max_stale_share bounds); backlog_cap is the
+ * number of untrained episodes at which the learner told the actors to
+ * start no new ones, as its controller had set it at that step. */
+static const char schema_v5[] =
+    "ALTER TABLE train_steps ADD COLUMN stale_share REAL;"
+    "ALTER TABLE train_steps ADD COLUMN backlog_cap INTEGER;";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of DESIGN 7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
     {2, "payloads_dropped/dropped_ms, train_step_layers, episode query indexes", schema_v2},
     {3, "actor_heartbeats, train_steps.busy_frac", schema_v3},
     {4, "train_step_experts", schema_v4},
+    {5, "train_steps.stale_share, train_steps.backlog_cap", schema_v5},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

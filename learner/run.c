@@ -1,0 +1,359 @@
+/* learner: the learner process from top to bottom (learner.h, "the
+ * learner process"; ARCHITECTURE.md, "The learner process").
+ *
+ * Two threads. The service thread (learner/service.c) owns every socket
+ * and a store connection of its own: it stores and acks, serves weights
+ * and sweeps idle episodes whatever training does. This thread trains:
+ * it takes the ids the service stored, offers them to the trainer, steps
+ * when a batch is ready, hands each new version to the service, writes
+ * checkpoints, sets the back-pressure flag from the trainer's backlog, and
+ * runs every collective of the learner ranks (MPI is called from this
+ * thread only). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "learner/learner.h"
+
+#define RUN_CHUNK_BYTES (1u << 20)
+#define RUN_WAIT_MS 20          /* longest wait for stored ids when no batch is ready */
+#define RUN_HINT_IDS 4096       /* ids taken per turn */
+/* A full scan of the store reads every ready row, so it runs at the start
+ * and then rarely (for episodes made ready some other way: the sweep, a
+ * hint lost to its bound); new episodes come through the service's ids. */
+#define RUN_SCAN_NS 30000000000ll
+#define RUN_STATUS_NS 10000000000ll
+
+/* Everything the process holds; freed in one place whatever failed. */
+typedef struct {
+  const lh_learner_run_args *a;
+  lh_learner_config cfg;
+  lh_model *m;
+  lh_store *store;  /* the training thread's connection */
+  lh_learner_trainer *trainer;
+  void *zctx;
+  lh_learner_service *svc;
+  lh_zsock_curve curve;
+  lh_zsock_zap *zap;
+  lh_learner_state st;
+  uint64_t last_ckpt_step;
+  lh_learner_comm *comm;
+  int rank, ranks;
+  const lh_backend *be;
+  uint64_t *ids;
+} learner;
+
+static void learner_close(learner *L) {
+  /* The service first: it acks what arrived, using the store and context. */
+  lh_learner_service_free(L->svc);
+  lh_learner_trainer_free(L->trainer);
+  lh_zsock_zap_stop(L->zap);
+  lh_store_close(L->store);
+  lh_model_free(L->m);
+  lh_backend_close(L->be);
+  if (L->zctx) zmq_ctx_term(L->zctx);
+  free(L->ids);
+}
+
+/* Serializes the live parameters and hands them to the service as the
+ * trainer's version (rank 0 only: the others serve no weights). */
+static int publish(learner *L, lh_errbuf *err) {
+  if (L->rank != 0) return 0;
+  unsigned char *bytes = NULL;
+  size_t n = 0;
+  int rc = lh_model_serialize(L->m, &bytes, &n);
+  if (rc) return lh_errbuf_set(err, rc, "cannot serialize the weights: %s", lh_strerror(rc));
+  lh_learner_state st;
+  memset(&st, 0, sizeof st);
+  lh_learner_trainer_state(L->trainer, &st);
+  int stage = lh_learner_stage_at(&L->cfg, st.step);
+  uint32_t max_context = stage < 0 ? 0 : (uint32_t)L->cfg.stages[stage].max_context;
+  float long_frac = stage < 0 ? 0.0f : (float)L->cfg.stages[stage].long_frac;
+  return lh_learner_service_publish(L->svc, lh_learner_trainer_version(L->trainer), st.step, bytes, n,
+                                    stage < 0 ? 0 : (uint32_t)stage, max_context, long_frac, err);
+}
+
+/* Collective with several ranks: every rank's done set goes to rank 0, the
+ * ranks' weights are checked to be the same, and rank 0 writes. */
+static int checkpoint(learner *L, lh_errbuf *err) {
+  lh_learner_trainer_state(L->trainer, &L->st);
+  char path[LH_LEARNER_TEXT_BYTES];
+  if (L->ranks > 1) {
+    uint64_t hash = 0;
+    int same = 0;
+    LH_TRY(lh_learner_trainer_gather_done(L->trainer, err));
+    LH_TRY(lh_learner_trainer_params_hash(L->trainer, &hash, err));
+    LH_TRY(lh_learner_comm_same_u64(L->comm, hash, &same, err));
+    if (!same)
+      return lh_errbuf_set(err, LH_ELEARNER_COMM, "the %d learner ranks hold different weights at step %llu", L->ranks,
+                           (unsigned long long)L->st.step);
+    if (L->rank != 0) {
+      L->last_ckpt_step = L->st.step;
+      return 0;
+    }
+  }
+  int rc = lh_learner_ckpt_save(L->cfg.ckpt_dir, L->m, &L->st, L->trainer, path, err);
+  if (!rc) {
+    L->last_ckpt_step = L->st.step;
+    LH_INFO("learner", "checkpoint path=%s step=%llu version=%llu", path, (unsigned long long)L->st.step,
+            (unsigned long long)L->st.version);
+  }
+  return rc;
+}
+
+static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int *resumed, char *from) {
+  const lh_learner_run_args *a = L->a;
+  memset(&L->st, 0, sizeof L->st);
+  lh_learner_adv_baseline_init(&L->st.baseline, L->cfg.baseline_decay);
+  if (a->resume && lh_learner_ckpt_exists(L->cfg.ckpt_dir)) {
+    LH_TRY(lh_learner_ckpt_load_latest(L->cfg.ckpt_dir, L->be, &L->m, &L->st, from, err));
+    *resumed = 1;
+    L->last_ckpt_step = L->st.step;
+    LH_INFO("learner", "resumed ckpt_dir=%s step=%llu version=%llu ingest_position=%llu", L->cfg.ckpt_dir,
+            (unsigned long long)L->st.step, (unsigned long long)L->st.version,
+            (unsigned long long)L->st.ingest_position);
+  } else if (a->init) {
+    if (a->resume) LH_INFO("learner", "no checkpoint in ckpt_dir=%s: starting from --init", L->cfg.ckpt_dir);
+    LH_TRY(lh_model_load(a->init, L->be, &L->m, err));
+    LH_INFO("learner", "init from=%s", a->init);
+  } else {
+    if (a->resume) LH_INFO("learner", "no checkpoint in ckpt_dir=%s: starting fresh", L->cfg.ckpt_dir);
+    LH_TRY(lh_model_new(mc, L->be, &L->m, err));
+  }
+  return 0;
+}
+
+static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
+  const lh_learner_run_args *a = L->a;
+  *usage_error = 1;
+  LH_TRY(lh_learner_config_load(a->config, &L->cfg, err));
+  lh_model_config mc;
+  LH_TRY(lh_model_config_parse_file(a->config, &mc, err));
+  /* This rank's own ingest port and store file (learner.h, "learner ranks"). */
+  char rank_text[LH_LEARNER_TEXT_BYTES];
+  LH_TRY(lh_learner_rank_endpoint(L->cfg.ingest_endpoint, L->rank, rank_text, err));
+  memcpy(L->cfg.ingest_endpoint, rank_text, sizeof rank_text);
+  LH_TRY(lh_learner_rank_db(L->cfg.db, L->rank, rank_text, err));
+  memcpy(L->cfg.db, rank_text, sizeof rank_text);
+  int brc = lh_backend_by_name(a->backend ? a->backend : "cpu", &L->be, err);
+  if (brc) {
+    *usage_error = brc == LH_EKERNELS_UNKNOWN_BACKEND;  /* no GPU is a runtime error */
+    return brc;
+  }
+  *usage_error = 0;
+  /* Chosen, not inherited: the training thread's BLAS pool is sized by
+   * [learner] blas_threads (1 by default: the actors usually share the
+   * machine, and a second OpenBLAS thread mostly spins waiting for work at
+   * these sizes). The service thread does no BLAS. */
+  if (L->be->set_threads) L->be->set_threads(L->be->context, (int)L->cfg.blas_threads);
+  LH_INFO("learner", "threads training=1 blas=%llu service=1", (unsigned long long)L->cfg.blas_threads);
+  int resumed = 0;
+  char from[LH_LEARNER_TEXT_BYTES] = "";
+  LH_TRY(open_model(L, &mc, err, &resumed, from));
+  lh_store_options so;
+  lh_store_options_default(&so);
+  so.max_bytes = L->cfg.max_db_bytes;
+  /* The training thread's writes (train_steps, an episode's status) wait
+   * for the service's commits rather than fail. */
+  so.busy_timeout_ms = 30000;
+  LH_TRY(lh_store_open_with(L->cfg.db, &so, &L->store, err));
+  LH_TRY(lh_learner_trainer_new(L->m, L->store, &L->cfg, a->temperature, resumed ? &L->st : NULL, &L->trainer, err));
+  LH_TRY(lh_learner_trainer_set_comm(L->trainer, L->comm, err));
+  if (resumed) LH_TRY(lh_learner_trainer_load_done(L->trainer, from, L->st.ingest_position, err));
+  if (L->ranks > 1) {
+    /* Every rank starts from the same weights and step (the same
+     * checkpoint, --init directory or [model] seed). */
+    uint64_t hash = 0;
+    int same_step = 0, same_weights = 0;
+    LH_TRY(lh_learner_comm_same_u64(L->comm, L->st.step, &same_step, err));
+    LH_TRY(lh_learner_trainer_params_hash(L->trainer, &hash, err));
+    LH_TRY(lh_learner_comm_same_u64(L->comm, hash, &same_weights, err));
+    if (!same_step || !same_weights)
+      return lh_errbuf_set(err, LH_ELEARNER_COMM,
+                           "the %d learner ranks start from different %s: give them the same ckpt_dir, --init "
+                           "directory and [model] section",
+                           L->ranks, same_step ? "weights" : "steps");
+    LH_INFO("learner", "rank=%d ranks=%d comm=%s ingest=%s db=%s", L->rank, L->ranks,
+            lh_learner_comm_name(L->comm), L->cfg.ingest_endpoint, L->cfg.db);
+  }
+  L->ids = malloc(RUN_HINT_IDS * sizeof *L->ids);
+  if (!L->ids) return lh_errbuf_set(err, LH_ENOMEM, "learner: out of memory");
+  L->zctx = zmq_ctx_new();
+  if (!L->zctx) return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "cannot create a ZeroMQ context");
+  LH_TRY(lh_learner_curve_start(L->zctx, &L->cfg, &L->curve, &L->zap, err));
+  lh_learner_service_config sc = {.zmq_ctx = L->zctx, .cfg = &L->cfg, .curve = &L->curve,
+                                  .serve_weights = L->rank == 0, .chunk_bytes = RUN_CHUNK_BYTES};
+  LH_TRY(lh_learner_service_new(&sc, &L->svc, err));
+  /* The first version is out before anything is acked. */
+  LH_TRY(publish(L, err));
+  return lh_learner_service_start(L->svc, err);
+}
+
+static void status_line(learner *L, uint64_t steps_run, double busy) {
+  lh_learner_service_counts sc;
+  lh_learner_service_counts_get(L->svc, &sc);
+  const lh_learner_ingest_counts *c = &sc.ingest;
+  const lh_learner_admission_counts *ad = lh_learner_trainer_admission(L->trainer);
+  LH_INFO("learner",
+          "status version=%llu steps_run=%llu received=%llu stored=%llu duplicates=%llu rejected=%llu "
+          "retried=%llu hellos=%llu heartbeats=%llu admitted=%llu dropped_stale=%llu chunks_sent=%llu "
+          "backlog=%zu backlog_cap=%llu hold=%d stale_share=%.3f busy_fraction=%.3f",
+          (unsigned long long)lh_learner_trainer_version(L->trainer), (unsigned long long)steps_run,
+          (unsigned long long)c->received, (unsigned long long)c->stored, (unsigned long long)c->duplicates,
+          (unsigned long long)c->rejected, (unsigned long long)c->retried, (unsigned long long)c->hellos,
+          (unsigned long long)c->heartbeats, (unsigned long long)ad->admitted,
+          (unsigned long long)ad->dropped_stale, (unsigned long long)sc.weights.chunks_sent,
+          lh_learner_trainer_backlog(L->trainer), (unsigned long long)lh_learner_trainer_backlog_cap(L->trainer),
+          sc.hold, lh_learner_trainer_stale_share(L->trainer), busy);
+}
+
+/* Whether to stop now; with several ranks they stop at the same turn (a
+ * signal reaches them at different moments), or a collective would wait
+ * for a rank that left. */
+static int agree_stop(learner *L, uint64_t steps_run, int *stop, lh_errbuf *err) {
+  double flag = *L->a->stop || (L->a->steps && steps_run >= L->a->steps);
+  LH_TRY(lh_learner_comm_allreduce_f64(L->comm, &flag, 1, LH_LEARNER_COMM_MAX, err));
+  *stop = flag > 0;
+  return 0;
+}
+
+/* The ids the service stored since the last turn go to the trainer; a
+ * rescan replaces them when some were lost, or now and then. */
+static int take_stored(learner *L, int wait_ms, int64_t *last_scan, lh_errbuf *err) {
+  size_t n = 0;
+  int rescan = 0;
+  lh_learner_service_take(L->svc, L->ids, RUN_HINT_IDS, &n, &rescan, wait_ms);
+  int64_t now = lh_now_ns();
+  if (rescan || !*last_scan || now - *last_scan > RUN_SCAN_NS) {
+    *last_scan = now;
+    return lh_learner_trainer_scan(L->trainer, NULL, err);
+  }
+  return n ? lh_learner_trainer_offer(L->trainer, L->ids, n, NULL, err) : 0;
+}
+
+static void reload_config(learner *L) {
+  lh_learner_config fresh;
+  lh_errbuf re;
+  if (lh_learner_config_load(L->a->config, &fresh, &re)) {
+    LH_WARN("learner", "SIGHUP: config not re-read, keeping max_db_bytes=%llu: %s",
+            (unsigned long long)L->cfg.max_db_bytes, re.msg);
+    return;
+  }
+  L->cfg.max_db_bytes = fresh.max_db_bytes;
+  lh_store_set_max_bytes(L->store, fresh.max_db_bytes);
+  lh_learner_service_set_max_bytes(L->svc, fresh.max_db_bytes);
+  LH_INFO("learner", "SIGHUP: re-read config=%s max_db_bytes=%llu", L->a->config,
+          (unsigned long long)fresh.max_db_bytes);
+}
+
+static int run_loop(learner *L, lh_errbuf *err) {
+  uint64_t steps_run = 0;
+  int64_t now = lh_now_ns(), last_scan = 0, last_status = now, start = now;
+  double busy_ms = 0;  /* time in training steps: the busy fraction's numerator */
+  int wait_ms = 0;
+  for (;;) {
+    int stop = 0;
+    LH_TRY(agree_stop(L, steps_run, &stop, err));
+    if (stop) break;
+    LH_TRY(lh_learner_service_failed(L->svc, err));
+    LH_TRY(take_stored(L, wait_ms, &last_scan, err));
+    int stepped = 0;
+    lh_learner_train_stats s;
+    LH_TRY(lh_learner_trainer_step(L->trainer, &stepped, &s, err));
+    if (stepped) {
+      steps_run++;
+      busy_ms += s.step_ms;
+      LH_INFO("learner",
+              "step=%llu version=%llu loss=%.6g reward_mean=%.4g success_rate=%.3f episodes=%zu tokens=%zu "
+              "lag_mean=%.3g logp_diff=%.3g grad_norm=%.4g lr=%.3g skipped=%d step_ms=%.1f",
+              (unsigned long long)s.step, (unsigned long long)s.version, s.loss, s.reward_mean, s.success_rate,
+              s.episodes, s.tokens, s.lag_mean, s.logp_diff, s.grad_norm, s.lr, s.skipped, s.step_ms);
+      if (L->ranks > 1)
+        LH_INFO("learner", "ranks=%d step=%llu allreduce_ms=%.2f step_ms=%.1f", L->ranks, (unsigned long long)s.step,
+                s.allreduce_ms, s.step_ms);
+      if (!s.skipped) LH_TRY(publish(L, err));
+      if ((s.step + 1) % L->cfg.ckpt_every == 0) LH_TRY(checkpoint(L, err));
+    }
+    /* Back-pressure: the actors start no new group while the untrained
+     * backlog is at its cap (learner.h, max_backlog_episodes). */
+    lh_learner_service_set_hold(L->svc, lh_learner_trainer_backlog(L->trainer) >=
+                                            lh_learner_trainer_backlog_cap(L->trainer));
+    /* Nothing to train: wait for the service's next stored ids. */
+    wait_ms = stepped ? 0 : RUN_WAIT_MS;
+    if (*L->a->reload) {
+      *L->a->reload = 0;
+      reload_config(L);
+    }
+    now = lh_now_ns();
+    if (now - last_status > RUN_STATUS_NS) {
+      status_line(L, steps_run, busy_ms / ((double)(now - start) / 1e6));
+      last_status = now;
+    }
+  }
+  now = lh_now_ns();
+  status_line(L, steps_run, now > start ? busy_ms / ((double)(now - start) / 1e6) : 0.0);
+  LH_INFO("learner", "stopping reason=%s", *L->a->stop ? "signal" : "steps done");
+  return 0;
+}
+
+int lh_learner_run(const lh_learner_run_args *a) {
+  learner L;
+  memset(&L, 0, sizeof L);
+  L.a = a;
+  lh_errbuf err;
+  memset(&err, 0, sizeof err);
+  int usage_error = 0;
+  /* One rank, or one of an mpirun job (MPI is started only then). */
+  lh_learner_comm *comm = NULL;
+  if (lh_learner_comm_open(&comm, &err)) {
+    fprintf(stderr, "longhaul learner: %s\n", err.msg);
+    return LH_LEARNER_RUN_RUNTIME;
+  }
+  L.comm = comm, L.rank = lh_learner_comm_rank(comm), L.ranks = lh_learner_comm_size(comm);
+  int rc = open_all(&L, &err, &usage_error);
+  if (rc) {
+    fprintf(stderr, "longhaul learner: %s%s\n", L.ranks > 1 ? "rank failed, ending the job: " : "", err.msg);
+    learner_close(&L);
+    /* The other ranks would wait for this one for ever. */
+    lh_learner_comm_abort(comm, usage_error ? LH_LEARNER_RUN_USAGE : LH_LEARNER_RUN_RUNTIME);
+    lh_learner_comm_close(comm);
+    return usage_error ? LH_LEARNER_RUN_USAGE : LH_LEARNER_RUN_RUNTIME;
+  }
+  rc = run_loop(&L, &err);
+  if (rc) fprintf(stderr, "longhaul learner: %s\n", err.msg);
+  if (rc && L.ranks > 1) {
+    fprintf(stderr, "longhaul learner: rank %d of %d failed, ending the job (restart it with --resume)\n", L.rank,
+            L.ranks);
+    learner_close(&L);
+    lh_learner_comm_abort(comm, LH_LEARNER_RUN_RUNTIME);
+    lh_learner_comm_close(comm);
+    return LH_LEARNER_RUN_RUNTIME;
+  }
+  /* The service stops first: what arrived is stored and acked, and the
+   * episodes it stored are the trainer's to checkpoint as not done. */
+  lh_learner_service_free(L.svc);
+  L.svc = NULL;
+  /* A final checkpoint, unless this step already has one (rank 0 decides
+   * for every rank: the checkpoint is collective). */
+  lh_learner_state now;
+  memset(&now, 0, sizeof now);
+  lh_learner_trainer_state(L.trainer, &now);
+  double want_final = now.step != L.last_ckpt_step || !lh_learner_ckpt_exists(L.cfg.ckpt_dir);
+  if (L.ranks > 1 && lh_learner_comm_bcast(comm, &want_final, sizeof want_final, 0, &err)) {
+    fprintf(stderr, "longhaul learner: %s\n", err.msg);
+    rc = err.code;
+    want_final = 0;
+  }
+  if (want_final > 0) {
+    lh_errbuf ce;
+    if (checkpoint(&L, &ce)) {
+      fprintf(stderr, "longhaul learner: final checkpoint failed: %s\n", ce.msg);
+      rc = rc ? rc : ce.code;
+    }
+  }
+  learner_close(&L);
+  if (rc && L.ranks > 1) lh_learner_comm_abort(comm, LH_LEARNER_RUN_RUNTIME);
+  lh_learner_comm_close(comm);
+  return rc ? LH_LEARNER_RUN_RUNTIME : LH_LEARNER_RUN_OK;
+}

@@ -1,0 +1,334 @@
+/* learner: the service thread (learner.h says what it holds and why).
+ *
+ * One loop: poll the ingest ROUTER and the weights ROUTER together, run an
+ * ingest round or serve requests as they come, publish a version the
+ * training thread handed over, and once a second sweep idle episodes and
+ * re-announce. Its sockets and its store connection are used by this
+ * thread alone (ZeroMQ sockets and SQLite connections opened NOMUTEX are
+ * not to be shared); what crosses threads sits behind one mutex. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "learner/learner.h"
+
+#define SERVICE_POLL_MS 10
+#define SERVICE_SWEEP_NS 1000000000ll      /* idle-episode sweep, once a second */
+#define SERVICE_ANNOUNCE_NS 1000000000ll   /* re-announce for late subscribers */
+/* Ids of episodes stored since the trainer last took them. A trainer busy
+ * in a long step may fall behind; past this bound the ids are dropped and
+ * the trainer told to rescan the store, so memory stays bounded. */
+#define SERVICE_HINT_CAP 65536
+#define SERVICE_DRAIN_ROUNDS 100           /* rounds stored and acked at stop */
+
+struct lh_learner_service {
+  lh_learner_config cfg;
+  lh_store *store;
+  lh_learner_ingest *ingest;
+  lh_learner_publisher *pub;
+  pthread_t thread;
+  int started;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;  /* hint ids arrived, a version was published, or the thread ended */
+  int stop, failed, done;
+  lh_errbuf fail;
+  uint64_t *hint;
+  size_t n_hint;
+  int hint_lost;
+  /* A version handed over and not yet published. */
+  void *pending;
+  size_t pending_n;
+  uint64_t pending_version, pending_step, published_version;
+  uint32_t pending_stage, pending_max_context;
+  float pending_long_frac;
+  int has_pending;
+  int hold, hold_sent;
+  uint64_t max_bytes;
+  int max_bytes_changed;
+  lh_learner_service_counts counts;
+};
+
+int lh_learner_service_new(const lh_learner_service_config *c, lh_learner_service **out, lh_errbuf *err) {
+  if (out) *out = NULL;
+  if (!c || !c->zmq_ctx || !c->cfg || !out) return lh_errbuf_set(err, LH_EINVAL, "service: NULL argument");
+  lh_learner_service *s = calloc(1, sizeof *s);
+  if (!s) return lh_errbuf_set(err, LH_ENOMEM, "service: out of memory");
+  s->hint = malloc(SERVICE_HINT_CAP * sizeof *s->hint);
+  if (!s->hint) {
+    free(s);
+    return lh_errbuf_set(err, LH_ENOMEM, "service: out of memory");
+  }
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  s->cfg = *c->cfg;
+  s->max_bytes = s->cfg.max_db_bytes;
+  *out = s;
+  /* Its own connection: the training thread's reads and writes go through
+   * another, and WAL lets this one commit while the other reads. The file
+   * was checked and migrated by the trainer's open, so no second check. */
+  lh_store_options so;
+  lh_store_options_default(&so);
+  so.max_bytes = s->cfg.max_db_bytes;
+  so.quick_check = 0;
+  LH_TRY(lh_store_open_with(s->cfg.db, &so, &s->store, err));
+  s->ingest = lh_learner_ingest_new_curve(c->zmq_ctx, s->cfg.ingest_endpoint, s->store, NULL, c->curve, err);
+  if (!s->ingest) return err ? err->code : LH_ELEARNER_INGEST_SOCKET;
+  if (!c->serve_weights) return 0;
+  s->pub = lh_learner_publisher_new_curve(c->zmq_ctx, s->cfg.weights_pub_endpoint, s->cfg.weights_endpoint,
+                                          c->chunk_bytes, c->curve, err);
+  return s->pub ? 0 : err ? err->code : LH_ELEARNER_PUBLISH;
+}
+
+/* Publishes the version handed over, if any, and records its row. */
+static int publish_pending(lh_learner_service *s, lh_errbuf *err) {
+  pthread_mutex_lock(&s->mu);
+  if (!s->has_pending) {
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+  }
+  void *bytes = s->pending;
+  size_t n = s->pending_n;
+  uint64_t version = s->pending_version, step = s->pending_step;
+  uint32_t stage = s->pending_stage, max_context = s->pending_max_context;
+  float long_frac = s->pending_long_frac;
+  s->pending = NULL, s->has_pending = 0;
+  pthread_mutex_unlock(&s->mu);
+  int rc = s->pub ? lh_learner_publisher_set(s->pub, version, bytes, n, stage, max_context, long_frac, err) : 0;
+  free(bytes);
+  if (rc) return rc;
+  lh_store_policy_version v = {.version = version, .step = step, .checksum = lh_learner_publisher_checksum(s->pub),
+                               .total_bytes = n, .stage_index = stage, .max_context = max_context};
+  lh_errbuf pe;
+  int prc = lh_store_put_policy_version(s->store, &v, NULL, &pe);
+  /* The version is out; only its row waits for room in the store. */
+  if (prc) LH_WARN("learner", "policy_versions row of version %llu not stored: %s", (unsigned long long)version, pe.msg);
+  pthread_mutex_lock(&s->mu);
+  s->published_version = version;
+  s->counts.versions++;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+/* Hands the round's stored episode ids to the trainer. */
+static void share_hint(lh_learner_service *s) {
+  size_t n = 0;
+  const uint64_t *ids = lh_learner_ingest_touched(s->ingest, &n);
+  pthread_mutex_lock(&s->mu);
+  for (size_t i = 0; i < n; i++) {
+    if (s->n_hint == SERVICE_HINT_CAP) {
+      s->hint_lost = 1;
+      s->counts.hint_overflows++;
+      break;
+    }
+    s->hint[s->n_hint++] = ids[i];
+  }
+  if (n) pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void sweep(lh_learner_service *s) {
+  uint64_t aborted = 0;
+  lh_errbuf ae;
+  if (lh_store_abort_idle_episodes(s->store, lh_wall_ms() - (int64_t)s->cfg.abort_after_ms,
+                                   "no segment for abort_after_ms: its actor is gone", &aborted, &ae))
+    LH_WARN("learner", "idle episodes not aborted: %s", ae.msg);
+  else if (aborted)
+    LH_INFO("learner", "aborted idle episodes=%llu abort_after_ms=%llu", (unsigned long long)aborted,
+            (unsigned long long)s->cfg.abort_after_ms);
+  pthread_mutex_lock(&s->mu);
+  s->counts.aborted += aborted;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* The settings the trainer changed since the last turn. */
+static void apply_settings(lh_learner_service *s) {
+  pthread_mutex_lock(&s->mu);
+  int hold = s->hold, changed = s->max_bytes_changed;
+  uint64_t max_bytes = s->max_bytes;
+  s->max_bytes_changed = 0;
+  s->counts.hold = hold;
+  pthread_mutex_unlock(&s->mu);
+  if (hold != s->hold_sent) {
+    lh_learner_ingest_set_hold(s->ingest, hold);
+    LH_DEBUG("learner", "back-pressure hold=%d", hold);
+    s->hold_sent = hold;
+  }
+  if (changed) lh_store_set_max_bytes(s->store, max_bytes);
+}
+
+static int turn(lh_learner_service *s, int timeout_ms, size_t *handled, lh_errbuf *err) {
+  zmq_pollitem_t items[2] = {{lh_learner_ingest_socket(s->ingest), 0, ZMQ_POLLIN, 0},
+                             {lh_learner_publisher_socket(s->pub), 0, ZMQ_POLLIN, 0}};
+  int pr = zmq_poll(items, s->pub ? 2 : 1, timeout_ms);
+  if (pr < 0 && zmq_errno() != EINTR)
+    return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "service: poll failed: %s", zmq_strerror(zmq_errno()));
+  apply_settings(s);
+  *handled = 0;
+  if (pr > 0 && (items[0].revents & ZMQ_POLLIN)) {
+    LH_TRY(lh_learner_ingest_poll(s->ingest, 0, handled, err));
+    share_hint(s);
+  }
+  if (pr > 0 && s->pub && (items[1].revents & ZMQ_POLLIN)) {
+    size_t served = 0;
+    LH_TRY(lh_learner_publisher_poll(s->pub, 0, &served, err));
+  }
+  pthread_mutex_lock(&s->mu);
+  s->counts.ingest = *lh_learner_ingest_get_counts(s->ingest);
+  if (s->pub) s->counts.weights = *lh_learner_publisher_get_counts(s->pub);
+  pthread_mutex_unlock(&s->mu);
+  return publish_pending(s, err);
+}
+
+static void *service_main(void *arg) {
+  lh_learner_service *s = arg;
+  lh_errbuf err;
+  memset(&err, 0, sizeof err);
+  int rc = 0;
+  int64_t now = lh_now_ns(), last_sweep = now, last_announce = now;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    int stop = s->stop;
+    pthread_mutex_unlock(&s->mu);
+    if (stop) break;
+    size_t handled = 0;
+    if ((rc = turn(s, SERVICE_POLL_MS, &handled, &err))) break;
+    now = lh_now_ns();
+    if (now - last_sweep > SERVICE_SWEEP_NS) {
+      sweep(s);
+      last_sweep = now;
+    }
+    if (s->pub && now - last_announce > SERVICE_ANNOUNCE_NS) {
+      if ((rc = lh_learner_publisher_announce(s->pub, &err))) break;
+      last_announce = now;
+    }
+  }
+  /* Whatever already arrived is stored and acked before the end, so the
+   * actors need not resend it. */
+  size_t handled = 1;
+  for (int i = 0; !rc && i < SERVICE_DRAIN_ROUNDS && handled; i++) {
+    rc = lh_learner_ingest_poll(s->ingest, 0, &handled, &err);
+    share_hint(s);
+  }
+  pthread_mutex_lock(&s->mu);
+  if (rc) s->failed = rc, s->fail = err;
+  s->done = 1;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+int lh_learner_service_start(lh_learner_service *s, lh_errbuf *err) {
+  if (!s || s->started) return lh_errbuf_set(err, LH_EINVAL, "service: NULL or already started");
+  /* pthread_create is a full barrier: the sockets made on this thread
+   * migrate to the new one safely (ZeroMQ's rule for moving a socket). */
+  int prc = pthread_create(&s->thread, NULL, service_main, s);
+  if (prc) return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "service: cannot start its thread: %s", strerror(prc));
+  s->started = 1;
+  return 0;
+}
+
+void lh_learner_service_free(lh_learner_service *s) {
+  if (!s) return;
+  if (s->started) {
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    LH_INFO("learner", "service stopped received=%llu stored=%llu duplicates=%llu acks_sent=%llu",
+            (unsigned long long)s->counts.ingest.received, (unsigned long long)s->counts.ingest.stored,
+            (unsigned long long)s->counts.ingest.duplicates, (unsigned long long)s->counts.ingest.acks_sent);
+  }
+  lh_learner_ingest_free(s->ingest);
+  lh_learner_publisher_free(s->pub);
+  lh_store_close(s->store);
+  free(s->pending);
+  free(s->hint);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+void lh_learner_service_take(lh_learner_service *s, uint64_t *ids, size_t cap, size_t *n, int *rescan,
+                             int timeout_ms) {
+  *n = 0, *rescan = 0;
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  if (!s->n_hint && !s->hint_lost && !s->done && timeout_ms > 0) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)timeout_ms * 1000000l;
+    until.tv_sec += until.tv_nsec / 1000000000l;
+    until.tv_nsec %= 1000000000l;
+    pthread_cond_timedwait(&s->cv, &s->mu, &until);
+  }
+  size_t k = s->n_hint < cap ? s->n_hint : cap;
+  memcpy(ids, s->hint, k * sizeof *ids);
+  memmove(s->hint, s->hint + k, (s->n_hint - k) * sizeof *s->hint);
+  s->n_hint -= k;
+  *n = k;
+  *rescan = s->hint_lost;
+  s->hint_lost = 0;
+  pthread_mutex_unlock(&s->mu);
+}
+
+int lh_learner_service_publish(lh_learner_service *s, uint64_t version, uint64_t step, void *bytes, size_t n,
+                               uint32_t stage_index, uint32_t max_context, float long_frac, lh_errbuf *err) {
+  if (!s || !bytes || !n) {
+    free(bytes);
+    return lh_errbuf_set(err, LH_EINVAL, "service: NULL service or no bytes to publish");
+  }
+  pthread_mutex_lock(&s->mu);
+  free(s->pending);  /* a newer version replaces one not yet out */
+  s->pending = bytes, s->pending_n = n, s->pending_version = version, s->pending_step = step;
+  s->pending_stage = stage_index, s->pending_max_context = max_context, s->pending_long_frac = long_frac;
+  s->has_pending = 1;
+  pthread_mutex_unlock(&s->mu);
+  if (!s->started) return publish_pending(s, err);  /* before the thread: publish on this one */
+  return 0;
+}
+
+int lh_learner_service_flush(lh_learner_service *s, lh_errbuf *err) {
+  if (!s) return 0;
+  pthread_mutex_lock(&s->mu);
+  while (s->has_pending && !s->done) pthread_cond_wait(&s->cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  return lh_learner_service_failed(s, err);
+}
+
+void lh_learner_service_set_hold(lh_learner_service *s, int hold) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  s->hold = hold != 0;
+  pthread_mutex_unlock(&s->mu);
+}
+
+void lh_learner_service_set_max_bytes(lh_learner_service *s, uint64_t max_bytes) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  s->max_bytes = max_bytes, s->max_bytes_changed = 1;
+  pthread_mutex_unlock(&s->mu);
+}
+
+void lh_learner_service_counts_get(lh_learner_service *s, lh_learner_service_counts *out) {
+  memset(out, 0, sizeof *out);
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  *out = s->counts;
+  pthread_mutex_unlock(&s->mu);
+}
+
+int lh_learner_service_failed(lh_learner_service *s, lh_errbuf *err) {
+  if (!s) return 0;
+  pthread_mutex_lock(&s->mu);
+  int rc = s->failed;
+  if (rc && err) *err = s->fail;
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+const char *lh_learner_service_ingest_endpoint(const lh_learner_service *s) {
+  return s ? lh_learner_ingest_endpoint(s->ingest) : NULL;
+}
