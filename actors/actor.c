@@ -168,7 +168,7 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
       break;
     }
     int waiting = cfg->wait_for_weights && !have_weights;
-    lh_actors_runner_set_hold(r, lh_actors_link_hold(link));
+    lh_actors_runner_set_window(r, lh_actors_link_window(link));
     if (all_sent && !waiting) {
       if (paused_since >= 0) paused_since = -1;
       int n = lh_actors_runner_step(r, err);
@@ -184,7 +184,7 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
     }
     /* Idle (paused, waiting, or held with no episode open): the poll
      * waits for traffic instead of spinning. */
-    int idle = !all_sent || waiting || (lh_actors_link_hold(link) && lh_actors_runner_open_episodes(r) == 0);
+    int idle = !all_sent || waiting || (lh_actors_link_window(link) == 0 && lh_actors_runner_open_episodes(r) == 0);
     int got = lh_actors_link_poll(link, idle ? 20 : 0, err);
     if (got < 0) {
       rc = got;

@@ -469,10 +469,11 @@ void lh_actors_runner_set_version(lh_actors_runner *r, uint64_t version);
  * A stage with max_context 0 means no stage. */
 #define LH_ACTORS_STAGE_FILL 0.75
 void lh_actors_runner_set_stage(lh_actors_runner *r, const lh_actors_stage *stage);
-/* Back-pressure (Ack.hold): while held, a free row starts no episode that
- * would begin a new group; a group already begun is completed, so the
- * learner never waits on a half-started group. */
-void lh_actors_runner_set_hold(lh_actors_runner *r, int hold);
+/* Back-pressure (Ack.window): a free row starts an episode that begins a
+ * new group only while the open episodes and that group fit in window
+ * (UINT32_MAX: no limit; 0: hold); a group already begun is completed, so
+ * the learner never waits on a half-started group. */
+void lh_actors_runner_set_window(lh_actors_runner *r, uint32_t window);
 /* Groups started long and short since the runner began. */
 void lh_actors_runner_stage_counts(const lh_actors_runner *r, uint64_t *long_groups, uint64_t *short_groups);
 /* One round: starts episodes on free rows, samples one token on every
@@ -545,9 +546,9 @@ uint64_t lh_actors_link_connects(const lh_actors_link *l);
 /* The newest version announced so far (0 before any): the heartbeat's
  * policy_lag is it minus the version in use. */
 uint64_t lh_actors_link_announced(const lh_actors_link *l);
-/* Back-pressure: whether the learner's last Ack asked to start no new
- * episode group (Ack.hold; 0 before any Ack). */
-int lh_actors_link_hold(const lh_actors_link *l);
+/* Back-pressure: the most episodes the learner's last Ack lets this actor
+ * keep open (Ack.window; 0 for Ack.hold; UINT32_MAX before any window). */
+uint32_t lh_actors_link_window(const lh_actors_link *l);
 /* With LH_ACK_LOG naming a file in the environment, the link appends one
  * line per Segment or EpisodeEnd acked STORED or DUPLICATE: the wall
  * clock of the ack in ms and its latency in ms from the first send, so a

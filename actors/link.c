@@ -33,7 +33,7 @@ struct lh_actors_link {
   int weights_new;
   uint64_t announced;  /* the newest version announced */
   lh_zsock_curve curve;  /* a copy of cfg->curve's keys */
-  int hold;              /* the last Ack's back-pressure flag */
+  uint32_t window;       /* the last Ack's back-pressure window (UINT32_MAX: none) */
   FILE *ack_log;         /* LH_ACK_LOG's file, or NULL */
 };
 
@@ -104,6 +104,7 @@ int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actor
   if (!l) return lh_errbuf_set(err, LH_ENOMEM, "actor link: out of memory");
   l->cfg = *cfg;
   l->ctx = zmq_ctx;
+  l->window = UINT32_MAX;
   l->name = malloc(strlen(cfg->name ? cfg->name : "") + 1);
   int rc = 0;
   if (!l->name) {
@@ -224,8 +225,9 @@ static void handle_ingest(lh_actors_link *l, const uint8_t *b, size_t n) {
   }
   if (env->body_case == LONGHAUL__ENVELOPE__BODY_ACK) {
     Longhaul__Ack *a = env->ack;
-    if (a->hold != l->hold) LH_DEBUG("actor", "learner back-pressure hold=%d", (int)a->hold);
-    l->hold = a->hold;
+    uint32_t w = a->hold ? 0 : a->window ? a->window : UINT32_MAX;
+    if (w != l->window) LH_DEBUG("actor", "learner back-pressure window=%u", w);
+    l->window = w;
     /* RETRY leaves the messages waiting: the timeout resends them. */
     if (l->ack_log &&
         (a->status == LONGHAUL__ACK_STATUS__ACK_STORED || a->status == LONGHAUL__ACK_STATUS__ACK_DUPLICATE)) {
@@ -387,7 +389,7 @@ uint64_t lh_actors_link_resends(const lh_actors_link *l) { return l ? lh_actors_
 uint64_t lh_actors_link_connects(const lh_actors_link *l) { return l ? l->connects : 0; }
 uint64_t lh_actors_link_acked(const lh_actors_link *l) { return l ? l->acked : 0; }
 uint64_t lh_actors_link_announced(const lh_actors_link *l) { return l ? l->announced : 0; }
-int lh_actors_link_hold(const lh_actors_link *l) { return l ? l->hold : 0; }
+uint32_t lh_actors_link_window(const lh_actors_link *l) { return l ? l->window : UINT32_MAX; }
 void lh_actors_link_set_version(lh_actors_link *l, uint64_t version) {
   if (l) l->cfg.policy_version = version;
 }

@@ -65,7 +65,7 @@ struct lh_actors_runner {
   uint64_t long_groups, short_groups;
   row *rows;
   uint64_t started, finished;
-  int hold;  /* back-pressure: no new group (lh_actors_runner_set_hold) */
+  uint32_t window;  /* back-pressure (lh_actors_runner_set_window) */
   int stopped;
   /* per step scratch */
   int32_t *dec_rows, *dec_tokens;
@@ -137,6 +137,7 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
   lh_actors_runner *r = calloc(1, sizeof *r);
   if (!r) return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory");
   r->cfg = *cfg;
+  r->window = UINT32_MAX;  /* no back-pressure until a learner says so */
   r->model = model;
   const lh_model_config *mc = lh_model_get_config(model);
   r->vocab = mc->vocab;
@@ -563,19 +564,24 @@ static int begin_action(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   return 0;
 }
 
-void lh_actors_runner_set_hold(lh_actors_runner *r, int hold) {
-  if (r) r->hold = hold != 0;
+void lh_actors_runner_set_window(lh_actors_runner *r, uint32_t window) {
+  if (r) r->window = window;
+}
+
+/* Whether the episode to start next may: one that begins a group needs
+ * room for the whole group in the window. */
+static int may_start(const lh_actors_runner *r) {
+  if (r->stopped || (r->cfg.episodes && r->started >= r->cfg.episodes)) return 0;
+  if (r->window == UINT32_MAX || r->started % r->cfg.group_size) return 1;
+  return (uint64_t)lh_actors_runner_open_episodes(r) + r->cfg.group_size <= r->window;
 }
 
 int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
   if (!r) return lh_errbuf_set(err, LH_EINVAL, "runner step: NULL runner");
   uint32_t B = r->cfg.batch;
-  /* Free rows take the next episodes; under a hold, only those that
-   * complete a group already begun. */
+  /* Free rows take the next episodes, as back-pressure allows. */
   for (uint32_t b = 0; b < B; b++)
-    if (r->rows[b].state == ROW_FREE && !r->stopped && (!r->cfg.episodes || r->started < r->cfg.episodes) &&
-        !(r->hold && r->started % r->cfg.group_size == 0))
-      LH_TRY(start(r, b, err));
+    if (r->rows[b].state == ROW_FREE && may_start(r)) LH_TRY(start(r, b, err));
   /* Every row on the policy's turn with a distribution samples a token. */
   int sampled = 0, n_dec = 0, n_env = 0;
   for (uint32_t b = 0; b < B; b++) {

@@ -14,6 +14,10 @@
 #define INGEST_LINGER_MS 200
 #define INGEST_LOG_INTERVAL_NS 5000000000ll
 #define IDENTITY_BYTES 256
+/* Peers remembered for sharing the back-pressure budget: a fixed table,
+ * so a flood of identities cannot grow memory; the oldest is replaced. */
+#define INGEST_PEERS 1024
+#define INGEST_PEER_ACTIVE_NS 10000000000ll
 
 /* KIND_HEARTBEAT: an actor's Heartbeat, a row of actor_heartbeats written
  * in the round's batch (acked at once: it is a report, not data). */
@@ -47,7 +51,17 @@ struct lh_learner_ingest {
   uint64_t failed_since_log;
   uint64_t *touched;  /* episodes the last committed round wrote */
   size_t n_touched;
-  int hold;           /* every Ack carries it (back-pressure, lh_learner_ingest_set_hold) */
+  /* Back-pressure (lh_learner_ingest_set_budget): the episodes the fleet
+   * may still have open, and the group size windows are rounded to; the
+   * peers heard from lately share the budget. */
+  int64_t budget;
+  uint64_t group;
+  int budgeted;
+  uint64_t round_ends;  /* EpisodeEnds the current round stored */
+  struct {
+    uint64_t key;  /* hash of the peer's routing id; 0: free */
+    int64_t seen_ns;
+  } peers[INGEST_PEERS];
 };
 
 /* Reads field 2 (msg_id, a varint) of a top-level Envelope without parsing
@@ -149,8 +163,46 @@ void *lh_learner_ingest_socket(lh_learner_ingest *ig) { return ig ? ig->sock : N
 const lh_learner_ingest_counts *lh_learner_ingest_get_counts(const lh_learner_ingest *ig) {
   return ig ? &ig->counts : NULL;
 }
-void lh_learner_ingest_set_hold(lh_learner_ingest *ig, int hold) {
-  if (ig) ig->hold = hold != 0;
+void lh_learner_ingest_set_budget(lh_learner_ingest *ig, int64_t budget, uint64_t group_size) {
+  if (!ig) return;
+  ig->budget = budget, ig->group = group_size ? group_size : 1, ig->budgeted = 1;
+}
+
+static uint64_t peer_key(const uint8_t *id, size_t n) { return lh_hash64(id, n, 0x70656572ull) | 1; }
+
+/* Notes that the peer with this routing id was heard from now. */
+static void peer_seen(lh_learner_ingest *ig, const uint8_t *id, size_t n) {
+  uint64_t key = peer_key(id, n);
+  int64_t now = lh_now_ns();
+  size_t oldest = 0;
+  for (size_t i = 0; i < INGEST_PEERS; i++) {
+    if (ig->peers[i].key == key || !ig->peers[i].key) {
+      ig->peers[i].key = key, ig->peers[i].seen_ns = now;
+      return;
+    }
+    if (ig->peers[i].seen_ns < ig->peers[oldest].seen_ns) oldest = i;
+  }
+  ig->peers[oldest].key = key, ig->peers[oldest].seen_ns = now;
+}
+
+/* The window of a peer's Ack: the budget less what the round itself
+ * ended, in whole groups, shared by the peers heard from lately; the
+ * groups that do not divide evenly go to the first peers in the table's
+ * (stable) order, so the windows never add up to more than the budget. */
+static uint32_t ack_window(const lh_learner_ingest *ig, const uint8_t *id, size_t n) {
+  int64_t left = ig->budget - (int64_t)ig->round_ends;
+  if (left < (int64_t)ig->group) return 0;
+  uint64_t key = peer_key(id, n), groups = (uint64_t)left / ig->group, active = 0, rank = 0;
+  int64_t now = lh_now_ns();
+  for (size_t i = 0; i < INGEST_PEERS && ig->peers[i].key; i++) {
+    if (now - ig->peers[i].seen_ns >= INGEST_PEER_ACTIVE_NS) continue;
+    if (ig->peers[i].key == key) rank = active;
+    active++;
+  }
+  if (!active) active = 1;
+  uint64_t mine = groups / active + (rank < groups % active);
+  uint64_t w = mine * ig->group;
+  return w > UINT32_MAX ? UINT32_MAX : (uint32_t)w;
 }
 
 void lh_learner_ingest_set_round(lh_learner_ingest *ig, size_t max_round) {
@@ -197,6 +249,7 @@ static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
   } else {
     e->identity_bytes = zmq_msg_size(&frames[0]);
     memcpy(e->identity, zmq_msg_data(&frames[0]), e->identity_bytes);
+    peer_seen(ig, e->identity, e->identity_bytes);
     const uint8_t *b = zmq_msg_data((zmq_msg_t *)payload);
     size_t bytes = zmq_msg_size((zmq_msg_t *)payload);
     ig->counts.received++;
@@ -305,8 +358,10 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
     int is_seg = x->env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT;
     if (is_seg) ig->counts.segments++;
     else ig->counts.episode_ends++;
-    if (x->status == LONGHAUL__ACK_STATUS__ACK_STORED)
+    if (x->status == LONGHAUL__ACK_STATUS__ACK_STORED) {
       ig->touched[ig->n_touched++] = is_seg ? x->env->segment->episode_id : x->env->episode_end->episode_id;
+      if (!is_seg) ig->counts.ends_stored++, ig->round_ends++;
+    }
   }
 }
 
@@ -335,7 +390,10 @@ static int send_acks(lh_learner_ingest *ig, size_t n, lh_errbuf *err) {
     ack.n_msg_ids = k;
     ack.msg_ids = ids;
     ack.status = (Longhaul__AckStatus)a->status;
-    ack.hold = ig->hold;
+    if (ig->budgeted) {
+      ack.window = ack_window(ig, a->identity, a->identity_bytes);
+      ack.hold = ack.window == 0;
+    }
     if (a->status == LONGHAUL__ACK_STATUS__ACK_RETRY) ack.reason = "store write failed; resend later";
     else if (a->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) ack.reason = "invalid message; do not resend";
     Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
@@ -383,6 +441,7 @@ int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handle
   if (pr == 0) return 0;
   size_t n = 0;
   int rc = 0;
+  ig->round_ends = 0;
   while (n < ig->max_round) {
     entry *e = &ig->round[n];
     memset(e, 0, sizeof *e);

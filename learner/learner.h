@@ -422,6 +422,7 @@ typedef struct {
   uint64_t bad_frames;  /* messages with a wrong frame count (not acked) */
   uint64_t hellos, heartbeats;
   uint64_t segments, episode_ends;  /* stored or duplicate, by kind */
+  uint64_t ends_stored;             /* EpisodeEnds newly stored (episodes that may be ready) */
   uint64_t acks_sent;   /* Ack messages */
   uint64_t rounds;      /* rounds that committed a batch */
 } lh_learner_ingest_counts;
@@ -452,9 +453,12 @@ void lh_learner_ingest_set_round(lh_learner_ingest *ig, size_t max_round);
  * repeats), valid until the next poll: what may have become ready, so the
  * trainer need not rescan the whole store (lh_learner_trainer_offer). */
 const uint64_t *lh_learner_ingest_touched(const lh_learner_ingest *ig, size_t *n);
-/* Back-pressure: every Ack from now on carries hold (Ack.hold): 1 asks
- * the actors to start no new episode group. */
-void lh_learner_ingest_set_hold(lh_learner_ingest *ig, int hold);
+/* Back-pressure: from now on every Ack carries a window (Ack.window, and
+ * Ack.hold when it is 0): budget, the episodes the fleet may still have
+ * open, less the EpisodeEnds of the Ack's own round, divided among the
+ * peers heard from in the last 10 s, in whole groups of group_size. An
+ * ingest never given a budget sends neither (no limit). */
+void lh_learner_ingest_set_budget(lh_learner_ingest *ig, int64_t budget, uint64_t group_size);
 
 /* ---- the learner process (learner/run.c) ----------------------------------
  * `longhaul learner` from top to bottom: open (checkpoint, --init or a
@@ -682,6 +686,7 @@ typedef struct {
   uint64_t aborted;       /* idle episodes the sweep ended */
   uint64_t hint_overflows;  /* times the id hint overflowed (the trainer rescans) */
   uint64_t versions;      /* versions published */
+  uint64_t untaken_ends;  /* episodes ended and stored, not yet taken by the trainer */
   int hold;
 } lh_learner_service_counts;
 
@@ -705,7 +710,11 @@ int lh_learner_service_publish(lh_learner_service *s, uint64_t version, uint64_t
 /* Waits until the last version handed over has been announced (or the
  * thread failed): for a start that must announce before it trains. */
 int lh_learner_service_flush(lh_learner_service *s, lh_errbuf *err);
-void lh_learner_service_set_hold(lh_learner_service *s, int hold);
+/* Back-pressure: the trainer's backlog (admitted episodes waiting in
+ * complete groups) and its cap. The service adds the episodes it stored
+ * an end of that the trainer has not taken yet (a trainer in a long step
+ * takes none), and every Ack carries hold = (that sum >= cap). */
+void lh_learner_service_set_backlog(lh_learner_service *s, uint64_t backlog, uint64_t cap);
 void lh_learner_service_set_max_bytes(lh_learner_service *s, uint64_t max_bytes);
 void lh_learner_service_counts_get(lh_learner_service *s, lh_learner_service_counts *out);
 /* 0 while the thread runs well; else its error (copied into err). */

@@ -56,6 +56,14 @@ static void learner_close(learner *L) {
   free(L->ids);
 }
 
+/* Back-pressure: the actors keep open no more than the cap leaves after the
+ * untrained backlog (learner.h, max_backlog_episodes); set before every
+ * step, which may be long, and after it. */
+static void set_backlog(learner *L) {
+  lh_learner_service_set_backlog(L->svc, lh_learner_trainer_backlog(L->trainer),
+                                 lh_learner_trainer_backlog_cap(L->trainer));
+}
+
 /* Serializes the live parameters and hands them to the service as the
  * trainer's version (rank 0 only: the others serve no weights). */
 static int publish(learner *L, lh_errbuf *err) {
@@ -185,8 +193,10 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   lh_learner_service_config sc = {.zmq_ctx = L->zctx, .cfg = &L->cfg, .curve = &L->curve,
                                   .serve_weights = L->rank == 0, .chunk_bytes = RUN_CHUNK_BYTES};
   LH_TRY(lh_learner_service_new(&sc, &L->svc, err));
-  /* The first version is out before anything is acked. */
+  /* The first version is out, and the back-pressure set, before anything
+   * is acked. */
   LH_TRY(publish(L, err));
+  set_backlog(L);
   return lh_learner_service_start(L->svc, err);
 }
 
@@ -258,6 +268,7 @@ static int run_loop(learner *L, lh_errbuf *err) {
     if (stop) break;
     LH_TRY(lh_learner_service_failed(L->svc, err));
     LH_TRY(take_stored(L, wait_ms, &last_scan, err));
+    set_backlog(L);
     int stepped = 0;
     lh_learner_train_stats s;
     LH_TRY(lh_learner_trainer_step(L->trainer, &stepped, &s, err));
@@ -275,10 +286,7 @@ static int run_loop(learner *L, lh_errbuf *err) {
       if (!s.skipped) LH_TRY(publish(L, err));
       if ((s.step + 1) % L->cfg.ckpt_every == 0) LH_TRY(checkpoint(L, err));
     }
-    /* Back-pressure: the actors start no new group while the untrained
-     * backlog is at its cap (learner.h, max_backlog_episodes). */
-    lh_learner_service_set_hold(L->svc, lh_learner_trainer_backlog(L->trainer) >=
-                                            lh_learner_trainer_backlog_cap(L->trainer));
+    set_backlog(L);
     /* Nothing to train: wait for the service's next stored ids. */
     wait_ms = stepped ? 0 : RUN_WAIT_MS;
     if (*L->a->reload) {

@@ -44,7 +44,9 @@ struct lh_learner_service {
   uint32_t pending_stage, pending_max_context;
   float pending_long_frac;
   int has_pending;
-  int hold, hold_sent;
+  uint64_t backlog, backlog_cap;  /* the trainer's (lh_learner_service_set_backlog) */
+  uint64_t untaken_ends, ends_seen;  /* ends stored and not yet taken; the ingest's count at the last round */
+  int hold_sent;
   uint64_t max_bytes;
   int max_bytes_changed;
   lh_learner_service_counts counts;
@@ -116,7 +118,10 @@ static int publish_pending(lh_learner_service *s, lh_errbuf *err) {
 static void share_hint(lh_learner_service *s) {
   size_t n = 0;
   const uint64_t *ids = lh_learner_ingest_touched(s->ingest, &n);
+  uint64_t ends = lh_learner_ingest_get_counts(s->ingest)->ends_stored;
   pthread_mutex_lock(&s->mu);
+  s->untaken_ends += ends - s->ends_seen;
+  s->ends_seen = ends;
   for (size_t i = 0; i < n; i++) {
     if (s->n_hint == SERVICE_HINT_CAP) {
       s->hint_lost = 1;
@@ -146,14 +151,19 @@ static void sweep(lh_learner_service *s) {
 /* The settings the trainer changed since the last turn. */
 static void apply_settings(lh_learner_service *s) {
   pthread_mutex_lock(&s->mu);
-  int hold = s->hold, changed = s->max_bytes_changed;
+  /* The fleet may keep open what the cap leaves after the untrained
+   * episodes: the trainer's backlog and the ends it has not taken yet. */
+  int64_t budget = (int64_t)s->backlog_cap - (int64_t)(s->backlog + s->untaken_ends);
+  int hold = budget < (int64_t)s->cfg.group_size;
+  int changed = s->max_bytes_changed;
+  s->counts.untaken_ends = s->untaken_ends;
   uint64_t max_bytes = s->max_bytes;
   s->max_bytes_changed = 0;
   s->counts.hold = hold;
   pthread_mutex_unlock(&s->mu);
+  if (s->backlog_cap) lh_learner_ingest_set_budget(s->ingest, budget, s->cfg.group_size);
   if (hold != s->hold_sent) {
-    lh_learner_ingest_set_hold(s->ingest, hold);
-    LH_DEBUG("learner", "back-pressure hold=%d", hold);
+    LH_DEBUG("learner", "back-pressure hold=%d budget=%lld", hold, (long long)budget);
     s->hold_sent = hold;
   }
   if (changed) lh_store_set_max_bytes(s->store, max_bytes);
@@ -268,6 +278,7 @@ void lh_learner_service_take(lh_learner_service *s, uint64_t *ids, size_t cap, s
   memcpy(ids, s->hint, k * sizeof *ids);
   memmove(s->hint, s->hint + k, (s->n_hint - k) * sizeof *s->hint);
   s->n_hint -= k;
+  if (!s->n_hint) s->untaken_ends = 0;  /* every stored end is the trainer's now */
   *n = k;
   *rescan = s->hint_lost;
   s->hint_lost = 0;
@@ -298,10 +309,10 @@ int lh_learner_service_flush(lh_learner_service *s, lh_errbuf *err) {
   return lh_learner_service_failed(s, err);
 }
 
-void lh_learner_service_set_hold(lh_learner_service *s, int hold) {
+void lh_learner_service_set_backlog(lh_learner_service *s, uint64_t backlog, uint64_t cap) {
   if (!s) return;
   pthread_mutex_lock(&s->mu);
-  s->hold = hold != 0;
+  s->backlog = backlog, s->backlog_cap = cap;
   pthread_mutex_unlock(&s->mu);
 }
 

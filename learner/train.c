@@ -85,10 +85,14 @@ struct lh_learner_trainer {
 
 #define STALE_WINDOW 8
 
-/* A test hook: with LH_LEARNER_TEST_STEP_GATE naming a file, every step
- * waits, after taking its batch, until that file is gone. A test thus
- * holds a training step open for as long as it needs, with no clock. */
+/* Test hooks, read at every step after it took its batch: with
+ * LH_LEARNER_TEST_STEP_GATE naming a file, the step waits until that file
+ * is gone (a test holds a step open for as long as it needs, with no
+ * clock); LH_LEARNER_TEST_STEP_DELAY_MS adds that much to every step (a
+ * learner slower than its actors, for back-pressure). */
 static void test_step_gate(void) {
+  const char *delay = getenv("LH_LEARNER_TEST_STEP_DELAY_MS");
+  if (delay && atoi(delay) > 0) usleep((useconds_t)atoi(delay) * 1000u);
   const char *gate = getenv("LH_LEARNER_TEST_STEP_GATE");
   if (!gate || !*gate || access(gate, F_OK) != 0) return;
   LH_INFO("train", "step gate: holding the step while %s exists", gate);
@@ -175,7 +179,9 @@ double lh_learner_trainer_stale_share(const lh_learner_trainer *t) {
   if (!t) return NAN;
   uint64_t taken = 0, stale = 0;
   for (unsigned i = 0; i < t->win_n; i++) taken += t->win_taken[i], stale += t->win_stale[i];
-  return taken ? (double)stale / (double)taken : NAN;
+  /* An episode taken in before the window may go stale inside it, so the
+   * ratio is capped at 1. */
+  return taken ? fmin(1.0, (double)stale / (double)taken) : NAN;
 }
 
 /* After each step: the step's intake joins the window, and the cap moves.

@@ -3,7 +3,8 @@
 # read-only, a corrupted weights chunk, and 8 actors under load. One
 # executable (test_faults CASE), one ctest entry per case, label "proc".
 # RELIABILITY.md holds the figures of the last run.
-add_executable(test_faults ${CMAKE_CURRENT_SOURCE_DIR}/test_faults.c ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c)
+add_executable(test_faults ${CMAKE_CURRENT_SOURCE_DIR}/test_faults.c ${CMAKE_CURRENT_SOURCE_DIR}/fleet_fixture.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c)
 target_link_libraries(test_faults PRIVATE lh_actors lh_learner PkgConfig::ZMQ PkgConfig::CHECK Threads::Threads m)
 add_dependencies(test_faults longhaul)
 foreach(case learner_kill_step learner_kill_step_back4 learner_kill_ingest env_server_kill env_server_hang store_full store_readonly

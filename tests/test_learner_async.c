@@ -1,0 +1,196 @@
+/* The asynchronous learner with real processes (issue 13): acks and
+ * weights while a training step is held open, a fleet's resends, and
+ * back-pressure against a slowed learner. Each case prints what it
+ * counted on one line (print_totals). Run one case by name: test_learner_async
+ * CASE (learner_async.cmake registers one ctest entry per case). */
+#define _GNU_SOURCE
+#include <check.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fleet_fixture.h"
+#include "proc_util.h"
+#include "store/store.h"
+
+/* Starts the learner with one variable set in its environment only. */
+static void start_learner_with(fleet *f, const char *var, const char *value) {
+  setenv(var, value, 1);
+  start_learner(f, 0);
+  unsetenv(var);
+}
+
+static void start_actors_logging_acks(fleet *f, int n) {
+  char path[192];
+  path_in(f, path, sizeof path, "acks.log");
+  setenv("LH_ACK_LOG", path, 1);
+  start_actors(f, n);
+  unsetenv("LH_ACK_LOG");
+}
+
+static int ack_lines(const fleet *f) {
+  char path[192];
+  path_in(f, path, sizeof path, "acks.log");
+  return lh_proc_count_lines(path, " ");
+}
+
+static uint64_t train_rows(const char *db) {
+  lh_store *s = NULL;
+  lh_errbuf e;
+  uint64_t n = 0;
+  if (access(db, F_OK) != 0 || lh_store_open_readonly(db, &s, &e) != 0) return 0;
+  lh_store_stats st;
+  if (lh_store_stats_get(s, &st, &e) == 0) n = st.train_steps;
+  lh_store_close(s);
+  return n;
+}
+
+/* A step held open (the learner's step gate) while the actor's segments
+ * keep being acked and a new actor fetches the whole current version. */
+START_TEST(test_acks_and_weights_during_a_step) {
+  fleet f;
+  fleet_init(&f, "async-step", NULL, NULL, NULL);
+  char gate[192], log[192];
+  path_in(&f, gate, sizeof gate, "step.gate");
+  ck_assert_int_eq(lh_proc_write_file(gate, "held\n"), 0);
+  start_learner_with(&f, "LH_LEARNER_TEST_STEP_GATE", gate);
+  start_actors_logging_acks(&f, 1);
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "step gate: holding", 120), "no step began (see %s)", log);
+  uint64_t rows = train_rows(f.db);
+  int acks_at_hold = ack_lines(&f);
+  /* The acks go on while the step is held. */
+  ck_assert_msg(WAIT_FOR(120, ack_lines(&f) >= acks_at_hold + 20), "acks stopped during the step (%d at hold, %d now)",
+                acks_at_hold, ack_lines(&f));
+  /* A second actor joins and fetches the current version mid-step. */
+  char log1[192];
+  actor_log(&f, 1, log1, sizeof log1);
+  const char *args[] = {"actor", "--config", f.cfg, "--name", "a1", "--index", "1", NULL};
+  f.actors[1] = lh_proc_spawn_longhaul(log1, args);
+  f.n_actors = 2;
+  ck_assert_msg(lh_proc_wait_file(log1, "weights swapped version=0", 120), "no fetch mid-step (see %s)", log1);
+  int acks_during = ack_lines(&f) - acks_at_hold;
+  /* Still the same step: nothing trained meanwhile. */
+  ck_assert_uint_eq(train_rows(f.db), rows);
+  ck_assert_int_eq(lh_proc_file_has(log, "step=0 "), 0);
+  unlink(gate);
+  ck_assert_msg(WAIT_FOR(120, train_rows(f.db) >= rows + 2), "no step after the gate opened");
+  stop_all(&f);
+  store_counts c;
+  actor_totals t;
+  tally(&f, 0, &c, &t);
+  char extra[96];
+  snprintf(extra, sizeof extra, "acks_during_step=%d", acks_during);
+  print_totals("async step held", &t, &c, extra);
+  assert_nothing_lost(&t, &c);
+  fleet_free(&f);
+}
+END_TEST
+
+/* A fleet of 2 actors for LH_ASYNC_FLEET_SECONDS (60): resends are under
+ * 2% of what the learner received, and every acked message is stored. */
+START_TEST(test_fleet_resends) {
+  fleet f;
+  /* Long enough steps for a blocking learner to make actors resend. */
+  fleet_init(&f, "async-fleet", "batch_episodes = 8\ngroup_size = 4\n", NULL, NULL);
+  const char *env = getenv("LH_ASYNC_FLEET_SECONDS");
+  int seconds = env && atoi(env) > 0 ? atoi(env) : 60;
+  start_learner(&f, 0);
+  start_actors_logging_acks(&f, 2);
+  char log[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "step=0 ", 120), "no step (see %s)", log);
+  lh_proc_sleep_ms(seconds * 1000);  /* the run's length, not a condition on its speed */
+  stop_all(&f);
+  store_counts c;
+  actor_totals t;
+  tally(&f, 0, &c, &t);
+  uint64_t received = 0, duplicates = 0;
+  ck_assert_int_eq(lh_proc_log_u64(log, "status version=", "received", &received), 0);
+  lh_proc_log_u64(log, "status version=", "duplicates", &duplicates);
+  double share = received ? (double)t.resends / (double)received : 1.0;
+  char extra[160];
+  snprintf(extra, sizeof extra, "seconds=%d received=%llu duplicates=%llu resend_share=%.4f", seconds,
+           (unsigned long long)received, (unsigned long long)duplicates, share);
+  print_totals("async fleet", &t, &c, extra);
+  assert_nothing_lost(&t, &c);
+  ck_assert_msg(share < 0.02, "resends are %.2f%% of the messages received", 100 * share);
+  fleet_free(&f);
+}
+END_TEST
+
+/* The largest outbox depth any actor reported, over all its heartbeats
+ * (a plain read-only SQL query on the store). */
+static uint64_t max_outbox(const char *db, uint64_t *rows) {
+  sqlite3 *h = NULL;
+  sqlite3_stmt *st = NULL;
+  uint64_t max = 0;
+  *rows = 0;
+  ck_assert_int_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_prepare_v2(h, "SELECT count(*), max(outbox_depth) FROM actor_heartbeats", -1, &st, NULL),
+                   SQLITE_OK);
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    *rows = (uint64_t)sqlite3_column_int64(st, 0);
+    max = (uint64_t)sqlite3_column_int64(st, 1);
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+  return max;
+}
+
+/* Actors far faster than a learner slowed by LH_LEARNER_TEST_STEP_DELAY_MS:
+ * the learner holds them (Ack.hold), their outboxes stay far below the cap
+ * (no pause for a full outbox), and the stale share stays within
+ * max_stale_share. */
+START_TEST(test_backpressure) {
+  fleet f;
+  fleet_init(&f, "async-bp", "batch_episodes = 4\ngroup_size = 4\nmax_policy_lag = 2\nmax_stale_share = 0.1\n",
+             "outbox_messages = 256\n", NULL);
+  start_learner_with(&f, "LH_LEARNER_TEST_STEP_DELAY_MS", "400");
+  start_actors(&f, 2);
+  char log[192];
+  learner_log(&f, 1, log, sizeof log);
+  /* Held at least once, and 15 steps trained through it. */
+  ck_assert_msg(WAIT_FOR(300, train_rows(f.db) >= 15), "15 steps did not come (see %s)", log);
+  stop_all(&f);
+  store_counts c;
+  actor_totals t;
+  tally(&f, 0, &c, &t);
+  uint64_t admitted = 0, stale = 0, beats = 0;
+  ck_assert_int_eq(lh_proc_log_u64(log, "status version=", "admitted", &admitted), 0);
+  lh_proc_log_u64(log, "status version=", "dropped_stale", &stale);
+  double share = admitted + stale ? (double)stale / (double)(admitted + stale) : 0;
+  uint64_t outbox = max_outbox(f.db, &beats);
+  char extra[200];
+  snprintf(extra, sizeof extra, "admitted=%llu dropped_stale=%llu stale_share=%.3f bound=0.1 max_outbox=%llu/256 "
+           "pauses=%llu heartbeats=%llu",
+           (unsigned long long)admitted, (unsigned long long)stale, share, (unsigned long long)outbox,
+           (unsigned long long)t.pauses, (unsigned long long)beats);
+  print_totals("async back-pressure", &t, &c, extra);
+  assert_nothing_lost(&t, &c);
+  ck_assert_uint_gt(beats, 0);
+  ck_assert_uint_lt(outbox, 256);
+  ck_assert_uint_eq(t.pauses, 0);
+  ck_assert_msg(share <= 0.1, "stale share %.3f over its bound 0.1", share);
+  fleet_free(&f);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  Suite *s = suite_create("learner_async");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 600);
+  const char *only = argc > 1 ? argv[1] : NULL;
+  if (!only || !strcmp(only, "step")) tcase_add_test(tc, test_acks_and_weights_during_a_step);
+  if (!only || !strcmp(only, "fleet")) tcase_add_test(tc, test_fleet_resends);
+  if (!only || !strcmp(only, "backpressure")) tcase_add_test(tc, test_backpressure);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
