@@ -413,19 +413,29 @@ int lh_store_retain_versions(lh_store *s, uint64_t keep_versions, uint64_t *segm
 typedef int (*lh_store_sql_row_fn)(void *ctx, int ncols, const char *const *names,
                                    const char *const *values);
 
-/* Runs one SQL statement on a store opened read-only. Refuses, before
- * running anything: a store not opened read-only
- * (LH_ESTORE_SQL_NEEDS_READONLY), text that does not compile
- * (LH_ESTORE_SQL_PARSE, with SQLite's message), more than one statement
- * (LH_ESTORE_SQL_MULTIPLE), and any statement that could write or change
- * the connection: sqlite3_stmt_readonly false, ATTACH/DETACH, a PRAGMA
- * that sets a value, VACUUM (LH_ESTORE_SQL_WRITE). *rows (may be NULL)
- * gets the number of rows handed to fn. */
+/* Runs one SQL statement on a store opened read-only, with SQLite's
+ * authorizer allowing reads only (SELECT, functions, recursive CTEs, and
+ * PRAGMAs that read: a fixed list without a value, and the table_info
+ * kind with a table name). Refuses, before running anything: a store not
+ * opened read-only (LH_ESTORE_SQL_NEEDS_READONLY), text that does not
+ * compile (LH_ESTORE_SQL_PARSE, with SQLite's message), more than one
+ * statement (LH_ESTORE_SQL_MULTIPLE; comments and white space may follow
+ * the first), and any statement that could write or change the
+ * connection: INSERT, UPDATE, DELETE, CREATE, DROP, ATTACH, DETACH,
+ * BEGIN, SAVEPOINT, VACUUM, a PRAGMA given a value or not on the list
+ * (LH_ESTORE_SQL_WRITE, the message naming what was refused). A statement
+ * that runs past the budget lh_store_set_sql_timeout_ms set is stopped
+ * (LH_ESTORE_SQL_TIMEOUT; the rows before it were handed to fn). *rows
+ * (may be NULL) gets the number of rows handed to fn. */
 int lh_store_sql(lh_store *s, const char *sql, lh_store_sql_row_fn fn, void *ctx,
                  uint64_t *rows, lh_errbuf *err);
 /* The same with integer parameters bound to ?1..?n (n_params must be the
  * statement's count; LH_EINVAL otherwise): values never go into SQL text. */
 int lh_store_sql_ints(lh_store *s, const char *sql, const int64_t *params, int n_params, lh_store_sql_row_fn fn,
                       void *ctx, uint64_t *rows, lh_errbuf *err);
+/* Sets the time budget of every later lh_store_sql(_ints) call on s: the
+ * time SQLite spends preparing and running the statement, not fn's. 0 (the
+ * default) is no limit. */
+void lh_store_set_sql_timeout_ms(lh_store *s, uint32_t timeout_ms);
 
 #endif

@@ -45,6 +45,7 @@ struct lh_store {
   sqlite3_stmt *st[ST_COUNT];
   lh_store_pending_episode *pending;  /* LH_STORE_PENDING entries */
   size_t pending_count;
+  uint32_t sql_timeout_ms;            /* lh_store_sql's budget; 0: none */
 };
 
 /* Applies the pending episode changes (a no-op when there are none). Every
