@@ -63,6 +63,8 @@ typedef struct {
   uint64_t max_bytes;      /* cap on the pages in use; 0: none. A batch or put begun at or
                               over it fails with LH_ESTORE_FULL (ACK_RETRY for the actor)
                               until retention frees pages */
+  uint32_t heartbeats_per_actor; /* actor_heartbeats rows kept per actor, the newest ones;
+                                    default 3600 (an hour at one a second); 0: all */
 } lh_store_options;
 
 void lh_store_options_default(lh_store_options *o);
@@ -334,7 +336,10 @@ typedef struct {
 
 /* Stores one Heartbeat of actor as a row of actor_heartbeats (at
  * time_ms, now when 0). A second heartbeat of the same actor in the same
- * millisecond replaces the first. Joins the open batch, as every put. */
+ * millisecond replaces the first. Joins the open batch, as every put.
+ * Keeps the actor to at most lh_store_options.heartbeats_per_actor rows:
+ * now and then (on its first heartbeat since the store was opened, then
+ * every heartbeats_per_actor/16 + 1) it deletes the actor's oldest rows. */
 int lh_store_put_heartbeat(lh_store *s, const char *actor, const Longhaul__Heartbeat *hb,
                            int64_t time_ms, lh_errbuf *err);
 
