@@ -59,14 +59,16 @@ static const replay_command replay_commands[] = {
      "                   --limit; the default limit here is 0, all)\n",
      lh_cli_replay_export},
     {"sql", "run a read-only SQL query",
-     "usage: longhaul replay sql --db FILE [--aligned] \"SELECT ...\"\n\n"
+     "usage: longhaul replay sql --db FILE [--aligned] [--timeout-ms N] \"SELECT ...\"\n\n"
      "Runs one read-only statement and prints a header line and one line per row,\n"
      "tab-separated (--aligned: as a padded table). NULL prints as NULL, a BLOB as\n"
-     "<blob N bytes>. A statement that would write (INSERT, UPDATE, DELETE, DROP,\n"
-     "CREATE, ATTACH, PRAGMA assignments, ...) is refused. The tables are described\n"
-     "in README.md; '.schema' in sqlite3 shows them too.\n\n"
-     "  --db FILE   the replay store (opened read-only)\n"
-     "  --aligned   pad the columns into a table\n",
+     "<blob N bytes>. A statement that would write or change the connection\n"
+     "(INSERT, UPDATE, DELETE, DROP, CREATE, ATTACH, BEGIN, a PRAGMA given a value,\n"
+     "...) is refused. The tables are described in README.md; '.schema' in sqlite3\n"
+     "shows them too.\n\n"
+     "  --db FILE       the replay store (opened read-only)\n"
+     "  --aligned       pad the columns into a table\n"
+     "  --timeout-ms N  stop the query after N ms of work (default 10000; 0: no limit)\n",
      lh_cli_replay_sql},
 };
 static const int replay_command_count = (int)(sizeof replay_commands / sizeof replay_commands[0]);

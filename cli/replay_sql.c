@@ -1,4 +1,5 @@
 /* longhaul replay sql: one read-only SQL statement, its rows printed. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,15 +104,26 @@ static void sql_out_free(sql_out *o) {
   free(o->width);
 }
 
+/* The default of --timeout-ms: long enough for any sensible query on a
+ * large store, short enough that a runaway one returns the terminal. */
+#define DEFAULT_TIMEOUT_MS 10000
+
 int lh_cli_replay_sql(int argc, char **argv) {
   const char *db = NULL;
   int aligned = 0;
+  uint64_t timeout_ms = DEFAULT_TIMEOUT_MS;
   const lh_cli_opt opts[] = {{"--db", LH_CLI_OPT_STRING, &db, NULL},
-                             {"--aligned", LH_CLI_OPT_FLAG, &aligned, NULL}};
+                             {"--aligned", LH_CLI_OPT_FLAG, &aligned, NULL},
+                             {"--timeout-ms", LH_CLI_OPT_U64, &timeout_ms, NULL}};
   const char *pos[1];
   size_t npos;
-  int rc = lh_cli_parse("sql", argc, argv, opts, 2, pos, 1, &npos);
+  int rc = lh_cli_parse("sql", argc, argv, opts, 3, pos, 1, &npos);
   if (rc) return rc;
+  if (timeout_ms > UINT32_MAX) {
+    fprintf(stderr, "longhaul replay sql: --timeout-ms %llu is too large (at most %u; 0 for no limit)\n",
+            (unsigned long long)timeout_ms, UINT32_MAX);
+    return LH_EXIT_USAGE;
+  }
   if (npos == 0 || !pos[0][0]) {
     fprintf(stderr, "longhaul replay sql: give the query, e.g. longhaul replay sql --db FILE "
                     "\"SELECT id, env, reward FROM episodes\"\n");
@@ -119,6 +131,7 @@ int lh_cli_replay_sql(int argc, char **argv) {
   }
   lh_store *s;
   if ((rc = lh_cli_replay_open("sql", db, &s))) return rc;
+  lh_store_set_sql_timeout_ms(s, (uint32_t)timeout_ms);
   sql_out o;
   memset(&o, 0, sizeof o);
   o.aligned = aligned;
@@ -129,14 +142,20 @@ int lh_cli_replay_sql(int argc, char **argv) {
   if (e >= 0 && o.header_done && !o.streaming) flush(&o);
   sql_out_free(&o);
   lh_store_close(s);
+  const char *why = err.msg[0] ? err.msg : lh_strerror(e);
   if (e == LH_ESTORE_SQL_WRITE || e == LH_ESTORE_SQL_NEEDS_READONLY) {
-    const char *why = err.msg[0] ? err.msg : lh_strerror(e);
     fprintf(stderr, "longhaul replay sql: %s%s (%s)\n", strstr(why, "refused") ? "" : "refused: ", why,
             lh_err_name(e));
     return LH_EXIT_RUNTIME;
   }
   if (e == LH_ESTORE_SQL_PARSE || e == LH_ESTORE_SQL_MULTIPLE) {
-    fprintf(stderr, "longhaul replay sql: %s (%s)\n", err.msg[0] ? err.msg : lh_strerror(e), lh_err_name(e));
+    fprintf(stderr, "longhaul replay sql: %s (%s)\n", why, lh_err_name(e));
+    return LH_EXIT_RUNTIME;
+  }
+  if (e == LH_ESTORE_SQL_TIMEOUT) {
+    fprintf(stderr, "longhaul replay sql: %s; narrow the query (WHERE, LIMIT) or raise --timeout-ms "
+                    "(0: no limit) (%s)\n",
+            why, lh_err_name(e));
     return LH_EXIT_RUNTIME;
   }
   if (e < 0) return lh_cli_replay_fail("sql", db, e, &err);

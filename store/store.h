@@ -63,6 +63,8 @@ typedef struct {
   uint64_t max_bytes;      /* cap on the pages in use; 0: none. A batch or put begun at or
                               over it fails with LH_ESTORE_FULL (ACK_RETRY for the actor)
                               until retention frees pages */
+  uint32_t heartbeats_per_actor; /* actor_heartbeats rows kept per actor, the newest ones;
+                                    default 3600 (an hour at one a second); 0: all */
 } lh_store_options;
 
 void lh_store_options_default(lh_store_options *o);
@@ -338,7 +340,10 @@ typedef struct {
 
 /* Stores one Heartbeat of actor as a row of actor_heartbeats (at
  * time_ms, now when 0). A second heartbeat of the same actor in the same
- * millisecond replaces the first. Joins the open batch, as every put. */
+ * millisecond replaces the first. Joins the open batch, as every put.
+ * Keeps the actor to at most lh_store_options.heartbeats_per_actor rows:
+ * now and then (on its first heartbeat since the store was opened, then
+ * every heartbeats_per_actor/16 + 1) it deletes the actor's oldest rows. */
 int lh_store_put_heartbeat(lh_store *s, const char *actor, const Longhaul__Heartbeat *hb,
                            int64_t time_ms, lh_errbuf *err);
 
@@ -417,19 +422,29 @@ int lh_store_retain_versions(lh_store *s, uint64_t keep_versions, uint64_t *segm
 typedef int (*lh_store_sql_row_fn)(void *ctx, int ncols, const char *const *names,
                                    const char *const *values);
 
-/* Runs one SQL statement on a store opened read-only. Refuses, before
- * running anything: a store not opened read-only
- * (LH_ESTORE_SQL_NEEDS_READONLY), text that does not compile
- * (LH_ESTORE_SQL_PARSE, with SQLite's message), more than one statement
- * (LH_ESTORE_SQL_MULTIPLE), and any statement that could write or change
- * the connection: sqlite3_stmt_readonly false, ATTACH/DETACH, a PRAGMA
- * that sets a value, VACUUM (LH_ESTORE_SQL_WRITE). *rows (may be NULL)
- * gets the number of rows handed to fn. */
+/* Runs one SQL statement on a store opened read-only, with SQLite's
+ * authorizer allowing reads only (SELECT, functions, recursive CTEs, and
+ * PRAGMAs that read: a fixed list without a value, and the table_info
+ * kind with a table name). Refuses, before running anything: a store not
+ * opened read-only (LH_ESTORE_SQL_NEEDS_READONLY), text that does not
+ * compile (LH_ESTORE_SQL_PARSE, with SQLite's message), more than one
+ * statement (LH_ESTORE_SQL_MULTIPLE; comments and white space may follow
+ * the first), and any statement that could write or change the
+ * connection: INSERT, UPDATE, DELETE, CREATE, DROP, ATTACH, DETACH,
+ * BEGIN, SAVEPOINT, VACUUM, a PRAGMA given a value or not on the list
+ * (LH_ESTORE_SQL_WRITE, the message naming what was refused). A statement
+ * that runs past the budget lh_store_set_sql_timeout_ms set is stopped
+ * (LH_ESTORE_SQL_TIMEOUT; the rows before it were handed to fn). *rows
+ * (may be NULL) gets the number of rows handed to fn. */
 int lh_store_sql(lh_store *s, const char *sql, lh_store_sql_row_fn fn, void *ctx,
                  uint64_t *rows, lh_errbuf *err);
 /* The same with integer parameters bound to ?1..?n (n_params must be the
  * statement's count; LH_EINVAL otherwise): values never go into SQL text. */
 int lh_store_sql_ints(lh_store *s, const char *sql, const int64_t *params, int n_params, lh_store_sql_row_fn fn,
                       void *ctx, uint64_t *rows, lh_errbuf *err);
+/* Sets the time budget of every later lh_store_sql(_ints) call on s: the
+ * time SQLite spends preparing and running the statement, not fn's. 0 (the
+ * default) is no limit. */
+void lh_store_set_sql_timeout_ms(lh_store *s, uint32_t timeout_ms);
 
 #endif

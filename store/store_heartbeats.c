@@ -1,8 +1,10 @@
 /* store: what a running fleet reports about itself (schema 3): the
- * actors' heartbeats, and the learner's sweep of episodes whose actor
- * went away mid-episode. */
+ * actors' heartbeats, kept to the newest heartbeats_per_actor rows per
+ * actor, and the learner's sweep of episodes whose actor went away
+ * mid-episode. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "store/store_internal.h"
@@ -16,6 +18,59 @@ static void bind_rate(sqlite3_stmt *st, int i, double v) {
 
 static double column_rate(sqlite3_stmt *st, int i) {
   return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+/* ---- keeping actor_heartbeats bounded ---- */
+
+/* An actor's rows are pruned on one heartbeat in prune_every: a prune
+ * reads its newest rows through the key, about keep of them, so a
+ * heartbeat pays for some 16 on average. A prune keeps the newest
+ * keep - prune_every + 1 rows, so that with the heartbeats until the next
+ * one the actor never holds more than keep. */
+static uint32_t prune_every(uint32_t keep) { return keep / 16 + 1; }
+
+void lh_store_heartbeats_forget(lh_store *s) {
+  if (s && s->hb_counts) memset(s->hb_counts, 0, LH_STORE_HB_SLOTS * sizeof *s->hb_counts);
+}
+
+/* Counts this heartbeat of actor; 1 when it is one that prunes: the
+ * actor's first since the store was opened (so that rows an older build
+ * let grow go at once) or since counts were forgotten, then every
+ * prune_every-th. Without a slot (out of memory, more actors than slots)
+ * every heartbeat prunes: slower, never unbounded. */
+static int prune_due(lh_store *s, const char *actor, uint32_t every) {
+  if (!s->hb_counts && !(s->hb_counts = calloc(LH_STORE_HB_SLOTS, sizeof *s->hb_counts))) return 1;
+  uint64_t hash = lh_hash64(actor, strlen(actor), 0) | 1;
+  for (size_t i = 0; i < LH_STORE_HB_SLOTS; i++) {
+    lh_store_hb_count *c = &s->hb_counts[(hash + i) % LH_STORE_HB_SLOTS];
+    if (c->actor_hash == 0) {
+      c->actor_hash = hash;
+      c->puts = 0;
+      return 1;
+    }
+    if (c->actor_hash != hash) continue;
+    if (++c->puts < every) return 0;
+    c->puts = 0;
+    return 1;
+  }
+  return 1;
+}
+
+/* Deletes actor's rows older than its newest `kept`. The subquery walks
+ * the key (actor, time_ms) from the newest row back; the delete is a range
+ * of the same key. Nothing goes while the actor has no more than kept. */
+static int prune(lh_store *s, const char *actor, uint32_t kept, lh_errbuf *err) {
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_prepare(s,
+                          "DELETE FROM actor_heartbeats WHERE actor = ?1 AND time_ms <"
+                          " (SELECT time_ms FROM actor_heartbeats WHERE actor = ?1"
+                          "  ORDER BY time_ms DESC LIMIT 1 OFFSET ?2)",
+                          &st, err));
+  sqlite3_bind_text(st, 1, actor, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)kept - 1);
+  int rc = lh_store_step(s, st, "pruning actor heartbeats", err);
+  sqlite3_finalize(st);
+  return rc < 0 ? rc : 0;
 }
 
 int lh_store_put_heartbeat(lh_store *s, const char *actor, const Longhaul__Heartbeat *hb,
@@ -45,6 +100,9 @@ int lh_store_put_heartbeat(lh_store *s, const char *actor, const Longhaul__Heart
     rc = lh_store_step(s, st, "inserting an actor heartbeat", err);
     sqlite3_finalize(st);
   }
+  uint32_t keep = s->opt.heartbeats_per_actor;
+  if (rc >= 0 && keep > 0 && prune_due(s, actor, prune_every(keep)))
+    rc = prune(s, actor, keep - prune_every(keep) + 1, err);
   return lh_store_write_end(s, own, rc < 0 ? rc : 0, err);
 }
 

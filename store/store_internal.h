@@ -35,6 +35,16 @@ typedef struct {
   char actor[LH_STORE_NAME_BYTES], env[LH_STORE_NAME_BYTES];
 } lh_store_pending_episode;
 
+/* How many heartbeats an actor put since its rows were last pruned, by a
+ * 64-bit hash of its name (0: a free slot; two names of one hash would
+ * share a count); LH_STORE_HB_SLOTS of them, open addressing. A fleet has
+ * far fewer actors than slots. */
+#define LH_STORE_HB_SLOTS 1024
+typedef struct {
+  uint64_t actor_hash;
+  uint32_t puts;
+} lh_store_hb_count;
+
 struct lh_store {
   sqlite3 *db;
   char *path;
@@ -45,11 +55,17 @@ struct lh_store {
   sqlite3_stmt *st[ST_COUNT];
   lh_store_pending_episode *pending;  /* LH_STORE_PENDING entries */
   size_t pending_count;
+  uint32_t sql_timeout_ms;            /* lh_store_sql's budget; 0: none */
+  lh_store_hb_count *hb_counts;       /* LH_STORE_HB_SLOTS; allocated by the first heartbeat */
 };
 
 /* Applies the pending episode changes (a no-op when there are none). Every
  * read of episode rows on a writing connection calls it first. */
 int lh_store_flush(lh_store *s, lh_errbuf *err);
+
+/* Forgets the heartbeat counts, after a rollback: the rows a prune
+ * deleted may be back, so each actor is pruned at its next heartbeat. */
+void lh_store_heartbeats_forget(lh_store *s);
 
 /* One step of the migration table: applied in order to bring a file from
  * version - 1 to version. */

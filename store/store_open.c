@@ -19,6 +19,7 @@ void lh_store_options_default(lh_store_options *o) {
   o->max_wait_ms = 120000;
   o->synchronous = 1;
   o->quick_check = 1;
+  o->heartbeats_per_actor = 3600;
   lh_wire_limits_default(&o->limits);
 }
 
@@ -268,6 +269,7 @@ void lh_store_close(lh_store *s) {
   s->pending_count = 0;
   for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
   free(s->pending);
+  free(s->hb_counts);
   sqlite3_close_v2(s->db);
   free(s->path);
   free(s);
@@ -301,7 +303,10 @@ int lh_store_commit(lh_store *s, lh_errbuf *err) {
   s->in_batch = 0;
   int rc = lh_store_flush(s, err);
   if (rc >= 0) rc = lh_store_exec(s, "COMMIT", err);
-  if (rc < 0) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+  if (rc < 0) {
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    lh_store_heartbeats_forget(s);
+  }
   return rc;
 }
 
@@ -309,6 +314,7 @@ int lh_store_rollback(lh_store *s, lh_errbuf *err) {
   if (!s || !s->in_batch) return 0;
   s->in_batch = 0;
   s->pending_count = 0;
+  lh_store_heartbeats_forget(s);
   return lh_store_exec(s, "ROLLBACK", err);
 }
 

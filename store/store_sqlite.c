@@ -132,10 +132,14 @@ int lh_store_write_end(lh_store *s, int own, int rc, lh_errbuf *err) {
   if (rc < 0) {
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     s->pending_count = 0;
+    lh_store_heartbeats_forget(s);
     return rc;
   }
   int crc = lh_store_exec(s, "COMMIT", err);
-  if (crc < 0) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+  if (crc < 0) {
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    lh_store_heartbeats_forget(s);
+  }
   return crc < 0 ? crc : rc;
 }
 

@@ -748,6 +748,12 @@ START_TEST(test_sql) {
       "CREATE TABLE x(y)",
       "ATTACH DATABASE '/tmp/lh-attack.db' AS other",
       "PRAGMA user_version = 9",
+      /* Comments inside a PRAGMA, which once got past a filter of the text. */
+      "PRAGMA/**/writable_schema=1",
+      "PRAGMA query_only/**/=0",
+      "pragma writable_schema = on",
+      "WITH c(x) AS (SELECT 1) INSERT INTO runs(run_id, started_ms) SELECT 'r', x FROM c",
+      "BEGIN",
   };
   for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {
     ck_assert_msg(replay("sql", "--db", db, writes[i], NULL) == 1, "%s: exit not 1\n%s", writes[i], err_buf);
@@ -761,6 +767,33 @@ START_TEST(test_sql) {
   HAS(err_buf, "ESTORE_SQL_PARSE");
   ck_assert_int_eq(replay("sql", "--db", db, "SELECT 1; DELETE FROM episodes", NULL), 1);
   HAS(err_buf, "ESTORE_SQL_MULTIPLE");
+  ck_assert_int_eq(replay("sql", "--db", db, "SELECT 1; -- done\n", NULL), 0);
+  ck_assert_int_eq(replay("sql", "--db", db, "PRAGMA table_info(episodes)", NULL), 0);
+  HAS(out_buf, "\treward\t");
+  ck_assert_int_eq(replay("sql", "--db", db, "PRAGMA writable_schema", NULL), 1);
+  HAS(err_buf, "refused: PRAGMA writable_schema");
+  HAS(err_buf, "ESTORE_SQL_WRITE");
+}
+END_TEST
+
+/* A query without end is stopped by --timeout-ms with its own error; the
+ * test only waits for the process to end. */
+START_TEST(test_sql_timeout) {
+  const char *forever = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c";
+  ck_assert_int_eq(replay("sql", "--db", db, "--timeout-ms", "100", forever, NULL), 1);
+  HAS(err_buf, "time budget of 100 ms");
+  HAS(err_buf, "--timeout-ms");
+  HAS(err_buf, "ESTORE_SQL_TIMEOUT");
+  ck_assert_str_eq(out_buf, "");
+  ck_assert_int_eq(replay("sql", "--db", db, "--timeout-ms", "0",
+                          "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000) "
+                          "SELECT count(*) AS n FROM c",
+                          NULL),
+                   0);
+  HAS(out_buf, "n\n100000\n");
+  ck_assert_int_eq(replay("sql", "--db", db, "--timeout-ms", "-1", "SELECT 1", NULL), 2);
+  ck_assert_int_eq(replay("sql", "--db", db, "--timeout-ms", "4294967296", "SELECT 1", NULL), 2);
+  HAS(err_buf, "--timeout-ms 4294967296 is too large");
 }
 END_TEST
 
@@ -778,6 +811,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_show_image_and_gap);
   tcase_add_test(tc, test_export);
   tcase_add_test(tc, test_sql);
+  tcase_add_test(tc, test_sql_timeout);
   suite_add_tcase(s, tc);
   return s;
 }

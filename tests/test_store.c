@@ -654,19 +654,71 @@ START_TEST(test_readonly) {
   ck_assert_uint_gt(rows, 10);
   ck_assert_int_eq(lh_store_sql(s, "PRAGMA integrity_check", first_value, v, NULL, &e), 0);
   ck_assert_str_eq(v, "ok");
-  const char *writes[] = {"DELETE FROM episodes", "INSERT INTO runs(run_id, started_ms) VALUES ('x', 1)",
-                          "UPDATE episodes SET reward = 1", "DROP TABLE segments",
-                          "CREATE TABLE t(x)", "ATTACH DATABASE '/tmp/x.db' AS x",
-                          "PRAGMA user_version = 7", "PRAGMA journal_mode = DELETE", "BEGIN",
-                          "VACUUM", "WITH x AS (SELECT 1) DELETE FROM episodes",
-                          "PRAGMA cache_size(10)"};
-  for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {
-    int rc = lh_store_sql(s, writes[i], NULL, NULL, NULL, &e);
-    ck_assert_msg(rc == LH_ESTORE_SQL_WRITE, "%s gave %s: %s", writes[i], lh_err_name(rc), e.msg);
-    ck_assert(strstr(e.msg, "refused") != NULL);
+  /* Reads SQLite's authorizer lets through, PRAGMAs and table-valued
+   * functions included. */
+  const char *reads[] = {"PRAGMA user_version", "PRAGMA main.user_version", "pragma USER_VERSION",
+                         "PRAGMA index_list(episodes)", "PRAGMA quick_check(episodes)",
+                         "SELECT name FROM pragma_table_info('episodes') WHERE name = 'reward'",
+                         "SELECT sum(value) FROM json_each('[1, 2]')", "EXPLAIN SELECT 1",
+                         "VALUES (1), (2)", "SELECT 1; -- a comment\n /* another */ ;"};
+  for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++) {
+    int rc = lh_store_sql(s, reads[i], NULL, NULL, &rows, &e);
+    ck_assert_msg(rc == 0, "%s gave %s: %s", reads[i], lh_err_name(rc), e.msg);
+    ck_assert_msg(rows > 0, "%s: no rows", reads[i]);
   }
-  ck_assert_int_eq(lh_store_sql(s, "SELECT 1; DELETE FROM episodes", NULL, NULL, NULL, &e),
-                   LH_ESTORE_SQL_MULTIPLE);
+  /* Each with what the refusal must name. A comment inside a PRAGMA, or
+   * a value given as a table-valued function's argument, gets past a
+   * filter of the text; not past the authorizer. */
+  const char *writes[][2] = {
+      {"DELETE FROM episodes", "DELETE from episodes"},
+      {"INSERT INTO runs(run_id, started_ms) VALUES ('x', 1)", "INSERT into runs"},
+      {"UPDATE episodes SET reward = 1", "UPDATE of episodes"},
+      {"DROP TABLE segments", "schema change"},
+      {"CREATE TABLE t(x)", "schema change"},
+      {"CREATE TEMP TABLE t(x)", "schema change"},
+      {"ATTACH DATABASE '/tmp/lh-test-store-attach.db' AS x", "ATTACH '/tmp/lh-test-store-attach.db'"},
+      {"DETACH x", "DETACH"},
+      {"PRAGMA user_version = 7", "PRAGMA user_version given a value"},
+      {"PRAGMA journal_mode = DELETE", "journal_mode"},
+      {"PRAGMA journal_mode", "journal_mode"},
+      {"PRAGMA/**/writable_schema=1", "PRAGMA writable_schema given a value ('1')"},
+      {"PRAGMA query_only/**/=0", "PRAGMA query_only given a value ('0')"},
+      {"pragma writable_schema = on", "writable_schema"},
+      {"PRAGMA writable_schema", "not one of the PRAGMAs that only read"},
+      {"PRAGMA cache_size(10)", "cache_size"},
+      {"SELECT * FROM pragma_optimize(2)", "PRAGMA optimize given a value"},
+      {"SELECT * FROM pragma_writable_schema", "writable_schema"},
+      {"BEGIN", "transaction (BEGIN)"},
+      {"COMMIT", "transaction (COMMIT)"},
+      {"SAVEPOINT sp", "savepoint"},
+      {"VACUUM", "refused"},
+      {"VACUUM INTO '/tmp/lh-test-store-vacuum.db'", "refused"},
+      {"ANALYZE", "schema change"},
+      {"WITH x AS (SELECT 1) DELETE FROM episodes", "DELETE from episodes"},
+      {"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3) "
+       "INSERT INTO runs(run_id, started_ms) SELECT 'r' || x, x FROM c",
+       "INSERT into runs"},
+  };
+  for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {
+    int rc = lh_store_sql(s, writes[i][0], NULL, NULL, NULL, &e);
+    ck_assert_msg(rc == LH_ESTORE_SQL_WRITE, "%s gave %s: %s", writes[i][0], lh_err_name(rc), e.msg);
+    ck_assert_msg(strstr(e.msg, "refused") != NULL && strstr(e.msg, writes[i][1]) != NULL,
+                  "%s: '%s' does not name '%s'", writes[i][0], e.msg, writes[i][1]);
+  }
+  /* The authorizer lets an update of the schema table by (see store_sql.c);
+   * SQLite refuses this one itself. */
+  ck_assert_int_eq(lh_store_sql(s, "UPDATE sqlite_master SET sql = 'x'", NULL, NULL, NULL, &e),
+                   LH_ESTORE_SQL_PARSE);
+  ck_assert(strstr(e.msg, "may not be modified") != NULL);
+  ck_assert(access("/tmp/lh-test-store-attach.db", F_OK) != 0);
+  ck_assert(access("/tmp/lh-test-store-vacuum.db", F_OK) != 0);
+  /* The tail after the first statement: nothing SQLite would run. */
+  const char *multiple[] = {"SELECT 1; DELETE FROM episodes", "SELECT 1; SELECT 2", "SELECT 1;; SELECT 2",
+                            "SELECT 1; /* c */ PRAGMA/**/writable_schema=1", "SELECT 1; garbage"};
+  for (size_t i = 0; i < sizeof multiple / sizeof multiple[0]; i++) {
+    int rc = lh_store_sql(s, multiple[i], NULL, NULL, NULL, &e);
+    ck_assert_msg(rc == LH_ESTORE_SQL_MULTIPLE, "%s gave %s: %s", multiple[i], lh_err_name(rc), e.msg);
+  }
   ck_assert_int_eq(lh_store_sql(s, "SELEC nothing", NULL, NULL, NULL, &e), LH_ESTORE_SQL_PARSE);
   ck_assert(strstr(e.msg, "syntax error") != NULL);
   ck_assert_int_eq(lh_store_sql(s, "SELECT * FROM no_such_table", NULL, NULL, NULL, &e),
@@ -674,6 +726,55 @@ START_TEST(test_readonly) {
   ck_assert_int_eq(lh_store_sql(s, "   ", NULL, NULL, NULL, &e), LH_ESTORE_SQL_PARSE);
   ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM episodes", first_value, v, NULL, &e), 0);
   ck_assert_str_eq(v, "1");  /* nothing was deleted */
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM runs", first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "0");
+  /* The store's own reads run as before: the authorizer is gone. */
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  ck_assert_uint_eq(st.episodes, 1);
+  lh_store_close(s);
+}
+END_TEST
+
+static int count_rows(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)ncols, (void)names, (void)values;
+  (*(uint64_t *)ctx)++;
+  return 0;
+}
+
+/* A query without end is stopped by the time budget, the rows before it
+ * handed over; the store goes on answering, and without a budget a query
+ * runs to its end. No assertion on the time taken: the test only ends. */
+START_TEST(test_sql_timeout) {
+  lh_store *s = open_rw();
+  lh_store_close(s);
+  s = open_ro();
+  const char *forever = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) ";
+  char sql[256];
+  lh_store_set_sql_timeout_ms(s, 50);
+  snprintf(sql, sizeof sql, "%sSELECT count(*) FROM c", forever);
+  uint64_t rows = 7;
+  ck_assert_int_eq(lh_store_sql(s, sql, NULL, NULL, &rows, &e), LH_ESTORE_SQL_TIMEOUT);
+  ck_assert_msg(strstr(e.msg, "time budget of 50 ms") != NULL, "%s", e.msg);
+  ck_assert_uint_eq(rows, 0);
+  snprintf(sql, sizeof sql, "%sSELECT x FROM c", forever);
+  uint64_t seen = 0;
+  ck_assert_int_eq(lh_store_sql(s, sql, count_rows, &seen, &rows, &e), LH_ESTORE_SQL_TIMEOUT);
+  ck_assert_uint_gt(rows, 0);
+  ck_assert_uint_eq(seen, rows);
+  char v[64];
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM episodes", first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "0");
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  lh_store_set_sql_timeout_ms(s, 0);
+  ck_assert_int_eq(lh_store_sql(s,
+                                "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200000) "
+                                "SELECT count(*) FROM c",
+                                first_value, v, NULL, &e),
+                   0);
+  ck_assert_str_eq(v, "200000");
+  lh_store_set_sql_timeout_ms(NULL, 5);
   lh_store_close(s);
 }
 END_TEST
@@ -1063,6 +1164,98 @@ START_TEST(test_heartbeats) {
 }
 END_TEST
 
+/* The rows of actor in actor_heartbeats, seen through s (its open batch
+ * included), with their oldest and newest time. */
+static int64_t hb_span(lh_store *s, const char *actor, int64_t *oldest, int64_t *newest) {
+  sqlite3_stmt *st;
+  ck_assert_int_eq(sqlite3_prepare_v2(s->db,
+                                      "SELECT count(*), min(time_ms), max(time_ms) FROM actor_heartbeats"
+                                      " WHERE actor = ?1",
+                                      -1, &st, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_text(st, 1, actor, -1, SQLITE_STATIC);
+  ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+  int64_t n = sqlite3_column_int64(st, 0);
+  if (oldest) *oldest = sqlite3_column_int64(st, 1);
+  if (newest) *newest = sqlite3_column_int64(st, 2);
+  sqlite3_finalize(st);
+  return n;
+}
+
+static lh_store *open_keeping(uint32_t heartbeats_per_actor) {
+  lh_store_options o;
+  lh_store_options_default(&o);
+  ck_assert_uint_eq(o.heartbeats_per_actor, 3600);
+  o.heartbeats_per_actor = heartbeats_per_actor;
+  lh_store *s = NULL;
+  ck_assert_msg(lh_store_open_with(db, &o, &s, &e) == 0, "%s", e.msg);
+  return s;
+}
+
+/* Puts a heartbeat of actor at time_ms and checks that the actor holds
+ * at most keep rows, its newest: a run of one a second up to time_ms. */
+static int64_t put_hb_kept(lh_store *s, const char *actor, int64_t time_ms, int64_t keep) {
+  Longhaul__Heartbeat hb = LONGHAUL__HEARTBEAT__INIT;
+  ck_assert_msg(lh_store_put_heartbeat(s, actor, &hb, time_ms, &e) == 0, "%s", e.msg);
+  int64_t oldest, newest, n = hb_span(s, actor, &oldest, &newest);
+  ck_assert_int_le(n, keep);
+  ck_assert_int_eq(newest, time_ms);
+  ck_assert_int_eq(oldest, time_ms - (n - 1) * 1000);
+  return n;
+}
+
+/* actor_heartbeats keeps at most the newest heartbeats_per_actor rows of
+ * each actor, after every put: with a prune at every heartbeat (10 kept)
+ * or every 5th (64), actors taking turns, in a batch, after a batch rolled
+ * back, and on reopening with a smaller bound; 0 keeps all. */
+START_TEST(test_heartbeats_bounded) {
+  lh_store *s = open_keeping(10);
+  for (int64_t t = 1; t <= 35; t++) ck_assert_int_eq(put_hb_kept(s, "a0", t * 1000, 10), t < 10 ? t : 10);
+  int64_t oldest, newest;
+  ck_assert_int_eq(hb_span(s, "a0", &oldest, &newest), 10);
+  ck_assert_int_eq(oldest, 26000);
+  ck_assert_int_eq(newest, 35000);
+  lh_store_close(s);
+
+  /* Two actors in turn: each has its own count, so both are pruned. */
+  s = open_keeping(64);
+  int64_t n = 0;
+  for (int64_t t = 1; t <= 300; t++) {
+    n = put_hb_kept(s, "b0", t * 1000, 64);
+    ck_assert_int_eq(put_hb_kept(s, "b1", t * 1000, 64), n);
+  }
+  ck_assert_int_ge(n, 64 - 5 + 1);
+  ck_assert_int_eq(hb_span(s, "a0", NULL, NULL), 10);
+  /* In a batch, as the learner writes them. */
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  for (int64_t t = 301; t <= 400; t++) put_hb_kept(s, "b1", t * 1000, 64);
+  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+  /* b0 at 64 rows, then a batch whose heartbeat prunes, rolled back: the
+   * rows are back, so its next heartbeat prunes again. */
+  int64_t t = 301;
+  while (hb_span(s, "b0", NULL, NULL) < 64) put_hb_kept(s, "b0", t++ * 1000, 64);
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  put_hb_kept(s, "b0", t * 1000, 64);
+  ck_assert_int_eq(lh_store_rollback(s, &e), 0);
+  ck_assert_int_eq(hb_span(s, "b0", NULL, NULL), 64);
+  put_hb_kept(s, "b0", t++ * 1000, 64);
+  int64_t b1 = hb_span(s, "b1", NULL, NULL);
+  lh_store_close(s);
+
+  /* A smaller bound: an actor's first heartbeat after opening prunes it;
+   * an actor without one keeps its rows. */
+  s = open_keeping(20);
+  ck_assert_int_le(put_hb_kept(s, "b0", t++ * 1000, 20), 20);
+  ck_assert_int_eq(hb_span(s, "b1", NULL, NULL), b1);
+  lh_store_close(s);
+
+  s = open_keeping(0);
+  for (int64_t k = 1; k <= 100; k++) put_hb_kept(s, "c0", k * 1000, 100);
+  ck_assert_int_eq(hb_span(s, "c0", NULL, NULL), 100);
+  lh_store_close(s);
+}
+END_TEST
+
 /* Episodes still running with no change since the cut-off end as aborted;
  * ended ones and recent ones stay as they are. */
 START_TEST(test_abort_idle) {
@@ -1272,6 +1465,7 @@ static Suite *store_suite(void) {
   tcase_add_test(tc, test_train_step_no_layers);
   tcase_add_test(tc, test_batches);
   tcase_add_test(tc, test_readonly);
+  tcase_add_test(tc, test_sql_timeout);
   tcase_add_test(tc, test_bad_files);
   tcase_add_test(tc, test_payload_mismatch);
   tcase_add_test(tc, test_migration);
@@ -1279,6 +1473,7 @@ static Suite *store_suite(void) {
   tcase_add_test(tc, test_migration_v3);
   tcase_add_test(tc, test_train_step_experts);
   tcase_add_test(tc, test_heartbeats);
+  tcase_add_test(tc, test_heartbeats_bounded);
   tcase_add_test(tc, test_abort_idle);
   tcase_add_test(tc, test_two_writers_one_reader);
   tcase_add_test(tc, test_killed_writer);
