@@ -1,4 +1,4 @@
-/* actors: the actor process's loop (DESIGN §1, §6).
+/* actors: the actor process's loop (ARCHITECTURE.md §1, §6).
  *
  * One thread: a runner step (B episodes, one decode step each), the
  * messages it made into the link (a full outbox keeps the one that did not

@@ -4,7 +4,7 @@
  * messages, weights fetched in chunks, the heartbeat meter, and the [actor]
  * section of the config.
  *
- * How they fit in the actor's loop (DESIGN §1, §6):
+ * How they fit in the actor's loop (ARCHITECTURE.md §1, §6):
  *   per decode step and episode: lh_actors_sampler_sample on the model's
  *     logits -> lh_actors_segmenter_push(token, 1, sample.logp, version,
  *     experts); prompt and observation tokens are pushed with sampled 0;
@@ -62,13 +62,13 @@ int lh_actors_rng_load(lh_actors_rng *r, const uint8_t in[LH_ACTORS_RNG_STATE_BY
  * lh_actors_rng_uniform draw. T = 0: greedy, the argmax with ties to the lower id;
  * the generator is not advanced.
  *
- * What the learner compares with (DESIGN §5): `logp` is the log-softmax of
+ * What the learner compares with (ARCHITECTURE.md §5): `logp` is the log-softmax of
  * l / T over the whole vocabulary at the chosen token, without the nucleus
  * renormalisation, i.e. the log-probability under the tempered model. The
  * learner must divide its logits by the same temperature before its
  * log-softmax, and then it computes this number up to float rounding (at
  * T = 1 it is the model's own log p; the sampler works in double and rounds
- * once, well inside DESIGN §5's 1e-5). The nucleus is a sampling heuristic, not part of the
+ * once, well inside ARCHITECTURE.md §5's 1e-5). The nucleus is a sampling heuristic, not part of the
  * policy being trained; `sample_logp` is the log-probability the token was
  * actually drawn with (nucleus renormalised), for diagnostics. For T = 0,
  * `logp` is the log-softmax at temperature 1 and `sample_logp` is 0. */
@@ -141,7 +141,7 @@ int lh_actors_segmenter_push(lh_actors_segmenter *s, uint32_t token, int sampled
                       uint32_t version, const uint32_t *experts, lh_errbuf *err);
 
 /* Places an image at the offset of the next token pushed (the <img> token
- * that precedes its patches, DESIGN §4); pixels (width*height*channels
+ * that precedes its patches, ARCHITECTURE.md §4); pixels (width*height*channels
  * bytes, HWC) are copied. An image must be followed by a token before
  * lh_actors_segmenter_finish. */
 int lh_actors_segmenter_push_image(lh_actors_segmenter *s, uint32_t width, uint32_t height, uint32_t channels,
@@ -233,7 +233,7 @@ typedef struct {
   uint64_t resend_timeout_ms;  /* >= 1 (5000) */
   uint64_t heartbeat_ms;       /* >= 1 (1000) */
   uint64_t group_size;         /* episodes per task seed, >= 1 (8) */
-  /* The actor process (longhaul actor): the learner's three sockets (DESIGN
+  /* The actor process (longhaul actor): the learner's three sockets (ARCHITECTURE.md
    * §1; weights_pub_endpoint "none" turns weight updates off), episode
    * limits, and the bounded wait for acks when it stops. */
   char learner_endpoint[LH_ACTORS_ENDPOINT_BYTES];      /* (tcp://127.0.0.1:5555) */
@@ -317,7 +317,7 @@ int lh_actors_weights_add_chunk(lh_actors_weights *w, const Longhaul__WeightsChu
 /* The latest complete version's bytes (NULL before the first), valid until
  * the next lh_actors_weights_add_chunk that completes a newer version. */
 const uint8_t *lh_actors_weights_latest(const lh_actors_weights *w, uint64_t *version, size_t *bytes);
-/* The context-extension stage (DESIGN §5) announced with that version:
+/* The context-extension stage (ARCHITECTURE.md §5) announced with that version:
  * returns 1 and fills *stage, or 0 before any version completed. */
 int lh_actors_weights_latest_stage(const lh_actors_weights *w, lh_actors_stage *stage);
 /* The fetch in progress: returns 1 and its version and chunks received of
@@ -411,7 +411,7 @@ int lh_actors_eval(lh_model *model, lh_env *const *envs, int n_envs, const uint6
 
 
 /* ---- episode runner -------------------------------------------------------
- * B episodes at once on one model (DESIGN §1, §6): each row of a batched
+ * B episodes at once on one model (ARCHITECTURE.md §1, §6): each row of a batched
  * decoder holds one episode; prompts and observations go in through the
  * chunked prefill, sampled tokens through one lh_model_decode_step_rows per
  * lh_actors_runner_step over the rows that are generating. A sampled
@@ -458,7 +458,7 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
 void lh_actors_runner_free(lh_actors_runner *r);
 /* The policy version stamped on tokens sampled from now on. */
 void lh_actors_runner_set_version(lh_actors_runner *r, uint64_t version);
-/* The context-extension stage for episodes started from now on (DESIGN
+/* The context-extension stage for episodes started from now on (ARCHITECTURE.md
  * §5). Each group of group_size episodes is drawn long with probability
  * long_frac (from the task seed: the draw does not touch the sampler's
  * generator): a long group's episodes have the stage's max_context as
@@ -497,7 +497,7 @@ int lh_actors_runner_done(const lh_actors_runner *r);
 
 
 /* ---- the link to the learner (actors/link.c) ------------------------------
- * The actor's three sockets (DESIGN §1): a DEALER to the learner's ingest
+ * The actor's three sockets (ARCHITECTURE.md §1): a DEALER to the learner's ingest
  * (Hello on every connection, then Segment / EpisodeEnd, kept in the
  * outbox until acked STORED or DUPLICATE, dropped on REJECTED, resent after
  * resend_timeout_ms or at once on a reconnect, which a socket monitor

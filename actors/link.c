@@ -1,4 +1,4 @@
-/* actors: the actor's sockets to its learner (DESIGN §1).
+/* actors: the actor's sockets to its learner (ARCHITECTURE.md §1).
  *
  * A DEALER to the learner's ingest ROUTER carries Hello, Segment,
  * EpisodeEnd and Heartbeat; Segment and EpisodeEnd wait in the outbox

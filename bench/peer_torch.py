@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The peer of bench_model: one training step (forward, backward, AdamW) of
-the same model (DESIGN 4, demo shapes) in PyTorch on CPU, same threads.
+the same model (ARCHITECTURE.md §4, demo shapes) in PyTorch on CPU, same threads.
 
 Same math as longhaul: byte embedding, pre-norm blocks with chunked linear
 attention (chunk 16, lower-bounded log-decay g_min*sigmoid(raw/tau), state

@@ -1,4 +1,4 @@
-/* longhaul actor: one actor process (DESIGN §1, §6): B episodes at once
+/* longhaul actor: one actor process (ARCHITECTURE.md §1, §6): B episodes at once
  * against the policy, segments and EpisodeEnds to the learner's ingest,
  * weights from its publisher. */
 #include <errno.h>

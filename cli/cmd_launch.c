@@ -1,4 +1,4 @@
-/* longhaul launch FLEET.ini: starts and supervises a fleet (DESIGN §1):
+/* longhaul launch FLEET.ini: starts and supervises a fleet (ARCHITECTURE.md §1):
  * the env server, the learner (M > 1: one mpirun job), N actors; restarts
  * what dies; stops in order; shows the status screen. The parts are in
  * cli/launch_*.c (cli/launch.h); this file is the loop and the signals. */

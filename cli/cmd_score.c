@@ -1,5 +1,5 @@
 /* longhaul score: log-probabilities of a given sequence under a checkpoint
- * (DESIGN 4 "Scoring interface"). */
+ * (ARCHITECTURE.md §4 "Scoring interface"). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* longhaul sft: a supervised warm start from an environment's expert
- * (DESIGN 5 "SFT"). Arguments, config and printing live here; the episode
+ * (ARCHITECTURE.md §5 "SFT"). Arguments, config and printing live here; the episode
  * format is actors/ (transcripts, greedy evaluation) and the step learner/. */
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* cli: `longhaul launch FLEET.ini`, the fleet supervisor (DESIGN §1, §8).
+/* cli: `longhaul launch FLEET.ini`, the fleet supervisor (ARCHITECTURE.md §1, §8).
  *
  * One INI file holds [model] [learner] [actor] [env] and the launcher's own
  * [fleet]. The launcher starts M learners (one plain child, or one mpirun

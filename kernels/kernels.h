@@ -42,7 +42,7 @@ int lh_kernels_cuda_devices(char *name, int name_bytes);
 /* The version a table built from this header carries. */
 #define LH_BACKEND_VERSION 1
 
-/* RMSNorm epsilon of the model (DESIGN 4). */
+/* RMSNorm epsilon of the model (ARCHITECTURE.md §4). */
 #define LH_RMSNORM_EPS 1e-6f
 
 /* AdamW hyper-parameters of one step. step is 1-based (bias correction uses
@@ -257,7 +257,7 @@ struct lh_backend {
                     size_t n, const lh_adamw_params *p, int decay);
 
   /* ---- appended in version 1 (new fields go below, never above) -------- */
-  // The conventional balancing loss of balance = aux (DESIGN 4), for
+  // The conventional balancing loss of balance = aux (ARCHITECTURE.md §4), for
   // comparison with the bias rules. affinity is (N,E) from moe_route_forward,
   // load is (E), the fraction of routed (token, slot) pairs per expert, held
   // constant; p = affinity normalised over experts per token:

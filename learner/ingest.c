@@ -1,7 +1,7 @@
 /* learner: the ingest ROUTER. Messages are read in rounds; a round's
  * Segments and EpisodeEnds go into the store in one transaction, and the
  * acks go out only after it committed, so an ack always means the message
- * is durable (DESIGN §1). */
+ * is durable (ARCHITECTURE.md §1). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

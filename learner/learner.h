@@ -1,8 +1,10 @@
-/* learner: the parts of the learner that do not need the model, the store or
- * the network: advantage estimators, admission by staleness, the PPO-clip
- * loss and its gradient, the [learner] section of the config and the
- * learning-rate schedule, joining an episode's segments, batches of whole
- * groups, and weights served in chunks (DESIGN §5).
+/* learner: the learner process and its parts (ARCHITECTURE.md §5): the
+ * process itself (run.c) and its service thread (service.c: ingest,
+ * weights publishing, the idle sweep); the trainer (train.c) and what it
+ * is made of: advantage estimators, admission by staleness, the PPO-clip
+ * loss, the [learner] config and the learning-rate schedule, joining an
+ * episode's segments, batches of whole groups, back-pressure; weights
+ * served in chunks, checkpoints, learner ranks and SFT.
  *
  * How they fit in a training step:
  *   a complete episode (store) -> its segments decoded ->
@@ -164,7 +166,7 @@ typedef struct {
   double trunc_frac;      /* share with r > is_cap */
   double ratio_mean;      /* mean r over sampled tokens */
   size_t current_tokens;  /* sampled tokens whose version is current_version */
-  double logp_diff_mean;  /* mean |logp - behavior_logp| over those (DESIGN §5 alignment) */
+  double logp_diff_mean;  /* mean |logp - behavior_logp| over those (ARCHITECTURE.md §5 alignment) */
   double logp_diff_max;
 } lh_learner_ppo_stats;
 
@@ -317,7 +319,7 @@ int lh_learner_episode_join(Longhaul__Segment *const *segs, size_t n_segs, uint6
 void lh_learner_episode_free(lh_learner_episode *ep);
 /* adv_out[t] = advantage where the token was sampled, 0 elsewhere. */
 void lh_learner_episode_broadcast(const lh_learner_episode *ep, float advantage, float *adv_out);
-/* The training windows of train_window tokens (DESIGN §5): how many, and
+/* The training windows of train_window tokens (ARCHITECTURE.md §5): how many, and
  * the [start, end) of window i; the last may be shorter. */
 size_t lh_learner_episode_windows(const lh_learner_episode *ep, size_t train_window);
 void lh_learner_episode_window(const lh_learner_episode *ep, size_t train_window, size_t i,
@@ -561,6 +563,7 @@ typedef struct {
   uint64_t version;       /* after the step */
   double loss, policy_loss, reward_mean, success_rate;
   size_t tokens;          /* sampled tokens trained on */
+  size_t positions;       /* every token of the trained episodes, through forward and backward */
   size_t episodes;
   double lag_mean, lag_max;     /* version minus token version, sampled tokens */
   double logp_diff;       /* max |learner - behavior logp| over current-version tokens */
@@ -750,7 +753,7 @@ int lh_learner_ckpt_latest_dir(const char *ckpt_dir, char *dir, lh_errbuf *err);
 int lh_learner_ckpt_exists(const char *ckpt_dir);
 
 /* ---- learner ranks (learner/allreduce.c) ----------------------------------
- * Data parallelism over M learner ranks (DESIGN §1): one MPI job launched
+ * Data parallelism over M learner ranks (ARCHITECTURE.md §1): one MPI job launched
  * with `mpirun -n M longhaul learner ...`, or a plain process for M = 1.
  *
  * Roles. Rank r binds its own ingest ROUTER at the configured

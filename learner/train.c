@@ -639,13 +639,13 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
     success[m] = row.outcome == LONGHAUL__OUTCOME__OUTCOME_SUCCESS;
     m++;
   }
-  size_t N = 0;
-  for (size_t i = 0; i < m; i++) N += eps[i]->sampled;
+  size_t N = 0, positions = 0;
+  for (size_t i = 0; i < m; i++) N += eps[i]->sampled, positions += eps[i]->n;
   /* The loss is a mean over the sampled tokens of every rank's batch. A
    * rank with nothing to train on still takes part (its gradient is 0). */
   double gN = (double)N;
   if (!rc && multi) rc = lh_learner_comm_allreduce_f64(t->comm, &gN, 1, LH_LEARNER_COMM_SUM, err);
-  lh_learner_train_stats st = {.step = t->step, .episodes = m};
+  lh_learner_train_stats st = {.step = t->step, .episodes = m, .positions = positions};
   double lr = lh_learner_lr_at(t->cfg.lr, t->cfg.warmup_steps, t->cfg.total_steps, t->step);
   st.lr = lr;
   double reduce_ms0 = lh_learner_comm_backend_ms(t->comm);
@@ -728,6 +728,7 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   memset(&row, 0, sizeof row);
   row.step = st.step, row.version = st.version, row.loss = st.loss, row.reward_mean = st.reward_mean;
   row.success_rate = st.success_rate, row.tokens = st.tokens, row.episodes = (uint32_t)st.episodes;
+  row.positions = st.positions;
   row.dropped_stale = (uint32_t)dropped_stale, row.lag_mean = st.lag_mean;
   row.lag_max = st.lag_max, row.logp_diff = st.logp_diff, row.grad_norm = st.grad_norm, row.lr = st.lr;
   row.skipped = st.skipped, row.step_ms = st.step_ms, row.busy_frac = st.busy_frac;

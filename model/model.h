@@ -1,4 +1,4 @@
-/* model: the sparse multimodal MoE policy of DESIGN 4.
+/* model: the sparse multimodal MoE policy of ARCHITECTURE.md §4.
  *
  * The tokenizer, the [model] config, the parameter buffer with its table of
  * named views, safetensors checkpoints, the training forward/backward over
@@ -15,7 +15,7 @@
 #include "common/common.h"
 #include "kernels/kernels.h"
 
-/* ---- tokens (DESIGN 4 "Tokens") ---------------------------------------- */
+/* ---- tokens (ARCHITECTURE.md §4 "Tokens") ---------------------------------------- */
 enum {
   LH_TOK_BOS = 256,
   LH_TOK_EOS = 257,
@@ -63,7 +63,7 @@ typedef struct {
   uint64_t seed;
 } lh_model_config;
 
-/* The demo model of DESIGN 4. */
+/* The demo model of ARCHITECTURE.md §4. */
 void lh_model_config_default(lh_model_config *cfg);
 /* Checks ranges and divisibility (d_model % heads, topk <= experts, ...);
  * LH_EMODEL_CONFIG_VALUE with the key named in err. */
@@ -257,7 +257,7 @@ int lh_model_prefill(lh_model_decoder *d, int b, const int32_t *tokens, int n,
 
 /* ---- balancing ----------------------------------------------------------- */
 typedef struct lh_model_balancer lh_model_balancer;
-/* Statistics and bias updates for layers x experts routers (DESIGN 4
+/* Statistics and bias updates for layers x experts routers (ARCHITECTURE.md §4
  * "Balancing"), with the rule and rates of cfg. */
 int lh_model_balancer_new(const lh_model_config *cfg, lh_model_balancer **out);
 void lh_model_balancer_free(lh_model_balancer *b);

@@ -1,4 +1,4 @@
-/* store: the SQLite replay store (DESIGN §7).
+/* store: the SQLite replay store (ARCHITECTURE.md §7).
  *
  * One file in WAL mode holds the runs, the policy versions the learner
  * published, every episode (a row per episode, its segments' payloads and
@@ -188,6 +188,7 @@ typedef struct {
    * (NAN, stored as NULL, when unknown) and the backlog cap in force. */
   double stale_share;
   uint64_t backlog_cap;
+  uint64_t positions;      /* every token of the trained episodes (forward and backward), schema 5 */
 } lh_store_train_step;
 /* Non-finite loss and metrics are stored as NULL. With experts > 0 and
  * expert_load set, the layers * experts loads go to train_step_experts in

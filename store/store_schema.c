@@ -5,7 +5,7 @@
  * file that ran it has the same tables. README.md documents the result. */
 #include "store/store_internal.h"
 
-/* Version 1: the tables of DESIGN §7. */
+/* Version 1: the tables of ARCHITECTURE.md §7. */
 static const char schema_v1[] =
     "CREATE TABLE meta("
     "  key TEXT PRIMARY KEY,"
@@ -140,22 +140,26 @@ static const char schema_v4[] =
     "  load REAL NOT NULL,"
     "  PRIMARY KEY (step, layer, expert));";
 
-/* Version 5: back-pressure. stale_share is the share of the episodes the
+/* Version 5: back-pressure and the learner's pace. positions is every
+ * token of the step's episodes through forward and backward (tokens counts
+ * the sampled ones only), so a step's rate compares with a model
+ * benchmark's. stale_share is the share of the episodes the
  * learner took in over its recent steps that were dropped for
  * max_policy_lag (what [learner] max_stale_share bounds); backlog_cap is the
  * number of untrained episodes at which the learner told the actors to
  * start no new ones, as its controller had set it at that step. */
 static const char schema_v5[] =
     "ALTER TABLE train_steps ADD COLUMN stale_share REAL;"
-    "ALTER TABLE train_steps ADD COLUMN backlog_cap INTEGER;";
+    "ALTER TABLE train_steps ADD COLUMN backlog_cap INTEGER;"
+    "ALTER TABLE train_steps ADD COLUMN positions INTEGER;";
 
 const lh_store_migration lh_store_migrations[] = {
-    {1, "tables of DESIGN 7: runs, policy_versions, episodes, segments, rewards, train_steps",
+    {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
     {2, "payloads_dropped/dropped_ms, train_step_layers, episode query indexes", schema_v2},
     {3, "actor_heartbeats, train_steps.busy_frac", schema_v3},
     {4, "train_step_experts", schema_v4},
-    {5, "train_steps.stale_share, train_steps.backlog_cap", schema_v5},
+    {5, "train_steps.stale_share, backlog_cap, positions", schema_v5},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

@@ -38,9 +38,9 @@ static int insert_step(lh_store *s, const lh_store_train_step *t, const char *js
                           "INSERT OR IGNORE INTO train_steps(step, version, run_id, loss,"
                           " reward_mean, success_rate, tokens, episodes, dropped_stale, lag_mean,"
                           " lag_max, logp_diff, grad_norm, lr, skipped, maxvio, step_ms, time_ms, busy_frac,"
-                          " stale_share, backlog_cap)"
+                          " stale_share, backlog_cap, positions)"
                           " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
-                          " ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+                          " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
                           &st, err));
   lh_store_bind_u64(st, 1, t->step);
   lh_store_bind_u64(st, 2, t->version);
@@ -63,6 +63,7 @@ static int insert_step(lh_store *s, const lh_store_train_step *t, const char *js
   bind_metric(st, 19, t->busy_frac);
   bind_metric(st, 20, t->stale_share);
   lh_store_bind_u64(st, 21, t->backlog_cap);
+  lh_store_bind_u64(st, 22, t->positions);
   int rc = lh_store_step(s, st, "inserting a train step", err);
   sqlite3_finalize(st);
   if (rc < 0) return rc;
@@ -216,7 +217,7 @@ int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
   LH_TRY(lh_store_prepare(s,
                           "SELECT step, version, run_id, loss, reward_mean, success_rate, tokens,"
                           " episodes, dropped_stale, lag_mean, lag_max, logp_diff, grad_norm, lr,"
-                          " skipped, maxvio, step_ms, time_ms, busy_frac, stale_share, backlog_cap FROM train_steps"
+                          " skipped, maxvio, step_ms, time_ms, busy_frac, stale_share, backlog_cap, positions FROM train_steps"
                           " WHERE step >= ?1 ORDER BY step LIMIT ?2",
                           &st, err));
   lh_store_bind_u64(st, 1, from_step);
@@ -262,6 +263,7 @@ int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
     t->busy_frac = column_metric(st, 18);
     t->stale_share = column_metric(st, 19);
     t->backlog_cap = lh_store_column_u64(st, 20);
+    t->positions = lh_store_column_u64(st, 21);
     int r = read_experts(s, &c, t, err);
     if (r < 0) {
       rc = r;

@@ -94,11 +94,12 @@ END_TEST
  * 2% of what the learner received, and every acked message is stored. */
 START_TEST(test_fleet_resends) {
   fleet f;
-  /* Long enough steps for a blocking learner to make actors resend. */
   fleet_init(&f, "async-fleet", "batch_episodes = 8\ngroup_size = 4\n", NULL, NULL);
   const char *env = getenv("LH_ASYNC_FLEET_SECONDS");
   int seconds = env && atoi(env) > 0 ? atoi(env) : 60;
-  start_learner(&f, 0);
+  /* Steps of a second and more, twice the actors' resend timeout: a
+   * learner that acked only between steps would see most messages again. */
+  start_learner_with(&f, "LH_LEARNER_TEST_STEP_DELAY_MS", "1000");
   start_actors_logging_acks(&f, 2);
   char log[192];
   learner_log(&f, 1, log, sizeof log);
