@@ -62,6 +62,25 @@ lh_log_level lh_log_level_from_name(const char *name) {
   return (lh_log_level)(LH_LOG_OFF + 1);
 }
 
+size_t lh_text_escape(const char *in, char *out, size_t cap) {
+  if (!out || !cap) return 0;
+  size_t o = 0;
+  const unsigned char *p = (const unsigned char *)(in ? in : "");
+  for (; *p; p++) {
+    char esc[8];
+    size_t n = 0;
+    if (*p < 0x20 || *p == 0x7f) n = (size_t)snprintf(esc, sizeof esc, "\\x%02x", *p);
+    else if (*p == '\\') n = (size_t)snprintf(esc, sizeof esc, "\\\\");
+    else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) n = (size_t)snprintf(esc, sizeof esc, "\\x%02x", *++p);
+    else esc[0] = (char)*p, n = 1;
+    if (o + n >= cap) break;
+    memcpy(out + o, esc, n);
+    o += n;
+  }
+  out[o] = 0;
+  return o;
+}
+
 void lh_log(lh_log_level level, const char *component, const char *fmt, ...) {
   static const char *names[] = {"debug", "info", "warn", "error"};
   if (level < log_level || level >= LH_LOG_OFF) return;
@@ -71,9 +90,11 @@ void lh_log(lh_log_level level, const char *component, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
+  char safe[4 * sizeof line];
+  lh_text_escape(line, safe, sizeof safe);
   /* One write per line so that lines from several processes sharing a file
    * do not interleave. */
-  fprintf(out, "%s %s: %s\n", names[level], component, line);
+  fprintf(out, "%s %s: %s\n", names[level], component, safe);
   fflush(out);
 }
 

@@ -68,8 +68,18 @@ int lh_errbuf_set(lh_errbuf *e, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void lh_errbuf_clear(lh_errbuf *e);
 
+/* Text safe for a terminal or a log line: copies in into out (room for
+ * cap bytes, always terminated), each control character (below 0x20, 0x7f,
+ * and the C1 range U+0080..U+009F, which terminals also obey) written as
+ * \xNN, and a backslash as \\. Names a peer sends (actor, environment,
+ * reward term, sender) go through it before anyone sees them. Returns the
+ * length written (cut at cap - 1). */
+size_t lh_text_escape(const char *in, char *out, size_t cap);
+
 /* The logger: one line each, `level component: message key=value ...`.
- * The only global mutable state of the project (level and sink). */
+ * The whole message goes through lh_text_escape, so no text from a peer
+ * can break a line or drive a terminal. The only global mutable state of
+ * the project (level and sink). */
 typedef enum { LH_LOG_DEBUG, LH_LOG_INFO, LH_LOG_WARN, LH_LOG_ERROR, LH_LOG_OFF } lh_log_level;
 void lh_log_set_level(lh_log_level level);
 void lh_log_set_file(FILE *sink);   /* NULL means stderr */

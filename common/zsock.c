@@ -39,6 +39,14 @@ void *lh_zsock_open(void *ctx, int type, const lh_zsock_opts *o, const char *wha
     opt = "ZMQ_MAXMSGSIZE";
     rc = zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &o->max_message_bytes, sizeof o->max_message_bytes);
   }
+  if (!rc && o->sndhwm > 0) {
+    opt = "ZMQ_SNDHWM";
+    rc = zmq_setsockopt(s, ZMQ_SNDHWM, &o->sndhwm, sizeof o->sndhwm);
+  }
+  if (!rc && o->rcvhwm > 0) {
+    opt = "ZMQ_RCVHWM";
+    rc = zmq_setsockopt(s, ZMQ_RCVHWM, &o->rcvhwm, sizeof o->rcvhwm);
+  }
   if (!rc && has_curve(o->curve)) {
     const lh_zsock_curve *c = o->curve;
     if (!zmq_has("curve")) {

@@ -45,6 +45,11 @@ typedef struct {
   /* ZMQ_MAXMSGSIZE: the largest frame accepted (a larger one cuts its
    * sender off); 0 leaves libzmq's default (no limit). */
   int64_t max_message_bytes;
+  /* ZMQ_SNDHWM and ZMQ_RCVHWM: messages queued per peer before libzmq
+   * drops (a ROUTER's sends) or stops reading (receives); 0 leaves
+   * libzmq's default (1000). What a peer that never reads, or floods, can
+   * make a process hold is about this times the message size. */
+  int sndhwm, rcvhwm;
   const lh_zsock_curve *curve;  /* NULL or secret "": plain */
 } lh_zsock_opts;
 

@@ -46,6 +46,8 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, max_backlog_episodes, 0, INFINITY),
     LH_INI_KEY_F64(T, max_stale_share, 0, 1, LH_INI_CLOSED),
     LH_INI_KEY_U64(T, blas_threads, 1, 256),
+    LH_INI_KEY_U64(T, max_episode_tokens, 0, INFINITY),
+    LH_INI_KEY_U64(T, max_message_bytes, 4096, 64 << 20),
 };
 #undef T
 
@@ -83,6 +85,8 @@ void lh_learner_config_default(lh_learner_config *c) {
   c->max_backlog_episodes = 0;
   c->max_stale_share = 0.05;
   c->blas_threads = 1;
+  c->max_episode_tokens = (uint64_t)1 << 22;
+  c->max_message_bytes = 16u << 20;
 }
 
 static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes) {

@@ -13,6 +13,15 @@
 #define INGEST_MAX_ROUND 256
 #define INGEST_LINGER_MS 200
 #define INGEST_LOG_INTERVAL_NS 5000000000ll
+#define INGEST_HELLO_LINES 32
+/* Bytes of messages one round takes in at most (the first message always
+ * goes in): the decoded round is what the learner holds for a peer's
+ * burst, so it is bounded whatever the peers send. */
+#define INGEST_ROUND_BYTES (64u << 20)
+/* Messages libzmq queues per peer before it stops reading that peer's
+ * connection (TCP then holds the rest at the sender): with the message
+ * size limit, what one peer can make the learner buffer. */
+#define INGEST_RCVHWM 4
 #define IDENTITY_BYTES 256
 /* Peers remembered for sharing the back-pressure budget: a fixed table,
  * so a flood of identities cannot grow memory; the oldest is replaced. */
@@ -45,8 +54,11 @@ struct lh_learner_ingest {
   entry *round;
   uint64_t next_msg_id;
   lh_learner_ingest_counts counts;
-  int64_t last_bad_log_ns;
-  uint64_t bad_since_log;
+  lh_zsock_meter bad;         /* bad input: counted, logged once per interval */
+  int64_t hello_window_ns;    /* hellos logged in the current interval, and held back */
+  uint64_t hellos_logged, hellos_held;
+  int has_limits;             /* check segments and ends against the model (limits) */
+  lh_learner_model_limits limits;
   int64_t last_fail_log_ns;  /* store failures: logged once per interval too */
   uint64_t failed_since_log;
   uint64_t *touched;  /* episodes the last committed round wrote */
@@ -58,6 +70,7 @@ struct lh_learner_ingest {
   uint64_t group;
   int budgeted;
   uint64_t round_ends;  /* EpisodeEnds the current round stored */
+  size_t round_bytes;   /* message bytes the current round took in */
   struct {
     uint64_t key;  /* hash of the peer's routing id; 0: free */
     int64_t seen_ns;
@@ -128,8 +141,9 @@ lh_learner_ingest *lh_learner_ingest_new_curve(void *zmq_ctx, const char *endpoi
   if (lim) ig->lim = *lim;
   else lh_wire_limits_default(&ig->lim);
   ig->max_round = INGEST_MAX_ROUND;
+  ig->bad.component = "ingest";
   lh_zsock_opts so = {.linger_ms = INGEST_LINGER_MS, .max_message_bytes = (int64_t)ig->lim.max_message_bytes,
-                      .curve = curve};
+                      .rcvhwm = INGEST_RCVHWM, .curve = curve};
   lh_errbuf se;
   ig->sock = lh_zsock_open(zmq_ctx, ZMQ_ROUTER, &so, "ingest ROUTER", &se);
   if (!ig->sock ||
@@ -210,16 +224,43 @@ void lh_learner_ingest_set_round(lh_learner_ingest *ig, size_t max_round) {
   ig->max_round = max_round < 1 ? 1 : max_round > INGEST_MAX_ROUND ? INGEST_MAX_ROUND : max_round;
 }
 
-/* Bad input is logged at most once per interval, with how many were
- * suppressed, so a hostile or broken peer cannot flood the log. */
-static void log_bad(lh_learner_ingest *ig, const char *what) {
+static void log_bad(lh_learner_ingest *ig, const char *what) { lh_zsock_meter_bad(&ig->bad, what); }
+
+/* A Hello is news worth a line, but a peer reconnecting in a loop must not
+ * flood the log: at most INGEST_HELLO_LINES lines per interval, then one
+ * line saying how many were held back. */
+static void log_hello(lh_learner_ingest *ig, const Longhaul__Envelope *env) {
   int64_t now = lh_now_ns();
-  ig->bad_since_log++;
-  if (ig->last_bad_log_ns && now - ig->last_bad_log_ns < INGEST_LOG_INTERVAL_NS) return;
-  LH_WARN("ingest", "bad message: %s (bad since last report=%llu)", what,
-          (unsigned long long)ig->bad_since_log);
-  ig->last_bad_log_ns = now;
-  ig->bad_since_log = 0;
+  if (!ig->hello_window_ns || now - ig->hello_window_ns >= INGEST_LOG_INTERVAL_NS) {
+    if (ig->hellos_held)
+      LH_INFO("ingest", "hellos not logged in the last interval=%llu", (unsigned long long)ig->hellos_held);
+    ig->hello_window_ns = now, ig->hellos_logged = 0, ig->hellos_held = 0;
+  }
+  if (ig->hellos_logged++ >= INGEST_HELLO_LINES) {
+    ig->hellos_held++;
+    return;
+  }
+  LH_INFO("ingest", "hello sender=%s role=%s name=%s pid=%llu", env->sender, env->hello->role, env->hello->name,
+          (unsigned long long)env->hello->pid);
+}
+
+void lh_learner_ingest_set_model_limits(lh_learner_ingest *ig, const lh_learner_model_limits *l) {
+  if (!ig || !l) return;
+  ig->limits = *l, ig->has_limits = 1;
+  ig->lim.vocab = l->vocab;
+}
+
+/* A Segment or EpisodeEnd the model cannot take (learner/validate.c), or
+ * one that names an actor other than its sender: refused before it is
+ * stored. Returns 0 when it may be stored. */
+static int check_store_entry(lh_learner_ingest *ig, const Longhaul__Envelope *env, lh_errbuf *e) {
+  const char *actor = env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT ? env->segment->actor : env->episode_end->actor;
+  if (strcmp(actor, env->sender))
+    return lh_errbuf_set(e, LH_ELEARNER_MODEL_INPUT, "a %s from sender '%s' names actor '%s'",
+                         lh_wire_body_name(env->body_case), env->sender, actor);
+  if (!ig->has_limits) return 0;
+  if (env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT) return lh_learner_check_segment(env->segment, &ig->limits, e);
+  return lh_learner_check_episode_end(env->episode_end, &ig->limits, e);
 }
 
 /* Reads the frames of one message into e. Returns 1 for a message, 0 when
@@ -252,6 +293,7 @@ static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
     peer_seen(ig, e->identity, e->identity_bytes);
     const uint8_t *b = zmq_msg_data((zmq_msg_t *)payload);
     size_t bytes = zmq_msg_size((zmq_msg_t *)payload);
+    ig->round_bytes += bytes;
     ig->counts.received++;
     lh_errbuf de;
     int drc = lh_wire_decode(b, bytes, &ig->lim, &e->env, &de);
@@ -265,14 +307,21 @@ static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
       e->msg_id = e->env->msg_id;
       switch (e->env->body_case) {
         case LONGHAUL__ENVELOPE__BODY_SEGMENT:
-        case LONGHAUL__ENVELOPE__BODY_EPISODE_END:
-          e->kind = KIND_STORE;
+        case LONGHAUL__ENVELOPE__BODY_EPISODE_END: {
+          lh_errbuf me;
+          if (check_store_entry(ig, e->env, &me)) {
+            ig->counts.rejected++, ig->counts.rejected_model++;
+            e->status = LONGHAUL__ACK_STATUS__ACK_REJECTED;
+            log_bad(ig, me.msg);
+          } else {
+            e->kind = KIND_STORE;
+          }
           break;
+        }
         case LONGHAUL__ENVELOPE__BODY_HELLO:
           /* Acked so that a sender that keeps it in its outbox lets it go. */
           ig->counts.hellos++;
-          LH_INFO("ingest", "hello sender=%s role=%s name=%s pid=%llu", e->env->sender,
-                  e->env->hello->role, e->env->hello->name, (unsigned long long)e->env->hello->pid);
+          log_hello(ig, e->env);
           e->status = LONGHAUL__ACK_STATUS__ACK_STORED;
           break;
         case LONGHAUL__ENVELOPE__BODY_HEARTBEAT:
@@ -441,8 +490,8 @@ int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handle
   if (pr == 0) return 0;
   size_t n = 0;
   int rc = 0;
-  ig->round_ends = 0;
-  while (n < ig->max_round) {
+  ig->round_ends = 0, ig->round_bytes = 0;
+  while (n < ig->max_round && ig->round_bytes < INGEST_ROUND_BYTES) {
     entry *e = &ig->round[n];
     memset(e, 0, sizeof *e);
     e->status = -1;

@@ -236,6 +236,8 @@ typedef struct {
   uint64_t max_backlog_episodes;  /* (0) */
   double max_stale_share;         /* [0, 1] (0.05) */
   uint64_t blas_threads;          /* the training thread's BLAS threads, 1..256 (1) */
+  uint64_t max_episode_tokens;    /* longer episodes are refused at ingest, 0 none (4194304) */
+  uint64_t max_message_bytes;     /* the largest ingest message, 4096..64 MiB (16 MiB) */
 } lh_learner_config;
 
 void lh_learner_config_default(lh_learner_config *cfg);
@@ -324,6 +326,29 @@ void lh_learner_episode_broadcast(const lh_learner_episode *ep, float advantage,
 size_t lh_learner_episode_windows(const lh_learner_episode *ep, size_t train_window);
 void lh_learner_episode_window(const lh_learner_episode *ep, size_t train_window, size_t i,
                                size_t *start, size_t *end);
+
+/* ---- what the model can take (learner/validate.c) --------------------------
+ * A message can be valid on the wire and still be nothing the model can
+ * train on: token ids past its vocabulary, routing of another shape or to
+ * experts it does not have, images whose patches it cannot embed or that
+ * overlap or cross a training window, an episode longer than the learner
+ * takes. The ingest refuses such a segment or episode end before it is
+ * stored (ACK_REJECTED, counted), and the trainer checks every episode
+ * again before its step, so no stored data can end the learner. */
+typedef struct {
+  uint32_t vocab, layers, topk, experts, patch, max_patches;
+  uint64_t train_window;        /* an image must sit inside one window */
+  uint64_t max_episode_tokens;  /* 0: no bound */
+} lh_learner_model_limits;
+
+void lh_learner_model_limits_init(lh_learner_model_limits *l, const lh_model_config *mc,
+                                  const lh_learner_config *cfg);
+/* 0, or LH_ELEARNER_MODEL_INPUT naming the episode, segment and field. */
+int lh_learner_check_segment(const Longhaul__Segment *s, const lh_learner_model_limits *l, lh_errbuf *err);
+int lh_learner_check_episode_end(const Longhaul__EpisodeEnd *e, const lh_learner_model_limits *l, lh_errbuf *err);
+/* The joined episode: its length, routing and images (in order, not
+ * overlapping, each inside the episode and one window). */
+int lh_learner_check_episode(const lh_learner_episode *ep, const lh_learner_model_limits *l, lh_errbuf *err);
 
 /* ---- batches of whole groups ----------------------------------------------
  * Complete episodes arrive one by one, each with its group; the batcher
@@ -420,6 +445,7 @@ typedef struct {
   uint64_t stored;      /* segments and ends newly stored */
   uint64_t duplicates;  /* segments and ends the store already held */
   uint64_t rejected;    /* did not decode or validate, or a body the ingest does not take */
+  uint64_t rejected_model;  /* of those: valid, but not what the model takes (learner/validate.c) */
   uint64_t retried;     /* messages answered ACK_RETRY */
   uint64_t bad_frames;  /* messages with a wrong frame count (not acked) */
   uint64_t hellos, heartbeats;
@@ -461,6 +487,10 @@ const uint64_t *lh_learner_ingest_touched(const lh_learner_ingest *ig, size_t *n
  * peers heard from in the last 10 s, in whole groups of group_size. An
  * ingest never given a budget sends neither (no limit). */
 void lh_learner_ingest_set_budget(lh_learner_ingest *ig, int64_t budget, uint64_t group_size);
+/* From now on every Segment and EpisodeEnd is checked against the model
+ * (learner/validate.c) and its vocabulary before it is stored; one that
+ * fails is answered ACK_REJECTED and counted in rejected_model. */
+void lh_learner_ingest_set_model_limits(lh_learner_ingest *ig, const lh_learner_model_limits *l);
 
 /* ---- the learner process (learner/run.c) ----------------------------------
  * `longhaul learner` from top to bottom: open (checkpoint, --init or a
@@ -681,6 +711,7 @@ typedef struct {
   const lh_zsock_curve *curve;   /* NULL or plain: no CURVE */
   int serve_weights;             /* rank 0: bind the weights PUB and ROUTER */
   uint32_t chunk_bytes;
+  const lh_learner_model_limits *limits;  /* what the ingest lets in; NULL: the wire's checks only */
 } lh_learner_service_config;
 
 typedef struct {

@@ -16,6 +16,14 @@
 
 #define PUBLISH_LINGER_MS 200
 #define PUBLISH_MAX_REQUESTS 64
+/* A peer that asks and never reads must not make the learner hold the
+ * version over and over: a request is served at most this many chunks
+ * (an actor asks for 8 at a time, two requests ahead), and the ROUTER
+ * queues at most PUBLISH_SNDHWM messages per peer, dropping the rest (the
+ * actor asks again for what it misses). So a peer holds at most
+ * PUBLISH_SNDHWM chunk copies here. */
+#define PUBLISH_MAX_CHUNKS 16
+#define PUBLISH_SNDHWM 32
 
 struct lh_learner_publisher {
   void *pub, *router;
@@ -40,6 +48,7 @@ struct lh_learner_publisher {
 static void *bind_socket(void *ctx, int type, const char *ep, const lh_zsock_curve *curve, char *bound,
                          lh_errbuf *err) {
   lh_zsock_opts so = {.linger_ms = PUBLISH_LINGER_MS, .max_message_bytes = 1 << 20,
+                      .sndhwm = type == ZMQ_ROUTER ? PUBLISH_SNDHWM : 0, .rcvhwm = PUBLISH_MAX_REQUESTS,
                       .curve = curve};
   const char *what = type == ZMQ_PUB ? "weights PUB" : "weights ROUTER";
   lh_errbuf se;
@@ -211,6 +220,7 @@ static int serve_one(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes
     rc = send_env(p, p->router, &env, id, id_bytes, delimiter, err);
     p->counts.redirects++;
   } else {
+    if (count > PUBLISH_MAX_CHUNKS) count = PUBLISH_MAX_CHUNKS;
     for (uint32_t i = 0; i < count && !rc; i++) {
       Longhaul__WeightsChunk c;
       longhaul__weights_chunk__init(&c);

@@ -190,8 +190,11 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   L->zctx = zmq_ctx_new();
   if (!L->zctx) return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "cannot create a ZeroMQ context");
   LH_TRY(lh_learner_curve_start(L->zctx, &L->cfg, &L->curve, &L->zap, err));
+  lh_learner_model_limits limits;
+  lh_learner_model_limits_init(&limits, lh_model_get_config(L->m), &L->cfg);
   lh_learner_service_config sc = {.zmq_ctx = L->zctx, .cfg = &L->cfg, .curve = &L->curve,
-                                  .serve_weights = L->rank == 0, .chunk_bytes = RUN_CHUNK_BYTES};
+                                  .serve_weights = L->rank == 0, .chunk_bytes = RUN_CHUNK_BYTES,
+                                  .limits = &limits};
   LH_TRY(lh_learner_service_new(&sc, &L->svc, err));
   /* The first version is out, and the back-pressure set, before anything
    * is acked. */

@@ -75,8 +75,12 @@ int lh_learner_service_new(const lh_learner_service_config *c, lh_learner_servic
   so.max_bytes = s->cfg.max_db_bytes;
   so.quick_check = 0;
   LH_TRY(lh_store_open_with(s->cfg.db, &so, &s->store, err));
-  s->ingest = lh_learner_ingest_new_curve(c->zmq_ctx, s->cfg.ingest_endpoint, s->store, NULL, c->curve, err);
+  lh_wire_limits lim;
+  lh_wire_limits_default(&lim);
+  lim.max_message_bytes = s->cfg.max_message_bytes;
+  s->ingest = lh_learner_ingest_new_curve(c->zmq_ctx, s->cfg.ingest_endpoint, s->store, &lim, c->curve, err);
   if (!s->ingest) return err ? err->code : LH_ELEARNER_INGEST_SOCKET;
+  if (c->limits) lh_learner_ingest_set_model_limits(s->ingest, c->limits);
   if (!c->serve_weights) return 0;
   s->pub = lh_learner_publisher_new_curve(c->zmq_ctx, s->cfg.weights_pub_endpoint, s->cfg.weights_endpoint,
                                           c->chunk_bytes, c->curve, err);

@@ -81,6 +81,8 @@ struct lh_learner_trainer {
   uint64_t win_taken[8], win_stale[8];
   unsigned win_i, win_n;
   uint64_t prev_taken, prev_stale;
+  lh_learner_model_limits limits;  /* what the model takes (learner/validate.c) */
+  uint64_t quarantined;            /* episodes a failed forward or backward left out */
 };
 
 #define STALE_WINDOW 8
@@ -120,6 +122,7 @@ int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config
   t->backlog_max = cfg->max_backlog_episodes ? cfg->max_backlog_episodes : lag * cfg->batch_episodes;
   if (t->backlog_max < cfg->batch_episodes) t->backlog_max = cfg->batch_episodes;  /* a batch must fit */
   t->backlog_cap = t->backlog_max;
+  lh_learner_model_limits_init(&t->limits, mc, cfg);
   t->prev_taken = t->admission.admitted + t->admission.dropped_stale;
   t->prev_stale = t->admission.dropped_stale;
   t->cap_items = cfg->batch_episodes + cfg->group_size;
@@ -345,34 +348,11 @@ typedef struct {
 /* Forward and backward of one episode, window by window, accumulating
  * gradients (every window's loss is normalised by the batch's N). */
 /* An episode's images as the model takes them: patch positions (the
- * token after each <img>) and pixels in [0,1]. Every image must sit inside
- * one training window, since a window is one forward pass; checked at join
- * time (images_fit) so that an episode that cannot be trained is left out
- * with the reason. */
-static size_t image_patches(const Longhaul__Image *im, int patch) {
-  return (size_t)(im->height / (uint32_t)patch) * (size_t)(im->width / (uint32_t)patch);
-}
-
-static int images_fit(const lh_learner_episode *ep, int patch, size_t train_window, lh_errbuf *err) {
-  for (size_t i = 0; i < ep->n_images; i++) {
-    const Longhaul__Image *im = ep->images[i];
-    if ((im->channels != 1 && im->channels != 3) || !im->width || !im->height || im->width % (uint32_t)patch ||
-        im->height % (uint32_t)patch || im->pixels.len != (size_t)im->width * im->height * im->channels)
-      return lh_errbuf_set(err, LH_ELEARNER_TRAIN,
-                           "episode %llu image %zu is %ux%u with %u channels and %zu bytes: not the model's "
-                           "patch %d input",
-                           (unsigned long long)ep->episode_id, i, im->width, im->height, im->channels,
-                           im->pixels.len, patch);
-    size_t at = (size_t)ep->image_offsets[i] + 1, end = at + image_patches(im, patch);
-    if (end > ep->n || (at / train_window != (end - 1) / train_window))
-      return lh_errbuf_set(err, LH_ELEARNER_TRAIN,
-                           "episode %llu image %zu (positions %zu..%zu) crosses a training window of %zu tokens; "
-                           "raise [learner] train_window",
-                           (unsigned long long)ep->episode_id, i, at, end - 1, train_window);
-  }
-  return 0;
-}
-
+ * token after each <img>) and pixels in [0,1]. Every image sits inside one
+ * training window, since a window is one forward pass: checked with the
+ * rest of what the model takes (lh_learner_check_episode) before the
+ * step, so that an episode that cannot be trained is left out with the
+ * reason. */
 /* The images of window [start, end) with window positions; pixels[i] are
  * the episode's converted once per episode. */
 static int window_images(const lh_learner_episode *ep, float *const *pixels, size_t start, size_t end,
@@ -543,6 +523,56 @@ static int on_stale(void *ctx, const lh_learner_batch_item *item) {
   return 0;
 }
 
+/* Forward and backward of every episode of the batch into the gradients.
+ * An episode whose forward or backward fails (data the checks let through,
+ * a kernel refusing its input) is quarantined: it ends as error in the
+ * store with the reason, is marked in skip, and the batch is run again
+ * without it from zeroed gradients and the balancer's counts as they were,
+ * so its partial windows leave no trace. Only running out of memory ends
+ * the step. With several ranks the normaliser N stays the one agreed
+ * before (it counted the quarantined episode's tokens). */
+static int train_all(lh_learner_trainer *t, lh_learner_episode **eps, const float *advs, uint8_t *skip, size_t m,
+                     double N, step_acc *acc, lh_errbuf *err) {
+  double *counts = NULL, *pairs = NULL;
+  const lh_model_config *mc = lh_model_get_config(t->m);
+  size_t nc = (size_t)mc->layers * (size_t)mc->experts, np = (size_t)mc->layers;
+  LH_TRY(lh_model_balancer_counts(t->balancer, &counts, &pairs));
+  double *saved = malloc((nc + np) * sizeof *saved);
+  if (!saved) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
+  memcpy(saved, counts, nc * sizeof *saved);
+  memcpy(saved + nc, pairs, np * sizeof *saved);
+  int rc = 0;
+  for (int again = 1; again && !rc;) {
+    again = 0;
+    memset(acc, 0, sizeof *acc);
+    memcpy(counts, saved, nc * sizeof *saved);
+    memcpy(pairs, saved + nc, np * sizeof *saved);
+    rc = lh_model_zero_grads(t->m);
+    if (rc) rc = lh_errbuf_set(err, rc, "train: cannot zero the gradients: %s", lh_strerror(rc));
+    for (size_t i = 0; i < m && !rc && !again; i++) {
+      if (skip[i]) continue;
+      float *adv = malloc(eps[i]->n * sizeof *adv);
+      if (!adv) {
+        rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
+        break;
+      }
+      lh_learner_episode_broadcast(eps[i], advs[i], adv);
+      lh_errbuf e;
+      int erc = train_episode(t, eps[i], adv, N, acc, &e);
+      free(adv);
+      if (erc == LH_ENOMEM) rc = lh_errbuf_set(err, erc, "%s", e.msg);
+      else if (erc) {
+        LH_WARN("train", "episode=%llu quarantined: %s", (unsigned long long)eps[i]->episode_id, e.msg);
+        lh_errbuf ig;
+        lh_store_episode_set_status(t->store, eps[i]->episode_id, LH_EPISODE_ERROR, e.msg, &ig);
+        skip[i] = 1, t->quarantined++, again = 1;
+      }
+    }
+  }
+  free(saved);
+  return rc;
+}
+
 /* One batch, if one is ready (*took = 1); *stepped = 1 when it trained. */
 static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_train_stats *stats,
                      lh_errbuf *err) {
@@ -585,9 +615,10 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   uint64_t *all_keys = calloc(n, sizeof *all_keys);
   size_t *item_of = calloc(n, sizeof *item_of);
   int *success = calloc(n, sizeof *success);
+  uint8_t *skip = calloc(n, 1);  /* episodes quarantined by train_all */
   int rc = 0;
   if (!eps || !segs || !n_segs || !rewards || !advs || !keys || !success || !all_rewards || !all_advs ||
-      !all_keys || !item_of)
+      !all_keys || !item_of || !skip)
     rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for a batch of %zu", n);
   /* Read back and join every episode; one that does not join is marked
    * error in the store and left out. */
@@ -615,14 +646,10 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
     if (!jr) jr = lh_store_episode_segments_array(t->store, id, &segs[m], &n_segs[m], NULL, &e);
     if (!jr) jr = lh_learner_episode_join(segs[m], n_segs[m], row.tokens, &eps[m], &e);
     /* An episode the model cannot be run on as the actor ran it (another
-     * routing shape, an image across windows) is left out, not trained on
-     * without what the policy saw. */
-    const lh_model_config *mcj = lh_model_get_config(t->m);
-    if (!jr && t->cfg.routing_replay && eps[m]->routed_experts &&
-        (eps[m]->routed_layers != (uint32_t)mcj->layers || eps[m]->routed_topk != (uint32_t)mcj->topk))
-      jr = lh_errbuf_set(&e, LH_ELEARNER_TRAIN, "episode %llu records routing of %u layers x top-%u, the model has %d x top-%d",
-                         (unsigned long long)id, eps[m]->routed_layers, eps[m]->routed_topk, mcj->layers, mcj->topk);
-    if (!jr && eps[m]->n_images) jr = images_fit(eps[m], mcj->patch, t->cfg.train_window, &e);
+     * routing shape, experts it lacks, an image across windows) is left
+     * out, not trained on without what the policy saw: whatever the store
+     * holds, it cannot end the learner. */
+    if (!jr) jr = lh_learner_check_episode(eps[m], &t->limits, &e);
     if (jr) {
       LH_WARN("train", "episode=%llu left out: %s", (unsigned long long)id, e.msg);
       lh_errbuf ig;
@@ -652,18 +679,8 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   if (!rc && gN > 0) {
     if (m > 0) rc = lh_learner_advantages(t->cfg.advantage, all_rewards, all_keys, n, &t->baseline, all_advs, err);
     for (size_t i = 0; i < m && !rc; i++) advs[i] = all_advs[item_of[i]];
-    if (!rc) rc = lh_model_zero_grads(t->m);
     step_acc acc = {0};
-    for (size_t i = 0; i < m && !rc; i++) {
-      float *adv = malloc(eps[i]->n * sizeof *adv);
-      if (!adv) {
-        rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
-        break;
-      }
-      lh_learner_episode_broadcast(eps[i], advs[i], adv);
-      rc = train_episode(t, eps[i], adv, gN, &acc, err);
-      free(adv);
-    }
+    if (!rc) rc = train_all(t, eps, advs, skip, m, gN, &acc, err);
     if (!rc && multi) rc = reduce_step(t, &acc, err);
     if (!rc) {
       const lh_backend *be = lh_model_backend(t->m);
@@ -694,8 +711,10 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
     }
   }
   double rsum = 0;
-  size_t succ = 0;
-  for (size_t i = 0; i < m; i++) rsum += rewards[i], succ += (size_t)success[i];
+  size_t succ = 0, trained = 0;
+  for (size_t i = 0; i < m; i++)
+    if (!skip[i]) rsum += rewards[i], succ += (size_t)success[i], trained++;
+  m = trained;
   double dropped_stale = (double)t->admission.dropped_stale;
   if (!rc && multi && gN > 0) {
     /* The train_steps row's figures over every rank's batch. */
@@ -712,7 +731,7 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
     if (segs && n_segs) lh_store_segments_free(segs[i], n_segs[i]);
   }
   free(eps), free(segs), free(n_segs), free(rewards), free(advs), free(keys), free(success);
-  free(all_rewards), free(all_advs), free(all_keys), free(item_of);
+  free(all_rewards), free(all_advs), free(all_keys), free(item_of), free(skip);
   if (rc) return rc;
   if (gN == 0) return 0;  /* nothing to train on (on any rank): no step */
   t->step++;

@@ -40,10 +40,12 @@ static void section(char *out, size_t cap, const char *base, const char *extra) 
 /* Writes the config from the extras (kept in f, so a test may rewrite it
  * with one key changed). */
 void write_config(fleet *f) {
-  char text[8192] = "", base[2048];
-  strcat(text,
-         "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
-         "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n[learner]\n");
+  char text[8192] = "[model]\n", base[2048];
+  section(text, sizeof text,
+          "d_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
+          "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n",
+          f->model_extra);
+  strncat(text, "[learner]\n", sizeof text - strlen(text) - 1);
   snprintf(base, sizeof base,
            "batch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
            "warmup_steps = 0\ntotal_steps = 100000\nmax_policy_lag = 1000\n"

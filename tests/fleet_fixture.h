@@ -16,6 +16,7 @@
 typedef struct {
   char dir[64], cfg[160], db[160], ing[160];
   char learner_extra[512], actor_extra[512], env[512];
+  char model_extra[256];  /* [model] keys over the tiny model's (set before write_config) */
   pid_t learner, server, actors[MAX_ACTORS];
   int n_actors, learner_runs;
 } fleet;
