@@ -200,7 +200,8 @@ int lh_actors_outbox_ack_at(lh_actors_outbox *ob, uint64_t msg_id, int64_t *push
 size_t lh_actors_outbox_ack_many(lh_actors_outbox *ob, const uint64_t *msg_ids, size_t n);
 
 /* The next message due for resending at now_ms (sent at least
- * resend_timeout_ms ago, or marked by lh_actors_outbox_resend_all), least recently
+ * resend_timeout_ms ago, doubled for each round of resends that brought
+ * no ack up to 16 times, or marked by lh_actors_outbox_resend_all), least recently
  * sent first, so that first sends and resends keep push order. Returns 1
  * and records it as sent at now_ms; 0 when none is due. *bytes stays valid
  * until the message is acked or the outbox freed. */

@@ -12,6 +12,7 @@
 #include "actors/actors.h"
 
 #define NIL UINT32_MAX
+#define OUTBOX_MAX_BACKOFF 4
 
 typedef struct {
   uint64_t id;
@@ -19,6 +20,7 @@ typedef struct {
   size_t n;
   int64_t sent_ms;
   int64_t pushed_ms;  /* the first send: an ack's latency counts from here */
+  int64_t wait_ms;    /* due again this long after sent_ms (the timeout, backed off) */
   uint32_t prev, next;
 } slot;
 
@@ -33,6 +35,14 @@ struct lh_actors_outbox {
   size_t table_mask;
   size_t depth, bytes;
   uint64_t resends;
+  /* Backoff: while resends bring no ack (the learner is stopped or busy
+   * beyond the timeout, the connection itself alive), each round waits
+   * twice as long as the last, up to 2^OUTBOX_MAX_BACKOFF timeouts; an ack
+   * brings it back. Over a live connection nothing is lost in flight, so
+   * resending faster would only queue copies. */
+  unsigned backoff;
+  int resent_since_ack;
+  int64_t last_bump_ms;
 };
 
 static size_t hash_id(uint64_t x) {
@@ -152,7 +162,8 @@ int lh_actors_outbox_push(lh_actors_outbox *ob, uint64_t msg_id, const uint8_t *
   if (!copy) return lh_errbuf_set(err, LH_ENOMEM, "outbox push: out of memory for %zu bytes", n);
   if (n) memcpy(copy, bytes, n);
   uint32_t i = ob->free_list[--ob->n_free];
-  ob->slots[i] = (slot){.id = msg_id, .data = copy, .n = n, .sent_ms = now_ms, .pushed_ms = now_ms};
+  ob->slots[i] = (slot){.id = msg_id, .data = copy, .n = n, .sent_ms = now_ms, .pushed_ms = now_ms,
+                        .wait_ms = ob->timeout_ms};
   list_append(ob, i);
   ob->table[p] = i + 1;
   ob->depth++;
@@ -168,6 +179,7 @@ int lh_actors_outbox_ack_at(lh_actors_outbox *ob, uint64_t msg_id, int64_t *push
   if (!ob->table[p]) return 0;
   uint32_t i = ob->table[p] - 1;
   if (pushed_ms) *pushed_ms = ob->slots[i].pushed_ms;
+  ob->backoff = 0, ob->resent_since_ack = 0;
   table_delete(ob, p);
   list_unlink(ob, i);
   free(ob->slots[i].data);
@@ -191,7 +203,14 @@ int lh_actors_outbox_next_due(lh_actors_outbox *ob, int64_t now_ms, uint64_t *ms
   slot *s = &ob->slots[i];
   /* INT64_MIN marks "due now" (resend_all); otherwise compare without
    * overflow for any caller clock. */
-  if (s->sent_ms != INT64_MIN && now_ms - s->sent_ms < ob->timeout_ms) return 0;
+  if (s->sent_ms != INT64_MIN && now_ms - s->sent_ms < s->wait_ms) return 0;
+  /* A new round of resends while the last brought no ack: back off. */
+  if (!ob->resent_since_ack) ob->resent_since_ack = 1, ob->last_bump_ms = now_ms;
+  else if (now_ms - ob->last_bump_ms >= (ob->timeout_ms << ob->backoff)) {
+    if (ob->backoff < OUTBOX_MAX_BACKOFF) ob->backoff++;
+    ob->last_bump_ms = now_ms;
+  }
+  s->wait_ms = ob->timeout_ms << ob->backoff;
   s->sent_ms = now_ms;
   list_unlink(ob, i);
   list_append(ob, i);

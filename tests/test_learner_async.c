@@ -180,6 +180,40 @@ START_TEST(test_backpressure) {
 }
 END_TEST
 
+/* The learner stopped (SIGSTOP) for several resend timeouts, eight times
+ * over: each time the stream resumes (the store grows again) and at the
+ * end every acked message is stored. */
+START_TEST(test_stream_resumes_after_stop) {
+  fleet f;
+  fleet_init(&f, "async-stop", NULL, NULL, NULL);
+  start_learner(&f, 0);
+  start_actors(&f, 2);
+  char log[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(WAIT_FOR(120, stored_messages(f.db) >= 100), "no traffic (see %s)", log);
+  int resumed = 0;
+  for (int round = 0; round < 8; round++) {
+    ck_assert_int_eq(kill(f.learner, SIGSTOP), 0);
+    lh_proc_sleep_ms(2000);  /* the fault: four resend timeouts (500 ms) */
+    uint64_t at_stop = stored_messages(f.db);
+    ck_assert_int_eq(kill(f.learner, SIGCONT), 0);
+    int ok = WAIT_FOR(120, stored_messages(f.db) >= at_stop + 50);
+    ck_assert_msg(ok, "round %d: the stream did not resume (stored %llu, was %llu; see %s)", round,
+                  (unsigned long long)stored_messages(f.db), (unsigned long long)at_stop, log);
+    resumed += ok;
+  }
+  stop_all(&f);
+  store_counts c;
+  actor_totals t;
+  tally(&f, 0, &c, &t);
+  char extra[64];
+  snprintf(extra, sizeof extra, "stops=8 resumed=%d", resumed);
+  print_totals("async learner stopped", &t, &c, extra);
+  assert_nothing_lost(&t, &c);
+  fleet_free(&f);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   Suite *s = suite_create("learner_async");
   TCase *tc = tcase_create("core");
@@ -188,6 +222,7 @@ int main(int argc, char **argv) {
   if (!only || !strcmp(only, "step")) tcase_add_test(tc, test_acks_and_weights_during_a_step);
   if (!only || !strcmp(only, "fleet")) tcase_add_test(tc, test_fleet_resends);
   if (!only || !strcmp(only, "backpressure")) tcase_add_test(tc, test_backpressure);
+  if (!only || !strcmp(only, "stopped")) tcase_add_test(tc, test_stream_resumes_after_stop);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
