@@ -48,6 +48,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, blas_threads, 1, 256),
     LH_INI_KEY_U64(T, max_episode_tokens, 0, INFINITY),
     LH_INI_KEY_U64(T, max_message_bytes, 4096, 64 << 20),
+    LH_INI_KEY_U64(T, retain_versions, 0, INFINITY),
 };
 #undef T
 

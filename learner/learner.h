@@ -238,6 +238,12 @@ typedef struct {
   uint64_t blas_threads;          /* the training thread's BLAS threads, 1..256 (1) */
   uint64_t max_episode_tokens;    /* longer episodes are refused at ingest, 0 none (4194304) */
   uint64_t max_message_bytes;     /* the largest ingest message, 4096..64 MiB (16 MiB) */
+  /* Retention: with max_db_bytes set, once the store's pages in use pass
+   * 90% of it, the payloads of segments older than the newest
+   * retain_versions versions are dropped. Never fewer than
+   * max_policy_lag + 2 versions are kept, so no episode that may still be
+   * trained loses its tokens (0: that least). */
+  uint64_t retain_versions;       /* (0) */
 } lh_learner_config;
 
 void lh_learner_config_default(lh_learner_config *cfg);
@@ -721,6 +727,7 @@ typedef struct {
   uint64_t hint_overflows;  /* times the id hint overflowed (the trainer rescans) */
   uint64_t versions;      /* versions published */
   uint64_t untaken_ends;  /* episodes ended and stored, not yet taken by the trainer */
+  uint64_t retained_segments;  /* segment payloads retention dropped */
   int hold;
 } lh_learner_service_counts;
 

@@ -138,6 +138,34 @@ static void share_hint(lh_learner_service *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* Retention (learner.h, retain_versions): near the cap, old payloads go,
+ * so a full store does not stay full. The versions kept cover every
+ * episode the trainer may still admit. */
+static void retain(lh_learner_service *s) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t cap = s->max_bytes, used = 0;
+  pthread_mutex_unlock(&s->mu);
+  lh_errbuf e;
+  if (!cap || lh_store_used_bytes(s->store, &used, &e) || used < cap / 10 * 9) return;
+  uint64_t keep = s->cfg.max_policy_lag + 2;
+  if (s->cfg.retain_versions > keep) keep = s->cfg.retain_versions;
+  uint64_t segments = 0, bytes = 0, after = used;
+  if (lh_store_retain_versions(s->store, keep, &segments, &bytes, &e)) {
+    LH_WARN("learner", "retention failed: %s", e.msg);
+    return;
+  }
+  lh_store_used_bytes(s->store, &after, &e);
+  pthread_mutex_lock(&s->mu);
+  s->counts.retained_segments += segments;
+  pthread_mutex_unlock(&s->mu);
+  /* Once per sweep at most, and only when it did something or cannot. */
+  if (segments || after >= cap)
+    LH_INFO("learner", "retention keep_versions=%llu dropped_segments=%llu dropped_bytes=%llu used=%llu cap=%llu%s",
+            (unsigned long long)keep, (unsigned long long)segments, (unsigned long long)bytes,
+            (unsigned long long)after, (unsigned long long)cap,
+            after >= cap ? " (still full: the kept versions fill the cap; raise max_db_bytes)" : "");
+}
+
 static void sweep(lh_learner_service *s) {
   uint64_t aborted = 0;
   lh_errbuf ae;
@@ -212,6 +240,7 @@ static void *service_main(void *arg) {
     now = lh_now_ns();
     if (now - last_sweep > SERVICE_SWEEP_NS) {
       sweep(s);
+      retain(s);
       last_sweep = now;
     }
     if (s->pub && now - last_announce > SERVICE_ANNOUNCE_NS) {

@@ -386,6 +386,9 @@ typedef struct {
 } lh_store_stats;
 
 int lh_store_stats_get(lh_store *s, lh_store_stats *st, lh_errbuf *err);
+/* The bytes of the pages in use (what lh_store_options.max_bytes caps):
+ * page_count less freelist_count, times page_size. Cheap (three pragmas). */
+int lh_store_used_bytes(lh_store *s, uint64_t *used, lh_errbuf *err);
 
 typedef struct {
   char env[LH_STORE_NAME_BYTES];

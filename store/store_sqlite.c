@@ -91,8 +91,9 @@ void lh_store_set_max_bytes(lh_store *s, uint64_t max_bytes) {
   if (s) s->opt.max_bytes = max_bytes;
 }
 
-int lh_store_check_cap(lh_store *s, lh_errbuf *err) {
-  if (s->opt.max_bytes == 0) return 0;
+int lh_store_used_bytes(lh_store *s, uint64_t *used, lh_errbuf *err) {
+  *used = 0;
+  if (!s) return lh_errbuf_set(err, LH_EINVAL, "lh_store_used_bytes: NULL store");
   sqlite3_stmt *st;
   LH_TRY(lh_store_prepare(s,
                           "SELECT ((SELECT page_count FROM pragma_page_count()) -"
@@ -100,9 +101,15 @@ int lh_store_check_cap(lh_store *s, lh_errbuf *err) {
                           " (SELECT page_size FROM pragma_page_size())",
                           &st, err));
   int rc = lh_store_step(s, st, "measuring the store", err);
-  uint64_t used = rc == SQLITE_ROW ? lh_store_column_u64(st, 0) : 0;
+  if (rc == SQLITE_ROW) *used = lh_store_column_u64(st, 0);
   sqlite3_finalize(st);
-  if (rc < 0) return rc;
+  return rc < 0 ? rc : 0;
+}
+
+int lh_store_check_cap(lh_store *s, lh_errbuf *err) {
+  if (s->opt.max_bytes == 0) return 0;
+  uint64_t used = 0;
+  LH_TRY(lh_store_used_bytes(s, &used, err));
   if (used >= s->opt.max_bytes)
     return lh_errbuf_set(err, LH_ESTORE_FULL,
                          "%s holds %llu bytes, at its cap of %llu: drop old payloads (retention) "

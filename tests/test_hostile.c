@@ -334,6 +334,43 @@ START_TEST(test_large_segments_flood) {
 }
 END_TEST
 
+/* A store at its cap (max_db_bytes) does not stay full: retention drops
+ * the payloads of versions no step can admit any more, and writes go on;
+ * nothing acked is lost. */
+START_TEST(test_full_store_retention) {
+  fleet f;
+  fleet_init(&f, "hostile-full", "max_policy_lag = 1\nmax_db_bytes = 3000000\n", NULL, NULL);
+  start_learner(&f, 0);
+  start_actors(&f, 2);
+  char log[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "retention keep_versions=", 300), "no retention (see %s)", log);
+  uint64_t at_retention = stored_messages(f.db);
+  /* Writes go on past the point where the store first filled. */
+  ck_assert_msg(WAIT_FOR(300, stored_messages(f.db) >= at_retention + 2000), "writes did not resume (see %s)", log);
+  stop_all(&f);
+  store_counts c;
+  actor_totals t;
+  tally(&f, 0, &c, &t);
+  lh_store *s = NULL;
+  lh_errbuf e;
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_open_readonly(f.db, &s, &e), 0);
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  lh_store_close(s);
+  char extra[160];
+  snprintf(extra, sizeof extra, "cap=3000000 file_bytes=%llu payloads_dropped=%llu", (unsigned long long)st.file_bytes,
+           (unsigned long long)st.payloads_dropped);
+  print_totals("hostile full store", &t, &c, extra);
+  ck_assert_uint_gt(st.payloads_dropped, 0);
+  /* gaps: episodes whose payloads retention dropped count as not whole */
+  ck_assert_uint_eq(t.lost, 0);
+  ck_assert_uint_eq(t.unacked, 0);
+  ck_assert_uint_eq(t.stored, t.acked);
+  fleet_free(&f);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   Suite *s = suite_create("hostile");
   TCase *tc = tcase_create("core");
@@ -343,6 +380,7 @@ int main(int argc, char **argv) {
   if (!only || !strcmp(only, "stored_poison")) tcase_add_test(tc, test_stored_poison_quarantined);
   if (!only || !strcmp(only, "weights_unread")) tcase_add_test(tc, test_weights_requests_unread);
   if (!only || !strcmp(only, "large_segments")) tcase_add_test(tc, test_large_segments_flood);
+  if (!only || !strcmp(only, "full_store")) tcase_add_test(tc, test_full_store_retention);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
