@@ -180,19 +180,21 @@ int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_sta
   snprintf(lt, sizeof lt, "%s/.%s.tmp", ckpt_dir, LH_LEARNER_LATEST_FILE);
   snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
   int renamed = 0, saved_errno = 0;
+  const char *failed = lt;
   FILE *f = fopen(lt, "wb");
   if (!f || fprintf(f, "%s\n", name) < 0 || fflush(f) || fsync(fileno(f))) rc = -1, saved_errno = errno;
   if (f && fclose(f) && !rc) rc = -1, saved_errno = errno;
-  if (!rc && rename(lt, lf)) rc = -1, saved_errno = errno;
+  if (!rc && rename(lt, lf)) rc = -1, saved_errno = errno, failed = lf;
   renamed = !rc;
-  if (!rc && fsync_path(ckpt_dir, 1)) rc = -1, saved_errno = errno;
+  if (!rc && fsync_path(ckpt_dir, 1)) rc = -1, saved_errno = errno, failed = ckpt_dir;
   if (rc) {
     unlink(lt);
     /* `latest` still names the previous checkpoint: the new folder, which
      * nothing names, goes (a full disk gets its space back). Once renamed,
      * `latest` may name it, so it stays. */
     if (!renamed && !latest_names(ckpt_dir, name)) remove_tree(final);
-    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot write %s: %s", lf, strerror(saved_errno));
+    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot write %s (to name %s in %s): %s", failed, name,
+                         lf, strerror(saved_errno));
   }
   if (path_out) snprintf(path_out, LH_LEARNER_TEXT_BYTES, "%s", final);
   return 0;
