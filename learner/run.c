@@ -41,9 +41,11 @@ typedef struct {
   lh_zsock_zap *zap;
   lh_learner_state st;
   uint64_t last_ckpt_step;
+  int have_ckpt;               /* last_ckpt_step holds: resumed from it, or written this run */
   uint64_t ckpt_failures;      /* periodic checkpoints not written, this run */
   uint64_t ckpt_failing;       /* of those, since the last one written */
   int64_t ckpt_fail_log_ns;    /* when the last failure was logged */
+  int ckpt_fail_logged_code;   /* and its error code */
   lh_learner_comm *comm;
   int rank, ranks;
   const lh_backend *be;
@@ -120,6 +122,7 @@ static int checkpoint(learner *L, int *written, lh_errbuf *why, lh_errbuf *err) 
   }
   *written = 1;
   L->last_ckpt_step = L->st.step;
+  L->have_ckpt = 1;
   if (L->rank != 0) return 0;
   LH_INFO("learner", "checkpoint path=%s step=%llu version=%llu", path, (unsigned long long)L->st.step,
           (unsigned long long)L->st.version);
@@ -129,7 +132,8 @@ static int checkpoint(learner *L, int *written, lh_errbuf *why, lh_errbuf *err) 
     LH_WARN("learner", "checkpoints not pruned: removed=%zu keep=%llu error=%s", removed,
             (unsigned long long)L->cfg.keep_checkpoints, pe.msg);
   else if (removed)
-    LH_INFO("learner", "checkpoints pruned removed=%zu keep=%llu", removed, (unsigned long long)L->cfg.keep_checkpoints);
+    LH_INFO("learner", "checkpoints pruned removed=%zu keep=%llu", removed,
+            (unsigned long long)L->cfg.keep_checkpoints);
   return 0;
 }
 
@@ -138,8 +142,10 @@ static int checkpoint(learner *L, int *written, lh_errbuf *why, lh_errbuf *err) 
  * stays whole and `latest` names it, and the next boundary tries again
  * (a failed write is not retried sooner: what failed, a full disk, rarely
  * clears within a step). Failures are counted (ckpt_failures on the status
- * line) and logged at once, then at most once per RUN_CKPT_LOG_NS with the
- * count so far; the first checkpoint written after them says so. */
+ * line) and logged at once; while they go on, one with another error code
+ * than the last logged is logged too, the same error at most once per
+ * RUN_CKPT_LOG_NS with the count so far. The first checkpoint written
+ * after them says so. */
 static int periodic_checkpoint(learner *L, lh_errbuf *err) {
   int written = 0;
   lh_errbuf why;
@@ -155,13 +161,15 @@ static int periodic_checkpoint(learner *L, lh_errbuf *err) {
   }
   L->ckpt_failures++, L->ckpt_failing++;
   int64_t now = lh_now_ns();
-  if (!L->ckpt_fail_log_ns || now - L->ckpt_fail_log_ns >= RUN_CKPT_LOG_NS) {
+  if (!L->ckpt_fail_log_ns || why.code != L->ckpt_fail_logged_code ||
+      now - L->ckpt_fail_log_ns >= RUN_CKPT_LOG_NS) {
     LH_WARN("learner",
             "checkpoint failed, training goes on and the previous checkpoint stays: step=%llu next_try_step=%llu "
             "failures=%llu error=%s",
             (unsigned long long)L->st.step, (unsigned long long)(L->st.step + L->cfg.ckpt_every),
             (unsigned long long)L->ckpt_failures, why.msg);
     L->ckpt_fail_log_ns = now;
+    L->ckpt_fail_logged_code = why.code;
   }
   return 0;
 }
@@ -200,6 +208,7 @@ static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int
     LH_TRY(same_model(L, mc, from, usage_error, err));
     *resumed = 1;
     L->last_ckpt_step = L->st.step;
+    L->have_ckpt = 1;
     LH_INFO("learner", "resumed ckpt_dir=%s step=%llu version=%llu ingest_position=%llu", L->cfg.ckpt_dir,
             (unsigned long long)L->st.step, (unsigned long long)L->st.version,
             (unsigned long long)L->st.ingest_position);
@@ -430,7 +439,7 @@ int lh_learner_run(const lh_learner_run_args *a) {
   lh_learner_state now;
   memset(&now, 0, sizeof now);
   lh_learner_trainer_state(L.trainer, &now);
-  double want_final = now.step != L.last_ckpt_step || !lh_learner_ckpt_exists(L.cfg.ckpt_dir);
+  double want_final = !L.have_ckpt || now.step != L.last_ckpt_step;
   if (L.ranks > 1 && lh_learner_comm_bcast(comm, &want_final, sizeof want_final, 0, &err)) {
     fprintf(stderr, "longhaul learner: %s\n", err.msg);
     rc = err.code;
