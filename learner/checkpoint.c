@@ -170,7 +170,7 @@ int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_sta
     if (moved) rename(old, final);
     moved = 0;
   }
-  if (moved) remove_tree(old);
+  if (moved && remove_tree(old)) unlink(old); /* a stray file of that name */
   if (rc) {
     remove_tree(tmp);
     return rc;
