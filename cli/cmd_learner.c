@@ -40,7 +40,9 @@ static void usage(FILE *out) {
           "ckpt_every steps and at the end.\n"
           "  --init DIR   start from DIR/model.safetensors (e.g. written by `longhaul sft`)\n"
           "  --resume     continue from ckpt_dir/latest (model, optimizer, step, version,\n"
-          "               ingest position); without one, start as if not given\n"
+          "               ingest position); with no ckpt_dir, or one holding neither\n"
+          "               latest nor a step-N folder, start as if not given; step-N\n"
+          "               folders without a readable latest naming one: exit 2\n"
           "  --steps N    stop after N training steps (default: run until SIGINT/SIGTERM)\n"
           "  --backend B  cpu (default) or cuda (the GPU backend; without a GPU, an error)\n"
           "The [model] section gives a fresh model, [actor] temperature the sampling\n"
@@ -53,7 +55,10 @@ static void usage(FILE *out) {
           "ranks stop the same way but mpirun itself exits 1).\n"
           "SIGHUP: re-reads [learner] max_db_bytes (the store's cap; while the store is\n"
           "full or read-only, segments are answered ACK_RETRY and the actors resend).\n"
-          "Exit codes: 0 done, 1 runtime error, 2 usage or config error.\n");
+          "Exit codes: 0 done, 1 runtime error (a final checkpoint that could not be\n"
+          "written among them: --resume goes on from the one before), 2 usage or config\n"
+          "error (a checkpoint, from --resume or --init, whose [model] is not the\n"
+          "config's; --resume over step-N folders without a usable latest).\n");
 }
 
 typedef struct {

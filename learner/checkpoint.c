@@ -21,10 +21,11 @@ static int fsync_path(const char *path, int dir) {
   return rc;
 }
 
-/* Removes a directory of plain files (a stale temporary one). */
-static void remove_tree(const char *dir) {
+/* Removes a directory of plain files (a stale temporary one, an old
+ * checkpoint); 0 when it is gone, else -1 with errno. */
+static int remove_tree(const char *dir) {
   DIR *d = opendir(dir);
-  if (!d) return;
+  if (!d) return -1;
   struct dirent *e;
   char p[2 * LH_LEARNER_TEXT_BYTES];
   while ((e = readdir(d))) {
@@ -33,7 +34,44 @@ static void remove_tree(const char *dir) {
     unlink(p);
   }
   closedir(d);
-  rmdir(dir);
+  return rmdir(dir);
+}
+
+/* The step of a folder named step-N (N decimal digits only), or -1. */
+static long long step_of(const char *name) {
+  if (strncmp(name, "step-", 5) || !name[5] || strlen(name + 5) > 18) return -1;
+  for (const char *c = name + 5; *c; c++)
+    if (*c < '0' || *c > '9') return -1;
+  return strtoll(name + 5, NULL, 10);
+}
+
+/* The folder name ckpt_dir/latest holds, into name (cap bytes). 0; or -1
+ * with errno set when the file cannot be read (ENOENT: there is none), or
+ * -2 when it holds no step-N name. */
+static int read_latest_name(const char *ckpt_dir, char *name, size_t cap) {
+  char lf[LH_LEARNER_TEXT_BYTES + 32];
+  snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
+  FILE *f = fopen(lf, "rb");
+  if (!f) return -1;
+  char line[128] = "";
+  int ok = fgets(line, sizeof line, f) != NULL;
+  int saved_errno = errno;
+  int read_error = ferror(f);
+  fclose(f);
+  if (read_error) {
+    errno = saved_errno ? saved_errno : EIO;
+    return -1;
+  }
+  line[strcspn(line, "\r\n")] = 0;
+  if (!ok || step_of(line) < 0 || strlen(line) >= cap) return -2;
+  snprintf(name, cap, "%s", line);
+  return 0;
+}
+
+/* Whether ckpt_dir/latest names the folder name. */
+static int latest_names(const char *ckpt_dir, const char *name) {
+  char held[64];
+  return read_latest_name(ckpt_dir, held, sizeof held) == 0 && !strcmp(held, name);
 }
 
 static void put_u64(uint8_t *b, uint64_t v) {
@@ -120,10 +158,19 @@ int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_sta
   snprintf(p, sizeof p, "%s/model.safetensors", tmp);
   if (!rc && (fsync_path(p, 0) || fsync_path(tmp, 1)))
     rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot flush %s: %s", tmp, strerror(errno));
-  /* A checkpoint of the same step from an earlier run is replaced. */
-  if (!rc) remove_tree(final);
-  if (!rc && rename(tmp, final))
+  /* A checkpoint of the same step from an earlier run is replaced: moved
+   * aside first and removed only once the new one is in place, since
+   * `latest` may name it. */
+  char old[LH_LEARNER_TEXT_BYTES + 16];
+  snprintf(old, sizeof old, "%s.old", tmp);
+  remove_tree(old);
+  int moved = !rc && rename(final, old) == 0;
+  if (!rc && rename(tmp, final)) {
     rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    if (moved) rename(old, final);
+    moved = 0;
+  }
+  if (moved && remove_tree(old)) unlink(old); /* a stray file of that name */
   if (rc) {
     remove_tree(tmp);
     return rc;
@@ -132,31 +179,35 @@ int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_sta
   char lt[LH_LEARNER_TEXT_BYTES + 32], lf[LH_LEARNER_TEXT_BYTES + 32];
   snprintf(lt, sizeof lt, "%s/.%s.tmp", ckpt_dir, LH_LEARNER_LATEST_FILE);
   snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
+  int renamed = 0, saved_errno = 0;
+  const char *failed = lt;
   FILE *f = fopen(lt, "wb");
-  if (!f || fprintf(f, "%s\n", name) < 0 || fflush(f) || fsync(fileno(f))) rc = -1;
-  if (f && fclose(f)) rc = -1;
-  if (!rc && rename(lt, lf)) rc = -1;
-  if (!rc && fsync_path(ckpt_dir, 1)) rc = -1;
+  if (!f || fprintf(f, "%s\n", name) < 0 || fflush(f) || fsync(fileno(f))) rc = -1, saved_errno = errno;
+  if (f && fclose(f) && !rc) rc = -1, saved_errno = errno;
+  if (!rc && rename(lt, lf)) rc = -1, saved_errno = errno, failed = lf;
+  renamed = !rc;
+  if (!rc && fsync_path(ckpt_dir, 1)) rc = -1, saved_errno = errno, failed = ckpt_dir;
   if (rc) {
     unlink(lt);
-    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot write %s: %s", lf, strerror(errno));
+    /* `latest` still names the previous checkpoint: the new folder, which
+     * nothing names, goes (a full disk gets its space back). Once renamed,
+     * `latest` may name it, so it stays. */
+    if (!renamed && !latest_names(ckpt_dir, name)) remove_tree(final);
+    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot write %s (to name %s in %s): %s", failed, name,
+                         lf, strerror(saved_errno));
   }
   if (path_out) snprintf(path_out, LH_LEARNER_TEXT_BYTES, "%s", final);
   return 0;
 }
 
 int lh_learner_ckpt_latest_dir(const char *ckpt_dir, char *dir, lh_errbuf *err) {
-  char lf[LH_LEARNER_TEXT_BYTES + 32];
+  char lf[LH_LEARNER_TEXT_BYTES + 32], name[64];
   snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
-  FILE *f = fopen(lf, "rb");
-  if (!f)
+  int rc = read_latest_name(ckpt_dir, name, sizeof name);
+  if (rc == -1)
     return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot open %s: %s (nothing to resume from)", lf,
                          strerror(errno));
-  char name[128] = "";
-  int ok = fgets(name, sizeof name, f) != NULL;
-  fclose(f);
-  name[strcspn(name, "\r\n")] = 0;
-  if (!ok || strncmp(name, "step-", 5) || strchr(name, '/'))
+  if (rc)
     return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: %s does not name a step-N directory", lf);
   snprintf(dir, LH_LEARNER_TEXT_BYTES, "%s/%s", ckpt_dir, name);
   return 0;
@@ -187,4 +238,151 @@ int lh_learner_ckpt_load_latest(const char *ckpt_dir, const lh_backend *be, lh_m
   *out = m;
   if (dir_out) snprintf(dir_out, LH_LEARNER_TEXT_BYTES, "%s", dir);
   return 0;
+}
+
+/* One step-N folder of a checkpoint directory. */
+typedef struct {
+  long long step;
+  char name[32];
+} step_dir;
+
+static int by_step(const void *a, const void *b) {
+  long long x = ((const step_dir *)a)->step, y = ((const step_dir *)b)->step;
+  return (x > y) - (x < y);
+}
+
+/* The step-N folders of ckpt_dir, oldest first, into *out (malloc'd, may be
+ * NULL when there are none). 0; -1 with errno when ckpt_dir cannot be read
+ * (ENOENT: it is not there), -2 out of memory. */
+static int list_steps(const char *ckpt_dir, step_dir **out, size_t *n) {
+  *out = NULL, *n = 0;
+  DIR *d = opendir(ckpt_dir);
+  if (!d) return -1;
+  size_t cap = 0;
+  int rc = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long long step = step_of(e->d_name);
+    if (step < 0 || strlen(e->d_name) >= sizeof(*out)->name) continue;
+    char p[2 * LH_LEARNER_TEXT_BYTES];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", ckpt_dir, e->d_name);
+    if (stat(p, &sb) || !S_ISDIR(sb.st_mode)) continue;
+    if (*n == cap) {
+      size_t grown = cap ? 2 * cap : 16;
+      step_dir *more = realloc(*out, grown * sizeof *more);
+      if (!more) {
+        rc = -2;
+        break;
+      }
+      *out = more, cap = grown;
+    }
+    (*out)[*n].step = step;
+    snprintf((*out)[*n].name, sizeof(*out)->name, "%s", e->d_name);
+    (*n)++;
+  }
+  closedir(d);
+  if (rc) {
+    free(*out);
+    *out = NULL, *n = 0;
+    return rc;
+  }
+  if (*n) qsort(*out, *n, sizeof **out, by_step);
+  return 0;
+}
+
+#define PRUNED_PREFIX ".prune-"
+
+/* Removes what an earlier prune left halfway (a crash while removing). */
+static void sweep_pruned(const char *ckpt_dir) {
+  DIR *d = opendir(ckpt_dir);
+  if (!d) return;
+  struct dirent *e;
+  char p[2 * LH_LEARNER_TEXT_BYTES];
+  while ((e = readdir(d)))
+    if (!strncmp(e->d_name, PRUNED_PREFIX, strlen(PRUNED_PREFIX)) && step_of(e->d_name + strlen(PRUNED_PREFIX)) >= 0) {
+      snprintf(p, sizeof p, "%s/%s", ckpt_dir, e->d_name);
+      remove_tree(p);
+    }
+  closedir(d);
+}
+
+int lh_learner_ckpt_prune(const char *ckpt_dir, uint64_t keep, size_t *removed, lh_errbuf *err) {
+  if (removed) *removed = 0;
+  if (!ckpt_dir) return lh_errbuf_set(err, LH_EINVAL, "checkpoint: NULL directory");
+  if (keep == 0) return 0;
+  char latest[64];
+  if (read_latest_name(ckpt_dir, latest, sizeof latest))
+    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: not pruning %s: its %s names no step-N folder",
+                         ckpt_dir, LH_LEARNER_LATEST_FILE);
+  step_dir *steps = NULL;
+  size_t n = 0;
+  int lr = list_steps(ckpt_dir, &steps, &n);
+  if (lr)
+    return lh_errbuf_set(err, lr == -2 ? LH_ENOMEM : LH_ELEARNER_CKPT, "checkpoint: cannot list %s: %s", ckpt_dir,
+                         lr == -2 ? "out of memory" : strerror(errno));
+  int rc = 0;
+  sweep_pruned(ckpt_dir);
+  for (size_t i = 0; n > keep && i < n - keep; i++) {
+    if (!strcmp(steps[i].name, latest)) continue;
+    /* Renamed out of sight first: a crash halfway leaves a hidden folder
+     * (swept by the next prune), never a step-N folder missing files. */
+    char p[2 * LH_LEARNER_TEXT_BYTES], gone[2 * LH_LEARNER_TEXT_BYTES];
+    snprintf(p, sizeof p, "%s/%s", ckpt_dir, steps[i].name);
+    snprintf(gone, sizeof gone, "%s/" PRUNED_PREFIX "%s", ckpt_dir, steps[i].name);
+    remove_tree(gone);
+    if (rename(p, gone) || remove_tree(gone)) {
+      if (!rc) rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot remove %s: %s", p, strerror(errno));
+      continue;
+    }
+    if (removed) (*removed)++;
+  }
+  free(steps);
+  return rc;
+}
+
+int lh_learner_ckpt_resume_find(const char *ckpt_dir, int *found, lh_errbuf *err) {
+  if (!ckpt_dir || !found) return lh_errbuf_set(err, LH_EINVAL, "checkpoint: NULL directory");
+  *found = 0;
+  step_dir *steps = NULL;
+  size_t n = 0;
+  int lr = list_steps(ckpt_dir, &steps, &n);
+  if (lr == -1 && errno == ENOENT) return 0; /* no ckpt_dir: nothing to resume from */
+  if (lr)
+    return lh_errbuf_set(err, lr == -2 ? LH_ENOMEM : LH_ELEARNER_CKPT,
+                         "checkpoint: cannot read [learner] ckpt_dir %s: %s", ckpt_dir,
+                         lr == -2 ? "out of memory" : strerror(errno));
+  char lf[LH_LEARNER_TEXT_BYTES + 32], name[64], newest[32] = "";
+  snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
+  if (n) snprintf(newest, sizeof newest, "%s", steps[n - 1].name);
+  free(steps);
+  int rc = read_latest_name(ckpt_dir, name, sizeof name);
+  int missing = rc == -1 && errno == ENOENT;
+  if (missing && n == 0) return 0; /* empty: nothing to resume from */
+  if (rc == 0) {
+    char p[2 * LH_LEARNER_TEXT_BYTES];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", ckpt_dir, name);
+    if (!stat(p, &sb) && S_ISDIR(sb.st_mode)) {
+      *found = 1;
+      return 0;
+    }
+    return lh_errbuf_set(err, LH_ELEARNER_CKPT,
+                         "checkpoint: %s names %s, which is not there: write the name of a step-N folder of %s "
+                         "into it to resume from that one, or give an empty ckpt_dir to start fresh",
+                         lf, name, ckpt_dir);
+  }
+  char why[160];
+  if (missing) snprintf(why, sizeof why, "is missing");
+  else if (rc == -1) snprintf(why, sizeof why, "cannot be read (%s)", strerror(errno));
+  else snprintf(why, sizeof why, "does not name a step-N folder");
+  if (!n)
+    return lh_errbuf_set(err, LH_ELEARNER_CKPT,
+                         "checkpoint: %s %s and %s holds no step-N folder: remove it to start fresh", lf, why,
+                         ckpt_dir);
+  return lh_errbuf_set(err, LH_ELEARNER_CKPT,
+                       "checkpoint: %s %s, but %s holds %zu step-N folder%s (the newest %s): --resume does not "
+                       "start fresh over them; write the name of the one to resume from into it (echo %s > %s), "
+                       "or move them away to start fresh",
+                       lf, why, ckpt_dir, n, n == 1 ? "" : "s", newest, newest, lf);
 }

@@ -32,6 +32,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, group_size, 1, INFINITY),
     LH_INI_KEY_U64(T, train_window, 1, INFINITY),
     LH_INI_KEY_U64(T, ckpt_every, 1, INFINITY),
+    LH_INI_KEY_U64(T, keep_checkpoints, 0, INFINITY),
     LH_INI_KEY_BOOL(T, routing_replay),
     LH_INI_KEY_CUSTOM(stages, parse_stages, LH_ELEARNER_CONFIG_STAGES),
     LH_INI_KEY_STR(T, ingest_endpoint, 0),
@@ -75,6 +76,7 @@ void lh_learner_config_default(lh_learner_config *c) {
   c->group_size = 8;
   c->train_window = 2048;
   c->ckpt_every = 50;
+  c->keep_checkpoints = 3;
   c->routing_replay = 0;
   c->n_stages = 0;
   snprintf(c->ingest_endpoint, sizeof c->ingest_endpoint, "tcp://127.0.0.1:5555");

@@ -211,6 +211,7 @@ typedef struct {
   uint64_t group_size;      /* >= 1 (8) */
   uint64_t train_window;    /* tokens, >= 1 (2048) */
   uint64_t ckpt_every;      /* steps, >= 1 (50) */
+  uint64_t keep_checkpoints; /* step-N folders kept after each checkpoint, 0 all (3) */
   int routing_replay;       /* true/false, yes/no, on/off, 1/0 (false) */
   size_t n_stages;          /* stages = "max_context:steps:long_frac,..." (none) */
   lh_learner_stage stages[LH_LEARNER_MAX_STAGES];
@@ -770,7 +771,11 @@ const char *lh_learner_service_ingest_endpoint(const lh_learner_service *s);
  * names the newest. Each is written into a temporary directory, every file
  * flushed to disk, the directory renamed into place and only then `latest`
  * replaced (itself written to a temporary file and renamed), so a crash at
- * any point leaves the previous checkpoint whole. */
+ * any point leaves the previous checkpoint whole. A save that fails (a full
+ * disk, an unwritable ckpt_dir) leaves it whole too: the temporary
+ * directory is removed, and so is the new step-N folder when `latest`
+ * could not be made to name it. A checkpoint of a step that already has a
+ * folder (an earlier run's) replaces it only once the new one is complete. */
 #define LH_LEARNER_OPTIMIZER_FILE "optimizer.bin"
 #define LH_LEARNER_LATEST_FILE "latest"
 
@@ -789,6 +794,23 @@ int lh_learner_ckpt_load_latest(const char *ckpt_dir, const lh_backend *be, lh_m
 int lh_learner_ckpt_latest_dir(const char *ckpt_dir, char *dir, lh_errbuf *err);
 /* Whether ckpt_dir has a `latest` to resume from. */
 int lh_learner_ckpt_exists(const char *ckpt_dir);
+/* What `--resume` finds in ckpt_dir. *found = 1: `latest` names a step-N
+ * folder that is there (load it with lh_learner_ckpt_load_latest); 0:
+ * nothing to resume from, a run starts fresh (ckpt_dir is not there, or
+ * holds neither `latest` nor a step-N folder). LH_ELEARNER_CKPT naming
+ * ckpt_dir/latest when it is missing while step-N folders are there, or
+ * cannot be read, names no step-N folder or one that is not there:
+ * starting fresh would write over those folders, so the message says
+ * which is the newest and how to go on. */
+int lh_learner_ckpt_resume_find(const char *ckpt_dir, int *found, lh_errbuf *err);
+/* Removes the oldest step-N folders of ckpt_dir beyond the newest keep (0:
+ * keeps them all), never the one `latest` names, and what an interrupted
+ * prune left; *removed (may be NULL) counts the folders removed. Each is
+ * renamed to a hidden name before its files go, so a crash never leaves a
+ * step-N folder missing files. LH_ELEARNER_CKPT naming the folder that
+ * could not be removed (the others still are), or ckpt_dir when `latest`
+ * names no step-N folder (then nothing is removed). */
+int lh_learner_ckpt_prune(const char *ckpt_dir, uint64_t keep, size_t *removed, lh_errbuf *err);
 
 /* ---- learner ranks (learner/allreduce.c) ----------------------------------
  * Data parallelism over M learner ranks (ARCHITECTURE.md §1): one MPI job launched

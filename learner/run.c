@@ -24,6 +24,9 @@
  * hint lost to its bound); new episodes come through the service's ids. */
 #define RUN_SCAN_NS 30000000000ll
 #define RUN_STATUS_NS 10000000000ll
+/* A checkpoint that keeps failing (a full disk) is reported at once, then
+ * at most this often, with the count. */
+#define RUN_CKPT_LOG_NS 60000000000ll
 
 /* Everything the process holds; freed in one place whatever failed. */
 typedef struct {
@@ -38,6 +41,11 @@ typedef struct {
   lh_zsock_zap *zap;
   lh_learner_state st;
   uint64_t last_ckpt_step;
+  int have_ckpt;               /* last_ckpt_step holds: resumed from it, or written this run */
+  uint64_t ckpt_failures;      /* periodic checkpoints not written, this run */
+  uint64_t ckpt_failing;       /* of those, since the last one written */
+  int64_t ckpt_fail_log_ns;    /* when the last failure was logged */
+  int ckpt_fail_logged_code;   /* and its error code */
   lh_learner_comm *comm;
   int rank, ranks;
   const lh_backend *be;
@@ -83,8 +91,16 @@ static int publish(learner *L, lh_errbuf *err) {
 }
 
 /* Collective with several ranks: every rank's done set goes to rank 0, the
- * ranks' weights are checked to be the same, and rank 0 writes. */
-static int checkpoint(learner *L, lh_errbuf *err) {
+ * ranks' weights are checked to be the same, rank 0 writes and tells every
+ * rank whether it could, so that they agree on the outcome. A checkpoint
+ * that could not be written (a full disk, an unwritable ckpt_dir) is
+ * *written = 0 on every rank with the reason in *why, and the previous one
+ * is still whole and named by `latest` (lh_learner_ckpt_save). After one
+ * that was, rank 0 prunes ckpt_dir to [learner] keep_checkpoints. Returns
+ * non-zero only for what must end the learner: a collective that failed,
+ * ranks that hold different weights. */
+static int checkpoint(learner *L, int *written, lh_errbuf *why, lh_errbuf *err) {
+  *written = 0;
   lh_learner_trainer_state(L->trainer, &L->st);
   char path[LH_LEARNER_TEXT_BYTES];
   if (L->ranks > 1) {
@@ -96,34 +112,110 @@ static int checkpoint(learner *L, lh_errbuf *err) {
     if (!same)
       return lh_errbuf_set(err, LH_ELEARNER_COMM, "the %d learner ranks hold different weights at step %llu", L->ranks,
                            (unsigned long long)L->st.step);
-    if (L->rank != 0) {
-      L->last_ckpt_step = L->st.step;
-      return 0;
-    }
   }
-  int rc = lh_learner_ckpt_save(L->cfg.ckpt_dir, L->m, &L->st, L->trainer, path, err);
-  if (!rc) {
-    L->last_ckpt_step = L->st.step;
-    LH_INFO("learner", "checkpoint path=%s step=%llu version=%llu", path, (unsigned long long)L->st.step,
-            (unsigned long long)L->st.version);
+  double ok = 1;
+  if (L->rank == 0) ok = lh_learner_ckpt_save(L->cfg.ckpt_dir, L->m, &L->st, L->trainer, path, why) == 0;
+  LH_TRY(lh_learner_comm_bcast(L->comm, &ok, sizeof ok, 0, err));
+  if (!(ok > 0)) {
+    if (L->rank != 0) lh_errbuf_set(why, LH_ELEARNER_CKPT, "rank 0 could not write the checkpoint (its log says why)");
+    return 0;
   }
-  return rc;
+  *written = 1;
+  L->last_ckpt_step = L->st.step;
+  L->have_ckpt = 1;
+  if (L->rank != 0) return 0;
+  LH_INFO("learner", "checkpoint path=%s step=%llu version=%llu", path, (unsigned long long)L->st.step,
+          (unsigned long long)L->st.version);
+  size_t removed = 0;
+  lh_errbuf pe;
+  if (lh_learner_ckpt_prune(L->cfg.ckpt_dir, L->cfg.keep_checkpoints, &removed, &pe))
+    LH_WARN("learner", "checkpoints not pruned: removed=%zu keep=%llu error=%s", removed,
+            (unsigned long long)L->cfg.keep_checkpoints, pe.msg);
+  else if (removed)
+    LH_INFO("learner", "checkpoints pruned removed=%zu keep=%llu", removed,
+            (unsigned long long)L->cfg.keep_checkpoints);
+  return 0;
 }
 
-static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int *resumed, char *from) {
+/* The checkpoint of every ckpt_every-th step. One that cannot be written
+ * does not end the learner: training goes on, the previous checkpoint
+ * stays whole and `latest` names it, and the next boundary tries again
+ * (a failed write is not retried sooner: what failed, a full disk, rarely
+ * clears within a step). Failures are counted (ckpt_failures on the status
+ * line) and logged at once; while they go on, one with another error code
+ * than the last logged is logged too, the same error at most once per
+ * RUN_CKPT_LOG_NS with the count so far. The first checkpoint written
+ * after them says so. */
+static int periodic_checkpoint(learner *L, lh_errbuf *err) {
+  int written = 0;
+  lh_errbuf why;
+  memset(&why, 0, sizeof why);
+  LH_TRY(checkpoint(L, &written, &why, err));
+  if (written) {
+    if (L->ckpt_failing)
+      LH_INFO("learner", "checkpoints written again step=%llu failed_before=%llu", (unsigned long long)L->st.step,
+              (unsigned long long)L->ckpt_failing);
+    L->ckpt_failing = 0;
+    L->ckpt_fail_log_ns = 0;
+    return 0;
+  }
+  L->ckpt_failures++, L->ckpt_failing++;
+  int64_t now = lh_now_ns();
+  if (!L->ckpt_fail_log_ns || why.code != L->ckpt_fail_logged_code ||
+      now - L->ckpt_fail_log_ns >= RUN_CKPT_LOG_NS) {
+    LH_WARN("learner",
+            "checkpoint failed, training goes on and the previous checkpoint stays: step=%llu next_try_step=%llu "
+            "failures=%llu error=%s",
+            (unsigned long long)L->st.step, (unsigned long long)(L->st.step + L->cfg.ckpt_every),
+            (unsigned long long)L->ckpt_failures, why.msg);
+    L->ckpt_fail_log_ns = now;
+    L->ckpt_fail_logged_code = why.code;
+  }
+  return 0;
+}
+
+/* The checkpoint's [model] must be the config file's (keys the file leaves
+ * out at their defaults; the seed aside, it only says where the weights
+ * came from): the actors build their model from the file and could not
+ * take the learner's weights. Refused at start (a config error), naming
+ * every key that differs. */
+static int same_model(learner *L, const lh_model_config *mc, const char *dir, int *usage_error, lh_errbuf *err) {
+  char diff[320];
+  if (!lh_model_config_diff(mc, lh_model_get_config(L->m), "checkpoint", diff, sizeof diff)) return 0;
+  *usage_error = 1;
+  return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
+                       "%s: [model] %s (checkpoint %s): give [model] the checkpoint's values, or start from "
+                       "another checkpoint",
+                       L->a->config, diff, dir);
+}
+
+/* The model from the checkpoint `latest` names (--resume), the --init
+ * directory or [model]. --resume over a ckpt_dir it cannot go on from
+ * (step-N folders but no readable `latest` naming one) and a checkpoint
+ * whose [model] is not the file's are config errors (*usage_error). */
+static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int *resumed, char *from,
+                      int *usage_error) {
   const lh_learner_run_args *a = L->a;
   memset(&L->st, 0, sizeof L->st);
   lh_learner_adv_baseline_init(&L->st.baseline, L->cfg.baseline_decay);
-  if (a->resume && lh_learner_ckpt_exists(L->cfg.ckpt_dir)) {
+  int found = 0;
+  if (a->resume && lh_learner_ckpt_resume_find(L->cfg.ckpt_dir, &found, err)) {
+    *usage_error = 1;
+    return err->code;
+  }
+  if (found) {
     LH_TRY(lh_learner_ckpt_load_latest(L->cfg.ckpt_dir, L->be, &L->m, &L->st, from, err));
+    LH_TRY(same_model(L, mc, from, usage_error, err));
     *resumed = 1;
     L->last_ckpt_step = L->st.step;
+    L->have_ckpt = 1;
     LH_INFO("learner", "resumed ckpt_dir=%s step=%llu version=%llu ingest_position=%llu", L->cfg.ckpt_dir,
             (unsigned long long)L->st.step, (unsigned long long)L->st.version,
             (unsigned long long)L->st.ingest_position);
   } else if (a->init) {
     if (a->resume) LH_INFO("learner", "no checkpoint in ckpt_dir=%s: starting from --init", L->cfg.ckpt_dir);
     LH_TRY(lh_model_load(a->init, L->be, &L->m, err));
+    LH_TRY(same_model(L, mc, a->init, usage_error, err));
     LH_INFO("learner", "init from=%s", a->init);
   } else {
     if (a->resume) LH_INFO("learner", "no checkpoint in ckpt_dir=%s: starting fresh", L->cfg.ckpt_dir);
@@ -158,7 +250,7 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   LH_INFO("learner", "threads training=1 blas=%llu service=1", (unsigned long long)L->cfg.blas_threads);
   int resumed = 0;
   char from[LH_LEARNER_TEXT_BYTES] = "";
-  LH_TRY(open_model(L, &mc, err, &resumed, from));
+  LH_TRY(open_model(L, &mc, err, &resumed, from, usage_error));
   lh_store_options so;
   lh_store_options_default(&so);
   so.max_bytes = L->cfg.max_db_bytes;
@@ -211,14 +303,14 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
   LH_INFO("learner",
           "status version=%llu steps_run=%llu received=%llu stored=%llu duplicates=%llu rejected=%llu "
           "retried=%llu hellos=%llu heartbeats=%llu admitted=%llu dropped_stale=%llu chunks_sent=%llu "
-          "backlog=%zu backlog_cap=%llu hold=%d stale_share=%.3f busy_fraction=%.3f",
+          "backlog=%zu backlog_cap=%llu hold=%d stale_share=%.3f busy_fraction=%.3f ckpt_failures=%llu",
           (unsigned long long)lh_learner_trainer_version(L->trainer), (unsigned long long)steps_run,
           (unsigned long long)c->received, (unsigned long long)c->stored, (unsigned long long)c->duplicates,
           (unsigned long long)c->rejected, (unsigned long long)c->retried, (unsigned long long)c->hellos,
           (unsigned long long)c->heartbeats, (unsigned long long)ad->admitted,
           (unsigned long long)ad->dropped_stale, (unsigned long long)sc.weights.chunks_sent,
           lh_learner_trainer_backlog(L->trainer), (unsigned long long)lh_learner_trainer_backlog_cap(L->trainer),
-          sc.hold, lh_learner_trainer_stale_share(L->trainer), busy);
+          sc.hold, lh_learner_trainer_stale_share(L->trainer), busy, (unsigned long long)L->ckpt_failures);
 }
 
 /* Whether to stop now; with several ranks they stop at the same turn (a
@@ -287,7 +379,7 @@ static int run_loop(learner *L, lh_errbuf *err) {
         LH_INFO("learner", "ranks=%d step=%llu allreduce_ms=%.2f step_ms=%.1f", L->ranks, (unsigned long long)s.step,
                 s.allreduce_ms, s.step_ms);
       if (!s.skipped) LH_TRY(publish(L, err));
-      if ((s.step + 1) % L->cfg.ckpt_every == 0) LH_TRY(checkpoint(L, err));
+      if ((s.step + 1) % L->cfg.ckpt_every == 0) LH_TRY(periodic_checkpoint(L, err));
     }
     set_backlog(L);
     /* Nothing to train: wait for the service's next stored ids. */
@@ -350,17 +442,26 @@ int lh_learner_run(const lh_learner_run_args *a) {
   lh_learner_state now;
   memset(&now, 0, sizeof now);
   lh_learner_trainer_state(L.trainer, &now);
-  double want_final = now.step != L.last_ckpt_step || !lh_learner_ckpt_exists(L.cfg.ckpt_dir);
+  double want_final = !L.have_ckpt || now.step != L.last_ckpt_step;
   if (L.ranks > 1 && lh_learner_comm_bcast(comm, &want_final, sizeof want_final, 0, &err)) {
     fprintf(stderr, "longhaul learner: %s\n", err.msg);
     rc = err.code;
     want_final = 0;
   }
   if (want_final > 0) {
-    lh_errbuf ce;
-    if (checkpoint(&L, &ce)) {
+    lh_errbuf ce, why;
+    memset(&why, 0, sizeof why);
+    int written = 0;
+    if (checkpoint(&L, &written, &why, &ce)) {
       fprintf(stderr, "longhaul learner: final checkpoint failed: %s\n", ce.msg);
       rc = rc ? rc : ce.code;
+    } else if (!written) {
+      /* The previous checkpoint is whole: --resume goes on from it. */
+      fprintf(stderr, "longhaul learner: final checkpoint failed (%s): %s\n",
+              lh_learner_ckpt_exists(L.cfg.ckpt_dir) ? "--resume goes on from the previous one"
+                                                     : "there is none to resume from",
+              why.msg);
+      rc = rc ? rc : why.code;
     }
   }
   learner_close(&L);

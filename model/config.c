@@ -263,6 +263,47 @@ char *lh_model_config_to_json(const lh_model_config *cfg) {
 
 
 
+/* One key's value as text: integers as they are, floats with the fewest
+ * digits that read back as the same float, balance by name. */
+static void key_text(const lh_model_config *cfg, const key_spec *k, char *out, size_t cap) {
+  const char *field = (const char *)cfg + k->offset;
+  switch (k->type) {
+    case KEY_INT: snprintf(out, cap, "%d", *(const int *)field); return;
+    case KEY_FLOAT: {
+      float v = *(const float *)field;
+      for (int digits = 6; digits <= 9; digits++) {
+        snprintf(out, cap, "%.*g", digits, (double)v);
+        if (strtof(out, NULL) == v) return;
+      }
+      return;
+    }
+    case KEY_BALANCE: snprintf(out, cap, "%s", lh_balance_name(cfg->balance)); return;
+    case KEY_U64: snprintf(out, cap, "%llu", (unsigned long long)*(const uint64_t *)field); return;
+  }
+}
+
+int lh_model_config_diff(const lh_model_config *a, const lh_model_config *b, const char *whose, char *out,
+                         size_t cap) {
+  if (out && cap) out[0] = 0;
+  if (!a || !b) return 0;
+  int n = 0;
+  size_t used = 0;
+  for (int i = 0; i < n_keys; i++) {
+    const key_spec *k = &keys[i];
+    if (k->type == KEY_U64) continue; /* the seed: where the weights came from, not what they are */
+    char va[32], vb[32];
+    key_text(a, k, va, sizeof va);
+    key_text(b, k, vb, sizeof vb);
+    if (!strcmp(va, vb)) continue;
+    n++;
+    if (!out || used >= cap) continue;
+    int w = snprintf(out + used, cap - used, "%s%s = %s differs from the %s's %s", n > 1 ? ", " : "", k->name, va,
+                     whose ? whose : "other", vb);
+    used = w < 0 ? cap : used + (size_t)w;
+  }
+  return n;
+}
+
 int lh_model_config_from_json_obj(const void *obj, lh_model_config *cfg, lh_errbuf *err) {
   const cJSON *o = obj;
   if (!cJSON_IsObject(o))

@@ -82,6 +82,14 @@ char *lh_model_config_to_json(const lh_model_config *cfg);
 /* Parses such an object (every key required, no unknown key):
  * LH_EMODEL_CONFIG_KEY / LH_EMODEL_CONFIG_VALUE / LH_EMODEL_CKPT_METADATA. */
 int lh_model_config_from_json(const char *json, lh_model_config *cfg, lh_errbuf *err);
+/* The keys whose values differ between a and b, the seed aside (it says
+ * where the weights came from, not what they are: lh_model_copy_params
+ * ignores it too), as "key = A differs from the WHOSE's B" joined by ", "
+ * into out (cap bytes, may be NULL; "" when none). Values print as the INI
+ * file writes them, floats with the fewest digits that read back the same,
+ * so a float differs exactly when its text does. Returns how many differ. */
+int lh_model_config_diff(const lh_model_config *a, const lh_model_config *b, const char *whose, char *out,
+                         size_t cap);
 
 /* ---- the model: parameters and their table ----------------------------- */
 #define LH_MODEL_NAME_BYTES 48
