@@ -231,11 +231,13 @@ typedef struct {
   double reward;
   int has_versions;                /* 0 when no sampled token was stored */
   uint64_t min_version, max_version;
-  int has_end;                     /* an EpisodeEnd arrived */
-  uint32_t segment_count;          /* expected (EpisodeEnd); 0 without one */
+  int has_end;                     /* ended: an EpisodeEnd arrived, or the learner ended it
+                                      (the sweep, lh_store_episode_set_status) */
+  uint32_t segment_count;          /* expected (EpisodeEnd); 0 until one is stored */
   uint32_t segments_received;
   uint32_t payloads_dropped;       /* segments whose payload retention removed */
   int64_t created_ms, updated_ms, ended_ms;  /* ended_ms 0 while running */
+  int64_t swept_ms;                /* when the idle sweep ended it; 0 if it never did */
 } lh_episode_row;
 
 /* Which episodes lh_store_episodes visits. Fields left as
@@ -352,10 +354,31 @@ typedef int (*lh_store_heartbeat_fn)(void *ctx, const lh_store_heartbeat *h);
 /* Visits the newest heartbeat of every actor, by actor name. */
 int lh_store_latest_heartbeats(lh_store *s, lh_store_heartbeat_fn fn, void *ctx, lh_errbuf *err);
 
-/* Ends as aborted (outcome aborted, reason as error text) every episode
- * still running whose row last changed before idle_before_ms (wall clock):
- * an actor that died mid-episode never sends its EpisodeEnd. *aborted (may
- * be NULL) gets how many. One transaction (or joins the open batch). */
+/* The idle sweep: ends the episodes that nothing will complete, as of
+ * idle_before_ms (wall clock; the learner passes now - abort_after_ms),
+ * each row's last change being its updated_ms:
+ * - every episode still running (no EpisodeEnd) whose row last changed
+ *   before idle_before_ms ends as aborted (outcome aborted, reason as its
+ *   error text): an actor that died mid-episode never sends its end;
+ * - every episode whose EpisodeEnd is stored with status complete or
+ *   truncated, still short of segments (segments_received differs from
+ *   segment_count) and unchanged since idle_before_ms ends as error
+ *   (outcome error), its error text naming how many segments are missing
+ *   ("3 of 5 segments missing after the idle limit"): an end that counts
+ *   segments that never come would leave it never ready. Its reward and
+ *   figures stay.
+ * Both set swept_ms, which stays. A late EpisodeEnd of an episode the
+ * sweep aborted is stored (lh_store_put_episode_end); segments that come
+ * after are stored, but an episode the sweep ended as error stays error.
+ * One transaction (or joins the open batch). counts may be NULL. */
+typedef struct {
+  uint64_t aborted;     /* running episodes ended as aborted */
+  uint64_t incomplete;  /* ended episodes short of segments, ended as error */
+} lh_store_sweep_counts;
+int lh_store_sweep_idle_episodes(lh_store *s, int64_t idle_before_ms, const char *reason,
+                                 lh_store_sweep_counts *counts, lh_errbuf *err);
+/* The same sweep; *aborted (may be NULL) gets how many episodes it ended,
+ * of both kinds. */
 int lh_store_abort_idle_episodes(lh_store *s, int64_t idle_before_ms, const char *reason,
                                  uint64_t *aborted, lh_errbuf *err);
 
