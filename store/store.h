@@ -16,7 +16,9 @@
  * (lh_store_begin ... lh_store_commit) or, for a put outside a batch, a
  * transaction of its own. Inserts are idempotent on their keys: a message
  * the store already holds is counted as a duplicate (*inserted = 0), not an
- * error, so an actor may resend whatever was not acked.
+ * error, so an actor may resend whatever was not acked. A segment or an
+ * EpisodeEnd that contradicts what the store holds is refused
+ * (*inserted = LH_STORE_REFUSED, see "writes" below).
  *
  * An lh_store is one SQLite connection: use it from one thread at a time.
  * All SQL is prepared with bound parameters. Unsigned 64-bit ids and seeds
@@ -113,17 +115,53 @@ int lh_store_in_batch(const lh_store *s);
 
 /* ---- writes (each: *inserted = 1 when new, 0 when a duplicate) ---------- */
 
+/* What *inserted says besides 1 (new) and 0 (a duplicate) after
+ * lh_store_put_segment or lh_store_put_episode_end: the message
+ * contradicts what the store holds and was not stored. The call returns 0
+ * (an open batch goes on with its other messages; nothing of the refused
+ * one was written) and err says why (code LH_ESTORE_REFUSED; the message
+ * names the episode and what differs). The ingest answers it
+ * ACK_REJECTED: a resend would be refused again. */
+#define LH_STORE_REFUSED (-1)
+
 /* Validates seg (lh_wire_validate_segment with the store's limits), stores
  * its encoding (lh_wire_segment_encode) as the payload under (episode_id,
  * seq), and creates the episode row as `running` when there is none yet, or
  * adds the segment's tokens and versions to it. The version range counts
- * tokens sampled by the policy (loss_mask 1) only. inserted may be NULL. */
+ * tokens sampled by the policy (loss_mask 1) only. inserted may be NULL.
+ *
+ * The first message of an episode (segment or EpisodeEnd) makes it its
+ * actor's: a segment is refused when its actor, env, group_id or task_seed
+ * differs from the episode's (the same episode id from two actors), when
+ * the episode's EpisodeEnd is stored and seq is not below its
+ * segment_count (past the end), and when (episode_id, seq) is stored with
+ * other content (a conflict: a resend must encode to the same payload; one
+ * whose payload retention dropped must have the same size, start_offset
+ * and token count). Only a resend of the same segment is a duplicate. */
 int lh_store_put_segment(lh_store *s, const Longhaul__Segment *seg, int *inserted,
                          lh_errbuf *err);
 /* Records the end of an episode: status and outcome, reward, reward terms,
  * expected segment count, total tokens, steps, group and task seed.
- * Creates the episode row when no segment came first. An episode that has
- * already ended is a duplicate (nothing changes). */
+ * Creates the episode row when no segment came first.
+ *
+ * The first EpisodeEnd of an episode is stored; any later one from its
+ * actor is a duplicate and changes nothing (the first wins). An EpisodeEnd
+ * is refused when its actor, env, group_id or task_seed differs from the
+ * episode's, and when a stored segment's seq is not below its
+ * segment_count.
+ *
+ * Status rule: the episode takes the status of the end's outcome
+ * (success or failure: complete; truncated, aborted and error: the same
+ * name), also
+ * when the idle sweep (lh_store_abort_idle_episodes) had ended it as
+ * aborted before the end came: such a late end is stored whole (reward,
+ * outcome, terms, segment_count, tokens, steps, error text) and inserted
+ * is 1; swept_ms keeps the sweep's time. Only an episode the learner ended
+ * itself with lh_store_episode_set_status (not the sweep) keeps its
+ * status, outcome and error (the end's figures still go in). An episode is
+ * trained only when it is ready as well (lh_episode_filter.ready_only:
+ * every counted segment stored); the sweep ends one that stays short of
+ * that as error. */
 int lh_store_put_episode_end(lh_store *s, const Longhaul__EpisodeEnd *end, int *inserted,
                              lh_errbuf *err);
 

@@ -456,7 +456,7 @@ START_TEST(test_retention) {
       put_seg(s, &g.seg, 1);
     }
     sfx_end end;
-    sfx_end_init(&end, id, "calc", 2, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
+    sfx_end_init(&end, id, id % 2 ? "calc" : "needle", 2, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
     put_end(s, &end.end, 1);
   }
   ck_assert_int_eq(lh_store_commit(s, &e), 0);
