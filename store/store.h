@@ -20,6 +20,9 @@
  * EpisodeEnd that contradicts what the store holds is refused
  * (*inserted = LH_STORE_REFUSED, see "writes" below).
  *
+ * A store has at most one writing learner: lh_store_lock_writer takes an
+ * advisory lock on a side file that the learner holds while it runs.
+ *
  * An lh_store is one SQLite connection: use it from one thread at a time.
  * All SQL is prepared with bound parameters. Unsigned 64-bit ids and seeds
  * are stored as SQLite's signed 64-bit integers (the same bits), so one
@@ -419,6 +422,34 @@ int lh_store_sweep_idle_episodes(lh_store *s, int64_t idle_before_ms, const char
  * of both kinds. */
 int lh_store_abort_idle_episodes(lh_store *s, int64_t idle_before_ms, const char *reason,
                                  uint64_t *aborted, lh_errbuf *err);
+
+/* ---- one writer per store ----------------------------------------------- */
+
+/* The writer lock: an exclusive advisory lock (flock) on the side file
+ * `<db_path>.writer` (db_path with symbolic links and relative parts
+ * resolved, so that two spellings of one store share one lock), which
+ * also holds its holder's description (pid, host, start time and the
+ * holder text). The kernel drops the lock when
+ * the process ends, however it ends, so a crashed learner never leaves a
+ * store locked; the side file stays (emptied on unlock). Readers take no
+ * lock. */
+typedef struct lh_store_writer_lock lh_store_writer_lock;
+
+/* Takes the writer lock of the store at db_path (the file need not exist
+ * yet), without waiting. holder describes the taker (say "learner rank 0
+ * run r1: longhaul learner --config fleet.ini": what a user needs to find
+ * it; may be NULL). On success
+ * *out is the lock, released with lh_store_unlock_writer (or by the
+ * process's end). When another open lock holds it (another process, or
+ * another call in this one) the call fails at once with
+ * LH_ESTORE_WRITER_LOCKED, err naming the holder as its side file
+ * describes it; LH_EIO when the side file cannot be opened or written,
+ * LH_EINVAL for a NULL or empty path or a NULL out, LH_ENOMEM. The descriptor is close-on-exec: a
+ * process the holder starts does not inherit the lock. */
+int lh_store_lock_writer(const char *db_path, const char *holder, lh_store_writer_lock **out,
+                         lh_errbuf *err);
+/* Empties the side file, releases the lock and frees l; accepts NULL. */
+void lh_store_unlock_writer(lh_store_writer_lock *l);
 
 /* ---- statistics -------------------------------------------------------- */
 

@@ -1,12 +1,16 @@
-/* Tests of the replay store against hostile or broken peers: a late
- * EpisodeEnd after the idle sweep, ends that count segments that never
- * come, one episode id from two actors (and from one actor with another
- * env, group or seed), a resent segment with other content, and segments
- * past the end. Each test prints what it counted. */
+/* Tests of the replay store against hostile or broken peers and a second
+ * learner: a late EpisodeEnd after the idle sweep, ends that count
+ * segments that never come, one episode id from two actors (and from one
+ * actor with another env, group or seed), a resent segment with other
+ * content, segments past the end, and the writer lock (a second taker in
+ * this process and in another, released when its holder is killed). Each
+ * test prints what it counted. */
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "store/store_internal.h"
@@ -20,6 +24,7 @@ static void remove_files(void) {
   unlink(db);
   snprintf(p, sizeof p, "%s-wal", db), unlink(p);
   snprintf(p, sizeof p, "%s-shm", db), unlink(p);
+  snprintf(p, sizeof p, "%s.writer", db), unlink(p);
 }
 
 static void setup(void) {
@@ -453,6 +458,90 @@ START_TEST(test_past_the_end) {
 }
 END_TEST
 
+/* ---- the writer lock ---- */
+
+static void expect_locked(const char *holder_text) {
+  lh_store_writer_lock *l = (lh_store_writer_lock *)1;
+  lh_errbuf_clear(&e);
+  int rc = lh_store_lock_writer(db, "second learner", &l, &e);
+  printf("second writer: %s (%s)\n", lh_err_name(rc), e.msg);
+  ck_assert_int_eq(rc, LH_ESTORE_WRITER_LOCKED);
+  ck_assert(l == NULL);
+  ck_assert_msg(strstr(e.msg, holder_text) != NULL, "%s", e.msg);
+  ck_assert_msg(strstr(e.msg, db) != NULL, "%s", e.msg);
+}
+
+START_TEST(test_writer_lock) {
+  lh_store_writer_lock *l = NULL;
+  ck_assert_msg(lh_store_lock_writer(db, "learner rank 0\nrun r1", &l, &e) == 0, "%s", e.msg);
+  ck_assert(l != NULL);
+  char want[64];
+  snprintf(want, sizeof want, "pid %d on ", (int)getpid());
+  /* A second taker in this process is refused too, naming the holder. */
+  expect_locked(want);
+  expect_locked("learner rank 0 run r1");
+  lh_store_unlock_writer(l);
+  lh_store_unlock_writer(NULL);
+  ck_assert_msg(lh_store_lock_writer(db, NULL, &l, &e) == 0, "%s", e.msg);
+  expect_locked("no description");
+  lh_store_unlock_writer(l);
+
+  /* Another process holds it, then is killed: the lock goes with it. */
+  int ready[2];
+  ck_assert_int_eq(pipe(ready), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    close(ready[0]);
+    alarm(120);  /* an orphan, should the test fail before its kill, goes too */
+    lh_store_writer_lock *mine = NULL;
+    lh_errbuf ce;
+    if (lh_store_lock_writer(db, "child learner", &mine, &ce) != 0) _exit(3);
+    if (write(ready[1], "L", 1) != 1) _exit(4);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char c = 0;
+  ck_assert_int_eq(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  ck_assert_int_eq(c, 'L');
+  snprintf(want, sizeof want, "pid %d on ", (int)pid);
+  expect_locked(want);
+  expect_locked("child learner");
+  ck_assert_int_eq(kill(pid, SIGKILL), 0);
+  int status;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  ck_assert_msg(lh_store_lock_writer(db, "after the kill", &l, &e) == 0, "%s", e.msg);
+  printf("writer lock taken after its holder (pid %d) was killed\n", (int)pid);
+  lh_store_unlock_writer(l);
+
+  /* Other spellings of the same store share its lock: a symbolic link, a
+   * path through "." (the store exists by now). */
+  lh_store_close(open_rw());
+  char link[300], dotted[300];
+  snprintf(link, sizeof link, "%s-link", db);
+  unlink(link);
+  ck_assert_int_eq(symlink(db, link), 0);
+  const char *slash = strrchr(db, '/');
+  snprintf(dotted, sizeof dotted, "%.*s/./%s", (int)(slash - db), db, slash + 1);
+  ck_assert_msg(lh_store_lock_writer(link, "through the link", &l, &e) == 0, "%s", e.msg);
+  lh_store_writer_lock *l2 = NULL;
+  ck_assert_int_eq(lh_store_lock_writer(db, NULL, &l2, &e), LH_ESTORE_WRITER_LOCKED);
+  ck_assert_int_eq(lh_store_lock_writer(dotted, NULL, &l2, &e), LH_ESTORE_WRITER_LOCKED);
+  ck_assert_msg(strstr(e.msg, "through the link") != NULL, "%s", e.msg);
+  lh_store_unlock_writer(l);
+  unlink(link);
+
+  /* Bad arguments and a folder that does not exist. */
+  ck_assert_int_eq(lh_store_lock_writer(NULL, NULL, &l, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_store_lock_writer(db, NULL, NULL, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_store_lock_writer("/nonexistent-lh-dir/x.db", NULL, &l, &e), LH_EIO);
+  ck_assert_msg(strstr(e.msg, "/nonexistent-lh-dir/x.db.writer") != NULL, "%s", e.msg);
+  ck_assert(l == NULL);
+}
+END_TEST
+
 static Suite *hostile_suite(void) {
   Suite *su = suite_create("store_hostile");
   TCase *tc = tcase_create("store_hostile");
@@ -463,6 +552,7 @@ static Suite *hostile_suite(void) {
   tcase_add_test(tc, test_two_actors_one_id);
   tcase_add_test(tc, test_segment_conflict);
   tcase_add_test(tc, test_past_the_end);
+  tcase_add_test(tc, test_writer_lock);
   suite_add_tcase(su, tc);
   return su;
 }
