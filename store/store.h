@@ -16,7 +16,12 @@
  * (lh_store_begin ... lh_store_commit) or, for a put outside a batch, a
  * transaction of its own. Inserts are idempotent on their keys: a message
  * the store already holds is counted as a duplicate (*inserted = 0), not an
- * error, so an actor may resend whatever was not acked.
+ * error, so an actor may resend whatever was not acked. A segment or an
+ * EpisodeEnd that contradicts what the store holds is refused
+ * (*inserted = LH_STORE_REFUSED, see "writes" below).
+ *
+ * A store has at most one writing learner: lh_store_lock_writer takes an
+ * advisory lock on a side file that the learner holds while it runs.
  *
  * An lh_store is one SQLite connection: use it from one thread at a time.
  * All SQL is prepared with bound parameters. Unsigned 64-bit ids and seeds
@@ -113,17 +118,53 @@ int lh_store_in_batch(const lh_store *s);
 
 /* ---- writes (each: *inserted = 1 when new, 0 when a duplicate) ---------- */
 
+/* What *inserted says besides 1 (new) and 0 (a duplicate) after
+ * lh_store_put_segment or lh_store_put_episode_end: the message
+ * contradicts what the store holds and was not stored. The call returns 0
+ * (an open batch goes on with its other messages; nothing of the refused
+ * one was written) and err says why (code LH_ESTORE_REFUSED; the message
+ * names the episode and what differs). The ingest answers it
+ * ACK_REJECTED: a resend would be refused again. */
+#define LH_STORE_REFUSED (-1)
+
 /* Validates seg (lh_wire_validate_segment with the store's limits), stores
  * its encoding (lh_wire_segment_encode) as the payload under (episode_id,
  * seq), and creates the episode row as `running` when there is none yet, or
  * adds the segment's tokens and versions to it. The version range counts
- * tokens sampled by the policy (loss_mask 1) only. inserted may be NULL. */
+ * tokens sampled by the policy (loss_mask 1) only. inserted may be NULL.
+ *
+ * The first message of an episode (segment or EpisodeEnd) makes it its
+ * actor's: a segment is refused when its actor, env, group_id or task_seed
+ * differs from the episode's (the same episode id from two actors), when
+ * the episode's EpisodeEnd is stored and seq is not below its
+ * segment_count (past the end), and when (episode_id, seq) is stored with
+ * other content (a conflict: a resend must encode to the same payload; one
+ * whose payload retention dropped must have the same size, start_offset
+ * and token count). Only a resend of the same segment is a duplicate. */
 int lh_store_put_segment(lh_store *s, const Longhaul__Segment *seg, int *inserted,
                          lh_errbuf *err);
 /* Records the end of an episode: status and outcome, reward, reward terms,
  * expected segment count, total tokens, steps, group and task seed.
- * Creates the episode row when no segment came first. An episode that has
- * already ended is a duplicate (nothing changes). */
+ * Creates the episode row when no segment came first.
+ *
+ * The first EpisodeEnd of an episode is stored; any later one from its
+ * actor is a duplicate and changes nothing (the first wins). An EpisodeEnd
+ * is refused when its actor, env, group_id or task_seed differs from the
+ * episode's, and when a stored segment's seq is not below its
+ * segment_count.
+ *
+ * Status rule: the episode takes the status of the end's outcome
+ * (success or failure: complete; truncated, aborted and error: the same
+ * name), also
+ * when the idle sweep (lh_store_abort_idle_episodes) had ended it as
+ * aborted before the end came: such a late end is stored whole (reward,
+ * outcome, terms, segment_count, tokens, steps, error text) and inserted
+ * is 1; swept_ms keeps the sweep's time. Only an episode the learner ended
+ * itself with lh_store_episode_set_status (not the sweep) keeps its
+ * status, outcome and error (the end's figures still go in). An episode is
+ * trained only when it is ready as well (lh_episode_filter.ready_only:
+ * every counted segment stored); the sweep ends one that stays short of
+ * that as error. */
 int lh_store_put_episode_end(lh_store *s, const Longhaul__EpisodeEnd *end, int *inserted,
                              lh_errbuf *err);
 
@@ -231,11 +272,13 @@ typedef struct {
   double reward;
   int has_versions;                /* 0 when no sampled token was stored */
   uint64_t min_version, max_version;
-  int has_end;                     /* an EpisodeEnd arrived */
-  uint32_t segment_count;          /* expected (EpisodeEnd); 0 without one */
+  int has_end;                     /* ended: an EpisodeEnd arrived, or the learner ended it
+                                      (the sweep, lh_store_episode_set_status) */
+  uint32_t segment_count;          /* expected (EpisodeEnd); 0 until one is stored */
   uint32_t segments_received;
   uint32_t payloads_dropped;       /* segments whose payload retention removed */
   int64_t created_ms, updated_ms, ended_ms;  /* ended_ms 0 while running */
+  int64_t swept_ms;                /* when the idle sweep ended it; 0 if it never did */
 } lh_episode_row;
 
 /* Which episodes lh_store_episodes visits. Fields left as
@@ -352,12 +395,61 @@ typedef int (*lh_store_heartbeat_fn)(void *ctx, const lh_store_heartbeat *h);
 /* Visits the newest heartbeat of every actor, by actor name. */
 int lh_store_latest_heartbeats(lh_store *s, lh_store_heartbeat_fn fn, void *ctx, lh_errbuf *err);
 
-/* Ends as aborted (outcome aborted, reason as error text) every episode
- * still running whose row last changed before idle_before_ms (wall clock):
- * an actor that died mid-episode never sends its EpisodeEnd. *aborted (may
- * be NULL) gets how many. One transaction (or joins the open batch). */
+/* The idle sweep: ends the episodes that nothing will complete, as of
+ * idle_before_ms (wall clock; the learner passes now - abort_after_ms),
+ * each row's last change being its updated_ms:
+ * - every episode still running (no EpisodeEnd) whose row last changed
+ *   before idle_before_ms ends as aborted (outcome aborted, reason as its
+ *   error text): an actor that died mid-episode never sends its end;
+ * - every episode whose EpisodeEnd is stored with status complete or
+ *   truncated, still short of segments (segments_received differs from
+ *   segment_count) and unchanged since idle_before_ms ends as error
+ *   (outcome error), its error text naming how many segments are missing
+ *   ("3 of 5 segments missing after the idle limit"): an end that counts
+ *   segments that never come would leave it never ready. Its reward and
+ *   figures stay.
+ * Both set swept_ms, which stays. A late EpisodeEnd of an episode the
+ * sweep aborted is stored (lh_store_put_episode_end); segments that come
+ * after are stored, but an episode the sweep ended as error stays error.
+ * One transaction (or joins the open batch). counts may be NULL. */
+typedef struct {
+  uint64_t aborted;     /* running episodes ended as aborted */
+  uint64_t incomplete;  /* ended episodes short of segments, ended as error */
+} lh_store_sweep_counts;
+int lh_store_sweep_idle_episodes(lh_store *s, int64_t idle_before_ms, const char *reason,
+                                 lh_store_sweep_counts *counts, lh_errbuf *err);
+/* The same sweep; *aborted (may be NULL) gets how many episodes it ended,
+ * of both kinds. */
 int lh_store_abort_idle_episodes(lh_store *s, int64_t idle_before_ms, const char *reason,
                                  uint64_t *aborted, lh_errbuf *err);
+
+/* ---- one writer per store ----------------------------------------------- */
+
+/* The writer lock: an exclusive advisory lock (flock) on the side file
+ * `<db_path>.writer` (db_path with symbolic links and relative parts
+ * resolved, so that two spellings of one store share one lock), which
+ * also holds its holder's description (pid, host, start time and the
+ * holder text). The kernel drops the lock when
+ * the process ends, however it ends, so a crashed learner never leaves a
+ * store locked; the side file stays (emptied on unlock). Readers take no
+ * lock. */
+typedef struct lh_store_writer_lock lh_store_writer_lock;
+
+/* Takes the writer lock of the store at db_path (the file need not exist
+ * yet), without waiting. holder describes the taker (say "learner rank 0
+ * run r1: longhaul learner --config fleet.ini": what a user needs to find
+ * it; may be NULL). On success
+ * *out is the lock, released with lh_store_unlock_writer (or by the
+ * process's end). When another open lock holds it (another process, or
+ * another call in this one) the call fails at once with
+ * LH_ESTORE_WRITER_LOCKED, err naming the holder as its side file
+ * describes it; LH_EIO when the side file cannot be opened or written,
+ * LH_EINVAL for a NULL or empty path or a NULL out, LH_ENOMEM. The descriptor is close-on-exec: a
+ * process the holder starts does not inherit the lock. */
+int lh_store_lock_writer(const char *db_path, const char *holder, lh_store_writer_lock **out,
+                         lh_errbuf *err);
+/* Empties the side file, releases the lock and frees l; accepts NULL. */
+void lh_store_unlock_writer(lh_store_writer_lock *l);
 
 /* ---- statistics -------------------------------------------------------- */
 

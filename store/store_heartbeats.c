@@ -1,7 +1,8 @@
 /* store: what a running fleet reports about itself (schema 3): the
  * actors' heartbeats, kept to the newest heartbeats_per_actor rows per
- * actor, and the learner's sweep of episodes whose actor went away
- * mid-episode. */
+ * actor, and the learner's sweep of episodes that nothing will complete
+ * (their actor went away mid-episode, or their end counts segments that
+ * never came). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,27 +150,64 @@ int lh_store_latest_heartbeats(lh_store *s, lh_store_heartbeat_fn fn, void *ctx,
   return rc < 0 ? rc : 0;
 }
 
-int lh_store_abort_idle_episodes(lh_store *s, int64_t idle_before_ms, const char *reason,
-                                 uint64_t *aborted, lh_errbuf *err) {
-  if (aborted) *aborted = 0;
-  if (!s) return lh_errbuf_set(err, LH_EINVAL, "lh_store_abort_idle_episodes: store is NULL");
+/* The two kinds of episode the sweep ends (store.h). The second reads
+ * the partial index episodes_short (INDEXED BY: left to itself the planner
+ * picks episodes_status and walks every complete episode each second); its
+ * WHERE repeats the index's terms, as a partial index needs, so that only
+ * the rows the index holds are looked at. */
+static const char sql_sweep_running[] =
+    "UPDATE episodes SET status = 'aborted', outcome = 'aborted',"
+    " error = coalesce(?2, error), updated_ms = ?3, ended_ms = ?3, swept_ms = ?3"
+    " WHERE status = 'running' AND updated_ms < ?1";
+static const char sql_sweep_short[] =
+    "UPDATE episodes INDEXED BY episodes_short SET status = 'error', outcome = 'error',"
+    " error = CASE WHEN segments_received < segment_count"
+    "   THEN printf('%d of %d segments missing after the idle limit', segment_count -"
+    "     (SELECT count(*) FROM segments g WHERE g.episode = episodes.id"
+    "      AND g.seq < episodes.segment_count), segment_count)"
+    "   ELSE printf('%d segments stored for %d counted by the EpisodeEnd', segments_received,"
+    "     segment_count) END,"
+    " updated_ms = ?2, swept_ms = ?2"
+    " WHERE segment_count IS NOT NULL AND segments_received <> segment_count"
+    " AND status IN ('complete', 'truncated') AND updated_ms < ?1";
+
+int lh_store_sweep_idle_episodes(lh_store *s, int64_t idle_before_ms, const char *reason,
+                                 lh_store_sweep_counts *counts, lh_errbuf *err) {
+  if (counts) memset(counts, 0, sizeof *counts);
+  if (!s) return lh_errbuf_set(err, LH_EINVAL, "lh_store_sweep_idle_episodes: store is NULL");
   int own;
   LH_TRY(lh_store_write_begin(s, &own, err));
-  sqlite3_stmt *st;
+  int64_t now = lh_wall_ms();
+  lh_store_sweep_counts n = {0, 0};
+  sqlite3_stmt *st = NULL;
   int rc = lh_store_flush(s, err);
-  if (rc >= 0)
-    rc = lh_store_prepare(s,
-                          "UPDATE episodes SET status = 'aborted', outcome = 'aborted',"
-                          " error = coalesce(?2, error), updated_ms = ?3, ended_ms = ?3"
-                          " WHERE status = 'running' AND updated_ms < ?1",
-                          &st, err);
+  if (rc >= 0) rc = lh_store_prepare(s, sql_sweep_running, &st, err);
   if (rc >= 0) {
     sqlite3_bind_int64(st, 1, idle_before_ms);
     lh_store_bind_text(st, 2, reason && *reason ? reason : NULL);
-    sqlite3_bind_int64(st, 3, lh_wall_ms());
+    sqlite3_bind_int64(st, 3, now);
     rc = lh_store_step(s, st, "aborting idle episodes", err);
     sqlite3_finalize(st);
-    if (rc >= 0 && aborted) *aborted = (uint64_t)sqlite3_changes(s->db);
+    if (rc >= 0) n.aborted = (uint64_t)sqlite3_changes(s->db);
   }
-  return lh_store_write_end(s, own, rc < 0 ? rc : 0, err);
+  if (rc >= 0) rc = lh_store_prepare(s, sql_sweep_short, &st, err);
+  if (rc >= 0) {
+    sqlite3_bind_int64(st, 1, idle_before_ms);
+    sqlite3_bind_int64(st, 2, now);
+    rc = lh_store_step(s, st, "ending episodes short of segments", err);
+    sqlite3_finalize(st);
+    if (rc >= 0) n.incomplete = (uint64_t)sqlite3_changes(s->db);
+  }
+  rc = lh_store_write_end(s, own, rc < 0 ? rc : 0, err);
+  if (rc >= 0 && counts) *counts = n;
+  return rc;
+}
+
+int lh_store_abort_idle_episodes(lh_store *s, int64_t idle_before_ms, const char *reason,
+                                 uint64_t *aborted, lh_errbuf *err) {
+  if (aborted) *aborted = 0;
+  lh_store_sweep_counts n;
+  int rc = lh_store_sweep_idle_episodes(s, idle_before_ms, reason, &n, err);
+  if (rc >= 0 && aborted) *aborted = n.aborted + n.incomplete;
+  return rc;
 }

@@ -16,8 +16,11 @@
 enum {
   ST_SEG_INSERT,
   ST_EP_UPSERT_SEG,
-  ST_EP_UPSERT_END,
+  ST_EP_INSERT_END,
+  ST_EP_UPDATE_END,
   ST_REWARD_INSERT,
+  ST_EP_OWNER,
+  ST_SEG_STORED,
   ST_COUNT
 };
 
@@ -32,6 +35,11 @@ typedef struct {
   int has_versions;
   uint64_t vmin, vmax;
   int64_t updated_ms;
+  /* What the episode's row said when the entry was made (or what its
+   * first segment said when there was no row): the owner every later
+   * segment of the batch is checked against without a query. */
+  int has_count;           /* an EpisodeEnd is stored: segment_count holds */
+  uint32_t segment_count;
   char actor[LH_STORE_NAME_BYTES], env[LH_STORE_NAME_BYTES];
 } lh_store_pending_episode;
 

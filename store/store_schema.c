@@ -140,18 +140,28 @@ static const char schema_v4[] =
     "  load REAL NOT NULL,"
     "  PRIMARY KEY (step, layer, expert));";
 
-/* Version 5: back-pressure and the learner's pace. positions is every
+/* Version 5: back-pressure and the learner's pace, and the idle sweep's
+ * record. positions is every
  * token of the step's episodes through forward and backward (tokens counts
  * the sampled ones only), so a step's rate compares with a model
  * benchmark's. stale_share is the share of the episodes the
  * learner took in over its recent steps that were dropped for
  * max_policy_lag (what [learner] max_stale_share bounds); backlog_cap is the
  * number of untrained episodes at which the learner told the actors to
- * start no new ones, as its controller had set it at that step. */
+ * start no new ones, as its controller had set it at that step.
+ * episodes.swept_ms is when the learner's idle sweep ended the episode
+ * (NULL if it never did; kept when a late EpisodeEnd comes). The partial
+ * index holds only the ended episodes still short of segments, the ones
+ * the sweep looks for among all the complete ones: the rows leave it as
+ * their last segment comes or the sweep ends them as error. */
 static const char schema_v5[] =
     "ALTER TABLE train_steps ADD COLUMN stale_share REAL;"
     "ALTER TABLE train_steps ADD COLUMN backlog_cap INTEGER;"
-    "ALTER TABLE train_steps ADD COLUMN positions INTEGER;";
+    "ALTER TABLE train_steps ADD COLUMN positions INTEGER;"
+    "ALTER TABLE episodes ADD COLUMN swept_ms INTEGER;"
+    "CREATE INDEX episodes_short ON episodes(updated_ms)"
+    "  WHERE segment_count IS NOT NULL AND segments_received <> segment_count"
+    "  AND status IN ('complete', 'truncated');";
 
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
@@ -159,7 +169,8 @@ const lh_store_migration lh_store_migrations[] = {
     {2, "payloads_dropped/dropped_ms, train_step_layers, episode query indexes", schema_v2},
     {3, "actor_heartbeats, train_steps.busy_frac", schema_v3},
     {4, "train_step_experts", schema_v4},
-    {5, "train_steps.stale_share, backlog_cap, positions", schema_v5},
+    {5, "train_steps.stale_share, backlog_cap, positions; episodes.swept_ms, episodes_short",
+     schema_v5},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

@@ -1,6 +1,12 @@
 /* store: the writes of the ingest path (segments and episode ends) and
- * episode status updates. Each is idempotent on its key. */
+ * episode status updates. Each is idempotent on its key, and each checks
+ * a message against the episode it names before writing anything: a
+ * message that contradicts what the store holds (another actor's episode,
+ * another environment, a segment past the end, a resend with other
+ * content) is refused, not stored (store.h, "writes"). */
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,21 +32,36 @@ static const char sql_ep_upsert_seg[] =
     "                         excluded.max_version),"
     "  updated_ms = excluded.updated_ms";
 
-/* An EpisodeEnd creates the row when no segment came first, or completes
- * it; an episode that has already ended is left alone (a duplicate). */
-static const char sql_ep_upsert_end[] =
+/* An EpisodeEnd that comes before any segment creates the row. */
+static const char sql_ep_insert_end[] =
     "INSERT INTO episodes(id, actor, env, task_seed, group_id, status, outcome, error, steps,"
     " tokens, reward, segment_count, created_ms, updated_ms, ended_ms)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?13)"
-    " ON CONFLICT(id) DO UPDATE SET"
-    "  actor = CASE WHEN excluded.actor <> '' THEN excluded.actor ELSE actor END,"
-    "  env = CASE WHEN excluded.env <> '' THEN excluded.env ELSE env END,"
-    "  task_seed = excluded.task_seed, group_id = excluded.group_id,"
-    "  status = excluded.status, outcome = excluded.outcome, error = excluded.error,"
-    "  steps = excluded.steps, tokens = excluded.tokens, reward = excluded.reward,"
-    "  segment_count = excluded.segment_count, updated_ms = excluded.updated_ms,"
-    "  ended_ms = excluded.ended_ms"
-    " WHERE ended_ms IS NULL";
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?13)";
+
+/* The first EpisodeEnd of an episode that has a row (its segments came
+ * first, or the sweep ended it): the end's figures go in. Its status,
+ * outcome and error replace the row's unless the learner ended the
+ * episode itself with lh_store_episode_set_status (ended, not by the
+ * sweep): that verdict stands. The caller has checked that no EpisodeEnd
+ * is stored yet (segment_count IS NULL). */
+static const char sql_ep_update_end[] =
+    "UPDATE episodes SET"
+    "  status = CASE WHEN ended_ms IS NOT NULL AND swept_ms IS NULL THEN status ELSE ?6 END,"
+    "  outcome = CASE WHEN ended_ms IS NOT NULL AND swept_ms IS NULL THEN outcome ELSE ?7 END,"
+    "  error = CASE WHEN ended_ms IS NOT NULL AND swept_ms IS NULL THEN error ELSE ?8 END,"
+    "  steps = ?9, tokens = ?10, reward = ?11, segment_count = ?12, updated_ms = ?13,"
+    "  ended_ms = ?13"
+    " WHERE id = ?1 AND segment_count IS NULL";
+
+/* What the checks of a put need to know about the episode it names. */
+static const char sql_ep_owner[] =
+    "SELECT actor, env, group_id, task_seed, segment_count,"
+    " (SELECT max(seq) FROM segments WHERE episode = ?1) FROM episodes WHERE id = ?1";
+
+/* A stored segment, to tell a resend from a conflicting one. */
+static const char sql_seg_stored[] =
+    "SELECT payload, payload_bytes, start_offset, tokens FROM segments"
+    " WHERE episode = ?1 AND seq = ?2";
 
 static const char sql_reward_insert[] =
     "INSERT OR IGNORE INTO rewards(episode, term, value, step) VALUES (?1, ?2, ?3, ?4)";
@@ -84,20 +105,101 @@ int lh_store_flush(lh_store *s, lh_errbuf *err) {
   return rc < 0 ? rc : 0;
 }
 
-/* Adds a stored segment's tokens and versions to its episode's pending
- * change, flushing first when the table is full. */
-static int pending_add(lh_store *s, const Longhaul__Segment *seg, uint64_t sampled, uint64_t vmin,
-                       uint64_t vmax, int64_t now, lh_errbuf *err) {
-  if (!s->pending) {
-    s->pending = malloc(LH_STORE_PENDING * sizeof *s->pending);
-    if (!s->pending) return lh_errbuf_set(err, LH_ENOMEM, "no memory for pending episode rows");
-  }
-  lh_store_pending_episode *p = NULL;
+/* ---- who an episode belongs to ---- */
+
+/* What the store holds about an episode before a put: its owner (actor,
+ * environment, group, task seed) and how far it got. */
+typedef struct {
+  int found;
+  char actor[LH_STORE_NAME_BYTES], env[LH_STORE_NAME_BYTES];
+  uint64_t group_id, task_seed;
+  int has_count;        /* an EpisodeEnd is stored: segment_count holds */
+  uint32_t segment_count;
+  int has_seq;          /* a segment is stored: max_seq holds */
+  uint32_t max_seq;
+} episode_owner;
+
+static lh_store_pending_episode *pending_find(lh_store *s, uint64_t id) {
   for (size_t i = s->pending_count; i-- > 0;)
-    if (s->pending[i].id == seg->episode_id) {
-      p = &s->pending[i];
-      break;
-    }
+    if (s->pending[i].id == id) return &s->pending[i];
+  return NULL;
+}
+
+/* Reads the row of episode id into *o (o->found 0 when there is none).
+ * The caller has flushed the batch's pending change of that episode, or
+ * knows there is none. */
+static int owner_read(lh_store *s, uint64_t id, episode_owner *o, lh_errbuf *err) {
+  memset(o, 0, sizeof *o);
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_cached(s, ST_EP_OWNER, sql_ep_owner, &st, err));
+  lh_store_bind_u64(st, 1, id);
+  int rc = lh_store_step(s, st, "reading an episode's owner", err);
+  if (rc == SQLITE_ROW) {
+    o->found = 1;
+    lh_store_column_text(st, 0, o->actor, sizeof o->actor);
+    lh_store_column_text(st, 1, o->env, sizeof o->env);
+    o->group_id = lh_store_column_u64(st, 2);
+    o->task_seed = lh_store_column_u64(st, 3);
+    o->has_count = sqlite3_column_type(st, 4) != SQLITE_NULL;
+    o->segment_count = (uint32_t)sqlite3_column_int64(st, 4);
+    o->has_seq = sqlite3_column_type(st, 5) != SQLITE_NULL;
+    o->max_seq = (uint32_t)sqlite3_column_int64(st, 5);
+  }
+  sqlite3_reset(st);
+  return rc < 0 ? rc : 0;
+}
+
+/* Refuses a put: *inserted = LH_STORE_REFUSED and err says why (code
+ * LH_ESTORE_REFUSED), but the call returns 0 so that the caller's batch
+ * goes on with its other messages. */
+static int refuse(int *inserted, lh_errbuf *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int refuse(int *inserted, lh_errbuf *err, const char *fmt, ...) {
+  char msg[LH_ERRMSG_BYTES];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  lh_errbuf_set(err, LH_ESTORE_REFUSED, "%s", msg);
+  *inserted = LH_STORE_REFUSED;
+  return 0;
+}
+
+/* Whether a message about episode id from (actor, env, group, seed)
+ * matches the owner the store holds; refuses it (returns 1) when not.
+ * what names the message in the reason ("segment 3", "EpisodeEnd"). */
+static int owner_differs(const char *o_actor, const char *o_env, uint64_t o_group, uint64_t o_seed,
+                         uint64_t id, const char *what, const char *actor, const char *env,
+                         uint64_t group, uint64_t seed, int *inserted, lh_errbuf *err) {
+  char a[LH_STORE_NAME_BYTES], v[LH_STORE_NAME_BYTES];
+  copy_name(a, actor);
+  copy_name(v, env);
+  unsigned long long ep = (unsigned long long)id;
+  if (strcmp(a, o_actor) != 0)
+    refuse(inserted, err, "episode %llu belongs to actor %s, not %s (%s refused: two actors use one "
+           "episode id)", ep, o_actor, a, what);
+  else if (strcmp(v, o_env) != 0)
+    refuse(inserted, err, "episode %llu of actor %s runs env %s, not %s (%s refused)", ep, o_actor,
+           o_env, v, what);
+  else if (group != o_group)
+    refuse(inserted, err, "episode %llu of actor %s is in group %llu, not %llu (%s refused)", ep,
+           o_actor, (unsigned long long)o_group, (unsigned long long)group, what);
+  else if (seed != o_seed)
+    refuse(inserted, err, "episode %llu of actor %s has task seed %llu, not %llu (%s refused)", ep,
+           o_actor, (unsigned long long)o_seed, (unsigned long long)seed, what);
+  else
+    return 0;
+  return 1;
+}
+
+/* ---- segments ---- */
+
+/* Adds a stored segment's tokens and versions to its episode's pending
+ * change (p, or a new one from o, flushing first when the table is
+ * full). */
+static int pending_add(lh_store *s, lh_store_pending_episode *p, const episode_owner *o,
+                       const Longhaul__Segment *seg, uint64_t sampled, uint64_t vmin, uint64_t vmax,
+                       int64_t now, lh_errbuf *err) {
   if (!p) {
     if (s->pending_count == LH_STORE_PENDING) LH_TRY(lh_store_flush(s, err));
     p = &s->pending[s->pending_count++];
@@ -105,6 +207,8 @@ static int pending_add(lh_store *s, const Longhaul__Segment *seg, uint64_t sampl
     p->id = seg->episode_id;
     p->task_seed = seg->task_seed;
     p->group_id = seg->group_id;
+    p->has_count = o->has_count;
+    p->segment_count = o->segment_count;
     copy_name(p->actor, seg->actor);
     copy_name(p->env, seg->env);
   }
@@ -119,10 +223,80 @@ static int pending_add(lh_store *s, const Longhaul__Segment *seg, uint64_t sampl
   return 0;
 }
 
-/* The segment columns and the episode update, under the caller's
- * transaction. */
+/* A segment whose (episode, seq) is stored already: a resend when it is
+ * the same segment (the same encoding; after retention dropped the
+ * payload, the same size, offset and token count), else refused. */
+static int segment_resent(lh_store *s, const Longhaul__Segment *seg, const uint8_t *payload,
+                          size_t payload_bytes, int *inserted, lh_errbuf *err) {
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_cached(s, ST_SEG_STORED, sql_seg_stored, &st, err));
+  lh_store_bind_u64(st, 1, seg->episode_id);
+  sqlite3_bind_int64(st, 2, seg->seq);
+  int rc = lh_store_step(s, st, "reading a stored segment", err);
+  int same = 0;
+  int64_t stored_bytes = 0;
+  if (rc == SQLITE_ROW) {
+    stored_bytes = sqlite3_column_int64(st, 1);
+    if (sqlite3_column_type(st, 0) == SQLITE_NULL) {
+      same = stored_bytes == (int64_t)payload_bytes &&
+             lh_store_column_u64(st, 2) == seg->start_offset &&
+             sqlite3_column_int64(st, 3) == (int64_t)seg->n_tokens;
+    } else {
+      const void *b = sqlite3_column_blob(st, 0);
+      same = (size_t)sqlite3_column_bytes(st, 0) == payload_bytes &&
+             (payload_bytes == 0 || memcmp(b, payload, payload_bytes) == 0);
+    }
+  }
+  sqlite3_reset(st);
+  if (rc < 0) return rc;
+  if (rc != SQLITE_ROW)
+    return lh_errbuf_set(err, LH_ESTORE_SQLITE, "%s: episode %llu segment %u was ignored as a duplicate "
+                         "but is not stored", s->path, (unsigned long long)seg->episode_id, seg->seq);
+  *inserted = 0;
+  if (same) return 0;
+  return refuse(inserted, err,
+                "episode %llu segment %u from actor %s differs from the one stored (its payload %zu "
+                "bytes, the stored one %lld): a resend must be the same segment (refused as a "
+                "conflict)",
+                (unsigned long long)seg->episode_id, seg->seq, text_or_empty(seg->actor), payload_bytes,
+                (long long)stored_bytes);
+}
+
+/* The checks, the segment columns and the episode update, under the
+ * caller's transaction. */
 static int insert_segment(lh_store *s, const Longhaul__Segment *seg, const uint8_t *payload,
                           size_t payload_bytes, int *inserted, lh_errbuf *err) {
+  if (!s->pending) {
+    s->pending = malloc(LH_STORE_PENDING * sizeof *s->pending);
+    if (!s->pending) return lh_errbuf_set(err, LH_ENOMEM, "no memory for pending episode rows");
+  }
+  /* Whose episode: the batch's pending change knows when an earlier
+   * segment of the batch was checked; else the row says (or, without a
+   * row, this segment makes the episode its actor's). */
+  char what[48];
+  snprintf(what, sizeof what, "segment %u", seg->seq);
+  episode_owner o;
+  memset(&o, 0, sizeof o);
+  lh_store_pending_episode *p = pending_find(s, seg->episode_id);
+  if (p) {
+    if (owner_differs(p->actor, p->env, p->group_id, p->task_seed, seg->episode_id, what, seg->actor,
+                      seg->env, seg->group_id, seg->task_seed, inserted, err))
+      return 0;
+    o.has_count = p->has_count;
+    o.segment_count = p->segment_count;
+  } else {
+    LH_TRY(owner_read(s, seg->episode_id, &o, err));
+    if (o.found && owner_differs(o.actor, o.env, o.group_id, o.task_seed, seg->episode_id, what,
+                                 seg->actor, seg->env, seg->group_id, seg->task_seed, inserted, err))
+      return 0;
+  }
+  if (o.has_count && seg->seq >= o.segment_count)
+    return refuse(inserted, err,
+                  "episode %llu ended with %u segments; segment %u of actor %s is past its end "
+                  "(refused)",
+                  (unsigned long long)seg->episode_id, o.segment_count, seg->seq,
+                  text_or_empty(seg->actor));
+
   uint64_t sampled = 0, vmin = 0, vmax = 0;
   for (size_t i = 0; i < seg->n_tokens; i++) {
     if (seg->loss_mask.data[i] != 1) continue;
@@ -153,12 +327,9 @@ static int insert_segment(lh_store *s, const Longhaul__Segment *seg, const uint8
   int rc = lh_store_step(s, st, "inserting a segment", err);
   sqlite3_reset(st);
   if (rc < 0) return rc;
-  if (sqlite3_changes(s->db) == 0) {
-    *inserted = 0;
-    return 0;
-  }
+  if (sqlite3_changes(s->db) == 0) return segment_resent(s, seg, payload, payload_bytes, inserted, err);
   *inserted = 1;
-  return pending_add(s, seg, sampled, vmin, vmax, now, err);
+  return pending_add(s, p, &o, seg, sampled, vmin, vmax, now, err);
 }
 
 int lh_store_put_segment(lh_store *s, const Longhaul__Segment *seg, int *inserted,
@@ -183,6 +354,8 @@ int lh_store_put_segment(lh_store *s, const Longhaul__Segment *seg, int *inserte
   return rc;
 }
 
+/* ---- episode ends ---- */
+
 static lh_episode_status status_of_outcome(Longhaul__Outcome o) {
   switch (o) {
     case LONGHAUL__OUTCOME__OUTCOME_TRUNCATED: return LH_EPISODE_TRUNCATED;
@@ -192,9 +365,8 @@ static lh_episode_status status_of_outcome(Longhaul__Outcome o) {
   }
 }
 
-static int insert_end(lh_store *s, const Longhaul__EpisodeEnd *end, int *inserted, lh_errbuf *err) {
-  sqlite3_stmt *st;
-  LH_TRY(lh_store_cached(s, ST_EP_UPSERT_END, sql_ep_upsert_end, &st, err));
+/* Binds the end's figures as both end statements number them. */
+static void bind_end(sqlite3_stmt *st, const Longhaul__EpisodeEnd *end, int64_t now) {
   lh_store_bind_u64(st, 1, end->episode_id);
   sqlite3_bind_text(st, 2, text_or_empty(end->actor), -1, SQLITE_STATIC);
   sqlite3_bind_text(st, 3, text_or_empty(end->env), -1, SQLITE_STATIC);
@@ -208,12 +380,39 @@ static int insert_end(lh_store *s, const Longhaul__EpisodeEnd *end, int *inserte
   lh_store_bind_u64(st, 10, end->total_tokens);
   sqlite3_bind_double(st, 11, end->reward);
   sqlite3_bind_int64(st, 12, end->segment_count);
-  sqlite3_bind_int64(st, 13, lh_wall_ms());
+  sqlite3_bind_int64(st, 13, now);
+}
+
+static int insert_end(lh_store *s, const Longhaul__EpisodeEnd *end, int *inserted, lh_errbuf *err) {
+  /* The batch's pending change of this episode goes to its row first, so
+   * that the row is whole and later segments of the batch see the end. */
+  if (s->pending && pending_find(s, end->episode_id)) LH_TRY(lh_store_flush(s, err));
+  episode_owner o;
+  LH_TRY(owner_read(s, end->episode_id, &o, err));
+  if (o.found) {
+    if (owner_differs(o.actor, o.env, o.group_id, o.task_seed, end->episode_id, "EpisodeEnd",
+                      end->actor, end->env, end->group_id, end->task_seed, inserted, err))
+      return 0;
+    if (o.has_count) return 0;  /* the first EpisodeEnd wins: a duplicate */
+    if (o.has_seq && o.max_seq >= end->segment_count)
+      return refuse(inserted, err,
+                    "episode %llu has segment %u stored, but its EpisodeEnd from actor %s counts %u "
+                    "segments (refused)",
+                    (unsigned long long)end->episode_id, o.max_seq, o.actor, end->segment_count);
+  }
+  sqlite3_stmt *st;
+  if (o.found)
+    LH_TRY(lh_store_cached(s, ST_EP_UPDATE_END, sql_ep_update_end, &st, err));
+  else
+    LH_TRY(lh_store_cached(s, ST_EP_INSERT_END, sql_ep_insert_end, &st, err));
+  bind_end(st, end, lh_wall_ms());
   int rc = lh_store_step(s, st, "recording an episode end", err);
   sqlite3_reset(st);
   if (rc < 0) return rc;
-  *inserted = sqlite3_changes(s->db) > 0;
-  if (!*inserted) return 0;
+  if (sqlite3_changes(s->db) == 0)
+    return lh_errbuf_set(err, LH_ESTORE_SQLITE, "%s: the end of episode %llu changed no row",
+                         s->path, (unsigned long long)end->episode_id);
+  *inserted = 1;
   LH_TRY(lh_store_cached(s, ST_REWARD_INSERT, sql_reward_insert, &st, err));
   for (size_t i = 0; i < end->n_terms; i++) {
     const Longhaul__RewardTerm *t = end->terms[i];

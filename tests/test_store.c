@@ -456,7 +456,7 @@ START_TEST(test_retention) {
       put_seg(s, &g.seg, 1);
     }
     sfx_end end;
-    sfx_end_init(&end, id, "calc", 2, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
+    sfx_end_init(&end, id, id % 2 ? "calc" : "needle", 2, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
     put_end(s, &end.end, 1);
   }
   ck_assert_int_eq(lh_store_commit(s, &e), 0);
@@ -1017,6 +1017,7 @@ START_TEST(test_migration) {
   ck_assert_int_eq(lh_store_episode_get(s, 5, &r, &e), 0);
   ck_assert_str_eq(r.env, "calc");
   ck_assert_uint_eq(r.payloads_dropped, 0);
+  ck_assert_int_eq(r.swept_ms, 0);  /* schema 5's column, NULL in an old row */
   lh_store_stats st;
   ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
   ck_assert_uint_eq(st.episodes, 1);
@@ -1109,6 +1110,59 @@ START_TEST(test_migration_v3) {
   ck_assert_uint_eq(r.step[1], 8);
   ck_assert_uint_eq(r.experts[1], 2);
   for (int i = 0; i < 4; i++) ck_assert(r.load[1][i] == load[i]);
+  lh_store_close(s);
+}
+END_TEST
+
+/* A version-4 file (steps 1 to 4) with an episode ended short of
+ * segments and one running: the read-write open adds episodes.swept_ms
+ * (NULL in the old rows) and the partial index episodes_short, which
+ * holds the old short row at once, so the first sweep ends it as error
+ * and aborts the running one. */
+START_TEST(test_migration_v4) {
+  char sql[16384];
+  snprintf(sql, sizeof sql,
+           "%s %s %s %s INSERT INTO migrations VALUES (1, 'v1', 0), (2, 'v2', 0), (3, 'v3', 0),"
+           " (4, 'v4', 0);"
+           "INSERT INTO meta VALUES ('application', '%s'), ('schema_version', '4');"
+           "INSERT INTO episodes(id, actor, env, status, outcome, reward, segment_count,"
+           " segments_received, created_ms, updated_ms, ended_ms)"
+           " VALUES (6, 'a0', 'calc', 'complete', 'success', 1.0, 3, 1, 1, 1, 1);"
+           "INSERT INTO episodes(id, actor, env, status, segments_received, created_ms, updated_ms)"
+           " VALUES (7, 'a0', 'calc', 'running', 1, 1, 1);"
+           "INSERT INTO segments(episode, seq, start_offset, tokens, sampled, payload_bytes,"
+           " created_ms) VALUES (6, 0, 0, 4, 4, 0, 1), (7, 0, 0, 4, 4, 0, 1);"
+           "PRAGMA application_id = 1279808083; PRAGMA user_version = 4;",
+           lh_store_migrations[0].sql, lh_store_migrations[1].sql, lh_store_migrations[2].sql,
+           lh_store_migrations[3].sql, LH_STORE_APPLICATION);
+  ck_assert_uint_eq(lh_store_migrations[3].version, 4);
+  ck_assert_uint_eq(lh_store_migrations[4].version, 5);
+  raw_exec(db, sql);
+  ck_assert_int_eq(open_code(1), LH_ESTORE_NEEDS_MIGRATION);
+  lh_store *s = open_rw();
+  lh_episode_row r;
+  ck_assert_int_eq(lh_store_episode_get(s, 6, &r, &e), 0);
+  ck_assert_int_eq(r.swept_ms, 0);
+  lh_store_sweep_counts n;
+  ck_assert_int_eq(lh_store_sweep_idle_episodes(s, lh_wall_ms(), "actor lost", &n, &e), 0);
+  ck_assert_uint_eq(n.aborted, 1);
+  ck_assert_uint_eq(n.incomplete, 1);
+  ck_assert_int_eq(lh_store_episode_get(s, 6, &r, &e), 0);
+  ck_assert_int_eq(r.status, LH_EPISODE_ERROR);
+  ck_assert_str_eq(r.error, "2 of 3 segments missing after the idle limit");
+  ck_assert_int_gt(r.swept_ms, 0);
+  lh_store_close(s);
+  s = open_ro();
+  char v[64];
+  ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
+                                NULL, &e), 0);
+  ck_assert_str_eq(v, "1,2,3,4,5");
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM sqlite_schema WHERE name = 'episodes_short'",
+                                first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "1");
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM episodes WHERE swept_ms IS NOT NULL",
+                                first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "2");
   lh_store_close(s);
 }
 END_TEST
@@ -1471,6 +1525,7 @@ static Suite *store_suite(void) {
   tcase_add_test(tc, test_migration);
   tcase_add_test(tc, test_migration_v2);
   tcase_add_test(tc, test_migration_v3);
+  tcase_add_test(tc, test_migration_v4);
   tcase_add_test(tc, test_train_step_experts);
   tcase_add_test(tc, test_heartbeats);
   tcase_add_test(tc, test_heartbeats_bounded);
