@@ -369,6 +369,13 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
       rc = lh_store_put_segment(ig->store, x->env->segment, &inserted, &e);
     else
       rc = lh_store_put_episode_end(ig->store, x->env->episode_end, &inserted, &e);
+    if (rc == 0 && inserted == LH_STORE_REFUSED) {
+      /* It contradicts its episode (another actor's id, other content
+       * under a stored key): refused alone, the round goes on. */
+      x->status = LONGHAUL__ACK_STATUS__ACK_REJECTED;
+      log_bad(ig, e.msg);
+      continue;
+    }
     x->status = inserted ? LONGHAUL__ACK_STATUS__ACK_STORED : LONGHAUL__ACK_STATUS__ACK_DUPLICATE;
   }
   if (rc == 0) rc = lh_store_commit(ig->store, &e);
@@ -400,6 +407,10 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
     if (rc) {
       x->status = LONGHAUL__ACK_STATUS__ACK_RETRY;
       ig->counts.retried++;
+      continue;
+    }
+    if (x->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) {
+      ig->counts.rejected++, ig->counts.refused++;
       continue;
     }
     if (x->status == LONGHAUL__ACK_STATUS__ACK_STORED) ig->counts.stored++;

@@ -453,6 +453,7 @@ typedef struct {
   uint64_t duplicates;  /* segments and ends the store already held */
   uint64_t rejected;    /* did not decode or validate, or a body the ingest does not take */
   uint64_t rejected_model;  /* of those: valid, but not what the model takes (learner/validate.c) */
+  uint64_t refused;         /* of those: the store refused it (it contradicts its episode) */
   uint64_t retried;     /* messages answered ACK_RETRY */
   uint64_t bad_frames;  /* messages with a wrong frame count (not acked) */
   uint64_t hellos, heartbeats;

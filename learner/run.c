@@ -34,6 +34,7 @@ typedef struct {
   lh_learner_config cfg;
   lh_model *m;
   lh_store *store;  /* the training thread's connection */
+  lh_store_writer_lock *lock;  /* this store's one writing learner */
   lh_learner_trainer *trainer;
   void *zctx;
   lh_learner_service *svc;
@@ -58,6 +59,7 @@ static void learner_close(learner *L) {
   lh_learner_trainer_free(L->trainer);
   lh_zsock_zap_stop(L->zap);
   lh_store_close(L->store);
+  lh_store_unlock_writer(L->lock);
   lh_model_free(L->m);
   lh_backend_close(L->be);
   if (L->zctx) zmq_ctx_term(L->zctx);
@@ -236,6 +238,13 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   memcpy(L->cfg.ingest_endpoint, rank_text, sizeof rank_text);
   LH_TRY(lh_learner_rank_db(L->cfg.db, L->rank, rank_text, err));
   memcpy(L->cfg.db, rank_text, sizeof rank_text);
+  /* One writing learner per store: a second one (another run in the same
+   * folder, a stale restart) would re-train the first's episodes. Refused
+   * as a usage error (exit 2), naming the holder, so that no supervisor
+   * retries it in a loop. */
+  char holder[2 * LH_LEARNER_TEXT_BYTES];
+  snprintf(holder, sizeof holder, "longhaul learner rank %d --config %s", L->rank, a->config);
+  LH_TRY(lh_store_lock_writer(L->cfg.db, holder, &L->lock, err));
   int brc = lh_backend_by_name(a->backend ? a->backend : "cpu", &L->be, err);
   if (brc) {
     *usage_error = brc == LH_EKERNELS_UNKNOWN_BACKEND;  /* no GPU is a runtime error */

@@ -176,7 +176,7 @@ int lh_store_sweep_idle_episodes(lh_store *s, int64_t idle_before_ms, const char
   if (counts) memset(counts, 0, sizeof *counts);
   if (!s) return lh_errbuf_set(err, LH_EINVAL, "lh_store_sweep_idle_episodes: store is NULL");
   int own;
-  LH_TRY(lh_store_write_begin(s, &own, err));
+  LH_TRY(lh_store_write_begin_uncapped(s, &own, err));
   int64_t now = lh_wall_ms();
   lh_store_sweep_counts n = {0, 0};
   sqlite3_stmt *st = NULL;

@@ -111,6 +111,10 @@ int lh_store_step(lh_store *s, sqlite3_stmt *st, const char *what, lh_errbuf *er
  * lh_store_write_end commits it when rc >= 0 and rolls it back otherwise.
  * Returns rc, or the commit's error. */
 int lh_store_write_begin(lh_store *s, int *own, lh_errbuf *err);
+/* The same without the cap check, for the writes that must go through a
+ * store at its cap: retention (what frees it) and the idle sweep (which
+ * only ends episodes, so that none waits for ever behind a full store). */
+int lh_store_write_begin_uncapped(lh_store *s, int *own, lh_errbuf *err);
 /* LH_ESTORE_FULL when the pages in use reach opt.max_bytes (0: no cap). */
 int lh_store_check_cap(lh_store *s, lh_errbuf *err);
 int lh_store_write_end(lh_store *s, int own, int rc, lh_errbuf *err);

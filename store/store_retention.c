@@ -59,12 +59,9 @@ int lh_store_drop_payloads_before(lh_store *s, uint64_t min_version, uint64_t *s
   if (s->readonly)
     return lh_errbuf_set(err, LH_ESTORE_READONLY, "%s is open read-only; retention needs lh_store_open",
                          s->path);
-  /* Not lh_store_write_begin: retention is what frees a store at its cap. */
+  /* Uncapped: retention is what frees a store at its cap. */
   int own = 0;
-  if (!s->in_batch) {
-    LH_TRY(lh_store_exec(s, "BEGIN IMMEDIATE", err));
-    own = 1;
-  }
+  LH_TRY(lh_store_write_begin_uncapped(s, &own, err));
   int rc = lh_store_write_end(s, own, drop(s, min_version, &segments, &bytes, err), err);
   if (rc < 0) return rc;
   if (segments)

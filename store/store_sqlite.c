@@ -118,19 +118,26 @@ int lh_store_check_cap(lh_store *s, lh_errbuf *err) {
   return 0;
 }
 
-int lh_store_write_begin(lh_store *s, int *own, lh_errbuf *err) {
+int lh_store_write_begin_uncapped(lh_store *s, int *own, lh_errbuf *err) {
   *own = 0;
   if (s->readonly)
     return lh_errbuf_set(err, LH_ESTORE_READONLY, "%s is open read-only; writes need lh_store_open",
                          s->path);
   if (s->in_batch) return 0;
   LH_TRY(lh_store_exec(s, "BEGIN IMMEDIATE", err));
+  *own = 1;
+  return 0;
+}
+
+int lh_store_write_begin(lh_store *s, int *own, lh_errbuf *err) {
+  LH_TRY(lh_store_write_begin_uncapped(s, own, err));
+  if (!*own) return 0;
   int rc = lh_store_check_cap(s, err);
   if (rc < 0) {
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    *own = 0;
     return rc;
   }
-  *own = 1;
   return 0;
 }
 
