@@ -41,8 +41,10 @@
 
 /* The version of lh_env_vtable. The table only grows at its end; a plugin
  * built against version v fills fields up to v and is accepted by any host
- * with LH_ENV_API_VERSION >= v. */
-#define LH_ENV_API_VERSION 1
+ * with LH_ENV_API_VERSION >= v, which reads no field past v.
+ *   1: name .. destroy
+ *   2: footprint */
+#define LH_ENV_API_VERSION 2
 #define LH_ENV_PLUGIN_SYMBOL "lh_env_plugin_table"
 
 #define LH_ENV_MAX_TOOL_NAME 32
@@ -128,6 +130,12 @@ typedef struct lh_env_vtable {
    * with probability p, drawn from an RNG seeded by reset. */
   int (*expert)(void *ctx, const char **action, lh_errbuf *err);
   void (*destroy)(void *ctx);
+  /* Version 2. The most bytes ctx will hold (what create allocated and
+   * what reset and step may grow, observation buffers included), as fixed
+   * by its options; NULL when not stated. An env server charges a session
+   * this against its byte caps right after create, before the first reset
+   * allocates, so an environment must never grow past what it states. */
+  size_t (*footprint)(void *ctx);
 } lh_env_vtable;
 
 /* ---- parser ---- */
@@ -207,6 +215,11 @@ int lh_env_step_end(lh_env *env, lh_env_result *out, lh_errbuf *err);
 /* The expert's next action (LH_EENVS_NO_EXPERT when the table has none). */
 int lh_env_expert(lh_env *env, const char **action, lh_errbuf *err);
 const char *lh_env_describe(lh_env *env);
+/* The most bytes env will hold: the wrapper's own and its table's
+ * footprint; a table that states none (version 1, or NULL) is counted as
+ * LH_ENV_UNSTATED_FOOTPRINT_BYTES. */
+#define LH_ENV_UNSTATED_FOOTPRINT_BYTES (1u << 20)
+size_t lh_env_footprint(const lh_env *env);
 const char *lh_env_name(const lh_env *env);
 uint32_t lh_env_steps(const lh_env *env);
 uint32_t lh_env_max_steps(const lh_env *env);

@@ -48,7 +48,28 @@ typedef struct {
 } lh_envs_text;
 int lh_envs_text_printf(lh_envs_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int lh_envs_text_append(lh_envs_text *t, const char *s, size_t n);
+/* Grows t to hold bytes more exactly (not to a power of two), so that a
+ * buffer sized up front has the capacity its footprint states. */
+int lh_envs_text_reserve(lh_envs_text *t, size_t bytes);
 void lh_envs_text_clear(lh_envs_text *t);
 void lh_envs_text_free(lh_envs_text *t);
+
+/* What the allocator adds to one allocation at most: a large one is
+ * mmap'd whole pages with a header. Footprints add it per allocation. */
+#define LH_ENVS_ALLOC_SLACK 4096
+
+/* The bytes an environment's text buffers may reach when their largest
+ * content is about `content` bytes (capacities double: at most twice). */
+#define LH_ENVS_TEXT_FOOTPRINT(content) (2 * ((size_t)(content) + 256))
+
+/* Writes the bytes s[0..n) into out[cap] for a log line: printable ASCII
+ * as it is, backslash and every other byte as \xNN, cut with "..." when it
+ * does not fit; always NUL-terminated (cap >= 4). Returns out. Peer-given
+ * names (env names, ROUTER identities) go through it before a log line. */
+char *lh_envs_escape(const void *s, size_t n, char *out, size_t cap);
+
+/* Prefixes the message of an option error (rc < 0) with the environment's
+ * name ("needle: option tokens=... is outside 200..4000000"); returns rc. */
+int lh_envs_opt_error(lh_errbuf *err, int rc, const char *env);
 
 #endif
