@@ -9,7 +9,8 @@
  *   - a client that never reads its replies: they stop at its cap;
  *   - an idle session is closed, its client's next request fails and the
  *     reset after it starts afresh;
- *   - sessions are their client's; peer names are escaped in the log. */
+ *   - sessions are their client's; peer names are escaped in the log;
+ *   - the Python server's session caps and idle close. */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
@@ -56,6 +57,22 @@ static void start(server *s, const char *tag, const char *const *limits) {
   ck_assert_msg(s->pid > 0, "LH_BIN is not set or longhaul did not start");
   ck_assert_msg(lh_proc_wait_file(s->log, "env server listening", 20), "the server did not start");
   s->rss0_kb = vmrss_kb(s->pid);
+}
+
+static void start_python(server *s, const char *tag, const char *const *limits) {
+  ck_assert_int_eq(lh_proc_tmpdir(s->dir, sizeof s->dir, tag), 0);
+  snprintf(s->log, sizeof s->log, "%s/serve.log", s->dir);
+  snprintf(s->ep, sizeof s->ep, "ipc://%s/envs.sock", s->dir);
+  char script[1024];
+  snprintf(script, sizeof script, "%s/envs/python/env_server.py",
+           getenv("LH_SOURCE_DIR") ? getenv("LH_SOURCE_DIR") : LH_TEST_SOURCE_DIR);
+  const char *argv[32] = {"/usr/bin/python3", script, "--bind", s->ep, "--proto-dir", LH_TEST_PY_PROTO_DIR};
+  int n = 6;
+  for (int i = 0; limits && limits[i] && n < 31; i++) argv[n++] = limits[i];
+  argv[n] = NULL;
+  s->pid = lh_proc_spawn(s->log, argv);
+  ck_assert(s->pid > 0);
+  ck_assert_msg(lh_proc_wait_file(s->log, "env server listening", 20), "the Python server did not start");
 }
 
 /* SIGTERM, then its exit code; *peak_kb its peak resident set. */
@@ -427,6 +444,70 @@ START_TEST(test_sessions_owned_names_escaped) {
 }
 END_TEST
 
+/* The Python server: session caps per client and in total; then, on a
+ * server with a short idle timeout, idle close. */
+START_TEST(test_python_caps_idle) {
+  if (!lh_proc_have_python_envs()) {
+    printf("python server: /usr/bin/python3 with zmq and protobuf not found; skipped\n");
+    return;
+  }
+  server s;
+  const char *limits[] = {"--max-sessions", "3", "--max-sessions-per-client", "2", NULL};
+  start_python(&s, "envs-limits-py", limits);
+  lh_env_hub *a, *b;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_hub_new(NULL, &a, &e), 0);
+  ck_assert_int_eq(lh_env_hub_new(NULL, &b, &e), 0);
+  const lh_env_option opts[] = {{"server", s.ep}, {"timeout_ms", "10000"}};
+  lh_env *ea[3], *eb[2];
+  int made = 0;
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(lh_env_open_hub(a, "guess", opts, 2, &ea[i], &e), 0);
+    made += expert_episode(ea[i], (uint64_t)i, &e);
+  }
+  ck_assert_int_eq(made, 2);
+  printf("python, per client: %s\n", e.msg);
+  ck_assert(strstr(e.msg, "--max-sessions-per-client 2") && strstr(e.msg, "EAGAIN"));
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(lh_env_open_hub(b, "guess", opts, 2, &eb[i], &e), 0);
+    made += expert_episode(eb[i], (uint64_t)i, &e);
+  }
+  ck_assert_int_eq(made, 3);
+  printf("python, in total: %s\n", e.msg);
+  ck_assert(strstr(e.msg, "--max-sessions 3"));
+  lh_env_free(ea[0]);  /* closes one: b's refused one gets in */
+  ck_assert_msg(expert_episode(eb[1], 7, &e), "%s", e.msg);
+  for (int i = 1; i < 3; i++) lh_env_free(ea[i]);
+  for (int i = 0; i < 2; i++) lh_env_free(eb[i]);
+  lh_env_hub_free(a);
+  lh_env_hub_free(b);
+  long peak_kb;
+  stop(&s, &peak_kb);
+  int lines = lh_proc_count_lines(s.log, "env server refused");
+  printf("python server: made=%d, %d refusal line(s) (refused 4 CREATEs: each at open and reset)\n", made + 1,
+         lines);
+  ck_assert_int_eq(lines, 1);
+  ck_assert(lh_proc_file_has(s.log, "total=1"));
+  cleanup(&s);
+
+  const char *idle[] = {"--idle-timeout-ms", "2000", NULL};
+  start_python(&s, "envs-limits-pyidle", idle);
+  lh_env *env;
+  ck_assert_int_eq(lh_env_open("guess", opts, 2, &env, &e), 0);
+  lh_env_obs obs;
+  ck_assert_int_eq(lh_env_reset(env, 1, &obs, &e), 0);
+  ck_assert_msg(lh_proc_wait_file(s.log, "closed idle sessions", 20), "no idle close in %s", s.log);
+  lh_env_result r;
+  ck_assert_int_eq(lh_env_step(env, "<call>guess(1)</call>", 21, &r, &e), LH_EENVS_SERVER_ERROR);
+  printf("python, idle: %s\n", e.msg);
+  ck_assert(r.done && r.outcome == LH_ENV_ERROR && strstr(e.msg, "no session"));
+  ck_assert_msg(expert_episode(env, 2, &e), "%s", e.msg);
+  lh_env_free(env);
+  stop(&s, &peak_kb);
+  cleanup(&s);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("envs_limits");
   TCase *tc = tcase_create("core");
@@ -436,6 +517,7 @@ int main(void) {
   tcase_add_test(tc, test_unread_replies_bounded);
   tcase_add_test(tc, test_idle_session_closed);
   tcase_add_test(tc, test_sessions_owned_names_escaped);
+  tcase_add_test(tc, test_python_caps_idle);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
   srunner_set_fork_status(sr, CK_FORK);
