@@ -262,18 +262,23 @@ int lh_envserver_run(const char *endpoint, const lh_envserver_config *cfg, lh_er
   int has_secret = secret_key_file && *secret_key_file, has_allowed = allowed_keys && *allowed_keys;
   if (has_secret != has_allowed)
     return lh_errbuf_set(err, LH_EINVAL, "env server: a CURVE secret key and allowed keys go together");
-  lh_zsock_curve curve;
-  memset(&curve, 0, sizeof curve);
-  if (has_secret) LH_TRY(lh_zsock_key_read(secret_key_file, 1, curve.secret, err));
   lh_envs_budget *budget;
   LH_TRY(lh_envs_budget_new(cfg, &budget, err));
+  lh_zsock_curve curve;
+  memset(&curve, 0, sizeof curve);
+  if (has_secret && lh_zsock_key_read(secret_key_file, 1, curve.secret, err) < 0) {
+    lh_envs_budget_free(budget);
+    return err ? err->code : LH_ECONFIG;
+  }
   void *zctx = zmq_ctx_new();
   if (!zctx) {
+    memset(&curve, 0, sizeof curve);
     lh_envs_budget_free(budget);
     return lh_errbuf_set(err, LH_EZMQ, "env server: zmq_ctx_new failed");
   }
   lh_zsock_zap *zap = NULL;
   if (has_secret && lh_zsock_zap_start(zctx, allowed_keys, &zap, err) < 0) {
+    memset(&curve, 0, sizeof curve);
     zmq_ctx_term(zctx);
     lh_envs_budget_free(budget);
     return err ? err->code : LH_ECONFIG;
