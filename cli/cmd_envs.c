@@ -1,5 +1,6 @@
 /* longhaul envs: list, describe, play and serve tool environments. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@ static void usage(FILE *out) {
           "usage: longhaul envs list\n"
           "       longhaul envs describe NAME [ENV OPTIONS]\n"
           "       longhaul envs play NAME [--seed N] [--expert] [--ansi] [--max-text BYTES] [ENV OPTIONS]\n"
-          "       longhaul envs serve --bind ENDPOINT [--max-sessions N]\n"
+          "       longhaul envs serve --bind ENDPOINT [SERVE LIMITS]\n"
           "                           [--curve-secret-key-file KEY --curve-allowed-keys FILE|DIR]\n\n"
           "Tool environments: the built-ins (calc, needle, maze), plugins and env servers.\n\n"
           "ENV OPTIONS\n"
@@ -23,10 +24,24 @@ static void usage(FILE *out) {
           "  --plugin PATH       load NAME from the plugin library at PATH\n"
           "  --server ENDPOINT   use NAME on the env server at ENDPOINT (tcp://, ipc://)\n"
           "  --timeout-ms MS     env server timeout (default 5000)\n\n"
-          "serve: the built-ins over ZeroMQ for any client; at most N sessions\n"
-          "(default 4096), the least recently used going first. With the two\n"
-          "--curve options, a CURVE server admitting only the allowed public keys\n"
-          "(clients give --opt curve_secret_key_file=KEY --opt curve_server_key_file=PUB).\n\n"
+          "serve: the built-ins over ZeroMQ for any client. With the two --curve\n"
+          "options, a CURVE server admitting only the allowed public keys (clients\n"
+          "give --opt curve_secret_key_file=KEY --opt curve_server_key_file=PUB).\n"
+          "What clients can make it hold is capped (a client is one connection);\n"
+          "a CREATE past a session cap is refused (EAGAIN) and the client's next\n"
+          "reset asks again. BYTES take a K, M or G suffix (KiB, MiB, GiB).\n\n"
+          "SERVE LIMITS\n"
+          "  --max-sessions N                     sessions of all clients (default 4096)\n"
+          "  --max-sessions-per-client N          of one client (default 512)\n"
+          "  --max-session-bytes BYTES            what all sessions hold, each charged\n"
+          "                                       its environment's footprint (default 1G)\n"
+          "  --max-session-bytes-per-client BYTES of one client (default 256M)\n"
+          "  --max-reply-bytes BYTES              replies not yet read by their clients\n"
+          "                                       (default 256M; past it: EAGAIN)\n"
+          "  --max-reply-bytes-per-client BYTES   of one client (default 64M; past it\n"
+          "                                       its requests are dropped unanswered)\n"
+          "  --idle-timeout-ms MS                 close a session unused this long\n"
+          "                                       (default 600000)\n\n"
           "play: type one action per line, e.g. <call>calc(2*21)</call> or 42<eos>;\n"
           "with --expert the expert plays (press Enter for each step on a terminal).\n"
           "Images are drawn as text art (--ansi: in colour). Exit codes: 0 episode\n"
@@ -41,8 +56,9 @@ typedef struct {
   size_t owned_count;
   uint64_t seed;
   int expert, ansi;
-  long max_text, max_sessions;
-  const char *bind, *curve_secret, *curve_allowed;
+  long max_text;
+  lh_envserver_config serve;
+  const char *bind;
 } args;
 
 static void args_free(args *a) {
@@ -58,6 +74,60 @@ static int add_opt(args *a, const char *key, const char *value) {
   return 0;
 }
 
+/* The serve limits: name, unit (1: a count, 2: bytes with a K/M/G suffix,
+ * 3: milliseconds), where it goes. */
+typedef struct {
+  const char *flag;
+  int unit;
+  uint64_t lo, hi;
+} limit_flag;
+static const limit_flag LIMITS[] = {
+    {"--max-sessions", 1, 1, 1000000},
+    {"--max-sessions-per-client", 1, 1, 1000000},
+    {"--max-session-bytes", 2, 1 << 20, 1ull << 44},
+    {"--max-session-bytes-per-client", 2, 1 << 20, 1ull << 44},
+    {"--max-reply-bytes", 2, 1 << 20, 1ull << 40},
+    {"--max-reply-bytes-per-client", 2, 1 << 20, 1ull << 40},
+    {"--idle-timeout-ms", 3, 1, 7ull * 24 * 3600 * 1000},
+};
+
+static void set_limit(lh_envserver_config *c, size_t which, uint64_t v) {
+  switch (which) {
+    case 0: c->max_sessions = (uint32_t)v; break;
+    case 1: c->max_sessions_per_client = (uint32_t)v; break;
+    case 2: c->max_session_bytes = v; break;
+    case 3: c->max_session_bytes_per_client = v; break;
+    case 4: c->max_reply_bytes = v; break;
+    case 5: c->max_reply_bytes_per_client = v; break;
+    default: c->idle_timeout_ms = v; break;
+  }
+}
+
+/* A serve limit's value: digits, and for bytes an optional K, M or G. */
+static int parse_limit(const limit_flag *f, const char *text, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (errno || end == text || text[0] == '-') return -1;
+  if (f->unit == 2 && *end) {
+    char unit = (char)(*end | 0x20);  /* lower case */
+    int shift = unit == 'k' ? 10 : unit == 'm' ? 20 : unit == 'g' ? 30 : -1;
+    if (shift < 0 || end[1] || v > (~0ull >> shift)) return -1;
+    v <<= shift;
+  } else if (*end) {
+    return -1;
+  }
+  if (v < f->lo || v > f->hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int limit_index(const char *s) {
+  for (size_t i = 0; i < sizeof LIMITS / sizeof LIMITS[0]; i++)
+    if (!strcmp(s, LIMITS[i].flag)) return (int)i;
+  return -1;
+}
+
 /* Returns 0, or LH_EXIT_USAGE after printing what was wrong. */
 static int parse_args(int argc, char **argv, int first, args *a, int want_name) {
   for (int i = first; i < argc; i++) {
@@ -65,7 +135,7 @@ static int parse_args(int argc, char **argv, int first, args *a, int want_name) 
     const char *next = i + 1 < argc ? argv[i + 1] : NULL;
     int takes = !strcmp(s, "--opt") || !strcmp(s, "--plugin") || !strcmp(s, "--server") ||
                 !strcmp(s, "--timeout-ms") || !strcmp(s, "--seed") || !strcmp(s, "--max-text") ||
-                !strcmp(s, "--bind") || !strcmp(s, "--max-sessions") || !strcmp(s, "--curve-secret-key-file") ||
+                !strcmp(s, "--bind") || limit_index(s) >= 0 || !strcmp(s, "--curve-secret-key-file") ||
                 !strcmp(s, "--curve-allowed-keys");
     if (takes && !next) {
       fprintf(stderr, "longhaul envs: %s needs a value\n", s);
@@ -88,7 +158,18 @@ static int parse_args(int argc, char **argv, int first, args *a, int want_name) 
     } else if (!strcmp(s, "--timeout-ms")) {
       if (add_opt(a, "timeout_ms", next)) return LH_EXIT_USAGE;
       i++;
-    } else if (!strcmp(s, "--seed") || !strcmp(s, "--max-text") || !strcmp(s, "--max-sessions")) {
+    } else if (limit_index(s) >= 0) {
+      const limit_flag *f = &LIMITS[limit_index(s)];
+      uint64_t v;
+      if (parse_limit(f, next, &v) < 0) {
+        fprintf(stderr, "longhaul envs: %s takes %s in %llu..%llu, not '%s'\n", s,
+                f->unit == 2 ? "bytes (a K, M or G suffix allowed)" : f->unit == 3 ? "milliseconds" : "an integer",
+                (unsigned long long)f->lo, (unsigned long long)f->hi, next);
+        return LH_EXIT_USAGE;
+      }
+      set_limit(&a->serve, (size_t)limit_index(s), v);
+      i++;
+    } else if (!strcmp(s, "--seed") || !strcmp(s, "--max-text")) {
       char *end;
       errno = 0;
       unsigned long long v = strtoull(next, &end, 10);
@@ -96,25 +177,17 @@ static int parse_args(int argc, char **argv, int first, args *a, int want_name) 
         fprintf(stderr, "longhaul envs: %s takes a non-negative integer, not '%s'\n", s, next);
         return LH_EXIT_USAGE;
       }
-      if (!strcmp(s, "--seed")) {
-        a->seed = v;
-      } else if (!strcmp(s, "--max-text")) {
-        a->max_text = (long)v;
-      } else if (v < 1 || v > 1000000) {
-        fprintf(stderr, "longhaul envs: --max-sessions takes 1..1000000, not '%s'\n", next);
-        return LH_EXIT_USAGE;
-      } else {
-        a->max_sessions = (long)v;
-      }
+      if (!strcmp(s, "--seed")) a->seed = v;
+      else a->max_text = (long)v;
       i++;
     } else if (!strcmp(s, "--bind")) {
       a->bind = next;
       i++;
     } else if (!strcmp(s, "--curve-secret-key-file")) {
-      a->curve_secret = next;
+      a->serve.curve_secret_key_file = next;
       i++;
     } else if (!strcmp(s, "--curve-allowed-keys")) {
-      a->curve_allowed = next;
+      a->serve.curve_allowed_keys = next;
       i++;
     } else if (!strcmp(s, "--expert")) {
       a->expert = 1;
@@ -296,6 +369,14 @@ static int cmd_play(args *a) {
   return status;
 }
 
+/* serve stops on SIGINT or SIGTERM: the handler sets the flag the server
+ * watches (and interrupts its wait), so that it logs its totals and exits 0. */
+static volatile sig_atomic_t stop_requested;
+static void on_stop_signal(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
 int lh_cmd_envs(int argc, char **argv) {
   if (argc < 2 || (lh_cli_wants_help(argc, argv) && argc >= 2 && argv[1][0] == '-')) {
     usage(argc < 2 ? stderr : stdout);
@@ -330,9 +411,16 @@ int lh_cmd_envs(int argc, char **argv) {
       rc = LH_EXIT_USAGE;
     }
     if (!rc) {
+      struct sigaction sa;
+      memset(&sa, 0, sizeof sa);
+      sa.sa_handler = on_stop_signal;  /* no SA_RESTART: the wait is interrupted */
+      sigemptyset(&sa.sa_mask);
+      sigaction(SIGINT, &sa, NULL);
+      sigaction(SIGTERM, &sa, NULL);
+      a.serve.stop = &stop_requested;
       lh_errbuf err;
       lh_errbuf_clear(&err);
-      int s = lh_envserver_serve_curve(a.bind, (uint32_t)a.max_sessions, a.curve_secret, a.curve_allowed, &err);
+      int s = lh_envserver_run(a.bind, &a.serve, &err);
       if (s < 0) {
         fprintf(stderr, "longhaul envs serve: %s (%s)\n", err.msg, lh_err_name(s));
         rc = LH_EXIT_RUNTIME;

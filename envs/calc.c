@@ -9,7 +9,13 @@
 #include "envs/calc.h"
 #include "envs/internal.h"
 
+/* Option maxima: a chain of at most 8 variables of at most 4-digit
+ * operands (the values stay in exact 64-bit fractions), a tool call of at
+ * most 1000 operators. */
 #define CALC_MAX_STAGES 8
+#define CALC_MAX_DIGITS 4
+#define CALC_MAX_OPS 1000
+#define CALC_TEXT_BYTES 1024 /* the question, an answer, an error (lh_errbuf) */
 
 typedef struct {
   int form;          /* 0: (X op0 n0) op1 n1   1: n0 op0 (X op1 n1); stage 0 uses n2 for X */
@@ -75,15 +81,21 @@ static int calc_create(const lh_env_option *opts, size_t count, void **ctx, lh_e
   calc_env *e = calloc(1, sizeof *e);
   if (!e) return lh_errbuf_set(err, LH_ENOMEM, "calc: out of memory");
   int rc = lh_env_opt_int(opts, count, "stages", 3, 1, CALC_MAX_STAGES, &e->stages, err);
-  if (!rc) rc = lh_env_opt_int(opts, count, "digits", 2, 1, 4, &e->digits, err);
-  if (!rc) rc = lh_env_opt_int(opts, count, "max_ops", 3, 0, 1000, &e->max_ops, err);
+  if (!rc) rc = lh_env_opt_int(opts, count, "digits", 2, 1, CALC_MAX_DIGITS, &e->digits, err);
+  if (!rc) rc = lh_env_opt_int(opts, count, "max_ops", 3, 0, CALC_MAX_OPS, &e->max_ops, err);
   if (!rc) rc = lh_env_opt_double(opts, count, "expert_noise", 0, 0, 1, &e->noise, err);
   if (rc) {
     free(e);
-    return rc;
+    return lh_envs_opt_error(err, rc, "calc");
   }
   *ctx = e;
   return 0;
+}
+
+/* Fixed by the option maxima: the context and three small text buffers. */
+static size_t calc_footprint(void *ctx) {
+  (void)ctx;
+  return sizeof(calc_env) + 3 * LH_ENVS_TEXT_FOOTPRINT(CALC_TEXT_BYTES);
 }
 
 static void calc_destroy(void *ctx) {
@@ -247,4 +259,5 @@ const lh_env_vtable lh_envs_calc_vtable = {
     .describe = calc_describe,
     .expert = calc_expert,
     .destroy = calc_destroy,
+    .footprint = calc_footprint,
 };

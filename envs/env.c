@@ -328,6 +328,14 @@ const char *lh_env_describe(lh_env *env) {
   return d ? d : "";
 }
 
+size_t lh_env_footprint(const lh_env *env) {
+  if (!env) return 0;
+  size_t own = sizeof *env + LH_ENVS_TEXT_FOOTPRINT(LH_ERRMSG_BYTES + 8);  /* and its error observations */
+  const lh_env_vtable *vt = env->vt;
+  if (vt->version < 2 || !vt->footprint || !env->ctx) return own + LH_ENV_UNSTATED_FOOTPRINT_BYTES;
+  return own + vt->footprint(env->ctx);
+}
+
 const char *lh_env_name(const lh_env *env) { return env ? env->name : ""; }
 uint32_t lh_env_steps(const lh_env *env) { return env ? env->steps : 0; }
 uint32_t lh_env_max_steps(const lh_env *env) { return env ? env->max_steps : 0; }
@@ -342,6 +350,16 @@ static int text_reserve(lh_envs_text *t, size_t extra) {
   if (!d) return LH_ENOMEM;
   t->data = d;
   t->cap = cap;
+  return 0;
+}
+
+int lh_envs_text_reserve(lh_envs_text *t, size_t bytes) {
+  if (t->len + bytes + 1 <= t->cap) return 0;
+  char *d = realloc(t->data, t->len + bytes + 1);
+  if (!d) return LH_ENOMEM;
+  if (!t->data) d[0] = 0;
+  t->data = d;
+  t->cap = t->len + bytes + 1;
   return 0;
 }
 

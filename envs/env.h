@@ -41,8 +41,10 @@
 
 /* The version of lh_env_vtable. The table only grows at its end; a plugin
  * built against version v fills fields up to v and is accepted by any host
- * with LH_ENV_API_VERSION >= v. */
-#define LH_ENV_API_VERSION 1
+ * with LH_ENV_API_VERSION >= v, which reads no field past v.
+ *   1: name .. destroy
+ *   2: footprint */
+#define LH_ENV_API_VERSION 2
 #define LH_ENV_PLUGIN_SYMBOL "lh_env_plugin_table"
 
 #define LH_ENV_MAX_TOOL_NAME 32
@@ -128,6 +130,12 @@ typedef struct lh_env_vtable {
    * with probability p, drawn from an RNG seeded by reset. */
   int (*expert)(void *ctx, const char **action, lh_errbuf *err);
   void (*destroy)(void *ctx);
+  /* Version 2. The most bytes ctx will hold (what create allocated and
+   * what reset and step may grow, observation buffers included), as fixed
+   * by its options; NULL when not stated. An env server charges a session
+   * this against its byte caps right after create, before the first reset
+   * allocates, so an environment must never grow past what it states. */
+  size_t (*footprint)(void *ctx);
 } lh_env_vtable;
 
 /* ---- parser ---- */
@@ -207,6 +215,11 @@ int lh_env_step_end(lh_env *env, lh_env_result *out, lh_errbuf *err);
 /* The expert's next action (LH_EENVS_NO_EXPERT when the table has none). */
 int lh_env_expert(lh_env *env, const char **action, lh_errbuf *err);
 const char *lh_env_describe(lh_env *env);
+/* The most bytes env will hold: the wrapper's own and its table's
+ * footprint; a table that states none (version 1, or NULL) is counted as
+ * LH_ENV_UNSTATED_FOOTPRINT_BYTES. */
+#define LH_ENV_UNSTATED_FOOTPRINT_BYTES (1u << 20)
+size_t lh_env_footprint(const lh_env *env);
 const char *lh_env_name(const lh_env *env);
 uint32_t lh_env_steps(const lh_env *env);
 uint32_t lh_env_max_steps(const lh_env *env);
@@ -226,19 +239,57 @@ int lh_env_vtable_check(const lh_env_vtable *vt, const char *what, lh_errbuf *er
 
 /* ---- env servers ---- */
 
-/* Serves every built-in over ZeroMQ at endpoint (a REP socket) until an
- * Envelope with Shutdown arrives or a signal interrupts it. Sessions are
- * created with ENV_OP_CREATE and live until CLOSE; at most max_sessions
- * (0: the default) are kept, the least recently used going first, and a
- * request for a session that is gone is answered with LH_ENOENT, after
- * which the client's next reset creates a new one. */
+/* What any client can make an env server hold, per client (a ROUTER peer:
+ * one connection) and in total; 0 in a field means its default. A CREATE
+ * past a session cap is refused with LH_EAGAIN and a message naming the
+ * cap (a client sees it as an error of its reset, and may try again once
+ * sessions close); a session idle longer than idle_timeout_ms is closed,
+ * so that a client that vanished does not pin its memory. Replies are
+ * counted from when they are encoded until libzmq has written or dropped
+ * them: a client whose unread replies reach its cap has its requests
+ * dropped unanswered (ZMQ_SNDHWM drops what a peer leaves unread past
+ * LH_ENVSERVER_HWM messages), and once all clients' unread replies reach
+ * the total cap, requests are answered with LH_EAGAIN. With the defaults a
+ * server holds at most about 1 GiB of sessions and 256 MiB of replies. */
 #define LH_ENVSERVER_DEFAULT_SESSIONS 4096
+#define LH_ENVSERVER_DEFAULT_SESSIONS_PER_CLIENT 512
+#define LH_ENVSERVER_DEFAULT_SESSION_BYTES (1ull << 30)
+#define LH_ENVSERVER_DEFAULT_SESSION_BYTES_PER_CLIENT (256ull << 20)
+#define LH_ENVSERVER_DEFAULT_REPLY_BYTES (256ull << 20)
+#define LH_ENVSERVER_DEFAULT_REPLY_BYTES_PER_CLIENT (64ull << 20)
+#define LH_ENVSERVER_DEFAULT_IDLE_TIMEOUT_MS 600000ull
+#define LH_ENVSERVER_HWM 64 /* messages queued per peer, each way */
+typedef struct {
+  uint32_t max_sessions;                  /* sessions of all clients */
+  uint32_t max_sessions_per_client;       /* sessions of one client */
+  uint64_t max_session_bytes;             /* footprints (lh_env_footprint) of all sessions */
+  uint64_t max_session_bytes_per_client;  /* of one client's sessions */
+  uint64_t max_reply_bytes;               /* replies not yet written, all clients */
+  uint64_t max_reply_bytes_per_client;    /* one client's */
+  uint64_t idle_timeout_ms;               /* a session unused this long is closed */
+  /* CURVE: the server's NAME.key and the clients' public keys (a file, one
+   * a line, or a folder of .pub files; common/zsock.h), admitted by a ZAP
+   * handler; both NULL: plain. A client names the keys in its options
+   * curve_secret_key_file (its own .key) and curve_server_key_file (the
+   * server's .pub). */
+  const char *curve_secret_key_file, *curve_allowed_keys;
+  /* A signal handler's stop flag (NULL for none): once set, the server
+   * stops within a second, as it does for a Shutdown. */
+  volatile sig_atomic_t *stop;
+} lh_envserver_config;
+
+/* Serves every built-in over ZeroMQ at endpoint (a ROUTER) until an
+ * Envelope with Shutdown arrives, cfg->stop is set or a signal interrupts
+ * a wait. Sessions are
+ * created with ENV_OP_CREATE by a client and serve only that client until
+ * its CLOSE, its idle timeout or the server's end; a request for a session
+ * that is gone (or another client's) is answered with LH_ENOENT, after
+ * which the client's next reset creates a new one. cfg may be NULL (all
+ * defaults). */
+int lh_envserver_run(const char *endpoint, const lh_envserver_config *cfg, lh_errbuf *err);
+/* lh_envserver_run with the defaults but max_sessions (0: the default). */
 int lh_envserver_serve(const char *endpoint, uint32_t max_sessions, lh_errbuf *err);
-/* The same as a CURVE server: secret_key_file is the server's NAME.key and
- * allowed_keys the clients' public keys (a file, one a line, or a folder of
- * .pub files; common/zsock.h), admitted by a ZAP handler. Both NULL: plain.
- * A client names the keys in its options curve_secret_key_file (its own
- * .key) and curve_server_key_file (the server's .pub). */
+/* The same with CURVE keys (see lh_envserver_config). */
 int lh_envserver_serve_curve(const char *endpoint, uint32_t max_sessions, const char *secret_key_file,
                              const char *allowed_keys, lh_errbuf *err);
 

@@ -3,7 +3,10 @@
  * `longhaul envs serve` and by the benchmark that prices the server path.
  * Clients are DEALERs (envs/envhub.c) that frame as a REQ would.
  * A remote peer may not name plugin or server options: it must not make
- * this process load a library or open connections. */
+ * this process load a library or open connections. What peers can make it
+ * hold (sessions, replies not yet read) is capped per peer and in total by
+ * envserver_budget.c; frames by ZMQ_MAXMSGSIZE, queued messages per peer
+ * by the HWMs. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,46 +22,6 @@
  * as a client batches (envs/envhub.c's MAX_BATCH). */
 #define SERVER_MAX_REQUEST_BYTES (8 << 20)
 #define SERVER_MAX_FRAMES 1024
-
-typedef struct {
-  uint64_t id;
-  lh_env *env;
-  uint64_t last_used;  /* the server's request count when last used */
-  uint64_t last_request;  /* the newest request_id answered: older ones are replays */
-} session;
-
-typedef struct {
-  session *s;
-  size_t n, max;
-  uint64_t next_id, clock;
-} sessions;
-
-/* Sessions stay sorted by id (ids only grow), so lookup is a binary
- * search: a server with a thousand sessions answers as fast as with one. */
-static size_t locate(const sessions *ss, uint64_t id) {
-  size_t lo = 0, hi = ss->n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (ss->s[mid].id < id) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
-static session *find(sessions *ss, uint64_t id) {
-  size_t i = locate(ss, id);
-  if (i >= ss->n || ss->s[i].id != id) return NULL;
-  ss->s[i].last_used = ++ss->clock;
-  return &ss->s[i];
-}
-
-static void close_session(sessions *ss, uint64_t id) {
-  size_t i = locate(ss, id);
-  if (i >= ss->n || ss->s[i].id != id) return;
-  lh_env_free(ss->s[i].env);
-  memmove(ss->s + i, ss->s + i + 1, (ss->n - i - 1) * sizeof *ss->s);
-  ss->n--;
-}
 
 /* Fills the observation message from obs; images point into env memory,
  * which stays valid until the response is encoded. */
@@ -86,59 +49,69 @@ static void put_obs(reply_parts *p, const lh_env_obs *obs, Longhaul__EnvResponse
   r->observation = &p->obs;
 }
 
-static int handle(sessions *ss, const Longhaul__EnvRequest *q, Longhaul__EnvResponse *r, reply_parts *p,
+/* The serving thread's state for one message: the budget and the peer
+ * that sent it. */
+typedef struct {
+  lh_envs_budget *budget;
+  lh_envs_peer *peer;
+  lh_zsock_meter *bad;
+} server;
+
+/* A CREATE: checked (remote peers may not name plugin or server options,
+ * only built-ins are served), then held to the client's and the server's
+ * session caps, first by count, then by the footprint the environment
+ * states once created; a refusal is LH_EAGAIN, counted and logged. */
+static int create(server *sv, const Longhaul__EnvRequest *q, Longhaul__EnvResponse *r, lh_errbuf *err) {
+  lh_env_option opts[256];
+  if (q->n_options > 256)
+    return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "env server: %zu options, at most 256", q->n_options);
+  size_t n = q->n_options;
+  for (size_t i = 0; i < n; i++) {
+    opts[i].key = q->options[i]->key;
+    opts[i].value = q->options[i]->value;
+    if (!strcmp(opts[i].key, "plugin") || !strcmp(opts[i].key, "server"))
+      return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "env server: option '%s' is not accepted remotely",
+                           opts[i].key);
+  }
+  if (!lh_envs_find_builtin(q->env_name))
+    return lh_errbuf_set(err, LH_EENVS_UNKNOWN_ENV, "env server: no environment '%s' here (calc, needle, maze)",
+                         q->env_name ? q->env_name : "");
+  int rc = lh_envs_budget_admit(sv->budget, sv->peer, 0, err);
+  lh_env *env = NULL;
+  if (rc == 0) rc = lh_env_open(q->env_name, opts, n, &env, err);
+  uint64_t bytes = env ? lh_env_footprint(env) : 0;
+  if (rc == 0) rc = lh_envs_budget_admit(sv->budget, sv->peer, bytes, err);
+  if (rc == 0) rc = lh_envs_budget_add(sv->budget, sv->peer, env, bytes, q->request_id, &r->session_id, err);
+  if (rc < 0) {
+    lh_env_free(env);
+    if (rc == LH_EAGAIN) lh_envs_budget_refused(sv->budget, sv->peer, q->env_name, err->msg);
+    return rc;
+  }
+  return 0;
+}
+
+static int handle(server *sv, const Longhaul__EnvRequest *q, Longhaul__EnvResponse *r, reply_parts *p,
                   lh_errbuf *err) {
   r->request_id = q->request_id;
   r->session_id = q->session_id;
-  if (q->op == LONGHAUL__ENV_OP__ENV_OP_CREATE) {
-    if (ss->n >= ss->max) {
-      /* Full: the least recently used session goes. Clients that lost a
-       * connection never close theirs, so without this the table would
-       * only fill. Its owner's next request gets ENOENT and re-creates. */
-      size_t lru = 0;
-      for (size_t i = 1; i < ss->n; i++)
-        if (ss->s[i].last_used < ss->s[lru].last_used) lru = i;
-      LH_INFO("envs", "env server evicts session=%llu sessions=%zu", (unsigned long long)ss->s[lru].id, ss->n);
-      close_session(ss, ss->s[lru].id);
-    }
-    lh_env_option opts[256];
-    size_t n = q->n_options < 256 ? q->n_options : 256;
-    for (size_t i = 0; i < n; i++) {
-      opts[i].key = q->options[i]->key;
-      opts[i].value = q->options[i]->value;
-      if (!strcmp(opts[i].key, "plugin") || !strcmp(opts[i].key, "server"))
-        return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "env server: option '%s' is not accepted remotely",
-                             opts[i].key);
-    }
-    if (!lh_envs_find_builtin(q->env_name))
-      return lh_errbuf_set(err, LH_EENVS_UNKNOWN_ENV, "env server: no environment '%s' here (calc, needle, maze)",
-                           q->env_name ? q->env_name : "");
-    lh_env *env;
-    LH_TRY(lh_env_open(q->env_name, opts, n, &env, err));
-    session *grown = realloc(ss->s, (ss->n + 1) * sizeof *grown);
-    if (!grown) {
-      lh_env_free(env);
-      return lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
-    }
-    ss->s = grown;
-    ss->s[ss->n++] = (session){++ss->next_id, env, ++ss->clock, q->request_id};
-    r->session_id = ss->next_id;
-    return 0;
-  }
-  session *sn = find(ss, q->session_id);
-  if (!sn)
-    return lh_errbuf_set(err, LH_ENOENT, "env server: no session %llu (send CREATE first)",
-                         (unsigned long long)q->session_id);
+  if (q->op == LONGHAUL__ENV_OP__ENV_OP_CREATE) return create(sv, q, r, err);
+  uint64_t *last_request;
+  lh_env *env = lh_envs_budget_session(sv->budget, sv->peer, q->session_id, &last_request);
+  if (!env)
+    return lh_errbuf_set(err, LH_ENOENT,
+                         "env server: no session %llu for this client (closed, idle past %llu ms, or never "
+                         "created: send CREATE)",
+                         (unsigned long long)q->session_id,
+                         (unsigned long long)lh_envs_budget_config(sv->budget)->idle_timeout_ms);
   /* A client numbers its requests upwards (envs/envhub.c), one at a time
    * per session: an id not above the last one is a replay, which would
    * step the episode twice. */
-  if (q->request_id <= sn->last_request)
+  if (q->request_id <= *last_request)
     return lh_errbuf_set(err, LH_EENVS_SERVER_REPLAY,
                          "env server: request %llu replayed (session %llu has answered request %llu)",
                          (unsigned long long)q->request_id, (unsigned long long)q->session_id,
-                         (unsigned long long)sn->last_request);
-  sn->last_request = q->request_id;
-  lh_env *env = sn->env;
+                         (unsigned long long)*last_request);
+  *last_request = q->request_id;
   switch (q->op) {
     case LONGHAUL__ENV_OP__ENV_OP_RESET: {
       lh_env_obs obs;
@@ -175,7 +148,7 @@ static int handle(sessions *ss, const Longhaul__EnvRequest *q, Longhaul__EnvResp
       return 0;
     }
     case LONGHAUL__ENV_OP__ENV_OP_CLOSE:
-      close_session(ss, q->session_id);
+      lh_envs_budget_close(sv->budget, sv->peer, q->session_id);
       return 0;
     default:
       return lh_errbuf_set(err, LH_EINVAL, "env server: unknown op %d", (int)q->op);
@@ -183,25 +156,35 @@ static int handle(sessions *ss, const Longhaul__EnvRequest *q, Longhaul__EnvResp
 }
 
 /* Answers one request frame: decodes it, runs it and encodes the answer
- * into *out (malloc'd). Sets *stop for a Shutdown. */
-static void answer(sessions *ss, const zmq_msg_t *in, uint64_t msg_id, uint8_t **out, size_t *bytes, int *stop,
-                   lh_zsock_meter *bad) {
+ * into *out (malloc'd). Sets *stop for a Shutdown. pending is what the
+ * answers before it in this message hold: a request that would take the
+ * client's or all replies past their cap is not run but answered
+ * LH_EAGAIN. */
+static void answer(server *sv, const zmq_msg_t *in, uint64_t msg_id, uint64_t pending, uint8_t **out,
+                   size_t *bytes, int *stop) {
   Longhaul__Envelope *req = NULL;
   lh_errbuf herr;
   lh_errbuf_clear(&herr);
   Longhaul__EnvResponse resp = LONGHAUL__ENV_RESPONSE__INIT;
   reply_parts parts;
+  char why[LH_ERRMSG_BYTES];
   int hrc = lh_wire_decode(zmq_msg_data((zmq_msg_t *)in), zmq_msg_size((zmq_msg_t *)in), NULL, &req, &herr);
   if (hrc == 0 && req->body_case == LONGHAUL__ENVELOPE__BODY_SHUTDOWN) {
     *stop = 1;
   } else if (hrc == 0 && req->body_case != LONGHAUL__ENVELOPE__BODY_ENV_REQUEST) {
     hrc = lh_errbuf_set(&herr, LH_EINVAL, "env server: expected an EnvRequest, got %s",
                         lh_wire_body_name(req->body_case));
+  } else if (hrc == 0 && (hrc = lh_envs_budget_reply_room(sv->budget, sv->peer, pending, &herr)) < 0) {
+    resp.request_id = req->env_request->request_id;
+    resp.session_id = req->env_request->session_id;
+    lh_envs_budget_refused(sv->budget, sv->peer, NULL, herr.msg);
   } else if (hrc == 0) {
-    hrc = handle(ss, req->env_request, &resp, &parts, &herr);
-    if (hrc == LH_EENVS_SERVER_REPLAY) lh_zsock_meter_bad(bad, herr.msg);
+    hrc = handle(sv, req->env_request, &resp, &parts, &herr);
+    if (hrc == LH_EENVS_SERVER_REPLAY)
+      lh_zsock_meter_bad(sv->bad, lh_envs_escape(herr.msg, strlen(herr.msg), why, sizeof why));
   }
-  if (hrc < 0 && (!req || req->body_case != LONGHAUL__ENVELOPE__BODY_ENV_REQUEST)) lh_zsock_meter_bad(bad, herr.msg);
+  if (hrc < 0 && (!req || req->body_case != LONGHAUL__ENVELOPE__BODY_ENV_REQUEST))
+    lh_zsock_meter_bad(sv->bad, lh_envs_escape(herr.msg, strlen(herr.msg), why, sizeof why));
   if (hrc < 0) {
     resp.status = hrc;
     resp.error = herr.msg;
@@ -226,32 +209,85 @@ static void answer(sessions *ss, const zmq_msg_t *in, uint64_t msg_id, uint8_t *
   lh_wire_free(req);
 }
 
+/* One error answer for a message refused whole (past SERVER_MAX_FRAMES). */
+static void refuse_message(uint64_t msg_id, const char *why, uint8_t **out, size_t *bytes) {
+  Longhaul__EnvResponse r = LONGHAUL__ENV_RESPONSE__INIT;
+  r.status = LH_EENVS_SERVER_PROTOCOL;
+  r.error = (char *)why;
+  Longhaul__Envelope reply = LONGHAUL__ENVELOPE__INIT;
+  reply.protocol = LH_WIRE_PROTOCOL;
+  reply.msg_id = msg_id;
+  reply.sender = "envs-server";
+  reply.body_case = LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE;
+  reply.env_response = &r;
+  lh_errbuf ee;
+  if (lh_wire_encode(&reply, out, bytes, &ee) < 0) *out = NULL, *bytes = 0;
+}
+
 int lh_envserver_serve(const char *endpoint, uint32_t max_sessions, lh_errbuf *err) {
-  return lh_envserver_serve_curve(endpoint, max_sessions, NULL, NULL, err);
+  lh_envserver_config cfg = {.max_sessions = max_sessions};
+  return lh_envserver_run(endpoint, &cfg, err);
 }
 
 int lh_envserver_serve_curve(const char *endpoint, uint32_t max_sessions, const char *secret_key_file,
                              const char *allowed_keys, lh_errbuf *err) {
+  lh_envserver_config cfg = {
+      .max_sessions = max_sessions, .curve_secret_key_file = secret_key_file, .curve_allowed_keys = allowed_keys};
+  return lh_envserver_run(endpoint, &cfg, err);
+}
+
+/* The ROUTER: frames of at most SERVER_MAX_REQUEST_BYTES, and at most
+ * LH_ENVSERVER_HWM messages queued per peer each way. Past the send HWM
+ * libzmq drops a reply to a peer that does not read (a ROUTER without
+ * ZMQ_ROUTER_MANDATORY); past the receive HWM it stops reading the peer's
+ * connection, so its sender waits. */
+static void *open_router(void *zctx, lh_zsock_curve *curve, lh_errbuf *err) {
+  lh_zsock_opts so = {.max_message_bytes = SERVER_MAX_REQUEST_BYTES, .curve = curve};
+  void *sock = lh_zsock_open(zctx, ZMQ_ROUTER, &so, "env server ROUTER", err);
+  if (!sock) return NULL;
+  int hwm = LH_ENVSERVER_HWM;
+  if (zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm) || zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm)) {
+    lh_errbuf_set(err, LH_EZMQ, "env server ROUTER: cannot set its HWM: %s", zmq_strerror(zmq_errno()));
+    zmq_close(sock);
+    return NULL;
+  }
+  return sock;
+}
+
+int lh_envserver_run(const char *endpoint, const lh_envserver_config *cfg, lh_errbuf *err) {
   if (!endpoint || !*endpoint) return lh_errbuf_set(err, LH_EINVAL, "env server: no endpoint to bind");
+  lh_envserver_config none = {0};
+  if (!cfg) cfg = &none;
+  const char *secret_key_file = cfg->curve_secret_key_file, *allowed_keys = cfg->curve_allowed_keys;
   int has_secret = secret_key_file && *secret_key_file, has_allowed = allowed_keys && *allowed_keys;
   if (has_secret != has_allowed)
     return lh_errbuf_set(err, LH_EINVAL, "env server: a CURVE secret key and allowed keys go together");
+  lh_envs_budget *budget;
+  LH_TRY(lh_envs_budget_new(cfg, &budget, err));
   lh_zsock_curve curve;
   memset(&curve, 0, sizeof curve);
-  if (has_secret) LH_TRY(lh_zsock_key_read(secret_key_file, 1, curve.secret, err));
+  if (has_secret && lh_zsock_key_read(secret_key_file, 1, curve.secret, err) < 0) {
+    lh_envs_budget_free(budget);
+    return err ? err->code : LH_ECONFIG;
+  }
   void *zctx = zmq_ctx_new();
-  if (!zctx) return lh_errbuf_set(err, LH_EZMQ, "env server: zmq_ctx_new failed");
+  if (!zctx) {
+    memset(&curve, 0, sizeof curve);
+    lh_envs_budget_free(budget);
+    return lh_errbuf_set(err, LH_EZMQ, "env server: zmq_ctx_new failed");
+  }
   lh_zsock_zap *zap = NULL;
   if (has_secret && lh_zsock_zap_start(zctx, allowed_keys, &zap, err) < 0) {
+    memset(&curve, 0, sizeof curve);
     zmq_ctx_term(zctx);
+    lh_envs_budget_free(budget);
     return err ? err->code : LH_ECONFIG;
   }
   /* A ROUTER, not a REP: a REP reads a message's frames from one peer at
    * a time, so a peer that broke off inside one (transport garbage does
    * that) could leave it waiting for the rest; a ROUTER goes on reading
    * the others. Each message is [peer][empty delimiter][requests...]. */
-  lh_zsock_opts so = {.max_message_bytes = SERVER_MAX_REQUEST_BYTES, .curve = &curve};
-  void *sock = lh_zsock_open(zctx, ZMQ_ROUTER, &so, "env server ROUTER", err);
+  void *sock = open_router(zctx, &curve, err);
   int brc = sock ? lh_zsock_bind(sock, endpoint, &curve, NULL, 0, "env server ROUTER", err) : LH_EZMQ;
   memset(&curve, 0, sizeof curve);
   if (brc < 0) {
@@ -259,19 +295,26 @@ int lh_envserver_serve_curve(const char *endpoint, uint32_t max_sessions, const 
     if (sock) zmq_close(sock);
     lh_zsock_zap_stop(zap);
     zmq_ctx_term(zctx);
+    lh_envs_budget_free(budget);
     return rc;
   }
-  LH_INFO("envs", "env server listening endpoint=%s max_sessions=%u curve=%s", endpoint,
-          max_sessions ? max_sessions : LH_ENVSERVER_DEFAULT_SESSIONS, has_secret ? "on" : "off");
-  sessions ss = {0};
-  ss.max = max_sessions ? max_sessions : LH_ENVSERVER_DEFAULT_SESSIONS;
+  const lh_envserver_config *c = lh_envs_budget_config(budget);
+  LH_INFO("envs", "env server listening endpoint=%s max_sessions=%u max_sessions_per_client=%u "
+          "max_session_bytes=%llu max_session_bytes_per_client=%llu max_reply_bytes=%llu "
+          "max_reply_bytes_per_client=%llu idle_timeout_ms=%llu hwm=%d curve=%s",
+          endpoint, c->max_sessions, c->max_sessions_per_client, (unsigned long long)c->max_session_bytes,
+          (unsigned long long)c->max_session_bytes_per_client, (unsigned long long)c->max_reply_bytes,
+          (unsigned long long)c->max_reply_bytes_per_client, (unsigned long long)c->idle_timeout_ms,
+          LH_ENVSERVER_HWM, has_secret ? "on" : "off");
   lh_zsock_meter bad = {.component = "envs"};
+  server sv = {budget, NULL, &bad};
   int rc = 0, stop = 0;
-  uint64_t msg_id = 0;
+  uint64_t msg_id = 0, requests = 0;
   /* One message holds one or more requests, one per frame; the reply has
    * one answer frame per request, in order. A message of more requests
    * than SERVER_MAX_FRAMES is dropped whole and answered with one error;
-   * one without the empty delimiter is dropped unanswered. */
+   * one without the empty delimiter is dropped unanswered, and so is one
+   * from a client whose unread replies are at its cap. */
   struct {
     uint8_t *buf;
     size_t bytes;
@@ -281,14 +324,25 @@ int lh_envserver_serve_curve(const char *endpoint, uint32_t max_sessions, const 
     rc = lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
     stop = 2;
   }
-  while (!stop) {
+  while (!stop && !(cfg->stop && *cfg->stop)) {
+    /* Idle sessions close even while no request comes. */
+    lh_envs_budget_sweep(budget, 0, NULL);
+    zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
+    int ready = zmq_poll(&item, 1, (long)lh_envs_budget_sweep_ms(budget));
+    if (ready < 0) {
+      int e = zmq_errno();
+      if (e != EINTR) rc = lh_errbuf_set(err, LH_EZMQ, "env server: poll: %s", zmq_strerror(e));
+      break; /* a signal or a failure: stop serving */
+    }
+    if (ready == 0) continue;
     zmq_msg_t peer;
     zmq_msg_init(&peer);
-    if (zmq_msg_recv(&peer, sock, 0) < 0) {
+    if (zmq_msg_recv(&peer, sock, ZMQ_DONTWAIT) < 0) {
       int e = zmq_errno();
       zmq_msg_close(&peer);
+      if (e == EAGAIN) continue;
       if (e != EINTR) rc = lh_errbuf_set(err, LH_EZMQ, "env server: recv: %s", zmq_strerror(e));
-      break; /* a signal or a failure: stop serving */
+      break;
     }
     int n = 0, got = 0;
     if (zmq_msg_more(&peer)) got = lh_zsock_recv_frames(sock, frames, SERVER_MAX_FRAMES + 1, 0, &n);
@@ -304,41 +358,62 @@ int lh_envserver_serve_curve(const char *endpoint, uint32_t max_sessions, const 
       zmq_msg_close(&peer);
       continue;
     }
+    sv.peer = lh_envs_budget_peer(budget, zmq_msg_data(&peer), zmq_msg_size(&peer));
+    lh_errbuf room;
+    const char *drop = NULL;
+    char why[LH_ERRMSG_BYTES + 64];
+    if (!sv.peer) {
+      snprintf(why, sizeof why, "env server: %zu clients hold sessions or unread replies, the most it tracks "
+               "(--max-sessions + 1024); a message from a new one dropped unanswered", lh_envs_budget_peers(budget));
+      drop = why;
+    } else if (lh_envs_budget_unread_full(budget, sv.peer, &room) < 0) {
+      snprintf(why, sizeof why, "%s (a message of %d requests dropped unanswered)", room.msg, got == 1 ? n - 1 : 0);
+      drop = why;
+    }
+    if (drop) {
+      lh_envs_budget_refused(budget, sv.peer, NULL, drop);
+      lh_zsock_frames_close(frames, n);
+      zmq_msg_close(&peer);
+      continue;
+    }
     int answers = 0;
     if (got != 1) {
-      char why[128];
       snprintf(why, sizeof why, "a message of more than %d requests (dropped whole)", SERVER_MAX_FRAMES);
       lh_zsock_meter_bad(&bad, why);
-      Longhaul__EnvResponse r = LONGHAUL__ENV_RESPONSE__INIT;
-      r.status = LH_EENVS_SERVER_PROTOCOL;
-      r.error = why;
-      Longhaul__Envelope reply = LONGHAUL__ENVELOPE__INIT;
-      reply.protocol = LH_WIRE_PROTOCOL;
-      reply.msg_id = ++msg_id;
-      reply.sender = "envs-server";
-      reply.body_case = LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE;
-      reply.env_response = &r;
-      lh_errbuf ee;
-      if (lh_wire_encode(&reply, &outs[0].buf, &outs[0].bytes, &ee) < 0) outs[0].buf = NULL, outs[0].bytes = 0;
+      refuse_message(++msg_id, why, &outs[0].buf, &outs[0].bytes);
       answers = 1;
     } else {
-      for (int i = 1; i < n; i++) answer(&ss, &frames[i], ++msg_id, &outs[i - 1].buf, &outs[i - 1].bytes, &stop, &bad);
+      uint64_t pending = 0;
+      for (int i = 1; i < n; i++) {
+        answer(&sv, &frames[i], ++msg_id, pending, &outs[i - 1].buf, &outs[i - 1].bytes, &stop);
+        pending += outs[i - 1].bytes;
+      }
       answers = n - 1;
+      requests += (uint64_t)answers;
       lh_zsock_frames_close(frames, n);
     }
-    /* A peer that went away makes the ROUTER drop the reply. */
+    /* A peer that went away, or one whose queue is at the HWM, makes the
+     * ROUTER drop the reply (and libzmq free it, which uncounts it). */
     zmq_send(sock, zmq_msg_data(&peer), zmq_msg_size(&peer), ZMQ_SNDMORE);
-    zmq_send(sock, "", 0, ZMQ_SNDMORE);
-    for (int i = 0; i < answers; i++) zmq_send(sock, outs[i].buf, outs[i].bytes, i + 1 < answers ? ZMQ_SNDMORE : 0);
-    for (int i = 0; i < answers; i++) free(outs[i].buf), outs[i].buf = NULL;
+    zmq_send(sock, "", 0, answers ? ZMQ_SNDMORE : 0);
+    for (int i = 0; i < answers; i++) {
+      if (outs[i].buf)
+        lh_envs_budget_send(budget, sv.peer, sock, outs[i].buf, outs[i].bytes, i + 1 < answers ? ZMQ_SNDMORE : 0);
+      else
+        zmq_send(sock, "", 0, i + 1 < answers ? ZMQ_SNDMORE : 0);  /* an answer that could not be encoded */
+      outs[i].buf = NULL;
+    }
     zmq_msg_close(&peer);
   }
+  LH_INFO("envs", "env server stopped requests=%llu sessions=%zu session_bytes=%llu refused=%llu",
+          (unsigned long long)requests, lh_envs_budget_sessions(budget),
+          (unsigned long long)lh_envs_budget_session_bytes(budget),
+          (unsigned long long)lh_envs_budget_refusals(budget));
   free(frames);
   free(outs);
-  for (size_t i = 0; i < ss.n; i++) lh_env_free(ss.s[i].env);
-  free(ss.s);
   zmq_close(sock);
   lh_zsock_zap_stop(zap);
-  zmq_ctx_term(zctx);
+  zmq_ctx_term(zctx);  /* after this libzmq holds no reply: the budget can go */
+  lh_envs_budget_free(budget);
   return rc;
 }

@@ -5,7 +5,10 @@
  * Every wait is bounded by timeout_ms. After a timeout the connection is
  * reset (envhub.c) and this session is gone with it, so the next reset
  * sends CREATE again: that is how the caller keeps working with a
- * restarted (or thawed) server. */
+ * restarted (or thawed) server. A CREATE the server refuses at one of its
+ * caps (LH_EAGAIN: too many sessions or bytes, unread replies) leaves the
+ * environment open without a session: the refusal comes back as an error
+ * of the reset, which ends that episode, and the next reset asks again. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,7 @@ typedef struct {
   uint64_t pending_id, pending_generation;  /* request in flight, 0 when none */
   Longhaul__EnvOp pending_op;
   int64_t deadline_ns;
+  int32_t last_status;          /* the server's status in the last answer */
   Longhaul__Envelope *last;     /* the answer the current views point into */
   lh_env_image *images;
   lh_env_term *terms;
@@ -61,6 +65,7 @@ static int wait_response(server_env *s, Longhaul__EnvResponse **resp, lh_errbuf 
   Longhaul__EnvOp op = s->pending_op;
   uint64_t id = s->pending_id;
   s->pending_id = 0;
+  s->last_status = 0;
   if (!id) return lh_errbuf_set(err, LH_EINVAL, "env server %s: no request in flight", lh_envs_conn_endpoint(s->conn));
   Longhaul__Envelope *got;
   lh_errbuf werr;
@@ -74,6 +79,7 @@ static int wait_response(server_env *s, Longhaul__EnvResponse **resp, lh_errbuf 
   Longhaul__EnvResponse *r = got->env_response;
   lh_wire_free(s->last);
   s->last = got;
+  s->last_status = r->status;
   if (r->status == LH_ENOENT && op != LONGHAUL__ENV_OP__ENV_OP_CREATE)
     s->session_id = 0; /* the server dropped our session: the next reset makes a new one */
   if (r->status < 0)
@@ -191,7 +197,13 @@ int lh_envs_server_create(lh_env_hub *hub, const lh_env_option *opts, size_t cou
   if (!rc) rc = lh_envs_hub_conn(hub ? hub : own, endpoint, &curve, &s->conn, err);
   memset(&curve, 0, sizeof curve);
   lh_env_hub_free(own);  /* the connection holds it now */
-  if (!rc) rc = open_session(s, err);
+  if (!rc) {
+    rc = open_session(s, err);
+    if (rc == LH_EENVS_SERVER_ERROR && s->last_status == LH_EAGAIN) {
+      LH_DEBUG("envs", "env server refused a session for now, the next reset asks again: %s", err ? err->msg : "");
+      rc = 0;
+    }
+  }
   if (rc < 0) {
     server_destroy(s);
     return rc;

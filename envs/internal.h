@@ -41,6 +41,59 @@ int lh_envs_server_step_recv(void *ctx, lh_env_result *out, lh_errbuf *err);
 int lh_envs_server_reset_send(void *ctx, uint64_t seed, lh_errbuf *err);
 int lh_envs_server_reset_recv(void *ctx, lh_env_obs *obs, lh_errbuf *err);
 
+/* What clients hold on an env server and its caps (envserver_budget.c):
+ * sessions by id, each owned by the client (ROUTER peer) that created it,
+ * charged its lh_env_footprint; each client's replies in libzmq's hands.
+ * Only lh_envs_budget_send's free function runs off the serving thread. */
+typedef struct lh_envs_budget lh_envs_budget;
+typedef struct lh_envs_peer lh_envs_peer;
+/* cfg may be NULL; zeros become the defaults. */
+int lh_envs_budget_new(const lh_envserver_config *cfg, lh_envs_budget **out, lh_errbuf *err);
+/* Frees the sessions and peers: only once libzmq holds no reply (after
+ * zmq_ctx_term). Accepts NULL. */
+void lh_envs_budget_free(lh_envs_budget *b);
+const lh_envserver_config *lh_envs_budget_config(const lh_envs_budget *b);
+/* The peer with this routing id, added when new; NULL when max_sessions +
+ * 1024 peers are known and none can be forgotten (or out of memory). Valid
+ * until the next lh_envs_budget_peer or a sweep that does not keep it. */
+lh_envs_peer *lh_envs_budget_peer(lh_envs_budget *b, const void *id, size_t bytes);
+size_t lh_envs_budget_peers(const lh_envs_budget *b);
+/* The peer's routing id escaped for a log line. */
+char *lh_envs_peer_name(const lh_envs_peer *p, char *out, size_t cap);
+/* 0 when p may open a session of bytes (0: check the counts only), else
+ * LH_EAGAIN with the cap it meets in err (after closing idle sessions). */
+int lh_envs_budget_admit(lh_envs_budget *b, const lh_envs_peer *p, uint64_t bytes, lh_errbuf *err);
+/* Adds env (owned from now on) as p's session; *id gets its id. */
+int lh_envs_budget_add(lh_envs_budget *b, lh_envs_peer *p, lh_env *env, uint64_t bytes, uint64_t request_id,
+                       uint64_t *id, lh_errbuf *err);
+/* p's session id (NULL when gone or another's), marked used now;
+ * *last_request points at its newest request id. */
+lh_env *lh_envs_budget_session(lh_envs_budget *b, const lh_envs_peer *p, uint64_t id, uint64_t **last_request);
+void lh_envs_budget_close(lh_envs_budget *b, const lh_envs_peer *p, uint64_t id);
+/* Closes the sessions idle past idle_timeout_ms (logged) and forgets the
+ * peers that hold nothing, but keep; at most every sweep_ms unless force.
+ * Returns the sessions closed. */
+size_t lh_envs_budget_sweep(lh_envs_budget *b, int force, const lh_envs_peer *keep);
+int64_t lh_envs_budget_sweep_ms(const lh_envs_budget *b);
+size_t lh_envs_budget_sessions(const lh_envs_budget *b);
+uint64_t lh_envs_budget_session_bytes(const lh_envs_budget *b);
+/* 0 when p's replies in flight plus pending (encoded, not yet sent) are
+ * under its cap and all replies plus pending under the total; else
+ * LH_EAGAIN naming the cap. */
+int lh_envs_budget_reply_room(lh_envs_budget *b, const lh_envs_peer *p, uint64_t pending, lh_errbuf *err);
+/* LH_EAGAIN when p's own replies in flight are at its cap: its requests
+ * are then dropped unanswered (it is not reading them). */
+int lh_envs_budget_unread_full(const lh_envs_budget *b, const lh_envs_peer *p, lh_errbuf *err);
+uint64_t lh_envs_budget_reply_bytes(const lh_envs_budget *b);
+/* Sends buf (malloc'd; owned from now on) as one frame to sock without a
+ * copy, counted against p and the total until libzmq lets go of it.
+ * 0, or -1 with zmq_errno set (buf freed). */
+int lh_envs_budget_send(lh_envs_budget *b, lh_envs_peer *p, void *sock, uint8_t *buf, size_t bytes, int flags);
+/* Counts a refusal and logs it at most once per LH_ZSOCK_LOG_INTERVAL_NS
+ * with the count since the last line; the peer and env names escaped. */
+void lh_envs_budget_refused(lh_envs_budget *b, const lh_envs_peer *p, const char *env_name, const char *why);
+uint64_t lh_envs_budget_refusals(const lh_envs_budget *b);
+
 /* A growable text buffer for observations. */
 typedef struct {
   char *data;
@@ -48,7 +101,28 @@ typedef struct {
 } lh_envs_text;
 int lh_envs_text_printf(lh_envs_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int lh_envs_text_append(lh_envs_text *t, const char *s, size_t n);
+/* Grows t to hold bytes more exactly (not to a power of two), so that a
+ * buffer sized up front has the capacity its footprint states. */
+int lh_envs_text_reserve(lh_envs_text *t, size_t bytes);
 void lh_envs_text_clear(lh_envs_text *t);
 void lh_envs_text_free(lh_envs_text *t);
+
+/* What the allocator adds to one allocation at most: a large one is
+ * mmap'd whole pages with a header. Footprints add it per allocation. */
+#define LH_ENVS_ALLOC_SLACK 4096
+
+/* The bytes an environment's text buffers may reach when their largest
+ * content is about `content` bytes (capacities double: at most twice). */
+#define LH_ENVS_TEXT_FOOTPRINT(content) (2 * ((size_t)(content) + 256))
+
+/* Writes the bytes s[0..n) into out[cap] for a log line: printable ASCII
+ * as it is, backslash and every other byte as \xNN, cut with "..." when it
+ * does not fit; always NUL-terminated (cap >= 4). Returns out. Peer-given
+ * names (env names, ROUTER identities) go through it before a log line. */
+char *lh_envs_escape(const void *s, size_t n, char *out, size_t cap);
+
+/* Prefixes the message of an option error (rc < 0) with the environment's
+ * name ("needle: option tokens=... is outside 200..4000000"); returns rc. */
+int lh_envs_opt_error(lh_errbuf *err, int rc, const char *env);
 
 #endif

@@ -8,7 +8,11 @@
 
 #include "envs/internal.h"
 
+/* Option maxima: a maze of at most 16 x 16 cells drawn with at most 16
+ * pixels a block, an image of at most 528 x 528 x 3 bytes (836 KB). */
 #define MAZE_MAX 16
+#define MAZE_MAX_CELL_PX 16
+#define MAZE_TEXT_BYTES 1024
 
 typedef struct {
   long size, cell_px;
@@ -32,7 +36,7 @@ static int maze_create(const lh_env_option *opts, size_t count, void **ctx, lh_e
   maze_env *e = calloc(1, sizeof *e);
   if (!e) return lh_errbuf_set(err, LH_ENOMEM, "maze: out of memory");
   int rc = lh_env_opt_int(opts, count, "size", 6, 2, MAZE_MAX, &e->size, err);
-  if (!rc) rc = lh_env_opt_int(opts, count, "cell_px", 4, 1, 16, &e->cell_px, err);
+  if (!rc) rc = lh_env_opt_int(opts, count, "cell_px", 4, 1, MAZE_MAX_CELL_PX, &e->cell_px, err);
   if (!rc) rc = lh_env_opt_double(opts, count, "expert_noise", 0, 0, 1, &e->noise, err);
   if (!rc) {
     e->grid = 2 * (int)e->size + 1;
@@ -43,10 +47,17 @@ static int maze_create(const lh_env_option *opts, size_t count, void **ctx, lh_e
   }
   if (rc) {
     free(e);
-    return rc;
+    return lh_envs_opt_error(err, rc, "maze");
   }
   *ctx = e;
   return 0;
+}
+
+/* The context, the image (allocated by create) and three small texts. */
+static size_t maze_footprint(void *ctx) {
+  const maze_env *e = ctx;
+  return sizeof *e + (size_t)e->image.width * e->image.height * 3 + 3 * LH_ENVS_TEXT_FOOTPRINT(MAZE_TEXT_BYTES) +
+         2 * LH_ENVS_ALLOC_SLACK;
 }
 
 static void maze_destroy(void *ctx) {
@@ -237,4 +248,5 @@ const lh_env_vtable lh_envs_maze_vtable = {
     .describe = maze_describe,
     .expert = maze_expert,
     .destroy = maze_destroy,
+    .footprint = maze_footprint,
 };

@@ -24,6 +24,12 @@ static const char *const FIELD[] = {"city", "color", "code"};
 #define N_OF(a) (sizeof a / sizeof a[0])
 #define ID_SPACE 2176782336ull /* 36^6 */
 #define MAX_HITS 20
+/* The document's length in tokens: 4e6 is a document of about 4.3 MB,
+ * held twice while shown (the document and the observation); a server
+ * charges a session that much (needle_footprint). */
+#define NEEDLE_MIN_TOKENS 200
+#define NEEDLE_MAX_TOKENS 4000000
+#define NEEDLE_TEXT_BYTES 512 /* the question, a search's hits, one line */
 
 typedef struct {
   long tokens, show_document;
@@ -46,12 +52,12 @@ static int needle_create(const lh_env_option *opts, size_t count, void **ctx, lh
   LH_TRY(lh_env_opt_check_keys(opts, count, "needle", OPTIONS, err));
   needle_env *e = calloc(1, sizeof *e);
   if (!e) return lh_errbuf_set(err, LH_ENOMEM, "needle: out of memory");
-  int rc = lh_env_opt_int(opts, count, "tokens", 2000, 200, 4000000, &e->tokens, err);
+  int rc = lh_env_opt_int(opts, count, "tokens", 2000, NEEDLE_MIN_TOKENS, NEEDLE_MAX_TOKENS, &e->tokens, err);
   if (!rc) rc = lh_env_opt_int(opts, count, "show_document", 1, 0, 1, &e->show_document, err);
   if (!rc) rc = lh_env_opt_double(opts, count, "expert_noise", 0, 0, 1, &e->noise, err);
   if (rc) {
     free(e);
-    return rc;
+    return lh_envs_opt_error(err, rc, "needle");
   }
   *ctx = e;
   return 0;
@@ -66,6 +72,38 @@ static void needle_destroy(void *ctx) {
   lh_envs_text_free(&e->desc);
   free(e->line_at);
   free(e);
+}
+
+static size_t doc_lines(const needle_env *e) {
+  size_t lines = (size_t)e->tokens / 64;
+  return lines < 3 ? 3 : lines;
+}
+
+static size_t longest(const char *const *names, size_t n) {
+  size_t most = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strlen(names[i]) > most) most = strlen(names[i]);
+  return most;
+}
+
+/* The longest line write_line can write in a document of lines lines:
+ * its fixed text, the longest value of each field, the line number. */
+static size_t max_line_bytes(size_t lines) {
+  size_t digits = 1;
+  for (size_t v = lines; v >= 10; v /= 10) digits++;
+  return sizeof "L id=ID-XXXXXX name=  city= color= code=9999\n" - 1 + digits + longest(FIRST, N_OF(FIRST)) +
+         longest(LAST, N_OF(LAST)) + longest(CITY, N_OF(CITY)) + longest(COLOR, N_OF(COLOR));
+}
+
+/* The document and the observation are sized up front by reset (exact
+ * capacities), so this is what they reach, with the line offsets and the
+ * small buffers. */
+static size_t needle_footprint(void *ctx) {
+  needle_env *e = ctx;
+  size_t lines = doc_lines(e), doc = lines * max_line_bytes(lines) + 1;
+  size_t text = e->show_document ? doc + NEEDLE_TEXT_BYTES + 1 : LH_ENVS_TEXT_FOOTPRINT(NEEDLE_TEXT_BYTES);
+  return sizeof *e + lines * sizeof *e->line_at + doc + text + LH_ENVS_TEXT_FOOTPRINT(NEEDLE_TEXT_BYTES) +
+         LH_ENVS_TEXT_FOOTPRINT(1024) + 6 * LH_ENVS_ALLOC_SLACK;
 }
 
 static void format_id(uint64_t v, char *out) {
@@ -100,8 +138,7 @@ static int needle_reset(void *ctx, uint64_t seed, lh_env_obs *obs, lh_errbuf *er
   lh_env_rng r;
   lh_env_rng_seed(&r, seed);
   lh_env_rng_seed(&e->expert_rng, seed ^ 0x9ee71eull);
-  size_t lines = (size_t)e->tokens / 64;
-  if (lines < 3) lines = 3;
+  size_t lines = doc_lines(e);
   if (lines != e->lines || !e->line_at) {
     free(e->line_at);
     e->line_at = malloc(lines * sizeof *e->line_at);
@@ -112,6 +149,10 @@ static int needle_reset(void *ctx, uint64_t seed, lh_env_obs *obs, lh_errbuf *er
   e->field = (int)lh_env_rng_below(&r, 3);
   uint64_t id_offset = lh_env_rng_next(&r) % ID_SPACE;
   lh_envs_text_clear(&e->doc);
+  lh_envs_text_clear(&e->text);
+  if (lh_envs_text_reserve(&e->doc, lines * max_line_bytes(lines)) < 0 ||
+      (e->show_document && lh_envs_text_reserve(&e->text, lines * max_line_bytes(lines) + NEEDLE_TEXT_BYTES) < 0))
+    return lh_errbuf_set(err, LH_ENOMEM, "needle: out of memory for a document of %zu lines", lines);
   char values[3][32], *vp[3] = {values[0], values[1], values[2]};
   for (size_t i = 0; i < lines; i++) {
     e->line_at[i] = e->doc.len;
@@ -120,7 +161,6 @@ static int needle_reset(void *ctx, uint64_t seed, lh_env_obs *obs, lh_errbuf *er
   if (!e->doc.data) return lh_errbuf_set(err, LH_ENOMEM, "needle: out of memory for the document");
   snprintf(e->answer, sizeof e->answer, "%s", values[e->field]);
   e->line_known = e->line_read = 0;
-  lh_envs_text_clear(&e->text);
   if (e->show_document) {
     lh_envs_text_printf(&e->text, "Document (%zu lines):\n", lines);
     lh_envs_text_append(&e->text, e->doc.data, e->doc.len);
@@ -235,11 +275,11 @@ static const char *needle_describe(void *ctx) {
                       "per line, and a question about the record with a given id. The document is "
                       "shown at reset (show_document=1) and can be searched.\n"
                       "tools: search(TERM) -> line numbers (at most %d), read(N) -> line N\n"
-                      "options: tokens=%ld (document length, 200..4000000), show_document=%ld, "
+                      "options: tokens=%ld (document length, %d..%d), show_document=%ld, "
                       "expert_noise=%g (0..1), max_steps (default 12)\n"
                       "reward: 1 for the right value (case-insensitive), else 0 (term 'correct'); "
                       "expert: search(id), read(line), answer",
-                      MAX_HITS, e->tokens, e->show_document, e->noise);
+                      MAX_HITS, e->tokens, NEEDLE_MIN_TOKENS, NEEDLE_MAX_TOKENS, e->show_document, e->noise);
   return e->desc.data;
 }
 
@@ -255,4 +295,5 @@ const lh_env_vtable lh_envs_needle_vtable = {
     .describe = needle_describe,
     .expert = needle_expert,
     .destroy = needle_destroy,
+    .footprint = needle_footprint,
 };

@@ -1,10 +1,11 @@
 /* Option parsing and the deterministic RNG that environment code shares. */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "envs/env.h"
+#include "envs/internal.h"
 
 const char *lh_env_opt(const lh_env_option *opts, size_t count, const char *key) {
   const char *v = NULL;
@@ -63,6 +64,38 @@ int lh_env_opt_check_keys(const lh_env_option *opts, size_t count, const char *e
                            known);
   }
   return 0;
+}
+
+int lh_envs_opt_error(lh_errbuf *err, int rc, const char *env) {
+  if (rc >= 0 || !err) return rc;
+  char msg[LH_ERRMSG_BYTES];
+  snprintf(msg, sizeof msg, "%s", err->msg);
+  return lh_errbuf_set(err, rc, "%s: %s", env, msg);
+}
+
+char *lh_envs_escape(const void *s, size_t n, char *out, size_t cap) {
+  static const char hex[] = "0123456789abcdef";
+  const unsigned char *p = s;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    int plain = p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\';
+    size_t need = plain ? 1 : 4;
+    /* keep room for "..." unless this is the last byte and it fits */
+    if (o + need + (i + 1 < n ? 3 : 0) >= cap) {
+      if (o + 3 < cap) memcpy(out + o, "...", 3), o += 3;
+      break;
+    }
+    if (plain) {
+      out[o++] = (char)p[i];
+    } else {
+      out[o++] = '\\';
+      out[o++] = 'x';
+      out[o++] = hex[p[i] >> 4];
+      out[o++] = hex[p[i] & 15];
+    }
+  }
+  out[o] = 0;
+  return out;
 }
 
 void lh_env_rng_seed(lh_env_rng *r, uint64_t seed) { r->state = seed ^ 0x6a09e667f3bcc909ull; }

@@ -17,3 +17,13 @@ add_dependencies(test_envs_cli longhaul lh_env_reverse lh_env_bad_version)
 target_compile_definitions(test_envs_cli PRIVATE
   LH_TEST_PLUGIN_GOOD="$<TARGET_FILE:lh_env_reverse>"
   LH_TEST_PLUGIN_BAD_VERSION="$<TARGET_FILE:lh_env_bad_version>")
+# What a client can make an env server hold (session, byte and reply caps,
+# idle close), against `longhaul envs serve` and the Python server.
+lh_add_test(test_envs_limits SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_envs_limits.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c LIBS lh_envs PkgConfig::ZMQ TIMEOUT 300)
+add_dependencies(test_envs_limits longhaul)
+target_compile_definitions(test_envs_limits PRIVATE
+  LH_TEST_SOURCE_DIR="${CMAKE_SOURCE_DIR}" LH_TEST_PY_PROTO_DIR="${CMAKE_BINARY_DIR}/envs/python")
+if(TARGET lh_envs_python)
+  add_dependencies(test_envs_limits lh_envs_python)
+endif()

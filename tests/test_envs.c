@@ -1,6 +1,7 @@
 /* Tests of envs/: the action parser, the calc evaluator, the built-ins
  * (expert solves, random rarely does, determinism), the wrapper and plugins. */
 #include <check.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -435,6 +436,101 @@ START_TEST(test_wrapper_errors) {
 }
 END_TEST
 
+/* Option values that size an environment stop at explicit maxima, and the
+ * error names the environment, the option and the range. */
+START_TEST(test_option_maxima) {
+  struct {
+    const char *env, *key, *value, *says;
+  } cases[] = {
+      {"needle", "tokens", "4000001", "needle: option tokens=4000001 is outside 200..4000000"},
+      {"needle", "tokens", "99999999999999999999", "needle: option tokens='99999999999999999999' is not an integer"},
+      {"calc", "digits", "5", "calc: option digits=5 is outside 1..4"},
+      {"calc", "stages", "9", "calc: option stages=9 is outside 1..8"},
+      {"calc", "max_ops", "1001", "calc: option max_ops=1001 is outside 0..1000"},
+      {"maze", "size", "17", "maze: option size=17 is outside 2..16"},
+      {"maze", "cell_px", "17", "maze: option cell_px=17 is outside 1..16"},
+      {"calc", "max_steps", "1000001", "option max_steps=1000001 is outside 1..1000000"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const lh_env_option o[] = {{cases[i].key, cases[i].value}};
+    lh_env *env = NULL;
+    lh_errbuf e;
+    ck_assert_int_eq(lh_env_open(cases[i].env, o, 1, &env, &e), LH_EENVS_BAD_OPTION);
+    ck_assert_msg(env == NULL && strstr(e.msg, cases[i].says), "%s", e.msg);
+  }
+  const lh_env_option top[] = {{"tokens", "4000000"}};
+  lh_env *env;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_open("needle", top, 1, &env, &e), 0);
+  lh_env_free(env);
+}
+END_TEST
+
+static size_t heap_in_use(void) {
+  struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+/* What an environment states as its footprint is at least what it
+ * allocates, from open through a reset, steps, the expert and describe
+ * (the heap's bytes in use before and after), and not far above it: an
+ * env server charges each session this. */
+START_TEST(test_footprint) {
+  struct {
+    const char *env;
+    lh_env_option o[2];
+    size_t n;
+  } cases[] = {
+      {"needle", {{"tokens", "4000000"}}, 1},
+      {"needle", {{"tokens", "4000000"}, {"show_document", "0"}}, 2},
+      {"needle", {{"tokens", "123457"}}, 1},
+      {"needle", {{"tokens", "200"}}, 1},
+      {"calc", {{"stages", "8"}, {"digits", "4"}}, 2},
+      {"maze", {{"size", "16"}, {"cell_px", "16"}}, 2},
+      {"maze", {{"size", "2"}, {"cell_px", "1"}}, 2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    size_t before = heap_in_use(), most = 0;
+    lh_env *env;
+    lh_errbuf e;
+    ck_assert_int_eq(lh_env_open(cases[i].env, cases[i].o, cases[i].n, &env, &e), 0);
+    size_t stated = lh_env_footprint(env);
+    for (uint64_t seed = 0; seed < 3; seed++) {
+      lh_env_obs obs;
+      ck_assert_int_eq(lh_env_reset(env, seed, &obs, &e), 0);
+      for (int step = 0; step < 4; step++) {
+        lh_env_result r;
+        ck_assert_int_eq(lh_env_step(env, "<call>nope(1)</call>", 20, &r, &e), 0);  /* an error observation */
+        if (r.done) break;
+        const char *a;
+        ck_assert_int_eq(lh_env_expert(env, &a, &e), 0);
+        char act[256];
+        snprintf(act, sizeof act, "%s", a);
+        ck_assert_int_eq(lh_env_step(env, act, strlen(act), &r, &e), 0);
+        if (heap_in_use() - before > most) most = heap_in_use() - before;
+        if (r.done) break;
+      }
+      lh_env_describe(env);
+      if (heap_in_use() - before > most) most = heap_in_use() - before;
+    }
+    printf("footprint %s %s=%s: stated %zu bytes, allocated at most %zu\n", cases[i].env, cases[i].o[0].key,
+           cases[i].o[0].value, stated, most);
+    ck_assert_msg(most <= stated, "%s allocated %zu bytes, stated %zu", cases[i].env, most, stated);
+    ck_assert_msg(stated <= 2 * most + (64 << 10), "%s states %zu bytes for %zu", cases[i].env, stated, most);
+    ck_assert_int_eq(lh_env_footprint(NULL), 0);
+    lh_env_free(env);
+  }
+  /* a table of version 1 states none: charged the fixed amount */
+  lh_env_vtable old = *lh_envs_find_builtin("calc");
+  old.version = 1;
+  lh_env *env;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_open_vtable(&old, NULL, 0, &env, &e), 0);
+  ck_assert(lh_env_footprint(env) >= LH_ENV_UNSTATED_FOOTPRINT_BYTES);
+  lh_env_free(env);
+}
+END_TEST
+
 /* begin/end in process give what lh_env_step gives */
 START_TEST(test_split_steps_in_process) {
   lh_env *a, *b;
@@ -534,6 +630,8 @@ int main(void) {
   tcase_add_test(tc, test_expert_noise);
   tcase_add_test(tc, test_calc_observations);
   tcase_add_test(tc, test_wrapper_errors);
+  tcase_add_test(tc, test_option_maxima);
+  tcase_add_test(tc, test_footprint);
   tcase_add_test(tc, test_split_steps_in_process);
   tcase_add_test(tc, test_plugin_good);
   tcase_add_test(tc, test_plugin_bad);

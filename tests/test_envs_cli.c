@@ -108,7 +108,15 @@ START_TEST(test_serve) {
   ck_assert_int_eq(run("envs serve", NULL), 2);
   ck_assert(strstr(out, "--bind ENDPOINT is required"));
   ck_assert_int_eq(run("envs serve --bind ipc:///tmp/x --max-sessions 0", NULL), 2);
-  ck_assert(strstr(out, "--max-sessions takes 1..1000000"));
+  ck_assert(strstr(out, "--max-sessions takes an integer in 1..1000000"));
+  ck_assert_int_eq(run("envs serve --bind ipc:///tmp/x --max-session-bytes 12X", NULL), 2);
+  ck_assert(strstr(out, "--max-session-bytes takes bytes (a K, M or G suffix allowed)"));
+  ck_assert_int_eq(run("envs serve --bind ipc:///tmp/x --max-reply-bytes-per-client 1K", NULL), 2);
+  ck_assert_int_eq(run("envs serve --bind ipc:///tmp/x --idle-timeout-ms 0", NULL), 2);
+  ck_assert(strstr(out, "--idle-timeout-ms takes milliseconds in 1..604800000"));
+  ck_assert_int_eq(run("envs serve --help", NULL), 0);
+  ck_assert(strstr(out, "--max-sessions-per-client N") && strstr(out, "--max-session-bytes BYTES") &&
+            strstr(out, "--idle-timeout-ms MS"));
   ck_assert_int_eq(run("envs serve --bind nonsense://here", NULL), 1);
   ck_assert(strstr(out, "cannot bind"));
   char ep[128], args[512];

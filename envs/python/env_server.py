@@ -3,7 +3,13 @@
 
 Speaks EnvRequest/EnvResponse inside an Envelope (proto/longhaul.proto)
 over a ZeroMQ ROUTER socket (clients frame as a REQ would), one session
-per CREATE. The task: find a secret
+per CREATE, serving only the client (ROUTER peer) that created it. As the
+C server (envs/envserver.c), it caps what clients can make it hold: sessions
+per client and in total (a CREATE past a cap is refused with LH_EAGAIN),
+sessions idle past --idle-timeout-ms are closed, and at most HWM messages
+are queued per client each way (a client that does not read its replies
+has the rest dropped). A guess session is a few hundred bytes, so the
+session counts bound its memory. The task: find a secret
 integer in 1..max_number with the tool guess(N), which answers "higher",
 "lower" or "correct"; then give the number before <eos>. Sparse reward:
 1 for the right final answer. The expert bisects.
@@ -17,6 +23,7 @@ import argparse
 import os
 import random
 import re
+import signal
 import sys
 import time
 
@@ -24,6 +31,7 @@ CALL = re.compile(r"<call>\s*([a-z_][a-z0-9_]*)\s*\((.*)\)\s*</call>\s*$", re.S)
 EOS = "<eos>"
 LH_EINVAL = -2
 LH_ENOENT = -4
+LH_EAGAIN = -12
 LH_EENVS_UNKNOWN_ENV = -510
 LH_EENVS_BAD_OPTION = -511
 LH_EENVS_NOT_RESET = -512
@@ -35,8 +43,20 @@ LH_EENVS_SERVER_REPLAY = -533
 MAX_REQUEST_BYTES = 8 << 20
 MAX_FRAMES = 1024
 MAX_SESSIONS = 1024
+MAX_SESSIONS_PER_CLIENT = 256
+IDLE_TIMEOUT_MS = 600000
+HWM = 64
 LINGER_MS = 1000
 LOG_INTERVAL_S = 5.0
+
+
+def escape(raw, cap=64):
+    """Peer-given bytes (a routing id, an env name) for a log line: printable
+    ASCII as it is, backslash and every other byte as \\xNN, cut with "..."."""
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogateescape")
+    out = "".join(chr(c) if 0x20 <= c < 0x7f and c != 0x5c else f"\\x{c:02x}" for c in raw)
+    return out if len(out) <= cap else out[:cap - 3] + "..."
 
 
 class BadMeter:
@@ -55,6 +75,93 @@ class BadMeter:
         print(f"warn envs-py: bad message: {what} (bad since last report={self.since} total={self.total})",
               file=sys.stderr, flush=True)
         self.last, self.since = now, 0
+
+
+class RefusalMeter:
+    """Counts refusals (a cap met); one log line per interval with the count."""
+
+    def __init__(self):
+        self.total = self.since = 0
+        self.last = None
+
+    def refused(self, why, peer, env_name):
+        self.total += 1
+        self.since += 1
+        now = time.monotonic()
+        if self.last is not None and now - self.last < LOG_INTERVAL_S:
+            return
+        print(f"warn envs-py: env server refused: {escape(why, 512)} peer={escape(peer)} env={escape(env_name)} "
+              f"(refused since last report={self.since} total={self.total})", file=sys.stderr, flush=True)
+        self.last, self.since = now, 0
+
+
+class Sessions:
+    """Sessions by id, each with its owner (a routing id) and when it was
+    last used; per-client counts; the caps."""
+
+    def __init__(self, max_sessions, max_per_client, idle_timeout_ms):
+        self.max, self.max_per_client, self.idle_ms = max_sessions, max_per_client, idle_timeout_ms
+        self.by_id, self.per_client = {}, {}
+        self.next_id, self.idle_closed, self.last_sweep = 0, 0, time.monotonic()
+        self.meter = RefusalMeter()
+
+    def sweep_s(self):
+        return min(self.idle_ms / 4000.0, 1.0)
+
+    def sweep(self, force=False):
+        """Closes the sessions idle past the timeout (at most every sweep_s
+        unless force); logs how many."""
+        now = time.monotonic()
+        if not force and now - self.last_sweep < self.sweep_s():
+            return
+        self.last_sweep = now
+        idle = [sid for sid, g in self.by_id.items() if (now - g.last_used) * 1000 > self.idle_ms]
+        for sid in idle:
+            self.close(self.by_id[sid].owner, sid)
+        if idle:
+            self.idle_closed += len(idle)
+            print(f"info envs-py: env server closed idle sessions closed={len(idle)} idle_timeout_ms={self.idle_ms} "
+                  f"sessions={len(self.by_id)} idle_closed={self.idle_closed}", file=sys.stderr, flush=True)
+
+    def over_cap(self, peer):
+        mine = self.per_client.get(peer, 0)
+        if mine >= self.max_per_client:
+            return (f"env server: this client holds {mine} sessions, its cap (--max-sessions-per-client "
+                    f"{self.max_per_client}); close one or try again later")
+        if len(self.by_id) >= self.max:
+            return f"env server: {len(self.by_id)} sessions open, the cap (--max-sessions {self.max}); try again later"
+        return None
+
+    def admit(self, peer, env_name):
+        if self.over_cap(peer):
+            self.sweep(force=True)  # idle sessions go first
+        why = self.over_cap(peer)
+        if why:
+            self.meter.refused(why, peer, env_name)
+            raise EnvError(LH_EAGAIN, why)
+
+    def add(self, peer, g):
+        self.next_id += 1
+        g.owner, g.last_used = peer, time.monotonic()
+        self.by_id[self.next_id] = g
+        self.per_client[peer] = self.per_client.get(peer, 0) + 1
+        return self.next_id
+
+    def get(self, peer, sid):
+        g = self.by_id.get(sid)
+        if g is None or g.owner != peer:
+            return None
+        g.last_used = time.monotonic()
+        return g
+
+    def close(self, peer, sid):
+        g = self.by_id.get(sid)
+        if g is None or g.owner != peer:
+            return
+        del self.by_id[sid]
+        self.per_client[peer] -= 1
+        if not self.per_client[peer]:
+            del self.per_client[peer]
 
 
 class EnvError(Exception):
@@ -135,8 +242,8 @@ class Guess:
                 "reward: 1 for the right answer, else 0 (term 'correct'); expert: bisection")
 
 
-def answer(pb, sessions, next_id, raw, meter):
-    """Handles one request frame; returns (EnvResponse, next_id, stop)."""
+def answer(pb, sessions, peer, raw, meter):
+    """Handles one request frame from peer; returns (EnvResponse, stop)."""
     env = pb.Envelope()
     resp = pb.EnvResponse()
     stop = False
@@ -159,20 +266,16 @@ def answer(pb, sessions, next_id, raw, meter):
             if req.op == pb.ENV_OP_CREATE:
                 if req.env_name != "guess":
                     raise EnvError(LH_EENVS_UNKNOWN_ENV, f"no environment '{req.env_name}' here (guess)")
+                sessions.admit(peer, req.env_name)
                 opts = {kv.key: kv.value for kv in req.options}
                 g = Guess(opts)
                 g.last_request = req.request_id
-                if len(sessions) >= MAX_SESSIONS:
-                    # Full: the oldest session goes (clients that lost a
-                    # connection never close theirs); its owner re-creates.
-                    del sessions[next(iter(sessions))]
-                sessions[next_id + 1] = g
-                next_id += 1
-                resp.session_id = next_id
+                resp.session_id = sessions.add(peer, g)
             else:
-                s = sessions.get(req.session_id)
+                s = sessions.get(peer, req.session_id)
                 if s is None:
-                    raise EnvError(LH_ENOENT, f"no session {req.session_id}")
+                    raise EnvError(LH_ENOENT, f"no session {req.session_id} for this client (closed, idle past "
+                                              f"{sessions.idle_ms} ms, or never created: send CREATE)")
                 # Request ids rise one request at a time per session: an id
                 # not above the last one is a replay.
                 if req.request_id <= s.last_request:
@@ -196,14 +299,14 @@ def answer(pb, sessions, next_id, raw, meter):
                 elif req.op == pb.ENV_OP_EXPERT:
                     resp.expert_action = s.expert()
                 elif req.op == pb.ENV_OP_CLOSE:
-                    del sessions[req.session_id]
+                    sessions.close(peer, req.session_id)
                 else:
                     raise EnvError(LH_EINVAL, f"unknown op {req.op}")
     except EnvError as e:
         resp.status, resp.error = e.code, str(e)
     except Exception as e:  # a bad message must not stop the server
         resp.status, resp.error = LH_EINVAL, f"env server: {type(e).__name__}: {e}"
-    return resp, next_id, stop
+    return resp, stop
 
 
 def read_key(path, secret):
@@ -249,8 +352,9 @@ class AllowList:
         return False
 
 
-def serve(bind, pb, secret_key_file=None, allowed_keys=None):
+def serve(bind, pb, secret_key_file=None, allowed_keys=None, limits=None):
     import zmq
+    limits = limits or {}
     ctx = zmq.Context()
     auth = None
     # A ROUTER, not a REP: a REP reads a message's frames from one peer at
@@ -260,6 +364,10 @@ def serve(bind, pb, secret_key_file=None, allowed_keys=None):
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
+    # Past SNDHWM messages queued to a peer that does not read, the ROUTER
+    # drops its replies; past RCVHWM it stops reading the peer.
+    sock.setsockopt(zmq.SNDHWM, HWM)
+    sock.setsockopt(zmq.RCVHWM, HWM)
     if secret_key_file:
         # CURVE with ZAP, as the C server: the handler admits only the
         # allowed keys, and with the domain enforced no handler admits none.
@@ -274,11 +382,33 @@ def serve(bind, pb, secret_key_file=None, allowed_keys=None):
         sock.zap_domain = b"longhaul"
         sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
     sock.bind(bind)
-    print(f"info envs-py: env server listening endpoint={bind} curve={'on' if auth else 'off'}",
-          file=sys.stderr, flush=True)
-    sessions, next_id, msg_id = {}, 0, 0
+    sessions = Sessions(limits.get("max_sessions") or MAX_SESSIONS,
+                        limits.get("max_sessions_per_client") or MAX_SESSIONS_PER_CLIENT,
+                        limits.get("idle_timeout_ms") or IDLE_TIMEOUT_MS)
+    print(f"info envs-py: env server listening endpoint={bind} max_sessions={sessions.max} "
+          f"max_sessions_per_client={sessions.max_per_client} idle_timeout_ms={sessions.idle_ms} hwm={HWM} "
+          f"curve={'on' if auth else 'off'}", file=sys.stderr, flush=True)
+    msg_id = 0
     meter = BadMeter()
+    try:
+        loop(zmq, sock, pb, sessions, meter, msg_id)
+    except SystemExit:
+        pass  # SIGTERM or SIGINT
+    finally:
+        print(f"info envs-py: env server stopped sessions={len(sessions.by_id)} refused={sessions.meter.total} "
+              f"idle_closed={sessions.idle_closed}", file=sys.stderr, flush=True)
+        sock.close()
+        if auth:
+            auth.stop()
+        ctx.term()
+
+
+def loop(zmq, sock, pb, sessions, meter, msg_id):
     while True:
+        # Idle sessions close even while no request comes.
+        sessions.sweep()
+        if not sock.poll(int(sessions.sweep_s() * 1000) or 1):
+            continue
         # One message holds one or more requests, one Envelope per frame;
         # the reply holds one answer per frame, in the same order. A message
         # of more than MAX_FRAMES requests is read whole, dropped and
@@ -303,7 +433,7 @@ def serve(bind, pb, secret_key_file=None, allowed_keys=None):
             frames, replies = [], [out.SerializeToString()]
         for raw in frames:
             msg_id += 1
-            resp, next_id, halt = answer(pb, sessions, next_id, raw, meter)
+            resp, halt = answer(pb, sessions, peer, raw, meter)
             stop = stop or halt
             out = pb.Envelope(protocol=1, msg_id=msg_id, sender="envs-py")
             out.env_response.CopyFrom(resp)
@@ -311,10 +441,6 @@ def serve(bind, pb, secret_key_file=None, allowed_keys=None):
         sock.send_multipart([peer, b""] + replies)
         if stop:
             break
-    sock.close()
-    if auth:
-        auth.stop()
-    ctx.term()
 
 
 def main():
@@ -323,12 +449,26 @@ def main():
     ap.add_argument("--proto-dir", default=".", help="folder holding the generated longhaul_pb2.py")
     ap.add_argument("--curve-secret-key-file", help="this server's NAME.key: serve with CURVE")
     ap.add_argument("--curve-allowed-keys", help="clients' public keys: a file, one a line, or a folder of .pub")
+    ap.add_argument("--max-sessions", type=int, default=MAX_SESSIONS,
+                    help=f"sessions of all clients (default {MAX_SESSIONS})")
+    ap.add_argument("--max-sessions-per-client", type=int, default=MAX_SESSIONS_PER_CLIENT,
+                    help=f"sessions of one client, a connection (default {MAX_SESSIONS_PER_CLIENT})")
+    ap.add_argument("--idle-timeout-ms", type=int, default=IDLE_TIMEOUT_MS,
+                    help=f"close a session unused this long (default {IDLE_TIMEOUT_MS})")
     args = ap.parse_args()
+    for name in ("max_sessions", "max_sessions_per_client", "idle_timeout_ms"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if bool(args.curve_secret_key_file) != bool(args.curve_allowed_keys):
         ap.error("--curve-secret-key-file and --curve-allowed-keys go together")
     sys.path.insert(0, args.proto_dir)
     import longhaul_pb2 as pb
-    serve(args.bind, pb, args.curve_secret_key_file, args.curve_allowed_keys)
+    # SIGTERM stops it as SIGINT does: the totals are logged on the way out.
+    signal.signal(signal.SIGTERM, lambda sig, frame: sys.exit(0))
+    signal.signal(signal.SIGINT, lambda sig, frame: sys.exit(0))
+    serve(args.bind, pb, args.curve_secret_key_file, args.curve_allowed_keys,
+          {"max_sessions": args.max_sessions, "max_sessions_per_client": args.max_sessions_per_client,
+           "idle_timeout_ms": args.idle_timeout_ms})
 
 
 if __name__ == "__main__":
