@@ -70,7 +70,6 @@ size_t lh_text_escape(const char *in, char *out, size_t cap) {
     char esc[8];
     size_t n = 0;
     if (*p < 0x20 || *p == 0x7f) n = (size_t)snprintf(esc, sizeof esc, "\\x%02x", *p);
-    else if (*p == '\\') n = (size_t)snprintf(esc, sizeof esc, "\\\\");
     else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) n = (size_t)snprintf(esc, sizeof esc, "\\x%02x", *++p);
     else esc[0] = (char)*p, n = 1;
     if (o + n >= cap) break;

@@ -71,9 +71,9 @@ void lh_errbuf_clear(lh_errbuf *e);
 /* Text safe for a terminal or a log line: copies in into out (room for
  * cap bytes, always terminated), each control character (below 0x20, 0x7f,
  * and the C1 range U+0080..U+009F, which terminals also obey) written as
- * \xNN, and a backslash as \\. Names a peer sends (actor, environment,
- * reward term, sender) go through it before anyone sees them. Returns the
- * length written (cut at cap - 1). */
+ * \xNN. Names a peer sends (actor, environment, reward term, sender) go
+ * through it before anyone sees them. Returns the length written (cut at
+ * cap - 1). */
 size_t lh_text_escape(const char *in, char *out, size_t cap);
 
 /* The logger: one line each, `level component: message key=value ...`.

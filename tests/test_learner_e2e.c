@@ -28,7 +28,7 @@ static void setup(void) {
           "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
           "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
           "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
-          "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\n"
+          "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\nmax_backlog_episodes = 1000\n"
           "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
           "db = %s\nckpt_dir = %s/ckpt\n"
           "[actor]\nlearner_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\n"
