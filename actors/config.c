@@ -23,6 +23,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, outbox_bytes, 1, INFINITY),
     LH_INI_KEY_U64(T, resend_timeout_ms, 1, INFINITY),
     LH_INI_KEY_U64(T, heartbeat_ms, 1, INFINITY),
+    LH_INI_KEY_U64(T, blas_threads, 1, 256),
     LH_INI_KEY_U64(T, group_size, 1, INFINITY),
     LH_INI_KEY_STR(T, learner_endpoint, 0),
     LH_INI_KEY_STR(T, weights_pub_endpoint, 0),
@@ -49,6 +50,7 @@ void lh_actors_config_default(lh_actors_config *c) {
   c->outbox_bytes = 64u << 20;
   c->resend_timeout_ms = 5000;
   c->heartbeat_ms = 1000;
+  c->blas_threads = 1;
   c->group_size = 8;
   snprintf(c->learner_endpoint, sizeof c->learner_endpoint, "tcp://127.0.0.1:5555");
   snprintf(c->weights_pub_endpoint, sizeof c->weights_pub_endpoint, "tcp://127.0.0.1:5556");

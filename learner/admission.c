@@ -8,9 +8,7 @@ lh_learner_admission lh_learner_admission_check(uint64_t learner_version, uint64
   if (outcome != LONGHAUL__OUTCOME__OUTCOME_SUCCESS && outcome != LONGHAUL__OUTCOME__OUTCOME_FAILURE &&
       outcome != LONGHAUL__OUTCOME__OUTCOME_TRUNCATED)
     a = LH_LEARNER_DROP_STATUS;
-  else if (oldest_version > learner_version)
-    a = LH_LEARNER_DROP_FUTURE;
-  else if (learner_version - oldest_version > max_policy_lag)
+  else if (oldest_version <= learner_version && learner_version - oldest_version > max_policy_lag)
     a = LH_LEARNER_DROP_STALE;
   else
     a = LH_LEARNER_ADMIT;
@@ -18,13 +16,13 @@ lh_learner_admission lh_learner_admission_check(uint64_t learner_version, uint64
     switch (a) {
       case LH_LEARNER_ADMIT: {
         counts->admitted++;
-        uint64_t staleness = learner_version - oldest_version;
+        if (oldest_version > learner_version) counts->admitted_future++;
+        uint64_t staleness = oldest_version > learner_version ? 0 : learner_version - oldest_version;
         if (staleness > counts->max_admitted_staleness) counts->max_admitted_staleness = staleness;
         break;
       }
       case LH_LEARNER_DROP_STALE: counts->dropped_stale++; break;
       case LH_LEARNER_DROP_STATUS: counts->dropped_status++; break;
-      case LH_LEARNER_DROP_FUTURE: counts->dropped_future++; break;
     }
   }
   return a;
@@ -35,7 +33,6 @@ const char *lh_learner_admission_name(lh_learner_admission a) {
     case LH_LEARNER_ADMIT: return "admit";
     case LH_LEARNER_DROP_STALE: return "stale";
     case LH_LEARNER_DROP_STATUS: return "status";
-    case LH_LEARNER_DROP_FUTURE: return "future";
   }
   return "unknown";
 }

@@ -84,18 +84,20 @@ int lh_learner_advantages(lh_learner_adv_kind kind, const float *rewards, const 
  * version minus the oldest policy version among the episode's tokens; an
  * episode is admitted when 0 <= staleness <= max_policy_lag and its outcome
  * is success, failure or truncated. Aborted and error episodes (and an
- * unknown outcome) are never admitted; an episode whose oldest version is
- * newer than the learner's (it came from a learner run that got further,
- * e.g. before a restore) is not admitted either. Every decision is counted. */
+ * unknown outcome) are never admitted. An episode whose oldest version is
+ * newer than the learner's came from a learner run that got further before
+ * a restart from an older checkpoint: it was acked and stored, its version
+ * numbers are simply ahead of the resumed lineage, so it is admitted as
+ * fresh (staleness 0; PPO's ratio and is_cap weigh its tokens) and counted
+ * in admitted_future as well as admitted. Every decision is counted. */
 typedef enum {
   LH_LEARNER_ADMIT = 0,
   LH_LEARNER_DROP_STALE = 1,   /* staleness > max_policy_lag */
-  LH_LEARNER_DROP_STATUS = 2,  /* aborted, error or unknown outcome */
-  LH_LEARNER_DROP_FUTURE = 3   /* oldest version above the learner's */
+  LH_LEARNER_DROP_STATUS = 2   /* aborted, error or unknown outcome */
 } lh_learner_admission;
 
 typedef struct {
-  uint64_t admitted, dropped_stale, dropped_status, dropped_future;
+  uint64_t admitted, dropped_stale, dropped_status, admitted_future;
   uint64_t max_admitted_staleness;
 } lh_learner_admission_counts;
 

@@ -34,7 +34,7 @@ static void encode(const lh_learner_state *st, uint8_t *buf) {
   put(&p, FORMAT, 4);
   const lh_learner_admission_counts *a = &st->admission;
   uint64_t u[N_U64] = {st->step, st->version, st->ingest_position, st->skipped_steps,
-                       a->admitted, a->dropped_stale, a->dropped_status, a->dropped_future,
+                       a->admitted, a->dropped_stale, a->dropped_status, a->admitted_future,
                        a->max_admitted_staleness, 0, 0, 0};
   for (int i = 0; i < N_U64; i++) put(&p, u[i], 8);
   put(&p, st->stage_index, 4);
@@ -124,7 +124,7 @@ int lh_learner_state_load(const char *dir, lh_learner_state *st, lh_errbuf *err)
   for (int i = 0; i < N_U64; i++) u[i] = get(&p, 8);
   t.step = u[0], t.version = u[1], t.ingest_position = u[2], t.skipped_steps = u[3];
   t.admission.admitted = u[4], t.admission.dropped_stale = u[5], t.admission.dropped_status = u[6];
-  t.admission.dropped_future = u[7], t.admission.max_admitted_staleness = u[8];
+  t.admission.admitted_future = u[7], t.admission.max_admitted_staleness = u[8];
   t.stage_index = (uint32_t)get(&p, 4);
   char why[LH_ERRMSG_BYTES];
   lh_errbuf be;

@@ -2,7 +2,7 @@
 # model cannot take, a poisoned store, unread weights requests, large
 # segments back to back. One executable (test_hostile CASE), one ctest
 # entry per case, label "proc".
-add_executable(test_hostile ${CMAKE_CURRENT_SOURCE_DIR}/test_hostile.c ${CMAKE_CURRENT_SOURCE_DIR}/fleet_fixture.c
+add_executable(test_hostile ${CMAKE_CURRENT_SOURCE_DIR}/test_hostile.c ${CMAKE_CURRENT_SOURCE_DIR}/fleet_fixture.c ${CMAKE_CURRENT_SOURCE_DIR}/peer_fixture.c
   ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c)
 target_link_libraries(test_hostile PRIVATE lh_learner PkgConfig::ZMQ PkgConfig::CHECK Threads::Threads m)
 add_dependencies(test_hostile longhaul)

@@ -5,7 +5,7 @@
 # one, keep_checkpoints pruning, --resume without a usable `latest`, a
 # [model] that is not the checkpoint's. One executable (test_learner_ckpt
 # CASE), one ctest entry per case, label "proc".
-add_executable(test_learner_ckpt ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_ckpt.c
+add_executable(test_learner_ckpt ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_ckpt.c ${CMAKE_CURRENT_SOURCE_DIR}/peer_fixture.c
   ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c)
 target_link_libraries(test_learner_ckpt PRIVATE lh_learner PkgConfig::ZMQ PkgConfig::CHECK Threads::Threads m)
 add_dependencies(test_learner_ckpt longhaul)

@@ -23,6 +23,7 @@
 #include "learner/learner.h"
 #include "proc_util.h"
 #include "proto/wire.h"
+#include "case_main.h"
 #include "fleet_fixture.h"
 
 /* ---- 1. the learner SIGKILLed mid-step and mid-ingest ------------------- */
@@ -762,12 +763,7 @@ START_TEST(test_load_eight_actors) {
 END_TEST
 
 int main(int argc, char **argv) {
-  Suite *s = suite_create("faults");
-  struct {
-    const char *name;
-    const TTest *test;
-    int loop;  /* the _i the test runs with */
-  } cases[] = {
+  const lh_test_case cases[] = {
       {"learner_kill_step", test_learner_killed_mid_step, 0},
       {"learner_kill_step_back4", test_learner_killed_mid_step, 1},
       {"learner_kill_ingest", test_learner_killed_mid_ingest, 0},
@@ -781,23 +777,5 @@ int main(int argc, char **argv) {
       {"weights_learner_restart", test_weights_after_learner_restart, 0},
       {"load", test_load_eight_actors, 0},
   };
-  int picked = 0;
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
-    TCase *tc = tcase_create(cases[i].name);
-    tcase_set_timeout(tc, 170);
-    tcase_add_loop_test(tc, cases[i].test, cases[i].loop, cases[i].loop + 1);
-    suite_add_tcase(s, tc);
-    picked++;
-  }
-  if (!picked) {
-    fprintf(stderr, "test_faults: unknown case '%s'\n", argv[1]);
-    return 2;
-  }
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return lh_test_cases_main("faults", cases, sizeof cases / sizeof cases[0], 170, argc, argv);
 }

@@ -13,49 +13,16 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "case_main.h"
 #include "fleet_fixture.h"
 #include "learner/learner.h"
+#include "peer_fixture.h"
 #include "proc_util.h"
 #include "proto/wire.h"
 
 #define SEG_TOKENS 8
 
-static void *dealer(void *ctx, const char *ep) {
-  void *d = zmq_socket(ctx, ZMQ_DEALER);
-  int linger = 0, timeout = 60000;
-  zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
-  zmq_setsockopt(d, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-  ck_assert_int_eq(zmq_connect(d, ep), 0);
-  return d;
-}
-
-static void send_env(void *d, Longhaul__Envelope *env, uint64_t msg_id, const char *sender) {
-  env->protocol = LH_WIRE_PROTOCOL, env->msg_id = msg_id, env->sender = (char *)sender;
-  uint8_t *buf;
-  size_t n;
-  lh_errbuf e;
-  ck_assert_msg(lh_wire_encode(env, &buf, &n, &e) == 0, "%s", e.msg);
-  ck_assert_int_eq(zmq_send(d, buf, n, 0), (int)n);
-  free(buf);
-}
-
-/* The status the learner acked msg_id with (other acks are skipped). */
-static int ack_of(void *d, uint64_t msg_id) {
-  static uint8_t buf[1 << 16];
-  for (;;) {
-    int got = zmq_recv(d, buf, sizeof buf, 0);
-    ck_assert_msg(got > 0, "no ack from the learner");
-    Longhaul__Envelope *env;
-    lh_errbuf e;
-    ck_assert_msg(lh_wire_decode(buf, (size_t)got, NULL, &env, &e) == 0, "%s", e.msg);
-    int status = -1;
-    if (env->body_case == LONGHAUL__ENVELOPE__BODY_ACK)
-      for (size_t i = 0; i < env->ack->n_msg_ids; i++)
-        if (env->ack->msg_ids[i] == msg_id) status = env->ack->status;
-    lh_wire_free(env);
-    if (status >= 0) return status;
-  }
-}
+static void *dealer(void *ctx, const char *ep) { return lh_peer_dealer(ctx, ep, 60000); }
 
 /* A segment of SEG_TOKENS sampled tokens at version 0 (every array points
  * into the caller's buffers). */
@@ -81,8 +48,8 @@ static void make_segment(seg_buf *b, uint64_t id, uint32_t seq, uint64_t group, 
 static int send_segment(void *d, Longhaul__Segment *s, uint64_t msg_id, const char *sender) {
   Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
   env.body_case = LONGHAUL__ENVELOPE__BODY_SEGMENT, env.segment = s;
-  send_env(d, &env, msg_id, sender);
-  return ack_of(d, msg_id);
+  lh_peer_send(d, &env, msg_id, sender);
+  return lh_peer_ack_of(d, msg_id);
 }
 
 static int send_end(void *d, uint64_t id, uint64_t group, uint32_t segments, uint64_t tokens, uint64_t msg_id) {
@@ -92,8 +59,8 @@ static int send_end(void *d, uint64_t id, uint64_t group, uint32_t segments, uin
   end.reward = (float)(id % 2), end.group_id = group, end.task_seed = group;
   end.outcome = id % 2 ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
   env.body_case = LONGHAUL__ENVELOPE__BODY_EPISODE_END, env.episode_end = &end;
-  send_env(d, &env, msg_id, "a0");
-  return ack_of(d, msg_id);
+  lh_peer_send(d, &env, msg_id, "a0");
+  return lh_peer_ack_of(d, msg_id);
 }
 
 /* One valid episode of one segment, acked STORED. */
@@ -258,7 +225,7 @@ START_TEST(test_weights_requests_unread) {
   Longhaul__WeightsRequest req = LONGHAUL__WEIGHTS_REQUEST__INIT;
   req.version = 999;
   env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_REQUEST, env.weights_request = &req;
-  send_env(probe, &env, 1, "probe");
+  lh_peer_send(probe, &env, 1, "probe");
   static uint8_t buf[4 << 20];
   int got = zmq_recv(probe, buf, sizeof buf, 0);
   ck_assert_int_gt(got, 0);
@@ -268,12 +235,12 @@ START_TEST(test_weights_requests_unread) {
   req.version = 0, req.first_chunk = 0, req.chunk_count = 0;
   for (int p = 0; p < 4; p++) {
     peers[p] = dealer(ctx, wep);
-    for (int k = 0; k < 150; k++) send_env(peers[p], &env, (uint64_t)(100 + k), "flood");
+    for (int k = 0; k < 150; k++) lh_peer_send(peers[p], &env, (uint64_t)(100 + k), "flood");
   }
   /* The probe's next answer comes after the learner went through them. */
   for (int k = 0; k < 3; k++) {
     req.chunk_count = 1;
-    send_env(probe, &env, (uint64_t)(10 + k), "probe");
+    lh_peer_send(probe, &env, (uint64_t)(10 + k), "probe");
     ck_assert_int_gt(zmq_recv(probe, buf, sizeof buf, 0), 0);
   }
   long after = lh_proc_vmhwm_kb(f.learner);
@@ -316,11 +283,11 @@ START_TEST(test_large_segments_flood) {
     b.s.n_images = 4, b.s.images = imp;
     Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
     env.body_case = LONGHAUL__ENVELOPE__BODY_SEGMENT, env.segment = &b.s;
-    send_env(d, &env, 5000 + (uint64_t)k, "a0");
+    lh_peer_send(d, &env, 5000 + (uint64_t)k, "a0");
   }
   /* Every one answered (refused), in order. */
   int refused = 0;
-  for (int k = 0; k < 40; k++) refused += ack_of(d, 5000 + (uint64_t)k) == LONGHAUL__ACK_STATUS__ACK_REJECTED;
+  for (int k = 0; k < 40; k++) refused += lh_peer_ack_of(d, 5000 + (uint64_t)k) == LONGHAUL__ACK_STATUS__ACK_REJECTED;
   long after = lh_proc_vmhwm_kb(f.learner);
   long bound_kb = 300 * 1024;
   printf("hostile: large segments: sent=40 x 15 MiB refused=%d learner peak %ld kB -> %ld kB (growth %ld kB, "
@@ -375,19 +342,12 @@ START_TEST(test_full_store_retention) {
 END_TEST
 
 int main(int argc, char **argv) {
-  Suite *s = suite_create("hostile");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 600);
-  const char *only = argc > 1 ? argv[1] : NULL;
-  if (!only || !strcmp(only, "model_input")) tcase_add_test(tc, test_model_input_refused);
-  if (!only || !strcmp(only, "stored_poison")) tcase_add_test(tc, test_stored_poison_quarantined);
-  if (!only || !strcmp(only, "weights_unread")) tcase_add_test(tc, test_weights_requests_unread);
-  if (!only || !strcmp(only, "large_segments")) tcase_add_test(tc, test_large_segments_flood);
-  if (!only || !strcmp(only, "full_store")) tcase_add_test(tc, test_full_store_retention);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const lh_test_case cases[] = {
+      {"model_input", test_model_input_refused, 0},
+      {"stored_poison", test_stored_poison_quarantined, 0},
+      {"weights_unread", test_weights_requests_unread, 0},
+      {"large_segments", test_large_segments_flood, 0},
+      {"full_store", test_full_store_retention, 0},
+  };
+  return lh_test_cases_main("hostile", cases, sizeof cases / sizeof cases[0], 600, argc, argv);
 }

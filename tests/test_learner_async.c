@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "case_main.h"
 #include "fleet_fixture.h"
 #include "proc_util.h"
 #include "store/store.h"
@@ -215,18 +216,11 @@ START_TEST(test_stream_resumes_after_stop) {
 END_TEST
 
 int main(int argc, char **argv) {
-  Suite *s = suite_create("learner_async");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 600);
-  const char *only = argc > 1 ? argv[1] : NULL;
-  if (!only || !strcmp(only, "step")) tcase_add_test(tc, test_acks_and_weights_during_a_step);
-  if (!only || !strcmp(only, "fleet")) tcase_add_test(tc, test_fleet_resends);
-  if (!only || !strcmp(only, "backpressure")) tcase_add_test(tc, test_backpressure);
-  if (!only || !strcmp(only, "stopped")) tcase_add_test(tc, test_stream_resumes_after_stop);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const lh_test_case cases[] = {
+      {"step", test_acks_and_weights_during_a_step, 0},
+      {"fleet", test_fleet_resends, 0},
+      {"backpressure", test_backpressure, 0},
+      {"stopped", test_stream_resumes_after_stop, 0},
+  };
+  return lh_test_cases_main("learner_async", cases, sizeof cases / sizeof cases[0], 600, argc, argv);
 }

@@ -25,10 +25,9 @@
 #include <zmq.h>
 
 #include "learner/learner.h"
+#include "peer_fixture.h"
 #include "proc_util.h"
 
-#define EP_TOKENS 12
-#define SEG 6
 #define WAIT_S 120
 
 /* The tiny model every case starts from. */
@@ -100,76 +99,14 @@ static void run_log(const rig *r, int run, char *out, size_t cap) {
   rig_path(r, out, cap, name);
 }
 
-static void *dealer_to(rig *r, const char *endpoint) {
-  void *d = zmq_socket(r->zctx, ZMQ_DEALER);
-  int linger = 0, timeout = 30000;
-  zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
-  zmq_setsockopt(d, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-  ck_assert_int_eq(zmq_connect(d, endpoint), 0);
-  return d;
-}
+static void *dealer_to(rig *r, const char *endpoint) { return lh_peer_dealer(r->zctx, endpoint, 30000); }
 
 static void *dealer(rig *r) { return dealer_to(r, r->ing); }
 
-static void send_env(void *d, Longhaul__Envelope *env, uint64_t msg_id) {
-  env->protocol = LH_WIRE_PROTOCOL, env->msg_id = msg_id, env->sender = "a0";
-  uint8_t *buf;
-  size_t n;
-  lh_errbuf e;
-  ck_assert_msg(lh_wire_encode(env, &buf, &n, &e) == 0, "%s", e.msg);
-  ck_assert_int_eq(zmq_send(d, buf, n, 0), (int)n);
-  free(buf);
-}
-
-/* Sends episode id of group (two segments and the end), as an actor at
- * version 0 would, and waits until all three are acked as stored. */
-static void send_episode(void *d, uint64_t id, uint64_t group, float reward) {
-  uint32_t tok[EP_TOKENS], ver[EP_TOKENS] = {0};
-  uint8_t mask[EP_TOKENS];
-  float logp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) {
-    tok[i] = (uint32_t)(40 + (id * 5 + (uint64_t)i * 3) % 60);
-    mask[i] = i >= 2;
-    logp[i] = mask[i] ? -5.0f : 0.0f;
-  }
-  for (uint32_t q = 0; q < EP_TOKENS / SEG; q++) {
-    Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
-    Longhaul__Segment s = LONGHAUL__SEGMENT__INIT;
-    s.episode_id = id, s.seq = q, s.actor = "a0", s.env = "calc", s.start_offset = q * SEG;
-    s.group_id = group, s.task_seed = group;
-    s.n_tokens = SEG, s.tokens = tok + q * SEG;
-    s.loss_mask.len = SEG, s.loss_mask.data = mask + q * SEG;
-    s.n_behavior_logp = SEG, s.behavior_logp = logp + q * SEG;
-    s.n_policy_version = SEG, s.policy_version = ver + q * SEG;
-    env.body_case = LONGHAUL__ENVELOPE__BODY_SEGMENT, env.segment = &s;
-    send_env(d, &env, id * 10 + q);
-  }
-  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
-  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
-  end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = EP_TOKENS / SEG;
-  end.total_tokens = EP_TOKENS, end.reward = reward, end.group_id = group, end.task_seed = group;
-  end.outcome = reward > 0 ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
-  env.body_case = LONGHAUL__ENVELOPE__BODY_EPISODE_END, env.episode_end = &end;
-  send_env(d, &env, id * 10 + 9);
-  static uint8_t buf[1 << 16];
-  size_t acked = 0;
-  while (acked < 3) {
-    int got = zmq_recv(d, buf, sizeof buf, 0);
-    ck_assert_msg(got > 0, "no ack from the learner");
-    Longhaul__Envelope *a;
-    lh_errbuf e;
-    ck_assert_msg(lh_wire_decode(buf, (size_t)got, NULL, &a, &e) == 0, "%s", e.msg);
-    ck_assert_int_eq(a->body_case, LONGHAUL__ENVELOPE__BODY_ACK);
-    ck_assert_int_eq(a->ack->status, LONGHAUL__ACK_STATUS__ACK_STORED);
-    acked += a->ack->n_msg_ids;
-    lh_wire_free(a);
-  }
-}
-
 /* Group g: episodes 2g-1 (reward 1) and 2g (reward 0), one batch. */
 static void send_group(void *d, uint64_t g) {
-  send_episode(d, 2 * g - 1, g, 1.0f);
-  send_episode(d, 2 * g, g, 0.0f);
+  lh_peer_send_episode(d, 2 * g - 1, g, 1.0f);
+  lh_peer_send_episode(d, 2 * g, g, 0.0f);
 }
 
 static int is_dir(const char *path) {

@@ -12,9 +12,8 @@
 #include <zmq.h>
 
 #include "learner/learner.h"
+#include "peer_fixture.h"
 
-#define EP_TOKENS 12
-#define SEG 6
 
 static char dir[64], cfg_path[128], db[128], ck[128], ing[160], wpub[160], wrt[160];
 
@@ -77,74 +76,7 @@ static int wait_exit(pid_t pid) {
   return -1;
 }
 
-static void *dealer(void *ctx, const char *ep) {
-  void *d = zmq_socket(ctx, ZMQ_DEALER);
-  int linger = 0, timeout = 20000;
-  zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
-  zmq_setsockopt(d, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-  ck_assert_int_eq(zmq_connect(d, ep), 0);
-  return d;
-}
-
-static void send_env(void *d, Longhaul__Envelope *env, uint64_t msg_id) {
-  env->protocol = LH_WIRE_PROTOCOL, env->msg_id = msg_id, env->sender = "a0";
-  uint8_t *buf;
-  size_t n;
-  lh_errbuf e;
-  ck_assert_msg(lh_wire_encode(env, &buf, &n, &e) == 0, "%s", e.msg);
-  ck_assert_int_eq(zmq_send(d, buf, n, 0), (int)n);
-  free(buf);
-}
-
-static Longhaul__Envelope *recv_env(void *d) {
-  static uint8_t buf[1 << 16];
-  int got = zmq_recv(d, buf, sizeof buf, 0);
-  ck_assert_msg(got > 0, "no reply from the learner");
-  Longhaul__Envelope *env;
-  lh_errbuf e;
-  ck_assert_msg(lh_wire_decode(buf, (size_t)got, NULL, &env, &e) == 0, "%s", e.msg);
-  return env;
-}
-
-/* Sends episode id of group (two segments and the end), as an actor at
- * version 0 would, and waits until all three are acked as stored. */
-static void send_episode(void *d, uint64_t id, uint64_t group, float reward) {
-  uint32_t tok[EP_TOKENS], ver[EP_TOKENS] = {0};
-  uint8_t mask[EP_TOKENS];
-  float logp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) {
-    tok[i] = (uint32_t)(40 + (id * 5 + (uint64_t)i * 3) % 60);
-    mask[i] = i >= 2;
-    logp[i] = mask[i] ? -5.0f : 0.0f;
-  }
-  for (uint32_t q = 0; q < EP_TOKENS / SEG; q++) {
-    Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
-    Longhaul__Segment s = LONGHAUL__SEGMENT__INIT;
-    s.episode_id = id, s.seq = q, s.actor = "a0", s.env = "calc", s.start_offset = q * SEG;
-    s.group_id = group, s.task_seed = group;
-    s.n_tokens = SEG, s.tokens = tok + q * SEG;
-    s.loss_mask.len = SEG, s.loss_mask.data = mask + q * SEG;
-    s.n_behavior_logp = SEG, s.behavior_logp = logp + q * SEG;
-    s.n_policy_version = SEG, s.policy_version = ver + q * SEG;
-    env.body_case = LONGHAUL__ENVELOPE__BODY_SEGMENT, env.segment = &s;
-    send_env(d, &env, id * 10 + q);
-  }
-  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
-  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
-  end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = EP_TOKENS / SEG;
-  end.total_tokens = EP_TOKENS, end.reward = reward, end.group_id = group, end.task_seed = group;
-  end.outcome = reward > 0 ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
-  env.body_case = LONGHAUL__ENVELOPE__BODY_EPISODE_END, env.episode_end = &end;
-  send_env(d, &env, id * 10 + 9);
-  size_t acked = 0;
-  while (acked < 3) {
-    Longhaul__Envelope *a = recv_env(d);
-    ck_assert_int_eq(a->body_case, LONGHAUL__ENVELOPE__BODY_ACK);
-    ck_assert_int_eq(a->ack->status, LONGHAUL__ACK_STATUS__ACK_STORED);
-    acked += a->ack->n_msg_ids;
-    lh_wire_free(a);
-  }
-}
+static void *dealer(void *ctx, const char *ep) { return lh_peer_dealer(ctx, ep, 20000); }
 
 static void read_latest(char *out, size_t cap) {
   char p[160];
@@ -188,14 +120,14 @@ START_TEST(test_trains_publishes_checkpoints) {
   Longhaul__WeightsRequest req = LONGHAUL__WEIGHTS_REQUEST__INIT;
   req.version = 12345;
   env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_REQUEST, env.weights_request = &req;
-  send_env(w, &env, 1);
-  Longhaul__Envelope *a = recv_env(w);
+  lh_peer_send(w, &env, 1, NULL);
+  Longhaul__Envelope *a = lh_peer_recv(w);
   ck_assert_int_eq(a->body_case, LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE);
   ck_assert_uint_eq(a->weights_announce->version, 0);
   ck_assert_uint_gt(a->weights_announce->total_bytes, 1000);
   lh_wire_free(a);
-  send_episode(d, 1, 7, 1.0f);
-  send_episode(d, 2, 7, 0.0f);
+  lh_peer_send_episode(d, 1, 7, 1.0f);
+  lh_peer_send_episode(d, 2, 7, 0.0f);
   ck_assert_int_eq(wait_exit(pid), 0);
   char latest[64];
   read_latest(latest, sizeof latest);
@@ -220,9 +152,9 @@ START_TEST(test_sigterm_then_resume) {
   Longhaul__Hello h = LONGHAUL__HELLO__INIT;
   h.role = "actor", h.name = "a0";
   env.body_case = LONGHAUL__ENVELOPE__BODY_HELLO, env.hello = &h;
-  send_env(d, &env, 1);
-  lh_wire_free(recv_env(d));
-  send_episode(d, 1, 7, 1.0f);  /* a lone member of its group: stored, not trained */
+  lh_peer_send(d, &env, 1, NULL);
+  lh_wire_free(lh_peer_recv(d));
+  lh_peer_send_episode(d, 1, 7, 1.0f);  /* a lone member of its group: stored, not trained */
   ck_assert_int_eq(kill(pid, SIGTERM), 0);
   ck_assert_int_eq(wait_exit(pid), 0);
   char latest[64];
@@ -230,14 +162,14 @@ START_TEST(test_sigterm_then_resume) {
   ck_assert_str_eq(latest, "step-00000000");
   /* Resume: the rest of the group arrives, one step, version 1. */
   pid = spawn("--resume", "--steps", "1");
-  send_episode(d, 2, 7, 0.0f);
+  lh_peer_send_episode(d, 2, 7, 0.0f);
   ck_assert_int_eq(wait_exit(pid), 0);
   read_latest(latest, sizeof latest);
   ck_assert_str_eq(latest, "step-00000001");
   /* And again: it continues from step 1 and version 1. */
   pid = spawn("--resume", "--steps", "1");
-  send_episode(d, 3, 8, 1.0f);
-  send_episode(d, 4, 8, 0.0f);
+  lh_peer_send_episode(d, 3, 8, 1.0f);
+  lh_peer_send_episode(d, 4, 8, 0.0f);
   ck_assert_int_eq(wait_exit(pid), 0);
   read_latest(latest, sizeof latest);
   ck_assert_str_eq(latest, "step-00000002");
@@ -322,8 +254,8 @@ START_TEST(test_init_from_checkpoint) {
   Longhaul__Hello h = LONGHAUL__HELLO__INIT;
   h.role = "actor", h.name = "a0";
   env.body_case = LONGHAUL__ENVELOPE__BODY_HELLO, env.hello = &h;
-  send_env(d, &env, 1);
-  lh_wire_free(recv_env(d));
+  lh_peer_send(d, &env, 1, NULL);
+  lh_wire_free(lh_peer_recv(d));
   ck_assert_int_eq(kill(pid, SIGTERM), 0);
   ck_assert_int_eq(wait_exit(pid), 0);
   char a[200], b[200], *x, *y;
@@ -367,8 +299,8 @@ START_TEST(test_kill_resume_bit_identical) {
     void *ctx = zmq_ctx_new();
     void *d = dealer(ctx, ing);
     for (uint64_t g = 1; g <= 4; g++) {
-      send_episode(d, 2 * g - 1, g, 1.0f);
-      send_episode(d, 2 * g, g, 0.0f);
+      lh_peer_send_episode(d, 2 * g - 1, g, 1.0f);
+      lh_peer_send_episode(d, 2 * g, g, 0.0f);
       if (run == 1 && g == 2) {
         /* Killed once step 2's checkpoint is in place. */
         char latest[64] = "";

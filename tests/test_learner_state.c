@@ -35,7 +35,7 @@ static lh_learner_state sample_state(void) {
   st.baseline.mean = 0.1 + 0.2;  /* not exactly representable: must survive bit for bit */
   st.baseline.batches = 17;
   st.admission.admitted = 100, st.admission.dropped_stale = 5, st.admission.dropped_status = 2;
-  st.admission.dropped_future = 1, st.admission.max_admitted_staleness = 4;
+  st.admission.admitted_future = 1, st.admission.max_admitted_staleness = 4;
   for (int i = 0; i < 32; i++) st.rng[i] = (uint8_t)(i * 7 + 1);
   return st;
 }
@@ -57,7 +57,7 @@ START_TEST(test_round_trip_is_exact) {
   ck_assert_uint_eq(back.admission.admitted, 100);
   ck_assert_uint_eq(back.admission.dropped_stale, 5);
   ck_assert_uint_eq(back.admission.dropped_status, 2);
-  ck_assert_uint_eq(back.admission.dropped_future, 1);
+  ck_assert_uint_eq(back.admission.admitted_future, 1);
   ck_assert_uint_eq(back.admission.max_admitted_staleness, 4);
   ck_assert_int_eq(memcmp(back.rng, st.rng, 32), 0);
   /* Saving again replaces the file and leaves no temporary behind. */

@@ -1,0 +1,30 @@
+/* A peer of a real learner process, played by a DEALER in the test: the
+ * connection, one envelope out, one in, the status of one message's ack,
+ * and a whole small episode sent and acked, as an actor at version 0
+ * would. Every failure fails the test. */
+#ifndef LH_TESTS_PEER_FIXTURE_H
+#define LH_TESTS_PEER_FIXTURE_H
+
+#include <stdint.h>
+
+#include "proto/wire.h"
+
+/* Tokens of a peer_send_episode episode, and of each of its segments. */
+#define LH_PEER_EP_TOKENS 12
+#define LH_PEER_SEG_TOKENS 6
+
+/* A DEALER connected to endpoint, linger 0, receives waiting up to
+ * timeout_ms. */
+void *lh_peer_dealer(void *zmq_ctx, const char *endpoint, int timeout_ms);
+/* Fills the envelope's header (sender may be NULL: "a0"), encodes, sends. */
+void lh_peer_send(void *d, Longhaul__Envelope *env, uint64_t msg_id, const char *sender);
+/* The next message, decoded (free with lh_wire_free). */
+Longhaul__Envelope *lh_peer_recv(void *d);
+/* The status the learner acked msg_id with; other acks are read past. */
+int lh_peer_ack_of(void *d, uint64_t msg_id);
+/* Episode id of group (two segments and the end, actor "a0", env calc,
+ * msg ids id*10+seq and id*10+9), waiting until all three are acked
+ * STORED. */
+void lh_peer_send_episode(void *d, uint64_t id, uint64_t group, float reward);
+
+#endif
