@@ -88,6 +88,7 @@ typedef struct {
   /* per train step */
   double *step, *loss, *reward_mean, *success_rate, *lag_mean, *lag_max, *tok_s_step,
       *tok_s_wall;
+  double *stale_share;      /* share of recent episodes dropped as stale (schema 5; NAN before) */
   size_t step_count, step_cap;
   int64_t *time_ms;
   uint32_t layers;          /* the most MaxVio layers any step had */

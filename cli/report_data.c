@@ -24,6 +24,7 @@ void lh_report_data_free(lh_report_data *d) {
   free(d->reward_mean);
   free(d->success_rate);
   free(d->lag_mean);
+  free(d->stale_share);
   free(d->lag_max);
   free(d->tok_s_step);
   free(d->tok_s_wall);
@@ -224,7 +225,7 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
   if (d->step_count == d->step_cap) {
     size_t cap = d->step_cap ? d->step_cap * 2 : 256;
     double **cols[] = {&d->step, &d->loss, &d->reward_mean, &d->success_rate,
-                       &d->lag_mean, &d->lag_max, &d->tok_s_step, &d->tok_s_wall};
+                       &d->lag_mean, &d->lag_max, &d->tok_s_step, &d->tok_s_wall, &d->stale_share};
     for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++)
       if (grow(cols[k], cap, sizeof(double))) return LH_ENOMEM;
     if (grow(&d->time_ms, cap, sizeof(int64_t))) return LH_ENOMEM;
@@ -238,6 +239,7 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
   d->success_rate[i] = t->success_rate;
   d->lag_mean[i] = t->lag_mean;
   d->lag_max[i] = t->lag_max;
+  d->stale_share[i] = t->stale_share;
   d->time_ms[i] = t->time_ms;
   /* Tokens per second of the step's own time, and per wall-clock second
    * since the previous step (which includes waiting for episodes). */

@@ -279,6 +279,14 @@ void lh_report_page(lh_report_buf *b, const lh_report_data *d, const char *title
 
   lh_report_puts(b, "<h2>Staleness</h2>\n");
   staleness(b, d);
+  lh_report_series stale = {"dropped as stale", "#d62728", d->step, d->stale_share, d->step_count};
+  lh_report_axes xa = {.id = "svg-stale-share", .title = "Share of the episodes taken in dropped as stale",
+                       .xlabel = "train step", .ylabel = "share (last 8 steps)", .y_from_zero = 1};
+  lh_report_line_chart(b, &xa, &stale, 1);
+  lh_report_puts(b, "<p class=\"note\">Of the episodes the learner took in over its last 8 steps, the share "
+                    "dropped for <code>max_policy_lag</code>: what back-pressure keeps under "
+                    "<code>[learner] max_stale_share</code> by holding the actors when the untrained backlog "
+                    "reaches its cap.</p>\n");
 
   lh_report_puts(b, "<h2>Expert load</h2>\n");
   heatmap(b, d);

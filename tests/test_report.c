@@ -264,7 +264,7 @@ static const char *chart(const char *page_text, const char *id) {
 }
 
 static const char *const chart_ids[] = {"svg-reward", "svg-success", "svg-loss",  "svg-tokens",
-                                        "svg-ingest", "svg-staleness", "svg-maxvio"};
+                                        "svg-ingest", "svg-staleness", "svg-stale-share", "svg-maxvio"};
 enum { CHART_COUNT = sizeof chart_ids / sizeof chart_ids[0] };
 
 /* ---- arguments and errors ------------------------------------------------ */
