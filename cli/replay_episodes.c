@@ -33,8 +33,9 @@ typedef struct {
 
 static void format_row(const lh_episode_row *r, row_cells c) {
   snprintf(c[COL_ID], sizeof c[0], "%llu", (unsigned long long)r->id);
-  snprintf(c[COL_ENV], sizeof c[0], "%s", r->env[0] ? r->env : "-");
-  snprintf(c[COL_ACTOR], sizeof c[0], "%s", r->actor[0] ? r->actor : "-");
+  /* Names an actor sent: control characters escaped for the terminal. */
+  lh_text_escape(r->env[0] ? r->env : "-", c[COL_ENV], sizeof c[0]);
+  lh_text_escape(r->actor[0] ? r->actor : "-", c[COL_ACTOR], sizeof c[0]);
   const char *status = lh_episode_status_name(r->status);
   snprintf(c[COL_STATUS], sizeof c[0], "%s", status ? status : "?");
   const char *outcome = lh_episode_outcome_name(r->outcome);

@@ -103,8 +103,12 @@ static int on_segment(void *ctx, uint32_t seq, const Longhaul__Segment *seg) {
 
 static void print_episode(const lh_episode_row *r) {
   const char *status = lh_episode_status_name(r->status);
-  printf("episode %llu  env %s  actor %s  status %s\n", (unsigned long long)r->id,
-         r->env[0] ? r->env : "-", r->actor[0] ? r->actor : "-", status ? status : "?");
+  /* Names an actor sent: shown with their control characters escaped. */
+  char env[4 * LH_STORE_NAME_BYTES], actor[4 * LH_STORE_NAME_BYTES];
+  lh_text_escape(r->env[0] ? r->env : "-", env, sizeof env);
+  lh_text_escape(r->actor[0] ? r->actor : "-", actor, sizeof actor);
+  printf("episode %llu  env %s  actor %s  status %s\n", (unsigned long long)r->id, env, actor,
+         status ? status : "?");
   printf("  task seed %llu  group %llu  steps %u  tokens %llu (%llu stored)\n",
          (unsigned long long)r->task_seed, (unsigned long long)r->group_id, r->steps,
          (unsigned long long)r->tokens, (unsigned long long)r->tokens_received);
@@ -136,7 +140,11 @@ static int print_outcome(lh_store *s, const char *db, const lh_episode_row *r,
     printf("outcome: %s", outcome ? outcome : "unspecified");
     if (r->has_reward) printf("  reward %g", r->reward);
     printf("\n");
-    if (r->error[0]) printf("error: %s\n", r->error);
+    if (r->error[0]) {
+      char error[4 * sizeof r->error];
+      lh_text_escape(r->error, error, sizeof error);
+      printf("error: %s\n", error);
+    }
   }
   size_t count = 0;
   lh_errbuf err;
@@ -163,8 +171,11 @@ static int print_outcome(lh_store *s, const char *db, const lh_episode_row *r,
       if ((int)strlen(terms[k].name) > name_w) name_w = (int)strlen(terms[k].name);
     }
     printf("reward terms:\n");
-    for (size_t k = 0; k < count; k++)
-      printf("  %-*s  %*g  (step %u)\n", name_w, terms[k].name, value_w, terms[k].value, terms[k].step);
+    for (size_t k = 0; k < count; k++) {
+      char name[4 * LH_STORE_NAME_BYTES];
+      lh_text_escape(terms[k].name, name, sizeof name);
+      printf("  %-*s  %*g  (step %u)\n", name_w, name, value_w, terms[k].value, terms[k].step);
+    }
   }
   free(terms);
   return LH_EXIT_OK;

@@ -142,6 +142,14 @@ START_TEST(test_model_input_refused) {
   image(&im[0], pixels, 32, 16, 3);  /* 8 patches */
   big.s.n_images = 1, big.s.images = imp;
   cases++, refused += send_segment(d, &big.s, 1009, "a0") == LONGHAUL__ACK_STATUS__ACK_REJECTED;
+  /* 10: names that would drive a terminal: a Hello, and a segment whose
+   * actor is its sender; the log shows them escaped. */
+  Longhaul__Envelope hello = LONGHAUL__ENVELOPE__INIT;
+  Longhaul__Hello h = LONGHAUL__HELLO__INIT;
+  h.role = "actor", h.name = "evil\n\x1b[2J";
+  hello.body_case = LONGHAUL__ENVELOPE__BODY_HELLO, hello.hello = &h;
+  lh_peer_send(d, &hello, 1010, "evil\n\x1b[2J");
+  ck_assert_int_eq(lh_peer_ack_of(d, 1010), LONGHAUL__ACK_STATUS__ACK_STORED);
   /* The rest of the valid group: a step follows, and the learner lives. */
   send_valid_episode(d, 15, 5);
   send_valid_episode(d, 17, 5);
@@ -153,6 +161,11 @@ START_TEST(test_model_input_refused) {
          (unsigned long long)train_rows(f.db));
   fflush(stdout);
   ck_assert_int_eq(refused, cases);
+  char *text = lh_proc_read_file(log);
+  ck_assert_ptr_nonnull(text);
+  ck_assert_msg(strchr(text, 0x1b) == NULL, "a raw escape byte reached the learner's log");
+  ck_assert_msg(strstr(text, "evil\\x0a\\x1b[2J") != NULL, "the hello's name is not in the log, escaped");
+  free(text);
   zmq_close(d);
   zmq_ctx_term(ctx);
   stop_all(&f);
