@@ -278,7 +278,7 @@ static int list_steps(const char *ckpt_dir, step_dir **out, size_t *n) {
       *out = more, cap = grown;
     }
     (*out)[*n].step = step;
-    snprintf((*out)[*n].name, sizeof(*out)->name, "%s", e->d_name);
+    memcpy((*out)[*n].name, e->d_name, strlen(e->d_name) + 1);  /* its length was checked above */
     (*n)++;
   }
   closedir(d);
