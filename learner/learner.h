@@ -232,7 +232,7 @@ typedef struct {
                                is gone) ends as aborted, >= 1 (60000) */
   /* Back-pressure (learner/train.c): the actors are told to start no new
    * episode group while this many admitted episodes wait untrained; 0 is
-   * max(1, max_policy_lag - 1) * batch_episodes. The learner lowers it (never
+   * max(1, max_policy_lag) * batch_episodes. The learner lowers it (never
    * below batch_episodes) while more than max_stale_share of the episodes
    * it took in over its recent steps were dropped as stale, and raises it
    * back when the share is low. */

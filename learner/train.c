@@ -118,10 +118,12 @@ int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config
     t->skipped = st->skipped_steps, t->baseline = st->baseline, t->admission = st->admission;
   }
   const lh_model_config *mc = lh_model_get_config(m);
-  /* One batch waiting per version of lag, less the one the actors' weights
-   * may trail by (a fetch takes time): an episode finished now is trained
-   * within lag versions of the weights that sampled it. */
-  uint64_t lag = cfg->max_policy_lag > 1 ? cfg->max_policy_lag - 1 : 1;
+  /* One batch waiting per version of lag: two batches deep at lag 2, so
+   * the actors fill the next batch while one waits and one trains (one
+   * batch deep, the learner idles whenever a batch takes the actors longer
+   * than a step). Where the actors' weights trail and episodes go stale,
+   * the controller below lowers it. */
+  uint64_t lag = cfg->max_policy_lag ? cfg->max_policy_lag : 1;
   t->backlog_max = cfg->max_backlog_episodes ? cfg->max_backlog_episodes : lag * cfg->batch_episodes;
   if (t->backlog_max < cfg->batch_episodes) t->backlog_max = cfg->batch_episodes;  /* a batch must fit */
   t->backlog_cap = t->backlog_max;
