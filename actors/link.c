@@ -229,16 +229,13 @@ static void handle_ingest(lh_actors_link *l, const uint8_t *b, size_t n) {
     if (w != l->window) LH_DEBUG("actor", "learner back-pressure window=%u", w);
     l->window = w;
     /* RETRY leaves the messages waiting: the timeout resends them. */
-    if (l->ack_log &&
-        (a->status == LONGHAUL__ACK_STATUS__ACK_STORED || a->status == LONGHAUL__ACK_STATUS__ACK_DUPLICATE)) {
-      int64_t t = now_ms(), wall = lh_wall_ms(), pushed = 0;
-      for (size_t i = 0; i < a->n_msg_ids; i++)
-        if (lh_actors_outbox_ack_at(l->outbox, a->msg_ids[i], &pushed)) {
-          l->acked++;
-          fprintf(l->ack_log, "%lld %lld\n", (long long)wall, (long long)(t - pushed));
-        }
-    } else if (a->status == LONGHAUL__ACK_STATUS__ACK_STORED || a->status == LONGHAUL__ACK_STATUS__ACK_DUPLICATE) {
-      l->acked += lh_actors_outbox_ack_many(l->outbox, a->msg_ids, a->n_msg_ids);
+    if (a->status == LONGHAUL__ACK_STATUS__ACK_STORED || a->status == LONGHAUL__ACK_STATUS__ACK_DUPLICATE) {
+      int64_t t = now_ms(), wall = l->ack_log ? lh_wall_ms() : 0, pushed = 0;
+      for (size_t i = 0; i < a->n_msg_ids; i++) {
+        if (!lh_actors_outbox_ack_at(l->outbox, a->msg_ids[i], &pushed)) continue;
+        l->acked++;
+        if (l->ack_log) fprintf(l->ack_log, "%lld %lld\n", (long long)wall, (long long)(t - pushed));
+      }
     } else if (a->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) {
       size_t k = lh_actors_outbox_ack_many(l->outbox, a->msg_ids, a->n_msg_ids);
       l->rejected += k;

@@ -324,10 +324,14 @@ uint32_t lh_actors_runner_open_episodes(const lh_actors_runner *r) {
 
 uint64_t lh_actors_runner_finished(const lh_actors_runner *r) { return r ? r->finished : 0; }
 
+/* Stopped, or every episode asked for started. */
+static int start_limit(const lh_actors_runner *r) {
+  return r->stopped || (r->cfg.episodes && r->started >= r->cfg.episodes);
+}
+
 int lh_actors_runner_done(const lh_actors_runner *r) {
   if (!r) return 1;
-  int limit = r->stopped || (r->cfg.episodes && r->started >= r->cfg.episodes);
-  return limit && lh_actors_runner_open_episodes(r) == 0;
+  return start_limit(r) && lh_actors_runner_open_episodes(r) == 0;
 }
 
 /* Room for the per-token arrays of n transcript tokens. */
@@ -571,7 +575,7 @@ void lh_actors_runner_set_window(lh_actors_runner *r, uint32_t window) {
 /* Whether the episode to start next may: one that begins a group needs
  * room for the whole group in the window. */
 static int may_start(const lh_actors_runner *r) {
-  if (r->stopped || (r->cfg.episodes && r->started >= r->cfg.episodes)) return 0;
+  if (start_limit(r)) return 0;
   if (r->window == UINT32_MAX || r->started % r->cfg.group_size) return 1;
   return (uint64_t)lh_actors_runner_open_episodes(r) + r->cfg.group_size <= r->window;
 }

@@ -704,13 +704,14 @@ const lh_learner_publisher_counts *lh_learner_publisher_get_counts(const lh_lear
  * its commit only, and a fetch for its chunks only, whatever a training
  * step is doing (ARCHITECTURE.md, "The learner process").
  *
- * The training thread talks to it through four calls, each thread-safe:
- * lh_learner_service_take (episode ids newly stored, which may have become
- * ready: the store stays the source of truth, this is only the hint that
- * saves a scan), lh_learner_service_publish (a new version's bytes, handed
- * over; the service announces them and records the policy_versions row),
- * lh_learner_service_set_hold (the back-pressure flag the acks carry) and
- * lh_learner_service_counts. Its sockets are made and bound by
+ * The training thread talks to it through calls that are each
+ * thread-safe: lh_learner_service_take (episode ids newly stored, which may
+ * have become ready: the store stays the source of truth, this is only the
+ * hint that saves a scan), lh_learner_service_publish (a new version's
+ * bytes, handed over; the service announces them and records the
+ * policy_versions row), lh_learner_service_set_backlog (what the acks'
+ * back-pressure window is made from), lh_learner_service_set_max_bytes and
+ * lh_learner_service_counts_get. Its sockets are made and bound by
  * lh_learner_service_new on the caller's thread, so a bind error is the
  * caller's at once; the thread starts with lh_learner_service_start. */
 typedef struct lh_learner_service lh_learner_service;
@@ -752,9 +753,6 @@ void lh_learner_service_take(lh_learner_service *s, uint64_t *ids, size_t cap, s
  * policy_versions row's. */
 int lh_learner_service_publish(lh_learner_service *s, uint64_t version, uint64_t step, void *bytes, size_t n,
                                uint32_t stage_index, uint32_t max_context, float long_frac, lh_errbuf *err);
-/* Waits until the last version handed over has been announced (or the
- * thread failed): for a start that must announce before it trains. */
-int lh_learner_service_flush(lh_learner_service *s, lh_errbuf *err);
 /* Back-pressure: the trainer's backlog (admitted episodes waiting in
  * complete groups) and its cap. The service adds the episodes it stored
  * an end of that the trainer has not taken yet (a trainer in a long step
@@ -764,8 +762,6 @@ void lh_learner_service_set_max_bytes(lh_learner_service *s, uint64_t max_bytes)
 void lh_learner_service_counts_get(lh_learner_service *s, lh_learner_service_counts *out);
 /* 0 while the thread runs well; else its error (copied into err). */
 int lh_learner_service_failed(lh_learner_service *s, lh_errbuf *err);
-/* The ingest endpoint bound (a wildcard port resolved). */
-const char *lh_learner_service_ingest_endpoint(const lh_learner_service *s);
 
 /* ---- checkpoints of the learner process (learner/checkpoint.c) -----------
  * A checkpoint is a directory CKPT_DIR/step-NNNNNNNN holding

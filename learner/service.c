@@ -22,6 +22,16 @@
 #define SERVICE_HINT_CAP 65536
 #define SERVICE_DRAIN_ROUNDS 100           /* rounds stored and acked at stop */
 
+/* A version the training thread handed over, with what its announcement
+ * and its policy_versions row say. */
+typedef struct {
+  void *bytes;
+  size_t n;
+  uint64_t version, step;
+  uint32_t stage, max_context;
+  float long_frac;
+} pending_version;
+
 struct lh_learner_service {
   lh_learner_config cfg;
   lh_store *store;
@@ -31,19 +41,13 @@ struct lh_learner_service {
   int started;
 
   pthread_mutex_t mu;
-  pthread_cond_t cv;  /* hint ids arrived, a version was published, or the thread ended */
+  pthread_cond_t cv;  /* hint ids arrived, or the thread ended */
   int stop, failed, done;
   lh_errbuf fail;
   uint64_t *hint;
   size_t n_hint;
   int hint_lost;
-  /* A version handed over and not yet published. */
-  void *pending;
-  size_t pending_n;
-  uint64_t pending_version, pending_step, published_version;
-  uint32_t pending_stage, pending_max_context;
-  float pending_long_frac;
-  int has_pending;
+  pending_version pending;  /* handed over, not yet published (bytes NULL: none) */
   uint64_t backlog, backlog_cap;  /* the trainer's (lh_learner_service_set_backlog) */
   uint64_t untaken_ends, ends_seen;  /* ends stored and not yet taken; the ingest's count at the last round */
   int hold_sent;
@@ -90,30 +94,22 @@ int lh_learner_service_new(const lh_learner_service_config *c, lh_learner_servic
 /* Publishes the version handed over, if any, and records its row. */
 static int publish_pending(lh_learner_service *s, lh_errbuf *err) {
   pthread_mutex_lock(&s->mu);
-  if (!s->has_pending) {
-    pthread_mutex_unlock(&s->mu);
-    return 0;
-  }
-  void *bytes = s->pending;
-  size_t n = s->pending_n;
-  uint64_t version = s->pending_version, step = s->pending_step;
-  uint32_t stage = s->pending_stage, max_context = s->pending_max_context;
-  float long_frac = s->pending_long_frac;
-  s->pending = NULL, s->has_pending = 0;
+  pending_version p = s->pending;
+  s->pending.bytes = NULL;
   pthread_mutex_unlock(&s->mu);
-  int rc = s->pub ? lh_learner_publisher_set(s->pub, version, bytes, n, stage, max_context, long_frac, err) : 0;
-  free(bytes);
+  if (!p.bytes) return 0;
+  int rc = s->pub ? lh_learner_publisher_set(s->pub, p.version, p.bytes, p.n, p.stage, p.max_context, p.long_frac, err)
+                  : 0;
+  free(p.bytes);
   if (rc) return rc;
-  lh_store_policy_version v = {.version = version, .step = step, .checksum = lh_learner_publisher_checksum(s->pub),
-                               .total_bytes = n, .stage_index = stage, .max_context = max_context};
+  lh_store_policy_version v = {.version = p.version, .step = p.step, .checksum = lh_learner_publisher_checksum(s->pub),
+                               .total_bytes = p.n, .stage_index = p.stage, .max_context = p.max_context};
   lh_errbuf pe;
-  int prc = lh_store_put_policy_version(s->store, &v, NULL, &pe);
   /* The version is out; only its row waits for room in the store. */
-  if (prc) LH_WARN("learner", "policy_versions row of version %llu not stored: %s", (unsigned long long)version, pe.msg);
+  if (lh_store_put_policy_version(s->store, &v, NULL, &pe))
+    LH_WARN("learner", "policy_versions row of version %llu not stored: %s", (unsigned long long)p.version, pe.msg);
   pthread_mutex_lock(&s->mu);
-  s->published_version = version;
   s->counts.versions++;
-  pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
   return 0;
 }
@@ -287,7 +283,7 @@ void lh_learner_service_free(lh_learner_service *s) {
   lh_learner_ingest_free(s->ingest);
   lh_learner_publisher_free(s->pub);
   lh_store_close(s->store);
-  free(s->pending);
+  free(s->pending.bytes);
   free(s->hint);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
@@ -325,21 +321,12 @@ int lh_learner_service_publish(lh_learner_service *s, uint64_t version, uint64_t
     return lh_errbuf_set(err, LH_EINVAL, "service: NULL service or no bytes to publish");
   }
   pthread_mutex_lock(&s->mu);
-  free(s->pending);  /* a newer version replaces one not yet out */
-  s->pending = bytes, s->pending_n = n, s->pending_version = version, s->pending_step = step;
-  s->pending_stage = stage_index, s->pending_max_context = max_context, s->pending_long_frac = long_frac;
-  s->has_pending = 1;
+  free(s->pending.bytes);  /* a newer version replaces one not yet out */
+  s->pending = (pending_version){.bytes = bytes, .n = n, .version = version, .step = step, .stage = stage_index,
+                                 .max_context = max_context, .long_frac = long_frac};
   pthread_mutex_unlock(&s->mu);
   if (!s->started) return publish_pending(s, err);  /* before the thread: publish on this one */
   return 0;
-}
-
-int lh_learner_service_flush(lh_learner_service *s, lh_errbuf *err) {
-  if (!s) return 0;
-  pthread_mutex_lock(&s->mu);
-  while (s->has_pending && !s->done) pthread_cond_wait(&s->cv, &s->mu);
-  pthread_mutex_unlock(&s->mu);
-  return lh_learner_service_failed(s, err);
 }
 
 void lh_learner_service_set_backlog(lh_learner_service *s, uint64_t backlog, uint64_t cap) {
@@ -371,8 +358,4 @@ int lh_learner_service_failed(lh_learner_service *s, lh_errbuf *err) {
   if (rc && err) *err = s->fail;
   pthread_mutex_unlock(&s->mu);
   return rc;
-}
-
-const char *lh_learner_service_ingest_endpoint(const lh_learner_service *s) {
-  return s ? lh_learner_ingest_endpoint(s->ingest) : NULL;
 }

@@ -11,6 +11,9 @@
 
 #include "learner/learner.h"
 
+/* Steps over which the stale share is measured (back-pressure). */
+#define STALE_WINDOW 8
+
 /* Incomplete groups kept open before the oldest is closed (its actor may
  * have died). */
 #define TRAINER_MAX_PENDING_GROUPS 64
@@ -78,14 +81,11 @@ struct lh_learner_trainer {
    * ceiling, and the episodes taken in and dropped as stale over the last
    * STALE_WINDOW steps (a ring), with the totals at the previous step. */
   uint64_t backlog_cap, backlog_max;
-  uint64_t win_taken[8], win_stale[8];
+  uint64_t win_taken[STALE_WINDOW], win_stale[STALE_WINDOW];
   unsigned win_i, win_n;
   uint64_t prev_taken, prev_stale;
   lh_learner_model_limits limits;  /* what the model takes (learner/validate.c) */
-  uint64_t quarantined;            /* episodes a failed forward or backward left out */
 };
-
-#define STALE_WINDOW 8
 
 /* Test hooks, read at every step after it took its batch: with
  * LH_LEARNER_TEST_STEP_GATE naming a file, the step waits until that file
@@ -206,10 +206,10 @@ static void backlog_update(lh_learner_trainer *t) {
   t->prev_taken = taken, t->prev_stale = stale;
   double share = lh_learner_trainer_stale_share(t);
   if (isnan(share)) return;
-  uint64_t floor = t->cfg.batch_episodes;
-  if (share > t->cfg.max_stale_share && t->backlog_cap > floor) {
+  uint64_t least = t->cfg.batch_episodes;
+  if (share > t->cfg.max_stale_share && t->backlog_cap > least) {
     uint64_t cut = t->backlog_cap / 4 > t->cfg.group_size ? t->backlog_cap / 4 : t->cfg.group_size;
-    t->backlog_cap = t->backlog_cap - floor > cut ? t->backlog_cap - cut : floor;
+    t->backlog_cap = t->backlog_cap - least > cut ? t->backlog_cap - cut : least;
   } else if (share <= t->cfg.max_stale_share / 2 && t->backlog_cap < t->backlog_max) {
     t->backlog_cap += t->cfg.group_size;
     if (t->backlog_cap > t->backlog_max) t->backlog_cap = t->backlog_max;
@@ -350,16 +350,10 @@ typedef struct {
   int nonfinite;  /* a window's log-probabilities were not finite: skip the step */
 } step_acc;
 
-/* Forward and backward of one episode, window by window, accumulating
- * gradients (every window's loss is normalised by the batch's N). */
-/* An episode's images as the model takes them: patch positions (the
- * token after each <img>) and pixels in [0,1]. Every image sits inside one
- * training window, since a window is one forward pass: checked with the
- * rest of what the model takes (lh_learner_check_episode) before the
- * step, so that an episode that cannot be trained is left out with the
- * reason. */
-/* The images of window [start, end) with window positions; pixels[i] are
- * the episode's converted once per episode. */
+/* The images of window [start, end) with window positions (the token after
+ * each <img>); pixels[i] are the episode's, converted to [0,1] once per
+ * episode. Every image sits inside one window, since a window is one
+ * forward pass: lh_learner_check_episode made sure before the step. */
 static int window_images(const lh_learner_episode *ep, float *const *pixels, size_t start, size_t end,
                          lh_model_image *out) {
   int n = 0;
@@ -373,6 +367,8 @@ static int window_images(const lh_learner_episode *ep, float *const *pixels, siz
   return n;
 }
 
+/* Forward and backward of one episode, window by window, accumulating
+ * gradients (every window's loss is normalised by the batch's N). */
 static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, const float *adv, double N,
                          step_acc *acc, lh_errbuf *err) {
   const lh_model_config *mc = lh_model_get_config(t->m);
@@ -570,7 +566,7 @@ static int train_all(lh_learner_trainer *t, lh_learner_episode **eps, const floa
         LH_WARN("train", "episode=%llu quarantined: %s", (unsigned long long)eps[i]->episode_id, e.msg);
         lh_errbuf ig;
         lh_store_episode_set_status(t->store, eps[i]->episode_id, LH_EPISODE_ERROR, e.msg, &ig);
-        skip[i] = 1, t->quarantined++, again = 1;
+        skip[i] = 1, again = 1;
       }
     }
   }

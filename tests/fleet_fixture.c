@@ -227,6 +227,17 @@ uint64_t stored_messages(const char *db) {
   return count_store(db, 0, &c) == 0 ? c.segments + c.ends : 0;
 }
 
+uint64_t train_rows(const char *db) {
+  lh_store *s = NULL;
+  lh_errbuf e;
+  uint64_t n = 0;
+  if (access(db, F_OK) != 0 || lh_store_open_readonly(db, &s, &e) != 0) return 0;
+  lh_store_stats st;
+  if (lh_store_stats_get(s, &st, &e) == 0) n = st.train_steps;
+  lh_store_close(s);
+  return n;
+}
+
 int log_lines(const fleet *f, int run, const char *needle) {
   char log[192];
   learner_log(f, run, log, sizeof log);

@@ -70,6 +70,8 @@ void print_totals(const char *fault, const actor_totals *t, const store_counts *
  * whole. */
 void assert_nothing_lost(const actor_totals *t, const store_counts *c);
 uint64_t stored_messages(const char *db);
+/* Rows of train_steps in the store (0 while it is not there yet). */
+uint64_t train_rows(const char *db);
 int log_lines(const fleet *f, int run, const char *needle);
 
 #endif

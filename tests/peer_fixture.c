@@ -34,16 +34,26 @@ Longhaul__Envelope *lh_peer_recv(void *d) {
   return env;
 }
 
-int lh_peer_ack_of(void *d, uint64_t msg_id) {
-  for (;;) {
+void lh_peer_acks(void *d, uint64_t first, size_t n, int *status) {
+  size_t known = 0;
+  for (size_t i = 0; i < n; i++) status[i] = -1;
+  while (known < n) {
     Longhaul__Envelope *env = lh_peer_recv(d);
-    int status = -1;
     if (env->body_case == LONGHAUL__ENVELOPE__BODY_ACK)
-      for (size_t i = 0; i < env->ack->n_msg_ids; i++)
-        if (env->ack->msg_ids[i] == msg_id) status = env->ack->status;
+      for (size_t i = 0; i < env->ack->n_msg_ids; i++) {
+        uint64_t id = env->ack->msg_ids[i];
+        if (id < first || id - first >= n || status[id - first] >= 0) continue;
+        status[id - first] = env->ack->status;
+        known++;
+      }
     lh_wire_free(env);
-    if (status >= 0) return status;
   }
+}
+
+int lh_peer_ack_of(void *d, uint64_t msg_id) {
+  int status;
+  lh_peer_acks(d, msg_id, 1, &status);
+  return status;
 }
 
 void lh_peer_send_episode(void *d, uint64_t id, uint64_t group, float reward) {

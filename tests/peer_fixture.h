@@ -20,7 +20,11 @@ void *lh_peer_dealer(void *zmq_ctx, const char *endpoint, int timeout_ms);
 void lh_peer_send(void *d, Longhaul__Envelope *env, uint64_t msg_id, const char *sender);
 /* The next message, decoded (free with lh_wire_free). */
 Longhaul__Envelope *lh_peer_recv(void *d);
-/* The status the learner acked msg_id with; other acks are read past. */
+/* The statuses the learner acked msg ids first..first+n-1 with, into
+ * status[n], however its Acks group them; acks of other ids are read
+ * past. */
+void lh_peer_acks(void *d, uint64_t first, size_t n, int *status);
+/* The same for one message. */
 int lh_peer_ack_of(void *d, uint64_t msg_id);
 /* Episode id of group (two segments and the end, actor "a0", env calc,
  * msg ids id*10+seq and id*10+9), waiting until all three are acked

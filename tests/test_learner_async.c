@@ -39,17 +39,6 @@ static int ack_lines(const fleet *f) {
   return lh_proc_count_lines(path, " ");
 }
 
-static uint64_t train_rows(const char *db) {
-  lh_store *s = NULL;
-  lh_errbuf e;
-  uint64_t n = 0;
-  if (access(db, F_OK) != 0 || lh_store_open_readonly(db, &s, &e) != 0) return 0;
-  lh_store_stats st;
-  if (lh_store_stats_get(s, &st, &e) == 0) n = st.train_steps;
-  lh_store_close(s);
-  return n;
-}
-
 /* A step held open (the learner's step gate) while the actor's segments
  * keep being acked and a new actor fetches the whole current version. */
 START_TEST(test_acks_and_weights_during_a_step) {
@@ -125,37 +114,34 @@ START_TEST(test_fleet_resends) {
 }
 END_TEST
 
-/* The largest outbox depth any actor reported, over all its heartbeats
- * (a plain read-only SQL query on the store). */
-static uint64_t max_outbox(const char *db, uint64_t *rows) {
+/* The first row of a read-only query on the store, its n columns into out
+ * (NAN for NULL, or all NAN when there is no row). */
+static void sql_row(const char *db, const char *sql, double *out, int n) {
   sqlite3 *h = NULL;
   sqlite3_stmt *st = NULL;
-  uint64_t max = 0;
-  *rows = 0;
+  for (int i = 0; i < n; i++) out[i] = NAN;
   ck_assert_int_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-  ck_assert_int_eq(sqlite3_prepare_v2(h, "SELECT count(*), max(outbox_depth) FROM actor_heartbeats", -1, &st, NULL),
-                   SQLITE_OK);
-  if (sqlite3_step(st) == SQLITE_ROW) {
-    *rows = (uint64_t)sqlite3_column_int64(st, 0);
-    max = (uint64_t)sqlite3_column_int64(st, 1);
-  }
+  ck_assert_int_eq(sqlite3_prepare_v2(h, sql, -1, &st, NULL), SQLITE_OK);
+  if (sqlite3_step(st) == SQLITE_ROW)
+    for (int i = 0; i < n; i++)
+      if (sqlite3_column_type(st, i) != SQLITE_NULL) out[i] = sqlite3_column_double(st, i);
   sqlite3_finalize(st);
   sqlite3_close(h);
-  return max;
+}
+
+/* The largest outbox depth any actor reported, over all its heartbeats. */
+static uint64_t max_outbox(const char *db, uint64_t *rows) {
+  double v[2];
+  sql_row(db, "SELECT count(*), max(outbox_depth) FROM actor_heartbeats", v, 2);
+  *rows = isnan(v[0]) ? 0 : (uint64_t)v[0];
+  return isnan(v[1]) ? 0 : (uint64_t)v[1];
 }
 
 /* The stale share of the newest train_steps row: the controller's view over
  * its last 8 steps (NAN when none). */
 static double last_stale_share(const char *db) {
-  sqlite3 *h = NULL;
-  sqlite3_stmt *st = NULL;
-  double share = NAN;
-  ck_assert_int_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-  ck_assert_int_eq(sqlite3_prepare_v2(h, "SELECT stale_share FROM train_steps ORDER BY step DESC LIMIT 1", -1, &st,
-                                      NULL), SQLITE_OK);
-  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) share = sqlite3_column_double(st, 0);
-  sqlite3_finalize(st);
-  sqlite3_close(h);
+  double share;
+  sql_row(db, "SELECT stale_share FROM train_steps ORDER BY step DESC LIMIT 1", &share, 1);
   return share;
 }
 
