@@ -43,7 +43,7 @@ static void usage(FILE *out) {
           "               (weights come from rank 0 as configured)\n"
           "--backend B    cpu (default) or cuda (decode on the GPU; without one, an\n"
           "               error)\n\n"
-          "SIGINT/SIGTERM: stop sampling, end open episodes as aborted, wait at most\n"
+          "SIGINT/SIGTERM/SIGUSR1: stop sampling, end open episodes as aborted, wait at most\n"
           "flush_timeout_ms for acks, exit 0.\n"
           "Exit codes: 0 ok, 1 runtime error, 2 usage or config error.\n");
 }
@@ -149,6 +149,7 @@ int lh_cmd_actor(int argc, char **argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);  /* what srun forwards (on SIGTERM it kills the step) */
   lh_actors_actor_config cfg = {.name = name,
                                 .actor = &acfg,
                                 .index = index,

@@ -124,7 +124,7 @@ uint64_t lh_launch_fleet_steps_done(const lh_launch_fleet *f) {
 int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
   lh_launch_child *c = &f->child[i];
   const lh_launch_config *fc = &f->fleet;
-  char *argv[40];
+  char *argv[64];
   int n = 0;
   char index[32], rank[32], learners[32];
   if (c->role == LH_CHILD_ENV_SERVER) {
@@ -133,18 +133,21 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
     snprintf(cmd, sizeof cmd, "exec %s", fc->env_server);
     argv[n++] = sh, argv[n++] = dash_c, argv[n++] = cmd;
   } else if (c->role == LH_CHILD_LEARNER) {
-    if (fc->learners > 1) {
+    if (f->slurm.on) {
+      n = lh_launch_slurm_step(f, i, argv, n);
+    } else if (fc->learners > 1) {
       snprintf(learners, sizeof learners, "%llu", (unsigned long long)fc->learners);
       argv[n++] = (char *)fc->mpirun, argv[n++] = "--oversubscribe", argv[n++] = "-n", argv[n++] = learners;
     }
-    argv[n++] = f->bin, argv[n++] = "learner", argv[n++] = "--config", argv[n++] = f->config_path;
+    argv[n++] = f->bin, argv[n++] = "learner", argv[n++] = "--config", argv[n++] = (char *)lh_launch_slurm_config(f, i);
     if (fc->init[0]) argv[n++] = "--init", argv[n++] = (char *)fc->init;
     /* No --steps: [fleet] steps is watched in the store by the launcher,
      * which then stops the actors before the learner (a learner that ended
      * by itself would leave the actors' last messages unacked). */
     if (c->starts) argv[n++] = "--resume";
   } else {
-    argv[n++] = f->bin, argv[n++] = "actor", argv[n++] = "--config", argv[n++] = f->config_path;
+    n = lh_launch_slurm_step(f, i, argv, n);
+    argv[n++] = f->bin, argv[n++] = "actor", argv[n++] = "--config", argv[n++] = (char *)lh_launch_slurm_config(f, i);
     argv[n++] = "--name", argv[n++] = c->name;
     snprintf(index, sizeof index, "%d", c->index);
     argv[n++] = "--index", argv[n++] = index;

@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# `make test-slurm`: a tiny fleet launched through a real Slurm on this
+# machine (README.md, "Slurm"). Starts a private munged, slurmctld and
+# slurmd (scripts/slurm-cluster.sh), submits `longhaul launch FLEET.ini
+# --slurm` (two learner ranks as one MPI job step, two actors as steps of
+# their own), kills one actor's step and checks the launcher restarts it
+# as a new step, then checks that the fleet trained ([fleet] steps rows in
+# train_steps), shut down in order (actors before the learner, in the
+# launcher's log) and that the job ended COMPLETED. Every daemon it started
+# is stopped at the end, also on failure.
+#   scripts/test-slurm.sh [BUILD_DIR]     (default: build)
+# Exit 0 pass, 1 fail, 77 skipped (no Slurm or munge, or not root).
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-build}
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+bin="$build/cli/longhaul"
+[ -x "$bin" ] || bin="$build/longhaul"
+
+skip() { echo "test-slurm: SKIP: $*"; exit 77; }
+for tool in munged slurmctld slurmd sbatch srun squeue scontrol scancel sinfo sqlite3; do
+  command -v "$tool" >/dev/null || skip "$tool is not installed (scripts/deps.sh installs slurmctld slurmd slurm-client munge)"
+done
+[ "$(id -u)" -eq 0 ] || skip "slurmd must run as root to start job steps"
+[ -x "$bin" ] || { echo "test-slurm: FAIL: no longhaul binary under $build (build first)"; exit 1; }
+
+source "$root/scripts/slurm-cluster.sh"
+tmp=$(mktemp -d /tmp/lh-slurm.XXXXXX)
+status=1
+finish() {
+  slurm_cluster_stop
+  if [ $status -eq 0 ]; then rm -rf "$tmp"; else echo "test-slurm: files kept in $tmp"; fi
+}
+trap finish EXIT
+trap 'exit 1' INT TERM
+
+fail() {
+  echo "test-slurm: FAIL: $*"
+  for f in "$tmp"/fleet/logs/launch.log "$tmp"/fleet/logs/slurm-*.out "$tmp"/fleet/logs/learner.log \
+    "$tmp"/fleet/logs/actor-0.log; do
+    [ -f "$f" ] && { echo "---- $f (tail)"; tail -n 25 "$f"; }
+  done
+  exit 1
+}
+
+# Four free ports P, P+10 (rank 1's ingest), P+1, P+2.
+base=$(/usr/bin/python3 - <<'EOF'
+import socket, random
+for _ in range(200):
+    p = random.randint(20000, 60000)
+    socks = []
+    try:
+        for q in (p, p + 10, p + 1, p + 2):
+            s = socket.socket(); s.bind(("0.0.0.0", q)); socks.append(s)
+        print(p); break
+    except OSError:
+        pass
+    finally:
+        for s in socks: s.close()
+EOF
+)
+[ -n "$base" ] || fail "no free ports"
+
+echo "test-slurm: starting munged, slurmctld, slurmd under $tmp/cluster"
+slurm_cluster_start "$tmp/cluster" 8 || fail "the cluster did not come up (logs in $tmp/cluster/log)"
+sinfo
+
+steps=30
+mkdir -p "$tmp/fleet"
+cat > "$tmp/fleet/fleet.ini" <<EOF
+[fleet]
+learners = 2
+actors = 2
+log_dir = logs
+steps = $steps
+restart_backoff_ms = 200
+stop_timeout_ms = 20000
+status_interval_ms = 1000
+slurm_time = 10:00
+slurm_options = --comment=longhaul-test
+
+[model]
+d_model = 16
+layers = 2
+heads = 2
+experts = 4
+topk = 2
+shared_experts = 1
+latent = 8
+expert_hidden = 8
+chunk = 4
+vocab = 264
+patch = 8
+max_patches = 64
+seed = 1
+
+[learner]
+batch_episodes = 4
+group_size = 4
+train_window = 64
+warmup_steps = 0
+max_policy_lag = 4
+ckpt_every = 2
+ingest_endpoint = tcp://127.0.0.1:$base
+weights_pub_endpoint = tcp://127.0.0.1:$((base + 1))
+weights_endpoint = tcp://127.0.0.1:$((base + 2))
+db = replay.db
+ckpt_dir = ckpt
+
+[actor]
+batch = 4
+group_size = 4
+max_context = 512
+max_steps = 4
+flush_timeout_ms = 15000
+; the launcher gives the actors the learner nodes' addresses
+learner_endpoint = tcp://127.0.0.1:1
+weights_pub_endpoint = tcp://127.0.0.1:1
+weights_endpoint = tcp://127.0.0.1:1
+
+[env]
+name = calc
+stages = 1
+digits = 1
+EOF
+
+cd "$tmp/fleet" || fail "no fleet folder"
+out=$("$bin" launch fleet.ini --slurm) || fail "launch --slurm: $out"
+echo "$out"
+job=$(echo "$out" | sed -n 's/^submitted job \([0-9]*\).*/\1/p')
+[ -n "$job" ] || fail "no job id in: $out"
+grep -q -- '--engine slurm' logs/slurm.sh || fail "the batch script does not run --engine slurm"
+grep -q -- '#SBATCH --comment=longhaul-test' logs/slurm.sh || fail "slurm_options are not in the batch script"
+
+# Kill actor-0's step once it runs: the launcher must start it again as a
+# new step.
+end=$((SECONDS + 120))
+step=""
+while [ $SECONDS -lt $end ] && [ -z "$step" ]; do
+  step=$(squeue -h -s -j "$job" -o '%i %j' 2>/dev/null | awk '$2 == "actor-0" {print $1}')
+  [ -n "$step" ] || sleep 0.2
+done
+[ -n "$step" ] || fail "actor-0 never ran as a job step of job $job"
+echo "test-slurm: killing actor-0's step $step"
+scancel --signal=KILL "$step" || fail "scancel $step"
+end=$((SECONDS + 120))
+while [ $SECONDS -lt $end ] && ! grep -q 'started name=actor-0 .*attempt=2' logs/launch.log 2>/dev/null; do sleep 0.2; done
+grep -q 'started name=actor-0 .*attempt=2' logs/launch.log || fail "actor-0 was not restarted"
+step2=""
+end=$((SECONDS + 60))
+while [ $SECONDS -lt $end ] && [ -z "$step2" ]; do
+  step2=$(squeue -h -s -j "$job" -o '%i %j' 2>/dev/null | awk -v old="$step" '$2 == "actor-0" && $1 != old {print $1}')
+  [ -n "$step2" ] || sleep 0.2
+done
+echo "test-slurm: actor-0 came back as step ${step2:-(gone already)}"
+
+# The job ends by itself once the store holds $steps train steps.
+end=$((SECONDS + 300))
+while [ $SECONDS -lt $end ] && squeue -h -j "$job" -o %i 2>/dev/null | grep -q .; do sleep 0.5; done
+squeue -h -j "$job" -o %i | grep -q . && fail "job $job still runs after 300 s"
+
+state=$(scontrol show job "$job" | grep -o 'JobState=[A-Z_]*')
+code=$(scontrol show job "$job" | grep -o ' ExitCode=[0-9:]*' | tr -d ' ')
+echo "test-slurm: job $job $state $code"
+[ "$state" = "JobState=COMPLETED" ] && [ "$code" = "ExitCode=0:0" ] || fail "job $job ended $state $code"
+
+rows=$(sqlite3 replay.db 'SELECT count(*) FROM train_steps')
+[ "${rows:-0}" -ge "$steps" ] || fail "train_steps has ${rows:-0} rows, want >= $steps"
+echo "test-slurm: train_steps rows=$rows (steps=$steps)"
+grep -q "slurm job=$job " logs/launch.log || fail "the launcher did not run with --engine slurm"
+grep -q 'command=srun --ntasks=2 .*--mpi=pmix .* learner --config logs/slurm/learner.ini' logs/learner.log ||
+  fail "the learner was not one srun step of 2 MPI ranks"
+grep -q 'command=srun --ntasks=1 .* actor --config logs/slurm/actors-rank1.ini' logs/actor-1.log ||
+  fail "actor-1 was not an srun step with rank 1's config"
+grep -q 'done reason=steps done clean=1' logs/launch.log || fail "the launcher did not end cleanly"
+# Ordered shutdown: every actor stopped before the learner was asked to stop.
+order=$(grep -oE 'stopped name=(actor-[0-9]+|learner)|actors stopped: stopping the learner' logs/launch.log | tr '\n' ' ')
+echo "test-slurm: shutdown order: $order"
+case "$order" in
+  "stopped name=actor-"*"stopped name=actor-"*"actors stopped: stopping the learner stopped name=learner ") ;;
+  *) fail "the shutdown was not actors, then the learner" ;;
+esac
+echo "test-slurm: launch.log:"
+sed 's/^/  /' logs/launch.log | grep -vE 'status|heartbeat' | tail -n 20
+status=0
+echo "test-slurm: PASS"
