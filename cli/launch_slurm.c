@@ -198,18 +198,23 @@ static int write_derived(const char *src, const char *path, const char *const *s
   return rc;
 }
 
-static int write_configs(lh_launch_fleet *f, const lh_learner_config *lc, lh_errbuf *err) {
-  lh_launch_slurm *s = &f->slurm;
-  long ports[3] = {tcp_port(lc->ingest_endpoint), tcp_port(lc->weights_pub_endpoint),
-                   tcp_port(lc->weights_endpoint)};
-  static const char *const names[3] = {"ingest_endpoint", "weights_pub_endpoint", "weights_endpoint"};
+static const char *const LEARNER_KEYS[3] = {"ingest_endpoint", "weights_pub_endpoint", "weights_endpoint"};
+
+/* The ports of the learner's three endpoints, which must be tcp://HOST:PORT. */
+static int learner_ports(const lh_launch_fleet *f, const lh_learner_config *lc, long ports[3], lh_errbuf *err) {
   const char *eps[3] = {lc->ingest_endpoint, lc->weights_pub_endpoint, lc->weights_endpoint};
   for (int i = 0; i < 3; i++)
-    if (!ports[i])
+    if (!(ports[i] = tcp_port(eps[i])))
       return lh_errbuf_set(err, LH_ECONFIG,
                            "%s: [learner] %s = %s: a Slurm fleet needs tcp://HOST:PORT endpoints (the ranks bind "
                            "tcp://*:PORT on their nodes)",
-                           f->config_path, names[i], eps[i]);
+                           f->config_path, LEARNER_KEYS[i], eps[i]);
+  return 0;
+}
+
+static int write_configs(lh_launch_fleet *f, const long ports[3], lh_errbuf *err) {
+  lh_launch_slurm *s = &f->slurm;
+  const char *const *names = LEARNER_KEYS;
   char *src = NULL;
   LH_TRY(lh_read_text_file(f->config_path, LH_ECONFIG, &src, NULL, err));
   char v[6][LH_SLURM_HOST_BYTES + 32], path[sizeof s->dir + 64];
@@ -259,12 +264,14 @@ int lh_launch_slurm_prepare(lh_launch_fleet *f, lh_errbuf *err) {
   }
   lh_learner_config lc;
   LH_TRY(lh_learner_config_load(f->config_path, &lc, err));
+  long ports[3];
+  LH_TRY(learner_ports(f, &lc, ports, err));
   LH_TRY(find_hosts(f, nodelist, err));
   int n = snprintf(s->dir, sizeof s->dir, "%s/slurm", c->log_dir);
   if (n < 0 || (size_t)n >= sizeof s->dir) return lh_errbuf_set(err, LH_ECONFIG, "slurm: log_dir is too long");
   if (mkdir(s->dir, 0755) && errno != EEXIST)
     return lh_errbuf_set(err, LH_ESYS, "slurm: cannot create %s: %s", s->dir, strerror(errno));
-  LH_TRY(write_configs(f, &lc, err));
+  LH_TRY(write_configs(f, ports, err));
   s->on = 1;
   return 0;
 }

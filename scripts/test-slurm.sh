@@ -66,7 +66,7 @@ echo "test-slurm: starting munged, slurmctld, slurmd under $tmp/cluster"
 slurm_cluster_start "$tmp/cluster" 8 || fail "the cluster did not come up (logs in $tmp/cluster/log)"
 sinfo
 
-steps=30
+steps=60
 mkdir -p "$tmp/fleet"
 cat > "$tmp/fleet/fleet.ini" <<EOF
 [fleet]
@@ -137,11 +137,13 @@ grep -q -- '#SBATCH --comment=longhaul-test' logs/slurm.sh || fail "slurm_option
 # new step.
 end=$((SECONDS + 120))
 step=""
+steps_seen=""
 while [ $SECONDS -lt $end ] && [ -z "$step" ]; do
-  step=$(squeue -h -s -j "$job" -o '%i %j' 2>/dev/null | awk '$2 == "actor-0" {print $1}')
+  steps_seen=$(squeue -h -s -j "$job" -o '%i %j' 2>&1)
+  step=$(echo "$steps_seen" | awk '$2 == "actor-0" {print $1}')
   [ -n "$step" ] || sleep 0.2
 done
-[ -n "$step" ] || fail "actor-0 never ran as a job step of job $job"
+[ -n "$step" ] || fail "actor-0 never ran as a job step of job $job (squeue -s: $steps_seen)"
 echo "test-slurm: killing actor-0's step $step"
 scancel --signal=KILL "$step" || fail "scancel $step"
 end=$((SECONDS + 120))
