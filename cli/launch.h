@@ -11,6 +11,8 @@
  *   launch_child.c     one child process: spawn with its log, signal, reap
  *   launch_fleet.c     the children of a fleet, their command lines, restarts
  *   launch_status.c    the status screen
+ *   launch_slurm.c     the Slurm engine: batch script, sbatch, job steps
+ *   launch_slurm_ini.c the configs its children read (cli/launch_slurm.h)
  *   cmd_launch.c       arguments, signals and the supervision loop */
 #ifndef LH_CLI_LAUNCH_H
 #define LH_CLI_LAUNCH_H
