@@ -3,11 +3,12 @@
 # machine (README.md, "Slurm"). Starts a private munged, slurmctld and
 # slurmd (scripts/slurm-cluster.sh), submits `longhaul launch FLEET.ini
 # --slurm` (two learner ranks as one MPI job step, two actors as steps of
-# their own), kills one actor's step and checks the launcher restarts it
-# as a new step, then checks that the fleet trained ([fleet] steps rows in
-# train_steps), shut down in order (actors before the learner, in the
-# launcher's log) and that the job ended COMPLETED. Every daemon it started
-# is stopped at the end, also on failure.
+# their own), kills one actor's step and then the learner's and checks the
+# launcher restarts each as a new step (the learner with --resume), then
+# checks that the fleet trained ([fleet] steps rows in train_steps), shut
+# down in order (actors before the learner, in the launcher's log) and that
+# the job ended COMPLETED. Every daemon it started is stopped at the end,
+# also on failure.
 #   scripts/test-slurm.sh [BUILD_DIR]     (default: build)
 # Exit 0 pass, 1 fail, 77 skipped (no Slurm or munge, or not root).
 set -uo pipefail
@@ -157,6 +158,17 @@ while [ $SECONDS -lt $end ] && [ -z "$step2" ]; do
 done
 echo "test-slurm: actor-0 came back as step ${step2:-(gone already)}"
 
+# The same for the learner's step (both ranks): it comes back with --resume.
+lstep=$(squeue -h -s -j "$job" -o '%i %j' 2>&1 | awk '$2 == "learner" {print $1}')
+[ -n "$lstep" ] || fail "no learner step in job $job"
+echo "test-slurm: killing the learner's step $lstep"
+scancel --signal=KILL "$lstep" || fail "scancel $lstep"
+end=$((SECONDS + 120))
+while [ $SECONDS -lt $end ] && ! grep -q 'started name=learner .*attempt=2' logs/launch.log 2>/dev/null; do sleep 0.2; done
+grep -q 'started name=learner .*attempt=2' logs/launch.log || fail "the learner was not restarted"
+grep -q 'attempt=2 .*command=srun --ntasks=2 .* learner .*--resume' logs/learner.log ||
+  fail "the learner did not come back with --resume"
+
 # The job ends by itself once the store holds $steps train steps.
 end=$((SECONDS + 300))
 while [ $SECONDS -lt $end ] && squeue -h -j "$job" -o %i 2>/dev/null | grep -q .; do sleep 0.5; done
@@ -176,6 +188,7 @@ grep -q 'command=srun --ntasks=2 .*--mpi=pmix .* learner --config logs/slurm/lea
 grep -q 'command=srun --ntasks=1 .* actor --config logs/slurm/actors-rank1.ini' logs/actor-1.log ||
   fail "actor-1 was not an srun step with rank 1's config"
 grep -q 'done reason=steps done clean=1' logs/launch.log || fail "the launcher did not end cleanly"
+grep -q 'restarts: learner=1 actor-0=1 actor-1=0' logs/launch.log || fail "the restart counts are not learner=1 actor-0=1"
 # Ordered shutdown: every actor stopped before the learner was asked to stop.
 order=$(grep -oE 'stopped name=(actor-[0-9]+|learner)|actors stopped: stopping the learner' logs/launch.log | tr '\n' ' ')
 echo "test-slurm: shutdown order: $order"
