@@ -7,8 +7,9 @@
 # launcher restarts each as a new step (the learner with --resume), then
 # checks that the fleet trained ([fleet] steps rows in train_steps), shut
 # down in order (actors before the learner, in the launcher's log) and that
-# the job ended COMPLETED. Every daemon it started is stopped at the end,
-# also on failure.
+# the job ended COMPLETED; a second fleet without an end is stopped with
+# `scancel --batch --signal=TERM` and must stop in order. Every daemon it
+# started is stopped at the end, also on failure.
 #   scripts/test-slurm.sh [BUILD_DIR]     (default: build)
 # Exit 0 pass, 1 fail, 77 skipped (no Slurm or munge, or not root).
 set -uo pipefail
@@ -38,14 +39,38 @@ trap 'exit 1' INT TERM
 
 fail() {
   echo "test-slurm: FAIL: $*"
-  for f in "$tmp"/fleet/logs/launch.log "$tmp"/fleet/logs/slurm-*.out "$tmp"/fleet/logs/learner.log \
-    "$tmp"/fleet/logs/actor-0.log; do
+  for f in logs/launch.log logs/slurm-*.out logs/learner.log \
+    logs/actor-0.log; do
     [ -f "$f" ] && { echo "---- $f (tail)"; tail -n 25 "$f"; }
   done
   exit 1
 }
 
 # Four free ports P, P+10 (rank 1's ingest), P+1, P+2.
+# Waits (up to 300 s) for job $1 to leave the queue; fails unless it ended
+# COMPLETED with exit code 0.
+wait_job() {
+  local end=$((SECONDS + 300)) state code
+  while [ $SECONDS -lt $end ] && squeue -h -j "$1" -o %i 2>/dev/null | grep -q .; do sleep 0.5; done
+  squeue -h -j "$1" -o %i | grep -q . && fail "job $1 still runs after 300 s"
+  state=$(scontrol show job "$1" | grep -o 'JobState=[A-Z_]*')
+  code=$(scontrol show job "$1" | grep -o ' ExitCode=[0-9:]*' | tr -d ' ')
+  echo "test-slurm: job $1 $state $code"
+  [ "$state" = "JobState=COMPLETED" ] && [ "$code" = "ExitCode=0:0" ] || fail "job $1 ended $state $code"
+}
+
+# Ordered shutdown in ./logs/launch.log: every actor stopped before the
+# learner was asked to stop.
+check_order() {
+  local order
+  order=$(grep -oE 'stopped name=(actor-[0-9]+|learner)|actors stopped: stopping the learner' logs/launch.log | tr '\n' ' ')
+  echo "test-slurm: shutdown order: $order"
+  case "$order" in
+    "stopped name=actor-"*"stopped name=actor-"*"actors stopped: stopping the learner stopped name=learner ") ;;
+    *) fail "the shutdown was not actors, then the learner" ;;
+  esac
+}
+
 base=$(/usr/bin/python3 - <<'EOF'
 import socket, random
 for _ in range(200):
@@ -170,14 +195,7 @@ grep -q 'attempt=2 .*command=srun --ntasks=2 .* learner .*--resume' logs/learner
   fail "the learner did not come back with --resume"
 
 # The job ends by itself once the store holds $steps train steps.
-end=$((SECONDS + 300))
-while [ $SECONDS -lt $end ] && squeue -h -j "$job" -o %i 2>/dev/null | grep -q .; do sleep 0.5; done
-squeue -h -j "$job" -o %i | grep -q . && fail "job $job still runs after 300 s"
-
-state=$(scontrol show job "$job" | grep -o 'JobState=[A-Z_]*')
-code=$(scontrol show job "$job" | grep -o ' ExitCode=[0-9:]*' | tr -d ' ')
-echo "test-slurm: job $job $state $code"
-[ "$state" = "JobState=COMPLETED" ] && [ "$code" = "ExitCode=0:0" ] || fail "job $job ended $state $code"
+wait_job "$job"
 
 rows=$(sqlite3 replay.db 'SELECT count(*) FROM train_steps')
 [ "${rows:-0}" -ge "$steps" ] || fail "train_steps has ${rows:-0} rows, want >= $steps"
@@ -189,14 +207,27 @@ grep -q 'command=srun --ntasks=1 .* actor --config logs/slurm/actors-rank1.ini' 
   fail "actor-1 was not an srun step with rank 1's config"
 grep -q 'done reason=steps done clean=1' logs/launch.log || fail "the launcher did not end cleanly"
 grep -q 'restarts: learner=1 actor-0=1 actor-1=0' logs/launch.log || fail "the restart counts are not learner=1 actor-0=1"
-# Ordered shutdown: every actor stopped before the learner was asked to stop.
-order=$(grep -oE 'stopped name=(actor-[0-9]+|learner)|actors stopped: stopping the learner' logs/launch.log | tr '\n' ' ')
-echo "test-slurm: shutdown order: $order"
-case "$order" in
-  "stopped name=actor-"*"stopped name=actor-"*"actors stopped: stopping the learner stopped name=learner ") ;;
-  *) fail "the shutdown was not actors, then the learner" ;;
-esac
+check_order
 echo "test-slurm: launch.log:"
-sed 's/^/  /' logs/launch.log | grep -vE 'status|heartbeat' | tail -n 20
+sed 's/^/  /' logs/launch.log | tail -n 20
+
+# A second fleet with no end of its own, stopped the way README.md says:
+# SIGTERM to the batch script's launcher alone, which stops the steps in order.
+mkdir -p "$tmp/fleet2"
+sed 's/^steps = .*/steps = 0/' "$tmp/fleet/fleet.ini" > "$tmp/fleet2/fleet.ini"
+cd "$tmp/fleet2" || fail "no fleet2 folder"
+out=$("$bin" launch fleet.ini --slurm) || fail "launch --slurm: $out"
+job=$(echo "$out" | sed -n 's/^submitted job \([0-9]*\).*/\1/p')
+[ -n "$job" ] || fail "no job id in: $out"
+end=$((SECONDS + 120))
+while [ $SECONDS -lt $end ] && [ "$(sqlite3 replay.db 'SELECT count(*) FROM train_steps' 2>/dev/null || echo 0)" -lt 3 ]; do
+  sleep 0.5
+done
+echo "test-slurm: job $job trains; scancel --batch --signal=TERM $job"
+scancel --batch --signal=TERM "$job" || fail "scancel --batch $job"
+wait_job "$job"
+grep -q 'shutdown reason=signal' logs/launch.log || fail "the launcher did not stop on the signal"
+grep -q 'done reason=signal clean=1' logs/launch.log || fail "the launcher did not end cleanly after the signal"
+check_order
 status=0
 echo "test-slurm: PASS"
