@@ -63,7 +63,7 @@ static void usage(FILE *out) {
           "          slurm_options (sbatch), slurm_step_options (srun), slurm_mpi.\n"
           "--engine local|slurm  slurm: each child is a job step of the allocation\n"
           "          it runs in (`srun --ntasks=M --mpi=pmix longhaul learner`, one\n"
-          "          `srun --ntasks=1 --exact longhaul actor` per actor), supervised\n"
+          "          `srun --ntasks=1 --overlap longhaul actor` per actor), supervised\n"
           "          and restarted as above (README.md, \"Slurm\").\n"
           "Exit codes: 0 every child shut down cleanly, 1 a child failed or had to be\n"
           "killed, 2 usage or config error.\n");

@@ -293,10 +293,14 @@ int lh_launch_slurm_step(lh_launch_fleet *f, size_t i, char **argv, int n) {
     argv[n++] = s->arg_ntasks, argv[n++] = s->arg_nodes, argv[n++] = s->arg_nodelist;
     argv[n++] = "--distribution=cyclic", argv[n++] = s->arg_mpi;
   } else {
-    argv[n++] = "--ntasks=1", argv[n++] = "--nodes=1";
+    /* --overlap: an actor's step never holds CPUs (or memory) the
+     * learner's needs, whichever starts or restarts first: the learner
+     * finds its one CPU per rank on each of its nodes however the
+     * allocation spread its CPUs. */
+    argv[n++] = "--ntasks=1", argv[n++] = "--nodes=1", argv[n++] = "--overlap";
   }
-  /* --exact: a step takes only the CPUs it asks for, so every actor finds
-   * room beside the learner; a task that fails ends its step. */
+  /* --exact: a step takes only the CPUs it asks for; a task that fails
+   * ends its step. */
   argv[n++] = "--exact", argv[n++] = "--kill-on-bad-exit=1";
   snprintf(s->arg_name, sizeof s->arg_name, "--job-name=%s", c->name);
   argv[n++] = s->arg_name;

@@ -7,7 +7,7 @@
  * does on one machine, but each child is a job step: the learner
  * `srun --ntasks=M --mpi=pmix ... longhaul learner` (rank r on the
  * allocation's node r mod K, K = min(M, nodes)), each actor
- * `srun --ntasks=1 --exact ... longhaul actor`; a dead actor is restarted
+ * `srun --ntasks=1 --overlap ... longhaul actor`; a dead actor is restarted
  * as a new step. srun forwards the launcher's signals to its tasks.
  *
  * Endpoints. The learner ranks bind tcp://\*:PORT (PORT from [learner],

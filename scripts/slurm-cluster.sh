@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# A private one-node Slurm cluster on localhost, for scripts/test-slurm.sh:
-# its own munged (own key and socket), slurmctld and slurmd (own ports
-# chosen free, own state, spool and log folders), all under one folder.
+# A private Slurm cluster on localhost, for scripts/test-slurm.sh: its own
+# munged (own key and socket), slurmctld and one slurmd per node (own
+# ports chosen free, own state, spool and log folders), all under one
+# folder. Node i is lh-n<i> at the loopback address 127.0.0.<i>, so that
+# two nodes on one machine still have addresses of their own.
 # Sourced, not run: it defines
-#   slurm_cluster_start DIR CPUS   writes DIR/slurm.conf, starts the three
+#   slurm_cluster_start DIR NODES CPUS   writes DIR/slurm.conf, starts the
 #                                  daemons, exports SLURM_CONF, waits until
-#                                  the node is idle (return 1 if it never is)
+#                                  every node is idle (return 1 if not)
 #   slurm_cluster_stop             cancels the cluster's jobs, waits for
 #                                  them, stops the daemons it started (by
 #                                  their pids) and waits for them to exit
@@ -29,7 +31,7 @@ slurm_cluster_poll() {
 }
 
 slurm_cluster_start() {
-  local dir=$1 cpus=$2
+  local dir=$1 nodes=$2 cpus=$3
   mkdir -p "$dir/munge" "$dir/state" "$dir/spool" "$dir/log"
   chmod 700 "$dir/munge"
   dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
@@ -41,17 +43,15 @@ slurm_cluster_start() {
   slurm_cluster_poll 10 "test -s '$dir/munge/munged.pid'" || return 1
   SLURM_CLUSTER_PIDS+=("$(cat "$dir/munge/munged.pid")")
 
-  local host ctld_port slurmd_port mem user
+  local host ctld_port mem user i names=""
   host=$(hostname -s)
   ctld_port=$(slurm_cluster_free_port)
-  slurmd_port=$(slurm_cluster_free_port)
-  mem=$(awk '/MemTotal/ {print int($2 / 1024 / 2)}' /proc/meminfo)
+  mem=$(awk -v n="$nodes" '/MemTotal/ {print int($2 / 1024 / 2 / n)}' /proc/meminfo)
   user=$(id -un)
   cat > "$dir/slurm.conf" <<EOF
 ClusterName=lhtest
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$ctld_port
-SlurmdPort=$slurmd_port
 SlurmUser=$user
 SlurmdUser=$user
 AuthType=auth/munge
@@ -59,10 +59,11 @@ AuthInfo=socket=$sock
 CredType=cred/munge
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool/%n
+TmpFS=$dir/tmp/%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
@@ -79,15 +80,24 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 MinJobAge=600
 KillWait=5
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
+  # Per node: its spool and its TmpFS (where srun --mpi=pmix puts each
+  # step's folder, which would collide between two nodes on one machine).
+  for ((i = 1; i <= nodes; i++)); do
+    mkdir -p "$dir/spool/lh-n$i" "$dir/tmp/lh-n$i"
+    echo "NodeName=lh-n$i NodeHostname=lh-n$i NodeAddr=127.0.0.$i Port=$(slurm_cluster_free_port)" \
+      "CPUs=$cpus RealMemory=$mem State=UNKNOWN" >> "$dir/slurm.conf"
+    names="$names${names:+,}lh-n$i"
+  done
+  echo "PartitionName=debug Nodes=$names Default=YES MaxTime=INFINITE State=UP" >> "$dir/slurm.conf"
   export SLURM_CONF="$dir/slurm.conf"
   slurmctld -D -i -f "$SLURM_CONF" > "$dir/log/slurmctld.out" 2>&1 &
   SLURM_CLUSTER_PIDS+=($!)
-  slurmd -D -f "$SLURM_CONF" > "$dir/log/slurmd.out" 2>&1 &
-  SLURM_CLUSTER_PIDS+=($!)
-  slurm_cluster_poll 60 "sinfo -h -o %T | grep -qx idle"
+  for ((i = 1; i <= nodes; i++)); do
+    slurmd -D -N "lh-n$i" -f "$SLURM_CONF" > "$dir/log/slurmd-lh-n$i.out" 2>&1 &
+    SLURM_CLUSTER_PIDS+=($!)
+  done
+  slurm_cluster_poll 60 '[ "$(sinfo -h -o %T | sort -u)" = idle ]'
 }
 
 slurm_cluster_stop() {

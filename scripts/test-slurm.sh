@@ -2,8 +2,8 @@
 # `make test-slurm`: a tiny fleet launched through a real Slurm on this
 # machine (README.md, "Slurm"). Starts a private munged, slurmctld and
 # slurmd (scripts/slurm-cluster.sh), submits `longhaul launch FLEET.ini
-# --slurm` (two learner ranks as one MPI job step, two actors as steps of
-# their own), kills one actor's step and then the learner's and checks the
+# --slurm` on two nodes (two learner ranks as one MPI job step, one rank
+# per node, two actors as steps of their own), kills one actor's step and then the learner's and checks the
 # launcher restarts each as a new step (the learner with --resume), then
 # checks that the fleet trained ([fleet] steps rows in train_steps), shut
 # down in order (actors before the learner, in the launcher's log) and that
@@ -89,7 +89,7 @@ EOF
 [ -n "$base" ] || fail "no free ports"
 
 echo "test-slurm: starting munged, slurmctld, slurmd under $tmp/cluster"
-slurm_cluster_start "$tmp/cluster" 8 || fail "the cluster did not come up (logs in $tmp/cluster/log)"
+slurm_cluster_start "$tmp/cluster" 2 4 || fail "the cluster did not come up (logs in $tmp/cluster/log)"
 sinfo
 
 steps=60
@@ -104,6 +104,7 @@ restart_backoff_ms = 200
 stop_timeout_ms = 20000
 status_interval_ms = 1000
 slurm_time = 10:00
+slurm_nodes = 2
 slurm_options = --comment=longhaul-test
 
 [model]
@@ -200,7 +201,15 @@ wait_job "$job"
 rows=$(sqlite3 replay.db 'SELECT count(*) FROM train_steps')
 [ "${rows:-0}" -ge "$steps" ] || fail "train_steps has ${rows:-0} rows, want >= $steps"
 echo "test-slurm: train_steps rows=$rows (steps=$steps)"
-grep -q "slurm job=$job " logs/launch.log || fail "the launcher did not run with --engine slurm"
+grep -q "slurm job=$job learner_nodes=2 first=lh-n1 " logs/launch.log ||
+  fail "the launcher did not run with --engine slurm on two nodes"
+# Rank r runs on node r + 1 (127.0.0.<r+1>): its actors connect there.
+grep -qx "learner_endpoint = tcp://127.0.0.2:$base" logs/slurm/actors-rank1.ini ||
+  fail "rank 1's actors do not connect to rank 1's node"
+grep -qx "weights_endpoint = tcp://127.0.0.1:$((base + 2))" logs/slurm/actors-rank1.ini ||
+  fail "rank 1's actors do not take the weights from rank 0's node"
+grep -q -- '--nodes=2 --nodelist=lh-n1,lh-n2 --distribution=cyclic' logs/learner.log ||
+  fail "the learner step does not span both nodes"
 grep -q 'command=srun --ntasks=2 .*--mpi=pmix .* learner --config logs/slurm/learner.ini' logs/learner.log ||
   fail "the learner was not one srun step of 2 MPI ranks"
 grep -q 'command=srun --ntasks=1 .* actor --config logs/slurm/actors-rank1.ini' logs/actor-1.log ||
