@@ -162,7 +162,7 @@ int lh_cmd_actor(int argc, char **argv) {
   lh_backend_close(be);
   if (rc < 0) {
     fprintf(stderr, "longhaul actor: %s\n", err.msg);
-    return LH_EXIT_RUNTIME;
+    return lh_cli_exit_for_error(rc);
   }
   printf("actor %s: episodes=%llu tokens=%llu resends=%llu version=%llu unacked=%zu\n", name,
          (unsigned long long)st.episodes, (unsigned long long)st.tokens, (unsigned long long)st.resends,

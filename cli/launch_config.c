@@ -23,6 +23,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, max_restarts, 0, 1000000),
     LH_INI_KEY_U64(T, stop_timeout_ms, 1, 3600000),
     LH_INI_KEY_U64(T, status_interval_ms, 100, 3600000),
+    LH_INI_KEY_U64(T, stall_timeout_s, 0, 30 * 86400),
     LH_INI_KEY_STR(T, mpirun, 0),
     LH_INI_KEY_STR(T, env_server, 1),
     LH_INI_KEY_CUSTOM(actor_envs, parse_envs, 0),
@@ -45,6 +46,7 @@ void lh_launch_config_default(lh_launch_config *c) {
   c->max_restarts = 10;
   c->stop_timeout_ms = 30000;
   c->status_interval_ms = 5000;
+  c->stall_timeout_s = 900;
   snprintf(c->mpirun, sizeof c->mpirun, "mpirun");
 }
 

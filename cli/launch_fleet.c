@@ -29,7 +29,7 @@ static int make_dirs(const char *path, lh_errbuf *err) {
       char c = *p;
       *p = 0;
       if (mkdir(buf, 0755) && errno != EEXIST)
-        return lh_errbuf_set(err, LH_ESYS, "cannot create the log directory %s: %s", buf, strerror(errno));
+        return lh_errbuf_set(err, LH_ESYS, "cannot create the folder %s: %s", buf, strerror(errno));
       *p = c;
       if (!c) break;
     }
@@ -79,6 +79,20 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
   LH_TRY(make_dirs(c->log_dir, err));
+  /* The store's folder too: the fleet's lock lives beside the store. */
+  char db_dir[LH_LAUNCH_PATH_BYTES];
+  snprintf(db_dir, sizeof db_dir, "%s", lc.db);
+  char *slash = strrchr(db_dir, '/');
+  if (slash && slash != db_dir) {
+    *slash = 0;
+    LH_TRY(make_dirs(db_dir, err));
+  }
+  /* Locked before the endpoints are checked: a second launch of the same
+   * fleet hears that the fleet runs, not that its ports are taken. */
+  char holder[2 * LH_LAUNCH_PATH_BYTES + 64];
+  snprintf(holder, sizeof holder, "longhaul launch %s (logs in %s)", f->config_path, c->log_dir);
+  LH_TRY(lh_launch_lock(f, holder, err));
+  LH_TRY(lh_launch_check(f, &lc, &ac, err));
   if (c->env_server[0]) {
     lh_launch_child *ch = &f->child[f->n++];
     snprintf(ch->name, sizeof ch->name, "env-server");
