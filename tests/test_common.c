@@ -136,14 +136,13 @@ typedef struct {
   char last_section[16];
 } demo_other;
 
-static int demo_other_key(void *user, const char *source, int line, const char *section, const char *name,
-                          const char *value, lh_errbuf *err) {
+static int demo_other_key(void *user, const lh_ini_entry *e, lh_errbuf *err) {
   demo_other *o = user;
   o->calls++;
-  o->last_line = line;
-  snprintf(o->last_section, sizeof o->last_section, "%s", section);
-  if (!strcmp(name, "stop"))
-    return lh_errbuf_set(err, LH_EIO, "%s:%d: [%s] %s = %s: refused", source, line, section, name, value);
+  o->last_line = e->line;
+  snprintf(o->last_section, sizeof o->last_section, "%s", e->section);
+  if (!strcmp(e->key, "stop"))
+    return lh_errbuf_set(err, LH_EIO, "%s:%d: [%s] %s = %s: refused", e->file, e->line, e->section, e->key, e->value);
   return 0;
 }
 
@@ -220,7 +219,8 @@ START_TEST(test_ini_unknown_duplicate_syntax) {
   demo_error(&DEMO, "[demo\n", LH_EINVAL, "demo.ini:1: syntax error", NULL);
   /* The first error is the one reported. */
   demo_error(&DEMO, "[demo]\ncount = 0\nbogus = 1\n", LH_ECONFIG, "demo.ini:2: [demo] count", NULL);
-  demo_error(&DEMO, "[demo]\nbogus = 1\ncount = 0\nbroken\n", LH_ENOENT, "demo.ini:2: [demo] unknown key", NULL);
+  /* The file is read whole before its keys: a syntax error anywhere comes first. */
+  demo_error(&DEMO, "[demo]\nbogus = 1\ncount = 0\nbroken\n", LH_EINVAL, "demo.ini:4: syntax error", NULL);
 }
 END_TEST
 
