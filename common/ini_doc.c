@@ -250,9 +250,16 @@ static int apply_set(lh_ini_doc *doc, const char *set, const char *cwd, lh_errbu
   const char *eq = strchr(set, '='), *dot = strchr(set, '.');
   if (!eq || !dot || dot > eq || dot == set || dot + 1 == eq || eq - set > 256 || strlen(eq + 1) >= MAX_VALUE_BYTES)
     return lh_errbuf_set(err, doc->error, "--set %.64s: not section.key=value", set);
-  char section[257], key[257];
+  /* Blanks around the key and the value go, as in a file. */
+  const char *key_end = eq, *value = eq + 1, *value_end = eq + 1 + strlen(eq + 1);
+  while (key_end > dot + 1 && (key_end[-1] == ' ' || key_end[-1] == '\t')) key_end--;
+  while (*value == ' ' || *value == '\t') value++;
+  while (value_end > value && (value_end[-1] == ' ' || value_end[-1] == '\t')) value_end--;
+  char section[257], key[257], text[MAX_VALUE_BYTES];
   snprintf(section, sizeof section, "%.*s", (int)(dot - set), set);
-  snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
+  snprintf(key, sizeof key, "%.*s", (int)(key_end - dot - 1), dot + 1);
+  snprintf(text, sizeof text, "%.*s", (int)(value_end - value), value);
+  if (!key[0]) return lh_errbuf_set(err, doc->error, "--set %.64s: not section.key=value", set);
   if (!doc->any_section && !known_section(section)) {
     char known[256];
     known_list(known, sizeof known);
@@ -260,7 +267,7 @@ static int apply_set(lh_ini_doc *doc, const char *set, const char *cwd, lh_errbu
                          section, known);
   }
   size_t before = doc->n;
-  LH_TRY(append(doc, SET_FILE, 0, cwd, section, key, eq + 1, err));
+  LH_TRY(append(doc, SET_FILE, 0, cwd, section, key, text, err));
   drop_replaced(doc, 0, before);
   return 0;
 }
