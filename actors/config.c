@@ -96,8 +96,9 @@ static int on_other_key(void *user, const lh_ini_entry *e, lh_errbuf *err) {
   }
   for (uint32_t i = 0; i < c->n_env_options; i++)
     if (strcmp(c->env_keys[i], name) == 0)
-      return lh_errbuf_set(err, LH_EACTORS_CONFIG_DUPLICATE, "%s: [env] %s = %.64s: the key was already given on line %d",
-                           where, name, value, p->env_line[i]);
+      return lh_errbuf_set(err, LH_EACTORS_CONFIG_DUPLICATE,
+                           "%s: [env] %s = %.64s: the key was already given on line %d", where, name, value,
+                           p->env_line[i]);
   uint32_t i = c->n_env_options;
   int bad = i == LH_ACTORS_ENV_OPTIONS || strlen(name) >= sizeof c->env_keys[0];
   if (!bad && strcmp(name, "plugin") == 0)

@@ -82,8 +82,9 @@ int lh_launch_config_read(const lh_ini_doc *doc, lh_launch_config *cfg, lh_errbu
   if (c.restart_backoff_max_ms < c.restart_backoff_ms) {
     char where[300];
     lh_ini_later_where(&SECTION, &lines, "restart_backoff_max_ms", "restart_backoff_ms", where, sizeof where);
-    return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] restart_backoff_max_ms = %llu is below restart_backoff_ms = %llu",
-                         where, (unsigned long long)c.restart_backoff_max_ms, (unsigned long long)c.restart_backoff_ms);
+    return lh_errbuf_set(err, LH_ECONFIG,
+                         "%s: [fleet] restart_backoff_max_ms = %llu is below restart_backoff_ms = %llu", where,
+                         (unsigned long long)c.restart_backoff_max_ms, (unsigned long long)c.restart_backoff_ms);
   }
   *cfg = c;
   return 0;

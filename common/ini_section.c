@@ -198,13 +198,3 @@ void lh_ini_later_where(const lh_ini_section *sec, const lh_ini_lines *lines, co
   }
   lh_ini_entry_where(later, out, bytes);
 }
-
-int lh_ini_load_file(const char *path, int file_error, lh_ini_text_fn parse, void *cfg, lh_errbuf *err) {
-  if (!path || !parse || !cfg) return lh_errbuf_set(err, LH_EINVAL, "ini load: NULL path, parser or config");
-  char *text;
-  int rc = lh_read_text_file(path, file_error, &text, NULL, err);
-  if (rc != 0) return rc;
-  rc = parse(text, path, cfg, err);
-  free(text);
-  return rc;
-}

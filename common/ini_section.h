@@ -126,11 +126,4 @@ int lh_ini_later_line(const lh_ini_section *sec, const lh_ini_lines *lines, cons
 void lh_ini_later_where(const lh_ini_section *sec, const lh_ini_lines *lines, const char *a, const char *b,
                         char *out, size_t bytes);
 
-/* A module's parse of its config from INI text, for lh_ini_load_file. */
-typedef int (*lh_ini_text_fn)(const char *text, const char *source, void *cfg, lh_errbuf *err);
-/* Reads the text file at path (lh_read_text_file: one that cannot be read
- * gives file_error naming the path) and returns what parse returns for its
- * text, with path as the source its messages name. */
-int lh_ini_load_file(const char *path, int file_error, lh_ini_text_fn parse, void *cfg, lh_errbuf *err);
-
 #endif

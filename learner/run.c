@@ -232,7 +232,8 @@ static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int
 static int read_config(const lh_ini_doc *given, int reread, const char *config, lh_learner_config *cfg,
                        lh_model_config *mc, lh_errbuf *err) {
   lh_ini_doc *fresh = NULL;
-  if (!given || reread) LH_TRY(given ? lh_ini_doc_reopen(given, &fresh, err) : lh_ini_doc_load(config, NULL, 0, &fresh, err));
+  if (given && reread) LH_TRY(lh_ini_doc_reopen(given, &fresh, err));
+  if (!given) LH_TRY(lh_ini_doc_load(config, NULL, 0, &fresh, err));
   const lh_ini_doc *doc = fresh ? fresh : given;
   int rc = lh_learner_config_read(doc, cfg, err);
   if (!rc && mc) rc = lh_model_config_read(doc, mc, err);

@@ -199,7 +199,8 @@ static void resolves(const lh_ini_doc *doc, const char *section, const char *key
 
 START_TEST(test_paths) {
   put("conf/inc.ini", "[learner]\ndb = data/r.db\nckpt_dir = ../runs/ckpt\n[env]\nplugin = ./lib.so\n");
-  put("conf/top.ini", "include = inc.ini\n[fleet]\nlog_dir = logs\ninit = /abs/sft\n[actor]\ncurve_secret_key_file = ..\n");
+  put("conf/top.ini",
+      "include = inc.ini\n[fleet]\nlog_dir = logs\ninit = /abs/sft\n[actor]\ncurve_secret_key_file = ..\n");
   const char *sets[] = {"learner.ckpt_dir=here/ck"};
   lh_ini_doc *doc = load("conf/top.ini", NULL, 0);
   char want[PATH_MAX + 64];
