@@ -151,7 +151,7 @@ static int include(file_state *st, const char *value, int line) {
                              value, chain);
       }
   }
-  if (st->depth + 1 >= LH_INI_MAX_DEPTH) {
+  if (st->depth + 1 > LH_INI_MAX_DEPTH) {
     chain_text(st, name, chain, sizeof chain);
     return lh_errbuf_set(st->err, doc->error, "%s:%d: include = %s: includes nest more than %d deep: %s", st->name,
                          line, value, LH_INI_MAX_DEPTH, chain);
