@@ -100,7 +100,7 @@ static size_t drop_replaced(lh_ini_doc *doc, size_t from, size_t to) {
     else doc->e[out++] = doc->e[i];
   }
   size_t gone = to - out;
-  memmove(&doc->e[out], &doc->e[to], (doc->n - to) * sizeof *doc->e);
+  if (gone && doc->n > to) memmove(&doc->e[out], &doc->e[to], (doc->n - to) * sizeof *doc->e);
   doc->n -= gone;
   return gone;
 }
