@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/config.h"
 #include "cli/launch.h"
 
 #define LAUNCH_TICK_MS 50
@@ -33,7 +34,8 @@ static void on_signal(int sig) {
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: longhaul launch FLEET.ini [--status auto|screen|plain|off]\n\n"
+          "usage: longhaul launch FLEET.ini [--status auto|screen|plain|off]\n"
+          "                       [--set section.key=value ...]\n\n"
           "Starts a fleet from one INI file ([fleet] [model] [learner] [actor] [env]):\n"
           "the env server ([fleet] env_server), the learner (`longhaul learner`; for\n"
           "learners = M > 1 `mpirun --oversubscribe -n M longhaul learner`, rank r\n"
@@ -63,6 +65,7 @@ static void usage(FILE *out) {
           "--status  screen: redraw in place; plain: status lines every\n"
           "          status_interval_ms; off: none; auto (default): screen when stdout\n"
           "          is a terminal, plain otherwise.\n"
+          "--set     override a key of FLEET.ini (repeatable); given to every child too.\n"
           "Exit codes: 0 every child shut down cleanly, 1 a child failed or had to be\n"
           "killed, 2 usage or config error.\n");
 }
@@ -337,7 +340,11 @@ int lh_cmd_launch(int argc, char **argv) {
     return LH_EXIT_OK;
   }
   const char *config = NULL, *status = "auto";
+  lh_cli_sets sets = {0};
   for (int i = 1; i < argc; i++) {
+    int set = lh_cli_set_arg("launch", argc, argv, &i, &sets);
+    if (set < 0) return LH_EXIT_USAGE;
+    if (set) continue;
     if (!strcmp(argv[i], "--status") && i + 1 < argc) status = argv[++i];
     else if (argv[i][0] != '-' && !config) config = argv[i];
     else {
@@ -365,6 +372,7 @@ int lh_cmd_launch(int argc, char **argv) {
   }
   lh_errbuf err;
   memset(&err, 0, sizeof err);
+  f->sets = sets.set, f->n_sets = sets.n;
   if (lh_launch_fleet_init(f, config, &err)) {
     fprintf(stderr, "longhaul launch: %s\n", err.msg);
     lh_launch_unlock(f);

@@ -25,6 +25,7 @@
 #include "actors/actors.h"
 #include "common/common.h"
 #include "common/file_lock.h"
+#include "common/ini_doc.h"
 #include "learner/learner.h"
 
 #define LH_LAUNCH_MAX_LEARNERS 64
@@ -59,6 +60,9 @@ void lh_launch_config_default(lh_launch_config *c);
  * are the other modules'. An unknown key, a repeated key or a bad value is
  * LH_ECONFIG with err naming the file, the line and the key. */
 int lh_launch_config_load(const char *path, lh_launch_config *c, lh_errbuf *err);
+/* The same from a document (common/ini_doc.h); log_dir and init resolved
+ * against their file's folder. */
+int lh_launch_config_read(const lh_ini_doc *doc, lh_launch_config *c, lh_errbuf *err);
 int lh_launch_config_parse(const char *text, const char *source, lh_launch_config *c, lh_errbuf *err);
 
 /* ---- one child ---------------------------------------------------------- */
@@ -102,13 +106,16 @@ typedef struct {
   char config_path[LH_LAUNCH_PATH_BYTES];  /* absolute */
   char bin[LH_LAUNCH_PATH_BYTES];          /* this binary (/proc/self/exe) */
   char db[LH_LAUNCH_PATH_BYTES];           /* [learner] db: rank 0's store, for the status screen */
+  const char *const *sets;                 /* --set overrides: read with the file and given to every */
+  size_t n_sets;                           /* child; set by the caller before lh_launch_fleet_init */
   size_t n;                                /* children: env server, learner, actors, in that order */
   lh_launch_child child[LH_LAUNCH_MAX_ACTORS + 2];
   lh_file_lock *store_lock, *logs_lock;    /* lh_launch_lock's */
 } lh_launch_fleet;
 
-/* Fills f from the config file (all sections checked before anything
- * starts); LH_ECONFIG/the modules' config codes with err naming the line. */
+/* Fills f from the config file with f->sets applied (all sections checked
+ * before anything starts); LH_ECONFIG/the modules' config codes with err
+ * naming the line. */
 int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf *err);
 /* Everything a child would only find out by itself, checked before any
  * starts (launch_check.c): the environments the actors open, the env

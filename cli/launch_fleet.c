@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "actors/actors.h"
+#include "cli/config.h"
 #include "cli/launch.h"
 #include "learner/learner.h"
 #include "model/model.h"
@@ -38,16 +39,22 @@ static int make_dirs(const char *path, lh_errbuf *err) {
 }
 
 int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf *err) {
+  const char *const *sets = f->sets;
+  size_t n_sets = f->n_sets;
   memset(f, 0, sizeof *f);
-  LH_TRY(lh_launch_config_load(config_path, &f->fleet, err));
+  f->sets = sets, f->n_sets = n_sets;
   /* Every section is checked here, so a bad key stops the launch before
    * any process starts (each child would only stop on its own). */
+  lh_ini_doc *doc = NULL;
+  LH_TRY(lh_ini_doc_load(config_path, sets, n_sets, &doc, err));
   lh_learner_config lc;
-  LH_TRY(lh_learner_config_load(config_path, &lc, err));
   lh_actors_config ac;
-  LH_TRY(lh_actors_config_load(config_path, &ac, err));
-  lh_model_config mc;
-  LH_TRY(lh_model_config_parse_file(config_path, &mc, err));
+  int rc = lh_cli_config_check(doc, err);
+  if (!rc) rc = lh_launch_config_read(doc, &f->fleet, err);
+  if (!rc) rc = lh_learner_config_read(doc, &lc, err);
+  if (!rc) rc = lh_actors_config_read(doc, &ac, err);
+  lh_ini_doc_free(doc);
+  LH_TRY(rc);
   if (!realpath(config_path, f->config_path))
     return lh_errbuf_set(err, LH_ESYS, "cannot resolve %s: %s", config_path, strerror(errno));
   ssize_t n = readlink("/proc/self/exe", f->bin, sizeof f->bin - 1);
@@ -138,7 +145,7 @@ uint64_t lh_launch_fleet_steps_done(const lh_launch_fleet *f) {
 int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
   lh_launch_child *c = &f->child[i];
   const lh_launch_config *fc = &f->fleet;
-  char *argv[40];
+  char *argv[40 + 2 * LH_INI_MAX_SETS];
   int n = 0;
   char index[32], rank[32], learners[32];
   if (c->role == LH_CHILD_ENV_SERVER) {
@@ -169,6 +176,9 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
       argv[n++] = "--learner-rank", argv[n++] = rank;
     }
   }
+  if (c->role != LH_CHILD_ENV_SERVER)
+    for (size_t k = 0; k < f->n_sets && k < LH_INI_MAX_SETS; k++)
+      argv[n++] = "--set", argv[n++] = (char *)f->sets[k];
   argv[n] = NULL;
   char log[LH_LAUNCH_PATH_BYTES + LH_LAUNCH_NAME_BYTES + 8];
   lh_launch_fleet_log_path(f, i, log, sizeof log);
