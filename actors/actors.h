@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "common/ini_doc.h"
 #include "common/zsock.h"
 #include "envs/env.h"
 #include "model/model.h"
@@ -261,6 +262,13 @@ typedef struct {
 } lh_actors_config;
 
 void lh_actors_config_default(lh_actors_config *cfg);
+/* Reads the defaults, then the [actor] and [env] sections of doc
+ * (common/ini_doc.h): curve_*_key_file and [env] plugin resolved against
+ * their file's folder; learner_endpoint, weights_pub_endpoint and
+ * weights_endpoint, when not given, are [learner]'s ingest_endpoint,
+ * weights_pub_endpoint and weights_endpoint (a wildcard bind address
+ * there is an error asking for [actor]'s own). */
+int lh_actors_config_read(const lh_ini_doc *doc, lh_actors_config *cfg, lh_errbuf *err);
 /* Loads the defaults, then the [actor] section of the file at path. */
 int lh_actors_config_load(const char *path, lh_actors_config *cfg, lh_errbuf *err);
 /* The same from INI text in memory; source names it in messages. */

@@ -4,8 +4,10 @@
  * common's section reader (common/ini_section.h), which names the file,
  * line, section and key of every error. The free-form [env] section (a name
  * and the environment's own options) is read in the same pass by the
- * section's `other` callback. */
+ * section's `other` callback; its `plugin` option is a path. The three
+ * endpoints, when [actor] does not give them, are [learner]'s. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,8 +30,8 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_STR(T, learner_endpoint, 0),
     LH_INI_KEY_STR(T, weights_pub_endpoint, 0),
     LH_INI_KEY_STR(T, weights_endpoint, 0),
-    LH_INI_KEY_STR(T, curve_secret_key_file, 0),
-    LH_INI_KEY_STR(T, curve_server_key_file, 0),
+    LH_INI_KEY_PATH(T, curve_secret_key_file, 0),
+    LH_INI_KEY_PATH(T, curve_server_key_file, 0),
     LH_INI_KEY_U64(T, max_context, 0, INFINITY),
     LH_INI_KEY_U64(T, max_steps, 0, 1000000000),
     LH_INI_KEY_U64(T, flush_timeout_ms, 1, INFINITY),
@@ -64,45 +66,53 @@ void lh_actors_config_default(lh_actors_config *c) {
 /* The [env] section's state: the lines its keys were given on. */
 typedef struct {
   lh_actors_config *cfg;
-  int env_name_line;
+  int env_name_seen, env_name_line;
   int env_line[LH_ACTORS_ENV_OPTIONS];
 } env_ctx;
 
-/* [env]: name, and every other key an option for the environment; the
- * keys of sections other than [actor] and [env] are not ours. */
-static int on_other_key(void *user, const char *source, int line, const char *section, const char *name,
-                        const char *value, lh_errbuf *err) {
+/* [env]: name, and every other key an option for the environment (plugin
+ * a path, resolved like the table's paths); the keys of sections other
+ * than [actor] and [env] are not ours. */
+static int on_other_key(void *user, const lh_ini_entry *e, lh_errbuf *err) {
   env_ctx *p = user;
   lh_actors_config *c = p->cfg;
-  if (strcmp(section, "env") != 0) return 0;
+  if (strcmp(e->section, "env") != 0) return 0;
+  const char *name = e->key, *value = e->value;
+  char where[300];
+  lh_ini_entry_where(e, where, sizeof where);
   if (strcmp(name, "name") == 0) {
-    if (p->env_name_line)
+    if (p->env_name_seen)
       return lh_errbuf_set(err, LH_EACTORS_CONFIG_DUPLICATE,
-                           "%s:%d: [env] name = %.64s: the key was already given on line %d", source, line, value,
+                           "%s: [env] name = %.64s: the key was already given on line %d", where, value,
                            p->env_name_line);
     if (!*value || strlen(value) >= sizeof c->env_name)
       return lh_errbuf_set(err, LH_EACTORS_CONFIG_VALUE,
-                           "%s:%d: [env] name = '%.64s' is not an environment name of 1..%zu bytes", source, line,
-                           value, sizeof c->env_name - 1);
-    p->env_name_line = line;
+                           "%s: [env] name = '%.64s' is not an environment name of 1..%zu bytes", where, value,
+                           sizeof c->env_name - 1);
+    p->env_name_seen = 1;
+    p->env_name_line = e->line;
     snprintf(c->env_name, sizeof c->env_name, "%s", value);
     return 0;
   }
   for (uint32_t i = 0; i < c->n_env_options; i++)
     if (strcmp(c->env_keys[i], name) == 0)
       return lh_errbuf_set(err, LH_EACTORS_CONFIG_DUPLICATE,
-                           "%s:%d: [env] %s = %.64s: the key was already given on line %d", source, line, name,
-                           value, p->env_line[i]);
-  if (c->n_env_options == LH_ACTORS_ENV_OPTIONS || strlen(name) >= sizeof c->env_keys[0] ||
-      strlen(value) >= sizeof c->env_values[0])
+                           "%s: [env] %s = %.64s: the key was already given on line %d", where, name, value,
+                           p->env_line[i]);
+  uint32_t i = c->n_env_options;
+  int bad = i == LH_ACTORS_ENV_OPTIONS || strlen(name) >= sizeof c->env_keys[0];
+  if (!bad && strcmp(name, "plugin") == 0)
+    bad = lh_ini_entry_path(e, c->env_values[i], sizeof c->env_values[0]) != 0;
+  else if (!bad)
+    bad = snprintf(c->env_values[i], sizeof c->env_values[i], "%s", value) >= (int)sizeof c->env_values[i];
+  if (bad)
     return lh_errbuf_set(err, LH_EACTORS_CONFIG_VALUE,
-                         "%s:%d: [env] %.64s: at most %d options, keys under %zu bytes and values under "
+                         "%s: [env] %.64s: at most %d options, keys under %zu bytes and values under "
                          "%zu bytes",
-                         source, line, name, LH_ACTORS_ENV_OPTIONS, sizeof c->env_keys[0], sizeof c->env_values[0]);
-  uint32_t i = c->n_env_options++;
+                         where, name, LH_ACTORS_ENV_OPTIONS, sizeof c->env_keys[0], sizeof c->env_values[0]);
+  c->n_env_options++;
   snprintf(c->env_keys[i], sizeof c->env_keys[i], "%s", name);
-  snprintf(c->env_values[i], sizeof c->env_values[i], "%s", value);
-  p->env_line[i] = line;
+  p->env_line[i] = e->line;
   return 0;
 }
 
@@ -111,22 +121,77 @@ static const lh_ini_section SECTION = {
     .unknown_key_error = LH_EACTORS_CONFIG_UNKNOWN_KEY, .duplicate_error = LH_EACTORS_CONFIG_DUPLICATE,
     .value_error = LH_EACTORS_CONFIG_VALUE, .syntax_error = LH_EACTORS_CONFIG_FILE, .other = on_other_key};
 
-int lh_actors_config_parse(const char *text, const char *source, lh_actors_config *cfg, lh_errbuf *err) {
-  if (!text || !cfg) return lh_errbuf_set(err, LH_EINVAL, "actor config: NULL text or config");
+/* A bind address every interface answers on, which no actor can connect
+ * to: tcp:// with host "*", 0.0.0.0 or [::]. */
+static int wildcard_endpoint(const char *ep) {
+  if (strncmp(ep, "tcp://", 6) != 0) return 0;
+  const char *host = ep + 6, *colon = strrchr(host, ':');
+  size_t len = colon ? (size_t)(colon - host) : strlen(host);
+  return (len == 1 && host[0] == '*') || (len == 7 && !strncmp(host, "0.0.0.0", 7)) ||
+         (len == 4 && !strncmp(host, "[::]", 4));
+}
+
+/* [actor] endpoints not given are [learner]'s (written once). */
+static int default_endpoints(const lh_ini_doc *doc, const lh_ini_lines *lines, lh_actors_config *c,
+                             lh_errbuf *err) {
+  static const struct {
+    const char *actor_key, *learner_key;
+    size_t offset;
+  } map[] = {
+      {"learner_endpoint", "ingest_endpoint", offsetof(lh_actors_config, learner_endpoint)},
+      {"weights_pub_endpoint", "weights_pub_endpoint", offsetof(lh_actors_config, weights_pub_endpoint)},
+      {"weights_endpoint", "weights_endpoint", offsetof(lh_actors_config, weights_endpoint)},
+  };
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+    if (lh_ini_key_entry(&SECTION, lines, map[i].actor_key)) continue;
+    const lh_ini_entry *e = lh_ini_doc_find(doc, "learner", map[i].learner_key);
+    if (!e) continue;
+    char where[300];
+    lh_ini_entry_where(e, where, sizeof where);
+    if (wildcard_endpoint(e->value))
+      return lh_errbuf_set(err, LH_EACTORS_CONFIG_VALUE,
+                           "%s: [learner] %s = %.128s binds every interface, which an actor cannot connect to: "
+                           "set [actor] %s",
+                           where, map[i].learner_key, e->value, map[i].actor_key);
+    char *field = (char *)c + map[i].offset;
+    if (!*e->value || strlen(e->value) >= LH_ACTORS_ENDPOINT_BYTES)
+      return lh_errbuf_set(err, LH_EACTORS_CONFIG_VALUE,
+                           "%s: [learner] %s = '%.64s' is not an endpoint of 1..%d bytes for [actor] %s", where,
+                           map[i].learner_key, e->value, LH_ACTORS_ENDPOINT_BYTES - 1, map[i].actor_key);
+    snprintf(field, LH_ACTORS_ENDPOINT_BYTES, "%s", e->value);
+  }
+  return 0;
+}
+
+int lh_actors_config_read(const lh_ini_doc *doc, lh_actors_config *cfg, lh_errbuf *err) {
+  if (!doc || !cfg) return lh_errbuf_set(err, LH_EINVAL, "actor config: NULL document or config");
   lh_actors_config c;
   lh_actors_config_default(&c);
   env_ctx env = {.cfg = &c};
-  int rc = lh_ini_section_parse(&SECTION, text, source, &c, &env, NULL, err);
-  if (rc != 0) return rc;
+  lh_ini_lines lines;
+  LH_TRY(lh_ini_section_read(&SECTION, doc, &c, &env, &lines, err));
+  LH_TRY(default_endpoints(doc, &lines, &c, err));
   *cfg = c;
   return 0;
 }
 
-static int parse_text(const char *text, const char *source, void *cfg, lh_errbuf *err) {
-  return lh_actors_config_parse(text, source, cfg, err);
+/* The document of a file or of text, with this module's codes. */
+static int read_source(const char *path, const char *text, lh_actors_config *cfg, lh_errbuf *err) {
+  lh_ini_source src = {.path = path, .text = text, .file_error = LH_EACTORS_CONFIG_FILE,
+                       .error = LH_EACTORS_CONFIG_FILE};
+  lh_ini_doc *doc = NULL;
+  LH_TRY(lh_ini_doc_open(&src, &doc, err));
+  int rc = lh_actors_config_read(doc, cfg, err);
+  lh_ini_doc_free(doc);
+  return rc;
+}
+
+int lh_actors_config_parse(const char *text, const char *source, lh_actors_config *cfg, lh_errbuf *err) {
+  if (!text || !cfg) return lh_errbuf_set(err, LH_EINVAL, "actor config: NULL text or config");
+  return read_source(source, text, cfg, err);
 }
 
 int lh_actors_config_load(const char *path, lh_actors_config *cfg, lh_errbuf *err) {
   if (!path || !cfg) return lh_errbuf_set(err, LH_EINVAL, "actor config: NULL path or config");
-  return lh_ini_load_file(path, LH_EACTORS_CONFIG_FILE, parse_text, cfg, err);
+  return read_source(path, NULL, cfg, err);
 }

@@ -9,6 +9,7 @@
 
 #include "actors/actors.h"
 #include "cli/commands.h"
+#include "cli/config.h"
 #include "learner/learner.h"
 #include "model/model.h"
 
@@ -22,7 +23,7 @@ static void on_signal(int sig) {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul actor --config FILE --name NAME [--index I] [--episodes N]\n"
-          "                      [--ckpt DIR] [--backend cpu|cuda]\n\n"
+          "                      [--ckpt DIR] [--backend cpu|cuda] [--set section.key=value ...]\n\n"
           "Runs [actor] batch episodes at once in the [env] environment, sampling\n"
           "from the policy, and streams their segments and EpisodeEnds to the\n"
           "learner at [actor] learner_endpoint; new weights announced on\n"
@@ -42,7 +43,8 @@ static void usage(FILE *out) {
           "               [actor] learner_endpoint plus 10*R, as the rank binds it\n"
           "               (weights come from rank 0 as configured)\n"
           "--backend B    cpu (default) or cuda (decode on the GPU; without one, an\n"
-          "               error)\n\n"
+          "               error)\n"
+          "--set S.K=V    override key K of section [S] of the config (repeatable)\n\n"
           "SIGINT/SIGTERM/SIGUSR1: stop sampling, end open episodes as aborted, wait at most\n"
           "flush_timeout_ms for acks, exit 0.\n"
           "Exit codes: 0 ok, 1 runtime error, 2 usage or config error.\n");
@@ -65,9 +67,12 @@ int lh_cmd_actor(int argc, char **argv) {
   }
   const char *config = NULL, *name = NULL, *ckpt = NULL, *env_name = NULL, *backend = NULL;
   uint64_t index = 0, episodes = 0, learner_rank = 0;
+  lh_cli_sets sets = {0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    int bad = 0;
+    int bad = 0, set = lh_cli_set_arg("actor", argc, argv, &i, &sets);
+    if (set < 0) return LH_EXIT_USAGE;
+    if (set) continue;
     if (strcmp(a, "--config") == 0 && v) config = v, i++;
     else if (strcmp(a, "--name") == 0 && v) name = v, i++;
     else if (strcmp(a, "--ckpt") == 0 && v) ckpt = v, i++;
@@ -92,8 +97,15 @@ int lh_cmd_actor(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   lh_errbuf err = {0};
+  lh_ini_doc *doc = NULL;
+  int open_rc = lh_cli_config_open("actor", config, &sets, &doc);
+  if (open_rc) return open_rc;
   lh_actors_config acfg;
-  if (lh_actors_config_load(config, &acfg, &err) < 0) {
+  lh_model_config mc;
+  int read_rc = lh_actors_config_read(doc, &acfg, &err);
+  if (!read_rc) read_rc = lh_model_config_read(doc, &mc, &err);
+  lh_ini_doc_free(doc);
+  if (read_rc) {
     fprintf(stderr, "longhaul actor: %s\n", err.msg);
     return LH_EXIT_USAGE;
   }
@@ -131,12 +143,6 @@ int lh_cmd_actor(int argc, char **argv) {
       return LH_EXIT_RUNTIME;
     }
   } else {
-    lh_model_config mc;
-    if (lh_model_config_parse_file(config, &mc, &err) < 0) {
-      fprintf(stderr, "longhaul actor: %s\n", err.msg);
-      lh_backend_close(be);
-      return LH_EXIT_USAGE;
-    }
     if (lh_model_new(&mc, be, &model, &err) < 0) {
       fprintf(stderr, "longhaul actor: cannot build the [model] of %s: %s\n", config, err.msg);
       lh_backend_close(be);
@@ -163,7 +169,7 @@ int lh_cmd_actor(int argc, char **argv) {
   lh_backend_close(be);
   if (rc < 0) {
     fprintf(stderr, "longhaul actor: %s\n", err.msg);
-    return LH_EXIT_RUNTIME;
+    return lh_cli_exit_for_error(rc);
   }
   printf("actor %s: episodes=%llu tokens=%llu resends=%llu version=%llu unacked=%zu\n", name,
          (unsigned long long)st.episodes, (unsigned long long)st.tokens, (unsigned long long)st.resends,

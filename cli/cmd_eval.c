@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/config.h"
 #include "cli/policy_eval.h"
 #include "common/common.h"
 #include "learner/learner.h"
@@ -14,7 +15,8 @@
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul eval --config FILE --ckpt DIR [--env NAME] [--seeds N] [--show N]\n"
-          "                     [--temperature T] [--json] [--backend cpu|cuda]\n\n"
+          "                     [--temperature T] [--json] [--backend cpu|cuda]\n"
+          "                     [--set section.key=value ...]\n\n"
           "Plays the held-out seeds 1..N (default 200) of the environment (--env,\n"
           "or name in [env] of FILE, with the [env] options) with the policy in\n"
           "DIR/model.safetensors, greedily or, with --temperature T > 0, sampled at\n"
@@ -23,6 +25,7 @@ static void usage(FILE *out) {
           "be a learner's ckpt_dir: its `latest` checkpoint is used. --show N\n"
           "prints the first N episodes to end; --json prints one JSON object\n"
           "{\"env\", \"episodes\", \"successes\", \"success_rate\", \"ckpt\"}.\n"
+          "--set S.K=V overrides key K of section [S] of FILE (repeatable).\n"
           "Exit codes: 0 evaluated, 1 runtime error, 2 usage or config error.\n");
 }
 
@@ -56,7 +59,11 @@ int lh_cmd_eval(int argc, char **argv) {
   const char *config = NULL, *ckpt = NULL, *env = NULL, *seeds_s = "200", *show_s = "0", *backend = NULL,
              *temp_s = "0";
   int json = 0;
+  lh_cli_sets sets = {0};
   for (int i = 1; i < argc; i++) {
+    int set = lh_cli_set_arg("eval", argc, argv, &i, &sets);
+    if (set < 0) return LH_EXIT_USAGE;
+    if (set) continue;
     if (!strcmp(argv[i], "--json")) {
       json = 1;
       continue;
@@ -97,9 +104,14 @@ int lh_cmd_eval(int argc, char **argv) {
     fprintf(stderr, "longhaul eval: --seeds must be at least 1\n");
     return LH_EXIT_USAGE;
   }
+  lh_ini_doc *doc = NULL;
+  int open_rc = lh_cli_config_open("eval", config, &sets, &doc);
+  if (open_rc) return open_rc;
   lh_cli_env_section o;
   char msg[512];
-  if (lh_cli_env_section_read(config, &o, msg, sizeof msg)) {
+  int env_rc = lh_cli_env_section_read(doc, &o, msg, sizeof msg);
+  lh_ini_doc_free(doc);
+  if (env_rc) {
     fprintf(stderr, "longhaul eval: %s\n", msg);
     return LH_EXIT_USAGE;
   }

@@ -5,13 +5,14 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/config.h"
 #include "model/model.h"
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: longhaul init --config MODEL.ini --seed N --out DIR\n\n"
+          "usage: longhaul init --config MODEL.ini --seed N --out DIR [--set model.key=value ...]\n\n"
           "Writes DIR/model.safetensors: the model of the [model] section of\n"
-          "MODEL.ini (other sections are ignored; missing keys take the demo\n"
+          "MODEL.ini (other sections are checked, not used; missing keys take the demo\n"
           "model's defaults), every parameter initialised from seed N. The\n"
           "config, with the seed, is kept in the file's __metadata__.\n"
           "Exit codes: 0 written, 1 runtime error, 2 usage or config error.\n");
@@ -23,7 +24,11 @@ int lh_cmd_init(int argc, char **argv) {
     return LH_EXIT_OK;
   }
   const char *config = NULL, *out = NULL, *seed_text = NULL;
+  lh_cli_sets sets = {0};
   for (int i = 1; i < argc; i++) {
+    int set = lh_cli_set_arg("init", argc, argv, &i, &sets);
+    if (set < 0) return LH_EXIT_USAGE;
+    if (set) continue;
     const char **slot = !strcmp(argv[i], "--config") ? &config
                         : !strcmp(argv[i], "--out")  ? &out
                         : !strcmp(argv[i], "--seed") ? &seed_text
@@ -53,10 +58,14 @@ int lh_cmd_init(int argc, char **argv) {
   }
   lh_model_config cfg;
   lh_errbuf err = {0};
-  int rc = lh_model_config_parse_file(config, &cfg, &err);
+  lh_ini_doc *doc = NULL;
+  int rc = lh_cli_config_open("init", config, &sets, &doc);
+  if (rc) return rc;
+  rc = lh_model_config_read(doc, &cfg, &err);
+  lh_ini_doc_free(doc);
   if (rc) {
     fprintf(stderr, "longhaul init: %s\n", err.msg);
-    return rc == LH_EMODEL_IO ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
+    return LH_EXIT_USAGE;
   }
   cfg.seed = seed;
   lh_model *m = NULL;

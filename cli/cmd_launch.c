@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/config.h"
 #include "cli/launch.h"
 
 #define LAUNCH_TICK_MS 50
@@ -20,6 +21,7 @@
 #define LAUNCH_STABLE_MS 60000  /* up this long: the next restart starts the backoff over */
 #define LAUNCH_EVENTS 6         /* the last events shown under the screen */
 #define LAUNCH_STEPS_MS 250     /* how often [fleet] steps is checked in the store */
+#define LAUNCH_WATCHDOG_MS 1000 /* how often the watchdog reads the store */
 
 /* Counted by SIGINT/SIGTERM: the first starts the ordered shutdown, the
  * second kills whatever is left. The one state a handler touches. */
@@ -33,6 +35,7 @@ static void on_signal(int sig) {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul launch FLEET.ini [--status auto|screen|plain|off]\n"
+          "                       [--set section.key=value ...]\n"
           "       longhaul launch FLEET.ini --slurm [--slurm-script OUT.sh]\n"
           "       longhaul launch FLEET.ini --slurm-script OUT.sh\n\n"
           "Starts a fleet from one INI file ([fleet] [model] [learner] [actor] [env]):\n"
@@ -46,8 +49,16 @@ static void usage(FILE *out) {
           "doubled per consecutive restart up to restart_backoff_max_ms (the count\n"
           "starts over once it stayed up 60 s); the learner comes back with --resume.\n"
           "More than max_restarts restarts of one child, or a child's usage error\n"
-          "(exit 2), ends the fleet. With [fleet] steps the fleet shuts down in\n"
-          "order once the store holds that many train steps.\n\n"
+          "(exit 2; 126/127: its program could not run), ends the fleet. With\n"
+          "[fleet] steps the fleet shuts down in order once the store holds that\n"
+          "many train steps.\n\n"
+          "Before anything starts every section is checked, every environment the\n"
+          "actors will open is opened once, the env_server program is looked up and\n"
+          "the endpoints the fleet binds here must be free; the store and the log\n"
+          "folder are locked, so a second launch on either is refused (exit 2).\n"
+          "Watchdog: no new train step, or no heartbeat of an actor, in the store\n"
+          "for stall_timeout_s (900; 0 off) restarts that process; stuck again after\n"
+          "that restart, the fleet fails (exit 1).\n\n"
           "SIGINT/SIGTERM (or duration_s, or steps): ordered shutdown: SIGTERM to the\n"
           "actors (they abort open episodes and flush their outboxes), then to the\n"
           "learner (SIGUSR1 to mpirun, which forwards it to every rank; it acks what\n"
@@ -56,6 +67,7 @@ static void usage(FILE *out) {
           "--status  screen: redraw in place; plain: status lines every\n"
           "          status_interval_ms; off: none; auto (default): screen when stdout\n"
           "          is a terminal, plain otherwise.\n"
+          "--set     override a key of FLEET.ini (repeatable); given to every child too.\n"
           "--slurm   writes the batch script (LOG_DIR/slurm.sh, or --slurm-script's\n"
           "          path) and submits it with sbatch; its body runs this launcher\n"
           "          with --engine slurm in the allocation. --slurm-script alone only\n"
@@ -82,13 +94,15 @@ typedef struct {
   int failed;     /* a child failed for good, or the fleet was given up */
   int killed;     /* some child needed SIGKILL */
   char reason[128];
+  char failure[768];  /* the first failure, whole, for the last line on stderr */
+  lh_launch_watchdog watchdog;
 } launcher;
 
 static int64_t now_ms(void) { return lh_now_ns() / 1000000; }
 
 static void event(launcher *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void event(launcher *L, const char *fmt, ...) {
-  char line[256];
+  char line[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
@@ -105,8 +119,20 @@ static void event(launcher *L, const char *fmt, ...) {
     memmove(L->recent[0], L->recent[1], sizeof L->recent[0] * (LAUNCH_EVENTS - 1));
     L->n_recent--;
   }
-  snprintf(L->recent[L->n_recent++], sizeof L->recent[0], "%02d:%02d:%02d %s", tm.tm_hour, tm.tm_min, tm.tm_sec,
-           line);
+  /* The screen shows the start of each event; the log holds it whole. */
+  snprintf(L->recent[L->n_recent++], sizeof L->recent[0], "%02d:%02d:%02d %.*s", tm.tm_hour, tm.tm_min, tm.tm_sec,
+           (int)sizeof L->recent[0] - 16, line);
+}
+
+/* Keeps the first failure for the launcher's last words. */
+static void failed(launcher *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void failed(launcher *L, const char *fmt, ...) {
+  L->failed = 1;
+  if (L->failure[0]) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(L->failure, sizeof L->failure, fmt, ap);
+  va_end(ap);
 }
 
 static void write_pid(const launcher *L, size_t i) {
@@ -151,16 +177,23 @@ static void on_exit_running(launcher *L, lh_launch_child *c) {
   char how[64];
   describe_exit(c->last_status, how, sizeof how);
   int code = WIFEXITED(c->last_status) ? WEXITSTATUS(c->last_status) : -1;
-  if (code == LH_EXIT_USAGE) {
+  /* 2: the child's usage or config error; 126, 127: the shell or exec
+   * could not run the program. A restart cannot fix either. */
+  if (code == LH_EXIT_USAGE || code == 126 || code == 127) {
     c->done = 1;
     L->failed = 1;
-    event(L, "exited name=%s %s: a usage or config error, not restarted (see its log)", c->name, how);
+    char log[LH_LAUNCH_PATH_BYTES + LH_LAUNCH_NAME_BYTES + 8], said[200];
+    lh_launch_fleet_log_path(L->f, (size_t)(c - L->f->child), log, sizeof log);
+    lh_launch_child_last_line(log, said, sizeof said);
+    const char *what = code == LH_EXIT_USAGE ? "a usage or config error" : "its program could not run";
+    event(L, "exited name=%s %s: %s, not restarted: %s (%s)", c->name, how, what, said[0] ? said : "-", log);
+    failed(L, "%s %s (%s): %s (its log: %s)", c->name, how, what, said[0] ? said : "-", log);
     begin_shutdown(L, "child failed");
     return;
   }
   if (c->restarts >= L->f->fleet.max_restarts) {
     c->done = 1;
-    L->failed = 1;
+    failed(L, "%s %s: max_restarts=%llu reached", c->name, how, (unsigned long long)L->f->fleet.max_restarts);
     event(L, "exited name=%s %s: max_restarts=%llu reached, giving up", c->name, how,
           (unsigned long long)L->f->fleet.max_restarts);
     begin_shutdown(L, "max_restarts reached");
@@ -188,6 +221,7 @@ static void reap(launcher *L) {
       if (f->child[i].pid == pid) c = &f->child[i];
     if (!c) continue;
     c->pid = 0;
+    c->kill_at_ms = 0;
     c->exited = 1;
     c->last_status = status;
     if (L->ph == PHASE_RUN && !c->stopping) {
@@ -201,8 +235,53 @@ static void reap(launcher *L) {
      * before the child set its handler (or the child keeps the default). */
     int clean = (WIFEXITED(status) && WEXITSTATUS(status) == 0) ||
                 (c->stopping && !c->killed && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
-    if (!clean && !c->killed) L->failed = 1;
+    if (!clean && !c->killed) failed(L, "%s did not stop cleanly: %s", c->name, how);
     event(L, "stopped name=%s %s%s", c->name, how, clean ? "" : c->killed ? " (killed)" : " (not clean)");
+  }
+}
+
+/* The watchdog's turn (launch_watchdog.c says what counts as stuck): a
+ * stuck child gets SIGTERM (and SIGCONT, should it be stopped), SIGKILL
+ * after stop_timeout_ms, and the usual restart; one that is stuck again
+ * after such a restart, with no progress between, ends the fleet. */
+static void watchdog_step(launcher *L, int64_t now) {
+  lh_launch_fleet *f = L->f;
+  for (size_t i = 0; i < f->n; i++) {
+    lh_launch_child *c = &f->child[i];
+    int64_t seen = 0;
+    lh_launch_watchdog_progress(&L->watchdog, i, f, &seen);
+    if (c->watchdog_restarts && c->pid > 0 && !c->kill_at_ms && seen > c->started_ms) c->watchdog_restarts = 0;
+  }
+  char why[256];
+  int i = lh_launch_watchdog_poll(&L->watchdog, f, now, why, sizeof why);
+  if (i < 0) return;
+  lh_launch_child *c = &f->child[i];
+  if (c->kill_at_ms) return; /* already on its way out */
+  if (c->watchdog_restarts) {
+    event(L, "watchdog: name=%s still stuck after its restart: %s; giving up", c->name, why);
+    failed(L, "watchdog: %s is stuck and a restart did not help: %s (stall_timeout_s=%llu)", c->name, why,
+           (unsigned long long)f->fleet.stall_timeout_s);
+    begin_shutdown(L, "stalled");
+    return;
+  }
+  event(L, "watchdog: name=%s pid=%lld stuck: %s (stall_timeout_s=%llu); restarting it", c->name, (long long)c->pid,
+        why, (unsigned long long)f->fleet.stall_timeout_s);
+  c->watchdog_restarts++;
+  c->kill_at_ms = now + (int64_t)f->fleet.stop_timeout_ms;
+  lh_launch_child_signal(c, SIGTERM);
+  lh_launch_child_signal(c, SIGCONT);
+}
+
+/* SIGKILL to a stuck child whose SIGTERM did not end it in time. */
+static void kill_overdue(launcher *L, int64_t now) {
+  for (size_t i = 0; i < L->f->n; i++) {
+    lh_launch_child *c = &L->f->child[i];
+    if (c->pid > 0 && c->kill_at_ms && now >= c->kill_at_ms) {
+      event(L, "watchdog: name=%s did not stop in stop_timeout_ms; SIGKILL", c->name);
+      lh_launch_child_signal(c, SIGKILL);
+      lh_launch_child_signal(c, SIGCONT);
+      c->kill_at_ms = 0;
+    }
   }
 }
 
@@ -276,7 +355,11 @@ int lh_cmd_launch(int argc, char **argv) {
   }
   const char *config = NULL, *status = "auto", *engine = "local", *slurm_script = NULL;
   int slurm_submit = 0;
+  lh_cli_sets sets = {0};
   for (int i = 1; i < argc; i++) {
+    int set = lh_cli_set_arg("launch", argc, argv, &i, &sets);
+    if (set < 0) return LH_EXIT_USAGE;
+    if (set) continue;
     if (!strcmp(argv[i], "--status") && i + 1 < argc) status = argv[++i];
     else if (!strcmp(argv[i], "--engine") && i + 1 < argc) engine = argv[++i];
     else if (!strcmp(argv[i], "--slurm")) slurm_submit = 1;
@@ -311,8 +394,10 @@ int lh_cmd_launch(int argc, char **argv) {
   }
   lh_errbuf err;
   memset(&err, 0, sizeof err);
+  f->sets = sets.set, f->n_sets = sets.n;
   if (lh_launch_fleet_init(f, config, &err)) {
     fprintf(stderr, "longhaul launch: %s\n", err.msg);
+    lh_launch_unlock(f);
     free(f);
     return err.code == LH_ESYS ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
   }
@@ -340,12 +425,13 @@ int lh_cmd_launch(int argc, char **argv) {
   event(&L, "fleet config=%s learners=%llu actors=%llu log_dir=%s bin=%s", f->config_path,
         (unsigned long long)f->fleet.learners, (unsigned long long)f->fleet.actors, f->fleet.log_dir, f->bin);
   if (f->slurm.on)
-    event(&L, "slurm job=%s learner_nodes=%u first=%s configs=%s", f->slurm.job_id, f->slurm.n_hosts,
-          f->slurm.hosts[0], f->slurm.dir);
-  int64_t t0 = now_ms(), last_screen = 0, last_steps = 0;
+    event(&L, "slurm job=%s learner_nodes=%u first=%s addr=%s", f->slurm.job_id, f->slurm.n_hosts,
+          f->slurm.hosts[0], f->slurm.addrs[0]);
+  int64_t t0 = now_ms(), last_screen = 0, last_steps = 0, last_watchdog = t0;
+  lh_launch_watchdog_init(&L.watchdog, t0);
   for (size_t i = 0; i < f->n && !stop_signals; i++)
     if (start(&L, i)) {
-      L.failed = 1;
+      failed(&L, "%s could not start (see %s/launch.log)", f->child[i].name, f->fleet.log_dir);
       begin_shutdown(&L, "a child could not start");
       break;
     }
@@ -364,12 +450,17 @@ int lh_cmd_launch(int argc, char **argv) {
         begin_shutdown(&L, "steps done");
       }
     }
+    if (L.ph == PHASE_RUN && now - last_watchdog >= LAUNCH_WATCHDOG_MS) {
+      last_watchdog = now;
+      watchdog_step(&L, now);
+    }
+    kill_overdue(&L, now);
     if (L.ph == PHASE_RUN)
       for (size_t i = 0; i < f->n; i++) {
         lh_launch_child *c = &f->child[i];
         if (c->pid <= 0 && !c->done && c->restart_at_ms && now >= c->restart_at_ms && start(&L, i)) {
           c->done = 1;
-          L.failed = 1;
+          failed(&L, "%s could not restart (see %s/launch.log)", c->name, f->fleet.log_dir);
           begin_shutdown(&L, "a child could not restart");
         }
       }
@@ -394,7 +485,9 @@ int lh_cmd_launch(int argc, char **argv) {
   L.to_stderr = 1;
   event(&L, "done reason=%s clean=%d uptime_s=%.1f restarts:%s", L.reason[0] ? L.reason : "none", clean,
         (double)(now_ms() - t0) / 1000.0, restarts);
+  if (L.failure[0]) fprintf(stderr, "longhaul launch: the fleet failed: %s\n", L.failure);
   if (L.events) fclose(L.events);
+  lh_launch_unlock(f);
   free(f);
   return clean ? LH_EXIT_OK : LH_EXIT_RUNTIME;
 }

@@ -9,6 +9,7 @@
 
 #include "actors/actors.h"
 #include "cli/commands.h"
+#include "cli/config.h"
 #include "learner/learner.h"
 
 /* Set by SIGINT/SIGTERM; the loop stops at its next turn. The one piece of
@@ -31,7 +32,7 @@ static void on_hup(int sig) {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul learner --config FILE [--init CKPT_DIR] [--resume] [--steps N]\n"
-          "                        [--backend cpu|cuda]\n\n"
+          "                        [--backend cpu|cuda] [--set section.key=value ...]\n\n"
           "Runs the learner: binds [learner] ingest_endpoint (ROUTER, actors' segments\n"
           "and episode ends, acked once committed to the replay store [learner] db),\n"
           "weights_pub_endpoint (PUB, announcements) and weights_endpoint (ROUTER,\n"
@@ -45,6 +46,7 @@ static void usage(FILE *out) {
           "               folders without a readable latest naming one: exit 2\n"
           "  --steps N    stop after N training steps (default: run until SIGINT/SIGTERM)\n"
           "  --backend B  cpu (default) or cuda (the GPU backend; without a GPU, an error)\n"
+          "  --set S.K=V  override key K of section [S] of the config (repeatable)\n"
           "The [model] section gives a fresh model, [actor] temperature the sampling\n"
           "temperature the log-probabilities are compared at.\n"
           "SIGINT/SIGTERM: acks what is stored, writes a final checkpoint, exits 0.\n"
@@ -65,6 +67,7 @@ typedef struct {
   const char *config, *init, *backend;
   int resume;
   unsigned long long steps;
+  lh_cli_sets sets;
 } args;
 
 static int parse_args(int argc, char **argv, args *a) {
@@ -75,6 +78,9 @@ static int parse_args(int argc, char **argv, args *a) {
       a->resume = 1;
       continue;
     }
+    int set = lh_cli_set_arg("learner", argc, argv, &i, &a->sets);
+    if (set < 0) return -1;
+    if (set) continue;
     if (strcmp(f, "--config") && strcmp(f, "--init") && strcmp(f, "--steps") && strcmp(f, "--backend")) {
       fprintf(stderr, "longhaul learner: unknown argument '%s' (see --help)\n", f);
       return -1;
@@ -122,16 +128,21 @@ int lh_cmd_learner(int argc, char **argv) {
   sigaction(SIGHUP, &sa, NULL);
   /* The sampling temperature the log-probabilities are compared at is
    * the actors' ([actor] temperature). */
+  lh_ini_doc *doc = NULL;
+  int open_rc = lh_cli_config_open("learner", a.config, &a.sets, &doc);
+  if (open_rc) return open_rc;
   lh_actors_config ac;
   lh_errbuf err;
   memset(&err, 0, sizeof err);
-  if (lh_actors_config_load(a.config, &ac, &err)) {
+  if (lh_actors_config_read(doc, &ac, &err)) {
     fprintf(stderr, "longhaul learner: %s\n", err.msg);
+    lh_ini_doc_free(doc);
     return LH_EXIT_USAGE;
   }
-  lh_learner_run_args ra = {.config = a.config, .init = a.init, .backend = a.backend, .resume = a.resume,
+  lh_learner_run_args ra = {.config = a.config, .doc = doc, .init = a.init, .backend = a.backend, .resume = a.resume,
                             .steps = a.steps, .temperature = (float)ac.temperature, .stop = &stop_requested,
                             .reload = &reload_requested};
   int rc = lh_learner_run(&ra);
+  lh_ini_doc_free(doc);
   return rc == LH_LEARNER_RUN_OK ? LH_EXIT_OK : rc == LH_LEARNER_RUN_USAGE ? LH_EXIT_USAGE : LH_EXIT_RUNTIME;
 }

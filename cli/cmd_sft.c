@@ -9,6 +9,7 @@
 
 #include "actors/actors.h"
 #include "cli/commands.h"
+#include "cli/config.h"
 #include "cli/policy_eval.h"
 #include "learner/learner.h"
 
@@ -21,7 +22,7 @@ static void usage(FILE *out) {
           "usage: longhaul sft --config FILE [--env NAME] --out DIR [--steps N] [--seed N]\n"
           "                    [--init DIR] [--batch N] [--eval N] [--show N]\n"
           "                    [--eval-every N [--target RATE]] [--lr LR] [--warmup N]\n"
-          "                    [--backend cpu|cuda]\n\n"
+          "                    [--backend cpu|cuda] [--set section.key=value ...]\n\n"
           "Trains the policy on demonstrations of the environment's expert:\n"
           "cross-entropy on the policy's tokens only (actions, <call>..</call>,\n"
           "the answer and <eos>), never on the environment's. Each step packs\n"
@@ -40,6 +41,7 @@ static void usage(FILE *out) {
           "--eval-every N also evaluates (and writes DIR) every N steps; with\n"
           "--target RATE training stops at the first evaluation whose success\n"
           "rate reaches RATE (in (0, 1]): a warm start as good as asked for.\n"
+          "--set S.K=V overrides key K of section [S] of FILE (repeatable).\n"
           "Exit codes: 0 written, 1 runtime error, 2 usage or config error.\n");
 }
 
@@ -75,12 +77,16 @@ typedef struct {
   double lr;      /* 0: [learner] lr */
   const char *warmup;  /* NULL: [learner] warmup_steps */
   const char *backend; /* NULL: cpu */
+  lh_cli_sets sets;
 } sft_args;
 
 static int parse_args(int argc, char **argv, sft_args *a) {
   const char *steps = "200", *seed = "0", *batch = "8", *eval = "200", *show = "0", *every = "0",
              *target = NULL, *lr = NULL;
   for (int i = 1; i < argc; i++) {
+    int set = lh_cli_set_arg("sft", argc, argv, &i, &a->sets);
+    if (set < 0) return -1;
+    if (set) continue;
     const char **slot = !strcmp(argv[i], "--config")  ? &a->config
                         : !strcmp(argv[i], "--env")   ? &a->env
                         : !strcmp(argv[i], "--out")   ? &a->out
@@ -232,17 +238,19 @@ int lh_cmd_sft(int argc, char **argv) {
   lh_errbuf err = {0};
   lh_model_config mcfg;
   lh_learner_config lcfg;
-  int rc = lh_model_config_parse_file(a.config, &mcfg, &err);
-  if (!rc) rc = lh_learner_config_load(a.config, &lcfg, &err);
-  if (rc) {
-    fprintf(stderr, "longhaul sft: %s\n", err.msg);
-    return rc == LH_EMODEL_IO || rc == LH_EIO ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
-  }
-  if (a.lr > 0) lcfg.lr = a.lr;
-  if (a.warmup) lcfg.warmup_steps = strtoull(a.warmup, NULL, 10);
+  lh_ini_doc *doc = NULL;
+  int rc = lh_cli_config_open("sft", a.config, &a.sets, &doc);
+  if (rc) return rc;
   lh_cli_env_section o;
   char msg[512];
-  if (lh_cli_env_section_read(a.config, &o, msg, sizeof msg)) {
+  rc = lh_model_config_read(doc, &mcfg, &err);
+  if (!rc) rc = lh_learner_config_read(doc, &lcfg, &err);
+  if (rc) snprintf(msg, sizeof msg, "%s", err.msg);
+  else rc = lh_cli_env_section_read(doc, &o, msg, sizeof msg);
+  lh_ini_doc_free(doc);
+  if (a.lr > 0) lcfg.lr = a.lr;
+  if (a.warmup) lcfg.warmup_steps = strtoull(a.warmup, NULL, 10);
+  if (rc) {
     fprintf(stderr, "longhaul sft: %s\n", msg);
     return LH_EXIT_USAGE;
   }

@@ -33,6 +33,11 @@ int lh_cmd_keys(int argc, char **argv);
 typedef struct lh_backend lh_backend;
 int lh_cli_open_backend(const char *command, const char *name, const lh_backend **out);
 
+/* The exit code of a failed call's lh_err code: LH_EXIT_USAGE for a
+ * mistake in the config or an environment's options or plugin (never
+ * worth a restart), LH_EXIT_RUNTIME for the rest (cli/exit_code.c). */
+int lh_cli_exit_for_error(int code);
+
 /* True when argv holds -h or --help. */
 int lh_cli_wants_help(int argc, char **argv);
 

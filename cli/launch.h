@@ -8,11 +8,13 @@
  * shuts down in order on SIGINT/SIGTERM or after duration_s; and shows a
  * status screen read from the replay store. The files:
  *   launch_config.c    the [fleet] section
+ *   launch_check.c     what is checked before any child starts
+ *   launch_lock.c      one fleet per store and per log folder
  *   launch_child.c     one child process: spawn with its log, signal, reap
  *   launch_fleet.c     the children of a fleet, their command lines, restarts
+ *   launch_watchdog.c  progress read from the store: who is stuck
  *   launch_status.c    the status screen
  *   launch_slurm.c     the Slurm engine: batch script, sbatch, job steps
- *   launch_slurm_ini.c the configs its children read (cli/launch_slurm.h)
  *   cmd_launch.c       arguments, signals and the supervision loop */
 #ifndef LH_CLI_LAUNCH_H
 #define LH_CLI_LAUNCH_H
@@ -22,7 +24,11 @@
 #include <sys/types.h>
 
 #include "cli/launch_slurm.h"
+#include "actors/actors.h"
 #include "common/common.h"
+#include "common/file_lock.h"
+#include "common/ini_doc.h"
+#include "learner/learner.h"
 
 #define LH_LAUNCH_MAX_LEARNERS 64
 #define LH_LAUNCH_MAX_ACTORS 256
@@ -43,6 +49,8 @@ typedef struct {
   uint64_t max_restarts;          /* per process; one more death ends the fleet (10) */
   uint64_t stop_timeout_ms;       /* per shutdown phase, then SIGKILL (30000) */
   uint64_t status_interval_ms;    /* plain status lines when not a terminal (5000) */
+  uint64_t stall_timeout_s;       /* the watchdog: no train step, or no heartbeat of an actor, for
+                                     this long is a stuck process; 0: no watchdog (900) */
   char mpirun[LH_LAUNCH_PATH_BYTES];   /* the MPI launcher for M > 1 (mpirun) */
   char env_server[LH_LAUNCH_COMMAND_BYTES];  /* command run by /bin/sh as a supervised child ("") */
   uint32_t n_actor_envs;          /* actor_envs = calc,needle: actor i gets entry i mod n */
@@ -64,6 +72,9 @@ void lh_launch_config_default(lh_launch_config *c);
  * are the other modules'. An unknown key, a repeated key or a bad value is
  * LH_ECONFIG with err naming the file, the line and the key. */
 int lh_launch_config_load(const char *path, lh_launch_config *c, lh_errbuf *err);
+/* The same from a document (common/ini_doc.h); log_dir and init resolved
+ * against their file's folder. */
+int lh_launch_config_read(const lh_ini_doc *doc, lh_launch_config *c, lh_errbuf *err);
 int lh_launch_config_parse(const char *text, const char *source, lh_launch_config *c, lh_errbuf *err);
 
 /* ---- one child ---------------------------------------------------------- */
@@ -84,6 +95,8 @@ typedef struct {
   int stopping;                     /* SIGTERM sent by the shutdown */
   int killed;                       /* SIGKILL sent after stop_timeout_ms */
   int done;                         /* exited for good: not to be restarted */
+  int64_t kill_at_ms;               /* monotonic: SIGKILL then, if still running (a stuck child) */
+  uint32_t watchdog_restarts;       /* the watchdog's restarts since it last made progress */
 } lh_launch_child;
 
 /* Starts argv[0] (a path) with argv in a new process group (a terminal's
@@ -91,6 +104,10 @@ typedef struct {
  * stdout and stderr appended to log_path, and SIGTERM when the launcher
  * dies. One line naming the command goes into the log first. */
 int lh_launch_child_spawn(lh_launch_child *c, char *const argv[], const char *log_path, lh_errbuf *err);
+/* The last line of the log at log_path that the child wrote (not the
+ * launcher's start line), control characters as spaces; "" when none:
+ * what a child that exits with a usage error said about it. */
+void lh_launch_child_last_line(const char *log_path, char *out, size_t bytes);
 /* Sends sig to the child (and its process group); a no-op when not running. */
 void lh_launch_child_signal(lh_launch_child *c, int sig);
 
@@ -101,14 +118,30 @@ typedef struct {
   char config_path[LH_LAUNCH_PATH_BYTES];  /* absolute */
   char bin[LH_LAUNCH_PATH_BYTES];          /* this binary (/proc/self/exe) */
   char db[LH_LAUNCH_PATH_BYTES];           /* [learner] db: rank 0's store, for the status screen */
+  const char *const *sets;                 /* --set overrides: read with the file and given to every */
+  size_t n_sets;                           /* child; set by the caller before lh_launch_fleet_init */
   size_t n;                                /* children: env server, learner, actors, in that order */
   lh_launch_child child[LH_LAUNCH_MAX_ACTORS + 2];
   lh_launch_slurm slurm;                   /* --engine slurm (cli/launch_slurm.c) */
+  lh_file_lock *store_lock, *logs_lock;    /* lh_launch_lock's */
 } lh_launch_fleet;
 
-/* Fills f from the config file (all sections checked before anything
- * starts); LH_ECONFIG/the modules' config codes with err naming the line. */
+/* Fills f from the config file with f->sets applied (all sections checked
+ * before anything starts); LH_ECONFIG/the modules' config codes with err
+ * naming the line. */
 int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf *err);
+/* Everything a child would only find out by itself, checked before any
+ * starts (launch_check.c): the environments the actors open, the env
+ * server's program, the endpoints the fleet binds here (well-formed, not
+ * repeated, free). LH_ECONFIG with err naming the file, section and key. */
+int lh_launch_check(const lh_launch_fleet *f, const lh_learner_config *lc, const lh_actors_config *ac,
+                    lh_errbuf *err);
+/* Takes the fleet's locks on its store and log folder (launch_lock.c);
+ * holder describes this launch. LH_ECONFIG naming the fleet that holds
+ * one, or LH_EIO. Released by lh_launch_unlock or the process's end. */
+int lh_launch_lock(lh_launch_fleet *f, const char *holder, lh_errbuf *err);
+void lh_launch_unlock(lh_launch_fleet *f);
+
 /* Starts child i (first start or a restart: the learner's restarts add
  * --resume and the steps still to go). */
 int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err);
@@ -116,6 +149,25 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err);
 uint64_t lh_launch_fleet_steps_done(const lh_launch_fleet *f);
 /* The log file of child i. */
 void lh_launch_fleet_log_path(const lh_launch_fleet *f, size_t i, char *out, size_t bytes);
+
+/* ---- the watchdog (launch_watchdog.c) ------------------------------------ */
+
+typedef struct {
+  int64_t last_step;          /* the newest train step seen; -1 none */
+  int64_t step_seen_ms;       /* monotonic: when it (or the launch) was first seen */
+  int64_t since_wall_ms;      /* heartbeats older than this are not read */
+  int64_t heartbeat_ms[LH_LAUNCH_MAX_ACTORS + 2];       /* per child: its newest heartbeat's time_ms */
+  int64_t heartbeat_seen_ms[LH_LAUNCH_MAX_ACTORS + 2];  /* monotonic: when that one was first seen */
+} lh_launch_watchdog;
+
+void lh_launch_watchdog_init(lh_launch_watchdog *w, int64_t now_ms);
+/* Reads the store's progress and returns the index of a stuck child, with
+ * why saying what the store shows, or -1 when none is (or the store cannot
+ * be read, or [fleet] stall_timeout_s is 0). now_ms is monotonic. */
+int lh_launch_watchdog_poll(lh_launch_watchdog *w, const lh_launch_fleet *f, int64_t now_ms, char *why,
+                            size_t why_bytes);
+/* When child i last made progress (monotonic ms): its newest step or heartbeat. */
+void lh_launch_watchdog_progress(const lh_launch_watchdog *w, size_t i, const lh_launch_fleet *f, int64_t *seen_ms);
 
 /* ---- status ------------------------------------------------------------- */
 
@@ -133,9 +185,10 @@ void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64
 int lh_launch_slurm_write_script(const lh_launch_fleet *f, const char *path, lh_errbuf *err);
 /* Runs `sbatch --parsable script`; job_id gets the job's id. */
 int lh_launch_slurm_submit(const char *script, char *job_id, size_t bytes, lh_errbuf *err);
-/* Inside an allocation: finds its nodes and their addresses, writes the
- * derived configs, and turns f's children into job steps. LH_ECONFIG
- * outside an allocation or for endpoints a multi-node fleet cannot use. */
+/* Inside an allocation: finds its nodes and their addresses, makes the
+ * children's endpoint overrides, and turns f's children into job steps.
+ * LH_ECONFIG outside an allocation or for endpoints a multi-node fleet
+ * cannot use. */
 int lh_launch_slurm_prepare(lh_launch_fleet *f, lh_errbuf *err);
 /* Appends to argv[n..] the srun command that makes child i a job step
  * (nothing when the engine is not slurm); returns the new n. */
@@ -144,7 +197,8 @@ int lh_launch_slurm_step(lh_launch_fleet *f, size_t i, char **argv, int n);
  * or LOG_DIR/slurm.sh) and with submit hands it to sbatch; prints what it
  * did and returns the command's exit code. */
 int lh_launch_slurm_command(const lh_launch_fleet *f, const char *path, int submit);
-/* The config child i reads: a derived one under slurm, else f->config_path. */
-const char *lh_launch_slurm_config(lh_launch_fleet *f, size_t i);
+/* Appends to argv[n..] child i's endpoint overrides under slurm (--set
+ * pairs; nothing otherwise); returns the new n. */
+int lh_launch_slurm_sets(lh_launch_fleet *f, size_t i, char **argv, int n);
 
 #endif

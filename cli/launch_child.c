@@ -68,6 +68,7 @@ int lh_launch_child_spawn(lh_launch_child *c, char *const argv[], const char *lo
   c->started_ms = lh_now_ns() / 1000000;
   c->restart_at_ms = 0;
   c->stopping = c->killed = 0;
+  c->kill_at_ms = 0;
   c->starts++;
   return 0;
 }
@@ -78,4 +79,32 @@ void lh_launch_child_signal(lh_launch_child *c, int sig) {
    * shell's command); the pid itself in case it left the group. */
   kill(-c->pid, sig);
   kill(c->pid, sig);
+}
+
+void lh_launch_child_last_line(const char *log_path, char *out, size_t bytes) {
+  if (!out || !bytes) return;
+  out[0] = 0;
+  int fd = open(log_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  char buf[4096];
+  off_t size = lseek(fd, 0, SEEK_END);
+  off_t from = size > (off_t)sizeof buf - 1 ? size - (off_t)(sizeof buf - 1) : 0;
+  ssize_t n = pread(fd, buf, sizeof buf - 1, from);
+  close(fd);
+  if (n <= 0) return;
+  buf[n] = 0;
+  /* The last line with text that is not the launcher's own start line. */
+  char *end = buf + n;
+  while (end > buf) {
+    while (end > buf && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ')) *--end = 0;
+    char *start = end;
+    while (start > buf && start[-1] != '\n') start--;
+    if (start < end && strncmp(start, "launch: start ", 14) != 0) {
+      snprintf(out, bytes, "%s", start);
+      for (char *c = out; *c; c++)
+        if ((unsigned char)*c < 0x20) *c = ' ';
+      return;
+    }
+    end = start;
+  }
 }

@@ -14,8 +14,8 @@ static int parse_envs(const char *v, void *cfg, char *why, size_t why_bytes);
 static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, learners, 1, LH_LAUNCH_MAX_LEARNERS),
     LH_INI_KEY_U64(T, actors, 0, LH_LAUNCH_MAX_ACTORS),
-    LH_INI_KEY_STR(T, log_dir, 0),
-    LH_INI_KEY_STR(T, init, 1),
+    LH_INI_KEY_PATH(T, log_dir, 0),
+    LH_INI_KEY_PATH(T, init, 1),
     LH_INI_KEY_U64(T, steps, 0, INFINITY),
     LH_INI_KEY_U64(T, duration_s, 0, 100.0 * 365 * 86400),
     LH_INI_KEY_U64(T, restart_backoff_ms, 1, 3600000),
@@ -23,6 +23,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, max_restarts, 0, 1000000),
     LH_INI_KEY_U64(T, stop_timeout_ms, 1, 3600000),
     LH_INI_KEY_U64(T, status_interval_ms, 100, 3600000),
+    LH_INI_KEY_U64(T, stall_timeout_s, 0, 30 * 86400),
     LH_INI_KEY_STR(T, mpirun, 0),
     LH_INI_KEY_STR(T, env_server, 1),
     LH_INI_KEY_CUSTOM(actor_envs, parse_envs, 0),
@@ -52,6 +53,7 @@ void lh_launch_config_default(lh_launch_config *c) {
   c->max_restarts = 10;
   c->stop_timeout_ms = 30000;
   c->status_interval_ms = 5000;
+  c->stall_timeout_s = 900;
   snprintf(c->mpirun, sizeof c->mpirun, "mpirun");
   snprintf(c->slurm_mpi, sizeof c->slurm_mpi, "pmix");
   snprintf(c->srun, sizeof c->srun, "srun");
@@ -82,28 +84,38 @@ static int parse_envs(const char *v, void *cfg, char *why, size_t why_bytes) {
   return 0;
 }
 
-int lh_launch_config_parse(const char *text, const char *source, lh_launch_config *cfg, lh_errbuf *err) {
-  if (!text || !cfg) return lh_errbuf_set(err, LH_EINVAL, "fleet config: NULL text or config");
-  if (!source) source = "config";
+int lh_launch_config_read(const lh_ini_doc *doc, lh_launch_config *cfg, lh_errbuf *err) {
+  if (!doc || !cfg) return lh_errbuf_set(err, LH_EINVAL, "fleet config: NULL document or config");
   lh_launch_config c;
   lh_launch_config_default(&c);
   lh_ini_lines lines;
-  int rc = lh_ini_section_parse(&SECTION, text, source, &c, NULL, &lines, err);
-  if (rc != 0) return rc;
-  if (c.restart_backoff_max_ms < c.restart_backoff_ms)
+  LH_TRY(lh_ini_section_read(&SECTION, doc, &c, NULL, &lines, err));
+  if (c.restart_backoff_max_ms < c.restart_backoff_ms) {
+    char where[300];
+    lh_ini_later_where(&SECTION, &lines, "restart_backoff_max_ms", "restart_backoff_ms", where, sizeof where);
     return lh_errbuf_set(err, LH_ECONFIG,
-                         "%s:%d: [fleet] restart_backoff_max_ms = %llu is below restart_backoff_ms = %llu", source,
-                         lh_ini_later_line(&SECTION, &lines, "restart_backoff_max_ms", "restart_backoff_ms"),
+                         "%s: [fleet] restart_backoff_max_ms = %llu is below restart_backoff_ms = %llu", where,
                          (unsigned long long)c.restart_backoff_max_ms, (unsigned long long)c.restart_backoff_ms);
+  }
   *cfg = c;
   return 0;
 }
 
-static int parse_text(const char *text, const char *source, void *cfg, lh_errbuf *err) {
-  return lh_launch_config_parse(text, source, cfg, err);
+int lh_launch_config_parse(const char *text, const char *source, lh_launch_config *cfg, lh_errbuf *err) {
+  if (!text || !cfg) return lh_errbuf_set(err, LH_EINVAL, "fleet config: NULL text or config");
+  lh_ini_source src = {.path = source, .text = text};
+  lh_ini_doc *doc = NULL;
+  LH_TRY(lh_ini_doc_open(&src, &doc, err));
+  int rc = lh_launch_config_read(doc, cfg, err);
+  lh_ini_doc_free(doc);
+  return rc;
 }
 
 int lh_launch_config_load(const char *path, lh_launch_config *cfg, lh_errbuf *err) {
   if (!path || !cfg) return lh_errbuf_set(err, LH_EINVAL, "fleet config: NULL path or config");
-  return lh_ini_load_file(path, LH_ECONFIG, parse_text, cfg, err);
+  lh_ini_doc *doc = NULL;
+  LH_TRY(lh_ini_doc_load(path, NULL, 0, &doc, err));
+  int rc = lh_launch_config_read(doc, cfg, err);
+  lh_ini_doc_free(doc);
+  return rc;
 }

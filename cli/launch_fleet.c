@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "actors/actors.h"
+#include "cli/config.h"
 #include "cli/launch.h"
 #include "learner/learner.h"
 #include "model/model.h"
@@ -29,7 +30,7 @@ static int make_dirs(const char *path, lh_errbuf *err) {
       char c = *p;
       *p = 0;
       if (mkdir(buf, 0755) && errno != EEXIST)
-        return lh_errbuf_set(err, LH_ESYS, "cannot create the log directory %s: %s", buf, strerror(errno));
+        return lh_errbuf_set(err, LH_ESYS, "cannot create the folder %s: %s", buf, strerror(errno));
       *p = c;
       if (!c) break;
     }
@@ -38,16 +39,22 @@ static int make_dirs(const char *path, lh_errbuf *err) {
 }
 
 int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf *err) {
+  const char *const *sets = f->sets;
+  size_t n_sets = f->n_sets;
   memset(f, 0, sizeof *f);
-  LH_TRY(lh_launch_config_load(config_path, &f->fleet, err));
+  f->sets = sets, f->n_sets = n_sets;
   /* Every section is checked here, so a bad key stops the launch before
    * any process starts (each child would only stop on its own). */
+  lh_ini_doc *doc = NULL;
+  LH_TRY(lh_ini_doc_load(config_path, sets, n_sets, &doc, err));
   lh_learner_config lc;
-  LH_TRY(lh_learner_config_load(config_path, &lc, err));
   lh_actors_config ac;
-  LH_TRY(lh_actors_config_load(config_path, &ac, err));
-  lh_model_config mc;
-  LH_TRY(lh_model_config_parse_file(config_path, &mc, err));
+  int rc = lh_cli_config_check(doc, err);
+  if (!rc) rc = lh_launch_config_read(doc, &f->fleet, err);
+  if (!rc) rc = lh_learner_config_read(doc, &lc, err);
+  if (!rc) rc = lh_actors_config_read(doc, &ac, err);
+  lh_ini_doc_free(doc);
+  LH_TRY(rc);
   if (!realpath(config_path, f->config_path))
     return lh_errbuf_set(err, LH_ESYS, "cannot resolve %s: %s", config_path, strerror(errno));
   ssize_t n = readlink("/proc/self/exe", f->bin, sizeof f->bin - 1);
@@ -79,6 +86,20 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
   LH_TRY(make_dirs(c->log_dir, err));
+  /* The store's folder too: the fleet's lock lives beside the store. */
+  char db_dir[LH_LAUNCH_PATH_BYTES];
+  snprintf(db_dir, sizeof db_dir, "%s", lc.db);
+  char *slash = strrchr(db_dir, '/');
+  if (slash && slash != db_dir) {
+    *slash = 0;
+    LH_TRY(make_dirs(db_dir, err));
+  }
+  /* Locked before the endpoints are checked: a second launch of the same
+   * fleet hears that the fleet runs, not that its ports are taken. */
+  char holder[2 * LH_LAUNCH_PATH_BYTES + 64];
+  snprintf(holder, sizeof holder, "longhaul launch %s (logs in %s)", f->config_path, c->log_dir);
+  LH_TRY(lh_launch_lock(f, holder, err));
+  LH_TRY(lh_launch_check(f, &lc, &ac, err));
   if (c->env_server[0]) {
     lh_launch_child *ch = &f->child[f->n++];
     snprintf(ch->name, sizeof ch->name, "env-server");
@@ -124,7 +145,7 @@ uint64_t lh_launch_fleet_steps_done(const lh_launch_fleet *f) {
 int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
   lh_launch_child *c = &f->child[i];
   const lh_launch_config *fc = &f->fleet;
-  char *argv[64];
+  char *argv[40 + 2 * LH_INI_MAX_SETS + 32];
   int n = 0;
   char index[32], rank[32], learners[32];
   if (c->role == LH_CHILD_ENV_SERVER) {
@@ -139,7 +160,7 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
       snprintf(learners, sizeof learners, "%llu", (unsigned long long)fc->learners);
       argv[n++] = (char *)fc->mpirun, argv[n++] = "--oversubscribe", argv[n++] = "-n", argv[n++] = learners;
     }
-    argv[n++] = f->bin, argv[n++] = "learner", argv[n++] = "--config", argv[n++] = (char *)lh_launch_slurm_config(f, i);
+    argv[n++] = f->bin, argv[n++] = "learner", argv[n++] = "--config", argv[n++] = f->config_path;
     if (fc->init[0]) argv[n++] = "--init", argv[n++] = (char *)fc->init;
     /* No --steps: [fleet] steps is watched in the store by the launcher,
      * which then stops the actors before the learner (a learner that ended
@@ -147,7 +168,7 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
     if (c->starts) argv[n++] = "--resume";
   } else {
     n = lh_launch_slurm_step(f, i, argv, n);
-    argv[n++] = f->bin, argv[n++] = "actor", argv[n++] = "--config", argv[n++] = (char *)lh_launch_slurm_config(f, i);
+    argv[n++] = f->bin, argv[n++] = "actor", argv[n++] = "--config", argv[n++] = f->config_path;
     argv[n++] = "--name", argv[n++] = c->name;
     snprintf(index, sizeof index, "%d", c->index);
     argv[n++] = "--index", argv[n++] = index;
@@ -158,6 +179,10 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
       argv[n++] = "--learner-rank", argv[n++] = rank;
     }
   }
+  if (c->role != LH_CHILD_ENV_SERVER)
+    for (size_t k = 0; k < f->n_sets && k < LH_INI_MAX_SETS; k++)
+      argv[n++] = "--set", argv[n++] = (char *)f->sets[k];
+  n = lh_launch_slurm_sets(f, i, argv, n);
   argv[n] = NULL;
   char log[LH_LAUNCH_PATH_BYTES + LH_LAUNCH_NAME_BYTES + 8];
   lh_launch_fleet_log_path(f, i, log, sizeof log);

@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include "cli/launch.h"
+#include "common/ini_doc.h"
 #include "learner/learner.h"
 
 #define SLURM_CAPTURE_BYTES 65536
-#define SLURM_INI_BYTES (1 << 20)
 
 /* Runs argv (argv[0] looked up in PATH) with stdout into out (at most
  * bytes - 1, NUL-terminated) and stderr the launcher's; 0 when it exits 0. */
@@ -185,19 +185,6 @@ static int find_hosts(lh_launch_fleet *f, const char *nodelist, lh_errbuf *err) 
   return rc;
 }
 
-/* Writes the user's text with the keys replaced to path. */
-static int write_derived(const char *src, const char *path, const char *const *sections, const char *const *keys,
-                         const char *const *values, size_t n, lh_errbuf *err) {
-  char *out = malloc(SLURM_INI_BYTES);
-  if (!out) return lh_errbuf_set(err, LH_ENOMEM, "slurm: out of memory");
-  int rc = lh_launch_slurm_ini_rewrite(src, sections, keys, values, n, out, SLURM_INI_BYTES, err);
-  FILE *fp = rc ? NULL : fopen(path, "w");
-  if (!rc && (!fp || fputs(out, fp) < 0 || fclose(fp)))
-    rc = lh_errbuf_set(err, LH_ESYS, "slurm: cannot write %s: %s", path, strerror(errno));
-  free(out);
-  return rc;
-}
-
 static const char *const LEARNER_KEYS[3] = {"ingest_endpoint", "weights_pub_endpoint", "weights_endpoint"};
 
 /* The ports of the learner's three endpoints, which must be tcp://HOST:PORT. */
@@ -212,31 +199,24 @@ static int learner_ports(const lh_launch_fleet *f, const lh_learner_config *lc, 
   return 0;
 }
 
-static int write_configs(lh_launch_fleet *f, const long ports[3], lh_errbuf *err) {
-  lh_launch_slurm *s = &f->slurm;
-  const char *const *names = LEARNER_KEYS;
-  char *src = NULL;
-  LH_TRY(lh_read_text_file(f->config_path, LH_ECONFIG, &src, NULL, err));
-  char v[6][LH_SLURM_HOST_BYTES + 32], path[sizeof s->dir + 64];
-  static const char *const learner_sections[3] = {"learner", "learner", "learner"};
-  const char *learner_values[3] = {v[0], v[1], v[2]};
-  for (int i = 0; i < 3; i++) snprintf(v[i], sizeof v[i], "tcp://*:%ld", ports[i]);
-  snprintf(path, sizeof path, "%s/learner.ini", s->dir);
-  int rc = write_derived(src, path, learner_sections, names, learner_values, 3, err);
-  static const char *const actor_sections[3] = {"actor", "actor", "actor"};
-  static const char *const actor_keys[3] = {"learner_endpoint", "weights_pub_endpoint", "weights_endpoint"};
-  const char *actor_values[3] = {v[3], v[4], v[5]};
-  snprintf(v[4], sizeof v[4], "tcp://%s:%ld", s->addrs[0], ports[1]);
-  snprintf(v[5], sizeof v[5], "tcp://%s:%ld", s->addrs[0], ports[2]);
-  /* Actors bound to rank r connect to rank r's node; their --learner-rank
-   * adds the 10 r to the port. */
-  for (uint64_t r = 0; !rc && r < f->fleet.learners; r++) {
-    snprintf(v[3], sizeof v[3], "tcp://%s:%ld", s->addrs[r % s->n_hosts], ports[0]);
-    snprintf(path, sizeof path, "%s/actors-rank%llu.ini", s->dir, (unsigned long long)r);
-    rc = write_derived(src, path, actor_sections, actor_keys, actor_values, 3, err);
+/* The --set overrides of the children's endpoints: every rank binds on
+ * all interfaces of its node; the actors bound to rank r connect to rank
+ * r's node (their --learner-rank adds the 10 r to the port), and to rank
+ * 0's for the weights. */
+static void make_sets(lh_launch_slurm *s, const long ports[3]) {
+  char addr[LH_SLURM_HOST_BYTES];
+  for (int i = 0; i < 3; i++)
+    snprintf(s->learner_set[i], sizeof s->learner_set[i], "learner.%s=tcp://*:%ld", LEARNER_KEYS[i], ports[i]);
+  memcpy(addr, s->addrs[0], sizeof addr);
+  snprintf(s->actor_weights_set[0], sizeof s->actor_weights_set[0], "actor.weights_pub_endpoint=tcp://%s:%ld", addr,
+           ports[1]);
+  snprintf(s->actor_weights_set[1], sizeof s->actor_weights_set[1], "actor.weights_endpoint=tcp://%s:%ld", addr,
+           ports[2]);
+  for (uint32_t h = 0; h < s->n_hosts; h++) {
+    memcpy(addr, s->addrs[h], sizeof addr);
+    snprintf(s->actor_ingest_set[h], sizeof s->actor_ingest_set[h], "actor.learner_endpoint=tcp://%s:%ld", addr,
+             ports[0]);
   }
-  free(src);
-  return rc;
 }
 
 int lh_launch_slurm_prepare(lh_launch_fleet *f, lh_errbuf *err) {
@@ -262,16 +242,21 @@ int lh_launch_slurm_prepare(lh_launch_fleet *f, lh_errbuf *err) {
                            f->config_path, LH_SLURM_MAX_STEP_OPTIONS);
     s->step_option[s->n_step_options++] = o;
   }
+  if (f->n_sets + 6 > LH_INI_MAX_SETS)
+    return lh_errbuf_set(err, LH_ECONFIG, "slurm: more than %d --set overrides (the endpoints take 6)",
+                         LH_INI_MAX_SETS - 6);
+  /* The learner's endpoints as the children would read them: the file
+   * with the launcher's own --set overrides. */
+  lh_ini_doc *doc = NULL;
+  LH_TRY(lh_ini_doc_load(f->config_path, f->sets, f->n_sets, &doc, err));
   lh_learner_config lc;
-  LH_TRY(lh_learner_config_load(f->config_path, &lc, err));
+  int rc = lh_learner_config_read(doc, &lc, err);
+  lh_ini_doc_free(doc);
+  LH_TRY(rc);
   long ports[3];
   LH_TRY(learner_ports(f, &lc, ports, err));
   LH_TRY(find_hosts(f, nodelist, err));
-  int n = snprintf(s->dir, sizeof s->dir, "%s/slurm", c->log_dir);
-  if (n < 0 || (size_t)n >= sizeof s->dir) return lh_errbuf_set(err, LH_ECONFIG, "slurm: log_dir is too long");
-  if (mkdir(s->dir, 0755) && errno != EEXIST)
-    return lh_errbuf_set(err, LH_ESYS, "slurm: cannot create %s: %s", s->dir, strerror(errno));
-  LH_TRY(write_configs(f, ports, err));
+  make_sets(s, ports);
   s->on = 1;
   return 0;
 }
@@ -308,15 +293,24 @@ int lh_launch_slurm_step(lh_launch_fleet *f, size_t i, char **argv, int n) {
   return n;
 }
 
-const char *lh_launch_slurm_config(lh_launch_fleet *f, size_t i) {
+int lh_launch_slurm_sets(lh_launch_fleet *f, size_t i, char **argv, int n) {
   lh_launch_slurm *s = &f->slurm;
   const lh_launch_child *c = &f->child[i];
-  if (!s->on || c->role == LH_CHILD_ENV_SERVER) return f->config_path;
-  if (c->role == LH_CHILD_LEARNER) snprintf(s->arg_config, sizeof s->arg_config, "%s/learner.ini", s->dir);
-  else
-    snprintf(s->arg_config, sizeof s->arg_config, "%s/actors-rank%llu.ini", s->dir,
-             (unsigned long long)((uint64_t)c->index % f->fleet.learners));
-  return s->arg_config;
+  if (!s->on || c->role == LH_CHILD_ENV_SERVER) return n;
+  if (c->role == LH_CHILD_LEARNER) {
+    for (int k = 0; k < 3; k++) argv[n++] = "--set", argv[n++] = s->learner_set[k];
+    /* The learner refuses to bind tcp://\* unless the actors' endpoints
+     * are given (they would default to its own): rank 0's. */
+    argv[n++] = "--set", argv[n++] = s->actor_ingest_set[0];
+    argv[n++] = "--set", argv[n++] = s->actor_weights_set[0];
+    argv[n++] = "--set", argv[n++] = s->actor_weights_set[1];
+  } else {
+    uint64_t rank = (uint64_t)c->index % f->fleet.learners;
+    argv[n++] = "--set", argv[n++] = s->actor_ingest_set[rank % s->n_hosts];
+    argv[n++] = "--set", argv[n++] = s->actor_weights_set[0];
+    argv[n++] = "--set", argv[n++] = s->actor_weights_set[1];
+  }
+  return n;
 }
 
 int lh_launch_slurm_command(const lh_launch_fleet *f, const char *path, int submit) {

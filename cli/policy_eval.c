@@ -1,42 +1,54 @@
 /* cli: the [env] section and greedy evaluation (policy_eval.h). */
-#include <ini.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "actors/actors.h"
 #include "cli/policy_eval.h"
 
-static int on_ini(void *user, const char *section, const char *key, const char *value) {
-  lh_cli_env_section *o = user;
-  if (strcmp(section, "env") != 0) return 1;
-  if (!strcmp(key, "name")) {
+/* One [env] key: name, or an option (plugin a path, resolved against the
+ * folder of its file); 0, or -1 with msg. */
+static int env_key(lh_cli_env_section *o, const lh_ini_entry *e, char *msg, size_t cap) {
+  char where[300];
+  lh_ini_entry_where(e, where, sizeof where);
+  if (!strcmp(e->key, "name")) {
     free(o->name);
-    return (o->name = strdup(value)) != NULL;
+    if ((o->name = strdup(e->value))) return 0;
+    return snprintf(msg, cap, "%s: out of memory", where), -1;
   }
-  if (o->n == LH_CLI_MAX_ENV_OPTS) {
-    o->overflow = 1;
-    return 0;
+  if (o->n == LH_CLI_MAX_ENV_OPTS)
+    return snprintf(msg, cap, "%s: [env] has more than %d keys", where, LH_CLI_MAX_ENV_OPTS), -1;
+  char path[PATH_MAX];
+  const char *value = e->value;
+  if (!strcmp(e->key, "plugin")) {
+    if (lh_ini_entry_path(e, path, sizeof path))
+      return snprintf(msg, cap, "%s: [env] plugin = %.64s: the path is too long", where, e->value), -1;
+    value = path;
   }
-  o->keys[o->n] = strdup(key);
+  o->keys[o->n] = strdup(e->key);
   o->values[o->n] = strdup(value);
   if (!o->keys[o->n] || !o->values[o->n]) {
     free(o->keys[o->n]);
     free(o->values[o->n]);
-    return 0;
+    return snprintf(msg, cap, "%s: out of memory", where), -1;
   }
   o->opts[o->n] = (lh_env_option){o->keys[o->n], o->values[o->n]};
   o->n++;
-  return 1;
+  return 0;
 }
 
-int lh_cli_env_section_read(const char *path, lh_cli_env_section *o, char *msg, size_t cap) {
+int lh_cli_env_section_read(const lh_ini_doc *doc, lh_cli_env_section *o, char *msg, size_t cap) {
   memset(o, 0, sizeof *o);
-  int rc = ini_parse(path, on_ini, o);
-  if (rc == 0 && !o->overflow) return 0;
-  snprintf(msg, cap, "%s: cannot read the [env] section (%s)", path,
-           o->overflow ? "more than 64 keys" : rc < 0 ? "cannot open the file" : "syntax error");
-  lh_cli_env_section_free(o);
-  return -1;
+  for (size_t i = 0; i < lh_ini_doc_count(doc); i++) {
+    const lh_ini_entry *e = lh_ini_doc_entry(doc, i);
+    if (strcmp(e->section, "env") != 0) continue;
+    if (env_key(o, e, msg, cap)) {
+      lh_cli_env_section_free(o);
+      return -1;
+    }
+  }
+  return 0;
 }
 
 void lh_cli_env_section_free(lh_cli_env_section *o) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/ini_doc.h"
 #include "envs/env.h"
 #include "model/model.h"
 
@@ -18,13 +19,13 @@ typedef struct {
   lh_env_option opts[LH_CLI_MAX_ENV_OPTS];
   char *keys[LH_CLI_MAX_ENV_OPTS], *values[LH_CLI_MAX_ENV_OPTS];
   size_t n;
-  int overflow;
   char *name;  /* [env] name, NULL when not given */
 } lh_cli_env_section;
 
-/* Reads the [env] section of the INI file at path: name, and every other
- * key as an option. Returns 0, or -1 with a one-line reason in msg. */
-int lh_cli_env_section_read(const char *path, lh_cli_env_section *o, char *msg, size_t cap);
+/* Reads the [env] section of doc: name, and every other key as an option
+ * (plugin resolved against its file's folder). Returns 0, or -1 with a
+ * one-line reason in msg. */
+int lh_cli_env_section_read(const lh_ini_doc *doc, lh_cli_env_section *o, char *msg, size_t cap);
 void lh_cli_env_section_free(lh_cli_env_section *o);
 
 /* Episodes of m on seeds 1..n of environment env (opened with the

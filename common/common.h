@@ -25,7 +25,8 @@
   XX(ESYS, -9, "system call failed")                                    \
   XX(EUNSUPPORTED, -10, "not supported here")                           \
   XX(EINTERRUPTED, -11, "interrupted")                                  \
-  XX(EAGAIN, -12, "try again later")
+  XX(EAGAIN, -12, "try again later")                                    \
+  XX(EBUSY, -13, "in use by another process")
 
 #include "common/errors_wire.def"
 #include "common/errors_store.def"

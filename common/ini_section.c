@@ -1,22 +1,19 @@
 /* common: one INI section read by a table of keys (common/ini_section.h).
  *
- * inih calls on_entry for every key of every section; the state remembers
- * the first error, after which every call answers 0, so that the message
- * left in err is about the first bad line of the file. */
+ * The document's entries are read in order and the first error stops the
+ * reading, so that the message left in err is about the first bad key. */
 #include "common/ini_section.h"
 
-#include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct {
   const lh_ini_section *sec;
-  const char *source;
   void *cfg, *user;
   lh_errbuf *err;
-  lh_text_lines lines; /* the text, and the line inih last read */
-  int code;            /* the first error's code; 0 while all is well */
+  const lh_ini_entry *e; /* the key being read */
+  char where[300];       /* its file and line, or --set section.key */
   lh_ini_lines seen;
 } parse_state;
 
@@ -62,8 +59,9 @@ static int f64_value(const lh_ini_key *k, const char *value, char *field, char *
 }
 
 /* Checks value against key k and stores it in cfg: 0, or -1 with why. */
-static int key_value(const lh_ini_key *k, const char *value, void *cfg, char *why, size_t why_bytes) {
+static int key_value(const lh_ini_key *k, const lh_ini_entry *e, void *cfg, char *why, size_t why_bytes) {
   char *field = (char *)cfg + k->offset;
+  const char *value = e->value;
   switch (k->kind) {
     case LH_INI_U64:
       return u64_value(k, value, field, why, why_bytes);
@@ -79,6 +77,14 @@ static int key_value(const lh_ini_key *k, const char *value, void *cfg, char *wh
       size_t len = strlen(value);
       if ((len || k->allow_empty) && len < k->bytes) return memcpy(field, value, len + 1), 0;
       snprintf(why, why_bytes, "is not a text of %d..%zu bytes", k->allow_empty ? 0 : 1, k->bytes - 1);
+      return -1;
+    }
+    case LH_INI_PATH: {
+      if (!*value && !k->allow_empty)
+        return snprintf(why, why_bytes, "is not a text of 1..%zu bytes", k->bytes - 1), -1;
+      if (lh_ini_entry_path(e, field, k->bytes) == 0) return 0;
+      snprintf(why, why_bytes, "is not a path of at most %zu bytes once resolved against %.200s", k->bytes - 1,
+               e->dir ? e->dir : ".");
       return -1;
     }
     case LH_INI_CUSTOM:
@@ -97,42 +103,32 @@ static int unknown_key(parse_state *st, const char *name) {
     strncat(known, sec->keys[j].name, sizeof known - strlen(known) - 1);
     if (j + 1 < sec->n_keys) strncat(known, ", ", sizeof known - strlen(known) - 1);
   }
-  return lh_errbuf_set(st->err, sec->unknown_key_error, "%s:%d: [%s] unknown key '%.64s' (known: %.400s)",
-                       st->source, st->lines.line, sec->name, name, known);
+  return lh_errbuf_set(st->err, sec->unknown_key_error, "%s: [%s] unknown key '%.64s' (known: %.400s)", st->where,
+                       sec->name, name, known);
 }
 
 /* The code of the key's error, or 0 when it is good. */
-static int section_key(parse_state *st, const char *name, const char *value) {
+static int section_key(parse_state *st) {
   const lh_ini_section *sec = st->sec;
+  const lh_ini_entry *e = st->e;
+  const char *name = e->key, *value = e->value;
   size_t i = 0;
   while (i < sec->n_keys && strcmp(sec->keys[i].name, name) != 0) i++;
   if (i == sec->n_keys) return unknown_key(st, name);
-  if (st->seen.line[i])
-    return lh_errbuf_set(st->err, sec->duplicate_error,
-                         "%s:%d: [%s] %s = %.64s: the key was already given on line %d", st->source,
-                         st->lines.line, sec->name, name, value, st->seen.line[i]);
-  st->seen.line[i] = st->lines.line;
+  if (st->seen.entry[i])
+    return lh_errbuf_set(st->err, sec->duplicate_error, "%s: [%s] %s = %.64s: the key was already given on line %d",
+                         st->where, sec->name, name, value, st->seen.line[i]);
+  st->seen.line[i] = e->line;
+  st->seen.entry[i] = e;
   const lh_ini_key *k = &sec->keys[i];
-  char why[256] = "";
-  if (key_value(k, value, st->cfg, why, sizeof why) == 0) return 0;
+  char why[320] = "";
+  if (key_value(k, e, st->cfg, why, sizeof why) == 0) return 0;
   int code = k->kind == LH_INI_CUSTOM && k->error ? k->error : sec->value_error;
-  return lh_errbuf_set(st->err, code, "%s:%d: [%s] %s = '%.64s' %s", st->source, st->lines.line, sec->name,
-                       name, value, why);
+  return lh_errbuf_set(st->err, code, "%s: [%s] %s = '%.64s' %s", st->where, sec->name, name, value, why);
 }
 
-static int on_entry(void *user, const char *section, const char *name, const char *value) {
-  parse_state *st = user;
-  if (st->code) return 0;
-  if (strcmp(section, st->sec->name) == 0)
-    st->code = section_key(st, name, value);
-  else if (st->sec->other)
-    st->code = st->sec->other(st->user, st->source, st->lines.line, section, name, value, st->err);
-  return st->code == 0;
-}
-
-int lh_ini_section_parse(const lh_ini_section *sec, const char *text, const char *source, void *cfg,
-                         void *user, lh_ini_lines *lines, lh_errbuf *err) {
-  if (!sec || !sec->name || !text || !cfg || (sec->n_keys && !sec->keys))
+static int check_section(const lh_ini_section *sec, lh_errbuf *err) {
+  if (!sec || !sec->name || (sec->n_keys && !sec->keys))
     return lh_errbuf_set(err, LH_EINVAL, "ini section: NULL section, text or config");
   if (sec->n_keys > LH_INI_MAX_KEYS)
     return lh_errbuf_set(err, LH_EINVAL, "ini section [%s]: %zu keys, at most %d", sec->name, sec->n_keys,
@@ -140,16 +136,38 @@ int lh_ini_section_parse(const lh_ini_section *sec, const char *text, const char
   if (sec->unknown_key_error >= 0 || sec->duplicate_error >= 0 || sec->value_error >= 0 || sec->syntax_error >= 0)
     return lh_errbuf_set(err, LH_EINVAL, "ini section [%s]: its error codes must be negative lh_err codes",
                          sec->name);
-  if (!source) source = "config";
-  parse_state st = {.sec = sec, .source = source, .cfg = cfg, .user = user, .err = err, .lines = {.text = text}};
-  int rc = ini_parse_stream(lh_text_lines_read, &st.lines, on_entry, &st);
-  if (st.code) return st.code;
-  if (rc == -2) return lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory while parsing", source);
-  if (rc != 0)
-    return lh_errbuf_set(err, sec->syntax_error, "%s:%d: syntax error (expected '[section]' or 'key = value')",
-                         source, rc);
+  return 0;
+}
+
+int lh_ini_section_read(const lh_ini_section *sec, const lh_ini_doc *doc, void *cfg, void *user,
+                        lh_ini_lines *lines, lh_errbuf *err) {
+  LH_TRY(check_section(sec, err));
+  if (!doc || !cfg) return lh_errbuf_set(err, LH_EINVAL, "ini section: NULL section, text or config");
+  parse_state st = {.sec = sec, .cfg = cfg, .user = user, .err = err};
+  for (size_t i = 0; i < lh_ini_doc_count(doc); i++) {
+    st.e = lh_ini_doc_entry(doc, i);
+    lh_ini_entry_where(st.e, st.where, sizeof st.where);
+    int rc = 0;
+    if (strcmp(st.e->section, sec->name) == 0) rc = section_key(&st);
+    else if (sec->other) rc = sec->other(user, st.e, err);
+    if (rc) return rc;
+  }
   if (lines) *lines = st.seen;
   return 0;
+}
+
+int lh_ini_section_parse(const lh_ini_section *sec, const char *text, const char *source, void *cfg,
+                         void *user, lh_ini_lines *lines, lh_errbuf *err) {
+  LH_TRY(check_section(sec, err));
+  if (!text || !cfg) return lh_errbuf_set(err, LH_EINVAL, "ini section: NULL section, text or config");
+  lh_ini_source src = {.path = source, .text = text, .any_section = 1, .error = sec->syntax_error,
+                       .file_error = sec->syntax_error};
+  lh_ini_doc *doc = NULL;
+  LH_TRY(lh_ini_doc_open(&src, &doc, err));
+  int rc = lh_ini_section_read(sec, doc, cfg, user, lines, err);
+  if (!rc && lines) memset(lines->entry, 0, sizeof lines->entry);
+  lh_ini_doc_free(doc);
+  return rc;
 }
 
 int lh_ini_key_line(const lh_ini_section *sec, const lh_ini_lines *lines, const char *name) {
@@ -159,17 +177,24 @@ int lh_ini_key_line(const lh_ini_section *sec, const lh_ini_lines *lines, const 
   return 0;
 }
 
+const lh_ini_entry *lh_ini_key_entry(const lh_ini_section *sec, const lh_ini_lines *lines, const char *name) {
+  if (!sec || !lines || !name) return NULL;
+  for (size_t i = 0; i < sec->n_keys && i < LH_INI_MAX_KEYS; i++)
+    if (!strcmp(sec->keys[i].name, name)) return lines->entry[i];
+  return NULL;
+}
+
 int lh_ini_later_line(const lh_ini_section *sec, const lh_ini_lines *lines, const char *a, const char *b) {
   int la = lh_ini_key_line(sec, lines, a), lb = lh_ini_key_line(sec, lines, b);
   return la > lb ? la : lb;
 }
 
-int lh_ini_load_file(const char *path, int file_error, lh_ini_text_fn parse, void *cfg, lh_errbuf *err) {
-  if (!path || !parse || !cfg) return lh_errbuf_set(err, LH_EINVAL, "ini load: NULL path, parser or config");
-  char *text;
-  int rc = lh_read_text_file(path, file_error, &text, NULL, err);
-  if (rc != 0) return rc;
-  rc = parse(text, path, cfg, err);
-  free(text);
-  return rc;
+void lh_ini_later_where(const lh_ini_section *sec, const lh_ini_lines *lines, const char *a, const char *b,
+                        char *out, size_t bytes) {
+  const lh_ini_entry *later = NULL;
+  for (size_t i = 0; sec && lines && i < sec->n_keys && i < LH_INI_MAX_KEYS; i++) {
+    const lh_ini_entry *e = lines->entry[i];
+    if (e && (!strcmp(sec->keys[i].name, a) || !strcmp(sec->keys[i].name, b)) && (!later || e > later)) later = e;
+  }
+  lh_ini_entry_where(later, out, bytes);
 }

@@ -1,12 +1,13 @@
-/* common: one section of INI text read into a config struct by a table of
- * keys, the one way the [actor], [learner] and [fleet] readers work.
+/* common: one section of an INI document (common/ini_doc.h) read into a
+ * config struct by a table of keys, the one way the [actor], [learner] and
+ * [fleet] readers work.
  *
  * A module lists every key of its section in a static table (name, kind,
  * the field's offset, its bounds or size, or a parser of its own for a
- * special kind) and hands the table, the text and its own error codes to
- * lh_ini_section_parse. The text goes to inih through lh_text_lines_read,
- * which counts lines, so that every message names the file, the line, the
- * section and the key:
+ * special kind) and hands the table, the document and its own error codes
+ * to lh_ini_section_read. Every key of the document keeps its file and
+ * line (or "--set section.key" for an override), so that every message
+ * names the file, the line, the section and the key:
  *
  *   fleet.ini:3: [actor] unknown key 'batchsize' (known: batch, ...)
  *   fleet.ini:6: [actor] seed = 2: the key was already given on line 2
@@ -23,12 +24,14 @@
 #include <stddef.h>
 
 #include "common/common.h"
+#include "common/ini_doc.h"
 
 typedef enum {
   LH_INI_U64,    /* uint64_t, decimal digits, in [min, max] */
   LH_INI_F64,    /* double, in min..max with the ends open or closed */
   LH_INI_BOOL,   /* int: true/false, yes/no, on/off, 1/0 */
   LH_INI_STR,    /* char[bytes]: at most bytes - 1 bytes, empty only when allow_empty */
+  LH_INI_PATH,   /* as STR, a path: resolved against the folder of the file the key is written in */
   LH_INI_CUSTOM  /* the key's own parse callback */
 } lh_ini_kind;
 
@@ -60,13 +63,14 @@ typedef struct {
 #define LH_INI_KEY_BOOL(type, key) {#key, LH_INI_BOOL, offsetof(type, key), .min = 0}
 #define LH_INI_KEY_STR(type, key, empty_ok) \
   {#key, LH_INI_STR, offsetof(type, key), .bytes = sizeof(((type *)0)->key), .allow_empty = (empty_ok)}
+#define LH_INI_KEY_PATH(type, key, empty_ok) \
+  {#key, LH_INI_PATH, offsetof(type, key), .bytes = sizeof(((type *)0)->key), .allow_empty = (empty_ok)}
 #define LH_INI_KEY_CUSTOM(key, parse_fn, code) {#key, LH_INI_CUSTOM, 0, .parse = (parse_fn), .error = (code)}
 
 /* A key of another section, for the section's `other` callback: returns 0,
- * or a negative lh_err code after setting err (which may be NULL); line is
- * the key's line in source. */
-typedef int (*lh_ini_other_fn)(void *user, const char *source, int line, const char *section,
-                               const char *name, const char *value, lh_errbuf *err);
+ * or a negative lh_err code after setting err (which may be NULL); the
+ * entry says where the key was written (lh_ini_entry_where). */
+typedef int (*lh_ini_other_fn)(void *user, const lh_ini_entry *entry, lh_errbuf *err);
 
 #define LH_INI_MAX_KEYS 64
 
@@ -81,36 +85,45 @@ typedef struct {
   lh_ini_other_fn other;
 } lh_ini_section;
 
-/* The line each key of a section was given on, 0 when it was not. */
+/* The line each key of a section was given on, 0 when it was not, and
+ * its entry in the document (valid while the document is). */
 typedef struct {
   int line[LH_INI_MAX_KEYS];
+  const lh_ini_entry *entry[LH_INI_MAX_KEYS];
 } lh_ini_lines;
 
-/* Reads the keys of section sec in the NUL-terminated INI text into cfg
- * (which holds the defaults beforehand), in file order; keys of other
- * sections go to sec->other, or are skipped without one. source names the
- * text in messages ("config" when NULL). Returns 0, or the first error's
+/* Reads the keys of section sec in doc into cfg (which holds the defaults
+ * beforehand), in the document's order; keys of other sections go to
+ * sec->other, or are skipped without one. Returns 0, or the first error's
  * code with err saying which file, line, section and key: an unknown key
- * (listing the known ones), a key given twice (naming the first line), a
- * bad value (saying what would do), a code from sec->other, a syntax error
- * (sec->syntax_error), LH_ENOMEM, or LH_EINVAL for NULL arguments, a
- * table over LH_INI_MAX_KEYS or error codes that are not negative. On failure cfg may hold some of the values
- * read, so callers parse into a copy. lines (may be NULL) gets each key's
- * line, for messages about several keys. */
+ * (listing the known ones), a key given twice in one file (naming the
+ * first line), a bad value (saying what would do), a code from sec->other,
+ * LH_ENOMEM, or LH_EINVAL for NULL arguments, a table over LH_INI_MAX_KEYS
+ * or error codes that are not negative. On failure cfg may hold some of
+ * the values read, so callers read into a copy. lines (may be NULL) gets
+ * each key's line and entry, for messages about several keys. */
+int lh_ini_section_read(const lh_ini_section *sec, const lh_ini_doc *doc, void *cfg, void *user,
+                        lh_ini_lines *lines, lh_errbuf *err);
+
+/* lh_ini_section_read of the document of the NUL-terminated INI text
+ * (lh_ini_doc_open with any section allowed; a syntax error is
+ * sec->syntax_error); source names the text in messages ("config" when
+ * NULL). lines gets the lines alone (its entries are NULL). */
 int lh_ini_section_parse(const lh_ini_section *sec, const char *text, const char *source, void *cfg,
                          void *user, lh_ini_lines *lines, lh_errbuf *err);
 
 /* The line key name was given on (0 when not given or not in the table). */
 int lh_ini_key_line(const lh_ini_section *sec, const lh_ini_lines *lines, const char *name);
+/* The entry key name was read from (NULL when not given or not in the
+ * table): whether a key was given, an override's line being 0. */
+const lh_ini_entry *lh_ini_key_entry(const lh_ini_section *sec, const lh_ini_lines *lines, const char *name);
 /* The later of the lines of keys a and b: the line a check across the two
  * keys names. */
 int lh_ini_later_line(const lh_ini_section *sec, const lh_ini_lines *lines, const char *a, const char *b);
-
-/* A module's parse of its config from INI text, for lh_ini_load_file. */
-typedef int (*lh_ini_text_fn)(const char *text, const char *source, void *cfg, lh_errbuf *err);
-/* Reads the text file at path (lh_read_text_file: one that cannot be read
- * gives file_error naming the path) and returns what parse returns for its
- * text, with path as the source its messages name. */
-int lh_ini_load_file(const char *path, int file_error, lh_ini_text_fn parse, void *cfg, lh_errbuf *err);
+/* Where the later of keys a and b (in the document's order) was written,
+ * "file:line" or "--set section.key" (lh_ini_entry_where), into out; the
+ * section's file ("config") when neither was given. */
+void lh_ini_later_where(const lh_ini_section *sec, const lh_ini_lines *lines, const char *a, const char *b,
+                        char *out, size_t bytes);
 
 #endif

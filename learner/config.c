@@ -2,8 +2,10 @@
  *
  * A table lists every key with its type, field and range, so that the
  * parser, the "known keys" hint and the checks cannot drift apart; common's
- * section reader (common/ini_section.h) reads it and names the file, line,
- * section and key of every error. The advantage and the stages have parsers
+ * section reader (common/ini_section.h) reads it from the document
+ * (common/ini_doc.h) and names the file, line, section and key of every
+ * error; db, ckpt_dir and the CURVE files are paths, resolved against the
+ * folder of the file they are written in. The advantage and the stages have parsers
  * of their own here; the checks across keys name the later key's line. */
 #include <math.h>
 #include <stdio.h>
@@ -38,11 +40,11 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_STR(T, ingest_endpoint, 0),
     LH_INI_KEY_STR(T, weights_pub_endpoint, 0),
     LH_INI_KEY_STR(T, weights_endpoint, 0),
-    LH_INI_KEY_STR(T, curve_secret_key_file, 0),
-    LH_INI_KEY_STR(T, curve_allowed_keys, 0),
-    LH_INI_KEY_STR(T, db, 0),
+    LH_INI_KEY_PATH(T, curve_secret_key_file, 0),
+    LH_INI_KEY_PATH(T, curve_allowed_keys, 0),
+    LH_INI_KEY_PATH(T, db, 0),
     LH_INI_KEY_U64(T, max_db_bytes, 0, INFINITY),
-    LH_INI_KEY_STR(T, ckpt_dir, 0),
+    LH_INI_KEY_PATH(T, ckpt_dir, 0),
     LH_INI_KEY_U64(T, abort_after_ms, 1, INFINITY),
     LH_INI_KEY_U64(T, max_backlog_episodes, 0, INFINITY),
     LH_INI_KEY_F64(T, max_stale_share, 0, 1, LH_INI_CLOSED),
@@ -144,41 +146,49 @@ static int parse_stages(const char *v, void *config, char *why, size_t why_bytes
   return 0;
 }
 
-int lh_learner_config_parse(const char *text, const char *source, lh_learner_config *cfg,
-                            lh_errbuf *err) {
-  if (!text || !cfg) return lh_errbuf_set(err, LH_EINVAL, "learner config: NULL text or config");
-  if (!source) source = "config";
+int lh_learner_config_read(const lh_ini_doc *doc, lh_learner_config *cfg, lh_errbuf *err) {
+  if (!doc || !cfg) return lh_errbuf_set(err, LH_EINVAL, "learner config: NULL document or config");
   lh_learner_config c;
   lh_learner_config_default(&c);
   lh_ini_lines lines;
-  int rc = lh_ini_section_parse(&SECTION, text, source, &c, NULL, &lines, err);
-  if (rc != 0) return rc;
-  /* Checks across keys, named by the line of the later one. */
+  LH_TRY(lh_ini_section_read(&SECTION, doc, &c, NULL, &lines, err));
+  /* Checks across keys, named by where the later one was written. */
+  char where[300];
   if (c.warmup_steps > c.total_steps) {
-    int line = lh_ini_later_line(&SECTION, &lines, "warmup_steps", "total_steps");
-    return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
-                         "%s:%d: [learner] warmup_steps = %llu is above total_steps = %llu", source, line,
-                         (unsigned long long)c.warmup_steps, (unsigned long long)c.total_steps);
+    lh_ini_later_where(&SECTION, &lines, "warmup_steps", "total_steps", where, sizeof where);
+    return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE, "%s: [learner] warmup_steps = %llu is above total_steps = %llu",
+                         where, (unsigned long long)c.warmup_steps, (unsigned long long)c.total_steps);
   }
   if (c.batch_episodes % c.group_size != 0) {
-    int line = lh_ini_later_line(&SECTION, &lines, "batch_episodes", "group_size");
+    lh_ini_later_where(&SECTION, &lines, "batch_episodes", "group_size", where, sizeof where);
     return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
-                         "%s:%d: [learner] batch_episodes = %llu is not a multiple of group_size = %llu "
+                         "%s: [learner] batch_episodes = %llu is not a multiple of group_size = %llu "
                          "(a batch holds whole groups)",
-                         source, line, (unsigned long long)c.batch_episodes,
-                         (unsigned long long)c.group_size);
+                         where, (unsigned long long)c.batch_episodes, (unsigned long long)c.group_size);
   }
   *cfg = c;
   return 0;
 }
 
-static int parse_text(const char *text, const char *source, void *cfg, lh_errbuf *err) {
-  return lh_learner_config_parse(text, source, cfg, err);
+/* The document of a file or of text, with this module's codes. */
+static int read_source(const char *path, const char *text, lh_learner_config *cfg, lh_errbuf *err) {
+  lh_ini_source src = {.path = path, .text = text, .file_error = LH_ELEARNER_CONFIG_FILE,
+                       .error = LH_ELEARNER_CONFIG_FILE};
+  lh_ini_doc *doc = NULL;
+  LH_TRY(lh_ini_doc_open(&src, &doc, err));
+  int rc = lh_learner_config_read(doc, cfg, err);
+  lh_ini_doc_free(doc);
+  return rc;
+}
+
+int lh_learner_config_parse(const char *text, const char *source, lh_learner_config *cfg, lh_errbuf *err) {
+  if (!text || !cfg) return lh_errbuf_set(err, LH_EINVAL, "learner config: NULL text or config");
+  return read_source(source, text, cfg, err);
 }
 
 int lh_learner_config_load(const char *path, lh_learner_config *cfg, lh_errbuf *err) {
   if (!path || !cfg) return lh_errbuf_set(err, LH_EINVAL, "learner config: NULL path or config");
-  return lh_ini_load_file(path, LH_ELEARNER_CONFIG_FILE, parse_text, cfg, err);
+  return read_source(path, NULL, cfg, err);
 }
 
 double lh_learner_lr_at(double lr, uint64_t warmup_steps, uint64_t total_steps, uint64_t step) {

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "common/ini_doc.h"
 #include "common/zsock.h"
 #include "proto/longhaul.pb-c.h"
 #include "model/model.h"
@@ -250,6 +251,9 @@ typedef struct {
 } lh_learner_config;
 
 void lh_learner_config_default(lh_learner_config *cfg);
+/* Reads the defaults, then the [learner] section of doc (common/ini_doc.h;
+ * db, ckpt_dir and the CURVE files resolved against their file's folder). */
+int lh_learner_config_read(const lh_ini_doc *doc, lh_learner_config *cfg, lh_errbuf *err);
 /* Loads the defaults, then the [learner] section of the file at path. */
 int lh_learner_config_load(const char *path, lh_learner_config *cfg, lh_errbuf *err);
 /* The same from INI text in memory; source names it in messages. */
@@ -511,6 +515,7 @@ void lh_learner_ingest_set_model_limits(lh_learner_ingest *ig, const lh_learner_
  * command keeps only the arguments, the signals and the exit codes. */
 typedef struct {
   const char *config, *init, *backend;
+  const lh_ini_doc *doc;  /* the config with its includes and --set overrides; NULL: read config */
   int resume;
   uint64_t steps;       /* stop after this many steps; 0: until *stop */
   float temperature;    /* the actors' sampling temperature ([actor] temperature) */

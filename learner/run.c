@@ -226,12 +226,26 @@ static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int
   return 0;
 }
 
+/* [learner] and [model] (when mc) of the command's document, or of the
+ * file config when there is none; reread: the same file and overrides read
+ * again (SIGHUP). */
+static int read_config(const lh_ini_doc *given, int reread, const char *config, lh_learner_config *cfg,
+                       lh_model_config *mc, lh_errbuf *err) {
+  lh_ini_doc *fresh = NULL;
+  if (given && reread) LH_TRY(lh_ini_doc_reopen(given, &fresh, err));
+  if (!given) LH_TRY(lh_ini_doc_load(config, NULL, 0, &fresh, err));
+  const lh_ini_doc *doc = fresh ? fresh : given;
+  int rc = lh_learner_config_read(doc, cfg, err);
+  if (!rc && mc) rc = lh_model_config_read(doc, mc, err);
+  lh_ini_doc_free(fresh);
+  return rc;
+}
+
 static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   const lh_learner_run_args *a = L->a;
   *usage_error = 1;
-  LH_TRY(lh_learner_config_load(a->config, &L->cfg, err));
   lh_model_config mc;
-  LH_TRY(lh_model_config_parse_file(a->config, &mc, err));
+  LH_TRY(read_config(a->doc, 0, a->config, &L->cfg, &mc, err));
   /* This rank's own ingest port and store file (learner.h, "learner ranks"). */
   char rank_text[LH_LEARNER_TEXT_BYTES];
   LH_TRY(lh_learner_rank_endpoint(L->cfg.ingest_endpoint, L->rank, rank_text, err));
@@ -349,7 +363,7 @@ static int take_stored(learner *L, int wait_ms, int64_t *last_scan, lh_errbuf *e
 static void reload_config(learner *L) {
   lh_learner_config fresh;
   lh_errbuf re;
-  if (lh_learner_config_load(L->a->config, &fresh, &re)) {
+  if (read_config(L->a->doc, 1, L->a->config, &fresh, NULL, &re)) {
     LH_WARN("learner", "SIGHUP: config not re-read, keeping max_db_bytes=%llu: %s",
             (unsigned long long)L->cfg.max_db_bytes, re.msg);
     return;

@@ -1,4 +1,5 @@
-/* The [model] section: defaults (the demo model), INI parsing through inih,
+/* The [model] section: defaults (the demo model), reading it from an INI
+ * document (common/ini_doc.h),
  * validation, and the JSON form kept in the checkpoint's metadata. */
 #include <errno.h>
 #include <math.h>
@@ -8,7 +9,6 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
-#include <ini.h>
 
 #include "model/internal.h"
 
@@ -159,44 +159,9 @@ int lh_model_config_validate(const lh_model_config *cfg, lh_errbuf *err) {
   return LH_OK;
 }
 
-typedef struct {
-  lh_model_config *cfg;
-  lh_errbuf *err;
-  int rc;
-} parse_state;
-
-static int on_entry(void *user, const char *section, const char *name, const char *value) {
-  parse_state *st = user;
-  if (strcmp(section, "model") != 0) return 1; /* other modules' sections */
-  if (st->rc) return 0;                        /* keep the first error only */
-  const key_spec *k = find_key(name);
-  if (!k) {
-    st->rc = lh_errbuf_set(st->err, LH_EMODEL_CONFIG_KEY,
-                           "unknown key '%s' in [model] (known: d_model, layers, heads, "
-                           "experts, topk, shared_experts, latent, expert_hidden, chunk, "
-                           "g_min, tau, vocab, patch, max_patches, balance, bias_rate, "
-                           "quantile_rate, aux_weight, seed)",
-                           name);
-    return 0;
-  }
-  st->rc = set_key(st->cfg, k, value, st->err);
-  return st->rc == 0;
-}
-
-/* inih returns the first failing line; append it to the message. */
-static int finish(parse_state *st, int line, const char *where, lh_errbuf *err) {
-  if (st->rc) {
-    if (err) {
-      char msg[LH_ERRMSG_BYTES];
-      snprintf(msg, sizeof msg, "%s", err->msg);
-      lh_errbuf_set(err, st->rc, "%s line %d: %s", where, line, msg);
-    }
-    return st->rc;
-  }
-  if (line > 0)
-    return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE, "%s line %d: not valid INI syntax",
-                         where, line);
-  int rc = lh_model_config_validate(st->cfg, err);
+/* Prefixes err's message with where (the key's file and line, or the
+ * document's file), keeping its code. */
+static int with_where(int rc, const char *where, lh_errbuf *err) {
   if (rc && err) {
     char msg[LH_ERRMSG_BYTES];
     snprintf(msg, sizeof msg, "%s", err->msg);
@@ -205,30 +170,49 @@ static int finish(parse_state *st, int line, const char *where, lh_errbuf *err) 
   return rc;
 }
 
-int lh_model_config_parse_file(const char *path, lh_model_config *cfg, lh_errbuf *err) {
-  if (!path || !cfg) return LH_EINVAL;
+int lh_model_config_read(const lh_ini_doc *doc, lh_model_config *cfg, lh_errbuf *err) {
+  if (!doc || !cfg) return lh_errbuf_set(err, LH_EINVAL, "model config: NULL document or config");
   lh_model_config c;
   lh_model_config_default(&c);
-  parse_state st = {&c, err, 0};
-  int line = ini_parse(path, on_entry, &st);
-  if (line == -1)
-    return lh_errbuf_set(err, LH_EMODEL_IO, "cannot open config file '%s'", path);
-  if (line == -2) return lh_errbuf_set(err, LH_ENOMEM, "out of memory parsing '%s'", path);
-  int rc = finish(&st, line, path, err);
-  if (rc == 0) *cfg = c;
+  char where[300];
+  for (size_t i = 0; i < lh_ini_doc_count(doc); i++) {
+    const lh_ini_entry *e = lh_ini_doc_entry(doc, i);
+    if (strcmp(e->section, "model") != 0) continue; /* other modules' sections */
+    lh_ini_entry_where(e, where, sizeof where);
+    const key_spec *k = find_key(e->key);
+    if (!k)
+      return lh_errbuf_set(err, LH_EMODEL_CONFIG_KEY,
+                           "%s: unknown key '%.64s' in [model] (known: d_model, layers, heads, "
+                           "experts, topk, shared_experts, latent, expert_hidden, chunk, "
+                           "g_min, tau, vocab, patch, max_patches, balance, bias_rate, "
+                           "quantile_rate, aux_weight, seed)",
+                           where, e->key);
+    LH_TRY(with_where(set_key(&c, k, e->value, err), where, err));
+  }
+  const char *path = lh_ini_doc_path(doc);
+  LH_TRY(with_where(lh_model_config_validate(&c, err), path ? path : "config", err));
+  *cfg = c;
+  return 0;
+}
+
+/* The document of a file or of text, with this module's codes. */
+static int read_source(const char *path, const char *text, lh_model_config *cfg, lh_errbuf *err) {
+  lh_ini_source src = {.path = path, .text = text, .file_error = LH_EMODEL_IO, .error = LH_EMODEL_CONFIG_VALUE};
+  lh_ini_doc *doc = NULL;
+  LH_TRY(lh_ini_doc_open(&src, &doc, err));
+  int rc = lh_model_config_read(doc, cfg, err);
+  lh_ini_doc_free(doc);
   return rc;
+}
+
+int lh_model_config_parse_file(const char *path, lh_model_config *cfg, lh_errbuf *err) {
+  if (!path || !cfg) return LH_EINVAL;
+  return read_source(path, NULL, cfg, err);
 }
 
 int lh_model_config_parse_string(const char *text, lh_model_config *cfg, lh_errbuf *err) {
   if (!text || !cfg) return LH_EINVAL;
-  lh_model_config c;
-  lh_model_config_default(&c);
-  parse_state st = {&c, err, 0};
-  int line = ini_parse_string(text, on_entry, &st);
-  if (line == -2) return lh_errbuf_set(err, LH_ENOMEM, "out of memory parsing config");
-  int rc = finish(&st, line, "config", err);
-  if (rc == 0) *cfg = c;
-  return rc;
+  return read_source(NULL, text, cfg, err);
 }
 
 char *lh_model_config_to_json(const lh_model_config *cfg) {

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "common/ini_doc.h"
 #include "kernels/kernels.h"
 
 /* ---- tokens (ARCHITECTURE.md §4 "Tokens") ---------------------------------------- */
@@ -75,6 +76,9 @@ int lh_model_config_validate(const lh_model_config *cfg, lh_errbuf *err);
  * key and the line. */
 int lh_model_config_parse_file(const char *path, lh_model_config *cfg, lh_errbuf *err);
 int lh_model_config_parse_string(const char *text, lh_model_config *cfg, lh_errbuf *err);
+/* The same from a document (common/ini_doc.h): includes and --set
+ * overrides applied; err names "file:line" or "--set model.key". */
+int lh_model_config_read(const lh_ini_doc *doc, lh_model_config *cfg, lh_errbuf *err);
 const char *lh_balance_name(lh_balance_kind kind);
 /* The config as a JSON object (keys as in the INI file); malloc'd, the caller
  * frees it. NULL when out of memory. */

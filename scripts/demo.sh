@@ -21,9 +21,11 @@ mkdir -p "$work"
 work=$(cd "$work" && pwd)
 
 # The fleet's config: examples/calc.ini with the warm start, the run
-# length and every path inside the work folder.
+# length and every path inside the work folder (its include still names
+# examples/model.ini: a relative path is relative to the file's folder).
 cfg="$work/calc.ini"
-sed -e "s|^; init = .*|init = $work/sft|" -e "s|^duration_s = .*|duration_s = $seconds|" \
+sed -e "s|^include = \(.*\)|include = $src/examples/\1|" \
+    -e "s|^; init = .*|init = $work/sft|" -e "s|^duration_s = .*|duration_s = $seconds|" \
     -e "s|^log_dir = .*|log_dir = $work/logs|" -e "s|^db = .*|db = $work/replay.db|" \
     -e "s|^ckpt_dir = .*|ckpt_dir = $work/ckpt|" "$src/examples/calc.ini" > "$cfg"
 rate() { sed -n 's/.*"success_rate": \([0-9.]*\).*/\1/p'; }

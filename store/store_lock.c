@@ -1,80 +1,19 @@
 /* store: the writer lock, so that a store has at most one writing learner
- * (store.h, "one writer per store").
- *
- * flock(2) on a side file rather than the presence of a file: the kernel
- * releases the lock when its descriptor's last holder closes it, which a
- * process's end does however it ends (SIGKILL, a crash), so no stale lock
- * needs clearing by hand. A flock belongs to the open file description,
- * so a second open and lock in the same process is refused as well (an
- * fcntl lock would be granted to the same process, and dropped by any
- * close of the file). The side file is never removed: removing it would
- * let one process lock the old file while another creates and locks a new
- * one under the same name. It is emptied on unlock instead. */
-#include <errno.h>
-#include <fcntl.h>
+ * (store.h, "one writer per store"): common's file lock (common/file_lock.h)
+ * on a side file beside the store. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "common/file_lock.h"
 #include "store/store_internal.h"
 
-#define HOLDER_BYTES 1024
-
 struct lh_store_writer_lock {
-  int fd;
-  char *path;
+  lh_file_lock *lock;
 };
 
-/* Replaces control characters (a newline in the holder text, say) with
- * spaces and drops trailing white space, so the description is one line. */
-static void one_line(char *t) {
-  for (char *c = t; *c; c++)
-    if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' ';
-  size_t n = strlen(t);
-  while (n && t[n - 1] == ' ') t[--n] = 0;
-}
-
-/* The holder's description as the side file holds it; "" when empty. */
-static void read_holder(int fd, char *buf, size_t cap) {
-  ssize_t n = pread(fd, buf, cap - 1, 0);
-  buf[n > 0 ? n : 0] = 0;
-  one_line(buf);
-}
-
-/* Writes this process's description into the side file (whose lock the
- * caller holds), replacing the previous holder's. */
-static int write_holder(int fd, const char *path, const char *holder, lh_errbuf *err) {
-  char host[256] = "";
-  if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "unknown");
-  host[sizeof host - 1] = 0;
-  int64_t now = lh_wall_ms();
-  time_t secs = (time_t)(now / 1000);
-  struct tm tm;
-  char when[32] = "";
-  if (gmtime_r(&secs, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  char text[HOLDER_BYTES];
-  int n = snprintf(text, sizeof text, "pid %ld on %s since %s (started_ms %lld): %s",
-                   (long)getpid(), host, when, (long long)now, holder && *holder ? holder : "no description");
-  if (n < 0) n = 0;
-  if ((size_t)n >= sizeof text) n = (int)sizeof text - 1;
-  one_line(text);
-  n = (int)strlen(text);
-  text[n++] = '\n';
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != (ssize_t)n)
-    return lh_errbuf_set(err, LH_EIO, "cannot write the writer lock file %s: %s", path, strerror(errno));
-  return 0;
-}
-
-/* The side file's path: `<db>.writer` beside the store as SQLite finds
- * it, symbolic links and relative paths resolved (SQLite names its -wal
- * and -shm files after the resolved path as well), so that two spellings
- * of one store share one lock. A store not created yet is resolved
- * through its folder. NULL when out of memory. */
-static char *side_path(const char *db_path) {
+char *lh_store_side_path(const char *db_path, const char *suffix) {
+  if (!db_path || !suffix) return NULL;
   char *real = realpath(db_path, NULL);
   if (!real) {
     const char *slash = strrchr(db_path, '/');
@@ -91,28 +30,11 @@ static char *side_path(const char *db_path) {
     if (!real) real = strdup(db_path);  /* no folder: opening the side file says so */
     if (!real) return NULL;
   }
-  size_t n = strlen(real) + sizeof ".writer";
+  size_t n = strlen(real) + strlen(suffix) + 1;
   char *path = malloc(n);
-  if (path) snprintf(path, n, "%s.writer", real);
+  if (path) snprintf(path, n, "%s%s", real, suffix);
   free(real);
   return path;
-}
-
-/* Locks fd without waiting; 0, or errno. */
-static int try_lock(int fd) {
-  int r;
-  do r = flock(fd, LOCK_EX | LOCK_NB);
-  while (r != 0 && errno == EINTR);
-  return r == 0 ? 0 : errno;
-}
-
-static int locked_err(int fd, const char *db_path, const char *path, lh_errbuf *err) {
-  char who[HOLDER_BYTES];
-  read_holder(fd, who, sizeof who);
-  return lh_errbuf_set(err, LH_ESTORE_WRITER_LOCKED,
-                       "store %s has a writer already: %s (lock file %s); a store takes one "
-                       "learner: stop that one, or give this one another store",
-                       db_path, *who ? who : "holder not recorded yet", path);
 }
 
 int lh_store_lock_writer(const char *db_path, const char *holder, lh_store_writer_lock **out,
@@ -120,54 +42,35 @@ int lh_store_lock_writer(const char *db_path, const char *holder, lh_store_write
   if (out) *out = NULL;
   if (!db_path || !*db_path || !out)
     return lh_errbuf_set(err, LH_EINVAL, "lh_store_lock_writer: no store path or no out");
-  char *path = side_path(db_path);
-  if (!path) return lh_errbuf_set(err, LH_ENOMEM, "no memory for the writer lock's path");
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    int why = errno;
-    /* Another user's side file: read-only still tells who holds it. */
-    int ro = why == EACCES ? open(path, O_RDONLY | O_CLOEXEC) : -1;
-    int rc;
-    if (ro >= 0 && try_lock(ro) == EWOULDBLOCK)
-      rc = locked_err(ro, db_path, path, err);
-    else
-      rc = lh_errbuf_set(err, LH_EIO,
-                         "cannot open the writer lock file %s: %s (the store's folder and that "
-                         "file must be writable by the learner)",
-                         path, strerror(why));
-    if (ro >= 0) close(ro);
+  char *path = lh_store_side_path(db_path, ".writer");
+  lh_store_writer_lock *l = path ? calloc(1, sizeof *l) : NULL;
+  if (!l) {
     free(path);
-    return rc;
+    return lh_errbuf_set(err, LH_ENOMEM, "no memory for the writer lock");
   }
-  int why = try_lock(fd);
-  if (why != 0) {
-    int rc = why == EWOULDBLOCK
-                 ? locked_err(fd, db_path, path, err)
-                 : lh_errbuf_set(err, LH_EIO, "cannot lock the writer lock file %s: %s", path, strerror(why));
-    close(fd);
-    free(path);
-    return rc;
+  char who[LH_FILE_LOCK_HOLDER_BYTES];
+  int rc = lh_file_lock_take(path, holder, LH_ESTORE_WRITER_LOCKED, &l->lock, who, sizeof who, err);
+  if (rc == LH_ESTORE_WRITER_LOCKED)
+    lh_errbuf_set(err, rc,
+                  "store %s has a writer already: %s (lock file %s); a store takes one "
+                  "learner: stop that one, or give this one another store",
+                  db_path, *who ? who : "holder not recorded yet", path);
+  else if (rc == LH_EIO && err) {
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    lh_errbuf_set(err, rc, "%s (the learner writes the store's folder)", why);
   }
-  int rc = write_holder(fd, path, holder, err);
-  lh_store_writer_lock *l = rc == 0 ? malloc(sizeof *l) : NULL;
-  if (rc == 0 && !l) rc = lh_errbuf_set(err, LH_ENOMEM, "no memory for the writer lock");
+  free(path);
   if (rc != 0) {
-    close(fd);  /* releases the lock */
-    free(path);
+    free(l);
     return rc;
   }
-  l->fd = fd;
-  l->path = path;
   *out = l;
   return 0;
 }
 
 void lh_store_unlock_writer(lh_store_writer_lock *l) {
   if (!l) return;
-  /* Emptied while still held, so that no later holder's text is cut. */
-  if (ftruncate(l->fd, 0) != 0) LH_WARN("store", "writer lock file not emptied path=%s", l->path);
-  flock(l->fd, LOCK_UN);
-  close(l->fd);
-  free(l->path);
+  lh_file_lock_release(l->lock);
   free(l);
 }

@@ -114,6 +114,13 @@ void lfx_write_config(lfx_fleet *f, const char *src, const lfx_override *over, i
       while (k_end > s && (k_end[-1] == ' ' || k_end[-1] == '\t')) k_end--;
       char key[128];
       snprintf(key, sizeof key, "%s.%.*s", section, (int)(k_end - s), s);
+      /* An example's include names a file beside it in examples/. */
+      if (!section[0] && !strcmp(key, ".include")) {
+        const char *v0 = eq + 1;
+        while (*v0 == ' ' || *v0 == '\t') v0++;
+        fprintf(out, "include = %s/examples/%s\n", getenv("LH_SOURCE_DIR"), v0);
+        continue;
+      }
       for (int i = 0; i < n; i++)
         if (!strcmp(items[i].key, key)) {
           fprintf(out, "%.*s = %s\n", (int)(k_end - s), s, items[i].value);

@@ -1,10 +1,10 @@
-# `longhaul launch --slurm`: the batch script, the derived configs' INI
-# rewrite and the refusals without a cluster (test_launch_slurm); a tiny
+# `longhaul launch --slurm`: the batch script and the refusals without a
+# cluster (test_launch_slurm); a tiny
 # fleet through a private munged, slurmctld and slurmd on this machine
 # (test_slurm: scripts/test-slurm.sh, also `make test-slurm`; skipped
 # without Slurm and munge or when not root).
 lh_add_test(test_launch_slurm SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch_slurm.c
-  ${CMAKE_SOURCE_DIR}/cli/launch_slurm_ini.c ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
   LIBS lh_store LABELS proc TIMEOUT 120)
 add_dependencies(test_launch_slurm longhaul)
 add_test(NAME test_slurm COMMAND ${CMAKE_SOURCE_DIR}/scripts/test-slurm.sh ${CMAKE_BINARY_DIR})

@@ -136,14 +136,13 @@ typedef struct {
   char last_section[16];
 } demo_other;
 
-static int demo_other_key(void *user, const char *source, int line, const char *section, const char *name,
-                          const char *value, lh_errbuf *err) {
+static int demo_other_key(void *user, const lh_ini_entry *e, lh_errbuf *err) {
   demo_other *o = user;
   o->calls++;
-  o->last_line = line;
-  snprintf(o->last_section, sizeof o->last_section, "%s", section);
-  if (!strcmp(name, "stop"))
-    return lh_errbuf_set(err, LH_EIO, "%s:%d: [%s] %s = %s: refused", source, line, section, name, value);
+  o->last_line = e->line;
+  snprintf(o->last_section, sizeof o->last_section, "%s", e->section);
+  if (!strcmp(e->key, "stop"))
+    return lh_errbuf_set(err, LH_EIO, "%s:%d: [%s] %s = %s: refused", e->file, e->line, e->section, e->key, e->value);
   return 0;
 }
 
@@ -220,7 +219,8 @@ START_TEST(test_ini_unknown_duplicate_syntax) {
   demo_error(&DEMO, "[demo\n", LH_EINVAL, "demo.ini:1: syntax error", NULL);
   /* The first error is the one reported. */
   demo_error(&DEMO, "[demo]\ncount = 0\nbogus = 1\n", LH_ECONFIG, "demo.ini:2: [demo] count", NULL);
-  demo_error(&DEMO, "[demo]\nbogus = 1\ncount = 0\nbroken\n", LH_ENOENT, "demo.ini:2: [demo] unknown key", NULL);
+  /* The file is read whole before its keys: a syntax error anywhere comes first. */
+  demo_error(&DEMO, "[demo]\nbogus = 1\ncount = 0\nbroken\n", LH_EINVAL, "demo.ini:4: syntax error", NULL);
 }
 END_TEST
 
@@ -291,33 +291,6 @@ START_TEST(test_ini_bad_arguments) {
 }
 END_TEST
 
-/* lh_ini_load_file hands a file's text to a module's parser. */
-static int demo_parse_text(const char *text, const char *source, void *cfg, lh_errbuf *err) {
-  return lh_ini_section_parse(&DEMO, text, source, cfg, NULL, NULL, err);
-}
-
-START_TEST(test_ini_load_file) {
-  char path[] = "/tmp/lh_common_ini_XXXXXX";
-  int fd = mkstemp(path);
-  ck_assert_int_ge(fd, 0);
-  const char *text = "[demo]\ncount = 9\n\nratio = 2\n";
-  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-  close(fd);
-  demo_config c;
-  demo_default(&c);
-  lh_errbuf e = {0};
-  ck_assert_int_eq(lh_ini_load_file(path, LH_EIO, demo_parse_text, &c, &e), LH_ECONFIG);
-  char want[128];
-  snprintf(want, sizeof want, "%s:4: [demo] ratio = '2'", path);
-  ck_assert_msg(strstr(e.msg, want), "message '%s' lacks '%s'", e.msg, want);
-  ck_assert_uint_eq(c.count, 9);
-  unlink(path);
-  ck_assert_int_eq(lh_ini_load_file(path, LH_EIO, demo_parse_text, &c, &e), LH_EIO);
-  ck_assert(strstr(e.msg, path) && strstr(e.msg, "cannot open"));
-  ck_assert_int_eq(lh_ini_load_file(NULL, LH_EIO, demo_parse_text, &c, &e), LH_EINVAL);
-}
-END_TEST
-
 int main(void) {
   Suite *s = suite_create("common");
   TCase *tc = tcase_create("core");
@@ -331,7 +304,6 @@ int main(void) {
   tcase_add_test(tc, test_ini_bad_values);
   tcase_add_test(tc, test_ini_other_sections);
   tcase_add_test(tc, test_ini_bad_arguments);
-  tcase_add_test(tc, test_ini_load_file);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);

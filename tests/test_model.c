@@ -118,9 +118,9 @@ static void expect_bad(const char *ini, int code, const char *needle) {
 
 START_TEST(test_config_errors) {
   expect_bad("[model]\nd_model = 64\nheadz = 2\n", LH_EMODEL_CONFIG_KEY, "'headz'");
-  expect_bad("[model]\nd_model = 64\nheadz = 2\n", LH_EMODEL_CONFIG_KEY, "line 3");
+  expect_bad("[model]\nd_model = 64\nheadz = 2\n", LH_EMODEL_CONFIG_KEY, "config:3: ");
   expect_bad("[model]\nlayers = two\n", LH_EMODEL_CONFIG_VALUE, "'layers'");
-  expect_bad("[model]\nlayers = 0\n", LH_EMODEL_CONFIG_VALUE, "line 2");
+  expect_bad("[model]\nlayers = 0\n", LH_EMODEL_CONFIG_VALUE, "config:2: ");
   expect_bad("[model]\ntau = 1x\n", LH_EMODEL_CONFIG_VALUE, "'tau'");
   expect_bad("[model]\ng_min = 1\n", LH_EMODEL_CONFIG_VALUE, "'g_min'");
   expect_bad("[model]\nbalance = loss\n", LH_EMODEL_CONFIG_VALUE, "'balance'");
@@ -129,7 +129,7 @@ START_TEST(test_config_errors) {
   expect_bad("[model]\nheads = 3\n", LH_EMODEL_CONFIG_VALUE, "'heads'");
   expect_bad("[model]\ntopk = 17\n", LH_EMODEL_CONFIG_VALUE, "'topk'");
   expect_bad("[model]\nchunk = 32\n", LH_EMODEL_CONFIG_VALUE, "exceeds 88");
-  expect_bad("[model]\nthis is not ini\n", LH_EMODEL_CONFIG_VALUE, "line 2");
+  expect_bad("[model]\nthis is not ini\n", LH_EMODEL_CONFIG_VALUE, "config:2: syntax error");
   lh_model_config c;
   lh_errbuf err = {0};
   ck_assert_int_eq(lh_model_config_parse_file("/nonexistent/model.ini", &c, &err), LH_EMODEL_IO);

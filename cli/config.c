@@ -1,0 +1,59 @@
+/* cli: one config document per command, checked whole (cli/config.h). */
+#include "cli/config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "actors/actors.h"
+#include "cli/commands.h"
+#include "cli/launch.h"
+#include "learner/learner.h"
+#include "model/model.h"
+
+int lh_cli_set_arg(const char *command, int argc, char **argv, int *i, lh_cli_sets *sets) {
+  const char *a = argv[*i], *value = NULL;
+  if (!strcmp(a, "--set")) {
+    if (*i + 1 >= argc) {
+      fprintf(stderr, "longhaul %s: --set needs section.key=value\n", command);
+      return -1;
+    }
+    value = argv[++*i];
+  } else if (!strncmp(a, "--set=", 6)) {
+    value = a + 6;
+  } else {
+    return 0;
+  }
+  if (sets->n == LH_INI_MAX_SETS) {
+    fprintf(stderr, "longhaul %s: more than %d --set overrides\n", command, LH_INI_MAX_SETS);
+    return -1;
+  }
+  sets->set[sets->n++] = value;
+  return 1;
+}
+
+int lh_cli_config_check(const lh_ini_doc *doc, lh_errbuf *err) {
+  lh_launch_config fleet;
+  LH_TRY(lh_launch_config_read(doc, &fleet, err));
+  lh_learner_config learner;
+  LH_TRY(lh_learner_config_read(doc, &learner, err));
+  lh_actors_config actor;
+  LH_TRY(lh_actors_config_read(doc, &actor, err));
+  lh_model_config model;
+  return lh_model_config_read(doc, &model, err);
+}
+
+int lh_cli_config_open(const char *command, const char *path, const lh_cli_sets *sets, lh_ini_doc **out) {
+  lh_errbuf err;
+  memset(&err, 0, sizeof err);
+  *out = NULL;
+  lh_ini_doc *doc = NULL;
+  int rc = lh_ini_doc_load(path, sets ? sets->set : NULL, sets ? sets->n : 0, &doc, &err);
+  if (!rc) rc = lh_cli_config_check(doc, &err);
+  if (rc) {
+    fprintf(stderr, "longhaul %s: %s\n", command, err.msg);
+    lh_ini_doc_free(doc);
+    return rc == LH_ENOMEM || rc == LH_ESYS ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
+  }
+  *out = doc;
+  return 0;
+}

@@ -1,0 +1,37 @@
+/* cli: the config a command reads: the file named by --config (or the
+ * launcher's FLEET.ini) with its includes and the command's --set
+ * overrides, built once into one document (common/ini_doc.h) that every
+ * section reader is handed. */
+#ifndef LH_CLI_CONFIG_H
+#define LH_CLI_CONFIG_H
+
+#include <stddef.h>
+
+#include "common/ini_doc.h"
+
+/* The --set overrides of one command, "section.key=value", in order (the
+ * strings are argv's). */
+typedef struct {
+  const char *set[LH_INI_MAX_SETS];
+  size_t n;
+} lh_cli_sets;
+
+/* When argv[*i] is `--set VALUE` or `--set=VALUE`: appends VALUE to sets,
+ * moves *i to the argument's last word and returns 1; returns 0 when
+ * argv[*i] is another argument; -1 after printing why (to stderr, naming
+ * command) when the value is missing or there are more than
+ * LH_INI_MAX_SETS. */
+int lh_cli_set_arg(const char *command, int argc, char **argv, int *i, lh_cli_sets *sets);
+
+/* Checks every section of doc with its module's reader ([fleet], [learner],
+ * [actor] with [env], [model]), so that a bad key or an override of a key
+ * no section knows is an error for every command, whichever sections it
+ * uses. 0, or the first error's code with err. */
+int lh_cli_config_check(const lh_ini_doc *doc, lh_errbuf *err);
+
+/* The document of path with sets, checked (lh_cli_config_check): 0 with
+ * *out (freed with lh_ini_doc_free), or the exit code after printing
+ * "longhaul COMMAND: why" to stderr (2 for a config error). */
+int lh_cli_config_open(const char *command, const char *path, const lh_cli_sets *sets, lh_ini_doc **out);
+
+#endif

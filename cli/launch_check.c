@@ -1,0 +1,226 @@
+/* cli: what `longhaul launch` checks before it starts any child, so that a
+ * mistake stops the launch with one message instead of a crash loop:
+ *   - every environment an actor will open, opened once here with the
+ *     [env] options (the environment's own option table; a plugin's path
+ *     and table), unless it lives on an env server that is not up yet;
+ *   - the [fleet] env_server command's program (on PATH or at its path);
+ *   - the endpoints the fleet binds on this host: well-formed, not given
+ *     twice, and free (a TCP port nobody listens on, an ipc:// path no
+ *     live socket holds). ZeroMQ takes over a live ipc:// path silently,
+ *     which is how a second fleet's learner would steal the first's. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "actors/actors.h"
+#include "cli/launch.h"
+#include "envs/env.h"
+#include "learner/learner.h"
+
+/* Opens env name with the [env] options as an actor would (without the
+ * actor's own max_steps), and closes it again. */
+static int check_env(const char *config, const char *name, const lh_actors_config *ac, const char *who,
+                     lh_errbuf *err) {
+  lh_env_option opts[LH_ACTORS_ENV_OPTIONS];
+  int remote = 0;
+  for (uint32_t i = 0; i < ac->n_env_options; i++) {
+    opts[i] = (lh_env_option){ac->env_keys[i], ac->env_values[i]};
+    if (strcmp(ac->env_keys[i], "server") == 0) remote = 1;
+  }
+  if (remote) return 0; /* the env server starts with the fleet; its actors report what it refuses */
+  lh_env *env = NULL;
+  lh_errbuf e;
+  memset(&e, 0, sizeof e);
+  int rc = lh_env_open(name, opts, ac->n_env_options, &env, &e);
+  lh_env_free(env);
+  if (rc < 0)
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: [env] cannot open environment '%s'%s: %s", config, name, who, e.msg);
+  return 0;
+}
+
+static int check_envs(const lh_launch_fleet *f, const lh_actors_config *ac, lh_errbuf *err) {
+  const lh_launch_config *c = &f->fleet;
+  if (!c->actors) return 0;
+  if (!c->n_actor_envs) return check_env(f->config_path, ac->env_name, ac, "", err);
+  for (uint32_t i = 0; i < c->n_actor_envs && i < c->actors; i++) {
+    int seen = 0;
+    for (uint32_t j = 0; j < i; j++) seen |= strcmp(c->actor_envs[i], c->actor_envs[j]) == 0;
+    if (seen) continue;
+    char who[LH_LAUNCH_NAME_BYTES + 64];
+    snprintf(who, sizeof who, " ([fleet] actor_envs entry %u)", i + 1);
+    LH_TRY(check_env(f->config_path, c->actor_envs[i], ac, who, err));
+  }
+  return 0;
+}
+
+/* The program of a /bin/sh command line: its first word, after any
+ * NAME=value assignments. 0, or -1 when the line has none. */
+static int first_program(const char *cmd, char *out, size_t bytes) {
+  const char *s = cmd;
+  for (;;) {
+    while (*s == ' ' || *s == '\t') s++;
+    size_t n = strcspn(s, " \t");
+    if (!n) return -1;
+    const char *eq = memchr(s, '=', n);
+    if (eq && eq > s && !memchr(s, '/', (size_t)(eq - s))) {
+      s += n; /* an assignment */
+      continue;
+    }
+    if (n >= bytes) n = bytes - 1;
+    memcpy(out, s, n);
+    out[n] = 0;
+    return 0;
+  }
+}
+
+static int executable(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+static int check_env_server(const lh_launch_fleet *f, lh_errbuf *err) {
+  const char *cmd = f->fleet.env_server;
+  if (!cmd[0]) return 0;
+  char prog[LH_LAUNCH_PATH_BYTES];
+  if (first_program(cmd, prog, sizeof prog))
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] env_server = '%s' names no program", f->config_path, cmd);
+  if (strchr(prog, '/')) {
+    if (executable(prog)) return 0;
+    char cwd[LH_LAUNCH_PATH_BYTES] = "?";
+    if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "?");
+    return lh_errbuf_set(err, LH_ECONFIG,
+                         "%s: [fleet] env_server: '%s' is not an executable file (a relative path is taken from %s, "
+                         "the folder the launcher runs in)",
+                         f->config_path, prog, cwd);
+  }
+  const char *path = getenv("PATH");
+  if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+  for (const char *p = path; *p;) {
+    size_t n = strcspn(p, ":");
+    char full[2 * LH_LAUNCH_PATH_BYTES];
+    snprintf(full, sizeof full, "%.*s/%s", (int)(n ? n : 1), n ? p : ".", prog);
+    if (executable(full)) return 0;
+    p += n;
+    if (*p == ':') p++;
+  }
+  return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] env_server: no program '%s' on PATH (%s)", f->config_path, prog,
+                       path);
+}
+
+/* ---- endpoints ---------------------------------------------------------- */
+
+typedef struct {
+  char endpoint[LH_LEARNER_TEXT_BYTES];
+  char what[96]; /* "[learner] ingest_endpoint (rank 1)" */
+} bind_point;
+
+/* Whether a TCP listener holds host:port here: 0 free (or the address is
+ * not this host's, which another host's fleet checks), 1 in use, -1 with
+ * err when the endpoint is malformed. */
+static int tcp_in_use(const char *config, const bind_point *b, lh_errbuf *err) {
+  const char *hp = b->endpoint + 6;
+  const char *colon = strrchr(hp, ':');
+  if (!colon || colon == hp || !colon[1])
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: %s = '%s' is not tcp://HOST:PORT", config, b->what, b->endpoint), -1;
+  if (strcmp(colon + 1, "*") == 0) return 0; /* a wildcard port is always free */
+  char host[256];
+  size_t hn = (size_t)(colon - hp);
+  if (hn >= sizeof host) hn = sizeof host - 1;
+  memcpy(host, hp, hn);
+  host[hn] = 0;
+  if (host[0] == '[' && hn > 1 && host[hn - 1] == ']') memmove(host, host + 1, hn - 2), host[hn - 2] = 0;
+  const char *node = strcmp(host, "*") == 0 ? NULL : host;
+  char *end = NULL;
+  long port = strtol(colon + 1, &end, 10);
+  if (*end || port < 1 || port > 65535)
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: %s = '%s': the port is not 1..65535 or *", config, b->what,
+                         b->endpoint),
+           -1;
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+  struct addrinfo *ai = NULL;
+  int g = getaddrinfo(node, colon + 1, &hints, &ai);
+  if (g != 0)
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: %s = '%s': cannot resolve '%s': %s", config, b->what, b->endpoint,
+                         host, gai_strerror(g)),
+           -1;
+  int used = 0;
+  for (struct addrinfo *a = ai; a && !used; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    /* As ZeroMQ binds: a port left in TIME_WAIT is free, a listener's not. */
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 && errno == EADDRINUSE) used = 1;
+    close(fd);
+  }
+  freeaddrinfo(ai);
+  return used;
+}
+
+/* Whether a live socket holds the ipc:// path: something accepts a
+ * connection there. A stale file (its owner gone) is free. */
+static int ipc_in_use(const char *path) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof sa.sun_path) return 0; /* ZeroMQ refuses it at bind, with its own message */
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISSOCK(st.st_mode)) return 0;
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  int used = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+  close(fd);
+  return used;
+}
+
+static int check_endpoints(const lh_launch_fleet *f, const lh_learner_config *lc, lh_errbuf *err) {
+  bind_point b[LH_LAUNCH_MAX_LEARNERS + 2];
+  size_t n = 0;
+  for (uint64_t r = 0; r < f->fleet.learners; r++) {
+    LH_TRY(lh_learner_rank_endpoint(lc->ingest_endpoint, (int)r, b[n].endpoint, err));
+    if (f->fleet.learners > 1) snprintf(b[n].what, sizeof b[n].what, "[learner] ingest_endpoint (rank %llu)",
+                                        (unsigned long long)r);
+    else snprintf(b[n].what, sizeof b[n].what, "[learner] ingest_endpoint");
+    n++;
+  }
+  if (lc->weights_pub_endpoint[0] && strcmp(lc->weights_pub_endpoint, "none") != 0) {
+    snprintf(b[n].endpoint, sizeof b[n].endpoint, "%s", lc->weights_pub_endpoint);
+    snprintf(b[n++].what, sizeof b[0].what, "[learner] weights_pub_endpoint");
+    snprintf(b[n].endpoint, sizeof b[n].endpoint, "%s", lc->weights_endpoint);
+    snprintf(b[n++].what, sizeof b[0].what, "[learner] weights_endpoint");
+  }
+  for (size_t i = 0; i < n; i++) {
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(b[i].endpoint, b[j].endpoint) == 0 && !strstr(b[i].endpoint, ":*"))
+        return lh_errbuf_set(err, LH_ECONFIG, "%s: %s = '%s' is also %s: each endpoint binds once", f->config_path,
+                             b[i].what, b[i].endpoint, b[j].what);
+    int used = 0;
+    if (strncmp(b[i].endpoint, "tcp://", 6) == 0) {
+      used = tcp_in_use(f->config_path, &b[i], err);
+      if (used < 0) return err ? err->code : LH_ECONFIG;
+    } else if (strncmp(b[i].endpoint, "ipc://", 6) == 0) {
+      used = ipc_in_use(b[i].endpoint + 6);
+    }
+    if (used)
+      return lh_errbuf_set(err, LH_ECONFIG,
+                           "%s: %s = '%s' is in use on this host (another fleet or learner? `ss -ltnp` or "
+                           "`fuser` names it): stop it, or give this fleet other endpoints",
+                           f->config_path, b[i].what, b[i].endpoint);
+  }
+  return 0;
+}
+
+int lh_launch_check(const lh_launch_fleet *f, const lh_learner_config *lc, const lh_actors_config *ac,
+                    lh_errbuf *err) {
+  LH_TRY(check_envs(f, ac, err));
+  LH_TRY(check_env_server(f, err));
+  LH_TRY(check_endpoints(f, lc, err));
+  return 0;
+}

@@ -1,0 +1,219 @@
+/* What `longhaul launch` refuses and watches, with the launcher and its
+ * fleet as real processes over a tiny calc fleet (issue 15, "Tests"):
+ *   config     mistakes found before any child starts (exit 2, the file,
+ *              section and key named): an environment's unknown option, an
+ *              env server program that does not exist, an ingest port in
+ *              use;
+ *   second     a second launch on a running fleet's store, or its log
+ *              folder, is refused naming the first, which runs on;
+ *   usage      a child that exits 2 is not restarted: the fleet stops and
+ *              names the child and what it said;
+ *   watch_actor    an actor stopped with SIGSTOP is found by the watchdog
+ *              from the store's heartbeats and restarted;
+ *   watch_learner  a learner that never steps is restarted once, and then
+ *              the fleet fails loudly (exit 1), never a silent hang. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "case_main.h"
+#include "launch_fixture.h"
+#include "proc_util.h"
+
+static void calc_fleet(lfx_fleet *f, const char *tag, const lfx_override *more, int n_more) {
+  lfx_init(f, tag);
+  lfx_override o[16] = {{"fleet.duration_s", "0"}, {"actor.segment_tokens", "32"}, {"actor.max_context", "400"},
+                        {"actor.heartbeat_ms", "300"}, {"fleet.stop_timeout_ms", "10000"}};
+  int n = 5;
+  for (int i = 0; i < n_more && n < 16; i++) o[n++] = more[i];
+  char *src = lfx_example("calc.ini");
+  lfx_write_config(f, src, o, n);
+  free(src);
+}
+
+/* Runs the launcher to its end and returns its exit code and output. */
+static int run_launch(lfx_fleet *f, char **out) {
+  lfx_start(f);
+  int rc = lfx_wait(f, 120);
+  *out = lfx_read(f, "launch.out");
+  return rc;
+}
+
+static int has(const char *text, const char *needle) { return strstr(text, needle) != NULL; }
+
+START_TEST(test_config) {
+  lfx_fleet f;
+  char *out;
+  lfx_override env[] = {{"env.digts", "1"}};
+  calc_fleet(&f, "guard-env", env, 1);
+  ck_assert_int_eq(run_launch(&f, &out), 2);
+  ck_assert_msg(has(out, "[env] cannot open environment 'calc'") && has(out, "digts"), "%s", out);
+  char learner_log[LFX_PATH + 32];
+  snprintf(learner_log, sizeof learner_log, "%s/learner.log", f.logs);
+  ck_assert_int_ne(access(learner_log, F_OK), 0); /* nothing started */
+  free(out);
+  lfx_cleanup(&f);
+
+  lfx_override server[] = {{"fleet.env_server", "no-such-env-server-program --port 1"}};
+  calc_fleet(&f, "guard-server", server, 1);
+  ck_assert_int_eq(run_launch(&f, &out), 2);
+  ck_assert_msg(has(out, "[fleet] env_server: no program 'no-such-env-server-program'"), "%s", out);
+  free(out);
+  lfx_cleanup(&f);
+
+  /* A port another process listens on. */
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  ck_assert_int_eq(listen(fd, 1), 0);
+  socklen_t len = sizeof sa;
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+  char ep[64];
+  snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ntohs(sa.sin_port));
+  lfx_override port[] = {{"learner.ingest_endpoint", ep}, {"actor.learner_endpoint", ep}};
+  calc_fleet(&f, "guard-port", port, 2);
+  ck_assert_int_eq(run_launch(&f, &out), 2);
+  ck_assert_msg(has(out, "[learner] ingest_endpoint = '") && has(out, "is in use on this host"), "%s", out);
+  close(fd);
+  free(out);
+  lfx_cleanup(&f);
+}
+END_TEST
+
+START_TEST(test_second) {
+  lfx_fleet a;
+  calc_fleet(&a, "guard-first", NULL, 0);
+  lfx_start(&a);
+  ck_assert_msg(lfx_wait_sql(&a, "SELECT count(DISTINCT actor) FROM actor_heartbeats", 2, 120), "fleet A idle (%s)",
+                a.dir);
+  char pid_path[LFX_PATH + 32];
+  snprintf(pid_path, sizeof pid_path, "%s/actor-0.pid", a.logs);
+  char *pid_before = lh_proc_read_file(pid_path);
+  ck_assert_ptr_nonnull(pid_before);
+  /* B: the same config (store, logs, endpoints), then only the store shared. */
+  lfx_fleet b = a;
+  snprintf(b.config, sizeof b.config, "%s/second.ini", a.dir);
+  char *text = lh_proc_read_file(a.config);
+  ck_assert_int_eq(lh_proc_write_file(b.config, text), 0);
+  const char *args[] = {"launch", b.config, "--status", "plain", NULL};
+  char out_path[LFX_PATH + 32];
+  snprintf(out_path, sizeof out_path, "%s/second.out", a.dir);
+  pid_t second = lh_proc_spawn_longhaul(out_path, args);
+  ck_assert_int_eq(lh_proc_wait(second, 60, NULL), 2);
+  char *out = lh_proc_read_file(out_path);
+  ck_assert_msg(has(out, "is in use by another fleet") && has(out, a.config), "%s", out);
+  free(out);
+  /* Another log folder, the same store. */
+  char other_logs[LFX_PATH + 32], line[LFX_PATH + 64];
+  snprintf(other_logs, sizeof other_logs, "%s/logs-b", a.dir);
+  snprintf(line, sizeof line, "[fleet]\nlog_dir = %s\n", other_logs);
+  char *moved = malloc(strlen(text) + strlen(line) + 1);
+  /* [fleet] is the first section of the example: its log_dir key replaced */
+  char *at = strstr(text, "log_dir = ");
+  ck_assert_ptr_nonnull(at);
+  char *eol = strchr(at, '\n');
+  sprintf(moved, "%.*slog_dir = %s%s", (int)(at - text), text, other_logs, eol);
+  ck_assert_int_eq(lh_proc_write_file(b.config, moved), 0);
+  second = lh_proc_spawn_longhaul(out_path, args);
+  ck_assert_int_eq(lh_proc_wait(second, 60, NULL), 2);
+  out = lh_proc_read_file(out_path);
+  ck_assert_msg(has(out, "[learner] db = ") && has(out, "is in use by another fleet"), "%s", out);
+  free(out);
+  free(moved);
+  free(text);
+  char *pid_after = lh_proc_read_file(pid_path);
+  ck_assert_str_eq(pid_before, pid_after); /* A's files untouched */
+  free(pid_before);
+  free(pid_after);
+  kill(a.launcher, SIGTERM);
+  int rc = lfx_wait(&a, 120);
+  out = lfx_read(&a, "launch.out");
+  ck_assert_msg(rc == 0, "fleet A exit %d: %s", rc, out);
+  free(out);
+  lfx_cleanup(&a);
+}
+END_TEST
+
+START_TEST(test_usage) {
+  lfx_fleet f;
+  lfx_override o[] = {
+      {"fleet.env_server", "/bin/sh -c \"echo 'server.ini:7: [server] unknown key bogus' >&2; exit 2\""}};
+  calc_fleet(&f, "guard-usage", o, 1);
+  char *out;
+  ck_assert_int_eq(run_launch(&f, &out), 1);
+  ck_assert_msg(has(out, "exited name=env-server exit=2: a usage or config error, not restarted: "
+                         "server.ini:7: [server] unknown key bogus"),
+                "%s", out);
+  ck_assert_msg(has(out, "the fleet failed: env-server exit=2"), "%s", out);
+  ck_assert_msg(has(out, "env-server=0"), "restarted: %s", out);
+  free(out);
+  lfx_cleanup(&f);
+}
+END_TEST
+
+static pid_t read_pid(const lfx_fleet *f, const char *name) {
+  char path[LFX_PATH + 64];
+  snprintf(path, sizeof path, "%s/%s.pid", f->logs, name);
+  char *t = lh_proc_read_file(path);
+  pid_t pid = t ? (pid_t)atol(t) : 0;
+  free(t);
+  return pid;
+}
+
+START_TEST(test_watch_actor) {
+  lfx_fleet f;
+  lfx_override o[] = {{"fleet.stall_timeout_s", "20"}, {"fleet.stop_timeout_ms", "2000"}};
+  calc_fleet(&f, "guard-watch-actor", o, 2);
+  lfx_start(&f);
+  ck_assert_msg(lfx_wait_sql(&f, "SELECT count(*) FROM train_steps", 1, 120), "no train step (%s)", f.dir);
+  pid_t actor = read_pid(&f, "actor-1");
+  ck_assert_int_gt(actor, 0);
+  ck_assert_int_eq(kill(actor, SIGSTOP), 0);
+  ck_assert_msg(lfx_wait_file(&f, "launch.out", "watchdog: name=actor-1", 120), "no watchdog event (%s)", f.dir);
+  ck_assert_msg(lfx_wait_file(&f, "launch.out", "started name=actor-1 pid", 60), "actor-1 not restarted");
+  ck_assert(lfx_wait_file(&f, "launch.out", "attempt=2", 60));
+  kill(f.launcher, SIGTERM);
+  int rc = lfx_wait(&f, 120);
+  char *out = lfx_read(&f, "launch.out");
+  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, out);
+  ck_assert_msg(has(out, "no new heartbeat in the store"), "%s", out);
+  ck_assert_msg(!has(out, "watchdog: name=learner") && !has(out, "watchdog: name=actor-0"), "%s", out);
+  free(out);
+  lfx_cleanup(&f);
+}
+END_TEST
+
+START_TEST(test_watch_learner) {
+  lfx_fleet f;
+  lfx_override o[] = {{"fleet.stall_timeout_s", "4"}, {"fleet.stop_timeout_ms", "2000"}};
+  calc_fleet(&f, "guard-watch-learner", o, 2);
+  /* Every step of the learner waits for this file to go: it never does. */
+  char gate[LFX_PATH + 16];
+  snprintf(gate, sizeof gate, "%s/gate", f.dir);
+  ck_assert_int_eq(lh_proc_write_file(gate, "held\n"), 0);
+  setenv("LH_LEARNER_TEST_STEP_GATE", gate, 1);
+  lfx_start(&f);
+  unsetenv("LH_LEARNER_TEST_STEP_GATE");
+  int rc = lfx_wait(&f, 240);
+  char *out = lfx_read(&f, "launch.out");
+  ck_assert_msg(rc == 1, "launcher exit %d: %s", rc, out);
+  ck_assert_msg(has(out, "watchdog: name=learner") && has(out, "stuck: no train step for"), "%s", out);
+  ck_assert_msg(has(out, "the fleet failed: watchdog: learner is stuck and a restart did not help"), "%s", out);
+  ck_assert_msg(has(out, "learner=1"), "one restart: %s", out);
+  free(out);
+  lfx_cleanup(&f);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  const lh_test_case cases[] = {{"config", test_config, 0},         {"second", test_second, 0},
+                                       {"usage", test_usage, 0},           {"watch_actor", test_watch_actor, 0},
+                                       {"watch_learner", test_watch_learner, 0}};
+  return lh_test_cases_main("launch_guard", cases, sizeof cases / sizeof cases[0], 300, argc, argv);
+}
