@@ -299,7 +299,7 @@ int lh_launch_slurm_sets(lh_launch_fleet *f, size_t i, char **argv, int n) {
   if (!s->on || c->role == LH_CHILD_ENV_SERVER) return n;
   if (c->role == LH_CHILD_LEARNER) {
     for (int k = 0; k < 3; k++) argv[n++] = "--set", argv[n++] = s->learner_set[k];
-    /* The learner refuses to bind tcp://\* unless the actors' endpoints
+    /* The learner refuses to bind every interface unless the actors' endpoints
      * are given (they would default to its own): rank 0's. */
     argv[n++] = "--set", argv[n++] = s->actor_ingest_set[0];
     argv[n++] = "--set", argv[n++] = s->actor_weights_set[0];
