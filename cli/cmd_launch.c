@@ -402,12 +402,16 @@ int lh_cmd_launch(int argc, char **argv) {
     return err.code == LH_ESYS ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
   }
   if (slurm_submit || slurm_script) {
+    /* The job's own launcher takes the locks: they must be free before
+     * it can start. */
+    lh_launch_unlock(f);
     int rc = lh_launch_slurm_command(f, slurm_script, slurm_submit);
     free(f);
     return rc;
   }
   if (!strcmp(engine, "slurm") && lh_launch_slurm_prepare(f, &err)) {
     fprintf(stderr, "longhaul launch: %s\n", err.msg);
+    lh_launch_unlock(f);
     free(f);
     return err.code == LH_ESYS ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
   }
