@@ -253,9 +253,9 @@ static void handle_ingest(lh_actors_link *l, const uint8_t *b, size_t n) {
         /* A learner of another run: nothing this actor sends is stored. */
         if (!l->refused.code)
           lh_errbuf_set(&l->refused, LH_EACTORS_RUN_MISMATCH,
-                        "the learner at %s serves run %s, this actor was started for run %s: refused (%s); "
-                        "start the actor with the learner's --run-id, or point it at its own run's learner",
-                        l->cfg.ingest_endpoint, env->run_id, l->run_id, a->reason ? a->reason : "");
+                        "the learner at %s serves run %s, this actor was started for run %s: refused; start "
+                        "the actor with the learner's --run-id, or point it at its own run's learner",
+                        l->cfg.ingest_endpoint, env->run_id, l->run_id);
       } else {
         LH_WARN("actor", "learner rejected %zu messages: %s", k, a->reason ? a->reason : "");
       }
