@@ -8,7 +8,7 @@ add_executable(test_run_identity ${CMAKE_CURRENT_SOURCE_DIR}/test_run_identity.c
 target_link_libraries(test_run_identity PRIVATE lh_learner lh_store PkgConfig::SQLITE PkgConfig::ZMQ
   PkgConfig::CHECK Threads::Threads m)
 add_dependencies(test_run_identity longhaul)
-foreach(case runs_row foreign_actor migration_v5 sft_rows)
+foreach(case runs_row foreign_actor run_id_wire migration_v5 sft_rows)
   add_test(NAME test_run_identity_${case} COMMAND test_run_identity ${case}
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(test_run_identity_${case} PROPERTIES LABELS proc TIMEOUT 300

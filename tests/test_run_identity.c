@@ -259,7 +259,55 @@ START_TEST(test_foreign_actor) {
 }
 END_TEST
 
-/* ---- 3. schema 5 to 6 ---------------------------------------------------- */
+/* ---- 3. run ids on the wire --------------------------------------------- */
+
+/* A new run id is a run id and sorts by time; a message whose envelope
+ * or Hello carries something else is refused by the decoder's checks
+ * (LH_EWIRE_RUN_ID), an empty one is no run. */
+START_TEST(test_run_id_wire) {
+  char a[LH_RUN_ID_BYTES], b[LH_RUN_ID_BYTES];
+  lh_errbuf e;
+  ck_assert_int_eq(lh_run_id_new(a, &e), 0);
+  ck_assert_int_eq(lh_run_id_new(b, &e), 0);
+  ck_assert_int_eq(lh_run_id_check(a, &e), 0);
+  ck_assert_str_ne(a, b);
+  ck_assert_int_eq(lh_run_id_check("A-z_0.9", &e), 0);
+  ck_assert_int_eq(lh_run_id_check("", &e), LH_EINVAL);
+  ck_assert_int_eq(lh_run_id_check(NULL, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_run_id_check("a/b", &e), LH_EINVAL);
+  ck_assert_msg(strstr(e.msg, "0x2f at offset 1"), "%s", e.msg);
+  char long_id[LH_RUN_ID_MAX + 2];
+  memset(long_id, 'x', sizeof long_id - 1);
+  long_id[sizeof long_id - 1] = 0;
+  ck_assert_int_eq(lh_run_id_check(long_id, &e), LH_EINVAL);
+  long_id[LH_RUN_ID_MAX] = 0;
+  ck_assert_int_eq(lh_run_id_check(long_id, &e), 0);
+
+  Longhaul__Hello h = LONGHAUL__HELLO__INIT;
+  h.role = "actor", h.name = "a0";
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  env.protocol = LH_WIRE_PROTOCOL, env.sender = "a0", env.body_case = LONGHAUL__ENVELOPE__BODY_HELLO, env.hello = &h;
+  ck_assert_int_eq(lh_wire_validate(&env, NULL, &e), 0);
+  env.run_id = "run 1";
+  ck_assert_int_eq(lh_wire_validate(&env, NULL, &e), LH_EWIRE_RUN_ID);
+  ck_assert_msg(strstr(e.msg, "envelope.run_id"), "%s", e.msg);
+  env.run_id = "run-1", h.run_id = "run\n2";
+  ck_assert_int_eq(lh_wire_validate(&env, NULL, &e), LH_EWIRE_RUN_ID);
+  ck_assert_msg(strstr(e.msg, "hello.run_id"), "%s", e.msg);
+  h.run_id = "run-2";
+  uint8_t *buf = NULL;
+  size_t n = 0;
+  ck_assert_int_eq(lh_wire_encode(&env, &buf, &n, &e), 0);
+  Longhaul__Envelope *back = NULL;
+  ck_assert_msg(lh_wire_decode(buf, n, NULL, &back, &e) == 0, "%s", e.msg);
+  ck_assert_str_eq(back->run_id, "run-1");
+  ck_assert_str_eq(back->hello->run_id, "run-2");
+  lh_wire_free(back);
+  free(buf);
+}
+END_TEST
+
+/* ---- 4. schema 5 to 6 ---------------------------------------------------- */
 
 static void raw_exec(const char *path, const char *sql) {
   sqlite3 *d;
@@ -333,7 +381,7 @@ START_TEST(test_migration_v5) {
 }
 END_TEST
 
-/* ---- 4. sft's rows ------------------------------------------------------- */
+/* ---- 5. sft's rows ------------------------------------------------------- */
 
 /* `longhaul sft --eval-every 1 --db FILE --run-id ID` writes a runs row of
  * kind sft, one sft_steps row per step and one evals row per evaluation;
@@ -379,6 +427,7 @@ int main(int argc, char **argv) {
   const lh_test_case cases[] = {
       {"runs_row", test_runs_row, 0},
       {"foreign_actor", test_foreign_actor, 0},
+      {"run_id_wire", test_run_id_wire, 0},
       {"migration_v5", test_migration_v5, 0},
       {"sft_rows", test_sft_rows, 0},
   };
