@@ -151,7 +151,10 @@ int lh_cmd_eval(int argc, char **argv) {
   int rc = lh_model_load(dir, be, &m, &err);
   lh_cli_run run;
   memset(&run, 0, sizeof run);
+  int usage = 0;
   if (!rc) rc = lh_cli_run_start(&run, "eval", db, run_id, config, argc, argv, &err);
+  /* A bad [learner] section (where the default store is named) is the config's fault. */
+  if (rc && !db) usage = rc <= LH_ELEARNER_CONFIG_FILE && rc >= LH_ELEARNER_CONFIG_STAGES;
   if (!rc) rc = lh_cli_eval_policy(m, env, o.opts, o.n, seeds, (float)temperature, (size_t)show, stdout, &wins,
                                       &err);
   double eval_ms = (double)(lh_now_ns() - t0) / 1e6;
@@ -182,5 +185,5 @@ int lh_cmd_eval(int argc, char **argv) {
   lh_model_free(m);
   lh_backend_close(be);
   lh_cli_env_section_free(&o);
-  return rc ? LH_EXIT_RUNTIME : LH_EXIT_OK;
+  return rc ? usage ? LH_EXIT_USAGE : LH_EXIT_RUNTIME : LH_EXIT_OK;
 }

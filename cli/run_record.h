@@ -24,8 +24,9 @@ typedef struct {
   int warned;  /* a row the store could not take was reported */
 } lh_cli_run;
 
-/* Opens the store at db ("none": none; NULL: the [learner] db of config)
- * read-write, creating or migrating it, and writes the run's row: kind,
+/* Opens the store at db ("none": none; NULL: the [learner] db of config,
+ * whose errors are its LH_ELEARNER_CONFIG_* codes) read-write, creating or
+ * migrating it, and writes the run's row: kind,
  * run_id (NULL: a new one), the command line and the config file's text.
  * The store's SQLite locking lets this run beside a learner writing the
  * same file (its writer lock is for learners: sft and eval take none and
