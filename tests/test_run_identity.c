@@ -244,6 +244,10 @@ START_TEST(test_foreign_actor) {
   peer_of_other_run(&f);
   f.n_actors = 1;
   stop_all(&f);
+  printf("run_identity: foreign actor exit 2; refused messages %lld (learner's rejected_run); stored of run-b 0;"
+         " a0 episodes %lld, train steps %lld\n",
+         lh_proc_log_value(llog, "rejected_run"), sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'a0'"),
+         sql_int(f.db, "SELECT count(*) FROM train_steps"));
 
   char cmd[1024], out[4096];
   const char *bad[] = {"''", "run/1", "'a b'", "x\\$y",
