@@ -529,6 +529,7 @@ typedef struct {
   uint32_t vocab, layers, topk;     /* for the Hello */
   uint64_t pid, policy_version;     /* for the Hello */
   const lh_zsock_curve *curve;      /* NULL or no secret: plain; else CURVE clients */
+  const char *run_id;               /* the actor's run (common/run_id.h); NULL or "": none */
 } lh_actors_link_config;
 
 int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actors_link **out, lh_errbuf *err);
@@ -540,7 +541,12 @@ void lh_actors_link_free(lh_actors_link *l);
 int lh_actors_link_send(lh_actors_link *l, Longhaul__Envelope *env, lh_errbuf *err);
 /* Waits up to timeout_ms for traffic, handles acks, reconnections and
  * weights, and resends what is due. Returns 1 when a new weights version
- * completed (lh_actors_link_weights), 0 otherwise, or a negative code. */
+ * completed (lh_actors_link_weights), 0 otherwise, or a negative code.
+ * With a run_id, every message the link sends carries it (Envelope.run_id,
+ * and Hello.run_id), and a learner of another run refuses them: an
+ * ACK_REJECTED whose envelope names a run other than the link's. From
+ * then on the call returns LH_EACTORS_RUN_MISMATCH, err naming both runs
+ * (the actor stops: it belongs to no run this learner serves). */
 int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err);
 /* The latest complete weights (lh_model_serialize bytes), or NULL. */
 const uint8_t *lh_actors_link_weights(const lh_actors_link *l, uint64_t *version, size_t *bytes);
@@ -580,6 +586,7 @@ typedef struct {
   uint64_t index;                /* mixed into the seed: actors differ */
   uint64_t episodes;             /* 0: until stopped */
   int wait_for_weights;          /* sample nothing before the first weights arrive */
+  const char *run_id;            /* --run-id: the run it belongs to; NULL: any run's (started by hand) */
 } lh_actors_actor_config;
 
 typedef struct {
@@ -588,7 +595,9 @@ typedef struct {
 } lh_actors_actor_stats;
 
 /* Returns 0 on a clean end (a stop request included), or a negative code
- * with err set; stats (may be NULL) gets the totals either way. */
+ * with err set (LH_EACTORS_RUN_MISMATCH: the learner is of another run and
+ * refused the actor; it stops at once, flushing nothing); stats (may be
+ * NULL) gets the totals either way. */
 int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, volatile sig_atomic_t *stop,
                         lh_actors_actor_stats *stats, lh_errbuf *err);
 

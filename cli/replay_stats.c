@@ -103,7 +103,7 @@ int lh_cli_replay_stats(int argc, char **argv) {
   printf("store        %s (schema %u, ", db, st.schema_version);
   print_bytes(st.file_bytes);
   printf(")\n");
-  printf("runs         %llu\n", (unsigned long long)st.runs);
+  printf("runs         %llu (evaluations %llu)\n", (unsigned long long)st.runs, (unsigned long long)st.evals);
   printf("episodes     %llu:", (unsigned long long)st.episodes);
   for (int k = 0; k < LH_EPISODE_STATUS_COUNT; k++)
     printf("%s %s %llu", k ? "," : "", lh_episode_status_name((lh_episode_status)k),

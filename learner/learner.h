@@ -460,6 +460,7 @@ typedef struct {
   uint64_t rejected;    /* did not decode or validate, or a body the ingest does not take */
   uint64_t rejected_model;  /* of those: valid, but not what the model takes (learner/validate.c) */
   uint64_t refused;         /* of those: the store refused it (it contradicts its episode) */
+  uint64_t rejected_run;    /* of those: a Hello, Segment, EpisodeEnd or Heartbeat of another run */
   uint64_t retried;     /* messages answered ACK_RETRY */
   uint64_t bad_frames;  /* messages with a wrong frame count (not acked) */
   uint64_t hellos, heartbeats;
@@ -505,6 +506,16 @@ void lh_learner_ingest_set_budget(lh_learner_ingest *ig, int64_t budget, uint64_
  * (learner/validate.c) and its vocabulary before it is stored; one that
  * fails is answered ACK_REJECTED and counted in rejected_model. */
 void lh_learner_ingest_set_model_limits(lh_learner_ingest *ig, const lh_learner_model_limits *l);
+/* This learner's run (common/run_id.h; NULL or "": no check, as before).
+ * From now on every Ack's envelope carries it, and a Hello, Segment,
+ * EpisodeEnd or Heartbeat whose run id (the Hello's run_id, else the
+ * envelope's) is another run's is answered ACK_REJECTED with a reason
+ * naming both runs, counted in rejected_run and never stored; one without
+ * a run id (an actor started by hand) is taken as before. Each message is
+ * judged by its own run id, so the order in which a foreign actor's
+ * messages arrive (segments before its Hello after a reconnection, say)
+ * makes no difference. LH_EINVAL for a run_id that is not one. */
+int lh_learner_ingest_set_run(lh_learner_ingest *ig, const char *run_id, lh_errbuf *err);
 
 /* ---- the learner process (learner/run.c) ----------------------------------
  * `longhaul learner` from top to bottom: open (checkpoint, --init or a
@@ -521,6 +532,8 @@ typedef struct {
   float temperature;    /* the actors' sampling temperature ([actor] temperature) */
   volatile sig_atomic_t *stop;    /* set by SIGINT/SIGTERM/SIGUSR1 */
   volatile sig_atomic_t *reload;  /* set by SIGHUP: re-read max_db_bytes */
+  const char *run_id;   /* --run-id; NULL: kept from the resumed run (rank 0's store), or a new one */
+  const char *command;  /* the command line, for the runs row; may be NULL */
 } lh_learner_run_args;
 
 /* 0 when done; LH_LEARNER_RUN_RUNTIME or LH_LEARNER_RUN_USAGE (a bad
@@ -728,6 +741,8 @@ typedef struct {
   int serve_weights;             /* rank 0: bind the weights PUB and ROUTER */
   uint32_t chunk_bytes;
   const lh_learner_model_limits *limits;  /* what the ingest lets in; NULL: the wire's checks only */
+  const char *run_id;            /* this learner's run: the ingest's run check, policy_versions.run_id;
+                                    NULL: none */
 } lh_learner_service_config;
 
 typedef struct {
@@ -936,6 +951,9 @@ int lh_learner_rank_db(const char *db, int rank, char *out, lh_errbuf *err);
  * then reads this rank's own file. LH_ELEARNER_COMM for balance = quantile
  * with more than one rank. */
 int lh_learner_trainer_set_comm(lh_learner_trainer *t, lh_learner_comm *c, lh_errbuf *err);
+/* The run whose train_steps rows the trainer writes (train_steps.run_id);
+ * copied, cut to LH_STORE_NAME_BYTES - 1. NULL or "": none. */
+void lh_learner_trainer_set_run(lh_learner_trainer *t, const char *run_id);
 /* Collective: brings every rank's done set to rank 0, which writes them
  * with its next lh_learner_ckpt_save (nothing to do with one rank). */
 int lh_learner_trainer_gather_done(lh_learner_trainer *t, lh_errbuf *err);

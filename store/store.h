@@ -39,7 +39,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 5
+#define LH_STORE_SCHEMA_VERSION 6
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
@@ -176,13 +176,64 @@ int lh_store_put_episode_end(lh_store *s, const Longhaul__EpisodeEnd *end, int *
 int lh_store_episode_set_status(lh_store *s, uint64_t id, int status, const char *reason,
                                 lh_errbuf *err);
 
+/* ---- runs (schema 6 for everything past started_ms) ------------------- */
+
 typedef struct {
   const char *run_id;      /* key; required */
   const char *command;     /* how it was started; may be NULL */
   const char *config;      /* the configuration text; may be NULL */
   int64_t started_ms;      /* wall clock; 0 means now */
+  const char *kind;        /* "learner", "sft", "eval"; may be NULL */
+  const char *version;     /* the longhaul version; NULL: this build's (LH_VERSION) */
+  const char *host;        /* NULL: this machine's name */
+  int rank;                /* the learner rank that wrote it (0 for one rank, sft, eval) */
+  int64_t pid;             /* 0: this process */
 } lh_store_run;
+/* Records a run starting. A new run_id is a new row (*inserted = 1).
+ * The same run_id again (a learner resumed under its run id) keeps the row
+ * and its started_ms, adds one to starts, and takes this start's command,
+ * config, version, host and pid, with ended_ms and outcome cleared
+ * (*inserted = 0). */
 int lh_store_put_run(lh_store *s, const lh_store_run *run, int *inserted, lh_errbuf *err);
+/* Records how a run ended: ended_ms (0: now) and outcome ("ok",
+ * "error"). A run_id with no row changes nothing (and is not an error). */
+int lh_store_end_run(lh_store *s, const char *run_id, const char *outcome, int64_t ended_ms, lh_errbuf *err);
+/* The run_id of the newest run of kind (by started_ms, then rowid) into
+ * out (room for LH_STORE_NAME_BYTES); *found = 0 when the store has none
+ * of that kind (an older store's rows have no kind). */
+int lh_store_latest_run(lh_store *s, const char *kind, char *out, int *found, lh_errbuf *err);
+
+/* ---- evaluations and SFT steps (schema 6) ------------------------------- */
+
+/* One measurement of a policy on held-out seeds (a row of evals). */
+typedef struct {
+  const char *run_id;      /* required */
+  const char *kind;        /* "sft" (an SFT run's periodic evaluation), "eval" (longhaul eval); required */
+  int has_step;            /* step is known (an SFT step, a learner checkpoint's step) */
+  uint64_t step;
+  const char *env;         /* required */
+  uint64_t seeds;          /* the held-out seeds 1..seeds */
+  uint64_t episodes;       /* episodes played */
+  uint64_t successes;
+  double reward_mean;      /* NAN (stored as NULL) when not measured */
+  double temperature;      /* 0: greedy */
+  const char *checkpoint;  /* the checkpoint measured; may be NULL */
+  double eval_ms;          /* how long it took; NAN: unknown */
+  int64_t time_ms;         /* 0: now */
+} lh_store_eval;
+/* success_rate is stored as successes / episodes (NULL when no episode). */
+int lh_store_put_eval(lh_store *s, const lh_store_eval *e, lh_errbuf *err);
+
+typedef struct {
+  const char *run_id;      /* required */
+  uint64_t step;           /* 1-based: the step just taken */
+  double loss, lr, grad_norm;  /* non-finite: NULL */
+  uint64_t tokens;
+  int skipped;
+  int64_t time_ms;         /* 0: now */
+} lh_store_sft_step;
+/* One row of sft_steps; a step already stored for the run is replaced. */
+int lh_store_put_sft_step(lh_store *s, const lh_store_sft_step *t, lh_errbuf *err);
 
 typedef struct {
   uint64_t version;        /* key */
@@ -463,6 +514,7 @@ typedef struct {
   uint32_t schema_version;
   uint64_t file_bytes;                   /* page_count * page_size of the main file */
   uint64_t runs;
+  uint64_t evals;                        /* rows of evals (schema 6) */
   uint64_t policy_versions;
   uint64_t latest_policy_version;        /* 0 when none */
   uint64_t episodes;
