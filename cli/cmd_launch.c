@@ -390,7 +390,7 @@ int lh_cmd_launch(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
-  event(&L, "fleet config=%s learners=%llu actors=%llu log_dir=%s bin=%s", f->config_path,
+  event(&L, "fleet run_id=%s config=%s learners=%llu actors=%llu log_dir=%s bin=%s", f->run_id, f->config_path,
         (unsigned long long)f->fleet.learners, (unsigned long long)f->fleet.actors, f->fleet.log_dir, f->bin);
   int64_t t0 = now_ms(), last_screen = 0, last_steps = 0, last_watchdog = t0;
   lh_launch_watchdog_init(&L.watchdog, t0);

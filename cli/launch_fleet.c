@@ -96,8 +96,11 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
   }
   /* Locked before the endpoints are checked: a second launch of the same
    * fleet hears that the fleet runs, not that its ports are taken. */
-  char holder[2 * LH_LAUNCH_PATH_BYTES + 64];
-  snprintf(holder, sizeof holder, "longhaul launch %s (logs in %s)", f->config_path, c->log_dir);
+  /* One run per launch: its learner restarts resume it, and a learner
+   * refuses actors of any other (README, "Run ids"). */
+  LH_TRY(lh_run_id_new(f->run_id, err));
+  char holder[2 * LH_LAUNCH_PATH_BYTES + LH_RUN_ID_BYTES + 64];
+  snprintf(holder, sizeof holder, "longhaul launch %s (run %s, logs in %s)", f->config_path, f->run_id, c->log_dir);
   LH_TRY(lh_launch_lock(f, holder, err));
   LH_TRY(lh_launch_check(f, &lc, &ac, err));
   if (c->env_server[0]) {
@@ -176,6 +179,7 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
       argv[n++] = "--learner-rank", argv[n++] = rank;
     }
   }
+  if (c->role != LH_CHILD_ENV_SERVER) argv[n++] = "--run-id", argv[n++] = f->run_id;
   if (c->role != LH_CHILD_ENV_SERVER)
     for (size_t k = 0; k < f->n_sets && k < LH_INI_MAX_SETS; k++)
       argv[n++] = "--set", argv[n++] = (char *)f->sets[k];

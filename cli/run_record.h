@@ -4,6 +4,7 @@
 #ifndef LH_CLI_RUN_RECORD_H
 #define LH_CLI_RUN_RECORD_H
 
+#include "common/ini_doc.h"
 #include "common/run_id.h"
 #include "store/store.h"
 
