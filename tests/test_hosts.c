@@ -291,6 +291,31 @@ START_TEST(test_commands_read_every_rank) {
 }
 END_TEST
 
+/* The count is checked where the ranks are known: the learner at start,
+ * the launcher before it starts anything, the actor for its rank. */
+START_TEST(test_count_checked_by_the_commands) {
+  ck_assert_ptr_nonnull(lh_proc_longhaul());
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "hosts-count"), 0);
+  char cfg[192], text[1024], out[1 << 14];
+  snprintf(cfg, sizeof cfg, "%s/fleet.ini", dir);
+  snprintf(text, sizeof text,
+           "[fleet]\nlearners = 3\nactors = 1\nlog_dir = %s/logs\n"
+           "[learner]\ningest_endpoints = tcp://127.0.0.1:5555, tcp://127.0.0.2:5555\ndb = %s/replay.db\n"
+           "ckpt_dir = %s/ckpt\n",
+           dir, dir, dir);
+  ck_assert_int_eq(lh_proc_write_file(cfg, text), 0);
+  ck_assert_int_eq(run(out, sizeof out, "launch %s --status off", cfg), 2);
+  ck_assert_msg(strstr(out, "[fleet] learners = 3: [learner] ingest_endpoints has 2 entries but the job has 3 ranks"),
+                "%s", out);
+  ck_assert_int_eq(run(out, sizeof out, "learner --config %s --steps 1", cfg), 2);
+  ck_assert_msg(strstr(out, "has 2 entries but the job has 1 rank"), "%s", out);
+  ck_assert_int_eq(run(out, sizeof out, "actor --config %s --name a --learner-rank 2 --episodes 1", cfg), 2);
+  ck_assert_msg(strstr(out, "--learner-rank 2: [learner] ingest_endpoints has 2 entries: none for rank 2"), "%s",
+                out);
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("hosts");
   TCase *tc = tcase_create("hosts");
@@ -300,6 +325,7 @@ int main(void) {
   tcase_add_test(tc, test_store_ranks_as_one);
   tcase_add_test(tc, test_store_ranks_refused);
   tcase_add_test(tc, test_commands_read_every_rank);
+  tcase_add_test(tc, test_count_checked_by_the_commands);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
