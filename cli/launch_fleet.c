@@ -4,8 +4,9 @@
  * stop): the env server (when [fleet] env_server is set), the learner
  * (`longhaul learner`, or `mpirun -n M longhaul learner` for M > 1), then
  * actors actor-0 .. actor-(N-1). Actor i is bound to learner rank i mod M
- * (--learner-rank): rank r binds its ingest at the port of [learner]
- * ingest_endpoint + 10 r and keeps its own store, db.rank<r> for r > 0
+ * (--learner-rank): rank r binds its ingest at entry r of [learner]
+ * ingest_endpoints, or at the port of [learner] ingest_endpoint + 10 r
+ * without it, and keeps its own store, db.rank<r> for r > 0
  * (learner/learner.h, "learner ranks"); rank 0 alone serves the weights. */
 #include <errno.h>
 #include <limits.h>

@@ -214,5 +214,8 @@ done
 [ "$(sql "SELECT count(*) FROM main.episodes WHERE actor = 'a1'")" = 0 ] || fail "a1's episodes in rank 0's store"
 [ "$(sql "SELECT count(*) FROM rank1.episodes WHERE actor = 'a0'")" = 0 ] || fail "a0's episodes in rank 1's store"
 [ "$(sql "SELECT count(*) FROM rank1.episodes")" -gt 0 ] || fail "rank 1's store is empty"
+# Train steps and versions are rank 0's alone (the views take them from it).
+[ "$(sql "SELECT (SELECT count(*) FROM rank1.train_steps) + (SELECT count(*) FROM rank1.policy_versions)")" = 0 ] ||
+  fail "rank 1's store holds train steps or versions"
 say "done in $(($(date +%s) - started)) s"
 exit 0
