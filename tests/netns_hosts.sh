@@ -16,8 +16,9 @@
 # anything else on the machine. The run must train (train steps appear in
 # rank 0's store), each rank's store must hold its own actor's episodes,
 # and every message an actor had acked must be in the union of the rank
-# stores as `longhaul replay` reads it (the actor's acked count, also its
-# LH_ACK_LOG lines, against its stored segments and episode ends).
+# stores as `longhaul replay` reads it: the actor's acked count against its
+# stored segments and episode ends, and each (episode, seq or end) of its
+# LH_ACK_LOG lines looked up among the stored ones.
 #
 # Needs root, iproute2 and an MPI build; exits 77 (skipped) otherwise. The
 # namespaces, links and files are removed on every exit.
@@ -59,7 +60,7 @@ dump() {
   for f in "$work"/*.log; do
     [ -f "$f" ] || continue
     echo "---- $(basename "$f") (last lines)"
-    tail -n 15 "$f"
+    tail -n 40 "$f"
   done
 }
 
@@ -78,8 +79,21 @@ for i in 0 1 2; do
   ip -n "${ns[$i]}" link set eth0 up
   ip -n "${ns[$i]}" link set lo up
 done
-for i in 1 2; do
-  for _ in $(seq 50); do ip netns exec "${ns[0]}" ping -c1 -W1 "10.77.0.$((i + 1))" > /dev/null 2>&1 && break; done
+# Every host reaches every other one before MPI starts (the daemons
+# connect back to mpirun on host2, and the ranks to each other).
+for i in 0 1 2; do
+  for j in 0 1 2; do
+    [ "$i" = "$j" ] && continue
+    ok=0
+    for _ in $(seq 50); do
+      # A connection refused (port 9, nothing listens) is an answer from
+      # the other host: it is reachable.
+      ip netns exec "${ns[$i]}" timeout 2 bash -c "exec 3<> /dev/tcp/10.77.0.$((j + 1))/9" 2>&1 |
+        grep -q refused && ok=1 && break
+      sleep 0.1
+    done
+    [ "$ok" = 1 ] || fail "host$i cannot reach 10.77.0.$((j + 1))"
+  done
 done
 say "hosts ${ns[*]} on 10.77.0.0/24 ($(($(date +%s) - started)) s)"
 
@@ -135,18 +149,24 @@ ${ns[0]} slots=1
 ${ns[1]} slots=1
 EOF
 # mpirun's rsh agent: `agent [options] HOST COMMAND...` as ssh is called.
-cat > "$work/netns_agent.sh" << 'EOF'
+# Each "host" also gets its own hostname (a UTS namespace) and its own
+# temporary folder: the namespaces share one filesystem and hostname, and
+# OpenMPI's session folders, named by hostname, would collide.
+cat > "$work/netns_agent.sh" << EOF
 #!/bin/sh
-while [ $# -gt 0 ]; do
-  case "$1" in -*) shift ;; *) break ;; esac
+while [ \$# -gt 0 ]; do
+  case "\$1" in -*) shift ;; *) break ;; esac
 done
-host=$1
+host=\$1
 shift
-exec ip netns exec "$host" /bin/sh -c "$*"
+mkdir -p "$work/tmp/\$host"
+export OMPI_MCA_orte_tmpdir_base="$work/tmp/\$host" TMPDIR="$work/tmp/\$host"
+exec ip netns exec "\$host" unshare --uts /bin/sh -c "hostname \$host && \$*"
 EOF
 chmod +x "$work/netns_agent.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-ip netns exec "${ns[2]}" mpirun --hostfile "$work/hostfile" -n 2 --map-by node \
+mkdir -p "$work/tmp/head"
+OMPI_MCA_orte_tmpdir_base="$work/tmp/head" TMPDIR="$work/tmp/head" ip netns exec "${ns[2]}" mpirun --hostfile "$work/hostfile" -n 2 --map-by node \
   --mca plm_rsh_agent "$work/netns_agent.sh" \
   --mca btl self,tcp --mca pml ob1 \
   --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
@@ -209,6 +229,16 @@ for r in 0 1; do
   [ "$acked" -gt 0 ] || fail "a$r had nothing acked"
   [ "$stored" -ge "$acked" ] || fail "a$r: $((acked - stored)) acked messages are in no rank's store"
 done
+# By id: every "EPISODE SEQ" and "EPISODE end" in the ack logs is a segment
+# or an episode end in the union view (ids unsigned, as the actors print them).
+cat "$work"/acks-a*.log | awk '{ print $3, $4 }' | sort -u > "$work/acked.ids"
+sql "SELECT printf('%llu', episode) || ' ' || seq FROM segments
+     UNION ALL SELECT printf('%llu', id) || ' end' FROM episodes WHERE segment_count IS NOT NULL" |
+  sort -u > "$work/stored.ids"
+[ "$(wc -l < "$work/acked.ids")" -eq "$(cat "$work"/acks-a*.log | wc -l)" ] || fail "an id acked twice in the ack logs"
+missing=$(comm -23 "$work/acked.ids" "$work/stored.ids" | wc -l)
+[ "$missing" = 0 ] || fail "$missing acked messages are in no rank's store: $(comm -23 "$work/acked.ids" "$work/stored.ids" | head -3)"
+say "acked ids $(wc -l < "$work/acked.ids"), all in the union of the rank stores"
 # Each rank's file holds its own actor's episodes only (main is rank 0's
 # file, rank1 rank 1's, in the connection that reads them as one).
 [ "$(sql "SELECT count(*) FROM main.episodes WHERE actor = 'a1'")" = 0 ] || fail "a1's episodes in rank 0's store"
