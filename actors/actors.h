@@ -197,6 +197,9 @@ int lh_actors_outbox_has_room(const lh_actors_outbox *ob, size_t n);
 int lh_actors_outbox_ack(lh_actors_outbox *ob, uint64_t msg_id);
 /* The same, with the time it was first pushed (for its ack latency). */
 int lh_actors_outbox_ack_at(lh_actors_outbox *ob, uint64_t msg_id, int64_t *pushed_ms);
+/* The bytes of the message waiting under msg_id (*n of them; valid until
+ * it is acked), or NULL when none is waiting. */
+const uint8_t *lh_actors_outbox_peek(const lh_actors_outbox *ob, uint64_t msg_id, size_t *n);
 /* The same for an Ack's list; returns how many were waiting. */
 size_t lh_actors_outbox_ack_many(lh_actors_outbox *ob, const uint64_t *msg_ids, size_t n);
 
@@ -568,7 +571,9 @@ uint32_t lh_actors_link_window(const lh_actors_link *l);
 /* With LH_ACK_LOG naming a file in the environment, the link appends one
  * line per Segment or EpisodeEnd acked STORED or DUPLICATE: the wall
  * clock of the ack in ms and its latency in ms from the first send, so a
- * benchmark measures what the actor really waited. */
+ * benchmark measures what the actor really waited, then the message's
+ * episode id and its seq (a Segment) or "end" (an EpisodeEnd), so a test
+ * can look every acked message up in the store. */
 #define LH_ACTORS_ACK_LOG_ENV "LH_ACK_LOG"
 
 

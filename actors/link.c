@@ -226,6 +226,23 @@ int lh_actors_link_send(lh_actors_link *l, Longhaul__Envelope *env, lh_errbuf *e
   return rc < 0 ? rc : 0;
 }
 
+/* What LH_ACK_LOG says of the message msg_id, while it is still in the
+ * outbox: "EPISODE SEQ" for a Segment, "EPISODE end" for an EpisodeEnd. */
+static void ack_ids(lh_actors_link *l, uint64_t msg_id, char *out, size_t cap) {
+  size_t n = 0;
+  const uint8_t *bytes = lh_actors_outbox_peek(l->outbox, msg_id, &n);
+  Longhaul__Envelope *env = NULL;
+  lh_errbuf e = {0};
+  snprintf(out, cap, "? ?");
+  if (bytes && lh_wire_decode(bytes, n, &l->lim, &env, &e) == 0) {
+    if (env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT)
+      snprintf(out, cap, "%llu %u", (unsigned long long)env->segment->episode_id, env->segment->seq);
+    else if (env->body_case == LONGHAUL__ENVELOPE__BODY_EPISODE_END)
+      snprintf(out, cap, "%llu end", (unsigned long long)env->episode_end->episode_id);
+  }
+  lh_wire_free(env);
+}
+
 static void handle_ingest(lh_actors_link *l, const uint8_t *b, size_t n) {
   Longhaul__Envelope *env = NULL;
   lh_errbuf e = {0};
@@ -242,9 +259,11 @@ static void handle_ingest(lh_actors_link *l, const uint8_t *b, size_t n) {
     if (a->status == LONGHAUL__ACK_STATUS__ACK_STORED || a->status == LONGHAUL__ACK_STATUS__ACK_DUPLICATE) {
       int64_t t = now_ms(), wall = l->ack_log ? lh_wall_ms() : 0, pushed = 0;
       for (size_t i = 0; i < a->n_msg_ids; i++) {
+        char ids[64] = "";
+        if (l->ack_log) ack_ids(l, a->msg_ids[i], ids, sizeof ids);  /* before the ack drops its bytes */
         if (!lh_actors_outbox_ack_at(l->outbox, a->msg_ids[i], &pushed)) continue;
         l->acked++;
-        if (l->ack_log) fprintf(l->ack_log, "%lld %lld\n", (long long)wall, (long long)(t - pushed));
+        if (l->ack_log) fprintf(l->ack_log, "%lld %lld %s\n", (long long)wall, (long long)(t - pushed), ids);
       }
     } else if (a->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) {
       size_t k = lh_actors_outbox_ack_many(l->outbox, a->msg_ids, a->n_msg_ids);

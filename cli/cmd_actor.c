@@ -41,9 +41,11 @@ static void usage(FILE *out) {
           "               arrive\n"
           "--env NAME     this actor's environment instead of [env] name (the [env]\n"
           "               options still apply)\n"
-          "--learner-rank R  send to learner rank R of an mpirun job: the port of\n"
-          "               [actor] learner_endpoint plus 10*R, as the rank binds it\n"
-          "               (weights come from rank 0 as configured)\n"
+          "--learner-rank R  send to learner rank R of an mpirun job: entry R of\n"
+          "               [learner] ingest_endpoints when given (ranks on several\n"
+          "               hosts), else the port of [actor] learner_endpoint plus\n"
+          "               10*R, as the rank binds it (weights come from rank 0 at\n"
+          "               the weights endpoints as configured)\n"
           "--backend B    cpu (default) or cuda (decode on the GPU; without one, an\n"
           "               error)\n"
           "--set S.K=V    override key K of section [S] of the config (repeatable)\n"
@@ -127,11 +129,21 @@ int lh_cmd_actor(int argc, char **argv) {
     }
     snprintf(acfg.env_name, sizeof acfg.env_name, "%s", env_name);
   }
-  if (learner_rank) {
+  /* With [learner] ingest_endpoints (ranks on several hosts) the actor of
+   * rank R connects to entry R, rank 0's without --learner-rank; without
+   * it, --learner-rank R adds 10*R to [actor] learner_endpoint's port. */
+  lh_learner_config lcfg;
+  if (lh_learner_config_load(config, &lcfg, &err) < 0) {
+    fprintf(stderr, "longhaul actor: %s\n", err.msg);
+    return LH_EXIT_USAGE;
+  }
+  if (learner_rank || lcfg.n_ingest_endpoints) {
     char rank_endpoint[LH_LEARNER_TEXT_BYTES];
     size_t len = 0;
-    if (lh_learner_rank_endpoint(acfg.learner_endpoint, (int)learner_rank, rank_endpoint, &err) == 0 &&
-        (len = strlen(rank_endpoint)) >= sizeof acfg.learner_endpoint)
+    int rrc = lcfg.n_ingest_endpoints
+                  ? lh_learner_rank_ingest(&lcfg, (int)learner_rank, rank_endpoint, &err)
+                  : lh_learner_rank_endpoint(acfg.learner_endpoint, (int)learner_rank, rank_endpoint, &err);
+    if (rrc == 0 && (len = strlen(rank_endpoint)) >= sizeof acfg.learner_endpoint)
       lh_errbuf_set(&err, LH_ECONFIG, "the endpoint %s is over %zu bytes", rank_endpoint,
                     sizeof acfg.learner_endpoint - 1);
     if (err.code) {

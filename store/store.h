@@ -100,6 +100,41 @@ void lh_store_close(lh_store *s);
 const char *lh_store_path(const lh_store *s);
 int lh_store_is_readonly(const lh_store *s);
 
+/* ---- the stores of several learner ranks (store/store_ranks.c) --------
+ * A learner job of M ranks keeps one file per rank (learner/learner.h,
+ * "learner ranks"): rank 0's holds the run's train steps, policy versions
+ * and runs, and every rank's holds the episodes, segments, reward terms
+ * and heartbeats of its own actors. Read as one, the files are one store:
+ * the first file is the connection's main database, every other one is
+ * ATTACHed (read-only) as rank1, rank2, ..., and TEMP views named
+ * episodes, segments, rewards and actor_heartbeats, each the UNION ALL of
+ * that table over the ranks, shadow the main database's tables for every
+ * unqualified name (SQLite looks in temp first). Every read of this API
+ * and `replay sql` thus sees all ranks; train_steps, train_step_layers,
+ * train_step_experts, policy_versions, runs and meta are rank 0's.
+ *
+ * An actor sends to one rank, so an episode id is in one file. Should the
+ * same id be in two (an actor moved between ranks while it kept its
+ * episode counter), the views hold both rows: lists show it twice and a
+ * lookup by id gets the lowest rank's. lh_store_rank_duplicates counts
+ * such ids. SQLite attaches at most SQLITE_MAX_ATTACHED files (10 unless
+ * the library was built with more, up to 125), so at most
+ * lh_store_max_ranks() files can be read as one; more is LH_ESTORE_RANKS. */
+
+/* Opens paths[0..n) (rank 0 first; n >= 1) read-only as one store (o:
+ * NULL for defaults, its readonly flag is forced). Each file is checked as
+ * lh_store_open_readonly does before it is attached. With n = 1 it is
+ * lh_store_open_with. LH_ESTORE_RANKS for n over lh_store_max_ranks() or a
+ * file given twice. */
+int lh_store_open_ranks(const char *const *paths, size_t n, const lh_store_options *o, lh_store **out,
+                        lh_errbuf *err);
+/* The most files lh_store_open_ranks joins: 1 + this SQLite's ATTACH limit. */
+size_t lh_store_max_ranks(void);
+/* How many rank stores s reads: 1 for a store opened alone. */
+size_t lh_store_rank_count(const lh_store *s);
+/* Episode ids found in more than one of s's rank stores (0 with one). */
+int lh_store_rank_duplicates(lh_store *s, uint64_t *episodes, lh_errbuf *err);
+
 /* ---- batches ----------------------------------------------------------- */
 
 /* Starts a write transaction (BEGIN IMMEDIATE, waiting for the write lock).
