@@ -137,7 +137,8 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
                               .vocab = (uint32_t)mc->vocab,
                               .layers = (uint32_t)mc->layers,
                               .topk = (uint32_t)mc->topk,
-                              .pid = (uint64_t)getpid()};
+                              .pid = (uint64_t)getpid(),
+                              .run_id = cfg->run_id};
   lh_zsock_curve curve;
   LH_TRY(load_curve(a, &curve, err));
   if (curve.secret[0]) lc.curve = &curve;
@@ -159,8 +160,9 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
   uint64_t pauses = 0;
   int have_weights = 0;
   if (rc == 0)
-    LH_INFO("actor", "started name=%s env=%s batch=%u episodes=%llu learner=%s", cfg->name, a->env_name,
-            (unsigned)a->batch, (unsigned long long)cfg->episodes, a->learner_endpoint);
+    LH_INFO("actor", "started name=%s env=%s batch=%u episodes=%llu learner=%s run_id=%s", cfg->name, a->env_name,
+            (unsigned)a->batch, (unsigned long long)cfg->episodes, a->learner_endpoint,
+            cfg->run_id && *cfg->run_id ? cfg->run_id : "none");
   while (rc == 0 && !*stop && !lh_actors_runner_done(r)) {
     int all_sent = flush_queue(r, link, &p, &meter, err);
     if (all_sent < 0) {

@@ -197,6 +197,9 @@ int lh_actors_outbox_has_room(const lh_actors_outbox *ob, size_t n);
 int lh_actors_outbox_ack(lh_actors_outbox *ob, uint64_t msg_id);
 /* The same, with the time it was first pushed (for its ack latency). */
 int lh_actors_outbox_ack_at(lh_actors_outbox *ob, uint64_t msg_id, int64_t *pushed_ms);
+/* The bytes of the message waiting under msg_id (*n of them; valid until
+ * it is acked), or NULL when none is waiting. */
+const uint8_t *lh_actors_outbox_peek(const lh_actors_outbox *ob, uint64_t msg_id, size_t *n);
 /* The same for an Ack's list; returns how many were waiting. */
 size_t lh_actors_outbox_ack_many(lh_actors_outbox *ob, const uint64_t *msg_ids, size_t n);
 
@@ -529,6 +532,7 @@ typedef struct {
   uint32_t vocab, layers, topk;     /* for the Hello */
   uint64_t pid, policy_version;     /* for the Hello */
   const lh_zsock_curve *curve;      /* NULL or no secret: plain; else CURVE clients */
+  const char *run_id;               /* the actor's run (common/run_id.h); NULL or "": none */
 } lh_actors_link_config;
 
 int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actors_link **out, lh_errbuf *err);
@@ -540,7 +544,12 @@ void lh_actors_link_free(lh_actors_link *l);
 int lh_actors_link_send(lh_actors_link *l, Longhaul__Envelope *env, lh_errbuf *err);
 /* Waits up to timeout_ms for traffic, handles acks, reconnections and
  * weights, and resends what is due. Returns 1 when a new weights version
- * completed (lh_actors_link_weights), 0 otherwise, or a negative code. */
+ * completed (lh_actors_link_weights), 0 otherwise, or a negative code.
+ * With a run_id, every message the link sends carries it (Envelope.run_id,
+ * and Hello.run_id), and a learner of another run refuses them: an
+ * ACK_REJECTED whose envelope names a run other than the link's. From
+ * then on the call returns LH_EACTORS_RUN_MISMATCH, err naming both runs
+ * (the actor stops: it belongs to no run this learner serves). */
 int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err);
 /* The latest complete weights (lh_model_serialize bytes), or NULL. */
 const uint8_t *lh_actors_link_weights(const lh_actors_link *l, uint64_t *version, size_t *bytes);
@@ -562,7 +571,9 @@ uint32_t lh_actors_link_window(const lh_actors_link *l);
 /* With LH_ACK_LOG naming a file in the environment, the link appends one
  * line per Segment or EpisodeEnd acked STORED or DUPLICATE: the wall
  * clock of the ack in ms and its latency in ms from the first send, so a
- * benchmark measures what the actor really waited. */
+ * benchmark measures what the actor really waited, then the message's
+ * episode id and its seq (a Segment) or "end" (an EpisodeEnd), so a test
+ * can look every acked message up in the store. */
 #define LH_ACTORS_ACK_LOG_ENV "LH_ACK_LOG"
 
 
@@ -580,6 +591,7 @@ typedef struct {
   uint64_t index;                /* mixed into the seed: actors differ */
   uint64_t episodes;             /* 0: until stopped */
   int wait_for_weights;          /* sample nothing before the first weights arrive */
+  const char *run_id;            /* --run-id: the run it belongs to; NULL: any run's (started by hand) */
 } lh_actors_actor_config;
 
 typedef struct {
@@ -588,7 +600,9 @@ typedef struct {
 } lh_actors_actor_stats;
 
 /* Returns 0 on a clean end (a stop request included), or a negative code
- * with err set; stats (may be NULL) gets the totals either way. */
+ * with err set (LH_EACTORS_RUN_MISMATCH: the learner is of another run and
+ * refused the actor; it stops at once, flushing nothing); stats (may be
+ * NULL) gets the totals either way. */
 int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, volatile sig_atomic_t *stop,
                         lh_actors_actor_stats *stats, lh_errbuf *err);
 

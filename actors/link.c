@@ -14,6 +14,7 @@
 #include <zmq.h>
 
 #include "actors/actors.h"
+#include "common/run_id.h"
 #include "common/zsock.h"
 #include "proto/wire.h"
 
@@ -35,6 +36,8 @@ struct lh_actors_link {
   lh_zsock_curve curve;  /* a copy of cfg->curve's keys */
   uint32_t window;       /* the last Ack's back-pressure window (UINT32_MAX: none) */
   FILE *ack_log;         /* LH_ACK_LOG's file, or NULL */
+  char run_id[LH_RUN_ID_BYTES];  /* this actor's run; "" none */
+  lh_errbuf refused;     /* code LH_EACTORS_RUN_MISMATCH once a learner of another run refused us */
 };
 
 static int send_hello(lh_actors_link *l, lh_errbuf *err);
@@ -117,6 +120,11 @@ int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actor
     LH_WARN("actor", "%s=%s cannot be opened: ack latencies not logged", LH_ACTORS_ACK_LOG_ENV, ack_log);
   if (l->ack_log) setvbuf(l->ack_log, NULL, _IOLBF, 0);
   l->cfg.name = l->name;
+  if (cfg->run_id && *cfg->run_id) {
+    if ((rc = lh_run_id_check(cfg->run_id, err)) < 0) goto fail;
+    snprintf(l->run_id, sizeof l->run_id, "%s", cfg->run_id);
+  }
+  l->cfg.run_id = l->run_id;
   if (cfg->curve) {
     l->curve = *cfg->curve;
     l->cfg.curve = &l->curve;
@@ -170,6 +178,7 @@ static int encode(lh_actors_link *l, Longhaul__Envelope *env, uint8_t **buf, siz
   env->protocol = LH_WIRE_PROTOCOL;
   env->msg_id = l->msg_base + ++l->msg_count;
   env->sender = l->name;
+  env->run_id = l->run_id;
   LH_TRY(lh_wire_validate(env, &l->lim, err));
   return lh_wire_encode(env, buf, n, err);
 }
@@ -183,6 +192,7 @@ static int send_hello(lh_actors_link *l, lh_errbuf *err) {
   h.topk = l->cfg.topk;
   h.pid = l->cfg.pid;
   h.policy_version = l->cfg.policy_version;
+  h.run_id = l->run_id;
   Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
   env.body_case = LONGHAUL__ENVELOPE__BODY_HELLO;
   env.hello = &h;
@@ -216,6 +226,23 @@ int lh_actors_link_send(lh_actors_link *l, Longhaul__Envelope *env, lh_errbuf *e
   return rc < 0 ? rc : 0;
 }
 
+/* What LH_ACK_LOG says of the message msg_id, while it is still in the
+ * outbox: "EPISODE SEQ" for a Segment, "EPISODE end" for an EpisodeEnd. */
+static void ack_ids(lh_actors_link *l, uint64_t msg_id, char *out, size_t cap) {
+  size_t n = 0;
+  const uint8_t *bytes = lh_actors_outbox_peek(l->outbox, msg_id, &n);
+  Longhaul__Envelope *env = NULL;
+  lh_errbuf e = {0};
+  snprintf(out, cap, "? ?");
+  if (bytes && lh_wire_decode(bytes, n, &l->lim, &env, &e) == 0) {
+    if (env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT)
+      snprintf(out, cap, "%llu %u", (unsigned long long)env->segment->episode_id, env->segment->seq);
+    else if (env->body_case == LONGHAUL__ENVELOPE__BODY_EPISODE_END)
+      snprintf(out, cap, "%llu end", (unsigned long long)env->episode_end->episode_id);
+  }
+  lh_wire_free(env);
+}
+
 static void handle_ingest(lh_actors_link *l, const uint8_t *b, size_t n) {
   Longhaul__Envelope *env = NULL;
   lh_errbuf e = {0};
@@ -232,14 +259,25 @@ static void handle_ingest(lh_actors_link *l, const uint8_t *b, size_t n) {
     if (a->status == LONGHAUL__ACK_STATUS__ACK_STORED || a->status == LONGHAUL__ACK_STATUS__ACK_DUPLICATE) {
       int64_t t = now_ms(), wall = l->ack_log ? lh_wall_ms() : 0, pushed = 0;
       for (size_t i = 0; i < a->n_msg_ids; i++) {
+        char ids[64] = "";
+        if (l->ack_log) ack_ids(l, a->msg_ids[i], ids, sizeof ids);  /* before the ack drops its bytes */
         if (!lh_actors_outbox_ack_at(l->outbox, a->msg_ids[i], &pushed)) continue;
         l->acked++;
-        if (l->ack_log) fprintf(l->ack_log, "%lld %lld\n", (long long)wall, (long long)(t - pushed));
+        if (l->ack_log) fprintf(l->ack_log, "%lld %lld %s\n", (long long)wall, (long long)(t - pushed), ids);
       }
     } else if (a->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) {
       size_t k = lh_actors_outbox_ack_many(l->outbox, a->msg_ids, a->n_msg_ids);
       l->rejected += k;
-      LH_WARN("actor", "learner rejected %zu messages: %s", k, a->reason ? a->reason : "");
+      if (l->run_id[0] && env->run_id && *env->run_id && strcmp(env->run_id, l->run_id) != 0) {
+        /* A learner of another run: nothing this actor sends is stored. */
+        if (!l->refused.code)
+          lh_errbuf_set(&l->refused, LH_EACTORS_RUN_MISMATCH,
+                        "the learner at %s serves run %s, this actor was started for run %s: refused; start "
+                        "the actor with the learner's --run-id, or point it at its own run's learner",
+                        l->cfg.ingest_endpoint, env->run_id, l->run_id);
+      } else {
+        LH_WARN("actor", "learner rejected %zu messages: %s", k, a->reason ? a->reason : "");
+      }
     }
   }
   lh_wire_free(env);
@@ -339,6 +377,10 @@ static int drain(lh_actors_link *l, void *s, int which, lh_errbuf *err) {
 
 int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err) {
   if (!l) return lh_errbuf_set(err, LH_EINVAL, "actor link poll: NULL link");
+  if (l->refused.code) {
+    if (err) *err = l->refused;
+    return l->refused.code;
+  }
   zmq_pollitem_t items[4] = {{l->ingest, 0, ZMQ_POLLIN, 0}, {l->monitor, 0, ZMQ_POLLIN, 0}};
   int n = 2;
   if (l->sub) {
@@ -368,6 +410,10 @@ int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err) {
   size_t bn;
   for (int k = 0; k < 256 && lh_actors_outbox_next_due(l->outbox, t, &id, &b, &bn); k++)
     LH_TRY(send_bytes(l->ingest, b, bn, err));
+  if (l->refused.code) {
+    if (err) *err = l->refused;
+    return l->refused.code;
+  }
   int fresh = l->weights_new;
   l->weights_new = 0;
   return fresh;

@@ -190,6 +190,15 @@ int lh_actors_outbox_ack_at(lh_actors_outbox *ob, uint64_t msg_id, int64_t *push
   return 1;
 }
 
+const uint8_t *lh_actors_outbox_peek(const lh_actors_outbox *ob, uint64_t msg_id, size_t *n) {
+  if (!ob) return NULL;
+  size_t p = find_pos(ob, msg_id);
+  if (!ob->table[p]) return NULL;
+  const slot *s = &ob->slots[ob->table[p] - 1];
+  if (n) *n = s->n;
+  return s->data;
+}
+
 size_t lh_actors_outbox_ack_many(lh_actors_outbox *ob, const uint64_t *msg_ids, size_t n) {
   size_t acked = 0;
   for (size_t i = 0; msg_ids && i < n; i++) acked += (size_t)lh_actors_outbox_ack(ob, msg_ids[i]);

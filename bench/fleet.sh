@@ -58,7 +58,7 @@ for n in 1 2 4; do
   db="$w/replay.db"
   # The acks, as a table of a copy of the store (the store stays untouched).
   sqlite3 "$db" ".backup '$w/figures.db'"
-  sqlite3 "$w/figures.db" "CREATE TABLE acks(ms INTEGER, lat INTEGER);" ".separator ' '" ".import '$w/acks.log' acks" 2>/dev/null || true
+  sqlite3 "$w/figures.db" "CREATE TABLE acks(ms INTEGER, lat INTEGER, episode TEXT, seq TEXT);" ".separator ' '" ".import '$w/acks.log' acks" 2>/dev/null || true
   f="$w/figures.db"
   mid=$(q "$f" "SELECT (min(created_ms) + max(created_ms)) / 2 FROM segments")
   end=$(q "$f" "SELECT max(created_ms) FROM segments")

@@ -10,6 +10,7 @@
 #include "actors/actors.h"
 #include "cli/commands.h"
 #include "cli/config.h"
+#include "cli/run_record.h"
 #include "learner/learner.h"
 #include "model/model.h"
 
@@ -23,7 +24,8 @@ static void on_signal(int sig) {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul actor --config FILE --name NAME [--index I] [--episodes N]\n"
-          "                      [--ckpt DIR] [--backend cpu|cuda] [--set section.key=value ...]\n\n"
+          "                      [--ckpt DIR] [--run-id ID] [--backend cpu|cuda]\n"
+          "                      [--set section.key=value ...]\n\n"
           "Runs [actor] batch episodes at once in the [env] environment, sampling\n"
           "from the policy, and streams their segments and EpisodeEnds to the\n"
           "learner at [actor] learner_endpoint; new weights announced on\n"
@@ -39,15 +41,21 @@ static void usage(FILE *out) {
           "               arrive\n"
           "--env NAME     this actor's environment instead of [env] name (the [env]\n"
           "               options still apply)\n"
-          "--learner-rank R  send to learner rank R of an mpirun job: the port of\n"
-          "               [actor] learner_endpoint plus 10*R, as the rank binds it\n"
-          "               (weights come from rank 0 as configured)\n"
+          "--learner-rank R  send to learner rank R of an mpirun job: entry R of\n"
+          "               [learner] ingest_endpoints when given (ranks on several\n"
+          "               hosts), else the port of [actor] learner_endpoint plus\n"
+          "               10*R, as the rank binds it (weights come from rank 0 at\n"
+          "               the weights endpoints as configured)\n"
           "--backend B    cpu (default) or cuda (decode on the GPU; without one, an\n"
           "               error)\n"
-          "--set S.K=V    override key K of section [S] of the config (repeatable)\n\n"
+          "--set S.K=V    override key K of section [S] of the config (repeatable)\n"
+          "--run-id ID    the run this actor belongs to (the learner's --run-id): sent\n"
+          "               with every message; a learner of another run refuses it and\n"
+          "               the actor exits 2. Without it any learner's run takes it\n\n"
           "SIGINT/SIGTERM/SIGUSR1: stop sampling, end open episodes as aborted, wait at most\n"
           "flush_timeout_ms for acks, exit 0.\n"
-          "Exit codes: 0 ok, 1 runtime error, 2 usage or config error.\n");
+          "Exit codes: 0 ok, 1 runtime error, 2 usage or config error, or refused by a\n"
+          "learner of another run.\n");
 }
 
 static int parse_u64(const char *s, uint64_t *out) {
@@ -65,7 +73,7 @@ int lh_cmd_actor(int argc, char **argv) {
     usage(stdout);
     return LH_EXIT_OK;
   }
-  const char *config = NULL, *name = NULL, *ckpt = NULL, *env_name = NULL, *backend = NULL;
+  const char *config = NULL, *name = NULL, *ckpt = NULL, *env_name = NULL, *backend = NULL, *run_id = NULL;
   uint64_t index = 0, episodes = 0, learner_rank = 0;
   lh_cli_sets sets = {0};
   for (int i = 1; i < argc; i++) {
@@ -80,6 +88,10 @@ int lh_cmd_actor(int argc, char **argv) {
     else if (strcmp(a, "--episodes") == 0 && v) bad = parse_u64(v, &episodes), i++;
     else if (strcmp(a, "--env") == 0 && v) env_name = v, i++;
     else if (strcmp(a, "--backend") == 0 && v) backend = v, i++;
+    else if (strcmp(a, "--run-id") == 0 && v) {
+      if (lh_cli_run_id_arg("actor", v)) return LH_EXIT_USAGE;
+      run_id = v, i++;
+    }
     else if (strcmp(a, "--learner-rank") == 0 && v) bad = parse_u64(v, &learner_rank) || learner_rank > 6553, i++;
     else {
       fprintf(stderr, "longhaul actor: unknown or incomplete argument '%s'\n", a);
@@ -102,8 +114,10 @@ int lh_cmd_actor(int argc, char **argv) {
   if (open_rc) return open_rc;
   lh_actors_config acfg;
   lh_model_config mc;
+  lh_learner_config lcfg; /* its ingest_endpoints, --set overrides included */
   int read_rc = lh_actors_config_read(doc, &acfg, &err);
   if (!read_rc) read_rc = lh_model_config_read(doc, &mc, &err);
+  if (!read_rc) read_rc = lh_learner_config_read(doc, &lcfg, &err);
   lh_ini_doc_free(doc);
   if (read_rc) {
     fprintf(stderr, "longhaul actor: %s\n", err.msg);
@@ -117,11 +131,16 @@ int lh_cmd_actor(int argc, char **argv) {
     }
     snprintf(acfg.env_name, sizeof acfg.env_name, "%s", env_name);
   }
-  if (learner_rank) {
+  /* With [learner] ingest_endpoints (ranks on several hosts) the actor of
+   * rank R connects to entry R, rank 0's without --learner-rank; without
+   * it, --learner-rank R adds 10*R to [actor] learner_endpoint's port. */
+  if (learner_rank || lcfg.n_ingest_endpoints) {
     char rank_endpoint[LH_LEARNER_TEXT_BYTES];
     size_t len = 0;
-    if (lh_learner_rank_endpoint(acfg.learner_endpoint, (int)learner_rank, rank_endpoint, &err) == 0 &&
-        (len = strlen(rank_endpoint)) >= sizeof acfg.learner_endpoint)
+    int rrc = lcfg.n_ingest_endpoints
+                  ? lh_learner_rank_ingest(&lcfg, (int)learner_rank, rank_endpoint, &err)
+                  : lh_learner_rank_endpoint(acfg.learner_endpoint, (int)learner_rank, rank_endpoint, &err);
+    if (rrc == 0 && (len = strlen(rank_endpoint)) >= sizeof acfg.learner_endpoint)
       lh_errbuf_set(&err, LH_ECONFIG, "the endpoint %s is over %zu bytes", rank_endpoint,
                     sizeof acfg.learner_endpoint - 1);
     if (err.code) {
@@ -162,7 +181,8 @@ int lh_cmd_actor(int argc, char **argv) {
                                 .episodes = episodes,
                                 /* with weight updates off none would ever come */
                                 .wait_for_weights = ckpt == NULL && acfg.weights_pub_endpoint[0] &&
-                                                    strcmp(acfg.weights_pub_endpoint, "none") != 0};
+                                                    strcmp(acfg.weights_pub_endpoint, "none") != 0,
+                                .run_id = run_id};
   lh_actors_actor_stats st = {0};
   int rc = lh_actors_actor_run(&cfg, model, &stop_requested, &st, &err);
   lh_model_free(model);

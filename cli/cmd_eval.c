@@ -1,6 +1,7 @@
 /* longhaul eval: the greedy success rate of a checkpoint on held-out seeds,
  * the same measure `longhaul sft` prints at its end, for any checkpoint (an
  * SFT one, or a learner's ckpt_dir/step-N or ckpt_dir/latest). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,14 +10,15 @@
 #include "cli/commands.h"
 #include "cli/config.h"
 #include "cli/policy_eval.h"
+#include "cli/run_record.h"
 #include "common/common.h"
 #include "learner/learner.h"
 
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul eval --config FILE --ckpt DIR [--env NAME] [--seeds N] [--show N]\n"
-          "                     [--temperature T] [--json] [--backend cpu|cuda]\n"
-          "                     [--set section.key=value ...]\n\n"
+          "                     [--temperature T] [--json] [--db FILE|none] [--run-id ID]\n"
+          "                     [--backend cpu|cuda] [--set section.key=value ...]\n\n"
           "Plays the held-out seeds 1..N (default 200) of the environment (--env,\n"
           "or name in [env] of FILE, with the [env] options) with the policy in\n"
           "DIR/model.safetensors, greedily or, with --temperature T > 0, sampled at\n"
@@ -26,6 +28,10 @@ static void usage(FILE *out) {
           "prints the first N episodes to end; --json prints one JSON object\n"
           "{\"env\", \"episodes\", \"successes\", \"success_rate\", \"ckpt\"}.\n"
           "--set S.K=V overrides key K of section [S] of FILE (repeatable).\n"
+          "The result goes into the replay store --db FILE (default: [learner] db\n"
+          "of FILE; none: no store) as a row of evals with the checkpoint's step\n"
+          "(a learner's checkpoint), under a runs row of kind eval (--run-id ID, or\n"
+          "a new id); a learner may be writing the same store meanwhile.\n"
           "Exit codes: 0 evaluated, 1 runtime error, 2 usage or config error.\n");
 }
 
@@ -57,7 +63,7 @@ int lh_cmd_eval(int argc, char **argv) {
     return LH_EXIT_OK;
   }
   const char *config = NULL, *ckpt = NULL, *env = NULL, *seeds_s = "200", *show_s = "0", *backend = NULL,
-             *temp_s = "0";
+             *temp_s = "0", *db = NULL, *run_id = NULL;
   int json = 0;
   lh_cli_sets sets = {0};
   for (int i = 1; i < argc; i++) {
@@ -75,6 +81,8 @@ int lh_cmd_eval(int argc, char **argv) {
                         : !strcmp(argv[i], "--show") ? &show_s
                         : !strcmp(argv[i], "--backend") ? &backend
                         : !strcmp(argv[i], "--temperature") ? &temp_s
+                        : !strcmp(argv[i], "--db") ? &db
+                        : !strcmp(argv[i], "--run-id") ? &run_id
                                                      : NULL;
     if (!slot) {
       fprintf(stderr, "longhaul eval: unknown argument '%s'\n", argv[i]);
@@ -104,21 +112,27 @@ int lh_cmd_eval(int argc, char **argv) {
     fprintf(stderr, "longhaul eval: --seeds must be at least 1\n");
     return LH_EXIT_USAGE;
   }
+  if (run_id && lh_cli_run_id_arg("eval", run_id)) return LH_EXIT_USAGE;
+  if (db && !*db) {
+    fprintf(stderr, "longhaul eval: --db needs a file name (or none)\n");
+    return LH_EXIT_USAGE;
+  }
   lh_ini_doc *doc = NULL;
   int open_rc = lh_cli_config_open("eval", config, &sets, &doc);
   if (open_rc) return open_rc;
   lh_cli_env_section o;
   char msg[512];
   int env_rc = lh_cli_env_section_read(doc, &o, msg, sizeof msg);
-  lh_ini_doc_free(doc);
   if (env_rc) {
     fprintf(stderr, "longhaul eval: %s\n", msg);
+    lh_ini_doc_free(doc);
     return LH_EXIT_USAGE;
   }
   if (!env) env = o.name;
   if (!env) {
     fprintf(stderr, "longhaul eval: no environment: give --env NAME or name = NAME in [env] of %s\n", config);
     lh_cli_env_section_free(&o);
+    lh_ini_doc_free(doc);
     return LH_EXIT_USAGE;
   }
   char dir[LH_LEARNER_TEXT_BYTES];
@@ -129,12 +143,14 @@ int lh_cmd_eval(int argc, char **argv) {
   if (lh_env_open(env, o.opts, o.n, &probe, &err) < 0) {
     fprintf(stderr, "longhaul eval: environment '%s': %s\n", env, err.msg);
     lh_cli_env_section_free(&o);
+    lh_ini_doc_free(doc);
     return LH_EXIT_USAGE;
   }
   lh_env_free(probe);
   if (resolve_ckpt(ckpt, dir, &err)) {
     fprintf(stderr, "longhaul eval: %s holds no model.safetensors, and %s\n", ckpt, err.msg);
     lh_cli_env_section_free(&o);
+    lh_ini_doc_free(doc);
     return LH_EXIT_RUNTIME;
   }
   lh_model *m = NULL;
@@ -144,11 +160,33 @@ int lh_cmd_eval(int argc, char **argv) {
   int bx = lh_cli_open_backend("eval", backend, &be);
   if (bx) {
     lh_cli_env_section_free(&o);
+    lh_ini_doc_free(doc);
     return bx;
   }
   int rc = lh_model_load(dir, be, &m, &err);
+  lh_cli_run run;
+  memset(&run, 0, sizeof run);
+  int usage = 0;
+  if (!rc) rc = lh_cli_run_start(&run, "eval", db, run_id, doc, argc, argv, &err);
+  lh_ini_doc_free(doc);
+  doc = NULL;
+  /* A bad [learner] section (where the default store is named) is the config's fault. */
+  if (rc && !db) usage = rc <= LH_ELEARNER_CONFIG_FILE && rc >= LH_ELEARNER_CONFIG_STAGES;
   if (!rc) rc = lh_cli_eval_policy(m, env, o.opts, o.n, seeds, (float)temperature, (size_t)show, stdout, &wins,
                                       &err);
+  double eval_ms = (double)(lh_now_ns() - t0) / 1e6;
+  if (!rc && run.store) {
+    /* A learner's checkpoint knows its step; an SFT one does not. */
+    lh_learner_state ls;
+    lh_errbuf le;
+    int has_step = lh_learner_state_load(dir, &ls, &le) == 0;
+    lh_store_eval row = {.run_id = run.run_id, .kind = "eval", .has_step = has_step, .step = has_step ? ls.step : 0,
+                         .env = env, .seeds = seeds, .episodes = seeds, .successes = wins, .reward_mean = NAN,
+                         .temperature = temperature, .checkpoint = dir, .eval_ms = eval_ms};
+    if (lh_store_put_eval(run.store, &row, &le))
+      fprintf(stderr, "longhaul eval: the result was not stored in %s: %s\n", run.db, le.msg);
+  }
+  lh_cli_run_end(&run, rc == 0);
   if (rc) {
     fprintf(stderr, "longhaul eval: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
   } else if (json) {
@@ -164,5 +202,5 @@ int lh_cmd_eval(int argc, char **argv) {
   lh_model_free(m);
   lh_backend_close(be);
   lh_cli_env_section_free(&o);
-  return rc ? LH_EXIT_RUNTIME : LH_EXIT_OK;
+  return rc ? usage ? LH_EXIT_USAGE : LH_EXIT_RUNTIME : LH_EXIT_OK;
 }

@@ -41,7 +41,8 @@ static void usage(FILE *out) {
           "Starts a fleet from one INI file ([fleet] [model] [learner] [actor] [env]):\n"
           "the env server ([fleet] env_server), the learner (`longhaul learner`; for\n"
           "learners = M > 1 `mpirun --oversubscribe -n M longhaul learner`, rank r\n"
-          "binding its ingest at the ingest_endpoint port + 10*r) and actors actor-0\n"
+          "binding its ingest at entry r of [learner] ingest_endpoints, or without it\n"
+          "at the ingest_endpoint port + 10*r) and actors actor-0\n"
           "..actor-(N-1) (actor i bound to rank i mod M). Each child logs to\n"
           "LOG_DIR/<name>.log (appended across restarts; LOG_DIR/<name>.pid holds its\n"
           "pid); the launcher's own events go to LOG_DIR/launch.log.\n\n"
@@ -426,7 +427,7 @@ int lh_cmd_launch(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
-  event(&L, "fleet config=%s learners=%llu actors=%llu log_dir=%s bin=%s", f->config_path,
+  event(&L, "fleet run_id=%s config=%s learners=%llu actors=%llu log_dir=%s bin=%s", f->run_id, f->config_path,
         (unsigned long long)f->fleet.learners, (unsigned long long)f->fleet.actors, f->fleet.log_dir, f->bin);
   if (f->slurm.on)
     event(&L, "slurm job=%s learner_nodes=%u first=%s addr=%s", f->slurm.job_id, f->slurm.n_hosts,

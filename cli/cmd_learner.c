@@ -10,6 +10,7 @@
 #include "actors/actors.h"
 #include "cli/commands.h"
 #include "cli/config.h"
+#include "cli/run_record.h"
 #include "learner/learner.h"
 
 /* Set by SIGINT/SIGTERM; the loop stops at its next turn. The one piece of
@@ -32,7 +33,8 @@ static void on_hup(int sig) {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul learner --config FILE [--init CKPT_DIR] [--resume] [--steps N]\n"
-          "                        [--backend cpu|cuda] [--set section.key=value ...]\n\n"
+          "                        [--run-id ID] [--backend cpu|cuda]\n"
+          "                        [--set section.key=value ...]\n\n"
           "Runs the learner: binds [learner] ingest_endpoint (ROUTER, actors' segments\n"
           "and episode ends, acked once committed to the replay store [learner] db),\n"
           "weights_pub_endpoint (PUB, announcements) and weights_endpoint (ROUTER,\n"
@@ -45,14 +47,20 @@ static void usage(FILE *out) {
           "               latest nor a step-N folder, start as if not given; step-N\n"
           "               folders without a readable latest naming one: exit 2\n"
           "  --steps N    stop after N training steps (default: run until SIGINT/SIGTERM)\n"
+          "  --run-id ID  this run's id (1..64 bytes of [A-Za-z0-9._-]); without it a new\n"
+          "               one (UTC time and random hex), or with --resume the resumed\n"
+          "               run's. Written into the store's rows; actors of another run\n"
+          "               are refused (actors without --run-id are taken by any run)\n"
           "  --backend B  cpu (default) or cuda (the GPU backend; without a GPU, an error)\n"
           "  --set S.K=V  override key K of section [S] of the config (repeatable)\n"
           "The [model] section gives a fresh model, [actor] temperature the sampling\n"
           "temperature the log-probabilities are compared at.\n"
           "SIGINT/SIGTERM: acks what is stored, writes a final checkpoint, exits 0.\n"
-          "Several ranks: mpirun -n M longhaul learner ... (rank r binds the ingest port\n"
-          "+ 10*r, or an ipc:// path + .rank<r>, and keeps the store db.rank<r>; rank 0\n"
-          "serves the weights and writes checkpoints). SIGUSR1, which mpirun forwards to\n"
+          "Several ranks: mpirun -n M longhaul learner ... (rank r binds entry r of\n"
+          "[learner] ingest_endpoints when given, M entries, for ranks on several hosts:\n"
+          "mpirun --hostfile H; else the ingest port + 10*r, or an ipc:// path +\n"
+          ".rank<r>; it keeps the store db.rank<r>; rank 0 serves the weights and writes\n"
+          "checkpoints). SIGUSR1, which mpirun forwards to\n"
           "every rank, stops the job in order with exit 0 (after SIGTERM or SIGINT the\n"
           "ranks stop the same way but mpirun itself exits 1).\n"
           "SIGHUP: re-reads [learner] max_db_bytes (the store's cap; while the store is\n"
@@ -64,7 +72,7 @@ static void usage(FILE *out) {
 }
 
 typedef struct {
-  const char *config, *init, *backend;
+  const char *config, *init, *backend, *run_id;
   int resume;
   unsigned long long steps;
   lh_cli_sets sets;
@@ -81,7 +89,8 @@ static int parse_args(int argc, char **argv, args *a) {
     int set = lh_cli_set_arg("learner", argc, argv, &i, &a->sets);
     if (set < 0) return -1;
     if (set) continue;
-    if (strcmp(f, "--config") && strcmp(f, "--init") && strcmp(f, "--steps") && strcmp(f, "--backend")) {
+    if (strcmp(f, "--config") && strcmp(f, "--init") && strcmp(f, "--steps") && strcmp(f, "--backend") &&
+        strcmp(f, "--run-id")) {
       fprintf(stderr, "longhaul learner: unknown argument '%s' (see --help)\n", f);
       return -1;
     }
@@ -93,6 +102,10 @@ static int parse_args(int argc, char **argv, args *a) {
     if (!strcmp(f, "--config")) a->config = v;
     else if (!strcmp(f, "--init")) a->init = v;
     else if (!strcmp(f, "--backend")) a->backend = v;
+    else if (!strcmp(f, "--run-id")) {
+      if (lh_cli_run_id_arg("learner", v)) return -1;
+      a->run_id = v;
+    }
     else {
       char *end = NULL;
       errno = 0;
@@ -139,10 +152,12 @@ int lh_cmd_learner(int argc, char **argv) {
     lh_ini_doc_free(doc);
     return LH_EXIT_USAGE;
   }
+  char *command = lh_cli_command_line(argc, argv);
   lh_learner_run_args ra = {.config = a.config, .doc = doc, .init = a.init, .backend = a.backend, .resume = a.resume,
                             .steps = a.steps, .temperature = (float)ac.temperature, .stop = &stop_requested,
-                            .reload = &reload_requested};
+                            .reload = &reload_requested, .run_id = a.run_id, .command = command};
   int rc = lh_learner_run(&ra);
   lh_ini_doc_free(doc);
+  free(command);
   return rc == LH_LEARNER_RUN_OK ? LH_EXIT_OK : rc == LH_LEARNER_RUN_USAGE ? LH_EXIT_USAGE : LH_EXIT_RUNTIME;
 }

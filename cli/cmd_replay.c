@@ -18,12 +18,15 @@ static const replay_command replay_commands[] = {
      "usage: longhaul replay stats --db FILE\n\n"
      "Counts of episodes by status and by environment, segments, tokens, the\n"
      "reward mean, the range of policy versions and the train steps.\n\n"
-     "  --db FILE   the replay store (opened read-only)\n",
+     "  --db FILE   the replay store (opened read-only)\n"
+     "  --rank-db FILE\n"
+     "              another rank's store, read with it (repeatable)\n",
      lh_cli_replay_stats},
     {"episodes", "list episodes, filtered, as a table",
      "usage: longhaul replay episodes --db FILE [FILTERS] [--limit N]\n\n"
      "Lists episodes in id order as an aligned table.\n\n"
      "  --db FILE            the replay store (opened read-only)\n"
+     "  --rank-db FILE       another rank's store, read with it (repeatable)\n"
      "  --env NAME           only this environment\n"
      "  --status S[,S...]    running, complete, truncated, aborted or error\n"
      "  --min-reward X       reward >= X (episodes without a reward yet are left out)\n"
@@ -43,6 +46,8 @@ static const replay_command replay_commands[] = {
      "(\\t, \\r, \\\\, \\xHH); a newline byte ends the line. Missing segments\n"
      "are reported as gaps.\n\n"
      "  --db FILE   the replay store (opened read-only)\n"
+     "  --rank-db FILE\n"
+     "              another rank's store, read with it (repeatable)\n"
      "  --tokens    also list every token: offset, id, text, mask, version, logp\n",
      lh_cli_replay_show},
     {"export", "episodes with their decoded segments as JSON lines",
@@ -52,6 +57,7 @@ static const replay_command replay_commands[] = {
      "versions, logps, images without their pixels). Progress goes to stderr\n"
      "when stderr is a terminal (and the lines do not go to that terminal).\n\n"
      "  --db FILE        the replay store (opened read-only)\n"
+     "  --rank-db FILE   another rank's store, read with it (repeatable)\n"
      "  --format jsonl   the only format there is (default)\n"
      "  --out FILE       write to FILE instead of stdout ('-' is stdout)\n"
      "  FILTERS          as for 'longhaul replay episodes' (--env, --status,\n"
@@ -67,6 +73,7 @@ static const replay_command replay_commands[] = {
      "...) is refused. The tables are described in README.md; '.schema' in sqlite3\n"
      "shows them too.\n\n"
      "  --db FILE       the replay store (opened read-only)\n"
+     "  --rank-db FILE  another rank's store, read with it (repeatable)\n"
      "  --aligned       pad the columns into a table\n"
      "  --timeout-ms N  stop the query after N ms of work (default 10000; 0: no limit)\n",
      lh_cli_replay_sql},
@@ -84,7 +91,10 @@ static void usage(FILE *out) {
           "usage: longhaul replay SUBCOMMAND --db FILE [ARGS...]\n\n"
           "Query the replay store, the SQLite file the learners write episodes,\n"
           "segments, rewards and train steps to. It is opened read-only, so it can\n"
-          "be queried while a run writes it.\n\n");
+          "be queried while a run writes it. A run of several learner ranks keeps\n"
+          "one file per rank (DB, DB.rank1, ...): they are read as one store, found\n"
+          "next to --db DB, or given by --db DB --rank-db DB1 ... (or --db\n"
+          "repeated), rank 0's first.\n\n");
   print_subcommands(out);
   fprintf(out,
           "\nRun 'longhaul replay SUBCOMMAND --help' for its options.\n"
@@ -101,15 +111,16 @@ int lh_cli_replay_usage(const char *sub, FILE *out) {
   return -1;
 }
 
-int lh_cli_replay_open(const char *cmd, const char *db, lh_store **out) {
+int lh_cli_replay_open(const char *cmd, const lh_cli_dbs *dbs, lh_store **out) {
   *out = NULL;
+  const char *db = dbs->db.n ? dbs->db.v[0] : NULL;
   if (!db) {
     fprintf(stderr, "longhaul replay %s: --db FILE is required (the replay store to read)\n", cmd);
     return LH_EXIT_USAGE;
   }
   lh_errbuf err;
   lh_errbuf_clear(&err);
-  int rc = lh_store_open_readonly(db, out, &err);
+  int rc = lh_cli_dbs_open(dbs, out, NULL, &err);
   if (rc < 0) {
     /* The store's message says what the file is and what to do. */
     fprintf(stderr, "longhaul replay %s: cannot open store '%s': %s (%s)\n", cmd, db,

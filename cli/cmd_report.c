@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/rank_stores.h"
 #include "cli/report.h"
 
 static const char usage_text[] =
@@ -19,7 +20,10 @@ static const char usage_text[] =
     "(MaxVio) per layer over train steps. The page needs no network and no\n"
     "script: charts are inline SVG. A store without data gives a page that says\n"
     "so.\n\n"
-    "  --db FILE      the replay store (opened read-only)\n"
+    "  --db FILE      the replay store (opened read-only); with several learner\n"
+    "                 ranks their files FILE.rank1, ... next to it are read too\n"
+    "  --rank-db FILE another rank's store, read with --db as one (repeatable;\n"
+    "                 --db repeated does the same)\n"
     "  --out FILE     where to write the page (default report.html; '-' is stdout)\n"
     "  --title TEXT   the page's heading (default 'longhaul report')\n";
 
@@ -60,12 +64,15 @@ int lh_cmd_report(int argc, char **argv) {
     fputs(usage_text, stdout);
     return LH_EXIT_OK;
   }
-  const char *db = NULL, *out = "report.html", *title = "longhaul report";
+  const char *db = NULL, *rank_db = NULL, *out = "report.html", *title = "longhaul report";
+  lh_cli_dbs dbs;
+  memset(&dbs, 0, sizeof dbs);
   for (int i = 1; i < argc; i++) {
-    const char **dest = strcmp(argv[i], "--db") == 0      ? &db
-                        : strcmp(argv[i], "--out") == 0   ? &out
-                        : strcmp(argv[i], "--title") == 0 ? &title
-                                                          : NULL;
+    const char **dest = strcmp(argv[i], "--db") == 0        ? &db
+                        : strcmp(argv[i], "--rank-db") == 0 ? &rank_db
+                        : strcmp(argv[i], "--out") == 0     ? &out
+                        : strcmp(argv[i], "--title") == 0   ? &title
+                                                            : NULL;
     if (!dest) {
       if (argv[i][0] == '-') return usage_error("unknown option '%s'", argv[i]);
       return usage_error("unexpected argument '%s'", argv[i]);
@@ -73,13 +80,17 @@ int lh_cmd_report(int argc, char **argv) {
     if (i + 1 >= argc) return usage_error("option '%s' needs a value", argv[i]);
     *dest = argv[++i];
     if (**dest == 0) return usage_error("option '%s' needs a non-empty value", argv[i - 1]);
+    /* --db and --rank-db may be repeated: every learner rank's file. */
+    if ((dest == &db && lh_cli_strings_add(&dbs.db, db)) || (dest == &rank_db && lh_cli_strings_add(&dbs.rank_db, rank_db)))
+      return usage_error("option '%s' given too many times", argv[i - 1]);
   }
-  if (!db) return usage_error("%s", "--db FILE is required (the replay store to report on)");
+  if (!dbs.db.n) return usage_error("%s", "--db FILE is required (the replay store to report on)");
+  db = dbs.db.v[0];
 
   lh_store *s = NULL;
   lh_errbuf err;
   lh_errbuf_clear(&err);
-  int rc = lh_store_open_readonly(db, &s, &err);
+  int rc = lh_cli_dbs_open(&dbs, &s, NULL, &err);
   if (rc != 0) {
     fprintf(stderr, "longhaul report: cannot read '%s': %s (%s)\n", db, err.msg[0] ? err.msg : lh_strerror(rc),
             lh_err_name(rc));

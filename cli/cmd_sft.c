@@ -2,6 +2,7 @@
  * (ARCHITECTURE.md §5 "SFT"). Arguments, config and printing live here; the episode
  * format is actors/ (transcripts, greedy evaluation) and the step learner/. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/config.h"
 #include "cli/policy_eval.h"
+#include "cli/run_record.h"
 #include "learner/learner.h"
 
 /* Training seeds live far from the evaluation seeds 1..N, so evaluation is
@@ -22,7 +24,8 @@ static void usage(FILE *out) {
           "usage: longhaul sft --config FILE [--env NAME] --out DIR [--steps N] [--seed N]\n"
           "                    [--init DIR] [--batch N] [--eval N] [--show N]\n"
           "                    [--eval-every N [--target RATE]] [--lr LR] [--warmup N]\n"
-          "                    [--backend cpu|cuda] [--set section.key=value ...]\n\n"
+          "                    [--db FILE|none] [--run-id ID] [--backend cpu|cuda]\n"
+          "                    [--set section.key=value ...]\n\n"
           "Trains the policy on demonstrations of the environment's expert:\n"
           "cross-entropy on the policy's tokens only (actions, <call>..</call>,\n"
           "the answer and <eos>), never on the environment's. Each step packs\n"
@@ -42,6 +45,9 @@ static void usage(FILE *out) {
           "--target RATE training stops at the first evaluation whose success\n"
           "rate reaches RATE (in (0, 1]): a warm start as good as asked for.\n"
           "--set S.K=V overrides key K of section [S] of FILE (repeatable).\n"
+          "--db FILE (default: [learner] db of FILE; none: no store) gets a runs row\n"
+          "(kind sft, --run-id ID or a new id), each step's loss and lr (sft_steps)\n"
+          "and each evaluation (evals), beside a learner writing the same store.\n"
           "Exit codes: 0 written, 1 runtime error, 2 usage or config error.\n");
 }
 
@@ -78,6 +84,8 @@ typedef struct {
   const char *warmup;  /* NULL: [learner] warmup_steps */
   const char *backend; /* NULL: cpu */
   lh_cli_sets sets;
+  const char *db;      /* NULL: [learner] db; "none": no store */
+  const char *run_id;  /* NULL: a new one */
 } sft_args;
 
 static int parse_args(int argc, char **argv, sft_args *a) {
@@ -101,6 +109,8 @@ static int parse_args(int argc, char **argv, sft_args *a) {
                         : !strcmp(argv[i], "--lr")     ? &lr
                         : !strcmp(argv[i], "--warmup") ? &a->warmup
                         : !strcmp(argv[i], "--backend") ? &a->backend
+                        : !strcmp(argv[i], "--db")      ? &a->db
+                        : !strcmp(argv[i], "--run-id")  ? &a->run_id
                                                       : NULL;
     if (!slot) {
       fprintf(stderr, "longhaul sft: unknown argument '%s'\n", argv[i]);
@@ -125,6 +135,11 @@ static int parse_args(int argc, char **argv, sft_args *a) {
       parse_u64("--show", show, 0, 1000000, &a->show) ||
       parse_u64("--eval-every", every, 0, 100000000, &a->eval_every))
     return -1;
+  if (a->run_id && lh_cli_run_id_arg("sft", a->run_id)) return -1;
+  if (a->db && !*a->db) {
+    fprintf(stderr, "longhaul sft: --db needs a file name (or none)\n");
+    return -1;
+  }
   unsigned long long warm = 0;
   if (a->warmup && parse_u64("--warmup", a->warmup, 0, 100000000, &warm)) return -1;
   if (lr) {
@@ -150,16 +165,30 @@ static int parse_args(int argc, char **argv, sft_args *a) {
   return 0;
 }
 
-/* Greedy success on the held-out seeds; *rate (may be NULL) gets it. */
-static int evaluate(lh_model *m, const sft_args *a, const lh_cli_env_section *o, uint64_t step, double *rate,
-                    lh_errbuf *err) {
+/* A row the store could not take: said once, and SFT goes on (the
+ * store is a record of the run, not its work). */
+static void store_warn(lh_cli_run *run, const char *what, const lh_errbuf *e) {
+  if (run->warned) return;
+  fprintf(stderr, "longhaul sft: %s not stored in %s (later ones may be missing too): %s\n", what, run->db, e->msg);
+  run->warned = 1;
+}
+
+/* Greedy success on the held-out seeds, printed and stored (evals);
+ * *rate (may be NULL) gets it. */
+static int evaluate(lh_model *m, const sft_args *a, const lh_cli_env_section *o, lh_cli_run *run, uint64_t step,
+                    double *rate, lh_errbuf *err) {
   size_t wins = 0;
   int64_t t0 = lh_now_ns();
   int rc = lh_cli_eval_policy(m, a->env, o->opts, o->n, a->eval, 0.0f, (size_t)a->show, stdout, &wins, err);
+  double eval_ms = (double)(lh_now_ns() - t0) / 1e6;
   if (!rc)
     printf("eval: step %llu success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n",
-           (unsigned long long)step, (double)wins / (double)a->eval, wins, a->eval, a->eval,
-           (double)(lh_now_ns() - t0) / 1e9);
+           (unsigned long long)step, (double)wins / (double)a->eval, wins, a->eval, a->eval, eval_ms / 1e3);
+  lh_store_eval row = {.run_id = run->run_id, .kind = "sft", .has_step = 1, .step = step, .env = a->env,
+                       .seeds = a->eval, .episodes = a->eval, .successes = wins, .reward_mean = NAN,
+                       .checkpoint = a->out, .eval_ms = eval_ms};
+  lh_errbuf se;
+  if (!rc && run->store && lh_store_put_eval(run->store, &row, &se)) store_warn(run, "an evaluation", &se);
   fflush(stdout);
   if (rate) *rate = (double)wins / (double)a->eval;
   return rc;
@@ -169,7 +198,7 @@ static int evaluate(lh_model *m, const sft_args *a, const lh_cli_env_section *o,
  * --eval-every, evaluations and checkpoints along the way. *taken gets the
  * steps taken, *done_at the step of the last evaluation (0: none ran). */
 static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const sft_args *a,
-                 const lh_cli_env_section *o, uint64_t *taken, uint64_t *done_at, lh_errbuf *err) {
+                 const lh_cli_env_section *o, lh_cli_run *run, uint64_t *taken, uint64_t *done_at, lh_errbuf *err) {
   size_t B = (size_t)a->batch;
   lh_actors_transcript **ts = calloc(B, sizeof *ts);
   lh_learner_sft_episode *eps = calloc(B, sizeof *eps);
@@ -197,6 +226,10 @@ static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const 
     if (!rc) rc = lh_learner_sft_step(sft, eps, B, &st, err);
     if (rc) break;
     tokens += st.tokens;
+    lh_store_sft_step row = {.run_id = run->run_id, .step = step + 1, .loss = st.loss, .lr = st.lr,
+                             .grad_norm = st.grad_norm, .tokens = st.tokens, .skipped = st.skipped};
+    lh_errbuf se;
+    if (run->store && lh_store_put_sft_step(run->store, &row, &se)) store_warn(run, "a step's loss", &se);
     double elapsed = (double)(lh_now_ns() - t0) / 1e9;
     if (tty || (step + 1) % every == 0 || step + 1 == a->steps || st.skipped)
       progress(tty, &st, a->steps, tokens / (elapsed > 0 ? elapsed : 1e-9),
@@ -205,7 +238,7 @@ static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const 
       if (tty) fputc('\n', stderr);
       double rate = 0;
       rc = lh_learner_sft_save(m, a->out, err);
-      if (!rc) rc = evaluate(m, a, o, step + 1, &rate, err);
+      if (!rc) rc = evaluate(m, a, o, run, step + 1, &rate, err);
       *done_at = step + 1;
       if (!rc && a->target > 0 && rate >= a->target) {
         fprintf(stderr, "sft: success rate %.3f reached --target %.3f at step %llu; stopping\n", rate, a->target,
@@ -247,11 +280,11 @@ int lh_cmd_sft(int argc, char **argv) {
   if (!rc) rc = lh_learner_config_read(doc, &lcfg, &err);
   if (rc) snprintf(msg, sizeof msg, "%s", err.msg);
   else rc = lh_cli_env_section_read(doc, &o, msg, sizeof msg);
-  lh_ini_doc_free(doc);
   if (a.lr > 0) lcfg.lr = a.lr;
   if (a.warmup) lcfg.warmup_steps = strtoull(a.warmup, NULL, 10);
   if (rc) {
     fprintf(stderr, "longhaul sft: %s\n", msg);
+    lh_ini_doc_free(doc);
     return LH_EXIT_USAGE;
   }
   if (!a.env) a.env = o.name;
@@ -259,6 +292,7 @@ int lh_cmd_sft(int argc, char **argv) {
     fprintf(stderr, "longhaul sft: no environment: give --env NAME or name = NAME in [env] of %s\n",
             a.config);
     lh_cli_env_section_free(&o);
+    lh_ini_doc_free(doc);
     return LH_EXIT_USAGE;
   }
   lh_env *env = NULL;
@@ -266,6 +300,7 @@ int lh_cmd_sft(int argc, char **argv) {
   if (rc) {
     fprintf(stderr, "longhaul sft: environment '%s': %s\n", a.env, err.msg[0] ? err.msg : lh_strerror(rc));
     lh_cli_env_section_free(&o);
+    lh_ini_doc_free(doc);
     return LH_EXIT_USAGE;
   }
   lh_model *m = NULL;
@@ -274,18 +309,28 @@ int lh_cmd_sft(int argc, char **argv) {
   if (bx) {
     lh_env_free(env);
     lh_cli_env_section_free(&o);
+    lh_ini_doc_free(doc);
     return bx;
   }
   mcfg.seed = a.seed;
   rc = a.init ? lh_model_load(a.init, be, &m, &err) : lh_model_new(&mcfg, be, &m, &err);
+  /* The run's row and store, once the arguments and the config are known good. */
+  lh_cli_run run;
+  if (!rc) rc = lh_cli_run_start(&run, "sft", a.db, a.run_id, doc, argc, argv, &err);
+  else memset(&run, 0, sizeof run);
+  lh_ini_doc_free(doc);
+  doc = NULL;
+  if (!rc)
+    fprintf(stderr, "sft: run %s store %s\n", run.run_id, run.store ? run.db : "none");
   uint64_t taken = 0, done_at = 0;
-  if (!rc) rc = train(m, env, &lcfg, &a, &o, &taken, &done_at, &err);
+  if (!rc) rc = train(m, env, &lcfg, &a, &o, &run, &taken, &done_at, &err);
   /* The model as it ended, unless the last evaluation already wrote it. */
   int fresh = done_at != taken;
   if (!rc && fresh) rc = lh_learner_sft_save(m, a.out, &err);
   if (!rc) printf("wrote %s/model.safetensors\n", a.out);
-  if (!rc && a.eval && fresh) rc = evaluate(m, &a, &o, taken, NULL, &err);
+  if (!rc && a.eval && fresh) rc = evaluate(m, &a, &o, &run, taken, NULL, &err);
   if (rc) fprintf(stderr, "longhaul sft: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
+  lh_cli_run_end(&run, rc == 0);
   lh_model_free(m);
   lh_backend_close(be);
   lh_env_free(env);

@@ -28,6 +28,7 @@
 #include "common/common.h"
 #include "common/file_lock.h"
 #include "common/ini_doc.h"
+#include "common/run_id.h"
 #include "learner/learner.h"
 
 #define LH_LAUNCH_MAX_LEARNERS 64
@@ -118,6 +119,7 @@ typedef struct {
   char config_path[LH_LAUNCH_PATH_BYTES];  /* absolute */
   char bin[LH_LAUNCH_PATH_BYTES];          /* this binary (/proc/self/exe) */
   char db[LH_LAUNCH_PATH_BYTES];           /* [learner] db: rank 0's store, for the status screen */
+  char run_id[LH_RUN_ID_BYTES];            /* this launch's run: every learner and actor gets --run-id */
   const char *const *sets;                 /* --set overrides: read with the file and given to every */
   size_t n_sets;                           /* child; set by the caller before lh_launch_fleet_init */
   size_t n;                                /* children: env server, learner, actors, in that order */

@@ -184,10 +184,12 @@ static int check_endpoints(const lh_launch_fleet *f, const lh_learner_config *lc
   bind_point b[LH_LAUNCH_MAX_LEARNERS + 2];
   size_t n = 0;
   for (uint64_t r = 0; r < f->fleet.learners; r++) {
-    LH_TRY(lh_learner_rank_endpoint(lc->ingest_endpoint, (int)r, b[n].endpoint, err));
-    if (f->fleet.learners > 1) snprintf(b[n].what, sizeof b[n].what, "[learner] ingest_endpoint (rank %llu)",
-                                        (unsigned long long)r);
-    else snprintf(b[n].what, sizeof b[n].what, "[learner] ingest_endpoint");
+    LH_TRY(lh_learner_rank_ingest(lc, (int)r, b[n].endpoint, err));
+    const char *key = lc->n_ingest_endpoints ? "ingest_endpoints" : "ingest_endpoint";
+    if (f->fleet.learners > 1)
+      snprintf(b[n].what, sizeof b[n].what, "[learner] %s (rank %llu)", key, (unsigned long long)r);
+    else
+      snprintf(b[n].what, sizeof b[n].what, "[learner] %s", key);
     n++;
   }
   if (lc->weights_pub_endpoint[0] && strcmp(lc->weights_pub_endpoint, "none") != 0) {

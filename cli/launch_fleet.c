@@ -4,8 +4,9 @@
  * stop): the env server (when [fleet] env_server is set), the learner
  * (`longhaul learner`, or `mpirun -n M longhaul learner` for M > 1), then
  * actors actor-0 .. actor-(N-1). Actor i is bound to learner rank i mod M
- * (--learner-rank): rank r binds its ingest at the port of [learner]
- * ingest_endpoint + 10 r and keeps its own store, db.rank<r> for r > 0
+ * (--learner-rank): rank r binds its ingest at entry r of [learner]
+ * ingest_endpoints, or at the port of [learner] ingest_endpoint + 10 r
+ * without it, and keeps its own store, db.rank<r> for r > 0
  * (learner/learner.h, "learner ranks"); rank 0 alone serves the weights. */
 #include <errno.h>
 #include <limits.h>
@@ -70,14 +71,16 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
       return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] init = %s: no readable %s (run `longhaul sft` first)",
                            config_path, c->init, model);
   }
-  if (c->learners > 1) {
-    /* The last rank's ingest port must exist on both sides. */
-    char out[LH_LEARNER_TEXT_BYTES];
-    const char *eps[] = {lc.ingest_endpoint, ac.learner_endpoint};
-    for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++)
-      if (lh_learner_rank_endpoint(eps[i], (int)c->learners - 1, out, err))
-        return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] learners = %llu: %s", config_path,
-                             (unsigned long long)c->learners, err->msg);
+  /* Every rank must have its ingest endpoint: one entry of [learner]
+   * ingest_endpoints per rank, or the last rank's port (+ 10 r) on both
+   * sides. */
+  char out[LH_LEARNER_TEXT_BYTES];
+  if (lh_learner_ranks_check(&lc, (int)c->learners, err) ||
+      (c->learners > 1 && !lc.n_ingest_endpoints &&
+       lh_learner_rank_endpoint(ac.learner_endpoint, (int)c->learners - 1, out, err))) {
+    snprintf(out, sizeof out, "%s", err->msg);
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] learners = %llu: %s", config_path,
+                         (unsigned long long)c->learners, out);
   }
   /* OpenMPI refuses to run as root unless told twice (containers often
    * are root); the launcher's environment is its children's. */
@@ -96,8 +99,11 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
   }
   /* Locked before the endpoints are checked: a second launch of the same
    * fleet hears that the fleet runs, not that its ports are taken. */
-  char holder[2 * LH_LAUNCH_PATH_BYTES + 64];
-  snprintf(holder, sizeof holder, "longhaul launch %s (logs in %s)", f->config_path, c->log_dir);
+  /* One run per launch: its learner restarts resume it, and a learner
+   * refuses actors of any other (README, "Run ids"). */
+  LH_TRY(lh_run_id_new(f->run_id, err));
+  char holder[2 * LH_LAUNCH_PATH_BYTES + LH_RUN_ID_BYTES + 64];
+  snprintf(holder, sizeof holder, "longhaul launch %s (run %s, logs in %s)", f->config_path, f->run_id, c->log_dir);
   LH_TRY(lh_launch_lock(f, holder, err));
   LH_TRY(lh_launch_check(f, &lc, &ac, err));
   if (c->env_server[0]) {
@@ -179,6 +185,7 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
       argv[n++] = "--learner-rank", argv[n++] = rank;
     }
   }
+  if (c->role != LH_CHILD_ENV_SERVER) argv[n++] = "--run-id", argv[n++] = f->run_id;
   if (c->role != LH_CHILD_ENV_SERVER)
     for (size_t k = 0; k < f->n_sets && k < LH_INI_MAX_SETS; k++)
       argv[n++] = "--set", argv[n++] = (char *)f->sets[k];

@@ -1,8 +1,10 @@
 /* cli: a fleet launched through Slurm: the batch script, its submission,
  * and the job steps the launcher starts inside the allocation
  * (cli/launch_slurm.h says how the parts fit). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +155,23 @@ static long tcp_port(const char *ep) {
   return *end || port < 1 || port > 65535 ? 0 : port;
 }
 
+/* Replaces the host name in addr (a node's NodeAddr) by its IPv4 address:
+ * a rank binds its endpoints there, and ZeroMQ binds addresses, not names. */
+static int ipv4_of(const char *node, char *addr, lh_errbuf *err) {
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  int rc = getaddrinfo(addr, NULL, &hints, &res);
+  if (rc || !res)
+    return lh_errbuf_set(err, LH_ESYS, "slurm: node %s: NodeAddr %s has no IPv4 address: %s", node, addr,
+                         rc ? gai_strerror(rc) : "none");
+  char ip[INET_ADDRSTRLEN];
+  const struct sockaddr_in *sa = (const struct sockaddr_in *)res->ai_addr;
+  rc = inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof ip) ? 0 : -1;
+  freeaddrinfo(res);
+  if (rc) return lh_errbuf_set(err, LH_ESYS, "slurm: node %s: cannot print its address", node);
+  snprintf(addr, LH_SLURM_HOST_BYTES, "%s", ip);
+  return 0;
+}
+
 /* The allocation's first K = min(M, nodes) node names and their addresses. */
 static int find_hosts(lh_launch_fleet *f, const char *nodelist, lh_errbuf *err) {
   lh_launch_slurm *s = &f->slurm;
@@ -180,6 +199,8 @@ static int find_hosts(lh_launch_fleet *f, const char *nodelist, lh_errbuf *err) 
     if (!host_text(s->addrs[i]))
       rc = lh_errbuf_set(err, LH_ESYS, "slurm: node %s has NodeAddr '%.64s', not a host name or IPv4 address",
                          s->hosts[i], a ? a + 9 : "");
+    else
+      rc = ipv4_of(s->hosts[i], s->addrs[i], err);
   }
   free(text);
   return rc;
@@ -193,30 +214,37 @@ static int learner_ports(const lh_launch_fleet *f, const lh_learner_config *lc, 
   for (int i = 0; i < 3; i++)
     if (!(ports[i] = tcp_port(eps[i])))
       return lh_errbuf_set(err, LH_ECONFIG,
-                           "%s: [learner] %s = %s: a Slurm fleet needs tcp://HOST:PORT endpoints (the ranks bind "
-                           "tcp://*:PORT on their nodes)",
+                           "%s: [learner] %s = %s: a Slurm fleet needs tcp://HOST:PORT endpoints (their ports "
+                           "are kept, their hosts become the allocation's nodes)",
                            f->config_path, LEARNER_KEYS[i], eps[i]);
+  if (ports[0] + 10L * ((long)f->fleet.learners - 1) > 65535)
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: [learner] ingest_endpoint = %s: no room for rank %llu at port + %llu",
+                         f->config_path, eps[0], (unsigned long long)f->fleet.learners - 1,
+                         (unsigned long long)(10 * (f->fleet.learners - 1)));
   return 0;
 }
 
-/* The --set overrides of the children's endpoints: every rank binds on
- * all interfaces of its node; the actors bound to rank r connect to rank
- * r's node (their --learner-rank adds the 10 r to the port), and to rank
- * 0's for the weights. */
-static void make_sets(lh_launch_slurm *s, const long ports[3]) {
+/* The --set overrides every child gets (the same for all, so that the
+ * learner and the actors read one set of endpoints): rank r binds
+ * entry r of [learner] ingest_endpoints, the address of its node at the
+ * port of ingest_endpoint + 10 r (distinct when ranks share a node), and
+ * the actors of rank r connect there; rank 0 binds the weights endpoints at
+ * its node's address, where the actors take the weights. */
+static void make_sets(lh_launch_fleet *f, const long ports[3]) {
+  lh_launch_slurm *s = &f->slurm;
   char addr[LH_SLURM_HOST_BYTES];
-  for (int i = 0; i < 3; i++)
-    snprintf(s->learner_set[i], sizeof s->learner_set[i], "learner.%s=tcp://*:%ld", LEARNER_KEYS[i], ports[i]);
-  memcpy(addr, s->addrs[0], sizeof addr);
-  snprintf(s->actor_weights_set[0], sizeof s->actor_weights_set[0], "actor.weights_pub_endpoint=tcp://%s:%ld", addr,
-           ports[1]);
-  snprintf(s->actor_weights_set[1], sizeof s->actor_weights_set[1], "actor.weights_endpoint=tcp://%s:%ld", addr,
-           ports[2]);
-  for (uint32_t h = 0; h < s->n_hosts; h++) {
-    memcpy(addr, s->addrs[h], sizeof addr);
-    snprintf(s->actor_ingest_set[h], sizeof s->actor_ingest_set[h], "actor.learner_endpoint=tcp://%s:%ld", addr,
-             ports[0]);
+  size_t len = (size_t)snprintf(s->set_ingest, sizeof s->set_ingest, "learner.ingest_endpoints=");
+  for (uint64_t r = 0; r < f->fleet.learners && len < sizeof s->set_ingest; r++) {
+    memcpy(addr, s->addrs[r % s->n_hosts], sizeof addr);
+    len += (size_t)snprintf(s->set_ingest + len, sizeof s->set_ingest - len, "%stcp://%s:%ld", r ? "," : "", addr,
+                            ports[0] + 10L * (long)r);
   }
+  memcpy(addr, s->addrs[0], sizeof addr);
+  static const char *const keys[5] = {"learner.weights_pub_endpoint", "learner.weights_endpoint",
+                                      "actor.weights_pub_endpoint", "actor.weights_endpoint", "actor.learner_endpoint"};
+  const long key_ports[5] = {ports[1], ports[2], ports[1], ports[2], ports[0]};
+  for (int k = 0; k < 5; k++)
+    snprintf(s->set[k], sizeof s->set[k], "%s=tcp://%s:%ld", keys[k], addr, key_ports[k]);
 }
 
 int lh_launch_slurm_prepare(lh_launch_fleet *f, lh_errbuf *err) {
@@ -242,9 +270,9 @@ int lh_launch_slurm_prepare(lh_launch_fleet *f, lh_errbuf *err) {
                            f->config_path, LH_SLURM_MAX_STEP_OPTIONS);
     s->step_option[s->n_step_options++] = o;
   }
-  if (f->n_sets + 6 > LH_INI_MAX_SETS)
-    return lh_errbuf_set(err, LH_ECONFIG, "slurm: more than %d --set overrides (the endpoints take 6)",
-                         LH_INI_MAX_SETS - 6);
+  if (f->n_sets + LH_SLURM_SETS > LH_INI_MAX_SETS)
+    return lh_errbuf_set(err, LH_ECONFIG, "slurm: more than %d --set overrides (the endpoints take %d)",
+                         LH_INI_MAX_SETS - LH_SLURM_SETS, LH_SLURM_SETS);
   /* The learner's endpoints as the children would read them: the file
    * with the launcher's own --set overrides. */
   lh_ini_doc *doc = NULL;
@@ -256,7 +284,7 @@ int lh_launch_slurm_prepare(lh_launch_fleet *f, lh_errbuf *err) {
   long ports[3];
   LH_TRY(learner_ports(f, &lc, ports, err));
   LH_TRY(find_hosts(f, nodelist, err));
-  make_sets(s, ports);
+  make_sets(f, ports);
   s->on = 1;
   return 0;
 }
@@ -295,21 +323,9 @@ int lh_launch_slurm_step(lh_launch_fleet *f, size_t i, char **argv, int n) {
 
 int lh_launch_slurm_sets(lh_launch_fleet *f, size_t i, char **argv, int n) {
   lh_launch_slurm *s = &f->slurm;
-  const lh_launch_child *c = &f->child[i];
-  if (!s->on || c->role == LH_CHILD_ENV_SERVER) return n;
-  if (c->role == LH_CHILD_LEARNER) {
-    for (int k = 0; k < 3; k++) argv[n++] = "--set", argv[n++] = s->learner_set[k];
-    /* The learner refuses to bind every interface unless the actors' endpoints
-     * are given (they would default to its own): rank 0's. */
-    argv[n++] = "--set", argv[n++] = s->actor_ingest_set[0];
-    argv[n++] = "--set", argv[n++] = s->actor_weights_set[0];
-    argv[n++] = "--set", argv[n++] = s->actor_weights_set[1];
-  } else {
-    uint64_t rank = (uint64_t)c->index % f->fleet.learners;
-    argv[n++] = "--set", argv[n++] = s->actor_ingest_set[rank % s->n_hosts];
-    argv[n++] = "--set", argv[n++] = s->actor_weights_set[0];
-    argv[n++] = "--set", argv[n++] = s->actor_weights_set[1];
-  }
+  if (!s->on || f->child[i].role == LH_CHILD_ENV_SERVER) return n;
+  argv[n++] = "--set", argv[n++] = s->set_ingest;
+  for (int k = 0; k < LH_SLURM_SETS - 1; k++) argv[n++] = "--set", argv[n++] = s->set[k];
   return n;
 }
 

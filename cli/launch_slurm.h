@@ -11,11 +11,12 @@
  * as a new step. srun ends a step on SIGTERM but forwards SIGUSR1 to its
  * tasks, so that is what the ordered shutdown sends.
  *
- * Endpoints. The learner ranks bind every interface of their nodes (host
- * "*", PORT from [learner], rank r at + 10 r); the actors bound to rank r
- * connect to the address of rank r's node, and to rank 0's for the weights. These values reach the
- * children as --set overrides after the launcher's own
- * (lh_launch_slurm_sets). */
+ * Endpoints. The learner ranks bind the addresses of their nodes (IPv4,
+ * from NodeAddr): rank r entry r of [learner] ingest_endpoints, at the port
+ * of ingest_endpoint + 10 r; rank 0 the weights endpoints at their ports.
+ * The actors of rank r connect to entry r, and to rank 0's node for the
+ * weights. These values reach every child as --set overrides after the
+ * launcher's own (lh_launch_slurm_sets). */
 #ifndef LH_CLI_LAUNCH_SLURM_H
 #define LH_CLI_LAUNCH_SLURM_H
 
@@ -28,6 +29,7 @@
 #define LH_SLURM_MAX_HOSTS 64        /* = LH_LAUNCH_MAX_LEARNERS: K <= M */
 #define LH_SLURM_MAX_STEP_OPTIONS 16
 #define LH_SLURM_OPTION_BYTES 1024
+#define LH_SLURM_SETS 6              /* --set overrides the engine adds to each child */
 
 /* What the slurm engine knows inside an allocation (zero: not on). */
 typedef struct {
@@ -39,10 +41,11 @@ typedef struct {
   uint32_t n_step_options;
   char step_options[LH_SLURM_OPTION_BYTES];           /* [fleet] slurm_step_options, split in place */
   char *step_option[LH_SLURM_MAX_STEP_OPTIONS];
-  /* The children's endpoint overrides: section.key=value. */
-  char learner_set[3][96];
-  char actor_weights_set[2][LH_SLURM_HOST_BYTES + 64];
-  char actor_ingest_set[LH_SLURM_MAX_HOSTS][LH_SLURM_HOST_BYTES + 64];  /* per learner node */
+  /* The endpoint overrides every child gets (section.key=value):
+   * learner.ingest_endpoints, then the weights endpoints of both sides and
+   * the actors' learner_endpoint (rank 0's node). */
+  char set_ingest[64 + LH_SLURM_MAX_HOSTS * 48];
+  char set[LH_SLURM_SETS - 1][96];
   /* The arguments of the srun command being built (one child at a time). */
   char arg_ntasks[32], arg_nodes[32], arg_mpi[80], arg_name[96];
   char arg_nodelist[LH_SLURM_MAX_HOSTS * LH_SLURM_HOST_BYTES / 4];

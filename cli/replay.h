@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli/rank_stores.h"
 #include "proto/longhaul.pb-c.h"
 #include "store/store.h"
 
@@ -26,10 +27,11 @@ int lh_cli_replay_sql(int argc, char **argv);
 /* Prints the usage of subcommand sub to out; -1 when there is none. */
 int lh_cli_replay_usage(const char *sub, FILE *out);
 
-/* Opens the store at db read-only for subcommand cmd. Returns 0 with *out
- * set, LH_EXIT_USAGE when db is NULL (--db is required), or LH_EXIT_RUNTIME
- * after printing a message that names the file and says what is wrong. */
-int lh_cli_replay_open(const char *cmd, const char *db, lh_store **out);
+/* Opens the store of dbs read-only for subcommand cmd: every learner
+ * rank's file as one (lh_cli_dbs_open). Returns 0 with *out set,
+ * LH_EXIT_USAGE without a --db (it is required), or LH_EXIT_RUNTIME after
+ * printing a message that names the file and says what is wrong. */
+int lh_cli_replay_open(const char *cmd, const lh_cli_dbs *dbs, lh_store **out);
 /* Prints `longhaul replay CMD: reading 'DB': MESSAGE (CODE)` for a failed
  * store call and returns LH_EXIT_RUNTIME. */
 int lh_cli_replay_fail(const char *cmd, const char *db, int code, const lh_errbuf *err);
@@ -41,6 +43,7 @@ typedef enum {
   LH_CLI_OPT_STRING,  /* const char * */
   LH_CLI_OPT_U64,     /* uint64_t, a non-negative integer */
   LH_CLI_OPT_DOUBLE,  /* double, any finite number */
+  LH_CLI_OPT_STRINGS, /* lh_cli_strings, one more value each time the option is given */
 } lh_cli_opt_kind;
 
 typedef struct {
@@ -49,6 +52,11 @@ typedef struct {
   void *dest;            /* where the value goes, of the kind's type */
   int *given;            /* optional: set to 1 when the option appears */
 } lh_cli_opt;
+
+/* The store options every subcommand takes: --db FILE and --rank-db FILE,
+ * both repeatable (two entries of an lh_cli_opt table). */
+#define LH_CLI_DB_OPTS(dbs) \
+  {"--db", LH_CLI_OPT_STRINGS, &(dbs)->db, NULL}, {"--rank-db", LH_CLI_OPT_STRINGS, &(dbs)->rank_db, NULL}
 
 /* Parses argv[1..argc-1] (argv[0] is the subcommand) against opts; other
  * words are positionals, stored in order into positional[0..max_positional-1]

@@ -44,6 +44,10 @@ static int set_value(const char *cmd, const lh_cli_opt *o, const char *value) {
       if (parse_double(value, (double *)o->dest) == 0) return 0;
       fprintf(stderr, "longhaul replay %s: %s takes a number, not '%s'\n", cmd, o->name, value);
       return LH_EXIT_USAGE;
+    case LH_CLI_OPT_STRINGS:
+      if (lh_cli_strings_add((lh_cli_strings *)o->dest, value) == 0) return 0;
+      fprintf(stderr, "longhaul replay %s: %s given more than %d times\n", cmd, o->name, LH_CLI_MAX_STRINGS);
+      return LH_EXIT_USAGE;
     case LH_CLI_OPT_FLAG:
       break;
   }

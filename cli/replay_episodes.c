@@ -109,18 +109,20 @@ static int on_episode(void *ctx, const lh_episode_row *r) {
 }
 
 int lh_cli_replay_episodes(int argc, char **argv) {
-  const char *db = NULL;
+  lh_cli_dbs dbs;
+  memset(&dbs, 0, sizeof dbs);
   lh_cli_filter_args fa;
   memset(&fa, 0, sizeof fa);
-  lh_cli_opt opts[1 + LH_CLI_FILTER_OPT_COUNT] = {{"--db", LH_CLI_OPT_STRING, &db, NULL}};
-  lh_cli_filter_opts(&fa, opts + 1);
+  lh_cli_opt opts[2 + LH_CLI_FILTER_OPT_COUNT] = {LH_CLI_DB_OPTS(&dbs)};
+  lh_cli_filter_opts(&fa, opts + 2);
   size_t npos;
-  int rc = lh_cli_parse("episodes", argc, argv, opts, 1 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
+  int rc = lh_cli_parse("episodes", argc, argv, opts, 2 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
   if (rc) return rc;
   lh_episode_filter f;
   if ((rc = lh_cli_filter_build("episodes", &fa, 100, &f))) return rc;
   lh_store *s;
-  if ((rc = lh_cli_replay_open("episodes", db, &s))) return rc;
+  if ((rc = lh_cli_replay_open("episodes", &dbs, &s))) return rc;
+  const char *db = dbs.db.v[0];
   table t;
   memset(&t, 0, sizeof t);
   t.limit = f.limit;

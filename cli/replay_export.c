@@ -201,15 +201,17 @@ static void progress(size_t done, size_t total, int64_t start_ns, int64_t *last_
 }
 
 int lh_cli_replay_export(int argc, char **argv) {
-  const char *db = NULL, *format = "jsonl", *out_path = NULL;
+  const char *format = "jsonl", *out_path = NULL;
+  lh_cli_dbs dbs;
+  memset(&dbs, 0, sizeof dbs);
   lh_cli_filter_args fa;
   memset(&fa, 0, sizeof fa);
-  lh_cli_opt opts[3 + LH_CLI_FILTER_OPT_COUNT] = {{"--db", LH_CLI_OPT_STRING, &db, NULL},
+  lh_cli_opt opts[4 + LH_CLI_FILTER_OPT_COUNT] = {LH_CLI_DB_OPTS(&dbs),
                                                   {"--format", LH_CLI_OPT_STRING, &format, NULL},
                                                   {"--out", LH_CLI_OPT_STRING, &out_path, NULL}};
-  lh_cli_filter_opts(&fa, opts + 3);
+  lh_cli_filter_opts(&fa, opts + 4);
   size_t npos;
-  int rc = lh_cli_parse("export", argc, argv, opts, 3 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
+  int rc = lh_cli_parse("export", argc, argv, opts, 4 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
   if (rc) return rc;
   if (strcmp(format, "jsonl") != 0) {
     fprintf(stderr, "longhaul replay export: --format '%s' is not known (jsonl is the one there is)\n",
@@ -219,7 +221,8 @@ int lh_cli_replay_export(int argc, char **argv) {
   lh_episode_filter f;
   if ((rc = lh_cli_filter_build("export", &fa, 0, &f))) return rc;
   lh_store *s;
-  if ((rc = lh_cli_replay_open("export", db, &s))) return rc;
+  if ((rc = lh_cli_replay_open("export", &dbs, &s))) return rc;
+  const char *db = dbs.db.v[0];
   /* The ids first: that gives the total for the progress line, and no
    * query stays open on the connection while each episode is read. */
   id_list ids = {NULL, 0, 0};

@@ -182,13 +182,13 @@ static int print_outcome(lh_store *s, const char *db, const lh_episode_row *r,
 }
 
 int lh_cli_replay_show(int argc, char **argv) {
-  const char *db = NULL;
+  lh_cli_dbs dbs;
+  memset(&dbs, 0, sizeof dbs);
   int tokens = 0;
-  const lh_cli_opt opts[] = {{"--db", LH_CLI_OPT_STRING, &db, NULL},
-                             {"--tokens", LH_CLI_OPT_FLAG, &tokens, NULL}};
+  const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs), {"--tokens", LH_CLI_OPT_FLAG, &tokens, NULL}};
   const char *pos[1];
   size_t npos;
-  int rc = lh_cli_parse("show", argc, argv, opts, 2, pos, 1, &npos);
+  int rc = lh_cli_parse("show", argc, argv, opts, 3, pos, 1, &npos);
   if (rc) return rc;
   if (npos == 0) {
     fprintf(stderr, "longhaul replay show: which episode? give its ID (see longhaul replay episodes)\n");
@@ -200,7 +200,8 @@ int lh_cli_replay_show(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   lh_store *s;
-  if ((rc = lh_cli_replay_open("show", db, &s))) return rc;
+  if ((rc = lh_cli_replay_open("show", &dbs, &s))) return rc;
+  const char *db = dbs.db.v[0];
   lh_episode_row row;
   lh_errbuf err;
   lh_errbuf_clear(&err);

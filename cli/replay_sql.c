@@ -109,15 +109,15 @@ static void sql_out_free(sql_out *o) {
 #define DEFAULT_TIMEOUT_MS 10000
 
 int lh_cli_replay_sql(int argc, char **argv) {
-  const char *db = NULL;
+  lh_cli_dbs dbs;
+  memset(&dbs, 0, sizeof dbs);
   int aligned = 0;
   uint64_t timeout_ms = DEFAULT_TIMEOUT_MS;
-  const lh_cli_opt opts[] = {{"--db", LH_CLI_OPT_STRING, &db, NULL},
-                             {"--aligned", LH_CLI_OPT_FLAG, &aligned, NULL},
+  const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs), {"--aligned", LH_CLI_OPT_FLAG, &aligned, NULL},
                              {"--timeout-ms", LH_CLI_OPT_U64, &timeout_ms, NULL}};
   const char *pos[1];
   size_t npos;
-  int rc = lh_cli_parse("sql", argc, argv, opts, 3, pos, 1, &npos);
+  int rc = lh_cli_parse("sql", argc, argv, opts, 4, pos, 1, &npos);
   if (rc) return rc;
   if (timeout_ms > UINT32_MAX) {
     fprintf(stderr, "longhaul replay sql: --timeout-ms %llu is too large (at most %u; 0 for no limit)\n",
@@ -130,7 +130,8 @@ int lh_cli_replay_sql(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   lh_store *s;
-  if ((rc = lh_cli_replay_open("sql", db, &s))) return rc;
+  if ((rc = lh_cli_replay_open("sql", &dbs, &s))) return rc;
+  const char *db = dbs.db.v[0];
   lh_store_set_sql_timeout_ms(s, (uint32_t)timeout_ms);
   sql_out o;
   memset(&o, 0, sizeof o);

@@ -82,13 +82,15 @@ static void print_envs(const env_table *t) {
 }
 
 int lh_cli_replay_stats(int argc, char **argv) {
-  const char *db = NULL;
-  const lh_cli_opt opts[] = {{"--db", LH_CLI_OPT_STRING, &db, NULL}};
+  lh_cli_dbs dbs;
+  memset(&dbs, 0, sizeof dbs);
+  const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs)};
   size_t npos;
-  int rc = lh_cli_parse("stats", argc, argv, opts, 1, NULL, 0, &npos);
+  int rc = lh_cli_parse("stats", argc, argv, opts, 2, NULL, 0, &npos);
   if (rc) return rc;
   lh_store *s;
-  if ((rc = lh_cli_replay_open("stats", db, &s))) return rc;
+  if ((rc = lh_cli_replay_open("stats", &dbs, &s))) return rc;
+  const char *db = dbs.db.v[0];
   lh_store_stats st;
   env_table envs = {NULL, 0, 0};
   lh_errbuf err;
@@ -100,10 +102,23 @@ int lh_cli_replay_stats(int argc, char **argv) {
     lh_store_close(s);
     return lh_cli_replay_fail("stats", db, e, &err);
   }
+  uint64_t duplicates = 0;
+  e = lh_store_rank_duplicates(s, &duplicates, &err);
+  if (e < 0) {
+    free(envs.rows);
+    lh_store_close(s);
+    return lh_cli_replay_fail("stats", db, e, &err);
+  }
   printf("store        %s (schema %u, ", db, st.schema_version);
   print_bytes(st.file_bytes);
   printf(")\n");
-  printf("runs         %llu\n", (unsigned long long)st.runs);
+  /* Every learner rank's file is read (README, "Learner ranks on several
+   * hosts"); an episode id in two of them would be counted twice. */
+  size_t ranks = lh_store_rank_count(s);
+  printf("rank stores  %zu read as one", ranks);
+  if (ranks > 1) printf(" (episode ids in more than one: %llu)", (unsigned long long)duplicates);
+  printf("\n");
+  printf("runs         %llu (evaluations %llu)\n", (unsigned long long)st.runs, (unsigned long long)st.evals);
   printf("episodes     %llu:", (unsigned long long)st.episodes);
   for (int k = 0; k < LH_EPISODE_STATUS_COUNT; k++)
     printf("%s %s %llu", k ? "," : "", lh_episode_status_name((lh_episode_status)k),

@@ -16,6 +16,7 @@
 
 static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_stages(const char *v, void *cfg, char *why, size_t why_bytes);
+static int parse_ingest_endpoints(const char *v, void *cfg, char *why, size_t why_bytes);
 
 #define T lh_learner_config
 static const lh_ini_key KEYS[] = {
@@ -38,6 +39,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_BOOL(T, routing_replay),
     LH_INI_KEY_CUSTOM(stages, parse_stages, LH_ELEARNER_CONFIG_STAGES),
     LH_INI_KEY_STR(T, ingest_endpoint, 0),
+    LH_INI_KEY_CUSTOM(ingest_endpoints, parse_ingest_endpoints, 0),
     LH_INI_KEY_STR(T, weights_pub_endpoint, 0),
     LH_INI_KEY_STR(T, weights_endpoint, 0),
     LH_INI_KEY_PATH(T, curve_secret_key_file, 0),
@@ -143,6 +145,16 @@ static int parse_stages(const char *v, void *config, char *why, size_t why_bytes
     }
   }
   cfg->n_stages = n;
+  return 0;
+}
+
+/* "tcp://host:port, ..." (learner/ranks.c checks each entry). */
+static int parse_ingest_endpoints(const char *v, void *config, char *why, size_t why_bytes) {
+  lh_learner_config *cfg = config;
+  size_t n = 0;
+  if (lh_learner_endpoints_parse(v, &n, why, why_bytes)) return -1;
+  snprintf(cfg->ingest_endpoints, sizeof cfg->ingest_endpoints, "%s", v);
+  cfg->n_ingest_endpoints = n;
   return 0;
 }
 

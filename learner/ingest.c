@@ -7,6 +7,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "common/run_id.h"
 #include "common/zsock.h"
 #include "learner/learner.h"
 
@@ -43,6 +44,7 @@ typedef struct {
   int kind;
   Longhaul__Envelope *env;
   int acked;
+  char foreign_run[LH_RUN_ID_BYTES];  /* refused for its run: the sender's run id; "" otherwise */
 } entry;
 
 struct lh_learner_ingest {
@@ -55,6 +57,8 @@ struct lh_learner_ingest {
   uint64_t next_msg_id;
   lh_learner_ingest_counts counts;
   lh_zsock_meter bad;         /* bad input: counted, logged once per interval */
+  lh_zsock_meter foreign;     /* messages of another run: the same */
+  char run_id[LH_RUN_ID_BYTES];  /* this learner's run ("": no run check) */
   int64_t hello_window_ns;    /* hellos logged in the current interval, and held back */
   uint64_t hellos_logged, hellos_held;
   int has_limits;             /* check segments and ends against the model (limits) */
@@ -142,6 +146,7 @@ lh_learner_ingest *lh_learner_ingest_new_curve(void *zmq_ctx, const char *endpoi
   else lh_wire_limits_default(&ig->lim);
   ig->max_round = INGEST_MAX_ROUND;
   ig->bad.component = "ingest";
+  ig->foreign.component = "ingest";
   lh_zsock_opts so = {.linger_ms = INGEST_LINGER_MS, .max_message_bytes = (int64_t)ig->lim.max_message_bytes,
                       .rcvhwm = INGEST_RCVHWM, .curve = curve};
   lh_errbuf se;
@@ -250,6 +255,50 @@ void lh_learner_ingest_set_model_limits(lh_learner_ingest *ig, const lh_learner_
   ig->lim.vocab = l->vocab;
 }
 
+int lh_learner_ingest_set_run(lh_learner_ingest *ig, const char *run_id, lh_errbuf *err) {
+  if (!ig) return lh_errbuf_set(err, LH_EINVAL, "ingest: NULL ingest");
+  if (!run_id || !*run_id) {
+    ig->run_id[0] = 0;
+    return 0;
+  }
+  LH_TRY(lh_run_id_check(run_id, err));
+  snprintf(ig->run_id, sizeof ig->run_id, "%s", run_id);
+  return 0;
+}
+
+/* The run a message of an actor says it is of: a Hello's own run_id, else
+ * its envelope's; "" for none. */
+static const char *message_run(const Longhaul__Envelope *env) {
+  if (env->body_case == LONGHAUL__ENVELOPE__BODY_HELLO && env->hello->run_id && *env->hello->run_id)
+    return env->hello->run_id;
+  return env->run_id ? env->run_id : "";
+}
+
+/* An actor's message of another run than this learner's: refused before
+ * anything of it is stored (its actor was started for another fleet, or
+ * outlived it). A message without a run id (an actor started by hand) is
+ * any run's. Returns 1 when refused, with the entry answered ACK_REJECTED
+ * and its reason kept for the Ack. */
+static int refuse_foreign(lh_learner_ingest *ig, entry *e) {
+  switch (e->env->body_case) {
+    case LONGHAUL__ENVELOPE__BODY_HELLO:
+    case LONGHAUL__ENVELOPE__BODY_SEGMENT:
+    case LONGHAUL__ENVELOPE__BODY_EPISODE_END:
+    case LONGHAUL__ENVELOPE__BODY_HEARTBEAT: break;
+    default: return 0;
+  }
+  const char *theirs = message_run(e->env);
+  if (!ig->run_id[0] || !*theirs || !strcmp(theirs, ig->run_id)) return 0;
+  snprintf(e->foreign_run, sizeof e->foreign_run, "%s", theirs);
+  e->status = LONGHAUL__ACK_STATUS__ACK_REJECTED;
+  ig->counts.rejected++, ig->counts.rejected_run++;
+  char why[512];
+  snprintf(why, sizeof why, "a %s from actor '%s' of run %s refused: this learner's run is %s",
+           lh_wire_body_name(e->env->body_case), e->env->sender, theirs, ig->run_id);
+  lh_zsock_meter_bad(&ig->foreign, why);
+  return 1;
+}
+
 /* A Segment or EpisodeEnd the model cannot take (learner/validate.c), or
  * one that names an actor other than its sender: refused before it is
  * stored. Returns 0 when it may be stored. */
@@ -305,7 +354,8 @@ static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
     } else {
       e->has_id = 1;
       e->msg_id = e->env->msg_id;
-      switch (e->env->body_case) {
+      switch (refuse_foreign(ig, e) ? LONGHAUL__ENVELOPE__BODY__NOT_SET : e->env->body_case) {
+        case LONGHAUL__ENVELOPE__BODY__NOT_SET: break;  /* refused: another run's */
         case LONGHAUL__ENVELOPE__BODY_SEGMENT:
         case LONGHAUL__ENVELOPE__BODY_EPISODE_END: {
           lh_errbuf me;
@@ -441,7 +491,7 @@ static int send_acks(lh_learner_ingest *ig, size_t n, lh_errbuf *err) {
     for (size_t j = i; j < n; j++) {
       entry *b = &ig->round[j];
       if (b->acked || !b->has_id || b->status != a->status || b->identity_bytes != a->identity_bytes ||
-          memcmp(b->identity, a->identity, a->identity_bytes) != 0)
+          memcmp(b->identity, a->identity, a->identity_bytes) != 0 || strcmp(b->foreign_run, a->foreign_run) != 0)
         continue;
       ids[k++] = b->msg_id;
       b->acked = 1;
@@ -454,12 +504,18 @@ static int send_acks(lh_learner_ingest *ig, size_t n, lh_errbuf *err) {
       ack.window = ack_window(ig, a->identity, a->identity_bytes);
       ack.hold = ack.window == 0;
     }
+    char why[256];
     if (a->status == LONGHAUL__ACK_STATUS__ACK_RETRY) ack.reason = "store write failed; resend later";
-    else if (a->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) ack.reason = "invalid message; do not resend";
+    else if (a->foreign_run[0]) {
+      snprintf(why, sizeof why, "this learner's run is %s, the message's run is %s; do not resend", ig->run_id,
+               a->foreign_run);
+      ack.reason = why;
+    } else if (a->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) ack.reason = "invalid message; do not resend";
     Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
     env.protocol = LH_WIRE_PROTOCOL;
     env.msg_id = ++ig->next_msg_id;
     env.sender = "learner";
+    env.run_id = ig->run_id;  /* an actor of another run tells its refusal by it */
     env.body_case = LONGHAUL__ENVELOPE__BODY_ACK;
     env.ack = &ack;
     uint8_t *buf = NULL;

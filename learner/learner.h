@@ -190,6 +190,10 @@ int lh_learner_ppo_params_check(const lh_learner_ppo_params *p, lh_errbuf *err);
 #define LH_LEARNER_MAX_STAGES 16
 /* Room for a text value (endpoint, path) with its NUL. */
 #define LH_LEARNER_TEXT_BYTES 512
+/* The most learner ranks one job may have, and room for [learner]
+ * ingest_endpoints (one endpoint per rank, comma-separated). */
+#define LH_LEARNER_MAX_RANKS 64
+#define LH_LEARNER_ENDPOINTS_BYTES 4096
 
 /* One context-extension stage: `max_context:steps:long_frac`. */
 typedef struct {
@@ -220,6 +224,11 @@ typedef struct {
   lh_learner_stage stages[LH_LEARNER_MAX_STAGES];
   /* Where the learner process binds and writes (ZeroMQ endpoints, paths). */
   char ingest_endpoint[LH_LEARNER_TEXT_BYTES];       /* (tcp://127.0.0.1:5555) */
+  /* Per-rank ingest endpoints for ranks on several hosts, "tcp://host:port,
+   * ..." (one per rank, rank r binds entry r; learner ranks below). Given,
+   * it replaces ingest_endpoint and the port + 10 r rule. (none) */
+  char ingest_endpoints[LH_LEARNER_ENDPOINTS_BYTES];
+  size_t n_ingest_endpoints;                         /* its entries, 0 when not given */
   char weights_pub_endpoint[LH_LEARNER_TEXT_BYTES];  /* (tcp://127.0.0.1:5556) */
   char weights_endpoint[LH_LEARNER_TEXT_BYTES];      /* (tcp://127.0.0.1:5557) */
   char db[LH_LEARNER_TEXT_BYTES];                    /* replay store file (replay.db) */
@@ -460,6 +469,7 @@ typedef struct {
   uint64_t rejected;    /* did not decode or validate, or a body the ingest does not take */
   uint64_t rejected_model;  /* of those: valid, but not what the model takes (learner/validate.c) */
   uint64_t refused;         /* of those: the store refused it (it contradicts its episode) */
+  uint64_t rejected_run;    /* of those: a Hello, Segment, EpisodeEnd or Heartbeat of another run */
   uint64_t retried;     /* messages answered ACK_RETRY */
   uint64_t bad_frames;  /* messages with a wrong frame count (not acked) */
   uint64_t hellos, heartbeats;
@@ -505,6 +515,16 @@ void lh_learner_ingest_set_budget(lh_learner_ingest *ig, int64_t budget, uint64_
  * (learner/validate.c) and its vocabulary before it is stored; one that
  * fails is answered ACK_REJECTED and counted in rejected_model. */
 void lh_learner_ingest_set_model_limits(lh_learner_ingest *ig, const lh_learner_model_limits *l);
+/* This learner's run (common/run_id.h; NULL or "": no check, as before).
+ * From now on every Ack's envelope carries it, and a Hello, Segment,
+ * EpisodeEnd or Heartbeat whose run id (the Hello's run_id, else the
+ * envelope's) is another run's is answered ACK_REJECTED with a reason
+ * naming both runs, counted in rejected_run and never stored; one without
+ * a run id (an actor started by hand) is taken as before. Each message is
+ * judged by its own run id, so the order in which a foreign actor's
+ * messages arrive (segments before its Hello after a reconnection, say)
+ * makes no difference. LH_EINVAL for a run_id that is not one. */
+int lh_learner_ingest_set_run(lh_learner_ingest *ig, const char *run_id, lh_errbuf *err);
 
 /* ---- the learner process (learner/run.c) ----------------------------------
  * `longhaul learner` from top to bottom: open (checkpoint, --init or a
@@ -521,6 +541,8 @@ typedef struct {
   float temperature;    /* the actors' sampling temperature ([actor] temperature) */
   volatile sig_atomic_t *stop;    /* set by SIGINT/SIGTERM/SIGUSR1 */
   volatile sig_atomic_t *reload;  /* set by SIGHUP: re-read max_db_bytes */
+  const char *run_id;   /* --run-id; NULL: kept from the resumed run (rank 0's store), or a new one */
+  const char *command;  /* the command line, for the runs row; may be NULL */
 } lh_learner_run_args;
 
 /* 0 when done; LH_LEARNER_RUN_RUNTIME or LH_LEARNER_RUN_USAGE (a bad
@@ -728,6 +750,8 @@ typedef struct {
   int serve_weights;             /* rank 0: bind the weights PUB and ROUTER */
   uint32_t chunk_bytes;
   const lh_learner_model_limits *limits;  /* what the ingest lets in; NULL: the wire's checks only */
+  const char *run_id;            /* this learner's run: the ingest's run check, policy_versions.run_id;
+                                    NULL: none */
 } lh_learner_service_config;
 
 typedef struct {
@@ -820,19 +844,24 @@ int lh_learner_ckpt_prune(const char *ckpt_dir, uint64_t keep, size_t *removed, 
  * Data parallelism over M learner ranks (ARCHITECTURE.md §1): one MPI job launched
  * with `mpirun -n M longhaul learner ...`, or a plain process for M = 1.
  *
- * Roles. Rank r binds its own ingest ROUTER at the configured
- * ingest_endpoint's port + 10 * r (lh_learner_rank_endpoint), and actor i
- * sends to rank i mod M, so an episode's segments all reach one rank. Only
- * rank 0 binds the weights PUB and ROUTER (it serves weights to every
- * actor), writes the train_steps rows, records policy versions and writes
- * checkpoints.
+ * Roles. Rank r binds its own ingest ROUTER: entry r of [learner]
+ * ingest_endpoints when that list is given (one tcp://host:port per rank,
+ * ranks on several hosts), else the configured ingest_endpoint's port +
+ * 10 * r on one host (lh_learner_rank_ingest). An actor bound to rank r
+ * (`longhaul actor --learner-rank r`; the launcher binds actor i to rank
+ * i mod M) sends only there, so an episode's segments all reach one rank.
+ * Only rank 0 binds the weights PUB and ROUTER (it serves weights to every
+ * actor, on other hosts too, at the weights endpoints' addresses as
+ * configured), writes the train_steps rows, records policy versions and
+ * writes checkpoints.
  *
  * Stores. Each rank has its own SQLite file: rank 0 uses [learner] db, rank
  * r > 0 db with the suffix ".rank<r>" (lh_learner_rank_db). A message is
  * acked by the one rank that stored it, so "every acked message stored
  * exactly once" holds per file with no cross-process locking, and a rank's
- * scan sees only its own actors' episodes. `longhaul report` and `replay`
- * read any one file; rank 0's holds the run's train_steps and versions.
+ * scan sees only its own actors' episodes. Rank 0's file holds the run's
+ * train_steps and versions; `longhaul report` and `replay` read every
+ * rank's file of a run as one store (lh_store_open_ranks).
  *
  * A step. Each rank forms its own batch (batch_episodes is per rank, whole
  * groups, from its own episodes); the ranks step only when every one has a
@@ -931,11 +960,43 @@ int lh_learner_rank_endpoint(const char *endpoint, int rank, char *out, lh_errbu
  * LH_LEARNER_TEXT_BYTES). */
 int lh_learner_rank_db(const char *db, int rank, char *out, lh_errbuf *err);
 
+/* ---- ranks on several hosts (learner/ranks.c) ----------------------------
+ * [learner] ingest_endpoints lists one ingest endpoint per rank, so that
+ * ranks on different hosts each bind their own address and the actors of
+ * rank r, wherever they run, connect to entry r. Every entry is
+ * tcp://host:port with a numeric port in 1..65535 and a host an actor can
+ * connect to (a name, an IPv4 address or a bracketed IPv6 one; never the
+ * wildcard *, 0.0.0.0 or [::]); entries are distinct. Without the list
+ * the one-host rule above (port + 10 * r) stays. */
+
+/* Checks the text of ingest_endpoints and counts its entries (*count; at
+ * most LH_LEARNER_MAX_RANKS). Returns 0, or -1 with why saying what is
+ * wrong (worded to follow "ingest_endpoints = '...' "), as the INI
+ * reader's custom keys do. */
+int lh_learner_endpoints_parse(const char *text, size_t *count, char *why, size_t why_bytes);
+/* Entry i of a checked ingest_endpoints text into out (room for
+ * LH_LEARNER_TEXT_BYTES), blanks trimmed. LH_ELEARNER_CONFIG_VALUE when
+ * the text has no entry i. */
+int lh_learner_endpoints_entry(const char *text, size_t i, char *out, lh_errbuf *err);
+/* Whether cfg suits a job of `ranks` ranks (1..LH_LEARNER_MAX_RANKS): with
+ * ingest_endpoints given it must hold exactly `ranks` entries; without,
+ * the last rank's port (ingest_endpoint's + 10 * (ranks - 1)) must exist.
+ * LH_ELEARNER_CONFIG_VALUE naming the key and both counts otherwise. The
+ * learner checks it at start and the launcher before it starts anything. */
+int lh_learner_ranks_check(const lh_learner_config *cfg, int ranks, lh_errbuf *err);
+/* Rank r's ingest endpoint under cfg: entry r of ingest_endpoints when
+ * given, else lh_learner_rank_endpoint(cfg->ingest_endpoint, r). out has
+ * room for LH_LEARNER_TEXT_BYTES. */
+int lh_learner_rank_ingest(const lh_learner_config *cfg, int rank, char *out, lh_errbuf *err);
+
 /* The trainer's ranks (borrowed, must outlive it; NULL: one rank). Set it
  * before the first step and before lh_learner_trainer_load_done, which
  * then reads this rank's own file. LH_ELEARNER_COMM for balance = quantile
  * with more than one rank. */
 int lh_learner_trainer_set_comm(lh_learner_trainer *t, lh_learner_comm *c, lh_errbuf *err);
+/* The run whose train_steps rows the trainer writes (train_steps.run_id);
+ * copied, cut to LH_STORE_NAME_BYTES - 1. NULL or "": none. */
+void lh_learner_trainer_set_run(lh_learner_trainer *t, const char *run_id);
 /* Collective: brings every rank's done set to rank 0, which writes them
  * with its next lh_learner_ckpt_save (nothing to do with one rank). */
 int lh_learner_trainer_gather_done(lh_learner_trainer *t, lh_errbuf *err);

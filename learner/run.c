@@ -14,6 +14,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "common/run_id.h"
 #include "learner/learner.h"
 
 #define RUN_CHUNK_BYTES (1u << 20)
@@ -51,6 +52,8 @@ typedef struct {
   int rank, ranks;
   const lh_backend *be;
   uint64_t *ids;
+  char run_id[LH_RUN_ID_BYTES];  /* the run this learner serves (choose_run) */
+  int run_row;                   /* this rank's store has its runs row */
 } learner;
 
 static void learner_close(learner *L) {
@@ -241,6 +244,68 @@ static int read_config(const lh_ini_doc *given, int reread, const char *config, 
   return rc;
 }
 
+/* The run this learner serves (README, "Run ids"): --run-id; else, when
+ * it resumed a checkpoint, the run of the newest learner row of rank 0's
+ * store (a resumed run stays one run, whatever restarted it); else a new
+ * one. Rank 0 decides and tells the others, so that every rank's rows and
+ * acks name one run. Collective. */
+static int choose_run(learner *L, int resumed, lh_errbuf *err) {
+  char id[LH_RUN_ID_BYTES] = "";
+  double how = 0;  /* 0 given, 1 resumed, 2 new: for the log line */
+  if (L->a->run_id) {
+    LH_TRY(lh_run_id_check(L->a->run_id, err));
+    snprintf(id, sizeof id, "%s", L->a->run_id);
+  } else if (L->rank == 0) {
+    char last[LH_STORE_NAME_BYTES];
+    int found = 0;
+    lh_errbuf le;
+    if (resumed && lh_store_latest_run(L->store, "learner", last, &found, &le) == 0 && found &&
+        lh_run_id_check(last, &le) == 0) {
+      memcpy(id, last, sizeof id - 1);  /* checked: at most LH_RUN_ID_MAX bytes */
+      how = 1;
+    } else {
+      LH_TRY(lh_run_id_new(id, err));
+      how = 2;
+    }
+  }
+  LH_TRY(lh_learner_comm_bcast(L->comm, id, sizeof id, 0, err));
+  LH_TRY(lh_learner_comm_bcast(L->comm, &how, sizeof how, 0, err));
+  id[LH_RUN_ID_MAX] = 0;
+  LH_TRY(lh_run_id_check(id, err));
+  memcpy(L->run_id, id, sizeof id);
+  LH_INFO("learner", "run run_id=%s from=%s rank=%d", L->run_id, how == 0 ? "--run-id" : how == 1 ? "resumed run" : "new",
+          L->rank);
+  return 0;
+}
+
+/* This rank's runs row: the command line, the config file's text, the
+ * build, host and rank (lh_store_put_run; a resumed run's row counts one
+ * more start). A row that cannot be written (a store at its cap) is
+ * logged and the learner goes on: it is a record, not its work. */
+static void record_run(learner *L) {
+  char *text = NULL;
+  size_t bytes = 0;
+  lh_errbuf e;
+  if (lh_read_text_file(L->a->config, LH_EIO, &text, &bytes, &e))
+    LH_WARN("learner", "runs row without the config text: %s", e.msg);
+  lh_store_run row = {.run_id = L->run_id, .command = L->a->command, .config = text, .kind = "learner",
+                      .rank = L->rank};
+  int inserted = 0;
+  if (lh_store_put_run(L->store, &row, &inserted, &e))
+    LH_WARN("learner", "runs row of run %s not stored: %s", L->run_id, e.msg);
+  else
+    L->run_row = 1;
+  free(text);
+}
+
+/* The end of the run's row: ok, or error. */
+static void end_run(learner *L, const char *outcome) {
+  lh_errbuf e;
+  if (L->store && L->run_row && lh_store_end_run(L->store, L->run_id, outcome, 0, &e))
+    LH_WARN("learner", "runs row of run %s not ended: %s", L->run_id, e.msg);
+  L->run_row = 0;
+}
+
 static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   const lh_learner_run_args *a = L->a;
   *usage_error = 1;
@@ -248,7 +313,8 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   LH_TRY(read_config(a->doc, 0, a->config, &L->cfg, &mc, err));
   /* This rank's own ingest port and store file (learner.h, "learner ranks"). */
   char rank_text[LH_LEARNER_TEXT_BYTES];
-  LH_TRY(lh_learner_rank_endpoint(L->cfg.ingest_endpoint, L->rank, rank_text, err));
+  LH_TRY(lh_learner_ranks_check(&L->cfg, L->ranks, err));
+  LH_TRY(lh_learner_rank_ingest(&L->cfg, L->rank, rank_text, err));
   memcpy(L->cfg.ingest_endpoint, rank_text, sizeof rank_text);
   LH_TRY(lh_learner_rank_db(L->cfg.db, L->rank, rank_text, err));
   memcpy(L->cfg.db, rank_text, sizeof rank_text);
@@ -281,8 +347,11 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
    * for the service's commits rather than fail. */
   so.busy_timeout_ms = 30000;
   LH_TRY(lh_store_open_with(L->cfg.db, &so, &L->store, err));
+  LH_TRY(choose_run(L, resumed, err));
+  record_run(L);
   LH_TRY(lh_learner_trainer_new(L->m, L->store, &L->cfg, a->temperature, resumed ? &L->st : NULL, &L->trainer, err));
   LH_TRY(lh_learner_trainer_set_comm(L->trainer, L->comm, err));
+  lh_learner_trainer_set_run(L->trainer, L->run_id);
   if (resumed) LH_TRY(lh_learner_trainer_load_done(L->trainer, from, L->st.ingest_position, err));
   if (L->ranks > 1) {
     /* Every rank starts from the same weights and step (the same
@@ -309,7 +378,7 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   lh_learner_model_limits_init(&limits, lh_model_get_config(L->m), &L->cfg);
   lh_learner_service_config sc = {.zmq_ctx = L->zctx, .cfg = &L->cfg, .curve = &L->curve,
                                   .serve_weights = L->rank == 0, .chunk_bytes = RUN_CHUNK_BYTES,
-                                  .limits = &limits};
+                                  .limits = &limits, .run_id = L->run_id};
   LH_TRY(lh_learner_service_new(&sc, &L->svc, err));
   /* The first version is out, and the back-pressure set, before anything
    * is acked. */
@@ -325,11 +394,12 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
   const lh_learner_admission_counts *ad = lh_learner_trainer_admission(L->trainer);
   LH_INFO("learner",
           "status version=%llu steps_run=%llu received=%llu stored=%llu duplicates=%llu rejected=%llu "
-          "retried=%llu hellos=%llu heartbeats=%llu admitted=%llu dropped_stale=%llu chunks_sent=%llu "
+          "retried=%llu rejected_run=%llu hellos=%llu heartbeats=%llu admitted=%llu dropped_stale=%llu chunks_sent=%llu "
           "backlog=%zu backlog_cap=%llu hold=%d stale_share=%.3f busy_fraction=%.3f ckpt_failures=%llu",
           (unsigned long long)lh_learner_trainer_version(L->trainer), (unsigned long long)steps_run,
           (unsigned long long)c->received, (unsigned long long)c->stored, (unsigned long long)c->duplicates,
-          (unsigned long long)c->rejected, (unsigned long long)c->retried, (unsigned long long)c->hellos,
+          (unsigned long long)c->rejected, (unsigned long long)c->retried, (unsigned long long)c->rejected_run,
+          (unsigned long long)c->hellos,
           (unsigned long long)c->heartbeats, (unsigned long long)ad->admitted,
           (unsigned long long)ad->dropped_stale, (unsigned long long)sc.weights.chunks_sent,
           lh_learner_trainer_backlog(L->trainer), (unsigned long long)lh_learner_trainer_backlog_cap(L->trainer),
@@ -440,6 +510,7 @@ int lh_learner_run(const lh_learner_run_args *a) {
   int rc = open_all(&L, &err, &usage_error);
   if (rc) {
     fprintf(stderr, "longhaul learner: %s%s\n", L.ranks > 1 ? "rank failed, ending the job: " : "", err.msg);
+    end_run(&L, "error");
     learner_close(&L);
     /* The other ranks would wait for this one for ever. */
     lh_learner_comm_abort(comm, usage_error ? LH_LEARNER_RUN_USAGE : LH_LEARNER_RUN_RUNTIME);
@@ -451,6 +522,7 @@ int lh_learner_run(const lh_learner_run_args *a) {
   if (rc && L.ranks > 1) {
     fprintf(stderr, "longhaul learner: rank %d of %d failed, ending the job (restart it with --resume)\n", L.rank,
             L.ranks);
+    end_run(&L, "error");
     learner_close(&L);
     lh_learner_comm_abort(comm, LH_LEARNER_RUN_RUNTIME);
     lh_learner_comm_close(comm);
@@ -487,6 +559,7 @@ int lh_learner_run(const lh_learner_run_args *a) {
       rc = rc ? rc : why.code;
     }
   }
+  end_run(&L, rc ? "error" : "ok");
   learner_close(&L);
   if (rc && L.ranks > 1) lh_learner_comm_abort(comm, LH_LEARNER_RUN_RUNTIME);
   lh_learner_comm_close(comm);

@@ -7,6 +7,7 @@
  * thread alone (ZeroMQ sockets and SQLite connections opened NOMUTEX are
  * not to be shared); what crosses threads sits behind one mutex. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -34,6 +35,7 @@ typedef struct {
 
 struct lh_learner_service {
   lh_learner_config cfg;
+  char run_id[LH_STORE_NAME_BYTES];  /* policy_versions.run_id; "" none */
   lh_store *store;
   lh_learner_ingest *ingest;
   lh_learner_publisher *pub;
@@ -85,6 +87,10 @@ int lh_learner_service_new(const lh_learner_service_config *c, lh_learner_servic
   s->ingest = lh_learner_ingest_new_curve(c->zmq_ctx, s->cfg.ingest_endpoint, s->store, &lim, c->curve, err);
   if (!s->ingest) return err ? err->code : LH_ELEARNER_INGEST_SOCKET;
   if (c->limits) lh_learner_ingest_set_model_limits(s->ingest, c->limits);
+  if (c->run_id) {
+    snprintf(s->run_id, sizeof s->run_id, "%s", c->run_id);
+    LH_TRY(lh_learner_ingest_set_run(s->ingest, c->run_id, err));
+  }
   if (!c->serve_weights) return 0;
   s->pub = lh_learner_publisher_new_curve(c->zmq_ctx, s->cfg.weights_pub_endpoint, s->cfg.weights_endpoint,
                                           c->chunk_bytes, c->curve, err);
@@ -102,7 +108,7 @@ static int publish_pending(lh_learner_service *s, lh_errbuf *err) {
                   : 0;
   free(p.bytes);
   if (rc) return rc;
-  lh_store_policy_version v = {.version = p.version, .step = p.step, .checksum = lh_learner_publisher_checksum(s->pub),
+  lh_store_policy_version v = {.version = p.version, .run_id = s->run_id[0] ? s->run_id : NULL, .step = p.step, .checksum = lh_learner_publisher_checksum(s->pub),
                                .total_bytes = p.n, .stage_index = p.stage, .max_context = p.max_context};
   lh_errbuf pe;
   /* The version is out; only its row waits for room in the store. */

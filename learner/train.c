@@ -74,6 +74,7 @@ struct lh_learner_trainer {
    * sets from the last gather for its checkpoint (others[r - 1]). */
   lh_learner_comm *comm;
   int rank;
+  char run_id[LH_STORE_NAME_BYTES];  /* train_steps.run_id; "" none */
   id_set *others;
   size_t n_others;
   int64_t last_row_ns;  /* when the previous train_steps row (or the trainer) was made */
@@ -174,6 +175,10 @@ int lh_learner_trainer_set_comm(lh_learner_trainer *t, lh_learner_comm *c, lh_er
   t->comm = c;
   t->rank = lh_learner_comm_rank(c);
   return 0;
+}
+
+void lh_learner_trainer_set_run(lh_learner_trainer *t, const char *run_id) {
+  if (t) snprintf(t->run_id, sizeof t->run_id, "%s", run_id ? run_id : "");
 }
 
 uint64_t lh_learner_trainer_version(const lh_learner_trainer *t) { return t ? t->version : 0; }
@@ -747,6 +752,7 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   lh_store_train_step row;
   memset(&row, 0, sizeof row);
   row.step = st.step, row.version = st.version, row.loss = st.loss, row.reward_mean = st.reward_mean;
+  memcpy(row.run_id, t->run_id, sizeof row.run_id);
   row.success_rate = st.success_rate, row.tokens = st.tokens, row.episodes = (uint32_t)st.episodes;
   row.positions = st.positions;
   row.dropped_stale = (uint32_t)dropped_stale, row.lag_mean = st.lag_mean;

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/run_id.h"
 #include "proto/wire.h"
 
 /* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above
@@ -219,8 +220,17 @@ static int check_segment(const Longhaul__Segment *s, const lh_wire_limits *lim, 
   return check_images(s->images, s->n_images, n, lim, path, err);
 }
 
+/* A run id field: empty (no run), or a run id (common/run_id.h). */
+static int check_run_id(const char *id, const char *path, const char *field, lh_errbuf *err) {
+  if (!id || !*id) return 0;
+  lh_errbuf why;
+  if (lh_run_id_check(id, &why) == 0) return 0;
+  return lh_errbuf_set(err, LH_EWIRE_RUN_ID, "%s.%s: %s", path, field, why.msg);
+}
+
 static int check_hello(const Longhaul__Hello *h, const lh_wire_limits *lim, const char *path,
                        lh_errbuf *err) {
+  LH_TRY(check_run_id(h->run_id, path, "run_id", err));
   LH_TRY(check_string(h->role, lim->max_string_bytes, path, "role", err));
   LH_TRY(check_string(h->name, lim->max_string_bytes, path, "name", err));
   if (h->layers > lim->max_layers)
@@ -402,6 +412,7 @@ int lh_wire_validate(const Longhaul__Envelope *env, const lh_wire_limits *lim, l
                          "envelope.protocol=%u but this build speaks protocol %u (upgrade the older side)",
                          env->protocol, LH_WIRE_PROTOCOL);
   LH_TRY(check_string(env->sender, lim->max_string_bytes, "envelope", "sender", err));
+  LH_TRY(check_run_id(env->run_id, "envelope", "run_id", err));
   const char *name = lh_wire_body_name(env->body_case);
   /* Every member of the body union is a pointer, so any of them tells
    * whether the body is there. */

@@ -200,13 +200,15 @@ rows=$(sqlite3 replay.db 'SELECT count(*) FROM train_steps')
 echo "test-slurm: train_steps rows=$rows (steps=$steps)"
 grep -q "slurm job=$job learner_nodes=2 first=lh-n1 " logs/launch.log ||
   fail "the launcher did not run with --engine slurm on two nodes"
-# Rank r runs on node r + 1 (127.0.0.<r+1>): its actors connect there.
-grep -q -- "--learner-rank 1 --set actor.learner_endpoint=tcp://127.0.0.2:$base " logs/actor-1.log ||
-  fail "rank 1's actors do not connect to rank 1's node"
+# Rank r runs on node r + 1 (127.0.0.<r+1>) and binds there; every child
+# reads the same endpoints, and rank 1's actors connect to rank 1's.
+eps="--set learner.ingest_endpoints=tcp://127.0.0.1:$base,tcp://127.0.0.2:$((base + 10)) "
+grep -q -- "$eps" logs/learner.log || fail "the learner ranks do not bind their nodes' addresses"
+grep -q -- "--learner-rank 1 .*$eps" logs/actor-1.log || fail "actor-1 does not get the ranks' endpoints"
 grep -q -- "--set actor.weights_endpoint=tcp://127.0.0.1:$((base + 2))" logs/actor-1.log ||
   fail "rank 1's actors do not take the weights from rank 0's node"
-grep -q -- "--set learner.ingest_endpoint=tcp://\*:$base " logs/learner.log ||
-  fail "the learner ranks do not bind on all interfaces of their nodes"
+grep -q "connected to the learner endpoint=tcp://127.0.0.2:$((base + 10))" logs/actor-1.log ||
+  fail "actor-1 did not connect to rank 1 on its node"
 grep -q -- '--nodes=2 --nodelist=lh-n1,lh-n2 --distribution=cyclic' logs/learner.log ||
   fail "the learner step does not span both nodes"
 grep -q 'command=srun --ntasks=2 .*--mpi=pmix .* learner --config ' logs/learner.log ||

@@ -39,7 +39,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 5
+#define LH_STORE_SCHEMA_VERSION 6
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
@@ -99,6 +99,41 @@ void lh_store_close(lh_store *s);
 
 const char *lh_store_path(const lh_store *s);
 int lh_store_is_readonly(const lh_store *s);
+
+/* ---- the stores of several learner ranks (store/store_ranks.c) --------
+ * A learner job of M ranks keeps one file per rank (learner/learner.h,
+ * "learner ranks"): rank 0's holds the run's train steps, policy versions
+ * and runs, and every rank's holds the episodes, segments, reward terms
+ * and heartbeats of its own actors. Read as one, the files are one store:
+ * the first file is the connection's main database, every other one is
+ * ATTACHed (read-only) as rank1, rank2, ..., and TEMP views named
+ * episodes, segments, rewards and actor_heartbeats, each the UNION ALL of
+ * that table over the ranks, shadow the main database's tables for every
+ * unqualified name (SQLite looks in temp first). Every read of this API
+ * and `replay sql` thus sees all ranks; train_steps, train_step_layers,
+ * train_step_experts, policy_versions, runs and meta are rank 0's.
+ *
+ * An actor sends to one rank, so an episode id is in one file. Should the
+ * same id be in two (an actor moved between ranks while it kept its
+ * episode counter), the views hold both rows: lists show it twice and a
+ * lookup by id gets the lowest rank's. lh_store_rank_duplicates counts
+ * such ids. SQLite attaches at most SQLITE_MAX_ATTACHED files (10 unless
+ * the library was built with more, up to 125), so at most
+ * lh_store_max_ranks() files can be read as one; more is LH_ESTORE_RANKS. */
+
+/* Opens paths[0..n) (rank 0 first; n >= 1) read-only as one store (o:
+ * NULL for defaults, its readonly flag is forced). Each file is checked as
+ * lh_store_open_readonly does before it is attached. With n = 1 it is
+ * lh_store_open_with. LH_ESTORE_RANKS for n over lh_store_max_ranks() or a
+ * file given twice. */
+int lh_store_open_ranks(const char *const *paths, size_t n, const lh_store_options *o, lh_store **out,
+                        lh_errbuf *err);
+/* The most files lh_store_open_ranks joins: 1 + this SQLite's ATTACH limit. */
+size_t lh_store_max_ranks(void);
+/* How many rank stores s reads: 1 for a store opened alone. */
+size_t lh_store_rank_count(const lh_store *s);
+/* Episode ids found in more than one of s's rank stores (0 with one). */
+int lh_store_rank_duplicates(lh_store *s, uint64_t *episodes, lh_errbuf *err);
 
 /* ---- batches ----------------------------------------------------------- */
 
@@ -176,13 +211,64 @@ int lh_store_put_episode_end(lh_store *s, const Longhaul__EpisodeEnd *end, int *
 int lh_store_episode_set_status(lh_store *s, uint64_t id, int status, const char *reason,
                                 lh_errbuf *err);
 
+/* ---- runs (schema 6 for everything past started_ms) ------------------- */
+
 typedef struct {
   const char *run_id;      /* key; required */
   const char *command;     /* how it was started; may be NULL */
   const char *config;      /* the configuration text; may be NULL */
   int64_t started_ms;      /* wall clock; 0 means now */
+  const char *kind;        /* "learner", "sft", "eval"; may be NULL */
+  const char *version;     /* the longhaul version; NULL: this build's (LH_VERSION) */
+  const char *host;        /* NULL: this machine's name */
+  int rank;                /* the learner rank that wrote it (0 for one rank, sft, eval) */
+  int64_t pid;             /* 0: this process */
 } lh_store_run;
+/* Records a run starting. A new run_id is a new row (*inserted = 1).
+ * The same run_id again (a learner resumed under its run id) keeps the row
+ * and its started_ms, adds one to starts, and takes this start's command,
+ * config, version, host and pid, with ended_ms and outcome cleared
+ * (*inserted = 0). */
 int lh_store_put_run(lh_store *s, const lh_store_run *run, int *inserted, lh_errbuf *err);
+/* Records how a run ended: ended_ms (0: now) and outcome ("ok",
+ * "error"). A run_id with no row changes nothing (and is not an error). */
+int lh_store_end_run(lh_store *s, const char *run_id, const char *outcome, int64_t ended_ms, lh_errbuf *err);
+/* The run_id of the newest run of kind (by started_ms, then rowid) into
+ * out (room for LH_STORE_NAME_BYTES); *found = 0 when the store has none
+ * of that kind (an older store's rows have no kind). */
+int lh_store_latest_run(lh_store *s, const char *kind, char *out, int *found, lh_errbuf *err);
+
+/* ---- evaluations and SFT steps (schema 6) ------------------------------- */
+
+/* One measurement of a policy on held-out seeds (a row of evals). */
+typedef struct {
+  const char *run_id;      /* required */
+  const char *kind;        /* "sft" (an SFT run's periodic evaluation), "eval" (longhaul eval); required */
+  int has_step;            /* step is known (an SFT step, a learner checkpoint's step) */
+  uint64_t step;
+  const char *env;         /* required */
+  uint64_t seeds;          /* the held-out seeds 1..seeds */
+  uint64_t episodes;       /* episodes played */
+  uint64_t successes;
+  double reward_mean;      /* NAN (stored as NULL) when not measured */
+  double temperature;      /* 0: greedy */
+  const char *checkpoint;  /* the checkpoint measured; may be NULL */
+  double eval_ms;          /* how long it took; NAN: unknown */
+  int64_t time_ms;         /* 0: now */
+} lh_store_eval;
+/* success_rate is stored as successes / episodes (NULL when no episode). */
+int lh_store_put_eval(lh_store *s, const lh_store_eval *e, lh_errbuf *err);
+
+typedef struct {
+  const char *run_id;      /* required */
+  uint64_t step;           /* 1-based: the step just taken */
+  double loss, lr, grad_norm;  /* non-finite: NULL */
+  uint64_t tokens;
+  int skipped;
+  int64_t time_ms;         /* 0: now */
+} lh_store_sft_step;
+/* One row of sft_steps; a step already stored for the run is replaced. */
+int lh_store_put_sft_step(lh_store *s, const lh_store_sft_step *t, lh_errbuf *err);
 
 typedef struct {
   uint64_t version;        /* key */
@@ -463,6 +549,7 @@ typedef struct {
   uint32_t schema_version;
   uint64_t file_bytes;                   /* page_count * page_size of the main file */
   uint64_t runs;
+  uint64_t evals;                        /* rows of evals (schema 6) */
   uint64_t policy_versions;
   uint64_t latest_policy_version;        /* 0 when none */
   uint64_t episodes;

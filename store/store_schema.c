@@ -163,6 +163,50 @@ static const char schema_v5[] =
     "  WHERE segment_count IS NOT NULL AND segments_received <> segment_count"
     "  AND status IN ('complete', 'truncated');";
 
+/* Version 6: run identity and evaluations. A runs row says which build
+ * (version), on which host and rank, as what (kind: learner, sft, eval)
+ * a run wrote the store, how often it was started on it (starts: a
+ * learner resumed under the same run id adds one), and how it ended
+ * (ended_ms, outcome; NULL while it runs or when it was killed). evals
+ * holds the greedy (or sampled) success rates `longhaul sft` and
+ * `longhaul eval` measure on held-out seeds, one row per measurement, so
+ * that an eval curve is a query; sft_steps holds SFT's per-step loss. */
+static const char schema_v6[] =
+    "ALTER TABLE runs ADD COLUMN kind TEXT;"
+    "ALTER TABLE runs ADD COLUMN version TEXT;"
+    "ALTER TABLE runs ADD COLUMN host TEXT;"
+    "ALTER TABLE runs ADD COLUMN rank INTEGER;"
+    "ALTER TABLE runs ADD COLUMN pid INTEGER;"
+    "ALTER TABLE runs ADD COLUMN starts INTEGER NOT NULL DEFAULT 1;"
+    "ALTER TABLE runs ADD COLUMN ended_ms INTEGER;"
+    "ALTER TABLE runs ADD COLUMN outcome TEXT;"
+    "CREATE TABLE evals("
+    "  id INTEGER PRIMARY KEY,"
+    "  run_id TEXT NOT NULL,"
+    "  kind TEXT NOT NULL,"
+    "  step INTEGER,"
+    "  env TEXT NOT NULL,"
+    "  seeds INTEGER NOT NULL,"
+    "  episodes INTEGER NOT NULL,"
+    "  successes INTEGER NOT NULL,"
+    "  success_rate REAL,"
+    "  reward_mean REAL,"
+    "  temperature REAL NOT NULL DEFAULT 0,"
+    "  checkpoint TEXT,"
+    "  eval_ms REAL,"
+    "  time_ms INTEGER NOT NULL);"
+    "CREATE INDEX evals_run ON evals(run_id, step);"
+    "CREATE TABLE sft_steps("
+    "  run_id TEXT NOT NULL,"
+    "  step INTEGER NOT NULL,"
+    "  loss REAL,"
+    "  lr REAL,"
+    "  grad_norm REAL,"
+    "  tokens INTEGER NOT NULL DEFAULT 0,"
+    "  skipped INTEGER NOT NULL DEFAULT 0,"
+    "  time_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (run_id, step));";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
@@ -171,6 +215,7 @@ const lh_store_migration lh_store_migrations[] = {
     {4, "train_step_experts", schema_v4},
     {5, "train_steps.stale_share, backlog_cap, positions; episodes.swept_ms, episodes_short",
      schema_v5},
+    {6, "runs.kind, version, host, rank, pid, starts, ended_ms, outcome; evals, sft_steps", schema_v6},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

@@ -24,6 +24,7 @@ static void read_counts(sqlite3_stmt *st, lh_store_stats *o) {
   o->reward_terms = lh_store_column_u64(st, 3);
   o->train_steps = lh_store_column_u64(st, 4);
   o->last_train_step = lh_store_column_u64(st, 5);
+  o->evals = lh_store_column_u64(st, 6);
 }
 static void read_episodes(sqlite3_stmt *st, lh_store_stats *o) {
   o->episodes = lh_store_column_u64(st, 0);
@@ -62,7 +63,8 @@ int lh_store_stats_get(lh_store *s, lh_store_stats *st_out, lh_errbuf *err) {
                  "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM policy_versions),"
                  " (SELECT coalesce(max(version), 0) FROM policy_versions),"
                  " (SELECT count(*) FROM rewards), (SELECT count(*) FROM train_steps),"
-                 " (SELECT coalesce(max(step), 0) FROM train_steps)",
+                 " (SELECT coalesce(max(step), 0) FROM train_steps),"
+                 " (SELECT count(*) FROM evals)",
                  read_counts, o, err);
   if (rc >= 0)
     rc = one_row(s,

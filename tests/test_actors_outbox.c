@@ -53,7 +53,13 @@ START_TEST(test_acks_unknown_and_duplicate) {
   ck_assert_int_eq(lh_actors_outbox_push(ob, 12, PAYLOAD, 5, 0, &e), LH_EACTORS_OUTBOX_DUPLICATE);
   ck_assert(strstr(e.msg, "message 12"));
   ck_assert_int_eq(lh_actors_outbox_ack(ob, 99), 0);
+  /* A waiting message's bytes can be looked at until it is acked. */
+  size_t peeked = 0;
+  const uint8_t *bytes = lh_actors_outbox_peek(ob, 12, &peeked);
+  ck_assert(bytes && peeked == 5 && memcmp(bytes, PAYLOAD, 5) == 0);
+  ck_assert_ptr_null(lh_actors_outbox_peek(ob, 99, &peeked));
   ck_assert_int_eq(lh_actors_outbox_ack(ob, 12), 1);
+  ck_assert_ptr_null(lh_actors_outbox_peek(ob, 12, NULL));
   ck_assert_int_eq(lh_actors_outbox_ack(ob, 12), 0);  /* a duplicate ack */
   uint64_t batch[5] = {10, 12, 13, 13, 77};
   ck_assert_uint_eq(lh_actors_outbox_ack_many(ob, batch, 5), 2);

@@ -5,7 +5,8 @@
  *              env server program that does not exist, an ingest port in
  *              use;
  *   second     a second launch on a running fleet's store, or its log
- *              folder, is refused naming the first, which runs on;
+ *              folder, is refused naming the first, which runs on; the
+ *              first's run id is on its runs row and every train step;
  *   usage      a child that exits 2 is not restarted: the fleet stops and
  *              names the child and what it said;
  *   watch_actor    an actor stopped with SIGSTOP is found by the watchdog
@@ -131,10 +132,23 @@ START_TEST(test_second) {
   ck_assert_str_eq(pid_before, pid_after); /* A's files untouched */
   free(pid_before);
   free(pid_after);
+  ck_assert_msg(lfx_wait_sql(&a, "SELECT count(*) FROM train_steps", 1, 120), "no train step (%s)", a.dir);
   kill(a.launcher, SIGTERM);
   int rc = lfx_wait(&a, 120);
   out = lfx_read(&a, "launch.out");
   ck_assert_msg(rc == 0, "fleet A exit %d: %s", rc, out);
+  /* The launch's run id: the learner's runs row and every train step. */
+  const char *at_id = strstr(out, "fleet run_id=");
+  ck_assert_ptr_nonnull(at_id);
+  char run_id[80], sql[256];
+  ck_assert_int_eq(sscanf(at_id, "fleet run_id=%79s", run_id), 1);
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE run_id = '%s' AND kind = 'learner'", run_id);
+  ck_assert_int_eq(lfx_sql_int(&a, sql), 1);
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM train_steps WHERE run_id IS NOT '%s'", run_id);
+  ck_assert_int_eq(lfx_sql_int(&a, sql), 0);
+  char *alog = lfx_read(&a, "logs/actor-0.log");
+  ck_assert_ptr_nonnull(strstr(alog, run_id)); /* its command line */
+  free(alog);
   free(out);
   lfx_cleanup(&a);
 }

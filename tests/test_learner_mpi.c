@@ -569,6 +569,22 @@ static void write_config(const char *path, const char *dir, const char *actor_in
   fclose(f);
 }
 
+/* The runs row of a rank's store as "run_id kind rank outcome" (run identity). */
+static int first_text(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  if (ncols > 0) snprintf(ctx, 256, "%s", values[0] ? values[0] : "NULL");
+  return 0;
+}
+static void runs_row(const char *db, char out[256]) {
+  lh_store *s;
+  lh_errbuf e;
+  out[0] = 0;
+  ck_assert_msg(lh_store_open_readonly(db, &s, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(run_id || ' ' || kind || ' ' || rank || ' ' || outcome)"
+                                   " FROM runs", first_text, out, NULL, &e), 0);
+  lh_store_close(s);
+}
+
 START_TEST(test_mpirun_learner_with_actors) {
   const char *bin = getenv("LH_BIN");
   ck_assert_msg(bin != NULL, "LH_BIN is not set");
@@ -641,6 +657,17 @@ START_TEST(test_mpirun_learner_with_actors) {
          c1.a0, c1.a1);
   ck_assert(c0.ended >= 12 && c0.a0 == c0.ended);
   ck_assert(c1.ended >= 12 && c1.a1 == c1.ended);
+  /* One run, named in both ranks' stores. */
+  char row0[256], row1[256];
+  snprintf(path, sizeof path, "%s/replay.db", dir);
+  runs_row(path, row0);
+  snprintf(path, sizeof path, "%s/replay.db.rank1", dir);
+  runs_row(path, row1);
+  const char *sp = strchr(row0, ' ');
+  ck_assert_ptr_nonnull(sp);
+  ck_assert_msg(!strncmp(row0, row1, (size_t)(sp - row0 + 1)) && strstr(row0, " learner 0 ok") &&
+                    strstr(row1, " learner 1 ok"),
+                "runs rows: rank 0 '%s', rank 1 '%s'", row0, row1);
   /* The final checkpoint (the last step) holds both ranks' done lists. */
   snprintf(path, sizeof path, "%s/ckpt/step-%08d/episodes_done.rank1.bin", dir, r.n);
   ck_assert_msg(access(path, R_OK) == 0, "%s missing", path);

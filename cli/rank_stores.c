@@ -1,0 +1,73 @@
+/* cli: every learner rank's store file of a run, found and opened as one
+ * (cli/rank_stores.h). */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/rank_stores.h"
+#include "learner/learner.h"
+
+int lh_cli_strings_add(lh_cli_strings *l, const char *value) {
+  if (l->n >= LH_CLI_MAX_STRINGS) return -1;
+  l->v[l->n++] = value;
+  return 0;
+}
+
+/* The highest r of a file named like DB.rank<r> in db's folder (0: none). */
+static int highest_rank_file(const char *db, size_t *highest, lh_errbuf *err) {
+  *highest = 0;
+  const char *slash = strrchr(db, '/');
+  char dir[LH_LEARNER_TEXT_BYTES];
+  const char *base = slash ? slash + 1 : db;
+  if (slash)
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - db == 0 ? 1 : slash - db), db);
+  else
+    snprintf(dir, sizeof dir, ".");
+  DIR *d = opendir(dir);
+  if (!d) return lh_errbuf_set(err, LH_ESTORE_NO_FILE, "cannot list %s to find the rank stores of %s", dir, db);
+  size_t blen = strlen(base);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    const char *n = e->d_name;
+    if (strncmp(n, base, blen) || strncmp(n + blen, ".rank", 5)) continue;
+    const char *digits = n + blen + 5;
+    size_t r = 0, k = 0;
+    for (; digits[k] >= '0' && digits[k] <= '9' && k < 6; k++) r = r * 10 + (size_t)(digits[k] - '0');
+    if (k == 0 || digits[k] || r == 0) continue;  /* DB.rank1-wal, DB.rank1.writer, ... */
+    if (r > *highest) *highest = r;
+  }
+  closedir(d);
+  return 0;
+}
+
+int lh_cli_dbs_open(const lh_cli_dbs *d, lh_store **out, size_t *ranks, lh_errbuf *err) {
+  *out = NULL;
+  if (!d->db.n) return lh_errbuf_set(err, LH_EINVAL, "--db FILE is required (the replay store to read)");
+  size_t n = 0;
+  const char *paths[LH_CLI_MAX_STRINGS];
+  char found[LH_CLI_MAX_STRINGS][LH_LEARNER_TEXT_BYTES];
+  for (size_t i = 0; i < d->db.n; i++) paths[n++] = d->db.v[i];
+  for (size_t i = 0; i < d->rank_db.n && n < LH_CLI_MAX_STRINGS; i++) paths[n++] = d->rank_db.v[i];
+  if (d->db.n + d->rank_db.n > LH_CLI_MAX_STRINGS)
+    return lh_errbuf_set(err, LH_ESTORE_RANKS, "more than %d store files given", LH_CLI_MAX_STRINGS);
+  if (n == 1) {
+    size_t highest = 0;
+    LH_TRY(highest_rank_file(paths[0], &highest, err));
+    if (highest >= LH_CLI_MAX_STRINGS)
+      return lh_errbuf_set(err, LH_ESTORE_RANKS, "%s.rank%zu: more rank stores than can be read (%d)", paths[0],
+                           highest, LH_CLI_MAX_STRINGS);
+    for (size_t r = 1; r <= highest; r++) {
+      LH_TRY(lh_learner_rank_db(paths[0], (int)r, found[r], err));
+      if (access(found[r], F_OK))
+        return lh_errbuf_set(err, LH_ESTORE_RANKS,
+                             "%s.rank%zu exists but %s does not: a rank's store is missing (give the files "
+                             "with --db and --rank-db)",
+                             paths[0], highest, found[r]);
+      paths[n++] = found[r];
+    }
+  }
+  if (ranks) *ranks = n;
+  return lh_store_open_ranks(paths, n, NULL, out, err);
+}

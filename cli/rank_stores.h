@@ -1,0 +1,37 @@
+/* cli: the store of a run as `replay` and `report` read it: the files of
+ * every learner rank as one (store/store.h, "the stores of several learner
+ * ranks"). Private to cli/. */
+#ifndef LH_CLI_RANK_STORES_H
+#define LH_CLI_RANK_STORES_H
+
+#include <stddef.h>
+
+#include "store/store.h"
+
+/* The most values a repeated option keeps (more than any SQLite attaches). */
+#define LH_CLI_MAX_STRINGS 128
+
+typedef struct {
+  const char *v[LH_CLI_MAX_STRINGS];
+  size_t n;
+} lh_cli_strings;
+
+/* The store files given on a command line: --db FILE (repeatable) and
+ * --rank-db FILE (repeatable), in the order given. */
+typedef struct {
+  lh_cli_strings db, rank_db;
+} lh_cli_dbs;
+
+/* Appends value to l; -1 when l is full. */
+int lh_cli_strings_add(lh_cli_strings *l, const char *value);
+
+/* Opens the files of d read-only as one store (lh_store_open_ranks): every
+ * --db, then every --rank-db, rank 0's first. With one --db and no
+ * --rank-db the other ranks' files are found next to it, named as the
+ * learner names them (DB.rank1, DB.rank2, ...: lh_learner_rank_db); a gap
+ * in their numbers (DB.rank2 without DB.rank1) is an error, since a rank's
+ * episodes would be missing from the view without a word. *ranks (may be
+ * NULL) gets how many files were read. LH_EINVAL without a --db. */
+int lh_cli_dbs_open(const lh_cli_dbs *d, lh_store **out, size_t *ranks, lh_errbuf *err);
+
+#endif
