@@ -2,7 +2,8 @@
  * scripts/test-slurm.sh), as real processes: the batch script that
  * --slurm-script writes, the refusal of --engine slurm outside an
  * allocation, without scontrol and with endpoints that cannot span nodes,
- * and of values an #SBATCH line cannot hold. */
+ * and of values an #SBATCH line cannot hold; and the actor reading the
+ * ranks' endpoints from its --set overrides. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,12 +106,33 @@ START_TEST(test_refusals) {
 }
 END_TEST
 
+/* The actor reads [learner] ingest_endpoints with its --set overrides (the
+ * Slurm engine hands the ranks' endpoints over that way): a rank the
+ * overridden list lacks is its usage error. */
+START_TEST(test_actor_reads_set_endpoints) {
+  char dir[256], path[512], cmd[1024];
+  fleet(dir, sizeof dir, "");
+  snprintf(cmd, sizeof cmd,
+           "cd %s && %s actor --config fleet.ini --name a --learner-rank 5 "
+           "--set learner.ingest_endpoints=tcp://127.0.0.1:1,tcp://127.0.0.2:11 > out 2>&1",
+           dir, lh_proc_longhaul());
+  int status = system(cmd);
+  ck_assert(WIFEXITED(status));
+  ck_assert_int_eq(WEXITSTATUS(status), 2);
+  snprintf(path, sizeof path, "%s/out", dir);
+  ck_assert_msg(lh_proc_file_has(path, "ingest_endpoints has 2 entries: none for rank 5"), "%s",
+                lh_proc_read_file(path));
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("launch_slurm");
   TCase *tc = tcase_create("slurm");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_script);
   tcase_add_test(tc, test_refusals);
+  tcase_add_test(tc, test_actor_reads_set_endpoints);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
