@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/config.h"
 #include "cli/launch.h"
+#include "cli/run_record.h"
 
 #define LAUNCH_TICK_MS 50
 #define LAUNCH_SCREEN_MS 1000   /* the terminal screen's refresh */
@@ -35,7 +36,7 @@ static void on_signal(int sig) {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul launch FLEET.ini [--status auto|screen|plain|off]\n"
-          "                       [--set section.key=value ...]\n"
+          "                       [--run-id ID] [--set section.key=value ...]\n"
           "       longhaul launch FLEET.ini --slurm [--slurm-script OUT.sh]\n"
           "       longhaul launch FLEET.ini --slurm-script OUT.sh\n\n"
           "Starts a fleet from one INI file ([fleet] [model] [learner] [actor] [env]):\n"
@@ -53,6 +54,12 @@ static void usage(FILE *out) {
           "(exit 2; 126/127: its program could not run), ends the fleet. With\n"
           "[fleet] steps the fleet shuts down in order once the store holds that\n"
           "many train steps.\n\n"
+          "Run: every learner and actor gets --run-id ID (the given one, or a new\n"
+          "one per launch). Actors only: with learners = 0 this host runs actors\n"
+          "actor-<first_actor>.. for learners started elsewhere (mpirun with a\n"
+          "hostfile, or another host's launch), actor i sending to rank i mod R, R\n"
+          "the entries of [learner] ingest_endpoints; give --run-id of that run, or\n"
+          "none to join whichever run the learners serve.\n\n"
           "Before anything starts every section is checked, every environment the\n"
           "actors will open is opened once, the env_server program is looked up and\n"
           "the endpoints the fleet binds here must be free; the store and the log\n"
@@ -354,7 +361,7 @@ int lh_cmd_launch(int argc, char **argv) {
     usage(stdout);
     return LH_EXIT_OK;
   }
-  const char *config = NULL, *status = "auto", *engine = "local", *slurm_script = NULL;
+  const char *config = NULL, *status = "auto", *run_id = NULL, *engine = "local", *slurm_script = NULL;
   int slurm_submit = 0;
   lh_cli_sets sets = {0};
   for (int i = 1; i < argc; i++) {
@@ -362,6 +369,7 @@ int lh_cmd_launch(int argc, char **argv) {
     if (set < 0) return LH_EXIT_USAGE;
     if (set) continue;
     if (!strcmp(argv[i], "--status") && i + 1 < argc) status = argv[++i];
+    else if (!strcmp(argv[i], "--run-id") && i + 1 < argc) run_id = argv[++i];
     else if (!strcmp(argv[i], "--engine") && i + 1 < argc) engine = argv[++i];
     else if (!strcmp(argv[i], "--slurm")) slurm_submit = 1;
     else if (!strcmp(argv[i], "--slurm-script") && i + 1 < argc) slurm_script = argv[++i];
@@ -375,6 +383,7 @@ int lh_cmd_launch(int argc, char **argv) {
     fprintf(stderr, "longhaul launch: FLEET.ini is required (see --help)\n");
     return LH_EXIT_USAGE;
   }
+  if (run_id && lh_cli_run_id_arg("launch", run_id)) return LH_EXIT_USAGE;
   if (strcmp(engine, "local") && strcmp(engine, "slurm")) {
     fprintf(stderr, "longhaul launch: --engine '%s' is not local or slurm\n", engine);
     return LH_EXIT_USAGE;
@@ -396,6 +405,7 @@ int lh_cmd_launch(int argc, char **argv) {
   lh_errbuf err;
   memset(&err, 0, sizeof err);
   f->sets = sets.set, f->n_sets = sets.n;
+  if (run_id) snprintf(f->run_id, sizeof f->run_id, "%s", run_id);
   if (lh_launch_fleet_init(f, config, &err)) {
     fprintf(stderr, "longhaul launch: %s\n", err.msg);
     lh_launch_unlock(f);

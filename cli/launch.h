@@ -38,8 +38,9 @@
 #define LH_LAUNCH_COMMAND_BYTES 2048
 
 typedef struct {
-  uint64_t learners;              /* M, 1..64 (1) */
+  uint64_t learners;              /* M, 1..64; 0: actors only, for learners started elsewhere (1) */
   uint64_t actors;                /* N, 0..256 (2) */
+  uint64_t first_actor;           /* the first actor's index: actor-<first_actor> .. (0) */
   char log_dir[LH_LAUNCH_PATH_BYTES];  /* (logs) */
   char init[LH_LAUNCH_PATH_BYTES];     /* SFT checkpoint: learner --init, actors --ckpt ("") */
   uint64_t steps;                 /* ordered shutdown once the store holds this many train
@@ -119,7 +120,10 @@ typedef struct {
   char config_path[LH_LAUNCH_PATH_BYTES];  /* absolute */
   char bin[LH_LAUNCH_PATH_BYTES];          /* this binary (/proc/self/exe) */
   char db[LH_LAUNCH_PATH_BYTES];           /* [learner] db: rank 0's store, for the status screen */
-  char run_id[LH_RUN_ID_BYTES];            /* this launch's run: every learner and actor gets --run-id */
+  uint64_t ranks;                          /* learner ranks: [fleet] learners, or for an actors-only fleet
+                                              the entries of [learner] ingest_endpoints (1 without) */
+  char run_id[LH_RUN_ID_BYTES];            /* this launch's run (launch --run-id, or a new one; none for an
+                                              actors-only fleet not given one): --run-id of every child */
   const char *const *sets;                 /* --set overrides: read with the file and given to every */
   size_t n_sets;                           /* child; set by the caller before lh_launch_fleet_init */
   size_t n;                                /* children: env server, learner, actors, in that order */

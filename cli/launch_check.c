@@ -223,6 +223,6 @@ int lh_launch_check(const lh_launch_fleet *f, const lh_learner_config *lc, const
                     lh_errbuf *err) {
   LH_TRY(check_envs(f, ac, err));
   LH_TRY(check_env_server(f, err));
-  LH_TRY(check_endpoints(f, lc, err));
+  if (f->fleet.learners) LH_TRY(check_endpoints(f, lc, err)); /* actors only: this host binds nothing */
   return 0;
 }

@@ -42,8 +42,11 @@ static int make_dirs(const char *path, lh_errbuf *err) {
 int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf *err) {
   const char *const *sets = f->sets;
   size_t n_sets = f->n_sets;
+  char run_id[LH_RUN_ID_BYTES];
+  memcpy(run_id, f->run_id, sizeof run_id);
   memset(f, 0, sizeof *f);
   f->sets = sets, f->n_sets = n_sets;
+  memcpy(f->run_id, run_id, sizeof run_id);
   /* Every section is checked here, so a bad key stops the launch before
    * any process starts (each child would only stop on its own). */
   lh_ini_doc *doc = NULL;
@@ -75,7 +78,10 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
    * ingest_endpoints per rank, or the last rank's port (+ 10 r) on both
    * sides. */
   char out[LH_LEARNER_TEXT_BYTES];
-  if (lh_learner_ranks_check(&lc, (int)c->learners, err) ||
+  /* Actors only: the learners run elsewhere, as many ranks as
+   * ingest_endpoints has entries (one without). */
+  f->ranks = c->learners ? c->learners : lc.n_ingest_endpoints ? lc.n_ingest_endpoints : 1;
+  if ((c->learners && lh_learner_ranks_check(&lc, (int)c->learners, err)) ||
       (c->learners > 1 && !lc.n_ingest_endpoints &&
        lh_learner_rank_endpoint(ac.learner_endpoint, (int)c->learners - 1, out, err))) {
     snprintf(out, sizeof out, "%s", err->msg);
@@ -93,7 +99,7 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
   char db_dir[LH_LAUNCH_PATH_BYTES];
   snprintf(db_dir, sizeof db_dir, "%s", lc.db);
   char *slash = strrchr(db_dir, '/');
-  if (slash && slash != db_dir) {
+  if (c->learners && slash && slash != db_dir) {
     *slash = 0;
     LH_TRY(make_dirs(db_dir, err));
   }
@@ -101,7 +107,8 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
    * fleet hears that the fleet runs, not that its ports are taken. */
   /* One run per launch: its learner restarts resume it, and a learner
    * refuses actors of any other (README, "Run ids"). */
-  LH_TRY(lh_run_id_new(f->run_id, err));
+  if (f->run_id[0]) LH_TRY(lh_run_id_check(f->run_id, err));
+  else if (c->learners) LH_TRY(lh_run_id_new(f->run_id, err));
   char holder[2 * LH_LAUNCH_PATH_BYTES + LH_RUN_ID_BYTES + 64];
   snprintf(holder, sizeof holder, "longhaul launch %s (run %s, logs in %s)", f->config_path, f->run_id, c->log_dir);
   LH_TRY(lh_launch_lock(f, holder, err));
@@ -111,14 +118,16 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
     snprintf(ch->name, sizeof ch->name, "env-server");
     ch->role = LH_CHILD_ENV_SERVER;
   }
-  lh_launch_child *lch = &f->child[f->n++];
-  snprintf(lch->name, sizeof lch->name, "learner");
-  lch->role = LH_CHILD_LEARNER;
+  if (c->learners) {
+    lh_launch_child *lch = &f->child[f->n++];
+    snprintf(lch->name, sizeof lch->name, "learner");
+    lch->role = LH_CHILD_LEARNER;
+  }
   for (uint64_t i = 0; i < c->actors; i++) {
     lh_launch_child *ch = &f->child[f->n++];
-    snprintf(ch->name, sizeof ch->name, "actor-%llu", (unsigned long long)i);
+    snprintf(ch->name, sizeof ch->name, "actor-%llu", (unsigned long long)(c->first_actor + i));
     ch->role = LH_CHILD_ACTOR;
-    ch->index = (int)i;
+    ch->index = (int)(c->first_actor + i);
   }
   return 0;
 }
@@ -180,12 +189,12 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
     argv[n++] = "--index", argv[n++] = index;
     if (fc->init[0]) argv[n++] = "--ckpt", argv[n++] = (char *)fc->init;
     if (fc->n_actor_envs) argv[n++] = "--env", argv[n++] = (char *)fc->actor_envs[(uint32_t)c->index % fc->n_actor_envs];
-    if (fc->learners > 1) {
-      snprintf(rank, sizeof rank, "%llu", (unsigned long long)((uint64_t)c->index % fc->learners));
+    if (f->ranks > 1) {
+      snprintf(rank, sizeof rank, "%llu", (unsigned long long)((uint64_t)c->index % f->ranks));
       argv[n++] = "--learner-rank", argv[n++] = rank;
     }
   }
-  if (c->role != LH_CHILD_ENV_SERVER) argv[n++] = "--run-id", argv[n++] = f->run_id;
+  if (c->role != LH_CHILD_ENV_SERVER && f->run_id[0]) argv[n++] = "--run-id", argv[n++] = f->run_id;
   if (c->role != LH_CHILD_ENV_SERVER)
     for (size_t k = 0; k < f->n_sets && k < LH_INI_MAX_SETS; k++)
       argv[n++] = "--set", argv[n++] = (char *)f->sets[k];

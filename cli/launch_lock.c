@@ -16,7 +16,8 @@
 #include "common/file_lock.h"
 #include "store/store.h"
 
-int lh_launch_lock(lh_launch_fleet *f, const char *holder, lh_errbuf *err) {
+/* The store's lock and the writer check: a fleet with learners. */
+static int lock_store(lh_launch_fleet *f, const char *holder, lh_errbuf *err) {
   char *store_side = lh_store_side_path(f->db, ".fleet");
   if (!store_side) return lh_errbuf_set(err, LH_ENOMEM, "no memory for the fleet lock's path");
   char who[LH_FILE_LOCK_HOLDER_BYTES];
@@ -28,15 +29,6 @@ int lh_launch_lock(lh_launch_fleet *f, const char *holder, lh_errbuf *err) {
                        f->config_path, f->db, *who ? who : "holder not recorded yet", store_side);
   free(store_side);
   if (rc) return rc;
-  char logs_side[LH_LAUNCH_PATH_BYTES + 16];
-  snprintf(logs_side, sizeof logs_side, "%s/launch.lock", f->fleet.log_dir);
-  rc = lh_file_lock_take(logs_side, holder, LH_EBUSY, &f->logs_lock, who, sizeof who, err);
-  if (rc == LH_EBUSY)
-    rc = lh_errbuf_set(err, LH_ECONFIG,
-                       "%s: [fleet] log_dir = %s is in use by another fleet: %s; stop that fleet, or give this one "
-                       "another log_dir",
-                       f->config_path, f->fleet.log_dir, *who ? who : "holder not recorded yet");
-  if (rc) return rc;
   /* A learner started by hand on the store (no fleet lock): its writer
    * lock, taken and given back at once. */
   lh_store_writer_lock *w = NULL;
@@ -47,6 +39,21 @@ int lh_launch_lock(lh_launch_fleet *f, const char *holder, lh_errbuf *err) {
   if (rc == LH_ESTORE_WRITER_LOCKED)
     return lh_errbuf_set(err, LH_ECONFIG, "%s: [learner] db: %s", f->config_path, e.msg);
   return 0;
+}
+
+int lh_launch_lock(lh_launch_fleet *f, const char *holder, lh_errbuf *err) {
+  /* An actors-only fleet writes no store here. */
+  if (f->fleet.learners) LH_TRY(lock_store(f, holder, err));
+  char who[LH_FILE_LOCK_HOLDER_BYTES];
+  char logs_side[LH_LAUNCH_PATH_BYTES + 16];
+  snprintf(logs_side, sizeof logs_side, "%s/launch.lock", f->fleet.log_dir);
+  int rc = lh_file_lock_take(logs_side, holder, LH_EBUSY, &f->logs_lock, who, sizeof who, err);
+  if (rc == LH_EBUSY)
+    rc = lh_errbuf_set(err, LH_ECONFIG,
+                       "%s: [fleet] log_dir = %s is in use by another fleet: %s; stop that fleet, or give this one "
+                       "another log_dir",
+                       f->config_path, f->fleet.log_dir, *who ? who : "holder not recorded yet");
+  return rc;
 }
 
 void lh_launch_unlock(lh_launch_fleet *f) {

@@ -126,7 +126,14 @@ int lh_launch_slurm_write_script(const lh_launch_fleet *f, const char *path, lh_
   put_quoted(out, f->bin);
   fputs(" launch ", out);
   put_quoted(out, f->config_path);
-  fputs(" --engine slurm --status plain\n", out);
+  fputs(" --engine slurm --status plain", out);
+  /* The run this submission named, and the overrides it was given. */
+  if (f->run_id[0]) fprintf(out, " --run-id %s", f->run_id);
+  for (size_t k = 0; k < f->n_sets; k++) {
+    fputs(" --set ", out);
+    put_quoted(out, f->sets[k]);
+  }
+  fputc('\n', out);
   int bad_write = ferror(out);
   if (fclose(out) || bad_write)
     return lh_errbuf_set(err, LH_ESYS, "slurm: cannot write the batch script %s", path);
@@ -275,6 +282,10 @@ int lh_launch_slurm_prepare(lh_launch_fleet *f, lh_errbuf *err) {
                          LH_INI_MAX_SETS - LH_SLURM_SETS, LH_SLURM_SETS);
   /* The learner's endpoints as the children would read them: the file
    * with the launcher's own --set overrides. */
+  s->on = 1;
+  /* An actors-only fleet (learners = 0) connects to learners that run
+   * elsewhere, at the endpoints its file names. */
+  if (!c->learners) return 0;
   lh_ini_doc *doc = NULL;
   LH_TRY(lh_ini_doc_load(f->config_path, f->sets, f->n_sets, &doc, err));
   lh_learner_config lc;
@@ -282,10 +293,11 @@ int lh_launch_slurm_prepare(lh_launch_fleet *f, lh_errbuf *err) {
   lh_ini_doc_free(doc);
   LH_TRY(rc);
   long ports[3];
+  s->on = 0;
   LH_TRY(learner_ports(f, &lc, ports, err));
   LH_TRY(find_hosts(f, nodelist, err));
   make_sets(f, ports);
-  s->on = 1;
+  s->on = s->endpoints = 1;
   return 0;
 }
 
@@ -296,7 +308,7 @@ int lh_launch_slurm_step(lh_launch_fleet *f, size_t i, char **argv, int n) {
   argv[n++] = f->fleet.srun;
   if (c->role == LH_CHILD_LEARNER) {
     /* Rank r on node r mod K: cyclic over the first K nodes, in the
-     * allocation's order (the order the actors' configs assume). */
+     * allocation's order (the order of the ingest_endpoints entries). */
     snprintf(s->arg_ntasks, sizeof s->arg_ntasks, "--ntasks=%llu", (unsigned long long)f->fleet.learners);
     snprintf(s->arg_nodes, sizeof s->arg_nodes, "--nodes=%u", s->n_hosts);
     size_t len = (size_t)snprintf(s->arg_nodelist, sizeof s->arg_nodelist, "--nodelist=");
@@ -323,7 +335,7 @@ int lh_launch_slurm_step(lh_launch_fleet *f, size_t i, char **argv, int n) {
 
 int lh_launch_slurm_sets(lh_launch_fleet *f, size_t i, char **argv, int n) {
   lh_launch_slurm *s = &f->slurm;
-  if (!s->on || f->child[i].role == LH_CHILD_ENV_SERVER) return n;
+  if (!s->on || !s->endpoints || f->child[i].role == LH_CHILD_ENV_SERVER) return n;
   argv[n++] = "--set", argv[n++] = s->set_ingest;
   for (int k = 0; k < LH_SLURM_SETS - 1; k++) argv[n++] = "--set", argv[n++] = s->set[k];
   return n;
@@ -350,9 +362,9 @@ int lh_launch_slurm_command(const lh_launch_fleet *f, const char *path, int subm
     fprintf(stderr, "longhaul launch: %s\n", err.msg);
     return 1;
   }
-  printf("submitted job %s (batch script %s); its launcher logs to %s/launch.log and %s/slurm-%s.out\n"
+  printf("submitted job %s (run %s, batch script %s); its launcher logs to %s/launch.log and %s/slurm-%s.out\n"
          "stop it in order with: scancel --batch --signal=TERM %s\n",
-         job, path, f->fleet.log_dir, f->fleet.log_dir, job, job);
+         job, f->run_id[0] ? f->run_id : "-", path, f->fleet.log_dir, f->fleet.log_dir, job, job);
   fflush(stdout);
   return 0;
 }

@@ -34,6 +34,7 @@
 /* What the slurm engine knows inside an allocation (zero: not on). */
 typedef struct {
   int on;
+  int endpoints;     /* the children get the allocation's endpoints (not for learners = 0) */
   char job_id[32];
   uint32_t n_hosts;  /* K: the first K nodes of the allocation hold the learner ranks */
   char hosts[LH_SLURM_MAX_HOSTS][LH_SLURM_HOST_BYTES];  /* their node names */

@@ -153,7 +153,8 @@ cd "$tmp/fleet" || fail "no fleet folder"
 out=$("$bin" launch fleet.ini --slurm) || fail "launch --slurm: $out"
 echo "$out"
 job=$(echo "$out" | sed -n 's/^submitted job \([0-9]*\).*/\1/p')
-[ -n "$job" ] || fail "no job id in: $out"
+run=$(echo "$out" | sed -n 's/^submitted job [0-9]* (run \([^,]*\),.*/\1/p')
+[ -n "$job" ] && [ -n "$run" ] || fail "no job id or run id in: $out"
 grep -q -- '--engine slurm' logs/slurm.sh || fail "the batch script does not run --engine slurm"
 grep -q -- '#SBATCH --comment=longhaul-test' logs/slurm.sh || fail "slurm_options are not in the batch script"
 
@@ -216,6 +217,7 @@ grep -q 'command=srun --ntasks=2 .*--mpi=pmix .* learner --config ' logs/learner
 grep -q 'command=srun --ntasks=1 .*--overlap .* actor --config ' logs/actor-1.log ||
   fail "actor-1 was not an srun step of its own"
 grep -q 'done reason=steps done clean=1' logs/launch.log || fail "the launcher did not end cleanly"
+grep -q "fleet run_id=$run " logs/launch.log || fail "the job's launcher did not keep the submitted run id $run"
 grep -q 'restarts: learner=1 actor-0=1 actor-1=0' logs/launch.log || fail "the restart counts are not learner=1 actor-0=1"
 check_order
 echo "test-slurm: launch.log:"

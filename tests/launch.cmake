@@ -28,7 +28,7 @@ endforeach()
 # What the launcher refuses before starting (config mistakes, a second
 # fleet on a store or log folder), a child's usage error, and the watchdog:
 # one ctest entry per case.
-foreach(c config second usage watch_actor watch_learner)
+foreach(c config second usage watch_actor watch_learner actors_only)
   lh_add_test(test_launch_guard_${c} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_launch_guard.c
     ${CMAKE_CURRENT_SOURCE_DIR}/launch_fixture.c ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
     LIBS lh_store LABELS proc TIMEOUT 300 ARGS ${c})

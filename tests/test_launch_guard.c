@@ -12,7 +12,10 @@
  *   watch_actor    an actor stopped with SIGSTOP is found by the watchdog
  *              from the store's heartbeats and restarted;
  *   watch_learner  a learner that never steps is restarted once, and then
- *              the fleet fails loudly (exit 1), never a silent hang. */
+ *              the fleet fails loudly (exit 1), never a silent hang;
+ *   actors_only    a second launch with learners = 0 runs actors for the
+ *              first's learner: of its run they train, of another run
+ *              (--run-id) they are refused, exit 2, and are not retried. */
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
@@ -225,9 +228,67 @@ START_TEST(test_watch_learner) {
 }
 END_TEST
 
+/* Starts `longhaul launch` on f's config with extra arguments; its output
+ * goes to f->dir/<out>. */
+static pid_t launch_with(const lfx_fleet *f, const char *out, const char *const *extra) {
+  const char *args[16] = {"launch", f->config, "--status", "plain"};
+  int n = 4;
+  for (int i = 0; extra[i] && n < 15; i++) args[n++] = extra[i];
+  args[n] = NULL;
+  char path[LFX_PATH + 32];
+  snprintf(path, sizeof path, "%s/%s", f->dir, out);
+  return lh_proc_spawn_longhaul(path, args);
+}
+
+START_TEST(test_actors_only) {
+  /* The learners' fleet: a learner and no actors. */
+  lfx_fleet f;
+  lfx_override o[] = {{"fleet.actors", "0"}};
+  calc_fleet(&f, "guard-actors-only", o, 1);
+  lfx_start(&f);
+  ck_assert(lfx_wait_file(&f, "launch.out", "started name=learner", 60));
+  char *out = lfx_read(&f, "launch.out");
+  char run_id[80];
+  ck_assert_int_eq(sscanf(strstr(out, "fleet run_id="), "fleet run_id=%79s", run_id), 1);
+  free(out);
+  char logs_b[LFX_PATH + 16], logs_c[LFX_PATH + 16], set_b[LFX_PATH + 32], set_c[LFX_PATH + 32];
+  snprintf(logs_b, sizeof logs_b, "%s/logs-b", f.dir);
+  snprintf(set_b, sizeof set_b, "fleet.log_dir=%s", logs_b);
+  snprintf(logs_c, sizeof logs_c, "%s/logs-c", f.dir);
+  snprintf(set_c, sizeof set_c, "fleet.log_dir=%s", logs_c);
+  /* Actors of another run: refused by the learner, they exit 2, and that
+   * fleet stops naming them, never retrying. */
+  const char *wrong[] = {"--set", "fleet.learners=0", "--set", "fleet.actors=1", "--set", set_c,
+                         "--run-id", "some-other-run", NULL};
+  pid_t c = launch_with(&f, "c.out", wrong);
+  ck_assert_int_eq(lh_proc_wait(c, 120, NULL), 1);
+  char path[LFX_PATH + 32];
+  snprintf(path, sizeof path, "%s/c.out", f.dir);
+  out = lh_proc_read_file(path);
+  ck_assert_msg(strstr(out, "exited name=actor-0 exit=2") && strstr(out, "some-other-run"), "%s", out);
+  free(out);
+  /* Actors of this run, on "another host": actor-4 and actor-5. */
+  const char *right[] = {"--set", "fleet.learners=0", "--set", "fleet.actors=2", "--set", "fleet.first_actor=4",
+                         "--set", set_b, "--run-id", run_id, NULL};
+  pid_t b = launch_with(&f, "b.out", right);
+  ck_assert_msg(lfx_wait_sql(&f, "SELECT count(*) FROM train_steps", 2, 120), "no train steps (%s)", f.dir);
+  ck_assert_int_gt(lfx_sql_int(&f, "SELECT count(*) FROM episodes WHERE actor = 'actor-5'"), 0);
+  ck_assert_int_eq(lfx_sql_int(&f, "SELECT count(*) FROM episodes WHERE actor IN ('actor-0', 'actor-1')"), 0);
+  kill(b, SIGTERM);
+  ck_assert_int_eq(lh_proc_wait(b, 120, NULL), 0);
+  kill(f.launcher, SIGTERM);
+  int rc = lfx_wait(&f, 120);
+  out = lfx_read(&f, "launch.out");
+  ck_assert_msg(rc == 0, "learners' fleet exit %d: %s", rc, out);
+  free(out);
+  lfx_cleanup(&f);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   const lh_test_case cases[] = {{"config", test_config, 0},         {"second", test_second, 0},
                                        {"usage", test_usage, 0},           {"watch_actor", test_watch_actor, 0},
-                                       {"watch_learner", test_watch_learner, 0}};
+                                       {"watch_learner", test_watch_learner, 0},
+                                       {"actors_only", test_actors_only, 0}};
   return lh_test_cases_main("launch_guard", cases, sizeof cases / sizeof cases[0], 300, argc, argv);
 }

@@ -57,14 +57,15 @@ START_TEST(test_script) {
   char dir[256], path[512];
   fleet(dir, sizeof dir, "slurm_partition = gpu\nslurm_time = 2:00:00\nslurm_nodes = 2\n"
                          "slurm_options = --gres=gpu:1 --account=rl\nstop_timeout_ms = 10000");
-  ck_assert_int_eq(launch(dir, "--slurm-script job.sh", ""), 0);
+  ck_assert_int_eq(launch(dir, "--slurm-script job.sh --set fleet.max_restarts=3 --run-id run-slurm-1", ""), 0);
   snprintf(path, sizeof path, "%s/job.sh", dir);
   char *s = lh_proc_read_file(path);
   ck_assert_ptr_nonnull(s);
   static const char *const want[] = {"#!/bin/sh\n", "\n#SBATCH --ntasks=5\n", "\n#SBATCH --nodes=2\n",
                                      "\n#SBATCH --partition=gpu\n", "\n#SBATCH --time=2:00:00\n",
                                      "\n#SBATCH --signal=B:TERM@60\n", "\n#SBATCH --gres=gpu:1 --account=rl\n",
-                                     "/logs/slurm-%j.out\n", " --engine slurm --status plain\n", "fleet.ini' "};
+                                     "/logs/slurm-%j.out\n", " --engine slurm --status plain --run-id run-slurm-1 --set 'fleet.max_restarts=3'\n",
+                                     "fleet.ini' "};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     ck_assert_msg(strstr(s, want[i]), "no '%s' in:\n%s", want[i], s);
   free(s);
