@@ -13,7 +13,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_PARALLEL ?= 1
 
-.PHONY: all deps build test test-asan test-valgrind fuzz demo bench clean
+.PHONY: all deps build test test-asan test-valgrind test-slurm fuzz demo bench clean
 
 all: build
 
@@ -43,6 +43,12 @@ test-asan: deps
 # (0 errors, no leaks).
 test-valgrind: build
 	./scripts/valgrind-tests.sh $(BUILD)
+
+# A tiny fleet through a private Slurm (munged, slurmctld, slurmd) on this
+# machine: `longhaul launch --slurm` (README.md, "Slurm"). Also the ctest
+# entry test_slurm; exits 77 (skipped) without Slurm or when not root.
+test-slurm: build
+	./scripts/test-slurm.sh $(BUILD)
 
 # Every libFuzzer harness of fuzz/ for FUZZ_SECONDS, FUZZ_PARALLEL at a time,
 # from its corpus tests/corpus/<harness>/; new inputs go to

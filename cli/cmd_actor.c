@@ -52,7 +52,7 @@ static void usage(FILE *out) {
           "--run-id ID    the run this actor belongs to (the learner's --run-id): sent\n"
           "               with every message; a learner of another run refuses it and\n"
           "               the actor exits 2. Without it any learner's run takes it\n\n"
-          "SIGINT/SIGTERM: stop sampling, end open episodes as aborted, wait at most\n"
+          "SIGINT/SIGTERM/SIGUSR1: stop sampling, end open episodes as aborted, wait at most\n"
           "flush_timeout_ms for acks, exit 0.\n"
           "Exit codes: 0 ok, 1 runtime error, 2 usage or config error, or refused by a\n"
           "learner of another run.\n");
@@ -114,8 +114,10 @@ int lh_cmd_actor(int argc, char **argv) {
   if (open_rc) return open_rc;
   lh_actors_config acfg;
   lh_model_config mc;
+  lh_learner_config lcfg; /* its ingest_endpoints, --set overrides included */
   int read_rc = lh_actors_config_read(doc, &acfg, &err);
   if (!read_rc) read_rc = lh_model_config_read(doc, &mc, &err);
+  if (!read_rc) read_rc = lh_learner_config_read(doc, &lcfg, &err);
   lh_ini_doc_free(doc);
   if (read_rc) {
     fprintf(stderr, "longhaul actor: %s\n", err.msg);
@@ -132,11 +134,6 @@ int lh_cmd_actor(int argc, char **argv) {
   /* With [learner] ingest_endpoints (ranks on several hosts) the actor of
    * rank R connects to entry R, rank 0's without --learner-rank; without
    * it, --learner-rank R adds 10*R to [actor] learner_endpoint's port. */
-  lh_learner_config lcfg;
-  if (lh_learner_config_load(config, &lcfg, &err) < 0) {
-    fprintf(stderr, "longhaul actor: %s\n", err.msg);
-    return LH_EXIT_USAGE;
-  }
   if (learner_rank || lcfg.n_ingest_endpoints) {
     char rank_endpoint[LH_LEARNER_TEXT_BYTES];
     size_t len = 0;
@@ -177,6 +174,7 @@ int lh_cmd_actor(int argc, char **argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);  /* what srun forwards (on SIGTERM it kills the step) */
   lh_actors_actor_config cfg = {.name = name,
                                 .actor = &acfg,
                                 .index = index,

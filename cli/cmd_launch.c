@@ -36,7 +36,9 @@ static void on_signal(int sig) {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul launch FLEET.ini [--status auto|screen|plain|off]\n"
-          "                       [--run-id ID] [--set section.key=value ...]\n\n"
+          "                       [--run-id ID] [--set section.key=value ...]\n"
+          "       longhaul launch FLEET.ini --slurm [--slurm-script OUT.sh]\n"
+          "       longhaul launch FLEET.ini --slurm-script OUT.sh\n\n"
           "Starts a fleet from one INI file ([fleet] [model] [learner] [actor] [env]):\n"
           "the env server ([fleet] env_server), the learner (`longhaul learner`; for\n"
           "learners = M > 1 `mpirun --oversubscribe -n M longhaul learner`, rank r\n"
@@ -74,6 +76,15 @@ static void usage(FILE *out) {
           "          status_interval_ms; off: none; auto (default): screen when stdout\n"
           "          is a terminal, plain otherwise.\n"
           "--set     override a key of FLEET.ini (repeatable); given to every child too.\n"
+          "--slurm   writes the batch script (LOG_DIR/slurm.sh, or --slurm-script's\n"
+          "          path) and submits it with sbatch; its body runs this launcher\n"
+          "          with --engine slurm in the allocation. --slurm-script alone only\n"
+          "          writes it. [fleet] slurm_partition, slurm_time, slurm_nodes,\n"
+          "          slurm_options (sbatch), slurm_step_options (srun), slurm_mpi.\n"
+          "--engine local|slurm  slurm: each child is a job step of the allocation\n"
+          "          it runs in (`srun --ntasks=M --mpi=pmix longhaul learner`, one\n"
+          "          `srun --ntasks=1 --overlap longhaul actor` per actor), supervised\n"
+          "          and restarted as above (README.md, \"Slurm\").\n"
           "Exit codes: 0 every child shut down cleanly, 1 a child failed or had to be\n"
           "killed, 2 usage or config error.\n");
 }
@@ -307,8 +318,11 @@ static void shutdown_step(launcher *L) {
         if (c->pid > 0) {
           c->stopping = 1;
           /* mpirun forwards SIGUSR1 to every rank (they stop at the same
-           * turn and it exits 0); on SIGTERM it would end the job itself. */
-          if (c->role == LH_CHILD_LEARNER && f->fleet.learners > 1) kill(c->pid, SIGUSR1);
+           * turn and it exits 0); on SIGTERM it would end the job itself.
+           * So does srun, for a job step's tasks (cli/launch_slurm.c). */
+          if ((c->role == LH_CHILD_LEARNER && f->fleet.learners > 1) ||
+              (f->slurm.on && c->role != LH_CHILD_ENV_SERVER))
+            kill(c->pid, SIGUSR1);
           else lh_launch_child_signal(c, SIGTERM);
         } else {
           c->done = 1;
@@ -347,7 +361,8 @@ int lh_cmd_launch(int argc, char **argv) {
     usage(stdout);
     return LH_EXIT_OK;
   }
-  const char *config = NULL, *status = "auto", *run_id = NULL;
+  const char *config = NULL, *status = "auto", *run_id = NULL, *engine = "local", *slurm_script = NULL;
+  int slurm_submit = 0;
   lh_cli_sets sets = {0};
   for (int i = 1; i < argc; i++) {
     int set = lh_cli_set_arg("launch", argc, argv, &i, &sets);
@@ -355,6 +370,9 @@ int lh_cmd_launch(int argc, char **argv) {
     if (set) continue;
     if (!strcmp(argv[i], "--status") && i + 1 < argc) status = argv[++i];
     else if (!strcmp(argv[i], "--run-id") && i + 1 < argc) run_id = argv[++i];
+    else if (!strcmp(argv[i], "--engine") && i + 1 < argc) engine = argv[++i];
+    else if (!strcmp(argv[i], "--slurm")) slurm_submit = 1;
+    else if (!strcmp(argv[i], "--slurm-script") && i + 1 < argc) slurm_script = argv[++i];
     else if (argv[i][0] != '-' && !config) config = argv[i];
     else {
       fprintf(stderr, "longhaul launch: unknown or incomplete argument '%s' (see --help)\n", argv[i]);
@@ -366,6 +384,10 @@ int lh_cmd_launch(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   if (run_id && lh_cli_run_id_arg("launch", run_id)) return LH_EXIT_USAGE;
+  if (strcmp(engine, "local") && strcmp(engine, "slurm")) {
+    fprintf(stderr, "longhaul launch: --engine '%s' is not local or slurm\n", engine);
+    return LH_EXIT_USAGE;
+  }
   int mode; /* 0 off, 1 plain, 2 screen */
   if (!strcmp(status, "auto")) mode = isatty(STDOUT_FILENO) ? 2 : 1;
   else if (!strcmp(status, "screen")) mode = 2;
@@ -390,6 +412,20 @@ int lh_cmd_launch(int argc, char **argv) {
     free(f);
     return err.code == LH_ESYS ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
   }
+  if (slurm_submit || slurm_script) {
+    /* The job's own launcher takes the locks: they must be free before
+     * it can start. */
+    lh_launch_unlock(f);
+    int rc = lh_launch_slurm_command(f, slurm_script, slurm_submit);
+    free(f);
+    return rc;
+  }
+  if (!strcmp(engine, "slurm") && lh_launch_slurm_prepare(f, &err)) {
+    fprintf(stderr, "longhaul launch: %s\n", err.msg);
+    lh_launch_unlock(f);
+    free(f);
+    return err.code == LH_ESYS ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
+  }
   launcher L = {.f = f, .to_stderr = mode != 2, .ph = PHASE_RUN};
   char path[LH_LAUNCH_PATH_BYTES + 16];
   snprintf(path, sizeof path, "%s/launch.log", f->fleet.log_dir);
@@ -403,6 +439,9 @@ int lh_cmd_launch(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   event(&L, "fleet run_id=%s config=%s learners=%llu actors=%llu log_dir=%s bin=%s", f->run_id, f->config_path,
         (unsigned long long)f->fleet.learners, (unsigned long long)f->fleet.actors, f->fleet.log_dir, f->bin);
+  if (f->slurm.on)
+    event(&L, "slurm job=%s learner_nodes=%u first=%s addr=%s", f->slurm.job_id, f->slurm.n_hosts,
+          f->slurm.hosts[0], f->slurm.addrs[0]);
   int64_t t0 = now_ms(), last_screen = 0, last_steps = 0, last_watchdog = t0;
   lh_launch_watchdog_init(&L.watchdog, t0);
   for (size_t i = 0; i < f->n && !stop_signals; i++)

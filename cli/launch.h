@@ -14,6 +14,7 @@
  *   launch_fleet.c     the children of a fleet, their command lines, restarts
  *   launch_watchdog.c  progress read from the store: who is stuck
  *   launch_status.c    the status screen
+ *   launch_slurm.c     the Slurm engine: batch script, sbatch, job steps
  *   cmd_launch.c       arguments, signals and the supervision loop */
 #ifndef LH_CLI_LAUNCH_H
 #define LH_CLI_LAUNCH_H
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "cli/launch_slurm.h"
 #include "actors/actors.h"
 #include "common/common.h"
 #include "common/file_lock.h"
@@ -55,6 +57,16 @@ typedef struct {
   char env_server[LH_LAUNCH_COMMAND_BYTES];  /* command run by /bin/sh as a supervised child ("") */
   uint32_t n_actor_envs;          /* actor_envs = calc,needle: actor i gets entry i mod n */
   char actor_envs[LH_LAUNCH_MAX_ACTORS][LH_LAUNCH_NAME_BYTES];
+  /* Slurm (cli/launch_slurm.h): sbatch's --partition, --time, --nodes (0:
+   * Slurm's choice), more sbatch options for the batch script, more srun
+   * options for every step, srun's --mpi for the learner, and srun. */
+  char slurm_partition[LH_LAUNCH_NAME_BYTES];     /* ("") */
+  char slurm_time[LH_LAUNCH_NAME_BYTES];          /* ("") */
+  uint64_t slurm_nodes;                           /* (0) */
+  char slurm_options[LH_SLURM_OPTION_BYTES];      /* ("") */
+  char slurm_step_options[LH_SLURM_OPTION_BYTES]; /* ("") */
+  char slurm_mpi[LH_LAUNCH_NAME_BYTES];           /* (pmix) */
+  char srun[LH_LAUNCH_PATH_BYTES];                /* (srun) */
 } lh_launch_config;
 
 void lh_launch_config_default(lh_launch_config *c);
@@ -116,6 +128,7 @@ typedef struct {
   size_t n_sets;                           /* child; set by the caller before lh_launch_fleet_init */
   size_t n;                                /* children: env server, learner, actors, in that order */
   lh_launch_child child[LH_LAUNCH_MAX_ACTORS + 2];
+  lh_launch_slurm slurm;                   /* --engine slurm (cli/launch_slurm.c) */
   lh_file_lock *store_lock, *logs_lock;    /* lh_launch_lock's */
 } lh_launch_fleet;
 
@@ -169,5 +182,29 @@ void lh_launch_watchdog_progress(const lh_launch_watchdog *w, size_t i, const lh
  * read-only, and closed again, each time), the launcher's restart counts
  * and states. ansi: clear and redraw in place; else plain log lines. */
 void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64_t uptime_ms);
+
+/* ---- Slurm (cli/launch_slurm.c; cli/launch_slurm.h says how) --------------- */
+
+/* Writes the batch script of the fleet f (after lh_launch_fleet_init) to
+ * path: #SBATCH lines from [fleet] and a body running `longhaul launch
+ * CONFIG --engine slurm`. LH_ECONFIG for a value a script cannot hold. */
+int lh_launch_slurm_write_script(const lh_launch_fleet *f, const char *path, lh_errbuf *err);
+/* Runs `sbatch --parsable script`; job_id gets the job's id. */
+int lh_launch_slurm_submit(const char *script, char *job_id, size_t bytes, lh_errbuf *err);
+/* Inside an allocation: finds its nodes and their addresses, makes the
+ * children's endpoint overrides, and turns f's children into job steps.
+ * LH_ECONFIG outside an allocation or for endpoints a multi-node fleet
+ * cannot use. */
+int lh_launch_slurm_prepare(lh_launch_fleet *f, lh_errbuf *err);
+/* Appends to argv[n..] the srun command that makes child i a job step
+ * (nothing when the engine is not slurm); returns the new n. */
+int lh_launch_slurm_step(lh_launch_fleet *f, size_t i, char **argv, int n);
+/* `launch --slurm` / `--slurm-script path`: writes the batch script (path,
+ * or LOG_DIR/slurm.sh) and with submit hands it to sbatch; prints what it
+ * did and returns the command's exit code. */
+int lh_launch_slurm_command(const lh_launch_fleet *f, const char *path, int submit);
+/* Appends to argv[n..] child i's endpoint overrides under slurm (--set
+ * pairs; nothing otherwise); returns the new n. */
+int lh_launch_slurm_sets(lh_launch_fleet *f, size_t i, char **argv, int n);
 
 #endif

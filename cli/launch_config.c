@@ -28,6 +28,13 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_STR(T, mpirun, 0),
     LH_INI_KEY_STR(T, env_server, 1),
     LH_INI_KEY_CUSTOM(actor_envs, parse_envs, 0),
+    LH_INI_KEY_STR(T, slurm_partition, 1),
+    LH_INI_KEY_STR(T, slurm_time, 1),
+    LH_INI_KEY_U64(T, slurm_nodes, 0, LH_LAUNCH_MAX_LEARNERS + LH_LAUNCH_MAX_ACTORS),
+    LH_INI_KEY_STR(T, slurm_options, 1),
+    LH_INI_KEY_STR(T, slurm_step_options, 1),
+    LH_INI_KEY_STR(T, slurm_mpi, 0),
+    LH_INI_KEY_STR(T, srun, 0),
 };
 #undef T
 
@@ -49,6 +56,8 @@ void lh_launch_config_default(lh_launch_config *c) {
   c->status_interval_ms = 5000;
   c->stall_timeout_s = 900;
   snprintf(c->mpirun, sizeof c->mpirun, "mpirun");
+  snprintf(c->slurm_mpi, sizeof c->slurm_mpi, "pmix");
+  snprintf(c->srun, sizeof c->srun, "srun");
 }
 
 /* "calc, needle" into cfg->actor_envs; why says what is wrong. */

@@ -160,7 +160,7 @@ uint64_t lh_launch_fleet_steps_done(const lh_launch_fleet *f) {
 int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
   lh_launch_child *c = &f->child[i];
   const lh_launch_config *fc = &f->fleet;
-  char *argv[40 + 2 * LH_INI_MAX_SETS];
+  char *argv[40 + 2 * LH_INI_MAX_SETS + 32];
   int n = 0;
   char index[32], rank[32], learners[32];
   if (c->role == LH_CHILD_ENV_SERVER) {
@@ -169,7 +169,9 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
     snprintf(cmd, sizeof cmd, "exec %s", fc->env_server);
     argv[n++] = sh, argv[n++] = dash_c, argv[n++] = cmd;
   } else if (c->role == LH_CHILD_LEARNER) {
-    if (fc->learners > 1) {
+    if (f->slurm.on) {
+      n = lh_launch_slurm_step(f, i, argv, n);
+    } else if (fc->learners > 1) {
       snprintf(learners, sizeof learners, "%llu", (unsigned long long)fc->learners);
       argv[n++] = (char *)fc->mpirun, argv[n++] = "--oversubscribe", argv[n++] = "-n", argv[n++] = learners;
     }
@@ -180,6 +182,7 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
      * by itself would leave the actors' last messages unacked). */
     if (c->starts) argv[n++] = "--resume";
   } else {
+    n = lh_launch_slurm_step(f, i, argv, n);
     argv[n++] = f->bin, argv[n++] = "actor", argv[n++] = "--config", argv[n++] = f->config_path;
     argv[n++] = "--name", argv[n++] = c->name;
     snprintf(index, sizeof index, "%d", c->index);
@@ -195,6 +198,7 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
   if (c->role != LH_CHILD_ENV_SERVER)
     for (size_t k = 0; k < f->n_sets && k < LH_INI_MAX_SETS; k++)
       argv[n++] = "--set", argv[n++] = (char *)f->sets[k];
+  n = lh_launch_slurm_sets(f, i, argv, n);
   argv[n] = NULL;
   char log[LH_LAUNCH_PATH_BYTES + LH_LAUNCH_NAME_BYTES + 8];
   lh_launch_fleet_log_path(f, i, log, sizeof log);

@@ -19,6 +19,7 @@ packages=(
   chromium                 # renders longhaul report's page in its test
   clang                    # libFuzzer harnesses (make fuzz)
   valgrind                 # memcheck pass of make test
+  slurmctld slurmd slurm-client munge   # launch --slurm and its test (make test-slurm)
 )
 
 missing=()
