@@ -30,6 +30,7 @@
 #include "common/ini_doc.h"
 #include "common/run_id.h"
 #include "learner/learner.h"
+#include "store/store.h"
 
 #define LH_LAUNCH_MAX_LEARNERS 64
 #define LH_LAUNCH_MAX_ACTORS 256
@@ -151,6 +152,10 @@ void lh_launch_unlock(lh_launch_fleet *f);
 /* Starts child i (first start or a restart: the learner's restarts add
  * --resume and the steps still to go). */
 int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err);
+/* The fleet's rank stores opened read-only as one (store.h,
+ * lh_store_open_ranks); NULL when this fleet has no learner here or a
+ * rank's store cannot be read yet. Close with lh_store_close. */
+lh_store *lh_launch_fleet_store(const lh_launch_fleet *f);
 /* Train steps rank 0's store holds (max step + 1); 0 when it cannot be read yet. */
 uint64_t lh_launch_fleet_steps_done(const lh_launch_fleet *f);
 /* The log file of child i. */

@@ -13,8 +13,8 @@ static int parse_envs(const char *v, void *cfg, char *why, size_t why_bytes);
 #define T lh_launch_config
 static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, learners, 0, LH_LAUNCH_MAX_LEARNERS),
-    LH_INI_KEY_U64(T, first_actor, 0, 1000000),
     LH_INI_KEY_U64(T, actors, 0, LH_LAUNCH_MAX_ACTORS),
+    LH_INI_KEY_U64(T, first_actor, 0, 1000000),
     LH_INI_KEY_PATH(T, log_dir, 0),
     LH_INI_KEY_PATH(T, init, 1),
     LH_INI_KEY_U64(T, steps, 0, INFINITY),

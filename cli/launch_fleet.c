@@ -142,15 +142,30 @@ static int first_u64(void *ctx, int ncols, const char *const *names, const char 
   return 1;
 }
 
-uint64_t lh_launch_fleet_steps_done(const lh_launch_fleet *f) {
+lh_store *lh_launch_fleet_store(const lh_launch_fleet *f) {
+  if (!f->fleet.learners || access(f->db, F_OK)) return NULL;
+  char paths[LH_LAUNCH_MAX_LEARNERS][LH_LEARNER_TEXT_BYTES];
+  const char *p[LH_LAUNCH_MAX_LEARNERS];
+  lh_errbuf e;
+  size_t n = f->ranks < LH_LAUNCH_MAX_LEARNERS ? (size_t)f->ranks : LH_LAUNCH_MAX_LEARNERS;
+  for (size_t r = 0; r < n; r++) {
+    if (lh_learner_rank_db(f->db, (int)r, paths[r], &e) || access(paths[r], F_OK)) return NULL;
+    p[r] = paths[r];
+  }
   lh_store_options o;
   lh_store_options_default(&o);
   o.readonly = 1;
   o.quick_check = 0;
   o.max_wait_ms = 1000;
   lh_store *s = NULL;
+  if (lh_store_open_ranks(p, n, &o, &s, &e)) return NULL;
+  return s;
+}
+
+uint64_t lh_launch_fleet_steps_done(const lh_launch_fleet *f) {
+  lh_store *s = lh_launch_fleet_store(f);
   lh_errbuf e;
-  if (access(f->db, F_OK) || lh_store_open_with(f->db, &o, &s, &e)) return 0;
+  if (!s) return 0;
   uint64_t done = 0;
   if (lh_store_sql(s, "SELECT max(step) + 1 FROM train_steps", first_u64, &done, NULL, &e)) done = 0;
   lh_store_close(s);

@@ -3,7 +3,8 @@
  *
  * Progress is what the store shows, never what a process says of itself:
  * the newest train step (train_steps), and each actor's newest heartbeat
- * (actor_heartbeats, written by the learner when a heartbeat arrives).
+ * (actor_heartbeats, written by the learner rank the actor sends to: the
+ * rank stores are read as one).
  * Only changes are compared, each against the launcher's own monotonic
  * clock, so hosts' clocks need not agree. With T = [fleet] stall_timeout_s:
  *   - the learner is stuck when no new train step has appeared for T since
@@ -60,15 +61,9 @@ void lh_launch_watchdog_init(lh_launch_watchdog *w, int64_t now_ms) {
 /* Reads the newest step and heartbeats; 0, or -1 when the store cannot be
  * read yet (not created, or busy): no verdict then. */
 static int read_progress(lh_launch_watchdog *w, const lh_launch_fleet *f, int64_t now_ms) {
-  if (access(f->db, F_OK)) return -1;
-  lh_store_options o;
-  lh_store_options_default(&o);
-  o.readonly = 1;
-  o.quick_check = 0;
-  o.max_wait_ms = 1000;
-  lh_store *s = NULL;
+  lh_store *s = lh_launch_fleet_store(f); /* every rank's, as one */
   lh_errbuf e;
-  if (lh_store_open_with(f->db, &o, &s, &e)) return -1;
+  if (!s) return -1;
   int64_t step = -1;
   int rc = lh_store_sql(s, "SELECT max(step) FROM train_steps", on_step, &step, NULL, &e);
   if (rc == 0 && step > w->last_step) {

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 const char *lh_strerror(int err) {
@@ -138,6 +139,11 @@ int lh_read_text_file(const char *path, int file_error, char **text, size_t *byt
   if (bytes) *bytes = 0;
   FILE *f = fopen(path, "rb");
   if (!f) return lh_errbuf_set(err, file_error, "%s: cannot open the file: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !(S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode))) {
+    fclose(f);
+    return lh_errbuf_set(err, file_error, "%s: not a regular file (a folder or a device)", path);
+  }
   char *buf = NULL;
   size_t len = 0, cap = 0;
   int rc = 0;
@@ -153,6 +159,11 @@ int lh_read_text_file(const char *path, int file_error, char **text, size_t *byt
     }
     size_t got = fread(buf + len, 1, 4096, f);
     len += got;
+    if (len > LH_TEXT_FILE_MAX_BYTES) {
+      rc = lh_errbuf_set(err, file_error, "%s: longer than %u bytes; not a config or key file", path,
+                         LH_TEXT_FILE_MAX_BYTES);
+      break;
+    }
     if (got < 4096) {
       if (ferror(f)) rc = lh_errbuf_set(err, file_error, "%s: read error", path);
       break;

@@ -101,8 +101,12 @@ uint64_t lh_hash64(const void *data, size_t bytes, uint64_t seed);
 
 /* Reads the whole text file at path into a new NUL-terminated buffer
  * (*text, freed by the caller; *bytes its length). A file that cannot be
- * opened or read, or that holds a NUL byte (so is not text), gives
- * file_error with err naming the path; out of memory gives LH_ENOMEM. */
+ * opened or read, that holds a NUL byte (so is not text), that is a
+ * device or a folder (/dev/zero would never end), or that is longer than
+ * LH_TEXT_FILE_MAX_BYTES (a pipe may be endless too) gives file_error with
+ * err naming the path; out of memory gives LH_ENOMEM. Its callers read
+ * configs and keys, which are small. */
+#define LH_TEXT_FILE_MAX_BYTES (16u << 20)
 int lh_read_text_file(const char *path, int file_error, char **text, size_t *bytes,
                       lh_errbuf *err);
 

@@ -47,9 +47,20 @@ START_TEST(test_read_text_file) {
   ck_assert_int_eq(lh_read_text_file(path, LH_ECONFIG, &text, NULL, &e), LH_ECONFIG);
   ck_assert_ptr_null(text);
   ck_assert(strstr(e.msg, "NUL byte"));
+  /* Longer than any config or key: refused, not read to the end. */
+  f = fopen(path, "wb");
+  ck_assert_int_eq(ftruncate(fileno(f), (off_t)LH_TEXT_FILE_MAX_BYTES + 1), 0);
+  fclose(f);
+  ck_assert_int_eq(lh_read_text_file(path, LH_ECONFIG, &text, NULL, &e), LH_ECONFIG);
+  ck_assert(strstr(e.msg, "longer than"));
   unlink(path);
   ck_assert_int_eq(lh_read_text_file(path, LH_ECONFIG, &text, NULL, &e), LH_ECONFIG);
   ck_assert(strstr(e.msg, path) && strstr(e.msg, "cannot open"));
+  /* A device never ends (/dev/zero) and a folder is no text: refused. */
+  ck_assert_int_eq(lh_read_text_file("/dev/zero", LH_ECONFIG, &text, NULL, &e), LH_ECONFIG);
+  ck_assert(strstr(e.msg, "not a regular file"));
+  ck_assert_int_eq(lh_read_text_file("/tmp", LH_ECONFIG, &text, NULL, &e), LH_ECONFIG);
+  ck_assert(strstr(e.msg, "not a regular file"));
 }
 END_TEST
 

@@ -68,7 +68,7 @@ static void bad(const char *text, const char *want) {
 
 START_TEST(test_bad_input) {
   bad("[fleet]\nactors = 1\nbogus = 2\n", "fleet.ini:3: [fleet] unknown key 'bogus' (known: learners, actors");
-  bad("[fleet]\nlearners = 0\n", "fleet.ini:2: [fleet] learners = '0' is not an integer in 1..64");
+  bad("[fleet]\nlearners = 65\n", "fleet.ini:2: [fleet] learners = '65' is not an integer in 0..64");
   bad("[fleet]\nlearners = 65\n", "fleet.ini:2: [fleet] learners");
   bad("[fleet]\nactors = -1\n", "fleet.ini:2: [fleet] actors = '-1' is not an integer in 0..256");
   bad("[fleet]\nactors = 1\nactors = 2\n", "fleet.ini:3: [fleet] actors = 2: the key was already given on line 2");
