@@ -137,12 +137,15 @@ int lh_read_text_file(const char *path, int file_error, char **text, size_t *byt
                       lh_errbuf *err) {
   *text = NULL;
   if (bytes) *bytes = 0;
+  /* Before the open too: opening a pipe waits for its writer. */
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return lh_errbuf_set(err, file_error, "%s: not a regular file (a folder, a device or a pipe)", path);
   FILE *f = fopen(path, "rb");
   if (!f) return lh_errbuf_set(err, file_error, "%s: cannot open the file: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !(S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode))) {
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
     fclose(f);
-    return lh_errbuf_set(err, file_error, "%s: not a regular file (a folder or a device)", path);
+    return lh_errbuf_set(err, file_error, "%s: not a regular file (a folder, a device or a pipe)", path);
   }
   char *buf = NULL;
   size_t len = 0, cap = 0;

@@ -101,9 +101,9 @@ uint64_t lh_hash64(const void *data, size_t bytes, uint64_t seed);
 
 /* Reads the whole text file at path into a new NUL-terminated buffer
  * (*text, freed by the caller; *bytes its length). A file that cannot be
- * opened or read, that holds a NUL byte (so is not text), that is a
- * device or a folder (/dev/zero would never end), or that is longer than
- * LH_TEXT_FILE_MAX_BYTES (a pipe may be endless too) gives file_error with
+ * opened or read, that holds a NUL byte (so is not text), that is not a
+ * regular file (/dev/zero would never end, a pipe may never be written),
+ * or that is longer than LH_TEXT_FILE_MAX_BYTES gives file_error with
  * err naming the path; out of memory gives LH_ENOMEM. Its callers read
  * configs and keys, which are small. */
 #define LH_TEXT_FILE_MAX_BYTES (16u << 20)

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -61,6 +62,16 @@ START_TEST(test_read_text_file) {
   ck_assert(strstr(e.msg, "not a regular file"));
   ck_assert_int_eq(lh_read_text_file("/tmp", LH_ECONFIG, &text, NULL, &e), LH_ECONFIG);
   ck_assert(strstr(e.msg, "not a regular file"));
+  /* A pipe nobody writes: refused at once, not waited on. */
+  char fifo[] = "/tmp/lh_common_fifo_XXXXXX";
+  int tmp = mkstemp(fifo);
+  ck_assert_int_ge(tmp, 0);
+  close(tmp);
+  unlink(fifo);
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  ck_assert_int_eq(lh_read_text_file(fifo, LH_ECONFIG, &text, NULL, &e), LH_ECONFIG);
+  ck_assert(strstr(e.msg, "not a regular file"));
+  unlink(fifo);
 }
 END_TEST
 
