@@ -112,12 +112,13 @@ static int on_ingest(void *ctx, int ncols, const char *const *names, const char 
  * they were stored, in about 100 buckets of at least a second. An empty
  * bucket is a point at 0 only when some segment came after it: the SQL
  * leaves it out, and the line then joins its neighbours. Both queries read
- * the index segments_meta alone (store/store_schema.c, schema 7): the span
- * is two seeks, the buckets one pass over the index, and no payload page
- * is read. */
+ * the view segment_metadata, so the index segments_meta alone
+ * (store/store_schema.c, schema 7): the span is two seeks (a scan of the
+ * index per rank over several ranks), the buckets one pass over the index,
+ * and no payload page is read. */
 static int load_ingest(lh_store *s, load_ctx *c, lh_errbuf *err) {
   double span[2] = {NAN, NAN};
-  int rc = lh_store_sql(s, "SELECT (SELECT min(created_ms) FROM segments), (SELECT max(created_ms) FROM segments)",
+  int rc = lh_store_sql(s, "SELECT (SELECT min(created_ms) FROM segment_metadata), (SELECT max(created_ms) FROM segment_metadata)",
                         on_span, span, NULL, err);
   if (rc != 0 || !isfinite(span[0]) || !isfinite(span[1])) return rc;
   double bucket_ms = fmax(1000.0, ceil((span[1] - span[0] + 1) / 100.0 / 1000.0) * 1000.0);
@@ -125,7 +126,7 @@ static int load_ingest(lh_store *s, load_ctx *c, lh_errbuf *err) {
   const int64_t params[2] = {(int64_t)span[0], (int64_t)bucket_ms};
   c->cap = 0;
   return lh_store_sql_ints(s,
-                           "SELECT (created_ms - ?1) / ?2 AS bucket, sum(sampled) FROM segments "
+                           "SELECT (created_ms - ?1) / ?2 AS bucket, sum(sampled) FROM segment_metadata "
                            "GROUP BY bucket ORDER BY bucket",
                            params, 2, on_ingest, c, NULL, err);
 }
