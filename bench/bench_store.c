@@ -4,7 +4,12 @@
  * into a (episode, seq, payload) table, with the same batch size and the
  * same PRAGMAs (WAL, synchronous=NORMAL), in the same run. Rounds
  * alternate between the two and the best round of each is reported.
- * Usage: bench_store [SEGMENTS_PER_ROUND [BATCH [ROUNDS]]] */
+ * Usage: bench_store [SEGMENTS_PER_ROUND [BATCH [ROUNDS]]]
+ *
+ * bench_store --fill DB SEGMENTS writes a store of that many such segments
+ * instead (episodes of 16, each ended with an EpisodeEnd and a reward, the
+ * policy version rising every 1 024 segments), in batches of 64, for
+ * bench/store_scale.sh; it prints the time it took. */
 #define _POSIX_C_SOURCE 200809L
 #include <sqlite3.h>
 #include <stdio.h>
@@ -131,7 +136,63 @@ static double run_plain(const char *path, const uint8_t *payload, size_t bytes, 
   return n / dt;
 }
 
+/* The --fill mode: a store of n segments at path (which must not exist). */
+static int fill(const char *path, long n) {
+  static bench_seg b;
+  seg_init(&b);
+  lh_errbuf e = {0};
+  lh_store *s;
+  if (lh_store_open(path, &s, &e) < 0) {
+    fprintf(stderr, "bench_store: %s\n", e.msg);
+    return 1;
+  }
+  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
+  end.actor = "a0";
+  end.env = "needle";
+  end.segment_count = SEGS_PER_EPISODE;
+  double t0 = now_s();
+  for (long i = 0; i < n; i += 64) {
+    if (lh_store_begin(s, &e) < 0) goto fail;
+    for (long k = i; k < i + 64 && k < n; k++) {
+      uint32_t version = (uint32_t)(1 + k / 1024);
+      for (int t = 0; t < TOKENS; t++) b.version[t] = b.mask[t] ? version : 0;
+      b.seg.episode_id = (uint64_t)(k / SEGS_PER_EPISODE) + 1;
+      b.seg.seq = (uint32_t)(k % SEGS_PER_EPISODE);
+      b.seg.start_offset = (uint64_t)b.seg.seq * TOKENS;
+      int ins;
+      if (lh_store_put_segment(s, &b.seg, &ins, &e) < 0 || !ins) goto fail;
+      if (b.seg.seq == SEGS_PER_EPISODE - 1) {
+        end.episode_id = b.seg.episode_id;
+        end.total_tokens = (uint64_t)TOKENS * SEGS_PER_EPISODE;
+        end.outcome = b.seg.episode_id % 3 ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
+        end.reward = b.seg.episode_id % 3 ? 1.0f : 0.0f;
+        if (lh_store_put_episode_end(s, &end, &ins, &e) < 0) goto fail;
+      }
+    }
+    if (lh_store_commit(s, &e) < 0) goto fail;
+    if ((i / 64) % 1024 == 0 && i > 0)
+      fprintf(stderr, "bench_store: %ld of %ld segments\n", i, n);
+  }
+  double dt = now_s() - t0;
+  lh_store_close(s);
+  printf("filled %s: %ld segments in %.1f s (%.0f segments/s)\n", path, n, dt, n / dt);
+  return 0;
+fail:
+  fprintf(stderr, "bench_store: store: %s\n", e.msg);
+  lh_store_close(s);
+  return 1;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--fill") == 0) {
+    long n = argc > 3 ? atol(argv[3]) : 0;
+    if (argc != 4 || n <= 0) {
+      fprintf(stderr, "usage: bench_store --fill DB SEGMENTS\n");
+      return 2;
+    }
+    lh_log_set_level(LH_LOG_WARN);
+    return fill(argv[2], n);
+  }
   int n = argc > 1 ? atoi(argv[1]) : 4000;
   int batch = argc > 2 ? atoi(argv[2]) : 64;
   int rounds = argc > 3 ? atoi(argv[3]) : 7;
@@ -171,6 +232,6 @@ int main(int argc, char **argv) {
          best_store * (double)bytes / 1e6);
   printf("plain sqlite3 loop: %.0f segments/s (%.1f MB/s)\n", best_plain,
          best_plain * (double)bytes / 1e6);
-  printf("ratio store/plain:  %.2f (target >= 0.70)\n", best_store / best_plain);
+  printf("ratio store/plain:  %.2f (target >= 0.80)\n", best_store / best_plain);
   return 0;
 }

@@ -7,7 +7,7 @@
 
 static const lh_command commands[] = {
     {"launch", "start and supervise a fleet (learners, actors, env server) from one INI file", lh_cmd_launch},
-    {"replay", "query the replay store: stats, episodes, show, export, sql", lh_cmd_replay},
+    {"replay", "query the replay store: stats, episodes, show, export, sql, check", lh_cmd_replay},
     {"envs", "tool environments: list, describe, play, serve", lh_cmd_envs},
     {"init", "write a freshly initialised checkpoint from a [model] config", lh_cmd_init},
     {"score", "log-probabilities of a token sequence under a checkpoint", lh_cmd_score},

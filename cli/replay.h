@@ -21,6 +21,7 @@ int lh_cli_replay_episodes(int argc, char **argv);
 int lh_cli_replay_show(int argc, char **argv);
 int lh_cli_replay_export(int argc, char **argv);
 int lh_cli_replay_sql(int argc, char **argv);
+int lh_cli_replay_check(int argc, char **argv);
 
 /* ---- shared by the subcommands (cmd_replay.c) ---- */
 

@@ -346,6 +346,10 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   /* The training thread's writes (train_steps, an episode's status) wait
    * for the service's commits rather than fail. */
   so.busy_timeout_ms = 30000;
+  /* The writer's connection (it holds the writer lock): its open checks the
+   * file when the learner before it did not shut down cleanly, and its close
+   * marks this one's clean end (store.h, lh_store_options.writer). */
+  so.writer = 1;
   LH_TRY(lh_store_open_with(L->cfg.db, &so, &L->store, err));
   LH_TRY(choose_run(L, resumed, err));
   record_run(L);

@@ -39,7 +39,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 6
+#define LH_STORE_SCHEMA_VERSION 7
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
@@ -63,7 +63,16 @@ typedef struct {
   int busy_timeout_ms;     /* SQLite's busy handler per attempt; default 2000 */
   int max_wait_ms;         /* total wait for a lock before LH_ESTORE_BUSY; default 120000 */
   int synchronous;         /* PRAGMA synchronous: 0 OFF, 1 NORMAL (default), 2 FULL */
-  int quick_check;         /* run PRAGMA quick_check on open; default 1 */
+  int quick_check;         /* 1: run PRAGMA quick_check on every open; 0 (default): only on a
+                              writer's open after an unclean shutdown (writer below), so
+                              that an open costs the same at 1 GB and at 100 GB. A check
+                              on demand: lh_store_check_file, `longhaul replay check` */
+  int writer;              /* 1: the connection of the store's one writer, opened by the
+                              holder of lh_store_lock_writer (the learner); read-write
+                              only. Open runs quick_check when the previous writer did not
+                              close the store (meta row writer_open still there: it was
+                              killed, crashed, or the machine lost power), then writes its
+                              own writer_open row; lh_store_close deletes it. Default 0 */
   lh_wire_limits limits;   /* for decoding payloads read back; default lh_wire_limits_default */
   uint64_t max_bytes;      /* cap on the pages in use; 0: none. A batch or put begun at or
                               over it fails with LH_ESTORE_FULL (ACK_RETRY for the actor)
@@ -94,8 +103,30 @@ int lh_store_open_with(const char *path, const lh_store_options *o, lh_store **o
  * say when the learner re-reads its config: the next batch or put is
  * checked against the new cap. */
 void lh_store_set_max_bytes(lh_store *s, uint64_t max_bytes);
-/* Rolls back an open batch, finalizes everything and closes; accepts NULL. */
+/* Rolls back an open batch, finalizes everything and closes; accepts NULL.
+ * A writer's connection (lh_store_options.writer) deletes its writer_open
+ * row first: the mark of a clean close. */
 void lh_store_close(lh_store *s);
+/* Whether the open of s ran PRAGMA quick_check (asked by the options, or
+ * a writer's open after an unclean shutdown). */
+int lh_store_open_checked(const lh_store *s);
+
+/* One line of a check's findings, as SQLite words it ("*** in database
+ * main ***", "Page 7: btreeInitPage() returns error code 11"). Returning
+ * non-zero stops the check. */
+typedef int (*lh_store_problem_fn)(void *ctx, const char *line);
+/* Checks the SQLite file at path whatever its schema version or state:
+ * PRAGMA quick_check (full = 0: the b-trees' structure, page by page, a
+ * read of the whole file) or PRAGMA integrity_check (full = 1: also that
+ * every index matches its table). Opens it read-only, without the store's
+ * open (so an old or damaged store can be checked) and hands every
+ * problem line to fn (may be NULL) up to max_problems (0: SQLite's 100);
+ * *problems is their count, 0 for a whole file. Returns 0 when the check
+ * ran (whatever it found); LH_ESTORE_NO_FILE, LH_ESTORE_NOT_SQLITE,
+ * LH_ESTORE_CORRUPT (SQLite could not even run it: the header or schema is
+ * damaged; err says what it said), LH_ESTORE_SQLITE. */
+int lh_store_check_file(const char *path, int full, uint32_t max_problems, lh_store_problem_fn fn,
+                        void *ctx, uint64_t *problems, lh_errbuf *err);
 
 const char *lh_store_path(const lh_store *s);
 int lh_store_is_readonly(const lh_store *s);

@@ -59,6 +59,8 @@ struct lh_store {
   lh_store_options opt;
   int readonly;
   int in_batch;
+  int checked;                        /* open ran quick_check */
+  int writer_marked;                  /* open wrote meta.writer_open; close deletes it */
   uint32_t schema_version;
   sqlite3_stmt *st[ST_COUNT];
   lh_store_pending_episode *pending;  /* LH_STORE_PENDING entries */

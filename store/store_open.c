@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "store/store_internal.h"
 
@@ -18,13 +19,14 @@ void lh_store_options_default(lh_store_options *o) {
   o->busy_timeout_ms = 2000;
   o->max_wait_ms = 120000;
   o->synchronous = 1;
-  o->quick_check = 1;
+  o->quick_check = 0;
   o->heartbeats_per_actor = 3600;
   lh_wire_limits_default(&o->limits);
 }
 
 const char *lh_store_path(const lh_store *s) { return s ? s->path : NULL; }
 int lh_store_is_readonly(const lh_store *s) { return s ? s->readonly : 0; }
+int lh_store_open_checked(const lh_store *s) { return s ? s->checked : 0; }
 
 /* Reads the SQLite header magic without SQLite, so that a file of garbage
  * gets its own error before SQLite touches (or, read-write, rewrites) it. */
@@ -120,6 +122,32 @@ static int put_meta(lh_store *s, const char *key, const char *value, lh_errbuf *
   return rc < 0 ? rc : 0;
 }
 
+/* The writer's mark (lh_store_options.writer): meta row writer_open says
+ * which process writes the store, from its open to its close. Found by
+ * the next writer's open, which holds the writer lock, it means the one
+ * before it never closed: *unclean = 1 and holder says who it was. */
+static int read_writer_mark(lh_store *s, int *unclean, char *holder, size_t bytes, lh_errbuf *err) {
+  sqlite3_stmt *st;
+  *unclean = 0;
+  holder[0] = 0;
+  LH_TRY(lh_store_prepare(s, "SELECT value FROM meta WHERE key = 'writer_open'", &st, err));
+  int rc = lh_store_step(s, st, "reading meta.writer_open", err);
+  if (rc == SQLITE_ROW) {
+    *unclean = 1;
+    lh_store_column_text(st, 0, holder, bytes);
+  }
+  sqlite3_finalize(st);
+  return rc < 0 ? rc : 0;
+}
+
+static int write_writer_mark(lh_store *s, lh_errbuf *err) {
+  char mark[128];
+  snprintf(mark, sizeof mark, "pid %ld since %lld", (long)getpid(), (long long)lh_wall_ms());
+  LH_TRY(put_meta(s, "writer_open", mark, err));
+  s->writer_marked = 1;
+  return 0;
+}
+
 /* Brings the file to LH_STORE_SCHEMA_VERSION in one transaction: a new
  * file runs every step, an older one the steps above its version. Another
  * process may have done it first, so the state is read again under the
@@ -193,7 +221,19 @@ static int setup(lh_store *s, lh_errbuf *err) {
                            "%s has schema version %lld, newer than this build's %d: use a newer "
                            "longhaul",
                            s->path, (long long)version, LH_STORE_SCHEMA_VERSION);
-    if (s->opt.quick_check) LH_TRY(quick_check(s, err));
+    /* A full check reads the whole file, so it runs only when asked or
+     * when the last writer did not close (a crash, a kill, a power loss:
+     * the moments a file could have been left damaged). */
+    int unclean = 0;
+    char holder[128];
+    if (s->opt.writer && !s->readonly) LH_TRY(read_writer_mark(s, &unclean, holder, sizeof holder, err));
+    if (unclean)
+      LH_WARN("store", "unclean shutdown path=%s last_writer=\"%s\": checking the file (PRAGMA quick_check)",
+              s->path, holder);
+    if (s->opt.quick_check || unclean) {
+      s->checked = 1;
+      LH_TRY(quick_check(s, err));
+    }
   }
   if (version < LH_STORE_SCHEMA_VERSION) {
     if (s->readonly)
@@ -204,6 +244,7 @@ static int setup(lh_store *s, lh_errbuf *err) {
     LH_TRY(migrate(s, err));
   }
   if (s->readonly) return lh_store_exec(s, "PRAGMA query_only=1", err);
+  if (s->opt.writer) LH_TRY(write_writer_mark(s, err));
   static const char *const sync_sql[] = {"PRAGMA synchronous=OFF", "PRAGMA synchronous=NORMAL",
                                          "PRAGMA synchronous=FULL"};
   int sync = s->opt.synchronous < 0 ? 0 : s->opt.synchronous > 2 ? 2 : s->opt.synchronous;
@@ -266,6 +307,13 @@ int lh_store_open_readonly(const char *path, lh_store **out, lh_errbuf *err) {
 void lh_store_close(lh_store *s) {
   if (!s) return;
   if (s->db && s->in_batch) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+  if (s->db && s->writer_marked) {
+    char *msg = NULL;
+    if (sqlite3_exec(s->db, "DELETE FROM meta WHERE key = 'writer_open'", NULL, NULL, &msg) != SQLITE_OK)
+      LH_WARN("store", "writer mark not cleared path=%s error=\"%s\": the next writer's open checks the file",
+              s->path, msg ? msg : "");
+    sqlite3_free(msg);
+  }
   s->pending_count = 0;
   for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
   free(s->pending);

@@ -14,8 +14,11 @@
 
 #include "store/store_internal.h"
 
-/* The tables each rank writes for its own actors. */
-static const char *const per_rank_tables[] = {"episodes", "segments", "rewards", "actor_heartbeats"};
+/* The tables each rank writes for its own actors, and segment_metadata,
+ * the view of the segments' small columns: its union reads each rank's
+ * covering index (store_schema.c, schema 7). */
+static const char *const per_rank_tables[] = {"episodes", "segments", "segment_metadata", "rewards",
+                                              "actor_heartbeats"};
 
 size_t lh_store_max_ranks(void) {
   sqlite3 *db = NULL;

@@ -207,6 +207,27 @@ static const char schema_v6[] =
     "  time_ms INTEGER NOT NULL,"
     "  PRIMARY KEY (run_id, step));";
 
+/* Version 7: the segments' metadata without their payloads. A segment's
+ * row holds its payload (kilobytes, mostly on overflow pages) before
+ * created_ms and dropped_ms, so a scan of the table for its small columns
+ * (the report's intake over time, `replay stats`) read every payload page
+ * too. segments_meta holds every column those scans read, so they read
+ * the index alone; created_ms comes first, so an ingest appends to its
+ * right edge and the report's time span is two index seeks. The view
+ * segment_metadata is those columns and no others, what the scans query:
+ * the rank stores' union of it (store_ranks.c) reads each rank's index,
+ * where a union of the segments tables would read every row whole. A
+ * payload is dropped exactly when dropped_ms is set: the rows an older
+ * build dropped before the column existed (schema 1) get 0, "dropped,
+ * time unknown". Both statements that read the table read it once, so
+ * migrating a large store takes about two reads of its file. */
+static const char schema_v7[] =
+    "UPDATE segments SET dropped_ms = 0 WHERE dropped_ms IS NULL AND payload IS NULL;"
+    "CREATE INDEX segments_meta ON segments(created_ms, sampled, tokens, payload_bytes,"
+    "  min_version, max_version, dropped_ms);"
+    "CREATE VIEW segment_metadata AS SELECT created_ms, sampled, tokens, payload_bytes,"
+    "  min_version, max_version, dropped_ms FROM segments;";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
@@ -216,6 +237,9 @@ const lh_store_migration lh_store_migrations[] = {
     {5, "train_steps.stale_share, backlog_cap, positions; episodes.swept_ms, episodes_short",
      schema_v5},
     {6, "runs.kind, version, host, rank, pid, starts, ended_ms, outcome; evals, sft_steps", schema_v6},
+    {7, "segments_meta, segment_metadata: the segments' metadata without their payloads; dropped_ms set for "
+        "every dropped payload",
+     schema_v7},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

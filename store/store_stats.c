@@ -74,11 +74,13 @@ int lh_store_stats_get(lh_store *s, lh_store_stats *st_out, lh_errbuf *err) {
                  " count(reward), coalesce(avg(reward), 0), coalesce(min(reward), 0),"
                  " coalesce(max(reward), 0) FROM episodes",
                  read_episodes, o, err);
+  /* From segment_metadata, read in segments_meta alone (schema 7), never
+   * the payload pages: a payload is dropped exactly when dropped_ms is set. */
   if (rc >= 0)
     rc = one_row(s,
-                 "SELECT count(*), coalesce(sum(payload IS NULL), 0),"
-                 " coalesce(sum(CASE WHEN payload IS NULL THEN 0 ELSE payload_bytes END), 0),"
-                 " coalesce(sum(tokens), 0), min(min_version), max(max_version) FROM segments",
+                 "SELECT count(*), coalesce(sum(dropped_ms IS NOT NULL), 0),"
+                 " coalesce(sum(CASE WHEN dropped_ms IS NULL THEN payload_bytes ELSE 0 END), 0),"
+                 " coalesce(sum(tokens), 0), min(min_version), max(max_version) FROM segment_metadata",
                  read_segments, o, err);
   if (rc >= 0) {
     sqlite3_stmt *st = NULL;

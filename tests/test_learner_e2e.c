@@ -133,6 +133,12 @@ static int on_gap(void *ctx, const lh_episode_row *r) {
   return 0;
 }
 
+static int first_text(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  if (ncols > 0 && values[0]) snprintf(ctx, 32, "%s", values[0]);
+  return 0;
+}
+
 /* Resend: the learner is killed (SIGKILL) while the actors run and is
  * restarted with --resume; the actors resend what was not acked. Every
  * ended episode ends up with all its segments, each stored once. */
@@ -162,6 +168,16 @@ START_TEST(test_learner_killed_and_restarted) {
   printf("resend: ended=%d with gaps=%d\n", c.ended, c.gaps);
   ck_assert_int_gt(c.ended, 0);
   ck_assert_int_eq(c.gaps, 0);
+  /* The killed learner left its writer mark, so the second one checked the
+   * file before writing (store.h, lh_store_options.writer); it stopped
+   * cleanly and cleared its own. */
+  char log2[600];
+  snprintf(log2, sizeof log2, "%s/learner2.log", dir);
+  ck_assert_msg(lh_proc_file_has(log2, "unclean shutdown"), "no unclean shutdown line in %s", log2);
+  char marks[32] = "";
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM meta WHERE key = 'writer_open'", first_text, marks, NULL,
+                                &e), 0);
+  ck_assert_str_eq(marks, "0");
   lh_store_close(s);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -803,6 +803,20 @@ static int open_code(int readonly) {
   return rc;
 }
 
+/* The same with PRAGMA quick_check asked for (an open does not check by
+ * default: store.h, lh_store_options.quick_check). */
+static int open_checked_code(int readonly) {
+  lh_store_options o;
+  lh_store_options_default(&o);
+  o.readonly = readonly;
+  o.quick_check = 1;
+  lh_store *s = NULL;
+  int rc = lh_store_open_with(db, &o, &s, &e);
+  ck_assert(rc < 0 ? s == NULL : s != NULL);
+  lh_store_close(s);
+  return rc;
+}
+
 /* A store with enough rows to span many pages, closed cleanly. */
 static void make_store(void) {
   lh_store *s = open_rw();
@@ -857,9 +871,12 @@ START_TEST(test_bad_files) {
   fclose(f);
   ck_assert_int_gt(size, 16 * 4096);
   ck_assert_int_eq(truncate(db, size / 2), 0);
-  ck_assert_int_eq(open_code(1), LH_ESTORE_CORRUPT);
+  ck_assert_int_eq(open_checked_code(1), LH_ESTORE_CORRUPT);
   ck_assert_msg(strstr(e.msg, "corrupt") != NULL || strstr(e.msg, "quick_check") != NULL, "%s", e.msg);
-  ck_assert_int_eq(open_code(0), LH_ESTORE_CORRUPT);
+  ck_assert_int_eq(open_checked_code(0), LH_ESTORE_CORRUPT);
+  uint64_t problems = 0;
+  int crc = lh_store_check_file(db, 0, 0, NULL, NULL, &problems, &e);
+  ck_assert_msg(crc == LH_ESTORE_CORRUPT || (crc == 0 && problems > 0), "%d %s", crc, e.msg);
   teardown();
 
   /* Garbage over pages in the middle of a store. */
@@ -869,8 +886,10 @@ START_TEST(test_bad_files) {
   fseek(f, 3 * 4096, SEEK_SET);
   fwrite(garbage, 1, sizeof garbage, f);
   fclose(f);
-  ck_assert_int_eq(open_code(1), LH_ESTORE_CORRUPT);
-  ck_assert_int_eq(open_code(0), LH_ESTORE_CORRUPT);
+  ck_assert_int_eq(open_checked_code(1), LH_ESTORE_CORRUPT);
+  ck_assert_int_eq(open_checked_code(0), LH_ESTORE_CORRUPT);
+  crc = lh_store_check_file(db, 1, 0, NULL, NULL, &problems, &e);
+  ck_assert_msg(crc == LH_ESTORE_CORRUPT || (crc == 0 && problems > 0), "%d %s", crc, e.msg);
 
   lh_store *s = NULL;
   ck_assert_int_eq(lh_store_open("", &s, &e), LH_EINVAL);
@@ -1006,13 +1025,13 @@ START_TEST(test_migration) {
   s = open_ro();
   char v[64];
   ck_assert_int_eq(lh_store_sql(s, "PRAGMA user_version", first_value, v, NULL, &e), 0);
-  ck_assert_str_eq(v, "6");
+  ck_assert_str_eq(v, "7");
   ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
                                 NULL, &e), 0);
-  ck_assert_str_eq(v, "1,2,3,4,5,6");
+  ck_assert_str_eq(v, "1,2,3,4,5,6,7");
   ck_assert_int_eq(lh_store_sql(s, "SELECT value FROM meta WHERE key = 'schema_version'",
                                 first_value, v, NULL, &e), 0);
-  ck_assert_str_eq(v, "6");
+  ck_assert_str_eq(v, "7");
   lh_episode_row r;
   ck_assert_int_eq(lh_store_episode_get(s, 5, &r, &e), 0);
   ck_assert_str_eq(r.env, "calc");
@@ -1054,7 +1073,7 @@ START_TEST(test_migration_v2) {
   char v[64];
   ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
                                 NULL, &e), 0);
-  ck_assert_str_eq(v, "1,2,3,4,5,6");
+  ck_assert_str_eq(v, "1,2,3,4,5,6,7");
   static lh_store_train_step back;
   ck_assert_int_eq(lh_store_train_steps(s, 4, 1, step_row, &back, &e), 0);
   ck_assert_uint_eq(back.step, 4);
@@ -1096,9 +1115,9 @@ START_TEST(test_migration_v3) {
   char v[64];
   ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
                                 NULL, &e), 0);
-  ck_assert_str_eq(v, "1,2,3,4,5,6");
+  ck_assert_str_eq(v, "1,2,3,4,5,6,7");
   ck_assert_int_eq(lh_store_sql(s, "PRAGMA user_version", first_value, v, NULL, &e), 0);
-  ck_assert_str_eq(v, "6");
+  ck_assert_str_eq(v, "7");
   static expert_rows r;
   memset(&r, 0, sizeof r);
   ck_assert_int_eq(lh_store_train_steps(s, 0, 0, expert_row, &r, &e), 0);
@@ -1156,7 +1175,7 @@ START_TEST(test_migration_v4) {
   char v[64];
   ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
                                 NULL, &e), 0);
-  ck_assert_str_eq(v, "1,2,3,4,5,6");
+  ck_assert_str_eq(v, "1,2,3,4,5,6,7");
   ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM sqlite_schema WHERE name = 'episodes_short'",
                                 first_value, v, NULL, &e), 0);
   ck_assert_str_eq(v, "1");
