@@ -253,6 +253,7 @@ typedef struct {
   uint64_t max_steps;          /* environment steps, 0 the env's default (0) */
   uint64_t flush_timeout_ms;   /* wait for acks on exit, >= 1 (5000) */
   uint64_t record_routing;     /* 1: record each token's experts (routing replay), 0 or 1 (0) */
+  uint64_t weights_zstd;       /* 1: weights chunks may come zstd-compressed, 0 or 1 (1) */
   /* The [env] option a context-extension stage sizes long episodes by
    * (e.g. needle's "tokens"; lh_actors_runner_set_stage); empty: none. */
   char stage_option[LH_ACTORS_ENDPOINT_BYTES];          /* () */
@@ -325,6 +326,9 @@ void lh_actors_weights_restarted(lh_actors_weights *w);
  * timeout or a reconnect), so that missing chunks are asked for again. */
 int lh_actors_weights_next_request(lh_actors_weights *w, uint32_t window, Longhaul__WeightsRequest *req);
 void lh_actors_weights_rerequest(lh_actors_weights *w);
+/* Chunks requested and not yet received (nor refused), so that a caller
+ * keeps a bounded number in flight. */
+uint32_t lh_actors_weights_in_flight(const lh_actors_weights *w);
 /* Whether requests say that chunks may come zstd-compressed (on by
  * default). */
 void lh_actors_weights_set_zstd(lh_actors_weights *w, int accept);

@@ -36,6 +36,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, max_steps, 0, 1000000000),
     LH_INI_KEY_U64(T, flush_timeout_ms, 1, INFINITY),
     LH_INI_KEY_U64(T, record_routing, 0, 1),
+    LH_INI_KEY_U64(T, weights_zstd, 0, 1),
     LH_INI_KEY_STR(T, stage_option, 0),
 };
 #undef T
@@ -60,6 +61,7 @@ void lh_actors_config_default(lh_actors_config *c) {
   c->max_context = 4096;
   c->max_steps = 0;
   c->flush_timeout_ms = 5000;
+  c->weights_zstd = 1;
   snprintf(c->env_name, sizeof c->env_name, "calc");
 }
 

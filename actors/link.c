@@ -287,6 +287,10 @@ static void handle_ingest(lh_actors_link *l, const uint8_t *b, size_t n) {
 static void request_weights(lh_actors_link *l, lh_errbuf *err) {
   Longhaul__WeightsRequest req;
   for (int i = 0; i < 2; i++) {
+    /* At most two windows in flight: the learner queues a bounded number
+     * of chunks per peer and drops the rest (learner/publish.c), which
+     * would cost a resend timeout. */
+    if (lh_actors_weights_in_flight(l->weights) > WEIGHTS_WINDOW) return;
     longhaul__weights_request__init(&req);
     if (!lh_actors_weights_next_request(l->weights, WEIGHTS_WINDOW, &req)) return;
     Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;

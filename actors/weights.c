@@ -40,6 +40,7 @@ struct lh_actors_weights {
   uint64_t *sums;  /* per chunk: its verified checksum, for the version's */
   uint64_t *ann_sums;  /* the announced chunk checksums, or NULL */
   uint32_t received;
+  uint32_t in_flight;  /* chunks requested and not yet in (state 1) */
 };
 
 /* A zstd frame may not ask for a window over 2^27 bytes (the chunk limit is
@@ -81,6 +82,7 @@ static void drop_fetch(lh_actors_weights *w) {
   w->ann_sums = NULL;
   w->fetching = 0;
   w->received = 0;
+  w->in_flight = 0;
 }
 
 void lh_actors_weights_free(lh_actors_weights *w) {
@@ -128,6 +130,7 @@ static int finish(lh_actors_weights *w, lh_errbuf *err) {
      * chunk fetched. */
     memset(w->state, 0, a->chunk_count);
     w->received = 0;
+    w->in_flight = 0;
     free(w->ann_sums);
     w->ann_sums = NULL;
     return lh_errbuf_set(err, LH_EACTORS_WEIGHTS_CHECKSUM,
@@ -248,6 +251,7 @@ int lh_actors_weights_next_request(lh_actors_weights *w, uint32_t window, Longha
   if (i == n) return 0;
   uint32_t j = i;
   while (j < n && j - i < window && w->state[j] == 0) w->state[j++] = 1;
+  w->in_flight += j - i;
   req->version = w->ann.version;
   req->first_chunk = i;
   req->chunk_count = j - i;
@@ -261,6 +265,7 @@ void lh_actors_weights_rerequest(lh_actors_weights *w) {
   if (!w || !w->fetching) return;
   for (uint32_t i = 0; i < w->ann.chunk_count; i++)
     if (w->state[i] == 1) w->state[i] = 0;
+  w->in_flight = 0;
 }
 
 /* Decodes the zstd frame of chunk i into its place (len bytes): 0, or
@@ -320,6 +325,7 @@ int lh_actors_weights_add_chunk(lh_actors_weights *w, const Longhaul__WeightsChu
                          i, (unsigned long long)a->version, (unsigned long long)c->offset, c->data.len,
                          (unsigned long long)off, (unsigned long long)len);
   if (w->state[i] == 2) return 0;  /* a duplicate, or held from the complete version */
+  if (w->state[i] == 1) w->in_flight--;  /* refused or taken below: no longer awaited */
   int rc = 0;
   if (!zstd && lh_wire_checksum(c->data.data, c->data.len) != c->checksum)
     rc = lh_errbuf_set(err, LH_EACTORS_WEIGHTS_CHUNK,
@@ -354,6 +360,8 @@ int lh_actors_weights_add_chunk(lh_actors_weights *w, const Longhaul__WeightsChu
   if (++w->received < a->chunk_count) return 0;
   return finish(w, err);
 }
+
+uint32_t lh_actors_weights_in_flight(const lh_actors_weights *w) { return w && w->fetching ? w->in_flight : 0; }
 
 int lh_actors_weights_last_fetch(const lh_actors_weights *w, lh_actors_weights_fetch_stats *stats) {
   if (!w || !w->have_complete) return 0;

@@ -224,17 +224,20 @@ START_TEST(test_wrong_checksum_refetched) {
   Longhaul__WeightsRequest r = LONGHAUL__WEIGHTS_REQUEST__INIT;
   ck_assert_int_eq(lh_actors_weights_next_request(f, CHUNKS, &r), 1);
   ck_assert_uint_eq(r.chunk_count, CHUNKS);
+  ck_assert_uint_eq(lh_actors_weights_in_flight(f), CHUNKS);
   Longhaul__WeightsChunk c = LONGHAUL__WEIGHTS_CHUNK__INIT;
   lh_learner_weights_chunk(w, 4, &c, NULL);
   c.data.data = other;
   c.checksum = lh_wire_checksum(other, CHUNK);
   lh_errbuf e;
   ck_assert_int_eq(lh_actors_weights_add_chunk(f, &c, &e), LH_EACTORS_WEIGHTS_CHECKSUM);
+  ck_assert_uint_eq(lh_actors_weights_in_flight(f), CHUNKS - 1);  /* refused: no longer awaited */
   ck_assert_msg(strstr(e.msg, "announcement") != NULL, "%s", e.msg);
   longhaul__weights_request__init(&r);
   ck_assert_int_eq(lh_actors_weights_next_request(f, CHUNKS, &r), 1);
   ck_assert_uint_eq(r.first_chunk, 4);
   ck_assert_uint_eq(r.chunk_count, 1);
+  ck_assert_uint_eq(lh_actors_weights_in_flight(f), CHUNKS);
   for (uint32_t i = 0; i < CHUNKS; i++) {
     longhaul__weights_chunk__init(&c);
     lh_learner_weights_chunk(w, i, &c, NULL);
@@ -457,6 +460,19 @@ static void link_round(int accept_zstd) {
   free(b);
 }
 
+/* [actor] weights_zstd: 1 by default, 0 asks for raw chunks, nothing else. */
+START_TEST(test_actor_key) {
+  lh_actors_config c;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_actors_config_parse("[actor]\n", "t.ini", &c, &e), 0);
+  ck_assert_uint_eq(c.weights_zstd, 1);
+  ck_assert_int_eq(lh_actors_config_parse("[actor]\nweights_zstd = 0\n", "t.ini", &c, &e), 0);
+  ck_assert_uint_eq(c.weights_zstd, 0);
+  ck_assert_int_lt(lh_actors_config_parse("[actor]\nweights_zstd = 2\n", "t.ini", &c, &e), 0);
+  ck_assert_msg(strstr(e.msg, "weights_zstd") != NULL, "%s", e.msg);
+}
+END_TEST
+
 START_TEST(test_link_with_zstd) { link_round(1); }
 END_TEST
 
@@ -472,6 +488,7 @@ int main(void) {
   tcase_add_test(tc, test_wrong_checksum_refetched);
   tcase_add_test(tc, test_zstd_where_it_pays);
   tcase_add_test(tc, test_hostile_zstd);
+  tcase_add_test(tc, test_actor_key);
   tcase_add_test(tc, test_link_with_zstd);
   tcase_add_test(tc, test_link_without_zstd);
   suite_add_tcase(s, tc);
