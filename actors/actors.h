@@ -253,7 +253,7 @@ typedef struct {
   uint64_t max_steps;          /* environment steps, 0 the env's default (0) */
   uint64_t flush_timeout_ms;   /* wait for acks on exit, >= 1 (5000) */
   uint64_t record_routing;     /* 1: record each token's experts (routing replay), 0 or 1 (0) */
-  uint64_t weights_zstd;       /* 1: weights chunks may come zstd-compressed, 0 or 1 (1) */
+  uint64_t weights_zstd;       /* 1: weights chunks may come zstd-compressed, 0 or 1 (0) */
   /* The [env] option a context-extension stage sizes long episodes by
    * (e.g. needle's "tokens"; lh_actors_runner_set_stage); empty: none. */
   char stage_option[LH_ACTORS_ENDPOINT_BYTES];          /* () */
@@ -329,7 +329,7 @@ void lh_actors_weights_rerequest(lh_actors_weights *w);
 /* Chunks requested and not yet received (nor refused), so that a caller
  * keeps a bounded number in flight. */
 uint32_t lh_actors_weights_in_flight(const lh_actors_weights *w);
-/* Whether requests say that chunks may come zstd-compressed (on by
+/* Whether requests say that chunks may come zstd-compressed (off by
  * default). */
 void lh_actors_weights_set_zstd(lh_actors_weights *w, int accept);
 
@@ -562,7 +562,7 @@ typedef struct {
   uint64_t pid, policy_version;     /* for the Hello */
   const lh_zsock_curve *curve;      /* NULL or no secret: plain; else CURVE clients */
   const char *run_id;               /* the actor's run (common/run_id.h); NULL or "": none */
-  int weights_no_zstd;              /* 1: weights requests do not accept zstd chunks */
+  int weights_zstd;                 /* 1: weights requests accept zstd chunks (lh_actors_weights_set_zstd) */
 } lh_actors_link_config;
 
 int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actors_link **out, lh_errbuf *err);

@@ -61,7 +61,6 @@ void lh_actors_config_default(lh_actors_config *c) {
   c->max_context = 4096;
   c->max_steps = 0;
   c->flush_timeout_ms = 5000;
-  c->weights_zstd = 1;
   snprintf(c->env_name, sizeof c->env_name, "calc");
 }
 

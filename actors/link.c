@@ -142,7 +142,7 @@ int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actor
   if ((rc = open_socket(l, ZMQ_DEALER, cfg->ingest_endpoint, &l->ingest, err)) < 0) goto fail;
   if (cfg->weights_pub_endpoint && *cfg->weights_pub_endpoint && strcmp(cfg->weights_pub_endpoint, "none") != 0) {
     l->weights = lh_actors_weights_new(cfg->max_weights_bytes ? cfg->max_weights_bytes : (size_t)1 << 32, err);
-    if (l->weights) lh_actors_weights_set_zstd(l->weights, !cfg->weights_no_zstd);
+    if (l->weights) lh_actors_weights_set_zstd(l->weights, cfg->weights_zstd);
     if (!l->weights) {
       rc = err ? err->code : LH_ENOMEM;
       goto fail;

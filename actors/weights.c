@@ -59,7 +59,6 @@ lh_actors_weights *lh_actors_weights_new(size_t max_bytes, lh_errbuf *err) {
     return NULL;
   }
   w->max_bytes = max_bytes;
-  w->accept_zstd = 1;
   return w;
 }
 

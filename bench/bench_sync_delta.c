@@ -97,7 +97,7 @@ static void pair_open(pair *a, void *ctx, uint32_t chunk_bytes, int zstd) {
                               .resend_timeout_ms = 1000,
                               .id_salt = 1,
                               .vocab = LH_TOK_VOCAB,
-                              .weights_no_zstd = !zstd};
+                              .weights_zstd = zstd};
   if (lh_actors_link_new(ctx, &lc, &a->link, &e) < 0) die("link", e.msg);
   for (int i = 0; i < 20; i++) lh_actors_link_poll(a->link, 10, &e); /* the SUB joins */
   pthread_create(&a->thread, NULL, serve_thread, a);

@@ -257,6 +257,10 @@ typedef struct {
    * max_policy_lag + 2 versions are kept, so no episode that may still be
    * trained loses its tokens (0: that least). */
   uint64_t retain_versions;       /* (0) */
+  /* Weights are served in chunks of this size: an actor fetches only the
+   * chunks that changed, so smaller chunks send less of a model with
+   * frozen parts, at more messages per version. */
+  uint64_t weights_chunk_bytes;   /* 4096..16 MiB (1 MiB) */
 } lh_learner_config;
 
 void lh_learner_config_default(lh_learner_config *cfg);

@@ -17,7 +17,6 @@
 #include "common/run_id.h"
 #include "learner/learner.h"
 
-#define RUN_CHUNK_BYTES (1u << 20)
 #define RUN_WAIT_MS 20          /* longest wait for stored ids when no batch is ready */
 #define RUN_HINT_IDS 4096       /* ids taken per turn */
 /* A full scan of the store reads every ready row, so it runs at the start
@@ -377,7 +376,7 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   lh_learner_model_limits limits;
   lh_learner_model_limits_init(&limits, lh_model_get_config(L->m), &L->cfg);
   lh_learner_service_config sc = {.zmq_ctx = L->zctx, .cfg = &L->cfg, .curve = &L->curve,
-                                  .serve_weights = L->rank == 0, .chunk_bytes = RUN_CHUNK_BYTES,
+                                  .serve_weights = L->rank == 0, .chunk_bytes = (uint32_t)L->cfg.weights_chunk_bytes,
                                   .limits = &limits, .run_id = L->run_id};
   LH_TRY(lh_learner_service_new(&sc, &L->svc, err));
   /* The first version is out, and the back-pressure set, before anything

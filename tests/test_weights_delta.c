@@ -263,7 +263,7 @@ START_TEST(test_zstd_where_it_pays) {
   for (size_t i = 0; i < n / 2; i += 4) b[i] = (uint8_t)(i / 64);
   lh_learner_weights *w = lh_learner_weights_new(1, b, n, CHUNK, NULL);
   lh_actors_weights *yes = lh_actors_weights_new(1 << 20, NULL), *no = lh_actors_weights_new(1 << 20, NULL);
-  lh_actors_weights_set_zstd(no, 0);
+  lh_actors_weights_set_zstd(yes, 1);
   announce(yes, w);
   served s = fetch_all(yes, w);
   assert_latest(yes, 1, b, n);
@@ -334,6 +334,7 @@ START_TEST(test_hostile_zstd) {
   uint8_t *b = pattern(BYTES, 4);
   lh_learner_weights *w = lh_learner_weights_new(1, b, BYTES, CHUNK, NULL);
   lh_actors_weights *f = lh_actors_weights_new(1 << 20, NULL);
+  lh_actors_weights_set_zstd(f, 1);
   announce(f, w);
   size_t zlen;
   /* A bomb: 16 MiB of zeros in a few hundred bytes, for a 1000-byte chunk. */
@@ -418,7 +419,7 @@ static void link_round(int accept_zstd) {
                               .resend_timeout_ms = 500,
                               .id_salt = 1,
                               .vocab = 264,
-                              .weights_no_zstd = !accept_zstd};
+                              .weights_zstd = accept_zstd};
   lh_actors_link *link = NULL;
   ck_assert_msg(lh_actors_link_new(ctx, &lc, &link, &e) == 0, "%s", e.msg);
   /* half zeros (compressible), half hashed bytes (not) */
@@ -460,16 +461,25 @@ static void link_round(int accept_zstd) {
   free(b);
 }
 
-/* [actor] weights_zstd: 1 by default, 0 asks for raw chunks, nothing else. */
+/* [actor] weights_zstd: 0 by default, 1 accepts zstd chunks, nothing else;
+ * [learner] weights_chunk_bytes in its range. */
 START_TEST(test_actor_key) {
   lh_actors_config c;
   lh_errbuf e;
   ck_assert_int_eq(lh_actors_config_parse("[actor]\n", "t.ini", &c, &e), 0);
-  ck_assert_uint_eq(c.weights_zstd, 1);
-  ck_assert_int_eq(lh_actors_config_parse("[actor]\nweights_zstd = 0\n", "t.ini", &c, &e), 0);
   ck_assert_uint_eq(c.weights_zstd, 0);
+  ck_assert_int_eq(lh_actors_config_parse("[actor]\nweights_zstd = 1\n", "t.ini", &c, &e), 0);
+  ck_assert_uint_eq(c.weights_zstd, 1);
   ck_assert_int_lt(lh_actors_config_parse("[actor]\nweights_zstd = 2\n", "t.ini", &c, &e), 0);
   ck_assert_msg(strstr(e.msg, "weights_zstd") != NULL, "%s", e.msg);
+  /* [learner] weights_chunk_bytes: 1 MiB by default, 4096..16 MiB. */
+  lh_learner_config lc;
+  ck_assert_int_eq(lh_learner_config_parse("[learner]\n", "t.ini", &lc, &e), 0);
+  ck_assert_uint_eq(lc.weights_chunk_bytes, 1u << 20);
+  ck_assert_int_eq(lh_learner_config_parse("[learner]\nweights_chunk_bytes = 65536\n", "t.ini", &lc, &e), 0);
+  ck_assert_uint_eq(lc.weights_chunk_bytes, 65536);
+  ck_assert_int_lt(lh_learner_config_parse("[learner]\nweights_chunk_bytes = 100\n", "t.ini", &lc, &e), 0);
+  ck_assert_int_lt(lh_learner_config_parse("[learner]\nweights_chunk_bytes = 16777217\n", "t.ini", &lc, &e), 0);
 }
 END_TEST
 
