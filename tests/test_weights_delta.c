@@ -9,6 +9,7 @@
  * The last case runs the real publisher and actor link over sockets, with
  * and without zstd. */
 #include <check.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -337,17 +338,27 @@ START_TEST(test_hostile_zstd) {
   lh_actors_weights_set_zstd(f, 1);
   announce(f, w);
   size_t zlen;
-  /* A bomb: 16 MiB of zeros in a few hundred bytes, for a 1000-byte chunk. */
-  size_t big = (size_t)16 << 20;
+  /* A bomb: 16 MiB of zeros in a few hundred bytes, for a 1000-byte chunk;
+   * then the same bomb with no content size in its header. Refusing them
+   * allocates next to nothing (the heap, mmap'd blocks included, grows by
+   * less than 1 MiB, the decoder's context included). */
+  size_t big = (size_t)16 << 20, nosize_len;
   uint8_t *zeros = calloc(1, big);
-  uint8_t *z = frame(zeros, big, 1, &zlen);
+  uint8_t *z = frame(zeros, big, 1, &zlen), *nosize = frame(zeros, big, 0, &nosize_len);
   ck_assert_uint_lt(zlen, 4096);
+  struct mallinfo2 before = mallinfo2();
   refuse(f, w, z, zlen, LH_EACTORS_WEIGHTS_ENCODING, "states another size");
-  free(z);
-  /* The same bomb with no content size in its header. */
-  z = frame(zeros, big, 0, &zlen);
-  refuse(f, w, z, zlen, LH_EACTORS_WEIGHTS_ENCODING, "states no content size");
-  free(z);
+  refuse(f, w, nosize, nosize_len, LH_EACTORS_WEIGHTS_ENCODING, "states no content size");
+  uint8_t *bombs = malloc(2 * zlen);  /* a good-looking first frame, then the bomb */
+  size_t small_len;
+  uint8_t *small = frame(b + 2 * CHUNK, CHUNK, 1, &small_len);
+  memcpy(bombs, small, small_len), memcpy(bombs + small_len, z, zlen);
+  refuse(f, w, bombs, small_len + zlen, LH_EACTORS_WEIGHTS_ENCODING, "does not decode");
+  struct mallinfo2 after = mallinfo2();
+  long long grew = (long long)(after.uordblks + after.hblkhd) - (long long)(before.uordblks + before.hblkhd);
+  printf("weights_delta: refusing three zstd bombs grew the heap by %lld bytes\n", grew);
+  ck_assert_int_lt(grew, 1 << 20);
+  free(z), free(nosize), free(bombs), free(small);
   /* A frame of the right size for the wrong bytes: its checksum fails. */
   z = frame(zeros, CHUNK, 1, &zlen);
   refuse(f, w, z, zlen, LH_EACTORS_WEIGHTS_CHUNK, "once decompressed");
