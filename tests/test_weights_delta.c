@@ -399,7 +399,8 @@ START_TEST(test_hostile_zstd) {
   for (uint32_t i = 0; i < CHUNKS; i++) {
     longhaul__weights_chunk__init(&c);
     lh_learner_weights_chunk(w, i, &c, NULL);
-    if (i == 2) c.data.data = good, c.data.len = good_len, c.encoding = LONGHAUL__WEIGHTS_ENCODING__WEIGHTS_ENCODING_ZSTD;
+    if (i == 2)
+      c.data.data = good, c.data.len = good_len, c.encoding = LONGHAUL__WEIGHTS_ENCODING__WEIGHTS_ENCODING_ZSTD;
     ck_assert_int_eq(lh_actors_weights_add_chunk(f, &c, &e), i + 1 == CHUNKS);
   }
   assert_latest(f, 1, b, BYTES);
