@@ -138,7 +138,8 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
                               .layers = (uint32_t)mc->layers,
                               .topk = (uint32_t)mc->topk,
                               .pid = (uint64_t)getpid(),
-                              .run_id = cfg->run_id};
+                              .run_id = cfg->run_id,
+                              .weights_zstd = a->weights_zstd != 0};
   lh_zsock_curve curve;
   LH_TRY(load_curve(a, &curve, err));
   if (curve.secret[0]) lc.curve = &curve;

@@ -253,6 +253,7 @@ typedef struct {
   uint64_t max_steps;          /* environment steps, 0 the env's default (0) */
   uint64_t flush_timeout_ms;   /* wait for acks on exit, >= 1 (5000) */
   uint64_t record_routing;     /* 1: record each token's experts (routing replay), 0 or 1 (0) */
+  uint64_t weights_zstd;       /* 1: weights chunks may come zstd-compressed, 0 or 1 (0) */
   /* The [env] option a context-extension stage sizes long episodes by
    * (e.g. needle's "tokens"; lh_actors_runner_set_stage); empty: none. */
   char stage_option[LH_ACTORS_ENDPOINT_BYTES];          /* () */
@@ -301,8 +302,15 @@ void lh_actors_weights_free(lh_actors_weights *w);
 
 /* Starts fetching the announced version when it is newer than both the
  * complete one and the one in progress (a partial older fetch is dropped).
- * Returns 1 when a fetch started, 0 when the announcement is not newer, or
- * LH_EACTORS_WEIGHTS_ANNOUNCE (layout inconsistent, or over max_bytes). */
+ * When the announcement carries chunk checksums (that make its version
+ * checksum) and the complete version has the same layout, the chunks whose
+ * checksum is the complete version's are copied from it, and only the
+ * others are left to fetch; the version before the held one plays no part,
+ * so an actor that skipped versions compares with what it holds.
+ * Returns 1 when a fetch started, 2 when every chunk was held (the version
+ * is complete already, as when add_chunk returns 1), 0 when the
+ * announcement is not newer, or LH_EACTORS_WEIGHTS_ANNOUNCE (layout
+ * inconsistent, or over max_bytes). */
 int lh_actors_weights_announce(lh_actors_weights *w, const Longhaul__WeightsAnnounce *a, lh_errbuf *err);
 /* The learner may have restarted (the link reconnected): the next
  * announcement starts a fetch whenever its version or checksum differs
@@ -318,13 +326,23 @@ void lh_actors_weights_restarted(lh_actors_weights *w);
  * timeout or a reconnect), so that missing chunks are asked for again. */
 int lh_actors_weights_next_request(lh_actors_weights *w, uint32_t window, Longhaul__WeightsRequest *req);
 void lh_actors_weights_rerequest(lh_actors_weights *w);
+/* Chunks requested and not yet received (nor refused), so that a caller
+ * keeps a bounded number in flight. */
+uint32_t lh_actors_weights_in_flight(const lh_actors_weights *w);
+/* Whether requests say that chunks may come zstd-compressed (off by
+ * default). */
+void lh_actors_weights_set_zstd(lh_actors_weights *w, int accept);
 
-/* Takes one chunk (decoded by lh_wire_decode, so its own checksum holds).
+/* Takes one chunk (its bytes are hashed here; zstd ones once decoded).
  * Returns 0 when stored or ignored (another version, or a duplicate), 1 when
  * it completed the version and the whole checksum matched: the version is
  * then the latest complete one. LH_EACTORS_WEIGHTS_CHUNK when it does not
- * fit the layout, LH_EACTORS_WEIGHTS_CHECKSUM when the completed bytes do
- * not match the announcement (the fetch restarts). */
+ * fit the layout or its own checksum, LH_EACTORS_WEIGHTS_ENCODING for a
+ * zstd chunk not asked for, not a frame, or not of exactly the chunk's
+ * size (decoded in place, never past it), LH_EACTORS_WEIGHTS_CHECKSUM when
+ * its checksum is not the announced one or the completed bytes do not
+ * match the announcement (the fetch restarts). A refused chunk is asked
+ * for again by the next request. */
 int lh_actors_weights_add_chunk(lh_actors_weights *w, const Longhaul__WeightsChunk *c, lh_errbuf *err);
 
 /* The latest complete version's bytes (NULL before the first), valid until
@@ -333,6 +351,17 @@ const uint8_t *lh_actors_weights_latest(const lh_actors_weights *w, uint64_t *ve
 /* The context-extension stage (ARCHITECTURE.md §5) announced with that version:
  * returns 1 and fills *stage, or 0 before any version completed. */
 int lh_actors_weights_latest_stage(const lh_actors_weights *w, lh_actors_stage *stage);
+/* What the fetch of the latest complete version took: chunks held from the
+ * version before (reused), asked for, fetched and refused, bytes on the
+ * wire (as sent, compressed or not) against the version's size. */
+typedef struct {
+  uint64_t version, total_bytes;
+  uint32_t chunk_count;
+  uint64_t requests, chunks_requested, chunks_reused, chunks_fetched, chunks_zstd, chunks_refused;
+  uint64_t bytes_reused, bytes_fetched, wire_bytes;
+} lh_actors_weights_fetch_stats;
+/* Returns 1 and fills *stats, or 0 before any version completed. */
+int lh_actors_weights_last_fetch(const lh_actors_weights *w, lh_actors_weights_fetch_stats *stats);
 /* The fetch in progress: returns 1 and its version and chunks received of
  * total, or 0 when none is. */
 int lh_actors_weights_progress(const lh_actors_weights *w, uint64_t *version, uint32_t *received,
@@ -533,6 +562,7 @@ typedef struct {
   uint64_t pid, policy_version;     /* for the Hello */
   const lh_zsock_curve *curve;      /* NULL or no secret: plain; else CURVE clients */
   const char *run_id;               /* the actor's run (common/run_id.h); NULL or "": none */
+  int weights_zstd;                 /* 1: weights requests accept zstd chunks (lh_actors_weights_set_zstd) */
 } lh_actors_link_config;
 
 int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actors_link **out, lh_errbuf *err);
@@ -553,6 +583,9 @@ int lh_actors_link_send(lh_actors_link *l, Longhaul__Envelope *env, lh_errbuf *e
 int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err);
 /* The latest complete weights (lh_model_serialize bytes), or NULL. */
 const uint8_t *lh_actors_link_weights(const lh_actors_link *l, uint64_t *version, size_t *bytes);
+/* What fetching those weights took (lh_actors_weights_last_fetch): 1, or 0
+ * before any. */
+int lh_actors_link_weights_fetch(const lh_actors_link *l, lh_actors_weights_fetch_stats *stats);
 /* The stage announced with those weights (0 before any). */
 int lh_actors_link_stage(const lh_actors_link *l, lh_actors_stage *stage);
 /* The version the next Hello announces. */

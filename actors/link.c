@@ -142,6 +142,7 @@ int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actor
   if ((rc = open_socket(l, ZMQ_DEALER, cfg->ingest_endpoint, &l->ingest, err)) < 0) goto fail;
   if (cfg->weights_pub_endpoint && *cfg->weights_pub_endpoint && strcmp(cfg->weights_pub_endpoint, "none") != 0) {
     l->weights = lh_actors_weights_new(cfg->max_weights_bytes ? cfg->max_weights_bytes : (size_t)1 << 32, err);
+    if (l->weights) lh_actors_weights_set_zstd(l->weights, cfg->weights_zstd);
     if (!l->weights) {
       rc = err ? err->code : LH_ENOMEM;
       goto fail;
@@ -286,6 +287,10 @@ static void handle_ingest(lh_actors_link *l, const uint8_t *b, size_t n) {
 static void request_weights(lh_actors_link *l, lh_errbuf *err) {
   Longhaul__WeightsRequest req;
   for (int i = 0; i < 2; i++) {
+    /* At most two windows in flight: the learner queues a bounded number
+     * of chunks per peer and drops the rest (learner/publish.c), which
+     * would cost a resend timeout. */
+    if (lh_actors_weights_in_flight(l->weights) > WEIGHTS_WINDOW) return;
     longhaul__weights_request__init(&req);
     if (!lh_actors_weights_next_request(l->weights, WEIGHTS_WINDOW, &req)) return;
     Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
@@ -297,6 +302,18 @@ static void request_weights(lh_actors_link *l, lh_errbuf *err) {
     free(buf);
     l->last_weights_ms = now_ms();
   }
+}
+
+/* A version completed: flagged for the next poll's return, and what it took
+ * logged (bytes fetched against the version's size). */
+static void weights_complete(lh_actors_link *l) {
+  l->weights_new = 1;
+  lh_actors_weights_fetch_stats st;
+  if (lh_actors_weights_last_fetch(l->weights, &st))
+    LH_INFO("actor", "weights version=%llu complete bytes=%llu fetched=%llu wire=%llu chunks=%u reused=%llu zstd=%llu",
+            (unsigned long long)st.version, (unsigned long long)st.total_bytes,
+            (unsigned long long)st.bytes_fetched, (unsigned long long)st.wire_bytes, st.chunk_count,
+            (unsigned long long)st.chunks_reused, (unsigned long long)st.chunks_zstd);
 }
 
 static void handle_weights(lh_actors_link *l, const uint8_t *b, size_t n, lh_errbuf *err) {
@@ -313,20 +330,21 @@ static void handle_weights(lh_actors_link *l, const uint8_t *b, size_t n, lh_err
   if (env->body_case == LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE) {
     if (env->weights_announce->version > l->announced) l->announced = env->weights_announce->version;
     int rc = lh_actors_weights_announce(l->weights, env->weights_announce, &e);
-    if (rc == 1 && env->weights_announce->version < l->announced) {
+    if (rc >= 1 && env->weights_announce->version < l->announced) {
       LH_INFO("actor", "the learner went back to version %llu (from %llu): restarted from a checkpoint",
               (unsigned long long)env->weights_announce->version, (unsigned long long)l->announced);
       l->announced = env->weights_announce->version;
     }
     if (rc < 0) LH_WARN("actor", "weights announcement refused: %s", e.msg);
-    if (rc == 1)
+    if (rc >= 1)
       LH_INFO("actor", "weights announced version=%llu bytes=%llu",
               (unsigned long long)env->weights_announce->version,
               (unsigned long long)env->weights_announce->total_bytes);
+    if (rc == 2) weights_complete(l);
   } else if (env->body_case == LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK) {
     int rc = lh_actors_weights_add_chunk(l->weights, env->weights_chunk, &e);
     if (rc < 0) LH_WARN("actor", "weights chunk refused: %s", e.msg);
-    if (rc == 1) l->weights_new = 1;
+    if (rc == 1) weights_complete(l);
     l->last_weights_ms = now_ms();
   }
   lh_wire_free(env);
@@ -421,6 +439,10 @@ int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err) {
 
 const uint8_t *lh_actors_link_weights(const lh_actors_link *l, uint64_t *version, size_t *bytes) {
   return l && l->weights ? lh_actors_weights_latest(l->weights, version, bytes) : NULL;
+}
+
+int lh_actors_link_weights_fetch(const lh_actors_link *l, lh_actors_weights_fetch_stats *stats) {
+  return l && l->weights ? lh_actors_weights_last_fetch(l->weights, stats) : 0;
 }
 
 int lh_actors_link_stage(const lh_actors_link *l, lh_actors_stage *stage) {

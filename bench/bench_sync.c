@@ -154,9 +154,17 @@ static sync_times weights_sync(void *ctx, lh_model *model, const uint8_t *bytes,
   serve_arg sa = {.pub = pub};
   pthread_t t;
   int64_t publish[REPEATS], fetch[REPEATS], swap[REPEATS];
+  /* Each version differs from the one before in every chunk (the last
+   * byte of each flipped, a float's low byte), as after an AdamW step: an
+   * actor fetches only the chunks that changed, so equal versions would
+   * cost nothing. */
+  uint8_t *version_bytes = malloc(n);
+  if (!version_bytes) die("weights", "out of memory");
   for (int r = 0; r < REPEATS + 1; r++) {
+    memcpy(version_bytes, bytes, n);
+    for (size_t end = CHUNK; end - CHUNK < n; end += CHUNK) version_bytes[(end < n ? end : n) - 1] ^= (uint8_t)(r + 1);
     int64_t t0 = now_ns();
-    if (lh_learner_publisher_set(pub, (uint64_t)r + 1, bytes, n, 0, 0, 0.0f, &e) < 0) die("publish", e.msg);
+    if (lh_learner_publisher_set(pub, (uint64_t)r + 1, version_bytes, n, 0, 0, 0.0f, &e) < 0) die("publish", e.msg);
     int64_t t_ann = now_ns();  /* the announcement is out */
     if (r == 0) pthread_create(&t, NULL, serve_thread, &sa);
     int got = 0;
@@ -175,7 +183,10 @@ static sync_times weights_sync(void *ctx, lh_model *model, const uint8_t *bytes,
     lh_model_free(fresh);
     int64_t t2 = now_ns();
     if (r) publish[r - 1] = t1 - t0, fetch[r - 1] = t1 - t_ann, swap[r - 1] = t2 - t_ann;
+    lh_actors_weights_fetch_stats st;
+    if (!lh_actors_link_weights_fetch(link, &st) || (r && st.bytes_fetched != n)) die("weights", "not fetched whole");
   }
+  free(version_bytes);
   atomic_store(&sa.stop, 1);
   pthread_join(t, NULL);
   lh_actors_link_free(link);
@@ -205,6 +216,7 @@ static void one_model(void *ctx, const char *what, int d_model, int layers, int 
 }
 
 int main(void) {
+  lh_log_set_level(LH_LOG_WARN); /* a line per version otherwise */
   void *ctx = zmq_ctx_new();
   printf("weights sync: publisher -> actor link over tcp://127.0.0.1, 1 MiB chunks, median of %d\n",
          REPEATS);

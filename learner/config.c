@@ -54,6 +54,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, max_episode_tokens, 0, INFINITY),
     LH_INI_KEY_U64(T, max_message_bytes, 4096, 64 << 20),
     LH_INI_KEY_U64(T, retain_versions, 0, INFINITY),
+    LH_INI_KEY_U64(T, weights_chunk_bytes, 4096, 16 << 20),
 };
 #undef T
 
@@ -94,6 +95,7 @@ void lh_learner_config_default(lh_learner_config *c) {
   c->blas_threads = 1;
   c->max_episode_tokens = (uint64_t)1 << 22;
   c->max_message_bytes = 16u << 20;
+  c->weights_chunk_bytes = 1u << 20;
 }
 
 static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes) {

@@ -257,6 +257,10 @@ typedef struct {
    * max_policy_lag + 2 versions are kept, so no episode that may still be
    * trained loses its tokens (0: that least). */
   uint64_t retain_versions;       /* (0) */
+  /* Weights are served in chunks of this size: an actor fetches only the
+   * chunks that changed, so smaller chunks send less of a model with
+   * frozen parts, at more messages per version. */
+  uint64_t weights_chunk_bytes;   /* 4096..16 MiB (1 MiB) */
 } lh_learner_config;
 
 void lh_learner_config_default(lh_learner_config *cfg);
@@ -297,14 +301,25 @@ void lh_learner_weights_free(lh_learner_weights *w);
  * the size differs. Chunks handed out before point at the new bytes. */
 int lh_learner_weights_refill(lh_learner_weights *w, uint64_t version, const void *bytes, size_t n);
 /* Fills a (initialised with longhaul__weights_announce__init) with version,
- * total_bytes, chunk_bytes, chunk_count and checksum; the stage fields are
- * the caller's. */
+ * total_bytes, chunk_bytes, chunk_count, checksum and the chunk checksums
+ * (pointing into w; none past 2^20 chunks); the stage fields are the
+ * caller's. */
 void lh_learner_weights_announce(const lh_learner_weights *w, Longhaul__WeightsAnnounce *a);
 uint32_t lh_learner_weights_chunk_count(const lh_learner_weights *w);
 /* Fills c (initialised) with chunk index; c->data points into w and stays
  * valid while w lives. LH_ELEARNER_WEIGHTS_REQUEST past the last chunk. */
 int lh_learner_weights_chunk(const lh_learner_weights *w, uint32_t index, Longhaul__WeightsChunk *c,
                              lh_errbuf *err);
+/* The same, zstd-compressed when accept_zstd and the frame is at least
+ * 1/16 smaller than the chunk (c->encoding says which; c->checksum stays
+ * that of the uncompressed bytes). A chunk is compressed once per version,
+ * on its first such request, and kept with w. */
+int lh_learner_weights_chunk_encoded(lh_learner_weights *w, uint32_t index, int accept_zstd,
+                                     Longhaul__WeightsChunk *c, lh_errbuf *err);
+typedef struct {
+  uint64_t tried, compressed;  /* chunks compressed, and those kept compressed */
+} lh_learner_weights_zstd_counts;
+lh_learner_weights_zstd_counts lh_learner_weights_get_zstd_counts(const lh_learner_weights *w);
 /* Checks a request against w: its version must be w's and its range inside
  * the chunks (chunk_count 0 means "to the last chunk"). Sets the range to
  * serve. */
@@ -689,6 +704,7 @@ typedef struct lh_learner_publisher lh_learner_publisher;
 
 typedef struct {
   uint64_t announces, chunks_sent, redirects, bad_requests;
+  uint64_t chunks_zstd, bytes_sent;  /* chunks sent compressed; data bytes sent, as sent */
 } lh_learner_publisher_counts;
 
 lh_learner_publisher *lh_learner_publisher_new(void *zmq_ctx, const char *pub_endpoint,

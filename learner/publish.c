@@ -5,7 +5,10 @@
  * version (a new actor that missed the announcement, or one asking for a
  * version already replaced twice) is answered with the current
  * announcement on the ROUTER, so that it can start fetching the version
- * that is there. */
+ * that is there. Each announcement carries the chunks' checksums, so an
+ * actor asks only for the chunks that differ from the version it holds; a
+ * request that accepts zstd gets the chunks where compression pays
+ * compressed (learner/weights.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,13 +227,17 @@ static int serve_one(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes
     for (uint32_t i = 0; i < count && !rc; i++) {
       Longhaul__WeightsChunk c;
       longhaul__weights_chunk__init(&c);
-      rc = lh_learner_weights_chunk(from, first + i, &c, err);
+      rc = lh_learner_weights_chunk_encoded(from, first + i, req->weights_request->accept_zstd, &c, err);
       if (rc) break;
       Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
       env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK;
       env.weights_chunk = &c;
       rc = send_env(p, p->router, &env, id, id_bytes, delimiter, err);
-      if (!rc) p->counts.chunks_sent++;
+      if (!rc) {
+        p->counts.chunks_sent++;
+        p->counts.bytes_sent += c.data.len;
+        p->counts.chunks_zstd += c.encoding == LONGHAUL__WEIGHTS_ENCODING__WEIGHTS_ENCODING_ZSTD;
+      }
     }
   }
   lh_wire_free(req);

@@ -17,7 +17,6 @@
 #include "common/run_id.h"
 #include "learner/learner.h"
 
-#define RUN_CHUNK_BYTES (1u << 20)
 #define RUN_WAIT_MS 20          /* longest wait for stored ids when no batch is ready */
 #define RUN_HINT_IDS 4096       /* ids taken per turn */
 /* A full scan of the store reads every ready row, so it runs at the start
@@ -381,7 +380,7 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   lh_learner_model_limits limits;
   lh_learner_model_limits_init(&limits, lh_model_get_config(L->m), &L->cfg);
   lh_learner_service_config sc = {.zmq_ctx = L->zctx, .cfg = &L->cfg, .curve = &L->curve,
-                                  .serve_weights = L->rank == 0, .chunk_bytes = RUN_CHUNK_BYTES,
+                                  .serve_weights = L->rank == 0, .chunk_bytes = (uint32_t)L->cfg.weights_chunk_bytes,
                                   .limits = &limits, .run_id = L->run_id};
   LH_TRY(lh_learner_service_new(&sc, &L->svc, err));
   /* The first version is out, and the back-pressure set, before anything
@@ -399,7 +398,8 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
   LH_INFO("learner",
           "status version=%llu steps_run=%llu received=%llu stored=%llu duplicates=%llu rejected=%llu "
           "retried=%llu rejected_run=%llu hellos=%llu heartbeats=%llu admitted=%llu dropped_stale=%llu chunks_sent=%llu "
-          "backlog=%zu backlog_cap=%llu hold=%d stale_share=%.3f busy_fraction=%.3f ckpt_failures=%llu",
+          "backlog=%zu backlog_cap=%llu hold=%d stale_share=%.3f busy_fraction=%.3f ckpt_failures=%llu "
+          "weights_bytes_sent=%llu chunks_zstd=%llu",
           (unsigned long long)lh_learner_trainer_version(L->trainer), (unsigned long long)steps_run,
           (unsigned long long)c->received, (unsigned long long)c->stored, (unsigned long long)c->duplicates,
           (unsigned long long)c->rejected, (unsigned long long)c->retried, (unsigned long long)c->rejected_run,
@@ -407,7 +407,8 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
           (unsigned long long)c->heartbeats, (unsigned long long)ad->admitted,
           (unsigned long long)ad->dropped_stale, (unsigned long long)sc.weights.chunks_sent,
           lh_learner_trainer_backlog(L->trainer), (unsigned long long)lh_learner_trainer_backlog_cap(L->trainer),
-          sc.hold, lh_learner_trainer_stale_share(L->trainer), busy, (unsigned long long)L->ckpt_failures);
+          sc.hold, lh_learner_trainer_stale_share(L->trainer), busy, (unsigned long long)L->ckpt_failures,
+          (unsigned long long)sc.weights.bytes_sent, (unsigned long long)sc.weights.chunks_zstd);
 }
 
 /* Whether to stop now; with several ranks they stop at the same turn (a

@@ -1,7 +1,9 @@
 /* learner: one version's weights, announced and served in checksummed
- * chunks. */
+ * chunks, each zstd-compressed for a requester that accepts it when that
+ * pays (once per chunk and version, on the first such request). */
 #include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 #include "learner/learner.h"
 #include "proto/wire.h"
@@ -13,7 +15,24 @@ struct lh_learner_weights {
   uint32_t chunk_bytes, chunk_count;
   uint64_t checksum;
   uint64_t *chunk_checksums;
+  /* zstd, set up on the first request that accepts it: per chunk, 0 not
+   * tried for this version, 1 compressed (zdata, zlen), 2 does not pay */
+  ZSTD_CCtx *cctx;
+  uint8_t *zstate;
+  uint8_t **zdata;
+  size_t *zlen, *zcap;
+  uint8_t *scratch;  /* ZSTD_compressBound(chunk_bytes) */
+  size_t scratch_bytes;
+  lh_learner_weights_zstd_counts zcounts;
 };
+
+/* zstd level 1: a learner compresses each chunk of each version for its
+ * actors, so speed matters more than the last percent (float weights
+ * compress little at any level). */
+#define WEIGHTS_ZSTD_LEVEL 1
+/* Announcements carry the chunk checksums up to this many chunks (8 MiB of
+ * them); past it actors fetch whole versions. */
+#define WEIGHTS_MAX_ANNOUNCED_CHECKSUMS (1u << 20)
 
 /* Copies the bytes in and computes the checksums of a layout already set. */
 static void fill(lh_learner_weights *w, uint64_t version, const void *bytes) {
@@ -24,6 +43,7 @@ static void fill(lh_learner_weights *w, uint64_t version, const void *bytes) {
     w->chunk_checksums[i] = lh_wire_checksum(w->bytes + off, len);
   }
   w->checksum = lh_wire_weights_checksum(w->chunk_checksums, w->chunk_count);
+  if (w->zstate) memset(w->zstate, 0, w->chunk_count);
 }
 
 lh_learner_weights *lh_learner_weights_new(uint64_t version, const void *bytes, size_t n,
@@ -73,6 +93,14 @@ void lh_learner_weights_free(lh_learner_weights *w) {
   if (!w) return;
   free(w->bytes);
   free(w->chunk_checksums);
+  if (w->zdata)
+    for (uint32_t i = 0; i < w->chunk_count; i++) free(w->zdata[i]);
+  free(w->zdata);
+  free(w->zlen);
+  free(w->zcap);
+  free(w->zstate);
+  free(w->scratch);
+  ZSTD_freeCCtx(w->cctx);
   free(w);
 }
 
@@ -83,6 +111,10 @@ void lh_learner_weights_announce(const lh_learner_weights *w, Longhaul__WeightsA
   a->chunk_bytes = w->chunk_bytes;
   a->chunk_count = w->chunk_count;
   a->checksum = w->checksum;
+  if (w->chunk_count <= WEIGHTS_MAX_ANNOUNCED_CHECKSUMS) {
+    a->n_chunk_checksums = w->chunk_count;
+    a->chunk_checksums = w->chunk_checksums;
+  }
 }
 
 uint32_t lh_learner_weights_chunk_count(const lh_learner_weights *w) { return w ? w->chunk_count : 0; }
@@ -126,4 +158,63 @@ int lh_learner_weights_serve(const lh_learner_weights *w, const Longhaul__Weight
   *first = req->first_chunk;
   *count = req->chunk_count ? req->chunk_count : left;
   return 0;
+}
+
+/* Sets up the zstd state on first use: 0, or LH_ENOMEM. */
+static int zstd_setup(lh_learner_weights *w, lh_errbuf *err) {
+  if (w->zstate) return 0;
+  w->cctx = ZSTD_createCCtx();
+  w->zdata = calloc(w->chunk_count, sizeof *w->zdata);
+  w->zlen = calloc(w->chunk_count, sizeof *w->zlen);
+  w->zcap = calloc(w->chunk_count, sizeof *w->zcap);
+  w->scratch_bytes = ZSTD_compressBound(w->chunk_bytes);
+  w->scratch = malloc(w->scratch_bytes);
+  uint8_t *state = calloc(w->chunk_count, 1);
+  if (!w->cctx || !w->zdata || !w->zlen || !w->zcap || !w->scratch || !state) {
+    free(state);
+    return lh_errbuf_set(err, LH_ENOMEM, "weights: out of memory for zstd of %u chunks", w->chunk_count);
+  }
+  w->zstate = state;  /* set last: the rest is there when zstate is */
+  return 0;
+}
+
+/* Compresses chunk index of the current version into zdata[index] when the
+ * frame is at least 1/16 smaller than the chunk; else marks it raw. */
+static int zstd_try(lh_learner_weights *w, uint32_t index, const uint8_t *src, size_t len, lh_errbuf *err) {
+  size_t z = ZSTD_compressCCtx(w->cctx, w->scratch, w->scratch_bytes, src, len, WEIGHTS_ZSTD_LEVEL);
+  w->zcounts.tried++;
+  if (ZSTD_isError(z) || z > len - len / 16) {
+    w->zstate[index] = 2;
+    return 0;
+  }
+  if (w->zcap[index] < z) {
+    uint8_t *b = realloc(w->zdata[index], z);
+    if (!b) return lh_errbuf_set(err, LH_ENOMEM, "weights: out of memory for a compressed chunk of %zu bytes", z);
+    w->zdata[index] = b, w->zcap[index] = z;
+  }
+  memcpy(w->zdata[index], w->scratch, z);
+  w->zlen[index] = z;
+  w->zstate[index] = 1;
+  w->zcounts.compressed++;
+  return 0;
+}
+
+int lh_learner_weights_chunk_encoded(lh_learner_weights *w, uint32_t index, int accept_zstd,
+                                     Longhaul__WeightsChunk *c, lh_errbuf *err) {
+  LH_TRY(lh_learner_weights_chunk(w, index, c, err));
+  c->encoding = LONGHAUL__WEIGHTS_ENCODING__WEIGHTS_ENCODING_RAW;
+  if (!accept_zstd) return 0;
+  LH_TRY(zstd_setup(w, err));
+  if (w->zstate[index] == 0) LH_TRY(zstd_try(w, index, c->data.data, c->data.len, err));
+  if (w->zstate[index] == 1) {
+    c->data.data = w->zdata[index];
+    c->data.len = w->zlen[index];
+    c->encoding = LONGHAUL__WEIGHTS_ENCODING__WEIGHTS_ENCODING_ZSTD;
+  }
+  return 0;
+}
+
+lh_learner_weights_zstd_counts lh_learner_weights_get_zstd_counts(const lh_learner_weights *w) {
+  lh_learner_weights_zstd_counts none = {0};
+  return w ? w->zcounts : none;
 }

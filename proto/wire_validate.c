@@ -309,6 +309,9 @@ static int check_weights_announce(const Longhaul__WeightsAnnounce *w, const lh_w
                          "%s.chunk_count=%u but total_bytes=%llu in chunks of %u needs %llu", path,
                          w->chunk_count, (unsigned long long)w->total_bytes, w->chunk_bytes,
                          (unsigned long long)want);
+  if (w->n_chunk_checksums != 0 && w->n_chunk_checksums != w->chunk_count)
+    return lh_errbuf_set(err, LH_EWIRE_WEIGHTS_LAYOUT, "%s.chunk_checksums has %zu entries but chunk_count=%u",
+                         path, w->n_chunk_checksums, w->chunk_count);
   LH_TRY(check_finite(w->long_frac, path, "long_frac", err));
   if (w->long_frac < 0.0f || w->long_frac > 1.0f)
     return lh_errbuf_set(err, LH_EWIRE_VALUE_RANGE, "%s.long_frac=%g is not in 0..1", path,
@@ -334,7 +337,13 @@ static int check_weights_chunk(const Longhaul__WeightsChunk *w, const lh_wire_li
   if (w->offset > UINT64_MAX - w->data.len)
     return lh_errbuf_set(err, LH_EWIRE_OFFSET_OVERFLOW, "%s.offset=%llu plus %zu bytes overflows 64 bits",
                          path, (unsigned long long)w->offset, w->data.len);
-  if (lim->skip_chunk_checksums) return 0;
+  if (w->encoding != LONGHAUL__WEIGHTS_ENCODING__WEIGHTS_ENCODING_RAW &&
+      w->encoding != LONGHAUL__WEIGHTS_ENCODING__WEIGHTS_ENCODING_ZSTD)
+    return lh_errbuf_set(err, LH_EWIRE_VALUE_RANGE, "%s.encoding=%d is neither raw nor zstd", path,
+                         (int)w->encoding);
+  /* An encoded chunk's checksum is over its decoded bytes: the receiver
+   * checks it after decoding (actors/weights.c). */
+  if (lim->skip_chunk_checksums || w->encoding != LONGHAUL__WEIGHTS_ENCODING__WEIGHTS_ENCODING_RAW) return 0;
   uint64_t sum = lh_wire_checksum(w->data.data, w->data.len);
   if (sum != w->checksum)
     return lh_errbuf_set(err, LH_EWIRE_CHUNK_CHECKSUM,

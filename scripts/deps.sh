@@ -14,6 +14,7 @@ packages=(
   libopenmpi-dev openmpi-bin   # multi-learner collectives
   libcjson-dev             # safetensors headers, JSON export
   libinih-dev              # INI config
+  libzstd-dev              # zstd-compressed weights chunks
   python3-zmq python3-protobuf protobuf-compiler   # Python env server example
   python3-torch            # the PyTorch peer of bench_model
   chromium                 # renders longhaul report's page in its test

@@ -16,7 +16,7 @@ build=${1:?usage: scripts/fuzz.sh BUILD_DIR SECONDS [HARNESS...]}
 seconds=${2:?usage: scripts/fuzz.sh BUILD_DIR SECONDS [HARNESS...]}
 shift 2
 harnesses=("$@")
-if [ ${#harnesses[@]} -eq 0 ]; then harnesses=(wire toolcall safetensors ini); fi
+if [ ${#harnesses[@]} -eq 0 ]; then harnesses=(wire toolcall safetensors ini weights); fi
 parallel=${FUZZ_PARALLEL:-1}
 
 for h in "${harnesses[@]}"; do

@@ -3,13 +3,15 @@
 # LLVMFuzzerTestOneInput, built with the ordinary compiler into a plain
 # driver (fuzz/replay_main.c), so `make test` replays them without clang.
 set(LH_CORPUS_DRIVER ${CMAKE_SOURCE_DIR}/fuzz/replay_main.c)
-foreach(h wire toolcall safetensors ini)
+foreach(h wire toolcall safetensors ini weights)
   if(h STREQUAL "wire")
     set(libs lh_proto)
   elseif(h STREQUAL "toolcall")
     set(libs lh_envs)
   elseif(h STREQUAL "safetensors")
     set(libs lh_model lh_kernels)
+  elseif(h STREQUAL "weights")
+    set(libs lh_actors)
   else()
     set(libs lh_model lh_learner lh_actors)
   endif()
