@@ -13,10 +13,10 @@
  * - for the demo model, decode cost per token at context 1024 against
  *   65536 (state reached by prefill in windows): the ratio should stay
  *   <= 1.1.
- * Without --config it runs the set: the demo model (4 x 1024 tokens, 5
- * steps), bench/model_d256.ini (2 x 1024, 2 steps) and bench/model_d512.ini
- * (1 x 1024, 2 steps), each at 1 and 2 threads; --config FILE (an INI with
- * [model]) runs that model alone. */
+ * Without --config it runs the set: the demo model (4 x 1024 tokens, 3
+ * steps), bench/model_d256.ini and bench/model_d512.ini (1 x 1024, 2 steps
+ * each), each at 1 and 2 threads; --config FILE (an INI with [model]) runs
+ * that model alone (4 x 1024 tokens, 5 steps unless told). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -182,13 +182,17 @@ typedef struct {
 } bench_row;
 
 /* Runs the peer on the weights and tokens in dir at the given threads;
- * *peer_s (-1 when not measured) and *peer_loss from its output. */
+ * *peer_s (-1 when not measured) and *peer_loss from its output. The
+ * peer's OpenMP team waits passively: torch's team and OpenBLAS's pool
+ * take turns on the same cores, and a team that spins between operations
+ * takes the cores from the pool (at 2 threads on 2 cores the peer's step
+ * was 6-10x slower spinning than passive). */
 static void run_peer(const char *dir, int threads, const bench_spec *sp, double *peer_s,
                      double *peer_loss) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
            "env OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d MKL_NUM_THREADS=%d "
-           "/usr/bin/python3 '%s/bench/peer_torch.py' --threads %d --steps %d --seqs %d "
+           "OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 '%s/bench/peer_torch.py' --threads %d --steps %d --seqs %d "
            "--seq-len %d --params '%s/model.safetensors' --tokens '%s/tokens.i32' 2>&1",
            threads, threads, threads, LH_SOURCE_DIR, threads, sp->steps, sp->n_seq,
            sp->seq_len, dir, dir);
@@ -246,10 +250,13 @@ static int bench_one(const bench_spec *sp, const int *threads, int n_threads, in
   int32_t *tok = malloc((size_t)T * sizeof(int32_t));
   if (!tok) return 1;
   make_tokens(tok, T);
+  double load[1] = {-1};
+  getloadavg(load, 1);
   printf("== bench_model: %s (d %d, layers %d, heads %d, experts %d top-%d, shared %d, latent "
-         "%d, hidden %d), %d x %d tokens, %d steps after a warm-up\n", sp->name, cfg.d_model,
-         cfg.layers, cfg.heads, cfg.experts, cfg.topk, cfg.shared_experts, cfg.latent,
-         cfg.expert_hidden, sp->n_seq, sp->seq_len, sp->steps);
+         "%d, hidden %d), %d x %d tokens, %d steps after a warm-up; load average %.1f\n",
+         sp->name, cfg.d_model, cfg.layers, cfg.heads, cfg.experts, cfg.topk,
+         cfg.shared_experts, cfg.latent, cfg.expert_hidden, sp->n_seq, sp->seq_len, sp->steps,
+         load[0]);
   char dir[64] = "";
   bench_row rows[MAX_THREAD_COUNTS];
   int rc = 0;
@@ -343,6 +350,7 @@ int main(int argc, char **argv) {
   int threads[MAX_THREAD_COUNTS] = {1, 2}, n_threads = 2;
   int steps = 0, n_seq = 0, seq_len = 0, peer = 1, decode = 0;
   const char *config = NULL;
+  setvbuf(stdout, NULL, _IOLBF, 0); /* lines show as they come, also into a file */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--no-peer")) peer = 0;
@@ -369,8 +377,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   bench_spec set[] = {
-      {"demo", NULL, 4, 1024, 5, 1},
-      {"bench/model_d256.ini", LH_SOURCE_DIR "/bench/model_d256.ini", 2, 1024, 2, 0},
+      {"demo", NULL, 4, 1024, 3, 1},
+      {"bench/model_d256.ini", LH_SOURCE_DIR "/bench/model_d256.ini", 1, 1024, 2, 0},
       {"bench/model_d512.ini", LH_SOURCE_DIR "/bench/model_d512.ini", 1, 1024, 2, 0},
   };
   int n_specs = 3;

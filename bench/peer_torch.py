@@ -24,7 +24,8 @@ tokens. Without them, the demo model from torch's own generator.
 Threads: the caller sets OMP_NUM_THREADS / OPENBLAS_NUM_THREADS /
 MKL_NUM_THREADS in the environment before this process starts (OpenBLAS
 sizes its pool when it loads; torch.set_num_threads does not reach it);
---threads sets torch's own pool. The line "peer_torch threads ..." says
+--threads sets torch's own pool; bench_model also sets OMP_WAIT_POLICY=PASSIVE
+(see its run_peer). The line "peer_torch threads ..." says
 what each pool really is.
 
 Prints "peer_torch loss L" (first step) and "peer_torch step_s SECONDS"
@@ -255,11 +256,10 @@ def main():
     ap.add_argument("--check", metavar="DIR", help="write the gradients of one step to DIR")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    print("peer_torch threads: torch %d, OpenMP %s, %s; env OMP_NUM_THREADS=%s "
-          "OPENBLAS_NUM_THREADS=%s MKL_NUM_THREADS=%s" % (
-              torch.get_num_threads(), omp_max_threads(), blas_threads(),
-              *(os.environ.get(k, "unset") for k in
-                ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"))), flush=True)
+    env = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY")
+    print("peer_torch threads: torch %d, OpenMP %s, %s; env %s" % (
+        torch.get_num_threads(), omp_max_threads(), blas_threads(),
+        " ".join("%s=%s" % (k, os.environ.get(k, "unset")) for k in env)), flush=True)
     torch.manual_seed(0)
     if a.params:
         c, P = load_params(a.params)
