@@ -10,6 +10,8 @@
  *   torch starts: the ratio peer time / longhaul time (>= 1 means longhaul
  *   is faster); both sides print the threads their pools really have;
  * - the speed-up of each side's step from a second thread;
+ * - each step's CPU time too (all threads of the process): on a loaded
+ *   machine the 1-thread ratio by CPU time is the steadier one;
  * - for the demo model, decode cost per token at context 1024 against
  *   65536 (state reached by prefill in windows): the ratio should stay
  *   <= 1.1.
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/ini_doc.h"
 #include "model/model.h"
@@ -39,6 +42,14 @@ char *openblas_get_config(void);
 #define MAX_THREAD_COUNTS 4
 
 static double now_s(void) { return (double)lh_now_ns() / 1e9; }
+
+/* CPU seconds of this process (all its threads): on a shared machine the
+ * work of a 1-thread step, whatever else runs. */
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static double sgemm_gflops(const lh_backend *be, int n, int reps) {
   float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n);
@@ -79,7 +90,7 @@ static void make_tokens(int32_t *tok, int T) {
 }
 
 static int bench_step(lh_model *m, const int32_t *tok, int n_seq, int seq_len, int steps,
-                      double *best_s, double *first_loss) {
+                      double *best_s, double *best_cpu_s, double *first_loss) {
   int T = n_seq * seq_len;
   int32_t *tgt = malloc((size_t)T * sizeof(int32_t));
   int32_t *off = malloc((size_t)(n_seq + 1) * sizeof(int32_t));
@@ -96,16 +107,16 @@ static int bench_step(lh_model *m, const int32_t *tok, int n_seq, int seq_len, i
                         .weight_decay = 0.01f, .grad_scale = 1.0f};
   lh_errbuf err = {0};
   int rc = lh_model_enable_training(m);
-  *best_s = INFINITY;
+  *best_s = *best_cpu_s = INFINITY;
   for (int i = 0; !rc && i <= steps; i++) { /* step 0 warms up */
-    double t0 = now_s(), loss = 0;
+    double t0 = now_s(), c0 = cpu_s(), loss = 0;
     rc = lh_model_forward(m, &b, &c, NULL, &loss, NULL, &err);
     if (!rc) rc = lh_model_zero_grads(m);
     if (!rc) rc = lh_model_backward(m, c, NULL, NULL, &err);
     ap.step = i + 1;
     if (!rc) rc = lh_model_adamw_step(m, &ap);
     double dt = now_s() - t0;
-    if (i > 0) *best_s = fmin(*best_s, dt);
+    if (i > 0) *best_s = fmin(*best_s, dt), *best_cpu_s = fmin(*best_cpu_s, cpu_s() - c0);
     if (i == 0) *first_loss = loss;
   }
   if (rc) fprintf(stderr, "bench_model: training step failed: %s\n", err.msg);
@@ -179,6 +190,7 @@ typedef struct {
 
 typedef struct {
   double step_s, peer_s, sgemm;
+  double step_cpu_s, peer_cpu_s; /* CPU seconds of the same steps */
 } bench_row;
 
 /* Runs the peer on the weights and tokens in dir at the given threads;
@@ -188,7 +200,7 @@ typedef struct {
  * takes the cores from the pool (at 2 threads on 2 cores the peer's step
  * was 6-10x slower spinning than passive). */
 static void run_peer(const char *dir, int threads, const bench_spec *sp, double *peer_s,
-                     double *peer_loss) {
+                     double *peer_cpu_s, double *peer_loss) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
            "env OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d MKL_NUM_THREADS=%d "
@@ -196,13 +208,13 @@ static void run_peer(const char *dir, int threads, const bench_spec *sp, double 
            "--seq-len %d --params '%s/model.safetensors' --tokens '%s/tokens.i32' 2>&1",
            threads, threads, threads, LH_SOURCE_DIR, threads, sp->steps, sp->n_seq,
            sp->seq_len, dir, dir);
-  *peer_s = -1, *peer_loss = NAN;
+  *peer_s = *peer_cpu_s = -1, *peer_loss = NAN;
   FILE *p = popen(cmd, "r");
   char line[1024];
   while (p && fgets(line, sizeof line, p)) {
     if (!strncmp(line, "peer_torch threads: ", 20)) printf("peer threads: %s", line + 20);
     else if (sscanf(line, "peer_torch loss %lf", peer_loss) == 1) continue;
-    else if (sscanf(line, "peer_torch step_s %lf", peer_s) == 1) continue;
+    else if (sscanf(line, "peer_torch step_s %lf cpu_s %lf", peer_s, peer_cpu_s) >= 1) continue;
     else printf("peer: %s", line);
   }
   if (p) pclose(p);
@@ -279,22 +291,25 @@ static int bench_one(const bench_spec *sp, const int *threads, int n_threads, in
     bench_row *row = &rows[ti];
     double loss = 0, peer_loss = NAN;
     row->sgemm = sgemm_gflops(be, 1024, 5);
-    if (!rc) rc = bench_step(m, tok, sp->n_seq, sp->seq_len, sp->steps, &row->step_s, &loss);
+    if (!rc)
+      rc = bench_step(m, tok, sp->n_seq, sp->seq_len, sp->steps, &row->step_s, &row->step_cpu_s,
+                      &loss);
     if (rc) {
       lh_model_free(m);
       break;
     }
     double gflops = 3 * flops_per_token(&cfg) * T / row->step_s / 1e9;
-    printf("threads %d: train step %.1f ms, %.0f tokens/s, %.2f GFLOP/s = %.3f of sgemm's %.2f "
-           "GFLOP/s (1024^3, same run, same threads)\n", th, row->step_s * 1e3, T / row->step_s,
-           gflops, gflops / row->sgemm, row->sgemm);
+    printf("threads %d: train step %.1f ms (CPU %.1f ms), %.0f tokens/s, %.2f GFLOP/s = %.3f of "
+           "sgemm's %.2f GFLOP/s (1024^3, same run, same threads)\n", th, row->step_s * 1e3,
+           row->step_cpu_s * 1e3, T / row->step_s, gflops, gflops / row->sgemm, row->sgemm);
     row->peer_s = -1;
     if (peer) {
-      run_peer(dir, th, sp, &row->peer_s, &peer_loss);
+      run_peer(dir, th, sp, &row->peer_s, &row->peer_cpu_s, &peer_loss);
       if (row->peer_s > 0)
-        printf("threads %d: peer step %.1f ms; peer / longhaul = %.2f (>= 1.0: longhaul at "
-               "least as fast); first-step loss longhaul %.6f, peer %.6f\n", th,
-               row->peer_s * 1e3, row->peer_s / row->step_s, loss, peer_loss);
+        printf("threads %d: peer step %.1f ms (CPU %.1f ms); peer / longhaul = %.2f (>= 1.0: "
+               "longhaul at least as fast), by CPU time %.2f; first-step loss longhaul %.6f, "
+               "peer %.6f\n", th, row->peer_s * 1e3, row->peer_cpu_s * 1e3,
+               row->peer_s / row->step_s, row->peer_cpu_s / row->step_cpu_s, loss, peer_loss);
       else
         printf("threads %d: peer step not measured (needs /usr/bin/python3 with "
                "python3-torch)\n", th);
@@ -316,7 +331,9 @@ static int bench_one(const bench_spec *sp, const int *threads, int n_threads, in
   for (int ti = 0; ti < n_threads; ti++) {
     printf(" threads %d: step/sgemm %.3f", threads[ti],
            3 * flops_per_token(&cfg) * T / rows[ti].step_s / 1e9 / rows[ti].sgemm);
-    if (rows[ti].peer_s > 0) printf(", peer/longhaul %.2f", rows[ti].peer_s / rows[ti].step_s);
+    if (rows[ti].peer_s > 0)
+      printf(", peer/longhaul %.2f (CPU time %.2f)", rows[ti].peer_s / rows[ti].step_s,
+             rows[ti].peer_cpu_s / rows[ti].step_cpu_s);
     printf(";");
   }
   for (int ti = 1; ti < n_threads; ti++) {
