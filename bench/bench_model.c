@@ -1,26 +1,55 @@
-/* The policy model through the CPU backend, with references measured in the
- * same run:
- * - a whole training step (forward, backward, AdamW) of the default (demo)
- *   model over 4 packed sequences of 1024 tokens: tokens/s, and GFLOP/s as a
- *   fraction of the backend's sgemm rate (1024^3 matmul_forward);
+/* The policy model through the CPU backend against its references, each
+ * measured in the same run, per model and thread count:
+ * - a whole training step (forward, backward, AdamW) over packed
+ *   sequences: tokens/s, and GFLOP/s as a fraction of the backend's sgemm
+ *   rate (1024^3 matmul_forward) at the same thread count;
  * - the same step in PyTorch on CPU (bench/peer_torch.py, Debian's
- *   python3-torch under /usr/bin/python3), same shapes and threads:
- *   the ratio torch time / longhaul time (>= 1 means longhaul is faster);
- * - decode cost per token at context 1024 against 65536 (state reached by
- *   prefill in windows): the ratio should stay <= 1.1.
- * Threads: --threads N (default OPENBLAS_NUM_THREADS, else 1). */
+ *   python3-torch under /usr/bin/python3) from the same weights and tokens
+ *   (the model is saved and the peer reads it), with OMP_NUM_THREADS,
+ *   OPENBLAS_NUM_THREADS and MKL_NUM_THREADS set in its environment before
+ *   torch starts: the ratio peer time / longhaul time (>= 1 means longhaul
+ *   is faster); both sides print the threads their pools really have;
+ * - the speed-up of each side's step from a second thread;
+ * - each step's CPU time too (all threads of the process): on a loaded
+ *   machine the 1-thread ratio by CPU time is the steadier one;
+ * - for the demo model, decode cost per token at context 1024 against
+ *   65536 (state reached by prefill in windows): the ratio should stay
+ *   <= 1.1.
+ * Without --config it runs the set: the demo model (4 x 1024 tokens, 3
+ * steps), bench/model_d256.ini and bench/model_d512.ini (1 x 1024, 2 steps
+ * each), each at 1 and 2 threads; --config FILE (an INI with [model]) runs
+ * that model alone (4 x 1024 tokens, 5 steps unless told). */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "common/ini_doc.h"
 #include "model/model.h"
+#include "tests/proc_util.h"
 
 #ifndef LH_SOURCE_DIR
 #define LH_SOURCE_DIR "."
 #endif
 
+/* OpenBLAS's own report of its pool (the CPU backend's BLAS). */
+int openblas_get_num_threads(void);
+int openblas_get_parallel(void);
+char *openblas_get_config(void);
+
+#define MAX_THREAD_COUNTS 4
+
 static double now_s(void) { return (double)lh_now_ns() / 1e9; }
+
+/* CPU seconds of this process (all its threads): on a shared machine the
+ * work of a 1-thread step, whatever else runs. */
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static double sgemm_gflops(const lh_backend *be, int n, int reps) {
   float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n);
@@ -49,14 +78,25 @@ static double flops_per_token(const lh_model_config *c) {
   return c->layers * (attn_proj + attn_core + moe) + 2 * c->vocab * d;
 }
 
-static int bench_step(lh_model *m, int n_seq, int seq_len, int steps, double *best_s) {
-  int T = n_seq * seq_len;
-  int32_t *tok = malloc((size_t)T * sizeof(int32_t)), *tgt = malloc((size_t)T * sizeof(int32_t));
-  int32_t *off = malloc((size_t)(n_seq + 1) * sizeof(int32_t));
+/* The batch of bench_step and of the peer: n_seq sequences of seq_len
+ * bytes from a fixed LCG, each target the next token (-1 at a sequence's
+ * end). */
+static void make_tokens(int32_t *tok, int T) {
   uint64_t s = 1;
   for (int t = 0; t < T; t++) {
     s = s * 6364136223846793005ULL + 1442695040888963407ULL;
     tok[t] = (int32_t)((s >> 33) % 256);
+  }
+}
+
+static int bench_step(lh_model *m, const int32_t *tok, int n_seq, int seq_len, int steps,
+                      double *best_s, double *best_cpu_s, double *first_loss) {
+  int T = n_seq * seq_len;
+  int32_t *tgt = malloc((size_t)T * sizeof(int32_t));
+  int32_t *off = malloc((size_t)(n_seq + 1) * sizeof(int32_t));
+  if (!tgt || !off) {
+    free(tgt), free(off);
+    return LH_ENOMEM;
   }
   for (int i = 0; i <= n_seq; i++) off[i] = i * seq_len;
   for (int t = 0; t < T; t++) tgt[t] = (t + 1) % seq_len ? tok[t + 1] : -1;
@@ -67,21 +107,21 @@ static int bench_step(lh_model *m, int n_seq, int seq_len, int steps, double *be
                         .weight_decay = 0.01f, .grad_scale = 1.0f};
   lh_errbuf err = {0};
   int rc = lh_model_enable_training(m);
-  *best_s = INFINITY;
+  *best_s = *best_cpu_s = INFINITY;
   for (int i = 0; !rc && i <= steps; i++) { /* step 0 warms up */
-    double t0 = now_s(), loss = 0;
+    double t0 = now_s(), c0 = cpu_s(), loss = 0;
     rc = lh_model_forward(m, &b, &c, NULL, &loss, NULL, &err);
     if (!rc) rc = lh_model_zero_grads(m);
     if (!rc) rc = lh_model_backward(m, c, NULL, NULL, &err);
     ap.step = i + 1;
     if (!rc) rc = lh_model_adamw_step(m, &ap);
     double dt = now_s() - t0;
-    if (i > 0) *best_s = fmin(*best_s, dt);
-    if (i == 0) printf("train step: loss %.4f\n", loss);
+    if (i > 0) *best_s = fmin(*best_s, dt), *best_cpu_s = fmin(*best_cpu_s, cpu_s() - c0);
+    if (i == 0) *first_loss = loss;
   }
   if (rc) fprintf(stderr, "bench_model: training step failed: %s\n", err.msg);
   lh_model_cache_free(c);
-  free(tok), free(tgt), free(off);
+  free(tgt), free(off);
   return rc;
 }
 
@@ -128,60 +168,248 @@ static int bench_decode(lh_model *m, int ctx_a, int ctx_b, int steps, int rounds
   return rc;
 }
 
-int main(int argc, char **argv) {
-  int threads = getenv("OPENBLAS_NUM_THREADS") ? atoi(getenv("OPENBLAS_NUM_THREADS")) : 1;
-  int steps = 5, n_seq = 4, seq_len = 1024, peer = 1;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--seq-len") && i + 1 < argc) seq_len = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--no-peer")) peer = 0;
-    else {
-      fprintf(stderr, "usage: bench_model [--threads N] [--steps N] [--seq-len N] [--no-peer]\n");
+/* What the CPU backend's pools are: OpenBLAS's own report, and the OpenMP
+ * runtime's when one is loaded in this process. */
+static void print_longhaul_threads(int asked) {
+  static const char *const kinds[] = {"sequential", "pthreads", "OpenMP"};
+  int par = openblas_get_parallel();
+  int (*omp_max)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "omp_get_max_threads");
+  char omp[64];
+  if (omp_max) snprintf(omp, sizeof omp, "OpenMP %d", omp_max());
+  else snprintf(omp, sizeof omp, "no OpenMP runtime loaded");
+  printf("longhaul threads: asked %d; openblas %d (%s, %s); %s; its own loops run on the "
+         "calling thread unless a team is named here\n", asked, openblas_get_num_threads(),
+         par >= 0 && par <= 2 ? kinds[par] : "?", openblas_get_config(), omp);
+}
+
+typedef struct {
+  const char *name;   /* "demo" or the config file */
+  const char *config; /* NULL: the demo model */
+  int n_seq, seq_len, steps, decode;
+} bench_spec;
+
+typedef struct {
+  double step_s, peer_s, sgemm;
+  double step_cpu_s, peer_cpu_s; /* CPU seconds of the same steps */
+} bench_row;
+
+/* Runs the peer on the weights and tokens in dir at the given threads;
+ * *peer_s (-1 when not measured) and *peer_loss from its output. The
+ * peer's OpenMP team waits passively: torch's team and OpenBLAS's pool
+ * take turns on the same cores, and a team that spins between operations
+ * takes the cores from the pool (at 2 threads on 2 cores the peer's step
+ * was 6-10x slower spinning than passive). */
+static void run_peer(const char *dir, int threads, const bench_spec *sp, double *peer_s,
+                     double *peer_cpu_s, double *peer_loss) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "env OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d MKL_NUM_THREADS=%d "
+           "OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 '%s/bench/peer_torch.py' --threads %d --steps %d --seqs %d "
+           "--seq-len %d --params '%s/model.safetensors' --tokens '%s/tokens.i32' 2>&1",
+           threads, threads, threads, LH_SOURCE_DIR, threads, sp->steps, sp->n_seq,
+           sp->seq_len, dir, dir);
+  *peer_s = *peer_cpu_s = -1, *peer_loss = NAN;
+  FILE *p = popen(cmd, "r");
+  char line[1024];
+  while (p && fgets(line, sizeof line, p)) {
+    if (!strncmp(line, "peer_torch threads: ", 20)) printf("peer threads: %s", line + 20);
+    else if (sscanf(line, "peer_torch loss %lf", peer_loss) == 1) continue;
+    else if (sscanf(line, "peer_torch step_s %lf cpu_s %lf", peer_s, peer_cpu_s) >= 1) continue;
+    else printf("peer: %s", line);
+  }
+  if (p) pclose(p);
+}
+
+/* Writes the model's weights and the tokens where the peer reads them. */
+static int save_for_peer(const lh_model *m, const char *dir, const int32_t *tok, int T) {
+  lh_errbuf err = {0};
+  int rc = lh_model_save(m, dir, &err);
+  if (rc) {
+    fprintf(stderr, "bench_model: %s\n", err.msg);
+    return rc;
+  }
+  char path[512];
+  snprintf(path, sizeof path, "%s/tokens.i32", dir);
+  FILE *f = fopen(path, "wb");
+  size_t n = f ? fwrite(tok, sizeof(int32_t), (size_t)T, f) : 0;
+  if (f && fclose(f)) n = 0;
+  return n == (size_t)T ? 0 : LH_EIO;
+}
+
+/* One model at each thread count: its lines, then its summary. */
+static int bench_one(const bench_spec *sp, const int *threads, int n_threads, int peer) {
+  lh_model_config cfg;
+  lh_errbuf err = {0};
+  if (sp->config) {
+    lh_ini_doc *doc = NULL;
+    int rc = lh_ini_doc_load(sp->config, NULL, 0, &doc, &err);
+    if (!rc) rc = lh_model_config_read(doc, &cfg, &err);
+    lh_ini_doc_free(doc);
+    if (rc) {
+      fprintf(stderr, "bench_model: %s\n", err.msg);
       return 2;
     }
+  } else {
+    lh_model_config_default(&cfg);
   }
-  if (threads < 1) threads = 1;
+  if (sp->seq_len % cfg.chunk) {
+    fprintf(stderr, "bench_model: --seq-len %d is not a multiple of chunk %d (the peer's "
+            "chunked form needs whole chunks)\n", sp->seq_len, cfg.chunk);
+    return 2;
+  }
   const lh_backend *be = lh_backend_cpu();
-  be->set_threads(be->context, threads);
-  lh_model_config cfg;
-  lh_model_config_default(&cfg);
-  lh_model *m = NULL;
-  lh_errbuf err = {0};
-  if (lh_model_new(&cfg, be, &m, &err)) {
-    fprintf(stderr, "bench_model: %s\n", err.msg);
-    return 1;
+  int T = sp->n_seq * sp->seq_len;
+  int32_t *tok = malloc((size_t)T * sizeof(int32_t));
+  if (!tok) return 1;
+  make_tokens(tok, T);
+  double load[1] = {-1};
+  getloadavg(load, 1);
+  printf("== bench_model: %s (d %d, layers %d, heads %d, experts %d top-%d, shared %d, latent "
+         "%d, hidden %d), %d x %d tokens, %d steps after a warm-up; load average %.1f\n",
+         sp->name, cfg.d_model, cfg.layers, cfg.heads, cfg.experts, cfg.topk,
+         cfg.shared_experts, cfg.latent, cfg.expert_hidden, sp->n_seq, sp->seq_len, sp->steps,
+         load[0]);
+  char dir[64] = "";
+  bench_row rows[MAX_THREAD_COUNTS];
+  int rc = 0;
+  for (int ti = 0; !rc && ti < n_threads; ti++) {
+    int th = threads[ti];
+    be->set_threads(be->context, th);
+    print_longhaul_threads(th);
+    lh_model *m = NULL;
+    rc = lh_model_new(&cfg, be, &m, &err);
+    if (rc) {
+      fprintf(stderr, "bench_model: %s\n", err.msg);
+      break;
+    }
+    if (peer && !dir[0]) {
+      if (lh_proc_tmpdir(dir, sizeof dir, "bench-model") || save_for_peer(m, dir, tok, T)) {
+        fprintf(stderr, "bench_model: cannot write the peer's weights and tokens under /tmp\n");
+        rc = 1;
+      }
+    }
+    bench_row *row = &rows[ti];
+    double loss = 0, peer_loss = NAN;
+    row->sgemm = sgemm_gflops(be, 1024, 5);
+    if (!rc)
+      rc = bench_step(m, tok, sp->n_seq, sp->seq_len, sp->steps, &row->step_s, &row->step_cpu_s,
+                      &loss);
+    if (rc) {
+      lh_model_free(m);
+      break;
+    }
+    double gflops = 3 * flops_per_token(&cfg) * T / row->step_s / 1e9;
+    printf("threads %d: train step %.1f ms (CPU %.1f ms), %.0f tokens/s, %.2f GFLOP/s = %.3f of "
+           "sgemm's %.2f GFLOP/s (1024^3, same run, same threads)\n", th, row->step_s * 1e3,
+           row->step_cpu_s * 1e3, T / row->step_s, gflops, gflops / row->sgemm, row->sgemm);
+    row->peer_s = -1;
+    if (peer) {
+      run_peer(dir, th, sp, &row->peer_s, &row->peer_cpu_s, &peer_loss);
+      if (row->peer_s > 0)
+        printf("threads %d: peer step %.1f ms (CPU %.1f ms); peer / longhaul = %.2f (>= 1.0: "
+               "longhaul at least as fast), by CPU time %.2f; first-step loss longhaul %.6f, "
+               "peer %.6f\n", th, row->peer_s * 1e3, row->peer_cpu_s * 1e3,
+               row->peer_s / row->step_s, row->peer_cpu_s / row->step_cpu_s, loss, peer_loss);
+      else
+        printf("threads %d: peer step not measured (needs /usr/bin/python3 with "
+               "python3-torch)\n", th);
+    }
+    if (sp->decode && ti == 0) {
+      double d1k = 0, d64k = 0;
+      rc = bench_decode(m, 1024, 65536, 256, 8, &d1k, &d64k);
+      if (!rc)
+        printf("decode: %.1f us/token at context 1024, %.1f us/token at context 65536; "
+               "ratio 65536/1024 = %.3f (<= 1.1: constant cost)\n", d1k * 1e6, d64k * 1e6,
+               d64k / d1k);
+    }
+    lh_model_free(m);
   }
-  int T = n_seq * seq_len;
-  printf("bench_model: demo model (d %d, layers %d, experts %d top-%d), %d x %d tokens, "
-         "threads %d\n", cfg.d_model, cfg.layers, cfg.experts, cfg.topk, n_seq, seq_len, threads);
-  double sgemm = sgemm_gflops(be, 1024, 5);
-  double step_s = 0;
-  if (bench_step(m, n_seq, seq_len, steps, &step_s)) return 1;
-  double gflops = 3 * flops_per_token(&cfg) * T / step_s / 1e9;
-  printf("train step: %.1f ms, %.0f tokens/s, %.2f GFLOP/s = %.3f of sgemm's %.2f GFLOP/s "
-         "(1024^3, same run)\n", step_s * 1e3, T / step_s, gflops, gflops / sgemm, sgemm);
-  if (peer) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "/usr/bin/python3 %s/bench/peer_torch.py --threads %d --steps %d --seqs %d "
-             "--seq-len %d", LH_SOURCE_DIR, threads, steps, n_seq, seq_len);
-    FILE *p = popen(cmd, "r");
-    char line[512];
-    double torch_s = -1;
-    while (p && fgets(line, sizeof line, p))
-      if (sscanf(line, "peer_torch step_s %lf", &torch_s) == 1) break;
-    if (p) pclose(p);
-    if (torch_s > 0)
-      printf("peer: PyTorch step %.1f ms; torch / longhaul = %.2f (>= 1.0: longhaul at least "
-             "as fast)\n", torch_s * 1e3, torch_s / step_s);
-    else
-      printf("peer: PyTorch step not measured (needs /usr/bin/python3 with python3-torch)\n");
+  if (dir[0]) lh_proc_rmdir(dir);
+  free(tok);
+  if (rc) return 1;
+  printf("summary %s:", sp->name);
+  for (int ti = 0; ti < n_threads; ti++) {
+    printf(" threads %d: step/sgemm %.3f", threads[ti],
+           3 * flops_per_token(&cfg) * T / rows[ti].step_s / 1e9 / rows[ti].sgemm);
+    if (rows[ti].peer_s > 0)
+      printf(", peer/longhaul %.2f (CPU time %.2f)", rows[ti].peer_s / rows[ti].step_s,
+             rows[ti].peer_cpu_s / rows[ti].step_cpu_s);
+    printf(";");
   }
-  double d1k = 0, d64k = 0;
-  if (bench_decode(m, 1024, 65536, 256, 8, &d1k, &d64k)) return 1;
-  printf("decode: %.1f us/token at context 1024, %.1f us/token at context 65536; "
-         "ratio 65536/1024 = %.3f (<= 1.1: constant cost)\n", d1k * 1e6, d64k * 1e6, d64k / d1k);
-  lh_model_free(m);
+  for (int ti = 1; ti < n_threads; ti++) {
+    printf(" %d threads / %d: longhaul %.2fx", threads[ti], threads[0],
+           rows[0].step_s / rows[ti].step_s);
+    if (rows[0].peer_s > 0 && rows[ti].peer_s > 0)
+      printf(", peer %.2fx", rows[0].peer_s / rows[ti].peer_s);
+    printf(", sgemm %.2fx;", rows[ti].sgemm / rows[0].sgemm);
+  }
+  printf("\n\n");
+  fflush(stdout);
+  return 0;
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: bench_model [--config FILE] [--threads N[,N...]] [--steps N] "
+          "[--seqs N] [--seq-len N] [--no-peer] [--decode]\n"
+          "  without --config: the demo model, bench/model_d256.ini and bench/model_d512.ini,\n"
+          "  each at threads 1,2\n");
+  return 2;
+}
+
+/* A positive int of at most max from text, or -1. */
+static int positive(const char *text, int max) {
+  char *end = NULL;
+  long v = strtol(text, &end, 10);
+  return end != text && !*end && v > 0 && v <= max ? (int)v : -1;
+}
+
+int main(int argc, char **argv) {
+  int threads[MAX_THREAD_COUNTS] = {1, 2}, n_threads = 2;
+  int steps = 0, n_seq = 0, seq_len = 0, peer = 1, decode = 0;
+  const char *config = NULL;
+  setvbuf(stdout, NULL, _IOLBF, 0); /* lines show as they come, also into a file */
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--no-peer")) peer = 0;
+    else if (!strcmp(a, "--decode")) decode = 1;
+    else if (!v) return usage();
+    else if (!strcmp(a, "--config")) config = v, i++;
+    else if (!strcmp(a, "--steps") && (steps = positive(v, 1000)) > 0) i++;
+    else if (!strcmp(a, "--seqs") && (n_seq = positive(v, 1024)) > 0) i++;
+    else if (!strcmp(a, "--seq-len") && (seq_len = positive(v, 1 << 20)) > 0) i++;
+    else if (!strcmp(a, "--threads")) {
+      char buf[64];
+      snprintf(buf, sizeof buf, "%s", v);
+      n_threads = 0;
+      for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n_threads == MAX_THREAD_COUNTS || (threads[n_threads++] = positive(t, 256)) < 0)
+          return usage();
+      }
+      if (!n_threads) return usage();
+      i++;
+    } else return usage();
+  }
+  if ((long)n_seq * seq_len > (1L << 22)) {
+    fprintf(stderr, "bench_model: --seqs x --seq-len is over 4194304 tokens\n");
+    return 2;
+  }
+  bench_spec set[] = {
+      {"demo", NULL, 4, 1024, 3, 1},
+      {"bench/model_d256.ini", LH_SOURCE_DIR "/bench/model_d256.ini", 1, 1024, 2, 0},
+      {"bench/model_d512.ini", LH_SOURCE_DIR "/bench/model_d512.ini", 1, 1024, 2, 0},
+  };
+  int n_specs = 3;
+  if (config) {
+    set[0] = (bench_spec){config, config, 4, 1024, 5, decode};
+    n_specs = 1;
+  }
+  for (int i = 0; i < n_specs; i++) {
+    bench_spec sp = set[i];
+    if (steps) sp.steps = steps;
+    if (n_seq) sp.n_seq = n_seq;
+    if (seq_len) sp.seq_len = seq_len;
+    int rc = bench_one(&sp, threads, n_threads, peer);
+    if (rc) return rc;
+  }
   return 0;
 }
