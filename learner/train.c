@@ -763,6 +763,9 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   const lh_model_config *mc = lh_model_get_config(t->m);
   row.layers = (uint32_t)(mc->layers < LH_STORE_MAX_LAYERS ? mc->layers : LH_STORE_MAX_LAYERS);
   for (uint32_t l = 0; l < row.layers; l++) row.maxvio[l] = lh_model_balancer_maxvio(t->balancer, (int)l);
+  for (uint32_t l = 0; l < row.layers; l++) row.dead[l] = lh_model_balancer_dead(t->balancer, (int)l);
+  snprintf(row.balance, sizeof row.balance, "%s", lh_balance_name(mc->balance));
+  row.balance_ms = lh_model_balancer_ms(t->balancer);
   /* Each expert's share of the step's routed (token, slot) assignments per
    * layer: the balancer's load of the step (its counts, summed over ranks,
    * over their total), in double and summing to 1. A layer that routed

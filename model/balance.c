@@ -1,7 +1,9 @@
 /* Routers' balancing (ARCHITECTURE.md §4 "Balancing"): per step and layer, the load of
  * each expert (fraction of routed (token, slot) pairs), MaxVio, experts dead
- * over the last 100 steps, and the bias updates of the `bias`
- * (auxiliary-loss-free, sign of the load gap) and `quantile` rules. `aux`
+ * over the last 100 steps, the time it all took, and the bias updates of
+ * the `bias` (auxiliary-loss-free, sign of the load gap), `adaptive` (the
+ * same sign with a per-expert step that grows while the sign holds and
+ * halves when it flips) and `quantile` rules. `aux`
  * acts through the loss (backward.c) and `none` does nothing; both still
  * get the statistics. */
 #include <math.h>
@@ -11,6 +13,14 @@
 #include "model/internal.h"
 
 #define DEAD_WINDOW 100
+/* adaptive: the step grows by ADAPT_UP while an expert's sign holds, is
+ * multiplied by ADAPT_DOWN when it flips, and stays within
+ * [bias_rate * ADAPT_MIN, ADAPT_MAX]. Affinities are sigmoids in (0, 1), so
+ * a step of 0.05 is already a twentieth of their whole range. */
+#define ADAPT_UP 1.2f
+#define ADAPT_DOWN 0.5f
+#define ADAPT_MIN 3.0f
+#define ADAPT_MAX 0.05f
 
 struct lh_model_balancer {
   lh_model_config cfg;
@@ -24,6 +34,10 @@ struct lh_model_balancer {
   unsigned char *used;     /* (DEAD_WINDOW, L, E): load > 0 in that step */
   int steps;               /* steps ended so far */
   int *dead;               /* (L) */
+  float *step_size;        /* (L,E) adaptive: each expert's current step */
+  signed char *last_sign;  /* (L,E) adaptive: the sign it moved by last */
+  int64_t pending_ns;      /* observe time since the last step */
+  double last_ms;          /* the last step's balancing time */
 };
 
 void lh_model_balancer_free(lh_model_balancer *b) {
@@ -38,6 +52,8 @@ void lh_model_balancer_free(lh_model_balancer *b) {
   free(b->load);
   free(b->used);
   free(b->dead);
+  free(b->step_size);
+  free(b->last_sign);
   free(b);
 }
 
@@ -58,18 +74,20 @@ int lh_model_balancer_new(const lh_model_config *cfg, lh_model_balancer **out) {
   b->load = calloc(LE, sizeof(float));
   b->used = calloc((size_t)DEAD_WINDOW * LE, 1);
   b->dead = calloc((size_t)b->L, sizeof(int));
+  b->step_size = malloc(LE * sizeof(float));
+  b->last_sign = calloc(LE, 1);
   if (!b->counts || !b->pairs || !b->scores || !b->n_scores || !b->cap_scores || !b->maxvio ||
-      !b->load || !b->used || !b->dead) {
+      !b->load || !b->used || !b->dead || !b->step_size || !b->last_sign) {
     lh_model_balancer_free(b);
     return LH_ENOMEM;
   }
+  for (size_t i = 0; i < LE; i++) b->step_size[i] = cfg->bias_rate;
   *out = b;
   return LH_OK;
 }
 
-int lh_model_balancer_observe(lh_model_balancer *b, int layer, const float *affinity,
-                              const float *bias, const int32_t *expert_idx, int N) {
-  if (!b || !expert_idx || layer < 0 || layer >= b->L || N < 0) return LH_EINVAL;
+static int observe(lh_model_balancer *b, int layer, const float *affinity, const float *bias,
+                   const int32_t *expert_idx, int N) {
   int E = b->E;
   for (size_t i = 0; i < (size_t)N * b->k; i++) {
     if (expert_idx[i] < 0 || expert_idx[i] >= E) return LH_EMODEL_BATCH;
@@ -94,9 +112,19 @@ int lh_model_balancer_observe(lh_model_balancer *b, int layer, const float *affi
   return LH_OK;
 }
 
+int lh_model_balancer_observe(lh_model_balancer *b, int layer, const float *affinity,
+                              const float *bias, const int32_t *expert_idx, int N) {
+  if (!b || !expert_idx || layer < 0 || layer >= b->L || N < 0) return LH_EINVAL;
+  int64_t t0 = lh_now_ns();
+  int rc = observe(b, layer, affinity, bias, expert_idx, N);
+  b->pending_ns += lh_now_ns() - t0;
+  return rc;
+}
+
 int lh_model_balancer_observe_cache(lh_model_balancer *b, const lh_model *m,
                                     const lh_model_cache *c) {
   if (!b || !m || !c || !c->valid || c->model != m) return LH_EINVAL;
+  int64_t t0 = lh_now_ns();
   int T = c->T, E = m->cfg.experts;
   float *aff = NULL, *bias = malloc((size_t)E * sizeof(float));
   int rc = bias ? LH_OK : LH_ENOMEM;
@@ -111,12 +139,11 @@ int lh_model_balancer_observe_cache(lh_model_balancer *b, const lh_model *m,
         rc = m->be->download(m->be->context, bias, lh_model_view(m, m->params, m->layer[l].bias),
                              (size_t)E * sizeof(float));
     }
-    if (!rc)
-      rc = lh_model_balancer_observe(b, l, aff, bias,
-                                     c->idx_host + (size_t)l * T * m->cfg.topk, T);
+    if (!rc) rc = observe(b, l, aff, bias, c->idx_host + (size_t)l * T * m->cfg.topk, T);
   }
   free(aff);
   free(bias);
+  b->pending_ns += lh_now_ns() - t0;
   return rc;
 }
 
@@ -142,8 +169,36 @@ static int quantiles(const float *scores, size_t n, int E, int k, double *q) {
   return LH_OK;
 }
 
-int lh_model_balancer_step(lh_model_balancer *b, float *bias) {
-  if (!b) return LH_EINVAL;
+/* adaptive: b_e moves by its own step, times its relative load error
+ * (capped at 1), toward the mean load; the step grows
+ * by ADAPT_UP while the direction holds and shrinks by ADAPT_DOWN when it
+ * flips (the sign-based step adaptation of Rprop), so a far-off expert
+ * closes its gap in a logarithmic number of steps and one near balance
+ * settles. The biases are then centred (mean 0): top-k does not change
+ * with a common shift, and the numbers stay bounded over long runs. */
+static void adaptive_update(lh_model_balancer *b, int l, const double *cnt, double mean, float *bl) {
+  int E = b->E;
+  float lo = b->cfg.bias_rate * ADAPT_MIN, hi = ADAPT_MAX > b->cfg.bias_rate ? ADAPT_MAX : b->cfg.bias_rate;
+  float *step = b->step_size + (size_t)l * E;
+  signed char *last = b->last_sign + (size_t)l * E;
+  double centre = 0;
+  for (int e = 0; e < E; e++) {
+    double gap = mean - cnt[e];
+    signed char sign = (signed char)((gap > 0) - (gap < 0));
+    if (sign && last[e]) step[e] = fminf(hi, fmaxf(lo, step[e] * (sign == last[e] ? ADAPT_UP : ADAPT_DOWN)));
+    if (sign) last[e] = sign;
+    /* the relative load error, capped at 1: a dead expert (+1) or one at
+     * twice the mean (-1) moves by the whole step, one at noise level by
+     * a small share of it */
+    double rel = mean > 0 ? fmin(1.0, fmax(-1.0, gap / mean)) : 0.0;
+    bl[e] += step[e] * (float)rel;
+    centre += bl[e];
+  }
+  centre /= E;
+  for (int e = 0; e < E; e++) bl[e] -= (float)centre;
+}
+
+static int step_rules(lh_model_balancer *b, float *bias) {
   int E = b->E;
   int slot = b->steps % DEAD_WINDOW;
   double *q = malloc((size_t)E * sizeof(double));
@@ -166,6 +221,8 @@ int lh_model_balancer_step(lh_model_balancer *b, float *bias) {
         double gap = mean - cnt[e];
         bl[e] += b->cfg.bias_rate * (float)((gap > 0) - (gap < 0));
       }
+    } else if (bl && total > 0 && b->cfg.balance == LH_BALANCE_ADAPTIVE) {
+      adaptive_update(b, l, cnt, mean, bl);
     } else if (bl && b->n_scores[l] > 0 && b->cfg.balance == LH_BALANCE_QUANTILE) {
       rc = quantiles(b->scores[l], b->n_scores[l], E, b->k, q);
       if (rc) break;
@@ -192,8 +249,20 @@ int lh_model_balancer_step(lh_model_balancer *b, float *bias) {
   return LH_OK;
 }
 
+int lh_model_balancer_step(lh_model_balancer *b, float *bias) {
+  if (!b) return LH_EINVAL;
+  int64_t t0 = lh_now_ns();
+  int rc = step_rules(b, bias);
+  if (!rc) {
+    b->last_ms = (double)(b->pending_ns + (lh_now_ns() - t0)) / 1e6;
+    b->pending_ns = 0;
+  }
+  return rc;
+}
+
 int lh_model_balancer_step_model(lh_model_balancer *b, lh_model *m) {
   if (!b || !m || b->L != m->cfg.layers || b->E != m->cfg.experts) return LH_EINVAL;
+  int64_t t0 = lh_now_ns(), observed_ns = b->pending_ns;
   int E = b->E;
   float *bias = malloc((size_t)b->L * E * sizeof(float));
   if (!bias) return LH_ENOMEM;
@@ -206,6 +275,8 @@ int lh_model_balancer_step_model(lh_model_balancer *b, lh_model *m) {
     rc = m->be->upload(m->be->context, lh_model_view(m, m->params, m->layer[l].bias),
                        bias + (size_t)l * E, (size_t)E * sizeof(float));
   free(bias);
+  /* the observes, then the step with the bias's way to and from the backend */
+  if (!rc) b->last_ms = (double)(observed_ns + (lh_now_ns() - t0)) / 1e6;
   return rc;
 }
 
@@ -229,3 +300,5 @@ int lh_model_balancer_counts(lh_model_balancer *b, double **counts, double **pai
   *pairs = b->pairs;
   return LH_OK;
 }
+
+double lh_model_balancer_ms(const lh_model_balancer *b) { return b ? b->last_ms : NAN; }

@@ -207,6 +207,17 @@ static const char schema_v6[] =
     "  time_ms INTEGER NOT NULL,"
     "  PRIMARY KEY (run_id, step));";
 
+/* Version 7 ("balancing"): what the router's balancing did at each train
+ * step: the experts of each layer with no load over the last 100 steps
+ * (dead, per layer row, and as a JSON array on the step, as maxvio is),
+ * the balancing rule (balance) and the wall time the step spent in it
+ * (balance_ms: routing statistics and the bias update). */
+static const char schema_v7[] =
+    "ALTER TABLE train_step_layers ADD COLUMN dead INTEGER;"
+    "ALTER TABLE train_steps ADD COLUMN dead TEXT;"
+    "ALTER TABLE train_steps ADD COLUMN balance TEXT;"
+    "ALTER TABLE train_steps ADD COLUMN balance_ms REAL;";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
@@ -216,6 +227,7 @@ const lh_store_migration lh_store_migrations[] = {
     {5, "train_steps.stale_share, backlog_cap, positions; episodes.swept_ms, episodes_short",
      schema_v5},
     {6, "runs.kind, version, host, rank, pid, starts, ended_ms, outcome; evals, sft_steps", schema_v6},
+    {7, "balancing: train_step_layers.dead, train_steps.dead, balance, balance_ms", schema_v7},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 
