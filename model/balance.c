@@ -7,6 +7,7 @@
  * acts through the loss (backward.c) and `none` does nothing; both still
  * get the statistics. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -302,3 +303,58 @@ int lh_model_balancer_counts(lh_model_balancer *b, double **counts, double **pai
 }
 
 double lh_model_balancer_ms(const lh_model_balancer *b) { return b ? b->last_ms : NAN; }
+
+/* State layout: "LHBAL001", layers and experts (int32 each), steps
+ * (int64), then step_size (float, L*E), last_sign (int8, L*E) and used
+ * (uint8, DEAD_WINDOW*L*E). */
+#define STATE_MAGIC "LHBAL001"
+#define STATE_HEAD (8 + 4 + 4 + 8)
+
+size_t lh_model_balancer_state_bytes(const lh_model_balancer *b) {
+  if (!b) return 0;
+  size_t LE = (size_t)b->L * b->E;
+  return STATE_HEAD + LE * sizeof(float) + LE + (size_t)DEAD_WINDOW * LE;
+}
+
+int lh_model_balancer_state_get(const lh_model_balancer *b, void *buf, size_t n) {
+  if (!b || !buf || n != lh_model_balancer_state_bytes(b)) return LH_EINVAL;
+  size_t LE = (size_t)b->L * b->E;
+  unsigned char *p = buf;
+  int32_t L = b->L, E = b->E;
+  int64_t steps = b->steps;
+  memcpy(p, STATE_MAGIC, 8), p += 8;
+  memcpy(p, &L, 4), p += 4;
+  memcpy(p, &E, 4), p += 4;
+  memcpy(p, &steps, 8), p += 8;
+  memcpy(p, b->step_size, LE * sizeof(float)), p += LE * sizeof(float);
+  memcpy(p, b->last_sign, LE), p += LE;
+  memcpy(p, b->used, (size_t)DEAD_WINDOW * LE);
+  return LH_OK;
+}
+
+int lh_model_balancer_state_set(lh_model_balancer *b, const void *buf, size_t n) {
+  if (!b || !buf) return LH_EINVAL;
+  if (n != lh_model_balancer_state_bytes(b)) return LH_EMODEL_CKPT_SIZE;
+  size_t LE = (size_t)b->L * b->E;
+  const unsigned char *p = buf;
+  int32_t L, E;
+  int64_t steps;
+  memcpy(&L, p + 8, 4), memcpy(&E, p + 12, 4), memcpy(&steps, p + 16, 8);
+  if (memcmp(p, STATE_MAGIC, 8) || L != b->L || E != b->E || steps < 0 || steps > INT32_MAX)
+    return LH_EMODEL_CKPT_METADATA;
+  const unsigned char *sz = p + STATE_HEAD, *sg = sz + LE * sizeof(float), *us = sg + LE;
+  for (size_t i = 0; i < LE; i++) {
+    float v;
+    memcpy(&v, sz + i * sizeof(float), sizeof v);
+    signed char c = (signed char)sg[i];
+    if (!isfinite(v) || v < 0 || v > fmaxf(ADAPT_MAX, b->cfg.bias_rate) || c < -1 || c > 1)
+      return LH_EMODEL_CKPT_METADATA;
+  }
+  for (size_t i = 0; i < (size_t)DEAD_WINDOW * LE; i++)
+    if (us[i] > 1) return LH_EMODEL_CKPT_METADATA;
+  memcpy(b->step_size, sz, LE * sizeof(float));
+  memcpy(b->last_sign, sg, LE);
+  memcpy(b->used, us, (size_t)DEAD_WINDOW * LE);
+  b->steps = (int)steps;
+  return LH_OK;
+}

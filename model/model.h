@@ -301,5 +301,15 @@ int lh_model_balancer_counts(lh_model_balancer *b, double **counts, double **pai
  * observe since the step before, and the step itself (the bias rule, the
  * statistics, and for step_model the bias's way to and from the backend). */
 double lh_model_balancer_ms(const lh_model_balancer *b);
+/* The state a step leaves for the next (the adaptive rule's per-expert
+ * steps and signs, the dead-expert window), as bytes for a checkpoint, so
+ * that a resumed run balances exactly as an unbroken one: state_bytes is
+ * their size for this balancer's layers and experts; state_get copies them
+ * into buf (n must be that size); state_set checks them (size, header,
+ * layers, experts, every value in range: LH_EMODEL_CKPT_SIZE or
+ * LH_EMODEL_CKPT_METADATA) and takes them. Native byte order. */
+size_t lh_model_balancer_state_bytes(const lh_model_balancer *b);
+int lh_model_balancer_state_get(const lh_model_balancer *b, void *buf, size_t n);
+int lh_model_balancer_state_set(lh_model_balancer *b, const void *buf, size_t n);
 
 #endif
