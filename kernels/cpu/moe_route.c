@@ -56,28 +56,46 @@ static void select_topk(int32_t *idx, const lh_real *s, const lh_real *bias, int
   }
   lh_real hv[LH_ROUTE_HEAP_MAX];
   int32_t hi[LH_ROUTE_HEAP_MAX];
-  for (int e = 0; e < E; e++) {
+  int nan = 0;
+  hv[0] = 0, hi[0] = 0; /* k >= 1 fills it; for the compiler */
+  for (int e = 0; e < k; e++) {
+    /* sift the newcomer up: heap of e + 1 entries */
     lh_real val = s[e] + (bias ? bias[e] : 0);
-    if (val != val) { /* NaN: the reference order */
-      select_topk_scan(idx, s, bias, E, k);
-      return;
+    nan |= val != val;
+    int i = e;
+    hv[i] = val, hi[i] = e;
+    while (i > 0) {
+      int p = (i - 1) / 2;
+      if (!worse(hv[i], hi[i], hv[p], hi[p])) break;
+      lh_real tv = hv[p];
+      int32_t ti = hi[p];
+      hv[p] = hv[i], hi[p] = hi[i], hv[i] = tv, hi[i] = ti;
+      i = p;
     }
-    if (e < k) {
-      /* sift the newcomer up: heap of e + 1 entries */
-      int i = e;
-      hv[i] = val, hi[i] = e;
-      while (i > 0) {
-        int p = (i - 1) / 2;
-        if (!worse(hv[i], hi[i], hv[p], hi[p])) break;
-        lh_real tv = hv[p];
-        int32_t ti = hi[p];
-        hv[p] = hv[i], hi[p] = hi[i], hv[i] = tv, hi[i] = ti;
-        i = p;
-      }
-    } else if (val > hv[0]) {
-      hv[0] = val, hi[0] = e;
-      sift_down(hv, hi, k, 0);
-    }
+  }
+  /* the hot loop: one add and one compare per expert (a NaN compares
+   * false, enters nowhere, and is noted for the fallback) */
+  lh_real root = hv[0];
+#define LH_ROUTE_SCAN(VALUE)                \
+  for (int e = k; e < E; e++) {             \
+    lh_real val = VALUE;                    \
+    nan |= val != val;                      \
+    if (val > root) {                       \
+      hv[0] = val, hi[0] = e;               \
+      sift_down(hv, hi, k, 0);              \
+      root = hv[0];                         \
+    }                                       \
+  }
+  /* without a bias, s alone (s + 0 compares the same) */
+  if (bias) {
+    LH_ROUTE_SCAN(s[e] + bias[e])
+  } else {
+    LH_ROUTE_SCAN(s[e])
+  }
+#undef LH_ROUTE_SCAN
+  if (nan) { /* NaN: the reference order */
+    select_topk_scan(idx, s, bias, E, k);
+    return;
   }
   for (int n = k; n > 0; n--) {
     idx[n - 1] = hi[0];
