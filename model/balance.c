@@ -16,7 +16,7 @@
 #define DEAD_WINDOW 100
 /* adaptive: the step grows by ADAPT_UP while an expert's sign holds, is
  * multiplied by ADAPT_DOWN when it flips, and stays within
- * [bias_rate * ADAPT_MIN, ADAPT_MAX]. Affinities are sigmoids in (0, 1), so
+ * [bias_rate * ADAPT_MIN, max(ADAPT_MAX, bias_rate)]. Affinities are sigmoids in (0, 1), so
  * a step of 0.05 is already a twentieth of their whole range. */
 #define ADAPT_UP 1.2f
 #define ADAPT_DOWN 0.5f
