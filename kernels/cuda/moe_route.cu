@@ -52,27 +52,35 @@ __device__ static void select_topk(int32_t *idx, const float *s, const float *bi
   }
   float hv[LH_ROUTE_HEAP_MAX];
   int32_t hi[LH_ROUTE_HEAP_MAX];
-  for (int e = 0; e < E; e++) {
+  int nan = 0;
+  hv[0] = 0.0f, hi[0] = 0;
+  for (int e = 0; e < k; e++) {
     float val = s[e] + (bias ? bias[e] : 0.0f);
-    if (val != val) {
-      select_topk_scan(idx, s, bias, E, k);
-      return;
+    nan |= val != val;
+    int i = e;
+    hv[i] = val, hi[i] = e;
+    while (i > 0) {
+      int p = (i - 1) / 2;
+      if (!worse(hv[i], hi[i], hv[p], hi[p])) break;
+      float tv = hv[p];
+      int32_t ti = hi[p];
+      hv[p] = hv[i], hi[p] = hi[i], hv[i] = tv, hi[i] = ti;
+      i = p;
     }
-    if (e < k) {
-      int i = e;
-      hv[i] = val, hi[i] = e;
-      while (i > 0) {
-        int p = (i - 1) / 2;
-        if (!worse(hv[i], hi[i], hv[p], hi[p])) break;
-        float tv = hv[p];
-        int32_t ti = hi[p];
-        hv[p] = hv[i], hi[p] = hi[i], hv[i] = tv, hi[i] = ti;
-        i = p;
-      }
-    } else if (val > hv[0]) {
+  }
+  float root = hv[0];
+  for (int e = k; e < E; e++) {
+    float val = s[e] + (bias ? bias[e] : 0.0f);
+    nan |= val != val;
+    if (val > root) {
       hv[0] = val, hi[0] = e;
       sift_down(hv, hi, k, 0);
+      root = hv[0];
     }
+  }
+  if (nan) {
+    select_topk_scan(idx, s, bias, E, k);
+    return;
   }
   for (int n = k; n > 0; n--) {
     idx[n - 1] = hi[0];
