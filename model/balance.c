@@ -3,7 +3,8 @@
  * over the last 100 steps, the time it all took, and the bias updates of
  * the `bias` (auxiliary-loss-free, sign of the load gap), `adaptive` (the
  * same sign with a per-expert step that grows while the sign holds and
- * halves when it flips) and `quantile` rules. `aux`
+ * halves when it flips) and `quantile` (from per-expert histograms of the
+ * affinities, O(E) memory per layer) rules. `aux`
  * acts through the loss (backward.c) and `none` does nothing; both still
  * get the statistics. */
 #include <math.h>
@@ -22,14 +23,21 @@
 #define ADAPT_DOWN 0.5f
 #define ADAPT_MIN 3.0f
 #define ADAPT_MAX 0.05f
+/* quantile: bins of the affinity histogram; a quantile is read to within
+ * a bin's share, linearly inside it (1/1024 of the range) */
+#define QUANTILE_BINS 1024
 
 struct lh_model_balancer {
   lh_model_config cfg;
   int L, E, k;
   double *counts;          /* (L,E) pairs routed to e in the current step */
   double *pairs;           /* (L) */
-  float **scores;          /* per layer: (n_scores, E) s + b, for quantile */
-  size_t *n_scores, *cap_scores;
+  /* quantile: per layer and expert a histogram of the step's affinities
+   * s in [0, 1] (QUANTILE_BINS bins), and the bias they were routed with:
+   * O(E) memory per layer, whatever the tokens */
+  uint32_t *hist;          /* (L,E,QUANTILE_BINS), NULL unless quantile */
+  float *qbias;            /* (L,E) */
+  size_t *n_scores;        /* (L) tokens in the histograms */
   double *maxvio;          /* (L) after the last step */
   float *load;             /* (L,E) of the last step */
   unsigned char *used;     /* (DEAD_WINDOW, L, E): load > 0 in that step */
@@ -43,10 +51,9 @@ struct lh_model_balancer {
 
 void lh_model_balancer_free(lh_model_balancer *b) {
   if (!b) return;
-  for (int l = 0; b->scores && l < b->L; l++) free(b->scores[l]);
-  free(b->scores);
+  free(b->hist);
+  free(b->qbias);
   free(b->n_scores);
-  free(b->cap_scores);
   free(b->counts);
   free(b->pairs);
   free(b->maxvio);
@@ -68,16 +75,19 @@ int lh_model_balancer_new(const lh_model_config *cfg, lh_model_balancer **out) {
   size_t LE = (size_t)b->L * b->E;
   b->counts = calloc(LE, sizeof(double));
   b->pairs = calloc((size_t)b->L, sizeof(double));
-  b->scores = calloc((size_t)b->L, sizeof(float *));
+  if (cfg->balance == LH_BALANCE_QUANTILE) {
+    b->hist = calloc(LE * QUANTILE_BINS, sizeof(uint32_t));
+    b->qbias = calloc(LE, sizeof(float));
+  }
   b->n_scores = calloc((size_t)b->L, sizeof(size_t));
-  b->cap_scores = calloc((size_t)b->L, sizeof(size_t));
   b->maxvio = calloc((size_t)b->L, sizeof(double));
   b->load = calloc(LE, sizeof(float));
   b->used = calloc((size_t)DEAD_WINDOW * LE, 1);
   b->dead = calloc((size_t)b->L, sizeof(int));
   b->step_size = malloc(LE * sizeof(float));
   b->last_sign = calloc(LE, 1);
-  if (!b->counts || !b->pairs || !b->scores || !b->n_scores || !b->cap_scores || !b->maxvio ||
+  if (!b->counts || !b->pairs || (cfg->balance == LH_BALANCE_QUANTILE && (!b->hist || !b->qbias)) ||
+      !b->n_scores || !b->maxvio ||
       !b->load || !b->used || !b->dead || !b->step_size || !b->last_sign) {
     lh_model_balancer_free(b);
     return LH_ENOMEM;
@@ -97,19 +107,17 @@ static int observe(lh_model_balancer *b, int layer, const float *affinity, const
   b->pairs[layer] += (double)N * b->k;
   if (b->cfg.balance != LH_BALANCE_QUANTILE) return LH_OK;
   if (!affinity) return LH_EINVAL;
-  size_t need = b->n_scores[layer] + (size_t)N;
-  if (need > b->cap_scores[layer]) {
-    size_t cap = need * 2;
-    float *s = realloc(b->scores[layer], cap * E * sizeof(float));
-    if (!s) return LH_ENOMEM;
-    b->scores[layer] = s;
-    b->cap_scores[layer] = cap;
-  }
-  float *dst = b->scores[layer] + b->n_scores[layer] * E;
+  if ((size_t)N > UINT32_MAX - b->n_scores[layer]) return LH_EMODEL_BATCH; /* counts stay in uint32 */
+  uint32_t *h = b->hist + (size_t)layer * E * QUANTILE_BINS;
   for (size_t n = 0; n < (size_t)N; n++)
-    for (int e = 0; e < E; e++)
-      dst[n * E + e] = affinity[n * E + e] + (bias ? bias[e] : 0.0f);
-  b->n_scores[layer] = need;
+    for (int e = 0; e < E; e++) {
+      float a = affinity[n * E + e];
+      if (!(a >= 0.0f)) a = 0.0f; /* NaN, or below the range */
+      int bin = (int)(a * QUANTILE_BINS);
+      h[(size_t)e * QUANTILE_BINS + (bin < QUANTILE_BINS ? bin : QUANTILE_BINS - 1)]++;
+    }
+  for (int e = 0; e < E; e++) b->qbias[(size_t)layer * E + e] = bias ? bias[e] : 0.0f;
+  b->n_scores[layer] += (size_t)N;
   return LH_OK;
 }
 
@@ -148,26 +156,21 @@ int lh_model_balancer_observe_cache(lh_model_balancer *b, const lh_model *m,
   return rc;
 }
 
-static int cmp_float(const void *x, const void *y) {
-  float a = *(const float *)x, b = *(const float *)y;
-  return a < b ? -1 : a > b;
-}
-
-/* q_e: the (1 - k/E) quantile of column e of scores (n, E). */
-static int quantiles(const float *scores, size_t n, int E, int k, double *q) {
-  float *col = malloc((n ? n : 1) * sizeof(float));
-  if (!col) return LH_ENOMEM;
-  double level = 1.0 - (double)k / E;
+/* q_e: the (1 - k/E) quantile of s_e + b_e over the layer's n tokens, from
+ * the histogram: the order statistic at rank level * (n - 1), placed
+ * linearly inside its bin (the counts of a bin spread evenly over it). */
+static void quantiles(const lh_model_balancer *b, int l, double *q) {
+  int E = b->E;
+  size_t n = b->n_scores[l];
+  double level = 1.0 - (double)b->k / E, rank = level * (double)(n - 1);
   for (int e = 0; e < E; e++) {
-    for (size_t i = 0; i < n; i++) col[i] = scores[i * E + e];
-    qsort(col, n, sizeof(float), cmp_float);
-    /* linear interpolation between order statistics */
-    double pos = level * (double)(n - 1);
-    size_t lo = (size_t)floor(pos), hi = lo + 1 < n ? lo + 1 : lo;
-    q[e] = col[lo] + (pos - (double)lo) * (col[hi] - col[lo]);
+    const uint32_t *h = b->hist + ((size_t)l * E + e) * QUANTILE_BINS;
+    double below = 0;
+    int j = 0;
+    while (j < QUANTILE_BINS - 1 && below + h[j] <= rank) below += h[j++];
+    double inside = h[j] ? (rank - below + 0.5) / h[j] : 0.5;
+    q[e] = ((double)j + fmin(1.0, inside)) / QUANTILE_BINS + b->qbias[(size_t)l * E + e];
   }
-  free(col);
-  return LH_OK;
 }
 
 /* adaptive: b_e moves by its own step, times its relative load error
@@ -225,8 +228,7 @@ static int step_rules(lh_model_balancer *b, float *bias) {
     } else if (bl && total > 0 && b->cfg.balance == LH_BALANCE_ADAPTIVE) {
       adaptive_update(b, l, cnt, mean, bl);
     } else if (bl && b->n_scores[l] > 0 && b->cfg.balance == LH_BALANCE_QUANTILE) {
-      rc = quantiles(b->scores[l], b->n_scores[l], E, b->k, q);
-      if (rc) break;
+      quantiles(b, l, q);
       double Q = 0;
       for (int e = 0; e < E; e++) Q += q[e] / E;
       for (int e = 0; e < E; e++) bl[e] += (float)(b->cfg.quantile_rate * (Q - q[e]));
@@ -246,6 +248,7 @@ static int step_rules(lh_model_balancer *b, float *bias) {
     b->pairs[l] = 0;
     b->n_scores[l] = 0;
   }
+  if (b->hist) memset(b->hist, 0, (size_t)b->L * E * QUANTILE_BINS * sizeof(uint32_t));
   memset(b->counts, 0, (size_t)b->L * E * sizeof(double));
   return LH_OK;
 }
