@@ -90,6 +90,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_router: --tokens at least 64, --steps at least 40\n");
     return 2;
   }
+  setvbuf(stdout, NULL, _IOLBF, 0);
   const lh_backend *be = lh_backend_cpu();
   be->set_threads(be->context, 1);
   printf("bench_router: threads 1 (backend pool and selection), %d tokens per step\n", tokens);
