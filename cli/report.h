@@ -89,6 +89,10 @@ typedef struct {
   double *step, *loss, *reward_mean, *success_rate, *lag_mean, *lag_max, *tok_s_step,
       *tok_s_wall;
   double *stale_share;      /* share of recent episodes dropped as stale (schema 5; NAN before) */
+  /* balancing (schema 7; NAN before): dead experts over all layers, the
+   * step's wall time in balancing; balance: the rule of the last step */
+  double *dead_total, *balance_ms;
+  char balance[16];
   size_t step_count, step_cap;
   int64_t *time_ms;
   uint32_t layers;          /* the most MaxVio layers any step had */

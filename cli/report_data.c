@@ -25,6 +25,8 @@ void lh_report_data_free(lh_report_data *d) {
   free(d->success_rate);
   free(d->lag_mean);
   free(d->stale_share);
+  free(d->dead_total);
+  free(d->balance_ms);
   free(d->lag_max);
   free(d->tok_s_step);
   free(d->tok_s_wall);
@@ -235,7 +237,8 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
   if (d->step_count == d->step_cap) {
     size_t cap = d->step_cap ? d->step_cap * 2 : 256;
     double **cols[] = {&d->step, &d->loss, &d->reward_mean, &d->success_rate,
-                       &d->lag_mean, &d->lag_max, &d->tok_s_step, &d->tok_s_wall, &d->stale_share};
+                       &d->lag_mean, &d->lag_max, &d->tok_s_step, &d->tok_s_wall, &d->stale_share,
+                       &d->dead_total, &d->balance_ms};
     for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++)
       if (grow(cols[k], cap, sizeof(double))) return LH_ENOMEM;
     if (grow(&d->time_ms, cap, sizeof(int64_t))) return LH_ENOMEM;
@@ -251,6 +254,11 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
   d->lag_max[i] = t->lag_max;
   d->stale_share[i] = t->stale_share;
   d->time_ms[i] = t->time_ms;
+  d->balance_ms[i] = t->balance_ms;
+  d->dead_total[i] = t->layers && t->balance[0] ? 0 : NAN;
+  for (uint32_t l = 0; l < t->layers && l < LH_STORE_MAX_LAYERS && isfinite(d->dead_total[i]); l++)
+    d->dead_total[i] = t->dead[l] >= 0 ? d->dead_total[i] + t->dead[l] : NAN;
+  if (t->balance[0]) snprintf(d->balance, sizeof d->balance, "%s", t->balance);
   /* Tokens per second of the step's own time, and per wall-clock second
    * since the previous step (which includes waiting for episodes). */
   d->tok_s_step[i] = (isfinite(t->step_ms) && t->step_ms > 0) ? (double)t->tokens / (t->step_ms / 1000.0) : NAN;

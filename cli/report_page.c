@@ -294,5 +294,15 @@ void lh_report_page(lh_report_buf *b, const lh_report_data *d, const char *title
                     "layer and train step (0: every expert equally loaded). The maps below show the load "
                     "of every expert, one map per layer.</p>\n");
   expert_load(b, d);
+  lh_report_series dead = {"dead experts", "#d62728", d->step, d->dead_total, d->step_count};
+  lh_report_axes da = {.id = "svg-dead-experts", .title = "Dead experts (no load over the last 100 steps), all layers",
+                       .xlabel = "train step", .ylabel = "experts", .y_from_zero = 1};
+  lh_report_line_chart(b, &da, &dead, 1);
+  char rule[64];
+  snprintf(rule, sizeof rule, "balance = %s", d->balance[0] ? d->balance : "?");
+  lh_report_series bal = {rule, "#7f7f7f", d->step, d->balance_ms, d->step_count};
+  lh_report_axes ba = {.id = "svg-balance-ms", .title = "Time per train step spent in balancing",
+                       .xlabel = "train step", .ylabel = "ms", .y_from_zero = 1};
+  lh_report_line_chart(b, &ba, &bal, 1);
   lh_report_puts(b, "</body>\n</html>\n");
 }

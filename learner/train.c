@@ -763,6 +763,9 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   const lh_model_config *mc = lh_model_get_config(t->m);
   row.layers = (uint32_t)(mc->layers < LH_STORE_MAX_LAYERS ? mc->layers : LH_STORE_MAX_LAYERS);
   for (uint32_t l = 0; l < row.layers; l++) row.maxvio[l] = lh_model_balancer_maxvio(t->balancer, (int)l);
+  for (uint32_t l = 0; l < row.layers; l++) row.dead[l] = lh_model_balancer_dead(t->balancer, (int)l);
+  snprintf(row.balance, sizeof row.balance, "%s", lh_balance_name(mc->balance));
+  row.balance_ms = lh_model_balancer_ms(t->balancer);
   /* Each expert's share of the step's routed (token, slot) assignments per
    * layer: the balancer's load of the step (its counts, summed over ranks,
    * over their total), in double and summing to 1. A layer that routed
@@ -841,11 +844,53 @@ static void done_path(const char *dir, int rank, char *path, size_t size) {
   else snprintf(path, size, "%s/episodes_done.rank%d.bin", dir, rank);
 }
 
+/* The balancer's state (model/balance.c) beside the done lists, so that a
+ * resumed run balances as an unbroken one; a checkpoint without the file
+ * (written before it existed) starts the balancer afresh. */
+#define BALANCER_FILE "balancer.bin"
+
+static int save_balancer(const lh_learner_trainer *t, const char *dir, lh_errbuf *err) {
+  char path[2 * LH_LEARNER_TEXT_BYTES];
+  snprintf(path, sizeof path, "%s/" BALANCER_FILE, dir);
+  size_t n = lh_model_balancer_state_bytes(t->balancer);
+  unsigned char *buf = malloc(n ? n : 1);
+  if (!buf) return lh_errbuf_set(err, LH_ENOMEM, "checkpoint: no memory for the balancer's state");
+  int rc = lh_model_balancer_state_get(t->balancer, buf, n);
+  FILE *f = rc ? NULL : fopen(path, "wb");
+  if (!rc && (!f || fwrite(buf, 1, n, f) != n || fflush(f)))
+    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot write %s: %s", path, strerror(errno));
+  else if (rc)
+    rc = lh_errbuf_set(err, rc, "checkpoint: the balancer's state: %s", lh_strerror(rc));
+  if (f && fclose(f) && !rc)
+    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot write %s: %s", path, strerror(errno));
+  free(buf);
+  return rc;
+}
+
+static int load_balancer(lh_learner_trainer *t, const char *dir, lh_errbuf *err) {
+  char path[2 * LH_LEARNER_TEXT_BYTES];
+  snprintf(path, sizeof path, "%s/" BALANCER_FILE, dir);
+  FILE *f = fopen(path, "rb");
+  if (!f) return errno == ENOENT ? 0 : lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot open %s: %s", path, strerror(errno));
+  size_t n = lh_model_balancer_state_bytes(t->balancer);
+  unsigned char *buf = malloc(n + 1);
+  int rc = buf ? 0 : lh_errbuf_set(err, LH_ENOMEM, "checkpoint: no memory for the balancer's state");
+  size_t got = buf ? fread(buf, 1, n + 1, f) : 0; /* one more: a longer file is refused */
+  if (!rc && (rc = lh_model_balancer_state_set(t->balancer, buf, got)))
+    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT,
+                       "checkpoint: %s is not this model's balancer state (%zu bytes, %zu expected: %s)", path, got, n,
+                       lh_strerror(rc));
+  fclose(f);
+  free(buf);
+  return rc;
+}
+
 int lh_learner_trainer_save_done(const lh_learner_trainer *t, const char *dir, lh_errbuf *err) {
   if (!t || !dir) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or directory");
   char path[2 * LH_LEARNER_TEXT_BYTES];
   done_path(dir, 0, path, sizeof path);
   LH_TRY(write_done_file(&t->done, path, err));
+  LH_TRY(save_balancer(t, dir, err));
   /* The other ranks' sets as of the last gather (rank 0 only). */
   for (size_t r = 1; r <= t->n_others; r++) {
     done_path(dir, (int)r, path, sizeof path);
@@ -893,6 +938,7 @@ int lh_learner_trainer_load_done(lh_learner_trainer *t, const char *dir, uint64_
   if (!t || !dir) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or directory");
   char path[2 * LH_LEARNER_TEXT_BYTES];
   done_path(dir, t->rank, path, sizeof path);
+  LH_TRY(load_balancer(t, dir, err));
   /* expected is the state's ingest_position, rank 0's count; another
    * rank's file carries its own. */
   return load_done_file(t, path, t->rank == 0 ? expected : UINT64_MAX, err);

@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/limits.h"
 #include "model/internal.h"
 
 typedef enum { KEY_INT, KEY_FLOAT, KEY_BALANCE, KEY_U64 } key_type;
@@ -24,10 +25,10 @@ typedef struct {
 #define K(field, type, lo, hi) {#field, type, offsetof(lh_model_config, field), lo, hi}
 static const key_spec keys[] = {
     K(d_model, KEY_INT, 1, 65536),
-    K(layers, KEY_INT, 1, 1024),
+    K(layers, KEY_INT, 1, LH_MAX_LAYERS),  /* common/limits.h: what an actor serves */
     K(heads, KEY_INT, 1, 4096),
-    K(experts, KEY_INT, 1, 4096),
-    K(topk, KEY_INT, 1, 4096),
+    K(experts, KEY_INT, 1, LH_MAX_EXPERTS),
+    K(topk, KEY_INT, 1, LH_MAX_TOPK),
     K(shared_experts, KEY_INT, 0, 4096),
     K(latent, KEY_INT, 1, 65536),
     K(expert_hidden, KEY_INT, 1, 65536),
@@ -46,10 +47,10 @@ static const key_spec keys[] = {
 #undef K
 static const int n_keys = (int)(sizeof keys / sizeof keys[0]);
 
-static const char *const balance_names[4] = {"bias", "quantile", "aux", "none"};
+static const char *const balance_names[5] = {"bias", "quantile", "aux", "none", "adaptive"};
 
 const char *lh_balance_name(lh_balance_kind kind) {
-  return (unsigned)kind < 4 ? balance_names[kind] : "?";
+  return (unsigned)kind < 5 ? balance_names[kind] : "?";
 }
 
 void lh_model_config_default(lh_model_config *cfg) {
@@ -67,7 +68,7 @@ void lh_model_config_default(lh_model_config *cfg) {
                            .vocab = LH_TOK_VOCAB,
                            .patch = 8,
                            .max_patches = 64,
-                           .balance = LH_BALANCE_BIAS,
+                           .balance = LH_BALANCE_ADAPTIVE,
                            .bias_rate = 1e-3f,
                            .quantile_rate = 0.5f,
                            .aux_weight = 1e-2f,
@@ -110,13 +111,13 @@ static int set_key(lh_model_config *cfg, const key_spec *k, const char *value, l
       return LH_OK;
     }
     case KEY_BALANCE:
-      for (int i = 0; i < 4; i++)
+      for (int i = 0; i < 5; i++)
         if (strcmp(value, balance_names[i]) == 0) {
           *(lh_balance_kind *)field = (lh_balance_kind)i;
           return LH_OK;
         }
       return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
-                           "key 'balance' = '%s' is not one of bias, quantile, aux, none",
+                           "key 'balance' = '%s' is not one of adaptive, bias, quantile, aux, none",
                            value);
   }
   return LH_EINVAL;
@@ -140,7 +141,7 @@ int lh_model_config_validate(const lh_model_config *cfg, lh_errbuf *err) {
       return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE, "key '%s' = %g is outside [%g, %g]",
                            k->name, v, k->min, k->max);
   }
-  if ((unsigned)cfg->balance > 3)
+  if ((unsigned)cfg->balance > 4)
     return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE, "key 'balance' is not a known rule");
   if (cfg->d_model % cfg->heads)
     return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,

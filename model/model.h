@@ -52,7 +52,8 @@ typedef enum {
   LH_BALANCE_BIAS = 0,
   LH_BALANCE_QUANTILE = 1,
   LH_BALANCE_AUX = 2,
-  LH_BALANCE_NONE = 3
+  LH_BALANCE_NONE = 3,
+  LH_BALANCE_ADAPTIVE = 4  /* sign rule with a per-expert step that adapts */
 } lh_balance_kind;
 
 typedef struct {
@@ -280,8 +281,8 @@ int lh_model_balancer_observe(lh_model_balancer *b, int layer, const float *affi
 /* Adds every layer's routing of the model's last forward. */
 int lh_model_balancer_observe_cache(lh_model_balancer *b, const lh_model *m,
                                     const lh_model_cache *c);
-/* Ends the step: per layer load, MaxVio, dead-expert window, and (rules bias
- * and quantile) the bias update bias[layer*E + e] (host). */
+/* Ends the step: per layer load, MaxVio, dead-expert window, and (rules bias,
+ * adaptive and quantile) the bias update bias[layer*E + e] (host). */
 int lh_model_balancer_step(lh_model_balancer *b, float *bias);
 /* The same applied to the model's layers.l.moe.bias tensors. */
 int lh_model_balancer_step_model(lh_model_balancer *b, lh_model *m);
@@ -296,5 +297,19 @@ int lh_model_balancer_dead(const lh_model_balancer *b, int layer);
  * data-parallel learners sum them over ranks first, so that every rank's
  * bias update, MaxVio and dead-expert count see the global loads. */
 int lh_model_balancer_counts(lh_model_balancer *b, double **counts, double **pairs);
+/* Wall time of the last ended step's balancing, in milliseconds: every
+ * observe since the step before, and the step itself (the bias rule, the
+ * statistics, and for step_model the bias's way to and from the backend). */
+double lh_model_balancer_ms(const lh_model_balancer *b);
+/* The state a step leaves for the next (the adaptive rule's per-expert
+ * steps and signs, the dead-expert window), as bytes for a checkpoint, so
+ * that a resumed run balances exactly as an unbroken one: state_bytes is
+ * their size for this balancer's layers and experts; state_get copies them
+ * into buf (n must be that size); state_set checks them (size, header,
+ * layers, experts, every value in range: LH_EMODEL_CKPT_SIZE or
+ * LH_EMODEL_CKPT_METADATA) and takes them. Native byte order. */
+size_t lh_model_balancer_state_bytes(const lh_model_balancer *b);
+int lh_model_balancer_state_get(const lh_model_balancer *b, void *buf, size_t n);
+int lh_model_balancer_state_set(lh_model_balancer *b, const void *buf, size_t n);
 
 #endif

@@ -11,6 +11,8 @@
 
 #include "proto/wire.h"
 
+#include "common/limits.h"
+
 void lh_wire_limits_default(lh_wire_limits *l) {
   if (!l) return;
   l->max_message_bytes = LH_WIRE_DEFAULT_MAX_MESSAGE_BYTES;
@@ -20,9 +22,9 @@ void lh_wire_limits_default(lh_wire_limits *l) {
   l->max_image_side = 4096;
   l->max_string_bytes = 256;
   l->max_text_bytes = 16u << 20;
-  l->max_layers = 256;
-  l->max_topk = 64;
-  l->max_experts = 4096;
+  l->max_layers = LH_MAX_LAYERS;
+  l->max_topk = LH_MAX_TOPK;
+  l->max_experts = LH_MAX_EXPERTS;
   l->max_terms = 64;
   l->max_chunk_bytes = 16u << 20;
   l->max_ids = 65536;

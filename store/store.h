@@ -347,6 +347,13 @@ typedef struct {
   double stale_share;
   uint64_t backlog_cap;
   uint64_t positions;      /* every token of the trained episodes (forward and backward), schema 5 */
+  /* Balancing (schema 7, "balancing"): per layer the experts with no load
+   * over the last 100 steps (train_step_layers.dead, and the JSON array
+   * train_steps.dead), the rule's name and the wall time the step spent in
+   * balancing (statistics and bias update), NAN (NULL) when unknown. */
+  int32_t dead[LH_STORE_MAX_LAYERS];  /* entries 0..layers-1; < 0: unknown */
+  char balance[16];        /* "adaptive", "bias", ...; empty: unknown */
+  double balance_ms;
 } lh_store_train_step;
 /* Non-finite loss and metrics are stored as NULL. With experts > 0 and
  * expert_load set, the layers * experts loads go to train_step_experts in

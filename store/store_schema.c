@@ -228,6 +228,17 @@ static const char schema_v7[] =
     "CREATE VIEW segment_metadata AS SELECT created_ms, sampled, tokens, payload_bytes,"
     "  min_version, max_version, dropped_ms FROM segments;";
 
+/* Version 8 ("balancing"): what the router's balancing did at each train
+ * step: the experts of each layer with no load over the last 100 steps
+ * (dead, per layer row, and as a JSON array on the step, as maxvio is),
+ * the balancing rule (balance) and the wall time the step spent in it
+ * (balance_ms: routing statistics and the bias update). */
+static const char schema_v8[] =
+    "ALTER TABLE train_step_layers ADD COLUMN dead INTEGER;"
+    "ALTER TABLE train_steps ADD COLUMN dead TEXT;"
+    "ALTER TABLE train_steps ADD COLUMN balance TEXT;"
+    "ALTER TABLE train_steps ADD COLUMN balance_ms REAL;";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
@@ -240,6 +251,7 @@ const lh_store_migration lh_store_migrations[] = {
     {7, "segments_meta, segment_metadata: the segments' metadata without their payloads; dropped_ms set for "
         "every dropped payload",
      schema_v7},
+    {8, "balancing: train_step_layers.dead, train_steps.dead, balance, balance_ms", schema_v8},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

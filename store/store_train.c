@@ -31,6 +31,41 @@ static char *maxvio_json(const lh_store_train_step *t) {
   return j;
 }
 
+/* Dead experts per layer as a JSON array ("[0,3,null]"); < 0 as null. */
+static char *dead_json(const lh_store_train_step *t) {
+  size_t cap = 3 + (size_t)t->layers * 13;
+  char *j = malloc(cap), *p = j;
+  if (!j) return NULL;
+  *p++ = '[';
+  for (uint32_t l = 0; l < t->layers; l++) {
+    size_t left = cap - (size_t)(p - j);
+    p += t->dead[l] >= 0 ? snprintf(p, left, "%s%d", l ? "," : "", (int)t->dead[l])
+                         : snprintf(p, left, "%snull", l ? "," : "");
+  }
+  *p++ = ']';
+  *p = 0;
+  return j;
+}
+
+/* schema 8: the balancing columns of a row just inserted */
+static int update_balance(lh_store *s, const lh_store_train_step *t, lh_errbuf *err) {
+  char *dead = dead_json(t);
+  if (!dead) return lh_errbuf_set(err, LH_ENOMEM, "no memory for a train step");
+  sqlite3_stmt *st;
+  int rc = lh_store_prepare(s, "UPDATE train_steps SET dead = ?2, balance = ?3, balance_ms = ?4 WHERE step = ?1",
+                            &st, err);
+  if (rc >= 0) {
+    lh_store_bind_u64(st, 1, t->step);
+    sqlite3_bind_text(st, 2, t->layers ? dead : NULL, -1, SQLITE_STATIC);
+    lh_store_bind_text(st, 3, t->balance[0] ? t->balance : NULL);
+    bind_metric(st, 4, t->balance_ms);
+    rc = lh_store_step(s, st, "storing a train step's balancing", err);
+    sqlite3_finalize(st);
+  }
+  free(dead);
+  return rc < 0 ? rc : 0;
+}
+
 static int insert_step(lh_store *s, const lh_store_train_step *t, const char *json, int *inserted,
                        lh_errbuf *err) {
   sqlite3_stmt *st;
@@ -68,15 +103,21 @@ static int insert_step(lh_store *s, const lh_store_train_step *t, const char *js
   sqlite3_finalize(st);
   if (rc < 0) return rc;
   *inserted = sqlite3_changes(s->db) > 0;
-  if (!*inserted || t->layers == 0) return 0;
+  if (!*inserted) return 0;
+  LH_TRY(update_balance(s, t, err));
+  if (t->layers == 0) return 0;
   LH_TRY(lh_store_prepare(s,
-                          "INSERT OR IGNORE INTO train_step_layers(step, layer, maxvio)"
-                          " VALUES (?1, ?2, ?3)",
+                          "INSERT OR IGNORE INTO train_step_layers(step, layer, maxvio, dead)"
+                          " VALUES (?1, ?2, ?3, ?4)",
                           &st, err));
   for (uint32_t l = 0; l < t->layers && rc >= 0; l++) {
     lh_store_bind_u64(st, 1, t->step);
     sqlite3_bind_int64(st, 2, l);
     bind_metric(st, 3, t->maxvio[l]);
+    if (t->dead[l] >= 0)
+      sqlite3_bind_int64(st, 4, t->dead[l]);
+    else
+      sqlite3_bind_null(st, 4);
     rc = lh_store_step(s, st, "inserting a layer's MaxVio", err);
     sqlite3_reset(st);
   }
@@ -131,7 +172,8 @@ static double column_metric(sqlite3_stmt *st, int i) {
   return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
 }
 
-/* Parses the JSON array written by maxvio_json (numbers and null only). */
+/* Parses the JSON array written by maxvio_json or dead_json (numbers and
+ * null only). */
 static uint32_t parse_maxvio(const char *j, double *out) {
   uint32_t n = 0;
   if (!j || *j != '[') return 0;
@@ -217,7 +259,8 @@ int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
   LH_TRY(lh_store_prepare(s,
                           "SELECT step, version, run_id, loss, reward_mean, success_rate, tokens,"
                           " episodes, dropped_stale, lag_mean, lag_max, logp_diff, grad_norm, lr,"
-                          " skipped, maxvio, step_ms, time_ms, busy_frac, stale_share, backlog_cap, positions FROM train_steps"
+                          " skipped, maxvio, step_ms, time_ms, busy_frac, stale_share, backlog_cap, positions,"
+                          " dead, balance, balance_ms FROM train_steps"
                           " WHERE step >= ?1 ORDER BY step LIMIT ?2",
                           &st, err));
   lh_store_bind_u64(st, 1, from_step);
@@ -264,6 +307,12 @@ int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
     t->stale_share = column_metric(st, 19);
     t->backlog_cap = lh_store_column_u64(st, 20);
     t->positions = lh_store_column_u64(st, 21);
+    double dead[LH_STORE_MAX_LAYERS];
+    uint32_t n_dead = parse_maxvio((const char *)sqlite3_column_text(st, 22), dead);
+    for (uint32_t l = 0; l < LH_STORE_MAX_LAYERS; l++)
+      t->dead[l] = l < n_dead && isfinite(dead[l]) && dead[l] >= 0 ? (int32_t)dead[l] : -1;
+    lh_store_column_text(st, 23, t->balance, sizeof t->balance);
+    t->balance_ms = column_metric(st, 24);
     int r = read_experts(s, &c, t, err);
     if (r < 0) {
       rc = r;

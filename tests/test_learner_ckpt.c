@@ -502,7 +502,7 @@ START_TEST(test_model_mismatch) {
   b.tau = 1.5f, b.balance = LH_BALANCE_NONE, b.bias_rate = nextafterf(a.bias_rate, 1.0f);
   ck_assert_int_eq(lh_model_config_diff(&a, &b, "checkpoint", diff, sizeof diff), 3);
   ck_assert_msg(strstr(diff, "tau = 1 differs from the checkpoint's 1.5") &&
-                    strstr(diff, "balance = bias differs from the checkpoint's none") &&
+                    strstr(diff, "balance = adaptive differs from the checkpoint's none") &&
                     strstr(diff, "bias_rate = 0.001 differs from the checkpoint's 0.0010000002"),
                 "%s", diff);
   /* A checkpoint of step 0. */

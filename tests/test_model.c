@@ -71,7 +71,7 @@ START_TEST(test_config_defaults_and_parse) {
   ck_assert_int_eq(c.vocab, 264);
   ck_assert_int_eq(c.patch, 8);
   ck_assert_int_eq(c.max_patches, 64);
-  ck_assert_int_eq(c.balance, LH_BALANCE_BIAS);
+  ck_assert_int_eq(c.balance, LH_BALANCE_ADAPTIVE);
   ck_assert(fabsf(c.bias_rate - 1e-3f) < 1e-9f && c.quantile_rate == 0.5f);
   ck_assert_int_eq(lh_model_config_validate(&c, NULL), 0);
   const char *ini =

@@ -146,6 +146,52 @@ START_TEST(test_balance_through_model) {
 }
 END_TEST
 
+/* The adaptive rule's state through state_get/state_set: a balancer
+ * restored mid-run moves the bias exactly as the one it was copied from;
+ * a damaged or foreign state is refused and leaves it as it was. */
+START_TEST(test_balance_state_round_trip) {
+  lh_model_config cfg;
+  lh_model_config_default(&cfg);
+  cfg.layers = 2, cfg.experts = 8, cfg.topk = 2, cfg.balance = LH_BALANCE_ADAPTIVE;
+  lh_model_balancer *a = NULL, *b = NULL;
+  ck_assert_int_eq(lh_model_balancer_new(&cfg, &a), 0);
+  ck_assert_int_eq(lh_model_balancer_new(&cfg, &b), 0);
+  float bias_a[16] = {0}, bias_b[16];
+  int32_t idx[2 * 6] = {0, 1, 0, 2, 0, 1, 3, 0, 0, 1, 2, 0};
+  for (int s = 0; s < 5; s++) {
+    for (int l = 0; l < 2; l++) ck_assert_int_eq(lh_model_balancer_observe(a, l, NULL, NULL, idx, 6), 0);
+    ck_assert_int_eq(lh_model_balancer_step(a, bias_a), 0);
+  }
+  size_t n = lh_model_balancer_state_bytes(a);
+  unsigned char *st = malloc(n);
+  ck_assert_int_eq(lh_model_balancer_state_get(a, st, n), 0);
+  ck_assert_int_eq(lh_model_balancer_state_set(b, st, n - 1), LH_EMODEL_CKPT_SIZE);
+  st[n - 1] = 7; /* a window flag that is not 0 or 1 */
+  ck_assert_int_eq(lh_model_balancer_state_set(b, st, n), LH_EMODEL_CKPT_METADATA);
+  ck_assert_int_eq(lh_model_balancer_state_get(a, st, n), 0);
+  ck_assert_int_eq(lh_model_balancer_state_set(b, st, n), 0);
+  memcpy(bias_b, bias_a, sizeof bias_a);
+  for (int s = 0; s < 3; s++) {
+    for (int l = 0; l < 2; l++) {
+      ck_assert_int_eq(lh_model_balancer_observe(a, l, NULL, NULL, idx, 6), 0);
+      ck_assert_int_eq(lh_model_balancer_observe(b, l, NULL, NULL, idx, 6), 0);
+    }
+    ck_assert_int_eq(lh_model_balancer_step(a, bias_a), 0);
+    ck_assert_int_eq(lh_model_balancer_step(b, bias_b), 0);
+  }
+  ck_assert_mem_eq(bias_a, bias_b, sizeof bias_a);
+  ck_assert_int_eq(lh_model_balancer_dead(a, 1), lh_model_balancer_dead(b, 1));
+  ck_assert(lh_model_balancer_ms(a) >= 0);
+  /* another shape's state */
+  cfg.experts = 4;
+  lh_model_balancer *c = NULL;
+  ck_assert_int_eq(lh_model_balancer_new(&cfg, &c), 0);
+  ck_assert_int_eq(lh_model_balancer_state_set(c, st, n), LH_EMODEL_CKPT_SIZE);
+  free(st);
+  lh_model_balancer_free(a), lh_model_balancer_free(b), lh_model_balancer_free(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("model_balance");
   TCase *tc = tcase_create("balance");
@@ -153,6 +199,7 @@ int main(void) {
   tcase_add_test(tc, test_balance_rules);
   tcase_add_test(tc, test_balance_dead_and_errors);
   tcase_add_test(tc, test_balance_through_model);
+  tcase_add_test(tc, test_balance_state_round_trip);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);

@@ -156,6 +156,9 @@ static void build_fixture(void) {
       for (int x = 0; x < EXPERTS; x++) load[l * EXPERTS + x] = x == (int)((step + l) % EXPERTS) ? 0.3 : 0.1;
     t.experts = EXPERTS, t.expert_load = load;
     t.step_ms = 250;
+    for (int l = 0; l < LAYERS; l++) t.dead[l] = l == 2 && step <= 6 ? 1 : 0; /* schema 7 */
+    snprintf(t.balance, sizeof t.balance, "adaptive");
+    t.balance_ms = 0.5;
     t.time_ms = 1700000000000LL + 500 * (int64_t)step;
     ck_assert_msg(lh_store_put_train_step(s, &t, NULL, &err) == 0, "train step: %s", err.msg);
   }
@@ -405,6 +408,10 @@ START_TEST(test_page_charts) {
   HAS(c, "[1, 2): 4</title>");
   HAS(c, "[2, 3): 2</title>");
   HAS(c, "[3, 4): 1</title>");
+  c = chart(html, "svg-dead-experts");
+  HAS(c, "data-points=\"12\"");
+  c = chart(html, "svg-balance-ms");
+  HAS(c, "balance = adaptive");
   c = chart(html, "svg-maxvio");
   HAS(c, "data-points=\"48\"");
   ck_assert_uint_eq(count(c, NULL, "class=\"cell\""), LAYERS * STEPS);

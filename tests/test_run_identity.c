@@ -366,7 +366,7 @@ START_TEST(test_migration_v5) {
   lh_store_close(s);
   char v[4096];
   sql1(db, "PRAGMA user_version", v);
-  ck_assert_str_eq(v, "7");
+  ck_assert_str_eq(v, "8");
   sql1(db, "SELECT group_concat(version) FROM migrations", v);
   ck_assert_str_eq(v, "1,2,3,4,5,6,7");
   sql1(db, "SELECT command || ' ' || config || ' ' || started_ms || ' ' || starts || ' ' || (kind IS NULL)"

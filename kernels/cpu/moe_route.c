@@ -3,6 +3,107 @@
  * experts. The bias picks experts but carries no gradient. */
 #include "kernels/cpu/real.h"
 
+/* The k best experts of one row by value s[e] + bias[e], in decreasing
+ * order, ties to the lower index: the order of k repeated scans with a
+ * strict > (the reference, kept for rows holding a NaN, where that order is
+ * not a total order, and for k above LH_ROUTE_HEAP_MAX). Otherwise a heap
+ * of the k best seen so far, its root the worst of them, over one pass:
+ * experts come in increasing index, so a newcomer enters only when its
+ * value is strictly above the root's, which keeps ties with the lower
+ * index; popping the root k times then lays the k out best first.
+ * O(E + k log k) for the usual rows (most experts lose against the root
+ * in one comparison), O(E log k) at worst. */
+#define LH_ROUTE_HEAP_MAX 64
+
+static void select_topk_scan(int32_t *idx, const lh_real *s, const lh_real *bias, int E, int k) {
+  for (int j = 0; j < k; j++) {
+    int best = -1;
+    lh_real best_v = 0;
+    for (int e = 0; e < E; e++) {
+      int taken = 0;
+      for (int i = 0; i < j; i++) taken |= idx[i] == e;
+      if (taken) continue;
+      lh_real val = s[e] + (bias ? bias[e] : 0);
+      if (best < 0 || val > best_v) best = e, best_v = val;
+    }
+    idx[j] = best;
+  }
+}
+
+/* a is worse than b: lower value, or the same value and a higher index. */
+static inline int worse(lh_real va, int ia, lh_real vb, int ib) {
+  return va < vb || (va == vb && ia > ib);
+}
+
+/* Restores the heap (root = worst) below position i of n entries. */
+static inline void sift_down(lh_real *hv, int32_t *hi, int n, int i) {
+  for (;;) {
+    int c = 2 * i + 1;
+    if (c >= n) return;
+    if (c + 1 < n && worse(hv[c + 1], hi[c + 1], hv[c], hi[c])) c++;
+    if (!worse(hv[c], hi[c], hv[i], hi[i])) return;
+    lh_real tv = hv[c];
+    int32_t ti = hi[c];
+    hv[c] = hv[i], hi[c] = hi[i], hv[i] = tv, hi[i] = ti;
+    i = c;
+  }
+}
+
+static void select_topk(int32_t *idx, const lh_real *s, const lh_real *bias, int E, int k) {
+  if (k > LH_ROUTE_HEAP_MAX) {
+    select_topk_scan(idx, s, bias, E, k);
+    return;
+  }
+  lh_real hv[LH_ROUTE_HEAP_MAX];
+  int32_t hi[LH_ROUTE_HEAP_MAX];
+  int nan = 0;
+  hv[0] = 0, hi[0] = 0; /* k >= 1 fills it; for the compiler */
+  for (int e = 0; e < k; e++) {
+    /* sift the newcomer up: heap of e + 1 entries */
+    lh_real val = s[e] + (bias ? bias[e] : 0);
+    nan |= val != val;
+    int i = e;
+    hv[i] = val, hi[i] = e;
+    while (i > 0) {
+      int p = (i - 1) / 2;
+      if (!worse(hv[i], hi[i], hv[p], hi[p])) break;
+      lh_real tv = hv[p];
+      int32_t ti = hi[p];
+      hv[p] = hv[i], hi[p] = hi[i], hv[i] = tv, hi[i] = ti;
+      i = p;
+    }
+  }
+  /* the hot loop: one add and one compare per expert (a NaN compares
+   * false, enters nowhere, and is noted for the fallback) */
+  lh_real root = hv[0];
+#define LH_ROUTE_SCAN(VALUE)                \
+  for (int e = k; e < E; e++) {             \
+    lh_real val = VALUE;                    \
+    nan |= val != val;                      \
+    if (val > root) {                       \
+      hv[0] = val, hi[0] = e;               \
+      sift_down(hv, hi, k, 0);              \
+      root = hv[0];                         \
+    }                                       \
+  }
+  /* without a bias, s alone (s + 0 compares the same) */
+  if (bias) {
+    LH_ROUTE_SCAN(s[e] + bias[e])
+  } else {
+    LH_ROUTE_SCAN(s[e])
+  }
+#undef LH_ROUTE_SCAN
+  if (nan) { /* NaN: the reference order */
+    select_topk_scan(idx, s, bias, E, k);
+    return;
+  }
+  for (int n = k; n > 0; n--) {
+    idx[n - 1] = hi[0];
+    hv[0] = hv[n - 1], hi[0] = hi[n - 1];
+    sift_down(hv, hi, n - 1, 0);
+  }
+}
+
 int LH_CPU(moe_route_forward)(void *ctx, int32_t *expert_idx, lh_real *gates,
                               lh_real *affinity, const lh_real *logits, const lh_real *bias,
                               int N, int E, int k, int replay) {
@@ -22,20 +123,7 @@ int LH_CPU(moe_route_forward)(void *ctx, int32_t *expert_idx, lh_real *gates,
           if (idx[i] == idx[j]) return LH_EKERNELS_INDEX;
       }
     } else {
-      /* Selection of the k best by repeated scans: k is small (2 in the
-       * demo). Strict > keeps the lower index on ties. */
-      for (int j = 0; j < k; j++) {
-        int best = -1;
-        lh_real best_v = 0;
-        for (int e = 0; e < E; e++) {
-          int taken = 0;
-          for (int i = 0; i < j; i++) taken |= idx[i] == e;
-          if (taken) continue;
-          lh_real val = s[e] + (bias ? bias[e] : 0);
-          if (best < 0 || val > best_v) best = e, best_v = val;
-        }
-        idx[j] = best;
-      }
+      select_topk(idx, s, bias, E, k);
     }
     lh_real sum = 0;
     for (int j = 0; j < k; j++) sum += s[idx[j]];

@@ -6,7 +6,90 @@
 #define LH_ROW_FOR(n, N)                                                        \
   for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < (N); n += gridDim.x * blockDim.x)
 
-// Top-k of affinity + bias by repeated scans, strict > so ties go to the
+// The k best of one row, in decreasing order, ties to the lower index: the
+// same selection as the CPU backend (kernels/cpu/moe_route.c says why it
+// gives the order of repeated scans): a heap of the k best so far, root the
+// worst, over one pass; rows with a NaN, and k above 64, scan k times.
+#define LH_ROUTE_HEAP_MAX 64
+
+__device__ static void select_topk_scan(int32_t *idx, const float *s, const float *bias, int E,
+                                        int k) {
+  for (int j = 0; j < k; j++) {
+    int best = -1;
+    float best_v = 0.0f;
+    for (int e = 0; e < E; e++) {
+      int taken = 0;
+      for (int i = 0; i < j; i++) taken |= idx[i] == e;
+      if (taken) continue;
+      float val = s[e] + (bias ? bias[e] : 0.0f);
+      if (best < 0 || val > best_v) best = e, best_v = val;
+    }
+    idx[j] = best;
+  }
+}
+
+__device__ static inline int worse(float va, int ia, float vb, int ib) {
+  return va < vb || (va == vb && ia > ib);
+}
+
+__device__ static inline void sift_down(float *hv, int32_t *hi, int n, int i) {
+  for (;;) {
+    int c = 2 * i + 1;
+    if (c >= n) return;
+    if (c + 1 < n && worse(hv[c + 1], hi[c + 1], hv[c], hi[c])) c++;
+    if (!worse(hv[c], hi[c], hv[i], hi[i])) return;
+    float tv = hv[c];
+    int32_t ti = hi[c];
+    hv[c] = hv[i], hi[c] = hi[i], hv[i] = tv, hi[i] = ti;
+    i = c;
+  }
+}
+
+__device__ static void select_topk(int32_t *idx, const float *s, const float *bias, int E, int k) {
+  if (k > LH_ROUTE_HEAP_MAX) {
+    select_topk_scan(idx, s, bias, E, k);
+    return;
+  }
+  float hv[LH_ROUTE_HEAP_MAX];
+  int32_t hi[LH_ROUTE_HEAP_MAX];
+  int nan = 0;
+  hv[0] = 0.0f, hi[0] = 0;
+  for (int e = 0; e < k; e++) {
+    float val = s[e] + (bias ? bias[e] : 0.0f);
+    nan |= val != val;
+    int i = e;
+    hv[i] = val, hi[i] = e;
+    while (i > 0) {
+      int p = (i - 1) / 2;
+      if (!worse(hv[i], hi[i], hv[p], hi[p])) break;
+      float tv = hv[p];
+      int32_t ti = hi[p];
+      hv[p] = hv[i], hi[p] = hi[i], hv[i] = tv, hi[i] = ti;
+      i = p;
+    }
+  }
+  float root = hv[0];
+  for (int e = k; e < E; e++) {
+    float val = s[e] + (bias ? bias[e] : 0.0f);
+    nan |= val != val;
+    if (val > root) {
+      hv[0] = val, hi[0] = e;
+      sift_down(hv, hi, k, 0);
+      root = hv[0];
+    }
+  }
+  if (nan) {
+    select_topk_scan(idx, s, bias, E, k);
+    return;
+  }
+  for (int n = k; n > 0; n--) {
+    idx[n - 1] = hi[0];
+    hv[0] = hv[n - 1], hi[0] = hi[n - 1];
+    sift_down(hv, hi, n - 1, 0);
+  }
+}
+
+// Top-k of affinity + bias (select_topk), strict > so ties go to the
 // lower index; replay checks the given indices instead (flag on a bad row).
 __global__ void route_fwd(int *flag, int32_t *expert_idx, float *gates, float *affinity,
                           const float *logits, const float *bias, int N, int E, int k,
@@ -24,18 +107,7 @@ __global__ void route_fwd(int *flag, int32_t *expert_idx, float *gates, float *a
           if (idx[i] == idx[j]) bad = 1;
       }
     } else {
-      for (int j = 0; j < k; j++) {
-        int best = -1;
-        float best_v = 0.0f;
-        for (int e = 0; e < E; e++) {
-          int taken = 0;
-          for (int i = 0; i < j; i++) taken |= idx[i] == e;
-          if (taken) continue;
-          float val = s[e] + (bias ? bias[e] : 0.0f);
-          if (best < 0 || val > best_v) best = e, best_v = val;
-        }
-        idx[j] = best;
-      }
+      select_topk(idx, s, bias, E, k);
     }
     if (bad) {
       atomicExch(flag, 1);
