@@ -46,7 +46,7 @@ typedef struct {
    * learner.ingest_endpoints, then the weights endpoints of both sides and
    * the actors' learner_endpoint (rank 0's node). */
   char set_ingest[64 + LH_SLURM_MAX_HOSTS * 48];
-  char set[LH_SLURM_SETS - 1][96];
+  char set[LH_SLURM_SETS - 1][LH_SLURM_HOST_BYTES + 64];
   /* The arguments of the srun command being built (one child at a time). */
   char arg_ntasks[32], arg_nodes[32], arg_mpi[80], arg_name[96];
   char arg_nodelist[LH_SLURM_MAX_HOSTS * LH_SLURM_HOST_BYTES / 4];
