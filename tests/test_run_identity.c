@@ -99,7 +99,7 @@ START_TEST(test_runs_row) {
   lh_errbuf e;
   ck_assert_msg(lh_run_id_check(run, &e) == 0, "runs.run_id '%s': %s", run, e.msg);
   ck_assert_msg(strlen(run) == 23 && run[8] == 'T' && run[15] == 'Z' && run[16] == '-', "run id '%s'", run);
-  char line[128];
+  char line[320];
   snprintf(line, sizeof line, "run run_id=%s from=new", run);
   ck_assert_msg(lh_proc_file_has(log, line), "the learner does not log '%s' (see %s)", line, log);
 
