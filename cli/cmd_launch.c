@@ -256,8 +256,7 @@ static void watchdog_step(launcher *L, int64_t now) {
   lh_launch_fleet *f = L->f;
   for (size_t i = 0; i < f->n; i++) {
     lh_launch_child *c = &f->child[i];
-    int64_t seen = 0;
-    lh_launch_watchdog_progress(&L->watchdog, i, f, &seen);
+    int64_t seen = lh_launch_watchdog_progress(&L->watchdog, i, f);
     if (c->watchdog_restarts && c->pid > 0 && !c->kill_at_ms && seen > c->started_ms) c->watchdog_restarts = 0;
   }
   char why[256];

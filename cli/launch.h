@@ -152,6 +152,9 @@ void lh_launch_unlock(lh_launch_fleet *f);
 /* Starts child i (first start or a restart: the learner's restarts add
  * --resume and the steps still to go). */
 int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err);
+/* How the launcher opens a store: read-only, no check, waiting at most 1 s
+ * for a lock (it polls every second; a busy store only skips a poll). */
+void lh_launch_store_options(lh_store_options *o);
 /* The fleet's rank stores opened read-only as one (store.h,
  * lh_store_open_ranks); NULL when this fleet has no learner here or a
  * rank's store cannot be read yet. Close with lh_store_close. */
@@ -178,7 +181,7 @@ void lh_launch_watchdog_init(lh_launch_watchdog *w, int64_t now_ms);
 int lh_launch_watchdog_poll(lh_launch_watchdog *w, const lh_launch_fleet *f, int64_t now_ms, char *why,
                             size_t why_bytes);
 /* When child i last made progress (monotonic ms): its newest step or heartbeat. */
-void lh_launch_watchdog_progress(const lh_launch_watchdog *w, size_t i, const lh_launch_fleet *f, int64_t *seen_ms);
+int64_t lh_launch_watchdog_progress(const lh_launch_watchdog *w, size_t i, const lh_launch_fleet *f);
 
 /* ---- status ------------------------------------------------------------- */
 

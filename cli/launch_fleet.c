@@ -142,6 +142,13 @@ static int first_u64(void *ctx, int ncols, const char *const *names, const char 
   return 1;
 }
 
+void lh_launch_store_options(lh_store_options *o) {
+  lh_store_options_default(o);
+  o->readonly = 1;
+  o->quick_check = 0;
+  o->max_wait_ms = 1000;
+}
+
 lh_store *lh_launch_fleet_store(const lh_launch_fleet *f) {
   if (!f->fleet.learners || access(f->db, F_OK)) return NULL;
   char paths[LH_LAUNCH_MAX_LEARNERS][LH_LEARNER_TEXT_BYTES];
@@ -153,10 +160,7 @@ lh_store *lh_launch_fleet_store(const lh_launch_fleet *f) {
     p[r] = paths[r];
   }
   lh_store_options o;
-  lh_store_options_default(&o);
-  o.readonly = 1;
-  o.quick_check = 0;
-  o.max_wait_ms = 1000;
+  lh_launch_store_options(&o);
   lh_store *s = NULL;
   if (lh_store_open_ranks(p, n, &o, &s, &e)) return NULL;
   return s;

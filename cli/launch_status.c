@@ -113,10 +113,7 @@ void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64
   heartbeats hb = {0, calloc(STATUS_MAX_ACTORS, sizeof(lh_store_heartbeat))};
   char store_note[LH_ERRMSG_BYTES + LH_LAUNCH_PATH_BYTES + 64] = "";
   lh_store_options o;
-  lh_store_options_default(&o);
-  o.readonly = 1;
-  o.quick_check = 0;
-  o.max_wait_ms = 1000;
+  lh_launch_store_options(&o);
   lh_errbuf e;
   memset(&e, 0, sizeof e);
   if (!hb.h) snprintf(store_note, sizeof store_note, "out of memory for the status");

@@ -127,6 +127,6 @@ int lh_launch_watchdog_poll(lh_launch_watchdog *w, const lh_launch_fleet *f, int
   return -1;
 }
 
-void lh_launch_watchdog_progress(const lh_launch_watchdog *w, size_t i, const lh_launch_fleet *f, int64_t *seen_ms) {
-  *seen_ms = f->child[i].role == LH_CHILD_LEARNER ? w->step_seen_ms : w->heartbeat_seen_ms[i];
+int64_t lh_launch_watchdog_progress(const lh_launch_watchdog *w, size_t i, const lh_launch_fleet *f) {
+  return f->child[i].role == LH_CHILD_LEARNER ? w->step_seen_ms : w->heartbeat_seen_ms[i];
 }
