@@ -124,6 +124,7 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
                                     .id_salt = salt,
                                     .episodes = cfg->episodes,
                                     .record_routing = a->record_routing != 0,
+                                    .state_interval = a->state_interval,
                                     .stage_option = a->stage_option};
   lh_actors_link_config lc = {.name = cfg->name,
                               .ingest_endpoint = a->learner_endpoint,

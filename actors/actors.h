@@ -148,6 +148,16 @@ int lh_actors_segmenter_push(lh_actors_segmenter *s, uint32_t token, int sampled
 int lh_actors_segmenter_push_image(lh_actors_segmenter *s, uint32_t width, uint32_t height, uint32_t channels,
                             const uint8_t *pixels, lh_errbuf *err);
 
+/* Hands in the model's recurrent state after the first offset tokens of the
+ * episode (n floats, copied; ARCHITECTURE.md §5 "Stored state"). It goes
+ * with the segment that holds token offset (Segment.state and
+ * state_offset), the first one given for that segment; a state at an
+ * offset already cut, or not after the last one given, is ignored. The
+ * tokens up to offset need not have been pushed yet. LH_EACTORS_SEGMENT_TOKEN
+ * for a value that is not finite. */
+int lh_actors_segmenter_set_state(lh_actors_segmenter *s, uint64_t offset, const float *state, size_t n,
+                                  lh_errbuf *err);
+
 /* The oldest segment ready to send, or NULL. The caller owns it and frees it
  * with lh_actors_segment_free. seq counts 0, 1, 2 ...; start_offset is the episode
  * offset of its first token; image offsets are relative to the segment. */
@@ -253,6 +263,7 @@ typedef struct {
   uint64_t max_steps;          /* environment steps, 0 the env's default (0) */
   uint64_t flush_timeout_ms;   /* wait for acks on exit, >= 1 (5000) */
   uint64_t record_routing;     /* 1: record each token's experts (routing replay), 0 or 1 (0) */
+  uint64_t state_interval;     /* tokens between recurrent states sent with the segments, 0 none (0) */
   uint64_t weights_zstd;       /* 1: weights chunks may come zstd-compressed, 0 or 1 (0) */
   /* The [env] option a context-extension stage sizes long episodes by
    * (e.g. needle's "tokens"; lh_actors_runner_set_stage); empty: none. */
@@ -488,6 +499,10 @@ typedef struct {
   uint64_t id_salt;                 /* mixed into episode and group ids (name, start time) */
   uint64_t episodes;                /* episodes to start in all; 0: no limit */
   int record_routing;               /* record every token's experts (see below) */
+  /* Every state_interval tokens the row's recurrent state goes with the
+   * segment that holds that token (Segment.state, for a stored-state
+   * learner); prefills stop there to take it. 0: no states. */
+  uint64_t state_interval;
   /* The environment option that sizes a long episode to the stage
    * (lh_actors_runner_set_stage), e.g. needle's "tokens"; NULL or "": none. */
   const char *stage_option;

@@ -36,6 +36,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, max_steps, 0, 1000000000),
     LH_INI_KEY_U64(T, flush_timeout_ms, 1, INFINITY),
     LH_INI_KEY_U64(T, record_routing, 0, 1),
+    LH_INI_KEY_U64(T, state_interval, 0, INFINITY),
     LH_INI_KEY_U64(T, weights_zstd, 0, 1),
     LH_INI_KEY_STR(T, stage_option, 0),
 };

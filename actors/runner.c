@@ -33,6 +33,7 @@ typedef struct {
   size_t end_at;       /* tokens that belong to the episode when it ends (SIZE_MAX: all) */
   uint32_t steps;
   uint32_t max_context;  /* this episode's token budget; 0: no limit */
+  size_t next_state;     /* the fed count at which the next recurrent state is due (state_interval) */
   uint64_t env_size;     /* the stage_option value the row's env was opened with; 0: as configured */
 } row;
 
@@ -68,6 +69,8 @@ struct lh_actors_runner {
   uint32_t window;  /* back-pressure (lh_actors_runner_set_window) */
   int stopped;
   /* per step scratch */
+  float *state;        /* (lh_model_state_floats) a row's recurrent state, with state_interval */
+  size_t state_floats;
   int32_t *dec_rows, *dec_tokens;
   float *dec_logp;
   /* the output queue, a ring */
@@ -113,6 +116,7 @@ void lh_actors_runner_free(lh_actors_runner *r) {
   lh_env_hub_free(r->own_hub);
   lh_model_decoder_free(r->dec);
   lh_actors_sampler_free(r->sampler);
+  free(r->state);
   free(r->dec_rows);
   free(r->dec_tokens);
   free(r->dec_logp);
@@ -195,6 +199,10 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
   r->dec_experts = malloc((size_t)cfg->batch * r->LK * sizeof *r->dec_experts);
   r->one_experts = malloc(r->LK * sizeof *r->one_experts);
   if (!r->rows || !r->dec_rows || !r->dec_tokens || !r->dec_logp || !r->dec_experts || !r->one_experts) goto oom;
+  if (cfg->state_interval) {
+    r->state_floats = lh_model_state_floats(mc);
+    if (!(r->state = malloc(r->state_floats * sizeof *r->state))) goto oom;
+  }
   for (uint32_t b = 0; b < cfg->batch; b++) {
     row *w = &r->rows[b];
     w->logp = malloc((size_t)r->vocab * sizeof *w->logp);
@@ -378,6 +386,36 @@ static int push_new(lh_actors_runner *r, row *w, const lh_env_obs *obs, size_t n
   return drain_segments(r, w, err);
 }
 
+/* The state hook (ARCHITECTURE.md §5 "Stored state"): called after every
+ * feed, decode step or prefill piece, with fed the tokens the model has
+ * taken; when a state is due ([actor] state_interval), the row's
+ * recurrent state after those tokens goes to its segmenter, which sends
+ * it with the segment that holds token fed. */
+static int state_hook(lh_actors_runner *r, uint32_t b, size_t fed, lh_errbuf *err) {
+  row *w = &r->rows[b];
+  if (!r->cfg.state_interval || fed < w->next_state) return 0;
+  size_t every = r->cfg.state_interval;
+  w->next_state = (fed / every + 1) * every;
+  LH_TRY(lh_model_decoder_state_get(r->dec, (int)b, r->state));
+  return lh_actors_segmenter_set_state(w->seg, fed, r->state, r->state_floats, err);
+}
+
+/* Where a prefill of tokens [at, n) stops so that a state due at the
+ * row's next_state is taken there: next_state itself, or, when that falls
+ * among an image's patches, just after them (a forward takes an image
+ * whole). n when no state is due inside. */
+static size_t piece_end(const lh_actors_runner *r, const row *w, size_t at, size_t n) {
+  if (!r->cfg.state_interval || w->next_state <= at || w->next_state >= n) return n;
+  size_t end = w->next_state;
+  const lh_model_image *im = lh_actors_transcript_images(w->tr);
+  int n_im = lh_actors_transcript_n_images(w->tr), patch = lh_model_get_config(r->model)->patch;
+  for (int i = 0; i < n_im; i++) {
+    size_t first = (size_t)im[i].at, count = (size_t)(im[i].height / patch) * (size_t)(im[i].width / patch);
+    if (end > first && end < first + count) end = first + count;
+  }
+  return end < n ? end : n;
+}
+
 /* Feeds the transcript tokens not yet fed through the chunked prefill,
  * images included; afterwards the row holds the next distribution. */
 static int prefill_new(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
@@ -400,24 +438,31 @@ static int prefill_new(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
     for (size_t t = w->fed; t < n; t++) {
       LH_TRY(lh_model_decode_step_rows(r->dec, &row_index, 1, &tok[t], w->logp, r->one_experts, err));
       for (size_t j = 0; j < r->LK; j++) w->experts[t * r->LK + j] = (uint32_t)r->one_experts[j];
+      LH_TRY(state_hook(r, b, t + 1, err));
     }
     w->fed = n;
     w->have_logp = 1;
     return 0;
   }
   const lh_model_image *all = lh_actors_transcript_images(w->tr);
-  int n_all = lh_actors_transcript_n_images(w->tr), first = 0;
-  while (first < n_all && (size_t)all[first].at < w->fed) first++;
-  lh_model_image local[256];
-  int n_im = 0;
-  for (int i = first; i < n_all && n_im < 256; i++) {
-    local[n_im] = all[i];
-    local[n_im].at = all[i].at - (int)w->fed;
-    n_im++;
+  int n_all = lh_actors_transcript_n_images(w->tr);
+  /* In pieces that end where a recurrent state is due (one piece without). */
+  while (w->fed < n) {
+    size_t end = piece_end(r, w, w->fed, n);
+    int first = 0;
+    while (first < n_all && (size_t)all[first].at < w->fed) first++;
+    lh_model_image local[256];
+    int n_im = 0;
+    for (int i = first; i < n_all && n_im < 256 && (size_t)all[i].at < end; i++) {
+      local[n_im] = all[i];
+      local[n_im].at = all[i].at - (int)w->fed;
+      n_im++;
+    }
+    LH_TRY(lh_model_prefill(r->dec, (int)b, lh_actors_transcript_tokens(w->tr) + w->fed, (int)(end - w->fed),
+                            n_im ? local : NULL, n_im, end == n ? w->logp : NULL, err));
+    w->fed = end;
+    LH_TRY(state_hook(r, b, end, err));
   }
-  LH_TRY(lh_model_prefill(r->dec, (int)b, lh_actors_transcript_tokens(w->tr) + w->fed, (int)(n - w->fed),
-                          n_im ? local : NULL, n_im, w->logp, err));
-  w->fed = n;
   w->have_logp = 1;
   return 0;
 }
@@ -497,6 +542,7 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   w->have_logp = 0;
   w->end_at = SIZE_MAX;
   w->max_context = budget;
+  w->next_state = r->cfg.state_interval ? r->cfg.state_interval : SIZE_MAX;
   lh_actors_transcript_clear(w->tr);
   LH_TRY(lh_model_decoder_reset(r->dec, (int)b));
   lh_env_obs obs;
@@ -630,6 +676,7 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
         for (size_t q = 0; q < K; q++)
           w->experts[t * r->LK + l * K + q] = (uint32_t)r->dec_experts[(l * (size_t)n_dec + (size_t)i) * K + q];
       w->fed = t + 1;
+      LH_TRY(state_hook(r, (uint32_t)r->dec_rows[i], w->fed, err));
       LH_TRY(push_new(r, w, NULL, w->fed, err));
     }
   }

@@ -12,6 +12,12 @@
 #include "actors/actors.h"
 #include "proto/wire.h"
 
+typedef struct {
+  uint64_t offset;
+  float *state;
+  size_t n;
+} pending_state;
+
 struct lh_actors_segmenter {
   lh_actors_segmenter_config cfg;
   char *actor, *env;
@@ -33,6 +39,10 @@ struct lh_actors_segmenter {
   /* segments cut and not yet popped, oldest first */
   Longhaul__Segment **ready;
   size_t n_ready, ready_cap, ready_head;
+  /* recurrent states handed in (lh_actors_segmenter_set_state) and not yet
+   * in a segment, in offset order */
+  pending_state *states;
+  size_t n_states, states_cap;
 };
 
 static char *dup_str(const char *s) {
@@ -58,6 +68,7 @@ void lh_actors_segment_free(Longhaul__Segment *seg) {
   free(seg->behavior_logp);
   free(seg->policy_version);
   free(seg->routed_experts);
+  free(seg->state);
   for (size_t i = 0; i < seg->n_images; i++) image_free(seg->images[i]);
   free(seg->images);
   free(seg);
@@ -89,6 +100,8 @@ void lh_actors_segmenter_free(lh_actors_segmenter *s) {
   free(s->images);
   for (size_t i = 0; i < s->n_ready; i++) lh_actors_segment_free(s->ready[(s->ready_head + i) % s->ready_cap]);
   free(s->ready);
+  for (size_t i = 0; i < s->n_states; i++) free(s->states[i].state);
+  free(s->states);
   free(s);
 }
 
@@ -200,6 +213,20 @@ static int cut(lh_actors_segmenter *s, lh_errbuf *err) {
     seg->images = dup_mem(s->images, s->n_images * sizeof *s->images);
     if (seg->images) seg->n_images = s->n_images, s->n_images = 0;
   }
+  /* The first state taken inside the segment goes with it; earlier ones
+   * (a segment already cut) and later ones inside it are dropped. */
+  uint64_t start = seg->start_offset;
+  size_t used = 0;
+  while (used < s->n_states && s->states[used].offset < start + n) {
+    pending_state *p = &s->states[used++];
+    if (p->offset >= start && !seg->state) {
+      seg->state = p->state, seg->n_state = p->n, seg->state_offset = p->offset;
+      p->state = NULL;
+    }
+    free(p->state);
+  }
+  memmove(s->states, s->states + used, (s->n_states - used) * sizeof *s->states);
+  s->n_states -= used;
   if (!seg->actor || !seg->env || !seg->tokens || !seg->loss_mask.data || !seg->behavior_logp ||
       !seg->policy_version || (seg->n_routed_experts && !seg->routed_experts) ||
       s->n_images) {
@@ -267,6 +294,31 @@ int lh_actors_segmenter_push(lh_actors_segmenter *s, uint32_t token, int sampled
     }
   }
   return (int)s->n_ready;
+}
+
+int lh_actors_segmenter_set_state(lh_actors_segmenter *s, uint64_t offset, const float *state, size_t n,
+                                  lh_errbuf *err) {
+  if (!s || !state || !n) return lh_errbuf_set(err, LH_EINVAL, "segmenter set_state: NULL segmenter or empty state");
+  if (s->finished)
+    return lh_errbuf_set(err, LH_EACTORS_SEGMENT_FINISHED, "segmenter set_state: episode %llu already finished",
+                         (unsigned long long)s->cfg.episode_id);
+  uint64_t open_start = s->total_tokens - s->n;
+  if (offset < open_start || (s->n_states && offset <= s->states[s->n_states - 1].offset))
+    return 0;  /* in a segment already cut, or not after the last one: nothing to attach to */
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(state[i]))
+      return lh_errbuf_set(err, LH_EACTORS_SEGMENT_TOKEN, "segmenter set_state: state[%zu] = %g at offset %llu is not finite",
+                           i, (double)state[i], (unsigned long long)offset);
+  if (s->n_states == s->states_cap) {
+    size_t cap = s->states_cap ? 2 * s->states_cap : 4;
+    pending_state *q = realloc(s->states, cap * sizeof *q);
+    if (!q) return lh_errbuf_set(err, LH_ENOMEM, "segmenter: out of memory for a recurrent state");
+    s->states = q, s->states_cap = cap;
+  }
+  float *copy = dup_mem(state, n * sizeof *state);
+  if (!copy) return lh_errbuf_set(err, LH_ENOMEM, "segmenter: out of memory for a recurrent state of %zu floats", n);
+  s->states[s->n_states++] = (pending_state){.offset = offset, .state = copy, .n = n};
+  return 0;
 }
 
 int lh_actors_segmenter_push_image(lh_actors_segmenter *s, uint32_t width, uint32_t height, uint32_t channels,

@@ -17,6 +17,7 @@
 static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_stages(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_ingest_endpoints(const char *v, void *cfg, char *why, size_t why_bytes);
+static int parse_state_mode(const char *v, void *cfg, char *why, size_t why_bytes);
 
 #define T lh_learner_config
 static const lh_ini_key KEYS[] = {
@@ -37,6 +38,8 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, ckpt_every, 1, INFINITY),
     LH_INI_KEY_U64(T, keep_checkpoints, 0, INFINITY),
     LH_INI_KEY_BOOL(T, routing_replay),
+    LH_INI_KEY_CUSTOM(state_mode, parse_state_mode, 0),
+    LH_INI_KEY_U64(T, burn_in, 0, INFINITY),
     LH_INI_KEY_CUSTOM(stages, parse_stages, LH_ELEARNER_CONFIG_STAGES),
     LH_INI_KEY_STR(T, ingest_endpoint, 0),
     LH_INI_KEY_CUSTOM(ingest_endpoints, parse_ingest_endpoints, 0),
@@ -83,6 +86,8 @@ void lh_learner_config_default(lh_learner_config *c) {
   c->ckpt_every = 50;
   c->keep_checkpoints = 3;
   c->routing_replay = 0;
+  c->state_mode = LH_LEARNER_STATE_EXACT;
+  c->burn_in = 64;
   c->n_stages = 0;
   snprintf(c->ingest_endpoint, sizeof c->ingest_endpoint, "tcp://127.0.0.1:5555");
   snprintf(c->weights_pub_endpoint, sizeof c->weights_pub_endpoint, "tcp://127.0.0.1:5556");
@@ -103,6 +108,18 @@ static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes
   if (!x) return snprintf(why, why_bytes, "is not one of grpo, rloo, reinforce"), -1;
   ((lh_learner_config *)cfg)->advantage = x;
   return 0;
+}
+
+static int parse_state_mode(const char *v, void *cfg, char *why, size_t why_bytes) {
+  lh_learner_config *c = cfg;
+  if (!strcmp(v, "exact")) c->state_mode = LH_LEARNER_STATE_EXACT;
+  else if (!strcmp(v, "stored")) c->state_mode = LH_LEARNER_STATE_STORED;
+  else return snprintf(why, why_bytes, "is not one of exact, stored"), -1;
+  return 0;
+}
+
+const char *lh_learner_state_mode_name(lh_learner_state_mode mode) {
+  return mode == LH_LEARNER_STATE_STORED ? "stored" : "exact";
 }
 
 /* "max_context:steps:long_frac,..." into cfg->stages; why says what is wrong. */

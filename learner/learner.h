@@ -202,6 +202,9 @@ typedef struct {
   double long_frac;      /* in [0, 1]: share of episodes sized to max_context */
 } lh_learner_stage;
 
+typedef enum { LH_LEARNER_STATE_EXACT = 0, LH_LEARNER_STATE_STORED = 1 } lh_learner_state_mode;
+const char *lh_learner_state_mode_name(lh_learner_state_mode mode);
+
 typedef struct {
   lh_learner_adv_kind advantage;    /* advantage = grpo | rloo | reinforce (grpo) */
   double baseline_decay;    /* reinforce running-mean decay, [0, 1) (0.9) */
@@ -220,6 +223,14 @@ typedef struct {
   uint64_t ckpt_every;      /* steps, >= 1 (50) */
   uint64_t keep_checkpoints; /* step-N folders kept after each checkpoint, 0 all (3) */
   int routing_replay;       /* true/false, yes/no, on/off, 1/0 (false) */
+  /* Where a training window's attention state comes from (ARCHITECTURE.md
+   * §5 "Stored state"): exact recomputes the whole prefix under the current
+   * weights; stored starts from the nearest state the actor sent
+   * (Segment.state) at least burn_in tokens before the window and re-runs
+   * only those tokens, without gradient, and trains only the windows that
+   * hold sampled tokens. */
+  lh_learner_state_mode state_mode; /* state_mode = exact | stored (exact) */
+  uint64_t burn_in;         /* tokens re-run before a window in stored mode (64: 4 chunks) */
   size_t n_stages;          /* stages = "max_context:steps:long_frac,..." (none) */
   lh_learner_stage stages[LH_LEARNER_MAX_STAGES];
   /* Where the learner process binds and writes (ZeroMQ endpoints, paths). */
@@ -348,6 +359,15 @@ typedef struct {
   size_t sampled;                  /* tokens with loss_mask 1 */
   uint32_t oldest_version;         /* over sampled tokens (all tokens when none is sampled) */
   uint32_t newest_version;
+  /* Recurrent states the actor sent (Segment.state), in offset order:
+   * states[i] (the model's state size, pointing into the segments) holds
+   * the state after the first state_offsets[i] tokens; state_seq[i] is its
+   * segment and state_lens[i] its float count (the model's, once checked). */
+  size_t n_states;
+  const float **states;
+  uint64_t *state_offsets;
+  uint32_t *state_seq;
+  size_t *state_lens;
 } lh_learner_episode;
 
 /* Joins segs[0..n_segs) into *out (freed with lh_learner_episode_free).
@@ -376,6 +396,7 @@ typedef struct {
   uint32_t vocab, layers, topk, experts, patch, max_patches;
   uint64_t train_window;        /* an image must sit inside one window */
   uint64_t max_episode_tokens;  /* 0: no bound */
+  size_t state_floats;          /* a segment's recurrent state has exactly these (or none) */
 } lh_learner_model_limits;
 
 void lh_learner_model_limits_init(lh_learner_model_limits *l, const lh_model_config *mc,
@@ -655,6 +676,11 @@ typedef struct {
   double step_ms;
   double busy_frac;       /* step_ms over the wall time since the previous step (or the start) */
   double allreduce_ms;    /* of step_ms: summing the gradients over ranks (0 with one rank) */
+  /* This rank's forward work: the positions the forward ran over (trained
+   * windows and burn-ins), and the windows started from a stored state
+   * ([learner] state_mode = stored). */
+  size_t run_positions, states_used;
+  double logp_diff_mean;  /* mean |learner - behavior logp| over this rank's current-version tokens */
 } lh_learner_train_stats;
 
 /* st (may be NULL) is a resumed state (step, version, position, baseline,

@@ -473,6 +473,9 @@ static int run_loop(learner *L, lh_errbuf *err) {
               "lag_mean=%.3g logp_diff=%.3g grad_norm=%.4g lr=%.3g skipped=%d step_ms=%.1f",
               (unsigned long long)s.step, (unsigned long long)s.version, s.loss, s.reward_mean, s.success_rate,
               s.episodes, s.tokens, s.lag_mean, s.logp_diff, s.grad_norm, s.lr, s.skipped, s.step_ms);
+      if (L->cfg.state_mode == LH_LEARNER_STATE_STORED)
+        LH_INFO("learner", "step=%llu state_mode=stored run_positions=%zu states_used=%zu tokens=%zu",
+                (unsigned long long)s.step, s.run_positions, s.states_used, s.tokens);
       if (L->ranks > 1)
         LH_INFO("learner", "ranks=%d step=%llu allreduce_ms=%.2f step_ms=%.1f", L->ranks, (unsigned long long)s.step,
                 s.allreduce_ms, s.step_ms);

@@ -352,6 +352,9 @@ static int bufs_alloc(window_bufs *w, size_t n, size_t state_floats) {
 typedef struct {
   double loss, policy_loss, clip_sum, lag_sum, lag_max, logp_diff;
   size_t tokens, current;
+  double logp_diff_sum;    /* sum of |logp - behavior logp| over the current-version tokens */
+  size_t run_positions;    /* positions the forward ran over (windows and burn-ins) */
+  size_t states_used;      /* windows started from an actor's stored state */
   int nonfinite;  /* a window's log-probabilities were not finite: skip the step */
 } step_acc;
 
@@ -370,6 +373,87 @@ static int window_images(const lh_learner_episode *ep, float *const *pixels, siz
                                 .pixels = pixels[i]};
   }
   return n;
+}
+
+/* The model's inputs for positions [start, end) of the episode into w:
+ * tokens, the shifted targets and loss arrays, and the routing replay.
+ * Returns how many of the window's targets were sampled. */
+static size_t fill_window(const lh_learner_episode *ep, const float *adv, size_t start, size_t end,
+                          window_bufs *w) {
+  size_t n = end - start, sampled = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t j = start + i + 1;
+    w->tokens[i] = (int32_t)ep->tokens[start + i];
+    int has = j < ep->n;
+    w->mask[i] = has ? ep->loss_mask[j] : 0;
+    w->targets[i] = w->mask[i] ? (int32_t)ep->tokens[j] : -1;
+    w->blogp[i] = has ? ep->behavior_logp[j] : 0;
+    w->adv[i] = has && adv ? adv[j] : 0;
+    w->ver[i] = has ? ep->policy_version[j] : 0;
+    sampled += w->mask[i];
+  }
+  /* Routing replay: the experts the actor used for each input token,
+   * [token][layer][slot] in the segment, (layers, T, topk) for the model. */
+  if (w->replay) {
+    size_t L = ep->routed_layers, K = ep->routed_topk;
+    for (size_t l = 0; l < L; l++)
+      for (size_t i = 0; i < n; i++)
+        for (size_t q = 0; q < K; q++)
+          w->replay[(l * n + i) * K + q] = (int32_t)ep->routed_experts[((start + i) * L + l) * K + q];
+  }
+  return sampled;
+}
+
+/* Whether position at lies among an image's patches (a state there would
+ * split the image between a burn-in and what follows). */
+static int inside_image(const lh_learner_episode *ep, uint64_t at, const lh_model_config *mc) {
+  for (size_t i = 0; i < ep->n_images; i++) {
+    const Longhaul__Image *im = ep->images[i];
+    uint64_t first = ep->image_offsets[i] + 1;
+    uint64_t patches = mc->patch ? (uint64_t)(im->width / (uint32_t)mc->patch) * (im->height / (uint32_t)mc->patch) : 0;
+    if (at > first && at < first + patches) return 1;
+  }
+  return 0;
+}
+
+/* Stored-state mode (ARCHITECTURE.md §5 "Stored state"): brings w->state_a,
+ * which holds the state after *at tokens under the current weights, to the
+ * state after start tokens. The nearest state the actor sent at least
+ * burn_in tokens before start replaces it when that is later than *at;
+ * the tokens from there to start are run forward without gradient (the
+ * burn-in), in pieces that end on window edges, so that no image is cut. */
+static int burn_in(lh_learner_trainer *t, const lh_learner_episode *ep, size_t start, size_t *at,
+                   window_bufs *w, float **pixels, lh_model_image *imgs, step_acc *acc, lh_errbuf *err) {
+  const lh_model_config *mc = lh_model_get_config(t->m);
+  size_t state_floats = lh_model_state_floats(mc), W = t->cfg.train_window;
+  size_t latest = start > t->cfg.burn_in ? start - t->cfg.burn_in : 0;
+  for (size_t i = ep->n_states; i-- > 0;) {
+    uint64_t off = ep->state_offsets[i];
+    if (off > latest || inside_image(ep, off, mc)) continue;
+    if (off > *at) {
+      memcpy(w->state_a, ep->states[i], state_floats * sizeof(float));
+      *at = (size_t)off;
+      acc->states_used++;
+    }
+    break;
+  }
+  while (*at < start) {
+    size_t end = (*at / W + 1) * W;
+    if (end > start) end = start;
+    fill_window(ep, NULL, *at, end, w);
+    int32_t offs[2] = {0, (int32_t)(end - *at)};
+    int n_imgs = imgs ? window_images(ep, pixels, *at, end, imgs) : 0;
+    lh_model_batch b = {.n_tokens = (int)(end - *at), .tokens = w->tokens, .targets = w->targets, .n_seq = 1,
+                        .seq_offsets = offs, .n_images = n_imgs, .images = n_imgs ? imgs : NULL,
+                        .state_in = *at ? w->state_a : NULL, .replay_experts = w->replay,
+                        .temperature = t->temperature};
+    LH_TRY(lh_model_forward(t->m, &b, &t->cache, NULL, NULL, w->state_b, err));
+    acc->run_positions += end - *at;
+    float *s = w->state_a;
+    w->state_a = w->state_b, w->state_b = s;
+    *at = end;
+  }
+  return 0;
 }
 
 /* Forward and backward of one episode, window by window, accumulating
@@ -416,40 +500,41 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
                          (unsigned long long)ep->episode_id);
   }
   size_t nw = lh_learner_episode_windows(ep, t->cfg.train_window);
+  /* Windows after the last sampled token train nothing and carry nothing
+   * forward: neither mode runs them. */
+  size_t last_sampled = 0;
+  for (size_t j = ep->n; j-- > 1;)
+    if (ep->loss_mask[j]) {
+      last_sampled = j;
+      break;
+    }
+  int stored = t->cfg.state_mode == LH_LEARNER_STATE_STORED;
+  size_t at = 0;  /* w.state_a holds the state after the first `at` tokens (zero at 0) */
   lh_learner_ppo_params pp = {t->cfg.clip_eps, t->cfg.is_cap, t->cfg.entropy_coef};
   for (size_t k = 0; k < nw && !rc; k++) {
     size_t start, end;
     lh_learner_episode_window(ep, t->cfg.train_window, k, &start, &end);
+    if (start >= last_sampled) break;  /* the window's targets are start+1..end: none sampled from here */
     size_t n = end - start;
-    size_t sampled = 0;
-    for (size_t i = 0; i < n; i++) {
-      size_t j = start + i + 1;
-      w.tokens[i] = (int32_t)ep->tokens[start + i];
-      int has = j < ep->n;
-      w.mask[i] = has ? ep->loss_mask[j] : 0;
-      w.targets[i] = w.mask[i] ? (int32_t)ep->tokens[j] : -1;
-      w.blogp[i] = has ? ep->behavior_logp[j] : 0;
-      w.adv[i] = has ? adv[j] : 0;
-      w.ver[i] = has ? ep->policy_version[j] : 0;
-      sampled += w.mask[i];
-    }
-    /* Routing replay: the experts the actor used for each input token,
-     * [token][layer][slot] in the segment, (layers, T, topk) for the model. */
-    if (w.replay) {
-      size_t L = ep->routed_layers, K = ep->routed_topk;
-      for (size_t l = 0; l < L; l++)
-        for (size_t i = 0; i < n; i++)
-          for (size_t q = 0; q < K; q++)
-            w.replay[(l * n + i) * K + q] = (int32_t)ep->routed_experts[((start + i) * L + l) * K + q];
+    size_t sampled = fill_window(ep, adv, start, end, &w);
+    /* Stored-state mode trains the windows that hold sampled tokens and
+     * starts each after a gap from a stored state and its burn-in. */
+    if (stored && !sampled) continue;
+    if (at != start) {
+      rc = burn_in(t, ep, start, &at, &w, pixels, imgs, acc, err);
+      if (rc) break;
+      fill_window(ep, adv, start, end, &w);
     }
     int32_t offs[2] = {0, (int32_t)n};
     int n_imgs = imgs ? window_images(ep, pixels, start, end, imgs) : 0;
     lh_model_batch b = {.n_tokens = (int)n, .tokens = w.tokens, .targets = w.targets, .n_seq = 1,
                         .seq_offsets = offs, .n_images = n_imgs, .images = n_imgs ? imgs : NULL,
-                        .state_in = k ? w.state_a : NULL,
+                        .state_in = at ? w.state_a : NULL,
                         .replay_experts = w.replay, .temperature = t->temperature};
     rc = lh_model_forward(t->m, &b, &t->cache, w.logp, NULL, w.state_b, err);
     if (rc) break;
+    acc->run_positions += n;
+    at = end;
     rc = lh_model_balancer_observe_cache(t->balancer, t->m, t->cache);
     if (rc) {
       lh_errbuf_set(err, rc, "train: balancer: %s", lh_strerror(rc));
@@ -475,6 +560,7 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
       acc->tokens += ps.tokens;
       if (ps.current_tokens) {
         acc->current += ps.current_tokens;
+        acc->logp_diff_sum += ps.logp_diff_mean * (double)ps.current_tokens;
         if (ps.logp_diff_max > acc->logp_diff) acc->logp_diff = ps.logp_diff_max;
       }
       for (size_t i = 0; i < n; i++) {
@@ -694,6 +780,8 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
       rc = be->sum_squares(be->context, &sq, lh_model_grads(t->m), lh_model_n_floats(t->m));
       double norm = sqrt(sq);
       st.loss = acc.loss, st.policy_loss = acc.policy_loss, st.grad_norm = norm, st.tokens = acc.tokens;
+      st.run_positions = acc.run_positions, st.states_used = acc.states_used;
+      st.logp_diff_mean = acc.current ? acc.logp_diff_sum / (double)acc.current : NAN;
       st.lag_mean = acc.tokens ? acc.lag_sum / (double)acc.tokens : 0, st.lag_max = acc.lag_max;
       st.logp_diff = acc.current ? acc.logp_diff : NAN, st.current_tokens = acc.current;
       st.clip_frac = acc.tokens ? acc.clip_sum / (double)acc.tokens : 0;

@@ -1,5 +1,6 @@
 /* learner: what the model can take (learner.h says why this is checked
  * twice, at ingest and before each step). */
+#include <math.h>
 #include <stdio.h>
 
 #include "learner/learner.h"
@@ -10,6 +11,7 @@ void lh_learner_model_limits_init(lh_learner_model_limits *l, const lh_model_con
   l->experts = (uint32_t)mc->experts, l->patch = (uint32_t)mc->patch, l->max_patches = (uint32_t)mc->max_patches;
   l->train_window = cfg->train_window;
   l->max_episode_tokens = cfg->max_episode_tokens;
+  l->state_floats = lh_model_state_floats(mc);
 }
 
 #define BAD(err, ...) lh_errbuf_set(err, LH_ELEARNER_MODEL_INPUT, __VA_ARGS__)
@@ -71,6 +73,23 @@ static int check_routing(uint64_t episode, uint32_t layers, uint32_t topk, const
   return 0;
 }
 
+/* A recurrent state: exactly the model's size, every value finite (the
+ * wire checked the finiteness already; stored payloads are checked again
+ * here), so that a peer can neither make the learner read past a state nor
+ * start a window from garbage. */
+static int check_state(uint64_t episode, uint32_t seq, const float *state, size_t n_state,
+                       const lh_learner_model_limits *l, lh_errbuf *err) {
+  if (!n_state) return 0;
+  if (n_state != l->state_floats)
+    return BAD(err, "episode %llu segment %u carries a recurrent state of %zu floats; the model's is %zu "
+               "(layers x heads x dk x dk)", (unsigned long long)episode, seq, n_state, l->state_floats);
+  for (size_t i = 0; i < n_state; i++)
+    if (!isfinite(state[i]))
+      return BAD(err, "episode %llu segment %u state[%zu] = %g is not finite", (unsigned long long)episode, seq, i,
+                 (double)state[i]);
+  return 0;
+}
+
 int lh_learner_check_segment(const Longhaul__Segment *s, const lh_learner_model_limits *l, lh_errbuf *err) {
   for (size_t i = 0; i < s->n_tokens; i++)
     if (s->tokens[i] >= l->vocab)
@@ -79,6 +98,7 @@ int lh_learner_check_segment(const Longhaul__Segment *s, const lh_learner_model_
   LH_TRY(check_length(s->episode_id, s->start_offset, s->n_tokens, l, err));
   LH_TRY(check_routing(s->episode_id, s->routed_layers, s->routed_topk, s->routed_experts, s->n_routed_experts, l,
                        err));
+  LH_TRY(check_state(s->episode_id, s->seq, s->state, s->n_state, l, err));
   if (!s->n_images) return 0;
   uint64_t at[256];
   if (s->n_images > sizeof at / sizeof at[0])
@@ -104,5 +124,11 @@ int lh_learner_check_episode(const lh_learner_episode *ep, const lh_learner_mode
   if (ep->routed_experts)
     LH_TRY(check_routing(ep->episode_id, ep->routed_layers, ep->routed_topk, ep->routed_experts,
                          ep->n * ep->routed_layers * ep->routed_topk, l, err));
+  for (size_t i = 0; i < ep->n_states; i++) {
+    LH_TRY(check_state(ep->episode_id, ep->state_seq[i], ep->states[i], ep->state_lens[i], l, err));
+    if (ep->state_offsets[i] >= ep->n || (i && ep->state_offsets[i] <= ep->state_offsets[i - 1]))
+      return BAD(err, "episode %llu state %zu at token %llu is out of order or past the episode",
+                 (unsigned long long)ep->episode_id, i, (unsigned long long)ep->state_offsets[i]);
+  }
   return check_images(ep->episode_id, ep->images, ep->image_offsets, ep->n_images, ep->n, l, err);
 }

@@ -92,6 +92,21 @@ int lh_model_decoder_reset(lh_model_decoder *d, int b) {
   return LH_OK;
 }
 
+size_t lh_model_state_floats(const lh_model_config *cfg) {
+  if (!cfg || cfg->heads <= 0 || cfg->layers <= 0 || cfg->d_model <= 0) return 0;
+  size_t dk = (size_t)(cfg->d_model / cfg->heads);
+  return (size_t)cfg->layers * (size_t)cfg->heads * dk * dk;
+}
+
+int lh_model_decoder_state_get(lh_model_decoder *d, int b, float *out) {
+  if (!d || !out || b < 0 || b >= d->B) return LH_EINVAL;
+  const lh_backend *be = d->m->be;
+  for (int l = 0; l < d->m->cfg.layers; l++)
+    LH_TRY(be->download(be->context, out + (size_t)l * d->state_floats,
+                        d->state + ((size_t)l * d->B + b) * d->state_floats, d->state_floats * sizeof(float)));
+  return LH_OK;
+}
+
 static int load_xres(lh_model_decoder *d) {
   lh_model *m = d->m;
   int L = m->cfg.layers;

@@ -248,6 +248,15 @@ int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *
 void lh_model_decoder_free(lh_model_decoder *d);
 /* Starts sequence b again from the zero state. */
 int lh_model_decoder_reset(lh_model_decoder *d, int b);
+/* The recurrent state a sequence carries from one token to the next: the
+ * linear attention's S of every layer and head, (layers, heads, dk, dk)
+ * floats (ARCHITECTURE.md §4 "LinAttn"; nothing else crosses a chunk).
+ * lh_model_state_floats is its size for cfg (0 for a config without
+ * heads); lh_model_decoder_state_get copies sequence b's state, after the
+ * tokens fed so far, into out (host memory, that many floats), in the
+ * layout lh_model_batch.state_in takes for one sequence. */
+size_t lh_model_state_floats(const lh_model_config *cfg);
+int lh_model_decoder_state_get(lh_model_decoder *d, int b, float *out);
 /* One token for each of the B sequences (recurrent step); logp (B,vocab,
  * host) gets log-probabilities of the next token; experts (layers, B, topk,
  * host) or NULL gets the routing (for routing replay). */

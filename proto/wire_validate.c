@@ -176,6 +176,29 @@ static int check_routing(const Longhaul__Segment *s, const lh_wire_limits *lim, 
   return 0;
 }
 
+/* The recurrent state a segment may carry: finite values, taken at an
+ * offset inside the segment. Its exact size is the model's, which the
+ * learner checks (learner/validate.c); the message size bounds it here. */
+static int check_state(const Longhaul__Segment *s, const char *path, lh_errbuf *err) {
+  if (!s->n_state) {
+    if (s->state_offset)
+      return lh_errbuf_set(err, LH_EWIRE_VALUE_RANGE, "%s.state_offset=%llu without a state", path,
+                           (unsigned long long)s->state_offset);
+    return 0;
+  }
+  LH_TRY(check_array(s->state, s->n_state, path, "state", err));
+  if (s->state_offset < s->start_offset || s->state_offset - s->start_offset >= s->n_tokens)
+    return lh_errbuf_set(err, LH_EWIRE_VALUE_RANGE,
+                         "%s.state_offset=%llu is outside the segment's tokens %llu..%llu", path,
+                         (unsigned long long)s->state_offset, (unsigned long long)s->start_offset,
+                         (unsigned long long)(s->start_offset + s->n_tokens - 1));
+  for (size_t i = 0; i < s->n_state; i++)
+    if (!isfinite(s->state[i]))
+      return lh_errbuf_set(err, LH_EWIRE_NOT_FINITE, "%s.state[%zu]=%g is not finite", path, i,
+                           (double)s->state[i]);
+  return 0;
+}
+
 static int check_segment(const Longhaul__Segment *s, const lh_wire_limits *lim, const char *path,
                          lh_errbuf *err) {
   LH_TRY(check_string(s->actor, lim->max_string_bytes, path, "actor", err));
@@ -217,6 +240,7 @@ static int check_segment(const Longhaul__Segment *s, const lh_wire_limits *lim, 
                            i, (double)lp);
   }
   LH_TRY(check_routing(s, lim, path, err));
+  LH_TRY(check_state(s, path, err));
   return check_images(s->images, s->n_images, n, lim, path, err);
 }
 

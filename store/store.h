@@ -39,7 +39,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 8
+#define LH_STORE_SCHEMA_VERSION 9
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"

@@ -14,8 +14,8 @@
 
 static const char sql_seg_insert[] =
     "INSERT OR IGNORE INTO segments(episode, seq, start_offset, tokens, sampled, min_version,"
-    " max_version, images, payload_bytes, payload, created_ms)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+    " max_version, images, payload_bytes, payload, created_ms, state_offset)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
 /* A segment that arrives first creates the episode as running; later ones
  * add their tokens and widen the version range (NULL-aware min/max). */
@@ -324,6 +324,8 @@ static int insert_segment(lh_store *s, const Longhaul__Segment *seg, const uint8
   sqlite3_bind_int64(st, 9, (sqlite3_int64)payload_bytes);
   sqlite3_bind_blob64(st, 10, payload, payload_bytes, SQLITE_STATIC);
   sqlite3_bind_int64(st, 11, now);
+  if (seg->n_state) lh_store_bind_u64(st, 12, seg->state_offset);
+  else sqlite3_bind_null(st, 12);
   int rc = lh_store_step(s, st, "inserting a segment", err);
   sqlite3_reset(st);
   if (rc < 0) return rc;

@@ -366,9 +366,9 @@ START_TEST(test_migration_v5) {
   lh_store_close(s);
   char v[4096];
   sql1(db, "PRAGMA user_version", v);
-  ck_assert_str_eq(v, "8");
+  ck_assert_str_eq(v, "9");
   sql1(db, "SELECT group_concat(version) FROM migrations", v);
-  ck_assert_str_eq(v, "1,2,3,4,5,6,7,8");
+  ck_assert_str_eq(v, "1,2,3,4,5,6,7,8,9");
   sql1(db, "SELECT command || ' ' || config || ' ' || started_ms || ' ' || starts || ' ' || (kind IS NULL)"
            " || (version IS NULL) || (ended_ms IS NULL) FROM runs WHERE run_id = 'old-run'", v);
   ck_assert_str_eq(v, "longhaul learner [model] 7 1 111");

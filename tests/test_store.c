@@ -1025,13 +1025,13 @@ START_TEST(test_migration) {
   s = open_ro();
   char v[64];
   ck_assert_int_eq(lh_store_sql(s, "PRAGMA user_version", first_value, v, NULL, &e), 0);
-  ck_assert_str_eq(v, "8");
+  ck_assert_str_eq(v, "9");
   ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
                                 NULL, &e), 0);
-  ck_assert_str_eq(v, "1,2,3,4,5,6,7,8");
+  ck_assert_str_eq(v, "1,2,3,4,5,6,7,8,9");
   ck_assert_int_eq(lh_store_sql(s, "SELECT value FROM meta WHERE key = 'schema_version'",
                                 first_value, v, NULL, &e), 0);
-  ck_assert_str_eq(v, "8");
+  ck_assert_str_eq(v, "9");
   lh_episode_row r;
   ck_assert_int_eq(lh_store_episode_get(s, 5, &r, &e), 0);
   ck_assert_str_eq(r.env, "calc");
@@ -1073,7 +1073,7 @@ START_TEST(test_migration_v2) {
   char v[64];
   ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
                                 NULL, &e), 0);
-  ck_assert_str_eq(v, "1,2,3,4,5,6,7,8");
+  ck_assert_str_eq(v, "1,2,3,4,5,6,7,8,9");
   static lh_store_train_step back;
   ck_assert_int_eq(lh_store_train_steps(s, 4, 1, step_row, &back, &e), 0);
   ck_assert_uint_eq(back.step, 4);
@@ -1115,9 +1115,9 @@ START_TEST(test_migration_v3) {
   char v[64];
   ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
                                 NULL, &e), 0);
-  ck_assert_str_eq(v, "1,2,3,4,5,6,7,8");
+  ck_assert_str_eq(v, "1,2,3,4,5,6,7,8,9");
   ck_assert_int_eq(lh_store_sql(s, "PRAGMA user_version", first_value, v, NULL, &e), 0);
-  ck_assert_str_eq(v, "8");
+  ck_assert_str_eq(v, "9");
   static expert_rows r;
   memset(&r, 0, sizeof r);
   ck_assert_int_eq(lh_store_train_steps(s, 0, 0, expert_row, &r, &e), 0);
@@ -1175,7 +1175,7 @@ START_TEST(test_migration_v4) {
   char v[64];
   ck_assert_int_eq(lh_store_sql(s, "SELECT group_concat(version) FROM migrations", first_value, v,
                                 NULL, &e), 0);
-  ck_assert_str_eq(v, "1,2,3,4,5,6,7,8");
+  ck_assert_str_eq(v, "1,2,3,4,5,6,7,8,9");
   ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM sqlite_schema WHERE name = 'episodes_short'",
                                 first_value, v, NULL, &e), 0);
   ck_assert_str_eq(v, "1");

@@ -230,7 +230,7 @@ START_TEST(test_migration_v7) {
   ck_assert_msg(open_as(1, 0, 0, &s) == 0, "%s", e.msg);
   lh_store_stats st;
   ck_assert_msg(lh_store_stats_get(s, &st, &e) == 0, "%s", e.msg);
-  ck_assert_uint_eq(st.schema_version, 8);
+  ck_assert_uint_eq(st.schema_version, LH_STORE_SCHEMA_VERSION);
   ck_assert_uint_eq(st.segments, 3);
   ck_assert_uint_eq(st.payloads_dropped, 2);
   ck_assert_uint_eq(st.payload_bytes, 3);
