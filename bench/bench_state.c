@@ -72,7 +72,7 @@ static void windowed(lh_model *m, const int32_t *tok, size_t T, size_t W, float 
 }
 
 int main(int argc, char **argv) {
-  opts o = {.episodes = 2, .window = 2048, .interval = 1024, .burn_in = 64, .lag = 1, .lr = 3e-4, .mode = "stored",
+  opts o = {.episodes = 2, .window = 2048, .interval = 256, .burn_in = 64, .lag = 1, .lr = 3e-4, .mode = "stored",
             .dir = "/tmp"};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
