@@ -5,3 +5,6 @@ lh_add_test(test_learner_stored SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner
 lh_add_test(test_learner_stored_e2e SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_stored_e2e.c ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
   LIBS lh_learner TIMEOUT 300)
 add_dependencies(test_learner_stored_e2e longhaul)
+# A hostile recurrent state refused at a real ingest, the rest of its round stored (test_learner_ingest_state).
+lh_add_test(test_learner_ingest_state SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_learner_ingest_state.c
+  LIBS lh_learner PkgConfig::ZMQ TIMEOUT 120)
