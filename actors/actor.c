@@ -125,6 +125,8 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
                                     .episodes = cfg->episodes,
                                     .record_routing = a->record_routing != 0,
                                     .state_interval = a->state_interval,
+                                    .beyond_context = a->beyond_context != 0,
+                                    .max_episode_tokens = a->max_episode_tokens,
                                     .stage_option = a->stage_option};
   lh_actors_link_config lc = {.name = cfg->name,
                               .ingest_endpoint = a->learner_endpoint,

@@ -264,6 +264,8 @@ typedef struct {
   uint64_t flush_timeout_ms;   /* wait for acks on exit, >= 1 (5000) */
   uint64_t record_routing;     /* 1: record each token's experts (routing replay), 0 or 1 (0) */
   uint64_t state_interval;     /* tokens between recurrent states sent with the segments, 0 none (0) */
+  uint64_t beyond_context;     /* 1: max_context and the stage's do not end an episode, 0 or 1 (0) */
+  uint64_t max_episode_tokens; /* the cap with beyond_context, >= 2 (4194304, the learner's default) */
   uint64_t weights_zstd;       /* 1: weights chunks may come zstd-compressed, 0 or 1 (0) */
   /* The [env] option a context-extension stage sizes long episodes by
    * (e.g. needle's "tokens"; lh_actors_runner_set_stage); empty: none. */
@@ -503,6 +505,13 @@ typedef struct {
    * segment that holds that token (Segment.state, for a stored-state
    * learner); prefills stop there to take it. 0: no states. */
   uint64_t state_interval;
+  /* With beyond_context, neither max_context nor the stage's ends an
+   * episode (they still size the environment): it runs until the
+   * environment ends it, its max_steps, or max_episode_tokens tokens; the
+   * recurrent state carries on, and a stored-state learner trains the
+   * windows that hold the policy's tokens. */
+  int beyond_context;
+  uint64_t max_episode_tokens;
   /* The environment option that sizes a long episode to the stage
    * (lh_actors_runner_set_stage), e.g. needle's "tokens"; NULL or "": none. */
   const char *stage_option;

@@ -37,6 +37,8 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, flush_timeout_ms, 1, INFINITY),
     LH_INI_KEY_U64(T, record_routing, 0, 1),
     LH_INI_KEY_U64(T, state_interval, 0, INFINITY),
+    LH_INI_KEY_U64(T, beyond_context, 0, 1),
+    LH_INI_KEY_U64(T, max_episode_tokens, 2, UINT32_MAX),
     LH_INI_KEY_U64(T, weights_zstd, 0, 1),
     LH_INI_KEY_STR(T, stage_option, 0),
 };
@@ -50,6 +52,7 @@ void lh_actors_config_default(lh_actors_config *c) {
   c->top_p = 1.0;
   c->seed = 0;
   c->segment_tokens = 512;
+  c->max_episode_tokens = (uint64_t)1 << 22;
   c->outbox_messages = 1024;
   c->outbox_bytes = 64u << 20;
   c->resend_timeout_ms = 5000;

@@ -542,6 +542,9 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   w->have_logp = 0;
   w->end_at = SIZE_MAX;
   w->max_context = budget;
+  if (r->cfg.beyond_context)  /* the context sizes the environment only */
+    w->max_context = r->cfg.max_episode_tokens && r->cfg.max_episode_tokens < UINT32_MAX
+                         ? (uint32_t)r->cfg.max_episode_tokens : UINT32_MAX;
   w->next_state = r->cfg.state_interval ? r->cfg.state_interval : SIZE_MAX;
   lh_actors_transcript_clear(w->tr);
   LH_TRY(lh_model_decoder_reset(r->dec, (int)b));

@@ -54,6 +54,8 @@ typedef struct {
   uint32_t *version;
   uint32_t *experts;  /* [token][layer][slot] when routing is recorded */
   size_t n;
+  float *state;         /* the last recurrent state its segments carried (state_interval) */
+  size_t n_state, state_offset, states;
   Longhaul__EpisodeEnd *end;
 } episode;
 
@@ -104,6 +106,12 @@ static void take(collection *c, Longhaul__Segment *seg, Longhaul__EpisodeEnd *en
     e->group = seg->group_id;
     e->task_seed = seg->task_seed;
     e->next_seq++;
+    if (seg->n_state) {
+      e->state = realloc(e->state, seg->n_state * sizeof *e->state);
+      memcpy(e->state, seg->state, seg->n_state * sizeof *e->state);
+      e->n_state = seg->n_state, e->state_offset = seg->state_offset;
+      e->states++;
+    }
     size_t n = e->n + seg->n_tokens;
     e->tokens = realloc(e->tokens, n * sizeof *e->tokens);
     e->mask = realloc(e->mask, n);
@@ -135,6 +143,7 @@ static void free_collection(collection *c) {
     free(c->ep[i].logp);
     free(c->ep[i].version);
     free(c->ep[i].experts);
+    free(c->ep[i].state);
     lh_actors_episode_end_free(c->ep[i].end);
   }
 }
@@ -514,6 +523,59 @@ START_TEST(test_stage_sizes_episodes) {
 }
 END_TEST
 
+/* [actor] state_interval and beyond_context (ARCHITECTURE.md §5 "Stored
+ * state"): needle episodes whose document the stage sizes to 225 tokens
+ * run past the stage's 300 (to max_episode_tokens at most), their
+ * segments carry the recurrent state every 64 tokens (prefill pieces and
+ * decode steps), and each state is the model's after the tokens before
+ * it: a training forward over them ends in the same state (1e-4). */
+START_TEST(test_states_and_beyond_context) {
+  lh_model *m = tiny_model();
+  lh_env_option opts[] = {{"tokens", "200"}};
+  lh_actors_runner_config cfg = base_config();
+  cfg.env = "needle", cfg.env_options = opts, cfg.n_env_options = 1, cfg.stage_option = "tokens";
+  cfg.max_context = 300, cfg.max_steps = 2, cfg.episodes = 4, cfg.segment_tokens = 64;
+  cfg.state_interval = 64, cfg.beyond_context = 1, cfg.max_episode_tokens = 1500;
+  lh_actors_runner *r = NULL;
+  lh_errbuf err = {0};
+  ck_assert_msg(lh_actors_runner_new(m, &cfg, &r, &err) == 0, "%s", err.msg);
+  lh_actors_stage stage = {.index = 1, .max_context = 300, .long_frac = 1.0f};
+  lh_actors_runner_set_stage(r, &stage);
+  collection *c = calloc(1, sizeof *c);
+  run_all(r, c, -1);
+  ck_assert_int_eq(c->n, 4);
+  size_t past = 0, sf = lh_model_state_floats(lh_model_get_config(m));
+  double worst = 0;
+  for (int i = 0; i < c->n; i++) {
+    episode *e = &c->ep[i];
+    ck_assert_ptr_nonnull(e->end);
+    ck_assert_uint_le(e->n, 1500);
+    past += e->n > 300;
+    ck_assert_uint_gt(e->states, 0);
+    ck_assert_uint_eq(e->n_state, sf);
+    ck_assert_uint_eq(e->state_offset % 64, 0);
+    size_t k = e->state_offset;
+    int32_t *tok = malloc(k * sizeof *tok);
+    float *state = malloc(sf * sizeof *state);
+    for (size_t j = 0; j < k; j++) tok[j] = (int32_t)e->tokens[j];
+    int32_t offs[2] = {0, (int32_t)k};
+    lh_model_batch b = {.n_tokens = (int)k, .tokens = tok, .n_seq = 1, .seq_offsets = offs};
+    lh_model_cache *cache = NULL;
+    ck_assert_msg(lh_model_forward(m, &b, &cache, NULL, NULL, state, &err) == 0, "%s", err.msg);
+    for (size_t j = 0; j < sf; j++) worst = fmax(worst, fabs((double)state[j] - e->state[j]));
+    lh_model_cache_free(cache);
+    free(tok), free(state);
+  }
+  printf("runner: %zu of 4 episodes past the stage's 300 tokens; state vs forward max |diff| %g\n", past, worst);
+  ck_assert_uint_gt(past, 0);
+  ck_assert_msg(worst < 1e-4, "state differs by %g", worst);
+  free_collection(c);
+  free(c);
+  lh_actors_runner_free(r);
+  lh_model_free(m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("actors_runner");
   TCase *tc = tcase_create("runner");
@@ -525,6 +587,7 @@ int main(void) {
   tcase_add_test(tc, test_env_error_ends_episode);
   tcase_add_test(tc, test_abort_and_errors);
   tcase_add_test(tc, test_stage_sizes_episodes);
+  tcase_add_test(tc, test_states_and_beyond_context);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
