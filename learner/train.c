@@ -437,9 +437,17 @@ static int burn_in(lh_learner_trainer *t, const lh_learner_episode *ep, size_t s
     }
     break;
   }
+  /* The pieces are the training windows (lh_learner_episode_window) from
+   * the one that holds *at, so a burn-in cuts the episode where training
+   * does. */
+  size_t k = 0, ws = 0, we = 0;
+  do lh_learner_episode_window(ep, W, k++, &ws, &we);
+  while (we <= *at && we < ep->n);
+  k--;
   while (*at < start) {
-    size_t end = (*at / W + 1) * W;
-    if (end > start) end = start;
+    lh_learner_episode_window(ep, W, k++, &ws, &we);
+    if (we <= *at) break;  /* no window past *at: cannot happen for start <= n */
+    size_t end = we < start ? we : start;
     fill_window(ep, NULL, *at, end, w);
     int32_t offs[2] = {0, (int32_t)(end - *at)};
     int n_imgs = imgs ? window_images(ep, pixels, *at, end, imgs) : 0;
