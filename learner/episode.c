@@ -14,10 +14,6 @@ void lh_learner_episode_free(lh_learner_episode *ep) {
   free(ep->routed_experts);
   free(ep->images);
   free(ep->image_offsets);
-  free(ep->states);
-  free(ep->state_offsets);
-  free(ep->state_seq);
-  free(ep->state_lens);
   free(ep);
 }
 
@@ -33,7 +29,7 @@ int lh_learner_episode_join(Longhaul__Segment *const *segs, size_t n_segs, uint6
   if (!by_seq) return lh_errbuf_set(err, LH_ENOMEM, "episode join: out of memory");
   int rc = 0;
   const Longhaul__Segment *s0 = segs[0];
-  size_t n_images = 0, n_states = 0;
+  size_t n_images = 0;
   for (size_t i = 0; i < n_segs && rc == 0; i++) {
     const Longhaul__Segment *s = segs[i];
     if (!s) {
@@ -56,7 +52,6 @@ int lh_learner_episode_join(Longhaul__Segment *const *segs, size_t n_segs, uint6
     } else {
       by_seq[s->seq] = s;
       n_images += s->n_images;
-      n_states += s->n_state > 0;
     }
   }
   uint64_t at = 0;
@@ -86,16 +81,9 @@ int lh_learner_episode_join(Longhaul__Segment *const *segs, size_t n_segs, uint6
         ep->images = malloc(n_images * sizeof *ep->images);
         ep->image_offsets = malloc(n_images * sizeof *ep->image_offsets);
       }
-      if (n_states) {
-        ep->states = malloc(n_states * sizeof *ep->states);
-        ep->state_offsets = malloc(n_states * sizeof *ep->state_offsets);
-        ep->state_seq = malloc(n_states * sizeof *ep->state_seq);
-        ep->state_lens = malloc(n_states * sizeof *ep->state_lens);
-      }
     }
     if (!ep || !ep->tokens || !ep->loss_mask || !ep->behavior_logp || !ep->policy_version ||
-        (per && !ep->routed_experts) || (n_images && (!ep->images || !ep->image_offsets)) ||
-        (n_states && (!ep->states || !ep->state_offsets || !ep->state_seq || !ep->state_lens))) {
+        (per && !ep->routed_experts) || (n_images && (!ep->images || !ep->image_offsets))) {
       rc = lh_errbuf_set(err, LH_ENOMEM, "episode join: out of memory for %zu tokens", n);
     } else {
       ep->episode_id = s0->episode_id;
@@ -113,12 +101,6 @@ int lh_learner_episode_join(Longhaul__Segment *const *segs, size_t n_segs, uint6
         memcpy(ep->behavior_logp + t, s->behavior_logp, k * sizeof *ep->behavior_logp);
         memcpy(ep->policy_version + t, s->policy_version, k * sizeof *ep->policy_version);
         if (per) memcpy(ep->routed_experts + t * per, s->routed_experts, k * per * sizeof *ep->routed_experts);
-        if (s->n_state) {
-          ep->states[ep->n_states] = s->state;
-          ep->state_offsets[ep->n_states] = s->state_offset;
-          ep->state_lens[ep->n_states] = s->n_state;
-          ep->state_seq[ep->n_states++] = s->seq;
-        }
         for (size_t j = 0; j < s->n_images; j++, im++) {
           ep->images[im] = s->images[j];
           ep->image_offsets[im] = t + s->images[j]->offset;

@@ -359,15 +359,6 @@ typedef struct {
   size_t sampled;                  /* tokens with loss_mask 1 */
   uint32_t oldest_version;         /* over sampled tokens (all tokens when none is sampled) */
   uint32_t newest_version;
-  /* Recurrent states the actor sent (Segment.state), in offset order:
-   * states[i] (the model's state size, pointing into the segments) holds
-   * the state after the first state_offsets[i] tokens; state_seq[i] is its
-   * segment and state_lens[i] its float count (the model's, once checked). */
-  size_t n_states;
-  const float **states;
-  uint64_t *state_offsets;
-  uint32_t *state_seq;
-  size_t *state_lens;
 } lh_learner_episode;
 
 /* Joins segs[0..n_segs) into *out (freed with lh_learner_episode_free).

@@ -427,14 +427,29 @@ static int burn_in(lh_learner_trainer *t, const lh_learner_episode *ep, size_t s
   const lh_model_config *mc = lh_model_get_config(t->m);
   size_t state_floats = lh_model_state_floats(mc), W = t->cfg.train_window;
   size_t latest = start > t->cfg.burn_in ? start - t->cfg.burn_in : 0;
-  for (size_t i = ep->n_states; i-- > 0;) {
-    uint64_t off = ep->state_offsets[i];
-    if (off > latest || inside_image(ep, off, mc)) continue;
-    if (off > *at) {
-      memcpy(w->state_a, ep->states[i], state_floats * sizeof(float));
-      *at = (size_t)off;
-      acc->states_used++;
+  /* The latest state the store holds at most burn_in tokens before the
+   * window and not among an image's patches (a few tries: states are
+   * rarely inside images). It replaces the one held only when later. */
+  for (int tries = 0; tries < 8 && latest > *at; tries++) {
+    uint64_t off = 0;
+    int found = lh_store_segment_state(t->store, ep->episode_id, latest, state_floats, &off, w->state_b, err);
+    if (found < 0) return found;
+    if (!found || off <= *at) break;
+    if (inside_image(ep, off, mc)) {
+      latest = (size_t)off - 1;
+      continue;
     }
+    for (size_t i = 0; i < state_floats; i++)
+      if (!isfinite(w->state_b[i]))
+        return lh_errbuf_set(err, LH_ELEARNER_MODEL_INPUT, "train: episode %llu's stored state at token %llu holds %g",
+                             (unsigned long long)ep->episode_id, (unsigned long long)off, (double)w->state_b[i]);
+    if (off >= ep->n)
+      return lh_errbuf_set(err, LH_ELEARNER_MODEL_INPUT, "train: episode %llu's stored state at token %llu is past "
+                           "its %zu tokens", (unsigned long long)ep->episode_id, (unsigned long long)off, ep->n);
+    float *s = w->state_a;
+    w->state_a = w->state_b, w->state_b = s;
+    *at = (size_t)off;
+    acc->states_used++;
     break;
   }
   /* The pieces are the training windows (lh_learner_episode_window) from

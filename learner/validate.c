@@ -74,9 +74,9 @@ static int check_routing(uint64_t episode, uint32_t layers, uint32_t topk, const
 }
 
 /* A recurrent state: exactly the model's size, every value finite (the
- * wire checked the finiteness already; stored payloads are checked again
- * here), so that a peer can neither make the learner read past a state nor
- * start a window from garbage. */
+ * wire checked the finiteness already), so that a peer can neither make
+ * the learner read past a state nor start a window from garbage. The
+ * trainer checks a state it reads back from the store again. */
 static int check_state(uint64_t episode, uint32_t seq, const float *state, size_t n_state,
                        const lh_learner_model_limits *l, lh_errbuf *err) {
   if (!n_state) return 0;
@@ -124,11 +124,5 @@ int lh_learner_check_episode(const lh_learner_episode *ep, const lh_learner_mode
   if (ep->routed_experts)
     LH_TRY(check_routing(ep->episode_id, ep->routed_layers, ep->routed_topk, ep->routed_experts,
                          ep->n * ep->routed_layers * ep->routed_topk, l, err));
-  for (size_t i = 0; i < ep->n_states; i++) {
-    LH_TRY(check_state(ep->episode_id, ep->state_seq[i], ep->states[i], ep->state_lens[i], l, err));
-    if (ep->state_offsets[i] >= ep->n || (i && ep->state_offsets[i] <= ep->state_offsets[i - 1]))
-      return BAD(err, "episode %llu state %zu at token %llu is out of order or past the episode",
-                 (unsigned long long)ep->episode_id, i, (unsigned long long)ep->state_offsets[i]);
-  }
   return check_images(ep->episode_id, ep->images, ep->image_offsets, ep->n_images, ep->n, l, err);
 }

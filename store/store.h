@@ -467,6 +467,14 @@ int lh_store_episode_segments(lh_store *s, uint64_t id, lh_store_segment_fn fn, 
  * payload), freed with lh_store_segments_free. */
 int lh_store_episode_segments_array(lh_store *s, uint64_t id, Longhaul__Segment ***segs,
                                     size_t *count, lh_segment_report *report, lh_errbuf *err);
+/* The recurrent state stored with one of episode's segments (Segment.state,
+ * schema 9: kept in segments.state, not in the payload) at the largest
+ * offset <= at_most: returns 1 with *offset and state[0..n) (float32,
+ * native byte order), 0 when there is none; LH_ESTORE_PAYLOAD when the
+ * stored one is not n floats. Its values are as the ingest checked them;
+ * a caller that distrusts the file checks them again. */
+int lh_store_segment_state(lh_store *s, uint64_t episode, uint64_t at_most, size_t n, uint64_t *offset,
+                           float *state, lh_errbuf *err);
 void lh_store_segments_free(Longhaul__Segment **segs, size_t count);  /* accepts NULL */
 
 typedef struct {

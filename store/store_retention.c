@@ -25,7 +25,7 @@ static int drop(lh_store *s, uint64_t min_version, uint64_t *segments, uint64_t 
   if (rc < 0) return rc;
   if (*segments == 0) return 0;
   int64_t now = lh_wall_ms();
-  LH_TRY(lh_store_prepare(s, "UPDATE segments SET payload = NULL, dropped_ms = ?2" DROP_WHERE, &st,
+  LH_TRY(lh_store_prepare(s, "UPDATE segments SET payload = NULL, state = NULL, state_offset = NULL, dropped_ms = ?2" DROP_WHERE, &st,
                           err));
   lh_store_bind_u64(st, 1, min_version);
   sqlite3_bind_int64(st, 2, now);

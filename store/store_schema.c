@@ -239,11 +239,17 @@ static const char schema_v8[] =
     "ALTER TABLE train_steps ADD COLUMN balance TEXT;"
     "ALTER TABLE train_steps ADD COLUMN balance_ms REAL;";
 
-/* Version 9 ("stored state"): the episode offset of the recurrent state a
- * segment's payload carries (Segment.state, ARCHITECTURE.md §5 "Stored
- * state"), NULL when it carries none. The state itself is in the payload;
- * the column says which segments a stored-state learner can start from. */
-static const char schema_v9[] = "ALTER TABLE segments ADD COLUMN state_offset INTEGER;";
+/* Version 9 ("stored state"): the recurrent state a segment came with
+ * (Segment.state, ARCHITECTURE.md §5 "Stored state") and its episode
+ * offset, NULL when none. The state is kept beside the payload, not in
+ * it, so that a learner reads the one state a window starts from and
+ * decodes the payloads without any (a state is tens of kilobytes, the
+ * tokens of a segment a few); segments_state finds the latest state
+ * before a window without reading the episode's rows. */
+static const char schema_v9[] =
+    "ALTER TABLE segments ADD COLUMN state_offset INTEGER;"
+    "ALTER TABLE segments ADD COLUMN state BLOB;"
+    "CREATE INDEX segments_state ON segments(episode, state_offset) WHERE state_offset IS NOT NULL;";
 
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
@@ -258,7 +264,7 @@ const lh_store_migration lh_store_migrations[] = {
         "every dropped payload",
      schema_v7},
     {8, "balancing: train_step_layers.dead, train_steps.dead, balance, balance_ms", schema_v8},
-    {9, "stored state: segments.state_offset", schema_v9},
+    {9, "stored state: segments.state_offset, state, segments_state", schema_v9},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

@@ -126,6 +126,35 @@ int lh_store_episode_segments_array(lh_store *s, uint64_t id, Longhaul__Segment 
   return 0;
 }
 
+int lh_store_segment_state(lh_store *s, uint64_t episode, uint64_t at_most, size_t n, uint64_t *offset,
+                           float *state, lh_errbuf *err) {
+  if (!s || !offset || (n && !state)) return lh_errbuf_set(err, LH_EINVAL, "lh_store_segment_state: NULL argument");
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_prepare(s,
+                          "SELECT state_offset, state, seq FROM segments INDEXED BY segments_state"
+                          " WHERE episode = ?1 AND state_offset IS NOT NULL AND state_offset <= ?2"
+                          " ORDER BY state_offset DESC LIMIT 1",
+                          &st, err));
+  lh_store_bind_u64(st, 1, episode);
+  lh_store_bind_u64(st, 2, at_most > INT64_MAX ? INT64_MAX : at_most);
+  int rc = lh_store_step(s, st, "reading a recurrent state", err), found = 0;
+  if (rc == SQLITE_ROW) {
+    size_t bytes = (size_t)sqlite3_column_bytes(st, 1);
+    if (bytes != n * sizeof *state) {
+      rc = lh_errbuf_set(err, LH_ESTORE_PAYLOAD,
+                         "%s: the recurrent state of episode %llu segment %lld is %zu bytes, not the model's %zu",
+                         s->path, (unsigned long long)episode, (long long)sqlite3_column_int64(st, 2), bytes,
+                         n * sizeof *state);
+    } else {
+      *offset = lh_store_column_u64(st, 0);
+      memcpy(state, sqlite3_column_blob(st, 1), bytes);
+      found = 1;
+    }
+  }
+  sqlite3_finalize(st);
+  return rc < 0 ? rc : found;
+}
+
 void lh_store_segments_free(Longhaul__Segment **segs, size_t count) {
   if (!segs) return;
   for (size_t i = 0; i < count; i++) lh_wire_segment_free(segs[i]);

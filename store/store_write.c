@@ -14,8 +14,8 @@
 
 static const char sql_seg_insert[] =
     "INSERT OR IGNORE INTO segments(episode, seq, start_offset, tokens, sampled, min_version,"
-    " max_version, images, payload_bytes, payload, created_ms, state_offset)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+    " max_version, images, payload_bytes, payload, created_ms, state_offset, state)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 
 /* A segment that arrives first creates the episode as running; later ones
  * add their tokens and widen the version range (NULL-aware min/max). */
@@ -324,8 +324,13 @@ static int insert_segment(lh_store *s, const Longhaul__Segment *seg, const uint8
   sqlite3_bind_int64(st, 9, (sqlite3_int64)payload_bytes);
   sqlite3_bind_blob64(st, 10, payload, payload_bytes, SQLITE_STATIC);
   sqlite3_bind_int64(st, 11, now);
-  if (seg->n_state) lh_store_bind_u64(st, 12, seg->state_offset);
-  else sqlite3_bind_null(st, 12);
+  if (seg->n_state) {
+    lh_store_bind_u64(st, 12, seg->state_offset);
+    sqlite3_bind_blob64(st, 13, seg->state, seg->n_state * sizeof *seg->state, SQLITE_STATIC);
+  } else {
+    sqlite3_bind_null(st, 12);
+    sqlite3_bind_null(st, 13);
+  }
   int rc = lh_store_step(s, st, "inserting a segment", err);
   sqlite3_reset(st);
   if (rc < 0) return rc;
@@ -343,7 +348,11 @@ int lh_store_put_segment(lh_store *s, const Longhaul__Segment *seg, int *inserte
   LH_TRY(lh_wire_validate_segment(seg, &s->opt.limits, err));
   uint8_t *payload = NULL;
   size_t bytes = 0;
-  LH_TRY(lh_wire_segment_encode(seg, &payload, &bytes, err));
+  /* The payload without the recurrent state, which has a column of its
+   * own (schema 9). */
+  Longhaul__Segment bare = *seg;
+  bare.n_state = 0, bare.state = NULL, bare.state_offset = 0;
+  LH_TRY(lh_wire_segment_encode(&bare, &payload, &bytes, err));
   int own;
   int rc = lh_store_write_begin(s, &own, err);
   if (rc >= 0) {
