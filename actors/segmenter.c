@@ -225,8 +225,10 @@ static int cut(lh_actors_segmenter *s, lh_errbuf *err) {
     }
     free(p->state);
   }
-  memmove(s->states, s->states + used, (s->n_states - used) * sizeof *s->states);
-  s->n_states -= used;
+  if (used) {
+    memmove(s->states, s->states + used, (s->n_states - used) * sizeof *s->states);
+    s->n_states -= used;
+  }
   if (!seg->actor || !seg->env || !seg->tokens || !seg->loss_mask.data || !seg->behavior_logp ||
       !seg->policy_version || (seg->n_routed_experts && !seg->routed_experts) ||
       s->n_images) {

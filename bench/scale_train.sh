@@ -18,6 +18,8 @@
 #   LH_SCALE_TRAIN_WINDOW (2048) LH_SCALE_TRAIN_INTERVAL (256)
 #   LH_SCALE_TRAIN_BURN_IN (64)  LH_SCALE_TRAIN_LAG (1)
 #   LH_SCALE_TRAIN_EXACT_LONG (1: also run exact mode on the long episodes)
+#   LH_SCALE_TRAIN_STRAY (1: the stray from exact on SHORT episodes, a state
+#     every 64 tokens, for burn-in 0, 64 and 256 at lag 1 and 100)
 # Every side runs one thread (OPENBLAS_NUM_THREADS=1, the learner's default
 # blas_threads); the load average is printed with the figures.
 set -euo pipefail
@@ -32,14 +34,15 @@ interval=${LH_SCALE_TRAIN_INTERVAL:-256}
 burn_in=${LH_SCALE_TRAIN_BURN_IN:-64}
 lag=${LH_SCALE_TRAIN_LAG:-1}
 exact_long=${LH_SCALE_TRAIN_EXACT_LONG:-1}
+stray=${LH_SCALE_TRAIN_STRAY:-1}
 model=${LH_SCALE_TRAIN_MODEL:-}
 work=$(mktemp -d /tmp/lh_scale_train_XXXXXX)
 trap 'rm -rf "$work"' EXIT
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 
-run() {  # MODE TOKENS -> one bench_state line
+run() {  # MODE TOKENS [INTERVAL BURN_IN LAG] -> one bench_state line
   local args=(--mode "$1" --tokens "$2" --policy "$policy" --episodes "$episodes" --window "$window"
-              --interval "$interval" --burn-in "$burn_in" --lag "$lag" --dir "$work")
+              --interval "${3:-$interval}" --burn-in "${4:-$burn_in}" --lag "${5:-$lag}" --dir "$work")
   [ -n "$model" ] && args+=(--model "$model")
   "$bin" "${args[@]}" 2>/dev/null
 }
@@ -61,4 +64,13 @@ echo "  stored ${short}: $(field policy_tokens_per_s "$short_stored") tok/s, |lo
 if [ -n "$long_exact" ]; then
   le=$(field policy_tokens_per_s "$long_exact")
   echo "  exact ${long} (reference): $le tok/s, ratio to ${short} $(ratio "$le" "$ref"); stored is $(ratio "$ls" "$le")x exact"
+fi
+if [ "$stray" = 1 ]; then
+  echo "stray of stored-state log-probabilities from exact, ${short}-token episodes, a state every 64 tokens:"
+  for l in 1 100; do
+    for b in 0 64 256; do
+      line=$(run stored "$short" 64 "$b" "$l")
+      echo "  lag $l burn-in $b: |logp - exact| max $(field logp_diff_max "$line") mean $(field logp_diff_mean "$line"), positions run $(field run_positions "$line")"
+    done
+  done
 fi
