@@ -269,6 +269,38 @@ START_TEST(test_segmenter_carries_states) {
 }
 END_TEST
 
+/* The keys: [learner] state_mode and burn_in, [actor] state_interval,
+ * beyond_context and max_episode_tokens; a bad value names the key. */
+START_TEST(test_keys) {
+  lh_learner_config c;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_learner_config_parse("[learner]\n", "t.ini", &c, &e), 0);
+  ck_assert_int_eq(c.state_mode, LH_LEARNER_STATE_EXACT);
+  ck_assert_uint_eq(c.burn_in, 64);
+  ck_assert_msg(lh_learner_config_parse("[learner]\nstate_mode = stored\nburn_in = 0\n", "t.ini", &c, &e) == 0, "%s",
+                e.msg);
+  ck_assert_int_eq(c.state_mode, LH_LEARNER_STATE_STORED);
+  ck_assert_uint_eq(c.burn_in, 0);
+  ck_assert_str_eq(lh_learner_state_mode_name(c.state_mode), "stored");
+  ck_assert_int_lt(lh_learner_config_parse("[learner]\nstate_mode = cached\n", "t.ini", &c, &e), 0);
+  printf("stored: %s\n", e.msg);
+  ck_assert_ptr_nonnull(strstr(e.msg, "state_mode"));
+  ck_assert_ptr_nonnull(strstr(e.msg, "exact, stored"));
+  ck_assert_int_lt(lh_learner_config_parse("[learner]\nburn_in = -1\n", "t.ini", &c, &e), 0);
+  ck_assert_ptr_nonnull(strstr(e.msg, "burn_in"));
+  lh_actors_config a;
+  ck_assert_msg(lh_actors_config_parse("[actor]\nstate_interval = 256\nbeyond_context = 1\nmax_episode_tokens = 100000\n",
+                                       "t.ini", &a, &e) == 0, "%s", e.msg);
+  ck_assert_uint_eq(a.state_interval, 256);
+  ck_assert_uint_eq(a.beyond_context, 1);
+  ck_assert_uint_eq(a.max_episode_tokens, 100000);
+  ck_assert_int_lt(lh_actors_config_parse("[actor]\nbeyond_context = 2\n", "t.ini", &a, &e), 0);
+  ck_assert_ptr_nonnull(strstr(e.msg, "beyond_context"));
+  ck_assert_int_lt(lh_actors_config_parse("[actor]\nmax_episode_tokens = 1\n", "t.ini", &a, &e), 0);
+  ck_assert_ptr_nonnull(strstr(e.msg, "max_episode_tokens"));
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_stored");
   TCase *tc = tcase_create("core");
@@ -276,6 +308,7 @@ int main(void) {
   tcase_add_test(tc, test_stored_matches_exact);
   tcase_add_test(tc, test_hostile_state_refused);
   tcase_add_test(tc, test_segmenter_carries_states);
+  tcase_add_test(tc, test_keys);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
