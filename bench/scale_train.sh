@@ -18,6 +18,8 @@
 #   LH_SCALE_TRAIN_WINDOW (2048) LH_SCALE_TRAIN_INTERVAL (256)
 #   LH_SCALE_TRAIN_BURN_IN (64)  LH_SCALE_TRAIN_LAG (1)
 #   LH_SCALE_TRAIN_EXACT_LONG (1: also run exact mode on the long episodes)
+#   LH_SCALE_TRAIN_REPEAT (3: each step is timed that many times, the
+#     shortest counts; exact on the long episodes once, it takes minutes)
 #   LH_SCALE_TRAIN_STRAY (1: the stray from exact on SHORT episodes, a state
 #     every 64 tokens, for burn-in 0, 64 and 256 at lag 1 and 100)
 # Every side runs one thread (OPENBLAS_NUM_THREADS=1, the learner's default
@@ -35,6 +37,7 @@ burn_in=${LH_SCALE_TRAIN_BURN_IN:-64}
 lag=${LH_SCALE_TRAIN_LAG:-1}
 exact_long=${LH_SCALE_TRAIN_EXACT_LONG:-1}
 stray=${LH_SCALE_TRAIN_STRAY:-1}
+repeat=${LH_SCALE_TRAIN_REPEAT:-3}
 model=${LH_SCALE_TRAIN_MODEL:-}
 work=$(mktemp -d /tmp/lh_scale_train_XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -42,7 +45,8 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 
 run() {  # MODE TOKENS [INTERVAL BURN_IN LAG] -> one bench_state line
   local args=(--mode "$1" --tokens "$2" --policy "$policy" --episodes "$episodes" --window "$window"
-              --interval "${3:-$interval}" --burn-in "${4:-$burn_in}" --lag "${5:-$lag}" --dir "$work")
+              --interval "${3:-$interval}" --burn-in "${4:-$burn_in}" --lag "${5:-$lag}" --dir "$work"
+              --repeat "${6:-$repeat}")
   [ -n "$model" ] && args+=(--model "$model")
   "$bin" "${args[@]}" 2>/dev/null
 }
@@ -53,7 +57,7 @@ short_exact=$(run exact "$short");   echo "  $short_exact"
 short_stored=$(run stored "$short"); echo "  $short_stored"
 long_stored=$(run stored "$long");   echo "  $long_stored"
 long_exact=""
-if [ "$exact_long" = 1 ]; then long_exact=$(run exact "$long"); echo "  $long_exact"; fi
+if [ "$exact_long" = 1 ]; then long_exact=$(run exact "$long" "$interval" "$burn_in" "$lag" 1); echo "  $long_exact"; fi
 
 ref=$(field policy_tokens_per_s "$short_exact")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
@@ -69,7 +73,7 @@ if [ "$stray" = 1 ]; then
   echo "stray of stored-state log-probabilities from exact, ${short}-token episodes, a state every 64 tokens:"
   for l in 1 100; do
     for b in 0 64 256; do
-      line=$(run stored "$short" 64 "$b" "$l")
+      line=$(run stored "$short" 64 "$b" "$l" 1)
       echo "  lag $l burn-in $b: |logp - exact| max $(field logp_diff_max "$line") mean $(field logp_diff_mean "$line"), positions run $(field run_positions "$line")"
     done
   done
