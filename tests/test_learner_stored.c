@@ -7,7 +7,9 @@
  * loss (relative 1e-5) and every gradient (max |diff| below 1e-5 of the
  * largest gradient), while the stored step runs a fraction of the
  * positions. A state of the wrong size or with a NaN is refused, naming
- * it; the segmenter sends each state with the segment that holds it. */
+ * it; the segmenter sends each state with the segment that holds it; the
+ * store reads back the state a window starts from alone, refuses one of
+ * another size, and drops it with its payload; the keys and their errors. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -177,6 +179,39 @@ START_TEST(test_stored_matches_exact) {
 }
 END_TEST
 
+/* The store's side: the state a window starts from is the latest at or
+ * before a token, read alone; retention drops it with its payload. */
+START_TEST(test_store_reads_and_drops_states) {
+  char dir[] = "/tmp/lh_stored_XXXXXX", path[96];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/s.db", dir);
+  lh_model *m = tiny_model();
+  write_episode(path, m, 201, 1, 1.0f);
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_msg(lh_store_open(path, &s, &e) == 0, "%s", e.msg);
+  static float state[STATE_FLOATS];
+  uint64_t off = 0;
+  ck_assert_int_eq(lh_store_segment_state(s, 201, 7, STATE_FLOATS, &off, state, &e), 0);  /* none before 8 */
+  ck_assert_int_eq(lh_store_segment_state(s, 201, 8, STATE_FLOATS, &off, state, &e), 1);
+  ck_assert_uint_eq(off, 8);
+  ck_assert_int_eq(lh_store_segment_state(s, 201, 39, STATE_FLOATS, &off, state, &e), 1);
+  ck_assert_uint_eq(off, 32);
+  ck_assert_int_eq(lh_store_segment_state(s, 202, 39, STATE_FLOATS, &off, state, &e), 0);  /* another episode */
+  ck_assert_int_eq(lh_store_segment_state(s, 201, 39, STATE_FLOATS - 1, &off, state, &e), LH_ESTORE_PAYLOAD);
+  printf("stored: %s\n", e.msg);
+  uint64_t dropped = 0, bytes = 0;
+  ck_assert_msg(lh_store_drop_payloads_before(s, 1, &dropped, &bytes, &e) == 0, "%s", e.msg);
+  ck_assert_uint_eq(dropped, EP_TOKENS / SEG_TOKENS);
+  ck_assert_int_eq(lh_store_segment_state(s, 201, 39, STATE_FLOATS, &off, state, &e), 0);
+  lh_store_close(s);
+  lh_model_free(m);
+  char cmd[96];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* A segment of the tiny model with state (n floats), for the checks. */
 static Longhaul__Segment *segment_with_state(float *state, size_t n) {
   static uint32_t tok[SEG_TOKENS], ver[SEG_TOKENS];
@@ -309,6 +344,7 @@ int main(void) {
   tcase_add_test(tc, test_hostile_state_refused);
   tcase_add_test(tc, test_segmenter_carries_states);
   tcase_add_test(tc, test_keys);
+  tcase_add_test(tc, test_store_reads_and_drops_states);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
