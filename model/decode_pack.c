@@ -87,30 +87,41 @@ store_row(float *y, __m256 a0, __m256 a1, int w, int add) {
   }
 }
 
-/* Four rows of x against one panel: 8 accumulators held in registers. */
-__attribute__((target("avx2,fma"))) static void panel_4(float *y, int ldy, const float *x,
-                                                       int ldx, int in, const float *panel,
-                                                       int w, int add) {
-  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
-  __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-  const float *x0 = x, *x1 = x + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx;
-  for (int i = 0; i < in; i++) {
-    __m256 p0 = _mm256_loadu_ps(panel + (size_t)i * PANEL);
-    __m256 p1 = _mm256_loadu_ps(panel + (size_t)i * PANEL + 8);
-    __m256 v = _mm256_broadcast_ss(x0 + i);
-    a00 = _mm256_fmadd_ps(v, p0, a00), a01 = _mm256_fmadd_ps(v, p1, a01);
-    v = _mm256_broadcast_ss(x1 + i);
-    a10 = _mm256_fmadd_ps(v, p0, a10), a11 = _mm256_fmadd_ps(v, p1, a11);
-    v = _mm256_broadcast_ss(x2 + i);
-    a20 = _mm256_fmadd_ps(v, p0, a20), a21 = _mm256_fmadd_ps(v, p1, a21);
-    v = _mm256_broadcast_ss(x3 + i);
-    a30 = _mm256_fmadd_ps(v, p0, a30), a31 = _mm256_fmadd_ps(v, p1, a31);
+/* NR (2..4) rows of x against one panel, 2 x NR accumulators held in
+ * registers (named, not an array, so that none lives on the stack); the
+ * panel is read once for all NR rows. */
+#define PANEL_ROWS(NAME, NR)                                                               \
+  __attribute__((target("avx2,fma"))) static void NAME(float *y, int ldy, const float *x,  \
+                                                       int ldx, int in, const float *panel, \
+                                                       int w, int add) {                    \
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;                     \
+    __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;                                     \
+    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * (size_t)ldx, *x3 = x + 3 * (size_t)ldx; \
+    for (int i = 0; i < in; i++) {                                                         \
+      __m256 p0 = _mm256_loadu_ps(panel + (size_t)i * PANEL);                              \
+      __m256 p1 = _mm256_loadu_ps(panel + (size_t)i * PANEL + 8);                          \
+      __m256 v = _mm256_broadcast_ss(x0 + i);                                              \
+      a00 = _mm256_fmadd_ps(v, p0, a00), a01 = _mm256_fmadd_ps(v, p1, a01);                \
+      v = _mm256_broadcast_ss(x1 + i);                                                     \
+      a10 = _mm256_fmadd_ps(v, p0, a10), a11 = _mm256_fmadd_ps(v, p1, a11);                \
+      if (NR > 2) {                                                                        \
+        v = _mm256_broadcast_ss(x2 + i);                                                   \
+        a20 = _mm256_fmadd_ps(v, p0, a20), a21 = _mm256_fmadd_ps(v, p1, a21);              \
+      }                                                                                    \
+      if (NR > 3) {                                                                        \
+        v = _mm256_broadcast_ss(x3 + i);                                                   \
+        a30 = _mm256_fmadd_ps(v, p0, a30), a31 = _mm256_fmadd_ps(v, p1, a31);              \
+      }                                                                                    \
+    }                                                                                      \
+    store_row(y, a00, a01, w, add);                                                        \
+    store_row(y + ldy, a10, a11, w, add);                                                  \
+    if (NR > 2) store_row(y + 2 * (size_t)ldy, a20, a21, w, add);                          \
+    if (NR > 3) store_row(y + 3 * (size_t)ldy, a30, a31, w, add);                          \
   }
-  store_row(y, a00, a01, w, add);
-  store_row(y + ldy, a10, a11, w, add);
-  store_row(y + 2 * (size_t)ldy, a20, a21, w, add);
-  store_row(y + 3 * (size_t)ldy, a30, a31, w, add);
-}
+PANEL_ROWS(panel_4, 4)
+PANEL_ROWS(panel_3, 3)
+PANEL_ROWS(panel_2, 2)
+#undef PANEL_ROWS
 
 /* One row against one panel, two accumulator pairs over alternate inputs
  * so that consecutive FMAs do not wait on each other. */
@@ -145,7 +156,14 @@ __attribute__((target("avx2,fma"))) static void gemm_avx2(float *y, int ldy, con
     int b = 0;
     for (; b + ROWS <= B; b += ROWS)
       panel_4(yp + (size_t)b * ldy, ldy, x + (size_t)b * ldx, ldx, in, panel, w, add);
-    for (; b < B; b++) panel_1(yp + (size_t)b * ldy, x + (size_t)b * ldx, in, panel, w, add);
+    float *yb = yp + (size_t)b * ldy;
+    const float *xb = x + (size_t)b * ldx;
+    switch (B - b) {
+      case 3: panel_3(yb, ldy, xb, ldx, in, panel, w, add); break;
+      case 2: panel_2(yb, ldy, xb, ldx, in, panel, w, add); break;
+      case 1: panel_1(yb, xb, in, panel, w, add); break;
+      default: break;
+    }
   }
 }
 #endif
