@@ -7,7 +7,10 @@
  * Rounds alternate between the batch sizes and sgemm and each keeps its
  * best, so that load from other processes hits all alike. The decode's
  * own kernels run on the calling thread (OpenBLAS's pool serves the sgemm
- * and the few backend calls left); actors run with blas_threads = 1. Rows are
+ * and the few backend calls left); actors run with blas_threads = 1.
+ * The same steps through the backend path (what the CPU backend ran
+ * before: a BLAS call per product, which packs its weights every call, and
+ * states gathered and scattered) are measured alongside, for the speed-up.  Rows are
  * stepped as the runner steps them: a subset of the decoder's rows (all of
  * them, then every other one), each with its own state.
  * Usage: bench_decode [--config FILE] [--threads N] [--batches 1,8,16,32]
@@ -19,7 +22,7 @@
 #include <time.h>
 
 #include "common/ini_doc.h"
-#include "model/model.h"
+#include "model/decode_internal.h"
 
 int openblas_get_num_threads(void);
 
@@ -131,17 +134,19 @@ int main(int argc, char **argv) {
          config ? config : "demo", cfg.d_model, cfg.layers, cfg.heads, cfg.experts, cfg.topk,
          cfg.shared_experts, cfg.latent, cfg.expert_hidden, cfg.vocab, threads,
          openblas_get_num_threads(), load[0]);
-  lh_model_decoder *dec[MAX_BATCHES] = {0};
+  lh_model_decoder *dec[MAX_BATCHES] = {0}, *old[MAX_BATCHES] = {0};
   int maxB = 0;
   for (int i = 0; i < n_batches; i++) maxB = batches[i] > maxB ? batches[i] : maxB;
   int32_t *rows = malloc(sizeof(int32_t) * (size_t)maxB);
   int32_t *tok = malloc(sizeof(int32_t) * (size_t)maxB);
   float *logp = malloc(sizeof(float) * (size_t)maxB * cfg.vocab);
-  double best[MAX_BATCHES], best_sub[MAX_BATCHES], best_cpu[MAX_BATCHES];
+  double best[MAX_BATCHES], best_sub[MAX_BATCHES], best_cpu[MAX_BATCHES], best_old[MAX_BATCHES];
   int rc = !rows || !tok || !logp;
   for (int i = 0; !rc && i < n_batches; i++) {
-    best[i] = best_sub[i] = best_cpu[i] = INFINITY;
+    best[i] = best_sub[i] = best_cpu[i] = best_old[i] = INFINITY;
     rc = lh_model_decoder_new(m, batches[i], &dec[i], &err);
+    if (!rc) rc = lh_model_decoder_new(m, batches[i], &old[i], &err);
+    if (!rc) old[i]->cpu = 0; /* the backend path */
   }
   uint64_t s = 1;
   /* round 0 warms up (and packs what a decoder packs once) */
@@ -149,23 +154,25 @@ int main(int argc, char **argv) {
     sgemm = fmax(sgemm, sgemm_gflops(be, 1024, 1, &c1));
     sgemm_cpu = fmax(sgemm_cpu, c1);
     for (int i = 0; !rc && i < n_batches; i++)
-      for (int sub = 0; !rc && sub < 2; sub++) {
-        int B = batches[i], n = sub ? (B + 1) / 2 : B;
-        for (int b = 0; b < n; b++) rows[b] = sub ? 2 * b : b;
+      for (int sub = 0; !rc && sub < 3; sub++) {
+        int B = batches[i], n = sub == 1 ? (B + 1) / 2 : B;
+        lh_model_decoder *d = sub == 2 ? old[i] : dec[i];
+        for (int b = 0; b < n; b++) rows[b] = sub == 1 ? 2 * b : b;
         double t0 = now_s(), c0 = cpu_s();
         for (int st = 0; !rc && st < steps; st++) {
           for (int b = 0; b < n; b++) {
             s = s * 6364136223846793005ULL + 1442695040888963407ULL;
             tok[b] = (int32_t)((s >> 33) % 256);
           }
-          rc = lh_model_decode_step_rows(dec[i], rows, n, tok, logp, NULL, &err);
+          rc = lh_model_decode_step_rows(d, rows, n, tok, logp, NULL, &err);
         }
         double per_token = (now_s() - t0) / ((double)steps * n);
         double per_token_cpu = (cpu_s() - c0) / ((double)steps * n);
         if (r == 0) continue;
-        if (!sub) best_cpu[i] = fmin(best_cpu[i], per_token_cpu);
-        if (sub) best_sub[i] = fmin(best_sub[i], per_token);
-        else best[i] = fmin(best[i], per_token);
+        if (sub == 0) best_cpu[i] = fmin(best_cpu[i], per_token_cpu);
+        if (sub == 0) best[i] = fmin(best[i], per_token);
+        else if (sub == 1) best_sub[i] = fmin(best_sub[i], per_token);
+        else best_old[i] = fmin(best_old[i], per_token);
       }
   }
   if (rc) fprintf(stderr, "bench_decode: decode failed: %s\n", err.msg);
@@ -176,13 +183,15 @@ int main(int argc, char **argv) {
   for (int i = 0; !rc && i < n_batches; i++) {
     double tps = 1.0 / best[i], tps_sub = 1.0 / best_sub[i];
     printf("batch %3d: %8.0f tokens/s, %.1f GFLOP/s, %.3f of the FLOP limit (by CPU time "
-           "%.3f); half its rows (%d): %8.0f tokens/s, %.3f\n",
+           "%.3f); half its rows (%d): %8.0f tokens/s, %.3f; backend path %8.0f tokens/s, %.3f "
+           "(%.1fx slower)\n",
            batches[i], tps, tps * fpt / 1e9, tps * fpt / (sgemm * 1e9),
            fpt / best_cpu[i] / (sgemm_cpu * 1e9), (batches[i] + 1) / 2, tps_sub,
-           tps_sub * fpt / (sgemm * 1e9));
+           tps_sub * fpt / (sgemm * 1e9), 1.0 / best_old[i], fpt / best_old[i] / (sgemm * 1e9),
+           best_old[i] / best[i]);
   }
   printf("(best of %d rounds of %d steps each; target >= 0.35 of the FLOP limit)\n", rounds, steps);
-  for (int i = 0; i < n_batches; i++) lh_model_decoder_free(dec[i]);
+  for (int i = 0; i < n_batches; i++) lh_model_decoder_free(dec[i]), lh_model_decoder_free(old[i]);
   lh_model_free(m);
   free(rows), free(tok), free(logp);
   return rc ? 1 : 0;
