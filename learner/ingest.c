@@ -318,9 +318,6 @@ static int check_store_entry(lh_learner_ingest *ig, const Longhaul__Envelope *en
   return lh_learner_check_episode_end(env->episode_end, &ig->limits, e);
 }
 
-/* Reads the frames of one message into e. Returns 1 for a message, 0 when
- * nothing was waiting, -1 for a socket error; a message of the wrong shape
- * is drained, counted and returns 2 (no entry). */
 /* Keeps a segment's payload frame in e (moved, not copied) with where the
  * Segment's bytes lie in it; without them (not one segment field) the
  * store encodes the decoded segment instead. */
@@ -338,6 +335,9 @@ static void keep_segment_bytes(entry *e, zmq_msg_t *payload, const uint8_t *b, s
   e->has_frame = 1, e->seg_at = (size_t)(seg - b), e->seg_bytes = seg_bytes;
 }
 
+/* Reads the frames of one message into e. Returns 1 for a message, 0 when
+ * nothing was waiting, -1 for a socket error; a message of the wrong shape
+ * is drained, counted and returns 2 (no entry). */
 static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
   zmq_msg_t frames[3];
   int n = 0, rc = 1;

@@ -8,7 +8,6 @@
 
 #include "model/decode_internal.h"
 
-
 static void *dalloc(lh_model_decoder *d, size_t bytes) {
   if (d->n_allocs == (int)(sizeof d->allocs / sizeof d->allocs[0])) return NULL;
   const lh_backend *be = d->m->be;

@@ -251,7 +251,8 @@ typedef struct lh_model_decoder lh_model_decoder;
  * step after the parameters changed (lh_model_init, lh_model_load,
  * lh_model_copy_params, lh_model_adamw_step, or a writable view taken with
  * lh_model_params), shared by the model's decoders. Each row's state is
- * updated where it lies. Other backends run the backend table's kernels. */
+ * updated where it lies. Other backends run the backend table's kernels.
+ * A model's decoders share its packed weights: step them from one thread. */
 int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *err);
 void lh_model_decoder_free(lh_model_decoder *d);
 /* Starts sequence b again from the zero state. */
