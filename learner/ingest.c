@@ -43,6 +43,12 @@ typedef struct {
   int status;             /* Longhaul__AckStatus, or -1: no ack */
   int kind;
   Longhaul__Envelope *env;
+  /* a segment's payload frame, kept until the round is stored so that the
+   * store takes the segment's bytes as they arrived (seg_at, seg_bytes in
+   * the frame) */
+  zmq_msg_t frame;
+  int has_frame;
+  size_t seg_at, seg_bytes;
   int acked;
   char foreign_run[LH_RUN_ID_BYTES];  /* refused for its run: the sender's run id; "" otherwise */
 } entry;
@@ -312,6 +318,23 @@ static int check_store_entry(lh_learner_ingest *ig, const Longhaul__Envelope *en
   return lh_learner_check_episode_end(env->episode_end, &ig->limits, e);
 }
 
+/* Keeps a segment's payload frame in e (moved, not copied) with where the
+ * Segment's bytes lie in it; without them (not one segment field) the
+ * store encodes the decoded segment instead. */
+static void keep_segment_bytes(entry *e, zmq_msg_t *payload, const uint8_t *b, size_t bytes) {
+  const uint8_t *seg;
+  size_t seg_bytes;
+  if (e->env->body_case != LONGHAUL__ENVELOPE__BODY_SEGMENT ||
+      !lh_wire_segment_bytes(b, bytes, &seg, &seg_bytes))
+    return;
+  if (zmq_msg_init(&e->frame)) return;
+  if (zmq_msg_move(&e->frame, payload)) {
+    zmq_msg_close(&e->frame);
+    return;
+  }
+  e->has_frame = 1, e->seg_at = (size_t)(seg - b), e->seg_bytes = seg_bytes;
+}
+
 /* Reads the frames of one message into e. Returns 1 for a message, 0 when
  * nothing was waiting, -1 for a socket error; a message of the wrong shape
  * is drained, counted and returns 2 (no entry). */
@@ -365,6 +388,7 @@ static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
             log_bad(ig, me.msg);
           } else {
             e->kind = KIND_STORE;
+            keep_segment_bytes(e, (zmq_msg_t *)payload, b, bytes);
           }
           break;
         }
@@ -415,7 +439,11 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
     }
     if (x->kind != KIND_STORE) continue;
     int inserted = 0;
-    if (x->env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT)
+    if (x->env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT && x->has_frame)
+      rc = lh_store_put_segment_wire(ig->store, x->env->segment,
+                                     (const uint8_t *)zmq_msg_data(&x->frame) + x->seg_at,
+                                     x->seg_bytes, &ig->lim, &inserted, &e);
+    else if (x->env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT)
       rc = lh_store_put_segment(ig->store, x->env->segment, &inserted, &e);
     else
       rc = lh_store_put_episode_end(ig->store, x->env->episode_end, &inserted, &e);
@@ -573,7 +601,11 @@ int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handle
   }
   store_round(ig, n);
   int arc = send_acks(ig, n, err);
-  for (size_t i = 0; i < n; i++) lh_wire_free(ig->round[i].env), ig->round[i].env = NULL;
+  for (size_t i = 0; i < n; i++) {
+    entry *x = &ig->round[i];
+    lh_wire_free(x->env), x->env = NULL;
+    if (x->has_frame) zmq_msg_close(&x->frame), x->has_frame = 0;
+  }
   if (handled) *handled = n;
   return rc ? rc : arc;
 }

@@ -6,23 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/internal.h"
-
-struct lh_model_decoder {
-  lh_model *m;
-  int B;
-  size_t state_floats;   /* H*dk*dk, one sequence and layer */
-  float *state;          /* (L,B,H,dk,dk) backend */
-  float *gathered;       /* the same size: the states of a subset of rows */
-  float *h, *u, *q, *k, *v, *graw, *g, *o, *on, *r;  /* (B,d); r is (L,B,d) */
-  float *z, *routed, *shared, *rl, *aff, *gates, *logits, *logp;
-  int32_t *idx, *tok;
-  float *xres_host;      /* (L,L) */
-  float *host_state;     /* (L,H,dk,dk) for prefill */
-  lh_model_cache *cache; /* prefill's forward */
-  void *allocs[40];
-  int n_allocs;
-};
+#include "model/decode_internal.h"
 
 static void *dalloc(lh_model_decoder *d, size_t bytes) {
   if (d->n_allocs == (int)(sizeof d->allocs / sizeof d->allocs[0])) return NULL;
@@ -71,6 +55,21 @@ int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *
   A(d->logits, (size_t)B * cf->vocab, float);
   A(d->logp, (size_t)B * cf->vocab, float);
   A(d->tok, (size_t)B, int32_t);
+  d->cpu = strcmp(m->be->name, "cpu") == 0;
+  if (d->cpu) {
+    /* the CPU path's own buffers (backend memory is host memory there) */
+    int kmax = cf->topk > cf->shared_experts ? cf->topk : cf->shared_experts;
+    int emax = cf->experts > cf->shared_experts ? cf->experts : cf->shared_experts;
+    size_t pairs = (size_t)B * kmax;
+    d->avx2 = lh_decode_have_avx2();
+    A(d->qkvg, 4 * Bd, float);
+    A(d->ex_x, pairs * cf->latent, float);
+    A(d->ex_h13, pairs * 2 * cf->expert_hidden, float);
+    A(d->ex_a, pairs * cf->expert_hidden, float);
+    A(d->ex_y, pairs * cf->latent, float);
+    A(d->ex_order, pairs, int);
+    A(d->ex_start, (size_t)emax + 1, int);
+  }
 #undef A
   d->xres_host = calloc((size_t)L * L + 1, sizeof(float));
   d->host_state = malloc((size_t)L * d->state_floats * sizeof(float));
@@ -187,6 +186,11 @@ static int step_core(lh_model_decoder *d, float *state, int B, const int32_t *to
 int lh_model_decode_step(lh_model_decoder *d, const int32_t *tokens, float *logp,
                          int32_t *experts, lh_errbuf *err) {
   if (!d || !tokens) return LH_EINVAL;
+  if (d->cpu) {
+    int32_t *rows = d->tok; /* 0 .. B-1: the CPU path reads tokens from the caller */
+    for (int b = 0; b < d->B; b++) rows[b] = b;
+    return lh_decode_cpu_step(d, rows, d->B, tokens, logp, experts, err);
+  }
   return step_core(d, d->state, d->B, tokens, logp, experts, err);
 }
 
@@ -204,6 +208,7 @@ int lh_model_decode_step_rows(lh_model_decoder *d, const int32_t *rows, int n_ro
       if (rows[j] == rows[i])
         return lh_errbuf_set(err, LH_EINVAL, "decode row %d appears twice", (int)rows[i]);
   }
+  if (d->cpu) return lh_decode_cpu_step(d, rows, n_rows, tokens, logp, experts, err);
   const lh_backend *be = d->m->be;
   size_t sb = d->state_floats * sizeof(float);
   /* gather the rows' states, step them together, scatter them back */

@@ -19,7 +19,14 @@ struct lh_model {
   int embed, patch_w, patch_b, patch_pos, final_norm, out;
   size_t n_floats;
   float *params, *grads, *m, *v;  /* backend memory */
+  /* Counts the parameters' changes (init, load, copy, AdamW, a writable
+   * view handed out): the decode packs its weights once per value. */
+  uint64_t params_version;
+  struct lh_model_packed *packed;  /* the decode's (decode_pack.c); NULL */
 };
+
+/* Frees the decode's packed weights (accepts NULL). */
+void lh_model_packed_free(struct lh_model_packed *p);
 
 /* The view of tensor i in buffer buf (params, grads, ...). */
 static inline float *lh_model_view(const lh_model *m, float *buf, int i) {

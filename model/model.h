@@ -131,7 +131,9 @@ const lh_model_tensor *lh_model_tensor_at(const lh_model *m, int i);
 /* Index of the tensor called name, or -1. */
 int lh_model_find(const lh_model *m, const char *name);
 size_t lh_model_n_floats(const lh_model *m);
-/* The buffers (backend memory). grads/m/v are NULL before enable_training. */
+/* The buffers (backend memory). grads/m/v are NULL before enable_training.
+ * lh_model_params hands out a writable view, so taking it counts as a
+ * change of the parameters (the decode packs them again). */
 float *lh_model_params(lh_model *m);
 float *lh_model_grads(lh_model *m);
 /* AdamW's first and second moments (same layout), for checkpoints that
@@ -243,7 +245,14 @@ int lh_model_cache_load(const lh_model_cache *c, float *out);
 
 /* ---- batched incremental decode ----------------------------------------- */
 typedef struct lh_model_decoder lh_model_decoder;
-/* B independent sequences, each with its own attention state (zero). */
+/* B independent sequences, each with its own attention state (zero).
+ * On the CPU backend a step runs on weights packed for small batches
+ * (model/decode_pack.c), packed once per parameter version: at the first
+ * step after the parameters changed (lh_model_init, lh_model_load,
+ * lh_model_copy_params, lh_model_adamw_step, or a writable view taken with
+ * lh_model_params), shared by the model's decoders. Each row's state is
+ * updated where it lies. Other backends run the backend table's kernels.
+ * A model's decoders share its packed weights: step them from one thread. */
 int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *err);
 void lh_model_decoder_free(lh_model_decoder *d);
 /* Starts sequence b again from the zero state. */

@@ -148,6 +148,7 @@ void lh_model_free(lh_model *m) {
     m->be->free(m->be->context, m->m);
     m->be->free(m->be->context, m->v);
   }
+  lh_model_packed_free(m->packed);
   free(m->tensors);
   free(m->layer);
   free(m);
@@ -212,6 +213,7 @@ int lh_model_init(lh_model *m, uint64_t seed) {
   }
   int rc = m->be->upload(m->be->context, m->params, host, m->n_floats * sizeof(float));
   free(host);
+  m->params_version++;
   return rc;
 }
 
@@ -219,7 +221,12 @@ const lh_model_config *lh_model_get_config(const lh_model *m) { return m ? &m->c
 const lh_backend *lh_model_backend(const lh_model *m) { return m ? m->be : NULL; }
 int lh_model_n_tensors(const lh_model *m) { return m ? m->n_tensors : 0; }
 size_t lh_model_n_floats(const lh_model *m) { return m ? m->n_floats : 0; }
-float *lh_model_params(lh_model *m) { return m ? m->params : NULL; }
+/* A writable view: whoever takes it may change the parameters. */
+float *lh_model_params(lh_model *m) {
+  if (!m) return NULL;
+  m->params_version++;
+  return m->params;
+}
 float *lh_model_grads(lh_model *m) { return m ? m->grads : NULL; }
 float *lh_model_moment1(lh_model *m) { return m ? m->m : NULL; }
 float *lh_model_moment2(lh_model *m) { return m ? m->v : NULL; }
@@ -264,6 +271,7 @@ int lh_model_zero_grads(lh_model *m) {
 int lh_model_adamw_step(lh_model *m, const lh_adamw_params *p) {
   if (!m || !p) return LH_EINVAL;
   if (!m->grads) return LH_EMODEL_STATE;
+  m->params_version++;
   for (int i = 0; i < m->n_tensors; i++) {
     const lh_model_tensor *t = &m->tensors[i];
     if (!t->trainable) continue;
@@ -284,6 +292,7 @@ int lh_model_copy_params(lh_model *dst, const lh_model *src, lh_errbuf *err) {
                            "cannot copy parameters between models of different configs");
   }
   size_t bytes = src->n_floats * sizeof(float);
+  dst->params_version++;
   if (dst->be == src->be) return dst->be->copy(dst->be->context, dst->params, src->params, bytes);
   float *host = malloc(bytes);
   if (!host) return LH_ENOMEM;

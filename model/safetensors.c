@@ -257,6 +257,7 @@ static int load_parsed(const cJSON *root, const unsigned char *data, size_t data
     memcpy(host + t->offset, data + spans[i].begin, t->numel * sizeof(float));
   }
   if (!rc) rc = be->upload(be->context, m->params, host, m->n_floats * sizeof(float));
+  if (!rc) m->params_version++;
   free(host);
   free(spans);
   free(seen);

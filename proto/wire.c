@@ -254,6 +254,47 @@ int lh_wire_segment_decode(const uint8_t *buf, size_t bytes, const lh_wire_limit
   return 0;
 }
 
+/* A varint at b[*i]; 1 on a truncated or over-long one. */
+static int top_varint(const uint8_t *b, size_t n, size_t *i, uint64_t *v) {
+  *v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (*i >= n) return 1;
+    uint8_t c = b[(*i)++];
+    *v |= (uint64_t)(c & 0x7f) << shift;
+    if (!(c & 0x80)) return 0;
+  }
+  return 1;
+}
+
+int lh_wire_segment_bytes(const uint8_t *buf, size_t bytes, const uint8_t **seg,
+                          size_t *seg_bytes) {
+  if (!buf || !seg || !seg_bytes) return 0;
+  int found = 0;
+  size_t i = 0;
+  while (i < bytes) {
+    uint64_t key, v;
+    if (top_varint(buf, bytes, &i, &key)) return 0;
+    unsigned type = (unsigned)(key & 7);
+    if (type == 0) {
+      if (top_varint(buf, bytes, &i, &v)) return 0;
+    } else if (type == 1 || type == 5) {
+      size_t w = type == 1 ? 8 : 4;
+      if (bytes - i < w) return 0;
+      i += w;
+    } else if (type == 2) {
+      if (top_varint(buf, bytes, &i, &v) || v > bytes - i) return 0;
+      if (key >> 3 == LONGHAUL__ENVELOPE__BODY_SEGMENT) {
+        if (found++) return 0;
+        *seg = buf + i, *seg_bytes = (size_t)v;
+      }
+      i += (size_t)v;
+    } else {
+      return 0; /* groups: never sent by longhaul */
+    }
+  }
+  return found == 1;
+}
+
 void lh_wire_segment_free(Longhaul__Segment *seg) {
   if (seg) longhaul__segment__free_unpacked(seg, NULL);
 }

@@ -72,6 +72,20 @@ int lh_wire_segment_decode(const uint8_t *buf, size_t bytes, const lh_wire_limit
                            Longhaul__Segment **out, lh_errbuf *err);
 void lh_wire_segment_free(Longhaul__Segment *seg);  /* accepts NULL */
 
+/* The bytes of the Segment inside an encoded Envelope (buf, bytes) as they
+ * arrived, so that a receiver that decoded the envelope can keep them
+ * without encoding the segment again: *seg points into buf. Returns 1 when
+ * the envelope's top level is well formed and holds field `segment`
+ * exactly once (twice would be merged by the decoder, so one occurrence's
+ * bytes would not be the message), 0 otherwise; the caller then encodes
+ * the decoded segment instead. It reads the top level only: the decode
+ * (lh_wire_decode, which the caller ran first) checked everything inside. */
+int lh_wire_segment_bytes(const uint8_t *buf, size_t bytes, const uint8_t **seg,
+                          size_t *seg_bytes);
+/* 1 when every limit that lh_wire_validate_segment reads is as strict in a
+ * as in b or stricter: a segment valid under a is valid under b. */
+int lh_wire_limits_segment_within(const lh_wire_limits *a, const lh_wire_limits *b);
+
 /* The name of the message a body case carries ("segment", "ack", ...). */
 const char *lh_wire_body_name(Longhaul__Envelope__BodyCase body);
 

@@ -428,6 +428,14 @@ static int check_env_response(const Longhaul__EnvResponse *r, const lh_wire_limi
   return check_string(r->expert_action, lim->max_text_bytes, path, "expert_action", err);
 }
 
+/* Every limit check_segment reads: a new one there belongs here too. */
+int lh_wire_limits_segment_within(const lh_wire_limits *a, const lh_wire_limits *b) {
+  return a && b && a->vocab <= b->vocab && a->max_segment_tokens <= b->max_segment_tokens &&
+         a->max_images <= b->max_images && a->max_image_side <= b->max_image_side &&
+         a->max_string_bytes <= b->max_string_bytes && a->max_layers <= b->max_layers &&
+         a->max_topk <= b->max_topk && a->max_experts <= b->max_experts;
+}
+
 int lh_wire_validate_segment(const Longhaul__Segment *seg, const lh_wire_limits *lim,
                              lh_errbuf *err) {
   lh_wire_limits def;

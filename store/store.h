@@ -209,6 +209,18 @@ int lh_store_in_batch(const lh_store *s);
  * and token count). Only a resend of the same segment is a duplicate. */
 int lh_store_put_segment(lh_store *s, const Longhaul__Segment *seg, int *inserted,
                          lh_errbuf *err);
+/* The same for a segment whose bytes the caller holds as they arrived:
+ * payload is the encoded Segment that seg was decoded from (the ingest
+ * finds it in the envelope with lh_wire_segment_bytes), stored as it is
+ * instead of encoding seg again. validated is the limits the decode
+ * validated seg under (NULL: none); seg is validated again only when they
+ * are looser than the store's in some limit a segment's validation reads
+ * (lh_wire_limits_segment_within). The checks of its episode, and what
+ * counts as a duplicate or a conflict, are those of lh_store_put_segment;
+ * a reader decodes and validates the payload as any other. */
+int lh_store_put_segment_wire(lh_store *s, const Longhaul__Segment *seg, const uint8_t *payload,
+                              size_t payload_bytes, const lh_wire_limits *validated,
+                              int *inserted, lh_errbuf *err);
 /* Records the end of an episode: status and outcome, reward, reward terms,
  * expected segment count, total tokens, steps, group and task seed.
  * Creates the episode row when no segment came first.

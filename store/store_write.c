@@ -339,6 +339,20 @@ static int insert_segment(lh_store *s, const Longhaul__Segment *seg, const uint8
   return pending_add(s, p, &o, seg, sampled, vmin, vmax, now, err);
 }
 
+/* Stores seg with payload, under the caller's batch or one of its own. */
+static int put_payload(lh_store *s, const Longhaul__Segment *seg, const uint8_t *payload,
+                       size_t bytes, int *inserted, lh_errbuf *err) {
+  int own;
+  int rc = lh_store_write_begin(s, &own, err);
+  if (rc >= 0) {
+    rc = insert_segment(s, seg, payload, bytes, inserted, err);
+    if (rc >= 0 && own) rc = lh_store_flush(s, err);
+    rc = lh_store_write_end(s, own, rc, err);
+  }
+  if (rc < 0) *inserted = 0;
+  return rc;
+}
+
 int lh_store_put_segment(lh_store *s, const Longhaul__Segment *seg, int *inserted,
                          lh_errbuf *err) {
   int dummy;
@@ -353,16 +367,31 @@ int lh_store_put_segment(lh_store *s, const Longhaul__Segment *seg, int *inserte
   Longhaul__Segment bare = *seg;
   bare.n_state = 0, bare.state = NULL, bare.state_offset = 0;
   LH_TRY(lh_wire_segment_encode(&bare, &payload, &bytes, err));
-  int own;
-  int rc = lh_store_write_begin(s, &own, err);
-  if (rc >= 0) {
-    rc = insert_segment(s, seg, payload, bytes, inserted, err);
-    if (rc >= 0 && own) rc = lh_store_flush(s, err);
-    rc = lh_store_write_end(s, own, rc, err);
-  }
+  int rc = put_payload(s, seg, payload, bytes, inserted, err);
   free(payload);
-  if (rc < 0) *inserted = 0;
   return rc;
+}
+
+int lh_store_put_segment_wire(lh_store *s, const Longhaul__Segment *seg, const uint8_t *payload,
+                              size_t payload_bytes, const lh_wire_limits *validated,
+                              int *inserted, lh_errbuf *err) {
+  int dummy;
+  if (!inserted) inserted = &dummy;
+  *inserted = 0;
+  if (!s || !seg || !payload || !payload_bytes)
+    return lh_errbuf_set(err, LH_EINVAL, "lh_store_put_segment_wire: store, segment or payload is NULL");
+  if (payload_bytes > s->opt.limits.max_message_bytes)
+    return lh_errbuf_set(err, LH_EWIRE_TOO_LARGE, "%s: episode %llu segment %u is %zu bytes, over the "
+                         "limit of %zu", s->path, (unsigned long long)seg->episode_id, seg->seq,
+                         payload_bytes, s->opt.limits.max_message_bytes);
+  /* A segment with a recurrent state: the bytes as they arrived hold the
+   * state, which goes to its own column, so the payload is encoded again
+   * without it. */
+  if (seg->n_state) return lh_store_put_segment(s, seg, inserted, err);
+  /* validated once: again only when the decode's limits were looser */
+  if (!lh_wire_limits_segment_within(validated, &s->opt.limits))
+    LH_TRY(lh_wire_validate_segment(seg, &s->opt.limits, err));
+  return put_payload(s, seg, payload, payload_bytes, inserted, err);
 }
 
 /* ---- episode ends ---- */
