@@ -358,7 +358,7 @@ typedef struct {
 /* The images of window [start, end) with window positions (the token after
  * each <img>); pixels[i] are the episode's, converted to [0,1] once per
  * episode. Every image sits inside one window, since a window is one
- * forward pass: lh_learner_check_episode made sure before the step. */
+ * forward pass: lh_model_window_end cuts the windows around them. */
 static int window_images(const lh_learner_episode *ep, float *const *pixels, size_t start, size_t end,
                          lh_model_image *out) {
   int n = 0;
@@ -379,7 +379,10 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
   const lh_model_config *mc = lh_model_get_config(t->m);
   size_t dk = (size_t)(mc->d_model / mc->heads);
   size_t state_floats = (size_t)mc->layers * (size_t)mc->heads * dk * dk;
-  size_t W = t->cfg.train_window < ep->n ? t->cfg.train_window : ep->n;
+  /* A window is train_window tokens, or an image longer than that which
+   * starts it (lh_model_window_end). */
+  size_t W = t->cfg.train_window > (size_t)mc->max_patches ? t->cfg.train_window : (size_t)mc->max_patches;
+  if (W > ep->n) W = ep->n;
   window_bufs w;
   int rc = bufs_alloc(&w, W, state_floats);
   if (rc) {
@@ -402,24 +405,26 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
   }
   float **pixels = NULL;
   lh_model_image *imgs = NULL;
+  lh_model_span *spans = NULL;
   if (ep->n_images) {
     pixels = calloc(ep->n_images, sizeof *pixels);
     imgs = malloc(ep->n_images * sizeof *imgs);
+    spans = malloc(ep->n_images * sizeof *spans);
     for (size_t i = 0; pixels && imgs && i < ep->n_images; i++) {
       const Longhaul__Image *im = ep->images[i];
       size_t n_px = (size_t)im->width * im->height;
       if (!(pixels[i] = malloc(3 * n_px * sizeof(float)))) break;
       lh_model_pixels_from_u8(im->pixels.data, n_px, im->channels, pixels[i]);
     }
-    if (!pixels || !imgs || !pixels[ep->n_images - 1])
+    if (!pixels || !imgs || !spans || !pixels[ep->n_images - 1])
       rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for the images of episode %llu",
                          (unsigned long long)ep->episode_id);
   }
-  size_t nw = lh_learner_episode_windows(ep, t->cfg.train_window);
+  size_t n_spans = spans ? lh_learner_episode_spans(ep, (uint32_t)mc->patch, spans) : 0;
   lh_learner_ppo_params pp = {t->cfg.clip_eps, t->cfg.is_cap, t->cfg.entropy_coef};
-  for (size_t k = 0; k < nw && !rc; k++) {
-    size_t start, end;
-    lh_learner_episode_window(ep, t->cfg.train_window, k, &start, &end);
+  size_t end = 0;
+  for (size_t k = 0, start = 0; start < ep->n && !rc; k++, start = end) {
+    end = lh_model_window_end(start, ep->n, t->cfg.train_window, spans, n_spans);
     size_t n = end - start;
     size_t sampled = 0;
     for (size_t i = 0; i < n; i++) {
@@ -490,6 +495,7 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
   for (size_t i = 0; pixels && i < ep->n_images; i++) free(pixels[i]);
   free(pixels);
   free(imgs);
+  free(spans);
   bufs_free(&w);
   return rc;
 }
