@@ -444,6 +444,8 @@ static int prefill_new(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
     spans[n_spans++] = (lh_model_span){(size_t)all[i].at,
                                        (size_t)(all[i].height / mc->patch) * (size_t)(all[i].width / mc->patch)};
   size_t end = lh_model_window_end(w->fed, n, lh_model_decoder_prefill_window(r->dec), spans, n_spans);
+  /* At most 64 images a window: a 65th starts the next one. */
+  if (n_all - k > 64 && (size_t)all[k + 64].at - 1 < end) end = (size_t)all[k + 64].at - 1;
   if (r->record) {
     /* The chunked prefill does not report its routing; one decode step per
      * token does, and computes the same function (images need the

@@ -5,9 +5,10 @@
  * prints one line:
  *   tokens=N hwm_kb=K prefill_tokens=P prefill_s=S prefill_tok_s=R exit=E
  * hwm_kb is the actor's peak resident set (VmHWM); the prefill is timed
- * from the actor's start to the first segment that holds a sampled token
- * (the policy samples only once the whole first observation is in), P
- * being the tokens before that one. bench/scale_memory.sh runs it. */
+ * from the actor's Hello (sent once its model is loaded, as it starts its
+ * first episode) to the first segment that holds a sampled token (the
+ * policy samples only once the whole first observation is in), P being
+ * the tokens before that one; the environment's reset is inside. bench/scale_memory.sh runs it. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_actor_memory: bind %s: %s\n", argv[4], zmq_strerror(zmq_errno()));
     return 1;
   }
-  double t0 = now_s(), t_sampled = 0;
+  double t0 = now_s(), t_hello = 0, t_sampled = 0;
   pid_t pid = fork();
   if (pid == 0) {
     char set[64];
@@ -64,6 +65,7 @@ int main(int argc, char **argv) {
       zmq_msg_recv(&payload, router, 0);
       Longhaul__Envelope *env = NULL;
       if (lh_wire_decode(zmq_msg_data(&payload), zmq_msg_size(&payload), NULL, &env, NULL) == 0) {
+        if (env->body_case == LONGHAUL__ENVELOPE__BODY_HELLO && !t_hello) t_hello = now_s();
         if (env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT && !t_sampled) {
           const Longhaul__Segment *s = env->segment;
           for (size_t t = 0; t < s->loss_mask.len && !t_sampled; t++)
@@ -101,7 +103,7 @@ int main(int argc, char **argv) {
       if (hwm > peak) peak = hwm;
     }
   }
-  double s = t_sampled ? t_sampled - t0 : 0;
+  double s = t_sampled ? t_sampled - (t_hello ? t_hello : t0) : 0;
   printf("tokens=%s hwm_kb=%ld prefill_tokens=%llu prefill_s=%.2f prefill_tok_s=%.0f exit=%d\n", argv[3], peak,
          (unsigned long long)before_sampled, s, s > 0 ? (double)before_sampled / s : 0.0, code);
   zmq_close(router);

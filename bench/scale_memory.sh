@@ -7,9 +7,10 @@
 # (default "4096 65536 262144 1048576"), against bench_actor_memory's
 # stand-in learner, which acks every message. Printed per size: the peak
 # resident set (VmHWM) against the 4K run's (target <= 1.5x), and the
-# prefill rate (document tokens / seconds to the first sampled token, the
-# environment's reset and the segments' way out included) against the 4K
-# run's (target at the largest size >= 0.8). The first size is the
+# prefill rate (document tokens / seconds from the actor's Hello to the
+# first sampled token: the environment's reset and the segments' way out
+# included, the process's start and model load not) against the 4K run's
+# (target at the largest size >= 0.8). The first size is the
 # reference. The machine's load is printed: the rates share its cores.
 set -euo pipefail
 build=${1:-build}
