@@ -412,7 +412,18 @@ void lh_actors_meter_heartbeat(lh_actors_meter *m, int64_t now_ms, uint64_t poli
  * environment can never inject a special token. An image is <img> followed
  * by (height/patch)*(width/patch) positions holding <pad> (the model ignores
  * their ids and embeds the patches), pixels converted to RGB floats in [0,1];
- * its height and width must be multiples of patch. */
+ * an image whose sides are not multiples of patch is padded with black on
+ * the right and at the bottom up to the next ones (its .height and .width
+ * are the padded sides). An image of 0 or 2 or more than 3 channels, or of
+ * more patches than the max_patches set, is LH_EACTORS_IMAGE; the tokens
+ * before it stay appended.
+ *
+ * An actor forgets what it has sent and fed (lh_actors_transcript_forget):
+ * positions before the transcript's first kept one are gone, the tokens
+ * and mask accessors then start at that position
+ * (lh_actors_transcript_first), and the images at the first kept image
+ * (lh_actors_transcript_first_image). SFT and evaluation never forget, so
+ * for them both are 0. */
 typedef struct lh_actors_transcript lh_actors_transcript;
 
 /* patch is the model's patch size (images need it); >= 1. */
@@ -430,11 +441,25 @@ int lh_actors_transcript_policy_token(lh_actors_transcript *t, int32_t token, lh
 /* <obs> text and images </obs>, mask 0. */
 int lh_actors_transcript_observation(lh_actors_transcript *t, const lh_env_obs *obs,
                                      lh_errbuf *err);
+/* Bounds images to max_patches patches (the model's; 0: no bound). */
+void lh_actors_transcript_set_max_patches(lh_actors_transcript *t, int max_patches);
+/* Drops the positions before upto (at most len), and the images whose
+ * patches all lie before it, so that an episode's transcript holds only
+ * what its runner still needs, whatever the episode's length; the
+ * buffers shrink back when a long observation grew them. */
+void lh_actors_transcript_forget(lh_actors_transcript *t, size_t upto);
+/* The first kept position, and the index (in the episode's order) of the
+ * first kept image. */
+size_t lh_actors_transcript_first(const lh_actors_transcript *t);
+int lh_actors_transcript_first_image(const lh_actors_transcript *t);
+/* The length in positions since <bos>, forgotten ones included. */
 size_t lh_actors_transcript_len(const lh_actors_transcript *t);
+/* Positions first .. len-1. */
 const int32_t *lh_actors_transcript_tokens(const lh_actors_transcript *t);
 const uint8_t *lh_actors_transcript_mask(const lh_actors_transcript *t);
 /* The images in order; .at is the position of their first patch (the <img>
  * token is at .at - 1); pixels stay valid until clear or free. */
+/* The kept images (lh_actors_transcript_first_image on). */
 int lh_actors_transcript_n_images(const lh_actors_transcript *t);
 const lh_model_image *lh_actors_transcript_images(const lh_actors_transcript *t);
 

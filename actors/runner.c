@@ -7,6 +7,7 @@
  * runner feeds what it appended since the last feed to the model (prefill
  * for observations, one decode step per sampled token) and to the
  * episode's segmenter. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,9 +27,12 @@ typedef struct {
   size_t action_start; /* where the current action began in the transcript */
   int have_logp;       /* logp holds the next-token distribution */
   float *logp;         /* (vocab) */
-  float *behavior;     /* per transcript token: the sampler's logp (sampled ones) */
-  uint32_t *version;   /* per transcript token */
-  uint32_t *experts;   /* per transcript token, layers*topk, when routing is recorded */
+  /* Per kept transcript position (index = position - the transcript's
+   * first): the sampler's logp (sampled ones), the version, and
+   * layers*topk experts when routing is recorded. */
+  float *behavior;
+  uint32_t *version;
+  uint32_t *experts;
   size_t cap;
   size_t end_at;       /* tokens that belong to the episode when it ends (SIZE_MAX: all) */
   uint32_t steps;
@@ -71,6 +75,8 @@ struct lh_actors_runner {
   /* per step scratch */
   float *state;        /* (lh_model_state_floats) a row's recurrent state, with state_interval */
   size_t state_floats;
+  uint8_t *image_bytes;  /* an image's pixels as the segment carries them */
+  size_t image_bytes_cap;
   int32_t *dec_rows, *dec_tokens;
   float *dec_logp;
   /* the output queue, a ring */
@@ -117,6 +123,7 @@ void lh_actors_runner_free(lh_actors_runner *r) {
   lh_model_decoder_free(r->dec);
   lh_actors_sampler_free(r->sampler);
   free(r->state);
+  free(r->image_bytes);
   free(r->dec_rows);
   free(r->dec_tokens);
   free(r->dec_logp);
@@ -212,6 +219,7 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
       rc = err ? err->code : LH_ENOMEM;
       goto fail;
     }
+    lh_actors_transcript_set_max_patches(w->tr, mc->max_patches);
     if ((rc = lh_env_open_hub(r->hub, r->env_name, r->opts, r->n_opts, &w->env, err)) < 0) goto fail;
   }
   *out = r;
@@ -342,8 +350,10 @@ int lh_actors_runner_done(const lh_actors_runner *r) {
   return start_limit(r) && lh_actors_runner_open_episodes(r) == 0;
 }
 
-/* Room for the per-token arrays of n transcript tokens. */
+/* Room for the per-token arrays of the transcript's kept positions up to
+ * position n. */
 static int reserve(const lh_actors_runner *r, row *w, size_t n, lh_errbuf *err) {
+  n -= lh_actors_transcript_first(w->tr);
   if (n <= w->cap) return 0;
   size_t cap = w->cap ? w->cap : 256;
   while (cap < n) cap *= 2;
@@ -358,29 +368,35 @@ static int reserve(const lh_actors_runner *r, row *w, size_t n, lh_errbuf *err) 
   return 0;
 }
 
-/* Moves the transcript tokens not yet in the segmenter into it, with the
- * images at their <img> tokens (the environment's own pixels, whose
- * position the transcript gives). obs is the observation the images came
- * from (NULL when none were appended). */
-static int push_new(lh_actors_runner *r, row *w, const lh_env_obs *obs, size_t n, lh_errbuf *err) {
+/* Moves the transcript tokens not yet in the segmenter, up to position n,
+ * into it, with the images at their <img> tokens: the transcript's own
+ * (padded) pixels, back in bytes (x/255 read back exactly), so that the
+ * learner gets the image the actor's model saw. */
+static int push_new(lh_actors_runner *r, row *w, size_t n, lh_errbuf *err) {
   const int32_t *tok = lh_actors_transcript_tokens(w->tr);
   const uint8_t *mask = lh_actors_transcript_mask(w->tr);
   const lh_model_image *im = lh_actors_transcript_images(w->tr);
-  int n_im = lh_actors_transcript_n_images(w->tr);
-  int obs_first = n_im - (obs ? (int)obs->image_count : 0);
+  int n_im = lh_actors_transcript_n_images(w->tr), im0 = lh_actors_transcript_first_image(w->tr);
+  size_t first = lh_actors_transcript_first(w->tr);
   for (size_t t = w->pushed; t < n; t++) {
-    while (w->images_pushed < n_im && (size_t)im[w->images_pushed].at - 1 == t) {
-      int k = w->images_pushed - obs_first;
-      if (!obs || k < 0 || k >= (int)obs->image_count)
-        return lh_errbuf_set(err, LH_EINVAL, "runner: transcript image %d has no observation image",
-                             w->images_pushed);
-      const lh_env_image *ei = &obs->images[k];
-      LH_TRY(lh_actors_segmenter_push_image(w->seg, ei->width, ei->height, ei->channels, ei->pixels, err));
+    size_t i = t - first;
+    while (w->images_pushed - im0 < n_im && (size_t)im[w->images_pushed - im0].at - 1 == t) {
+      const lh_model_image *m = &im[w->images_pushed - im0];
+      size_t bytes = (size_t)m->width * (size_t)m->height * 3;
+      if (bytes > r->image_bytes_cap) {
+        uint8_t *b = realloc(r->image_bytes, bytes);
+        if (!b) return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a %dx%d image", m->width, m->height);
+        r->image_bytes = b;
+        r->image_bytes_cap = bytes;
+      }
+      for (size_t j = 0; j < bytes; j++) r->image_bytes[j] = (uint8_t)lrintf(m->pixels[j] * 255.0f);
+      LH_TRY(lh_actors_segmenter_push_image(w->seg, (uint32_t)m->width, (uint32_t)m->height, 3, r->image_bytes,
+                                            err));
       w->images_pushed++;
     }
-    LH_TRY(lh_actors_segmenter_push(w->seg, (uint32_t)tok[t], mask[t], mask[t] ? w->behavior[t] : 0.0f,
-                                    mask[t] ? w->version[t] : (uint32_t)r->version,
-                                    r->record ? w->experts + t * r->LK : NULL, err));
+    LH_TRY(lh_actors_segmenter_push(w->seg, (uint32_t)tok[i], mask[i], mask[i] ? w->behavior[i] : 0.0f,
+                                    mask[i] ? w->version[i] : (uint32_t)r->version,
+                                    r->record ? w->experts + i * r->LK : NULL, err));
   }
   if (n > w->pushed) w->pushed = n;
   return drain_segments(r, w, err);
@@ -416,54 +432,98 @@ static size_t piece_end(const lh_actors_runner *r, const row *w, size_t at, size
   return end < n ? end : n;
 }
 
-/* Feeds the transcript tokens not yet fed through the chunked prefill,
- * images included; afterwards the row holds the next distribution. */
+/* Forgets what the row no longer needs: the positions both fed to the
+ * model and in the segmenter, before the action being decoded. Done once
+ * 4096 positions can go, so that the moves cost O(1) a token; the row's
+ * memory is thus bounded by the current action, a prefill window and an
+ * observation not yet fed, whatever the episode's length. */
+static void forget(const lh_actors_runner *r, row *w) {
+  size_t upto = w->pushed < w->fed ? w->pushed : w->fed;
+  if (w->state == ROW_POLICY && w->action_start < upto) upto = w->action_start;
+  size_t first = lh_actors_transcript_first(w->tr);
+  if (upto < first + 4096) return;
+  size_t drop = upto - first, kept = lh_actors_transcript_len(w->tr) - upto;
+  if (drop < w->cap) {
+    size_t k = kept < w->cap - drop ? kept : w->cap - drop;
+    memmove(w->behavior, w->behavior + drop, k * sizeof *w->behavior);
+    memmove(w->version, w->version + drop, k * sizeof *w->version);
+    if (r->record) memmove(w->experts, w->experts + drop * r->LK, k * r->LK * sizeof *w->experts);
+  }
+  lh_actors_transcript_forget(w->tr, upto);
+  if (w->cap > 8192 && kept < w->cap / 8) {  /* a long observation grew them: shrink */
+    size_t cap = kept * 2 > 256 ? kept * 2 : 256;
+    float *b = realloc(w->behavior, cap * sizeof *b);
+    uint32_t *v = realloc(w->version, cap * sizeof *v);
+    uint32_t *x = r->record ? realloc(w->experts, cap * r->LK * sizeof *x) : NULL;
+    if (b) w->behavior = b;
+    if (v) w->version = v;
+    if (x) w->experts = x;
+    w->cap = cap;  /* one whose shrink failed keeps its larger block */
+  }
+}
+
+/* Feeds the next prefill window of the transcript tokens not yet fed
+ * (lh_model_window_end cuts it: an image stays whole), images included,
+ * and pushes what it fed to the segmenter: an observation of any length
+ * goes through one window per runner step, its segments leaving between
+ * steps. A window goes in as pieces that end where a recurrent state is due
+ * (piece_end). When the last window is in, the row holds the next
+ * distribution. */
 static int prefill_new(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   row *w = &r->rows[b];
-  size_t n = lh_actors_transcript_len(w->tr);
+  size_t n = lh_actors_transcript_len(w->tr), first = lh_actors_transcript_first(w->tr);
   if (n <= w->fed) return 0;
+  const int32_t *tok = lh_actors_transcript_tokens(w->tr);
+  const lh_model_image *all = lh_actors_transcript_images(w->tr);
+  int n_all = lh_actors_transcript_n_images(w->tr), k = 0;
+  while (k < n_all && (size_t)all[k].at < w->fed) k++;
+  const lh_model_config *mc = lh_model_get_config(r->model);
+  lh_model_span spans[64];
+  size_t n_spans = 0;
+  for (int i = k; i < n_all && n_spans < 64; i++)
+    spans[n_spans++] = (lh_model_span){(size_t)all[i].at,
+                                       (size_t)(all[i].height / mc->patch) * (size_t)(all[i].width / mc->patch)};
+  size_t end = lh_model_window_end(w->fed, n, lh_model_decoder_prefill_window(r->dec), spans, n_spans);
+  /* At most 64 images a window: a 65th starts the next one. */
+  if (n_all - k > 64 && (size_t)all[k + 64].at - 1 < end) end = (size_t)all[k + 64].at - 1;
   if (r->record) {
     /* The chunked prefill does not report its routing; one decode step per
      * token does, and computes the same function (images need the
      * prefill, so they cannot be recorded). */
-    const int32_t *tok = lh_actors_transcript_tokens(w->tr);
     int32_t row_index = (int32_t)b;
-    const lh_model_image *im = lh_actors_transcript_images(w->tr);
-    int n_im = lh_actors_transcript_n_images(w->tr);
-    if (n_im && (size_t)im[n_im - 1].at > w->fed)
+    if (k < n_all && (size_t)all[k].at < end)
       return lh_errbuf_set(err, LH_EUNSUPPORTED,
                            "runner: [actor] record_routing cannot record the routing of image patches; "
                            "turn it off for environment %s",
                            r->env_name);
-    for (size_t t = w->fed; t < n; t++) {
-      LH_TRY(lh_model_decode_step_rows(r->dec, &row_index, 1, &tok[t], w->logp, r->one_experts, err));
-      for (size_t j = 0; j < r->LK; j++) w->experts[t * r->LK + j] = (uint32_t)r->one_experts[j];
+    for (size_t t = w->fed; t < end; t++) {
+      LH_TRY(lh_model_decode_step_rows(r->dec, &row_index, 1, &tok[t - first], w->logp, r->one_experts, err));
+      for (size_t j = 0; j < r->LK; j++) w->experts[(t - first) * r->LK + j] = (uint32_t)r->one_experts[j];
       LH_TRY(state_hook(r, b, t + 1, err));
     }
-    w->fed = n;
-    w->have_logp = 1;
-    return 0;
-  }
-  const lh_model_image *all = lh_actors_transcript_images(w->tr);
-  int n_all = lh_actors_transcript_n_images(w->tr);
-  /* In pieces that end where a recurrent state is due (one piece without). */
-  while (w->fed < n) {
-    size_t end = piece_end(r, w, w->fed, n);
-    int first = 0;
-    while (first < n_all && (size_t)all[first].at < w->fed) first++;
-    lh_model_image local[256];
-    int n_im = 0;
-    for (int i = first; i < n_all && n_im < 256 && (size_t)all[i].at < end; i++) {
-      local[n_im] = all[i];
-      local[n_im].at = all[i].at - (int)w->fed;
-      n_im++;
+  } else {
+    /* In pieces that end where a recurrent state is due (one without). */
+    size_t at = w->fed;
+    while (at < end) {
+      size_t piece = piece_end(r, w, at, end);
+      lh_model_image local[64];
+      int n_im = 0;
+      for (int i = k; i < n_all && n_im < 64 && (size_t)all[i].at < piece; i++) {
+        if ((size_t)all[i].at < at) continue;
+        local[n_im] = all[i];
+        local[n_im].at = all[i].at - (int)at;
+        n_im++;
+      }
+      LH_TRY(lh_model_prefill(r->dec, (int)b, tok + (at - first), (int)(piece - at), n_im ? local : NULL, n_im,
+                              piece == n ? w->logp : NULL, err));
+      at = piece;
+      LH_TRY(state_hook(r, b, at, err));
     }
-    LH_TRY(lh_model_prefill(r->dec, (int)b, lh_actors_transcript_tokens(w->tr) + w->fed, (int)(end - w->fed),
-                            n_im ? local : NULL, n_im, end == n ? w->logp : NULL, err));
-    w->fed = end;
-    LH_TRY(state_hook(r, b, end, err));
   }
-  w->have_logp = 1;
+  w->fed = end;
+  w->have_logp = end == n;
+  LH_TRY(push_new(r, w, w->fed, err));
+  forget(r, w);
   return 0;
 }
 
@@ -486,8 +546,14 @@ static int finish(lh_actors_runner *r, row *w, Longhaul__Outcome outcome, float 
    * them changes nothing the learner trains on. */
   size_t upto = lh_actors_transcript_len(w->tr);
   if (w->end_at < upto) upto = w->end_at;
-  if (r->record && upto > w->fed) memset(w->experts + w->fed * r->LK, 0, (upto - w->fed) * r->LK * sizeof *w->experts);
-  int prc = w->seg && upto > w->pushed ? push_new(r, w, NULL, upto, err) : 0;
+  size_t first = lh_actors_transcript_first(w->tr);
+  int prc = 0;
+  if (r->record && upto > w->fed) {
+    prc = reserve(r, w, upto, err);
+    if (!prc)
+      memset(w->experts + (w->fed - first) * r->LK, 0, (upto - w->fed) * r->LK * sizeof *w->experts);
+  }
+  if (!prc && w->seg && upto > w->pushed) prc = push_new(r, w, upto, err);
   lh_actors_reward_term t[64];
   if (n_terms > 64) n_terms = 64;
   for (uint32_t i = 0; i < n_terms; i++) t[i] = (lh_actors_reward_term){terms[i].name, terms[i].value, w->steps};
@@ -553,17 +619,24 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   int rc = size_env(r, w, is_long ? (uint64_t)((double)budget * LH_ACTORS_STAGE_FILL) : 0, &e);
   if (rc == 0) rc = lh_env_reset(w->env, task_seed, &obs, &e);
   if (rc < 0) return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
-  LH_TRY(lh_actors_transcript_begin(w->tr, &obs, err));
+  rc = lh_actors_transcript_begin(w->tr, &obs, &e);
+  if (rc == LH_EACTORS_IMAGE) {
+    /* an image the model cannot take ends this episode, not the actor:
+     * it keeps <bos> and ends with the reason */
+    w->end_at = 1;
+    LH_WARN("actor", "episode %llu ends: %s", (unsigned long long)episode_id, e.msg);
+    return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
+  }
+  if (rc < 0) return lh_errbuf_set(err, rc, "%s", e.msg);
   size_t n = lh_actors_transcript_len(w->tr);
   LH_TRY(reserve(r, w, n, err));
   if (w->max_context && n >= w->max_context) {
     if (r->record) memset(w->experts, 0, n * r->LK * sizeof *w->experts);
-    LH_TRY(push_new(r, w, &obs, n, err));
+    LH_TRY(push_new(r, w, n, err));
     return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err);
   }
   w->action_start = n;
-  LH_TRY(prefill_new(r, b, err));
-  return push_new(r, w, &obs, w->fed, err);
+  return prefill_new(r, b, err);
 }
 
 /* The environment's answer to the row's action: the episode ends, or the
@@ -578,7 +651,14 @@ static int collect(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   if (res.done)
     return finish(r, w, outcome_of(res.outcome), res.reward, res.terms, res.term_count, NULL, err);
   size_t before = lh_actors_transcript_len(w->tr);
-  LH_TRY(lh_actors_transcript_observation(w->tr, &res.obs, err));
+  rc = lh_actors_transcript_observation(w->tr, &res.obs, &e);
+  if (rc == LH_EACTORS_IMAGE) {
+    /* the episode ends before the observation, with the reason */
+    w->end_at = before;
+    LH_WARN("actor", "episode ends at step %u: %s", w->steps, e.msg);
+    return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
+  }
+  if (rc < 0) return lh_errbuf_set(err, rc, "%s", e.msg);
   size_t n = lh_actors_transcript_len(w->tr);
   if (w->max_context && n >= w->max_context) {
     /* The observation would fill the context: the episode is cut here,
@@ -589,15 +669,14 @@ static int collect(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   LH_TRY(reserve(r, w, n, err));
   w->state = ROW_POLICY;
   w->action_start = n;
-  LH_TRY(prefill_new(r, b, err));
-  return push_new(r, w, &res.obs, w->fed, err);
+  return prefill_new(r, b, err);
 }
 
 /* The action the row just ended, as text with its markers, begun on the
  * environment. A failure to begin ends the episode as an error. */
 static int begin_action(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   row *w = &r->rows[b];
-  const int32_t *tok = lh_actors_transcript_tokens(w->tr) + w->action_start;
+  const int32_t *tok = lh_actors_transcript_tokens(w->tr) + (w->action_start - lh_actors_transcript_first(w->tr));
   size_t n = lh_actors_transcript_len(w->tr) - w->action_start, need = 0;
   char small[4096], *text = small;
   lh_errbuf e = {0};
@@ -635,6 +714,12 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
   /* Free rows take the next episodes, as back-pressure allows. */
   for (uint32_t b = 0; b < B; b++)
     if (r->rows[b].state == ROW_FREE && may_start(r)) LH_TRY(start(r, b, err));
+  /* Rows still feeding an observation take its next prefill window. */
+  for (uint32_t b = 0; b < B; b++) {
+    row *w = &r->rows[b];
+    if (w->state == ROW_POLICY && !w->have_logp && w->fed < lh_actors_transcript_len(w->tr))
+      LH_TRY(prefill_new(r, b, err));
+  }
   /* Every row on the policy's turn with a distribution samples a token. */
   int sampled = 0, n_dec = 0, n_env = 0;
   for (uint32_t b = 0; b < B; b++) {
@@ -646,8 +731,9 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
     LH_TRY(lh_actors_transcript_policy_token(w->tr, (int32_t)s.token, err));
     size_t n = lh_actors_transcript_len(w->tr);
     LH_TRY(reserve(r, w, n, err));
-    w->behavior[n - 1] = s.logp;
-    w->version[n - 1] = (uint32_t)r->version;
+    size_t i = n - 1 - lh_actors_transcript_first(w->tr);
+    w->behavior[i] = s.logp;
+    w->version[i] = (uint32_t)r->version;
     sampled++;
     if (s.token == LH_TOK_CALL_END || s.token == LH_TOK_EOS) {
       LH_TRY(begin_action(r, b, err));
@@ -674,13 +760,15 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
       memcpy(w->logp, r->dec_logp + (size_t)i * r->vocab, (size_t)r->vocab * sizeof *w->logp);
       w->have_logp = 1;
       size_t t = lh_actors_transcript_len(w->tr) - 1;  /* the token just fed */
+      size_t ti = t - lh_actors_transcript_first(w->tr);
       /* (layers, n_dec, topk) from the decoder; [layer][slot] per token here */
       for (size_t l = 0; r->record && l < L; l++)
         for (size_t q = 0; q < K; q++)
-          w->experts[t * r->LK + l * K + q] = (uint32_t)r->dec_experts[(l * (size_t)n_dec + (size_t)i) * K + q];
+          w->experts[ti * r->LK + l * K + q] = (uint32_t)r->dec_experts[(l * (size_t)n_dec + (size_t)i) * K + q];
       w->fed = t + 1;
       LH_TRY(state_hook(r, (uint32_t)r->dec_rows[i], w->fed, err));
-      LH_TRY(push_new(r, w, NULL, w->fed, err));
+      LH_TRY(push_new(r, w, w->fed, err));
+      forget(r, w);
     }
   }
   /* The environments' answers. The action's last token (</call>) is fed

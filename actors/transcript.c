@@ -8,13 +8,15 @@
 #include "actors/actors.h"
 
 struct lh_actors_transcript {
-  int patch;
+  int patch, max_patches;  /* max_patches 0: no bound */
+  /* Positions base .. len-1 are kept, at tokens[0 ..); lh_actors_transcript_forget
+   * moves base on. */
   int32_t *tokens;
   uint8_t *mask;
-  size_t len, cap;
-  lh_model_image *images;
+  size_t base, len, cap;
+  lh_model_image *images;  /* the kept images; .at is absolute */
   float **pixels;  /* owned copies, one per image */
-  int n_images, images_cap;
+  int n_images, images_cap, images_base;
 };
 
 lh_actors_transcript *lh_actors_transcript_new(int patch, lh_errbuf *err) {
@@ -35,7 +37,9 @@ void lh_actors_transcript_clear(lh_actors_transcript *t) {
   if (!t) return;
   for (int i = 0; i < t->n_images; i++) free(t->pixels[i]);
   t->n_images = 0;
+  t->images_base = 0;
   t->len = 0;
+  t->base = 0;
 }
 
 void lh_actors_transcript_free(lh_actors_transcript *t) {
@@ -49,9 +53,10 @@ void lh_actors_transcript_free(lh_actors_transcript *t) {
 }
 
 static int reserve(lh_actors_transcript *t, size_t more, lh_errbuf *err) {
-  if (t->len + more <= t->cap) return 0;
+  size_t kept = t->len - t->base;
+  if (kept + more <= t->cap) return 0;
   size_t cap = t->cap ? t->cap : 1024;
-  while (cap < t->len + more) cap *= 2;
+  while (cap < kept + more) cap *= 2;
   int32_t *tok = realloc(t->tokens, cap * sizeof *tok);
   if (tok) t->tokens = tok;
   uint8_t *mask = tok ? realloc(t->mask, cap) : NULL;
@@ -63,8 +68,8 @@ static int reserve(lh_actors_transcript *t, size_t more, lh_errbuf *err) {
 
 static int push(lh_actors_transcript *t, int32_t token, uint8_t mask, lh_errbuf *err) {
   LH_TRY(reserve(t, 1, err));
-  t->tokens[t->len] = token;
-  t->mask[t->len++] = mask;
+  t->tokens[t->len - t->base] = token;
+  t->mask[t->len++ - t->base] = mask;
   return 0;
 }
 
@@ -75,22 +80,32 @@ static int push_text(lh_actors_transcript *t, const char *text, size_t bytes, in
   if (!bytes) return 0;
   if (!text) return lh_errbuf_set(err, LH_EINVAL, "transcript: NULL text of %zu bytes", bytes);
   LH_TRY(reserve(t, bytes, err));
-  size_t n = 0;
-  LH_TRY(lh_tok_encode(text, bytes, markup, t->tokens + t->len, t->cap - t->len, &n));
-  memset(t->mask + t->len, mask, n);
+  size_t n = 0, kept = t->len - t->base;
+  LH_TRY(lh_tok_encode(text, bytes, markup, t->tokens + kept, t->cap - kept, &n));
+  memset(t->mask + kept, mask, n);
   t->len += n;
   return 0;
 }
 
+/* An image of any size goes in padded with black on the right and at the
+ * bottom to the next multiple of the patch (ARCHITECTURE.md §4 "Inputs"):
+ * the pixels kept, and the segment's copy, are the padded image, so the
+ * learner sees what the actor's model saw. LH_EACTORS_IMAGE when it has no
+ * pixels, 1 or 3 channels, or more patches than max_patches. */
 static int push_image(lh_actors_transcript *t, const lh_env_image *im, lh_errbuf *err) {
   int p = t->patch;
   if (!im->pixels || (im->channels != 1 && im->channels != 3) || !im->width || !im->height ||
-      im->width % (uint32_t)p || im->height % (uint32_t)p)
-    return lh_errbuf_set(err, LH_EINVAL,
-                         "transcript: image %ux%u with %u channels: need 1 or 3 channels and "
-                         "sides that are multiples of the model's patch %d",
-                         im->width, im->height, im->channels, p);
-  size_t patches = (size_t)(im->width / p) * (im->height / p);
+      im->width > 65536 || im->height > 65536)
+    return lh_errbuf_set(err, LH_EACTORS_IMAGE,
+                         "transcript: image %ux%u with %u channels: need pixels, 1 or 3 channels and "
+                         "sides in 1..65536",
+                         im->width, im->height, im->channels);
+  uint32_t pw = (im->width + (uint32_t)p - 1) / (uint32_t)p, ph = (im->height + (uint32_t)p - 1) / (uint32_t)p;
+  size_t patches = (size_t)pw * ph;
+  if (t->max_patches > 0 && patches > (size_t)t->max_patches)
+    return lh_errbuf_set(err, LH_EACTORS_IMAGE,
+                         "transcript: image %ux%u is %zu patches of %dx%d, over the model's max_patches %d",
+                         im->width, im->height, patches, p, p, t->max_patches);
   if (t->n_images == t->images_cap) {
     int cap = t->images_cap ? 2 * t->images_cap : 4;
     lh_model_image *imgs = realloc(t->images, (size_t)cap * sizeof *imgs);
@@ -100,10 +115,11 @@ static int push_image(lh_actors_transcript *t, const lh_env_image *im, lh_errbuf
     t->pixels = px;
     t->images_cap = cap;
   }
-  size_t n_px = (size_t)im->width * im->height;
-  float *f = malloc(n_px * 3 * sizeof *f);
+  size_t W = (size_t)pw * (size_t)p, H = (size_t)ph * (size_t)p;
+  float *f = calloc(W * H * 3, sizeof *f);
   if (!f) return lh_errbuf_set(err, LH_ENOMEM, "transcript: out of memory for an image");
-  lh_model_pixels_from_u8(im->pixels, n_px, im->channels, f);
+  for (size_t y = 0; y < im->height; y++)
+    lh_model_pixels_from_u8(im->pixels + y * im->width * im->channels, im->width, im->channels, f + y * W * 3);
   int rc = push(t, LH_TOK_IMG, 0, err);
   if (!rc) rc = reserve(t, patches, err);
   if (rc) {
@@ -111,11 +127,10 @@ static int push_image(lh_actors_transcript *t, const lh_env_image *im, lh_errbuf
     return rc;
   }
   t->pixels[t->n_images] = f;
-  t->images[t->n_images++] = (lh_model_image){
-      .at = (int)t->len, .height = (int)im->height, .width = (int)im->width, .pixels = f};
+  t->images[t->n_images++] = (lh_model_image){.at = (int)t->len, .height = (int)H, .width = (int)W, .pixels = f};
   for (size_t i = 0; i < patches; i++) {
-    t->tokens[t->len] = LH_TOK_PAD;
-    t->mask[t->len++] = 0;
+    t->tokens[t->len - t->base] = LH_TOK_PAD;
+    t->mask[t->len++ - t->base] = 0;
   }
   return 0;
 }
@@ -153,6 +168,48 @@ int lh_actors_transcript_observation(lh_actors_transcript *t, const lh_env_obs *
   LH_TRY(push(t, LH_TOK_OBS, 0, err));
   LH_TRY(push_obs_body(t, obs, err));
   return push(t, LH_TOK_OBS_END, 0, err);
+}
+
+void lh_actors_transcript_set_max_patches(lh_actors_transcript *t, int max_patches) {
+  if (t) t->max_patches = max_patches > 0 ? max_patches : 0;
+}
+
+size_t lh_actors_transcript_first(const lh_actors_transcript *t) { return t ? t->base : 0; }
+int lh_actors_transcript_first_image(const lh_actors_transcript *t) { return t ? t->images_base : 0; }
+
+void lh_actors_transcript_forget(lh_actors_transcript *t, size_t upto) {
+  if (!t) return;
+  if (upto > t->len) upto = t->len;
+  if (upto <= t->base) return;
+  size_t drop = upto - t->base, kept = t->len - upto;
+  memmove(t->tokens, t->tokens + drop, kept * sizeof *t->tokens);
+  memmove(t->mask, t->mask + drop, kept);
+  t->base = upto;
+  int gone = 0;
+  while (gone < t->n_images) {
+    const lh_model_image *im = &t->images[gone];
+    size_t end = (size_t)im->at + (size_t)(im->height / t->patch) * (size_t)(im->width / t->patch);
+    if (end > upto) break;
+    free(t->pixels[gone++]);
+  }
+  if (gone) {
+    memmove(t->images, t->images + gone, (size_t)(t->n_images - gone) * sizeof *t->images);
+    memmove(t->pixels, t->pixels + gone, (size_t)(t->n_images - gone) * sizeof *t->pixels);
+    t->n_images -= gone;
+    t->images_base += gone;
+  }
+  /* A long observation grew the buffers; what is kept now is small, so
+   * they shrink back (a failed shrink keeps the larger block). */
+  if (t->cap > 4096 && kept < t->cap / 8) {
+    size_t cap = kept * 2 > 1024 ? kept * 2 : 1024;
+    int32_t *tok = realloc(t->tokens, cap * sizeof *tok);
+    if (tok) {
+      t->tokens = tok;
+      uint8_t *mask = realloc(t->mask, cap);
+      if (mask) t->mask = mask;  /* else mask keeps its larger block */
+      t->cap = cap;
+    }
+  }
 }
 
 size_t lh_actors_transcript_len(const lh_actors_transcript *t) { return t ? t->len : 0; }
@@ -328,6 +385,7 @@ int lh_actors_eval(lh_model *model, lh_env *const *envs, int n_envs, const uint6
   if (!rc) rc = lh_model_decoder_new(model, n_envs, &r.dec, err);
   for (int b = 0; !rc && b < n_envs; b++)
     if (!(slots[b].t = lh_actors_transcript_new(cfg->patch, err))) rc = LH_ENOMEM;
+    else lh_actors_transcript_set_max_patches(slots[b].t, cfg->max_patches);
   for (int b = 0; !rc && b < n_envs; b++) rc = start(&r, b, &slots[b], err);
   while (!rc) {
     int n_rows = 0, any = 0;

@@ -5,9 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "cli/commands.h"
+#include "cli/score_input.h"
 #include "model/model.h"
 
 static void usage(FILE *out) {
@@ -44,97 +43,6 @@ static char *read_all(const char *path) {
   return buf;
 }
 
-typedef struct {
-  int n;
-  int32_t *tokens;
-  int n_images;
-  lh_model_image *images;
-  float **pixels;
-} score_input;
-
-static void input_free(score_input *in) {
-  free(in->tokens);
-  for (int i = 0; i < in->n_images; i++) free(in->pixels[i]);
-  free(in->pixels);
-  free(in->images);
-}
-
-/* Parses IN.json; a message on stderr and -1 when it is not as described. */
-static int parse_input(const char *text, score_input *in) {
-  cJSON *root = cJSON_Parse(text);
-  int rc = -1;
-  const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens");
-  const cJSON *imgs = cJSON_GetObjectItemCaseSensitive(root, "images");
-  if (!cJSON_IsObject(root)) {
-    fprintf(stderr, "longhaul score: input is not a JSON object\n");
-    goto done;
-  }
-  if (!cJSON_IsArray(toks) || cJSON_GetArraySize(toks) < 1) {
-    fprintf(stderr, "longhaul score: input needs \"tokens\": a non-empty array of ids\n");
-    goto done;
-  }
-  in->n = cJSON_GetArraySize(toks);
-  in->tokens = malloc((size_t)in->n * sizeof(int32_t));
-  if (!in->tokens) goto done;
-  for (int t = 0; t < in->n; t++) {
-    const cJSON *v = cJSON_GetArrayItem(toks, t);
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
-        v->valuedouble > 1e9) {
-      fprintf(stderr, "longhaul score: tokens[%d] is not a non-negative integer id\n", t);
-      goto done;
-    }
-    in->tokens[t] = (int32_t)v->valuedouble;
-  }
-  if (imgs && !cJSON_IsArray(imgs)) {
-    fprintf(stderr, "longhaul score: \"images\" must be an array\n");
-    goto done;
-  }
-  int n_img = imgs ? cJSON_GetArraySize(imgs) : 0;
-  in->images = calloc((size_t)n_img + 1, sizeof *in->images);
-  in->pixels = calloc((size_t)n_img + 1, sizeof *in->pixels);
-  if (!in->images || !in->pixels) goto done;
-  for (int i = 0; i < n_img; i++) {
-    const cJSON *im = cJSON_GetArrayItem(imgs, i);
-    const cJSON *at = cJSON_GetObjectItemCaseSensitive(im, "at");
-    const cJSON *h = cJSON_GetObjectItemCaseSensitive(im, "height");
-    const cJSON *w = cJSON_GetObjectItemCaseSensitive(im, "width");
-    const cJSON *px = cJSON_GetObjectItemCaseSensitive(im, "pixels");
-    if (!cJSON_IsNumber(at) || !cJSON_IsNumber(h) || !cJSON_IsNumber(w) || !cJSON_IsArray(px) ||
-        h->valuedouble < 1 || w->valuedouble < 1 || h->valuedouble > 1e4 ||
-        w->valuedouble > 1e4) {
-      fprintf(stderr,
-              "longhaul score: images[%d] needs \"at\", \"height\", \"width\" and \"pixels\"\n",
-              i);
-      goto done;
-    }
-    int H = (int)h->valuedouble, W = (int)w->valuedouble;
-    if (cJSON_GetArraySize(px) != H * W * 3) {
-      fprintf(stderr, "longhaul score: images[%d] has %d pixel values, expected %d (H*W*3)\n", i,
-              cJSON_GetArraySize(px), H * W * 3);
-      goto done;
-    }
-    float *p = malloc((size_t)H * W * 3 * sizeof(float));
-    if (!p) goto done;
-    in->pixels[i] = p;
-    in->n_images = i + 1;
-    int j = 0;
-    for (const cJSON *v = px->child; v; v = v->next, j++) {
-      if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 1)) {
-        fprintf(stderr, "longhaul score: images[%d].pixels[%d] is not a number in [0,1]\n", i,
-                j);
-        goto done;
-      }
-      p[j] = (float)v->valuedouble;
-    }
-    in->images[i] = (lh_model_image){.at = (int)at->valuedouble, .height = H, .width = W,
-                                     .pixels = p};
-  }
-  rc = 0;
-done:
-  cJSON_Delete(root);
-  return rc;
-}
-
 /* Runs the checked batch b (one sequence) in windows of about window
  * tokens, each starting from the previous one's attention state; a window
  * boundary never falls inside an image. logp gets all n entries. */
@@ -145,16 +53,12 @@ static int score_windows(lh_model *m, const lh_model_batch *b, int window, lh_mo
   size_t st = (size_t)cf->layers * cf->heads * dk * dk;
   float *state = calloc(st, sizeof(float));
   lh_model_image *rel = calloc((size_t)b->n_images + 1, sizeof *rel);
-  int rc = state && rel ? LH_OK : LH_ENOMEM, img = 0;
+  lh_model_span *spans = calloc((size_t)b->n_images + 1, sizeof *spans);
+  int rc = state && rel && spans ? LH_OK : LH_ENOMEM, img = 0;
+  if (!rc) lh_model_image_spans(cf, b->images, b->n_images, spans);
   for (int at = 0; !rc && at < n;) {
-    int end = at + window < n ? at + window : n;
-    /* move the end off any image it would cut: before it, or after it
-     * when the image starts the window */
-    for (int i = img; i < b->n_images; i++) {
-      const lh_model_image *im = &b->images[i];
-      int P = (im->height / cf->patch) * (im->width / cf->patch);
-      if (im->at < end && end < im->at + P) end = im->at > at ? im->at : im->at + P;
-    }
+    int end = (int)lh_model_window_end((size_t)at, (size_t)n, (size_t)window, spans + img,
+                                       (size_t)(b->n_images - img));
     int k = 0;
     while (img < b->n_images && b->images[img].at < end) {
       rel[k] = b->images[img++];
@@ -169,6 +73,7 @@ static int score_windows(lh_model *m, const lh_model_batch *b, int window, lh_mo
   }
   free(state);
   free(rel);
+  free(spans);
   return rc;
 }
 
@@ -211,11 +116,11 @@ int lh_cmd_score(int argc, char **argv) {
     fprintf(stderr, "longhaul score: cannot read input '%s'\n", input);
     return LH_EXIT_USAGE;
   }
-  score_input in = {0};
-  int prc = parse_input(text, &in);
+  lh_score_input in = {0};
+  int prc = lh_score_input_parse(text, &in, NULL);
   free(text);
   if (prc) {
-    input_free(&in);
+    lh_score_input_free(&in);
     return LH_EXIT_USAGE;
   }
   lh_model *m = NULL;
@@ -223,7 +128,7 @@ int lh_cmd_score(int argc, char **argv) {
   int rc = lh_model_load(ckpt, lh_backend_cpu(), &m, &err);
   if (rc) {
     fprintf(stderr, "longhaul score: %s\n", err.msg);
-    input_free(&in);
+    lh_score_input_free(&in);
     return LH_EXIT_RUNTIME;
   }
   int n = in.n;
@@ -257,7 +162,7 @@ int lh_cmd_score(int argc, char **argv) {
                                                                  : LH_EXIT_RUNTIME;
   lh_model_cache_free(c);
   free(targets), free(logp), free(is_patch);
-  input_free(&in);
+  lh_score_input_free(&in);
   lh_model_free(m);
   return code;
 }

@@ -136,18 +136,11 @@ void lh_learner_episode_broadcast(const lh_learner_episode *ep, float advantage,
   for (size_t t = 0; t < ep->n; t++) adv_out[t] = ep->loss_mask[t] ? advantage : 0.0f;
 }
 
-size_t lh_learner_episode_windows(const lh_learner_episode *ep, size_t train_window) {
-  if (!ep || train_window == 0) return 0;
-  return ep->n / train_window + (ep->n % train_window != 0);
-}
-
-void lh_learner_episode_window(const lh_learner_episode *ep, size_t train_window, size_t i, size_t *start,
-                               size_t *end) {
-  size_t s = 0, e = 0;
-  if (ep && train_window) {
-    s = i * train_window < ep->n ? i * train_window : ep->n;
-    e = s + train_window < ep->n ? s + train_window : ep->n;
+size_t lh_learner_episode_spans(const lh_learner_episode *ep, uint32_t patch, lh_model_span *out) {
+  if (!ep || !out || !patch) return 0;
+  for (size_t i = 0; i < ep->n_images; i++) {
+    const Longhaul__Image *im = ep->images[i];
+    out[i] = (lh_model_span){(size_t)ep->image_offsets[i] + 1, (size_t)(im->width / patch) * (im->height / patch)};
   }
-  if (start) *start = s;
-  if (end) *end = e;
+  return ep->n_images;
 }

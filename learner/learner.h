@@ -12,7 +12,7 @@
  *     ep->oldest_version, outcome, max_policy_lag) -> lh_learner_batcher_add;
  *   lh_learner_batcher_take -> lh_learner_advantages over the batch's
  *     rewards with the group ids as keys -> lh_learner_episode_broadcast;
- *   per episode and lh_learner_episode_window: the model's log-probabilities
+ *   per episode and window (lh_model_window_end): the model's log-probabilities
  *     of the tokens (logits divided by the actor's temperature) ->
  *     lh_learner_ppo_loss with normaliser = the batch's sampled tokens ->
  *     dlogp into the model's backward;
@@ -369,23 +369,24 @@ int lh_learner_episode_join(Longhaul__Segment *const *segs, size_t n_segs, uint6
 void lh_learner_episode_free(lh_learner_episode *ep);
 /* adv_out[t] = advantage where the token was sampled, 0 elsewhere. */
 void lh_learner_episode_broadcast(const lh_learner_episode *ep, float advantage, float *adv_out);
-/* The training windows of train_window tokens (ARCHITECTURE.md §5): how many, and
- * the [start, end) of window i; the last may be shorter. */
-size_t lh_learner_episode_windows(const lh_learner_episode *ep, size_t train_window);
-void lh_learner_episode_window(const lh_learner_episode *ep, size_t train_window, size_t i,
-                               size_t *start, size_t *end);
+/* The positions of the episode's images' patches (model patch side patch),
+ * one span per image into out (ep->n_images entries); returns how many.
+ * The training windows are cut with lh_model_window_end over them
+ * (ARCHITECTURE.md §4 "Windows"): train_window tokens each, moved off an
+ * image so that every image lies whole in one window. */
+size_t lh_learner_episode_spans(const lh_learner_episode *ep, uint32_t patch, lh_model_span *out);
 
 /* ---- what the model can take (learner/validate.c) --------------------------
  * A message can be valid on the wire and still be nothing the model can
  * train on: token ids past its vocabulary, routing of another shape or to
  * experts it does not have, images whose patches it cannot embed or that
- * overlap or cross a training window, an episode longer than the learner
+ * overlap, an episode longer than the learner
  * takes. The ingest refuses such a segment or episode end before it is
  * stored (ACK_REJECTED, counted), and the trainer checks every episode
  * again before its step, so no stored data can end the learner. */
 typedef struct {
   uint32_t vocab, layers, topk, experts, patch, max_patches;
-  uint64_t train_window;        /* an image must sit inside one window */
+  uint64_t train_window;        /* tokens per training window (windows are cut around images) */
   uint64_t max_episode_tokens;  /* 0: no bound */
   size_t state_floats;          /* a segment's recurrent state has exactly these (or none) */
 } lh_learner_model_limits;
@@ -647,8 +648,9 @@ int lh_learner_sft_save(const lh_model *m, const char *dir, lh_errbuf *err);
  * that token was the model's input) is run with those experts instead of
  * top-k; one whose routing shape is not the model's is left out. Images
  * go in as the model's patch inputs at the positions after their <img>
- * tokens; an episode with an image that crosses a train_window boundary
- * is left out (a window is one forward pass). The
+ * tokens; a window is one forward pass, so windows are cut around images
+ * (lh_model_window_end): an image is never split, and never costs its
+ * episode. The
  * model and the store stay the caller's and must outlive the trainer. */
 typedef struct lh_learner_trainer lh_learner_trainer;
 

@@ -361,7 +361,7 @@ typedef struct {
 /* The images of window [start, end) with window positions (the token after
  * each <img>); pixels[i] are the episode's, converted to [0,1] once per
  * episode. Every image sits inside one window, since a window is one
- * forward pass: lh_learner_check_episode made sure before the step. */
+ * forward pass: lh_model_window_end cuts the windows around them. */
 static int window_images(const lh_learner_episode *ep, float *const *pixels, size_t start, size_t end,
                          lh_model_image *out) {
   int n = 0;
@@ -423,7 +423,8 @@ static int inside_image(const lh_learner_episode *ep, uint64_t at, const lh_mode
  * the tokens from there to start are run forward without gradient (the
  * burn-in), in pieces that end on window edges, so that no image is cut. */
 static int burn_in(lh_learner_trainer *t, const lh_learner_episode *ep, size_t start, size_t *at,
-                   window_bufs *w, float **pixels, lh_model_image *imgs, step_acc *acc, lh_errbuf *err) {
+                   window_bufs *w, float **pixels, lh_model_image *imgs, const lh_model_span *spans,
+                   size_t n_spans, step_acc *acc, lh_errbuf *err) {
   const lh_model_config *mc = lh_model_get_config(t->m);
   size_t state_floats = lh_model_state_floats(mc), W = t->cfg.train_window;
   size_t latest = start > t->cfg.burn_in ? start - t->cfg.burn_in : 0;
@@ -452,15 +453,18 @@ static int burn_in(lh_learner_trainer *t, const lh_learner_episode *ep, size_t s
     acc->states_used++;
     break;
   }
-  /* The pieces are the training windows (lh_learner_episode_window) from
-   * the one that holds *at, so a burn-in cuts the episode where training
-   * does. */
-  size_t k = 0, ws = 0, we = 0;
-  do lh_learner_episode_window(ep, W, k++, &ws, &we);
-  while (we <= *at && we < ep->n);
-  k--;
+  /* The pieces are the training windows (lh_model_window_end, from the
+   * episode's start) from the one that holds *at, so a burn-in cuts the
+   * episode where training does. */
+  size_t ws = 0, we = 0;
+  do {
+    ws = we;
+    we = lh_model_window_end(ws, ep->n, W, spans, n_spans);
+  } while (we <= *at && we < ep->n);
+  we = ws;
   while (*at < start) {
-    lh_learner_episode_window(ep, W, k++, &ws, &we);
+    ws = we;
+    we = lh_model_window_end(ws, ep->n, W, spans, n_spans);
     if (we <= *at) break;  /* no window past *at: cannot happen for start <= n */
     size_t end = we < start ? we : start;
     fill_window(ep, NULL, *at, end, w);
@@ -486,7 +490,10 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
   const lh_model_config *mc = lh_model_get_config(t->m);
   size_t dk = (size_t)(mc->d_model / mc->heads);
   size_t state_floats = (size_t)mc->layers * (size_t)mc->heads * dk * dk;
-  size_t W = t->cfg.train_window < ep->n ? t->cfg.train_window : ep->n;
+  /* A window is train_window tokens, or an image longer than that which
+   * starts it (lh_model_window_end). */
+  size_t W = t->cfg.train_window > (size_t)mc->max_patches ? t->cfg.train_window : (size_t)mc->max_patches;
+  if (W > ep->n) W = ep->n;
   window_bufs w;
   int rc = bufs_alloc(&w, W, state_floats);
   if (rc) {
@@ -509,20 +516,22 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
   }
   float **pixels = NULL;
   lh_model_image *imgs = NULL;
+  lh_model_span *spans = NULL;
   if (ep->n_images) {
     pixels = calloc(ep->n_images, sizeof *pixels);
     imgs = malloc(ep->n_images * sizeof *imgs);
+    spans = malloc(ep->n_images * sizeof *spans);
     for (size_t i = 0; pixels && imgs && i < ep->n_images; i++) {
       const Longhaul__Image *im = ep->images[i];
       size_t n_px = (size_t)im->width * im->height;
       if (!(pixels[i] = malloc(3 * n_px * sizeof(float)))) break;
       lh_model_pixels_from_u8(im->pixels.data, n_px, im->channels, pixels[i]);
     }
-    if (!pixels || !imgs || !pixels[ep->n_images - 1])
+    if (!pixels || !imgs || !spans || !pixels[ep->n_images - 1])
       rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for the images of episode %llu",
                          (unsigned long long)ep->episode_id);
   }
-  size_t nw = lh_learner_episode_windows(ep, t->cfg.train_window);
+  size_t n_spans = spans ? lh_learner_episode_spans(ep, (uint32_t)mc->patch, spans) : 0;
   /* Windows after the last sampled token train nothing and carry nothing
    * forward: neither mode runs them. */
   size_t last_sampled = 0;
@@ -534,9 +543,9 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
   int stored = t->cfg.state_mode == LH_LEARNER_STATE_STORED;
   size_t at = 0;  /* w.state_a holds the state after the first `at` tokens (zero at 0) */
   lh_learner_ppo_params pp = {t->cfg.clip_eps, t->cfg.is_cap, t->cfg.entropy_coef};
-  for (size_t k = 0; k < nw && !rc; k++) {
-    size_t start, end;
-    lh_learner_episode_window(ep, t->cfg.train_window, k, &start, &end);
+  size_t end = 0;
+  for (size_t start = 0; start < ep->n && !rc; start = end) {
+    end = lh_model_window_end(start, ep->n, t->cfg.train_window, spans, n_spans);
     if (start >= last_sampled) break;  /* the window's targets are start+1..end: none sampled from here */
     size_t n = end - start;
     size_t sampled = fill_window(ep, adv, start, end, &w);
@@ -544,7 +553,7 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
      * starts each after a gap from a stored state and its burn-in. */
     if (stored && !sampled) continue;
     if (at != start) {
-      rc = burn_in(t, ep, start, &at, &w, pixels, imgs, acc, err);
+      rc = burn_in(t, ep, start, &at, &w, pixels, imgs, spans, n_spans, acc, err);
       if (rc) break;
       fill_window(ep, adv, start, end, &w);
     }
@@ -599,6 +608,7 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
   for (size_t i = 0; pixels && i < ep->n_images; i++) free(pixels[i]);
   free(pixels);
   free(imgs);
+  free(spans);
   bufs_free(&w);
   return rc;
 }

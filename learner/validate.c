@@ -28,8 +28,9 @@ static int check_length(uint64_t episode, uint64_t start, uint64_t n, const lh_l
 /* Images at episode offsets at[i] (the <img> token; its patches follow):
  * each the model's input (channels, sides a multiple of the patch, at most
  * max_patches patches), in order without overlap, inside the n tokens
- * when n is known (0: a segment, whose images may run past its end), and
- * inside one training window. */
+ * when n is known (0: a segment, whose images may run past its end). The
+ * training windows are cut around the images (lh_model_window_end), so an
+ * image may lie anywhere. */
 static int check_images(uint64_t episode, const Longhaul__Image *const *images, const uint64_t *at, size_t n_images,
                         uint64_t n, const lh_learner_model_limits *l, lh_errbuf *err) {
   uint64_t free_from = 0;  /* the first position after the previous image's patches */
@@ -51,10 +52,6 @@ static int check_images(uint64_t episode, const Longhaul__Image *const *images, 
       return BAD(err, "episode %llu image %zu needs positions %llu..%llu, past the episode's %llu tokens",
                  (unsigned long long)episode, i, (unsigned long long)first, (unsigned long long)(end - 1),
                  (unsigned long long)n);
-    if (l->train_window && patches && first / l->train_window != (end - 1) / l->train_window)
-      return BAD(err, "episode %llu image %zu (positions %llu..%llu) crosses a training window of %llu tokens; "
-                 "raise [learner] train_window", (unsigned long long)episode, i, (unsigned long long)first,
-                 (unsigned long long)(end - 1), (unsigned long long)l->train_window);
     free_from = end;
   }
   return 0;

@@ -34,6 +34,7 @@ int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *
   if (!d) return LH_ENOMEM;
   d->m = m;
   d->B = B;
+  d->prefill_window = (size_t)LH_MODEL_PREFILL_CHUNKS * (size_t)m->cfg.chunk;
   int L = cf->layers, dm = cf->d_model, H = cf->heads, dk = dm / H;
   d->state_floats = (size_t)H * dk * dk;
   size_t Bd = (size_t)B * dm;
@@ -95,15 +96,6 @@ size_t lh_model_state_floats(const lh_model_config *cfg) {
   if (!cfg || cfg->heads <= 0 || cfg->layers <= 0 || cfg->d_model <= 0) return 0;
   size_t dk = (size_t)(cfg->d_model / cfg->heads);
   return (size_t)cfg->layers * (size_t)cfg->heads * dk * dk;
-}
-
-int lh_model_decoder_state_get(lh_model_decoder *d, int b, float *out) {
-  if (!d || !out || b < 0 || b >= d->B) return LH_EINVAL;
-  const lh_backend *be = d->m->be;
-  for (int l = 0; l < d->m->cfg.layers; l++)
-    LH_TRY(be->download(be->context, out + (size_t)l * d->state_floats,
-                        d->state + ((size_t)l * d->B + b) * d->state_floats, d->state_floats * sizeof(float)));
-  return LH_OK;
 }
 
 static int load_xres(lh_model_decoder *d) {
@@ -224,10 +216,35 @@ int lh_model_decode_step_rows(lh_model_decoder *d, const int32_t *rows, int n_ro
   return LH_OK;
 }
 
+int lh_model_decoder_set_prefill_chunks(lh_model_decoder *d, int chunks) {
+  if (!d || chunks < 1 || chunks > (1 << 20) / (d->m->cfg.chunk > 0 ? d->m->cfg.chunk : 1)) return LH_EINVAL;
+  d->prefill_window = (size_t)chunks * (size_t)d->m->cfg.chunk;
+  return LH_OK;
+}
+
+size_t lh_model_decoder_prefill_window(const lh_model_decoder *d) { return d ? d->prefill_window : 0; }
+
+int lh_model_decoder_state_get(const lh_model_decoder *d, int b, float *out) {
+  if (!d || !out || b < 0 || b >= d->B) return LH_EINVAL;
+  const lh_backend *be = d->m->be;
+  for (int l = 0; l < d->m->cfg.layers; l++)
+    LH_TRY(be->download(be->context, out + (size_t)l * d->state_floats,
+                        d->state + ((size_t)l * d->B + b) * d->state_floats, d->state_floats * sizeof(float)));
+  return LH_OK;
+}
+
+/* The prefill runs window after window on the decoder's one cache, so its
+ * memory is that of one window (prefill_window tokens, or an image longer
+ * than that), never that of the n tokens: the state (L,H,dk,dk) carried
+ * from one window to the next in host_state is all that spans them. A
+ * window's end is a multiple of the chunk from the prefill's start unless
+ * an image moves it, so the chunks, and with them the arithmetic, are
+ * those of one pass over the n tokens. */
 int lh_model_prefill(lh_model_decoder *d, int b, const int32_t *tokens, int n,
                      const lh_model_image *images, int n_images, float *logp_next,
                      lh_errbuf *err) {
-  if (!d || !tokens || b < 0 || b >= d->B || n <= 0) return LH_EINVAL;
+  if (!d || !tokens || b < 0 || b >= d->B || n <= 0 || n_images < 0 || (n_images && !images))
+    return LH_EINVAL;
   lh_model *m = d->m;
   const lh_backend *be = m->be;
   void *ctx = be->context;
@@ -236,20 +253,45 @@ int lh_model_prefill(lh_model_decoder *d, int b, const int32_t *tokens, int n,
   for (int l = 0; l < L; l++)
     LH_TRY(be->download(ctx, d->host_state + (size_t)l * d->state_floats,
                         d->state + ((size_t)l * d->B + b) * d->state_floats, sb));
-  int32_t offsets[2] = {0, n};
-  lh_model_batch batch = {.n_tokens = n,
-                          .tokens = tokens,
-                          .n_seq = 1,
-                          .seq_offsets = offsets,
-                          .n_images = n_images,
-                          .images = images,
-                          .state_in = d->host_state};
-  LH_TRY(lh_model_forward(m, &batch, &d->cache, NULL, NULL, d->host_state, err));
+  lh_model_span *spans = n_images ? malloc((size_t)n_images * sizeof *spans) : NULL;
+  lh_model_image *rel = n_images ? malloc((size_t)n_images * sizeof *rel) : NULL;
+  if (n_images && (!spans || !rel)) {
+    free(spans);
+    free(rel);
+    return lh_errbuf_set(err, LH_ENOMEM, "prefill: out of memory for %d images", n_images);
+  }
+  size_t n_spans = n_images ? lh_model_image_spans(&m->cfg, images, n_images, spans) : 0;
+  int rc = LH_OK, img = 0;
+  size_t start = 0, last = 0;
+  while (rc == LH_OK && start < (size_t)n) {
+    size_t end = lh_model_window_end(start, (size_t)n, d->prefill_window, spans, n_spans);
+    int k = 0;
+    while (img < n_images && (size_t)images[img].at < end) {
+      rel[k] = images[img++];
+      rel[k++].at -= (int)start;
+    }
+    int32_t offsets[2] = {0, (int32_t)(end - start)};
+    lh_model_batch batch = {.n_tokens = (int)(end - start),
+                            .tokens = tokens + start,
+                            .n_seq = 1,
+                            .seq_offsets = offsets,
+                            .n_images = k,
+                            .images = k ? rel : NULL,
+                            .state_in = d->host_state};
+    /* state_in is read before and state_out written after the pass, so
+     * one host buffer serves as both. */
+    rc = lh_model_forward(m, &batch, &d->cache, NULL, NULL, d->host_state, err);
+    last = end - start;
+    start = end;
+  }
+  free(spans);
+  free(rel);
+  LH_TRY(rc);
   for (int l = 0; l < L; l++)
     LH_TRY(be->upload(ctx, d->state + ((size_t)l * d->B + b) * d->state_floats,
                       d->host_state + (size_t)l * d->state_floats, sb));
   if (logp_next) {
-    LH_TRY(be->log_softmax_forward(ctx, d->logp, d->cache->logits + (size_t)(n - 1) * V, 1, V));
+    LH_TRY(be->log_softmax_forward(ctx, d->logp, d->cache->logits + (last - 1) * V, 1, V));
     LH_TRY(be->download(ctx, logp_next, d->logp, (size_t)V * sizeof(float)));
   }
   return LH_OK;

@@ -62,7 +62,8 @@ struct lh_model_decoder {
   int32_t *idx, *tok;
   float *xres_host;      /* (L,L) */
   float *host_state;     /* (L,H,dk,dk) for prefill */
-  lh_model_cache *cache; /* prefill's forward */
+  lh_model_cache *cache; /* prefill's forward, one window at a time */
+  size_t prefill_window; /* tokens per prefill window */
   /* the CPU path (decode_cpu.c): packed products, state in place */
   int cpu, avx2;
   float *qkvg;                     /* (B,4d) */

@@ -243,6 +243,26 @@ int lh_model_cache_experts(const lh_model_cache *c, int32_t *out);
  * routed (token, slot) pairs. */
 int lh_model_cache_load(const lh_model_cache *c, float *out);
 
+/* ---- windows of a long sequence (window.c) -------------------------------- */
+/* The positions an image's patches occupy: first .. first+count-1. */
+typedef struct {
+  size_t first, count;
+} lh_model_span;
+
+/* Where the window that starts at start ends, in a sequence of n positions
+ * whose images' patches occupy spans (in order, not overlapping): start +
+ * window (n at most), moved off any image it would cut, to the image's
+ * first patch when the image begins after start, else past its last patch
+ * (an image that starts a window is kept whole in it, so a window holds at
+ * most max(window, max_patches) positions). Every window cut of the system
+ * (the actor's prefill, the learner's train windows, `score --window`)
+ * goes through it, so all cut the same sequence alike. */
+size_t lh_model_window_end(size_t start, size_t n, size_t window, const lh_model_span *spans, size_t n_spans);
+/* The spans of n_images images (positions as the batch gives them) into
+ * out (n_images entries); returns how many. */
+size_t lh_model_image_spans(const lh_model_config *cfg, const lh_model_image *images, int n_images,
+                            lh_model_span *out);
+
 /* ---- batched incremental decode ----------------------------------------- */
 typedef struct lh_model_decoder lh_model_decoder;
 /* B independent sequences, each with its own attention state (zero).
@@ -255,17 +275,24 @@ typedef struct lh_model_decoder lh_model_decoder;
  * A model's decoders share its packed weights: step them from one thread. */
 int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *err);
 void lh_model_decoder_free(lh_model_decoder *d);
+/* Tokens per prefill window: LH_MODEL_PREFILL_CHUNKS chunks unless set. */
+#define LH_MODEL_PREFILL_CHUNKS 64
+/* Sets the prefill window to chunks chunks of the model's chunk (>= 1). */
+int lh_model_decoder_set_prefill_chunks(lh_model_decoder *d, int chunks);
+/* The prefill window in tokens. */
+size_t lh_model_decoder_prefill_window(const lh_model_decoder *d);
 /* Starts sequence b again from the zero state. */
 int lh_model_decoder_reset(lh_model_decoder *d, int b);
 /* The recurrent state a sequence carries from one token to the next: the
  * linear attention's S of every layer and head, (layers, heads, dk, dk)
- * floats (ARCHITECTURE.md §4 "LinAttn"; nothing else crosses a chunk).
+ * floats (ARCHITECTURE.md §4 "LinAttn"; nothing else crosses a chunk): the
+ * constant-size state a prefill carries from window to window.
  * lh_model_state_floats is its size for cfg (0 for a config without
  * heads); lh_model_decoder_state_get copies sequence b's state, after the
  * tokens fed so far, into out (host memory, that many floats), in the
  * layout lh_model_batch.state_in takes for one sequence. */
 size_t lh_model_state_floats(const lh_model_config *cfg);
-int lh_model_decoder_state_get(lh_model_decoder *d, int b, float *out);
+int lh_model_decoder_state_get(const lh_model_decoder *d, int b, float *out);
 /* One token for each of the B sequences (recurrent step); logp (B,vocab,
  * host) gets log-probabilities of the next token; experts (layers, B, topk,
  * host) or NULL gets the routing (for routing replay). */
@@ -281,7 +308,11 @@ int lh_model_decode_step_rows(lh_model_decoder *d, const int32_t *rows, int n_ro
 /* Feeds n tokens (and images, positions relative to these tokens) to
  * sequence b through the chunked training path, continuing its state;
  * logp_next (vocab, host) or NULL gets the next-token distribution after
- * the last one. */
+ * the last one. The tokens go through in windows of the decoder's prefill
+ * window (lh_model_window_end cuts them, so an image stays whole), each
+ * window starting from the state the one before left: the memory a
+ * prefill takes is that of one window, whatever n, and the result is the
+ * one-pass forward's up to float rounding (ARCHITECTURE.md §4 "Windows"). */
 int lh_model_prefill(lh_model_decoder *d, int b, const int32_t *tokens, int n,
                      const lh_model_image *images, int n_images, float *logp_next,
                      lh_errbuf *err);

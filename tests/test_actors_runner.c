@@ -21,7 +21,7 @@ static lh_model *tiny_model(void) {
   lh_model_config_default(&c);
   c.d_model = 16, c.layers = 2, c.heads = 2, c.experts = 4, c.topk = 2;
   c.shared_experts = 1, c.latent = 8, c.expert_hidden = 8, c.chunk = 4;
-  c.patch = 2, c.max_patches = 8, c.seed = 3;
+  c.patch = 2, c.max_patches = 16, c.seed = 3;
   lh_model *m = NULL;
   lh_errbuf err = {0};
   ck_assert_msg(lh_model_new(&c, lh_backend_cpu(), &m, &err) == 0, "%s", err.msg);
@@ -458,6 +458,9 @@ START_TEST(test_abort_and_errors) {
   /* Routing cannot be recorded for image patches: said, not guessed. */
   bad = base_config();
   bad.env = "maze";
+  static const lh_env_option small_maze[2] = {{"size", "2"}, {"cell_px", "1"}};  /* 5x5: 9 patches */
+  bad.env_options = small_maze;
+  bad.n_env_options = 2;
   bad.record_routing = 1;
   bad.batch = 1;
   bad.max_context = 0;

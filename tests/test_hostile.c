@@ -126,10 +126,12 @@ START_TEST(test_model_input_refused) {
   /* 8: a segment naming another actor than its sender. */
   make_segment(&b, 108, 0, 9, "a1");
   cases++, refused += send_segment(d, &b.s, 1008, "a0") == LONGHAUL__ACK_STATUS__ACK_REJECTED;
-  /* 9: an image crossing a training window (train_window 64: positions 60..67). */
+  /* 9: an image whose sides are not multiples of the patch (8): an actor
+   * pads its images, so only a hostile peer sends this one. (An image
+   * across a training window is taken: windows are cut around it.) */
   seg_buf big;
   make_segment(&big, 109, 7, 9, "a0");
-  image(&im[0], pixels, 32, 16, 3);  /* 8 patches */
+  image(&im[0], pixels, 12, 8, 3);
   big.s.n_images = 1, big.s.images = imp;
   cases++, refused += send_segment(d, &big.s, 1009, "a0") == LONGHAUL__ACK_STATUS__ACK_REJECTED;
   /* 10: names that would drive a terminal: a Hello, and a segment whose

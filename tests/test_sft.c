@@ -116,14 +116,60 @@ START_TEST(test_transcript_images) {
   ck_assert_int_eq(lh_actors_transcript_observation(t, &obs, &err), 0);
   imgs = lh_actors_transcript_images(t);
   ck_assert_float_eq(imgs[2].pixels[3 * 7 + 2], 7 / 255.0f);
-  lh_env_image bad = {.width = 6, .height = 4, .channels = 3, .pixels = px};
-  obs.images = &bad;
-  ck_assert_int_eq(lh_actors_transcript_observation(t, &obs, &err), LH_EINVAL);
-  ck_assert_ptr_nonnull(strstr(err.msg, "patch 4"));
+  /* a side that is not a multiple of the patch is padded with black */
+  lh_env_image odd = {.width = 6, .height = 4, .channels = 3, .pixels = px};
+  obs.images = &odd;
+  ck_assert_int_eq(lh_actors_transcript_observation(t, &obs, &err), 0);
+  imgs = lh_actors_transcript_images(t);
+  ck_assert_int_eq(imgs[3].width, 8);
+  ck_assert_int_eq(imgs[3].height, 4);
+  ck_assert_float_eq(imgs[3].pixels[3 * 8 + 0], 6 * 3 / 255.0f);  /* row 1, column 0: source pixel 6 */
+  ck_assert_float_eq(imgs[3].pixels[3 * 7 + 1], 0.0f);            /* row 0, column 7: padding */
+  /* 2 channels, and more patches than max_patches: LH_EACTORS_IMAGE */
+  lh_env_image two = {.width = 4, .height = 4, .channels = 2, .pixels = px};
+  obs.images = &two;
+  ck_assert_int_eq(lh_actors_transcript_observation(t, &obs, &err), LH_EACTORS_IMAGE);
+  lh_actors_transcript_set_max_patches(t, 1);
+  obs.images = &im;  /* 2 patches */
+  ck_assert_int_eq(lh_actors_transcript_observation(t, &obs, &err), LH_EACTORS_IMAGE);
+  ck_assert_ptr_nonnull(strstr(err.msg, "max_patches 1"));
   ck_assert_int_eq(lh_actors_transcript_policy_token(t, 264, &err), LH_EMODEL_TOKEN);
   ck_assert_ptr_null(lh_actors_transcript_new(0, &err));
   lh_actors_transcript_free(t);
   lh_actors_transcript_free(NULL);
+}
+END_TEST
+
+/* An actor's transcript forgets what it has fed and sent: positions and
+ * images before the mark are gone, the accessors start at the first kept
+ * position and image, the length still counts from <bos>. */
+START_TEST(test_transcript_forget) {
+  lh_errbuf err = {0};
+  lh_actors_transcript *t = lh_actors_transcript_new(4, &err);
+  uint8_t px[8 * 4 * 3] = {0};
+  lh_env_image im = {.width = 8, .height = 4, .channels = 3, .pixels = px};
+  lh_env_obs obs = {.text = "hi", .text_bytes = 2, .images = &im, .image_count = 1};
+  ck_assert_int_eq(lh_actors_transcript_begin(t, &obs, &err), 0);                 /* 0..5, image at 4 */
+  ck_assert_int_eq(lh_actors_transcript_action(t, "<call>move(N)</call>", 20, &err), 0);  /* 6..14 */
+  ck_assert_int_eq(lh_actors_transcript_observation(t, &obs, &err), 0);           /* 15..21, image at 19 */
+  lh_actors_transcript_forget(t, 5);  /* the first image's patches run to 5: it stays */
+  ck_assert_uint_eq(lh_actors_transcript_first(t), 5);
+  ck_assert_int_eq(lh_actors_transcript_first_image(t), 0);
+  ck_assert_int_eq(lh_actors_transcript_n_images(t), 2);
+  lh_actors_transcript_forget(t, 6);
+  ck_assert_int_eq(lh_actors_transcript_first_image(t), 1);
+  ck_assert_int_eq(lh_actors_transcript_n_images(t), 1);
+  ck_assert_int_eq(lh_actors_transcript_images(t)[0].at, 19);
+  ck_assert_int_eq(lh_actors_transcript_tokens(t)[0], LH_TOK_CALL);
+  ck_assert_uint_eq(lh_actors_transcript_len(t), 22);
+  ck_assert_int_eq(lh_actors_transcript_policy_token(t, LH_TOK_EOS, &err), 0);
+  ck_assert_int_eq(lh_actors_transcript_tokens(t)[22 - 6], LH_TOK_EOS);
+  lh_actors_transcript_forget(t, 100);  /* at most the length */
+  ck_assert_uint_eq(lh_actors_transcript_first(t), 23);
+  ck_assert_int_eq(lh_actors_transcript_n_images(t), 0);
+  lh_actors_transcript_clear(t);
+  ck_assert_uint_eq(lh_actors_transcript_first(t), 0);
+  lh_actors_transcript_free(t);
 }
 END_TEST
 
@@ -414,6 +460,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_transcript_calc);
   tcase_add_test(tc, test_transcript_images);
+  tcase_add_test(tc, test_transcript_forget);
   tcase_add_test(tc, test_step_errors);
   tcase_add_test(tc, test_loss_falls);
   tcase_add_test(tc, test_cli);
