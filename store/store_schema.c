@@ -239,6 +239,26 @@ static const char schema_v8[] =
     "ALTER TABLE train_steps ADD COLUMN balance TEXT;"
     "ALTER TABLE train_steps ADD COLUMN balance_ms REAL;";
 
+/* Version 9 ("stages"): where each context-extension stage of a run began
+ * (its first step and version) and what it trained: its own episodes,
+ * their tokens and successes, and the earlier stages' episodes trained
+ * (carried) or dropped after it began. */
+static const char schema_v9[] =
+    "CREATE TABLE stages("
+    "  run_id TEXT NOT NULL,"
+    "  stage INTEGER NOT NULL,"
+    "  max_context INTEGER NOT NULL,"
+    "  began_step INTEGER NOT NULL,"
+    "  began_version INTEGER NOT NULL,"
+    "  began_ms INTEGER NOT NULL,"
+    "  episodes INTEGER NOT NULL DEFAULT 0,"
+    "  tokens INTEGER NOT NULL DEFAULT 0,"
+    "  successes INTEGER NOT NULL DEFAULT 0,"
+    "  carried INTEGER NOT NULL DEFAULT 0,"
+    "  carry_dropped INTEGER NOT NULL DEFAULT 0,"
+    "  time_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (run_id, stage));";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
@@ -252,6 +272,7 @@ const lh_store_migration lh_store_migrations[] = {
         "every dropped payload",
      schema_v7},
     {8, "balancing: train_step_layers.dead, train_steps.dead, balance, balance_ms", schema_v8},
+    {9, "stages: where each context-extension stage began and what it trained", schema_v9},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

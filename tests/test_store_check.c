@@ -215,8 +215,8 @@ START_TEST(test_migration_v7) {
   ck_assert_int_eq(open_as(1, 0, 0, &s), LH_ESTORE_NEEDS_MIGRATION);
   ck_assert_msg(open_as(0, 0, 0, &s) == 0, "%s", e.msg);
   lh_store_close(s);
-  ck_assert_int_eq(sql_int("PRAGMA user_version"), 8);
-  ck_assert_int_eq(sql_int("SELECT max(version) FROM migrations"), 8);
+  ck_assert_int_eq(sql_int("PRAGMA user_version"), LH_STORE_SCHEMA_VERSION);
+  ck_assert_int_eq(sql_int("SELECT max(version) FROM migrations"), LH_STORE_SCHEMA_VERSION);
   ck_assert_int_eq(sql_int("SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = 'segments_meta'"), 1);
   ck_assert_int_eq(sql_int("SELECT count(*) FROM sqlite_schema WHERE type = 'view' AND name = 'segment_metadata'"), 1);
   ck_assert_int_eq(sql_int("SELECT count(*) FROM segment_metadata WHERE dropped_ms IS NOT NULL"), 2);
@@ -230,7 +230,7 @@ START_TEST(test_migration_v7) {
   ck_assert_msg(open_as(1, 0, 0, &s) == 0, "%s", e.msg);
   lh_store_stats st;
   ck_assert_msg(lh_store_stats_get(s, &st, &e) == 0, "%s", e.msg);
-  ck_assert_uint_eq(st.schema_version, 8);
+  ck_assert_uint_eq(st.schema_version, LH_STORE_SCHEMA_VERSION);
   ck_assert_uint_eq(st.segments, 3);
   ck_assert_uint_eq(st.payloads_dropped, 2);
   ck_assert_uint_eq(st.payload_bytes, 3);
