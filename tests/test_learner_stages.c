@@ -1,0 +1,197 @@
+/* Context-extension stages end to end (issue 16, "Tests": a stage schedule
+ * where the last stage is reached, trains its own episodes, and survives a
+ * resume): `longhaul learner` and two `longhaul actor` processes on calc
+ * with a tiny model and three stages of small contexts, each of the first
+ * two moving on after 8 episodes of its own. The store's stages rows show
+ * every stage begun in order, each having trained its own episodes; the
+ * last runs with its own train_window and batch; the actors took the last
+ * stage's context from the announcement; a learner stopped at the last
+ * stage and started again with --resume goes on at it (the same row, its
+ * begin unchanged) and trains more of its episodes. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "learner/learner.h"
+#include "proc_util.h"
+
+static char dir[64], cfg_path[128], db[128], llog[160], llog2[160];
+
+static void setup(void) {
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "stages"), 0);
+  snprintf(cfg_path, sizeof cfg_path, "%s/run.ini", dir);
+  snprintf(db, sizeof db, "%s/replay.db", dir);
+  snprintf(llog, sizeof llog, "%s/learner.log", dir);
+  snprintf(llog2, sizeof llog2, "%s/learner2.log", dir);
+  char text[4096];
+  snprintf(text, sizeof text,
+           "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
+           "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
+           "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 1000\n"
+           "warmup_steps = 0\ntotal_steps = 1000\nmax_policy_lag = 4\n"
+           "stages = 400 episodes=8 long_frac=0.5, 500 episodes=8 long_frac=0.5 lr=1e-4,"
+           " 600 long_frac=1 train_window=32 batch_episodes=8\n"
+           "stage_carry = drop\n"
+           "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
+           "db = %s\nckpt_dir = %s/ckpt\n"
+           "[actor]\nlearner_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\n"
+           "weights_endpoint = ipc://%s/w\nmax_context = 600\ngroup_size = 4\nbatch = 8\n"
+           "[env]\nname = calc\n",
+           dir, dir, dir, db, dir, dir, dir, dir);
+  ck_assert_int_eq(lh_proc_write_file(cfg_path, text), 0);
+}
+
+static pid_t spawn(const char *log, const char *const *args) {
+  ck_assert_msg(lh_proc_longhaul() != NULL, "LH_BIN is not set");
+  char path[200];
+  snprintf(path, sizeof path, "%s/%s", dir, log);
+  pid_t pid = lh_proc_spawn_longhaul(path, args);
+  ck_assert_int_ge(pid, 0);
+  return pid;
+}
+
+typedef struct {
+  int n;
+  lh_store_stage rows[8];
+} stage_rows;
+
+static int on_stage(void *ctx, const lh_store_stage *r) {
+  stage_rows *s = ctx;
+  if (s->n < 8) s->rows[s->n++] = *r;
+  return 0;
+}
+
+/* The stages rows now (none when the store cannot be read yet). */
+static stage_rows read_stages(void) {
+  stage_rows s;
+  memset(&s, 0, sizeof s);
+  lh_store *st;
+  lh_errbuf e;
+  if (lh_store_open_readonly(db, &st, &e)) return s;
+  if (lh_store_stages(st, NULL, on_stage, &s, &e)) s.n = 0;
+  lh_store_close(st);
+  return s;
+}
+
+static const lh_store_stage *find(const stage_rows *s, uint32_t stage) {
+  for (int i = 0; i < s->n; i++)
+    if (s->rows[i].stage == stage) return &s->rows[i];
+  return NULL;
+}
+
+/* Waits up to seconds for the last stage (2) to have trained at least
+ * episodes of its own. */
+static int wait_last_stage(uint64_t episodes, int seconds, stage_rows *out) {
+  for (int i = 0; i < seconds * 10; i++) {
+    *out = read_stages();
+    const lh_store_stage *r = find(out, 2);
+    if (r && r->episodes >= episodes) return 1;
+    lh_proc_sleep_ms(100);
+  }
+  return 0;
+}
+
+typedef struct {
+  uint64_t from_step;
+  size_t big_batches;  /* steps from from_step with more than 4 episodes */
+} batch_count;
+
+static int on_step(void *ctx, const lh_store_train_step *t) {
+  batch_count *c = ctx;
+  if (t->step >= c->from_step && t->episodes > 4) c->big_batches++;
+  return 0;
+}
+
+START_TEST(test_stages_reach_last_and_resume) {
+  setup();
+  const char *largs[] = {"learner", "--config", cfg_path, NULL};
+  const char *a0[] = {"actor", "--config", cfg_path, "--name", "a0", "--index", "0", NULL};
+  const char *a1[] = {"actor", "--config", cfg_path, "--name", "a1", "--index", "1", NULL};
+  pid_t lp = spawn("learner.log", largs);
+  pid_t p0 = spawn("a0.log", a0), p1 = spawn("a1.log", a1);
+  stage_rows s;
+  int reached = wait_last_stage(8, 240, &s);
+  kill(lp, SIGTERM);
+  int lrc = lh_proc_wait(lp, 60, NULL);
+  ck_assert_msg(reached, "the last stage did not train 8 episodes of its own (see %s)", llog);
+  ck_assert_msg(lrc == 0, "learner exit %d (see %s)", lrc, llog);
+  /* Every stage began, in order, and trained what it had to of its own. */
+  s = read_stages();
+  ck_assert_int_eq(s.n, 3);
+  const lh_store_stage *g0 = find(&s, 0), *g1 = find(&s, 1), *g2 = find(&s, 2);
+  ck_assert(g0 && g1 && g2);
+  for (int i = 0; i < 3; i++)
+    printf("stages: stage %u max_context %llu began step %llu version %llu episodes %llu tokens %llu carried %llu "
+           "dropped %llu\n",
+           s.rows[i].stage, (unsigned long long)s.rows[i].max_context, (unsigned long long)s.rows[i].began_step,
+           (unsigned long long)s.rows[i].began_version, (unsigned long long)s.rows[i].episodes,
+           (unsigned long long)s.rows[i].tokens, (unsigned long long)s.rows[i].carried,
+           (unsigned long long)s.rows[i].carry_dropped);
+  ck_assert_uint_eq(g0->began_step, 0);
+  ck_assert_uint_ge(g0->episodes, 8);
+  ck_assert_uint_ge(g1->episodes, 8);
+  ck_assert_uint_ge(g2->episodes, 8);
+  ck_assert_uint_gt(g1->began_step, g0->began_step);
+  ck_assert_uint_gt(g2->began_step, g1->began_step);
+  ck_assert_uint_gt(g2->began_version, g1->began_version);
+  ck_assert_uint_eq(g2->max_context, 600);
+  ck_assert(g2->tokens > 0);
+  /* The last stage's own batch: steps of 8 episodes. */
+  lh_store *st;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open_readonly(db, &st, &e), 0);
+  batch_count bc = {.from_step = g2->began_step};
+  ck_assert_int_eq(lh_store_train_steps(st, 0, 0, on_step, &bc, &e), 0);
+  lh_store_close(st);
+  ck_assert_msg(bc.big_batches > 0, "no step of the last stage took its batch of 8 (see %s)", llog);
+  ck_assert(lh_proc_file_has(llog, "stage begins index=2 max_context=600"));
+  ck_assert(lh_proc_file_has(llog, "train_window=32 batch_episodes=8"));
+  /* The actors took the stages from the announcements. */
+  char alog[200];
+  snprintf(alog, sizeof alog, "%s/a0.log", dir);
+  ck_assert_msg(lh_proc_wait_file(alog, "stage index=2 max_context=600", 30), "actor a0 never took stage 2");
+
+  /* --resume at the last stage: the same stage, begun where it began, and
+   * more of its own episodes trained. */
+  uint64_t before = g2->episodes, began = g2->began_step;
+  const lh_store_stage saved = *g2;
+  const char *rargs[] = {"learner", "--config", cfg_path, "--resume", "--steps", "2", NULL};
+  pid_t rp = spawn("learner2.log", rargs);
+  int rrc = lh_proc_wait(rp, 180, NULL);
+  kill(p0, SIGTERM);
+  kill(p1, SIGTERM);
+  int rc0 = lh_proc_wait(p0, 30, NULL), rc1 = lh_proc_wait(p1, 30, NULL);
+  ck_assert_msg(rrc == 0, "resumed learner exit %d (see %s)", rrc, llog2);
+  ck_assert_msg(rc0 == 0 && rc1 == 0, "actors exit %d %d", rc0, rc1);
+  ck_assert_msg(lh_proc_file_has(llog2, "resumed stage index=2"), "the resumed learner is not at stage 2 (see %s)",
+                llog2);
+  ck_assert(!lh_proc_file_has(llog2, "stage begins"));
+  s = read_stages();
+  ck_assert_int_eq(s.n, 3);
+  g2 = find(&s, 2);
+  ck_assert(g2);
+  printf("stages: after the resume stage 2 episodes %llu (before %llu), began step %llu\n",
+         (unsigned long long)g2->episodes, (unsigned long long)before, (unsigned long long)g2->began_step);
+  ck_assert_uint_eq(g2->began_step, began);
+  ck_assert_uint_eq(g2->began_version, saved.began_version);
+  ck_assert_uint_gt(g2->episodes, before);
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("learner_stages");
+  TCase *tc = tcase_create("proc");
+  tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, test_stages_reach_last_and_resume);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
