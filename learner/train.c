@@ -99,11 +99,15 @@ struct lh_learner_trainer {
 /* Test hooks, read at every step after it took its batch: with
  * LH_LEARNER_TEST_STEP_GATE naming a file, the step waits until that file
  * is gone (a test holds a step open for as long as it needs, with no
- * clock); LH_LEARNER_TEST_STEP_DELAY_MS adds that much to every step (a
- * learner slower than its actors, for back-pressure). */
-static void test_step_gate(void) {
+ * clock); LH_LEARNER_TEST_STEP_DELAY_MS adds that much to every step's own
+ * time (counted in its step_ms: a learner slower than its actors, for
+ * back-pressure, or a long step for the launcher's stop timeout). */
+static void test_step_delay(void) {
   const char *delay = getenv("LH_LEARNER_TEST_STEP_DELAY_MS");
   if (delay && atoi(delay) > 0) usleep((useconds_t)atoi(delay) * 1000u);
+}
+
+static void test_step_gate(void) {
   const char *gate = getenv("LH_LEARNER_TEST_STEP_GATE");
   if (!gate || !*gate || access(gate, F_OK) != 0) return;
   LH_INFO("train", "step gate: holding the step while %s exists", gate);
@@ -691,6 +695,7 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   *took = 1;
   test_step_gate();
   int64_t t0 = lh_now_ns();
+  test_step_delay();
   lh_learner_episode **eps = calloc(n, sizeof *eps);
   Longhaul__Segment ***segs = calloc(n, sizeof *segs);
   size_t *n_segs = calloc(n, sizeof *n_segs);
