@@ -95,6 +95,18 @@ static int wait_last_stage(uint64_t episodes, int seconds, stage_rows *out) {
 }
 
 typedef struct {
+  uint64_t from_version, longer, over;  /* episodes of the last stage past stage 1's context, and past its own */
+} context_count;
+
+static int on_episode(void *ctx, const lh_episode_row *r) {
+  context_count *c = ctx;
+  if (!r->has_versions || r->min_version < c->from_version || r->status == LH_EPISODE_RUNNING) return 0;
+  c->longer += r->tokens > 500;
+  c->over += r->tokens > 600;
+  return 0;
+}
+
+typedef struct {
   uint64_t from_step;
   size_t big_batches;  /* steps from from_step with more than 4 episodes */
 } batch_count;
@@ -145,7 +157,15 @@ START_TEST(test_stages_reach_last_and_resume) {
   ck_assert_int_eq(lh_store_open_readonly(db, &st, &e), 0);
   batch_count bc = {.from_step = g2->began_step};
   ck_assert_int_eq(lh_store_train_steps(st, 0, 0, on_step, &bc, &e), 0);
+  /* The actors played the last stage's context once it began: its
+   * episodes run past stage 1's 500 tokens, never past its own 600. */
+  context_count cc = {.from_version = g2->began_version};
+  ck_assert_int_eq(lh_store_episodes(st, NULL, on_episode, &cc, NULL, &e), 0);
   lh_store_close(st);
+  printf("stages: episodes of the last stage longer than 500 tokens: %llu, longer than 600: %llu\n",
+         (unsigned long long)cc.longer, (unsigned long long)cc.over);
+  ck_assert_uint_gt(cc.longer, 0);
+  ck_assert_uint_eq(cc.over, 0);
   ck_assert_msg(bc.big_batches > 0, "no step of the last stage took its batch of 8 (see %s)", llog);
   ck_assert(lh_proc_file_has(llog, "stage begins index=2 max_context=600"));
   ck_assert(lh_proc_file_has(llog, "train_window=32 batch_episodes=8"));
