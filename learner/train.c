@@ -821,8 +821,9 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   for (size_t i = 0; i < m; i++) {
     if (skip[i]) continue;
     rsum += rewards[i], succ += (size_t)success[i], trained++;
+    /* An episode with no sampled token trained nothing: it does not count. */
     if (earlier[i]) carried++;
-    else own++, own_tokens += (double)eps[i]->n, own_succ += success[i];
+    else if (eps[i]->sampled) own++, own_tokens += (double)eps[i]->n, own_succ += success[i];
   }
   m = trained;
   double dropped_stale = (double)t->admission.dropped_stale;
