@@ -202,12 +202,94 @@ START_TEST(test_stages_reach_last_and_resume) {
 }
 END_TEST
 
+/* The "step=" value of every "stage begins index=2" line of log, in order. */
+static int stage2_steps(const char *log, uint64_t *steps, int cap) {
+  char *text = lh_proc_read_file(log);
+  int n = 0;
+  for (const char *p = text; p && n < cap && (p = strstr(p, "stage begins index=2 ")); p++) {
+    const char *k = strstr(p, " step=");
+    if (k) steps[n++] = strtoull(k + 6, NULL, 10);
+  }
+  free(text);
+  return n;
+}
+
+/* Two learner ranks (mpirun -n 2) each count their own episodes; the
+ * stage counts are summed over the ranks at every step, so both ranks
+ * begin each stage at the same step, and rank 0's store shows every stage
+ * with what the two trained together. */
+START_TEST(test_two_ranks_agree) {
+  setup();
+  char a1_cfg[128], ing0[128], ing1[128], text[8192], job_log[160];
+  snprintf(a1_cfg, sizeof a1_cfg, "%s/a1.ini", dir);
+  snprintf(ing0, sizeof ing0, "ipc://%s/ing", dir);
+  snprintf(job_log, sizeof job_log, "%s/job.log", dir);
+  lh_errbuf e;
+  ck_assert_int_eq(lh_learner_rank_endpoint(ing0, 1, ing1, &e), 0);
+  char *base = lh_proc_read_file(cfg_path);
+  ck_assert_ptr_nonnull(base);
+  /* Actor 1's config: rank 1's ingest. */
+  char *at = strstr(base, "[actor]\nlearner_endpoint = ");
+  ck_assert_ptr_nonnull(at);
+  char *eol = strchr(at + 28, '\n');
+  snprintf(text, sizeof text, "%.*s[actor]\nlearner_endpoint = %s%s", (int)(at - base), base, ing1, eol);
+  free(base);
+  ck_assert_int_eq(lh_proc_write_file(a1_cfg, text), 0);
+  const char *job[] = {"/usr/bin/env", "mpirun", "--oversubscribe", "-n", "2", "--mca", "btl", "self,vader",
+                       "--mca", "btl_vader_single_copy_mechanism", "none", "-x", "OPENBLAS_NUM_THREADS=1",
+                       lh_proc_longhaul(), "learner", "--config", cfg_path, NULL};
+  /* OpenMPI's own allocations live to the end of the process and a
+   * sanitizer build reports them as leaks at exit; the single-rank test
+   * above checks the learner's. */
+  const char *asan = getenv("ASAN_OPTIONS");
+  char saved[256];
+  snprintf(saved, sizeof saved, "%s", asan ? asan : "");
+  setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+  pid_t jp = lh_proc_spawn(job_log, job);
+  if (asan) setenv("ASAN_OPTIONS", saved, 1);
+  else unsetenv("ASAN_OPTIONS");
+  ck_assert_int_gt(jp, 0);
+  const char *a0[] = {"actor", "--config", cfg_path, "--name", "a0", "--index", "0", NULL};
+  const char *a1[] = {"actor", "--config", a1_cfg, "--name", "a1", "--index", "1", NULL};
+  pid_t p0 = spawn("a0.log", a0), p1 = spawn("a1.log", a1);
+  stage_rows s;
+  int reached = wait_last_stage(8, 240, &s);
+  kill(jp, SIGUSR1);  /* mpirun forwards it: the ranks stop at the same turn */
+  int jrc = lh_proc_wait(jp, 60, NULL);
+  kill(p0, SIGTERM);
+  kill(p1, SIGTERM);
+  lh_proc_wait(p0, 30, NULL);
+  lh_proc_wait(p1, 30, NULL);
+  ck_assert_msg(reached, "the last stage did not train 8 episodes of its own (see %s)", job_log);
+  ck_assert_msg(jrc == 0, "mpirun exit %d (see %s)", jrc, job_log);
+  uint64_t steps[4];
+  int n = stage2_steps(job_log, steps, 4);
+  printf("stages: two ranks began stage 2 at steps %llu and %llu\n", (unsigned long long)(n > 0 ? steps[0] : 0),
+         (unsigned long long)(n > 1 ? steps[1] : 0));
+  ck_assert_msg(n == 2 && steps[0] == steps[1], "stage 2 began %d times (see %s)", n, job_log);
+  s = read_stages();
+  ck_assert_int_eq(s.n, 3);
+  ck_assert_uint_eq(find(&s, 2)->began_step, steps[0]);
+  ck_assert_uint_ge(find(&s, 0)->episodes, 8);
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_stages");
   TCase *tc = tcase_create("proc");
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, test_stages_reach_last_and_resume);
   suite_add_tcase(s, tc);
+  /* Two ranks where there is an MPI build and mpirun (as root when told). */
+  if (lh_learner_comm_mpi_built() && !system("command -v mpirun > /dev/null 2>&1")) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    TCase *mpi = tcase_create("ranks");
+    tcase_set_timeout(mpi, 600);
+    tcase_add_test(mpi, test_two_ranks_agree);
+    suite_add_tcase(s, mpi);
+  }
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
   srunner_run_all(sr, CK_NORMAL);
