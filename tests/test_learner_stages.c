@@ -198,6 +198,19 @@ START_TEST(test_stages_reach_last_and_resume) {
   ck_assert_uint_eq(g2->began_step, began);
   ck_assert_uint_eq(g2->began_version, saved.began_version);
   ck_assert_uint_gt(g2->episodes, before);
+  /* `replay stats` lists the stages; the report marks where each began. */
+  char cmd[512], out[16384];
+  snprintf(cmd, sizeof cmd, "%s replay stats --db %s", lh_proc_longhaul(), db);
+  ck_assert_int_eq(lh_proc_run_capture(cmd, out, sizeof out), 0);
+  char want[96];
+  snprintf(want, sizeof want, "max_context 600 from step %llu", (unsigned long long)began);
+  ck_assert_msg(strstr(out, "stage        2 of run") && strstr(out, want), "%s", out);
+  snprintf(cmd, sizeof cmd, "%s report --db %s --out %s/report.html", lh_proc_longhaul(), db, dir);
+  ck_assert_int_eq(lh_proc_run_capture(cmd, out, sizeof out), 0);
+  snprintf(cmd, sizeof cmd, "%s/report.html", dir);
+  ck_assert(lh_proc_file_has(cmd, "class=\"stage-mark\""));
+  snprintf(want, sizeof want, "stage 2 begins at step %llu", (unsigned long long)began);
+  ck_assert(lh_proc_file_has(cmd, want));
   lh_proc_rmdir(dir);
 }
 END_TEST
