@@ -9,6 +9,7 @@
 
 #include "actors/actors.h"
 #include "cli/commands.h"
+#include "cli/model_match.h"
 #include "cli/config.h"
 #include "cli/run_record.h"
 #include "learner/learner.h"
@@ -118,6 +119,7 @@ int lh_cmd_actor(int argc, char **argv) {
   int read_rc = lh_actors_config_read(doc, &acfg, &err);
   if (!read_rc) read_rc = lh_model_config_read(doc, &mc, &err);
   if (!read_rc) read_rc = lh_learner_config_read(doc, &lcfg, &err);
+  int model_given = lh_cli_model_given(doc);
   lh_ini_doc_free(doc);
   if (read_rc) {
     fprintf(stderr, "longhaul actor: %s\n", err.msg);
@@ -160,6 +162,12 @@ int lh_cmd_actor(int argc, char **argv) {
       fprintf(stderr, "longhaul actor: cannot load the checkpoint %s: %s\n", ckpt, err.msg);
       lh_backend_close(be);
       return LH_EXIT_RUNTIME;
+    }
+    int mx = lh_cli_model_match("actor", config, model_given, &mc, model, ckpt);
+    if (mx) {
+      lh_model_free(model);
+      lh_backend_close(be);
+      return mx;
     }
   } else {
     if (lh_model_new(&mc, be, &model, &err) < 0) {

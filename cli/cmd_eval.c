@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/config.h"
+#include "cli/model_match.h"
 #include "cli/policy_eval.h"
 #include "cli/run_record.h"
 #include "common/common.h"
@@ -18,7 +19,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul eval --config FILE --ckpt DIR [--env NAME] [--seeds N] [--show N]\n"
           "                     [--temperature T] [--json] [--db FILE|none] [--run-id ID]\n"
-          "                     [--backend cpu|cuda] [--set section.key=value ...]\n\n"
+          "                     [--backend cpu|cuda] [--max-context N] [--set section.key=value ...]\n\n"
           "Plays the held-out seeds 1..N (default 200) of the environment (--env,\n"
           "or name in [env] of FILE, with the [env] options) with the policy in\n"
           "DIR/model.safetensors, greedily or, with --temperature T > 0, sampled at\n"
@@ -28,6 +29,11 @@ static void usage(FILE *out) {
           "prints the first N episodes to end; --json prints one JSON object\n"
           "{\"env\", \"episodes\", \"successes\", \"success_rate\", \"ckpt\"}.\n"
           "--set S.K=V overrides key K of section [S] of FILE (repeatable).\n"
+          "An episode ends at the context of the checkpoint's stage ([learner]\n"
+          "stages, with [actor] stage_option sizing the environment as a long\n"
+          "group of that stage), else at [actor] max_context; --max-context N\n"
+          "sets it. A [model] section, when FILE gives one, must be the\n"
+          "checkpoint's model (exit 2 naming the keys that differ).\n"
           "The result goes into the replay store --db FILE (default: [learner] db\n"
           "of FILE; none: no store) as a row of evals with the checkpoint's step\n"
           "(a learner's checkpoint), under a runs row of kind eval (--run-id ID, or\n"
@@ -63,7 +69,7 @@ int lh_cmd_eval(int argc, char **argv) {
     return LH_EXIT_OK;
   }
   const char *config = NULL, *ckpt = NULL, *env = NULL, *seeds_s = "200", *show_s = "0", *backend = NULL,
-             *temp_s = "0", *db = NULL, *run_id = NULL;
+             *temp_s = "0", *db = NULL, *run_id = NULL, *context_s = NULL;
   int json = 0;
   lh_cli_sets sets = {0};
   for (int i = 1; i < argc; i++) {
@@ -83,6 +89,7 @@ int lh_cmd_eval(int argc, char **argv) {
                         : !strcmp(argv[i], "--temperature") ? &temp_s
                         : !strcmp(argv[i], "--db") ? &db
                         : !strcmp(argv[i], "--run-id") ? &run_id
+                        : !strcmp(argv[i], "--max-context") ? &context_s
                                                      : NULL;
     if (!slot) {
       fprintf(stderr, "longhaul eval: unknown argument '%s'\n", argv[i]);
@@ -108,6 +115,11 @@ int lh_cmd_eval(int argc, char **argv) {
     fprintf(stderr, "longhaul eval: --temperature '%s' is not a number in [0, 100]\n", temp_s);
     return LH_EXIT_USAGE;
   }
+  unsigned long long max_context = 0;
+  if (context_s && (parse_count("--max-context", context_s, 0x7fffffff, &max_context) || max_context < 2)) {
+    if (max_context < 2) fprintf(stderr, "longhaul eval: --max-context must be at least 2\n");
+    return LH_EXIT_USAGE;
+  }
   if (!seeds) {
     fprintf(stderr, "longhaul eval: --seeds must be at least 1\n");
     return LH_EXIT_USAGE;
@@ -125,6 +137,13 @@ int lh_cmd_eval(int argc, char **argv) {
   int env_rc = lh_cli_env_section_read(doc, &o, msg, sizeof msg);
   if (env_rc) {
     fprintf(stderr, "longhaul eval: %s\n", msg);
+    lh_ini_doc_free(doc);
+    return LH_EXIT_USAGE;
+  }
+  lh_cli_eval_context ectx;
+  if (!env_rc && lh_cli_eval_context_read(doc, NULL, &ectx, msg, sizeof msg)) {
+    fprintf(stderr, "longhaul eval: %s\n", msg);
+    lh_cli_env_section_free(&o);
     lh_ini_doc_free(doc);
     return LH_EXIT_USAGE;
   }
@@ -153,6 +172,24 @@ int lh_cmd_eval(int argc, char **argv) {
     lh_ini_doc_free(doc);
     return LH_EXIT_RUNTIME;
   }
+  /* The checkpoint's stage, now that the checkpoint is known. */
+  if (lh_cli_eval_context_read(doc, dir, &ectx, msg, sizeof msg) == 0 && ectx.option[0] && !max_context &&
+      lh_cli_env_section_set(&o, ectx.option, ectx.value)) {
+    fprintf(stderr, "longhaul eval: out of memory\n");
+    lh_cli_env_section_free(&o);
+    lh_ini_doc_free(doc);
+    return LH_EXIT_RUNTIME;
+  }
+  if (max_context) ectx.max_context = max_context, ectx.stage = -1;
+  if (ectx.stage >= 0)
+    fprintf(stderr, "eval: context %llu of stage %d%s%s%s%s\n", (unsigned long long)ectx.max_context, ectx.stage,
+            ectx.option[0] ? " with " : "", ectx.option, ectx.option[0] ? " = " : "", ectx.value);
+  else
+    fprintf(stderr, "eval: context %llu\n", (unsigned long long)ectx.max_context);
+  int model_given = lh_cli_model_given(doc);
+  lh_model_config mcfg;
+  lh_errbuf merr;
+  if (lh_model_config_read(doc, &mcfg, &merr)) model_given = 0;  /* checked by lh_cli_config_open */
   lh_model *m = NULL;
   size_t wins = 0;
   int64_t t0 = lh_now_ns();
@@ -164,6 +201,14 @@ int lh_cmd_eval(int argc, char **argv) {
     return bx;
   }
   int rc = lh_model_load(dir, be, &m, &err);
+  int mx = rc ? 0 : lh_cli_model_match("eval", config, model_given, &mcfg, m, dir);
+  if (mx) {
+    lh_model_free(m);
+    lh_backend_close(be);
+    lh_cli_env_section_free(&o);
+    lh_ini_doc_free(doc);
+    return mx;
+  }
   lh_cli_run run;
   memset(&run, 0, sizeof run);
   int usage = 0;
@@ -172,7 +217,7 @@ int lh_cmd_eval(int argc, char **argv) {
   doc = NULL;
   /* A bad [learner] section (where the default store is named) is the config's fault. */
   if (rc && !db) usage = rc <= LH_ELEARNER_CONFIG_FILE && rc >= LH_ELEARNER_CONFIG_STAGES;
-  if (!rc) rc = lh_cli_eval_policy(m, env, o.opts, o.n, seeds, (float)temperature, (size_t)show, stdout, &wins,
+  if (!rc) rc = lh_cli_eval_policy(m, env, o.opts, o.n, ectx.max_context, seeds, (float)temperature, (size_t)show, stdout, &wins,
                                       &err);
   double eval_ms = (double)(lh_now_ns() - t0) / 1e6;
   if (!rc && run.store) {

@@ -274,7 +274,8 @@ static void watchdog_step(launcher *L, int64_t now) {
   event(L, "watchdog: name=%s pid=%lld stuck: %s (stall_timeout_s=%llu); restarting it", c->name, (long long)c->pid,
         why, (unsigned long long)f->fleet.stall_timeout_s);
   c->watchdog_restarts++;
-  c->kill_at_ms = now + (int64_t)f->fleet.stop_timeout_ms;
+  c->kill_at_ms = now + (int64_t)(c->role == LH_CHILD_LEARNER ? lh_launch_learner_stop_ms(f, NULL)
+                                                                : f->fleet.stop_timeout_ms);
   lh_launch_child_signal(c, SIGTERM);
   lh_launch_child_signal(c, SIGCONT);
 }
@@ -309,7 +310,16 @@ static void shutdown_step(launcher *L) {
     lh_launch_role role = role_of[L->ph];
     int64_t now = now_ms();
     if (!L->phase_deadline_ms) {
-      L->phase_deadline_ms = now + (int64_t)f->fleet.stop_timeout_ms;
+      uint64_t wait_ms = f->fleet.stop_timeout_ms;
+      if (role == LH_CHILD_LEARNER && role_running(f, role)) {
+        /* The learner finishes its step and writes a checkpoint first. */
+        double step_ms = 0;
+        wait_ms = lh_launch_learner_stop_ms(f, &step_ms);
+        event(L, "stopping the learner: waiting up to %llu ms (stop_timeout_ms=%llu, longest recent step %.0f ms x %d)",
+              (unsigned long long)wait_ms, (unsigned long long)f->fleet.stop_timeout_ms, step_ms,
+              LH_LAUNCH_STOP_STEP_FACTOR);
+      }
+      L->phase_deadline_ms = now + (int64_t)wait_ms;
       for (size_t i = 0; i < f->n; i++) {
         lh_launch_child *c = &f->child[i];
         if (c->role != role) continue;
@@ -333,7 +343,7 @@ static void shutdown_step(launcher *L) {
         lh_launch_child *c = &f->child[i];
         if (c->role != role || c->pid <= 0 || c->killed) continue;
         event(L, "killing name=%s pid=%lld: %s", c->name, (long long)c->pid,
-              stop_signals >= 2 ? "second signal" : "not gone after stop_timeout_ms");
+              stop_signals >= 2 ? "second signal" : "not gone after its stop timeout");
         c->killed = 1;
         L->killed = 1;
         lh_launch_child_signal(c, SIGKILL);

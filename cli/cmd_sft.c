@@ -11,6 +11,7 @@
 #include "actors/actors.h"
 #include "cli/commands.h"
 #include "cli/config.h"
+#include "cli/model_match.h"
 #include "cli/policy_eval.h"
 #include "cli/run_record.h"
 #include "learner/learner.h"
@@ -78,6 +79,7 @@ static void progress(int tty, const lh_learner_sft_stats *st, uint64_t steps, do
 
 typedef struct {
   const char *config, *env, *out, *init;
+  uint64_t eval_context;  /* an evaluation's episode budget: [actor] max_context (lh_cli_eval_context_read) */
   unsigned long long steps, seed, batch, eval, show, eval_every;
   double target;  /* 0: none */
   double lr;      /* 0: [learner] lr */
@@ -179,7 +181,7 @@ static int evaluate(lh_model *m, const sft_args *a, const lh_cli_env_section *o,
                     double *rate, lh_errbuf *err) {
   size_t wins = 0;
   int64_t t0 = lh_now_ns();
-  int rc = lh_cli_eval_policy(m, a->env, o->opts, o->n, a->eval, 0.0f, (size_t)a->show, stdout, &wins, err);
+  int rc = lh_cli_eval_policy(m, a->env, o->opts, o->n, a->eval_context, a->eval, 0.0f, (size_t)a->show, stdout, &wins, err);
   double eval_ms = (double)(lh_now_ns() - t0) / 1e6;
   if (!rc)
     printf("eval: step %llu success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n",
@@ -280,6 +282,12 @@ int lh_cmd_sft(int argc, char **argv) {
   if (!rc) rc = lh_learner_config_read(doc, &lcfg, &err);
   if (rc) snprintf(msg, sizeof msg, "%s", err.msg);
   else rc = lh_cli_env_section_read(doc, &o, msg, sizeof msg);
+  lh_cli_eval_context ectx;
+  if (!rc && lh_cli_eval_context_read(doc, NULL, &ectx, msg, sizeof msg)) {
+    lh_cli_env_section_free(&o);
+    rc = -1;
+  }
+  if (!rc) a.eval_context = ectx.max_context;
   if (a.lr > 0) lcfg.lr = a.lr;
   if (a.warmup) lcfg.warmup_steps = strtoull(a.warmup, NULL, 10);
   if (rc) {
@@ -314,6 +322,16 @@ int lh_cmd_sft(int argc, char **argv) {
   }
   mcfg.seed = a.seed;
   rc = a.init ? lh_model_load(a.init, be, &m, &err) : lh_model_new(&mcfg, be, &m, &err);
+  /* A [model] that is given must be --init's model (the seed aside). */
+  int mx = !rc && a.init ? lh_cli_model_match("sft", a.config, lh_cli_model_given(doc), &mcfg, m, a.init) : 0;
+  if (mx) {
+    lh_model_free(m);
+    lh_backend_close(be);
+    lh_env_free(env);
+    lh_cli_env_section_free(&o);
+    lh_ini_doc_free(doc);
+    return mx;
+  }
   /* The run's row and store, once the arguments and the config are known good. */
   lh_cli_run run;
   if (!rc) rc = lh_cli_run_start(&run, "sft", a.db, a.run_id, doc, argc, argv, &err);

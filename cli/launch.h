@@ -164,6 +164,17 @@ uint64_t lh_launch_fleet_steps_done(const lh_launch_fleet *f);
 /* The log file of child i. */
 void lh_launch_fleet_log_path(const lh_launch_fleet *f, size_t i, char *out, size_t bytes);
 
+/* ---- stopping the learner (launch_stop.c) --------------------------------- */
+
+/* How long the learner may take to stop (its SIGTERM to its SIGKILL, in
+ * the ordered shutdown and for a stuck learner): the longer of [fleet]
+ * stop_timeout_ms and LH_LAUNCH_STOP_STEP_FACTOR times the longest of its
+ * last 8 train steps in the store, so that a stop during a long step waits
+ * for the step and the final checkpoint. *step_ms (may be NULL) gets that
+ * step time (0 when the store has none yet). */
+#define LH_LAUNCH_STOP_STEP_FACTOR 3
+uint64_t lh_launch_learner_stop_ms(const lh_launch_fleet *f, double *step_ms);
+
 /* ---- the watchdog (launch_watchdog.c) ------------------------------------ */
 
 typedef struct {

@@ -6,6 +6,7 @@
 
 #include "actors/actors.h"
 #include "cli/policy_eval.h"
+#include "learner/learner.h"
 
 /* One [env] key: name, or an option (plugin a path, resolved against the
  * folder of its file); 0, or -1 with msg. */
@@ -58,8 +59,52 @@ void lh_cli_env_section_free(lh_cli_env_section *o) {
   memset(o, 0, sizeof *o);
 }
 
+int lh_cli_env_section_set(lh_cli_env_section *o, const char *key, const char *value) {
+  size_t i = 0;
+  while (i < o->n && strcmp(o->keys[i], key)) i++;
+  if (i == LH_CLI_MAX_ENV_OPTS) return -1;
+  char *k = strdup(key), *v = strdup(value);
+  if (!k || !v) {
+    free(k), free(v);
+    return -1;
+  }
+  if (i < o->n) free(o->keys[i]), free(o->values[i]);
+  else o->n++;
+  o->keys[i] = k, o->values[i] = v;
+  o->opts[i] = (lh_env_option){k, v};
+  return 0;
+}
+
+int lh_cli_eval_context_read(const lh_ini_doc *doc, const char *ckpt_dir, lh_cli_eval_context *c, char *msg,
+                             size_t cap) {
+  memset(c, 0, sizeof *c);
+  c->stage = -1;
+  lh_actors_config acfg;
+  lh_learner_config lcfg;
+  lh_errbuf err = {0};
+  if (lh_actors_config_read(doc, &acfg, &err) || lh_learner_config_read(doc, &lcfg, &err))
+    return snprintf(msg, cap, "%s", err.msg), -1;
+  c->max_context = acfg.max_context ? acfg.max_context
+                   : lcfg.max_episode_tokens ? lcfg.max_episode_tokens
+                                             : (uint64_t)1 << 22;
+  lh_learner_state st;
+  if (ckpt_dir && lcfg.n_stages && lh_learner_state_load(ckpt_dir, &st, &err) == 0) {
+    uint32_t s = st.stage_index < lcfg.n_stages ? st.stage_index : (uint32_t)lcfg.n_stages - 1;
+    c->stage = (int)s;
+    c->max_context = lcfg.stages[s].max_context;
+    if (acfg.stage_option[0]) {
+      snprintf(c->option, sizeof c->option, "%s", acfg.stage_option);
+      snprintf(c->value, sizeof c->value, "%llu",
+               (unsigned long long)((double)c->max_context * LH_ACTORS_STAGE_FILL));
+    }
+  }
+  if (c->max_context > INT_MAX) c->max_context = INT_MAX;
+  if (c->max_context < 2) c->max_context = 2;
+  return 0;
+}
+
 int lh_cli_eval_policy(lh_model *m, const char *env, const lh_env_option *opts, size_t n_opts,
-                       uint64_t n, float temperature, size_t show, FILE *out, size_t *wins,
+                       uint64_t max_context, uint64_t n, float temperature, size_t show, FILE *out, size_t *wins,
                        lh_errbuf *err) {
   enum { EVAL_ENVS = 16 };
   lh_env *envs[EVAL_ENVS] = {0};
@@ -71,7 +116,8 @@ int lh_cli_eval_policy(lh_model *m, const char *env, const lh_env_option *opts, 
   for (size_t i = 0; !rc && i < n; i++) seeds[i] = i + 1;
   int n_envs = n < EVAL_ENVS ? (int)n : EVAL_ENVS;
   for (int i = 0; !rc && i < n_envs; i++) rc = lh_env_open(env, opts, n_opts, &envs[i], err);
-  lh_actors_eval_params p = {.max_context = 4096, .max_action_tokens = 256, .show = show ? out : NULL,
+  if (max_context < 2 || max_context > INT_MAX) max_context = max_context < 2 ? 2 : INT_MAX;
+  lh_actors_eval_params p = {.max_context = (int)max_context, .max_action_tokens = 256, .show = show ? out : NULL,
                              .show_count = show, .temperature = temperature};
   if (!rc) rc = lh_actors_eval(m, envs, n_envs, seeds, (size_t)n, &p, wins, err);
   for (int i = 0; i < n_envs; i++) lh_env_free(envs[i]);

@@ -28,12 +28,33 @@ typedef struct {
 int lh_cli_env_section_read(const lh_ini_doc *doc, lh_cli_env_section *o, char *msg, size_t cap);
 void lh_cli_env_section_free(lh_cli_env_section *o);
 
+/* Sets option key of o to value (replacing one given in [env]); 0, or -1
+ * when out of memory or room. */
+int lh_cli_env_section_set(lh_cli_env_section *o, const char *key, const char *value);
+
+/* The context an evaluation plays at: the checkpoint's context-extension
+ * stage when it has one (its learner_state.bin stage_index, with [learner]
+ * stages of the config): that stage's max_context, and with [actor]
+ * stage_option that environment option sized as a long group of the stage
+ * plays it (LH_ACTORS_STAGE_FILL of the context); else [actor] max_context
+ * (0, no limit: [learner] max_episode_tokens, or 2^22). stage is -1 when no
+ * stage applies. */
+typedef struct {
+  uint64_t max_context;
+  int stage;
+  char option[256], value[32];  /* option = value for the environment; option "" none */
+} lh_cli_eval_context;
+/* 0, or -1 with a reason in msg (a section that does not read). */
+int lh_cli_eval_context_read(const lh_ini_doc *doc, const char *ckpt_dir, lh_cli_eval_context *c, char *msg,
+                             size_t cap);
+
 /* Episodes of m on seeds 1..n of environment env (opened with the
  * options, 16 at a time), greedy at temperature 0, else sampled at it
  * (each seed's own generator); *wins counts successes. The first show of
- * them to end are printed to out (may be NULL when show is 0). */
+ * them to end are printed to out (may be NULL when show is 0). An episode
+ * ends at max_context tokens (2..2^31-1). */
 int lh_cli_eval_policy(lh_model *m, const char *env, const lh_env_option *opts, size_t n_opts,
-                       uint64_t n, float temperature, size_t show, FILE *out, size_t *wins,
+                       uint64_t max_context, uint64_t n, float temperature, size_t show, FILE *out, size_t *wins,
                        lh_errbuf *err);
 
 #endif

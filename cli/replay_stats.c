@@ -81,6 +81,18 @@ static void print_envs(const env_table *t) {
   }
 }
 
+/* One stages row: a stage of a run, where it began and what it trained
+ * (its own episodes, and the earlier stages' carried or dropped). */
+static int print_stage(void *ctx, const lh_store_stage *r) {
+  (void)ctx;
+  printf("stage        %u of run %s: max_context %llu from step %llu (version %llu); trained %llu episodes of its "
+         "own (%llu tokens, %llu successes); earlier stages' episodes carried %llu, dropped %llu\n",
+         r->stage, r->run_id, (unsigned long long)r->max_context, (unsigned long long)r->began_step,
+         (unsigned long long)r->began_version, (unsigned long long)r->episodes, (unsigned long long)r->tokens,
+         (unsigned long long)r->successes, (unsigned long long)r->carried, (unsigned long long)r->carry_dropped);
+  return 0;
+}
+
 int lh_cli_replay_stats(int argc, char **argv) {
   lh_cli_dbs dbs;
   memset(&dbs, 0, sizeof dbs);
@@ -151,6 +163,9 @@ int lh_cli_replay_stats(int argc, char **argv) {
            (unsigned long long)st.last_train_step);
   else
     printf("train steps  0\n");
+  /* Context-extension stages (schema 10): where each began and what it trained. */
+  if (st.schema_version >= 9 && lh_store_stages(s, NULL, print_stage, NULL, &err) < 0)
+    fprintf(stderr, "longhaul replay stats: the stages of %s: %s\n", db, err.msg);
   if (envs.count) print_envs(&envs);
   free(envs.rows);
   lh_store_close(s);

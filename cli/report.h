@@ -45,6 +45,11 @@ typedef struct {
                           map: as its colour scale) */
   double ymin, ymax;
   const char *value_label;  /* a heat map's colour legend caption (escaped); NULL: none */
+  /* A line chart's vertical marks (where a context-extension stage began,
+   * on a train-step axis): n_marks x values, each labelled "stage k". */
+  const double *marks;
+  const uint32_t *mark_stage;
+  size_t n_marks;
 } lh_report_axes;
 
 typedef struct {
@@ -109,6 +114,10 @@ typedef struct {
   double *load_sum;         /* load_cols blocks of load_layers * load_experts, [c][l][x] */
   uint32_t *load_n;         /* the same shape: steps summed */
   size_t load_steps;        /* steps with expert rows */
+  /* Context-extension stages (schema 10): the step each began at. */
+  double *stage_step;
+  uint32_t *stage_index;
+  size_t stage_count;
 } lh_report_data;
 
 enum { LH_REPORT_MAX_LOAD_COLUMNS = 200 };

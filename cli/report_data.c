@@ -35,6 +35,8 @@ void lh_report_data_free(lh_report_data *d) {
   free(d->load_col_step);
   free(d->load_sum);
   free(d->load_n);
+  free(d->stage_step);
+  free(d->stage_index);
   memset(d, 0, sizeof *d);
 }
 
@@ -272,6 +274,22 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
   return 0;
 }
 
+/* A stages row: the step its stage began at (a stage begun again at the
+ * same step by a resumed run is drawn once). */
+static int on_stage(void *ctx, const lh_store_stage *r) {
+  lh_report_data *d = ctx;
+  for (size_t i = 0; i < d->stage_count; i++)
+    if (d->stage_step[i] == (double)r->began_step && d->stage_index[i] == r->stage) return 0;
+  double *steps = realloc(d->stage_step, (d->stage_count + 1) * sizeof *steps);
+  if (steps) d->stage_step = steps;
+  uint32_t *index = steps ? realloc(d->stage_index, (d->stage_count + 1) * sizeof *index) : NULL;
+  if (!index) return LH_ENOMEM;
+  d->stage_index = index;
+  d->stage_step[d->stage_count] = (double)r->began_step;
+  d->stage_index[d->stage_count++] = r->stage;
+  return 0;
+}
+
 int lh_report_data_load(lh_store *s, lh_report_data *d, lh_errbuf *err) {
   memset(d, 0, sizeof *d);
   int rc = lh_store_stats_get(s, &d->stats, err);
@@ -289,6 +307,7 @@ int lh_report_data_load(lh_store *s, lh_report_data *d, lh_errbuf *err) {
                       on_version, &c, NULL, err);
   if (rc == 0) rc = load_ingest(s, &c, err);
   if (rc == 0) rc = lh_store_train_steps(s, 0, 0, on_step, &c, err);
+  if (rc == 0 && d->stats.schema_version >= 9) rc = lh_store_stages(s, NULL, on_stage, d, err);
   if (rc != 0) {
     if (rc == LH_ENOMEM && err->code != LH_ENOMEM)
       lh_errbuf_set(err, LH_ENOMEM, "out of memory reading the store");

@@ -258,15 +258,18 @@ void lh_report_page(lh_report_buf *b, const lh_report_data *d, const char *title
   lh_report_puts(b, "<h2>Training</h2>\n");
   lh_report_series loss = {"loss", "#d62728", d->step, d->loss, d->step_count};
   lh_report_axes la = {.id = "svg-loss", .title = "Loss over train steps", .xlabel = "train step",
-                       .ylabel = "loss"};
+                       .ylabel = "loss", .marks = d->stage_step, .mark_stage = d->stage_index,
+                       .n_marks = d->stage_count};
   lh_report_line_chart(b, &la, &loss, 1);
   lh_report_series tok[2] = {{"during the step", "#9467bd", d->step, d->tok_s_step, d->step_count},
                              {"since the last step", "#8c564b", d->step, d->tok_s_wall, d->step_count}};
   lh_report_axes ta = {.id = "svg-tokens", .title = "Trained tokens per second", .xlabel = "train step",
-                       .ylabel = "tokens/s", .y_from_zero = 1};
+                       .ylabel = "tokens/s", .y_from_zero = 1, .marks = d->stage_step,
+                       .mark_stage = d->stage_index, .n_marks = d->stage_count};
   lh_report_line_chart(b, &ta, tok, 2);
   lh_report_puts(b, "<p class=\"note\">Tokens the learner trained on per second of the step itself, and per "
-                    "wall-clock second since the previous step (which includes waiting for episodes).</p>\n");
+                    "wall-clock second since the previous step (which includes waiting for episodes). A dashed "
+                    "line marks the step where a context-extension stage began.</p>\n");
   lh_report_series ingest = {"all actors", "#17becf", d->ingest_t, d->ingest_tok_s, d->ingest_count};
   char xlabel[96];
   snprintf(xlabel, sizeof xlabel, "seconds since the first segment (%.0f s buckets)",

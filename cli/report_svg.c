@@ -170,6 +170,18 @@ void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_re
       lh_report_puts(b, "</g>\n");
     }
   }
+  /* Where each stage began: a dashed vertical line with its name. */
+  for (size_t k = 0; k < a->n_marks; k++) {
+    double mx = a->marks[k];
+    if (!(mx >= xr.lo && mx <= xr.hi)) continue;
+    double px = map(mx, &xr, x0, x1);
+    lh_report_printf(b,
+                     "<line class=\"stage-mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
+                     "stroke-dasharray=\"4 3\"><title>stage %u begins at step %.0f</title></line>"
+                     "<text class=\"legend\" x=\"%.1f\" y=\"%.1f\">stage %u</text>\n",
+                     px, y0, px, y1, a->mark_stage ? a->mark_stage[k] : (unsigned)k, mx, px + 3, y1 + 10,
+                     a->mark_stage ? a->mark_stage[k] : (unsigned)k);
+  }
   /* The legend above the plot, ending near its right edge: a swatch, then
    * its name. Text widths are estimated (no script to measure them), on
    * the wide side, so an entry never runs into the next one. */

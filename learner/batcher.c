@@ -189,3 +189,7 @@ size_t lh_learner_batcher_ready(const lh_learner_batcher *b) { return b ? b->rea
 size_t lh_learner_batcher_pending_groups(const lh_learner_batcher *b) { return b ? b->pending : 0; }
 uint64_t lh_learner_batcher_closed_early(const lh_learner_batcher *b) { return b ? b->closed_early : 0; }
 uint64_t lh_learner_batcher_discarded(const lh_learner_batcher *b) { return b ? b->discarded : 0; }
+
+void lh_learner_batcher_set_batch(lh_learner_batcher *b, size_t batch_episodes) {
+  if (b && batch_episodes >= 1) b->batch_episodes = batch_episodes;
+}

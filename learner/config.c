@@ -18,6 +18,7 @@ static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes
 static int parse_stages(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_ingest_endpoints(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_state_mode(const char *v, void *cfg, char *why, size_t why_bytes);
+static int parse_stage_carry(const char *v, void *cfg, char *why, size_t why_bytes);
 
 #define T lh_learner_config
 static const lh_ini_key KEYS[] = {
@@ -41,6 +42,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_CUSTOM(state_mode, parse_state_mode, 0),
     LH_INI_KEY_U64(T, burn_in, 0, INFINITY),
     LH_INI_KEY_CUSTOM(stages, parse_stages, LH_ELEARNER_CONFIG_STAGES),
+    LH_INI_KEY_CUSTOM(stage_carry, parse_stage_carry, 0),
     LH_INI_KEY_STR(T, ingest_endpoint, 0),
     LH_INI_KEY_CUSTOM(ingest_endpoints, parse_ingest_endpoints, 0),
     LH_INI_KEY_STR(T, weights_pub_endpoint, 0),
@@ -122,48 +124,16 @@ const char *lh_learner_state_mode_name(lh_learner_state_mode mode) {
   return mode == LH_LEARNER_STATE_STORED ? "stored" : "exact";
 }
 
-/* "max_context:steps:long_frac,..." into cfg->stages; why says what is wrong. */
+/* The stages list (learner/stage.c parses it). */
 static int parse_stages(const char *v, void *config, char *why, size_t why_bytes) {
+  return lh_learner_stages_parse(v, config, why, why_bytes);
+}
+
+static int parse_stage_carry(const char *v, void *config, char *why, size_t why_bytes) {
   lh_learner_config *cfg = config;
-  size_t n = 0;
-  const char *s = v;
-  if (!*s) return snprintf(why, why_bytes, "is empty (leave the key out for no stages)"), -1;
-  while (*s) {
-    if (n == LH_LEARNER_MAX_STAGES)
-      return snprintf(why, why_bytes, "has more than %d stages", LH_LEARNER_MAX_STAGES), -1;
-    const char *comma = strchr(s, ',');
-    size_t len = comma ? (size_t)(comma - s) : strlen(s);
-    char item[128];
-    if (len >= sizeof item) return snprintf(why, why_bytes, "stage %zu is too long", n + 1), -1;
-    /* Blanks around the numbers are allowed ("4096:100:0, 16384:50:0.25"). */
-    size_t m = 0;
-    for (size_t j = 0; j < len; j++)
-      if (s[j] != ' ' && s[j] != '\t') item[m++] = s[j];
-    item[m] = 0;
-    char *a = item, *b = strchr(a, ':'), *c = b ? strchr(b + 1, ':') : NULL;
-    if (!b || !c || strchr(c + 1, ':'))
-      return snprintf(why, why_bytes, "stage %zu '%s' is not max_context:steps:long_frac", n + 1, item), -1;
-    *b++ = 0, *c++ = 0;
-    lh_learner_stage st;
-    if (lh_parse_u64(a, &st.max_context) || st.max_context < 1)
-      return snprintf(why, why_bytes, "stage %zu max_context '%s' is not an integer >= 1", n + 1, a), -1;
-    if (lh_parse_u64(b, &st.steps) || st.steps < 1)
-      return snprintf(why, why_bytes, "stage %zu steps '%s' is not an integer >= 1", n + 1, b), -1;
-    if (lh_parse_f64(c, &st.long_frac) || !(st.long_frac >= 0.0 && st.long_frac <= 1.0))
-      return snprintf(why, why_bytes, "stage %zu long_frac '%s' is not a number in [0, 1]", n + 1, c), -1;
-    if (n > 0 && st.max_context <= cfg->stages[n - 1].max_context)
-      return snprintf(why, why_bytes, "stage %zu max_context %llu is not above stage %zu's %llu", n + 1,
-                      (unsigned long long)st.max_context, n,
-                      (unsigned long long)cfg->stages[n - 1].max_context),
-             -1;
-    cfg->stages[n++] = st;
-    s += len;
-    if (*s == ',') {
-      s++;
-      if (!*s) return snprintf(why, why_bytes, "ends with a comma"), -1;
-    }
-  }
-  cfg->n_stages = n;
+  if (!strcmp(v, "train")) cfg->stage_carry = LH_LEARNER_CARRY_TRAIN;
+  else if (!strcmp(v, "drop")) cfg->stage_carry = LH_LEARNER_CARRY_DROP;
+  else return snprintf(why, why_bytes, "is not train or drop"), -1;
   return 0;
 }
 
@@ -197,6 +167,14 @@ int lh_learner_config_read(const lh_ini_doc *doc, lh_learner_config *cfg, lh_err
                          "(a batch holds whole groups)",
                          where, (unsigned long long)c.batch_episodes, (unsigned long long)c.group_size);
   }
+  for (size_t i = 0; i < c.n_stages; i++)
+    if (c.stages[i].batch_episodes % c.group_size != 0) {
+      lh_ini_later_where(&SECTION, &lines, "stages", "group_size", where, sizeof where);
+      return lh_errbuf_set(err, LH_ELEARNER_CONFIG_STAGES,
+                           "%s: [learner] stages: stage %zu batch_episodes=%llu is not a multiple of group_size = %llu",
+                           where, i + 1, (unsigned long long)c.stages[i].batch_episodes,
+                           (unsigned long long)c.group_size);
+    }
   *cfg = c;
   return 0;
 }
@@ -227,14 +205,4 @@ double lh_learner_lr_at(double lr, uint64_t warmup_steps, uint64_t total_steps, 
   if (step >= total_steps || total_steps <= warmup_steps) return 0.0;
   double progress = (double)(step - warmup_steps) / (double)(total_steps - warmup_steps);
   return lr * 0.5 * (1.0 + cos(3.14159265358979323846 * progress));
-}
-
-int lh_learner_stage_at(const lh_learner_config *cfg, uint64_t step) {
-  if (!cfg || cfg->n_stages == 0) return -1;
-  uint64_t end = 0;
-  for (size_t i = 0; i < cfg->n_stages; i++) {
-    end += cfg->stages[i].steps;
-    if (step < end) return (int)i;
-  }
-  return (int)cfg->n_stages - 1;
 }

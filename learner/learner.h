@@ -195,15 +195,32 @@ int lh_learner_ppo_params_check(const lh_learner_ppo_params *p, lh_errbuf *err);
 #define LH_LEARNER_MAX_RANKS 64
 #define LH_LEARNER_ENDPOINTS_BYTES 4096
 
-/* One context-extension stage: `max_context:steps:long_frac`. */
+/* One context-extension stage (README, "Context-extension stages"):
+ * `MAX_CONTEXT key=value ...`. A stage advances by what it has trained of
+ * its own episodes (learner/stage.c), never by learner steps: every stage
+ * but the last gives episodes= or tokens= (both: both must be reached),
+ * and may add a gate on the success rate of its latest episodes. */
+#define LH_LEARNER_STAGE_GATE_MAX 4096  /* the longest gate window, episodes */
 typedef struct {
-  uint64_t max_context;  /* >= 1, increasing from stage to stage */
-  uint64_t steps;        /* >= 1 */
-  double long_frac;      /* in [0, 1]: share of episodes sized to max_context */
+  uint64_t max_context;     /* >= 1, increasing from stage to stage */
+  double long_frac;         /* long_frac=, in [0, 1]: share of groups sized to max_context (0) */
+  uint64_t episodes;        /* episodes=: trained episodes of this stage before the next (0: not counted) */
+  uint64_t tokens;          /* tokens=: their tokens (0: not counted); a suffix K, M or G multiplies */
+  double gate_success;      /* success=X/N: success rate >= X over the stage's last N episodes */
+  uint64_t gate_episodes;   /* N, 1..LH_LEARNER_STAGE_GATE_MAX (0: no gate) */
+  double lr;                /* lr=: the stage's peak learning rate (0: [learner] lr) */
+  uint64_t train_window;    /* train_window= (0: [learner] train_window) */
+  uint64_t batch_episodes;  /* batch_episodes=, a multiple of group_size (0: [learner] batch_episodes) */
 } lh_learner_stage;
 
 typedef enum { LH_LEARNER_STATE_EXACT = 0, LH_LEARNER_STATE_STORED = 1 } lh_learner_state_mode;
 const char *lh_learner_state_mode_name(lh_learner_state_mode mode);
+
+/* What becomes of an earlier stage's episodes trained after a stage began
+ * (those whose oldest sampled token is of a version before the stage's
+ * first): trained (counted as carried, not toward the stage) or dropped
+ * (counted as carry_dropped). */
+typedef enum { LH_LEARNER_CARRY_TRAIN = 0, LH_LEARNER_CARRY_DROP = 1 } lh_learner_carry;
 
 typedef struct {
   lh_learner_adv_kind advantage;    /* advantage = grpo | rloo | reinforce (grpo) */
@@ -231,8 +248,9 @@ typedef struct {
    * hold sampled tokens. */
   lh_learner_state_mode state_mode; /* state_mode = exact | stored (exact) */
   uint64_t burn_in;         /* tokens re-run before a window in stored mode (64: 4 chunks) */
-  size_t n_stages;          /* stages = "max_context:steps:long_frac,..." (none) */
+  size_t n_stages;          /* stages = "MAX_CONTEXT key=value ..., ..." (none) */
   lh_learner_stage stages[LH_LEARNER_MAX_STAGES];
+  lh_learner_carry stage_carry;  /* stage_carry = train | drop (train) */
   /* Where the learner process binds and writes (ZeroMQ endpoints, paths). */
   char ingest_endpoint[LH_LEARNER_TEXT_BYTES];       /* (tcp://127.0.0.1:5555) */
   /* Per-rank ingest endpoints for ranks on several hosts, "tcp://host:port,
@@ -290,9 +308,55 @@ int lh_learner_config_parse(const char *text, const char *source, lh_learner_con
  * (step - warmup_steps) / (total_steps - warmup_steps), held at 0 after. */
 double lh_learner_lr_at(double lr, uint64_t warmup_steps, uint64_t total_steps, uint64_t step);
 
-/* The stage in force at a step: stages run in order for their steps each,
- * and the last one stays in force after its steps. -1 without stages. */
-int lh_learner_stage_at(const lh_learner_config *cfg, uint64_t step);
+/* ---- context-extension stages (learner/stage.c) ----------------------------
+ * Where a run stands in its stages: the stage in force, where it began
+ * (the first step and the first version published under it), and what it
+ * has trained of its own episodes. An episode is the stage's when its
+ * oldest sampled token is of the stage's first version or later (the
+ * actors learn the stage with that version's announcement and start every
+ * group after it at the new stage); one from before is an earlier stage's,
+ * carried (trained) or dropped as [learner] stage_carry says. The gate
+ * counts the latest steps of the stage (episodes and successes per step),
+ * so that several ranks summing their counts reach the same decision.
+ * A checkpoint keeps it (DIR/stage.bin); --resume goes on from there. */
+#define LH_LEARNER_STAGE_FILE "stage.bin"
+#define LH_LEARNER_STAGE_RING 512  /* steps the gate looks back over */
+typedef struct {
+  uint32_t index;                      /* the stage in force */
+  uint64_t began_step, began_version;  /* its first step and version */
+  int64_t began_ms;                    /* wall clock when it began */
+  uint64_t episodes, tokens;           /* its own episodes trained, and their tokens */
+  uint64_t successes;
+  uint64_t carried, carry_dropped;     /* earlier stages' episodes trained, and dropped, since it began */
+  uint32_t ring_n, ring_at;            /* the gate's ring of the stage's latest steps */
+  uint32_t ring_episodes[LH_LEARNER_STAGE_RING], ring_successes[LH_LEARNER_STAGE_RING];
+} lh_learner_stage_state;
+
+/* "MAX_CONTEXT key=value ..., ..." into cfg->stages and n_stages (the
+ * [learner] stages key); -1 with why saying what is wrong (the old form
+ * max_context:steps:long_frac is refused with the new form written out). */
+int lh_learner_stages_parse(const char *v, lh_learner_config *cfg, char *why, size_t why_bytes);
+/* The first stage, begun at step and version (all counts 0). */
+void lh_learner_stage_state_init(lh_learner_stage_state *s, uint32_t index, uint64_t step, uint64_t version);
+/* Counts one step's episodes of the stage (episodes, their tokens and
+ * successes) and of earlier stages (carried, dropped). */
+void lh_learner_stage_count(lh_learner_stage_state *s, uint64_t episodes, uint64_t tokens, uint64_t successes,
+                            uint64_t carried, uint64_t carry_dropped);
+/* The success rate over the stage's latest steps that hold at least n of
+ * its episodes; NAN while it has fewer than n. */
+double lh_learner_stage_gate_rate(const lh_learner_stage_state *s, uint64_t n);
+/* 1 when the stage in force has trained what it must (its episodes=,
+ * tokens= and success= all met) and a later stage exists. */
+int lh_learner_stage_done(const lh_learner_config *cfg, const lh_learner_stage_state *s);
+/* The stage's learning rate, train_window and batch_episodes: its own, or
+ * [learner]'s where it sets none (index past the stages: [learner]'s). */
+void lh_learner_stage_params(const lh_learner_config *cfg, uint32_t index, double *lr, uint64_t *train_window,
+                             uint64_t *batch_episodes);
+/* DIR/stage.bin, written whole and renamed (as learner_state.bin), and
+ * back: LH_ELEARNER_STATE_IO when absent or unreadable,
+ * LH_ELEARNER_STATE_CORRUPT when it is not a stage state. */
+int lh_learner_stage_save(const char *dir, const lh_learner_stage_state *s, lh_errbuf *err);
+int lh_learner_stage_load(const char *dir, lh_learner_stage_state *s, lh_errbuf *err);
 
 /* ---- weights publishing ---------------------------------------------------
  * One version's bytes (a checkpoint's parameters, in whatever layout the
@@ -439,6 +503,9 @@ int lh_learner_batcher_take(lh_learner_batcher *b, lh_learner_batch_item *out, s
  * stops it). Groups with a fresh member stay whole. */
 long lh_learner_batcher_drop_stale(lh_learner_batcher *b, uint64_t min_version,
                                    int (*on_drop)(void *ctx, const lh_learner_batch_item *item), void *ctx);
+/* From now on a batch holds at least batch_episodes (>= 1) admitted
+ * episodes (a context-extension stage's own batch size). */
+void lh_learner_batcher_set_batch(lh_learner_batcher *b, size_t batch_episodes);
 /* Admitted episodes in complete groups waiting for a batch; groups still
  * incomplete; groups closed early; groups discarded with no admitted member. */
 size_t lh_learner_batcher_ready(const lh_learner_batcher *b);
@@ -695,6 +762,10 @@ int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_trai
 /* The trainer's part of a checkpoint state (the rng bytes are left as they are). */
 void lh_learner_trainer_state(const lh_learner_trainer *t, lh_learner_state *st);
 uint64_t lh_learner_trainer_version(const lh_learner_trainer *t);
+/* The context-extension stage in force and its progress (learner.h,
+ * stages); NULL without stages. A checkpoint saves it (DIR/stage.bin with
+ * the done set) and lh_learner_trainer_load_done loads it. */
+const lh_learner_stage_state *lh_learner_trainer_stage(const lh_learner_trainer *t);
 /* The done set as DIR/episodes_done.bin (checksummed), and back; load
  * checks it holds `expected` ids (the state's ingest_position). */
 #define LH_LEARNER_EPISODES_FILE "episodes_done.bin"

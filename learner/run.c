@@ -87,7 +87,8 @@ static int publish(learner *L, lh_errbuf *err) {
   lh_learner_state st;
   memset(&st, 0, sizeof st);
   lh_learner_trainer_state(L->trainer, &st);
-  int stage = lh_learner_stage_at(&L->cfg, st.step);
+  const lh_learner_stage_state *g = lh_learner_trainer_stage(L->trainer);
+  int stage = g ? (int)g->index : -1;
   uint32_t max_context = stage < 0 ? 0 : (uint32_t)L->cfg.stages[stage].max_context;
   float long_frac = stage < 0 ? 0.0f : (float)L->cfg.stages[stage].long_frac;
   return lh_learner_service_publish(L->svc, lh_learner_trainer_version(L->trainer), st.step, bytes, n,

@@ -86,20 +86,62 @@ struct lh_learner_trainer {
   unsigned win_i, win_n;
   uint64_t prev_taken, prev_stale;
   lh_learner_model_limits limits;  /* what the model takes (learner/validate.c) */
+  /* Context-extension stages (learner.h): base is the [learner] config as
+   * given; cfg holds the stage in force's lr, train_window and batch. */
+  lh_learner_config base;
+  int has_stages;
+  lh_learner_stage_state stage;
+  uint64_t stage_dropped_pending;  /* carry drops not yet summed over the ranks */
+  int stage_row_replace;           /* the next stages row drops later stages' rows (a resume) */
+  int last_skipped;                /* the last step was skipped (its version was not published) */
 };
 
 /* Test hooks, read at every step after it took its batch: with
  * LH_LEARNER_TEST_STEP_GATE naming a file, the step waits until that file
  * is gone (a test holds a step open for as long as it needs, with no
- * clock); LH_LEARNER_TEST_STEP_DELAY_MS adds that much to every step (a
- * learner slower than its actors, for back-pressure). */
-static void test_step_gate(void) {
+ * clock); LH_LEARNER_TEST_STEP_DELAY_MS adds that much to every step's own
+ * time (counted in its step_ms: a learner slower than its actors, for
+ * back-pressure, or a long step for the launcher's stop timeout). */
+static void test_step_delay(void) {
   const char *delay = getenv("LH_LEARNER_TEST_STEP_DELAY_MS");
   if (delay && atoi(delay) > 0) usleep((useconds_t)atoi(delay) * 1000u);
+}
+
+static void test_step_gate(void) {
   const char *gate = getenv("LH_LEARNER_TEST_STEP_GATE");
   if (!gate || !*gate || access(gate, F_OK) != 0) return;
   LH_INFO("train", "step gate: holding the step while %s exists", gate);
   while (access(gate, F_OK) == 0) usleep(2000);
+}
+
+/* Sizes what a batch needs: room for its items and the back-pressure
+ * ceiling. One batch waiting per version of lag: two batches deep at lag
+ * 2, so the actors fill the next batch while one waits and one trains (one
+ * batch deep, the learner idles whenever a batch takes the actors longer
+ * than a step). Where the actors' weights trail and episodes go stale, the
+ * controller (backlog_update) lowers it. */
+static int size_batch(lh_learner_trainer *t) {
+  const lh_learner_config *cfg = &t->cfg;
+  uint64_t lag = cfg->max_policy_lag ? cfg->max_policy_lag : 1;
+  t->backlog_max = cfg->max_backlog_episodes ? cfg->max_backlog_episodes : lag * cfg->batch_episodes;
+  if (t->backlog_max < cfg->batch_episodes) t->backlog_max = cfg->batch_episodes;  /* a batch must fit */
+  t->backlog_cap = t->backlog_max;
+  size_t need = cfg->batch_episodes + cfg->group_size;
+  if (need > t->cap_items) {
+    lh_learner_batch_item *p = realloc(t->items, need * sizeof *p);
+    if (!p) return LH_ENOMEM;
+    t->items = p, t->cap_items = need;
+  }
+  if (t->batcher) lh_learner_batcher_set_batch(t->batcher, cfg->batch_episodes);
+  return 0;
+}
+
+/* The stage in force's lr, train_window and batch_episodes into cfg. */
+static int apply_stage(lh_learner_trainer *t) {
+  if (!t->has_stages) return 0;
+  lh_learner_stage_params(&t->base, t->stage.index, &t->cfg.lr, &t->cfg.train_window, &t->cfg.batch_episodes);
+  t->limits.train_window = t->cfg.train_window;
+  return size_batch(t);
 }
 
 int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config *cfg, float temperature,
@@ -110,7 +152,7 @@ int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config
     return lh_errbuf_set(err, LH_EINVAL, "train: temperature %g is not a finite number >= 0", temperature);
   lh_learner_trainer *t = calloc(1, sizeof *t);
   if (!t) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
-  t->m = m, t->store = store, t->cfg = *cfg;
+  t->m = m, t->store = store, t->cfg = *cfg, t->base = *cfg;
   t->last_row_ns = lh_now_ns();
   t->temperature = temperature > 0 ? temperature : 1.0f;
   lh_learner_adv_baseline_init(&t->baseline, cfg->baseline_decay);
@@ -119,25 +161,24 @@ int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config
     t->skipped = st->skipped_steps, t->baseline = st->baseline, t->admission = st->admission;
   }
   const lh_model_config *mc = lh_model_get_config(m);
-  /* One batch waiting per version of lag: two batches deep at lag 2, so
-   * the actors fill the next batch while one waits and one trains (one
-   * batch deep, the learner idles whenever a batch takes the actors longer
-   * than a step). Where the actors' weights trail and episodes go stale,
-   * the controller below lowers it. */
-  uint64_t lag = cfg->max_policy_lag ? cfg->max_policy_lag : 1;
-  t->backlog_max = cfg->max_backlog_episodes ? cfg->max_backlog_episodes : lag * cfg->batch_episodes;
-  if (t->backlog_max < cfg->batch_episodes) t->backlog_max = cfg->batch_episodes;  /* a batch must fit */
-  t->backlog_cap = t->backlog_max;
   lh_learner_model_limits_init(&t->limits, mc, cfg);
   t->prev_taken = t->admission.admitted + t->admission.dropped_stale;
   t->prev_stale = t->admission.dropped_stale;
-  t->cap_items = cfg->batch_episodes + cfg->group_size;
-  t->items = calloc(t->cap_items, sizeof *t->items);
+  t->has_stages = cfg->n_stages > 0;
+  if (t->has_stages) {
+    /* A resume goes on at the state's stage; lh_learner_trainer_load_done
+     * replaces this with the checkpoint's stage file when it has one. */
+    uint32_t index = st && st->stage_index < cfg->n_stages ? st->stage_index : 0;
+    lh_learner_stage_state_init(&t->stage, index, t->step, t->version);
+    t->stage_row_replace = 1;
+  }
+  int src = apply_stage(t);
+  if (!t->has_stages) src = size_batch(t);
   t->scratch_bias = calloc((size_t)mc->layers * (size_t)mc->experts, sizeof(float));
-  t->batcher = lh_learner_batcher_new(cfg->batch_episodes, cfg->group_size, TRAINER_MAX_PENDING_GROUPS, err);
+  t->batcher = lh_learner_batcher_new(t->cfg.batch_episodes, cfg->group_size, TRAINER_MAX_PENDING_GROUPS, err);
   int rc = 0;
   if (!t->batcher) rc = err ? err->code : LH_ENOMEM;
-  else if (!t->items || !t->scratch_bias) rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
+  else if (src || !t->items || !t->scratch_bias) rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
   else if (!lh_model_grads(m) && (rc = lh_model_enable_training(m)))
     lh_errbuf_set(err, rc, "train: cannot enable training: %s", lh_strerror(rc));
   else if ((rc = lh_model_balancer_new(mc, &t->balancer)))
@@ -182,6 +223,10 @@ void lh_learner_trainer_set_run(lh_learner_trainer *t, const char *run_id) {
 }
 
 uint64_t lh_learner_trainer_version(const lh_learner_trainer *t) { return t ? t->version : 0; }
+
+const lh_learner_stage_state *lh_learner_trainer_stage(const lh_learner_trainer *t) {
+  return t && t->has_stages ? &t->stage : NULL;
+}
 
 size_t lh_learner_trainer_backlog(const lh_learner_trainer *t) {
   return t ? lh_learner_batcher_ready(t->batcher) : 0;
@@ -228,8 +273,7 @@ void lh_learner_trainer_state(const lh_learner_trainer *t, lh_learner_state *st)
   if (!t || !st) return;
   st->step = t->step, st->version = t->version, st->ingest_position = t->done.n;
   st->skipped_steps = t->skipped, st->baseline = t->baseline, st->admission = t->admission;
-  int stage = lh_learner_stage_at(&t->cfg, t->step);
-  st->stage_index = stage < 0 ? 0 : (uint32_t)stage;
+  st->stage_index = t->has_stages ? t->stage.index : 0;
 }
 
 typedef struct {
@@ -698,6 +742,48 @@ static int train_all(lh_learner_trainer *t, lh_learner_episode **eps, const floa
   return rc;
 }
 
+/* The stage's stages row (rank 0; a store that cannot take it loses the
+ * row, not the step, as for train_steps). */
+static int stage_row(lh_learner_trainer *t, lh_errbuf *err) {
+  if (t->rank != 0 || !t->run_id[0]) return 0;
+  const lh_learner_stage_state *g = &t->stage;
+  lh_store_stage row;
+  memset(&row, 0, sizeof row);
+  memcpy(row.run_id, t->run_id, sizeof row.run_id);
+  row.stage = g->index, row.max_context = t->base.stages[g->index].max_context;
+  row.began_step = g->began_step, row.began_version = g->began_version, row.began_ms = g->began_ms;
+  row.episodes = g->episodes, row.tokens = g->tokens, row.successes = g->successes;
+  row.carried = g->carried, row.carry_dropped = g->carry_dropped;
+  int rc = lh_store_put_stage(t->store, &row, t->stage_row_replace, err);
+  if (rc == LH_ESTORE_FULL || rc == LH_ESTORE_READONLY) {
+    LH_WARN("train", "stages row of stage %u not stored: %s", g->index, err->msg);
+    return 0;
+  }
+  if (!rc) t->stage_row_replace = 0;
+  return rc;
+}
+
+/* After a step: the stage's row, and the next stage when this one has
+ * trained what it must. The next begins at the version the step made (the
+ * one published next, announced with the new stage). */
+static int stage_turn(lh_learner_trainer *t, lh_errbuf *err) {
+  LH_TRY(stage_row(t, err));
+  if (!lh_learner_stage_done(&t->base, &t->stage)) return 0;
+  const lh_learner_stage_state old = t->stage;
+  const lh_learner_stage *next = &t->base.stages[old.index + 1];
+  lh_learner_stage_state_init(&t->stage, old.index + 1, t->step, t->version + (t->last_skipped ? 1 : 0));
+  if (apply_stage(t)) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for stage %u's batch", old.index + 1);
+  LH_INFO("train",
+          "stage begins index=%u max_context=%llu long_frac=%.3f step=%llu version=%llu lr=%.3g train_window=%llu "
+          "batch_episodes=%llu after stage=%u episodes=%llu tokens=%llu successes=%llu carried=%llu carry_dropped=%llu",
+          t->stage.index, (unsigned long long)next->max_context, next->long_frac, (unsigned long long)t->step,
+          (unsigned long long)t->version, t->cfg.lr, (unsigned long long)t->cfg.train_window,
+          (unsigned long long)t->cfg.batch_episodes, old.index, (unsigned long long)old.episodes,
+          (unsigned long long)old.tokens, (unsigned long long)old.successes, (unsigned long long)old.carried,
+          (unsigned long long)old.carry_dropped);
+  return stage_row(t, err);
+}
+
 /* One batch, if one is ready (*took = 1); *stepped = 1 when it trained. */
 static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_train_stats *stats,
                      lh_errbuf *err) {
@@ -728,6 +814,7 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   *took = 1;
   test_step_gate();
   int64_t t0 = lh_now_ns();
+  test_step_delay();
   lh_learner_episode **eps = calloc(n, sizeof *eps);
   Longhaul__Segment ***segs = calloc(n, sizeof *segs);
   size_t *n_segs = calloc(n, sizeof *n_segs);
@@ -741,9 +828,10 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   size_t *item_of = calloc(n, sizeof *item_of);
   int *success = calloc(n, sizeof *success);
   uint8_t *skip = calloc(n, 1);  /* episodes quarantined by train_all */
+  uint8_t *earlier = calloc(n, 1);  /* an earlier stage's episode, carried (learner.h, stage_carry) */
   int rc = 0;
   if (!eps || !segs || !n_segs || !rewards || !advs || !keys || !success || !all_rewards || !all_advs ||
-      !all_keys || !item_of || !skip)
+      !all_keys || !item_of || !skip || !earlier)
     rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for a batch of %zu", n);
   /* Read back and join every episode; one that does not join is marked
    * error in the store and left out. */
@@ -768,6 +856,15 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
       if (t->admission.admitted) t->admission.admitted--;
       continue;
     }
+    /* An episode of an earlier stage (begun before the stage's first
+     * version): carried or dropped, never counted toward the stage. */
+    int before = !jr && t->has_stages && row.has_versions && row.min_version < t->stage.began_version;
+    if (before && t->base.stage_carry == LH_LEARNER_CARRY_DROP) {
+      t->stage_dropped_pending++;
+      LH_DEBUG("train", "episode=%llu of an earlier stage dropped (stage_carry = drop)", (unsigned long long)id);
+      continue;
+    }
+    earlier[m] = (uint8_t)before;
     if (!jr) jr = lh_store_episode_segments_array(t->store, id, &segs[m], &n_segs[m], NULL, &e);
     if (!jr) jr = lh_learner_episode_join(segs[m], n_segs[m], row.tokens, &eps[m], &e);
     /* An episode the model cannot be run on as the actor ran it (another
@@ -839,15 +936,24 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   }
   double rsum = 0;
   size_t succ = 0, trained = 0;
-  for (size_t i = 0; i < m; i++)
-    if (!skip[i]) rsum += rewards[i], succ += (size_t)success[i], trained++;
+  /* The stage's own episodes trained, their tokens and successes, and the
+   * earlier stages' carried and dropped (learner.h, stages). */
+  double own = 0, own_tokens = 0, own_succ = 0, carried = 0, carry_dropped = (double)t->stage_dropped_pending;
+  for (size_t i = 0; i < m; i++) {
+    if (skip[i]) continue;
+    rsum += rewards[i], succ += (size_t)success[i], trained++;
+    /* An episode with no sampled token trained nothing: it does not count. */
+    if (earlier[i]) carried++;
+    else if (eps[i]->sampled) own++, own_tokens += (double)eps[i]->n, own_succ += success[i];
+  }
   m = trained;
   double dropped_stale = (double)t->admission.dropped_stale;
   if (!rc && multi && gN > 0) {
     /* The train_steps row's figures over every rank's batch. */
-    double v[4] = {rsum, (double)succ, (double)m, dropped_stale};
-    rc = lh_learner_comm_allreduce_f64(t->comm, v, 4, LH_LEARNER_COMM_SUM, err);
+    double v[9] = {rsum, (double)succ, (double)m, dropped_stale, own, own_tokens, own_succ, carried, carry_dropped};
+    rc = lh_learner_comm_allreduce_f64(t->comm, v, 9, LH_LEARNER_COMM_SUM, err);
     rsum = v[0], succ = (size_t)v[1], m = (size_t)v[2], dropped_stale = v[3];
+    own = v[4], own_tokens = v[5], own_succ = v[6], carried = v[7], carry_dropped = v[8];
     st.episodes = m;
   }
   st.allreduce_ms = lh_learner_comm_backend_ms(t->comm) - reduce_ms0;
@@ -858,7 +964,7 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
     if (segs && n_segs) lh_store_segments_free(segs[i], n_segs[i]);
   }
   free(eps), free(segs), free(n_segs), free(rewards), free(advs), free(keys), free(success);
-  free(all_rewards), free(all_advs), free(all_keys), free(item_of), free(skip);
+  free(all_rewards), free(all_advs), free(all_keys), free(item_of), free(skip), free(earlier);
   if (rc) return rc;
   if (gN == 0) return 0;  /* nothing to train on (on any rank): no step */
   t->step++;
@@ -914,6 +1020,16 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
     rc = 0;
   }
   if (rc) return rc;
+  if (t->has_stages) {
+    t->stage_dropped_pending = 0;
+    t->last_skipped = st.skipped;
+    if (!st.skipped)
+      lh_learner_stage_count(&t->stage, (uint64_t)own, (uint64_t)own_tokens, (uint64_t)own_succ, (uint64_t)carried,
+                             (uint64_t)carry_dropped);
+    else
+      t->stage.carry_dropped += (uint64_t)carry_dropped;
+    LH_TRY(stage_turn(t, err));
+  }
   if (stats) *stats = st;
   *stepped = 1;
   return 0;
@@ -1006,12 +1122,42 @@ static int load_balancer(lh_learner_trainer *t, const char *dir, lh_errbuf *err)
   return rc;
 }
 
+/* The checkpoint's stage (DIR/stage.bin). A checkpoint without one (from
+ * before stages counted episodes, or from a run without stages) begins
+ * the state's stage afresh at the resumed step; a stage past the config's
+ * last is its last. */
+static int load_stage(lh_learner_trainer *t, const char *dir, lh_errbuf *err) {
+  if (!t->has_stages) return 0;
+  lh_learner_stage_state g;
+  lh_errbuf e;
+  int rc = lh_learner_stage_load(dir, &g, &e);
+  if (rc == LH_ELEARNER_STATE_IO) {
+    LH_INFO("train", "no stage file in %s: stage %u begins at step %llu", dir, t->stage.index,
+            (unsigned long long)t->step);
+    return 0;
+  }
+  if (rc) return lh_errbuf_set(err, rc, "checkpoint: %s", e.msg);
+  if (g.index >= t->base.n_stages) {
+    LH_WARN("train", "checkpoint stage %u is past the config's %zu stages: the last one is in force", g.index,
+            t->base.n_stages);
+    lh_learner_stage_state_init(&g, (uint32_t)t->base.n_stages - 1, t->step, t->version);
+  }
+  t->stage = g;
+  t->stage_row_replace = 1;
+  if (apply_stage(t)) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for stage %u's batch", g.index);
+  LH_INFO("train", "resumed stage index=%u began_step=%llu began_version=%llu episodes=%llu tokens=%llu", g.index,
+          (unsigned long long)g.began_step, (unsigned long long)g.began_version, (unsigned long long)g.episodes,
+          (unsigned long long)g.tokens);
+  return 0;
+}
+
 int lh_learner_trainer_save_done(const lh_learner_trainer *t, const char *dir, lh_errbuf *err) {
   if (!t || !dir) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or directory");
   char path[2 * LH_LEARNER_TEXT_BYTES];
   done_path(dir, 0, path, sizeof path);
   LH_TRY(write_done_file(&t->done, path, err));
   LH_TRY(save_balancer(t, dir, err));
+  if (t->has_stages) LH_TRY(lh_learner_stage_save(dir, &t->stage, err));
   /* The other ranks' sets as of the last gather (rank 0 only). */
   for (size_t r = 1; r <= t->n_others; r++) {
     done_path(dir, (int)r, path, sizeof path);
@@ -1060,6 +1206,7 @@ int lh_learner_trainer_load_done(lh_learner_trainer *t, const char *dir, uint64_
   char path[2 * LH_LEARNER_TEXT_BYTES];
   done_path(dir, t->rank, path, sizeof path);
   LH_TRY(load_balancer(t, dir, err));
+  LH_TRY(load_stage(t, dir, err));
   /* expected is the state's ingest_position, rank 0's count; another
    * rank's file carries its own. */
   return load_done_file(t, path, t->rank == 0 ? expected : UINT64_MAX, err);

@@ -39,7 +39,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 9
+#define LH_STORE_SCHEMA_VERSION 10
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
@@ -312,6 +312,28 @@ typedef struct {
 } lh_store_sft_step;
 /* One row of sft_steps; a step already stored for the run is replaced. */
 int lh_store_put_sft_step(lh_store *s, const lh_store_sft_step *t, lh_errbuf *err);
+
+/* ---- context-extension stages (schema 10) ------------------------------- */
+
+/* Where one stage of a run began and what it trained (a row of stages,
+ * keyed by run and stage; learner.h, "context-extension stages"). */
+typedef struct {
+  char run_id[LH_STORE_NAME_BYTES];
+  uint32_t stage;
+  uint64_t max_context;
+  uint64_t began_step, began_version;  /* its first train step (0-based) and version */
+  int64_t began_ms;
+  uint64_t episodes, tokens, successes;  /* its own episodes trained, their tokens and successes */
+  uint64_t carried, carry_dropped;       /* earlier stages' episodes trained, and dropped, after it began */
+  int64_t time_ms;                       /* when the row was last written; 0: now */
+} lh_store_stage;
+/* Writes the row of (run_id, stage), replacing it. With drop_later, the
+ * run's rows of later stages go (a resumed run redoes them). */
+int lh_store_put_stage(lh_store *s, const lh_store_stage *row, int drop_later, lh_errbuf *err);
+/* Every stages row (run_id NULL or "": of every run), by run and stage;
+ * fn's non-zero return stops the walk and is returned. */
+int lh_store_stages(lh_store *s, const char *run_id, int (*fn)(void *ctx, const lh_store_stage *row), void *ctx,
+                    lh_errbuf *err);
 
 typedef struct {
   uint64_t version;        /* key */

@@ -251,6 +251,26 @@ static const char schema_v9[] =
     "ALTER TABLE segments ADD COLUMN state BLOB;"
     "CREATE INDEX segments_state ON segments(episode, state_offset) WHERE state_offset IS NOT NULL;";
 
+/* Version 10 ("stages"): where each context-extension stage of a run began
+ * (its first step and version) and what it trained: its own episodes,
+ * their tokens and successes, and the earlier stages' episodes trained
+ * (carried) or dropped after it began. */
+static const char schema_v10[] =
+    "CREATE TABLE stages("
+    "  run_id TEXT NOT NULL,"
+    "  stage INTEGER NOT NULL,"
+    "  max_context INTEGER NOT NULL,"
+    "  began_step INTEGER NOT NULL,"
+    "  began_version INTEGER NOT NULL,"
+    "  began_ms INTEGER NOT NULL,"
+    "  episodes INTEGER NOT NULL DEFAULT 0,"
+    "  tokens INTEGER NOT NULL DEFAULT 0,"
+    "  successes INTEGER NOT NULL DEFAULT 0,"
+    "  carried INTEGER NOT NULL DEFAULT 0,"
+    "  carry_dropped INTEGER NOT NULL DEFAULT 0,"
+    "  time_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (run_id, stage));";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
@@ -265,6 +285,7 @@ const lh_store_migration lh_store_migrations[] = {
      schema_v7},
     {8, "balancing: train_step_layers.dead, train_steps.dead, balance, balance_ms", schema_v8},
     {9, "stored state: segments.state_offset, state, segments_state", schema_v9},
+    {10, "stages: where each context-extension stage began and what it trained", schema_v10},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

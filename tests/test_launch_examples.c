@@ -62,7 +62,7 @@ START_TEST(test_needle) {
   /* Stages scaled down with the model: the first stage's documents. */
   lfx_fleet f;
   lfx_init(&f, "needle");
-  lfx_override o[] = {{"learner.stages", "512:1:0.5, 1024:4:0.5"}, {"actor.max_context", "512"},
+  lfx_override o[] = {{"learner.stages", "512 episodes=1 long_frac=0.5, 1024 long_frac=0.5"}, {"actor.max_context", "512"},
                       {"env.tokens", "300"}};
   two_steps(&f, "needle", o, 3);
 }

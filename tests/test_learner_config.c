@@ -54,7 +54,9 @@ START_TEST(test_every_key) {
       "entropy_coef = 0.001\nmax_policy_lag = 0\nlr = 1e-3\nwarmup_steps = 5\ntotal_steps = 200\n"
       "weight_decay = 0\ngrad_clip = 0.5\nbatch_episodes = 64\ngroup_size = 16\n"
       "train_window = 512\nckpt_every = 7\nrouting_replay = yes\n"
-      "stages = 4096:100:0, 16384:50:0.25 ,65536:10:1\n"
+      "stages = 4096 episodes=100, 16384 episodes=50 long_frac=0.25 success=0.5/32 lr=1e-4,"
+      "  65536 long_frac=1 train_window=1K batch_episodes=32\n"
+      "stage_carry = drop\n"
       "[env]\nname = calc\n";
   lh_learner_config c;
   lh_errbuf e;
@@ -77,18 +79,49 @@ START_TEST(test_every_key) {
   ck_assert_int_eq(c.routing_replay, 1);
   ck_assert_uint_eq(c.n_stages, 3);
   ck_assert_uint_eq(c.stages[1].max_context, 16384);
-  ck_assert_uint_eq(c.stages[1].steps, 50);
+  ck_assert_uint_eq(c.stages[0].episodes, 100);
+  ck_assert_uint_eq(c.stages[1].episodes, 50);
   NEAR(c.stages[1].long_frac, 0.25, 0);
+  NEAR(c.stages[1].gate_success, 0.5, 0);
+  ck_assert_uint_eq(c.stages[1].gate_episodes, 32);
+  NEAR(c.stages[1].lr, 1e-4, 0);
   NEAR(c.stages[2].long_frac, 1.0, 0);
-  ck_assert_int_eq(lh_learner_stage_at(&c, 0), 0);
-  ck_assert_int_eq(lh_learner_stage_at(&c, 99), 0);
-  ck_assert_int_eq(lh_learner_stage_at(&c, 100), 1);
-  ck_assert_int_eq(lh_learner_stage_at(&c, 149), 1);
-  ck_assert_int_eq(lh_learner_stage_at(&c, 150), 2);
-  ck_assert_int_eq(lh_learner_stage_at(&c, 100000), 2);
+  ck_assert_uint_eq(c.stages[2].train_window, 1024);
+  ck_assert_uint_eq(c.stages[2].batch_episodes, 32);
+  ck_assert_int_eq(c.stage_carry, LH_LEARNER_CARRY_DROP);
+  /* Each stage's own lr, window and batch, or [learner]'s. */
+  double lr;
+  uint64_t win, batch;
+  lh_learner_stage_params(&c, 0, &lr, &win, &batch);
+  NEAR(lr, 1e-3, 0);
+  ck_assert_uint_eq(win, 512);
+  ck_assert_uint_eq(batch, 64);
+  lh_learner_stage_params(&c, 1, &lr, &win, &batch);
+  NEAR(lr, 1e-4, 0);
+  lh_learner_stage_params(&c, 2, &lr, &win, &batch);
+  ck_assert_uint_eq(win, 1024);
+  ck_assert_uint_eq(batch, 32);
+  /* A stage advances by its own episodes and its gate, never by steps. */
+  lh_learner_stage_state g;
+  lh_learner_stage_state_init(&g, 0, 1000, 7);
+  ck_assert(!lh_learner_stage_done(&c, &g));
+  lh_learner_stage_count(&g, 99, 990, 0, 500, 3);
+  ck_assert(!lh_learner_stage_done(&c, &g));
+  lh_learner_stage_count(&g, 1, 10, 0, 0, 0);
+  ck_assert(lh_learner_stage_done(&c, &g));
+  lh_learner_stage_state_init(&g, 1, 2000, 9);
+  lh_learner_stage_count(&g, 50, 500, 10, 0, 0);   /* enough episodes, success 0.2 < 0.5 */
+  ck_assert(!lh_learner_stage_done(&c, &g));
+  ck_assert(isnan(lh_learner_stage_gate_rate(&g, 64)));
+  for (int i = 0; i < 4; i++) lh_learner_stage_count(&g, 8, 80, 6, 0, 0);  /* last 32: 24 of 32 */
+  NEAR(lh_learner_stage_gate_rate(&g, 32), 0.75, 1e-12);
+  ck_assert(lh_learner_stage_done(&c, &g));
+  lh_learner_stage_state_init(&g, 2, 3000, 11);
+  lh_learner_stage_count(&g, 1000000, 1, 1000000, 0, 0);
+  ck_assert(!lh_learner_stage_done(&c, &g));  /* the last stays */
   lh_learner_config_default(&c);
-  ck_assert_int_eq(lh_learner_stage_at(&c, 0), -1);
-  ck_assert_int_eq(lh_learner_stage_at(NULL, 0), -1);
+  ck_assert_uint_eq(c.n_stages, 0);
+  ck_assert_int_eq(c.stage_carry, LH_LEARNER_CARRY_TRAIN);
   const char *bools[8] = {"true", "on", "1", "yes", "false", "off", "0", "no"};
   for (int i = 0; i < 8; i++) {
     char t[64];
@@ -150,17 +183,28 @@ END_TEST
 
 START_TEST(test_bad_stages) {
   const int S = LH_ELEARNER_CONFIG_STAGES;
-  expect_error("[learner]\nstages = 4096:100\n", S, "fleet.ini:2: [learner] stages", "stage 1 '4096:100'");
-  expect_error("[learner]\nstages = 4096:100:0.5:1\n", S, "is not max_context:steps:long_frac", NULL);
-  expect_error("[learner]\nstages = 0:100:0.5\n", S, "stage 1 max_context '0'", NULL);
-  expect_error("[learner]\nstages = 10:x:0.5\n", S, "stage 1 steps 'x'", NULL);
-  expect_error("[learner]\nstages = 10:5:1.5\n", S, "stage 1 long_frac '1.5'", NULL);
-  expect_error("[learner]\nstages = 10:5:0.5,8:5:0.5\n", S, "stage 2 max_context 8 is not above stage 1's 10", NULL);
-  expect_error("[learner]\nstages = 10:5:0.5,\n", S, "ends with a comma", NULL);
+  /* The old form (stages by learner steps) is refused with the new one written out. */
+  expect_error("[learner]\nbatch_episodes = 16\nstages = 4096:100:0.5, 8192:10:1\n", S, "fleet.ini:3: [learner] stages",
+               "'4096 episodes=1600 long_frac=0.5'");
+  expect_error("[learner]\nstages = 0 episodes=5, 10\n", S, "stage 1: max_context '0'", NULL);
+  expect_error("[learner]\nstages = 10 episodes=x, 20\n", S, "stage 1: episodes=x", NULL);
+  expect_error("[learner]\nstages = 10 episodes=5 long_frac=1.5, 20\n", S, "stage 1: long_frac=1.5", NULL);
+  expect_error("[learner]\nstages = 10 episodes=5 success=0.5, 20\n", S, "RATE/EPISODES", NULL);
+  expect_error("[learner]\nstages = 10 episodes=5 success=0.5/99999, 20\n", S, "1..4096 episodes", NULL);
+  expect_error("[learner]\nstages = 10 episodes=5 steps=3, 20\n", S, "unknown key 'steps'", NULL);
+  expect_error("[learner]\nstages = 10 episodes, 20\n", S, "'episodes' is not key=value", NULL);
+  expect_error("[learner]\nstages = 10 long_frac=0.5, 20\n", S, "stage 1 gives neither episodes= nor tokens=", NULL);
+  expect_error("[learner]\nstages = 10 episodes=5, 20 episodes=5\n", S, "the last stage (2) stays in force", NULL);
+  expect_error("[learner]\nstages = 10 episodes=5,8\n", S, "stage 2 max_context 8 is not above stage 1's 10", NULL);
+  expect_error("[learner]\nstages = 10 episodes=5,\n", S, "ends with a comma", NULL);
   expect_error("[learner]\nstages =\n", S, "is empty", NULL);
-  expect_error("[learner]\nstages = 1:1:0,2:1:0,3:1:0,4:1:0,5:1:0,6:1:0,7:1:0,8:1:0,9:1:0,10:1:0,"
-               "11:1:0,12:1:0,13:1:0,14:1:0,15:1:0,16:1:0,17:1:0\n",
+  expect_error("[learner]\nstages = 1 tokens=1,2 tokens=1,3 tokens=1,4 tokens=1,5 tokens=1,6 tokens=1,"
+               "7 tokens=1,8 tokens=1,9 tokens=1,10 tokens=1,11 tokens=1,12 tokens=1,13 tokens=1,14 tokens=1,"
+               "15 tokens=1,16 tokens=1,17\n",
                S, "more than 16 stages", NULL);
+  expect_error("[learner]\ngroup_size = 4\nstages = 10 episodes=5 batch_episodes=6, 20\n", S,
+               "stage 1 batch_episodes=6 is not a multiple of group_size = 4", NULL);
+  expect_error("[learner]\nstage_carry = keep\n", LH_ELEARNER_CONFIG_VALUE, "stage_carry", "train or drop");
 }
 END_TEST
 
