@@ -239,6 +239,17 @@ static const char schema_v8[] =
     "ALTER TABLE train_steps ADD COLUMN balance TEXT;"
     "ALTER TABLE train_steps ADD COLUMN balance_ms REAL;";
 
+/* Version 9 ("ppo diagnostics"): per train step, the PPO figures the
+ * learner computes with its loss (learner/ppo.c): approximate KL to the
+ * behaviour policy, entropy, clip fraction, importance-weight mean and
+ * largest value. The report draws them. */
+static const char schema_v9[] =
+    "ALTER TABLE train_steps ADD COLUMN approx_kl REAL;"
+    "ALTER TABLE train_steps ADD COLUMN entropy REAL;"
+    "ALTER TABLE train_steps ADD COLUMN clip_frac REAL;"
+    "ALTER TABLE train_steps ADD COLUMN iw_mean REAL;"
+    "ALTER TABLE train_steps ADD COLUMN iw_max REAL;";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
@@ -252,6 +263,7 @@ const lh_store_migration lh_store_migrations[] = {
         "every dropped payload",
      schema_v7},
     {8, "balancing: train_step_layers.dead, train_steps.dead, balance, balance_ms", schema_v8},
+    {9, "ppo diagnostics: train_steps.approx_kl, entropy, clip_frac, iw_mean, iw_max", schema_v9},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 
