@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,8 +27,8 @@
 enum { VERSIONS = 8, PER_VERSION = 5, STEPS = 12, LAYERS = 4, EXPERTS = 8, LONG_STEPS = 500, LONG_EXPERTS = 4 };
 
 static char dir[256], db[300], empty_db[300], long_db[300], old_db[300], page[300];
-static char out_buf[1 << 16], err_buf[1 << 16];
-static char html[1 << 21];
+static char out_buf[1 << 22], err_buf[1 << 16];
+static char html[1 << 22];
 
 /* ---- the fixture --------------------------------------------------------- */
 
@@ -159,8 +160,25 @@ static void build_fixture(void) {
     for (int l = 0; l < LAYERS; l++) t.dead[l] = l == 2 && step <= 6 ? 1 : 0; /* schema 7 */
     snprintf(t.balance, sizeof t.balance, "adaptive");
     t.balance_ms = 0.5;
+    /* PPO diagnostics (schema 9) */
+    t.approx_kl = 0.001 * (double)step, t.entropy = 3.0 - 0.1 * (double)step, t.clip_frac = 0.02 * (double)step;
+    t.iw_mean = 1.0 + 0.01 * (double)step, t.iw_max = 2.0 + 0.5 * (double)step;
+    t.grad_norm = 10.0 / (double)step, t.lr = 1e-4, t.logp_diff = 0.001;
     t.time_ms = 1700000000000LL + 500 * (int64_t)step;
     ck_assert_msg(lh_store_put_train_step(s, &t, NULL, &err) == 0, "train step: %s", err.msg);
+  }
+  /* Held-out evals at SFT steps 10, 20, 30 (success 0.2, 0.5, 0.8) and
+   * SFT's loss over steps 1..30. */
+  for (uint64_t k = 1; k <= 3; k++) {
+    lh_store_eval e = {.run_id = "sft-1", .kind = "sft", .has_step = 1, .step = 10 * k, .env = "calc",
+                       .seeds = 10, .episodes = 10, .successes = k == 1 ? 2 : k == 2 ? 5 : 8,
+                       .reward_mean = 0.1 * (double)k, .eval_ms = NAN, .time_ms = 1700000000000LL + (int64_t)k};
+    ck_assert_msg(lh_store_put_eval(s, &e, &err) == 0, "eval: %s", err.msg);
+  }
+  for (uint64_t k = 1; k <= 30; k++) {
+    lh_store_sft_step t = {.run_id = "sft-1", .step = k, .loss = 3.0 / (double)k, .lr = 1e-3, .grad_norm = 1,
+                           .tokens = 100, .time_ms = 1700000000000LL + (int64_t)k};
+    ck_assert_msg(lh_store_put_sft_step(s, &t, &err) == 0, "sft step: %s", err.msg);
   }
   ck_assert_msg(lh_store_commit(s, &err) == 0, "commit: %s", err.msg);
   lh_store_close(s);
@@ -524,6 +542,179 @@ START_TEST(test_stdout) {
 }
 END_TEST
 
+/* ---- the dashboard ------------------------------------------------------- */
+
+/* The y range a chart drew: its lowest and highest y tick labels. */
+static void y_ticks(const char *c, char *lo, char *hi, size_t cap) {
+  lo[0] = hi[0] = 0;
+  for (const char *p = strstr(c, "text-anchor=\"end\">"); p; p = strstr(p + 1, "text-anchor=\"end\">")) {
+    const char *v = p + strlen("text-anchor=\"end\">");
+    size_t n = strcspn(v, "<");
+    if (n >= cap) n = cap - 1;
+    if (!lo[0]) memcpy(lo, v, n), lo[n] = 0;
+    memcpy(hi, v, n), hi[n] = 0;
+  }
+}
+
+START_TEST(test_dashboard) {
+  ck_assert_int_eq(report("--db", db, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  HAS_NOT(html, "<script");
+  HAS_NOT(html, "http-equiv=\"refresh\"");
+  /* The x-axis choice: four radio buttons, every per-step chart drawn
+   * against each axis, the train step shown first. */
+  HAS(html, "<input type=\"radio\" name=\"xaxis\" id=\"x-step\" checked>");
+  HAS(html, "<label for=\"x-samples\">samples</label>");
+  const char *c = chart(html, "svg-loss-by-time");
+  HAS(c, "loss at seconds since the first train step 0.5: 1</title>");  /* step 2, 500 ms after step 1 */
+  c = chart(html, "svg-loss-by-version");
+  HAS(c, "loss at policy version 4: 0.5</title>");
+  c = chart(html, "svg-loss-by-samples");
+  HAS(c, "loss at sampled tokens trained 1010: 2</title>");  /* step 1: 1010 tokens */
+  /* Smoothing: the measured line faint, the moving average drawn over it,
+   * starting at the first value (debiased). */
+  c = chart(html, "svg-loss");
+  HAS(c, "stroke-opacity=\"0.3\"");
+  HAS(c, "<path class=\"smooth\" data-series=\"loss\"");
+  /* PPO diagnostics from schema 9 */
+  HAS(chart(html, "svg-kl"), "approx KL at train step 3: 0.003</title>");
+  HAS(chart(html, "svg-entropy"), "entropy at train step 10: 2</title>");
+  HAS(chart(html, "svg-clip-frac"), "clip fraction at train step 5: 0.1</title>");
+  c = chart(html, "svg-iw");
+  HAS(c, "mean at train step 2: 1.02</title>");
+  HAS(c, "largest at train step 2: 3</title>");
+  HAS(chart(html, "svg-grad-norm"), "grad norm at train step 4: 2.5</title>");
+  HAS(chart(html, "svg-lr"), "lr at train step 1: 0.0001</title>");
+  HAS(chart(html, "svg-logp-diff"), "logp diff at train step 1: 0.001</title>");
+  /* Curves per environment: one per environment. */
+  c = chart(html, "svg-env-success");
+  HAS(c, "data-series=\"calc\"");
+  HAS(c, "data-series=\"" ODD_ENV_ESCAPED "\"");
+  HAS(c, "calc at policy version 1: 0.25</title>");  /* 1 of the 4 calc episodes of version 1 */
+  /* The eval curve and SFT's loss. */
+  c = chart(html, "svg-eval");
+  HAS(c, "data-points=\"3\"");
+  HAS(c, "sft calc at step 20: 0.5</title>");
+  c = chart(html, "svg-sft-loss");
+  HAS(c, "data-points=\"30\"");
+  HAS(c, "sft-1 at SFT step 3: 1</title>");
+  /* The same quantity, the same y range: every reward chart, every
+   * success rate 0..1. */
+  char lo[32], hi[32], lo2[32], hi2[32];
+  y_ticks(chart(html, "svg-reward"), lo, hi, sizeof lo);
+  y_ticks(chart(html, "svg-step-reward"), lo2, hi2, sizeof lo2);
+  ck_assert_str_eq(lo, lo2);
+  ck_assert_str_eq(hi, hi2);
+  y_ticks(chart(html, "svg-env-reward"), lo2, hi2, sizeof lo2);
+  ck_assert_str_eq(hi, hi2);
+  const char *unit[] = {"svg-success", "svg-step-success", "svg-env-success", "svg-eval", "svg-clip-frac"};
+  for (size_t k = 0; k < sizeof unit / sizeof unit[0]; k++) {
+    y_ticks(chart(html, unit[k]), lo, hi, sizeof lo);
+    ck_assert_msg(strcmp(lo, "0") == 0 && strcmp(hi, "1") == 0, "%s: y from %s to %s", unit[k], lo, hi);
+  }
+  /* --smooth 0: the measured lines alone. */
+  ck_assert_int_eq(report("--db", db, "--out", page, "--smooth", "0", NULL), 0);
+  slurp(page, html, sizeof html);
+  HAS_NOT(html, "class=\"smooth\"");
+  ck_assert_int_eq(report("--db", db, "--smooth", "1", NULL), 2);
+  HAS(err_buf, "--smooth '1' must be a number in [0, 1)");
+  ck_assert_int_eq(report("--db", db, "--watch", "0", NULL), 2);
+  ck_assert_int_eq(report("--db", db, "--format", "xml", NULL), 2);
+}
+END_TEST
+
+/* Two runs overlaid: a legend by run (their paths less the shared
+ * folder), a summary of each, one colour per run in every chart. */
+START_TEST(test_compare) {
+  ck_assert_int_eq(report("--db", db, "--compare", long_db, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  HAS(html, "2 runs overlaid");
+  HAS(html, "<table class=\"runs\" id=\"runs\">");
+  HAS(html, "<table id=\"summary\">");
+  HAS(html, "<table id=\"summary-1\">");
+  const char *c = chart(html, "svg-loss");
+  HAS(c, "data-points=\"511\"");  /* 12 + 499 (step 100 of the long run skipped) */
+  HAS(c, "data-series=\"store.db\"");
+  HAS(c, "data-series=\"long.db\"");
+  HAS(c, "class=\"legend\"");
+  HAS(c, ">long.db</text>");
+  c = chart(html, "svg-tokens");
+  HAS(c, "data-series=\"long.db: since the last step\"");
+  HAS(c, "stroke-dasharray=\"6 4\"");
+  /* More than 8 runs is a usage error. */
+  ck_assert_int_eq(report("--db", db, "--compare", db, "--compare", db, "--compare", db, "--compare", db,
+                          "--compare", db, "--compare", db, "--compare", db, "--compare", db, NULL), 2);
+  HAS(err_buf, "option '--compare' given too many times");
+  ck_assert_int_eq(report("--db", db, "--compare", "/nonexistent/x.db", "--out", page, NULL), 1);
+  HAS(err_buf, "cannot read '/nonexistent/x.db'");
+}
+END_TEST
+
+/* --watch: the page is written, carries a refresh, is written again, and
+ * SIGTERM ends the command with 0. */
+START_TEST(test_watch) {
+  char watched[400], err_path[400];
+  snprintf(watched, sizeof watched, "%s/watched.html", dir);
+  snprintf(err_path, sizeof err_path, "%s/watch.err", dir);
+  unlink(watched);
+  pid_t pid = fork();
+  ck_assert(pid >= 0);
+  if (pid == 0) {
+    int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (e < 0) _exit(126);
+    dup2(e, 2);
+    execl(getenv("LH_BIN"), "longhaul", "report", "--db", db, "--out", watched, "--watch", "1", (char *)NULL);
+    _exit(127);
+  }
+  struct stat first = {0}, now = {0};
+  int rewritten = 0;
+  for (int i = 0; i < 600 && !rewritten; i++) {  /* up to a minute */
+    if (stat(watched, &now) == 0) {
+      if (!first.st_ino)
+        first = now;
+      else if (now.st_ino != first.st_ino)
+        rewritten = 1;  /* renamed into place again */
+    }
+    usleep(100 * 1000);
+  }
+  ck_assert_msg(rewritten, "the watched page was not rewritten");
+  slurp(watched, html, sizeof html);
+  HAS(html, "<meta http-equiv=\"refresh\" content=\"1\">");
+  HAS(html, "id=\"watching\"");
+  ck_assert(kill(pid, SIGTERM) == 0);
+  int status;
+  ck_assert(waitpid(pid, &status, 0) == pid);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+  slurp(err_path, err_buf, sizeof err_buf);
+  HAS(err_buf, "stopped watching");
+}
+END_TEST
+
+/* --format csv and jsonl: one record per train step and per version. */
+START_TEST(test_export) {
+  char csv[400];
+  snprintf(csv, sizeof csv, "%s/series.csv", dir);
+  ck_assert_int_eq(report("--db", db, "--format", "csv", "--out", csv, NULL), 0);
+  slurp(csv, html, sizeof html);
+  HAS(html, "run,kind,step,version,wall_s,samples,loss,reward_mean,success_rate,");
+  ck_assert_uint_eq(count(html, NULL, "\n"), 1 + STEPS + VERSIONS);
+  ck_assert_uint_eq(count(html, NULL, ",step,"), 1 + STEPS);  /* and the header's */
+  ck_assert_uint_eq(count(html, NULL, ",version,,"), VERSIONS);
+  HAS(html, "/store.db,step,1,1,0,1010,2,");  /* the run is named by its path */
+  ck_assert_int_eq(report("--db", db, "--format", "jsonl", "--out", "-", NULL), 0);
+  ck_assert_uint_eq(count(out_buf, NULL, "\n"), STEPS + VERSIONS);
+  HAS(out_buf, "\"kind\":\"step\",\"step\":12,\"version\":12,");
+  HAS(out_buf, "\"time_ms\":1700000006000}");
+  HAS(out_buf, "\"approx_kl\":0.0030000000000000001");
+  HAS(out_buf, "{\"run\":");
+  HAS(out_buf, "\"kind\":\"version\",\"version\":2,\"episodes\":5,\"reward_mean\":0.46");
+  /* no value: null */
+  ck_assert_int_eq(report("--db", old_db, "--format", "jsonl", "--out", "-", NULL), 0);
+  HAS(out_buf, "\"reward_mean\":0,");
+  HAS(out_buf, "\"tok_s_wall\":null");
+}
+END_TEST
+
 /* ---- rendering in headless Chromium -------------------------------------- */
 
 /* Runs chromium headless on url with extra (one flag, e.g. --dump-dom or
@@ -599,6 +790,21 @@ START_TEST(test_render) {
   fclose(p);
   ck_assert(memcmp(png, "\x89PNG\r\n\x1a\n", 8) == 0);
 
+  /* Two runs overlaid: parsed, and drawn. */
+  char two[400], two_url[420], two_shot[400], two_flag[420];
+  snprintf(two, sizeof two, "%s/two.html", dir);
+  snprintf(two_url, sizeof two_url, "file://%s", two);
+  ck_assert_int_eq(report("--db", db, "--compare", long_db, "--out", two, NULL), 0);
+  ck_assert_int_eq(chromium("--dump-dom", two_url, dom), 0);
+  slurp(dom, html, sizeof html);
+  HAS(chart(html, "svg-loss"), "data-series=\"long.db\"");
+  HAS(html, "<table id=\"summary-1\">");
+  snprintf(two_shot, sizeof two_shot, "%s/two.png", dir);
+  snprintf(two_flag, sizeof two_flag, "--screenshot=%s", two_shot);
+  ck_assert_int_eq(chromium(two_flag, two_url, dom), 0);
+  fprintf(stderr, "two-run screenshot %ld bytes\n", file_size(two_shot));
+  ck_assert_msg(file_size(two_shot) > 10 * blank_bytes, "the two-run page did not draw");
+
   /* A store of an older run, without expert rows: the page renders with
    * the MaxVio map and the note in place of the expert-load maps. */
   ck_assert_int_eq(report("--db", old_db, "--out", page, NULL), 0);
@@ -647,6 +853,10 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_long_run);
     tcase_add_test(tc, test_escaping);
     tcase_add_test(tc, test_stdout);
+    tcase_add_test(tc, test_dashboard);
+    tcase_add_test(tc, test_compare);
+    tcase_add_test(tc, test_watch);
+    tcase_add_test(tc, test_export);
   }
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
