@@ -192,6 +192,17 @@ void lh_report_page(lh_report_buf *b, const lh_report_run *runs, size_t nruns, c
 /* The series behind the charts as CSV or JSON lines: one record per train
  * step (kind "step") and one per policy version (kind "version"), each
  * with the run's name. Ids and counts are written exactly. */
+/* A per-step column of lh_report_data: its name in exports, its offset
+ * (of a double * member) and whether its values are whole numbers. */
+typedef struct {
+  const char *name;
+  size_t off;
+  int whole;
+} lh_report_column;
+/* The exported per-step columns, step first; *n gets how many. */
+const lh_report_column *lh_report_step_columns(size_t *n);
+const double *lh_report_column_of(const lh_report_data *d, size_t off);
+
 void lh_report_export_csv(lh_report_buf *b, const lh_report_run *runs, size_t nruns);
 void lh_report_export_jsonl(lh_report_buf *b, const lh_report_run *runs, size_t nruns);
 

@@ -10,15 +10,9 @@
 
 #include "cli/report.h"
 
-typedef struct {
-  const char *name;
-  size_t off;     /* offsetof(lh_report_data, column) */
-  int whole;      /* an integer value */
-} step_column;
-
 #define COL(name, member, whole) {name, offsetof(lh_report_data, member), whole}
 
-static const step_column step_columns[] = {
+static const lh_report_column step_columns[] = {
     COL("step", step, 1),           COL("version", step_version, 1),  COL("wall_s", wall_s, 0),
     COL("samples", samples, 1),     COL("loss", loss, 0),             COL("reward_mean", reward_mean, 0),
     COL("success_rate", success_rate, 0), COL("lag_mean", lag_mean, 0), COL("lag_max", lag_max, 0),
@@ -30,7 +24,12 @@ static const step_column step_columns[] = {
 };
 enum { STEP_COLUMNS = sizeof step_columns / sizeof step_columns[0] };
 
-static const double *column(const lh_report_data *d, size_t off) {
+const lh_report_column *lh_report_step_columns(size_t *n) {
+  *n = STEP_COLUMNS;
+  return step_columns;
+}
+
+const double *lh_report_column_of(const lh_report_data *d, size_t off) {
   return *(double *const *)(const void *)((const char *)d + off);
 }
 
@@ -82,7 +81,7 @@ void lh_report_export_csv(lh_report_buf *b, const lh_report_run *runs, size_t nr
       lh_report_puts(b, ",step");
       for (size_t c = 0; c < STEP_COLUMNS; c++) {
         lh_report_puts(b, ",");
-        number(b, column(d, step_columns[c].off)[i], step_columns[c].whole, 0);
+        number(b, lh_report_column_of(d, step_columns[c].off)[i], step_columns[c].whole, 0);
       }
       lh_report_printf(b, ",%lld,\n", (long long)d->time_ms[i]);
     }
@@ -112,7 +111,7 @@ void lh_report_export_jsonl(lh_report_buf *b, const lh_report_run *runs, size_t 
       lh_report_puts(b, ",\"kind\":\"step\"");
       for (size_t c = 0; c < STEP_COLUMNS; c++) {
         lh_report_printf(b, ",\"%s\":", step_columns[c].name);
-        number(b, column(d, step_columns[c].off)[i], step_columns[c].whole, 1);
+        number(b, lh_report_column_of(d, step_columns[c].off)[i], step_columns[c].whole, 1);
       }
       lh_report_printf(b, ",\"time_ms\":%lld}\n", (long long)d->time_ms[i]);
     }

@@ -715,6 +715,113 @@ START_TEST(test_export) {
 }
 END_TEST
 
+/* --tensorboard DIR: event files, read back by a reader of their own
+ * written here in Python (struct and a CRC32C of its own, no TensorBoard,
+ * no protobuf module): every record's two masked CRCs, the file version
+ * first, then an Event per train step with its scalars. */
+static const char tb_reader[] =
+    "import struct, sys, os\n"
+    "\n"
+    "def crc32c(data):\n"
+    "    c = 0xFFFFFFFF\n"
+    "    for b in data:\n"
+    "        c ^= b\n"
+    "        for _ in range(8):\n"
+    "            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)\n"
+    "    return c ^ 0xFFFFFFFF\n"
+    "\n"
+    "def masked(c):\n"
+    "    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF\n"
+    "\n"
+    "def varint(b, i):\n"
+    "    v = s = 0\n"
+    "    while True:\n"
+    "        x = b[i]; i += 1\n"
+    "        v |= (x & 0x7F) << s; s += 7\n"
+    "        if not x & 0x80:\n"
+    "            return v, i\n"
+    "\n"
+    "def fields(b):\n"
+    "    i = 0\n"
+    "    while i < len(b):\n"
+    "        key, i = varint(b, i)\n"
+    "        num, wt = key >> 3, key & 7\n"
+    "        if wt == 0:\n"
+    "            v, i = varint(b, i)\n"
+    "        elif wt == 1:\n"
+    "            v = b[i:i + 8]; i += 8\n"
+    "        elif wt == 5:\n"
+    "            v = b[i:i + 4]; i += 4\n"
+    "        elif wt == 2:\n"
+    "            n, i = varint(b, i)\n"
+    "            v = b[i:i + n]; i += n\n"
+    "        else:\n"
+    "            raise ValueError(\"wire type %d\" % wt)\n"
+    "        yield num, wt, v\n"
+    "\n"
+    "def read(path):\n"
+    "    data = open(path, \"rb\").read()\n"
+    "    i, events = 0, []\n"
+    "    while i < len(data):\n"
+    "        head = data[i:i + 8]\n"
+    "        (n,) = struct.unpack(\"<Q\", head)\n"
+    "        (hcrc,) = struct.unpack(\"<I\", data[i + 8:i + 12])\n"
+    "        assert hcrc == masked(crc32c(head)), \"length crc at %d\" % i\n"
+    "        body = data[i + 12:i + 12 + n]\n"
+    "        (dcrc,) = struct.unpack(\"<I\", data[i + 12 + n:i + 16 + n])\n"
+    "        assert dcrc == masked(crc32c(body)), \"data crc at %d\" % i\n"
+    "        i += 16 + n\n"
+    "        ev = {\"step\": 0, \"values\": {}}\n"
+    "        for num, wt, v in fields(body):\n"
+    "            if num == 1: ev[\"wall_time\"] = struct.unpack(\"<d\", v)[0]\n"
+    "            elif num == 2: ev[\"step\"] = v\n"
+    "            elif num == 3: ev[\"file_version\"] = v.decode()\n"
+    "            elif num == 5:\n"
+    "                for _, _, val in fields(v):\n"
+    "                    tag, x = None, 0.0  # proto3: a zero is not written\n"
+    "                    for f, _, w in fields(val):\n"
+    "                        if f == 1: tag = w.decode()\n"
+    "                        if f == 2: x = struct.unpack(\"<f\", w)[0]\n"
+    "                    ev[\"values\"][tag] = x\n"
+    "        events.append(ev)\n"
+    "    return events\n"
+    "\n"
+    "for run in sorted(os.listdir(sys.argv[1])):\n"
+    "    files = os.listdir(os.path.join(sys.argv[1], run))\n"
+    "    assert len(files) == 1 and files[0].startswith(\"events.out.tfevents.\"), files\n"
+    "    evs = read(os.path.join(sys.argv[1], run, files[0]))\n"
+    "    assert evs[0].get(\"file_version\") == \"brain.Event:2\", evs[0]\n"
+    "    steps = evs[1:]\n"
+    "    print(\"run %s events %d first_step %d last_step %d\" % (run, len(steps), steps[0][\"step\"], steps[-1][\"step\"]))\n"
+    "    for tag in sys.argv[2:]:\n"
+    "        print(\"%s %s step %d: %.6g\" % (run, tag, steps[-1][\"step\"], steps[-1][\"values\"].get(tag, float(\"nan\"))))\n"
+    "\n";
+
+START_TEST(test_tensorboard) {
+  char tb[400], script[400], out_path[400], err_path[400];
+  snprintf(tb, sizeof tb, "%s/tb", dir);
+  snprintf(script, sizeof script, "%s/tb_read.py", dir);
+  ck_assert_int_eq(report("--db", db, "--compare", long_db, "--out", page, "--tensorboard", tb, NULL), 0);
+  FILE *f = fopen(script, "w");
+  ck_assert(f != NULL);
+  fputs(tb_reader, f);
+  fclose(f);
+  snprintf(out_path, sizeof out_path, "%s/tb.out", dir);
+  snprintf(err_path, sizeof err_path, "%s/tb.err", dir);
+  const char *argv[] = {"/usr/bin/python3", script, tb, "loss", "approx_kl", "samples", NULL};
+  int rc = run_into(argv, out_path, err_path);
+  slurp(err_path, err_buf, sizeof err_buf);
+  slurp(out_path, out_buf, sizeof out_buf);
+  ck_assert_msg(rc == 0, "the reader failed (%d): %s", rc, err_buf);
+  HAS(out_buf, "run 0-store.db events 12 first_step 1 last_step 12");
+  HAS(out_buf, "0-store.db loss step 12: 0.166667");
+  HAS(out_buf, "0-store.db approx_kl step 12: 0.012");
+  HAS(out_buf, "0-store.db samples step 12: 12780");  /* 12 steps of 1000 + 10 step tokens */
+  HAS(out_buf, "run 1-long.db events 500 first_step 1 last_step 500");
+  HAS(out_buf, "1-long.db loss step 500: 1.002");
+}
+END_TEST
+
 /* ---- rendering in headless Chromium -------------------------------------- */
 
 /* Runs chromium headless on url with extra (one flag, e.g. --dump-dom or
@@ -857,6 +964,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_compare);
     tcase_add_test(tc, test_watch);
     tcase_add_test(tc, test_export);
+    tcase_add_test(tc, test_tensorboard);
   }
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
