@@ -13,7 +13,7 @@ static const lh_command commands[] = {
     {"score", "log-probabilities of a token sequence under a checkpoint", lh_cmd_score},
     {"sft", "supervised warm start from an environment's expert demonstrations", lh_cmd_sft},
     {"eval", "the greedy success rate of a checkpoint on held-out seeds", lh_cmd_eval},
-    {"report", "an HTML page of charts about a replay store", lh_cmd_report},
+    {"report", "a dashboard of runs (HTML, live with --watch), or their series as CSV, JSON, TensorBoard", lh_cmd_report},
     {"actor", "run episodes against the policy and stream them to the learner", lh_cmd_actor},
     {"learner", "store actors' episodes, train the policy on them, publish its weights", lh_cmd_learner},
     {"keys", "CURVE key pairs for the learner and its actors: generate", lh_cmd_keys},
