@@ -1,5 +1,6 @@
 /* longhaul: one binary, one subcommand per line of the table below. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
@@ -39,7 +40,11 @@ static void usage(FILE *out) {
           "An actor-learner system for reinforcement learning of sparse\n"
           "mixture-of-experts policies on long tool-using episodes.\n\n");
   print_commands(out);
-  fprintf(out, "\nRun 'longhaul COMMAND --help' for a command's options.\n");
+  fprintf(out, "\nRun 'longhaul COMMAND --help' for a command's options.\n\n"
+               "environment:\n"
+               "  LH_LOG_LEVEL  debug, info (default), warn, error or off\n"
+               "  LH_LOG_TIME   1: every log line starts with its UTC time (ISO 8601); the\n"
+               "                launcher sets it for its children\n");
 }
 
 static void version(void) {
@@ -55,6 +60,9 @@ static void version(void) {
 }
 
 int main(int argc, char **argv) {
+  if (lh_log_from_env() != 0)
+    fprintf(stderr, "longhaul: LH_LOG_LEVEL='%s' is not one of debug, info, warn, error, off; logging at info\n",
+            getenv("LH_LOG_LEVEL"));
   if (argc < 2) {
     usage(stderr);
     return LH_EXIT_USAGE;
