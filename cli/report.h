@@ -154,7 +154,7 @@ typedef struct {
   lh_report_grouped evals;
   /* sft_steps: x step, y0 loss (one group per run id) */
   lh_report_grouped sft;
-  size_t dropped_groups;    /* environments or eval curves past LH_REPORT_MAX_GROUPS */
+  size_t dropped_groups;    /* > 0: environments or eval curves past LH_REPORT_MAX_GROUPS were left out */
   /* vertical marks at train steps (x in train steps; labels owned) */
   lh_report_mark *marks;
   size_t mark_count;

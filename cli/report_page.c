@@ -493,8 +493,8 @@ void lh_report_page(lh_report_buf *b, const lh_report_run *runs, size_t nruns, c
   size_t dropped = 0;
   for (size_t r = 0; r < nruns; r++) dropped += runs[r].d.dropped_groups;
   if (dropped)
-    lh_report_printf(b, "<p class=\"note\" id=\"groups-left-out\">Only the first %d environments or eval curves "
-                        "of a run are drawn; %zu more left out.</p>\n", LH_REPORT_MAX_GROUPS, dropped);
+    lh_report_printf(b, "<p class=\"note\" id=\"groups-left-out\">Only the first %d environments and eval curves "
+                        "of a run (by name) are drawn; the others are left out.</p>\n", LH_REPORT_MAX_GROUPS);
 
   lh_report_puts(b, "<h2>Evaluation</h2>\n<div class=\"grid\">\n");
   lh_report_axes eva = {.id = "svg-eval", .title = "Held-out success rate (sft and eval) by step",

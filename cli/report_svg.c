@@ -10,7 +10,39 @@
 
 enum { WIDTH = 760, HEIGHT = 300, LEFT = 70, RIGHT = 20, TOP = 36, BOTTOM = 50 };
 enum { MAX_MARKED_POINTS = 400 };
-enum { LEGEND_ROW = 16 };  /* a legend row below the plot */  /* above this, lines only: the page stays small */
+enum { LEGEND_ROW = 16 };  /* a legend row below the plot */
+/* Above this many points a line is thinned to about twice as many drawn:
+ * per bucket of consecutive points its first, lowest, highest and last
+ * (spikes stay), so that a run of 10^5 steps stays a page of megabytes. */
+enum { MAX_DRAWN_POINTS = 1500 };
+
+/* Which points of a series are drawn when thinned by buckets of k:
+ * the bucket of the last point asked about, scanned once. */
+typedef struct {
+  size_t k, from, first, last, lo, hi;
+  int gap, valid;
+} thinner;
+
+/* Whether point i of s is drawn; points are asked about in order. */
+static int drawn(thinner *t, const lh_report_series *s, size_t i) {
+  if (t->k <= 1) return 1;
+  size_t from = i / t->k * t->k;
+  if (!t->valid || from != t->from) {
+    size_t to = from + t->k < s->n ? from + t->k : s->n;
+    t->from = from, t->lo = t->hi = t->last = from, t->first = to, t->gap = 0, t->valid = 1;
+    for (size_t j = from; j < to; j++) {
+      if (!isfinite(s->x[j]) || !isfinite(s->y[j])) {
+        t->gap = 1;  /* a bucket with a gap is drawn whole */
+        continue;
+      }
+      if (t->first == to) t->first = t->lo = t->hi = j;
+      t->last = j;
+      if (s->y[j] < s->y[t->lo]) t->lo = j;
+      if (s->y[j] > s->y[t->hi]) t->hi = j;
+    }
+  }
+  return t->gap || i == t->first || i == t->last || i == t->lo || i == t->hi;
+}  /* above this, lines only: the page stays small */
 
 typedef struct {
   double lo, hi, step;
@@ -191,6 +223,8 @@ void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_re
     /* One polyline per run of finite points: a NAN is a gap. Smoothed,
      * the measured line is faint and the smoothed one drawn over it. */
     const char *dash = s[k].dashed ? " stroke-dasharray=\"6 4\"" : "";
+    size_t thin = s[k].n > MAX_DRAWN_POINTS ? (s[k].n + MAX_DRAWN_POINTS / 2 - 1) / (MAX_DRAWN_POINTS / 2) : 1;
+    thinner th = {.k = thin};
     int open = 0;
     for (size_t i = 0; i < s[k].n; i++) {
       int ok = isfinite(s[k].x[i]) && isfinite(s[k].y[i]);
@@ -204,7 +238,7 @@ void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_re
         lh_report_puts(b, "\"/>\n");
         open = 0;
       }
-      if (ok)
+      if (ok && drawn(&th, &s[k], i))
         lh_report_printf(b, "%.1f,%.1f ", map(y_clamp(s[k].x[i], &xr), &xr, x0, x1),
                          map(y_clamp(s[k].y[i], &yr), &yr, y0, y1));
     }
@@ -229,8 +263,10 @@ void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_re
           lh_report_printf(b, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s d=\"", s[k].color, dash);
           any = 1;
         }
-        lh_report_printf(b, "%s%.1f,%.1f ", first ? "M" : "L", map(y_clamp(s[k].x[i], &xr), &xr, x0, x1),
-                         map(y_clamp(v, &yr), &yr, y0, y1));
+        int gap_next = i + 1 >= s[k].n || !isfinite(s[k].x[i + 1]) || !isfinite(s[k].y[i + 1]);
+        if (first || gap_next || thin <= 1 || i % thin == 0)
+          lh_report_printf(b, "%s%.1f,%.1f ", first ? "M" : "L", map(y_clamp(s[k].x[i], &xr), &xr, x0, x1),
+                           map(y_clamp(v, &yr), &yr, y0, y1));
         first = 0;
       }
       if (any) lh_report_puts(b, "\"/>\n");
