@@ -24,9 +24,10 @@
 
 #define ODD_ENV "<b>calc&\"co\"</b>"
 #define ODD_ENV_ESCAPED "&lt;b&gt;calc&amp;&quot;co&quot;&lt;/b&gt;"
+enum { MANY_STEPS = 3000 };
 enum { VERSIONS = 8, PER_VERSION = 5, STEPS = 12, LAYERS = 4, EXPERTS = 8, LONG_STEPS = 500, LONG_EXPERTS = 4 };
 
-static char dir[256], db[300], empty_db[300], long_db[300], old_db[300], page[300];
+static char dir[256], db[300], empty_db[300], long_db[300], old_db[300], many_db[300], page[300];
 static char out_buf[1 << 22], err_buf[1 << 16];
 static char html[1 << 22];
 
@@ -126,6 +127,27 @@ static void build_fixture(void) {
     load[LONG_EXPERTS + step % LONG_EXPERTS] = 0.7;
     if (step > 100) t.experts = LONG_EXPERTS, t.expert_load = load;
     ck_assert_msg(lh_store_put_train_step(s, &t, NULL, &err) == 0, "train step: %s", err.msg);
+  }
+  ck_assert_msg(lh_store_commit(s, &err) == 0, "commit: %s", err.msg);
+  lh_store_close(s);
+
+  /* Many: 3000 train steps whose loss alternates 1, 3 (a line to thin),
+   * and one ended episode in each of 14 environments (more than a chart
+   * draws). */
+  snprintf(many_db, sizeof many_db, "%s/many.db", dir);
+  ck_assert_msg(lh_store_open(many_db, &s, &err) == 0, "open %s: %s", many_db, err.msg);
+  ck_assert(lh_store_begin(s, &err) == 0);
+  for (uint64_t step = 1; step <= MANY_STEPS; step++) {
+    lh_store_train_step t;
+    memset(&t, 0, sizeof t);
+    t.step = step, t.version = step, t.loss = step % 2 ? 1.0 : 3.0, t.tokens = 10;
+    t.time_ms = 1700000000000LL + 10 * (int64_t)step;
+    ck_assert_msg(lh_store_put_train_step(s, &t, NULL, &err) == 0, "train step: %s", err.msg);
+  }
+  for (uint64_t e = 1; e <= 14; e++) {
+    char env[16];
+    snprintf(env, sizeof env, "env%02llu", (unsigned long long)e);
+    put_episode(s, e, env, 1, 1, 1.0f);
   }
   ck_assert_msg(lh_store_commit(s, &err) == 0, "commit: %s", err.msg);
   lh_store_close(s);
@@ -650,6 +672,29 @@ START_TEST(test_compare) {
 }
 END_TEST
 
+/* A long line is thinned for drawing (every point still counted, the
+ * spikes kept); past 12 environments a chart says the rest are left out. */
+START_TEST(test_thinning_and_many_envs) {
+  ck_assert_int_eq(report("--db", many_db, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  const char *c = chart(html, "svg-loss");
+  HAS(c, "data-points=\"3000\"");
+  const char *poly = strstr(c, "<polyline");
+  ck_assert(poly != NULL);
+  size_t drawn = count(poly, strstr(poly, "/>"), ",");
+  ck_assert_msg(drawn >= 1000 && drawn <= 2 * 1500, "%zu points drawn of 3000", drawn);
+  /* both values of the alternation survive: the top and the bottom of the y axis */
+  char lo[32], hi[32];
+  y_ticks(c, lo, hi, sizeof lo);
+  ck_assert_str_eq(lo, "1");
+  ck_assert_str_eq(hi, "3");
+  c = chart(html, "svg-env-success");
+  HAS(c, "data-series=\"env12\"");
+  HAS_NOT(c, "data-series=\"env13\"");
+  HAS(html, "id=\"groups-left-out\"");
+}
+END_TEST
+
 /* --watch: the page is written, carries a refresh, is written again, and
  * SIGTERM ends the command with 0. */
 START_TEST(test_watch) {
@@ -963,6 +1008,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_dashboard);
     tcase_add_test(tc, test_compare);
     tcase_add_test(tc, test_watch);
+    tcase_add_test(tc, test_thinning_and_many_envs);
     tcase_add_test(tc, test_export);
     tcase_add_test(tc, test_tensorboard);
   }
