@@ -157,7 +157,7 @@ void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64
     fprintf(out, "\033[H\033[2J");
     fprintf(out, "longhaul launch %s  up %02lld:%02lld:%02lld\n", tail(f->config_path, 50, b1, sizeof b1),
             (long long)(up / 3600), (long long)(up / 60 % 60), (long long)(up % 60));
-    fprintf(out, "store %s  logs %s/\n", tail(f->db, 36, b2, sizeof b2), tail(f->fleet.log_dir, 30, b3, sizeof b3));
+    fprintf(out, "store %s  logs %s/\n", tail(f->db, 34, b2, sizeof b2), tail(f->fleet.log_dir, 28, b3, sizeof b3));
     fprintf(out, "%s\n\n", prog[0] ? tail(prog, SCREEN_COLUMNS - 1, b1, sizeof b1) : "runs until Ctrl-C or SIGTERM");
     fprintf(out, LEARNER_ROW, "LEARNER", "state", "rst", "step", "version", "loss", "reward", "success", "maxvio",
             "busy");

@@ -1,6 +1,6 @@
 /* `longhaul launch --status screen` with a calc fleet: once the screen
  * shows the actors' heartbeats, every line of every redraw (escape
- * sequences removed) fits 80 columns; then SIGTERM stops the fleet (its
+ * sequences removed) fits 80 columns (79 at most: a terminal may wrap a full one); then SIGTERM stops the fleet (its
  * closing status lines are log lines, not the screen). */
 #include <check.h>
 #include <signal.h>
@@ -56,9 +56,9 @@ START_TEST(test_screen_fits_80_columns) {
     if (!end) break;
     p = end + 1;
   }
-  printf("screen: %zu lines, the widest %zu columns\n", lines, widest);
+  printf("screen: %zu lines, the widest %zu columns: %s\n", lines, widest, widest_line);
   ck_assert_msg(strstr(text, "LEARNER") && strstr(text, "actor-0"), "%s", text);
-  ck_assert_msg(widest <= 80, "a line of %zu columns: '%s'", widest, widest_line);
+  ck_assert_msg(widest < 80, "a line of %zu columns: '%s'", widest, widest_line);
   free(text);
   lfx_cleanup(&f);
 }
