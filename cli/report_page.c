@@ -319,7 +319,8 @@ static void step_chart(lh_report_buf *b, const page_ctx *p, const char *id, cons
     else
       snprintf(xid, sizeof xid, "%s-by-%s", id, x_key[x]);
     lh_report_axes a = *base;
-    a.id = xid, a.title = title, a.xlabel = x_label[x], a.ylabel = ylabel, a.smooth = p->smooth;
+    /* base->smooth < 0: a schedule (lr), drawn as it is, never smoothed */
+    a.id = xid, a.title = title, a.xlabel = x_label[x], a.ylabel = ylabel, a.smooth = base->smooth < 0 ? 0 : p->smooth;
     a.marks = marks, a.nmarks = marks_on(&p->runs[0].d, (x_axis)x, marks, 16);
     lh_report_printf(b, "<div class=\"xv xv-%s\">\n", x_key[x]);
     lh_report_line_chart(b, &a, s, n);
@@ -537,7 +538,8 @@ void lh_report_page(lh_report_buf *b, const lh_report_run *runs, size_t nruns, c
              1, &unit);
   step_chart(b, &p, "svg-iw", "Importance weights p / behaviour", "weight", f_iw, 2, &zero);
   step_chart(b, &p, "svg-grad-norm", "Gradient norm (before clipping)", "norm", f_grad, 1, &zero);
-  step_chart(b, &p, "svg-lr", "Learning rate", "lr", f_lr, 1, &zero);
+  lh_report_axes schedule = {.y_from_zero = 1, .smooth = -1};
+  step_chart(b, &p, "svg-lr", "Learning rate", "lr", f_lr, 1, &schedule);
   step_chart(b, &p, "svg-logp-diff", "Largest |learner - behaviour| log-probability at the current version",
              "nats", f_logp, 1, &zero);
   lh_report_puts(b, "<p class=\"note\">Over each step's sampled tokens, with r = p / behaviour: approximate KL "

@@ -607,6 +607,7 @@ START_TEST(test_dashboard) {
   HAS(c, "largest at train step 2: 3</title>");
   HAS(chart(html, "svg-grad-norm"), "grad norm at train step 4: 2.5</title>");
   HAS(chart(html, "svg-lr"), "lr at train step 1: 0.0001</title>");
+  HAS_NOT(chart(html, "svg-lr"), "class=\"smooth\"");  /* a schedule is drawn as it is */
   HAS(chart(html, "svg-logp-diff"), "logp diff at train step 1: 0.001</title>");
   /* Curves per environment: one per environment. */
   c = chart(html, "svg-env-success");
