@@ -4,6 +4,8 @@
 #               under AddressSanitizer and UndefinedBehaviorSanitizer, and
 #               the store and wire suites under valgrind
 #   make fuzz   the libFuzzer harnesses (clang), FUZZ_SECONDS each
+#   make install  the longhaul binary, its man page, the plugin header
+#               and longhaul-env.pc under PREFIX (default /usr/local)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 LH_CUDA ?= auto
@@ -12,8 +14,9 @@ CMAKE_FLAGS ?=
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_PARALLEL ?= 1
+PREFIX ?= /usr/local
 
-.PHONY: all deps build test test-asan test-valgrind test-slurm fuzz demo bench clean
+.PHONY: all deps build install test test-asan test-valgrind test-slurm fuzz demo bench clean
 
 all: build
 
@@ -25,6 +28,9 @@ $(BUILD)/CMakeCache.txt:
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/commands.h"
 #include "cli/config.h"
@@ -10,11 +11,14 @@
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: longhaul init --config MODEL.ini --seed N --out DIR [--set model.key=value ...]\n\n"
+          "usage: longhaul init --config MODEL.ini --seed N --out DIR [--force]\n"
+          "                     [--set model.key=value ...]\n\n"
           "Writes DIR/model.safetensors: the model of the [model] section of\n"
           "MODEL.ini (other sections are checked, not used; missing keys take the demo\n"
           "model's defaults), every parameter initialised from seed N. The\n"
-          "config, with the seed, is kept in the file's __metadata__.\n"
+          "config, with the seed, is kept in the file's __metadata__. A DIR that\n"
+          "already holds a model.safetensors is refused (exit 2) unless --force:\n"
+          "a trained checkpoint is not overwritten by mistake.\n"
           "Exit codes: 0 written, 1 runtime error, 2 usage or config error.\n");
 }
 
@@ -25,10 +29,15 @@ int lh_cmd_init(int argc, char **argv) {
   }
   const char *config = NULL, *out = NULL, *seed_text = NULL;
   lh_cli_sets sets = {0};
+  int force = 0;
   for (int i = 1; i < argc; i++) {
     int set = lh_cli_set_arg("init", argc, argv, &i, &sets);
     if (set < 0) return LH_EXIT_USAGE;
     if (set) continue;
+    if (!strcmp(argv[i], "--force")) {
+      force = 1;
+      continue;
+    }
     const char **slot = !strcmp(argv[i], "--config") ? &config
                         : !strcmp(argv[i], "--out")  ? &out
                         : !strcmp(argv[i], "--seed") ? &seed_text
@@ -54,6 +63,16 @@ int lh_cmd_init(int argc, char **argv) {
   unsigned long long seed = strtoull(seed_text, &end, 10);
   if (seed_text[0] == '-' || end == seed_text || *end || errno) {
     fprintf(stderr, "longhaul init: --seed '%s' is not a non-negative integer\n", seed_text);
+    return LH_EXIT_USAGE;
+  }
+  char existing[4096];
+  struct stat st;
+  if (!force && snprintf(existing, sizeof existing, "%s/model.safetensors", out) < (int)sizeof existing &&
+      stat(existing, &st) == 0) {
+    fprintf(stderr,
+            "longhaul init: %s exists: refusing to overwrite a checkpoint (give --force to replace it, or "
+            "another --out)\n",
+            existing);
     return LH_EXIT_USAGE;
   }
   lh_model_config cfg;

@@ -360,8 +360,16 @@ static void shutdown_step(launcher *L) {
 static void screen(launcher *L, FILE *out, int ansi, int64_t up_ms) {
   lh_launch_status_print(L->f, out, ansi, up_ms);
   if (!ansi) return;
-  fprintf(out, "\nevents (all in %s/launch.log):\n", L->f->fleet.log_dir);
-  for (int i = 0; i < L->n_recent; i++) fprintf(out, "  %s\n", L->recent[i]);
+  /* Within 80 columns, as the status above: a long event ends in "...",
+   * whole in launch.log. */
+  fprintf(out, "\nevents (all in launch.log of [fleet] log_dir):\n");
+  for (int i = 0; i < L->n_recent; i++) {
+    size_t n = strlen(L->recent[i]);
+    if (n <= 77)
+      fprintf(out, "  %s\n", L->recent[i]);
+    else
+      fprintf(out, "  %.74s...\n", L->recent[i]);
+  }
   fflush(out);
 }
 

@@ -1,31 +1,53 @@
-/* longhaul report: writes a self-contained HTML page of charts and tables
- * about a replay store (opened read-only, so a running learner is not
- * disturbed). */
+/* longhaul report: writes a self-contained HTML dashboard of one run, or
+ * several overlaid, from their replay stores (opened read-only, so a
+ * running learner is not disturbed); with --watch it rewrites the page
+ * until stopped; with --format csv|jsonl it writes the series instead. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/rank_stores.h"
 #include "cli/report.h"
+#include "common/common.h"
 
 static const char usage_text[] =
-    "usage: longhaul report --db FILE [--out FILE] [--title TEXT]\n\n"
-    "Writes one HTML page about a replay store: a summary table (episodes by\n"
-    "status and environment, success rate, last train step), reward and success\n"
-    "rate against policy version, loss and trained tokens/s over train steps, a\n"
-    "histogram of policy lag (staleness) and a heat map of expert load imbalance\n"
-    "(MaxVio) per layer over train steps. The page needs no network and no\n"
-    "script: charts are inline SVG. A store without data gives a page that says\n"
-    "so.\n\n"
-    "  --db FILE      the replay store (opened read-only); with several learner\n"
-    "                 ranks their files FILE.rank1, ... next to it are read too\n"
-    "  --rank-db FILE another rank's store, read with --db as one (repeatable;\n"
-    "                 --db repeated does the same)\n"
-    "  --out FILE     where to write the page (default report.html; '-' is stdout)\n"
-    "  --title TEXT   the page's heading (default 'longhaul report')\n";
+    "usage: longhaul report --db FILE [--compare FILE]... [--out FILE] [--title TEXT]\n"
+    "                       [--smooth W] [--watch SECONDS] [--format html|csv|jsonl]\n"
+    "                       [--tensorboard DIR]\n\n"
+    "Writes one HTML page about a run's replay store: a dashboard of summary\n"
+    "tables (episodes by status and environment, success rate, last train step),\n"
+    "reward and success against policy version, overall and per environment, the\n"
+    "held-out eval curve and SFT loss, then per train step: reward, success, loss,\n"
+    "throughput, PPO diagnostics (approximate KL to the behaviour policy, entropy,\n"
+    "clip fraction, importance weights, grad norm, lr, logp diff), staleness and\n"
+    "expert balance. Curves are smoothed with the measured points kept faint; every\n"
+    "chart of one quantity has the same y range; the per-step charts can be drawn\n"
+    "against train step, policy version, wall clock or samples (buttons on the\n"
+    "page). The page needs no network and no script: charts are inline SVG. A\n"
+    "store without data gives a page that says so.\n\n"
+    "  --db FILE        the run's replay store (opened read-only); with several\n"
+    "                   learner ranks their files FILE.rank1, ... next to it are\n"
+    "                   read too\n"
+    "  --rank-db FILE   another rank's store of the same run, read with --db as one\n"
+    "                   (repeatable; --db repeated does the same)\n"
+    "  --compare FILE   another run's store, overlaid on the first with a legend\n"
+    "                   (repeatable, up to 7; its rank files are found next to it)\n"
+    "  --out FILE       where to write (default report.html, or report.csv,\n"
+    "                   report.jsonl; '-' is stdout)\n"
+    "  --title TEXT     the page's heading (default 'longhaul report')\n"
+    "  --smooth W       moving-average weight in [0, 1) of the curves (default 0.6;\n"
+    "                   0: no smoothing)\n"
+    "  --watch SECONDS  rewrite the page every SECONDS until stopped (SIGINT or\n"
+    "                   SIGTERM); the page reloads itself as often\n"
+    "  --format F       html (default), csv or jsonl: the per-step and per-version\n"
+    "                   series behind the charts, one record per line\n"
+    "  --tensorboard DIR  also write the per-step series as TensorBoard event files\n"
+    "                   under DIR (one subfolder per run)\n";
 
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "longhaul report: ");
@@ -34,8 +56,15 @@ static int usage_error(const char *fmt, const char *arg) {
   return LH_EXIT_USAGE;
 }
 
+static volatile sig_atomic_t stop_requested;
+static void on_stop(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
 /* Writes b to path through a temporary file renamed into place, so that a
- * reader never sees half a page. 0, or -1 with errno set. */
+ * reader (a browser reloading a watched page) never sees half a page. 0,
+ * or -1 with errno set. */
 static int write_page(const char *path, const lh_report_buf *b) {
   if (strcmp(path, "-") == 0) {
     if (fwrite(b->data, 1, b->len, stdout) != b->len || fflush(stdout) != 0) return -1;
@@ -59,20 +88,152 @@ static int write_page(const char *path, const lh_report_buf *b) {
   return 0;
 }
 
+typedef enum { FORMAT_HTML, FORMAT_CSV, FORMAT_JSONL } format;
+
+typedef struct {
+  lh_cli_dbs dbs;            /* the first run's files */
+  lh_cli_strings compare;    /* the other runs */
+  const char *out, *title, *tensorboard;
+  double smooth;
+  int watch_s;
+  format fmt;
+} report_args;
+
+/* Reads every run's data; on failure prints why and frees what was read. */
+static int load_runs(const report_args *a, lh_report_run *runs, size_t *nruns) {
+  *nruns = 0;
+  size_t total = 1 + a->compare.n;
+  for (size_t r = 0; r < total; r++) {
+    lh_cli_dbs one;
+    memset(&one, 0, sizeof one);
+    const lh_cli_dbs *dbs = &a->dbs;
+    if (r > 0) {
+      lh_cli_strings_add(&one.db, a->compare.v[r - 1]);
+      dbs = &one;
+    }
+    const char *name = dbs->db.v[0];
+    lh_store *s = NULL;
+    lh_errbuf err;
+    lh_errbuf_clear(&err);
+    int rc = lh_cli_dbs_open(dbs, &s, NULL, &err);
+    if (rc == 0) {
+      rc = lh_report_data_load(s, &runs[r].d, &err);
+      lh_store_close(s);
+    }
+    if (rc != 0) {
+      fprintf(stderr, "longhaul report: cannot read '%s': %s (%s)\n", name, err.msg[0] ? err.msg : lh_strerror(rc),
+              lh_err_name(rc));
+      for (size_t k = 0; k < r; k++) lh_report_data_free(&runs[k].d);
+      return LH_EXIT_RUNTIME;
+    }
+    runs[r].name = name;
+    *nruns = r + 1;
+  }
+  return LH_EXIT_OK;
+}
+
+/* Legend names of several runs: their paths less the folders they all
+ * share ("a/store.db" and "b/store.db" of "/runs/a/store.db" and
+ * "/runs/b/store.db"). */
+static void short_names(lh_report_run *runs, size_t n) {
+  if (n < 2) return;
+  size_t common = 0;
+  for (size_t i = 0;; i++) {
+    char c = runs[0].name[i];
+    int same = c != 0;
+    for (size_t r = 1; r < n && same; r++) same = runs[r].name[i] == c;
+    if (!same) break;
+    if (c == '/') common = i + 1;
+  }
+  for (size_t r = 0; r < n; r++)
+    if (runs[r].name[common]) runs[r].name += common;
+}
+
+/* One report: read, render, write. */
+static int report_once(const report_args *a, int quiet) {
+  lh_report_run runs[LH_REPORT_MAX_RUNS];
+  memset(runs, 0, sizeof runs);
+  size_t n = 0;
+  int rc = load_runs(a, runs, &n);
+  if (rc != LH_EXIT_OK) return rc;
+  short_names(runs, n);
+  lh_report_buf b = {0};
+  if (a->fmt == FORMAT_CSV)
+    lh_report_export_csv(&b, runs, n);
+  else if (a->fmt == FORMAT_JSONL)
+    lh_report_export_jsonl(&b, runs, n);
+  else {
+    lh_report_options o = {.title = a->title, .smooth = a->smooth, .refresh_s = a->watch_s};
+    lh_report_page(&b, runs, n, &o);
+  }
+  int tb_rc = 0;
+  if (a->tensorboard) {
+    lh_errbuf err;
+    lh_errbuf_clear(&err);
+    tb_rc = lh_report_tensorboard(a->tensorboard, runs, n, &err);
+    if (tb_rc != 0)
+      fprintf(stderr, "longhaul report: cannot write TensorBoard events under '%s': %s\n", a->tensorboard,
+              err.msg[0] ? err.msg : lh_strerror(tb_rc));
+  }
+  for (size_t r = 0; r < n; r++) lh_report_data_free(&runs[r].d);
+  if (b.failed) {
+    lh_report_buf_free(&b);
+    fprintf(stderr, "longhaul report: out of memory writing the report\n");
+    return LH_EXIT_RUNTIME;
+  }
+  if (write_page(a->out, &b) != 0) {
+    fprintf(stderr, "longhaul report: cannot write '%s': %s\n", a->out, strerror(errno));
+    lh_report_buf_free(&b);
+    return LH_EXIT_RUNTIME;
+  }
+  if (strcmp(a->out, "-") != 0 && !quiet) fprintf(stderr, "longhaul report: wrote %s (%zu bytes)\n", a->out, b.len);
+  lh_report_buf_free(&b);
+  return tb_rc ? LH_EXIT_RUNTIME : LH_EXIT_OK;
+}
+
+/* --watch: a page every watch_s seconds until SIGINT or SIGTERM. A round
+ * that cannot read the store (a run not started yet) says so and the next
+ * one tries again. */
+static int watch(const report_args *a) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  fprintf(stderr, "longhaul report: writing %s every %d s until stopped\n", a->out, a->watch_s);
+  for (unsigned long round = 0; !stop_requested; round++) {
+    report_once(a, round > 0);
+    for (int k = 0; k < a->watch_s * 10 && !stop_requested; k++) {
+      struct timespec ts = {0, 100 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  fprintf(stderr, "longhaul report: stopped watching\n");
+  return LH_EXIT_OK;
+}
+
 int lh_cmd_report(int argc, char **argv) {
   if (lh_cli_wants_help(argc, argv)) {
     fputs(usage_text, stdout);
     return LH_EXIT_OK;
   }
-  const char *db = NULL, *rank_db = NULL, *out = "report.html", *title = "longhaul report";
-  lh_cli_dbs dbs;
-  memset(&dbs, 0, sizeof dbs);
+  report_args a;
+  memset(&a, 0, sizeof a);
+  a.title = "longhaul report";
+  a.smooth = 0.6;
+  const char *db = NULL, *rank_db = NULL, *compare = NULL, *smooth = NULL, *watch_s = NULL, *fmt = NULL;
   for (int i = 1; i < argc; i++) {
-    const char **dest = strcmp(argv[i], "--db") == 0        ? &db
-                        : strcmp(argv[i], "--rank-db") == 0 ? &rank_db
-                        : strcmp(argv[i], "--out") == 0     ? &out
-                        : strcmp(argv[i], "--title") == 0   ? &title
-                                                            : NULL;
+    const char **dest = strcmp(argv[i], "--db") == 0            ? &db
+                        : strcmp(argv[i], "--rank-db") == 0     ? &rank_db
+                        : strcmp(argv[i], "--compare") == 0     ? &compare
+                        : strcmp(argv[i], "--out") == 0         ? &a.out
+                        : strcmp(argv[i], "--title") == 0       ? &a.title
+                        : strcmp(argv[i], "--smooth") == 0      ? &smooth
+                        : strcmp(argv[i], "--watch") == 0       ? &watch_s
+                        : strcmp(argv[i], "--format") == 0      ? &fmt
+                        : strcmp(argv[i], "--tensorboard") == 0 ? &a.tensorboard
+                                                                : NULL;
     if (!dest) {
       if (argv[i][0] == '-') return usage_error("unknown option '%s'", argv[i]);
       return usage_error("unexpected argument '%s'", argv[i]);
@@ -80,44 +241,34 @@ int lh_cmd_report(int argc, char **argv) {
     if (i + 1 >= argc) return usage_error("option '%s' needs a value", argv[i]);
     *dest = argv[++i];
     if (**dest == 0) return usage_error("option '%s' needs a non-empty value", argv[i - 1]);
-    /* --db and --rank-db may be repeated: every learner rank's file. */
-    if ((dest == &db && lh_cli_strings_add(&dbs.db, db)) || (dest == &rank_db && lh_cli_strings_add(&dbs.rank_db, rank_db)))
+    /* --db and --rank-db may be repeated: every learner rank's file of
+     * the first run; --compare: one more run each. */
+    if ((dest == &db && lh_cli_strings_add(&a.dbs.db, db)) ||
+        (dest == &rank_db && lh_cli_strings_add(&a.dbs.rank_db, rank_db)) ||
+        (dest == &compare && (a.compare.n + 1 >= LH_REPORT_MAX_RUNS || lh_cli_strings_add(&a.compare, compare))))
       return usage_error("option '%s' given too many times", argv[i - 1]);
   }
-  if (!dbs.db.n) return usage_error("%s", "--db FILE is required (the replay store to report on)");
-  db = dbs.db.v[0];
-
-  lh_store *s = NULL;
-  lh_errbuf err;
-  lh_errbuf_clear(&err);
-  int rc = lh_cli_dbs_open(&dbs, &s, NULL, &err);
-  if (rc != 0) {
-    fprintf(stderr, "longhaul report: cannot read '%s': %s (%s)\n", db, err.msg[0] ? err.msg : lh_strerror(rc),
-            lh_err_name(rc));
-    return LH_EXIT_RUNTIME;
+  if (!a.dbs.db.n) return usage_error("%s", "--db FILE is required (the replay store to report on)");
+  if (smooth && (lh_parse_f64(smooth, &a.smooth) != 0 || !(a.smooth >= 0 && a.smooth < 1)))
+    return usage_error("--smooth '%s' must be a number in [0, 1)", smooth);
+  if (watch_s) {
+    uint64_t w;
+    if (lh_parse_u64(watch_s, &w) != 0 || w < 1 || w > 86400)
+      return usage_error("--watch '%s' must be whole seconds from 1 to 86400", watch_s);
+    a.watch_s = (int)w;
   }
-  lh_report_data d;
-  rc = lh_report_data_load(s, &d, &err);
-  lh_store_close(s);
-  if (rc != 0) {
-    fprintf(stderr, "longhaul report: reading '%s': %s (%s)\n", db, err.msg[0] ? err.msg : lh_strerror(rc),
-            lh_err_name(rc));
-    return LH_EXIT_RUNTIME;
+  if (fmt) {
+    if (strcmp(fmt, "html") == 0)
+      a.fmt = FORMAT_HTML;
+    else if (strcmp(fmt, "csv") == 0)
+      a.fmt = FORMAT_CSV;
+    else if (strcmp(fmt, "jsonl") == 0)
+      a.fmt = FORMAT_JSONL;
+    else
+      return usage_error("--format '%s' must be html, csv or jsonl", fmt);
   }
-  lh_report_buf b = {0};
-  lh_report_page(&b, &d, title, db);
-  lh_report_data_free(&d);
-  if (b.failed) {
-    lh_report_buf_free(&b);
-    fprintf(stderr, "longhaul report: out of memory writing the page\n");
-    return LH_EXIT_RUNTIME;
-  }
-  if (write_page(out, &b) != 0) {
-    fprintf(stderr, "longhaul report: cannot write '%s': %s\n", out, strerror(errno));
-    lh_report_buf_free(&b);
-    return LH_EXIT_RUNTIME;
-  }
-  if (strcmp(out, "-") != 0) fprintf(stderr, "longhaul report: wrote %s (%zu bytes)\n", out, b.len);
-  lh_report_buf_free(&b);
-  return LH_EXIT_OK;
+  if (a.watch_s && a.fmt != FORMAT_HTML) return usage_error("%s", "--watch writes the HTML page only");
+  if (a.watch_s && a.out && strcmp(a.out, "-") == 0) return usage_error("%s", "--watch needs a file (--out), not stdout");
+  if (!a.out) a.out = a.fmt == FORMAT_CSV ? "report.csv" : a.fmt == FORMAT_JSONL ? "report.jsonl" : "report.html";
+  return a.watch_s ? watch(&a) : report_once(&a, 0);
 }

@@ -13,6 +13,7 @@
 #include "cli/config.h"
 #include "cli/model_match.h"
 #include "cli/policy_eval.h"
+#include "cli/sft_eta.h"
 #include "cli/run_record.h"
 #include "learner/learner.h"
 
@@ -65,16 +66,20 @@ static int parse_u64(const char *flag, const char *text, unsigned long long lo,
   return 0;
 }
 
-static void progress(int tty, const lh_learner_sft_stats *st, uint64_t steps, double tok_s,
+/* A progress line; left_s counts to step end, the expected end (below
+ * steps when --target is expected to stop training there: said so). */
+static void progress(int tty, const lh_learner_sft_stats *st, uint64_t steps, uint64_t end, double tok_s,
                      double left_s) {
+  char to[64] = "";
+  if (end < steps) snprintf(to, sizeof to, " (--target expected by step %llu)", (unsigned long long)end);
   if (tty)
-    fprintf(stderr, "\rsft: step %llu/%llu loss %.4f lr %.2e tokens/s %.0f left %.0fs\033[K",
+    fprintf(stderr, "\rsft: step %llu/%llu loss %.4f lr %.2e tokens/s %.0f left %.0fs%s\033[K",
             (unsigned long long)st->step + 1, (unsigned long long)steps, st->loss, st->lr, tok_s,
-            left_s);
+            left_s, to);
   else
-    fprintf(stderr, "sft: step %llu/%llu loss %.4f lr %.2e grad_norm %.3f tokens/s %.0f left %.0fs%s\n",
+    fprintf(stderr, "sft: step %llu/%llu loss %.4f lr %.2e grad_norm %.3f tokens/s %.0f left %.0fs%s%s\n",
             (unsigned long long)st->step + 1, (unsigned long long)steps, st->loss, st->lr,
-            st->grad_norm, tok_s, left_s, st->skipped ? " (skipped: not finite)" : "");
+            st->grad_norm, tok_s, left_s, to, st->skipped ? " (skipped: not finite)" : "");
 }
 
 typedef struct {
@@ -214,6 +219,8 @@ static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const 
   *done_at = 0;
   int64_t t0 = lh_now_ns();
   size_t tokens = 0;
+  double ev_step[2] = {0, 0}, ev_rate[2] = {0, 0};
+  int evals = 0;
   for (uint64_t step = 0; !rc && step < a->steps; step++) {
     for (size_t i = 0; !rc && i < B; i++) {
       uint64_t seed = SFT_TRAIN_SEED_BASE + (a->seed << 20) + next_seed++;
@@ -233,15 +240,19 @@ static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const 
     lh_errbuf se;
     if (run->store && lh_store_put_sft_step(run->store, &row, &se)) store_warn(run, "a step's loss", &se);
     double elapsed = (double)(lh_now_ns() - t0) / 1e9;
+    uint64_t end = lh_cli_sft_expected_end(a->steps, a->eval_every, a->target, step + 1, ev_step, ev_rate, evals);
     if (tty || (step + 1) % every == 0 || step + 1 == a->steps || st.skipped)
-      progress(tty, &st, a->steps, tokens / (elapsed > 0 ? elapsed : 1e-9),
-               elapsed / (double)(step + 1) * (double)(a->steps - step - 1));
+      progress(tty, &st, a->steps, end, tokens / (elapsed > 0 ? elapsed : 1e-9),
+               elapsed / (double)(step + 1) * (double)(end > step + 1 ? end - step - 1 : 0));
     if (a->eval_every && a->eval && (step + 1) % a->eval_every == 0) {
       if (tty) fputc('\n', stderr);
       double rate = 0;
       rc = lh_learner_sft_save(m, a->out, err);
       if (!rc) rc = evaluate(m, a, o, run, step + 1, &rate, err);
       *done_at = step + 1;
+      ev_step[0] = ev_step[1], ev_rate[0] = ev_rate[1];
+      ev_step[1] = (double)(step + 1), ev_rate[1] = rate;
+      evals++;
       if (!rc && a->target > 0 && rate >= a->target) {
         fprintf(stderr, "sft: success rate %.3f reached --target %.3f at step %llu; stopping\n", rate, a->target,
                 (unsigned long long)step + 1);

@@ -58,6 +58,9 @@ int lh_launch_child_spawn(lh_launch_child *c, char *const argv[], const char *lo
      * per actor only fights the other processes for the cores. The
      * user's own setting wins. */
     if (c->role == LH_CHILD_ACTOR) setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    /* Child logs carry timestamps (common/common.h, lh_log_from_env),
+     * unless the user said otherwise. */
+    setenv("LH_LOG_TIME", "1", 0);
     execvp(argv[0], argv);
     dprintf(2, "launch: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);

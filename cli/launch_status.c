@@ -102,6 +102,20 @@ static void progress(const lh_launch_fleet *f, const learner_row *lr, int64_t up
   }
 }
 
+/* The screen fits 80 columns: rows of at most 77, names cut to 10
+ * characters, paths to their last characters. */
+enum { SCREEN_COLUMNS = 80 };
+#define LEARNER_ROW "%-10.10s %-8s %3s %7s %6s %8s %7s %7s %6s %5s\n"
+#define ACTOR_ROW "%-10.10s %-8s %3s %6s %8s %5s %5s %4s %7s %6s %5s\n"
+
+/* The last room bytes of text, "..." first when cut. */
+static const char *tail(const char *text, size_t room, char *buf, size_t bytes) {
+  size_t n = strlen(text);
+  if (n <= room) return text;
+  snprintf(buf, bytes, "...%s", text + n - (room > 3 ? room - 3 : 0));
+  return buf;
+}
+
 static void rate(double v, int prec, char *out, size_t bytes) {
   if (!isfinite(v)) snprintf(out, bytes, "-");
   else snprintf(out, bytes, "%.*f", prec, v);
@@ -139,12 +153,14 @@ void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64
   char prog[160];
   progress(f, &lr, uptime_ms, prog, sizeof prog);
   if (ansi) {
+    char b1[SCREEN_COLUMNS], b2[SCREEN_COLUMNS], b3[SCREEN_COLUMNS];
     fprintf(out, "\033[H\033[2J");
-    fprintf(out, "longhaul launch %s  up %02lld:%02lld:%02lld  store %s  logs %s/\n", f->config_path,
-            (long long)(up / 3600), (long long)(up / 60 % 60), (long long)(up % 60), f->db, f->fleet.log_dir);
-    fprintf(out, "%s\n\n", prog[0] ? prog : "runs until Ctrl-C or SIGTERM");
-    fprintf(out, "%-12s %-9s %8s %8s %8s %10s %8s %8s %8s %6s\n", "LEARNER", "state", "restarts", "step",
-            "version", "loss", "reward", "success", "maxvio", "busy");
+    fprintf(out, "longhaul launch %s  up %02lld:%02lld:%02lld\n", tail(f->config_path, 50, b1, sizeof b1),
+            (long long)(up / 3600), (long long)(up / 60 % 60), (long long)(up % 60));
+    fprintf(out, "store %s  logs %s/\n", tail(f->db, 34, b2, sizeof b2), tail(f->fleet.log_dir, 28, b3, sizeof b3));
+    fprintf(out, "%s\n\n", prog[0] ? tail(prog, SCREEN_COLUMNS - 1, b1, sizeof b1) : "runs until Ctrl-C or SIGTERM");
+    fprintf(out, LEARNER_ROW, "LEARNER", "state", "rst", "step", "version", "loss", "reward", "success", "maxvio",
+            "busy");
   }
   for (size_t i = 0; i < f->n; i++) {
     const lh_launch_child *c = &f->child[i];
@@ -158,9 +174,10 @@ void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64
       snprintf(name, sizeof name, "learner x%llu", (unsigned long long)f->fleet.learners);
     else
       snprintf(name, sizeof name, "%s", c->name);
+    char restarts[24];
+    snprintf(restarts, sizeof restarts, "%llu", (unsigned long long)c->restarts);
     if (ansi)
-      fprintf(out, "%-12s %-9s %8llu %8s %8s %10s %8s %8s %8s %6s\n", name, state_of(c),
-              (unsigned long long)c->restarts, step, ver, loss, rw, sr, mv, bz);
+      fprintf(out, LEARNER_ROW, name, state_of(c), restarts, step, ver, loss, rw, sr, mv, bz);
     else if (c->role == LH_CHILD_ENV_SERVER)
       fprintf(out, "info launch: status name=%s state=%s restarts=%llu\n", c->name, state_of(c),
               (unsigned long long)c->restarts);
@@ -173,8 +190,8 @@ void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64
   }
   if (!ansi && prog[0]) fprintf(out, "info launch: progress %s\n", prog);
   if (ansi)
-    fprintf(out, "\n%-12s %-9s %8s %8s %10s %6s %7s %6s %9s %8s %7s\n", "ACTOR", "state", "restarts", "eps/s",
-            "tokens/s", "lag", "outbox", "open", "episodes", "version", "hb_age");
+    fprintf(out, "\n" ACTOR_ROW, "ACTOR", "state", "rst", "eps/s", "tokens/s", "lag", "outbox", "open", "eps",
+            "version", "hb");
   for (size_t i = 0; i < f->n; i++) {
     const lh_launch_child *c = &f->child[i];
     if (c->role != LH_CHILD_ACTOR) continue;
@@ -193,16 +210,20 @@ void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64
       snprintf(ver, sizeof ver, "%llu", (unsigned long long)h->policy_version);
       snprintf(age, sizeof age, "%.1fs", (double)(now_wall - h->time_ms) / 1000.0);
     }
+    char restarts[24];
+    snprintf(restarts, sizeof restarts, "%llu", (unsigned long long)c->restarts);
     if (ansi)
-      fprintf(out, "%-12s %-9s %8llu %8s %10s %6s %7s %6s %9s %8s %7s\n", c->name, state_of(c),
-              (unsigned long long)c->restarts, eps, tps, lag, outbox, open, done, ver, age);
+      fprintf(out, ACTOR_ROW, c->name, state_of(c), restarts, eps, tps, lag, outbox, open, done, ver, age);
     else
       fprintf(out,
               "info launch: status name=%s state=%s restarts=%llu episodes_per_s=%s tokens_per_s=%s "
               "policy_lag=%s outbox_depth=%s open_episodes=%s episodes_done=%s version=%s heartbeat_age=%s\n",
               c->name, state_of(c), (unsigned long long)c->restarts, eps, tps, lag, outbox, open, done, ver, age);
   }
-  if (store_note[0]) fprintf(out, ansi ? "\n%s\n" : "info launch: %s\n", store_note);
+  if (store_note[0] && ansi)
+    fprintf(out, "\n%.*s\n", SCREEN_COLUMNS - 1, store_note);
+  else if (store_note[0])
+    fprintf(out, "info launch: %s\n", store_note);
   if (ansi) fprintf(out, "\nCtrl-C: ordered shutdown (actors, then the learner); twice: kill now.\n");
   fflush(out);
   free(hb.h);

@@ -1,5 +1,6 @@
 /* longhaul: one binary, one subcommand per line of the table below. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
@@ -13,7 +14,7 @@ static const lh_command commands[] = {
     {"score", "log-probabilities of a token sequence under a checkpoint", lh_cmd_score},
     {"sft", "supervised warm start from an environment's expert demonstrations", lh_cmd_sft},
     {"eval", "the greedy success rate of a checkpoint on held-out seeds", lh_cmd_eval},
-    {"report", "an HTML page of charts about a replay store", lh_cmd_report},
+    {"report", "a dashboard of runs (HTML, live with --watch), or their series as CSV, JSON, TensorBoard", lh_cmd_report},
     {"actor", "run episodes against the policy and stream them to the learner", lh_cmd_actor},
     {"learner", "store actors' episodes, train the policy on them, publish its weights", lh_cmd_learner},
     {"keys", "CURVE key pairs for the learner and its actors: generate", lh_cmd_keys},
@@ -39,7 +40,11 @@ static void usage(FILE *out) {
           "An actor-learner system for reinforcement learning of sparse\n"
           "mixture-of-experts policies on long tool-using episodes.\n\n");
   print_commands(out);
-  fprintf(out, "\nRun 'longhaul COMMAND --help' for a command's options.\n");
+  fprintf(out, "\nRun 'longhaul COMMAND --help' for a command's options.\n\n"
+               "environment:\n"
+               "  LH_LOG_LEVEL  debug, info (default), warn, error or off\n"
+               "  LH_LOG_TIME   1: every log line starts with its UTC time (ISO 8601); the\n"
+               "                launcher sets it for its children\n");
 }
 
 static void version(void) {
@@ -55,6 +60,9 @@ static void version(void) {
 }
 
 int main(int argc, char **argv) {
+  if (lh_log_from_env() != 0)
+    fprintf(stderr, "longhaul: LH_LOG_LEVEL='%s' is not one of debug, info, warn, error, off; logging at info\n",
+            getenv("LH_LOG_LEVEL"));
   if (argc < 2) {
     usage(stderr);
     return LH_EXIT_USAGE;

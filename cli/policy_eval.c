@@ -2,6 +2,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "actors/actors.h"
@@ -117,9 +118,31 @@ int lh_cli_eval_policy(lh_model *m, const char *env, const lh_env_option *opts, 
   int n_envs = n < EVAL_ENVS ? (int)n : EVAL_ENVS;
   for (int i = 0; !rc && i < n_envs; i++) rc = lh_env_open(env, opts, n_opts, &envs[i], err);
   if (max_context < 2 || max_context > INT_MAX) max_context = max_context < 2 ? 2 : INT_MAX;
-  lh_actors_eval_params p = {.max_context = (int)max_context, .max_action_tokens = 256, .show = show ? out : NULL,
-                             .show_count = show, .temperature = temperature};
-  if (!rc) rc = lh_actors_eval(m, envs, n_envs, seeds, (size_t)n, &p, wins, err);
+  /* The seeds in chunks of whole rounds of the environments, about ten
+   * of them, with a progress line after each (to stderr: stdout holds the
+   * shown episodes and the result). */
+  size_t chunk = ((size_t)n / 10 + EVAL_ENVS - 1) / EVAL_ENVS * EVAL_ENVS;
+  if (chunk < EVAL_ENVS) chunk = EVAL_ENVS;
+  int tty = isatty(2);
+  int64_t t0 = lh_now_ns();
+  size_t shown = 0;
+  for (size_t from = 0; !rc && from < n; from += chunk) {
+    size_t count = n - from < chunk ? (size_t)(n - from) : chunk, won = 0;
+    lh_actors_eval_params p = {.max_context = (int)max_context, .max_action_tokens = 256,
+                               .show = show > shown ? out : NULL, .show_count = show > shown ? show - shown : 0,
+                               .temperature = temperature};
+    rc = lh_actors_eval(m, envs, n_envs, seeds + from, count, &p, &won, err);
+    if (rc) break;
+    *wins += won;
+    shown += count < p.show_count ? count : p.show_count;
+    size_t done = from + count;
+    if (n <= chunk) continue;
+    double elapsed = (double)(lh_now_ns() - t0) / 1e9;
+    fprintf(stderr, "%seval: %zu/%llu seeds, %zu successes (%.1f%%), left %.0fs%s", tty ? "\r" : "", done,
+            (unsigned long long)n, *wins, 100.0 * (double)*wins / (double)done,
+            elapsed / (double)done * (double)(n - done), tty ? "\033[K" : "\n");
+  }
+  if (tty && n > chunk) fputc('\n', stderr);
   for (int i = 0; i < n_envs; i++) lh_env_free(envs[i]);
   free(seeds);
   return rc;

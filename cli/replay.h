@@ -71,6 +71,10 @@ int lh_cli_parse(const char *cmd, int argc, char **argv, const lh_cli_opt *opts,
 /* Parses text as a non-negative decimal integer (no sign, no spaces, no
  * overflow). Returns 0, or -1 when it is not one. */
 int lh_cli_parse_u64(const char *text, uint64_t *out);
+/* An episode id: an unsigned 64-bit number, or a negative one, which is how
+ * SQLite (`replay sql`, sqlite3) shows an id of 2^63 or more (its two's
+ * complement). 0, or -1 when text is neither. */
+int lh_cli_parse_id(const char *text, uint64_t *out);
 
 /* The episode filters of `episodes` and `export` as given on the command
  * line; lh_cli_filter_opts lists their options for lh_cli_parse. */

@@ -18,6 +18,17 @@ int lh_cli_parse_u64(const char *text, uint64_t *out) {
   return 0;
 }
 
+int lh_cli_parse_id(const char *text, uint64_t *out) {
+  if (lh_cli_parse_u64(text, out) == 0) return 0;
+  if (!text || text[0] != '-' || text[1] < '1' || text[1] > '9') return -1;
+  char *end;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (errno || *end || v >= 0) return -1;
+  *out = (uint64_t)v;  /* two's complement: SQLite's form of an id >= 2^63 */
+  return 0;
+}
+
 static int parse_double(const char *text, double *out) {
   if (!text || !text[0]) return -1;
   char *end;
@@ -67,7 +78,7 @@ int lh_cli_parse(const char *cmd, int argc, char **argv, const lh_cli_opt *opts,
     }
     /* "-" alone and negative-looking words are positionals only after "--";
      * a lone dash is how `--out -` would be written, not a bare word. */
-    if (!only_positionals && s[0] == '-' && s[1]) {
+    if (!only_positionals && s[0] == '-' && s[1] && !(s[1] >= '0' && s[1] <= '9')) {
       const char *eq = strchr(s, '=');
       size_t name_len = eq ? (size_t)(eq - s) : strlen(s);
       const lh_cli_opt *o = NULL;

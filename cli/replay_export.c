@@ -9,11 +9,14 @@
 #include "cli/commands.h"
 #include "cli/replay.h"
 
-/* 64-bit ids and seeds go out as exact decimal numbers: a cJSON number is
- * a double, which would round ids above 2^53. */
+/* 64-bit ids, seeds and counts go out exactly: up to 2^53 as decimal
+ * numbers (a cJSON number is a double, which would round above that),
+ * above as strings of their digits, since readers that parse numbers as
+ * doubles (jq, JavaScript) would round them. */
 static int add_u64(cJSON *o, const char *key, uint64_t v) {
   char digits[24];
   snprintf(digits, sizeof digits, "%llu", (unsigned long long)v);
+  if (v > (1ull << 53)) return cJSON_AddStringToObject(o, key, digits) ? 0 : -1;
   return cJSON_AddRawToObject(o, key, digits) ? 0 : -1;
 }
 

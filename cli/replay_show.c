@@ -195,8 +195,8 @@ int lh_cli_replay_show(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   uint64_t id;
-  if (lh_cli_parse_u64(pos[0], &id)) {
-    fprintf(stderr, "longhaul replay show: ID must be a non-negative integer, not '%s'\n", pos[0]);
+  if (lh_cli_parse_id(pos[0], &id)) {
+    fprintf(stderr, "longhaul replay show: ID must be an episode id (a 64-bit integer), not '%s'\n", pos[0]);
     return LH_EXIT_USAGE;
   }
   lh_store *s;

@@ -1,5 +1,6 @@
 /* longhaul replay sql: one read-only SQL statement, its rows printed. */
 #include <stdint.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,24 @@ static void flush(sql_out *o) {
   o->streaming = 1;
 }
 
+/* The store's 64-bit ids and seeds (episodes.id, group_id, task_seed; the
+ * episode columns of segments and rewards) are unsigned, SQLite's integers
+ * signed: one of 2^63 or more is stored as its two's complement and would
+ * show negative. In a column of one of those names it shows as the id it
+ * is (`replay show` takes either form). */
+static const char *as_id(const char *name, const char *value, char *buf, size_t bytes) {
+  static const char *const ids[] = {"id", "episode", "episode_id", "group_id", "task_seed"};
+  if (!value || value[0] != '-' || !name) return value;
+  int known = 0;
+  for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) known |= strcmp(name, ids[k]) == 0;
+  char *end;
+  errno = 0;
+  long long v = strtoll(value, &end, 10);
+  if (!known || errno || *end || v >= 0) return value;
+  snprintf(buf, bytes, "%llu", (unsigned long long)v);
+  return buf;
+}
+
 static int on_row(void *ctx, int ncols, const char *const *names, const char *const *values) {
   sql_out *o = ctx;
   if (!o->header_done) {
@@ -81,8 +100,10 @@ static int on_row(void *ctx, int ncols, const char *const *names, const char *co
     if (!o->aligned) flush(o);
   }
   char **row = o->cells + o->buffered * (size_t)o->ncols;
-  for (int k = 0; k < ncols; k++)
-    if (!(row[k] = escape(values[k]))) return LH_ENOMEM;
+  for (int k = 0; k < ncols; k++) {
+    char id[24];
+    if (!(row[k] = escape(as_id(names[k], values[k], id, sizeof id)))) return LH_ENOMEM;
+  }
   if (o->streaming) {
     print_line(o, row);
     for (int k = 0; k < ncols; k++) {

@@ -4,7 +4,11 @@
  * itself (report_page.c). Private to cli/.
  *
  * The page is self-contained: inline CSS and inline SVG, no script, no
- * fonts or images fetched, so it can be mailed or opened offline. */
+ * fonts or images fetched, so it can be mailed or opened offline. The
+ * x-axis choice is CSS alone (radio buttons that show one of four drawings
+ * of each per-step chart); a watched page reloads itself by a meta
+ * refresh. The series behind the charts can also leave as CSV or JSON
+ * lines (report_export.c). */
 #ifndef LH_CLI_REPORT_H
 #define LH_CLI_REPORT_H
 
@@ -45,18 +49,27 @@ typedef struct {
                           map: as its colour scale) */
   double ymin, ymax;
   const char *value_label;  /* a heat map's colour legend caption (escaped); NULL: none */
-  /* A line chart's vertical marks (where a context-extension stage began,
-   * on a train-step axis): n_marks x values, each labelled "stage k". */
-  const double *marks;
-  const uint32_t *mark_stage;
-  size_t n_marks;
+  /* Line charts: smooth in [0, 1) is the weight of an exponential moving
+   * average (debiased, as TensorBoard's); above 0 each series is drawn
+   * faint as measured and bold as smoothed (a <path class="smooth">). */
+  double smooth;
+  const struct lh_report_mark *marks;  /* vertical marks at x (where a context-extension stage began); NULL: none */
+  size_t nmarks;
 } lh_report_axes;
+
+/* A vertical mark on a line chart: a dashed line at x, labelled. */
+typedef struct lh_report_mark {
+  double x;
+  const char *label;   /* escaped; NULL: none */
+  const char *title;   /* its tooltip (escaped); NULL: none */
+} lh_report_mark;
 
 typedef struct {
   const char *name;    /* legend entry and tooltip prefix */
   const char *color;   /* a CSS colour, not escaped */
   const double *x, *y; /* n points; a NAN y leaves a gap in the line */
   size_t n;
+  int dashed;          /* a dashed line (a second quantity of one run in an overlay) */
 } lh_report_series;
 
 /* A line chart of nseries series sharing the axes: a polyline per series
@@ -76,6 +89,22 @@ void lh_report_heatmap(lh_report_buf *b, const lh_report_axes *a, const char *ro
                        const double *values, size_t rows, size_t cols, const double *col_x);
 
 /* ---- data (report_data.c) ----------------------------------------------- */
+
+/* Rows of (name, x, y0, y1) read in name order, as groups of rows with
+ * one name: the curves per environment, the eval curves. */
+typedef struct {
+  char name[96];
+  size_t from, to;      /* rows [from, to) */
+} lh_report_group;
+
+typedef struct {
+  lh_report_group *group;
+  size_t groups, group_cap;
+  double *x, *y0, *y1;
+  size_t n, cap;
+} lh_report_grouped;
+
+enum { LH_REPORT_MAX_GROUPS = 12 };  /* curves per chart and run; more are left out (dropped counts them) */
 
 /* Everything the page shows, read once from a store opened read-only. */
 typedef struct {
@@ -98,6 +127,11 @@ typedef struct {
    * step's wall time in balancing; balance: the rule of the last step */
   double *dead_total, *balance_ms;
   char balance[16];
+  /* PPO diagnostics (schema 11; NAN before) and the optimizer's figures */
+  double *approx_kl, *entropy, *clip_frac, *iw_mean, *iw_max, *grad_norm, *lr, *logp_diff;
+  /* the other x axes of a step: policy version after it, seconds since
+   * the first step, sampled tokens trained up to it */
+  double *step_version, *wall_s, *samples;
   size_t step_count, step_cap;
   int64_t *time_ms;
   uint32_t layers;          /* the most MaxVio layers any step had */
@@ -114,10 +148,18 @@ typedef struct {
   double *load_sum;         /* load_cols blocks of load_layers * load_experts, [c][l][x] */
   uint32_t *load_n;         /* the same shape: steps summed */
   size_t load_steps;        /* steps with expert rows */
-  /* Context-extension stages (schema 10): the step each began at. */
-  double *stage_step;
-  uint32_t *stage_index;
-  size_t stage_count;
+  /* per environment and policy version: x version, y0 reward mean, y1
+   * success rate of the ended episodes */
+  lh_report_grouped env_curves;
+  /* evals (schema 6): per "kind env", x step, y0 success rate, y1 reward mean */
+  lh_report_grouped evals;
+  /* sft_steps: x step, y0 loss (one group per run id) */
+  lh_report_grouped sft;
+  size_t dropped_groups;    /* > 0: environments or eval curves past LH_REPORT_MAX_GROUPS were left out */
+  /* vertical marks at train steps (x in train steps; labels owned): where
+   * each context-extension stage began (the stages table, schema 10) */
+  lh_report_mark *marks;
+  size_t mark_count;
 } lh_report_data;
 
 enum { LH_REPORT_MAX_LOAD_COLUMNS = 200 };
@@ -129,9 +171,50 @@ void lh_report_data_free(lh_report_data *d);  /* accepts NULL */
 
 /* ---- the page (report_page.c) ------------------------------------------- */
 
-/* Writes the whole HTML page for d into b; title (escaped) heads it and
- * source (escaped) names the store it came from. */
-void lh_report_page(lh_report_buf *b, const lh_report_data *d, const char *title,
-                    const char *source);
+enum { LH_REPORT_MAX_RUNS = 8 };
+
+/* One run on the page: its data and its name in legends (escaped). */
+typedef struct {
+  lh_report_data d;
+  const char *name;
+} lh_report_run;
+
+typedef struct {
+  const char *title;   /* heads the page (escaped) */
+  double smooth;       /* lh_report_axes.smooth of the line charts */
+  int refresh_s;       /* > 0: the page reloads itself every refresh_s seconds */
+} lh_report_options;
+
+/* Writes the whole HTML page for runs[0..nruns) (1..LH_REPORT_MAX_RUNS)
+ * into b: one run as a dashboard, several overlaid with a legend. */
+void lh_report_page(lh_report_buf *b, const lh_report_run *runs, size_t nruns, const lh_report_options *o);
+
+/* ---- export (report_export.c) ------------------------------------------- */
+
+/* The series behind the charts as CSV or JSON lines: one record per train
+ * step (kind "step") and one per policy version (kind "version"), each
+ * with the run's name. Ids and counts are written exactly. */
+/* A per-step column of lh_report_data: its name in exports, its offset
+ * (of a double * member) and whether its values are whole numbers. */
+typedef struct {
+  const char *name;
+  size_t off;
+  int whole;
+} lh_report_column;
+/* The exported per-step columns, step first; *n gets how many. */
+const lh_report_column *lh_report_step_columns(size_t *n);
+const double *lh_report_column_of(const lh_report_data *d, size_t off);
+
+void lh_report_export_csv(lh_report_buf *b, const lh_report_run *runs, size_t nruns);
+void lh_report_export_jsonl(lh_report_buf *b, const lh_report_run *runs, size_t nruns);
+
+/* ---- TensorBoard (report_tensorboard.c) ---------------------------------- */
+
+/* Writes every run's per-step series as a TensorBoard event file,
+ * DIR/<run>/events.out.tfevents.<time>.longhaul (the run's name made a
+ * folder name): TFRecord records with masked CRC32C, each an Event proto
+ * (proto/tensorboard.proto) of one scalar summary. 0, or a negative code
+ * with err set. */
+int lh_report_tensorboard(const char *dir, const lh_report_run *runs, size_t nruns, lh_errbuf *err);
 
 #endif

@@ -35,8 +35,13 @@ void lh_report_data_free(lh_report_data *d) {
   free(d->load_col_step);
   free(d->load_sum);
   free(d->load_n);
-  free(d->stage_step);
-  free(d->stage_index);
+  double *more[] = {d->approx_kl, d->entropy, d->clip_frac, d->iw_mean, d->iw_max, d->grad_norm, d->lr,
+                    d->logp_diff, d->step_version, d->wall_s, d->samples};
+  for (size_t k = 0; k < sizeof more / sizeof more[0]; k++) free(more[k]);
+  lh_report_grouped *g[] = {&d->env_curves, &d->evals, &d->sft};
+  for (size_t k = 0; k < 3; k++) free(g[k]->group), free(g[k]->x), free(g[k]->y0), free(g[k]->y1);
+  for (size_t k = 0; k < d->mark_count; k++) free((char *)d->marks[k].label), free((char *)d->marks[k].title);
+  free(d->marks);
   memset(d, 0, sizeof *d);
 }
 
@@ -240,7 +245,9 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
     size_t cap = d->step_cap ? d->step_cap * 2 : 256;
     double **cols[] = {&d->step, &d->loss, &d->reward_mean, &d->success_rate,
                        &d->lag_mean, &d->lag_max, &d->tok_s_step, &d->tok_s_wall, &d->stale_share,
-                       &d->dead_total, &d->balance_ms};
+                       &d->dead_total, &d->balance_ms, &d->approx_kl, &d->entropy, &d->clip_frac,
+                       &d->iw_mean, &d->iw_max, &d->grad_norm, &d->lr, &d->logp_diff,
+                       &d->step_version, &d->wall_s, &d->samples};
     for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++)
       if (grow(cols[k], cap, sizeof(double))) return LH_ENOMEM;
     if (grow(&d->time_ms, cap, sizeof(int64_t))) return LH_ENOMEM;
@@ -256,6 +263,17 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
   d->lag_max[i] = t->lag_max;
   d->stale_share[i] = t->stale_share;
   d->time_ms[i] = t->time_ms;
+  d->approx_kl[i] = t->approx_kl;
+  d->entropy[i] = t->entropy;
+  d->clip_frac[i] = t->clip_frac;
+  d->iw_mean[i] = t->iw_mean;
+  d->iw_max[i] = t->iw_max;
+  d->grad_norm[i] = t->grad_norm;
+  d->lr[i] = t->lr;
+  d->logp_diff[i] = t->logp_diff;
+  d->step_version[i] = (double)t->version;
+  d->wall_s[i] = i ? (double)(t->time_ms - d->time_ms[0]) / 1000.0 : 0.0;
+  d->samples[i] = (i ? d->samples[i - 1] : 0.0) + (double)t->tokens;
   d->balance_ms[i] = t->balance_ms;
   d->dead_total[i] = t->layers && t->balance[0] ? 0 : NAN;
   for (uint32_t l = 0; l < t->layers && l < LH_STORE_MAX_LAYERS && isfinite(d->dead_total[i]); l++)
@@ -274,20 +292,70 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
   return 0;
 }
 
-/* A stages row: the step its stage began at (a stage begun again at the
- * same step by a resumed run is drawn once). */
+/* A stages row: a mark at the step its stage began ("stage k"; a stage
+ * begun again at the same step by a resumed run is drawn once). */
 static int on_stage(void *ctx, const lh_store_stage *r) {
   lh_report_data *d = ctx;
-  for (size_t i = 0; i < d->stage_count; i++)
-    if (d->stage_step[i] == (double)r->began_step && d->stage_index[i] == r->stage) return 0;
-  double *steps = realloc(d->stage_step, (d->stage_count + 1) * sizeof *steps);
-  if (steps) d->stage_step = steps;
-  uint32_t *index = steps ? realloc(d->stage_index, (d->stage_count + 1) * sizeof *index) : NULL;
-  if (!index) return LH_ENOMEM;
-  d->stage_index = index;
-  d->stage_step[d->stage_count] = (double)r->began_step;
-  d->stage_index[d->stage_count++] = r->stage;
+  char label[32];
+  snprintf(label, sizeof label, "stage %u", r->stage);
+  for (size_t i = 0; i < d->mark_count; i++)
+    if (d->marks[i].x == (double)r->began_step && !strcmp(d->marks[i].label, label)) return 0;
+  lh_report_mark *m = realloc(d->marks, (d->mark_count + 1) * sizeof *m);
+  if (!m) return LH_ENOMEM;
+  d->marks = m;
+  char title[96];
+  snprintf(title, sizeof title, "stage %u begins at step %llu", r->stage, (unsigned long long)r->began_step);
+  char *copy = strdup(label), *tip = strdup(title);
+  if (!copy || !tip) return free(copy), free(tip), LH_ENOMEM;
+  d->marks[d->mark_count++] = (lh_report_mark){(double)r->began_step, copy, tip};
   return 0;
+}
+
+/* One (name, x, y0, y1) row into a grouped set: a new group when the
+ * name changes, up to LH_REPORT_MAX_GROUPS; rows of later groups are
+ * counted in dropped. */
+typedef struct {
+  lh_report_grouped *g;
+  size_t *dropped;
+} grouped_ctx;
+
+static int on_grouped(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  grouped_ctx *c = ctx;
+  lh_report_grouped *g = c->g;
+  if (ncols != 4) return LH_EINVAL;
+  const char *name = values[0] ? values[0] : "";
+  if (!g->groups || strncmp(g->group[g->groups - 1].name, name, sizeof g->group[0].name - 1) != 0) {
+    if (g->groups == LH_REPORT_MAX_GROUPS) {
+      (*c->dropped)++;
+      return 1;  /* stop: the rows come in name order */
+    }
+    if (g->groups == g->group_cap) {
+      g->group_cap = g->group_cap ? g->group_cap * 2 : 4;
+      if (grow(&g->group, g->group_cap, sizeof *g->group)) return LH_ENOMEM;
+    }
+    lh_report_group *n = &g->group[g->groups++];
+    snprintf(n->name, sizeof n->name, "%s", name);
+    n->from = n->to = g->n;
+  }
+  if (g->n == g->cap) {
+    g->cap = g->cap ? g->cap * 2 : 64;
+    if (grow(&g->x, g->cap, sizeof(double)) || grow(&g->y0, g->cap, sizeof(double)) ||
+        grow(&g->y1, g->cap, sizeof(double)))
+      return LH_ENOMEM;
+  }
+  g->x[g->n] = num(values[1]);
+  g->y0[g->n] = num(values[2]);
+  g->y1[g->n] = num(values[3]);
+  g->n++;
+  g->group[g->groups - 1].to = g->n;
+  return 0;
+}
+
+static int load_grouped(lh_store *s, const char *sql, lh_report_grouped *g, size_t *dropped, lh_errbuf *err) {
+  grouped_ctx c = {g, dropped};
+  int rc = lh_store_sql(s, sql, on_grouped, &c, NULL, err);
+  return rc > 0 ? 0 : rc;
 }
 
 int lh_report_data_load(lh_store *s, lh_report_data *d, lh_errbuf *err) {
@@ -307,7 +375,24 @@ int lh_report_data_load(lh_store *s, lh_report_data *d, lh_errbuf *err) {
                       on_version, &c, NULL, err);
   if (rc == 0) rc = load_ingest(s, &c, err);
   if (rc == 0) rc = lh_store_train_steps(s, 0, 0, on_step, &c, err);
-  if (rc == 0 && d->stats.schema_version >= 9) rc = lh_store_stages(s, NULL, on_stage, d, err);
+  /* Curves per environment: reward and success by policy version. */
+  if (rc == 0)
+    rc = load_grouped(s,
+                      "SELECT env, max_version, avg(reward), "
+                      "avg(CASE WHEN outcome = 'success' THEN 1.0 ELSE 0.0 END) "
+                      "FROM episodes WHERE reward IS NOT NULL AND max_version IS NOT NULL "
+                      "GROUP BY env, max_version ORDER BY env, max_version",
+                      &d->env_curves, &d->dropped_groups, err);
+  /* Held-out evaluations (sft, eval) and SFT's loss. */
+  if (rc == 0)
+    rc = load_grouped(s,
+                      "SELECT kind || ' ' || env, step, success_rate, reward_mean FROM evals"
+                      " WHERE step IS NOT NULL ORDER BY kind, env, step, time_ms",
+                      &d->evals, &d->dropped_groups, err);
+  if (rc == 0)
+    rc = load_grouped(s, "SELECT run_id, step, loss, lr FROM sft_steps ORDER BY run_id, step", &d->sft,
+                      &d->dropped_groups, err);
+  if (rc == 0 && d->stats.schema_version >= 10) rc = lh_store_stages(s, NULL, on_stage, d, err);
   if (rc != 0) {
     if (rc == LH_ENOMEM && err->code != LH_ENOMEM)
       lh_errbuf_set(err, LH_ENOMEM, "out of memory reading the store");

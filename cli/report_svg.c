@@ -9,7 +9,40 @@
 #include "cli/report.h"
 
 enum { WIDTH = 760, HEIGHT = 300, LEFT = 70, RIGHT = 20, TOP = 36, BOTTOM = 50 };
-enum { MAX_MARKED_POINTS = 400 };  /* above this, lines only: the page stays small */
+enum { MAX_MARKED_POINTS = 400 };
+enum { LEGEND_ROW = 16 };  /* a legend row below the plot */
+/* Above this many points a line is thinned to about twice as many drawn:
+ * per bucket of consecutive points its first, lowest, highest and last
+ * (spikes stay), so that a run of 10^5 steps stays a page of megabytes. */
+enum { MAX_DRAWN_POINTS = 1500 };
+
+/* Which points of a series are drawn when thinned by buckets of k:
+ * the bucket of the last point asked about, scanned once. */
+typedef struct {
+  size_t k, from, first, last, lo, hi;
+  int gap, valid;
+} thinner;
+
+/* Whether point i of s is drawn; points are asked about in order. */
+static int drawn(thinner *t, const lh_report_series *s, size_t i) {
+  if (t->k <= 1) return 1;
+  size_t from = i / t->k * t->k;
+  if (!t->valid || from != t->from) {
+    size_t to = from + t->k < s->n ? from + t->k : s->n;
+    t->from = from, t->lo = t->hi = t->last = from, t->first = to, t->gap = 0, t->valid = 1;
+    for (size_t j = from; j < to; j++) {
+      if (!isfinite(s->x[j]) || !isfinite(s->y[j])) {
+        t->gap = 1;  /* a bucket with a gap is drawn whole */
+        continue;
+      }
+      if (t->first == to) t->first = t->lo = t->hi = j;
+      t->last = j;
+      if (s->y[j] < s->y[t->lo]) t->lo = j;
+      if (s->y[j] > s->y[t->hi]) t->hi = j;
+    }
+  }
+  return t->gap || i == t->first || i == t->last || i == t->lo || i == t->hi;
+}  /* above this, lines only: the page stays small */
 
 typedef struct {
   double lo, hi, step;
@@ -55,12 +88,16 @@ static double map(double v, const axis_range *r, double p0, double p1) {
   return p0 + (v - r->lo) / (r->hi - r->lo) * (p1 - p0);
 }
 
-static void svg_open(lh_report_buf *b, const lh_report_axes *a, size_t points) {
+/* A value held inside the axis range: a fixed range (the same for every
+ * chart of a quantity) may be narrower than an outlier. */
+static double y_clamp(double v, const axis_range *r) { return v < r->lo ? r->lo : v > r->hi ? r->hi : v; }
+
+static void svg_open_tall(lh_report_buf *b, const lh_report_axes *a, size_t points, int extra) {
   lh_report_printf(b,
                    "<svg id=\"%s\" class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" "
                    "viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" data-points=\"%zu\" "
                    "aria-label=\"",
-                   a->id, WIDTH, HEIGHT, WIDTH, HEIGHT, points);
+                   a->id, WIDTH, HEIGHT + extra, WIDTH, HEIGHT + extra, points);
   lh_report_escape(b, a->title);
   lh_report_puts(b, "\">\n<title>");
   lh_report_escape(b, a->title);
@@ -77,6 +114,8 @@ static void svg_open(lh_report_buf *b, const lh_report_axes *a, size_t points) {
   lh_report_escape(b, a->ylabel);
   lh_report_puts(b, "</text>\n");
 }
+
+static void svg_open(lh_report_buf *b, const lh_report_axes *a, size_t points) { svg_open_tall(b, a, points, 0); }
 
 static void no_data(lh_report_buf *b) {
   lh_report_printf(b, "<text class=\"nodata\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">no data yet</text>\n",
@@ -112,6 +151,46 @@ static void draw_axes(lh_report_buf *b, const axis_range *xr, const axis_range *
                    x0, y1, x1 - x0, y0 - y1);
 }
 
+static double entry_width(const lh_report_series *s) { return 6.5 * (double)strlen(s->name ? s->name : "") + 34; }
+
+/* The legend's rows below the x label: 0 when it fits in one row above
+ * the plot, right of the title. */
+static int legend_rows(const lh_report_series *s, size_t nseries) {
+  double width = 0;
+  for (size_t k = 0; k < nseries; k++) width += entry_width(&s[k]);
+  if (width <= WIDTH / 2.0 - RIGHT) return 0;
+  int rows = 1;
+  double x = LEFT;
+  for (size_t k = 0; k < nseries; k++) {
+    if (x > LEFT && x + entry_width(&s[k]) > WIDTH - RIGHT) rows++, x = LEFT;
+    x += entry_width(&s[k]);
+  }
+  return rows;
+}
+
+/* A swatch (dashed: a dashed line), then the name: one row above the
+ * plot, ending near its right edge, or rows below the x label. Text
+ * widths are estimated (no script to measure them), on the wide side, so
+ * an entry never runs into the next one. */
+static void legend(lh_report_buf *b, const lh_report_series *s, size_t nseries, int rows) {
+  double width = 0;
+  for (size_t k = 0; k < nseries; k++) width += entry_width(&s[k]);
+  double lx = rows ? LEFT : fmax(WIDTH - RIGHT - width, WIDTH / 2.0), ly = rows ? HEIGHT + 4 : 13;
+  for (size_t k = 0; k < nseries; k++) {
+    if (rows && lx > LEFT && lx + entry_width(&s[k]) > WIDTH - RIGHT) lx = LEFT, ly += LEGEND_ROW;
+    if (s[k].dashed)
+      lh_report_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" "
+                       "stroke-dasharray=\"4 2\"/>", lx, ly + 6, lx + 12, ly + 6, s[k].color);
+    else
+      lh_report_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>", lx, ly,
+                       s[k].color);
+    lh_report_printf(b, "<text class=\"legend\" x=\"%.1f\" y=\"%.1f\">", lx + 16, ly + 10);
+    lh_report_escape(b, s[k].name);
+    lh_report_puts(b, "</text>\n");
+    lx += entry_width(&s[k]);
+  }
+}
+
 void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_report_series *s,
                           size_t nseries) {
   double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
@@ -125,7 +204,8 @@ void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_re
       ylo = fmin(ylo, s[k].y[i]);
       yhi = fmax(yhi, s[k].y[i]);
     }
-  svg_open(b, a, points);
+  int rows = points ? legend_rows(s, nseries) : 0;
+  svg_open_tall(b, a, points, rows * LEGEND_ROW + (rows ? 6 : 0));
   if (points == 0) {
     axis_range yr = make_range(0, 1, 4);
     draw_axes(b, NULL, &yr, RIGHT);
@@ -138,30 +218,66 @@ void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_re
   axis_range xr = make_range(xlo, xhi, 8), yr = make_range(ylo, yhi, 5);
   draw_axes(b, &xr, &yr, RIGHT);
   double x0 = LEFT, x1 = WIDTH - RIGHT, y0 = HEIGHT - BOTTOM, y1 = TOP;
+  int smooth = a->smooth > 0 && a->smooth < 1;
   for (size_t k = 0; k < nseries; k++) {
-    /* One polyline per run of finite points: a NAN is a gap. */
+    /* One polyline per run of finite points: a NAN is a gap. Smoothed,
+     * the measured line is faint and the smoothed one drawn over it. */
+    const char *dash = s[k].dashed ? " stroke-dasharray=\"6 4\"" : "";
+    size_t thin = s[k].n > MAX_DRAWN_POINTS ? (s[k].n + MAX_DRAWN_POINTS / 2 - 1) / (MAX_DRAWN_POINTS / 2) : 1;
+    thinner th = {.k = thin};
     int open = 0;
     for (size_t i = 0; i < s[k].n; i++) {
       int ok = isfinite(s[k].x[i]) && isfinite(s[k].y[i]);
       if (ok && !open) {
         lh_report_puts(b, "<polyline class=\"series\" data-series=\"");
         lh_report_escape(b, s[k].name);
-        lh_report_printf(b, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", s[k].color);
+        lh_report_printf(b, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s%s points=\"", s[k].color,
+                         smooth ? "1" : "2", smooth ? " stroke-opacity=\"0.3\"" : "", dash);
         open = 1;
       } else if (!ok && open) {
         lh_report_puts(b, "\"/>\n");
         open = 0;
       }
-      if (ok)
-        lh_report_printf(b, "%.1f,%.1f ", map(s[k].x[i], &xr, x0, x1), map(s[k].y[i], &yr, y0, y1));
+      if (ok && drawn(&th, &s[k], i))
+        lh_report_printf(b, "%.1f,%.1f ", map(y_clamp(s[k].x[i], &xr), &xr, x0, x1),
+                         map(y_clamp(s[k].y[i], &yr), &yr, y0, y1));
     }
     if (open) lh_report_puts(b, "\"/>\n");
+    if (smooth) {
+      /* An exponential moving average over the finite points, debiased
+       * (divided by 1 - w^k) so that its start is not pulled to 0; a gap
+       * breaks the drawn line, not the average. */
+      double ema = 0, weight = 1;
+      int first = 1, any = 0;
+      for (size_t i = 0; i < s[k].n; i++) {
+        if (!isfinite(s[k].x[i]) || !isfinite(s[k].y[i])) {
+          first = 1;
+          continue;
+        }
+        ema = a->smooth * ema + (1 - a->smooth) * s[k].y[i];
+        weight *= a->smooth;
+        double v = ema / (1 - weight);
+        if (!any) {
+          lh_report_puts(b, "<path class=\"smooth\" data-series=\"");
+          lh_report_escape(b, s[k].name);
+          lh_report_printf(b, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s d=\"", s[k].color, dash);
+          any = 1;
+        }
+        int gap_next = i + 1 >= s[k].n || !isfinite(s[k].x[i + 1]) || !isfinite(s[k].y[i + 1]);
+        if (first || gap_next || thin <= 1 || i % thin == 0)
+          lh_report_printf(b, "%s%.1f,%.1f ", first ? "M" : "L", map(y_clamp(s[k].x[i], &xr), &xr, x0, x1),
+                           map(y_clamp(v, &yr), &yr, y0, y1));
+        first = 0;
+      }
+      if (any) lh_report_puts(b, "\"/>\n");
+    }
     if (s[k].n <= MAX_MARKED_POINTS) {
       lh_report_puts(b, "<g class=\"points\">\n");
       for (size_t i = 0; i < s[k].n; i++) {
         if (!isfinite(s[k].x[i]) || !isfinite(s[k].y[i])) continue;
-        lh_report_printf(b, "<circle class=\"pt\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>",
-                         map(s[k].x[i], &xr, x0, x1), map(s[k].y[i], &yr, y0, y1), s[k].color);
+        lh_report_printf(b, "<circle class=\"pt\" cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\"%s><title>",
+                         map(s[k].x[i], &xr, x0, x1), map(y_clamp(s[k].y[i], &yr), &yr, y0, y1),
+                         smooth ? "2" : "3", s[k].color, smooth ? " fill-opacity=\"0.45\"" : "");
         lh_report_escape(b, s[k].name);
         lh_report_puts(b, " at ");
         lh_report_escape(b, a->xlabel);
@@ -170,31 +286,29 @@ void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_re
       lh_report_puts(b, "</g>\n");
     }
   }
-  /* Where each stage began: a dashed vertical line with its name. */
-  for (size_t k = 0; k < a->n_marks; k++) {
-    double mx = a->marks[k];
-    if (!(mx >= xr.lo && mx <= xr.hi)) continue;
+  /* Vertical marks (stage starts, ...) inside the x range. */
+  for (size_t m = 0; m < a->nmarks; m++) {
+    double mx = a->marks[m].x;
+    if (!isfinite(mx) || mx < xr.lo || mx > xr.hi) continue;
     double px = map(mx, &xr, x0, x1);
     lh_report_printf(b,
-                     "<line class=\"stage-mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
-                     "stroke-dasharray=\"4 3\"><title>stage %u begins at step %.0f</title></line>"
-                     "<text class=\"legend\" x=\"%.1f\" y=\"%.1f\">stage %u</text>\n",
-                     px, y0, px, y1, a->mark_stage ? a->mark_stage[k] : (unsigned)k, mx, px + 3, y1 + 10,
-                     a->mark_stage ? a->mark_stage[k] : (unsigned)k);
+                     "<line class=\"stage-mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#555\" "
+                     "stroke-dasharray=\"3 3\">",
+                     px, y1, px, y0);
+    if (a->marks[m].title) {
+      lh_report_puts(b, "<title>");
+      lh_report_escape(b, a->marks[m].title);
+      lh_report_puts(b, "</title>");
+    }
+    lh_report_puts(b, "</line>");
+    if (a->marks[m].label) {
+      lh_report_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\">", px + 3, y1 + 12);
+      lh_report_escape(b, a->marks[m].label);
+      lh_report_puts(b, "</text>");
+    }
+    lh_report_puts(b, "\n");
   }
-  /* The legend above the plot, ending near its right edge: a swatch, then
-   * its name. Text widths are estimated (no script to measure them), on
-   * the wide side, so an entry never runs into the next one. */
-  double width = 0;
-  for (size_t k = 0; k < nseries; k++) width += 6.5 * (double)strlen(s[k].name ? s[k].name : "") + 34;
-  double lx = fmax(WIDTH - RIGHT - width, WIDTH / 2.0);
-  for (size_t k = 0; k < nseries; k++) {
-    lh_report_printf(b, "<rect x=\"%.1f\" y=\"13\" width=\"12\" height=\"12\" fill=\"%s\"/>", lx, s[k].color);
-    lh_report_printf(b, "<text class=\"legend\" x=\"%.1f\" y=\"23\">", lx + 16);
-    lh_report_escape(b, s[k].name);
-    lh_report_puts(b, "</text>\n");
-    lx += 6.5 * (double)strlen(s[k].name ? s[k].name : "") + 34;
-  }
+  legend(b, s, nseries, legend_rows(s, nseries));
   lh_report_puts(b, "</svg>\n");
 }
 

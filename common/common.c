@@ -52,9 +52,22 @@ void lh_errbuf_clear(lh_errbuf *e) {
 /* The logger is the one piece of global mutable state the style allows. */
 static lh_log_level log_level = LH_LOG_INFO;
 static FILE *log_sink;
+static int log_time;
 
 void lh_log_set_level(lh_log_level level) { log_level = level; }
 void lh_log_set_file(FILE *sink) { log_sink = sink; }
+void lh_log_set_time(int on) { log_time = on != 0; }
+
+int lh_log_from_env(void) {
+  const char *t = getenv("LH_LOG_TIME");
+  if (t) lh_log_set_time(strcmp(t, "1") == 0);
+  const char *l = getenv("LH_LOG_LEVEL");
+  if (!l || !*l) return 0;
+  lh_log_level level = lh_log_level_from_name(l);
+  if (level > LH_LOG_OFF) return -1;
+  lh_log_set_level(level);
+  return 0;
+}
 
 lh_log_level lh_log_level_from_name(const char *name) {
   static const char *names[] = {"debug", "info", "warn", "error", "off"};
@@ -94,7 +107,17 @@ void lh_log(lh_log_level level, const char *component, const char *fmt, ...) {
   lh_text_escape(line, safe, sizeof safe);
   /* One write per line so that lines from several processes sharing a file
    * do not interleave. */
-  fprintf(out, "%s %s: %s\n", names[level], component, safe);
+  char when[40] = "";
+  if (log_time) {
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (gmtime_r(&ts.tv_sec, &tm)) {
+      size_t n = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+      snprintf(when + n, sizeof when - n, ".%03dZ ", (int)(ts.tv_nsec / 1000000));
+    }
+  }
+  fprintf(out, "%s%s %s: %s\n", when, names[level], component, safe);
   fflush(out);
 }
 

@@ -84,6 +84,13 @@ size_t lh_text_escape(const char *in, char *out, size_t cap);
 typedef enum { LH_LOG_DEBUG, LH_LOG_INFO, LH_LOG_WARN, LH_LOG_ERROR, LH_LOG_OFF } lh_log_level;
 void lh_log_set_level(lh_log_level level);
 void lh_log_set_file(FILE *sink);   /* NULL means stderr */
+/* With on, every line starts with its UTC time in ISO 8601 with
+ * milliseconds ("2026-12-03T14:02:03.123Z info learner: ..."). */
+void lh_log_set_time(int on);
+/* The logger's settings from the environment: LH_LOG_LEVEL (debug, info,
+ * warn, error, off) and LH_LOG_TIME (1: timestamps). Returns 0, or -1 when
+ * LH_LOG_LEVEL names no level (the level is then left as it was). */
+int lh_log_from_env(void);
 lh_log_level lh_log_level_from_name(const char *name);  /* LH_LOG_OFF+1 when unknown */
 void lh_log(lh_log_level level, const char *component, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -168,6 +168,8 @@ typedef struct {
   double clip_frac;       /* share of sampled tokens whose gradient the clip or cap cut (A != 0) */
   double trunc_frac;      /* share with r > is_cap */
   double ratio_mean;      /* mean r over sampled tokens */
+  double ratio_max;       /* largest r (the importance weight before truncation) */
+  double approx_kl;       /* mean of (r - 1) - log r: KL(behaviour || learner), the k3 estimator */
   size_t current_tokens;  /* sampled tokens whose version is current_version */
   double logp_diff_mean;  /* mean |logp - behavior_logp| over those (ARCHITECTURE.md §5 alignment) */
   double logp_diff_max;
@@ -732,6 +734,10 @@ typedef struct {
   double logp_diff;       /* max |learner - behavior logp| over current-version tokens */
   size_t current_tokens;  /* tokens that figure is over */
   double grad_norm, lr, clip_frac;
+  /* PPO diagnostics over the sampled tokens (lh_learner_ppo_stats, every
+   * rank): approximate KL to the behaviour policy, the policy's entropy,
+   * the importance weights' mean and largest value. */
+  double approx_kl, entropy, iw_mean, iw_max;
   int skipped;
   double step_ms;
   double busy_frac;       /* step_ms over the wall time since the previous step (or the start) */

@@ -79,6 +79,7 @@ static double token_term(const lh_learner_ppo_params *p, double logp, double blo
                          in->normaliser, tokens);                                                  \
   double N = in->normaliser > 0.0 ? in->normaliser : (double)(tokens ? tokens : 1);                \
   double surrogate = 0.0, ent = 0.0, ratio_sum = 0.0, diff_sum = 0.0, diff_max = 0.0;              \
+  double kl_sum = 0.0, ratio_max = 0.0;                                                            \
   size_t cut_n = 0, trunc_n = 0, cur_n = 0;                                                        \
   for (size_t t = 0; t < n; t++) {                                                                 \
     if (in->loss_mask && in->loss_mask[t] == 0) {                                                  \
@@ -93,6 +94,8 @@ static double token_term(const lh_learner_ppo_params *p, double logp, double blo
     cut_n += (size_t)cut;                                                                          \
     trunc_n += (size_t)truncated;                                                                  \
     ratio_sum += r;                                                                                \
+    if (r > ratio_max) ratio_max = r;                                                              \
+    kl_sum += (r - 1.0) - log(r);                                                                  \
     if (in->entropy) ent += in->entropy[t];                                                        \
     if (in->version && in->version[t] == in->current_version) {                                    \
       double d = fabs((double)in->logp[t] - (double)in->behavior_logp[t]);                         \
@@ -114,7 +117,9 @@ static double token_term(const lh_learner_ppo_params *p, double logp, double blo
       stats->clip_frac = (double)cut_n / (double)tokens;                                           \
       stats->trunc_frac = (double)trunc_n / (double)tokens;                                        \
       stats->ratio_mean = ratio_sum / (double)tokens;                                              \
+      stats->approx_kl = kl_sum / (double)tokens;                                                  \
     }                                                                                              \
+    stats->ratio_max = ratio_max;                                                                  \
     stats->current_tokens = cur_n;                                                                 \
     if (cur_n) stats->logp_diff_mean = diff_sum / (double)cur_n;                                   \
     stats->logp_diff_max = diff_max;                                                               \

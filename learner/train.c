@@ -395,6 +395,7 @@ static int bufs_alloc(window_bufs *w, size_t n, size_t state_floats) {
 
 typedef struct {
   double loss, policy_loss, clip_sum, lag_sum, lag_max, logp_diff;
+  double kl_sum, entropy_sum, ratio_sum, ratio_max;  /* PPO diagnostics, sums over sampled tokens */
   size_t tokens, current;
   double logp_diff_sum;    /* sum of |logp - behavior logp| over the current-version tokens */
   size_t run_positions;    /* positions the forward ran over (windows and burn-ins) */
@@ -619,10 +620,16 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
     for (size_t i = 0; i < n && sampled; i++)
       if (w.mask[i] && !isfinite(w.logp[i])) acc->nonfinite = 1, sampled = 0;
     if (sampled) {
-      if (pp.entropy_coef > 0) lh_model_cache_entropy(t->cache, w.entropy);
+      /* The entropy is computed by the forward pass anyway: read it for
+       * the step's diagnostics even without an entropy bonus. */
+      int has_entropy = lh_model_cache_entropy(t->cache, w.entropy) == 0;
+      if (!has_entropy && pp.entropy_coef > 0) {
+        rc = lh_errbuf_set(err, LH_ELEARNER_TRAIN, "train: the forward pass gave no entropy");
+        break;
+      }
       lh_learner_ppo_input in = {.n = n, .logp = w.logp, .behavior_logp = w.blogp, .advantage = w.adv,
                                  .loss_mask = w.mask, .version = w.ver, .current_version = t->version,
-                                 .entropy = pp.entropy_coef > 0 ? w.entropy : NULL, .normaliser = N};
+                                 .entropy = has_entropy ? w.entropy : NULL, .normaliser = N};
       double loss;
       lh_learner_ppo_stats ps;
       rc = lh_learner_ppo_loss(&pp, &in, &loss, w.dlogp, &ps, err);
@@ -633,6 +640,10 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
       acc->loss += loss;
       acc->policy_loss += ps.policy_loss;
       acc->clip_sum += ps.clip_frac * (double)ps.tokens;
+      acc->kl_sum += ps.approx_kl * (double)ps.tokens;
+      acc->entropy_sum += has_entropy ? ps.entropy_mean * (double)ps.tokens : NAN;
+      acc->ratio_sum += ps.ratio_mean * (double)ps.tokens;
+      if (ps.ratio_max > acc->ratio_max) acc->ratio_max = ps.ratio_max;
       acc->tokens += ps.tokens;
       if (ps.current_tokens) {
         acc->current += ps.current_tokens;
@@ -671,11 +682,13 @@ static int reduce_step(lh_learner_trainer *t, step_acc *acc, lh_errbuf *err) {
   LH_TRY(lh_learner_comm_allreduce_f64(t->comm, counts, (size_t)mc->layers * (size_t)mc->experts,
                                        LH_LEARNER_COMM_SUM, err));
   LH_TRY(lh_learner_comm_allreduce_f64(t->comm, pairs, (size_t)mc->layers, LH_LEARNER_COMM_SUM, err));
-  double sum[7] = {acc->loss, acc->policy_loss, acc->clip_sum, acc->lag_sum, (double)acc->tokens,
-                   (double)acc->current, (double)acc->nonfinite};
-  LH_TRY(lh_learner_comm_allreduce_f64(t->comm, sum, 7, LH_LEARNER_COMM_SUM, err));
-  double mx[2] = {acc->lag_max, acc->logp_diff};
-  LH_TRY(lh_learner_comm_allreduce_f64(t->comm, mx, 2, LH_LEARNER_COMM_MAX, err));
+  double sum[10] = {acc->loss, acc->policy_loss, acc->clip_sum, acc->lag_sum, (double)acc->tokens,
+                    (double)acc->current, (double)acc->nonfinite, acc->kl_sum, acc->entropy_sum,
+                    acc->ratio_sum};
+  LH_TRY(lh_learner_comm_allreduce_f64(t->comm, sum, 10, LH_LEARNER_COMM_SUM, err));
+  double mx[3] = {acc->lag_max, acc->logp_diff, acc->ratio_max};
+  LH_TRY(lh_learner_comm_allreduce_f64(t->comm, mx, 3, LH_LEARNER_COMM_MAX, err));
+  acc->kl_sum = sum[7], acc->entropy_sum = sum[8], acc->ratio_sum = sum[9], acc->ratio_max = mx[2];
   acc->loss = sum[0], acc->policy_loss = sum[1], acc->clip_sum = sum[2], acc->lag_sum = sum[3];
   acc->tokens = (size_t)sum[4], acc->current = (size_t)sum[5], acc->nonfinite = sum[6] > 0;
   acc->lag_max = mx[0], acc->logp_diff = mx[1];
@@ -915,6 +928,9 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
       st.lag_mean = acc.tokens ? acc.lag_sum / (double)acc.tokens : 0, st.lag_max = acc.lag_max;
       st.logp_diff = acc.current ? acc.logp_diff : NAN, st.current_tokens = acc.current;
       st.clip_frac = acc.tokens ? acc.clip_sum / (double)acc.tokens : 0;
+      double tok = acc.tokens ? (double)acc.tokens : NAN;
+      st.approx_kl = acc.kl_sum / tok, st.entropy = acc.entropy_sum / tok, st.iw_mean = acc.ratio_sum / tok;
+      st.iw_max = acc.tokens ? acc.ratio_max : NAN;
       if (!rc && (acc.nonfinite || !isfinite(acc.loss) || !isfinite(norm))) {
         st.skipped = 1;
         t->skipped++;
@@ -985,6 +1001,8 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   row.dropped_stale = (uint32_t)dropped_stale, row.lag_mean = st.lag_mean;
   row.lag_max = st.lag_max, row.logp_diff = st.logp_diff, row.grad_norm = st.grad_norm, row.lr = st.lr;
   row.skipped = st.skipped, row.step_ms = st.step_ms, row.busy_frac = st.busy_frac;
+  row.approx_kl = st.approx_kl, row.entropy = st.entropy, row.clip_frac = st.clip_frac;
+  row.iw_mean = st.iw_mean, row.iw_max = st.iw_max;
   backlog_update(t);
   row.stale_share = lh_learner_trainer_stale_share(t), row.backlog_cap = t->backlog_cap;
   const lh_model_config *mc = lh_model_get_config(t->m);

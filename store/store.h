@@ -39,7 +39,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 10
+#define LH_STORE_SCHEMA_VERSION 11
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
@@ -388,6 +388,12 @@ typedef struct {
   int32_t dead[LH_STORE_MAX_LAYERS];  /* entries 0..layers-1; < 0: unknown */
   char balance[16];        /* "adaptive", "bias", ...; empty: unknown */
   double balance_ms;
+  /* PPO diagnostics (schema 11, "ppo diagnostics"; NAN, stored as NULL,
+   * when unknown) over the step's sampled tokens: approximate KL to the
+   * behaviour policy (mean of r - 1 - log r), the policy's mean entropy,
+   * the share of tokens whose gradient the clip or cap cut, and the
+   * importance weights r = p/behaviour: mean and largest. */
+  double approx_kl, entropy, clip_frac, iw_mean, iw_max;
 } lh_store_train_step;
 /* Non-finite loss and metrics are stored as NULL. With experts > 0 and
  * expert_load set, the layers * experts loads go to train_step_experts in

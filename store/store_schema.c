@@ -271,6 +271,17 @@ static const char schema_v10[] =
     "  time_ms INTEGER NOT NULL,"
     "  PRIMARY KEY (run_id, stage));";
 
+/* Version 11 ("ppo diagnostics"): per train step, the PPO figures the
+ * learner computes with its loss (learner/ppo.c): approximate KL to the
+ * behaviour policy, entropy, clip fraction, importance-weight mean and
+ * largest value. The report draws them. */
+static const char schema_v11[] =
+    "ALTER TABLE train_steps ADD COLUMN approx_kl REAL;"
+    "ALTER TABLE train_steps ADD COLUMN entropy REAL;"
+    "ALTER TABLE train_steps ADD COLUMN clip_frac REAL;"
+    "ALTER TABLE train_steps ADD COLUMN iw_mean REAL;"
+    "ALTER TABLE train_steps ADD COLUMN iw_max REAL;";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
@@ -286,6 +297,7 @@ const lh_store_migration lh_store_migrations[] = {
     {8, "balancing: train_step_layers.dead, train_steps.dead, balance, balance_ms", schema_v8},
     {9, "stored state: segments.state_offset, state, segments_state", schema_v9},
     {10, "stages: where each context-extension stage began and what it trained", schema_v10},
+    {11, "ppo diagnostics: train_steps.approx_kl, entropy, clip_frac, iw_mean, iw_max", schema_v11},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

@@ -66,6 +66,24 @@ static int update_balance(lh_store *s, const lh_store_train_step *t, lh_errbuf *
   return rc < 0 ? rc : 0;
 }
 
+/* The step's PPO diagnostics (schema 11), on the row just inserted. */
+static int update_ppo(lh_store *s, const lh_store_train_step *t, lh_errbuf *err) {
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_prepare(s,
+                          "UPDATE train_steps SET approx_kl = ?2, entropy = ?3, clip_frac = ?4, iw_mean = ?5,"
+                          " iw_max = ?6 WHERE step = ?1",
+                          &st, err));
+  lh_store_bind_u64(st, 1, t->step);
+  bind_metric(st, 2, t->approx_kl);
+  bind_metric(st, 3, t->entropy);
+  bind_metric(st, 4, t->clip_frac);
+  bind_metric(st, 5, t->iw_mean);
+  bind_metric(st, 6, t->iw_max);
+  int rc = lh_store_step(s, st, "storing a train step's PPO diagnostics", err);
+  sqlite3_finalize(st);
+  return rc < 0 ? rc : 0;
+}
+
 static int insert_step(lh_store *s, const lh_store_train_step *t, const char *json, int *inserted,
                        lh_errbuf *err) {
   sqlite3_stmt *st;
@@ -105,6 +123,7 @@ static int insert_step(lh_store *s, const lh_store_train_step *t, const char *js
   *inserted = sqlite3_changes(s->db) > 0;
   if (!*inserted) return 0;
   LH_TRY(update_balance(s, t, err));
+  LH_TRY(update_ppo(s, t, err));
   if (t->layers == 0) return 0;
   LH_TRY(lh_store_prepare(s,
                           "INSERT OR IGNORE INTO train_step_layers(step, layer, maxvio, dead)"
@@ -260,7 +279,8 @@ int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
                           "SELECT step, version, run_id, loss, reward_mean, success_rate, tokens,"
                           " episodes, dropped_stale, lag_mean, lag_max, logp_diff, grad_norm, lr,"
                           " skipped, maxvio, step_ms, time_ms, busy_frac, stale_share, backlog_cap, positions,"
-                          " dead, balance, balance_ms FROM train_steps"
+                          " dead, balance, balance_ms, approx_kl, entropy, clip_frac, iw_mean, iw_max"
+                          " FROM train_steps"
                           " WHERE step >= ?1 ORDER BY step LIMIT ?2",
                           &st, err));
   lh_store_bind_u64(st, 1, from_step);
@@ -313,6 +333,11 @@ int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
       t->dead[l] = l < n_dead && isfinite(dead[l]) && dead[l] >= 0 ? (int32_t)dead[l] : -1;
     lh_store_column_text(st, 23, t->balance, sizeof t->balance);
     t->balance_ms = column_metric(st, 24);
+    t->approx_kl = column_metric(st, 25);
+    t->entropy = column_metric(st, 26);
+    t->clip_frac = column_metric(st, 27);
+    t->iw_mean = column_metric(st, 28);
+    t->iw_max = column_metric(st, 29);
     int r = read_experts(s, &c, t, err);
     if (r < 0) {
       rc = r;

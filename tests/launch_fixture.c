@@ -237,6 +237,9 @@ uint64_t lfx_sum_key(const char *text, const char *prefix, const char *key, int 
   if (lines) *lines = 0;
   for (const char *p = text; p && *p;) {
     const char *end = strchr(p, '\n');
+    /* A child's line may start with its time (LH_LOG_TIME, which the
+     * launcher sets): "2026-12-03T14:02:03.123Z info ...". */
+    if (strlen(p) > 25 && p[4] == '-' && p[10] == 'T' && p[23] == 'Z' && p[24] == ' ') p += 25;
     if (!strncmp(p, prefix, plen)) {
       for (const char *q = p; q && (!end || q < end); q = strchr(q + 1, ' ')) {
         const char *w = *q == ' ' ? q + 1 : q;

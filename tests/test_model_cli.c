@@ -48,6 +48,15 @@ START_TEST(test_init_and_score) {
   snprintf(cmd, sizeof cmd, "%s init --config %s --seed 6 --out %s/c && ! cmp -s "
            "%s/a/model.safetensors %s/c/model.safetensors", bin(), cfg, work, work, work);
   ck_assert_msg(run(cmd, out, sizeof out) == 0, "seed ignored: %s", out);
+  /* An existing checkpoint is not overwritten without --force. */
+  snprintf(cmd, sizeof cmd, "%s init --config %s --seed 6 --out %s/a", bin(), cfg, work);
+  ck_assert_int_eq(run(cmd, out, sizeof out), 2);
+  ck_assert_msg(strstr(out, "refusing to overwrite a checkpoint (give --force"), "%s", out);
+  snprintf(cmd, sizeof cmd, "cmp %s/a/model.safetensors %s/b/model.safetensors", work, work);
+  ck_assert_msg(run(cmd, out, sizeof out) == 0, "the refused init changed a: %s", out);
+  snprintf(cmd, sizeof cmd, "%s init --config %s --seed 6 --out %s/a --force && cmp %s/a/model.safetensors "
+           "%s/c/model.safetensors", bin(), cfg, work, work, work);
+  ck_assert_msg(run(cmd, out, sizeof out) == 0, "--force replaces it: %s", out);
 
   /* score: 12 tokens, with a 4x8 image (2 patches of 4x4) at 5..6 */
   int32_t tok[12] = {LH_TOK_BOS, 'a', 'b', 'c', LH_TOK_IMG, LH_TOK_PAD, LH_TOK_PAD,

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,11 +24,12 @@
 
 #define ODD_ENV "<b>calc&\"co\"</b>"
 #define ODD_ENV_ESCAPED "&lt;b&gt;calc&amp;&quot;co&quot;&lt;/b&gt;"
+enum { MANY_STEPS = 3000 };
 enum { VERSIONS = 8, PER_VERSION = 5, STEPS = 12, LAYERS = 4, EXPERTS = 8, LONG_STEPS = 500, LONG_EXPERTS = 4 };
 
-static char dir[256], db[300], empty_db[300], long_db[300], old_db[300], page[300];
-static char out_buf[1 << 16], err_buf[1 << 16];
-static char html[1 << 21];
+static char dir[256], db[300], empty_db[300], long_db[300], old_db[300], many_db[300], page[300];
+static char out_buf[1 << 22], err_buf[1 << 16];
+static char html[1 << 22];
 
 /* ---- the fixture --------------------------------------------------------- */
 
@@ -129,6 +131,27 @@ static void build_fixture(void) {
   ck_assert_msg(lh_store_commit(s, &err) == 0, "commit: %s", err.msg);
   lh_store_close(s);
 
+  /* Many: 3000 train steps whose loss alternates 1, 3 (a line to thin),
+   * and one ended episode in each of 14 environments (more than a chart
+   * draws). */
+  snprintf(many_db, sizeof many_db, "%s/many.db", dir);
+  ck_assert_msg(lh_store_open(many_db, &s, &err) == 0, "open %s: %s", many_db, err.msg);
+  ck_assert(lh_store_begin(s, &err) == 0);
+  for (uint64_t step = 1; step <= MANY_STEPS; step++) {
+    lh_store_train_step t;
+    memset(&t, 0, sizeof t);
+    t.step = step, t.version = step, t.loss = step % 2 ? 1.0 : 3.0, t.tokens = 10;
+    t.time_ms = 1700000000000LL + 10 * (int64_t)step;
+    ck_assert_msg(lh_store_put_train_step(s, &t, NULL, &err) == 0, "train step: %s", err.msg);
+  }
+  for (uint64_t e = 1; e <= 14; e++) {
+    char env[16];
+    snprintf(env, sizeof env, "env%02llu", (unsigned long long)e);
+    put_episode(s, e, env, 1, 1, 1.0f);
+  }
+  ck_assert_msg(lh_store_commit(s, &err) == 0, "commit: %s", err.msg);
+  lh_store_close(s);
+
   ck_assert_msg(lh_store_open(db, &s, &err) == 0, "open %s: %s", db, err.msg);
   ck_assert(lh_store_begin(s, &err) == 0);
   uint64_t id = 1;
@@ -159,8 +182,25 @@ static void build_fixture(void) {
     for (int l = 0; l < LAYERS; l++) t.dead[l] = l == 2 && step <= 6 ? 1 : 0; /* schema 7 */
     snprintf(t.balance, sizeof t.balance, "adaptive");
     t.balance_ms = 0.5;
+    /* PPO diagnostics (schema 11) */
+    t.approx_kl = 0.001 * (double)step, t.entropy = 3.0 - 0.1 * (double)step, t.clip_frac = 0.02 * (double)step;
+    t.iw_mean = 1.0 + 0.01 * (double)step, t.iw_max = 2.0 + 0.5 * (double)step;
+    t.grad_norm = 10.0 / (double)step, t.lr = 1e-4, t.logp_diff = 0.001;
     t.time_ms = 1700000000000LL + 500 * (int64_t)step;
     ck_assert_msg(lh_store_put_train_step(s, &t, NULL, &err) == 0, "train step: %s", err.msg);
+  }
+  /* Held-out evals at SFT steps 10, 20, 30 (success 0.2, 0.5, 0.8) and
+   * SFT's loss over steps 1..30. */
+  for (uint64_t k = 1; k <= 3; k++) {
+    lh_store_eval e = {.run_id = "sft-1", .kind = "sft", .has_step = 1, .step = 10 * k, .env = "calc",
+                       .seeds = 10, .episodes = 10, .successes = k == 1 ? 2 : k == 2 ? 5 : 8,
+                       .reward_mean = 0.1 * (double)k, .eval_ms = NAN, .time_ms = 1700000000000LL + (int64_t)k};
+    ck_assert_msg(lh_store_put_eval(s, &e, &err) == 0, "eval: %s", err.msg);
+  }
+  for (uint64_t k = 1; k <= 30; k++) {
+    lh_store_sft_step t = {.run_id = "sft-1", .step = k, .loss = 3.0 / (double)k, .lr = 1e-3, .grad_norm = 1,
+                           .tokens = 100, .time_ms = 1700000000000LL + (int64_t)k};
+    ck_assert_msg(lh_store_put_sft_step(s, &t, &err) == 0, "sft step: %s", err.msg);
   }
   ck_assert_msg(lh_store_commit(s, &err) == 0, "commit: %s", err.msg);
   lh_store_close(s);
@@ -524,6 +564,310 @@ START_TEST(test_stdout) {
 }
 END_TEST
 
+/* ---- the dashboard ------------------------------------------------------- */
+
+/* The y range a chart drew: its lowest and highest y tick labels. */
+static void y_ticks(const char *c, char *lo, char *hi, size_t cap) {
+  lo[0] = hi[0] = 0;
+  for (const char *p = strstr(c, "text-anchor=\"end\">"); p; p = strstr(p + 1, "text-anchor=\"end\">")) {
+    const char *v = p + strlen("text-anchor=\"end\">");
+    size_t n = strcspn(v, "<");
+    if (n >= cap) n = cap - 1;
+    if (!lo[0]) memcpy(lo, v, n), lo[n] = 0;
+    memcpy(hi, v, n), hi[n] = 0;
+  }
+}
+
+START_TEST(test_dashboard) {
+  ck_assert_int_eq(report("--db", db, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  HAS_NOT(html, "<script");
+  HAS_NOT(html, "http-equiv=\"refresh\"");
+  /* The x-axis choice: four radio buttons, every per-step chart drawn
+   * against each axis, the train step shown first. */
+  HAS(html, "<input type=\"radio\" name=\"xaxis\" id=\"x-step\" checked>");
+  HAS(html, "<label for=\"x-samples\">samples</label>");
+  const char *c = chart(html, "svg-loss-by-time");
+  HAS(c, "loss at seconds since the first train step 0.5: 1</title>");  /* step 2, 500 ms after step 1 */
+  c = chart(html, "svg-loss-by-version");
+  HAS(c, "loss at policy version 4: 0.5</title>");
+  c = chart(html, "svg-loss-by-samples");
+  HAS(c, "loss at sampled tokens trained 1010: 2</title>");  /* step 1: 1010 tokens */
+  /* Smoothing: the measured line faint, the moving average drawn over it,
+   * starting at the first value (debiased). */
+  c = chart(html, "svg-loss");
+  HAS(c, "stroke-opacity=\"0.3\"");
+  HAS(c, "<path class=\"smooth\" data-series=\"loss\"");
+  /* PPO diagnostics from schema 11 */
+  HAS(chart(html, "svg-kl"), "approx KL at train step 3: 0.003</title>");
+  HAS(chart(html, "svg-entropy"), "entropy at train step 10: 2</title>");
+  HAS(chart(html, "svg-clip-frac"), "clip fraction at train step 5: 0.1</title>");
+  c = chart(html, "svg-iw");
+  HAS(c, "mean at train step 2: 1.02</title>");
+  HAS(c, "largest at train step 2: 3</title>");
+  HAS(chart(html, "svg-grad-norm"), "grad norm at train step 4: 2.5</title>");
+  HAS(chart(html, "svg-lr"), "lr at train step 1: 0.0001</title>");
+  HAS_NOT(chart(html, "svg-lr"), "class=\"smooth\"");  /* a schedule is drawn as it is */
+  HAS(chart(html, "svg-logp-diff"), "logp diff at train step 1: 0.001</title>");
+  /* Curves per environment: one per environment. */
+  c = chart(html, "svg-env-success");
+  HAS(c, "data-series=\"calc\"");
+  HAS(c, "data-series=\"" ODD_ENV_ESCAPED "\"");
+  HAS(c, "calc at policy version 1: 0.25</title>");  /* 1 of the 4 calc episodes of version 1 */
+  /* The eval curve and SFT's loss. */
+  c = chart(html, "svg-eval");
+  HAS(c, "data-points=\"3\"");
+  HAS(c, "sft calc at step 20: 0.5</title>");
+  c = chart(html, "svg-sft-loss");
+  HAS(c, "data-points=\"30\"");
+  HAS(c, "sft-1 at SFT step 3: 1</title>");
+  /* The same quantity, the same y range: every reward chart, every
+   * success rate 0..1. */
+  char lo[32], hi[32], lo2[32], hi2[32];
+  y_ticks(chart(html, "svg-reward"), lo, hi, sizeof lo);
+  y_ticks(chart(html, "svg-step-reward"), lo2, hi2, sizeof lo2);
+  ck_assert_str_eq(lo, lo2);
+  ck_assert_str_eq(hi, hi2);
+  y_ticks(chart(html, "svg-env-reward"), lo2, hi2, sizeof lo2);
+  ck_assert_str_eq(hi, hi2);
+  const char *unit[] = {"svg-success", "svg-step-success", "svg-env-success", "svg-eval", "svg-clip-frac"};
+  for (size_t k = 0; k < sizeof unit / sizeof unit[0]; k++) {
+    y_ticks(chart(html, unit[k]), lo, hi, sizeof lo);
+    ck_assert_msg(strcmp(lo, "0") == 0 && strcmp(hi, "1") == 0, "%s: y from %s to %s", unit[k], lo, hi);
+  }
+  /* --smooth 0: the measured lines alone. */
+  ck_assert_int_eq(report("--db", db, "--out", page, "--smooth", "0", NULL), 0);
+  slurp(page, html, sizeof html);
+  HAS_NOT(html, "class=\"smooth\"");
+  ck_assert_int_eq(report("--db", db, "--smooth", "1", NULL), 2);
+  HAS(err_buf, "--smooth '1' must be a number in [0, 1)");
+  ck_assert_int_eq(report("--db", db, "--watch", "0", NULL), 2);
+  ck_assert_int_eq(report("--db", db, "--format", "xml", NULL), 2);
+}
+END_TEST
+
+/* Two runs overlaid: a legend by run (their paths less the shared
+ * folder), a summary of each, one colour per run in every chart. */
+START_TEST(test_compare) {
+  ck_assert_int_eq(report("--db", db, "--compare", long_db, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  HAS(html, "2 runs overlaid");
+  HAS(html, "<table class=\"runs\" id=\"runs\">");
+  HAS(html, "<table id=\"summary\">");
+  HAS(html, "<table id=\"summary-1\">");
+  const char *c = chart(html, "svg-loss");
+  HAS(c, "data-points=\"511\"");  /* 12 + 499 (step 100 of the long run skipped) */
+  HAS(c, "data-series=\"store.db\"");
+  HAS(c, "data-series=\"long.db\"");
+  HAS(c, "class=\"legend\"");
+  HAS(c, ">long.db</text>");
+  c = chart(html, "svg-tokens");
+  HAS(c, "data-series=\"long.db: since the last step\"");
+  HAS(c, "stroke-dasharray=\"6 4\"");
+  /* More than 8 runs is a usage error. */
+  ck_assert_int_eq(report("--db", db, "--compare", db, "--compare", db, "--compare", db, "--compare", db,
+                          "--compare", db, "--compare", db, "--compare", db, "--compare", db, NULL), 2);
+  HAS(err_buf, "option '--compare' given too many times");
+  ck_assert_int_eq(report("--db", db, "--compare", "/nonexistent/x.db", "--out", page, NULL), 1);
+  HAS(err_buf, "cannot read '/nonexistent/x.db'");
+}
+END_TEST
+
+/* A long line is thinned for drawing (every point still counted, the
+ * spikes kept); past 12 environments a chart says the rest are left out. */
+START_TEST(test_thinning_and_many_envs) {
+  ck_assert_int_eq(report("--db", many_db, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  const char *c = chart(html, "svg-loss");
+  HAS(c, "data-points=\"3000\"");
+  const char *poly = strstr(c, "<polyline");
+  ck_assert(poly != NULL);
+  size_t drawn = count(poly, strstr(poly, "/>"), ",");
+  ck_assert_msg(drawn >= 1000 && drawn <= 2 * 1500, "%zu points drawn of 3000", drawn);
+  /* both values of the alternation survive: the top and the bottom of the y axis */
+  char lo[32], hi[32];
+  y_ticks(c, lo, hi, sizeof lo);
+  ck_assert_str_eq(lo, "1");
+  ck_assert_str_eq(hi, "3");
+  c = chart(html, "svg-env-success");
+  HAS(c, "data-series=\"env12\"");
+  HAS_NOT(c, "data-series=\"env13\"");
+  HAS(html, "id=\"groups-left-out\"");
+}
+END_TEST
+
+/* --watch: the page is written, carries a refresh, is written again, and
+ * SIGTERM ends the command with 0. */
+START_TEST(test_watch) {
+  char watched[400], err_path[400];
+  snprintf(watched, sizeof watched, "%s/watched.html", dir);
+  snprintf(err_path, sizeof err_path, "%s/watch.err", dir);
+  unlink(watched);
+  pid_t pid = fork();
+  ck_assert(pid >= 0);
+  if (pid == 0) {
+    int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (e < 0) _exit(126);
+    dup2(e, 2);
+    execl(getenv("LH_BIN"), "longhaul", "report", "--db", db, "--out", watched, "--watch", "1", (char *)NULL);
+    _exit(127);
+  }
+  struct stat first = {0}, now = {0};
+  int rewritten = 0;
+  for (int i = 0; i < 600 && !rewritten; i++) {  /* up to a minute */
+    if (stat(watched, &now) == 0) {
+      if (!first.st_ino)
+        first = now;
+      else if (now.st_ino != first.st_ino)
+        rewritten = 1;  /* renamed into place again */
+    }
+    usleep(100 * 1000);
+  }
+  ck_assert_msg(rewritten, "the watched page was not rewritten");
+  slurp(watched, html, sizeof html);
+  HAS(html, "<meta http-equiv=\"refresh\" content=\"1\">");
+  HAS(html, "id=\"watching\"");
+  ck_assert(kill(pid, SIGTERM) == 0);
+  int status;
+  ck_assert(waitpid(pid, &status, 0) == pid);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+  slurp(err_path, err_buf, sizeof err_buf);
+  HAS(err_buf, "stopped watching");
+}
+END_TEST
+
+/* --format csv and jsonl: one record per train step and per version. */
+START_TEST(test_export) {
+  char csv[400];
+  snprintf(csv, sizeof csv, "%s/series.csv", dir);
+  ck_assert_int_eq(report("--db", db, "--format", "csv", "--out", csv, NULL), 0);
+  slurp(csv, html, sizeof html);
+  HAS(html, "run,kind,step,version,wall_s,samples,loss,reward_mean,success_rate,");
+  ck_assert_uint_eq(count(html, NULL, "\n"), 1 + STEPS + VERSIONS);
+  ck_assert_uint_eq(count(html, NULL, ",step,"), 1 + STEPS);  /* and the header's */
+  ck_assert_uint_eq(count(html, NULL, ",version,,"), VERSIONS);
+  HAS(html, "/store.db,step,1,1,0,1010,2,");  /* the run is named by its path */
+  ck_assert_int_eq(report("--db", db, "--format", "jsonl", "--out", "-", NULL), 0);
+  ck_assert_uint_eq(count(out_buf, NULL, "\n"), STEPS + VERSIONS);
+  HAS(out_buf, "\"kind\":\"step\",\"step\":12,\"version\":12,");
+  HAS(out_buf, "\"time_ms\":1700000006000}");
+  HAS(out_buf, "\"approx_kl\":0.0030000000000000001");
+  HAS(out_buf, "{\"run\":");
+  HAS(out_buf, "\"kind\":\"version\",\"version\":2,\"episodes\":5,\"reward_mean\":0.46");
+  /* no value: null */
+  ck_assert_int_eq(report("--db", old_db, "--format", "jsonl", "--out", "-", NULL), 0);
+  HAS(out_buf, "\"reward_mean\":0,");
+  HAS(out_buf, "\"tok_s_wall\":null");
+}
+END_TEST
+
+/* --tensorboard DIR: event files, read back by a reader of their own
+ * written here in Python (struct and a CRC32C of its own, no TensorBoard,
+ * no protobuf module): every record's two masked CRCs, the file version
+ * first, then an Event per train step with its scalars. */
+static const char tb_reader[] =
+    "import struct, sys, os\n"
+    "\n"
+    "def crc32c(data):\n"
+    "    c = 0xFFFFFFFF\n"
+    "    for b in data:\n"
+    "        c ^= b\n"
+    "        for _ in range(8):\n"
+    "            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)\n"
+    "    return c ^ 0xFFFFFFFF\n"
+    "\n"
+    "def masked(c):\n"
+    "    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF\n"
+    "\n"
+    "def varint(b, i):\n"
+    "    v = s = 0\n"
+    "    while True:\n"
+    "        x = b[i]; i += 1\n"
+    "        v |= (x & 0x7F) << s; s += 7\n"
+    "        if not x & 0x80:\n"
+    "            return v, i\n"
+    "\n"
+    "def fields(b):\n"
+    "    i = 0\n"
+    "    while i < len(b):\n"
+    "        key, i = varint(b, i)\n"
+    "        num, wt = key >> 3, key & 7\n"
+    "        if wt == 0:\n"
+    "            v, i = varint(b, i)\n"
+    "        elif wt == 1:\n"
+    "            v = b[i:i + 8]; i += 8\n"
+    "        elif wt == 5:\n"
+    "            v = b[i:i + 4]; i += 4\n"
+    "        elif wt == 2:\n"
+    "            n, i = varint(b, i)\n"
+    "            v = b[i:i + n]; i += n\n"
+    "        else:\n"
+    "            raise ValueError(\"wire type %d\" % wt)\n"
+    "        yield num, wt, v\n"
+    "\n"
+    "def read(path):\n"
+    "    data = open(path, \"rb\").read()\n"
+    "    i, events = 0, []\n"
+    "    while i < len(data):\n"
+    "        head = data[i:i + 8]\n"
+    "        (n,) = struct.unpack(\"<Q\", head)\n"
+    "        (hcrc,) = struct.unpack(\"<I\", data[i + 8:i + 12])\n"
+    "        assert hcrc == masked(crc32c(head)), \"length crc at %d\" % i\n"
+    "        body = data[i + 12:i + 12 + n]\n"
+    "        (dcrc,) = struct.unpack(\"<I\", data[i + 12 + n:i + 16 + n])\n"
+    "        assert dcrc == masked(crc32c(body)), \"data crc at %d\" % i\n"
+    "        i += 16 + n\n"
+    "        ev = {\"step\": 0, \"values\": {}}\n"
+    "        for num, wt, v in fields(body):\n"
+    "            if num == 1: ev[\"wall_time\"] = struct.unpack(\"<d\", v)[0]\n"
+    "            elif num == 2: ev[\"step\"] = v\n"
+    "            elif num == 3: ev[\"file_version\"] = v.decode()\n"
+    "            elif num == 5:\n"
+    "                for _, _, val in fields(v):\n"
+    "                    tag, x = None, 0.0  # proto3: a zero is not written\n"
+    "                    for f, _, w in fields(val):\n"
+    "                        if f == 1: tag = w.decode()\n"
+    "                        if f == 2: x = struct.unpack(\"<f\", w)[0]\n"
+    "                    ev[\"values\"][tag] = x\n"
+    "        events.append(ev)\n"
+    "    return events\n"
+    "\n"
+    "for run in sorted(os.listdir(sys.argv[1])):\n"
+    "    files = os.listdir(os.path.join(sys.argv[1], run))\n"
+    "    assert len(files) == 1 and files[0].startswith(\"events.out.tfevents.\"), files\n"
+    "    evs = read(os.path.join(sys.argv[1], run, files[0]))\n"
+    "    assert evs[0].get(\"file_version\") == \"brain.Event:2\", evs[0]\n"
+    "    steps = evs[1:]\n"
+    "    print(\"run %s events %d first_step %d last_step %d\" % (run, len(steps), steps[0][\"step\"], steps[-1][\"step\"]))\n"
+    "    for tag in sys.argv[2:]:\n"
+    "        print(\"%s %s step %d: %.6g\" % (run, tag, steps[-1][\"step\"], steps[-1][\"values\"].get(tag, float(\"nan\"))))\n"
+    "\n";
+
+START_TEST(test_tensorboard) {
+  char tb[400], script[400], out_path[400], err_path[400];
+  snprintf(tb, sizeof tb, "%s/tb", dir);
+  snprintf(script, sizeof script, "%s/tb_read.py", dir);
+  ck_assert_int_eq(report("--db", db, "--compare", long_db, "--out", page, "--tensorboard", tb, NULL), 0);
+  FILE *f = fopen(script, "w");
+  ck_assert(f != NULL);
+  fputs(tb_reader, f);
+  fclose(f);
+  snprintf(out_path, sizeof out_path, "%s/tb.out", dir);
+  snprintf(err_path, sizeof err_path, "%s/tb.err", dir);
+  const char *argv[] = {"/usr/bin/python3", script, tb, "loss", "approx_kl", "samples", NULL};
+  int rc = run_into(argv, out_path, err_path);
+  slurp(err_path, err_buf, sizeof err_buf);
+  slurp(out_path, out_buf, sizeof out_buf);
+  ck_assert_msg(rc == 0, "the reader failed (%d): %s", rc, err_buf);
+  HAS(out_buf, "run 0-store.db events 12 first_step 1 last_step 12");
+  HAS(out_buf, "0-store.db loss step 12: 0.166667");
+  HAS(out_buf, "0-store.db approx_kl step 12: 0.012");
+  HAS(out_buf, "0-store.db samples step 12: 12780");  /* 12 steps of 1000 + 10 step tokens */
+  HAS(out_buf, "run 1-long.db events 500 first_step 1 last_step 500");
+  HAS(out_buf, "1-long.db loss step 500: 1.002");
+}
+END_TEST
+
 /* ---- rendering in headless Chromium -------------------------------------- */
 
 /* Runs chromium headless on url with extra (one flag, e.g. --dump-dom or
@@ -599,6 +943,21 @@ START_TEST(test_render) {
   fclose(p);
   ck_assert(memcmp(png, "\x89PNG\r\n\x1a\n", 8) == 0);
 
+  /* Two runs overlaid: parsed, and drawn. */
+  char two[400], two_url[420], two_shot[400], two_flag[420];
+  snprintf(two, sizeof two, "%s/two.html", dir);
+  snprintf(two_url, sizeof two_url, "file://%s", two);
+  ck_assert_int_eq(report("--db", db, "--compare", long_db, "--out", two, NULL), 0);
+  ck_assert_int_eq(chromium("--dump-dom", two_url, dom), 0);
+  slurp(dom, html, sizeof html);
+  HAS(chart(html, "svg-loss"), "data-series=\"long.db\"");
+  HAS(html, "<table id=\"summary-1\">");
+  snprintf(two_shot, sizeof two_shot, "%s/two.png", dir);
+  snprintf(two_flag, sizeof two_flag, "--screenshot=%s", two_shot);
+  ck_assert_int_eq(chromium(two_flag, two_url, dom), 0);
+  fprintf(stderr, "two-run screenshot %ld bytes\n", file_size(two_shot));
+  ck_assert_msg(file_size(two_shot) > 10 * blank_bytes, "the two-run page did not draw");
+
   /* A store of an older run, without expert rows: the page renders with
    * the MaxVio map and the note in place of the expert-load maps. */
   ck_assert_int_eq(report("--db", old_db, "--out", page, NULL), 0);
@@ -647,6 +1006,12 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_long_run);
     tcase_add_test(tc, test_escaping);
     tcase_add_test(tc, test_stdout);
+    tcase_add_test(tc, test_dashboard);
+    tcase_add_test(tc, test_compare);
+    tcase_add_test(tc, test_watch);
+    tcase_add_test(tc, test_thinning_and_many_envs);
+    tcase_add_test(tc, test_export);
+    tcase_add_test(tc, test_tensorboard);
   }
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

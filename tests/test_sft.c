@@ -356,6 +356,12 @@ START_TEST(test_cli) {
   ck_assert_ptr_nonnull(strstr(out, "/3 held-out seeds 1..3, greedy"));
   ck_assert_ptr_nonnull(strstr(out, "-- seed "));
   ck_assert_ptr_nonnull(strstr(out, "<bos>The tool"));
+  /* Progress after each chunk of seeds (whole rounds of 16 environments). */
+  snprintf(cmd, sizeof cmd, "%s eval --config %s --env calc --ckpt %s/ck --seeds 40", bin(), cfg, work);
+  ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
+  ck_assert_msg(strstr(out, "eval: 16/40 seeds, ") && strstr(out, "eval: 32/40 seeds, ") &&
+                    strstr(out, "eval: 40/40 seeds, ") && strstr(out, "successes ("),
+                "%s", out);
   snprintf(cmd, sizeof cmd, "%s eval --config %s --env calc --ckpt %s/ck --seeds 2 --json", bin(), cfg, work);
   ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
   ck_assert_ptr_nonnull(strstr(out, "\"episodes\": 2, \"successes\": "));
