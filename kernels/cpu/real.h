@@ -34,6 +34,7 @@
 /* C (M,N) = alpha op(A) op(B) + beta C, row-major; ta/tb say whether A (or B)
  * is read transposed; lda/ldb/ldc are row strides in elements. */
 #define LH_MM(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)                 \
+  lh_cpu_blas_serial();                                                             \
   LH_GEMM(CblasRowMajor, (ta) ? CblasTrans : CblasNoTrans,                          \
           (tb) ? CblasTrans : CblasNoTrans, (M), (N), (K), (alpha), (A), (lda), (B), \
           (ldb), (beta), (C), (ldc))

@@ -46,6 +46,13 @@ typedef struct lh_cpu_ctx {
 void openblas_set_num_threads(int n);
 int openblas_get_num_threads(void);
 
+/* Keeps OpenBLAS's pool at one thread whoever sized it (its default is one
+ * per core): every product goes through here first (LH_MM), so a product
+ * gives the same bits on every call, in or out of a region. */
+static inline void lh_cpu_blas_serial(void) {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
 /* Team size for a kernel called with ctx. */
 static inline int lh_cpu_threads(const void *ctx) {
   if (ctx) return ((const lh_cpu_ctx *)ctx)->threads;
@@ -68,12 +75,12 @@ static inline int lh_cpu_in_team(void) {
 
 /* Team size for work of `units` independent pieces: never more members
  * than pieces, 1 inside a parallel region. Also keeps OpenBLAS serial
- * before a region starts (the rule above), whoever sized its pool. */
+ * before a region starts (the rule above). */
 static inline int lh_cpu_team(const void *ctx, size_t units) {
   int t = lh_cpu_threads(ctx);
   if (lh_cpu_in_team() || t < 1) t = 1;
   if ((size_t)t > units) t = units ? (int)units : 1;
-  if (t > 1 && openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+  lh_cpu_blas_serial();
   return t;
 }
 
