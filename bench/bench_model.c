@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/ini_doc.h"
 #include "model/model.h"
@@ -401,6 +402,16 @@ static int positive(const char *text, int max) {
 }
 
 int main(int argc, char **argv) {
+  /* The team waits passively, as the peer's does and as the launcher starts
+   * learners and actors (cli/launch_child.c): libgomp reads the policy when
+   * the process starts, so without it set this process runs itself again
+   * with it. */
+  if (!getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);
+    perror("bench_model: re-running with OMP_WAIT_POLICY=PASSIVE");
+    return 1;
+  }
   int threads[MAX_THREAD_COUNTS] = {1, 2}, n_threads = 2;
   int steps = 0, n_seq = 0, seq_len = 0, peer = 1, decode = 0;
   const char *config = NULL;
