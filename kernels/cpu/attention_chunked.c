@@ -52,10 +52,12 @@ static void chunk_prepare(chunk_pre *b, const lh_real *q, const lh_real *k, cons
                           size_t D, int t0, int L, int dk) {
   for (int i = 0; i < L; i++) {
     const lh_real *gi = g + (size_t)(t0 + i) * D;
+#pragma omp simd
     for (int c = 0; c < dk; c++)
       b->G[i * dk + c] = (i ? b->G[(i - 1) * dk + c] : 0) + gi[c];
   }
   size_t n = (size_t)L * dk;
+#pragma omp simd
   for (size_t e = 0; e < n; e++) {
     b->eG[e] = LH_EXP(b->G[e]);
     b->eGi[e] = 1 / b->eG[e];
@@ -64,6 +66,7 @@ static void chunk_prepare(chunk_pre *b, const lh_real *q, const lh_real *k, cons
   for (int c = 0; c < dk; c++) b->Gl[c] = eGl[c];
   for (int i = 0; i < L; i++) {
     const lh_real *qi = q + (size_t)(t0 + i) * D, *ki = k + (size_t)(t0 + i) * D;
+#pragma omp simd
     for (int c = 0; c < dk; c++) {
       int e = i * dk + c;
       b->Qt[e] = qi[c] * b->eG[e];
@@ -165,6 +168,7 @@ static void chunk_backward(const chunk_pre *b, chunk_grad *w, lh_real *dS, const
   LH_MM(0, 1, L, dk, dk, 1, V, ld, dS, dk, 0, w->dKb, dk);
   /* dG rows, then the terms only G_last sees, computed before dS changes. */
   lh_real *dGl = w->dG + (size_t)(L - 1) * dk;
+#pragma omp simd
   for (int e = 0; e < L * dk; e++)
     w->dG[e] = w->dQt[e] * b->Qt[e] - w->dKt[e] * b->Kt[e] - w->dKb[e] * b->Kb[e];
   for (int i = 0; i < L; i++)
@@ -182,6 +186,7 @@ static void chunk_backward(const chunk_pre *b, chunk_grad *w, lh_real *dS, const
     for (int c = 0; c < dk; c++) w->dG[i * dk + c] += w->dG[(i + 1) * dk + c];
   for (int i = 0; i < L; i++) {
     size_t o = (size_t)(s + i) * D;
+#pragma omp simd
     for (int c = 0; c < dk; c++) {
       int e = i * dk + c;
       if (dq) dq[o + c] += w->dQt[e] * b->eG[e];

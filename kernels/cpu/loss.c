@@ -82,6 +82,7 @@ int LH_CPU(logprob_backward)(void *ctx, lh_real *dlogits, const lh_real *dlogp,
         lh_real lp = x[v] - m - lse;
         h -= LH_EXP(lp) * lp;
       }
+#pragma omp simd
     for (int v = 0; v < V; v++) {
       lh_real lp = x[v] - m - lse, p = LH_EXP(lp);
       dx[v] += -dl * p - de * p * (lp + h);
