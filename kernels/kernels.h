@@ -274,7 +274,10 @@ struct lh_backend {
   int (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
 };
 
-/* The CPU backend's table (static const; never NULL). */
+/* The CPU backend's table (static const; never NULL). It has no context:
+ * its team is OpenMP's default (OMP_NUM_THREADS, else one per core) and its
+ * scratch is malloc'd per call; lh_backend_by_name("cpu") gives an instance
+ * with its own team size and arena. */
 const lh_backend *lh_backend_cpu(void);
 
 /* The CUDA backend (kernels/cuda/): a table created at run time on device 0
