@@ -247,7 +247,7 @@ typedef struct {
   uint64_t outbox_bytes;       /* >= 1 (67108864) */
   uint64_t resend_timeout_ms;  /* >= 1 (5000) */
   uint64_t heartbeat_ms;       /* >= 1 (1000) */
-  uint64_t blas_threads;       /* the actor's BLAS threads, 1..256 (1: actors share the machine) */
+  uint64_t blas_threads;       /* the actor's compute team, 1..256 (1: actors share the machine) */
   uint64_t group_size;         /* episodes per task seed, >= 1 (8) */
   /* The actor process (longhaul actor): the learner's three sockets (ARCHITECTURE.md
    * §1; weights_pub_endpoint "none" turns weight updates off), episode

@@ -1,8 +1,9 @@
 /* The policy model through the CPU backend against its references, each
  * measured in the same run, per model and thread count:
  * - a whole training step (forward, backward, AdamW) over packed
- *   sequences: tokens/s, and GFLOP/s as a fraction of the backend's sgemm
- *   rate (1024^3 matmul_forward) at the same thread count;
+ *   sequences: tokens/s, and GFLOP/s as a fraction of sgemm's rate at the
+ *   same thread count (1024^3 cblas_sgemm with OpenBLAS's own pool at that
+ *   many threads; the backend's own team-cut product is printed beside);
  * - the same step in PyTorch on CPU (bench/peer_torch.py, Debian's
  *   python3-torch under /usr/bin/python3) from the same weights and tokens
  *   (the model is saved and the peer reads it), with OMP_NUM_THREADS,
@@ -19,12 +20,14 @@
  * steps), bench/model_d256.ini and bench/model_d512.ini (1 x 1024, 2 steps
  * each), each at 1 and 2 threads; --config FILE (an INI with [model]) runs
  * that model alone (4 x 1024 tokens, 5 steps unless told). */
-#include <dlfcn.h>
+#include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/ini_doc.h"
 #include "model/model.h"
@@ -36,6 +39,7 @@
 
 /* OpenBLAS's own report of its pool (the CPU backend's BLAS). */
 int openblas_get_num_threads(void);
+void openblas_set_num_threads(int n);
 int openblas_get_parallel(void);
 char *openblas_get_config(void);
 
@@ -49,6 +53,27 @@ static double cpu_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The reference: OpenBLAS's own sgemm at threads (its pool), n^3. The
+ * backend keeps the pool at 1 (kernels/cpu/team.h); it is set back. */
+static double openblas_gflops(int threads, int n, int reps, double *cpu_gflops) {
+  float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n);
+  float *c = malloc(sizeof(float) * n * n);
+  double best = INFINITY, best_cpu = INFINITY;
+  openblas_set_num_threads(threads);
+  if (a && b && c) {
+    for (int i = 0; i < n * n; i++) a[i] = (float)(i % 7) * 0.1f, b[i] = (float)(i % 5) * 0.1f;
+    for (int r = 0; r < reps; r++) {
+      double t0 = now_s(), c0 = cpu_s();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+      best = fmin(best, now_s() - t0), best_cpu = fmin(best_cpu, cpu_s() - c0);
+    }
+  }
+  openblas_set_num_threads(1);
+  free(a), free(b), free(c);
+  *cpu_gflops = 2.0 * n * n * (double)n / best_cpu / 1e9;
+  return 2.0 * n * n * (double)n / best / 1e9;
 }
 
 static double sgemm_gflops(const lh_backend *be, int n, int reps) {
@@ -168,18 +193,22 @@ static int bench_decode(lh_model *m, int ctx_a, int ctx_b, int steps, int rounds
   return rc;
 }
 
-/* What the CPU backend's pools are: OpenBLAS's own report, and the OpenMP
- * runtime's when one is loaded in this process. */
+/* What the CPU backend's threads really are: the team a region of the
+ * asked size gets from the OpenMP runtime (the backend's kernels open their
+ * regions with num_threads(asked)), and OpenBLAS's own report of its pool,
+ * which the backend keeps at 1 (each team member runs its own products). */
 static void print_longhaul_threads(int asked) {
   static const char *const kinds[] = {"sequential", "pthreads", "OpenMP"};
-  int par = openblas_get_parallel();
-  int (*omp_max)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "omp_get_max_threads");
-  char omp[64];
-  if (omp_max) snprintf(omp, sizeof omp, "OpenMP %d", omp_max());
-  else snprintf(omp, sizeof omp, "no OpenMP runtime loaded");
-  printf("longhaul threads: asked %d; openblas %d (%s, %s); %s; its own loops run on the "
-         "calling thread unless a team is named here\n", asked, openblas_get_num_threads(),
-         par >= 0 && par <= 2 ? kinds[par] : "?", openblas_get_config(), omp);
+  int par = openblas_get_parallel(), team = 0;
+#pragma omp parallel num_threads(asked)
+  {
+#pragma omp single
+    team = omp_get_num_threads();
+  }
+  const char *wait = getenv("OMP_WAIT_POLICY");
+  printf("longhaul threads: asked %d; OpenMP team %d (wait policy %s); openblas pool %d (%s, "
+         "%s) per team member\n", asked, team, wait ? wait : "default", openblas_get_num_threads(),
+         par >= 0 && par <= 2 ? kinds[par] : "?", openblas_get_config());
 }
 
 typedef struct {
@@ -189,7 +218,7 @@ typedef struct {
 } bench_spec;
 
 typedef struct {
-  double step_s, peer_s, sgemm;
+  double step_s, peer_s, sgemm, team_sgemm, sgemm_cpu; /* sgemm_cpu: per CPU second */
   double step_cpu_s, peer_cpu_s; /* CPU seconds of the same steps */
 } bench_row;
 
@@ -257,10 +286,17 @@ static int bench_one(const bench_spec *sp, const int *threads, int n_threads, in
             "chunked form needs whole chunks)\n", sp->seq_len, cfg.chunk);
     return 2;
   }
-  const lh_backend *be = lh_backend_cpu();
+  const lh_backend *be = NULL;
+  if (lh_backend_by_name("cpu", &be, &err)) {
+    fprintf(stderr, "bench_model: %s\n", err.msg);
+    return 1;
+  }
   int T = sp->n_seq * sp->seq_len;
   int32_t *tok = malloc((size_t)T * sizeof(int32_t));
-  if (!tok) return 1;
+  if (!tok) {
+    lh_backend_close(be);
+    return 1;
+  }
   make_tokens(tok, T);
   double load[1] = {-1};
   getloadavg(load, 1);
@@ -275,7 +311,6 @@ static int bench_one(const bench_spec *sp, const int *threads, int n_threads, in
   for (int ti = 0; !rc && ti < n_threads; ti++) {
     int th = threads[ti];
     be->set_threads(be->context, th);
-    print_longhaul_threads(th);
     lh_model *m = NULL;
     rc = lh_model_new(&cfg, be, &m, &err);
     if (rc) {
@@ -290,7 +325,8 @@ static int bench_one(const bench_spec *sp, const int *threads, int n_threads, in
     }
     bench_row *row = &rows[ti];
     double loss = 0, peer_loss = NAN;
-    row->sgemm = sgemm_gflops(be, 1024, 5);
+    row->sgemm = openblas_gflops(th, 1024, 5, &row->sgemm_cpu);
+    row->team_sgemm = sgemm_gflops(be, 1024, 5);
     if (!rc)
       rc = bench_step(m, tok, sp->n_seq, sp->seq_len, sp->steps, &row->step_s, &row->step_cpu_s,
                       &loss);
@@ -298,10 +334,17 @@ static int bench_one(const bench_spec *sp, const int *threads, int n_threads, in
       lh_model_free(m);
       break;
     }
+    print_longhaul_threads(th);
     double gflops = 3 * flops_per_token(&cfg) * T / row->step_s / 1e9;
+    double gflops_cpu = 3 * flops_per_token(&cfg) * T / row->step_cpu_s / 1e9;
     printf("threads %d: train step %.1f ms (CPU %.1f ms), %.0f tokens/s, %.2f GFLOP/s = %.3f of "
-           "sgemm's %.2f GFLOP/s (1024^3, same run, same threads)\n", th, row->step_s * 1e3,
-           row->step_cpu_s * 1e3, T / row->step_s, gflops, gflops / row->sgemm, row->sgemm);
+           "sgemm's %.2f GFLOP/s (1024^3, OpenBLAS's pool, same run, same threads; the backend's "
+           "team-cut product %.2f)\n", th, row->step_s * 1e3, row->step_cpu_s * 1e3,
+           T / row->step_s, gflops, gflops / row->sgemm, row->sgemm, row->team_sgemm);
+    /* Per CPU second (all threads): on a loaded machine the steadier
+     * figure, at 1 thread the work itself. */
+    printf("threads %d: per CPU second: step %.2f GFLOP = %.3f of sgemm's %.2f\n", th, gflops_cpu,
+           gflops_cpu / row->sgemm_cpu, row->sgemm_cpu);
     row->peer_s = -1;
     if (peer) {
       run_peer(dir, th, sp, &row->peer_s, &row->peer_cpu_s, &peer_loss);
@@ -326,11 +369,13 @@ static int bench_one(const bench_spec *sp, const int *threads, int n_threads, in
   }
   if (dir[0]) lh_proc_rmdir(dir);
   free(tok);
+  lh_backend_close(be);
   if (rc) return 1;
   printf("summary %s:", sp->name);
   for (int ti = 0; ti < n_threads; ti++) {
-    printf(" threads %d: step/sgemm %.3f", threads[ti],
-           3 * flops_per_token(&cfg) * T / rows[ti].step_s / 1e9 / rows[ti].sgemm);
+    printf(" threads %d: step/sgemm %.3f (CPU time %.3f)", threads[ti],
+           3 * flops_per_token(&cfg) * T / rows[ti].step_s / 1e9 / rows[ti].sgemm,
+           3 * flops_per_token(&cfg) * T / rows[ti].step_cpu_s / 1e9 / rows[ti].sgemm_cpu);
     if (rows[ti].peer_s > 0)
       printf(", peer/longhaul %.2f (CPU time %.2f)", rows[ti].peer_s / rows[ti].step_s,
              rows[ti].peer_cpu_s / rows[ti].step_cpu_s);
@@ -364,6 +409,16 @@ static int positive(const char *text, int max) {
 }
 
 int main(int argc, char **argv) {
+  /* The team waits passively, as the peer's does and as the launcher starts
+   * learners and actors (cli/launch_child.c): libgomp reads the policy when
+   * the process starts, so without it set this process runs itself again
+   * with it. */
+  if (!getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);
+    perror("bench_model: re-running with OMP_WAIT_POLICY=PASSIVE");
+    return 1;
+  }
   int threads[MAX_THREAD_COUNTS] = {1, 2}, n_threads = 2;
   int steps = 0, n_seq = 0, seq_len = 0, peer = 1, decode = 0;
   const char *config = NULL;

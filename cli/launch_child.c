@@ -61,6 +61,12 @@ int lh_launch_child_spawn(lh_launch_child *c, char *const argv[], const char *lo
     /* Child logs carry timestamps (common/common.h, lh_log_from_env),
      * unless the user said otherwise. */
     setenv("LH_LOG_TIME", "1", 0);
+    /* A compute team whose idle members sleep rather than spin: on shared
+     * cores a spinning member takes the core its partner waits for (a
+     * 2-thread step was 3x slower than 1 thread at load 10 spinning, 1.56x
+     * faster passive; ARCHITECTURE.md §4.2). Read by libgomp when the
+     * child starts, so it is set here; the user's own setting wins. */
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
     execvp(argv[0], argv);
     dprintf(2, "launch: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);

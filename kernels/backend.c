@@ -1,15 +1,16 @@
 /* The backend tables and picking one by name. The CPU table is static
- * const: the CPU backend keeps no state, its context is NULL. */
+ * const with no context (lh_backend_cpu(): OpenMP's default team, scratch
+ * malloc'd per call); lh_backend_by_name("cpu") gives an instance of the
+ * same table whose context holds its team size and scratch arena
+ * (kernels/cpu/team.h), freed by lh_backend_close. */
 #include <stdlib.h>
 #include <string.h>
 
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/team.h"
 #include "kernels/kernels.h"
-
-/* OpenBLAS's pool size; declared here since not every cblas.h has it. */
-void openblas_set_num_threads(int n);
 
 static void *cpu_alloc(void *ctx, size_t bytes) {
   (void)ctx;
@@ -32,11 +33,22 @@ static int cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
   return LH_OK;
 }
 
+/* Zero fill; large blocks (the gradients, once a step) on the team, one
+ * slice per member. */
 static int cpu_zero(void *ctx, void *ptr, size_t bytes) {
-  (void)ctx;
   if (bytes == 0) return LH_OK;
   if (!ptr) return LH_EKERNELS_NULL_ARG;
-  memset(ptr, 0, bytes);
+  int t = lh_cpu_team(ctx, bytes >> 22);
+#pragma omp parallel num_threads(t)
+  {
+#ifdef _OPENMP
+    size_t i = (size_t)omp_get_thread_num(), n = (size_t)omp_get_num_threads();
+#else
+    size_t i = 0, n = 1;
+#endif
+    size_t b0 = bytes / n * i, b1 = i + 1 == n ? bytes : bytes / n * (i + 1);
+    memset((char *)ptr + b0, 0, b1 - b0);
+  }
   return LH_OK;
 }
 
@@ -45,9 +57,15 @@ static int cpu_synchronize(void *ctx) {
   return LH_OK;
 }
 
+/* The team's size; OpenBLAS stays single-threaded (kernels/cpu/team.h).
+ * Without a context it is the calling thread's OpenMP default. */
 static int cpu_set_threads(void *ctx, int n) {
-  (void)ctx;
-  if (n > 0) openblas_set_num_threads(n);
+  if (n <= 0) return LH_OK;
+  openblas_set_num_threads(1);
+  if (ctx) ((lh_cpu_ctx *)ctx)->threads = n;
+#ifdef _OPENMP
+  else omp_set_num_threads(n);
+#endif
   return LH_OK;
 }
 
@@ -100,6 +118,29 @@ static const lh_backend cpu_backend = {
 
 const lh_backend *lh_backend_cpu(void) { return &cpu_backend; }
 
+/* A CPU backend instance: the table and its context in one block. */
+typedef struct {
+  lh_backend table;
+  lh_cpu_ctx ctx;
+} cpu_instance;
+
+static int cpu_open(const lh_backend **out) {
+  cpu_instance *in = calloc(1, sizeof *in);
+  if (!in) return LH_ENOMEM;
+  in->table = cpu_backend;
+  in->table.context = &in->ctx;
+  in->ctx.threads = lh_cpu_threads(NULL);
+  openblas_set_num_threads(1);
+  *out = &in->table;
+  return LH_OK;
+}
+
+static void cpu_close(const lh_backend *b) {
+  cpu_instance *in = (cpu_instance *)(void *)b;  /* table is its first member */
+  free(in->ctx.arena);
+  free(in);
+}
+
 #ifdef LH_HAVE_CUDA
 void lh_backend_cuda_close(const lh_backend *b);
 #else
@@ -120,6 +161,10 @@ int lh_backend_cuda_set_gemm(const lh_backend *b, lh_gemm_mode mode) {
 
 void lh_backend_close(const lh_backend *b) {
   if (!b || b == &cpu_backend) return;
+  if (b->context && b->alloc == cpu_alloc) {
+    cpu_close(b);
+    return;
+  }
 #ifdef LH_HAVE_CUDA
   lh_backend_cuda_close(b);
 #endif
@@ -130,8 +175,8 @@ int lh_backend_by_name(const char *name, const lh_backend **out, lh_errbuf *err)
   if (!name || !out)
     return lh_errbuf_set(err, LH_EKERNELS_NULL_ARG, "backend: name and out are required");
   if (strcmp(name, "cpu") == 0) {
-    *out = &cpu_backend;
-    return LH_OK;
+    int rc = cpu_open(out);
+    return rc ? lh_errbuf_set(err, rc, "backend 'cpu': out of memory") : LH_OK;
   }
   if (strcmp(name, "cuda") == 0) return lh_backend_cuda_open(out, 0, err);
   return lh_errbuf_set(err, LH_EKERNELS_UNKNOWN_BACKEND,

@@ -18,8 +18,9 @@
  * - A backward takes its gradients first, then the forward inputs it needs
  *   in the forward's order; it never depends on hidden state of the backend
  *   (what it needs from the forward, e.g. the MoE cache, is passed in).
- * - Nothing here keeps global state or starts threads besides OpenBLAS's own
- *   pool (sized by set_threads or OPENBLAS_NUM_THREADS).
+ * - Nothing here keeps global state. The CPU backend's threads are one
+ *   OpenMP team per process, sized per backend instance by set_threads;
+ *   OpenBLAS's own pool is kept at one thread (ARCHITECTURE.md §4.2).
  *
  * The table is versioned like ggml's backend and SQLite's VFS: fields are
  * only ever appended at the end and `version` says how many exist, so code
@@ -83,7 +84,8 @@ struct lh_backend {
   int (*zero)(void *ctx, void *ptr, size_t bytes);
   /* Wait for queued work (no-op on CPU). */
   int (*synchronize)(void *ctx);
-  /* Compute threads (OpenBLAS pool on CPU); n <= 0 leaves it as it is. */
+  /* Compute threads (on CPU the OpenMP team of this instance, OpenBLAS
+   * single-threaded per member); n <= 0 leaves it as it is. */
   int (*set_threads)(void *ctx, int n);
 
   /* ---- matrix products ------------------------------------------------- */
@@ -272,7 +274,10 @@ struct lh_backend {
   int (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
 };
 
-/* The CPU backend's table (static const; never NULL). */
+/* The CPU backend's table (static const; never NULL). It has no context:
+ * its team is OpenMP's default (OMP_NUM_THREADS, else one per core) and its
+ * scratch is malloc'd per call; lh_backend_by_name("cpu") gives an instance
+ * with its own team size and arena. */
 const lh_backend *lh_backend_cpu(void);
 
 /* The CUDA backend (kernels/cuda/): a table created at run time on device 0
@@ -298,9 +303,12 @@ int lh_backend_cuda_set_gemm(const lh_backend *b, lh_gemm_mode mode);
  * device memory with it); NULL and the CPU table are no-ops. */
 void lh_backend_close(const lh_backend *b);
 
-/* The backend called name: "cpu", or "cuda" (lh_backend_cuda_open with the
- * default pool; LH_EKERNELS_NOT_AVAILABLE when this build or machine has
- * none; release it with lh_backend_close). An unknown
+/* The backend called name: "cpu" (an instance of the CPU table whose
+ * context holds its team size, OpenMP's default until set_threads, and its
+ * scratch arena; one thread uses it at a time), or "cuda"
+ * (lh_backend_cuda_open with the default pool; LH_EKERNELS_NOT_AVAILABLE
+ * when this build or machine has none). Release either with
+ * lh_backend_close. An unknown
  * name is LH_EKERNELS_UNKNOWN_BACKEND. err (may be NULL) gets a sentence
  * naming what failed and what to do. */
 int lh_backend_by_name(const char *name, const lh_backend **out, lh_errbuf *err);

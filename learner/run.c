@@ -331,12 +331,13 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
     return brc;
   }
   *usage_error = 0;
-  /* Chosen, not inherited: the training thread's BLAS pool is sized by
+  /* Chosen, not inherited: the training thread's compute team is sized by
    * [learner] blas_threads (1 by default: the actors usually share the
-   * machine, and a second OpenBLAS thread mostly spins waiting for work at
-   * these sizes). The service thread does no BLAS. */
+   * machine); OpenBLAS runs single-threaded on each member (ARCHITECTURE.md
+   * §4.2). The service thread does no compute. */
   if (L->be->set_threads) L->be->set_threads(L->be->context, (int)L->cfg.blas_threads);
-  LH_INFO("learner", "threads training=1 blas=%llu service=1", (unsigned long long)L->cfg.blas_threads);
+  LH_INFO("learner", "threads training=1 team=%llu blas_per_member=1 service=1",
+          (unsigned long long)L->cfg.blas_threads);
   int resumed = 0;
   char from[LH_LEARNER_TEXT_BYTES] = "";
   LH_TRY(open_model(L, &mc, err, &resumed, from, usage_error));

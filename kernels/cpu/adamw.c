@@ -4,7 +4,6 @@
 
 int LH_CPU(adamw_step)(void *ctx, lh_real *param, const lh_real *grad, lh_real *m,
                        lh_real *v, size_t n, const lh_adamw_params *p, int decay) {
-  (void)ctx;
   if (!p) return LH_EKERNELS_NULL_ARG;
   if (p->step < 1 || !(p->beta1 >= 0 && p->beta1 < 1) || !(p->beta2 >= 0 && p->beta2 < 1) ||
       !(p->eps > 0))
@@ -14,12 +13,17 @@ int LH_CPU(adamw_step)(void *ctx, lh_real *param, const lh_real *grad, lh_real *
   double c1 = 1.0 - pow(p->beta1, (double)p->step);
   double c2 = 1.0 - pow(p->beta2, (double)p->step);
   lh_real b1 = p->beta1, b2 = p->beta2, wd = decay ? p->weight_decay : 0;
+  lh_real gs = (lh_real)p->grad_scale, lr = (lh_real)p->lr, eps = (lh_real)p->eps;
+  lh_real rc1 = (lh_real)c1, rc2 = (lh_real)c2;
+  /* Elementwise: the same result on any team. */
+  int t = lh_cpu_team(ctx, n / 16384 + 1);
+#pragma omp parallel for simd num_threads(t) schedule(static)
   for (size_t i = 0; i < n; i++) {
-    lh_real g = grad[i] * (lh_real)p->grad_scale;
+    lh_real g = grad[i] * gs;
     m[i] = b1 * m[i] + (1 - b1) * g;
     v[i] = b2 * v[i] + (1 - b2) * g * g;
-    lh_real mhat = m[i] / (lh_real)c1, vhat = v[i] / (lh_real)c2;
-    param[i] -= (lh_real)p->lr * (mhat / (LH_SQRT(vhat) + (lh_real)p->eps) + wd * param[i]);
+    lh_real mhat = m[i] / rc1, vhat = v[i] / rc2;
+    param[i] -= lr * (mhat / (LH_SQRT(vhat) + eps) + wd * param[i]);
   }
   return LH_OK;
 }

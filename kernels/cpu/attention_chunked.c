@@ -52,10 +52,12 @@ static void chunk_prepare(chunk_pre *b, const lh_real *q, const lh_real *k, cons
                           size_t D, int t0, int L, int dk) {
   for (int i = 0; i < L; i++) {
     const lh_real *gi = g + (size_t)(t0 + i) * D;
+#pragma omp simd
     for (int c = 0; c < dk; c++)
       b->G[i * dk + c] = (i ? b->G[(i - 1) * dk + c] : 0) + gi[c];
   }
   size_t n = (size_t)L * dk;
+#pragma omp simd
   for (size_t e = 0; e < n; e++) {
     b->eG[e] = LH_EXP(b->G[e]);
     b->eGi[e] = 1 / b->eG[e];
@@ -64,6 +66,7 @@ static void chunk_prepare(chunk_pre *b, const lh_real *q, const lh_real *k, cons
   for (int c = 0; c < dk; c++) b->Gl[c] = eGl[c];
   for (int i = 0; i < L; i++) {
     const lh_real *qi = q + (size_t)(t0 + i) * D, *ki = k + (size_t)(t0 + i) * D;
+#pragma omp simd
     for (int c = 0; c < dk; c++) {
       int e = i * dk + c;
       b->Qt[e] = qi[c] * b->eG[e];
@@ -107,28 +110,35 @@ int LH_CPU(attn_chunked_forward)(void *ctx, lh_real *out, lh_real *state_out,
                                  const lh_real *g, const lh_real *state_in,
                                  const int32_t *seq_offsets, int n_seq, int H, int dk,
                                  int chunk) {
-  (void)ctx;
   int T = lh_attn_check(seq_offsets, n_seq, H, dk);
   if (T < 0) return T;
   if (chunk <= 0 || chunk > LH_CHUNK_MAX) return LH_EKERNELS_SHAPE;
   if (!out || !q || !k || !v || !g) return LH_EKERNELS_NULL_ARG;
   size_t D = (size_t)H * dk, SS = (size_t)dk * dk;
-  lh_real *pre = malloc(sizeof(lh_real) * chunk_pre_floats(chunk, dk));
-  lh_real *S = malloc(sizeof(lh_real) * SS);
-  if (!pre || !S) {
-    free(pre), free(S);
-    return LH_ENOMEM;
+  /* (sequence, head) pairs are independent: shared out on the team, each
+   * member with its own preparation block and state. */
+  int units = n_seq * H, t = lh_cpu_team(ctx, (size_t)units);
+  size_t member = chunk_pre_floats(chunk, dk) + SS;
+  void *owned;
+  lh_real *mem = lh_cpu_scratch(ctx, sizeof(lh_real) * member * (size_t)t, &owned);
+  if (!mem) return LH_ENOMEM;
+#pragma omp parallel for num_threads(t) schedule(dynamic, 1)
+  for (int u = 0; u < units; u++) {
+#ifdef _OPENMP
+    lh_real *pre = mem + member * (size_t)omp_get_thread_num();
+#else
+    lh_real *pre = mem;
+#endif
+    lh_real *S = pre + chunk_pre_floats(chunk, dk);
+    int s = u / H, h = u % H;
+    size_t si = ((size_t)s * H + h) * SS, c0 = (size_t)h * dk;
+    if (state_in) memcpy(S, state_in + si, sizeof(lh_real) * SS);
+    else memset(S, 0, sizeof(lh_real) * SS);
+    head_forward(pre, 0, out + c0, S, NULL, q + c0, k + c0, v + c0, g + c0, D, seq_offsets[s],
+                 seq_offsets[s + 1], dk, chunk);
+    if (state_out) memcpy(state_out + si, S, sizeof(lh_real) * SS);
   }
-  for (int s = 0; s < n_seq; s++)
-    for (int h = 0; h < H; h++) {
-      size_t si = ((size_t)s * H + h) * SS, c0 = (size_t)h * dk;
-      if (state_in) memcpy(S, state_in + si, sizeof(lh_real) * SS);
-      else memset(S, 0, sizeof(lh_real) * SS);
-      head_forward(pre, 0, out + c0, S, NULL, q + c0, k + c0, v + c0, g + c0, D, seq_offsets[s],
-                   seq_offsets[s + 1], dk, chunk);
-      if (state_out) memcpy(state_out + si, S, sizeof(lh_real) * SS);
-    }
-  free(pre), free(S);
+  free(owned);
   return LH_OK;
 }
 
@@ -158,6 +168,7 @@ static void chunk_backward(const chunk_pre *b, chunk_grad *w, lh_real *dS, const
   LH_MM(0, 1, L, dk, dk, 1, V, ld, dS, dk, 0, w->dKb, dk);
   /* dG rows, then the terms only G_last sees, computed before dS changes. */
   lh_real *dGl = w->dG + (size_t)(L - 1) * dk;
+#pragma omp simd
   for (int e = 0; e < L * dk; e++)
     w->dG[e] = w->dQt[e] * b->Qt[e] - w->dKt[e] * b->Kt[e] - w->dKb[e] * b->Kb[e];
   for (int i = 0; i < L; i++)
@@ -175,6 +186,7 @@ static void chunk_backward(const chunk_pre *b, chunk_grad *w, lh_real *dS, const
     for (int c = 0; c < dk; c++) w->dG[i * dk + c] += w->dG[(i + 1) * dk + c];
   for (int i = 0; i < L; i++) {
     size_t o = (size_t)(s + i) * D;
+#pragma omp simd
     for (int c = 0; c < dk; c++) {
       int e = i * dk + c;
       if (dq) dq[o + c] += w->dQt[e] * b->eG[e];
@@ -191,7 +203,6 @@ int LH_CPU(attn_chunked_backward)(void *ctx, lh_real *dq, lh_real *dk_, lh_real 
                                   const lh_real *k, const lh_real *v, const lh_real *g,
                                   const lh_real *state_in, const int32_t *seq_offsets,
                                   int n_seq, int H, int dk, int chunk) {
-  (void)ctx;
   int T = lh_attn_check(seq_offsets, n_seq, H, dk);
   if (T < 0) return T;
   if (chunk <= 0 || chunk > LH_CHUNK_MAX) return LH_EKERNELS_SHAPE;
@@ -203,38 +214,46 @@ int LH_CPU(attn_chunked_backward)(void *ctx, lh_real *dq, lh_real *dk_, lh_real 
     if (n > max_chunks) max_chunks = n;
   }
   /* The forward is recomputed per sequence and head, keeping every chunk's
-   * preparation and incoming state: (6 L dk + L^2 + dk + dk^2) per chunk. */
-  lh_real *pre = malloc(sizeof(lh_real) * chunk_pre_floats(chunk, dk) * (size_t)max_chunks);
-  lh_real *states = malloc(sizeof(lh_real) * SS * (size_t)max_chunks);
-  lh_real *S = malloc(sizeof(lh_real) * SS), *dS = malloc(sizeof(lh_real) * SS);
-  lh_real *wmem = malloc(sizeof(lh_real) * (5 * LD + (size_t)chunk * chunk));
-  if (!pre || !states || !S || !dS || !wmem) {
-    free(pre), free(states), free(S), free(dS), free(wmem);
-    return LH_ENOMEM;
-  }
-  chunk_grad w = {.dQt = wmem, .dKt = wmem + LD, .dKb = wmem + 2 * LD, .dV = wmem + 3 * LD,
-                  .dG = wmem + 4 * LD, .dA = wmem + 5 * LD};
-  for (int s = 0; s < n_seq; s++)
-    for (int h = 0; h < H; h++) {
-      size_t si = ((size_t)s * H + h) * SS, c0 = (size_t)h * dk;
-      int t0 = seq_offsets[s], t1 = seq_offsets[s + 1];
-      if (state_in) memcpy(S, state_in + si, sizeof(lh_real) * SS);
-      else memset(S, 0, sizeof(lh_real) * SS);
-      head_forward(pre, 1, NULL, S, states, q + c0, k + c0, v + c0, g + c0, D, t0, t1, dk, chunk);
-      if (dstate_out) memcpy(dS, dstate_out + si, sizeof(lh_real) * SS);
-      else memset(dS, 0, sizeof(lh_real) * SS);
-      int n_chunks = (t1 - t0 + chunk - 1) / chunk;
-      for (int ci = n_chunks - 1; ci >= 0; ci--) {
-        int cs = t0 + ci * chunk, L = t1 - cs < chunk ? t1 - cs : chunk;
-        chunk_pre b;
-        chunk_pre_at(&b, pre, ci, chunk, dk);
-        chunk_backward(&b, &w, dS, states + (size_t)ci * SS, dq ? dq + c0 : NULL,
-                       dk_ ? dk_ + c0 : NULL, dv ? dv + c0 : NULL, dg ? dg + c0 : NULL,
-                       dout + c0, v + c0, D, cs, L, dk);
-      }
-      if (dstate_in)
-        for (size_t e = 0; e < SS; e++) dstate_in[si + e] += dS[e];
+   * preparation and incoming state: (6 L dk + L^2 + dk + dk^2) per chunk.
+   * (sequence, head) pairs write disjoint columns and states, so they are
+   * shared out on the team, each member with its own block of scratch. */
+  size_t pre_n = chunk_pre_floats(chunk, dk) * (size_t)max_chunks;
+  size_t member = pre_n + SS * (size_t)max_chunks + 2 * SS + 5 * LD + (size_t)chunk * chunk;
+  int units = n_seq * H, t = lh_cpu_team(ctx, (size_t)units);
+  void *owned;
+  lh_real *mem = lh_cpu_scratch(ctx, sizeof(lh_real) * member * (size_t)t, &owned);
+  if (!mem) return LH_ENOMEM;
+#pragma omp parallel for num_threads(t) schedule(dynamic, 1)
+  for (int u = 0; u < units; u++) {
+#ifdef _OPENMP
+    lh_real *pre = mem + member * (size_t)omp_get_thread_num();
+#else
+    lh_real *pre = mem;
+#endif
+    lh_real *states = pre + pre_n, *S = states + SS * (size_t)max_chunks, *dS = S + SS;
+    lh_real *wmem = dS + SS;
+    chunk_grad w = {.dQt = wmem, .dKt = wmem + LD, .dKb = wmem + 2 * LD, .dV = wmem + 3 * LD,
+                    .dG = wmem + 4 * LD, .dA = wmem + 5 * LD};
+    int s = u / H, h = u % H;
+    size_t si = ((size_t)s * H + h) * SS, c0 = (size_t)h * dk;
+    int t0 = seq_offsets[s], t1 = seq_offsets[s + 1];
+    if (state_in) memcpy(S, state_in + si, sizeof(lh_real) * SS);
+    else memset(S, 0, sizeof(lh_real) * SS);
+    head_forward(pre, 1, NULL, S, states, q + c0, k + c0, v + c0, g + c0, D, t0, t1, dk, chunk);
+    if (dstate_out) memcpy(dS, dstate_out + si, sizeof(lh_real) * SS);
+    else memset(dS, 0, sizeof(lh_real) * SS);
+    int n_chunks = (t1 - t0 + chunk - 1) / chunk;
+    for (int ci = n_chunks - 1; ci >= 0; ci--) {
+      int cs = t0 + ci * chunk, L = t1 - cs < chunk ? t1 - cs : chunk;
+      chunk_pre b;
+      chunk_pre_at(&b, pre, ci, chunk, dk);
+      chunk_backward(&b, &w, dS, states + (size_t)ci * SS, dq ? dq + c0 : NULL,
+                     dk_ ? dk_ + c0 : NULL, dv ? dv + c0 : NULL, dg ? dg + c0 : NULL,
+                     dout + c0, v + c0, D, cs, L, dk);
     }
-  free(pre), free(states), free(S), free(dS), free(wmem);
+    if (dstate_in)
+      for (size_t e = 0; e < SS; e++) dstate_in[si + e] += dS[e];
+  }
+  free(owned);
   return LH_OK;
 }

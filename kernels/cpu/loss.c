@@ -1,6 +1,7 @@
 /* Output distribution: log-softmax, per-token log-probabilities of targets
  * (cross-entropy is their negative) and entropies. Softmax is recomputed in
- * the backward from the logits; nothing is kept between calls. */
+ * the backward from the logits; nothing is kept between calls. Rows are
+ * shared out on the team; each row's sums are the same at any team size. */
 #include "kernels/cpu/real.h"
 
 /* max and log(sum exp(x - max)) of one row. */
@@ -15,10 +16,11 @@ static void row_lse(const lh_real *x, int V, lh_real *max_out, lh_real *lse_out)
 }
 
 int LH_CPU(log_softmax_forward)(void *ctx, lh_real *out, const lh_real *logits, int N, int V) {
-  (void)ctx;
   if (N < 0 || V <= 0) return LH_EKERNELS_SHAPE;
   if (N == 0) return LH_OK;
   if (!out || !logits) return LH_EKERNELS_NULL_ARG;
+  int t = lh_cpu_team(ctx, (size_t)N / 16 + 1);
+#pragma omp parallel for num_threads(t) schedule(static)
   for (int n = 0; n < N; n++) {
     const lh_real *x = logits + (size_t)n * V;
     lh_real m, lse;
@@ -36,11 +38,12 @@ static int check_targets(const int32_t *targets, int N, int V) {
 
 int LH_CPU(logprob_forward)(void *ctx, lh_real *logp, lh_real *entropy, const lh_real *logits,
                             const int32_t *targets, int N, int V) {
-  (void)ctx;
   if (N < 0 || V <= 0) return LH_EKERNELS_SHAPE;
   if (N == 0) return LH_OK;
   if (!logp || !logits || !targets) return LH_EKERNELS_NULL_ARG;
   LH_TRY(check_targets(targets, N, V));
+  int t = lh_cpu_team(ctx, (size_t)N / 16 + 1);
+#pragma omp parallel for num_threads(t) schedule(static)
   for (int n = 0; n < N; n++) {
     const lh_real *x = logits + (size_t)n * V;
     lh_real m, lse;
@@ -62,11 +65,12 @@ int LH_CPU(logprob_forward)(void *ctx, lh_real *logp, lh_real *entropy, const lh
 int LH_CPU(logprob_backward)(void *ctx, lh_real *dlogits, const lh_real *dlogp,
                              const lh_real *dentropy, const lh_real *logits,
                              const int32_t *targets, int N, int V) {
-  (void)ctx;
   if (N < 0 || V <= 0) return LH_EKERNELS_SHAPE;
   if (N == 0 || !dlogits) return LH_OK;
   if (!dlogp || !logits || !targets) return LH_EKERNELS_NULL_ARG;
   LH_TRY(check_targets(targets, N, V));
+  int t = lh_cpu_team(ctx, (size_t)N / 16 + 1);
+#pragma omp parallel for num_threads(t) schedule(static)
   for (int n = 0; n < N; n++) {
     const lh_real *x = logits + (size_t)n * V;
     lh_real *dx = dlogits + (size_t)n * V;
@@ -78,6 +82,7 @@ int LH_CPU(logprob_backward)(void *ctx, lh_real *dlogits, const lh_real *dlogp,
         lh_real lp = x[v] - m - lse;
         h -= LH_EXP(lp) * lp;
       }
+#pragma omp simd
     for (int v = 0; v < V; v++) {
       lh_real lp = x[v] - m - lse, p = LH_EXP(lp);
       dx[v] += -dl * p - de * p * (lp + h);

@@ -6,42 +6,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* On the team (kernels/cpu/team.h): experts are shared out whole, each
+ * member running its experts' products single-threaded; the per-token sums
+ * (the combine, dz) are taken in the same order at any team size, so the
+ * results do not depend on it. Scratch comes from lh_cpu_scratch. */
+
 #include "kernels/cpu/real.h"
 
 /* Pairs grouped by expert: order[start[e] .. start[e+1]) are the pair ids
- * (n*k + j) routed to e, in increasing token order. */
+ * (n*k + j) routed to e, in increasing token order; pos[p] is where pair p
+ * sits in that order. All four live in the call's scratch. */
 typedef struct {
-  int *order, *start;
+  int *order, *start, *pos, *fill;
 } grouping;
 
-static int group_pairs(grouping *gr, const int32_t *expert_idx, int N, int E, int k) {
+/* Ints of scratch a grouping takes, rounded up to whole 64-byte lines. */
+static size_t grouping_ints(size_t P, int E) {
+  return (2 * P + 2 * (size_t)E + 1 + 15) / 16 * 16;
+}
+
+static int group_pairs(grouping *gr, int *mem, const int32_t *expert_idx, int N, int E, int k) {
   size_t P = (size_t)N * k;
-  gr->order = malloc(sizeof(int) * (P ? P : 1));
-  gr->start = calloc((size_t)E + 1, sizeof(int));
-  if (!gr->order || !gr->start) {
-    free(gr->order), free(gr->start);
-    return LH_ENOMEM;
-  }
+  gr->order = mem, gr->pos = mem + P, gr->start = mem + 2 * P, gr->fill = gr->start + E + 1;
+  memset(gr->start, 0, sizeof(int) * ((size_t)E + 1));
   for (size_t p = 0; p < P; p++) {
     int e = expert_idx ? expert_idx[p] : (int)(p % (size_t)k);
-    if (e < 0 || e >= E) {
-      free(gr->order), free(gr->start);
-      return LH_EKERNELS_INDEX;
-    }
+    if (e < 0 || e >= E) return LH_EKERNELS_INDEX;
     gr->start[e + 1]++;
   }
   for (int e = 0; e < E; e++) gr->start[e + 1] += gr->start[e];
-  int *fill = malloc(sizeof(int) * (size_t)E);
-  if (!fill) {
-    free(gr->order), free(gr->start);
-    return LH_ENOMEM;
-  }
-  memcpy(fill, gr->start, sizeof(int) * (size_t)E);
+  memcpy(gr->fill, gr->start, sizeof(int) * (size_t)E);
   for (size_t p = 0; p < P; p++) {
     int e = expert_idx ? expert_idx[p] : (int)(p % (size_t)k);
-    gr->order[fill[e]++] = (int)p;
+    gr->pos[p] = gr->fill[e];
+    gr->order[gr->fill[e]++] = (int)p;
   }
-  free(fill);
   return LH_OK;
 }
 
@@ -58,46 +57,136 @@ static void gather_rows(lh_real *X, const lh_real *z, const int *order, int c, i
     memcpy(X + (size_t)i * r, z + (size_t)(order[i] / k) * r, sizeof(lh_real) * (size_t)r);
 }
 
+/* The grouped positions of token n's k pairs in increasing order (so in
+ * increasing expert order): sums over a token's pairs are taken in this
+ * order, which is the same at any team size. */
+static void token_positions(int *ps, const grouping *gr, size_t n, int k) {
+  for (int j = 0; j < k; j++) {
+    int v = gr->pos[n * (size_t)k + (size_t)j], i = j;
+    for (; i > 0 && ps[i - 1] > v; i--) ps[i] = ps[i - 1];
+    ps[i] = v;
+  }
+}
+
+/* dst (N,r) = sum over each token's pairs, in grouped order, of w_i * src
+ * row i (w NULL: 1, else w[order[i]]). Tokens are shared out on the team. */
+static int combine_rows(const void *ctx, lh_real *dst, int overwrite, const lh_real *src,
+                        const lh_real *w, const grouping *gr, int N, int k, int r) {
+  int t = lh_cpu_team(ctx, (size_t)N / 64 + 1), failed = 0;
+#pragma omp parallel num_threads(t) reduction(| : failed)
+  {
+    int stack[64], *ps = k <= 64 ? stack : malloc(sizeof(int) * (size_t)k);
+    if (!ps) {
+      failed = 1;
+    } else {
+#pragma omp for schedule(static)
+      for (int n = 0; n < N; n++) {
+        lh_real *d = dst + (size_t)n * r;
+        if (overwrite) memset(d, 0, sizeof(lh_real) * (size_t)r);
+        token_positions(ps, gr, (size_t)n, k);
+        for (int j = 0; j < k; j++) {
+          const lh_real *y = src + (size_t)ps[j] * r;
+          lh_real gate = w ? w[gr->order[ps[j]]] : 1;
+          for (int c = 0; c < r; c++) d[c] += gate * y[c];
+        }
+      }
+      if (ps != stack) free(ps);
+    }
+  }
+  return failed ? LH_ENOMEM : LH_OK;
+}
+
+/* Expert e's forward on its c grouped rows from offset o. mctx: the team
+ * context for its products (NULL-equivalent when already in a region). */
+static void expert_forward(const void *mctx, int e, int o, int c, const grouping *gr,
+                           const lh_real *z, lh_real *X, lh_real *A, lh_real *H1, lh_real *H3,
+                           lh_real *Y, const lh_real *w1, const lh_real *w2, const lh_real *w3,
+                           int k, int r, int f) {
+  lh_real *Xe = X + (size_t)o * r, *H1e = H1 + (size_t)o * f, *H3e = H3 + (size_t)o * f;
+  lh_real *Ae = A + (size_t)o * f;
+  gather_rows(Xe, z, gr->order + o, c, k, r);
+  lh_cpu_mm(mctx, 0, 1, c, f, r, 1, Xe, r, w1 + (size_t)e * f * r, r, 0, H1e, f);
+  lh_cpu_mm(mctx, 0, 1, c, f, r, 1, Xe, r, w3 + (size_t)e * f * r, r, 0, H3e, f);
+  size_t cf = (size_t)c * f;
+#pragma omp simd
+  for (size_t i = 0; i < cf; i++) Ae[i] = H1e[i] * lh_sigmoid(H1e[i]) * H3e[i];
+  lh_cpu_mm(mctx, 0, 1, c, r, f, 1, Ae, f, w2 + (size_t)e * r * f, f, 0, Y + (size_t)o * r, r);
+}
+
 int LH_CPU(moe_experts_forward)(void *ctx, lh_real *out, lh_real *cache, const lh_real *z,
                                 const int32_t *expert_idx, const lh_real *gates,
                                 const lh_real *w1, const lh_real *w2, const lh_real *w3,
                                 int N, int E, int k, int r, int f) {
-  (void)ctx;
   int rc = check_args(expert_idx, gates, N, E, k, r, f);
   if (rc < 0 || N == 0) return rc;
   if (!out || !z || !w1 || !w2 || !w3) return LH_EKERNELS_NULL_ARG;
-  size_t P = (size_t)N * k;
+  size_t P = (size_t)N * k, gi = grouping_ints(P, E);
+  size_t floats = P * ((size_t)r + f + (cache ? 0 : 2 * (size_t)f + r));
+  void *owned;
+  int *mem = lh_cpu_scratch(ctx, sizeof(int) * gi + sizeof(lh_real) * floats, &owned);
+  if (!mem) return LH_ENOMEM;
   grouping gr;
-  LH_TRY(group_pairs(&gr, expert_idx, N, E, k));
-  lh_real *scratch = malloc(sizeof(lh_real) * P * ((size_t)r + f + (cache ? 0 : 2 * (size_t)f + r)));
-  if (!scratch) {
-    free(gr.order), free(gr.start);
-    return LH_ENOMEM;
+  rc = group_pairs(&gr, mem, expert_idx, N, E, k);
+  if (rc < 0) {
+    free(owned);
+    return rc;
   }
-  lh_real *X = scratch, *A = X + P * r;
+  lh_real *X = (lh_real *)(void *)(mem + gi), *A = X + P * r;
   lh_real *H1 = cache ? cache : A + P * f;
   lh_real *H3 = H1 + P * f, *Y = H3 + P * f;
-  for (int e = 0; e < E; e++) {
-    int o = gr.start[e], c = gr.start[e + 1] - o;
-    if (c == 0) continue;
-    lh_real *Xe = X + (size_t)o * r, *H1e = H1 + (size_t)o * f, *H3e = H3 + (size_t)o * f;
-    lh_real *Ae = A + (size_t)o * f;
-    gather_rows(Xe, z, gr.order + o, c, k, r);
-    LH_MM(0, 1, c, f, r, 1, Xe, r, w1 + (size_t)e * f * r, r, 0, H1e, f);
-    LH_MM(0, 1, c, f, r, 1, Xe, r, w3 + (size_t)e * f * r, r, 0, H3e, f);
-    for (size_t i = 0; i < (size_t)c * f; i++) Ae[i] = H1e[i] * lh_sigmoid(H1e[i]) * H3e[i];
-    LH_MM(0, 1, c, r, f, 1, Ae, f, w2 + (size_t)e * r * f, f, 0, Y + (size_t)o * r, r);
+  /* Experts are shared out whole; a single busy expert (the dense form of
+   * one shared expert) cuts its products on the team instead. */
+  int t = lh_cpu_team(ctx, (size_t)E);
+  if (t > 1) {
+#pragma omp parallel for num_threads(t) schedule(dynamic, 1)
+    for (int e = 0; e < E; e++) {
+      int o = gr.start[e], c = gr.start[e + 1] - o;
+      if (c) expert_forward(ctx, e, o, c, &gr, z, X, A, H1, H3, Y, w1, w2, w3, k, r, f);
+    }
+  } else {
+    for (int e = 0; e < E; e++) {
+      int o = gr.start[e], c = gr.start[e + 1] - o;
+      if (c) expert_forward(ctx, e, o, c, &gr, z, X, A, H1, H3, Y, w1, w2, w3, k, r, f);
+    }
   }
-  memset(out, 0, sizeof(lh_real) * (size_t)N * r);
-  for (size_t i = 0; i < P; i++) {
-    int p = gr.order[i];
-    lh_real gate = gates ? gates[p] : 1;
-    lh_real *dst = out + (size_t)(p / k) * r;
-    const lh_real *y = Y + i * r;
-    for (int c = 0; c < r; c++) dst[c] += gate * y[c];
+  rc = combine_rows(ctx, out, 1, Y, gates, &gr, N, k, r);
+  free(owned);
+  return rc;
+}
+
+/* Expert e's backward on its grouped rows: its weight gradients, and dX
+ * (its rows' input gradients, in grouped order) when dz is wanted. */
+static void expert_backward(const void *mctx, int e, int o, int c, const grouping *gr,
+                            const lh_real *z, lh_real *X, const lh_real *dY, lh_real *A,
+                            lh_real *dH1, lh_real *dH3, lh_real *dX, const lh_real *H1,
+                            const lh_real *H3, lh_real *dw1, lh_real *dw2, lh_real *dw3,
+                            const lh_real *w1, const lh_real *w2, const lh_real *w3, int k,
+                            int r, int f) {
+  size_t of = (size_t)o * f, orr = (size_t)o * r, cf = (size_t)c * f;
+  const lh_real *w1e = w1 + (size_t)e * f * r, *w3e = w3 + (size_t)e * f * r;
+  const lh_real *w2e = w2 + (size_t)e * r * f;
+  const lh_real *h1 = H1 + of, *h3 = H3 + of;
+  lh_real *a = A + of, *d1 = dH1 + of, *d3 = dH3 + of;
+  gather_rows(X + orr, z, gr->order + o, c, k, r);
+  if (dw2) {
+#pragma omp simd
+    for (size_t i = 0; i < cf; i++) a[i] = h1[i] * lh_sigmoid(h1[i]) * h3[i];
+    lh_cpu_mm(mctx, 1, 0, r, f, c, 1, dY + orr, r, a, f, 1, dw2 + (size_t)e * r * f, f);
   }
-  free(scratch), free(gr.order), free(gr.start);
-  return LH_OK;
+  /* dA into dH1, then split into the two branches in place. */
+  lh_cpu_mm(mctx, 0, 0, c, f, r, 1, dY + orr, r, w2e, f, 0, d1, f);
+#pragma omp simd
+  for (size_t i = 0; i < cf; i++) {
+    lh_real s = lh_sigmoid(h1[i]), dA = d1[i];
+    d3[i] = dA * h1[i] * s;
+    d1[i] = dA * h3[i] * s * (1 + h1[i] * (1 - s));
+  }
+  if (dw1) lh_cpu_mm(mctx, 1, 0, f, r, c, 1, d1, f, X + orr, r, 1, dw1 + (size_t)e * f * r, r);
+  if (dw3) lh_cpu_mm(mctx, 1, 0, f, r, c, 1, d3, f, X + orr, r, 1, dw3 + (size_t)e * f * r, r);
+  if (dX) {
+    lh_cpu_mm(mctx, 0, 0, c, r, f, 1, d1, f, w1e, r, 0, dX + orr, r);
+    lh_cpu_mm(mctx, 0, 0, c, r, f, 1, d3, f, w3e, r, 1, dX + orr, r);
+  }
 }
 
 int LH_CPU(moe_experts_backward)(void *ctx, lh_real *dz, lh_real *dw1, lh_real *dw2,
@@ -106,22 +195,26 @@ int LH_CPU(moe_experts_backward)(void *ctx, lh_real *dz, lh_real *dw1, lh_real *
                                  const int32_t *expert_idx, const lh_real *gates,
                                  const lh_real *w1, const lh_real *w2, const lh_real *w3,
                                  int N, int E, int k, int r, int f) {
-  (void)ctx;
   int rc = check_args(expert_idx, gates, N, E, k, r, f);
   if (rc < 0 || N == 0) return rc;
   if (!cache || !dout || !z || !w1 || !w2 || !w3) return LH_EKERNELS_NULL_ARG;
-  size_t P = (size_t)N * k;
+  size_t P = (size_t)N * k, gi = grouping_ints(P, E);
+  /* X (P,r), dY (P,r), A (P,f), dH1 (P,f), dH3 (P,f), dX (P,r). */
+  void *owned;
+  int *mem = lh_cpu_scratch(ctx, sizeof(int) * gi + sizeof(lh_real) * P * (3 * (size_t)r + 3 * f),
+                            &owned);
+  if (!mem) return LH_ENOMEM;
   grouping gr;
-  LH_TRY(group_pairs(&gr, expert_idx, N, E, k));
-  /* X (P,r), dY (P,r), A (P,f), dH1 (P,f), dH3 (P,f), dX (max count, r). */
-  lh_real *scratch = malloc(sizeof(lh_real) * P * (3 * (size_t)r + 3 * f));
-  if (!scratch) {
-    free(gr.order), free(gr.start);
-    return LH_ENOMEM;
+  rc = group_pairs(&gr, mem, expert_idx, N, E, k);
+  if (rc < 0) {
+    free(owned);
+    return rc;
   }
-  lh_real *X = scratch, *dY = X + P * r, *A = dY + P * r, *dH1 = A + P * f;
-  lh_real *dH3 = dH1 + P * f, *dX = dH3 + P * f;
+  lh_real *X = (lh_real *)(void *)(mem + gi), *dY = X + P * r, *A = dY + P * r;
+  lh_real *dH1 = A + P * f, *dH3 = dH1 + P * f, *dX = dH3 + P * f;
   const lh_real *H1 = cache, *H3 = cache + P * f, *Y = cache + 2 * P * f;
+  int t = lh_cpu_team(ctx, P / 256 + 1);
+#pragma omp parallel for num_threads(t) schedule(static)
   for (size_t i = 0; i < P; i++) {
     int p = gr.order[i];
     const lh_real *d = dout + (size_t)(p / k) * r, *y = Y + i * r;
@@ -132,33 +225,25 @@ int LH_CPU(moe_experts_backward)(void *ctx, lh_real *dz, lh_real *dw1, lh_real *
     }
     if (dgates && gates) dgates[p] += acc;
   }
-  for (int e = 0; e < E; e++) {
-    int o = gr.start[e], c = gr.start[e + 1] - o;
-    if (c == 0) continue;
-    size_t of = (size_t)o * f, orr = (size_t)o * r;
-    const lh_real *w1e = w1 + (size_t)e * f * r, *w3e = w3 + (size_t)e * f * r;
-    const lh_real *w2e = w2 + (size_t)e * r * f;
-    gather_rows(X + orr, z, gr.order + o, c, k, r);
-    for (size_t i = of; i < of + (size_t)c * f; i++) A[i] = H1[i] * lh_sigmoid(H1[i]) * H3[i];
-    if (dw2) LH_MM(1, 0, r, f, c, 1, dY + orr, r, A + of, f, 1, dw2 + (size_t)e * r * f, f);
-    /* dA into dH1, then split into the two branches in place. */
-    LH_MM(0, 0, c, f, r, 1, dY + orr, r, w2e, f, 0, dH1 + of, f);
-    for (size_t i = of; i < of + (size_t)c * f; i++) {
-      lh_real s = lh_sigmoid(H1[i]), dA = dH1[i];
-      dH3[i] = dA * H1[i] * s;
-      dH1[i] = dA * H3[i] * s * (1 + H1[i] * (1 - s));
+  lh_real *dXp = dz ? dX : NULL;
+  t = lh_cpu_team(ctx, (size_t)E);
+  if (t > 1) {
+#pragma omp parallel for num_threads(t) schedule(dynamic, 1)
+    for (int e = 0; e < E; e++) {
+      int o = gr.start[e], c = gr.start[e + 1] - o;
+      if (c)
+        expert_backward(ctx, e, o, c, &gr, z, X, dY, A, dH1, dH3, dXp, H1, H3, dw1, dw2, dw3, w1,
+                        w2, w3, k, r, f);
     }
-    if (dw1) LH_MM(1, 0, f, r, c, 1, dH1 + of, f, X + orr, r, 1, dw1 + (size_t)e * f * r, r);
-    if (dw3) LH_MM(1, 0, f, r, c, 1, dH3 + of, f, X + orr, r, 1, dw3 + (size_t)e * f * r, r);
-    if (dz) {
-      LH_MM(0, 0, c, r, f, 1, dH1 + of, f, w1e, r, 0, dX, r);
-      LH_MM(0, 0, c, r, f, 1, dH3 + of, f, w3e, r, 1, dX, r);
-      for (int i = 0; i < c; i++) {
-        lh_real *dst = dz + (size_t)(gr.order[o + i] / k) * r;
-        for (int cc = 0; cc < r; cc++) dst[cc] += dX[(size_t)i * r + cc];
-      }
+  } else {
+    for (int e = 0; e < E; e++) {
+      int o = gr.start[e], c = gr.start[e + 1] - o;
+      if (c)
+        expert_backward(ctx, e, o, c, &gr, z, X, dY, A, dH1, dH3, dXp, H1, H3, dw1, dw2, dw3, w1,
+                        w2, w3, k, r, f);
     }
   }
-  free(scratch), free(gr.order), free(gr.start);
-  return LH_OK;
+  if (dz) rc = combine_rows(ctx, dz, 0, dX, NULL, &gr, N, k, r);
+  free(owned);
+  return rc;
 }

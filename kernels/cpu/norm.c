@@ -1,12 +1,18 @@
-/* RMSNorm with a learned weight: out = x / sqrt(mean(x^2) + eps) * w. */
+/* RMSNorm with a learned weight: out = x / sqrt(mean(x^2) + eps) * w.
+ * Rows are shared out on the team; the weight gradient, a sum over rows,
+ * is taken per column in row order, so every result is the same at any
+ * team size. */
+#include <stdlib.h>
+
 #include "kernels/cpu/real.h"
 
 int LH_CPU(rmsnorm_forward)(void *ctx, lh_real *out, lh_real *rstd, const lh_real *inp,
                             const lh_real *weight, int N, int C, float eps) {
-  (void)ctx;
   if (N < 0 || C <= 0 || !(eps > 0)) return LH_EKERNELS_SHAPE;
   if (N == 0) return LH_OK;
   if (!out || !inp || !weight) return LH_EKERNELS_NULL_ARG;
+  int t = lh_cpu_team(ctx, (size_t)N * C / 16384 + 1);
+#pragma omp parallel for num_threads(t) schedule(static)
   for (int n = 0; n < N; n++) {
     const lh_real *x = inp + (size_t)n * C;
     lh_real *y = out + (size_t)n * C;
@@ -24,26 +30,47 @@ int LH_CPU(rmsnorm_forward)(void *ctx, lh_real *out, lh_real *rstd, const lh_rea
 int LH_CPU(rmsnorm_backward)(void *ctx, lh_real *dinp, lh_real *dweight, const lh_real *dout,
                              const lh_real *inp, const lh_real *weight, int N, int C,
                              float eps) {
-  (void)ctx;
   if (N < 0 || C <= 0 || !(eps > 0)) return LH_EKERNELS_SHAPE;
   if (N == 0) return LH_OK;
   if (!dout || !inp || !weight) return LH_EKERNELS_NULL_ARG;
-  for (int n = 0; n < N; n++) {
-    const lh_real *x = inp + (size_t)n * C;
-    const lh_real *dy = dout + (size_t)n * C;
-    double ss = 0, dot = 0;
-    for (int c = 0; c < C; c++) {
-      ss += (double)x[c] * x[c];
-      dot += (double)dy[c] * weight[c] * x[c];
+  void *owned;
+  double *srow = lh_cpu_scratch(ctx, sizeof(double) * (size_t)N, &owned);
+  if (!srow) return LH_ENOMEM;
+  int t = lh_cpu_team(ctx, (size_t)N * C / 16384 + 1);
+#pragma omp parallel num_threads(t)
+  {
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; n++) {
+      const lh_real *x = inp + (size_t)n * C;
+      const lh_real *dy = dout + (size_t)n * C;
+      double ss = 0, dot = 0;
+      for (int c = 0; c < C; c++) {
+        ss += (double)x[c] * x[c];
+        dot += (double)dy[c] * weight[c] * x[c];
+      }
+      double s = 1.0 / sqrt(ss / C + eps);
+      srow[n] = s;
+      if (dinp) {
+        lh_real *dx = dinp + (size_t)n * C;
+        double corr = s * s * s * dot / C;
+        for (int c = 0; c < C; c++) dx[c] += (lh_real)(s * weight[c] * dy[c] - corr * x[c]);
+      }
     }
-    double s = 1.0 / sqrt(ss / C + eps);
-    if (dweight)
-      for (int c = 0; c < C; c++) dweight[c] += (lh_real)(dy[c] * x[c] * s);
-    if (dinp) {
-      lh_real *dx = dinp + (size_t)n * C;
-      double corr = s * s * s * dot / C;
-      for (int c = 0; c < C; c++) dx[c] += (lh_real)(s * weight[c] * dy[c] - corr * x[c]);
+    /* dweight by blocks of columns, each summed over rows in order. */
+    if (dweight) {
+#ifdef _OPENMP
+      int i = omp_get_thread_num(), m = omp_get_num_threads();
+#else
+      int i = 0, m = 1;
+#endif
+      int c0 = (int)((long)C * i / m), c1 = (int)((long)C * (i + 1) / m);
+      for (int n = 0; n < N; n++) {
+        const lh_real *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+        double s = srow[n];
+        for (int c = c0; c < c1; c++) dweight[c] += (lh_real)(dy[c] * x[c] * s);
+      }
     }
   }
+  free(owned);
   return LH_OK;
 }

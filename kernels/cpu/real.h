@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "kernels/cpu/team.h"
+#include "kernels/cpu/vexp.h"
 
 #ifdef LH_REAL_DOUBLE
 #define lh_real double
@@ -24,7 +26,7 @@
 #define lh_real float
 #define LH_CPU(name) lh_cpu32_##name
 #define LH_GEMM cblas_sgemm
-#define LH_EXP expf
+#define LH_EXP lh_vexpf
 #define LH_LOG logf
 #define LH_SQRT sqrtf
 #endif
@@ -32,9 +34,42 @@
 /* C (M,N) = alpha op(A) op(B) + beta C, row-major; ta/tb say whether A (or B)
  * is read transposed; lda/ldb/ldc are row strides in elements. */
 #define LH_MM(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)                 \
+  lh_cpu_blas_serial();                                                             \
   LH_GEMM(CblasRowMajor, (ta) ? CblasTrans : CblasNoTrans,                          \
           (tb) ? CblasTrans : CblasNoTrans, (M), (N), (K), (alpha), (A), (lda), (B), \
           (ldb), (beta), (C), (ldc))
+
+/* C = alpha op(A) op(B) + beta C on the team: the M rows of C are cut into
+ * one block per member, each a single-threaded product (the rule of
+ * kernels/cpu/team.h). Every element of C is the same K-long product as in
+ * one call, so the result does not depend on the team's size. Small
+ * products (under about 2 MFLOP a member) stay on the calling thread. */
+static inline void lh_cpu_mm(const void *ctx, int ta, int tb, int M, int N, int K,
+                             lh_real alpha, const lh_real *A, int lda, const lh_real *B,
+                             int ldb, lh_real beta, lh_real *C, int ldc) {
+  double flops = 2.0 * M * (double)N * K;
+  int t = flops < 4e6 ? 1 : lh_cpu_team(ctx, (size_t)(M / 16 > 0 ? M / 16 : 1));
+  if (t <= 1) {
+    LH_MM(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+#pragma omp parallel num_threads(t)
+  {
+#ifdef _OPENMP
+    int i = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+    int i = 0, n = 1;
+#endif
+    /* Blocks of whole 16-row panels, as even as they go. */
+    int panels = (M + 15) / 16;
+    int p0 = (int)((long)panels * i / n), p1 = (int)((long)panels * (i + 1) / n);
+    int m0 = p0 * 16, m1 = p1 * 16 < M ? p1 * 16 : M;
+    if (m1 > m0) {
+      const lh_real *Ab = ta ? A + m0 : A + (size_t)m0 * lda;
+      LH_MM(ta, tb, m1 - m0, N, K, alpha, Ab, lda, B, ldb, beta, C + (size_t)m0 * ldc, ldc);
+    }
+  }
+}
 
 static inline lh_real lh_sigmoid(lh_real x) {
   return (lh_real)1 / ((lh_real)1 + LH_EXP(-x));

@@ -1,19 +1,23 @@
 /* Vector helpers: scaling, axpy, and double-accumulated dot products and
- * sums of squares (gradient norms, residual-scalar gradients). */
+ * sums of squares (gradient norms, residual-scalar gradients). scale and
+ * axpy are elementwise on the team; the sums stay on the calling thread, in
+ * order, so they do not depend on the team's size. */
 #include "kernels/cpu/real.h"
 
 int LH_CPU(scale)(void *ctx, lh_real *x, size_t n, float s) {
-  (void)ctx;
   if (n == 0) return LH_OK;
   if (!x) return LH_EKERNELS_NULL_ARG;
+  int t = lh_cpu_team(ctx, n / 65536 + 1);
+#pragma omp parallel for simd num_threads(t) schedule(static)
   for (size_t i = 0; i < n; i++) x[i] *= (lh_real)s;
   return LH_OK;
 }
 
 int LH_CPU(axpy)(void *ctx, lh_real *y, float a, const lh_real *x, size_t n) {
-  (void)ctx;
   if (n == 0) return LH_OK;
   if (!x || !y) return LH_EKERNELS_NULL_ARG;
+  int t = lh_cpu_team(ctx, n / 65536 + 1);
+#pragma omp parallel for simd num_threads(t) schedule(static)
   for (size_t i = 0; i < n; i++) y[i] += (lh_real)a * x[i];
   return LH_OK;
 }
