@@ -201,6 +201,12 @@ int lh_cmd_eval(int argc, char **argv) {
     return bx;
   }
   int rc = lh_model_load(dir, be, &m, &err);
+  /* A learner's checkpoint knows its step; an SFT one does not. Read now,
+   * with the model: a running learner may prune this step-N folder
+   * (keep_checkpoints) while the evaluation plays. */
+  lh_learner_state ls;
+  lh_errbuf le;
+  int has_step = !rc && lh_learner_state_load(dir, &ls, &le) == 0;
   int mx = rc ? 0 : lh_cli_model_match("eval", config, model_given, &mcfg, m, dir);
   if (mx) {
     lh_model_free(m);
@@ -221,10 +227,6 @@ int lh_cmd_eval(int argc, char **argv) {
                                       &err);
   double eval_ms = (double)(lh_now_ns() - t0) / 1e6;
   if (!rc && run.store) {
-    /* A learner's checkpoint knows its step; an SFT one does not. */
-    lh_learner_state ls;
-    lh_errbuf le;
-    int has_step = lh_learner_state_load(dir, &ls, &le) == 0;
     lh_store_eval row = {.run_id = run.run_id, .kind = "eval", .has_step = has_step, .step = has_step ? ls.step : 0,
                          .env = env, .seeds = seeds, .episodes = seeds, .successes = wins, .reward_mean = NAN,
                          .temperature = temperature, .checkpoint = dir, .eval_ms = eval_ms};
