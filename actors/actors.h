@@ -1,8 +1,11 @@
-/* actors: the parts of an actor process that do not need the model or the
- * network: the seeded generator and the sampler, the segmenter that cuts an
- * episode's token stream into Segment messages, the outbox of unacked
- * messages, weights fetched in chunks, the heartbeat meter, and the [actor]
- * section of the config.
+/* actors: the actor process (ARCHITECTURE.md §1, §6) and its parts: the
+ * process itself (actor.c), the episode runner that batches B episodes'
+ * decode steps on the model and calls their environments (runner.c), each
+ * episode's transcript (transcript.c), the seeded generator and the
+ * sampler, the segmenter that cuts an episode's token stream into Segment
+ * messages, the outbox of unacked messages, the link to the learner's
+ * sockets (link.c), weights fetched in chunks, the heartbeat meter, and the
+ * [actor] section of the config.
  *
  * How they fit in the actor's loop (ARCHITECTURE.md §1, §6):
  *   per decode step and episode: lh_actors_sampler_sample on the model's
