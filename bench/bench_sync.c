@@ -20,7 +20,7 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "learner/learner.h"
 
 #define CHUNK (1u << 20)

@@ -27,7 +27,7 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "learner/learner.h"
 
 #define REPEATS 7

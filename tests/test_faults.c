@@ -19,7 +19,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "learner/learner.h"
 #include "proc_util.h"
 #include "proto/wire.h"

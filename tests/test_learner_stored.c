@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
 

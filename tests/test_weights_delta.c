@@ -15,7 +15,7 @@
 #include <zmq.h>
 #include <zstd.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
 
