@@ -21,7 +21,7 @@
 #include <zmq.h>
 
 #include "actors/internal.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #define CHUNK (1u << 20)
 #define REPEATS 7

@@ -28,7 +28,7 @@
 #include <zmq.h>
 
 #include "actors/internal.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #define REPEATS 7
 #define WARMUP_STEPS 10

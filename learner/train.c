@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 /* Steps over which the stale share is measured (back-pressure). */
 #define STALE_WINDOW 8

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "actors/internal.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 static lh_model *tiny_model(void) {

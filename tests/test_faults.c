@@ -20,7 +20,7 @@
 #include <zmq.h>
 
 #include "actors/internal.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "proc_util.h"
 #include "proto/wire.h"
 #include "case_main.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "actors/internal.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 enum { TOK = 23, SEG = 5, L = 2, K = 2 };

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "actors/internal.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 enum { V = 8, TARGET = 5, GROUP = 4, BATCH = 16, STEPS = 40 };

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "actors/internal.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 #define EP_TOKENS 48

@@ -16,7 +16,7 @@
 #include <zstd.h>
 
 #include "actors/internal.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 #define CHUNK 1000u
