@@ -217,6 +217,23 @@ static int forward_embed(lh_model *m, const lh_model_batch *b, lh_model_cache *c
 
 #define W(name) lh_model_view(m, m->params, id->name)
 
+int lh_model_attn_project(const lh_model *m, int l, const float *u, float *q, float *k, float *v,
+                          float *graw, float *g, int N) {
+  const lh_model_config *cf = &m->cfg;
+  const lh_backend *be = m->be;
+  void *ctx = be->context;
+  const lh_model_layer_ids *id = &m->layer[l];
+  int d = cf->d_model, dk = d / cf->heads;
+  size_t Nd = (size_t)N * d;
+  float qscale = 1.0f / sqrtf((float)dk);
+  LH_TRY(be->matmul_forward(ctx, q, u, W(wq), NULL, N, d, d));
+  LH_TRY(be->scale(ctx, q, Nd, qscale));
+  LH_TRY(be->matmul_forward(ctx, k, u, W(wk), NULL, N, d, d));
+  LH_TRY(be->matmul_forward(ctx, v, u, W(wv), NULL, N, d, d));
+  LH_TRY(be->matmul_forward(ctx, graw, u, W(wg), W(bg), N, d, d));
+  return be->decay_gate_forward(ctx, g, graw, Nd, cf->g_min, cf->tau);
+}
+
 /* Block l's attention half: u = RMSNorm(h), r_l = LinAttn_l(u) (chunked,
  * from the batch's state when it has one), then
  * h_mid = h + r_l + sum_{j<l} c_{l,j} r_j. */
@@ -228,14 +245,8 @@ static int forward_attention(lh_model *m, const lh_model_batch *b, lh_model_cach
   const lh_model_layer_ids *id = &m->layer[l];
   int T = c->T, L = cf->layers, d = cf->d_model, H = cf->heads, dk = d / H;
   size_t Td = (size_t)T * d, st = (size_t)c->n_seq * H * dk * dk;
-  float qscale = 1.0f / sqrtf((float)dk);
   LH_TRY(be->rmsnorm_forward(ctx, lc->u, NULL, lc->h_in, W(attn_norm), T, d, LH_RMSNORM_EPS));
-  LH_TRY(be->matmul_forward(ctx, lc->q, lc->u, W(wq), NULL, T, d, d));
-  LH_TRY(be->scale(ctx, lc->q, Td, qscale));
-  LH_TRY(be->matmul_forward(ctx, lc->k, lc->u, W(wk), NULL, T, d, d));
-  LH_TRY(be->matmul_forward(ctx, lc->v, lc->u, W(wv), NULL, T, d, d));
-  LH_TRY(be->matmul_forward(ctx, lc->graw, lc->u, W(wg), W(bg), T, d, d));
-  LH_TRY(be->decay_gate_forward(ctx, lc->g, lc->graw, Td, cf->g_min, cf->tau));
+  LH_TRY(lh_model_attn_project(m, l, lc->u, lc->q, lc->k, lc->v, lc->graw, lc->g, T));
   const float *sin = NULL;
   if (b->state_in) {
     LH_TRY(be->upload(ctx, lc->state_in, b->state_in + (size_t)l * st, st * sizeof(float)));
