@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "common/ini_section.h"
 
 #define T lh_actors_config

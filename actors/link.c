@@ -13,7 +13,7 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "common/run_id.h"
 #include "common/zsock.h"
 #include "proto/wire.h"

@@ -1,5 +1,5 @@
 /* actors: the figures an actor's heartbeat carries. */
-#include "actors/actors.h"
+#include "actors/internal.h"
 
 void lh_actors_meter_init(lh_actors_meter *m, int64_t now_ms) {
   if (!m) return;

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 
 #define NIL UINT32_MAX
 #define OUTBOX_MAX_BACKOFF 4

@@ -1,6 +1,6 @@
 /* actors: xoshiro256** seeded through splitmix64, with a byte form of its
  * state for checkpoints. */
-#include "actors/actors.h"
+#include "actors/internal.h"
 
 static uint64_t splitmix64(uint64_t *x) {
   uint64_t z = (*x += 0x9e3779b97f4a7c15ull);

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "proto/wire.h"
 
 typedef enum { ROW_FREE, ROW_POLICY, ROW_ENV } row_state;

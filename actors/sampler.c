@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 
 /* qsort has no context argument in C11, so the sort works on pairs. */
 typedef struct {

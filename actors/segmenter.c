@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "proto/wire.h"
 
 typedef struct {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 
 struct lh_actors_transcript {
   int patch, max_patches;  /* max_patches 0: no bound */

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <zstd.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "proto/wire.h"
 
 struct lh_actors_weights {

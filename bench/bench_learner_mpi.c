@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #ifndef LH_SOURCE_DIR
 #define LH_SOURCE_DIR "."

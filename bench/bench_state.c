@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 typedef struct {
   size_t tokens, policy, episodes, window, interval, burn_in, lag, repeat;

@@ -20,8 +20,8 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "actors/actors.h"
-#include "learner/learner.h"
+#include "actors/internal.h"
+#include "learner/internal.h"
 
 #define CHUNK (1u << 20)
 #define REPEATS 7

@@ -27,8 +27,8 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "actors/actors.h"
-#include "learner/learner.h"
+#include "actors/internal.h"
+#include "learner/internal.h"
 
 #define REPEATS 7
 #define WARMUP_STEPS 10

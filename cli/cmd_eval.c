@@ -14,6 +14,7 @@
 #include "cli/run_record.h"
 #include "common/common.h"
 #include "learner/learner.h"
+#include "store/store.h"
 
 static void usage(FILE *out) {
   fprintf(out,

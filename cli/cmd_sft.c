@@ -16,6 +16,7 @@
 #include "cli/sft_eta.h"
 #include "cli/run_record.h"
 #include "learner/learner.h"
+#include "store/store.h"
 
 /* Training seeds live far from the evaluation seeds 1..N, so evaluation is
  * on held-out tasks whatever --seed and --steps are. */

@@ -8,6 +8,7 @@
 
 #include "cli/rank_stores.h"
 #include "learner/learner.h"
+#include "store/store.h"
 
 int lh_cli_strings_add(lh_cli_strings *l, const char *value) {
   if (l->n >= LH_CLI_MAX_STRINGS) return -1;

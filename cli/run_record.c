@@ -5,6 +5,7 @@
 
 #include "cli/run_record.h"
 #include "learner/learner.h"
+#include "store/store.h"
 
 char *lh_cli_command_line(int argc, char **argv) {
   size_t cap = sizeof "longhaul";

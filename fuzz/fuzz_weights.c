@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "proto/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,5 +1,5 @@
 /* learner: admission of complete episodes by staleness and outcome. */
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 lh_learner_admission lh_learner_admission_check(uint64_t learner_version, uint64_t oldest_version,
                                 Longhaul__Outcome outcome, uint64_t max_policy_lag,

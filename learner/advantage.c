@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 const char *lh_learner_adv_kind_name(lh_learner_adv_kind kind) {
   switch (kind) {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #ifdef LH_HAVE_MPI
 #include <mpi.h>

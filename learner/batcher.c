@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 typedef struct {
   uint64_t group_id;

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "common/ini_section.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_stages(const char *v, void *cfg, char *why, size_t why_bytes);

@@ -5,7 +5,7 @@
  * admit only those keys. */
 #include <string.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 int lh_learner_curve_start(void *zmq_ctx, const lh_learner_config *cfg, lh_zsock_curve *curve, lh_zsock_zap **zap,
                            lh_errbuf *err) {

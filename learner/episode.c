@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 void lh_learner_episode_free(lh_learner_episode *ep) {
   if (!ep) return;

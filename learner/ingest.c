@@ -9,7 +9,7 @@
 
 #include "common/run_id.h"
 #include "common/zsock.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #define INGEST_MAX_ROUND 256
 #define INGEST_LINGER_MS 200

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #define LOG_RATIO_CLAMP 80.0
 

@@ -15,7 +15,7 @@
 #include <zmq.h>
 
 #include "common/zsock.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #define PUBLISH_LINGER_MS 200
 #define PUBLISH_MAX_REQUESTS 64

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 /* The next entry of a comma-separated list: [*start, *end) with blanks
  * trimmed; returns the position after its comma, or NULL after the last. */

@@ -15,7 +15,7 @@
 #include <zmq.h>
 
 #include "common/run_id.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #define RUN_WAIT_MS 20          /* longest wait for stored ids when no batch is ready */
 #define RUN_HINT_IDS 4096       /* ids taken per turn */

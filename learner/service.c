@@ -12,7 +12,7 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #define SERVICE_POLL_MS 10
 #define SERVICE_SWEEP_NS 1000000000ll      /* idle-episode sweep, once a second */

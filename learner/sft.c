@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 struct lh_learner_sft {
   lh_model *m;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 /* A count with an optional K, M or G suffix (powers of 1024). */
 static int parse_count(const char *v, uint64_t *out) {

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #define MAGIC "LHLSTATE"
 #define FORMAT 1

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 /* Steps over which the stale share is measured (back-pressure). */
 #define STALE_WINDOW 8
@@ -798,14 +798,78 @@ static int stage_turn(lh_learner_trainer *t, lh_errbuf *err) {
 }
 
 /* One batch, if one is ready (*took = 1); *stepped = 1 when it trained. */
-static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_train_stats *stats,
-                     lh_errbuf *err) {
-  *took = 0;
-  size_t n = 0;
-  /* With several ranks, a step is taken only when every rank has a batch
-   * (the same test as lh_learner_batcher_take's), so no rank trains alone
-   * and every rank makes the same number of steps. */
-  int multi = lh_learner_comm_size(t->comm) > 1;
+/* ---- one step, phase by phase ---------------------------------------------
+ * step_once takes a batch (take_batch), reads its episodes back
+ * (read_batch), computes the gradient and moves the model (optimize),
+ * counts what was trained (count_trained), writes the train_steps row
+ * (write_row) and lets the stage advance (stage_after). */
+
+/* A step's per-episode scratch, one allocation for the batch of n items:
+ * the first m entries of eps, segs, n_segs, rewards, advs, item_of,
+ * success, skip and earlier are the episodes read back (m <= n); the all_
+ * arrays are over every item of the batch. */
+typedef struct {
+  size_t n, m;
+  void *block;
+  lh_learner_episode **eps;
+  Longhaul__Segment ***segs;
+  size_t *n_segs, *item_of;
+  uint64_t *all_keys;
+  float *rewards, *advs, *all_rewards, *all_advs;
+  int *success;
+  uint8_t *skip;     /* episodes quarantined by train_all */
+  uint8_t *earlier;  /* an earlier stage's episode, carried (learner.h, stage_carry) */
+} step_batch;
+
+static void *carve(char **at, size_t bytes) {
+  void *p = *at;
+  *at += (bytes + 15) & ~(size_t)15;
+  return p;
+}
+
+static int batch_alloc(step_batch *b, size_t n, lh_errbuf *err) {
+  memset(b, 0, sizeof *b);
+  size_t sizes[] = {sizeof *b->eps, sizeof *b->segs, sizeof *b->n_segs, sizeof *b->item_of,
+                    sizeof *b->all_keys, sizeof *b->rewards, sizeof *b->advs, sizeof *b->all_rewards,
+                    sizeof *b->all_advs, sizeof *b->success, 1, 1};
+  size_t bytes = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    if (n > SIZE_MAX / 32 / sizes[i]) return lh_errbuf_set(err, LH_ENOMEM, "train: a batch of %zu is too large", n);
+    bytes += (n * sizes[i] + 15) & ~(size_t)15;
+  }
+  b->block = calloc(1, bytes ? bytes : 1);
+  if (!b->block) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for a batch of %zu", n);
+  char *at = b->block;
+  b->n = n;
+  b->eps = carve(&at, n * sizeof *b->eps);
+  b->segs = carve(&at, n * sizeof *b->segs);
+  b->n_segs = carve(&at, n * sizeof *b->n_segs);
+  b->item_of = carve(&at, n * sizeof *b->item_of);
+  b->all_keys = carve(&at, n * sizeof *b->all_keys);
+  b->rewards = carve(&at, n * sizeof *b->rewards);
+  b->advs = carve(&at, n * sizeof *b->advs);
+  b->all_rewards = carve(&at, n * sizeof *b->all_rewards);
+  b->all_advs = carve(&at, n * sizeof *b->all_advs);
+  b->success = carve(&at, n * sizeof *b->success);
+  b->skip = carve(&at, n);
+  b->earlier = carve(&at, n);
+  return 0;
+}
+
+static void batch_free(step_batch *b) {
+  for (size_t i = 0; b->block && i < b->n; i++) {
+    lh_learner_episode_free(b->eps[i]);
+    lh_store_segments_free(b->segs[i], b->n_segs[i]);
+  }
+  free(b->block);
+  memset(b, 0, sizeof *b);
+}
+
+/* Drops the groups gone stale while waiting, then takes a batch into
+ * t->items (*n of them): 1 when taken, 0 when none is ready (on every
+ * rank, with several). */
+static int take_batch(lh_learner_trainer *t, int multi, size_t *n, lh_errbuf *err) {
+  *n = 0;
   /* Groups that went stale while waiting (actors faster than the learner)
    * leave first, so the batch is made of the freshest groups instead. */
   uint64_t min_version = t->version > t->cfg.max_policy_lag ? t->version - t->cfg.max_policy_lag : 0;
@@ -814,47 +878,33 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   if (stale)
     LH_DEBUG("train", "dropped %ld waiting episodes gone stale at version %llu", stale,
              (unsigned long long)t->version);
+  /* With several ranks, a step is taken only when every rank has a batch
+   * (the same test as lh_learner_batcher_take's), so no rank trains alone
+   * and every rank makes the same number of steps. */
   if (multi) {
     double all_ready = lh_learner_batcher_ready(t->batcher) >= t->cfg.batch_episodes;
     LH_TRY(lh_learner_comm_allreduce_f64(t->comm, &all_ready, 1, LH_LEARNER_COMM_MIN, err));
     if (all_ready < 1) return 0;
   }
-  int ready = lh_learner_batcher_take(t->batcher, t->items, t->cap_items, &n, err);
+  int ready = lh_learner_batcher_take(t->batcher, t->items, t->cap_items, n, err);
   if (ready < 0) return ready;
-  if (multi && (!ready || n == 0))
+  if (multi && (!ready || *n == 0))
     return lh_errbuf_set(err, LH_ELEARNER_COMM, "train: rank %d said a batch was ready but has none", t->rank);
-  if (!ready || n == 0) return 0;
-  *took = 1;
-  test_step_gate();
-  int64_t t0 = lh_now_ns();
-  test_step_delay();
-  lh_learner_episode **eps = calloc(n, sizeof *eps);
-  Longhaul__Segment ***segs = calloc(n, sizeof *segs);
-  size_t *n_segs = calloc(n, sizeof *n_segs);
-  float *rewards = calloc(n, sizeof *rewards), *advs = calloc(n, sizeof *advs);
-  uint64_t *keys = calloc(n, sizeof *keys);
-  /* Advantages are over every episode of the batch's groups, trained or
-   * not (a stale member's reward still says how hard its task was); each
-   * trained episode takes its own item's value. */
-  float *all_rewards = calloc(n, sizeof *all_rewards), *all_advs = calloc(n, sizeof *all_advs);
-  uint64_t *all_keys = calloc(n, sizeof *all_keys);
-  size_t *item_of = calloc(n, sizeof *item_of);
-  int *success = calloc(n, sizeof *success);
-  uint8_t *skip = calloc(n, 1);  /* episodes quarantined by train_all */
-  uint8_t *earlier = calloc(n, 1);  /* an earlier stage's episode, carried (learner.h, stage_carry) */
-  int rc = 0;
-  if (!eps || !segs || !n_segs || !rewards || !advs || !keys || !success || !all_rewards || !all_advs ||
-      !all_keys || !item_of || !skip || !earlier)
-    rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for a batch of %zu", n);
-  /* Read back and join every episode; one that does not join is marked
-   * error in the store and left out. */
+  return ready && *n > 0;
+}
+
+/* Reads back and joins every episode of the batch into b (b->m of them);
+ * one that does not join is marked error in the store and left out, one
+ * gone stale or of an earlier stage dropped as the config says. */
+static int read_batch(lh_learner_trainer *t, step_batch *b, lh_errbuf *err) {
   size_t m = 0;
-  for (size_t i = 0; i < n && !rc; i++) {
+  int rc = 0;
+  for (size_t i = 0; i < b->n; i++) {
     lh_episode_row row;
     lh_errbuf e;
     uint64_t id = t->items[i].episode_id;
-    all_rewards[i] = t->items[i].reward;
-    all_keys[i] = t->items[i].group_id;
+    b->all_rewards[i] = t->items[i].reward;
+    b->all_keys[i] = t->items[i].group_id;
     if (set_add(&t->done, id)) {
       rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
       break;
@@ -877,111 +927,225 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
       LH_DEBUG("train", "episode=%llu of an earlier stage dropped (stage_carry = drop)", (unsigned long long)id);
       continue;
     }
-    earlier[m] = (uint8_t)before;
-    if (!jr) jr = lh_store_episode_segments_array(t->store, id, &segs[m], &n_segs[m], NULL, &e);
-    if (!jr) jr = lh_learner_episode_join(segs[m], n_segs[m], row.tokens, &eps[m], &e);
+    b->earlier[m] = (uint8_t)before;
+    if (!jr) jr = lh_store_episode_segments_array(t->store, id, &b->segs[m], &b->n_segs[m], NULL, &e);
+    if (!jr) jr = lh_learner_episode_join(b->segs[m], b->n_segs[m], row.tokens, &b->eps[m], &e);
     /* An episode the model cannot be run on as the actor ran it (another
      * routing shape, experts it lacks, an image across windows) is left
      * out, not trained on without what the policy saw: whatever the store
      * holds, it cannot end the learner. */
-    if (!jr) jr = lh_learner_check_episode(eps[m], &t->limits, &e);
+    if (!jr) jr = lh_learner_check_episode(b->eps[m], &t->limits, &e);
     if (jr) {
       LH_WARN("train", "episode=%llu left out: %s", (unsigned long long)id, e.msg);
       lh_errbuf ig;
       lh_store_episode_set_status(t->store, id, LH_EPISODE_ERROR, e.msg, &ig);
-      lh_learner_episode_free(eps[m]);
-      eps[m] = NULL;
-      lh_store_segments_free(segs[m], n_segs[m]);
-      segs[m] = NULL;
+      lh_learner_episode_free(b->eps[m]);
+      b->eps[m] = NULL;
+      lh_store_segments_free(b->segs[m], b->n_segs[m]);
+      b->segs[m] = NULL;
+      b->n_segs[m] = 0;
       continue;
     }
-    rewards[m] = t->items[i].reward;
-    keys[m] = t->items[i].group_id;
-    item_of[m] = i;
-    success[m] = row.outcome == LONGHAUL__OUTCOME__OUTCOME_SUCCESS;
+    b->rewards[m] = t->items[i].reward;
+    b->item_of[m] = i;
+    b->success[m] = row.outcome == LONGHAUL__OUTCOME__OUTCOME_SUCCESS;
     m++;
   }
+  b->m = m;
+  return rc;
+}
+
+/* The step's statistics from its sums and gradient norm. */
+static void step_figures(const step_acc *acc, double norm, lh_learner_train_stats *st) {
+  st->loss = acc->loss, st->policy_loss = acc->policy_loss, st->grad_norm = norm, st->tokens = acc->tokens;
+  st->run_positions = acc->run_positions, st->states_used = acc->states_used;
+  st->logp_diff_mean = acc->current ? acc->logp_diff_sum / (double)acc->current : NAN;
+  st->lag_mean = acc->tokens ? acc->lag_sum / (double)acc->tokens : 0, st->lag_max = acc->lag_max;
+  st->logp_diff = acc->current ? acc->logp_diff : NAN, st->current_tokens = acc->current;
+  st->clip_frac = acc->tokens ? acc->clip_sum / (double)acc->tokens : 0;
+  double tok = acc->tokens ? (double)acc->tokens : NAN;
+  st->approx_kl = acc->kl_sum / tok, st->entropy = acc->entropy_sum / tok, st->iw_mean = acc->ratio_sum / tok;
+  st->iw_max = acc->tokens ? acc->ratio_max : NAN;
+}
+
+/* Advantages, forward and backward over the batch, the gradient summed
+ * over ranks, then AdamW and the balancer (or, when the loss or the
+ * gradient is not finite, the step skipped and counted). gN is the
+ * sampled tokens of every rank's batch, > 0. */
+static int optimize(lh_learner_trainer *t, step_batch *b, double gN, int multi, double lr,
+                    lh_learner_train_stats *st, lh_errbuf *err) {
+  int rc = 0;
+  /* Advantages are over every episode of the batch's groups, trained or
+   * not (a stale member's reward still says how hard its task was); each
+   * trained episode takes its own item's value. */
+  if (b->m > 0)
+    rc = lh_learner_advantages(t->cfg.advantage, b->all_rewards, b->all_keys, b->n, &t->baseline, b->all_advs, err);
+  for (size_t i = 0; i < b->m && !rc; i++) b->advs[i] = b->all_advs[b->item_of[i]];
+  step_acc acc = {0};
+  if (!rc) rc = train_all(t, b->eps, b->advs, b->skip, b->m, gN, &acc, err);
+  if (!rc && multi) rc = reduce_step(t, &acc, err);
+  if (rc) return rc;
+  const lh_backend *be = lh_model_backend(t->m);
+  double sq = 0;
+  rc = be->sum_squares(be->context, &sq, lh_model_grads(t->m), lh_model_n_floats(t->m));
+  double norm = sqrt(sq);
+  step_figures(&acc, norm, st);
+  if (!rc && (acc.nonfinite || !isfinite(acc.loss) || !isfinite(norm))) {
+    st->skipped = 1;
+    t->skipped++;
+    LH_WARN("train", "step=%llu skipped: loss=%g grad_norm=%g not finite", (unsigned long long)t->step, acc.loss,
+            norm);
+    /* The step's routing statistics go to a scratch bias, not the model. */
+    rc = lh_model_balancer_step(t->balancer, t->scratch_bias);
+  } else if (!rc) {
+    lh_adamw_params p = {.lr = (float)lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                         .weight_decay = (float)t->cfg.weight_decay,
+                         .grad_scale = norm > t->cfg.grad_clip ? (float)(t->cfg.grad_clip / norm) : 1.0f,
+                         .step = (int64_t)(t->step - t->skipped + 1)};
+    rc = lh_model_adamw_step(t->m, &p);
+    if (!rc) rc = lh_model_balancer_step_model(t->balancer, t->m);
+    if (!rc) t->version++;
+  }
+  if (rc) lh_errbuf_set(err, rc, "train: optimizer or balancer step failed: %s", lh_strerror(rc));
+  return rc;
+}
+
+/* What the step trained, for the row and the stage: the episodes trained,
+ * their rewards and successes; the stage's own episodes trained, their
+ * tokens and successes, and the earlier stages' carried and dropped
+ * (learner.h, stages). */
+typedef struct {
+  double rsum, succ, trained, dropped_stale;
+  double own, own_tokens, own_succ, carried, carry_dropped;
+} step_counts;
+
+/* Counts what this rank trained, summed over every rank's batch when sum. */
+static int count_trained(lh_learner_trainer *t, const step_batch *b, int sum, step_counts *c, lh_errbuf *err) {
+  double rsum = 0;
+  size_t succ = 0, trained = 0;
+  double own = 0, own_tokens = 0, own_succ = 0, carried = 0, carry_dropped = (double)t->stage_dropped_pending;
+  for (size_t i = 0; i < b->m; i++) {
+    if (b->skip[i]) continue;
+    rsum += b->rewards[i], succ += (size_t)b->success[i], trained++;
+    /* An episode with no sampled token trained nothing: it does not count. */
+    if (b->earlier[i]) carried++;
+    else if (b->eps[i]->sampled) own++, own_tokens += (double)b->eps[i]->n, own_succ += b->success[i];
+  }
+  double v[9] = {rsum, (double)succ, (double)trained, (double)t->admission.dropped_stale, own, own_tokens,
+                 own_succ, carried, carry_dropped};
+  /* The train_steps row's figures over every rank's batch. */
+  if (sum) LH_TRY(lh_learner_comm_allreduce_f64(t->comm, v, 9, LH_LEARNER_COMM_SUM, err));
+  *c = (step_counts){.rsum = v[0], .succ = (double)(size_t)v[1], .trained = (double)(size_t)v[2],
+                     .dropped_stale = v[3], .own = v[4], .own_tokens = v[5], .own_succ = v[6],
+                     .carried = v[7], .carry_dropped = v[8]};
+  return 0;
+}
+
+/* Each expert's share of the step's routed (token, slot) assignments per
+ * layer: the balancer's load of the step (its counts, summed over ranks,
+ * over their total), in double and summing to 1. A layer that routed
+ * nothing, or no memory for the loads, leaves the row without them; the
+ * caller frees row->expert_load. */
+static void row_loads(lh_learner_trainer *t, const lh_model_config *mc, lh_store_train_step *row) {
+  double *load = t->rank == 0 && row->layers && mc->experts > 0 && mc->experts <= LH_STORE_MAX_EXPERTS
+                     ? malloc((size_t)row->layers * (size_t)mc->experts * sizeof *load)
+                     : NULL;
+  float *share = load ? malloc((size_t)mc->experts * sizeof *share) : NULL;
+  int loads_ok = share != NULL;
+  for (uint32_t l = 0; loads_ok && l < row->layers; l++) {
+    double *dst = load + (size_t)l * (size_t)mc->experts, sum = 0;
+    loads_ok = lh_model_balancer_load(t->balancer, (int)l, share) == 0;
+    for (int x = 0; loads_ok && x < mc->experts; x++) sum += (dst[x] = share[x]);
+    for (int x = 0; loads_ok && sum > 0 && x < mc->experts; x++) dst[x] /= sum;
+    loads_ok = loads_ok && sum > 0;
+  }
+  free(share);
+  if (loads_ok) row->experts = (uint32_t)mc->experts, row->expert_load = load;
+  else free(load);
+}
+
+/* The train_steps row of the step just taken; rank 0 writes it, the
+ * others' stores hold episodes only. A full or read-only store loses the
+ * row, not the step: the model has moved on and training goes on. */
+static int write_row(lh_learner_trainer *t, const lh_learner_train_stats *st, double dropped_stale, lh_errbuf *err) {
+  lh_store_train_step row;
+  memset(&row, 0, sizeof row);
+  row.step = st->step, row.version = st->version, row.loss = st->loss, row.reward_mean = st->reward_mean;
+  memcpy(row.run_id, t->run_id, sizeof row.run_id);
+  row.success_rate = st->success_rate, row.tokens = st->tokens, row.episodes = (uint32_t)st->episodes;
+  row.positions = st->positions;
+  row.dropped_stale = (uint32_t)dropped_stale, row.lag_mean = st->lag_mean;
+  row.lag_max = st->lag_max, row.logp_diff = st->logp_diff, row.grad_norm = st->grad_norm, row.lr = st->lr;
+  row.skipped = st->skipped, row.step_ms = st->step_ms, row.busy_frac = st->busy_frac;
+  row.approx_kl = st->approx_kl, row.entropy = st->entropy, row.clip_frac = st->clip_frac;
+  row.iw_mean = st->iw_mean, row.iw_max = st->iw_max;
+  backlog_update(t);
+  row.stale_share = lh_learner_trainer_stale_share(t), row.backlog_cap = t->backlog_cap;
+  const lh_model_config *mc = lh_model_get_config(t->m);
+  row.layers = (uint32_t)(mc->layers < LH_STORE_MAX_LAYERS ? mc->layers : LH_STORE_MAX_LAYERS);
+  for (uint32_t l = 0; l < row.layers; l++) row.maxvio[l] = lh_model_balancer_maxvio(t->balancer, (int)l);
+  for (uint32_t l = 0; l < row.layers; l++) row.dead[l] = lh_model_balancer_dead(t->balancer, (int)l);
+  snprintf(row.balance, sizeof row.balance, "%s", lh_balance_name(mc->balance));
+  row.balance_ms = lh_model_balancer_ms(t->balancer);
+  row_loads(t, mc, &row);
+  int rc = t->rank == 0 ? lh_store_put_train_step(t->store, &row, NULL, err) : 0;
+  free((void *)row.expert_load);
+  if (rc == LH_ESTORE_FULL || rc == LH_ESTORE_READONLY) {
+    LH_WARN("train", "train_steps row of step %llu not stored: %s", (unsigned long long)st->step, err->msg);
+    rc = 0;
+  }
+  return rc;
+}
+
+/* The stage counts what the step trained of its own and of earlier
+ * stages, and may turn. */
+static int stage_after(lh_learner_trainer *t, const lh_learner_train_stats *st, const step_counts *c,
+                       lh_errbuf *err) {
+  if (!t->has_stages) return 0;
+  t->stage_dropped_pending = 0;
+  t->last_skipped = st->skipped;
+  if (!st->skipped)
+    lh_learner_stage_count(&t->stage, (uint64_t)c->own, (uint64_t)c->own_tokens, (uint64_t)c->own_succ,
+                           (uint64_t)c->carried, (uint64_t)c->carry_dropped);
+  else
+    t->stage.carry_dropped += (uint64_t)c->carry_dropped;
+  return stage_turn(t, err);
+}
+
+static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_train_stats *stats,
+                     lh_errbuf *err) {
+  *took = 0;
+  size_t n = 0;
+  int multi = lh_learner_comm_size(t->comm) > 1;
+  int ready = take_batch(t, multi, &n, err);
+  if (ready <= 0) return ready;
+  *took = 1;
+  test_step_gate();
+  int64_t t0 = lh_now_ns();
+  test_step_delay();
+  step_batch b;
+  LH_TRY(batch_alloc(&b, n, err));
+  int rc = read_batch(t, &b, err);
   size_t N = 0, positions = 0;
-  for (size_t i = 0; i < m; i++) N += eps[i]->sampled, positions += eps[i]->n;
+  for (size_t i = 0; i < b.m; i++) N += b.eps[i]->sampled, positions += b.eps[i]->n;
   /* The loss is a mean over the sampled tokens of every rank's batch. A
    * rank with nothing to train on still takes part (its gradient is 0). */
   double gN = (double)N;
   if (!rc && multi) rc = lh_learner_comm_allreduce_f64(t->comm, &gN, 1, LH_LEARNER_COMM_SUM, err);
-  lh_learner_train_stats st = {.step = t->step, .episodes = m, .positions = positions};
+  lh_learner_train_stats st = {.step = t->step, .episodes = b.m, .positions = positions};
   double lr = lh_learner_lr_at(t->cfg.lr, t->cfg.warmup_steps, t->cfg.total_steps, t->step);
   st.lr = lr;
   double reduce_ms0 = lh_learner_comm_backend_ms(t->comm);
-  if (!rc && gN > 0) {
-    if (m > 0) rc = lh_learner_advantages(t->cfg.advantage, all_rewards, all_keys, n, &t->baseline, all_advs, err);
-    for (size_t i = 0; i < m && !rc; i++) advs[i] = all_advs[item_of[i]];
-    step_acc acc = {0};
-    if (!rc) rc = train_all(t, eps, advs, skip, m, gN, &acc, err);
-    if (!rc && multi) rc = reduce_step(t, &acc, err);
-    if (!rc) {
-      const lh_backend *be = lh_model_backend(t->m);
-      double sq = 0;
-      rc = be->sum_squares(be->context, &sq, lh_model_grads(t->m), lh_model_n_floats(t->m));
-      double norm = sqrt(sq);
-      st.loss = acc.loss, st.policy_loss = acc.policy_loss, st.grad_norm = norm, st.tokens = acc.tokens;
-      st.run_positions = acc.run_positions, st.states_used = acc.states_used;
-      st.logp_diff_mean = acc.current ? acc.logp_diff_sum / (double)acc.current : NAN;
-      st.lag_mean = acc.tokens ? acc.lag_sum / (double)acc.tokens : 0, st.lag_max = acc.lag_max;
-      st.logp_diff = acc.current ? acc.logp_diff : NAN, st.current_tokens = acc.current;
-      st.clip_frac = acc.tokens ? acc.clip_sum / (double)acc.tokens : 0;
-      double tok = acc.tokens ? (double)acc.tokens : NAN;
-      st.approx_kl = acc.kl_sum / tok, st.entropy = acc.entropy_sum / tok, st.iw_mean = acc.ratio_sum / tok;
-      st.iw_max = acc.tokens ? acc.ratio_max : NAN;
-      if (!rc && (acc.nonfinite || !isfinite(acc.loss) || !isfinite(norm))) {
-        st.skipped = 1;
-        t->skipped++;
-        LH_WARN("train", "step=%llu skipped: loss=%g grad_norm=%g not finite", (unsigned long long)t->step,
-                acc.loss, norm);
-        /* The step's routing statistics go to a scratch bias, not the model. */
-        rc = lh_model_balancer_step(t->balancer, t->scratch_bias);
-      } else if (!rc) {
-        lh_adamw_params p = {.lr = (float)lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                             .weight_decay = (float)t->cfg.weight_decay,
-                             .grad_scale = norm > t->cfg.grad_clip ? (float)(t->cfg.grad_clip / norm) : 1.0f,
-                             .step = (int64_t)(t->step - t->skipped + 1)};
-        rc = lh_model_adamw_step(t->m, &p);
-        if (!rc) rc = lh_model_balancer_step_model(t->balancer, t->m);
-        if (!rc) t->version++;
-      }
-      if (rc) lh_errbuf_set(err, rc, "train: optimizer or balancer step failed: %s", lh_strerror(rc));
-    }
-  }
-  double rsum = 0;
-  size_t succ = 0, trained = 0;
-  /* The stage's own episodes trained, their tokens and successes, and the
-   * earlier stages' carried and dropped (learner.h, stages). */
-  double own = 0, own_tokens = 0, own_succ = 0, carried = 0, carry_dropped = (double)t->stage_dropped_pending;
-  for (size_t i = 0; i < m; i++) {
-    if (skip[i]) continue;
-    rsum += rewards[i], succ += (size_t)success[i], trained++;
-    /* An episode with no sampled token trained nothing: it does not count. */
-    if (earlier[i]) carried++;
-    else if (eps[i]->sampled) own++, own_tokens += (double)eps[i]->n, own_succ += success[i];
-  }
-  m = trained;
-  double dropped_stale = (double)t->admission.dropped_stale;
-  if (!rc && multi && gN > 0) {
-    /* The train_steps row's figures over every rank's batch. */
-    double v[9] = {rsum, (double)succ, (double)m, dropped_stale, own, own_tokens, own_succ, carried, carry_dropped};
-    rc = lh_learner_comm_allreduce_f64(t->comm, v, 9, LH_LEARNER_COMM_SUM, err);
-    rsum = v[0], succ = (size_t)v[1], m = (size_t)v[2], dropped_stale = v[3];
-    own = v[4], own_tokens = v[5], own_succ = v[6], carried = v[7], carry_dropped = v[8];
-    st.episodes = m;
-  }
-  st.allreduce_ms = lh_learner_comm_backend_ms(t->comm) - reduce_ms0;
-  st.reward_mean = m ? rsum / (double)m : 0;
-  st.success_rate = m ? (double)succ / (double)m : 0;
-  for (size_t i = 0; i < n; i++) {
-    lh_learner_episode_free(eps ? eps[i] : NULL);
-    if (segs && n_segs) lh_store_segments_free(segs[i], n_segs[i]);
-  }
-  free(eps), free(segs), free(n_segs), free(rewards), free(advs), free(keys), free(success);
-  free(all_rewards), free(all_advs), free(all_keys), free(item_of), free(skip), free(earlier);
+  if (!rc && gN > 0) rc = optimize(t, &b, gN, multi, lr, &st, err);
+  step_counts c = {0};
+  if (!rc) rc = count_trained(t, &b, multi && gN > 0, &c, err);
+  batch_free(&b);
   if (rc) return rc;
+  size_t m = (size_t)c.trained;
+  if (multi && gN > 0) st.episodes = m;
+  st.allreduce_ms = lh_learner_comm_backend_ms(t->comm) - reduce_ms0;
+  st.reward_mean = m ? c.rsum / (double)m : 0;
+  st.success_rate = m ? c.succ / (double)m : 0;
   if (gN == 0) return 0;  /* nothing to train on (on any rank): no step */
   t->step++;
   st.version = t->version;
@@ -991,63 +1155,8 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   double since_ms = (double)(row_ns - t->last_row_ns) / 1e6;
   st.busy_frac = since_ms > 0 ? fmin(1.0, st.step_ms / since_ms) : 1.0;
   t->last_row_ns = row_ns;
-  /* The train_steps row. */
-  lh_store_train_step row;
-  memset(&row, 0, sizeof row);
-  row.step = st.step, row.version = st.version, row.loss = st.loss, row.reward_mean = st.reward_mean;
-  memcpy(row.run_id, t->run_id, sizeof row.run_id);
-  row.success_rate = st.success_rate, row.tokens = st.tokens, row.episodes = (uint32_t)st.episodes;
-  row.positions = st.positions;
-  row.dropped_stale = (uint32_t)dropped_stale, row.lag_mean = st.lag_mean;
-  row.lag_max = st.lag_max, row.logp_diff = st.logp_diff, row.grad_norm = st.grad_norm, row.lr = st.lr;
-  row.skipped = st.skipped, row.step_ms = st.step_ms, row.busy_frac = st.busy_frac;
-  row.approx_kl = st.approx_kl, row.entropy = st.entropy, row.clip_frac = st.clip_frac;
-  row.iw_mean = st.iw_mean, row.iw_max = st.iw_max;
-  backlog_update(t);
-  row.stale_share = lh_learner_trainer_stale_share(t), row.backlog_cap = t->backlog_cap;
-  const lh_model_config *mc = lh_model_get_config(t->m);
-  row.layers = (uint32_t)(mc->layers < LH_STORE_MAX_LAYERS ? mc->layers : LH_STORE_MAX_LAYERS);
-  for (uint32_t l = 0; l < row.layers; l++) row.maxvio[l] = lh_model_balancer_maxvio(t->balancer, (int)l);
-  for (uint32_t l = 0; l < row.layers; l++) row.dead[l] = lh_model_balancer_dead(t->balancer, (int)l);
-  snprintf(row.balance, sizeof row.balance, "%s", lh_balance_name(mc->balance));
-  row.balance_ms = lh_model_balancer_ms(t->balancer);
-  /* Each expert's share of the step's routed (token, slot) assignments per
-   * layer: the balancer's load of the step (its counts, summed over ranks,
-   * over their total), in double and summing to 1. A layer that routed
-   * nothing, or no memory for the loads, leaves the row without them. */
-  double *load = t->rank == 0 && row.layers && mc->experts > 0 && mc->experts <= LH_STORE_MAX_EXPERTS
-                     ? malloc((size_t)row.layers * (size_t)mc->experts * sizeof *load)
-                     : NULL;
-  float *share = load ? malloc((size_t)mc->experts * sizeof *share) : NULL;
-  int loads_ok = share != NULL;
-  for (uint32_t l = 0; loads_ok && l < row.layers; l++) {
-    double *dst = load + (size_t)l * (size_t)mc->experts, sum = 0;
-    loads_ok = lh_model_balancer_load(t->balancer, (int)l, share) == 0;
-    for (int x = 0; loads_ok && x < mc->experts; x++) sum += (dst[x] = share[x]);
-    for (int x = 0; loads_ok && sum > 0 && x < mc->experts; x++) dst[x] /= sum;
-    loads_ok = loads_ok && sum > 0;
-  }
-  if (loads_ok) row.experts = (uint32_t)mc->experts, row.expert_load = load;
-  /* Rank 0 writes the run's row; the others' stores hold episodes only. */
-  if (t->rank == 0) rc = lh_store_put_train_step(t->store, &row, NULL, err);
-  free(share), free(load);
-  /* A full or read-only store loses this metrics row, not the step: the
-   * model has moved on and training goes on. */
-  if (rc == LH_ESTORE_FULL || rc == LH_ESTORE_READONLY) {
-    LH_WARN("train", "train_steps row of step %llu not stored: %s", (unsigned long long)st.step, err->msg);
-    rc = 0;
-  }
-  if (rc) return rc;
-  if (t->has_stages) {
-    t->stage_dropped_pending = 0;
-    t->last_skipped = st.skipped;
-    if (!st.skipped)
-      lh_learner_stage_count(&t->stage, (uint64_t)own, (uint64_t)own_tokens, (uint64_t)own_succ, (uint64_t)carried,
-                             (uint64_t)carry_dropped);
-    else
-      t->stage.carry_dropped += (uint64_t)carry_dropped;
-    LH_TRY(stage_turn(t, err));
-  }
+  LH_TRY(write_row(t, &st, c.dropped_stale, err));
+  LH_TRY(stage_after(t, &st, &c, err));
   if (stats) *stats = st;
   *stepped = 1;
   return 0;

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 void lh_learner_model_limits_init(lh_learner_model_limits *l, const lh_model_config *mc,
                                   const lh_learner_config *cfg) {

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <zstd.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 struct lh_learner_weights {

@@ -128,18 +128,12 @@ static int step_core(lh_model_decoder *d, float *state, int B, const int32_t *to
   LH_TRY(be->upload(ctx, d->tok, tokens, (size_t)B * sizeof(int32_t)));
   float *P = m->params;
   LH_TRY(be->embedding_forward(ctx, d->h, d->tok, lh_model_view(m, P, m->embed), B, V, dm));
-  float qscale = 1.0f / sqrtf((float)dk);
   for (int l = 0; l < L; l++) {
     const lh_model_layer_ids *id = &m->layer[l];
 #define W(name) lh_model_view(m, P, id->name)
     float *r_l = d->r + (size_t)l * Bd;
     LH_TRY(be->rmsnorm_forward(ctx, d->u, NULL, d->h, W(attn_norm), B, dm, LH_RMSNORM_EPS));
-    LH_TRY(be->matmul_forward(ctx, d->q, d->u, W(wq), NULL, B, dm, dm));
-    LH_TRY(be->scale(ctx, d->q, Bd, qscale));
-    LH_TRY(be->matmul_forward(ctx, d->k, d->u, W(wk), NULL, B, dm, dm));
-    LH_TRY(be->matmul_forward(ctx, d->v, d->u, W(wv), NULL, B, dm, dm));
-    LH_TRY(be->matmul_forward(ctx, d->graw, d->u, W(wg), W(bg), B, dm, dm));
-    LH_TRY(be->decay_gate_forward(ctx, d->g, d->graw, Bd, cf->g_min, cf->tau));
+    LH_TRY(lh_model_attn_project(m, l, d->u, d->q, d->k, d->v, d->graw, d->g, B));
     LH_TRY(be->attn_decode_step(ctx, d->o, state + (size_t)l * B * d->state_floats, d->q,
                                 d->k, d->v, d->g, B, H, dk));
     LH_TRY(be->rmsnorm_forward(ctx, d->on, NULL, d->o, W(head_norm), B * H, dk,

@@ -158,32 +158,13 @@ static int check_batch(const lh_model *m, const lh_model_batch *b, int *pixels,
   return LH_OK;
 }
 
-int lh_model_forward(lh_model *m, const lh_model_batch *b, lh_model_cache **cache,
-                     float *logp, double *loss, float *state_out, lh_errbuf *err) {
-  if (!m || !b || !cache) return LH_EINVAL;
-  const lh_model_config *cf = &m->cfg;
+/* Inputs: copies the backward can rely on after the caller's arrays go
+ * (tokens, offsets, targets, pixels), each target's share of the loss
+ * (dlogp_default) and the cross-layer residual's weights on the host. */
+static int forward_inputs(lh_model *m, const lh_model_batch *b, lh_model_cache *c) {
   const lh_backend *be = m->be;
   void *ctx = be->context;
-  int pixels = 0;
-  LH_TRY(check_batch(m, b, &pixels, err));
-  if (!*cache) {
-    *cache = calloc(1, sizeof **cache);
-    if (!*cache) return LH_ENOMEM;
-  }
-  lh_model_cache *c = *cache;
-  int T = b->n_tokens, n_seq = b->n_seq;
-  c->valid = 0;
-  LH_TRY(cache_reserve(c, m, T, n_seq, pixels, b->n_images));
-  int L = cf->layers, d = cf->d_model, r = cf->latent, E = cf->experts, k = cf->topk;
-  int S = cf->shared_experts, H = cf->heads, dk = d / H, f = cf->expert_hidden;
-  int V = cf->vocab;
-  size_t st = (size_t)n_seq * H * dk * dk;
-  c->T = T;
-  c->n_seq = n_seq;
-  c->n_images = b->n_images;
-  c->has_state = b->state_in != NULL;
-
-  /* inputs: copies the backward can rely on after the caller's arrays go */
+  int T = b->n_tokens, n_seq = b->n_seq, L = m->cfg.layers;
   LH_TRY(be->upload(ctx, c->tokens, b->tokens, (size_t)T * sizeof(int32_t)));
   LH_TRY(be->upload(ctx, c->offsets, b->seq_offsets, (size_t)(n_seq + 1) * sizeof(int32_t)));
   int32_t *tg = malloc((size_t)T * sizeof *tg);
@@ -212,11 +193,18 @@ int lh_model_forward(lh_model *m, const lh_model_batch *b, lh_model_cache **cach
   for (int l = 1; l < L; l++)
     LH_TRY(be->download(ctx, c->xres_host + (size_t)l * L,
                         lh_model_view(m, m->params, m->layer[l].xres), (size_t)l * sizeof(float)));
+  return LH_OK;
+}
 
-  /* h0 = embeddings, with image patches at their positions */
+/* h0 = embeddings, with image patches at their positions. */
+static int forward_embed(lh_model *m, const lh_model_batch *b, lh_model_cache *c) {
+  const lh_model_config *cf = &m->cfg;
+  const lh_backend *be = m->be;
+  void *ctx = be->context;
+  int d = cf->d_model;
   float *h = c->layer[0].h_in;
-  LH_TRY(be->embedding_forward(ctx, h, c->tokens, m->params + m->tensors[m->embed].offset, T,
-                               V, d));
+  LH_TRY(be->embedding_forward(ctx, h, c->tokens, m->params + m->tensors[m->embed].offset, c->T,
+                               cf->vocab, d));
   for (int i = 0; i < b->n_images; i++) {
     const lh_model_image *im = &c->images[i];
     LH_TRY(be->patch_forward(ctx, h + (size_t)im->at * d, im->pixels, im->height, im->width,
@@ -224,100 +212,166 @@ int lh_model_forward(lh_model *m, const lh_model_batch *b, lh_model_cache **cach
                              lh_model_view(m, m->params, m->patch_b),
                              lh_model_view(m, m->params, m->patch_pos), cf->max_patches, d));
   }
+  return LH_OK;
+}
 
+#define W(name) lh_model_view(m, m->params, id->name)
+
+int lh_model_attn_project(const lh_model *m, int l, const float *u, float *q, float *k, float *v,
+                          float *graw, float *g, int N) {
+  const lh_model_config *cf = &m->cfg;
+  const lh_backend *be = m->be;
+  void *ctx = be->context;
+  const lh_model_layer_ids *id = &m->layer[l];
+  int d = cf->d_model, dk = d / cf->heads;
+  size_t Nd = (size_t)N * d;
   float qscale = 1.0f / sqrtf((float)dk);
-  size_t Td = (size_t)T * d;
-  for (int l = 0; l < L; l++) {
-    lh_model_layer_cache *lc = &c->layer[l];
-    const lh_model_layer_ids *id = &m->layer[l];
-    float *P = m->params;
-#define W(name) lh_model_view(m, P, id->name)
-    float *h_out = l + 1 < L ? c->layer[l + 1].h_in : c->h_final;
-    LH_TRY(be->rmsnorm_forward(ctx, lc->u, NULL, lc->h_in, W(attn_norm), T, d, LH_RMSNORM_EPS));
-    LH_TRY(be->matmul_forward(ctx, lc->q, lc->u, W(wq), NULL, T, d, d));
-    LH_TRY(be->scale(ctx, lc->q, Td, qscale));
-    LH_TRY(be->matmul_forward(ctx, lc->k, lc->u, W(wk), NULL, T, d, d));
-    LH_TRY(be->matmul_forward(ctx, lc->v, lc->u, W(wv), NULL, T, d, d));
-    LH_TRY(be->matmul_forward(ctx, lc->graw, lc->u, W(wg), W(bg), T, d, d));
-    LH_TRY(be->decay_gate_forward(ctx, lc->g, lc->graw, Td, cf->g_min, cf->tau));
-    const float *sin = NULL;
-    if (b->state_in) {
-      LH_TRY(be->upload(ctx, lc->state_in, b->state_in + (size_t)l * st, st * sizeof(float)));
-      sin = lc->state_in;
-    }
-    LH_TRY(be->attn_chunked_forward(ctx, lc->o, c->state_out + (size_t)l * st, lc->q, lc->k,
-                                    lc->v, lc->g, sin, c->offsets, n_seq, H, dk, cf->chunk));
-    LH_TRY(be->rmsnorm_forward(ctx, lc->on, NULL, lc->o, W(head_norm), T * H, dk,
-                               LH_RMSNORM_EPS));
-    LH_TRY(be->matmul_forward(ctx, lc->r, lc->on, W(wo), NULL, T, d, d));
-    /* h_mid = h + r_l + sum_j c_{l,j} r_j */
-    LH_TRY(be->copy(ctx, lc->hmid, lc->h_in, Td * sizeof(float)));
-    LH_TRY(be->axpy(ctx, lc->hmid, 1.0f, lc->r, Td));
-    for (int j = 0; j < l; j++)
-      LH_TRY(be->axpy(ctx, lc->hmid, c->xres_host[(size_t)l * L + j], c->layer[j].r, Td));
-    /* MoE */
-    LH_TRY(be->rmsnorm_forward(ctx, lc->u2, NULL, lc->hmid, W(moe_norm), T, d, LH_RMSNORM_EPS));
-    LH_TRY(be->matmul_forward(ctx, lc->z, lc->u2, W(down), NULL, T, d, r));
-    LH_TRY(be->matmul_forward(ctx, lc->rlogits, lc->z, W(router), NULL, T, r, E));
-    if (b->replay_experts)
-      LH_TRY(be->upload(ctx, lc->idx, b->replay_experts + (size_t)l * T * k,
-                        (size_t)T * k * sizeof(int32_t)));
-    rc = be->moe_route_forward(ctx, lc->idx, lc->gates, lc->aff, lc->rlogits, W(bias), T, E, k,
-                               b->replay_experts != NULL);
-    if (rc)
-      return lh_errbuf_set(err, rc, "layer %d routing failed: %s", l, lh_strerror(rc));
-    LH_TRY(be->moe_experts_forward(ctx, lc->routed, lc->rcache, lc->z, lc->idx, lc->gates,
-                                   W(w1), W(w2), W(w3), T, E, k, r, f));
-    LH_TRY(be->copy(ctx, lc->msum, lc->routed, (size_t)T * r * sizeof(float)));
-    if (S > 0) {
-      LH_TRY(be->moe_experts_forward(ctx, lc->shared, lc->scache, lc->z, NULL, NULL, W(sw1),
-                                     W(sw2), W(sw3), T, S, S, r, f));
-      LH_TRY(be->axpy(ctx, lc->msum, 1.0f, lc->shared, (size_t)T * r));
-    }
-    LH_TRY(be->matmul_forward(ctx, h_out, lc->msum, W(up), NULL, T, r, d));
-    LH_TRY(be->axpy(ctx, h_out, 1.0f, lc->hmid, Td));
-#undef W
-    /* load per expert: the fraction of routed (token, slot) pairs */
-    int32_t *ih = c->idx_host + (size_t)l * T * k;
-    LH_TRY(be->download(ctx, ih, lc->idx, (size_t)T * k * sizeof(int32_t)));
-    float *load = c->load_host + (size_t)l * E;
-    memset(load, 0, (size_t)E * sizeof(float));
-    for (size_t i = 0; i < (size_t)T * k; i++) load[ih[i]] += 1.0f;
-    for (int e = 0; e < E; e++) load[e] /= (float)((size_t)T * k);
+  LH_TRY(be->matmul_forward(ctx, q, u, W(wq), NULL, N, d, d));
+  LH_TRY(be->scale(ctx, q, Nd, qscale));
+  LH_TRY(be->matmul_forward(ctx, k, u, W(wk), NULL, N, d, d));
+  LH_TRY(be->matmul_forward(ctx, v, u, W(wv), NULL, N, d, d));
+  LH_TRY(be->matmul_forward(ctx, graw, u, W(wg), W(bg), N, d, d));
+  return be->decay_gate_forward(ctx, g, graw, Nd, cf->g_min, cf->tau);
+}
+
+/* Block l's attention half: u = RMSNorm(h), r_l = LinAttn_l(u) (chunked,
+ * from the batch's state when it has one), then
+ * h_mid = h + r_l + sum_{j<l} c_{l,j} r_j. */
+static int forward_attention(lh_model *m, const lh_model_batch *b, lh_model_cache *c, int l) {
+  const lh_model_config *cf = &m->cfg;
+  const lh_backend *be = m->be;
+  void *ctx = be->context;
+  lh_model_layer_cache *lc = &c->layer[l];
+  const lh_model_layer_ids *id = &m->layer[l];
+  int T = c->T, L = cf->layers, d = cf->d_model, H = cf->heads, dk = d / H;
+  size_t Td = (size_t)T * d, st = (size_t)c->n_seq * H * dk * dk;
+  LH_TRY(be->rmsnorm_forward(ctx, lc->u, NULL, lc->h_in, W(attn_norm), T, d, LH_RMSNORM_EPS));
+  LH_TRY(lh_model_attn_project(m, l, lc->u, lc->q, lc->k, lc->v, lc->graw, lc->g, T));
+  const float *sin = NULL;
+  if (b->state_in) {
+    LH_TRY(be->upload(ctx, lc->state_in, b->state_in + (size_t)l * st, st * sizeof(float)));
+    sin = lc->state_in;
   }
+  LH_TRY(be->attn_chunked_forward(ctx, lc->o, c->state_out + (size_t)l * st, lc->q, lc->k, lc->v,
+                                  lc->g, sin, c->offsets, c->n_seq, H, dk, cf->chunk));
+  LH_TRY(be->rmsnorm_forward(ctx, lc->on, NULL, lc->o, W(head_norm), T * H, dk, LH_RMSNORM_EPS));
+  LH_TRY(be->matmul_forward(ctx, lc->r, lc->on, W(wo), NULL, T, d, d));
+  LH_TRY(be->copy(ctx, lc->hmid, lc->h_in, Td * sizeof(float)));
+  LH_TRY(be->axpy(ctx, lc->hmid, 1.0f, lc->r, Td));
+  for (int j = 0; j < l; j++)
+    LH_TRY(be->axpy(ctx, lc->hmid, c->xres_host[(size_t)l * L + j], c->layer[j].r, Td));
+  return LH_OK;
+}
+
+/* Block l's MoE half: h_out = h_mid + MoE_l(RMSNorm(h_mid)), routed by
+ * top-k (or the batch's replayed experts), then the layer's load per
+ * expert: the fraction of routed (token, slot) pairs. */
+static int forward_moe(lh_model *m, const lh_model_batch *b, lh_model_cache *c, int l, lh_errbuf *err) {
+  const lh_model_config *cf = &m->cfg;
+  const lh_backend *be = m->be;
+  void *ctx = be->context;
+  lh_model_layer_cache *lc = &c->layer[l];
+  const lh_model_layer_ids *id = &m->layer[l];
+  int T = c->T, L = cf->layers, d = cf->d_model, r = cf->latent, E = cf->experts, k = cf->topk;
+  int S = cf->shared_experts, f = cf->expert_hidden;
+  float *h_out = l + 1 < L ? c->layer[l + 1].h_in : c->h_final;
+  LH_TRY(be->rmsnorm_forward(ctx, lc->u2, NULL, lc->hmid, W(moe_norm), T, d, LH_RMSNORM_EPS));
+  LH_TRY(be->matmul_forward(ctx, lc->z, lc->u2, W(down), NULL, T, d, r));
+  LH_TRY(be->matmul_forward(ctx, lc->rlogits, lc->z, W(router), NULL, T, r, E));
+  if (b->replay_experts)
+    LH_TRY(be->upload(ctx, lc->idx, b->replay_experts + (size_t)l * T * k, (size_t)T * k * sizeof(int32_t)));
+  int rc = be->moe_route_forward(ctx, lc->idx, lc->gates, lc->aff, lc->rlogits, W(bias), T, E, k,
+                                 b->replay_experts != NULL);
+  if (rc) return lh_errbuf_set(err, rc, "layer %d routing failed: %s", l, lh_strerror(rc));
+  LH_TRY(be->moe_experts_forward(ctx, lc->routed, lc->rcache, lc->z, lc->idx, lc->gates, W(w1), W(w2),
+                                 W(w3), T, E, k, r, f));
+  LH_TRY(be->copy(ctx, lc->msum, lc->routed, (size_t)T * r * sizeof(float)));
+  if (S > 0) {
+    LH_TRY(be->moe_experts_forward(ctx, lc->shared, lc->scache, lc->z, NULL, NULL, W(sw1), W(sw2),
+                                   W(sw3), T, S, S, r, f));
+    LH_TRY(be->axpy(ctx, lc->msum, 1.0f, lc->shared, (size_t)T * r));
+  }
+  LH_TRY(be->matmul_forward(ctx, h_out, lc->msum, W(up), NULL, T, r, d));
+  LH_TRY(be->axpy(ctx, h_out, 1.0f, lc->hmid, (size_t)T * d));
+  int32_t *ih = c->idx_host + (size_t)l * T * k;
+  LH_TRY(be->download(ctx, ih, lc->idx, (size_t)T * k * sizeof(int32_t)));
+  float *load = c->load_host + (size_t)l * E;
+  memset(load, 0, (size_t)E * sizeof(float));
+  for (size_t i = 0; i < (size_t)T * k; i++) load[ih[i]] += 1.0f;
+  for (int e = 0; e < E; e++) load[e] /= (float)((size_t)T * k);
+  return LH_OK;
+}
+
+#undef W
+
+/* The output: logits = W_out RMSNorm(h_final) at the sampling temperature
+ * (logp and entropy of softmax(logits / temperature)); logp and the loss
+ * to the caller when asked. */
+static int forward_output(lh_model *m, const lh_model_batch *b, lh_model_cache *c, float *logp,
+                          double *loss) {
+  const lh_model_config *cf = &m->cfg;
+  const lh_backend *be = m->be;
+  void *ctx = be->context;
+  int T = c->T, L = cf->layers, d = cf->d_model, E = cf->experts, V = cf->vocab;
   LH_TRY(be->upload(ctx, c->load_dev, c->load_host, (size_t)L * E * sizeof(float)));
   LH_TRY(be->rmsnorm_forward(ctx, c->un, NULL, c->h_final,
                              lh_model_view(m, m->params, m->final_norm), T, d, LH_RMSNORM_EPS));
   LH_TRY(be->matmul_forward(ctx, c->logits, c->un, lh_model_view(m, m->params, m->out), NULL, T,
                             d, V));
-  /* sampling temperature: logp and entropy of softmax(logits / temperature) */
   c->inv_temperature = b->temperature > 0 ? 1.0f / b->temperature : 1.0f;
   if (c->inv_temperature != 1.0f)
     LH_TRY(be->scale(ctx, c->logits, (size_t)T * V, c->inv_temperature));
   LH_TRY(be->logprob_forward(ctx, c->logp, c->entropy, c->logits, c->targets, T, V));
-  if (logp || loss) {
-    float *lp = logp ? logp : malloc((size_t)T * sizeof(float));
-    if (!lp) return LH_ENOMEM;
-    rc = be->download(ctx, lp, c->logp, (size_t)T * sizeof(float));
-    if (!rc && loss) {
-      double s = 0;
-      /* dlogp_default holds -w/sum w, so the loss is sum of dlogp * logp */
-      for (int t = 0; t < T; t++) s += (double)c->dlogp_default[t] * lp[t];
-      /* balance = aux: the balancing loss is part of the objective */
-      for (int l = 0; cf->balance == LH_BALANCE_AUX && l < L; l++) {
-        double aux = 0;
-        rc = be->moe_aux_loss_forward(ctx, &aux, c->layer[l].aff, c->load_dev + (size_t)l * E,
-                                      T, E, cf->aux_weight);
-        if (rc) break;
-        s += aux;
-      }
-      *loss = s;
+  if (!logp && !loss) return LH_OK;
+  float *lp = logp ? logp : malloc((size_t)T * sizeof(float));
+  if (!lp) return LH_ENOMEM;
+  int rc = be->download(ctx, lp, c->logp, (size_t)T * sizeof(float));
+  if (!rc && loss) {
+    double s = 0;
+    /* dlogp_default holds -w/sum w, so the loss is sum of dlogp * logp */
+    for (int t = 0; t < T; t++) s += (double)c->dlogp_default[t] * lp[t];
+    /* balance = aux: the balancing loss is part of the objective */
+    for (int l = 0; cf->balance == LH_BALANCE_AUX && l < L; l++) {
+      double aux = 0;
+      rc = be->moe_aux_loss_forward(ctx, &aux, c->layer[l].aff, c->load_dev + (size_t)l * E, T, E,
+                                    cf->aux_weight);
+      if (rc) break;
+      s += aux;
     }
-    if (!logp) free(lp);
-    LH_TRY(rc);
+    *loss = s;
   }
+  if (!logp) free(lp);
+  return rc;
+}
+
+int lh_model_forward(lh_model *m, const lh_model_batch *b, lh_model_cache **cache,
+                     float *logp, double *loss, float *state_out, lh_errbuf *err) {
+  if (!m || !b || !cache) return LH_EINVAL;
+  const lh_model_config *cf = &m->cfg;
+  int pixels = 0;
+  LH_TRY(check_batch(m, b, &pixels, err));
+  if (!*cache) {
+    *cache = calloc(1, sizeof **cache);
+    if (!*cache) return LH_ENOMEM;
+  }
+  lh_model_cache *c = *cache;
+  int T = b->n_tokens, n_seq = b->n_seq;
+  c->valid = 0;
+  LH_TRY(cache_reserve(c, m, T, n_seq, pixels, b->n_images));
+  c->T = T;
+  c->n_seq = n_seq;
+  c->n_images = b->n_images;
+  c->has_state = b->state_in != NULL;
+  LH_TRY(forward_inputs(m, b, c));
+  LH_TRY(forward_embed(m, b, c));
+  for (int l = 0; l < cf->layers; l++) {
+    LH_TRY(forward_attention(m, b, c, l));
+    LH_TRY(forward_moe(m, b, c, l, err));
+  }
+  LH_TRY(forward_output(m, b, c, logp, loss));
+  size_t st = (size_t)n_seq * cf->heads * (cf->d_model / cf->heads) * (cf->d_model / cf->heads);
   if (state_out)
-    LH_TRY(be->download(ctx, state_out, c->state_out, (size_t)L * st * sizeof(float)));
+    LH_TRY(m->be->download(m->be->context, state_out, c->state_out, (size_t)cf->layers * st * sizeof(float)));
   c->valid = 1;
   return LH_OK;
 }

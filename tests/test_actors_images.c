@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/actors.h"
-#include "learner/learner.h"
+#include "actors/internal.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 static lh_model *tiny_model(void) {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 
 static const uint8_t PAYLOAD[256] = {1, 2, 3, 4, 5};
 

@@ -17,7 +17,7 @@
 #include <zmq.h>
 
 #include "actors/actors.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 typedef struct {

@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "proto/wire.h"
 
 static lh_model *tiny_model(void) {

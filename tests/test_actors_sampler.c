@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 
 START_TEST(test_rng_deterministic_and_resumable) {
   lh_actors_rng a, b, c;

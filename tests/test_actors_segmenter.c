@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "proto/wire.h"
 
 enum { L = 2, K = 2 };

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/actors.h"
-#include "learner/learner.h"
+#include "actors/internal.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 static uint8_t *pattern(size_t n, unsigned salt) {

@@ -19,8 +19,8 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "actors/actors.h"
-#include "learner/learner.h"
+#include "actors/internal.h"
+#include "learner/internal.h"
 #include "proc_util.h"
 #include "proto/wire.h"
 #include "case_main.h"

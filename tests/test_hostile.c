@@ -16,6 +16,7 @@
 #include "case_main.h"
 #include "fleet_fixture.h"
 #include "learner/learner.h"
+#include "store/store.h"
 #include "peer_fixture.h"
 #include "proc_util.h"
 #include "proto/wire.h"

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #define NEAR(a, b, tol) ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), "%.9g vs %.9g", \
                                       (double)(a), (double)(b))

@@ -4,7 +4,7 @@
 #include <check.h>
 #include <string.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 static void add(lh_learner_batcher *b, uint64_t ep, uint64_t group, int admitted) {
   lh_learner_batch_item it = {.episode_id = ep, .group_id = group, .reward = (float)ep, .admitted = admitted};

@@ -24,7 +24,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "peer_fixture.h"
 #include "proc_util.h"
 

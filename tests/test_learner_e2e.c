@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
+#include "store/store.h"
 #include "proc_util.h"
 
 static char dir[64], cfg_path[128], db[128];

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/actors.h"
-#include "learner/learner.h"
+#include "actors/internal.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 enum { TOK = 23, SEG = 5, L = 2, K = 2 };

@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 static char dir[64];
 static char db[128];

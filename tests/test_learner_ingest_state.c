@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #define N 8
 #define STATE_FLOATS (2 * 2 * 8 * 8) /* layers x heads x dk x dk of the model below */

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/actors.h"
-#include "learner/learner.h"
+#include "actors/internal.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 enum { V = 8, TARGET = 5, GROUP = 4, BATCH = 16, STEPS = 40 };

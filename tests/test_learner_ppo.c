@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #define NEAR(a, b, tol) ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), "%.12g vs %.12g", \
                                       (double)(a), (double)(b))

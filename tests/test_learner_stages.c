@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "proc_util.h"
 
 static char dir[64], cfg_path[128], db[128], llog[160], llog2[160];

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 static char dir[64];
 

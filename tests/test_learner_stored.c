@@ -17,8 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "actors/actors.h"
-#include "learner/learner.h"
+#include "actors/internal.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 #define EP_TOKENS 48

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
+#include "store/store.h"
 #include "proc_util.h"
 
 static char dir[64], cfg_path[128], db[128];

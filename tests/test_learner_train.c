@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 
 #define EP_TOKENS 24
 #define SEG_TOKENS 8

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 static uint8_t *pattern(size_t n) {

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "actors/actors.h"
+#include "actors/internal.h"
 #include "common/limits.h"
 #include "model/model.h"
 #include "proto/wire.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "proc_util.h"
 
 static const char MODEL[] =

@@ -18,6 +18,7 @@
 #include <zmq.h>
 
 #include "learner/learner.h"
+#include "proto/wire.h"
 #include "proc_util.h"
 
 #define SEG 6

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "store/store.h"
 
 START_TEST(test_loss_figures) {

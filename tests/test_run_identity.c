@@ -21,7 +21,7 @@
 #include "case_main.h"
 #include "common/run_id.h"
 #include "fleet_fixture.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "peer_fixture.h"
 #include "proc_util.h"
 #include "store/store_internal.h"

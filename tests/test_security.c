@@ -18,6 +18,8 @@
 #include "common/zsock.h"
 #include "envs/env.h"
 #include "learner/learner.h"
+#include "proto/wire.h"
+#include "store/store.h"
 #include "proc_util.h"
 
 static char dir[64];

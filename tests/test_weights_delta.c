@@ -15,8 +15,8 @@
 #include <zmq.h>
 #include <zstd.h>
 
-#include "actors/actors.h"
-#include "learner/learner.h"
+#include "actors/internal.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 
 #define CHUNK 1000u
