@@ -59,16 +59,6 @@ static void usage(FILE *out) {
           "learner of another run.\n");
 }
 
-static int parse_u64(const char *s, uint64_t *out) {
-  if (!s || !*s || *s == '-') return -1;
-  errno = 0;
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end) return -1;
-  *out = v;
-  return 0;
-}
-
 int lh_cmd_actor(int argc, char **argv) {
   if (lh_cli_wants_help(argc, argv)) {
     usage(stdout);
@@ -85,24 +75,21 @@ int lh_cmd_actor(int argc, char **argv) {
     if (strcmp(a, "--config") == 0 && v) config = v, i++;
     else if (strcmp(a, "--name") == 0 && v) name = v, i++;
     else if (strcmp(a, "--ckpt") == 0 && v) ckpt = v, i++;
-    else if (strcmp(a, "--index") == 0 && v) bad = parse_u64(v, &index), i++;
-    else if (strcmp(a, "--episodes") == 0 && v) bad = parse_u64(v, &episodes), i++;
+    else if (strcmp(a, "--index") == 0 && v) bad = lh_cli_u64("actor", a, v, 0, UINT64_MAX, &index), i++;
+    else if (strcmp(a, "--episodes") == 0 && v) bad = lh_cli_u64("actor", a, v, 0, UINT64_MAX, &episodes), i++;
     else if (strcmp(a, "--env") == 0 && v) env_name = v, i++;
     else if (strcmp(a, "--backend") == 0 && v) backend = v, i++;
     else if (strcmp(a, "--run-id") == 0 && v) {
       if (lh_cli_run_id_arg("actor", v)) return LH_EXIT_USAGE;
       run_id = v, i++;
     }
-    else if (strcmp(a, "--learner-rank") == 0 && v) bad = parse_u64(v, &learner_rank) || learner_rank > 6553, i++;
+    else if (strcmp(a, "--learner-rank") == 0 && v) bad = lh_cli_u64("actor", a, v, 0, 6553, &learner_rank), i++;
     else {
       fprintf(stderr, "longhaul actor: unknown or incomplete argument '%s'\n", a);
       usage(stderr);
       return LH_EXIT_USAGE;
     }
-    if (bad) {
-      fprintf(stderr, "longhaul actor: %s '%s' is not a non-negative integer\n", a, v);
-      return LH_EXIT_USAGE;
-    }
+    if (bad) return LH_EXIT_USAGE;
   }
   if (!config || !name || !*name) {
     fprintf(stderr, "longhaul actor: --config FILE and --name NAME are required\n");

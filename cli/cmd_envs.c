@@ -1,5 +1,6 @@
 /* longhaul envs: list, describe, play and serve tool environments. */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,18 +106,20 @@ static void set_limit(lh_envserver_config *c, size_t which, uint64_t v) {
 
 /* A serve limit's value: digits, and for bytes an optional K, M or G. */
 static int parse_limit(const limit_flag *f, const char *text, uint64_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(text, &end, 10);
-  if (errno || end == text || text[0] == '-') return -1;
-  if (f->unit == 2 && *end) {
-    char unit = (char)(*end | 0x20);  /* lower case */
-    int shift = unit == 'k' ? 10 : unit == 'm' ? 20 : unit == 'g' ? 30 : -1;
-    if (shift < 0 || end[1] || v > (~0ull >> shift)) return -1;
-    v <<= shift;
-  } else if (*end) {
-    return -1;
+  size_t n = strlen(text);
+  int shift = 0;
+  if (f->unit == 2 && n > 1) {
+    char unit = (char)(text[n - 1] | 0x20);  /* lower case */
+    shift = unit == 'k' ? 10 : unit == 'm' ? 20 : unit == 'g' ? 30 : 0;
+    if (shift) n--;
   }
+  char digits[32];
+  if (n >= sizeof digits) return -1;
+  memcpy(digits, text, n);
+  digits[n] = 0;
+  uint64_t v;
+  if (lh_parse_u64(digits, &v) || v > (UINT64_MAX >> shift)) return -1;
+  v <<= shift;
   if (v < f->lo || v > f->hi) return -1;
   *out = v;
   return 0;
@@ -170,13 +173,9 @@ static int parse_args(int argc, char **argv, int first, args *a, int want_name) 
       set_limit(&a->serve, (size_t)limit_index(s), v);
       i++;
     } else if (!strcmp(s, "--seed") || !strcmp(s, "--max-text")) {
-      char *end;
-      errno = 0;
-      unsigned long long v = strtoull(next, &end, 10);
-      if (errno || end == next || *end || next[0] == '-') {
-        fprintf(stderr, "longhaul envs: %s takes a non-negative integer, not '%s'\n", s, next);
+      uint64_t v;
+      if (lh_cli_u64("envs", s, next, 0, !strcmp(s, "--seed") ? UINT64_MAX : LONG_MAX, &v))
         return LH_EXIT_USAGE;
-      }
       if (!strcmp(s, "--seed")) a->seed = v;
       else a->max_text = (long)v;
       i++;

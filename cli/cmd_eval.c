@@ -41,16 +41,6 @@ static void usage(FILE *out) {
           "Exit codes: 0 evaluated, 1 runtime error, 2 usage or config error.\n");
 }
 
-static int parse_count(const char *flag, const char *text, unsigned long long hi, unsigned long long *out) {
-  uint64_t v = 0;
-  if (lh_parse_u64(text, &v) || v > hi) {
-    fprintf(stderr, "longhaul eval: %s '%s' is not an integer in [0, %llu]\n", flag, text, hi);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
-
 /* DIR itself when it holds model.safetensors, else the checkpoint its
  * `latest` names (a learner's ckpt_dir). */
 static int resolve_ckpt(const char *dir, char *out, lh_errbuf *err) {
@@ -102,24 +92,20 @@ int lh_cmd_eval(int argc, char **argv) {
     }
     *slot = argv[++i];
   }
-  unsigned long long seeds = 0, show = 0;
+  uint64_t seeds = 0, show = 0;
   if (!config || !ckpt) {
     fprintf(stderr, "longhaul eval: --config and --ckpt are required\n");
     usage(stderr);
     return LH_EXIT_USAGE;
   }
-  if (parse_count("--seeds", seeds_s, 1000000, &seeds) || parse_count("--show", show_s, 1000000, &show))
+  if (lh_cli_u64("eval", "--seeds", seeds_s, 0, 1000000, &seeds) ||
+      lh_cli_u64("eval", "--show", show_s, 0, 1000000, &show))
     return LH_EXIT_USAGE;
   double temperature = 0;
-  if (lh_parse_f64(temp_s, &temperature) || !(temperature >= 0 && temperature <= 100)) {
-    fprintf(stderr, "longhaul eval: --temperature '%s' is not a number in [0, 100]\n", temp_s);
+  if (lh_cli_f64("eval", "--temperature", temp_s, 0, 100, &temperature)) return LH_EXIT_USAGE;
+  uint64_t max_context = 0;
+  if (context_s && lh_cli_u64("eval", "--max-context", context_s, 2, 0x7fffffff, &max_context))
     return LH_EXIT_USAGE;
-  }
-  unsigned long long max_context = 0;
-  if (context_s && (parse_count("--max-context", context_s, 0x7fffffff, &max_context) || max_context < 2)) {
-    if (max_context < 2) fprintf(stderr, "longhaul eval: --max-context must be at least 2\n");
-    return LH_EXIT_USAGE;
-  }
   if (!seeds) {
     fprintf(stderr, "longhaul eval: --seeds must be at least 1\n");
     return LH_EXIT_USAGE;
@@ -237,12 +223,12 @@ int lh_cmd_eval(int argc, char **argv) {
   } else if (json) {
     printf("{\"env\": \"%s\", \"episodes\": %llu, \"successes\": %zu, \"success_rate\": %.6f, "
            "\"temperature\": %g, \"ckpt\": \"%s\"}\n",
-           env, seeds, wins, (double)wins / (double)seeds, temperature, dir);
+           env, (unsigned long long)seeds, wins, (double)wins / (double)seeds, temperature, dir);
   } else {
     char how[32] = "greedy";
     if (temperature > 0) snprintf(how, sizeof how, "sampled at T=%g", temperature);
     printf("eval: %s success rate %.3f (%zu/%llu held-out seeds 1..%llu, %s) in %.1fs\n", dir,
-           (double)wins / (double)seeds, wins, seeds, seeds, how, (double)(lh_now_ns() - t0) / 1e9);
+           (double)wins / (double)seeds, wins, (unsigned long long)seeds, (unsigned long long)seeds, how, (double)(lh_now_ns() - t0) / 1e9);
   }
   lh_model_free(m);
   lh_backend_close(be);

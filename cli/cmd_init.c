@@ -58,13 +58,8 @@ int lh_cmd_init(int argc, char **argv) {
     usage(stderr);
     return LH_EXIT_USAGE;
   }
-  char *end = NULL;
-  errno = 0;
-  unsigned long long seed = strtoull(seed_text, &end, 10);
-  if (seed_text[0] == '-' || end == seed_text || *end || errno) {
-    fprintf(stderr, "longhaul init: --seed '%s' is not a non-negative integer\n", seed_text);
-    return LH_EXIT_USAGE;
-  }
+  uint64_t seed = 0;
+  if (lh_cli_u64("init", "--seed", seed_text, 0, UINT64_MAX, &seed)) return LH_EXIT_USAGE;
   char existing[4096];
   struct stat st;
   if (!force && snprintf(existing, sizeof existing, "%s/model.safetensors", out) < (int)sizeof existing &&
@@ -98,7 +93,7 @@ int lh_cmd_init(int argc, char **argv) {
   size_t params = 0;
   for (int i = 0; i < lh_model_n_tensors(m); i++) params += lh_model_tensor_at(m, i)->numel;
   printf("wrote %s/model.safetensors: %d tensors, %zu parameters, seed %llu\n", out,
-         lh_model_n_tensors(m), params, seed);
+         lh_model_n_tensors(m), params, (unsigned long long)seed);
   lh_model_free(m);
   return LH_EXIT_OK;
 }

@@ -74,7 +74,7 @@ static void usage(FILE *out) {
 typedef struct {
   const char *config, *init, *backend, *run_id;
   int resume;
-  unsigned long long steps;
+  uint64_t steps;
   lh_cli_sets sets;
 } args;
 
@@ -107,13 +107,7 @@ static int parse_args(int argc, char **argv, args *a) {
       a->run_id = v;
     }
     else {
-      char *end = NULL;
-      errno = 0;
-      a->steps = strtoull(v, &end, 10);
-      if (v[0] == '-' || end == v || *end || errno || a->steps < 1) {
-        fprintf(stderr, "longhaul learner: --steps '%s' is not an integer >= 1\n", v);
-        return -1;
-      }
+      if (lh_cli_u64("learner", "--steps", v, 1, UINT64_MAX, &a->steps)) return -1;
     }
   }
   if (!a->config) {

@@ -104,13 +104,8 @@ int lh_cmd_score(int argc, char **argv) {
     usage(stderr);
     return LH_EXIT_USAGE;
   }
-  char *wend = NULL;
-  long window = strtol(window_text, &wend, 10);
-  if (wend == window_text || *wend || window < 1 || window > (1 << 24)) {
-    fprintf(stderr, "longhaul score: --window '%s' is not a token count in [1, 16777216]\n",
-            window_text);
-    return LH_EXIT_USAGE;
-  }
+  uint64_t window = 0;
+  if (lh_cli_u64("score", "--window", window_text, 1, 1 << 24, &window)) return LH_EXIT_USAGE;
   char *text = read_all(input);
   if (!text) {
     fprintf(stderr, "longhaul score: cannot read input '%s'\n", input);

@@ -53,19 +53,6 @@ static void usage(FILE *out) {
           "Exit codes: 0 written, 1 runtime error, 2 usage or config error.\n");
 }
 
-static int parse_u64(const char *flag, const char *text, unsigned long long lo,
-                     unsigned long long hi, unsigned long long *out) {
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(text, &end, 10);
-  if (text[0] == '-' || end == text || *end || errno || v < lo || v > hi) {
-    fprintf(stderr, "longhaul sft: %s '%s' is not an integer in [%llu, %llu]\n", flag, text, lo, hi);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
-
 /* A progress line; left_s counts to step end, the expected end (below
  * steps when --target is expected to stop training there: said so). */
 static void progress(int tty, const lh_learner_sft_stats *st, uint64_t steps, uint64_t end, double tok_s,
@@ -85,10 +72,11 @@ static void progress(int tty, const lh_learner_sft_stats *st, uint64_t steps, ui
 typedef struct {
   const char *config, *env, *out, *init;
   uint64_t eval_context;  /* an evaluation's episode budget: [actor] max_context (lh_cli_eval_context_read) */
-  unsigned long long steps, seed, batch, eval, show, eval_every;
+  uint64_t steps, seed, batch, eval, show, eval_every;
   double target;  /* 0: none */
   double lr;      /* 0: [learner] lr */
   const char *warmup;  /* NULL: [learner] warmup_steps */
+  uint64_t warmup_steps; /* --warmup, parsed */
   const char *backend; /* NULL: cpu */
   lh_cli_sets sets;
   const char *db;      /* NULL: [learner] db; "none": no store */
@@ -135,32 +123,27 @@ static int parse_args(int argc, char **argv, sft_args *a) {
     usage(stderr);
     return -1;
   }
-  if (parse_u64("--steps", steps, 1, 100000000, &a->steps) ||
-      parse_u64("--seed", seed, 0, (1ull << 19) - 1, &a->seed) ||
-      parse_u64("--batch", batch, 1, 65536, &a->batch) ||
-      parse_u64("--eval", eval, 0, 1000000, &a->eval) ||
-      parse_u64("--show", show, 0, 1000000, &a->show) ||
-      parse_u64("--eval-every", every, 0, 100000000, &a->eval_every))
+  if (lh_cli_u64("sft", "--steps", steps, 1, 100000000, &a->steps) ||
+      lh_cli_u64("sft", "--seed", seed, 0, (1ull << 19) - 1, &a->seed) ||
+      lh_cli_u64("sft", "--batch", batch, 1, 65536, &a->batch) ||
+      lh_cli_u64("sft", "--eval", eval, 0, 1000000, &a->eval) ||
+      lh_cli_u64("sft", "--show", show, 0, 1000000, &a->show) ||
+      lh_cli_u64("sft", "--eval-every", every, 0, 100000000, &a->eval_every))
     return -1;
   if (a->run_id && lh_cli_run_id_arg("sft", a->run_id)) return -1;
   if (a->db && !*a->db) {
     fprintf(stderr, "longhaul sft: --db needs a file name (or none)\n");
     return -1;
   }
-  unsigned long long warm = 0;
-  if (a->warmup && parse_u64("--warmup", a->warmup, 0, 100000000, &warm)) return -1;
+  if (a->warmup && lh_cli_u64("sft", "--warmup", a->warmup, 0, 100000000, &a->warmup_steps)) return -1;
   if (lr) {
-    char *end = NULL;
-    a->lr = strtod(lr, &end);
-    if (end == lr || *end || !(a->lr > 0 && a->lr < 1e3)) {
+    if (lh_parse_f64(lr, &a->lr) || !(a->lr > 0 && a->lr < 1e3)) {
       fprintf(stderr, "longhaul sft: --lr '%s' is not a positive learning rate\n", lr);
       return -1;
     }
   }
   if (target) {
-    char *end = NULL;
-    a->target = strtod(target, &end);
-    if (end == target || *end || !(a->target > 0 && a->target <= 1)) {
+    if (lh_parse_f64(target, &a->target) || !(a->target > 0 && a->target <= 1)) {
       fprintf(stderr, "longhaul sft: --target '%s' is not a success rate in (0, 1]\n", target);
       return -1;
     }
@@ -190,7 +173,8 @@ static int evaluate(lh_model *m, const sft_args *a, const lh_cli_env_section *o,
   double eval_ms = (double)(lh_now_ns() - t0) / 1e6;
   if (!rc)
     printf("eval: step %llu success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n",
-           (unsigned long long)step, (double)wins / (double)a->eval, wins, a->eval, a->eval, eval_ms / 1e3);
+           (unsigned long long)step, (double)wins / (double)a->eval, wins, (unsigned long long)a->eval,
+           (unsigned long long)a->eval, eval_ms / 1e3);
   lh_store_eval row = {.run_id = run->run_id, .kind = "sft", .has_step = 1, .step = step, .env = a->env,
                        .seeds = a->eval, .episodes = a->eval, .successes = wins, .reward_mean = NAN,
                        .checkpoint = a->out, .eval_ms = eval_ms};
@@ -300,7 +284,7 @@ int lh_cmd_sft(int argc, char **argv) {
   }
   if (!rc) a.eval_context = ectx.max_context;
   if (a.lr > 0) lcfg.lr = a.lr;
-  if (a.warmup) lcfg.warmup_steps = strtoull(a.warmup, NULL, 10);
+  if (a.warmup) lcfg.warmup_steps = a.warmup_steps;
   if (rc) {
     fprintf(stderr, "longhaul sft: %s\n", msg);
     lh_ini_doc_free(doc);

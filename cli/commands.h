@@ -5,6 +5,8 @@
 #ifndef LH_CLI_COMMANDS_H
 #define LH_CLI_COMMANDS_H
 
+#include "cli/args.h"
+
 enum { LH_EXIT_OK = 0, LH_EXIT_RUNTIME = 1, LH_EXIT_USAGE = 2 };
 
 typedef int (*lh_command_fn)(int argc, char **argv);

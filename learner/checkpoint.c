@@ -39,10 +39,9 @@ static int remove_tree(const char *dir) {
 
 /* The step of a folder named step-N (N decimal digits only), or -1. */
 static long long step_of(const char *name) {
-  if (strncmp(name, "step-", 5) || !name[5] || strlen(name + 5) > 18) return -1;
-  for (const char *c = name + 5; *c; c++)
-    if (*c < '0' || *c > '9') return -1;
-  return strtoll(name + 5, NULL, 10);
+  uint64_t step;
+  if (strncmp(name, "step-", 5) || strlen(name + 5) > 18 || lh_parse_u64(name + 5, &step)) return -1;
+  return (long long)step;
 }
 
 /* The folder name ckpt_dir/latest holds, into name (cap bytes). 0; or -1

@@ -1,43 +1,13 @@
-/* cli replay: table-driven option parsing for the replay subcommands, so
- * that every bad argument gets the same kind of message naming it. */
+/* cli: table-driven flag parsing for every subcommand, so that every bad
+ * argument gets the same kind of message naming it (cli/args.h). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/replay.h"
-
-int lh_cli_parse_u64(const char *text, uint64_t *out) {
-  if (!text || text[0] < '0' || text[0] > '9') return -1;  /* refuses "-3", "+3", " 3", "" */
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(text, &end, 10);
-  if (errno || *end) return -1;
-  *out = (uint64_t)v;
-  return 0;
-}
-
-int lh_cli_parse_id(const char *text, uint64_t *out) {
-  if (lh_cli_parse_u64(text, out) == 0) return 0;
-  if (!text || text[0] != '-' || text[1] < '1' || text[1] > '9') return -1;
-  char *end;
-  errno = 0;
-  long long v = strtoll(text, &end, 10);
-  if (errno || *end || v >= 0) return -1;
-  *out = (uint64_t)v;  /* two's complement: SQLite's form of an id >= 2^63 */
-  return 0;
-}
-
-static int parse_double(const char *text, double *out) {
-  if (!text || !text[0]) return -1;
-  char *end;
-  errno = 0;
-  double v = strtod(text, &end);
-  if (errno || *end || !isfinite(v)) return -1;
-  *out = v;
-  return 0;
-}
+#include "common/common.h"
 
 /* Stores value into o; prints why and returns LH_EXIT_USAGE when it does
  * not parse as the option's kind. */
@@ -47,17 +17,12 @@ static int set_value(const char *cmd, const lh_cli_opt *o, const char *value) {
       *(const char **)o->dest = value;
       return 0;
     case LH_CLI_OPT_U64:
-      if (lh_cli_parse_u64(value, (uint64_t *)o->dest) == 0) return 0;
-      fprintf(stderr, "longhaul replay %s: %s takes a non-negative integer, not '%s'\n", cmd, o->name,
-              value);
-      return LH_EXIT_USAGE;
+      return lh_cli_u64(cmd, o->name, value, 0, UINT64_MAX, (uint64_t *)o->dest);
     case LH_CLI_OPT_DOUBLE:
-      if (parse_double(value, (double *)o->dest) == 0) return 0;
-      fprintf(stderr, "longhaul replay %s: %s takes a number, not '%s'\n", cmd, o->name, value);
-      return LH_EXIT_USAGE;
+      return lh_cli_f64(cmd, o->name, value, -HUGE_VAL, HUGE_VAL, (double *)o->dest);
     case LH_CLI_OPT_STRINGS:
       if (lh_cli_strings_add((lh_cli_strings *)o->dest, value) == 0) return 0;
-      fprintf(stderr, "longhaul replay %s: %s given more than %d times\n", cmd, o->name, LH_CLI_MAX_STRINGS);
+      fprintf(stderr, "longhaul %s: %s given more than %d times\n", cmd, o->name, LH_CLI_MAX_STRINGS);
       return LH_EXIT_USAGE;
     case LH_CLI_OPT_FLAG:
       break;
@@ -85,14 +50,14 @@ int lh_cli_parse(const char *cmd, int argc, char **argv, const lh_cli_opt *opts,
       for (size_t k = 0; k < opt_count; k++)
         if (strlen(opts[k].name) == name_len && strncmp(opts[k].name, s, name_len) == 0) o = &opts[k];
       if (!o) {
-        fprintf(stderr, "longhaul replay %s: unknown option '%.*s' (see longhaul replay %s --help)\n",
+        fprintf(stderr, "longhaul %s: unknown option '%.*s' (see longhaul %s --help)\n",
                 cmd, (int)name_len, s, cmd);
         return LH_EXIT_USAGE;
       }
       if (o->given) *o->given = 1;
       if (o->kind == LH_CLI_OPT_FLAG) {
         if (eq) {
-          fprintf(stderr, "longhaul replay %s: %s takes no value\n", cmd, o->name);
+          fprintf(stderr, "longhaul %s: %s takes no value\n", cmd, o->name);
           return LH_EXIT_USAGE;
         }
         *(int *)o->dest = 1;
@@ -100,7 +65,7 @@ int lh_cli_parse(const char *cmd, int argc, char **argv, const lh_cli_opt *opts,
       }
       const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
       if (!value) {
-        fprintf(stderr, "longhaul replay %s: %s needs a value\n", cmd, o->name);
+        fprintf(stderr, "longhaul %s: %s needs a value\n", cmd, o->name);
         return LH_EXIT_USAGE;
       }
       int rc = set_value(cmd, o, value);
@@ -108,11 +73,40 @@ int lh_cli_parse(const char *cmd, int argc, char **argv, const lh_cli_opt *opts,
       continue;
     }
     if (*positional_count >= max_positional) {
-      fprintf(stderr, "longhaul replay %s: unexpected argument '%s' (see longhaul replay %s --help)\n",
+      fprintf(stderr, "longhaul %s: unexpected argument '%s' (see longhaul %s --help)\n",
               cmd, s, cmd);
       return LH_EXIT_USAGE;
     }
     positional[(*positional_count)++] = s;
   }
   return 0;
+}
+
+int lh_cli_u64(const char *cmd, const char *flag, const char *text, uint64_t lo, uint64_t hi,
+               uint64_t *out) {
+  uint64_t v;
+  if (lh_parse_u64(text, &v) == 0 && v >= lo && v <= hi) {
+    *out = v;
+    return 0;
+  }
+  if (lo == 0 && hi == UINT64_MAX)
+    fprintf(stderr, "longhaul %s: %s '%s' is not a non-negative integer\n", cmd, flag, text);
+  else
+    fprintf(stderr, "longhaul %s: %s '%s' is not an integer in [%llu, %llu]\n", cmd, flag, text,
+            (unsigned long long)lo, (unsigned long long)hi);
+  return LH_EXIT_USAGE;
+}
+
+int lh_cli_f64(const char *cmd, const char *flag, const char *text, double lo, double hi,
+               double *out) {
+  double v;
+  if (lh_parse_f64(text, &v) == 0 && isfinite(v) && v >= lo && v <= hi) {
+    *out = v;
+    return 0;
+  }
+  if (lo == -HUGE_VAL && hi == HUGE_VAL)
+    fprintf(stderr, "longhaul %s: %s '%s' is not a number\n", cmd, flag, text);
+  else
+    fprintf(stderr, "longhaul %s: %s '%s' is not a number in [%g, %g]\n", cmd, flag, text, lo, hi);
+  return LH_EXIT_USAGE;
 }
