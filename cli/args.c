@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/config.h"
 #include "common/common.h"
 
 /* Stores value into o; prints why and returns LH_EXIT_USAGE when it does
@@ -21,9 +22,22 @@ static int set_value(const char *cmd, const lh_cli_opt *o, const char *value) {
     case LH_CLI_OPT_DOUBLE:
       return lh_cli_f64(cmd, o->name, value, -HUGE_VAL, HUGE_VAL, (double *)o->dest);
     case LH_CLI_OPT_STRINGS:
+      if (!*value) {
+        fprintf(stderr, "longhaul %s: %s needs a non-empty value\n", cmd, o->name);
+        return LH_EXIT_USAGE;
+      }
       if (lh_cli_strings_add((lh_cli_strings *)o->dest, value) == 0) return 0;
       fprintf(stderr, "longhaul %s: %s given more than %d times\n", cmd, o->name, LH_CLI_MAX_STRINGS);
       return LH_EXIT_USAGE;
+    case LH_CLI_OPT_SETS: {
+      lh_cli_sets *sets = o->dest;
+      if (sets->n < LH_INI_MAX_SETS) {
+        sets->set[sets->n++] = value;
+        return 0;
+      }
+      fprintf(stderr, "longhaul %s: more than %d --set overrides\n", cmd, LH_INI_MAX_SETS);
+      return LH_EXIT_USAGE;
+    }
     case LH_CLI_OPT_FLAG:
       break;
   }
@@ -65,7 +79,8 @@ int lh_cli_parse(const char *cmd, int argc, char **argv, const lh_cli_opt *opts,
       }
       const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
       if (!value) {
-        fprintf(stderr, "longhaul %s: %s needs a value\n", cmd, o->name);
+        fprintf(stderr, "longhaul %s: %s needs %s\n", cmd, o->name,
+                o->kind == LH_CLI_OPT_SETS ? "section.key=value" : "a value");
         return LH_EXIT_USAGE;
       }
       int rc = set_value(cmd, o, value);

@@ -28,7 +28,8 @@ typedef enum {
   LH_CLI_OPT_STRING,  /* const char * */
   LH_CLI_OPT_U64,     /* uint64_t, a non-negative integer */
   LH_CLI_OPT_DOUBLE,  /* double, any finite number */
-  LH_CLI_OPT_STRINGS, /* lh_cli_strings, one more value each time the option is given */
+  LH_CLI_OPT_STRINGS, /* lh_cli_strings, one more non-empty value each time the option is given */
+  LH_CLI_OPT_SETS,    /* lh_cli_sets (cli/config.h): one more section.key=value override each time */
 } lh_cli_opt_kind;
 
 typedef struct {
@@ -37,6 +38,9 @@ typedef struct {
   void *dest;            /* where the value goes, of the kind's type */
   int *given;            /* optional: set to 1 when the option appears */
 } lh_cli_opt;
+
+/* --set section.key=value, repeatable: every command that reads a config. */
+#define LH_CLI_SET_OPT(sets) {"--set", LH_CLI_OPT_SETS, (sets), NULL}
 
 /* Parses argv[1..argc-1] (argv[0] is the subcommand) against opts; other
  * words are positionals, stored in order into positional[0..max_positional-1]

@@ -410,12 +410,7 @@ int lh_cmd_envs(int argc, char **argv) {
       rc = LH_EXIT_USAGE;
     }
     if (!rc) {
-      struct sigaction sa;
-      memset(&sa, 0, sizeof sa);
-      sa.sa_handler = on_stop_signal;  /* no SA_RESTART: the wait is interrupted */
-      sigemptyset(&sa.sa_mask);
-      sigaction(SIGINT, &sa, NULL);
-      sigaction(SIGTERM, &sa, NULL);
+      lh_cli_on_signals(on_stop_signal, (const int[]){SIGINT, SIGTERM}, 2);
       a.serve.stop = &stop_requested;
       lh_errbuf err;
       lh_errbuf_clear(&err);

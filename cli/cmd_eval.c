@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli/commands.h"
 #include "cli/config.h"
 #include "cli/model_match.h"
@@ -62,36 +64,17 @@ int lh_cmd_eval(int argc, char **argv) {
              *temp_s = "0", *db = NULL, *run_id = NULL, *context_s = NULL;
   int json = 0;
   lh_cli_sets sets = {0};
-  for (int i = 1; i < argc; i++) {
-    int set = lh_cli_set_arg("eval", argc, argv, &i, &sets);
-    if (set < 0) return LH_EXIT_USAGE;
-    if (set) continue;
-    if (!strcmp(argv[i], "--json")) {
-      json = 1;
-      continue;
-    }
-    const char **slot = !strcmp(argv[i], "--config") ? &config
-                        : !strcmp(argv[i], "--ckpt") ? &ckpt
-                        : !strcmp(argv[i], "--env")  ? &env
-                        : !strcmp(argv[i], "--seeds") ? &seeds_s
-                        : !strcmp(argv[i], "--show") ? &show_s
-                        : !strcmp(argv[i], "--backend") ? &backend
-                        : !strcmp(argv[i], "--temperature") ? &temp_s
-                        : !strcmp(argv[i], "--db") ? &db
-                        : !strcmp(argv[i], "--run-id") ? &run_id
-                        : !strcmp(argv[i], "--max-context") ? &context_s
-                                                     : NULL;
-    if (!slot) {
-      fprintf(stderr, "longhaul eval: unknown argument '%s'\n", argv[i]);
-      usage(stderr);
-      return LH_EXIT_USAGE;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "longhaul eval: %s needs a value\n", argv[i]);
-      return LH_EXIT_USAGE;
-    }
-    *slot = argv[++i];
-  }
+  const lh_cli_opt opts[] = {
+      {"--config", LH_CLI_OPT_STRING, &config, NULL},       {"--ckpt", LH_CLI_OPT_STRING, &ckpt, NULL},
+      {"--env", LH_CLI_OPT_STRING, &env, NULL},             {"--seeds", LH_CLI_OPT_STRING, &seeds_s, NULL},
+      {"--show", LH_CLI_OPT_STRING, &show_s, NULL},         {"--backend", LH_CLI_OPT_STRING, &backend, NULL},
+      {"--temperature", LH_CLI_OPT_STRING, &temp_s, NULL},  {"--db", LH_CLI_OPT_STRING, &db, NULL},
+      {"--run-id", LH_CLI_OPT_STRING, &run_id, NULL},       {"--max-context", LH_CLI_OPT_STRING, &context_s, NULL},
+      {"--json", LH_CLI_OPT_FLAG, &json, NULL},             LH_CLI_SET_OPT(&sets),
+  };
+  size_t npos = 0;
+  int prc = lh_cli_parse("eval", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (prc) return prc;
   uint64_t seeds = 0, show = 0;
   if (!config || !ckpt) {
     fprintf(stderr, "longhaul eval: --config and --ckpt are required\n");
@@ -221,9 +204,22 @@ int lh_cmd_eval(int argc, char **argv) {
   if (rc) {
     fprintf(stderr, "longhaul eval: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
   } else if (json) {
-    printf("{\"env\": \"%s\", \"episodes\": %llu, \"successes\": %zu, \"success_rate\": %.6f, "
-           "\"temperature\": %g, \"ckpt\": \"%s\"}\n",
-           env, (unsigned long long)seeds, wins, (double)wins / (double)seeds, temperature, dir);
+    /* through cJSON, so that a path or a name with a quote stays valid JSON */
+    cJSON *o = cJSON_CreateObject();
+    char *text = NULL;
+    if (o && cJSON_AddStringToObject(o, "env", env) && cJSON_AddNumberToObject(o, "episodes", (double)seeds) &&
+        cJSON_AddNumberToObject(o, "successes", (double)wins) &&
+        cJSON_AddNumberToObject(o, "success_rate", (double)wins / (double)seeds) &&
+        cJSON_AddNumberToObject(o, "temperature", temperature) && cJSON_AddStringToObject(o, "ckpt", dir))
+      text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) {
+      fprintf(stderr, "longhaul eval: no memory for the JSON result\n");
+      rc = LH_ENOMEM;
+    } else {
+      printf("%s\n", text);
+      cJSON_free(text);
+    }
   } else {
     char how[32] = "greedy";
     if (temperature > 0) snprintf(how, sizeof how, "sampled at T=%g", temperature);

@@ -30,29 +30,14 @@ int lh_cmd_init(int argc, char **argv) {
   const char *config = NULL, *out = NULL, *seed_text = NULL;
   lh_cli_sets sets = {0};
   int force = 0;
-  for (int i = 1; i < argc; i++) {
-    int set = lh_cli_set_arg("init", argc, argv, &i, &sets);
-    if (set < 0) return LH_EXIT_USAGE;
-    if (set) continue;
-    if (!strcmp(argv[i], "--force")) {
-      force = 1;
-      continue;
-    }
-    const char **slot = !strcmp(argv[i], "--config") ? &config
-                        : !strcmp(argv[i], "--out")  ? &out
-                        : !strcmp(argv[i], "--seed") ? &seed_text
-                                                     : NULL;
-    if (!slot) {
-      fprintf(stderr, "longhaul init: unknown argument '%s'\n", argv[i]);
-      usage(stderr);
-      return LH_EXIT_USAGE;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "longhaul init: %s needs a value\n", argv[i]);
-      return LH_EXIT_USAGE;
-    }
-    *slot = argv[++i];
-  }
+  const lh_cli_opt opts[] = {
+      {"--config", LH_CLI_OPT_STRING, &config, NULL}, {"--out", LH_CLI_OPT_STRING, &out, NULL},
+      {"--seed", LH_CLI_OPT_STRING, &seed_text, NULL}, {"--force", LH_CLI_OPT_FLAG, &force, NULL},
+      LH_CLI_SET_OPT(&sets),
+  };
+  size_t npos = 0;
+  int prc = lh_cli_parse("init", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (prc) return prc;
   if (!config || !out || !seed_text) {
     fprintf(stderr, "longhaul init: --config, --seed and --out are all required\n");
     usage(stderr);

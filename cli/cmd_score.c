@@ -83,22 +83,14 @@ int lh_cmd_score(int argc, char **argv) {
     return LH_EXIT_OK;
   }
   const char *ckpt = NULL, *input = NULL, *window_text = "4096";
-  for (int i = 1; i < argc; i++) {
-    const char **slot = !strcmp(argv[i], "--ckpt")     ? &ckpt
-                        : !strcmp(argv[i], "--input")  ? &input
-                        : !strcmp(argv[i], "--window") ? &window_text
-                                                       : NULL;
-    if (!slot) {
-      fprintf(stderr, "longhaul score: unknown argument '%s'\n", argv[i]);
-      usage(stderr);
-      return LH_EXIT_USAGE;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "longhaul score: %s needs a value\n", argv[i]);
-      return LH_EXIT_USAGE;
-    }
-    *slot = argv[++i];
-  }
+  const lh_cli_opt opts[] = {
+      {"--ckpt", LH_CLI_OPT_STRING, &ckpt, NULL},
+      {"--input", LH_CLI_OPT_STRING, &input, NULL},
+      {"--window", LH_CLI_OPT_STRING, &window_text, NULL},
+  };
+  size_t npos = 0;
+  int rc_args = lh_cli_parse("score", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (rc_args) return rc_args;
   if (!ckpt || !input) {
     fprintf(stderr, "longhaul score: --ckpt and --input are both required\n");
     usage(stderr);

@@ -86,38 +86,19 @@ typedef struct {
 static int parse_args(int argc, char **argv, sft_args *a) {
   const char *steps = "200", *seed = "0", *batch = "8", *eval = "200", *show = "0", *every = "0",
              *target = NULL, *lr = NULL;
-  for (int i = 1; i < argc; i++) {
-    int set = lh_cli_set_arg("sft", argc, argv, &i, &a->sets);
-    if (set < 0) return -1;
-    if (set) continue;
-    const char **slot = !strcmp(argv[i], "--config")  ? &a->config
-                        : !strcmp(argv[i], "--env")   ? &a->env
-                        : !strcmp(argv[i], "--out")   ? &a->out
-                        : !strcmp(argv[i], "--init")  ? &a->init
-                        : !strcmp(argv[i], "--steps") ? &steps
-                        : !strcmp(argv[i], "--seed")  ? &seed
-                        : !strcmp(argv[i], "--batch") ? &batch
-                        : !strcmp(argv[i], "--eval")  ? &eval
-                        : !strcmp(argv[i], "--show")  ? &show
-                        : !strcmp(argv[i], "--eval-every") ? &every
-                        : !strcmp(argv[i], "--target") ? &target
-                        : !strcmp(argv[i], "--lr")     ? &lr
-                        : !strcmp(argv[i], "--warmup") ? &a->warmup
-                        : !strcmp(argv[i], "--backend") ? &a->backend
-                        : !strcmp(argv[i], "--db")      ? &a->db
-                        : !strcmp(argv[i], "--run-id")  ? &a->run_id
-                                                      : NULL;
-    if (!slot) {
-      fprintf(stderr, "longhaul sft: unknown argument '%s'\n", argv[i]);
-      usage(stderr);
-      return -1;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "longhaul sft: %s needs a value\n", argv[i]);
-      return -1;
-    }
-    *slot = argv[++i];
-  }
+  const lh_cli_opt opts[] = {
+      {"--config", LH_CLI_OPT_STRING, &a->config, NULL},   {"--env", LH_CLI_OPT_STRING, &a->env, NULL},
+      {"--out", LH_CLI_OPT_STRING, &a->out, NULL},         {"--init", LH_CLI_OPT_STRING, &a->init, NULL},
+      {"--steps", LH_CLI_OPT_STRING, &steps, NULL},        {"--seed", LH_CLI_OPT_STRING, &seed, NULL},
+      {"--batch", LH_CLI_OPT_STRING, &batch, NULL},        {"--eval", LH_CLI_OPT_STRING, &eval, NULL},
+      {"--show", LH_CLI_OPT_STRING, &show, NULL},          {"--eval-every", LH_CLI_OPT_STRING, &every, NULL},
+      {"--target", LH_CLI_OPT_STRING, &target, NULL},      {"--lr", LH_CLI_OPT_STRING, &lr, NULL},
+      {"--warmup", LH_CLI_OPT_STRING, &a->warmup, NULL},   {"--backend", LH_CLI_OPT_STRING, &a->backend, NULL},
+      {"--db", LH_CLI_OPT_STRING, &a->db, NULL},           {"--run-id", LH_CLI_OPT_STRING, &a->run_id, NULL},
+      LH_CLI_SET_OPT(&a->sets),
+  };
+  size_t npos = 0;
+  if (lh_cli_parse("sft", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos)) return -1;
   if (!a->config || !a->out) {
     fprintf(stderr, "longhaul sft: --config and --out are required\n");
     usage(stderr);

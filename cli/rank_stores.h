@@ -15,6 +15,11 @@ typedef struct {
   lh_cli_strings db, rank_db;
 } lh_cli_dbs;
 
+/* The store options every subcommand takes: --db FILE and --rank-db FILE,
+ * both repeatable (two entries of an lh_cli_opt table). */
+#define LH_CLI_DB_OPTS(dbs) \
+  {"--db", LH_CLI_OPT_STRINGS, &(dbs)->db, NULL}, {"--rank-db", LH_CLI_OPT_STRINGS, &(dbs)->rank_db, NULL}
+
 /* Opens the files of d read-only as one store (lh_store_open_ranks): every
  * --db, then every --rank-db, rank 0's first. With one --db and no
  * --rank-db the other ranks' files are found next to it, named as the

@@ -39,11 +39,6 @@ int lh_cli_replay_fail(const char *cmd, const char *db, int code, const lh_errbu
 
 /* ---- options (replay_filter.c, args.h) ---- */
 
-/* The store options every subcommand takes: --db FILE and --rank-db FILE,
- * both repeatable (two entries of an lh_cli_opt table). */
-#define LH_CLI_DB_OPTS(dbs) \
-  {"--db", LH_CLI_OPT_STRINGS, &(dbs)->db, NULL}, {"--rank-db", LH_CLI_OPT_STRINGS, &(dbs)->rank_db, NULL}
-
 /* An episode id: an unsigned 64-bit number, or a negative one, which is how
  * SQLite (`replay sql`, sqlite3) shows an id of 2^63 or more (its two's
  * complement). 0, or -1 when text is neither. */
