@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/buf.h"
 #include "learner/learner.h"
 
 #define OPT_MAGIC "LHOPT001"
@@ -268,13 +269,12 @@ static int list_steps(const char *ckpt_dir, step_dir **out, size_t *n) {
     snprintf(p, sizeof p, "%s/%s", ckpt_dir, e->d_name);
     if (stat(p, &sb) || !S_ISDIR(sb.st_mode)) continue;
     if (*n == cap) {
-      size_t grown = cap ? 2 * cap : 16;
-      step_dir *more = realloc(*out, grown * sizeof *more);
-      if (!more) {
+      size_t grown = lh_grow_cap(cap, cap + 1, 16);
+      if (!grown || lh_resize(out, grown, sizeof **out)) {
         rc = -2;
         break;
       }
-      *out = more, cap = grown;
+      cap = grown;
     }
     (*out)[*n].step = step;
     memcpy((*out)[*n].name, e->d_name, strlen(e->d_name) + 1);  /* its length was checked above */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "store/store_internal.h"
 
 static void bind_metric(sqlite3_stmt *st, int i, double v) {
@@ -244,12 +245,10 @@ static int read_experts(lh_store *s, expert_cursor *c, lh_store_train_step *t, l
     sqlite3_int64 layer = sqlite3_column_int64(c->st, 1), expert = sqlite3_column_int64(c->st, 2);
     if (step == t->step && layer >= 0 && layer < t->layers && expert >= 0 && expert < LH_STORE_MAX_EXPERTS) {
       if (c->n == c->ncap) {
-        size_t cap = c->ncap ? c->ncap * 2 : 256;
-        uint32_t *lx = realloc(c->lx, cap * 2 * sizeof *lx);
-        if (lx) c->lx = lx;
-        double *lv = lx ? realloc(c->lv, cap * sizeof *lv) : NULL;
-        if (!lv) return lh_errbuf_set(err, LH_ENOMEM, "no memory for expert loads");
-        c->lv = lv, c->ncap = cap;
+        size_t cap = lh_grow_cap(c->ncap, c->n + 1, 256);
+        if (!cap || lh_resize(&c->lx, 2 * cap, sizeof *c->lx) || lh_resize(&c->lv, cap, sizeof *c->lv))
+          return lh_errbuf_set(err, LH_ENOMEM, "no memory for expert loads");
+        c->ncap = cap;
       }
       c->lx[2 * c->n] = (uint32_t)layer, c->lx[2 * c->n + 1] = (uint32_t)expert;
       c->lv[c->n++] = sqlite3_column_double(c->st, 3);
