@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "common/buf.h"
 #include "store/store_internal.h"
 
@@ -15,42 +17,37 @@ static void bind_metric(sqlite3_stmt *st, int i, double v) {
     sqlite3_bind_null(st, i);
 }
 
-/* MaxVio per layer as a JSON array ("[0.12,0.5,null]"); non-finite as null. */
-static char *maxvio_json(const lh_store_train_step *t) {
-  size_t cap = 3 + (size_t)t->layers * 26; /* "[", "]", NUL */
-  char *j = malloc(cap), *p = j;
-  if (!j) return NULL;
-  *p++ = '[';
-  for (uint32_t l = 0; l < t->layers; l++) {
-    size_t left = cap - (size_t)(p - j);
-    int n = isfinite(t->maxvio[l]) ? snprintf(p, left, "%s%.9g", l ? "," : "", t->maxvio[l])
-                                   : snprintf(p, left, "%snull", l ? "," : "");
-    p += n;
+/* One value per layer as a JSON array, through cJSON: MaxVio
+ * ("[0.12,0.5,null]", 9 significant digits, non-finite as null) when dead
+ * is 0, else the dead experts ("[0,3,null]", < 0 as null). NULL when out
+ * of memory; freed with cJSON_free. */
+static char *layers_json(const lh_store_train_step *t, int dead) {
+  cJSON *a = cJSON_CreateArray();
+  for (uint32_t l = 0; a && l < t->layers; l++) {
+    cJSON *v;
+    if (dead) {
+      v = t->dead[l] >= 0 ? cJSON_CreateNumber(t->dead[l]) : cJSON_CreateNull();
+    } else if (isfinite(t->maxvio[l])) {
+      char digits[32];
+      snprintf(digits, sizeof digits, "%.9g", t->maxvio[l]);
+      v = cJSON_CreateNumber(strtod(digits, NULL));
+    } else {
+      v = cJSON_CreateNull();
+    }
+    if (!v) {
+      cJSON_Delete(a);
+      return NULL;
+    }
+    cJSON_AddItemToArray(a, v);
   }
-  *p++ = ']';
-  *p = 0;
-  return j;
-}
-
-/* Dead experts per layer as a JSON array ("[0,3,null]"); < 0 as null. */
-static char *dead_json(const lh_store_train_step *t) {
-  size_t cap = 3 + (size_t)t->layers * 13;
-  char *j = malloc(cap), *p = j;
-  if (!j) return NULL;
-  *p++ = '[';
-  for (uint32_t l = 0; l < t->layers; l++) {
-    size_t left = cap - (size_t)(p - j);
-    p += t->dead[l] >= 0 ? snprintf(p, left, "%s%d", l ? "," : "", (int)t->dead[l])
-                         : snprintf(p, left, "%snull", l ? "," : "");
-  }
-  *p++ = ']';
-  *p = 0;
-  return j;
+  char *text = a ? cJSON_PrintUnformatted(a) : NULL;
+  cJSON_Delete(a);
+  return text;
 }
 
 /* schema 8: the balancing columns of a row just inserted */
 static int update_balance(lh_store *s, const lh_store_train_step *t, lh_errbuf *err) {
-  char *dead = dead_json(t);
+  char *dead = layers_json(t, 1);
   if (!dead) return lh_errbuf_set(err, LH_ENOMEM, "no memory for a train step");
   sqlite3_stmt *st;
   int rc = lh_store_prepare(s, "UPDATE train_steps SET dead = ?2, balance = ?3, balance_ms = ?4 WHERE step = ?1",
@@ -63,7 +60,7 @@ static int update_balance(lh_store *s, const lh_store_train_step *t, lh_errbuf *
     rc = lh_store_step(s, st, "storing a train step's balancing", err);
     sqlite3_finalize(st);
   }
-  free(dead);
+  cJSON_free(dead);
   return rc < 0 ? rc : 0;
 }
 
@@ -178,12 +175,12 @@ int lh_store_put_train_step(lh_store *s, const lh_store_train_step *t, int *inse
         return lh_errbuf_set(err, LH_EINVAL, "train step %llu: layer %zu expert %zu has load %g (not a share)",
                              (unsigned long long)t->step, i / t->experts, i % t->experts, t->expert_load[i]);
   }
-  char *json = maxvio_json(t);
+  char *json = layers_json(t, 0);
   if (!json) return lh_errbuf_set(err, LH_ENOMEM, "no memory for a train step");
   int own;
   int rc = lh_store_write_begin(s, &own, err);
   if (rc >= 0) rc = lh_store_write_end(s, own, insert_step(s, t, json, inserted, err), err);
-  free(json);
+  cJSON_free(json);
   if (rc < 0) *inserted = 0;
   return rc;
 }
@@ -192,24 +189,19 @@ static double column_metric(sqlite3_stmt *st, int i) {
   return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
 }
 
-/* Parses the JSON array written by maxvio_json or dead_json (numbers and
- * null only). */
+/* Parses a JSON array written by layers_json (numbers, and null as NaN)
+ * into out; the count, at most LH_STORE_MAX_LAYERS, stopping at anything
+ * else. */
 static uint32_t parse_maxvio(const char *j, double *out) {
+  cJSON *a = j ? cJSON_Parse(j) : NULL;
+  const cJSON *list = cJSON_IsArray(a) ? a : NULL;
   uint32_t n = 0;
-  if (!j || *j != '[') return 0;
-  j++;
-  while (*j && *j != ']' && n < LH_STORE_MAX_LAYERS) {
-    if (strncmp(j, "null", 4) == 0) {
-      out[n++] = NAN;
-      j += 4;
-    } else {
-      char *end;
-      out[n++] = strtod(j, &end);
-      if (end == j) break;
-      j = end;
-    }
-    if (*j == ',') j++;
+  const cJSON *v;
+  cJSON_ArrayForEach(v, list) {
+    if (n == LH_STORE_MAX_LAYERS || !(cJSON_IsNumber(v) || cJSON_IsNull(v))) break;
+    out[n++] = cJSON_IsNumber(v) ? v->valuedouble : NAN;
   }
+  cJSON_Delete(a);
   return n;
 }
 
