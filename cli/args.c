@@ -38,6 +38,10 @@ static int set_value(const char *cmd, const lh_cli_opt *o, const char *value) {
       fprintf(stderr, "longhaul %s: more than %d --set overrides\n", cmd, LH_INI_MAX_SETS);
       return LH_EXIT_USAGE;
     }
+    case LH_CLI_OPT_CALL: {
+      const lh_cli_call *call = o->dest;
+      return call->fn(call->ctx, o->name, value) ? LH_EXIT_USAGE : 0;
+    }
     case LH_CLI_OPT_FLAG:
       break;
   }

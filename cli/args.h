@@ -30,7 +30,15 @@ typedef enum {
   LH_CLI_OPT_DOUBLE,  /* double, any finite number */
   LH_CLI_OPT_STRINGS, /* lh_cli_strings, one more non-empty value each time the option is given */
   LH_CLI_OPT_SETS,    /* lh_cli_sets (cli/config.h): one more section.key=value override each time */
+  LH_CLI_OPT_CALL,    /* lh_cli_call: its fn with the value, each time, in the order given */
 } lh_cli_opt_kind;
+
+/* A flag handled by the command: fn(ctx, flag, value) returns 0, or
+ * LH_EXIT_USAGE after printing why (prefixed by `longhaul CMD:`). */
+typedef struct {
+  int (*fn)(void *ctx, const char *flag, const char *value);
+  void *ctx;
+} lh_cli_call;
 
 typedef struct {
   const char *name;      /* "--limit" */
