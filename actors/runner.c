@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "actors/internal.h"
 #include "proto/wire.h"
 
@@ -84,14 +85,6 @@ struct lh_actors_runner {
   size_t q_head, q_n, q_cap;
 };
 
-static char *dup_str(const char *s) {
-  if (!s) s = "";
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
-}
-
 static uint64_t mix(uint64_t a, uint64_t b) {
   uint64_t v[2] = {a, b};
   return lh_hash64(v, sizeof v, 0x6c68616374726964ull);
@@ -155,9 +148,9 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
   r->record = cfg->record_routing != 0;
   r->LK = (size_t)mc->layers * mc->topk;
   int rc = 0;
-  r->actor = dup_str(cfg->actor);
-  r->env_name = dup_str(cfg->env);
-  r->stage_option = dup_str(cfg->stage_option);
+  r->actor = lh_strdup0(cfg->actor);
+  r->env_name = lh_strdup0(cfg->env);
+  r->stage_option = lh_strdup0(cfg->stage_option);
   r->cfg.actor = r->actor;
   r->cfg.env = r->env_name;
   r->cfg.stage_option = r->stage_option;
@@ -170,8 +163,8 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
   if (!r->actor || !r->env_name || !r->opts || !r->opt_strings) goto oom;
   r->n_opts = n_opts;
   for (size_t i = 0; i < cfg->n_env_options; i++) {
-    r->opt_strings[2 * i] = dup_str(cfg->env_options[i].key);
-    r->opt_strings[2 * i + 1] = dup_str(cfg->env_options[i].value);
+    r->opt_strings[2 * i] = lh_strdup0(cfg->env_options[i].key);
+    r->opt_strings[2 * i + 1] = lh_strdup0(cfg->env_options[i].value);
     if (!r->opt_strings[2 * i] || !r->opt_strings[2 * i + 1]) goto oom;
     r->opts[i] = (lh_env_option){r->opt_strings[2 * i], r->opt_strings[2 * i + 1]};
   }
@@ -179,8 +172,8 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
     char buf[32];
     snprintf(buf, sizeof buf, "%u", cfg->max_steps);
     size_t i = cfg->n_env_options;
-    r->opt_strings[2 * i] = dup_str("max_steps");
-    r->opt_strings[2 * i + 1] = dup_str(buf);
+    r->opt_strings[2 * i] = lh_strdup0("max_steps");
+    r->opt_strings[2 * i + 1] = lh_strdup0(buf);
     if (!r->opt_strings[2 * i] || !r->opt_strings[2 * i + 1]) goto oom;
     r->opts[i] = (lh_env_option){r->opt_strings[2 * i], r->opt_strings[2 * i + 1]};
   }
@@ -355,8 +348,8 @@ int lh_actors_runner_done(const lh_actors_runner *r) {
 static int reserve(const lh_actors_runner *r, row *w, size_t n, lh_errbuf *err) {
   n -= lh_actors_transcript_first(w->tr);
   if (n <= w->cap) return 0;
-  size_t cap = w->cap ? w->cap : 256;
-  while (cap < n) cap *= 2;
+  size_t cap = lh_grow_cap(w->cap, n, 256);
+  if (!cap) return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for %zu tokens", n);
   float *b = realloc(w->behavior, cap * sizeof *b);
   if (b) w->behavior = b;
   uint32_t *v = realloc(w->version, cap * sizeof *v);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "actors/internal.h"
 #include "proto/wire.h"
 
@@ -44,14 +45,6 @@ struct lh_actors_segmenter {
   pending_state *states;
   size_t n_states, states_cap;
 };
-
-static char *dup_str(const char *s) {
-  if (!s) s = "";
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
-}
 
 static void image_free(Longhaul__Image *im) {
   if (!im) return;
@@ -141,8 +134,8 @@ lh_actors_segmenter *lh_actors_segmenter_new(const lh_actors_segmenter_config *c
   s->lim = lim;
   s->per_token = (size_t)cfg->routed_layers * cfg->routed_topk;
   size_t n = cfg->segment_tokens;
-  s->actor = dup_str(cfg->actor);
-  s->env = dup_str(cfg->env);
+  s->actor = lh_strdup0(cfg->actor);
+  s->env = lh_strdup0(cfg->env);
   s->cfg.actor = s->actor;
   s->cfg.env = s->env;
   s->tokens = malloc(n * sizeof *s->tokens);
@@ -194,8 +187,8 @@ static int cut(lh_actors_segmenter *s, lh_errbuf *err) {
   seg->group_id = s->cfg.group_id;
   seg->task_seed = s->cfg.task_seed;
   seg->start_offset = s->total_tokens - n;
-  seg->actor = dup_str(s->actor);
-  seg->env = dup_str(s->env);
+  seg->actor = lh_strdup0(s->actor);
+  seg->env = lh_strdup0(s->env);
   seg->n_tokens = n;
   seg->tokens = dup_mem(s->tokens, n * sizeof *s->tokens);
   seg->loss_mask.len = n;
@@ -383,9 +376,9 @@ static Longhaul__EpisodeEnd *build_end(const lh_actors_segmenter *s, const lh_ac
   e->outcome = res->outcome;
   e->reward = res->reward;
   e->steps = res->steps;
-  e->actor = dup_str(s->actor);
-  e->env = dup_str(s->env);
-  e->error = dup_str(res->error);
+  e->actor = lh_strdup0(s->actor);
+  e->env = lh_strdup0(s->env);
+  e->error = lh_strdup0(res->error);
   int ok = e->actor && e->env && e->error;
   if (ok && res->n_terms) {
     e->terms = calloc(res->n_terms, sizeof *e->terms);
@@ -394,7 +387,7 @@ static Longhaul__EpisodeEnd *build_end(const lh_actors_segmenter *s, const lh_ac
       Longhaul__RewardTerm *t = malloc(sizeof *t);
       e->terms[i] = t;
       e->n_terms = i + 1;
-      if (!t || (longhaul__reward_term__init(t), !(t->name = dup_str(res->terms[i].name)))) {
+      if (!t || (longhaul__reward_term__init(t), !(t->name = lh_strdup0(res->terms[i].name)))) {
         ok = 0;
         break;
       }

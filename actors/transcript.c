@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "actors/internal.h"
 
 struct lh_actors_transcript {
@@ -55,9 +56,8 @@ void lh_actors_transcript_free(lh_actors_transcript *t) {
 static int reserve(lh_actors_transcript *t, size_t more, lh_errbuf *err) {
   size_t kept = t->len - t->base;
   if (kept + more <= t->cap) return 0;
-  size_t cap = t->cap ? t->cap : 1024;
-  while (cap < kept + more) cap *= 2;
-  int32_t *tok = realloc(t->tokens, cap * sizeof *tok);
+  size_t cap = lh_grow_cap(t->cap, kept + more, 1024);
+  int32_t *tok = cap ? realloc(t->tokens, cap * sizeof *tok) : NULL;
   if (tok) t->tokens = tok;
   uint8_t *mask = tok ? realloc(t->mask, cap) : NULL;
   if (!mask) return lh_errbuf_set(err, LH_ENOMEM, "transcript: out of memory at %zu tokens", cap);

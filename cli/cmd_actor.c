@@ -59,16 +59,6 @@ static void usage(FILE *out) {
           "learner of another run.\n");
 }
 
-static int parse_u64(const char *s, uint64_t *out) {
-  if (!s || !*s || *s == '-') return -1;
-  errno = 0;
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end) return -1;
-  *out = v;
-  return 0;
-}
-
 int lh_cmd_actor(int argc, char **argv) {
   if (lh_cli_wants_help(argc, argv)) {
     usage(stdout);
@@ -77,33 +67,19 @@ int lh_cmd_actor(int argc, char **argv) {
   const char *config = NULL, *name = NULL, *ckpt = NULL, *env_name = NULL, *backend = NULL, *run_id = NULL;
   uint64_t index = 0, episodes = 0, learner_rank = 0;
   lh_cli_sets sets = {0};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    int bad = 0, set = lh_cli_set_arg("actor", argc, argv, &i, &sets);
-    if (set < 0) return LH_EXIT_USAGE;
-    if (set) continue;
-    if (strcmp(a, "--config") == 0 && v) config = v, i++;
-    else if (strcmp(a, "--name") == 0 && v) name = v, i++;
-    else if (strcmp(a, "--ckpt") == 0 && v) ckpt = v, i++;
-    else if (strcmp(a, "--index") == 0 && v) bad = parse_u64(v, &index), i++;
-    else if (strcmp(a, "--episodes") == 0 && v) bad = parse_u64(v, &episodes), i++;
-    else if (strcmp(a, "--env") == 0 && v) env_name = v, i++;
-    else if (strcmp(a, "--backend") == 0 && v) backend = v, i++;
-    else if (strcmp(a, "--run-id") == 0 && v) {
-      if (lh_cli_run_id_arg("actor", v)) return LH_EXIT_USAGE;
-      run_id = v, i++;
-    }
-    else if (strcmp(a, "--learner-rank") == 0 && v) bad = parse_u64(v, &learner_rank) || learner_rank > 6553, i++;
-    else {
-      fprintf(stderr, "longhaul actor: unknown or incomplete argument '%s'\n", a);
-      usage(stderr);
-      return LH_EXIT_USAGE;
-    }
-    if (bad) {
-      fprintf(stderr, "longhaul actor: %s '%s' is not a non-negative integer\n", a, v);
-      return LH_EXIT_USAGE;
-    }
-  }
+  const char *rank_text = NULL;
+  const lh_cli_opt opts[] = {
+      {"--config", LH_CLI_OPT_STRING, &config, NULL},     {"--name", LH_CLI_OPT_STRING, &name, NULL},
+      {"--ckpt", LH_CLI_OPT_STRING, &ckpt, NULL},         {"--index", LH_CLI_OPT_U64, &index, NULL},
+      {"--episodes", LH_CLI_OPT_U64, &episodes, NULL},    {"--env", LH_CLI_OPT_STRING, &env_name, NULL},
+      {"--backend", LH_CLI_OPT_STRING, &backend, NULL},   {"--run-id", LH_CLI_OPT_STRING, &run_id, NULL},
+      {"--learner-rank", LH_CLI_OPT_STRING, &rank_text, NULL}, LH_CLI_SET_OPT(&sets),
+  };
+  size_t npos = 0;
+  int prc = lh_cli_parse("actor", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (prc) return prc;
+  if (run_id && lh_cli_run_id_arg("actor", run_id)) return LH_EXIT_USAGE;
+  if (rank_text && lh_cli_u64("actor", "--learner-rank", rank_text, 0, 6553, &learner_rank)) return LH_EXIT_USAGE;
   if (!config || !name || !*name) {
     fprintf(stderr, "longhaul actor: --config FILE and --name NAME are required\n");
     usage(stderr);
@@ -176,13 +152,8 @@ int lh_cmd_actor(int argc, char **argv) {
       return LH_EXIT_RUNTIME;
     }
   }
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGUSR1, &sa, NULL);  /* what srun forwards (on SIGTERM it kills the step) */
+  /* SIGUSR1: what srun forwards (on SIGTERM it kills the step) */
+  lh_cli_on_signals(on_signal, (const int[]){SIGINT, SIGTERM, SIGUSR1}, 3);
   lh_actors_actor_config cfg = {.name = name,
                                 .actor = &acfg,
                                 .index = index,

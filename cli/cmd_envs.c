@@ -1,5 +1,6 @@
 /* longhaul envs: list, describe, play and serve tool environments. */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,18 +106,20 @@ static void set_limit(lh_envserver_config *c, size_t which, uint64_t v) {
 
 /* A serve limit's value: digits, and for bytes an optional K, M or G. */
 static int parse_limit(const limit_flag *f, const char *text, uint64_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(text, &end, 10);
-  if (errno || end == text || text[0] == '-') return -1;
-  if (f->unit == 2 && *end) {
-    char unit = (char)(*end | 0x20);  /* lower case */
-    int shift = unit == 'k' ? 10 : unit == 'm' ? 20 : unit == 'g' ? 30 : -1;
-    if (shift < 0 || end[1] || v > (~0ull >> shift)) return -1;
-    v <<= shift;
-  } else if (*end) {
-    return -1;
+  size_t n = strlen(text);
+  int shift = 0;
+  if (f->unit == 2 && n > 1) {
+    char unit = (char)(text[n - 1] | 0x20);  /* lower case */
+    shift = unit == 'k' ? 10 : unit == 'm' ? 20 : unit == 'g' ? 30 : 0;
+    if (shift) n--;
   }
+  char digits[32];
+  if (n >= sizeof digits) return -1;
+  memcpy(digits, text, n);
+  digits[n] = 0;
+  uint64_t v;
+  if (lh_parse_u64(digits, &v) || v > (UINT64_MAX >> shift)) return -1;
+  v <<= shift;
   if (v < f->lo || v > f->hi) return -1;
   *out = v;
   return 0;
@@ -128,81 +131,69 @@ static int limit_index(const char *s) {
   return -1;
 }
 
+/* One flag of envs with its value (lh_cli_call): 0, or LH_EXIT_USAGE
+ * after printing what was wrong. --opt, --plugin, --server and
+ * --timeout-ms add to the environment's options in the order given. */
+static int on_flag(void *ctx, const char *s, const char *next) {
+  args *a = ctx;
+  if (!strcmp(s, "--opt")) {
+    const char *eq = strchr(next, '=');
+    if (!eq || eq == next) {
+      fprintf(stderr, "longhaul envs: --opt takes KEY=VALUE, not '%s'\n", next);
+      return LH_EXIT_USAGE;
+    }
+    char *key = strndup(next, (size_t)(eq - next));
+    if (!key || a->owned_count >= MAX_OPTS) return LH_EXIT_USAGE;
+    a->owned[a->owned_count++] = key;
+    if (add_opt(a, key, eq + 1)) return LH_EXIT_USAGE;
+  } else if (!strcmp(s, "--plugin") || !strcmp(s, "--server")) {
+    if (add_opt(a, s + 2, next)) return LH_EXIT_USAGE;
+  } else if (!strcmp(s, "--timeout-ms")) {
+    if (add_opt(a, "timeout_ms", next)) return LH_EXIT_USAGE;
+  } else if (limit_index(s) >= 0) {
+    const limit_flag *f = &LIMITS[limit_index(s)];
+    uint64_t v;
+    if (parse_limit(f, next, &v) < 0) {
+      fprintf(stderr, "longhaul envs: %s takes %s in %llu..%llu, not '%s'\n", s,
+              f->unit == 2 ? "bytes (a K, M or G suffix allowed)" : f->unit == 3 ? "milliseconds" : "an integer",
+              (unsigned long long)f->lo, (unsigned long long)f->hi, next);
+      return LH_EXIT_USAGE;
+    }
+    set_limit(&a->serve, (size_t)limit_index(s), v);
+  } else if (!strcmp(s, "--seed") || !strcmp(s, "--max-text")) {
+    uint64_t v;
+    if (lh_cli_u64("envs", s, next, 0, !strcmp(s, "--seed") ? UINT64_MAX : LONG_MAX, &v))
+      return LH_EXIT_USAGE;
+    if (!strcmp(s, "--seed")) a->seed = v;
+    else a->max_text = (long)v;
+  } else if (!strcmp(s, "--bind")) {
+    a->bind = next;
+  } else if (!strcmp(s, "--curve-secret-key-file")) {
+    a->serve.curve_secret_key_file = next;
+  } else if (!strcmp(s, "--curve-allowed-keys")) {
+    a->serve.curve_allowed_keys = next;
+  }
+  return 0;
+}
+
 /* Returns 0, or LH_EXIT_USAGE after printing what was wrong. */
 static int parse_args(int argc, char **argv, int first, args *a, int want_name) {
-  for (int i = first; i < argc; i++) {
-    const char *s = argv[i];
-    const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-    int takes = !strcmp(s, "--opt") || !strcmp(s, "--plugin") || !strcmp(s, "--server") ||
-                !strcmp(s, "--timeout-ms") || !strcmp(s, "--seed") || !strcmp(s, "--max-text") ||
-                !strcmp(s, "--bind") || limit_index(s) >= 0 || !strcmp(s, "--curve-secret-key-file") ||
-                !strcmp(s, "--curve-allowed-keys");
-    if (takes && !next) {
-      fprintf(stderr, "longhaul envs: %s needs a value\n", s);
-      return LH_EXIT_USAGE;
-    }
-    if (!strcmp(s, "--opt")) {
-      const char *eq = strchr(next, '=');
-      if (!eq || eq == next) {
-        fprintf(stderr, "longhaul envs: --opt takes KEY=VALUE, not '%s'\n", next);
-        return LH_EXIT_USAGE;
-      }
-      char *key = strndup(next, (size_t)(eq - next));
-      if (!key || a->owned_count >= MAX_OPTS) return LH_EXIT_USAGE;
-      a->owned[a->owned_count++] = key;
-      if (add_opt(a, key, eq + 1)) return LH_EXIT_USAGE;
-      i++;
-    } else if (!strcmp(s, "--plugin") || !strcmp(s, "--server")) {
-      if (add_opt(a, s + 2, next)) return LH_EXIT_USAGE;
-      i++;
-    } else if (!strcmp(s, "--timeout-ms")) {
-      if (add_opt(a, "timeout_ms", next)) return LH_EXIT_USAGE;
-      i++;
-    } else if (limit_index(s) >= 0) {
-      const limit_flag *f = &LIMITS[limit_index(s)];
-      uint64_t v;
-      if (parse_limit(f, next, &v) < 0) {
-        fprintf(stderr, "longhaul envs: %s takes %s in %llu..%llu, not '%s'\n", s,
-                f->unit == 2 ? "bytes (a K, M or G suffix allowed)" : f->unit == 3 ? "milliseconds" : "an integer",
-                (unsigned long long)f->lo, (unsigned long long)f->hi, next);
-        return LH_EXIT_USAGE;
-      }
-      set_limit(&a->serve, (size_t)limit_index(s), v);
-      i++;
-    } else if (!strcmp(s, "--seed") || !strcmp(s, "--max-text")) {
-      char *end;
-      errno = 0;
-      unsigned long long v = strtoull(next, &end, 10);
-      if (errno || end == next || *end || next[0] == '-') {
-        fprintf(stderr, "longhaul envs: %s takes a non-negative integer, not '%s'\n", s, next);
-        return LH_EXIT_USAGE;
-      }
-      if (!strcmp(s, "--seed")) a->seed = v;
-      else a->max_text = (long)v;
-      i++;
-    } else if (!strcmp(s, "--bind")) {
-      a->bind = next;
-      i++;
-    } else if (!strcmp(s, "--curve-secret-key-file")) {
-      a->serve.curve_secret_key_file = next;
-      i++;
-    } else if (!strcmp(s, "--curve-allowed-keys")) {
-      a->serve.curve_allowed_keys = next;
-      i++;
-    } else if (!strcmp(s, "--expert")) {
-      a->expert = 1;
-    } else if (!strcmp(s, "--ansi")) {
-      a->ansi = 1;
-    } else if (s[0] == '-') {
-      fprintf(stderr, "longhaul envs: unknown option '%s' (see longhaul envs --help)\n", s);
-      return LH_EXIT_USAGE;
-    } else if (want_name && !a->name) {
-      a->name = s;
-    } else {
-      fprintf(stderr, "longhaul envs: unexpected argument '%s'\n", s);
-      return LH_EXIT_USAGE;
-    }
-  }
+  static const char *const value_flags[] = {"--opt", "--plugin", "--server", "--timeout-ms", "--seed",
+                                            "--max-text", "--bind", "--curve-secret-key-file",
+                                            "--curve-allowed-keys"};
+  enum { N_VALUE = sizeof value_flags / sizeof value_flags[0], N_LIMIT = sizeof LIMITS / sizeof LIMITS[0] };
+  lh_cli_call call = {on_flag, a};
+  lh_cli_opt opts[N_VALUE + N_LIMIT + 2];
+  size_t n = 0;
+  for (size_t k = 0; k < N_VALUE; k++) opts[n++] = (lh_cli_opt){value_flags[k], LH_CLI_OPT_CALL, &call, NULL};
+  for (size_t k = 0; k < N_LIMIT; k++) opts[n++] = (lh_cli_opt){LIMITS[k].flag, LH_CLI_OPT_CALL, &call, NULL};
+  opts[n++] = (lh_cli_opt){"--expert", LH_CLI_OPT_FLAG, &a->expert, NULL};
+  opts[n++] = (lh_cli_opt){"--ansi", LH_CLI_OPT_FLAG, &a->ansi, NULL};
+  const char *name = NULL;
+  size_t npos = 0;
+  int rc = lh_cli_parse("envs", argc - first + 1, argv + first - 1, opts, n, &name, want_name ? 1 : 0, &npos);
+  if (rc) return rc;
+  if (want_name) a->name = name;
   if (want_name && !a->name) {
     fprintf(stderr, "longhaul envs: which environment? (longhaul envs list)\n");
     return LH_EXIT_USAGE;
@@ -411,12 +402,7 @@ int lh_cmd_envs(int argc, char **argv) {
       rc = LH_EXIT_USAGE;
     }
     if (!rc) {
-      struct sigaction sa;
-      memset(&sa, 0, sizeof sa);
-      sa.sa_handler = on_stop_signal;  /* no SA_RESTART: the wait is interrupted */
-      sigemptyset(&sa.sa_mask);
-      sigaction(SIGINT, &sa, NULL);
-      sigaction(SIGTERM, &sa, NULL);
+      lh_cli_on_signals(on_stop_signal, (const int[]){SIGINT, SIGTERM}, 2);
       a.serve.stop = &stop_requested;
       lh_errbuf err;
       lh_errbuf_clear(&err);

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli/commands.h"
 #include "cli/config.h"
 #include "cli/model_match.h"
@@ -42,16 +44,6 @@ static void usage(FILE *out) {
           "Exit codes: 0 evaluated, 1 runtime error, 2 usage or config error.\n");
 }
 
-static int parse_count(const char *flag, const char *text, unsigned long long hi, unsigned long long *out) {
-  uint64_t v = 0;
-  if (lh_parse_u64(text, &v) || v > hi) {
-    fprintf(stderr, "longhaul eval: %s '%s' is not an integer in [0, %llu]\n", flag, text, hi);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
-
 /* DIR itself when it holds model.safetensors, else the checkpoint its
  * `latest` names (a learner's ckpt_dir). */
 static int resolve_ckpt(const char *dir, char *out, lh_errbuf *err) {
@@ -73,54 +65,31 @@ int lh_cmd_eval(int argc, char **argv) {
              *temp_s = "0", *db = NULL, *run_id = NULL, *context_s = NULL;
   int json = 0;
   lh_cli_sets sets = {0};
-  for (int i = 1; i < argc; i++) {
-    int set = lh_cli_set_arg("eval", argc, argv, &i, &sets);
-    if (set < 0) return LH_EXIT_USAGE;
-    if (set) continue;
-    if (!strcmp(argv[i], "--json")) {
-      json = 1;
-      continue;
-    }
-    const char **slot = !strcmp(argv[i], "--config") ? &config
-                        : !strcmp(argv[i], "--ckpt") ? &ckpt
-                        : !strcmp(argv[i], "--env")  ? &env
-                        : !strcmp(argv[i], "--seeds") ? &seeds_s
-                        : !strcmp(argv[i], "--show") ? &show_s
-                        : !strcmp(argv[i], "--backend") ? &backend
-                        : !strcmp(argv[i], "--temperature") ? &temp_s
-                        : !strcmp(argv[i], "--db") ? &db
-                        : !strcmp(argv[i], "--run-id") ? &run_id
-                        : !strcmp(argv[i], "--max-context") ? &context_s
-                                                     : NULL;
-    if (!slot) {
-      fprintf(stderr, "longhaul eval: unknown argument '%s'\n", argv[i]);
-      usage(stderr);
-      return LH_EXIT_USAGE;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "longhaul eval: %s needs a value\n", argv[i]);
-      return LH_EXIT_USAGE;
-    }
-    *slot = argv[++i];
-  }
-  unsigned long long seeds = 0, show = 0;
+  const lh_cli_opt opts[] = {
+      {"--config", LH_CLI_OPT_STRING, &config, NULL},       {"--ckpt", LH_CLI_OPT_STRING, &ckpt, NULL},
+      {"--env", LH_CLI_OPT_STRING, &env, NULL},             {"--seeds", LH_CLI_OPT_STRING, &seeds_s, NULL},
+      {"--show", LH_CLI_OPT_STRING, &show_s, NULL},         {"--backend", LH_CLI_OPT_STRING, &backend, NULL},
+      {"--temperature", LH_CLI_OPT_STRING, &temp_s, NULL},  {"--db", LH_CLI_OPT_STRING, &db, NULL},
+      {"--run-id", LH_CLI_OPT_STRING, &run_id, NULL},       {"--max-context", LH_CLI_OPT_STRING, &context_s, NULL},
+      {"--json", LH_CLI_OPT_FLAG, &json, NULL},             LH_CLI_SET_OPT(&sets),
+  };
+  size_t npos = 0;
+  int prc = lh_cli_parse("eval", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (prc) return prc;
+  uint64_t seeds = 0, show = 0;
   if (!config || !ckpt) {
     fprintf(stderr, "longhaul eval: --config and --ckpt are required\n");
     usage(stderr);
     return LH_EXIT_USAGE;
   }
-  if (parse_count("--seeds", seeds_s, 1000000, &seeds) || parse_count("--show", show_s, 1000000, &show))
+  if (lh_cli_u64("eval", "--seeds", seeds_s, 0, 1000000, &seeds) ||
+      lh_cli_u64("eval", "--show", show_s, 0, 1000000, &show))
     return LH_EXIT_USAGE;
   double temperature = 0;
-  if (lh_parse_f64(temp_s, &temperature) || !(temperature >= 0 && temperature <= 100)) {
-    fprintf(stderr, "longhaul eval: --temperature '%s' is not a number in [0, 100]\n", temp_s);
+  if (lh_cli_f64("eval", "--temperature", temp_s, 0, 100, &temperature)) return LH_EXIT_USAGE;
+  uint64_t max_context = 0;
+  if (context_s && lh_cli_u64("eval", "--max-context", context_s, 2, 0x7fffffff, &max_context))
     return LH_EXIT_USAGE;
-  }
-  unsigned long long max_context = 0;
-  if (context_s && (parse_count("--max-context", context_s, 0x7fffffff, &max_context) || max_context < 2)) {
-    if (max_context < 2) fprintf(stderr, "longhaul eval: --max-context must be at least 2\n");
-    return LH_EXIT_USAGE;
-  }
   if (!seeds) {
     fprintf(stderr, "longhaul eval: --seeds must be at least 1\n");
     return LH_EXIT_USAGE;
@@ -238,14 +207,27 @@ int lh_cmd_eval(int argc, char **argv) {
   if (rc) {
     fprintf(stderr, "longhaul eval: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
   } else if (json) {
-    printf("{\"env\": \"%s\", \"episodes\": %llu, \"successes\": %zu, \"success_rate\": %.6f, "
-           "\"temperature\": %g, \"ckpt\": \"%s\"}\n",
-           env, seeds, wins, (double)wins / (double)seeds, temperature, dir);
+    /* through cJSON, so that a path or a name with a quote stays valid JSON */
+    cJSON *o = cJSON_CreateObject();
+    char *text = NULL;
+    if (o && cJSON_AddStringToObject(o, "env", env) && cJSON_AddNumberToObject(o, "episodes", (double)seeds) &&
+        cJSON_AddNumberToObject(o, "successes", (double)wins) &&
+        cJSON_AddNumberToObject(o, "success_rate", (double)wins / (double)seeds) &&
+        cJSON_AddNumberToObject(o, "temperature", temperature) && cJSON_AddStringToObject(o, "ckpt", dir))
+      text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) {
+      fprintf(stderr, "longhaul eval: no memory for the JSON result\n");
+      rc = LH_ENOMEM;
+    } else {
+      printf("%s\n", text);
+      cJSON_free(text);
+    }
   } else {
     char how[32] = "greedy";
     if (temperature > 0) snprintf(how, sizeof how, "sampled at T=%g", temperature);
     printf("eval: %s success rate %.3f (%zu/%llu held-out seeds 1..%llu, %s) in %.1fs\n", dir,
-           (double)wins / (double)seeds, wins, seeds, seeds, how, (double)(lh_now_ns() - t0) / 1e9);
+           (double)wins / (double)seeds, wins, (unsigned long long)seeds, (unsigned long long)seeds, how, (double)(lh_now_ns() - t0) / 1e9);
   }
   lh_model_free(m);
   lh_backend_close(be);

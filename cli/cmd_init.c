@@ -30,41 +30,21 @@ int lh_cmd_init(int argc, char **argv) {
   const char *config = NULL, *out = NULL, *seed_text = NULL;
   lh_cli_sets sets = {0};
   int force = 0;
-  for (int i = 1; i < argc; i++) {
-    int set = lh_cli_set_arg("init", argc, argv, &i, &sets);
-    if (set < 0) return LH_EXIT_USAGE;
-    if (set) continue;
-    if (!strcmp(argv[i], "--force")) {
-      force = 1;
-      continue;
-    }
-    const char **slot = !strcmp(argv[i], "--config") ? &config
-                        : !strcmp(argv[i], "--out")  ? &out
-                        : !strcmp(argv[i], "--seed") ? &seed_text
-                                                     : NULL;
-    if (!slot) {
-      fprintf(stderr, "longhaul init: unknown argument '%s'\n", argv[i]);
-      usage(stderr);
-      return LH_EXIT_USAGE;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "longhaul init: %s needs a value\n", argv[i]);
-      return LH_EXIT_USAGE;
-    }
-    *slot = argv[++i];
-  }
+  const lh_cli_opt opts[] = {
+      {"--config", LH_CLI_OPT_STRING, &config, NULL}, {"--out", LH_CLI_OPT_STRING, &out, NULL},
+      {"--seed", LH_CLI_OPT_STRING, &seed_text, NULL}, {"--force", LH_CLI_OPT_FLAG, &force, NULL},
+      LH_CLI_SET_OPT(&sets),
+  };
+  size_t npos = 0;
+  int prc = lh_cli_parse("init", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (prc) return prc;
   if (!config || !out || !seed_text) {
     fprintf(stderr, "longhaul init: --config, --seed and --out are all required\n");
     usage(stderr);
     return LH_EXIT_USAGE;
   }
-  char *end = NULL;
-  errno = 0;
-  unsigned long long seed = strtoull(seed_text, &end, 10);
-  if (seed_text[0] == '-' || end == seed_text || *end || errno) {
-    fprintf(stderr, "longhaul init: --seed '%s' is not a non-negative integer\n", seed_text);
-    return LH_EXIT_USAGE;
-  }
+  uint64_t seed = 0;
+  if (lh_cli_u64("init", "--seed", seed_text, 0, UINT64_MAX, &seed)) return LH_EXIT_USAGE;
   char existing[4096];
   struct stat st;
   if (!force && snprintf(existing, sizeof existing, "%s/model.safetensors", out) < (int)sizeof existing &&
@@ -98,7 +78,7 @@ int lh_cmd_init(int argc, char **argv) {
   size_t params = 0;
   for (int i = 0; i < lh_model_n_tensors(m); i++) params += lh_model_tensor_at(m, i)->numel;
   printf("wrote %s/model.safetensors: %d tensors, %zu parameters, seed %llu\n", out,
-         lh_model_n_tensors(m), params, seed);
+         lh_model_n_tensors(m), params, (unsigned long long)seed);
   lh_model_free(m);
   return LH_EXIT_OK;
 }

@@ -32,18 +32,16 @@ int lh_cmd_keys(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   const char *dir = NULL, *name = "longhaul";
-  for (int i = 2; i < argc; i++) {
-    const char **slot = !strcmp(argv[i], "--out") ? &dir : !strcmp(argv[i], "--name") ? &name : NULL;
-    if (!slot) {
-      fprintf(stderr, "longhaul keys generate: unknown argument '%s'\n", argv[i]);
-      usage(stderr);
-      return LH_EXIT_USAGE;
-    }
-    if (i + 1 >= argc || !*argv[i + 1]) {
-      fprintf(stderr, "longhaul keys generate: %s needs a value\n", argv[i]);
-      return LH_EXIT_USAGE;
-    }
-    *slot = argv[++i];
+  const lh_cli_opt opts[] = {
+      {"--out", LH_CLI_OPT_STRING, &dir, NULL},
+      {"--name", LH_CLI_OPT_STRING, &name, NULL},
+  };
+  size_t npos = 0;
+  int prc = lh_cli_parse("keys generate", argc - 1, argv + 1, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (prc) return prc;
+  if ((dir && !*dir) || !*name) {
+    fprintf(stderr, "longhaul keys generate: %s needs a non-empty value\n", dir && !*dir ? "--out" : "--name");
+    return LH_EXIT_USAGE;
   }
   if (!dir) {
     fprintf(stderr, "longhaul keys generate: --out DIR is required\n");

@@ -381,21 +381,17 @@ int lh_cmd_launch(int argc, char **argv) {
   const char *config = NULL, *status = "auto", *run_id = NULL, *engine = "local", *slurm_script = NULL;
   int slurm_submit = 0;
   lh_cli_sets sets = {0};
-  for (int i = 1; i < argc; i++) {
-    int set = lh_cli_set_arg("launch", argc, argv, &i, &sets);
-    if (set < 0) return LH_EXIT_USAGE;
-    if (set) continue;
-    if (!strcmp(argv[i], "--status") && i + 1 < argc) status = argv[++i];
-    else if (!strcmp(argv[i], "--run-id") && i + 1 < argc) run_id = argv[++i];
-    else if (!strcmp(argv[i], "--engine") && i + 1 < argc) engine = argv[++i];
-    else if (!strcmp(argv[i], "--slurm")) slurm_submit = 1;
-    else if (!strcmp(argv[i], "--slurm-script") && i + 1 < argc) slurm_script = argv[++i];
-    else if (argv[i][0] != '-' && !config) config = argv[i];
-    else {
-      fprintf(stderr, "longhaul launch: unknown or incomplete argument '%s' (see --help)\n", argv[i]);
-      return LH_EXIT_USAGE;
-    }
-  }
+  const lh_cli_opt opts[] = {
+      {"--status", LH_CLI_OPT_STRING, &status, NULL},
+      {"--run-id", LH_CLI_OPT_STRING, &run_id, NULL},
+      {"--engine", LH_CLI_OPT_STRING, &engine, NULL},
+      {"--slurm", LH_CLI_OPT_FLAG, &slurm_submit, NULL},
+      {"--slurm-script", LH_CLI_OPT_STRING, &slurm_script, NULL},
+      LH_CLI_SET_OPT(&sets),
+  };
+  size_t npos = 0;
+  int prc = lh_cli_parse("launch", argc, argv, opts, sizeof opts / sizeof opts[0], &config, 1, &npos);
+  if (prc) return prc;
   if (!config) {
     fprintf(stderr, "longhaul launch: FLEET.ini is required (see --help)\n");
     return LH_EXIT_USAGE;
@@ -447,12 +443,7 @@ int lh_cmd_launch(int argc, char **argv) {
   char path[LH_LAUNCH_PATH_BYTES + 16];
   snprintf(path, sizeof path, "%s/launch.log", f->fleet.log_dir);
   L.events = fopen(path, "a");
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  lh_cli_on_signals(on_signal, (const int[]){SIGINT, SIGTERM}, 2);
   signal(SIGPIPE, SIG_IGN);
   event(&L, "fleet run_id=%s config=%s learners=%llu actors=%llu log_dir=%s bin=%s", f->run_id, f->config_path,
         (unsigned long long)f->fleet.learners, (unsigned long long)f->fleet.actors, f->fleet.log_dir, f->bin);

@@ -74,48 +74,23 @@ static void usage(FILE *out) {
 typedef struct {
   const char *config, *init, *backend, *run_id;
   int resume;
-  unsigned long long steps;
+  uint64_t steps;
   lh_cli_sets sets;
 } args;
 
 static int parse_args(int argc, char **argv, args *a) {
   memset(a, 0, sizeof *a);
-  for (int i = 1; i < argc; i++) {
-    const char *f = argv[i];
-    if (!strcmp(f, "--resume")) {
-      a->resume = 1;
-      continue;
-    }
-    int set = lh_cli_set_arg("learner", argc, argv, &i, &a->sets);
-    if (set < 0) return -1;
-    if (set) continue;
-    if (strcmp(f, "--config") && strcmp(f, "--init") && strcmp(f, "--steps") && strcmp(f, "--backend") &&
-        strcmp(f, "--run-id")) {
-      fprintf(stderr, "longhaul learner: unknown argument '%s' (see --help)\n", f);
-      return -1;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "longhaul learner: %s needs a value\n", f);
-      return -1;
-    }
-    const char *v = argv[++i];
-    if (!strcmp(f, "--config")) a->config = v;
-    else if (!strcmp(f, "--init")) a->init = v;
-    else if (!strcmp(f, "--backend")) a->backend = v;
-    else if (!strcmp(f, "--run-id")) {
-      if (lh_cli_run_id_arg("learner", v)) return -1;
-      a->run_id = v;
-    }
-    else {
-      char *end = NULL;
-      errno = 0;
-      a->steps = strtoull(v, &end, 10);
-      if (v[0] == '-' || end == v || *end || errno || a->steps < 1) {
-        fprintf(stderr, "longhaul learner: --steps '%s' is not an integer >= 1\n", v);
-        return -1;
-      }
-    }
-  }
+  const char *steps = NULL;
+  const lh_cli_opt opts[] = {
+      {"--config", LH_CLI_OPT_STRING, &a->config, NULL}, {"--init", LH_CLI_OPT_STRING, &a->init, NULL},
+      {"--steps", LH_CLI_OPT_STRING, &steps, NULL},      {"--backend", LH_CLI_OPT_STRING, &a->backend, NULL},
+      {"--run-id", LH_CLI_OPT_STRING, &a->run_id, NULL}, {"--resume", LH_CLI_OPT_FLAG, &a->resume, NULL},
+      LH_CLI_SET_OPT(&a->sets),
+  };
+  size_t npos = 0;
+  if (lh_cli_parse("learner", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos)) return -1;
+  if (a->run_id && lh_cli_run_id_arg("learner", a->run_id)) return -1;
+  if (steps && lh_cli_u64("learner", "--steps", steps, 1, UINT64_MAX, &a->steps)) return -1;
   if (!a->config) {
     fprintf(stderr, "longhaul learner: --config FILE is required (see --help)\n");
     return -1;
@@ -130,15 +105,9 @@ int lh_cmd_learner(int argc, char **argv) {
   }
   args a;
   if (parse_args(argc, argv, &a)) return LH_EXIT_USAGE;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGUSR1, &sa, NULL);  /* what mpirun forwards to every rank */
-  sa.sa_handler = on_hup;
-  sigaction(SIGHUP, &sa, NULL);
+  /* SIGUSR1: what mpirun forwards to every rank */
+  lh_cli_on_signals(on_signal, (const int[]){SIGINT, SIGTERM, SIGUSR1}, 3);
+  lh_cli_on_signals(on_hup, (const int[]){SIGHUP}, 1);
   /* The sampling temperature the log-probabilities are compared at is
    * the actors' ([actor] temperature). */
   lh_ini_doc *doc = NULL;

@@ -195,12 +195,7 @@ static int report_once(const report_args *a, int quiet) {
  * that cannot read the store (a run not started yet) says so and the next
  * one tries again. */
 static int watch(const report_args *a) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_stop;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  lh_cli_on_signals(on_stop, (const int[]){SIGINT, SIGTERM}, 2);
   fprintf(stderr, "longhaul report: writing %s every %d s until stopped\n", a->out, a->watch_s);
   for (unsigned long round = 0; !stop_requested; round++) {
     report_once(a, round > 0);
@@ -222,32 +217,28 @@ int lh_cmd_report(int argc, char **argv) {
   memset(&a, 0, sizeof a);
   a.title = "longhaul report";
   a.smooth = 0.6;
-  const char *db = NULL, *rank_db = NULL, *compare = NULL, *smooth = NULL, *watch_s = NULL, *fmt = NULL;
-  for (int i = 1; i < argc; i++) {
-    const char **dest = strcmp(argv[i], "--db") == 0            ? &db
-                        : strcmp(argv[i], "--rank-db") == 0     ? &rank_db
-                        : strcmp(argv[i], "--compare") == 0     ? &compare
-                        : strcmp(argv[i], "--out") == 0         ? &a.out
-                        : strcmp(argv[i], "--title") == 0       ? &a.title
-                        : strcmp(argv[i], "--smooth") == 0      ? &smooth
-                        : strcmp(argv[i], "--watch") == 0       ? &watch_s
-                        : strcmp(argv[i], "--format") == 0      ? &fmt
-                        : strcmp(argv[i], "--tensorboard") == 0 ? &a.tensorboard
-                                                                : NULL;
-    if (!dest) {
-      if (argv[i][0] == '-') return usage_error("unknown option '%s'", argv[i]);
-      return usage_error("unexpected argument '%s'", argv[i]);
-    }
-    if (i + 1 >= argc) return usage_error("option '%s' needs a value", argv[i]);
-    *dest = argv[++i];
-    if (**dest == 0) return usage_error("option '%s' needs a non-empty value", argv[i - 1]);
-    /* --db and --rank-db may be repeated: every learner rank's file of
-     * the first run; --compare: one more run each. */
-    if ((dest == &db && lh_cli_strings_add(&a.dbs.db, db)) ||
-        (dest == &rank_db && lh_cli_strings_add(&a.dbs.rank_db, rank_db)) ||
-        (dest == &compare && (a.compare.n + 1 >= LH_REPORT_MAX_RUNS || lh_cli_strings_add(&a.compare, compare))))
-      return usage_error("option '%s' given too many times", argv[i - 1]);
-  }
+  const char *smooth = NULL, *watch_s = NULL, *fmt = NULL;
+  /* --db and --rank-db may be repeated: every learner rank's file of the
+   * first run; --compare: one more run each. */
+  const lh_cli_opt opts[] = {
+      LH_CLI_DB_OPTS(&a.dbs),
+      {"--compare", LH_CLI_OPT_STRINGS, &a.compare, NULL},
+      {"--out", LH_CLI_OPT_STRING, &a.out, NULL},
+      {"--title", LH_CLI_OPT_STRING, &a.title, NULL},
+      {"--smooth", LH_CLI_OPT_STRING, &smooth, NULL},
+      {"--watch", LH_CLI_OPT_STRING, &watch_s, NULL},
+      {"--format", LH_CLI_OPT_STRING, &fmt, NULL},
+      {"--tensorboard", LH_CLI_OPT_STRING, &a.tensorboard, NULL},
+  };
+  size_t npos = 0;
+  int rc_args = lh_cli_parse("report", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (rc_args) return rc_args;
+  if (a.compare.n > LH_REPORT_MAX_RUNS - 1)
+    return usage_error("%s given too many times", "--compare");
+  const char *const texts[] = {a.out, a.title, smooth, watch_s, fmt, a.tensorboard};
+  const char *const names[] = {"--out", "--title", "--smooth", "--watch", "--format", "--tensorboard"};
+  for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++)
+    if (texts[k] && !*texts[k]) return usage_error("%s needs a non-empty value", names[k]);
   if (!a.dbs.db.n) return usage_error("%s", "--db FILE is required (the replay store to report on)");
   if (smooth && (lh_parse_f64(smooth, &a.smooth) != 0 || !(a.smooth >= 0 && a.smooth < 1)))
     return usage_error("--smooth '%s' must be a number in [0, 1)", smooth);

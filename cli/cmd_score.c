@@ -83,34 +83,21 @@ int lh_cmd_score(int argc, char **argv) {
     return LH_EXIT_OK;
   }
   const char *ckpt = NULL, *input = NULL, *window_text = "4096";
-  for (int i = 1; i < argc; i++) {
-    const char **slot = !strcmp(argv[i], "--ckpt")     ? &ckpt
-                        : !strcmp(argv[i], "--input")  ? &input
-                        : !strcmp(argv[i], "--window") ? &window_text
-                                                       : NULL;
-    if (!slot) {
-      fprintf(stderr, "longhaul score: unknown argument '%s'\n", argv[i]);
-      usage(stderr);
-      return LH_EXIT_USAGE;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "longhaul score: %s needs a value\n", argv[i]);
-      return LH_EXIT_USAGE;
-    }
-    *slot = argv[++i];
-  }
+  const lh_cli_opt opts[] = {
+      {"--ckpt", LH_CLI_OPT_STRING, &ckpt, NULL},
+      {"--input", LH_CLI_OPT_STRING, &input, NULL},
+      {"--window", LH_CLI_OPT_STRING, &window_text, NULL},
+  };
+  size_t npos = 0;
+  int rc_args = lh_cli_parse("score", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (rc_args) return rc_args;
   if (!ckpt || !input) {
     fprintf(stderr, "longhaul score: --ckpt and --input are both required\n");
     usage(stderr);
     return LH_EXIT_USAGE;
   }
-  char *wend = NULL;
-  long window = strtol(window_text, &wend, 10);
-  if (wend == window_text || *wend || window < 1 || window > (1 << 24)) {
-    fprintf(stderr, "longhaul score: --window '%s' is not a token count in [1, 16777216]\n",
-            window_text);
-    return LH_EXIT_USAGE;
-  }
+  uint64_t window = 0;
+  if (lh_cli_u64("score", "--window", window_text, 1, 1 << 24, &window)) return LH_EXIT_USAGE;
   char *text = read_all(input);
   if (!text) {
     fprintf(stderr, "longhaul score: cannot read input '%s'\n", input);

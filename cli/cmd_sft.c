@@ -54,19 +54,6 @@ static void usage(FILE *out) {
           "Exit codes: 0 written, 1 runtime error, 2 usage or config error.\n");
 }
 
-static int parse_u64(const char *flag, const char *text, unsigned long long lo,
-                     unsigned long long hi, unsigned long long *out) {
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(text, &end, 10);
-  if (text[0] == '-' || end == text || *end || errno || v < lo || v > hi) {
-    fprintf(stderr, "longhaul sft: %s '%s' is not an integer in [%llu, %llu]\n", flag, text, lo, hi);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
-
 /* A progress line; left_s counts to step end, the expected end (below
  * steps when --target is expected to stop training there: said so). */
 static void progress(int tty, const lh_learner_sft_stats *st, uint64_t steps, uint64_t end, double tok_s,
@@ -86,10 +73,11 @@ static void progress(int tty, const lh_learner_sft_stats *st, uint64_t steps, ui
 typedef struct {
   const char *config, *env, *out, *init;
   uint64_t eval_context;  /* an evaluation's episode budget: [actor] max_context (lh_cli_eval_context_read) */
-  unsigned long long steps, seed, batch, eval, show, eval_every;
+  uint64_t steps, seed, batch, eval, show, eval_every;
   double target;  /* 0: none */
   double lr;      /* 0: [learner] lr */
   const char *warmup;  /* NULL: [learner] warmup_steps */
+  uint64_t warmup_steps; /* --warmup, parsed */
   const char *backend; /* NULL: cpu */
   lh_cli_sets sets;
   const char *db;      /* NULL: [learner] db; "none": no store */
@@ -99,69 +87,45 @@ typedef struct {
 static int parse_args(int argc, char **argv, sft_args *a) {
   const char *steps = "200", *seed = "0", *batch = "8", *eval = "200", *show = "0", *every = "0",
              *target = NULL, *lr = NULL;
-  for (int i = 1; i < argc; i++) {
-    int set = lh_cli_set_arg("sft", argc, argv, &i, &a->sets);
-    if (set < 0) return -1;
-    if (set) continue;
-    const char **slot = !strcmp(argv[i], "--config")  ? &a->config
-                        : !strcmp(argv[i], "--env")   ? &a->env
-                        : !strcmp(argv[i], "--out")   ? &a->out
-                        : !strcmp(argv[i], "--init")  ? &a->init
-                        : !strcmp(argv[i], "--steps") ? &steps
-                        : !strcmp(argv[i], "--seed")  ? &seed
-                        : !strcmp(argv[i], "--batch") ? &batch
-                        : !strcmp(argv[i], "--eval")  ? &eval
-                        : !strcmp(argv[i], "--show")  ? &show
-                        : !strcmp(argv[i], "--eval-every") ? &every
-                        : !strcmp(argv[i], "--target") ? &target
-                        : !strcmp(argv[i], "--lr")     ? &lr
-                        : !strcmp(argv[i], "--warmup") ? &a->warmup
-                        : !strcmp(argv[i], "--backend") ? &a->backend
-                        : !strcmp(argv[i], "--db")      ? &a->db
-                        : !strcmp(argv[i], "--run-id")  ? &a->run_id
-                                                      : NULL;
-    if (!slot) {
-      fprintf(stderr, "longhaul sft: unknown argument '%s'\n", argv[i]);
-      usage(stderr);
-      return -1;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "longhaul sft: %s needs a value\n", argv[i]);
-      return -1;
-    }
-    *slot = argv[++i];
-  }
+  const lh_cli_opt opts[] = {
+      {"--config", LH_CLI_OPT_STRING, &a->config, NULL},   {"--env", LH_CLI_OPT_STRING, &a->env, NULL},
+      {"--out", LH_CLI_OPT_STRING, &a->out, NULL},         {"--init", LH_CLI_OPT_STRING, &a->init, NULL},
+      {"--steps", LH_CLI_OPT_STRING, &steps, NULL},        {"--seed", LH_CLI_OPT_STRING, &seed, NULL},
+      {"--batch", LH_CLI_OPT_STRING, &batch, NULL},        {"--eval", LH_CLI_OPT_STRING, &eval, NULL},
+      {"--show", LH_CLI_OPT_STRING, &show, NULL},          {"--eval-every", LH_CLI_OPT_STRING, &every, NULL},
+      {"--target", LH_CLI_OPT_STRING, &target, NULL},      {"--lr", LH_CLI_OPT_STRING, &lr, NULL},
+      {"--warmup", LH_CLI_OPT_STRING, &a->warmup, NULL},   {"--backend", LH_CLI_OPT_STRING, &a->backend, NULL},
+      {"--db", LH_CLI_OPT_STRING, &a->db, NULL},           {"--run-id", LH_CLI_OPT_STRING, &a->run_id, NULL},
+      LH_CLI_SET_OPT(&a->sets),
+  };
+  size_t npos = 0;
+  if (lh_cli_parse("sft", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos)) return -1;
   if (!a->config || !a->out) {
     fprintf(stderr, "longhaul sft: --config and --out are required\n");
     usage(stderr);
     return -1;
   }
-  if (parse_u64("--steps", steps, 1, 100000000, &a->steps) ||
-      parse_u64("--seed", seed, 0, (1ull << 19) - 1, &a->seed) ||
-      parse_u64("--batch", batch, 1, 65536, &a->batch) ||
-      parse_u64("--eval", eval, 0, 1000000, &a->eval) ||
-      parse_u64("--show", show, 0, 1000000, &a->show) ||
-      parse_u64("--eval-every", every, 0, 100000000, &a->eval_every))
+  if (lh_cli_u64("sft", "--steps", steps, 1, 100000000, &a->steps) ||
+      lh_cli_u64("sft", "--seed", seed, 0, (1ull << 19) - 1, &a->seed) ||
+      lh_cli_u64("sft", "--batch", batch, 1, 65536, &a->batch) ||
+      lh_cli_u64("sft", "--eval", eval, 0, 1000000, &a->eval) ||
+      lh_cli_u64("sft", "--show", show, 0, 1000000, &a->show) ||
+      lh_cli_u64("sft", "--eval-every", every, 0, 100000000, &a->eval_every))
     return -1;
   if (a->run_id && lh_cli_run_id_arg("sft", a->run_id)) return -1;
   if (a->db && !*a->db) {
     fprintf(stderr, "longhaul sft: --db needs a file name (or none)\n");
     return -1;
   }
-  unsigned long long warm = 0;
-  if (a->warmup && parse_u64("--warmup", a->warmup, 0, 100000000, &warm)) return -1;
+  if (a->warmup && lh_cli_u64("sft", "--warmup", a->warmup, 0, 100000000, &a->warmup_steps)) return -1;
   if (lr) {
-    char *end = NULL;
-    a->lr = strtod(lr, &end);
-    if (end == lr || *end || !(a->lr > 0 && a->lr < 1e3)) {
+    if (lh_parse_f64(lr, &a->lr) || !(a->lr > 0 && a->lr < 1e3)) {
       fprintf(stderr, "longhaul sft: --lr '%s' is not a positive learning rate\n", lr);
       return -1;
     }
   }
   if (target) {
-    char *end = NULL;
-    a->target = strtod(target, &end);
-    if (end == target || *end || !(a->target > 0 && a->target <= 1)) {
+    if (lh_parse_f64(target, &a->target) || !(a->target > 0 && a->target <= 1)) {
       fprintf(stderr, "longhaul sft: --target '%s' is not a success rate in (0, 1]\n", target);
       return -1;
     }
@@ -191,7 +155,8 @@ static int evaluate(lh_model *m, const sft_args *a, const lh_cli_env_section *o,
   double eval_ms = (double)(lh_now_ns() - t0) / 1e6;
   if (!rc)
     printf("eval: step %llu success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n",
-           (unsigned long long)step, (double)wins / (double)a->eval, wins, a->eval, a->eval, eval_ms / 1e3);
+           (unsigned long long)step, (double)wins / (double)a->eval, wins, (unsigned long long)a->eval,
+           (unsigned long long)a->eval, eval_ms / 1e3);
   lh_store_eval row = {.run_id = run->run_id, .kind = "sft", .has_step = 1, .step = step, .env = a->env,
                        .seeds = a->eval, .episodes = a->eval, .successes = wins, .reward_mean = NAN,
                        .checkpoint = a->out, .eval_ms = eval_ms};
@@ -301,7 +266,7 @@ int lh_cmd_sft(int argc, char **argv) {
   }
   if (!rc) a.eval_context = ectx.max_context;
   if (a.lr > 0) lcfg.lr = a.lr;
-  if (a.warmup) lcfg.warmup_steps = strtoull(a.warmup, NULL, 10);
+  if (a.warmup) lcfg.warmup_steps = a.warmup_steps;
   if (rc) {
     fprintf(stderr, "longhaul sft: %s\n", msg);
     lh_ini_doc_free(doc);

@@ -5,6 +5,10 @@
 #ifndef LH_CLI_COMMANDS_H
 #define LH_CLI_COMMANDS_H
 
+#include <stddef.h>
+
+#include "cli/args.h"
+
 enum { LH_EXIT_OK = 0, LH_EXIT_RUNTIME = 1, LH_EXIT_USAGE = 2 };
 
 typedef int (*lh_command_fn)(int argc, char **argv);
@@ -37,6 +41,11 @@ int lh_cli_open_backend(const char *command, const char *name, const lh_backend 
  * mistake in the config or an environment's options or plugin (never
  * worth a restart), LH_EXIT_RUNTIME for the rest (cli/exit_code.c). */
 int lh_cli_exit_for_error(int code);
+
+/* Installs handler for each of signals[0..count) (cli/signals.c): no
+ * SA_RESTART, so that a blocking wait returns and the handler's flag is
+ * seen; the mask is empty. The handler only sets a sig_atomic_t flag. */
+void lh_cli_on_signals(void (*handler)(int), const int *signals, size_t count);
 
 /* True when argv holds -h or --help. */
 int lh_cli_wants_help(int argc, char **argv);

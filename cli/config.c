@@ -10,27 +10,6 @@
 #include "learner/learner.h"
 #include "model/model.h"
 
-int lh_cli_set_arg(const char *command, int argc, char **argv, int *i, lh_cli_sets *sets) {
-  const char *a = argv[*i], *value = NULL;
-  if (!strcmp(a, "--set")) {
-    if (*i + 1 >= argc) {
-      fprintf(stderr, "longhaul %s: --set needs section.key=value\n", command);
-      return -1;
-    }
-    value = argv[++*i];
-  } else if (!strncmp(a, "--set=", 6)) {
-    value = a + 6;
-  } else {
-    return 0;
-  }
-  if (sets->n == LH_INI_MAX_SETS) {
-    fprintf(stderr, "longhaul %s: more than %d --set overrides\n", command, LH_INI_MAX_SETS);
-    return -1;
-  }
-  sets->set[sets->n++] = value;
-  return 1;
-}
-
 int lh_cli_config_check(const lh_ini_doc *doc, lh_errbuf *err) {
   lh_launch_config fleet;
   LH_TRY(lh_launch_config_read(doc, &fleet, err));

@@ -10,18 +10,11 @@
 #include "common/ini_doc.h"
 
 /* The --set overrides of one command, "section.key=value", in order (the
- * strings are argv's). */
+ * strings are argv's; lh_cli_parse fills it through LH_CLI_SET_OPT). */
 typedef struct {
   const char *set[LH_INI_MAX_SETS];
   size_t n;
 } lh_cli_sets;
-
-/* When argv[*i] is `--set VALUE` or `--set=VALUE`: appends VALUE to sets,
- * moves *i to the argument's last word and returns 1; returns 0 when
- * argv[*i] is another argument; -1 after printing why (to stderr, naming
- * command) when the value is missing or there are more than
- * LH_INI_MAX_SETS. */
-int lh_cli_set_arg(const char *command, int argc, char **argv, int *i, lh_cli_sets *sets);
 
 /* Checks every section of doc with its module's reader ([fleet], [learner],
  * [actor] with [env], [model]), so that a bad key or an override of a key

@@ -138,9 +138,8 @@ static int tcp_in_use(const char *config, const bind_point *b, lh_errbuf *err) {
   host[hn] = 0;
   if (host[0] == '[' && hn > 1 && host[hn - 1] == ']') memmove(host, host + 1, hn - 2), host[hn - 2] = 0;
   const char *node = strcmp(host, "*") == 0 ? NULL : host;
-  char *end = NULL;
-  long port = strtol(colon + 1, &end, 10);
-  if (*end || port < 1 || port > 65535)
+  uint64_t port;
+  if (lh_parse_u64(colon + 1, &port) || port < 1 || port > 65535)
     return lh_errbuf_set(err, LH_ECONFIG, "%s: %s = '%s': the port is not 1..65535 or *", config, b->what,
                          b->endpoint),
            -1;

@@ -156,10 +156,9 @@ int lh_launch_slurm_submit(const char *script, char *job_id, size_t bytes, lh_er
 /* The numeric port of a tcp://host:port endpoint; 0 when it has none. */
 static long tcp_port(const char *ep) {
   const char *colon = strrchr(ep, ':');
-  if (strncmp(ep, "tcp://", 6) || !colon || colon[1] < '0' || colon[1] > '9') return 0;
-  char *end;
-  long port = strtol(colon + 1, &end, 10);
-  return *end || port < 1 || port > 65535 ? 0 : port;
+  uint64_t port;
+  if (strncmp(ep, "tcp://", 6) || !colon || lh_parse_u64(colon + 1, &port)) return 0;
+  return port < 1 || port > 65535 ? 0 : (long)port;
 }
 
 /* Replaces the host name in addr (a node's NodeAddr) by its IPv4 address:

@@ -6,15 +6,8 @@
 
 #include <stddef.h>
 
+#include "cli/args.h"
 #include "store/store.h"
-
-/* The most values a repeated option keeps (more than any SQLite attaches). */
-#define LH_CLI_MAX_STRINGS 128
-
-typedef struct {
-  const char *v[LH_CLI_MAX_STRINGS];
-  size_t n;
-} lh_cli_strings;
 
 /* The store files given on a command line: --db FILE (repeatable) and
  * --rank-db FILE (repeatable), in the order given. */
@@ -22,8 +15,10 @@ typedef struct {
   lh_cli_strings db, rank_db;
 } lh_cli_dbs;
 
-/* Appends value to l; -1 when l is full. */
-int lh_cli_strings_add(lh_cli_strings *l, const char *value);
+/* The store options every subcommand takes: --db FILE and --rank-db FILE,
+ * both repeatable (two entries of an lh_cli_opt table). */
+#define LH_CLI_DB_OPTS(dbs) \
+  {"--db", LH_CLI_OPT_STRINGS, &(dbs)->db, NULL}, {"--rank-db", LH_CLI_OPT_STRINGS, &(dbs)->rank_db, NULL}
 
 /* Opens the files of d read-only as one store (lh_store_open_ranks): every
  * --db, then every --rank-db, rank 0's first. With one --db and no

@@ -37,40 +37,8 @@ int lh_cli_replay_open(const char *cmd, const lh_cli_dbs *dbs, lh_store **out);
  * store call and returns LH_EXIT_RUNTIME. */
 int lh_cli_replay_fail(const char *cmd, const char *db, int code, const lh_errbuf *err);
 
-/* ---- options (replay_args.c) ---- */
+/* ---- options (replay_filter.c, args.h) ---- */
 
-typedef enum {
-  LH_CLI_OPT_FLAG,    /* int, set to 1 */
-  LH_CLI_OPT_STRING,  /* const char * */
-  LH_CLI_OPT_U64,     /* uint64_t, a non-negative integer */
-  LH_CLI_OPT_DOUBLE,  /* double, any finite number */
-  LH_CLI_OPT_STRINGS, /* lh_cli_strings, one more value each time the option is given */
-} lh_cli_opt_kind;
-
-typedef struct {
-  const char *name;      /* "--limit" */
-  lh_cli_opt_kind kind;
-  void *dest;            /* where the value goes, of the kind's type */
-  int *given;            /* optional: set to 1 when the option appears */
-} lh_cli_opt;
-
-/* The store options every subcommand takes: --db FILE and --rank-db FILE,
- * both repeatable (two entries of an lh_cli_opt table). */
-#define LH_CLI_DB_OPTS(dbs) \
-  {"--db", LH_CLI_OPT_STRINGS, &(dbs)->db, NULL}, {"--rank-db", LH_CLI_OPT_STRINGS, &(dbs)->rank_db, NULL}
-
-/* Parses argv[1..argc-1] (argv[0] is the subcommand) against opts; other
- * words are positionals, stored in order into positional[0..max_positional-1]
- * with their count in *positional_count. On a bad argument (an unknown
- * option, a missing or malformed value, too many positionals) prints one line
- * to stderr that names it, prefixed by `longhaul replay CMD:`, and returns
- * LH_EXIT_USAGE; returns 0 otherwise. */
-int lh_cli_parse(const char *cmd, int argc, char **argv, const lh_cli_opt *opts, size_t opt_count,
-                 const char **positional, size_t max_positional, size_t *positional_count);
-
-/* Parses text as a non-negative decimal integer (no sign, no spaces, no
- * overflow). Returns 0, or -1 when it is not one. */
-int lh_cli_parse_u64(const char *text, uint64_t *out);
 /* An episode id: an unsigned 64-bit number, or a negative one, which is how
  * SQLite (`replay sql`, sqlite3) shows an id of 2^63 or more (its two's
  * complement). 0, or -1 when text is neither. */

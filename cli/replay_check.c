@@ -51,7 +51,7 @@ int lh_cli_replay_check(int argc, char **argv) {
                              {"--full", LH_CLI_OPT_FLAG, &full, NULL},
                              {"--max-problems", LH_CLI_OPT_U64, &max_problems, NULL}};
   size_t npos;
-  int rc = lh_cli_parse("check", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  int rc = lh_cli_parse("replay check", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
   if (rc) return rc;
   if (dbs.db.n == 0) {
     fprintf(stderr, "longhaul replay check: --db FILE is required (the replay store to check)\n");

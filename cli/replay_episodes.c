@@ -116,7 +116,7 @@ int lh_cli_replay_episodes(int argc, char **argv) {
   lh_cli_opt opts[2 + LH_CLI_FILTER_OPT_COUNT] = {LH_CLI_DB_OPTS(&dbs)};
   lh_cli_filter_opts(&fa, opts + 2);
   size_t npos;
-  int rc = lh_cli_parse("episodes", argc, argv, opts, 2 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
+  int rc = lh_cli_parse("replay episodes", argc, argv, opts, 2 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
   if (rc) return rc;
   lh_episode_filter f;
   if ((rc = lh_cli_filter_build("episodes", &fa, 100, &f))) return rc;

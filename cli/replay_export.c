@@ -214,7 +214,7 @@ int lh_cli_replay_export(int argc, char **argv) {
                                                   {"--out", LH_CLI_OPT_STRING, &out_path, NULL}};
   lh_cli_filter_opts(&fa, opts + 4);
   size_t npos;
-  int rc = lh_cli_parse("export", argc, argv, opts, 4 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
+  int rc = lh_cli_parse("replay export", argc, argv, opts, 4 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
   if (rc) return rc;
   if (strcmp(format, "jsonl") != 0) {
     fprintf(stderr, "longhaul replay export: --format '%s' is not known (jsonl is the one there is)\n",

@@ -6,6 +6,14 @@
 #include "cli/commands.h"
 #include "cli/replay.h"
 
+int lh_cli_parse_id(const char *text, uint64_t *out) {
+  if (lh_parse_u64(text, out) == 0) return 0;
+  int64_t v;
+  if (lh_parse_i64(text, &v) || v >= 0) return -1;
+  *out = (uint64_t)v;  /* two's complement: SQLite's form of an id >= 2^63 */
+  return 0;
+}
+
 void lh_cli_filter_opts(lh_cli_filter_args *a, lh_cli_opt *opts) {
   const lh_cli_opt o[LH_CLI_FILTER_OPT_COUNT] = {
       {"--env", LH_CLI_OPT_STRING, &a->env, NULL},

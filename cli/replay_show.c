@@ -188,7 +188,7 @@ int lh_cli_replay_show(int argc, char **argv) {
   const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs), {"--tokens", LH_CLI_OPT_FLAG, &tokens, NULL}};
   const char *pos[1];
   size_t npos;
-  int rc = lh_cli_parse("show", argc, argv, opts, 3, pos, 1, &npos);
+  int rc = lh_cli_parse("replay show", argc, argv, opts, 3, pos, 1, &npos);
   if (rc) return rc;
   if (npos == 0) {
     fprintf(stderr, "longhaul replay show: which episode? give its ID (see longhaul replay episodes)\n");

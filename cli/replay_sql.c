@@ -77,10 +77,8 @@ static const char *as_id(const char *name, const char *value, char *buf, size_t 
   if (!value || value[0] != '-' || !name) return value;
   int known = 0;
   for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) known |= strcmp(name, ids[k]) == 0;
-  char *end;
-  errno = 0;
-  long long v = strtoll(value, &end, 10);
-  if (!known || errno || *end || v >= 0) return value;
+  int64_t v;
+  if (!known || lh_parse_i64(value, &v) || v >= 0) return value;
   snprintf(buf, bytes, "%llu", (unsigned long long)v);
   return buf;
 }
@@ -138,7 +136,7 @@ int lh_cli_replay_sql(int argc, char **argv) {
                              {"--timeout-ms", LH_CLI_OPT_U64, &timeout_ms, NULL}};
   const char *pos[1];
   size_t npos;
-  int rc = lh_cli_parse("sql", argc, argv, opts, 4, pos, 1, &npos);
+  int rc = lh_cli_parse("replay sql", argc, argv, opts, 4, pos, 1, &npos);
   if (rc) return rc;
   if (timeout_ms > UINT32_MAX) {
     fprintf(stderr, "longhaul replay sql: --timeout-ms %llu is too large (at most %u; 0 for no limit)\n",

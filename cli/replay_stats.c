@@ -98,7 +98,7 @@ int lh_cli_replay_stats(int argc, char **argv) {
   memset(&dbs, 0, sizeof dbs);
   const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs)};
   size_t npos;
-  int rc = lh_cli_parse("stats", argc, argv, opts, 2, NULL, 0, &npos);
+  int rc = lh_cli_parse("replay stats", argc, argv, opts, 2, NULL, 0, &npos);
   if (rc) return rc;
   lh_store *s;
   if ((rc = lh_cli_replay_open("stats", &dbs, &s))) return rc;

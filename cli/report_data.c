@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "cli/report.h"
 
 void lh_report_data_free(lh_report_data *d) {
@@ -46,13 +47,6 @@ void lh_report_data_free(lh_report_data *d) {
 }
 
 /* Grows *p to hold cap elements of size bytes; 0 or LH_ENOMEM. */
-static int grow(void *p, size_t cap, size_t size) {
-  void *q = realloc(*(void **)p, cap * size);
-  if (!q) return LH_ENOMEM;
-  *(void **)p = q;
-  return 0;
-}
-
 typedef struct {
   lh_report_data *d;
   size_t cap;
@@ -64,7 +58,7 @@ static int on_env(void *ctx, const lh_store_env_stats *e) {
   lh_report_data *d = c->d;
   if (d->env_count == c->cap) {
     c->cap = c->cap ? c->cap * 2 : 8;
-    if (grow(&d->envs, c->cap, sizeof *d->envs) != 0) return LH_ENOMEM;
+    if (lh_resize(&d->envs, c->cap, sizeof *d->envs) != 0) return LH_ENOMEM;
   }
   d->envs[d->env_count++] = *e;
   return 0;
@@ -79,9 +73,9 @@ static int on_version(void *ctx, int ncols, const char *const *names, const char
   if (ncols != 4) return LH_EINVAL;
   if (d->version_count == c->cap) {
     c->cap = c->cap ? c->cap * 2 : 64;
-    if (grow(&d->version, c->cap, sizeof(double)) || grow(&d->version_reward, c->cap, sizeof(double)) ||
-        grow(&d->version_success, c->cap, sizeof(double)) ||
-        grow(&d->version_episodes, c->cap, sizeof(double)))
+    if (lh_resize(&d->version, c->cap, sizeof(double)) || lh_resize(&d->version_reward, c->cap, sizeof(double)) ||
+        lh_resize(&d->version_success, c->cap, sizeof(double)) ||
+        lh_resize(&d->version_episodes, c->cap, sizeof(double)))
       return LH_ENOMEM;
   }
   size_t i = d->version_count++;
@@ -109,7 +103,7 @@ static int on_ingest(void *ctx, int ncols, const char *const *names, const char 
   if (!values[1]) return 0;  /* an empty bucket */
   if (d->ingest_count == c->cap) {
     c->cap = c->cap ? c->cap * 2 : 128;
-    if (grow(&d->ingest_t, c->cap, sizeof(double)) || grow(&d->ingest_tok_s, c->cap, sizeof(double)))
+    if (lh_resize(&d->ingest_t, c->cap, sizeof(double)) || lh_resize(&d->ingest_tok_s, c->cap, sizeof(double)))
       return LH_ENOMEM;
   }
   size_t i = d->ingest_count++;
@@ -249,9 +243,9 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
                        &d->iw_mean, &d->iw_max, &d->grad_norm, &d->lr, &d->logp_diff,
                        &d->step_version, &d->wall_s, &d->samples};
     for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++)
-      if (grow(cols[k], cap, sizeof(double))) return LH_ENOMEM;
-    if (grow(&d->time_ms, cap, sizeof(int64_t))) return LH_ENOMEM;
-    if (d->layers && grow(&d->maxvio, cap * d->layers, sizeof(double))) return LH_ENOMEM;
+      if (lh_resize(cols[k], cap, sizeof(double))) return LH_ENOMEM;
+    if (lh_resize(&d->time_ms, cap, sizeof(int64_t))) return LH_ENOMEM;
+    if (d->layers && lh_resize(&d->maxvio, cap * d->layers, sizeof(double))) return LH_ENOMEM;
     d->step_cap = cap;
   }
   size_t i = d->step_count;
@@ -332,7 +326,7 @@ static int on_grouped(void *ctx, int ncols, const char *const *names, const char
     }
     if (g->groups == g->group_cap) {
       g->group_cap = g->group_cap ? g->group_cap * 2 : 4;
-      if (grow(&g->group, g->group_cap, sizeof *g->group)) return LH_ENOMEM;
+      if (lh_resize(&g->group, g->group_cap, sizeof *g->group)) return LH_ENOMEM;
     }
     lh_report_group *n = &g->group[g->groups++];
     snprintf(n->name, sizeof n->name, "%s", name);
@@ -340,8 +334,8 @@ static int on_grouped(void *ctx, int ncols, const char *const *names, const char
   }
   if (g->n == g->cap) {
     g->cap = g->cap ? g->cap * 2 : 64;
-    if (grow(&g->x, g->cap, sizeof(double)) || grow(&g->y0, g->cap, sizeof(double)) ||
-        grow(&g->y1, g->cap, sizeof(double)))
+    if (lh_resize(&g->x, g->cap, sizeof(double)) || lh_resize(&g->y0, g->cap, sizeof(double)) ||
+        lh_resize(&g->y1, g->cap, sizeof(double)))
       return LH_ENOMEM;
   }
   g->x[g->n] = num(values[1]);

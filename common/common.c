@@ -1,6 +1,7 @@
 /* common: error table, logger, clocks, hashing. */
 #include "common/common.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -224,7 +225,7 @@ char *lh_text_lines_read(char *str, int num, void *stream) {
 }
 
 int lh_parse_u64(const char *v, uint64_t *out) {
-  if (!*v || *v == '-' || *v == '+') return -1;
+  if (!v || *v < '0' || *v > '9') return -1; /* refuses "", "-3", "+3", " 3" */
   errno = 0;
   char *end;
   unsigned long long x = strtoull(v, &end, 10);
@@ -233,8 +234,20 @@ int lh_parse_u64(const char *v, uint64_t *out) {
   return 0;
 }
 
+int lh_parse_i64(const char *v, int64_t *out) {
+  if (!v) return -1;
+  const char *digits = *v == '-' ? v + 1 : v;
+  if (*digits < '0' || *digits > '9') return -1;
+  errno = 0;
+  char *end;
+  long long x = strtoll(v, &end, 10);
+  if (errno || *end) return -1;
+  *out = x;
+  return 0;
+}
+
 int lh_parse_f64(const char *v, double *out) {
-  if (!*v) return -1;
+  if (!v || !*v || *v == '+' || isspace((unsigned char)*v)) return -1;
   errno = 0;
   char *end;
   double x = strtod(v, &end);

@@ -128,10 +128,15 @@ typedef struct {
 } lh_text_lines;
 char *lh_text_lines_read(char *str, int num, void *stream);
 
-/* Whole-string numbers of config values: 0, or -1 when v is not one.
- * lh_parse_u64: decimal digits only (no sign). lh_parse_f64: strtod's
- * syntax, infinities allowed, NaN and overflow refused. */
+/* The one set of number parsers for config values, flags and keys: 0, or
+ * -1 when v is not one. One rule for all: the whole string is the number,
+ * with no blank around it and no leading '+'; overflow is refused.
+ * lh_parse_u64: decimal digits only. lh_parse_i64: digits after an
+ * optional '-'. lh_parse_f64: strtod's syntax, infinities allowed, NaN
+ * refused. Range checks belong to the caller, whose message names the key
+ * or flag (lh_ini_u64 and friends, lh_cli_u64 and friends). */
 int lh_parse_u64(const char *v, uint64_t *out);
+int lh_parse_i64(const char *v, int64_t *out);
 int lh_parse_f64(const char *v, double *out);
 
 /* Return early with the code when an lh call fails. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "envs/internal.h"
 
 static int is_server(const lh_env_vtable *vt) { return vt == &lh_envs_server_vtable; }
@@ -344,11 +345,8 @@ uint32_t lh_env_max_steps(const lh_env *env) { return env ? env->max_steps : 0; 
 
 static int text_reserve(lh_envs_text *t, size_t extra) {
   if (t->len + extra + 1 <= t->cap) return 0;
-  size_t cap = t->cap ? t->cap : 256;
-  while (cap < t->len + extra + 1) cap *= 2;
-  char *d = realloc(t->data, cap);
-  if (!d) return LH_ENOMEM;
-  t->data = d;
+  size_t cap = lh_grow_cap(t->cap, t->len + extra + 1, 256);
+  if (!cap || lh_resize(&t->data, cap, 1)) return LH_ENOMEM;
   t->cap = cap;
   return 0;
 }

@@ -1,5 +1,6 @@
 /* Option parsing and the deterministic RNG that environment code shares. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,14 +20,12 @@ int lh_env_opt_int(const lh_env_option *opts, size_t count, const char *key, lon
   const char *v = lh_env_opt(opts, count, key);
   *out = def;
   if (!v) return 0;
-  char *end;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno || end == v || *end)
+  int64_t x;
+  if (lh_parse_i64(v, &x) || x < LONG_MIN || x > LONG_MAX)
     return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "option %s='%s' is not an integer", key, v);
   if (x < lo || x > hi)
-    return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "option %s=%ld is outside %ld..%ld", key, x, lo, hi);
-  *out = x;
+    return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "option %s=%ld is outside %ld..%ld", key, (long)x, lo, hi);
+  *out = (long)x;
   return 0;
 }
 
@@ -35,10 +34,8 @@ int lh_env_opt_double(const lh_env_option *opts, size_t count, const char *key, 
   const char *v = lh_env_opt(opts, count, key);
   *out = def;
   if (!v) return 0;
-  char *end;
-  errno = 0;
-  double x = strtod(v, &end);
-  if (errno || end == v || *end || !isfinite(x))
+  double x;
+  if (lh_parse_f64(v, &x) || !isfinite(x))
     return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "option %s='%s' is not a number", key, v);
   if (x < lo || x > hi)
     return lh_errbuf_set(err, LH_EENVS_BAD_OPTION, "option %s=%g is outside %g..%g", key, x, lo, hi);

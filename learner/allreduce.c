@@ -273,14 +273,13 @@ int lh_learner_rank_endpoint(const char *endpoint, int rank, char *out, lh_errbu
       return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE, "learner ranks: endpoint '%.64s...' is too long", endpoint);
     return 0;
   }
-  char *end = NULL;
-  long port = colon ? strtol(colon + 1, &end, 10) : -1;
-  if (!colon || colon[1] < '0' || colon[1] > '9' || *end || port < 1 || port + 10L * rank > 65535)
+  uint64_t port = 0;
+  if (!colon || lh_parse_u64(colon + 1, &port) || port < 1 || port + 10u * (uint64_t)rank > 65535)
     return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
                          "learner ranks: [learner] ingest_endpoint '%s' needs a numeric port (tcp://host:port) with "
                          "room for rank %d at port + %d",
                          endpoint, rank, 10 * rank);
-  snprintf(out, LH_LEARNER_TEXT_BYTES, "%.*s:%ld", (int)(colon - endpoint), endpoint, port + 10L * rank);
+  snprintf(out, LH_LEARNER_TEXT_BYTES, "%.*s:%ld", (int)(colon - endpoint), endpoint, (long)port + 10L * rank);
   return 0;
 }
 

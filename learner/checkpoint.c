@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/buf.h"
 #include "learner/internal.h"
 
 #define OPT_MAGIC "LHOPT001"
@@ -39,10 +40,9 @@ static int remove_tree(const char *dir) {
 
 /* The step of a folder named step-N (N decimal digits only), or -1. */
 static long long step_of(const char *name) {
-  if (strncmp(name, "step-", 5) || !name[5] || strlen(name + 5) > 18) return -1;
-  for (const char *c = name + 5; *c; c++)
-    if (*c < '0' || *c > '9') return -1;
-  return strtoll(name + 5, NULL, 10);
+  uint64_t step;
+  if (strncmp(name, "step-", 5) || strlen(name + 5) > 18 || lh_parse_u64(name + 5, &step)) return -1;
+  return (long long)step;
 }
 
 /* The folder name ckpt_dir/latest holds, into name (cap bytes). 0; or -1
@@ -269,13 +269,12 @@ static int list_steps(const char *ckpt_dir, step_dir **out, size_t *n) {
     snprintf(p, sizeof p, "%s/%s", ckpt_dir, e->d_name);
     if (stat(p, &sb) || !S_ISDIR(sb.st_mode)) continue;
     if (*n == cap) {
-      size_t grown = cap ? 2 * cap : 16;
-      step_dir *more = realloc(*out, grown * sizeof *more);
-      if (!more) {
+      size_t grown = lh_grow_cap(cap, cap + 1, 16);
+      if (!grown || lh_resize(out, grown, sizeof **out)) {
         rc = -2;
         break;
       }
-      *out = more, cap = grown;
+      cap = grown;
     }
     (*out)[*n].step = step;
     memcpy((*out)[*n].name, e->d_name, strlen(e->d_name) + 1);  /* its length was checked above */

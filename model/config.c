@@ -77,13 +77,11 @@ void lh_model_config_default(lh_model_config *cfg) {
 
 /* Sets one key from its text; 0, or the code with a message (no line). */
 static int set_key(lh_model_config *cfg, const key_spec *k, const char *value, lh_errbuf *err) {
-  char *end = NULL;
   char *field = (char *)cfg + k->offset;
-  errno = 0;
   switch (k->type) {
     case KEY_INT: {
-      long v = strtol(value, &end, 10);
-      if (end == value || *end || errno || v < k->min || v > k->max)
+      int64_t v;
+      if (lh_parse_i64(value, &v) || v < k->min || v > k->max)
         return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
                              "key '%s' = '%s' is not an integer in [%g, %g]", k->name, value,
                              k->min, k->max);
@@ -91,8 +89,8 @@ static int set_key(lh_model_config *cfg, const key_spec *k, const char *value, l
       return LH_OK;
     }
     case KEY_FLOAT: {
-      double v = strtod(value, &end);
-      if (end == value || *end || errno || !isfinite(v) || v < k->min || v > k->max)
+      double v;
+      if (lh_parse_f64(value, &v) || !isfinite(v) || v < k->min || v > k->max)
         return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
                              "key '%s' = '%s' is not a number in [%g, %g]", k->name, value,
                              k->min, k->max);
@@ -100,11 +98,8 @@ static int set_key(lh_model_config *cfg, const key_spec *k, const char *value, l
       return LH_OK;
     }
     case KEY_U64: {
-      if (value[0] == '-')
-        return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
-                             "key '%s' = '%s' is not a non-negative integer", k->name, value);
-      unsigned long long v = strtoull(value, &end, 10);
-      if (end == value || *end || errno)
+      uint64_t v;
+      if (lh_parse_u64(value, &v))
         return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
                              "key '%s' = '%s' is not a non-negative integer", k->name, value);
       *(uint64_t *)field = (uint64_t)v;

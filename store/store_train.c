@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "common/buf.h"
 #include "store/store_internal.h"
 
 static void bind_metric(sqlite3_stmt *st, int i, double v) {
@@ -14,42 +17,37 @@ static void bind_metric(sqlite3_stmt *st, int i, double v) {
     sqlite3_bind_null(st, i);
 }
 
-/* MaxVio per layer as a JSON array ("[0.12,0.5,null]"); non-finite as null. */
-static char *maxvio_json(const lh_store_train_step *t) {
-  size_t cap = 3 + (size_t)t->layers * 26; /* "[", "]", NUL */
-  char *j = malloc(cap), *p = j;
-  if (!j) return NULL;
-  *p++ = '[';
-  for (uint32_t l = 0; l < t->layers; l++) {
-    size_t left = cap - (size_t)(p - j);
-    int n = isfinite(t->maxvio[l]) ? snprintf(p, left, "%s%.9g", l ? "," : "", t->maxvio[l])
-                                   : snprintf(p, left, "%snull", l ? "," : "");
-    p += n;
+/* One value per layer as a JSON array, through cJSON: MaxVio
+ * ("[0.12,0.5,null]", 9 significant digits, non-finite as null) when dead
+ * is 0, else the dead experts ("[0,3,null]", < 0 as null). NULL when out
+ * of memory; freed with cJSON_free. */
+static char *layers_json(const lh_store_train_step *t, int dead) {
+  cJSON *a = cJSON_CreateArray();
+  for (uint32_t l = 0; a && l < t->layers; l++) {
+    cJSON *v;
+    if (dead) {
+      v = t->dead[l] >= 0 ? cJSON_CreateNumber(t->dead[l]) : cJSON_CreateNull();
+    } else if (isfinite(t->maxvio[l])) {
+      char digits[32];
+      snprintf(digits, sizeof digits, "%.9g", t->maxvio[l]);
+      v = cJSON_CreateNumber(strtod(digits, NULL));
+    } else {
+      v = cJSON_CreateNull();
+    }
+    if (!v) {
+      cJSON_Delete(a);
+      return NULL;
+    }
+    cJSON_AddItemToArray(a, v);
   }
-  *p++ = ']';
-  *p = 0;
-  return j;
-}
-
-/* Dead experts per layer as a JSON array ("[0,3,null]"); < 0 as null. */
-static char *dead_json(const lh_store_train_step *t) {
-  size_t cap = 3 + (size_t)t->layers * 13;
-  char *j = malloc(cap), *p = j;
-  if (!j) return NULL;
-  *p++ = '[';
-  for (uint32_t l = 0; l < t->layers; l++) {
-    size_t left = cap - (size_t)(p - j);
-    p += t->dead[l] >= 0 ? snprintf(p, left, "%s%d", l ? "," : "", (int)t->dead[l])
-                         : snprintf(p, left, "%snull", l ? "," : "");
-  }
-  *p++ = ']';
-  *p = 0;
-  return j;
+  char *text = a ? cJSON_PrintUnformatted(a) : NULL;
+  cJSON_Delete(a);
+  return text;
 }
 
 /* schema 8: the balancing columns of a row just inserted */
 static int update_balance(lh_store *s, const lh_store_train_step *t, lh_errbuf *err) {
-  char *dead = dead_json(t);
+  char *dead = layers_json(t, 1);
   if (!dead) return lh_errbuf_set(err, LH_ENOMEM, "no memory for a train step");
   sqlite3_stmt *st;
   int rc = lh_store_prepare(s, "UPDATE train_steps SET dead = ?2, balance = ?3, balance_ms = ?4 WHERE step = ?1",
@@ -62,7 +60,7 @@ static int update_balance(lh_store *s, const lh_store_train_step *t, lh_errbuf *
     rc = lh_store_step(s, st, "storing a train step's balancing", err);
     sqlite3_finalize(st);
   }
-  free(dead);
+  cJSON_free(dead);
   return rc < 0 ? rc : 0;
 }
 
@@ -177,12 +175,12 @@ int lh_store_put_train_step(lh_store *s, const lh_store_train_step *t, int *inse
         return lh_errbuf_set(err, LH_EINVAL, "train step %llu: layer %zu expert %zu has load %g (not a share)",
                              (unsigned long long)t->step, i / t->experts, i % t->experts, t->expert_load[i]);
   }
-  char *json = maxvio_json(t);
+  char *json = layers_json(t, 0);
   if (!json) return lh_errbuf_set(err, LH_ENOMEM, "no memory for a train step");
   int own;
   int rc = lh_store_write_begin(s, &own, err);
   if (rc >= 0) rc = lh_store_write_end(s, own, insert_step(s, t, json, inserted, err), err);
-  free(json);
+  cJSON_free(json);
   if (rc < 0) *inserted = 0;
   return rc;
 }
@@ -191,24 +189,19 @@ static double column_metric(sqlite3_stmt *st, int i) {
   return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
 }
 
-/* Parses the JSON array written by maxvio_json or dead_json (numbers and
- * null only). */
+/* Parses a JSON array written by layers_json (numbers, and null as NaN)
+ * into out; the count, at most LH_STORE_MAX_LAYERS, stopping at anything
+ * else. */
 static uint32_t parse_maxvio(const char *j, double *out) {
+  cJSON *a = j ? cJSON_Parse(j) : NULL;
+  const cJSON *list = cJSON_IsArray(a) ? a : NULL;
   uint32_t n = 0;
-  if (!j || *j != '[') return 0;
-  j++;
-  while (*j && *j != ']' && n < LH_STORE_MAX_LAYERS) {
-    if (strncmp(j, "null", 4) == 0) {
-      out[n++] = NAN;
-      j += 4;
-    } else {
-      char *end;
-      out[n++] = strtod(j, &end);
-      if (end == j) break;
-      j = end;
-    }
-    if (*j == ',') j++;
+  const cJSON *v;
+  cJSON_ArrayForEach(v, list) {
+    if (n == LH_STORE_MAX_LAYERS || !(cJSON_IsNumber(v) || cJSON_IsNull(v))) break;
+    out[n++] = cJSON_IsNumber(v) ? v->valuedouble : NAN;
   }
+  cJSON_Delete(a);
   return n;
 }
 
@@ -244,12 +237,10 @@ static int read_experts(lh_store *s, expert_cursor *c, lh_store_train_step *t, l
     sqlite3_int64 layer = sqlite3_column_int64(c->st, 1), expert = sqlite3_column_int64(c->st, 2);
     if (step == t->step && layer >= 0 && layer < t->layers && expert >= 0 && expert < LH_STORE_MAX_EXPERTS) {
       if (c->n == c->ncap) {
-        size_t cap = c->ncap ? c->ncap * 2 : 256;
-        uint32_t *lx = realloc(c->lx, cap * 2 * sizeof *lx);
-        if (lx) c->lx = lx;
-        double *lv = lx ? realloc(c->lv, cap * sizeof *lv) : NULL;
-        if (!lv) return lh_errbuf_set(err, LH_ENOMEM, "no memory for expert loads");
-        c->lv = lv, c->ncap = cap;
+        size_t cap = lh_grow_cap(c->ncap, c->n + 1, 256);
+        if (!cap || lh_resize(&c->lx, 2 * cap, sizeof *c->lx) || lh_resize(&c->lv, cap, sizeof *c->lv))
+          return lh_errbuf_set(err, LH_ENOMEM, "no memory for expert loads");
+        c->ncap = cap;
       }
       c->lx[2 * c->n] = (uint32_t)layer, c->lx[2 * c->n + 1] = (uint32_t)expert;
       c->lv[c->n++] = sqlite3_column_double(c->st, 3);

@@ -163,7 +163,7 @@ START_TEST(test_cli_errors) {
   expect(cmd, 2, "required");
   snprintf(cmd, sizeof cmd, "%s init --config %s --seed 1 --out %s/x --frobnicate", bin(), cfg,
            work);
-  expect(cmd, 2, "unknown argument");
+  expect(cmd, 2, "unknown option");
 
   write_text(in, "{\"tokens\":[256,65,66]}");
   snprintf(cmd, sizeof cmd, "%s score --ckpt %s/none --input %s", bin(), work, in);

@@ -364,7 +364,7 @@ START_TEST(test_cli) {
                 "%s", out);
   snprintf(cmd, sizeof cmd, "%s eval --config %s --env calc --ckpt %s/ck --seeds 2 --json", bin(), cfg, work);
   ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
-  ck_assert_ptr_nonnull(strstr(out, "\"episodes\": 2, \"successes\": "));
+  ck_assert_ptr_nonnull(strstr(out, "\"episodes\":2,\"successes\":"));
   /* Sampled at a temperature, each seed with its own generator: a rerun
    * gives the same figure. */
   snprintf(cmd, sizeof cmd, "%s eval --config %s --env calc --ckpt %s/ck --seeds 4 --temperature 0.7", bin(), cfg, work);
@@ -382,7 +382,7 @@ START_TEST(test_cli) {
       {"--env calc", "required", 2},
       {"--env calc --ckpt X --seeds 0", "--seeds must be at least 1", 2},
       {"--env calc --ckpt X --seeds -3", "--seeds '-3'", 2},
-      {"--env calc --ckpt X --what", "unknown argument '--what'", 2},
+      {"--env calc --ckpt X --what", "unknown option '--what'", 2},
       {"--env calc --ckpt /nonexistent", "holds no model.safetensors", 1},
       {"--env nosuch --ckpt CK", "nosuch", 2},
       {"--env calc --ckpt CK --backend tpu", "unknown backend 'tpu'", 2},
@@ -408,7 +408,7 @@ START_TEST(test_cli) {
     const char *args, *says;
   } bad[] = {
       {"--env calc", "required"},
-      {"--env calc --out X --bogus 1", "unknown argument '--bogus'"},
+      {"--env calc --out X --bogus 1", "unknown option '--bogus'"},
       {"--env calc --out X --steps 0", "--steps '0'"},
       {"--env calc --out X --steps ten", "--steps 'ten'"},
       {"--env calc --out X --batch -1", "--batch '-1'"},

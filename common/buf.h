@@ -1,0 +1,22 @@
+/* common: the one growable array and the one string copy. A growable
+ * array is a pointer with a capacity in elements; lh_grow_cap says how far
+ * to grow it (doubling) and lh_resize reallocates it, both refusing a size
+ * that overflows. Text built piece by piece goes through envs' text buffer
+ * or cli's report buffer, which grow the same way. */
+#ifndef LH_COMMON_BUF_H
+#define LH_COMMON_BUF_H
+
+#include <stddef.h>
+
+/* The capacity that holds need elements: cap (or first when cap is 0)
+ * doubled until it does; 0 when that would overflow a size_t. */
+size_t lh_grow_cap(size_t cap, size_t need, size_t first);
+
+/* Reallocates *(T **)pp to count elements of elem_bytes each: 0, or -1 (a
+ * size that overflows, or no memory) with *pp unchanged. */
+int lh_resize(void *pp, size_t count, size_t elem_bytes);
+
+/* A malloc'd copy of s ("" when s is NULL); NULL when out of memory. */
+char *lh_strdup0(const char *s);
+
+#endif
