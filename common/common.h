@@ -113,6 +113,11 @@ uint64_t lh_hash64(const void *data, size_t bytes, uint64_t seed);
  * xxhash.xxh3_64_intdigest(data) gives the same number. */
 uint64_t lh_xxh3_64(const void *data, size_t bytes);
 
+/* The trailing checksum of a checkpoint file's body: lh_xxh3_64, or for a
+ * file of the format before it (legacy != 0, told by its magic or format
+ * number) lh_hash64 with seed 0. */
+uint64_t lh_file_checksum(const void *body, size_t bytes, int legacy);
+
 /* Reads the whole text file at path into a new NUL-terminated buffer
  * (*text, freed by the caller; *bytes its length). A file that cannot be
  * opened or read, that holds a NUL byte (so is not text), that is not a
