@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "case_main.h"
 #include "common/common.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
@@ -268,19 +269,12 @@ START_TEST(test_older_store_migrates) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("checksum");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, test_same_as_python_xxhash);
-  tcase_add_test(tc, test_older_algorithm_refused);
-  tcase_add_test(tc, test_older_files_still_load);
-  tcase_add_test(tc, test_older_store_migrates);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+int main(int argc, char **argv) {
+  const lh_test_case cases[] = {
+      {"python_xxhash", test_same_as_python_xxhash, 0},
+      {"older_algorithm_refused", test_older_algorithm_refused, 0},
+      {"older_files_load", test_older_files_still_load, 0},
+      {"older_store_migrates", test_older_store_migrates, 0},
+  };
+  return lh_test_cases_main("checksum", cases, sizeof cases / sizeof cases[0], 60, argc, argv);
 }
