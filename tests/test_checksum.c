@@ -162,20 +162,29 @@ END_TEST
 /* Rewrites the file at dir/name as the format before XXH3 wrote it: the
  * bytes at at (magic or format number) replaced by old, and the trailing
  * 8 bytes lh_hash64 of the rest. */
-static void make_legacy(const char *name, size_t at, const void *old, size_t old_bytes) {
-  char path[160];
-  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+static void make_legacy_in(const char *dir, const char *name, size_t at, const void *old, size_t old_bytes) {
+  char path[LH_LEARNER_TEXT_BYTES + 64];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
   FILE *f = fopen(path, "rb");
   ck_assert_ptr_nonnull(f);
-  uint8_t buf[16384];
-  size_t n = fread(buf, 1, sizeof buf, f);
+  ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+  long size = ftell(f);
+  ck_assert(size > 16);
+  size_t n = (size_t)size;
+  uint8_t *buf = malloc(n);
+  rewind(f);
+  ck_assert(buf && fread(buf, 1, n, f) == n);
   fclose(f);
-  ck_assert(n > 16 && n < sizeof buf);
   memcpy(buf + at, old, old_bytes);
   uint64_t sum = lh_hash64(buf, n - 8, 0);
   for (int i = 0; i < 8; i++) buf[n - 8 + (size_t)i] = (uint8_t)(sum >> (8 * i));
   f = fopen(path, "wb");
   ck_assert(f && fwrite(buf, 1, n, f) == n && fclose(f) == 0);
+  free(buf);
+}
+
+static void make_legacy(const char *name, size_t at, const void *old, size_t old_bytes) {
+  make_legacy_in(tmpdir, name, at, old, old_bytes);
 }
 
 START_TEST(test_older_files_still_load) {
@@ -210,6 +219,54 @@ START_TEST(test_older_files_still_load) {
   remove_file(LH_LEARNER_STATE_FILE);
   remove_file(LH_LEARNER_STAGE_FILE);
   rmdir(tmpdir);
+}
+END_TEST
+
+/* A checkpoint whose optimizer.bin and episodes_done.bin are of the
+ * format before XXH3 (LHOPT001, LHDONE01) resumes. */
+START_TEST(test_older_checkpoint_resumes) {
+  make_dir();
+  lh_model_config c;
+  lh_model_config_default(&c);
+  c.d_model = 16, c.layers = 2, c.heads = 2, c.experts = 4, c.topk = 2;
+  c.shared_experts = 1, c.latent = 8, c.expert_hidden = 8, c.chunk = 4;
+  c.patch = 2, c.max_patches = 8, c.seed = 11;
+  lh_model *m = NULL;
+  lh_errbuf e;
+  ck_assert_msg(lh_model_new(&c, lh_backend_cpu(), &m, &e) == 0, "%s", e.msg);
+  char db[160], ck[160], path[LH_LEARNER_TEXT_BYTES];
+  snprintf(db, sizeof db, "%s/replay.db", tmpdir);
+  snprintf(ck, sizeof ck, "%s/ckpt", tmpdir);
+  lh_store *s = NULL;
+  ck_assert_msg(lh_store_open(db, &s, &e) == 0, "%s", e.msg);
+  lh_learner_config cfg;
+  lh_learner_config_default(&cfg);
+  lh_learner_trainer *t = NULL;
+  ck_assert_msg(lh_learner_trainer_new(m, s, &cfg, 1.0f, NULL, &t, &e) == 0, "%s", e.msg);
+  lh_learner_state st;
+  memset(&st, 0, sizeof st);
+  lh_learner_trainer_state(t, &st);
+  ck_assert_msg(lh_learner_ckpt_save(ck, m, &st, t, path, &e) == 0, "%s", e.msg);
+  lh_learner_trainer_free(t);
+  make_legacy_in(path, LH_LEARNER_OPTIMIZER_FILE, 0, "LHOPT001", 8);
+  make_legacy_in(path, LH_LEARNER_EPISODES_FILE, 0, "LHDONE01", 8);
+  lh_model *back = NULL;
+  char from[LH_LEARNER_TEXT_BYTES];
+  ck_assert_msg(lh_learner_ckpt_load_latest(ck, lh_backend_cpu(), &back, &st, from, &e) == 0, "%s", e.msg);
+  size_t n = lh_model_n_floats(m);
+  ck_assert_int_eq(memcmp(lh_model_moment2(m), lh_model_moment2(back), n * sizeof(float)), 0);
+  ck_assert_msg(lh_learner_trainer_new(back, s, &cfg, 1.0f, &st, &t, &e) == 0, "%s", e.msg);
+  ck_assert_msg(lh_learner_trainer_load_done(t, from, st.ingest_position, &e) == 0, "%s", e.msg);
+  /* A new magic with the older checksum is refused. */
+  make_legacy_in(path, LH_LEARNER_EPISODES_FILE, 0, "LHDONE02", 8);
+  ck_assert_int_eq(lh_learner_trainer_load_done(t, from, st.ingest_position, &e), LH_ELEARNER_CKPT);
+  lh_learner_trainer_free(t);
+  lh_model_free(back);
+  lh_model_free(m);
+  lh_store_close(s);
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -274,6 +331,7 @@ int main(int argc, char **argv) {
       {"python_xxhash", test_same_as_python_xxhash, 0},
       {"older_algorithm_refused", test_older_algorithm_refused, 0},
       {"older_files_load", test_older_files_still_load, 0},
+      {"older_checkpoint_resumes", test_older_checkpoint_resumes, 0},
       {"older_store_migrates", test_older_store_migrates, 0},
   };
   return lh_test_cases_main("checksum", cases, sizeof cases / sizeof cases[0], 60, argc, argv);
