@@ -284,10 +284,10 @@ static const char schema_v11[] =
 
 /* Version 12: which checksum policy_versions.checksum is. Rows from before
  * are lh_mx64 (the multiply-xorshift hash the wire carried then); every
- * row written since is xxh3_64 (proto/wire.h lh_wire_weights_checksum). */
+ * row written since is xxh3_64 (proto/wire.h lh_wire_weights_checksum).
+ * No CHECK on the names: a later algorithm then needs no table rebuild. */
 static const char schema_v12[] =
-    "ALTER TABLE policy_versions ADD COLUMN checksum_algo TEXT NOT NULL DEFAULT 'lh_mx64'"
-    "  CHECK (checksum_algo IN ('lh_mx64','xxh3_64'));";
+    "ALTER TABLE policy_versions ADD COLUMN checksum_algo TEXT NOT NULL DEFAULT 'lh_mx64';";
 
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
