@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <xxhash.h>
 
 const char *lh_strerror(int err) {
   switch (err) {
@@ -155,6 +156,12 @@ uint64_t lh_hash64(const void *data, size_t bytes, uint64_t seed) {
   h *= 0xff51afd7ed558ccdULL;
   h ^= h >> 33;
   return h;
+}
+
+uint64_t lh_xxh3_64(const void *data, size_t bytes) { return XXH3_64bits(data, bytes); }
+
+uint64_t lh_file_checksum(const void *body, size_t bytes, int legacy) {
+  return legacy ? lh_hash64(body, bytes, 0) : lh_xxh3_64(body, bytes);
 }
 
 int lh_read_text_file(const char *path, int file_error, char **text, size_t *bytes,

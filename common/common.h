@@ -103,8 +103,20 @@ void lh_log(lh_log_level level, const char *component, const char *fmt, ...)
 int64_t lh_now_ns(void);
 int64_t lh_wall_ms(void);
 
-/* A 64-bit checksum of bytes (weights, payloads); not cryptographic. */
+/* A 64-bit hash of bytes with a seed (keys, salts); not cryptographic.
+ * Also the checksum of files written before XXH3-64 (format 1 of the
+ * checkpoint files), which still open. */
 uint64_t lh_hash64(const void *data, size_t bytes, uint64_t seed);
+
+/* The checksum of everything that crosses the wire or lands on disk:
+ * XXH3-64 with seed 0 from libxxhash, so that Python's
+ * xxhash.xxh3_64_intdigest(data) gives the same number. */
+uint64_t lh_xxh3_64(const void *data, size_t bytes);
+
+/* The trailing checksum of a checkpoint file's body: lh_xxh3_64, or for a
+ * file of the format before it (legacy != 0, told by its magic or format
+ * number) lh_hash64 with seed 0. */
+uint64_t lh_file_checksum(const void *body, size_t bytes, int legacy);
 
 /* Reads the whole text file at path into a new NUL-terminated buffer
  * (*text, freed by the caller; *bytes its length). A file that cannot be

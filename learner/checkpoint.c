@@ -12,7 +12,10 @@
 #include "common/buf.h"
 #include "learner/internal.h"
 
-#define OPT_MAGIC "LHOPT001"
+/* LHOPT002: the checksum is XXH3-64; an LHOPT001 file (lh_hash64) still
+ * loads. */
+#define OPT_MAGIC "LHOPT002"
+#define OPT_MAGIC_LEGACY_SUM "LHOPT001"
 
 static int fsync_path(const char *path, int dir) {
   int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
@@ -84,7 +87,7 @@ static uint64_t get_u64(const uint8_t *b) {
 }
 
 /* optimizer.bin: magic, n floats, moment1, moment2 (host floats), then
- * lh_hash64 of everything before it. */
+ * lh_file_checksum of everything before it. */
 static int save_optimizer(lh_model *m, const char *dir, lh_errbuf *err) {
   size_t n = lh_model_n_floats(m);
   if (!lh_model_moment1(m)) return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: the model has no moments");
@@ -96,7 +99,7 @@ static int save_optimizer(lh_model *m, const char *dir, lh_errbuf *err) {
   const lh_backend *be = lh_model_backend(m);
   int rc = be->download(be->context, buf + 16, lh_model_moment1(m), n * sizeof(float));
   if (!rc) rc = be->download(be->context, buf + 16 + n * sizeof(float), lh_model_moment2(m), n * sizeof(float));
-  put_u64(buf + bytes - 8, lh_hash64(buf, bytes - 8, 0));
+  put_u64(buf + bytes - 8, lh_file_checksum(buf, bytes - 8, 0));
   char path[2 * LH_LEARNER_TEXT_BYTES];
   snprintf(path, sizeof path, "%s/%s", dir, LH_LEARNER_OPTIMIZER_FILE);
   FILE *f = rc ? NULL : fopen(path, "wb");
@@ -119,12 +122,13 @@ static int load_optimizer(lh_model *m, const char *dir, lh_errbuf *err) {
   size_t got = buf ? fread(buf, 1, bytes + 1, f) : 0;
   fclose(f);
   int rc = 0;
+  int legacy = buf && got == bytes && !memcmp(buf, OPT_MAGIC_LEGACY_SUM, 8);
   if (!buf) rc = lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory");
-  else if (got != bytes || memcmp(buf, OPT_MAGIC, 8) || get_u64(buf + 8) != n)
+  else if (got != bytes || (memcmp(buf, OPT_MAGIC, 8) && !legacy) || get_u64(buf + 8) != n)
     rc = lh_errbuf_set(err, LH_ELEARNER_CKPT,
                        "checkpoint: %s is not the optimizer state of this model (%zu bytes, want %zu)", path,
                        got, bytes);
-  else if (get_u64(buf + bytes - 8) != lh_hash64(buf, bytes - 8, 0))
+  else if (get_u64(buf + bytes - 8) != lh_file_checksum(buf, bytes - 8, legacy))
     rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: %s fails its checksum", path);
   if (!rc) {
     const lh_backend *be = lh_model_backend(m);

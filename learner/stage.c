@@ -196,7 +196,10 @@ void lh_learner_stage_params(const lh_learner_config *cfg, uint32_t index, doubl
 }
 
 /* ---- DIR/stage.bin: magic, format, the fields, the ring, a checksum ---- */
-#define STAGE_MAGIC "LHSTAGE1"
+/* LHSTAGE2: the checksum is XXH3-64; an LHSTAGE1 file (lh_hash64) still
+ * loads. */
+#define STAGE_MAGIC "LHSTAGE2"
+#define STAGE_MAGIC_LEGACY_SUM "LHSTAGE1"
 #define STAGE_N_U64 9
 #define STAGE_BYTES (8 + 8 * STAGE_N_U64 + 8 * LH_LEARNER_STAGE_RING + 8)
 
@@ -224,7 +227,7 @@ int lh_learner_stage_save(const char *dir, const lh_learner_stage_state *s, lh_e
     int used = k < s->ring_n;
     put_u64(r + 8 * k, used ? ((uint64_t)s->ring_episodes[i] << 32 | s->ring_successes[i]) : 0);
   }
-  put_u64(buf + STAGE_BYTES - 8, lh_hash64(buf, STAGE_BYTES - 8, 0));
+  put_u64(buf + STAGE_BYTES - 8, lh_file_checksum(buf, STAGE_BYTES - 8, 0));
   char path[2 * LH_LEARNER_TEXT_BYTES];
   snprintf(path, sizeof path, "%s/%s", dir, LH_LEARNER_STAGE_FILE);
   FILE *f = fopen(path, "wb");
@@ -247,8 +250,9 @@ int lh_learner_stage_load(const char *dir, lh_learner_stage_state *s, lh_errbuf 
   fclose(f);
   if (!buf) return lh_errbuf_set(err, LH_ENOMEM, "stage load: out of memory");
   int rc = 0;
-  if (got != STAGE_BYTES || memcmp(buf, STAGE_MAGIC, 8) ||
-      get_u64(buf + STAGE_BYTES - 8) != lh_hash64(buf, STAGE_BYTES - 8, 0))
+  int legacy = got == STAGE_BYTES && !memcmp(buf, STAGE_MAGIC_LEGACY_SUM, 8);
+  if (got != STAGE_BYTES || (memcmp(buf, STAGE_MAGIC, 8) && !legacy) ||
+      get_u64(buf + STAGE_BYTES - 8) != lh_file_checksum(buf, STAGE_BYTES - 8, legacy))
     rc = lh_errbuf_set(err, LH_ELEARNER_STATE_CORRUPT, "stage load: %s is not a stage state (%zu bytes)", path, got);
   if (!rc) {
     lh_learner_stage_state t;

@@ -10,7 +10,9 @@
 #include "learner/internal.h"
 
 #define MAGIC "LHLSTATE"
-#define FORMAT 1
+/* Format 2: the checksum is XXH3-64; format 1 (lh_hash64) still loads. */
+#define FORMAT 2
+#define FORMAT_LEGACY_SUM 1
 /* magic 8, format 4, fields, checksum 8 */
 #define N_U64 12
 #define BODY_BYTES (8 + 4 + N_U64 * 8 + 4 + LH_LEARNER_ADV_BASELINE_BYTES + 32)
@@ -42,7 +44,7 @@ static void encode(const lh_learner_state *st, uint8_t *buf) {
   p += LH_LEARNER_ADV_BASELINE_BYTES;
   memcpy(p, st->rng, 32);
   p += 32;
-  put(&p, lh_hash64(buf, BODY_BYTES, 0), 8);
+  put(&p, lh_file_checksum(buf, BODY_BYTES, 0), 8);
 }
 
 int lh_learner_state_save(const char *dir, const lh_learner_state *st, lh_errbuf *err) {
@@ -109,13 +111,13 @@ int lh_learner_state_load(const char *dir, lh_learner_state *st, lh_errbuf *err)
                          path);
   const uint8_t *p = buf + 8;
   uint64_t format = get(&p, 4);
-  if (format != FORMAT)
+  if (format != FORMAT && format != FORMAT_LEGACY_SUM)
     return lh_errbuf_set(err, LH_ELEARNER_STATE_CORRUPT,
-                         "learner state load: %s has format %llu; this build reads %d", path,
-                         (unsigned long long)format, FORMAT);
+                         "learner state load: %s has format %llu; this build reads %d and %d", path,
+                         (unsigned long long)format, FORMAT_LEGACY_SUM, FORMAT);
   const uint8_t *q = buf + BODY_BYTES;
   uint64_t sum = get(&q, 8);
-  if (sum != lh_hash64(buf, BODY_BYTES, 0))
+  if (sum != lh_file_checksum(buf, BODY_BYTES, format == FORMAT_LEGACY_SUM))
     return lh_errbuf_set(err, LH_ELEARNER_STATE_CORRUPT, "learner state load: %s fails its checksum (corrupt)",
                          path);
   lh_learner_state t;

@@ -1182,7 +1182,10 @@ static uint64_t get_u64(const uint8_t *b) {
   return v;
 }
 
-#define DONE_MAGIC "LHDONE01"
+/* LHDONE02: the checksum is XXH3-64; an LHDONE01 file (lh_hash64) still
+ * loads. */
+#define DONE_MAGIC "LHDONE02"
+#define DONE_MAGIC_LEGACY_SUM "LHDONE01"
 
 /* Writes set as a checksummed id list at path. */
 static int write_done_file(const id_set *set, const char *path, lh_errbuf *err) {
@@ -1192,7 +1195,7 @@ static int write_done_file(const id_set *set, const char *path, lh_errbuf *err) 
   memcpy(buf, DONE_MAGIC, 8);
   put_u64(buf + 8, set->n);
   for (size_t i = 0; i < set->n; i++) put_u64(buf + 16 + 8 * i, set->ids[i]);
-  put_u64(buf + bytes - 8, lh_hash64(buf, bytes - 8, 0));
+  put_u64(buf + bytes - 8, lh_file_checksum(buf, bytes - 8, 0));
   FILE *f = fopen(path, "wb");
   int rc = 0;
   if (!f || fwrite(buf, 1, bytes, f) != bytes || fflush(f) || fsync(fileno(f)))
@@ -1304,7 +1307,9 @@ static int load_done_file(lh_learner_trainer *t, const char *path, uint64_t expe
                          path, strerror(errno));
   uint8_t head[16];
   int rc = 0;
-  if (fread(head, 1, 16, f) != 16 || memcmp(head, DONE_MAGIC, 8) ||
+  size_t head_got = fread(head, 1, 16, f);
+  int legacy = head_got == 16 && !memcmp(head, DONE_MAGIC_LEGACY_SUM, 8);
+  if (head_got != 16 || (memcmp(head, DONE_MAGIC, 8) && !legacy) ||
       (expected != UINT64_MAX && get_u64(head + 8) != expected))
     rc = lh_errbuf_set(err, LH_ELEARNER_CKPT,
                        "checkpoint: %s is not the episode list of this state (%llu episodes expected)", path,
@@ -1318,7 +1323,7 @@ static int load_done_file(lh_learner_trainer *t, const char *path, uint64_t expe
   if (!rc) {
     memcpy(buf, head, 16);
     if (fread(buf + 16, 1, bytes - 16, f) != bytes - 16 || fgetc(f) != EOF ||
-        get_u64(buf + bytes - 8) != lh_hash64(buf, bytes - 8, 0))
+        get_u64(buf + bytes - 8) != lh_file_checksum(buf, bytes - 8, legacy))
       rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: %s is truncated or fails its checksum", path);
   }
   for (size_t i = 0; !rc && i < count; i++)

@@ -111,6 +111,7 @@ void lh_learner_weights_announce(const lh_learner_weights *w, Longhaul__WeightsA
   a->chunk_bytes = w->chunk_bytes;
   a->chunk_count = w->chunk_count;
   a->checksum = w->checksum;
+  a->checksum_algo = LONGHAUL__CHECKSUM_ALGO__CHECKSUM_ALGO_XXH3_64;
   if (w->chunk_count <= WEIGHTS_MAX_ANNOUNCED_CHECKSUMS) {
     a->n_chunk_checksums = w->chunk_count;
     a->chunk_checksums = w->chunk_checksums;
@@ -134,6 +135,7 @@ int lh_learner_weights_chunk(const lh_learner_weights *w, uint32_t index, Longha
   c->data.data = w->bytes + off;
   c->data.len = len;
   c->checksum = w->chunk_checksums[index];
+  c->checksum_algo = LONGHAUL__CHECKSUM_ALGO__CHECKSUM_ALGO_XXH3_64;
   return 0;
 }
 

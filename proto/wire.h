@@ -89,17 +89,18 @@ int lh_wire_limits_segment_within(const lh_wire_limits *a, const lh_wire_limits 
 /* The name of the message a body case carries ("segment", "ack", ...). */
 const char *lh_wire_body_name(Longhaul__Envelope__BodyCase body);
 
-/* The checksum WeightsChunk.checksum must carry for its data (and
- * WeightsAnnounce.checksum for all the bytes): four multiply-xorshift
- * lanes over 32-byte blocks, folded with the tail and the length by
- * lh_hash64 (proto/wire.c has the exact steps). lh_wire_decode rejects a
- * chunk whose data does not match it. */
+/* The checksum WeightsChunk.checksum must carry for its data: XXH3-64
+ * (lh_xxh3_64), named on the wire by checksum_algo = XXH3_64.
+ * lh_wire_decode rejects a chunk whose data does not match it, and a
+ * WeightsAnnounce or WeightsChunk of any other algorithm (a learner from
+ * before checksum_algo) with LH_EWIRE_CHECKSUM_ALGO. */
 uint64_t lh_wire_checksum(const void *data, size_t bytes);
 
-/* WeightsAnnounce.checksum: lh_wire_checksum of the chunks' checksums in
- * order, each as 8 little-endian bytes. It covers every byte through the
- * chunk checksums, and a receiver that verified each chunk gets the
- * version's checksum without hashing the whole version again. */
+/* WeightsAnnounce.checksum: XXH3-64 of the chunks' checksums in order,
+ * each as 8 little-endian bytes. It covers every byte through the chunk
+ * checksums, and a receiver that verified each chunk gets the version's
+ * checksum without hashing the whole version again. In Python:
+ * xxh3_64_intdigest(b"".join(struct.pack("<Q", s) for s in sums)). */
 uint64_t lh_wire_weights_checksum(const uint64_t *chunk_checksums, uint32_t count);
 
 #endif

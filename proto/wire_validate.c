@@ -315,6 +315,19 @@ static int check_heartbeat(const Longhaul__Heartbeat *h, const lh_wire_limits *l
   return check_string(h->role, lim->max_string_bytes, path, "role", err);
 }
 
+/* Weights checksums are XXH3-64; a learner from before checksum_algo sent
+ * 0, its own multiply-xorshift hash, which this build no longer computes. */
+static int check_checksum_algo(Longhaul__ChecksumAlgo algo, const char *path, lh_errbuf *err) {
+  if (algo == LONGHAUL__CHECKSUM_ALGO__CHECKSUM_ALGO_XXH3_64) return 0;
+  return lh_errbuf_set(err, LH_EWIRE_CHECKSUM_ALGO,
+                       "%s.checksum_algo=%d (%s) but this build verifies XXH3_64 (1) only: run the learner "
+                       "and the actors from the same release",
+                       path, (int)algo,
+                       algo == LONGHAUL__CHECKSUM_ALGO__CHECKSUM_ALGO_LH_MX64
+                           ? "LH_MX64, the multiply-xorshift checksum of a learner from before XXH3"
+                           : "unknown");
+}
+
 static int check_weights_announce(const Longhaul__WeightsAnnounce *w, const lh_wire_limits *lim,
                                   const char *path, lh_errbuf *err) {
   if (w->chunk_bytes > lim->max_chunk_bytes)
@@ -336,6 +349,7 @@ static int check_weights_announce(const Longhaul__WeightsAnnounce *w, const lh_w
   if (w->n_chunk_checksums != 0 && w->n_chunk_checksums != w->chunk_count)
     return lh_errbuf_set(err, LH_EWIRE_WEIGHTS_LAYOUT, "%s.chunk_checksums has %zu entries but chunk_count=%u",
                          path, w->n_chunk_checksums, w->chunk_count);
+  LH_TRY(check_checksum_algo(w->checksum_algo, path, err));
   LH_TRY(check_finite(w->long_frac, path, "long_frac", err));
   if (w->long_frac < 0.0f || w->long_frac > 1.0f)
     return lh_errbuf_set(err, LH_EWIRE_VALUE_RANGE, "%s.long_frac=%g is not in 0..1", path,
@@ -365,6 +379,7 @@ static int check_weights_chunk(const Longhaul__WeightsChunk *w, const lh_wire_li
       w->encoding != LONGHAUL__WEIGHTS_ENCODING__WEIGHTS_ENCODING_ZSTD)
     return lh_errbuf_set(err, LH_EWIRE_VALUE_RANGE, "%s.encoding=%d is neither raw nor zstd", path,
                          (int)w->encoding);
+  LH_TRY(check_checksum_algo(w->checksum_algo, path, err));
   /* An encoded chunk's checksum is over its decoded bytes: the receiver
    * checks it after decoding (actors/weights.c). */
   if (lim->skip_chunk_checksums || w->encoding != LONGHAUL__WEIGHTS_ENCODING__WEIGHTS_ENCODING_RAW) return 0;

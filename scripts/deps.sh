@@ -15,6 +15,7 @@ packages=(
   libcjson-dev             # safetensors headers, JSON export
   libinih-dev              # INI config
   libzstd-dev              # zstd-compressed weights chunks
+  libxxhash-dev python3-xxhash   # XXH3-64 checksums (wire, checkpoints, store)
   python3-zmq python3-protobuf protobuf-compiler   # Python env server example
   python3-torch            # the PyTorch peer of bench_model
   chromium                 # renders longhaul report's page in its test

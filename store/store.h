@@ -39,7 +39,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 11
+#define LH_STORE_SCHEMA_VERSION 12
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
@@ -340,7 +340,7 @@ typedef struct {
   const char *run_id;      /* may be NULL */
   uint64_t step;           /* learner step that produced it */
   const char *checkpoint;  /* checkpoint directory; may be NULL */
-  uint64_t checksum;       /* WeightsAnnounce.checksum */
+  uint64_t checksum;       /* WeightsAnnounce.checksum, stored as checksum_algo xxh3_64 */
   uint64_t total_bytes;
   uint32_t stage_index;
   uint32_t max_context;

@@ -110,8 +110,8 @@ int lh_store_put_policy_version(lh_store *s, const lh_store_policy_version *v, i
   sqlite3_stmt *st;
   LH_TRY(lh_store_prepare(s,
                           "INSERT OR IGNORE INTO policy_versions(version, run_id, step, checkpoint,"
-                          " checksum, total_bytes, stage_index, max_context, created_ms)"
-                          " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                          " checksum, checksum_algo, total_bytes, stage_index, max_context, created_ms)"
+                          " VALUES (?1, ?2, ?3, ?4, ?5, 'xxh3_64', ?6, ?7, ?8, ?9)",
                           &st, err));
   lh_store_bind_u64(st, 1, v->version);
   lh_store_bind_text(st, 2, v->run_id);

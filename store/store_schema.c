@@ -282,6 +282,13 @@ static const char schema_v11[] =
     "ALTER TABLE train_steps ADD COLUMN iw_mean REAL;"
     "ALTER TABLE train_steps ADD COLUMN iw_max REAL;";
 
+/* Version 12: which checksum policy_versions.checksum is. Rows from before
+ * are lh_mx64 (the multiply-xorshift hash the wire carried then); every
+ * row written since is xxh3_64 (proto/wire.h lh_wire_weights_checksum).
+ * No CHECK on the names: a later algorithm then needs no table rebuild. */
+static const char schema_v12[] =
+    "ALTER TABLE policy_versions ADD COLUMN checksum_algo TEXT NOT NULL DEFAULT 'lh_mx64';";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
@@ -298,6 +305,7 @@ const lh_store_migration lh_store_migrations[] = {
     {9, "stored state: segments.state_offset, state, segments_state", schema_v9},
     {10, "stages: where each context-extension stage began and what it trained", schema_v10},
     {11, "ppo diagnostics: train_steps.approx_kl, entropy, clip_frac, iw_mean, iw_max", schema_v11},
+    {12, "policy_versions.checksum_algo: xxh3_64 from now on, lh_mx64 for rows from before", schema_v12},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

@@ -178,6 +178,7 @@ void fx_init(wire_fixture *f, Longhaul__Envelope__BodyCase body) {
   wa->chunk_bytes = 1000;
   wa->chunk_count = 11;
   wa->checksum = 0xabcdef0123456789ULL;
+  wa->checksum_algo = LONGHAUL__CHECKSUM_ALGO__CHECKSUM_ALGO_XXH3_64;
   wa->stage_index = 2;
   wa->max_context = 8192;
   wa->long_frac = 0.25f;
@@ -196,6 +197,7 @@ void fx_init(wire_fixture *f, Longhaul__Envelope__BodyCase body) {
   wc->data.data = f->chunk;
   wc->data.len = FX_CHUNK;
   wc->checksum = lh_wire_checksum(f->chunk, FX_CHUNK);
+  wc->checksum_algo = LONGHAUL__CHECKSUM_ALGO__CHECKSUM_ALGO_XXH3_64;
 
   init_env_messages(f);
 
