@@ -11,7 +11,7 @@
 
 #include "case_main.h"
 #include "common/common.h"
-#include "learner/learner.h"
+#include "learner/internal.h"
 #include "proto/wire.h"
 #include "store/store.h"
 
