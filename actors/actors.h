@@ -28,7 +28,7 @@
 
 #include "common/common.h"
 #include "common/ini_doc.h"
-#include "common/zsock.h"
+#include "net/zsock.h"
 #include "envs/env.h"
 #include "model/model.h"
 #include "proto/longhaul.pb-c.h"
@@ -255,7 +255,7 @@ typedef struct {
   char learner_endpoint[LH_ACTORS_ENDPOINT_BYTES];      /* (tcp://127.0.0.1:5555) */
   char weights_pub_endpoint[LH_ACTORS_ENDPOINT_BYTES];  /* (tcp://127.0.0.1:5556) */
   char weights_endpoint[LH_ACTORS_ENDPOINT_BYTES];      /* (tcp://127.0.0.1:5557) */
-  /* CURVE (common/zsock.h): with both set, the three sockets are CURVE
+  /* CURVE (net/zsock.h): with both set, the three sockets are CURVE
    * clients of the learner, whose allow-list must hold this actor's key. */
   char curve_secret_key_file[LH_ACTORS_ENDPOINT_BYTES]; /* this actor's NAME.key (none) */
   char curve_server_key_file[LH_ACTORS_ENDPOINT_BYTES]; /* the learner's NAME.pub (none) */

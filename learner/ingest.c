@@ -8,8 +8,8 @@
 #include <zmq.h>
 
 #include "common/run_id.h"
-#include "common/zsock.h"
 #include "learner/learner.h"
+#include "net/zsock.h"
 
 #define INGEST_MAX_ROUND 256
 #define INGEST_LINGER_MS 200

@@ -30,7 +30,7 @@
 
 #include "common/common.h"
 #include "common/ini_doc.h"
-#include "common/zsock.h"
+#include "net/zsock.h"
 #include "proto/longhaul.pb-c.h"
 #include "model/model.h"
 #include "proto/wire.h"
@@ -265,7 +265,7 @@ typedef struct {
   char db[LH_LEARNER_TEXT_BYTES];                    /* replay store file (replay.db) */
   uint64_t max_db_bytes;    /* cap on the store's pages in use, 0 none (0); SIGHUP re-reads it */
   char ckpt_dir[LH_LEARNER_TEXT_BYTES];              /* checkpoints (ckpt) */
-  /* CURVE (common/zsock.h): with both set, the three sockets are CURVE
+  /* CURVE (net/zsock.h): with both set, the three sockets are CURVE
    * servers and a ZAP handler admits only the allowed actor keys. */
   char curve_secret_key_file[LH_LEARNER_TEXT_BYTES]; /* the learner's NAME.key (none) */
   char curve_allowed_keys[LH_LEARNER_TEXT_BYTES];    /* a file of Z85 keys, or a folder of .pub (none) */
@@ -582,7 +582,7 @@ typedef struct {
 lh_learner_ingest *lh_learner_ingest_new(void *zmq_ctx, const char *endpoint, lh_store *store,
                                          const lh_wire_limits *lim, lh_errbuf *err);
 /* The same with the ROUTER a CURVE server when curve has a secret key
- * (common/zsock.h: the caller runs the ZAP handler; NULL is plain). */
+ * (net/zsock.h: the caller runs the ZAP handler; NULL is plain). */
 lh_learner_ingest *lh_learner_ingest_new_curve(void *zmq_ctx, const char *endpoint, lh_store *store,
                                                const lh_wire_limits *lim, const lh_zsock_curve *curve,
                                                lh_errbuf *err);

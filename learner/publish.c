@@ -14,8 +14,8 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "common/zsock.h"
 #include "learner/learner.h"
+#include "net/zsock.h"
 
 #define PUBLISH_LINGER_MS 200
 #define PUBLISH_MAX_REQUESTS 64

@@ -15,9 +15,9 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/zsock.h"
 #include "envs/env.h"
 #include "learner/learner.h"
+#include "net/zsock.h"
 #include "proc_util.h"
 
 static char dir[64];

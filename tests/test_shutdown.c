@@ -4,7 +4,7 @@
  * (2000 here) for acks, then exits (its sockets linger 1 s at most); a learner whose actor was
  * SIGKILLed exits at once; an actor whose env server was SIGKILLed mid
  * episode exits as the first. Every socket's ZMQ_LINGER is bounded
- * (common/zsock.h, 1000 ms), so closing them cannot wait on a dead peer.
+ * (net/zsock.h, 1000 ms), so closing them cannot wait on a dead peer.
  * The checks are bounds on exit, not timings. */
 #include <check.h>
 #include <signal.h>

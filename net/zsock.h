@@ -1,4 +1,4 @@
-/* common/zsock: the one place where the project's ZeroMQ sockets are set
+/* net/zsock: the one place where the project's ZeroMQ sockets are set
  * up, and what every port shares in refusing bad input.
  *
  * Every socket gets a bounded ZMQ_LINGER (LH_ZSOCK_LINGER_MS at most, so
@@ -16,8 +16,8 @@
  * the domain enforced a server with no handler refuses every peer. A client
  * socket is given its own key pair and the server's public key. Keys are
  * 40-character Z85 text, as zmq_curve_keypair writes them. */
-#ifndef LH_COMMON_ZSOCK_H
-#define LH_COMMON_ZSOCK_H
+#ifndef LH_NET_ZSOCK_H
+#define LH_NET_ZSOCK_H
 
 #include <stdint.h>
 #include <zmq.h>

@@ -1,6 +1,6 @@
-/* common/zsock: socket setup, frame limits, bad-input meters, CURVE keys
+/* net/zsock: socket setup, frame limits, bad-input meters, CURVE keys
  * and the ZAP handler (see zsock.h). */
-#include "common/zsock.h"
+#include "net/zsock.h"
 
 #include <dirent.h>
 #include <errno.h>
