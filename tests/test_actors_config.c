@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "actors/actors.h"
+#include "tests/case_main.h"
 
 static void expect_error(const char *text, int code, const char *n1, const char *n2) {
   lh_actors_config c;
@@ -111,10 +112,5 @@ int main(void) {
   tcase_add_test(tc, test_bad_values);
   tcase_add_test(tc, test_syntax_and_files);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

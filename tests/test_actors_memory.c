@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "proto/wire.h"
 #include "tests/proc_util.h"
+#include "tests/case_main.h"
 
 typedef struct {
   char dir[64], ingest[128], config[160], ckpt[160];
@@ -169,10 +170,5 @@ int main(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, test_memory_constant_in_context);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return lh_test_run(s, CK_FORK);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "actors/actors.h"
+#include "tests/case_main.h"
 
 static const uint8_t PAYLOAD[256] = {1, 2, 3, 4, 5};
 
@@ -231,10 +232,5 @@ int main(void) {
   tcase_add_test(tc, test_outbox_errors);
   tcase_add_test(tc, test_heartbeat_meter);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

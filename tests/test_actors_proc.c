@@ -19,6 +19,7 @@
 #include "actors/actors.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
+#include "tests/case_main.h"
 
 typedef struct {
   char dir[64];
@@ -569,10 +570,5 @@ int main(void) {
   tcase_add_test(tc, test_config_keys);
   tcase_add_test(tc, test_cli_errors);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return lh_test_run(s, CK_FORK);
 }

@@ -15,6 +15,7 @@
 
 #include "actors/actors.h"
 #include "proto/wire.h"
+#include "tests/case_main.h"
 
 static lh_model *tiny_model(void) {
   lh_model_config c;
@@ -592,10 +593,5 @@ int main(void) {
   tcase_add_test(tc, test_stage_sizes_episodes);
   tcase_add_test(tc, test_states_and_beyond_context);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return lh_test_run(s, CK_FORK);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "actors/actors.h"
+#include "tests/case_main.h"
 
 START_TEST(test_rng_deterministic_and_resumable) {
   lh_actors_rng a, b, c;
@@ -226,10 +227,5 @@ int main(void) {
   tcase_add_test(tc, test_masked_tokens_never_drawn);
   tcase_add_test(tc, test_sampler_errors);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

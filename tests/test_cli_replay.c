@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
+#include "tests/case_main.h"
 
 enum { BOS = 256, EOS, CALL, CALL_END, OBS, OBS_END, IMG, PAD };
 
@@ -822,10 +823,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(suite(), CK_FORK);
 }

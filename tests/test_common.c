@@ -9,6 +9,7 @@
 
 #include "common/common.h"
 #include "common/ini_section.h"
+#include "tests/case_main.h"
 
 START_TEST(test_error_table) {
   ck_assert_str_eq(lh_strerror(LH_OK), "success");
@@ -327,10 +328,5 @@ int main(void) {
   tcase_add_test(tc, test_ini_other_sections);
   tcase_add_test(tc, test_ini_bad_arguments);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -15,6 +15,7 @@
 #include "common/ini_doc.h"
 #include "common/ini_section.h"
 #include "proc_util.h"
+#include "tests/case_main.h"
 
 static char dir[PATH_MAX], real_dir[PATH_MAX];
 
@@ -276,10 +277,5 @@ int main(void) {
   tcase_add_test(tc, test_paths);
   tcase_add_test(tc, test_reopen);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return lh_test_run(s, CK_FORK);
 }

@@ -8,6 +8,7 @@
 
 #include "envs/calc.h"
 #include "envs/env.h"
+#include "tests/case_main.h"
 
 /* ---- parser ---- */
 
@@ -639,10 +640,5 @@ int main(void) {
   tcase_add_test(tc, test_plugin_good);
   tcase_add_test(tc, test_plugin_bad);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -22,6 +22,7 @@
 #include "envs/env.h"
 #include "proc_util.h"
 #include "proto/wire.h"
+#include "tests/case_main.h"
 
 #define MIB (1024ll * 1024)
 
@@ -534,10 +535,5 @@ int main(void) {
   tcase_add_test(tc, test_sessions_owned_names_escaped);
   tcase_add_test(tc, test_python_caps_idle);
   suite_add_tcase(su, tc);
-  SRunner *sr = srunner_create(su);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(su, CK_FORK);
 }

@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "envs/env.h"
+#include "tests/case_main.h"
 
 static void endpoint(char *buf, size_t cap, const char *tag) {
   snprintf(buf, cap, "ipc:///tmp/lh-envs-test-%d-%s.sock", (int)getpid(), tag);
@@ -503,10 +504,5 @@ int main(void) {
   tcase_add_test(tc, test_hub_server_killed);
   tcase_add_test(tc, test_session_cap);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

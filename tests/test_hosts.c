@@ -15,6 +15,7 @@
 #include "proc_util.h"
 #include "store/store.h"
 #include "store_fixture.h"
+#include "tests/case_main.h"
 
 /* ---- [learner] ingest_endpoints ------------------------------------------ */
 
@@ -327,10 +328,5 @@ int main(void) {
   tcase_add_test(tc, test_commands_read_every_rank);
   tcase_add_test(tc, test_count_checked_by_the_commands);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return lh_test_run(s, CK_FORK);
 }

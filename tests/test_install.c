@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "proc_util.h"
+#include "tests/case_main.h"
 
 static char out[1 << 16];
 
@@ -54,9 +55,5 @@ int main(void) {
   tcase_set_timeout(tc, 150);
   tcase_add_test(tc, test_install_and_build_plugin);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK_GETENV);
 }

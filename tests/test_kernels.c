@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/cpu.h"
 #include "tests/test_kernels_util.h"
+#include "tests/case_main.h"
 
 /* ---- matmul --------------------------------------------------------------- */
 typedef struct {
@@ -522,10 +523,5 @@ int main(void) {
   TCase *tp = tcase_create("precision");
   tcase_add_test(tp, test_fp32_matches_fp64);
   suite_add_tcase(s, tp);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -24,6 +24,7 @@
 #include "kernels/kernels.h"
 #include "kernels/nccl.h"
 #include "test_kernels_util.h"
+#include "tests/case_main.h"
 
 #define TOL_FP32 1e-5
 #define TOL_BF16 2e-2
@@ -1018,11 +1019,7 @@ int main(void) {
   tcase_add_test(tc, test_attn_chunked_misc);
   tcase_add_test(tc, test_nccl);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = lh_test_run(s, CK_NOFORK);
   lh_backend_close(G);
   return failed == 0 ? 0 : 1;
 }

@@ -20,6 +20,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "test_kernels_util.h"
+#include "tests/case_main.h"
 
 #define POOL_BYTES ((size_t)2 << 30)
 #define N_SEQ 4
@@ -211,11 +212,7 @@ int main(void) {
   tcase_add_test(tc, test_decode_fp32);
   tcase_add_test(tc, test_train_bf16);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = lh_test_run(s, CK_NOFORK);
   lh_backend_close(G);
   return failed == 0 ? 0 : 1;
 }

@@ -8,6 +8,7 @@
 
 #include "kernels/kernels.h"
 #include "tests/test_kernels_util.h"
+#include "tests/case_main.h"
 
 #define ATTN_TOL 1e-5
 
@@ -476,10 +477,5 @@ int main(void) {
   tcase_add_test(tc, test_backend_table);
   tcase_add_test(tc, test_error_paths);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

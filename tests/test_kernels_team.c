@@ -19,6 +19,7 @@
 #include "kernels/cpu/team.h"
 #include "kernels/cpu/vexp.h"
 #include "kernels/kernels.h"
+#include "tests/case_main.h"
 
 static int64_t ordered(float f) {
   int32_t i;
@@ -196,10 +197,5 @@ int main(void) {
   tcase_add_test(tc, test_vexp_against_libm);
   tcase_add_test(tc, test_same_bits_at_any_team_size);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/kernels.h"
+#include "tests/case_main.h"
 
 static uint64_t next_u64(uint64_t *s) {
   *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
@@ -123,10 +124,5 @@ int main(void) {
   tcase_add_test(tc, test_topk_special_values);
   tcase_add_test(tc, test_topk_nan_rows);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -17,6 +17,7 @@
 
 #include "launch_fixture.h"
 #include "proc_util.h"
+#include "tests/case_main.h"
 
 /* The demo fleet (examples/calc.ini) made tiny, running until stopped,
  * with short segments so that episodes are in the store while they run. */
@@ -271,10 +272,5 @@ int main(int argc, char **argv) {
     printf("skipped: no mpirun (Debian openmpi-bin)\n");
     return 77;
   }
-  SRunner *sr = srunner_create(launch_suite(mpi));
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(launch_suite(mpi), CK_FORK);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/launch.h"
+#include "tests/case_main.h"
 
 static lh_launch_config c;
 static lh_errbuf e;
@@ -99,10 +100,5 @@ int main(void) {
   tcase_add_test(tc, test_bad_input);
   tcase_add_test(tc, test_load);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

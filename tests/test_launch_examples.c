@@ -13,6 +13,7 @@
 
 #include "launch_fixture.h"
 #include "proc_util.h"
+#include "tests/case_main.h"
 
 /* Runs examples/<name>.ini shrunk, with more overrides, in the fleet f
  * (lfx_init done); returns the launcher's exit code. */
@@ -116,10 +117,5 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_maze);
   }
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

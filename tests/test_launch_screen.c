@@ -10,6 +10,7 @@
 
 #include "launch_fixture.h"
 #include "proc_util.h"
+#include "tests/case_main.h"
 
 START_TEST(test_screen_fits_80_columns) {
   lfx_fleet f;
@@ -70,9 +71,5 @@ int main(void) {
   tcase_set_timeout(tc, 280);
   tcase_add_test(tc, test_screen_fits_80_columns);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK_GETENV);
 }

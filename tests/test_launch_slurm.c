@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "proc_util.h"
+#include "tests/case_main.h"
 
 /* A TCP port nobody listened on a moment ago. */
 static int free_port(void) {
@@ -135,10 +136,5 @@ int main(void) {
   tcase_add_test(tc, test_refusals);
   tcase_add_test(tc, test_actor_reads_set_endpoints);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -19,6 +19,7 @@
 #include "launch_fixture.h"
 #include "proc_util.h"
 #include "store/store.h"
+#include "tests/case_main.h"
 
 typedef struct {
   uint64_t messages;  /* segments and EpisodeEnds of actor-0 stored */
@@ -132,10 +133,5 @@ int main(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, test_stop_during_long_step);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "learner/learner.h"
+#include "tests/case_main.h"
 
 #define NEAR(a, b, tol) ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), "%.9g vs %.9g", \
                                       (double)(a), (double)(b))
@@ -174,10 +175,5 @@ int main(void) {
   tcase_add_test(tc, test_admission_staleness);
   tcase_add_test(tc, test_admission_status);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

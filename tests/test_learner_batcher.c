@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "learner/learner.h"
+#include "tests/case_main.h"
 
 static void add(lh_learner_batcher *b, uint64_t ep, uint64_t group, int admitted) {
   lh_learner_batch_item it = {.episode_id = ep, .group_id = group, .reward = (float)ep, .admitted = admitted};
@@ -168,10 +169,5 @@ int main(void) {
   tcase_add_test(tc, test_batcher_errors);
   tcase_add_test(tc, test_stale_groups_dropped);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -27,6 +27,7 @@
 #include "learner/learner.h"
 #include "peer_fixture.h"
 #include "proc_util.h"
+#include "tests/case_main.h"
 
 #define WAIT_S 120
 
@@ -598,10 +599,5 @@ int main(int argc, char **argv) {
   if (!only || !strcmp(only, "resume")) tcase_add_test(tc, test_resume_without_latest);
   if (!only || !strcmp(only, "model")) tcase_add_test(tc, test_model_mismatch);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -13,6 +13,7 @@
 
 #include "learner/learner.h"
 #include "peer_fixture.h"
+#include "tests/case_main.h"
 
 
 static char dir[64], cfg_path[128], db[128], ck[128], ing[160], wpub[160], wrt[160];
@@ -345,10 +346,5 @@ int main(void) {
   tcase_add_test(tc, test_init_from_checkpoint);
   tcase_add_test(tc, test_kill_resume_bit_identical);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

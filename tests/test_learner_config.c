@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
+#include "tests/case_main.h"
 
 #define NEAR(a, b, tol) ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), "%.12g vs %.12g", \
                                       (double)(a), (double)(b))
@@ -286,10 +287,5 @@ int main(void) {
   tcase_add_test(tc, test_syntax_error_and_files);
   tcase_add_test(tc, test_lr_schedule);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -14,6 +14,7 @@
 
 #include "learner/learner.h"
 #include "proc_util.h"
+#include "tests/case_main.h"
 
 static char dir[64], cfg_path[128], db[128];
 
@@ -192,10 +193,5 @@ int main(void) {
   tcase_add_test(tc, test_learner_and_two_actors);
   tcase_add_test(tc, test_learner_killed_and_restarted);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

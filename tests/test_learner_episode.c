@@ -9,6 +9,7 @@
 #include "actors/actors.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
+#include "tests/case_main.h"
 
 enum { TOK = 23, SEG = 5, L = 2, K = 2 };
 
@@ -166,10 +167,5 @@ int main(void) {
   tcase_add_test(tc, test_oldest_version_of_sampled_tokens);
   tcase_add_test(tc, test_join_errors);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "learner/learner.h"
+#include "tests/case_main.h"
 
 #define N 8
 #define STATE_FLOATS (2 * 2 * 8 * 8) /* layers x heads x dk x dk of the model below */
@@ -149,10 +150,5 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_hostile_state_refused_alone);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

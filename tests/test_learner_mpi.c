@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
+#include "tests/case_main.h"
 
 #define EP_TOKENS 24
 #define SEG_TOKENS 8
@@ -699,11 +700,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_mpirun_learner_with_actors);
     suite_add_tcase(s, tc);
   }
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = lh_test_run(s, CK_FORK);
   if (failed) return 1;
   if (!have_mpi) {
     /* The single-rank part passed; the ranks were not tried. */

@@ -16,6 +16,7 @@
 #include "actors/actors.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
+#include "tests/case_main.h"
 
 enum { V = 8, TARGET = 5, GROUP = 4, BATCH = 16, STEPS = 40 };
 
@@ -165,10 +166,5 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_toy_policy_learns);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

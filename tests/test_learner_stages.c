@@ -17,6 +17,7 @@
 
 #include "learner/learner.h"
 #include "proc_util.h"
+#include "tests/case_main.h"
 
 static char dir[64], cfg_path[128], db[128], llog[160], llog2[160];
 
@@ -303,10 +304,5 @@ int main(void) {
     tcase_add_test(mpi, test_two_ranks_agree);
     suite_add_tcase(s, mpi);
   }
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
+#include "tests/case_main.h"
 
 static char dir[64];
 
@@ -137,10 +138,5 @@ int main(void) {
   tcase_add_test(tc, test_corrupt_files);
   tcase_add_test(tc, test_missing);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

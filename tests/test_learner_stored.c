@@ -20,6 +20,7 @@
 #include "actors/actors.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
+#include "tests/case_main.h"
 
 #define EP_TOKENS 48
 #define SEG_TOKENS 8
@@ -346,10 +347,5 @@ int main(void) {
   tcase_add_test(tc, test_keys);
   tcase_add_test(tc, test_store_reads_and_drops_states);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -16,6 +16,7 @@
 
 #include "learner/learner.h"
 #include "proc_util.h"
+#include "tests/case_main.h"
 
 static char dir[64], cfg_path[128], db[128];
 
@@ -129,10 +130,5 @@ int main(void) {
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, test_actor_states_train_stored);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

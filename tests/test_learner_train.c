@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
+#include "tests/case_main.h"
 
 #define EP_TOKENS 24
 #define SEG_TOKENS 8
@@ -557,10 +558,5 @@ int main(void) {
   tcase_add_test(tc, test_routing_replay);
   tcase_add_test(tc, test_stale_at_training_time);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

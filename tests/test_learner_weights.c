@@ -6,6 +6,7 @@
 
 #include "learner/learner.h"
 #include "proto/wire.h"
+#include "tests/case_main.h"
 
 static uint8_t *pattern(size_t n) {
   uint8_t *b = malloc(n);
@@ -127,10 +128,5 @@ int main(void) {
   tcase_add_test(tc, test_serve_checks_requests);
   tcase_add_test(tc, test_weights_params);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

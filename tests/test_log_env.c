@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "tests/case_main.h"
 
 static char text[4096];
 
@@ -71,10 +72,5 @@ int main(void) {
   tcase_add_test(tc, test_level);
   tcase_add_test(tc, test_time);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

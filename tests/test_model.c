@@ -2,6 +2,7 @@
  * its initialisation, safetensors round trip and every loader rejection,
  * and the forward's input checks. */
 #include "tests/test_model_util.h"
+#include "tests/case_main.h"
 
 #include <stdio.h>
 #include <unistd.h>
@@ -525,10 +526,5 @@ int main(void) {
   tcase_add_test(tc, test_safetensors_round_trip);
   tcase_add_test(tc, test_safetensors_rejects);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

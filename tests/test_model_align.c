@@ -4,6 +4,7 @@
  * with carried state against one long run. Each test prints the largest
  * difference it saw. Demo-model shapes (d 128, 4 layers, 16 experts). */
 #include "tests/test_model_util.h"
+#include "tests/case_main.h"
 
 #include <stdio.h>
 
@@ -302,10 +303,5 @@ int main(void) {
   tcase_add_test(tc, test_routing_replay);
   tcase_add_test(tc, test_decode_rows);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

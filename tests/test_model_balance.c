@@ -5,6 +5,7 @@
  * updates and keep it there; `none` stays above 1. The curves are printed.
  * Also: statistics and the bias update through a real model's forward. */
 #include "tests/test_model_util.h"
+#include "tests/case_main.h"
 
 #include <stdio.h>
 
@@ -201,10 +202,5 @@ int main(void) {
   tcase_add_test(tc, test_balance_through_model);
   tcase_add_test(tc, test_balance_state_round_trip);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -4,6 +4,7 @@
  * clear message and the documented exit code. */
 #include "tests/test_model_util.h"
 #include "tests/proc_util.h"
+#include "tests/case_main.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -212,10 +213,5 @@ int main(void) {
   tcase_add_test(tc, test_init_and_score);
   tcase_add_test(tc, test_cli_errors);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "model/decode_internal.h"
+#include "tests/case_main.h"
 
 #define NSEQ 5
 #define MAXLEN 40
@@ -227,10 +228,5 @@ int main(void) {
   tcase_add_test(tc, test_decode_equals_backend_path);
   tcase_add_test(tc, test_packed_gemm_shapes);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

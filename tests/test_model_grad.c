@@ -17,6 +17,7 @@
  * other seeds were seen to land near one (|g| of 3 to 70 for embed, wq,
  * wk) and then fail only there. */
 #include "tests/test_model_util.h"
+#include "tests/case_main.h"
 
 #include <stdio.h>
 
@@ -196,10 +197,5 @@ int main(void) {
   tcase_add_test(tc, test_grad_tempered_entropy_objective);
   tcase_add_test(tc, test_grad_custom_dlogp);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

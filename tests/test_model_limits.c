@@ -10,6 +10,7 @@
 #include "common/limits.h"
 #include "model/model.h"
 #include "proto/wire.h"
+#include "tests/case_main.h"
 
 static int segmenter_accepts(const lh_model_config *c) {
   lh_actors_segmenter_config sc = {.segment_tokens = 64, .routed_layers = (uint32_t)c->layers,
@@ -53,10 +54,5 @@ int main(void) {
   TCase *tc = tcase_create("limits");
   tcase_add_test(tc, test_limits_agree);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

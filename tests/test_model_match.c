@@ -11,6 +11,7 @@
 
 #include "learner/learner.h"
 #include "proc_util.h"
+#include "tests/case_main.h"
 
 static const char MODEL[] =
     "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
@@ -115,10 +116,5 @@ int main(void) {
   tcase_add_test(tc, test_model_given_must_match);
   tcase_add_test(tc, test_eval_context);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

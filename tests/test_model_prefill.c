@@ -5,6 +5,7 @@
  * them (cut before one, grow past one that starts a window); and the
  * window rule itself (lh_model_window_end). Prints the largest difference. */
 #include "tests/test_model_util.h"
+#include "tests/case_main.h"
 
 #include <stdio.h>
 
@@ -152,10 +153,5 @@ int main(void) {
   tcase_add_test(tc, test_windowed_equals_one_pass);
   tcase_add_test(tc, test_one_pass_is_the_forward);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return lh_test_run(s, CK_FORK);
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "tests/router_sim.h"
+#include "tests/case_main.h"
 
 /* Runs `steps` steps; curve[s] is MaxVio after step s + 1. Returns the dead
  * experts after the last step. */
@@ -99,10 +100,5 @@ int main(void) {
   tcase_add_test(tc, test_adaptive_16_top2);
   tcase_add_test(tc, test_bias_rule_for_comparison);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

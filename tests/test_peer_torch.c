@@ -14,6 +14,7 @@
 
 #include "model/model.h"
 #include "tests/proc_util.h"
+#include "tests/case_main.h"
 
 /* |loss_peer - loss| <= LOSS_TOL * |loss|; per tensor, the largest
  * |grad_peer - grad| <= GRAD_TOL * the largest |grad| of that tensor. */
@@ -122,10 +123,5 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_peer_matches);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return lh_test_run(s, CK_FORK);
 }

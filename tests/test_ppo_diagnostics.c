@@ -10,6 +10,7 @@
 
 #include "learner/learner.h"
 #include "store/store.h"
+#include "tests/case_main.h"
 
 START_TEST(test_loss_figures) {
   const lh_learner_ppo_params P = {.clip_eps = 0.2, .is_cap = 10.0, .entropy_coef = 0.0};
@@ -85,9 +86,5 @@ int main(void) {
   tcase_add_test(tc, test_loss_figures);
   tcase_add_test(tc, test_store_round_trip);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK_GETENV);
 }

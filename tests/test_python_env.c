@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "proc_util.h"
+#include "tests/case_main.h"
 
 static char dir[256];
 static char out[1 << 16];
@@ -146,9 +147,5 @@ int main(void) {
   tcase_add_test(tc, test_ten_lines);
   tcase_add_test(tc, test_example_server);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK_GETENV);
 }

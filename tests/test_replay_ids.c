@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
+#include "tests/case_main.h"
 
 #define BIG_ID 9223372036854775813ull   /* 2^63 + 5 */
 #define BIG_ID_SQLITE "-9223372036854775803"
@@ -122,9 +123,5 @@ int main(void) {
   tcase_add_test(tc, test_sql_unsigned);
   tcase_add_test(tc, test_show_either_form);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK_GETENV);
 }

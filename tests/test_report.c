@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
+#include "tests/case_main.h"
 
 #define ODD_ENV "<b>calc&\"co\"</b>"
 #define ODD_ENV_ESCAPED "&lt;b&gt;calc&amp;&quot;co&quot;&lt;/b&gt;"
@@ -1014,10 +1015,5 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_tensorboard);
   }
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

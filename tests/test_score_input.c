@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli/score_input.h"
+#include "tests/case_main.h"
 
 /* {"tokens":[n ids],"images":[one h x w image at 2]} as text. */
 static char *make_input(size_t n, int h, int w) {
@@ -75,10 +76,5 @@ int main(void) {
   tcase_add_test(tc, test_parse_work_is_linear);
   tcase_add_test(tc, test_parse_refuses_bad_input);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return lh_test_run(s, CK_FORK);
 }

@@ -14,6 +14,7 @@
 
 #include "actors/actors.h"
 #include "learner/learner.h"
+#include "tests/case_main.h"
 
 static lh_env *open_calc(const char *stages) {
   lh_env_option opts[2] = {{"stages", stages}, {"digits", "1"}};
@@ -471,10 +472,5 @@ int main(void) {
   tcase_add_test(tc, test_loss_falls);
   tcase_add_test(tc, test_cli);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -4,6 +4,7 @@
 #include <check.h>
 
 #include "cli/sft_eta.h"
+#include "tests/case_main.h"
 
 START_TEST(test_expected_end) {
   double s[2] = {100, 200}, r[2] = {0.2, 0.4};
@@ -24,9 +25,5 @@ int main(void) {
   TCase *tc = tcase_create("sft_eta");
   tcase_add_test(tc, test_expected_end);
   suite_add_tcase(su, tc);
-  SRunner *sr = srunner_create(su);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(su, CK_FORK_GETENV);
 }

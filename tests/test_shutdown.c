@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "proc_util.h"
+#include "tests/case_main.h"
 
 #define EXIT_BOUND_S 10
 
@@ -124,10 +125,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *r = srunner_create(suite());
-  srunner_set_fork_status(r, CK_FORK);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  return lh_test_run(suite(), CK_FORK);
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
+#include "tests/case_main.h"
 
 static lh_store_train_step got;
 static int rows;
@@ -76,10 +77,5 @@ int main(void) {
   TCase *tc = tcase_create("balance");
   tcase_add_test(tc, test_balance_columns);
   suite_add_tcase(su, tc);
-  SRunner *sr = srunner_create(su);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(su, CK_FORK);
 }

@@ -17,6 +17,7 @@
 #include "store/store_internal.h"
 #include "tests/proc_util.h"
 #include "tests/store_fixture.h"
+#include "tests/case_main.h"
 
 static char dir[64], db[128];
 static lh_errbuf e;
@@ -344,10 +345,5 @@ int main(void) {
   tcase_add_test(tc, test_metadata_scans_use_the_index);
   tcase_add_test(tc, test_cli_check);
   suite_add_tcase(su, tc);
-  SRunner *sr = srunner_create(su);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return lh_test_run(su, CK_FORK);
 }

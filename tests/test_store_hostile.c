@@ -15,6 +15,7 @@
 
 #include "store/store_internal.h"
 #include "tests/store_fixture.h"
+#include "tests/case_main.h"
 
 static char db[256];
 static lh_errbuf e;
@@ -558,10 +559,5 @@ static Suite *hostile_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(hostile_suite());
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(hostile_suite(), CK_FORK);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "tests/store_fixture.h"
+#include "tests/case_main.h"
 
 static char db[128];
 
@@ -160,10 +161,5 @@ int main(void) {
   tcase_add_test(tc, test_store_takes_the_bytes);
   tcase_add_test(tc, test_looser_limits_validate_again);
   suite_add_tcase(su, tc);
-  SRunner *sr = srunner_create(su);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(su, CK_FORK);
 }

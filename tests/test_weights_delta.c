@@ -18,6 +18,7 @@
 #include "actors/actors.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
+#include "tests/case_main.h"
 
 #define CHUNK 1000u
 #define CHUNKS 40u
@@ -514,10 +515,5 @@ int main(void) {
   tcase_add_test(tc, test_link_with_zstd);
   tcase_add_test(tc, test_link_without_zstd);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

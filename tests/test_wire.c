@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "tests/wire_fixture.h"
+#include "tests/case_main.h"
 
 /* ---- round trips ---------------------------------------------------- */
 
@@ -274,10 +275,5 @@ int main(void) {
   tcase_add_test(rt, test_segment_payload);
   tcase_add_test(rt, test_limits_and_names);
   suite_add_tcase(s, rt);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

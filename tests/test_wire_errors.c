@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "tests/wire_fixture.h"
+#include "tests/case_main.h"
 
 /* Encodes f->env, decodes it under lim (NULL: defaults) and asserts the
  * rejection: the exact code, no message handed out, and the error text
@@ -658,10 +659,5 @@ int main(void) {
   tcase_add_test(tc, test_err_expansion);
   tcase_add_test(tc, test_largest_segment);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "tests/wire_fixture.h"
+#include "tests/case_main.h"
 
 #define RANDOM_BUFFERS 40000
 #define MUTATED_BUFFERS 60000
@@ -272,10 +273,5 @@ int main(void) {
   tcase_add_test(tc, test_mutated_encodings);
   tcase_add_test(tc, test_mutated_segment_payloads);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return lh_test_run(s, CK_FORK);
 }
