@@ -489,6 +489,27 @@ typedef struct {
 int lh_actors_eval(lh_model *model, lh_env *const *envs, int n_envs, const uint64_t *seeds, size_t n,
                           const lh_actors_eval_params *p, size_t *successes, lh_errbuf *err);
 
+/* The evaluation driver (eval_seeds.c): episodes of m on the held-out
+ * seeds 1..seeds of environment env (LH_ACTORS_EVAL_ENVS of them, each
+ * opened with the options), through lh_actors_eval: greedy at temperature
+ * 0, else sampled at it; *wins counts successes. The first show episodes
+ * to end are written to out (NULL when show is 0). An episode ends at
+ * max_context tokens (bounded to 2..INT_MAX). With more seeds than one
+ * chunk (about a tenth of them, whole rounds of the environments),
+ * progress (may be NULL) is called after each chunk with the seeds done,
+ * the successes so far and the seconds left at the rate so far. */
+#define LH_ACTORS_EVAL_ENVS 16
+typedef struct {
+  uint64_t max_context, seeds;
+  float temperature;
+  size_t show;
+  FILE *out;
+  void (*progress)(void *ctx, size_t done, uint64_t seeds, size_t wins, double left_s);
+  void *progress_ctx;
+} lh_actors_eval_seeds_params;
+int lh_actors_eval_seeds(lh_model *m, const char *env, const lh_env_option *opts, size_t n_opts,
+                         const lh_actors_eval_seeds_params *p, size_t *wins, lh_errbuf *err);
+
 
 /* ---- episode runner -------------------------------------------------------
  * B episodes at once on one model (ARCHITECTURE.md §1, §6): each row of a batched
