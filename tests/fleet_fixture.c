@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/fleet_fixture.h"
-#include "tests/proc_util.h"
+#include "fleet_fixture.h"
+#include "proc_util.h"
 
 void path_in(const fleet *f, char *out, size_t cap, const char *name) {
   snprintf(out, cap, "%s/%s", f->dir, name);

@@ -1,5 +1,5 @@
 /* tests: the `longhaul launch` fixture (launch_fixture.h). */
-#include "tests/launch_fixture.h"
+#include "launch_fixture.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/proc_util.h"
+#include "proc_util.h"
 #include "store/store.h"
 
 void lfx_init(lfx_fleet *f, const char *tag) {

@@ -1,5 +1,5 @@
 /* A peer of a real learner process (peer_fixture.h). */
-#include "tests/peer_fixture.h"
+#include "peer_fixture.h"
 
 #include <check.h>
 #include <stdlib.h>

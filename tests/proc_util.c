@@ -1,6 +1,6 @@
 /* Helpers for tests that run real processes (see proc_util.h). */
 #define _GNU_SOURCE
-#include "tests/proc_util.h"
+#include "proc_util.h"
 
 #include <signal.h>
 #include <stdio.h>

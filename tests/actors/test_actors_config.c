@@ -1,13 +1,12 @@
 /* Tests of actors/config.c: the [actor] section and one test per kind of
  * error (each message must name the key, the section and the line). */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "actors/actors.h"
-#include "tests/case_main.h"
 
 static void expect_error(const char *text, int code, const char *n1, const char *n2) {
   lh_actors_config c;

@@ -5,7 +5,7 @@
  * the learner's checks, so the episodes play on; an image over max_patches
  * (15x15: 64 patches) ends its episode as an error with the reason, and
  * the runner goes on to the next episodes. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +13,6 @@
 #include "actors/actors.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
-#include "tests/case_main.h"
 
 static lh_model *tiny_model(void) {
   lh_model_config c;

@@ -7,7 +7,7 @@
  * goes through in windows of 64 chunks whatever the document's length,
  * and the runner forgets what it has fed and sent. Before, one forward
  * over the whole observation held every position's activations. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +19,6 @@
 #include "model/model.h"
 #include "proto/wire.h"
 #include "tests/proc_util.h"
-#include "tests/case_main.h"
 
 typedef struct {
   char dir[64], ingest[128], config[160], ckpt[160];

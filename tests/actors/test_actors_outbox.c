@@ -1,12 +1,11 @@
 /* Tests of actors/outbox.c: capacity in messages and bytes, acks of unknown
  * and duplicate ids, resend order and timeouts with an injected clock, the
  * reconnect path, and the id table under many collisions; and the heartbeat meter. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdlib.h>
 #include <string.h>
 
 #include "actors/actors.h"
-#include "tests/case_main.h"
 
 static const uint8_t PAYLOAD[256] = {1, 2, 3, 4, 5};
 

@@ -7,7 +7,7 @@
  * carry the new version), and SIGTERM ends the process cleanly (exit 0,
  * open episodes aborted). A tiny checkpoint (d 16) made with
  * lh_model_save; ipc:// endpoints in a temporary folder. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +19,6 @@
 #include "actors/actors.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
-#include "tests/case_main.h"
 
 typedef struct {
   char dir[64];

@@ -5,7 +5,7 @@
  * behavior log-probabilities are the model's own (training forward over
  * the reassembled tokens); a version set mid-run stamps the later tokens;
  * an environment that fails ends its episode as error. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +15,6 @@
 
 #include "actors/actors.h"
 #include "proto/wire.h"
-#include "tests/case_main.h"
 
 static lh_model *tiny_model(void) {
   lh_model_config c;

@@ -1,11 +1,10 @@
 /* Tests of actors/: the generator and the sampler. Frequencies are checked
  * with a chi-square bound at fixed seeds, so the outcome is deterministic. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <string.h>
 
 #include "actors/actors.h"
-#include "tests/case_main.h"
 
 START_TEST(test_rng_deterministic_and_resumable) {
   lh_actors_rng a, b, c;

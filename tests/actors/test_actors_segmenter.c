@@ -2,14 +2,13 @@
  * arrays, images, the EpisodeEnd, and every error path. Each message the
  * segmenter hands out is checked with lh_wire_validate and round-tripped
  * through the real protobuf-c codec. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "actors/actors.h"
 #include "proto/wire.h"
-#include "tests/case_main.h"
 
 enum { L = 2, K = 2 };
 

@@ -3,14 +3,13 @@
  * decoding goes on with the old version until the new one is complete,
  * newer announcements replace older fetches, bad chunks and a bad whole
  * checksum are refused. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdlib.h>
 #include <string.h>
 
 #include "actors/actors.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
-#include "tests/case_main.h"
 
 static uint8_t *pattern(size_t n, unsigned salt) {
   uint8_t *b = malloc(n);

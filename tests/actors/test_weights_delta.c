@@ -8,7 +8,7 @@
  * garbage, two frames) are refused with nothing written past the chunk.
  * The last case runs the real publisher and actor link over sockets, with
  * and without zstd. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,6 @@
 #include "actors/actors.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
-#include "tests/case_main.h"
 
 #define CHUNK 1000u
 #define CHUNKS 40u

@@ -3,7 +3,7 @@
  * terms, a running episode, train steps), then the real binary (LH_BIN)
  * run on it for every subcommand, good arguments and bad, checking its
  * stdout, stderr and exit code. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <cjson/cJSON.h>
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "store/store.h"
-#include "tests/case_main.h"
 
 enum { BOS = 256, EOS, CALL, CALL_END, OBS, OBS_END, IMG, PAD };
 

@@ -8,16 +8,15 @@
  * stops the launch before anything starts. With the argument "mpi": two
  * learner ranks (one mpirun job) with an actor each, stopped in order
  * after three steps; exit 77 (skipped) without mpirun. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/launch_fixture.h"
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "launch_fixture.h"
+#include "proc_util.h"
 
 /* The demo fleet (examples/calc.ini) made tiny, running until stopped,
  * with short segments so that episodes are in the store while they run. */

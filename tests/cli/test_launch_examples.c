@@ -5,15 +5,14 @@
  * With the argument
  * "envserver": the Python env server fleet alone, exit 77 (skipped) when
  * /usr/bin/python3 lacks zmq or protobuf. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/launch_fixture.h"
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "launch_fixture.h"
+#include "proc_util.h"
 
 /* Runs examples/<name>.ini shrunk, with more overrides, in the fleet f
  * (lfx_init done); returns the launcher's exit code. */

@@ -17,7 +17,7 @@
  *              first's learner: of its run they train, of another run
  *              (--run-id) they are refused, exit 2, and are not retried. */
 #include <arpa/inet.h>
-#include <check.h>
+#include "case_main.h"  /* check.h and the suite runner */
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,9 +26,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tests/case_main.h"
-#include "tests/launch_fixture.h"
-#include "tests/proc_util.h"
+#include "launch_fixture.h"
+#include "proc_util.h"
 
 static void calc_fleet(lfx_fleet *f, const char *tag, const lfx_override *more, int n_more) {
   lfx_init(f, tag);

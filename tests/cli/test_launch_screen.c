@@ -2,15 +2,14 @@
  * shows the actors' heartbeats, every line of every redraw (escape
  * sequences removed) fits 80 columns (79 at most: a terminal may wrap a full one); then SIGTERM stops the fleet (its
  * closing status lines are log lines, not the screen). */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/launch_fixture.h"
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "launch_fixture.h"
+#include "proc_util.h"
 
 START_TEST(test_screen_fits_80_columns) {
   lfx_fleet f;

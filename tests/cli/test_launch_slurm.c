@@ -4,7 +4,7 @@
  * allocation, without scontrol and with endpoints that cannot span nodes,
  * and of values an #SBATCH line cannot hold; and the actor reading the
  * ranks' endpoints from its --set overrides. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "proc_util.h"
 
 /* A TCP port nobody listened on a moment ago. */
 static int free_port(void) {

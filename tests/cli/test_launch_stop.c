@@ -9,17 +9,16 @@
  * every message an actor had acked is in the store, the store passes its
  * check, and a learner started again with --resume goes on from that
  * checkpoint. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/launch_fixture.h"
-#include "tests/proc_util.h"
+#include "launch_fixture.h"
+#include "proc_util.h"
 #include "store/store.h"
-#include "tests/case_main.h"
 
 typedef struct {
   uint64_t messages;  /* segments and EpisodeEnds of actor-0 stored */

@@ -5,7 +5,7 @@
  * shows the ids unsigned, not as SQLite's negative form; replay show
  * takes the id in either form. */
 #define _POSIX_C_SOURCE 200809L
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "store/store.h"
-#include "tests/case_main.h"
 
 #define BIG_ID 9223372036854775813ull   /* 2^63 + 5 */
 #define BIG_ID_SQLITE "-9223372036854775803"

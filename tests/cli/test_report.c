@@ -7,7 +7,7 @@
  * suite instead renders the page in headless Chromium and checks that the
  * charts drew; without a `chromium` on PATH it exits 77 (skipped). */
 #define _POSIX_C_SOURCE 200809L
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <fcntl.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include "store/store.h"
-#include "tests/case_main.h"
 
 #define ODD_ENV "<b>calc&\"co\"</b>"
 #define ODD_ENV_ESCAPED "&lt;b&gt;calc&amp;&quot;co&quot;&lt;/b&gt;"

@@ -7,13 +7,12 @@
  * item, 1 000 000 * 999 999 / 2 visits for the long input. cJSON_Parse
  * itself is one pass that links each item after the one before. The long
  * input also goes through completely and its ids come back in order. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/score_input.h"
-#include "tests/case_main.h"
 
 /* {"tokens":[n ids],"images":[one h x w image at 2]} as text. */
 static char *make_input(size_t n, int h, int w) {

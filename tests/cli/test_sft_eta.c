@@ -1,10 +1,9 @@
 /* lh_cli_sft_expected_end: the step `longhaul sft` counts its time left
  * to: --steps, or where the success rate of the last two evaluations,
  * extended as a line, reaches --target (at an evaluation). */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 
 #include "cli/sft_eta.h"
-#include "tests/case_main.h"
 
 START_TEST(test_expected_end) {
   double s[2] = {100, 200}, r[2] = {0.2, 0.4};

@@ -1,6 +1,6 @@
 /* Tests of common/: the error table, the hash, text files, numbers, the
  * line reader and the INI section reader (common/ini_section.h). */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +9,6 @@
 
 #include "common/common.h"
 #include "common/ini_section.h"
-#include "tests/case_main.h"
 
 START_TEST(test_error_table) {
   ck_assert_str_eq(lh_strerror(LH_OK), "success");

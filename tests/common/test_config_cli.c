@@ -7,7 +7,7 @@
  * binary: --set on every command that reads a config, unknown keys and
  * sections exit 2 naming --set, and `longhaul launch --set` hands the
  * overrides to every child (a tiny calc fleet run to its end). */
-#include <check.h>
+#include "case_main.h"  /* check.h and the suite runner */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,14 +16,13 @@
 #include <unistd.h>
 
 #include "actors/actors.h"
-#include "tests/case_main.h"
 #include "cli/config.h"
 #include "cli/launch.h"
 #include "cli/policy_eval.h"
-#include "tests/launch_fixture.h"
+#include "launch_fixture.h"
 #include "learner/learner.h"
 #include "model/model.h"
-#include "tests/proc_util.h"
+#include "proc_util.h"
 
 /* A folder with dir/name written; returns the file's path (static). */
 static const char *file_in(const char *dir, const char *name, const char *text) {

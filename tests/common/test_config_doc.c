@@ -4,7 +4,7 @@
  * unknown sections with their header's line, paths resolved against the
  * folder of the file they are written in, and reading the same file and
  * overrides again. Real files in a temporary folder. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,8 +14,7 @@
 
 #include "common/ini_doc.h"
 #include "common/ini_section.h"
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "proc_util.h"
 
 static char dir[PATH_MAX], real_dir[PATH_MAX];
 

@@ -2,14 +2,13 @@
  * so), LH_LOG_TIME=1 starts every line with its UTC time in ISO 8601 with
  * milliseconds. Each case runs forked (the logger's state is global). */
 #define _POSIX_C_SOURCE 200809L
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
-#include "tests/case_main.h"
 
 static char text[4096];
 

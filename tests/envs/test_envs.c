@@ -1,6 +1,6 @@
 /* Tests of envs/: the action parser, the calc evaluator, the built-ins
  * (expert solves, random rarely does, determinism), the wrapper and plugins. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +8,6 @@
 
 #include "envs/calc.h"
 #include "envs/env.h"
-#include "tests/case_main.h"
 
 /* ---- parser ---- */
 

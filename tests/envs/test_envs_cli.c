@@ -1,6 +1,6 @@
 /* Tests of `longhaul envs`: list, describe, play (expert and typed actions
  * on piped stdin), a plugin, an env server process, --help and exit codes. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +8,6 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "tests/case_main.h"
 
 static char out[1 << 20];
 

@@ -11,7 +11,7 @@
  *     reset after it starts afresh;
  *   - sessions are their client's; peer names are escaped in the log;
  *   - the Python server's session caps and idle close. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,9 +20,8 @@
 #include <zmq.h>
 
 #include "envs/env.h"
-#include "tests/proc_util.h"
+#include "proc_util.h"
 #include "proto/wire.h"
-#include "tests/case_main.h"
 
 #define MIB (1024ll * 1024)
 

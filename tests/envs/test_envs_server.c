@@ -2,7 +2,7 @@
  * running lh_envserver_serve) and the Python one (/usr/bin/python3), end
  * to end; a server killed (SIGKILL) or hung (SIGSTOP) mid-episode ends the
  * episode as error and the client keeps working with a new server. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +13,6 @@
 #include <zmq.h>
 
 #include "envs/env.h"
-#include "tests/case_main.h"
 
 static void endpoint(char *buf, size_t cap, const char *tag) {
   snprintf(buf, cap, "ipc:///tmp/lh-envs-test-%d-%s.sock", (int)getpid(), tag);

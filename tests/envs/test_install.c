@@ -3,13 +3,12 @@
  * tree) compiled with nothing but `pkg-config --cflags longhaul-env` of
  * the installed files, and played by the installed binary; the installed
  * man page holds every command's --help. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "proc_util.h"
 
 static char out[1 << 16];
 

@@ -4,15 +4,14 @@
  * lines is served, played to its reward by `longhaul envs play`, and
  * stops with 0 and its totals logged on SIGTERM; env_server.py, the
  * example built on the module, serves guess and reverse. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "proc_util.h"
 
 static char dir[256];
 static char out[1 << 16];

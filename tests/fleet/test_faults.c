@@ -10,7 +10,7 @@
  * Run one fault by its case name: test_faults CASE (faults.cmake registers
  * one ctest entry per case). */
 #define _GNU_SOURCE
-#include <check.h>
+#include "case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,10 +21,9 @@
 
 #include "actors/actors.h"
 #include "learner/learner.h"
-#include "tests/proc_util.h"
+#include "proc_util.h"
 #include "proto/wire.h"
-#include "tests/case_main.h"
-#include "tests/fleet_fixture.h"
+#include "fleet_fixture.h"
 
 /* ---- 1. the learner SIGKILLed mid-step and mid-ingest ------------------- */
 

@@ -5,7 +5,7 @@
  * counted; memory bounds are checked on the learner's peak resident
  * memory (VmHWM), never on time. Run one case: test_hostile CASE. */
 #define _GNU_SOURCE
-#include <check.h>
+#include "case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,11 +13,10 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "tests/case_main.h"
-#include "tests/fleet_fixture.h"
+#include "fleet_fixture.h"
 #include "learner/learner.h"
-#include "tests/peer_fixture.h"
-#include "tests/proc_util.h"
+#include "peer_fixture.h"
+#include "proc_util.h"
 #include "proto/wire.h"
 
 #define SEG_TOKENS 8

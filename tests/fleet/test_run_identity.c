@@ -8,7 +8,7 @@
  *
  * Run one case by its name: test_run_identity CASE. */
 #define _GNU_SOURCE
-#include <check.h>
+#include "case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -18,12 +18,11 @@
 
 #include <zmq.h>
 
-#include "tests/case_main.h"
 #include "common/run_id.h"
-#include "tests/fleet_fixture.h"
+#include "fleet_fixture.h"
 #include "learner/learner.h"
-#include "tests/peer_fixture.h"
-#include "tests/proc_util.h"
+#include "peer_fixture.h"
+#include "proc_util.h"
 #include "store/store_internal.h"
 
 /* ---- reading the store -------------------------------------------------- */

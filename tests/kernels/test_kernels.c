@@ -2,12 +2,11 @@
  * build of kernels/cpu (the same source as the fp32 backend) against central
  * finite differences, relative error below 1e-3 for every input and
  * parameter. Each check prints the largest error it saw per tensor. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
 #include "tests/kernels/test_kernels_util.h"
-#include "tests/case_main.h"
 
 /* ---- matmul --------------------------------------------------------------- */
 typedef struct {

@@ -15,7 +15,7 @@
  * and exits 77 ("skipped: no CUDA device"). CUDA cannot be used in a child
  * forked after the parent touched the driver, so this suite runs without
  * forking and opens one backend for all its tests. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +24,6 @@
 #include "kernels/kernels.h"
 #include "kernels/nccl.h"
 #include "tests/kernels/test_kernels_util.h"
-#include "tests/case_main.h"
 
 #define TOL_FP32 1e-5
 #define TOL_BF16 2e-2

@@ -11,7 +11,7 @@
  * Without a device it exits 77 ("skipped: no CUDA device"). CUDA cannot be
  * used in a forked child after the parent touched the driver, so this
  * suite runs without forking. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +20,6 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "tests/kernels/test_kernels_util.h"
-#include "tests/case_main.h"
 
 #define POOL_BYTES ((size_t)2 << 30)
 #define N_SEQ 4

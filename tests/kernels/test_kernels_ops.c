@@ -3,12 +3,11 @@
  * batched decode), the decay bound keeps the chunked form finite, routing
  * ties, expert dispatch against a naive reference, AdamW against a hand
  * computation, the table itself and every error path. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <string.h>
 
 #include "kernels/kernels.h"
 #include "tests/kernels/test_kernels_util.h"
-#include "tests/case_main.h"
 
 #define ATTN_TOL 1e-5
 

@@ -9,7 +9,7 @@
  *   rounding (relative 5e-5 of the row's scale), not bit for bit;
  * - the instance's scratch arena is reused: a second identical step maps
  *   nothing new. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,7 +19,6 @@
 #include "kernels/cpu/team.h"
 #include "kernels/cpu/vexp.h"
 #include "kernels/kernels.h"
-#include "tests/case_main.h"
 
 static int64_t ordered(float f) {
   int32_t i;

@@ -4,14 +4,13 @@
  * drawn from a few levels), biases, -0/+0, infinities and NaN, the chosen
  * experts and their order must be the same, in fp32 (the backend) and in
  * fp64 (the gradient-check build). */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/kernels.h"
-#include "tests/case_main.h"
 
 static uint64_t next_u64(uint64_t *s) {
   *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;

@@ -4,7 +4,7 @@
  * `replay sql`'s fences, and the real `longhaul replay` and `report` on
  * rank files found next to --db or given with --rank-db. The run across
  * network namespaces is tests/learner/netns_hosts.sh. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,10 +12,9 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
-#include "tests/proc_util.h"
+#include "proc_util.h"
 #include "store/store.h"
-#include "tests/store_fixture.h"
-#include "tests/case_main.h"
+#include "store_fixture.h"
 
 /* ---- [learner] ingest_endpoints ------------------------------------------ */
 

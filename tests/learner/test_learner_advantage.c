@@ -1,11 +1,10 @@
 /* Tests of learner/advantage.c and learner/admission.c with hand-computed
  * values. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <string.h>
 
 #include "learner/learner.h"
-#include "tests/case_main.h"
 
 #define NEAR(a, b, tol) ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), "%.9g vs %.9g", \
                                       (double)(a), (double)(b))

@@ -4,7 +4,7 @@
  * counted on one line (print_totals). Run one case by name: test_learner_async
  * CASE (learner_async.cmake registers one ctest entry per case). */
 #define _GNU_SOURCE
-#include <check.h>
+#include "case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -13,9 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/case_main.h"
-#include "tests/fleet_fixture.h"
-#include "tests/proc_util.h"
+#include "fleet_fixture.h"
+#include "proc_util.h"
 #include "store/store.h"
 
 /* Starts the learner with one variable set in its environment only. */

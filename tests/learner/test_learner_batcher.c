@@ -1,11 +1,10 @@
 /* Tests of learner/batcher.c: batches of whole groups in completion order,
  * dropped episodes counting toward their group, groups closed early, and
  * every error. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <string.h>
 
 #include "learner/learner.h"
-#include "tests/case_main.h"
 
 static void add(lh_learner_batcher *b, uint64_t ep, uint64_t group, int admitted) {
   lh_learner_batch_item it = {.episode_id = ep, .group_id = group, .reward = (float)ep, .admitted = admitted};

@@ -13,7 +13,7 @@
  * what it counted. Run one case by name: test_learner_ckpt CASE
  * (learner_ckpt.cmake registers one ctest entry per case). */
 #define _GNU_SOURCE
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <dirent.h>
 #include <math.h>
 #include <signal.h>
@@ -25,9 +25,8 @@
 #include <zmq.h>
 
 #include "learner/learner.h"
-#include "tests/peer_fixture.h"
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "peer_fixture.h"
+#include "proc_util.h"
 
 #define WAIT_S 120
 

@@ -2,7 +2,7 @@
  * in this process over ipc:// endpoints in a temporary directory: it
  * stores and acks, trains, publishes, checkpoints, stops cleanly on SIGTERM
  * and resumes from its checkpoint; usage and config errors exit 2. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +12,7 @@
 #include <zmq.h>
 
 #include "learner/learner.h"
-#include "tests/peer_fixture.h"
-#include "tests/case_main.h"
+#include "peer_fixture.h"
 
 
 static char dir[64], cfg_path[128], db[128], ck[128], ing[160], wpub[160], wrt[160];

@@ -1,7 +1,7 @@
 /* Tests of learner/config.c: the [learner] section, one test per kind of
  * error (each message must name the key, the section and the line), the
  * learning-rate schedule and the stages. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
-#include "tests/case_main.h"
 
 #define NEAR(a, b, tol) ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), "%.12g vs %.12g", \
                                       (double)(a), (double)(b))

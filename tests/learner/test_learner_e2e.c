@@ -4,7 +4,7 @@
  * mid-episode (some episode's tokens carry two versions), the store holds
  * ended episodes with rewards from both actors, and at version 0 the
  * learner's log-probabilities match the actors' below 1e-5. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,8 +13,7 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "proc_util.h"
 
 static char dir[64], cfg_path[128], db[128];
 

@@ -2,14 +2,13 @@
  * (actors/) and sent through the real codec: the join in any order, image
  * offsets, versions, the advantage broadcast, windows, and each kind of
  * inconsistency. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdlib.h>
 #include <string.h>
 
 #include "actors/actors.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
-#include "tests/case_main.h"
 
 enum { TOK = 23, SEG = 5, L = 2, K = 2 };
 

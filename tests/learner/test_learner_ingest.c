@@ -3,7 +3,7 @@
  * SQLite store: an ack means the message is stored, a duplicate is acked and
  * stored once, garbage is counted and does not stop the ingest, a failing
  * store answers ACK_RETRY. Also the [learner] keys the process needs. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +12,6 @@
 #include <zmq.h>
 
 #include "learner/learner.h"
-#include "tests/case_main.h"
 
 static char dir[64];
 static char db[128];

@@ -4,7 +4,7 @@
  * NaN, is refused (ACK_REJECTED) alone; the segments around it in the same
  * round, one with a state of the model's size and one without, are stored,
  * and segments.state_offset says which holds a state. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +13,6 @@
 #include <zmq.h>
 
 #include "learner/learner.h"
-#include "tests/case_main.h"
 
 #define N 8
 #define STATE_FLOATS (2 * 2 * 8 * 8) /* layers x heads x dk x dk of the model below */

@@ -14,7 +14,7 @@
  * The binary is its own MPI worker: `test_learner_mpi --worker MODE DIR`
  * runs one rank. Without mpirun or an MPI build only the single-rank part
  * runs, and the suite exits 77 (skipped) when it passes. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
-#include "tests/case_main.h"
 
 #define EP_TOKENS 24
 #define SEG_TOKENS 8

@@ -8,7 +8,7 @@
  * rises from chance to near 1, that learner and behavior log-probabilities
  * agree at the current version (ARCHITECTURE.md §5 alignment), and that a second
  * PPO epoch on the same batch clips. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +16,6 @@
 #include "actors/actors.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
-#include "tests/case_main.h"
 
 enum { V = 8, TARGET = 5, GROUP = 4, BATCH = 16, STEPS = 40 };
 

@@ -1,12 +1,11 @@
 /* Tests of learner/ppo.c: dloss/dlogp against central finite differences in
  * double, the clip regions and the truncation by hand, normalisation across
  * calls, the entropy bonus, the alignment figure and every error. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <string.h>
 
 #include "learner/learner.h"
-#include "tests/case_main.h"
 
 #define NEAR(a, b, tol) ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), "%.12g vs %.12g", \
                                       (double)(a), (double)(b))

@@ -8,7 +8,7 @@
  * stage's context from the announcement; a learner stopped at the last
  * stage and started again with --resume goes on at it (the same row, its
  * begin unchanged) and trains more of its episodes. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +16,7 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "proc_util.h"
 
 static char dir[64], cfg_path[128], db[128], llog[160], llog2[160];
 

@@ -1,6 +1,6 @@
 /* Tests of learner/state.c: exact round trip, atomic replacement, and each
  * way a state file can be missing or corrupt. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
-#include "tests/case_main.h"
 
 static char dir[64];
 

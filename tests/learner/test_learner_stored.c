@@ -10,7 +10,7 @@
  * it; the segmenter sends each state with the segment that holds it; the
  * store reads back the state a window starts from alone, refuses one of
  * another size, and drops it with its payload; the keys and their errors. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +20,6 @@
 #include "actors/actors.h"
 #include "learner/learner.h"
 #include "proto/wire.h"
-#include "tests/case_main.h"
 
 #define EP_TOKENS 48
 #define SEG_TOKENS 8

@@ -6,7 +6,7 @@
  * learner starts windows from them (its log says states_used > 0), and at
  * version 0, where the actor's states are the learner's own, its
  * log-probabilities match the actor's below 1e-4. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +15,7 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "proc_util.h"
 
 static char dir[64], cfg_path[128], db[128];
 

@@ -4,7 +4,7 @@
  * behavior ones at version 0 below 1e-5, a train_steps row, no episode
  * trained twice, staleness drops counted, and a non-finite step skipped
  * with the parameters untouched. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
-#include "tests/case_main.h"
 
 #define EP_TOKENS 24
 #define SEG_TOKENS 8

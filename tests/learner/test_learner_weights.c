@@ -1,12 +1,11 @@
 /* Tests of learner/weights.c: the announcement, the chunks (validated as
  * they travel) and the checks on requests. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdlib.h>
 #include <string.h>
 
 #include "learner/learner.h"
 #include "proto/wire.h"
-#include "tests/case_main.h"
 
 static uint8_t *pattern(size_t n) {
   uint8_t *b = malloc(n);

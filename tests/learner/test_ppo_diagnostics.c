@@ -2,7 +2,7 @@
  * policy (mean of r - 1 - log r) and importance weights (mean, largest),
  * and the five figures of a train step (schema 11) stored and read back,
  * NAN as NULL. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,7 +10,6 @@
 
 #include "learner/learner.h"
 #include "store/store.h"
-#include "tests/case_main.h"
 
 START_TEST(test_loss_figures) {
   const lh_learner_ppo_params P = {.clip_eps = 0.2, .is_cap = 10.0, .entropy_coef = 0.0};

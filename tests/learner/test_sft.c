@@ -4,7 +4,7 @@
  * atomic checkpoint, and `longhaul sft` through the real binary (LH_BIN),
  * whose checkpoint `longhaul score` loads, with its usage errors. */
 #define _GNU_SOURCE
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +14,6 @@
 
 #include "actors/actors.h"
 #include "learner/learner.h"
-#include "tests/case_main.h"
 
 static lh_env *open_calc(const char *stages) {
   lh_env_option opts[2] = {{"stages", stages}, {"digits", "1"}};

@@ -2,7 +2,7 @@
  * init` and the actor: every topk and layer count the config accepts, the
  * actor's segmenter accepts too, and one past the limit the config refuses
  * (naming the key) before any checkpoint is written. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,7 +10,6 @@
 #include "common/limits.h"
 #include "model/model.h"
 #include "proto/wire.h"
-#include "tests/case_main.h"
 
 static int segmenter_accepts(const lh_model_config *c) {
   lh_actors_segmenter_config sc = {.segment_tokens = 64, .routed_layers = (uint32_t)c->layers,

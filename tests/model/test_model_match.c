@@ -4,14 +4,13 @@
  * differs from the model of --ckpt / --init (exit 2, naming each key that
  * differs) while a matching one, or none, is accepted. Real processes on a
  * checkpoint written by `longhaul init`. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "learner/learner.h"
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "proc_util.h"
 
 static const char MODEL[] =
     "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"

@@ -4,11 +4,10 @@
  * below the target within the stated number of steps, keep it there, and
  * leave no dead expert; the curves of the rules are printed. Counts, never
  * times, are asserted. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 
 #include "tests/router_sim.h"
-#include "tests/case_main.h"
 
 /* Runs `steps` steps; curve[s] is MaxVio after step s + 1. Returns the dead
  * experts after the last step. */

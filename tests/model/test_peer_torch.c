@@ -5,7 +5,7 @@
  * different orders). The ratio bench_model prints is only honest if both
  * sides do the same work. Without /usr/bin/python3 and python3-torch the
  * suite exits 77 (skipped). */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +14,6 @@
 
 #include "model/model.h"
 #include "tests/proc_util.h"
-#include "tests/case_main.h"
 
 /* |loss_peer - loss| <= LOSS_TOL * |loss|; per tensor, the largest
  * |grad_peer - grad| <= GRAD_TOL * the largest |grad| of that tensor. */

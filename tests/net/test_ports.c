@@ -7,7 +7,7 @@
  * ZMQ_MAXMSGSIZE and a replayed message; after each the process still
  * answers a good request, and at the end it has counted and logged the
  * bad ones (once per interval) and exits on SIGTERM. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +18,7 @@
 #include <zmq.h>
 
 #include "learner/learner.h"
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "proc_util.h"
 
 #define SEG 6
 

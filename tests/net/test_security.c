@@ -6,7 +6,7 @@
  * the learner's log) and answers nothing to a plain (non-CURVE) client;
  * CURVE keys given by halves, or a secret key file others can read, are
  * config errors. Plugins load only from allowed paths. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +18,7 @@
 #include "envs/env.h"
 #include "learner/learner.h"
 #include "net/zsock.h"
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "proc_util.h"
 
 static char dir[64];
 

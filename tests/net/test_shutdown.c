@@ -6,15 +6,14 @@
  * episode exits as the first. Every socket's ZMQ_LINGER is bounded
  * (net/zsock.h, 1000 ms), so closing them cannot wait on a dead peer.
  * The checks are bounds on exit, not timings. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/proc_util.h"
-#include "tests/case_main.h"
+#include "proc_util.h"
 
 #define EXIT_BOUND_S 10
 

@@ -2,13 +2,12 @@
  * every field compared, and the segment payload the store keeps. One test
  * per validation error code is in test_wire_errors.c, the random and
  * mutated inputs in test_wire_fuzz.c. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tests/wire_fixture.h"
-#include "tests/case_main.h"
 
 /* ---- round trips ---------------------------------------------------- */
 

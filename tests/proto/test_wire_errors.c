@@ -3,13 +3,12 @@
  * message names the field (and, where it matters, the value and the
  * limit). Most go through encode and decode; faults only an in-memory
  * message can have (NULL pointers) go through lh_wire_validate. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tests/wire_fixture.h"
-#include "tests/case_main.h"
 
 /* Encodes f->env, decodes it under lim (NULL: defaults) and asserts the
  * rejection: the exact code, no message handed out, and the error text

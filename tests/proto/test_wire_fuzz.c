@@ -4,13 +4,12 @@
  * sanitizer build runs this under ASan+UBSan); each either is rejected with
  * an LH_EWIRE_* code and a message, or decodes to a message that validates
  * and re-encodes. The counts of each outcome are printed. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tests/wire_fixture.h"
-#include "tests/case_main.h"
 
 #define RANDOM_BUFFERS 40000
 #define MUTATED_BUFFERS 60000

@@ -4,7 +4,7 @@
  * test_store_<concern>.c (test_store.h).
  * Usage: test_store PATH_OF_store_writer */
 #define _POSIX_C_SOURCE 200809L
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -17,7 +17,6 @@
 #include "store/store_internal.h"
 #include "tests/store_fixture.h"
 #include "tests/store/test_store.h"
-#include "tests/case_main.h"
 
 const char *writer_bin;
 char db[256];

@@ -2,7 +2,7 @@
  * balancing rule and time go to train_steps and train_step_layers and read
  * back as written; unknown values (a negative dead count, NAN time, no
  * rule) as NULL. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "store/store.h"
-#include "tests/case_main.h"
 
 static lh_store_train_step got;
 static int rows;

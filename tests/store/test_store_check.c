@@ -6,7 +6,7 @@
  * writer's open check the file; schema 7's migration keeps the rows and
  * adds segments_meta, which the statistics read instead of the table. */
 #define _POSIX_C_SOURCE 200809L
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +17,6 @@
 #include "store/store_internal.h"
 #include "tests/proc_util.h"
 #include "tests/store_fixture.h"
-#include "tests/case_main.h"
 
 static char dir[64], db[128];
 static lh_errbuf e;

@@ -5,7 +5,7 @@
  * content, segments past the end, and the writer lock (a second taker in
  * this process and in another, released when its holder is killed). Each
  * test prints what it counted. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +15,6 @@
 
 #include "store/store_internal.h"
 #include "tests/store_fixture.h"
-#include "tests/case_main.h"
 
 static char db[256];
 static lh_errbuf e;

@@ -5,14 +5,13 @@
  * a resend is a duplicate whichever way it is stored; limits looser than
  * the store's mean validating again, so a token past the store's
  * vocabulary is refused. */
-#include <check.h>
+#include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "tests/store_fixture.h"
-#include "tests/case_main.h"
 
 static char db[128];
 
