@@ -53,7 +53,7 @@ typedef struct {
   char learner_endpoint[LH_ACTORS_ENDPOINT_BYTES];      /* (tcp://127.0.0.1:5555) */
   char weights_pub_endpoint[LH_ACTORS_ENDPOINT_BYTES];  /* (tcp://127.0.0.1:5556) */
   char weights_endpoint[LH_ACTORS_ENDPOINT_BYTES];      /* (tcp://127.0.0.1:5557) */
-  /* CURVE (common/zsock.h): with both set, the three sockets are CURVE
+  /* CURVE (net/zsock.h): with both set, the three sockets are CURVE
    * clients of the learner, whose allow-list must hold this actor's key. */
   char curve_secret_key_file[LH_ACTORS_ENDPOINT_BYTES]; /* this actor's NAME.key (none) */
   char curve_server_key_file[LH_ACTORS_ENDPOINT_BYTES]; /* the learner's NAME.pub (none) */
@@ -183,6 +183,27 @@ typedef struct {
 
 int lh_actors_eval(lh_model *model, lh_env *const *envs, int n_envs, const uint64_t *seeds, size_t n,
                           const lh_actors_eval_params *p, size_t *successes, lh_errbuf *err);
+
+/* The evaluation driver (eval_seeds.c): episodes of m on the held-out
+ * seeds 1..seeds of environment env (LH_ACTORS_EVAL_ENVS of them, each
+ * opened with the options), through lh_actors_eval: greedy at temperature
+ * 0, else sampled at it; *wins counts successes. The first show episodes
+ * to end are written to out (NULL when show is 0). An episode ends at
+ * max_context tokens (bounded to 2..INT_MAX). With more seeds than one
+ * chunk (about a tenth of them, whole rounds of the environments),
+ * progress (may be NULL) is called after each chunk with the seeds done,
+ * the successes so far and the seconds left at the rate so far. */
+#define LH_ACTORS_EVAL_ENVS 16
+typedef struct {
+  uint64_t max_context, seeds;
+  float temperature;
+  size_t show;
+  FILE *out;
+  void (*progress)(void *ctx, size_t done, uint64_t seeds, size_t wins, double left_s);
+  void *progress_ctx;
+} lh_actors_eval_seeds_params;
+int lh_actors_eval_seeds(lh_model *m, const char *env, const lh_env_option *opts, size_t n_opts,
+                         const lh_actors_eval_seeds_params *p, size_t *wins, lh_errbuf *err);
 
 
 /* ---- the actor process (actors/actor.c) -----------------------------------

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "actors/actors.h"
-#include "common/zsock.h"
+#include "net/zsock.h"
 #include "proto/longhaul.pb-c.h"
 
 /* ---- generator ------------------------------------------------------------

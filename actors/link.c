@@ -15,7 +15,7 @@
 
 #include "actors/internal.h"
 #include "common/run_id.h"
-#include "common/zsock.h"
+#include "net/zsock.h"
 #include "proto/wire.h"
 
 #define WEIGHTS_WINDOW 8

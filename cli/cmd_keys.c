@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
-#include "common/zsock.h"
+#include "net/zsock.h"
 
 static void usage(FILE *out) {
   fprintf(out,

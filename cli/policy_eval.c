@@ -104,46 +104,26 @@ int lh_cli_eval_context_read(const lh_ini_doc *doc, const char *ckpt_dir, lh_cli
   return 0;
 }
 
+/* A progress line of lh_actors_eval_seeds, to stderr (stdout holds the
+ * shown episodes and the result); on a terminal one line rewritten. */
+typedef struct {
+  int tty, lines;
+} eval_progress_state;
+
+static void eval_progress(void *ctx, size_t done, uint64_t n, size_t wins, double left_s) {
+  eval_progress_state *st = ctx;
+  st->lines++;
+  fprintf(stderr, "%seval: %zu/%llu seeds, %zu successes (%.1f%%), left %.0fs%s", st->tty ? "\r" : "", done,
+          (unsigned long long)n, wins, 100.0 * (double)wins / (double)done, left_s, st->tty ? "\033[K" : "\n");
+}
+
 int lh_cli_eval_policy(lh_model *m, const char *env, const lh_env_option *opts, size_t n_opts,
                        uint64_t max_context, uint64_t n, float temperature, size_t show, FILE *out, size_t *wins,
                        lh_errbuf *err) {
-  enum { EVAL_ENVS = 16 };
-  lh_env *envs[EVAL_ENVS] = {0};
-  *wins = 0;
-  if (!n) return 0;
-  uint64_t *seeds = malloc((size_t)n * sizeof *seeds);
-  int rc = seeds ? 0 : lh_errbuf_set(err, LH_ENOMEM, "eval: out of memory for %llu seeds",
-                                     (unsigned long long)n);
-  for (size_t i = 0; !rc && i < n; i++) seeds[i] = i + 1;
-  int n_envs = n < EVAL_ENVS ? (int)n : EVAL_ENVS;
-  for (int i = 0; !rc && i < n_envs; i++) rc = lh_env_open(env, opts, n_opts, &envs[i], err);
-  if (max_context < 2 || max_context > INT_MAX) max_context = max_context < 2 ? 2 : INT_MAX;
-  /* The seeds in chunks of whole rounds of the environments, about ten
-   * of them, with a progress line after each (to stderr: stdout holds the
-   * shown episodes and the result). */
-  size_t chunk = ((size_t)n / 10 + EVAL_ENVS - 1) / EVAL_ENVS * EVAL_ENVS;
-  if (chunk < EVAL_ENVS) chunk = EVAL_ENVS;
-  int tty = isatty(2);
-  int64_t t0 = lh_now_ns();
-  size_t shown = 0;
-  for (size_t from = 0; !rc && from < n; from += chunk) {
-    size_t count = n - from < chunk ? (size_t)(n - from) : chunk, won = 0;
-    lh_actors_eval_params p = {.max_context = (int)max_context, .max_action_tokens = 256,
-                               .show = show > shown ? out : NULL, .show_count = show > shown ? show - shown : 0,
-                               .temperature = temperature};
-    rc = lh_actors_eval(m, envs, n_envs, seeds + from, count, &p, &won, err);
-    if (rc) break;
-    *wins += won;
-    shown += count < p.show_count ? count : p.show_count;
-    size_t done = from + count;
-    if (n <= chunk) continue;
-    double elapsed = (double)(lh_now_ns() - t0) / 1e9;
-    fprintf(stderr, "%seval: %zu/%llu seeds, %zu successes (%.1f%%), left %.0fs%s", tty ? "\r" : "", done,
-            (unsigned long long)n, *wins, 100.0 * (double)*wins / (double)done,
-            elapsed / (double)done * (double)(n - done), tty ? "\033[K" : "\n");
-  }
-  if (tty && n > chunk) fputc('\n', stderr);
-  for (int i = 0; i < n_envs; i++) lh_env_free(envs[i]);
-  free(seeds);
+  eval_progress_state st = {.tty = isatty(2)};
+  lh_actors_eval_seeds_params p = {.max_context = max_context, .seeds = n, .temperature = temperature,
+                                   .show = show, .out = out, .progress = eval_progress, .progress_ctx = &st};
+  int rc = lh_actors_eval_seeds(m, env, opts, n_opts, &p, wins, err);
+  if (st.tty && st.lines) fputc('\n', stderr);
   return rc;
 }

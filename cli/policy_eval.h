@@ -48,11 +48,11 @@ typedef struct {
 int lh_cli_eval_context_read(const lh_ini_doc *doc, const char *ckpt_dir, lh_cli_eval_context *c, char *msg,
                              size_t cap);
 
-/* Episodes of m on seeds 1..n of environment env (opened with the
- * options, 16 at a time), greedy at temperature 0, else sampled at it
- * (each seed's own generator); *wins counts successes. The first show of
- * them to end are printed to out (may be NULL when show is 0). An episode
- * ends at max_context tokens (2..2^31-1). */
+/* lh_actors_eval_seeds (actors.h: episodes of m on seeds 1..n of
+ * environment env, greedy at temperature 0, else sampled at it; *wins
+ * counts successes; the first show to end printed to out, which may be
+ * NULL when show is 0; an episode ends at max_context tokens) with its
+ * progress lines on stderr. */
 int lh_cli_eval_policy(lh_model *m, const char *env, const lh_env_option *opts, size_t n_opts,
                        uint64_t max_context, uint64_t n, float temperature, size_t show, FILE *out, size_t *wins,
                        lh_errbuf *err);

@@ -268,7 +268,7 @@ typedef struct {
   uint64_t max_reply_bytes_per_client;    /* one client's */
   uint64_t idle_timeout_ms;               /* a session unused this long is closed */
   /* CURVE: the server's NAME.key and the clients' public keys (a file, one
-   * a line, or a folder of .pub files; common/zsock.h), admitted by a ZAP
+   * a line, or a folder of .pub files; net/zsock.h), admitted by a ZAP
    * handler; both NULL: plain. A client names the keys in its options
    * curve_secret_key_file (its own .key) and curve_server_key_file (the
    * server's .pub). */

@@ -20,8 +20,8 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "common/zsock.h"
 #include "envs/internal.h"
+#include "net/zsock.h"
 
 #define LINGER_MS 50
 #define MAX_BATCH 1024 /* requests in one message */

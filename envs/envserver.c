@@ -13,8 +13,8 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "common/zsock.h"
 #include "envs/internal.h"
+#include "net/zsock.h"
 #include "proto/wire.h"
 
 /* A request is an action or a config, never weights: 8 MiB bounds a

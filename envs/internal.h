@@ -2,8 +2,8 @@
 #ifndef LH_ENVS_INTERNAL_H
 #define LH_ENVS_INTERNAL_H
 
-#include "common/zsock.h"
 #include "envs/env.h"
+#include "net/zsock.h"
 
 extern const lh_env_vtable lh_envs_calc_vtable;
 extern const lh_env_vtable lh_envs_needle_vtable;

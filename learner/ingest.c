@@ -8,7 +8,7 @@
 #include <zmq.h>
 
 #include "common/run_id.h"
-#include "common/zsock.h"
+#include "net/zsock.h"
 #include "learner/internal.h"
 
 #define INGEST_MAX_ROUND 256

@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/zsock.h"
+#include "net/zsock.h"
 #include "learner/learner.h"
 #include "proto/longhaul.pb-c.h"
 #include "proto/wire.h"
@@ -373,7 +373,7 @@ typedef struct {
 lh_learner_ingest *lh_learner_ingest_new(void *zmq_ctx, const char *endpoint, lh_store *store,
                                          const lh_wire_limits *lim, lh_errbuf *err);
 /* The same with the ROUTER a CURVE server when curve has a secret key
- * (common/zsock.h: the caller runs the ZAP handler; NULL is plain). */
+ * (net/zsock.h: the caller runs the ZAP handler; NULL is plain). */
 lh_learner_ingest *lh_learner_ingest_new_curve(void *zmq_ctx, const char *endpoint, lh_store *store,
                                                const lh_wire_limits *lim, const lh_zsock_curve *curve,
                                                lh_errbuf *err);

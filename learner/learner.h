@@ -155,7 +155,7 @@ typedef struct {
   char db[LH_LEARNER_TEXT_BYTES];                    /* replay store file (replay.db) */
   uint64_t max_db_bytes;    /* cap on the store's pages in use, 0 none (0); SIGHUP re-reads it */
   char ckpt_dir[LH_LEARNER_TEXT_BYTES];              /* checkpoints (ckpt) */
-  /* CURVE (common/zsock.h): with both set, the three sockets are CURVE
+  /* CURVE (net/zsock.h): with both set, the three sockets are CURVE
    * servers and a ZAP handler admits only the allowed actor keys. */
   char curve_secret_key_file[LH_LEARNER_TEXT_BYTES]; /* the learner's NAME.key (none) */
   char curve_allowed_keys[LH_LEARNER_TEXT_BYTES];    /* a file of Z85 keys, or a folder of .pub (none) */

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "common/zsock.h"
+#include "net/zsock.h"
 #include "learner/internal.h"
 
 #define PUBLISH_LINGER_MS 200

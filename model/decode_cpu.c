@@ -4,7 +4,7 @@
  * the decoder, so that a step of a subset of rows copies no state. The
  * products are stacked where they share an input: wq, wk, wv and wg are one
  * (B,d) x (d,4d) product, and each expert's w1 and w3 one (c,r) x (r,2f).
- * tests/test_model_decode.c checks it against the training forward. */
+ * tests/model/test_model_decode.c checks it against the training forward. */
 #include <math.h>
 #include <string.h>
 

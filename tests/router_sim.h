@@ -1,5 +1,5 @@
 /* A router simulation for the balancing rules (ARCHITECTURE.md §4
- * "Balancing"), shared by tests/test_model_router_sim.c and
+ * "Balancing"), shared by tests/model/test_model_router_sim.c and
  * bench/bench_router.c: one layer of E experts, top k, N fresh tokens per
  * step routed by the CPU backend's kernel with the current bias, then one
  * lh_model_balancer step. The logits are skewed the way a router's are:

@@ -1,0 +1,596 @@
+/* Tests of actors/runner.c in process: a tiny random model (d 16) plays
+ * calc, B episodes at once. Every message passes lh_wire_validate inside
+ * its envelope; an episode's segments reassemble into one contiguous token
+ * stream that matches its EpisodeEnd; groups share a task seed; the
+ * behavior log-probabilities are the model's own (training forward over
+ * the reassembled tokens); a version set mid-run stamps the later tokens;
+ * an environment that fails ends its episode as error. */
+#include "tests/case_main.h"  /* check.h and the suite runner */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "actors/internal.h"
+#include "proto/wire.h"
+
+static lh_model *tiny_model(void) {
+  lh_model_config c;
+  lh_model_config_default(&c);
+  c.d_model = 16, c.layers = 2, c.heads = 2, c.experts = 4, c.topk = 2;
+  c.shared_experts = 1, c.latent = 8, c.expert_hidden = 8, c.chunk = 4;
+  c.patch = 2, c.max_patches = 16, c.seed = 3;
+  lh_model *m = NULL;
+  lh_errbuf err = {0};
+  ck_assert_msg(lh_model_new(&c, lh_backend_cpu(), &m, &err) == 0, "%s", err.msg);
+  return m;
+}
+
+static lh_actors_runner_config base_config(void) {
+  lh_actors_runner_config c = {.actor = "a0",
+                               .env = "calc",
+                               .batch = 3,
+                               .group_size = 2,
+                               .segment_tokens = 16,
+                               .max_context = 360,
+                               .max_steps = 4,
+                               .temperature = 1.0f,
+                               .top_p = 1.0f,
+                               .seed = 11,
+                               .id_salt = 99,
+                               .episodes = 6};
+  return c;
+}
+
+/* One episode as reassembled from its messages. */
+typedef struct {
+  uint64_t id, group, task_seed;
+  uint32_t next_seq;
+  uint32_t *tokens;
+  uint8_t *mask;
+  float *logp;
+  uint32_t *version;
+  uint32_t *experts;  /* [token][layer][slot] when routing is recorded */
+  size_t n;
+  float *state;         /* the last recurrent state its segments carried (state_interval) */
+  size_t n_state, state_offset, states;
+  Longhaul__EpisodeEnd *end;
+} episode;
+
+/* routed_layers every segment must carry (0: not recorded). */
+static uint32_t expect_layers;
+
+typedef struct {
+  episode ep[64];
+  int n;
+} collection;
+
+static episode *find(collection *c, uint64_t id) {
+  for (int i = 0; i < c->n; i++)
+    if (c->ep[i].id == id) return &c->ep[i];
+  ck_assert_int_lt(c->n, 64);
+  episode *e = &c->ep[c->n++];
+  memset(e, 0, sizeof *e);
+  e->id = id;
+  return e;
+}
+
+static void check_valid(Longhaul__Segment *seg, Longhaul__EpisodeEnd *end) {
+  Longhaul__Envelope env;
+  longhaul__envelope__init(&env);
+  env.protocol = LH_WIRE_PROTOCOL;
+  env.msg_id = 1;
+  env.sender = "a0";
+  if (seg) env.body_case = LONGHAUL__ENVELOPE__BODY_SEGMENT, env.segment = seg;
+  else env.body_case = LONGHAUL__ENVELOPE__BODY_EPISODE_END, env.episode_end = end;
+  lh_errbuf err = {0};
+  ck_assert_msg(lh_wire_validate(&env, NULL, &err) == 0, "invalid message: %s", err.msg);
+}
+
+static void take(collection *c, Longhaul__Segment *seg, Longhaul__EpisodeEnd *end) {
+  check_valid(seg, end);
+  if (seg) {
+    episode *e = find(c, seg->episode_id);
+    ck_assert_ptr_null(e->end);  /* segments come before their EpisodeEnd */
+    ck_assert_uint_ne(seg->episode_id, 0);
+    ck_assert_uint_eq(seg->seq, e->next_seq);
+    ck_assert_uint_eq(seg->start_offset, e->n);
+    ck_assert_uint_eq(seg->routed_layers, expect_layers);
+    if (expect_layers) {
+      size_t per = (size_t)seg->routed_layers * seg->routed_topk;
+      e->experts = realloc(e->experts, (e->n + seg->n_tokens) * per * sizeof *e->experts);
+      memcpy(e->experts + e->n * per, seg->routed_experts, seg->n_tokens * per * sizeof *e->experts);
+    }
+    e->group = seg->group_id;
+    e->task_seed = seg->task_seed;
+    e->next_seq++;
+    if (seg->n_state) {
+      e->state = realloc(e->state, seg->n_state * sizeof *e->state);
+      memcpy(e->state, seg->state, seg->n_state * sizeof *e->state);
+      e->n_state = seg->n_state, e->state_offset = seg->state_offset;
+      e->states++;
+    }
+    size_t n = e->n + seg->n_tokens;
+    e->tokens = realloc(e->tokens, n * sizeof *e->tokens);
+    e->mask = realloc(e->mask, n);
+    e->logp = realloc(e->logp, n * sizeof *e->logp);
+    e->version = realloc(e->version, n * sizeof *e->version);
+    memcpy(e->tokens + e->n, seg->tokens, seg->n_tokens * sizeof *seg->tokens);
+    memcpy(e->mask + e->n, seg->loss_mask.data, seg->n_tokens);
+    memcpy(e->logp + e->n, seg->behavior_logp, seg->n_tokens * sizeof *e->logp);
+    memcpy(e->version + e->n, seg->policy_version, seg->n_tokens * sizeof *e->version);
+    e->n = n;
+    lh_actors_segment_free(seg);
+  } else {
+    episode *e = find(c, end->episode_id);
+    ck_assert_ptr_null(e->end);
+    e->end = end;
+  }
+}
+
+static void drain(lh_actors_runner *r, collection *c) {
+  Longhaul__Segment *seg;
+  Longhaul__EpisodeEnd *end;
+  while (lh_actors_runner_pop(r, &seg, &end)) take(c, seg, end);
+}
+
+static void free_collection(collection *c) {
+  for (int i = 0; i < c->n; i++) {
+    free(c->ep[i].tokens);
+    free(c->ep[i].mask);
+    free(c->ep[i].logp);
+    free(c->ep[i].version);
+    free(c->ep[i].experts);
+    free(c->ep[i].state);
+    lh_actors_episode_end_free(c->ep[i].end);
+  }
+}
+
+/* Runs r to the end (bounded), collecting every message. */
+static void run_all(lh_actors_runner *r, collection *c, int switch_version_at) {
+  lh_errbuf err = {0};
+  for (int i = 0; i < 100000 && !lh_actors_runner_done(r); i++) {
+    if (i == switch_version_at) lh_actors_runner_set_version(r, 7);
+    int rc = lh_actors_runner_step(r, &err);
+    ck_assert_msg(rc >= 0, "step %d: %s", i, err.msg);
+    drain(r, c);
+  }
+  ck_assert(lh_actors_runner_done(r));
+  drain(r, c);
+}
+
+START_TEST(test_episodes_complete_and_reassemble) {
+  lh_model *m = tiny_model();
+  lh_actors_runner_config cfg = base_config();
+  lh_actors_runner *r = NULL;
+  lh_errbuf err = {0};
+  ck_assert_msg(lh_actors_runner_new(m, &cfg, &r, &err) == 0, "%s", err.msg);
+  collection c = {0};
+  run_all(r, &c, -1);
+  ck_assert_int_eq(c.n, 6);
+  ck_assert_uint_eq(lh_actors_runner_finished(r), 6);
+  int steps_total = 0, sampled_total = 0;
+  for (int i = 0; i < c.n; i++) {
+    episode *e = &c.ep[i];
+    ck_assert_ptr_nonnull(e->end);
+    ck_assert_uint_eq(e->end->total_tokens, e->n);
+    ck_assert_uint_eq(e->end->segment_count, e->next_seq);
+    ck_assert_uint_eq(e->end->group_id, e->group);
+    ck_assert_uint_le(e->n, cfg.max_context);
+    ck_assert_uint_eq(e->tokens[0], LH_TOK_BOS);
+    ck_assert_uint_eq(e->mask[0], 0);
+    steps_total += (int)e->end->steps;
+    for (size_t t = 0; t < e->n; t++) {
+      if (e->mask[t]) sampled_total++;
+      if (e->mask[t]) ck_assert(e->logp[t] <= 0 && isfinite(e->logp[t]));
+      else ck_assert(e->logp[t] == 0);
+      /* An observation (mask 0) follows every action the env answered. */
+      if (t > 0 && e->mask[t - 1] && !e->mask[t]) ck_assert_uint_eq(e->tokens[t], LH_TOK_OBS);
+    }
+    int o = e->end->outcome;
+    ck_assert(o == LONGHAUL__OUTCOME__OUTCOME_SUCCESS || o == LONGHAUL__OUTCOME__OUTCOME_FAILURE ||
+              o == LONGHAUL__OUTCOME__OUTCOME_TRUNCATED);
+    for (int j = 0; j < i; j++) ck_assert_uint_ne(c.ep[j].id, e->id);
+  }
+  ck_assert_int_gt(sampled_total, 0);
+  printf("runner: %d episodes, %d sampled tokens, %d environment steps\n", c.n, sampled_total, steps_total);
+  /* Groups of 2 per task seed; 3 groups. */
+  for (int i = 0; i < c.n; i++) {
+    int same = 0;
+    for (int j = 0; j < c.n; j++)
+      if (c.ep[j].group == c.ep[i].group) {
+        same++;
+        ck_assert_uint_eq(c.ep[j].task_seed, c.ep[i].task_seed);
+      }
+    ck_assert_int_eq(same, 2);
+  }
+  free_collection(&c);
+  lh_actors_runner_free(r);
+  lh_model_free(m);
+}
+END_TEST
+
+/* The behavior log-probabilities are what the training forward computes
+ * for the same tokens: the prefill and decode fed every token, in order,
+ * </call> included before its observation. */
+START_TEST(test_behavior_logp_matches_forward) {
+  lh_model *m = tiny_model();
+  lh_actors_runner_config cfg = base_config();
+  cfg.max_context = 600;
+  cfg.max_steps = 8;
+  cfg.episodes = 3;
+  lh_actors_runner *r = NULL;
+  lh_errbuf err = {0};
+  ck_assert_msg(lh_actors_runner_new(m, &cfg, &r, &err) == 0, "%s", err.msg);
+  collection c = {0};
+  run_all(r, &c, -1);
+  double worst = 0;
+  int with_obs = 0;
+  for (int i = 0; i < c.n; i++) {
+    episode *e = &c.ep[i];
+    int T = (int)e->n;
+    int32_t *tok = malloc(T * sizeof *tok), *tgt = malloc(T * sizeof *tgt);
+    float *lp = malloc(T * sizeof *lp);
+    for (int t = 0; t < T; t++) tok[t] = (int32_t)e->tokens[t];
+    for (int t = 0; t < T; t++) tgt[t] = t + 1 < T ? tok[t + 1] : -1;
+    for (int t = 1; t < T; t++)
+      if (tok[t] == LH_TOK_OBS && e->mask[t - 1]) with_obs++;
+    int32_t off[2] = {0, T};
+    lh_model_batch b = {.n_tokens = T, .tokens = tok, .targets = tgt, .n_seq = 1, .seq_offsets = off};
+    lh_model_cache *cache = NULL;
+    ck_assert_msg(lh_model_forward(m, &b, &cache, lp, NULL, NULL, &err) == 0, "%s", err.msg);
+    for (int t = 1; t < T; t++)
+      if (e->mask[t]) {
+        double d = fabs((double)lp[t - 1] - e->logp[t]);
+        if (d > worst) worst = d;
+      }
+    lh_model_cache_free(cache);
+    free(tok);
+    free(tgt);
+    free(lp);
+  }
+  printf("runner: behavior logp against the training forward: largest difference %.3g (%d observations "
+         "after actions)\n",
+         worst, with_obs);
+  ck_assert_msg(worst < 1e-4, "largest difference %g", worst);
+  free_collection(&c);
+  lh_actors_runner_free(r);
+  lh_model_free(m);
+}
+END_TEST
+
+/* With record_routing every token carries the experts it chose as an
+ * input, the same the training forward chooses (prompts and observations
+ * go in by decode steps then); the episode's last token, never an input,
+ * carries 0s. */
+START_TEST(test_routing_recorded) {
+  lh_model *m = tiny_model();
+  lh_actors_runner_config cfg = base_config();
+  cfg.max_context = 500;
+  cfg.max_steps = 6;
+  cfg.episodes = 3;
+  cfg.record_routing = 1;
+  expect_layers = 2;
+  lh_actors_runner *r = NULL;
+  lh_errbuf err = {0};
+  ck_assert_msg(lh_actors_runner_new(m, &cfg, &r, &err) == 0, "%s", err.msg);
+  collection c = {0};
+  run_all(r, &c, -1);
+  ck_assert_int_eq(c.n, 3);
+  size_t compared = 0, differ = 0;
+  double worst = 0;
+  for (int i = 0; i < c.n; i++) {
+    episode *e = &c.ep[i];
+    int T = (int)e->n, L = 2, K = 2;
+    int32_t *tok = malloc(T * sizeof *tok), *tgt = malloc(T * sizeof *tgt);
+    int32_t *ex = malloc((size_t)L * T * K * sizeof *ex);
+    float *lp = malloc(T * sizeof *lp);
+    for (int t = 0; t < T; t++) tok[t] = (int32_t)e->tokens[t];
+    for (int t = 0; t < T; t++) tgt[t] = t + 1 < T ? tok[t + 1] : -1;
+    int32_t off[2] = {0, T};
+    lh_model_batch b = {.n_tokens = T, .tokens = tok, .targets = tgt, .n_seq = 1, .seq_offsets = off};
+    lh_model_cache *cache = NULL;
+    ck_assert_msg(lh_model_forward(m, &b, &cache, lp, NULL, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(lh_model_cache_experts(cache, ex), 0);
+    for (int t = 0; t + 1 < T; t++)
+      for (int l = 0; l < L; l++) {
+        /* a set of K experts; compare as sets */
+        const uint32_t *got = e->experts + ((size_t)t * L + l) * K;
+        const int32_t *want = ex + ((size_t)l * T + t) * K;
+        int same = 1;
+        for (int q = 0; q < K; q++) {
+          int found = 0;
+          for (int q2 = 0; q2 < K; q2++) found |= (int32_t)got[q] == want[q2];
+          same &= found;
+        }
+        compared++;
+        differ += !same;
+      }
+    for (int l = 0; l < L * K; l++) ck_assert_uint_eq(e->experts[(size_t)(T - 1) * L * K + l], 0);
+    for (int t = 1; t < T; t++)
+      if (e->mask[t] && fabs((double)lp[t - 1] - e->logp[t]) > worst) worst = fabs((double)lp[t - 1] - e->logp[t]);
+    lh_model_cache_free(cache);
+    free(tok);
+    free(tgt);
+    free(ex);
+    free(lp);
+  }
+  printf("runner: recorded routing against the training forward: %zu of %zu (token, layer) sets differ; "
+         "behavior logp largest difference %.3g\n",
+         differ, compared, worst);
+  ck_assert_uint_gt(compared, 0);
+  ck_assert_msg(differ * 100 <= compared, "%zu of %zu differ", differ, compared);
+  ck_assert_msg(worst < 1e-4, "largest difference %g", worst);
+  free_collection(&c);
+  lh_actors_runner_free(r);
+  lh_model_free(m);
+}
+END_TEST
+
+START_TEST(test_version_switch_and_determinism) {
+  lh_model *m = tiny_model();
+  lh_actors_runner_config cfg = base_config();
+  cfg.episodes = 3;
+  cfg.max_steps = 20;
+  cfg.max_context = 400;
+  lh_errbuf err = {0};
+  static collection c[2];
+  memset(c, 0, sizeof c);
+  for (int k = 0; k < 2; k++) {
+    lh_actors_runner *r = NULL;
+    ck_assert_msg(lh_actors_runner_new(m, &cfg, &r, &err) == 0, "%s", err.msg);
+    run_all(r, &c[k], 20);
+    lh_actors_runner_free(r);
+  }
+  /* Same seed and salt: the same episodes, token for token. */
+  ck_assert_int_eq(c[0].n, c[1].n);
+  int two_versions = 0;
+  for (int i = 0; i < c[0].n; i++) {
+    episode *a = &c[0].ep[i], *b = &c[1].ep[i];
+    ck_assert_uint_eq(a->id, b->id);
+    ck_assert_uint_eq(a->n, b->n);
+    ck_assert(memcmp(a->tokens, b->tokens, a->n * sizeof *a->tokens) == 0);
+    int v0 = 0, v7 = 0;
+    for (size_t t = 0; t < a->n; t++)
+      if (a->mask[t]) v0 += a->version[t] == 0, v7 += a->version[t] == 7;
+    two_versions += v0 > 0 && v7 > 0;
+  }
+  ck_assert_int_gt(two_versions, 0);  /* partial rollouts: one episode, two versions */
+  free_collection(&c[0]);
+  free_collection(&c[1]);
+  lh_model_free(m);
+}
+END_TEST
+
+/* A real env server (longhaul envs serve, from LH_BIN) killed while the
+ * episodes run: each episode then ends as error, with the reason, and the
+ * runner goes on to the next (whose reset reconnects and fails again). */
+START_TEST(test_env_error_ends_episode) {
+  const char *bin = getenv("LH_BIN");
+  if (!bin) {
+    fprintf(stderr, "LH_BIN not set; skipped\n");
+    return;
+  }
+  lh_model *m = tiny_model();
+  lh_actors_runner_config cfg = base_config();
+  char dir[] = "/tmp/lh-actors-runner-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char ep[160];
+  snprintf(ep, sizeof ep, "ipc://%s/envs.sock", dir);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    execl(bin, bin, "envs", "serve", "--bind", ep, (char *)NULL);
+    _exit(127);
+  }
+  lh_env_option opts[2] = {{"server", ep}, {"timeout_ms", "300"}};
+  cfg.env_options = opts;
+  cfg.n_env_options = 2;
+  cfg.episodes = 4;
+  cfg.batch = 2;
+  lh_actors_runner *r = NULL;
+  lh_errbuf err = {0};
+  int rc = -1;
+  for (int i = 0; i < 50 && rc != 0; i++) rc = lh_actors_runner_new(m, &cfg, &r, &err);
+  ck_assert_msg(rc == 0, "%s", err.msg);
+  for (int i = 0; i < 3; i++) ck_assert(lh_actors_runner_step(r, &err) >= 0);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  collection c = {0};
+  run_all(r, &c, -1);
+  ck_assert_int_eq(c.n, 4);
+  int errors = 0;
+  for (int i = 0; i < c.n; i++)
+    if (c.ep[i].end->outcome == LONGHAUL__OUTCOME__OUTCOME_ERROR) {
+      ck_assert(strlen(c.ep[i].end->error) > 0);
+      if (!errors) printf("runner: env error: %s\n", c.ep[i].end->error);
+      errors++;
+    }
+  ck_assert_int_ge(errors, 2);  /* at least the episodes started after the kill */
+  free_collection(&c);
+  lh_actors_runner_free(r);
+  lh_model_free(m);
+  char path[200];
+  snprintf(path, sizeof path, "%s/envs.sock", dir);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
+START_TEST(test_abort_and_errors) {
+  lh_model *m = tiny_model();
+  lh_actors_runner_config cfg = base_config();
+  cfg.episodes = 0;  /* no limit */
+  lh_actors_runner *r = NULL;
+  lh_errbuf err = {0};
+  ck_assert_msg(lh_actors_runner_new(m, &cfg, &r, &err) == 0, "%s", err.msg);
+  collection c = {0};
+  for (int i = 0; i < 5; i++) ck_assert(lh_actors_runner_step(r, &err) >= 0);
+  ck_assert_uint_eq(lh_actors_runner_open_episodes(r), 3);
+  ck_assert(!lh_actors_runner_done(r));
+  ck_assert_int_eq(lh_actors_runner_abort(r, "signal", &err), 0);
+  ck_assert(lh_actors_runner_done(r));
+  drain(r, &c);
+  int aborted = 0;
+  for (int i = 0; i < c.n; i++)
+    if (c.ep[i].end && c.ep[i].end->outcome == LONGHAUL__OUTCOME__OUTCOME_ABORTED) {
+      aborted++;
+      ck_assert_str_eq(c.ep[i].end->error, "signal");
+    }
+  ck_assert_int_eq(aborted, 3);
+  free_collection(&c);
+  lh_actors_runner_free(r);
+  /* Bad configs name what is wrong. */
+  lh_actors_runner_config bad = base_config();
+  bad.batch = 0;
+  ck_assert_int_eq(lh_actors_runner_new(m, &bad, &r, &err), LH_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(err.msg, "batch"));
+  bad = base_config();
+  bad.env = "nosuchenv";
+  ck_assert_int_lt(lh_actors_runner_new(m, &bad, &r, &err), 0);
+  ck_assert_ptr_null(r);
+  bad = base_config();
+  bad.top_p = 0;
+  ck_assert_int_lt(lh_actors_runner_new(m, &bad, &r, &err), 0);
+  ck_assert_int_eq(lh_actors_runner_new(NULL, &bad, &r, &err), LH_EINVAL);
+  /* Routing cannot be recorded for image patches: said, not guessed. */
+  bad = base_config();
+  bad.env = "maze";
+  static const lh_env_option small_maze[2] = {{"size", "2"}, {"cell_px", "1"}};  /* 5x5: 9 patches */
+  bad.env_options = small_maze;
+  bad.n_env_options = 2;
+  bad.record_routing = 1;
+  bad.batch = 1;
+  bad.max_context = 0;
+  ck_assert_msg(lh_actors_runner_new(m, &bad, &r, &err) == 0, "%s", err.msg);
+  ck_assert_int_eq(lh_actors_runner_step(r, &err), LH_EUNSUPPORTED);
+  ck_assert_ptr_nonnull(strstr(err.msg, "record_routing"));
+  lh_actors_runner_free(r);
+  lh_actors_runner_free(NULL);
+  lh_model_free(m);
+}
+END_TEST
+
+/* Context-extension stages: with long_frac 1 every group is long (the
+ * needle document sized to the stage through stage_option, the budget the
+ * stage's max_context); with long_frac 0 none is, and the budget is the
+ * configured one capped at the stage's; the groups' draws are counted and
+ * a group's episodes share their size. */
+START_TEST(test_stage_sizes_episodes) {
+  lh_model *m = tiny_model();
+  lh_env_option opts[] = {{"tokens", "200"}, {"show_document", "1"}};
+  for (int long_all = 0; long_all < 2; long_all++) {
+    lh_actors_runner_config cfg = base_config();
+    cfg.env = "needle";
+    cfg.env_options = opts;
+    cfg.n_env_options = 2;
+    cfg.stage_option = "tokens";
+    cfg.max_context = 600;
+    cfg.max_steps = 2;
+    cfg.episodes = 4;
+    lh_actors_runner *r = NULL;
+    lh_errbuf err = {0};
+    ck_assert_msg(lh_actors_runner_new(m, &cfg, &r, &err) == 0, "%s", err.msg);
+    lh_actors_stage stage = {.index = 1, .max_context = 2000, .long_frac = long_all ? 1.0f : 0.0f};
+    lh_actors_runner_set_stage(r, &stage);
+    collection *c = calloc(1, sizeof *c);
+    run_all(r, c, -1);
+    ck_assert_int_eq(c->n, 4);
+    uint64_t lg = 0, sh = 0;
+    lh_actors_runner_stage_counts(r, &lg, &sh);
+    ck_assert_uint_eq(lg + sh, 2);
+    ck_assert_uint_eq(lg, long_all ? 2 : 0);
+    for (int i = 0; i < c->n; i++) {
+      episode *e = &c->ep[i];
+      ck_assert_ptr_nonnull(e->end);
+      /* The first observation: the document, then the question. */
+      size_t prompt = 0;
+      while (prompt < e->n && !e->mask[prompt]) prompt++;
+      if (long_all) {
+        /* 0.75 * 2000 document tokens do not fit the configured 600, and
+         * the stage's budget holds the episode. */
+        ck_assert_uint_gt(prompt, 900);
+        ck_assert_uint_le(e->n, 2000);
+      } else {
+        ck_assert_uint_lt(prompt, 600);
+        ck_assert_uint_le(e->n, 600);
+      }
+    }
+    free_collection(c);
+    free(c);
+    lh_actors_runner_free(r);
+  }
+  lh_model_free(m);
+}
+END_TEST
+
+/* [actor] state_interval and beyond_context (ARCHITECTURE.md §5 "Stored
+ * state"): needle episodes whose document the stage sizes to 225 tokens
+ * run past the stage's 300 (to max_episode_tokens at most), their
+ * segments carry the recurrent state every 64 tokens (prefill pieces and
+ * decode steps), and each state is the model's after the tokens before
+ * it: a training forward over them ends in the same state (1e-4). */
+START_TEST(test_states_and_beyond_context) {
+  lh_model *m = tiny_model();
+  lh_env_option opts[] = {{"tokens", "200"}};
+  lh_actors_runner_config cfg = base_config();
+  cfg.env = "needle", cfg.env_options = opts, cfg.n_env_options = 1, cfg.stage_option = "tokens";
+  cfg.max_context = 300, cfg.max_steps = 2, cfg.episodes = 4, cfg.segment_tokens = 64;
+  cfg.state_interval = 64, cfg.beyond_context = 1, cfg.max_episode_tokens = 1500;
+  lh_actors_runner *r = NULL;
+  lh_errbuf err = {0};
+  ck_assert_msg(lh_actors_runner_new(m, &cfg, &r, &err) == 0, "%s", err.msg);
+  lh_actors_stage stage = {.index = 1, .max_context = 300, .long_frac = 1.0f};
+  lh_actors_runner_set_stage(r, &stage);
+  collection *c = calloc(1, sizeof *c);
+  run_all(r, c, -1);
+  ck_assert_int_eq(c->n, 4);
+  size_t past = 0, sf = lh_model_state_floats(lh_model_get_config(m));
+  double worst = 0;
+  for (int i = 0; i < c->n; i++) {
+    episode *e = &c->ep[i];
+    ck_assert_ptr_nonnull(e->end);
+    ck_assert_uint_le(e->n, 1500);
+    past += e->n > 300;
+    ck_assert_uint_gt(e->states, 0);
+    ck_assert_uint_eq(e->n_state, sf);
+    ck_assert_uint_eq(e->state_offset % 64, 0);
+    size_t k = e->state_offset;
+    int32_t *tok = malloc(k * sizeof *tok);
+    float *state = malloc(sf * sizeof *state);
+    for (size_t j = 0; j < k; j++) tok[j] = (int32_t)e->tokens[j];
+    int32_t offs[2] = {0, (int32_t)k};
+    lh_model_batch b = {.n_tokens = (int)k, .tokens = tok, .n_seq = 1, .seq_offsets = offs};
+    lh_model_cache *cache = NULL;
+    ck_assert_msg(lh_model_forward(m, &b, &cache, NULL, NULL, state, &err) == 0, "%s", err.msg);
+    for (size_t j = 0; j < sf; j++) worst = fmax(worst, fabs((double)state[j] - e->state[j]));
+    lh_model_cache_free(cache);
+    free(tok), free(state);
+  }
+  printf("runner: %zu of 4 episodes past the stage's 300 tokens; state vs forward max |diff| %g\n", past, worst);
+  ck_assert_uint_gt(past, 0);
+  ck_assert_msg(worst < 1e-4, "state differs by %g", worst);
+  free_collection(c);
+  free(c);
+  lh_actors_runner_free(r);
+  lh_model_free(m);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("actors_runner");
+  TCase *tc = tcase_create("runner");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_episodes_complete_and_reassemble);
+  tcase_add_test(tc, test_behavior_logp_matches_forward);
+  tcase_add_test(tc, test_version_switch_and_determinism);
+  tcase_add_test(tc, test_routing_recorded);
+  tcase_add_test(tc, test_env_error_ends_episode);
+  tcase_add_test(tc, test_abort_and_errors);
+  tcase_add_test(tc, test_stage_sizes_episodes);
+  tcase_add_test(tc, test_states_and_beyond_context);
+  suite_add_tcase(s, tc);
+  return lh_test_run(s, CK_FORK);
+}

@@ -1,0 +1,359 @@
+/* Hostile peers against a real `longhaul learner` (issue 14): messages
+ * that are valid on the wire but not what the model can take, poisoned
+ * episodes already in the store, and peers that flood or never read. A
+ * DEALER in this process plays the peer. Each case prints what it
+ * counted; memory bounds are checked on the learner's peak resident
+ * memory (VmHWM), never on time. Run one case: test_hostile CASE. */
+#define _GNU_SOURCE
+#include "case_main.h"  /* check.h and the suite runner */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "fleet_fixture.h"
+#include "learner/learner.h"
+#include "store/store.h"
+#include "peer_fixture.h"
+#include "proc_util.h"
+#include "proto/wire.h"
+
+#define SEG_TOKENS 8
+
+static void *dealer(void *ctx, const char *ep) { return lh_peer_dealer(ctx, ep, 60000); }
+
+/* A segment of SEG_TOKENS sampled tokens at version 0 (every array points
+ * into the caller's buffers). */
+typedef struct {
+  Longhaul__Segment s;
+  uint32_t tok[SEG_TOKENS], ver[SEG_TOKENS];
+  uint8_t mask[SEG_TOKENS];
+  float logp[SEG_TOKENS];
+} seg_buf;
+
+static void make_segment(seg_buf *b, uint64_t id, uint32_t seq, uint64_t group, const char *actor) {
+  longhaul__segment__init(&b->s);
+  for (int i = 0; i < SEG_TOKENS; i++)
+    b->tok[i] = (uint32_t)(40 + (id * 7 + (uint64_t)i) % 60), b->ver[i] = 0, b->mask[i] = 1, b->logp[i] = -4.0f;
+  b->s.episode_id = id, b->s.seq = seq, b->s.actor = (char *)actor, b->s.env = "calc";
+  b->s.start_offset = (uint64_t)seq * SEG_TOKENS, b->s.group_id = group, b->s.task_seed = group;
+  b->s.n_tokens = SEG_TOKENS, b->s.tokens = b->tok;
+  b->s.loss_mask.len = SEG_TOKENS, b->s.loss_mask.data = b->mask;
+  b->s.n_behavior_logp = SEG_TOKENS, b->s.behavior_logp = b->logp;
+  b->s.n_policy_version = SEG_TOKENS, b->s.policy_version = b->ver;
+}
+
+static int send_segment(void *d, Longhaul__Segment *s, uint64_t msg_id, const char *sender) {
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_SEGMENT, env.segment = s;
+  lh_peer_send(d, &env, msg_id, sender);
+  return lh_peer_ack_of(d, msg_id);
+}
+
+static int send_end(void *d, uint64_t id, uint64_t group, uint32_t segments, uint64_t tokens, uint64_t msg_id) {
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
+  end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = segments, end.total_tokens = tokens;
+  end.reward = (float)(id % 2), end.group_id = group, end.task_seed = group;
+  end.outcome = id % 2 ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_EPISODE_END, env.episode_end = &end;
+  lh_peer_send(d, &env, msg_id, "a0");
+  return lh_peer_ack_of(d, msg_id);
+}
+
+/* One valid episode of one segment, acked STORED. */
+static void send_valid_episode(void *d, uint64_t id, uint64_t group) {
+  seg_buf b;
+  make_segment(&b, id, 0, group, "a0");
+  ck_assert_int_eq(send_segment(d, &b.s, id * 100, "a0"), LONGHAUL__ACK_STATUS__ACK_STORED);
+  ck_assert_int_eq(send_end(d, id, group, 1, SEG_TOKENS, id * 100 + 99), LONGHAUL__ACK_STATUS__ACK_STORED);
+}
+
+/* An image of w x h RGB pixels at segment offset at. */
+static void image(Longhaul__Image *im, uint8_t *pixels, uint32_t w, uint32_t h, uint32_t at) {
+  longhaul__image__init(im);
+  im->width = w, im->height = h, im->channels = 3, im->offset = at;
+  im->pixels.len = (size_t)w * h * 3, im->pixels.data = pixels;
+}
+
+/* Wire-valid messages the model cannot take are refused one by one; the
+ * learner lives on and trains the valid episodes sent around them. */
+START_TEST(test_model_input_refused) {
+  fleet f;
+  fleet_init(&f, "hostile-model", "routing_replay = 1\nmax_episode_tokens = 1000\n", NULL, NULL);
+  start_learner(&f, 0);
+  void *ctx = zmq_ctx_new();
+  void *d = dealer(ctx, f.ing);
+  static uint8_t pixels[96 * 96 * 3];
+  int refused = 0, cases = 0;
+  send_valid_episode(d, 11, 5);
+  send_valid_episode(d, 13, 5);
+  /* 1: an image of 12 x 12 patches of 8 = 144, over max_patches 64. */
+  seg_buf b;
+  Longhaul__Image im[2], *imp[2] = {&im[0], &im[1]};
+  make_segment(&b, 101, 0, 9, "a0");
+  image(&im[0], pixels, 96, 96, 0);
+  b.s.n_images = 1, b.s.images = imp;
+  cases++, refused += send_segment(d, &b.s, 1001, "a0") == LONGHAUL__ACK_STATUS__ACK_REJECTED;
+  /* 2: two images at one token offset. */
+  make_segment(&b, 102, 0, 9, "a0");
+  image(&im[0], pixels, 8, 8, 1), image(&im[1], pixels, 8, 8, 1);
+  b.s.n_images = 2, b.s.images = imp;
+  cases++, refused += send_segment(d, &b.s, 1002, "a0") == LONGHAUL__ACK_STATUS__ACK_REJECTED;
+  /* 3: images out of order. */
+  make_segment(&b, 103, 0, 9, "a0");
+  image(&im[0], pixels, 8, 8, 5), image(&im[1], pixels, 8, 8, 1);
+  b.s.n_images = 2, b.s.images = imp;
+  cases++, refused += send_segment(d, &b.s, 1003, "a0") == LONGHAUL__ACK_STATUS__ACK_REJECTED;
+  /* 4: routing to expert 7 of a model with 4 (the wire allows 4096). */
+  uint32_t experts[SEG_TOKENS * 2 * 2];
+  for (size_t i = 0; i < sizeof experts / sizeof experts[0]; i++) experts[i] = i == 5 ? 7 : (uint32_t)(i % 4);
+  make_segment(&b, 104, 0, 9, "a0");
+  b.s.routed_layers = 2, b.s.routed_topk = 2, b.s.n_routed_experts = SEG_TOKENS * 4, b.s.routed_experts = experts;
+  cases++, refused += send_segment(d, &b.s, 1004, "a0") == LONGHAUL__ACK_STATUS__ACK_REJECTED;
+  /* 5: routing of another shape (3 layers). */
+  make_segment(&b, 105, 0, 9, "a0");
+  for (size_t i = 0; i < sizeof experts / sizeof experts[0]; i++) experts[i] = 0;
+  b.s.routed_layers = 1, b.s.routed_topk = 2, b.s.n_routed_experts = SEG_TOKENS * 2, b.s.routed_experts = experts;
+  cases++, refused += send_segment(d, &b.s, 1005, "a0") == LONGHAUL__ACK_STATUS__ACK_REJECTED;
+  /* 6: past max_episode_tokens (1000). */
+  make_segment(&b, 106, 125, 9, "a0");
+  cases++, refused += send_segment(d, &b.s, 1006, "a0") == LONGHAUL__ACK_STATUS__ACK_REJECTED;
+  /* 7: an end claiming more tokens than max_episode_tokens. */
+  cases++, refused += send_end(d, 107, 9, 2, 5000, 1007) == LONGHAUL__ACK_STATUS__ACK_REJECTED;
+  /* 8: a segment naming another actor than its sender. */
+  make_segment(&b, 108, 0, 9, "a1");
+  cases++, refused += send_segment(d, &b.s, 1008, "a0") == LONGHAUL__ACK_STATUS__ACK_REJECTED;
+  /* 9: an image whose sides are not multiples of the patch (8): an actor
+   * pads its images, so only a hostile peer sends this one. (An image
+   * across a training window is taken: windows are cut around it.) */
+  seg_buf big;
+  make_segment(&big, 109, 7, 9, "a0");
+  image(&im[0], pixels, 12, 8, 3);
+  big.s.n_images = 1, big.s.images = imp;
+  cases++, refused += send_segment(d, &big.s, 1009, "a0") == LONGHAUL__ACK_STATUS__ACK_REJECTED;
+  /* 10: names that would drive a terminal: a Hello, and a segment whose
+   * actor is its sender; the log shows them escaped. */
+  Longhaul__Envelope hello = LONGHAUL__ENVELOPE__INIT;
+  Longhaul__Hello h = LONGHAUL__HELLO__INIT;
+  h.role = "actor", h.name = "evil\n\x1b[2J";
+  hello.body_case = LONGHAUL__ENVELOPE__BODY_HELLO, hello.hello = &h;
+  lh_peer_send(d, &hello, 1010, "evil\n\x1b[2J");
+  ck_assert_int_eq(lh_peer_ack_of(d, 1010), LONGHAUL__ACK_STATUS__ACK_STORED);
+  /* The rest of the valid group: a step follows, and the learner lives. */
+  send_valid_episode(d, 15, 5);
+  send_valid_episode(d, 17, 5);
+  char log[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(WAIT_FOR(120, train_rows(f.db) >= 1), "no step on the valid episodes (see %s)", log);
+  ck_assert_int_eq(lh_proc_poll(f.learner), -1);
+  printf("hostile: model input: cases=%d refused=%d learner alive, steps=%llu\n", cases, refused,
+         (unsigned long long)train_rows(f.db));
+  fflush(stdout);
+  ck_assert_int_eq(refused, cases);
+  char *text = lh_proc_read_file(log);
+  ck_assert_ptr_nonnull(text);
+  ck_assert_msg(strchr(text, 0x1b) == NULL, "a raw escape byte reached the learner's log");
+  ck_assert_msg(strstr(text, "evil\\x0a\\x1b[2J") != NULL, "the hello's name is not in the log, escaped");
+  free(text);
+  zmq_close(d);
+  zmq_ctx_term(ctx);
+  stop_all(&f);
+  fleet_free(&f);
+}
+END_TEST
+
+/* Episodes the model cannot take, written into the store behind the
+ * ingest's back (an older learner, a hand-edited file): each step leaves
+ * them out as error, with the reason, and the learner goes on; its resume
+ * does too. */
+START_TEST(test_stored_poison_quarantined) {
+  fleet f;
+  fleet_init(&f, "hostile-store", NULL, NULL, NULL);
+  lh_store *s = NULL;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(f.db, &s, &e), 0);
+  static uint8_t pixels[96 * 96 * 3];
+  Longhaul__Image im, *imp[1] = {&im};
+  for (uint64_t id = 21; id <= 24; id++) {
+    seg_buf b;
+    make_segment(&b, id, 0, 3, "a0");
+    if (id == 22) image(&im, pixels, 96, 96, 0), b.s.n_images = 1, b.s.images = imp;  /* 144 patches */
+    int inserted = 0;
+    ck_assert_int_eq(lh_store_put_segment(s, &b.s, &inserted, &e), 0);
+    Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
+    end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = 1, end.total_tokens = SEG_TOKENS;
+    end.reward = (float)(id % 2), end.group_id = 3, end.task_seed = 3, end.outcome = LONGHAUL__OUTCOME__OUTCOME_FAILURE;
+    ck_assert_int_eq(lh_store_put_episode_end(s, &end, &inserted, &e), 0);
+  }
+  lh_store_close(s);
+  start_learner(&f, 0);
+  char log[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(WAIT_FOR(120, train_rows(f.db) >= 1), "no step (see %s)", log);
+  stop_all(&f);
+  lh_episode_row row;
+  ck_assert_int_eq(lh_store_open_readonly(f.db, &s, &e), 0);
+  ck_assert_int_eq(lh_store_episode_get(s, 22, &row, &e), 0);
+  lh_store_close(s);
+  ck_assert_int_eq(row.status, LH_EPISODE_ERROR);
+  /* The resume starts and stops cleanly over the same store. */
+  start_learner(&f, 1);
+  char log2[192];
+  learner_log(&f, 2, log2, sizeof log2);
+  ck_assert_msg(lh_proc_wait_file(log2, "resumed ckpt_dir=", 120), "no resume (see %s)", log2);
+  stop_all(&f);
+  printf("hostile: poisoned store: episode 22 status=error (%s), learner and its resume exit 0\n", row.error);
+  fleet_free(&f);
+}
+END_TEST
+
+/* Peers that ask for weights and never read: the learner serves each a
+ * bounded number of chunks, so its peak memory stays under the bound. */
+START_TEST(test_weights_requests_unread) {
+  fleet f;
+  fleet_init(&f, "hostile-weights", NULL, NULL, NULL);
+  /* The demo model: a version of about 9 chunks of 1 MiB. */
+  snprintf(f.model_extra, sizeof f.model_extra,
+           "d_model = 128\nlayers = 4\nheads = 4\nexperts = 16\nlatent = 64\nexpert_hidden = 128\nchunk = 16\n");
+  write_config(&f);
+  start_learner(&f, 0);
+  char log[192], wep[200];
+  learner_log(&f, 1, log, sizeof log);
+  snprintf(wep, sizeof wep, "ipc://%s/w", f.dir);
+  void *ctx = zmq_ctx_new();
+  /* A well-behaved peer learns the current version. */
+  void *probe = dealer(ctx, wep);
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  Longhaul__WeightsRequest req = LONGHAUL__WEIGHTS_REQUEST__INIT;
+  req.version = 999;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_REQUEST, env.weights_request = &req;
+  lh_peer_send(probe, &env, 1, "probe");
+  static uint8_t buf[4 << 20];
+  int got = zmq_recv(probe, buf, sizeof buf, 0);
+  ck_assert_int_gt(got, 0);
+  long before = lh_proc_vmhwm_kb(f.learner);
+  /* 4 peers, 150 whole-version requests each, never read. */
+  void *peers[4];
+  req.version = 0, req.first_chunk = 0, req.chunk_count = 0;
+  for (int p = 0; p < 4; p++) {
+    peers[p] = dealer(ctx, wep);
+    for (int k = 0; k < 150; k++) lh_peer_send(peers[p], &env, (uint64_t)(100 + k), "flood");
+  }
+  /* The probe's next answer comes after the learner went through them. */
+  for (int k = 0; k < 3; k++) {
+    req.chunk_count = 1;
+    lh_peer_send(probe, &env, (uint64_t)(10 + k), "probe");
+    ck_assert_int_gt(zmq_recv(probe, buf, sizeof buf, 0), 0);
+  }
+  long after = lh_proc_vmhwm_kb(f.learner);
+  /* Bound: each peer holds at most 32 chunk copies of 1 MiB. */
+  long bound_kb = 4 * 32 * 1024 + 64 * 1024;
+  printf("hostile: weights flood: peers=4 requests=600 learner peak %ld kB -> %ld kB (growth %ld kB, bound %ld kB)\n",
+         before, after, after - before, bound_kb);
+  ck_assert_int_lt(after - before, bound_kb);
+  ck_assert_int_eq(lh_proc_poll(f.learner), -1);
+  for (int p = 0; p < 4; p++) zmq_close(peers[p]);
+  zmq_close(probe);
+  zmq_ctx_term(ctx);
+  stop_all(&f);
+  fleet_free(&f);
+}
+END_TEST
+
+/* Large segments back to back from one peer: what the learner holds for
+ * them is bounded by the ingest's round and queue bounds, whatever the
+ * peer sends (these are refused: their images are over max_patches, but
+ * only after they arrived and decoded). */
+START_TEST(test_large_segments_flood) {
+  fleet f;
+  fleet_init(&f, "hostile-large", NULL, NULL, NULL);
+  start_learner(&f, 0);
+  char log[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "bound endpoint=", 60), "no ingest (see %s)", log);
+  void *ctx = zmq_ctx_new();
+  void *d = dealer(ctx, f.ing);
+  send_valid_episode(d, 31, 2);
+  long before = lh_proc_vmhwm_kb(f.learner);
+  /* 40 segments of 15 MiB: 4 images of 1280 x 1024 each. */
+  static uint8_t pixels[1280 * 1024 * 3];
+  Longhaul__Image im[4], *imp[4] = {&im[0], &im[1], &im[2], &im[3]};
+  for (int i = 0; i < 4; i++) image(&im[i], pixels, 1280, 1024, (uint32_t)i);
+  seg_buf b;
+  for (int k = 0; k < 40; k++) {
+    make_segment(&b, 200 + (uint64_t)k, 0, 4, "a0");
+    b.s.n_images = 4, b.s.images = imp;
+    Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+    env.body_case = LONGHAUL__ENVELOPE__BODY_SEGMENT, env.segment = &b.s;
+    lh_peer_send(d, &env, 5000 + (uint64_t)k, "a0");
+  }
+  /* Every one answered (refused), however the learner's acks group them. */
+  int status[40], refused = 0;
+  lh_peer_acks(d, 5000, 40, status);
+  for (int k = 0; k < 40; k++) refused += status[k] == LONGHAUL__ACK_STATUS__ACK_REJECTED;
+  long after = lh_proc_vmhwm_kb(f.learner);
+  long bound_kb = 300 * 1024;
+  printf("hostile: large segments: sent=40 x 15 MiB refused=%d learner peak %ld kB -> %ld kB (growth %ld kB, "
+         "bound %ld kB)\n", refused, before, after, after - before, bound_kb);
+  ck_assert_int_eq(refused, 40);
+  ck_assert_int_lt(after - before, bound_kb);
+  zmq_close(d);
+  zmq_ctx_term(ctx);
+  stop_all(&f);
+  fleet_free(&f);
+}
+END_TEST
+
+/* A store at its cap (max_db_bytes) does not stay full: retention drops
+ * the payloads of versions no step can admit any more, and writes go on;
+ * nothing acked is lost. */
+START_TEST(test_full_store_retention) {
+  fleet f;
+  /* Needle's long documents: payloads of pages of their own, as real
+   * segments are (retention frees whole pages, not bytes inside one). */
+  fleet_init(&f, "hostile-full", "max_policy_lag = 1\nmax_db_bytes = 6000000\n",
+             "max_context = 6000\nsegment_tokens = 2048\n", "name = needle\ntokens = 2000\n");
+  start_learner(&f, 0);
+  start_actors(&f, 2);
+  char log[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "retention keep_versions=", 300), "no retention (see %s)", log);
+  uint64_t at_retention = stored_messages(f.db);
+  /* Writes go on past the point where the store first filled. */
+  ck_assert_msg(WAIT_FOR(300, stored_messages(f.db) >= at_retention + 1000), "writes did not resume (see %s)", log);
+  stop_all(&f);
+  store_counts c;
+  actor_totals t;
+  tally(&f, 0, &c, &t);
+  lh_store *s = NULL;
+  lh_errbuf e;
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_open_readonly(f.db, &s, &e), 0);
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  lh_store_close(s);
+  char extra[160];
+  snprintf(extra, sizeof extra, "cap=6000000 file_bytes=%llu payloads_dropped=%llu", (unsigned long long)st.file_bytes,
+           (unsigned long long)st.payloads_dropped);
+  print_totals("hostile full store", &t, &c, extra);
+  ck_assert_uint_gt(st.payloads_dropped, 0);
+  /* gaps: episodes whose payloads retention dropped count as not whole */
+  ck_assert_uint_eq(t.lost, 0);
+  ck_assert_uint_eq(t.unacked, 0);
+  ck_assert_uint_eq(t.stored, t.acked);
+  fleet_free(&f);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  const lh_test_case cases[] = {
+      {"model_input", test_model_input_refused, 0},
+      {"stored_poison", test_stored_poison_quarantined, 0},
+      {"weights_unread", test_weights_requests_unread, 0},
+      {"large_segments", test_large_segments_flood, 0},
+      {"full_store", test_full_store_retention, 0},
+  };
+  return lh_test_cases_main("hostile", cases, sizeof cases / sizeof cases[0], 600, argc, argv);
+}

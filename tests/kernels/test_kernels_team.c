@@ -1,0 +1,200 @@
+/* The CPU backend's thread team and its vector exp (kernels/cpu/team.h,
+ * kernels/cpu/vexp.h):
+ * - lh_vexpf against libm's expf over [-110, 95] and at the extremes, within
+ *   the bound its header states (2 ulp for normal results, 2 * 2^-149 below);
+ * - every kernel that runs on the team gives the same bits at team sizes
+ *   1, 2 and 3 (experts shared out whole, sums over tokens and rows in a
+ *   fixed order), except products cut by rows (lh_cpu_mm): OpenBLAS may
+ *   pick another kernel for a smaller block, so those agree within float
+ *   rounding (relative 5e-5 of the row's scale), not bit for bit;
+ * - the instance's scratch arena is reused: a second identical step maps
+ *   nothing new. */
+#include "tests/case_main.h"  /* check.h and the suite runner */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/team.h"
+#include "kernels/cpu/vexp.h"
+#include "kernels/kernels.h"
+
+static int64_t ordered(float f) {
+  int32_t i;
+  memcpy(&i, &f, sizeof i);
+  return i < 0 ? -(int64_t)(i & 0x7fffffff) : i;
+}
+
+START_TEST(test_vexp_against_libm) {
+  double max_ulp = 0, max_sub = 0, worst = 0;
+  const int n = 2000000;
+  for (int i = 0; i <= n; i++) {
+    float x = -110.0f + 205.0f * (float)i / (float)n;
+    float a = lh_vexpf(x), b = expf(x);
+    if (isinf(b)) {
+      ck_assert_msg(isinf(a) && a > 0, "exp(%g) = %g, libm inf", x, a);
+    } else if (b >= 0x1p-126f) {
+      double u = fabs((double)(ordered(a) - ordered(b)));
+      if (u > max_ulp) max_ulp = u, worst = x;
+    } else {
+      double d = fabs((double)a - (double)b);
+      if (d > max_sub) max_sub = d;
+    }
+  }
+  printf("vexp: largest error %.0f ulp (at %g) for normal results, %g x 2^-149 below\n",
+         max_ulp, worst, max_sub / 0x1p-149);
+  ck_assert_msg(max_ulp <= 2, "largest error %.0f ulp at %g", max_ulp, worst);
+  ck_assert(max_sub <= 2 * 0x1p-149);
+  ck_assert(isnan(lh_vexpf(NAN)));
+  ck_assert(isinf(lh_vexpf(INFINITY)) && lh_vexpf(INFINITY) > 0);
+  ck_assert(lh_vexpf(-INFINITY) == 0.0f && lh_vexpf(-1000.0f) == 0.0f);
+  ck_assert(isinf(lh_vexpf(88.8f)) && !isinf(lh_vexpf(88.7f)));
+  ck_assert(lh_vexpf(0.0f) == 1.0f);
+  ck_assert(lh_vexpf(-0x1p-30f) <= 1.0f && lh_vexpf(0x1p-30f) >= 1.0f);
+}
+END_TEST
+
+static float frand(uint32_t *s) {
+  *s = *s * 1664525u + 1013904223u;
+  return (float)(*s >> 8) / (float)(1u << 24) - 0.5f;
+}
+
+static float *filled(size_t n, uint32_t seed, float lo, float hi) {
+  float *p = malloc(sizeof(float) * (n ? n : 1));
+  ck_assert_ptr_nonnull(p);
+  for (size_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * (frand(&seed) + 0.5f);
+  return p;
+}
+
+enum { N = 96, E = 8, K = 2, R = 24, F = 40, C = 48, H = 2, DK = 16, NSEQ = 3 };
+
+/* Every output of one training-shaped pass through the team's kernels, at
+ * the backend's current team size, concatenated into out. */
+static size_t run_all(const lh_backend *b, float *out, size_t cut[2]) {
+  void *x = b->context;
+  size_t o = 0, P = (size_t)N * K;
+  float *z = filled((size_t)N * R, 1, -1, 1), *w1 = filled((size_t)E * F * R, 2, -0.3f, 0.3f);
+  float *w2 = filled((size_t)E * R * F, 3, -0.3f, 0.3f), *w3 = filled((size_t)E * F * R, 4, -0.3f, 0.3f);
+  float *gates = filled(P, 5, 0, 1), *dout = filled((size_t)N * R, 6, -1, 1);
+  int32_t idx[N * K];
+  for (int n = 0; n < N; n++) idx[n * K] = (n * 5) % E, idx[n * K + 1] = (n * 3 + 1) % E;
+  for (int n = 0; n < N; n++)
+    if (idx[n * K] == idx[n * K + 1]) idx[n * K + 1] = (idx[n * K + 1] + 1) % E;
+  float *cache = calloc(lh_moe_cache_floats((int)P, F, R), sizeof(float));
+  ck_assert_int_eq(b->moe_experts_forward(x, out + o, cache, z, idx, gates, w1, w2, w3, N, E, K, R, F), 0);
+  o += (size_t)N * R;
+  float *dz = out + o, *dw1 = dz + (size_t)N * R, *dw2 = dw1 + (size_t)E * F * R;
+  float *dw3 = dw2 + (size_t)E * R * F, *dg = dw3 + (size_t)E * F * R;
+  size_t span = (size_t)N * R + 3 * (size_t)E * F * R + P;
+  memset(dz, 0, sizeof(float) * span);
+  ck_assert_int_eq(b->moe_experts_backward(x, dz, dw1, dw2, dw3, dg, dout, cache, z, idx, gates, w1,
+                                           w2, w3, N, E, K, R, F), 0);
+  o += span;
+  cut[0] = o;
+  /* Dense form (one shared expert): its products are cut on the team. */
+  ck_assert_int_eq(b->moe_experts_forward(x, out + o, NULL, z, NULL, NULL, w1, w2, w3, N, 1, 1, R, F), 0);
+  o += (size_t)N * R;
+  /* Matmul forward and backward at a size that is cut (N*C*C*2 >= 4 MFLOP). */
+  int M = 512;
+  float *in = filled((size_t)M * C, 7, -1, 1), *w = filled((size_t)C * C * 4, 8, -0.2f, 0.2f);
+  ck_assert_int_eq(b->matmul_forward(x, out + o, in, w, NULL, M, C, C * 4), 0);
+  float *dmm = filled((size_t)M * C * 4, 9, -1, 1);
+  memset(out + o + (size_t)M * C * 4, 0, sizeof(float) * ((size_t)M * C + (size_t)C * C * 4));
+  ck_assert_int_eq(b->matmul_backward(x, out + o + (size_t)M * C * 4,
+                                      out + o + (size_t)M * C * 5, NULL, dmm, in, w, M, C, C * 4), 0);
+  o += (size_t)M * C * 5 + (size_t)C * C * 4;
+  cut[1] = o;
+  /* RMSNorm forward and backward. */
+  float *nw = filled(C, 10, 0.5f, 1.5f);
+  ck_assert_int_eq(b->rmsnorm_forward(x, out + o, NULL, in, nw, M, C, LH_RMSNORM_EPS), 0);
+  o += (size_t)M * C;
+  memset(out + o, 0, sizeof(float) * ((size_t)M * C + C));
+  ck_assert_int_eq(b->rmsnorm_backward(x, out + o, out + o + (size_t)M * C, dmm, in, nw, M, C,
+                                       LH_RMSNORM_EPS), 0);
+  o += (size_t)M * C + C;
+  /* Chunked attention forward and backward over 3 sequences of 2 heads. */
+  int32_t offs[NSEQ + 1] = {0, 40, 72, 120};
+  int T = offs[NSEQ], D = H * DK;
+  float *q = filled((size_t)T * D, 11, -1, 1), *k = filled((size_t)T * D, 12, -1, 1);
+  float *v = filled((size_t)T * D, 13, -1, 1), *g = filled((size_t)T * D, 14, -0.5f, -0.01f);
+  float *dO = filled((size_t)T * D, 15, -1, 1);
+  float *st = out + o + (size_t)T * D;
+  ck_assert_int_eq(b->attn_chunked_forward(x, out + o, st, q, k, v, g, NULL, offs, NSEQ, H, DK, 16), 0);
+  o += (size_t)T * D + (size_t)NSEQ * H * DK * DK;
+  memset(out + o, 0, sizeof(float) * 4 * (size_t)T * D);
+  float *dqp = out + o, *dkp = dqp + (size_t)T * D, *dvp = dkp + (size_t)T * D, *dgp = dvp + (size_t)T * D;
+  ck_assert_int_eq(b->attn_chunked_backward(x, dqp, dkp, dvp, dgp, NULL, dO, NULL, q, k, v, g, NULL,
+                                            offs, NSEQ, H, DK, 16), 0);
+  o += 4 * (size_t)T * D;
+  /* SwiGLU and AdamW: elementwise. */
+  size_t n = 70000;
+  float *a = filled(n, 16, -8, 8), *bb = filled(n, 17, -2, 2);
+  ck_assert_int_eq(b->swiglu_forward(x, out + o, a, bb, n), 0);
+  o += n;
+  float *m = calloc(n, sizeof(float)), *vv = calloc(n, sizeof(float));
+  memcpy(out + o, a, sizeof(float) * n);
+  lh_adamw_params hp = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                        .weight_decay = 0.01f, .grad_scale = 0.5f, .step = 3};
+  ck_assert_int_eq(b->adamw_step(x, out + o, bb, m, vv, n, &hp, 1), 0);
+  o += n;
+  free(z), free(w1), free(w2), free(w3), free(gates), free(dout), free(cache), free(in), free(w);
+  free(dmm), free(nw), free(q), free(k), free(v), free(g), free(dO), free(a), free(bb), free(m), free(vv);
+  return o;
+}
+
+START_TEST(test_same_bits_at_any_team_size) {
+  const lh_backend *b = NULL;
+  ck_assert_int_eq(lh_backend_by_name("cpu", &b, NULL), 0);
+  size_t cap = 4u << 20;
+  float *ref = calloc(cap, sizeof(float)), *got = calloc(cap, sizeof(float));
+  ck_assert_int_eq(b->set_threads(b->context, 1), 0);
+  size_t cut[2];
+  size_t n = run_all(b, ref, cut);
+  ck_assert(n <= cap);
+  for (int t = 2; t <= 3; t++) {
+    ck_assert_int_eq(b->set_threads(b->context, t), 0);
+    ck_assert_int_eq(((lh_cpu_ctx *)b->context)->threads, t);
+    ck_assert_int_eq(openblas_get_num_threads(), 1);
+    memset(got, 0, sizeof(float) * cap);
+    ck_assert_uint_eq(run_all(b, got, cut), n);
+    size_t diff = 0, cut_diff = 0;
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+      int same = !memcmp(&ref[i], &got[i], sizeof(float));
+      if (i >= cut[0] && i < cut[1]) {
+        cut_diff += !same;
+        double rel = fabs((double)ref[i] - got[i]) / (fabs((double)ref[i]) + 1.0);
+        if (rel > worst) worst = rel;
+      } else {
+        diff += !same;
+      }
+    }
+    printf("team %d: %zu of %zu outputs differ from team 1 outside cut products; cut products: "
+           "%zu differ, largest relative difference %.2g\n", t, diff, n, cut_diff, worst);
+    fflush(stdout);
+    ck_assert_uint_eq(diff, 0);
+    ck_assert_msg(worst <= 5e-5, "cut products differ by %g", worst);
+  }
+  /* The arena has reached its size: another pass reuses it as it is. */
+  const lh_cpu_ctx *c = b->context;
+  void *arena = c->arena;
+  size_t bytes = c->arena_bytes;
+  ck_assert_ptr_nonnull(arena);
+  run_all(b, got, cut);
+  ck_assert_ptr_eq(c->arena, arena);
+  ck_assert_uint_eq(c->arena_bytes, bytes);
+  free(ref), free(got);
+  lh_backend_close(b);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("kernels_team");
+  TCase *tc = tcase_create("team");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_vexp_against_libm);
+  tcase_add_test(tc, test_same_bits_at_any_team_size);
+  suite_add_tcase(s, tc);
+  return lh_test_run(s, CK_FORK);
+}

@@ -1,0 +1,197 @@
+/* End to end (issue 5 "Tests"): `longhaul learner` and two `longhaul actor`
+ * processes on ipc:// endpoints in a temporary directory, a tiny model on
+ * calc, three training steps. Versions advance, actors take new weights
+ * mid-episode (some episode's tokens carry two versions), the store holds
+ * ended episodes with rewards from both actors, and at version 0 the
+ * learner's log-probabilities match the actors' below 1e-5. */
+#include "tests/case_main.h"  /* check.h and the suite runner */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "learner/learner.h"
+#include "store/store.h"
+#include "proc_util.h"
+
+static char dir[64], cfg_path[128], db[128];
+
+static void setup(void) {
+  strcpy(dir, "/tmp/lh_e2e_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(cfg_path, sizeof cfg_path, "%s/run.ini", dir);
+  snprintf(db, sizeof db, "%s/replay.db", dir);
+  FILE *f = fopen(cfg_path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f,
+          "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
+          "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
+          "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
+          "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\nmax_backlog_episodes = 1000\n"
+          "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
+          "db = %s\nckpt_dir = %s/ckpt\n"
+          "[actor]\nlearner_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\n"
+          "weights_endpoint = ipc://%s/w\nmax_context = 400\ngroup_size = 4\nbatch = 8\n"
+          "[env]\nname = calc\n",
+          dir, dir, dir, db, dir, dir, dir, dir);
+  fclose(f);
+}
+
+static pid_t spawn(const char *log, const char *const *args) {
+  ck_assert_msg(lh_proc_longhaul() != NULL, "LH_BIN is not set");
+  char path[160];
+  snprintf(path, sizeof path, "%s/%s", dir, log);
+  pid_t pid = lh_proc_spawn_longhaul(path, args);
+  ck_assert_int_ge(pid, 0);
+  return pid;
+}
+
+/* The exit code, or a negative number when the process did not exit by
+ * itself within seconds (or a signal ended it). */
+static int wait_exit(pid_t pid, int seconds) {
+  int rc = lh_proc_wait(pid, seconds, NULL);
+  return rc >= 128 ? -1 : rc;
+}
+
+typedef struct {
+  int ended, rewarded, two_versions, a0, a1;
+} ep_counts;
+
+static int on_episode(void *ctx, const lh_episode_row *r) {
+  ep_counts *c = ctx;
+  if (r->status == LH_EPISODE_RUNNING) return 0;
+  c->ended++;
+  c->rewarded += r->has_reward;
+  c->two_versions += r->has_versions && r->max_version > r->min_version;
+  c->a0 += !strcmp(r->actor, "a0");
+  c->a1 += !strcmp(r->actor, "a1");
+  return 0;
+}
+
+typedef struct {
+  int n;
+  uint64_t last_version;
+  double first_logp_diff;
+} step_rows;
+
+static int on_step(void *ctx, const lh_store_train_step *t) {
+  step_rows *r = ctx;
+  if (r->n == 0) r->first_logp_diff = t->logp_diff;
+  r->n++;
+  r->last_version = t->version;
+  return 0;
+}
+
+START_TEST(test_learner_and_two_actors) {
+  setup();
+  const char *largs[] = {"learner", "--config", cfg_path, "--steps", "3", NULL};
+  const char *a0[] = {"actor", "--config", cfg_path, "--name", "a0", "--index", "0", NULL};
+  const char *a1[] = {"actor", "--config", cfg_path, "--name", "a1", "--index", "1", NULL};
+  pid_t lp = spawn("learner.log", largs);
+  pid_t p0 = spawn("a0.log", a0), p1 = spawn("a1.log", a1);
+  int lrc = wait_exit(lp, 100);
+  kill(p0, SIGTERM);
+  kill(p1, SIGTERM);
+  int rc0 = wait_exit(p0, 30), rc1 = wait_exit(p1, 30);
+  ck_assert_msg(lrc == 0, "learner exit %d (see %s/learner.log)", lrc, dir);
+  ck_assert_msg(rc0 == 0 && rc1 == 0, "actors exit %d %d", rc0, rc1);
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_msg(lh_store_open_readonly(db, &s, &e) == 0, "%s", e.msg);
+  step_rows r = {0};
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_step, &r, &e), 0);
+  ck_assert_int_eq(r.n, 3);
+  ck_assert_uint_eq(r.last_version, 3);
+  printf("e2e: first step logp_diff=%g\n", r.first_logp_diff);
+  ck_assert_msg(r.first_logp_diff < 1e-5, "alignment at version 0: %g", r.first_logp_diff);
+  ep_counts c = {0};
+  ck_assert_int_eq(lh_store_episodes(s, NULL, on_episode, &c, NULL, &e), 0);
+  printf("e2e: ended=%d rewarded=%d two_versions=%d a0=%d a1=%d\n", c.ended, c.rewarded, c.two_versions, c.a0,
+         c.a1);
+  ck_assert_int_ge(c.ended, 12);
+  ck_assert_int_eq(c.rewarded, c.ended);
+  ck_assert_int_gt(c.a0, 0);
+  ck_assert_int_gt(c.a1, 0);
+  ck_assert_int_gt(c.two_versions, 0);
+  lh_store_close(s);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+typedef struct {
+  int ended, gaps;
+} gap_counts;
+
+static int on_gap(void *ctx, const lh_episode_row *r) {
+  gap_counts *c = ctx;
+  if (!r->has_end) return 0;
+  c->ended++;
+  if (r->segments_received != r->segment_count || r->tokens_received != r->tokens) c->gaps++;
+  return 0;
+}
+
+static int first_text(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  if (ncols > 0 && values[0]) snprintf(ctx, 32, "%s", values[0]);
+  return 0;
+}
+
+/* Resend: the learner is killed (SIGKILL) while the actors run and is
+ * restarted with --resume; the actors resend what was not acked. Every
+ * ended episode ends up with all its segments, each stored once. */
+START_TEST(test_learner_killed_and_restarted) {
+  setup();
+  const char *l1[] = {"learner", "--config", cfg_path, NULL};
+  const char *l2[] = {"learner", "--config", cfg_path, "--resume", NULL};
+  const char *a0[] = {"actor", "--config", cfg_path, "--name", "a0", "--index", "0", NULL};
+  pid_t lp = spawn("learner1.log", l1);
+  pid_t p0 = spawn("a0.log", a0);
+  sleep(2);
+  ck_assert_int_eq(kill(lp, SIGKILL), 0);
+  int st;
+  waitpid(lp, &st, 0);
+  sleep(1);  /* the actor keeps producing into its outbox */
+  lp = spawn("learner2.log", l2);
+  sleep(3);
+  ck_assert_int_eq(kill(p0, SIGTERM), 0);
+  ck_assert_int_eq(wait_exit(p0, 30), 0);
+  ck_assert_int_eq(kill(lp, SIGTERM), 0);
+  ck_assert_int_eq(wait_exit(lp, 30), 0);
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_msg(lh_store_open_readonly(db, &s, &e) == 0, "%s", e.msg);
+  gap_counts c = {0};
+  ck_assert_int_eq(lh_store_episodes(s, NULL, on_gap, &c, NULL, &e), 0);
+  printf("resend: ended=%d with gaps=%d\n", c.ended, c.gaps);
+  ck_assert_int_gt(c.ended, 0);
+  ck_assert_int_eq(c.gaps, 0);
+  /* The killed learner left its writer mark, so the second one checked the
+   * file before writing (store.h, lh_store_options.writer); it stopped
+   * cleanly and cleared its own. */
+  char log2[600];
+  snprintf(log2, sizeof log2, "%s/learner2.log", dir);
+  ck_assert_msg(lh_proc_file_has(log2, "unclean shutdown"), "no unclean shutdown line in %s", log2);
+  char marks[32] = "";
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM meta WHERE key = 'writer_open'", first_text, marks, NULL,
+                                &e), 0);
+  ck_assert_str_eq(marks, "0");
+  lh_store_close(s);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("learner_e2e");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 170);
+  tcase_add_test(tc, test_learner_and_two_actors);
+  tcase_add_test(tc, test_learner_killed_and_restarted);
+  suite_add_tcase(s, tc);
+  return lh_test_run(s, CK_FORK);
+}

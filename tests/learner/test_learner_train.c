@@ -1,0 +1,561 @@
+/* Tests of learner/train.c on a tiny model (d 16) and a real SQLite store:
+ * episodes written as an actor would (segments, then the end), one PPO step
+ * over windows with carried state whose log-probabilities match the
+ * behavior ones at version 0 below 1e-5, a train_steps row, no episode
+ * trained twice, staleness drops counted, and a non-finite step skipped
+ * with the parameters untouched. */
+#include "tests/case_main.h"  /* check.h and the suite runner */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "learner/internal.h"
+
+#define EP_TOKENS 24
+#define SEG_TOKENS 8
+#define PROMPT 4
+
+static char dir[64], db[128];
+/* How write_episode records routing: 0 none, 1 the model's own, 2 forced
+ * to experts 0 and 1 everywhere. */
+static int record_routing = 0;
+/* 1: write_episode puts a 4x4 RGB image (4 patches of 2x2) after an
+ * <img> token at IMG_AT, as an observation. */
+static int with_image = 0;
+#define IMG_AT 5
+static uint8_t img_bytes[4 * 4 * 3];
+
+static void make_dir(void) {
+  strcpy(dir, "/tmp/lh_train_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(db, sizeof db, "%s/replay.db", dir);
+}
+
+static void remove_dir(void) {
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+static lh_model *tiny_model(void) {
+  lh_model_config c;
+  lh_model_config_default(&c);
+  c.d_model = 16, c.layers = 2, c.heads = 2, c.experts = 4, c.topk = 2;
+  c.shared_experts = 1, c.latent = 8, c.expert_hidden = 8, c.chunk = 4;
+  c.patch = 2, c.max_patches = 8, c.seed = 7;
+  lh_model *m;
+  lh_errbuf e;
+  ck_assert_msg(lh_model_new(&c, lh_backend_cpu(), &m, &e) == 0, "%s", e.msg);
+  return m;
+}
+
+/* Writes episode id (group, reward) whose tokens after the prompt count as
+ * sampled at version, with behavior log-probabilities from the model's own
+ * forward over the whole episode (one sequence, no windows). */
+static void write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group, float reward,
+                          uint32_t version) {
+  int32_t tok[EP_TOKENS], tgt[EP_TOKENS];
+  float logp[EP_TOKENS];
+  for (int i = 0; i < EP_TOKENS; i++) tok[i] = (int32_t)((id * 31 + (uint64_t)i * 7) % 200 + 32);
+  float img_px[4 * 4 * 3];
+  lh_model_image img = {.at = IMG_AT + 1, .height = 4, .width = 4, .pixels = img_px};
+  if (with_image) {
+    for (size_t i = 0; i < sizeof img_bytes; i++) img_bytes[i] = (uint8_t)(i * 37 + id * 11);
+    lh_model_pixels_from_u8(img_bytes, 16, 3, img_px);
+    tok[IMG_AT] = LH_TOK_IMG;
+    for (int i = 1; i <= 4; i++) tok[IMG_AT + i] = LH_TOK_PAD;
+  }
+  for (int i = 0; i < EP_TOKENS; i++) tgt[i] = i + 1 < EP_TOKENS ? tok[i + 1] : -1;
+  int32_t offs[2] = {0, EP_TOKENS};
+  lh_model_batch b = {.n_tokens = EP_TOKENS, .tokens = tok, .targets = tgt, .n_seq = 1,
+                      .seq_offsets = offs, .n_images = with_image, .images = with_image ? &img : NULL,
+                      .temperature = 0.7f};
+  lh_model_cache *cache = NULL;
+  lh_errbuf e;
+  ck_assert_msg(lh_model_forward(m, &b, &cache, logp, NULL, NULL, &e) == 0, "%s", e.msg);
+  int32_t ex[2 * EP_TOKENS * 2];  /* (layers, T, topk) */
+  ck_assert_int_eq(lh_model_cache_experts(cache, ex), 0);
+  lh_model_cache_free(cache);
+  uint32_t routed[EP_TOKENS * 2 * 2];  /* [token][layer][slot] */
+  for (int i = 0; i < EP_TOKENS; i++)
+    for (int l = 0; l < 2; l++)
+      for (int q = 0; q < 2; q++)
+        routed[(i * 2 + l) * 2 + q] = record_routing == 2 ? (uint32_t)q : (uint32_t)ex[(l * EP_TOKENS + i) * 2 + q];
+  uint32_t utok[EP_TOKENS], ver[EP_TOKENS];
+  uint8_t mask[EP_TOKENS];
+  float blogp[EP_TOKENS];
+  for (int i = 0; i < EP_TOKENS; i++) {
+    utok[i] = (uint32_t)tok[i];
+    mask[i] = i >= PROMPT && !(with_image && i >= IMG_AT && i <= IMG_AT + 4);
+    blogp[i] = mask[i] ? logp[i - 1] : 0.0f;
+    ver[i] = mask[i] ? version : 0;
+  }
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  for (uint32_t q = 0; q < EP_TOKENS / SEG_TOKENS; q++) {
+    Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
+    size_t o = q * SEG_TOKENS;
+    seg.episode_id = id, seg.seq = q, seg.actor = "a0", seg.env = "calc", seg.start_offset = o;
+    seg.group_id = group, seg.task_seed = group;
+    seg.n_tokens = SEG_TOKENS, seg.tokens = utok + o;
+    seg.loss_mask.len = SEG_TOKENS, seg.loss_mask.data = mask + o;
+    seg.n_behavior_logp = SEG_TOKENS, seg.behavior_logp = blogp + o;
+    seg.n_policy_version = SEG_TOKENS, seg.policy_version = ver + o;
+    Longhaul__Image im = LONGHAUL__IMAGE__INIT;
+    Longhaul__Image *ims[1] = {&im};
+    if (with_image && q == 0) {
+      im.offset = IMG_AT, im.width = 4, im.height = 4, im.channels = 3;
+      im.pixels.len = sizeof img_bytes, im.pixels.data = img_bytes;
+      seg.n_images = 1, seg.images = ims;
+    }
+    if (record_routing) {
+      seg.routed_layers = 2, seg.routed_topk = 2;
+      seg.n_routed_experts = SEG_TOKENS * 4, seg.routed_experts = routed + o * 4;
+    }
+    ck_assert_msg(lh_store_put_segment(s, &seg, NULL, &e) == 0, "%s", e.msg);
+  }
+  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
+  end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = EP_TOKENS / SEG_TOKENS;
+  end.total_tokens = EP_TOKENS, end.reward = reward, end.group_id = group, end.task_seed = group;
+  end.outcome = reward > 0 ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
+  ck_assert_msg(lh_store_put_episode_end(s, &end, NULL, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+}
+
+static lh_learner_config small_cfg(void) {
+  lh_learner_config c;
+  lh_learner_config_default(&c);
+  c.batch_episodes = 4, c.group_size = 2, c.train_window = 5;  /* 24 tokens: 5 windows */
+  c.max_policy_lag = 0, c.lr = 1e-2, c.warmup_steps = 0, c.total_steps = 10;
+  return c;
+}
+
+typedef struct {
+  int n;
+  lh_store_train_step last;
+  double load[2 * 4];  /* the last row's expert loads (tiny_model: 2 layers, 4 experts) */
+} rows_ctx;
+
+static int on_row(void *ctx, const lh_store_train_step *t) {
+  rows_ctx *r = ctx;
+  r->n++;
+  r->last = *t;
+  r->last.expert_load = NULL;  /* the store's buffer: copied below */
+  for (size_t i = 0; t->expert_load && i < (size_t)t->layers * t->experts && i < 8; i++)
+    r->load[i] = t->expert_load[i];
+  return 0;
+}
+
+/* The row's expert loads: 4 per layer, each layer's summing to 1, and the
+ * layer's MaxVio that of those loads (max load / mean load - 1). */
+static void check_loads(const rows_ctx *r) {
+  ck_assert_uint_eq(r->last.experts, 4);
+  for (uint32_t l = 0; l < r->last.layers; l++) {
+    double sum = 0, mx = 0;
+    for (int x = 0; x < 4; x++) {
+      double v = r->load[l * 4 + x];
+      ck_assert_msg(v >= 0 && v <= 1, "layer %u expert %d load %g", l, x, v);
+      sum += v, mx = fmax(mx, v);
+    }
+    ck_assert_msg(fabs(sum - 1) < 1e-9, "layer %u loads sum to %.12g", l, sum);
+    ck_assert_msg(fabs(mx * 4 - 1 - r->last.maxvio[l]) < 1e-5, "layer %u: max load %g, MaxVio %g", l, mx,
+                  r->last.maxvio[l]);
+  }
+}
+
+START_TEST(test_step_aligned_and_recorded) {
+  make_dir();
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_model *m = tiny_model();
+  write_episode(s, m, 1, 10, 1.0f, 0);
+  write_episode(s, m, 2, 10, 0.0f, 0);
+  write_episode(s, m, 3, 11, 1.0f, 0);
+  /* Not ready: one segment short, no end. */
+  lh_learner_config cfg = small_cfg();
+  lh_learner_trainer *t;
+  ck_assert_msg(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e) == 0, "%s", e.msg);
+  size_t added;
+  int stepped;
+  ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
+  ck_assert_uint_eq(added, 3);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 0);  /* group 11 has one of two */
+  write_episode(s, m, 4, 11, 0.0f, 0);
+  /* Offered by id (as the ingest reports what it stored), twice, and an
+   * episode already in the batcher: one added. */
+  uint64_t ids[3] = {4, 4, 1};
+  ck_assert_int_eq(lh_learner_trainer_offer(t, ids, 3, &added, &e), 0);
+  ck_assert_uint_eq(added, 1);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
+  ck_assert_uint_eq(added, 0);
+  float *before = malloc(lh_model_n_floats(m) * sizeof(float));
+  memcpy(before, lh_model_params(m), lh_model_n_floats(m) * sizeof(float));
+  lh_learner_train_stats st;
+  ck_assert_msg(lh_learner_trainer_step(t, &stepped, &st, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(stepped, 1);
+  printf("step: loss=%g tokens=%zu logp_diff=%g grad_norm=%g\n", st.loss, st.tokens, st.logp_diff,
+         st.grad_norm);
+  ck_assert_uint_eq(st.episodes, 4);
+  ck_assert_uint_eq(st.tokens, 4 * (EP_TOKENS - PROMPT));
+  ck_assert_uint_eq(st.current_tokens, st.tokens);
+  /* Windows of 5 with the state carried reproduce the whole-sequence
+   * log-probabilities at the same temperature. */
+  ck_assert_msg(st.logp_diff < 1e-5, "logp diff %g", st.logp_diff);
+  ck_assert_uint_eq(st.version, 1);
+  ck_assert_int_eq(st.skipped, 0);
+  ck_assert(fabs(st.reward_mean - 0.5) < 1e-9 && fabs(st.success_rate - 0.5) < 1e-9);
+  ck_assert(st.grad_norm > 0);
+  size_t changed = 0;
+  for (size_t i = 0; i < lh_model_n_floats(m); i++) changed += before[i] != lh_model_params(m)[i];
+  ck_assert_uint_gt(changed, 0);
+  rows_ctx r = {0};
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_row, &r, &e), 0);
+  ck_assert_int_eq(r.n, 1);
+  ck_assert_uint_eq(r.last.version, 1);
+  ck_assert_uint_eq(r.last.tokens, st.tokens);
+  ck_assert_uint_eq(r.last.layers, 2);
+  ck_assert(isfinite(r.last.maxvio[0]) && isfinite(r.last.maxvio[1]));
+  check_loads(&r);
+  /* Nothing is trained twice. */
+  ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
+  ck_assert_uint_eq(added, 0);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 0);
+  /* Episodes sampled at version 0 are stale for version 1 with lag 0. */
+  write_episode(s, m, 5, 12, 1.0f, 0);
+  write_episode(s, m, 6, 12, 0.0f, 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
+  ck_assert_uint_eq(added, 2);
+  ck_assert_uint_eq(lh_learner_trainer_admission(t)->dropped_stale, 2);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 0);
+  /* The state a checkpoint takes. */
+  lh_learner_state ls;
+  memset(&ls, 0, sizeof ls);
+  lh_learner_trainer_state(t, &ls);
+  ck_assert_uint_eq(ls.step, 1);
+  ck_assert_uint_eq(ls.version, 1);
+  ck_assert_uint_eq(ls.ingest_position, 6);  /* done: 4 trained, 2 dropped */
+  ck_assert_uint_eq(ls.admission.dropped_stale, 2);
+  free(before);
+  lh_learner_trainer_free(t);
+  lh_model_free(m);
+  lh_store_close(s);
+  remove_dir();
+}
+END_TEST
+
+START_TEST(test_nonfinite_step_skipped) {
+  make_dir();
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_model *m = tiny_model();
+  write_episode(s, m, 1, 10, 1.0f, 0);
+  write_episode(s, m, 2, 10, 0.0f, 0);
+  lh_learner_config cfg = small_cfg();
+  cfg.batch_episodes = 2;
+  lh_learner_trainer *t;
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  /* A NaN in the output projection makes every log-probability NaN. */
+  int out = lh_model_find(m, "out");
+  ck_assert_int_ge(out, 0);
+  float *p = lh_model_params(m);
+  p[lh_model_tensor_at(m, out)->offset] = NAN;
+  size_t n = lh_model_n_floats(m);
+  float *before = malloc(n * sizeof(float));
+  memcpy(before, p, n * sizeof(float));
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  lh_learner_train_stats st;
+  int stepped;
+  ck_assert_msg(lh_learner_trainer_step(t, &stepped, &st, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(stepped, 1);
+  ck_assert_int_eq(st.skipped, 1);
+  ck_assert_uint_eq(st.version, 0);
+  ck_assert_int_eq(memcmp(before, p, n * sizeof(float)), 0);
+  rows_ctx r = {0};
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_row, &r, &e), 0);
+  ck_assert_int_eq(r.n, 1);
+  ck_assert_int_eq(r.last.skipped, 1);
+  lh_learner_state ls;
+  lh_learner_trainer_state(t, &ls);
+  ck_assert_uint_eq(ls.skipped_steps, 1);
+  free(before);
+  lh_learner_trainer_free(t);
+  lh_model_free(m);
+  lh_store_close(s);
+  remove_dir();
+}
+END_TEST
+
+START_TEST(test_bad_join_marked_error_and_args) {
+  make_dir();
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_model *m = tiny_model();
+  lh_learner_config cfg = small_cfg();
+  cfg.batch_episodes = 2;
+  lh_learner_trainer *t = NULL;
+  ck_assert_int_eq(lh_learner_trainer_new(NULL, s, &cfg, 1, NULL, &t, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, NAN, NULL, &t, &e), LH_EINVAL);
+  ck_assert(strstr(e.msg, "temperature"));
+  ck_assert_int_eq(lh_learner_trainer_scan(NULL, NULL, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_learner_trainer_step(NULL, NULL, NULL, &e), LH_EINVAL);
+  lh_learner_trainer_free(NULL);
+  write_episode(s, m, 1, 10, 1.0f, 0);
+  write_episode(s, m, 2, 10, 0.0f, 0);
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  /* Retention drops the payloads after the scan: nothing joins. */
+  uint64_t dropped = 0;
+  ck_assert_int_eq(lh_store_drop_payloads_before(s, 1, &dropped, NULL, &e), 0);
+  ck_assert_uint_gt(dropped, 0);
+  int stepped;
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 0);  /* neither joins: nothing to train on */
+  lh_episode_row row;
+  ck_assert_int_eq(lh_store_episode_get(s, 2, &row, &e), 0);
+  ck_assert_int_eq(row.status, LH_EPISODE_ERROR);
+  lh_learner_trainer_free(t);
+  lh_model_free(m);
+  lh_store_close(s);
+  remove_dir();
+}
+END_TEST
+
+/* 2 steps straight against 1 step, checkpoint, load, 1 step: the same
+ * parameters bit for bit (moments, step count and ingest position carried). */
+START_TEST(test_resume_exact) {
+  make_dir();
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_model *w = tiny_model();
+  write_episode(s, w, 1, 10, 1.0f, 0);
+  write_episode(s, w, 2, 10, 0.0f, 0);
+  write_episode(s, w, 3, 11, 0.0f, 0);
+  write_episode(s, w, 4, 11, 1.0f, 0);
+  lh_model_free(w);
+  lh_learner_config cfg = small_cfg();
+  cfg.batch_episodes = 2, cfg.max_policy_lag = 5, cfg.warmup_steps = 1;
+  int stepped;
+  /* Straight. */
+  lh_model *a = tiny_model();
+  lh_learner_trainer *t;
+  ck_assert_int_eq(lh_learner_trainer_new(a, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  for (int i = 0; i < 2; i++) {
+    ck_assert_msg(lh_learner_trainer_step(t, &stepped, NULL, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(stepped, 1);
+  }
+  lh_learner_trainer_free(t);
+  /* One step, a checkpoint, a fresh start from it, one step. */
+  lh_model *b = tiny_model();
+  ck_assert_int_eq(lh_learner_trainer_new(b, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  lh_learner_state st;
+  memset(&st, 0, sizeof st);
+  lh_learner_trainer_state(t, &st);
+  char ck[160], path[LH_LEARNER_TEXT_BYTES];
+  snprintf(ck, sizeof ck, "%s/ckpt", dir);
+  ck_assert_int_eq(lh_learner_ckpt_exists(ck), 0);
+  ck_assert_msg(lh_learner_ckpt_save(ck, b, &st, t, path, &e) == 0, "%s", e.msg);
+  ck_assert(strstr(path, "step-00000001"));
+  ck_assert_int_eq(lh_learner_ckpt_exists(ck), 1);
+  lh_learner_trainer_free(t);
+  lh_model_free(b);
+  lh_learner_state st2;
+  lh_model *c;
+  char from[LH_LEARNER_TEXT_BYTES];
+  ck_assert_msg(lh_learner_ckpt_load_latest(ck, lh_backend_cpu(), &c, &st2, from, &e) == 0, "%s", e.msg);
+  ck_assert_str_eq(from, path);
+  ck_assert_uint_eq(st2.step, 1);
+  ck_assert_uint_eq(st2.version, 1);
+  ck_assert_uint_eq(st2.ingest_position, 2);
+  ck_assert_int_eq(lh_learner_trainer_new(c, s, &cfg, 0.7f, &st2, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_load_done(t, from, st2.ingest_position + 1, &e), LH_ELEARNER_CKPT);
+  ck_assert_msg(lh_learner_trainer_load_done(t, from, st2.ingest_position, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 1);
+  ck_assert_uint_eq(lh_learner_trainer_version(t), 2);
+  size_t n = lh_model_n_floats(a);
+  ck_assert_int_eq(memcmp(lh_model_params(a), lh_model_params(c), n * sizeof(float)), 0);
+  ck_assert_int_eq(memcmp(lh_model_moment2(a), lh_model_moment2(c), n * sizeof(float)), 0);
+  lh_learner_trainer_free(t);
+  /* A damaged optimizer file is refused with its name. */
+  char opt[LH_LEARNER_TEXT_BYTES + 32];
+  snprintf(opt, sizeof opt, "%s/%s", path, LH_LEARNER_OPTIMIZER_FILE);
+  FILE *f = fopen(opt, "r+b");
+  ck_assert_ptr_nonnull(f);
+  fseek(f, 40, SEEK_SET);
+  fputc(0x5a, f);
+  fclose(f);
+  lh_model *d = NULL;
+  ck_assert_int_eq(lh_learner_ckpt_load_latest(ck, lh_backend_cpu(), &d, &st2, NULL, &e), LH_ELEARNER_CKPT);
+  ck_assert_msg(strstr(e.msg, "optimizer.bin") && strstr(e.msg, "checksum"), "%s", e.msg);
+  ck_assert_ptr_null(d);
+  ck_assert_int_eq(lh_learner_ckpt_load_latest(dir, lh_backend_cpu(), &d, &st2, NULL, &e), LH_ELEARNER_CKPT);
+  ck_assert(strstr(e.msg, "nothing to resume from"));
+  lh_model_free(a);
+  lh_model_free(c);
+  lh_store_close(s);
+  remove_dir();
+}
+END_TEST
+
+/* Routing replay: the actor's recorded experts are used instead of top-k.
+ * Its own routing gives the same log-probabilities; a forced one does not. */
+START_TEST(test_routing_replay) {
+  make_dir();
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_model *m = tiny_model();
+  record_routing = 1;
+  write_episode(s, m, 1, 10, 1.0f, 0);
+  write_episode(s, m, 2, 10, 0.0f, 0);
+  record_routing = 0;
+  lh_learner_config cfg = small_cfg();
+  cfg.batch_episodes = 2, cfg.routing_replay = 1, cfg.max_policy_lag = 5, cfg.lr = 1e-9;
+  lh_learner_trainer *t;
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  lh_learner_train_stats st;
+  int stepped;
+  ck_assert_msg(lh_learner_trainer_step(t, &stepped, &st, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(stepped, 1);
+  printf("replay own routing: logp_diff=%g\n", st.logp_diff);
+  ck_assert_msg(st.logp_diff < 1e-5, "own routing replayed: diff %g", st.logp_diff);
+  lh_learner_trainer_free(t);
+  /* The forced routing, in a store of its own, on a fresh model. */
+  lh_store_close(s);
+  lh_model_free(m);
+  snprintf(db, sizeof db, "%s/replay2.db", dir);
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  m = tiny_model();
+  record_routing = 2;
+  write_episode(s, m, 3, 11, 1.0f, 0);
+  write_episode(s, m, 4, 11, 0.0f, 0);
+  record_routing = 0;
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, &st, &e), 0);
+  ck_assert_int_eq(stepped, 1);
+  printf("replay forced routing: logp_diff=%g\n", st.logp_diff);
+  ck_assert_msg(st.logp_diff > 1e-4, "forced routing must change log p: diff %g", st.logp_diff);
+  /* Every (token, slot) went to expert 0 or 1: half the load each, in
+   * every layer, and none on experts 2 and 3. */
+  rows_ctx r = {0};
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_row, &r, &e), 0);
+  ck_assert_int_eq(r.n, 1);
+  check_loads(&r);
+  for (int l = 0; l < 2; l++)
+    ck_assert_msg(r.load[l * 4] == 0.5 && r.load[l * 4 + 1] == 0.5 && r.load[l * 4 + 2] == 0 &&
+                      r.load[l * 4 + 3] == 0,
+                  "layer %d loads %g %g %g %g", l, r.load[l * 4], r.load[l * 4 + 1], r.load[l * 4 + 2],
+                  r.load[l * 4 + 3]);
+  lh_learner_trainer_free(t);
+  lh_model_free(m);
+  lh_store_close(s);
+  remove_dir();
+}
+END_TEST
+
+/* Admitted on arrival, stale by the time its batch comes up: dropped then,
+ * counted, and the step passes over it. */
+START_TEST(test_stale_at_training_time) {
+  make_dir();
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_model *m = tiny_model();
+  write_episode(s, m, 1, 10, 1.0f, 0);
+  write_episode(s, m, 2, 10, 0.0f, 0);
+  write_episode(s, m, 3, 11, 1.0f, 0);
+  write_episode(s, m, 4, 11, 0.0f, 0);
+  lh_learner_config cfg = small_cfg();
+  cfg.batch_episodes = 2;  /* max_policy_lag 0 */
+  lh_learner_trainer *t;
+  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  ck_assert_uint_eq(lh_learner_trainer_admission(t)->admitted, 4);
+  int stepped;
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 1);
+  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  ck_assert_int_eq(stepped, 0);
+  ck_assert_uint_eq(lh_learner_trainer_admission(t)->dropped_stale, 2);
+  ck_assert_uint_eq(lh_learner_trainer_admission(t)->admitted, 2);
+  lh_learner_state ls;
+  lh_learner_trainer_state(t, &ls);
+  ck_assert_uint_eq(ls.ingest_position, 4);
+  lh_learner_trainer_free(t);
+  lh_model_free(m);
+  lh_store_close(s);
+  remove_dir();
+}
+END_TEST
+
+/* Episodes with an image (an observation's patches after its <img>): the
+ * trainer feeds the image in the window that holds it, and the
+ * log-probabilities match the behavior ones (computed with the image) at
+ * version 0, whatever the train_window: windows are cut around the image
+ * (lh_model_window_end), so one whose edge falls inside the image (8: the
+ * patches are at 6..9) or one shorter than the image (3) trains the
+ * episode as well as one that holds it (12). */
+START_TEST(test_images_trained) {
+  const uint64_t windows[3] = {12, 8, 3};
+  for (int k = 0; k < 3; k++) {
+    make_dir();
+    lh_store *s;
+    lh_errbuf e;
+    ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+    lh_model *m = tiny_model();
+    with_image = 1;
+    for (uint64_t id = 1; id <= 4; id++) write_episode(s, m, id, 10 + (id - 1) / 2, id % 2 ? 1.0f : 0.0f, 0);
+    with_image = 0;
+    lh_learner_config cfg = small_cfg();
+    cfg.train_window = windows[k];
+    lh_learner_trainer *t;
+    ck_assert_msg(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+    int stepped = 0;
+    lh_learner_train_stats st;
+    ck_assert_msg(lh_learner_trainer_step(t, &stepped, &st, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(stepped, 1);
+    ck_assert_uint_eq(st.episodes, 4);
+    ck_assert_uint_eq(st.tokens, 4 * (EP_TOKENS - PROMPT - 5));
+    printf("images, train_window %llu: logp_diff=%g over %zu tokens\n", (unsigned long long)windows[k],
+           st.logp_diff, st.current_tokens);
+    ck_assert_msg(st.logp_diff < 1e-5, "logp diff %g", st.logp_diff);
+    lh_episode_row row;
+    ck_assert_int_eq(lh_store_episode_get(s, 1, &row, &e), 0);
+    ck_assert_int_ne(row.status, LH_EPISODE_ERROR);
+    lh_learner_trainer_free(t);
+    lh_model_free(m);
+    lh_store_close(s);
+    remove_dir();
+  }
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("learner_train");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_step_aligned_and_recorded);
+  tcase_add_test(tc, test_images_trained);
+  tcase_add_test(tc, test_nonfinite_step_skipped);
+  tcase_add_test(tc, test_bad_join_marked_error_and_args);
+  tcase_add_test(tc, test_resume_exact);
+  tcase_add_test(tc, test_routing_replay);
+  tcase_add_test(tc, test_stale_at_training_time);
+  suite_add_tcase(s, tc);
+  return lh_test_run(s, CK_FORK);
+}

@@ -1,0 +1,57 @@
+/* One set of limits (common/limits.h) for the [model] config, `longhaul
+ * init` and the actor: every topk and layer count the config accepts, the
+ * actor's segmenter accepts too, and one past the limit the config refuses
+ * (naming the key) before any checkpoint is written. */
+#include "tests/case_main.h"  /* check.h and the suite runner */
+#include <stdio.h>
+#include <string.h>
+
+#include "actors/internal.h"
+#include "common/limits.h"
+#include "model/model.h"
+#include "proto/wire.h"
+
+static int segmenter_accepts(const lh_model_config *c) {
+  lh_actors_segmenter_config sc = {.segment_tokens = 64, .routed_layers = (uint32_t)c->layers,
+                                   .routed_topk = (uint32_t)c->topk, .experts = (uint32_t)c->experts};
+  lh_errbuf err = {0};
+  lh_actors_segmenter *s = lh_actors_segmenter_new(&sc, &err);
+  lh_actors_segmenter_free(s);
+  return s != NULL;
+}
+
+START_TEST(test_limits_agree) {
+  lh_wire_limits lim;
+  lh_wire_limits_default(&lim);
+  ck_assert_uint_eq(lim.max_topk, LH_MAX_TOPK);
+  ck_assert_uint_eq(lim.max_layers, LH_MAX_LAYERS);
+  ck_assert_uint_eq(lim.max_experts, LH_MAX_EXPERTS);
+  lh_model_config c;
+  lh_model_config_default(&c);
+  c.experts = LH_MAX_EXPERTS, c.topk = LH_MAX_TOPK, c.layers = LH_MAX_LAYERS;
+  lh_errbuf err = {0};
+  ck_assert_msg(lh_model_config_validate(&c, &err) == 0, "%s", err.msg);
+  ck_assert(segmenter_accepts(&c));
+  c.topk = LH_MAX_TOPK + 1;
+  ck_assert(!segmenter_accepts(&c));
+  ck_assert_int_eq(lh_model_config_validate(&c, &err), LH_EMODEL_CONFIG_VALUE);
+  ck_assert_msg(strstr(err.msg, "'topk'") != NULL, "%s", err.msg);
+  c.topk = 16, c.layers = LH_MAX_LAYERS + 1;
+  ck_assert(!segmenter_accepts(&c));
+  ck_assert_int_eq(lh_model_config_validate(&c, &err), LH_EMODEL_CONFIG_VALUE);
+  ck_assert_msg(strstr(err.msg, "'layers'") != NULL, "%s", err.msg);
+  /* and from the text `longhaul init --config` reads */
+  ck_assert_int_eq(lh_model_config_parse_string("[model]\nexperts = 1024\ntopk = 65\n", &c, &err),
+                   LH_EMODEL_CONFIG_VALUE);
+  printf("refused: %s\n", err.msg);
+  ck_assert_int_eq(lh_model_config_parse_string("[model]\nexperts = 1024\ntopk = 64\n", &c, &err), 0);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("model_limits");
+  TCase *tc = tcase_create("limits");
+  tcase_add_test(tc, test_limits_agree);
+  suite_add_tcase(s, tc);
+  return lh_test_run(s, CK_FORK);
+}

@@ -1,4 +1,0 @@
-# the model config, init and the actor's segmenter share one set of limits
-# (common/limits.h): topk, layers, experts.
-lh_add_test(test_model_limits SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_model_limits.c
-  LIBS lh_model lh_actors lh_proto TIMEOUT 60)

@@ -1,0 +1,535 @@
+/* Security (issue 8, part 4): CURVE with a ZAP allow-list on the learner's
+ * sockets, over real processes. `longhaul keys generate` writes a key pair
+ * with the right modes; a learner with CURVE and an allow-list acks the
+ * segments of an actor process whose key is allowed, refuses an actor
+ * process whose key is not (nothing of it stored, the refusals counted in
+ * the learner's log) and answers nothing to a plain (non-CURVE) client;
+ * CURVE keys given by halves, or a secret key file others can read, are
+ * config errors. Plugins load only from allowed paths. */
+#include "tests/case_main.h"  /* check.h and the suite runner */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "envs/env.h"
+#include "learner/learner.h"
+#include "net/zsock.h"
+#include "proto/wire.h"
+#include "store/store.h"
+#include "proc_util.h"
+
+static char dir[64];
+
+static void path_of(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", dir, name); }
+
+static void gen_key(const char *name) {
+  char log[128], kdir[96];
+  path_of(log, sizeof log, "keys.log");
+  path_of(kdir, sizeof kdir, "keys");
+  const char *args[] = {"keys", "generate", "--out", kdir, "--name", name, NULL};
+  pid_t p = lh_proc_spawn_longhaul(log, args);
+  ck_assert_int_gt(p, 0);
+  ck_assert_int_eq(lh_proc_wait(p, 30, NULL), 0);
+}
+
+/* The whole run config; actor_key names the [actor] secret key ("" for
+ * none), extra goes at the end of [learner]. */
+static void write_config(const char *file, const char *actor_key, const char *learner_extra) {
+  char path[128], text[4096];
+  path_of(path, sizeof path, file);
+  snprintf(text, sizeof text,
+           "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
+           "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
+           "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 50\n"
+           "warmup_steps = 0\ntotal_steps = 1000\nmax_policy_lag = 100\n"
+           "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
+           "db = %s/replay.db\nckpt_dir = %s/ckpt\n%s"
+           "[actor]\nlearner_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\n"
+           "weights_endpoint = ipc://%s/w\nmax_context = 200\ngroup_size = 4\nbatch = 4\nflush_timeout_ms = 2000\n"
+           "%s%s%s%s%s"
+           "[env]\nname = calc\n",
+           dir, dir, dir, dir, dir, learner_extra, dir, dir, dir, *actor_key ? "curve_secret_key_file = " : "",
+           *actor_key ? dir : "", *actor_key ? "/keys/" : "", actor_key,
+           *actor_key ? ".key\ncurve_server_key_file = KEYDIR/learner.pub\n" : "");
+  /* KEYDIR is this run's keys folder. */
+  char out[4096], *o = out;
+  for (const char *s = text; *s;)
+    if (!strncmp(s, "KEYDIR", 6)) o += sprintf(o, "%s/keys", dir), s += 6;
+    else *o++ = *s++;
+  *o = 0;
+  ck_assert_int_eq(lh_proc_write_file(path, out), 0);
+}
+
+static const char *curve_learner(void) {
+  static char buf[512];
+  snprintf(buf, sizeof buf, "curve_secret_key_file = %s/keys/learner.key\ncurve_allowed_keys = %s/allowed\n", dir,
+           dir);
+  return buf;
+}
+
+START_TEST(test_keys_generate) {
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
+  gen_key("n1");
+  char kpath[128], ppath[128];
+  path_of(kpath, sizeof kpath, "keys/n1.key");
+  path_of(ppath, sizeof ppath, "keys/n1.pub");
+  struct stat ks, ps;
+  ck_assert_int_eq(stat(kpath, &ks), 0);
+  ck_assert_int_eq(stat(ppath, &ps), 0);
+  printf("keys: n1.key mode %03o, n1.pub mode %03o\n", (unsigned)(ks.st_mode & 0777), (unsigned)(ps.st_mode & 0777));
+  ck_assert_uint_eq(ks.st_mode & 0777, 0600);
+  ck_assert_uint_eq(ps.st_mode & 0777, 0644);
+  ck_assert_int_eq((int)ks.st_size, LH_ZSOCK_KEY_CHARS + 1);
+  ck_assert_int_eq((int)ps.st_size, LH_ZSOCK_KEY_CHARS + 1);
+  char sec[41], pub[41], derived[41];
+  lh_errbuf e;
+  ck_assert_msg(lh_zsock_key_read(kpath, 1, sec, &e) == 0, "%s", e.msg);
+  ck_assert_msg(lh_zsock_key_read(ppath, 0, pub, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(zmq_curve_public(derived, sec), 0);
+  ck_assert_str_eq(derived, pub);
+  /* Never overwritten. */
+  char log[128];
+  path_of(log, sizeof log, "keys.log");
+  const char *again[] = {"keys", "generate", "--out", dir, "--name", "keys/n1", NULL};
+  pid_t p = lh_proc_spawn_longhaul(log, again);
+  ck_assert_int_eq(lh_proc_wait(p, 30, NULL), 2);
+  char kdir[96];
+  path_of(kdir, sizeof kdir, "keys");
+  const char *same[] = {"keys", "generate", "--out", kdir, "--name", "n1", NULL};
+  p = lh_proc_spawn_longhaul(log, same);
+  ck_assert_int_eq(lh_proc_wait(p, 30, NULL), 1);
+  ck_assert(lh_proc_file_has(log, "File exists"));
+  ck_assert_int_eq(lh_zsock_key_read(kpath, 1, derived, &e), 0);
+  ck_assert_str_eq(derived, sec);
+  /* A secret others can read is refused; a public key file is not a
+   * secret. A file that is not a key says so. */
+  ck_assert_int_eq(chmod(kpath, 0644), 0);
+  ck_assert_int_eq(lh_zsock_key_read(kpath, 1, derived, &e), LH_ECONFIG);
+  printf("keys: %s\n", e.msg);
+  ck_assert_ptr_nonnull(strstr(e.msg, "chmod 600"));
+  ck_assert_int_eq(lh_proc_write_file(ppath, "not a key\n"), 0);
+  ck_assert_int_eq(lh_zsock_key_read(ppath, 0, derived, &e), LH_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(e.msg, "Z85"));
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
+/* The allow-list: a file of keys or a folder of .pub files; a bad line is
+ * an error naming it; an empty list is refused (it would admit nobody). */
+START_TEST(test_allow_list) {
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
+  gen_key("a");
+  gen_key("b");
+  char list[128], apub[128], bpub[128], text[256];
+  path_of(list, sizeof list, "list.txt");
+  path_of(apub, sizeof apub, "keys/a.pub");
+  path_of(bpub, sizeof bpub, "keys/b.pub");
+  char *a = lh_proc_read_file(apub), *b = lh_proc_read_file(bpub);
+  snprintf(text, sizeof text, "%s\n%s", a, b);
+  ck_assert_int_eq(lh_proc_write_file(list, text), 0);
+  void *ctx = zmq_ctx_new();
+  lh_zsock_zap *z = NULL;
+  lh_errbuf e;
+  ck_assert_msg(lh_zsock_zap_start(ctx, list, &z, &e) == 0, "%s", e.msg);
+  ck_assert_uint_eq(lh_zsock_zap_keys(z), 2);
+  lh_zsock_zap *twice = NULL;
+  ck_assert_int_eq(lh_zsock_zap_start(ctx, list, &twice, &e), LH_EZMQ);
+  lh_zsock_zap_stop(z);
+  char kdir[96];
+  path_of(kdir, sizeof kdir, "keys");
+  ck_assert_msg(lh_zsock_zap_start(ctx, kdir, &z, &e) == 0, "%s", e.msg);
+  ck_assert_uint_eq(lh_zsock_zap_keys(z), 2);
+  lh_zsock_zap_stop(z);
+  snprintf(text, sizeof text, "%sshort\n", a); /* a ends with its newline */
+  ck_assert_int_eq(lh_proc_write_file(list, text), 0);
+  ck_assert_int_eq(lh_zsock_zap_start(ctx, list, &z, &e), LH_ECONFIG);
+  printf("allow-list: %s\n", e.msg);
+  ck_assert_ptr_nonnull(strstr(e.msg, ":2:"));
+  ck_assert_int_eq(lh_proc_write_file(list, "\n\n"), 0);
+  ck_assert_int_eq(lh_zsock_zap_start(ctx, list, &z, &e), LH_ECONFIG);
+  ck_assert_ptr_nonnull(strstr(e.msg, "no key"));
+  zmq_ctx_term(ctx);
+  free(a);
+  free(b);
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
+typedef struct {
+  int ok_ended, bad_any;
+} ep_counts;
+
+static int on_episode(void *ctx, const lh_episode_row *r) {
+  ep_counts *c = ctx;
+  if (!strcmp(r->actor, "ok") && r->status != LH_EPISODE_RUNNING) c->ok_ended++;
+  if (!strcmp(r->actor, "bad")) c->bad_any++;
+  return 0;
+}
+
+/* A plain DEALER sends a Hello to the CURVE ingest: no answer comes. */
+static int plain_client_answers(void) {
+  void *ctx = zmq_ctx_new();
+  void *s = zmq_socket(ctx, ZMQ_DEALER);
+  int linger = 0;
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  char ep[128];
+  snprintf(ep, sizeof ep, "ipc://%s/ing", dir);
+  ck_assert_int_eq(zmq_connect(s, ep), 0);
+  Longhaul__Hello h = LONGHAUL__HELLO__INIT;
+  h.role = "actor";
+  h.name = "plain";
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  env.protocol = LH_WIRE_PROTOCOL;
+  env.msg_id = 1;
+  env.sender = "plain";
+  env.body_case = LONGHAUL__ENVELOPE__BODY_HELLO;
+  env.hello = &h;
+  uint8_t *buf;
+  size_t n;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_wire_encode(&env, &buf, &n, &e), 0);
+  zmq_send(s, buf, n, ZMQ_DONTWAIT);
+  free(buf);
+  zmq_pollitem_t it = {s, 0, ZMQ_POLLIN, 0};
+  int got = zmq_poll(&it, 1, 2000);
+  zmq_close(s);
+  zmq_ctx_term(ctx);
+  return got;
+}
+
+START_TEST(test_curve_allow_list_processes) {
+  ck_assert(zmq_has("curve"));
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
+  gen_key("learner");
+  gen_key("ok");
+  gen_key("bad");
+  char allowed[96], from[128], to[128];
+  path_of(allowed, sizeof allowed, "allowed");
+  ck_assert_int_eq(mkdir(allowed, 0700), 0);
+  path_of(from, sizeof from, "keys/ok.pub");
+  path_of(to, sizeof to, "allowed/ok.pub");
+  char *okpub = lh_proc_read_file(from);
+  ck_assert_int_eq(lh_proc_write_file(to, okpub), 0);
+  free(okpub);
+  write_config("ok.ini", "ok", curve_learner());
+  write_config("bad.ini", "bad", curve_learner());
+  char okini[128], badini[128], llog[128], oklog[128], badlog[128];
+  path_of(okini, sizeof okini, "ok.ini");
+  path_of(badini, sizeof badini, "bad.ini");
+  path_of(llog, sizeof llog, "learner.log");
+  path_of(oklog, sizeof oklog, "ok.log");
+  path_of(badlog, sizeof badlog, "bad.log");
+  const char *largs[] = {"learner", "--config", okini, "--steps", "1000", NULL};
+  pid_t lp = lh_proc_spawn_longhaul(llog, largs);
+  ck_assert_msg(lh_proc_wait_file(llog, "curve=on", 60), "the learner did not bind (see %s)", llog);
+  const char *oargs[] = {"actor", "--config", okini, "--name", "ok", "--episodes", "4", NULL};
+  const char *bargs[] = {"actor", "--config", badini, "--name", "bad", "--episodes", "1", NULL};
+  pid_t op = lh_proc_spawn_longhaul(oklog, oargs), bp = lh_proc_spawn_longhaul(badlog, bargs);
+  int plain = plain_client_answers();
+  int orc = lh_proc_wait(op, 120, NULL);
+  ck_assert_msg(orc == 0, "allowed actor exit %d (see %s)", orc, oklog);
+  long long acked = lh_proc_log_value(oklog, "acked"), unacked = lh_proc_log_value(oklog, "unacked");
+  /* The refused actor never gets weights; asked to stop, it exits. */
+  ck_assert_msg(lh_proc_wait_file(llog, "zap: peer refused", 30), "no refusal in %s", llog);
+  kill(bp, SIGTERM);
+  int brc = lh_proc_wait(bp, 10, NULL);
+  kill(lp, SIGTERM);
+  int lrc = lh_proc_wait(lp, 10, NULL);
+  long long refused = lh_proc_log_value(llog, "refused"), accepted = lh_proc_log_value(llog, "accepted");
+  printf("curve: allowed actor acked=%lld unacked=%lld; refused actor exit=%d; plain client answers=%d; "
+         "learner zap accepted=%lld refused=%lld exit=%d\n", acked, unacked, brc, plain, accepted, refused, lrc);
+  ck_assert_int_gt(acked, 0);
+  ck_assert_int_eq(unacked, 0);
+  ck_assert_int_eq(plain, 0);
+  ck_assert_msg(brc >= 0, "the refused actor did not stop within 10 s of SIGTERM");
+  ck_assert_msg(lrc == 0, "learner exit %d (see %s)", lrc, llog);
+  ck_assert_int_ge(accepted, 3);
+  ck_assert_int_ge(refused, 1);
+  ck_assert(lh_proc_file_has(llog, "public key not in the allow-list"));
+  lh_store *s;
+  lh_errbuf e;
+  char db[128];
+  path_of(db, sizeof db, "replay.db");
+  ck_assert_msg(lh_store_open_readonly(db, &s, &e) == 0, "%s", e.msg);
+  ep_counts c = {0};
+  ck_assert_int_eq(lh_store_episodes(s, NULL, on_episode, &c, NULL, &e), 0);
+  lh_store_close(s);
+  printf("curve: stored episodes ok=%d bad=%d\n", c.ok_ended, c.bad_any);
+  ck_assert_int_ge(c.ok_ended, 4);
+  ck_assert_int_eq(c.bad_any, 0);
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
+/* Half a CURVE config is an error that says what goes with what. */
+START_TEST(test_curve_config_halves) {
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
+  gen_key("learner");
+  char extra[256], ini[128], log[128];
+  snprintf(extra, sizeof extra, "curve_secret_key_file = %s/keys/learner.key\n", dir);
+  write_config("half.ini", "", extra);
+  path_of(ini, sizeof ini, "half.ini");
+  path_of(log, sizeof log, "half.log");
+  const char *largs[] = {"learner", "--config", ini, "--steps", "1", NULL};
+  pid_t lp = lh_proc_spawn_longhaul(log, largs);
+  int rc = lh_proc_wait(lp, 60, NULL);
+  printf("curve config halves: exit %d\n", rc);
+  ck_assert_int_ne(rc, 0);
+  ck_assert(lh_proc_file_has(log, "go together"));
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
+/* Plugins load only from an absolute path, resolved, and inside
+ * LH_PLUGIN_PATH when it is set; a symbolic link cannot lead out of it. An
+ * env server refuses a plugin named in a request (envs/envserver.c). */
+START_TEST(test_plugin_paths) {
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
+  lh_env_plugin *p = NULL;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_plugin_load("libreverse.so", &p, &e), LH_EENVS_PLUGIN_PATH);
+  printf("plugin: %s\n", e.msg);
+  ck_assert_int_eq(lh_env_plugin_load("./x/libreverse.so", &p, &e), LH_EENVS_PLUGIN_PATH);
+  ck_assert_int_eq(setenv("LH_PLUGIN_PATH", dir, 1), 0);
+  ck_assert_int_eq(lh_env_plugin_load(LH_TEST_PLUGIN_GOOD, &p, &e), LH_EENVS_PLUGIN_PATH);
+  printf("plugin: %s\n", e.msg);
+  char link[128];
+  path_of(link, sizeof link, "libreverse.so");
+  ck_assert_int_eq(symlink(LH_TEST_PLUGIN_GOOD, link), 0);
+  ck_assert_int_eq(lh_env_plugin_load(link, &p, &e), LH_EENVS_PLUGIN_PATH);
+  char both[512], good_dir[256];
+  snprintf(good_dir, sizeof good_dir, "%s", LH_TEST_PLUGIN_GOOD);
+  *strrchr(good_dir, '/') = 0;
+  snprintf(both, sizeof both, "/nonexistent:%s:%s", dir, good_dir);
+  ck_assert_int_eq(setenv("LH_PLUGIN_PATH", both, 1), 0);
+  ck_assert_msg(lh_env_plugin_load(LH_TEST_PLUGIN_GOOD, &p, &e) == 0, "%s", e.msg);
+  lh_env_plugin_free(p);
+  ck_assert_int_eq(unsetenv("LH_PLUGIN_PATH"), 0);
+  ck_assert_msg(lh_env_plugin_load(LH_TEST_PLUGIN_GOOD, &p, &e) == 0, "%s", e.msg);
+  lh_env_plugin_free(p);
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
+/* SQL takes values as bound parameters, never in its text: the report's
+ * ingest query goes through lh_store_sql_ints. A parameter count that does
+ * not match is refused; the statement stays read-only. */
+static int on_sum(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  if (ncols == 1 && values[0]) snprintf(ctx, 32, "%s", values[0]);
+  return 0;
+}
+
+START_TEST(test_sql_parameters) {
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
+  char db[128];
+  path_of(db, sizeof db, "x.db");
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_msg(lh_store_open(db, &s, &e) == 0, "%s", e.msg);
+  lh_store_close(s);
+  ck_assert_msg(lh_store_open_readonly(db, &s, &e) == 0, "%s", e.msg);
+  const int64_t p[2] = {2, 3};
+  char got[32] = "";
+  ck_assert_msg(lh_store_sql_ints(s, "SELECT ?1 + ?2", p, 2, on_sum, got, NULL, &e) == 0, "%s", e.msg);
+  ck_assert_str_eq(got, "5");
+  ck_assert_int_eq(lh_store_sql_ints(s, "SELECT ?1 + ?2", p, 1, on_sum, got, NULL, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_store_sql_ints(s, "DELETE FROM meta WHERE rowid = ?1", p, 1, NULL, NULL, NULL, &e),
+                   LH_ESTORE_SQL_WRITE);
+  lh_store_close(s);
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
+/* zsock's pieces on their own: which endpoints count as local (a TCP bind
+ * elsewhere without CURVE is warned about), the frame-count limit (a
+ * message of too many frames is read whole and dropped, the next one comes
+ * through), and the linger bound. */
+START_TEST(test_zsock_pieces) {
+  ck_assert(lh_zsock_endpoint_is_local("tcp://127.0.0.1:5555"));
+  ck_assert(lh_zsock_endpoint_is_local("tcp://localhost:5555"));
+  ck_assert(lh_zsock_endpoint_is_local("tcp://[::1]:5555"));
+  ck_assert(lh_zsock_endpoint_is_local("ipc:///tmp/x"));
+  ck_assert(lh_zsock_endpoint_is_local("inproc://x"));
+  ck_assert(!lh_zsock_endpoint_is_local("tcp://*:5555"));
+  ck_assert(!lh_zsock_endpoint_is_local("tcp://0.0.0.0:5555"));
+  ck_assert(!lh_zsock_endpoint_is_local("tcp://10.0.0.1:5555"));
+  ck_assert(!lh_zsock_endpoint_is_local("tcp://127.example.com:5555"));
+  void *ctx = zmq_ctx_new();
+  lh_errbuf e;
+  lh_zsock_opts o = {.linger_ms = 60000, .max_message_bytes = 64};
+  void *a = lh_zsock_open(ctx, ZMQ_PAIR, &o, "test PAIR", &e), *b = lh_zsock_open(ctx, ZMQ_PAIR, NULL, "test", &e);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_ptr_nonnull(b);
+  int linger = 0;
+  size_t len = sizeof linger;
+  ck_assert_int_eq(zmq_getsockopt(a, ZMQ_LINGER, &linger, &len), 0);
+  ck_assert_int_eq(linger, LH_ZSOCK_LINGER_MS);
+  int64_t maxmsg = 0;
+  len = sizeof maxmsg;
+  ck_assert_int_eq(zmq_getsockopt(a, ZMQ_MAXMSGSIZE, &maxmsg, &len), 0);
+  ck_assert_int_eq(maxmsg, 64);
+  ck_assert_int_eq(lh_zsock_bind(a, "inproc://zsock-test", NULL, NULL, 0, "test PAIR", &e), 0);
+  ck_assert_int_eq(zmq_connect(b, "inproc://zsock-test"), 0);
+  for (int i = 0; i < 5; i++) zmq_send(b, "x", 1, i < 4 ? ZMQ_SNDMORE : 0);
+  zmq_send(b, "a", 1, ZMQ_SNDMORE);
+  zmq_send(b, "b", 1, 0);
+  zmq_msg_t f[3];
+  int n = -1;
+  ck_assert_int_eq(lh_zsock_recv_frames(a, f, 3, 0, &n), 2);
+  ck_assert_int_eq(n, 0);
+  ck_assert_int_eq(lh_zsock_recv_frames(a, f, 3, 0, &n), 1);
+  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(memcmp(zmq_msg_data(&f[1]), "b", 1), 0);
+  lh_zsock_frames_close(f, n);
+  ck_assert_int_eq(lh_zsock_recv_frames(a, f, 3, ZMQ_DONTWAIT, &n), 0);
+  /* A TCP bind off loopback without CURVE is warned about; on loopback not. */
+  char logpath[] = "/tmp/lh_zsock_log_XXXXXX";
+  int fd = mkstemp(logpath);
+  ck_assert_int_ge(fd, 0);
+  FILE *logf = fdopen(fd, "w");
+  lh_log_set_file(logf);
+  void *lo = lh_zsock_open(ctx, ZMQ_ROUTER, NULL, "loopback ROUTER", &e);
+  void *any = lh_zsock_open(ctx, ZMQ_ROUTER, NULL, "wildcard ROUTER", &e);
+  char bound[128];
+  ck_assert_int_eq(lh_zsock_bind(lo, "tcp://127.0.0.1:*", NULL, bound, sizeof bound, "loopback ROUTER", &e), 0);
+  ck_assert_int_eq(strncmp(bound, "tcp://127.0.0.1:", 16), 0);
+  ck_assert_int_eq(lh_zsock_bind(any, "tcp://0.0.0.0:*", NULL, NULL, 0, "wildcard ROUTER", &e), 0);
+  fflush(logf);
+  lh_log_set_file(NULL);
+  fclose(logf);
+  ck_assert(lh_proc_file_has(logpath, "wildcard ROUTER binds a non-loopback address without CURVE"));
+  ck_assert(!lh_proc_file_has(logpath, "loopback ROUTER binds"));
+  unlink(logpath);
+  zmq_close(lo);
+  zmq_close(any);
+  lh_zsock_meter m = {.component = "test"};
+  for (int i = 0; i < 100; i++) lh_zsock_meter_bad(&m, "test input");
+  ck_assert_uint_eq(m.total, 100);
+  ck_assert_uint_eq(m.since_log, 99); /* one line for the first; the rest wait for the interval */
+  zmq_close(a);
+  zmq_close(b);
+  zmq_ctx_term(ctx);
+}
+END_TEST
+
+/* An env server with CURVE (`envs serve --curve-secret-key-file
+ * --curve-allowed-keys`): an allowed client plays, one with another key
+ * and a plain one get no answer (a timeout), and the server logs the
+ * refusal. */
+static int env_reset_with(const char *ep, const char *name, const char *key, const char *server_pub) {
+  lh_env_option o[5] = {{"server", ep}, {"timeout_ms", "1000"}};
+  size_t n = 2;
+  if (key) o[n++] = (lh_env_option){"curve_secret_key_file", key};
+  if (server_pub) o[n++] = (lh_env_option){"curve_server_key_file", server_pub};
+  lh_env *env = NULL;
+  lh_errbuf e;
+  int rc = lh_env_open(name, o, n, &env, &e);
+  if (rc == 0) {
+    lh_env_obs obs;
+    rc = lh_env_reset(env, 3, &obs, &e);
+  }
+  if (rc) printf("env server curve: %s\n", e.msg);
+  lh_env_free(env);
+  return rc;
+}
+
+/* The keys and paths of an env server test with CURVE: a fresh folder,
+ * the server's key pair, an allowed client ("ok", whose public key is the
+ * allow-list) and another one ("bad"). */
+typedef struct {
+  char ep[128], log[128], key[128], pub[128], allowed[128], ok[128], bad[128];
+} curve_env;
+
+static void curve_env_setup(curve_env *c) {
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
+  gen_key("envs");
+  gen_key("ok");
+  gen_key("bad");
+  snprintf(c->ep, sizeof c->ep, "ipc://%s/env", dir);
+  path_of(c->log, sizeof c->log, "env.log");
+  path_of(c->key, sizeof c->key, "keys/envs.key");
+  path_of(c->pub, sizeof c->pub, "keys/envs.pub");
+  path_of(c->allowed, sizeof c->allowed, "keys/ok.pub");
+  path_of(c->ok, sizeof c->ok, "keys/ok.key");
+  path_of(c->bad, sizeof c->bad, "keys/bad.key");
+}
+
+START_TEST(test_env_server_curve) {
+  curve_env c;
+  curve_env_setup(&c);
+  const char *args[] = {"envs", "serve", "--bind", c.ep, "--curve-secret-key-file", c.key, "--curve-allowed-keys",
+                        c.allowed, NULL};
+  pid_t p = lh_proc_spawn_longhaul(c.log, args);
+  ck_assert_msg(lh_proc_wait_file(c.log, "curve=on", 30), "the env server did not start (see %s)", c.log);
+  int allowed_rc = env_reset_with(c.ep, "calc", c.ok, c.pub), refused_rc = env_reset_with(c.ep, "calc", c.bad, c.pub),
+      plain_rc = env_reset_with(c.ep, "calc", NULL, NULL), half_rc = env_reset_with(c.ep, "calc", c.ok, NULL);
+  kill(p, SIGTERM);
+  int rc = lh_proc_wait(p, 10, NULL);
+  printf("env server curve: allowed=%d refused=%d plain=%d half=%d server exit=%d\n", allowed_rc, refused_rc,
+         plain_rc, half_rc, rc);
+  ck_assert_int_eq(allowed_rc, 0);
+  ck_assert_int_eq(refused_rc, LH_EENVS_SERVER_TIMEOUT);
+  ck_assert_int_eq(plain_rc, LH_EENVS_SERVER_TIMEOUT);
+  ck_assert_int_eq(half_rc, LH_EENVS_BAD_OPTION);
+  ck_assert_int_ge(rc, 0);
+  ck_assert(lh_proc_file_has(c.log, "zap: peer refused"));
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
+/* The Python env server with CURVE (--curve-secret-key-file,
+ * --curve-allowed-keys; pyzmq's ZAP thread with the same allow-list). */
+START_TEST(test_python_env_server_curve) {
+  if (!lh_proc_have_python_envs()) {
+    printf("python env server: /usr/bin/python3 with zmq and protobuf not found; skipped\n");
+    return;
+  }
+  curve_env c;
+  curve_env_setup(&c);
+  char script[512];
+  snprintf(script, sizeof script, "%s/envs/python/env_server.py", LH_TEST_SOURCE_DIR);
+  const char *argv[] = {"/usr/bin/python3", script, "--bind", c.ep, "--proto-dir", LH_TEST_PY_PROTO_DIR,
+                        "--curve-secret-key-file", c.key, "--curve-allowed-keys", c.allowed, NULL};
+  pid_t p = lh_proc_spawn(c.log, argv);
+  ck_assert_int_gt(p, 0);
+  ck_assert_msg(lh_proc_wait_file(c.log, "curve=on", 30), "the env server did not start (see %s)", c.log);
+  int allowed_rc = env_reset_with(c.ep, "guess", c.ok, c.pub), refused_rc = env_reset_with(c.ep, "guess", c.bad, c.pub),
+      plain_rc = env_reset_with(c.ep, "guess", NULL, NULL);
+  kill(p, SIGTERM);
+  int rc = lh_proc_wait(p, 10, NULL);
+  printf("python env server curve: allowed=%d refused=%d plain=%d server exit=%d\n", allowed_rc, refused_rc,
+         plain_rc, rc);
+  ck_assert_int_eq(allowed_rc, 0);
+  ck_assert_int_eq(refused_rc, LH_EENVS_SERVER_TIMEOUT);
+  ck_assert_int_eq(plain_rc, LH_EENVS_SERVER_TIMEOUT);
+  ck_assert_int_ge(rc, 0);
+  ck_assert(lh_proc_file_has(c.log, "zap: peer refused"));
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("security");
+  TCase *t = tcase_create("curve");
+  tcase_set_timeout(t, 240);
+  tcase_add_test(t, test_zsock_pieces);
+  tcase_add_test(t, test_keys_generate);
+  tcase_add_test(t, test_allow_list);
+  tcase_add_test(t, test_curve_allow_list_processes);
+  tcase_add_test(t, test_curve_config_halves);
+  tcase_add_test(t, test_plugin_paths);
+  tcase_add_test(t, test_sql_parameters);
+  tcase_add_test(t, test_env_server_curve);
+  tcase_add_test(t, test_python_env_server_curve);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) {
+  return lh_test_run(suite(), CK_FORK);
+}

@@ -1,1 +1,0 @@
-lh_add_test(test_parse_numbers SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_parse_numbers.c LIBS lh_common)

@@ -1,4 +1,0 @@
-# store: segments stored with the bytes they arrived in (the ingest's path):
-# the envelope slice, reading back, duplicates, validation under looser limits.
-lh_add_test(test_store_wire_payload SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_store_wire_payload.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/store_fixture.c LIBS lh_store TIMEOUT 60)
