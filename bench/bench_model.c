@@ -413,9 +413,7 @@ int main(int argc, char **argv) {
    * learners and actors (cli/launch_child.c): libgomp reads the policy when
    * the process starts, so without it set this process runs itself again
    * with it. */
-  if (!getenv("OMP_WAIT_POLICY")) {
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execv("/proc/self/exe", argv);
+  if (lh_kernels_wait_passive(argv) != 0) {
     perror("bench_model: re-running with OMP_WAIT_POLICY=PASSIVE");
     return 1;
   }

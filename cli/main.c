@@ -1,4 +1,5 @@
 /* longhaul: one binary, one subcommand per line of the table below. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,10 @@ static void version(void) {
 }
 
 int main(int argc, char **argv) {
+  /* Every command's CPU team waits passively (kernels/kernels.h); the
+   * launcher's children come with the variable set and run on at once. */
+  if (lh_kernels_wait_passive(argv) != 0)
+    fprintf(stderr, "longhaul: cannot run again with OMP_WAIT_POLICY=PASSIVE (%s); the team spins\n", strerror(errno));
   if (lh_log_from_env() != 0)
     fprintf(stderr, "longhaul: LH_LOG_LEVEL='%s' is not one of debug, info, warn, error, off; logging at info\n",
             getenv("LH_LOG_LEVEL"));

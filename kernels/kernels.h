@@ -313,4 +313,14 @@ void lh_backend_close(const lh_backend *b);
  * naming what failed and what to do. */
 int lh_backend_by_name(const char *name, const lh_backend **out, lh_errbuf *err);
 
+/* The CPU team's idle members sleep rather than spin (ARCHITECTURE.md
+ * §4.2): on shared cores a spinning member takes the core its partner
+ * waits for. libgomp reads OMP_WAIT_POLICY when the process loads, before
+ * main, so a program calls this first thing in main: when the variable is
+ * not set it sets PASSIVE and runs the program again (execv of
+ * /proc/self/exe with argv), and returns only when it need not (0) or the
+ * exec failed (-1, errno set; the program goes on spinning). The user's
+ * own setting always wins. */
+int lh_kernels_wait_passive(char **argv);
+
 #endif

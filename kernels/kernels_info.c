@@ -1,4 +1,7 @@
 /* What compute is available to this build and this machine. */
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "kernels/kernels.h"
 
 #ifdef LH_HAVE_CUDA
@@ -15,3 +18,10 @@ int lh_kernels_cuda_devices(char *name, int name_bytes) {
   return 0;
 }
 #endif
+
+int lh_kernels_wait_passive(char **argv) {
+  if (getenv("OMP_WAIT_POLICY")) return 0;
+  if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return -1;
+  execv("/proc/self/exe", argv);
+  return -1;
+}
