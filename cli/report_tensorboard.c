@@ -31,9 +31,6 @@ static uint32_t crc32c(const uint8_t *p, size_t n) {
 /* TFRecord's mask, so that a CRC of data holding CRCs stays strong. */
 static uint32_t masked(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u; }
 
-static void le64(uint8_t *out, uint64_t v) {
-  for (int i = 0; i < 8; i++) out[i] = (uint8_t)(v >> (8 * i));
-}
 static void le32(uint8_t *out, uint32_t v) {
   for (int i = 0; i < 4; i++) out[i] = (uint8_t)(v >> (8 * i));
 }
@@ -45,7 +42,7 @@ static int put_event(FILE *f, const Tensorboard__Event *ev) {
   if (!data) return -1;
   tensorboard__event__pack(ev, data);
   uint8_t head[12], tail[4];
-  le64(head, (uint64_t)n);
+  lh_put_le64(head, (uint64_t)n);
   le32(head + 8, masked(crc32c(head, 8)));
   le32(tail, masked(crc32c(data, n)));
   int ok = fwrite(head, 1, 12, f) == 12 && fwrite(data, 1, n, f) == n && fwrite(tail, 1, 4, f) == 4;

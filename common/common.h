@@ -118,6 +118,17 @@ uint64_t lh_xxh3_64(const void *data, size_t bytes);
  * number) lh_hash64 with seed 0. */
 uint64_t lh_file_checksum(const void *body, size_t bytes, int legacy);
 
+/* A 64-bit number as 8 little-endian bytes and back: the layout of every
+ * fixed-size file the checkpoints hold, whatever the host's byte order. */
+static inline void lh_put_le64(uint8_t *b, uint64_t v) {
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint64_t lh_get_le64(const uint8_t *b) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
+  return v;
+}
+
 /* Reads the whole text file at path into a new NUL-terminated buffer
  * (*text, freed by the caller; *bytes its length). A file that cannot be
  * opened or read, that holds a NUL byte (so is not text), that is not a

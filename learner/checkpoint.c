@@ -77,15 +77,6 @@ static int latest_names(const char *ckpt_dir, const char *name) {
   return read_latest_name(ckpt_dir, held, sizeof held) == 0 && !strcmp(held, name);
 }
 
-static void put_u64(uint8_t *b, uint64_t v) {
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
-static uint64_t get_u64(const uint8_t *b) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
-  return v;
-}
-
 /* optimizer.bin: magic, n floats, moment1, moment2 (host floats), then
  * lh_file_checksum of everything before it. */
 static int save_optimizer(lh_model *m, const char *dir, lh_errbuf *err) {
@@ -95,11 +86,11 @@ static int save_optimizer(lh_model *m, const char *dir, lh_errbuf *err) {
   uint8_t *buf = malloc(bytes);
   if (!buf) return lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory for the optimizer state");
   memcpy(buf, OPT_MAGIC, 8);
-  put_u64(buf + 8, n);
+  lh_put_le64(buf + 8, n);
   const lh_backend *be = lh_model_backend(m);
   int rc = be->download(be->context, buf + 16, lh_model_moment1(m), n * sizeof(float));
   if (!rc) rc = be->download(be->context, buf + 16 + n * sizeof(float), lh_model_moment2(m), n * sizeof(float));
-  put_u64(buf + bytes - 8, lh_file_checksum(buf, bytes - 8, 0));
+  lh_put_le64(buf + bytes - 8, lh_file_checksum(buf, bytes - 8, 0));
   char path[2 * LH_LEARNER_TEXT_BYTES];
   snprintf(path, sizeof path, "%s/%s", dir, LH_LEARNER_OPTIMIZER_FILE);
   FILE *f = rc ? NULL : fopen(path, "wb");
@@ -124,11 +115,11 @@ static int load_optimizer(lh_model *m, const char *dir, lh_errbuf *err) {
   int rc = 0;
   int legacy = buf && got == bytes && !memcmp(buf, OPT_MAGIC_LEGACY_SUM, 8);
   if (!buf) rc = lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory");
-  else if (got != bytes || (memcmp(buf, OPT_MAGIC, 8) && !legacy) || get_u64(buf + 8) != n)
+  else if (got != bytes || (memcmp(buf, OPT_MAGIC, 8) && !legacy) || lh_get_le64(buf + 8) != n)
     rc = lh_errbuf_set(err, LH_ELEARNER_CKPT,
                        "checkpoint: %s is not the optimizer state of this model (%zu bytes, want %zu)", path,
                        got, bytes);
-  else if (get_u64(buf + bytes - 8) != lh_file_checksum(buf, bytes - 8, legacy))
+  else if (lh_get_le64(buf + bytes - 8) != lh_file_checksum(buf, bytes - 8, legacy))
     rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: %s fails its checksum", path);
   if (!rc) {
     const lh_backend *be = lh_model_backend(m);

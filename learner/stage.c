@@ -203,15 +203,6 @@ void lh_learner_stage_params(const lh_learner_config *cfg, uint32_t index, doubl
 #define STAGE_N_U64 9
 #define STAGE_BYTES (8 + 8 * STAGE_N_U64 + 8 * LH_LEARNER_STAGE_RING + 8)
 
-static void put_u64(uint8_t *b, uint64_t v) {
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
-static uint64_t get_u64(const uint8_t *b) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
-  return v;
-}
-
 int lh_learner_stage_save(const char *dir, const lh_learner_stage_state *s, lh_errbuf *err) {
   if (!dir || !s) return lh_errbuf_set(err, LH_EINVAL, "stage save: NULL folder or state");
   uint8_t *buf = malloc(STAGE_BYTES);
@@ -219,15 +210,15 @@ int lh_learner_stage_save(const char *dir, const lh_learner_stage_state *s, lh_e
   memcpy(buf, STAGE_MAGIC, 8);
   uint64_t u[STAGE_N_U64] = {s->index, s->began_step, s->began_version, (uint64_t)s->began_ms, s->episodes,
                              s->tokens, s->successes, s->carried, s->carry_dropped};
-  for (int i = 0; i < STAGE_N_U64; i++) put_u64(buf + 8 + 8 * i, u[i]);
+  for (int i = 0; i < STAGE_N_U64; i++) lh_put_le64(buf + 8 + 8 * i, u[i]);
   uint8_t *r = buf + 8 + 8 * STAGE_N_U64;
   /* The ring oldest first, so that a reader needs no position. */
   for (uint32_t k = 0; k < LH_LEARNER_STAGE_RING; k++) {
     uint32_t i = (s->ring_at + LH_LEARNER_STAGE_RING - s->ring_n + k) % LH_LEARNER_STAGE_RING;
     int used = k < s->ring_n;
-    put_u64(r + 8 * k, used ? ((uint64_t)s->ring_episodes[i] << 32 | s->ring_successes[i]) : 0);
+    lh_put_le64(r + 8 * k, used ? ((uint64_t)s->ring_episodes[i] << 32 | s->ring_successes[i]) : 0);
   }
-  put_u64(buf + STAGE_BYTES - 8, lh_file_checksum(buf, STAGE_BYTES - 8, 0));
+  lh_put_le64(buf + STAGE_BYTES - 8, lh_file_checksum(buf, STAGE_BYTES - 8, 0));
   char path[2 * LH_LEARNER_TEXT_BYTES];
   snprintf(path, sizeof path, "%s/%s", dir, LH_LEARNER_STAGE_FILE);
   FILE *f = fopen(path, "wb");
@@ -252,18 +243,18 @@ int lh_learner_stage_load(const char *dir, lh_learner_stage_state *s, lh_errbuf 
   int rc = 0;
   int legacy = got == STAGE_BYTES && !memcmp(buf, STAGE_MAGIC_LEGACY_SUM, 8);
   if (got != STAGE_BYTES || (memcmp(buf, STAGE_MAGIC, 8) && !legacy) ||
-      get_u64(buf + STAGE_BYTES - 8) != lh_file_checksum(buf, STAGE_BYTES - 8, legacy))
+      lh_get_le64(buf + STAGE_BYTES - 8) != lh_file_checksum(buf, STAGE_BYTES - 8, legacy))
     rc = lh_errbuf_set(err, LH_ELEARNER_STATE_CORRUPT, "stage load: %s is not a stage state (%zu bytes)", path, got);
   if (!rc) {
     lh_learner_stage_state t;
     memset(&t, 0, sizeof t);
     uint64_t u[STAGE_N_U64];
-    for (int i = 0; i < STAGE_N_U64; i++) u[i] = get_u64(buf + 8 + 8 * i);
+    for (int i = 0; i < STAGE_N_U64; i++) u[i] = lh_get_le64(buf + 8 + 8 * i);
     t.index = (uint32_t)u[0], t.began_step = u[1], t.began_version = u[2], t.began_ms = (int64_t)u[3];
     t.episodes = u[4], t.tokens = u[5], t.successes = u[6], t.carried = u[7], t.carry_dropped = u[8];
     const uint8_t *r = buf + 8 + 8 * STAGE_N_U64;
     for (uint32_t k = 0; k < LH_LEARNER_STAGE_RING; k++) {
-      uint64_t x = get_u64(r + 8 * k);
+      uint64_t x = lh_get_le64(r + 8 * k);
       if (!x) continue;
       t.ring_episodes[t.ring_n] = (uint32_t)(x >> 32), t.ring_successes[t.ring_n] = (uint32_t)x;
       t.ring_n++;

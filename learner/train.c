@@ -1173,15 +1173,6 @@ int lh_learner_trainer_step(lh_learner_trainer *t, int *stepped, lh_learner_trai
   return 0;
 }
 
-static void put_u64(uint8_t *b, uint64_t v) {
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
-static uint64_t get_u64(const uint8_t *b) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
-  return v;
-}
-
 /* LHDONE02: the checksum is XXH3-64; an LHDONE01 file (lh_hash64) still
  * loads. */
 #define DONE_MAGIC "LHDONE02"
@@ -1193,9 +1184,9 @@ static int write_done_file(const id_set *set, const char *path, lh_errbuf *err) 
   uint8_t *buf = malloc(bytes);
   if (!buf) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory saving %zu episode ids", set->n);
   memcpy(buf, DONE_MAGIC, 8);
-  put_u64(buf + 8, set->n);
-  for (size_t i = 0; i < set->n; i++) put_u64(buf + 16 + 8 * i, set->ids[i]);
-  put_u64(buf + bytes - 8, lh_file_checksum(buf, bytes - 8, 0));
+  lh_put_le64(buf + 8, set->n);
+  for (size_t i = 0; i < set->n; i++) lh_put_le64(buf + 16 + 8 * i, set->ids[i]);
+  lh_put_le64(buf + bytes - 8, lh_file_checksum(buf, bytes - 8, 0));
   FILE *f = fopen(path, "wb");
   int rc = 0;
   if (!f || fwrite(buf, 1, bytes, f) != bytes || fflush(f) || fsync(fileno(f)))
@@ -1310,11 +1301,11 @@ static int load_done_file(lh_learner_trainer *t, const char *path, uint64_t expe
   size_t head_got = fread(head, 1, 16, f);
   int legacy = head_got == 16 && !memcmp(head, DONE_MAGIC_LEGACY_SUM, 8);
   if (head_got != 16 || (memcmp(head, DONE_MAGIC, 8) && !legacy) ||
-      (expected != UINT64_MAX && get_u64(head + 8) != expected))
+      (expected != UINT64_MAX && lh_get_le64(head + 8) != expected))
     rc = lh_errbuf_set(err, LH_ELEARNER_CKPT,
                        "checkpoint: %s is not the episode list of this state (%llu episodes expected)", path,
                        (unsigned long long)expected);
-  uint64_t count = rc ? 0 : get_u64(head + 8);
+  uint64_t count = rc ? 0 : lh_get_le64(head + 8);
   if (!rc && count > (SIZE_MAX - 24) / 8)
     rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: %s claims %llu episodes", path, (unsigned long long)count);
   size_t bytes = 16 + 8 * (size_t)count + 8;
@@ -1323,11 +1314,11 @@ static int load_done_file(lh_learner_trainer *t, const char *path, uint64_t expe
   if (!rc) {
     memcpy(buf, head, 16);
     if (fread(buf + 16, 1, bytes - 16, f) != bytes - 16 || fgetc(f) != EOF ||
-        get_u64(buf + bytes - 8) != lh_file_checksum(buf, bytes - 8, legacy))
+        lh_get_le64(buf + bytes - 8) != lh_file_checksum(buf, bytes - 8, legacy))
       rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: %s is truncated or fails its checksum", path);
   }
   for (size_t i = 0; !rc && i < count; i++)
-    if (set_add(&t->done, get_u64(buf + 16 + 8 * i))) rc = lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory");
+    if (set_add(&t->done, lh_get_le64(buf + 16 + 8 * i))) rc = lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory");
   free(buf);
   fclose(f);
   return rc;
