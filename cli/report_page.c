@@ -372,7 +372,10 @@ static void reward_range(page_ctx *p) {
 }
 
 /* The x-axis choice: radio buttons ahead of the charts; CSS shows the
- * drawing of each per-step chart that goes with the checked one. */
+ * drawing of each per-step chart that goes with the checked one. A
+ * --watch reload resets it: Chromium keeps no radio state over a reload,
+ * and a fragment (:target) turns the refresh into a move inside the page
+ * that no longer reloads (README, `longhaul report`). */
 static void x_choice(lh_report_buf *b) {
   for (int x = 0; x < X_COUNT; x++)
     lh_report_printf(b, "<input type=\"radio\" name=\"xaxis\" id=\"x-%s\"%s>", x_key[x], x == 0 ? " checked" : "");

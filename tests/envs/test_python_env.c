@@ -3,7 +3,11 @@
  * here, the two descriptors compared); an environment written in ten
  * lines is served, played to its reward by `longhaul envs play`, and
  * stops with 0 and its totals logged on SIGTERM; env_server.py, the
- * example built on the module, serves guess and reverse. */
+ * example built on the module, serves calc, guess and reverse: each
+ * played to success by its expert, and calc's tool answers hostile
+ * expressions (deep nesting, division by zero, a huge literal, too many
+ * operators, an input over the example's 1024-character bound) with
+ * error observations, the episode going on to its end. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
@@ -114,6 +118,37 @@ START_TEST(test_ten_lines) {
 }
 END_TEST
 
+/* Hostile calc(EXPR) calls, one a line, then a wrong answer: each call
+ * gets an error observation and the server plays on to the end. */
+static void play_hostile_calc(const char *ep) {
+  static char lines[16384], input[300];
+  size_t n = 0;
+  n += (size_t)snprintf(lines + n, sizeof lines - n, "<call>calc(");
+  for (int i = 0; i < 200; i++) lines[n++] = '(';
+  lines[n++] = '2';
+  for (int i = 0; i < 200; i++) lines[n++] = ')';
+  n += (size_t)snprintf(lines + n, sizeof lines - n, ")</call>\n<call>calc(7 / (3 - 3))</call>\n");
+  n += (size_t)snprintf(lines + n, sizeof lines - n, "<call>calc(99999999999999999999999999)</call>\n");
+  n += (size_t)snprintf(lines + n, sizeof lines - n, "<call>calc(9*9*9*9*9*9*9*9*9)</call>\n<call>calc(");
+  for (int i = 0; i < 1500; i++) n += (size_t)snprintf(lines + n, sizeof lines - n, "1+");
+  n += (size_t)snprintf(lines + n, sizeof lines - n, "1)</call>\n0<eos>\n");
+  ck_assert(n < sizeof lines - 1);
+  snprintf(input, sizeof input, "%s/calc_input", dir);
+  ck_assert_int_eq(lh_proc_write_file(input, lines), 0);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s envs play calc --server %s --seed 1 < %s", lh_proc_longhaul(), ep, input);
+  ck_assert_msg(lh_proc_run_capture(cmd, out, sizeof out) == 0, "%s", out);
+  static const char *const errors[] = {"error: calc: parentheses nested deeper than 64",
+                                       "error: calc: division by zero",
+                                       "error: calc: integer literal too large",
+                                       "error: calc: more than 3 operators in one call",
+                                       "error: calc: expression longer than 1024 characters"};
+  for (size_t i = 0; i < sizeof errors / sizeof *errors; i++)
+    ck_assert_msg(strstr(out, errors[i]) != NULL, "no '%s' in: %.3000s", errors[i], out);
+  ck_assert_msg(strstr(out, "wrong: the answer is") != NULL, "%.3000s", out);
+  ck_assert_msg(strstr(out, "episode over: failure, reward 0, steps 6") != NULL, "%.3000s", out);
+}
+
 START_TEST(test_example_server) {
   ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "pyenv"), 0);
   char log[300], ep[300], script[300];
@@ -124,7 +159,12 @@ START_TEST(test_example_server) {
   pid_t pid = lh_proc_spawn(log, argv);
   ck_assert(pid > 0);
   ck_assert_msg(lh_proc_wait_file(log, "env server listening", 30), "the server did not start (see %s)", log);
-  ck_assert(lh_proc_file_has(log, "envs=guess,reverse"));
+  ck_assert(lh_proc_file_has(log, "envs=calc,guess,reverse"));
+  ck_assert_msg(play("calc", ep, NULL, 1) == 0, "%s", out);
+  ck_assert_msg(strstr(out, "<call>calc(") != NULL, "%s", out);
+  ck_assert_msg(strstr(out, "episode over: success, reward 1") != NULL, "%s", out);
+  ck_assert_msg(strstr(out, "correct=1") != NULL, "%s", out);
+  play_hostile_calc(ep);
   ck_assert_msg(play("guess", ep, NULL, 1) == 0, "%s", out);
   ck_assert_msg(strstr(out, "episode over: success, reward 1") != NULL, "%s", out);
   ck_assert_msg(play("reverse", ep, NULL, 1) == 0, "%s", out);
