@@ -403,9 +403,8 @@ static int usage(void) {
 
 /* A positive int of at most max from text, or -1. */
 static int positive(const char *text, int max) {
-  char *end = NULL;
-  long v = strtol(text, &end, 10);
-  return end != text && !*end && v > 0 && v <= max ? (int)v : -1;
+  uint64_t v;  /* the project's one number rule (common/common.h) */
+  return lh_parse_u64(text, &v) == 0 && v > 0 && v <= (uint64_t)max ? (int)v : -1;
 }
 
 int main(int argc, char **argv) {
