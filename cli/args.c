@@ -1,5 +1,6 @@
 /* cli: table-driven flag parsing for every subcommand, so that every bad
- * argument gets the same kind of message naming it (cli/args.h). */
+ * argument gets the same kind of message naming it and --help lists the
+ * same table (cli/args.h). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -49,9 +50,36 @@ static int set_value(const char *cmd, const lh_cli_opt *o, const char *value) {
   return 0;
 }
 
-int lh_cli_parse(const char *cmd, int argc, char **argv, const lh_cli_opt *opts, size_t opt_count,
-                 const char **positional, size_t max_positional, size_t *positional_count) {
+int lh_cli_wants_help(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) return 0;
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
+  }
+  return 0;
+}
+
+/* 0 when every option of opts has its help (and a valued one its value's
+ * name); otherwise names the first that has not and returns -1. */
+static int check_documented(const char *cmd, const lh_cli_opt *opts, size_t opt_count) {
+  for (size_t k = 0; k < opt_count; k++) {
+    const lh_cli_opt *o = &opts[k];
+    if (o->help && *o->help && (o->kind == LH_CLI_OPT_FLAG) == (o->value == NULL)) continue;
+    fprintf(stderr, "longhaul %s: option %s has no help text or value name (a bug)\n", cmd, o->name);
+    return -1;
+  }
+  return 0;
+}
+
+int lh_cli_parse(const lh_cli_help *help, int argc, char **argv, const lh_cli_opt *opts,
+                 size_t opt_count, const char **positional, size_t max_positional,
+                 size_t *positional_count) {
+  const char *cmd = help->cmd;
   *positional_count = 0;
+  if (check_documented(cmd, opts, opt_count)) return LH_EXIT_RUNTIME;
+  if (lh_cli_wants_help(argc, argv)) {
+    lh_cli_print_help(stdout, help, opts, opt_count);
+    return LH_CLI_HELP_SHOWN;
+  }
   int only_positionals = 0;
   for (int i = 1; i < argc; i++) {
     const char *s = argv[i];

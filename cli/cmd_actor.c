@@ -22,67 +22,52 @@ static void on_signal(int sig) {
   stop_requested = 1;
 }
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: longhaul actor --config FILE --name NAME [--index I] [--episodes N]\n"
-          "                      [--ckpt DIR] [--run-id ID] [--backend cpu|cuda]\n"
-          "                      [--set section.key=value ...]\n\n"
-          "Runs [actor] batch episodes at once in the [env] environment, sampling\n"
-          "from the policy, and streams their segments and EpisodeEnds to the\n"
-          "learner at [actor] learner_endpoint; new weights announced on\n"
-          "weights_pub_endpoint are fetched from weights_endpoint and swapped in\n"
-          "between decode steps. One INI file holds [model] [learner] [actor] [env].\n\n"
-          "--config FILE  the INI file (required)\n"
-          "--name NAME    this actor's name, the sender of its messages (required)\n"
-          "--index I      the actor's index, mixed into its seed (default 0)\n"
-          "--episodes N   stop after N episodes, once they are acked (default: run\n"
-          "               until SIGINT or SIGTERM)\n"
-          "--ckpt DIR     start from DIR/model.safetensors; without it the model of\n"
-          "               [model] samples nothing until the learner's first weights\n"
-          "               arrive\n"
-          "--env NAME     this actor's environment instead of [env] name (the [env]\n"
-          "               options still apply)\n"
-          "--learner-rank R  send to learner rank R of an mpirun job: entry R of\n"
-          "               [learner] ingest_endpoints when given (ranks on several\n"
-          "               hosts), else the port of [actor] learner_endpoint plus\n"
-          "               10*R, as the rank binds it (weights come from rank 0 at\n"
-          "               the weights endpoints as configured)\n"
-          "--backend B    cpu (default) or cuda (decode on the GPU; without one, an\n"
-          "               error)\n"
-          "--set S.K=V    override key K of section [S] of the config (repeatable)\n"
-          "--run-id ID    the run this actor belongs to (the learner's --run-id): sent\n"
-          "               with every message; a learner of another run refuses it and\n"
-          "               the actor exits 2. Without it any learner's run takes it\n\n"
-          "SIGINT/SIGTERM/SIGUSR1: stop sampling, end open episodes as aborted, wait at most\n"
-          "flush_timeout_ms for acks, exit 0.\n"
-          "Exit codes: 0 ok, 1 runtime error, 2 usage or config error, or refused by a\n"
-          "learner of another run.\n");
-}
+static const lh_cli_help HELP = {
+    .cmd = "actor",
+    .usage = "--config FILE --name NAME [OPTIONS]",
+    .about = "Runs [actor] batch episodes at once in the [env] environment, sampling from the policy, and streams "
+        "their segments and EpisodeEnds to the learner at [actor] learner_endpoint; new weights announced on "
+        "weights_pub_endpoint are fetched from weights_endpoint and swapped in between decode steps. One INI "
+        "file holds [model] [learner] [actor] [env].",
+    .notes = "SIGINT/SIGTERM/SIGUSR1: stop sampling, end open episodes as aborted, wait at most flush_timeout_ms "
+        "for acks, exit 0.",
+    .exits = "0 ok, 1 runtime error, 2 usage or config error, or refused by a learner of another run.",
+};
 
 int lh_cmd_actor(int argc, char **argv) {
-  if (lh_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return LH_EXIT_OK;
-  }
   const char *config = NULL, *name = NULL, *ckpt = NULL, *env_name = NULL, *backend = NULL, *run_id = NULL;
   uint64_t index = 0, episodes = 0, learner_rank = 0;
   lh_cli_sets sets = {0};
   const char *rank_text = NULL;
   const lh_cli_opt opts[] = {
-      {"--config", LH_CLI_OPT_STRING, &config, NULL},     {"--name", LH_CLI_OPT_STRING, &name, NULL},
-      {"--ckpt", LH_CLI_OPT_STRING, &ckpt, NULL},         {"--index", LH_CLI_OPT_U64, &index, NULL},
-      {"--episodes", LH_CLI_OPT_U64, &episodes, NULL},    {"--env", LH_CLI_OPT_STRING, &env_name, NULL},
-      {"--backend", LH_CLI_OPT_STRING, &backend, NULL},   {"--run-id", LH_CLI_OPT_STRING, &run_id, NULL},
-      {"--learner-rank", LH_CLI_OPT_STRING, &rank_text, NULL}, LH_CLI_SET_OPT(&sets),
+      {"--config", LH_CLI_OPT_STRING, &config, NULL, "FILE", "the INI file (required)"},
+      {"--name", LH_CLI_OPT_STRING, &name, NULL, "NAME", "this actor's name, the sender of its messages (required)"},
+      {"--index", LH_CLI_OPT_U64, &index, NULL, "I", "the actor's index, mixed into its seed (default 0)"},
+      {"--episodes", LH_CLI_OPT_U64, &episodes, NULL, "N",
+       "stop after N episodes, once they are acked (default: run until SIGINT or SIGTERM)"},
+      {"--ckpt", LH_CLI_OPT_STRING, &ckpt, NULL, "DIR",
+       "start from DIR/model.safetensors; without it the model of [model] samples nothing until the "
+       "learner's first weights arrive"},
+      {"--env", LH_CLI_OPT_STRING, &env_name, NULL, "NAME",
+       "this actor's environment instead of [env] name (the [env] options still apply)"},
+      {"--learner-rank", LH_CLI_OPT_STRING, &rank_text, NULL, "R",
+       "send to learner rank R of an mpirun job: entry R of [learner] ingest_endpoints when given (ranks "
+       "on several hosts), else the port of [actor] learner_endpoint plus 10*R, as the rank binds it "
+       "(weights come from rank 0 at the weights endpoints as configured)"},
+      {"--backend", LH_CLI_OPT_STRING, &backend, NULL, "B",
+       "cpu (default) or cuda (decode on the GPU; without one, an error)"},
+      {"--run-id", LH_CLI_OPT_STRING, &run_id, NULL, "ID",
+       "the run this actor belongs to (the learner's --run-id): sent with every message; a learner of "
+       "another run refuses it and the actor exits 2. Without it any learner's run takes it"},
+      LH_CLI_SET_OPT(&sets),
   };
   size_t npos = 0;
-  int prc = lh_cli_parse("actor", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
-  if (prc) return prc;
+  int prc = lh_cli_parse(&HELP, argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (prc) return lh_cli_parse_exit(prc);
   if (run_id && lh_cli_run_id_arg("actor", run_id)) return LH_EXIT_USAGE;
   if (rank_text && lh_cli_u64("actor", "--learner-rank", rank_text, 0, 6553, &learner_rank)) return LH_EXIT_USAGE;
   if (!config || !name || !*name) {
-    fprintf(stderr, "longhaul actor: --config FILE and --name NAME are required\n");
-    usage(stderr);
+    fprintf(stderr, "longhaul actor: --config FILE and --name NAME are required (see longhaul actor --help)\n");
     return LH_EXIT_USAGE;
   }
   lh_errbuf err = {0};

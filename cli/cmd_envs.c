@@ -12,42 +12,19 @@
 
 #define MAX_OPTS 64
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: longhaul envs list\n"
-          "       longhaul envs describe NAME [ENV OPTIONS]\n"
-          "       longhaul envs play NAME [--seed N] [--expert] [--ansi] [--max-text BYTES] [ENV OPTIONS]\n"
-          "       longhaul envs serve --bind ENDPOINT [SERVE LIMITS]\n"
-          "                           [--curve-secret-key-file KEY --curve-allowed-keys FILE|DIR]\n\n"
-          "Tool environments: the built-ins (calc, needle, maze), plugins and env servers.\n\n"
-          "ENV OPTIONS\n"
-          "  --opt KEY=VALUE     an environment option (repeatable), e.g. --opt size=8\n"
-          "  --plugin PATH       load NAME from the plugin library at PATH\n"
-          "  --server ENDPOINT   use NAME on the env server at ENDPOINT (tcp://, ipc://)\n"
-          "  --timeout-ms MS     env server timeout (default 5000)\n\n"
-          "serve: the built-ins over ZeroMQ for any client. With the two --curve\n"
-          "options, a CURVE server admitting only the allowed public keys (clients\n"
-          "give --opt curve_secret_key_file=KEY --opt curve_server_key_file=PUB).\n"
-          "What clients can make it hold is capped (a client is one connection);\n"
-          "a CREATE past a session cap is refused (EAGAIN) and the client's next\n"
-          "reset asks again. BYTES take a K, M or G suffix (KiB, MiB, GiB).\n\n"
-          "SERVE LIMITS\n"
-          "  --max-sessions N                     sessions of all clients (default 4096)\n"
-          "  --max-sessions-per-client N          of one client (default 512)\n"
-          "  --max-session-bytes BYTES            what all sessions hold, each charged\n"
-          "                                       its environment's footprint (default 1G)\n"
-          "  --max-session-bytes-per-client BYTES of one client (default 256M)\n"
-          "  --max-reply-bytes BYTES              replies not yet read by their clients\n"
-          "                                       (default 256M; past it: EAGAIN)\n"
-          "  --max-reply-bytes-per-client BYTES   of one client (default 64M; past it\n"
-          "                                       its requests are dropped unanswered)\n"
-          "  --idle-timeout-ms MS                 close a session unused this long\n"
-          "                                       (default 600000)\n\n"
-          "play: type one action per line, e.g. <call>calc(2*21)</call> or 42<eos>;\n"
-          "with --expert the expert plays (press Enter for each step on a terminal).\n"
-          "Images are drawn as text art (--ansi: in colour). Exit codes: 0 episode\n"
-          "played, 1 runtime error, 2 usage error.\n");
-}
+static const lh_cli_help HELP = {
+    .cmd = "envs",
+    .usage = "list | describe NAME | play NAME | serve [OPTIONS]",
+    .about = "Tool environments: the built-ins (calc, needle, maze), plugins and env servers. list: what there "
+        "is; describe: one environment with its options; play: one episode, typed one action per line (e.g. "
+        "<call>calc(2*21)</call> or 42<eos>), or with --expert played by the expert (press Enter for each "
+        "step on a terminal), images drawn as text art; serve: the built-ins over ZeroMQ for any client.",
+    .notes = "serve: with the two --curve options, a CURVE server admitting only the allowed public keys (clients "
+        "give --opt curve_secret_key_file=KEY --opt curve_server_key_file=PUB). What clients can make it hold "
+        "is capped (a client is one connection); a CREATE past a session cap is refused (EAGAIN) and the "
+        "client's next reset asks again. BYTES take a K, M or G suffix (KiB, MiB, GiB).",
+    .exits = "0 ok (the episode played), 1 runtime error, 2 usage error.",
+};
 
 typedef struct {
   const char *name;
@@ -81,15 +58,36 @@ typedef struct {
   const char *flag;
   int unit;
   uint64_t lo, hi;
+  const char *value, *help; /* for --help */
 } limit_flag;
 static const limit_flag LIMITS[] = {
-    {"--max-sessions", 1, 1, 1000000},
-    {"--max-sessions-per-client", 1, 1, 1000000},
-    {"--max-session-bytes", 2, 1 << 20, 1ull << 44},
-    {"--max-session-bytes-per-client", 2, 1 << 20, 1ull << 44},
-    {"--max-reply-bytes", 2, 1 << 20, 1ull << 40},
-    {"--max-reply-bytes-per-client", 2, 1 << 20, 1ull << 40},
-    {"--idle-timeout-ms", 3, 1, 7ull * 24 * 3600 * 1000},
+    {"--max-sessions", 1, 1, 1000000, "N", "serve: sessions of all clients (default 4096)"},
+    {"--max-sessions-per-client", 1, 1, 1000000, "N", "serve: sessions of one client (default 512)"},
+    {"--max-session-bytes", 2, 1 << 20, 1ull << 44, "BYTES",
+     "serve: what all sessions hold, each charged its environment's footprint (default 1G)"},
+    {"--max-session-bytes-per-client", 2, 1 << 20, 1ull << 44, "BYTES",
+     "serve: what the sessions of one client hold (default 256M)"},
+    {"--max-reply-bytes", 2, 1 << 20, 1ull << 40, "BYTES",
+     "serve: replies not yet read by their clients (default 256M; past it: EAGAIN)"},
+    {"--max-reply-bytes-per-client", 2, 1 << 20, 1ull << 40, "BYTES",
+     "serve: replies not yet read by one client (default 64M; past it its requests are dropped unanswered)"},
+    {"--idle-timeout-ms", 3, 1, 7ull * 24 * 3600 * 1000, "MS",
+     "serve: close a session unused this long (default 600000)"},
+};
+
+/* The flags of envs that take a value, handled by on_flag. */
+static const struct {
+  const char *flag, *value, *help;
+} VALUE_FLAGS[] = {
+    {"--opt", "KEY=VALUE", "describe, play: an environment option (repeatable), e.g. --opt size=8"},
+    {"--plugin", "PATH", "describe, play: load NAME from the plugin library at PATH"},
+    {"--server", "ENDPOINT", "describe, play: use NAME on the env server at ENDPOINT (tcp://, ipc://)"},
+    {"--timeout-ms", "MS", "describe, play: env server timeout (default 5000)"},
+    {"--seed", "N", "play: the episode's seed (default 0)"},
+    {"--max-text", "BYTES", "play: show at most BYTES of an observation's text, its start and end (default 4000; 0: all)"},
+    {"--bind", "ENDPOINT", "serve: where to listen (required), e.g. tcp://127.0.0.1:5600"},
+    {"--curve-secret-key-file", "KEY", "serve: the server's CURVE secret key (longhaul keys generate)"},
+    {"--curve-allowed-keys", "FILE|DIR", "serve: the clients' public keys admitted: a file of keys, one a line, or a folder of .pub files"},
 };
 
 static void set_limit(lh_envserver_config *c, size_t which, uint64_t v) {
@@ -178,20 +176,20 @@ static int on_flag(void *ctx, const char *s, const char *next) {
 
 /* Returns 0, or LH_EXIT_USAGE after printing what was wrong. */
 static int parse_args(int argc, char **argv, int first, args *a, int want_name) {
-  static const char *const value_flags[] = {"--opt", "--plugin", "--server", "--timeout-ms", "--seed",
-                                            "--max-text", "--bind", "--curve-secret-key-file",
-                                            "--curve-allowed-keys"};
-  enum { N_VALUE = sizeof value_flags / sizeof value_flags[0], N_LIMIT = sizeof LIMITS / sizeof LIMITS[0] };
+  enum { N_VALUE = sizeof VALUE_FLAGS / sizeof VALUE_FLAGS[0], N_LIMIT = sizeof LIMITS / sizeof LIMITS[0] };
   lh_cli_call call = {on_flag, a};
   lh_cli_opt opts[N_VALUE + N_LIMIT + 2];
   size_t n = 0;
-  for (size_t k = 0; k < N_VALUE; k++) opts[n++] = (lh_cli_opt){value_flags[k], LH_CLI_OPT_CALL, &call, NULL};
-  for (size_t k = 0; k < N_LIMIT; k++) opts[n++] = (lh_cli_opt){LIMITS[k].flag, LH_CLI_OPT_CALL, &call, NULL};
-  opts[n++] = (lh_cli_opt){"--expert", LH_CLI_OPT_FLAG, &a->expert, NULL};
-  opts[n++] = (lh_cli_opt){"--ansi", LH_CLI_OPT_FLAG, &a->ansi, NULL};
+  for (size_t k = 0; k < N_VALUE; k++)
+    opts[n++] = (lh_cli_opt){VALUE_FLAGS[k].flag, LH_CLI_OPT_CALL, &call, NULL, VALUE_FLAGS[k].value,
+                             VALUE_FLAGS[k].help};
+  opts[n++] = (lh_cli_opt){"--expert", LH_CLI_OPT_FLAG, &a->expert, NULL, NULL, "play: the expert plays"};
+  opts[n++] = (lh_cli_opt){"--ansi", LH_CLI_OPT_FLAG, &a->ansi, NULL, NULL, "play: draw images in colour"};
+  for (size_t k = 0; k < N_LIMIT; k++)
+    opts[n++] = (lh_cli_opt){LIMITS[k].flag, LH_CLI_OPT_CALL, &call, NULL, LIMITS[k].value, LIMITS[k].help};
   const char *name = NULL;
   size_t npos = 0;
-  int rc = lh_cli_parse("envs", argc - first + 1, argv + first - 1, opts, n, &name, want_name ? 1 : 0, &npos);
+  int rc = lh_cli_parse(&HELP, argc - first + 1, argv + first - 1, opts, n, &name, want_name ? 1 : 0, &npos);
   if (rc) return rc;
   if (want_name) a->name = name;
   if (want_name && !a->name) {
@@ -369,20 +367,19 @@ static void on_stop_signal(int sig) {
 }
 
 int lh_cmd_envs(int argc, char **argv) {
-  if (argc < 2 || (lh_cli_wants_help(argc, argv) && argc >= 2 && argv[1][0] == '-')) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? LH_EXIT_USAGE : LH_EXIT_OK;
-  }
-  if (lh_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return LH_EXIT_OK;
+  if (argc < 2) {
+    fprintf(stderr, "longhaul envs: which subcommand? list, describe, play or serve (see longhaul envs --help)\n");
+    return LH_EXIT_USAGE;
   }
   const char *sub = argv[1];
   args a;
   memset(&a, 0, sizeof a);
   a.max_text = 4000;
   int rc;
-  if (!strcmp(sub, "list")) {
+  if (lh_cli_wants_help(argc, argv)) {
+    /* --help, after a subcommand or alone: the one help of envs. */
+    rc = parse_args(argc, argv, sub[0] == '-' ? 1 : 2, &a, 0);
+  } else if (!strcmp(sub, "list")) {
     rc = parse_args(argc, argv, 2, &a, 0);
     if (!rc) rc = cmd_list();
   } else if (!strcmp(sub, "describe")) {
@@ -417,5 +414,5 @@ int lh_cmd_envs(int argc, char **argv) {
     rc = LH_EXIT_USAGE;
   }
   args_free(&a);
-  return rc;
+  return lh_cli_parse_exit(rc);
 }

@@ -18,31 +18,21 @@
 #include "learner/learner.h"
 #include "store/store.h"
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: longhaul eval --config FILE --ckpt DIR [--env NAME] [--seeds N] [--show N]\n"
-          "                     [--temperature T] [--json] [--db FILE|none] [--run-id ID]\n"
-          "                     [--backend cpu|cuda] [--max-context N] [--set section.key=value ...]\n\n"
-          "Plays the held-out seeds 1..N (default 200) of the environment (--env,\n"
-          "or name in [env] of FILE, with the [env] options) with the policy in\n"
-          "DIR/model.safetensors, greedily or, with --temperature T > 0, sampled at\n"
-          "T (as actors sample; each seed its own generator, so a run repeats),\n"
-          "and prints the success rate. DIR may\n"
-          "be a learner's ckpt_dir: its `latest` checkpoint is used. --show N\n"
-          "prints the first N episodes to end; --json prints one JSON object\n"
-          "{\"env\", \"episodes\", \"successes\", \"success_rate\", \"ckpt\"}.\n"
-          "--set S.K=V overrides key K of section [S] of FILE (repeatable).\n"
-          "An episode ends at the context of the checkpoint's stage ([learner]\n"
-          "stages, with [actor] stage_option sizing the environment as a long\n"
-          "group of that stage), else at [actor] max_context; --max-context N\n"
-          "sets it. A [model] section, when FILE gives one, must be the\n"
-          "checkpoint's model (exit 2 naming the keys that differ).\n"
-          "The result goes into the replay store --db FILE (default: [learner] db\n"
-          "of FILE; none: no store) as a row of evals with the checkpoint's step\n"
-          "(a learner's checkpoint), under a runs row of kind eval (--run-id ID, or\n"
-          "a new id); a learner may be writing the same store meanwhile.\n"
-          "Exit codes: 0 evaluated, 1 runtime error, 2 usage or config error.\n");
-}
+static const lh_cli_help HELP = {
+    .cmd = "eval",
+    .usage = "--config FILE --ckpt DIR [OPTIONS]",
+    .about = "Plays the held-out seeds 1..N of the environment (--env, or name in [env] of FILE, with the [env] "
+        "options) with the policy in DIR/model.safetensors, greedily or, with --temperature T > 0, sampled "
+        "at T (as actors sample; each seed its own generator, so a run repeats), and prints the success "
+        "rate. An episode ends at the context of the checkpoint's stage ([learner] stages, with [actor] "
+        "stage_option sizing the environment as a long group of that stage), else at [actor] max_context. "
+        "A [model] section, when FILE gives one, must be the checkpoint's model (exit 2 naming the keys "
+        "that differ).",
+    .notes = "The result goes into the replay store --db FILE as a row of evals with the checkpoint's step (a "
+        "learner's checkpoint), under a runs row of kind eval; a learner may be writing the same store "
+        "meanwhile.",
+    .exits = "0 evaluated, 1 runtime error, 2 usage or config error.",
+};
 
 /* DIR itself when it holds model.safetensors, else the checkpoint its
  * `latest` names (a learner's ckpt_dir). */
@@ -57,29 +47,33 @@ static int resolve_ckpt(const char *dir, char *out, lh_errbuf *err) {
 }
 
 int lh_cmd_eval(int argc, char **argv) {
-  if (lh_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return LH_EXIT_OK;
-  }
   const char *config = NULL, *ckpt = NULL, *env = NULL, *seeds_s = "200", *show_s = "0", *backend = NULL,
              *temp_s = "0", *db = NULL, *run_id = NULL, *context_s = NULL;
   int json = 0;
   lh_cli_sets sets = {0};
   const lh_cli_opt opts[] = {
-      {"--config", LH_CLI_OPT_STRING, &config, NULL},       {"--ckpt", LH_CLI_OPT_STRING, &ckpt, NULL},
-      {"--env", LH_CLI_OPT_STRING, &env, NULL},             {"--seeds", LH_CLI_OPT_STRING, &seeds_s, NULL},
-      {"--show", LH_CLI_OPT_STRING, &show_s, NULL},         {"--backend", LH_CLI_OPT_STRING, &backend, NULL},
-      {"--temperature", LH_CLI_OPT_STRING, &temp_s, NULL},  {"--db", LH_CLI_OPT_STRING, &db, NULL},
-      {"--run-id", LH_CLI_OPT_STRING, &run_id, NULL},       {"--max-context", LH_CLI_OPT_STRING, &context_s, NULL},
-      {"--json", LH_CLI_OPT_FLAG, &json, NULL},             LH_CLI_SET_OPT(&sets),
+      {"--config", LH_CLI_OPT_STRING, &config, NULL, "FILE", "the INI file (required)"},
+      {"--ckpt", LH_CLI_OPT_STRING, &ckpt, NULL, "DIR",
+       "the checkpoint (required); a learner's ckpt_dir stands for its `latest` checkpoint"},
+      {"--env", LH_CLI_OPT_STRING, &env, NULL, "NAME", "the environment instead of [env] name"},
+      {"--seeds", LH_CLI_OPT_STRING, &seeds_s, NULL, "N", "play the held-out seeds 1..N (default 200)"},
+      {"--show", LH_CLI_OPT_STRING, &show_s, NULL, "N", "print the first N episodes to end (default 0)"},
+      {"--temperature", LH_CLI_OPT_STRING, &temp_s, NULL, "T", "sample at T > 0 instead of greedily (default 0)"},
+      {"--json", LH_CLI_OPT_FLAG, &json, NULL, NULL,
+       "print one JSON object {\"env\", \"episodes\", \"successes\", \"success_rate\", \"ckpt\"}"},
+      {"--db", LH_CLI_OPT_STRING, &db, NULL, "FILE|none",
+       "the replay store the result goes to (default: [learner] db of FILE; none: no store)"},
+      {"--run-id", LH_CLI_OPT_STRING, &run_id, NULL, "ID", "the id of the eval's runs row (default: a new one)"},
+      {"--backend", LH_CLI_OPT_STRING, &backend, NULL, "B", "cpu (default) or cuda"},
+      {"--max-context", LH_CLI_OPT_STRING, &context_s, NULL, "N", "end each episode at N tokens of context"},
+      LH_CLI_SET_OPT(&sets),
   };
   size_t npos = 0;
-  int prc = lh_cli_parse("eval", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
-  if (prc) return prc;
+  int prc = lh_cli_parse(&HELP, argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (prc) return lh_cli_parse_exit(prc);
   uint64_t seeds = 0, show = 0;
   if (!config || !ckpt) {
-    fprintf(stderr, "longhaul eval: --config and --ckpt are required\n");
-    usage(stderr);
+    fprintf(stderr, "longhaul eval: --config and --ckpt are required (see longhaul eval --help)\n");
     return LH_EXIT_USAGE;
   }
   if (lh_cli_u64("eval", "--seeds", seeds_s, 0, 1000000, &seeds) ||

@@ -9,38 +9,34 @@
 #include "cli/config.h"
 #include "model/model.h"
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: longhaul init --config MODEL.ini --seed N --out DIR [--force]\n"
-          "                     [--set model.key=value ...]\n\n"
-          "Writes DIR/model.safetensors: the model of the [model] section of\n"
-          "MODEL.ini (other sections are checked, not used; missing keys take the demo\n"
-          "model's defaults), every parameter initialised from seed N. The\n"
-          "config, with the seed, is kept in the file's __metadata__. A DIR that\n"
-          "already holds a model.safetensors is refused (exit 2) unless --force:\n"
-          "a trained checkpoint is not overwritten by mistake.\n"
-          "Exit codes: 0 written, 1 runtime error, 2 usage or config error.\n");
-}
+static const lh_cli_help HELP = {
+    .cmd = "init",
+    .usage = "--config MODEL.ini --seed N --out DIR [OPTIONS]",
+    .about = "Writes DIR/model.safetensors: the model of the [model] section of MODEL.ini (other sections are "
+        "checked, not used; missing keys take the demo model's defaults), every parameter initialised from "
+        "seed N. The config, with the seed, is kept in the file's __metadata__.",
+    .notes = NULL,
+    .exits = "0 written, 1 runtime error, 2 usage or config error.",
+};
 
 int lh_cmd_init(int argc, char **argv) {
-  if (lh_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return LH_EXIT_OK;
-  }
   const char *config = NULL, *out = NULL, *seed_text = NULL;
   lh_cli_sets sets = {0};
   int force = 0;
   const lh_cli_opt opts[] = {
-      {"--config", LH_CLI_OPT_STRING, &config, NULL}, {"--out", LH_CLI_OPT_STRING, &out, NULL},
-      {"--seed", LH_CLI_OPT_STRING, &seed_text, NULL}, {"--force", LH_CLI_OPT_FLAG, &force, NULL},
+      {"--config", LH_CLI_OPT_STRING, &config, NULL, "MODEL.ini", "the INI file with the [model] section (required)"},
+      {"--seed", LH_CLI_OPT_STRING, &seed_text, NULL, "N", "the seed every parameter is drawn from (required)"},
+      {"--out", LH_CLI_OPT_STRING, &out, NULL, "DIR", "the checkpoint folder to write (required)"},
+      {"--force", LH_CLI_OPT_FLAG, &force, NULL, NULL,
+       "replace the model.safetensors DIR holds; without it such a DIR is refused (exit 2), so that a "
+       "trained checkpoint is not overwritten by mistake"},
       LH_CLI_SET_OPT(&sets),
   };
   size_t npos = 0;
-  int prc = lh_cli_parse("init", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
-  if (prc) return prc;
+  int prc = lh_cli_parse(&HELP, argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (prc) return lh_cli_parse_exit(prc);
   if (!config || !out || !seed_text) {
-    fprintf(stderr, "longhaul init: --config, --seed and --out are all required\n");
-    usage(stderr);
+    fprintf(stderr, "longhaul init: --config, --seed and --out are all required (see longhaul init --help)\n");
     return LH_EXIT_USAGE;
   }
   uint64_t seed = 0;

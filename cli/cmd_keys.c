@@ -7,44 +7,40 @@
 #include "cli/commands.h"
 #include "net/zsock.h"
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: longhaul keys generate --out DIR [--name NAME]\n\n"
-          "Writes a new CURVE key pair (zmq_curve_keypair, Z85 text): DIR/NAME.key,\n"
-          "the secret key (mode 0600), and DIR/NAME.pub, the public key. NAME is\n"
-          "'longhaul' unless given. DIR is created (mode 0700) when missing; an\n"
-          "existing key file is never overwritten.\n\n"
-          "The learner takes its own NAME.key as [learner] curve_secret_key_file\n"
-          "and the actors' public keys in [learner] curve_allowed_keys (a file of\n"
-          "keys, one a line, or a folder of .pub files); each actor takes its own\n"
-          "NAME.key as [actor] curve_secret_key_file and the learner's NAME.pub as\n"
-          "[actor] curve_server_key_file.\n"
-          "Exit codes: 0 written, 1 runtime error, 2 usage error.\n");
-}
+static const lh_cli_help HELP = {
+    .cmd = "keys generate",
+    .usage = "--out DIR [OPTIONS]",
+    .about = "Writes a new CURVE key pair (zmq_curve_keypair, Z85 text): DIR/NAME.key, the secret key (mode "
+        "0600), and DIR/NAME.pub, the public key. DIR is created (mode 0700) when missing; an existing key "
+        "file is never overwritten.",
+    .notes = "The learner takes its own NAME.key as [learner] curve_secret_key_file and the actors' public keys "
+        "in [learner] curve_allowed_keys (a file of keys, one a line, or a folder of .pub files); each actor "
+        "takes its own NAME.key as [actor] curve_secret_key_file and the learner's NAME.pub as [actor] "
+        "curve_server_key_file.",
+    .exits = "0 written, 1 runtime error, 2 usage error.",
+};
 
 int lh_cmd_keys(int argc, char **argv) {
-  if (lh_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return LH_EXIT_OK;
-  }
-  if (argc < 2 || strcmp(argv[1], "generate") != 0) {
-    fprintf(stderr, "longhaul keys: expected 'generate' (see --help)\n");
+  int generate = argc >= 2 && strcmp(argv[1], "generate") == 0;
+  if (!generate && !lh_cli_wants_help(argc, argv)) {
+    fprintf(stderr, "longhaul keys: expected 'generate' (see longhaul keys --help)\n");
     return LH_EXIT_USAGE;
   }
   const char *dir = NULL, *name = "longhaul";
   const lh_cli_opt opts[] = {
-      {"--out", LH_CLI_OPT_STRING, &dir, NULL},
-      {"--name", LH_CLI_OPT_STRING, &name, NULL},
+      {"--out", LH_CLI_OPT_STRING, &dir, NULL, "DIR", "the folder to write the two files to (required)"},
+      {"--name", LH_CLI_OPT_STRING, &name, NULL, "NAME", "the files' name (default longhaul)"},
   };
   size_t npos = 0;
-  int prc = lh_cli_parse("keys generate", argc - 1, argv + 1, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
-  if (prc) return prc;
+  int prc = lh_cli_parse(&HELP, argc - generate, argv + generate, opts, sizeof opts / sizeof opts[0], NULL, 0,
+                         &npos);
+  if (prc) return lh_cli_parse_exit(prc);
   if ((dir && !*dir) || !*name) {
     fprintf(stderr, "longhaul keys generate: %s needs a non-empty value\n", dir && !*dir ? "--out" : "--name");
     return LH_EXIT_USAGE;
   }
   if (!dir) {
-    fprintf(stderr, "longhaul keys generate: --out DIR is required\n");
+    fprintf(stderr, "longhaul keys generate: --out DIR is required (see longhaul keys generate --help)\n");
     return LH_EXIT_USAGE;
   }
   if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) {

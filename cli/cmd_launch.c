@@ -33,61 +33,37 @@ static void on_signal(int sig) {
   if (stop_signals < 100) stop_signals++;
 }
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: longhaul launch FLEET.ini [--status auto|screen|plain|off]\n"
-          "                       [--run-id ID] [--set section.key=value ...]\n"
-          "       longhaul launch FLEET.ini --slurm [--slurm-script OUT.sh]\n"
-          "       longhaul launch FLEET.ini --slurm-script OUT.sh\n\n"
-          "Starts a fleet from one INI file ([fleet] [model] [learner] [actor] [env]):\n"
-          "the env server ([fleet] env_server), the learner (`longhaul learner`; for\n"
-          "learners = M > 1 `mpirun --oversubscribe -n M longhaul learner`, rank r\n"
-          "binding its ingest at entry r of [learner] ingest_endpoints, or without it\n"
-          "at the ingest_endpoint port + 10*r) and actors actor-0\n"
-          "..actor-(N-1) (actor i bound to rank i mod M). Each child logs to\n"
-          "LOG_DIR/<name>.log (appended across restarts; LOG_DIR/<name>.pid holds its\n"
-          "pid); the launcher's own events go to LOG_DIR/launch.log.\n\n"
-          "Supervision: a child that dies is restarted after restart_backoff_ms,\n"
-          "doubled per consecutive restart up to restart_backoff_max_ms (the count\n"
-          "starts over once it stayed up 60 s); the learner comes back with --resume.\n"
-          "More than max_restarts restarts of one child, or a child's usage error\n"
-          "(exit 2; 126/127: its program could not run), ends the fleet. With\n"
-          "[fleet] steps the fleet shuts down in order once the store holds that\n"
-          "many train steps.\n\n"
-          "Run: every learner and actor gets --run-id ID (the given one, or a new\n"
-          "one per launch). Actors only: with learners = 0 this host runs actors\n"
-          "actor-<first_actor>.. for learners started elsewhere (mpirun with a\n"
-          "hostfile, or another host's launch), actor i sending to rank i mod R, R\n"
-          "the entries of [learner] ingest_endpoints; give --run-id of that run, or\n"
-          "none to join whichever run the learners serve.\n\n"
-          "Before anything starts every section is checked, every environment the\n"
-          "actors will open is opened once, the env_server program is looked up and\n"
-          "the endpoints the fleet binds here must be free; the store and the log\n"
-          "folder are locked, so a second launch on either is refused (exit 2).\n"
-          "Watchdog: no new train step, or no heartbeat of an actor, in the store\n"
-          "for stall_timeout_s (900; 0 off) restarts that process; stuck again after\n"
-          "that restart, the fleet fails (exit 1).\n\n"
-          "SIGINT/SIGTERM (or duration_s, or steps): ordered shutdown: SIGTERM to the\n"
-          "actors (they abort open episodes and flush their outboxes), then to the\n"
-          "learner (SIGUSR1 to mpirun, which forwards it to every rank; it acks what\n"
-          "is stored and writes a final checkpoint), then to the env server; what is\n"
-          "not gone after stop_timeout_ms gets SIGKILL. A second signal kills at once.\n\n"
-          "--status  screen: redraw in place; plain: status lines every\n"
-          "          status_interval_ms; off: none; auto (default): screen when stdout\n"
-          "          is a terminal, plain otherwise.\n"
-          "--set     override a key of FLEET.ini (repeatable); given to every child too.\n"
-          "--slurm   writes the batch script (LOG_DIR/slurm.sh, or --slurm-script's\n"
-          "          path) and submits it with sbatch; its body runs this launcher\n"
-          "          with --engine slurm in the allocation. --slurm-script alone only\n"
-          "          writes it. [fleet] slurm_partition, slurm_time, slurm_nodes,\n"
-          "          slurm_options (sbatch), slurm_step_options (srun), slurm_mpi.\n"
-          "--engine local|slurm  slurm: each child is a job step of the allocation\n"
-          "          it runs in (`srun --ntasks=M --mpi=pmix longhaul learner`, one\n"
-          "          `srun --ntasks=1 --overlap longhaul actor` per actor), supervised\n"
-          "          and restarted as above (README.md, \"Slurm\").\n"
-          "Exit codes: 0 every child shut down cleanly, 1 a child failed or had to be\n"
-          "killed, 2 usage or config error.\n");
-}
+static const lh_cli_help HELP = {
+    .cmd = "launch",
+    .usage = "FLEET.ini [OPTIONS]",
+    .about = "Starts a fleet from one INI file ([fleet] [model] [learner] [actor] [env]) and supervises it: the "
+        "env server ([fleet] env_server), the learner (`longhaul learner`; for learners = M > 1 `mpirun "
+        "--oversubscribe -n M longhaul learner`, rank r binding its ingest at entry r of [learner] "
+        "ingest_endpoints, or without it at the ingest_endpoint port + 10*r) and actors actor-0 "
+        "..actor-(N-1) (actor i bound to rank i mod M). Each child logs to LOG_DIR/<name>.log (appended "
+        "across restarts; LOG_DIR/<name>.pid holds its pid); the launcher's own events go to "
+        "LOG_DIR/launch.log.",
+    .notes = "Supervision: a child that dies is restarted after restart_backoff_ms, doubled per consecutive "
+        "restart up to restart_backoff_max_ms (the count starts over once it stayed up 60 s); the learner "
+        "comes back with --resume. More than max_restarts restarts of one child, or a child's usage error "
+        "(exit 2; 126/127: its program could not run), ends the fleet. With [fleet] steps the fleet shuts "
+        "down in order once the store holds that many train steps.\n\n"
+        "Run: every learner and actor gets --run-id ID (the given one, or a new one per launch). Actors "
+        "only: with learners = 0 this host runs actors actor-<first_actor>.. for learners started elsewhere "
+        "(mpirun with a hostfile, or another host's launch), actor i sending to rank i mod R, R the entries "
+        "of [learner] ingest_endpoints; give --run-id of that run, or none to join whichever run the "
+        "learners serve.\n\n"
+        "Before anything starts every section is checked, every environment the actors will open is opened "
+        "once, the env_server program is looked up and the endpoints the fleet binds here must be free; the "
+        "store and the log folder are locked, so a second launch on either is refused (exit 2). Watchdog: no "
+        "new train step, or no heartbeat of an actor, in the store for stall_timeout_s (900; 0 off) restarts "
+        "that process; stuck again after that restart, the fleet fails (exit 1).\n\n"
+        "SIGINT/SIGTERM (or duration_s, or steps): ordered shutdown: SIGTERM to the actors (they abort open "
+        "episodes and flush their outboxes), then to the learner (SIGUSR1 to mpirun, which forwards it to "
+        "every rank; it acks what is stored and writes a final checkpoint), then to the env server; what is "
+        "not gone after stop_timeout_ms gets SIGKILL. A second signal kills at once.",
+    .exits = "0 every child shut down cleanly, 1 a child failed or had to be killed, 2 usage or config error.",
+};
 
 typedef enum { PHASE_RUN, PHASE_ACTORS, PHASE_LEARNER, PHASE_ENV, PHASE_DONE } phase;
 
@@ -374,26 +350,32 @@ static void screen(launcher *L, FILE *out, int ansi, int64_t up_ms) {
 }
 
 int lh_cmd_launch(int argc, char **argv) {
-  if (lh_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return LH_EXIT_OK;
-  }
   const char *config = NULL, *status = "auto", *run_id = NULL, *engine = "local", *slurm_script = NULL;
   int slurm_submit = 0;
   lh_cli_sets sets = {0};
   const lh_cli_opt opts[] = {
-      {"--status", LH_CLI_OPT_STRING, &status, NULL},
-      {"--run-id", LH_CLI_OPT_STRING, &run_id, NULL},
-      {"--engine", LH_CLI_OPT_STRING, &engine, NULL},
-      {"--slurm", LH_CLI_OPT_FLAG, &slurm_submit, NULL},
-      {"--slurm-script", LH_CLI_OPT_STRING, &slurm_script, NULL},
-      LH_CLI_SET_OPT(&sets),
+      {"--status", LH_CLI_OPT_STRING, &status, NULL, "MODE",
+       "screen: redraw in place; plain: status lines every status_interval_ms; off: none; auto "
+       "(default): screen when stdout is a terminal, plain otherwise"},
+      {"--run-id", LH_CLI_OPT_STRING, &run_id, NULL, "ID", "the run's id, given to every learner and actor"},
+      {"--slurm", LH_CLI_OPT_FLAG, &slurm_submit, NULL, NULL,
+       "write the batch script (LOG_DIR/slurm.sh, or --slurm-script's path) and submit it with sbatch; its "
+       "body runs this launcher with --engine slurm in the allocation. [fleet] slurm_partition, "
+       "slurm_time, slurm_nodes, slurm_options (sbatch), slurm_step_options (srun), slurm_mpi"},
+      {"--slurm-script", LH_CLI_OPT_STRING, &slurm_script, NULL, "OUT.sh",
+       "where the batch script goes; without --slurm it is only written"},
+      {"--engine", LH_CLI_OPT_STRING, &engine, NULL, "local|slurm",
+       "slurm: each child is a job step of the allocation it runs in (`srun --ntasks=M --mpi=pmix longhaul "
+       "learner`, one `srun --ntasks=1 --overlap longhaul actor` per actor), supervised and restarted as "
+       "below (README.md, \"Slurm\")"},
+      {"--set", LH_CLI_OPT_SETS, &sets, NULL, "S.K=V",
+       "override key K of section [S] of FLEET.ini (repeatable); given to every child too"},
   };
   size_t npos = 0;
-  int prc = lh_cli_parse("launch", argc, argv, opts, sizeof opts / sizeof opts[0], &config, 1, &npos);
-  if (prc) return prc;
+  int prc = lh_cli_parse(&HELP, argc, argv, opts, sizeof opts / sizeof opts[0], &config, 1, &npos);
+  if (prc) return lh_cli_parse_exit(prc);
   if (!config) {
-    fprintf(stderr, "longhaul launch: FLEET.ini is required (see --help)\n");
+    fprintf(stderr, "longhaul launch: FLEET.ini is required (see longhaul launch --help)\n");
     return LH_EXIT_USAGE;
   }
   if (run_id && lh_cli_run_id_arg("launch", run_id)) return LH_EXIT_USAGE;

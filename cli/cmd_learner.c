@@ -30,46 +30,27 @@ static void on_hup(int sig) {
   reload_requested = 1;
 }
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: longhaul learner --config FILE [--init CKPT_DIR] [--resume] [--steps N]\n"
-          "                        [--run-id ID] [--backend cpu|cuda]\n"
-          "                        [--set section.key=value ...]\n\n"
-          "Runs the learner: binds [learner] ingest_endpoint (ROUTER, actors' segments\n"
-          "and episode ends, acked once committed to the replay store [learner] db),\n"
-          "weights_pub_endpoint (PUB, announcements) and weights_endpoint (ROUTER,\n"
-          "weights in chunks); trains on complete episodes (PPO-clip, AdamW) and\n"
-          "publishes every new version. A checkpoint goes to [learner] ckpt_dir every\n"
-          "ckpt_every steps and at the end.\n"
-          "  --init DIR   start from DIR/model.safetensors (e.g. written by `longhaul sft`)\n"
-          "  --resume     continue from ckpt_dir/latest (model, optimizer, step, version,\n"
-          "               ingest position); with no ckpt_dir, or one holding neither\n"
-          "               latest nor a step-N folder, start as if not given; step-N\n"
-          "               folders without a readable latest naming one: exit 2\n"
-          "  --steps N    stop after N training steps (default: run until SIGINT/SIGTERM)\n"
-          "  --run-id ID  this run's id (1..64 bytes of [A-Za-z0-9._-]); without it a new\n"
-          "               one (UTC time and random hex), or with --resume the resumed\n"
-          "               run's. Written into the store's rows; actors of another run\n"
-          "               are refused (actors without --run-id are taken by any run)\n"
-          "  --backend B  cpu (default) or cuda (the GPU backend; without a GPU, an error)\n"
-          "  --set S.K=V  override key K of section [S] of the config (repeatable)\n"
-          "The [model] section gives a fresh model, [actor] temperature the sampling\n"
-          "temperature the log-probabilities are compared at.\n"
-          "SIGINT/SIGTERM: acks what is stored, writes a final checkpoint, exits 0.\n"
-          "Several ranks: mpirun -n M longhaul learner ... (rank r binds entry r of\n"
-          "[learner] ingest_endpoints when given, M entries, for ranks on several hosts:\n"
-          "mpirun --hostfile H; else the ingest port + 10*r, or an ipc:// path +\n"
-          ".rank<r>; it keeps the store db.rank<r>; rank 0 serves the weights and writes\n"
-          "checkpoints). SIGUSR1, which mpirun forwards to\n"
-          "every rank, stops the job in order with exit 0 (after SIGTERM or SIGINT the\n"
-          "ranks stop the same way but mpirun itself exits 1).\n"
-          "SIGHUP: re-reads [learner] max_db_bytes (the store's cap; while the store is\n"
-          "full or read-only, segments are answered ACK_RETRY and the actors resend).\n"
-          "Exit codes: 0 done, 1 runtime error (a final checkpoint that could not be\n"
-          "written among them: --resume goes on from the one before), 2 usage or config\n"
-          "error (a checkpoint, from --resume or --init, whose [model] is not the\n"
-          "config's; --resume over step-N folders without a usable latest).\n");
-}
+static const lh_cli_help HELP = {
+    .cmd = "learner",
+    .usage = "--config FILE [OPTIONS]",
+    .about = "Runs the learner: binds [learner] ingest_endpoint (ROUTER, actors' segments and episode ends, acked "
+        "once committed to the replay store [learner] db), weights_pub_endpoint (PUB, announcements) and "
+        "weights_endpoint (ROUTER, weights in chunks); trains on complete episodes (PPO-clip, AdamW) and "
+        "publishes every new version. A checkpoint goes to [learner] ckpt_dir every ckpt_every steps and at "
+        "the end. The [model] section gives a fresh model, [actor] temperature the sampling temperature the "
+        "log-probabilities are compared at.",
+    .notes = "SIGINT/SIGTERM: acks what is stored, writes a final checkpoint, exits 0.\n"
+        "Several ranks: mpirun -n M longhaul learner ... (rank r binds entry r of [learner] ingest_endpoints "
+        "when given, M entries, for ranks on several hosts: mpirun --hostfile H; else the ingest port + 10*r, "
+        "or an ipc:// path + .rank<r>; it keeps the store db.rank<r>; rank 0 serves the weights and writes "
+        "checkpoints). SIGUSR1, which mpirun forwards to every rank, stops the job in order with exit 0 "
+        "(after SIGTERM or SIGINT the ranks stop the same way but mpirun itself exits 1).\n"
+        "SIGHUP: re-reads [learner] max_db_bytes (the store's cap; while the store is full or read-only, "
+        "segments are answered ACK_RETRY and the actors resend).",
+    .exits = "0 done, 1 runtime error (a final checkpoint that could not be written among them: --resume goes on "
+        "from the one before), 2 usage or config error (a checkpoint, from --resume or --init, whose [model] "
+        "is not the config's; --resume over step-N folders without a usable latest).",
+};
 
 typedef struct {
   const char *config, *init, *backend, *run_id;
@@ -78,33 +59,44 @@ typedef struct {
   lh_cli_sets sets;
 } args;
 
+/* 0, LH_CLI_HELP_SHOWN, or LH_EXIT_USAGE after printing why. */
 static int parse_args(int argc, char **argv, args *a) {
   memset(a, 0, sizeof *a);
   const char *steps = NULL;
   const lh_cli_opt opts[] = {
-      {"--config", LH_CLI_OPT_STRING, &a->config, NULL}, {"--init", LH_CLI_OPT_STRING, &a->init, NULL},
-      {"--steps", LH_CLI_OPT_STRING, &steps, NULL},      {"--backend", LH_CLI_OPT_STRING, &a->backend, NULL},
-      {"--run-id", LH_CLI_OPT_STRING, &a->run_id, NULL}, {"--resume", LH_CLI_OPT_FLAG, &a->resume, NULL},
+      {"--config", LH_CLI_OPT_STRING, &a->config, NULL, "FILE", "the INI file (required)"},
+      {"--init", LH_CLI_OPT_STRING, &a->init, NULL, "DIR",
+       "start from DIR/model.safetensors (e.g. written by `longhaul sft`)"},
+      {"--resume", LH_CLI_OPT_FLAG, &a->resume, NULL, NULL,
+       "continue from ckpt_dir/latest (model, optimizer, step, version, ingest position); with no "
+       "ckpt_dir, or one holding neither latest nor a step-N folder, start as if not given; step-N "
+       "folders without a readable latest naming one: exit 2"},
+      {"--steps", LH_CLI_OPT_STRING, &steps, NULL, "N",
+       "stop after N training steps (default: run until SIGINT/SIGTERM)"},
+      {"--run-id", LH_CLI_OPT_STRING, &a->run_id, NULL, "ID",
+       "this run's id (1..64 bytes of [A-Za-z0-9._-]); without it a new one (UTC time and random hex), "
+       "or with --resume the resumed run's. Written into the store's rows; actors of another run are "
+       "refused (actors without --run-id are taken by any run)"},
+      {"--backend", LH_CLI_OPT_STRING, &a->backend, NULL, "B",
+       "cpu (default) or cuda (the GPU backend; without a GPU, an error)"},
       LH_CLI_SET_OPT(&a->sets),
   };
   size_t npos = 0;
-  if (lh_cli_parse("learner", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos)) return -1;
-  if (a->run_id && lh_cli_run_id_arg("learner", a->run_id)) return -1;
-  if (steps && lh_cli_u64("learner", "--steps", steps, 1, UINT64_MAX, &a->steps)) return -1;
+  int rc = lh_cli_parse(&HELP, argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (rc) return rc;
+  if (a->run_id && lh_cli_run_id_arg("learner", a->run_id)) return LH_EXIT_USAGE;
+  if (steps && lh_cli_u64("learner", "--steps", steps, 1, UINT64_MAX, &a->steps)) return LH_EXIT_USAGE;
   if (!a->config) {
-    fprintf(stderr, "longhaul learner: --config FILE is required (see --help)\n");
-    return -1;
+    fprintf(stderr, "longhaul learner: --config FILE is required (see longhaul learner --help)\n");
+    return LH_EXIT_USAGE;
   }
   return 0;
 }
 
 int lh_cmd_learner(int argc, char **argv) {
-  if (lh_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return LH_EXIT_OK;
-  }
   args a;
-  if (parse_args(argc, argv, &a)) return LH_EXIT_USAGE;
+  int prc = parse_args(argc, argv, &a);
+  if (prc) return lh_cli_parse_exit(prc);
   /* SIGUSR1: what mpirun forwards to every rank */
   lh_cli_on_signals(on_signal, (const int[]){SIGINT, SIGTERM, SIGUSR1}, 3);
   lh_cli_on_signals(on_hup, (const int[]){SIGHUP}, 1);

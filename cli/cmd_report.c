@@ -15,44 +15,26 @@
 #include "cli/report.h"
 #include "common/common.h"
 
-static const char usage_text[] =
-    "usage: longhaul report --db FILE [--compare FILE]... [--out FILE] [--title TEXT]\n"
-    "                       [--smooth W] [--watch SECONDS] [--format html|csv|jsonl]\n"
-    "                       [--tensorboard DIR]\n\n"
-    "Writes one HTML page about a run's replay store: a dashboard of summary\n"
-    "tables (episodes by status and environment, success rate, last train step),\n"
-    "reward and success against policy version, overall and per environment, the\n"
-    "held-out eval curve and SFT loss, then per train step: reward, success, loss,\n"
-    "throughput, PPO diagnostics (approximate KL to the behaviour policy, entropy,\n"
-    "clip fraction, importance weights, grad norm, lr, logp diff), staleness and\n"
-    "expert balance. Curves are smoothed with the measured points kept faint; every\n"
-    "chart of one quantity has the same y range; the per-step charts can be drawn\n"
-    "against train step, policy version, wall clock or samples (buttons on the\n"
-    "page). The page needs no network and no script: charts are inline SVG. A\n"
-    "store without data gives a page that says so.\n\n"
-    "  --db FILE        the run's replay store (opened read-only); with several\n"
-    "                   learner ranks their files FILE.rank1, ... next to it are\n"
-    "                   read too\n"
-    "  --rank-db FILE   another rank's store of the same run, read with --db as one\n"
-    "                   (repeatable; --db repeated does the same)\n"
-    "  --compare FILE   another run's store, overlaid on the first with a legend\n"
-    "                   (repeatable, up to 7; its rank files are found next to it)\n"
-    "  --out FILE       where to write (default report.html, or report.csv,\n"
-    "                   report.jsonl; '-' is stdout)\n"
-    "  --title TEXT     the page's heading (default 'longhaul report')\n"
-    "  --smooth W       moving-average weight in [0, 1) of the curves (default 0.6;\n"
-    "                   0: no smoothing)\n"
-    "  --watch SECONDS  rewrite the page every SECONDS until stopped (SIGINT or\n"
-    "                   SIGTERM); the page reloads itself as often\n"
-    "  --format F       html (default), csv or jsonl: the per-step and per-version\n"
-    "                   series behind the charts, one record per line\n"
-    "  --tensorboard DIR  also write the per-step series as TensorBoard event files\n"
-    "                   under DIR (one subfolder per run)\n";
+static const lh_cli_help HELP = {
+    .cmd = "report",
+    .usage = "--db FILE [OPTIONS]",
+    .about = "Writes one HTML page about a run's replay store: a dashboard of summary tables (episodes by status "
+        "and environment, success rate, last train step), reward and success against policy version, overall "
+        "and per environment, the held-out eval curve and SFT loss, then per train step: reward, success, "
+        "loss, throughput, PPO diagnostics (approximate KL to the behaviour policy, entropy, clip fraction, "
+        "importance weights, grad norm, lr, logp diff), staleness and expert balance. Curves are smoothed "
+        "with the measured points kept faint; every chart of one quantity has the same y range; the "
+        "per-step charts can be drawn against train step, policy version, wall clock or samples (buttons on "
+        "the page). The page needs no network and no script: charts are inline SVG. A store without data "
+        "gives a page that says so.",
+    .notes = NULL,
+    .exits = "0 written, 1 runtime error (a store that cannot be read), 2 usage error.",
+};
 
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "longhaul report: ");
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n\n%s", usage_text);
+  fprintf(stderr, " (see longhaul report --help)\n");
   return LH_EXIT_USAGE;
 }
 
@@ -209,10 +191,6 @@ static int watch(const report_args *a) {
 }
 
 int lh_cmd_report(int argc, char **argv) {
-  if (lh_cli_wants_help(argc, argv)) {
-    fputs(usage_text, stdout);
-    return LH_EXIT_OK;
-  }
   report_args a;
   memset(&a, 0, sizeof a);
   a.title = "longhaul report";
@@ -222,17 +200,25 @@ int lh_cmd_report(int argc, char **argv) {
    * first run; --compare: one more run each. */
   const lh_cli_opt opts[] = {
       LH_CLI_DB_OPTS(&a.dbs),
-      {"--compare", LH_CLI_OPT_STRINGS, &a.compare, NULL},
-      {"--out", LH_CLI_OPT_STRING, &a.out, NULL},
-      {"--title", LH_CLI_OPT_STRING, &a.title, NULL},
-      {"--smooth", LH_CLI_OPT_STRING, &smooth, NULL},
-      {"--watch", LH_CLI_OPT_STRING, &watch_s, NULL},
-      {"--format", LH_CLI_OPT_STRING, &fmt, NULL},
-      {"--tensorboard", LH_CLI_OPT_STRING, &a.tensorboard, NULL},
+      {"--compare", LH_CLI_OPT_STRINGS, &a.compare, NULL, "FILE",
+       "another run's store, overlaid on the first with a legend (repeatable, up to 7; its rank files are "
+       "found next to it)"},
+      {"--out", LH_CLI_OPT_STRING, &a.out, NULL, "FILE",
+       "where to write (default report.html, or report.csv, report.jsonl; '-' is stdout)"},
+      {"--title", LH_CLI_OPT_STRING, &a.title, NULL, "TEXT", "the page's heading (default 'longhaul report')"},
+      {"--smooth", LH_CLI_OPT_STRING, &smooth, NULL, "W",
+       "moving-average weight in [0, 1) of the curves (default 0.6; 0: no smoothing)"},
+      {"--watch", LH_CLI_OPT_STRING, &watch_s, NULL, "SECONDS",
+       "rewrite the page every SECONDS until stopped (SIGINT or SIGTERM); the page reloads itself as often"},
+      {"--format", LH_CLI_OPT_STRING, &fmt, NULL, "F",
+       "html (default), csv or jsonl: the per-step and per-version series behind the charts, one record "
+       "per line"},
+      {"--tensorboard", LH_CLI_OPT_STRING, &a.tensorboard, NULL, "DIR",
+       "also write the per-step series as TensorBoard event files under DIR (one subfolder per run)"},
   };
   size_t npos = 0;
-  int rc_args = lh_cli_parse("report", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
-  if (rc_args) return rc_args;
+  int rc_args = lh_cli_parse(&HELP, argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (rc_args) return lh_cli_parse_exit(rc_args);
   if (a.compare.n > LH_REPORT_MAX_RUNS - 1)
     return usage_error("%s given too many times", "--compare");
   const char *const texts[] = {a.out, a.title, smooth, watch_s, fmt, a.tensorboard};

@@ -9,21 +9,16 @@
 #include "cli/score_input.h"
 #include "model/model.h"
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: longhaul score --ckpt DIR --input IN.json [--window N]\n\n"
-          "Reads {\"tokens\": [ids...]} from IN.json ('-' for stdin) and prints one\n"
-          "JSON object {\"logprobs\": [...]} with n-1 numbers: entry t-1 is\n"
-          "log p(tokens[t] | tokens[<t]) under DIR/model.safetensors.\n\n"
-          "Optional \"images\": [{\"at\": P, \"height\": H, \"width\": W,\n"
-          "\"pixels\": [H*W*3 values in [0,1], row-major RGB]}]: the image's patches\n"
-          "take positions P .. P+patches-1 of tokens (their ids are ignored; the\n"
-          "<img> token 262 goes at P-1). Entries whose target is a patch are 0.\n\n"
-          "--window N   tokens per forward (default 4096); the attention state is\n"
-          "             carried from one window to the next, so the numbers do not\n"
-          "             depend on N (an image is never split), only the memory does.\n"
-          "Exit codes: 0 scored, 1 runtime error (checkpoint), 2 usage or input error.\n");
-}
+static const lh_cli_help HELP = {
+    .cmd = "score",
+    .usage = "--ckpt DIR --input IN.json [OPTIONS]",
+    .about = "Reads {\"tokens\": [ids...]} from IN.json and prints one JSON object {\"logprobs\": [...]} with n-1 "
+        "numbers: entry t-1 is log p(tokens[t] | tokens[<t]) under DIR/model.safetensors.",
+    .notes = "Optional \"images\": [{\"at\": P, \"height\": H, \"width\": W, \"pixels\": [H*W*3 values in [0,1], "
+        "row-major RGB]}]: the image's patches take positions P .. P+patches-1 of tokens (their ids are "
+        "ignored; the <img> token 262 goes at P-1). Entries whose target is a patch are 0.",
+    .exits = "0 scored, 1 runtime error (checkpoint), 2 usage or input error.",
+};
 
 static char *read_all(const char *path) {
   FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
@@ -78,22 +73,19 @@ static int score_windows(lh_model *m, const lh_model_batch *b, int window, lh_mo
 }
 
 int lh_cmd_score(int argc, char **argv) {
-  if (lh_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return LH_EXIT_OK;
-  }
   const char *ckpt = NULL, *input = NULL, *window_text = "4096";
   const lh_cli_opt opts[] = {
-      {"--ckpt", LH_CLI_OPT_STRING, &ckpt, NULL},
-      {"--input", LH_CLI_OPT_STRING, &input, NULL},
-      {"--window", LH_CLI_OPT_STRING, &window_text, NULL},
+      {"--ckpt", LH_CLI_OPT_STRING, &ckpt, NULL, "DIR", "the checkpoint folder (required)"},
+      {"--input", LH_CLI_OPT_STRING, &input, NULL, "IN.json", "the tokens to score ('-' for stdin; required)"},
+      {"--window", LH_CLI_OPT_STRING, &window_text, NULL, "N",
+       "tokens per forward (default 4096); the attention state is carried from one window to the next, "
+       "so the numbers do not depend on N (an image is never split), only the memory does"},
   };
   size_t npos = 0;
-  int rc_args = lh_cli_parse("score", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
-  if (rc_args) return rc_args;
+  int rc_args = lh_cli_parse(&HELP, argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (rc_args) return lh_cli_parse_exit(rc_args);
   if (!ckpt || !input) {
-    fprintf(stderr, "longhaul score: --ckpt and --input are both required\n");
-    usage(stderr);
+    fprintf(stderr, "longhaul score: --ckpt and --input are both required (see longhaul score --help)\n");
     return LH_EXIT_USAGE;
   }
   uint64_t window = 0;

@@ -22,37 +22,19 @@
  * on held-out tasks whatever --seed and --steps are. */
 #define SFT_TRAIN_SEED_BASE (1ull << 40)
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: longhaul sft --config FILE [--env NAME] --out DIR [--steps N] [--seed N]\n"
-          "                    [--init DIR] [--batch N] [--eval N] [--show N]\n"
-          "                    [--eval-every N [--target RATE]] [--lr LR] [--warmup N]\n"
-          "                    [--db FILE|none] [--run-id ID] [--backend cpu|cuda]\n"
-          "                    [--set section.key=value ...]\n\n"
-          "Trains the policy on demonstrations of the environment's expert:\n"
-          "cross-entropy on the policy's tokens only (actions, <call>..</call>,\n"
-          "the answer and <eos>), never on the environment's. Each step packs\n"
-          "--batch fresh episodes (default 8) of training seeds 2^40 + seed*2^20 + k.\n"
-          "The [model] section of FILE gives the model (or --init DIR starts from\n"
-          "DIR/model.safetensors), [learner] the optimizer (lr, warmup_steps,\n"
-          "weight_decay, grad_clip; AdamW, warmup then cosine over --steps,\n"
-          "default 200; --lr and --warmup override lr and warmup_steps, since an\n"
-          "RL learner reading the same file wants a smaller rate), [env] the\n"
-          "environment's options (e.g. stages = 2,\n"
-          "expert_noise = 0.1; name = NAME stands for --env). --seed N (default\n"
-          "0) seeds the model and the training tasks. At the end\n"
-          "DIR/model.safetensors is written atomically, then greedy decoding on\n"
-          "the --eval N held-out seeds 1..N (default 200, 0 to skip) prints the\n"
-          "success rate; --show N (default 0) prints the first N of those episodes.\n"
-          "--eval-every N also evaluates (and writes DIR) every N steps; with\n"
-          "--target RATE training stops at the first evaluation whose success\n"
-          "rate reaches RATE (in (0, 1]): a warm start as good as asked for.\n"
-          "--set S.K=V overrides key K of section [S] of FILE (repeatable).\n"
-          "--db FILE (default: [learner] db of FILE; none: no store) gets a runs row\n"
-          "(kind sft, --run-id ID or a new id), each step's loss and lr (sft_steps)\n"
-          "and each evaluation (evals), beside a learner writing the same store.\n"
-          "Exit codes: 0 written, 1 runtime error, 2 usage or config error.\n");
-}
+static const lh_cli_help HELP = {
+    .cmd = "sft",
+    .usage = "--config FILE --out DIR [OPTIONS]",
+    .about = "Trains the policy on demonstrations of the environment's expert: cross-entropy on the policy's "
+        "tokens only (actions, <call>..</call>, the answer and <eos>), never on the environment's. Each "
+        "step packs --batch fresh episodes of training seeds 2^40 + seed*2^20 + k. The [model] section of "
+        "FILE gives the model, [learner] the optimizer (lr, warmup_steps, weight_decay, grad_clip; AdamW, "
+        "warmup then cosine over --steps), [env] the environment's options (e.g. stages = 2, expert_noise = "
+        "0.1; name = NAME stands for --env). At the end DIR/model.safetensors is written atomically, then "
+        "greedy decoding on the held-out seeds 1..N of --eval prints the success rate.",
+    .notes = NULL,
+    .exits = "0 written, 1 runtime error, 2 usage or config error.",
+};
 
 /* A progress line; left_s counts to step end, the expected end (below
  * steps when --target is expected to stop training there: said so). */
@@ -84,26 +66,41 @@ typedef struct {
   const char *run_id;  /* NULL: a new one */
 } sft_args;
 
+/* 0, LH_CLI_HELP_SHOWN, or LH_EXIT_USAGE after printing why. */
 static int parse_args(int argc, char **argv, sft_args *a) {
   const char *steps = "200", *seed = "0", *batch = "8", *eval = "200", *show = "0", *every = "0",
              *target = NULL, *lr = NULL;
   const lh_cli_opt opts[] = {
-      {"--config", LH_CLI_OPT_STRING, &a->config, NULL},   {"--env", LH_CLI_OPT_STRING, &a->env, NULL},
-      {"--out", LH_CLI_OPT_STRING, &a->out, NULL},         {"--init", LH_CLI_OPT_STRING, &a->init, NULL},
-      {"--steps", LH_CLI_OPT_STRING, &steps, NULL},        {"--seed", LH_CLI_OPT_STRING, &seed, NULL},
-      {"--batch", LH_CLI_OPT_STRING, &batch, NULL},        {"--eval", LH_CLI_OPT_STRING, &eval, NULL},
-      {"--show", LH_CLI_OPT_STRING, &show, NULL},          {"--eval-every", LH_CLI_OPT_STRING, &every, NULL},
-      {"--target", LH_CLI_OPT_STRING, &target, NULL},      {"--lr", LH_CLI_OPT_STRING, &lr, NULL},
-      {"--warmup", LH_CLI_OPT_STRING, &a->warmup, NULL},   {"--backend", LH_CLI_OPT_STRING, &a->backend, NULL},
-      {"--db", LH_CLI_OPT_STRING, &a->db, NULL},           {"--run-id", LH_CLI_OPT_STRING, &a->run_id, NULL},
+      {"--config", LH_CLI_OPT_STRING, &a->config, NULL, "FILE", "the INI file (required)"},
+      {"--out", LH_CLI_OPT_STRING, &a->out, NULL, "DIR", "the checkpoint folder to write (required)"},
+      {"--env", LH_CLI_OPT_STRING, &a->env, NULL, "NAME", "the environment instead of [env] name"},
+      {"--init", LH_CLI_OPT_STRING, &a->init, NULL, "DIR", "start from DIR/model.safetensors instead of [model]"},
+      {"--steps", LH_CLI_OPT_STRING, &steps, NULL, "N", "training steps (default 200)"},
+      {"--seed", LH_CLI_OPT_STRING, &seed, NULL, "N", "seeds the model and the training tasks (default 0)"},
+      {"--batch", LH_CLI_OPT_STRING, &batch, NULL, "N", "episodes per step (default 8)"},
+      {"--eval", LH_CLI_OPT_STRING, &eval, NULL, "N", "held-out seeds evaluated at the end (default 200, 0 to skip)"},
+      {"--show", LH_CLI_OPT_STRING, &show, NULL, "N", "print the first N of the evaluated episodes (default 0)"},
+      {"--eval-every", LH_CLI_OPT_STRING, &every, NULL, "N", "also evaluate (and write DIR) every N steps"},
+      {"--target", LH_CLI_OPT_STRING, &target, NULL, "RATE",
+       "with --eval-every: stop at the first evaluation whose success rate reaches RATE (in (0, 1]): a "
+       "warm start as good as asked for"},
+      {"--lr", LH_CLI_OPT_STRING, &lr, NULL, "LR",
+       "the learning rate instead of [learner] lr (an RL learner reading the same file wants a smaller one)"},
+      {"--warmup", LH_CLI_OPT_STRING, &a->warmup, NULL, "N", "warmup steps instead of [learner] warmup_steps"},
+      {"--db", LH_CLI_OPT_STRING, &a->db, NULL, "FILE|none",
+       "the store that gets a runs row (kind sft), each step's loss and lr (sft_steps) and each "
+       "evaluation (evals), beside a learner writing the same store (default: [learner] db of FILE; "
+       "none: no store)"},
+      {"--run-id", LH_CLI_OPT_STRING, &a->run_id, NULL, "ID", "the id of the runs row (default: a new one)"},
+      {"--backend", LH_CLI_OPT_STRING, &a->backend, NULL, "B", "cpu (default) or cuda"},
       LH_CLI_SET_OPT(&a->sets),
   };
   size_t npos = 0;
-  if (lh_cli_parse("sft", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos)) return -1;
+  int rc = lh_cli_parse(&HELP, argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
+  if (rc) return rc;
   if (!a->config || !a->out) {
-    fprintf(stderr, "longhaul sft: --config and --out are required\n");
-    usage(stderr);
-    return -1;
+    fprintf(stderr, "longhaul sft: --config and --out are required (see longhaul sft --help)\n");
+    return LH_EXIT_USAGE;
   }
   if (lh_cli_u64("sft", "--steps", steps, 1, 100000000, &a->steps) ||
       lh_cli_u64("sft", "--seed", seed, 0, (1ull << 19) - 1, &a->seed) ||
@@ -111,27 +108,27 @@ static int parse_args(int argc, char **argv, sft_args *a) {
       lh_cli_u64("sft", "--eval", eval, 0, 1000000, &a->eval) ||
       lh_cli_u64("sft", "--show", show, 0, 1000000, &a->show) ||
       lh_cli_u64("sft", "--eval-every", every, 0, 100000000, &a->eval_every))
-    return -1;
-  if (a->run_id && lh_cli_run_id_arg("sft", a->run_id)) return -1;
+    return LH_EXIT_USAGE;
+  if (a->run_id && lh_cli_run_id_arg("sft", a->run_id)) return LH_EXIT_USAGE;
   if (a->db && !*a->db) {
     fprintf(stderr, "longhaul sft: --db needs a file name (or none)\n");
-    return -1;
+    return LH_EXIT_USAGE;
   }
-  if (a->warmup && lh_cli_u64("sft", "--warmup", a->warmup, 0, 100000000, &a->warmup_steps)) return -1;
+  if (a->warmup && lh_cli_u64("sft", "--warmup", a->warmup, 0, 100000000, &a->warmup_steps)) return LH_EXIT_USAGE;
   if (lr) {
     if (lh_parse_f64(lr, &a->lr) || !(a->lr > 0 && a->lr < 1e3)) {
       fprintf(stderr, "longhaul sft: --lr '%s' is not a positive learning rate\n", lr);
-      return -1;
+      return LH_EXIT_USAGE;
     }
   }
   if (target) {
     if (lh_parse_f64(target, &a->target) || !(a->target > 0 && a->target <= 1)) {
       fprintf(stderr, "longhaul sft: --target '%s' is not a success rate in (0, 1]\n", target);
-      return -1;
+      return LH_EXIT_USAGE;
     }
     if (!a->eval_every || !a->eval) {
       fprintf(stderr, "longhaul sft: --target needs --eval-every N and --eval N above 0\n");
-      return -1;
+      return LH_EXIT_USAGE;
     }
   }
   return 0;
@@ -241,12 +238,9 @@ static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const 
 }
 
 int lh_cmd_sft(int argc, char **argv) {
-  if (lh_cli_wants_help(argc, argv)) {
-    usage(stdout);
-    return LH_EXIT_OK;
-  }
   sft_args a = {0};
-  if (parse_args(argc, argv, &a)) return LH_EXIT_USAGE;
+  int prc = parse_args(argc, argv, &a);
+  if (prc) return lh_cli_parse_exit(prc);
   lh_errbuf err = {0};
   lh_model_config mcfg;
   lh_learner_config lcfg;

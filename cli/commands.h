@@ -47,7 +47,4 @@ int lh_cli_exit_for_error(int code);
  * seen; the mask is empty. The handler only sets a sig_atomic_t flag. */
 void lh_cli_on_signals(void (*handler)(int), const int *signals, size_t count);
 
-/* True when argv holds -h or --help. */
-int lh_cli_wants_help(int argc, char **argv);
-
 #endif

@@ -22,12 +22,6 @@ static const lh_command commands[] = {
 };
 static const int command_count = (int)(sizeof commands / sizeof commands[0]);
 
-int lh_cli_wants_help(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
-  return 0;
-}
-
 static void print_commands(FILE *out) {
   fprintf(out, "commands:\n");
   for (int i = 0; i < command_count; i++)

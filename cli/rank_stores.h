@@ -17,8 +17,12 @@ typedef struct {
 
 /* The store options every subcommand takes: --db FILE and --rank-db FILE,
  * both repeatable (two entries of an lh_cli_opt table). */
-#define LH_CLI_DB_OPTS(dbs) \
-  {"--db", LH_CLI_OPT_STRINGS, &(dbs)->db, NULL}, {"--rank-db", LH_CLI_OPT_STRINGS, &(dbs)->rank_db, NULL}
+#define LH_CLI_DB_OPTS(dbs)                                                                            \
+  {"--db", LH_CLI_OPT_STRINGS, &(dbs)->db, NULL, "FILE",                                               \
+   "the run's replay store (opened read-only; required); with several learner ranks their files "      \
+   "FILE.rank1, ... next to it are read too (repeatable: every rank's file)"},                          \
+  {"--rank-db", LH_CLI_OPT_STRINGS, &(dbs)->rank_db, NULL, "FILE",                                     \
+   "another rank's store of the same run, read with --db as one (repeatable)"}
 
 /* Opens the files of d read-only as one store (lh_store_open_ranks): every
  * --db, then every --rank-db, rank 0's first. With one --db and no

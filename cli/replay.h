@@ -25,9 +25,6 @@ int lh_cli_replay_check(int argc, char **argv);
 
 /* ---- shared by the subcommands (cmd_replay.c) ---- */
 
-/* Prints the usage of subcommand sub to out; -1 when there is none. */
-int lh_cli_replay_usage(const char *sub, FILE *out);
-
 /* Opens the store of dbs read-only for subcommand cmd: every learner
  * rank's file as one (lh_cli_dbs_open). Returns 0 with *out set,
  * LH_EXIT_USAGE without a --db (it is required), or LH_EXIT_RUNTIME after

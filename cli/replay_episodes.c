@@ -108,6 +108,14 @@ static int on_episode(void *ctx, const lh_episode_row *r) {
   return 0;
 }
 
+static const lh_cli_help HELP = {
+    .cmd = "replay episodes",
+    .usage = "--db FILE [OPTIONS]",
+    .about = "Lists episodes in id order as an aligned table, filtered by the options.",
+    .notes = NULL,
+    .exits = "0 ok, 1 runtime error (e.g. the store cannot be opened), 2 usage error.",
+};
+
 int lh_cli_replay_episodes(int argc, char **argv) {
   lh_cli_dbs dbs;
   memset(&dbs, 0, sizeof dbs);
@@ -116,8 +124,8 @@ int lh_cli_replay_episodes(int argc, char **argv) {
   lh_cli_opt opts[2 + LH_CLI_FILTER_OPT_COUNT] = {LH_CLI_DB_OPTS(&dbs)};
   lh_cli_filter_opts(&fa, opts + 2);
   size_t npos;
-  int rc = lh_cli_parse("replay episodes", argc, argv, opts, 2 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
-  if (rc) return rc;
+  int rc = lh_cli_parse(&HELP, argc, argv, opts, 2 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
+  if (rc) return lh_cli_parse_exit(rc);
   lh_episode_filter f;
   if ((rc = lh_cli_filter_build("episodes", &fa, 100, &f))) return rc;
   lh_store *s;

@@ -203,6 +203,17 @@ static void progress(size_t done, size_t total, int64_t start_ns, int64_t *last_
   if (final) fputc('\n', stderr);
 }
 
+static const lh_cli_help HELP = {
+    .cmd = "replay export",
+    .usage = "--db FILE [OPTIONS]",
+    .about = "Writes one JSON object per line and episode: the episode's fields, its reward terms, its gaps and "
+        "its decoded segments (tokens, text, loss_mask, versions, logps, images without their pixels), "
+        "filtered as by 'longhaul replay episodes'. Progress goes to stderr when stderr is a terminal (and "
+        "the lines do not go to that terminal).",
+    .notes = NULL,
+    .exits = "0 ok, 1 runtime error (e.g. the store cannot be opened), 2 usage error.",
+};
+
 int lh_cli_replay_export(int argc, char **argv) {
   const char *format = "jsonl", *out_path = NULL;
   lh_cli_dbs dbs;
@@ -210,12 +221,14 @@ int lh_cli_replay_export(int argc, char **argv) {
   lh_cli_filter_args fa;
   memset(&fa, 0, sizeof fa);
   lh_cli_opt opts[4 + LH_CLI_FILTER_OPT_COUNT] = {LH_CLI_DB_OPTS(&dbs),
-                                                  {"--format", LH_CLI_OPT_STRING, &format, NULL},
-                                                  {"--out", LH_CLI_OPT_STRING, &out_path, NULL}};
+                                                  {"--format", LH_CLI_OPT_STRING, &format, NULL, "jsonl",
+                                                   "the only format there is (default)"},
+                                                  {"--out", LH_CLI_OPT_STRING, &out_path, NULL, "FILE",
+                                                   "write to FILE instead of stdout ('-' is stdout)"}};
   lh_cli_filter_opts(&fa, opts + 4);
   size_t npos;
-  int rc = lh_cli_parse("replay export", argc, argv, opts, 4 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
-  if (rc) return rc;
+  int rc = lh_cli_parse(&HELP, argc, argv, opts, 4 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
+  if (rc) return lh_cli_parse_exit(rc);
   if (strcmp(format, "jsonl") != 0) {
     fprintf(stderr, "longhaul replay export: --format '%s' is not known (jsonl is the one there is)\n",
             format);

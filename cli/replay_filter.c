@@ -16,13 +16,16 @@ int lh_cli_parse_id(const char *text, uint64_t *out) {
 
 void lh_cli_filter_opts(lh_cli_filter_args *a, lh_cli_opt *opts) {
   const lh_cli_opt o[LH_CLI_FILTER_OPT_COUNT] = {
-      {"--env", LH_CLI_OPT_STRING, &a->env, NULL},
-      {"--status", LH_CLI_OPT_STRING, &a->status, NULL},
-      {"--min-reward", LH_CLI_OPT_DOUBLE, &a->min_reward, &a->has_min_reward},
-      {"--max-reward", LH_CLI_OPT_DOUBLE, &a->max_reward, &a->has_max_reward},
-      {"--min-version", LH_CLI_OPT_U64, &a->min_version, &a->has_min_version},
-      {"--max-version", LH_CLI_OPT_U64, &a->max_version, &a->has_max_version},
-      {"--limit", LH_CLI_OPT_U64, &a->limit, &a->has_limit},
+      {"--env", LH_CLI_OPT_STRING, &a->env, NULL, "NAME", "only this environment"},
+      {"--status", LH_CLI_OPT_STRING, &a->status, NULL, "S[,S...]",
+       "only these statuses: running, complete, truncated, aborted or error"},
+      {"--min-reward", LH_CLI_OPT_DOUBLE, &a->min_reward, &a->has_min_reward, "X",
+       "reward >= X (episodes without a reward yet are left out)"},
+      {"--max-reward", LH_CLI_OPT_DOUBLE, &a->max_reward, &a->has_max_reward, "X", "reward <= X"},
+      {"--min-version", LH_CLI_OPT_U64, &a->min_version, &a->has_min_version, "V", "oldest token version >= V"},
+      {"--max-version", LH_CLI_OPT_U64, &a->max_version, &a->has_max_version, "V", "newest token version <= V"},
+      {"--limit", LH_CLI_OPT_U64, &a->limit, &a->has_limit, "N",
+       "at most N episodes (0: all; default 100 for episodes, 0 for export)"},
   };
   memcpy(opts, o, sizeof o);
 }

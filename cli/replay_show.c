@@ -181,15 +181,28 @@ static int print_outcome(lh_store *s, const char *db, const lh_episode_row *r,
   return LH_EXIT_OK;
 }
 
+static const lh_cli_help HELP = {
+    .cmd = "replay show",
+    .usage = "--db FILE ID [OPTIONS]",
+    .about = "Prints episode ID: its fields, then each segment with its token range and policy versions, then "
+        "the outcome and the reward terms. In the transcript, lines tagged 'policy' hold tokens the policy "
+        "sampled (loss mask 1), lines tagged 'env' tokens the environment gave. Tool calls read '[call] "
+        "name(args)', observations '[obs] text', images '[image WxHxC at offset N]' (N: token offset in the "
+        "episode). Bytes that are not printable ASCII are escaped (\\t, \\r, \\\\, \\xHH); a newline byte "
+        "ends the line. Missing segments are reported as gaps.",
+    .notes = NULL,
+    .exits = "0 ok, 1 runtime error (e.g. the store cannot be opened), 2 usage error.",
+};
+
 int lh_cli_replay_show(int argc, char **argv) {
   lh_cli_dbs dbs;
   memset(&dbs, 0, sizeof dbs);
   int tokens = 0;
-  const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs), {"--tokens", LH_CLI_OPT_FLAG, &tokens, NULL}};
+  const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs), {"--tokens", LH_CLI_OPT_FLAG, &tokens, NULL, NULL, "also list every token: offset, id, text, mask, version, logp"}};
   const char *pos[1];
   size_t npos;
-  int rc = lh_cli_parse("replay show", argc, argv, opts, 3, pos, 1, &npos);
-  if (rc) return rc;
+  int rc = lh_cli_parse(&HELP, argc, argv, opts, 3, pos, 1, &npos);
+  if (rc) return lh_cli_parse_exit(rc);
   if (npos == 0) {
     fprintf(stderr, "longhaul replay show: which episode? give its ID (see longhaul replay episodes)\n");
     return LH_EXIT_USAGE;

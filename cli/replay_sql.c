@@ -127,17 +127,29 @@ static void sql_out_free(sql_out *o) {
  * large store, short enough that a runaway one returns the terminal. */
 #define DEFAULT_TIMEOUT_MS 10000
 
+static const lh_cli_help HELP = {
+    .cmd = "replay sql",
+    .usage = "--db FILE [OPTIONS] \"SELECT ...\"",
+    .about = "Runs one read-only statement and prints a header line and one line per row, tab-separated. NULL "
+        "prints as NULL, a BLOB as <blob N bytes>. A statement that would write or change the connection "
+        "(INSERT, UPDATE, DELETE, DROP, CREATE, ATTACH, BEGIN, a PRAGMA given a value, ...) is refused. The "
+        "tables are described in README.md; '.schema' in sqlite3 shows them too.",
+    .notes = NULL,
+    .exits = "0 ok, 1 runtime error (e.g. the store cannot be opened), 2 usage error.",
+};
+
 int lh_cli_replay_sql(int argc, char **argv) {
   lh_cli_dbs dbs;
   memset(&dbs, 0, sizeof dbs);
   int aligned = 0;
   uint64_t timeout_ms = DEFAULT_TIMEOUT_MS;
-  const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs), {"--aligned", LH_CLI_OPT_FLAG, &aligned, NULL},
-                             {"--timeout-ms", LH_CLI_OPT_U64, &timeout_ms, NULL}};
+  const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs), {"--aligned", LH_CLI_OPT_FLAG, &aligned, NULL, NULL, "pad the columns into a table"},
+                             {"--timeout-ms", LH_CLI_OPT_U64, &timeout_ms, NULL, "N",
+                              "stop the query after N ms of work (default 10000; 0: no limit)"}};
   const char *pos[1];
   size_t npos;
-  int rc = lh_cli_parse("replay sql", argc, argv, opts, 4, pos, 1, &npos);
-  if (rc) return rc;
+  int rc = lh_cli_parse(&HELP, argc, argv, opts, 4, pos, 1, &npos);
+  if (rc) return lh_cli_parse_exit(rc);
   if (timeout_ms > UINT32_MAX) {
     fprintf(stderr, "longhaul replay sql: --timeout-ms %llu is too large (at most %u; 0 for no limit)\n",
             (unsigned long long)timeout_ms, UINT32_MAX);

@@ -93,13 +93,22 @@ static int print_stage(void *ctx, const lh_store_stage *r) {
   return 0;
 }
 
+static const lh_cli_help HELP = {
+    .cmd = "replay stats",
+    .usage = "--db FILE",
+    .about = "Counts of episodes by status and by environment, segments, tokens, the reward mean, the range of "
+        "policy versions and the train steps.",
+    .notes = NULL,
+    .exits = "0 ok, 1 runtime error (e.g. the store cannot be opened), 2 usage error.",
+};
+
 int lh_cli_replay_stats(int argc, char **argv) {
   lh_cli_dbs dbs;
   memset(&dbs, 0, sizeof dbs);
   const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs)};
   size_t npos;
-  int rc = lh_cli_parse("replay stats", argc, argv, opts, 2, NULL, 0, &npos);
-  if (rc) return rc;
+  int rc = lh_cli_parse(&HELP, argc, argv, opts, 2, NULL, 0, &npos);
+  if (rc) return lh_cli_parse_exit(rc);
   lh_store *s;
   if ((rc = lh_cli_replay_open("stats", &dbs, &s))) return rc;
   const char *db = dbs.db.v[0];
