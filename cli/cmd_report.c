@@ -47,7 +47,7 @@ static void on_stop(int sig) {
 /* Writes b to path through a temporary file renamed into place, so that a
  * reader (a browser reloading a watched page) never sees half a page. 0,
  * or -1 with errno set. */
-static int write_page(const char *path, const lh_report_buf *b) {
+static int write_page(const char *path, const lh_str *b) {
   if (strcmp(path, "-") == 0) {
     if (fwrite(b->data, 1, b->len, stdout) != b->len || fflush(stdout) != 0) return -1;
     return 0;
@@ -139,7 +139,7 @@ static int report_once(const report_args *a, int quiet) {
   int rc = load_runs(a, runs, &n);
   if (rc != LH_EXIT_OK) return rc;
   short_names(runs, n);
-  lh_report_buf b = {0};
+  lh_str b = {0};
   if (a->fmt == FORMAT_CSV)
     lh_report_export_csv(&b, runs, n);
   else if (a->fmt == FORMAT_JSONL)
@@ -159,17 +159,17 @@ static int report_once(const report_args *a, int quiet) {
   }
   for (size_t r = 0; r < n; r++) lh_report_data_free(&runs[r].d);
   if (b.failed) {
-    lh_report_buf_free(&b);
+    lh_str_free(&b);
     fprintf(stderr, "longhaul report: out of memory writing the report\n");
     return LH_EXIT_RUNTIME;
   }
   if (write_page(a->out, &b) != 0) {
     fprintf(stderr, "longhaul report: cannot write '%s': %s\n", a->out, strerror(errno));
-    lh_report_buf_free(&b);
+    lh_str_free(&b);
     return LH_EXIT_RUNTIME;
   }
   if (strcmp(a->out, "-") != 0 && !quiet) fprintf(stderr, "longhaul report: wrote %s (%zu bytes)\n", a->out, b.len);
-  lh_report_buf_free(&b);
+  lh_str_free(&b);
   return tb_rc ? LH_EXIT_RUNTIME : LH_EXIT_OK;
 }
 

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/score_input.h"
+#include "common/str.h"
 #include "model/model.h"
 
 static const lh_cli_help HELP = {
@@ -20,22 +21,20 @@ static const lh_cli_help HELP = {
     .exits = "0 scored, 1 runtime error (checkpoint), 2 usage or input error.",
 };
 
+/* The whole of path ('-': stdin) as a malloc'd string; NULL when it cannot
+ * be read. */
 static char *read_all(const char *path) {
   FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
   if (!f) return NULL;
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    n += fread(buf + n, 1, cap - n - 1, f);
-    if (n < cap - 1) break;
-    char *bigger = realloc(buf, cap * 2);
-    if (!bigger) free(buf);
-    buf = bigger;
-    cap *= 2;
+  lh_str text = {0};
+  char chunk[4096];
+  size_t got;
+  while ((got = fread(chunk, 1, sizeof chunk, f)) > 0 && !lh_str_append(&text, chunk, got)) {
   }
+  int bad = ferror(f) || lh_str_puts(&text, "");
   if (f != stdin) fclose(f);
-  if (buf) buf[n] = '\0';
-  return buf;
+  if (bad) lh_str_free(&text);
+  return text.data;
 }
 
 /* Runs the checked batch b (one sequence) in windows of about window

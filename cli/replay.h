@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli/rank_stores.h"
+#include "common/str.h"
 #include "proto/longhaul.pb-c.h"
 #include "store/store.h"
 
@@ -84,11 +85,10 @@ void lh_cli_transcript_segment(lh_cli_transcript *t, const Longhaul__Segment *se
 /* Ends the open line and forgets the call/observation state (after a gap). */
 void lh_cli_transcript_break(lh_cli_transcript *t);
 
-/* Appends to *buf (malloc'd, grown as needed; *len bytes used) the decoded
- * text of tokens: bytes as they are, special tokens by name. Bytes that are
- * not valid UTF-8 (and NUL) become U+FFFD so the text can go into JSON. Returns 0 or
- * -1 when out of memory. */
-int lh_cli_tokens_text(const uint32_t *tokens, size_t n, char **buf, size_t *len, size_t *cap);
+/* Appends to out the decoded text of tokens: bytes as they are, special
+ * tokens by name. Bytes that are not valid UTF-8 (and NUL) become U+FFFD
+ * so the text can go into JSON. Returns 0 or -1 when out of memory. */
+int lh_cli_tokens_text(const uint32_t *tokens, size_t n, lh_str *out);
 
 /* ---- JSON (replay_json.c) ---- */
 

@@ -36,12 +36,11 @@ static int add_clean_str(cJSON *o, const char *key, const char *v) {
   uint32_t *ids = malloc((n ? n : 1) * sizeof *ids);
   if (!ids) return -1;
   for (size_t i = 0; i < n; i++) ids[i] = (unsigned char)v[i];
-  char *clean = NULL;
-  size_t len = 0, cap = 0;
-  int bad = lh_cli_tokens_text(ids, n, &clean, &len, &cap) != 0;
+  lh_str clean = {0};
+  int bad = lh_cli_tokens_text(ids, n, &clean) != 0;
   free(ids);
-  bad = bad || add_str(o, key, clean);
-  free(clean);
+  bad = bad || add_str(o, key, clean.data ? clean.data : "");
+  lh_str_free(&clean);
   return bad ? -1 : 0;
 }
 

@@ -92,21 +92,20 @@ cJSON *lh_cli_segment_json(const Longhaul__Segment *seg) {
   if (!seg) return NULL;
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
-  char *text = NULL;
-  size_t len = 0, cap = 0;
-  int bad = lh_cli_tokens_text(seg->tokens, seg->n_tokens, &text, &len, &cap) != 0;
+  lh_str text = {0};
+  int bad = lh_cli_tokens_text(seg->tokens, seg->n_tokens, &text) != 0;
   bad = bad || add(o, "seq", cJSON_CreateNumber((double)seg->seq));
   bad = bad || add(o, "start_offset", cJSON_CreateNumber((double)seg->start_offset));
   bad = bad || add(o, "n_tokens", cJSON_CreateNumber((double)seg->n_tokens));
   bad = bad || add(o, "tokens", number_array(seg->tokens, seg->n_tokens, u32_at));
-  bad = bad || add(o, "text", cJSON_CreateString(text ? text : ""));
+  bad = bad || add(o, "text", cJSON_CreateString(text.data ? text.data : ""));
   bad = bad || add(o, "loss_mask", number_array(seg->loss_mask.data, seg->loss_mask.len, u8_at));
   bad = bad || add(o, "versions", number_array(seg->policy_version, seg->n_policy_version, u32_at));
   bad = bad || add(o, "logps", number_array(seg->behavior_logp, seg->n_behavior_logp, f32_at));
   bad = bad || add(o, "images", images_json(seg));
   bad = bad || add(o, "routed_layers", cJSON_CreateNumber((double)seg->routed_layers));
   bad = bad || add(o, "routed_topk", cJSON_CreateNumber((double)seg->routed_topk));
-  free(text);
+  lh_str_free(&text);
   if (bad) {
     cJSON_Delete(o);
     return NULL;

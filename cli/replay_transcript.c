@@ -170,17 +170,6 @@ void lh_cli_transcript_segment(lh_cli_transcript *t, const Longhaul__Segment *se
   end_line(t);
 }
 
-static int grow(char **buf, size_t *cap, size_t need) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 256;
-  while (c < need) c *= 2;
-  char *b = realloc(*buf, c);
-  if (!b) return -1;
-  *buf = b;
-  *cap = c;
-  return 0;
-}
-
 /* The length of the valid UTF-8 sequence at s (of n bytes), or 0 when it
  * is not one (overlong forms, surrogates and values past U+10FFFF are not). */
 static size_t utf8_length(const unsigned char *s, size_t n) {
@@ -202,7 +191,7 @@ static size_t utf8_length(const unsigned char *s, size_t n) {
   return len;
 }
 
-int lh_cli_tokens_text(const uint32_t *tokens, size_t n, char **buf, size_t *len, size_t *cap) {
+int lh_cli_tokens_text(const uint32_t *tokens, size_t n, lh_str *out) {
   size_t i = 0;
   while (i < n) {
     if (tokens[i] >= 256) {
@@ -212,10 +201,7 @@ int lh_cli_tokens_text(const uint32_t *tokens, size_t n, char **buf, size_t *len
         snprintf(unknown, sizeof unknown, "<?%u>", tokens[i]);
         name = unknown;
       }
-      size_t l = strlen(name);
-      if (grow(buf, cap, *len + l + 1)) return -1;
-      memcpy(*buf + *len, name, l);
-      *len += l;
+      if (lh_str_puts(out, name)) return -1;
       i++;
       continue;
     }
@@ -234,24 +220,15 @@ int lh_cli_tokens_text(const uint32_t *tokens, size_t n, char **buf, size_t *len
       while (back < 3 && back < m && (bytes[m - 1 - back] & 0xc0) == 0x80) back++;
       if (back < m && bytes[m - 1 - back] >= 0xc0) m -= back + 1;
     }
-    if (grow(buf, cap, *len + 3 * m + 1)) return -1;
+    if (lh_str_reserve(out, 3 * m)) return -1;
     size_t k = 0;
     while (k < m) {
       /* NUL cannot travel in a C string (nor cJSON's): it is replaced too. */
       size_t l = bytes[k] ? utf8_length(bytes + k, m - k) : 0;
-      if (l == 0) {
-        memcpy(*buf + *len, "\xef\xbf\xbd", 3);  /* U+FFFD */
-        *len += 3;
-        k++;
-      } else {
-        memcpy(*buf + *len, bytes + k, l);
-        *len += l;
-        k += l;
-      }
+      lh_str_append(out, l ? (const char *)bytes + k : "\xef\xbf\xbd", l ? l : 3); /* U+FFFD */
+      k += l ? l : 1;
     }
     i += m;
   }
-  if (grow(buf, cap, *len + 1)) return -1;
-  (*buf)[*len] = 0;
-  return 0;
+  return lh_str_puts(out, "") || out->failed ? -1 : 0;
 }

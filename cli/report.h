@@ -1,5 +1,5 @@
-/* cli report: the pieces of `longhaul report`: a growing text buffer with
- * HTML escaping (report_buf.c), the SVG chart primitives (report_svg.c),
+/* cli report: the pieces of `longhaul report`: HTML escaping into the one
+ * string builder (report_escape.c), the SVG chart primitives (report_svg.c),
  * what the page shows as read from the store (report_data.c) and the page
  * itself (report_page.c). Private to cli/.
  *
@@ -15,26 +15,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/str.h"
 #include "store/store.h"
 
-/* ---- text buffer (report_buf.c) ---------------------------------------- */
+/* ---- HTML escaping (report_escape.c); pages are built in an lh_str ---- */
 
-/* A NUL-terminated string that grows. A failed allocation sets failed and
- * drops later appends, so that writers need not check every call; the
- * caller checks failed once at the end. */
-typedef struct {
-  char *data;
-  size_t len, cap;
-  int failed;
-} lh_report_buf;
-
-void lh_report_buf_free(lh_report_buf *b);  /* accepts NULL; leaves b empty */
-void lh_report_puts(lh_report_buf *b, const char *s);
-void lh_report_printf(lh_report_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends s with &, <, >, " and ' escaped, valid in text and in quoted
  * attribute values alike. Bytes below 0x20 other than tab and newline
  * (not allowed in HTML text) become U+FFFD. NULL appends nothing. */
-void lh_report_escape(lh_report_buf *b, const char *s);
+void lh_report_escape(lh_str *b, const char *s);
 
 /* ---- charts (report_svg.c) ---------------------------------------------- */
 
@@ -76,16 +65,16 @@ typedef struct {
  * and, up to a few hundred points, a circle per point with an SVG <title>
  * tooltip. With no finite point at all it draws the axes frame with a
  * "no data yet" note. */
-void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_report_series *s,
+void lh_report_line_chart(lh_str *b, const lh_report_axes *a, const lh_report_series *s,
                           size_t nseries);
 /* A histogram: bins of [edges[i], edges[i+1]) with counts[i], nbins >= 1. */
-void lh_report_histogram(lh_report_buf *b, const lh_report_axes *a, const double *edges,
+void lh_report_histogram(lh_str *b, const lh_report_axes *a, const double *edges,
                          const double *counts, size_t nbins);
 /* A heat map of rows x cols values (row-major, NAN: no value, drawn grey);
  * row r is labelled "row_label r", column c sits at x col_x[c]. A colour
  * legend gives the scale: the values' range (from 0 with y_from_zero), or
  * ymin..ymax with y_fixed. */
-void lh_report_heatmap(lh_report_buf *b, const lh_report_axes *a, const char *row_label,
+void lh_report_heatmap(lh_str *b, const lh_report_axes *a, const char *row_label,
                        const double *values, size_t rows, size_t cols, const double *col_x);
 
 /* ---- data (report_data.c) ----------------------------------------------- */
@@ -187,7 +176,7 @@ typedef struct {
 
 /* Writes the whole HTML page for runs[0..nruns) (1..LH_REPORT_MAX_RUNS)
  * into b: one run as a dashboard, several overlaid with a legend. */
-void lh_report_page(lh_report_buf *b, const lh_report_run *runs, size_t nruns, const lh_report_options *o);
+void lh_report_page(lh_str *b, const lh_report_run *runs, size_t nruns, const lh_report_options *o);
 
 /* ---- export (report_export.c) ------------------------------------------- */
 
@@ -205,8 +194,8 @@ typedef struct {
 const lh_report_column *lh_report_step_columns(size_t *n);
 const double *lh_report_column_of(const lh_report_data *d, size_t off);
 
-void lh_report_export_csv(lh_report_buf *b, const lh_report_run *runs, size_t nruns);
-void lh_report_export_jsonl(lh_report_buf *b, const lh_report_run *runs, size_t nruns);
+void lh_report_export_csv(lh_str *b, const lh_report_run *runs, size_t nruns);
+void lh_report_export_jsonl(lh_str *b, const lh_report_run *runs, size_t nruns);
 
 /* ---- TensorBoard (report_tensorboard.c) ---------------------------------- */
 

@@ -36,97 +36,97 @@ const double *lh_report_column_of(const lh_report_data *d, size_t off) {
 /* A number: whole ones in full (exact up to 2^53, as every count and step
  * the store holds is), others with 17 significant digits (exact round
  * trip); none: empty, or null in JSON. */
-static void number(lh_report_buf *b, double v, int whole, int json) {
+static void number(lh_str *b, double v, int whole, int json) {
   if (!isfinite(v))
-    lh_report_puts(b, json ? "null" : "");
+    lh_str_puts(b, json ? "null" : "");
   else if (whole && v == floor(v) && fabs(v) < 9007199254740992.0)
-    lh_report_printf(b, "%.0f", v);
+    lh_str_printf(b, "%.0f", v);
   else
-    lh_report_printf(b, "%.17g", v);
+    lh_str_printf(b, "%.17g", v);
 }
 
 /* A JSON string: quotes, backslashes and control bytes escaped. */
-static void json_string(lh_report_buf *b, const char *s) {
-  lh_report_puts(b, "\"");
+static void json_string(lh_str *b, const char *s) {
+  lh_str_puts(b, "\"");
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     if (*p == '"' || *p == '\\')
-      lh_report_printf(b, "\\%c", *p);
+      lh_str_printf(b, "\\%c", *p);
     else if (*p < 0x20)
-      lh_report_printf(b, "\\u%04x", *p);
+      lh_str_printf(b, "\\u%04x", *p);
     else
-      lh_report_printf(b, "%c", *p);
+      lh_str_printf(b, "%c", *p);
   }
-  lh_report_puts(b, "\"");
+  lh_str_puts(b, "\"");
 }
 
 /* A CSV field: quoted when it holds a comma, quote or line break. */
-static void csv_string(lh_report_buf *b, const char *s) {
+static void csv_string(lh_str *b, const char *s) {
   if (!strpbrk(s, ",\"\r\n")) {
-    lh_report_puts(b, s);
+    lh_str_puts(b, s);
     return;
   }
-  lh_report_puts(b, "\"");
-  for (const char *p = s; *p; p++) lh_report_puts(b, *p == '"' ? "\"\"" : (char[2]){*p, 0});
-  lh_report_puts(b, "\"");
+  lh_str_puts(b, "\"");
+  for (const char *p = s; *p; p++) lh_str_puts(b, *p == '"' ? "\"\"" : (char[2]){*p, 0});
+  lh_str_puts(b, "\"");
 }
 
-void lh_report_export_csv(lh_report_buf *b, const lh_report_run *runs, size_t nruns) {
-  lh_report_puts(b, "run,kind");
-  for (size_t c = 0; c < STEP_COLUMNS; c++) lh_report_printf(b, ",%s", step_columns[c].name);
-  lh_report_puts(b, ",time_ms,episodes\n");
+void lh_report_export_csv(lh_str *b, const lh_report_run *runs, size_t nruns) {
+  lh_str_puts(b, "run,kind");
+  for (size_t c = 0; c < STEP_COLUMNS; c++) lh_str_printf(b, ",%s", step_columns[c].name);
+  lh_str_puts(b, ",time_ms,episodes\n");
   for (size_t r = 0; r < nruns; r++) {
     const lh_report_data *d = &runs[r].d;
     for (size_t i = 0; i < d->step_count; i++) {
       csv_string(b, runs[r].name);
-      lh_report_puts(b, ",step");
+      lh_str_puts(b, ",step");
       for (size_t c = 0; c < STEP_COLUMNS; c++) {
-        lh_report_puts(b, ",");
+        lh_str_puts(b, ",");
         number(b, lh_report_column_of(d, step_columns[c].off)[i], step_columns[c].whole, 0);
       }
-      lh_report_printf(b, ",%lld,\n", (long long)d->time_ms[i]);
+      lh_str_printf(b, ",%lld,\n", (long long)d->time_ms[i]);
     }
     for (size_t i = 0; i < d->version_count; i++) {
       csv_string(b, runs[r].name);
-      lh_report_puts(b, ",version,,");
+      lh_str_puts(b, ",version,,");
       number(b, d->version[i], 1, 0);
       /* the step columns after version, empty but reward and success */
       for (size_t c = 2; c < STEP_COLUMNS; c++) {
-        lh_report_puts(b, ",");
+        lh_str_puts(b, ",");
         if (strcmp(step_columns[c].name, "reward_mean") == 0) number(b, d->version_reward[i], 0, 0);
         if (strcmp(step_columns[c].name, "success_rate") == 0) number(b, d->version_success[i], 0, 0);
       }
-      lh_report_puts(b, ",,");
+      lh_str_puts(b, ",,");
       number(b, d->version_episodes[i], 1, 0);
-      lh_report_puts(b, "\n");
+      lh_str_puts(b, "\n");
     }
   }
 }
 
-void lh_report_export_jsonl(lh_report_buf *b, const lh_report_run *runs, size_t nruns) {
+void lh_report_export_jsonl(lh_str *b, const lh_report_run *runs, size_t nruns) {
   for (size_t r = 0; r < nruns; r++) {
     const lh_report_data *d = &runs[r].d;
     for (size_t i = 0; i < d->step_count; i++) {
-      lh_report_puts(b, "{\"run\":");
+      lh_str_puts(b, "{\"run\":");
       json_string(b, runs[r].name);
-      lh_report_puts(b, ",\"kind\":\"step\"");
+      lh_str_puts(b, ",\"kind\":\"step\"");
       for (size_t c = 0; c < STEP_COLUMNS; c++) {
-        lh_report_printf(b, ",\"%s\":", step_columns[c].name);
+        lh_str_printf(b, ",\"%s\":", step_columns[c].name);
         number(b, lh_report_column_of(d, step_columns[c].off)[i], step_columns[c].whole, 1);
       }
-      lh_report_printf(b, ",\"time_ms\":%lld}\n", (long long)d->time_ms[i]);
+      lh_str_printf(b, ",\"time_ms\":%lld}\n", (long long)d->time_ms[i]);
     }
     for (size_t i = 0; i < d->version_count; i++) {
-      lh_report_puts(b, "{\"run\":");
+      lh_str_puts(b, "{\"run\":");
       json_string(b, runs[r].name);
-      lh_report_puts(b, ",\"kind\":\"version\",\"version\":");
+      lh_str_puts(b, ",\"kind\":\"version\",\"version\":");
       number(b, d->version[i], 1, 1);
-      lh_report_puts(b, ",\"episodes\":");
+      lh_str_puts(b, ",\"episodes\":");
       number(b, d->version_episodes[i], 1, 1);
-      lh_report_puts(b, ",\"reward_mean\":");
+      lh_str_puts(b, ",\"reward_mean\":");
       number(b, d->version_reward[i], 0, 1);
-      lh_report_puts(b, ",\"success_rate\":");
+      lh_str_puts(b, ",\"success_rate\":");
       number(b, d->version_success[i], 0, 1);
-      lh_report_puts(b, "}\n");
+      lh_str_puts(b, "}\n");
     }
   }
 }

@@ -28,13 +28,13 @@ static const char css[] =
     "svg .grid{stroke:#e6e6e6;stroke-width:1}svg .tickmark{stroke:#888}"
     "svg .frame{fill:none;stroke:#888}svg .bar{fill:#4878a8}";
 
-static void cell_u64(lh_report_buf *b, uint64_t v) { lh_report_printf(b, "<td>%llu</td>", (unsigned long long)v); }
+static void cell_u64(lh_str *b, uint64_t v) { lh_str_printf(b, "<td>%llu</td>", (unsigned long long)v); }
 
-static void cell_rate(lh_report_buf *b, uint64_t num, uint64_t den) {
+static void cell_rate(lh_str *b, uint64_t num, uint64_t den) {
   if (den == 0)
-    lh_report_puts(b, "<td>-</td>");
+    lh_str_puts(b, "<td>-</td>");
   else
-    lh_report_printf(b, "<td>%.1f%%</td>", 100.0 * (double)num / (double)den);
+    lh_str_printf(b, "<td>%.1f%%</td>", 100.0 * (double)num / (double)den);
 }
 
 static uint64_t ended(const uint64_t *by_status) {
@@ -43,64 +43,64 @@ static uint64_t ended(const uint64_t *by_status) {
   return n;
 }
 
-static void summary(lh_report_buf *b, const lh_report_data *d, size_t run) {
+static void summary(lh_str *b, const lh_report_data *d, size_t run) {
   const lh_store_stats *st = &d->stats;
   if (run)
-    lh_report_printf(b, "<table id=\"summary-%zu\">\n<tr><th>episodes</th>", run);
+    lh_str_printf(b, "<table id=\"summary-%zu\">\n<tr><th>episodes</th>", run);
   else
-    lh_report_puts(b, "<table id=\"summary\">\n<tr><th>episodes</th>");
+    lh_str_puts(b, "<table id=\"summary\">\n<tr><th>episodes</th>");
   for (int k = 0; k < LH_EPISODE_STATUS_COUNT; k++)
-    lh_report_printf(b, "<th>%s</th>", lh_episode_status_name((lh_episode_status)k));
-  lh_report_puts(b, "<th>success rate</th><th>reward mean</th><th>train steps</th><th>last step</th>"
+    lh_str_printf(b, "<th>%s</th>", lh_episode_status_name((lh_episode_status)k));
+  lh_str_puts(b, "<th>success rate</th><th>reward mean</th><th>train steps</th><th>last step</th>"
                     "<th>newest policy version</th></tr>\n<tr>");
-  lh_report_printf(b, "<td>%llu</td>", (unsigned long long)st->episodes);
+  lh_str_printf(b, "<td>%llu</td>", (unsigned long long)st->episodes);
   for (int k = 0; k < LH_EPISODE_STATUS_COUNT; k++) cell_u64(b, st->by_status[k]);
   cell_rate(b, st->successes, ended(st->by_status));
   if (st->rewarded)
-    lh_report_printf(b, "<td>%.4g</td>", st->reward_mean);
+    lh_str_printf(b, "<td>%.4g</td>", st->reward_mean);
   else
-    lh_report_puts(b, "<td>-</td>");
+    lh_str_puts(b, "<td>-</td>");
   cell_u64(b, st->train_steps);
   if (st->train_steps)
     cell_u64(b, st->last_train_step);
   else
-    lh_report_puts(b, "<td>-</td>");
+    lh_str_puts(b, "<td>-</td>");
   /* The newest version the learner announced, or without any recorded,
    * the newest one that sampled a stored token. */
   if (st->latest_policy_version || !st->has_versions)
     cell_u64(b, st->latest_policy_version);
   else
     cell_u64(b, st->max_version);
-  lh_report_puts(b, "</tr>\n</table>\n");
+  lh_str_puts(b, "</tr>\n</table>\n");
   if (d->env_count == 0) return;
   if (run)
-    lh_report_printf(b, "<table id=\"envs-%zu\">\n<tr><th>environment</th><th>episodes</th>", run);
+    lh_str_printf(b, "<table id=\"envs-%zu\">\n<tr><th>environment</th><th>episodes</th>", run);
   else
-    lh_report_puts(b, "<table id=\"envs\">\n<tr><th>environment</th><th>episodes</th>");
+    lh_str_puts(b, "<table id=\"envs\">\n<tr><th>environment</th><th>episodes</th>");
   for (int k = 0; k < LH_EPISODE_STATUS_COUNT; k++)
-    lh_report_printf(b, "<th>%s</th>", lh_episode_status_name((lh_episode_status)k));
-  lh_report_puts(b, "<th>success rate</th><th>reward mean</th><th>tokens</th></tr>\n");
+    lh_str_printf(b, "<th>%s</th>", lh_episode_status_name((lh_episode_status)k));
+  lh_str_puts(b, "<th>success rate</th><th>reward mean</th><th>tokens</th></tr>\n");
   for (size_t i = 0; i < d->env_count; i++) {
     const lh_store_env_stats *e = &d->envs[i];
-    lh_report_puts(b, "<tr><td>");
+    lh_str_puts(b, "<tr><td>");
     lh_report_escape(b, e->env);
-    lh_report_puts(b, "</td>");
+    lh_str_puts(b, "</td>");
     cell_u64(b, e->episodes);
     for (int k = 0; k < LH_EPISODE_STATUS_COUNT; k++) cell_u64(b, e->by_status[k]);
     cell_rate(b, e->successes, ended(e->by_status));
     if (e->rewarded)
-      lh_report_printf(b, "<td>%.4g</td>", e->reward_mean);
+      lh_str_printf(b, "<td>%.4g</td>", e->reward_mean);
     else
-      lh_report_puts(b, "<td>-</td>");
+      lh_str_puts(b, "<td>-</td>");
     cell_u64(b, e->tokens);
-    lh_report_puts(b, "</tr>\n");
+    lh_str_puts(b, "</tr>\n");
   }
-  lh_report_puts(b, "</table>\n");
+  lh_str_puts(b, "</table>\n");
 }
 
 /* The staleness histogram: train steps by the mean policy lag of their
  * tokens, in unit-wide bins while the lag stays small. */
-static void staleness(lh_report_buf *b, const lh_report_data *d) {
+static void staleness(lh_str *b, const lh_report_data *d) {
   double top = 0;
   for (size_t i = 0; i < d->step_count; i++)
     if (isfinite(d->lag_mean[i]) && d->lag_mean[i] > top) top = d->lag_mean[i];
@@ -129,7 +129,7 @@ static void staleness(lh_report_buf *b, const lh_report_data *d) {
 
 /* The expert-balance heat map: MaxVio per layer (rows) over train steps
  * (columns; steps averaged into at most MAX_HEAT_COLUMNS buckets). */
-static void heatmap(lh_report_buf *b, const lh_report_data *d) {
+static void heatmap(lh_str *b, const lh_report_data *d) {
   lh_report_axes a = {.id = "svg-maxvio",
                       .title = "Expert load imbalance (MaxVio) per layer over train steps",
                       .xlabel = "train step",
@@ -183,10 +183,10 @@ static double cell_mean(const lh_report_data *d, size_t group, size_t l, size_t 
  * together keep to MAX_LOAD_CELLS cells), coloured by the mean load share
  * on one scale for every layer, from 0 to the largest share. A store
  * without expert rows (a run from before schema 4) gets a note instead. */
-static void expert_load(lh_report_buf *b, const lh_report_data *d) {
+static void expert_load(lh_str *b, const lh_report_data *d) {
   size_t L = d->load_layers, E = d->load_experts, cols = d->load_cols, block = L * E;
   if (block == 0 || cols == 0 || d->load_steps == 0) {
-    lh_report_puts(b, "<p class=\"note\" id=\"no-expert-load\">No per-expert load in this store: its train "
+    lh_str_puts(b, "<p class=\"note\" id=\"no-expert-load\">No per-expert load in this store: its train "
                       "steps have no <code>train_step_experts</code> rows (a run written before store schema "
                       "4, or no train step yet). MaxVio above is all there is of the experts' balance.</p>\n");
     return;
@@ -221,7 +221,7 @@ static void expert_load(lh_report_buf *b, const lh_report_data *d) {
   }
   free(values);
   free(col_x);
-  lh_report_printf(b,
+  lh_str_printf(b,
                    "<p class=\"note\" id=\"expert-load-note\">Each expert&#8217;s share of its layer&#8217;s "
                    "routed (token, slot) assignments in a train step (a layer&#8217;s shares sum to 1; an even "
                    "load is 1/%zu = %.3g), averaged over the %zu train step%s of a column. One colour scale "
@@ -298,7 +298,7 @@ static size_t marks_on(const lh_report_data *d, x_axis x, lh_report_mark *out, s
 /* A per-step chart of nfields quantities, for every run, drawn once per
  * x axis; CSS shows the chosen one. The train-step drawing has the id,
  * the others id-by-version, id-by-time, id-by-samples. */
-static void step_chart(lh_report_buf *b, const page_ctx *p, const char *id, const char *title, const char *ylabel,
+static void step_chart(lh_str *b, const page_ctx *p, const char *id, const char *title, const char *ylabel,
                        const field *fields, size_t nfields, const lh_report_axes *base) {
   lh_report_series s[MAX_SERIES];
   char names[MAX_SERIES][160];
@@ -322,15 +322,15 @@ static void step_chart(lh_report_buf *b, const page_ctx *p, const char *id, cons
     /* base->smooth < 0: a schedule (lr), drawn as it is, never smoothed */
     a.id = xid, a.title = title, a.xlabel = x_label[x], a.ylabel = ylabel, a.smooth = base->smooth < 0 ? 0 : p->smooth;
     a.marks = marks, a.nmarks = marks_on(&p->runs[0].d, (x_axis)x, marks, 16);
-    lh_report_printf(b, "<div class=\"xv xv-%s\">\n", x_key[x]);
+    lh_str_printf(b, "<div class=\"xv xv-%s\">\n", x_key[x]);
     lh_report_line_chart(b, &a, s, n);
-    lh_report_puts(b, "</div>\n");
+    lh_str_puts(b, "</div>\n");
   }
 }
 
 /* A chart of grouped curves (per environment, per eval), every run's
  * groups, y0 or y1 of the rows. */
-static void grouped_chart(lh_report_buf *b, const page_ctx *p, size_t goff, int y1, const lh_report_axes *a) {
+static void grouped_chart(lh_str *b, const page_ctx *p, size_t goff, int y1, const lh_report_axes *a) {
   lh_report_series s[MAX_SERIES];
   char names[MAX_SERIES][160];
   size_t n = 0, colour = 0;
@@ -376,13 +376,13 @@ static void reward_range(page_ctx *p) {
  * --watch reload resets it: Chromium keeps no radio state over a reload,
  * and a fragment (:target) turns the refresh into a move inside the page
  * that no longer reloads (README, `longhaul report`). */
-static void x_choice(lh_report_buf *b) {
+static void x_choice(lh_str *b) {
   for (int x = 0; x < X_COUNT; x++)
-    lh_report_printf(b, "<input type=\"radio\" name=\"xaxis\" id=\"x-%s\"%s>", x_key[x], x == 0 ? " checked" : "");
-  lh_report_puts(b, "\n<div class=\"dash\">\n<p class=\"xchoice\" id=\"xchoice\">x axis of the per-step charts: ");
+    lh_str_printf(b, "<input type=\"radio\" name=\"xaxis\" id=\"x-%s\"%s>", x_key[x], x == 0 ? " checked" : "");
+  lh_str_puts(b, "\n<div class=\"dash\">\n<p class=\"xchoice\" id=\"xchoice\">x axis of the per-step charts: ");
   for (int x = 0; x < X_COUNT; x++)
-    lh_report_printf(b, "<label for=\"x-%s\">%s</label> ", x_key[x], x_name[x]);
-  lh_report_puts(b, "</p>\n");
+    lh_str_printf(b, "<label for=\"x-%s\">%s</label> ", x_key[x], x_name[x]);
+  lh_str_puts(b, "</p>\n");
 }
 
 static const char dash_css[] =
@@ -401,7 +401,7 @@ static const char dash_css[] =
     ".grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));column-gap:16px}"
     ".grid>p.note{grid-column:1/-1}";
 
-void lh_report_page(lh_report_buf *b, const lh_report_run *runs, size_t nruns, const lh_report_options *o) {
+void lh_report_page(lh_str *b, const lh_report_run *runs, size_t nruns, const lh_report_options *o) {
   char when[64] = "";
   time_t now = time(NULL);
   struct tm tm;
@@ -410,60 +410,60 @@ void lh_report_page(lh_report_buf *b, const lh_report_run *runs, size_t nruns, c
   reward_range(&p);
   const lh_report_data *d = &runs[0].d;
 
-  lh_report_puts(b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
-  if (o->refresh_s > 0) lh_report_printf(b, "<meta http-equiv=\"refresh\" content=\"%d\">\n", o->refresh_s);
-  lh_report_puts(b, "<title>");
+  lh_str_puts(b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+  if (o->refresh_s > 0) lh_str_printf(b, "<meta http-equiv=\"refresh\" content=\"%d\">\n", o->refresh_s);
+  lh_str_puts(b, "<title>");
   lh_report_escape(b, o->title);
-  lh_report_printf(b, "</title>\n<style>%s%s</style>\n</head>\n<body>\n<h1>", css, dash_css);
+  lh_str_printf(b, "</title>\n<style>%s%s</style>\n</head>\n<body>\n<h1>", css, dash_css);
   lh_report_escape(b, o->title);
-  lh_report_puts(b, "</h1>\n<p class=\"sub\">");
+  lh_str_puts(b, "</h1>\n<p class=\"sub\">");
   if (nruns == 1) {
-    lh_report_puts(b, "replay store <code>");
+    lh_str_puts(b, "replay store <code>");
     lh_report_escape(b, runs[0].name);
-    lh_report_puts(b, "</code>, ");
+    lh_str_puts(b, "</code>, ");
   } else {
-    lh_report_printf(b, "%zu runs overlaid, ", nruns);
+    lh_str_printf(b, "%zu runs overlaid, ", nruns);
   }
-  lh_report_printf(b, "written %s", when);
+  lh_str_printf(b, "written %s", when);
   if (o->refresh_s > 0)
-    lh_report_printf(b, "; <span id=\"watching\">rewritten while the run goes on, reloads every %d s</span>",
+    lh_str_printf(b, "; <span id=\"watching\">rewritten while the run goes on, reloads every %d s</span>",
                      o->refresh_s);
   if (o->smooth > 0)
-    lh_report_printf(b, "; curves smoothed (moving average, weight %.2g), measured points faint", o->smooth);
-  lh_report_puts(b, "</p>\n");
+    lh_str_printf(b, "; curves smoothed (moving average, weight %.2g), measured points faint", o->smooth);
+  lh_str_puts(b, "</p>\n");
 
   int empty = 1;
   for (size_t r = 0; r < nruns; r++)
     if (runs[r].d.stats.episodes || runs[r].d.stats.train_steps) empty = 0;
   if (empty)
-    lh_report_puts(b, "<p class=\"empty\" id=\"no-data\">No data yet: the store holds no episodes and no "
+    lh_str_puts(b, "<p class=\"empty\" id=\"no-data\">No data yet: the store holds no episodes and no "
                       "train steps. Run the learner and actors, then write the report again.</p>\n");
   x_choice(b);
-  lh_report_puts(b, "<h2>Summary</h2>\n");
+  lh_str_puts(b, "<h2>Summary</h2>\n");
   if (nruns > 1) {
-    lh_report_puts(b, "<table class=\"runs\" id=\"runs\">\n<tr><th>run</th><th>colour</th><th>train steps</th>"
+    lh_str_puts(b, "<table class=\"runs\" id=\"runs\">\n<tr><th>run</th><th>colour</th><th>train steps</th>"
                       "<th>episodes</th></tr>\n");
     for (size_t r = 0; r < nruns; r++) {
-      lh_report_puts(b, "<tr><td>");
+      lh_str_puts(b, "<tr><td>");
       lh_report_escape(b, runs[r].name);
-      lh_report_printf(b, "</td><td><span style=\"color:%s\">&#9632;</span></td><td>%llu</td><td>%llu</td></tr>\n",
+      lh_str_printf(b, "</td><td><span style=\"color:%s\">&#9632;</span></td><td>%llu</td><td>%llu</td></tr>\n",
                        palette[r % PALETTE], (unsigned long long)runs[r].d.stats.train_steps,
                        (unsigned long long)runs[r].d.stats.episodes);
     }
-    lh_report_puts(b, "</table>\n");
+    lh_str_puts(b, "</table>\n");
   }
   for (size_t r = 0; r < nruns; r++) {
     if (nruns > 1) {
-      lh_report_puts(b, "<h3>");
+      lh_str_puts(b, "<h3>");
       lh_report_escape(b, runs[r].name);
-      lh_report_puts(b, "</h3>\n");
+      lh_str_puts(b, "</h3>\n");
     }
     summary(b, &runs[r].d, r);
   }
-  lh_report_puts(b, "<p class=\"note\">Success rate: episodes whose outcome is success among those that "
+  lh_str_puts(b, "<p class=\"note\">Success rate: episodes whose outcome is success among those that "
                     "ended (every status but running).</p>\n");
 
-  lh_report_puts(b, "<h2>Reward and success against policy version</h2>\n<div class=\"grid\">\n");
+  lh_str_puts(b, "<h2>Reward and success against policy version</h2>\n<div class=\"grid\">\n");
   {
     lh_report_series s[LH_REPORT_MAX_RUNS], t[LH_REPORT_MAX_RUNS];
     for (size_t r = 0; r < nruns; r++) {
@@ -482,10 +482,10 @@ void lh_report_page(lh_report_buf *b, const lh_report_run *runs, size_t nruns, c
                          .smooth = p.smooth};
     lh_report_line_chart(b, &sa, t, nruns);
   }
-  lh_report_puts(b, "<p class=\"note\">An episode counts for the newest policy version that sampled one "
+  lh_str_puts(b, "<p class=\"note\">An episode counts for the newest policy version that sampled one "
                     "of its tokens. Every reward chart of the page has the same y range, every success "
                     "rate 0 to 1.</p>\n</div>\n");
-  lh_report_puts(b, "<h2>Per environment</h2>\n<div class=\"grid\">\n");
+  lh_str_puts(b, "<h2>Per environment</h2>\n<div class=\"grid\">\n");
   lh_report_axes era = {.id = "svg-env-reward", .title = "Reward mean by environment and policy version",
                         .xlabel = "policy version", .ylabel = "reward", .y_fixed = 1, .ymin = p.reward_lo,
                         .ymax = p.reward_hi};
@@ -493,25 +493,25 @@ void lh_report_page(lh_report_buf *b, const lh_report_run *runs, size_t nruns, c
   lh_report_axes esa = {.id = "svg-env-success", .title = "Success rate by environment and policy version",
                         .xlabel = "policy version", .ylabel = "success rate", .y_fixed = 1, .ymin = 0, .ymax = 1};
   grouped_chart(b, &p, offsetof(lh_report_data, env_curves), 1, &esa);
-  lh_report_puts(b, "</div>\n");
+  lh_str_puts(b, "</div>\n");
   size_t dropped = 0;
   for (size_t r = 0; r < nruns; r++) dropped += runs[r].d.dropped_groups;
   if (dropped)
-    lh_report_printf(b, "<p class=\"note\" id=\"groups-left-out\">Only the first %d environments and eval curves "
+    lh_str_printf(b, "<p class=\"note\" id=\"groups-left-out\">Only the first %d environments and eval curves "
                         "of a run (by name) are drawn; the others are left out.</p>\n", LH_REPORT_MAX_GROUPS);
 
-  lh_report_puts(b, "<h2>Evaluation</h2>\n<div class=\"grid\">\n");
+  lh_str_puts(b, "<h2>Evaluation</h2>\n<div class=\"grid\">\n");
   lh_report_axes eva = {.id = "svg-eval", .title = "Held-out success rate (sft and eval) by step",
                         .xlabel = "step", .ylabel = "success rate", .y_fixed = 1, .ymin = 0, .ymax = 1};
   grouped_chart(b, &p, offsetof(lh_report_data, evals), 0, &eva);
   lh_report_axes sfa = {.id = "svg-sft-loss", .title = "SFT loss by step", .xlabel = "SFT step", .ylabel = "loss"};
   grouped_chart(b, &p, offsetof(lh_report_data, sft), 0, &sfa);
-  lh_report_puts(b, "</div>\n");
-  lh_report_puts(b, "<p class=\"note\">From the store's <code>evals</code> rows (what <code>longhaul sft</code> "
+  lh_str_puts(b, "</div>\n");
+  lh_str_puts(b, "<p class=\"note\">From the store's <code>evals</code> rows (what <code>longhaul sft</code> "
                     "and <code>longhaul eval</code> measured on held-out seeds, one curve per kind and "
                     "environment) and <code>sft_steps</code>.</p>\n");
 
-  lh_report_puts(b, "<h2>Training</h2>\n<div class=\"grid\">\n");
+  lh_str_puts(b, "<h2>Training</h2>\n<div class=\"grid\">\n");
   lh_report_axes none = {0};
   lh_report_axes rew = {.y_fixed = 1, .ymin = p.reward_lo, .ymax = p.reward_hi};
   lh_report_axes unit = {.y_fixed = 1, .ymin = 0, .ymax = 1};
@@ -525,10 +525,10 @@ void lh_report_page(lh_report_buf *b, const lh_report_run *runs, size_t nruns, c
              f_success, 1, &unit);
   step_chart(b, &p, "svg-loss", "Loss over train steps", "loss", f_loss, 1, &none);
   step_chart(b, &p, "svg-tokens", "Trained tokens per second", "tokens/s", f_tok, 2, &zero);
-  lh_report_puts(b, "<p class=\"note\">Tokens the learner trained on per second of the step itself, and per "
+  lh_str_puts(b, "<p class=\"note\">Tokens the learner trained on per second of the step itself, and per "
                     "wall-clock second since the previous step (which includes waiting for episodes). A dashed "
                     "line marks where a context-extension stage began.</p>\n");
-  lh_report_puts(b, "</div>\n<h2>PPO diagnostics</h2>\n<div class=\"grid\">\n");
+  lh_str_puts(b, "</div>\n<h2>PPO diagnostics</h2>\n<div class=\"grid\">\n");
   static const field f_kl[] = {FIELD("approx KL", approx_kl)};
   static const field f_ent[] = {FIELD("entropy", entropy)};
   static const field f_clip[] = {FIELD("clip fraction", clip_frac)};
@@ -546,12 +546,12 @@ void lh_report_page(lh_report_buf *b, const lh_report_run *runs, size_t nruns, c
   step_chart(b, &p, "svg-lr", "Learning rate", "lr", f_lr, 1, &schedule);
   step_chart(b, &p, "svg-logp-diff", "Largest |learner - behaviour| log-probability at the current version",
              "nats", f_logp, 1, &zero);
-  lh_report_puts(b, "<p class=\"note\">Over each step's sampled tokens, with r = p / behaviour: approximate KL "
+  lh_str_puts(b, "<p class=\"note\">Over each step's sampled tokens, with r = p / behaviour: approximate KL "
                     "= mean of r &#8722; 1 &#8722; log r; clip fraction: the share whose gradient PPO's clip or "
                     "the importance cap cut. Steps of runs from before store schema 11 have none.</p>\n");
-  lh_report_puts(b, "</div>\n");
+  lh_str_puts(b, "</div>\n");
 
-  lh_report_puts(b, "<h2>Intake</h2>\n");
+  lh_str_puts(b, "<h2>Intake</h2>\n");
   {
     lh_report_series s[LH_REPORT_MAX_RUNS];
     for (size_t r = 0; r < nruns; r++)
@@ -565,27 +565,27 @@ void lh_report_page(lh_report_buf *b, const lh_report_run *runs, size_t nruns, c
                          .y_from_zero = 1};
     lh_report_line_chart(b, &ia, s, nruns);
   }
-  lh_report_puts(b, "<p class=\"note\">Policy-sampled tokens in the segments the store received, by the "
+  lh_str_puts(b, "<p class=\"note\">Policy-sampled tokens in the segments the store received, by the "
                     "time they were stored: the actors' sampling rate as the learner saw it.</p>\n");
 
-  lh_report_puts(b, "<h2>Staleness</h2>\n");
+  lh_str_puts(b, "<h2>Staleness</h2>\n");
   if (nruns > 1) {
-    lh_report_puts(b, "<p class=\"note\">Histogram and heat maps: of the first run, ");
+    lh_str_puts(b, "<p class=\"note\">Histogram and heat maps: of the first run, ");
     lh_report_escape(b, runs[0].name);
-    lh_report_puts(b, ".</p>\n");
+    lh_str_puts(b, ".</p>\n");
   }
   staleness(b, d);
   static const field f_stale[] = {FIELD("dropped as stale", stale_share)};
   step_chart(b, &p, "svg-stale-share", "Share of the episodes taken in dropped as stale", "share (last 8 steps)",
              f_stale, 1, &zero);
-  lh_report_puts(b, "<p class=\"note\">Of the episodes the learner took in over its last 8 steps, the share "
+  lh_str_puts(b, "<p class=\"note\">Of the episodes the learner took in over its last 8 steps, the share "
                     "dropped for <code>max_policy_lag</code>: what back-pressure keeps under "
                     "<code>[learner] max_stale_share</code> by holding the actors when the untrained backlog "
                     "reaches its cap.</p>\n");
 
-  lh_report_puts(b, "<h2>Expert load</h2>\n");
+  lh_str_puts(b, "<h2>Expert load</h2>\n");
   heatmap(b, d);
-  lh_report_puts(b, "<p class=\"note\">MaxVio = max<sub>e</sub> load<sub>e</sub> / mean load &#8722; 1 per "
+  lh_str_puts(b, "<p class=\"note\">MaxVio = max<sub>e</sub> load<sub>e</sub> / mean load &#8722; 1 per "
                     "layer and train step (0: every expert equally loaded). The maps below show the load "
                     "of every expert, one map per layer.</p>\n");
   expert_load(b, d);
@@ -596,5 +596,5 @@ void lh_report_page(lh_report_buf *b, const lh_report_run *runs, size_t nruns, c
   snprintf(rule, sizeof rule, "balance = %s", d->balance[0] ? d->balance : "?");
   field f_bal[] = {{rule, offsetof(lh_report_data, balance_ms)}};
   step_chart(b, &p, "svg-balance-ms", "Time per train step spent in balancing", "ms", f_bal, 1, &zero);
-  lh_report_puts(b, "</div>\n</body>\n</html>\n");
+  lh_str_puts(b, "</div>\n</body>\n</html>\n");
 }

@@ -92,47 +92,47 @@ static double map(double v, const axis_range *r, double p0, double p1) {
  * chart of a quantity) may be narrower than an outlier. */
 static double y_clamp(double v, const axis_range *r) { return v < r->lo ? r->lo : v > r->hi ? r->hi : v; }
 
-static void svg_open_tall(lh_report_buf *b, const lh_report_axes *a, size_t points, int extra) {
-  lh_report_printf(b,
+static void svg_open_tall(lh_str *b, const lh_report_axes *a, size_t points, int extra) {
+  lh_str_printf(b,
                    "<svg id=\"%s\" class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" "
                    "viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" data-points=\"%zu\" "
                    "aria-label=\"",
                    a->id, WIDTH, HEIGHT + extra, WIDTH, HEIGHT + extra, points);
   lh_report_escape(b, a->title);
-  lh_report_puts(b, "\">\n<title>");
+  lh_str_puts(b, "\">\n<title>");
   lh_report_escape(b, a->title);
-  lh_report_printf(b, "</title>\n<text class=\"title\" x=\"%d\" y=\"22\">", LEFT);
+  lh_str_printf(b, "</title>\n<text class=\"title\" x=\"%d\" y=\"22\">", LEFT);
   lh_report_escape(b, a->title);
-  lh_report_puts(b, "</text>\n");
-  lh_report_printf(b, "<text class=\"label\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">",
+  lh_str_puts(b, "</text>\n");
+  lh_str_printf(b, "<text class=\"label\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">",
                    LEFT + (WIDTH - LEFT - RIGHT) / 2.0, HEIGHT - 8);
   lh_report_escape(b, a->xlabel);
-  lh_report_printf(b,
+  lh_str_printf(b,
                    "</text>\n<text class=\"label\" x=\"16\" y=\"%.1f\" text-anchor=\"middle\" "
                    "transform=\"rotate(-90 16 %.1f)\">",
                    TOP + (HEIGHT - TOP - BOTTOM) / 2.0, TOP + (HEIGHT - TOP - BOTTOM) / 2.0);
   lh_report_escape(b, a->ylabel);
-  lh_report_puts(b, "</text>\n");
+  lh_str_puts(b, "</text>\n");
 }
 
-static void svg_open(lh_report_buf *b, const lh_report_axes *a, size_t points) { svg_open_tall(b, a, points, 0); }
+static void svg_open(lh_str *b, const lh_report_axes *a, size_t points) { svg_open_tall(b, a, points, 0); }
 
-static void no_data(lh_report_buf *b) {
-  lh_report_printf(b, "<text class=\"nodata\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">no data yet</text>\n",
+static void no_data(lh_str *b) {
+  lh_str_printf(b, "<text class=\"nodata\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">no data yet</text>\n",
                    LEFT + (WIDTH - LEFT - RIGHT) / 2.0, TOP + (HEIGHT - TOP - BOTTOM) / 2.0);
 }
 
 /* Grid lines and tick labels of the y axis (always) and of the x axis
  * (when xr is not NULL), then the frame. */
-static void draw_axes(lh_report_buf *b, const axis_range *xr, const axis_range *yr, int right) {
+static void draw_axes(lh_str *b, const axis_range *xr, const axis_range *yr, int right) {
   double x0 = LEFT, x1 = WIDTH - right, y0 = HEIGHT - BOTTOM, y1 = TOP;
-  lh_report_puts(b, "<g class=\"axes\">\n");
+  lh_str_puts(b, "<g class=\"axes\">\n");
   if (yr)
     for (double v = yr->lo; v <= yr->hi + yr->step * 1e-6; v += yr->step) {
       double y = map(v, yr, y0, y1);
       char text[32];
       tick_text(fabs(v) < yr->step * 1e-9 ? 0.0 : v, text);
-      lh_report_printf(b,
+      lh_str_printf(b,
                        "<line class=\"grid\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
                        "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
                        x0, y, x1, y, x0 - 6, y + 4, text);
@@ -142,12 +142,12 @@ static void draw_axes(lh_report_buf *b, const axis_range *xr, const axis_range *
       double x = map(v, xr, x0, x1);
       char text[32];
       tick_text(fabs(v) < xr->step * 1e-9 ? 0.0 : v, text);
-      lh_report_printf(b,
+      lh_str_printf(b,
                        "<line class=\"tickmark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
                        "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
                        x, y0, x, y0 + 5, x, y0 + 18, text);
     }
-  lh_report_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>\n</g>\n",
+  lh_str_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>\n</g>\n",
                    x0, y1, x1 - x0, y0 - y1);
 }
 
@@ -172,26 +172,26 @@ static int legend_rows(const lh_report_series *s, size_t nseries) {
  * plot, ending near its right edge, or rows below the x label. Text
  * widths are estimated (no script to measure them), on the wide side, so
  * an entry never runs into the next one. */
-static void legend(lh_report_buf *b, const lh_report_series *s, size_t nseries, int rows) {
+static void legend(lh_str *b, const lh_report_series *s, size_t nseries, int rows) {
   double width = 0;
   for (size_t k = 0; k < nseries; k++) width += entry_width(&s[k]);
   double lx = rows ? LEFT : fmax(WIDTH - RIGHT - width, WIDTH / 2.0), ly = rows ? HEIGHT + 4 : 13;
   for (size_t k = 0; k < nseries; k++) {
     if (rows && lx > LEFT && lx + entry_width(&s[k]) > WIDTH - RIGHT) lx = LEFT, ly += LEGEND_ROW;
     if (s[k].dashed)
-      lh_report_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" "
+      lh_str_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" "
                        "stroke-dasharray=\"4 2\"/>", lx, ly + 6, lx + 12, ly + 6, s[k].color);
     else
-      lh_report_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>", lx, ly,
+      lh_str_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>", lx, ly,
                        s[k].color);
-    lh_report_printf(b, "<text class=\"legend\" x=\"%.1f\" y=\"%.1f\">", lx + 16, ly + 10);
+    lh_str_printf(b, "<text class=\"legend\" x=\"%.1f\" y=\"%.1f\">", lx + 16, ly + 10);
     lh_report_escape(b, s[k].name);
-    lh_report_puts(b, "</text>\n");
+    lh_str_puts(b, "</text>\n");
     lx += entry_width(&s[k]);
   }
 }
 
-void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_report_series *s,
+void lh_report_line_chart(lh_str *b, const lh_report_axes *a, const lh_report_series *s,
                           size_t nseries) {
   double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
   size_t points = 0;
@@ -210,7 +210,7 @@ void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_re
     axis_range yr = make_range(0, 1, 4);
     draw_axes(b, NULL, &yr, RIGHT);
     no_data(b);
-    lh_report_puts(b, "</svg>\n");
+    lh_str_puts(b, "</svg>\n");
     return;
   }
   if (a->y_from_zero) ylo = fmin(ylo, 0.0), yhi = fmax(yhi, 0.0);
@@ -229,20 +229,20 @@ void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_re
     for (size_t i = 0; i < s[k].n; i++) {
       int ok = isfinite(s[k].x[i]) && isfinite(s[k].y[i]);
       if (ok && !open) {
-        lh_report_puts(b, "<polyline class=\"series\" data-series=\"");
+        lh_str_puts(b, "<polyline class=\"series\" data-series=\"");
         lh_report_escape(b, s[k].name);
-        lh_report_printf(b, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s%s points=\"", s[k].color,
+        lh_str_printf(b, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s%s points=\"", s[k].color,
                          smooth ? "1" : "2", smooth ? " stroke-opacity=\"0.3\"" : "", dash);
         open = 1;
       } else if (!ok && open) {
-        lh_report_puts(b, "\"/>\n");
+        lh_str_puts(b, "\"/>\n");
         open = 0;
       }
       if (ok && drawn(&th, &s[k], i))
-        lh_report_printf(b, "%.1f,%.1f ", map(y_clamp(s[k].x[i], &xr), &xr, x0, x1),
+        lh_str_printf(b, "%.1f,%.1f ", map(y_clamp(s[k].x[i], &xr), &xr, x0, x1),
                          map(y_clamp(s[k].y[i], &yr), &yr, y0, y1));
     }
-    if (open) lh_report_puts(b, "\"/>\n");
+    if (open) lh_str_puts(b, "\"/>\n");
     if (smooth) {
       /* An exponential moving average over the finite points, debiased
        * (divided by 1 - w^k) so that its start is not pulled to 0; a gap
@@ -258,32 +258,32 @@ void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_re
         weight *= a->smooth;
         double v = ema / (1 - weight);
         if (!any) {
-          lh_report_puts(b, "<path class=\"smooth\" data-series=\"");
+          lh_str_puts(b, "<path class=\"smooth\" data-series=\"");
           lh_report_escape(b, s[k].name);
-          lh_report_printf(b, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s d=\"", s[k].color, dash);
+          lh_str_printf(b, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s d=\"", s[k].color, dash);
           any = 1;
         }
         int gap_next = i + 1 >= s[k].n || !isfinite(s[k].x[i + 1]) || !isfinite(s[k].y[i + 1]);
         if (first || gap_next || thin <= 1 || i % thin == 0)
-          lh_report_printf(b, "%s%.1f,%.1f ", first ? "M" : "L", map(y_clamp(s[k].x[i], &xr), &xr, x0, x1),
+          lh_str_printf(b, "%s%.1f,%.1f ", first ? "M" : "L", map(y_clamp(s[k].x[i], &xr), &xr, x0, x1),
                            map(y_clamp(v, &yr), &yr, y0, y1));
         first = 0;
       }
-      if (any) lh_report_puts(b, "\"/>\n");
+      if (any) lh_str_puts(b, "\"/>\n");
     }
     if (s[k].n <= MAX_MARKED_POINTS) {
-      lh_report_puts(b, "<g class=\"points\">\n");
+      lh_str_puts(b, "<g class=\"points\">\n");
       for (size_t i = 0; i < s[k].n; i++) {
         if (!isfinite(s[k].x[i]) || !isfinite(s[k].y[i])) continue;
-        lh_report_printf(b, "<circle class=\"pt\" cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\"%s><title>",
+        lh_str_printf(b, "<circle class=\"pt\" cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\"%s><title>",
                          map(s[k].x[i], &xr, x0, x1), map(y_clamp(s[k].y[i], &yr), &yr, y0, y1),
                          smooth ? "2" : "3", s[k].color, smooth ? " fill-opacity=\"0.45\"" : "");
         lh_report_escape(b, s[k].name);
-        lh_report_puts(b, " at ");
+        lh_str_puts(b, " at ");
         lh_report_escape(b, a->xlabel);
-        lh_report_printf(b, " %.6g: %.6g</title></circle>\n", s[k].x[i], s[k].y[i]);
+        lh_str_printf(b, " %.6g: %.6g</title></circle>\n", s[k].x[i], s[k].y[i]);
       }
-      lh_report_puts(b, "</g>\n");
+      lh_str_puts(b, "</g>\n");
     }
   }
   /* Vertical marks (stage starts, ...) inside the x range. */
@@ -291,28 +291,28 @@ void lh_report_line_chart(lh_report_buf *b, const lh_report_axes *a, const lh_re
     double mx = a->marks[m].x;
     if (!isfinite(mx) || mx < xr.lo || mx > xr.hi) continue;
     double px = map(mx, &xr, x0, x1);
-    lh_report_printf(b,
+    lh_str_printf(b,
                      "<line class=\"stage-mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#555\" "
                      "stroke-dasharray=\"3 3\">",
                      px, y1, px, y0);
     if (a->marks[m].title) {
-      lh_report_puts(b, "<title>");
+      lh_str_puts(b, "<title>");
       lh_report_escape(b, a->marks[m].title);
-      lh_report_puts(b, "</title>");
+      lh_str_puts(b, "</title>");
     }
-    lh_report_puts(b, "</line>");
+    lh_str_puts(b, "</line>");
     if (a->marks[m].label) {
-      lh_report_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\">", px + 3, y1 + 12);
+      lh_str_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\">", px + 3, y1 + 12);
       lh_report_escape(b, a->marks[m].label);
-      lh_report_puts(b, "</text>");
+      lh_str_puts(b, "</text>");
     }
-    lh_report_puts(b, "\n");
+    lh_str_puts(b, "\n");
   }
   legend(b, s, nseries, legend_rows(s, nseries));
-  lh_report_puts(b, "</svg>\n");
+  lh_str_puts(b, "</svg>\n");
 }
 
-void lh_report_histogram(lh_report_buf *b, const lh_report_axes *a, const double *edges,
+void lh_report_histogram(lh_str *b, const lh_report_axes *a, const double *edges,
                          const double *counts, size_t nbins) {
   double total = 0, top = 0;
   for (size_t i = 0; i < nbins; i++) {
@@ -324,7 +324,7 @@ void lh_report_histogram(lh_report_buf *b, const lh_report_axes *a, const double
     axis_range yr = make_range(0, 1, 4);
     draw_axes(b, NULL, &yr, RIGHT);
     no_data(b);
-    lh_report_puts(b, "</svg>\n");
+    lh_str_puts(b, "</svg>\n");
     return;
   }
   axis_range xr = make_range(edges[0], edges[nbins], 8), yr = make_range(0, top, 5);
@@ -334,16 +334,16 @@ void lh_report_histogram(lh_report_buf *b, const lh_report_axes *a, const double
   if (xr.step < 1 && edges[1] - edges[0] == 1.0) xr = (axis_range){edges[0], edges[nbins], 1};
   draw_axes(b, &xr, &yr, RIGHT);
   double x0 = LEFT, x1 = WIDTH - RIGHT, y0 = HEIGHT - BOTTOM, y1 = TOP;
-  lh_report_puts(b, "<g class=\"bars\">\n");
+  lh_str_puts(b, "<g class=\"bars\">\n");
   for (size_t i = 0; i < nbins; i++) {
     double xa = map(edges[i], &xr, x0, x1), xb = map(edges[i + 1], &xr, x0, x1);
     double yt = map(counts[i], &yr, y0, y1);
-    lh_report_printf(b,
+    lh_str_printf(b,
                      "<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\">"
                      "<title>[%.4g, %.4g): %.0f</title></rect>\n",
                      xa + 1, yt, fmax(xb - xa - 2, 1.0), y0 - yt, edges[i], edges[i + 1], counts[i]);
   }
-  lh_report_puts(b, "</g>\n</svg>\n");
+  lh_str_puts(b, "</g>\n</svg>\n");
 }
 
 /* The heat map's colour for t in [0, 1]: pale yellow through orange to
@@ -359,7 +359,7 @@ static void heat_color(double t, char out[8]) {
   snprintf(out, 8, "#%02x%02x%02x", c[0] & 255, c[1] & 255, c[2] & 255);
 }
 
-void lh_report_heatmap(lh_report_buf *b, const lh_report_axes *a, const char *row_label,
+void lh_report_heatmap(lh_str *b, const lh_report_axes *a, const char *row_label,
                        const double *values, size_t rows, size_t cols, const double *col_x) {
   enum { LEGEND = 90 };
   double lo = INFINITY, hi = -INFINITY;
@@ -374,7 +374,7 @@ void lh_report_heatmap(lh_report_buf *b, const lh_report_axes *a, const char *ro
   if (cells == 0) {
     draw_axes(b, NULL, NULL, LEGEND);
     no_data(b);
-    lh_report_puts(b, "</svg>\n");
+    lh_str_puts(b, "</svg>\n");
     return;
   }
   if (a->y_from_zero) lo = fmin(lo, 0.0);
@@ -382,7 +382,7 @@ void lh_report_heatmap(lh_report_buf *b, const lh_report_axes *a, const char *ro
   if (hi - lo < 1e-12) hi = lo + 1.0;
   double x0 = LEFT, x1 = WIDTH - LEGEND, y0 = HEIGHT - BOTTOM, y1 = TOP;
   double cw = (x1 - x0) / (double)cols, ch = (y0 - y1) / (double)rows;
-  lh_report_puts(b, "<g class=\"cells\" shape-rendering=\"crispEdges\">\n");
+  lh_str_puts(b, "<g class=\"cells\" shape-rendering=\"crispEdges\">\n");
   for (size_t r = 0; r < rows; r++)
     for (size_t c = 0; c < cols; c++) {
       double v = values[r * cols + c];
@@ -390,40 +390,40 @@ void lh_report_heatmap(lh_report_buf *b, const lh_report_axes *a, const char *ro
       if (isfinite(v)) heat_color((v - lo) / (hi - lo), color);
       /* Row 0 at the top, as a table reads. The cells overlap by a hair so
        * that no seams show between them. */
-      lh_report_printf(b,
+      lh_str_printf(b,
                        "<rect class=\"cell\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
                        "fill=\"%s\"><title>",
                        x0 + cw * (double)c, y1 + ch * (double)r, cw + 0.3, ch + 0.3, color);
       lh_report_escape(b, row_label);
-      lh_report_printf(b, " %zu, ", r);
+      lh_str_printf(b, " %zu, ", r);
       lh_report_escape(b, a->xlabel);
       if (isfinite(v))
-        lh_report_printf(b, " %.6g: %.4g</title></rect>\n", col_x[c], v);
+        lh_str_printf(b, " %.6g: %.4g</title></rect>\n", col_x[c], v);
       else
-        lh_report_printf(b, " %.6g: none</title></rect>\n", col_x[c]);
+        lh_str_printf(b, " %.6g: none</title></rect>\n", col_x[c]);
     }
-  lh_report_puts(b, "</g>\n");
+  lh_str_puts(b, "</g>\n");
   /* Row labels, thinned to about 16. */
   size_t every = rows > 16 ? (rows + 15) / 16 : 1;
   for (size_t r = 0; r < rows; r += every) {
-    lh_report_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", x0 - 6,
+    lh_str_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", x0 - 6,
                      y1 + ch * ((double)r + 0.5) + 4);
     lh_report_escape(b, row_label);
-    lh_report_printf(b, " %zu</text>\n", r);
+    lh_str_printf(b, " %zu</text>\n", r);
   }
   /* Column labels: about 8 of the columns' x values. */
   size_t step = cols > 8 ? (cols + 7) / 8 : 1;
   for (size_t c = 0; c < cols; c += step)
-    lh_report_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.6g</text>\n",
+    lh_str_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.6g</text>\n",
                      x0 + cw * ((double)c + 0.5), y0 + 18, col_x[c]);
-  lh_report_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>\n", x0,
+  lh_str_printf(b, "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>\n", x0,
                    y1, x1 - x0, y0 - y1);
   /* The colour legend: a vertical gradient from hi (top) to lo. */
   char c0[8], c1[8], c2[8];
   heat_color(0, c0);
   heat_color(0.5, c1);
   heat_color(1, c2);
-  lh_report_printf(b,
+  lh_str_printf(b,
                    "<defs><linearGradient id=\"%s-scale\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">"
                    "<stop offset=\"0\" stop-color=\"%s\"/><stop offset=\"0.5\" stop-color=\"%s\"/>"
                    "<stop offset=\"1\" stop-color=\"%s\"/></linearGradient></defs>\n"
@@ -434,10 +434,10 @@ void lh_report_heatmap(lh_report_buf *b, const lh_report_axes *a, const char *ro
                    a->id, c0, c1, c2, x1 + 16, y1, y0 - y1, a->id, x1 + 34, y1 + 10, hi, x1 + 34, y0,
                    lo);
   if (a->value_label) {
-    lh_report_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", x1 + 23,
+    lh_str_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", x1 + 23,
                      y1 - 6);
     lh_report_escape(b, a->value_label);
-    lh_report_puts(b, "</text>\n");
+    lh_str_puts(b, "</text>\n");
   }
-  lh_report_puts(b, "</svg>\n");
+  lh_str_puts(b, "</svg>\n");
 }

@@ -1,8 +1,8 @@
 /* common: the one growable array and the one string copy. A growable
  * array is a pointer with a capacity in elements; lh_grow_cap says how far
  * to grow it (doubling) and lh_resize reallocates it, both refusing a size
- * that overflows. Text built piece by piece goes through envs' text buffer
- * or cli's report buffer, which grow the same way. */
+ * that overflows. Text built piece by piece goes through the one string
+ * builder, lh_str (common/str.h), which grows the same way. */
 #ifndef LH_COMMON_BUF_H
 #define LH_COMMON_BUF_H
 

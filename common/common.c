@@ -1,5 +1,6 @@
 /* common: error table, logger, clocks, hashing. */
 #include "common/common.h"
+#include "common/str.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -178,42 +179,34 @@ int lh_read_text_file(const char *path, int file_error, char **text, size_t *byt
     fclose(f);
     return lh_errbuf_set(err, file_error, "%s: not a regular file (a folder, a device or a pipe)", path);
   }
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
+  lh_str buf = {0};
+  char chunk[4096];
   int rc = 0;
   for (;;) {
-    if (len + 4096 + 1 > cap) {
-      cap = cap ? 2 * cap : 8192;
-      char *t = realloc(buf, cap);
-      if (!t) {
-        rc = lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory reading the file", path);
-        break;
-      }
-      buf = t;
+    size_t got = fread(chunk, 1, sizeof chunk, f);
+    if (lh_str_append(&buf, chunk, got)) {
+      rc = lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory reading the file", path);
+      break;
     }
-    size_t got = fread(buf + len, 1, 4096, f);
-    len += got;
-    if (len > LH_TEXT_FILE_MAX_BYTES) {
+    if (buf.len > LH_TEXT_FILE_MAX_BYTES) {
       rc = lh_errbuf_set(err, file_error, "%s: longer than %u bytes; not a config or key file", path,
                          LH_TEXT_FILE_MAX_BYTES);
       break;
     }
-    if (got < 4096) {
+    if (got < sizeof chunk) {
       if (ferror(f)) rc = lh_errbuf_set(err, file_error, "%s: read error", path);
       break;
     }
   }
   fclose(f);
-  if (rc == 0) {
-    buf[len] = 0;
-    if (strlen(buf) != len) rc = lh_errbuf_set(err, file_error, "%s: holds a NUL byte; not a text file", path);
-  }
+  if (rc == 0 && strlen(buf.data) != buf.len)
+    rc = lh_errbuf_set(err, file_error, "%s: holds a NUL byte; not a text file", path);
   if (rc != 0) {
-    free(buf);
+    lh_str_free(&buf);
     return rc;
   }
-  *text = buf;
-  if (bytes) *bytes = len;
+  *text = buf.data;
+  if (bytes) *bytes = buf.len;
   return 0;
 }
 

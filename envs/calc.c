@@ -30,7 +30,7 @@ typedef struct {
   lh_calc_q value[CALC_MAX_STAGES];
   int progress, calls;
   lh_env_rng expert_rng;
-  lh_envs_text text, expert, desc;
+  lh_str text, expert, desc;
   lh_env_term terms[1];
 } calc_env;
 
@@ -56,12 +56,12 @@ static int stage_eval(const stage *s, lh_calc_q x, lh_calc_q *out) {
 }
 
 /* Writes the stage with X as text: the variable name, or a value. */
-static void stage_print(lh_envs_text *t, const stage *s, const char *x) {
+static void stage_print(lh_str *t, const stage *s, const char *x) {
   if (s->form == 0)
-    lh_envs_text_printf(t, "(%s %c %lld) %c %lld", x, s->op[0], (long long)s->n[0], s->op[1],
+    lh_str_printf(t, "(%s %c %lld) %c %lld", x, s->op[0], (long long)s->n[0], s->op[1],
                         (long long)s->n[1]);
   else
-    lh_envs_text_printf(t, "%lld %c (%s %c %lld)", (long long)s->n[0], s->op[0], x, s->op[1],
+    lh_str_printf(t, "%lld %c (%s %c %lld)", (long long)s->n[0], s->op[0], x, s->op[1],
                         (long long)s->n[1]);
 }
 
@@ -101,9 +101,9 @@ static size_t calc_footprint(void *ctx) {
 static void calc_destroy(void *ctx) {
   calc_env *e = ctx;
   if (!e) return;
-  lh_envs_text_free(&e->text);
-  lh_envs_text_free(&e->expert);
-  lh_envs_text_free(&e->desc);
+  lh_str_free(&e->text);
+  lh_str_free(&e->expert);
+  lh_str_free(&e->desc);
   free(e);
 }
 
@@ -143,22 +143,22 @@ static int calc_reset(void *ctx, uint64_t seed, lh_env_obs *obs, lh_errbuf *err)
   /* The instructions come first and the question last, so that what the
    * first call copies sits right before it: a small policy with linear
    * attention copies from near by far more easily than from far. */
-  lh_envs_text_clear(&e->text);
-  lh_envs_text_printf(&e->text,
+  lh_str_clear(&e->text);
+  lh_str_printf(&e->text,
                       "The tool <call>calc(EXPR)</call> evaluates EXPR exactly (integers, "
                       "+ - * /, parentheses; at most %ld operators; it knows no variables). "
                       "Answer with an integer or a fraction p/q, then <eos>.\n",
                       e->max_ops);
-  lh_envs_text_printf(&e->text, "Variables:\n");
+  lh_str_printf(&e->text, "Variables:\n");
   for (int k = 0; k < e->stages; k++) {
     char name[2] = {(char)('a' + k), 0}, prev[64];
     if (k == 0) snprintf(prev, sizeof prev, "%lld", (long long)e->st[0].n[2]);
     else snprintf(prev, sizeof prev, "%c", 'a' + k - 1);
-    lh_envs_text_printf(&e->text, "  %s = ", name);
+    lh_str_printf(&e->text, "  %s = ", name);
     stage_print(&e->text, &e->st[k], prev);
-    lh_envs_text_printf(&e->text, "\n");
+    lh_str_printf(&e->text, "\n");
   }
-  lh_envs_text_printf(&e->text, "What is %c?", (char)('a' + e->stages - 1));
+  lh_str_printf(&e->text, "What is %c?", (char)('a' + e->stages - 1));
   (void)err;
   obs->text = e->text.data;
   obs->text_bytes = e->text.len;
@@ -169,17 +169,17 @@ static int calc_step(void *ctx, const char *action, size_t bytes, const lh_actio
                      lh_env_result *out, lh_errbuf *err) {
   (void)action, (void)bytes, (void)err;
   calc_env *e = ctx;
-  lh_envs_text_clear(&e->text);
+  lh_str_clear(&e->text);
   lh_calc_q goal = e->value[e->stages - 1], v;
   char buf[64];
   if (a->kind == LH_ACTION_CALL) {
     e->calls++;
     lh_errbuf cerr;
     if (lh_calc_eval(a->args, a->args_bytes, (int)e->max_ops, &v, &cerr) < 0) {
-      lh_envs_text_printf(&e->text, "error: calc: %s", cerr.msg);
+      lh_str_printf(&e->text, "error: calc: %s", cerr.msg);
     } else {
       lh_calc_format(v, buf, sizeof buf);
-      lh_envs_text_printf(&e->text, "= %s", buf);
+      lh_str_printf(&e->text, "= %s", buf);
       if (e->progress < e->stages && v.num == e->value[e->progress].num &&
           v.den == e->value[e->progress].den)
         e->progress++;
@@ -188,7 +188,7 @@ static int calc_step(void *ctx, const char *action, size_t bytes, const lh_actio
     int ok = lh_calc_parse_literal(a->args, a->args_bytes, &v) == 0 && v.num == goal.num &&
              v.den == goal.den;
     lh_calc_format(goal, buf, sizeof buf);
-    lh_envs_text_printf(&e->text, ok ? "correct: %s" : "wrong: the answer is %s", buf);
+    lh_str_printf(&e->text, ok ? "correct: %s" : "wrong: the answer is %s", buf);
     out->done = 1;
     out->reward = ok ? 1.0f : 0.0f;
     out->outcome = ok ? LH_ENV_SUCCESS : LH_ENV_FAILURE;
@@ -204,26 +204,26 @@ static int calc_step(void *ctx, const char *action, size_t bytes, const lh_actio
 static int calc_expert(void *ctx, const char **action, lh_errbuf *err) {
   (void)err;
   calc_env *e = ctx;
-  lh_envs_text_clear(&e->expert);
+  lh_str_clear(&e->expert);
   char buf[64];
   if (e->noise > 0 && lh_env_rng_unit(&e->expert_rng) < e->noise) {
     /* A wrong move: a useless call or a wrong answer, equally often. */
     if (lh_env_rng_below(&e->expert_rng, 2))
-      lh_envs_text_printf(&e->expert, "<call>calc(%u * %u)</call>",
+      lh_str_printf(&e->expert, "<call>calc(%u * %u)</call>",
                           lh_env_rng_below(&e->expert_rng, 100), lh_env_rng_below(&e->expert_rng, 100));
     else
-      lh_envs_text_printf(&e->expert, "%lld<eos>",
+      lh_str_printf(&e->expert, "%lld<eos>",
                           (long long)e->value[e->stages - 1].num + 1 + lh_env_rng_below(&e->expert_rng, 50));
   } else if (e->progress < e->stages) {
     const stage *s = &e->st[e->progress];
     if (e->progress == 0) snprintf(buf, sizeof buf, "%lld", (long long)s->n[2]);
     else value_operand(e->value[e->progress - 1], buf, sizeof buf);
-    lh_envs_text_printf(&e->expert, "<call>calc(");
+    lh_str_printf(&e->expert, "<call>calc(");
     stage_print(&e->expert, s, buf);
-    lh_envs_text_printf(&e->expert, ")</call>");
+    lh_str_printf(&e->expert, ")</call>");
   } else {
     lh_calc_format(e->value[e->stages - 1], buf, sizeof buf);
-    lh_envs_text_printf(&e->expert, "%s<eos>", buf);
+    lh_str_printf(&e->expert, "%s<eos>", buf);
   }
   *action = e->expert.data;
   return 0;
@@ -231,8 +231,8 @@ static int calc_expert(void *ctx, const char **action, lh_errbuf *err) {
 
 static const char *calc_describe(void *ctx) {
   calc_env *e = ctx;
-  lh_envs_text_clear(&e->desc);
-  lh_envs_text_printf(&e->desc,
+  lh_str_clear(&e->desc);
+  lh_str_printf(&e->desc,
                       "calc: multi-step exact arithmetic. The task defines variables a, b, ... "
                       "each from the previous one; the tool calc(EXPR) evaluates integers and "
                       "fractions exactly with at most max_ops operators and no variables, so each "

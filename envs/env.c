@@ -18,7 +18,7 @@ struct lh_env {
   uint32_t max_steps, steps;
   int has_max_steps, reset_ok, done;
   lh_action_limits lim;
-  lh_envs_text errobs;       /* error observations the wrapper writes */
+  lh_str errobs;       /* error observations the wrapper writes */
   int pending;               /* PENDING_*: what begin left for end */
   int pending_rc, parse_failed;
   lh_env_result pending_res;
@@ -166,7 +166,7 @@ int lh_env_open_hub(lh_env_hub *hub, const char *name, const lh_env_option *opts
 void lh_env_free(lh_env *env) {
   if (!env) return;
   if (env->ctx) env->vt->destroy(env->ctx);
-  lh_envs_text_free(&env->errobs);
+  lh_str_free(&env->errobs);
   lh_env_plugin_free(env->plugin);
   free(env);
 }
@@ -228,8 +228,8 @@ int lh_env_reset(lh_env *env, uint64_t seed, lh_env_obs *obs, lh_errbuf *err) {
 }
 
 static void error_result(lh_env *env, lh_env_result *out, lh_env_outcome outcome, const char *msg) {
-  lh_envs_text_clear(&env->errobs);
-  lh_envs_text_printf(&env->errobs, "error: %s", msg);
+  lh_str_clear(&env->errobs);
+  lh_str_printf(&env->errobs, "error: %s", msg);
   memset(out, 0, sizeof *out);
   out->obs.text = env->errobs.data ? env->errobs.data : "error";
   out->obs.text_bytes = env->errobs.data ? env->errobs.len : 5;
@@ -341,63 +341,3 @@ const char *lh_env_name(const lh_env *env) { return env ? env->name : ""; }
 uint32_t lh_env_steps(const lh_env *env) { return env ? env->steps : 0; }
 uint32_t lh_env_max_steps(const lh_env *env) { return env ? env->max_steps : 0; }
 
-/* ---- text buffer ---- */
-
-static int text_reserve(lh_envs_text *t, size_t extra) {
-  if (t->len + extra + 1 <= t->cap) return 0;
-  size_t cap = lh_grow_cap(t->cap, t->len + extra + 1, 256);
-  if (!cap || lh_resize(&t->data, cap, 1)) return LH_ENOMEM;
-  t->cap = cap;
-  return 0;
-}
-
-int lh_envs_text_reserve(lh_envs_text *t, size_t bytes) {
-  if (t->len + bytes + 1 <= t->cap) return 0;
-  char *d = realloc(t->data, t->len + bytes + 1);
-  if (!d) return LH_ENOMEM;
-  if (!t->data) d[0] = 0;
-  t->data = d;
-  t->cap = t->len + bytes + 1;
-  return 0;
-}
-
-int lh_envs_text_append(lh_envs_text *t, const char *s, size_t n) {
-  LH_TRY(text_reserve(t, n));
-  memcpy(t->data + t->len, s, n);
-  t->len += n;
-  t->data[t->len] = 0;
-  return 0;
-}
-
-int lh_envs_text_printf(lh_envs_text *t, const char *fmt, ...) {
-  /* Format into the room there is; only when it does not fit, grow and
-   * format again. */
-  if (!t->data) LH_TRY(text_reserve(t, 64));
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(t->data + t->len, t->cap - t->len, fmt, ap);
-  va_end(ap);
-  if (n < 0) return LH_EINVAL;
-  if ((size_t)n >= t->cap - t->len) {
-    if (text_reserve(t, (size_t)n) < 0) {
-      t->data[t->len] = 0; /* drop the truncated tail */
-      return LH_ENOMEM;
-    }
-    va_start(ap, fmt);
-    vsnprintf(t->data + t->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-  }
-  t->len += (size_t)n;
-  return 0;
-}
-
-void lh_envs_text_clear(lh_envs_text *t) {
-  t->len = 0;
-  if (t->data) t->data[0] = 0;
-}
-
-void lh_envs_text_free(lh_envs_text *t) {
-  free(t->data);
-  t->data = NULL;
-  t->len = t->cap = 0;
-}

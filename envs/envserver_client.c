@@ -30,7 +30,7 @@ typedef struct {
   lh_env_image *images;
   lh_env_term *terms;
   size_t terms_cap;
-  lh_envs_text action;
+  lh_str action;
   char *describe;
 } server_env;
 
@@ -154,7 +154,7 @@ static void server_destroy(void *ctx) {
   lh_wire_free(s->last);
   free(s->images);
   free(s->terms);
-  lh_envs_text_free(&s->action);
+  lh_str_free(&s->action);
   free(s->describe);
   free(s);
 }
@@ -270,8 +270,8 @@ int lh_envs_server_step_send(void *ctx, const char *action, size_t bytes, lh_err
   if (!have_session(s))
     return lh_errbuf_set(err, LH_EENVS_NOT_RESET, "env server %s: no session; reset first",
                          lh_envs_conn_endpoint(s->conn));
-  lh_envs_text_clear(&s->action);  /* a NUL-terminated copy for protobuf-c, reused */
-  if (lh_envs_text_append(&s->action, action, bytes) < 0)
+  lh_str_clear(&s->action);  /* a NUL-terminated copy for protobuf-c, reused */
+  if (lh_str_append(&s->action, action, bytes) < 0)
     return lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
   Longhaul__EnvRequest req = LONGHAUL__ENV_REQUEST__INIT;
   req.op = LONGHAUL__ENV_OP__ENV_OP_STEP;

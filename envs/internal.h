@@ -2,6 +2,7 @@
 #ifndef LH_ENVS_INTERNAL_H
 #define LH_ENVS_INTERNAL_H
 
+#include "common/str.h"
 #include "envs/env.h"
 #include "net/zsock.h"
 
@@ -94,25 +95,14 @@ int lh_envs_budget_send(lh_envs_budget *b, lh_envs_peer *p, void *sock, uint8_t 
 void lh_envs_budget_refused(lh_envs_budget *b, const lh_envs_peer *p, const char *env_name, const char *why);
 uint64_t lh_envs_budget_refusals(const lh_envs_budget *b);
 
-/* A growable text buffer for observations. */
-typedef struct {
-  char *data;
-  size_t len, cap;
-} lh_envs_text;
-int lh_envs_text_printf(lh_envs_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int lh_envs_text_append(lh_envs_text *t, const char *s, size_t n);
-/* Grows t to hold bytes more exactly (not to a power of two), so that a
- * buffer sized up front has the capacity its footprint states. */
-int lh_envs_text_reserve(lh_envs_text *t, size_t bytes);
-void lh_envs_text_clear(lh_envs_text *t);
-void lh_envs_text_free(lh_envs_text *t);
 
 /* What the allocator adds to one allocation at most: a large one is
  * mmap'd whole pages with a header. Footprints add it per allocation. */
 #define LH_ENVS_ALLOC_SLACK 4096
 
-/* The bytes an environment's text buffers may reach when their largest
- * content is about `content` bytes (capacities double: at most twice). */
+/* The bytes an environment's text buffers (lh_str, common/str.h) may
+ * reach when their largest content is about `content` bytes (capacities
+ * double from 256: at most twice). */
 #define LH_ENVS_TEXT_FOOTPRINT(content) (2 * ((size_t)(content) + 256))
 
 /* Writes the bytes s[0..n) into out[cap] for a log line: printable ASCII

@@ -23,7 +23,7 @@ typedef struct {
   uint8_t *pixels;
   lh_env_image image;
   lh_env_rng expert_rng;
-  lh_envs_text text, expert, desc;
+  lh_str text, expert, desc;
   lh_env_term terms[1];
 } maze_env;
 
@@ -64,9 +64,9 @@ static void maze_destroy(void *ctx) {
   maze_env *e = ctx;
   if (!e) return;
   free(e->pixels);
-  lh_envs_text_free(&e->text);
-  lh_envs_text_free(&e->expert);
-  lh_envs_text_free(&e->desc);
+  lh_str_free(&e->text);
+  lh_str_free(&e->expert);
+  lh_str_free(&e->desc);
   free(e);
 }
 
@@ -118,8 +118,8 @@ static void draw(maze_env *e) {
 
 static void observe(maze_env *e, lh_env_obs *obs, const char *note) {
   draw(e);
-  lh_envs_text_clear(&e->text);
-  lh_envs_text_printf(&e->text,
+  lh_str_clear(&e->text);
+  lh_str_printf(&e->text,
                       "maze %ldx%ld (image: you are red, the goal is green, walls dark). %s "
                       "Move with <call>move(N|S|E|W)</call>.",
                       e->size, e->size, note);
@@ -214,16 +214,16 @@ static int maze_expert(void *ctx, const char **action, lh_errbuf *err) {
   maze_env *e = ctx;
   int d = bfs_first_move(e);
   if (e->noise > 0 && lh_env_rng_unit(&e->expert_rng) < e->noise) d = (int)lh_env_rng_below(&e->expert_rng, 4);
-  lh_envs_text_clear(&e->expert);
-  lh_envs_text_printf(&e->expert, "<call>move(%c)</call>", DIRS[d]);
+  lh_str_clear(&e->expert);
+  lh_str_printf(&e->expert, "<call>move(%c)</call>", DIRS[d]);
   *action = e->expert.data;
   return 0;
 }
 
 static const char *maze_describe(void *ctx) {
   maze_env *e = ctx;
-  lh_envs_text_clear(&e->desc);
-  lh_envs_text_printf(&e->desc,
+  lh_str_clear(&e->desc);
+  lh_str_printf(&e->desc,
                       "maze: a perfect grid maze shown as an RGB image each step (%dx%d pixels: "
                       "walls dark, floor light, agent red, goal green) with a short text. Start top "
                       "left, goal bottom right.\n"

@@ -34,7 +34,7 @@ static const char *const FIELD[] = {"city", "color", "code"};
 typedef struct {
   long tokens, show_document;
   double noise;
-  lh_envs_text doc;          /* all lines */
+  lh_str doc;          /* all lines */
   size_t *line_at;           /* offset of each line in doc */
   size_t lines;
   size_t target;             /* 0-based line of the record asked about */
@@ -42,7 +42,7 @@ typedef struct {
   char id[16], answer[32];
   int line_known, line_read;
   lh_env_rng expert_rng;
-  lh_envs_text text, expert, desc;
+  lh_str text, expert, desc;
   lh_env_term terms[1];
 } needle_env;
 
@@ -66,10 +66,10 @@ static int needle_create(const lh_env_option *opts, size_t count, void **ctx, lh
 static void needle_destroy(void *ctx) {
   needle_env *e = ctx;
   if (!e) return;
-  lh_envs_text_free(&e->doc);
-  lh_envs_text_free(&e->text);
-  lh_envs_text_free(&e->expert);
-  lh_envs_text_free(&e->desc);
+  lh_str_free(&e->doc);
+  lh_str_free(&e->text);
+  lh_str_free(&e->expert);
+  lh_str_free(&e->desc);
   free(e->line_at);
   free(e);
 }
@@ -123,7 +123,7 @@ static void write_line(needle_env *e, lh_env_rng *r, size_t i, uint64_t id_offse
   unsigned code = 1000 + lh_env_rng_below(r, 9000);
   const char *first = FIRST[lh_env_rng_below(r, N_OF(FIRST))];
   const char *last = LAST[lh_env_rng_below(r, N_OF(LAST))];
-  lh_envs_text_printf(&e->doc, "L%zu id=ID-%s name=%s %s city=%s color=%s code=%u\n", i + 1, id,
+  lh_str_printf(&e->doc, "L%zu id=ID-%s name=%s %s city=%s color=%s code=%u\n", i + 1, id,
                       first, last, city, color, code);
   if (field_value) {
     snprintf(field_value[0], 32, "%s", city);
@@ -148,10 +148,10 @@ static int needle_reset(void *ctx, uint64_t seed, lh_env_obs *obs, lh_errbuf *er
   e->target = lh_env_rng_below(&r, (uint32_t)lines);
   e->field = (int)lh_env_rng_below(&r, 3);
   uint64_t id_offset = lh_env_rng_next(&r) % ID_SPACE;
-  lh_envs_text_clear(&e->doc);
-  lh_envs_text_clear(&e->text);
-  if (lh_envs_text_reserve(&e->doc, lines * max_line_bytes(lines)) < 0 ||
-      (e->show_document && lh_envs_text_reserve(&e->text, lines * max_line_bytes(lines) + NEEDLE_TEXT_BYTES) < 0))
+  lh_str_clear(&e->doc);
+  lh_str_clear(&e->text);
+  if (lh_str_reserve(&e->doc, lines * max_line_bytes(lines)) < 0 ||
+      (e->show_document && lh_str_reserve(&e->text, lines * max_line_bytes(lines) + NEEDLE_TEXT_BYTES) < 0))
     return lh_errbuf_set(err, LH_ENOMEM, "needle: out of memory for a document of %zu lines", lines);
   char values[3][32], *vp[3] = {values[0], values[1], values[2]};
   for (size_t i = 0; i < lines; i++) {
@@ -162,10 +162,10 @@ static int needle_reset(void *ctx, uint64_t seed, lh_env_obs *obs, lh_errbuf *er
   snprintf(e->answer, sizeof e->answer, "%s", values[e->field]);
   e->line_known = e->line_read = 0;
   if (e->show_document) {
-    lh_envs_text_printf(&e->text, "Document (%zu lines):\n", lines);
-    lh_envs_text_append(&e->text, e->doc.data, e->doc.len);
+    lh_str_printf(&e->text, "Document (%zu lines):\n", lines);
+    lh_str_append(&e->text, e->doc.data, e->doc.len);
   }
-  lh_envs_text_printf(&e->text,
+  lh_str_printf(&e->text,
                       "Question: what is the %s of the record with id %s?\n"
                       "Tools: <call>search(TERM)</call> lists the numbers of lines containing TERM; "
                       "<call>read(N)</call> shows line N. Answer with the value, then <eos>.",
@@ -186,18 +186,18 @@ static void do_search(needle_env *e, const char *term, size_t n) {
   while (n && isspace((unsigned char)term[n - 1])) n--;
   if (n >= 2 && (term[0] == '"' || term[0] == '\'') && term[n - 1] == term[0]) term++, n -= 2;
   if (n == 0) {
-    lh_envs_text_printf(&e->text, "error: search: empty term");
+    lh_str_printf(&e->text, "error: search: empty term");
     return;
   }
   size_t hits = 0;
-  lh_envs_text_printf(&e->text, "lines:");
+  lh_str_printf(&e->text, "lines:");
   for (size_t i = 0; i < e->lines; i++) {
     if (!memmem(e->doc.data + e->line_at[i], line_len(e, i), term, n)) continue;
-    if (hits++ < MAX_HITS) lh_envs_text_printf(&e->text, " %zu", i + 1);
+    if (hits++ < MAX_HITS) lh_str_printf(&e->text, " %zu", i + 1);
     if (i == e->target && n >= 9) e->line_known = 1;  /* the id or more of it */
   }
-  if (hits == 0) lh_envs_text_printf(&e->text, " none");
-  else if (hits > MAX_HITS) lh_envs_text_printf(&e->text, " ... (%zu in all)", hits);
+  if (hits == 0) lh_str_printf(&e->text, " none");
+  else if (hits > MAX_HITS) lh_str_printf(&e->text, " ... (%zu in all)", hits);
 }
 
 static void do_read(needle_env *e, const char *arg, size_t n) {
@@ -211,10 +211,10 @@ static void do_read(needle_env *e, const char *arg, size_t n) {
     else v = v * 10 + (size_t)(arg[i] - '0');
   }
   if (!ok || v < 1 || v > e->lines) {
-    lh_envs_text_printf(&e->text, "error: read: expected a line number 1..%zu", e->lines);
+    lh_str_printf(&e->text, "error: read: expected a line number 1..%zu", e->lines);
     return;
   }
-  lh_envs_text_append(&e->text, e->doc.data + e->line_at[v - 1], line_len(e, v - 1));
+  lh_str_append(&e->text, e->doc.data + e->line_at[v - 1], line_len(e, v - 1));
   if (v - 1 == e->target) e->line_read = e->line_known = 1;
 }
 
@@ -222,13 +222,13 @@ static int needle_step(void *ctx, const char *action, size_t bytes, const lh_act
                        lh_env_result *out, lh_errbuf *err) {
   (void)action, (void)bytes, (void)err;
   needle_env *e = ctx;
-  lh_envs_text_clear(&e->text);
+  lh_str_clear(&e->text);
   if (a->kind == LH_ACTION_CALL) {
     if (a->tool_bytes == 6 && memcmp(a->tool, "search", 6) == 0) do_search(e, a->args, a->args_bytes);
     else do_read(e, a->args, a->args_bytes);
   } else {
     int ok = a->args_bytes == strlen(e->answer) && strncasecmp(a->args, e->answer, a->args_bytes) == 0;
-    lh_envs_text_printf(&e->text, ok ? "correct: %s" : "wrong: the answer is %s", e->answer);
+    lh_str_printf(&e->text, ok ? "correct: %s" : "wrong: the answer is %s", e->answer);
     out->done = 1;
     out->reward = ok ? 1.0f : 0.0f;
     out->outcome = ok ? LH_ENV_SUCCESS : LH_ENV_FAILURE;
@@ -236,7 +236,7 @@ static int needle_step(void *ctx, const char *action, size_t bytes, const lh_act
     out->terms = e->terms;
     out->term_count = 1;
   }
-  if (!e->text.data) lh_envs_text_printf(&e->text, " ");
+  if (!e->text.data) lh_str_printf(&e->text, " ");
   out->obs.text = e->text.data;
   out->obs.text_bytes = e->text.len;
   return 0;
@@ -245,23 +245,23 @@ static int needle_step(void *ctx, const char *action, size_t bytes, const lh_act
 static int needle_expert(void *ctx, const char **action, lh_errbuf *err) {
   (void)err;
   needle_env *e = ctx;
-  lh_envs_text_clear(&e->expert);
+  lh_str_clear(&e->expert);
   if (e->noise > 0 && lh_env_rng_unit(&e->expert_rng) < e->noise) {
     uint32_t kind = lh_env_rng_below(&e->expert_rng, 3);
     if (kind == 0)
-      lh_envs_text_printf(&e->expert, "<call>search(%s)</call>",
+      lh_str_printf(&e->expert, "<call>search(%s)</call>",
                           LAST[lh_env_rng_below(&e->expert_rng, N_OF(LAST))]);
     else if (kind == 1)
-      lh_envs_text_printf(&e->expert, "<call>read(%u)</call>",
+      lh_str_printf(&e->expert, "<call>read(%u)</call>",
                           1 + lh_env_rng_below(&e->expert_rng, (uint32_t)e->lines));
     else
-      lh_envs_text_printf(&e->expert, "%s<eos>", COLOR[lh_env_rng_below(&e->expert_rng, N_OF(COLOR))]);
+      lh_str_printf(&e->expert, "%s<eos>", COLOR[lh_env_rng_below(&e->expert_rng, N_OF(COLOR))]);
   } else if (!e->line_known) {
-    lh_envs_text_printf(&e->expert, "<call>search(%s)</call>", e->id);
+    lh_str_printf(&e->expert, "<call>search(%s)</call>", e->id);
   } else if (!e->line_read) {
-    lh_envs_text_printf(&e->expert, "<call>read(%zu)</call>", e->target + 1);
+    lh_str_printf(&e->expert, "<call>read(%zu)</call>", e->target + 1);
   } else {
-    lh_envs_text_printf(&e->expert, "%s<eos>", e->answer);
+    lh_str_printf(&e->expert, "%s<eos>", e->answer);
   }
   *action = e->expert.data;
   return 0;
@@ -269,8 +269,8 @@ static int needle_expert(void *ctx, const char **action, lh_errbuf *err) {
 
 static const char *needle_describe(void *ctx) {
   needle_env *e = ctx;
-  lh_envs_text_clear(&e->desc);
-  lh_envs_text_printf(&e->desc,
+  lh_str_clear(&e->desc);
+  lh_str_printf(&e->desc,
                       "needle: a generated document of records (id, name, city, color, code), one "
                       "per line, and a question about the record with a given id. The document is "
                       "shown at reset (show_document=1) and can be searched.\n"

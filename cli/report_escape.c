@@ -1,0 +1,33 @@
+/* cli report: HTML escaping into the page's text (an lh_str). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/report.h"
+
+void lh_report_escape(lh_str *b, const char *s) {
+  if (!s) return;
+  const char *run = s;
+  for (const char *p = s;; p++) {
+    unsigned char c = (unsigned char)*p;
+    const char *rep = NULL;
+    switch (c) {
+      case '&': rep = "&amp;"; break;
+      case '<': rep = "&lt;"; break;
+      case '>': rep = "&gt;"; break;
+      case '"': rep = "&quot;"; break;
+      case '\'': rep = "&#39;"; break;
+      case '\t': case '\n': break;
+      default:
+        if (c != 0 && c < 0x20) rep = "\xEF\xBF\xBD";
+        break;
+    }
+    if (rep || c == 0) {
+      lh_str_append(b, run, (size_t)(p - run));
+      if (c == 0) return;
+      lh_str_puts(b, rep);
+      run = p + 1;
+    }
+  }
+}
