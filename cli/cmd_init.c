@@ -15,7 +15,6 @@ static const lh_cli_help HELP = {
     .about = "Writes DIR/model.safetensors: the model of the [model] section of MODEL.ini (other sections are "
         "checked, not used; missing keys take the demo model's defaults), every parameter initialised from "
         "seed N. The config, with the seed, is kept in the file's __metadata__.",
-    .notes = NULL,
     .exits = "0 written, 1 runtime error, 2 usage or config error.",
 };
 

@@ -27,7 +27,6 @@ static const lh_cli_help HELP = {
         "per-step charts can be drawn against train step, policy version, wall clock or samples (buttons on "
         "the page). The page needs no network and no script: charts are inline SVG. A store without data "
         "gives a page that says so.",
-    .notes = NULL,
     .exits = "0 written, 1 runtime error (a store that cannot be read), 2 usage error.",
 };
 

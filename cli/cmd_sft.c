@@ -32,7 +32,6 @@ static const lh_cli_help HELP = {
         "warmup then cosine over --steps), [env] the environment's options (e.g. stages = 2, expert_noise = "
         "0.1; name = NAME stands for --env). At the end DIR/model.safetensors is written atomically, then "
         "greedy decoding on the held-out seeds 1..N of --eval prints the success rate.",
-    .notes = NULL,
     .exits = "0 written, 1 runtime error, 2 usage or config error.",
 };
 

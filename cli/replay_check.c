@@ -49,7 +49,6 @@ static const lh_cli_help HELP = {
         "integrity_check. Opening a store does not check it, so that an open costs the same at 1 GB and at "
         "100 GB; a learner's open checks it only after a learner did not shut down cleanly. Any SQLite file "
         "can be checked, whatever its schema version. Prints 'ok' or every problem SQLite reports.",
-    .notes = NULL,
     .exits = "0 the file is whole, 1 it is damaged or cannot be read, 2 usage error.",
 };
 

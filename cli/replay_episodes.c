@@ -112,7 +112,6 @@ static const lh_cli_help HELP = {
     .cmd = "replay episodes",
     .usage = "--db FILE [OPTIONS]",
     .about = "Lists episodes in id order as an aligned table, filtered by the options.",
-    .notes = NULL,
     .exits = "0 ok, 1 runtime error (e.g. the store cannot be opened), 2 usage error.",
 };
 

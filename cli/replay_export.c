@@ -209,7 +209,6 @@ static const lh_cli_help HELP = {
         "its decoded segments (tokens, text, loss_mask, versions, logps, images without their pixels), "
         "filtered as by 'longhaul replay episodes'. Progress goes to stderr when stderr is a terminal (and "
         "the lines do not go to that terminal).",
-    .notes = NULL,
     .exits = "0 ok, 1 runtime error (e.g. the store cannot be opened), 2 usage error.",
 };
 

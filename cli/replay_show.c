@@ -190,7 +190,6 @@ static const lh_cli_help HELP = {
         "name(args)', observations '[obs] text', images '[image WxHxC at offset N]' (N: token offset in the "
         "episode). Bytes that are not printable ASCII are escaped (\\t, \\r, \\\\, \\xHH); a newline byte "
         "ends the line. Missing segments are reported as gaps.",
-    .notes = NULL,
     .exits = "0 ok, 1 runtime error (e.g. the store cannot be opened), 2 usage error.",
 };
 

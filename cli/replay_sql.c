@@ -134,7 +134,6 @@ static const lh_cli_help HELP = {
         "prints as NULL, a BLOB as <blob N bytes>. A statement that would write or change the connection "
         "(INSERT, UPDATE, DELETE, DROP, CREATE, ATTACH, BEGIN, a PRAGMA given a value, ...) is refused. The "
         "tables are described in README.md; '.schema' in sqlite3 shows them too.",
-    .notes = NULL,
     .exits = "0 ok, 1 runtime error (e.g. the store cannot be opened), 2 usage error.",
 };
 

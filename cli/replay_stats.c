@@ -98,7 +98,6 @@ static const lh_cli_help HELP = {
     .usage = "--db FILE",
     .about = "Counts of episodes by status and by environment, segments, tokens, the reward mean, the range of "
         "policy versions and the train steps.",
-    .notes = NULL,
     .exits = "0 ok, 1 runtime error (e.g. the store cannot be opened), 2 usage error.",
 };
 

@@ -247,17 +247,5 @@ static const char *calc_describe(void *ctx) {
   return e->desc.data;
 }
 
-const lh_env_vtable lh_envs_calc_vtable = {
-    .version = LH_ENV_API_VERSION,
-    .name = "calc",
-    .summary = "multi-step exact arithmetic with a calc(expr) tool",
-    .tools = "calc",
-    .default_max_steps = 16,
-    .create = calc_create,
-    .reset = calc_reset,
-    .step = calc_step,
-    .describe = calc_describe,
-    .expert = calc_expert,
-    .destroy = calc_destroy,
-    .footprint = calc_footprint,
-};
+const lh_env_vtable lh_envs_calc_vtable =
+    LH_ENVS_BUILTIN(calc, "calc", "multi-step exact arithmetic with a calc(expr) tool", "calc", 16);

@@ -9,6 +9,19 @@
 extern const lh_env_vtable lh_envs_calc_vtable;
 extern const lh_env_vtable lh_envs_needle_vtable;
 extern const lh_env_vtable lh_envs_maze_vtable;
+
+/* The vtable of a built-in environment whose functions are named
+ * PREFIX_create, PREFIX_reset, PREFIX_step, PREFIX_describe,
+ * PREFIX_expert, PREFIX_destroy and PREFIX_footprint:
+ *   const lh_env_vtable lh_envs_calc_vtable =
+ *       LH_ENVS_BUILTIN(calc, "calc", "multi-step arithmetic ...", "calc", 16); */
+#define LH_ENVS_BUILTIN(prefix, name_, summary_, tools_, max_steps)                                   \
+  {                                                                                                 \
+    .version = LH_ENV_API_VERSION, .name = (name_), .summary = (summary_), .tools = (tools_),        \
+    .default_max_steps = (max_steps), .create = prefix##_create, .reset = prefix##_reset,           \
+    .step = prefix##_step, .describe = prefix##_describe, .expert = prefix##_expert,                \
+    .destroy = prefix##_destroy, .footprint = prefix##_footprint,                                   \
+  }
 /* The client side of an env server: options server=ENDPOINT, env=NAME,
  * timeout_ms; every other option goes to the server's CREATE. */
 extern const lh_env_vtable lh_envs_server_vtable;

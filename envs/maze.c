@@ -236,17 +236,5 @@ static const char *maze_describe(void *ctx) {
   return e->desc.data;
 }
 
-const lh_env_vtable lh_envs_maze_vtable = {
-    .version = LH_ENV_API_VERSION,
-    .name = "maze",
-    .summary = "walk a grid maze seen as an RGB image with move(N|S|E|W)",
-    .tools = "move",
-    .default_max_steps = 64,
-    .create = maze_create,
-    .reset = maze_reset,
-    .step = maze_step,
-    .describe = maze_describe,
-    .expert = maze_expert,
-    .destroy = maze_destroy,
-    .footprint = maze_footprint,
-};
+const lh_env_vtable lh_envs_maze_vtable =
+    LH_ENVS_BUILTIN(maze, "maze", "walk a grid maze seen as an RGB image with move(N|S|E|W)", "move", 64);

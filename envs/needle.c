@@ -283,17 +283,6 @@ static const char *needle_describe(void *ctx) {
   return e->desc.data;
 }
 
-const lh_env_vtable lh_envs_needle_vtable = {
-    .version = LH_ENV_API_VERSION,
-    .name = "needle",
-    .summary = "find a record in a long generated document with search/read tools",
-    .tools = "search,read",
-    .default_max_steps = 12,
-    .create = needle_create,
-    .reset = needle_reset,
-    .step = needle_step,
-    .describe = needle_describe,
-    .expert = needle_expert,
-    .destroy = needle_destroy,
-    .footprint = needle_footprint,
-};
+const lh_env_vtable lh_envs_needle_vtable =
+    LH_ENVS_BUILTIN(needle, "needle", "find a record in a long generated document with search/read tools",
+                    "search,read", 12);
