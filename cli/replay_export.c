@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/replay.h"
+#include "common/buf.h"
 
 /* 64-bit ids, seeds and counts go out exactly: up to 2^53 as decimal
  * numbers (a cJSON number is a double, which would round above that),
@@ -178,13 +179,7 @@ typedef struct {
 
 static int collect_id(void *ctx, const lh_episode_row *r) {
   id_list *l = ctx;
-  if (l->count == l->cap) {
-    size_t cap = l->cap ? 2 * l->cap : 1024;
-    uint64_t *ids = realloc(l->ids, cap * sizeof *ids);
-    if (!ids) return LH_ENOMEM;
-    l->ids = ids;
-    l->cap = cap;
-  }
+  if (lh_reserve(&l->ids, &l->cap, l->count + 1, sizeof *l->ids, 1024)) return LH_ENOMEM;
   l->ids[l->count++] = r->id;
   return 0;
 }

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/replay.h"
+#include "common/buf.h"
 
 static void print_bytes(uint64_t bytes) {
   if (bytes < 1024) printf("%llu B", (unsigned long long)bytes);
@@ -21,13 +22,7 @@ typedef struct {
 
 static int collect_env(void *ctx, const lh_store_env_stats *e) {
   env_table *t = ctx;
-  if (t->count == t->cap) {
-    size_t cap = t->cap ? 2 * t->cap : 16;
-    lh_store_env_stats *rows = realloc(t->rows, cap * sizeof *rows);
-    if (!rows) return LH_ENOMEM;
-    t->rows = rows;
-    t->cap = cap;
-  }
+  if (lh_reserve(&t->rows, &t->cap, t->count + 1, sizeof *t->rows, 16)) return LH_ENOMEM;
   t->rows[t->count++] = *e;
   return 0;
 }

@@ -23,6 +23,14 @@ int lh_resize(void *pp, size_t count, size_t elem_bytes) {
   return 0;
 }
 
+int lh_reserve(void *pp, size_t *cap, size_t need, size_t elem_bytes, size_t first) {
+  if (need <= *cap) return 0;
+  size_t c = lh_grow_cap(*cap, need, first);
+  if (!c || lh_resize(pp, c, elem_bytes)) return -1;
+  *cap = c;
+  return 0;
+}
+
 char *lh_strdup0(const char *s) {
   if (!s) s = "";
   size_t n = strlen(s) + 1;

@@ -16,6 +16,14 @@ size_t lh_grow_cap(size_t cap, size_t need, size_t first);
  * size that overflows, or no memory) with *pp unchanged. */
 int lh_resize(void *pp, size_t count, size_t elem_bytes);
 
+/* Makes room for need elements in the array *(T **)pp of *cap elements
+ * of elem_bytes each: when need > *cap, *cap grows (lh_grow_cap, doubling
+ * from first) and the array is reallocated. 0, or -1 (a size that
+ * overflows, or no memory) with *pp and *cap unchanged. The one way an
+ * array grows by a push: `if (lh_reserve(&a->v, &a->cap, a->n + 1,
+ * sizeof *a->v, 16)) return LH_ENOMEM;`. */
+int lh_reserve(void *pp, size_t *cap, size_t need, size_t elem_bytes, size_t first);
+
 /* A malloc'd copy of s ("" when s is NULL); NULL when out of memory. */
 char *lh_strdup0(const char *s);
 

@@ -8,6 +8,7 @@
  * ones of the same file's includes, and when the file ends, its own keys
  * replace all of its includes' keys of the same name. */
 #include "common/ini_doc.h"
+#include "common/buf.h"
 
 #include <ini.h>
 #include <limits.h>
@@ -51,12 +52,7 @@ static int read_file(lh_ini_doc *doc, const char *name, const char *text, const 
 
 static const char *own(lh_ini_doc *doc, const char *s) {
   if (!s) return NULL;
-  if (doc->n_owned == doc->cap_owned) {
-    size_t cap = doc->cap_owned ? 2 * doc->cap_owned : 8;
-    char **o = realloc(doc->owned, cap * sizeof *o);
-    if (!o) return NULL;
-    doc->owned = o, doc->cap_owned = cap;
-  }
+  if (lh_reserve(&doc->owned, &doc->cap_owned, doc->n_owned + 1, sizeof *doc->owned, 8)) return NULL;
   char *copy = strdup(s);
   if (copy) doc->owned[doc->n_owned++] = copy;
   return copy;
@@ -71,12 +67,8 @@ static int append(lh_ini_doc *doc, const char *file, int line, const char *dir, 
   if (doc->n == LH_INI_MAX_ENTRIES)
     return lh_errbuf_set(err, doc->error, "%s:%d: more than %d keys in the config and its includes", file, line,
                          LH_INI_MAX_ENTRIES);
-  if (doc->n == doc->cap) {
-    size_t cap = doc->cap ? 2 * doc->cap : 64;
-    lh_ini_entry *e = realloc(doc->e, cap * sizeof *e);
-    if (!e) return lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory", file);
-    doc->e = e, doc->cap = cap;
-  }
+  if (lh_reserve(&doc->e, &doc->cap, doc->n + 1, sizeof *doc->e, 64))
+    return lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory", file);
   lh_ini_entry *e = &doc->e[doc->n];
   *e = (lh_ini_entry){.file = file, .line = line, .dir = dir, .section = strdup(section), .key = strdup(key),
                       .value = strdup(value)};

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "common/buf.h"
 #include "envs/internal.h"
 #include "net/zsock.h"
 
@@ -218,13 +219,8 @@ static int connect_socket(lh_envs_conn *c, lh_errbuf *err) {
 int lh_envs_conn_send(lh_envs_conn *c, Longhaul__EnvRequest *req, int timeout_ms, uint64_t *generation,
                       lh_errbuf *err) {
   LH_TRY(connect_socket(c, err));
-  if (c->queued_count == c->queued_cap) {
-    size_t cap = c->queued_cap ? 2 * c->queued_cap : 16;
-    queued *q = realloc(c->queued, cap * sizeof *q);
-    if (!q) return lh_errbuf_set(err, LH_ENOMEM, "env hub: out of memory");
-    c->queued = q;
-    c->queued_cap = cap;
-  }
+  if (lh_reserve(&c->queued, &c->queued_cap, c->queued_count + 1, sizeof *c->queued, 16))
+    return lh_errbuf_set(err, LH_ENOMEM, "env hub: out of memory");
   req->request_id = ++c->next_request;
   *generation = c->generation;
   Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
@@ -248,13 +244,7 @@ static int park(lh_envs_conn *c, uint64_t id, Longhaul__Envelope *env) {
     c->parked_count -= c->parked_head;
     c->parked_head = 0;
   }
-  if (c->parked_count == c->parked_cap) {
-    size_t cap = c->parked_cap ? 2 * c->parked_cap : 16;
-    parked *p = realloc(c->parked, cap * sizeof *p);
-    if (!p) return LH_ENOMEM;
-    c->parked = p;
-    c->parked_cap = cap;
-  }
+  if (lh_reserve(&c->parked, &c->parked_cap, c->parked_count + 1, sizeof *c->parked, 16)) return LH_ENOMEM;
   c->parked[c->parked_count++] = (parked){id, env};
   return 0;
 }

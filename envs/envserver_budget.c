@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "envs/internal.h"
 
 /* Peers with no session and no reply in flight are forgotten at a sweep;
@@ -135,13 +136,7 @@ lh_envs_peer *lh_envs_budget_peer(lh_envs_budget *b, const void *id, size_t byte
     if (b->peer_n >= most) return NULL;
     i = peer_locate(b, id, bytes);
   }
-  if (b->peer_n == b->peer_cap) {
-    size_t cap = b->peer_cap ? 2 * b->peer_cap : 16;
-    lh_envs_peer **grown = realloc(b->peers, cap * sizeof *grown);
-    if (!grown) return NULL;
-    b->peers = grown;
-    b->peer_cap = cap;
-  }
+  if (lh_reserve(&b->peers, &b->peer_cap, b->peer_n + 1, sizeof *b->peers, 16)) return NULL;
   lh_envs_peer *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   memcpy(p->id, id, bytes);
@@ -263,13 +258,8 @@ int lh_envs_budget_admit(lh_envs_budget *b, const lh_envs_peer *p, uint64_t byte
 
 int lh_envs_budget_add(lh_envs_budget *b, lh_envs_peer *p, lh_env *env, uint64_t bytes, uint64_t request_id,
                        uint64_t *id, lh_errbuf *err) {
-  if (b->n == b->cap) {
-    size_t cap = b->cap ? 2 * b->cap : 64;
-    session *grown = realloc(b->s, cap * sizeof *grown);
-    if (!grown) return lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory for a session");
-    b->s = grown;
-    b->cap = cap;
-  }
+  if (lh_reserve(&b->s, &b->cap, b->n + 1, sizeof *b->s, 64))
+    return lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory for a session");
   b->s[b->n++] = (session){++b->next_id, env, p, bytes, lh_now_ns(), request_id};
   p->sessions++;
   p->session_bytes += bytes;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "store/store_internal.h"
 
 static void note_missing(lh_segment_report *r, uint32_t from, uint32_t to) {
@@ -96,15 +97,9 @@ typedef struct {
 static int collect(void *ctx, uint32_t seq, Longhaul__Segment *seg) {
   (void)seq;
   collect_ctx *c = ctx;
-  if (c->count == c->cap) {
-    size_t cap = c->cap ? c->cap * 2 : 16;
-    Longhaul__Segment **g = realloc(c->segs, cap * sizeof *g);
-    if (!g) {
-      lh_wire_segment_free(seg);
-      return lh_errbuf_set(c->err, LH_ENOMEM, "no memory for the segments");
-    }
-    c->segs = g;
-    c->cap = cap;
+  if (lh_reserve(&c->segs, &c->cap, c->count + 1, sizeof *c->segs, 16)) {
+    lh_wire_segment_free(seg);
+    return lh_errbuf_set(c->err, LH_ENOMEM, "no memory for the segments");
   }
   c->segs[c->count++] = seg;
   return 0;

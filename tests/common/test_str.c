@@ -1,10 +1,13 @@
 /* common/str.h: the one string builder. Appends and printf of every size
  * against the plain C string they should make, exact reserves, and the
- * sticky failure that lh_str_clear forgets. */
+ * sticky failure that lh_str_clear forgets. And common/buf.h's
+ * lh_reserve, the push growth of every array. */
 #include "tests/case_main.h" /* check.h and the suite runner */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/common.h"
 #include "common/str.h"
 
@@ -90,6 +93,28 @@ START_TEST(test_failure_sticks_until_clear) {
 }
 END_TEST
 
+/* Pushes through lh_reserve keep every value; capacities double from
+ * first; an overflowing size fails and leaves the array as it was. */
+START_TEST(test_reserve_pushes) {
+  uint64_t *v = NULL;
+  size_t n = 0, cap = 0;
+  for (uint64_t i = 0; i < 1000; i++) {
+    ck_assert_int_eq(lh_reserve(&v, &cap, n + 1, sizeof *v, 16), 0);
+    ck_assert(cap == 16 || (cap >= 32 && (cap & (cap - 1)) == 0));
+    v[n++] = i * 7;
+  }
+  ck_assert_uint_eq(cap, 1024);
+  for (uint64_t i = 0; i < 1000; i++) ck_assert_uint_eq(v[i], i * 7);
+  uint64_t *before = v;
+  ck_assert_int_eq(lh_reserve(&v, &cap, SIZE_MAX / 4, sizeof *v, 16), -1);
+  ck_assert_ptr_eq(v, before);
+  ck_assert_uint_eq(cap, 1024);
+  ck_assert_int_eq(lh_reserve(&v, &cap, 10, sizeof *v, 16), 0);
+  ck_assert_uint_eq(cap, 1024);
+  free(v);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("str");
   TCase *tc = tcase_create("str");
@@ -97,6 +122,7 @@ int main(void) {
   tcase_add_test(tc, test_pieces_match_plain_text);
   tcase_add_test(tc, test_reserve_is_exact);
   tcase_add_test(tc, test_failure_sticks_until_clear);
+  tcase_add_test(tc, test_reserve_pushes);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }
