@@ -304,12 +304,8 @@ int lh_actors_segmenter_set_state(lh_actors_segmenter *s, uint64_t offset, const
     if (!isfinite(state[i]))
       return lh_errbuf_set(err, LH_EACTORS_SEGMENT_TOKEN, "segmenter set_state: state[%zu] = %g at offset %llu is not finite",
                            i, (double)state[i], (unsigned long long)offset);
-  if (s->n_states == s->states_cap) {
-    size_t cap = s->states_cap ? 2 * s->states_cap : 4;
-    pending_state *q = realloc(s->states, cap * sizeof *q);
-    if (!q) return lh_errbuf_set(err, LH_ENOMEM, "segmenter: out of memory for a recurrent state");
-    s->states = q, s->states_cap = cap;
-  }
+  if (lh_reserve(&s->states, &s->states_cap, s->n_states + 1, sizeof *s->states, 4))
+    return lh_errbuf_set(err, LH_ENOMEM, "segmenter: out of memory for a recurrent state");
   float *copy = dup_mem(state, n * sizeof *state);
   if (!copy) return lh_errbuf_set(err, LH_ENOMEM, "segmenter: out of memory for a recurrent state of %zu floats", n);
   s->states[s->n_states++] = (pending_state){.offset = offset, .state = copy, .n = n};

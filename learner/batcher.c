@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "learner/internal.h"
 
 typedef struct {
@@ -87,13 +88,8 @@ int lh_learner_batcher_add(lh_learner_batcher *b, const lh_learner_batch_item *i
                          "too many",
                          (unsigned long long)item->group_id, b->group_size, (unsigned long long)item->episode_id);
   if (gi == b->n_groups) {
-    if (b->n_groups == b->cap_groups) {
-      size_t cap = b->cap_groups ? 2 * b->cap_groups : 16;
-      group *gs = realloc(b->groups, cap * sizeof *gs);
-      if (!gs) return lh_errbuf_set(err, LH_ENOMEM, "batcher add: out of memory");
-      b->groups = gs;
-      b->cap_groups = cap;
-    }
+    if (lh_reserve(&b->groups, &b->cap_groups, b->n_groups + 1, sizeof *b->groups, 16))
+      return lh_errbuf_set(err, LH_ENOMEM, "batcher add: out of memory");
     group *g = &b->groups[b->n_groups];
     memset(g, 0, sizeof *g);
     g->items = malloc(b->group_size * sizeof *g->items);
