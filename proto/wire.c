@@ -173,27 +173,52 @@ int lh_wire_encode(const Longhaul__Envelope *env, uint8_t **out, size_t *bytes, 
   return pack_new(&env->base, what, out, bytes, err);
 }
 
+typedef int (*validate_fn)(const ProtobufCMessage *m, const lh_wire_limits *lim, lh_errbuf *err);
+
+static int validate_envelope(const ProtobufCMessage *m, const lh_wire_limits *lim, lh_errbuf *err) {
+  return lh_wire_validate((const Longhaul__Envelope *)m, lim, err);
+}
+
+static int validate_segment(const ProtobufCMessage *m, const lh_wire_limits *lim, lh_errbuf *err) {
+  return lh_wire_validate_segment((const Longhaul__Segment *)m, lim, err);
+}
+
+/* Decodes a message of desc from buf[0..bytes): the buffer and its size
+ * checked against lim (the defaults when NULL), unpacked within its
+ * memory budget, then validated. 0 with *out (the caller frees it), or the
+ * code with err. fn names the caller in argument errors, what the message
+ * in the size error ("message", "segment"), unpacked what unpack_bounded
+ * calls it. */
+static int decode_checked(const ProtobufCMessageDescriptor *desc, validate_fn validate, const char *fn,
+                          const char *what, const char *unpacked, const uint8_t *buf, size_t bytes,
+                          const lh_wire_limits *lim, ProtobufCMessage **out, lh_errbuf *err) {
+  lh_wire_limits def;
+  if (!lim) lh_wire_limits_default(&def), lim = &def;
+  if (!buf && bytes > 0) return lh_errbuf_set(err, LH_EINVAL, "%s: NULL buffer of %zu bytes", fn, bytes);
+  if (bytes > lim->max_message_bytes)
+    return lh_errbuf_set(err, LH_EWIRE_TOO_LARGE, "%s is %zu bytes, over the limit of %zu", what, bytes,
+                         lim->max_message_bytes);
+  int rc = 0;
+  ProtobufCMessage *m = unpack_bounded(desc, buf, bytes, unpacked, &rc, err);
+  if (!m) return rc;
+  rc = validate(m, lim, err);
+  if (rc < 0) {
+    protobuf_c_message_free_unpacked(m, NULL);
+    return rc;
+  }
+  *out = m;
+  return 0;
+}
+
 int lh_wire_decode(const uint8_t *buf, size_t bytes, const lh_wire_limits *lim,
                    Longhaul__Envelope **out, lh_errbuf *err) {
   if (!out) return lh_errbuf_set(err, LH_EINVAL, "lh_wire_decode: out must not be NULL");
   *out = NULL;
-  lh_wire_limits def;
-  if (!lim) lh_wire_limits_default(&def), lim = &def;
-  if (!buf && bytes > 0) return lh_errbuf_set(err, LH_EINVAL, "lh_wire_decode: NULL buffer of %zu bytes", bytes);
-  if (bytes > lim->max_message_bytes)
-    return lh_errbuf_set(err, LH_EWIRE_TOO_LARGE, "message is %zu bytes, over the limit of %zu", bytes,
-                         lim->max_message_bytes);
-  int rc = 0;
-  Longhaul__Envelope *env = (Longhaul__Envelope *)unpack_bounded(&longhaul__envelope__descriptor, buf,
-                                                                 bytes, "envelope", &rc, err);
-  if (!env) return rc;
-  rc = lh_wire_validate(env, lim, err);
-  if (rc < 0) {
-    longhaul__envelope__free_unpacked(env, NULL);
-    return rc;
-  }
-  *out = env;
-  return 0;
+  ProtobufCMessage *m = NULL;
+  int rc = decode_checked(&longhaul__envelope__descriptor, validate_envelope, "lh_wire_decode", "message",
+                          "envelope", buf, bytes, lim, &m, err);
+  if (!rc) *out = (Longhaul__Envelope *)m;
+  return rc;
 }
 
 void lh_wire_free(Longhaul__Envelope *env) {
@@ -213,24 +238,11 @@ int lh_wire_segment_decode(const uint8_t *buf, size_t bytes, const lh_wire_limit
                            Longhaul__Segment **out, lh_errbuf *err) {
   if (!out) return lh_errbuf_set(err, LH_EINVAL, "lh_wire_segment_decode: out must not be NULL");
   *out = NULL;
-  lh_wire_limits def;
-  if (!lim) lh_wire_limits_default(&def), lim = &def;
-  if (!buf && bytes > 0)
-    return lh_errbuf_set(err, LH_EINVAL, "lh_wire_segment_decode: NULL buffer of %zu bytes", bytes);
-  if (bytes > lim->max_message_bytes)
-    return lh_errbuf_set(err, LH_EWIRE_TOO_LARGE, "segment is %zu bytes, over the limit of %zu", bytes,
-                         lim->max_message_bytes);
-  int rc = 0;
-  Longhaul__Segment *seg = (Longhaul__Segment *)unpack_bounded(&longhaul__segment__descriptor, buf,
-                                                               bytes, "segment", &rc, err);
-  if (!seg) return rc;
-  rc = lh_wire_validate_segment(seg, lim, err);
-  if (rc < 0) {
-    longhaul__segment__free_unpacked(seg, NULL);
-    return rc;
-  }
-  *out = seg;
-  return 0;
+  ProtobufCMessage *m = NULL;
+  int rc = decode_checked(&longhaul__segment__descriptor, validate_segment, "lh_wire_segment_decode", "segment",
+                          "segment", buf, bytes, lim, &m, err);
+  if (!rc) *out = (Longhaul__Segment *)m;
+  return rc;
 }
 
 /* A varint at b[*i]; 1 on a truncated or over-long one. */
