@@ -9,48 +9,20 @@
 #include "cli/policy_eval.h"
 #include "learner/learner.h"
 
-/* One [env] key: name, or an option (plugin a path, resolved against the
- * folder of its file); 0, or -1 with msg. */
-static int env_key(lh_cli_env_section *o, const lh_ini_entry *e, char *msg, size_t cap) {
-  char where[300];
-  lh_ini_entry_where(e, where, sizeof where);
-  if (!strcmp(e->key, "name")) {
-    free(o->name);
-    if ((o->name = strdup(e->value))) return 0;
-    return snprintf(msg, cap, "%s: out of memory", where), -1;
-  }
-  if (o->n == LH_CLI_MAX_ENV_OPTS)
-    return snprintf(msg, cap, "%s: [env] has more than %d keys", where, LH_CLI_MAX_ENV_OPTS), -1;
-  char path[PATH_MAX];
-  const char *value = e->value;
-  if (!strcmp(e->key, "plugin")) {
-    if (lh_ini_entry_path(e, path, sizeof path))
-      return snprintf(msg, cap, "%s: [env] plugin = %.64s: the path is too long", where, e->value), -1;
-    value = path;
-  }
-  o->keys[o->n] = strdup(e->key);
-  o->values[o->n] = strdup(value);
-  if (!o->keys[o->n] || !o->values[o->n]) {
-    free(o->keys[o->n]);
-    free(o->values[o->n]);
-    return snprintf(msg, cap, "%s: out of memory", where), -1;
-  }
-  o->opts[o->n] = (lh_env_option){o->keys[o->n], o->values[o->n]};
-  o->n++;
-  return 0;
-}
-
 int lh_cli_env_section_read(const lh_ini_doc *doc, lh_cli_env_section *o, char *msg, size_t cap) {
   memset(o, 0, sizeof *o);
-  for (size_t i = 0; i < lh_ini_doc_count(doc); i++) {
-    const lh_ini_entry *e = lh_ini_doc_entry(doc, i);
-    if (strcmp(e->section, "env") != 0) continue;
-    if (env_key(o, e, msg, cap)) {
-      lh_cli_env_section_free(o);
-      return -1;
-    }
-  }
-  return 0;
+  /* The one [env] reader is the actors' (with [actor]): the same checks,
+   * the same plugin path, the same messages as an actor's. */
+  lh_actors_config ac;
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  if (lh_actors_config_read(doc, &ac, &err)) return snprintf(msg, cap, "%s", err.msg), -1;
+  int oom = lh_ini_doc_find(doc, "env", "name") && !(o->name = strdup(ac.env_name));
+  for (uint32_t i = 0; !oom && i < ac.n_env_options; i++)
+    oom = lh_cli_env_section_set(o, ac.env_keys[i], ac.env_values[i]) != 0;
+  if (!oom) return 0;
+  lh_cli_env_section_free(o);
+  return snprintf(msg, cap, "[env]: out of memory"), -1;
 }
 
 void lh_cli_env_section_free(lh_cli_env_section *o) {

@@ -22,9 +22,11 @@ typedef struct {
   char *name;  /* [env] name, NULL when not given */
 } lh_cli_env_section;
 
-/* Reads the [env] section of doc: name, and every other key as an option
- * (plugin resolved against its file's folder). Returns 0, or -1 with a
- * one-line reason in msg. */
+/* Reads the [env] section of doc through the one [env] reader,
+ * lh_actors_config_read (actors/config.c): name (NULL when [env] gives
+ * none), and every other key as an option (plugin resolved against its
+ * file's folder). Returns 0, or -1 with a one-line reason in msg that
+ * names the file, line, section and key. */
 int lh_cli_env_section_read(const lh_ini_doc *doc, lh_cli_env_section *o, char *msg, size_t cap);
 void lh_cli_env_section_free(lh_cli_env_section *o);
 

@@ -310,8 +310,40 @@ START_TEST(test_launch_forwards_set) {
 }
 END_TEST
 
+/* sft's and eval's [env] (lh_cli_env_section_read) is the actors' reader:
+ * the same options in the same order, no name when [env] gives none, and
+ * the actors' message for a key given twice. */
+START_TEST(test_env_one_reader) {
+  char dir[256];
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "env_reader"), 0);
+  lh_ini_doc *doc = doc_of(file_in(dir, "a.ini", "[env]\ntokens = 600\nexpert_noise = 0.1\n"), NULL, 0);
+  lh_actors_config ac;
+  lh_errbuf e = {0};
+  ck_assert_msg(lh_actors_config_read(doc, &ac, &e) == 0, "%s", e.msg);
+  lh_cli_env_section o;
+  char msg[512];
+  ck_assert_int_eq(lh_cli_env_section_read(doc, &o, msg, sizeof msg), 0);
+  ck_assert_ptr_null(o.name);
+  ck_assert_uint_eq(o.n, ac.n_env_options);
+  for (size_t i = 0; i < o.n; i++) {
+    ck_assert_str_eq(o.opts[i].key, ac.env_keys[i]);
+    ck_assert_str_eq(o.opts[i].value, ac.env_values[i]);
+  }
+  lh_cli_env_section_free(&o);
+  lh_ini_doc_free(doc);
+  doc = doc_of(file_in(dir, "b.ini", "[env]\nname = needle\ntokens = 600\ntokens = 700\n"), NULL, 0);
+  ck_assert_int_ne(lh_actors_config_read(doc, &ac, &e), 0);
+  ck_assert_int_eq(lh_cli_env_section_read(doc, &o, msg, sizeof msg), -1);
+  ck_assert_str_eq(msg, e.msg);
+  ck_assert_msg(strstr(msg, "b.ini:4: [env] tokens = 700: the key was already given on line 3"), "%s", msg);
+  lh_ini_doc_free(doc);
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   const lh_test_case cases[] = {
+      {"env_one_reader", test_env_one_reader, 0},
       {"unknown_section", test_unknown_section_every_reader, 0},
       {"set_readers", test_set_in_every_reader, 0},
       {"path_keys", test_path_keys, 0},
