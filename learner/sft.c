@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/buf.h"
 #include "learner/internal.h"
 
 struct lh_learner_sft {
@@ -55,17 +56,6 @@ void lh_learner_sft_free(lh_learner_sft *s) {
 
 uint64_t lh_learner_sft_skipped(const lh_learner_sft *s) { return s ? s->skipped : 0; }
 
-static int grow(void **p, size_t *cap, size_t need, size_t size) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 64;
-  while (c < need) c *= 2;
-  void *q = realloc(*p, c * size);
-  if (!q) return LH_ENOMEM;
-  *p = q;
-  *cap = c;
-  return 0;
-}
-
 /* Packs the episodes one after the other; a target is the next token of
  * the same episode when that token is the policy's. */
 static int pack(lh_learner_sft *s, const lh_learner_sft_episode *eps, size_t n, size_t *T_out,
@@ -87,8 +77,8 @@ static int pack(lh_learner_sft *s, const lh_learner_sft_episode *eps, size_t n, 
     s->targets = tgt;
     s->cap_tokens = 2 * T;
   }
-  if (grow((void **)&s->offsets, &s->cap_seq, n + 1, sizeof(int32_t)) ||
-      grow((void **)&s->images, &s->cap_images, n_img ? n_img : 1, sizeof(lh_model_image)))
+  if (lh_reserve(&s->offsets, &s->cap_seq, n + 1, sizeof *s->offsets, 64) ||
+      lh_reserve(&s->images, &s->cap_images, n_img ? n_img : 1, sizeof *s->images, 64))
     return lh_errbuf_set(err, LH_ENOMEM, "sft: out of memory packing %zu episodes", n);
   size_t at = 0, k = 0;
   for (size_t e = 0; e < n; e++) {
