@@ -37,6 +37,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul launch FLEET.ini [--status auto|screen|plain|off]\n"
           "                       [--run-id ID] [--set section.key=value ...]\n"
+          "                       [--engine local|slurm] [--dry-run]\n"
           "       longhaul launch FLEET.ini --slurm [--slurm-script OUT.sh]\n"
           "       longhaul launch FLEET.ini --slurm-script OUT.sh\n\n"
           "Starts a fleet from one INI file ([fleet] [model] [learner] [actor] [env]):\n"
@@ -76,6 +77,11 @@ static void usage(FILE *out) {
           "          status_interval_ms; off: none; auto (default): screen when stdout\n"
           "          is a terminal, plain otherwise.\n"
           "--set     override a key of FLEET.ini (repeatable); given to every child too.\n"
+          "--dry-run checks everything a launch checks (and takes its locks for that\n"
+          "          moment), prints the plan and starts nothing: the learner ranks with\n"
+          "          their hosts, endpoints and stores, the expert groups of [learner]\n"
+          "          expert_parallel (P consecutive ranks; R and [model] experts must be\n"
+          "          multiples of P, else exit 2), the actors and their ranks.\n"
           "--slurm   writes the batch script (LOG_DIR/slurm.sh, or --slurm-script's\n"
           "          path) and submits it with sbatch; its body runs this launcher\n"
           "          with --engine slurm in the allocation. --slurm-script alone only\n"
@@ -373,13 +379,17 @@ static void screen(launcher *L, FILE *out, int ansi, int64_t up_ms) {
   fflush(out);
 }
 
+/* A line of the plan: on stdout (--dry-run), or an event. */
+static void plan_line(void *ctx, const char *text) { fprintf(ctx, "%s\n", text); }
+static void plan_event(void *ctx, const char *text) { event(ctx, "%s", text); }
+
 int lh_cmd_launch(int argc, char **argv) {
   if (lh_cli_wants_help(argc, argv)) {
     usage(stdout);
     return LH_EXIT_OK;
   }
   const char *config = NULL, *status = "auto", *run_id = NULL, *engine = "local", *slurm_script = NULL;
-  int slurm_submit = 0;
+  int slurm_submit = 0, dry_run = 0;
   lh_cli_sets sets = {0};
   const lh_cli_opt opts[] = {
       {"--status", LH_CLI_OPT_STRING, &status, NULL},
@@ -387,6 +397,7 @@ int lh_cmd_launch(int argc, char **argv) {
       {"--engine", LH_CLI_OPT_STRING, &engine, NULL},
       {"--slurm", LH_CLI_OPT_FLAG, &slurm_submit, NULL},
       {"--slurm-script", LH_CLI_OPT_STRING, &slurm_script, NULL},
+      {"--dry-run", LH_CLI_OPT_FLAG, &dry_run, NULL},
       LH_CLI_SET_OPT(&sets),
   };
   size_t npos = 0;
@@ -397,6 +408,10 @@ int lh_cmd_launch(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   if (run_id && lh_cli_run_id_arg("launch", run_id)) return LH_EXIT_USAGE;
+  if (dry_run && (slurm_submit || slurm_script)) {
+    fprintf(stderr, "longhaul launch: --dry-run does not go with --slurm or --slurm-script\n");
+    return LH_EXIT_USAGE;
+  }
   if (strcmp(engine, "local") && strcmp(engine, "slurm")) {
     fprintf(stderr, "longhaul launch: --engine '%s' is not local or slurm\n", engine);
     return LH_EXIT_USAGE;
@@ -439,6 +454,13 @@ int lh_cmd_launch(int argc, char **argv) {
     free(f);
     return err.code == LH_ESYS ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
   }
+  if (dry_run) {
+    int rc = lh_launch_plan(f, 0, plan_line, stdout, &err);
+    if (rc) fprintf(stderr, "longhaul launch: %s\n", err.msg);
+    lh_launch_unlock(f);
+    free(f);
+    return rc ? LH_EXIT_USAGE : LH_EXIT_OK;
+  }
   launcher L = {.f = f, .to_stderr = mode != 2, .ph = PHASE_RUN};
   char path[LH_LAUNCH_PATH_BYTES + 16];
   snprintf(path, sizeof path, "%s/launch.log", f->fleet.log_dir);
@@ -447,6 +469,7 @@ int lh_cmd_launch(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   event(&L, "fleet run_id=%s config=%s learners=%llu actors=%llu log_dir=%s bin=%s", f->run_id, f->config_path,
         (unsigned long long)f->fleet.learners, (unsigned long long)f->fleet.actors, f->fleet.log_dir, f->bin);
+  lh_launch_plan(f, 1, plan_event, &L, NULL);
   if (f->slurm.on)
     event(&L, "slurm job=%s learner_nodes=%u first=%s addr=%s", f->slurm.job_id, f->slurm.n_hosts,
           f->slurm.hosts[0], f->slurm.addrs[0]);
