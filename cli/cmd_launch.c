@@ -349,9 +349,13 @@ static void screen(launcher *L, FILE *out, int ansi, int64_t up_ms) {
   fflush(out);
 }
 
+/* A line of the plan: on stdout (--dry-run), or an event. */
+static void plan_line(void *ctx, const char *text) { fprintf(ctx, "%s\n", text); }
+static void plan_event(void *ctx, const char *text) { event(ctx, "%s", text); }
+
 int lh_cmd_launch(int argc, char **argv) {
   const char *config = NULL, *status = "auto", *run_id = NULL, *engine = "local", *slurm_script = NULL;
-  int slurm_submit = 0;
+  int slurm_submit = 0, dry_run = 0;
   lh_cli_sets sets = {0};
   const lh_cli_opt opts[] = {
       {"--status", LH_CLI_OPT_STRING, &status, NULL, "MODE",
@@ -368,6 +372,11 @@ int lh_cmd_launch(int argc, char **argv) {
        "slurm: each child is a job step of the allocation it runs in (`srun --ntasks=M --mpi=pmix longhaul "
        "learner`, one `srun --ntasks=1 --overlap longhaul actor` per actor), supervised and restarted as "
        "below (README.md, \"Slurm\")"},
+      {"--dry-run", LH_CLI_OPT_FLAG, &dry_run, NULL, NULL,
+       "check everything a launch checks (taking its locks for that moment), print the plan and start "
+       "nothing: the learner ranks with their hosts, endpoints and stores, the expert groups of [learner] "
+       "expert_parallel (P consecutive ranks; the learner count and [model] experts must be multiples of "
+       "P, else exit 2), the actors and their ranks"},
       {"--set", LH_CLI_OPT_SETS, &sets, NULL, "S.K=V",
        "override key K of section [S] of FLEET.ini (repeatable); given to every child too"},
   };
@@ -379,6 +388,10 @@ int lh_cmd_launch(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   if (run_id && lh_cli_run_id_arg("launch", run_id)) return LH_EXIT_USAGE;
+  if (dry_run && (slurm_submit || slurm_script)) {
+    fprintf(stderr, "longhaul launch: --dry-run does not go with --slurm or --slurm-script\n");
+    return LH_EXIT_USAGE;
+  }
   if (strcmp(engine, "local") && strcmp(engine, "slurm")) {
     fprintf(stderr, "longhaul launch: --engine '%s' is not local or slurm\n", engine);
     return LH_EXIT_USAGE;
@@ -421,6 +434,13 @@ int lh_cmd_launch(int argc, char **argv) {
     free(f);
     return err.code == LH_ESYS ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
   }
+  if (dry_run) {
+    int rc = lh_launch_plan(f, 0, plan_line, stdout, &err);
+    if (rc) fprintf(stderr, "longhaul launch: %s\n", err.msg);
+    lh_launch_unlock(f);
+    free(f);
+    return rc ? LH_EXIT_USAGE : LH_EXIT_OK;
+  }
   launcher L = {.f = f, .to_stderr = mode != 2, .ph = PHASE_RUN};
   char path[LH_LAUNCH_PATH_BYTES + 16];
   snprintf(path, sizeof path, "%s/launch.log", f->fleet.log_dir);
@@ -429,6 +449,7 @@ int lh_cmd_launch(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   event(&L, "fleet run_id=%s config=%s learners=%llu actors=%llu log_dir=%s bin=%s", f->run_id, f->config_path,
         (unsigned long long)f->fleet.learners, (unsigned long long)f->fleet.actors, f->fleet.log_dir, f->bin);
+  lh_launch_plan(f, 1, plan_event, &L, NULL);
   if (f->slurm.on)
     event(&L, "slurm job=%s learner_nodes=%u first=%s addr=%s", f->slurm.job_id, f->slurm.n_hosts,
           f->slurm.hosts[0], f->slurm.addrs[0]);

@@ -15,6 +15,7 @@
  *   launch_watchdog.c  progress read from the store: who is stuck
  *   launch_status.c    the status screen
  *   launch_slurm.c     the Slurm engine: batch script, sbatch, job steps
+ *   launch_plan.c      the plan --dry-run prints: ranks, hosts, expert groups
  *   cmd_launch.c       arguments, signals and the supervision loop */
 #ifndef LH_CLI_LAUNCH_H
 #define LH_CLI_LAUNCH_H
@@ -138,11 +139,12 @@ typedef struct {
  * naming the line. */
 int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf *err);
 /* Everything a child would only find out by itself, checked before any
- * starts (launch_check.c): the environments the actors open, the env
+ * starts (launch_check.c): [learner] expert_parallel against the learners
+ * and the [model] experts, the environments the actors open, the env
  * server's program, the endpoints the fleet binds here (well-formed, not
  * repeated, free). LH_ECONFIG with err naming the file, section and key. */
 int lh_launch_check(const lh_launch_fleet *f, const lh_learner_config *lc, const lh_actors_config *ac,
-                    lh_errbuf *err);
+                    const lh_model_config *mc, lh_errbuf *err);
 /* Takes the fleet's locks on its store and log folder (launch_lock.c);
  * holder describes this launch. LH_ECONFIG naming the fleet that holds
  * one, or LH_EIO. Released by lh_launch_unlock or the process's end. */
@@ -201,6 +203,20 @@ int64_t lh_launch_watchdog_progress(const lh_launch_watchdog *w, size_t i, const
  * read-only, and closed again, each time), the launcher's restart counts
  * and states. ansi: clear and redraw in place; else plain log lines. */
 void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64_t uptime_ms);
+
+/* ---- the plan (launch_plan.c) --------------------------------------------- */
+
+/* One line of the plan, without its newline. */
+typedef void (*lh_launch_plan_line)(void *ctx, const char *text);
+/* Hands the plan of fleet f (after lh_launch_fleet_init, and under
+ * --engine slurm lh_launch_slurm_prepare) to line, one line at a time:
+ * the learner ranks with their host, ingest endpoint and store, [learner]
+ * expert_parallel and its groups ("expert group 1: ranks 2,3 on node-a" or
+ * "on node-a,node-b", a host per rank, when the ranks do not share one),
+ * the actors with their rank and environment, the env server. groups_only:
+ * the group lines alone (none when expert_parallel is 1). 0, or the code
+ * of a config that can no longer be read. */
+int lh_launch_plan(const lh_launch_fleet *f, int groups_only, lh_launch_plan_line line, void *ctx, lh_errbuf *err);
 
 /* ---- Slurm (cli/launch_slurm.c; cli/launch_slurm.h says how) --------------- */
 

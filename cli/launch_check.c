@@ -4,6 +4,8 @@
  *     [env] options (the environment's own option table; a plugin's path
  *     and table), unless it lives on an env server that is not up yet;
  *   - the [fleet] env_server command's program (on PATH or at its path);
+ *   - [learner] expert_parallel against the fleet's learners and the
+ *     [model] experts (both multiples of it);
  *   - the endpoints the fleet binds on this host: well-formed, not given
  *     twice, and free (a TCP port nobody listens on, an ipc:// path no
  *     live socket holds). ZeroMQ takes over a live ipc:// path silently,
@@ -24,6 +26,7 @@
 #include "cli/launch.h"
 #include "envs/env.h"
 #include "learner/learner.h"
+#include "model/model.h"
 
 /* Opens env name with the [env] options as an actor would (without the
  * actor's own max_steps), and closes it again. */
@@ -218,8 +221,23 @@ static int check_endpoints(const lh_launch_fleet *f, const lh_learner_config *lc
   return 0;
 }
 
+/* Expert groups of P consecutive ranks need R and the experts to be
+ * multiples of P (learner.h, lh_learner_expert_parallel_check); the
+ * learner would refuse the same at start, after the launch. An actors-only
+ * fleet starts no learner: its learners' launch checks them. */
+static int check_expert_parallel(const lh_launch_fleet *f, const lh_learner_config *lc, const lh_model_config *mc,
+                                 lh_errbuf *err) {
+  if (!f->fleet.learners) return 0;
+  lh_errbuf e;
+  memset(&e, 0, sizeof e);
+  if (!lh_learner_expert_parallel_check(lc->expert_parallel, (int)f->fleet.learners, mc->experts, &e)) return 0;
+  return lh_errbuf_set(err, LH_ECONFIG, "%s: %s ([fleet] learners = %llu, [model] experts = %d)", f->config_path,
+                       e.msg, (unsigned long long)f->fleet.learners, mc->experts);
+}
+
 int lh_launch_check(const lh_launch_fleet *f, const lh_learner_config *lc, const lh_actors_config *ac,
-                    lh_errbuf *err) {
+                    const lh_model_config *mc, lh_errbuf *err) {
+  LH_TRY(check_expert_parallel(f, lc, mc, err));
   LH_TRY(check_envs(f, ac, err));
   LH_TRY(check_env_server(f, err));
   if (f->fleet.learners) LH_TRY(check_endpoints(f, lc, err)); /* actors only: this host binds nothing */

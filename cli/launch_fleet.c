@@ -53,10 +53,12 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
   LH_TRY(lh_ini_doc_load(config_path, sets, n_sets, &doc, err));
   lh_learner_config lc;
   lh_actors_config ac;
+  lh_model_config mc;
   int rc = lh_cli_config_check(doc, err);
   if (!rc) rc = lh_launch_config_read(doc, &f->fleet, err);
   if (!rc) rc = lh_learner_config_read(doc, &lc, err);
   if (!rc) rc = lh_actors_config_read(doc, &ac, err);
+  if (!rc) rc = lh_model_config_read(doc, &mc, err);
   lh_ini_doc_free(doc);
   LH_TRY(rc);
   if (!realpath(config_path, f->config_path))
@@ -112,7 +114,7 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
   char holder[2 * LH_LAUNCH_PATH_BYTES + LH_RUN_ID_BYTES + 64];
   snprintf(holder, sizeof holder, "longhaul launch %s (run %s, logs in %s)", f->config_path, f->run_id, c->log_dir);
   LH_TRY(lh_launch_lock(f, holder, err));
-  LH_TRY(lh_launch_check(f, &lc, &ac, err));
+  LH_TRY(lh_launch_check(f, &lc, &ac, &mc, err));
   if (c->env_server[0]) {
     lh_launch_child *ch = &f->child[f->n++];
     snprintf(ch->name, sizeof ch->name, "env-server");

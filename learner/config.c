@@ -19,6 +19,7 @@ static int parse_stages(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_ingest_endpoints(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_state_mode(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_stage_carry(const char *v, void *cfg, char *why, size_t why_bytes);
+static int parse_expert_parallel(const char *v, void *cfg, char *why, size_t why_bytes);
 
 #define T lh_learner_config
 static const lh_ini_key KEYS[] = {
@@ -60,6 +61,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, max_message_bytes, 4096, 64 << 20),
     LH_INI_KEY_U64(T, retain_versions, 0, INFINITY),
     LH_INI_KEY_U64(T, weights_chunk_bytes, 4096, 16 << 20),
+    LH_INI_KEY_CUSTOM(expert_parallel, parse_expert_parallel, 0),
 };
 #undef T
 
@@ -103,6 +105,7 @@ void lh_learner_config_default(lh_learner_config *c) {
   c->max_episode_tokens = (uint64_t)1 << 22;
   c->max_message_bytes = 16u << 20;
   c->weights_chunk_bytes = 1u << 20;
+  c->expert_parallel = 1;
 }
 
 static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes) {
@@ -134,6 +137,16 @@ static int parse_stage_carry(const char *v, void *config, char *why, size_t why_
   if (!strcmp(v, "train")) cfg->stage_carry = LH_LEARNER_CARRY_TRAIN;
   else if (!strcmp(v, "drop")) cfg->stage_carry = LH_LEARNER_CARRY_DROP;
   else return snprintf(why, why_bytes, "is not train or drop"), -1;
+  return 0;
+}
+
+/* An integer in 1..LH_LEARNER_MAX_EXPERT_PARALLEL, into a uint32_t field
+ * (the U64 kind writes 64 bits), worded as the U64 kind words it. */
+static int parse_expert_parallel(const char *v, void *config, char *why, size_t why_bytes) {
+  uint64_t x;
+  if (lh_parse_u64(v, &x) || x < 1 || x > LH_LEARNER_MAX_EXPERT_PARALLEL)
+    return snprintf(why, why_bytes, "is not an integer in 1..%d", LH_LEARNER_MAX_EXPERT_PARALLEL), -1;
+  ((lh_learner_config *)config)->expert_parallel = (uint32_t)x;
   return 0;
 }
 

@@ -86,6 +86,8 @@ typedef struct {
  * ingest_endpoints (one endpoint per rank, comma-separated). */
 #define LH_LEARNER_MAX_RANKS 64
 #define LH_LEARNER_ENDPOINTS_BYTES 4096
+/* The largest [learner] expert_parallel. */
+#define LH_LEARNER_MAX_EXPERT_PARALLEL 4096
 
 /* One context-extension stage (README, "Context-extension stages"):
  * `MAX_CONTEXT key=value ...`. A stage advances by what it has trained of
@@ -182,6 +184,11 @@ typedef struct {
    * chunks that changed, so smaller chunks send less of a model with
    * frozen parts, at more messages per version. */
   uint64_t weights_chunk_bytes;   /* 4096..16 MiB (1 MiB) */
+  /* Expert parallelism (README, "Expert parallelism"): the R learner ranks
+   * form groups of P consecutive ranks (ranks gP .. gP+P-1), each rank of
+   * a group holding experts/P of every MoE layer's routed experts; R and
+   * [model] experts must be multiples of P (lh_learner_expert_parallel_check). */
+  uint32_t expert_parallel;       /* P, 1..LH_LEARNER_MAX_EXPERT_PARALLEL (1: data-parallel only) */
 } lh_learner_config;
 
 void lh_learner_config_default(lh_learner_config *cfg);
@@ -340,6 +347,16 @@ int lh_learner_ranks_check(const lh_learner_config *cfg, int ranks, lh_errbuf *e
  * given, else lh_learner_rank_endpoint(cfg->ingest_endpoint, r). out has
  * room for LH_LEARNER_TEXT_BYTES. */
 int lh_learner_rank_ingest(const lh_learner_config *cfg, int rank, char *out, lh_errbuf *err);
+/* Whether expert_parallel = P suits a job of `ranks` learner ranks and a
+ * model of `experts` routed experts per MoE layer: both must be multiples
+ * of P (ranks gP .. gP+P-1 form expert group g, each rank holding
+ * experts/P of every layer's experts). 0, or LH_ELEARNER_CONFIG_VALUE
+ * naming the key, P and the count that does not divide ("[learner]
+ * expert_parallel = 2 needs a learner count that is a multiple of 2; the
+ * job has 3 ranks"), or P outside 1..LH_LEARNER_MAX_EXPERT_PARALLEL;
+ * LH_EINVAL for a count below 1. Pure: the
+ * learner and the launcher call it with what they know. */
+int lh_learner_expert_parallel_check(uint32_t P, int ranks, int experts, lh_errbuf *err);
 
 
 #endif

@@ -4,7 +4,8 @@
  * The list is checked when the config is read, entry by entry, so that a
  * typo is reported with its file, line and key; the count is checked
  * against the job's ranks where the ranks are known (the learner at start,
- * the launcher before it starts anything). */
+ * the launcher before it starts anything). So is [learner] expert_parallel
+ * against the ranks and the model's experts (lh_learner_expert_parallel_check). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,4 +148,24 @@ int lh_learner_rank_ingest(const lh_learner_config *cfg, int rank, char *out, lh
                          "[learner] ingest_endpoints has %zu entries: none for rank %d (one endpoint per rank)",
                          cfg->n_ingest_endpoints, rank);
   return lh_learner_endpoints_entry(cfg->ingest_endpoints, (size_t)rank, out, err);
+}
+
+int lh_learner_expert_parallel_check(uint32_t P, int ranks, int experts, lh_errbuf *err) {
+  if (ranks < 1 || experts < 1)
+    return lh_errbuf_set(err, LH_EINVAL, "expert parallelism: %d ranks and %d experts, not both >= 1", ranks,
+                         experts);
+  if (P < 1 || P > LH_LEARNER_MAX_EXPERT_PARALLEL)
+    return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE, "[learner] expert_parallel = %u is not in 1..%d", P,
+                         LH_LEARNER_MAX_EXPERT_PARALLEL);
+  if ((uint32_t)ranks % P)
+    return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
+                         "[learner] expert_parallel = %u needs a learner count that is a multiple of %u; the job "
+                         "has %d rank%s",
+                         P, P, ranks, ranks == 1 ? "" : "s");
+  if ((uint32_t)experts % P)
+    return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
+                         "[learner] expert_parallel = %u needs [model] experts to be a multiple of %u; the model "
+                         "has %d expert%s",
+                         P, P, experts, experts == 1 ? "" : "s");
+  return 0;
 }

@@ -314,6 +314,7 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   /* This rank's own ingest port and store file (learner.h, "learner ranks"). */
   char rank_text[LH_LEARNER_TEXT_BYTES];
   LH_TRY(lh_learner_ranks_check(&L->cfg, L->ranks, err));
+  LH_TRY(lh_learner_expert_parallel_check(L->cfg.expert_parallel, L->ranks, mc.experts, err));
   LH_TRY(lh_learner_rank_ingest(&L->cfg, L->rank, rank_text, err));
   memcpy(L->cfg.ingest_endpoint, rank_text, sizeof rank_text);
   LH_TRY(lh_learner_rank_db(L->cfg.db, L->rank, rank_text, err));

@@ -6,12 +6,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
+
+int lh_proc_free_tcp_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof sa;
+  int ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &len) == 0;
+  close(fd);
+  return ok ? ntohs(sa.sin_port) : -1;
+}
 
 int lh_proc_tmpdir(char *dir, size_t cap, const char *tag) {
   if (snprintf(dir, cap, "/tmp/lh-%s-XXXXXX", tag) >= (int)cap) return -1;

@@ -18,6 +18,10 @@ int lh_proc_tmpdir(char *dir, size_t cap, const char *tag);
 void lh_proc_rmdir(const char *dir);
 /* Writes text to path; 0 or -1. */
 int lh_proc_write_file(const char *path, const char *text);
+/* A TCP port of 127.0.0.1 that nobody listened on a moment ago (bound to
+ * port 0 and let go), for a config whose endpoints must be free; -1 when
+ * no socket could be bound. */
+int lh_proc_free_tcp_port(void);
 
 /* Starts argv[0] (a path) with stdout and stderr appended to log (NULL:
  * inherited); the child dies with the test (PR_SET_PDEATHSIG). Returns the

@@ -8,25 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "proc_util.h"
-
-/* A TCP port nobody listened on a moment ago. */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-  socklen_t len = sizeof sa;
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-  close(fd);
-  return ntohs(sa.sin_port);
-}
 
 /* A fleet folder with fleet.ini of the given [fleet] lines; dir gets its path. */
 static void fleet(char *dir, size_t cap, const char *fleet_lines) {
@@ -39,7 +24,7 @@ static void fleet(char *dir, size_t cap, const char *fleet_lines) {
            "heads = 2\nexperts = 4\ntopk = 2\nlatent = 8\nexpert_hidden = 8\nchunk = 4\n"
            "[learner]\ndb = %s/r.db\ningest_endpoint = tcp://127.0.0.1:%d\n"
            "weights_pub_endpoint = tcp://127.0.0.1:%d\nweights_endpoint = tcp://127.0.0.1:%d\n[env]\nname = calc\n",
-           dir, fleet_lines, dir, free_port(), free_port(), free_port());
+           dir, fleet_lines, dir, lh_proc_free_tcp_port(), lh_proc_free_tcp_port(), lh_proc_free_tcp_port());
   ck_assert_int_eq(lh_proc_write_file(path, text), 0);
 }
 
