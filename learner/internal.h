@@ -461,6 +461,11 @@ typedef struct {
   double step_ms;
   double busy_frac;       /* step_ms over the wall time since the previous step (or the start) */
   double allreduce_ms;    /* of step_ms: summing the gradients over ranks (0 with one rank) */
+  /* Experts across ranks: of step_ms, this rank's time inside the expert
+   * exchange's transport (waiting for its group included) and in serving
+   * the group's tokens; the bytes it sent (0 without expert_parallel). */
+  double exchange_ms, serve_ms;
+  uint64_t exchange_bytes;
   /* This rank's forward work: the positions the forward ran over (trained
    * windows and burn-ins), and the windows started from a stored state
    * ([learner] state_mode = stored). */

@@ -534,6 +534,11 @@ static int run_loop(learner *L, lh_errbuf *err) {
       if (L->ranks > 1)
         LH_INFO("learner", "ranks=%d step=%llu allreduce_ms=%.2f step_ms=%.1f", L->ranks, (unsigned long long)s.step,
                 s.allreduce_ms, s.step_ms);
+      if (L->cfg.expert_parallel > 1)
+        LH_INFO("learner", "rank=%d step=%llu expert_exchange_ms=%.2f serve_ms=%.2f exchange_bytes=%llu "
+                "publish_gather_ms=%.2f", L->rank, (unsigned long long)s.step, s.exchange_ms, s.serve_ms,
+                (unsigned long long)s.exchange_bytes, (double)L->gather_ns / 1e6);
+      L->gather_ns = 0;
       if (!s.skipped) LH_TRY(publish(L, err));
       if ((s.step + 1) % L->cfg.ckpt_every == 0) LH_TRY(periodic_checkpoint(L, err));
     }

@@ -1158,7 +1158,13 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   double lr = lh_learner_lr_at(t->cfg.lr, t->cfg.warmup_steps, t->cfg.total_steps, t->step);
   st.lr = lr;
   double reduce_ms0 = lh_learner_comm_backend_ms(t->comm);
+  lh_model_expert_traffic x0, x1;
+  lh_model_expert_traffic_get(t->m, &x0);
   if (!rc && gN > 0) rc = optimize(t, &b, gN, multi, lr, &st, err);
+  lh_model_expert_traffic_get(t->m, &x1);
+  st.exchange_ms = (double)(x1.transport_ns - x0.transport_ns) / 1e6;
+  st.serve_ms = (double)(x1.serve_ns - x0.serve_ns) / 1e6;
+  st.exchange_bytes = x1.bytes - x0.bytes;
   step_counts c = {0};
   if (!rc) rc = count_trained(t, &b, multi && gN > 0, &c, err);
   batch_free(&b);
