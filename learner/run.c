@@ -253,7 +253,9 @@ static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int
  * freed, so a rank's memory for experts is 1 / P of them from here on. */
 static int take_shard(learner *L, int *usage_error, lh_errbuf *err) {
   uint64_t P = L->cfg.expert_parallel;
-  const lh_model_config *mc = lh_model_get_config(L->m);
+  /* A copy: the whole model goes below. */
+  lh_model_config whole_cfg = *lh_model_get_config(L->m);
+  const lh_model_config *mc = &whole_cfg;
   *usage_error = 1;
   LH_TRY(lh_learner_expert_groups_check(P, L->ranks, mc->experts, err));
   *usage_error = 0;

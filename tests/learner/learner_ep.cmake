@@ -4,3 +4,4 @@
 # model and batch (test_learner_ep; skipped without mpirun or an MPI build).
 lh_add_test(test_learner_ep SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_ep.c
   LIBS lh_learner LABELS proc TIMEOUT 600)
+add_dependencies(test_learner_ep longhaul)

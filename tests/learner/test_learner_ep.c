@@ -20,7 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "learner/internal.h"
@@ -455,6 +458,215 @@ START_TEST(test_jobs_match_one_rank) {
 }
 END_TEST
 
+
+/* ---- a real job: a rank killed mid-step --------------------------------- */
+
+static pid_t spawn_logged(const char *log, const char *const *argv) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    if (!freopen(log, "a", stderr) || !freopen(log, "a", stdout)) _exit(126);
+    execvp(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* The exit code of pid within `seconds` (-1 for a signal), or -2 after
+ * killing it when it did not end. */
+static int wait_exit(pid_t pid, int seconds) {
+  int status = 0;
+  for (int i = 0; i < seconds * 100; i++) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -2;
+}
+
+/* The pid of the learner rank `rank` that mpirun `job` started (its child
+ * whose environment says OMPI_COMM_WORLD_RANK=rank), or 0. */
+static pid_t rank_pid(pid_t job, int rank) {
+  DIR *d = opendir("/proc");
+  pid_t found = 0;
+  struct dirent *de;
+  char want[64];
+  snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+  while (d && !found && (de = readdir(d))) {
+    pid_t pid = (pid_t)atoi(de->d_name);
+    if (pid <= 0) continue;
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    int ppid = 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')');
+    if (!close_paren || sscanf(close_paren + 1, " %*c %d", &ppid) != 1 || ppid != (int)job) continue;
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    if (!(f = fopen(path, "r"))) continue;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    for (size_t at = 0; at < n; at += strlen(buf + at) + 1) {
+      buf[n] = 0;
+      if (!strcmp(buf + at, want)) found = pid;
+    }
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+typedef struct {
+  uint64_t ids[4096];
+  size_t n;
+} id_list;
+
+static int collect_ended(void *ctx, const lh_episode_row *r) {
+  id_list *l = ctx;
+  if (r->has_end && l->n < sizeof l->ids / sizeof *l->ids) l->ids[l->n++] = r->id;
+  return 0;
+}
+
+/* The ended episodes of store path (retried while the learner writes). */
+static void ended_episodes(const char *path, id_list *out) {
+  lh_errbuf e;
+  for (int i = 0; i < 100; i++) {
+    lh_store *s = NULL;
+    memset(out, 0, sizeof *out);
+    if (lh_store_open_readonly(path, &s, &e) == 0) {
+      int rc = lh_store_episodes(s, NULL, collect_ended, out, NULL, &e);
+      lh_store_close(s);
+      if (!rc) return;
+    }
+    usleep(100000);
+  }
+  ck_abort_msg("cannot read %s", path);
+}
+
+static int count_row(void *ctx, const lh_store_train_step *t) {
+  (void)t;
+  (*(int *)ctx)++;
+  return 0;
+}
+
+static int train_rows(const char *path) {
+  lh_store *q = NULL;
+  lh_errbuf e;
+  int n = 0;
+  if (lh_store_open_readonly(path, &q, &e)) return 0;
+  if (lh_store_train_steps(q, 0, 0, count_row, &n, &e)) n = 0;
+  lh_store_close(q);
+  return n;
+}
+
+static void write_job_config(const char *path, const char *dir, const char *actor_ingest) {
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f,
+          "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
+          "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
+          "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
+          "warmup_steps = 0\ntotal_steps = 1000\nmax_policy_lag = 4\nexpert_parallel = 2\n"
+          "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
+          "db = %s/replay.db\nckpt_dir = %s/ckpt\n"
+          "[actor]\nlearner_endpoint = %s\nweights_pub_endpoint = ipc://%s/pub\n"
+          "weights_endpoint = ipc://%s/w\nmax_context = 400\ngroup_size = 4\nbatch = 8\n"
+          "[env]\nname = calc\n",
+          dir, dir, dir, dir, dir, actor_ingest, dir, dir);
+  fclose(f);
+}
+
+/* `mpirun -n 2 longhaul learner` with expert_parallel = 2 and an actor
+ * per rank: rank 1 SIGKILLed while the job trains ends the whole job (no
+ * rank waits for ever in the exchange); `--resume` from the last
+ * checkpoint goes on, every episode either store held at the kill is
+ * still there, and the learner trains past where it was. */
+START_TEST(test_rank_killed_mid_step) {
+  if (!have_mpi()) return;
+  const char *bin = getenv("LH_BIN");
+  ck_assert_msg(bin != NULL, "LH_BIN is not set");
+  char dir[64], run[128], a1_cfg[128], ing0[128], ing1[128], path[256], log[256], db0[256], db1[256];
+  strcpy(dir, "/tmp/lh_epkill_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(run, sizeof run, "%s/run.ini", dir);
+  snprintf(a1_cfg, sizeof a1_cfg, "%s/a1.ini", dir);
+  snprintf(ing0, sizeof ing0, "ipc://%s/ing", dir);
+  snprintf(db0, sizeof db0, "%s/replay.db", dir);
+  snprintf(db1, sizeof db1, "%s/replay.db.rank1", dir);
+  lh_errbuf e;
+  ck_assert_int_eq(lh_learner_rank_endpoint(ing0, 1, ing1, &e), 0);
+  write_job_config(run, dir, ing0);
+  write_job_config(a1_cfg, dir, ing1);
+  const char *job[] = {"mpirun", "--oversubscribe", "-n", "2", "--mca", "btl", "self,vader", "--mca",
+                       "btl_vader_single_copy_mechanism", "none", "-x", "OPENBLAS_NUM_THREADS=1", bin, "learner",
+                       "--config", run, "--resume", NULL};
+  const char *a0[] = {bin, "actor", "--config", run, "--name", "a0", "--index", "0", NULL};
+  const char *a1[] = {bin, "actor", "--config", a1_cfg, "--name", "a1", "--index", "1", NULL};
+  snprintf(log, sizeof log, "%s/job.log", dir);
+  pid_t jp = spawn_logged(log, job);
+  snprintf(path, sizeof path, "%s/a0.log", dir);
+  pid_t p0 = spawn_logged(path, a0);
+  snprintf(path, sizeof path, "%s/a1.log", dir);
+  pid_t p1 = spawn_logged(path, a1);
+  /* Past the first checkpoint (step 2): 4 rows, at most 120 s. */
+  int rows = 0;
+  for (int i = 0; i < 1200 && rows < 4; i++) usleep(100000), rows = train_rows(db0);
+  ck_assert_msg(rows >= 4, "the job trained %d steps (see %s)", rows, log);
+  pid_t victim = rank_pid(jp, 1), other = rank_pid(jp, 0);
+  ck_assert_msg(victim > 0 && other > 0, "no learner ranks under mpirun %d", (int)jp);
+  ck_assert_int_eq(kill(victim, SIGKILL), 0);
+  int jrc = wait_exit(jp, 60);
+  ck_assert_msg(jrc != -2, "mpirun did not end after a rank was killed (see %s)", log);
+  ck_assert_msg(jrc != 0, "mpirun exited 0 after a rank was killed");
+  /* Rank 0 went with the job: nothing is left waiting in an exchange. */
+  for (int i = 0; i < 300 && kill(other, 0) == 0; i++) usleep(100000);
+  ck_assert_msg(kill(other, 0) != 0, "rank 0 (pid %d) outlived the job", (int)other);
+  id_list *before0 = malloc(sizeof *before0), *before1 = malloc(sizeof *before1);
+  id_list *after = malloc(sizeof *after);
+  ended_episodes(db0, before0);
+  ended_episodes(db1, before1);
+  int rows_before = train_rows(db0);
+  /* The same job with --resume: it trains on past the kill. */
+  jp = spawn_logged(log, job);
+  for (int i = 0; i < 1200 && rows < rows_before + 3; i++) usleep(100000), rows = train_rows(db0);
+  ck_assert_msg(rows >= rows_before + 3, "the resumed job trained %d steps after %d (see %s)", rows, rows_before,
+                log);
+  ck_assert_int_eq(kill(jp, SIGUSR1), 0);
+  jrc = wait_exit(jp, 60);
+  kill(p0, SIGTERM);
+  kill(p1, SIGTERM);
+  wait_exit(p0, 30), wait_exit(p1, 30);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "grep -h -E 'expert_parallel=|resumed|error|rank failed' '%s' | head -20", log);
+  ck_assert_int_ge(system(cmd), 0);
+  ck_assert_msg(jrc == 0, "the resumed mpirun exited %d (see %s)", jrc, log);
+  const char *dbs[2] = {db0, db1};
+  id_list *befores[2] = {before0, before1};
+  for (int r = 0; r < 2; r++) {
+    ended_episodes(dbs[r], after);
+    size_t kept = 0;
+    for (size_t i = 0; i < befores[r]->n; i++)
+      for (size_t j = 0; j < after->n; j++)
+        if (after->ids[j] == befores[r]->ids[i]) {
+          kept++;
+          break;
+        }
+    printf("rank %d: %zu episodes ended at the kill, %zu of them after the resume, %zu in all\n", r, befores[r]->n,
+           kept, after->n);
+    ck_assert_uint_gt(befores[r]->n, 0);
+    ck_assert_uint_eq(kept, befores[r]->n);
+  }
+  free(before0), free(before1), free(after);
+  snprintf(cmd, sizeof cmd, "grep -c 'resumed ckpt_dir' '%s' > /dev/null", log);
+  ck_assert_msg(system(cmd) == 0, "the job did not resume from its checkpoint (see %s)", log);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   if (argc == 6 && !strcmp(argv[1], "--worker"))
     return worker(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argv[5]);
@@ -467,6 +679,7 @@ int main(int argc, char **argv) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, test_shard_is_the_slice);
   tcase_add_test(tc, test_jobs_match_one_rank);
+  tcase_add_test(tc, test_rank_killed_mid_step);
   suite_add_tcase(s, tc);
   int rc = lh_test_run(s, CK_FORK);
   return rc == 0 && !have_mpi() ? 77 : rc;
