@@ -80,7 +80,8 @@ static int cache_reserve(lh_model_cache *c, const lh_model *m, int T, int n_seq,
     GRAB(lc->aff, (size_t)T * E, float);
     GRAB(lc->gates, (size_t)T * k, float);
     GRAB(lc->idx, (size_t)T * k, int32_t);
-    GRAB(lc->rcache, lh_moe_cache_floats(T * k, f, r), float);
+    /* A shard's routed experts run on their owners (expert_parallel.c). */
+    if (m->shards == 1) GRAB(lc->rcache, lh_moe_cache_floats(T * k, f, r), float);
     if (S > 0) GRAB(lc->scache, lh_moe_cache_floats(T * S, f, r), float);
     GRAB(lc->state_in, st, float);
   }
