@@ -44,12 +44,31 @@ static int single_barrier(void *ctx) {
 }
 static void single_abort(void *ctx, int code) { (void)ctx, (void)code; }
 static void single_close(void *ctx) { (void)ctx; }
+/* To itself: a copy. */
+static int single_alltoall(void *ctx, const void *send, void *recv, size_t bytes) {
+  (void)ctx;
+  if (bytes) memcpy(recv, send, bytes);
+  return 0;
+}
+static int single_alltoallv(void *ctx, const void *send, const size_t *scounts, const size_t *sdispls, void *recv,
+                            const size_t *rcounts, const size_t *rdispls) {
+  (void)ctx;
+  if (scounts[0] != rcounts[0]) return LH_ELEARNER_COMM;
+  if (scounts[0]) memcpy((char *)recv + rdispls[0], (const char *)send + sdispls[0], scounts[0]);
+  return 0;
+}
+static int single_split(void *ctx, int color, int key, void **out_ctx, int *rank, int *size) {
+  (void)ctx, (void)color, (void)key;
+  *out_ctx = NULL, *rank = 0, *size = 1;
+  return 0;
+}
 
 static const lh_learner_comm_ops single_ops = {
     .version = LH_LEARNER_COMM_OPS_VERSION, .name = "single",
     .allreduce_f32 = single_allreduce_f32, .allreduce_f64 = single_allreduce_f64,
     .allreduce_backend_f32 = single_allreduce_backend_f32, .bcast = single_bcast, .barrier = single_barrier,
-    .abort = single_abort, .close = single_close};
+    .abort = single_abort, .close = single_close, .alltoall = single_alltoall, .alltoallv = single_alltoallv,
+    .split = single_split};
 
 /* ---- MPI ------------------------------------------------------------------ */
 #ifdef LH_HAVE_MPI
@@ -57,14 +76,17 @@ static const lh_learner_comm_ops single_ops = {
 /* MPI counts are int: large buffers go in pieces. */
 #define MPI_PIECE ((size_t)1 << 30)
 
+/* The context is NULL for MPI_COMM_WORLD, or the MPI_Comm of a split. */
+static MPI_Comm comm_of(void *ctx) { return ctx ? *(MPI_Comm *)ctx : MPI_COMM_WORLD; }
+
 static MPI_Op mpi_op(lh_learner_comm_op op) {
   return op == LH_LEARNER_COMM_MAX ? MPI_MAX : op == LH_LEARNER_COMM_MIN ? MPI_MIN : MPI_SUM;
 }
 
-static int mpi_allreduce(void *buf, size_t n, size_t elem, MPI_Datatype type, lh_learner_comm_op op) {
+static int mpi_allreduce(void *ctx, void *buf, size_t n, size_t elem, MPI_Datatype type, lh_learner_comm_op op) {
   for (size_t at = 0; at < n; at += MPI_PIECE) {
     size_t k = n - at < MPI_PIECE ? n - at : MPI_PIECE;
-    if (MPI_Allreduce(MPI_IN_PLACE, (char *)buf + at * elem, (int)k, type, mpi_op(op), MPI_COMM_WORLD) !=
+    if (MPI_Allreduce(MPI_IN_PLACE, (char *)buf + at * elem, (int)k, type, mpi_op(op), comm_of(ctx)) !=
         MPI_SUCCESS)
       return LH_ELEARNER_COMM;
   }
@@ -72,36 +94,75 @@ static int mpi_allreduce(void *buf, size_t n, size_t elem, MPI_Datatype type, lh
 }
 
 static int mpi_allreduce_f32(void *ctx, float *buf, size_t n, lh_learner_comm_op op) {
-  (void)ctx;
-  return mpi_allreduce(buf, n, sizeof(float), MPI_FLOAT, op);
+  return mpi_allreduce(ctx, buf, n, sizeof(float), MPI_FLOAT, op);
 }
 static int mpi_allreduce_f64(void *ctx, double *buf, size_t n, lh_learner_comm_op op) {
-  (void)ctx;
-  return mpi_allreduce(buf, n, sizeof(double), MPI_DOUBLE, op);
+  return mpi_allreduce(ctx, buf, n, sizeof(double), MPI_DOUBLE, op);
 }
 /* The CPU backend's memory is host memory. */
 static int mpi_allreduce_backend_f32(void *ctx, float *buf, size_t n) {
-  (void)ctx;
-  return mpi_allreduce(buf, n, sizeof(float), MPI_FLOAT, LH_LEARNER_COMM_SUM);
+  return mpi_allreduce(ctx, buf, n, sizeof(float), MPI_FLOAT, LH_LEARNER_COMM_SUM);
 }
 static int mpi_bcast(void *ctx, void *buf, size_t bytes, int root) {
-  (void)ctx;
   for (size_t at = 0; at < bytes; at += MPI_PIECE) {
     size_t k = bytes - at < MPI_PIECE ? bytes - at : MPI_PIECE;
-    if (MPI_Bcast((char *)buf + at, (int)k, MPI_BYTE, root, MPI_COMM_WORLD) != MPI_SUCCESS) return LH_ELEARNER_COMM;
+    if (MPI_Bcast((char *)buf + at, (int)k, MPI_BYTE, root, comm_of(ctx)) != MPI_SUCCESS) return LH_ELEARNER_COMM;
   }
   return 0;
 }
 static int mpi_barrier(void *ctx) {
-  (void)ctx;
-  return MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : LH_ELEARNER_COMM;
+  return MPI_Barrier(comm_of(ctx)) == MPI_SUCCESS ? 0 : LH_ELEARNER_COMM;
+}
+static int mpi_alltoall(void *ctx, const void *send, void *recv, size_t bytes) {
+  if (bytes > MPI_PIECE) return LH_ELEARNER_COMM;
+  return MPI_Alltoall(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm_of(ctx)) == MPI_SUCCESS
+             ? 0 : LH_ELEARNER_COMM;
+}
+/* Byte counts and displacements as MPI's ints: a round of more than 1 GiB
+ * per rank is refused (the exchange's rounds are one window's pairs). */
+static int mpi_alltoallv(void *ctx, const void *send, const size_t *scounts, const size_t *sdispls, void *recv,
+                         const size_t *rcounts, const size_t *rdispls) {
+  MPI_Comm comm = comm_of(ctx);
+  int n = 0;
+  MPI_Comm_size(comm, &n);
+  int *v = malloc(4 * (size_t)n * sizeof *v);
+  if (!v) return LH_ENOMEM;
+  int ok = 1;
+  for (int j = 0; j < n; j++) {
+    ok = ok && scounts[j] <= MPI_PIECE && sdispls[j] <= MPI_PIECE && rcounts[j] <= MPI_PIECE &&
+         rdispls[j] <= MPI_PIECE;
+    v[j] = (int)scounts[j], v[n + j] = (int)sdispls[j], v[2 * n + j] = (int)rcounts[j], v[3 * n + j] = (int)rdispls[j];
+  }
+  int rc = ok && MPI_Alltoallv(send, v, v + n, MPI_BYTE, recv, v + 2 * n, v + 3 * n, MPI_BYTE, comm) == MPI_SUCCESS
+               ? 0 : LH_ELEARNER_COMM;
+  free(v);
+  return rc;
+}
+static int mpi_split(void *ctx, int color, int key, void **out_ctx, int *rank, int *size) {
+  MPI_Comm *sub = malloc(sizeof *sub);
+  if (!sub) return LH_ENOMEM;
+  if (MPI_Comm_split(comm_of(ctx), color, key, sub) != MPI_SUCCESS) {
+    free(sub);
+    return LH_ELEARNER_COMM;
+  }
+  MPI_Comm_set_errhandler(*sub, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(*sub, rank);
+  MPI_Comm_size(*sub, size);
+  *out_ctx = sub;
+  return 0;
 }
 static void mpi_abort(void *ctx, int code) {
   (void)ctx;
   MPI_Abort(MPI_COMM_WORLD, code);
 }
 static void mpi_close(void *ctx) {
-  (void)ctx;
+  if (ctx) {  /* a split: its comm only */
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Comm_free((MPI_Comm *)ctx);
+    free(ctx);
+    return;
+  }
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin) MPI_Finalize();
@@ -111,7 +172,8 @@ static const lh_learner_comm_ops mpi_ops = {
     .version = LH_LEARNER_COMM_OPS_VERSION, .name = "mpi",
     .allreduce_f32 = mpi_allreduce_f32, .allreduce_f64 = mpi_allreduce_f64,
     .allreduce_backend_f32 = mpi_allreduce_backend_f32, .bcast = mpi_bcast, .barrier = mpi_barrier,
-    .abort = mpi_abort, .close = mpi_close};
+    .abort = mpi_abort, .close = mpi_close, .alltoall = mpi_alltoall, .alltoallv = mpi_alltoallv,
+    .split = mpi_split};
 #endif
 
 /* ---- the comm ------------------------------------------------------------ */
@@ -248,6 +310,42 @@ int lh_learner_comm_same_u64(lh_learner_comm *c, uint64_t value, int *same, lh_e
   LH_TRY(lh_learner_comm_allreduce_f64(c, hi, 2, LH_LEARNER_COMM_MAX, err));
   *same = lo[0] == hi[0] && lo[1] == hi[1];
   return 0;
+}
+
+int lh_learner_comm_split(lh_learner_comm *c, int color, int key, lh_learner_comm **out, lh_errbuf *err) {
+  if (!out) return lh_errbuf_set(err, LH_EINVAL, "learner ranks: NULL out");
+  *out = NULL;
+  if (!c) return lh_learner_comm_open_single(out, err);
+  if (!c->ops.split)
+    return lh_errbuf_set(err, LH_ELEARNER_COMM, "learner ranks: the %s transport cannot split its ranks", c->ops.name);
+  void *ctx = NULL;
+  int rank = 0, size = 1;
+  int rc = c->ops.split(c->ctx, color, key, &ctx, &rank, &size);
+  if (rc) return failed(err, rc, c, "split of ranks", (size_t)color);
+  rc = lh_learner_comm_new(&c->ops, ctx, rank, size, out, err);
+  if (rc) c->ops.close(ctx);
+  return rc;
+}
+
+int lh_learner_comm_has_alltoall(const lh_learner_comm *c) {
+  return !c || (c->ops.alltoall && c->ops.alltoallv);
+}
+
+int lh_learner_comm_alltoall(lh_learner_comm *c, const void *send, void *recv, size_t bytes, lh_errbuf *err) {
+  if (!lh_learner_comm_has_alltoall(c))
+    return lh_errbuf_set(err, LH_ELEARNER_COMM, "learner ranks: the %s transport has no all-to-all", c->ops.name);
+  if (!c) return bytes && send != recv ? (memcpy(recv, send, bytes), 0) : 0;
+  int rc = c->ops.alltoall(c->ctx, send, recv, bytes);
+  return rc ? failed(err, rc, c, "all-to-all of bytes", bytes) : 0;
+}
+
+int lh_learner_comm_alltoallv(lh_learner_comm *c, const void *send, const size_t *scounts, const size_t *sdispls,
+                              void *recv, const size_t *rcounts, const size_t *rdispls, lh_errbuf *err) {
+  if (!c) return single_alltoallv(NULL, send, scounts, sdispls, recv, rcounts, rdispls);
+  if (!lh_learner_comm_has_alltoall(c))
+    return lh_errbuf_set(err, LH_ELEARNER_COMM, "learner ranks: the %s transport has no all-to-all", c->ops.name);
+  int rc = c->ops.alltoallv(c->ctx, send, scounts, sdispls, recv, rcounts, rdispls);
+  return rc ? failed(err, rc, c, "all-to-all of pieces", scounts[0]) : 0;
 }
 
 void lh_learner_comm_abort(lh_learner_comm *c, int code) {

@@ -461,6 +461,11 @@ typedef struct {
   double step_ms;
   double busy_frac;       /* step_ms over the wall time since the previous step (or the start) */
   double allreduce_ms;    /* of step_ms: summing the gradients over ranks (0 with one rank) */
+  /* Experts across ranks: of step_ms, this rank's time inside the expert
+   * exchange's transport (waiting for its group included) and in serving
+   * the group's tokens; the bytes it sent (0 without expert_parallel). */
+  double exchange_ms, serve_ms;
+  uint64_t exchange_bytes;
   /* This rank's forward work: the positions the forward ran over (trained
    * windows and burn-ins), and the windows started from a stored state
    * ([learner] state_mode = stored). */
@@ -738,6 +743,17 @@ typedef struct {
   void (*abort)(void *ctx, int code);
   /* Releases the context (MPI_Finalize when it initialised MPI). */
   void (*close)(void *ctx);
+  /* Optional (NULL: this transport cannot run expert parallelism). Every
+   * rank sends `bytes` bytes to each rank and receives as many from each;
+   * alltoallv sends scounts[j] bytes at sdispls[j] to rank j and receives
+   * rcounts[j] at rdispls[j] from it. */
+  int (*alltoall)(void *ctx, const void *send, void *recv, size_t bytes);
+  int (*alltoallv)(void *ctx, const void *send, const size_t *scounts, const size_t *sdispls, void *recv,
+                   const size_t *rcounts, const size_t *rdispls);
+  /* The ranks of the same color as a comm of their own, ordered by key
+   * (MPI_Comm_split); *out_ctx is the new comm's context, rank and size
+   * its place in it. */
+  int (*split)(void *ctx, int color, int key, void **out_ctx, int *rank, int *size);
 } lh_learner_comm_ops;
 
 typedef struct lh_learner_comm lh_learner_comm;
@@ -776,6 +792,56 @@ int lh_learner_comm_same_u64(lh_learner_comm *c, uint64_t value, int *same, lh_e
 void lh_learner_comm_abort(lh_learner_comm *c, int code);
 /* Milliseconds spent in allreduce_backend (the gradient sum) so far. */
 double lh_learner_comm_backend_ms(const lh_learner_comm *c);
+/* Collective: the ranks that pass the same color as a comm of their own,
+ * ranked by key (closed with lh_learner_comm_close; closing it leaves c
+ * open). LH_ELEARNER_COMM when the transport cannot split. */
+int lh_learner_comm_split(lh_learner_comm *c, int color, int key, lh_learner_comm **out, lh_errbuf *err);
+/* Whether c's transport has the all-to-all exchanges (expert parallelism). */
+int lh_learner_comm_has_alltoall(const lh_learner_comm *c);
+int lh_learner_comm_alltoall(lh_learner_comm *c, const void *send, void *recv, size_t bytes, lh_errbuf *err);
+int lh_learner_comm_alltoallv(lh_learner_comm *c, const void *send, const size_t *scounts, const size_t *sdispls,
+                              void *recv, const size_t *rcounts, const size_t *rdispls, lh_errbuf *err);
+
+/* ---- experts across ranks (learner/experts.c) ---------------------------- */
+typedef struct lh_learner_experts lh_learner_experts;
+/* 0 when `ranks` learner ranks can form groups of P over `experts`
+ * routed experts, else LH_ELEARNER_CONFIG_VALUE saying which falls short. */
+int lh_learner_expert_groups_check(uint64_t P, int ranks, int experts, lh_errbuf *err);
+/* Collective over world: the groups of P and the shards' replicas. */
+int lh_learner_experts_open(lh_learner_comm *world, uint64_t P, int experts, lh_learner_experts **out,
+                            lh_errbuf *err);
+void lh_learner_experts_close(lh_learner_experts *x);  /* accepts NULL */
+int lh_learner_experts_shard(const lh_learner_experts *x);  /* this rank's shard; 0 for NULL */
+int lh_learner_experts_size(const lh_learner_experts *x);   /* P; 1 for NULL */
+lh_learner_comm *lh_learner_experts_group(lh_learner_experts *x);
+lh_learner_comm *lh_learner_experts_replicas(lh_learner_experts *x);
+/* Gives m (shard lh_learner_experts_shard of P) its transport: the group. */
+int lh_learner_experts_attach(lh_learner_experts *x, lh_model *m, lh_errbuf *err);
+/* Collective over the group: serves the others until all are done. */
+int lh_learner_experts_drain(lh_learner_experts *x, lh_model *m, lh_errbuf *err);
+/* Sums the gradients over the job: the replicated tensors over every rank,
+ * the expert shard over its replicas. */
+int lh_learner_experts_reduce_grads(lh_learner_experts *x, lh_model *m, lh_errbuf *err);
+/* The sum of squares of the whole model's gradients (collective over the
+ * group), after lh_learner_experts_reduce_grads. */
+int lh_learner_experts_grad_squares(lh_learner_experts *x, lh_model *m, double *sq, lh_errbuf *err);
+/* *any = whether flag is set on any rank of the group. */
+int lh_learner_experts_any(lh_learner_experts *x, int flag, int *any, lh_errbuf *err);
+/* What a rank's model holds: floats of expert shards and of the rest, and
+ * which experts. */
+typedef struct {
+  size_t expert_floats, other_floats;
+  int first, count;
+} lh_learner_expert_memory;
+void lh_learner_experts_memory(const lh_model *m, lh_learner_expert_memory *out);
+/* Collective over group 0 (other groups return at once): *whole, on rank
+ * 0 only, is the whole model made of the group's shards, with the AdamW
+ * moments when moments and m has them (the caller frees it); NULL on the
+ * other ranks. */
+int lh_learner_experts_gather(lh_learner_experts *x, lh_model *m, int moments, lh_model **whole, lh_errbuf *err);
+/* Fills shard m from whole: its parameters, and its moments when both
+ * have them. */
+int lh_learner_experts_slice(lh_model *whole, lh_model *m, lh_errbuf *err);
 
 /* ---- ranks on several hosts (learner/ranks.c; the rest in learner/learner.h) */
 /* Checks the text of ingest_endpoints and counts its entries (*count; at
@@ -801,5 +867,11 @@ int lh_learner_trainer_gather_done(lh_learner_trainer *t, lh_errbuf *err);
 /* lh_hash64 of the live parameters (balancing biases included), for ranks
  * to compare with lh_learner_comm_same_u64. */
 int lh_learner_trainer_params_hash(const lh_learner_trainer *t, uint64_t *hash, lh_errbuf *err);
+/* Collective: *same = 1 when every rank holds the weights it should: the
+ * same as every other rank, or with experts across ranks the same
+ * replicated tensors as every rank and the same shard as its replicas. */
+int lh_learner_trainer_same_weights(lh_learner_trainer *t, int *same, lh_errbuf *err);
+/* The trainer's expert groups (NULL without expert parallelism). */
+lh_learner_experts *lh_learner_trainer_experts(lh_learner_trainer *t);
 
 #endif

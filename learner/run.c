@@ -46,6 +46,7 @@ typedef struct {
   uint64_t ckpt_failures;      /* periodic checkpoints not written, this run */
   uint64_t ckpt_failing;       /* of those, since the last one written */
   int64_t ckpt_fail_log_ns;    /* when the last failure was logged */
+  int64_t gather_ns;           /* publishing: gathering the expert shards, this run */
   int ckpt_fail_logged_code;   /* and its error code */
   lh_learner_comm *comm;
   int rank, ranks;
@@ -79,10 +80,19 @@ static void set_backlog(learner *L) {
 /* Serializes the live parameters and hands them to the service as the
  * trainer's version (rank 0 only: the others serve no weights). */
 static int publish(learner *L, lh_errbuf *err) {
+  /* With experts across ranks, group 0 gathers its shards to rank 0. */
+  lh_learner_experts *x = lh_learner_trainer_experts(L->trainer);
+  lh_model *whole = NULL;
+  if (x) {
+    int64_t t0 = lh_now_ns();
+    LH_TRY(lh_learner_experts_gather(x, L->m, 0, &whole, err));
+    L->gather_ns += lh_now_ns() - t0;
+  }
   if (L->rank != 0) return 0;
   unsigned char *bytes = NULL;
   size_t n = 0;
-  int rc = lh_model_serialize(L->m, &bytes, &n);
+  int rc = lh_model_serialize(whole ? whole : L->m, &bytes, &n);
+  lh_model_free(whole);
   if (rc) return lh_errbuf_set(err, rc, "cannot serialize the weights: %s", lh_strerror(rc));
   lh_learner_state st;
   memset(&st, 0, sizeof st);
@@ -108,18 +118,23 @@ static int checkpoint(learner *L, int *written, lh_errbuf *why, lh_errbuf *err) 
   *written = 0;
   lh_learner_trainer_state(L->trainer, &L->st);
   char path[LH_LEARNER_TEXT_BYTES];
+  lh_model *whole = NULL;
   if (L->ranks > 1) {
-    uint64_t hash = 0;
     int same = 0;
     LH_TRY(lh_learner_trainer_gather_done(L->trainer, err));
-    LH_TRY(lh_learner_trainer_params_hash(L->trainer, &hash, err));
-    LH_TRY(lh_learner_comm_same_u64(L->comm, hash, &same, err));
+    LH_TRY(lh_learner_trainer_same_weights(L->trainer, &same, err));
     if (!same)
       return lh_errbuf_set(err, LH_ELEARNER_COMM, "the %d learner ranks hold different weights at step %llu", L->ranks,
                            (unsigned long long)L->st.step);
+    /* A checkpoint is one whole model, whatever the expert groups: any
+     * rank count and expert_parallel resume from it. */
+    lh_learner_experts *x = lh_learner_trainer_experts(L->trainer);
+    if (x) LH_TRY(lh_learner_experts_gather(x, L->m, 1, &whole, err));
   }
   double ok = 1;
-  if (L->rank == 0) ok = lh_learner_ckpt_save(L->cfg.ckpt_dir, L->m, &L->st, L->trainer, path, why) == 0;
+  if (L->rank == 0)
+    ok = lh_learner_ckpt_save(L->cfg.ckpt_dir, whole ? whole : L->m, &L->st, L->trainer, path, why) == 0;
+  lh_model_free(whole);
   LH_TRY(lh_learner_comm_bcast(L->comm, &ok, sizeof ok, 0, err));
   if (!(ok > 0)) {
     if (L->rank != 0) lh_errbuf_set(why, LH_ELEARNER_CKPT, "rank 0 could not write the checkpoint (its log says why)");
@@ -224,8 +239,49 @@ static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int
     LH_INFO("learner", "init from=%s", a->init);
   } else {
     if (a->resume) LH_INFO("learner", "no checkpoint in ckpt_dir=%s: starting fresh", L->cfg.ckpt_dir);
-    LH_TRY(lh_model_new(mc, L->be, &L->m, err));
+    /* A rank of an expert group makes its shard only (take_shard). */
+    int P = (int)L->cfg.expert_parallel;
+    if (P > 1 && mc->experts % P == 0) LH_TRY(lh_model_new_shard(mc, L->be, L->rank % P, P, &L->m, err));
+    else LH_TRY(lh_model_new(mc, L->be, &L->m, err));
   }
+  return 0;
+}
+
+/* With [learner] expert_parallel = P, the rank's shard of the whole model
+ * open_model made (fresh, --init or a checkpoint of any expert_parallel):
+ * experts rank % P of every MoE layer, with their moments. The whole is
+ * freed, so a rank's memory for experts is 1 / P of them from here on. */
+static int take_shard(learner *L, int *usage_error, lh_errbuf *err) {
+  uint64_t P = L->cfg.expert_parallel;
+  /* A copy: the whole model goes below. */
+  lh_model_config whole_cfg = *lh_model_get_config(L->m);
+  const lh_model_config *mc = &whole_cfg;
+  *usage_error = 1;
+  LH_TRY(lh_learner_expert_groups_check(P, L->ranks, mc->experts, err));
+  *usage_error = 0;
+  int shards = 1;
+  lh_model_expert_shard(L->m, NULL, &shards, NULL, NULL);
+  lh_model *shard = NULL;
+  int rc = shards > 1 ? 0 : lh_model_new_shard_uninit(mc, L->be, L->rank % (int)P, (int)P, &shard, err);
+  if (shards == 1) {
+    if (!rc && lh_model_moment1(L->m) && (rc = lh_model_enable_training(shard)))
+      lh_errbuf_set(err, rc, "expert shard: no memory for its moments");
+    if (!rc) rc = lh_learner_experts_slice(L->m, shard, err);
+    if (rc) {
+      lh_model_free(shard);
+      return rc;
+    }
+    lh_model_free(L->m);
+    L->m = shard;
+  }
+  lh_learner_expert_memory mem;
+  lh_learner_experts_memory(L->m, &mem);
+  /* Parameters, gradients and two moments: four floats each. */
+  LH_INFO("learner", "rank=%d expert_parallel=%llu group=%d shard=%d experts=%d..%d of %d expert_mib=%.1f "
+          "other_mib=%.1f (parameters, gradients, AdamW moments)", L->rank, (unsigned long long)P,
+          L->rank / (int)P, L->rank % (int)P, mem.first, mem.first + mem.count - 1, mc->experts,
+          4.0 * (double)mem.expert_floats * sizeof(float) / 1048576.0,
+          4.0 * (double)mem.other_floats * sizeof(float) / 1048576.0);
   return 0;
 }
 
@@ -342,6 +398,7 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   int resumed = 0;
   char from[LH_LEARNER_TEXT_BYTES] = "";
   LH_TRY(open_model(L, &mc, err, &resumed, from, usage_error));
+  if (L->cfg.expert_parallel > 1) LH_TRY(take_shard(L, usage_error, err));
   lh_store_options so;
   lh_store_options_default(&so);
   so.max_bytes = L->cfg.max_db_bytes;
@@ -362,11 +419,9 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   if (L->ranks > 1) {
     /* Every rank starts from the same weights and step (the same
      * checkpoint, --init directory or [model] seed). */
-    uint64_t hash = 0;
     int same_step = 0, same_weights = 0;
     LH_TRY(lh_learner_comm_same_u64(L->comm, L->st.step, &same_step, err));
-    LH_TRY(lh_learner_trainer_params_hash(L->trainer, &hash, err));
-    LH_TRY(lh_learner_comm_same_u64(L->comm, hash, &same_weights, err));
+    LH_TRY(lh_learner_trainer_same_weights(L->trainer, &same_weights, err));
     if (!same_step || !same_weights)
       return lh_errbuf_set(err, LH_ELEARNER_COMM,
                            "the %d learner ranks start from different %s: give them the same ckpt_dir, --init "
@@ -482,6 +537,11 @@ static int run_loop(learner *L, lh_errbuf *err) {
       if (L->ranks > 1)
         LH_INFO("learner", "ranks=%d step=%llu allreduce_ms=%.2f step_ms=%.1f", L->ranks, (unsigned long long)s.step,
                 s.allreduce_ms, s.step_ms);
+      if (L->cfg.expert_parallel > 1)
+        LH_INFO("learner", "rank=%d step=%llu expert_exchange_ms=%.2f serve_ms=%.2f exchange_bytes=%llu "
+                "publish_gather_ms=%.2f", L->rank, (unsigned long long)s.step, s.exchange_ms, s.serve_ms,
+                (unsigned long long)s.exchange_bytes, (double)L->gather_ns / 1e6);
+      L->gather_ns = 0;
       if (!s.skipped) LH_TRY(publish(L, err));
       if ((s.step + 1) % L->cfg.ckpt_every == 0) LH_TRY(periodic_checkpoint(L, err));
     }

@@ -74,6 +74,9 @@ struct lh_learner_trainer {
    * sets from the last gather for its checkpoint (others[r - 1]). */
   lh_learner_comm *comm;
   int rank;
+  /* [learner] expert_parallel > 1: the groups and the model's transport
+   * (learner/experts.c); NULL otherwise. */
+  lh_learner_experts *experts;
   char run_id[LH_STORE_NAME_BYTES];  /* train_steps.run_id; "" none */
   id_set *others;
   size_t n_others;
@@ -196,6 +199,7 @@ void lh_learner_trainer_free(lh_learner_trainer *t) {
   lh_learner_batcher_free(t->batcher);
   lh_model_balancer_free(t->balancer);
   lh_model_cache_free(t->cache);
+  lh_learner_experts_close(t->experts);
   free(t->seen.ids);
   free(t->done.ids);
   free(t->items);
@@ -215,8 +219,16 @@ int lh_learner_trainer_set_comm(lh_learner_trainer *t, lh_learner_comm *c, lh_er
                          lh_learner_comm_size(c));
   t->comm = c;
   t->rank = lh_learner_comm_rank(c);
+  lh_learner_experts_close(t->experts);
+  t->experts = NULL;
+  if (t->cfg.expert_parallel > 1) {
+    LH_TRY(lh_learner_experts_open(c, t->cfg.expert_parallel, mc->experts, &t->experts, err));
+    LH_TRY(lh_learner_experts_attach(t->experts, t->m, err));
+  }
   return 0;
 }
+
+lh_learner_experts *lh_learner_trainer_experts(lh_learner_trainer *t) { return t ? t->experts : NULL; }
 
 void lh_learner_trainer_set_run(lh_learner_trainer *t, const char *run_id) {
   if (t) snprintf(t->run_id, sizeof t->run_id, "%s", run_id ? run_id : "");
@@ -674,7 +686,8 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
  * the non-finite flag (so a skipped step is skipped on every rank), and the
  * largest lag and alignment figures. */
 static int reduce_step(lh_learner_trainer *t, step_acc *acc, lh_errbuf *err) {
-  LH_TRY(lh_learner_comm_allreduce_backend_f32(t->comm, lh_model_grads(t->m), lh_model_n_floats(t->m), err));
+  if (t->experts) LH_TRY(lh_learner_experts_reduce_grads(t->experts, t->m, err));
+  else LH_TRY(lh_learner_comm_allreduce_backend_f32(t->comm, lh_model_grads(t->m), lh_model_n_floats(t->m), err));
   const lh_model_config *mc = lh_model_get_config(t->m);
   double *counts, *pairs;
   int rc = lh_model_balancer_counts(t->balancer, &counts, &pairs);
@@ -731,6 +744,10 @@ static int train_all(lh_learner_trainer *t, lh_learner_episode **eps, const floa
     memcpy(pairs, saved + nc, np * sizeof *saved);
     rc = lh_model_zero_grads(t->m);
     if (rc) rc = lh_errbuf_set(err, rc, "train: cannot zero the gradients: %s", lh_strerror(rc));
+    /* With experts across ranks a rank's pass is not its own: its shard
+     * holds the group's gradients, so a pass begun again is begun again by
+     * the whole group (after each rank has served the others to the end). */
+    int failed_here = 0;
     for (size_t i = 0; i < m && !rc && !again; i++) {
       if (skip[i]) continue;
       float *adv = malloc(eps[i]->n * sizeof *adv);
@@ -747,8 +764,12 @@ static int train_all(lh_learner_trainer *t, lh_learner_episode **eps, const floa
         LH_WARN("train", "episode=%llu quarantined: %s", (unsigned long long)eps[i]->episode_id, e.msg);
         lh_errbuf ig;
         lh_store_episode_set_status(t->store, eps[i]->episode_id, LH_EPISODE_ERROR, e.msg, &ig);
-        skip[i] = 1, again = 1;
+        skip[i] = 1, again = 1, failed_here = 1;
       }
+    }
+    if (!rc && t->experts) {
+      rc = lh_learner_experts_drain(t->experts, t->m, err);
+      if (!rc) rc = lh_learner_experts_any(t->experts, failed_here, &again, err);
     }
   }
   free(saved);
@@ -987,7 +1008,8 @@ static int optimize(lh_learner_trainer *t, step_batch *b, double gN, int multi, 
   if (rc) return rc;
   const lh_backend *be = lh_model_backend(t->m);
   double sq = 0;
-  rc = be->sum_squares(be->context, &sq, lh_model_grads(t->m), lh_model_n_floats(t->m));
+  if (t->experts) rc = lh_learner_experts_grad_squares(t->experts, t->m, &sq, err);
+  else rc = be->sum_squares(be->context, &sq, lh_model_grads(t->m), lh_model_n_floats(t->m));
   double norm = sqrt(sq);
   step_figures(&acc, norm, st);
   if (!rc && (acc.nonfinite || !isfinite(acc.loss) || !isfinite(norm))) {
@@ -1136,7 +1158,13 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   double lr = lh_learner_lr_at(t->cfg.lr, t->cfg.warmup_steps, t->cfg.total_steps, t->step);
   st.lr = lr;
   double reduce_ms0 = lh_learner_comm_backend_ms(t->comm);
+  lh_model_expert_traffic x0, x1;
+  lh_model_expert_traffic_get(t->m, &x0);
   if (!rc && gN > 0) rc = optimize(t, &b, gN, multi, lr, &st, err);
+  lh_model_expert_traffic_get(t->m, &x1);
+  st.exchange_ms = (double)(x1.transport_ns - x0.transport_ns) / 1e6;
+  st.serve_ms = (double)(x1.serve_ns - x0.serve_ns) / 1e6;
+  st.exchange_bytes = x1.bytes - x0.bytes;
   step_counts c = {0};
   if (!rc) rc = count_trained(t, &b, multi && gN > 0, &c, err);
   batch_free(&b);
@@ -1374,15 +1402,51 @@ int lh_learner_trainer_gather_done(lh_learner_trainer *t, lh_errbuf *err) {
   return rc;
 }
 
-int lh_learner_trainer_params_hash(const lh_learner_trainer *t, uint64_t *hash, lh_errbuf *err) {
-  if (!t || !hash) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or hash");
+/* lh_hash64 over the parameters of the tensors that are (expert = 1) or
+ * are not (expert = 0) expert shards, or of all (expert = -1). */
+static int hash_params(const lh_learner_trainer *t, int expert, uint64_t *hash, lh_errbuf *err) {
   size_t bytes = lh_model_n_floats(t->m) * sizeof(float);
   float *host = malloc(bytes);
   if (!host) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory hashing %zu bytes of parameters", bytes);
   const lh_backend *be = lh_model_backend(t->m);
   int rc = be->download(be->context, host, lh_model_params(t->m), bytes);
-  if (rc) lh_errbuf_set(err, rc, "train: cannot read the parameters: %s", lh_strerror(rc));
-  else *hash = lh_hash64(host, bytes, 0);
+  if (rc) {
+    lh_errbuf_set(err, rc, "train: cannot read the parameters: %s", lh_strerror(rc));
+  } else if (expert < 0) {
+    *hash = lh_hash64(host, bytes, 0);
+  } else {
+    uint64_t h = 0;
+    for (int i = 0; i < lh_model_n_tensors(t->m); i++) {
+      const lh_model_tensor *tt = lh_model_tensor_at(t->m, i);
+      if ((tt->expert_shard != 0) == (expert != 0)) h = lh_hash64(host + tt->offset, tt->numel * sizeof(float), h);
+    }
+    *hash = h;
+  }
   free(host);
   return rc;
+}
+
+int lh_learner_trainer_params_hash(const lh_learner_trainer *t, uint64_t *hash, lh_errbuf *err) {
+  if (!t || !hash) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or hash");
+  return hash_params(t, -1, hash, err);
+}
+
+int lh_learner_trainer_same_weights(lh_learner_trainer *t, int *same, lh_errbuf *err) {
+  if (!t || !same) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or same");
+  uint64_t h = 0;
+  if (!t->experts) {
+    LH_TRY(hash_params(t, -1, &h, err));
+    return lh_learner_comm_same_u64(t->comm, h, same, err);
+  }
+  /* Every rank holds the same replicated tensors; the ranks of one shard
+   * (one per group) the same shard. */
+  int same_rest = 0, same_shard = 0;
+  LH_TRY(hash_params(t, 0, &h, err));
+  LH_TRY(lh_learner_comm_same_u64(t->comm, h, &same_rest, err));
+  LH_TRY(hash_params(t, 1, &h, err));
+  LH_TRY(lh_learner_comm_same_u64(lh_learner_experts_replicas(t->experts), h, &same_shard, err));
+  double both = same_rest && same_shard;
+  LH_TRY(lh_learner_comm_allreduce_f64(t->comm, &both, 1, LH_LEARNER_COMM_MIN, err));
+  *same = both > 0;
+  return 0;
 }

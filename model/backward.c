@@ -84,9 +84,13 @@ int lh_model_backward(lh_model *m, lh_model_cache *c, const float *dlogp, const 
                                       lc->scache, lc->z, NULL, NULL, W(sw1), W(sw2), W(sw3), T,
                                       S, S, r, f));
     Z(c->dgates, (size_t)T * k);
-    LH_TRY(be->moe_experts_backward(ctx, c->dz, D(w1), D(w2), D(w3), c->dgates, c->dmsum,
-                                    lc->rcache, lc->z, lc->idx, lc->gates, W(w1), W(w2), W(w3),
-                                    T, E, k, r, f));
+    if (m->shards > 1)
+      LH_TRY(lh_model_ep_backward(m, l, c->dz, c->dgates, c->dmsum, lc->z,
+                                  c->idx_host + (size_t)l * T * k, lc->gates, T, err));
+    else
+      LH_TRY(be->moe_experts_backward(ctx, c->dz, D(w1), D(w2), D(w3), c->dgates, c->dmsum,
+                                      lc->rcache, lc->z, lc->idx, lc->gates, W(w1), W(w2), W(w3),
+                                      T, E, k, r, f));
     Z(c->drl, (size_t)T * E);
     LH_TRY(be->moe_route_backward(ctx, c->drl, c->dgates, lc->aff, lc->idx, T, E, k));
     if (cf->balance == LH_BALANCE_AUX)

@@ -29,6 +29,9 @@ int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *
   if (!m || !out) return LH_EINVAL;
   *out = NULL;
   if (B <= 0) return lh_errbuf_set(err, LH_EINVAL, "decoder needs B >= 1 sequences, got %d", B);
+  if (m->shards > 1)
+    return lh_errbuf_set(err, LH_EMODEL_STATE, "a decoder needs the whole model, not expert shard %d of %d",
+                         m->shard, m->shards);
   const lh_model_config *cf = &m->cfg;
   lh_model_decoder *d = calloc(1, sizeof *d);
   if (!d) return LH_ENOMEM;

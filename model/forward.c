@@ -80,7 +80,8 @@ static int cache_reserve(lh_model_cache *c, const lh_model *m, int T, int n_seq,
     GRAB(lc->aff, (size_t)T * E, float);
     GRAB(lc->gates, (size_t)T * k, float);
     GRAB(lc->idx, (size_t)T * k, int32_t);
-    GRAB(lc->rcache, lh_moe_cache_floats(T * k, f, r), float);
+    /* A shard's routed experts run on their owners (expert_parallel.c). */
+    if (m->shards == 1) GRAB(lc->rcache, lh_moe_cache_floats(T * k, f, r), float);
     if (S > 0) GRAB(lc->scache, lh_moe_cache_floats(T * S, f, r), float);
     GRAB(lc->state_in, st, float);
   }
@@ -283,8 +284,14 @@ static int forward_moe(lh_model *m, const lh_model_batch *b, lh_model_cache *c, 
   int rc = be->moe_route_forward(ctx, lc->idx, lc->gates, lc->aff, lc->rlogits, W(bias), T, E, k,
                                  b->replay_experts != NULL);
   if (rc) return lh_errbuf_set(err, rc, "layer %d routing failed: %s", l, lh_strerror(rc));
-  LH_TRY(be->moe_experts_forward(ctx, lc->routed, lc->rcache, lc->z, lc->idx, lc->gates, W(w1), W(w2),
-                                 W(w3), T, E, k, r, f));
+  int32_t *ih = c->idx_host + (size_t)l * T * k;
+  LH_TRY(be->download(ctx, ih, lc->idx, (size_t)T * k * sizeof(int32_t)));
+  /* A shard's routed experts are spread over its group (expert_parallel.c). */
+  if (m->shards > 1)
+    LH_TRY(lh_model_ep_forward(m, l, lc->routed, lc->z, ih, lc->gates, T, err));
+  else
+    LH_TRY(be->moe_experts_forward(ctx, lc->routed, lc->rcache, lc->z, lc->idx, lc->gates, W(w1), W(w2),
+                                   W(w3), T, E, k, r, f));
   LH_TRY(be->copy(ctx, lc->msum, lc->routed, (size_t)T * r * sizeof(float)));
   if (S > 0) {
     LH_TRY(be->moe_experts_forward(ctx, lc->shared, lc->scache, lc->z, NULL, NULL, W(sw1), W(sw2),
@@ -293,8 +300,6 @@ static int forward_moe(lh_model *m, const lh_model_batch *b, lh_model_cache *c, 
   }
   LH_TRY(be->matmul_forward(ctx, h_out, lc->msum, W(up), NULL, T, r, d));
   LH_TRY(be->axpy(ctx, h_out, 1.0f, lc->hmid, (size_t)T * d));
-  int32_t *ih = c->idx_host + (size_t)l * T * k;
-  LH_TRY(be->download(ctx, ih, lc->idx, (size_t)T * k * sizeof(int32_t)));
   float *load = c->load_host + (size_t)l * E;
   memset(load, 0, (size_t)E * sizeof(float));
   for (size_t i = 0; i < (size_t)T * k; i++) load[ih[i]] += 1.0f;

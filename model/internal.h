@@ -23,7 +23,23 @@ struct lh_model {
    * view handed out): the decode packs its weights once per value. */
   uint64_t params_version;
   struct lh_model_packed *packed;  /* the decode's (decode_pack.c); NULL */
+  /* Expert parallelism: this model holds routed experts
+   * [e_first, e_first + e_local) of cfg.experts, shard of shards. */
+  int shard, shards, e_first, e_local;
+  struct lh_model_ep *ep;          /* the exchange's (expert_parallel.c); NULL */
 };
+
+/* The exchange of a sharded model (expert_parallel.c): the routed experts'
+ * forward of layer l for T tokens, out (T,r) = sum_j gates F_{e_j}(z) with
+ * idx (T,k) on the host and z, gates, out in backend memory; and its
+ * backward, dz (T,r) += and dgates (T,k) += from dout (T,r), the shard's
+ * expert gradients +=. */
+int lh_model_ep_forward(lh_model *m, int l, float *out, const float *z, const int32_t *idx,
+                        const float *gates, int T, lh_errbuf *err);
+int lh_model_ep_backward(lh_model *m, int l, float *dz, float *dgates, const float *dout,
+                         const float *z, const int32_t *idx, const float *gates, int T,
+                         lh_errbuf *err);
+void lh_model_ep_free(const lh_backend *be, struct lh_model_ep *ep);  /* accepts NULL */
 
 /* Frees the decode's packed weights (accepts NULL). */
 void lh_model_packed_free(struct lh_model_packed *p);
@@ -43,6 +59,9 @@ int lh_model_new_uninit(const lh_model_config *cfg, const lh_backend *be, lh_mod
 int lh_model_new_table(const lh_model_config *cfg, const lh_backend *be, lh_model **out,
                        lh_errbuf *err);
 int lh_model_alloc_params(lh_model *m, lh_errbuf *err);
+/* The table of shard `shard` of `shards` (lh_model_new_shard). */
+int lh_model_new_table_shard(const lh_model_config *cfg, const lh_backend *be, int shard, int shards,
+                             lh_model **out, lh_errbuf *err);
 
 /* cJSON object -> config (config.c). */
 int lh_model_config_from_json_obj(const void *obj, lh_model_config *cfg, lh_errbuf *err);

@@ -109,6 +109,8 @@ typedef struct {
   int shape[3];
   int decay;          /* AdamW weight decay applies (not norms, gains, xres) */
   int trainable;      /* 0 for layers.l.moe.bias: balancing updates it */
+  int expert_shard;   /* dim 0 is the routed experts, of which a shard holds
+                         experts / shards from the first of its shard */
 } lh_model_tensor;
 
 typedef struct lh_model lh_model;
@@ -150,6 +152,54 @@ int lh_model_zero_grads(lh_model *m);
 /* One AdamW step over every trainable tensor (p->step is 1-based); decay
  * per tensor flag. */
 int lh_model_adamw_step(lh_model *m, const lh_adamw_params *p);
+
+/* ---- expert parallelism (ARCHITECTURE.md §5, "Experts across ranks") ------ */
+/* A model that holds shard `shard` of `shards` of every MoE layer's routed
+ * experts (moe.w1, w3, w2: experts / shards of them, from expert
+ * shard * experts / shards); every other tensor is whole. Its initial
+ * values are the whole model's slice (lh_model_init's streams skip ahead),
+ * so shards of one seed make up lh_model_new's model. experts must be a
+ * multiple of shards. Shards = 1 is lh_model_new. A sharded model's
+ * forward and backward exchange tokens with the other shards through the
+ * transport set by lh_model_set_expert_transport. */
+int lh_model_new_shard(const lh_model_config *cfg, const lh_backend *be, int shard, int shards,
+                       lh_model **out, lh_errbuf *err);
+/* The same without initialisation (a loader fills it). */
+int lh_model_new_shard_uninit(const lh_model_config *cfg, const lh_backend *be, int shard,
+                              int shards, lh_model **out, lh_errbuf *err);
+/* shard and shards of m (0 and 1 for a whole model); the first expert it
+ * holds and how many. */
+void lh_model_expert_shard(const lh_model *m, int *shard, int *shards, int *first, int *count);
+
+/* The ranks of one expert group, as the exchange needs them: rank `rank`
+ * of `size` (the model's shard and shards). Counts and displacements are
+ * in bytes; every call is collective over the group. */
+typedef struct {
+  void *ctx;
+  /* Each rank sends `bytes` bytes to every rank (send holds size blocks)
+   * and receives as many from each into recv. */
+  int (*alltoall)(void *ctx, const void *send, void *recv, size_t bytes);
+  /* Rank j gets scounts[j] bytes from send + sdispls[j]; what rank j sends
+   * lands at recv + rdispls[j] (rcounts[j] bytes). */
+  int (*alltoallv)(void *ctx, const void *send, const size_t *scounts, const size_t *sdispls,
+                   void *recv, const size_t *rcounts, const size_t *rdispls);
+} lh_model_expert_transport;
+
+/* Sets (copies) the transport of a sharded model. */
+int lh_model_set_expert_transport(lh_model *m, const lh_model_expert_transport *t, lh_errbuf *err);
+/* Ends a rank's share of a step: it serves the other shards' tokens until
+ * every rank of the group has called this (collective). A forward or
+ * backward of one rank is served by the others whatever they are doing:
+ * their own forwards and backwards, or this. */
+int lh_model_experts_drain(lh_model *m, lh_errbuf *err);
+/* What the exchange moved so far: bytes sent (requests and replies, to
+ * itself included), rounds, and the nanoseconds spent inside the
+ * transport (waiting for the others included). */
+typedef struct {
+  uint64_t bytes, rounds;
+  int64_t transport_ns, serve_ns;
+} lh_model_expert_traffic;
+void lh_model_expert_traffic_get(const lh_model *m, lh_model_expert_traffic *out);
 
 /* ---- checkpoints -------------------------------------------------------- */
 /* Writes DIR/model.safetensors (creating DIR when missing): float32,

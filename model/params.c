@@ -17,7 +17,7 @@ typedef struct {
 
 /* Appends a tensor to the table (sizing pass when m->tensors is NULL). */
 static int add(lh_model *m, int *count, size_t *offset, const char *name, int decay,
-               int trainable, int ndim, int a, int b, int c) {
+               int trainable, int ndim, int a, int b, int c, int expert_shard) {
   int i = (*count)++;
   size_t numel = (size_t)a * (ndim > 1 ? (size_t)b : 1) * (ndim > 2 ? (size_t)c : 1);
   if (m->tensors) {
@@ -31,6 +31,7 @@ static int add(lh_model *m, int *count, size_t *offset, const char *name, int de
     t->shape[2] = ndim > 2 ? c : 0;
     t->decay = decay;
     t->trainable = trainable;
+    t->expert_shard = expert_shard;
   }
   /* each tensor starts on a 16-float boundary so that views stay aligned */
   *offset += (numel + 15) / 16 * 16;
@@ -41,18 +42,20 @@ static void build_table(lh_model *m, int *count, size_t *offset) {
   const lh_model_config *c = &m->cfg;
   int d = c->d_model, dk = d / c->heads, r = c->latent, f = c->expert_hidden;
   int E = c->experts, S = c->shared_experts, pp = 3 * c->patch * c->patch;
+  int El = m->e_local;  /* the routed experts this shard holds */
   char n[LH_MODEL_NAME_BYTES];
   *count = 0;
   *offset = 0;
-  m->embed = add(m, count, offset, "embed", 1, 1, 2, c->vocab, d, 0);
-  m->patch_w = add(m, count, offset, "patch.w", 1, 1, 2, d, pp, 0);
-  m->patch_b = add(m, count, offset, "patch.b", 0, 1, 1, d, 0, 0);
-  m->patch_pos = add(m, count, offset, "patch.pos", 1, 1, 2, c->max_patches, d, 0);
+  m->embed = add(m, count, offset, "embed", 1, 1, 2, c->vocab, d, 0, 0);
+  m->patch_w = add(m, count, offset, "patch.w", 1, 1, 2, d, pp, 0, 0);
+  m->patch_b = add(m, count, offset, "patch.b", 0, 1, 1, d, 0, 0, 0);
+  m->patch_pos = add(m, count, offset, "patch.pos", 1, 1, 2, c->max_patches, d, 0, 0);
   for (int l = 0; l < c->layers; l++) {
     lh_model_layer_ids ids;
-#define T(field, suffix, decay, train, nd, a, b, cc)                        \
+#define TS(field, suffix, decay, train, nd, a, b, cc, shard)                 \
   snprintf(n, sizeof n, "layers.%d.%s", l, suffix);                         \
-  ids.field = add(m, count, offset, n, decay, train, nd, a, b, cc)
+  ids.field = add(m, count, offset, n, decay, train, nd, a, b, cc, shard)
+#define T(field, suffix, decay, train, nd, a, b, cc) TS(field, suffix, decay, train, nd, a, b, cc, 0)
     T(attn_norm, "attn_norm", 0, 1, 1, d, 0, 0);
     T(wq, "attn.wq", 1, 1, 2, d, d, 0);
     T(wk, "attn.wk", 1, 1, 2, d, d, 0);
@@ -71,9 +74,9 @@ static void build_table(lh_model *m, int *count, size_t *offset) {
     T(up, "moe.up", 1, 1, 2, d, r, 0);
     T(router, "moe.router", 1, 1, 2, E, r, 0);
     T(bias, "moe.bias", 0, 0, 1, E, 0, 0);
-    T(w1, "moe.w1", 1, 1, 3, E, f, r);
-    T(w3, "moe.w3", 1, 1, 3, E, f, r);
-    T(w2, "moe.w2", 1, 1, 3, E, r, f);
+    TS(w1, "moe.w1", 1, 1, 3, El, f, r, 1);
+    TS(w3, "moe.w3", 1, 1, 3, El, f, r, 1);
+    TS(w2, "moe.w2", 1, 1, 3, El, r, f, 1);
     if (S > 0) {
       T(sw1, "moe.shared.w1", 1, 1, 3, S, f, r);
       T(sw3, "moe.shared.w3", 1, 1, 3, S, f, r);
@@ -82,21 +85,27 @@ static void build_table(lh_model *m, int *count, size_t *offset) {
       ids.sw1 = ids.sw3 = ids.sw2 = -1;
     }
 #undef T
+#undef TS
     if (m->layer) m->layer[l] = ids;
   }
-  m->final_norm = add(m, count, offset, "final_norm", 0, 1, 1, d, 0, 0);
-  m->out = add(m, count, offset, "out", 1, 1, 2, c->vocab, d, 0);
+  m->final_norm = add(m, count, offset, "final_norm", 0, 1, 1, d, 0, 0, 0);
+  m->out = add(m, count, offset, "out", 1, 1, 2, c->vocab, d, 0, 0);
 }
 
-int lh_model_new_table(const lh_model_config *cfg, const lh_backend *be, lh_model **out,
-                       lh_errbuf *err) {
+int lh_model_new_table_shard(const lh_model_config *cfg, const lh_backend *be, int shard, int shards,
+                             lh_model **out, lh_errbuf *err) {
   if (!cfg || !be || !out) return LH_EINVAL;
   *out = NULL;
   LH_TRY(lh_model_config_validate(cfg, err));
+  if (shards < 1 || shard < 0 || shard >= shards || cfg->experts % shards)
+    return lh_errbuf_set(err, LH_EINVAL, "expert shard %d of %d: [model] experts = %d must be a multiple of the "
+                         "shard count", shard, shards, cfg->experts);
   lh_model *m = calloc(1, sizeof *m);
   if (!m) return LH_ENOMEM;
   m->cfg = *cfg;
   m->be = be;
+  m->shard = shard, m->shards = shards;
+  m->e_local = cfg->experts / shards, m->e_first = shard * m->e_local;
   int count;
   size_t offset;
   build_table(m, &count, &offset);
@@ -111,6 +120,11 @@ int lh_model_new_table(const lh_model_config *cfg, const lh_backend *be, lh_mode
   return LH_OK;
 }
 
+int lh_model_new_table(const lh_model_config *cfg, const lh_backend *be, lh_model **out,
+                       lh_errbuf *err) {
+  return lh_model_new_table_shard(cfg, be, 0, 1, out, err);
+}
+
 int lh_model_alloc_params(lh_model *m, lh_errbuf *err) {
   m->params = m->be->alloc(m->be->context, m->n_floats * sizeof(float));
   if (!m->params || m->be->zero(m->be->context, m->params, m->n_floats * sizeof(float)))
@@ -118,9 +132,9 @@ int lh_model_alloc_params(lh_model *m, lh_errbuf *err) {
   return LH_OK;
 }
 
-int lh_model_new_uninit(const lh_model_config *cfg, const lh_backend *be, lh_model **out,
-                        lh_errbuf *err) {
-  LH_TRY(lh_model_new_table(cfg, be, out, err));
+int lh_model_new_shard_uninit(const lh_model_config *cfg, const lh_backend *be, int shard, int shards,
+                              lh_model **out, lh_errbuf *err) {
+  LH_TRY(lh_model_new_table_shard(cfg, be, shard, shards, out, err));
   int rc = lh_model_alloc_params(*out, err);
   if (rc) {
     lh_model_free(*out);
@@ -129,9 +143,19 @@ int lh_model_new_uninit(const lh_model_config *cfg, const lh_backend *be, lh_mod
   return rc;
 }
 
+int lh_model_new_uninit(const lh_model_config *cfg, const lh_backend *be, lh_model **out,
+                        lh_errbuf *err) {
+  return lh_model_new_shard_uninit(cfg, be, 0, 1, out, err);
+}
+
 int lh_model_new(const lh_model_config *cfg, const lh_backend *be, lh_model **out,
                  lh_errbuf *err) {
-  LH_TRY(lh_model_new_uninit(cfg, be, out, err));
+  return lh_model_new_shard(cfg, be, 0, 1, out, err);
+}
+
+int lh_model_new_shard(const lh_model_config *cfg, const lh_backend *be, int shard, int shards,
+                       lh_model **out, lh_errbuf *err) {
+  LH_TRY(lh_model_new_shard_uninit(cfg, be, shard, shards, out, err));
   int rc = lh_model_init(*out, cfg->seed);
   if (rc) {
     lh_model_free(*out);
@@ -149,6 +173,7 @@ void lh_model_free(lh_model *m) {
     m->be->free(m->be->context, m->v);
   }
   lh_model_packed_free(m->packed);
+  if (m->be) lh_model_ep_free(m->be, m->ep);
   free(m->tensors);
   free(m->layer);
   free(m);
@@ -196,6 +221,11 @@ int lh_model_init(lh_model *m, uint64_t seed) {
     uint64_t s = seed * 0x100000001B3ull + (uint64_t)i * 0x9E3779B97F4A7C15ull + 1;
     init_spec sp = spec_of(m, i);
     float *p = host + t->offset;
+    /* A shard's experts are the whole tensor's from its first expert on:
+     * each normal takes two steps of the stream (next_normal), and the
+     * stream's state advances by a constant per step (next_u64). */
+    if (t->expert_shard && sp.kind == INIT_NORMAL)
+      s += 2 * (uint64_t)m->e_first * (t->numel / (size_t)m->e_local) * 0x9E3779B97F4A7C15ull;
     for (size_t j = 0; j < t->numel; j++) {
       switch (sp.kind) {
         case INIT_NORMAL: p[j] = (float)(sp.std * next_normal(&s)); break;
@@ -230,6 +260,13 @@ float *lh_model_params(lh_model *m) {
 float *lh_model_grads(lh_model *m) { return m ? m->grads : NULL; }
 float *lh_model_moment1(lh_model *m) { return m ? m->m : NULL; }
 float *lh_model_moment2(lh_model *m) { return m ? m->v : NULL; }
+
+void lh_model_expert_shard(const lh_model *m, int *shard, int *shards, int *first, int *count) {
+  if (shard) *shard = m ? m->shard : 0;
+  if (shards) *shards = m ? m->shards : 1;
+  if (first) *first = m ? m->e_first : 0;
+  if (count) *count = m ? m->e_local : 0;
+}
 
 const lh_model_tensor *lh_model_tensor_at(const lh_model *m, int i) {
   return m && i >= 0 && i < m->n_tensors ? &m->tensors[i] : NULL;

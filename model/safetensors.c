@@ -49,6 +49,8 @@ static char *header_json(const lh_model *m) {
 int lh_model_serialize(const lh_model *m, unsigned char **out, size_t *n_bytes) {
   if (!m || !out || !n_bytes) return LH_EINVAL;
   *out = NULL;
+  /* A file is one whole model: shards are gathered first (learner/experts.c). */
+  if (m->shards > 1) return LH_EMODEL_STATE;
   char *json = header_json(m);
   if (!json) return LH_ENOMEM;
   size_t jlen = strlen(json);

@@ -1,0 +1,303 @@
+/* learner: experts across ranks (ARCHITECTURE.md §5, "Experts across
+ * ranks"). With [learner] expert_parallel = P the R ranks form R / P groups
+ * of P consecutive ranks; rank g P + s holds shard s of every MoE layer's
+ * routed experts (model/expert_parallel.c moves the tokens within the
+ * group). Two comms come out of the job's: the group (the exchange, and
+ * what a shard's ranks must agree on) and the replicas (the ranks that hold
+ * the same shard in every group, which sum that shard's gradients as the
+ * whole job sums the others'). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "learner/internal.h"
+
+struct lh_learner_experts {
+  int P, shard, group;
+  lh_learner_comm *world, *group_comm, *replica_comm;
+  lh_errbuf transport_err;  /* the last failure the model's transport saw */
+};
+
+/* The model's transport over the group comm (lh_model_expert_transport). */
+static int group_alltoall(void *ctx, const void *send, void *recv, size_t bytes) {
+  lh_learner_experts *x = ctx;
+  return lh_learner_comm_alltoall(x->group_comm, send, recv, bytes, &x->transport_err);
+}
+static int group_alltoallv(void *ctx, const void *send, const size_t *scounts, const size_t *sdispls, void *recv,
+                           const size_t *rcounts, const size_t *rdispls) {
+  lh_learner_experts *x = ctx;
+  return lh_learner_comm_alltoallv(x->group_comm, send, scounts, sdispls, recv, rcounts, rdispls,
+                                   &x->transport_err);
+}
+
+int lh_learner_expert_groups_check(uint64_t P, int ranks, int experts, lh_errbuf *err) {
+  if (P < 1 || ranks < 1 || (uint64_t)ranks % P)
+    return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
+                         "[learner] expert_parallel = %llu needs a learner count that is a multiple of %llu; the job "
+                         "has %d ranks", (unsigned long long)P, (unsigned long long)P, ranks);
+  if (experts < 1 || (uint64_t)experts % P)
+    return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
+                         "[learner] expert_parallel = %llu needs [model] experts to be a multiple of %llu; it is %d",
+                         (unsigned long long)P, (unsigned long long)P, experts);
+  return 0;
+}
+
+int lh_learner_experts_open(lh_learner_comm *world, uint64_t P, int experts, lh_learner_experts **out,
+                            lh_errbuf *err) {
+  *out = NULL;
+  int R = lh_learner_comm_size(world), rank = lh_learner_comm_rank(world);
+  LH_TRY(lh_learner_expert_groups_check(P, R, experts, err));
+  if (!lh_learner_comm_has_alltoall(world))
+    return lh_errbuf_set(err, LH_ELEARNER_COMM, "[learner] expert_parallel = %llu: the %s transport has no "
+                         "all-to-all", (unsigned long long)P, lh_learner_comm_name(world));
+  lh_learner_experts *x = calloc(1, sizeof *x);
+  if (!x) return lh_errbuf_set(err, LH_ENOMEM, "experts: out of memory");
+  x->P = (int)P, x->shard = rank % (int)P, x->group = rank / (int)P, x->world = world;
+  int rc = lh_learner_comm_split(world, x->group, rank, &x->group_comm, err);
+  if (!rc) rc = lh_learner_comm_split(world, x->shard, rank, &x->replica_comm, err);
+  if (!rc && (lh_learner_comm_size(x->group_comm) != x->P || lh_learner_comm_rank(x->group_comm) != x->shard))
+    rc = lh_errbuf_set(err, LH_ELEARNER_COMM, "experts: rank %d's group has %d ranks (it is %d of them), not %d",
+                       rank, lh_learner_comm_size(x->group_comm), lh_learner_comm_rank(x->group_comm), x->P);
+  if (rc) {
+    lh_learner_experts_close(x);
+    return rc;
+  }
+  *out = x;
+  return 0;
+}
+
+void lh_learner_experts_close(lh_learner_experts *x) {
+  if (!x) return;
+  lh_learner_comm_close(x->group_comm);
+  lh_learner_comm_close(x->replica_comm);
+  free(x);
+}
+
+int lh_learner_experts_shard(const lh_learner_experts *x) { return x ? x->shard : 0; }
+int lh_learner_experts_size(const lh_learner_experts *x) { return x ? x->P : 1; }
+lh_learner_comm *lh_learner_experts_group(lh_learner_experts *x) { return x ? x->group_comm : NULL; }
+lh_learner_comm *lh_learner_experts_replicas(lh_learner_experts *x) { return x ? x->replica_comm : NULL; }
+
+int lh_learner_experts_attach(lh_learner_experts *x, lh_model *m, lh_errbuf *err) {
+  int shard = 0, shards = 1;
+  lh_model_expert_shard(m, &shard, &shards, NULL, NULL);
+  if (shards != x->P || shard != x->shard)
+    return lh_errbuf_set(err, LH_ELEARNER_COMM, "experts: rank %d needs expert shard %d of %d, its model holds %d of %d",
+                         lh_learner_comm_rank(x->world), x->shard, x->P, shard, shards);
+  lh_model_expert_transport t = {.ctx = x, .alltoall = group_alltoall, .alltoallv = group_alltoallv};
+  return lh_model_set_expert_transport(m, &t, err);
+}
+
+int lh_learner_experts_drain(lh_learner_experts *x, lh_model *m, lh_errbuf *err) {
+  int rc = lh_model_experts_drain(m, err);
+  if (rc && x->transport_err.msg[0]) lh_errbuf_set(err, rc, "%s (%s)", err->msg, x->transport_err.msg);
+  return rc;
+}
+
+/* Calls fn on each run of consecutive tensors that are (expert = 1) or are
+ * not (expert = 0) expert shards, as [first float, end float). */
+static int each_run(lh_model *m, int expert, int (*fn)(void *arg, size_t at, size_t n, lh_errbuf *err), void *arg,
+                    lh_errbuf *err) {
+  int n = lh_model_n_tensors(m);
+  size_t start = 0, end = 0;
+  int open = 0;
+  for (int i = 0; i <= n; i++) {
+    const lh_model_tensor *t = i < n ? lh_model_tensor_at(m, i) : NULL;
+    int mine = t && (t->expert_shard != 0) == (expert != 0);
+    if (mine && !open) start = t->offset, open = 1;
+    if (mine) end = t->offset + t->numel;
+    if (!mine && open) {
+      LH_TRY(fn(arg, start, end - start, err));
+      open = 0;
+    }
+  }
+  return 0;
+}
+
+typedef struct {
+  lh_learner_comm *comm;
+  float *buf;
+} reduce_arg;
+
+static int reduce_run(void *arg, size_t at, size_t n, lh_errbuf *err) {
+  reduce_arg *a = arg;
+  return lh_learner_comm_allreduce_backend_f32(a->comm, a->buf + at, n, err);
+}
+
+int lh_learner_experts_reduce_grads(lh_learner_experts *x, lh_model *m, lh_errbuf *err) {
+  float *g = lh_model_grads(m);
+  reduce_arg whole = {x->world, g}, shard = {x->replica_comm, g};
+  /* The shard's gradients are already the group's sums (the owner added
+   * every rank's tokens); the replicas of the shard add theirs. */
+  LH_TRY(each_run(m, 0, reduce_run, &whole, err));
+  return each_run(m, 1, reduce_run, &shard, err);
+}
+
+typedef struct {
+  const lh_backend *be;
+  const float *buf;
+  double sq;
+  int rc;
+} squares_arg;
+
+static int squares_run(void *arg, size_t at, size_t n, lh_errbuf *err) {
+  squares_arg *a = arg;
+  double sq = 0;
+  int rc = a->be->sum_squares(a->be->context, &sq, a->buf + at, n);
+  if (rc) return lh_errbuf_set(err, rc, "experts: sum of squares: %s", lh_strerror(rc));
+  a->sq += sq;
+  return 0;
+}
+
+int lh_learner_experts_grad_squares(lh_learner_experts *x, lh_model *m, double *sq, lh_errbuf *err) {
+  const float *g = lh_model_grads(m);
+  squares_arg whole = {lh_model_backend(m), g, 0, 0}, shard = {lh_model_backend(m), g, 0, 0};
+  LH_TRY(each_run(m, 0, squares_run, &whole, err));
+  LH_TRY(each_run(m, 1, squares_run, &shard, err));
+  /* Every rank of the group holds the same other gradients, and one shard
+   * of the experts': the group's sum is the whole model's. */
+  LH_TRY(lh_learner_comm_allreduce_f64(x->group_comm, &shard.sq, 1, LH_LEARNER_COMM_SUM, err));
+  *sq = whole.sq + shard.sq;
+  return 0;
+}
+
+int lh_learner_experts_any(lh_learner_experts *x, int flag, int *any, lh_errbuf *err) {
+  double v = flag ? 1 : 0;
+  LH_TRY(lh_learner_comm_allreduce_f64(x->group_comm, &v, 1, LH_LEARNER_COMM_MAX, err));
+  *any = v > 0;
+  return 0;
+}
+
+void lh_learner_experts_memory(const lh_model *m, lh_learner_expert_memory *out) {
+  memset(out, 0, sizeof *out);
+  int n = lh_model_n_tensors(m);
+  for (int i = 0; i < n; i++) {
+    const lh_model_tensor *t = lh_model_tensor_at(m, i);
+    if (t->expert_shard) out->expert_floats += t->numel;
+    else out->other_floats += t->numel;
+  }
+  lh_model_expert_shard(m, NULL, NULL, &out->first, &out->count);
+}
+
+/* ---- whole models: gathered for weights and checkpoints, sliced on load -- */
+
+/* The buffers a gather or slice moves: the parameters, and the AdamW
+ * moments when both models train. */
+static int n_buffers(const lh_model *a, lh_model *b, int moments) {
+  return moments && lh_model_moment1((lh_model *)a) && lh_model_moment1(b) ? 3 : 1;
+}
+static float *buffer(lh_model *m, int i) {
+  return i == 0 ? lh_model_params(m) : i == 1 ? lh_model_moment1(m) : lh_model_moment2(m);
+}
+
+/* The floats of a model's expert shards, in table order. */
+static size_t shard_floats(const lh_model *m) {
+  lh_learner_expert_memory mem;
+  lh_learner_experts_memory(m, &mem);
+  return mem.expert_floats;
+}
+
+int lh_learner_experts_gather(lh_learner_experts *x, lh_model *m, int moments, lh_model **whole, lh_errbuf *err) {
+  *whole = NULL;
+  if (x->group != 0) return 0;
+  lh_learner_comm *g = x->group_comm;
+  int P = x->P, root = x->shard == 0, nt = lh_model_n_tensors(m);
+  const lh_backend *be = lh_model_backend(m);
+  size_t S = shard_floats(m), n = lh_model_n_floats(m);
+  lh_model *w = NULL;
+  int rc = 0;
+  if (root) {
+    rc = lh_model_new_shard_uninit(lh_model_get_config(m), be, 0, 1, &w, err);
+    if (!rc && moments && lh_model_moment1(m) && (rc = lh_model_enable_training(w)))
+      lh_errbuf_set(err, rc, "experts: no memory for the whole model's moments");
+  }
+  /* Every rank learns whether the root could make the model, so that none
+   * waits in an exchange the root left. */
+  double ok = rc == 0;
+  int arc = lh_learner_comm_allreduce_f64(g, &ok, 1, LH_LEARNER_COMM_MIN, err);
+  if (arc || !(ok > 0)) {
+    lh_model_free(w);
+    return arc ? arc : rc ? rc : lh_errbuf_set(err, LH_ENOMEM, "experts: rank 0 could not make the whole model");
+  }
+  size_t wn = root ? lh_model_n_floats(w) : 0;
+  float *host = malloc(n * sizeof(float)), *pack = malloc((S ? S : 1) * sizeof(float));
+  float *recv = root ? malloc(((size_t)P * S + 1) * sizeof(float)) : NULL;
+  float *whost = root ? malloc(wn * sizeof(float)) : NULL;
+  size_t *v = calloc(4 * (size_t)P, sizeof *v);
+  if (!host || !pack || !v || (root && (!recv || !whost))) rc = lh_errbuf_set(err, LH_ENOMEM, "experts: out of memory");
+  int nb = root ? n_buffers(m, w, moments) : n_buffers(m, m, moments);
+  for (int b = 0; b < nb && !rc; b++) {
+    rc = be->download(be->context, host, buffer(m, b), n * sizeof(float));
+    if (rc) {
+      lh_errbuf_set(err, rc, "experts: cannot read the model: %s", lh_strerror(rc));
+      break;
+    }
+    size_t at = 0;
+    for (int i = 0; i < nt; i++) {
+      const lh_model_tensor *t = lh_model_tensor_at(m, i);
+      if (!t->expert_shard) continue;
+      memcpy(pack + at, host + t->offset, t->numel * sizeof(float));
+      at += t->numel;
+    }
+    size_t *sc = v, *sd = v + P, *rcn = v + 2 * P, *rd = v + 3 * P;
+    for (int j = 0; j < P; j++) {
+      sc[j] = j == 0 ? S * sizeof(float) : 0, sd[j] = 0;
+      rcn[j] = root ? S * sizeof(float) : 0, rd[j] = root ? (size_t)j * S * sizeof(float) : 0;
+    }
+    rc = lh_learner_comm_alltoallv(g, pack, sc, sd, recv, rcn, rd, err);
+    if (rc || !root) continue;
+    for (int i = 0; i < nt; i++) {
+      const lh_model_tensor *t = lh_model_tensor_at(m, i), *tw = lh_model_tensor_at(w, i);
+      if (!t->expert_shard) {
+        memcpy(whost + tw->offset, host + t->offset, t->numel * sizeof(float));
+        continue;
+      }
+      size_t before = 0;  /* the shard's floats before tensor i */
+      for (int q = 0; q < i; q++)
+        if (lh_model_tensor_at(m, q)->expert_shard) before += lh_model_tensor_at(m, q)->numel;
+      for (int j = 0; j < P; j++)
+        memcpy(whost + tw->offset + (size_t)j * t->numel, recv + (size_t)j * S + before, t->numel * sizeof(float));
+    }
+    rc = be->upload(be->context, buffer(w, b), whost, wn * sizeof(float));
+    if (rc) lh_errbuf_set(err, rc, "experts: cannot write the whole model: %s", lh_strerror(rc));
+  }
+  free(host), free(pack), free(recv), free(whost), free(v);
+  if (rc) {
+    lh_model_free(w);
+    return rc;
+  }
+  *whole = w;
+  return 0;
+}
+
+int lh_learner_experts_slice(lh_model *whole, lh_model *m, lh_errbuf *err) {
+  int first = 0, count = 0, nt = lh_model_n_tensors(m);
+  lh_model_expert_shard(m, NULL, NULL, &first, &count);
+  if (lh_model_n_tensors(whole) != nt)
+    return lh_errbuf_set(err, LH_EMODEL_STATE, "experts: the whole model and the shard differ in their tensors");
+  const lh_backend *wb = lh_model_backend(whole), *be = lh_model_backend(m);
+  size_t wn = lh_model_n_floats(whole), n = lh_model_n_floats(m);
+  float *whost = malloc(wn * sizeof(float)), *host = calloc(n, sizeof(float));
+  int rc = whost && host ? 0 : lh_errbuf_set(err, LH_ENOMEM, "experts: out of memory slicing the model");
+  int nb = n_buffers(whole, m, 1);
+  for (int b = 0; b < nb && !rc; b++) {
+    rc = wb->download(wb->context, whost, buffer(whole, b), wn * sizeof(float));
+    if (rc) {
+      lh_errbuf_set(err, rc, "experts: cannot read the whole model: %s", lh_strerror(rc));
+      break;
+    }
+    for (int i = 0; i < nt && !rc; i++) {
+      const lh_model_tensor *t = lh_model_tensor_at(m, i), *tw = lh_model_tensor_at(whole, i);
+      size_t skip = t->expert_shard ? (size_t)first * (t->numel / (size_t)count) : 0;
+      if (tw->numel < skip + t->numel)
+        rc = lh_errbuf_set(err, LH_EMODEL_STATE, "experts: tensor %s of the whole model is too small", t->name);
+      else
+        memcpy(host + t->offset, whost + tw->offset + skip, t->numel * sizeof(float));
+    }
+    if (!rc && (rc = be->upload(be->context, buffer(m, b), host, n * sizeof(float))))
+      lh_errbuf_set(err, rc, "experts: cannot write the shard: %s", lh_strerror(rc));
+  }
+  free(whost), free(host);
+  return rc;
+}
