@@ -57,7 +57,6 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, max_backlog_episodes, 0, INFINITY),
     LH_INI_KEY_F64(T, max_stale_share, 0, 1, LH_INI_CLOSED),
     LH_INI_KEY_U64(T, blas_threads, 1, 256),
-    LH_INI_KEY_U64(T, expert_parallel, 1, 4096),
     LH_INI_KEY_U64(T, max_episode_tokens, 0, INFINITY),
     LH_INI_KEY_U64(T, max_message_bytes, 4096, 64 << 20),
     LH_INI_KEY_U64(T, retain_versions, 0, INFINITY),
@@ -103,7 +102,6 @@ void lh_learner_config_default(lh_learner_config *c) {
   c->max_backlog_episodes = 0;
   c->max_stale_share = 0.05;
   c->blas_threads = 1;
-  c->expert_parallel = 1;
   c->max_episode_tokens = (uint64_t)1 << 22;
   c->max_message_bytes = 16u << 20;
   c->weights_chunk_bytes = 1u << 20;

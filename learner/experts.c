@@ -31,26 +31,14 @@ static int group_alltoallv(void *ctx, const void *send, const size_t *scounts, c
                                    &x->transport_err);
 }
 
-int lh_learner_expert_groups_check(uint64_t P, int ranks, int experts, lh_errbuf *err) {
-  if (P < 1 || ranks < 1 || (uint64_t)ranks % P)
-    return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
-                         "[learner] expert_parallel = %llu needs a learner count that is a multiple of %llu; the job "
-                         "has %d ranks", (unsigned long long)P, (unsigned long long)P, ranks);
-  if (experts < 1 || (uint64_t)experts % P)
-    return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
-                         "[learner] expert_parallel = %llu needs [model] experts to be a multiple of %llu; it is %d",
-                         (unsigned long long)P, (unsigned long long)P, experts);
-  return 0;
-}
-
-int lh_learner_experts_open(lh_learner_comm *world, uint64_t P, int experts, lh_learner_experts **out,
+int lh_learner_experts_open(lh_learner_comm *world, uint32_t P, int experts, lh_learner_experts **out,
                             lh_errbuf *err) {
   *out = NULL;
   int R = lh_learner_comm_size(world), rank = lh_learner_comm_rank(world);
-  LH_TRY(lh_learner_expert_groups_check(P, R, experts, err));
+  LH_TRY(lh_learner_expert_parallel_check(P, R, experts, err));
   if (!lh_learner_comm_has_alltoall(world))
-    return lh_errbuf_set(err, LH_ELEARNER_COMM, "[learner] expert_parallel = %llu: the %s transport has no "
-                         "all-to-all", (unsigned long long)P, lh_learner_comm_name(world));
+    return lh_errbuf_set(err, LH_ELEARNER_COMM, "[learner] expert_parallel = %u: the %s transport has no "
+                         "all-to-all", P, lh_learner_comm_name(world));
   lh_learner_experts *x = calloc(1, sizeof *x);
   if (!x) return lh_errbuf_set(err, LH_ENOMEM, "experts: out of memory");
   x->P = (int)P, x->shard = rank % (int)P, x->group = rank / (int)P, x->world = world;

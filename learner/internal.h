@@ -804,11 +804,9 @@ int lh_learner_comm_alltoallv(lh_learner_comm *c, const void *send, const size_t
 
 /* ---- experts across ranks (learner/experts.c) ---------------------------- */
 typedef struct lh_learner_experts lh_learner_experts;
-/* 0 when `ranks` learner ranks can form groups of P over `experts`
- * routed experts, else LH_ELEARNER_CONFIG_VALUE saying which falls short. */
-int lh_learner_expert_groups_check(uint64_t P, int ranks, int experts, lh_errbuf *err);
-/* Collective over world: the groups of P and the shards' replicas. */
-int lh_learner_experts_open(lh_learner_comm *world, uint64_t P, int experts, lh_learner_experts **out,
+/* Collective over world: the groups of P and the shards' replicas
+ * (lh_learner_expert_parallel_check first). */
+int lh_learner_experts_open(lh_learner_comm *world, uint32_t P, int experts, lh_learner_experts **out,
                             lh_errbuf *err);
 void lh_learner_experts_close(lh_learner_experts *x);  /* accepts NULL */
 int lh_learner_experts_shard(const lh_learner_experts *x);  /* this rank's shard; 0 for NULL */

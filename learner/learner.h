@@ -172,7 +172,6 @@ typedef struct {
   uint64_t max_backlog_episodes;  /* (0) */
   double max_stale_share;         /* [0, 1] (0.05) */
   uint64_t blas_threads;          /* the training thread's compute team, 1..256 (1) */
-  uint64_t expert_parallel;       /* ranks per expert group, 1..4096 (1) */
   uint64_t max_episode_tokens;    /* longer episodes are refused at ingest, 0 none (4194304) */
   uint64_t max_message_bytes;     /* the largest ingest message, 4096..64 MiB (16 MiB) */
   /* Retention: with max_db_bytes set, once the store's pages in use pass

@@ -241,7 +241,7 @@ static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int
     if (a->resume) LH_INFO("learner", "no checkpoint in ckpt_dir=%s: starting fresh", L->cfg.ckpt_dir);
     /* A rank of an expert group makes its shard only (take_shard). */
     int P = (int)L->cfg.expert_parallel;
-    if (P > 1 && mc->experts % P == 0) LH_TRY(lh_model_new_shard(mc, L->be, L->rank % P, P, &L->m, err));
+    if (P > 1) LH_TRY(lh_model_new_shard(mc, L->be, L->rank % P, P, &L->m, err));
     else LH_TRY(lh_model_new(mc, L->be, &L->m, err));
   }
   return 0;
@@ -251,14 +251,11 @@ static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int
  * open_model made (fresh, --init or a checkpoint of any expert_parallel):
  * experts rank % P of every MoE layer, with their moments. The whole is
  * freed, so a rank's memory for experts is 1 / P of them from here on. */
-static int take_shard(learner *L, int *usage_error, lh_errbuf *err) {
-  uint64_t P = L->cfg.expert_parallel;
+static int take_shard(learner *L, lh_errbuf *err) {
+  uint32_t P = L->cfg.expert_parallel;  /* checked against the ranks and experts at the start */
   /* A copy: the whole model goes below. */
   lh_model_config whole_cfg = *lh_model_get_config(L->m);
   const lh_model_config *mc = &whole_cfg;
-  *usage_error = 1;
-  LH_TRY(lh_learner_expert_groups_check(P, L->ranks, mc->experts, err));
-  *usage_error = 0;
   int shards = 1;
   lh_model_expert_shard(L->m, NULL, &shards, NULL, NULL);
   lh_model *shard = NULL;
@@ -277,8 +274,8 @@ static int take_shard(learner *L, int *usage_error, lh_errbuf *err) {
   lh_learner_expert_memory mem;
   lh_learner_experts_memory(L->m, &mem);
   /* Parameters, gradients and two moments: four floats each. */
-  LH_INFO("learner", "rank=%d expert_parallel=%llu group=%d shard=%d experts=%d..%d of %d expert_mib=%.1f "
-          "other_mib=%.1f (parameters, gradients, AdamW moments)", L->rank, (unsigned long long)P,
+  LH_INFO("learner", "rank=%d expert_parallel=%u group=%d shard=%d experts=%d..%d of %d expert_mib=%.1f "
+          "other_mib=%.1f (parameters, gradients, AdamW moments)", L->rank, P,
           L->rank / (int)P, L->rank % (int)P, mem.first, mem.first + mem.count - 1, mc->experts,
           4.0 * (double)mem.expert_floats * sizeof(float) / 1048576.0,
           4.0 * (double)mem.other_floats * sizeof(float) / 1048576.0);
@@ -398,7 +395,7 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   int resumed = 0;
   char from[LH_LEARNER_TEXT_BYTES] = "";
   LH_TRY(open_model(L, &mc, err, &resumed, from, usage_error));
-  if (L->cfg.expert_parallel > 1) LH_TRY(take_shard(L, usage_error, err));
+  if (L->cfg.expert_parallel > 1) LH_TRY(take_shard(L, err));
   lh_store_options so;
   lh_store_options_default(&so);
   so.max_bytes = L->cfg.max_db_bytes;

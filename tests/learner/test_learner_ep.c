@@ -415,11 +415,6 @@ START_TEST(test_shard_is_the_slice) {
   }
   ck_assert_int_ne(lh_model_new_shard(&mc, lh_backend_cpu(), 0, 3, &shard, &e), 0);
   ck_assert_ptr_nonnull(strstr(e.msg, "multiple"));
-  /* Group shapes the job cannot take are refused with the reason. */
-  ck_assert_int_eq(lh_learner_expert_groups_check(2, 3, 8, &e), LH_ELEARNER_CONFIG_VALUE);
-  ck_assert_ptr_nonnull(strstr(e.msg, "3 ranks"));
-  ck_assert_int_eq(lh_learner_expert_groups_check(4, 4, 6, &e), LH_ELEARNER_CONFIG_VALUE);
-  ck_assert_int_eq(lh_learner_expert_groups_check(2, 4, 8, &e), 0);
   lh_model_free(whole);
 }
 END_TEST
