@@ -281,20 +281,22 @@ static void print_shape(const shape *sh, const run_figures *f, int steps, char t
   printf("\n== %d experts top %d: whole model %.2f M floats, routed experts %.2f M of them (%.1f%%) ==\n",
          sh->experts, sh->topk, whole_floats / 1e6, one->most.expert_floats / 1e6,
          100.0 * one->most.expert_floats / whole_floats);
-  printf("time per step, ms (mean over the ranks and %d measured steps; exchange includes waiting for the group):\n",
-         steps);
-  printf("  %2s %8s %7s %8s %7s %9s %6s %8s %8s %6s %9s %6s %9s\n", "P", "step", "vs P=1", "cpu", "vs P=1",
-         "exchange", "share", "serve", "alone", "share", "allreduce", "rounds", "loss");
+  printf("time per step, ms (mean over the ranks and %d measured steps; exchange: inside the transport, waiting for "
+         "the group included; serve: the experts' compute for the group's tokens (part of the step's own work at "
+         "P = 1), max/mean its busiest rank's over the mean; alone: the same bytes in the same rounds exchanged after "
+         "a barrier):\n", steps);
+  printf("  %2s %8s %7s %8s %7s %9s %6s %8s %9s %8s %6s %9s %6s %9s\n", "P", "step", "vs P=1", "cpu", "vs P=1",
+         "exchange", "share", "serve", "max/mean", "alone", "share", "allreduce", "rounds", "loss");
   for (int p = 0; p < N_P; p++) {
     const rank_result *x = &f[p].mean;
     if (!f[p].ok) {
       printf("  %2d  failed (its log is above)\n", f[p].P);
       continue;
     }
-    printf("  %2d %8.1f %6.2fx %8.1f %6.2fx %9.1f %5.1f%% %8.1f %8.2f %5.1f%% %9.2f %6.0f %9.5f\n", f[p].P, x->step_ms,
-           x->step_ms / one->mean.step_ms, x->cpu_ms, x->cpu_ms / one->mean.cpu_ms, x->exchange_ms,
-           100.0 * x->exchange_ms / x->step_ms, x->serve_ms, x->alone_ms, 100.0 * x->alone_ms / x->step_ms,
-           x->allreduce_ms, x->rounds, x->loss);
+    printf("  %2d %8.1f %6.2fx %8.1f %6.2fx %9.1f %5.1f%% %8.1f %9.2f %8.2f %5.1f%% %9.2f %6.0f %9.5f\n", f[p].P,
+           x->step_ms, x->step_ms / one->mean.step_ms, x->cpu_ms, x->cpu_ms / one->mean.cpu_ms, x->exchange_ms,
+           100.0 * x->exchange_ms / x->step_ms, x->serve_ms, x->serve_ms > 0 ? f[p].most.serve_ms / x->serve_ms : 0,
+           x->alone_ms, 100.0 * x->alone_ms / x->step_ms, x->allreduce_ms, x->rounds, x->loss);
   }
   printf("bytes per step per rank, MiB (all-to-all: requests and replies it sends, to itself included):\n");
   printf("  %2s %10s %14s %11s | %18s %8s | %20s\n", "P", "all-to-all", "off-rank (est)", "a2a/DPring",
