@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/bench_episodes.h"
 #include "learner/internal.h"
 
 #ifndef LH_SOURCE_DIR
@@ -28,48 +29,6 @@
 #define PROMPT 16
 #define GROUP_SIZE 2
 #define BATCH 4
-
-static int write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group, float reward) {
-  int32_t *tok = malloc(EP_TOKENS * sizeof *tok), *tgt = malloc(EP_TOKENS * sizeof *tgt);
-  float *logp = malloc(EP_TOKENS * sizeof *logp), *blogp = malloc(EP_TOKENS * sizeof *blogp);
-  uint32_t *utok = malloc(EP_TOKENS * sizeof *utok), *ver = calloc(EP_TOKENS, sizeof *ver);
-  uint8_t *mask = malloc(EP_TOKENS);
-  int rc = tok && tgt && logp && blogp && utok && ver && mask ? 0 : -1;
-  for (int i = 0; !rc && i < EP_TOKENS; i++) tok[i] = (int32_t)((id * 31 + (uint64_t)i * 7) % 200 + 32);
-  for (int i = 0; !rc && i < EP_TOKENS; i++) tgt[i] = i + 1 < EP_TOKENS ? tok[i + 1] : -1;
-  int32_t offs[2] = {0, EP_TOKENS};
-  lh_model_batch b = {.n_tokens = EP_TOKENS, .tokens = tok, .targets = tgt, .n_seq = 1, .seq_offsets = offs,
-                      .temperature = 1.0f};
-  lh_model_cache *cache = NULL;
-  lh_errbuf e;
-  if (!rc) rc = lh_model_forward(m, &b, &cache, logp, NULL, NULL, &e);
-  lh_model_cache_free(cache);
-  for (int i = 0; !rc && i < EP_TOKENS; i++) {
-    utok[i] = (uint32_t)tok[i];
-    mask[i] = i >= PROMPT;
-    blogp[i] = mask[i] ? logp[i - 1] : 0.0f;
-  }
-  if (!rc) rc = lh_store_begin(s, &e);
-  for (uint32_t q = 0; !rc && q < EP_TOKENS / SEG_TOKENS; q++) {
-    Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
-    size_t o = q * SEG_TOKENS;
-    seg.episode_id = id, seg.seq = q, seg.actor = "a0", seg.env = "calc", seg.start_offset = o;
-    seg.group_id = group, seg.task_seed = group;
-    seg.n_tokens = SEG_TOKENS, seg.tokens = utok + o;
-    seg.loss_mask.len = SEG_TOKENS, seg.loss_mask.data = mask + o;
-    seg.n_behavior_logp = SEG_TOKENS, seg.behavior_logp = blogp + o;
-    seg.n_policy_version = SEG_TOKENS, seg.policy_version = ver + o;
-    rc = lh_store_put_segment(s, &seg, NULL, &e);
-  }
-  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
-  end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = EP_TOKENS / SEG_TOKENS;
-  end.total_tokens = EP_TOKENS, end.reward = reward, end.group_id = group, end.task_seed = group;
-  end.outcome = reward > 0.5f ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
-  if (!rc) rc = lh_store_put_episode_end(s, &end, NULL, &e);
-  if (!rc) rc = lh_store_commit(s, &e);
-  free(tok), free(tgt), free(logp), free(blogp), free(utok), free(ver), free(mask);
-  return rc;
-}
 
 static int worker(const char *dir, int steps) {
   lh_errbuf e;
@@ -94,7 +53,8 @@ static int worker(const char *dir, int steps) {
   for (int g = 0; !rc && g < steps * BATCH / GROUP_SIZE; g++)
     for (int k = 0; !rc && k < GROUP_SIZE; k++) {
       uint64_t id = 1 + (uint64_t)rank * 100000 + (uint64_t)(g * GROUP_SIZE + k);
-      rc = write_episode(s, m, id, 1000 + (uint64_t)rank * 100000 + (uint64_t)g, (float)(k % 2));
+      rc = lh_bench_write_episode(s, m, id, 1000 + (uint64_t)rank * 100000 + (uint64_t)g, (float)(k % 2), EP_TOKENS,
+                                  SEG_TOKENS, PROMPT, &e);
     }
   lh_learner_config cfg;
   lh_learner_config_default(&cfg);
