@@ -289,3 +289,48 @@ int lh_learner_experts_slice(lh_model *whole, lh_model *m, lh_errbuf *err) {
   free(whost), free(host);
   return rc;
 }
+
+int lh_learner_experts_gather_bytes(lh_learner_experts *x, lh_model *m, unsigned char **out, size_t *n_bytes,
+                                    lh_errbuf *err) {
+  *out = NULL, *n_bytes = 0;
+  if (x->group != 0) return 0;
+  lh_learner_comm *g = x->group_comm;
+  int P = x->P, root = x->shard == 0, nt = lh_model_n_tensors(m);
+  const lh_backend *be = lh_model_backend(m);
+  size_t n = lh_model_n_floats(m);
+  unsigned char *bytes = NULL;
+  size_t total = 0, *offsets = calloc((size_t)nt, sizeof *offsets), *v = calloc(4 * (size_t)P, sizeof *v);
+  float *host = root ? NULL : malloc(n * sizeof(float));
+  int rc = offsets && v && (root || host) ? 0 : LH_ENOMEM;
+  /* The root lays the whole file out around its own shard; the others
+   * send theirs from a host copy. */
+  if (!rc) rc = root ? lh_model_serialize_whole(m, &bytes, &total, offsets)
+                     : be->download(be->context, host, lh_model_params(m), n * sizeof(float));
+  if (rc) lh_errbuf_set(err, rc, "experts: cannot lay out the whole model: %s", lh_strerror(rc));
+  /* Every rank learns whether the root could, so none waits alone. */
+  double ok = rc == 0;
+  int arc = lh_learner_comm_allreduce_f64(g, &ok, 1, LH_LEARNER_COMM_MIN, err);
+  if (!arc && !(ok > 0) && !rc) rc = lh_errbuf_set(err, LH_ENOMEM, "experts: rank 0 could not lay out the model");
+  if (arc) rc = arc;
+  /* Each expert tensor's shards land in place: shard j at j / P of it. */
+  for (int i = 0; i < nt && !rc; i++) {
+    const lh_model_tensor *t = lh_model_tensor_at(m, i);
+    if (!t->expert_shard) continue;
+    size_t piece = t->numel * sizeof(float);
+    size_t *sc = v, *sd = v + P, *rcn = v + 2 * P, *rd = v + 3 * P;
+    for (int j = 0; j < P; j++) {
+      sc[j] = j == 0 && !root ? piece : 0, sd[j] = 0;
+      rcn[j] = root && j > 0 ? piece : 0, rd[j] = root ? (size_t)j * piece : 0;
+    }
+    const void *send = root ? (const void *)"" : (const void *)(host + t->offset);
+    void *recv = root ? (void *)(bytes + offsets[i]) : NULL;
+    rc = lh_learner_comm_alltoallv(g, send, sc, sd, recv, rcn, rd, err);
+  }
+  free(offsets), free(v), free(host);
+  if (rc) {
+    free(bytes);
+    return rc;
+  }
+  *out = bytes, *n_bytes = total;
+  return 0;
+}

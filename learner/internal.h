@@ -837,6 +837,12 @@ void lh_learner_experts_memory(const lh_model *m, lh_learner_expert_memory *out)
  * moments when moments and m has them (the caller frees it); NULL on the
  * other ranks. */
 int lh_learner_experts_gather(lh_learner_experts *x, lh_model *m, int moments, lh_model **whole, lh_errbuf *err);
+/* The same for weights: collective over group 0; *out on rank 0 only is
+ * what lh_model_serialize gives for the whole model (malloc'd), the shards
+ * gathered straight into it, so rank 0 holds one whole copy, not a whole
+ * model. An expert tensor must be under 1 GiB. */
+int lh_learner_experts_gather_bytes(lh_learner_experts *x, lh_model *m, unsigned char **out, size_t *n_bytes,
+                                    lh_errbuf *err);
 /* Fills shard m from whole: its parameters, and its moments when both
  * have them. */
 int lh_learner_experts_slice(lh_model *whole, lh_model *m, lh_errbuf *err);

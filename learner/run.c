@@ -80,19 +80,18 @@ static void set_backlog(learner *L) {
 /* Serializes the live parameters and hands them to the service as the
  * trainer's version (rank 0 only: the others serve no weights). */
 static int publish(learner *L, lh_errbuf *err) {
-  /* With experts across ranks, group 0 gathers its shards to rank 0. */
+  /* With experts across ranks, group 0 gathers its shards into rank 0's
+   * bytes. */
   lh_learner_experts *x = lh_learner_trainer_experts(L->trainer);
-  lh_model *whole = NULL;
+  unsigned char *bytes = NULL;
+  size_t n = 0;
   if (x) {
     int64_t t0 = lh_now_ns();
-    LH_TRY(lh_learner_experts_gather(x, L->m, 0, &whole, err));
+    LH_TRY(lh_learner_experts_gather_bytes(x, L->m, &bytes, &n, err));
     L->gather_ns += lh_now_ns() - t0;
   }
   if (L->rank != 0) return 0;
-  unsigned char *bytes = NULL;
-  size_t n = 0;
-  int rc = lh_model_serialize(whole ? whole : L->m, &bytes, &n);
-  lh_model_free(whole);
+  int rc = x ? 0 : lh_model_serialize(L->m, &bytes, &n);
   if (rc) return lh_errbuf_set(err, rc, "cannot serialize the weights: %s", lh_strerror(rc));
   lh_learner_state st;
   memset(&st, 0, sizeof st);

@@ -220,6 +220,12 @@ int lh_model_load_bytes(const void *bytes, size_t size, const char *path,
 /* The bytes of model.safetensors in memory (malloc'd into *out, the caller
  * frees it), exactly what lh_model_save writes. */
 int lh_model_serialize(const lh_model *m, unsigned char **out, size_t *n_bytes);
+/* The same bytes for the whole model of m's config when m is an expert
+ * shard: m's tensors in place, the other shards' experts zero for the
+ * caller to fill (learner/experts.c gathers them straight into *out).
+ * offsets (NULL, or room for lh_model_n_tensors) gets each tensor's data
+ * offset in *out, in bytes. For a whole model it is lh_model_serialize. */
+int lh_model_serialize_whole(const lh_model *m, unsigned char **out, size_t *n_bytes, size_t *offsets);
 
 /* ---- training forward/backward over packed sequences -------------------- */
 /* An image whose patches occupy positions at .. at+P-1 of the packed tokens

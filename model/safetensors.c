@@ -46,31 +46,39 @@ static char *header_json(const lh_model *m) {
   return s;
 }
 
-int lh_model_serialize(const lh_model *m, unsigned char **out, size_t *n_bytes) {
+int lh_model_serialize_whole(const lh_model *m, unsigned char **out, size_t *n_bytes, size_t *offsets) {
   if (!m || !out || !n_bytes) return LH_EINVAL;
   *out = NULL;
-  /* A file is one whole model: shards are gathered first (learner/experts.c). */
-  if (m->shards > 1) return LH_EMODEL_STATE;
-  char *json = header_json(m);
-  if (!json) return LH_ENOMEM;
-  size_t jlen = strlen(json);
+  /* The whole model's table names the file's tensors and shapes. */
+  lh_model *w = NULL;
+  int rc = m->shards == 1 ? LH_OK : lh_model_new_table(&m->cfg, m->be, &w, NULL);
+  if (rc) return rc;
+  const lh_model *layout = w ? w : m;
+  char *json = header_json(layout);
+  size_t jlen = json ? strlen(json) : 0;
   size_t padded = (jlen + 7) / 8 * 8; /* data starts 8-byte aligned */
   size_t data = 0;
-  for (int i = 0; i < m->n_tensors; i++) data += m->tensors[i].numel * sizeof(float);
+  for (int i = 0; i < layout->n_tensors; i++) data += layout->tensors[i].numel * sizeof(float);
   size_t total = 8 + padded + data;
-  unsigned char *buf = malloc(total);
+  unsigned char *buf = json ? malloc(total) : NULL;
   float *host = malloc(m->n_floats * sizeof(float));
-  int rc = buf && host ? LH_OK : LH_ENOMEM;
+  rc = buf && host ? LH_OK : LH_ENOMEM;
   if (!rc) rc = m->be->download(m->be->context, host, m->params, m->n_floats * sizeof(float));
   if (!rc) {
     for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     memcpy(buf + 8, json, jlen);
     memset(buf + 8 + jlen, ' ', padded - jlen);
-    unsigned char *at = buf + 8 + padded;
-    for (int i = 0; i < m->n_tensors; i++) {
-      const lh_model_tensor *t = &m->tensors[i];
-      memcpy(at, host + t->offset, t->numel * sizeof(float));
-      at += t->numel * sizeof(float);
+    size_t at = 8 + padded;
+    for (int i = 0; i < layout->n_tensors; i++) {
+      const lh_model_tensor *t = &m->tensors[i], *tw = &layout->tensors[i];
+      size_t skip = t->expert_shard ? (size_t)m->e_first * (t->numel / (size_t)m->e_local) : 0;
+      if (offsets) offsets[i] = at;
+      /* The other shards' experts are the caller's to fill. */
+      if (skip) memset(buf + at, 0, skip * sizeof(float));
+      memcpy(buf + at + skip * sizeof(float), host + t->offset, t->numel * sizeof(float));
+      size_t after = tw->numel - skip - t->numel;
+      if (after) memset(buf + at + (skip + t->numel) * sizeof(float), 0, after * sizeof(float));
+      at += tw->numel * sizeof(float);
     }
     *out = buf;
     *n_bytes = total;
@@ -79,7 +87,16 @@ int lh_model_serialize(const lh_model *m, unsigned char **out, size_t *n_bytes) 
   }
   free(host);
   free(json);
+  lh_model_free(w);
   return rc;
+}
+
+int lh_model_serialize(const lh_model *m, unsigned char **out, size_t *n_bytes) {
+  if (!m || !out || !n_bytes) return LH_EINVAL;
+  *out = NULL;
+  /* A file is one whole model: shards are gathered first (learner/experts.c). */
+  if (m->shards > 1) return LH_EMODEL_STATE;
+  return lh_model_serialize_whole(m, out, n_bytes, NULL);
 }
 
 int lh_model_save(const lh_model *m, const char *dir, lh_errbuf *err) {

@@ -241,6 +241,22 @@ static int worker(int P, int first, int steps, const char *dir) {
     }
   }
   printf("rank %d: checkpoint round trip exact\n", rank);
+  {
+    /* The weights actors get: gathered straight into the file's bytes,
+     * the same bytes as the gathered whole model's. */
+    unsigned char *bytes = NULL, *ref = NULL;
+    size_t n = 0, n_ref = 0;
+    W_TRY(lh_learner_experts_gather_bytes(lh_learner_trainer_experts(t), m, &bytes, &n, &e));
+    if (rank == 0) {
+      rc = lh_model_serialize(gathered, &ref, &n_ref);
+      if (!rc && (n != n_ref || memcmp(bytes, ref, n))) {
+        fprintf(stderr, "rank 0: the published bytes are not the whole model's\n");
+        rc = 1;
+      }
+    }
+    free(bytes), free(ref);
+    if (rc) goto out;
+  }
 out:
   lh_learner_trainer_free(t);
   lh_model_free(m), lh_model_free(whole), lh_model_free(back), lh_model_free(gathered);
