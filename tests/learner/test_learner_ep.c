@@ -8,7 +8,9 @@
  *  - 2 ranks, expert_parallel = 2, resuming from the 4-shard checkpoint
  *    (its moments included) for a third step.
  * Each job also gathers its shards into a checkpoint and loads it back
- * (the round trip is exact). Without mpirun or an MPI build the suite
+ * (the round trip is exact) and into the weights' bytes (those of the
+ * gathered model). In step 1 one rank quarantines an episode mid-pass
+ * (BAD_ID), so the group's pass begun again is checked too. Without mpirun or an MPI build the suite
  * checks the one-rank parts (a shard's initial values are the whole
  * model's slice; a lone shard refuses to run without its group) and exits
  * 77 (skipped).
@@ -34,6 +36,11 @@
 #define GROUP_SIZE 2
 #define GROUPS_PER_STEP 4
 #define ALL_STEPS 3
+/* An episode of group 1 (rank 1's in every layout) whose recorded routing
+ * repeats an expert in a row: the forward refuses it mid-pass, the trainer
+ * quarantines it, and with experts across ranks the whole group runs its
+ * pass again. The reference quarantines it too. */
+#define BAD_ID (100 + GROUP_SIZE * 1)
 
 static char self_path[1024];
 
@@ -52,6 +59,7 @@ static lh_learner_config cfg_for(uint64_t batch_episodes, uint64_t P) {
   c.batch_episodes = batch_episodes, c.group_size = GROUP_SIZE, c.train_window = 7;
   c.max_policy_lag = 10, c.lr = 1e-3, c.warmup_steps = 0, c.total_steps = 10;
   c.expert_parallel = P;
+  c.routing_replay = 1;
   return c;
 }
 
@@ -69,7 +77,7 @@ static int write_episode(lh_store *s, lh_model *whole, uint64_t id, uint64_t gro
   lh_errbuf e;
   if (lh_model_forward(whole, &b, &cache, logp, NULL, NULL, &e)) return -1;
   lh_model_cache_free(cache);
-  uint32_t utok[EP_TOKENS], ver[EP_TOKENS];
+  uint32_t utok[EP_TOKENS], ver[EP_TOKENS], routed[SEG_TOKENS * 2 * 2] = {0};
   uint8_t mask[EP_TOKENS];
   float blogp[EP_TOKENS];
   for (int i = 0; i < EP_TOKENS; i++) {
@@ -88,6 +96,13 @@ static int write_episode(lh_store *s, lh_model *whole, uint64_t id, uint64_t gro
     seg.loss_mask.len = SEG_TOKENS, seg.loss_mask.data = mask + o;
     seg.n_behavior_logp = SEG_TOKENS, seg.behavior_logp = blogp + o;
     seg.n_policy_version = SEG_TOKENS, seg.policy_version = ver + o;
+    if (id == BAD_ID) {
+      /* Layer 0 routes to experts 0 and 1, so its exchange runs; layer 1
+       * to expert 0 twice, which the forward refuses after it. */
+      for (int i = 0; i < SEG_TOKENS; i++) routed[4 * i + 1] = 1;
+      seg.routed_layers = 2, seg.routed_topk = 2;
+      seg.n_routed_experts = SEG_TOKENS * 2 * 2, seg.routed_experts = routed;
+    }
     if (lh_store_put_segment(s, &seg, NULL, &e)) return -1;
   }
   Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
