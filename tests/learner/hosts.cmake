@@ -9,3 +9,7 @@ lh_add_test(test_hosts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hosts.c ${CMAKE_CU
 add_dependencies(test_hosts longhaul)
 add_test(NAME test_hosts_netns COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/netns_hosts.sh $<TARGET_FILE:longhaul>)
 set_tests_properties(test_hosts_netns PROPERTIES SKIP_RETURN_CODE 77 LABELS proc TIMEOUT 240)
+# The same with [learner] expert_parallel = 2: one expert group whose two
+# ranks sit on the two hosts, the tokens crossing between them.
+add_test(NAME test_hosts_netns_ep COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/netns_hosts.sh $<TARGET_FILE:longhaul> 2)
+set_tests_properties(test_hosts_netns_ep PROPERTIES SKIP_RETURN_CODE 77 LABELS proc TIMEOUT 240)

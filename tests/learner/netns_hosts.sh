@@ -23,7 +23,10 @@
 # Needs root, iproute2 and an MPI build; exits 77 (skipped) otherwise. The
 # namespaces, links and files are removed on every exit.
 set -u
-bin=${1:?usage: netns_hosts.sh LONGHAUL}
+bin=${1:?usage: netns_hosts.sh LONGHAUL [EXPERT_PARALLEL]}
+# With EXPERT_PARALLEL = 2 the two ranks are one expert group across the two
+# hosts: each holds half of the experts and the tokens cross between them.
+ep=${2:-1}
 skip() { echo "SKIPPED: $*"; exit 77; }
 fail() { echo "FAILED: $*"; dump; exit 1; }
 say() { echo "netns_hosts: $*"; }
@@ -121,6 +124,7 @@ ckpt_every = 1000
 warmup_steps = 0
 total_steps = 100000
 max_policy_lag = 1000
+expert_parallel = $ep
 ingest_endpoints = tcp://10.77.0.1:5555, tcp://10.77.0.2:5555
 weights_pub_endpoint = tcp://10.77.0.1:5556
 weights_endpoint = tcp://10.77.0.1:5557
@@ -196,6 +200,13 @@ done
 say "train steps ${steps} ($(($(date +%s) - started)) s)"
 grep -q "rank=1 ranks=2 comm=mpi ingest=tcp://10.77.0.2:5555" "$work/learner.log" ||
   fail "rank 1 did not bind 10.77.0.2:5555"
+if [ "$ep" = 2 ]; then
+  grep -q "rank=1 expert_parallel=2 group=0 shard=1 experts=2..3 of 4" "$work/learner.log" ||
+    fail "rank 1 does not hold experts 2..3"
+  bytes=$(sed -n 's/.*rank=1 step=.* exchange_bytes=\([0-9]*\).*/\1/p' "$work/learner.log" | tail -1)
+  [ "${bytes:-0}" -gt 0 ] || fail "no tokens crossed between the hosts (exchange_bytes=${bytes:-none})"
+  say "expert group across the hosts: rank 1 sent $bytes bytes of tokens in its last step"
+fi
 
 # ---- stop in order: the actors (they flush), then the job ---------------------
 # Every wait is bounded, so the cleanup runs before ctest's timeout would
