@@ -8,7 +8,8 @@
  * [actor] section of the config.
  *
  * This header holds what other modules call: the [actor] config, the
- * transcript of an episode and evaluation (SFT and `longhaul eval`), and
+ * transcript of an episode, SFT's demonstrations and evaluation (SFT and
+ * `longhaul eval`), and
  * the actor process (`longhaul actor`). The parts of the process are
  * declared in actors/internal.h (ARCHITECTURE.md §2.2).
  *
@@ -163,6 +164,26 @@ const lh_model_image *lh_actors_transcript_images(const lh_actors_transcript *t)
  * *outcome (may be NULL) how it ended. LH_EENVS_NO_EXPERT without one. */
 int lh_actors_transcript_expert(lh_env *env, uint64_t seed, lh_actors_transcript *t,
                                 lh_env_outcome *outcome, lh_errbuf *err);
+
+/* ---- SFT demonstrations (actors/sft_demos.c) -------------------------------
+ * The expert's episodes `longhaul sft` trains on, batch at a time: each
+ * batch is lh_actors_transcript_expert of env on the next batch training
+ * seeds LH_ACTORS_SFT_SEED_BASE + seed * 2^20 + k, k counting on from 0
+ * across batches. Training seeds lie far from the evaluation seeds 1..N,
+ * so evaluation is on held-out tasks whatever the seed and the steps. */
+#define LH_ACTORS_SFT_SEED_BASE (1ull << 40)
+#define LH_ACTORS_SFT_SEEDS (1ull << 19) /* seed is below it */
+typedef struct lh_actors_sft_demos lh_actors_sft_demos;
+/* env stays the caller's and must outlive the demonstrations; patch is the
+ * model's; batch >= 1. */
+int lh_actors_sft_demos_new(lh_env *env, int patch, size_t batch, uint64_t seed, lh_actors_sft_demos **out,
+                            lh_errbuf *err);
+void lh_actors_sft_demos_free(lh_actors_sft_demos *d);
+/* Plays the next batch (LH_EENVS_NO_EXPERT for an environment without an
+ * expert); its transcripts stay valid until the next call. */
+int lh_actors_sft_demos_next(lh_actors_sft_demos *d, lh_errbuf *err);
+/* The i-th transcript of the batch, NULL past it. */
+const lh_actors_transcript *lh_actors_sft_demos_get(const lh_actors_sft_demos *d, size_t i);
 
 /* Evaluation, greedy (temperature 0, the default) or sampled at
  * temperature (top_p 1) from a generator seeded by each episode's seed, so

@@ -180,23 +180,20 @@ int lh_actors_config_read(const lh_ini_doc *doc, lh_actors_config *cfg, lh_errbu
   return 0;
 }
 
-/* The document of a file or of text, with this module's codes. */
-static int read_source(const char *path, const char *text, lh_actors_config *cfg, lh_errbuf *err) {
-  lh_ini_source src = {.path = path, .text = text, .file_error = LH_EACTORS_CONFIG_FILE,
-                       .error = LH_EACTORS_CONFIG_FILE};
-  lh_ini_doc *doc = NULL;
-  LH_TRY(lh_ini_doc_open(&src, &doc, err));
-  int rc = lh_actors_config_read(doc, cfg, err);
-  lh_ini_doc_free(doc);
-  return rc;
+static int read_doc(const lh_ini_doc *doc, void *cfg, lh_errbuf *err) {
+  return lh_actors_config_read(doc, cfg, err);
 }
+
+/* A file or text, with this module's codes. */
+static const lh_ini_reader READER = {
+    .file_error = LH_EACTORS_CONFIG_FILE, .error = LH_EACTORS_CONFIG_FILE, .read = read_doc};
 
 int lh_actors_config_parse(const char *text, const char *source, lh_actors_config *cfg, lh_errbuf *err) {
   if (!text || !cfg) return lh_errbuf_set(err, LH_EINVAL, "actor config: NULL text or config");
-  return read_source(source, text, cfg, err);
+  return lh_ini_reader_read(&READER, source, text, cfg, err);
 }
 
 int lh_actors_config_load(const char *path, lh_actors_config *cfg, lh_errbuf *err) {
   if (!path || !cfg) return lh_errbuf_set(err, LH_EINVAL, "actor config: NULL path or config");
-  return read_source(path, NULL, cfg, err);
+  return lh_ini_reader_read(&READER, path, NULL, cfg, err);
 }

@@ -409,7 +409,7 @@ static int positive(const char *text, int max) {
 
 int main(int argc, char **argv) {
   /* The team waits passively, as the peer's does and as the launcher starts
-   * learners and actors (cli/launch_child.c): libgomp reads the policy when
+   * learners and actors (cli/launch/launch_child.c): libgomp reads the policy when
    * the process starts, so without it set this process runs itself again
    * with it. */
   if (lh_kernels_wait_passive(argv) != 0) {

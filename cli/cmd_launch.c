@@ -1,7 +1,7 @@
 /* longhaul launch FLEET.ini: starts and supervises a fleet (ARCHITECTURE.md §1):
  * the env server, the learner (M > 1: one mpirun job), N actors; restarts
  * what dies; stops in order; shows the status screen. The parts are in
- * cli/launch_*.c (cli/launch.h); this file is the loop and the signals. */
+ * cli/launch/launch_*.c (cli/launch/launch.h); this file is the loop and the signals. */
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -14,7 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/config.h"
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 #include "cli/run_record.h"
 
 #define LAUNCH_TICK_MS 50
@@ -304,7 +304,7 @@ static void shutdown_step(launcher *L) {
           c->stopping = 1;
           /* mpirun forwards SIGUSR1 to every rank (they stop at the same
            * turn and it exits 0); on SIGTERM it would end the job itself.
-           * So does srun, for a job step's tasks (cli/launch_slurm.c). */
+           * So does srun, for a job step's tasks (cli/launch/launch_slurm.c). */
           if ((c->role == LH_CHILD_LEARNER && f->fleet.learners > 1) ||
               (f->slurm.on && c->role != LH_CHILD_ENV_SERVER))
             kill(c->pid, SIGUSR1);

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/replay.h"
+#include "cli/replay/replay.h"
 
 typedef struct {
   lh_cli_sub sub; /* name and summary, for --help */

@@ -12,7 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/rank_stores.h"
-#include "cli/report.h"
+#include "cli/report/report.h"
 #include "common/common.h"
 
 static const lh_cli_help HELP = {

@@ -1,6 +1,7 @@
 /* longhaul sft: a supervised warm start from an environment's expert
- * (ARCHITECTURE.md §5 "SFT"). Arguments, config and printing live here; the episode
- * format is actors/ (transcripts, greedy evaluation) and the step learner/. */
+ * (ARCHITECTURE.md §5 "SFT"). Flags, config, wiring, printing and exit
+ * codes live here; the demonstrations are actors/ (sft_demos.c, greedy
+ * evaluation) and the training loop learner/ (sft.c). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,10 +18,6 @@
 #include "cli/run_record.h"
 #include "learner/learner.h"
 #include "store/store.h"
-
-/* Training seeds live far from the evaluation seeds 1..N, so evaluation is
- * on held-out tasks whatever --seed and --steps are. */
-#define SFT_TRAIN_SEED_BASE (1ull << 40)
 
 static const lh_cli_help HELP = {
     .cmd = "sft",
@@ -102,7 +99,7 @@ static int parse_args(int argc, char **argv, sft_args *a) {
     return LH_EXIT_USAGE;
   }
   if (lh_cli_u64("sft", "--steps", steps, 1, 100000000, &a->steps) ||
-      lh_cli_u64("sft", "--seed", seed, 0, (1ull << 19) - 1, &a->seed) ||
+      lh_cli_u64("sft", "--seed", seed, 0, LH_ACTORS_SFT_SEEDS - 1, &a->seed) ||
       lh_cli_u64("sft", "--batch", batch, 1, 65536, &a->batch) ||
       lh_cli_u64("sft", "--eval", eval, 0, 1000000, &a->eval) ||
       lh_cli_u64("sft", "--show", show, 0, 1000000, &a->show) ||
@@ -163,76 +160,77 @@ static int evaluate(lh_model *m, const sft_args *a, const lh_cli_env_section *o,
   return rc;
 }
 
-/* The training loop proper: demonstrations, steps, progress; with
- * --eval-every, evaluations and checkpoints along the way. *taken gets the
- * steps taken, *done_at the step of the last evaluation (0: none ran). */
-static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const sft_args *a,
-                 const lh_cli_env_section *o, lh_cli_run *run, uint64_t *taken, uint64_t *done_at, lh_errbuf *err) {
-  size_t B = (size_t)a->batch;
-  lh_actors_transcript **ts = calloc(B, sizeof *ts);
-  lh_learner_sft_episode *eps = calloc(B, sizeof *eps);
-  lh_learner_sft *sft = NULL;
-  int rc = ts && eps ? 0 : lh_errbuf_set(err, LH_ENOMEM, "out of memory");
-  for (size_t i = 0; !rc && i < B; i++)
-    if (!(ts[i] = lh_actors_transcript_new(lh_model_get_config(m)->patch, err))) rc = LH_ENOMEM;
-  if (!rc) rc = lh_learner_sft_new(m, lcfg, a->steps, &sft, err);
-  int tty = isatty(2);
-  uint64_t every = a->steps / 20 ? a->steps / 20 : 1, next_seed = 0, a_steps_done = a->steps;
-  *done_at = 0;
-  int64_t t0 = lh_now_ns();
-  size_t tokens = 0;
-  double ev_step[2] = {0, 0}, ev_rate[2] = {0, 0};
-  int evals = 0;
-  for (uint64_t step = 0; !rc && step < a->steps; step++) {
-    for (size_t i = 0; !rc && i < B; i++) {
-      uint64_t seed = SFT_TRAIN_SEED_BASE + (a->seed << 20) + next_seed++;
-      rc = lh_actors_transcript_expert(env, seed, ts[i], NULL, err);
-      eps[i] = (lh_learner_sft_episode){.n_tokens = lh_actors_transcript_len(ts[i]),
-                                        .tokens = lh_actors_transcript_tokens(ts[i]),
-                                        .mask = lh_actors_transcript_mask(ts[i]),
-                                        .n_images = lh_actors_transcript_n_images(ts[i]),
-                                        .images = lh_actors_transcript_images(ts[i])};
-    }
-    lh_learner_sft_stats st;
-    if (!rc) rc = lh_learner_sft_step(sft, eps, B, &st, err);
-    if (rc) break;
-    tokens += st.tokens;
-    lh_store_sft_step row = {.run_id = run->run_id, .step = step + 1, .loss = st.loss, .lr = st.lr,
-                             .grad_norm = st.grad_norm, .tokens = st.tokens, .skipped = st.skipped};
-    lh_errbuf se;
-    if (run->store && lh_store_put_sft_step(run->store, &row, &se)) store_warn(run, "a step's loss", &se);
-    double elapsed = (double)(lh_now_ns() - t0) / 1e9;
-    uint64_t end = lh_cli_sft_expected_end(a->steps, a->eval_every, a->target, step + 1, ev_step, ev_rate, evals);
-    if (tty || (step + 1) % every == 0 || step + 1 == a->steps || st.skipped)
-      progress(tty, &st, a->steps, end, tokens / (elapsed > 0 ? elapsed : 1e-9),
-               elapsed / (double)(step + 1) * (double)(end > step + 1 ? end - step - 1 : 0));
-    if (a->eval_every && a->eval && (step + 1) % a->eval_every == 0) {
-      if (tty) fputc('\n', stderr);
-      double rate = 0;
-      rc = lh_learner_sft_save(m, a->out, err);
-      if (!rc) rc = evaluate(m, a, o, run, step + 1, &rate, err);
-      *done_at = step + 1;
-      ev_step[0] = ev_step[1], ev_rate[0] = ev_rate[1];
-      ev_step[1] = (double)(step + 1), ev_rate[1] = rate;
-      evals++;
-      if (!rc && a->target > 0 && rate >= a->target) {
-        fprintf(stderr, "sft: success rate %.3f reached --target %.3f at step %llu; stopping\n", rate, a->target,
-                (unsigned long long)step + 1);
-        a_steps_done = step + 1;
-        break;
-      }
-    }
+/* What the loop's callbacks need. */
+typedef struct {
+  lh_model *m;
+  const sft_args *a;
+  const lh_cli_env_section *o;
+  lh_cli_run *run;
+  lh_actors_sft_demos *demos;
+  int tty;
+  uint64_t every;  /* a progress line every this many steps off a terminal */
+} sft_loop_ctx;
+
+/* The next batch of the expert's demonstrations, as the learner's episodes. */
+static int next_demos(void *ctx, lh_learner_sft_episode *eps, size_t n, lh_errbuf *err) {
+  sft_loop_ctx *c = ctx;
+  LH_TRY(lh_actors_sft_demos_next(c->demos, err));
+  for (size_t i = 0; i < n; i++) {
+    const lh_actors_transcript *t = lh_actors_sft_demos_get(c->demos, i);
+    eps[i] = (lh_learner_sft_episode){.n_tokens = lh_actors_transcript_len(t),
+                                      .tokens = lh_actors_transcript_tokens(t),
+                                      .mask = lh_actors_transcript_mask(t),
+                                      .n_images = lh_actors_transcript_n_images(t),
+                                      .images = lh_actors_transcript_images(t)};
   }
-  if (tty) fputc('\n', stderr);
-  *taken = a_steps_done;
+  return 0;
+}
+
+/* A step's row in the store and, now and then, its progress line. */
+static void on_step(void *ctx, const lh_learner_sft_stats *st, const lh_learner_sft_progress *p) {
+  sft_loop_ctx *c = ctx;
+  const sft_args *a = c->a;
+  lh_store_sft_step row = {.run_id = c->run->run_id, .step = p->step, .loss = st->loss, .lr = st->lr,
+                           .grad_norm = st->grad_norm, .tokens = st->tokens, .skipped = st->skipped};
+  lh_errbuf se;
+  if (c->run->store && lh_store_put_sft_step(c->run->store, &row, &se)) store_warn(c->run, "a step's loss", &se);
+  uint64_t end = lh_cli_sft_expected_end(a->steps, a->eval_every, a->target, p->step, p->ev_step, p->ev_rate,
+                                         p->evals);
+  double elapsed = p->elapsed_s;
+  if (c->tty || p->step % c->every == 0 || p->step == a->steps || st->skipped)
+    progress(c->tty, st, a->steps, end, p->tokens / (elapsed > 0 ? elapsed : 1e-9),
+             elapsed / (double)p->step * (double)(end > p->step ? end - p->step : 0));
+}
+
+/* An evaluation along the way (--eval-every): DIR written, then evaluated. */
+static int eval_along(void *ctx, uint64_t step, double *rate, lh_errbuf *err) {
+  sft_loop_ctx *c = ctx;
+  if (c->tty) fputc('\n', stderr);
+  LH_TRY(lh_learner_sft_save(c->m, c->a->out, err));
+  return evaluate(c->m, c->a, c->o, c->run, step, rate, err);
+}
+
+/* The training loop (learner/sft.c) on demonstrations (actors/sft_demos.c),
+ * with progress, and with --eval-every evaluations and checkpoints along
+ * the way; res says how it ended. */
+static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const sft_args *a,
+                 const lh_cli_env_section *o, lh_cli_run *run, lh_learner_sft_result *res, lh_errbuf *err) {
+  sft_loop_ctx c = {.m = m, .a = a, .o = o, .run = run, .tty = isatty(2),
+                    .every = a->steps / 20 ? a->steps / 20 : 1};
+  int rc = lh_actors_sft_demos_new(env, lh_model_get_config(m)->patch, (size_t)a->batch, a->seed, &c.demos, err);
+  lh_learner_sft_loop loop = {.steps = a->steps, .batch = (size_t)a->batch,
+                              .eval_every = a->eval ? a->eval_every : 0, .target = a->target,
+                              .demos = next_demos, .on_step = on_step, .evaluate = eval_along, .ctx = &c};
+  *res = (lh_learner_sft_result){.taken = a->steps};
+  if (!rc) rc = lh_learner_sft_train(m, lcfg, &loop, res, err);
+  if (!rc && res->reached)
+    fprintf(stderr, "sft: success rate %.3f reached --target %.3f at step %llu; stopping\n", res->rate, a->target,
+            (unsigned long long)res->taken);
+  if (c.tty) fputc('\n', stderr);
   if (!rc)
-    fprintf(stderr, "sft: %llu steps, %zu tokens in %.1fs, %llu skipped\n",
-            (unsigned long long)a_steps_done, tokens, (double)(lh_now_ns() - t0) / 1e9,
-            (unsigned long long)lh_learner_sft_skipped(sft));
-  for (size_t i = 0; ts && i < B; i++) lh_actors_transcript_free(ts[i]);
-  free(ts);
-  free(eps);
-  lh_learner_sft_free(sft);
+    fprintf(stderr, "sft: %llu steps, %zu tokens in %.1fs, %llu skipped\n", (unsigned long long)res->taken,
+            res->tokens, res->elapsed_s, (unsigned long long)res->skipped);
+  lh_actors_sft_demos_free(c.demos);
   return rc;
 }
 
@@ -310,13 +308,13 @@ int lh_cmd_sft(int argc, char **argv) {
   doc = NULL;
   if (!rc)
     fprintf(stderr, "sft: run %s store %s\n", run.run_id, run.store ? run.db : "none");
-  uint64_t taken = 0, done_at = 0;
-  if (!rc) rc = train(m, env, &lcfg, &a, &o, &run, &taken, &done_at, &err);
+  lh_learner_sft_result res = {0};
+  if (!rc) rc = train(m, env, &lcfg, &a, &o, &run, &res, &err);
   /* The model as it ended, unless the last evaluation already wrote it. */
-  int fresh = done_at != taken;
+  int fresh = res.evaluated_at != res.taken;
   if (!rc && fresh) rc = lh_learner_sft_save(m, a.out, &err);
   if (!rc) printf("wrote %s/model.safetensors\n", a.out);
-  if (!rc && a.eval && fresh) rc = evaluate(m, &a, &o, &run, taken, NULL, &err);
+  if (!rc && a.eval && fresh) rc = evaluate(m, &a, &o, &run, res.taken, NULL, &err);
   if (rc) fprintf(stderr, "longhaul sft: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
   lh_cli_run_end(&run, rc == 0);
   lh_model_free(m);

@@ -6,7 +6,7 @@
 
 #include "actors/actors.h"
 #include "cli/commands.h"
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 #include "learner/learner.h"
 #include "model/model.h"
 

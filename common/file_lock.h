@@ -2,7 +2,7 @@
  *
  * The one way a process claims something for as long as it runs: the
  * store's writer (store/store_lock.c: one learner per store) and a fleet's
- * store and log folder (cli/launch_lock.c: one fleet per store). flock(2)
+ * store and log folder (cli/launch/launch_lock.c: one fleet per store). flock(2)
  * on the file rather than the presence of a file: the kernel releases the
  * lock when its descriptor's last holder closes it, which a process's end
  * does however it ends (SIGKILL, a crash), so no stale lock needs clearing

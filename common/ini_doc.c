@@ -321,6 +321,16 @@ int lh_ini_doc_load(const char *path, const char *const *sets, size_t n_sets, lh
   return lh_ini_doc_open(&src, out, err);
 }
 
+int lh_ini_reader_read(const lh_ini_reader *r, const char *path, const char *text, void *cfg, lh_errbuf *err) {
+  if (!r || !r->read) return lh_errbuf_set(err, LH_EINVAL, "ini doc: NULL reader");
+  lh_ini_source src = {.path = path, .text = text, .file_error = r->file_error, .error = r->error};
+  lh_ini_doc *doc = NULL;
+  LH_TRY(lh_ini_doc_open(&src, &doc, err));
+  int rc = r->read(doc, cfg, err);
+  lh_ini_doc_free(doc);
+  return rc;
+}
+
 int lh_ini_doc_reopen(const lh_ini_doc *doc, lh_ini_doc **out, lh_errbuf *err) {
   if (!doc) return lh_errbuf_set(err, LH_EINVAL, "ini doc: NULL document");
   lh_ini_source src = {.path = doc->path, .text = doc->text, .sets = (const char *const *)doc->sets,

@@ -71,6 +71,22 @@ int lh_ini_doc_load(const char *path, const char *const *sets, size_t n_sets, lh
 int lh_ini_doc_reopen(const lh_ini_doc *doc, lh_ini_doc **out, lh_errbuf *err);
 void lh_ini_doc_free(lh_ini_doc *doc);
 
+/* A module's reader of its section from a document (lh_actors_config_read,
+ * lh_learner_config_read, lh_model_config_read), with the codes its file
+ * and text entry points give a document that cannot be built. */
+typedef struct {
+  int file_error;  /* lh_ini_source.file_error */
+  int error;       /* lh_ini_source.error */
+  int (*read)(const lh_ini_doc *doc, void *cfg, lh_errbuf *err);
+} lh_ini_reader;
+
+/* The one way a module's config is read from a file or from text: builds
+ * the document of the file at path, or of text when text is not NULL (path
+ * then only names it in messages and may be NULL), with r's codes, hands
+ * it to r->read with cfg, and frees it. Returns 0, lh_ini_doc_open's code
+ * or r->read's, with err set. */
+int lh_ini_reader_read(const lh_ini_reader *r, const char *path, const char *text, void *cfg, lh_errbuf *err);
+
 /* The file the document was read from (its name for text; may be NULL). */
 const char *lh_ini_doc_path(const lh_ini_doc *doc);
 /* The overrides it was built with. */

@@ -302,6 +302,45 @@ void lh_learner_sft_free(lh_learner_sft *s);
 int lh_learner_sft_step(lh_learner_sft *s, const lh_learner_sft_episode *eps, size_t n,
                         lh_learner_sft_stats *stats, lh_errbuf *err);
 uint64_t lh_learner_sft_skipped(const lh_learner_sft *s);
+/* The loop of `longhaul sft` (lh_learner_sft_train): loop->steps steps
+ * (the schedule's length) of loop->batch episodes each, which loop->demos
+ * fills (they stay the caller's until its next call; learner/ does not
+ * see where demonstrations come from), with loop->on_step (may be NULL)
+ * after each; every eval_every steps (0: never) loop->evaluate writes and
+ * evaluates the model and gives its success rate, and with target > 0 the
+ * loop stops at the first evaluation whose rate reaches target. A
+ * callback's nonzero code ends the loop with it. */
+typedef struct {
+  uint64_t step;                 /* steps taken, the last included */
+  size_t tokens;                 /* packed positions so far */
+  double elapsed_s;              /* since the loop began */
+  double ev_step[2], ev_rate[2]; /* the second to last and the last evaluation */
+  int evals;                     /* evaluations run */
+} lh_learner_sft_progress;
+
+typedef struct {
+  uint64_t steps;      /* >= 1 */
+  size_t batch;        /* >= 1 */
+  uint64_t eval_every; /* 0: no evaluation in the loop */
+  double target;       /* > 0: the success rate that ends training; 0: none */
+  int (*demos)(void *ctx, lh_learner_sft_episode *eps, size_t n, lh_errbuf *err);
+  void (*on_step)(void *ctx, const lh_learner_sft_stats *st, const lh_learner_sft_progress *p);
+  int (*evaluate)(void *ctx, uint64_t step, double *rate, lh_errbuf *err);
+  void *ctx;
+} lh_learner_sft_loop;
+
+typedef struct {
+  uint64_t taken;        /* steps taken: steps, or the step target was reached at */
+  uint64_t evaluated_at; /* the step of the last evaluation; 0: none ran */
+  int reached;           /* 1: stopped at target, with rate */
+  double rate;
+  size_t tokens;
+  double elapsed_s;
+  uint64_t skipped;      /* steps skipped as not finite */
+} lh_learner_sft_result;
+
+int lh_learner_sft_train(lh_model *m, const lh_learner_config *cfg, const lh_learner_sft_loop *loop,
+                         lh_learner_sft_result *res, lh_errbuf *err);
 /* Writes DIR/model.safetensors atomically: the file is written in a fresh
  * temporary directory inside DIR and renamed over the old one, so a reader
  * sees the old checkpoint or the new one, never a part. */

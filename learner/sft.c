@@ -1,5 +1,6 @@
 /* SFT: cross-entropy steps on the policy's tokens of demonstrations
- * (learner.h says what a step does), and the atomic checkpoint write. */
+ * (learner.h says what a step does), the loop of `longhaul sft` over them,
+ * and the atomic checkpoint write. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -147,6 +148,47 @@ int lh_learner_sft_step(lh_learner_sft *s, const lh_learner_sft_episode *eps, si
   s->step++;
   if (stats) *stats = st;
   return 0;
+}
+
+int lh_learner_sft_train(lh_model *m, const lh_learner_config *cfg, const lh_learner_sft_loop *loop,
+                         lh_learner_sft_result *res, lh_errbuf *err) {
+  if (!m || !cfg || !loop || !res || !loop->demos || loop->steps < 1 || loop->batch < 1 ||
+      (loop->eval_every && !loop->evaluate))
+    return lh_errbuf_set(err, LH_EINVAL, "sft: the loop needs a model, a config, demonstrations, steps and a batch");
+  *res = (lh_learner_sft_result){.taken = loop->steps};
+  size_t B = loop->batch;
+  lh_learner_sft_episode *eps = calloc(B, sizeof *eps);
+  lh_learner_sft *sft = NULL;
+  int rc = eps ? lh_learner_sft_new(m, cfg, loop->steps, &sft, err) : lh_errbuf_set(err, LH_ENOMEM, "out of memory");
+  lh_learner_sft_progress p = {0};
+  int64_t t0 = lh_now_ns();
+  for (uint64_t step = 0; !rc && step < loop->steps; step++) {
+    lh_learner_sft_stats st;
+    rc = loop->demos(loop->ctx, eps, B, err);
+    if (!rc) rc = lh_learner_sft_step(sft, eps, B, &st, err);
+    if (rc) break;
+    p.step = step + 1;
+    p.tokens += st.tokens;
+    p.elapsed_s = (double)(lh_now_ns() - t0) / 1e9;
+    if (loop->on_step) loop->on_step(loop->ctx, &st, &p);
+    if (!loop->eval_every || p.step % loop->eval_every) continue;
+    double rate = 0;
+    rc = loop->evaluate(loop->ctx, p.step, &rate, err);
+    res->evaluated_at = p.step;
+    p.ev_step[0] = p.ev_step[1], p.ev_rate[0] = p.ev_rate[1];
+    p.ev_step[1] = (double)p.step, p.ev_rate[1] = rate;
+    p.evals++;
+    if (!rc && loop->target > 0 && rate >= loop->target) {
+      *res = (lh_learner_sft_result){.taken = p.step, .evaluated_at = p.step, .reached = 1, .rate = rate};
+      break;
+    }
+  }
+  res->tokens = p.tokens;
+  res->elapsed_s = (double)(lh_now_ns() - t0) / 1e9;
+  res->skipped = lh_learner_sft_skipped(sft);
+  free(eps);
+  lh_learner_sft_free(sft);
+  return rc;
 }
 
 int lh_learner_sft_save(const lh_model *m, const char *dir, lh_errbuf *err) {

@@ -191,24 +191,21 @@ int lh_model_config_read(const lh_ini_doc *doc, lh_model_config *cfg, lh_errbuf 
   return 0;
 }
 
-/* The document of a file or of text, with this module's codes. */
-static int read_source(const char *path, const char *text, lh_model_config *cfg, lh_errbuf *err) {
-  lh_ini_source src = {.path = path, .text = text, .file_error = LH_EMODEL_IO, .error = LH_EMODEL_CONFIG_VALUE};
-  lh_ini_doc *doc = NULL;
-  LH_TRY(lh_ini_doc_open(&src, &doc, err));
-  int rc = lh_model_config_read(doc, cfg, err);
-  lh_ini_doc_free(doc);
-  return rc;
+static int read_doc(const lh_ini_doc *doc, void *cfg, lh_errbuf *err) {
+  return lh_model_config_read(doc, cfg, err);
 }
+
+/* A file or text, with this module's codes. */
+static const lh_ini_reader READER = {.file_error = LH_EMODEL_IO, .error = LH_EMODEL_CONFIG_VALUE, .read = read_doc};
 
 int lh_model_config_parse_file(const char *path, lh_model_config *cfg, lh_errbuf *err) {
   if (!path || !cfg) return LH_EINVAL;
-  return read_source(path, NULL, cfg, err);
+  return lh_ini_reader_read(&READER, path, NULL, cfg, err);
 }
 
 int lh_model_config_parse_string(const char *text, lh_model_config *cfg, lh_errbuf *err) {
   if (!text || !cfg) return LH_EINVAL;
-  return read_source(NULL, text, cfg, err);
+  return lh_ini_reader_read(&READER, NULL, text, cfg, err);
 }
 
 char *lh_model_config_to_json(const lh_model_config *cfg) {

@@ -625,7 +625,7 @@ void lh_store_unlock_writer(lh_store_writer_lock *l);
 /* The path of a side file of the store at db_path: its resolved path (as
  * SQLite resolves it for its -wal file, through its folder when the store
  * does not exist yet) with suffix appended (".writer": the writer lock;
- * ".fleet": the lock of the fleet that uses it, cli/launch_lock.c).
+ * ".fleet": the lock of the fleet that uses it, cli/launch/launch_lock.c).
  * malloc'd; NULL when out of memory. */
 char *lh_store_side_path(const char *db_path, const char *suffix);
 

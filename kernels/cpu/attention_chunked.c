@@ -105,40 +105,77 @@ static void head_forward(lh_real *pre_mem, int keep, lh_real *out, lh_real *S,
   }
 }
 
+/* The shapes both directions check: the sequences, heads and chunk. */
+static int chunked_check(const int32_t *seq_offsets, int n_seq, int H, int dk, int chunk) {
+  int T = lh_attn_check(seq_offsets, n_seq, H, dk);
+  if (T < 0) return T;
+  return chunk <= 0 || chunk > LH_CHUNK_MAX ? LH_EKERNELS_SHAPE : LH_OK;
+}
+
+/* The (sequence, head) pairs of a call are independent (they write
+ * disjoint columns and states), so both directions share them out on the
+ * CPU team, each member with its own block of `member` floats of scratch. */
+typedef struct {
+  int units, t;
+  size_t member;
+  lh_real *mem;
+  void *owned;  /* freed after the call */
+} head_team;
+
+static int head_team_open(void *ctx, head_team *tm, int n_seq, int H, size_t member) {
+  tm->units = n_seq * H;
+  tm->t = lh_cpu_team(ctx, (size_t)tm->units);
+  tm->member = member;
+  tm->mem = lh_cpu_scratch(ctx, sizeof(lh_real) * member * (size_t)tm->t, &tm->owned);
+  return tm->mem ? LH_OK : LH_ENOMEM;
+}
+
+/* The calling member's block. */
+static lh_real *head_team_block(const head_team *tm) {
+#ifdef _OPENMP
+  return tm->mem + tm->member * (size_t)omp_get_thread_num();
+#else
+  return tm->mem;
+#endif
+}
+
+/* Pair u: sequence s = u / H and head u % H, the offset si of its state
+ * (dk,dk) and its first column c0; S gets its incoming state, zero
+ * without state_in. */
+typedef struct {
+  int s;
+  size_t si, c0;
+} head_unit;
+
+static head_unit head_unit_start(int u, int H, int dk, const lh_real *state_in, lh_real *S) {
+  size_t SS = (size_t)dk * dk;
+  head_unit p = {.s = u / H, .si = ((size_t)(u / H) * H + u % H) * SS, .c0 = (size_t)(u % H) * dk};
+  if (state_in) memcpy(S, state_in + p.si, sizeof(lh_real) * SS);
+  else memset(S, 0, sizeof(lh_real) * SS);
+  return p;
+}
+
 int LH_CPU(attn_chunked_forward)(void *ctx, lh_real *out, lh_real *state_out,
                                  const lh_real *q, const lh_real *k, const lh_real *v,
                                  const lh_real *g, const lh_real *state_in,
                                  const int32_t *seq_offsets, int n_seq, int H, int dk,
                                  int chunk) {
-  int T = lh_attn_check(seq_offsets, n_seq, H, dk);
-  if (T < 0) return T;
-  if (chunk <= 0 || chunk > LH_CHUNK_MAX) return LH_EKERNELS_SHAPE;
+  int rc = chunked_check(seq_offsets, n_seq, H, dk, chunk);
+  if (rc) return rc;
   if (!out || !q || !k || !v || !g) return LH_EKERNELS_NULL_ARG;
   size_t D = (size_t)H * dk, SS = (size_t)dk * dk;
-  /* (sequence, head) pairs are independent: shared out on the team, each
-   * member with its own preparation block and state. */
-  int units = n_seq * H, t = lh_cpu_team(ctx, (size_t)units);
-  size_t member = chunk_pre_floats(chunk, dk) + SS;
-  void *owned;
-  lh_real *mem = lh_cpu_scratch(ctx, sizeof(lh_real) * member * (size_t)t, &owned);
-  if (!mem) return LH_ENOMEM;
-#pragma omp parallel for num_threads(t) schedule(dynamic, 1)
-  for (int u = 0; u < units; u++) {
-#ifdef _OPENMP
-    lh_real *pre = mem + member * (size_t)omp_get_thread_num();
-#else
-    lh_real *pre = mem;
-#endif
-    lh_real *S = pre + chunk_pre_floats(chunk, dk);
-    int s = u / H, h = u % H;
-    size_t si = ((size_t)s * H + h) * SS, c0 = (size_t)h * dk;
-    if (state_in) memcpy(S, state_in + si, sizeof(lh_real) * SS);
-    else memset(S, 0, sizeof(lh_real) * SS);
-    head_forward(pre, 0, out + c0, S, NULL, q + c0, k + c0, v + c0, g + c0, D, seq_offsets[s],
-                 seq_offsets[s + 1], dk, chunk);
-    if (state_out) memcpy(state_out + si, S, sizeof(lh_real) * SS);
+  /* Each member: one preparation block and the state. */
+  head_team tm;
+  if (head_team_open(ctx, &tm, n_seq, H, chunk_pre_floats(chunk, dk) + SS)) return LH_ENOMEM;
+#pragma omp parallel for num_threads(tm.t) schedule(dynamic, 1)
+  for (int u = 0; u < tm.units; u++) {
+    lh_real *pre = head_team_block(&tm), *S = pre + chunk_pre_floats(chunk, dk);
+    head_unit p = head_unit_start(u, H, dk, state_in, S);
+    head_forward(pre, 0, out + p.c0, S, NULL, q + p.c0, k + p.c0, v + p.c0, g + p.c0, D, seq_offsets[p.s],
+                 seq_offsets[p.s + 1], dk, chunk);
+    if (state_out) memcpy(state_out + p.si, S, sizeof(lh_real) * SS);
   }
-  free(owned);
+  free(tm.owned);
   return LH_OK;
 }
 
@@ -203,9 +240,8 @@ int LH_CPU(attn_chunked_backward)(void *ctx, lh_real *dq, lh_real *dk_, lh_real 
                                   const lh_real *k, const lh_real *v, const lh_real *g,
                                   const lh_real *state_in, const int32_t *seq_offsets,
                                   int n_seq, int H, int dk, int chunk) {
-  int T = lh_attn_check(seq_offsets, n_seq, H, dk);
-  if (T < 0) return T;
-  if (chunk <= 0 || chunk > LH_CHUNK_MAX) return LH_EKERNELS_SHAPE;
+  int rc = chunked_check(seq_offsets, n_seq, H, dk, chunk);
+  if (rc) return rc;
   if (!dout || !q || !k || !v || !g) return LH_EKERNELS_NULL_ARG;
   size_t D = (size_t)H * dk, SS = (size_t)dk * dk, LD = (size_t)chunk * dk;
   int max_chunks = 1;
@@ -214,31 +250,22 @@ int LH_CPU(attn_chunked_backward)(void *ctx, lh_real *dq, lh_real *dk_, lh_real 
     if (n > max_chunks) max_chunks = n;
   }
   /* The forward is recomputed per sequence and head, keeping every chunk's
-   * preparation and incoming state: (6 L dk + L^2 + dk + dk^2) per chunk.
-   * (sequence, head) pairs write disjoint columns and states, so they are
-   * shared out on the team, each member with its own block of scratch. */
+   * preparation and incoming state: (6 L dk + L^2 + dk + dk^2) per chunk;
+   * then each member's S, dS and gradient scratch. */
   size_t pre_n = chunk_pre_floats(chunk, dk) * (size_t)max_chunks;
   size_t member = pre_n + SS * (size_t)max_chunks + 2 * SS + 5 * LD + (size_t)chunk * chunk;
-  int units = n_seq * H, t = lh_cpu_team(ctx, (size_t)units);
-  void *owned;
-  lh_real *mem = lh_cpu_scratch(ctx, sizeof(lh_real) * member * (size_t)t, &owned);
-  if (!mem) return LH_ENOMEM;
-#pragma omp parallel for num_threads(t) schedule(dynamic, 1)
-  for (int u = 0; u < units; u++) {
-#ifdef _OPENMP
-    lh_real *pre = mem + member * (size_t)omp_get_thread_num();
-#else
-    lh_real *pre = mem;
-#endif
+  head_team tm;
+  if (head_team_open(ctx, &tm, n_seq, H, member)) return LH_ENOMEM;
+#pragma omp parallel for num_threads(tm.t) schedule(dynamic, 1)
+  for (int u = 0; u < tm.units; u++) {
+    lh_real *pre = head_team_block(&tm);
     lh_real *states = pre + pre_n, *S = states + SS * (size_t)max_chunks, *dS = S + SS;
     lh_real *wmem = dS + SS;
     chunk_grad w = {.dQt = wmem, .dKt = wmem + LD, .dKb = wmem + 2 * LD, .dV = wmem + 3 * LD,
                     .dG = wmem + 4 * LD, .dA = wmem + 5 * LD};
-    int s = u / H, h = u % H;
-    size_t si = ((size_t)s * H + h) * SS, c0 = (size_t)h * dk;
-    int t0 = seq_offsets[s], t1 = seq_offsets[s + 1];
-    if (state_in) memcpy(S, state_in + si, sizeof(lh_real) * SS);
-    else memset(S, 0, sizeof(lh_real) * SS);
+    head_unit p = head_unit_start(u, H, dk, state_in, S);
+    size_t si = p.si, c0 = p.c0;
+    int t0 = seq_offsets[p.s], t1 = seq_offsets[p.s + 1];
     head_forward(pre, 1, NULL, S, states, q + c0, k + c0, v + c0, g + c0, D, t0, t1, dk, chunk);
     if (dstate_out) memcpy(dS, dstate_out + si, sizeof(lh_real) * SS);
     else memset(dS, 0, sizeof(lh_real) * SS);
@@ -254,6 +281,6 @@ int LH_CPU(attn_chunked_backward)(void *ctx, lh_real *dq, lh_real *dk_, lh_real 
     if (dstate_in)
       for (size_t e = 0; e < SS; e++) dstate_in[si + e] += dS[e];
   }
-  free(owned);
+  free(tm.owned);
   return LH_OK;
 }

@@ -4,7 +4,7 @@
 # end (test_launch_examples; the env server one alone, skipped without
 # python3-zmq and python3-protobuf).
 lh_add_test(test_launch_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_launch_config.c
-  ${CMAKE_SOURCE_DIR}/cli/launch_config.c LIBS lh_learner)
+  ${CMAKE_SOURCE_DIR}/cli/launch/launch_config.c LIBS lh_learner)
 lh_add_test(test_launch SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_launch.c ${CMAKE_CURRENT_SOURCE_DIR}/launch_fixture.c
   ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
   LIBS lh_store LABELS proc TIMEOUT 300)

@@ -1,10 +1,10 @@
-/* The [fleet] section (cli/launch_config.c): defaults, every key, and each
+/* The [fleet] section (cli/launch/launch_config.c): defaults, every key, and each
  * kind of bad input named by file, line and key. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 
 static lh_launch_config c;
 static lh_errbuf e;

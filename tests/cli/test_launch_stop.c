@@ -4,7 +4,7 @@
  * with SIGTERM while a step is under way (held at its start by
  * LH_LEARNER_TEST_STEP_GATE until the launcher begins to stop the learner,
  * then 3 s more). The launcher waits for the learner as long
- * as 3 times its longest recent step (cli/launch_stop.c), so nothing is
+ * as 3 times its longest recent step (cli/launch/launch_stop.c), so nothing is
  * SIGKILLed: the launcher exits 0, the learner writes its final checkpoint,
  * every message an actor had acked is in the store, the store passes its
  * check, and a learner started again with --resume goes on from that

@@ -17,7 +17,7 @@
 
 #include "actors/actors.h"
 #include "cli/config.h"
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 #include "cli/policy_eval.h"
 #include "launch_fixture.h"
 #include "learner/learner.h"

@@ -243,7 +243,7 @@ START_TEST(test_migration_v7) {
 END_TEST
 
 /* The metadata scans of the report and of `replay stats` (copied from
- * store_stats.c and cli/report_data.c) read the covering index, not the
+ * store_stats.c and cli/report/report_data.c) read the covering index, not the
  * table whose rows hold the payloads: on one store, and on the union of
  * two rank stores. */
 static const char *const metadata_scans[] = {

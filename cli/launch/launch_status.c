@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 #include "learner/learner.h"
 #include "store/store.h"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/replay.h"
+#include "cli/replay/replay.h"
 
 /* As for `episodes`: widths from the first rows, the rest streamed. */
 #define BUFFERED_ROWS 1000

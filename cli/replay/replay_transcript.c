@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/replay.h"
+#include "cli/replay/replay.h"
 
 enum {
   TOK_BOS = 256, TOK_EOS, TOK_CALL, TOK_CALL_END, TOK_OBS, TOK_OBS_END, TOK_IMG, TOK_PAD,

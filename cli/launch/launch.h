@@ -24,7 +24,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "cli/launch_slurm.h"
+#include "cli/launch/launch_slurm.h"
 #include "actors/actors.h"
 #include "common/common.h"
 #include "common/file_lock.h"
@@ -59,7 +59,7 @@ typedef struct {
   char env_server[LH_LAUNCH_COMMAND_BYTES];  /* command run by /bin/sh as a supervised child ("") */
   uint32_t n_actor_envs;          /* actor_envs = calc,needle: actor i gets entry i mod n */
   char actor_envs[LH_LAUNCH_MAX_ACTORS][LH_LAUNCH_NAME_BYTES];
-  /* Slurm (cli/launch_slurm.h): sbatch's --partition, --time, --nodes (0:
+  /* Slurm (cli/launch/launch_slurm.h): sbatch's --partition, --time, --nodes (0:
    * Slurm's choice), more sbatch options for the batch script, more srun
    * options for every step, srun's --mpi for the learner, and srun. */
   char slurm_partition[LH_LAUNCH_NAME_BYTES];     /* ("") */
@@ -130,7 +130,7 @@ typedef struct {
   size_t n_sets;                           /* child; set by the caller before lh_launch_fleet_init */
   size_t n;                                /* children: env server, learner, actors, in that order */
   lh_launch_child child[LH_LAUNCH_MAX_ACTORS + 2];
-  lh_launch_slurm slurm;                   /* --engine slurm (cli/launch_slurm.c) */
+  lh_launch_slurm slurm;                   /* --engine slurm (cli/launch/launch_slurm.c) */
   lh_file_lock *store_lock, *logs_lock;    /* lh_launch_lock's */
 } lh_launch_fleet;
 
@@ -218,7 +218,7 @@ typedef void (*lh_launch_plan_line)(void *ctx, const char *text);
  * of a config that can no longer be read. */
 int lh_launch_plan(const lh_launch_fleet *f, int groups_only, lh_launch_plan_line line, void *ctx, lh_errbuf *err);
 
-/* ---- Slurm (cli/launch_slurm.c; cli/launch_slurm.h says how) --------------- */
+/* ---- Slurm (cli/launch/launch_slurm.c; cli/launch/launch_slurm.h says how) --- */
 
 /* Writes the batch script of the fleet f (after lh_launch_fleet_init) to
  * path: #SBATCH lines from [fleet] and a body running `longhaul launch

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/replay.h"
+#include "cli/replay/replay.h"
 
 /* The per-token arrays are most of an export (four numbers per token), so
  * each is written as JSON text in one buffer and added raw, instead of as a

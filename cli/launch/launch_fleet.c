@@ -18,7 +18,7 @@
 
 #include "actors/actors.h"
 #include "cli/config.h"
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 #include "learner/learner.h"
 #include "model/model.h"
 #include "store/store.h"

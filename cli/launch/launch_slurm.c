@@ -1,6 +1,6 @@
 /* cli: a fleet launched through Slurm: the batch script, its submission,
  * and the job steps the launcher starts inside the allocation
- * (cli/launch_slurm.h says how the parts fit). */
+ * (cli/launch/launch_slurm.h says how the parts fit). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 #include "common/ini_doc.h"
 #include "learner/learner.h"
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/report.h"
+#include "cli/report/report.h"
 
 void lh_report_escape(lh_str *b, const char *s) {
   if (!s) return;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/buf.h"
-#include "cli/report.h"
+#include "cli/report/report.h"
 
 void lh_report_data_free(lh_report_data *d) {
   if (!d) return;

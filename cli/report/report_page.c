@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/report.h"
+#include "cli/report/report.h"
 
 enum { MAX_HEAT_COLUMNS = 150, MAX_LAG_BINS = 24, MAX_LOAD_CELLS = 60000 };
 

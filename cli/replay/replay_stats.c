@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/replay.h"
+#include "cli/replay/replay.h"
 #include "common/buf.h"
 
 static void print_bytes(uint64_t bytes) {

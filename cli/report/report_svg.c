@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/report.h"
+#include "cli/report/report.h"
 
 enum { WIDTH = 760, HEIGHT = 300, LEFT = 70, RIGHT = 20, TOP = 36, BOTTOM = 50 };
 enum { MAX_MARKED_POINTS = 400 };

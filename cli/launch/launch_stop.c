@@ -8,7 +8,7 @@
  * (train_steps.step_ms: measured, never what a process says of itself). */
 #include <stdlib.h>
 
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 #include "store/store.h"
 
 static int on_ms(void *ctx, int ncols, const char *const *names, const char *const *values) {

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 
 static void log_line(int fd, const lh_launch_child *c, char *const argv[]) {
   char line[LH_LAUNCH_COMMAND_BYTES + 256];

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "cli/replay.h"
+#include "cli/replay/replay.h"
 #include "common/buf.h"
 
 /* 64-bit ids, seeds and counts go out exactly: up to 2^53 as decimal

@@ -4,7 +4,7 @@
  * expert_parallel, the actors and the rank each sends to, the env server.
  *
  * A rank's host is what is known of it here: under --engine slurm the
- * allocation's node it runs on (rank r on node r mod K, cli/launch_slurm.c);
+ * allocation's node it runs on (rank r on node r mod K, cli/launch/launch_slurm.c);
  * with [learner] ingest_endpoints the host of entry r, where the rank binds
  * and so must run; else this host (one mpirun --oversubscribe here). An
  * expert group is P consecutive ranks, which may sit on different hosts. */
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "actors/actors.h"
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 #include "common/ini_doc.h"
 #include "learner/learner.h"
 #include "model/model.h"

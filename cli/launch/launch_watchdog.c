@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 #include "store/store.h"
 
 #define WATCHDOG_LOOKBACK_MS 60000 /* heartbeats older than the launch by more than this are not read */

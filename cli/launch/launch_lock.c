@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 #include "common/file_lock.h"
 #include "store/store.h"
 

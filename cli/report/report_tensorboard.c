@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/report.h"
+#include "cli/report/report.h"
 #include "proto/tensorboard.pb-c.h"
 
 /* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), bitwise: the

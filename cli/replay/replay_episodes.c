@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/replay.h"
+#include "cli/replay/replay.h"
 
 enum { COL_ID, COL_ENV, COL_ACTOR, COL_STATUS, COL_OUTCOME, COL_STEPS, COL_TOKENS, COL_SEGMENTS,
        COL_REWARD, COL_VERSIONS, COL_GROUP, COL_SEED, COL_COUNT };

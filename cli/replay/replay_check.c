@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
-#include "cli/replay.h"
+#include "cli/replay/replay.h"
 
 static int print_problem(void *ctx, const char *line) {
   (void)ctx;

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 #include "common/ini_section.h"
 
 static int parse_envs(const char *v, void *cfg, char *why, size_t why_bytes);

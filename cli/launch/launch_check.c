@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "actors/actors.h"
-#include "cli/launch.h"
+#include "cli/launch/launch.h"
 #include "envs/env.h"
 #include "learner/learner.h"
 #include "model/model.h"

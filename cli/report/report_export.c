@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/report.h"
+#include "cli/report/report.h"
 
 #define COL(name, member, whole) {name, offsetof(lh_report_data, member), whole}
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/replay.h"
+#include "cli/replay/replay.h"
 
 int lh_cli_parse_id(const char *text, uint64_t *out) {
   if (lh_parse_u64(text, out) == 0) return 0;
