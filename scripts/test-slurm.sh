@@ -10,12 +10,16 @@
 # the job ended COMPLETED; a second fleet without an end is stopped with
 # `scancel --batch --signal=TERM` and must stop in order. Every daemon it
 # started is stopped at the end, also on failure.
-#   scripts/test-slurm.sh [BUILD_DIR]     (default: build)
+#   scripts/test-slurm.sh [BUILD_DIR] [EXPERT_PARALLEL]   (default: build 1)
+# With EXPERT_PARALLEL = 2 the two ranks (one per node) are one expert group:
+# each holds half of the experts and the tokens cross between the nodes,
+# through the learner step killed and resumed as above.
 # Exit 0 pass, 1 fail, 77 skipped (no Slurm or munge, or not root).
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-build}
+ep=${2:-1}
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 bin="$build/cli/longhaul"
 [ -x "$bin" ] || bin="$build/longhaul"
@@ -123,6 +127,7 @@ max_patches = 64
 seed = 1
 
 [learner]
+expert_parallel = $ep
 batch_episodes = 4
 group_size = 4
 train_window = 64
@@ -219,6 +224,11 @@ grep -q 'command=srun --ntasks=1 .*--overlap .* actor --config ' logs/actor-1.lo
 grep -q 'done reason=steps done clean=1' logs/launch.log || fail "the launcher did not end cleanly"
 grep -q "fleet run_id=$run " logs/launch.log || fail "the job's launcher did not keep the submitted run id $run"
 grep -q 'restarts: learner=1 actor-0=1 actor-1=0' logs/launch.log || fail "the restart counts are not learner=1 actor-0=1"
+if [ "$ep" = 2 ]; then
+  grep -q 'expert group 0: ranks 0,1' logs/launch.log || fail "launch.log does not name the expert group"
+  grep -q 'rank=1 expert_parallel=2 group=0 shard=1 ' logs/learner.log || fail "rank 1 does not hold shard 1"
+  grep -q 'rank=1 step=.* exchange_bytes=[1-9]' logs/learner.log || fail "no tokens crossed between the nodes"
+fi
 check_order
 echo "test-slurm: launch.log:"
 sed 's/^/  /' logs/launch.log | tail -n 20

@@ -8,4 +8,8 @@ lh_add_test(test_launch_slurm SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_launch_slur
   LIBS lh_store LABELS proc TIMEOUT 120)
 add_dependencies(test_launch_slurm longhaul)
 add_test(NAME test_slurm COMMAND ${CMAKE_SOURCE_DIR}/scripts/test-slurm.sh ${CMAKE_BINARY_DIR})
-set_tests_properties(test_slurm PROPERTIES SKIP_RETURN_CODE 77 LABELS proc TIMEOUT 600)
+set_tests_properties(test_slurm PROPERTIES SKIP_RETURN_CODE 77 LABELS proc TIMEOUT 600 RESOURCE_LOCK slurm_cluster)
+# The same fleet with [learner] expert_parallel = 2: the expert group spans
+# the two nodes.
+add_test(NAME test_slurm_ep COMMAND ${CMAKE_SOURCE_DIR}/scripts/test-slurm.sh ${CMAKE_BINARY_DIR} 2)
+set_tests_properties(test_slurm_ep PROPERTIES SKIP_RETURN_CODE 77 LABELS proc TIMEOUT 600 RESOURCE_LOCK slurm_cluster)
