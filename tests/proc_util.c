@@ -57,7 +57,7 @@ pid_t lh_proc_spawn(const char *log, const char *const *argv) {
       close(fd);
     }
   }
-  execv(argv[0], (char *const *)argv);
+  execvp(argv[0], (char *const *)argv);
   _exit(127);
 }
 

@@ -23,7 +23,7 @@ int lh_proc_write_file(const char *path, const char *text);
  * no socket could be bound. */
 int lh_proc_free_tcp_port(void);
 
-/* Starts argv[0] (a path) with stdout and stderr appended to log (NULL:
+/* Starts argv[0] (a path, or a program on PATH) with stdout and stderr appended to log (NULL:
  * inherited); the child dies with the test (PR_SET_PDEATHSIG). Returns the
  * pid or -1. */
 pid_t lh_proc_spawn(const char *log, const char *const *argv);

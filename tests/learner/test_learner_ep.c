@@ -25,10 +25,10 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "learner/internal.h"
+#include "proc_util.h"
 
 #define EP_TOKENS 24
 #define SEG_TOKENS 8
@@ -487,30 +487,6 @@ END_TEST
 
 /* ---- a real job: a rank killed mid-step --------------------------------- */
 
-static pid_t spawn_logged(const char *log, const char *const *argv) {
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    if (!freopen(log, "a", stderr) || !freopen(log, "a", stdout)) _exit(126);
-    execvp(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  return pid;
-}
-
-/* The exit code of pid within `seconds` (-1 for a signal), or -2 after
- * killing it when it did not end. */
-static int wait_exit(pid_t pid, int seconds) {
-  int status = 0;
-  for (int i = 0; i < seconds * 100; i++) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    usleep(10000);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  return -2;
-}
-
 /* The pid of the learner rank `rank` that mpirun `job` started (its child
  * whose environment says OMPI_COMM_WORLD_RANK=rank), or 0. */
 static pid_t rank_pid(pid_t job, int rank) {
@@ -632,19 +608,19 @@ START_TEST(test_rank_killed_mid_step) {
   const char *a0[] = {bin, "actor", "--config", run, "--name", "a0", "--index", "0", NULL};
   const char *a1[] = {bin, "actor", "--config", a1_cfg, "--name", "a1", "--index", "1", NULL};
   snprintf(log, sizeof log, "%s/job.log", dir);
-  pid_t jp = spawn_logged(log, job);
+  pid_t jp = lh_proc_spawn(log, job);
   snprintf(path, sizeof path, "%s/a0.log", dir);
-  pid_t p0 = spawn_logged(path, a0);
+  pid_t p0 = lh_proc_spawn(path, a0);
   snprintf(path, sizeof path, "%s/a1.log", dir);
-  pid_t p1 = spawn_logged(path, a1);
+  pid_t p1 = lh_proc_spawn(path, a1);
   /* Past the first checkpoint (step 2): 4 rows, at most 120 s. */
   int rows = 0;
-  for (int i = 0; i < 1200 && rows < 4; i++) usleep(100000), rows = train_rows(db0);
+  for (int i = 0; i < 1200 && rows < 4; i++) lh_proc_sleep_ms(100), rows = train_rows(db0);
   ck_assert_msg(rows >= 4, "the job trained %d steps (see %s)", rows, log);
   pid_t victim = rank_pid(jp, 1), other = rank_pid(jp, 0);
   ck_assert_msg(victim > 0 && other > 0, "no learner ranks under mpirun %d", (int)jp);
   ck_assert_int_eq(kill(victim, SIGKILL), 0);
-  int jrc = wait_exit(jp, 60);
+  int jrc = lh_proc_wait(jp, 60, NULL);
   ck_assert_msg(jrc != -2, "mpirun did not end after a rank was killed (see %s)", log);
   ck_assert_msg(jrc != 0, "mpirun exited 0 after a rank was killed");
   /* Rank 0 went with the job: nothing is left waiting in an exchange. */
@@ -656,15 +632,15 @@ START_TEST(test_rank_killed_mid_step) {
   ended_episodes(db1, before1);
   int rows_before = train_rows(db0);
   /* The same job with --resume: it trains on past the kill. */
-  jp = spawn_logged(log, job);
-  for (int i = 0; i < 1200 && rows < rows_before + 3; i++) usleep(100000), rows = train_rows(db0);
+  jp = lh_proc_spawn(log, job);
+  for (int i = 0; i < 1200 && rows < rows_before + 3; i++) lh_proc_sleep_ms(100), rows = train_rows(db0);
   ck_assert_msg(rows >= rows_before + 3, "the resumed job trained %d steps after %d (see %s)", rows, rows_before,
                 log);
   ck_assert_int_eq(kill(jp, SIGUSR1), 0);
-  jrc = wait_exit(jp, 60);
+  jrc = lh_proc_wait(jp, 60, NULL);
   kill(p0, SIGTERM);
   kill(p1, SIGTERM);
-  wait_exit(p0, 30), wait_exit(p1, 30);
+  lh_proc_wait(p0, 30, NULL), lh_proc_wait(p1, 30, NULL);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "grep -h -E 'expert_parallel=|resumed|error|rank failed' '%s' | head -20", log);
   ck_assert_int_ge(system(cmd), 0);
