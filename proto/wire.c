@@ -48,6 +48,8 @@ const char *lh_wire_body_name(Longhaul__Envelope__BodyCase body) {
     case LONGHAUL__ENVELOPE__BODY_ENV_REQUEST: return "env_request";
     case LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE: return "env_response";
     case LONGHAUL__ENVELOPE__BODY_SHUTDOWN: return "shutdown";
+    case LONGHAUL__ENVELOPE__BODY_ENV_REQUEST_BATCH: return "env_request_batch";
+    case LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE_BATCH: return "env_response_batch";
     default: return "unknown";
   }
 }
