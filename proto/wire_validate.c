@@ -452,10 +452,17 @@ static int check_env_batch(const void *const *items, size_t n, int responses, co
   const char *field = responses ? "responses" : "requests";
   LH_TRY(check_array(items, n, path, field, err));
   for (size_t i = 0; i < n; i++) {
+    /* The entry's path is written only for an entry that fails: checked
+     * again under it, it fails the same way. */
+    const char *generic = responses ? "env_response" : "env_request";
+    int rc = !items[i] ? LH_EWIRE_MISSING
+             : responses ? check_env_response(items[i], lim, generic, NULL)
+                         : check_env_request(items[i], lim, generic, NULL);
+    if (rc == 0) continue;
     char sub[64];
     snprintf(sub, sizeof sub, "%s.%s[%zu]", path, field, i);
     if (!items[i]) return lh_errbuf_set(err, LH_EWIRE_MISSING, "%s is missing", sub);
-    LH_TRY(responses ? check_env_response(items[i], lim, sub, err) : check_env_request(items[i], lim, sub, err));
+    return responses ? check_env_response(items[i], lim, sub, err) : check_env_request(items[i], lim, sub, err);
   }
   return 0;
 }
