@@ -36,6 +36,7 @@
 /* A decoded answer frame and how many of its responses are parked or
  * taken by a waiter that has not released them. */
 struct lh_envs_answer {
+  lh_wire_arena *arena; /* the frame was decoded into it */
   Longhaul__Envelope *env;
   size_t refs;
 };
@@ -117,7 +118,7 @@ static int stopping(const lh_envs_conn *c) { return c->hub->stop && *c->hub->sto
 
 void lh_envs_answer_release(lh_envs_answer *a) {
   if (!a || --a->refs > 0) return;
-  lh_wire_free(a->env);
+  lh_wire_arena_free(a->arena);
   free(a);
 }
 
@@ -315,23 +316,23 @@ static int park(lh_envs_conn *c, uint64_t id, Longhaul__EnvResponse *resp, lh_en
   return 0;
 }
 
-/* The responses of one decoded answer frame: the one to want goes to
- * *hold and *resp, the others are parked; the batch bounds they carry are
- * this socket's from now on. Takes got. A response to no request (id 0)
+/* The responses of one answer frame, decoded into arena: the one to want
+ * goes to *hold and *resp, the others are parked; the batch bounds they
+ * carry are this socket's from now on. Takes arena. A response to no request (id 0)
  * that carries an error is the server refusing a whole frame: then the
  * connection is broken, since the requests in it will never be answered. */
-static int take_frame(lh_envs_conn *c, Longhaul__Envelope *got, uint64_t want, lh_envs_answer **hold,
-                      Longhaul__EnvResponse **resp, lh_errbuf *err) {
+static int take_frame(lh_envs_conn *c, lh_wire_arena *arena, Longhaul__Envelope *got, uint64_t want,
+                      lh_envs_answer **hold, Longhaul__EnvResponse **resp, lh_errbuf *err) {
   Longhaul__EnvResponse **all = &got->env_response;
   size_t n = 1;
   if (got->body_case == LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE_BATCH)
     all = got->env_response_batch->responses, n = got->env_response_batch->n_responses;
   lh_envs_answer *a = malloc(sizeof *a);
   if (!a) {
-    lh_wire_free(got);
+    lh_wire_arena_free(arena);
     return lh_errbuf_set(err, LH_ENOMEM, "env hub: out of memory");
   }
-  *a = (lh_envs_answer){got, 1}; /* held here until the end */
+  *a = (lh_envs_answer){arena, got, 1}; /* held here until the end */
   int rc = 1;
   for (size_t i = 0; i < n; i++) {
     Longhaul__EnvResponse *r = all[i];
@@ -379,16 +380,20 @@ static int read_message(lh_envs_conn *c, uint64_t want, lh_envs_answer **hold, L
     if (rc < 0) continue; /* drain the rest of a bad message */
     Longhaul__Envelope *got = NULL;
     lh_errbuf derr;
-    if (lh_wire_decode(zmq_msg_data(&part), zmq_msg_size(&part), NULL, &got, &derr) < 0) {
+    lh_wire_arena *arena = lh_wire_arena_new();
+    if (!arena) {
+      rc = lh_errbuf_set(err, LH_ENOMEM, "env hub: out of memory");
+    } else if (lh_wire_decode_in(arena, zmq_msg_data(&part), zmq_msg_size(&part), NULL, &got, &derr) < 0) {
       rc = lh_errbuf_set(err, LH_EENVS_SERVER_PROTOCOL, "env server %s: undecodable answer: %s", c->endpoint,
                          derr.msg);
+      lh_wire_arena_free(arena);
     } else if (got->body_case != LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE &&
                got->body_case != LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE_BATCH) {
       rc = lh_errbuf_set(err, LH_EENVS_SERVER_PROTOCOL, "env server %s: answered with a %s message",
                          c->endpoint, lh_wire_body_name(got->body_case));
-      lh_wire_free(got);
+      lh_wire_arena_free(arena);
     } else {
-      rc = take_frame(c, got, want, hold, resp, err);
+      rc = take_frame(c, arena, got, want, hold, resp, err);
     }
   }
   zmq_msg_close(&part);

@@ -63,6 +63,7 @@ typedef struct {
   uint32_t max_batch, max_batch_bytes;
   uint64_t batch;
   lh_envs_bytes answers;
+  lh_wire_arena *arena; /* the request in hand is decoded into it */
 } server;
 
 /* A CREATE: checked (remote peers may not name plugin or server options,
@@ -278,12 +279,11 @@ static size_t answer(server *sv, const zmq_msg_t *in, uint64_t msg_id, uint64_t 
   resp.max_batch_bytes = sv->max_batch_bytes;
   reply_parts parts;
   char why[LH_ERRMSG_BYTES];
-  int hrc = lh_wire_decode(zmq_msg_data((zmq_msg_t *)in), zmq_msg_size((zmq_msg_t *)in), NULL, &req, &herr);
-  if (hrc == 0 && req->body_case == LONGHAUL__ENVELOPE__BODY_ENV_REQUEST_BATCH) {
-    size_t n = answer_batch(sv, req->env_request_batch, zmq_msg_size((zmq_msg_t *)in), msg_id, pending, out, bytes);
-    lh_wire_free(req);
-    return n;
-  }
+  lh_wire_arena_reset(sv->arena);
+  int hrc = lh_wire_decode_in(sv->arena, zmq_msg_data((zmq_msg_t *)in), zmq_msg_size((zmq_msg_t *)in), NULL, &req,
+                              &herr);
+  if (hrc == 0 && req->body_case == LONGHAUL__ENVELOPE__BODY_ENV_REQUEST_BATCH)
+    return answer_batch(sv, req->env_request_batch, zmq_msg_size((zmq_msg_t *)in), msg_id, pending, out, bytes);
   if (hrc == 0 && req->body_case == LONGHAUL__ENVELOPE__BODY_SHUTDOWN) {
     *stop = 1;
   } else if (hrc == 0 && req->body_case != LONGHAUL__ENVELOPE__BODY_ENV_REQUEST) {
@@ -321,7 +321,6 @@ static size_t answer(server *sv, const zmq_msg_t *in, uint64_t msg_id, uint64_t 
     reply.env_response = &bad;
     if (lh_wire_encode(&reply, out, bytes, &herr) < 0) *out = NULL, *bytes = 0;
   }
-  lh_wire_free(req);
   return 1;
 }
 
@@ -424,7 +423,7 @@ int lh_envserver_run(const char *endpoint, const lh_envserver_config *cfg, lh_er
           LH_ENVSERVER_HWM, c->max_batch > 1 ? (c->max_batch < LH_ENVS_BATCH_MAX ? c->max_batch : LH_ENVS_BATCH_MAX) : 1,
           has_secret ? "on" : "off");
   lh_zsock_meter bad = {.component = "envs"};
-  server sv = {budget, NULL, &bad, 0, 0, 0, {0}};
+  server sv = {budget, NULL, &bad, 0, 0, 0, {0}, lh_wire_arena_new()};
   if (c->max_batch > 1) {
     sv.max_batch = c->max_batch < LH_ENVS_BATCH_MAX ? c->max_batch : LH_ENVS_BATCH_MAX;
     sv.max_batch_bytes = LH_ENVS_BATCH_MAX_BYTES;
@@ -441,7 +440,7 @@ int lh_envserver_run(const char *endpoint, const lh_envserver_config *cfg, lh_er
     size_t bytes;
   } *outs = calloc(SERVER_MAX_FRAMES, sizeof *outs);
   zmq_msg_t *frames = calloc(SERVER_MAX_FRAMES + 1, sizeof *frames);
-  if (!outs || !frames) {
+  if (!outs || !frames || !sv.arena) {
     rc = lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
     stop = 2;
   }
@@ -532,6 +531,7 @@ int lh_envserver_run(const char *endpoint, const lh_envserver_config *cfg, lh_er
   free(frames);
   free(outs);
   lh_envs_bytes_free(&sv.answers);
+  lh_wire_arena_free(sv.arena);
   zmq_close(sock);
   lh_zsock_zap_stop(zap);
   zmq_ctx_term(zctx);  /* after this libzmq holds no reply: the budget can go */
