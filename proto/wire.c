@@ -124,7 +124,7 @@ struct lh_wire_arena {
   int over;
 };
 
-#define ARENA_FIRST_BLOCK (16u << 10)
+#define ARENA_FIRST_BLOCK 1024u
 #define ARENA_KEEP_BYTES (4u << 20)
 
 lh_wire_arena *lh_wire_arena_new(void) { return calloc(1, sizeof(lh_wire_arena)); }
