@@ -414,20 +414,16 @@ int lh_envserver_run(const char *endpoint, const lh_envserver_config *cfg, lh_er
     return rc;
   }
   const lh_envserver_config *c = lh_envs_budget_config(budget);
+  uint32_t max_batch = c->max_batch < 2 ? 0 : c->max_batch < LH_ENVS_BATCH_MAX ? c->max_batch : LH_ENVS_BATCH_MAX;
   LH_INFO("envs", "env server listening endpoint=%s max_sessions=%u max_sessions_per_client=%u "
           "max_session_bytes=%llu max_session_bytes_per_client=%llu max_reply_bytes=%llu "
           "max_reply_bytes_per_client=%llu idle_timeout_ms=%llu hwm=%d max_batch=%u curve=%s",
           endpoint, c->max_sessions, c->max_sessions_per_client, (unsigned long long)c->max_session_bytes,
           (unsigned long long)c->max_session_bytes_per_client, (unsigned long long)c->max_reply_bytes,
           (unsigned long long)c->max_reply_bytes_per_client, (unsigned long long)c->idle_timeout_ms,
-          LH_ENVSERVER_HWM, c->max_batch > 1 ? (c->max_batch < LH_ENVS_BATCH_MAX ? c->max_batch : LH_ENVS_BATCH_MAX) : 1,
-          has_secret ? "on" : "off");
+          LH_ENVSERVER_HWM, max_batch ? max_batch : 1, has_secret ? "on" : "off");
   lh_zsock_meter bad = {.component = "envs"};
-  server sv = {budget, NULL, &bad, 0, 0, 0, {0}, lh_wire_arena_new()};
-  if (c->max_batch > 1) {
-    sv.max_batch = c->max_batch < LH_ENVS_BATCH_MAX ? c->max_batch : LH_ENVS_BATCH_MAX;
-    sv.max_batch_bytes = LH_ENVS_BATCH_MAX_BYTES;
-  }
+  server sv = {budget, NULL, &bad, max_batch, max_batch ? LH_ENVS_BATCH_MAX_BYTES : 0, 0, {0}, lh_wire_arena_new()};
   int rc = 0, stop = 0;
   uint64_t msg_id = 0, requests = 0;
   /* One message holds one or more requests, one per frame; the reply has
