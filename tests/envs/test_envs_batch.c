@@ -11,7 +11,8 @@
  *     rise) gets an error for each bad entry and the right answer for each
  *     good one, and another client's session is untouched;
  * and the hub (lh_env_open_hub) plays episodes on a server that takes
- * batches and on one that takes one request a frame (an older server). */
+ * batches and on one that takes one request a frame (an older server),
+ * and ends its wait at once when a server refuses a frame whole. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
@@ -548,6 +549,54 @@ START_TEST(test_hub_old_and_new_server) {
 }
 END_TEST
 
+/* A server that refuses every frame whole (an error for request 0): the
+ * hub's wait ends at once with the server's message, not at the timeout. */
+START_TEST(test_hub_frame_refused) {
+  char ep[256];
+  endpoint(ep, sizeof ep, "refuser");
+  pid_t pid = fork();
+  ck_assert(pid >= 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    void *ctx = zmq_ctx_new(), *r = zmq_socket(ctx, ZMQ_ROUTER);
+    if (zmq_bind(r, ep) != 0) _exit(3);
+    Longhaul__EnvResponse resp = LONGHAUL__ENV_RESPONSE__INIT;
+    resp.status = LH_EENVS_SERVER_BATCH;
+    resp.error = "refused whole for the test";
+    Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+    env.protocol = LH_WIRE_PROTOCOL;
+    env.sender = "refuser";
+    env.body_case = LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE;
+    env.env_response = &resp;
+    uint8_t *buf;
+    size_t bytes;
+    lh_errbuf e;
+    if (lh_wire_encode(&env, &buf, &bytes, &e) < 0) _exit(3);
+    for (;;) {
+      zmq_msg_t peer, part;
+      zmq_msg_init(&peer);
+      if (zmq_msg_recv(&peer, r, 0) < 0) _exit(0);
+      for (int more = zmq_msg_more(&peer); more;) { /* the rest of the message */
+        zmq_msg_init(&part);
+        zmq_msg_recv(&part, r, 0);
+        more = zmq_msg_more(&part);
+        zmq_msg_close(&part);
+      }
+      zmq_msg_send(&peer, r, ZMQ_SNDMORE);
+      zmq_send(r, "", 0, ZMQ_SNDMORE);
+      zmq_send(r, buf, bytes, 0);
+    }
+  }
+  const lh_env_option opts[] = {{"server", ep}, {"timeout_ms", "600000"}};
+  lh_env *env = NULL;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_open("calc", opts, 2, &env, &e), LH_EENVS_SERVER_PROTOCOL);
+  ck_assert_msg(strstr(e.msg, "refused a frame") && strstr(e.msg, "refused whole for the test"), "%s", e.msg);
+  printf("hub: %s\n", e.msg);
+  stop_server(pid, ep);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("envs_batch");
   TCase *tc = tcase_create("core");
@@ -559,6 +608,7 @@ int main(void) {
   tcase_add_test(tc, test_batch_hostile);
   tcase_add_test(tc, test_batch_hostile_python);
   tcase_add_test(tc, test_hub_old_and_new_server);
+  tcase_add_test(tc, test_hub_frame_refused);
   suite_add_tcase(su, tc);
   return lh_test_run(su, CK_FORK);
 }
