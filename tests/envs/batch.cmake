@@ -1,7 +1,7 @@
 # Batch frames of env requests against the C and the Python server: N
 # answers in order, a batch over the bound refused whole, a hostile batch
-# refused entry by entry; the hub on a server with and without batches
-# (test_envs_batch; the Python cases pass without /usr/bin/python3's zmq
+# refused entry by entry; the hub on a server with and without batches,
+# and against one that refuses a frame whole (test_envs_batch; the Python cases pass without /usr/bin/python3's zmq
 # and protobuf, checking nothing).
 lh_add_test(test_envs_batch SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_envs_batch.c LIBS lh_envs TIMEOUT 240)
 target_compile_definitions(test_envs_batch PRIVATE
