@@ -276,6 +276,11 @@ typedef struct {
   /* A signal handler's stop flag (NULL for none): once set, the server
    * stops within a second, as it does for a Shutdown. */
   volatile sig_atomic_t *stop;
+  /* Requests a client may send in one frame (EnvRequestBatch), answered in
+   * one frame; 0: the default, 1024 (also the most); 1: one request a
+   * frame, as a server from before batches (its answers carry no
+   * max_batch, so clients send no batch). */
+  uint32_t max_batch;
 } lh_envserver_config;
 
 /* Serves every built-in over ZeroMQ at endpoint (a ROUTER) until an

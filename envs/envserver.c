@@ -1,7 +1,11 @@
 /* A C env server: serves the built-ins over ZeroMQ (a ROUTER) with the
  * EnvRequest / EnvResponse protocol, one session per CREATE. Used by
  * `longhaul envs serve` and by the benchmark that prices the server path.
- * Clients are DEALERs (envs/envhub.c) that frame as a REQ would.
+ * Clients are DEALERs (envs/envhub.c) that frame as a REQ would. A frame
+ * holds one request, or a batch of requests of distinct sessions answered
+ * in one frame in the same order; every answer says how large a batch
+ * this server takes (max_batch), and a client that never saw that sends
+ * one request a frame.
  * A remote peer may not name plugin or server options: it must not make
  * this process load a library or open connections. What peers can make it
  * hold (sessions, replies not yet read) is capped per peer and in total by
@@ -49,12 +53,17 @@ static void put_obs(reply_parts *p, const lh_env_obs *obs, Longhaul__EnvResponse
   r->observation = &p->obs;
 }
 
-/* The serving thread's state for one message: the budget and the peer
- * that sent it. */
+/* The serving thread's state: the budget, the peer that sent the
+ * message in hand, the batch bounds (0: one request a frame), the number
+ * of the batch in hand and the buffer its answers are packed into. */
 typedef struct {
   lh_envs_budget *budget;
   lh_envs_peer *peer;
   lh_zsock_meter *bad;
+  uint32_t max_batch, max_batch_bytes;
+  uint64_t batch;
+  lh_envs_bytes answers;
+  lh_wire_arena *arena; /* the request in hand is decoded into it */
 } server;
 
 /* A CREATE: checked (remote peers may not name plugin or server options,
@@ -90,19 +99,30 @@ static int create(server *sv, const Longhaul__EnvRequest *q, Longhaul__EnvRespon
   return 0;
 }
 
+/* Runs request q into r (its views into p and into the environment, valid
+ * until the next request). batch: the number of the batch frame q came in,
+ * or 0 for a frame of its own. */
 static int handle(server *sv, const Longhaul__EnvRequest *q, Longhaul__EnvResponse *r, reply_parts *p,
-                  lh_errbuf *err) {
+                  uint64_t batch, lh_errbuf *err) {
   r->request_id = q->request_id;
   r->session_id = q->session_id;
   if (q->op == LONGHAUL__ENV_OP__ENV_OP_CREATE) return create(sv, q, r, err);
-  uint64_t *last_request;
-  lh_env *env = lh_envs_budget_session(sv->budget, sv->peer, q->session_id, &last_request);
+  uint64_t *last_request, *last_batch;
+  lh_env *env = lh_envs_budget_session(sv->budget, sv->peer, q->session_id, &last_request, &last_batch);
   if (!env)
     return lh_errbuf_set(err, LH_ENOENT,
                          "env server: no session %llu for this client (closed, idle past %llu ms, or never "
                          "created: send CREATE)",
                          (unsigned long long)q->session_id,
                          (unsigned long long)lh_envs_budget_config(sv->budget)->idle_timeout_ms);
+  /* One request per session at a time: a second in the same batch could
+   * only be a replay or a request sent before its answer was read. */
+  if (batch && *last_batch == batch)
+    return lh_errbuf_set(err, LH_EENVS_SERVER_BATCH,
+                         "env server: session %llu is named twice in one batch (request %llu not run; one request "
+                         "per session at a time)",
+                         (unsigned long long)q->session_id, (unsigned long long)q->request_id);
+  if (batch) *last_batch = batch;
   /* A client numbers its requests upwards (envs/envhub.c), one at a time
    * per session: an id not above the last one is a replay, which would
    * step the episode twice. */
@@ -155,20 +175,115 @@ static int handle(server *sv, const Longhaul__EnvRequest *q, Longhaul__EnvRespon
   }
 }
 
+/* Packs one answer of a batch into sv->answers; an answer too large for
+ * the frame is replaced by an error. */
+static void pack_answer(server *sv, Longhaul__EnvResponse *r) {
+  size_t at = sv->answers.len;
+  size_t room = LH_WIRE_DEFAULT_MAX_MESSAGE_BYTES - lh_envs_frame_overhead("envs-server");
+  if (lh_envs_bytes_put_message(&sv->answers, 1, &r->base, NULL) == 0 && sv->answers.len <= room) return;
+  sv->answers.len = at;
+  char why[160];
+  snprintf(why, sizeof why, "env server: the answer to request %llu does not fit its batch's frame (%u bytes)",
+           (unsigned long long)r->request_id, LH_WIRE_DEFAULT_MAX_MESSAGE_BYTES);
+  Longhaul__EnvResponse bad = LONGHAUL__ENV_RESPONSE__INIT;
+  bad.request_id = r->request_id;
+  bad.session_id = r->session_id;
+  bad.status = LH_EWIRE_TOO_LARGE;
+  bad.error = why;
+  if (lh_envs_bytes_put_message(&sv->answers, 1, &bad.base, NULL) < 0) sv->answers.len = at;
+}
+
+static void refuse_message(uint64_t msg_id, int status, const char *why, uint8_t **out, size_t *bytes);
+
+/* Answers a batch frame of frame_bytes: its requests in order, their
+ * answers packed into one EnvResponseBatch frame (*out, malloc'd). A batch
+ * past the bounds is refused whole (one EnvResponse for request 0,
+ * LH_EENVS_SERVER_BATCH) and none of it runs. A request whose id is not
+ * above the one before it, or that names a session named before in the
+ * batch, is answered LH_EENVS_SERVER_BATCH and not run; every other runs
+ * as it would alone, held to the reply caps with pending plus the answers
+ * packed so far. Returns the requests answered. */
+static size_t answer_batch(server *sv, const Longhaul__EnvRequestBatch *b, size_t frame_bytes, uint64_t msg_id,
+                           uint64_t pending, uint8_t **out, size_t *bytes) {
+  char why[LH_ERRMSG_BYTES];
+  if (!sv->max_batch || b->n_requests > sv->max_batch || frame_bytes > sv->max_batch_bytes) {
+    if (!sv->max_batch)
+      snprintf(why, sizeof why, "env server: this server takes one request a frame, not a batch of %zu (none run)",
+               b->n_requests);
+    else
+      snprintf(why, sizeof why, "env server: a batch of %zu requests in %zu bytes, over the bound of %u requests "
+               "and %u bytes a frame (max_batch, max_batch_bytes in every answer); none run",
+               b->n_requests, frame_bytes, sv->max_batch, sv->max_batch_bytes);
+    lh_zsock_meter_bad(sv->bad, why);
+    refuse_message(msg_id, LH_EENVS_SERVER_BATCH, why, out, bytes);
+    return 0;
+  }
+  sv->batch++;
+  sv->answers.len = 0;
+  uint64_t above = 0;
+  for (size_t i = 0; i < b->n_requests; i++) {
+    const Longhaul__EnvRequest *q = b->requests[i];
+    Longhaul__EnvResponse resp = LONGHAUL__ENV_RESPONSE__INIT;
+    resp.request_id = q->request_id;
+    resp.session_id = q->session_id;
+    resp.max_batch = sv->max_batch;
+    resp.max_batch_bytes = sv->max_batch_bytes;
+    reply_parts parts;
+    lh_errbuf herr;
+    lh_errbuf_clear(&herr);
+    int hrc;
+    if (i > 0 && q->request_id <= above) {
+      hrc = lh_errbuf_set(&herr, LH_EENVS_SERVER_BATCH,
+                          "env server: request %llu of a batch is not above the one before it (%llu); not run",
+                          (unsigned long long)q->request_id, (unsigned long long)above);
+    } else if ((hrc = lh_envs_budget_reply_room(sv->budget, sv->peer, pending + sv->answers.len, &herr)) < 0) {
+      lh_envs_budget_refused(sv->budget, sv->peer, NULL, herr.msg);
+    } else {
+      hrc = handle(sv, q, &resp, &parts, sv->batch, &herr);
+    }
+    if (q->request_id > above) above = q->request_id;
+    if (hrc == LH_EENVS_SERVER_REPLAY || hrc == LH_EENVS_SERVER_BATCH)
+      lh_zsock_meter_bad(sv->bad, lh_envs_escape(herr.msg, strlen(herr.msg), why, sizeof why));
+    if (hrc < 0) {
+      resp.status = hrc;
+      resp.error = herr.msg;
+    }
+    pack_answer(sv, &resp);
+  }
+  lh_envs_bytes frame = {0};
+  *out = NULL;
+  *bytes = 0;
+  if (lh_envs_frame_header(&frame, msg_id, "envs-server") == 0 &&
+      lh_envs_bytes_put_bytes(&frame, LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE_BATCH, sv->answers.data,
+                              sv->answers.len) == 0) {
+    *out = frame.data;
+    *bytes = frame.len;
+  } else {
+    lh_envs_bytes_free(&frame);
+  }
+  return b->n_requests;
+}
+
 /* Answers one request frame: decodes it, runs it and encodes the answer
  * into *out (malloc'd). Sets *stop for a Shutdown. pending is what the
  * answers before it in this message hold: a request that would take the
  * client's or all replies past their cap is not run but answered
- * LH_EAGAIN. */
-static void answer(server *sv, const zmq_msg_t *in, uint64_t msg_id, uint64_t pending, uint8_t **out,
-                   size_t *bytes, int *stop) {
+ * LH_EAGAIN. Returns the requests answered. */
+static size_t answer(server *sv, const zmq_msg_t *in, uint64_t msg_id, uint64_t pending, uint8_t **out,
+                     size_t *bytes, int *stop) {
   Longhaul__Envelope *req = NULL;
   lh_errbuf herr;
   lh_errbuf_clear(&herr);
   Longhaul__EnvResponse resp = LONGHAUL__ENV_RESPONSE__INIT;
+  resp.max_batch = sv->max_batch;
+  resp.max_batch_bytes = sv->max_batch_bytes;
   reply_parts parts;
   char why[LH_ERRMSG_BYTES];
-  int hrc = lh_wire_decode(zmq_msg_data((zmq_msg_t *)in), zmq_msg_size((zmq_msg_t *)in), NULL, &req, &herr);
+  lh_wire_arena_reset(sv->arena);
+  int hrc = lh_wire_decode_in(sv->arena, zmq_msg_data((zmq_msg_t *)in), zmq_msg_size((zmq_msg_t *)in), NULL, &req,
+                              &herr);
+  if (hrc == 0 && req->body_case == LONGHAUL__ENVELOPE__BODY_ENV_REQUEST_BATCH)
+    return answer_batch(sv, req->env_request_batch, zmq_msg_size((zmq_msg_t *)in), msg_id, pending, out, bytes);
   if (hrc == 0 && req->body_case == LONGHAUL__ENVELOPE__BODY_SHUTDOWN) {
     *stop = 1;
   } else if (hrc == 0 && req->body_case != LONGHAUL__ENVELOPE__BODY_ENV_REQUEST) {
@@ -179,7 +294,7 @@ static void answer(server *sv, const zmq_msg_t *in, uint64_t msg_id, uint64_t pe
     resp.session_id = req->env_request->session_id;
     lh_envs_budget_refused(sv->budget, sv->peer, NULL, herr.msg);
   } else if (hrc == 0) {
-    hrc = handle(sv, req->env_request, &resp, &parts, &herr);
+    hrc = handle(sv, req->env_request, &resp, &parts, 0, &herr);
     if (hrc == LH_EENVS_SERVER_REPLAY)
       lh_zsock_meter_bad(sv->bad, lh_envs_escape(herr.msg, strlen(herr.msg), why, sizeof why));
   }
@@ -206,13 +321,13 @@ static void answer(server *sv, const zmq_msg_t *in, uint64_t msg_id, uint64_t pe
     reply.env_response = &bad;
     if (lh_wire_encode(&reply, out, bytes, &herr) < 0) *out = NULL, *bytes = 0;
   }
-  lh_wire_free(req);
+  return 1;
 }
 
-/* One error answer for a message refused whole (past SERVER_MAX_FRAMES). */
-static void refuse_message(uint64_t msg_id, const char *why, uint8_t **out, size_t *bytes) {
+/* One error answer (for request 0) for a message or a batch refused whole. */
+static void refuse_message(uint64_t msg_id, int status, const char *why, uint8_t **out, size_t *bytes) {
   Longhaul__EnvResponse r = LONGHAUL__ENV_RESPONSE__INIT;
-  r.status = LH_EENVS_SERVER_PROTOCOL;
+  r.status = status;
   r.error = (char *)why;
   Longhaul__Envelope reply = LONGHAUL__ENVELOPE__INIT;
   reply.protocol = LH_WIRE_PROTOCOL;
@@ -299,15 +414,16 @@ int lh_envserver_run(const char *endpoint, const lh_envserver_config *cfg, lh_er
     return rc;
   }
   const lh_envserver_config *c = lh_envs_budget_config(budget);
+  uint32_t max_batch = c->max_batch < 2 ? 0 : c->max_batch < LH_ENVS_BATCH_MAX ? c->max_batch : LH_ENVS_BATCH_MAX;
   LH_INFO("envs", "env server listening endpoint=%s max_sessions=%u max_sessions_per_client=%u "
           "max_session_bytes=%llu max_session_bytes_per_client=%llu max_reply_bytes=%llu "
-          "max_reply_bytes_per_client=%llu idle_timeout_ms=%llu hwm=%d curve=%s",
+          "max_reply_bytes_per_client=%llu idle_timeout_ms=%llu hwm=%d max_batch=%u curve=%s",
           endpoint, c->max_sessions, c->max_sessions_per_client, (unsigned long long)c->max_session_bytes,
           (unsigned long long)c->max_session_bytes_per_client, (unsigned long long)c->max_reply_bytes,
           (unsigned long long)c->max_reply_bytes_per_client, (unsigned long long)c->idle_timeout_ms,
-          LH_ENVSERVER_HWM, has_secret ? "on" : "off");
+          LH_ENVSERVER_HWM, max_batch ? max_batch : 1, has_secret ? "on" : "off");
   lh_zsock_meter bad = {.component = "envs"};
-  server sv = {budget, NULL, &bad};
+  server sv = {budget, NULL, &bad, max_batch, max_batch ? LH_ENVS_BATCH_MAX_BYTES : 0, 0, {0}, lh_wire_arena_new()};
   int rc = 0, stop = 0;
   uint64_t msg_id = 0, requests = 0;
   /* One message holds one or more requests, one per frame; the reply has
@@ -320,7 +436,7 @@ int lh_envserver_run(const char *endpoint, const lh_envserver_config *cfg, lh_er
     size_t bytes;
   } *outs = calloc(SERVER_MAX_FRAMES, sizeof *outs);
   zmq_msg_t *frames = calloc(SERVER_MAX_FRAMES + 1, sizeof *frames);
-  if (!outs || !frames) {
+  if (!outs || !frames || !sv.arena) {
     rc = lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory");
     stop = 2;
   }
@@ -380,16 +496,15 @@ int lh_envserver_run(const char *endpoint, const lh_envserver_config *cfg, lh_er
     if (got != 1) {
       snprintf(why, sizeof why, "a message of more than %d requests (dropped whole)", SERVER_MAX_FRAMES);
       lh_zsock_meter_bad(&bad, why);
-      refuse_message(++msg_id, why, &outs[0].buf, &outs[0].bytes);
+      refuse_message(++msg_id, LH_EENVS_SERVER_PROTOCOL, why, &outs[0].buf, &outs[0].bytes);
       answers = 1;
     } else {
       uint64_t pending = 0;
       for (int i = 1; i < n; i++) {
-        answer(&sv, &frames[i], ++msg_id, pending, &outs[i - 1].buf, &outs[i - 1].bytes, &stop);
+        requests += answer(&sv, &frames[i], ++msg_id, pending, &outs[i - 1].buf, &outs[i - 1].bytes, &stop);
         pending += outs[i - 1].bytes;
       }
       answers = n - 1;
-      requests += (uint64_t)answers;
       lh_zsock_frames_close(frames, n);
     }
     /* A peer that went away, or one whose queue is at the HWM, makes the
@@ -411,6 +526,8 @@ int lh_envserver_run(const char *endpoint, const lh_envserver_config *cfg, lh_er
           (unsigned long long)lh_envs_budget_refusals(budget));
   free(frames);
   free(outs);
+  lh_envs_bytes_free(&sv.answers);
+  lh_wire_arena_free(sv.arena);
   zmq_close(sock);
   lh_zsock_zap_stop(zap);
   zmq_ctx_term(zctx);  /* after this libzmq holds no reply: the budget can go */

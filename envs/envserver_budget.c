@@ -37,6 +37,7 @@ typedef struct {
   uint64_t bytes;         /* what it is charged: lh_env_footprint at create */
   int64_t last_used_ns;
   uint64_t last_request;  /* the newest request_id answered: older ones are replays */
+  uint64_t last_batch;    /* the serving thread's number of the last batch frame that named it */
 } session;
 
 /* A reply in libzmq's hands: what its free function subtracts. */
@@ -77,6 +78,7 @@ int lh_envs_budget_new(const lh_envserver_config *cfg, lh_envs_budget **out, lh_
   b->cfg.max_reply_bytes_per_client =
       or_default(cfg->max_reply_bytes_per_client, LH_ENVSERVER_DEFAULT_REPLY_BYTES_PER_CLIENT);
   b->cfg.idle_timeout_ms = or_default(cfg->idle_timeout_ms, LH_ENVSERVER_DEFAULT_IDLE_TIMEOUT_MS);
+  b->cfg.max_batch = (uint32_t)or_default(cfg->max_batch, LH_ENVS_BATCH_MAX);
   b->last_sweep_ns = lh_now_ns();
   *out = b;
   return 0;
@@ -260,7 +262,7 @@ int lh_envs_budget_add(lh_envs_budget *b, lh_envs_peer *p, lh_env *env, uint64_t
                        uint64_t *id, lh_errbuf *err) {
   if (lh_reserve(&b->s, &b->cap, b->n + 1, sizeof *b->s, 64))
     return lh_errbuf_set(err, LH_ENOMEM, "env server: out of memory for a session");
-  b->s[b->n++] = (session){++b->next_id, env, p, bytes, lh_now_ns(), request_id};
+  b->s[b->n++] = (session){++b->next_id, env, p, bytes, lh_now_ns(), request_id, 0};
   p->sessions++;
   p->session_bytes += bytes;
   b->session_bytes += bytes;
@@ -268,11 +270,13 @@ int lh_envs_budget_add(lh_envs_budget *b, lh_envs_peer *p, lh_env *env, uint64_t
   return 0;
 }
 
-lh_env *lh_envs_budget_session(lh_envs_budget *b, const lh_envs_peer *p, uint64_t id, uint64_t **last_request) {
+lh_env *lh_envs_budget_session(lh_envs_budget *b, const lh_envs_peer *p, uint64_t id, uint64_t **last_request,
+                               uint64_t **last_batch) {
   size_t i = locate(b, id);
   if (i >= b->n || b->s[i].id != id || b->s[i].owner != p) return NULL;
   b->s[i].last_used_ns = lh_now_ns();
   *last_request = &b->s[i].last_request;
+  *last_batch = &b->s[i].last_batch;
   return b->s[i].env;
 }
 

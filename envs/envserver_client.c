@@ -1,6 +1,6 @@
 /* The client side of an env server: a table whose calls are EnvRequest /
  * EnvResponse round trips inside Envelopes, on a hub's shared connection
- * to the server (envhub.c; the server is a REP socket).
+ * to the server (envhub.c; the server is a ROUTER that answers as a REP).
  *
  * Every wait is bounded by timeout_ms. After a timeout the connection is
  * reset (envhub.c) and this session is gone with it, so the next reset
@@ -26,7 +26,7 @@ typedef struct {
   Longhaul__EnvOp pending_op;
   int64_t deadline_ns;
   int32_t last_status;          /* the server's status in the last answer */
-  Longhaul__Envelope *last;     /* the answer the current views point into */
+  lh_envs_answer *last;         /* the answer frame the current views point into */
   lh_env_image *images;
   lh_env_term *terms;
   size_t terms_cap;
@@ -67,18 +67,18 @@ static int wait_response(server_env *s, Longhaul__EnvResponse **resp, lh_errbuf 
   s->pending_id = 0;
   s->last_status = 0;
   if (!id) return lh_errbuf_set(err, LH_EINVAL, "env server %s: no request in flight", lh_envs_conn_endpoint(s->conn));
-  Longhaul__Envelope *got;
+  lh_envs_answer *hold;
+  Longhaul__EnvResponse *r;
   lh_errbuf werr;
-  int rc = lh_envs_conn_wait(s->conn, id, s->pending_generation, s->deadline_ns, &got, &werr);
+  int rc = lh_envs_conn_wait(s->conn, id, s->pending_generation, s->deadline_ns, &hold, &r, &werr);
   if (rc == LH_EENVS_SERVER_TIMEOUT)
     return lh_errbuf_set(err, rc,
                          "env server %s did not answer %s within %ld ms (crashed or hung?); the "
                          "episode ends as error and the next reset reconnects",
                          lh_envs_conn_endpoint(s->conn), op_name(op), s->timeout_ms);
   if (rc < 0) return lh_errbuf_set(err, rc, "%s (answer to %s)", werr.msg, op_name(op));
-  Longhaul__EnvResponse *r = got->env_response;
-  lh_wire_free(s->last);
-  s->last = got;
+  lh_envs_answer_release(s->last);
+  s->last = hold;
   s->last_status = r->status;
   if (r->status == LH_ENOENT && op != LONGHAUL__ENV_OP__ENV_OP_CREATE)
     s->session_id = 0; /* the server dropped our session: the next reset makes a new one */
@@ -151,7 +151,7 @@ static void server_destroy(void *ctx) {
     free((char *)s->opts[i].value);
   }
   free(s->opts);
-  lh_wire_free(s->last);
+  lh_envs_answer_release(s->last);
   free(s->images);
   free(s->terms);
   lh_str_free(&s->action);

@@ -31,7 +31,41 @@ int lh_envs_server_create(lh_env_hub *hub, const lh_env_option *opts, size_t cou
 
 /* Connections of a hub, one per endpoint, shared by reference. */
 #include "proto/wire.h"
+
+/* ---- frames written around packed messages (envframe.c) ---- */
+/* The most requests, and encoded bytes (the whole Envelope), one batch
+ * frame may hold: what the C and Python servers take (their answers'
+ * max_batch and max_batch_bytes) and the most a client sends. The bytes
+ * stay under the servers' frame limit (8 MiB), so a batch past them is
+ * refused with an answer, not cut off with the connection. */
+#define LH_ENVS_BATCH_MAX 1024
+#define LH_ENVS_BATCH_MAX_BYTES (4u << 20)
+/* A growable byte buffer. */
+typedef struct {
+  uint8_t *data;
+  size_t len, cap;
+} lh_envs_bytes;
+/* Room for more bytes past len: 0 or LH_ENOMEM. */
+int lh_envs_bytes_reserve(lh_envs_bytes *b, size_t more);
+void lh_envs_bytes_free(lh_envs_bytes *b);  /* accepts NULL; b is empty after */
+/* Appends msg packed as field number `field` of the message being
+ * written (its key, its length, its bytes); *at (when not NULL) gets the
+ * offset of its bytes. 0 or LH_ENOMEM. */
+int lh_envs_bytes_put_message(lh_envs_bytes *b, uint32_t field, const ProtobufCMessage *msg, size_t *at);
+/* Appends bytes already packed as field number `field`. */
+int lh_envs_bytes_put_bytes(lh_envs_bytes *b, uint32_t field, const void *data, size_t bytes);
+/* Appends an Envelope's protocol (LH_WIRE_PROTOCOL), msg_id and sender;
+ * its body is then appended with lh_envs_bytes_put_bytes under the body's
+ * field number (LONGHAUL__ENVELOPE__BODY_*). */
+int lh_envs_frame_header(lh_envs_bytes *b, uint64_t msg_id, const char *sender);
+/* The most bytes a header with this sender and a body's key and length take. */
+size_t lh_envs_frame_overhead(const char *sender);
+
 typedef struct lh_envs_conn lh_envs_conn;
+/* A decoded answer frame, shared by the responses in it: each waiter that
+ * took one of them holds a reference until it is done with its views. */
+typedef struct lh_envs_answer lh_envs_answer;
+void lh_envs_answer_release(lh_envs_answer *a);  /* accepts NULL */
 /* curve: NULL (plain) or this client's keys and the server's public key;
  * a connection is shared only by environments with the same keys. */
 int lh_envs_hub_conn(lh_env_hub *hub, const char *endpoint, const lh_zsock_curve *curve, lh_envs_conn **out,
@@ -44,10 +78,14 @@ void lh_envs_conn_drop(lh_envs_conn *c);
 /* Sends req with a fresh request_id; *generation names the socket it went on. */
 int lh_envs_conn_send(lh_envs_conn *c, Longhaul__EnvRequest *req, int timeout_ms, uint64_t *generation,
                       lh_errbuf *err);
-/* Waits until deadline_ns for the answer to request id; *out is the
- * caller's to lh_wire_free. A timeout drops the connection. */
+/* Waits until deadline_ns for the answer to request id: *resp points
+ * into *hold, which the caller releases (lh_envs_answer_release). A
+ * timeout drops the connection. */
 int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, int64_t deadline_ns,
-                      Longhaul__Envelope **out, lh_errbuf *err);
+                      lh_envs_answer **hold, Longhaul__EnvResponse **resp, lh_errbuf *err);
+/* The server's batch bounds as its answers on this socket gave them; 0
+ * while it has given none (an older server: one request a frame). */
+uint32_t lh_envs_conn_batch_max(const lh_envs_conn *c);
 /* The two halves of the server table's step, so that many episodes can
  * have a request in flight at once (lh_env_step_begin / _end). */
 int lh_envs_server_step_send(void *ctx, const char *action, size_t bytes, lh_errbuf *err);
@@ -81,8 +119,11 @@ int lh_envs_budget_admit(lh_envs_budget *b, const lh_envs_peer *p, uint64_t byte
 int lh_envs_budget_add(lh_envs_budget *b, lh_envs_peer *p, lh_env *env, uint64_t bytes, uint64_t request_id,
                        uint64_t *id, lh_errbuf *err);
 /* p's session id (NULL when gone or another's), marked used now;
- * *last_request points at its newest request id. */
-lh_env *lh_envs_budget_session(lh_envs_budget *b, const lh_envs_peer *p, uint64_t id, uint64_t **last_request);
+ * *last_request points at its newest request id, *last_batch at the
+ * number of the last batch frame that named it (the server's count; 0:
+ * none), so that a session named twice in one batch is seen. */
+lh_env *lh_envs_budget_session(lh_envs_budget *b, const lh_envs_peer *p, uint64_t id, uint64_t **last_request,
+                               uint64_t **last_batch);
 void lh_envs_budget_close(lh_envs_budget *b, const lh_envs_peer *p, uint64_t id);
 /* Closes the sessions idle past idle_timeout_ms (logged) and forgets the
  * peers that hold nothing, but keep; at most every sweep_ms unless force.

@@ -48,6 +48,8 @@ const char *lh_wire_body_name(Longhaul__Envelope__BodyCase body) {
     case LONGHAUL__ENVELOPE__BODY_ENV_REQUEST: return "env_request";
     case LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE: return "env_response";
     case LONGHAUL__ENVELOPE__BODY_SHUTDOWN: return "shutdown";
+    case LONGHAUL__ENVELOPE__BODY_ENV_REQUEST_BATCH: return "env_request_batch";
+    case LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE_BATCH: return "env_response_batch";
     default: return "unknown";
   }
 }
@@ -105,10 +107,83 @@ static void budget_free(void *ctx, void *p) {
   free(p);
 }
 
-/* Unpacks with desc under the budget for bytes; NULL on failure with the
- * code in *rc. */
+/* An arena's blocks: the newest (and largest: each doubles) first. The
+ * newest stays across resets when it is at most ARENA_KEEP_BYTES, so that
+ * a reused arena allocates nothing once it has grown to its work, and
+ * does not keep what one large message made it take. */
+typedef struct arena_block {
+  struct arena_block *next;
+  size_t cap, used;
+  _Alignas(16) unsigned char data[];
+} arena_block;
+
+struct lh_wire_arena {
+  arena_block *head;
+  size_t used, limit; /* bytes handed out since the last reset; the decode's bound on it */
+  size_t first;       /* the size of a first block */
+  int over;
+};
+
+#define ARENA_FIRST_BLOCK 1024u
+#define ARENA_KEEP_BYTES (4u << 20)
+
+lh_wire_arena *lh_wire_arena_new(void) { return calloc(1, sizeof(lh_wire_arena)); }
+
+void lh_wire_arena_reset(lh_wire_arena *a) {
+  if (!a) return;
+  arena_block *keep = a->head;
+  if (keep) {
+    while (keep->next) {
+      arena_block *b = keep->next;
+      keep->next = b->next;
+      free(b);
+    }
+    keep->used = 0;
+    if (keep->cap > ARENA_KEEP_BYTES) free(keep), a->head = NULL;
+  }
+  a->used = 0;
+}
+
+void lh_wire_arena_free(lh_wire_arena *a) {
+  if (!a) return;
+  while (a->head) {
+    arena_block *b = a->head;
+    a->head = b->next;
+    free(b);
+  }
+  free(a);
+}
+
+static void *arena_alloc(void *ctx, size_t size) {
+  lh_wire_arena *a = ctx;
+  size = size ? (size + 15) & ~(size_t)15 : 16;
+  if (size == 0 || size > a->limit || a->used > a->limit - size) {
+    a->over = 1;
+    return NULL;
+  }
+  arena_block *b = a->head;
+  if (!b || b->cap - b->used < size) {
+    size_t cap = b ? b->cap * 2 : a->first;
+    if (cap < size) cap = size;
+    if (cap > a->limit - a->used) cap = a->limit - a->used; /* never above what the decode may use */
+    arena_block *n = malloc(sizeof *n + cap);
+    if (!n) return NULL;
+    *n = (arena_block){b, cap, 0};
+    a->head = b = n;
+  }
+  void *p = b->data + b->used;
+  b->used += size;
+  a->used += size;
+  return p;
+}
+
+static void arena_free(void *ctx, void *p) { (void)ctx, (void)p; /* with the arena */ }
+
+/* Unpacks with desc under the budget for bytes, from arena (NULL: each
+ * piece malloc'd); NULL on failure with the code in *rc. */
 static ProtobufCMessage *unpack_bounded(const ProtobufCMessageDescriptor *desc, const uint8_t *buf,
-                                        size_t bytes, const char *what, int *rc, lh_errbuf *err) {
+                                        size_t bytes, const char *what, lh_wire_arena *arena, int *rc,
+                                        lh_errbuf *err) {
   static const uint8_t none[1] = {0};
   parse_budget b = {0, LH_WIRE_EXPANSION_FLOOR, 0};
   if (bytes <= (SIZE_MAX - LH_WIRE_EXPANSION_FLOOR) / LH_WIRE_EXPANSION)
@@ -116,8 +191,16 @@ static ProtobufCMessage *unpack_bounded(const ProtobufCMessageDescriptor *desc, 
   else
     b.budget = SIZE_MAX;
   ProtobufCAllocator alloc = {budget_alloc, budget_free, &b};
+  if (arena) {
+    arena->over = 0;
+    /* a message unpacks to a few times its bytes: mostly one block */
+    arena->first = bytes < ARENA_FIRST_BLOCK / 4 ? ARENA_FIRST_BLOCK : bytes < SIZE_MAX / 8 ? 4 * bytes : bytes;
+    arena->limit = arena->used > SIZE_MAX - b.budget ? SIZE_MAX : arena->used + b.budget;
+    alloc = (ProtobufCAllocator){arena_alloc, arena_free, arena};
+  }
   ProtobufCMessage *m = protobuf_c_message_unpack(desc, &alloc, bytes, buf ? buf : none);
   if (m) return m;
+  if (arena) b.over = arena->over;
   if (b.over) {
     *rc = lh_errbuf_set(err, LH_EWIRE_EXPANSION,
                         "%s: %zu bytes would need more than %zu bytes of memory to parse (a flood "
@@ -191,7 +274,8 @@ static int validate_segment(const ProtobufCMessage *m, const lh_wire_limits *lim
  * calls it. */
 static int decode_checked(const ProtobufCMessageDescriptor *desc, validate_fn validate, const char *fn,
                           const char *what, const char *unpacked, const uint8_t *buf, size_t bytes,
-                          const lh_wire_limits *lim, ProtobufCMessage **out, lh_errbuf *err) {
+                          const lh_wire_limits *lim, lh_wire_arena *arena, ProtobufCMessage **out,
+                          lh_errbuf *err) {
   lh_wire_limits def;
   if (!lim) lh_wire_limits_default(&def), lim = &def;
   if (!buf && bytes > 0) return lh_errbuf_set(err, LH_EINVAL, "%s: NULL buffer of %zu bytes", fn, bytes);
@@ -199,11 +283,11 @@ static int decode_checked(const ProtobufCMessageDescriptor *desc, validate_fn va
     return lh_errbuf_set(err, LH_EWIRE_TOO_LARGE, "%s is %zu bytes, over the limit of %zu", what, bytes,
                          lim->max_message_bytes);
   int rc = 0;
-  ProtobufCMessage *m = unpack_bounded(desc, buf, bytes, unpacked, &rc, err);
+  ProtobufCMessage *m = unpack_bounded(desc, buf, bytes, unpacked, arena, &rc, err);
   if (!m) return rc;
   rc = validate(m, lim, err);
   if (rc < 0) {
-    protobuf_c_message_free_unpacked(m, NULL);
+    if (!arena) protobuf_c_message_free_unpacked(m, NULL);
     return rc;
   }
   *out = m;
@@ -216,7 +300,18 @@ int lh_wire_decode(const uint8_t *buf, size_t bytes, const lh_wire_limits *lim,
   *out = NULL;
   ProtobufCMessage *m = NULL;
   int rc = decode_checked(&longhaul__envelope__descriptor, validate_envelope, "lh_wire_decode", "message",
-                          "envelope", buf, bytes, lim, &m, err);
+                          "envelope", buf, bytes, lim, NULL, &m, err);
+  if (!rc) *out = (Longhaul__Envelope *)m;
+  return rc;
+}
+
+int lh_wire_decode_in(lh_wire_arena *arena, const uint8_t *buf, size_t bytes, const lh_wire_limits *lim,
+                      Longhaul__Envelope **out, lh_errbuf *err) {
+  if (!out || !arena) return lh_errbuf_set(err, LH_EINVAL, "lh_wire_decode_in: arena and out must not be NULL");
+  *out = NULL;
+  ProtobufCMessage *m = NULL;
+  int rc = decode_checked(&longhaul__envelope__descriptor, validate_envelope, "lh_wire_decode_in", "message",
+                          "envelope", buf, bytes, lim, arena, &m, err);
   if (!rc) *out = (Longhaul__Envelope *)m;
   return rc;
 }
@@ -240,7 +335,7 @@ int lh_wire_segment_decode(const uint8_t *buf, size_t bytes, const lh_wire_limit
   *out = NULL;
   ProtobufCMessage *m = NULL;
   int rc = decode_checked(&longhaul__segment__descriptor, validate_segment, "lh_wire_segment_decode", "segment",
-                          "segment", buf, bytes, lim, &m, err);
+                          "segment", buf, bytes, lim, NULL, &m, err);
   if (!rc) *out = (Longhaul__Segment *)m;
   return rc;
 }

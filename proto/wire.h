@@ -65,6 +65,21 @@ int lh_wire_decode(const uint8_t *buf, size_t bytes, const lh_wire_limits *lim,
                    Longhaul__Envelope **out, lh_errbuf *err);
 void lh_wire_free(Longhaul__Envelope *env);  /* accepts NULL */
 
+/* An arena that decoded messages live in, for a receiver of many small
+ * messages (envs/envserver.c, envs/envhub.c): lh_wire_decode_in takes the
+ * pieces of a message from it in a few large blocks instead of one malloc
+ * each, under the same memory budget per decode, and they are all freed
+ * at once by lh_wire_arena_reset (which keeps the first block, so a
+ * reused arena allocates nothing in the steady state) or _free. A message
+ * decoded into an arena is never given to lh_wire_free. */
+typedef struct lh_wire_arena lh_wire_arena;
+lh_wire_arena *lh_wire_arena_new(void);         /* NULL when out of memory */
+void lh_wire_arena_reset(lh_wire_arena *a);     /* accepts NULL */
+void lh_wire_arena_free(lh_wire_arena *a);      /* accepts NULL */
+/* lh_wire_decode into arena: *out lives until the arena is reset or freed. */
+int lh_wire_decode_in(lh_wire_arena *arena, const uint8_t *buf, size_t bytes, const lh_wire_limits *lim,
+                      Longhaul__Envelope **out, lh_errbuf *err);
+
 /* The same for a bare Segment, the payload the replay store keeps. */
 int lh_wire_segment_encode(const Longhaul__Segment *seg, uint8_t **out, size_t *bytes,
                            lh_errbuf *err);

@@ -443,6 +443,30 @@ static int check_env_response(const Longhaul__EnvResponse *r, const lh_wire_limi
   return check_string(r->expert_action, lim->max_text_bytes, path, "expert_action", err);
 }
 
+/* A batch's entries, each as one request or response; a failure names
+ * the entry. Their count is bounded here only by the parse budget: a
+ * server refuses a batch past its own bound (envs/envserver.c) with an
+ * error that says so. */
+static int check_env_batch(const void *const *items, size_t n, int responses, const lh_wire_limits *lim,
+                           const char *path, lh_errbuf *err) {
+  const char *field = responses ? "responses" : "requests";
+  LH_TRY(check_array(items, n, path, field, err));
+  for (size_t i = 0; i < n; i++) {
+    /* The entry's path is written only for an entry that fails: checked
+     * again under it, it fails the same way. */
+    const char *generic = responses ? "env_response" : "env_request";
+    int rc = !items[i] ? LH_EWIRE_MISSING
+             : responses ? check_env_response(items[i], lim, generic, NULL)
+                         : check_env_request(items[i], lim, generic, NULL);
+    if (rc == 0) continue;
+    char sub[64];
+    snprintf(sub, sizeof sub, "%s.%s[%zu]", path, field, i);
+    if (!items[i]) return lh_errbuf_set(err, LH_EWIRE_MISSING, "%s is missing", sub);
+    return responses ? check_env_response(items[i], lim, sub, err) : check_env_request(items[i], lim, sub, err);
+  }
+  return 0;
+}
+
 /* Every limit check_segment reads: a new one there belongs here too. */
 int lh_wire_limits_segment_within(const lh_wire_limits *a, const lh_wire_limits *b) {
   return a && b && a->vocab <= b->vocab && a->max_segment_tokens <= b->max_segment_tokens &&
@@ -494,6 +518,12 @@ int lh_wire_validate(const Longhaul__Envelope *env, const lh_wire_limits *lim, l
       return check_env_request(env->env_request, lim, name, err);
     case LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE:
       return check_env_response(env->env_response, lim, name, err);
+    case LONGHAUL__ENVELOPE__BODY_ENV_REQUEST_BATCH:
+      return check_env_batch((const void *const *)env->env_request_batch->requests,
+                             env->env_request_batch->n_requests, 0, lim, name, err);
+    case LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE_BATCH:
+      return check_env_batch((const void *const *)env->env_response_batch->responses,
+                             env->env_response_batch->n_responses, 1, lim, name, err);
     case LONGHAUL__ENVELOPE__BODY_SHUTDOWN:
       return check_string(env->shutdown->reason, lim->max_text_bytes, name, "reason", err);
     default:

@@ -2,15 +2,17 @@
 #include "tests/wire_fixture.h"
 
 #include <check.h>
+#include <stdlib.h>
 #include <string.h>
 
-const Longhaul__Envelope__BodyCase fx_bodies[11] = {
+const Longhaul__Envelope__BodyCase fx_bodies[FX_BODIES] = {
     LONGHAUL__ENVELOPE__BODY_HELLO,           LONGHAUL__ENVELOPE__BODY_SEGMENT,
     LONGHAUL__ENVELOPE__BODY_EPISODE_END,     LONGHAUL__ENVELOPE__BODY_ACK,
     LONGHAUL__ENVELOPE__BODY_HEARTBEAT,       LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE,
     LONGHAUL__ENVELOPE__BODY_WEIGHTS_REQUEST, LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK,
     LONGHAUL__ENVELOPE__BODY_ENV_REQUEST,     LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE,
-    LONGHAUL__ENVELOPE__BODY_SHUTDOWN,
+    LONGHAUL__ENVELOPE__BODY_SHUTDOWN,        LONGHAUL__ENVELOPE__BODY_ENV_REQUEST_BATCH,
+    LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE_BATCH,
 };
 
 static void init_image(Longhaul__Image *im, uint32_t offset, uint32_t w, uint32_t h, uint32_t c,
@@ -112,6 +114,27 @@ static void init_env_messages(wire_fixture *f) {
   r->terms = f->resp_termp;
   r->description = "needle: find a record";
   r->expert_action = "<call>read(42)</call>";
+  r->max_batch = 512;
+  r->max_batch_bytes = 1u << 20;
+
+  f->ereq2 = f->ereq;
+  f->ereq2.request_id = q->request_id + 1;
+  f->ereq2.session_id = q->session_id + 1;
+  f->ereq2.action = "<call>read(7)</call>";
+  f->ereq_batchp[0] = q;
+  f->ereq_batchp[1] = &f->ereq2;
+  f->ereq_batch = (Longhaul__EnvRequestBatch)LONGHAUL__ENV_REQUEST_BATCH__INIT;
+  f->ereq_batch.n_requests = 2;
+  f->ereq_batch.requests = f->ereq_batchp;
+  f->eresp2 = *r;
+  f->eresp2.request_id = r->request_id + 1;
+  f->eresp2.status = LH_ENOENT;
+  f->eresp2.error = "no session";
+  f->eresp_batchp[0] = r;
+  f->eresp_batchp[1] = &f->eresp2;
+  f->eresp_batch = (Longhaul__EnvResponseBatch)LONGHAUL__ENV_RESPONSE_BATCH__INIT;
+  f->eresp_batch.n_responses = 2;
+  f->eresp_batch.responses = f->eresp_batchp;
 }
 
 void fx_init(wire_fixture *f, Longhaul__Envelope__BodyCase body) {
@@ -222,6 +245,8 @@ void fx_init(wire_fixture *f, Longhaul__Envelope__BodyCase body) {
     case LONGHAUL__ENVELOPE__BODY_ENV_REQUEST: f->env.env_request = &f->ereq; break;
     case LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE: f->env.env_response = &f->eresp; break;
     case LONGHAUL__ENVELOPE__BODY_SHUTDOWN: f->env.shutdown = &f->sd; break;
+    case LONGHAUL__ENVELOPE__BODY_ENV_REQUEST_BATCH: f->env.env_request_batch = &f->ereq_batch; break;
+    case LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE_BATCH: f->env.env_response_batch = &f->eresp_batch; break;
     default: break;
   }
 }
@@ -234,5 +259,20 @@ uint8_t *fx_encode(const wire_fixture *f, size_t *bytes) {
   ck_assert_msg(rc == 0, "encode %s: %s (%s)", lh_wire_body_name(f->env.body_case), err.msg,
                 lh_err_name(rc));
   ck_assert_ptr_nonnull(buf);
+  return buf;
+}
+
+uint8_t *fx_image_flood(size_t reps, size_t *bytes, size_t *segment) {
+  uint8_t *buf = malloc(reps * 2 + 16);
+  if (!buf) return NULL;
+  size_t n = 0;
+  buf[n++] = 0x08, buf[n++] = 0x01; /* protocol 1 */
+  buf[n++] = 0x5a;                  /* field 11 (segment), length-delimited */
+  uint64_t len = reps * 2;
+  while (len >= 0x80) buf[n++] = (uint8_t)(len | 0x80), len >>= 7;
+  buf[n++] = (uint8_t)len;
+  *segment = n;
+  for (size_t i = 0; i < reps; i++) buf[n++] = 0x6a, buf[n++] = 0x00; /* images: {} */
+  *bytes = n;
   return buf;
 }

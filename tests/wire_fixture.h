@@ -46,11 +46,18 @@ typedef struct {
   uint8_t obs_pix[3 * 2 * 3];
   Longhaul__RewardTerm resp_term[2], *resp_termp[2];
 
+  /* batches: the request (response) above and a second one after it */
+  Longhaul__EnvRequestBatch ereq_batch;
+  Longhaul__EnvRequest ereq2, *ereq_batchp[2];
+  Longhaul__EnvResponseBatch eresp_batch;
+  Longhaul__EnvResponse eresp2, *eresp_batchp[2];
+
   Longhaul__Shutdown sd;
 } wire_fixture;
 
-/* The eleven body cases, in protocol order. */
-extern const Longhaul__Envelope__BodyCase fx_bodies[11];
+/* The body cases, in protocol order. */
+#define FX_BODIES 13
+extern const Longhaul__Envelope__BodyCase fx_bodies[FX_BODIES];
 
 /* Fills f with valid messages of every kind and makes body the envelope's
  * body. Everything points into f; nothing to free. */
@@ -59,5 +66,10 @@ void fx_init(wire_fixture *f, Longhaul__Envelope__BodyCase body);
 /* Encodes f->env with lh_wire_encode; fails the test on error. The caller
  * frees the buffer. */
 uint8_t *fx_encode(const wire_fixture *f, size_t *bytes);
+
+/* An Envelope whose segment is reps empty images: about 2 * reps bytes on
+ * the wire, fifty-fold in memory (what the parse budget refuses). Returns
+ * a malloc'd buffer of *bytes; the segment's bytes start at *segment. */
+uint8_t *fx_image_flood(size_t reps, size_t *bytes, size_t *segment);
 
 #endif

@@ -57,6 +57,37 @@ static void same_segment(const Longhaul__Segment *a, const Longhaul__Segment *b)
   ck_assert_uint_eq(a->task_seed, b->task_seed);
 }
 
+static void same_env_request(const Longhaul__EnvRequest *x, const Longhaul__EnvRequest *y) {
+  ck_assert_uint_eq(x->request_id, y->request_id);
+  ck_assert_int_eq(x->op, y->op);
+  ck_assert_uint_eq(x->session_id, y->session_id);
+  ck_assert_str_eq(x->env_name, y->env_name);
+  ck_assert_uint_eq(x->n_options, y->n_options);
+  for (size_t i = 0; i < x->n_options; i++) {
+    ck_assert_str_eq(x->options[i]->key, y->options[i]->key);
+    ck_assert_str_eq(x->options[i]->value, y->options[i]->value);
+  }
+  ck_assert_uint_eq(x->seed, y->seed);
+  ck_assert_str_eq(x->action, y->action);
+}
+
+static void same_env_response(const Longhaul__EnvResponse *x, const Longhaul__EnvResponse *y) {
+  ck_assert_uint_eq(x->request_id, y->request_id);
+  ck_assert_uint_eq(x->session_id, y->session_id);
+  ck_assert_int_eq(x->status, y->status);
+  ck_assert_str_eq(x->error, y->error);
+  ck_assert_ptr_nonnull(y->observation);
+  ck_assert_str_eq(x->observation->text, y->observation->text);
+  same_images(x->observation->images, x->observation->n_images, y->observation->images, y->observation->n_images);
+  ck_assert_float_eq(x->reward, y->reward);
+  ck_assert_int_eq(x->done, y->done);
+  same_terms(x->terms, x->n_terms, y->terms, y->n_terms);
+  ck_assert_str_eq(x->description, y->description);
+  ck_assert_str_eq(x->expert_action, y->expert_action);
+  ck_assert_uint_eq(x->max_batch, y->max_batch);
+  ck_assert_uint_eq(x->max_batch_bytes, y->max_batch_bytes);
+}
+
 static void same_body(const Longhaul__Envelope *a, const Longhaul__Envelope *b) {
   switch (a->body_case) {
     case LONGHAUL__ENVELOPE__BODY_HELLO: {
@@ -139,38 +170,18 @@ static void same_body(const Longhaul__Envelope *a, const Longhaul__Envelope *b) 
       ck_assert_uint_eq(x->checksum, y->checksum);
       break;
     }
-    case LONGHAUL__ENVELOPE__BODY_ENV_REQUEST: {
-      const Longhaul__EnvRequest *x = a->env_request, *y = b->env_request;
-      ck_assert_uint_eq(x->request_id, y->request_id);
-      ck_assert_int_eq(x->op, y->op);
-      ck_assert_uint_eq(x->session_id, y->session_id);
-      ck_assert_str_eq(x->env_name, y->env_name);
-      ck_assert_uint_eq(x->n_options, y->n_options);
-      for (size_t i = 0; i < x->n_options; i++) {
-        ck_assert_str_eq(x->options[i]->key, y->options[i]->key);
-        ck_assert_str_eq(x->options[i]->value, y->options[i]->value);
-      }
-      ck_assert_uint_eq(x->seed, y->seed);
-      ck_assert_str_eq(x->action, y->action);
+    case LONGHAUL__ENVELOPE__BODY_ENV_REQUEST: same_env_request(a->env_request, b->env_request); break;
+    case LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE: same_env_response(a->env_response, b->env_response); break;
+    case LONGHAUL__ENVELOPE__BODY_ENV_REQUEST_BATCH:
+      ck_assert_uint_eq(a->env_request_batch->n_requests, b->env_request_batch->n_requests);
+      for (size_t i = 0; i < a->env_request_batch->n_requests; i++)
+        same_env_request(a->env_request_batch->requests[i], b->env_request_batch->requests[i]);
       break;
-    }
-    case LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE: {
-      const Longhaul__EnvResponse *x = a->env_response, *y = b->env_response;
-      ck_assert_uint_eq(x->request_id, y->request_id);
-      ck_assert_uint_eq(x->session_id, y->session_id);
-      ck_assert_int_eq(x->status, y->status);
-      ck_assert_str_eq(x->error, y->error);
-      ck_assert_ptr_nonnull(y->observation);
-      ck_assert_str_eq(x->observation->text, y->observation->text);
-      same_images(x->observation->images, x->observation->n_images, y->observation->images,
-                  y->observation->n_images);
-      ck_assert_float_eq(x->reward, y->reward);
-      ck_assert_int_eq(x->done, y->done);
-      same_terms(x->terms, x->n_terms, y->terms, y->n_terms);
-      ck_assert_str_eq(x->description, y->description);
-      ck_assert_str_eq(x->expert_action, y->expert_action);
+    case LONGHAUL__ENVELOPE__BODY_ENV_RESPONSE_BATCH:
+      ck_assert_uint_eq(a->env_response_batch->n_responses, b->env_response_batch->n_responses);
+      for (size_t i = 0; i < a->env_response_batch->n_responses; i++)
+        same_env_response(a->env_response_batch->responses[i], b->env_response_batch->responses[i]);
       break;
-    }
     case LONGHAUL__ENVELOPE__BODY_SHUTDOWN:
       ck_assert_str_eq(a->shutdown->reason, b->shutdown->reason);
       ck_assert_uint_eq(a->shutdown->grace_ms, b->shutdown->grace_ms);
@@ -270,7 +281,7 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("wire");
   TCase *rt = tcase_create("round_trip");
-  tcase_add_loop_test(rt, test_round_trip, 0, 11);
+  tcase_add_loop_test(rt, test_round_trip, 0, FX_BODIES);
   tcase_add_test(rt, test_segment_payload);
   tcase_add_test(rt, test_limits_and_names);
   suite_add_tcase(s, rt);

@@ -556,16 +556,9 @@ END_TEST
 
 /* A flood of empty images: tiny on the wire, fifty-fold in memory. */
 START_TEST(test_err_expansion) {
-  const size_t reps = 500000;
-  uint8_t *buf = malloc(reps * 2 + 16);
-  size_t n = 0;
-  buf[n++] = 0x08, buf[n++] = 0x01; /* protocol 1 */
-  buf[n++] = 0x5a;                  /* field 11 (segment), length-delimited */
-  uint64_t len = reps * 2;
-  while (len >= 0x80) buf[n++] = (uint8_t)(len | 0x80), len >>= 7;
-  buf[n++] = (uint8_t)len;
-  size_t body = n;
-  for (size_t i = 0; i < reps; i++) buf[n++] = 0x6a, buf[n++] = 0x00; /* images: {} */
+  size_t n, body;
+  uint8_t *buf = fx_image_flood(500000, &n, &body);
+  ck_assert_ptr_nonnull(buf);
   Longhaul__Envelope *got = NULL;
   lh_errbuf err;
   ck_assert_int_eq(lh_wire_decode(buf, n, NULL, &got, &err), LH_EWIRE_EXPANSION);

@@ -195,10 +195,10 @@ END_TEST
 START_TEST(test_mutated_encodings) {
   uint64_t rng = 0x243f6a8885a308d3ULL;
   wire_fixture *f = malloc(sizeof *f);
-  uint8_t *enc[11];
-  size_t enc_bytes[11], largest = 0, smallest = SIZE_MAX;
-  length_fields lf[11];
-  for (int b = 0; b < 11; b++) {
+  uint8_t *enc[FX_BODIES];
+  size_t enc_bytes[FX_BODIES], largest = 0, smallest = SIZE_MAX;
+  length_fields lf[FX_BODIES];
+  for (int b = 0; b < FX_BODIES; b++) {
     fx_init(f, fx_bodies[b]);
     enc[b] = fx_encode(f, &enc_bytes[b]);
     if (enc_bytes[b] > largest) largest = enc_bytes[b];
@@ -213,7 +213,7 @@ START_TEST(test_mutated_encodings) {
   lh_wire_limits_default(&small);
   small.max_message_bytes = 1024; /* some inputs also meet a tight limit */
   for (long k = 0; k < MUTATED_BUFFERS; k++) {
-    int b = (int)(k % 11);
+    int b = (int)(k % FX_BODIES);
     /* The segment and the env response carry the most structure: give
      * them more of the mutations. */
     if (k % 4 == 3) b = (k / 4) % 2 ? 1 : 9;
@@ -221,14 +221,14 @@ START_TEST(test_mutated_encodings) {
     count(&t, decode_one(dst, n, k % 16 == 0 ? &small : NULL), n);
   }
   print_tally("mutated", &t, MUTATED_BUFFERS);
-  printf("wire fuzz: encodings of the 11 kinds are %zu..%zu bytes, segment %zu\n", smallest,
+  printf("wire fuzz: encodings of the %d kinds are %zu..%zu bytes, segment %zu\n", FX_BODIES, smallest,
          largest, enc_bytes[1]);
   ck_assert_int_eq(t.other, 0);
   /* The mutations reach validation, not only the parser. */
   ck_assert(t.by_code[-100 - LH_EWIRE_UNPARSEABLE] < MUTATED_BUFFERS);
   ck_assert(t.accepted > 0);
   free(dst);
-  for (int b = 0; b < 11; b++) free(enc[b]);
+  for (int b = 0; b < FX_BODIES; b++) free(enc[b]);
   free(f);
 }
 END_TEST

@@ -5,13 +5,15 @@ peer) that created it. As the C server (envs/envserver.c), it caps what
 clients can make it hold: sessions per client and in total (a CREATE past a
 cap is refused with LH_EAGAIN), sessions idle past idle_timeout_ms are
 closed, and at most HWM messages are queued per client each way (a client
-that does not read its replies has the rest dropped). Optional CURVE with a
-ZAP allow-list, as `longhaul envs serve`."""
+that does not read its replies has the rest dropped). As the C server, it
+takes a batch of requests in one frame (EnvRequestBatch) and answers it in
+one frame, in order, and says so in every answer (max_batch). Optional
+CURVE with a ZAP allow-list, as `longhaul envs serve`."""
 import os
 import sys
 import time
 
-from .errors import (EnvError, LH_EAGAIN, LH_EINVAL, LH_ENOENT, LH_EENVS_SERVER_PROTOCOL,
+from .errors import (EnvError, LH_EAGAIN, LH_EINVAL, LH_ENOENT, LH_EENVS_SERVER_BATCH, LH_EENVS_SERVER_PROTOCOL,
                      LH_EENVS_SERVER_REPLAY, LH_EENVS_UNKNOWN_ENV)
 from .session import Session
 
@@ -20,6 +22,10 @@ from .session import Session
 # at most MAX_FRAMES requests, as the C server (envs/envserver.c).
 MAX_REQUEST_BYTES = 8 << 20
 MAX_FRAMES = 1024
+# A batch frame: at most MAX_BATCH requests in MAX_BATCH_BYTES (the whole
+# Envelope), as the C server (envs/internal.h's LH_ENVS_BATCH_MAX).
+MAX_BATCH = 1024
+MAX_BATCH_BYTES = 4 << 20
 MAX_SESSIONS = 1024
 MAX_SESSIONS_PER_CLIENT = 256
 IDLE_TIMEOUT_MS = 600000
@@ -142,73 +148,120 @@ class Sessions:
             del self.per_client[peer]
 
 
-def answer(pb, envs, sessions, peer, raw, meter):
-    """Handles one request frame from peer; returns (EnvResponse, stop)."""
-    env = pb.Envelope()
-    resp = pb.EnvResponse()
-    stop = False
+def run_request(pb, envs, sessions, peer, req, meter, batch_seen=None):
+    """Runs one EnvRequest for peer; returns its EnvResponse. batch_seen: the
+    sessions named before in the batch it came in (None: a frame of its own)."""
+    resp = pb.EnvResponse(max_batch=MAX_BATCH, max_batch_bytes=MAX_BATCH_BYTES)
     try:
-        try:
-            env.ParseFromString(raw)
-        except Exception as e:
-            meter.bad(f"undecodable request: {type(e).__name__}")
-            raise EnvError(LH_EINVAL, f"env server: undecodable request: {type(e).__name__}")
-        body = env.WhichOneof("body")
-        if body == "shutdown":
-            stop = True
-        elif body != "env_request":
-            meter.bad(f"expected an env_request, got {body}")
-            raise EnvError(LH_EINVAL, f"expected an env_request, got {body}")
+        resp.request_id = req.request_id
+        resp.session_id = req.session_id
+        if req.op == pb.ENV_OP_CREATE:
+            cls = envs.get(req.env_name)
+            if cls is None:
+                raise EnvError(LH_EENVS_UNKNOWN_ENV,
+                               f"no environment '{req.env_name}' here ({', '.join(sorted(envs))})")
+            sessions.admit(peer, req.env_name)
+            opts = {kv.key: kv.value for kv in req.options}
+            g = Session(cls, opts)
+            g.last_request = req.request_id
+            resp.session_id = sessions.add(peer, g)
+            return resp
+        s = sessions.get(peer, req.session_id)
+        if s is None:
+            raise EnvError(LH_ENOENT, f"no session {req.session_id} for this client (closed, idle past "
+                                      f"{sessions.idle_ms} ms, or never created: send CREATE)")
+        # One request per session at a time: a second in one batch is not run.
+        if batch_seen is not None:
+            if req.session_id in batch_seen:
+                meter.bad(f"session {req.session_id} named twice in one batch")
+                raise EnvError(LH_EENVS_SERVER_BATCH,
+                               f"env server: session {req.session_id} is named twice in one batch (request "
+                               f"{req.request_id} not run; one request per session at a time)")
+            batch_seen.add(req.session_id)
+        # Request ids rise one request at a time per session: an id
+        # not above the last one is a replay.
+        if req.request_id <= s.last_request:
+            meter.bad(f"request {req.request_id} replayed on session {req.session_id}")
+            raise EnvError(LH_EENVS_SERVER_REPLAY,
+                           f"env server: request {req.request_id} replayed (session "
+                           f"{req.session_id} has answered request {s.last_request})")
+        s.last_request = req.request_id
+        if req.op == pb.ENV_OP_RESET:
+            resp.observation.text = s.reset(req.seed)
+        elif req.op == pb.ENV_OP_STEP:
+            text, reward, done, terms = s.step(req.action)
+            resp.observation.text = text
+            resp.reward = reward
+            resp.done = done
+            for name, value in terms.items():
+                t = resp.terms.add()
+                t.name, t.value = name, value
+        elif req.op == pb.ENV_OP_DESCRIBE:
+            resp.description = s.describe()
+        elif req.op == pb.ENV_OP_EXPERT:
+            resp.expert_action = s.expert()
+        elif req.op == pb.ENV_OP_CLOSE:
+            sessions.close(peer, req.session_id)
         else:
-            req = env.env_request
-            resp.request_id = req.request_id
-            resp.session_id = req.session_id
-            if req.op == pb.ENV_OP_CREATE:
-                cls = envs.get(req.env_name)
-                if cls is None:
-                    raise EnvError(LH_EENVS_UNKNOWN_ENV,
-                                   f"no environment '{req.env_name}' here ({', '.join(sorted(envs))})")
-                sessions.admit(peer, req.env_name)
-                opts = {kv.key: kv.value for kv in req.options}
-                g = Session(cls, opts)
-                g.last_request = req.request_id
-                resp.session_id = sessions.add(peer, g)
-            else:
-                s = sessions.get(peer, req.session_id)
-                if s is None:
-                    raise EnvError(LH_ENOENT, f"no session {req.session_id} for this client (closed, idle past "
-                                              f"{sessions.idle_ms} ms, or never created: send CREATE)")
-                # Request ids rise one request at a time per session: an id
-                # not above the last one is a replay.
-                if req.request_id <= s.last_request:
-                    meter.bad(f"request {req.request_id} replayed on session {req.session_id}")
-                    raise EnvError(LH_EENVS_SERVER_REPLAY,
-                                   f"env server: request {req.request_id} replayed (session "
-                                   f"{req.session_id} has answered request {s.last_request})")
-                s.last_request = req.request_id
-                if req.op == pb.ENV_OP_RESET:
-                    resp.observation.text = s.reset(req.seed)
-                elif req.op == pb.ENV_OP_STEP:
-                    text, reward, done, terms = s.step(req.action)
-                    resp.observation.text = text
-                    resp.reward = reward
-                    resp.done = done
-                    for name, value in terms.items():
-                        t = resp.terms.add()
-                        t.name, t.value = name, value
-                elif req.op == pb.ENV_OP_DESCRIBE:
-                    resp.description = s.describe()
-                elif req.op == pb.ENV_OP_EXPERT:
-                    resp.expert_action = s.expert()
-                elif req.op == pb.ENV_OP_CLOSE:
-                    sessions.close(peer, req.session_id)
-                else:
-                    raise EnvError(LH_EINVAL, f"unknown op {req.op}")
+            raise EnvError(LH_EINVAL, f"unknown op {req.op}")
     except EnvError as e:
         resp.status, resp.error = e.code, str(e)
     except Exception as e:  # a bad message must not stop the server
         resp.status, resp.error = LH_EINVAL, f"env server: {type(e).__name__}: {e}"
-    return resp, stop
+    return resp
+
+
+def run_batch(pb, envs, sessions, peer, batch, frame_bytes, meter, out):
+    """Answers an EnvRequestBatch into out.env_response_batch, one response
+    per request in order; a batch past the bounds is refused whole with one
+    env_response (request 0) and none of it runs."""
+    n = len(batch.requests)
+    if n > MAX_BATCH or frame_bytes > MAX_BATCH_BYTES:
+        why = (f"env server: a batch of {n} requests in {frame_bytes} bytes, over the bound of {MAX_BATCH} "
+               f"requests and {MAX_BATCH_BYTES} bytes a frame (max_batch, max_batch_bytes in every answer); none run")
+        meter.bad(why)
+        out.env_response.status, out.env_response.error = LH_EENVS_SERVER_BATCH, why
+        return
+    seen, above = set(), 0
+    answers = out.env_response_batch
+    answers.SetInParent()
+    for i, req in enumerate(batch.requests):
+        if i > 0 and req.request_id <= above:
+            resp = pb.EnvResponse(request_id=req.request_id, session_id=req.session_id, max_batch=MAX_BATCH,
+                                  max_batch_bytes=MAX_BATCH_BYTES, status=LH_EENVS_SERVER_BATCH,
+                                  error=f"env server: request {req.request_id} of a batch is not above the one "
+                                        f"before it ({above}); not run")
+            meter.bad(resp.error)
+        else:
+            resp = run_request(pb, envs, sessions, peer, req, meter, seen)
+        above = max(above, req.request_id)
+        answers.responses.append(resp)
+
+
+def answer(pb, envs, sessions, peer, raw, meter, msg_id):
+    """Handles one request frame from peer; returns (encoded answer, stop)."""
+    env = pb.Envelope()
+    out = pb.Envelope(protocol=1, msg_id=msg_id, sender="envs-py")
+    try:
+        env.ParseFromString(raw)
+    except Exception as e:
+        meter.bad(f"undecodable request: {type(e).__name__}")
+        out.env_response.CopyFrom(pb.EnvResponse(status=LH_EINVAL, error=f"env server: undecodable request: "
+                                                 f"{type(e).__name__}", max_batch=MAX_BATCH,
+                                                 max_batch_bytes=MAX_BATCH_BYTES))
+        return out.SerializeToString(), False
+    body = env.WhichOneof("body")
+    if body == "env_request":
+        out.env_response.CopyFrom(run_request(pb, envs, sessions, peer, env.env_request, meter))
+    elif body == "env_request_batch":
+        run_batch(pb, envs, sessions, peer, env.env_request_batch, len(raw), meter, out)
+    else:
+        out.env_response.CopyFrom(pb.EnvResponse(max_batch=MAX_BATCH, max_batch_bytes=MAX_BATCH_BYTES))
+        if body != "shutdown":
+            meter.bad(f"expected an env_request, got {body}")
+            out.env_response.status = LH_EINVAL
+            out.env_response.error = f"expected an env_request, got {body}"
+    return out.SerializeToString(), body == "shutdown"
 
 
 def read_key(path, secret):
@@ -335,11 +388,9 @@ def loop(zmq, sock, pb, envs, sessions, meter, msg_id):
             frames, replies = [], [out.SerializeToString()]
         for raw in frames:
             msg_id += 1
-            resp, halt = answer(pb, envs, sessions, peer, raw, meter)
+            reply, halt = answer(pb, envs, sessions, peer, raw, meter, msg_id)
             stop = stop or halt
-            out = pb.Envelope(protocol=1, msg_id=msg_id, sender="envs-py")
-            out.env_response.CopyFrom(resp)
-            replies.append(out.SerializeToString())
+            replies.append(reply)
         sock.send_multipart([peer, b""] + replies)
         if stop:
             break
