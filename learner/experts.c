@@ -79,7 +79,12 @@ int lh_learner_experts_attach(lh_learner_experts *x, lh_model *m, lh_errbuf *err
 
 int lh_learner_experts_drain(lh_learner_experts *x, lh_model *m, lh_errbuf *err) {
   int rc = lh_model_experts_drain(m, err);
-  if (rc && x->transport_err.msg[0]) lh_errbuf_set(err, rc, "%s (%s)", err->msg, x->transport_err.msg);
+  if (rc && x->transport_err.msg[0]) {
+    /* err->msg is an argument: format from a copy. */
+    char what[sizeof err->msg];
+    snprintf(what, sizeof what, "%s", err->msg);
+    lh_errbuf_set(err, rc, "%s (%s)", what, x->transport_err.msg);
+  }
   return rc;
 }
 
@@ -235,17 +240,16 @@ int lh_learner_experts_gather(lh_learner_experts *x, lh_model *m, int moments, l
     }
     rc = lh_learner_comm_alltoallv(g, pack, sc, sd, recv, rcn, rd, err);
     if (rc || !root) continue;
+    size_t before = 0;  /* the shard's floats before tensor i, in the packed order */
     for (int i = 0; i < nt; i++) {
       const lh_model_tensor *t = lh_model_tensor_at(m, i), *tw = lh_model_tensor_at(w, i);
       if (!t->expert_shard) {
         memcpy(whost + tw->offset, host + t->offset, t->numel * sizeof(float));
         continue;
       }
-      size_t before = 0;  /* the shard's floats before tensor i */
-      for (int q = 0; q < i; q++)
-        if (lh_model_tensor_at(m, q)->expert_shard) before += lh_model_tensor_at(m, q)->numel;
       for (int j = 0; j < P; j++)
         memcpy(whost + tw->offset + (size_t)j * t->numel, recv + (size_t)j * S + before, t->numel * sizeof(float));
+      before += t->numel;
     }
     rc = be->upload(be->context, buffer(w, b), whost, wn * sizeof(float));
     if (rc) lh_errbuf_set(err, rc, "experts: cannot write the whole model: %s", lh_strerror(rc));

@@ -257,9 +257,9 @@ static int take_shard(learner *L, lh_errbuf *err) {
   const lh_model_config *mc = &whole_cfg;
   int shards = 1;
   lh_model_expert_shard(L->m, NULL, &shards, NULL, NULL);
-  lh_model *shard = NULL;
-  int rc = shards > 1 ? 0 : lh_model_new_shard_uninit(mc, L->be, L->rank % (int)P, (int)P, &shard, err);
-  if (shards == 1) {
+  if (shards == 1) {  /* a whole model read from a file: keep this rank's slice */
+    lh_model *shard = NULL;
+    int rc = lh_model_new_shard_uninit(mc, L->be, L->rank % (int)P, (int)P, &shard, err);
     if (!rc && lh_model_moment1(L->m) && (rc = lh_model_enable_training(shard)))
       lh_errbuf_set(err, rc, "expert shard: no memory for its moments");
     if (!rc) rc = lh_learner_experts_slice(L->m, shard, err);
