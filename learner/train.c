@@ -1402,9 +1402,11 @@ int lh_learner_trainer_gather_done(lh_learner_trainer *t, lh_errbuf *err) {
   return rc;
 }
 
-/* lh_hash64 over the parameters of the tensors that are (expert = 1) or
- * are not (expert = 0) expert shards, or of all (expert = -1). */
-static int hash_params(const lh_learner_trainer *t, int expert, uint64_t *hash, lh_errbuf *err) {
+/* lh_hash64 over the parameters, from one read of them: *all of every
+ * float, *rest of the tensors that are not expert shards, *shard of those
+ * that are (each may be NULL). */
+static int hash_params(const lh_learner_trainer *t, uint64_t *all, uint64_t *rest, uint64_t *shard,
+                       lh_errbuf *err) {
   size_t bytes = lh_model_n_floats(t->m) * sizeof(float);
   float *host = malloc(bytes);
   if (!host) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory hashing %zu bytes of parameters", bytes);
@@ -1412,15 +1414,16 @@ static int hash_params(const lh_learner_trainer *t, int expert, uint64_t *hash, 
   int rc = be->download(be->context, host, lh_model_params(t->m), bytes);
   if (rc) {
     lh_errbuf_set(err, rc, "train: cannot read the parameters: %s", lh_strerror(rc));
-  } else if (expert < 0) {
-    *hash = lh_hash64(host, bytes, 0);
   } else {
-    uint64_t h = 0;
-    for (int i = 0; i < lh_model_n_tensors(t->m); i++) {
+    if (all) *all = lh_hash64(host, bytes, 0);
+    uint64_t h[2] = {0, 0};  /* the rest, the shard */
+    for (int i = 0; (rest || shard) && i < lh_model_n_tensors(t->m); i++) {
       const lh_model_tensor *tt = lh_model_tensor_at(t->m, i);
-      if ((tt->expert_shard != 0) == (expert != 0)) h = lh_hash64(host + tt->offset, tt->numel * sizeof(float), h);
+      int k = tt->expert_shard != 0;
+      h[k] = lh_hash64(host + tt->offset, tt->numel * sizeof(float), h[k]);
     }
-    *hash = h;
+    if (rest) *rest = h[0];
+    if (shard) *shard = h[1];
   }
   free(host);
   return rc;
@@ -1428,23 +1431,22 @@ static int hash_params(const lh_learner_trainer *t, int expert, uint64_t *hash, 
 
 int lh_learner_trainer_params_hash(const lh_learner_trainer *t, uint64_t *hash, lh_errbuf *err) {
   if (!t || !hash) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or hash");
-  return hash_params(t, -1, hash, err);
+  return hash_params(t, hash, NULL, NULL, err);
 }
 
 int lh_learner_trainer_same_weights(lh_learner_trainer *t, int *same, lh_errbuf *err) {
   if (!t || !same) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer or same");
-  uint64_t h = 0;
+  uint64_t h = 0, h_shard = 0;
   if (!t->experts) {
-    LH_TRY(hash_params(t, -1, &h, err));
+    LH_TRY(hash_params(t, &h, NULL, NULL, err));
     return lh_learner_comm_same_u64(t->comm, h, same, err);
   }
   /* Every rank holds the same replicated tensors; the ranks of one shard
    * (one per group) the same shard. */
   int same_rest = 0, same_shard = 0;
-  LH_TRY(hash_params(t, 0, &h, err));
+  LH_TRY(hash_params(t, NULL, &h, &h_shard, err));
   LH_TRY(lh_learner_comm_same_u64(t->comm, h, &same_rest, err));
-  LH_TRY(hash_params(t, 1, &h, err));
-  LH_TRY(lh_learner_comm_same_u64(lh_learner_experts_replicas(t->experts), h, &same_shard, err));
+  LH_TRY(lh_learner_comm_same_u64(lh_learner_experts_replicas(t->experts), h_shard, &same_shard, err));
   double both = same_rest && same_shard;
   LH_TRY(lh_learner_comm_allreduce_f64(t->comm, &both, 1, LH_LEARNER_COMM_MIN, err));
   *same = both > 0;
