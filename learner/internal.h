@@ -263,10 +263,10 @@ size_t lh_learner_episode_spans(const lh_learner_episode *ep, uint32_t patch, lh
 
 /* ---- what the model can take (learner/validate.c) --------------------------
  * A message can be valid on the wire and still be nothing the model can
- * train on: token ids past its vocabulary, routing of another shape or to
- * experts it does not have, images whose patches it cannot embed or that
- * overlap, an episode longer than the learner
- * takes. The ingest refuses such a segment or episode end before it is
+ * train on: token ids past its vocabulary, routing of another shape, to
+ * experts it does not have or to one expert twice in a token's top-k,
+ * images whose patches it cannot embed or that overlap, an episode longer
+ * than the learner takes. The ingest refuses such a segment or episode end before it is
  * stored (ACK_REJECTED, counted), and the trainer checks every episode
  * again before its step, so no stored data can end the learner. */
 typedef struct {

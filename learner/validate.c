@@ -2,6 +2,7 @@
  * twice, at ingest and before each step). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "learner/internal.h"
 
@@ -67,7 +68,26 @@ static int check_routing(uint64_t episode, uint32_t layers, uint32_t topk, const
     if (ids[i] >= l->experts)
       return BAD(err, "episode %llu routes to expert %u (routed_experts[%zu]); the model has %u experts",
                  (unsigned long long)episode, ids[i], i, l->experts);
-  return 0;
+  /* A token's topk slots in one layer name distinct experts, as top-k
+   * routing does: a repeat would be refused by the router kernel during
+   * training. Each slot group is (token, layer) and the ids run (tokens,
+   * layers, topk) (the wire checked the count). last[e] is the group that
+   * last named expert e, plus one: linear in the ids. */
+  if (topk < 2) return 0;
+  size_t *last = calloc(l->experts, sizeof *last);
+  if (!last) return lh_errbuf_set(err, LH_ENOMEM, "episode %llu: out of memory checking its routing",
+                                  (unsigned long long)episode);
+  int rc = 0;
+  for (size_t i = 0; i < n_ids && !rc; i++) {
+    size_t group = i / topk + 1;
+    if (last[ids[i]] == group)
+      rc = BAD(err, "episode %llu token %zu layer %zu routes to expert %u twice (routed_experts[%zu]); a token's "
+               "top-%u experts are distinct", (unsigned long long)episode, i / topk / layers, i / topk % layers,
+               ids[i], i, topk);
+    last[ids[i]] = group;
+  }
+  free(last);
+  return rc;
 }
 
 /* A recurrent state: exactly the model's size, every value finite (the
