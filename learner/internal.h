@@ -468,8 +468,9 @@ typedef struct {
   uint64_t exchange_bytes;
   /* This rank's forward work: the positions the forward ran over (trained
    * windows and burn-ins), and the windows started from a stored state
-   * ([learner] state_mode = stored). */
-  size_t run_positions, states_used;
+   * ([learner] state_mode = stored), and the gaps before a trained window
+   * bridged from a stored state or by recomputation. */
+  size_t run_positions, states_used, burn_ins;
   double logp_diff_mean;  /* mean |learner - behavior logp| over this rank's current-version tokens */
 } lh_learner_train_stats;
 

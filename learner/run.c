@@ -54,6 +54,7 @@ typedef struct {
   uint64_t *ids;
   char run_id[LH_RUN_ID_BYTES];  /* the run this learner serves (choose_run) */
   int run_row;                   /* this rank's store has its runs row */
+  int warned_no_states;          /* stored mode found no state to start from: said once */
 } learner;
 
 static void learner_close(learner *L) {
@@ -527,9 +528,19 @@ static int run_loop(learner *L, lh_errbuf *err) {
               "lag_mean=%.3g logp_diff=%.3g grad_norm=%.4g lr=%.3g skipped=%d step_ms=%.1f",
               (unsigned long long)s.step, (unsigned long long)s.version, s.loss, s.reward_mean, s.success_rate,
               s.episodes, s.tokens, s.lag_mean, s.logp_diff, s.grad_norm, s.lr, s.skipped, s.step_ms);
-      if (L->cfg.state_mode == LH_LEARNER_STATE_STORED)
+      if (L->cfg.state_mode == LH_LEARNER_STATE_STORED) {
         LH_INFO("learner", "step=%llu state_mode=stored run_positions=%zu states_used=%zu tokens=%zu",
                 (unsigned long long)s.step, s.run_positions, s.states_used, s.tokens);
+        /* Gaps were bridged, yet none from a stored state: the actors send
+         * none, and every gap is recomputed from the episode's start. */
+        if (s.burn_ins && !s.states_used && !L->warned_no_states) {
+          L->warned_no_states = 1;
+          LH_WARN("learner", "step=%llu state_mode=stored found no stored state for any of %zu gaps and ran %zu "
+                  "positions for %zu sampled tokens: the actors send no states (set [actor] state_interval) or none "
+                  "lies within burn_in before a window; said once", (unsigned long long)s.step, s.burn_ins,
+                  s.run_positions, s.tokens);
+        }
+      }
       if (L->ranks > 1)
         LH_INFO("learner", "ranks=%d step=%llu allreduce_ms=%.2f step_ms=%.1f", L->ranks, (unsigned long long)s.step,
                 s.allreduce_ms, s.step_ms);

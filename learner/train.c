@@ -412,6 +412,7 @@ typedef struct {
   double logp_diff_sum;    /* sum of |logp - behavior logp| over the current-version tokens */
   size_t run_positions;    /* positions the forward ran over (windows and burn-ins) */
   size_t states_used;      /* windows started from an actor's stored state */
+  size_t burn_ins;         /* gaps before a trained window bridged (stored state or recomputation) */
   int nonfinite;  /* a window's log-probabilities were not finite: skip the step */
 } step_acc;
 
@@ -485,6 +486,7 @@ static int burn_in(lh_learner_trainer *t, const lh_learner_episode *ep, size_t s
   const lh_model_config *mc = lh_model_get_config(t->m);
   size_t state_floats = lh_model_state_floats(mc), W = t->cfg.train_window;
   size_t latest = start > t->cfg.burn_in ? start - t->cfg.burn_in : 0;
+  acc->burn_ins++;
   /* The latest state the store holds at most burn_in tokens before the
    * window and not among an image's patches (a few tries: states are
    * rarely inside images). It replaces the one held only when later. */
@@ -979,7 +981,7 @@ static int read_batch(lh_learner_trainer *t, step_batch *b, lh_errbuf *err) {
 /* The step's statistics from its sums and gradient norm. */
 static void step_figures(const step_acc *acc, double norm, lh_learner_train_stats *st) {
   st->loss = acc->loss, st->policy_loss = acc->policy_loss, st->grad_norm = norm, st->tokens = acc->tokens;
-  st->run_positions = acc->run_positions, st->states_used = acc->states_used;
+  st->run_positions = acc->run_positions, st->states_used = acc->states_used, st->burn_ins = acc->burn_ins;
   st->logp_diff_mean = acc->current ? acc->logp_diff_sum / (double)acc->current : NAN;
   st->lag_mean = acc->tokens ? acc->lag_sum / (double)acc->tokens : 0, st->lag_max = acc->lag_max;
   st->logp_diff = acc->current ? acc->logp_diff : NAN, st->current_tokens = acc->current;

@@ -155,6 +155,10 @@ START_TEST(test_stored_matches_exact) {
   ck_assert_uint_eq(y.st.run_positions, 4 * 16);
   ck_assert_uint_eq(x.st.states_used, 0);
   ck_assert_uint_eq(y.st.states_used, 4);
+  /* one gap per episode bridged in stored mode (the learner warns when
+   * none of them had a state); exact mode bridges none */
+  ck_assert_uint_eq(y.st.burn_ins, 4);
+  ck_assert_uint_eq(x.st.burn_ins, 0);
   /* Both against the exact forward's log-probabilities (the behavior ones). */
   printf("stored: logp_diff exact=%g stored=%g loss exact=%.9g stored=%.9g\n", x.st.logp_diff, y.st.logp_diff,
          x.st.loss, y.st.loss);
