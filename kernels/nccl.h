@@ -1,5 +1,6 @@
-/* kernels/nccl: gradient all-reduce across learners with NCCL, on the
- * stream of a CUDA backend table (kernels/cuda/nccl.cu).
+/* kernels/nccl: gradient all-reduce and the experts' all-to-all across
+ * learners with NCCL, on the stream of a CUDA backend table
+ * (kernels/cuda/nccl.cu).
  *
  * Bootstrap: rank 0 calls lh_cuda_nccl_unique_id and sends the
  * LH_NCCL_ID_BYTES bytes to every other rank by any means (the learner
@@ -42,6 +43,18 @@ int lh_cuda_nccl_init(lh_cuda_nccl **out, const lh_backend *b,
 
 /* buf (n floats, memory of the communicator's backend) = sum over ranks. */
 int lh_cuda_nccl_allreduce_sum(lh_cuda_nccl *comm, float *buf, size_t n);
+
+/* All-to-all of bytes in backend memory (the expert exchange's transport
+ * on the CUDA backend, ARCHITECTURE.md §5): the scounts[j] bytes at
+ * send + sdispls[j] go to rank j, which receives them at recv + its
+ * rdispls[i] for this rank i, rcounts[i] bytes; every count and
+ * displacement is in bytes, one per rank of comm, and a pair's counts
+ * must agree on both sides (the caller exchanged them first). Grouped
+ * point-to-point sends and receives (ncclSend / ncclRecv), queued on the
+ * table's stream; send and recv must not overlap. */
+int lh_cuda_nccl_alltoallv(lh_cuda_nccl *comm, const void *send, const size_t *scounts,
+                           const size_t *sdispls, void *recv, const size_t *rcounts,
+                           const size_t *rdispls);
 
 /* Ranks and this rank of comm (0 for NULL). */
 int lh_cuda_nccl_size(const lh_cuda_nccl *comm);

@@ -27,6 +27,13 @@ int lh_cuda_nccl_allreduce_sum(lh_cuda_nccl *comm, float *buf, size_t n) {
   return LH_EKERNELS_NOT_AVAILABLE;
 }
 
+int lh_cuda_nccl_alltoallv(lh_cuda_nccl *comm, const void *send, const size_t *scounts,
+                           const size_t *sdispls, void *recv, const size_t *rcounts,
+                           const size_t *rdispls) {
+  (void)comm, (void)send, (void)scounts, (void)sdispls, (void)recv, (void)rcounts, (void)rdispls;
+  return LH_EKERNELS_NOT_AVAILABLE;
+}
+
 int lh_cuda_nccl_size(const lh_cuda_nccl *comm) {
   (void)comm;
   return 0;

@@ -1,4 +1,4 @@
-// NCCL all-reduce of gradients on a CUDA table's stream (kernels/nccl.h).
+// NCCL all-reduce of gradients and all-to-all of bytes on a CUDA table's stream (kernels/nccl.h).
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +79,29 @@ extern "C" int lh_cuda_nccl_allreduce_sum(lh_cuda_nccl *comm, float *buf, size_t
   ncclResult_t r =
       ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, comm->comm, comm->ctx->stream);
   if (r != ncclSuccess) return nccl_fail(r, "ncclAllReduce", __FILE__, __LINE__);
+  return LH_OK;
+}
+
+extern "C" int lh_cuda_nccl_alltoallv(lh_cuda_nccl *comm, const void *send, const size_t *scounts,
+                                      const size_t *sdispls, void *recv, const size_t *rcounts,
+                                      const size_t *rdispls) {
+  if (!comm || !scounts || !sdispls || !rcounts || !rdispls) return LH_EKERNELS_NULL_ARG;
+  for (int j = 0; j < comm->nranks; j++)
+    if ((scounts[j] && !send) || (rcounts[j] && !recv)) return LH_EKERNELS_NULL_ARG;
+  ncclResult_t r = ncclGroupStart();
+  if (r != ncclSuccess) return nccl_fail(r, "ncclGroupStart", __FILE__, __LINE__);
+  for (int j = 0; j < comm->nranks && r == ncclSuccess; j++) {
+    if (scounts[j])
+      r = ncclSend((const char *)send + sdispls[j], scounts[j], ncclUint8, j, comm->comm,
+                   comm->ctx->stream);
+    if (r == ncclSuccess && rcounts[j])
+      r = ncclRecv((char *)recv + rdispls[j], rcounts[j], ncclUint8, j, comm->comm,
+                   comm->ctx->stream);
+  }
+  // The group is closed whatever happened inside it, so NCCL's state stays whole.
+  ncclResult_t end = ncclGroupEnd();
+  if (r != ncclSuccess) return nccl_fail(r, "ncclSend/ncclRecv", __FILE__, __LINE__);
+  if (end != ncclSuccess) return nccl_fail(end, "ncclGroupEnd", __FILE__, __LINE__);
   return LH_OK;
 }
 

@@ -914,6 +914,19 @@ START_TEST(test_nccl) {
   ck_assert_int_eq(lh_cuda_nccl_allreduce_sum(comm, NULL, 4), LH_EKERNELS_NULL_ARG);
   ck_assert_int_eq(G->download(G->context, back, d, sizeof back), 0);
   ck_assert_mem_eq(back, h, sizeof h);
+  /* The all-to-all with one rank: the piece to itself, from one offset to
+   * another; nothing to send is no call; missing buffers are refused. */
+  float *r = dev_f(h, 1000);
+  size_t sc = 400 * sizeof(float), sd = 100 * sizeof(float), rd = 500 * sizeof(float), zero = 0;
+  ck_assert_int_eq(lh_cuda_nccl_alltoallv(comm, d, &sc, &sd, r, &sc, &rd), 0);
+  ck_assert_int_eq(G->download(G->context, back, r, sizeof back), 0);
+  ck_assert_mem_eq(back, h, 500 * sizeof(float));
+  ck_assert_mem_eq(back + 500, h + 100, 400 * sizeof(float));
+  ck_assert_mem_eq(back + 900, h + 900, 100 * sizeof(float));
+  ck_assert_int_eq(lh_cuda_nccl_alltoallv(comm, NULL, &zero, &zero, NULL, &zero, &zero), 0);
+  ck_assert_int_eq(lh_cuda_nccl_alltoallv(comm, NULL, &sc, &sd, r, &sc, &rd), LH_EKERNELS_NULL_ARG);
+  ck_assert_int_eq(lh_cuda_nccl_alltoallv(NULL, d, &sc, &sd, r, &sc, &rd), LH_EKERNELS_NULL_ARG);
+  G->free(G->context, r);
   lh_cuda_nccl_free(comm);
   lh_cuda_nccl_free(NULL);
 }
