@@ -96,12 +96,12 @@ static double cpu_ms_now(void) {
 }
 
 /* The step's exchange replayed alone after a barrier: `rounds` rounds of
- * a 16-byte header to every rank and two all-to-alls that together move
+ * a 20-byte header to every rank and two all-to-alls that together move
  * `bytes` spread evenly over the ranks (requests, then replies). The best
  * of three, in ms. */
 static int exchange_alone(lh_learner_comm *c, double rounds, double bytes, double *ms, lh_errbuf *e) {
   int P = lh_learner_comm_size(c), n_rounds = (int)lround(rounds);
-  size_t per = n_rounds > 0 ? (size_t)(bytes / n_rounds / 2 / P) : 0, header = 16;
+  size_t per = n_rounds > 0 ? (size_t)(bytes / n_rounds / 2 / P) : 0, header = 20;
   size_t cap = (per > header ? per : header) * (size_t)P;
   unsigned char *send = calloc(cap, 1), *recv = calloc(cap, 1);
   int rc = send && recv ? 0 : lh_errbuf_set(e, LH_ENOMEM, "out of memory");

@@ -1,21 +1,35 @@
 /* model: the expert exchange of a sharded model (ARCHITECTURE.md §5,
  * "Experts across ranks"). A rank's routed (token, slot) pairs go to the
- * rank that holds their expert and the expert's output comes back; in the
- * backward the pair's input and output gradient go, and the input's
- * gradient and the gate's come back, while the owner adds the weights'
+ * rank that holds their expert and the experts' output comes back; in the
+ * backward the pairs go again with the output's gradient, and the input's
+ * gradient and the gates' come back, while the owner adds the weights'
  * gradients to its shard. The owner keeps nothing between the two: it runs
  * the expert's forward again inside the backward, so a rank's forwards and
  * backwards need not pair up with anyone else's.
  *
+ * What travels is per token where the data are a token's and per pair
+ * where they are a pair's. A request to a rank holds the token vectors
+ * its pairs need, each once however many of the token's k experts the
+ * rank holds (z; in a backward z and the output's gradient), then per
+ * pair the expert's index within the shard, the index of its token's
+ * vector among those, and the gate. The owner gathers each pair's vectors
+ * from them. The reply holds per token vector the sum of its pairs'
+ * gated outputs (forward) or of their z gradients (backward: z's gradient
+ * is the sum over the token's pairs), and in a backward per pair the
+ * gate's gradient. The owner sums a token's pairs in slot order, the
+ * asker the owners' sums in the order of their first slots.
+ *
  * The exchange runs in rounds, collective over the group: a header to
- * every rank (what kind of request, which layer, how many pairs, whether
- * the sender is done with its step), the requests, the serving of every
- * request received, the replies. A rank with a forward or backward of its
- * own puts it in the round; a rank that has none (it is done, or between
- * two of its own) takes part with nothing, serving the others
- * (lh_model_experts_drain). So the ranks' steps may differ in their
- * windows, burn-ins and skipped episodes: every round is whole by itself.
+ * every rank (what kind of request, which layer, how many pairs and token
+ * vectors, whether the sender is done with its step), the requests, the
+ * serving of every request received, the replies. A rank with a forward
+ * or backward of its own puts it in the round; a rank that has none (it
+ * is done, or between two of its own) takes part with nothing, serving
+ * the others (lh_model_experts_drain). So the ranks' steps may differ in
+ * their windows, burn-ins and skipped episodes: every round is whole by
+ * itself.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,12 +38,25 @@
 enum { EP_NONE = 0, EP_FORWARD = 1, EP_BACKWARD = 2 };
 
 /* The most pairs one rank may ask of another in a round: a window of
- * 2^20 tokens at top 16. A header asking for more is refused. */
+ * 2^20 tokens at top 16. A header asking for more is refused, as is one
+ * with more token vectors than pairs. */
 #define EP_MAX_PAIRS ((uint32_t)1 << 24)
 
 typedef struct {
-  uint32_t kind, layer, pairs, done;
+  uint32_t kind, layer, pairs, tokens, done;
 } ep_header;
+
+/* A pair's record in a request: the expert within the shard, its token's
+ * vector among the request's, the gate. */
+#define EP_PAIR_BYTES 12
+
+/* Where the asker finds a (token, slot) pair's reply in ep->answer, in
+ * floats: its token vector's (the owner's sum; added once, at the token's
+ * first slot to that owner) and, in a backward, its gate's gradient. */
+typedef struct {
+  size_t vec, gate;
+  int first;
+} ep_slot;
 
 typedef struct {
   void *p;
@@ -48,10 +75,10 @@ struct lh_model_ep {
   ep_header *hsend, *hrecv;                /* (P) */
   size_t *scount, *sdispl, *rcount, *rdispl; /* (P) bytes */
   size_t *pcount, *pdispl;                 /* (P) reply bytes: to send, to get */
-  uint32_t *pairs_to, *pairs_seen;         /* (P) */
+  uint32_t *pairs_to, *tokens_to;          /* (P) */
   host_buf send, recv, reply, answer;      /* bytes of the round */
-  host_buf hz, hg, hd, hsum, pos;          /* the asker's host copies */
-  host_buf sz, sg, sd, si, sout;           /* the server's gathered requests */
+  host_buf hz, hg, hd, hsum, pos;          /* the asker's host copies, its ep_slot per pair */
+  host_buf sz, sg, sd, si, sout, sv, sacc; /* the server's gathered requests, vector per pair, sums */
   dev_buf dz, dg, dd, di, dout, dcache, ddz, ddg;  /* the server's backend copies */
 };
 
@@ -80,9 +107,9 @@ void lh_model_ep_free(const lh_backend *be, struct lh_model_ep *ep) {
   dev_buf *db[] = {&ep->dz, &ep->dg, &ep->dd, &ep->di, &ep->dout, &ep->dcache, &ep->ddz, &ep->ddg};
   for (size_t i = 0; i < sizeof db / sizeof *db; i++) be->free(be->context, db[i]->p);
   free(ep->hsend), free(ep->hrecv), free(ep->scount), free(ep->sdispl), free(ep->rcount), free(ep->rdispl);
-  free(ep->pcount), free(ep->pdispl), free(ep->pairs_to), free(ep->pairs_seen);
+  free(ep->pcount), free(ep->pdispl), free(ep->pairs_to), free(ep->tokens_to);
   host_buf *hb[] = {&ep->send, &ep->recv, &ep->reply, &ep->answer, &ep->hz, &ep->hg, &ep->hd, &ep->hsum,
-                    &ep->pos, &ep->sz, &ep->sg, &ep->sd, &ep->si, &ep->sout};
+                    &ep->pos, &ep->sz, &ep->sg, &ep->sd, &ep->si, &ep->sout, &ep->sv, &ep->sacc};
   for (size_t i = 0; i < sizeof hb / sizeof *hb; i++) free(hb[i]->p);
   free(ep);
 }
@@ -100,10 +127,10 @@ int lh_model_set_expert_transport(lh_model *m, const lh_model_expert_transport *
     ep->scount = calloc((size_t)P, sizeof(size_t)), ep->sdispl = calloc((size_t)P, sizeof(size_t));
     ep->rcount = calloc((size_t)P, sizeof(size_t)), ep->rdispl = calloc((size_t)P, sizeof(size_t));
     ep->pcount = calloc((size_t)P, sizeof(size_t)), ep->pdispl = calloc((size_t)P, sizeof(size_t));
-    ep->pairs_to = calloc((size_t)P, sizeof(uint32_t)), ep->pairs_seen = calloc((size_t)P, sizeof(uint32_t));
+    ep->pairs_to = calloc((size_t)P, sizeof(uint32_t)), ep->tokens_to = calloc((size_t)P, sizeof(uint32_t));
   }
   if (!ep || !ep->hsend || !ep->hrecv || !ep->scount || !ep->sdispl || !ep->rcount || !ep->rdispl || !ep->pcount ||
-      !ep->pdispl || !ep->pairs_to || !ep->pairs_seen) {
+      !ep->pdispl || !ep->pairs_to || !ep->tokens_to) {
     lh_model_ep_free(m->be, ep);
     return lh_errbuf_set(err, LH_ENOMEM, "expert exchange: out of memory");
   }
@@ -117,14 +144,23 @@ void lh_model_expert_traffic_get(const lh_model *m, lh_model_expert_traffic *out
   if (m && m->ep) *out = m->ep->traffic;
 }
 
-/* Bytes per pair of a request (the expert's index within the shard, the
- * gate, z, and in a backward the output's gradient) and of its reply (the
- * gated output; or z's gradient and the gate's). */
-static size_t request_bytes(uint32_t kind, int r) {
-  return kind == EP_FORWARD ? (size_t)(2 + r) * 4 : kind == EP_BACKWARD ? (size_t)(2 + 2 * r) * 4 : 0;
+/* Bytes of one token vector in a request: z, and in a backward the
+ * output's gradient after it. */
+static size_t vector_bytes(uint32_t kind, int r) {
+  return kind == EP_FORWARD ? (size_t)r * 4 : kind == EP_BACKWARD ? (size_t)(2 * r) * 4 : 0;
 }
-static size_t reply_bytes(uint32_t kind, int r) {
-  return kind == EP_FORWARD ? (size_t)r * 4 : kind == EP_BACKWARD ? (size_t)(r + 1) * 4 : 0;
+/* Bytes of a request of `pairs` pairs over `tokens` token vectors: the
+ * vectors, then the pairs' records. */
+static size_t request_bytes(uint32_t kind, int r, uint32_t pairs, uint32_t tokens) {
+  return kind == EP_NONE ? 0 : (size_t)tokens * vector_bytes(kind, r) + (size_t)pairs * EP_PAIR_BYTES;
+}
+/* Bytes of its reply: per token vector the sum of its pairs' gated
+ * outputs (forward) or z gradients (backward), then in a backward the
+ * pairs' gate gradients. */
+static size_t reply_bytes(uint32_t kind, int r, uint32_t pairs, uint32_t tokens) {
+  return kind == EP_FORWARD    ? (size_t)tokens * (size_t)r * 4
+         : kind == EP_BACKWARD ? ((size_t)tokens * (size_t)r + pairs) * 4
+                               : 0;
 }
 
 static int transport_failed(lh_errbuf *err, int rc, const char *what) {
@@ -132,39 +168,56 @@ static int transport_failed(lh_errbuf *err, int rc, const char *what) {
 }
 
 /* Serves the requests of the sources from `first` on whose kind and layer
- * are first's, as one batch, writing each pair's reply at its source's
- * place in ep->reply; marks them served in *served. */
+ * are first's, as one batch, writing each source's reply at its place in
+ * ep->reply; marks them served in *served. Every pair's expert and token
+ * vector index is checked against what the shard holds and what the
+ * source sent before anything is read by them. */
 static int serve_batch(lh_model *m, int first, uint8_t *served, lh_errbuf *err) {
   struct lh_model_ep *ep = m->ep;
   const lh_backend *be = m->be;
   void *ctx = be->context;
   int P = ep->P, r = m->cfg.latent, f = m->cfg.expert_hidden, El = m->e_local;
   uint32_t kind = ep->hrecv[first].kind, layer = ep->hrecv[first].layer;
-  size_t N = 0;
+  size_t N = 0, V = 0;
   for (int j = first; j < P; j++)
-    if (!served[j] && ep->hrecv[j].kind == kind && ep->hrecv[j].layer == layer) N += ep->hrecv[j].pairs;
+    if (!served[j] && ep->hrecv[j].kind == kind && ep->hrecv[j].layer == layer)
+      N += ep->hrecv[j].pairs, V += ep->hrecv[j].tokens;
   int bwd = kind == EP_BACKWARD;
-  size_t rq = request_bytes(kind, r), rp = reply_bytes(kind, r);
+  size_t vb = vector_bytes(kind, r);
   float *z = grow_host(&ep->sz, N * (size_t)r * 4 + 4), *g = grow_host(&ep->sg, N * 4 + 4);
   int32_t *idx = grow_host(&ep->si, N * 4 + 4);
+  size_t *vec = grow_host(&ep->sv, N * sizeof(size_t) + 1);
   float *dout = bwd ? grow_host(&ep->sd, N * (size_t)r * 4 + 4) : NULL;
-  float *res = grow_host(&ep->sout, N * (size_t)(r + 1) * 4 + 4);
-  if (!z || !g || !idx || (bwd && !dout) || !res) return lh_errbuf_set(err, LH_ENOMEM, "expert exchange: out of memory");
-  size_t n = 0;
+  float *res = grow_host(&ep->sout, N * (size_t)(r + 1) * 4 + 4), *acc = grow_host(&ep->sacc, V * (size_t)r * 4 + 4);
+  if (!z || !g || !idx || !vec || (bwd && !dout) || !res || !acc)
+    return lh_errbuf_set(err, LH_ENOMEM, "expert exchange: out of memory");
+  /* Per pair its expert, gate and the vectors of its token, gathered;
+   * vec[n]: the token vector's place among the batch's V. */
+  size_t n = 0, v0 = 0;
   for (int j = first; j < P; j++) {
-    if (served[j] || ep->hrecv[j].kind != kind || ep->hrecv[j].layer != layer) continue;
-    const unsigned char *at = (const unsigned char *)ep->recv.p + ep->rdispl[j];
-    for (uint32_t q = 0; q < ep->hrecv[j].pairs; q++, n++, at += rq) {
+    const ep_header *h = &ep->hrecv[j];
+    if (served[j] || h->kind != kind || h->layer != layer) continue;
+    const unsigned char *vectors = (const unsigned char *)ep->recv.p + ep->rdispl[j];
+    const unsigned char *at = vectors + (size_t)h->tokens * vb;
+    for (uint32_t q = 0; q < h->pairs; q++, n++, at += EP_PAIR_BYTES) {
       int32_t e;
+      uint32_t t;
       memcpy(&e, at, 4);
+      memcpy(&t, at + 4, 4);
       if (e < 0 || e >= El)
         return lh_errbuf_set(err, LH_EMODEL_EXCHANGE, "expert exchange: rank %d asked shard %d for expert %d of its "
                              "%d", j, m->shard, (int)e, El);
+      if (t >= h->tokens)
+        return lh_errbuf_set(err, LH_EMODEL_EXCHANGE, "expert exchange: rank %d's pair %u names token vector %u of "
+                             "the %u it sent", j, q, t, h->tokens);
       idx[n] = e;
-      memcpy(&g[n], at + 4, 4);
-      memcpy(z + n * (size_t)r, at + 8, (size_t)r * 4);
-      if (bwd) memcpy(dout + n * (size_t)r, at + 8 + (size_t)r * 4, (size_t)r * 4);
+      memcpy(&g[n], at + 8, 4);
+      vec[n] = v0 + t;
+      const unsigned char *tv = vectors + (size_t)t * vb;
+      memcpy(z + n * (size_t)r, tv, (size_t)r * 4);
+      if (bwd) memcpy(dout + n * (size_t)r, tv + (size_t)r * 4, (size_t)r * 4);
     }
+    v0 += h->tokens;
   }
   const lh_model_layer_ids *id = &m->layer[layer];
   float *W1 = lh_model_view(m, m->params, id->w1), *W2 = lh_model_view(m, m->params, id->w2);
@@ -199,31 +252,37 @@ static int serve_batch(lh_model *m, int first, uint8_t *served, lh_errbuf *err) 
   }
   if (rc) return lh_errbuf_set(err, rc, "expert exchange: layer %u's experts on shard %d: %s", layer, m->shard,
                                lh_strerror(rc));
-  n = 0;
+  /* Per token vector the sum of its pairs' rows (gated outputs, or z's
+   * gradients), in the order the source sent the pairs: its slot order. */
+  memset(acc, 0, V * (size_t)r * 4);
+  for (size_t q = 0; q < N; q++) {
+    float *o = acc + vec[q] * (size_t)r;
+    const float *y = res + q * (size_t)r;
+    for (int i = 0; i < r; i++) o[i] += y[i];
+  }
+  n = 0, v0 = 0;
   for (int j = first; j < P; j++) {
-    if (served[j] || ep->hrecv[j].kind != kind || ep->hrecv[j].layer != layer) continue;
+    const ep_header *h = &ep->hrecv[j];
+    if (served[j] || h->kind != kind || h->layer != layer) continue;
     unsigned char *at = (unsigned char *)ep->reply.p + ep->pdispl[j];
-    for (uint32_t q = 0; q < ep->hrecv[j].pairs; q++, n++, at += rp) {
-      if (!bwd) {
-        memcpy(at, res + n * (size_t)r, (size_t)r * 4);
-      } else {
-        memcpy(at, res + n * (size_t)r, (size_t)r * 4);
-        memcpy(at + (size_t)r * 4, res + N * (size_t)r + n, 4);
-      }
-    }
+    memcpy(at, acc + v0 * (size_t)r, (size_t)h->tokens * (size_t)r * 4);
+    if (bwd) memcpy(at + (size_t)h->tokens * (size_t)r * 4, res + N * (size_t)r + n, (size_t)h->pairs * 4);
+    n += h->pairs, v0 += h->tokens;
     served[j] = 1;
   }
   return 0;
 }
 
 /* One round (see the file's comment). This rank asks kind of layer with
- * ep->pairs_to[j] pairs for rank j packed in ep->send; the replies land in
- * ep->answer at ep->pdispl order. *all_done: every rank said done. */
+ * ep->pairs_to[j] pairs over ep->tokens_to[j] token vectors for rank j,
+ * packed in ep->send by pack; the replies land in ep->answer in rank
+ * order, each reply_bytes long. *all_done: every rank said done. */
 static int round_trip(lh_model *m, uint32_t kind, uint32_t layer, int done, int *all_done, lh_errbuf *err) {
   struct lh_model_ep *ep = m->ep;
   int P = ep->P, r = m->cfg.latent;
   for (int j = 0; j < P; j++)
-    ep->hsend[j] = (ep_header){kind, layer, kind == EP_NONE ? 0 : ep->pairs_to[j], (uint32_t)(done != 0)};
+    ep->hsend[j] = (ep_header){kind, layer, kind == EP_NONE ? 0 : ep->pairs_to[j],
+                               kind == EP_NONE ? 0 : ep->tokens_to[j], (uint32_t)(done != 0)};
   int64_t t0 = lh_now_ns();
   int rc = ep->t.alltoall(ep->t.ctx, ep->hsend, ep->hrecv, sizeof(ep_header));
   ep->traffic.transport_ns += lh_now_ns() - t0;
@@ -234,16 +293,17 @@ static int round_trip(lh_model *m, uint32_t kind, uint32_t layer, int done, int 
   for (int j = 0; j < P; j++) {
     const ep_header *h = &ep->hrecv[j];
     if (h->kind > EP_BACKWARD || (h->kind != EP_NONE && h->layer >= (uint32_t)m->cfg.layers) ||
-        h->pairs > EP_MAX_PAIRS || h->done > 1 || (h->kind == EP_NONE && h->pairs))
+        h->pairs > EP_MAX_PAIRS || h->tokens > h->pairs || (h->pairs && !h->tokens) || h->done > 1 ||
+        (h->kind == EP_NONE && h->pairs))
       return lh_errbuf_set(err, LH_EMODEL_EXCHANGE, "expert exchange: rank %d sent a header that is not one (kind %u, "
-                           "layer %u of %d, %u pairs, at most %u)", j, h->kind, h->layer, m->cfg.layers, h->pairs,
-                           EP_MAX_PAIRS);
+                           "layer %u of %d, %u pairs over %u token vectors, at most %u pairs)", j, h->kind, h->layer,
+                           m->cfg.layers, h->pairs, h->tokens, EP_MAX_PAIRS);
     if (!h->done) *all_done = 0;
-    ep->rcount[j] = (size_t)h->pairs * request_bytes(h->kind, r);
+    ep->rcount[j] = request_bytes(h->kind, r, h->pairs, h->tokens);
     ep->rdispl[j] = rtotal, rtotal += ep->rcount[j];
-    ep->scount[j] = (size_t)ep->hsend[j].pairs * request_bytes(kind, r);
+    ep->scount[j] = request_bytes(kind, r, ep->hsend[j].pairs, ep->hsend[j].tokens);
     ep->sdispl[j] = stotal, stotal += ep->scount[j];
-    ep->pcount[j] = (size_t)h->pairs * reply_bytes(h->kind, r);
+    ep->pcount[j] = reply_bytes(h->kind, r, h->pairs, h->tokens);
     ep->pdispl[j] = ptotal, ptotal += ep->pcount[j];
   }
   if (!grow_host(&ep->recv, rtotal + 1) || !grow_host(&ep->reply, ptotal + 1) || !grow_host(&ep->send, stotal + 1))
@@ -263,7 +323,7 @@ static int round_trip(lh_model *m, uint32_t kind, uint32_t layer, int done, int 
   size_t atotal = 0;
   size_t acount[P], adispl[P];
   for (int j = 0; j < P; j++) {
-    acount[j] = (size_t)ep->hsend[j].pairs * reply_bytes(kind, r);
+    acount[j] = reply_bytes(kind, r, ep->hsend[j].pairs, ep->hsend[j].tokens);
     adispl[j] = atotal, atotal += acount[j];
   }
   if (!grow_host(&ep->answer, atotal + 1)) return lh_errbuf_set(err, LH_ENOMEM, "expert exchange: out of memory");
@@ -277,37 +337,63 @@ static int round_trip(lh_model *m, uint32_t kind, uint32_t layer, int done, int 
 }
 
 /* Packs this rank's pairs (idx (T,k) on the host, its host copies of z,
- * the gates and, for a backward, dout) by owning shard: pos[p] is pair
- * p's place in the packed order. */
+ * the gates and, for a backward, dout) by owning shard: per owner its
+ * token vectors, each token once, then its pairs' records, pairs and
+ * vectors in token order. ep->pos gets each pair's ep_slot: where its
+ * reply will lie in ep->answer. */
 static int pack(lh_model *m, uint32_t kind, const int32_t *idx, int T, lh_errbuf *err) {
   struct lh_model_ep *ep = m->ep;
   int P = ep->P, r = m->cfg.latent, k = m->cfg.topk, El = m->e_local, E = m->cfg.experts;
-  size_t n = (size_t)T * (size_t)k, rq = request_bytes(kind, r);
-  size_t *pos = grow_host(&ep->pos, n * sizeof(size_t) + 1);
-  if (!pos || !grow_host(&ep->send, n * rq + 1)) return lh_errbuf_set(err, LH_ENOMEM, "expert exchange: out of memory");
+  size_t n = (size_t)T * (size_t)k, vb = vector_bytes(kind, r);
+  ep_slot *slot = grow_host(&ep->pos, n * sizeof(ep_slot) + 1);
+  if (!slot) return lh_errbuf_set(err, LH_ENOMEM, "expert exchange: out of memory");
   memset(ep->pairs_to, 0, (size_t)P * sizeof *ep->pairs_to);
+  memset(ep->tokens_to, 0, (size_t)P * sizeof *ep->tokens_to);
+  /* last[j]: the last token with a pair for rank j (pairs come in token
+   * order, so a token's pairs for j follow one another). */
+  size_t last[P];
+  for (int j = 0; j < P; j++) last[j] = SIZE_MAX;
   for (size_t p = 0; p < n; p++) {
     if (idx[p] < 0 || idx[p] >= E)
       return lh_errbuf_set(err, LH_EMODEL_EXCHANGE, "expert exchange: pair %zu routes to expert %d of %d", p,
                            (int)idx[p], E);
-    ep->pairs_to[idx[p] / El]++;
+    int owner = idx[p] / El;
+    size_t t = p / (size_t)k;
+    ep->pairs_to[owner]++;
+    if (last[owner] != t) ep->tokens_to[owner]++, last[owner] = t;
   }
-  size_t start[P];
-  size_t at = 0;
-  for (int j = 0; j < P; j++) start[j] = at, at += ep->pairs_to[j];
+  /* Per owner: where its request starts in ep->send (bytes) and its
+   * reply in ep->answer (floats); the next vector and pair to fill. */
+  size_t vecs_at[P], pairs_at[P], reply_at[P], next_vec[P], next_pair[P];
+  size_t bytes = 0, floats = 0;
+  for (int j = 0; j < P; j++) {
+    vecs_at[j] = bytes, pairs_at[j] = bytes + (size_t)ep->tokens_to[j] * vb;
+    bytes += request_bytes(kind, r, ep->pairs_to[j], ep->tokens_to[j]);
+    reply_at[j] = floats, floats += reply_bytes(kind, r, ep->pairs_to[j], ep->tokens_to[j]) / 4;
+    next_vec[j] = next_pair[j] = 0, last[j] = SIZE_MAX;
+  }
+  if (!grow_host(&ep->send, bytes + 1)) return lh_errbuf_set(err, LH_ENOMEM, "expert exchange: out of memory");
   const float *z = ep->hz.p, *g = ep->hg.p, *dout = ep->hd.p;
   unsigned char *send = ep->send.p;
   for (size_t p = 0; p < n; p++) {
     int owner = idx[p] / El;
-    size_t q = start[owner]++;
-    pos[p] = q;
-    unsigned char *rec = send + q * rq;
-    int32_t e = idx[p] - owner * El;
     size_t t = p / (size_t)k;
+    slot[p].first = last[owner] != t;
+    if (slot[p].first) {
+      unsigned char *tv = send + vecs_at[owner] + next_vec[owner]++ * vb;
+      memcpy(tv, z + t * (size_t)r, (size_t)r * 4);
+      if (kind == EP_BACKWARD) memcpy(tv + (size_t)r * 4, dout + t * (size_t)r, (size_t)r * 4);
+      last[owner] = t;
+    }
+    uint32_t v = (uint32_t)(next_vec[owner] - 1);
+    size_t q = next_pair[owner]++;
+    unsigned char *rec = send + pairs_at[owner] + q * EP_PAIR_BYTES;
+    int32_t e = idx[p] - owner * El;
     memcpy(rec, &e, 4);
-    memcpy(rec + 4, &g[p], 4);
-    memcpy(rec + 8, z + t * (size_t)r, (size_t)r * 4);
-    if (kind == EP_BACKWARD) memcpy(rec + 8 + (size_t)r * 4, dout + t * (size_t)r, (size_t)r * 4);
+    memcpy(rec + 4, &v, 4);
+    memcpy(rec + 8, &g[p], 4);
+    slot[p].vec = reply_at[owner] + (size_t)v * (size_t)r;
+    slot[p].gate = reply_at[owner] + (size_t)ep->tokens_to[owner] * (size_t)r + q;
   }
   return 0;
 }
@@ -342,15 +428,18 @@ int lh_model_ep_forward(lh_model *m, int l, float *out, const float *z, const in
   LH_TRY(stage_inputs(m, z, gates, NULL, T, err));
   LH_TRY(pack(m, EP_FORWARD, idx, T, err));
   LH_TRY(round_trip(m, EP_FORWARD, (uint32_t)l, 0, &all_done, err));
-  /* out[t] = sum over slots in slot order: the gated outputs came back. */
+  /* out[t] = the owners' sums of t's gated outputs, each added at t's
+   * first slot on its owner. */
   const float *ans = ep->answer.p;
-  const size_t *pos = ep->pos.p;
+  const ep_slot *slot = ep->pos.p;
   float *sum = ep->hsum.p;
   for (int t = 0; t < T; t++) {
     float *o = sum + (size_t)t * r;
     memset(o, 0, (size_t)r * 4);
     for (int j = 0; j < k; j++) {
-      const float *y = ans + pos[(size_t)t * k + j] * (size_t)r;
+      const ep_slot *s = &slot[(size_t)t * k + j];
+      if (!s->first) continue;
+      const float *y = ans + s->vec;
       for (int i = 0; i < r; i++) o[i] += y[i];
     }
   }
@@ -373,14 +462,19 @@ int lh_model_ep_backward(lh_model *m, int l, float *dz, float *dgates, const flo
   int rc = be->download(be->context, hdz, dz, Tr * 4);
   if (!rc) rc = be->download(be->context, hdg, dgates, Tk * 4);
   if (rc) return lh_errbuf_set(err, rc, "expert exchange: %s", lh_strerror(rc));
+  /* z's gradient: the owners' sums over t's pairs, each added once; the
+   * gates' per pair. */
   const float *ans = ep->answer.p;
-  const size_t *pos = ep->pos.p;
+  const ep_slot *slot = ep->pos.p;
   for (int t = 0; t < T; t++) {
     float *o = hdz + (size_t)t * r;
     for (int j = 0; j < k; j++) {
-      const float *y = ans + pos[(size_t)t * k + j] * (size_t)(r + 1);
-      for (int i = 0; i < r; i++) o[i] += y[i];
-      hdg[(size_t)t * k + j] += y[r];
+      const ep_slot *s = &slot[(size_t)t * k + j];
+      if (s->first) {
+        const float *y = ans + s->vec;
+        for (int i = 0; i < r; i++) o[i] += y[i];
+      }
+      hdg[(size_t)t * k + j] += ans[s->gate];
     }
   }
   rc = be->upload(be->context, dz, hdz, Tr * 4);
