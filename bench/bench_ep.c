@@ -151,23 +151,15 @@ static int checkpoint_peaks(lh_learner_comm *comm, lh_learner_trainer *t, lh_mod
   malloc_trim(0);
   double before = status_kb("VmRSS");
   if (reset_peak()) return lh_errbuf_set(e, LH_EIO, "cannot reset VmHWM (/proc/self/clear_refs)");
-  lh_model *whole = NULL;
-  int rc = P > 1 ? lh_learner_experts_gather(lh_learner_trainer_experts(t), m, 1, &whole, e) : 0;
-  if (!rc && rank == 0) rc = lh_learner_ckpt_save(ckpt, whole ? whole : m, &st, t, NULL, e);
-  lh_model_free(whole);
+  int rc = lh_learner_ckpt_save_group(ckpt, m, lh_learner_trainer_experts(t), &st, t, NULL, e);
   res->save_peak_kb = status_kb("VmHWM") - before;
   if (!rc) rc = lh_learner_comm_barrier(comm, e);
   malloc_trim(0);
   before = status_kb("VmRSS");
   if (!rc && reset_peak()) rc = lh_errbuf_set(e, LH_EIO, "cannot reset VmHWM (/proc/self/clear_refs)");
-  lh_model *from = NULL, *back = NULL;
+  lh_model *back = NULL;
   lh_learner_state st2;
-  if (!rc) rc = lh_learner_ckpt_load_latest(ckpt, lh_model_backend(m), &from, &st2, NULL, e);
-  if (!rc && P == 1) back = from, from = NULL;
-  if (!rc && P > 1) rc = lh_model_new_shard_uninit(lh_model_get_config(m), lh_model_backend(m), rank % P, P, &back, e);
-  if (!rc && P > 1 && lh_model_enable_training(back)) rc = lh_errbuf_set(e, LH_ENOMEM, "out of memory");
-  if (!rc && P > 1) rc = lh_learner_experts_slice(from, back, e);
-  lh_model_free(from);
+  if (!rc) rc = lh_learner_ckpt_load_latest_shard(ckpt, lh_model_backend(m), rank % P, P, &back, &st2, NULL, e);
   /* The shard read back stays: its table (4 buffers) is not transient. */
   res->load_peak_kb = status_kb("VmHWM") - before - 16.0 * (double)lh_model_n_floats(m) / 1024;
   lh_model_free(back);
