@@ -286,6 +286,18 @@ static int worker(int P, int first, int steps, const char *dir) {
    * stays after each is under one whole model's parameters. */
   lh_learner_trainer_state(t, &st);
   W_TRY(lh_learner_trainer_gather_done(t, &e));
+  /* One that cannot be written (its ckpt_dir under a file): rank 0 says
+   * why, the group's other ranks serve it to the end and go on. */
+  snprintf(ckpt, sizeof ckpt, "%s/not-a-dir", dir);
+  if (rank == 0 && write_floats(ckpt, &(float){0}, 1)) fprintf(stderr, "rank 0: cannot write %s\n", ckpt);
+  strncat(ckpt, "/ckpt", sizeof ckpt - strlen(ckpt) - 1);
+  rc = lh_learner_ckpt_save_group(ckpt, m, lh_learner_trainer_experts(t), &st, t, NULL, &e);
+  if ((rank == 0) != (rc != 0) || rc == LH_ELEARNER_COMM) {
+    fprintf(stderr, "rank %d: a checkpoint into %s returned %d: %s\n", rank, ckpt, rc, rc ? e.msg : "no error");
+    rc = 1;
+    goto out;
+  }
+  rc = 0;
   snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
   long long whole_bytes = (long long)(lh_model_whole_floats(m) * sizeof(float));
   heap_mark();
