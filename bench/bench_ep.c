@@ -21,7 +21,11 @@
  *     AdamW moments from the tensor table, against P = 1's and 1 / P; the
  *     resident set's growth from just before the model was made to after
  *     training (VmRSS, and the peak VmHWM), against P = 1's and against
- *     the share of the whole model's table the rank holds.
+ *     the share of the whole model's table the rank holds;
+ *   - a checkpoint of the trained shards: the resident set's peak beyond
+ *     what the rank held, while rank 0 writes it and while a rank reads
+ *     its shard back (the shard it keeps not counted), against one whole
+ *     model's parameters.
  * Targets (PASS / MISS): expert memory per rank within 1.1 x (1/P) of
  * P = 1's; the exchange under 25% of the step at P = 4.
  * Waiting ranks yield their core (--busy-poll: they poll, Open MPI's
