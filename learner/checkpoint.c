@@ -301,8 +301,10 @@ static int save_files(const char *ckpt_dir, ckpt_stream *s, const lh_learner_sta
   remove_tree(tmp);
   s->buffer = 0;
   rc = lh_model_save_pieces(s->m, tmp, s->piece, s->room, fill_piece, s, err);
+  /* Alone, a rank that could not write the parameters has nobody to
+   * serve the moments to. */
   lh_errbuf opt_err;
-  int orc = s->group_rc ? 0 : save_optimizer(s, rc ? NULL : tmp, &opt_err);
+  int orc = s->group_rc || (rc && !s->x) ? 0 : save_optimizer(s, rc ? NULL : tmp, &opt_err);
   if (s->group_rc) {
     if (orc) *err = opt_err;
     remove_tree(tmp);
@@ -360,6 +362,11 @@ static int save_files(const char *ckpt_dir, ckpt_stream *s, const lh_learner_sta
 int lh_learner_ckpt_save_group(const char *ckpt_dir, lh_model *m, lh_learner_experts *x, const lh_learner_state *st,
                                const lh_learner_trainer *t, char *path_out, lh_errbuf *err) {
   if (!m) return lh_errbuf_set(err, LH_EINVAL, "checkpoint: NULL model");
+  int shards = 1;
+  lh_model_expert_shard(m, NULL, &shards, NULL, NULL);
+  if (shards != lh_learner_experts_size(x))
+    return lh_errbuf_set(err, LH_EINVAL, "checkpoint: a model of %d expert shards, a group of %d ranks", shards,
+                         lh_learner_experts_size(x));
   if (lh_learner_experts_group_index(x) != 0) return 0;
   ckpt_stream s = {m, x, 0, NULL, lh_model_largest_piece(m, LH_MODEL_PIECE_FLOATS), 0, {0}};
   s.piece = malloc(s.room * sizeof(float));
