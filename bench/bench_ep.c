@@ -21,13 +21,18 @@
  *     AdamW moments from the tensor table, against P = 1's and 1 / P; the
  *     resident set's growth from just before the model was made to after
  *     training (VmRSS, and the peak VmHWM), against P = 1's and against
- *     the share of the whole model's table the rank holds.
+ *     the share of the whole model's table the rank holds;
+ *   - a checkpoint of the trained shards: the resident set's peak beyond
+ *     what the rank held, while rank 0 writes it and while a rank reads
+ *     its shard back (the shard it keeps not counted), against one whole
+ *     model's parameters.
  * Targets (PASS / MISS): expert memory per rank within 1.1 x (1/P) of
  * P = 1's; the exchange under 25% of the step at P = 4.
  * Waiting ranks yield their core (--busy-poll: they poll, Open MPI's
  * default when the ranks fit the cores).
  * Usage: bench_ep [--steps N] [--max-experts E] [--busy-poll]; it launches
  * itself under mpirun (exit 77 when mpirun or an MPI build is missing). */
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +68,10 @@ typedef struct {
   double exchange_bytes, rounds, loss;
   double expert_floats, other_floats;  /* the rank's tensor table */
   double rss0_kb, rss_kb, hwm_kb;      /* before the model; after training */
+  /* A checkpoint of the trained shards: the resident set's peak over what
+   * the rank held before, while rank 0 writes it (rank 0's) and while a
+   * rank reads its shard back (the shard it keeps not counted). */
+  double save_peak_kb, load_peak_kb;
 } rank_result;
 
 static lh_model_config shape_config(int experts, int topk) {
@@ -117,6 +126,47 @@ static int exchange_alone(lh_learner_comm *c, double rounds, double bytes, doubl
     *ms = fmin(*ms, (double)(lh_now_ns() - t0) / 1e6);
   }
   free(send), free(recv);
+  return rc;
+}
+
+/* Resets the resident set's peak (VmHWM) to the current VmRSS; 0 or -1. */
+static int reset_peak(void) {
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  if (!f) return -1;
+  int rc = fputs("5", f) < 0 ? -1 : 0;
+  return fclose(f) || rc ? -1 : 0;
+}
+
+/* Rank 0 writes a checkpoint of the group's shards into dir/ckpt, then
+ * every rank reads its shard back: the peak of the resident set over what
+ * it held just before each (freed memory goes back at once: large blocks
+ * are mapped, and the heap trimmed, before each measure). */
+static int checkpoint_peaks(lh_learner_comm *comm, lh_learner_trainer *t, lh_model *m, const char *dir,
+                            rank_result *res, lh_errbuf *e) {
+  int rank = lh_learner_comm_rank(comm), P = lh_learner_experts_size(lh_learner_trainer_experts(t));
+  char ckpt[700];
+  snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+  lh_learner_state st;
+  memset(&st, 0, sizeof st);
+  lh_learner_trainer_state(t, &st);
+  mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+  LH_TRY(lh_learner_trainer_gather_done(t, e));
+  LH_TRY(lh_learner_comm_barrier(comm, e));
+  malloc_trim(0);
+  double before = status_kb("VmRSS");
+  if (reset_peak()) return lh_errbuf_set(e, LH_EIO, "cannot reset VmHWM (/proc/self/clear_refs)");
+  int rc = lh_learner_ckpt_save_group(ckpt, m, lh_learner_trainer_experts(t), &st, t, NULL, e);
+  res->save_peak_kb = status_kb("VmHWM") - before;
+  if (!rc) rc = lh_learner_comm_barrier(comm, e);
+  malloc_trim(0);
+  before = status_kb("VmRSS");
+  if (!rc && reset_peak()) rc = lh_errbuf_set(e, LH_EIO, "cannot reset VmHWM (/proc/self/clear_refs)");
+  lh_model *back = NULL;
+  lh_learner_state st2;
+  if (!rc) rc = lh_learner_ckpt_load_latest_shard(ckpt, lh_model_backend(m), rank % P, P, &back, &st2, NULL, e);
+  /* The shard read back stays: its table (4 buffers) is not transient. */
+  res->load_peak_kb = status_kb("VmHWM") - before - 16.0 * (double)lh_model_n_floats(m) / 1024;
+  lh_model_free(back);
   return rc;
 }
 
@@ -185,6 +235,7 @@ static int worker(const char *dir, int experts, int topk, int P, int steps) {
     double mean_bytes = res.exchange_bytes / P;
     if (P > 1) rc = lh_learner_comm_allreduce_f64(comm, &mean_bytes, 1, LH_LEARNER_COMM_SUM, &e);
     if (!rc && P > 1) rc = exchange_alone(comm, res.rounds, mean_bytes, &res.alone_ms, &e);
+    if (!rc) rc = checkpoint_peaks(comm, t, m, dir, &res, &e);
   }
   if (!rc) {
     snprintf(path, sizeof path, "%s/result.rank%d", dir, rank);
@@ -338,6 +389,9 @@ static void print_shape(const shape *sh, const run_figures *f, int steps, char t
                "(its table %.1f MiB, %.3f of P=1's)", sh->experts, sh->topk, P, grown, grown / grown1, table,
                table / table1);
     }
+    printf("       checkpoint: peak beyond what the rank held, rank 0 writing %.1f MiB, a rank reading its shard %.1f MiB "
+           "(one whole model's parameters: %.1f MiB)\n", f[p].most.save_peak_kb / 1024, f[p].most.load_peak_kb / 1024,
+           whole_floats * 4 / MIB);
     if (P == MAX_P) {
       double share = f[p].mean.exchange_ms / f[p].mean.step_ms;
       snprintf(targets[(*n_targets)++], 200, "%4d x %-2d P=%d all-to-all share of the step %.1f%%, target < 25%%: %s",

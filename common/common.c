@@ -136,21 +136,23 @@ int64_t lh_wall_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-uint64_t lh_hash64(const void *data, size_t bytes, uint64_t seed) {
-  /* FNV-1a, 64-bit, processed 8 bytes at a time with a final mix: fast
-   * enough for weight checksums, and no dependency. */
-  const unsigned char *p = data;
-  uint64_t h = 1469598103934665603ULL ^ seed;
-  size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
+/* lh_hash64's FNV-1a, 64-bit, 8 bytes at a time with a final mix: fast
+ * enough for weight checksums, and no dependency. words() takes whole
+ * words, finish() the last bytes (fewer than 8) and the mix. */
+static uint64_t fnv_words(uint64_t h, const unsigned char *p, size_t words) {
+  for (size_t i = 0; i < words; i++) {
     uint64_t w;
-    memcpy(&w, p + i, 8);
+    memcpy(&w, p + 8 * i, 8);
     h ^= w;
     h *= 1099511628211ULL;
     h ^= h >> 29;
   }
-  for (; i < bytes; i++) {
-    h ^= p[i];
+  return h;
+}
+
+static uint64_t fnv_finish(uint64_t h, const unsigned char *tail, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    h ^= tail[i];
     h *= 1099511628211ULL;
   }
   h ^= h >> 33;
@@ -159,10 +161,64 @@ uint64_t lh_hash64(const void *data, size_t bytes, uint64_t seed) {
   return h;
 }
 
+uint64_t lh_hash64(const void *data, size_t bytes, uint64_t seed) {
+  const unsigned char *p = data;
+  uint64_t h = fnv_words(1469598103934665603ULL ^ seed, p, bytes / 8);
+  return fnv_finish(h, p + bytes / 8 * 8, bytes % 8);
+}
+
 uint64_t lh_xxh3_64(const void *data, size_t bytes) { return XXH3_64bits(data, bytes); }
 
 uint64_t lh_file_checksum(const void *body, size_t bytes, int legacy) {
   return legacy ? lh_hash64(body, bytes, 0) : lh_xxh3_64(body, bytes);
+}
+
+struct lh_file_sum {
+  XXH3_state_t *xxh3;  /* NULL: legacy */
+  uint64_t h;          /* legacy: the words so far */
+  unsigned char tail[8];
+  size_t tail_bytes;
+};
+
+int lh_file_sum_new(int legacy, lh_file_sum **out) {
+  lh_file_sum *s = calloc(1, sizeof *s);
+  if (!s) return LH_ENOMEM;
+  s->h = 1469598103934665603ULL;
+  if (!legacy && (!(s->xxh3 = XXH3_createState()) || XXH3_64bits_reset(s->xxh3) != XXH_OK)) {
+    lh_file_sum_free(s);
+    return LH_ENOMEM;
+  }
+  *out = s;
+  return LH_OK;
+}
+
+void lh_file_sum_add(lh_file_sum *s, const void *data, size_t bytes) {
+  const unsigned char *p = data;
+  if (s->xxh3) {
+    XXH3_64bits_update(s->xxh3, p, bytes);
+    return;
+  }
+  if (s->tail_bytes) {  /* complete the word begun by the last call */
+    size_t take = 8 - s->tail_bytes < bytes ? 8 - s->tail_bytes : bytes;
+    memcpy(s->tail + s->tail_bytes, p, take);
+    s->tail_bytes += take, p += take, bytes -= take;
+    if (s->tail_bytes < 8) return;
+    s->h = fnv_words(s->h, s->tail, 1);
+    s->tail_bytes = 0;
+  }
+  s->h = fnv_words(s->h, p, bytes / 8);
+  memcpy(s->tail, p + bytes / 8 * 8, bytes % 8);
+  s->tail_bytes = bytes % 8;
+}
+
+uint64_t lh_file_sum_value(const lh_file_sum *s) {
+  return s->xxh3 ? XXH3_64bits_digest(s->xxh3) : fnv_finish(s->h, s->tail, s->tail_bytes);
+}
+
+void lh_file_sum_free(lh_file_sum *s) {
+  if (!s) return;
+  if (s->xxh3) XXH3_freeState(s->xxh3);
+  free(s);
 }
 
 int lh_read_text_file(const char *path, int file_error, char **text, size_t *bytes,

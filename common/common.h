@@ -117,6 +117,15 @@ uint64_t lh_xxh3_64(const void *data, size_t bytes);
  * file of the format before it (legacy != 0, told by its magic or format
  * number) lh_hash64 with seed 0. */
 uint64_t lh_file_checksum(const void *body, size_t bytes, int legacy);
+/* The same checksum of a body that comes in parts (a file written or read
+ * piece by piece): lh_file_sum_value after lh_file_sum_add of every part
+ * in order is lh_file_checksum of them all. new: LH_ENOMEM or 0; free
+ * accepts NULL. */
+typedef struct lh_file_sum lh_file_sum;
+int lh_file_sum_new(int legacy, lh_file_sum **out);
+void lh_file_sum_add(lh_file_sum *s, const void *data, size_t bytes);
+uint64_t lh_file_sum_value(const lh_file_sum *s);
+void lh_file_sum_free(lh_file_sum *s);
 
 /* A 64-bit number as 8 little-endian bytes and back: the layout of every
  * fixed-size file the checkpoints hold, whatever the host's byte order. */

@@ -77,76 +77,240 @@ static int latest_names(const char *ckpt_dir, const char *name) {
   return read_latest_name(ckpt_dir, held, sizeof held) == 0 && !strcmp(held, name);
 }
 
-/* optimizer.bin: magic, n floats, moment1, moment2 (host floats), then
+/* ---- the model's floats, piece by piece (lh_model_each_piece) ----------- */
+
+/* What a checkpoint streams: this rank's model, its expert group (NULL:
+ * the model is whole and this rank alone writes or reads it), which of
+ * its buffers (0 the parameters, 1 and 2 the AdamW moments), and one
+ * piece's room. */
+typedef struct {
+  lh_model *m;
+  lh_learner_experts *x;
+  int buffer;
+  float *piece;
+  size_t room;
+  int group_rc;  /* the group's exchange failed: the job cannot go on */
+  lh_errbuf group_err;
+} ckpt_stream;
+
+static float *buffer_of(lh_model *m, int b) {
+  return b == 0 ? lh_model_params(m) : b == 1 ? lh_model_moment1(m) : lh_model_moment2(m);
+}
+
+/* The floats of piece p of the streamed buffer into dst: this rank's own,
+ * or with a group, from whichever rank holds it (collective). */
+static int fill_piece(void *ctx, const lh_model_piece *p, float *dst, lh_errbuf *err) {
+  ckpt_stream *s = ctx;
+  const float *buf = buffer_of(s->m, s->buffer);
+  if (s->x) {
+    int rc = lh_learner_experts_piece(s->x, s->m, buf, p, dst, &s->group_err);
+    if (rc) {
+      s->group_rc = rc;
+      return lh_errbuf_set(err, LH_ELEARNER_COMM, "checkpoint: the expert group's exchange failed: %s",
+                           s->group_err.msg);
+    }
+    return 0;
+  }
+  const lh_backend *be = lh_model_backend(s->m);
+  int rc = be->download(be->context, dst, buf + lh_model_tensor_at(s->m, p->tensor)->offset + p->at,
+                        p->n * sizeof(float));
+  return rc ? lh_errbuf_set(err, rc, "checkpoint: cannot read the model from the backend: %s", lh_strerror(rc)) : 0;
+}
+
+static int serve_piece(void *ctx, const lh_model_piece *p, lh_errbuf *err) {
+  ckpt_stream *s = ctx;
+  return fill_piece(s, p, s->piece, err);
+}
+
+/* A rank of the group other than rank 0, or rank 0 with nothing to write:
+ * takes part in every piece's exchange of every buffer, in the order rank
+ * 0 writes them. */
+static int serve(ckpt_stream *s, lh_errbuf *err) {
+  int buffers = lh_model_moment1(s->m) ? 3 : 1;
+  for (s->buffer = 0; s->buffer < buffers; s->buffer++)
+    LH_TRY(lh_model_each_piece(s->m, s->room, serve_piece, s, err));
+  return 0;
+}
+
+/* optimizer.bin: magic, n floats, moment1, moment2 (n floats each: the
+ * whole model's buffers, its padding between tensors zero), then
  * lh_file_checksum of everything before it. */
-static int save_optimizer(lh_model *m, const char *dir, lh_errbuf *err) {
-  size_t n = lh_model_n_floats(m);
-  if (!lh_model_moment1(m)) return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: the model has no moments");
-  size_t bytes = 16 + 2 * n * sizeof(float) + 8;
-  uint8_t *buf = malloc(bytes);
-  if (!buf) return lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory for the optimizer state");
-  memcpy(buf, OPT_MAGIC, 8);
-  lh_put_le64(buf + 8, n);
-  const lh_backend *be = lh_model_backend(m);
-  int rc = be->download(be->context, buf + 16, lh_model_moment1(m), n * sizeof(float));
-  if (!rc) rc = be->download(be->context, buf + 16 + n * sizeof(float), lh_model_moment2(m), n * sizeof(float));
-  lh_put_le64(buf + bytes - 8, lh_file_checksum(buf, bytes - 8, 0));
-  char path[2 * LH_LEARNER_TEXT_BYTES];
-  snprintf(path, sizeof path, "%s/%s", dir, LH_LEARNER_OPTIMIZER_FILE);
-  FILE *f = rc ? NULL : fopen(path, "wb");
-  if (!rc && (!f || fwrite(buf, 1, bytes, f) != bytes || fflush(f) || fsync(fileno(f))))
-    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot write %s: %s", path, strerror(errno));
-  else if (rc)
-    lh_errbuf_set(err, rc, "checkpoint: cannot read the moments from the backend");
-  if (f) fclose(f);
-  free(buf);
-  return rc;
+typedef struct {
+  ckpt_stream *s;
+  FILE *f;            /* NULL: streamed, not written */
+  lh_file_sum *sum;
+  size_t at;          /* floats of the moment so far */
+  int write_errno;
+} opt_writer;
+
+static void emit(opt_writer *w, const void *bytes, size_t n) {
+  if (w->f && !w->write_errno && fwrite(bytes, 1, n, w->f) != n) w->write_errno = errno ? errno : EIO;
+  if (w->sum) lh_file_sum_add(w->sum, bytes, n);
+}
+
+/* Zeros up to float `to` of the moment. */
+static void pad_to(opt_writer *w, size_t to) {
+  static const float zeros[16];
+  while (w->at < to) {
+    size_t n = to - w->at < 16 ? to - w->at : 16;
+    emit(w, zeros, n * sizeof(float));
+    w->at += n;
+  }
+}
+
+static int write_moment_piece(void *ctx, const lh_model_piece *p, lh_errbuf *err) {
+  opt_writer *w = ctx;
+  pad_to(w, p->whole_offset + p->whole_at);
+  LH_TRY(fill_piece(w->s, p, w->s->piece, err));
+  emit(w, w->s->piece, p->n * sizeof(float));
+  w->at += p->n;
+  return 0;
+}
+
+/* Streams both moments, into DIR/optimizer.bin when dir is not NULL. */
+static int save_optimizer(ckpt_stream *s, const char *dir, lh_errbuf *err) {
+  if (!lh_model_moment1(s->m)) return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: the model has no moments");
+  size_t n = lh_model_whole_floats(s->m);
+  char path[2 * LH_LEARNER_TEXT_BYTES] = "";
+  opt_writer w = {s, NULL, NULL, 0, 0};
+  if (dir) {
+    snprintf(path, sizeof path, "%s/%s", dir, LH_LEARNER_OPTIMIZER_FILE);
+    if (!(w.f = fopen(path, "wb"))) w.write_errno = errno;
+    if (lh_file_sum_new(0, &w.sum)) w.write_errno = ENOMEM;
+  }
+  uint8_t head[16];
+  memcpy(head, OPT_MAGIC, 8);
+  lh_put_le64(head + 8, n);
+  emit(&w, head, sizeof head);
+  int rc = 0;
+  for (s->buffer = 1; !rc && s->buffer <= 2; s->buffer++) {
+    w.at = 0;
+    rc = lh_model_each_piece(s->m, s->room, write_moment_piece, &w, err);
+    pad_to(&w, n);
+  }
+  if (w.sum) {
+    uint8_t sum[8];
+    lh_put_le64(sum, lh_file_sum_value(w.sum));
+    emit(&w, sum, sizeof sum);
+  }
+  if (w.f && (fflush(w.f) || fsync(fileno(w.f))) && !w.write_errno) w.write_errno = errno;
+  if (w.f && fclose(w.f) && !w.write_errno) w.write_errno = errno;
+  lh_file_sum_free(w.sum);
+  if (rc || !dir) return rc;
+  if (w.write_errno)
+    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot write %s: %s", path, strerror(w.write_errno));
+  return 0;
+}
+
+/* Reading optimizer.bin through: every byte checksummed, the pieces the
+ * model holds uploaded. */
+typedef struct {
+  lh_model *m;
+  FILE *f;
+  lh_file_sum *sum;
+  float *buf, *moment;
+  size_t room, at;
+  const char *path;
+} opt_reader;
+
+/* n floats of the file into r->buf, checksummed. */
+static int take(opt_reader *r, size_t n, lh_errbuf *err) {
+  if (fread(r->buf, sizeof(float), n, r->f) != n)
+    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot read %s: %s", r->path,
+                         ferror(r->f) ? strerror(errno) : "it ends early");
+  lh_file_sum_add(r->sum, r->buf, n * sizeof(float));
+  r->at += n;
+  return 0;
+}
+
+static int skip_to(opt_reader *r, size_t to, lh_errbuf *err) {
+  while (r->at < to) LH_TRY(take(r, to - r->at < r->room ? to - r->at : r->room, err));
+  return 0;
+}
+
+static int read_moment_piece(void *ctx, const lh_model_piece *p, lh_errbuf *err) {
+  opt_reader *r = ctx;
+  LH_TRY(skip_to(r, p->whole_offset + p->whole_at, err));
+  LH_TRY(take(r, p->n, err));
+  if (!lh_model_holds_piece(r->m, p)) return 0;
+  const lh_backend *be = lh_model_backend(r->m);
+  int rc = be->upload(be->context, r->moment + lh_model_tensor_at(r->m, p->tensor)->offset + p->at, r->buf,
+                      p->n * sizeof(float));
+  return rc ? lh_errbuf_set(err, rc, "checkpoint: cannot upload the moments") : 0;
 }
 
 static int load_optimizer(lh_model *m, const char *dir, lh_errbuf *err) {
   char path[2 * LH_LEARNER_TEXT_BYTES];
   snprintf(path, sizeof path, "%s/%s", dir, LH_LEARNER_OPTIMIZER_FILE);
-  size_t n = lh_model_n_floats(m), bytes = 16 + 2 * n * sizeof(float) + 8;
+  size_t n = lh_model_whole_floats(m), bytes = 16 + 2 * n * sizeof(float) + 8;
   FILE *f = fopen(path, "rb");
   if (!f) return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot open %s: %s", path, strerror(errno));
-  uint8_t *buf = malloc(bytes + 1);
-  size_t got = buf ? fread(buf, 1, bytes + 1, f) : 0;
-  fclose(f);
-  int rc = 0;
-  int legacy = buf && got == bytes && !memcmp(buf, OPT_MAGIC_LEGACY_SUM, 8);
-  if (!buf) rc = lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory");
-  else if (got != bytes || (memcmp(buf, OPT_MAGIC, 8) && !legacy) || lh_get_le64(buf + 8) != n)
-    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT,
-                       "checkpoint: %s is not the optimizer state of this model (%zu bytes, want %zu)", path,
-                       got, bytes);
-  else if (lh_get_le64(buf + bytes - 8) != lh_file_checksum(buf, bytes - 8, legacy))
-    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: %s fails its checksum", path);
-  if (!rc) {
-    const lh_backend *be = lh_model_backend(m);
-    rc = be->upload(be->context, lh_model_moment1(m), buf + 16, n * sizeof(float));
-    if (!rc) rc = be->upload(be->context, lh_model_moment2(m), buf + 16 + n * sizeof(float), n * sizeof(float));
-    if (rc) lh_errbuf_set(err, rc, "checkpoint: cannot upload the moments");
+  struct stat sb;
+  size_t got = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) ? (size_t)sb.st_size : 0;
+  uint8_t head[16];
+  int rc = got == bytes && fread(head, 1, sizeof head, f) == sizeof head ? 0 : -1;
+  int legacy = !rc && !memcmp(head, OPT_MAGIC_LEGACY_SUM, 8);
+  if (rc || (memcmp(head, OPT_MAGIC, 8) && !legacy) || lh_get_le64(head + 8) != n) {
+    fclose(f);
+    return lh_errbuf_set(err, LH_ELEARNER_CKPT,
+                         "checkpoint: %s is not the optimizer state of this model (%zu bytes, want %zu)", path,
+                         got, bytes);
   }
-  free(buf);
+  size_t room = lh_model_largest_piece(m, LH_MODEL_PIECE_FLOATS);
+  opt_reader r = {m, f, NULL, malloc(room * sizeof(float)), NULL, room, 0, path};
+  if (!r.buf || lh_file_sum_new(legacy, &r.sum)) rc = lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory");
+  if (!rc) lh_file_sum_add(r.sum, head, sizeof head);
+  for (int b = 1; !rc && b <= 2; b++) {
+    r.moment = b == 1 ? lh_model_moment1(m) : lh_model_moment2(m), r.at = 0;
+    rc = lh_model_each_piece(m, room, read_moment_piece, &r, err);
+    if (!rc) rc = skip_to(&r, n, err);
+  }
+  uint8_t sum[8];
+  if (!rc && fread(sum, 1, sizeof sum, f) != sizeof sum)
+    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot read %s: it ends early", path);
+  if (!rc && lh_get_le64(sum) != lh_file_sum_value(r.sum))
+    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: %s fails its checksum", path);
+  fclose(f);
+  free(r.buf);
+  lh_file_sum_free(r.sum);
   return rc;
 }
 
-int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_state *st,
-                         const lh_learner_trainer *t, char *path_out, lh_errbuf *err) {
-  if (!ckpt_dir || !*ckpt_dir || !m || !st)
-    return lh_errbuf_set(err, LH_EINVAL, "checkpoint: NULL directory, model or state");
-  if (strlen(ckpt_dir) > LH_LEARNER_TEXT_BYTES - 64)
-    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: directory name too long");
-  if (mkdir(ckpt_dir, 0777) && errno != EEXIST)
-    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot create %s: %s (set [learner] ckpt_dir)",
-                         ckpt_dir, strerror(errno));
+/* Rank 0's part of lh_learner_ckpt_save_group: the folder, its model
+ * files streamed through s. Every piece is streamed whatever fails (the
+ * group is in each exchange); s->group_rc says the exchange failed. */
+static int save_files(const char *ckpt_dir, ckpt_stream *s, const lh_learner_state *st, const lh_learner_trainer *t,
+                      char *path_out, lh_errbuf *err) {
+  int rc = 0;
+  if (!ckpt_dir || !*ckpt_dir || !st)
+    rc = lh_errbuf_set(err, LH_EINVAL, "checkpoint: NULL directory, model or state");
+  else if (strlen(ckpt_dir) > LH_LEARNER_TEXT_BYTES - 64)
+    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: directory name too long");
+  else if (mkdir(ckpt_dir, 0777) && errno != EEXIST)
+    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot create %s: %s (set [learner] ckpt_dir)",
+                       ckpt_dir, strerror(errno));
+  if (rc) {
+    lh_errbuf served;
+    if (s->x && serve(s, &served)) *err = served;
+    return s->group_rc ? LH_ELEARNER_COMM : rc;
+  }
   char name[64], tmp[LH_LEARNER_TEXT_BYTES], final[LH_LEARNER_TEXT_BYTES];
   snprintf(name, sizeof name, "step-%08llu", (unsigned long long)st->step);
   snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%ld", ckpt_dir, name, (long)getpid());
   snprintf(final, sizeof final, "%s/%s", ckpt_dir, name);
   remove_tree(tmp);
-  int rc = lh_model_save(m, tmp, err);
-  if (!rc) rc = save_optimizer(m, tmp, err);
+  s->buffer = 0;
+  rc = lh_model_save_pieces(s->m, tmp, s->piece, s->room, fill_piece, s, err);
+  /* Alone, a rank that could not write the parameters has nobody to
+   * serve the moments to. */
+  lh_errbuf opt_err;
+  int orc = s->group_rc || (rc && !s->x) ? 0 : save_optimizer(s, rc ? NULL : tmp, &opt_err);
+  if (s->group_rc) {
+    if (orc) *err = opt_err;
+    remove_tree(tmp);
+    return LH_ELEARNER_COMM;
+  }
+  if (!rc && orc) rc = orc, *err = opt_err;
   if (!rc) rc = lh_learner_state_save(tmp, st, err);
   if (!rc && t) rc = lh_learner_trainer_save_done(t, tmp, err);
   char p[2 * LH_LEARNER_TEXT_BYTES];
@@ -195,6 +359,40 @@ int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_sta
   return 0;
 }
 
+int lh_learner_ckpt_save_group(const char *ckpt_dir, lh_model *m, lh_learner_experts *x, const lh_learner_state *st,
+                               const lh_learner_trainer *t, char *path_out, lh_errbuf *err) {
+  if (!m) return lh_errbuf_set(err, LH_EINVAL, "checkpoint: NULL model");
+  int shards = 1;
+  lh_model_expert_shard(m, NULL, &shards, NULL, NULL);
+  if (shards != lh_learner_experts_size(x))
+    return lh_errbuf_set(err, LH_EINVAL, "checkpoint: a model of %d expert shards, a group of %d ranks", shards,
+                         lh_learner_experts_size(x));
+  if (lh_learner_experts_group_index(x) != 0) return 0;
+  ckpt_stream s = {m, x, 0, NULL, lh_model_largest_piece(m, LH_MODEL_PIECE_FLOATS), 0, {0}};
+  s.piece = malloc(s.room * sizeof(float));
+  if (x) {
+    /* Every rank learns whether each has a piece's room, so that none
+     * waits in an exchange another left. */
+    double ok = s.piece != NULL;
+    int rc = lh_learner_comm_allreduce_f64(lh_learner_experts_group(x), &ok, 1, LH_LEARNER_COMM_MIN, err);
+    if (rc || !(ok > 0)) {
+      free(s.piece);
+      return rc ? lh_errbuf_set(err, LH_ELEARNER_COMM, "checkpoint: the expert group cannot agree to write it")
+                : lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory for one piece of the model");
+    }
+  } else if (!s.piece) {
+    return lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory for one piece of the model");
+  }
+  int rc = lh_learner_experts_shard(x) == 0 ? save_files(ckpt_dir, &s, st, t, path_out, err) : serve(&s, err);
+  free(s.piece);
+  return rc;
+}
+
+int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_state *st,
+                         const lh_learner_trainer *t, char *path_out, lh_errbuf *err) {
+  return lh_learner_ckpt_save_group(ckpt_dir, m, NULL, st, t, path_out, err);
+}
+
 int lh_learner_ckpt_latest_dir(const char *ckpt_dir, char *dir, lh_errbuf *err) {
   char lf[LH_LEARNER_TEXT_BYTES + 32], name[64];
   snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
@@ -217,12 +415,17 @@ int lh_learner_ckpt_exists(const char *ckpt_dir) {
 
 int lh_learner_ckpt_load_latest(const char *ckpt_dir, const lh_backend *be, lh_model **out,
                                 lh_learner_state *st, char *dir_out, lh_errbuf *err) {
+  return lh_learner_ckpt_load_latest_shard(ckpt_dir, be, 0, 1, out, st, dir_out, err);
+}
+
+int lh_learner_ckpt_load_latest_shard(const char *ckpt_dir, const lh_backend *be, int shard, int shards,
+                                      lh_model **out, lh_learner_state *st, char *dir_out, lh_errbuf *err) {
   if (!ckpt_dir || !be || !out || !st) return lh_errbuf_set(err, LH_EINVAL, "checkpoint: NULL argument");
   *out = NULL;
   char dir[LH_LEARNER_TEXT_BYTES];
   LH_TRY(lh_learner_ckpt_latest_dir(ckpt_dir, dir, err));
   lh_model *m = NULL;
-  int rc = lh_model_load(dir, be, &m, err);
+  int rc = lh_model_load_shard(dir, be, shard, shards, &m, err);
   if (!rc && (rc = lh_model_enable_training(m))) lh_errbuf_set(err, rc, "checkpoint: cannot enable training");
   if (!rc) rc = load_optimizer(m, dir, err);
   if (!rc) rc = lh_learner_state_load(dir, st, err);

@@ -64,6 +64,7 @@ void lh_learner_experts_close(lh_learner_experts *x) {
 
 int lh_learner_experts_shard(const lh_learner_experts *x) { return x ? x->shard : 0; }
 int lh_learner_experts_size(const lh_learner_experts *x) { return x ? x->P : 1; }
+int lh_learner_experts_group_index(const lh_learner_experts *x) { return x ? x->group : 0; }
 lh_learner_comm *lh_learner_experts_group(lh_learner_experts *x) { return x ? x->group_comm : NULL; }
 lh_learner_comm *lh_learner_experts_replicas(lh_learner_experts *x) { return x ? x->replica_comm : NULL; }
 
@@ -173,125 +174,30 @@ void lh_learner_experts_memory(const lh_model *m, lh_learner_expert_memory *out)
   lh_model_expert_shard(m, NULL, NULL, &out->first, &out->count);
 }
 
-/* ---- whole models: gathered for weights and checkpoints, sliced on load -- */
+/* ---- whole models: checkpoints piece by piece, weights gathered ---------- */
 
-/* The buffers a gather or slice moves: the parameters, and the AdamW
- * moments when both models train. */
-static int n_buffers(const lh_model *a, lh_model *b, int moments) {
-  return moments && lh_model_moment1((lh_model *)a) && lh_model_moment1(b) ? 3 : 1;
-}
-static float *buffer(lh_model *m, int i) {
-  return i == 0 ? lh_model_params(m) : i == 1 ? lh_model_moment1(m) : lh_model_moment2(m);
-}
-
-/* The floats of a model's expert shards, in table order. */
-static size_t shard_floats(const lh_model *m) {
-  lh_learner_expert_memory mem;
-  lh_learner_experts_memory(m, &mem);
-  return mem.expert_floats;
-}
-
-int lh_learner_experts_gather(lh_learner_experts *x, lh_model *m, int moments, lh_model **whole, lh_errbuf *err) {
-  *whole = NULL;
-  if (x->group != 0) return 0;
-  lh_learner_comm *g = x->group_comm;
-  int P = x->P, root = x->shard == 0, nt = lh_model_n_tensors(m);
-  const lh_backend *be = lh_model_backend(m);
-  size_t S = shard_floats(m), n = lh_model_n_floats(m);
-  lh_model *w = NULL;
-  int rc = 0;
-  if (root) {
-    rc = lh_model_new_shard_uninit(lh_model_get_config(m), be, 0, 1, &w, err);
-    if (!rc && moments && lh_model_moment1(m) && (rc = lh_model_enable_training(w)))
-      lh_errbuf_set(err, rc, "experts: no memory for the whole model's moments");
+int lh_learner_experts_piece(lh_learner_experts *x, lh_model *m, const float *buf, const lh_model_piece *p,
+                             float *host, lh_errbuf *err) {
+  int P = x->P, owner = p->shard < 0 ? 0 : p->shard, me = x->shard, rc = 0;
+  size_t bytes = p->n * sizeof(float);
+  if (me == owner) {
+    const lh_backend *be = lh_model_backend(m);
+    rc = be->download(be->context, host, buf + lh_model_tensor_at(m, p->tensor)->offset + p->at, bytes);
+    if (rc) lh_errbuf_set(err, rc, "experts: cannot read tensor %s: %s", lh_model_tensor_at(m, p->tensor)->name,
+                          lh_strerror(rc));
   }
-  /* Every rank learns whether the root could make the model, so that none
-   * waits in an exchange the root left. */
-  double ok = rc == 0;
-  int arc = lh_learner_comm_allreduce_f64(g, &ok, 1, LH_LEARNER_COMM_MIN, err);
-  if (arc || !(ok > 0)) {
-    lh_model_free(w);
-    return arc ? arc : rc ? rc : lh_errbuf_set(err, LH_ENOMEM, "experts: rank 0 could not make the whole model");
-  }
-  size_t wn = root ? lh_model_n_floats(w) : 0;
-  float *host = malloc(n * sizeof(float)), *pack = malloc((S ? S : 1) * sizeof(float));
-  float *recv = root ? malloc(((size_t)P * S + 1) * sizeof(float)) : NULL;
-  float *whost = root ? malloc(wn * sizeof(float)) : NULL;
+  if (owner == 0) return rc;  /* rank 0's own: nothing moves */
+  /* The owner still takes part when its read failed: the group waits. */
   size_t *v = calloc(4 * (size_t)P, sizeof *v);
-  if (!host || !pack || !v || (root && (!recv || !whost))) rc = lh_errbuf_set(err, LH_ENOMEM, "experts: out of memory");
-  int nb = root ? n_buffers(m, w, moments) : n_buffers(m, m, moments);
-  for (int b = 0; b < nb && !rc; b++) {
-    rc = be->download(be->context, host, buffer(m, b), n * sizeof(float));
-    if (rc) {
-      lh_errbuf_set(err, rc, "experts: cannot read the model: %s", lh_strerror(rc));
-      break;
-    }
-    size_t at = 0;
-    for (int i = 0; i < nt; i++) {
-      const lh_model_tensor *t = lh_model_tensor_at(m, i);
-      if (!t->expert_shard) continue;
-      memcpy(pack + at, host + t->offset, t->numel * sizeof(float));
-      at += t->numel;
-    }
-    size_t *sc = v, *sd = v + P, *rcn = v + 2 * P, *rd = v + 3 * P;
-    for (int j = 0; j < P; j++) {
-      sc[j] = j == 0 ? S * sizeof(float) : 0, sd[j] = 0;
-      rcn[j] = root ? S * sizeof(float) : 0, rd[j] = root ? (size_t)j * S * sizeof(float) : 0;
-    }
-    rc = lh_learner_comm_alltoallv(g, pack, sc, sd, recv, rcn, rd, err);
-    if (rc || !root) continue;
-    size_t before = 0;  /* the shard's floats before tensor i, in the packed order */
-    for (int i = 0; i < nt; i++) {
-      const lh_model_tensor *t = lh_model_tensor_at(m, i), *tw = lh_model_tensor_at(w, i);
-      if (!t->expert_shard) {
-        memcpy(whost + tw->offset, host + t->offset, t->numel * sizeof(float));
-        continue;
-      }
-      for (int j = 0; j < P; j++)
-        memcpy(whost + tw->offset + (size_t)j * t->numel, recv + (size_t)j * S + before, t->numel * sizeof(float));
-      before += t->numel;
-    }
-    rc = be->upload(be->context, buffer(w, b), whost, wn * sizeof(float));
-    if (rc) lh_errbuf_set(err, rc, "experts: cannot write the whole model: %s", lh_strerror(rc));
-  }
-  free(host), free(pack), free(recv), free(whost), free(v);
-  if (rc) {
-    lh_model_free(w);
-    return rc;
-  }
-  *whole = w;
-  return 0;
-}
-
-int lh_learner_experts_slice(lh_model *whole, lh_model *m, lh_errbuf *err) {
-  int first = 0, count = 0, nt = lh_model_n_tensors(m);
-  lh_model_expert_shard(m, NULL, NULL, &first, &count);
-  if (lh_model_n_tensors(whole) != nt)
-    return lh_errbuf_set(err, LH_EMODEL_STATE, "experts: the whole model and the shard differ in their tensors");
-  const lh_backend *wb = lh_model_backend(whole), *be = lh_model_backend(m);
-  size_t wn = lh_model_n_floats(whole), n = lh_model_n_floats(m);
-  float *whost = malloc(wn * sizeof(float)), *host = calloc(n, sizeof(float));
-  int rc = whost && host ? 0 : lh_errbuf_set(err, LH_ENOMEM, "experts: out of memory slicing the model");
-  int nb = n_buffers(whole, m, 1);
-  for (int b = 0; b < nb && !rc; b++) {
-    rc = wb->download(wb->context, whost, buffer(whole, b), wn * sizeof(float));
-    if (rc) {
-      lh_errbuf_set(err, rc, "experts: cannot read the whole model: %s", lh_strerror(rc));
-      break;
-    }
-    for (int i = 0; i < nt && !rc; i++) {
-      const lh_model_tensor *t = lh_model_tensor_at(m, i), *tw = lh_model_tensor_at(whole, i);
-      size_t skip = t->expert_shard ? (size_t)first * (t->numel / (size_t)count) : 0;
-      if (tw->numel < skip + t->numel)
-        rc = lh_errbuf_set(err, LH_EMODEL_STATE, "experts: tensor %s of the whole model is too small", t->name);
-      else
-        memcpy(host + t->offset, whost + tw->offset + skip, t->numel * sizeof(float));
-    }
-    if (!rc && (rc = be->upload(be->context, buffer(m, b), host, n * sizeof(float))))
-      lh_errbuf_set(err, rc, "experts: cannot write the shard: %s", lh_strerror(rc));
-  }
-  free(whost), free(host);
-  return rc;
+  if (!v) return lh_errbuf_set(err, LH_ENOMEM, "experts: out of memory");
+  size_t *sc = v, *sd = v + P, *rcn = v + 2 * P, *rd = v + 3 * P;
+  sc[0] = me == owner ? bytes : 0;
+  rcn[owner] = me == 0 ? bytes : 0;
+  const void *send = me == owner ? (const void *)host : (const void *)"";
+  int arc = lh_learner_comm_alltoallv(x->group_comm, send, sc, sd, me == 0 ? (void *)host : NULL, rcn, rd,
+                                      rc ? NULL : err);
+  free(v);
+  return rc ? rc : arc;
 }
 
 int lh_learner_experts_gather_bytes(lh_learner_experts *x, lh_model *m, unsigned char **out, size_t *n_bytes,

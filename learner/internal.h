@@ -643,17 +643,35 @@ int lh_learner_service_failed(lh_learner_service *s, lh_errbuf *err);
  * folder (an earlier run's) replaces it only once the new one is complete. */
 #define LH_LEARNER_OPTIMIZER_FILE "optimizer.bin"
 #define LH_LEARNER_LATEST_FILE "latest"
+typedef struct lh_learner_experts lh_learner_experts;  /* learner/experts.c, below */
 
 /* Writes the checkpoint of st->step, with t's done episodes when t is not
  * NULL; *path_out (may be NULL, room for LH_LEARNER_TEXT_BYTES) gets its
- * directory. */
+ * directory. The model files are streamed one piece at a time
+ * (lh_model_each_piece): the rank holds one piece besides its model. */
 int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_state *st,
                          const lh_learner_trainer *t, char *path_out, lh_errbuf *err);
+/* The same for a model whose experts are sharded over x's group (x NULL:
+ * lh_learner_ckpt_save), collective over group 0 (the other groups return
+ * 0 at once): the checkpoint is the whole model, written by rank 0 while
+ * each piece of another shard comes from its rank as it is written
+ * (lh_learner_experts_piece), so no rank holds more than its shard and
+ * one piece. The others serve rank 0 and return 0. LH_ELEARNER_COMM on any
+ * rank when the group's exchange failed (the job cannot go on); any other
+ * error, on rank 0 only, is a checkpoint not written. */
+int lh_learner_ckpt_save_group(const char *ckpt_dir, lh_model *m, lh_learner_experts *x, const lh_learner_state *st,
+                               const lh_learner_trainer *t, char *path_out, lh_errbuf *err);
 /* Loads the checkpoint `latest` names: a new model on be with training
  * enabled and its moments restored, and the state. LH_ELEARNER_CKPT naming
  * the file when something is missing or does not match. */
 int lh_learner_ckpt_load_latest(const char *ckpt_dir, const lh_backend *be, lh_model **out,
                                 lh_learner_state *st, char *dir_out, lh_errbuf *err);
+/* The same into expert shard `shard` of `shards` (1: the whole model),
+ * whatever shards the checkpoint was written from: the rank reads only the
+ * floats its shard holds (lh_model_load_shard), and reads optimizer.bin
+ * through, piece by piece, to check its checksum while keeping its share. */
+int lh_learner_ckpt_load_latest_shard(const char *ckpt_dir, const lh_backend *be, int shard, int shards,
+                                      lh_model **out, lh_learner_state *st, char *dir_out, lh_errbuf *err);
 /* Whether ckpt_dir has a `latest` to resume from. */
 int lh_learner_ckpt_exists(const char *ckpt_dir);
 /* What `--resume` finds in ckpt_dir. *found = 1: `latest` names a step-N
@@ -812,6 +830,7 @@ int lh_learner_experts_open(lh_learner_comm *world, uint32_t P, int experts, lh_
 void lh_learner_experts_close(lh_learner_experts *x);  /* accepts NULL */
 int lh_learner_experts_shard(const lh_learner_experts *x);  /* this rank's shard; 0 for NULL */
 int lh_learner_experts_size(const lh_learner_experts *x);   /* P; 1 for NULL */
+int lh_learner_experts_group_index(const lh_learner_experts *x);  /* rank / P; 0 for NULL */
 lh_learner_comm *lh_learner_experts_group(lh_learner_experts *x);
 lh_learner_comm *lh_learner_experts_replicas(lh_learner_experts *x);
 /* Gives m (shard lh_learner_experts_shard of P) its transport: the group. */
@@ -833,20 +852,20 @@ typedef struct {
   int first, count;
 } lh_learner_expert_memory;
 void lh_learner_experts_memory(const lh_model *m, lh_learner_expert_memory *out);
-/* Collective over group 0 (other groups return at once): *whole, on rank
- * 0 only, is the whole model made of the group's shards, with the AdamW
- * moments when moments and m has them (the caller frees it); NULL on the
- * other ranks. */
-int lh_learner_experts_gather(lh_learner_experts *x, lh_model *m, int moments, lh_model **whole, lh_errbuf *err);
-/* The same for weights: collective over group 0; *out on rank 0 only is
- * what lh_model_serialize gives for the whole model (malloc'd), the shards
- * gathered straight into it, so rank 0 holds one whole copy, not a whole
- * model. An expert tensor must be under 1 GiB. */
+/* Collective over the group for piece p of m's whole model
+ * (lh_model_each_piece) and buf, m's parameters or a moment: the rank of
+ * the shard that holds it reads it into host (room for p->n floats) and
+ * sends it to the group's rank 0, which gets it in host. A piece every
+ * shard holds is rank 0's own: it reads it, nothing moves. */
+int lh_learner_experts_piece(lh_learner_experts *x, lh_model *m, const float *buf, const lh_model_piece *p,
+                             float *host, lh_errbuf *err);
+/* Weights for actors, collective over group 0 (other groups return at
+ * once): *out on rank 0 only is what lh_model_serialize gives for the
+ * whole model (malloc'd), the shards gathered straight into it, so rank 0
+ * holds one copy of the whole parameters and nothing more. An expert
+ * tensor must be under 1 GiB. */
 int lh_learner_experts_gather_bytes(lh_learner_experts *x, lh_model *m, unsigned char **out, size_t *n_bytes,
                                     lh_errbuf *err);
-/* Fills shard m from whole: its parameters, and its moments when both
- * have them. */
-int lh_learner_experts_slice(lh_model *whole, lh_model *m, lh_errbuf *err);
 
 /* ---- ranks on several hosts (learner/ranks.c; the rest in learner/learner.h) */
 /* Checks the text of ingest_endpoints and counts its entries (*count; at

@@ -118,7 +118,7 @@ static int checkpoint(learner *L, int *written, lh_errbuf *why, lh_errbuf *err) 
   *written = 0;
   lh_learner_trainer_state(L->trainer, &L->st);
   char path[LH_LEARNER_TEXT_BYTES];
-  lh_model *whole = NULL;
+  lh_learner_experts *x = NULL;
   if (L->ranks > 1) {
     int same = 0;
     LH_TRY(lh_learner_trainer_gather_done(L->trainer, err));
@@ -127,14 +127,20 @@ static int checkpoint(learner *L, int *written, lh_errbuf *why, lh_errbuf *err) 
       return lh_errbuf_set(err, LH_ELEARNER_COMM, "the %d learner ranks hold different weights at step %llu", L->ranks,
                            (unsigned long long)L->st.step);
     /* A checkpoint is one whole model, whatever the expert groups: any
-     * rank count and expert_parallel resume from it. */
-    lh_learner_experts *x = lh_learner_trainer_experts(L->trainer);
-    if (x) LH_TRY(lh_learner_experts_gather(x, L->m, 1, &whole, err));
+     * rank count and expert_parallel resume from it. Rank 0 writes it
+     * while the other ranks of group 0 send their shards' pieces as it
+     * writes them. */
+    x = lh_learner_trainer_experts(L->trainer);
   }
   double ok = 1;
-  if (L->rank == 0)
-    ok = lh_learner_ckpt_save(L->cfg.ckpt_dir, whole ? whole : L->m, &L->st, L->trainer, path, why) == 0;
-  lh_model_free(whole);
+  if (L->rank == 0 || x) {
+    int rc = lh_learner_ckpt_save_group(L->cfg.ckpt_dir, L->m, x, &L->st, L->trainer, path, why);
+    if (rc == LH_ELEARNER_COMM) {
+      *err = *why;
+      return rc;
+    }
+    ok = rc == 0;
+  }
   LH_TRY(lh_learner_comm_bcast(L->comm, &ok, sizeof ok, 0, err));
   if (!(ok > 0)) {
     if (L->rank != 0) lh_errbuf_set(why, LH_ELEARNER_CKPT, "rank 0 could not write the checkpoint (its log says why)");
@@ -218,13 +224,15 @@ static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int
   const lh_learner_run_args *a = L->a;
   memset(&L->st, 0, sizeof L->st);
   lh_learner_adv_baseline_init(&L->st.baseline, L->cfg.baseline_decay);
+  /* A rank of an expert group reads or makes its shard only. */
+  int P = (int)L->cfg.expert_parallel, shards = P > 1 ? P : 1, shard = L->rank % shards;
   int found = 0;
   if (a->resume && lh_learner_ckpt_resume_find(L->cfg.ckpt_dir, &found, err)) {
     *usage_error = 1;
     return err->code;
   }
   if (found) {
-    LH_TRY(lh_learner_ckpt_load_latest(L->cfg.ckpt_dir, L->be, &L->m, &L->st, from, err));
+    LH_TRY(lh_learner_ckpt_load_latest_shard(L->cfg.ckpt_dir, L->be, shard, shards, &L->m, &L->st, from, err));
     LH_TRY(same_model(L, mc, from, usage_error, err));
     *resumed = 1;
     L->last_ckpt_step = L->st.step;
@@ -234,43 +242,22 @@ static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int
             (unsigned long long)L->st.ingest_position);
   } else if (a->init) {
     if (a->resume) LH_INFO("learner", "no checkpoint in ckpt_dir=%s: starting from --init", L->cfg.ckpt_dir);
-    LH_TRY(lh_model_load(a->init, L->be, &L->m, err));
+    LH_TRY(lh_model_load_shard(a->init, L->be, shard, shards, &L->m, err));
     LH_TRY(same_model(L, mc, a->init, usage_error, err));
     LH_INFO("learner", "init from=%s", a->init);
   } else {
     if (a->resume) LH_INFO("learner", "no checkpoint in ckpt_dir=%s: starting fresh", L->cfg.ckpt_dir);
-    /* A rank of an expert group makes its shard only (take_shard). */
-    int P = (int)L->cfg.expert_parallel;
-    if (P > 1) LH_TRY(lh_model_new_shard(mc, L->be, L->rank % P, P, &L->m, err));
-    else LH_TRY(lh_model_new(mc, L->be, &L->m, err));
+    LH_TRY(lh_model_new_shard(mc, L->be, shard, shards, &L->m, err));
   }
   return 0;
 }
 
-/* With [learner] expert_parallel = P, the rank's shard of the whole model
- * open_model made (fresh, --init or a checkpoint of any expert_parallel):
- * experts rank % P of every MoE layer, with their moments. The whole is
- * freed, so a rank's memory for experts is 1 / P of them from here on. */
-static int take_shard(learner *L, lh_errbuf *err) {
+/* With [learner] expert_parallel = P, what the rank's shard (open_model:
+ * experts rank % P of every MoE layer, with their moments) holds: 1 / P of
+ * the experts. */
+static void log_shard(learner *L) {
   uint32_t P = L->cfg.expert_parallel;  /* checked against the ranks and experts at the start */
-  /* A copy: the whole model goes below. */
-  lh_model_config whole_cfg = *lh_model_get_config(L->m);
-  const lh_model_config *mc = &whole_cfg;
-  int shards = 1;
-  lh_model_expert_shard(L->m, NULL, &shards, NULL, NULL);
-  if (shards == 1) {  /* a whole model read from a file: keep this rank's slice */
-    lh_model *shard = NULL;
-    int rc = lh_model_new_shard_uninit(mc, L->be, L->rank % (int)P, (int)P, &shard, err);
-    if (!rc && lh_model_moment1(L->m) && (rc = lh_model_enable_training(shard)))
-      lh_errbuf_set(err, rc, "expert shard: no memory for its moments");
-    if (!rc) rc = lh_learner_experts_slice(L->m, shard, err);
-    if (rc) {
-      lh_model_free(shard);
-      return rc;
-    }
-    lh_model_free(L->m);
-    L->m = shard;
-  }
+  const lh_model_config *mc = lh_model_get_config(L->m);
   lh_learner_expert_memory mem;
   lh_learner_experts_memory(L->m, &mem);
   /* Parameters, gradients and two moments: four floats each. */
@@ -279,7 +266,6 @@ static int take_shard(learner *L, lh_errbuf *err) {
           L->rank / (int)P, L->rank % (int)P, mem.first, mem.first + mem.count - 1, mc->experts,
           4.0 * (double)mem.expert_floats * sizeof(float) / 1048576.0,
           4.0 * (double)mem.other_floats * sizeof(float) / 1048576.0);
-  return 0;
 }
 
 /* [learner] and [model] (when mc) of the command's document, or of the
@@ -395,7 +381,7 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   int resumed = 0;
   char from[LH_LEARNER_TEXT_BYTES] = "";
   LH_TRY(open_model(L, &mc, err, &resumed, from, usage_error));
-  if (L->cfg.expert_parallel > 1) LH_TRY(take_shard(L, err));
+  if (L->cfg.expert_parallel > 1) log_shard(L);
   lh_store_options so;
   lh_store_options_default(&so);
   so.max_bytes = L->cfg.max_db_bytes;

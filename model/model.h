@@ -201,15 +201,63 @@ typedef struct {
 } lh_model_expert_traffic;
 void lh_model_expert_traffic_get(const lh_model *m, lh_model_expert_traffic *out);
 
+/* ---- a whole model in pieces (model/pieces.c) --------------------------- *
+ * The floats of a whole model (a file, a gathered buffer) walked in pieces,
+ * from the whole model or any expert shard of it: tensor by tensor in table
+ * order, an expert tensor shard by shard (shard j's experts are the j-th of
+ * `shards` equal parts of the whole tensor), each tensor's or shard's part
+ * cut into pieces of at most max_floats. Every shard of a model walks the
+ * same pieces in the same order, so a shard can write or read its share of
+ * a whole file, or serve it to the rank that does, one piece at a time. */
+typedef struct {
+  int tensor;          /* its index in the whole model's table and every shard's */
+  int shard;           /* the expert shard that holds it; -1: every shard holds it */
+  size_t at;           /* its first float in the holder's tensor (tensor offset + at in its buffers) */
+  size_t n;            /* floats, 1 .. max_floats */
+  size_t whole_at;     /* its first float in the whole tensor */
+  size_t whole_offset; /* the whole tensor's first float in the whole model's buffers */
+} lh_model_piece;
+typedef int (*lh_model_piece_fn)(void *ctx, const lh_model_piece *p, lh_errbuf *err);
+/* The piece size files are moved in: 4 MiB of floats at once. */
+#define LH_MODEL_PIECE_FLOATS ((size_t)1 << 20)
+/* Calls fn on every piece of the whole model m is (or is a shard of), in
+ * order; stops at fn's first error and returns it. */
+int lh_model_each_piece(const lh_model *m, size_t max_floats, lh_model_piece_fn fn, void *ctx, lh_errbuf *err);
+/* Whether m (a shard or the whole) holds piece p. */
+int lh_model_holds_piece(const lh_model *m, const lh_model_piece *p);
+/* The largest piece m's walk with max_floats gives: the room a buffer for
+ * one piece needs. */
+size_t lh_model_largest_piece(const lh_model *m, size_t max_floats);
+/* The floats of the whole model's buffers (its lh_model_n_floats) that m is
+ * a shard of; m's own for a whole model. 0 when out of memory. */
+size_t lh_model_whole_floats(const lh_model *m);
+
 /* ---- checkpoints -------------------------------------------------------- */
 /* Writes DIR/model.safetensors (creating DIR when missing): float32,
- * row-major, tensors in table order, __metadata__.config = the config JSON. */
+ * row-major, tensors in table order, __metadata__.config = the config JSON.
+ * LH_EMODEL_STATE for an expert shard (lh_model_save_pieces writes its
+ * whole model). Holds one piece of the model at a time. */
 int lh_model_save(const lh_model *m, const char *dir, lh_errbuf *err);
+/* Fills dst with the n floats of piece p (whoever holds them). */
+typedef int (*lh_model_fill_fn)(void *ctx, const lh_model_piece *p, float *dst, lh_errbuf *err);
+/* Writes DIR/model.safetensors of the whole model m is or is a shard of,
+ * piece by piece through buf (room for max_floats, the pieces' most), each
+ * piece's floats from fill. fill is called for every piece in order even
+ * when the file cannot be written (it may be a collective that other ranks
+ * are in); its first error ends the walk and is returned. */
+int lh_model_save_pieces(const lh_model *m, const char *dir, float *buf, size_t max_floats, lh_model_fill_fn fill,
+                         void *ctx, lh_errbuf *err);
 /* Reads DIR/model.safetensors into a new model on be. Checks the header
  * length, the JSON, every expected name present and nothing else, shapes,
  * dtype F32, contiguous in-bounds offsets and the file size; each failure
- * has its own LH_EMODEL_CKPT_* code and a sentence in err. */
+ * has its own LH_EMODEL_CKPT_* code and a sentence in err. Reads one piece
+ * at a time into the model. */
 int lh_model_load(const char *dir, const lh_backend *be, lh_model **out, lh_errbuf *err);
+/* The same into expert shard `shard` of `shards` (1: the whole model) of
+ * the file's whole model: reads only the floats the shard holds (and the
+ * header), so a rank never holds the whole model. */
+int lh_model_load_shard(const char *dir, const lh_backend *be, int shard, int shards, lh_model **out,
+                        lh_errbuf *err);
 /* The same for a file path (tests use it for hand-made files). */
 int lh_model_load_file(const char *path, const lh_backend *be, lh_model **out,
                        lh_errbuf *err);

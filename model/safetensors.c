@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -46,117 +48,155 @@ static char *header_json(const lh_model *m) {
   return s;
 }
 
-int lh_model_serialize_whole(const lh_model *m, unsigned char **out, size_t *n_bytes, size_t *offsets) {
-  if (!m || !out || !n_bytes) return LH_EINVAL;
+/* The file's first bytes for the whole model m is or is a shard of: the
+ * 8-byte header length and the header, padded with blanks so that the data
+ * starts 8-byte aligned (malloc'd into *out). LH_ENOMEM. */
+static int file_header(const lh_model *m, unsigned char **out, size_t *n_bytes) {
   *out = NULL;
   /* The whole model's table names the file's tensors and shapes. */
   lh_model *w = NULL;
-  int rc = m->shards == 1 ? LH_OK : lh_model_new_table(&m->cfg, m->be, &w, NULL);
-  if (rc) return rc;
-  const lh_model *layout = w ? w : m;
-  char *json = header_json(layout);
-  size_t jlen = json ? strlen(json) : 0;
-  size_t padded = (jlen + 7) / 8 * 8; /* data starts 8-byte aligned */
-  size_t data = 0;
-  for (int i = 0; i < layout->n_tensors; i++) data += layout->tensors[i].numel * sizeof(float);
-  size_t total = 8 + padded + data;
-  unsigned char *buf = json ? malloc(total) : NULL;
-  float *host = malloc(m->n_floats * sizeof(float));
-  rc = buf && host ? LH_OK : LH_ENOMEM;
-  if (!rc) rc = m->be->download(m->be->context, host, m->params, m->n_floats * sizeof(float));
-  if (!rc) {
-    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+  if (m->shards > 1 && lh_model_new_table(&m->cfg, m->be, &w, NULL)) return LH_ENOMEM;
+  char *json = header_json(w ? w : m);
+  lh_model_free(w);
+  size_t jlen = json ? strlen(json) : 0, padded = (jlen + 7) / 8 * 8;
+  unsigned char *buf = json ? malloc(8 + padded) : NULL;
+  if (buf) {
+    lh_put_le64(buf, padded);
     memcpy(buf + 8, json, jlen);
     memset(buf + 8 + jlen, ' ', padded - jlen);
-    size_t at = 8 + padded;
-    for (int i = 0; i < layout->n_tensors; i++) {
-      const lh_model_tensor *t = &m->tensors[i], *tw = &layout->tensors[i];
-      size_t skip = t->expert_shard ? (size_t)m->e_first * (t->numel / (size_t)m->e_local) : 0;
-      if (offsets) offsets[i] = at;
-      /* The other shards' experts are the caller's to fill. */
-      if (skip) memset(buf + at, 0, skip * sizeof(float));
-      memcpy(buf + at + skip * sizeof(float), host + t->offset, t->numel * sizeof(float));
-      size_t after = tw->numel - skip - t->numel;
-      if (after) memset(buf + at + (skip + t->numel) * sizeof(float), 0, after * sizeof(float));
-      at += tw->numel * sizeof(float);
-    }
-    *out = buf;
-    *n_bytes = total;
-  } else {
-    free(buf);
   }
-  free(host);
   free(json);
-  lh_model_free(w);
-  return rc;
+  if (!buf) return LH_ENOMEM;
+  *out = buf, *n_bytes = 8 + padded;
+  return LH_OK;
+}
+
+/* serialize_whole's walk: each piece at the next bytes of the file, m's
+ * own from host, the others' zero. */
+typedef struct {
+  const lh_model *m;
+  const float *host;
+  unsigned char *buf;
+  size_t at, *offsets;
+} whole_bytes;
+
+static int place_piece(void *arg, const lh_model_piece *p, lh_errbuf *err) {
+  (void)err;
+  whole_bytes *w = arg;
+  if (w->offsets && p->at == 0 && p->shard <= 0) w->offsets[p->tensor] = w->at;
+  if (lh_model_holds_piece(w->m, p))
+    memcpy(w->buf + w->at, w->host + w->m->tensors[p->tensor].offset + p->at, p->n * sizeof(float));
+  else
+    memset(w->buf + w->at, 0, p->n * sizeof(float));
+  w->at += p->n * sizeof(float);
+  return 0;
+}
+
+int lh_model_serialize_whole(const lh_model *m, unsigned char **out, size_t *n_bytes, size_t *offsets) {
+  if (!m || !out || !n_bytes) return LH_EINVAL;
+  *out = NULL;
+  unsigned char *head = NULL;
+  size_t head_bytes = 0, total = 0;
+  LH_TRY(file_header(m, &head, &head_bytes));
+  total = head_bytes + lh_model_whole_floats(m) * sizeof(float);  /* an upper bound: the padding */
+  whole_bytes w = {m, malloc(m->n_floats * sizeof(float)), malloc(total), head_bytes, offsets};
+  int rc = w.host && w.buf ? LH_OK : LH_ENOMEM;
+  if (!rc) rc = m->be->download(m->be->context, (float *)w.host, m->params, m->n_floats * sizeof(float));
+  if (!rc) {
+    memcpy(w.buf, head, head_bytes);
+    rc = lh_model_each_piece(m, LH_MODEL_PIECE_FLOATS, place_piece, &w, NULL);
+  }
+  free((float *)w.host);
+  free(head);
+  if (rc) {
+    free(w.buf);
+    return rc;
+  }
+  *out = w.buf;
+  *n_bytes = w.at;
+  return LH_OK;
 }
 
 int lh_model_serialize(const lh_model *m, unsigned char **out, size_t *n_bytes) {
   if (!m || !out || !n_bytes) return LH_EINVAL;
   *out = NULL;
-  /* A file is one whole model: shards are gathered first (learner/experts.c). */
+  /* A file is one whole model: a shard's is gathered or streamed
+   * (learner/experts.c, learner/checkpoint.c). */
   if (m->shards > 1) return LH_EMODEL_STATE;
   return lh_model_serialize_whole(m, out, n_bytes, NULL);
 }
 
-int lh_model_save(const lh_model *m, const char *dir, lh_errbuf *err) {
-  if (!m || !dir) return LH_EINVAL;
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-    return lh_errbuf_set(err, LH_EMODEL_IO, "cannot create directory '%s': %s", dir,
-                         strerror(errno));
-  unsigned char *bytes = NULL;
-  size_t n = 0;
-  LH_TRY(lh_model_serialize(m, &bytes, &n));
+/* save_pieces' walk: each piece filled into buf and appended to f (while
+ * the file can be written). */
+typedef struct {
+  FILE *f;
+  float *buf;
+  lh_model_fill_fn fill;
+  void *ctx;
+  int write_errno;  /* the first failed write's, or 0 */
+} file_writer;
+
+static int write_piece(void *arg, const lh_model_piece *p, lh_errbuf *err) {
+  file_writer *w = arg;
+  LH_TRY(w->fill(w->ctx, p, w->buf, err));
+  if (w->f && !w->write_errno && fwrite(w->buf, sizeof(float), p->n, w->f) != p->n)
+    w->write_errno = errno ? errno : EIO;
+  return 0;
+}
+
+int lh_model_save_pieces(const lh_model *m, const char *dir, float *buf, size_t max_floats, lh_model_fill_fn fill,
+                         void *ctx, lh_errbuf *err) {
+  if (!m || !dir || !buf || !max_floats || !fill) return LH_EINVAL;
   char path[4096], tmp[4200];
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  /* write then rename, so a reader never sees half a checkpoint */
+  /* What goes wrong with the file is told after the walk: every piece is
+   * filled whatever happens to it. */
   int rc = LH_OK;
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    rc = lh_errbuf_set(err, LH_EMODEL_IO, "cannot write '%s': %s", tmp, strerror(errno));
-  } else {
-    int ok = fwrite(bytes, 1, n, f) == n;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
-      remove(tmp);
-      rc = lh_errbuf_set(err, LH_EMODEL_IO, "cannot write '%s': %s", path, strerror(errno));
-    }
+  lh_errbuf file_err = {0};
+  unsigned char *head = NULL;
+  size_t head_bytes = 0;
+  file_writer w = {NULL, buf, fill, ctx, 0};
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    rc = lh_errbuf_set(&file_err, LH_EMODEL_IO, "cannot create directory '%s': %s", dir, strerror(errno));
+  else if (file_header(m, &head, &head_bytes))
+    rc = lh_errbuf_set(&file_err, LH_ENOMEM, "cannot write '%s': out of memory for its header", path);
+  /* write then rename, so a reader never sees half a checkpoint */
+  else if (!(w.f = fopen(tmp, "wb")) || fwrite(head, 1, head_bytes, w.f) != head_bytes)
+    w.write_errno = errno ? errno : EIO;
+  free(head);
+  int walk = lh_model_each_piece(m, max_floats, write_piece, &w, err);
+  if (w.f && fclose(w.f) != 0 && !w.write_errno) w.write_errno = errno ? errno : EIO;
+  if (!rc && !walk && !w.write_errno && rename(tmp, path) != 0) w.write_errno = errno ? errno : EIO;
+  if (!rc && w.write_errno) {
+    remove(tmp);
+    rc = lh_errbuf_set(&file_err, LH_EMODEL_IO, "cannot write '%s': %s", path, strerror(w.write_errno));
   }
-  free(bytes);
+  if (walk) {
+    if (w.f) remove(tmp);
+    return walk;
+  }
+  if (rc && err) *err = file_err;
   return rc;
 }
 
-static int read_file(const char *path, unsigned char **data, size_t *size, lh_errbuf *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return lh_errbuf_set(err, LH_EMODEL_IO, "cannot open checkpoint '%s': %s", path,
-                         strerror(errno));
-  size_t cap = 1 << 16, n = 0;
-  unsigned char *buf = malloc(cap);
-  while (buf) {
-    size_t got = fread(buf + n, 1, cap - n, f);
-    n += got;
-    if (n < cap) break;
-    unsigned char *bigger = realloc(buf, cap * 2);
-    if (!bigger) {
-      free(buf);
-      buf = NULL;
-    } else {
-      buf = bigger;
-      cap *= 2;
-    }
-  }
-  int bad = ferror(f);
-  fclose(f);
-  if (!buf) return LH_ENOMEM;
-  if (bad) {
-    free(buf);
-    return lh_errbuf_set(err, LH_EMODEL_IO, "cannot read checkpoint '%s'", path);
-  }
-  *data = buf;
-  *size = n;
-  return LH_OK;
+/* lh_model_save's pieces: m's own parameters. */
+static int download_piece(void *ctx, const lh_model_piece *p, float *dst, lh_errbuf *err) {
+  const lh_model *m = ctx;
+  int rc = m->be->download(m->be->context, dst, m->params + m->tensors[p->tensor].offset + p->at,
+                           p->n * sizeof(float));
+  return rc ? lh_errbuf_set(err, rc, "cannot read the parameters: %s", lh_strerror(rc)) : 0;
+}
+
+int lh_model_save(const lh_model *m, const char *dir, lh_errbuf *err) {
+  if (!m || !dir) return LH_EINVAL;
+  if (m->shards > 1) return LH_EMODEL_STATE;
+  size_t room = lh_model_largest_piece(m, LH_MODEL_PIECE_FLOATS);
+  float *buf = malloc(room * sizeof(float));
+  if (!buf) return lh_errbuf_set(err, LH_ENOMEM, "cannot write '%s': out of memory", dir);
+  int rc = lh_model_save_pieces(m, dir, buf, room, download_piece, (void *)m, err);
+  free(buf);
+  return rc;
 }
 
 /* Checks one tensor entry of the header against the table; fills the
@@ -214,10 +254,58 @@ static int by_begin(const void *x, const void *y) {
   return a->begin < b->begin ? -1 : a->begin > b->begin;
 }
 
-/* Parses the header and places each tensor's data; *out is the new model. */
-static int load_parsed(const cJSON *root, const unsigned char *data, size_t data_bytes,
-                       const char *path, const lh_backend *be, lh_model **out,
-                       lh_errbuf *err) {
+/* Where a file's data (what follows its header) is read from: memory, or
+ * an open file from byte data_at on. */
+typedef struct {
+  const unsigned char *bytes;
+  int fd;
+  size_t data_at;
+} data_source;
+
+/* n bytes at byte `at` of the data into dst: 0, or -1 with errno. */
+static int read_data(const data_source *src, size_t at, void *dst, size_t n) {
+  if (src->bytes) {
+    memcpy(dst, src->bytes + at, n);
+    return 0;
+  }
+  unsigned char *d = dst;
+  for (size_t done = 0; done < n;) {
+    ssize_t got = pread(src->fd, d + done, n - done, (off_t)(src->data_at + at + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      if (got == 0) errno = EIO;  /* the file shrank under us */
+      return -1;
+    }
+    done += (size_t)got;
+  }
+  return 0;
+}
+
+/* load_parsed's walk: the pieces m holds, read from their place in the
+ * file (data_begin[tensor] + the piece's place in the whole tensor). */
+typedef struct {
+  lh_model *m;
+  const data_source *src;
+  const size_t *data_begin;
+  float *buf;
+  const char *path;
+} piece_reader;
+
+static int read_piece(void *arg, const lh_model_piece *p, lh_errbuf *err) {
+  piece_reader *r = arg;
+  if (!lh_model_holds_piece(r->m, p)) return 0;
+  if (read_data(r->src, r->data_begin[p->tensor] + p->whole_at * sizeof(float), r->buf, p->n * sizeof(float)))
+    return lh_errbuf_set(err, LH_EMODEL_IO, "cannot read checkpoint '%s': %s", r->path, strerror(errno));
+  const lh_backend *be = r->m->be;
+  return be->upload(be->context, r->m->params + r->m->tensors[p->tensor].offset + p->at, r->buf,
+                    p->n * sizeof(float));
+}
+
+/* Parses the header and places each tensor's data: *out is the new model,
+ * expert shard `shard` of `shards` of the file's, which gets only what it
+ * holds. */
+static int load_parsed(const cJSON *root, const data_source *src, size_t data_bytes, const char *path,
+                       const lh_backend *be, int shard, int shards, lh_model **out, lh_errbuf *err) {
   const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
   const cJSON *cfgs = cJSON_GetObjectItemCaseSensitive(meta, "config");
   if (!cJSON_IsString(cfgs))
@@ -228,34 +316,37 @@ static int load_parsed(const cJSON *root, const unsigned char *data, size_t data
   if (lh_model_config_from_json(cfgs->valuestring, &cfg, &sub))
     return lh_errbuf_set(err, LH_EMODEL_CKPT_METADATA, "checkpoint '%s': metadata config: %s",
                          path, sub.msg);
-  lh_model *m = NULL;
-  LH_TRY(lh_model_new_table(&cfg, be, &m, err));
-  span *spans = calloc((size_t)m->n_tensors, sizeof *spans);
-  char *seen = calloc((size_t)m->n_tensors, 1);
-  int rc = spans && seen ? LH_OK : LH_ENOMEM, n = 0;
+  /* The whole model's table checks the file. */
+  lh_model *w = NULL, *m = NULL;
+  LH_TRY(lh_model_new_table(&cfg, be, &w, err));
+  span *spans = calloc((size_t)w->n_tensors, sizeof *spans);
+  char *seen = calloc((size_t)w->n_tensors, 1);
+  size_t *data_begin = calloc((size_t)w->n_tensors, sizeof *data_begin);
+  int rc = spans && seen && data_begin ? LH_OK : LH_ENOMEM, n = 0;
   for (const cJSON *e = root->child; !rc && e; e = e->next) {
     if (strcmp(e->string, "__metadata__") == 0) continue;
     span s;
-    rc = check_entry(m, e, &s.index, &s.begin, &s.end, path, err);
+    rc = check_entry(w, e, &s.index, &s.begin, &s.end, path, err);
     if (!rc && seen[s.index])
       rc = lh_errbuf_set(err, LH_EMODEL_CKPT_JSON, "checkpoint '%s' names tensor '%s' twice",
                          path, e->string);
     if (!rc) {
       seen[s.index] = 1;
+      data_begin[s.index] = s.begin;
       spans[n++] = s;
     }
   }
-  for (int i = 0; !rc && i < m->n_tensors; i++)
+  for (int i = 0; !rc && i < w->n_tensors; i++)
     if (!seen[i])
       rc = lh_errbuf_set(err, LH_EMODEL_CKPT_MISSING, "checkpoint '%s' lacks tensor '%s'",
-                         path, m->tensors[i].name);
+                         path, w->tensors[i].name);
   if (!rc) qsort(spans, (size_t)n, sizeof *spans, by_begin);
   size_t at = 0;
   for (int i = 0; !rc && i < n; i++) {
     if (spans[i].begin != at)
       rc = lh_errbuf_set(err, LH_EMODEL_CKPT_OFFSETS,
                          "checkpoint '%s': tensor '%s' starts at byte %zu, expected %zu "
-                         "(data must be contiguous)", path, m->tensors[spans[i].index].name,
+                         "(data must be contiguous)", path, w->tensors[spans[i].index].name,
                          spans[i].begin, at);
     at = spans[i].end;
   }
@@ -268,18 +359,17 @@ static int load_parsed(const cJSON *root, const unsigned char *data, size_t data
                        "checkpoint '%s' has %zu bytes after its last tensor", path,
                        data_bytes - at);
   /* allocated only now that the file is known to hold every tensor */
-  if (!rc) rc = lh_model_alloc_params(m, err);
-  float *host = rc ? NULL : calloc(m->n_floats, sizeof(float));
-  if (!rc && !host) rc = LH_ENOMEM;
-  for (int i = 0; !rc && i < n; i++) {
-    const lh_model_tensor *t = &m->tensors[spans[i].index];
-    memcpy(host + t->offset, data + spans[i].begin, t->numel * sizeof(float));
-  }
-  if (!rc) rc = be->upload(be->context, m->params, host, m->n_floats * sizeof(float));
+  if (!rc) rc = lh_model_new_shard_uninit(&cfg, be, shard, shards, &m, err);
+  size_t room = rc ? 0 : lh_model_largest_piece(m, LH_MODEL_PIECE_FLOATS);
+  piece_reader r = {m, src, data_begin, rc ? NULL : malloc(room * sizeof(float)), path};
+  if (!rc && !r.buf) rc = LH_ENOMEM;
+  if (!rc) rc = lh_model_each_piece(m, LH_MODEL_PIECE_FLOATS, read_piece, &r, err);
   if (!rc) m->params_version++;
-  free(host);
+  free(r.buf);
   free(spans);
   free(seen);
+  free(data_begin);
+  lh_model_free(w);
   if (rc) {
     lh_model_free(m);
     return rc;
@@ -288,60 +378,96 @@ static int load_parsed(const cJSON *root, const unsigned char *data, size_t data
   return LH_OK;
 }
 
+/* The header length of a file of size bytes whose first 8 are len8. */
+static int check_header_length(const unsigned char *len8, size_t size, const char *path, uint64_t *hlen,
+                               lh_errbuf *err) {
+  if (size < 8)
+    return lh_errbuf_set(err, LH_EMODEL_CKPT_TRUNCATED,
+                         "checkpoint '%s' is truncated: %zu bytes, shorter than the 8-byte "
+                         "header length", path, size);
+  *hlen = lh_get_le64(len8);
+  if (*hlen > MAX_HEADER_BYTES)
+    return lh_errbuf_set(err, LH_EMODEL_CKPT_HEADER_SIZE,
+                         "checkpoint '%s' declares a %llu-byte header, over the %u-byte limit",
+                         path, (unsigned long long)*hlen, MAX_HEADER_BYTES);
+  if (*hlen < 2)
+    return lh_errbuf_set(err, LH_EMODEL_CKPT_HEADER_SIZE,
+                         "checkpoint '%s' declares a %llu-byte header, too short for JSON",
+                         path, (unsigned long long)*hlen);
+  if (*hlen > size - 8)
+    return lh_errbuf_set(err, LH_EMODEL_CKPT_TRUNCATED,
+                         "checkpoint '%s' is truncated: its header needs %llu bytes, the file "
+                         "has %zu after the length", path, (unsigned long long)*hlen, size - 8);
+  return LH_OK;
+}
+
+/* The header JSON text (hlen bytes) and the data after it. */
+static int load_header(const char *text, uint64_t hlen, const data_source *src, size_t data_bytes, const char *path,
+                       const lh_backend *be, int shard, int shards, lh_model **out, lh_errbuf *err) {
+  cJSON *root = cJSON_ParseWithLength(text, (size_t)hlen);
+  int rc = cJSON_IsObject(root) ? LH_OK
+                                : lh_errbuf_set(err, LH_EMODEL_CKPT_JSON,
+                                                "checkpoint '%s': the header is not a JSON object", path);
+  if (!rc) rc = load_parsed(root, src, data_bytes, path, be, shard, shards, out, err);
+  cJSON_Delete(root);
+  return rc;
+}
+
 int lh_model_load_bytes(const void *bytes, size_t size, const char *path,
                         const lh_backend *be, lh_model **out, lh_errbuf *err) {
   if ((!bytes && size) || !be || !out) return LH_EINVAL;
   if (!path) path = "(memory)";
   *out = NULL;
   const unsigned char *data = bytes;
-  int rc = LH_OK;
   uint64_t hlen = 0;
-  if (size < 8) {
-    rc = lh_errbuf_set(err, LH_EMODEL_CKPT_TRUNCATED,
-                       "checkpoint '%s' is truncated: %zu bytes, shorter than the 8-byte "
-                       "header length", path, size);
-  } else {
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)data[i] << (8 * i);
-    if (hlen > MAX_HEADER_BYTES)
-      rc = lh_errbuf_set(err, LH_EMODEL_CKPT_HEADER_SIZE,
-                         "checkpoint '%s' declares a %llu-byte header, over the %u-byte limit",
-                         path, (unsigned long long)hlen, MAX_HEADER_BYTES);
-    else if (hlen < 2)
-      rc = lh_errbuf_set(err, LH_EMODEL_CKPT_HEADER_SIZE,
-                         "checkpoint '%s' declares a %llu-byte header, too short for JSON",
-                         path, (unsigned long long)hlen);
-    else if (hlen > size - 8)
-      rc = lh_errbuf_set(err, LH_EMODEL_CKPT_TRUNCATED,
-                         "checkpoint '%s' is truncated: its header needs %llu bytes, the file "
-                         "has %zu after the length", path, (unsigned long long)hlen, size - 8);
-  }
-  cJSON *root = NULL;
-  if (!rc) {
-    root = cJSON_ParseWithLength((const char *)data + 8, (size_t)hlen);
-    if (!cJSON_IsObject(root))
-      rc = lh_errbuf_set(err, LH_EMODEL_CKPT_JSON,
-                         "checkpoint '%s': the header is not a JSON object", path);
-  }
-  if (!rc) rc = load_parsed(root, data + 8 + hlen, size - 8 - (size_t)hlen, path, be, out, err);
-  cJSON_Delete(root);
+  LH_TRY(check_header_length(data, size, path, &hlen, err));
+  data_source src = {data + 8 + hlen, -1, 0};
+  return load_header((const char *)data + 8, hlen, &src, size - 8 - (size_t)hlen, path, be, 0, 1, out, err);
+}
+
+/* Reads the header of the file at path, then only the floats of the shard. */
+static int load_path(const char *path, const lh_backend *be, int shard, int shards, lh_model **out,
+                     lh_errbuf *err) {
+  *out = NULL;
+  int fd = open(path, O_RDONLY);
+  if (fd < 0)
+    return lh_errbuf_set(err, LH_EMODEL_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+  struct stat sb;
+  unsigned char len8[8];
+  char *text = NULL;
+  uint64_t hlen = 0;
+  int rc = LH_OK;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    rc = lh_errbuf_set(err, LH_EMODEL_IO, "cannot read checkpoint '%s': not a regular file", path);
+  size_t size = rc ? 0 : (size_t)sb.st_size;
+  data_source head = {NULL, fd, 0};
+  if (!rc && size >= 8 && read_data(&head, 0, len8, 8))
+    rc = lh_errbuf_set(err, LH_EMODEL_IO, "cannot read checkpoint '%s': %s", path, strerror(errno));
+  if (!rc) rc = check_header_length(len8, size, path, &hlen, err);
+  if (!rc && !(text = malloc((size_t)hlen))) rc = LH_ENOMEM;
+  if (!rc && read_data(&head, 8, text, (size_t)hlen))
+    rc = lh_errbuf_set(err, LH_EMODEL_IO, "cannot read checkpoint '%s': %s", path, strerror(errno));
+  data_source src = {NULL, fd, 8 + (size_t)hlen};
+  if (!rc) rc = load_header(text, hlen, &src, size - 8 - (size_t)hlen, path, be, shard, shards, out, err);
+  free(text);
+  close(fd);
   return rc;
 }
 
 int lh_model_load_file(const char *path, const lh_backend *be, lh_model **out,
                        lh_errbuf *err) {
   if (!path || !be || !out) return LH_EINVAL;
-  *out = NULL;
-  unsigned char *data = NULL;
-  size_t size = 0;
-  LH_TRY(read_file(path, &data, &size, err));
-  int rc = lh_model_load_bytes(data, size, path, be, out, err);
-  free(data);
-  return rc;
+  return load_path(path, be, 0, 1, out, err);
+}
+
+int lh_model_load_shard(const char *dir, const lh_backend *be, int shard, int shards, lh_model **out,
+                        lh_errbuf *err) {
+  if (!dir || !be || !out) return LH_EINVAL;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  return load_path(path, be, shard, shards, out, err);
 }
 
 int lh_model_load(const char *dir, const lh_backend *be, lh_model **out, lh_errbuf *err) {
-  if (!dir) return LH_EINVAL;
-  char path[4096];
-  snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  return lh_model_load_file(path, be, out, err);
+  return lh_model_load_shard(dir, be, 0, 1, out, err);
 }

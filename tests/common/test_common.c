@@ -28,6 +28,29 @@ START_TEST(test_hash_differs) {
 }
 END_TEST
 
+START_TEST(test_file_sum_in_parts) {
+  /* Any split of a body into parts gives the one-shot checksum, in both
+   * formats (the legacy one carries words across parts). */
+  unsigned char body[203];
+  for (size_t i = 0; i < sizeof body; i++) body[i] = (unsigned char)(i * 131 + 7);
+  const size_t cuts[][3] = {{0, 0, 0}, {1, 2, 3}, {7, 8, 9}, {5, 13, 200}, {100, 101, 202}};
+  for (int legacy = 0; legacy <= 1; legacy++)
+    for (size_t k = 0; k < sizeof cuts / sizeof *cuts; k++) {
+      lh_file_sum *s = NULL;
+      ck_assert_int_eq(lh_file_sum_new(legacy, &s), 0);
+      size_t at = 0;
+      for (int j = 0; j < 3; j++) {
+        lh_file_sum_add(s, body + at, cuts[k][j] - at);
+        at = cuts[k][j];
+      }
+      lh_file_sum_add(s, body + at, sizeof body - at);
+      ck_assert_uint_eq(lh_file_sum_value(s), lh_file_checksum(body, sizeof body, legacy));
+      lh_file_sum_free(s);
+    }
+  lh_file_sum_free(NULL);
+}
+END_TEST
+
 START_TEST(test_read_text_file) {
   char path[] = "/tmp/lh_common_XXXXXX";
   int fd = mkstemp(path);
@@ -318,6 +341,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_error_table);
   tcase_add_test(tc, test_hash_differs);
+  tcase_add_test(tc, test_file_sum_in_parts);
   tcase_add_test(tc, test_read_text_file);
   tcase_add_test(tc, test_parse_numbers);
   tcase_add_test(tc, test_text_lines);

@@ -5,3 +5,6 @@
 lh_add_test(test_learner_ep SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_ep.c ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
   LIBS lh_learner LABELS proc TIMEOUT 600)
 add_dependencies(test_learner_ep longhaul)
+# The worker measures the heap a checkpoint takes: the allocator wrapped.
+target_link_options(test_learner_ep PRIVATE
+  "LINKER:--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=posix_memalign")

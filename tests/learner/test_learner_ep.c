@@ -7,9 +7,11 @@
  *  - 4 ranks, expert_parallel = 2 (two groups: the shards' replicas sum);
  *  - 2 ranks, expert_parallel = 2, resuming from the 4-shard checkpoint
  *    (its moments included) for a third step.
- * Each job also gathers its shards into a checkpoint and loads it back
- * (the round trip is exact) and into the weights' bytes (those of the
- * gathered model). In step 1 one rank quarantines an episode mid-pass
+ * Each job also checkpoints, rank 0 writing while the others send their
+ * pieces, and every rank loads its shard back (the round trip is exact,
+ * and neither holds a whole model's bytes beyond its shard), and gathers
+ * its shards into the weights' bytes (the checkpoint's model file). In
+ * step 1 one rank quarantines an episode mid-pass
  * (BAD_ID), so the group's pass begun again is checked too. Without mpirun or an MPI build the suite
  * checks the one-rank parts (a shard's initial values are the whole
  * model's slice; a lone shard refuses to run without its group) and exits
@@ -23,7 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <malloc.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -143,6 +147,57 @@ static float *read_floats(const char *path, size_t n) {
   return x;
 }
 
+/* ---- the heap a checkpoint takes -------------------------------------------
+ * The binary is linked with the allocator wrapped (-Wl,--wrap, in
+ * learner_ep.cmake): every block the project's code (the learner, model,
+ * kernels and common libraries, this file) allocates is counted, live and
+ * at its peak. Libraries linked dynamically (MPI, cJSON, libxxhash) go
+ * uncounted; what they allocate is small and not the model's. */
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t k, size_t n);
+void *__real_realloc(void *p, size_t n);
+void __real_free(void *p);
+int __real_posix_memalign(void **p, size_t align, size_t n);
+static _Atomic long long heap_live, heap_peak;
+
+static void heap_add(void *p) {
+  if (!p) return;
+  long long now = atomic_fetch_add(&heap_live, (long long)malloc_usable_size(p)) + (long long)malloc_usable_size(p);
+  long long was = atomic_load(&heap_peak);
+  while (now > was && !atomic_compare_exchange_weak(&heap_peak, &was, now)) {
+  }
+}
+void *__wrap_malloc(size_t n) {
+  void *p = __real_malloc(n);
+  heap_add(p);
+  return p;
+}
+void *__wrap_calloc(size_t k, size_t n) {
+  void *p = __real_calloc(k, n);
+  heap_add(p);
+  return p;
+}
+void *__wrap_realloc(void *p, size_t n) {
+  long long old = p ? (long long)malloc_usable_size(p) : 0;
+  void *q = __real_realloc(p, n);
+  if (q) atomic_fetch_sub(&heap_live, old), heap_add(q);
+  return q;
+}
+void __wrap_free(void *p) {
+  if (p) atomic_fetch_sub(&heap_live, (long long)malloc_usable_size(p));
+  __real_free(p);
+}
+int __wrap_posix_memalign(void **p, size_t align, size_t n) {
+  int rc = __real_posix_memalign(p, align, n);
+  if (!rc) heap_add(*p);
+  return rc;
+}
+/* The peak starts again from what is live now. */
+static void heap_mark(void) { atomic_store(&heap_peak, atomic_load(&heap_live)); }
+/* The peak since heap_mark over what is live now: what a call held for a
+ * while and gave back. */
+static long long heap_peak_over_live(void) { return atomic_load(&heap_peak) - atomic_load(&heap_live); }
+
 /* ---- one rank of a job ------------------------------------------------------
  * P FIRST STEPS DIR: the ranks form groups of P; rank r's store holds the
  * groups from FIRST (its share of STEPS steps); with FIRST > 0 the rank
@@ -159,7 +214,7 @@ static int worker(int P, int first, int steps, const char *dir) {
   }
   int rank = lh_learner_comm_rank(comm), R = lh_learner_comm_size(comm), rc = 0;
   lh_model_config mc = tiny_config();
-  lh_model *whole = NULL, *m = NULL, *back = NULL, *gathered = NULL;
+  lh_model *whole = NULL, *m = NULL, *back = NULL;
   lh_store *s = NULL;
   lh_learner_trainer *t = NULL;
   lh_learner_state st;
@@ -178,15 +233,9 @@ static int worker(int P, int first, int steps, const char *dir) {
   W_TRY(lh_store_open(db, &s, &e));
   W_TRY(write_groups(s, whole, first, steps * GROUPS_PER_STEP, rank, R));
   if (first > 0) {
-    /* The whole model and moments of the 4-shard job, sliced for this P. */
-    lh_model *from = NULL;
+    /* This P's shard of the 4-shard job's whole model and moments. */
     snprintf(ckpt, sizeof ckpt, "%s/../ckpt4", dir);
-    W_TRY(lh_learner_ckpt_load_latest(ckpt, lh_backend_cpu(), &from, &st, resumed_from, &e));
-    rc = lh_model_new_shard_uninit(&mc, lh_backend_cpu(), rank % P, P, &m, &e);
-    if (!rc) rc = lh_model_enable_training(m);
-    if (!rc) rc = lh_learner_experts_slice(from, m, &e);
-    lh_model_free(from);
-    W_TRY(rc);
+    W_TRY(lh_learner_ckpt_load_latest_shard(ckpt, lh_backend_cpu(), rank % P, P, &m, &st, resumed_from, &e));
   } else {
     W_TRY(lh_model_new_shard(&mc, lh_backend_cpu(), rank % P, P, &m, &e));
   }
@@ -230,23 +279,43 @@ static int worker(int P, int first, int steps, const char *dir) {
     printf("rank %d step %d: loss=%.9g tokens=%zu exchange bytes=%llu rounds=%llu\n", rank, sk, ts.loss, ts.tokens,
            (unsigned long long)tr.bytes, (unsigned long long)tr.rounds);
   }
-  /* The checkpoint round trip: gathered to rank 0, written, read back by
-   * every rank and sliced: the shard's weights and moments, bit for bit. */
+  /* The checkpoint round trip: rank 0 writes the whole model while the
+   * group's other ranks send it their pieces, then every rank reads its
+   * shard back: the shard's weights and moments, bit for bit. Neither
+   * holds more than a piece besides its shard: the heap's peak over what
+   * stays after each is under one whole model's parameters. */
   lh_learner_trainer_state(t, &st);
   W_TRY(lh_learner_trainer_gather_done(t, &e));
-  W_TRY(lh_learner_experts_gather(lh_learner_trainer_experts(t), m, 1, &gathered, &e));
+  /* One that cannot be written (its ckpt_dir under a file): rank 0 says
+   * why, the group's other ranks serve it to the end and go on. */
+  snprintf(ckpt, sizeof ckpt, "%s/not-a-dir", dir);
+  if (rank == 0 && write_floats(ckpt, &(float){0}, 1)) fprintf(stderr, "rank 0: cannot write %s\n", ckpt);
+  strncat(ckpt, "/ckpt", sizeof ckpt - strlen(ckpt) - 1);
+  rc = lh_learner_ckpt_save_group(ckpt, m, lh_learner_trainer_experts(t), &st, t, NULL, &e);
+  if ((rank == 0) != (rc != 0) || rc == LH_ELEARNER_COMM) {
+    fprintf(stderr, "rank %d: a checkpoint into %s returned %d: %s\n", rank, ckpt, rc, rc ? e.msg : "no error");
+    rc = 1;
+    goto out;
+  }
+  rc = 0;
   snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
-  if (rank == 0) W_TRY(lh_learner_ckpt_save(ckpt, gathered, &st, t, NULL, &e));
+  long long whole_bytes = (long long)(lh_model_whole_floats(m) * sizeof(float));
+  heap_mark();
+  W_TRY(lh_learner_ckpt_save_group(ckpt, m, lh_learner_trainer_experts(t), &st, t, NULL, &e));
+  long long save_heap = heap_peak_over_live();
   W_TRY(lh_learner_comm_barrier(comm, &e));
   {
-    lh_model *from = NULL;
     lh_learner_state st2;
-    W_TRY(lh_learner_ckpt_load_latest(ckpt, lh_backend_cpu(), &from, &st2, NULL, &e));
-    rc = lh_model_new_shard_uninit(&mc, lh_backend_cpu(), rank % P, P, &back, &e);
-    if (!rc) rc = lh_model_enable_training(back);
-    if (!rc) rc = lh_learner_experts_slice(from, back, &e);
-    lh_model_free(from);
-    W_TRY(rc);
+    heap_mark();
+    W_TRY(lh_learner_ckpt_load_latest_shard(ckpt, lh_backend_cpu(), rank % P, P, &back, &st2, NULL, &e));
+    long long load_heap = heap_peak_over_live();
+    printf("rank %d: checkpoint heap beyond what stays: save %lld bytes, load %lld bytes (one whole model's "
+           "parameters %lld bytes)\n", rank, save_heap, load_heap, whole_bytes);
+    if (save_heap >= whole_bytes || load_heap >= whole_bytes) {
+      fprintf(stderr, "rank %d: a checkpoint held a whole model's bytes beyond its shard\n", rank);
+      rc = 1;
+      goto out;
+    }
     if (memcmp(lh_model_params(back), lh_model_params(m), nf * sizeof(float)) ||
         memcmp(lh_model_moment1(back), lh_model_moment1(m), nf * sizeof(float)) ||
         memcmp(lh_model_moment2(back), lh_model_moment2(m), nf * sizeof(float))) {
@@ -258,14 +327,19 @@ static int worker(int P, int first, int steps, const char *dir) {
   printf("rank %d: checkpoint round trip exact\n", rank);
   {
     /* The weights actors get: gathered straight into the file's bytes,
-     * the same bytes as the gathered whole model's. */
+     * the same bytes as the checkpoint's model.safetensors. */
     unsigned char *bytes = NULL, *ref = NULL;
     size_t n = 0, n_ref = 0;
     W_TRY(lh_learner_experts_gather_bytes(lh_learner_trainer_experts(t), m, &bytes, &n, &e));
     if (rank == 0) {
-      rc = lh_model_serialize(gathered, &ref, &n_ref);
+      char latest[LH_LEARNER_TEXT_BYTES];
+      rc = lh_learner_ckpt_latest_dir(ckpt, latest, &e);
+      snprintf(path, sizeof path, "%s/model.safetensors", latest);
+      FILE *f = rc ? NULL : fopen(path, "rb");
+      if (f && (ref = malloc(n + 1))) n_ref = fread(ref, 1, n + 1, f);
+      if (f) fclose(f);
       if (!rc && (n != n_ref || memcmp(bytes, ref, n))) {
-        fprintf(stderr, "rank 0: the published bytes are not the whole model's\n");
+        fprintf(stderr, "rank 0: the published bytes are not the checkpoint's model\n");
         rc = 1;
       }
     }
@@ -274,7 +348,7 @@ static int worker(int P, int first, int steps, const char *dir) {
   }
 out:
   lh_learner_trainer_free(t);
-  lh_model_free(m), lh_model_free(whole), lh_model_free(back), lh_model_free(gathered);
+  lh_model_free(m), lh_model_free(whole), lh_model_free(back);
   lh_store_close(s);
   if (rc) lh_learner_comm_abort(comm, 1);
   lh_learner_comm_close(comm);
@@ -415,12 +489,15 @@ START_TEST(test_shard_is_the_slice) {
   lh_errbuf e;
   lh_model *whole = NULL, *shard = NULL;
   ck_assert_int_eq(lh_model_new(&mc, lh_backend_cpu(), &whole, &e), 0);
+  /* Each shard read from the whole model's file is that slice too. */
+  char dir[] = "/tmp/lh_epslice_XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_msg(lh_model_save(whole, dir, &e) == 0, "%s", e.msg);
   for (int P = 2; P <= 8; P *= 2) {
     for (int s = 0; s < P; s++) {
       ck_assert_msg(lh_model_new_shard(&mc, lh_backend_cpu(), s, P, &shard, &e) == 0, "%s", e.msg);
       lh_model *back = NULL;
-      ck_assert_int_eq(lh_model_new_shard_uninit(&mc, lh_backend_cpu(), s, P, &back, &e), 0);
-      ck_assert_msg(lh_learner_experts_slice(whole, back, &e) == 0, "%s", e.msg);
+      ck_assert_msg(lh_model_load_shard(dir, lh_backend_cpu(), s, P, &back, &e) == 0, "%s", e.msg);
       ck_assert_int_eq(memcmp(lh_model_params(back), lh_model_params(shard), lh_model_n_floats(shard) * 4), 0);
       int w1 = lh_model_find(shard, "layers.0.moe.w1");
       ck_assert_int_eq(lh_model_tensor_at(shard, w1)->shape[0], mc.experts / P);
@@ -447,6 +524,9 @@ START_TEST(test_shard_is_the_slice) {
   ck_assert_int_ne(lh_model_new_shard(&mc, lh_backend_cpu(), 0, 3, &shard, &e), 0);
   ck_assert_ptr_nonnull(strstr(e.msg, "multiple"));
   lh_model_free(whole);
+  char cmd[96];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
