@@ -168,16 +168,25 @@ static void expert_backward(const void *mctx, int e, int o, int c, const groupin
   const lh_real *h1 = H1 + of, *h3 = H3 + of;
   lh_real *a = A + of, *d1 = dH1 + of, *d3 = dH3 + of;
   gather_rows(X + orr, z, gr->order + o, c, k, r);
+  /* sigmoid(H1) once, kept in dH3 until dA is known (the division in it
+   * was most of these loops' time). */
   if (dw2) {
 #pragma omp simd
-    for (size_t i = 0; i < cf; i++) a[i] = h1[i] * lh_sigmoid(h1[i]) * h3[i];
+    for (size_t i = 0; i < cf; i++) {
+      lh_real s = lh_sigmoid(h1[i]);
+      d3[i] = s;
+      a[i] = h1[i] * s * h3[i];
+    }
     lh_cpu_mm(mctx, 1, 0, r, f, c, 1, dY + orr, r, a, f, 1, dw2 + (size_t)e * r * f, f);
+  } else {
+#pragma omp simd
+    for (size_t i = 0; i < cf; i++) d3[i] = lh_sigmoid(h1[i]);
   }
   /* dA into dH1, then split into the two branches in place. */
   lh_cpu_mm(mctx, 0, 0, c, f, r, 1, dY + orr, r, w2e, f, 0, d1, f);
 #pragma omp simd
   for (size_t i = 0; i < cf; i++) {
-    lh_real s = lh_sigmoid(h1[i]), dA = d1[i];
+    lh_real s = d3[i], dA = d1[i];
     d3[i] = dA * h1[i] * s;
     d1[i] = dA * h3[i] * s * (1 + h1[i] * (1 - s));
   }
