@@ -48,7 +48,7 @@ typedef struct {
 
 /* Fills pre for rows [t0, t0+L) of head h (q, k, g point at the head's
  * first column, row stride D). */
-static void chunk_prepare(chunk_pre *b, const lh_real *q, const lh_real *k, const lh_real *g,
+LH_VEC_CLONES static void chunk_prepare(chunk_pre *b, const lh_real *q, const lh_real *k, const lh_real *g,
                           size_t D, int t0, int L, int dk) {
   /* Row by row, each a vector loop over the channels (no branch inside). */
   const lh_real *g0 = g + (size_t)t0 * D;

@@ -72,6 +72,18 @@ int LH_CPU(logprob_forward)(void *ctx, lh_real *logp, lh_real *entropy, const lh
   return LH_OK;
 }
 
+/* dx += -dl p - de p (lp + h) over one row (p = exp(lp), lp = x - m - lse),
+ * cloned for AVX2 (LH_VEC_CLONES): elementwise, the same bits in either
+ * copy. */
+LH_VEC_CLONES static void row_grad(lh_real *dx, const lh_real *x, int V, lh_real m, lh_real lse,
+                                   lh_real dl, lh_real de, lh_real h) {
+#pragma omp simd
+  for (int v = 0; v < V; v++) {
+    lh_real lp = x[v] - m - lse, p = LH_EXP(lp);
+    dx[v] += -dl * p - de * p * (lp + h);
+  }
+}
+
 /* d logp_t / dx_v = [v == t] - p_v; d H / dx_v = -p_v (log p_v + H). */
 int LH_CPU(logprob_backward)(void *ctx, lh_real *dlogits, const lh_real *dlogp,
                              const lh_real *dentropy, const lh_real *logits,
@@ -88,11 +100,7 @@ int LH_CPU(logprob_backward)(void *ctx, lh_real *dlogits, const lh_real *dlogp,
     lh_real m, lse, h = 0;
     lh_real dl = targets[n] >= 0 ? dlogp[n] : 0, de = dentropy ? dentropy[n] : 0;
     row_lse(x, V, &m, &lse, de != 0 ? &h : NULL);
-#pragma omp simd
-    for (int v = 0; v < V; v++) {
-      lh_real lp = x[v] - m - lse, p = LH_EXP(lp);
-      dx[v] += -dl * p - de * p * (lp + h);
-    }
+    row_grad(dx, x, V, m, lse, dl, de, h);
     if (targets[n] >= 0) dx[targets[n]] += dl;
   }
   return LH_OK;
