@@ -194,7 +194,7 @@ int LH_CPU(attn_chunked_forward)(void *ctx, lh_real *out, lh_real *state_out,
  *   dq = dQt exp(G), dk = dKt exp(-G) + dKb exp(G_last - G),
  *   dG_i = dQt Qt - dKt Kt - dKb Kb (elementwise), and G_last also gets
  *   sum_i dKb Kb + exp(G_last) rowsum(dS * S0); dg is the reverse cumsum. */
-static void chunk_backward(const chunk_pre *b, chunk_grad *w, lh_real *dS, const lh_real *S0,
+LH_VEC_CLONES static void chunk_backward(const chunk_pre *b, chunk_grad *w, lh_real *dS, const lh_real *S0,
                            lh_real *dq, lh_real *dk_, lh_real *dv, lh_real *dg,
                            const lh_real *dout, const lh_real *v, size_t D, int s, int L,
                            int dk) {
