@@ -48,13 +48,16 @@ typedef struct {
 
 /* Fills pre for rows [t0, t0+L) of head h (q, k, g point at the head's
  * first column, row stride D). */
-static void chunk_prepare(chunk_pre *b, const lh_real *q, const lh_real *k, const lh_real *g,
+LH_VEC_CLONES static void chunk_prepare(chunk_pre *b, const lh_real *q, const lh_real *k, const lh_real *g,
                           size_t D, int t0, int L, int dk) {
-  for (int i = 0; i < L; i++) {
-    const lh_real *gi = g + (size_t)(t0 + i) * D;
+  /* Row by row, each a vector loop over the channels (no branch inside). */
+  const lh_real *g0 = g + (size_t)t0 * D;
+  for (int c = 0; c < dk; c++) b->G[c] = g0[c];
+  for (int i = 1; i < L; i++) {
+    const lh_real *gi = g + (size_t)(t0 + i) * D, *prev = b->G + (size_t)(i - 1) * dk;
+    lh_real *Gi = b->G + (size_t)i * dk;
 #pragma omp simd
-    for (int c = 0; c < dk; c++)
-      b->G[i * dk + c] = (i ? b->G[(i - 1) * dk + c] : 0) + gi[c];
+    for (int c = 0; c < dk; c++) Gi[c] = prev[c] + gi[c];
   }
   size_t n = (size_t)L * dk;
 #pragma omp simd
@@ -99,8 +102,11 @@ static void head_forward(lh_real *pre_mem, int keep, lh_real *out, lh_real *S,
       LH_MM(0, 0, L, dk, dk, 1, b.Qt, dk, S, dk, 0, O, (int)D);
       LH_MM(0, 0, L, dk, L, 1, b.A, L, V, (int)D, 1, O, (int)D);
     }
-    for (int i = 0; i < dk; i++)
-      for (int j = 0; j < dk; j++) S[i * dk + j] *= b.Gl[i];
+    for (int i = 0; i < dk; i++) {
+      lh_real gl = b.Gl[i];
+#pragma omp simd
+      for (int j = 0; j < dk; j++) S[i * dk + j] *= gl;
+    }
     LH_MM(1, 0, dk, dk, L, 1, b.Kb, dk, V, (int)D, 1, S, dk);
   }
 }
@@ -188,7 +194,7 @@ int LH_CPU(attn_chunked_forward)(void *ctx, lh_real *out, lh_real *state_out,
  *   dq = dQt exp(G), dk = dKt exp(-G) + dKb exp(G_last - G),
  *   dG_i = dQt Qt - dKt Kt - dKb Kb (elementwise), and G_last also gets
  *   sum_i dKb Kb + exp(G_last) rowsum(dS * S0); dg is the reverse cumsum. */
-static void chunk_backward(const chunk_pre *b, chunk_grad *w, lh_real *dS, const lh_real *S0,
+LH_VEC_CLONES static void chunk_backward(const chunk_pre *b, chunk_grad *w, lh_real *dS, const lh_real *S0,
                            lh_real *dq, lh_real *dk_, lh_real *dv, lh_real *dg,
                            const lh_real *dout, const lh_real *v, size_t D, int s, int L,
                            int dk) {
@@ -208,28 +214,55 @@ static void chunk_backward(const chunk_pre *b, chunk_grad *w, lh_real *dS, const
 #pragma omp simd
   for (int e = 0; e < L * dk; e++)
     w->dG[e] = w->dQt[e] * b->Qt[e] - w->dKt[e] * b->Kt[e] - w->dKb[e] * b->Kb[e];
-  for (int i = 0; i < L; i++)
-    for (int c = 0; c < dk; c++) dGl[c] += w->dKb[i * dk + c] * b->Kb[i * dk + c];
+  for (int i = 0; i < L; i++) {
+    const lh_real *dkb = w->dKb + (size_t)i * dk, *kb = b->Kb + (size_t)i * dk;
+#pragma omp simd
+    for (int c = 0; c < dk; c++) dGl[c] += dkb[c] * kb[c];
+  }
   for (int c = 0; c < dk; c++) {
     lh_real acc = 0;
     for (int j = 0; j < dk; j++) acc += dS[c * dk + j] * S0[c * dk + j];
     dGl[c] += b->Gl[c] * acc;
   }
-  for (int c = 0; c < dk; c++)
-    for (int j = 0; j < dk; j++) dS[c * dk + j] *= b->Gl[c];
+  for (int c = 0; c < dk; c++) {
+    lh_real gl = b->Gl[c];
+#pragma omp simd
+    for (int j = 0; j < dk; j++) dS[c * dk + j] *= gl;
+  }
   LH_MM(1, 0, dk, dk, L, 1, b->Qt, dk, dO, ld, 1, dS, dk);
   /* Reverse cumulative sum of dG gives dg. */
-  for (int i = L - 2; i >= 0; i--)
-    for (int c = 0; c < dk; c++) w->dG[i * dk + c] += w->dG[(i + 1) * dk + c];
-  for (int i = 0; i < L; i++) {
-    size_t o = (size_t)(s + i) * D;
+  for (int i = L - 2; i >= 0; i--) {
+    lh_real *dGi = w->dG + (size_t)i * dk;
+    const lh_real *next = dGi + dk;
 #pragma omp simd
-    for (int c = 0; c < dk; c++) {
-      int e = i * dk + c;
-      if (dq) dq[o + c] += w->dQt[e] * b->eG[e];
-      if (dk_) dk_[o + c] += (w->dKt[e] + w->dKb[e] * b->Gl[c]) * b->eGi[e];
-      if (dv) dv[o + c] += w->dV[e];
-      if (dg) dg[o + c] += w->dG[e];
+    for (int c = 0; c < dk; c++) dGi[c] += next[c];
+  }
+  /* Each output in a loop of its own: vector loops without branches. */
+  for (int i = 0; i < L; i++) {
+    size_t o = (size_t)(s + i) * D, e = (size_t)i * dk;
+    if (dq) {
+      lh_real *d = dq + o;
+      const lh_real *x = w->dQt + e, *y = b->eG + e;
+#pragma omp simd
+      for (int c = 0; c < dk; c++) d[c] += x[c] * y[c];
+    }
+    if (dk_) {
+      lh_real *d = dk_ + o;
+      const lh_real *x = w->dKt + e, *x2 = w->dKb + e, *y = b->eGi + e;
+#pragma omp simd
+      for (int c = 0; c < dk; c++) d[c] += (x[c] + x2[c] * b->Gl[c]) * y[c];
+    }
+    if (dv) {
+      lh_real *d = dv + o;
+      const lh_real *x = w->dV + e;
+#pragma omp simd
+      for (int c = 0; c < dk; c++) d[c] += x[c];
+    }
+    if (dg) {
+      lh_real *d = dg + o;
+      const lh_real *x = w->dG + e;
+#pragma omp simd
+      for (int c = 0; c < dk; c++) d[c] += x[c];
     }
   }
 }

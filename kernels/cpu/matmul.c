@@ -26,7 +26,10 @@ int LH_CPU(matmul_backward)(void *ctx, lh_real *dinp, lh_real *dweight, lh_real 
   if (dinp) lh_cpu_mm(ctx, 0, 0, N, IN, OUT, 1, dout, OUT, weight, IN, 1, dinp, IN);
   if (dweight) lh_cpu_mm(ctx, 1, 0, OUT, IN, N, 1, dout, OUT, inp, IN, 1, dweight, IN);
   if (dbias)
-    for (int n = 0; n < N; n++)
-      for (int o = 0; o < OUT; o++) dbias[o] += dout[(size_t)n * OUT + o];
+    for (int n = 0; n < N; n++) {
+      const lh_real *row = dout + (size_t)n * OUT;
+#pragma omp simd
+      for (int o = 0; o < OUT; o++) dbias[o] += row[o];
+    }
   return LH_OK;
 }

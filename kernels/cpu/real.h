@@ -71,6 +71,19 @@ static inline void lh_cpu_mm(const void *ctx, int ta, int tb, int M, int N, int 
   }
 }
 
+/* On x86-64 with gcc, a function so marked is compiled twice, for AVX2 and
+ * for the baseline, and the loader picks the copy the CPU can run: for the
+ * elementwise loops around an exponential, twice the vector lanes. Without
+ * FMA contraction (ISO C mode) both copies do the same IEEE operations in
+ * the same order per element, so they give the same bits; a function with
+ * a vector reduction must not be marked (its lanes set the order). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define LH_VEC_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define LH_VEC_CLONES
+#endif
+
 static inline lh_real lh_sigmoid(lh_real x) {
   return (lh_real)1 / ((lh_real)1 + LH_EXP(-x));
 }

@@ -84,6 +84,18 @@ static inline int lh_cpu_team(const void *ctx, size_t units) {
   return t;
 }
 
+/* [*i0, *i1): the calling team member's contiguous share of n elements
+ * (all of them outside a region). */
+static inline void lh_cpu_member_block(size_t n, size_t *i0, size_t *i1) {
+#ifdef _OPENMP
+  size_t i = (size_t)omp_get_thread_num(), m = (size_t)omp_get_num_threads();
+#else
+  size_t i = 0, m = 1;
+#endif
+  *i0 = n / m * i + (i < n % m ? i : n % m);
+  *i1 = *i0 + n / m + (i < n % m);
+}
+
 /* One block of at least bytes for the duration of a kernel call: from the
  * arena when ctx has one (*owned = NULL), else malloc'd (*owned = it; the
  * caller frees *owned). NULL when out of memory. */

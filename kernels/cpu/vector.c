@@ -1,7 +1,9 @@
 /* Vector helpers: scaling, axpy, and double-accumulated dot products and
  * sums of squares (gradient norms, residual-scalar gradients). scale and
- * axpy are elementwise on the team; the sums stay on the calling thread, in
- * order, so they do not depend on the team's size. */
+ * axpy are elementwise on the team; the sums stay on the calling thread
+ * (the dot product in vector lanes whose order the code alone fixes, the
+ * sum of squares in element order), so they do not depend on the team's
+ * size. */
 #include "kernels/cpu/real.h"
 
 int LH_CPU(scale)(void *ctx, lh_real *x, size_t n, float s) {
@@ -26,6 +28,7 @@ int LH_CPU(dot)(void *ctx, double *out, const lh_real *x, const lh_real *y, size
   (void)ctx;
   if (!out || (n && (!x || !y))) return LH_EKERNELS_NULL_ARG;
   double acc = 0;
+#pragma omp simd reduction(+ : acc)
   for (size_t i = 0; i < n; i++) acc += (double)x[i] * y[i];
   *out = acc;
   return LH_OK;
