@@ -107,7 +107,9 @@ void lh_envs_budget_free(lh_envs_budget *b);
 const lh_envserver_config *lh_envs_budget_config(const lh_envs_budget *b);
 /* The peer with this routing id, added when new; NULL when max_sessions +
  * 1024 peers are known and none can be forgotten (or out of memory). Valid
- * until the next lh_envs_budget_peer or a sweep that does not keep it. */
+ * until the next lh_envs_budget_peer or a sweep that does not keep it.
+ * Called once per message received: the sessions it names are used at
+ * the time of this call. */
 lh_envs_peer *lh_envs_budget_peer(lh_envs_budget *b, const void *id, size_t bytes);
 size_t lh_envs_budget_peers(const lh_envs_budget *b);
 /* The peer's routing id escaped for a log line. */
@@ -118,7 +120,8 @@ int lh_envs_budget_admit(lh_envs_budget *b, const lh_envs_peer *p, uint64_t byte
 /* Adds env (owned from now on) as p's session; *id gets its id. */
 int lh_envs_budget_add(lh_envs_budget *b, lh_envs_peer *p, lh_env *env, uint64_t bytes, uint64_t request_id,
                        uint64_t *id, lh_errbuf *err);
-/* p's session id (NULL when gone or another's), marked used now;
+/* p's session id (NULL when gone or another's), marked used when its
+ * message came (the last lh_envs_budget_peer);
  * *last_request points at its newest request id, *last_batch at the
  * number of the last batch frame that named it (the server's count; 0:
  * none), so that a session named twice in one batch is seen. */
