@@ -288,7 +288,7 @@ int lh_envs_conn_send(lh_envs_conn *c, Longhaul__EnvRequest *req, int timeout_ms
   *generation = c->generation;
   queued *q = &c->queued[c->queued_count];
   q->item = c->packed.len;
-  if (lh_envs_bytes_put_message(&c->packed, 1, &req->base, &q->msg) < 0)
+  if (lh_envs_bytes_put_request(&c->packed, 1, req, &q->msg) < 0)
     return lh_errbuf_set(err, LH_ENOMEM, "env hub: out of memory packing a request");
   q->end = c->packed.len;
   /* What lh_wire_encode refuses: a frame no receiver takes. */

@@ -48,10 +48,12 @@ typedef struct {
 /* Room for more bytes past len: 0 or LH_ENOMEM. */
 int lh_envs_bytes_reserve(lh_envs_bytes *b, size_t more);
 void lh_envs_bytes_free(lh_envs_bytes *b);  /* accepts NULL; b is empty after */
-/* Appends msg packed as field number `field` of the message being
- * written (its key, its length, its bytes); *at (when not NULL) gets the
- * offset of its bytes. 0 or LH_ENOMEM. */
-int lh_envs_bytes_put_message(lh_envs_bytes *b, uint32_t field, const ProtobufCMessage *msg, size_t *at);
+/* Appends a request or a response packed as field number `field` of the
+ * message being written (its key, its length, its bytes); *at (when not
+ * NULL) gets the offset of its bytes. 0 or LH_ENOMEM. Packed without
+ * protobuf-c's second sizing pass (envpack.c); the bytes are protobuf-c's. */
+int lh_envs_bytes_put_request(lh_envs_bytes *b, uint32_t field, const Longhaul__EnvRequest *q, size_t *at);
+int lh_envs_bytes_put_response(lh_envs_bytes *b, uint32_t field, const Longhaul__EnvResponse *r, size_t *at);
 /* Appends bytes already packed as field number `field`. */
 int lh_envs_bytes_put_bytes(lh_envs_bytes *b, uint32_t field, const void *data, size_t bytes);
 /* Appends an Envelope's protocol (LH_WIRE_PROTOCOL), msg_id and sender;
