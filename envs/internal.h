@@ -80,10 +80,10 @@ void lh_envs_conn_drop(lh_envs_conn *c);
 /* Sends req with a fresh request_id; *generation names the socket it went on. */
 int lh_envs_conn_send(lh_envs_conn *c, Longhaul__EnvRequest *req, int timeout_ms, uint64_t *generation,
                       lh_errbuf *err);
-/* Waits until deadline_ns for the answer to request id: *resp points
- * into *hold, which the caller releases (lh_envs_answer_release). A
- * timeout drops the connection. */
-int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, int64_t deadline_ns,
+/* Waits for the answer to request id, at most timeout_ms once none is
+ * ready: *resp points into *hold, which the caller releases
+ * (lh_envs_answer_release). A timeout drops the connection. */
+int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, long timeout_ms,
                       lh_envs_answer **hold, Longhaul__EnvResponse **resp, lh_errbuf *err);
 /* The server's batch bounds as its answers on this socket gave them; 0
  * while it has given none (an older server: one request a frame). */
