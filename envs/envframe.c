@@ -43,15 +43,6 @@ static void put_key_len(lh_envs_bytes *b, uint32_t field, size_t len) {
   b->len += put_varint(b->data + b->len, len);
 }
 
-int lh_envs_bytes_put_message(lh_envs_bytes *b, uint32_t field, const ProtobufCMessage *msg, size_t *at) {
-  size_t n = protobuf_c_message_get_packed_size(msg);
-  if (lh_envs_bytes_reserve(b, n + 20) < 0) return LH_ENOMEM;
-  put_key_len(b, field, n);
-  if (at) *at = b->len;
-  b->len += protobuf_c_message_pack(msg, b->data + b->len);
-  return 0;
-}
-
 int lh_envs_bytes_put_bytes(lh_envs_bytes *b, uint32_t field, const void *data, size_t bytes) {
   if (lh_envs_bytes_reserve(b, bytes + 20) < 0) return LH_ENOMEM;
   put_key_len(b, field, bytes);

@@ -214,7 +214,7 @@ static int next_frame(lh_envs_conn *c, size_t first, size_t *next, lh_errbuf *er
 static int flush(lh_envs_conn *c, lh_errbuf *err) {
   if (c->queued_count == 0) return 0;
   int sent = zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) == 0;
-  int64_t send_deadline = lh_now_ns() + (int64_t)c->queued_timeout_ms * 1000000;
+  int64_t send_deadline = sent ? 0 : lh_now_ns() + (int64_t)c->queued_timeout_ms * 1000000;
   while (!sent && !stopping(c)) {
     int64_t left_ms = (send_deadline - lh_now_ns()) / 1000000;
     if (left_ms <= 0) break;
@@ -288,7 +288,7 @@ int lh_envs_conn_send(lh_envs_conn *c, Longhaul__EnvRequest *req, int timeout_ms
   *generation = c->generation;
   queued *q = &c->queued[c->queued_count];
   q->item = c->packed.len;
-  if (lh_envs_bytes_put_message(&c->packed, 1, &req->base, &q->msg) < 0)
+  if (lh_envs_bytes_put_request(&c->packed, 1, req, &q->msg) < 0)
     return lh_errbuf_set(err, LH_ENOMEM, "env hub: out of memory packing a request");
   q->end = c->packed.len;
   /* What lh_wire_encode refuses: a frame no receiver takes. */
@@ -400,7 +400,7 @@ static int read_message(lh_envs_conn *c, uint64_t want, lh_envs_answer **hold, L
   return rc;
 }
 
-int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, int64_t deadline_ns,
+int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, long timeout_ms,
                       lh_envs_answer **hold, Longhaul__EnvResponse **resp, lh_errbuf *err) {
   *hold = NULL;
   *resp = NULL;
@@ -420,6 +420,7 @@ int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, int64_t
       return 0;
     }
   LH_TRY(flush(c, err));
+  int64_t deadline_ns = 0;
   for (;;) {
     int rc = read_message(c, id, hold, resp, err);
     if (rc < 0) {
@@ -436,6 +437,9 @@ int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, int64_t
       return lh_errbuf_set(err, LH_EINTERRUPTED, "env server %s: stopped waiting (the process is stopping)",
                            c->endpoint);
     }
+    /* The clock is read only once the answer has to be waited for: a
+     * batch's answers mostly come parked, or in the message just read. */
+    if (!deadline_ns) deadline_ns = lh_now_ns() + (int64_t)timeout_ms * 1000000;
     int64_t left_ns = deadline_ns - lh_now_ns();
     if (left_ns <= 0) break;
     long left_ms = (long)((left_ns + 999999) / 1000000);

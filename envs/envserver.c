@@ -181,7 +181,7 @@ static int handle(server *sv, const Longhaul__EnvRequest *q, Longhaul__EnvRespon
 static void pack_answer(server *sv, Longhaul__EnvResponse *r) {
   size_t at = sv->answers.len;
   size_t room = LH_WIRE_DEFAULT_MAX_MESSAGE_BYTES - lh_envs_frame_overhead("envs-server");
-  if (lh_envs_bytes_put_message(&sv->answers, 1, &r->base, NULL) == 0 && sv->answers.len <= room) return;
+  if (lh_envs_bytes_put_response(&sv->answers, 1, r, NULL) == 0 && sv->answers.len <= room) return;
   sv->answers.len = at;
   char why[160];
   snprintf(why, sizeof why, "env server: the answer to request %llu does not fit its batch's frame (%u bytes)",
@@ -191,7 +191,7 @@ static void pack_answer(server *sv, Longhaul__EnvResponse *r) {
   bad.session_id = r->session_id;
   bad.status = LH_EWIRE_TOO_LARGE;
   bad.error = why;
-  if (lh_envs_bytes_put_message(&sv->answers, 1, &bad.base, NULL) < 0) sv->answers.len = at;
+  if (lh_envs_bytes_put_response(&sv->answers, 1, &bad, NULL) < 0) sv->answers.len = at;
 }
 
 static void refuse_message(uint64_t msg_id, int status, const char *why, uint8_t **out, size_t *bytes);

@@ -55,6 +55,7 @@ struct lh_envs_budget {
   size_t peer_n, peer_cap;
   _Atomic uint64_t reply_bytes;
   int64_t last_sweep_ns;
+  int64_t message_ns;              /* when the message in hand came (lh_envs_budget_peer) */
   /* refusals: counted, logged at most once per LH_ZSOCK_LOG_INTERVAL_NS */
   uint64_t refused, refused_since_log, idle_closed;
   int64_t refused_log_ns;
@@ -79,7 +80,7 @@ int lh_envs_budget_new(const lh_envserver_config *cfg, lh_envs_budget **out, lh_
       or_default(cfg->max_reply_bytes_per_client, LH_ENVSERVER_DEFAULT_REPLY_BYTES_PER_CLIENT);
   b->cfg.idle_timeout_ms = or_default(cfg->idle_timeout_ms, LH_ENVSERVER_DEFAULT_IDLE_TIMEOUT_MS);
   b->cfg.max_batch = (uint32_t)or_default(cfg->max_batch, LH_ENVS_BATCH_MAX);
-  b->last_sweep_ns = lh_now_ns();
+  b->last_sweep_ns = b->message_ns = lh_now_ns();
   *out = b;
   return 0;
 }
@@ -130,6 +131,7 @@ static void forget_idle_peers(lh_envs_budget *b, const lh_envs_peer *keep) {
 
 lh_envs_peer *lh_envs_budget_peer(lh_envs_budget *b, const void *id, size_t bytes) {
   if (bytes > ID_BYTES) return NULL;
+  b->message_ns = lh_now_ns();  /* one clock read a message, not one a request */
   size_t i = peer_locate(b, id, bytes);
   if (i < b->peer_n && id_cmp(b->peers[i], id, bytes) == 0) return b->peers[i];
   size_t most = (size_t)b->cfg.max_sessions + SPARE_PEERS;
@@ -274,7 +276,7 @@ lh_env *lh_envs_budget_session(lh_envs_budget *b, const lh_envs_peer *p, uint64_
                                uint64_t **last_batch) {
   size_t i = locate(b, id);
   if (i >= b->n || b->s[i].id != id || b->s[i].owner != p) return NULL;
-  b->s[i].last_used_ns = lh_now_ns();
+  b->s[i].last_used_ns = b->message_ns;
   *last_request = &b->s[i].last_request;
   *last_batch = &b->s[i].last_batch;
   return b->s[i].env;

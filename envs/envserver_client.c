@@ -24,7 +24,6 @@ typedef struct {
   uint64_t session_id, session_generation;  /* valid while the connection's generation */
   uint64_t pending_id, pending_generation;  /* request in flight, 0 when none */
   Longhaul__EnvOp pending_op;
-  int64_t deadline_ns;
   int32_t last_status;          /* the server's status in the last answer */
   lh_envs_answer *last;         /* the answer frame the current views point into */
   lh_env_image *images;
@@ -55,7 +54,6 @@ static int send_request(server_env *s, Longhaul__EnvRequest *req, lh_errbuf *err
   if (rc < 0) return rc;
   s->pending_id = req->request_id;
   s->pending_op = req->op;
-  s->deadline_ns = lh_now_ns() + (int64_t)s->timeout_ms * 1000000;
   return 0;
 }
 
@@ -70,7 +68,7 @@ static int wait_response(server_env *s, Longhaul__EnvResponse **resp, lh_errbuf 
   lh_envs_answer *hold;
   Longhaul__EnvResponse *r;
   lh_errbuf werr;
-  int rc = lh_envs_conn_wait(s->conn, id, s->pending_generation, s->deadline_ns, &hold, &r, &werr);
+  int rc = lh_envs_conn_wait(s->conn, id, s->pending_generation, s->timeout_ms, &hold, &r, &werr);
   if (rc == LH_EENVS_SERVER_TIMEOUT)
     return lh_errbuf_set(err, rc,
                          "env server %s did not answer %s within %ld ms (crashed or hung?); the "

@@ -48,10 +48,12 @@ typedef struct {
 /* Room for more bytes past len: 0 or LH_ENOMEM. */
 int lh_envs_bytes_reserve(lh_envs_bytes *b, size_t more);
 void lh_envs_bytes_free(lh_envs_bytes *b);  /* accepts NULL; b is empty after */
-/* Appends msg packed as field number `field` of the message being
- * written (its key, its length, its bytes); *at (when not NULL) gets the
- * offset of its bytes. 0 or LH_ENOMEM. */
-int lh_envs_bytes_put_message(lh_envs_bytes *b, uint32_t field, const ProtobufCMessage *msg, size_t *at);
+/* Appends a request or a response packed as field number `field` of the
+ * message being written (its key, its length, its bytes); *at (when not
+ * NULL) gets the offset of its bytes. 0 or LH_ENOMEM. Packed without
+ * protobuf-c's second sizing pass (envpack.c); the bytes are protobuf-c's. */
+int lh_envs_bytes_put_request(lh_envs_bytes *b, uint32_t field, const Longhaul__EnvRequest *q, size_t *at);
+int lh_envs_bytes_put_response(lh_envs_bytes *b, uint32_t field, const Longhaul__EnvResponse *r, size_t *at);
 /* Appends bytes already packed as field number `field`. */
 int lh_envs_bytes_put_bytes(lh_envs_bytes *b, uint32_t field, const void *data, size_t bytes);
 /* Appends an Envelope's protocol (LH_WIRE_PROTOCOL), msg_id and sender;
@@ -78,10 +80,10 @@ void lh_envs_conn_drop(lh_envs_conn *c);
 /* Sends req with a fresh request_id; *generation names the socket it went on. */
 int lh_envs_conn_send(lh_envs_conn *c, Longhaul__EnvRequest *req, int timeout_ms, uint64_t *generation,
                       lh_errbuf *err);
-/* Waits until deadline_ns for the answer to request id: *resp points
- * into *hold, which the caller releases (lh_envs_answer_release). A
- * timeout drops the connection. */
-int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, int64_t deadline_ns,
+/* Waits for the answer to request id, at most timeout_ms once none is
+ * ready: *resp points into *hold, which the caller releases
+ * (lh_envs_answer_release). A timeout drops the connection. */
+int lh_envs_conn_wait(lh_envs_conn *c, uint64_t id, uint64_t generation, long timeout_ms,
                       lh_envs_answer **hold, Longhaul__EnvResponse **resp, lh_errbuf *err);
 /* The server's batch bounds as its answers on this socket gave them; 0
  * while it has given none (an older server: one request a frame). */
@@ -107,7 +109,9 @@ void lh_envs_budget_free(lh_envs_budget *b);
 const lh_envserver_config *lh_envs_budget_config(const lh_envs_budget *b);
 /* The peer with this routing id, added when new; NULL when max_sessions +
  * 1024 peers are known and none can be forgotten (or out of memory). Valid
- * until the next lh_envs_budget_peer or a sweep that does not keep it. */
+ * until the next lh_envs_budget_peer or a sweep that does not keep it.
+ * Called once per message received: the sessions it names are used at
+ * the time of this call. */
 lh_envs_peer *lh_envs_budget_peer(lh_envs_budget *b, const void *id, size_t bytes);
 size_t lh_envs_budget_peers(const lh_envs_budget *b);
 /* The peer's routing id escaped for a log line. */
@@ -118,7 +122,8 @@ int lh_envs_budget_admit(lh_envs_budget *b, const lh_envs_peer *p, uint64_t byte
 /* Adds env (owned from now on) as p's session; *id gets its id. */
 int lh_envs_budget_add(lh_envs_budget *b, lh_envs_peer *p, lh_env *env, uint64_t bytes, uint64_t request_id,
                        uint64_t *id, lh_errbuf *err);
-/* p's session id (NULL when gone or another's), marked used now;
+/* p's session id (NULL when gone or another's), marked used when its
+ * message came (the last lh_envs_budget_peer);
  * *last_request points at its newest request id, *last_batch at the
  * number of the last batch frame that named it (the server's count; 0:
  * none), so that a session named twice in one batch is seen. */

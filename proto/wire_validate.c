@@ -18,6 +18,10 @@
 static long utf8_bad_offset(const unsigned char *s, size_t n) {
   size_t i = 0;
   while (i < n) {
+    /* ASCII, the common case, eight bytes at a time */
+    uint64_t w;
+    while (n - i >= 8 && (memcpy(&w, s + i, 8), (w & 0x8080808080808080ull) == 0)) i += 8;
+    if (i == n) break;
     unsigned c = s[i];
     size_t len;
     unsigned min;
@@ -128,6 +132,9 @@ static int check_terms(Longhaul__RewardTerm *const *terms, size_t n_terms,
   for (size_t i = 0; i < n_terms; i++) {
     const Longhaul__RewardTerm *t = terms[i];
     if (!t) return lh_errbuf_set(err, LH_EWIRE_MISSING, "%s.terms[%zu] is missing", path, i);
+    /* The field's name is written only for a term that fails: checked
+     * again under it, it fails the same way. */
+    if (check_name(t->name, lim->max_string_bytes, path, "", NULL) == 0 && isfinite(t->value)) continue;
     snprintf(field, sizeof field, "terms[%zu].name", i);
     LH_TRY(check_name(t->name, lim->max_string_bytes, path, field, err));
     snprintf(field, sizeof field, "terms[%zu].value", i);
@@ -432,10 +439,12 @@ static int check_env_response(const Longhaul__EnvResponse *r, const lh_wire_limi
                          path, r->status);
   LH_TRY(check_string(r->error, lim->max_text_bytes, path, "error", err));
   if (r->observation) {
-    char sub[64];
-    snprintf(sub, sizeof sub, "%s.observation", path);
-    LH_TRY(check_string(r->observation->text, lim->max_text_bytes, sub, "text", err));
-    LH_TRY(check_images(r->observation->images, r->observation->n_images, 0, lim, sub, err));
+    LH_TRY(check_string(r->observation->text, lim->max_text_bytes, path, "observation.text", err));
+    if (r->observation->n_images || r->observation->images) {
+      char sub[64];
+      snprintf(sub, sizeof sub, "%s.observation", path);
+      LH_TRY(check_images(r->observation->images, r->observation->n_images, 0, lim, sub, err));
+    }
   }
   LH_TRY(check_finite(r->reward, path, "reward", err));
   LH_TRY(check_terms(r->terms, r->n_terms, lim, path, err));
