@@ -358,7 +358,10 @@ static int advance(eval_run *r, int b, eval_slot *s, int32_t tok, lh_errbuf *err
   }
   size_t from = s->t->len - 1;  /* the sampled token has not been fed yet */
   LH_TRY(lh_actors_transcript_observation(s->t, &res.obs, err));
-  if (s->t->len >= (size_t)r->p->max_context) return start(r, b, s, err);
+  if (s->t->len >= (size_t)r->p->max_context) {
+    LH_TRY(show(r, s, "truncated", err));
+    return start(r, b, s, err);
+  }
   LH_TRY(feed(r, b, s, from, err));
   s->action_start = s->t->len;
   return 0;

@@ -285,6 +285,64 @@ START_TEST(test_loss_falls) {
 }
 END_TEST
 
+/* eval --show prints every episode that ends, whatever ended it: the
+ * environment, the action limit, or the context reached on an
+ * observation. A tiny model taught maze's moves for a few steps takes
+ * actions whose observations (a picture of 49 patches each) run past
+ * the contexts below. */
+START_TEST(test_eval_shows_every_end) {
+  lh_model *m = tiny_model(5);
+  lh_env_option opts[2] = {{"size", "3"}, {"cell_px", "8"}};
+  lh_env *envs[3];
+  lh_errbuf err = {0};
+  for (int i = 0; i < 3; i++) ck_assert_msg(lh_env_open("maze", opts, 2, &envs[i], &err) == 0, "%s", err.msg);
+  lh_learner_config cfg;
+  lh_learner_config_default(&cfg);
+  cfg.lr = 3e-3, cfg.warmup_steps = 5;
+  enum { B = 4, STEPS = 30 };
+  lh_actors_transcript *ts[B];
+  lh_learner_sft_episode eps[B];
+  for (int i = 0; i < B; i++) ts[i] = lh_actors_transcript_new(8, &err);
+  lh_learner_sft *s = NULL;
+  ck_assert_int_eq(lh_learner_sft_new(m, &cfg, STEPS, &s, &err), 0);
+  for (int step = 0; step < STEPS; step++) {
+    for (int i = 0; i < B; i++) {
+      ck_assert_int_eq(lh_actors_transcript_expert(envs[0], 1000 + (uint64_t)(step * B + i), ts[i], NULL, &err), 0);
+      eps[i] = (lh_learner_sft_episode){lh_actors_transcript_len(ts[i]), lh_actors_transcript_tokens(ts[i]),
+                                        lh_actors_transcript_mask(ts[i]), lh_actors_transcript_n_images(ts[i]),
+                                        lh_actors_transcript_images(ts[i])};
+    }
+    lh_learner_sft_stats st;
+    ck_assert_msg(lh_learner_sft_step(s, eps, B, &st, &err) == 0, "%s", err.msg);
+  }
+  uint64_t seeds[5] = {1, 2, 3, 4, 5};
+  lh_actors_eval_params p = {.max_action_tokens = 64, .show_count = 5};
+  int on_observation = 0;
+  for (uint64_t ctx = 120; ctx <= 400; ctx += 20) {
+    char *text = NULL;
+    size_t bytes = 0, wins = 0;
+    p.show = open_memstream(&text, &bytes), p.max_context = ctx;
+    ck_assert_msg(lh_actors_eval(m, envs, 3, seeds, 5, &p, &wins, &err) == 0, "%s", err.msg);
+    fclose(p.show);
+    int n = 0;
+    for (const char *q = text; (q = strstr(q, "-- seed ")); q++) {
+      n++;
+      const char *next = strstr(q + 1, "-- seed ");
+      size_t len = next ? (size_t)(next - q) : strlen(q);
+      on_observation += len > 7 && !strncmp(q + len - 7, "</obs>\n", 7);
+    }
+    ck_assert_msg(n == 5, "context %llu: %d of 5 episodes shown:\n%s", (unsigned long long)ctx, n, text);
+    free(text);
+  }
+  printf("eval show: %d episodes ended on an observation\n", on_observation);
+  ck_assert_int_gt(on_observation, 0);
+  for (int i = 0; i < B; i++) lh_actors_transcript_free(ts[i]);
+  for (int i = 0; i < 3; i++) lh_env_free(envs[i]);
+  lh_learner_sft_free(s);
+  lh_model_free(m);
+}
+END_TEST
+
 /* ---- the command through the real binary ---- */
 
 static int run(const char *cmd, char *out, size_t cap) {
@@ -469,6 +527,7 @@ int main(void) {
   tcase_add_test(tc, test_transcript_forget);
   tcase_add_test(tc, test_step_errors);
   tcase_add_test(tc, test_loss_falls);
+  tcase_add_test(tc, test_eval_shows_every_end);
   tcase_add_test(tc, test_cli);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
