@@ -23,6 +23,8 @@
 #define LAUNCH_EVENTS 6         /* the last events shown under the screen */
 #define LAUNCH_STEPS_MS 250     /* how often [fleet] steps is checked in the store */
 #define LAUNCH_WATCHDOG_MS 1000 /* how often the watchdog reads the store */
+#define LAUNCH_LIMIT_MS 5000    /* how often a Slurm job's time left is weighed against its stop */
+#define LAUNCH_LIMIT_READ_MS 60000 /* how often the job's time limit is asked of Slurm (it may change) */
 
 /* Counted by SIGINT/SIGTERM: the first starts the ordered shutdown, the
  * second kills whatever is left. The one state a handler touches. */
@@ -58,7 +60,7 @@ static const lh_cli_help HELP = {
         "store and the log folder are locked, so a second launch on either is refused (exit 2). Watchdog: no "
         "new train step, or no heartbeat of an actor, in the store for stall_timeout_s (900; 0 off) restarts "
         "that process; stuck again after that restart, the fleet fails (exit 1).\n\n"
-        "SIGINT/SIGTERM (or duration_s, or steps): ordered shutdown: SIGTERM to the actors (they abort open "
+        "SIGINT/SIGTERM (or duration_s, or steps, or a Slurm job's time limit drawing near): ordered shutdown: SIGTERM to the actors (they abort open "
         "episodes and flush their outboxes), then to the learner (SIGUSR1 to mpirun, which forwards it to "
         "every rank; it acks what is stored and writes a final checkpoint), then to the env server; what is "
         "not gone after stop_timeout_ms gets SIGKILL. A second signal kills at once.",
@@ -80,6 +82,10 @@ typedef struct {
   char reason[128];
   char failure[768];  /* the first failure, whole, for the last line on stderr */
   lh_launch_watchdog watchdog;
+  /* A Slurm job's time limit: when it was last read, its end (wall ms,
+   * 0: none), and whether the launcher said so. */
+  int64_t limit_read_ms, limit_end_ms;
+  int limit_said;
 } launcher;
 
 static int64_t now_ms(void) { return lh_now_ns() / 1000000; }
@@ -254,6 +260,48 @@ static void watchdog_step(launcher *L, int64_t now) {
                                                                 : f->fleet.stop_timeout_ms);
   lh_launch_child_signal(c, SIGTERM);
   lh_launch_child_signal(c, SIGCONT);
+}
+
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A Slurm job's time limit: the ordered shutdown begins once less time is
+ * left than it may take, which follows from the learner's measured steps
+ * (lh_launch_shutdown_ms), so that a long step and the final checkpoint
+ * finish before Slurm kills the job. The batch script's --signal, fixed
+ * when the job was submitted, is the backstop. */
+static void time_limit_step(launcher *L, int64_t now) {
+  lh_launch_fleet *f = L->f;
+  if (!L->limit_read_ms || now - L->limit_read_ms >= LAUNCH_LIMIT_READ_MS) {
+    L->limit_read_ms = now;
+    lh_errbuf err = {0};
+    int64_t end = 0;
+    if (lh_launch_slurm_end_ms(f, &end, &err) != 0) {
+      if (!L->limit_said) event(L, "slurm: cannot read the job's time limit (%s); its --signal stops it", err.msg);
+      L->limit_said = 1;
+      return;
+    }
+    if (end != L->limit_end_ms || !L->limit_said) {
+      if (end) event(L, "slurm: job=%s time limit in %lld s; the ordered stop begins when less is left than it may take",
+                     f->slurm.job_id, (long long)((end - wall_ms()) / 1000));
+      else event(L, "slurm: job=%s has no time limit", f->slurm.job_id);
+    }
+    L->limit_end_ms = end, L->limit_said = 1;
+  }
+  if (!L->limit_end_ms) return;
+  double step_ms = 0;
+  uint64_t learner_ms = lh_launch_learner_stop_ms(f, &step_ms), need = lh_launch_shutdown_ms(f, learner_ms);
+  int64_t left = L->limit_end_ms - wall_ms();
+  if (left > (int64_t)need) return;
+  event(L,
+        "slurm: job=%s time limit in %lld s, and the ordered stop may take %llu s (the learner %llu ms: longest recent "
+        "step %.0f ms x %d or stop_timeout_ms; the actors and env servers stop_timeout_ms each; %d s to spare)",
+        f->slurm.job_id, (long long)(left / 1000), (unsigned long long)(need / 1000), (unsigned long long)learner_ms,
+        step_ms, LH_LAUNCH_STOP_STEP_FACTOR, LH_LAUNCH_STOP_MARGIN_S);
+  begin_shutdown(L, "time limit");
 }
 
 /* SIGKILL to a stuck child whose SIGTERM did not end it in time. */
@@ -453,7 +501,7 @@ int lh_cmd_launch(int argc, char **argv) {
   if (f->slurm.on)
     event(&L, "slurm job=%s learner_nodes=%u first=%s addr=%s", f->slurm.job_id, f->slurm.n_hosts,
           f->slurm.hosts[0], f->slurm.addrs[0]);
-  int64_t t0 = now_ms(), last_screen = 0, last_steps = 0, last_watchdog = t0;
+  int64_t t0 = now_ms(), last_screen = 0, last_steps = 0, last_watchdog = t0, last_limit = 0;
   lh_launch_watchdog_init(&L.watchdog, t0);
   for (size_t i = 0; i < f->n && !stop_signals; i++)
     if (start(&L, i)) {
@@ -475,6 +523,10 @@ int lh_cmd_launch(int argc, char **argv) {
               (unsigned long long)f->fleet.steps);
         begin_shutdown(&L, "steps done");
       }
+    }
+    if (L.ph == PHASE_RUN && f->slurm.on && now - last_limit >= LAUNCH_LIMIT_MS) {
+      last_limit = now;
+      time_limit_step(&L, now);
     }
     if (L.ph == PHASE_RUN && now - last_watchdog >= LAUNCH_WATCHDOG_MS) {
       last_watchdog = now;

@@ -8,7 +8,9 @@
 # checks that the fleet trained ([fleet] steps rows in train_steps), shut
 # down in order (actors before the learner, in the launcher's log) and that
 # the job ended COMPLETED; a second fleet without an end is stopped with
-# `scancel --batch --signal=TERM` and must stop in order. Every daemon it
+# `scancel --batch --signal=TERM` and must stop in order; a third, under a
+# 2-minute time limit with 15 s steps, must stop by itself before the limit
+# (the stop sized by the measured step). Every daemon it
 # started is stopped at the end, also on failure.
 #   scripts/test-slurm.sh [BUILD_DIR] [EXPERT_PARALLEL]   (default: build 1)
 # With EXPERT_PARALLEL = 2 the two ranks (one per node) are one expert group:
@@ -251,5 +253,30 @@ wait_job "$job"
 grep -q 'shutdown reason=signal' logs/launch.log || fail "the launcher did not stop on the signal"
 grep -q 'done reason=signal clean=1' logs/launch.log || fail "the launcher did not end cleanly after the signal"
 check_order
+
+# A third fleet with a time limit of 2 minutes and steps of 15 s
+# (LH_LEARNER_TEST_STEP_DELAY_MS, which sbatch and srun pass on): the batch
+# script's --signal would come 60 s before the limit, but the learner may
+# need 3 x 15 s to stop, so the launcher begins the ordered stop itself,
+# once the time left is less than the whole stop may take, and the job
+# ends COMPLETED before Slurm would kill it.
+if [ "$ep" = 1 ]; then
+  mkdir -p "$tmp/fleet3"
+  sed -e 's/^steps = .*/steps = 0/' -e 's/^slurm_time = .*/slurm_time = 2/' \
+      -e 's/^stop_timeout_ms = .*/stop_timeout_ms = 10000/' "$tmp/fleet/fleet.ini" > "$tmp/fleet3/fleet.ini"
+  cd "$tmp/fleet3" || fail "no fleet3 folder"
+  out=$(LH_LEARNER_TEST_STEP_DELAY_MS=15000 "$bin" launch fleet.ini --slurm) || fail "launch --slurm: $out"
+  job=$(echo "$out" | sed -n 's/^submitted job \([0-9]*\).*/\1/p')
+  [ -n "$job" ] || fail "no job id in: $out"
+  grep -q -- '#SBATCH --signal=B:TERM@60$' logs/slurm.sh || fail "the batch script's --signal is not 60 s"
+  wait_job "$job"
+  grep -q "slurm: job=$job time limit in 1[0-9][0-9] s; " logs/launch.log || fail "the launcher did not read the time limit"
+  grep -q 'shutdown reason=time limit' logs/launch.log || fail "the launcher did not stop before the time limit"
+  grep -q 'done reason=time limit clean=1' logs/launch.log || fail "the launcher did not end cleanly before the limit"
+  grep -q 'longest recent step 1[5-9][0-9][0-9][0-9] ms' logs/launch.log || fail "the stop was not sized by the step"
+  check_order
+  echo "test-slurm: launch.log of the fleet under a time limit:"
+  grep -E 'slurm: job|shutdown reason|stopping the learner|done reason' logs/launch.log | sed 's/^/  /'
+fi
 status=0
 echo "test-slurm: PASS"

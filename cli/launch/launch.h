@@ -176,6 +176,12 @@ void lh_launch_fleet_log_path(const lh_launch_fleet *f, size_t i, char *out, siz
  * step time (0 when the store has none yet). */
 #define LH_LAUNCH_STOP_STEP_FACTOR 3
 uint64_t lh_launch_learner_stop_ms(const lh_launch_fleet *f, double *step_ms);
+/* How long a whole ordered shutdown may take when the learner may take
+ * learner_ms: the actors' phase and the env servers' (stop_timeout_ms
+ * each), the learner's, and LH_LAUNCH_STOP_MARGIN_S for the launcher to
+ * exit. A Slurm job begins its stop this long before its time limit. */
+#define LH_LAUNCH_STOP_MARGIN_S 30
+uint64_t lh_launch_shutdown_ms(const lh_launch_fleet *f, uint64_t learner_ms);
 
 /* ---- the watchdog (launch_watchdog.c) ------------------------------------ */
 
@@ -241,5 +247,11 @@ int lh_launch_slurm_command(const lh_launch_fleet *f, const char *path, int subm
 /* Appends to argv[n..] child i's endpoint overrides under slurm (--set
  * pairs; nothing otherwise); returns the new n. */
 int lh_launch_slurm_sets(lh_launch_fleet *f, size_t i, char **argv, int n);
+/* The end of the job's time limit, in ms since the epoch, from
+ * `squeue -h -j JOB -o %e`; *end_ms 0 when the job has none. */
+int lh_launch_slurm_end_ms(const lh_launch_fleet *f, int64_t *end_ms, lh_errbuf *err);
+/* squeue's time ("2026-12-04T03:00:00", local time) in ms since the
+ * epoch; 0 for anything else ("Unknown", "N/A", "NONE"). */
+int64_t lh_launch_slurm_parse_time(const char *text);
 
 #endif

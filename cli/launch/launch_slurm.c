@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/launch/launch.h"
@@ -119,8 +120,11 @@ int lh_launch_slurm_write_script(const lh_launch_fleet *f, const char *path, lh_
   fprintf(out, "#SBATCH --chdir=%s\n", cwd);
   fprintf(out, "#SBATCH --output=%s/slurm-%%j.out\n", logs);
   /* Before the time limit, SIGTERM to the launcher alone (B:), with time
-   * for its ordered shutdown: each phase may take stop_timeout_ms. */
-  fprintf(out, "#SBATCH --signal=B:TERM@%llu\n", (unsigned long long)(3 * c->stop_timeout_ms / 1000 + 30));
+   * for its ordered shutdown when each phase takes stop_timeout_ms. The
+   * launcher itself begins earlier when the learner's steps are long
+   * (cli/cmd_launch.c, the job's time limit): this is the backstop. */
+  fprintf(out, "#SBATCH --signal=B:TERM@%llu\n",
+          (unsigned long long)(lh_launch_shutdown_ms(f, c->stop_timeout_ms) / 1000));
   if (c->slurm_options[0]) fprintf(out, "#SBATCH %s\n", c->slurm_options);
   fputs("exec ", out);
   put_quoted(out, f->bin);
@@ -365,5 +369,26 @@ int lh_launch_slurm_command(const lh_launch_fleet *f, const char *path, int subm
          "stop it in order with: scancel --batch --signal=TERM %s\n",
          job, f->run_id[0] ? f->run_id : "-", path, f->fleet.log_dir, f->fleet.log_dir, job, job);
   fflush(stdout);
+  return 0;
+}
+
+int64_t lh_launch_slurm_parse_time(const char *text) {
+  struct tm tm = {0};
+  int used = 0;
+  if (!text || sscanf(text, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                      &tm.tm_min, &tm.tm_sec, &used) != 6 ||
+      (text[used] && text[used] != '\n'))
+    return 0;
+  tm.tm_year -= 1900, tm.tm_mon -= 1, tm.tm_isdst = -1;
+  time_t t = mktime(&tm);
+  return t == (time_t)-1 ? 0 : (int64_t)t * 1000;
+}
+
+int lh_launch_slurm_end_ms(const lh_launch_fleet *f, int64_t *end_ms, lh_errbuf *err) {
+  *end_ms = 0;
+  char out[256];
+  char *argv[] = {"squeue", "-h", "-j", (char *)f->slurm.job_id, "-o", "%e", NULL};
+  LH_TRY(capture(argv, out, sizeof out, err));
+  *end_ms = lh_launch_slurm_parse_time(out);
   return 0;
 }

@@ -5,7 +5,9 @@
  * the middle of a step or of the checkpoint's write. So the wait is the
  * longer of stop_timeout_ms and LH_LAUNCH_STOP_STEP_FACTOR times the
  * longest of the learner's last 8 steps, as the store records them
- * (train_steps.step_ms: measured, never what a process says of itself). */
+ * (train_steps.step_ms: measured, never what a process says of itself).
+ * The whole shutdown's length follows from it, which a Slurm job needs to
+ * begin its stop in time before its limit (lh_launch_shutdown_ms). */
 #include <stdlib.h>
 
 #include "cli/launch/launch.h"
@@ -32,4 +34,8 @@ uint64_t lh_launch_learner_stop_ms(const lh_launch_fleet *f, double *step_ms) {
   if (step_ms) *step_ms = longest;
   uint64_t wait = (uint64_t)(longest * LH_LAUNCH_STOP_STEP_FACTOR);
   return wait > f->fleet.stop_timeout_ms ? wait : f->fleet.stop_timeout_ms;
+}
+
+uint64_t lh_launch_shutdown_ms(const lh_launch_fleet *f, uint64_t learner_ms) {
+  return 2 * f->fleet.stop_timeout_ms + learner_ms + (uint64_t)LH_LAUNCH_STOP_MARGIN_S * 1000;
 }
