@@ -175,6 +175,16 @@ int lh_actors_config_read(const lh_ini_doc *doc, lh_actors_config *cfg, lh_errbu
   env_ctx env = {.cfg = &c};
   lh_ini_lines lines;
   LH_TRY(lh_ini_section_read(&SECTION, doc, &c, &env, &lines, err));
+  if (c.state_interval && c.state_interval < c.segment_tokens) {
+    /* A segment carries one state: the others would be taken and dropped. */
+    char where[300];
+    lh_ini_later_where(&SECTION, &lines, "state_interval", "segment_tokens", where, sizeof where);
+    return lh_errbuf_set(err, LH_EACTORS_CONFIG_VALUE,
+                         "%s: [actor] state_interval = %llu is below segment_tokens = %llu: a segment carries at "
+                         "most one recurrent state, so the others would be taken and dropped; use segment_tokens "
+                         "or a multiple of it",
+                         where, (unsigned long long)c.state_interval, (unsigned long long)c.segment_tokens);
+  }
   LH_TRY(default_endpoints(doc, &lines, &c, err));
   *cfg = c;
   return 0;

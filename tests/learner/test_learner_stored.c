@@ -328,8 +328,8 @@ START_TEST(test_keys) {
   ck_assert_int_lt(lh_learner_config_parse("[learner]\nburn_in = -1\n", "t.ini", &c, &e), 0);
   ck_assert_ptr_nonnull(strstr(e.msg, "burn_in"));
   lh_actors_config a;
-  ck_assert_msg(lh_actors_config_parse("[actor]\nstate_interval = 256\nbeyond_context = 1\nmax_episode_tokens = 100000\n",
-                                       "t.ini", &a, &e) == 0, "%s", e.msg);
+  ck_assert_msg(lh_actors_config_parse("[actor]\nsegment_tokens = 256\nstate_interval = 256\nbeyond_context = 1\n"
+                                       "max_episode_tokens = 100000\n", "t.ini", &a, &e) == 0, "%s", e.msg);
   ck_assert_uint_eq(a.state_interval, 256);
   ck_assert_uint_eq(a.beyond_context, 1);
   ck_assert_uint_eq(a.max_episode_tokens, 100000);
@@ -337,6 +337,16 @@ START_TEST(test_keys) {
   ck_assert_ptr_nonnull(strstr(e.msg, "beyond_context"));
   ck_assert_int_lt(lh_actors_config_parse("[actor]\nmax_episode_tokens = 1\n", "t.ini", &a, &e), 0);
   ck_assert_ptr_nonnull(strstr(e.msg, "max_episode_tokens"));
+  /* one state a segment: an interval below segment_tokens is refused,
+   * naming both keys and the later one's line */
+  ck_assert_int_lt(lh_actors_config_parse("[actor]\nstate_interval = 256\nsegment_tokens = 512\n", "t.ini", &a, &e),
+                   0);
+  printf("stored: %s\n", e.msg);
+  ck_assert_ptr_nonnull(strstr(e.msg, "t.ini:3"));
+  ck_assert_ptr_nonnull(strstr(e.msg, "state_interval = 256 is below segment_tokens = 512"));
+  ck_assert_int_lt(lh_actors_config_parse("[actor]\nstate_interval = 100\n", "t.ini", &a, &e), 0);
+  ck_assert_ptr_nonnull(strstr(e.msg, "segment_tokens = 512"));
+  ck_assert_msg(lh_actors_config_parse("[actor]\nstate_interval = 1536\n", "t.ini", &a, &e) == 0, "%s", e.msg);
 }
 END_TEST
 
