@@ -60,8 +60,8 @@ static const lh_cli_help HELP = {
         "store and the log folder are locked, so a second launch on either is refused (exit 2). Watchdog: no "
         "new train step, or no heartbeat of an actor, in the store for stall_timeout_s (900; 0 off) restarts "
         "that process; stuck again after that restart, the fleet fails (exit 1).\n\n"
-        "SIGINT/SIGTERM (or duration_s, or steps, or a Slurm job's time limit drawing near): ordered shutdown: SIGTERM to the actors (they abort open "
-        "episodes and flush their outboxes), then to the learner (SIGUSR1 to mpirun, which forwards it to "
+        "SIGINT/SIGTERM (or duration_s, or steps, or a Slurm job's time limit drawing near): ordered shutdown: "
+        "SIGTERM to the actors (they abort open episodes and flush their outboxes), then to the learner (SIGUSR1 to mpirun, which forwards it to "
         "every rank; it acks what is stored and writes a final checkpoint), then to the env server; what is "
         "not gone after stop_timeout_ms gets SIGKILL. A second signal kills at once.",
     .exits = "0 every child shut down cleanly, 1 a child failed or had to be killed, 2 usage or config error.",
@@ -285,8 +285,9 @@ static void time_limit_step(launcher *L, int64_t now) {
       return;
     }
     if (end != L->limit_end_ms || !L->limit_said) {
-      if (end) event(L, "slurm: job=%s time limit in %lld s; the ordered stop begins when less is left than it may take",
-                     f->slurm.job_id, (long long)((end - wall_ms()) / 1000));
+      if (end)
+        event(L, "slurm: job=%s time limit in %lld s; the ordered stop begins when less is left than it may take",
+              f->slurm.job_id, (long long)((end - wall_ms()) / 1000));
       else event(L, "slurm: job=%s has no time limit", f->slurm.job_id);
     }
     L->limit_end_ms = end, L->limit_said = 1;

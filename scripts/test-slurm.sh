@@ -65,6 +65,21 @@ wait_job() {
   [ "$state" = "JobState=COMPLETED" ] && [ "$code" = "ExitCode=0:0" ] || fail "job $1 ended $state $code"
 }
 
+# SIGKILL to job step $1 of $job until ./logs/launch.log matches $2 (the
+# launcher started its child again), for up to 120 s. A step that has just
+# appeared may not take the signal yet (scancel: "Kill job error on job
+# step"), so it is sent again while the step is still listed.
+kill_step() {
+  local end=$((SECONDS + 120)) next=0
+  while [ $SECONDS -lt $end ] && ! grep -q "$2" logs/launch.log 2>/dev/null; do
+    if [ $SECONDS -ge $next ] && squeue -h -s -j "$job" -o '%i' 2>/dev/null | grep -qx "$1"; then
+      scancel --signal=KILL "$1" || echo "test-slurm: scancel $1 failed; trying again"
+      next=$((SECONDS + 2))
+    fi
+    sleep 0.2
+  done
+}
+
 # Ordered shutdown in ./logs/launch.log: every actor stopped before the
 # learner was asked to stop.
 check_order() {
@@ -177,9 +192,7 @@ while [ $SECONDS -lt $end ] && [ -z "$step" ]; do
 done
 [ -n "$step" ] || fail "actor-0 never ran as a job step of job $job (squeue -s: $steps_seen)"
 echo "test-slurm: killing actor-0's step $step"
-scancel --signal=KILL "$step" || fail "scancel $step"
-end=$((SECONDS + 120))
-while [ $SECONDS -lt $end ] && ! grep -q 'started name=actor-0 .*attempt=2' logs/launch.log 2>/dev/null; do sleep 0.2; done
+kill_step "$step" 'started name=actor-0 .*attempt=2'
 grep -q 'started name=actor-0 .*attempt=2' logs/launch.log || fail "actor-0 was not restarted"
 step2=""
 end=$((SECONDS + 60))
@@ -193,9 +206,7 @@ echo "test-slurm: actor-0 came back as step ${step2:-(gone already)}"
 lstep=$(squeue -h -s -j "$job" -o '%i %j' 2>&1 | awk '$2 == "learner" {print $1}')
 [ -n "$lstep" ] || fail "no learner step in job $job"
 echo "test-slurm: killing the learner's step $lstep"
-scancel --signal=KILL "$lstep" || fail "scancel $lstep"
-end=$((SECONDS + 120))
-while [ $SECONDS -lt $end ] && ! grep -q 'started name=learner .*attempt=2' logs/launch.log 2>/dev/null; do sleep 0.2; done
+kill_step "$lstep" 'started name=learner .*attempt=2'
 grep -q 'started name=learner .*attempt=2' logs/launch.log || fail "the learner was not restarted"
 grep -q 'attempt=2 .*command=srun --ntasks=2 .* learner .*--resume' logs/learner.log ||
   fail "the learner did not come back with --resume"

@@ -250,8 +250,5 @@ int lh_launch_slurm_sets(lh_launch_fleet *f, size_t i, char **argv, int n);
 /* The end of the job's time limit, in ms since the epoch, from
  * `squeue -h -j JOB -o %e`; *end_ms 0 when the job has none. */
 int lh_launch_slurm_end_ms(const lh_launch_fleet *f, int64_t *end_ms, lh_errbuf *err);
-/* squeue's time ("2026-12-04T03:00:00", local time) in ms since the
- * epoch; 0 for anything else ("Unknown", "N/A", "NONE"). */
-int64_t lh_launch_slurm_parse_time(const char *text);
 
 #endif

@@ -372,7 +372,9 @@ int lh_launch_slurm_command(const lh_launch_fleet *f, const char *path, int subm
   return 0;
 }
 
-int64_t lh_launch_slurm_parse_time(const char *text) {
+/* squeue's time ("2026-12-04T03:00:00", local time) in ms since the
+ * epoch; 0 for anything else ("Unknown", "N/A", "NONE"). */
+static int64_t parse_time(const char *text) {
   struct tm tm = {0};
   int used = 0;
   if (!text || sscanf(text, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
@@ -389,6 +391,6 @@ int lh_launch_slurm_end_ms(const lh_launch_fleet *f, int64_t *end_ms, lh_errbuf 
   char out[256];
   char *argv[] = {"squeue", "-h", "-j", (char *)f->slurm.job_id, "-o", "%e", NULL};
   LH_TRY(capture(argv, out, sizeof out, err));
-  *end_ms = lh_launch_slurm_parse_time(out);
+  *end_ms = parse_time(out);
   return 0;
 }
