@@ -262,12 +262,6 @@ static void watchdog_step(launcher *L, int64_t now) {
   lh_launch_child_signal(c, SIGCONT);
 }
 
-static int64_t wall_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A Slurm job's time limit: the ordered shutdown begins once less time is
  * left than it may take, which follows from the learner's measured steps
  * (lh_launch_shutdown_ms), so that a long step and the final checkpoint
@@ -287,7 +281,7 @@ static void time_limit_step(launcher *L, int64_t now) {
     if (end != L->limit_end_ms || !L->limit_said) {
       if (end)
         event(L, "slurm: job=%s time limit in %lld s; the ordered stop begins when less is left than it may take",
-              f->slurm.job_id, (long long)((end - wall_ms()) / 1000));
+              f->slurm.job_id, (long long)((end - lh_wall_ms()) / 1000));
       else event(L, "slurm: job=%s has no time limit", f->slurm.job_id);
     }
     L->limit_end_ms = end, L->limit_said = 1;
@@ -295,7 +289,7 @@ static void time_limit_step(launcher *L, int64_t now) {
   if (!L->limit_end_ms) return;
   double step_ms = 0;
   uint64_t learner_ms = lh_launch_learner_stop_ms(f, &step_ms), need = lh_launch_shutdown_ms(f, learner_ms);
-  int64_t left = L->limit_end_ms - wall_ms();
+  int64_t left = L->limit_end_ms - lh_wall_ms();
   if (left > (int64_t)need) return;
   event(L,
         "slurm: job=%s time limit in %lld s, and the ordered stop may take %llu s (the learner %llu ms: longest recent "
