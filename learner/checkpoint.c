@@ -111,9 +111,7 @@ static int fill_piece(void *ctx, const lh_model_piece *p, float *dst, lh_errbuf 
     }
     return 0;
   }
-  const lh_backend *be = lh_model_backend(s->m);
-  int rc = be->download(be->context, dst, buf + lh_model_tensor_at(s->m, p->tensor)->offset + p->at,
-                        p->n * sizeof(float));
+  int rc = lh_model_piece_download(s->m, buf, p, dst);
   return rc ? lh_errbuf_set(err, rc, "checkpoint: cannot read the model from the backend: %s", lh_strerror(rc)) : 0;
 }
 
@@ -233,9 +231,7 @@ static int read_moment_piece(void *ctx, const lh_model_piece *p, lh_errbuf *err)
   LH_TRY(skip_to(r, p->whole_offset + p->whole_at, err));
   LH_TRY(take(r, p->n, err));
   if (!lh_model_holds_piece(r->m, p)) return 0;
-  const lh_backend *be = lh_model_backend(r->m);
-  int rc = be->upload(be->context, r->moment + lh_model_tensor_at(r->m, p->tensor)->offset + p->at, r->buf,
-                      p->n * sizeof(float));
+  int rc = lh_model_piece_upload(r->m, r->moment, p, r->buf);
   return rc ? lh_errbuf_set(err, rc, "checkpoint: cannot upload the moments") : 0;
 }
 

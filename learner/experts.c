@@ -181,8 +181,7 @@ int lh_learner_experts_piece(lh_learner_experts *x, lh_model *m, const float *bu
   int P = x->P, owner = p->shard < 0 ? 0 : p->shard, me = x->shard, rc = 0;
   size_t bytes = p->n * sizeof(float);
   if (me == owner) {
-    const lh_backend *be = lh_model_backend(m);
-    rc = be->download(be->context, host, buf + lh_model_tensor_at(m, p->tensor)->offset + p->at, bytes);
+    rc = lh_model_piece_download(m, buf, p, host);
     if (rc) lh_errbuf_set(err, rc, "experts: cannot read tensor %s: %s", lh_model_tensor_at(m, p->tensor)->name,
                           lh_strerror(rc));
   }

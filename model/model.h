@@ -231,6 +231,11 @@ size_t lh_model_largest_piece(const lh_model *m, size_t max_floats);
 /* The floats of the whole model's buffers (its lh_model_n_floats) that m is
  * a shard of; m's own for a whole model. 0 when out of memory. */
 size_t lh_model_whole_floats(const lh_model *m);
+/* Piece p (which m holds) of buf, m's parameters or a buffer laid out like
+ * them (a moment), to the p->n host floats at dst, or from those at src;
+ * the backend's code. */
+int lh_model_piece_download(const lh_model *m, const float *buf, const lh_model_piece *p, float *dst);
+int lh_model_piece_upload(const lh_model *m, float *buf, const lh_model_piece *p, const float *src);
 
 /* ---- checkpoints -------------------------------------------------------- */
 /* Writes DIR/model.safetensors (creating DIR when missing): float32,

@@ -40,6 +40,14 @@ size_t lh_model_largest_piece(const lh_model *m, size_t max_floats) {
   return most < max_floats ? most : max_floats;
 }
 
+int lh_model_piece_download(const lh_model *m, const float *buf, const lh_model_piece *p, float *dst) {
+  return m->be->download(m->be->context, dst, buf + m->tensors[p->tensor].offset + p->at, p->n * sizeof(float));
+}
+
+int lh_model_piece_upload(const lh_model *m, float *buf, const lh_model_piece *p, const float *src) {
+  return m->be->upload(m->be->context, buf + m->tensors[p->tensor].offset + p->at, src, p->n * sizeof(float));
+}
+
 size_t lh_model_whole_floats(const lh_model *m) {
   if (!m || m->shards == 1) return m ? m->n_floats : 0;
   lh_model *w = NULL;

@@ -183,8 +183,7 @@ int lh_model_save_pieces(const lh_model *m, const char *dir, float *buf, size_t 
 /* lh_model_save's pieces: m's own parameters. */
 static int download_piece(void *ctx, const lh_model_piece *p, float *dst, lh_errbuf *err) {
   const lh_model *m = ctx;
-  int rc = m->be->download(m->be->context, dst, m->params + m->tensors[p->tensor].offset + p->at,
-                           p->n * sizeof(float));
+  int rc = lh_model_piece_download(m, m->params, p, dst);
   return rc ? lh_errbuf_set(err, rc, "cannot read the parameters: %s", lh_strerror(rc)) : 0;
 }
 
@@ -296,9 +295,7 @@ static int read_piece(void *arg, const lh_model_piece *p, lh_errbuf *err) {
   if (!lh_model_holds_piece(r->m, p)) return 0;
   if (read_data(r->src, r->data_begin[p->tensor] + p->whole_at * sizeof(float), r->buf, p->n * sizeof(float)))
     return lh_errbuf_set(err, LH_EMODEL_IO, "cannot read checkpoint '%s': %s", r->path, strerror(errno));
-  const lh_backend *be = r->m->be;
-  return be->upload(be->context, r->m->params + r->m->tensors[p->tensor].offset + p->at, r->buf,
-                    p->n * sizeof(float));
+  return lh_model_piece_upload(r->m, r->m->params, p, r->buf);
 }
 
 /* Parses the header and places each tensor's data: *out is the new model,
