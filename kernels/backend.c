@@ -41,12 +41,8 @@ static int cpu_zero(void *ctx, void *ptr, size_t bytes) {
   int t = lh_cpu_team(ctx, bytes >> 22);
 #pragma omp parallel num_threads(t)
   {
-#ifdef _OPENMP
-    size_t i = (size_t)omp_get_thread_num(), n = (size_t)omp_get_num_threads();
-#else
-    size_t i = 0, n = 1;
-#endif
-    size_t b0 = bytes / n * i, b1 = i + 1 == n ? bytes : bytes / n * (i + 1);
+    size_t b0, b1;
+    lh_cpu_member_block(bytes, &b0, &b1);
     memset((char *)ptr + b0, 0, b1 - b0);
   }
   return LH_OK;

@@ -79,13 +79,9 @@ int LH_CPU(rmsnorm_backward)(void *ctx, lh_real *dinp, lh_real *dweight, const l
     }
     /* dweight by blocks of columns, each summed over rows in order. */
     if (dweight) {
-#ifdef _OPENMP
-      int i = omp_get_thread_num(), m = omp_get_num_threads();
-#else
-      int i = 0, m = 1;
-#endif
-      int c0 = (int)((long)C * i / m), c1 = (int)((long)C * (i + 1) / m);
-      dweight_columns(dweight, inp, dout, srow, N, C, c0, c1);
+      size_t c0, c1;
+      lh_cpu_member_block((size_t)C, &c0, &c1);
+      dweight_columns(dweight, inp, dout, srow, N, C, (int)c0, (int)c1);
     }
   }
   free(owned);
