@@ -33,12 +33,13 @@ static int cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
   return LH_OK;
 }
 
-/* Zero fill; large blocks (the gradients, once a step) on the team, one
- * slice per member. */
+/* Zero fill; blocks from 256 KiB on (the gradients once a step, the
+ * backward's per-layer buffers) on the team, one slice per member: a
+ * 2 MiB buffer filled by one member was a serial part of every layer. */
 static int cpu_zero(void *ctx, void *ptr, size_t bytes) {
   if (bytes == 0) return LH_OK;
   if (!ptr) return LH_EKERNELS_NULL_ARG;
-  int t = lh_cpu_team(ctx, bytes >> 22);
+  int t = lh_cpu_team(ctx, bytes >> 18);
 #pragma omp parallel num_threads(t)
   {
     size_t b0, b1;

@@ -73,9 +73,73 @@ LH_VEC_CLONES static void silu_product(lh_real *a, lh_real *s, const lh_real *h1
   }
 }
 
+/* The split of dA (in d1) into the two branches, in place: d3 holds
+ * sigmoid(h1) on entry and gets dH3, d1 gets dH1. */
+LH_VEC_CLONES static void split_dA(lh_real *d1, lh_real *d3, const lh_real *h1,
+                                   const lh_real *h3, size_t n) {
+#pragma omp simd
+  for (size_t i = 0; i < n; i++) {
+    lh_real s = d3[i], dA = d1[i];
+    d3[i] = dA * h1[i] * s;
+    d1[i] = dA * h3[i] * s * (1 + h1[i] * (1 - s));
+  }
+}
+
 static void gather_rows(lh_real *X, const lh_real *z, const int *order, int c, int k, int r) {
   for (int i = 0; i < c; i++)
     memcpy(X + (size_t)i * r, z + (size_t)(order[i] / k) * r, sizeof(lh_real) * (size_t)r);
+}
+
+/* An expert's elementwise loops and its gather. Experts shared out on the
+ * team run them on their member; an expert that runs alone (the dense
+ * shared expert: its products are cut on the team by lh_cpu_mm) shares
+ * them out too, or they would be the step's serial part. The elements
+ * each member gets do not change the results. */
+#define LH_EXPERT_TEAM_UNIT 32768
+
+static void silu_product_team(const void *ctx, lh_real *a, lh_real *s, const lh_real *h1,
+                              const lh_real *h3, size_t n) {
+  int t = lh_cpu_team(ctx, n / LH_EXPERT_TEAM_UNIT + 1);
+  if (t == 1) {
+    silu_product(a, s, h1, h3, n);
+    return;
+  }
+#pragma omp parallel num_threads(t)
+  {
+    size_t i0, i1;
+    lh_cpu_member_block(n, &i0, &i1);
+    silu_product(a ? a + i0 : NULL, s ? s + i0 : NULL, h1 + i0, h3 + i0, i1 - i0);
+  }
+}
+
+static void split_dA_team(const void *ctx, lh_real *d1, lh_real *d3, const lh_real *h1,
+                          const lh_real *h3, size_t n) {
+  int t = lh_cpu_team(ctx, n / LH_EXPERT_TEAM_UNIT + 1);
+  if (t == 1) {
+    split_dA(d1, d3, h1, h3, n);
+    return;
+  }
+#pragma omp parallel num_threads(t)
+  {
+    size_t i0, i1;
+    lh_cpu_member_block(n, &i0, &i1);
+    split_dA(d1 + i0, d3 + i0, h1 + i0, h3 + i0, i1 - i0);
+  }
+}
+
+static void gather_rows_team(const void *ctx, lh_real *X, const lh_real *z, const int *order,
+                             int c, int k, int r) {
+  int t = lh_cpu_team(ctx, (size_t)c * (size_t)r / LH_EXPERT_TEAM_UNIT + 1);
+  if (t == 1) {
+    gather_rows(X, z, order, c, k, r);
+    return;
+  }
+#pragma omp parallel num_threads(t)
+  {
+    size_t i0, i1;
+    lh_cpu_member_block((size_t)c, &i0, &i1);
+    gather_rows(X + i0 * (size_t)r, z, order + i0, (int)(i1 - i0), k, r);
+  }
 }
 
 /* The grouped positions of token n's k pairs in increasing order (so in
@@ -125,10 +189,10 @@ static void expert_forward(const void *mctx, int e, int o, int c, const grouping
                            int k, int r, int f) {
   lh_real *Xe = X + (size_t)o * r, *H1e = H1 + (size_t)o * f, *H3e = H3 + (size_t)o * f;
   lh_real *Ae = A + (size_t)o * f;
-  gather_rows(Xe, z, gr->order + o, c, k, r);
+  gather_rows_team(mctx, Xe, z, gr->order + o, c, k, r);
   lh_cpu_mm(mctx, 0, 1, c, f, r, 1, Xe, r, w1 + (size_t)e * f * r, r, 0, H1e, f);
   lh_cpu_mm(mctx, 0, 1, c, f, r, 1, Xe, r, w3 + (size_t)e * f * r, r, 0, H3e, f);
-  silu_product(Ae, NULL, H1e, H3e, (size_t)c * f);
+  silu_product_team(mctx, Ae, NULL, H1e, H3e, (size_t)c * f);
   lh_cpu_mm(mctx, 0, 1, c, r, f, 1, Ae, f, w2 + (size_t)e * r * f, f, 0, Y + (size_t)o * r, r);
 }
 
@@ -186,19 +250,14 @@ static void expert_backward(const void *mctx, int e, int o, int c, const groupin
   const lh_real *w2e = w2 + (size_t)e * r * f;
   const lh_real *h1 = H1 + of, *h3 = H3 + of;
   lh_real *a = A + of, *d1 = dH1 + of, *d3 = dH3 + of;
-  gather_rows(X + orr, z, gr->order + o, c, k, r);
+  gather_rows_team(mctx, X + orr, z, gr->order + o, c, k, r);
   /* sigmoid(H1) once, kept in dH3 until dA is known (the division in it
    * was most of these loops' time). */
-  silu_product(dw2 ? a : NULL, d3, h1, h3, cf);
+  silu_product_team(mctx, dw2 ? a : NULL, d3, h1, h3, cf);
   if (dw2) lh_cpu_mm(mctx, 1, 0, r, f, c, 1, dY + orr, r, a, f, 1, dw2 + (size_t)e * r * f, f);
   /* dA into dH1, then split into the two branches in place. */
   lh_cpu_mm(mctx, 0, 0, c, f, r, 1, dY + orr, r, w2e, f, 0, d1, f);
-#pragma omp simd
-  for (size_t i = 0; i < cf; i++) {
-    lh_real s = d3[i], dA = d1[i];
-    d3[i] = dA * h1[i] * s;
-    d1[i] = dA * h3[i] * s * (1 + h1[i] * (1 - s));
-  }
+  split_dA_team(mctx, d1, d3, h1, h3, cf);
   if (dw1) lh_cpu_mm(mctx, 1, 0, f, r, c, 1, d1, f, X + orr, r, 1, dw1 + (size_t)e * f * r, r);
   if (dw3) lh_cpu_mm(mctx, 1, 0, f, r, c, 1, d3, f, X + orr, r, 1, dw3 + (size_t)e * f * r, r);
   if (dX) {

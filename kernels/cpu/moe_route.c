@@ -15,6 +15,10 @@
  * in one comparison), O(E log k) at worst. */
 #define LH_ROUTE_HEAP_MAX 64
 
+/* Routing's loops go on the team from this many affinities (or gates) on:
+ * below it a region's start costs more than the loop. */
+#define LH_ROUTE_TEAM_UNIT 16384
+
 static void select_topk_scan(int32_t *idx, const lh_real *s, const lh_real *bias, int E, int k) {
   for (int j = 0; j < k; j++) {
     int best = -1;
@@ -107,20 +111,27 @@ static void select_topk(int32_t *idx, const lh_real *s, const lh_real *bias, int
 int LH_CPU(moe_route_forward)(void *ctx, int32_t *expert_idx, lh_real *gates,
                               lh_real *affinity, const lh_real *logits, const lh_real *bias,
                               int N, int E, int k, int replay) {
-  (void)ctx;
   if (N < 0 || E <= 0 || k <= 0 || k > E) return LH_EKERNELS_SHAPE;
   if (N == 0) return LH_OK;
   if (!expert_idx || !gates || !affinity || !logits) return LH_EKERNELS_NULL_ARG;
+  /* Rows are independent: tokens are shared out on the team (a row that
+   * replays a bad expert list marks the call; the others still run). */
+  int t = lh_cpu_team(ctx, (size_t)N * (size_t)E / LH_ROUTE_TEAM_UNIT + 1), bad = 0;
+#pragma omp parallel for num_threads(t) schedule(static) reduction(| : bad)
   for (int n = 0; n < N; n++) {
     const lh_real *z = logits + (size_t)n * E;
     lh_real *s = affinity + (size_t)n * E;
     int32_t *idx = expert_idx + (size_t)n * k;
     for (int e = 0; e < E; e++) s[e] = lh_sigmoid(z[e]);
     if (replay) {
+      int row_bad = 0;
       for (int j = 0; j < k; j++) {
-        if (idx[j] < 0 || idx[j] >= E) return LH_EKERNELS_INDEX;
-        for (int i = 0; i < j; i++)
-          if (idx[i] == idx[j]) return LH_EKERNELS_INDEX;
+        row_bad |= idx[j] < 0 || idx[j] >= E;
+        for (int i = 0; i < j; i++) row_bad |= idx[i] == idx[j];
+      }
+      if (row_bad) {
+        bad = 1;
+        continue;
       }
     } else {
       select_topk(idx, s, bias, E, k);
@@ -129,7 +140,7 @@ int LH_CPU(moe_route_forward)(void *ctx, int32_t *expert_idx, lh_real *gates,
     for (int j = 0; j < k; j++) sum += s[idx[j]];
     for (int j = 0; j < k; j++) gates[(size_t)n * k + j] = s[idx[j]] / sum;
   }
-  return LH_OK;
+  return bad ? LH_EKERNELS_INDEX : LH_OK;
 }
 
 /* g_j = s_j / sum: ds_j = (dg_j - sum_i dg_i g_i) / sum for chosen j, then
@@ -137,15 +148,20 @@ int LH_CPU(moe_route_forward)(void *ctx, int32_t *expert_idx, lh_real *gates,
 int LH_CPU(moe_route_backward)(void *ctx, lh_real *dlogits, const lh_real *dgates,
                                const lh_real *affinity, const int32_t *expert_idx, int N,
                                int E, int k) {
-  (void)ctx;
   if (N < 0 || E <= 0 || k <= 0 || k > E) return LH_EKERNELS_SHAPE;
   if (N == 0 || !dlogits) return LH_OK;
   if (!dgates || !affinity || !expert_idx) return LH_EKERNELS_NULL_ARG;
+  int t = lh_cpu_team(ctx, (size_t)N * (size_t)k / LH_ROUTE_TEAM_UNIT + 1), bad = 0;
+#pragma omp parallel for num_threads(t) schedule(static) reduction(| : bad)
   for (int n = 0; n < N; n++) {
     const lh_real *s = affinity + (size_t)n * E, *dg = dgates + (size_t)n * k;
     const int32_t *idx = expert_idx + (size_t)n * k;
-    for (int j = 0; j < k; j++)
-      if (idx[j] < 0 || idx[j] >= E) return LH_EKERNELS_INDEX;
+    int row_bad = 0;
+    for (int j = 0; j < k; j++) row_bad |= idx[j] < 0 || idx[j] >= E;
+    if (row_bad) {
+      bad = 1;
+      continue;
+    }
     lh_real sum = 0, dot = 0;
     for (int j = 0; j < k; j++) sum += s[idx[j]];
     for (int j = 0; j < k; j++) dot += dg[j] * s[idx[j]] / sum;
@@ -154,7 +170,7 @@ int LH_CPU(moe_route_backward)(void *ctx, lh_real *dlogits, const lh_real *dgate
       dlogits[(size_t)n * E + idx[j]] += (dg[j] - dot) / sum * se * (1 - se);
     }
   }
-  return LH_OK;
+  return bad ? LH_EKERNELS_INDEX : LH_OK;
 }
 
 /* aux = weight * E * sum_e load_e * mean_n p[n][e], p = s / sum_e s. */

@@ -68,6 +68,9 @@ static float *filled(size_t n, uint32_t seed, float lo, float hi) {
 }
 
 enum { N = 96, E = 8, K = 2, R = 24, F = 40, C = 48, H = 2, DK = 16, NSEQ = 3 };
+/* Sizes at which the dense expert's loops (ND rows) and routing (NR rows
+ * of ER experts) are shared out on the team. */
+enum { ND = 2048, NR = 1024, ER = 32, KR = 4 };
 
 /* Every output of one training-shaped pass through the team's kernels, at
  * the backend's current team size, concatenated into out. */
@@ -92,9 +95,21 @@ static size_t run_all(const lh_backend *b, float *out, size_t cut[2]) {
                                            w2, w3, N, E, K, R, F), 0);
   o += span;
   cut[0] = o;
-  /* Dense form (one shared expert): its products are cut on the team. */
+  /* Dense form (one shared expert): its products are cut on the team, and
+   * at ND rows its gather and elementwise loops are shared out too. */
   ck_assert_int_eq(b->moe_experts_forward(x, out + o, NULL, z, NULL, NULL, w1, w2, w3, N, 1, 1, R, F), 0);
   o += (size_t)N * R;
+  float *zd = filled((size_t)ND * R, 18, -1, 1), *doutd = filled((size_t)ND * R, 19, -1, 1);
+  float *cached = calloc(lh_moe_cache_floats(ND, F, R), sizeof(float));
+  ck_assert_int_eq(b->moe_experts_forward(x, out + o, cached, zd, NULL, NULL, w1, w2, w3, ND, 1, 1, R, F), 0);
+  o += (size_t)ND * R;
+  memset(out + o, 0, sizeof(float) * ((size_t)ND * R + 3 * (size_t)F * R));
+  ck_assert_int_eq(b->moe_experts_backward(x, out + o, out + o + (size_t)ND * R,
+                                           out + o + (size_t)ND * R + (size_t)F * R,
+                                           out + o + (size_t)ND * R + 2 * (size_t)F * R, NULL, doutd,
+                                           cached, zd, NULL, NULL, w1, w2, w3, ND, 1, 1, R, F), 0);
+  o += (size_t)ND * R + 3 * (size_t)F * R;
+  free(zd), free(doutd), free(cached);
   /* Matmul forward and backward at a size that is cut (N*C*C*2 >= 4 MFLOP). */
   int M = 512;
   float *in = filled((size_t)M * C, 7, -1, 1), *w = filled((size_t)C * C * 4, 8, -0.2f, 0.2f);
@@ -127,6 +142,22 @@ static size_t run_all(const lh_backend *b, float *out, size_t cut[2]) {
   ck_assert_int_eq(b->attn_chunked_backward(x, dqp, dkp, dvp, dgp, NULL, dO, NULL, q, k, v, g, NULL,
                                             offs, NSEQ, H, DK, 16), 0);
   o += 4 * (size_t)T * D;
+  /* Routing forward and backward over NR rows (shared out by rows), and a
+   * replayed row naming an expert twice refused at any team size. */
+  float *logits = filled((size_t)NR * ER, 20, -3, 3), *rbias = filled(ER, 21, -0.1f, 0.1f);
+  float *dgr = filled((size_t)NR * KR, 22, -1, 1);
+  int32_t *ridx = calloc((size_t)NR * KR, sizeof(int32_t));
+  float *aff = out + o, *rg = aff + (size_t)NR * ER, *dl = rg + (size_t)NR * KR;
+  ck_assert_int_eq(b->moe_route_forward(x, ridx, rg, aff, logits, rbias, NR, ER, KR, 0), 0);
+  memset(dl, 0, sizeof(float) * (size_t)NR * ER);
+  ck_assert_int_eq(b->moe_route_backward(x, dl, dgr, aff, ridx, NR, ER, KR), 0);
+  o += (size_t)NR * ER * 2 + (size_t)NR * KR;
+  for (int i = 0; i < NR * KR; i++) out[o + (size_t)i] = (float)ridx[i];
+  o += (size_t)NR * KR;
+  ridx[(NR - 3) * KR + 1] = ridx[(NR - 3) * KR];
+  ck_assert_int_eq(b->moe_route_forward(x, ridx, rg, aff, logits, rbias, NR, ER, KR, 1),
+                   LH_EKERNELS_INDEX);
+  free(logits), free(rbias), free(dgr), free(ridx);
   /* SwiGLU and AdamW: elementwise. */
   size_t n = 70000;
   float *a = filled(n, 16, -8, 8), *bb = filled(n, 17, -2, 2);
