@@ -349,9 +349,10 @@ static int bench_one(const bench_spec *sp, const int *threads, int n_threads, in
     if (peer) {
       run_peer(dir, th, sp, &row->peer_s, &row->peer_cpu_s, &peer_loss);
       if (row->peer_s > 0)
-        printf("threads %d: peer step %.1f ms (CPU %.1f ms); peer / longhaul = %.2f (>= 1.0: "
-               "longhaul at least as fast), by CPU time %.2f; first-step loss longhaul %.6f, "
-               "peer %.6f\n", th, row->peer_s * 1e3, row->peer_cpu_s * 1e3,
+        printf("threads %d: peer step %.1f ms (CPU %.1f ms), %.3f of sgemm's rate; peer / "
+               "longhaul = %.2f (>= 1.0: longhaul at least as fast), by CPU time %.2f; "
+               "first-step loss longhaul %.6f, peer %.6f\n", th, row->peer_s * 1e3,
+               row->peer_cpu_s * 1e3, gflops * row->step_s / row->peer_s / row->sgemm,
                row->peer_s / row->step_s, row->peer_cpu_s / row->step_cpu_s, loss, peer_loss);
       else
         printf("threads %d: peer step not measured (needs /usr/bin/python3 with "
@@ -376,9 +377,12 @@ static int bench_one(const bench_spec *sp, const int *threads, int n_threads, in
     printf(" threads %d: step/sgemm %.3f (CPU time %.3f)", threads[ti],
            3 * flops_per_token(&cfg) * T / rows[ti].step_s / 1e9 / rows[ti].sgemm,
            3 * flops_per_token(&cfg) * T / rows[ti].step_cpu_s / 1e9 / rows[ti].sgemm_cpu);
+    /* The peer's own fraction of sgemm bounds the ratio: longhaul's step
+     * cannot pass sgemm's rate, so peer/longhaul stays below 1 / that. */
     if (rows[ti].peer_s > 0)
-      printf(", peer/longhaul %.2f (CPU time %.2f)", rows[ti].peer_s / rows[ti].step_s,
-             rows[ti].peer_cpu_s / rows[ti].step_cpu_s);
+      printf(", peer/longhaul %.2f (CPU time %.2f; peer step/sgemm %.3f)",
+             rows[ti].peer_s / rows[ti].step_s, rows[ti].peer_cpu_s / rows[ti].step_cpu_s,
+             3 * flops_per_token(&cfg) * T / rows[ti].peer_s / 1e9 / rows[ti].sgemm);
     printf(";");
   }
   for (int ti = 1; ti < n_threads; ti++) {
