@@ -3,7 +3,7 @@
 lh_add_test(test_learner_ingest SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_ingest.c
   LIBS lh_learner PkgConfig::ZMQ TIMEOUT 120)
 # The RL training step over the store on a tiny model (test_learner_train).
-lh_add_test(test_learner_train SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_train.c
+lh_add_test(test_learner_train SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_train.c ${LH_LEARNER_FIXTURE}
   LIBS lh_learner TIMEOUT 120)
 # `longhaul learner` as a real process: trains, publishes, checkpoints, stops
 # on SIGTERM, resumes (test_learner_cli).

@@ -1,5 +1,5 @@
 # Stored-state training against exact recomputation, hostile states, the segmenter's states (test_learner_stored).
-lh_add_test(test_learner_stored SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_stored.c
+lh_add_test(test_learner_stored SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_stored.c ${LH_LEARNER_FIXTURE}
   LIBS lh_learner lh_actors TIMEOUT 120)
 # A learner in stored-state mode and an actor sending its states, on needle (test_learner_stored_e2e).
 lh_add_test(test_learner_stored_e2e SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_stored_e2e.c ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "learner/internal.h"
+#include "learner_fixture.h"
 #include "proc_util.h"
 
 #define EP_TOKENS 24
@@ -48,12 +49,10 @@
 
 static char self_path[1024];
 
+/* The tiny model with 8 experts: shards of 1, 2 and 4 for P = 8, 4, 2. */
 static lh_model_config tiny_config(void) {
-  lh_model_config c;
-  lh_model_config_default(&c);
-  c.d_model = 16, c.layers = 2, c.heads = 2, c.experts = 8, c.topk = 2;
-  c.shared_experts = 1, c.latent = 8, c.expert_hidden = 8, c.chunk = 4;
-  c.patch = 2, c.max_patches = 8, c.seed = 11;
+  lh_model_config c = lrfx_model_config(11);
+  c.experts = 8;
   return c;
 }
 
@@ -70,51 +69,21 @@ static lh_learner_config cfg_for(uint64_t batch_episodes, uint64_t P) {
 /* Episode id with behavior log-probabilities from the whole initial
  * model (every job and the reference write the same ones). */
 static int write_episode(lh_store *s, lh_model *whole, uint64_t id, uint64_t group, float reward) {
-  int32_t tok[EP_TOKENS], tgt[EP_TOKENS];
-  float logp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) tok[i] = (int32_t)((id * 37 + (uint64_t)i * 11) % 200 + 32);
-  for (int i = 0; i < EP_TOKENS; i++) tgt[i] = i + 1 < EP_TOKENS ? tok[i + 1] : -1;
-  int32_t offs[2] = {0, EP_TOKENS};
-  lh_model_batch b = {.n_tokens = EP_TOKENS, .tokens = tok, .targets = tgt, .n_seq = 1,
-                      .seq_offsets = offs, .temperature = 0.7f};
-  lh_model_cache *cache = NULL;
+  static const lrfx_shape shape = {.n_tokens = EP_TOKENS, .seg_tokens = SEG_TOKENS,
+                                    .a = 37, .b = 11, .first_sampled = PROMPT,
+                                    .temperature = 0.7f, .success_above = 0.5f};
+  lrfx_episode ep;
   lh_errbuf e;
-  if (lh_model_forward(whole, &b, &cache, logp, NULL, NULL, &e)) return -1;
-  lh_model_cache_free(cache);
-  uint32_t utok[EP_TOKENS], ver[EP_TOKENS], routed[SEG_TOKENS * 2 * 2] = {0};
-  uint8_t mask[EP_TOKENS];
-  float blogp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) {
-    utok[i] = (uint32_t)tok[i];
-    mask[i] = i >= PROMPT;
-    blogp[i] = mask[i] ? logp[i - 1] : 0.0f;
-    ver[i] = 0;
+  lrfx_episode_init(&ep, &shape, id, group, reward);
+  if (lrfx_episode_sample(&ep, whole, 0, NULL, &e)) return -1;
+  if (id == BAD_ID) {
+    /* Layer 0 routes to experts 0 and 1, so its exchange runs; layer 1
+     * to expert 0 twice, which the forward refuses after it. */
+    memset(ep.routed, 0, sizeof ep.routed);
+    for (int i = 0; i < EP_TOKENS; i++) ep.routed[4 * i + 1] = 1;
+    ep.send_routing = 1;
   }
-  if (lh_store_begin(s, &e)) return -1;
-  for (uint32_t q = 0; q < EP_TOKENS / SEG_TOKENS; q++) {
-    Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
-    size_t o = q * SEG_TOKENS;
-    seg.episode_id = id, seg.seq = q, seg.actor = "a0", seg.env = "calc", seg.start_offset = o;
-    seg.group_id = group, seg.task_seed = group;
-    seg.n_tokens = SEG_TOKENS, seg.tokens = utok + o;
-    seg.loss_mask.len = SEG_TOKENS, seg.loss_mask.data = mask + o;
-    seg.n_behavior_logp = SEG_TOKENS, seg.behavior_logp = blogp + o;
-    seg.n_policy_version = SEG_TOKENS, seg.policy_version = ver + o;
-    if (id == BAD_ID) {
-      /* Layer 0 routes to experts 0 and 1, so its exchange runs; layer 1
-       * to expert 0 twice, which the forward refuses after it. */
-      for (int i = 0; i < SEG_TOKENS; i++) routed[4 * i + 1] = 1;
-      seg.routed_layers = 2, seg.routed_topk = 2;
-      seg.n_routed_experts = SEG_TOKENS * 2 * 2, seg.routed_experts = routed;
-    }
-    if (lh_store_put_segment(s, &seg, NULL, &e)) return -1;
-  }
-  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
-  end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = EP_TOKENS / SEG_TOKENS;
-  end.total_tokens = EP_TOKENS, end.reward = reward, end.group_id = group, end.task_seed = group;
-  end.outcome = reward > 0.5f ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
-  if (lh_store_put_episode_end(s, &end, NULL, &e)) return -1;
-  return lh_store_commit(s, &e);
+  return lrfx_episode_put(s, &ep, &e);
 }
 
 /* Groups [first, first + n) whose index is rank modulo ranks, in order:

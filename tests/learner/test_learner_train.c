@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "learner/internal.h"
+#include "learner_fixture.h"
 
 #define EP_TOKENS 24
 #define SEG_TOKENS 8
@@ -39,88 +40,38 @@ static void remove_dir(void) {
   ck_assert_int_eq(system(cmd), 0);
 }
 
-static lh_model *tiny_model(void) {
-  lh_model_config c;
-  lh_model_config_default(&c);
-  c.d_model = 16, c.layers = 2, c.heads = 2, c.experts = 4, c.topk = 2;
-  c.shared_experts = 1, c.latent = 8, c.expert_hidden = 8, c.chunk = 4;
-  c.patch = 2, c.max_patches = 8, c.seed = 7;
-  lh_model *m;
-  lh_errbuf e;
-  ck_assert_msg(lh_model_new(&c, lh_backend_cpu(), &m, &e) == 0, "%s", e.msg);
-  return m;
-}
+static lh_model *tiny_model(void) { return lrfx_model(7); }
 
 /* Writes episode id (group, reward) whose tokens after the prompt count as
  * sampled at version, with behavior log-probabilities from the model's own
  * forward over the whole episode (one sequence, no windows). */
 static void write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group, float reward,
                           uint32_t version) {
-  int32_t tok[EP_TOKENS], tgt[EP_TOKENS];
-  float logp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) tok[i] = (int32_t)((id * 31 + (uint64_t)i * 7) % 200 + 32);
+  static const lrfx_shape shape = {.n_tokens = EP_TOKENS, .seg_tokens = SEG_TOKENS,
+                                    .a = 31, .b = 7, .first_sampled = PROMPT,
+                                    .temperature = 0.7f};
+  lrfx_episode ep;
+  lrfx_episode_init(&ep, &shape, id, group, reward);
   float img_px[4 * 4 * 3];
   lh_model_image img = {.at = IMG_AT + 1, .height = 4, .width = 4, .pixels = img_px};
+  Longhaul__Image im = LONGHAUL__IMAGE__INIT;
   if (with_image) {
     for (size_t i = 0; i < sizeof img_bytes; i++) img_bytes[i] = (uint8_t)(i * 37 + id * 11);
     lh_model_pixels_from_u8(img_bytes, 16, 3, img_px);
-    tok[IMG_AT] = LH_TOK_IMG;
-    for (int i = 1; i <= 4; i++) tok[IMG_AT + i] = LH_TOK_PAD;
+    ep.tokens[IMG_AT] = LH_TOK_IMG;
+    for (int i = 1; i <= 4; i++) ep.tokens[IMG_AT + i] = LH_TOK_PAD;
+    im.offset = IMG_AT, im.width = 4, im.height = 4, im.channels = 3;
+    im.pixels.len = sizeof img_bytes, im.pixels.data = img_bytes;
+    ep.image = &im;
   }
-  for (int i = 0; i < EP_TOKENS; i++) tgt[i] = i + 1 < EP_TOKENS ? tok[i + 1] : -1;
-  int32_t offs[2] = {0, EP_TOKENS};
-  lh_model_batch b = {.n_tokens = EP_TOKENS, .tokens = tok, .targets = tgt, .n_seq = 1,
-                      .seq_offsets = offs, .n_images = with_image, .images = with_image ? &img : NULL,
-                      .temperature = 0.7f};
-  lh_model_cache *cache = NULL;
   lh_errbuf e;
-  ck_assert_msg(lh_model_forward(m, &b, &cache, logp, NULL, NULL, &e) == 0, "%s", e.msg);
-  int32_t ex[2 * EP_TOKENS * 2];  /* (layers, T, topk) */
-  ck_assert_int_eq(lh_model_cache_experts(cache, ex), 0);
-  lh_model_cache_free(cache);
-  uint32_t routed[EP_TOKENS * 2 * 2];  /* [token][layer][slot] */
-  for (int i = 0; i < EP_TOKENS; i++)
-    for (int l = 0; l < 2; l++)
-      for (int q = 0; q < 2; q++)
-        routed[(i * 2 + l) * 2 + q] = record_routing == 2 ? (uint32_t)q : (uint32_t)ex[(l * EP_TOKENS + i) * 2 + q];
-  uint32_t utok[EP_TOKENS], ver[EP_TOKENS];
-  uint8_t mask[EP_TOKENS];
-  float blogp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) {
-    utok[i] = (uint32_t)tok[i];
-    mask[i] = i >= PROMPT && !(with_image && i >= IMG_AT && i <= IMG_AT + 4);
-    blogp[i] = mask[i] ? logp[i - 1] : 0.0f;
-    ver[i] = mask[i] ? version : 0;
-  }
-  ck_assert_int_eq(lh_store_begin(s, &e), 0);
-  for (uint32_t q = 0; q < EP_TOKENS / SEG_TOKENS; q++) {
-    Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
-    size_t o = q * SEG_TOKENS;
-    seg.episode_id = id, seg.seq = q, seg.actor = "a0", seg.env = "calc", seg.start_offset = o;
-    seg.group_id = group, seg.task_seed = group;
-    seg.n_tokens = SEG_TOKENS, seg.tokens = utok + o;
-    seg.loss_mask.len = SEG_TOKENS, seg.loss_mask.data = mask + o;
-    seg.n_behavior_logp = SEG_TOKENS, seg.behavior_logp = blogp + o;
-    seg.n_policy_version = SEG_TOKENS, seg.policy_version = ver + o;
-    Longhaul__Image im = LONGHAUL__IMAGE__INIT;
-    Longhaul__Image *ims[1] = {&im};
-    if (with_image && q == 0) {
-      im.offset = IMG_AT, im.width = 4, im.height = 4, im.channels = 3;
-      im.pixels.len = sizeof img_bytes, im.pixels.data = img_bytes;
-      seg.n_images = 1, seg.images = ims;
-    }
-    if (record_routing) {
-      seg.routed_layers = 2, seg.routed_topk = 2;
-      seg.n_routed_experts = SEG_TOKENS * 4, seg.routed_experts = routed + o * 4;
-    }
-    ck_assert_msg(lh_store_put_segment(s, &seg, NULL, &e) == 0, "%s", e.msg);
-  }
-  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
-  end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = EP_TOKENS / SEG_TOKENS;
-  end.total_tokens = EP_TOKENS, end.reward = reward, end.group_id = group, end.task_seed = group;
-  end.outcome = reward > 0 ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
-  ck_assert_msg(lh_store_put_episode_end(s, &end, NULL, &e) == 0, "%s", e.msg);
-  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+  int rc = lrfx_episode_sample(&ep, m, version, with_image ? &img : NULL, &e);
+  ck_assert_msg(rc == 0, "%s", e.msg);
+  ep.send_routing = record_routing != 0;
+  if (record_routing == 2)
+    for (size_t i = 0; i < EP_TOKENS * 2; i++)
+      for (uint32_t q = 0; q < 2; q++) ep.routed[i * 2 + q] = q;
+  ck_assert_msg(lrfx_episode_put(s, &ep, &e) == 0, "%s", e.msg);
 }
 
 static lh_learner_config small_cfg(void) {
