@@ -2,7 +2,12 @@
 #include "learner_fixture.h"
 
 #include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "proc_util.h"
 
 lh_model_config lrfx_model_config(uint64_t seed) {
   lh_model_config c;
@@ -128,4 +133,66 @@ int lrfx_write_episode(lh_store *s, lh_model *m, const lrfx_shape *shape, uint64
   lrfx_episode_init(&ep, shape, id, group, reward);
   int rc = lrfx_episode_sample(&ep, m, 0, NULL, e);
   return rc ? rc : lrfx_episode_put(s, &ep, e);
+}
+
+int lrfx_write_run_config(const char *path, const char *dir, const char *learner,
+                          const char *actor_ingest, const char *actor, const char *env) {
+  char ing[160];
+  snprintf(ing, sizeof ing, "ipc://%s/ing", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  int rc = fprintf(f,
+                   "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\n"
+                   "shared_experts = 1\nlatent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
+                   "[learner]\n%s"
+                   "ingest_endpoint = %s\nweights_pub_endpoint = ipc://%s/pub\n"
+                   "weights_endpoint = ipc://%s/w\ndb = %s/replay.db\nckpt_dir = %s/ckpt\n"
+                   "[actor]\nlearner_endpoint = %s\nweights_pub_endpoint = ipc://%s/pub\n"
+                   "weights_endpoint = ipc://%s/w\n%s"
+                   "[env]\n%s",
+                   learner, ing, dir, dir, dir, dir, actor_ingest ? actor_ingest : ing, dir, dir,
+                   actor, env) < 0 ? -1 : 0;
+  return fclose(f) || rc ? -1 : 0;
+}
+
+pid_t lrfx_spawn(const char *dir, const char *log, const char *const *args) {
+  ck_assert_msg(lh_proc_longhaul() != NULL, "LH_BIN is not set");
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, log);
+  pid_t pid = lh_proc_spawn_longhaul(path, args);
+  ck_assert_int_ge(pid, 0);
+  return pid;
+}
+
+int lrfx_stop_actors(const pid_t *actors, int n) {
+  /* All are told first, so their 30 s run side by side. */
+  for (int i = 0; i < n; i++) kill(actors[i], SIGTERM);
+  int first = 0;
+  for (int i = 0; i < n; i++) {
+    int rc = lh_proc_wait(actors[i], 30, NULL);
+    if (!first) first = rc;
+  }
+  return first;
+}
+
+int lrfx_first_text(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  if (ncols > 0 && values[0]) snprintf(ctx, 32, "%s", values[0]);
+  return 0;
+}
+
+int lrfx_write_floats(const char *path, const float *x, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  int rc = fwrite(x, sizeof *x, n, f) == n ? 0 : -1;
+  return fclose(f) || rc ? -1 : 0;
+}
+
+float *lrfx_read_floats(const char *path, size_t n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  float *x = malloc(n * sizeof *x);
+  if (x && fread(x, sizeof *x, n, f) != n) free(x), x = NULL;
+  fclose(f);
+  return x;
 }

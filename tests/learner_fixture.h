@@ -1,13 +1,17 @@
 /* Test fixture for the learner suites: the tiny model they train (d 16,
- * two layers of four experts, top 2), and episodes sampled from it and
+ * two layers of four experts, top 2), episodes sampled from it and
  * written into a store as an actor sends them (its segments, then its
- * end). lrfx_model fails the test (Check); the rest return errors, so the
- * suites' MPI workers, which run outside a Check test, use them too. */
+ * end), the run config of a learner and its actors on ipc:// endpoints
+ * with those processes started and stopped, and the float files an MPI
+ * worker hands back to its test. lrfx_model and lrfx_spawn fail the test
+ * (Check); the rest return errors, so the suites' MPI workers, which run
+ * outside a Check test, use them too. Links with proc_util.c. */
 #ifndef LH_TESTS_LEARNER_FIXTURE_H
 #define LH_TESTS_LEARNER_FIXTURE_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/common.h"
 #include "model/model.h"
@@ -80,5 +84,28 @@ int lrfx_episode_put(lh_store *s, const lrfx_episode *ep, lh_errbuf *e);
  * s. 0 or the model's or the store's error. */
 int lrfx_write_episode(lh_store *s, lh_model *m, const lrfx_shape *shape, uint64_t id,
                        uint64_t group, float reward, lh_errbuf *e);
+
+/* Writes the run config at path of a learner and its actors on ipc://
+ * endpoints in dir: the tiny model (seed 3); [learner] the keys in
+ * learner, then its endpoints, store (dir/replay.db) and checkpoints
+ * (dir/ckpt); [actor] sending to actor_ingest (NULL: the learner's
+ * ingest) and taking weights from the learner, then the keys in actor;
+ * [env] the keys in env. Each keys text is whole lines. 0 or -1. */
+int lrfx_write_run_config(const char *path, const char *dir, const char *learner,
+                          const char *actor_ingest, const char *actor, const char *env);
+/* Starts `longhaul ARGS` (LH_BIN) with its output in dir/log; fails the
+ * test when it cannot. */
+pid_t lrfx_spawn(const char *dir, const char *log, const char *const *args);
+/* SIGTERM to n actors, then up to 30 s for each to exit: the first exit
+ * code that is not 0 (lh_proc_wait's), or 0. */
+int lrfx_stop_actors(const pid_t *actors, int n);
+/* lh_store_sql's row callback: the first column of the row as text into
+ * ctx (32 bytes; left as it was for SQL NULL). */
+int lrfx_first_text(void *ctx, int ncols, const char *const *names, const char *const *values);
+
+/* n floats to the file at path (0 or -1), and back (malloc'd; NULL when
+ * the file is not there or short): what an MPI worker leaves its test. */
+int lrfx_write_floats(const char *path, const float *x, size_t n);
+float *lrfx_read_floats(const char *path, size_t n);
 
 #endif

@@ -11,6 +11,6 @@ lh_add_test(test_learner_cli SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_cli.
   LIBS lh_learner PkgConfig::ZMQ TIMEOUT 180)
 add_dependencies(test_learner_cli longhaul)
 # A learner and two actor processes on calc, three steps (test_learner_e2e).
-lh_add_test(test_learner_e2e SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_e2e.c ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
+lh_add_test(test_learner_e2e SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_e2e.c ${LH_LEARNER_FIXTURE}
   LIBS lh_learner TIMEOUT 180)
 add_dependencies(test_learner_e2e longhaul)

@@ -100,22 +100,6 @@ static int write_groups(lh_store *s, lh_model *whole, int first, int n, int rank
   return 0;
 }
 
-static int write_floats(const char *path, const float *x, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return -1;
-  int rc = fwrite(x, sizeof *x, n, f) == n ? 0 : -1;
-  return fclose(f) || rc ? -1 : 0;
-}
-
-static float *read_floats(const char *path, size_t n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  float *x = malloc(n * sizeof *x);
-  if (x && fread(x, sizeof *x, n, f) != n) free(x), x = NULL;
-  fclose(f);
-  return x;
-}
-
 /* ---- the heap a checkpoint takes -------------------------------------------
  * The binary is linked with the allocator wrapped (-Wl,--wrap, in
  * learner_ep.cmake): every block the project's code (the learner, model,
@@ -231,13 +215,13 @@ static int worker(int P, int first, int steps, const char *dir) {
     }
     int sk = (int)st.step + k;
     snprintf(path, sizeof path, "%s/params.step%d.rank%d", dir, sk, rank);
-    rc = write_floats(path, lh_model_params(m), nf);
+    rc = lrfx_write_floats(path, lh_model_params(m), nf);
     snprintf(path, sizeof path, "%s/grads.step%d.rank%d", dir, sk, rank);
-    if (!rc) rc = write_floats(path, lh_model_grads(m), nf);
+    if (!rc) rc = lrfx_write_floats(path, lh_model_grads(m), nf);
     if (!rc && rank == 0) {
       float loss = (float)ts.loss;
       snprintf(path, sizeof path, "%s/loss.step%d", dir, sk);
-      rc = write_floats(path, &loss, 1);
+      rc = lrfx_write_floats(path, &loss, 1);
     }
     if (rc) {
       fprintf(stderr, "rank %d: cannot write %s\n", rank, path);
@@ -258,7 +242,8 @@ static int worker(int P, int first, int steps, const char *dir) {
   /* One that cannot be written (its ckpt_dir under a file): rank 0 says
    * why, the group's other ranks serve it to the end and go on. */
   snprintf(ckpt, sizeof ckpt, "%s/not-a-dir", dir);
-  if (rank == 0 && write_floats(ckpt, &(float){0}, 1)) fprintf(stderr, "rank 0: cannot write %s\n", ckpt);
+  if (rank == 0 && lrfx_write_floats(ckpt, &(float){0}, 1))
+    fprintf(stderr, "rank 0: cannot write %s\n", ckpt);
   strncat(ckpt, "/ckpt", sizeof ckpt - strlen(ckpt) - 1);
   rc = lh_learner_ckpt_save_group(ckpt, m, lh_learner_trainer_experts(t), &st, t, NULL, &e);
   if ((rank == 0) != (rc != 0) || rc == LH_ELEARNER_COMM) {
@@ -427,15 +412,15 @@ static void check_job(const char *dir, int ranks, int P, int from, int to, const
     double dw = 0, dg = 0;
     for (int r = 0; r < ranks; r++) {
       snprintf(path, sizeof path, "%s/params.step%d.rank%d", dir, k + 1, r);
-      float *x = read_floats(path, nf);
+      float *x = lrfx_read_floats(path, nf);
       snprintf(path, sizeof path, "%s/grads.step%d.rank%d", dir, k + 1, r);
-      float *g = read_floats(path, nf);
+      float *g = lrfx_read_floats(path, nf);
       ck_assert_msg(x && g, "%s missing", path);
       compare_shard(x, g, r % P, P, ref->params[k], ref->grads[k], &dw, &dg);
       free(x), free(g);
     }
     snprintf(path, sizeof path, "%s/loss.step%d", dir, k + 1);
-    float *loss = read_floats(path, 1);
+    float *loss = lrfx_read_floats(path, 1);
     ck_assert_ptr_nonnull(loss);
     double dl = fabs((double)*loss - ref->loss[k]) / fmax(1.0, fabs(ref->loss[k]));
     printf("%d ranks, expert_parallel %d, step %d: loss %.9g vs %.9g, max relative |dw| %.3g, |dgrad| %.3g\n",
@@ -613,21 +598,14 @@ static int train_rows(const char *path) {
   return n;
 }
 
+/* The job's config, its actor sending to actor_ingest (one rank's ingest). */
 static void write_job_config(const char *path, const char *dir, const char *actor_ingest) {
-  FILE *f = fopen(path, "w");
-  ck_assert_ptr_nonnull(f);
-  fprintf(f,
-          "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
-          "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
-          "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
-          "warmup_steps = 0\ntotal_steps = 1000\nmax_policy_lag = 4\nexpert_parallel = 2\n"
-          "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
-          "db = %s/replay.db\nckpt_dir = %s/ckpt\n"
-          "[actor]\nlearner_endpoint = %s\nweights_pub_endpoint = ipc://%s/pub\n"
-          "weights_endpoint = ipc://%s/w\nmax_context = 400\ngroup_size = 4\nbatch = 8\n"
-          "[env]\nname = calc\n",
-          dir, dir, dir, dir, dir, actor_ingest, dir, dir);
-  fclose(f);
+  const char *learner = "batch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
+                        "warmup_steps = 0\ntotal_steps = 1000\nmax_policy_lag = 4\n"
+                        "expert_parallel = 2\n";
+  const char *actor = "max_context = 400\ngroup_size = 4\nbatch = 8\n";
+  int rc = lrfx_write_run_config(path, dir, learner, actor_ingest, actor, "name = calc\n");
+  ck_assert_int_eq(rc, 0);
 }
 
 /* `mpirun -n 2 longhaul learner` with expert_parallel = 2 and an actor
@@ -687,9 +665,7 @@ START_TEST(test_rank_killed_mid_step) {
                 log);
   ck_assert_int_eq(kill(jp, SIGUSR1), 0);
   jrc = lh_proc_wait(jp, 60, NULL);
-  kill(p0, SIGTERM);
-  kill(p1, SIGTERM);
-  lh_proc_wait(p0, 30, NULL), lh_proc_wait(p1, 30, NULL);
+  lrfx_stop_actors((pid_t[]){p0, p1}, 2);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "grep -h -E 'expert_parallel=|resumed|error|rank failed' '%s' | head -20", log);
   ck_assert_int_ge(system(cmd), 0);

@@ -64,22 +64,6 @@ static void write_group(lh_store *s, lh_model *m, int g) {
   }
 }
 
-static int write_floats(const char *path, const float *x, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return -1;
-  int rc = fwrite(x, sizeof *x, n, f) == n ? 0 : -1;
-  return fclose(f) || rc ? -1 : 0;
-}
-
-static float *read_floats(const char *path, size_t n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  float *x = malloc(n * sizeof *x);
-  if (x && fread(x, sizeof *x, n, f) != n) free(x), x = NULL;
-  fclose(f);
-  return x;
-}
-
 /* ---- one rank of the MPI job ------------------------------------------------
  * MODE "train": 3 steps on this rank's store (DIR/replay.db, .rank1), each
  * checked bit-identical across ranks, rank 0 writing its parameters after
@@ -135,8 +119,8 @@ static int worker(const char *mode, const char *dir) {
       rc = 1;
       goto out;
     }
-    float *saved = read_floats((snprintf(path, sizeof path, "%s/params.step%d", dir, STEPS), path),
-                               lh_model_n_floats(m));
+    snprintf(path, sizeof path, "%s/params.step%d", dir, STEPS);
+    float *saved = lrfx_read_floats(path, lh_model_n_floats(m));
     if (!saved || memcmp(saved, lh_model_params(m), lh_model_n_floats(m) * sizeof(float))) {
       fprintf(stderr, "rank %d: resumed weights are not the trained ones\n", rank);
       rc = 1;
@@ -165,7 +149,7 @@ static int worker(const char *mode, const char *dir) {
       goto out;
     }
     snprintf(path, sizeof path, "%s/params.step%d%s", dir, k, rank ? ".rank1" : "");
-    if (write_floats(path, lh_model_params(m), lh_model_n_floats(m))) {
+    if (lrfx_write_floats(path, lh_model_params(m), lh_model_n_floats(m))) {
       fprintf(stderr, "rank %d: cannot write %s\n", rank, path);
       rc = 1;
       goto out;
@@ -426,9 +410,9 @@ START_TEST(test_two_ranks_match_one) {
   ck_assert_msg(run_job("train", two) == 0, "the 2-rank job failed (see its log above)");
   for (int k = 0; k < STEPS; k++) {
     snprintf(path, sizeof path, "%s/params.step%d", two, k + 1);
-    float *p0 = read_floats(path, nf);
+    float *p0 = lrfx_read_floats(path, nf);
     snprintf(path, sizeof path, "%s/params.step%d.rank1", two, k + 1);
-    float *p1 = read_floats(path, nf);
+    float *p1 = lrfx_read_floats(path, nf);
     ck_assert_ptr_nonnull(p0);
     ck_assert_ptr_nonnull(p1);
     ck_assert_int_eq(memcmp(p0, p1, nf * sizeof(float)), 0);
@@ -507,21 +491,13 @@ static int on_episode(void *ctx, const lh_episode_row *r) {
   return 0;
 }
 
+/* The job's config, its actor sending to actor_ingest (one rank's ingest). */
 static void write_config(const char *path, const char *dir, const char *actor_ingest) {
-  FILE *f = fopen(path, "w");
-  ck_assert_ptr_nonnull(f);
-  fprintf(f,
-          "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
-          "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
-          "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
-          "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\n"
-          "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
-          "db = %s/replay.db\nckpt_dir = %s/ckpt\n"
-          "[actor]\nlearner_endpoint = %s\nweights_pub_endpoint = ipc://%s/pub\n"
-          "weights_endpoint = ipc://%s/w\nmax_context = 400\ngroup_size = 4\nbatch = 8\n"
-          "[env]\nname = calc\n",
-          dir, dir, dir, dir, dir, actor_ingest, dir, dir);
-  fclose(f);
+  const char *learner = "batch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
+                        "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\n";
+  const char *actor = "max_context = 400\ngroup_size = 4\nbatch = 8\n";
+  int rc = lrfx_write_run_config(path, dir, learner, actor_ingest, actor, "name = calc\n");
+  ck_assert_int_eq(rc, 0);
 }
 
 /* The runs row of a rank's store as "run_id kind rank outcome" (run identity). */
