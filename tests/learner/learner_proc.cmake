@@ -1,9 +1,9 @@
 # The learner process's parts over real sockets and a real store: ingest
 # (test_learner_ingest).
 lh_add_test(test_learner_ingest SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_ingest.c
-  LIBS lh_learner PkgConfig::ZMQ TIMEOUT 120)
+  ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c LIBS lh_learner PkgConfig::ZMQ TIMEOUT 120)
 # The RL training step over the store on a tiny model (test_learner_train).
-lh_add_test(test_learner_train SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_train.c
+lh_add_test(test_learner_train SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_train.c ${LH_LEARNER_FIXTURE}
   LIBS lh_learner TIMEOUT 120)
 # `longhaul learner` as a real process: trains, publishes, checkpoints, stops
 # on SIGTERM, resumes (test_learner_cli).
@@ -11,6 +11,6 @@ lh_add_test(test_learner_cli SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_cli.
   LIBS lh_learner PkgConfig::ZMQ TIMEOUT 180)
 add_dependencies(test_learner_cli longhaul)
 # A learner and two actor processes on calc, three steps (test_learner_e2e).
-lh_add_test(test_learner_e2e SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_e2e.c ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
+lh_add_test(test_learner_e2e SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_e2e.c ${LH_LEARNER_FIXTURE}
   LIBS lh_learner TIMEOUT 180)
 add_dependencies(test_learner_e2e longhaul)

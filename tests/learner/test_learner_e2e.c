@@ -14,46 +14,23 @@
 
 #include "learner/learner.h"
 #include "store/store.h"
+#include "learner_fixture.h"
 #include "proc_util.h"
 
 static char dir[64], cfg_path[128], db[128];
 
 static void setup(void) {
-  strcpy(dir, "/tmp/lh_e2e_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "e2e"), 0);
   snprintf(cfg_path, sizeof cfg_path, "%s/run.ini", dir);
   snprintf(db, sizeof db, "%s/replay.db", dir);
-  FILE *f = fopen(cfg_path, "w");
-  ck_assert_ptr_nonnull(f);
-  fprintf(f,
-          "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
-          "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
-          "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
-          "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\nmax_backlog_episodes = 1000\n"
-          "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
-          "db = %s\nckpt_dir = %s/ckpt\n"
-          "[actor]\nlearner_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\n"
-          "weights_endpoint = ipc://%s/w\nmax_context = 400\ngroup_size = 4\nbatch = 8\n"
-          "[env]\nname = calc\n",
-          dir, dir, dir, db, dir, dir, dir, dir);
-  fclose(f);
+  const char *learner = "batch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
+                        "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\n"
+                        "max_backlog_episodes = 1000\n";
+  const char *actor = "max_context = 400\ngroup_size = 4\nbatch = 8\n";
+  ck_assert_int_eq(lrfx_write_run_config(cfg_path, dir, learner, NULL, actor, "name = calc\n"), 0);
 }
 
-static pid_t spawn(const char *log, const char *const *args) {
-  ck_assert_msg(lh_proc_longhaul() != NULL, "LH_BIN is not set");
-  char path[160];
-  snprintf(path, sizeof path, "%s/%s", dir, log);
-  pid_t pid = lh_proc_spawn_longhaul(path, args);
-  ck_assert_int_ge(pid, 0);
-  return pid;
-}
-
-/* The exit code, or a negative number when the process did not exit by
- * itself within seconds (or a signal ended it). */
-static int wait_exit(pid_t pid, int seconds) {
-  int rc = lh_proc_wait(pid, seconds, NULL);
-  return rc >= 128 ? -1 : rc;
-}
+static pid_t spawn(const char *log, const char *const *args) { return lrfx_spawn(dir, log, args); }
 
 typedef struct {
   int ended, rewarded, two_versions, a0, a1;
@@ -91,12 +68,10 @@ START_TEST(test_learner_and_two_actors) {
   const char *a1[] = {"actor", "--config", cfg_path, "--name", "a1", "--index", "1", NULL};
   pid_t lp = spawn("learner.log", largs);
   pid_t p0 = spawn("a0.log", a0), p1 = spawn("a1.log", a1);
-  int lrc = wait_exit(lp, 100);
-  kill(p0, SIGTERM);
-  kill(p1, SIGTERM);
-  int rc0 = wait_exit(p0, 30), rc1 = wait_exit(p1, 30);
+  int lrc = lh_proc_wait(lp, 100, NULL);
+  int arc = lrfx_stop_actors((pid_t[]){p0, p1}, 2);
   ck_assert_msg(lrc == 0, "learner exit %d (see %s/learner.log)", lrc, dir);
-  ck_assert_msg(rc0 == 0 && rc1 == 0, "actors exit %d %d", rc0, rc1);
+  ck_assert_msg(arc == 0, "actor exit %d (see %s/a0.log, a1.log)", arc, dir);
   lh_store *s;
   lh_errbuf e;
   ck_assert_msg(lh_store_open_readonly(db, &s, &e) == 0, "%s", e.msg);
@@ -116,9 +91,7 @@ START_TEST(test_learner_and_two_actors) {
   ck_assert_int_gt(c.a1, 0);
   ck_assert_int_gt(c.two_versions, 0);
   lh_store_close(s);
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
@@ -131,12 +104,6 @@ static int on_gap(void *ctx, const lh_episode_row *r) {
   if (!r->has_end) return 0;
   c->ended++;
   if (r->segments_received != r->segment_count || r->tokens_received != r->tokens) c->gaps++;
-  return 0;
-}
-
-static int first_text(void *ctx, int ncols, const char *const *names, const char *const *values) {
-  (void)names;
-  if (ncols > 0 && values[0]) snprintf(ctx, 32, "%s", values[0]);
   return 0;
 }
 
@@ -158,9 +125,9 @@ START_TEST(test_learner_killed_and_restarted) {
   lp = spawn("learner2.log", l2);
   sleep(3);
   ck_assert_int_eq(kill(p0, SIGTERM), 0);
-  ck_assert_int_eq(wait_exit(p0, 30), 0);
+  ck_assert_int_eq(lh_proc_wait(p0, 30, NULL), 0);
   ck_assert_int_eq(kill(lp, SIGTERM), 0);
-  ck_assert_int_eq(wait_exit(lp, 30), 0);
+  ck_assert_int_eq(lh_proc_wait(lp, 30, NULL), 0);
   lh_store *s;
   lh_errbuf e;
   ck_assert_msg(lh_store_open_readonly(db, &s, &e) == 0, "%s", e.msg);
@@ -176,13 +143,11 @@ START_TEST(test_learner_killed_and_restarted) {
   snprintf(log2, sizeof log2, "%s/learner2.log", dir);
   ck_assert_msg(lh_proc_file_has(log2, "unclean shutdown"), "no unclean shutdown line in %s", log2);
   char marks[32] = "";
-  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM meta WHERE key = 'writer_open'", first_text, marks, NULL,
-                                &e), 0);
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM meta WHERE key = 'writer_open'",
+                                lrfx_first_text, marks, NULL, &e), 0);
   ck_assert_str_eq(marks, "0");
   lh_store_close(s);
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "learner/internal.h"
+#include "learner_fixture.h"
 #include "proc_util.h"
 
 #define EP_TOKENS 24
@@ -48,12 +49,10 @@
 
 static char self_path[1024];
 
+/* The tiny model with 8 experts: shards of 1, 2 and 4 for P = 8, 4, 2. */
 static lh_model_config tiny_config(void) {
-  lh_model_config c;
-  lh_model_config_default(&c);
-  c.d_model = 16, c.layers = 2, c.heads = 2, c.experts = 8, c.topk = 2;
-  c.shared_experts = 1, c.latent = 8, c.expert_hidden = 8, c.chunk = 4;
-  c.patch = 2, c.max_patches = 8, c.seed = 11;
+  lh_model_config c = lrfx_model_config(11);
+  c.experts = 8;
   return c;
 }
 
@@ -70,51 +69,21 @@ static lh_learner_config cfg_for(uint64_t batch_episodes, uint64_t P) {
 /* Episode id with behavior log-probabilities from the whole initial
  * model (every job and the reference write the same ones). */
 static int write_episode(lh_store *s, lh_model *whole, uint64_t id, uint64_t group, float reward) {
-  int32_t tok[EP_TOKENS], tgt[EP_TOKENS];
-  float logp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) tok[i] = (int32_t)((id * 37 + (uint64_t)i * 11) % 200 + 32);
-  for (int i = 0; i < EP_TOKENS; i++) tgt[i] = i + 1 < EP_TOKENS ? tok[i + 1] : -1;
-  int32_t offs[2] = {0, EP_TOKENS};
-  lh_model_batch b = {.n_tokens = EP_TOKENS, .tokens = tok, .targets = tgt, .n_seq = 1,
-                      .seq_offsets = offs, .temperature = 0.7f};
-  lh_model_cache *cache = NULL;
+  static const lrfx_shape shape = {.n_tokens = EP_TOKENS, .seg_tokens = SEG_TOKENS,
+                                    .a = 37, .b = 11, .first_sampled = PROMPT,
+                                    .temperature = 0.7f, .success_above = 0.5f};
+  lrfx_episode ep;
   lh_errbuf e;
-  if (lh_model_forward(whole, &b, &cache, logp, NULL, NULL, &e)) return -1;
-  lh_model_cache_free(cache);
-  uint32_t utok[EP_TOKENS], ver[EP_TOKENS], routed[SEG_TOKENS * 2 * 2] = {0};
-  uint8_t mask[EP_TOKENS];
-  float blogp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) {
-    utok[i] = (uint32_t)tok[i];
-    mask[i] = i >= PROMPT;
-    blogp[i] = mask[i] ? logp[i - 1] : 0.0f;
-    ver[i] = 0;
+  lrfx_episode_init(&ep, &shape, id, group, reward);
+  if (lrfx_episode_sample(&ep, whole, 0, NULL, &e)) return -1;
+  if (id == BAD_ID) {
+    /* Layer 0 routes to experts 0 and 1, so its exchange runs; layer 1
+     * to expert 0 twice, which the forward refuses after it. */
+    memset(ep.routed, 0, sizeof ep.routed);
+    for (int i = 0; i < EP_TOKENS; i++) ep.routed[4 * i + 1] = 1;
+    ep.send_routing = 1;
   }
-  if (lh_store_begin(s, &e)) return -1;
-  for (uint32_t q = 0; q < EP_TOKENS / SEG_TOKENS; q++) {
-    Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
-    size_t o = q * SEG_TOKENS;
-    seg.episode_id = id, seg.seq = q, seg.actor = "a0", seg.env = "calc", seg.start_offset = o;
-    seg.group_id = group, seg.task_seed = group;
-    seg.n_tokens = SEG_TOKENS, seg.tokens = utok + o;
-    seg.loss_mask.len = SEG_TOKENS, seg.loss_mask.data = mask + o;
-    seg.n_behavior_logp = SEG_TOKENS, seg.behavior_logp = blogp + o;
-    seg.n_policy_version = SEG_TOKENS, seg.policy_version = ver + o;
-    if (id == BAD_ID) {
-      /* Layer 0 routes to experts 0 and 1, so its exchange runs; layer 1
-       * to expert 0 twice, which the forward refuses after it. */
-      for (int i = 0; i < SEG_TOKENS; i++) routed[4 * i + 1] = 1;
-      seg.routed_layers = 2, seg.routed_topk = 2;
-      seg.n_routed_experts = SEG_TOKENS * 2 * 2, seg.routed_experts = routed;
-    }
-    if (lh_store_put_segment(s, &seg, NULL, &e)) return -1;
-  }
-  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
-  end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = EP_TOKENS / SEG_TOKENS;
-  end.total_tokens = EP_TOKENS, end.reward = reward, end.group_id = group, end.task_seed = group;
-  end.outcome = reward > 0.5f ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
-  if (lh_store_put_episode_end(s, &end, NULL, &e)) return -1;
-  return lh_store_commit(s, &e);
+  return lrfx_episode_put(s, &ep, &e);
 }
 
 /* Groups [first, first + n) whose index is rank modulo ranks, in order:
@@ -129,22 +98,6 @@ static int write_groups(lh_store *s, lh_model *whole, int first, int n, int rank
     }
   }
   return 0;
-}
-
-static int write_floats(const char *path, const float *x, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return -1;
-  int rc = fwrite(x, sizeof *x, n, f) == n ? 0 : -1;
-  return fclose(f) || rc ? -1 : 0;
-}
-
-static float *read_floats(const char *path, size_t n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  float *x = malloc(n * sizeof *x);
-  if (x && fread(x, sizeof *x, n, f) != n) free(x), x = NULL;
-  fclose(f);
-  return x;
 }
 
 /* ---- the heap a checkpoint takes -------------------------------------------
@@ -262,13 +215,13 @@ static int worker(int P, int first, int steps, const char *dir) {
     }
     int sk = (int)st.step + k;
     snprintf(path, sizeof path, "%s/params.step%d.rank%d", dir, sk, rank);
-    rc = write_floats(path, lh_model_params(m), nf);
+    rc = lrfx_write_floats(path, lh_model_params(m), nf);
     snprintf(path, sizeof path, "%s/grads.step%d.rank%d", dir, sk, rank);
-    if (!rc) rc = write_floats(path, lh_model_grads(m), nf);
+    if (!rc) rc = lrfx_write_floats(path, lh_model_grads(m), nf);
     if (!rc && rank == 0) {
       float loss = (float)ts.loss;
       snprintf(path, sizeof path, "%s/loss.step%d", dir, sk);
-      rc = write_floats(path, &loss, 1);
+      rc = lrfx_write_floats(path, &loss, 1);
     }
     if (rc) {
       fprintf(stderr, "rank %d: cannot write %s\n", rank, path);
@@ -289,7 +242,8 @@ static int worker(int P, int first, int steps, const char *dir) {
   /* One that cannot be written (its ckpt_dir under a file): rank 0 says
    * why, the group's other ranks serve it to the end and go on. */
   snprintf(ckpt, sizeof ckpt, "%s/not-a-dir", dir);
-  if (rank == 0 && write_floats(ckpt, &(float){0}, 1)) fprintf(stderr, "rank 0: cannot write %s\n", ckpt);
+  if (rank == 0 && lrfx_write_floats(ckpt, &(float){0}, 1))
+    fprintf(stderr, "rank 0: cannot write %s\n", ckpt);
   strncat(ckpt, "/ckpt", sizeof ckpt - strlen(ckpt) - 1);
   rc = lh_learner_ckpt_save_group(ckpt, m, lh_learner_trainer_experts(t), &st, t, NULL, &e);
   if ((rank == 0) != (rc != 0) || rc == LH_ELEARNER_COMM) {
@@ -458,15 +412,15 @@ static void check_job(const char *dir, int ranks, int P, int from, int to, const
     double dw = 0, dg = 0;
     for (int r = 0; r < ranks; r++) {
       snprintf(path, sizeof path, "%s/params.step%d.rank%d", dir, k + 1, r);
-      float *x = read_floats(path, nf);
+      float *x = lrfx_read_floats(path, nf);
       snprintf(path, sizeof path, "%s/grads.step%d.rank%d", dir, k + 1, r);
-      float *g = read_floats(path, nf);
+      float *g = lrfx_read_floats(path, nf);
       ck_assert_msg(x && g, "%s missing", path);
       compare_shard(x, g, r % P, P, ref->params[k], ref->grads[k], &dw, &dg);
       free(x), free(g);
     }
     snprintf(path, sizeof path, "%s/loss.step%d", dir, k + 1);
-    float *loss = read_floats(path, 1);
+    float *loss = lrfx_read_floats(path, 1);
     ck_assert_ptr_nonnull(loss);
     double dl = fabs((double)*loss - ref->loss[k]) / fmax(1.0, fabs(ref->loss[k]));
     printf("%d ranks, expert_parallel %d, step %d: loss %.9g vs %.9g, max relative |dw| %.3g, |dgrad| %.3g\n",
@@ -644,21 +598,14 @@ static int train_rows(const char *path) {
   return n;
 }
 
+/* The job's config, its actor sending to actor_ingest (one rank's ingest). */
 static void write_job_config(const char *path, const char *dir, const char *actor_ingest) {
-  FILE *f = fopen(path, "w");
-  ck_assert_ptr_nonnull(f);
-  fprintf(f,
-          "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
-          "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
-          "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
-          "warmup_steps = 0\ntotal_steps = 1000\nmax_policy_lag = 4\nexpert_parallel = 2\n"
-          "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
-          "db = %s/replay.db\nckpt_dir = %s/ckpt\n"
-          "[actor]\nlearner_endpoint = %s\nweights_pub_endpoint = ipc://%s/pub\n"
-          "weights_endpoint = ipc://%s/w\nmax_context = 400\ngroup_size = 4\nbatch = 8\n"
-          "[env]\nname = calc\n",
-          dir, dir, dir, dir, dir, actor_ingest, dir, dir);
-  fclose(f);
+  const char *learner = "batch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
+                        "warmup_steps = 0\ntotal_steps = 1000\nmax_policy_lag = 4\n"
+                        "expert_parallel = 2\n";
+  const char *actor = "max_context = 400\ngroup_size = 4\nbatch = 8\n";
+  int rc = lrfx_write_run_config(path, dir, learner, actor_ingest, actor, "name = calc\n");
+  ck_assert_int_eq(rc, 0);
 }
 
 /* `mpirun -n 2 longhaul learner` with expert_parallel = 2 and an actor
@@ -718,9 +665,7 @@ START_TEST(test_rank_killed_mid_step) {
                 log);
   ck_assert_int_eq(kill(jp, SIGUSR1), 0);
   jrc = lh_proc_wait(jp, 60, NULL);
-  kill(p0, SIGTERM);
-  kill(p1, SIGTERM);
-  lh_proc_wait(p0, 30, NULL), lh_proc_wait(p1, 30, NULL);
+  lrfx_stop_actors((pid_t[]){p0, p1}, 2);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "grep -h -E 'expert_parallel=|resumed|error|rank failed' '%s' | head -20", log);
   ck_assert_int_ge(system(cmd), 0);

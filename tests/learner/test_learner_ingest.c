@@ -12,21 +12,17 @@
 #include <zmq.h>
 
 #include "learner/internal.h"
+#include "proc_util.h"
 
 static char dir[64];
 static char db[128];
 
 static void make_dir(void) {
-  strcpy(dir, "/tmp/lh_ingest_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "ingest"), 0);
   snprintf(db, sizeof db, "%s/replay.db", dir);
 }
 
-static void remove_dir(void) {
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
-}
+static void remove_dir(void) { lh_proc_rmdir(dir); }
 
 /* A segment of n sampled tokens of episode ep, seq seq. */
 typedef struct {

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "learner/internal.h"
+#include "learner_fixture.h"
 
 #define EP_TOKENS 24
 #define SEG_TOKENS 8
@@ -35,20 +36,9 @@
 
 static char self_path[1024];
 
-static lh_model *tiny_model(void) {
-  lh_model_config c;
-  lh_model_config_default(&c);
-  c.d_model = 16, c.layers = 2, c.heads = 2, c.experts = 4, c.topk = 2;
-  c.shared_experts = 1, c.latent = 8, c.expert_hidden = 8, c.chunk = 4;
-  c.patch = 2, c.max_patches = 8, c.seed = 7;
-  lh_model *m = NULL;
-  lh_errbuf e;
-  if (lh_model_new(&c, lh_backend_cpu(), &m, &e)) {
-    fprintf(stderr, "model: %s\n", e.msg);
-    exit(3);
-  }
-  return m;
-}
+/* The suite's model: the tiny one at test_learner_train's seed. */
+#define MODEL_SEED 7
+static lh_model *tiny_model(void) { return lrfx_model(MODEL_SEED); }
 
 static lh_learner_config cfg_for(uint64_t batch_episodes) {
   lh_learner_config c;
@@ -58,72 +48,20 @@ static lh_learner_config cfg_for(uint64_t batch_episodes) {
   return c;
 }
 
-/* Episode id of group g with behavior log-probabilities from m's own
- * forward (as test_learner_train writes them), sampled at version 0. */
-static int write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group, float reward) {
-  int32_t tok[EP_TOKENS], tgt[EP_TOKENS];
-  float logp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) tok[i] = (int32_t)((id * 31 + (uint64_t)i * 7) % 200 + 32);
-  for (int i = 0; i < EP_TOKENS; i++) tgt[i] = i + 1 < EP_TOKENS ? tok[i + 1] : -1;
-  int32_t offs[2] = {0, EP_TOKENS};
-  lh_model_batch b = {.n_tokens = EP_TOKENS, .tokens = tok, .targets = tgt, .n_seq = 1,
-                      .seq_offsets = offs, .temperature = 0.7f};
-  lh_model_cache *cache = NULL;
-  lh_errbuf e;
-  if (lh_model_forward(m, &b, &cache, logp, NULL, NULL, &e)) return -1;
-  lh_model_cache_free(cache);
-  uint32_t utok[EP_TOKENS], ver[EP_TOKENS];
-  uint8_t mask[EP_TOKENS];
-  float blogp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) {
-    utok[i] = (uint32_t)tok[i];
-    mask[i] = i >= PROMPT;
-    blogp[i] = mask[i] ? logp[i - 1] : 0.0f;
-    ver[i] = 0;
-  }
-  if (lh_store_begin(s, &e)) return -1;
-  for (uint32_t q = 0; q < EP_TOKENS / SEG_TOKENS; q++) {
-    Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
-    size_t o = q * SEG_TOKENS;
-    seg.episode_id = id, seg.seq = q, seg.actor = "a0", seg.env = "calc", seg.start_offset = o;
-    seg.group_id = group, seg.task_seed = group;
-    seg.n_tokens = SEG_TOKENS, seg.tokens = utok + o;
-    seg.loss_mask.len = SEG_TOKENS, seg.loss_mask.data = mask + o;
-    seg.n_behavior_logp = SEG_TOKENS, seg.behavior_logp = blogp + o;
-    seg.n_policy_version = SEG_TOKENS, seg.policy_version = ver + o;
-    if (lh_store_put_segment(s, &seg, NULL, &e)) return -1;
-  }
-  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
-  end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = EP_TOKENS / SEG_TOKENS;
-  end.total_tokens = EP_TOKENS, end.reward = reward, end.group_id = group, end.task_seed = group;
-  end.outcome = reward > 0.5f ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
-  if (lh_store_put_episode_end(s, &end, NULL, &e)) return -1;
-  return lh_store_commit(s, &e);
-}
-
-/* Group g's episodes: ids 100 + 2g and 101 + 2g, distinct rewards. */
+/* Group g's episodes: ids 100 + 2g and 101 + 2g, distinct rewards, with
+ * behavior log-probabilities from m's own forward (as test_learner_train
+ * writes them), sampled at version 0. */
 static void write_group(lh_store *s, lh_model *m, int g) {
+  static const lrfx_shape shape = {.n_tokens = EP_TOKENS, .seg_tokens = SEG_TOKENS,
+                                    .a = 31, .b = 7, .first_sampled = PROMPT,
+                                    .temperature = 0.7f, .success_above = 0.5f};
+  lh_errbuf e;
   for (int k = 0; k < GROUP_SIZE; k++) {
     uint64_t id = 100 + (uint64_t)(GROUP_SIZE * g + k);
     float reward = (float)((id * 7) % 5) / 4.0f;
-    ck_assert_int_eq(write_episode(s, m, id, 1000 + (uint64_t)g, reward), 0);
+    int rc = lrfx_write_episode(s, m, &shape, id, 1000 + (uint64_t)g, reward, &e);
+    ck_assert_msg(rc == 0, "%s", e.msg);
   }
-}
-
-static int write_floats(const char *path, const float *x, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return -1;
-  int rc = fwrite(x, sizeof *x, n, f) == n ? 0 : -1;
-  return fclose(f) || rc ? -1 : 0;
-}
-
-static float *read_floats(const char *path, size_t n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  float *x = malloc(n * sizeof *x);
-  if (x && fread(x, sizeof *x, n, f) != n) free(x), x = NULL;
-  fclose(f);
-  return x;
 }
 
 /* ---- one rank of the MPI job ------------------------------------------------
@@ -150,6 +88,7 @@ static int worker(const char *mode, const char *dir) {
   snprintf(db0, sizeof db0, "%s/replay.db", dir);
   snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
   lh_learner_config cfg = cfg_for(GROUP_SIZE);  /* half of the one-rank batch */
+  lh_model_config model_cfg = lrfx_model_config(MODEL_SEED);
   lh_store *s = NULL;
   lh_model *m = NULL;
   lh_learner_trainer *t = NULL;
@@ -167,7 +106,7 @@ static int worker(const char *mode, const char *dir) {
   W_TRY(lh_learner_rank_db(db0, rank, db, &e));
   W_TRY(lh_store_open(db, &s, &e));
   if (resume) W_TRY(lh_learner_ckpt_load_latest(ckpt, lh_backend_cpu(), &m, &st, from, &e));
-  else m = tiny_model();
+  else W_TRY(lh_model_new(&model_cfg, lh_backend_cpu(), &m, &e));
   W_TRY(lh_learner_trainer_new(m, s, &cfg, 0.7f, resume ? &st : NULL, &t, &e));
   W_TRY(lh_learner_trainer_set_comm(t, comm, &e));
   if (resume) W_TRY(lh_learner_trainer_load_done(t, from, st.ingest_position, &e));
@@ -180,8 +119,8 @@ static int worker(const char *mode, const char *dir) {
       rc = 1;
       goto out;
     }
-    float *saved = read_floats((snprintf(path, sizeof path, "%s/params.step%d", dir, STEPS), path),
-                               lh_model_n_floats(m));
+    snprintf(path, sizeof path, "%s/params.step%d", dir, STEPS);
+    float *saved = lrfx_read_floats(path, lh_model_n_floats(m));
     if (!saved || memcmp(saved, lh_model_params(m), lh_model_n_floats(m) * sizeof(float))) {
       fprintf(stderr, "rank %d: resumed weights are not the trained ones\n", rank);
       rc = 1;
@@ -210,7 +149,7 @@ static int worker(const char *mode, const char *dir) {
       goto out;
     }
     snprintf(path, sizeof path, "%s/params.step%d%s", dir, k, rank ? ".rank1" : "");
-    if (write_floats(path, lh_model_params(m), lh_model_n_floats(m))) {
+    if (lrfx_write_floats(path, lh_model_params(m), lh_model_n_floats(m))) {
       fprintf(stderr, "rank %d: cannot write %s\n", rank, path);
       rc = 1;
       goto out;
@@ -471,9 +410,9 @@ START_TEST(test_two_ranks_match_one) {
   ck_assert_msg(run_job("train", two) == 0, "the 2-rank job failed (see its log above)");
   for (int k = 0; k < STEPS; k++) {
     snprintf(path, sizeof path, "%s/params.step%d", two, k + 1);
-    float *p0 = read_floats(path, nf);
+    float *p0 = lrfx_read_floats(path, nf);
     snprintf(path, sizeof path, "%s/params.step%d.rank1", two, k + 1);
-    float *p1 = read_floats(path, nf);
+    float *p1 = lrfx_read_floats(path, nf);
     ck_assert_ptr_nonnull(p0);
     ck_assert_ptr_nonnull(p1);
     ck_assert_int_eq(memcmp(p0, p1, nf * sizeof(float)), 0);
@@ -552,21 +491,13 @@ static int on_episode(void *ctx, const lh_episode_row *r) {
   return 0;
 }
 
+/* The job's config, its actor sending to actor_ingest (one rank's ingest). */
 static void write_config(const char *path, const char *dir, const char *actor_ingest) {
-  FILE *f = fopen(path, "w");
-  ck_assert_ptr_nonnull(f);
-  fprintf(f,
-          "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
-          "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
-          "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
-          "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\n"
-          "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
-          "db = %s/replay.db\nckpt_dir = %s/ckpt\n"
-          "[actor]\nlearner_endpoint = %s\nweights_pub_endpoint = ipc://%s/pub\n"
-          "weights_endpoint = ipc://%s/w\nmax_context = 400\ngroup_size = 4\nbatch = 8\n"
-          "[env]\nname = calc\n",
-          dir, dir, dir, dir, dir, actor_ingest, dir, dir);
-  fclose(f);
+  const char *learner = "batch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
+                        "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\n";
+  const char *actor = "max_context = 400\ngroup_size = 4\nbatch = 8\n";
+  int rc = lrfx_write_run_config(path, dir, learner, actor_ingest, actor, "name = calc\n");
+  ck_assert_int_eq(rc, 0);
 }
 
 /* The runs row of a rank's store as "run_id kind rank outcome" (run identity). */

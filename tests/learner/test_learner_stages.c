@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "learner/internal.h"
+#include "learner_fixture.h"
 #include "proc_util.h"
 
 static char dir[64], cfg_path[128], db[128], llog[160], llog2[160];
@@ -26,32 +27,17 @@ static void setup(void) {
   snprintf(db, sizeof db, "%s/replay.db", dir);
   snprintf(llog, sizeof llog, "%s/learner.log", dir);
   snprintf(llog2, sizeof llog2, "%s/learner2.log", dir);
-  char text[4096];
-  snprintf(text, sizeof text,
-           "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
-           "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
-           "[learner]\nbatch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 1000\n"
-           "warmup_steps = 0\ntotal_steps = 1000\nmax_policy_lag = 4\n"
-           "stages = 400 episodes=8 long_frac=0.5, 500 episodes=8 long_frac=0.5 lr=1e-4,"
-           " 600 long_frac=1 train_window=32 batch_episodes=8\n"
-           "stage_carry = drop\n"
-           "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
-           "db = %s\nckpt_dir = %s/ckpt\n"
-           "[actor]\nlearner_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\n"
-           "weights_endpoint = ipc://%s/w\nmax_context = 600\ngroup_size = 4\nbatch = 8\n"
-           "[env]\nname = calc\n",
-           dir, dir, dir, db, dir, dir, dir, dir);
-  ck_assert_int_eq(lh_proc_write_file(cfg_path, text), 0);
+  const char *learner = "batch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 1000\n"
+                        "warmup_steps = 0\ntotal_steps = 1000\nmax_policy_lag = 4\n"
+                        "stages = 400 episodes=8 long_frac=0.5,"
+                        " 500 episodes=8 long_frac=0.5 lr=1e-4,"
+                        " 600 long_frac=1 train_window=32 batch_episodes=8\n"
+                        "stage_carry = drop\n";
+  const char *actor = "max_context = 600\ngroup_size = 4\nbatch = 8\n";
+  ck_assert_int_eq(lrfx_write_run_config(cfg_path, dir, learner, NULL, actor, "name = calc\n"), 0);
 }
 
-static pid_t spawn(const char *log, const char *const *args) {
-  ck_assert_msg(lh_proc_longhaul() != NULL, "LH_BIN is not set");
-  char path[200];
-  snprintf(path, sizeof path, "%s/%s", dir, log);
-  pid_t pid = lh_proc_spawn_longhaul(path, args);
-  ck_assert_int_ge(pid, 0);
-  return pid;
-}
+static pid_t spawn(const char *log, const char *const *args) { return lrfx_spawn(dir, log, args); }
 
 typedef struct {
   int n;
@@ -181,11 +167,9 @@ START_TEST(test_stages_reach_last_and_resume) {
   const char *rargs[] = {"learner", "--config", cfg_path, "--resume", "--steps", "2", NULL};
   pid_t rp = spawn("learner2.log", rargs);
   int rrc = lh_proc_wait(rp, 180, NULL);
-  kill(p0, SIGTERM);
-  kill(p1, SIGTERM);
-  int rc0 = lh_proc_wait(p0, 30, NULL), rc1 = lh_proc_wait(p1, 30, NULL);
+  int arc = lrfx_stop_actors((pid_t[]){p0, p1}, 2);
   ck_assert_msg(rrc == 0, "resumed learner exit %d (see %s)", rrc, llog2);
-  ck_assert_msg(rc0 == 0 && rc1 == 0, "actors exit %d %d", rc0, rc1);
+  ck_assert_msg(arc == 0, "actor exit %d (see %s/a0.log, a1.log)", arc, dir);
   ck_assert_msg(lh_proc_file_has(llog2, "resumed stage index=2"), "the resumed learner is not at stage 2 (see %s)",
                 llog2);
   ck_assert(!lh_proc_file_has(llog2, "stage begins"));
@@ -269,10 +253,7 @@ START_TEST(test_two_ranks_agree) {
   int reached = wait_last_stage(8, 240, &s);
   kill(jp, SIGUSR1);  /* mpirun forwards it: the ranks stop at the same turn */
   int jrc = lh_proc_wait(jp, 60, NULL);
-  kill(p0, SIGTERM);
-  kill(p1, SIGTERM);
-  lh_proc_wait(p0, 30, NULL);
-  lh_proc_wait(p1, 30, NULL);
+  lrfx_stop_actors((pid_t[]){p0, p1}, 2);
   ck_assert_msg(reached, "the last stage did not train 8 episodes of its own (see %s)", job_log);
   ck_assert_msg(jrc == 0, "mpirun exit %d (see %s)", jrc, job_log);
   uint64_t steps[4];

@@ -19,6 +19,7 @@
 
 #include "actors/internal.h"
 #include "learner/internal.h"
+#include "learner_fixture.h"
 #include "proto/wire.h"
 
 #define EP_TOKENS 48
@@ -26,37 +27,25 @@
 #define FIRST_SAMPLED 41  /* targets 41..47: the last window of 8 */
 #define STATE_FLOATS (2 * 2 * 8 * 8)
 
-static lh_model *tiny_model(void) {
-  lh_model_config c;
-  lh_model_config_default(&c);
-  c.d_model = 16, c.layers = 2, c.heads = 2, c.experts = 4, c.topk = 2;
-  c.shared_experts = 1, c.latent = 8, c.expert_hidden = 8, c.chunk = 4;
-  c.patch = 2, c.max_patches = 8, c.seed = 11;
-  lh_model *m;
-  lh_errbuf e;
-  ck_assert_msg(lh_model_new(&c, lh_backend_cpu(), &m, &e) == 0, "%s", e.msg);
-  return m;
-}
+static lh_model *tiny_model(void) { return lrfx_model(11); }
 
 /* Writes episode id into the store at path: behavior log-probabilities
  * from one forward over the whole episode, and the decoder's state after
  * each segment's first token offset (segments 1..5) in that segment. */
 static void write_episode(const char *path, lh_model *m, uint64_t id, uint64_t group, float reward) {
-  int32_t tok[EP_TOKENS], tgt[EP_TOKENS];
-  float logp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) tok[i] = (int32_t)((id * 29 + (uint64_t)i * 13) % 200 + 32);
-  for (int i = 0; i < EP_TOKENS; i++) tgt[i] = i + 1 < EP_TOKENS ? tok[i + 1] : -1;
-  int32_t offs[2] = {0, EP_TOKENS};
-  lh_model_batch b = {.n_tokens = EP_TOKENS, .tokens = tok, .targets = tgt, .n_seq = 1, .seq_offsets = offs,
-                      .temperature = 1.0f};
-  lh_model_cache *cache = NULL;
+  static const lrfx_shape shape = {.n_tokens = EP_TOKENS, .seg_tokens = SEG_TOKENS,
+                                    .a = 29, .b = 13, .first_sampled = FIRST_SAMPLED,
+                                    .temperature = 1.0f};
+  lrfx_episode ep;
   lh_errbuf e;
-  ck_assert_msg(lh_model_forward(m, &b, &cache, logp, NULL, NULL, &e) == 0, "%s", e.msg);
-  lh_model_cache_free(cache);
+  lrfx_episode_init(&ep, &shape, id, group, reward);
+  ck_assert_msg(lrfx_episode_sample(&ep, m, 0, NULL, &e) == 0, "%s", e.msg);
   /* The actor's side: a decoder fed segment by segment, its state taken
    * at each segment start. */
   static float states[EP_TOKENS / SEG_TOKENS][STATE_FLOATS];
   ck_assert_uint_eq(lh_model_state_floats(lh_model_get_config(m)), STATE_FLOATS);
+  int32_t tok[EP_TOKENS];
+  for (int i = 0; i < EP_TOKENS; i++) tok[i] = (int32_t)ep.tokens[i];
   lh_model_decoder *d;
   ck_assert_int_eq(lh_model_decoder_new(m, 1, &d, &e), 0);
   for (int q = 0; q < EP_TOKENS / SEG_TOKENS; q++) {
@@ -64,35 +53,10 @@ static void write_episode(const char *path, lh_model *m, uint64_t id, uint64_t g
     ck_assert_int_eq(lh_model_prefill(d, 0, tok + q * SEG_TOKENS, SEG_TOKENS, NULL, 0, NULL, &e), 0);
   }
   lh_model_decoder_free(d);
-  uint32_t utok[EP_TOKENS], ver[EP_TOKENS] = {0};
-  uint8_t mask[EP_TOKENS];
-  float blogp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) {
-    utok[i] = (uint32_t)tok[i];
-    mask[i] = i >= FIRST_SAMPLED;
-    blogp[i] = mask[i] ? logp[i - 1] : 0.0f;
-  }
+  ep.states = states[0], ep.state_floats = STATE_FLOATS;
   lh_store *s;
   ck_assert_msg(lh_store_open(path, &s, &e) == 0, "%s", e.msg);
-  ck_assert_int_eq(lh_store_begin(s, &e), 0);
-  for (uint32_t q = 0; q < EP_TOKENS / SEG_TOKENS; q++) {
-    Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
-    size_t at = q * SEG_TOKENS;
-    seg.episode_id = id, seg.seq = q, seg.actor = "a0", seg.env = "calc", seg.start_offset = at;
-    seg.group_id = group, seg.task_seed = group;
-    seg.n_tokens = SEG_TOKENS, seg.tokens = utok + at;
-    seg.loss_mask.len = SEG_TOKENS, seg.loss_mask.data = mask + at;
-    seg.n_behavior_logp = SEG_TOKENS, seg.behavior_logp = blogp + at;
-    seg.n_policy_version = SEG_TOKENS, seg.policy_version = ver + at;
-    if (q > 0) seg.n_state = STATE_FLOATS, seg.state = states[q], seg.state_offset = at;
-    ck_assert_msg(lh_store_put_segment(s, &seg, NULL, &e) == 0, "%s", e.msg);
-  }
-  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
-  end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = EP_TOKENS / SEG_TOKENS;
-  end.total_tokens = EP_TOKENS, end.reward = reward, end.group_id = group, end.task_seed = group;
-  end.outcome = reward > 0 ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
-  ck_assert_msg(lh_store_put_episode_end(s, &end, NULL, &e) == 0, "%s", e.msg);
-  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+  ck_assert_msg(lrfx_episode_put(s, &ep, &e) == 0, "%s", e.msg);
   lh_store_close(s);
 }
 

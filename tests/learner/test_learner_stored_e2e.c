@@ -16,46 +16,25 @@
 
 #include "learner/learner.h"
 #include "store/store.h"
+#include "learner_fixture.h"
 #include "proc_util.h"
 
 static char dir[64], cfg_path[128], db[128];
 
 static void setup(void) {
-  strcpy(dir, "/tmp/lh_stored_e2e_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "stored-e2e"), 0);
   snprintf(cfg_path, sizeof cfg_path, "%s/run.ini", dir);
   snprintf(db, sizeof db, "%s/replay.db", dir);
-  FILE *f = fopen(cfg_path, "w");
-  ck_assert_ptr_nonnull(f);
-  fprintf(f,
-          "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\nshared_experts = 1\n"
-          "latent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
-          "[learner]\nbatch_episodes = 2\ngroup_size = 2\ntrain_window = 32\nckpt_every = 100\n"
-          "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\nmax_backlog_episodes = 1000\n"
-          "state_mode = stored\nburn_in = 8\n"
-          "ingest_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\nweights_endpoint = ipc://%s/w\n"
-          "db = %s\nckpt_dir = %s/ckpt\n"
-          "[actor]\nlearner_endpoint = ipc://%s/ing\nweights_pub_endpoint = ipc://%s/pub\n"
-          "weights_endpoint = ipc://%s/w\nmax_context = 1200\ngroup_size = 2\nbatch = 4\nmax_steps = 3\n"
-          "segment_tokens = 32\nstate_interval = 32\n"
-          "[env]\nname = needle\ntokens = 400\n",
-          dir, dir, dir, db, dir, dir, dir, dir);
-  fclose(f);
+  const char *learner = "batch_episodes = 2\ngroup_size = 2\ntrain_window = 32\nckpt_every = 100\n"
+                        "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\n"
+                        "max_backlog_episodes = 1000\nstate_mode = stored\nburn_in = 8\n";
+  const char *actor = "max_context = 1200\ngroup_size = 2\nbatch = 4\nmax_steps = 3\n"
+                      "segment_tokens = 32\nstate_interval = 32\n";
+  const char *env = "name = needle\ntokens = 400\n";
+  ck_assert_int_eq(lrfx_write_run_config(cfg_path, dir, learner, NULL, actor, env), 0);
 }
 
-static pid_t spawn(const char *log, const char *const *args) {
-  ck_assert_msg(lh_proc_longhaul() != NULL, "LH_BIN is not set");
-  char path[160];
-  snprintf(path, sizeof path, "%s/%s", dir, log);
-  pid_t pid = lh_proc_spawn_longhaul(path, args);
-  ck_assert_int_ge(pid, 0);
-  return pid;
-}
-
-static int wait_exit(pid_t pid, int seconds) {
-  int rc = lh_proc_wait(pid, seconds, NULL);
-  return rc >= 128 ? -1 : rc;
-}
+static pid_t spawn(const char *log, const char *const *args) { return lrfx_spawn(dir, log, args); }
 
 typedef struct {
   int n;
@@ -66,12 +45,6 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
   step_rows *r = ctx;
   if (r->n == 0) r->first_logp_diff = t->logp_diff;
   r->n++;
-  return 0;
-}
-
-static int first_text(void *ctx, int ncols, const char *const *names, const char *const *values) {
-  (void)names;
-  if (ncols > 0 && values[0]) snprintf(ctx, 32, "%s", values[0]);
   return 0;
 }
 
@@ -96,9 +69,8 @@ START_TEST(test_actor_states_train_stored) {
   const char *a0[] = {"actor", "--config", cfg_path, "--name", "a0", "--index", "0", NULL};
   pid_t lp = spawn("learner.log", largs);
   pid_t p0 = spawn("a0.log", a0);
-  int lrc = wait_exit(lp, 150);
-  kill(p0, SIGTERM);
-  int rc0 = wait_exit(p0, 30);
+  int lrc = lh_proc_wait(lp, 150, NULL);
+  int rc0 = lrfx_stop_actors(&p0, 1);
   ck_assert_msg(lrc == 0, "learner exit %d (see %s/learner.log)", lrc, dir);
   ck_assert_msg(rc0 == 0, "actor exit %d (see %s/a0.log)", rc0, dir);
   lh_store *s;
@@ -108,9 +80,10 @@ START_TEST(test_actor_states_train_stored) {
   ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_step, &r, &e), 0);
   ck_assert_int_eq(r.n, 2);
   char with_state[32] = "", segs[32] = "";
-  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM segments WHERE state_offset IS NOT NULL", first_text,
-                                with_state, NULL, &e), 0);
-  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM segments", first_text, segs, NULL, &e), 0);
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM segments WHERE state_offset IS NOT NULL",
+                                lrfx_first_text, with_state, NULL, &e), 0);
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM segments", lrfx_first_text, segs, NULL,
+                                &e), 0);
   long used = most_states_used();
   printf("stored e2e: segments=%s with_state=%s states_used(max per step)=%ld first logp_diff=%g\n", segs,
          with_state, used, r.first_logp_diff);
@@ -118,9 +91,7 @@ START_TEST(test_actor_states_train_stored) {
   ck_assert_int_gt(used, 0);
   ck_assert_msg(r.first_logp_diff < 1e-4, "alignment at version 0: %g", r.first_logp_diff);
   lh_store_close(s);
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "learner/internal.h"
+#include "learner_fixture.h"
+#include "proc_util.h"
 
 #define EP_TOKENS 24
 #define SEG_TOKENS 8
@@ -28,99 +30,44 @@ static int with_image = 0;
 static uint8_t img_bytes[4 * 4 * 3];
 
 static void make_dir(void) {
-  strcpy(dir, "/tmp/lh_train_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "train"), 0);
   snprintf(db, sizeof db, "%s/replay.db", dir);
 }
 
-static void remove_dir(void) {
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
-}
+static void remove_dir(void) { lh_proc_rmdir(dir); }
 
-static lh_model *tiny_model(void) {
-  lh_model_config c;
-  lh_model_config_default(&c);
-  c.d_model = 16, c.layers = 2, c.heads = 2, c.experts = 4, c.topk = 2;
-  c.shared_experts = 1, c.latent = 8, c.expert_hidden = 8, c.chunk = 4;
-  c.patch = 2, c.max_patches = 8, c.seed = 7;
-  lh_model *m;
-  lh_errbuf e;
-  ck_assert_msg(lh_model_new(&c, lh_backend_cpu(), &m, &e) == 0, "%s", e.msg);
-  return m;
-}
+static lh_model *tiny_model(void) { return lrfx_model(7); }
 
 /* Writes episode id (group, reward) whose tokens after the prompt count as
  * sampled at version, with behavior log-probabilities from the model's own
  * forward over the whole episode (one sequence, no windows). */
 static void write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group, float reward,
                           uint32_t version) {
-  int32_t tok[EP_TOKENS], tgt[EP_TOKENS];
-  float logp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) tok[i] = (int32_t)((id * 31 + (uint64_t)i * 7) % 200 + 32);
+  static const lrfx_shape shape = {.n_tokens = EP_TOKENS, .seg_tokens = SEG_TOKENS,
+                                    .a = 31, .b = 7, .first_sampled = PROMPT,
+                                    .temperature = 0.7f};
+  lrfx_episode ep;
+  lrfx_episode_init(&ep, &shape, id, group, reward);
   float img_px[4 * 4 * 3];
   lh_model_image img = {.at = IMG_AT + 1, .height = 4, .width = 4, .pixels = img_px};
+  Longhaul__Image im = LONGHAUL__IMAGE__INIT;
   if (with_image) {
     for (size_t i = 0; i < sizeof img_bytes; i++) img_bytes[i] = (uint8_t)(i * 37 + id * 11);
     lh_model_pixels_from_u8(img_bytes, 16, 3, img_px);
-    tok[IMG_AT] = LH_TOK_IMG;
-    for (int i = 1; i <= 4; i++) tok[IMG_AT + i] = LH_TOK_PAD;
+    ep.tokens[IMG_AT] = LH_TOK_IMG;
+    for (int i = 1; i <= 4; i++) ep.tokens[IMG_AT + i] = LH_TOK_PAD;
+    im.offset = IMG_AT, im.width = 4, im.height = 4, im.channels = 3;
+    im.pixels.len = sizeof img_bytes, im.pixels.data = img_bytes;
+    ep.image = &im;
   }
-  for (int i = 0; i < EP_TOKENS; i++) tgt[i] = i + 1 < EP_TOKENS ? tok[i + 1] : -1;
-  int32_t offs[2] = {0, EP_TOKENS};
-  lh_model_batch b = {.n_tokens = EP_TOKENS, .tokens = tok, .targets = tgt, .n_seq = 1,
-                      .seq_offsets = offs, .n_images = with_image, .images = with_image ? &img : NULL,
-                      .temperature = 0.7f};
-  lh_model_cache *cache = NULL;
   lh_errbuf e;
-  ck_assert_msg(lh_model_forward(m, &b, &cache, logp, NULL, NULL, &e) == 0, "%s", e.msg);
-  int32_t ex[2 * EP_TOKENS * 2];  /* (layers, T, topk) */
-  ck_assert_int_eq(lh_model_cache_experts(cache, ex), 0);
-  lh_model_cache_free(cache);
-  uint32_t routed[EP_TOKENS * 2 * 2];  /* [token][layer][slot] */
-  for (int i = 0; i < EP_TOKENS; i++)
-    for (int l = 0; l < 2; l++)
-      for (int q = 0; q < 2; q++)
-        routed[(i * 2 + l) * 2 + q] = record_routing == 2 ? (uint32_t)q : (uint32_t)ex[(l * EP_TOKENS + i) * 2 + q];
-  uint32_t utok[EP_TOKENS], ver[EP_TOKENS];
-  uint8_t mask[EP_TOKENS];
-  float blogp[EP_TOKENS];
-  for (int i = 0; i < EP_TOKENS; i++) {
-    utok[i] = (uint32_t)tok[i];
-    mask[i] = i >= PROMPT && !(with_image && i >= IMG_AT && i <= IMG_AT + 4);
-    blogp[i] = mask[i] ? logp[i - 1] : 0.0f;
-    ver[i] = mask[i] ? version : 0;
-  }
-  ck_assert_int_eq(lh_store_begin(s, &e), 0);
-  for (uint32_t q = 0; q < EP_TOKENS / SEG_TOKENS; q++) {
-    Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
-    size_t o = q * SEG_TOKENS;
-    seg.episode_id = id, seg.seq = q, seg.actor = "a0", seg.env = "calc", seg.start_offset = o;
-    seg.group_id = group, seg.task_seed = group;
-    seg.n_tokens = SEG_TOKENS, seg.tokens = utok + o;
-    seg.loss_mask.len = SEG_TOKENS, seg.loss_mask.data = mask + o;
-    seg.n_behavior_logp = SEG_TOKENS, seg.behavior_logp = blogp + o;
-    seg.n_policy_version = SEG_TOKENS, seg.policy_version = ver + o;
-    Longhaul__Image im = LONGHAUL__IMAGE__INIT;
-    Longhaul__Image *ims[1] = {&im};
-    if (with_image && q == 0) {
-      im.offset = IMG_AT, im.width = 4, im.height = 4, im.channels = 3;
-      im.pixels.len = sizeof img_bytes, im.pixels.data = img_bytes;
-      seg.n_images = 1, seg.images = ims;
-    }
-    if (record_routing) {
-      seg.routed_layers = 2, seg.routed_topk = 2;
-      seg.n_routed_experts = SEG_TOKENS * 4, seg.routed_experts = routed + o * 4;
-    }
-    ck_assert_msg(lh_store_put_segment(s, &seg, NULL, &e) == 0, "%s", e.msg);
-  }
-  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
-  end.episode_id = id, end.actor = "a0", end.env = "calc", end.segment_count = EP_TOKENS / SEG_TOKENS;
-  end.total_tokens = EP_TOKENS, end.reward = reward, end.group_id = group, end.task_seed = group;
-  end.outcome = reward > 0 ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
-  ck_assert_msg(lh_store_put_episode_end(s, &end, NULL, &e) == 0, "%s", e.msg);
-  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+  int rc = lrfx_episode_sample(&ep, m, version, with_image ? &img : NULL, &e);
+  ck_assert_msg(rc == 0, "%s", e.msg);
+  ep.send_routing = record_routing != 0;
+  if (record_routing == 2)
+    for (size_t i = 0; i < EP_TOKENS * 2; i++)
+      for (uint32_t q = 0; q < 2; q++) ep.routed[i * 2 + q] = q;
+  ck_assert_msg(lrfx_episode_put(s, &ep, &e) == 0, "%s", e.msg);
 }
 
 static lh_learner_config small_cfg(void) {
@@ -129,6 +76,49 @@ static lh_learner_config small_cfg(void) {
   c.batch_episodes = 4, c.group_size = 2, c.train_window = 5;  /* 24 tokens: 5 windows */
   c.max_policy_lag = 0, c.lr = 1e-2, c.warmup_steps = 0, c.total_steps = 10;
   return c;
+}
+
+/* A fresh folder with the test's store open in it (db). */
+static lh_store *open_store(void) {
+  make_dir();
+  lh_store *s;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  return s;
+}
+
+/* Episodes first .. first + n - 1 at version 0, two to a group (ids 1
+ * and 2 in group 10, 3 and 4 in 11, ...), the odd id of each rewarded 1
+ * and the even one 0. */
+static void write_episodes(lh_store *s, lh_model *m, uint64_t first, uint64_t n) {
+  for (uint64_t id = first; id < first + n; id++)
+    write_episode(s, m, id, 10 + (id - 1) / 2, id % 2 ? 1.0f : 0.0f, 0);
+}
+
+/* A trainer of m over s (temperature 0.7, no state to resume) that has
+ * scanned the store. */
+static lh_learner_trainer *scanned_trainer(lh_model *m, lh_store *s, const lh_learner_config *cfg) {
+  lh_learner_trainer *t;
+  lh_errbuf e;
+  ck_assert_msg(lh_learner_trainer_new(m, s, cfg, 0.7f, NULL, &t, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  return t;
+}
+
+/* One step, which must not fail: whether it trained. */
+static int step(lh_learner_trainer *t, lh_learner_train_stats *st) {
+  int stepped = -1;
+  lh_errbuf e;
+  ck_assert_msg(lh_learner_trainer_step(t, &stepped, st, &e) == 0, "%s", e.msg);
+  return stepped;
+}
+
+/* Frees what a test made and removes its folder. */
+static void finish(lh_learner_trainer *t, lh_model *m, lh_store *s) {
+  lh_learner_trainer_free(t);
+  lh_model_free(m);
+  lh_store_close(s);
+  remove_dir();
 }
 
 typedef struct {
@@ -145,6 +135,14 @@ static int on_row(void *ctx, const lh_store_train_step *t) {
   for (size_t i = 0; t->expert_load && i < (size_t)t->layers * t->experts && i < 8; i++)
     r->load[i] = t->expert_load[i];
   return 0;
+}
+
+/* The store's train_steps rows: how many, and the last. */
+static rows_ctx read_rows(lh_store *s) {
+  rows_ctx r = {0};
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_row, &r, &e), 0);
+  return r;
 }
 
 /* The row's expert loads: 4 per layer, each layer's summing to 1, and the
@@ -165,25 +163,19 @@ static void check_loads(const rows_ctx *r) {
 }
 
 START_TEST(test_step_aligned_and_recorded) {
-  make_dir();
-  lh_store *s;
+  lh_store *s = open_store();
   lh_errbuf e;
-  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
   lh_model *m = tiny_model();
-  write_episode(s, m, 1, 10, 1.0f, 0);
-  write_episode(s, m, 2, 10, 0.0f, 0);
-  write_episode(s, m, 3, 11, 1.0f, 0);
+  write_episodes(s, m, 1, 3);
   /* Not ready: one segment short, no end. */
   lh_learner_config cfg = small_cfg();
   lh_learner_trainer *t;
   ck_assert_msg(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e) == 0, "%s", e.msg);
   size_t added;
-  int stepped;
   ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
   ck_assert_uint_eq(added, 3);
-  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
-  ck_assert_int_eq(stepped, 0);  /* group 11 has one of two */
-  write_episode(s, m, 4, 11, 0.0f, 0);
+  ck_assert_int_eq(step(t, NULL), 0);  /* group 11 has one of two */
+  write_episodes(s, m, 4, 1);
   /* Offered by id (as the ingest reports what it stored), twice, and an
    * episode already in the batcher: one added. */
   uint64_t ids[3] = {4, 4, 1};
@@ -194,8 +186,7 @@ START_TEST(test_step_aligned_and_recorded) {
   float *before = malloc(lh_model_n_floats(m) * sizeof(float));
   memcpy(before, lh_model_params(m), lh_model_n_floats(m) * sizeof(float));
   lh_learner_train_stats st;
-  ck_assert_msg(lh_learner_trainer_step(t, &stepped, &st, &e) == 0, "%s", e.msg);
-  ck_assert_int_eq(stepped, 1);
+  ck_assert_int_eq(step(t, &st), 1);
   printf("step: loss=%g tokens=%zu logp_diff=%g grad_norm=%g\n", st.loss, st.tokens, st.logp_diff,
          st.grad_norm);
   ck_assert_uint_eq(st.episodes, 4);
@@ -211,8 +202,7 @@ START_TEST(test_step_aligned_and_recorded) {
   size_t changed = 0;
   for (size_t i = 0; i < lh_model_n_floats(m); i++) changed += before[i] != lh_model_params(m)[i];
   ck_assert_uint_gt(changed, 0);
-  rows_ctx r = {0};
-  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_row, &r, &e), 0);
+  rows_ctx r = read_rows(s);
   ck_assert_int_eq(r.n, 1);
   ck_assert_uint_eq(r.last.version, 1);
   ck_assert_uint_eq(r.last.tokens, st.tokens);
@@ -222,16 +212,13 @@ START_TEST(test_step_aligned_and_recorded) {
   /* Nothing is trained twice. */
   ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
   ck_assert_uint_eq(added, 0);
-  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
-  ck_assert_int_eq(stepped, 0);
+  ck_assert_int_eq(step(t, NULL), 0);
   /* Episodes sampled at version 0 are stale for version 1 with lag 0. */
-  write_episode(s, m, 5, 12, 1.0f, 0);
-  write_episode(s, m, 6, 12, 0.0f, 0);
+  write_episodes(s, m, 5, 2);
   ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
   ck_assert_uint_eq(added, 2);
   ck_assert_uint_eq(lh_learner_trainer_admission(t)->dropped_stale, 2);
-  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
-  ck_assert_int_eq(stepped, 0);
+  ck_assert_int_eq(step(t, NULL), 0);
   /* The state a checkpoint takes. */
   lh_learner_state ls;
   memset(&ls, 0, sizeof ls);
@@ -241,21 +228,15 @@ START_TEST(test_step_aligned_and_recorded) {
   ck_assert_uint_eq(ls.ingest_position, 6);  /* done: 4 trained, 2 dropped */
   ck_assert_uint_eq(ls.admission.dropped_stale, 2);
   free(before);
-  lh_learner_trainer_free(t);
-  lh_model_free(m);
-  lh_store_close(s);
-  remove_dir();
+  finish(t, m, s);
 }
 END_TEST
 
 START_TEST(test_nonfinite_step_skipped) {
-  make_dir();
-  lh_store *s;
+  lh_store *s = open_store();
   lh_errbuf e;
-  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
   lh_model *m = tiny_model();
-  write_episode(s, m, 1, 10, 1.0f, 0);
-  write_episode(s, m, 2, 10, 0.0f, 0);
+  write_episodes(s, m, 1, 2);
   lh_learner_config cfg = small_cfg();
   cfg.batch_episodes = 2;
   lh_learner_trainer *t;
@@ -270,32 +251,24 @@ START_TEST(test_nonfinite_step_skipped) {
   memcpy(before, p, n * sizeof(float));
   ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
   lh_learner_train_stats st;
-  int stepped;
-  ck_assert_msg(lh_learner_trainer_step(t, &stepped, &st, &e) == 0, "%s", e.msg);
-  ck_assert_int_eq(stepped, 1);
+  ck_assert_int_eq(step(t, &st), 1);
   ck_assert_int_eq(st.skipped, 1);
   ck_assert_uint_eq(st.version, 0);
   ck_assert_int_eq(memcmp(before, p, n * sizeof(float)), 0);
-  rows_ctx r = {0};
-  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_row, &r, &e), 0);
+  rows_ctx r = read_rows(s);
   ck_assert_int_eq(r.n, 1);
   ck_assert_int_eq(r.last.skipped, 1);
   lh_learner_state ls;
   lh_learner_trainer_state(t, &ls);
   ck_assert_uint_eq(ls.skipped_steps, 1);
   free(before);
-  lh_learner_trainer_free(t);
-  lh_model_free(m);
-  lh_store_close(s);
-  remove_dir();
+  finish(t, m, s);
 }
 END_TEST
 
 START_TEST(test_bad_join_marked_error_and_args) {
-  make_dir();
-  lh_store *s;
+  lh_store *s = open_store();
   lh_errbuf e;
-  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
   lh_model *m = tiny_model();
   lh_learner_config cfg = small_cfg();
   cfg.batch_episodes = 2;
@@ -306,58 +279,44 @@ START_TEST(test_bad_join_marked_error_and_args) {
   ck_assert_int_eq(lh_learner_trainer_scan(NULL, NULL, &e), LH_EINVAL);
   ck_assert_int_eq(lh_learner_trainer_step(NULL, NULL, NULL, &e), LH_EINVAL);
   lh_learner_trainer_free(NULL);
-  write_episode(s, m, 1, 10, 1.0f, 0);
-  write_episode(s, m, 2, 10, 0.0f, 0);
-  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
-  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  write_episodes(s, m, 1, 2);
+  t = scanned_trainer(m, s, &cfg);
   /* Retention drops the payloads after the scan: nothing joins. */
   uint64_t dropped = 0;
   ck_assert_int_eq(lh_store_drop_payloads_before(s, 1, &dropped, NULL, &e), 0);
   ck_assert_uint_gt(dropped, 0);
-  int stepped;
-  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
-  ck_assert_int_eq(stepped, 0);  /* neither joins: nothing to train on */
+  ck_assert_int_eq(step(t, NULL), 0);  /* neither joins: nothing to train on */
   lh_episode_row row;
   ck_assert_int_eq(lh_store_episode_get(s, 2, &row, &e), 0);
   ck_assert_int_eq(row.status, LH_EPISODE_ERROR);
-  lh_learner_trainer_free(t);
-  lh_model_free(m);
-  lh_store_close(s);
-  remove_dir();
+  finish(t, m, s);
 }
 END_TEST
 
 /* 2 steps straight against 1 step, checkpoint, load, 1 step: the same
  * parameters bit for bit (moments, step count and ingest position carried). */
 START_TEST(test_resume_exact) {
-  make_dir();
-  lh_store *s;
+  lh_store *s = open_store();
   lh_errbuf e;
-  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
   lh_model *w = tiny_model();
-  write_episode(s, w, 1, 10, 1.0f, 0);
-  write_episode(s, w, 2, 10, 0.0f, 0);
+  write_episodes(s, w, 1, 2);
+  /* Group 11 rewards its even id: the other way round from write_episodes. */
   write_episode(s, w, 3, 11, 0.0f, 0);
   write_episode(s, w, 4, 11, 1.0f, 0);
   lh_model_free(w);
   lh_learner_config cfg = small_cfg();
   cfg.batch_episodes = 2, cfg.max_policy_lag = 5, cfg.warmup_steps = 1;
-  int stepped;
   /* Straight. */
   lh_model *a = tiny_model();
-  lh_learner_trainer *t;
-  ck_assert_int_eq(lh_learner_trainer_new(a, s, &cfg, 0.7f, NULL, &t, &e), 0);
-  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  lh_learner_trainer *t = scanned_trainer(a, s, &cfg);
   for (int i = 0; i < 2; i++) {
-    ck_assert_msg(lh_learner_trainer_step(t, &stepped, NULL, &e) == 0, "%s", e.msg);
-    ck_assert_int_eq(stepped, 1);
+    ck_assert_int_eq(step(t, NULL), 1);
   }
   lh_learner_trainer_free(t);
   /* One step, a checkpoint, a fresh start from it, one step. */
   lh_model *b = tiny_model();
-  ck_assert_int_eq(lh_learner_trainer_new(b, s, &cfg, 0.7f, NULL, &t, &e), 0);
-  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
-  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
+  t = scanned_trainer(b, s, &cfg);
+  step(t, NULL);
   lh_learner_state st;
   memset(&st, 0, sizeof st);
   lh_learner_trainer_state(t, &st);
@@ -381,8 +340,7 @@ START_TEST(test_resume_exact) {
   ck_assert_int_eq(lh_learner_trainer_load_done(t, from, st2.ingest_position + 1, &e), LH_ELEARNER_CKPT);
   ck_assert_msg(lh_learner_trainer_load_done(t, from, st2.ingest_position, &e) == 0, "%s", e.msg);
   ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
-  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
-  ck_assert_int_eq(stepped, 1);
+  ck_assert_int_eq(step(t, NULL), 1);
   ck_assert_uint_eq(lh_learner_trainer_version(t), 2);
   size_t n = lh_model_n_floats(a);
   ck_assert_int_eq(memcmp(lh_model_params(a), lh_model_params(c), n * sizeof(float)), 0);
@@ -402,34 +360,25 @@ START_TEST(test_resume_exact) {
   ck_assert_ptr_null(d);
   ck_assert_int_eq(lh_learner_ckpt_load_latest(dir, lh_backend_cpu(), &d, &st2, NULL, &e), LH_ELEARNER_CKPT);
   ck_assert(strstr(e.msg, "nothing to resume from"));
-  lh_model_free(a);
   lh_model_free(c);
-  lh_store_close(s);
-  remove_dir();
+  finish(NULL, a, s);
 }
 END_TEST
 
 /* Routing replay: the actor's recorded experts are used instead of top-k.
  * Its own routing gives the same log-probabilities; a forced one does not. */
 START_TEST(test_routing_replay) {
-  make_dir();
-  lh_store *s;
+  lh_store *s = open_store();
   lh_errbuf e;
-  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
   lh_model *m = tiny_model();
   record_routing = 1;
-  write_episode(s, m, 1, 10, 1.0f, 0);
-  write_episode(s, m, 2, 10, 0.0f, 0);
+  write_episodes(s, m, 1, 2);
   record_routing = 0;
   lh_learner_config cfg = small_cfg();
   cfg.batch_episodes = 2, cfg.routing_replay = 1, cfg.max_policy_lag = 5, cfg.lr = 1e-9;
-  lh_learner_trainer *t;
-  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
-  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  lh_learner_trainer *t = scanned_trainer(m, s, &cfg);
   lh_learner_train_stats st;
-  int stepped;
-  ck_assert_msg(lh_learner_trainer_step(t, &stepped, &st, &e) == 0, "%s", e.msg);
-  ck_assert_int_eq(stepped, 1);
+  ck_assert_int_eq(step(t, &st), 1);
   printf("replay own routing: logp_diff=%g\n", st.logp_diff);
   ck_assert_msg(st.logp_diff < 1e-5, "own routing replayed: diff %g", st.logp_diff);
   lh_learner_trainer_free(t);
@@ -440,19 +389,15 @@ START_TEST(test_routing_replay) {
   ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
   m = tiny_model();
   record_routing = 2;
-  write_episode(s, m, 3, 11, 1.0f, 0);
-  write_episode(s, m, 4, 11, 0.0f, 0);
+  write_episodes(s, m, 3, 2);
   record_routing = 0;
-  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
-  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
-  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, &st, &e), 0);
-  ck_assert_int_eq(stepped, 1);
+  t = scanned_trainer(m, s, &cfg);
+  ck_assert_int_eq(step(t, &st), 1);
   printf("replay forced routing: logp_diff=%g\n", st.logp_diff);
   ck_assert_msg(st.logp_diff > 1e-4, "forced routing must change log p: diff %g", st.logp_diff);
   /* Every (token, slot) went to expert 0 or 1: half the load each, in
    * every layer, and none on experts 2 and 3. */
-  rows_ctx r = {0};
-  ck_assert_int_eq(lh_store_train_steps(s, 0, 0, on_row, &r, &e), 0);
+  rows_ctx r = read_rows(s);
   ck_assert_int_eq(r.n, 1);
   check_loads(&r);
   for (int l = 0; l < 2; l++)
@@ -460,45 +405,28 @@ START_TEST(test_routing_replay) {
                       r.load[l * 4 + 3] == 0,
                   "layer %d loads %g %g %g %g", l, r.load[l * 4], r.load[l * 4 + 1], r.load[l * 4 + 2],
                   r.load[l * 4 + 3]);
-  lh_learner_trainer_free(t);
-  lh_model_free(m);
-  lh_store_close(s);
-  remove_dir();
+  finish(t, m, s);
 }
 END_TEST
 
 /* Admitted on arrival, stale by the time its batch comes up: dropped then,
  * counted, and the step passes over it. */
 START_TEST(test_stale_at_training_time) {
-  make_dir();
-  lh_store *s;
-  lh_errbuf e;
-  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
+  lh_store *s = open_store();
   lh_model *m = tiny_model();
-  write_episode(s, m, 1, 10, 1.0f, 0);
-  write_episode(s, m, 2, 10, 0.0f, 0);
-  write_episode(s, m, 3, 11, 1.0f, 0);
-  write_episode(s, m, 4, 11, 0.0f, 0);
+  write_episodes(s, m, 1, 4);
   lh_learner_config cfg = small_cfg();
   cfg.batch_episodes = 2;  /* max_policy_lag 0 */
-  lh_learner_trainer *t;
-  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
-  ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
+  lh_learner_trainer *t = scanned_trainer(m, s, &cfg);
   ck_assert_uint_eq(lh_learner_trainer_admission(t)->admitted, 4);
-  int stepped;
-  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
-  ck_assert_int_eq(stepped, 1);
-  ck_assert_int_eq(lh_learner_trainer_step(t, &stepped, NULL, &e), 0);
-  ck_assert_int_eq(stepped, 0);
+  ck_assert_int_eq(step(t, NULL), 1);
+  ck_assert_int_eq(step(t, NULL), 0);
   ck_assert_uint_eq(lh_learner_trainer_admission(t)->dropped_stale, 2);
   ck_assert_uint_eq(lh_learner_trainer_admission(t)->admitted, 2);
   lh_learner_state ls;
   lh_learner_trainer_state(t, &ls);
   ck_assert_uint_eq(ls.ingest_position, 4);
-  lh_learner_trainer_free(t);
-  lh_model_free(m);
-  lh_store_close(s);
-  remove_dir();
+  finish(t, m, s);
 }
 END_TEST
 
@@ -512,23 +440,17 @@ END_TEST
 START_TEST(test_images_trained) {
   const uint64_t windows[3] = {12, 8, 3};
   for (int k = 0; k < 3; k++) {
-    make_dir();
-    lh_store *s;
+    lh_store *s = open_store();
     lh_errbuf e;
-    ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
     lh_model *m = tiny_model();
     with_image = 1;
-    for (uint64_t id = 1; id <= 4; id++) write_episode(s, m, id, 10 + (id - 1) / 2, id % 2 ? 1.0f : 0.0f, 0);
+    write_episodes(s, m, 1, 4);
     with_image = 0;
     lh_learner_config cfg = small_cfg();
     cfg.train_window = windows[k];
-    lh_learner_trainer *t;
-    ck_assert_msg(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e) == 0, "%s", e.msg);
-    ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
-    int stepped = 0;
+    lh_learner_trainer *t = scanned_trainer(m, s, &cfg);
     lh_learner_train_stats st;
-    ck_assert_msg(lh_learner_trainer_step(t, &stepped, &st, &e) == 0, "%s", e.msg);
-    ck_assert_int_eq(stepped, 1);
+    ck_assert_int_eq(step(t, &st), 1);
     ck_assert_uint_eq(st.episodes, 4);
     ck_assert_uint_eq(st.tokens, 4 * (EP_TOKENS - PROMPT - 5));
     printf("images, train_window %llu: logp_diff=%g over %zu tokens\n", (unsigned long long)windows[k],
@@ -537,10 +459,7 @@ START_TEST(test_images_trained) {
     lh_episode_row row;
     ck_assert_int_eq(lh_store_episode_get(s, 1, &row, &e), 0);
     ck_assert_int_ne(row.status, LH_EPISODE_ERROR);
-    lh_learner_trainer_free(t);
-    lh_model_free(m);
-    lh_store_close(s);
-    remove_dir();
+    finish(t, m, s);
   }
 }
 END_TEST
