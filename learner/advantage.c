@@ -121,3 +121,8 @@ int lh_learner_advantages(lh_learner_adv_kind kind, const float *rewards, const 
   }
   return 0;
 }
+
+void lh_learner_episode_scales(const size_t *sampled, size_t m, double N, double E, double *scale) {
+  for (size_t i = 0; i < m; i++)
+    scale[i] = sampled[i] && E > 0 ? N / (E * (double)sampled[i]) : 0.0;
+}

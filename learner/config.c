@@ -18,6 +18,7 @@ static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes
 static int parse_stages(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_ingest_endpoints(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_state_mode(const char *v, void *cfg, char *why, size_t why_bytes);
+static int parse_loss_norm(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_stage_carry(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_expert_parallel(const char *v, void *cfg, char *why, size_t why_bytes);
 
@@ -41,6 +42,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, keep_checkpoints, 0, INFINITY),
     LH_INI_KEY_BOOL(T, routing_replay),
     LH_INI_KEY_CUSTOM(state_mode, parse_state_mode, 0),
+    LH_INI_KEY_CUSTOM(loss_norm, parse_loss_norm, 0),
     LH_INI_KEY_U64(T, burn_in, 0, INFINITY),
     LH_INI_KEY_CUSTOM(stages, parse_stages, LH_ELEARNER_CONFIG_STAGES),
     LH_INI_KEY_CUSTOM(stage_carry, parse_stage_carry, 0),
@@ -91,6 +93,7 @@ void lh_learner_config_default(lh_learner_config *c) {
   c->keep_checkpoints = 3;
   c->routing_replay = 0;
   c->state_mode = LH_LEARNER_STATE_EXACT;
+  c->loss_norm = LH_LEARNER_LOSS_NORM_TOKEN;
   c->burn_in = 64;
   c->n_stages = 0;
   snprintf(c->ingest_endpoint, sizeof c->ingest_endpoint, "tcp://127.0.0.1:5555");
@@ -120,6 +123,14 @@ static int parse_state_mode(const char *v, void *cfg, char *why, size_t why_byte
   if (!strcmp(v, "exact")) c->state_mode = LH_LEARNER_STATE_EXACT;
   else if (!strcmp(v, "stored")) c->state_mode = LH_LEARNER_STATE_STORED;
   else return snprintf(why, why_bytes, "is not one of exact, stored"), -1;
+  return 0;
+}
+
+static int parse_loss_norm(const char *v, void *cfg, char *why, size_t why_bytes) {
+  lh_learner_config *c = cfg;
+  if (!strcmp(v, "token")) c->loss_norm = LH_LEARNER_LOSS_NORM_TOKEN;
+  else if (!strcmp(v, "episode")) c->loss_norm = LH_LEARNER_LOSS_NORM_EPISODE;
+  else return snprintf(why, why_bytes, "is not one of token, episode"), -1;
   return 0;
 }
 

@@ -110,6 +110,20 @@ typedef struct {
 typedef enum { LH_LEARNER_STATE_EXACT = 0, LH_LEARNER_STATE_STORED = 1 } lh_learner_state_mode;
 const char *lh_learner_state_mode_name(lh_learner_state_mode mode);
 
+/* How the policy loss weighs its tokens (ARCHITECTURE.md, "A training
+ * step"): token, a mean over every sampled token of the step (a long
+ * episode weighs more); episode, each episode's tokens averaged first and
+ * the episodes then averaged, so every episode weighs the same whatever
+ * its length. */
+typedef enum { LH_LEARNER_LOSS_NORM_TOKEN = 0, LH_LEARNER_LOSS_NORM_EPISODE = 1 } lh_learner_loss_norm;
+
+/* The episode weighting of loss_norm = episode as advantage scales: each
+ * episode i with sampled[i] > 0 tokens gets scale[i] = N / (E sampled[i]),
+ * N the step's sampled tokens and E its episodes with any (both over every
+ * rank), so that the token mean over N becomes the mean over episodes of
+ * each one's token mean; 0 for an episode without sampled tokens. */
+void lh_learner_episode_scales(const size_t *sampled, size_t m, double N, double E, double *scale);
+
 /* What becomes of an earlier stage's episodes trained after a stage began
  * (those whose oldest sampled token is of a version before the stage's
  * first): trained (counted as carried, not toward the stage) or dropped
@@ -141,6 +155,7 @@ typedef struct {
    * only those tokens, without gradient, and trains only the windows that
    * hold sampled tokens. */
   lh_learner_state_mode state_mode; /* state_mode = exact | stored (exact) */
+  lh_learner_loss_norm loss_norm;   /* loss_norm = token | episode (token) */
   uint64_t burn_in;         /* tokens re-run before a window in stored mode (64: 4 chunks) */
   size_t n_stages;          /* stages = "MAX_CONTEXT key=value ..., ..." (none) */
   lh_learner_stage stages[LH_LEARNER_MAX_STAGES];

@@ -994,9 +994,10 @@ static void step_figures(const step_acc *acc, double norm, lh_learner_train_stat
 /* Advantages, forward and backward over the batch, the gradient summed
  * over ranks, then AdamW and the balancer (or, when the loss or the
  * gradient is not finite, the step skipped and counted). gN is the
- * sampled tokens of every rank's batch, > 0. */
-static int optimize(lh_learner_trainer *t, step_batch *b, double gN, int multi, double lr,
-                    lh_learner_train_stats *st, lh_errbuf *err) {
+ * sampled tokens of every rank's batch, > 0, and gE its episodes with
+ * any. */
+static int optimize(lh_learner_trainer *t, step_batch *b, double gN, double gE, int multi,
+                    double lr, lh_learner_train_stats *st, lh_errbuf *err) {
   int rc = 0;
   /* Advantages are over every episode of the batch's groups, trained or
    * not (a stale member's reward still says how hard its task was); each
@@ -1004,6 +1005,23 @@ static int optimize(lh_learner_trainer *t, step_batch *b, double gN, int multi, 
   if (b->m > 0)
     rc = lh_learner_advantages(t->cfg.advantage, b->all_rewards, b->all_keys, b->n, &t->baseline, b->all_advs, err);
   for (size_t i = 0; i < b->m && !rc; i++) b->advs[i] = b->all_advs[b->item_of[i]];
+  /* loss_norm = episode: the token mean over gN becomes a mean over
+   * episodes, each its own tokens' mean, by scaling each advantage (the
+   * clipped objective is linear in it). Without it a group's long failed
+   * episodes outweigh its short successes on the tokens they share (the
+   * tool call's syntax), and the policy unlearns that syntax. */
+  if (!rc && t->cfg.loss_norm == LH_LEARNER_LOSS_NORM_EPISODE && b->m > 0) {
+    size_t *sampled = malloc(b->m * sizeof *sampled);
+    double *scale = malloc(b->m * sizeof *scale);
+    if (!sampled || !scale) {
+      rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
+    } else {
+      for (size_t i = 0; i < b->m; i++) sampled[i] = b->eps[i]->sampled;
+      lh_learner_episode_scales(sampled, b->m, gN, gE, scale);
+      for (size_t i = 0; i < b->m; i++) b->advs[i] = (float)(b->advs[i] * scale[i]);
+    }
+    free(sampled), free(scale);
+  }
   step_acc acc = {0};
   if (!rc) rc = train_all(t, b->eps, b->advs, b->skip, b->m, gN, &acc, err);
   if (!rc && multi) rc = reduce_step(t, &acc, err);
@@ -1150,19 +1168,22 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   step_batch b;
   LH_TRY(batch_alloc(&b, n, err));
   int rc = read_batch(t, &b, err);
-  size_t N = 0, positions = 0;
-  for (size_t i = 0; i < b.m; i++) N += b.eps[i]->sampled, positions += b.eps[i]->n;
-  /* The loss is a mean over the sampled tokens of every rank's batch. A
-   * rank with nothing to train on still takes part (its gradient is 0). */
-  double gN = (double)N;
-  if (!rc && multi) rc = lh_learner_comm_allreduce_f64(t->comm, &gN, 1, LH_LEARNER_COMM_SUM, err);
+  size_t N = 0, positions = 0, E = 0;
+  for (size_t i = 0; i < b.m; i++)
+    N += b.eps[i]->sampled, positions += b.eps[i]->n, E += b.eps[i]->sampled > 0;
+  /* The loss is a mean over the sampled tokens of every rank's batch (or
+   * over its episodes: loss_norm). A rank with nothing to train on still
+   * takes part (its gradient is 0). */
+  double g[2] = {(double)N, (double)E};
+  if (!rc && multi) rc = lh_learner_comm_allreduce_f64(t->comm, g, 2, LH_LEARNER_COMM_SUM, err);
+  double gN = g[0];
   lh_learner_train_stats st = {.step = t->step, .episodes = b.m, .positions = positions};
   double lr = lh_learner_lr_at(t->cfg.lr, t->cfg.warmup_steps, t->cfg.total_steps, t->step);
   st.lr = lr;
   double reduce_ms0 = lh_learner_comm_backend_ms(t->comm);
   lh_model_expert_traffic x0, x1;
   lh_model_expert_traffic_get(t->m, &x0);
-  if (!rc && gN > 0) rc = optimize(t, &b, gN, multi, lr, &st, err);
+  if (!rc && gN > 0) rc = optimize(t, &b, gN, g[1], multi, lr, &st, err);
   lh_model_expert_traffic_get(t->m, &x1);
   st.exchange_ms = (double)(x1.transport_ns - x0.transport_ns) / 1e6;
   st.serve_ms = (double)(x1.serve_ns - x0.serve_ns) / 1e6;

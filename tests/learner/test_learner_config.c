@@ -41,6 +41,7 @@ START_TEST(test_defaults_and_other_sections_ignored) {
   NEAR(c.grad_clip, 1.0, 0);
   ck_assert_uint_eq(c.n_stages, 0);
   ck_assert_int_eq(c.routing_replay, 0);
+  ck_assert_int_eq(c.loss_norm, LH_LEARNER_LOSS_NORM_TOKEN);
   ck_assert_int_eq(parse("", &c, &e), 0);
 }
 END_TEST
@@ -53,7 +54,7 @@ START_TEST(test_every_key) {
       "advantage = rloo\nbaseline_decay = 0.5\nclip_eps = 0.1\nis_cap = inf\n"
       "entropy_coef = 0.001\nmax_policy_lag = 0\nlr = 1e-3\nwarmup_steps = 5\ntotal_steps = 200\n"
       "weight_decay = 0\ngrad_clip = 0.5\nbatch_episodes = 64\ngroup_size = 16\n"
-      "train_window = 512\nckpt_every = 7\nrouting_replay = yes\n"
+      "train_window = 512\nckpt_every = 7\nrouting_replay = yes\nloss_norm = episode\n"
       "stages = 4096 episodes=100, 16384 episodes=50 long_frac=0.25 success=0.5/32 lr=1e-4,"
       "  65536 long_frac=1 train_window=1K batch_episodes=32\n"
       "stage_carry = drop\n"
@@ -77,6 +78,7 @@ START_TEST(test_every_key) {
   ck_assert_uint_eq(c.train_window, 512);
   ck_assert_uint_eq(c.ckpt_every, 7);
   ck_assert_int_eq(c.routing_replay, 1);
+  ck_assert_int_eq(c.loss_norm, LH_LEARNER_LOSS_NORM_EPISODE);
   ck_assert_uint_eq(c.n_stages, 3);
   ck_assert_uint_eq(c.stages[1].max_context, 16384);
   ck_assert_uint_eq(c.stages[0].episodes, 100);
@@ -205,6 +207,8 @@ START_TEST(test_bad_stages) {
   expect_error("[learner]\ngroup_size = 4\nstages = 10 episodes=5 batch_episodes=6, 20\n", S,
                "stage 1 batch_episodes=6 is not a multiple of group_size = 4", NULL);
   expect_error("[learner]\nstage_carry = keep\n", LH_ELEARNER_CONFIG_VALUE, "stage_carry", "train or drop");
+  expect_error("[learner]\nloss_norm = sequence\n", LH_ELEARNER_CONFIG_VALUE, "loss_norm",
+               "token, episode");
 }
 END_TEST
 

@@ -28,6 +28,10 @@ static int record_routing = 0;
 static int with_image = 0;
 #define IMG_AT 5
 static uint8_t img_bytes[4 * 4 * 3];
+/* 1: write_episode's unrewarded episodes sample only their last
+ * EP_TOKENS - SHORT_FROM tokens (10), the rewarded ones 20 as always. */
+static int short_failures = 0;
+#define SHORT_FROM 14
 
 static void make_dir(void) {
   ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "train"), 0);
@@ -43,9 +47,9 @@ static lh_model *tiny_model(void) { return lrfx_model(7); }
  * forward over the whole episode (one sequence, no windows). */
 static void write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group, float reward,
                           uint32_t version) {
-  static const lrfx_shape shape = {.n_tokens = EP_TOKENS, .seg_tokens = SEG_TOKENS,
-                                    .a = 31, .b = 7, .first_sampled = PROMPT,
-                                    .temperature = 0.7f};
+  const lrfx_shape shape = {.n_tokens = EP_TOKENS, .seg_tokens = SEG_TOKENS, .a = 31, .b = 7,
+                             .first_sampled = short_failures && reward == 0 ? SHORT_FROM : PROMPT,
+                             .temperature = 0.7f};
   lrfx_episode ep;
   lrfx_episode_init(&ep, &shape, id, group, reward);
   float img_px[4 * 4 * 3];
@@ -464,6 +468,42 @@ START_TEST(test_images_trained) {
 }
 END_TEST
 
+/* loss_norm: groups of a rewarded episode of 20 sampled tokens and an
+ * unrewarded one of 10, GRPO advantages +A and -A, at the first step
+ * (ratio 1 within 1e-5). token: the loss is -(20 A - 10 A) 2 / 60 (a
+ * long episode weighs more); episode: each episode weighs the same, so
+ * the loss is -(A - A + A - A) / 4 = 0. */
+START_TEST(test_loss_norm) {
+  double loss[2];
+  for (int mode = 0; mode < 2; mode++) {
+    lh_store *s = open_store();
+    lh_model *m = tiny_model();
+    short_failures = 1;
+    write_episodes(s, m, 1, 4);
+    short_failures = 0;
+    lh_learner_config cfg = small_cfg();
+    cfg.loss_norm = mode ? LH_LEARNER_LOSS_NORM_EPISODE : LH_LEARNER_LOSS_NORM_TOKEN;
+    lh_learner_trainer *t = scanned_trainer(m, s, &cfg);
+    lh_learner_train_stats st;
+    ck_assert_int_eq(step(t, &st), 1);
+    ck_assert_uint_eq(st.tokens, 2 * (20 + 10));
+    ck_assert_msg(st.logp_diff < 1e-5, "logp diff %g", st.logp_diff);
+    loss[mode] = st.loss;
+    finish(t, m, s);
+  }
+  double A = 0.5 / (0.5 + LH_LEARNER_ADV_GRPO_EPS);
+  printf("loss_norm: token %.6f (expected %.6f), episode %.2g (expected 0)\n", loss[0],
+         -(20 * A - 10 * A) * 2 / 60, loss[1]);
+  ck_assert(fabs(loss[0] - -(20 * A - 10 * A) * 2 / 60) < 1e-4);
+  ck_assert(fabs(loss[1]) < 1e-4);
+  /* The scales themselves: N / (E sampled), 0 for an episode with none. */
+  size_t sampled[3] = {20, 10, 0};
+  double scale[3];
+  lh_learner_episode_scales(sampled, 3, 30, 2, scale);
+  ck_assert(fabs(scale[0] - 0.75) < 1e-12 && fabs(scale[1] - 1.5) < 1e-12 && scale[2] == 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_train");
   TCase *tc = tcase_create("core");
@@ -475,6 +515,7 @@ int main(void) {
   tcase_add_test(tc, test_resume_exact);
   tcase_add_test(tc, test_routing_replay);
   tcase_add_test(tc, test_stale_at_training_time);
+  tcase_add_test(tc, test_loss_norm);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }
