@@ -97,33 +97,29 @@ static void gather_rows(lh_real *X, const lh_real *z, const int *order, int c, i
  * each member gets do not change the results. */
 #define LH_EXPERT_TEAM_UNIT 32768
 
-static void silu_product_team(const void *ctx, lh_real *a, lh_real *s, const lh_real *h1,
-                              const lh_real *h3, size_t n) {
-  int t = lh_cpu_team(ctx, n / LH_EXPERT_TEAM_UNIT + 1);
-  if (t == 1) {
-    silu_product(a, s, h1, h3, n);
-    return;
-  }
-#pragma omp parallel num_threads(t)
-  {
-    size_t i0, i1;
-    lh_cpu_member_block(n, &i0, &i1);
-    silu_product(a ? a + i0 : NULL, s ? s + i0 : NULL, h1 + i0, h3 + i0, i1 - i0);
-  }
+/* The two loops over an expert's (rows, f) elements. */
+typedef enum { LOOP_SILU_PRODUCT, LOOP_SPLIT_DA } expert_loop;
+
+static void run_loop(expert_loop loop, lh_real *x, lh_real *y, const lh_real *h1,
+                     const lh_real *h3, size_t n) {
+  if (loop == LOOP_SILU_PRODUCT) silu_product(x, y, h1, h3, n);
+  else split_dA(x, y, h1, h3, n);
 }
 
-static void split_dA_team(const void *ctx, lh_real *d1, lh_real *d3, const lh_real *h1,
-                          const lh_real *h3, size_t n) {
+/* loop on n elements: silu_product (x = a, y = s; either may be NULL) or
+ * split_dA (x = d1, y = d3). */
+static void loop_team(const void *ctx, expert_loop loop, lh_real *x, lh_real *y,
+                      const lh_real *h1, const lh_real *h3, size_t n) {
   int t = lh_cpu_team(ctx, n / LH_EXPERT_TEAM_UNIT + 1);
   if (t == 1) {
-    split_dA(d1, d3, h1, h3, n);
+    run_loop(loop, x, y, h1, h3, n);
     return;
   }
 #pragma omp parallel num_threads(t)
   {
     size_t i0, i1;
     lh_cpu_member_block(n, &i0, &i1);
-    split_dA(d1 + i0, d3 + i0, h1 + i0, h3 + i0, i1 - i0);
+    run_loop(loop, x ? x + i0 : NULL, y ? y + i0 : NULL, h1 + i0, h3 + i0, i1 - i0);
   }
 }
 
@@ -192,7 +188,7 @@ static void expert_forward(const void *mctx, int e, int o, int c, const grouping
   gather_rows_team(mctx, Xe, z, gr->order + o, c, k, r);
   lh_cpu_mm(mctx, 0, 1, c, f, r, 1, Xe, r, w1 + (size_t)e * f * r, r, 0, H1e, f);
   lh_cpu_mm(mctx, 0, 1, c, f, r, 1, Xe, r, w3 + (size_t)e * f * r, r, 0, H3e, f);
-  silu_product_team(mctx, Ae, NULL, H1e, H3e, (size_t)c * f);
+  loop_team(mctx, LOOP_SILU_PRODUCT, Ae, NULL, H1e, H3e, (size_t)c * f);
   lh_cpu_mm(mctx, 0, 1, c, r, f, 1, Ae, f, w2 + (size_t)e * r * f, f, 0, Y + (size_t)o * r, r);
 }
 
@@ -253,11 +249,11 @@ static void expert_backward(const void *mctx, int e, int o, int c, const groupin
   gather_rows_team(mctx, X + orr, z, gr->order + o, c, k, r);
   /* sigmoid(H1) once, kept in dH3 until dA is known (the division in it
    * was most of these loops' time). */
-  silu_product_team(mctx, dw2 ? a : NULL, d3, h1, h3, cf);
+  loop_team(mctx, LOOP_SILU_PRODUCT, dw2 ? a : NULL, d3, h1, h3, cf);
   if (dw2) lh_cpu_mm(mctx, 1, 0, r, f, c, 1, dY + orr, r, a, f, 1, dw2 + (size_t)e * r * f, f);
   /* dA into dH1, then split into the two branches in place. */
   lh_cpu_mm(mctx, 0, 0, c, f, r, 1, dY + orr, r, w2e, f, 0, d1, f);
-  split_dA_team(mctx, d1, d3, h1, h3, cf);
+  loop_team(mctx, LOOP_SPLIT_DA, d1, d3, h1, h3, cf);
   if (dw1) lh_cpu_mm(mctx, 1, 0, f, r, c, 1, d1, f, X + orr, r, 1, dw1 + (size_t)e * f * r, r);
   if (dw3) lh_cpu_mm(mctx, 1, 0, f, r, c, 1, d3, f, X + orr, r, 1, dw3 + (size_t)e * f * r, r);
   if (dX) {
