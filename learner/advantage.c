@@ -122,7 +122,6 @@ int lh_learner_advantages(lh_learner_adv_kind kind, const float *rewards, const 
   return 0;
 }
 
-void lh_learner_episode_scales(const size_t *sampled, size_t m, double N, double E, double *scale) {
-  for (size_t i = 0; i < m; i++)
-    scale[i] = sampled[i] && E > 0 ? N / (E * (double)sampled[i]) : 0.0;
+double lh_learner_episode_scale(size_t sampled, double N, double E) {
+  return sampled && E > 0 ? N / (E * (double)sampled) : 0.0;
 }

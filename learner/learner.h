@@ -117,12 +117,12 @@ const char *lh_learner_state_mode_name(lh_learner_state_mode mode);
  * its length. */
 typedef enum { LH_LEARNER_LOSS_NORM_TOKEN = 0, LH_LEARNER_LOSS_NORM_EPISODE = 1 } lh_learner_loss_norm;
 
-/* The episode weighting of loss_norm = episode as advantage scales: each
- * episode i with sampled[i] > 0 tokens gets scale[i] = N / (E sampled[i]),
- * N the step's sampled tokens and E its episodes with any (both over every
- * rank), so that the token mean over N becomes the mean over episodes of
- * each one's token mean; 0 for an episode without sampled tokens. */
-void lh_learner_episode_scales(const size_t *sampled, size_t m, double N, double E, double *scale);
+/* The episode weighting of loss_norm = episode as an advantage scale: an
+ * episode of sampled > 0 tokens gets N / (E sampled), N the step's sampled
+ * tokens and E its episodes with any (both over every rank), so that the
+ * token mean over N becomes the mean over episodes of each one's token
+ * mean; 0 for an episode without sampled tokens. */
+double lh_learner_episode_scale(size_t sampled, double N, double E);
 
 /* What becomes of an earlier stage's episodes trained after a stage began
  * (those whose oldest sampled token is of a version before the stage's

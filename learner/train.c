@@ -1010,18 +1010,9 @@ static int optimize(lh_learner_trainer *t, step_batch *b, double gN, double gE, 
    * clipped objective is linear in it). Without it a group's long failed
    * episodes outweigh its short successes on the tokens they share (the
    * tool call's syntax), and the policy unlearns that syntax. */
-  if (!rc && t->cfg.loss_norm == LH_LEARNER_LOSS_NORM_EPISODE && b->m > 0) {
-    size_t *sampled = malloc(b->m * sizeof *sampled);
-    double *scale = malloc(b->m * sizeof *scale);
-    if (!sampled || !scale) {
-      rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
-    } else {
-      for (size_t i = 0; i < b->m; i++) sampled[i] = b->eps[i]->sampled;
-      lh_learner_episode_scales(sampled, b->m, gN, gE, scale);
-      for (size_t i = 0; i < b->m; i++) b->advs[i] = (float)(b->advs[i] * scale[i]);
-    }
-    free(sampled), free(scale);
-  }
+  if (!rc && t->cfg.loss_norm == LH_LEARNER_LOSS_NORM_EPISODE)
+    for (size_t i = 0; i < b->m; i++)
+      b->advs[i] = (float)(b->advs[i] * lh_learner_episode_scale(b->eps[i]->sampled, gN, gE));
   step_acc acc = {0};
   if (!rc) rc = train_all(t, b->eps, b->advs, b->skip, b->m, gN, &acc, err);
   if (!rc && multi) rc = reduce_step(t, &acc, err);

@@ -496,11 +496,10 @@ START_TEST(test_loss_norm) {
          -(20 * A - 10 * A) * 2 / 60, loss[1]);
   ck_assert(fabs(loss[0] - -(20 * A - 10 * A) * 2 / 60) < 1e-4);
   ck_assert(fabs(loss[1]) < 1e-4);
-  /* The scales themselves: N / (E sampled), 0 for an episode with none. */
-  size_t sampled[3] = {20, 10, 0};
-  double scale[3];
-  lh_learner_episode_scales(sampled, 3, 30, 2, scale);
-  ck_assert(fabs(scale[0] - 0.75) < 1e-12 && fabs(scale[1] - 1.5) < 1e-12 && scale[2] == 0);
+  /* The scale itself: N / (E sampled), 0 for an episode with none. */
+  ck_assert(fabs(lh_learner_episode_scale(20, 30, 2) - 0.75) < 1e-12);
+  ck_assert(fabs(lh_learner_episode_scale(10, 30, 2) - 1.5) < 1e-12);
+  ck_assert(lh_learner_episode_scale(0, 30, 2) == 0);
 }
 END_TEST
 
