@@ -216,6 +216,16 @@ int lh_actors_outbox_next_due(lh_actors_outbox *ob, int64_t now_ms, uint64_t *ms
                        size_t *n);
 /* Marks every waiting message due at once (after a reconnect). */
 void lh_actors_outbox_resend_all(lh_actors_outbox *ob);
+/* The message msg_id, just pushed or handed out by next_due, did not go
+ * (the socket would have blocked): it is due again at once, after the
+ * others due now and ahead of everything that went, and a hand-out is not
+ * counted as a resend. Waiting a resend timeout instead would hold a burst
+ * (a reconnect's resends, more than the socket's high-water mark) for
+ * that long. Returns 1 when msg_id was waiting. */
+int lh_actors_outbox_unsent(lh_actors_outbox *ob, uint64_t msg_id);
+/* Whether any message is due now without its timeout (unsent, or marked by
+ * resend_all and not handed out since): a fresh message goes after them. */
+int lh_actors_outbox_has_unsent(const lh_actors_outbox *ob);
 
 size_t lh_actors_outbox_depth(const lh_actors_outbox *ob);    /* messages waiting */
 size_t lh_actors_outbox_bytes(const lh_actors_outbox *ob);    /* their bytes */

@@ -4,7 +4,8 @@
  * EpisodeEnd and Heartbeat; Segment and EpisodeEnd wait in the outbox
  * until acked and are resent after resend_timeout_ms, or at once when the
  * DEALER reconnects (a socket monitor reports each connection; every one
- * begins with a Hello). A SUB to the weights PUB hears announcements and a
+ * begins with a Hello); a send that would block (the pipe at its
+ * high-water mark) leaves its message due, and the next poll sends it. A SUB to the weights PUB hears announcements and a
  * DEALER to the weights ROUTER fetches the chunks (actors/weights.c keeps
  * them). Every socket has a bounded ZMQ_LINGER. */
 #include <errno.h>
@@ -167,7 +168,7 @@ fail:
 static int send_bytes(void *sock, const uint8_t *b, size_t n, lh_errbuf *err) {
   if (zmq_send(sock, b, n, ZMQ_DONTWAIT) < 0) {
     int en = zmq_errno();
-    /* Not connected yet, or the pipe is full: the outbox resends it. */
+    /* Not connected yet, or the pipe is full: 0, the caller keeps it due. */
     if (en == EAGAIN || en == EHOSTUNREACH) return 0;
     return lh_errbuf_set(err, LH_EZMQ, "actor link: send failed: %s", zmq_strerror(en));
   }
@@ -221,8 +222,18 @@ int lh_actors_link_send(lh_actors_link *l, Longhaul__Envelope *env, lh_errbuf *e
                            lh_actors_outbox_depth(l->outbox));
     }
     rc = lh_actors_outbox_push(l->outbox, env->msg_id, buf, n, now_ms(), err);
+    /* Behind messages whose sends blocked: it waits its turn (the poll
+     * sends them in order). */
+    if (rc == 0 && lh_actors_outbox_has_unsent(l->outbox)) {
+      lh_actors_outbox_unsent(l->outbox, env->msg_id);
+      free(buf);
+      return 0;
+    }
   }
-  if (rc == 0) rc = send_bytes(l->ingest, buf, n, err);
+  if (rc == 0) {
+    rc = send_bytes(l->ingest, buf, n, err);
+    if (rc == 0 && tracked) lh_actors_outbox_unsent(l->outbox, env->msg_id);
+  }
   free(buf);
   return rc < 0 ? rc : 0;
 }
@@ -421,13 +432,20 @@ int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err) {
       request_weights(l, err);
     }
   }
-  /* Resends that are due, oldest first. */
+  /* Resends that are due, oldest first, until the socket would block:
+   * what did not go stays due, first in line. */
   int64_t t = now_ms();
   uint64_t id;
   const uint8_t *b;
   size_t bn;
-  for (int k = 0; k < 256 && lh_actors_outbox_next_due(l->outbox, t, &id, &b, &bn); k++)
-    LH_TRY(send_bytes(l->ingest, b, bn, err));
+  for (int k = 0; k < 256 && lh_actors_outbox_next_due(l->outbox, t, &id, &b, &bn); k++) {
+    int sent = send_bytes(l->ingest, b, bn, err);
+    if (sent < 0) return sent;
+    if (!sent) {
+      lh_actors_outbox_unsent(l->outbox, id);
+      break;
+    }
+  }
   if (l->refused.code) {
     if (err) *err = l->refused;
     return l->refused.code;

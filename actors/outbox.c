@@ -5,7 +5,10 @@
  * by backward shift) finds a slot by msg_id. Because every send, first or
  * resend, moves its entry to the tail, the list stays ordered by last-send
  * time and the next message due is always at the head: O(1) per resend,
- * O(1) expected per ack. */
+ * O(1) expected per ack. A message that is due now (never gone: its send
+ * would have blocked; or marked by a reconnect) sits in a prefix of the
+ * list that ends at due_tail, so that one whose send blocked goes again
+ * first, in push order, instead of waiting a resend timeout. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +24,8 @@ typedef struct {
   int64_t sent_ms;
   int64_t pushed_ms;  /* the first send: an ack's latency counts from here */
   int64_t wait_ms;    /* due again this long after sent_ms (the timeout, backed off) */
+  int went;           /* a send of it went out (a hand-out of it since is a resend) */
+  int counted;        /* its last hand-out by next_due counted as a resend */
   uint32_t prev, next;
 } slot;
 
@@ -31,6 +36,8 @@ struct lh_actors_outbox {
   uint32_t *free_list;  /* stack of free slot indices */
   size_t n_free;
   uint32_t head, tail;  /* least and most recently sent */
+  uint32_t due_tail;    /* the last of the due-now prefix (sent_ms INT64_MIN), or NIL */
+  uint32_t handed;      /* the slot next_due handed out last, until a push or ack; or NIL */
   uint32_t *table;      /* slot index + 1; 0 is empty */
   size_t table_mask;
   size_t depth, bytes;
@@ -81,7 +88,7 @@ lh_actors_outbox *lh_actors_outbox_new(size_t max_messages, size_t max_bytes, in
   ob->timeout_ms = resend_timeout_ms;
   for (size_t i = 0; i < max_messages; i++) ob->free_list[i] = (uint32_t)(max_messages - 1 - i);
   ob->n_free = max_messages;
-  ob->head = ob->tail = NIL;
+  ob->head = ob->tail = ob->due_tail = ob->handed = NIL;
   ob->table_mask = tsize - 1;
   return ob;
 }
@@ -122,6 +129,7 @@ static void table_delete(lh_actors_outbox *ob, size_t p) {
 
 static void list_unlink(lh_actors_outbox *ob, uint32_t i) {
   slot *s = &ob->slots[i];
+  if (ob->due_tail == i) ob->due_tail = s->prev;  /* the prefix starts at head */
   if (s->prev != NIL) ob->slots[s->prev].next = s->next;
   else ob->head = s->next;
   if (s->next != NIL) ob->slots[s->next].prev = s->prev;
@@ -163,8 +171,9 @@ int lh_actors_outbox_push(lh_actors_outbox *ob, uint64_t msg_id, const uint8_t *
   if (n) memcpy(copy, bytes, n);
   uint32_t i = ob->free_list[--ob->n_free];
   ob->slots[i] = (slot){.id = msg_id, .data = copy, .n = n, .sent_ms = now_ms, .pushed_ms = now_ms,
-                        .wait_ms = ob->timeout_ms};
+                        .wait_ms = ob->timeout_ms, .went = 1};
   list_append(ob, i);
+  ob->handed = NIL;
   ob->table[p] = i + 1;
   ob->depth++;
   ob->bytes += n;
@@ -181,6 +190,7 @@ int lh_actors_outbox_ack_at(lh_actors_outbox *ob, uint64_t msg_id, int64_t *push
   if (pushed_ms) *pushed_ms = ob->slots[i].pushed_ms;
   ob->backoff = 0, ob->resent_since_ack = 0;
   table_delete(ob, p);
+  if (ob->handed == i) ob->handed = NIL;
   list_unlink(ob, i);
   free(ob->slots[i].data);
   ob->bytes -= ob->slots[i].n;
@@ -213,17 +223,22 @@ int lh_actors_outbox_next_due(lh_actors_outbox *ob, int64_t now_ms, uint64_t *ms
   /* INT64_MIN marks "due now" (resend_all); otherwise compare without
    * overflow for any caller clock. */
   if (s->sent_ms != INT64_MIN && now_ms - s->sent_ms < s->wait_ms) return 0;
-  /* A new round of resends while the last brought no ack: back off. */
-  if (!ob->resent_since_ack) ob->resent_since_ack = 1, ob->last_bump_ms = now_ms;
-  else if (now_ms - ob->last_bump_ms >= (ob->timeout_ms << ob->backoff)) {
-    if (ob->backoff < OUTBOX_MAX_BACKOFF) ob->backoff++;
-    ob->last_bump_ms = now_ms;
+  if (s->went) {
+    /* A new round of resends while the last brought no ack: back off. */
+    if (!ob->resent_since_ack) ob->resent_since_ack = 1, ob->last_bump_ms = now_ms;
+    else if (now_ms - ob->last_bump_ms >= (ob->timeout_ms << ob->backoff)) {
+      if (ob->backoff < OUTBOX_MAX_BACKOFF) ob->backoff++;
+      ob->last_bump_ms = now_ms;
+    }
   }
   s->wait_ms = ob->timeout_ms << ob->backoff;
   s->sent_ms = now_ms;
   list_unlink(ob, i);
   list_append(ob, i);
-  ob->resends++;
+  ob->resends += (uint64_t)s->went;
+  s->counted = s->went;
+  s->went = 1;
+  ob->handed = i;
   if (msg_id) *msg_id = s->id;
   if (bytes) *bytes = s->data;
   if (n) *n = s->n;
@@ -235,7 +250,36 @@ void lh_actors_outbox_resend_all(lh_actors_outbox *ob) {
   /* Every entry gets the same mark, so the list order (push order of the
    * last sends) is kept. */
   for (uint32_t i = ob->head; i != NIL; i = ob->slots[i].next) ob->slots[i].sent_ms = INT64_MIN;
+  ob->due_tail = ob->tail;
 }
+
+int lh_actors_outbox_unsent(lh_actors_outbox *ob, uint64_t msg_id) {
+  if (!ob) return 0;
+  size_t p = find_pos(ob, msg_id);
+  if (!ob->table[p]) return 0;
+  uint32_t i = ob->table[p] - 1;
+  slot *s = &ob->slots[i];
+  if (s->sent_ms == INT64_MIN) return 1;  /* already due now */
+  if (s->counted) ob->resends--;
+  s->went = s->counted;  /* nothing of this hand-out went */
+  s->counted = 0;
+  list_unlink(ob, i);
+  /* The hand-out came off the head: back there, first in line. A fresh
+   * push goes after the due-now prefix, ahead of everything that went. */
+  uint32_t after = i == ob->handed ? NIL : ob->due_tail;
+  s->prev = after;
+  s->next = after == NIL ? ob->head : ob->slots[after].next;
+  if (s->next != NIL) ob->slots[s->next].prev = i;
+  else ob->tail = i;
+  if (after != NIL) ob->slots[after].next = i;
+  else ob->head = i;
+  s->sent_ms = INT64_MIN;
+  if (after == ob->due_tail) ob->due_tail = i;
+  ob->handed = NIL;
+  return 1;
+}
+
+int lh_actors_outbox_has_unsent(const lh_actors_outbox *ob) { return ob && ob->due_tail != NIL; }
 
 size_t lh_actors_outbox_depth(const lh_actors_outbox *ob) { return ob ? ob->depth : 0; }
 size_t lh_actors_outbox_bytes(const lh_actors_outbox *ob) { return ob ? ob->bytes : 0; }

@@ -1,6 +1,7 @@
 /* Tests of actors/outbox.c: capacity in messages and bytes, acks of unknown
  * and duplicate ids, resend order and timeouts with an injected clock, the
- * reconnect path, and the id table under many collisions; and the heartbeat meter. */
+ * reconnect path, sends that would have blocked (due again at once, in
+ * order), and the id table under many collisions; and the heartbeat meter. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,57 @@ START_TEST(test_resend_all_on_reconnect) {
 }
 END_TEST
 
+/* A send that would have blocked (the socket's pipe full after a
+ * reconnect): the message is due again at once, in push order ahead of
+ * what went, and the hand-out that did not go is no resend. */
+START_TEST(test_unsent_due_at_once_in_order) {
+  lh_actors_outbox *ob = lh_actors_outbox_new(16, 1000, 1000, NULL);
+  for (uint64_t id = 1; id <= 6; id++) ck_assert_int_eq(lh_actors_outbox_push(ob, id, PAYLOAD, 1, 0, NULL), 0);
+  ck_assert(!lh_actors_outbox_has_unsent(ob));
+  /* 4's first send blocked; 5 and 6 then wait behind it. */
+  ck_assert_int_eq(lh_actors_outbox_unsent(ob, 4), 1);
+  ck_assert_int_eq(lh_actors_outbox_unsent(ob, 5), 1);
+  ck_assert_int_eq(lh_actors_outbox_unsent(ob, 6), 1);
+  ck_assert_int_eq(lh_actors_outbox_unsent(ob, 99), 0);
+  ck_assert(lh_actors_outbox_has_unsent(ob));
+  ck_assert_uint_eq(due(ob, 1), 4);
+  ck_assert_uint_eq(lh_actors_outbox_resends(ob), 0);  /* a first send */
+  /* 5 blocks again: still first in line, before 6. */
+  ck_assert_uint_eq(due(ob, 2), 5);
+  ck_assert_int_eq(lh_actors_outbox_unsent(ob, 5), 1);
+  ck_assert_uint_eq(due(ob, 3), 5);
+  ck_assert_uint_eq(due(ob, 3), 6);
+  ck_assert(!lh_actors_outbox_has_unsent(ob));
+  ck_assert_uint_eq(due(ob, 3), 0);
+  ck_assert_uint_eq(lh_actors_outbox_resends(ob), 0);
+  /* A reconnect: all due; resends that block stay ahead, counted once. */
+  lh_actors_outbox_resend_all(ob);
+  ck_assert(lh_actors_outbox_has_unsent(ob));
+  ck_assert_uint_eq(due(ob, 10), 1);
+  ck_assert_uint_eq(due(ob, 10), 2);
+  ck_assert_int_eq(lh_actors_outbox_unsent(ob, 2), 1);
+  ck_assert_int_eq(lh_actors_outbox_ack(ob, 3), 1);  /* an ack inside the prefix */
+  ck_assert_uint_eq(lh_actors_outbox_resends(ob), 1);
+  uint64_t want[4] = {2, 4, 5, 6};
+  for (int i = 0; i < 4; i++) ck_assert_uint_eq(due(ob, 10), want[i]);
+  ck_assert_uint_eq(due(ob, 10), 0);
+  ck_assert_uint_eq(lh_actors_outbox_resends(ob), 5);
+  /* Then the ordinary timeout, in the order they went. */
+  ck_assert_uint_eq(due(ob, 1009), 0);
+  uint64_t again[5] = {1, 2, 4, 5, 6};
+  for (int i = 0; i < 5; i++) ck_assert_uint_eq(due(ob, 1010), again[i]);
+  /* The last of the due-now prefix acked: the prefix ends before it. */
+  ck_assert_int_eq(lh_actors_outbox_push(ob, 7, PAYLOAD, 1, 1010, NULL), 0);
+  ck_assert_int_eq(lh_actors_outbox_unsent(ob, 7), 1);
+  ck_assert_int_eq(lh_actors_outbox_ack(ob, 7), 1);
+  ck_assert(!lh_actors_outbox_has_unsent(ob));
+  ck_assert_uint_eq(due(ob, 1011), 0);
+  ck_assert_int_eq(lh_actors_outbox_unsent(NULL, 1), 0);
+  ck_assert(!lh_actors_outbox_has_unsent(NULL));
+  lh_actors_outbox_free(ob);
+}
+END_TEST
+
 START_TEST(test_many_colliding_ids_against_reference) {
   enum { N = 2000 };
   lh_actors_outbox *ob = lh_actors_outbox_new(N, (size_t)N * 8, 10, NULL);
@@ -227,6 +279,7 @@ int main(void) {
   tcase_add_test(tc, test_acks_unknown_and_duplicate);
   tcase_add_test(tc, test_resend_after_timeout_in_order);
   tcase_add_test(tc, test_resend_all_on_reconnect);
+  tcase_add_test(tc, test_unsent_due_at_once_in_order);
   tcase_add_test(tc, test_many_colliding_ids_against_reference);
   tcase_add_test(tc, test_outbox_errors);
   tcase_add_test(tc, test_heartbeat_meter);

@@ -104,8 +104,12 @@ END_TEST
 
 START_TEST(test_actor_killed) {
   lfx_fleet f;
-  lfx_override o[] = {{"learner.abort_after_ms", "1500"}};
-  calc_fleet(&f, "kill", o, 1);
+  /* No back-pressure hold: a held actor ends its episodes and opens none,
+   * and killed then it would leave nothing open to abort. */
+  lfx_override o[] = {{"learner.abort_after_ms", "1500"},
+                      {"learner.max_backlog_episodes", "100000"},
+                      {"learner.max_stale_share", "1"}};
+  calc_fleet(&f, "kill", o, 3);
   lfx_start(&f);
   ck_assert_msg(lfx_wait_sql(&f, "SELECT count(*) FROM episodes WHERE actor = 'actor-1' AND status = 'running'", 1, 120),
                 "no running episode of actor-1 (see %s)", f.dir);

@@ -1,7 +1,7 @@
-# The learner process's parts over real sockets and a real store: ingest
-# (test_learner_ingest).
+# The learner process's parts over real sockets and a real store: ingest,
+# with an actor's link as its peer (test_learner_ingest).
 lh_add_test(test_learner_ingest SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_ingest.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c LIBS lh_learner PkgConfig::ZMQ TIMEOUT 120)
+  ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c LIBS lh_learner lh_actors PkgConfig::ZMQ TIMEOUT 120)
 # The RL training step over the store on a tiny model (test_learner_train).
 lh_add_test(test_learner_train SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_train.c ${LH_LEARNER_FIXTURE}
   LIBS lh_learner TIMEOUT 120)

@@ -2,7 +2,10 @@
  * process, as an actor would connect, and one in a forked child) and a real
  * SQLite store: an ack means the message is stored, a duplicate is acked and
  * stored once, garbage is counted and does not stop the ingest, a failing
- * store answers ACK_RETRY. Also the [learner] keys the process needs. */
+ * store answers ACK_RETRY, an actor link's burst sent while no learner
+ * listened (more than the socket's high-water mark) is all acked once one
+ * does, none of it left for the resend timeout. Also the [learner] keys
+ * the process needs. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "actors/internal.h"
 #include "learner/internal.h"
 #include "proc_util.h"
 
@@ -345,6 +349,59 @@ START_TEST(test_second_process) {
 }
 END_TEST
 
+/* The actor's link (actors/link.c) sends a burst while no learner listens:
+ * the socket's pipe takes its high-water mark (1000 messages), the rest
+ * would block. Once the ingest binds, everything is acked without any
+ * message waiting for resend_timeout_ms (an hour here): a send that would
+ * have blocked stays due, first in line. */
+START_TEST(test_link_burst_beyond_hwm) {
+  enum { N = 2500 };
+  make_dir();
+  char ep[160];
+  snprintf(ep, sizeof ep, "ipc://%s/ingest", dir);
+  void *ctx = zmq_ctx_new();
+  lh_errbuf e = {0};
+  lh_actors_link_config lc = {.name = "a0",
+                              .ingest_endpoint = ep,
+                              .outbox_messages = 4096,
+                              .outbox_bytes = 64u << 20,
+                              .resend_timeout_ms = 3600000,
+                              .id_salt = 5};
+  lh_actors_link *link = NULL;
+  ck_assert_msg(lh_actors_link_new(ctx, &lc, &link, &e) == 0, "%s", e.msg);
+  msg m;
+  for (uint32_t i = 0; i < N; i++) {
+    make_segment(&m, 0, 100 + i / 10, i % 10, 8);
+    ck_assert_msg(lh_actors_link_send(link, &m.env, &e) == 0, "%s", e.msg);
+    if (i % 100 == 0) ck_assert_int_ge(lh_actors_link_poll(link, 0, &e), 0);
+  }
+  ck_assert_uint_eq(lh_actors_link_unacked(link), N);
+  lh_store *store;
+  ck_assert_msg(lh_store_open(db, &store, &e) == 0, "%s", e.msg);
+  lh_learner_ingest *ig = lh_learner_ingest_new(ctx, ep, store, NULL, &e);
+  ck_assert_msg(ig != NULL, "%s", e.msg);
+  /* Bounded by turns, not time: each turn is a poll of both sides. */
+  int turns = 0;
+  for (; turns < 20000 && lh_actors_link_unacked(link); turns++) {
+    ck_assert_msg(lh_learner_ingest_poll(ig, 1, NULL, &e) == 0, "%s", e.msg);
+    ck_assert_int_ge(lh_actors_link_poll(link, 0, &e), 0);
+  }
+  const lh_learner_ingest_counts *c = lh_learner_ingest_get_counts(ig);
+  printf("ingest: link burst of %d: turns=%d acked=%llu resends=%llu stored=%llu duplicates=%llu\n", N, turns,
+         (unsigned long long)lh_actors_link_acked(link), (unsigned long long)lh_actors_link_resends(link),
+         (unsigned long long)c->stored, (unsigned long long)c->duplicates);
+  ck_assert_uint_eq(lh_actors_link_unacked(link), 0);
+  ck_assert_uint_eq(lh_actors_link_acked(link), N);
+  ck_assert_uint_eq(c->segments, (uint64_t)N);
+  ck_assert_uint_eq(c->stored, (uint64_t)N);
+  lh_actors_link_free(link);
+  lh_learner_ingest_free(ig);
+  lh_store_close(store);
+  zmq_ctx_term(ctx);
+  remove_dir();
+}
+END_TEST
+
 START_TEST(test_bind_error_and_null) {
   lh_errbuf e;
   void *ctx = zmq_ctx_new();
@@ -520,6 +577,7 @@ int main(void) {
   tcase_add_test(tc, test_garbage_does_not_stop_it);
   tcase_add_test(tc, test_store_failure_answers_retry);
   tcase_add_test(tc, test_second_process);
+  tcase_add_test(tc, test_link_burst_beyond_hwm);
   tcase_add_test(tc, test_bind_error_and_null);
   tcase_add_test(tc, test_config_keys);
   tcase_add_test(tc, test_weights_published_and_served);
