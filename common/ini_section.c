@@ -87,6 +87,15 @@ static int key_value(const lh_ini_key *k, const lh_ini_entry *e, void *cfg, char
                e->dir ? e->dir : ".");
       return -1;
     }
+    case LH_INI_CHOICE: {
+      if (k->bytes != sizeof(int)) return snprintf(why, why_bytes, "has a choice field that is not int-sized"), -1;
+      for (int i = 0; k->names[i]; i++)
+        if (!strcmp(value, k->names[i])) return memcpy(field, &i, sizeof i), 0;
+      size_t n = (size_t)snprintf(why, why_bytes, "is not one of ");
+      for (int i = 0; k->names[i] && n < why_bytes; i++)
+        n += (size_t)snprintf(why + n, why_bytes - n, "%s%s", i ? ", " : "", k->names[i]);
+      return -1;
+    }
     case LH_INI_CUSTOM:
       if (k->parse(value, cfg, why, why_bytes) == 0) return 0;
       if (!why[0]) snprintf(why, why_bytes, "is not valid");

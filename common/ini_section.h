@@ -32,6 +32,7 @@ typedef enum {
   LH_INI_BOOL,   /* int: true/false, yes/no, on/off, 1/0 */
   LH_INI_STR,    /* char[bytes]: at most bytes - 1 bytes, empty only when allow_empty */
   LH_INI_PATH,   /* as STR, a path: resolved against the folder of the file the key is written in */
+  LH_INI_CHOICE, /* an enum (int-sized) field: the index of the value in names */
   LH_INI_CUSTOM  /* the key's own parse callback */
 } lh_ini_kind;
 
@@ -49,7 +50,8 @@ typedef struct {
   size_t offset;          /* the field in the config struct (not CUSTOM) */
   double min, max;        /* U64, F64: the range; max INFINITY for no upper bound */
   int open;               /* F64: LH_INI_OPEN_MIN | LH_INI_OPEN_MAX, or LH_INI_CLOSED */
-  size_t bytes;           /* STR: the field's size with its NUL */
+  size_t bytes;           /* STR: the field's size with its NUL; CHOICE: the field's size */
+  const char *const *names; /* CHOICE: the values, NULL-terminated; the first is 0 */
   int allow_empty;        /* STR */
   lh_ini_parse_fn parse;  /* CUSTOM */
   int error;              /* CUSTOM: the code of a bad value; 0 for the section's value_error */
@@ -65,6 +67,12 @@ typedef struct {
   {#key, LH_INI_STR, offsetof(type, key), .bytes = sizeof(((type *)0)->key), .allow_empty = (empty_ok)}
 #define LH_INI_KEY_PATH(type, key, empty_ok) \
   {#key, LH_INI_PATH, offsetof(type, key), .bytes = sizeof(((type *)0)->key), .allow_empty = (empty_ok)}
+/* An enum whose values 0, 1, ... are named by the strings given, in order:
+ * LH_INI_KEY_CHOICE(T, loss_norm, "token", "episode"), in a table at file
+ * scope (the names are a compound literal, static only there). */
+#define LH_INI_KEY_CHOICE(type, key, ...)                                                     \
+  {#key, LH_INI_CHOICE, offsetof(type, key), .bytes = sizeof(((type *)0)->key),             \
+   .names = (const char *const[]){__VA_ARGS__, NULL}}
 #define LH_INI_KEY_CUSTOM(key, parse_fn, code) {#key, LH_INI_CUSTOM, 0, .parse = (parse_fn), .error = (code)}
 
 /* A key of another section, for the section's `other` callback: returns 0,

@@ -5,8 +5,9 @@
  * section reader (common/ini_section.h) reads it from the document
  * (common/ini_doc.h) and names the file, line, section and key of every
  * error; db, ckpt_dir and the CURVE files are paths, resolved against the
- * folder of the file they are written in. The advantage and the stages have parsers
- * of their own here; the checks across keys name the later key's line. */
+ * folder of the file they are written in; state_mode, loss_norm and
+ * stage_carry are choices. The advantage and the stages have parsers of
+ * their own here; the checks across keys name the later key's line. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,9 +18,6 @@
 static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_stages(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_ingest_endpoints(const char *v, void *cfg, char *why, size_t why_bytes);
-static int parse_state_mode(const char *v, void *cfg, char *why, size_t why_bytes);
-static int parse_loss_norm(const char *v, void *cfg, char *why, size_t why_bytes);
-static int parse_stage_carry(const char *v, void *cfg, char *why, size_t why_bytes);
 static int parse_expert_parallel(const char *v, void *cfg, char *why, size_t why_bytes);
 
 #define T lh_learner_config
@@ -41,11 +39,11 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, ckpt_every, 1, INFINITY),
     LH_INI_KEY_U64(T, keep_checkpoints, 0, INFINITY),
     LH_INI_KEY_BOOL(T, routing_replay),
-    LH_INI_KEY_CUSTOM(state_mode, parse_state_mode, 0),
-    LH_INI_KEY_CUSTOM(loss_norm, parse_loss_norm, 0),
+    LH_INI_KEY_CHOICE(T, state_mode, "exact", "stored"),
+    LH_INI_KEY_CHOICE(T, loss_norm, "token", "episode"),
     LH_INI_KEY_U64(T, burn_in, 0, INFINITY),
     LH_INI_KEY_CUSTOM(stages, parse_stages, LH_ELEARNER_CONFIG_STAGES),
-    LH_INI_KEY_CUSTOM(stage_carry, parse_stage_carry, 0),
+    LH_INI_KEY_CHOICE(T, stage_carry, "train", "drop"),
     LH_INI_KEY_STR(T, ingest_endpoint, 0),
     LH_INI_KEY_CUSTOM(ingest_endpoints, parse_ingest_endpoints, 0),
     LH_INI_KEY_STR(T, weights_pub_endpoint, 0),
@@ -118,22 +116,6 @@ static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes
   return 0;
 }
 
-static int parse_state_mode(const char *v, void *cfg, char *why, size_t why_bytes) {
-  lh_learner_config *c = cfg;
-  if (!strcmp(v, "exact")) c->state_mode = LH_LEARNER_STATE_EXACT;
-  else if (!strcmp(v, "stored")) c->state_mode = LH_LEARNER_STATE_STORED;
-  else return snprintf(why, why_bytes, "is not one of exact, stored"), -1;
-  return 0;
-}
-
-static int parse_loss_norm(const char *v, void *cfg, char *why, size_t why_bytes) {
-  lh_learner_config *c = cfg;
-  if (!strcmp(v, "token")) c->loss_norm = LH_LEARNER_LOSS_NORM_TOKEN;
-  else if (!strcmp(v, "episode")) c->loss_norm = LH_LEARNER_LOSS_NORM_EPISODE;
-  else return snprintf(why, why_bytes, "is not one of token, episode"), -1;
-  return 0;
-}
-
 const char *lh_learner_state_mode_name(lh_learner_state_mode mode) {
   return mode == LH_LEARNER_STATE_STORED ? "stored" : "exact";
 }
@@ -141,14 +123,6 @@ const char *lh_learner_state_mode_name(lh_learner_state_mode mode) {
 /* The stages list (learner/stage.c parses it). */
 static int parse_stages(const char *v, void *config, char *why, size_t why_bytes) {
   return lh_learner_stages_parse(v, config, why, why_bytes);
-}
-
-static int parse_stage_carry(const char *v, void *config, char *why, size_t why_bytes) {
-  lh_learner_config *cfg = config;
-  if (!strcmp(v, "train")) cfg->stage_carry = LH_LEARNER_CARRY_TRAIN;
-  else if (!strcmp(v, "drop")) cfg->stage_carry = LH_LEARNER_CARRY_DROP;
-  else return snprintf(why, why_bytes, "is not train or drop"), -1;
-  return 0;
 }
 
 /* An integer in 1..LH_LEARNER_MAX_EXPERT_PARALLEL, into a uint32_t field

@@ -245,6 +245,37 @@ START_TEST(test_paths) {
 }
 END_TEST
 
+/* The choice kind: a name stores its index in an enum field; any other
+ * value is refused naming every choice. The table is at file scope, as a
+ * module's is (its compound literals need static storage). */
+typedef enum { PICK_A = 0, PICK_B = 1, PICK_C = 2 } pick;
+typedef struct {
+  pick first, second;
+} picks;
+static const lh_ini_key pick_keys[] = {LH_INI_KEY_CHOICE(picks, first, "alpha", "beta", "gamma"),
+                                       LH_INI_KEY_CHOICE(picks, second, "alpha", "beta", "gamma")};
+
+START_TEST(test_choice) {
+  static const lh_ini_section sec = {.name = "learner", .keys = pick_keys, .n_keys = 2, .unknown_key_error = LH_ENOENT,
+                                     .duplicate_error = LH_EAGAIN, .value_error = LH_ERANGE,
+                                     .syntax_error = LH_EINVAL};
+  put("pick.ini", "[learner]\nfirst = gamma\nsecond = alpha\n");
+  lh_ini_doc *doc = load("pick.ini", NULL, 0);
+  picks p = {PICK_B, PICK_B};
+  lh_errbuf e = {0};
+  ck_assert_msg(lh_ini_section_read(&sec, doc, &p, NULL, NULL, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(p.first, PICK_C);
+  ck_assert_int_eq(p.second, PICK_A);
+  lh_ini_doc_free(doc);
+  put("pick.ini", "[learner]\nfirst = beta\nsecond = Beta\n");
+  doc = load("pick.ini", NULL, 0);
+  ck_assert_int_eq(lh_ini_section_read(&sec, doc, &p, NULL, NULL, &e), LH_ERANGE);
+  ck_assert_msg(strstr(e.msg, "pick.ini:3: [learner] second = 'Beta' is not one of alpha, beta, gamma"), "%s",
+                e.msg);
+  lh_ini_doc_free(doc);
+}
+END_TEST
+
 START_TEST(test_reopen) {
   put("top.ini", "[learner]\nmax_db_bytes = 1\n");
   const char *sets[] = {"learner.lr=0.5"};
@@ -274,6 +305,7 @@ int main(void) {
   tcase_add_test(tc, test_set);
   tcase_add_test(tc, test_unknown_section);
   tcase_add_test(tc, test_paths);
+  tcase_add_test(tc, test_choice);
   tcase_add_test(tc, test_reopen);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);

@@ -206,7 +206,7 @@ START_TEST(test_bad_stages) {
                S, "more than 16 stages", NULL);
   expect_error("[learner]\ngroup_size = 4\nstages = 10 episodes=5 batch_episodes=6, 20\n", S,
                "stage 1 batch_episodes=6 is not a multiple of group_size = 4", NULL);
-  expect_error("[learner]\nstage_carry = keep\n", LH_ELEARNER_CONFIG_VALUE, "stage_carry", "train or drop");
+  expect_error("[learner]\nstage_carry = keep\n", LH_ELEARNER_CONFIG_VALUE, "stage_carry", "is not one of train, drop");
   expect_error("[learner]\nloss_norm = sequence\n", LH_ELEARNER_CONFIG_VALUE, "loss_norm",
                "token, episode");
 }
