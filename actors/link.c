@@ -5,9 +5,10 @@
  * until acked and are resent after resend_timeout_ms, or at once when the
  * DEALER reconnects (a socket monitor reports each connection; every one
  * begins with a Hello); a send that would block (the pipe at its
- * high-water mark) leaves its message due, and the next poll sends it. A SUB to the weights PUB hears announcements and a
- * DEALER to the weights ROUTER fetches the chunks (actors/weights.c keeps
- * them). Every socket has a bounded ZMQ_LINGER. */
+ * high-water mark) leaves its message due, and the next poll sends it. A
+ * SUB to the weights PUB hears announcements and a DEALER to the weights
+ * ROUTER fetches the chunks (actors/weights.c keeps them). Every socket
+ * has a bounded ZMQ_LINGER. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
