@@ -25,7 +25,6 @@ typedef struct {
   int64_t pushed_ms;  /* the first send: an ack's latency counts from here */
   int64_t wait_ms;    /* due again this long after sent_ms (the timeout, backed off) */
   int went;           /* a send of it went out (a hand-out of it since is a resend) */
-  int counted;        /* its last hand-out by next_due counted as a resend */
   uint32_t prev, next;
 } slot;
 
@@ -38,6 +37,7 @@ struct lh_actors_outbox {
   uint32_t head, tail;  /* least and most recently sent */
   uint32_t due_tail;    /* the last of the due-now prefix (sent_ms INT64_MIN), or NIL */
   uint32_t handed;      /* the slot next_due handed out last, until a push or ack; or NIL */
+  int handed_resend;    /* that hand-out counted as a resend */
   uint32_t *table;      /* slot index + 1; 0 is empty */
   size_t table_mask;
   size_t depth, bytes;
@@ -236,9 +236,8 @@ int lh_actors_outbox_next_due(lh_actors_outbox *ob, int64_t now_ms, uint64_t *ms
   list_unlink(ob, i);
   list_append(ob, i);
   ob->resends += (uint64_t)s->went;
-  s->counted = s->went;
+  ob->handed = i, ob->handed_resend = s->went;
   s->went = 1;
-  ob->handed = i;
   if (msg_id) *msg_id = s->id;
   if (bytes) *bytes = s->data;
   if (n) *n = s->n;
@@ -260,13 +259,14 @@ int lh_actors_outbox_unsent(lh_actors_outbox *ob, uint64_t msg_id) {
   uint32_t i = ob->table[p] - 1;
   slot *s = &ob->slots[i];
   if (s->sent_ms == INT64_MIN) return 1;  /* already due now */
-  if (s->counted) ob->resends--;
-  s->went = s->counted;  /* nothing of this hand-out went */
-  s->counted = 0;
+  /* Nothing of this hand-out (or push) went: it is no resend. */
+  int handed = i == ob->handed, resend = handed && ob->handed_resend;
+  ob->resends -= (uint64_t)resend;
+  s->went = resend;
   list_unlink(ob, i);
   /* The hand-out came off the head: back there, first in line. A fresh
    * push goes after the due-now prefix, ahead of everything that went. */
-  uint32_t after = i == ob->handed ? NIL : ob->due_tail;
+  uint32_t after = handed ? NIL : ob->due_tail;
   s->prev = after;
   s->next = after == NIL ? ob->head : ob->slots[after].next;
   if (s->next != NIL) ob->slots[s->next].prev = i;
