@@ -4,6 +4,8 @@
  * reading, so that the message left in err is about the first bad key. */
 #include "common/ini_section.h"
 
+#include <float.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +37,16 @@ static int u64_value(const lh_ini_key *k, const char *value, char *field, char *
   int bad = lh_parse_u64(value, &x) != 0;
   if (!bad && k->min > 0) bad = x < (uint64_t)k->min;
   if (!bad && bounded) bad = x > (uint64_t)k->max;
+  if (k->bytes == sizeof(int)) {
+    /* an int field: the table's bound must keep the value an int */
+    if (!bounded || k->max > INT_MAX) return snprintf(why, why_bytes, "has an int field bounded above INT_MAX"), -1;
+    if (!bad) {
+      int v = (int)x;
+      return memcpy(field, &v, sizeof v), 0;
+    }
+  } else if (k->bytes && k->bytes != sizeof x) {
+    return snprintf(why, why_bytes, "has an integer field that is neither int- nor 64-bit-sized"), -1;
+  }
   if (!bad) return memcpy(field, &x, sizeof x), 0;
   if (bounded)
     snprintf(why, why_bytes, "is not an integer in %.0f..%.0f", k->min, k->max);
@@ -49,7 +61,15 @@ static int f64_value(const lh_ini_key *k, const char *value, char *field, char *
   int bad = lh_parse_f64(value, &x) != 0;
   if (!bad) bad = min_open ? !(x > k->min) : !(x >= k->min);
   if (!bad) bad = max_open ? !(x < k->max) : !(x <= k->max);
-  if (!bad) return memcpy(field, &x, sizeof x), 0;
+  if (k->bytes == sizeof(float)) {
+    float v = (float)x;
+    if (!bad && isfinite(v)) return memcpy(field, &v, sizeof v), 0;
+    if (!bad) return snprintf(why, why_bytes, "is beyond a float's range (%g)", (double)FLT_MAX), -1;
+  } else if (k->bytes && k->bytes != sizeof x) {
+    return snprintf(why, why_bytes, "has a number field that is neither float- nor double-sized"), -1;
+  } else if (!bad) {
+    return memcpy(field, &x, sizeof x), 0;
+  }
   if (isinf(k->max))
     snprintf(why, why_bytes, "is not a number %s %g", min_open ? ">" : ">=", k->min);
   else
@@ -58,10 +78,12 @@ static int f64_value(const lh_ini_key *k, const char *value, char *field, char *
   return -1;
 }
 
-/* Checks value against key k and stores it in cfg: 0, or -1 with why. */
-static int key_value(const lh_ini_key *k, const lh_ini_entry *e, void *cfg, char *why, size_t why_bytes) {
+/* Checks value against key k and stores it in cfg: 0, or -1 with why. e
+ * is where the value was written, which a PATH needs (NULL: not in a
+ * file). */
+static int key_value(const lh_ini_key *k, const lh_ini_entry *e, const char *value, void *cfg, char *why,
+                     size_t why_bytes) {
   char *field = (char *)cfg + k->offset;
-  const char *value = e->value;
   switch (k->kind) {
     case LH_INI_U64:
       return u64_value(k, value, field, why, why_bytes);
@@ -80,6 +102,7 @@ static int key_value(const lh_ini_key *k, const lh_ini_entry *e, void *cfg, char
       return -1;
     }
     case LH_INI_PATH: {
+      if (!e) return snprintf(why, why_bytes, "is a path, which only an INI file can give"), -1;
       if (!*value && !k->allow_empty)
         return snprintf(why, why_bytes, "is not a text of 1..%zu bytes", k->bytes - 1), -1;
       if (lh_ini_entry_path(e, field, k->bytes) == 0) return 0;
@@ -103,6 +126,12 @@ static int key_value(const lh_ini_key *k, const lh_ini_entry *e, void *cfg, char
   }
   snprintf(why, why_bytes, "has a key kind this reader does not know");
   return -1;
+}
+
+int lh_ini_key_parse(const lh_ini_key *k, const char *value, void *cfg, char *why, size_t why_bytes) {
+  if (why && why_bytes) why[0] = 0;
+  if (!k || !value || !cfg || !why || !why_bytes) return -1;
+  return key_value(k, NULL, value, cfg, why, why_bytes);
 }
 
 static int unknown_key(parse_state *st, const char *name) {
@@ -131,7 +160,7 @@ static int section_key(parse_state *st) {
   st->seen.entry[i] = e;
   const lh_ini_key *k = &sec->keys[i];
   char why[320] = "";
-  if (key_value(k, e, st->cfg, why, sizeof why) == 0) return 0;
+  if (key_value(k, e, value, st->cfg, why, sizeof why) == 0) return 0;
   int code = k->kind == LH_INI_CUSTOM && k->error ? k->error : sec->value_error;
   return lh_errbuf_set(st->err, code, "%s: [%s] %s = '%.64s' %s", st->where, sec->name, name, value, why);
 }

@@ -1,6 +1,6 @@
 /* common: one section of an INI document (common/ini_doc.h) read into a
- * config struct by a table of keys, the one way the [actor], [learner] and
- * [fleet] readers work.
+ * config struct by a table of keys, the one way the [actor], [learner],
+ * [fleet] and [model] readers work.
  *
  * A module lists every key of its section in a static table (name, kind,
  * the field's offset, its bounds or size, or a parser of its own for a
@@ -27,8 +27,8 @@
 #include "common/ini_doc.h"
 
 typedef enum {
-  LH_INI_U64,    /* uint64_t, decimal digits, in [min, max] */
-  LH_INI_F64,    /* double, in min..max with the ends open or closed */
+  LH_INI_U64,    /* uint64_t, or int when the field is int-sized: decimal digits, in [min, max] */
+  LH_INI_F64,    /* double, or float when the field is float-sized: in min..max, ends open or closed */
   LH_INI_BOOL,   /* int: true/false, yes/no, on/off, 1/0 */
   LH_INI_STR,    /* char[bytes]: at most bytes - 1 bytes, empty only when allow_empty */
   LH_INI_PATH,   /* as STR, a path: resolved against the folder of the file the key is written in */
@@ -50,7 +50,7 @@ typedef struct {
   size_t offset;          /* the field in the config struct (not CUSTOM) */
   double min, max;        /* U64, F64: the range; max INFINITY for no upper bound */
   int open;               /* F64: LH_INI_OPEN_MIN | LH_INI_OPEN_MAX, or LH_INI_CLOSED */
-  size_t bytes;           /* STR: the field's size with its NUL; CHOICE: the field's size */
+  size_t bytes;           /* the field's size (STR: with its NUL); U64, F64: 0 reads as 8 */
   const char *const *names; /* CHOICE: the values, NULL-terminated; the first is 0 */
   int allow_empty;        /* STR */
   lh_ini_parse_fn parse;  /* CUSTOM */
@@ -59,9 +59,10 @@ typedef struct {
 
 /* Table rows for a key named like its field in the struct type. */
 #define LH_INI_KEY_U64(type, key, lo, hi) \
-  {#key, LH_INI_U64, offsetof(type, key), .min = (lo), .max = (hi)}
-#define LH_INI_KEY_F64(type, key, lo, hi, open_ends) \
-  {#key, LH_INI_F64, offsetof(type, key), .min = (lo), .max = (hi), .open = (open_ends)}
+  {#key, LH_INI_U64, offsetof(type, key), .min = (lo), .max = (hi), .bytes = sizeof(((type *)0)->key)}
+#define LH_INI_KEY_F64(type, key, lo, hi, open_ends)                                                  \
+  {#key, LH_INI_F64, offsetof(type, key), .min = (lo), .max = (hi), .open = (open_ends),              \
+   .bytes = sizeof(((type *)0)->key)}
 #define LH_INI_KEY_BOOL(type, key) {#key, LH_INI_BOOL, offsetof(type, key), .min = 0}
 #define LH_INI_KEY_STR(type, key, empty_ok) \
   {#key, LH_INI_STR, offsetof(type, key), .bytes = sizeof(((type *)0)->key), .allow_empty = (empty_ok)}
@@ -74,6 +75,12 @@ typedef struct {
   {#key, LH_INI_CHOICE, offsetof(type, key), .bytes = sizeof(((type *)0)->key),             \
    .names = (const char *const[]){__VA_ARGS__, NULL}}
 #define LH_INI_KEY_CUSTOM(key, parse_fn, code) {#key, LH_INI_CUSTOM, 0, .parse = (parse_fn), .error = (code)}
+
+/* Checks value against key k (any kind but PATH, whose value is resolved
+ * against the file it was written in) and stores it in cfg: 0, or -1 with
+ * why set as for a parse callback. For values that come from elsewhere
+ * than an INI file (a checkpoint's JSON) read by the same table. */
+int lh_ini_key_parse(const lh_ini_key *k, const char *value, void *cfg, char *why, size_t why_bytes);
 
 /* A key of another section, for the section's `other` callback: returns 0,
  * or a negative lh_err code after setting err (which may be NULL); the

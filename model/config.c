@@ -10,47 +10,63 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/ini_section.h"
 #include "common/limits.h"
 #include "model/internal.h"
 
-typedef enum { KEY_INT, KEY_FLOAT, KEY_BALANCE, KEY_U64 } key_type;
+/* The balancing rules by name, in lh_balance_kind's order. */
+static const char *const balance_names[] = {"bias", "quantile", "aux", "none", "adaptive", NULL};
+#define N_BALANCE 5
 
-typedef struct {
-  const char *name;
-  key_type type;
-  size_t offset;
-  double min, max; /* inclusive range for numbers */
-} key_spec;
-
-#define K(field, type, lo, hi) {#field, type, offsetof(lh_model_config, field), lo, hi}
-static const key_spec keys[] = {
-    K(d_model, KEY_INT, 1, 65536),
-    K(layers, KEY_INT, 1, LH_MAX_LAYERS),  /* common/limits.h: what an actor serves */
-    K(heads, KEY_INT, 1, 4096),
-    K(experts, KEY_INT, 1, LH_MAX_EXPERTS),
-    K(topk, KEY_INT, 1, LH_MAX_TOPK),
-    K(shared_experts, KEY_INT, 0, 4096),
-    K(latent, KEY_INT, 1, 65536),
-    K(expert_hidden, KEY_INT, 1, 65536),
-    K(chunk, KEY_INT, 1, 1024),
-    K(g_min, KEY_FLOAT, -80, -1e-6),
-    K(tau, KEY_FLOAT, 1e-6, 1e6),
-    K(vocab, KEY_INT, LH_TOK_VOCAB, 1 << 24),
-    K(patch, KEY_INT, 1, 1024),
-    K(max_patches, KEY_INT, 1, 1 << 20),
-    K(balance, KEY_BALANCE, 0, 0),
-    K(bias_rate, KEY_FLOAT, 0, 1e3),
-    K(quantile_rate, KEY_FLOAT, 0, 1e3),
-    K(aux_weight, KEY_FLOAT, 0, 1e3),
-    K(seed, KEY_U64, 0, 0),
+/* Every key of [model], read by common/ini_section.h: the INI reader, the
+ * checks of a config from anywhere (lh_model_config_validate), the JSON
+ * of a checkpoint and the differences between two configs all walk this
+ * one table, so they cannot drift apart. */
+#define T lh_model_config
+static const lh_ini_key keys[] = {
+    LH_INI_KEY_U64(T, d_model, 1, 65536),
+    LH_INI_KEY_U64(T, layers, 1, LH_MAX_LAYERS), /* common/limits.h: what an actor serves */
+    LH_INI_KEY_U64(T, heads, 1, 4096),
+    LH_INI_KEY_U64(T, experts, 1, LH_MAX_EXPERTS),
+    LH_INI_KEY_U64(T, topk, 1, LH_MAX_TOPK),
+    LH_INI_KEY_U64(T, shared_experts, 0, 4096),
+    LH_INI_KEY_U64(T, latent, 1, 65536),
+    LH_INI_KEY_U64(T, expert_hidden, 1, 65536),
+    LH_INI_KEY_U64(T, chunk, 1, 1024),
+    LH_INI_KEY_F64(T, g_min, -80, -1e-6, LH_INI_CLOSED),
+    LH_INI_KEY_F64(T, tau, 1e-6, 1e6, LH_INI_CLOSED),
+    LH_INI_KEY_U64(T, vocab, LH_TOK_VOCAB, 1 << 24),
+    LH_INI_KEY_U64(T, patch, 1, 1024),
+    LH_INI_KEY_U64(T, max_patches, 1, 1 << 20),
+    {"balance", LH_INI_CHOICE, offsetof(T, balance), .bytes = sizeof(lh_balance_kind), .names = balance_names},
+    LH_INI_KEY_F64(T, bias_rate, 0, 1e3, LH_INI_CLOSED),
+    LH_INI_KEY_F64(T, quantile_rate, 0, 1e3, LH_INI_CLOSED),
+    LH_INI_KEY_F64(T, aux_weight, 0, 1e3, LH_INI_CLOSED),
+    LH_INI_KEY_U64(T, seed, 0, INFINITY),
 };
-#undef K
-static const int n_keys = (int)(sizeof keys / sizeof keys[0]);
+#undef T
+#define N_KEYS (sizeof keys / sizeof keys[0])
+_Static_assert(sizeof(lh_balance_kind) == sizeof(int), "balance is read as an int-sized choice");
 
-static const char *const balance_names[5] = {"bias", "quantile", "aux", "none", "adaptive"};
+static const lh_ini_section SECTION = {.name = "model",
+                                       .keys = keys,
+                                       .n_keys = N_KEYS,
+                                       .unknown_key_error = LH_EMODEL_CONFIG_KEY,
+                                       .duplicate_error = LH_EMODEL_CONFIG_KEY,
+                                       .value_error = LH_EMODEL_CONFIG_VALUE,
+                                       .syntax_error = LH_EMODEL_CONFIG_VALUE};
+
+/* The seed: a 64-bit field, where the weights came from, not what they are. */
+static int is_seed(const lh_ini_key *k) { return k->kind == LH_INI_U64 && k->bytes == sizeof(uint64_t); }
+
+/* A number key's value (int or float field) as a double. */
+static double number_of(const lh_model_config *cfg, const lh_ini_key *k) {
+  const char *field = (const char *)cfg + k->offset;
+  return k->kind == LH_INI_U64 ? *(const int *)field : *(const float *)field;
+}
 
 const char *lh_balance_name(lh_balance_kind kind) {
-  return (unsigned)kind < 5 ? balance_names[kind] : "?";
+  return (unsigned)kind < N_BALANCE ? balance_names[kind] : "?";
 }
 
 void lh_model_config_default(lh_model_config *cfg) {
@@ -75,68 +91,17 @@ void lh_model_config_default(lh_model_config *cfg) {
                            .seed = 0};
 }
 
-/* Sets one key from its text; 0, or the code with a message (no line). */
-static int set_key(lh_model_config *cfg, const key_spec *k, const char *value, lh_errbuf *err) {
-  char *field = (char *)cfg + k->offset;
-  switch (k->type) {
-    case KEY_INT: {
-      int64_t v;
-      if (lh_parse_i64(value, &v) || v < k->min || v > k->max)
-        return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
-                             "key '%s' = '%s' is not an integer in [%g, %g]", k->name, value,
-                             k->min, k->max);
-      *(int *)field = (int)v;
-      return LH_OK;
-    }
-    case KEY_FLOAT: {
-      double v;
-      if (lh_parse_f64(value, &v) || !isfinite(v) || v < k->min || v > k->max)
-        return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
-                             "key '%s' = '%s' is not a number in [%g, %g]", k->name, value,
-                             k->min, k->max);
-      *(float *)field = (float)v;
-      return LH_OK;
-    }
-    case KEY_U64: {
-      uint64_t v;
-      if (lh_parse_u64(value, &v))
-        return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
-                             "key '%s' = '%s' is not a non-negative integer", k->name, value);
-      *(uint64_t *)field = (uint64_t)v;
-      return LH_OK;
-    }
-    case KEY_BALANCE:
-      for (int i = 0; i < 5; i++)
-        if (strcmp(value, balance_names[i]) == 0) {
-          *(lh_balance_kind *)field = (lh_balance_kind)i;
-          return LH_OK;
-        }
-      return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
-                           "key 'balance' = '%s' is not one of adaptive, bias, quantile, aux, none",
-                           value);
-  }
-  return LH_EINVAL;
-}
-
-static const key_spec *find_key(const char *name) {
-  for (int i = 0; i < n_keys; i++)
-    if (strcmp(keys[i].name, name) == 0) return &keys[i];
-  return NULL;
-}
-
 int lh_model_config_validate(const lh_model_config *cfg, lh_errbuf *err) {
   if (!cfg) return LH_EINVAL;
-  for (int i = 0; i < n_keys; i++) {
-    const key_spec *k = &keys[i];
-    const char *field = (const char *)cfg + k->offset;
-    double v = k->type == KEY_INT ? *(const int *)field
-               : k->type == KEY_FLOAT ? *(const float *)field
-                                      : 0;
-    if ((k->type == KEY_INT || k->type == KEY_FLOAT) && !(v >= k->min && v <= k->max))
+  for (size_t i = 0; i < N_KEYS; i++) {
+    const lh_ini_key *k = &keys[i];
+    if (k->kind == LH_INI_CHOICE || is_seed(k)) continue;
+    double v = number_of(cfg, k);
+    if (!(v >= k->min && v <= k->max))
       return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE, "key '%s' = %g is outside [%g, %g]",
                            k->name, v, k->min, k->max);
   }
-  if ((unsigned)cfg->balance > 4)
+  if ((unsigned)cfg->balance >= N_BALANCE)
     return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE, "key 'balance' is not a known rule");
   if (cfg->d_model % cfg->heads)
     return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
@@ -170,21 +135,7 @@ int lh_model_config_read(const lh_ini_doc *doc, lh_model_config *cfg, lh_errbuf 
   if (!doc || !cfg) return lh_errbuf_set(err, LH_EINVAL, "model config: NULL document or config");
   lh_model_config c;
   lh_model_config_default(&c);
-  char where[300];
-  for (size_t i = 0; i < lh_ini_doc_count(doc); i++) {
-    const lh_ini_entry *e = lh_ini_doc_entry(doc, i);
-    if (strcmp(e->section, "model") != 0) continue; /* other modules' sections */
-    lh_ini_entry_where(e, where, sizeof where);
-    const key_spec *k = find_key(e->key);
-    if (!k)
-      return lh_errbuf_set(err, LH_EMODEL_CONFIG_KEY,
-                           "%s: unknown key '%.64s' in [model] (known: d_model, layers, heads, "
-                           "experts, topk, shared_experts, latent, expert_hidden, chunk, "
-                           "g_min, tau, vocab, patch, max_patches, balance, bias_rate, "
-                           "quantile_rate, aux_weight, seed)",
-                           where, e->key);
-    LH_TRY(with_where(set_key(&c, k, e->value, err), where, err));
-  }
+  LH_TRY(lh_ini_section_read(&SECTION, doc, &c, NULL, NULL, err));
   const char *path = lh_ini_doc_path(doc);
   LH_TRY(with_where(lh_model_config_validate(&c, err), path ? path : "config", err));
   *cfg = c;
@@ -212,20 +163,18 @@ char *lh_model_config_to_json(const lh_model_config *cfg) {
   if (!cfg) return NULL;
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
-  for (int i = 0; i < n_keys; i++) {
-    const key_spec *k = &keys[i];
-    const char *field = (const char *)cfg + k->offset;
+  for (size_t i = 0; i < N_KEYS; i++) {
+    const lh_ini_key *k = &keys[i];
     cJSON *item = NULL;
     char buf[32];
-    switch (k->type) {
-      case KEY_INT: item = cJSON_CreateNumber(*(const int *)field); break;
-      case KEY_FLOAT: item = cJSON_CreateNumber(*(const float *)field); break;
-      case KEY_BALANCE: item = cJSON_CreateString(lh_balance_name(cfg->balance)); break;
-      case KEY_U64:
-        /* as a string: a double cannot hold every 64-bit seed */
-        snprintf(buf, sizeof buf, "%llu", (unsigned long long)cfg->seed);
-        item = cJSON_CreateString(buf);
-        break;
+    if (k->kind == LH_INI_CHOICE) {
+      item = cJSON_CreateString(lh_balance_name(cfg->balance));
+    } else if (is_seed(k)) {
+      /* as a string: a double cannot hold every 64-bit seed */
+      snprintf(buf, sizeof buf, "%llu", (unsigned long long)cfg->seed);
+      item = cJSON_CreateString(buf);
+    } else {
+      item = cJSON_CreateNumber(number_of(cfg, k));
     }
     if (!item || !cJSON_AddItemToObject(o, k->name, item)) {
       cJSON_Delete(item);
@@ -242,20 +191,20 @@ char *lh_model_config_to_json(const lh_model_config *cfg) {
 
 /* One key's value as text: integers as they are, floats with the fewest
  * digits that read back as the same float, balance by name. */
-static void key_text(const lh_model_config *cfg, const key_spec *k, char *out, size_t cap) {
+static void key_text(const lh_model_config *cfg, const lh_ini_key *k, char *out, size_t cap) {
   const char *field = (const char *)cfg + k->offset;
-  switch (k->type) {
-    case KEY_INT: snprintf(out, cap, "%d", *(const int *)field); return;
-    case KEY_FLOAT: {
-      float v = *(const float *)field;
-      for (int digits = 6; digits <= 9; digits++) {
-        snprintf(out, cap, "%.*g", digits, (double)v);
-        if (strtof(out, NULL) == v) return;
-      }
-      return;
+  if (k->kind == LH_INI_CHOICE) {
+    snprintf(out, cap, "%s", lh_balance_name(cfg->balance));
+  } else if (is_seed(k)) {
+    snprintf(out, cap, "%llu", (unsigned long long)*(const uint64_t *)field);
+  } else if (k->kind == LH_INI_U64) {
+    snprintf(out, cap, "%d", *(const int *)field);
+  } else {
+    float v = *(const float *)field;
+    for (int digits = 6; digits <= 9; digits++) {
+      snprintf(out, cap, "%.*g", digits, (double)v);
+      if (strtof(out, NULL) == v) return;
     }
-    case KEY_BALANCE: snprintf(out, cap, "%s", lh_balance_name(cfg->balance)); return;
-    case KEY_U64: snprintf(out, cap, "%llu", (unsigned long long)*(const uint64_t *)field); return;
   }
 }
 
@@ -265,9 +214,9 @@ int lh_model_config_diff(const lh_model_config *a, const lh_model_config *b, con
   if (!a || !b) return 0;
   int n = 0;
   size_t used = 0;
-  for (int i = 0; i < n_keys; i++) {
-    const key_spec *k = &keys[i];
-    if (k->type == KEY_U64) continue; /* the seed: where the weights came from, not what they are */
+  for (size_t i = 0; i < N_KEYS; i++) {
+    const lh_ini_key *k = &keys[i];
+    if (is_seed(k)) continue;
     char va[32], vb[32];
     key_text(a, k, va, sizeof va);
     key_text(b, k, vb, sizeof vb);
@@ -287,12 +236,14 @@ int lh_model_config_from_json_obj(const void *obj, lh_model_config *cfg, lh_errb
     return lh_errbuf_set(err, LH_EMODEL_CKPT_METADATA, "model config is not a JSON object");
   lh_model_config c;
   lh_model_config_default(&c);
-  for (const cJSON *it = o->child; it; it = it->next)
-    if (!find_key(it->string))
-      return lh_errbuf_set(err, LH_EMODEL_CONFIG_KEY, "unknown key '%s' in model config JSON",
-                           it->string);
-  for (int i = 0; i < n_keys; i++) {
-    const key_spec *k = &keys[i];
+  for (const cJSON *it = o->child; it; it = it->next) {
+    size_t i = 0;
+    while (i < N_KEYS && strcmp(keys[i].name, it->string) != 0) i++;
+    if (i == N_KEYS)
+      return lh_errbuf_set(err, LH_EMODEL_CONFIG_KEY, "unknown key '%.64s' in model config JSON", it->string);
+  }
+  for (size_t i = 0; i < N_KEYS; i++) {
+    const lh_ini_key *k = &keys[i];
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k->name);
     if (!it)
       return lh_errbuf_set(err, LH_EMODEL_CKPT_METADATA, "model config JSON lacks key '%s'",
@@ -306,7 +257,10 @@ int lh_model_config_from_json_obj(const void *obj, lh_model_config *cfg, lh_errb
       return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE,
                            "model config JSON key '%s' is neither a number nor a string",
                            k->name);
-    LH_TRY(set_key(&c, k, text, err));
+    char why[320];
+    if (lh_ini_key_parse(k, text, &c, why, sizeof why) != 0)
+      return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE, "model config JSON: key '%s' = '%.64s' %s", k->name,
+                           text, why);
   }
   LH_TRY(lh_model_config_validate(&c, err));
   *cfg = c;

@@ -276,6 +276,56 @@ START_TEST(test_choice) {
 }
 END_TEST
 
+/* Integer and number keys fill int and float fields as well as 64-bit
+ * ones, each within its field's range. */
+typedef struct {
+  int count;
+  float rate;
+  uint64_t big;
+  double wide;
+} widths;
+static const lh_ini_key width_keys[] = {
+    LH_INI_KEY_U64(widths, count, 1, 1000),
+    LH_INI_KEY_F64(widths, rate, 0, INFINITY, LH_INI_CLOSED),
+    LH_INI_KEY_U64(widths, big, 0, INFINITY),
+    LH_INI_KEY_F64(widths, wide, 0, INFINITY, LH_INI_CLOSED),
+};
+static const lh_ini_key unbounded_int = {"count", LH_INI_U64, offsetof(widths, count), .min = 0, .max = INFINITY,
+                                         .bytes = sizeof(int)};
+
+START_TEST(test_field_widths) {
+  static const lh_ini_section sec = {.name = "learner", .keys = width_keys, .n_keys = 4,
+                                     .unknown_key_error = LH_ENOENT, .duplicate_error = LH_EAGAIN,
+                                     .value_error = LH_ERANGE, .syntax_error = LH_EINVAL};
+  widths w = {0};
+  lh_errbuf e = {0};
+  const char *good = "[learner]\ncount = 1000\nrate = 0.25\nbig = 18446744073709551615\nwide = 1e300\n";
+  ck_assert_msg(lh_ini_section_parse(&sec, good, "w.ini", &w, NULL, NULL, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(w.count, 1000);
+  ck_assert(w.rate == 0.25f);
+  ck_assert(w.big == UINT64_MAX);
+  ck_assert(w.wide == 1e300);
+  /* a double that is no float, an int past its bound: refused, the field kept */
+  ck_assert_int_eq(lh_ini_section_parse(&sec, "[learner]\nrate = 1e39\n", "w.ini", &w, NULL, NULL, &e), LH_ERANGE);
+  ck_assert_msg(strstr(e.msg, "w.ini:2: [learner] rate = '1e39' is beyond a float's range (3.40282e+38)"), "%s", e.msg);
+  ck_assert(w.rate == 0.25f);
+  ck_assert_int_eq(lh_ini_section_parse(&sec, "[learner]\ncount = 4294967297\n", "w.ini", &w, NULL, NULL, &e),
+                   LH_ERANGE);
+  ck_assert_msg(strstr(e.msg, "is not an integer in 1..1000"), "%s", e.msg);
+  ck_assert_int_eq(w.count, 1000);
+  /* the same check for a value from elsewhere than a file */
+  char why[128];
+  ck_assert_int_eq(lh_ini_key_parse(&width_keys[0], "7", &w, why, sizeof why), 0);
+  ck_assert_int_eq(w.count, 7);
+  ck_assert_int_eq(lh_ini_key_parse(&width_keys[0], "0", &w, why, sizeof why), -1);
+  ck_assert_str_eq(why, "is not an integer in 1..1000");
+  /* a table that would let an int overflow is refused whatever the value */
+  ck_assert_int_eq(lh_ini_key_parse(&unbounded_int, "7", &w, why, sizeof why), -1);
+  ck_assert_str_eq(why, "has an int field bounded above INT_MAX");
+  ck_assert_int_eq(w.count, 7);
+}
+END_TEST
+
 START_TEST(test_reopen) {
   put("top.ini", "[learner]\nmax_db_bytes = 1\n");
   const char *sets[] = {"learner.lr=0.5"};
@@ -306,6 +356,7 @@ int main(void) {
   tcase_add_test(tc, test_unknown_section);
   tcase_add_test(tc, test_paths);
   tcase_add_test(tc, test_choice);
+  tcase_add_test(tc, test_field_widths);
   tcase_add_test(tc, test_reopen);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);

@@ -120,13 +120,20 @@ static void expect_bad(const char *ini, int code, const char *needle) {
 START_TEST(test_config_errors) {
   expect_bad("[model]\nd_model = 64\nheadz = 2\n", LH_EMODEL_CONFIG_KEY, "'headz'");
   expect_bad("[model]\nd_model = 64\nheadz = 2\n", LH_EMODEL_CONFIG_KEY, "config:3: ");
-  expect_bad("[model]\nlayers = two\n", LH_EMODEL_CONFIG_VALUE, "'layers'");
+  expect_bad("[model]\nlayers = two\n", LH_EMODEL_CONFIG_VALUE, "[model] layers = 'two' is not an integer in 1..");
   expect_bad("[model]\nlayers = 0\n", LH_EMODEL_CONFIG_VALUE, "config:2: ");
-  expect_bad("[model]\ntau = 1x\n", LH_EMODEL_CONFIG_VALUE, "'tau'");
-  expect_bad("[model]\ng_min = 1\n", LH_EMODEL_CONFIG_VALUE, "'g_min'");
-  expect_bad("[model]\nbalance = loss\n", LH_EMODEL_CONFIG_VALUE, "'balance'");
-  expect_bad("[model]\nseed = -3\n", LH_EMODEL_CONFIG_VALUE, "'seed'");
-  expect_bad("[model]\nvocab = 100\n", LH_EMODEL_CONFIG_VALUE, "'vocab'");
+  expect_bad("[model]\ntau = 1x\n", LH_EMODEL_CONFIG_VALUE, "[model] tau = '1x' is not a number");
+  expect_bad("[model]\ng_min = 1\n", LH_EMODEL_CONFIG_VALUE, "[model] g_min = '1'");
+  expect_bad("[model]\ng_min = -1e300\n", LH_EMODEL_CONFIG_VALUE, "[model] g_min = '-1e300'");
+  expect_bad("[model]\ntau = nan\n", LH_EMODEL_CONFIG_VALUE, "[model] tau = 'nan'");
+  expect_bad("[model]\nd_model = 99999999999999999999\n", LH_EMODEL_CONFIG_VALUE, "[model] d_model = ");
+  expect_bad("[model]\nbalance = loss\n", LH_EMODEL_CONFIG_VALUE,
+             "[model] balance = 'loss' is not one of bias, quantile, aux, none, adaptive");
+  expect_bad("[model]\nseed = -3\n", LH_EMODEL_CONFIG_VALUE, "[model] seed = '-3'");
+  expect_bad("[model]\nvocab = 100\n", LH_EMODEL_CONFIG_VALUE, "[model] vocab = '100'");
+  /* a key given twice in one file was taken at its last value before */
+  expect_bad("[model]\nd_model = 64\nheads = 4\nd_model = 32\n", LH_EMODEL_CONFIG_KEY,
+             "config:4: [model] d_model = 32: the key was already given on line 2");
   expect_bad("[model]\nheads = 3\n", LH_EMODEL_CONFIG_VALUE, "'heads'");
   expect_bad("[model]\ntopk = 17\n", LH_EMODEL_CONFIG_VALUE, "'topk'");
   expect_bad("[model]\nchunk = 32\n", LH_EMODEL_CONFIG_VALUE, "exceeds 88");
@@ -135,6 +142,25 @@ START_TEST(test_config_errors) {
   lh_errbuf err = {0};
   ck_assert_int_eq(lh_model_config_parse_file("/nonexistent/model.ini", &c, &err), LH_EMODEL_IO);
   ck_assert_ptr_nonnull(strstr(err.msg, "/nonexistent/model.ini"));
+  /* a checkpoint's JSON is read by the same table */
+  lh_model_config d;
+  lh_model_config_default(&d);
+  d.topk = 40; /* in range for the key, over experts */
+  char *bad = lh_model_config_to_json(&d);
+  ck_assert_ptr_nonnull(bad);
+  ck_assert_int_eq(lh_model_config_from_json(bad, &c, &err), LH_EMODEL_CONFIG_VALUE);
+  ck_assert_msg(strstr(err.msg, "'topk' = 40 exceeds experts"), "%s", err.msg);
+  free(bad);
+  ck_assert_int_eq(lh_model_config_from_json(
+                       "{\"d_model\":1e12,\"layers\":4,\"heads\":4,\"experts\":16,\"topk\":2,"
+                       "\"shared_experts\":1,\"latent\":64,\"expert_hidden\":128,\"chunk\":16,"
+                       "\"g_min\":-5,\"tau\":1,\"vocab\":264,\"patch\":8,\"max_patches\":64,"
+                       "\"balance\":\"adaptive\",\"bias_rate\":0.001,\"quantile_rate\":0.5,"
+                       "\"aux_weight\":0.01,\"seed\":\"7\"}",
+                       &c, &err),
+                   LH_EMODEL_CONFIG_VALUE);
+  ck_assert_msg(strstr(err.msg, "model config JSON: key 'd_model' = '1000000000000' is not an integer in 1..65536"),
+                "%s", err.msg);
   ck_assert_int_eq(lh_model_config_from_json("{\"d_model\":", &c, &err), LH_EMODEL_CKPT_METADATA);
   ck_assert_int_eq(lh_model_config_from_json("{\"d_model\":64}", &c, &err), LH_EMODEL_CKPT_METADATA);
   ck_assert_int_eq(lh_model_config_from_json("{\"extra\":1}", &c, &err), LH_EMODEL_CONFIG_KEY);
