@@ -117,11 +117,16 @@ static void folder_of(const char *name, char *out, size_t bytes) {
   else snprintf(out, bytes, "%.*s", (int)(slash - name), name);
 }
 
+/* "a.ini -> b.ini -> last", cut at bytes - 1 (a message, not a path). */
 static void chain_text(const file_state *st, const char *last, char *out, size_t bytes) {
+  size_t used = 0;
   out[0] = 0;
-  for (int i = 0; i <= st->depth; i++)
-    snprintf(out + strlen(out), bytes - strlen(out), "%s -> ", st->chain[i]);
-  snprintf(out + strlen(out), bytes - strlen(out), "%s", last);
+  for (int i = 0; i <= st->depth + 1 && used < bytes; i++) {
+    int w = snprintf(out + used, bytes - used, "%s%s", i <= st->depth ? st->chain[i] : last,
+                     i <= st->depth ? " -> " : "");
+    if (w < 0) break;
+    used += (size_t)w;
+  }
 }
 
 static int include(file_state *st, const char *value, int line) {

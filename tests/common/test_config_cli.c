@@ -27,7 +27,8 @@
 /* A folder with dir/name written; returns the file's path (static). */
 static const char *file_in(const char *dir, const char *name, const char *text) {
   static char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
+  int w = snprintf(path, sizeof path, "%s/%s", dir, name);
+  ck_assert(w > 0 && (size_t)w < sizeof path);
   ck_assert_int_eq(lh_proc_write_file(path, text), 0);
   return path;
 }
