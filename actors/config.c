@@ -13,6 +13,7 @@
 
 #include "actors/internal.h"
 #include "common/ini_section.h"
+#include "common/limits.h"
 
 #define T lh_actors_config
 static const lh_ini_key KEYS[] = {
@@ -21,24 +22,24 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_F64(T, top_p, 0, 1, LH_INI_OPEN_MIN),
     LH_INI_KEY_U64(T, seed, 0, INFINITY),
     LH_INI_KEY_U64(T, segment_tokens, 1, 65536),
-    LH_INI_KEY_U64(T, outbox_messages, 1, INFINITY),
-    LH_INI_KEY_U64(T, outbox_bytes, 1, INFINITY),
-    LH_INI_KEY_U64(T, resend_timeout_ms, 1, INFINITY),
-    LH_INI_KEY_U64(T, heartbeat_ms, 1, INFINITY),
+    LH_INI_KEY_U64(T, outbox_messages, 1, LH_MAX_QUEUE_MESSAGES),
+    LH_INI_KEY_U64(T, outbox_bytes, 1, LH_MAX_BYTES),
+    LH_INI_KEY_U64(T, resend_timeout_ms, 1, LH_MAX_TIMEOUT_MS),
+    LH_INI_KEY_U64(T, heartbeat_ms, 1, LH_MAX_TIMEOUT_MS),
     LH_INI_KEY_U64(T, blas_threads, 1, 256),
-    LH_INI_KEY_U64(T, group_size, 1, INFINITY),
+    LH_INI_KEY_U64(T, group_size, 1, LH_MAX_GROUP_SIZE),
     LH_INI_KEY_STR(T, learner_endpoint, 0),
     LH_INI_KEY_STR(T, weights_pub_endpoint, 0),
     LH_INI_KEY_STR(T, weights_endpoint, 0),
     LH_INI_KEY_PATH(T, curve_secret_key_file, 0),
     LH_INI_KEY_PATH(T, curve_server_key_file, 0),
-    LH_INI_KEY_U64(T, max_context, 0, INFINITY),
+    LH_INI_KEY_U64(T, max_context, 0, LH_MAX_COUNT),
     LH_INI_KEY_U64(T, max_steps, 0, 1000000000),
-    LH_INI_KEY_U64(T, flush_timeout_ms, 1, INFINITY),
+    LH_INI_KEY_U64(T, flush_timeout_ms, 1, LH_MAX_TIMEOUT_MS),
     LH_INI_KEY_U64(T, record_routing, 0, 1),
-    LH_INI_KEY_U64(T, state_interval, 0, INFINITY),
+    LH_INI_KEY_U64(T, state_interval, 0, LH_MAX_COUNT),
     LH_INI_KEY_U64(T, beyond_context, 0, 1),
-    LH_INI_KEY_U64(T, max_episode_tokens, 2, UINT32_MAX),
+    LH_INI_KEY_U64(T, max_episode_tokens, 2, LH_MAX_COUNT),
     LH_INI_KEY_U64(T, weights_zstd, 0, 1),
     LH_INI_KEY_STR(T, stage_option, 0),
 };

@@ -9,4 +9,17 @@
 #define LH_MAX_LAYERS 256   /* layers whose routing a segment records */
 #define LH_MAX_EXPERTS 4096 /* routed experts per layer */
 
+/* What a config may ask for beyond the model's sizes: each count, size
+ * and wait has a ceiling far above any real use, so that no value can
+ * overflow the arithmetic or the allocation it feeds (a wait added to the
+ * clock, a group's slots, a window's tokens in an int). */
+#define LH_MAX_GROUP_SIZE 65536             /* episodes of one task in a group */
+#define LH_MAX_BATCH_EPISODES (1 << 20)     /* episodes in a training batch */
+#define LH_MAX_WINDOW_TOKENS (1 << 30)      /* tokens of a training window or burn-in (an int) */
+#define LH_MAX_COUNT 4294967295.0           /* steps, versions, tokens of an episode: 32 bits */
+#define LH_MAX_TIMEOUT_MS 86400000.0        /* a resend, heartbeat or flush wait: a day */
+#define LH_MAX_IDLE_MS 31536000000.0        /* an idle episode's wait before it is aborted: a year */
+#define LH_MAX_QUEUE_MESSAGES (1 << 20)     /* messages an actor keeps unacked */
+#define LH_MAX_BYTES 9223372036854775807.0  /* a byte cap, as SQLite's int64 holds it */
+
 #endif

@@ -92,7 +92,7 @@ int lh_learner_batcher_add(lh_learner_batcher *b, const lh_learner_batch_item *i
       return lh_errbuf_set(err, LH_ENOMEM, "batcher add: out of memory");
     group *g = &b->groups[b->n_groups];
     memset(g, 0, sizeof *g);
-    g->items = malloc(b->group_size * sizeof *g->items);
+    g->items = calloc(b->group_size, sizeof *g->items);
     if (!g->items) return lh_errbuf_set(err, LH_ENOMEM, "batcher add: out of memory");
     g->group_id = item->group_id;
     b->n_groups++;

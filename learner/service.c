@@ -171,6 +171,8 @@ static void retain(lh_learner_service *s) {
 static void sweep(lh_learner_service *s) {
   uint64_t aborted = 0;
   lh_errbuf ae;
+  /* abort_after_ms is at most a year ([learner] config), so the cutoff
+   * cannot wrap */
   if (lh_store_abort_idle_episodes(s->store, lh_wall_ms() - (int64_t)s->cfg.abort_after_ms,
                                    "no segment for abort_after_ms: its actor is gone", &aborted, &ae))
     LH_WARN("learner", "idle episodes not aborted: %s", ae.msg);

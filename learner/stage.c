@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/limits.h"
 #include "learner/internal.h"
 
 /* A count with an optional K, M or G suffix (powers of 1024). */
@@ -66,8 +67,11 @@ static int stage_key(lh_learner_stage *st, size_t n, const char *kv, char *why, 
       return snprintf(why, why_bytes, "stage %zu: lr=%s is not a number > 0", n, v), -1;
     st->lr = d;
   } else if (!strcmp(key, "train_window") || !strcmp(key, "batch_episodes")) {
-    if (parse_count(v, &u) || u < 1)
-      return snprintf(why, why_bytes, "stage %zu: %s=%s is not an integer >= 1", n, key, v), -1;
+    uint64_t most = key[0] == 't' ? LH_MAX_WINDOW_TOKENS : LH_MAX_BATCH_EPISODES;
+    if (parse_count(v, &u) || u < 1 || u > most)
+      return snprintf(why, why_bytes, "stage %zu: %s=%s is not an integer in 1..%llu", n, key, v,
+                      (unsigned long long)most),
+             -1;
     *(key[0] == 't' ? &st->train_window : &st->batch_episodes) = u;
   } else {
     return snprintf(why, why_bytes,
@@ -115,9 +119,9 @@ int lh_learner_stages_parse(const char *v, lh_learner_config *cfg, char *why, si
     char *save = NULL, *word = strtok_r(item, " \t", &save);
     if (!word) return snprintf(why, why_bytes, "stage %zu is empty", n + 1), -1;
     if (strchr(word, ':')) return old_form(word, n + 1, cfg->batch_episodes, why, why_bytes);
-    if (parse_count(word, &st.max_context) || st.max_context < 1)
-      return snprintf(why, why_bytes, "stage %zu: max_context '%s' is not an integer >= 1 (K, M allowed)", n + 1,
-                      word),
+    if (parse_count(word, &st.max_context) || st.max_context < 1 || st.max_context > (uint64_t)LH_MAX_COUNT)
+      return snprintf(why, why_bytes, "stage %zu: max_context '%s' is not an integer in 1..%.0f (K, M allowed)",
+                      n + 1, word, LH_MAX_COUNT),
              -1;
     while ((word = strtok_r(NULL, " \t", &save)))
       if (stage_key(&st, n + 1, word, why, why_bytes)) return -1;

@@ -7,6 +7,7 @@
 
 #include "cli/launch/launch.h"
 #include "common/ini_section.h"
+#include "common/limits.h"
 
 static int parse_envs(const char *v, void *cfg, char *why, size_t why_bytes);
 
@@ -17,7 +18,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, first_actor, 0, 1000000),
     LH_INI_KEY_PATH(T, log_dir, 0),
     LH_INI_KEY_PATH(T, init, 1),
-    LH_INI_KEY_U64(T, steps, 0, INFINITY),
+    LH_INI_KEY_U64(T, steps, 0, LH_MAX_COUNT),
     LH_INI_KEY_U64(T, duration_s, 0, 100.0 * 365 * 86400),
     LH_INI_KEY_U64(T, restart_backoff_ms, 1, 3600000),
     LH_INI_KEY_U64(T, restart_backoff_max_ms, 1, 86400000),

@@ -72,6 +72,19 @@ START_TEST(test_bad_values) {
   expect_error("[actor]\ntop_p = 0\n", V, "top_p = '0'", "in (0, 1]");
   expect_error("[actor]\ntop_p = 1.01\n", V, "top_p", NULL);
   expect_error("[actor]\ntop_p = hot\n", V, "top_p = 'hot'", NULL);
+  /* every integer key but the seed has a ceiling (common/limits.h) */
+  static const char *const keys[] = {"batch", "segment_tokens", "outbox_messages", "outbox_bytes",
+                                     "resend_timeout_ms", "heartbeat_ms", "blas_threads", "group_size",
+                                     "max_context", "max_steps", "flush_timeout_ms", "record_routing",
+                                     "state_interval", "beyond_context", "max_episode_tokens", "weights_zstd"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    char text[128], want[96];
+    snprintf(text, sizeof text, "[actor]\n%s = 18446744073709551615\n", keys[i]);
+    snprintf(want, sizeof want, "fleet.ini:2: [actor] %s = '18446744073709551615' is not an integer in ", keys[i]);
+    expect_error(text, V, want, NULL);
+  }
+  expect_error("[actor]\nresend_timeout_ms = 86400001\n", V, "resend_timeout_ms", "1..86400000");
+  expect_error("[actor]\ngroup_size = 4294967296\n", V, "group_size", "1..65536");
 }
 END_TEST
 

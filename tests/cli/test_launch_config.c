@@ -72,7 +72,7 @@ START_TEST(test_bad_input) {
   bad("[fleet]\nlearners = 65\n", "fleet.ini:2: [fleet] learners");
   bad("[fleet]\nactors = -1\n", "fleet.ini:2: [fleet] actors = '-1' is not an integer in 0..256");
   bad("[fleet]\nactors = 1\nactors = 2\n", "fleet.ini:3: [fleet] actors = 2: the key was already given on line 2");
-  bad("[fleet]\nsteps = 1e3\n", "fleet.ini:2: [fleet] steps = '1e3' is not an integer >= 0");
+  bad("[fleet]\nsteps = 1e3\n", "fleet.ini:2: [fleet] steps = '1e3' is not an integer in 0..4294967295");
   bad("[fleet]\nlog_dir =\n", "fleet.ini:2: [fleet] log_dir = '' is not a text of 1..");
   bad("[fleet]\nactor_envs = calc,,maze\n", "fleet.ini:2: [fleet] actor_envs = 'calc,,maze' has an empty name");
   bad("[fleet]\nactor_envs = calc,\n", "ends with a comma");

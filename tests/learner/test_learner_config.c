@@ -148,13 +148,52 @@ END_TEST
 
 START_TEST(test_bad_integers) {
   expect_error("[learner]\nmax_policy_lag = -1\n", LH_ELEARNER_CONFIG_VALUE, "fleet.ini:2: [learner] max_policy_lag",
-               "an integer >= 0");
+               "an integer in 0..4294967295");
   expect_error("[learner]\nbatch_episodes = 1.5\n", LH_ELEARNER_CONFIG_VALUE, "batch_episodes = '1.5'", NULL);
-  expect_error("[learner]\ntotal_steps = 0\n", LH_ELEARNER_CONFIG_VALUE, "total_steps = '0'", "an integer >= 1");
+  expect_error("[learner]\ntotal_steps = 0\n", LH_ELEARNER_CONFIG_VALUE, "total_steps = '0'",
+               "an integer in 1..4294967295");
   expect_error("[learner]\nckpt_every = 99999999999999999999999\n", LH_ELEARNER_CONFIG_VALUE, "ckpt_every", NULL);
   expect_error("[learner]\ngroup_size = eight\n", LH_ELEARNER_CONFIG_VALUE, "group_size = 'eight'", NULL);
   expect_error("[learner]\ntrain_window =\n", LH_ELEARNER_CONFIG_VALUE, "train_window = ''", NULL);
   expect_error("[learner]\nwarmup_steps = +3\n", LH_ELEARNER_CONFIG_VALUE, "warmup_steps", NULL);
+}
+END_TEST
+
+/* Every integer key has a ceiling, so that no value overflows the
+ * arithmetic or the allocation it feeds: abort_after_ms = 2^64 - 1 (a
+ * natural "never") made the idle sweep's cutoff wrap into the future and
+ * abort every running episode; group_size = 2^62 wrapped a group's
+ * allocation to 0 bytes and the first episode wrote past it. */
+START_TEST(test_integer_ceilings) {
+  static const char *const keys[] = {"max_policy_lag", "warmup_steps", "total_steps", "batch_episodes", "group_size",
+                                     "train_window", "ckpt_every", "keep_checkpoints", "burn_in", "max_db_bytes",
+                                     "abort_after_ms", "max_backlog_episodes", "max_episode_tokens",
+                                     "retain_versions", "blas_threads", "max_message_bytes", "weights_chunk_bytes"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    char text[128], want[96];
+    snprintf(text, sizeof text, "[learner]\n%s = 18446744073709551615\n", keys[i]);
+    snprintf(want, sizeof want, "fleet.ini:2: [learner] %s = '18446744073709551615' is not an integer in ", keys[i]);
+    expect_error(text, LH_ELEARNER_CONFIG_VALUE, want, NULL);
+  }
+  expect_error("[learner]\nabort_after_ms = 31536000001\n", LH_ELEARNER_CONFIG_VALUE, "abort_after_ms",
+               "1..31536000000");
+  expect_error("[learner]\ngroup_size = 4611686018427387904\n", LH_ELEARNER_CONFIG_VALUE, "group_size", "1..65536");
+  expect_error("[learner]\ntrain_window = 1073741825\n", LH_ELEARNER_CONFIG_VALUE, "train_window",
+               "1..1073741824");
+  const int S = LH_ELEARNER_CONFIG_STAGES;
+  expect_error("[learner]\nstages = 10 episodes=5 train_window=2G, 20\n", S, "train_window=2G",
+               "1..1073741824");
+  expect_error("[learner]\nstages = 10 episodes=5 batch_episodes=2000000, 20\n", S, "batch_episodes=2000000",
+               "1..1048576");
+  expect_error("[learner]\nstages = 10 episodes=5, 8G\n", S, "max_context '8G'", "1..4294967295");
+  /* the ceilings themselves are taken */
+  lh_learner_config c;
+  lh_errbuf e;
+  ck_assert_msg(parse("[learner]\nabort_after_ms = 31536000000\ngroup_size = 65536\nbatch_episodes = 1048576\n"
+                      "train_window = 1073741824\n",
+                      &c, &e) == 0,
+                "%s", e.msg);
+  ck_assert_uint_eq(c.abort_after_ms, 31536000000ull);
 }
 END_TEST
 
@@ -280,6 +319,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_defaults_and_other_sections_ignored);
   tcase_add_test(tc, test_every_key);
+  tcase_add_test(tc, test_integer_ceilings);
   tcase_add_test(tc, test_unknown_key);
   tcase_add_test(tc, test_duplicate_key);
   tcase_add_test(tc, test_bad_integers);
