@@ -268,15 +268,24 @@ int lh_read_text_file(const char *path, int file_error, char **text, size_t *byt
 
 char *lh_text_lines_read(char *str, int num, void *stream) {
   lh_text_lines *r = stream;
-  if (!*r->text) return NULL;
-  int i = 0;
-  while (i < num - 1 && r->text[i]) {
-    str[i] = r->text[i];
-    if (r->text[i++] == '\n') break;
+  if (!*r->text || r->too_long || num < 2) return NULL;
+  size_t len = strcspn(r->text, "\n"), step = len + (r->text[len] == '\n');
+  r->line++;
+  if (len + 1 < (size_t)num) { /* the line and its newline fit */
+    memcpy(str, r->text, step);
+    str[step] = 0;
+  } else {
+    /* inih would parse the pieces of a longer line as lines of their own
+     * (a comment's tail as a key), so a comment goes as an empty line and
+     * anything else stops the reading: the caller names the line. */
+    size_t lead = strspn(r->text, " \t");
+    if (r->text[lead] != ';' && r->text[lead] != '#') {
+      r->too_long = r->line;
+      return NULL;
+    }
+    snprintf(str, (size_t)num, "\n");
   }
-  str[i] = 0;
-  r->text += i;
-  if (i > 0 && (str[i - 1] == '\n' || !*r->text)) r->line++;
+  r->text += step;
   return str;
 }
 

@@ -152,11 +152,14 @@ int lh_read_text_file(const char *path, int file_error, char **text, size_t *byt
 /* INI text held in memory, handed to inih's ini_parse_stream one line at
  * a time by lh_text_lines_read (the stream argument is the lh_text_lines).
  * line is the number of the line last handed out, so that a config error
- * can name it; a line longer than inih's buffer arrives in pieces and is
- * counted once. */
+ * can name it. A line that does not fit inih's buffer (num - 2 bytes
+ * without its newline) is never handed out in pieces: a comment is handed
+ * out as an empty line, anything else ends the reading (NULL) with
+ * too_long set to its number. */
 typedef struct {
   const char *text;  /* the reader's position */
   int line;
+  int too_long;      /* the number of a line too long to read, or 0 */
 } lh_text_lines;
 char *lh_text_lines_read(char *str, int num, void *stream);
 

@@ -11,6 +11,10 @@
 #include "common/buf.h"
 
 #include <ini.h>
+
+/* The longest line inih's buffer (INI_MAX_LINE, with the newline and the
+ * NUL) takes whole. */
+#define LH_INI_MAX_LINE_BYTES (INI_MAX_LINE - 2)
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,6 +238,11 @@ static int read_file(lh_ini_doc *doc, const char *name, const char *text, const 
   int rc = ini_parse_stream(read_line, &st, on_entry, &st);
   free(buf);
   if (st.code) return st.code;
+  if (st.lines.too_long)
+    return lh_errbuf_set(err, doc->error,
+                         "%s:%d: the line is longer than %d bytes, the most a config line may hold (a comment "
+                         "may be longer)",
+                         st.name, st.lines.too_long, LH_INI_MAX_LINE_BYTES);
   if (rc == -2) return lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory while parsing", st.name);
   if (rc != 0)
     return lh_errbuf_set(err, doc->error, "%s:%d: syntax error (expected '[section]' or 'key = value')", st.name,

@@ -126,13 +126,21 @@ START_TEST(test_text_lines) {
   ck_assert_str_eq(lh_text_lines_read(buf, sizeof buf, &r), "c");
   ck_assert_int_eq(r.line, 4);
   ck_assert_ptr_null(lh_text_lines_read(buf, sizeof buf, &r));
-  /* A line longer than the buffer comes in pieces and counts once. */
-  lh_text_lines l = {.text = "abcdefghij\nk"};
-  ck_assert_str_eq(lh_text_lines_read(buf, 4, &l), "abc");
-  ck_assert_int_eq(l.line, 0);
-  while (l.line < 1) ck_assert_ptr_nonnull(lh_text_lines_read(buf, 4, &l));
-  ck_assert_str_eq(lh_text_lines_read(buf, 4, &l), "k");
+  /* A line longer than the buffer never comes in pieces (inih would read
+   * each piece as a line): a comment comes as an empty line, anything
+   * else stops the reading with its number. */
+  lh_text_lines l = {.text = "ab\n  ; a long comment, d_model = 32\n# another x = 1\nk\nabcdefghij\nz = 1\n"};
+  ck_assert_str_eq(lh_text_lines_read(buf, 4, &l), "ab\n");
+  ck_assert_str_eq(lh_text_lines_read(buf, 4, &l), "\n");
   ck_assert_int_eq(l.line, 2);
+  ck_assert_str_eq(lh_text_lines_read(buf, 4, &l), "\n");
+  ck_assert_str_eq(lh_text_lines_read(buf, 4, &l), "k\n");
+  ck_assert_int_eq(l.line, 4);
+  ck_assert_int_eq(l.too_long, 0);
+  ck_assert_ptr_null(lh_text_lines_read(buf, 4, &l));
+  ck_assert_int_eq(l.too_long, 5);
+  ck_assert_ptr_null(lh_text_lines_read(buf, 4, &l));
+  ck_assert_int_eq(l.too_long, 5);
 }
 END_TEST
 

@@ -326,6 +326,35 @@ START_TEST(test_field_widths) {
 }
 END_TEST
 
+/* A line past inih's buffer: a comment's tail is never read as a key (it
+ * set d_model = 32 from a commented-out note), and a longer key line is
+ * refused naming its line, not a line past the file's end. */
+START_TEST(test_long_lines) {
+  char text[1024], pad[400];
+  memset(pad, 'x', sizeof pad - 1);
+  pad[sizeof pad - 1] = 0;
+  snprintf(text, sizeof text, "[model]\nd_model = 16\n; %.197sd_model = 32\n  # %.300s https://example.org/a\nheads = 2\n",
+           pad, pad);
+  put("long.ini", text);
+  lh_ini_doc *doc = load("long.ini", NULL, 0);
+  has(doc, "model", "d_model", "16", "long.ini:2");
+  has(doc, "model", "heads", "2", "long.ini:5");
+  ck_assert_int_eq(lh_ini_doc_count(doc), 2);
+  lh_ini_doc_free(doc);
+  snprintf(text, sizeof text, "[learner]\nlr = 0.1\ningest_endpoints = %.250s\nbatch_episodes = 4\n", pad);
+  put("long.ini", text);
+  lh_errbuf e = {0};
+  ck_assert_int_eq(lh_ini_doc_load(in_dir("long.ini"), NULL, 0, &doc, &e), LH_ECONFIG);
+  ck_assert_msg(strstr(e.msg, "long.ini:3: the line is longer than 198 bytes"), "%s", e.msg);
+  /* 198 bytes are read whole */
+  snprintf(text, sizeof text, "[learner]\ndb = %.193s\n", pad);
+  put("long.ini", text);
+  doc = load("long.ini", NULL, 0);
+  ck_assert_int_eq((int)strlen(lh_ini_doc_find(doc, "learner", "db")->value), 193);
+  lh_ini_doc_free(doc);
+}
+END_TEST
+
 START_TEST(test_reopen) {
   put("top.ini", "[learner]\nmax_db_bytes = 1\n");
   const char *sets[] = {"learner.lr=0.5"};
@@ -357,6 +386,7 @@ int main(void) {
   tcase_add_test(tc, test_paths);
   tcase_add_test(tc, test_choice);
   tcase_add_test(tc, test_field_widths);
+  tcase_add_test(tc, test_long_lines);
   tcase_add_test(tc, test_reopen);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
