@@ -23,19 +23,25 @@ typedef struct {
 } sql_out;
 
 /* A value as one cell: tabs, newlines and backslashes escaped so that a
- * row stays one line and the columns stay apart. NULL prints as NULL. */
+ * row stays one line and the columns stay apart, and every other control
+ * character (C0, DEL, C1) as \xNN as lh_text_escape writes it: a cell may
+ * hold what a peer sent (an actor's name, an episode's error), which must
+ * not drive the terminal. NULL prints as NULL. */
 static char *escape(const char *v) {
   if (!v) v = "NULL";
   size_t n = strlen(v);
-  char *e = malloc(2 * n + 1), *p = e;
+  char *e = malloc(4 * n + 1), *p = e;
   if (!e) return NULL;
   for (size_t i = 0; i < n; i++) {
-    char c = v[i];
+    unsigned char c = (unsigned char)v[i];
     if (c == '\t') *p++ = '\\', *p++ = 't';
     else if (c == '\n') *p++ = '\\', *p++ = 'n';
     else if (c == '\r') *p++ = '\\', *p++ = 'r';
     else if (c == '\\') *p++ = '\\', *p++ = '\\';
-    else *p++ = c;
+    else if (c < 0x20 || c == 0x7f) p += sprintf(p, "\\x%02x", c);
+    else if (c == 0xc2 && i + 1 < n && (unsigned char)v[i + 1] >= 0x80 && (unsigned char)v[i + 1] <= 0x9f)
+      p += sprintf(p, "\\x%02x", (unsigned char)v[++i]);
+    else *p++ = (char)c;
   }
   *p = 0;
   return e;

@@ -728,6 +728,15 @@ START_TEST(test_sql) {
   HAS(out_buf, "needle  1\n");
   ck_assert_int_eq(replay("sql", "--db", db, "SELECT NULL AS empty, 'a\tb' AS tab", NULL), 0);
   HAS(out_buf, "NULL\ta\\tb\n");
+  /* text a peer chose (an actor's name, an error) never drives the
+   * terminal: C0, DEL and C1 controls come out as \xNN */
+  ck_assert_int_eq(replay("sql", "--db", db,
+                          "SELECT 'a' || char(27) || ']0;pwned' || char(7) || char(27) || '[2J' || char(127) || "
+                          "char(155) || 'z' AS evil",
+                          NULL),
+                   0);
+  HAS(out_buf, "a\\x1b]0;pwned\\x07\\x1b[2J\\x7f\\x9bz\n");
+  ck_assert_ptr_null(strchr(out_buf, 27));
   ck_assert_int_eq(replay("sql", "--db", db, "SELECT id FROM episodes WHERE id > 100", NULL), 0);
   HAS(err_buf, "no rows");
 
