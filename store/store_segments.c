@@ -6,11 +6,14 @@
 #include "common/buf.h"
 #include "store/store_internal.h"
 
+/* Seq numbers [from, to) have no row: the first of them listed while room
+ * is left, all counted, in time independent of the gap (a peer's
+ * EpisodeEnd may claim 2^32 - 1 segments). */
 static void note_missing(lh_segment_report *r, uint32_t from, uint32_t to) {
-  for (uint32_t q = from; q < to; q++) {
-    if (r->missing_listed < LH_STORE_MAX_GAPS) r->missing[r->missing_listed++] = q;
-    r->missing_count++;
-  }
+  for (uint32_t q = from; q < to && r->missing_listed < LH_STORE_MAX_GAPS; q++)
+    r->missing[r->missing_listed++] = q;
+  uint64_t count = (uint64_t)r->missing_count + (to - from);
+  r->missing_count = count > UINT32_MAX ? UINT32_MAX : (uint32_t)count;
 }
 
 /* The walk behind both entry points. With keep, fn takes each decoded
@@ -32,11 +35,19 @@ static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn
   LH_TRY(lh_store_prepare(s, "SELECT seq, payload FROM segments WHERE episode = ?1 ORDER BY seq",
                           &st, err));
   lh_store_bind_u64(st, 1, id);
-  uint32_t next = 0;  /* the seq number expected next */
+  int64_t next = 0;  /* the seq number expected next (up to 2^32) */
   int rc;
   while ((rc = lh_store_step(s, st, "reading segments", err)) == SQLITE_ROW) {
-    uint32_t seq = (uint32_t)sqlite3_column_int64(st, 0);
-    if (seq > next) note_missing(r, next, seq);
+    int64_t seq64 = sqlite3_column_int64(st, 0);
+    if (seq64 < next || seq64 > UINT32_MAX) { /* written by something else, or damaged */
+      rc = lh_errbuf_set(err, LH_ESTORE_PAYLOAD,
+                         "%s: episode %llu has a segment row with seq %lld, outside %lld..%u (the store was "
+                         "written by something else, or is damaged)",
+                         s->path, (unsigned long long)id, (long long)seq64, (long long)next, UINT32_MAX);
+      break;
+    }
+    uint32_t seq = (uint32_t)seq64;
+    if (seq > next) note_missing(r, (uint32_t)next, seq);
     next = seq + 1;
     r->received++;
     Longhaul__Segment *seg = NULL;
@@ -77,7 +88,7 @@ static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn
   }
   sqlite3_finalize(st);
   if (rc < 0) return rc;
-  if (r->expected > next) note_missing(r, next, r->expected);
+  if (r->expected > next) note_missing(r, (uint32_t)next, r->expected);
   r->complete = r->has_end && r->missing_count == 0 && r->dropped == 0 &&
                 r->received == r->expected;
   return 0;

@@ -173,6 +173,35 @@ START_TEST(test_reward_before_segments) {
 }
 END_TEST
 
+/* An end claiming 2^32 - 1 segments (a peer's, under max_episode_tokens
+ * = 0) is counted, not walked seq by seq (that took seconds an episode in
+ * every replay show and export); a row whose seq is outside 0..2^32 - 1
+ * (another program's, or a damaged file) is an error, not a wrap. */
+START_TEST(test_huge_gap_and_bad_seq) {
+  lh_store *s = open_rw();
+  static sfx_seg g;
+  sfx_seg_plain(&g, 11, 0, 8, 1);
+  put_seg(s, &g.seg, 1);
+  sfx_end end;
+  sfx_end_init(&end, 11, "calc", UINT32_MAX, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f);
+  int ins = 0;
+  ck_assert_int_eq(lh_store_put_episode_end(s, &end.end, &ins, &e), 0);
+  ck_assert_msg(ins == 1, "%d: %s", ins, e.msg);
+  lh_segment_report rep;
+  ck_assert_int_eq(lh_store_episode_segments(s, 11, NULL, NULL, &rep, &e), 0);
+  ck_assert_uint_eq(rep.expected, UINT32_MAX);
+  ck_assert_uint_eq(rep.missing_count, UINT32_MAX - 1);
+  ck_assert_uint_eq(rep.missing_listed, LH_STORE_MAX_GAPS);
+  ck_assert_uint_eq(rep.missing[0], 1);
+  ck_assert_uint_eq(rep.missing[LH_STORE_MAX_GAPS - 1], LH_STORE_MAX_GAPS);
+  ck_assert(!rep.complete);
+  ck_assert_int_eq(sqlite3_exec(s->db, "UPDATE segments SET seq = -1 WHERE episode = 11", NULL, NULL, NULL), SQLITE_OK);
+  ck_assert_int_eq(lh_store_episode_segments(s, 11, NULL, NULL, &rep, &e), LH_ESTORE_PAYLOAD);
+  ck_assert_msg(strstr(e.msg, "episode 11 has a segment row with seq -1, outside 0..4294967295"), "%s", e.msg);
+  lh_store_close(s);
+}
+END_TEST
+
 static int count_seg(void *ctx, uint32_t seq, const Longhaul__Segment *seg) {
   ck_assert(seg != NULL);
   ck_assert_uint_eq(seg->seq, seq);
@@ -220,4 +249,5 @@ void lh_test_store_segments(TCase *tc) {
   tcase_add_test(tc, test_duplicates);
   tcase_add_test(tc, test_reward_before_segments);
   tcase_add_test(tc, test_gaps);
+  tcase_add_test(tc, test_huge_gap_and_bad_seq);
 }
