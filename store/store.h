@@ -79,6 +79,9 @@ typedef struct {
                               until retention frees pages */
   uint32_t heartbeats_per_actor; /* actor_heartbeats rows kept per actor, the newest ones;
                                     default 3600 (an hour at one a second); 0: all */
+  uint32_t heartbeats_total;     /* actor_heartbeats rows kept in all, the newest ones, so
+                                    that senders of many names cannot grow the table without
+                                    end; default 1048576 (an hour of 291 actors); 0: all */
 } lh_store_options;
 
 void lh_store_options_default(lh_store_options *o);
@@ -559,7 +562,10 @@ typedef struct {
  * millisecond replaces the first. Joins the open batch, as every put.
  * Keeps the actor to at most lh_store_options.heartbeats_per_actor rows:
  * now and then (on its first heartbeat since the store was opened, then
- * every heartbeats_per_actor/16 + 1) it deletes the actor's oldest rows. */
+ * every heartbeats_per_actor/16 + 1) it deletes the actor's oldest rows.
+ * Keeps the table to about heartbeats_total rows whatever the names: every
+ * heartbeats_total/64 + 1 puts it deletes the oldest rows beyond that many
+ * (by the time index), so many actors shorten every actor's history. */
 int lh_store_put_heartbeat(lh_store *s, const char *actor, const Longhaul__Heartbeat *hb,
                            int64_t time_ms, lh_errbuf *err);
 

@@ -1,8 +1,8 @@
 /* store: what a running fleet reports about itself (schema 3): the
  * actors' heartbeats, kept to the newest heartbeats_per_actor rows per
- * actor, and the learner's sweep of episodes that nothing will complete
- * (their actor went away mid-episode, or their end counts segments that
- * never came). */
+ * actor and about heartbeats_total in all, and the learner's sweep of
+ * episodes that nothing will complete (their actor went away mid-episode,
+ * or their end counts segments that never came). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +74,21 @@ static int prune(lh_store *s, const char *actor, uint32_t kept, lh_errbuf *err) 
   return rc < 0 ? rc : 0;
 }
 
+/* Deletes the rows older than the newest `kept` of the whole table: the
+ * subquery walks the time index from the newest row back (nothing goes
+ * while the table holds no more than kept). */
+static int prune_all(lh_store *s, uint32_t kept, lh_errbuf *err) {
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_prepare(s,
+                          "DELETE FROM actor_heartbeats WHERE time_ms <"
+                          " (SELECT time_ms FROM actor_heartbeats ORDER BY time_ms DESC LIMIT 1 OFFSET ?1)",
+                          &st, err));
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)kept - 1);
+  int rc = lh_store_step(s, st, "pruning actor heartbeats in all", err);
+  sqlite3_finalize(st);
+  return rc < 0 ? rc : 0;
+}
+
 int lh_store_put_heartbeat(lh_store *s, const char *actor, const Longhaul__Heartbeat *hb,
                            int64_t time_ms, lh_errbuf *err) {
   if (!s || !actor || !hb)
@@ -104,6 +119,11 @@ int lh_store_put_heartbeat(lh_store *s, const char *actor, const Longhaul__Heart
   uint32_t keep = s->opt.heartbeats_per_actor;
   if (rc >= 0 && keep > 0 && prune_due(s, actor, prune_every(keep)))
     rc = prune(s, actor, keep - prune_every(keep) + 1, err);
+  uint32_t total = s->opt.heartbeats_total, every = total / 64 + 1;
+  if (rc >= 0 && total > 0 && ++s->hb_puts >= every) {
+    s->hb_puts = 0;
+    rc = prune_all(s, total > every ? total - every + 1 : 1, err);
+  }
   return lh_store_write_end(s, own, rc < 0 ? rc : 0, err);
 }
 

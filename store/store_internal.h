@@ -67,6 +67,7 @@ struct lh_store {
   size_t pending_count;
   uint32_t sql_timeout_ms;            /* lh_store_sql's budget; 0: none */
   lh_store_hb_count *hb_counts;       /* LH_STORE_HB_SLOTS; allocated by the first heartbeat */
+  uint32_t hb_puts;                   /* heartbeats since the table was last pruned in all */
   size_t ranks;                       /* rank stores read as one (lh_store_open_ranks); 0: this file alone */
 };
 

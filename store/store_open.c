@@ -21,6 +21,7 @@ void lh_store_options_default(lh_store_options *o) {
   o->synchronous = 1;
   o->quick_check = 0;
   o->heartbeats_per_actor = 3600;
+  o->heartbeats_total = 1u << 20;
   lh_wire_limits_default(&o->limits);
 }
 

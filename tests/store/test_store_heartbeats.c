@@ -106,6 +106,46 @@ static int64_t put_hb_kept(lh_store *s, const char *actor, int64_t time_ms, int6
   return n;
 }
 
+static int64_t hb_table_rows(lh_store *s) {
+  sqlite3_stmt *st;
+  ck_assert_int_eq(sqlite3_prepare_v2(s->db, "SELECT count(*) FROM actor_heartbeats", -1, &st, NULL), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+  int64_t n = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return n;
+}
+
+/* A peer that sends heartbeats under a new name each time gets one row a
+ * name, which no actor's own bound removes: the table is kept to about
+ * heartbeats_total rows in all, the newest (before, 12 000 names filled a
+ * capped store for good and every actor's round was answered ACK_RETRY). */
+START_TEST(test_heartbeats_bounded_in_total) {
+  lh_store_options o;
+  lh_store_options_default(&o);
+  ck_assert_uint_eq(o.heartbeats_total, 1u << 20);
+  o.heartbeats_total = 640; /* pruned in all every 11 puts */
+  lh_store *s = NULL;
+  ck_assert_msg(lh_store_open_with(db, &o, &s, &e) == 0, "%s", e.msg);
+  Longhaul__Heartbeat hb = LONGHAUL__HEARTBEAT__INIT;
+  char name[32];
+  int64_t most = 0;
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  for (int i = 0; i < 5000; i++) {
+    snprintf(name, sizeof name, "peer-%06d", i);
+    ck_assert_msg(lh_store_put_heartbeat(s, name, &hb, 1000 + i, &e) == 0, "%s", e.msg);
+    int64_t n = hb_table_rows(s);
+    if (n > most) most = n;
+  }
+  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+  ck_assert_int_le(most, 640);
+  ck_assert_int_ge(hb_table_rows(s), 640 - 11);
+  /* the newest names are the ones kept */
+  ck_assert_int_eq(hb_span(s, "peer-004999", NULL, NULL), 1);
+  ck_assert_int_eq(hb_span(s, "peer-000000", NULL, NULL), 0);
+  lh_store_close(s);
+}
+END_TEST
+
 /* actor_heartbeats keeps at most the newest heartbeats_per_actor rows of
  * each actor, after every put: with a prune at every heartbeat (10 kept)
  * or every 5th (64), actors taking turns, in a batch, after a batch rolled
@@ -161,4 +201,5 @@ END_TEST
 void lh_test_store_heartbeats(TCase *tc) {
   tcase_add_test(tc, test_heartbeats);
   tcase_add_test(tc, test_heartbeats_bounded);
+  tcase_add_test(tc, test_heartbeats_bounded_in_total);
 }
