@@ -526,7 +526,15 @@ typedef struct lh_learner_publisher lh_learner_publisher;
 typedef struct {
   uint64_t announces, chunks_sent, redirects, bad_requests;
   uint64_t chunks_zstd, bytes_sent;  /* chunks sent compressed; data bytes sent, as sent */
+  uint64_t requests_held;            /* requests cut short at the cap on queued chunk bytes */
 } lh_learner_publisher_counts;
+
+/* Chunk bytes the weights ROUTER holds for its peers in all (handed to
+ * libzmq, not yet written to a socket or dropped): past it a request is
+ * served no further chunks, and its actor asks again. Each peer holds at
+ * most 32 chunk messages (its queue), so peers that ask and never read
+ * pinned 32 chunks each, without a bound in all. */
+#define LH_LEARNER_WEIGHTS_QUEUED_BYTES (256u << 20)
 
 lh_learner_publisher *lh_learner_publisher_new(void *zmq_ctx, const char *pub_endpoint,
                                                const char *router_endpoint, uint32_t chunk_bytes,
@@ -559,6 +567,10 @@ uint64_t lh_learner_publisher_checksum(const lh_learner_publisher *p);
  * are counted and ignored. */
 int lh_learner_publisher_poll(lh_learner_publisher *p, int timeout_ms, size_t *served, lh_errbuf *err);
 const lh_learner_publisher_counts *lh_learner_publisher_get_counts(const lh_learner_publisher *p);
+/* The chunk bytes queued for peers now, and the cap on them (default
+ * LH_LEARNER_WEIGHTS_QUEUED_BYTES; a test sets a smaller one). */
+uint64_t lh_learner_publisher_queued_bytes(const lh_learner_publisher *p);
+void lh_learner_publisher_set_queue_cap(lh_learner_publisher *p, uint64_t bytes);
 
 /* ---- the learner's service thread (learner/service.c) --------------------
  * Everything a peer waits on, apart from training: the ingest ROUTER

@@ -9,6 +9,8 @@
  * actor asks only for the chunks that differ from the version it holds; a
  * request that accepts zstd gets the chunks where compression pays
  * compressed (learner/weights.c). */
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,36 @@
 #define PUBLISH_MAX_CHUNKS 16
 #define PUBLISH_SNDHWM 32
 
+/* The chunk bytes handed to libzmq and not yet written or dropped, in all
+ * (LH_LEARNER_WEIGHTS_QUEUED_BYTES). A chunk goes to libzmq without a
+ * copy (zmq_msg_init_data); the free function libzmq calls once it has
+ * written the message to the kernel or dropped it (a peer gone, or its
+ * queue full) subtracts it again, on libzmq's I/O thread, so the count is
+ * atomic. The count lives apart from the publisher with a reference per
+ * message in flight, since libzmq may free a message after the publisher
+ * is gone (the socket's linger). */
+typedef struct {
+  _Atomic uint64_t bytes;
+  _Atomic uint64_t refs; /* the publisher's, and one per message in flight */
+} queued_meter;
+
+typedef struct {
+  queued_meter *q;
+  size_t bytes;
+} queued_hint;
+
+static void queued_release(queued_meter *q) {
+  if (q && atomic_fetch_sub(&q->refs, 1) == 1) free(q);
+}
+
+static void chunk_done(void *data, void *hint) {
+  queued_hint *h = hint;
+  atomic_fetch_sub(&h->q->bytes, h->bytes);
+  queued_release(h->q);
+  free(h);
+  free(data);
+}
+
 struct lh_learner_publisher {
   void *pub, *router;
   char pub_endpoint[LH_LEARNER_TEXT_BYTES], router_endpoint[LH_LEARNER_TEXT_BYTES];
@@ -44,6 +76,9 @@ struct lh_learner_publisher {
   lh_wire_limits lim;
   lh_learner_publisher_counts counts;
   lh_zsock_meter bad;  /* bad requests: counted, logged once per interval */
+  queued_meter *queued;
+  uint64_t queue_cap;
+  lh_zsock_meter held; /* requests cut short at queue_cap: counted, logged once per interval */
 };
 
 /* The ROUTER takes requests and the PUB its subscribers' subscriptions:
@@ -87,6 +122,16 @@ lh_learner_publisher *lh_learner_publisher_new_curve(void *zmq_ctx, const char *
   p->chunk_bytes = chunk_bytes;
   lh_wire_limits_default(&p->lim);
   p->bad.component = "weights";
+  p->held.component = "weights";
+  p->queue_cap = LH_LEARNER_WEIGHTS_QUEUED_BYTES;
+  p->queued = calloc(1, sizeof *p->queued);
+  if (!p->queued) {
+    free(p);
+    lh_errbuf_set(err, LH_ENOMEM, "weights: out of memory");
+    return NULL;
+  }
+  atomic_init(&p->queued->bytes, 0);
+  atomic_init(&p->queued->refs, 1);
   p->pub = bind_socket(zmq_ctx, ZMQ_PUB, pub_endpoint, curve, p->pub_endpoint, err);
   if (p->pub) p->router = bind_socket(zmq_ctx, ZMQ_ROUTER, router_endpoint, curve, p->router_endpoint, err);
   if (!p->router) {
@@ -104,6 +149,7 @@ void lh_learner_publisher_free(lh_learner_publisher *p) {
   if (p->router) zmq_close(p->router);
   lh_learner_weights_free(p->w);
   lh_learner_weights_free(p->prev);
+  queued_release(p->queued); /* the last chunk libzmq lets go frees it, if that comes later */
   free(p);
 }
 
@@ -115,11 +161,45 @@ void *lh_learner_publisher_socket(lh_learner_publisher *p) { return p ? p->route
 const lh_learner_publisher_counts *lh_learner_publisher_get_counts(const lh_learner_publisher *p) {
   return p ? &p->counts : NULL;
 }
+uint64_t lh_learner_publisher_queued_bytes(const lh_learner_publisher *p) {
+  return p ? atomic_load(&p->queued->bytes) : 0;
+}
+void lh_learner_publisher_set_queue_cap(lh_learner_publisher *p, uint64_t bytes) {
+  if (p) p->queue_cap = bytes;
+}
+
+/* Sends buf (taking it over) as the last frame, counted in q until libzmq
+ * frees it; 1 when the send failed (errno as zmq_errno). */
+static int send_counted(queued_meter *q, void *sock, uint8_t *buf, size_t n) {
+  queued_hint *h = malloc(sizeof *h);
+  if (!h) {
+    free(buf);
+    errno = ENOMEM;
+    return 1;
+  }
+  /* counted before libzmq may call chunk_done */
+  *h = (queued_hint){q, n};
+  atomic_fetch_add(&q->refs, 1);
+  atomic_fetch_add(&q->bytes, n);
+  zmq_msg_t m;
+  if (zmq_msg_init_data(&m, buf, n, chunk_done, h) != 0) {
+    chunk_done(buf, h);
+    return 1;
+  }
+  if (zmq_msg_send(&m, sock, 0) < 0) {
+    int saved = zmq_errno();
+    zmq_msg_close(&m); /* runs chunk_done */
+    errno = saved;
+    return 1;
+  }
+  return 0;
+}
 
 /* Encodes env (whose body the caller set) and sends it, after the given
- * routing frames. */
+ * routing frames; a counted one (a chunk) is held in the queued bytes
+ * until libzmq lets it go. */
 static int send_env(lh_learner_publisher *p, void *sock, Longhaul__Envelope *env, const void *id, size_t id_bytes,
-                    int delimiter, lh_errbuf *err) {
+                    int delimiter, int counted, lh_errbuf *err) {
   env->protocol = LH_WIRE_PROTOCOL;
   env->msg_id = ++p->next_msg_id;
   env->sender = "learner";
@@ -132,8 +212,12 @@ static int send_env(lh_learner_publisher *p, void *sock, Longhaul__Envelope *env
   int bad = 0;
   if (id) bad = zmq_send(sock, id, id_bytes, ZMQ_SNDMORE) < 0;
   if (!bad && delimiter) bad = zmq_send(sock, "", 0, ZMQ_SNDMORE) < 0;
-  if (!bad) bad = zmq_send(sock, buf, n, 0) < 0;
-  free(buf);
+  if (!bad && counted) {
+    bad = send_counted(p->queued, sock, buf, n);
+  } else {
+    if (!bad) bad = zmq_send(sock, buf, n, 0) < 0;
+    free(buf);
+  }
   /* A peer that went away is not an error of ours. */
   if (bad && zmq_errno() != EHOSTUNREACH && zmq_errno() != EAGAIN)
     return lh_errbuf_set(err, LH_ELEARNER_PUBLISH, "weights: send failed: %s", zmq_strerror(zmq_errno()));
@@ -154,7 +238,7 @@ int lh_learner_publisher_announce(lh_learner_publisher *p, lh_errbuf *err) {
   Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
   env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE;
   env.weights_announce = &a;
-  int rc = send_env(p, p->pub, &env, NULL, 0, 0, err);
+  int rc = send_env(p, p->pub, &env, NULL, 0, 0, 0, err);
   if (!rc) p->counts.announces++;
   return rc;
 }
@@ -220,11 +304,21 @@ static int serve_one(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes
     Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
     env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE;
     env.weights_announce = &a;
-    rc = send_env(p, p->router, &env, id, id_bytes, delimiter, err);
+    rc = send_env(p, p->router, &env, id, id_bytes, delimiter, 0, err);
     p->counts.redirects++;
   } else {
     if (count > PUBLISH_MAX_CHUNKS) count = PUBLISH_MAX_CHUNKS;
     for (uint32_t i = 0; i < count && !rc; i++) {
+      uint64_t queued = atomic_load(&p->queued->bytes);
+      if (queued >= p->queue_cap) {
+        p->counts.requests_held++;
+        char why[160];
+        snprintf(why, sizeof why, "%llu chunk bytes queued for peers that have not read them, the cap %llu: "
+                 "a request served %u of %u chunks, its actor asks again",
+                 (unsigned long long)queued, (unsigned long long)p->queue_cap, i, count);
+        lh_zsock_meter_bad(&p->held, why);
+        break;
+      }
       Longhaul__WeightsChunk c;
       longhaul__weights_chunk__init(&c);
       rc = lh_learner_weights_chunk_encoded(from, first + i, req->weights_request->accept_zstd, &c, err);
@@ -232,7 +326,7 @@ static int serve_one(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes
       Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
       env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK;
       env.weights_chunk = &c;
-      rc = send_env(p, p->router, &env, id, id_bytes, delimiter, err);
+      rc = send_env(p, p->router, &env, id, id_bytes, delimiter, 1, err);
       if (!rc) {
         p->counts.chunks_sent++;
         p->counts.bytes_sent += c.data.len;
