@@ -636,6 +636,10 @@ int lh_learner_service_publish(lh_learner_service *s, uint64_t version, uint64_t
  * an end of that the trainer has not taken yet (a trainer in a long step
  * takes none), and every Ack carries hold = (that sum >= cap). */
 void lh_learner_service_set_backlog(lh_learner_service *s, uint64_t backlog, uint64_t cap);
+/* The trainer's newest version, on every rank: retention keeps the
+ * payloads of the versions the trainer may still admit below it (never
+ * counted from the versions the segments claim, which a peer chose). */
+void lh_learner_service_set_version(lh_learner_service *s, uint64_t version);
 void lh_learner_service_set_max_bytes(lh_learner_service *s, uint64_t max_bytes);
 void lh_learner_service_counts_get(lh_learner_service *s, lh_learner_service_counts *out);
 /* 0 while the thread runs well; else its error (copied into err). */

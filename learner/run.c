@@ -91,6 +91,7 @@ static int publish(learner *L, lh_errbuf *err) {
     LH_TRY(lh_learner_experts_gather_bytes(x, L->m, &bytes, &n, err));
     L->gather_ns += lh_now_ns() - t0;
   }
+  lh_learner_service_set_version(L->svc, lh_learner_trainer_version(L->trainer));
   if (L->rank != 0) return 0;
   int rc = x ? 0 : lh_model_serialize(L->m, &bytes, &n);
   if (rc) return lh_errbuf_set(err, rc, "cannot serialize the weights: %s", lh_strerror(rc));

@@ -55,6 +55,8 @@ struct lh_learner_service {
   int hold_sent;
   uint64_t max_bytes;
   int max_bytes_changed;
+  uint64_t version;  /* the trainer's newest version (lh_learner_service_set_version), for retention */
+  int has_version;
   lh_learner_service_counts counts;
 };
 
@@ -145,14 +147,15 @@ static void share_hint(lh_learner_service *s) {
  * episode the trainer may still admit. */
 static void retain(lh_learner_service *s) {
   pthread_mutex_lock(&s->mu);
-  uint64_t cap = s->max_bytes, used = 0;
+  uint64_t cap = s->max_bytes, used = 0, newest = s->version;
+  int has_version = s->has_version;
   pthread_mutex_unlock(&s->mu);
   lh_errbuf e;
-  if (!cap || lh_store_used_bytes(s->store, &used, &e) || used < cap / 10 * 9) return;
+  if (!cap || !has_version || lh_store_used_bytes(s->store, &used, &e) || used < cap / 10 * 9) return;
   uint64_t keep = s->cfg.max_policy_lag + 2;
   if (s->cfg.retain_versions > keep) keep = s->cfg.retain_versions;
   uint64_t segments = 0, bytes = 0, after = used;
-  if (lh_store_retain_versions(s->store, keep, &segments, &bytes, &e)) {
+  if (lh_store_retain_versions(s->store, newest, keep, &segments, &bytes, &e)) {
     LH_WARN("learner", "retention failed: %s", e.msg);
     return;
   }
@@ -335,6 +338,14 @@ int lh_learner_service_publish(lh_learner_service *s, uint64_t version, uint64_t
   pthread_mutex_unlock(&s->mu);
   if (!s->started) return publish_pending(s, err);  /* before the thread: publish on this one */
   return 0;
+}
+
+void lh_learner_service_set_version(lh_learner_service *s, uint64_t version) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  s->version = version;
+  s->has_version = 1;
+  pthread_mutex_unlock(&s->mu);
 }
 
 void lh_learner_service_set_backlog(lh_learner_service *s, uint64_t backlog, uint64_t cap) {

@@ -690,9 +690,10 @@ int lh_store_stats_by_env(lh_store *s, lh_store_env_stats_fn fn, void *ctx, lh_e
  * *segments_dropped and *bytes_dropped may be NULL. */
 int lh_store_drop_payloads_before(lh_store *s, uint64_t min_version, uint64_t *segments_dropped,
                                   uint64_t *bytes_dropped, lh_errbuf *err);
-/* Keeps the payloads of the newest keep_versions versions (relative to the
- * newest stored sampled-token version) and drops older ones as above. */
-int lh_store_retain_versions(lh_store *s, uint64_t keep_versions, uint64_t *segments_dropped,
+/* Keeps the payloads of the keep_versions versions up to newest (the
+ * writer's own newest version: never one read from the segments, whose
+ * versions a peer chose) and drops older ones as above. */
+int lh_store_retain_versions(lh_store *s, uint64_t newest, uint64_t keep_versions, uint64_t *segments_dropped,
                              uint64_t *bytes_dropped, lh_errbuf *err);
 
 /* ---- read-only SQL (`longhaul replay sql`) ---------------------------- */

@@ -73,7 +73,7 @@ int lh_store_drop_payloads_before(lh_store *s, uint64_t min_version, uint64_t *s
   return 0;
 }
 
-int lh_store_retain_versions(lh_store *s, uint64_t keep_versions, uint64_t *segments_dropped,
+int lh_store_retain_versions(lh_store *s, uint64_t newest, uint64_t keep_versions, uint64_t *segments_dropped,
                              uint64_t *bytes_dropped, lh_errbuf *err) {
   if (segments_dropped) *segments_dropped = 0;
   if (bytes_dropped) *bytes_dropped = 0;
@@ -83,14 +83,10 @@ int lh_store_retain_versions(lh_store *s, uint64_t keep_versions, uint64_t *segm
                          s->path);
   if (keep_versions == 0)
     return lh_errbuf_set(err, LH_EINVAL, "retention must keep at least one version");
-  sqlite3_stmt *st;
-  LH_TRY(lh_store_prepare(s, "SELECT max(max_version) FROM segments", &st, err));
-  int rc = lh_store_step(s, st, "finding the newest version", err);
-  int has = rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL;
-  uint64_t newest = has ? lh_store_column_u64(st, 0) : 0;
-  sqlite3_finalize(st);
-  if (rc < 0) return rc;
-  if (!has || newest + 1 <= keep_versions) return 0;
+  /* The newest version is the writer's: a segment's versions are what its
+   * actor said, and one segment claiming version 2^32 - 1 made an earlier
+   * rule (the newest stored) drop every honest payload. */
+  if (newest + 1 <= keep_versions) return 0;
   return lh_store_drop_payloads_before(s, newest + 1 - keep_versions, segments_dropped,
                                        bytes_dropped, err);
 }

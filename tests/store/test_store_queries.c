@@ -171,17 +171,22 @@ START_TEST(test_retention) {
     sfx_end_init(&end, id, id % 2 ? "calc" : "needle", 2, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
     put_end(s, &end.end, 1);
   }
+  /* A peer's segment claiming version 2^32 - 1: the newest version is the
+   * writer's (5), so it takes nothing with it (before, retention counted
+   * from the newest stored version and dropped every honest payload). */
+  sfx_seg_plain(&g, 99, 0, 16, UINT32_MAX);
+  put_seg(s, &g.seg, 1);
   ck_assert_int_eq(lh_store_commit(s, &e), 0);
   lh_store_stats before;
   ck_assert_int_eq(lh_store_stats_get(s, &before, &e), 0);
   uint64_t segs, bytes;
-  ck_assert_int_eq(lh_store_retain_versions(s, 2, &segs, &bytes, &e), 0);  /* keep 4, 5 */
+  ck_assert_int_eq(lh_store_retain_versions(s, 5, 2, &segs, &bytes, &e), 0);  /* keep 4, 5 */
   ck_assert_uint_eq(segs, 6);
   ck_assert(bytes > 0);
   lh_store_stats st;
   ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
-  ck_assert_uint_eq(st.episodes, 5);  /* rows stay */
-  ck_assert_uint_eq(st.segments, 10);
+  ck_assert_uint_eq(st.episodes, 6);  /* rows stay */
+  ck_assert_uint_eq(st.segments, 11);
   ck_assert_uint_eq(st.payloads_dropped, 6);
   ck_assert_uint_eq(st.payload_bytes + bytes, before.payload_bytes);
   ck_assert_uint_eq(st.reward_terms, 10);
@@ -208,7 +213,7 @@ START_TEST(test_retention) {
   /* Again: nothing more to drop. */
   ck_assert_int_eq(lh_store_drop_payloads_before(s, 4, &segs, &bytes, &e), 0);
   ck_assert_uint_eq(segs, 0);
-  ck_assert_int_eq(lh_store_retain_versions(s, 0, &segs, &bytes, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_store_retain_versions(s, 5, 0, &segs, &bytes, &e), LH_EINVAL);
   lh_store_close(s);
 }
 END_TEST

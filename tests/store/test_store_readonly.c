@@ -27,7 +27,7 @@ START_TEST(test_readonly) {
   ck_assert_int_eq(lh_store_put_segment(s, &g.seg, &ins, &e), LH_ESTORE_READONLY);
   ck_assert_int_eq(lh_store_begin(s, &e), LH_ESTORE_READONLY);
   uint64_t segs;
-  ck_assert_int_eq(lh_store_retain_versions(s, 1, &segs, NULL, &e), LH_ESTORE_READONLY);
+  ck_assert_int_eq(lh_store_retain_versions(s, 5, 1, &segs, NULL, &e), LH_ESTORE_READONLY);
   ck_assert_int_eq(lh_store_drop_payloads_before(s, 9, &segs, NULL, &e), LH_ESTORE_READONLY);
   char v[64];
   uint64_t rows;

@@ -170,7 +170,7 @@ START_TEST(test_full) {
   ck_assert_int_eq(lh_store_begin(s, &e), LH_ESTORE_FULL);
   ck_assert(!lh_store_in_batch(s));
   uint64_t segs;
-  ck_assert_int_eq(lh_store_retain_versions(s, 2, &segs, NULL, &e), 0);
+  ck_assert_int_eq(lh_store_retain_versions(s, stored, 2, &segs, NULL, &e), 0);
   ck_assert_uint_eq(segs, stored - 2);
   put_seg(s, &g.seg, 1);
   lh_store_close(s);
