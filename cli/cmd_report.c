@@ -246,5 +246,14 @@ int lh_cmd_report(int argc, char **argv) {
   if (a.watch_s && a.fmt != FORMAT_HTML) return usage_error("%s", "--watch writes the HTML page only");
   if (a.watch_s && a.out && strcmp(a.out, "-") == 0) return usage_error("%s", "--watch needs a file (--out), not stdout");
   if (!a.out) a.out = a.fmt == FORMAT_CSV ? "report.csv" : a.fmt == FORMAT_JSONL ? "report.jsonl" : "report.html";
+  /* the page is renamed over --out: over a store it reads, it replaced it */
+  int over_store = strcmp(a.out, "-") != 0 && lh_cli_dbs_holds(&a.dbs, a.out);
+  for (size_t r = 0; r < a.compare.n && !over_store; r++) {
+    lh_cli_dbs one;
+    memset(&one, 0, sizeof one);
+    lh_cli_strings_add(&one.db, a.compare.v[r]);
+    over_store = lh_cli_dbs_holds(&one, a.out);
+  }
+  if (over_store) return usage_error("--out '%s' is a file of a store it reads; write elsewhere", a.out);
   return a.watch_s ? watch(&a) : report_once(&a, 0);
 }

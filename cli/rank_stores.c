@@ -2,6 +2,7 @@
  * (cli/rank_stores.h). */
 #include <dirent.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,6 +10,36 @@
 #include "cli/rank_stores.h"
 #include "learner/learner.h"
 #include "store/store.h"
+
+/* Whether file (with suffix) is the file of st. */
+static int same_file(const struct stat *st, const char *file, const char *suffix) {
+  char name[4096];
+  struct stat o;
+  if (snprintf(name, sizeof name, "%s%s", file, suffix) >= (int)sizeof name || stat(name, &o) != 0) return 0;
+  return o.st_dev == st->st_dev && o.st_ino == st->st_ino;
+}
+
+static int store_is(const struct stat *st, const char *db) {
+  return same_file(st, db, "") || same_file(st, db, "-wal") || same_file(st, db, "-shm");
+}
+
+int lh_cli_dbs_holds(const lh_cli_dbs *d, const char *path) {
+  struct stat st;
+  if (!d || !path || stat(path, &st) != 0) return 0;
+  for (size_t i = 0; i < d->db.n; i++) {
+    if (store_is(&st, d->db.v[i])) return 1;
+    /* the rank files next to it, as lh_cli_dbs_open finds them */
+    for (int r = 1; r <= 4096; r++) {
+      char rank[4096];
+      struct stat rs;
+      if (snprintf(rank, sizeof rank, "%s.rank%d", d->db.v[i], r) >= (int)sizeof rank || stat(rank, &rs) != 0) break;
+      if (store_is(&st, rank)) return 1;
+    }
+  }
+  for (size_t i = 0; i < d->rank_db.n; i++)
+    if (store_is(&st, d->rank_db.v[i])) return 1;
+  return 0;
+}
 
 int lh_cli_strings_add(lh_cli_strings *l, const char *value) {
   if (l->n >= LH_CLI_MAX_STRINGS) return -1;

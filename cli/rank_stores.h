@@ -33,4 +33,11 @@ typedef struct {
  * NULL) gets how many files were read. LH_EINVAL without a --db. */
 int lh_cli_dbs_open(const lh_cli_dbs *d, lh_store **out, size_t *ranks, lh_errbuf *err);
 
+/* Whether path names the same file (device and inode) as a store of d: a
+ * --db, a --rank-db, a rank file next to the --db, or the -wal or -shm
+ * file of one. A command that writes an --out checks it first: writing
+ * over the store it reads destroyed the store. 0 when path does not
+ * exist. */
+int lh_cli_dbs_holds(const lh_cli_dbs *d, const char *path);
+
 #endif

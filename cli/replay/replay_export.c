@@ -245,6 +245,12 @@ int lh_cli_replay_export(int argc, char **argv) {
   }
   FILE *out = stdout;
   int to_file = out_path && strcmp(out_path, "-") != 0;
+  if (to_file && lh_cli_dbs_holds(&dbs, out_path)) {
+    fprintf(stderr, "longhaul replay export: --out '%s' is a file of the store it reads; write elsewhere\n", out_path);
+    free(ids.ids);
+    lh_store_close(s);
+    return LH_EXIT_USAGE;
+  }
   if (to_file && !(out = fopen(out_path, "w"))) {
     fprintf(stderr, "longhaul replay export: cannot write --out '%s': %s\n", out_path, strerror(errno));
     free(ids.ids);

@@ -640,6 +640,13 @@ static cJSON *get(const cJSON *o, const char *key) {
 }
 
 START_TEST(test_export) {
+  /* --out over the store it reads (it truncated the store) is refused */
+  struct stat before, after;
+  ck_assert_int_eq(stat(db, &before), 0);
+  ck_assert_int_eq(replay("export", "--db", db, "--out", db, NULL), 2);
+  HAS(err_buf, "is a file of the store it reads");
+  ck_assert_int_eq(stat(db, &after), 0);
+  ck_assert_int_eq(after.st_size, before.st_size);
   ck_assert_int_eq(replay("export", "--db", db, "--format", "jsonl", NULL), 0);
   cJSON *ep[8];
   int n = parse_lines(out_buf, ep, 8);

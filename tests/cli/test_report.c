@@ -335,6 +335,26 @@ START_TEST(test_usage_errors) {
   HAS(err_buf, "needs a non-empty value");
   ck_assert_int_eq(report("--db", db, "--out", NULL), 2);
   HAS(err_buf, "--out needs a value");
+  /* An --out that is a file of a store it reads (the page is renamed over
+   * it: the store was replaced, exit 0) is refused, the store untouched. */
+  struct stat before, after;
+  ck_assert_int_eq(stat(db, &before), 0);
+  ck_assert_int_eq(report("--db", db, "--out", db, NULL), 2);
+  HAS(err_buf, "is a file of a store it reads");
+  char wal[600], link[600];
+  snprintf(wal, sizeof wal, "%s-wal", db);
+  FILE *w = fopen(wal, "a");
+  ck_assert_ptr_nonnull(w);
+  fclose(w);
+  ck_assert_int_eq(report("--db", page, "--compare", db, "--format", "csv", "--out", wal, NULL), 2);
+  snprintf(link, sizeof link, "%s/link.db", dir);
+  unlink(link);
+  ck_assert_int_eq(symlink(db, link), 0);
+  ck_assert_int_eq(report("--db", db, "--out", link, NULL), 2);
+  unlink(link);
+  ck_assert_int_eq(stat(db, &after), 0);
+  ck_assert_int_eq(after.st_ino, before.st_ino);
+  ck_assert_int_eq(after.st_size, before.st_size);
 }
 END_TEST
 
