@@ -146,6 +146,25 @@ START_TEST(test_boundaries_and_final_partial) {
 }
 END_TEST
 
+/* An environment's long error is cut to what the learner takes (at a
+ * character's start), not sent whole to be refused. */
+START_TEST(test_long_error_cut) {
+  lh_actors_segmenter_config c = config(4);
+  lh_actors_segmenter *s = lh_actors_segmenter_new(&c, NULL);
+  push_range(s, 0, 3);
+  static char why[10000];
+  for (size_t i = 0; i + 2 < sizeof why; i += 2) why[i] = (char)0xc3, why[i + 1] = (char)0xa9; /* e-acute */
+  lh_actors_episode_result res = {.outcome = LONGHAUL__OUTCOME__OUTCOME_ERROR, .error = why};
+  Longhaul__EpisodeEnd *end;
+  ck_assert_int_eq(lh_actors_segmenter_finish(s, &res, &end, NULL), 0);
+  ck_assert_uint_eq(strlen(end->error), 4096);
+  check_wire_end(end);
+  lh_actors_episode_end_free(end);
+  while (lh_actors_segmenter_ready(s)) lh_actors_segment_free(lh_actors_segmenter_pop(s));
+  lh_actors_segmenter_free(s);
+}
+END_TEST
+
 START_TEST(test_exact_multiple_has_no_empty_segment) {
   lh_actors_segmenter_config c = config(4);
   lh_actors_segmenter *s = lh_actors_segmenter_new(&c, NULL);
@@ -372,6 +391,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_boundaries_and_final_partial);
   tcase_add_test(tc, test_exact_multiple_has_no_empty_segment);
+  tcase_add_test(tc, test_long_error_cut);
   tcase_add_test(tc, test_long_episode_one_token_segments);
   tcase_add_test(tc, test_images_relative_to_segment);
   tcase_add_test(tc, test_empty_episode);
