@@ -54,6 +54,17 @@ static void version(void) {
     printf("backends: cpu, cuda (%d device%s: %s)\n", devices, devices == 1 ? "" : "s", device);
 }
 
+/* A command's exit status once its standard output is flushed: a command
+ * whose output could not be written (a full disk, a closed pipe's reader
+ * gone) fails, whatever it returned, so that `longhaul replay sql ... >
+ * out.tsv` on a full disk does not exit 0 with the file cut short. */
+static int output_written(const char *name, int rc) {
+  if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+  int e = errno;
+  fprintf(stderr, "longhaul %s: cannot write the standard output: %s\n", name, strerror(e ? e : EIO));
+  return rc == LH_EXIT_OK ? LH_EXIT_RUNTIME : rc;
+}
+
 int main(int argc, char **argv) {
   /* Every command's CPU team waits passively (kernels/kernels.h); the
    * launcher's children come with the variable set and run on at once. */
@@ -76,7 +87,7 @@ int main(int argc, char **argv) {
     return LH_EXIT_OK;
   }
   for (int i = 0; i < command_count; i++)
-    if (strcmp(commands[i].name, name) == 0) return commands[i].run(argc - 1, argv + 1);
+    if (strcmp(commands[i].name, name) == 0) return output_written(name, commands[i].run(argc - 1, argv + 1));
   fprintf(stderr, "longhaul: unknown command '%s'\n", name);
   print_commands(stderr);
   return LH_EXIT_USAGE;

@@ -438,6 +438,15 @@ END_TEST
 /* ---- stats and episodes -------------------------------------------------- */
 
 START_TEST(test_stats) {
+  /* Output that cannot be written fails the command (it exited 0 with
+   * nothing written): every subcommand, through main's flush. */
+  const char *subs[] = {"stats", "episodes", "show 1", "sql 'SELECT 1'"};
+  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "%s replay %s --db %s > /dev/full 2>/dev/null", getenv("LH_BIN"), subs[i], db);
+    int st = system(cmd);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s: status %d", cmd, st);
+  }
   ck_assert_int_eq(replay("stats", "--db", db, NULL), 0);
   char line[512];
   line_starting("episodes ", line, sizeof line);
