@@ -18,6 +18,12 @@ void lh_score_input_free(lh_score_input *in) {
   free(in->images);
 }
 
+/* Whether v is a JSON number that is an integer in lo..hi. */
+static int is_int_in(const cJSON *v, double lo, double hi) {
+  double x = v->valuedouble;
+  return cJSON_IsNumber(v) && x == floor(x) && x >= lo && x <= hi;
+}
+
 /* Parses IN.json; a message on stderr and -1 when it is not as described. */
 int lh_score_input_parse(const char *text, lh_score_input *in, size_t *visits) {
   size_t walked = 0;
@@ -61,12 +67,19 @@ int lh_score_input_parse(const char *text, lh_score_input *in, size_t *visits) {
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(im, "height");
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(im, "width");
     const cJSON *px = cJSON_GetObjectItemCaseSensitive(im, "pixels");
-    if (!cJSON_IsNumber(at) || !cJSON_IsNumber(h) || !cJSON_IsNumber(w) || !cJSON_IsArray(px) ||
-        h->valuedouble < 1 || w->valuedouble < 1 || h->valuedouble > 1e4 ||
-        w->valuedouble > 1e4) {
+    if (!cJSON_IsNumber(at) || !cJSON_IsNumber(h) || !cJSON_IsNumber(w) || !cJSON_IsArray(px)) {
       fprintf(stderr,
               "longhaul score: images[%d] needs \"at\", \"height\", \"width\" and \"pixels\"\n",
               i);
+      goto done;
+    }
+    /* integers in range, as tokens are: a fraction was cut, and an "at"
+     * past an int wrapped the model's bound check */
+    if (!is_int_in(at, 0, in->n) || !is_int_in(h, 1, 1e4) || !is_int_in(w, 1, 1e4)) {
+      fprintf(stderr,
+              "longhaul score: images[%d]: \"at\" must be an integer in 0..%d (a token position), "
+              "\"height\" and \"width\" integers in 1..10000\n",
+              i, in->n);
       goto done;
     }
     int H = (int)h->valuedouble, W = (int)w->valuedouble;

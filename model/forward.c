@@ -148,7 +148,7 @@ static int check_batch(const lh_model *m, const lh_model_batch *b, int *pixels,
     if (P > cf->max_patches)
       return lh_errbuf_set(err, LH_EMODEL_BATCH, "image %d has %d patches, over max_patches = %d",
                            i, P, cf->max_patches);
-    if (im->at < next_free || im->at + P > T)
+    if (im->at < next_free || (int64_t)im->at + P > T)
       return lh_errbuf_set(err, LH_EMODEL_BATCH,
                            "image %d at position %d with %d patches overlaps another image or "
                            "runs past the %d tokens (images must come in order)", i, im->at, P,

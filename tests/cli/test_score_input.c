@@ -59,7 +59,14 @@ END_TEST
 START_TEST(test_parse_refuses_bad_input) {
   const char *bad[] = {"[]", "{\"tokens\":[]}", "{\"tokens\":[1,-2]}", "{\"tokens\":[1,\"a\"]}",
                        "{\"tokens\":[1],\"images\":3}",
-                       "{\"tokens\":[1],\"images\":[{\"at\":0,\"height\":1,\"width\":1,\"pixels\":[1]}]}"};
+                       "{\"tokens\":[1],\"images\":[{\"at\":0,\"height\":1,\"width\":1,\"pixels\":[1]}]}",
+                       /* not integers in range: an "at" past an int wrapped the model's bound check
+                        * and the image was dropped without a word; fractions were cut */
+                       "{\"tokens\":[1],\"images\":[{\"at\":2147483647,\"height\":1,\"width\":1,\"pixels\":[0,0,0]}]}",
+                       "{\"tokens\":[1],\"images\":[{\"at\":1e300,\"height\":1,\"width\":1,\"pixels\":[0,0,0]}]}",
+                       "{\"tokens\":[1],\"images\":[{\"at\":0.5,\"height\":1,\"width\":1,\"pixels\":[0,0,0]}]}",
+                       "{\"tokens\":[1],\"images\":[{\"at\":0,\"height\":1.7,\"width\":1,\"pixels\":[0,0,0]}]}",
+                       "{\"tokens\":[1],\"images\":[{\"at\":0,\"height\":1,\"width\":-1,\"pixels\":[0,0,0]}]}"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     lh_score_input in = {0};
     ck_assert_int_eq(lh_score_input_parse(bad[i], &in, NULL), -1);
