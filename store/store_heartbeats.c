@@ -170,7 +170,9 @@ int lh_store_latest_heartbeats(lh_store *s, lh_store_heartbeat_fn fn, void *ctx,
   return rc < 0 ? rc : 0;
 }
 
-/* The two kinds of episode the sweep ends (store.h). The second reads
+/* The two kinds of episode the sweep ends (store.h). An episode swept
+ * short of segments keeps the outcome its EpisodeEnd gave, so that the
+ * segments that come late can still make it whole (store_write.c). The second reads
  * the partial index episodes_short (INDEXED BY: left to itself the planner
  * picks episodes_status and walks every complete episode each second); its
  * WHERE repeats the index's terms, as a partial index needs, so that only
@@ -180,7 +182,7 @@ static const char sql_sweep_running[] =
     " error = coalesce(?2, error), updated_ms = ?3, ended_ms = ?3, swept_ms = ?3"
     " WHERE status = 'running' AND updated_ms < ?1";
 static const char sql_sweep_short[] =
-    "UPDATE episodes INDEXED BY episodes_short SET status = 'error', outcome = 'error',"
+    "UPDATE episodes INDEXED BY episodes_short SET status = 'error',"
     " error = CASE WHEN segments_received < segment_count"
     "   THEN printf('%d of %d segments missing after the idle limit', segment_count -"
     "     (SELECT count(*) FROM segments g WHERE g.episode = episodes.id"

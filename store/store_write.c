@@ -18,12 +18,23 @@ static const char sql_seg_insert[] =
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 
 /* A segment that arrives first creates the episode as running; later ones
- * add their tokens and widen the version range (NULL-aware min/max). */
+ * add their tokens and widen the version range (NULL-aware min/max). The
+ * segments that make an episode the sweep ended short of segments whole
+ * (status error, swept, outcome still its EpisodeEnd's) give it the status
+ * of that outcome again: they were acked, and it is trained like any
+ * other (before, it stayed error, its text saying they were missing). */
+#define SWEPT_SHORT_NOW_WHOLE                                                                    \
+  "status = 'error' AND swept_ms IS NOT NULL AND segment_count IS NOT NULL"                       \
+  " AND outcome IN ('success', 'failure', 'truncated')"                                           \
+  " AND segments_received + excluded.segments_received = segment_count"
 static const char sql_ep_upsert_seg[] =
     "INSERT INTO episodes(id, actor, env, task_seed, group_id, status, tokens_received,"
     " segments_received, min_version, max_version, created_ms, updated_ms)"
     " VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?10, ?7, ?8, ?9, ?9)"
     " ON CONFLICT(id) DO UPDATE SET"
+    "  status = CASE WHEN " SWEPT_SHORT_NOW_WHOLE
+    "    THEN CASE outcome WHEN 'truncated' THEN 'truncated' ELSE 'complete' END ELSE status END,"
+    "  error = CASE WHEN " SWEPT_SHORT_NOW_WHOLE " THEN NULL ELSE error END,"
     "  tokens_received = tokens_received + excluded.tokens_received,"
     "  segments_received = segments_received + excluded.segments_received,"
     "  min_version = coalesce(min(min_version, excluded.min_version), min_version,"

@@ -210,9 +210,11 @@ START_TEST(test_late_end_after_sweep) {
 END_TEST
 
 /* B1: an ended episode short of segments after the idle time ends as
- * error naming how many are missing; complete ones, recent ones and ends
- * whose own outcome is aborted stay; a segment that comes after is stored
- * but the error stands. The old entry point counts both kinds. */
+ * error naming how many are missing, keeping its end's outcome; complete
+ * ones, recent ones and ends whose own outcome is aborted stay; the
+ * segments that come after make it whole again (they were acked: it
+ * stayed error, never trained, its text saying they were missing). The
+ * old entry point counts both kinds. */
 START_TEST(test_sweep_short_episodes) {
   lh_store *s = open_rw();
   static sfx_seg f;
@@ -248,7 +250,7 @@ START_TEST(test_sweep_short_episodes) {
   ck_assert_uint_eq(ended, 3);
   lh_episode_row r = row_of(s, 20);
   ck_assert_int_eq(r.status, LH_EPISODE_ERROR);
-  ck_assert_int_eq(r.outcome, LONGHAUL__OUTCOME__OUTCOME_ERROR);
+  ck_assert_int_eq(r.outcome, LONGHAUL__OUTCOME__OUTCOME_SUCCESS);
   ck_assert_str_eq(r.error, "2 of 5 segments missing after the idle limit");
   ck_assert(r.has_reward && r.reward == 1.0);
   ck_assert_int_gt(r.swept_ms, 0);
@@ -265,14 +267,30 @@ START_TEST(test_sweep_short_episodes) {
   /* Nothing left to sweep. */
   ck_assert_int_eq(lh_store_sweep_idle_episodes(s, future(), NULL, &n, &e), 0);
   ck_assert_uint_eq(n.aborted + n.incomplete, 0);
-  /* The missing segments come after all: stored, the error stands. */
+  /* The missing segments come after all: one still leaves it short and
+   * error, the last makes it complete (its end's outcome) and ready. */
   make_seg(&f, 20, 2, "a0");
   ck_assert_int_eq(seg(s, &f.seg), 1);
+  r = row_of(s, 20);
+  ck_assert_int_eq(r.status, LH_EPISODE_ERROR);
+  ck_assert(!is_ready(s, 20));
   make_seg(&f, 20, 4, "a0");
   ck_assert_int_eq(seg(s, &f.seg), 1);
   r = row_of(s, 20);
   ck_assert_uint_eq(r.segments_received, 5);
-  ck_assert_int_eq(r.status, LH_EPISODE_ERROR);
+  ck_assert_int_eq(r.status, LH_EPISODE_COMPLETE);
+  ck_assert_int_eq(r.outcome, LONGHAUL__OUTCOME__OUTCOME_SUCCESS);
+  ck_assert(r.error[0] == 0);
+  ck_assert(r.has_reward && r.reward == 1.0);
+  ck_assert(is_ready(s, 20));
+  /* 21 (truncated, no segment) made whole in one batch */
+  ck_assert_int_eq(lh_store_begin(s, &e), 0);
+  make_seg(&f, 21, 0, "a0");
+  ck_assert_int_eq(seg(s, &f.seg), 1);
+  make_seg(&f, 21, 1, "a0");
+  ck_assert_int_eq(seg(s, &f.seg), 1);
+  ck_assert_int_eq(lh_store_commit(s, &e), 0);
+  ck_assert_int_eq(row_of(s, 21).status, LH_EPISODE_TRUNCATED);
   ck_assert_int_eq(lh_store_sweep_idle_episodes(s, future(), NULL, &n, &e), 0);
   ck_assert_uint_eq(n.aborted + n.incomplete, 0);
   ck_assert_int_eq(lh_store_sweep_idle_episodes(NULL, 0, NULL, &n, &e), LH_EINVAL);
