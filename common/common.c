@@ -124,6 +124,22 @@ void lh_log(lh_log_level level, const char *component, const char *fmt, ...) {
   fflush(out);
 }
 
+void lh_log_meter_warn(lh_log_meter *m, const char *fmt, ...) {
+  int64_t now = lh_now_ns();
+  m->total++;
+  m->since_log++;
+  if (m->last_log_ns && now - m->last_log_ns < LH_LOG_METER_INTERVAL_NS) return;
+  char what[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  LH_WARN(m->component ? m->component : "log", "%s (since last report=%llu total=%llu)", what,
+          (unsigned long long)m->since_log, (unsigned long long)m->total);
+  m->last_log_ns = now;
+  m->since_log = 0;
+}
+
 int64_t lh_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -94,6 +94,17 @@ int lh_log_from_env(void);
 lh_log_level lh_log_level_from_name(const char *name);  /* LH_LOG_OFF+1 when unknown */
 void lh_log(lh_log_level level, const char *component, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A warning that may come often (a peer's bad input, poisoned episodes
+ * left out of a step): every call counts, and one line is logged per
+ * LH_LOG_METER_INTERVAL_NS at most (the first at once), with how many came
+ * since the last line and in all, so that no input can flood the log. */
+#define LH_LOG_METER_INTERVAL_NS 5000000000ll
+typedef struct {
+  const char *component; /* the log component, e.g. "weights" */
+  int64_t last_log_ns;
+  uint64_t total, since_log;
+} lh_log_meter;
+void lh_log_meter_warn(lh_log_meter *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define LH_DEBUG(comp, ...) lh_log(LH_LOG_DEBUG, comp, __VA_ARGS__)
 #define LH_INFO(comp, ...) lh_log(LH_LOG_INFO, comp, __VA_ARGS__)
 #define LH_WARN(comp, ...) lh_log(LH_LOG_WARN, comp, __VA_ARGS__)

@@ -78,7 +78,7 @@ struct lh_learner_publisher {
   lh_zsock_meter bad;  /* bad requests: counted, logged once per interval */
   queued_meter *queued;
   uint64_t queue_cap;
-  lh_zsock_meter held; /* requests cut short at queue_cap: counted, logged once per interval */
+  lh_log_meter held;   /* requests cut short at queue_cap: counted, logged once per interval */
 };
 
 /* The ROUTER takes requests and the PUB its subscribers' subscriptions:
@@ -312,11 +312,10 @@ static int serve_one(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes
       uint64_t queued = atomic_load(&p->queued->bytes);
       if (queued >= p->queue_cap) {
         p->counts.requests_held++;
-        char why[160];
-        snprintf(why, sizeof why, "%llu chunk bytes queued for peers that have not read them, the cap %llu: "
-                 "a request served %u of %u chunks, its actor asks again",
-                 (unsigned long long)queued, (unsigned long long)p->queue_cap, i, count);
-        lh_zsock_meter_bad(&p->held, why);
+        lh_log_meter_warn(&p->held,
+                          "%llu chunk bytes queued for peers that have not read them, the cap %llu: a request "
+                          "served %u of %u chunks, its actor asks again",
+                          (unsigned long long)queued, (unsigned long long)p->queue_cap, i, count);
         break;
       }
       Longhaul__WeightsChunk c;

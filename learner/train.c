@@ -51,6 +51,9 @@ static int set_add(id_set *s, uint64_t id) {
 }
 
 struct lh_learner_trainer {
+  /* episodes left out of a step (a peer's poison) and episodes beyond
+   * their group: counted, a line per interval, whatever their number */
+  lh_log_meter left_out, beyond_group;
   lh_model *m;
   lh_store *store;
   lh_learner_config cfg;
@@ -317,9 +320,10 @@ static int on_ready(void *ctx, const lh_episode_row *row) {
   int rc = lh_learner_batcher_add(t->batcher, &it, c->err);
   if (rc == LH_ELEARNER_BATCH_GROUP_FULL) {
     /* A group_size mismatch with the actors: train what fits, say so. */
-    LH_WARN("train", "episode=%llu group=%llu beyond group_size=%llu: skipped",
-            (unsigned long long)row->id, (unsigned long long)row->group_id,
-            (unsigned long long)t->cfg.group_size);
+    t->beyond_group.component = "train";
+    lh_log_meter_warn(&t->beyond_group, "episode=%llu group=%llu beyond group_size=%llu: skipped",
+                      (unsigned long long)row->id, (unsigned long long)row->group_id,
+                      (unsigned long long)t->cfg.group_size);
     rc = set_add(&t->done, row->id);
   } else if (!rc && a != LH_LEARNER_ADMIT) {
     rc = set_add(&t->done, row->id);
@@ -959,7 +963,8 @@ static int read_batch(lh_learner_trainer *t, step_batch *b, lh_errbuf *err) {
      * holds, it cannot end the learner. */
     if (!jr) jr = lh_learner_check_episode(b->eps[m], &t->limits, &e);
     if (jr) {
-      LH_WARN("train", "episode=%llu left out: %s", (unsigned long long)id, e.msg);
+      t->left_out.component = "train";
+      lh_log_meter_warn(&t->left_out, "episode=%llu left out: %s", (unsigned long long)id, e.msg);
       lh_errbuf ig;
       lh_store_episode_set_status(t->store, id, LH_EPISODE_ERROR, e.msg, &ig);
       lh_learner_episode_free(b->eps[m]);

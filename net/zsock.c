@@ -141,14 +141,8 @@ void lh_zsock_frames_close(zmq_msg_t *frames, int n) {
 }
 
 void lh_zsock_meter_bad(lh_zsock_meter *m, const char *what) {
-  int64_t now = lh_now_ns();
-  m->total++;
-  m->since_log++;
-  if (m->last_log_ns && now - m->last_log_ns < LH_ZSOCK_LOG_INTERVAL_NS) return;
-  LH_WARN(m->component ? m->component : "zsock", "bad message: %s (bad since last report=%llu total=%llu)",
-          what ? what : "", (unsigned long long)m->since_log, (unsigned long long)m->total);
-  m->last_log_ns = now;
-  m->since_log = 0;
+  if (!m->component) m->component = "zsock";
+  lh_log_meter_warn(m, "bad message: %s", what ? what : "");
 }
 
 /* A Z85 key from the start of text: blanks, 40 key characters, blanks. */

@@ -26,7 +26,7 @@
 
 #define LH_ZSOCK_LINGER_MS 1000
 #define LH_ZSOCK_LINGER_NONE (-1) /* linger_ms: drop unsent messages at close */
-#define LH_ZSOCK_LOG_INTERVAL_NS 5000000000ll
+#define LH_ZSOCK_LOG_INTERVAL_NS LH_LOG_METER_INTERVAL_NS
 #define LH_ZSOCK_ZAP_DOMAIN "longhaul"
 #define LH_ZSOCK_ZAP_ENDPOINT "inproc://zeromq.zap.01"
 #define LH_ZSOCK_KEY_CHARS 40
@@ -79,13 +79,9 @@ int lh_zsock_endpoint_is_local(const char *endpoint);
 int lh_zsock_recv_frames(void *s, zmq_msg_t *frames, int max_frames, int flags, int *n);
 void lh_zsock_frames_close(zmq_msg_t *frames, int n);
 
-/* Bad input on one port: every call counts, and logs one warning line per
- * interval (the first at once) with how many came since the last line. */
-typedef struct {
-  const char *component;  /* the log component, e.g. "weights" */
-  int64_t last_log_ns;
-  uint64_t total, since_log;
-} lh_zsock_meter;
+/* Bad input on one port: an lh_log_meter whose line reads "bad message:
+ * WHAT (bad since last report=N total=M)". */
+typedef lh_log_meter lh_zsock_meter;
 void lh_zsock_meter_bad(lh_zsock_meter *m, const char *what);
 
 /* Reads a key file: its first line holds a 40-character Z85 key (blanks
