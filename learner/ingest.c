@@ -481,6 +481,8 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
   }
   for (size_t i = 0; i < n; i++) {
     entry *x = &ig->round[i];
+    /* a heartbeat's row went with a round rolled back: not STORED */
+    if (x->kind == KIND_HEARTBEAT && rc) x->status = LONGHAUL__ACK_STATUS__ACK_RETRY;
     if (x->kind != KIND_STORE) continue;
     if (rc) {
       x->status = LONGHAUL__ACK_STATUS__ACK_RETRY;
