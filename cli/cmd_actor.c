@@ -71,6 +71,11 @@ int lh_cmd_actor(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   lh_errbuf err = {0};
+  /* the sender of every message: refused here as the learner would refuse it */
+  if (lh_wire_check_name(name, NULL, "--name", &err)) {
+    fprintf(stderr, "longhaul actor: %s\n", err.msg);
+    return LH_EXIT_USAGE;
+  }
   lh_ini_doc *doc = NULL;
   int open_rc = lh_cli_config_open("actor", config, &sets, &doc);
   if (open_rc) return open_rc;

@@ -48,6 +48,11 @@ void lh_wire_limits_default(lh_wire_limits *l);
 /* Validates a message already in memory (decoded, or built by the caller
  * before sending). Returns 0 or an LH_EWIRE_* code with err naming the field. */
 int lh_wire_validate(const Longhaul__Envelope *env, const lh_wire_limits *lim, lh_errbuf *err);
+/* A name a peer puts on the wire (an actor's, the sender of its messages)
+ * checked as the receiver checks it: valid UTF-8 of at most
+ * max_string_bytes (lim NULL: the defaults); what names it in err. So a
+ * command refuses a bad --name at start, not at its first send. */
+int lh_wire_check_name(const char *name, const lh_wire_limits *lim, const char *what, lh_errbuf *err);
 int lh_wire_validate_segment(const Longhaul__Segment *seg, const lh_wire_limits *lim,
                              lh_errbuf *err);
 

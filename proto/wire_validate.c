@@ -492,6 +492,22 @@ int lh_wire_validate_segment(const Longhaul__Segment *seg, const lh_wire_limits 
   return check_segment(seg, lim, "segment", err);
 }
 
+int lh_wire_check_name(const char *name, const lh_wire_limits *lim, const char *what, lh_errbuf *err) {
+  lh_wire_limits def;
+  if (!lim) lh_wire_limits_default(&def), lim = &def;
+  if (!what) what = "name";
+  if (!name || !*name) return lh_errbuf_set(err, LH_EWIRE_EMPTY_NAME, "%s is empty", what);
+  size_t n = strlen(name);
+  if (n > lim->max_string_bytes)
+    return lh_errbuf_set(err, LH_EWIRE_STRING_TOO_LONG, "%s is %zu bytes, over the limit of %u", what, n,
+                         lim->max_string_bytes);
+  long bad = utf8_bad_offset((const unsigned char *)name, n);
+  if (bad >= 0)
+    return lh_errbuf_set(err, LH_EWIRE_UTF8, "%s is not valid UTF-8 (bad byte 0x%02x at offset %ld)", what,
+                         (unsigned char)name[bad], bad);
+  return 0;
+}
+
 int lh_wire_validate(const Longhaul__Envelope *env, const lh_wire_limits *lim, lh_errbuf *err) {
   lh_wire_limits def;
   if (!lim) lh_wire_limits_default(&def), lim = &def;

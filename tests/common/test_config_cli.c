@@ -243,6 +243,14 @@ START_TEST(test_commands_set) {
   snprintf(args, sizeof args, "learner --config %s --set learner.bogus=1 2>&1", cfg);
   ck_assert_int_eq(longhaul(args, out, sizeof out), 2);
   ck_assert_msg(strstr(out, "--set learner.bogus") != NULL, "%s", out);
+  /* An actor's name the learner would refuse is refused at start (it was
+   * refused at the first send, exit 1). */
+  snprintf(args, sizeof args, "actor --config %s --name %0300d 2>&1", cfg, 7);
+  ck_assert_int_eq(longhaul(args, out, sizeof out), 2);
+  ck_assert_msg(strstr(out, "--name is 300 bytes, over the limit of 256"), "%s", out);
+  snprintf(args, sizeof args, "actor --config %s --name $(printf 'a\\377') 2>&1", cfg);
+  ck_assert_int_eq(longhaul(args, out, sizeof out), 2);
+  ck_assert_msg(strstr(out, "--name is not valid UTF-8"), "%s", out);
   /* Every command that reads the config takes --set, both spellings. */
   const char *commands[] = {"learner --config %s",
                             "actor --name a0 --config %s",

@@ -164,6 +164,10 @@ START_TEST(test_err_missing) {
 END_TEST
 
 START_TEST(test_err_string_too_long) {
+  lh_errbuf ne;
+  ck_assert_int_eq(lh_wire_check_name("a0", NULL, "--name", &ne), 0);
+  ck_assert_int_eq(lh_wire_check_name("", NULL, "--name", &ne), LH_EWIRE_EMPTY_NAME);
+  ck_assert_int_eq(lh_wire_check_name("a\xff", NULL, "--name", &ne), LH_EWIRE_UTF8);
   wire_fixture *f = fx_new(SEG);
   char name[258];
   memset(name, 'x', 257);
