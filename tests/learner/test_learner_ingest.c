@@ -475,21 +475,30 @@ static void send_request(void *d, uint64_t version, uint32_t first, uint32_t cou
   send_msg(d, &m);
 }
 
+/* A publisher on ipc endpoints NAMEpub and NAMErt of the test's folder;
+ * rt_ep gets the ROUTER's (room for 160 bytes). */
+static lh_learner_publisher *publisher_in_dir(void *ctx, const char *name, uint32_t chunk, char *pub_ep,
+                                              char *rt_ep) {
+  make_dir();
+  snprintf(pub_ep, 160, "ipc://%s/%spub", dir, name);
+  snprintf(rt_ep, 160, "ipc://%s/%srt", dir, name);
+  lh_errbuf e;
+  lh_learner_publisher *p = lh_learner_publisher_new(ctx, pub_ep, rt_ep, chunk, &e);
+  ck_assert_msg(p != NULL, "%s", e.msg);
+  return p;
+}
+
 /* Chunks held for peers count against a cap in all until libzmq lets
  * them go: peers that ask for a whole version and never read stop getting
  * chunks at the cap (before, each pinned 32 chunks, without a bound in
  * all: 100 such peers held 3.2 GB of the learner), and a reader is served
  * again once their queues are dropped. */
 START_TEST(test_weights_queued_bytes_capped) {
-  make_dir();
   void *ctx = zmq_ctx_new();
   char pub_ep[160], rt_ep[160];
-  snprintf(pub_ep, sizeof pub_ep, "ipc://%s/qpub", dir);
-  snprintf(rt_ep, sizeof rt_ep, "ipc://%s/qrt", dir);
   lh_errbuf e;
   enum { CHUNK = 65536, CHUNKS = 64, CAP = 2 << 20 };
-  lh_learner_publisher *p = lh_learner_publisher_new(ctx, pub_ep, rt_ep, CHUNK, &e);
-  ck_assert_msg(p != NULL, "%s", e.msg);
+  lh_learner_publisher *p = publisher_in_dir(ctx, "q", CHUNK, pub_ep, rt_ep);
   lh_learner_publisher_set_queue_cap(p, CAP);
   static uint8_t bytes[CHUNK * CHUNKS];
   for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (uint8_t)(i * 7 + 1);
@@ -546,14 +555,10 @@ START_TEST(test_weights_queued_bytes_capped) {
 END_TEST
 
 START_TEST(test_weights_published_and_served) {
-  make_dir();
   void *ctx = zmq_ctx_new();
   char pub_ep[160], rt_ep[160];
-  snprintf(pub_ep, sizeof pub_ep, "ipc://%s/wpub", dir);
-  snprintf(rt_ep, sizeof rt_ep, "ipc://%s/wrt", dir);
   lh_errbuf e;
-  lh_learner_publisher *p = lh_learner_publisher_new(ctx, pub_ep, rt_ep, 1000, &e);
-  ck_assert_msg(p != NULL, "%s", e.msg);
+  lh_learner_publisher *p = publisher_in_dir(ctx, "w", 1000, pub_ep, rt_ep);
   void *sub = zmq_socket(ctx, ZMQ_SUB), *d = zmq_socket(ctx, ZMQ_DEALER);
   int linger = 0;
   zmq_setsockopt(sub, ZMQ_LINGER, &linger, sizeof linger);
