@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/limits.h"
 #include "actors/internal.h"
 #include "proto/wire.h"
 
@@ -361,15 +362,11 @@ uint64_t lh_actors_segmenter_tokens(const lh_actors_segmenter *s) { return s ? s
 uint32_t lh_actors_segmenter_segments(const lh_actors_segmenter *s) { return s ? s->seq : 0; }
 
 /* A copy of text ("" for NULL) cut to at most max bytes at a UTF-8
- * character's start: an error an environment wrote at length is kept to
- * what the learner stores (lh_wire_limits.max_error_bytes), not refused. */
-static char *dup_cut(const char *text, uint32_t max) {
+ * character's start: an error an environment wrote at length is sent as
+ * the learner keeps it (LH_EPISODE_ERROR_BYTES). */
+static char *dup_cut(const char *text, size_t max) {
   if (!text) text = "";
-  size_t n = strlen(text);
-  if (n > max) {
-    n = max;
-    while (n > 0 && ((unsigned char)text[n] & 0xc0) == 0x80) n--;
-  }
+  size_t n = lh_text_cut_utf8(text, max);
   char *d = malloc(n + 1);
   if (d) memcpy(d, text, n), d[n] = 0;
   return d;
@@ -389,7 +386,7 @@ static Longhaul__EpisodeEnd *build_end(const lh_actors_segmenter *s, const lh_ac
   e->steps = res->steps;
   e->actor = lh_strdup0(s->actor);
   e->env = lh_strdup0(s->env);
-  e->error = dup_cut(res->error, s->lim.max_error_bytes);
+  e->error = dup_cut(res->error, LH_EPISODE_ERROR_BYTES);
   int ok = e->actor && e->env && e->error;
   if (ok && res->n_terms) {
     e->terms = calloc(res->n_terms, sizeof *e->terms);

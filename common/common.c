@@ -97,6 +97,14 @@ size_t lh_text_escape(const char *in, char *out, size_t cap) {
   return o;
 }
 
+size_t lh_text_cut_utf8(const char *s, size_t max) {
+  size_t n = strlen(s);
+  if (n <= max) return n;
+  n = max;
+  while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
+  return n;
+}
+
 void lh_log(lh_log_level level, const char *component, const char *fmt, ...) {
   static const char *names[] = {"debug", "info", "warn", "error"};
   if (level < log_level || level >= LH_LOG_OFF) return;

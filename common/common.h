@@ -76,6 +76,10 @@ void lh_errbuf_clear(lh_errbuf *e);
  * through it before anyone sees them. Returns the length written (cut at
  * cap - 1). */
 size_t lh_text_escape(const char *in, char *out, size_t cap);
+/* The length of the longest prefix of s of at most max bytes that ends at
+ * a UTF-8 character's start (strlen(s) when that is within max): where to
+ * cut a valid text without splitting a character. */
+size_t lh_text_cut_utf8(const char *s, size_t max);
 
 /* The logger: one line each, `level component: message key=value ...`.
  * The whole message goes through lh_text_escape, so no text from a peer

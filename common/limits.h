@@ -22,4 +22,10 @@
 #define LH_MAX_QUEUE_MESSAGES (1 << 20)     /* messages an actor keeps unacked */
 #define LH_MAX_BYTES 9223372036854775807.0  /* a byte cap, as SQLite's int64 holds it */
 
+/* The most of an episode's error text kept: it is stored with the episode
+ * for good (retention drops payloads only), so the store keeps this much
+ * of a longer one, cut at a character's start, and an actor sends no
+ * more. */
+#define LH_EPISODE_ERROR_BYTES 4096
+
 #endif

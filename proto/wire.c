@@ -24,7 +24,6 @@ void lh_wire_limits_default(lh_wire_limits *l) {
   l->max_image_side = 4096;
   l->max_string_bytes = 256;
   l->max_text_bytes = 16u << 20;
-  l->max_error_bytes = 4096;
   l->max_layers = LH_MAX_LAYERS;
   l->max_topk = LH_MAX_TOPK;
   l->max_experts = LH_MAX_EXPERTS;

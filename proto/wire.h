@@ -27,8 +27,6 @@ typedef struct {
   uint32_t max_image_side;      /* pixels per side; default 4096 */
   uint32_t max_string_bytes;    /* names, env, actor, term names; default 256 */
   uint32_t max_text_bytes;      /* observation text, actions, errors; default 16 MiB */
-  uint32_t max_error_bytes;     /* EpisodeEnd.error, stored with its episode for good (retention drops
-                                   payloads only); default 4096, an actor's own run to 512 */
   uint32_t max_layers;          /* routed_layers; default 256 */
   uint32_t max_topk;            /* routed_topk; default 64 */
   uint32_t max_experts;         /* routed expert ids must be below; default 4096 */

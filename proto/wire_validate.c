@@ -291,7 +291,7 @@ static int check_episode_end(const Longhaul__EpisodeEnd *e, const lh_wire_limits
   }
   LH_TRY(check_finite(e->reward, path, "reward", err));
   LH_TRY(check_terms(e->terms, e->n_terms, lim, path, err));
-  return check_string(e->error, lim->max_error_bytes, path, "error", err);
+  return check_string(e->error, lim->max_text_bytes, path, "error", err);
 }
 
 static int check_ack(const Longhaul__Ack *a, const lh_wire_limits *lim, const char *path,

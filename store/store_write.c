@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/limits.h"
 #include "store/store_internal.h"
 
 static const char sql_seg_insert[] =
@@ -426,7 +427,13 @@ static void bind_end(sqlite3_stmt *st, const Longhaul__EpisodeEnd *end, int64_t 
   sqlite3_bind_text(st, 6, lh_episode_status_name(status_of_outcome(end->outcome)), -1,
                     SQLITE_STATIC);
   sqlite3_bind_text(st, 7, lh_episode_outcome_name(end->outcome), -1, SQLITE_STATIC);
-  lh_store_bind_text(st, 8, nonempty(end->error));
+  /* kept for good: at most LH_EPISODE_ERROR_BYTES of it (a peer may send
+   * megabytes) */
+  const char *error = nonempty(end->error);
+  if (error)
+    sqlite3_bind_text(st, 8, error, (int)lh_text_cut_utf8(error, LH_EPISODE_ERROR_BYTES), SQLITE_STATIC);
+  else
+    sqlite3_bind_null(st, 8);
   sqlite3_bind_int64(st, 9, end->steps);
   lh_store_bind_u64(st, 10, end->total_tokens);
   sqlite3_bind_double(st, 11, end->reward);

@@ -202,6 +202,34 @@ START_TEST(test_huge_gap_and_bad_seq) {
 }
 END_TEST
 
+/* An EpisodeEnd's error is kept for good: a long one (a peer's, or an
+ * actor's from before it cut them) is stored cut to LH_EPISODE_ERROR_BYTES
+ * at a character's start, never refused with its end (refusing it left
+ * the episode's segments unended, never trained). */
+START_TEST(test_long_error_kept_cut) {
+  lh_store *s = open_rw();
+  static char why[20001];
+  why[0] = 'x'; /* then 2-byte characters: the cut at 4096 falls inside one */
+  for (size_t i = 1; i + 1 < 20000; i += 2) why[i] = (char)0xc3, why[i + 1] = (char)0xa9;
+  sfx_end end;
+  sfx_end_init(&end, 12, "calc", 1, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f);
+  end.end.error = why + 0;
+  int ins = 0;
+  ck_assert_int_eq(lh_store_put_episode_end(s, &end.end, &ins, &e), 0);
+  ck_assert_msg(ins == 1, "%d: %s", ins, e.msg);
+  lh_episode_row r;
+  ck_assert_int_eq(lh_store_episode_get(s, 12, &r, &e), 0);
+  sqlite3_stmt *st;
+  ck_assert_int_eq(sqlite3_prepare_v2(s->db, "SELECT length(CAST(error AS BLOB)) FROM episodes WHERE id = 12", -1, &st,
+                                      NULL),
+                   SQLITE_OK);
+  ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+  ck_assert_int_eq(sqlite3_column_int(st, 0), 4095);
+  sqlite3_finalize(st);
+  lh_store_close(s);
+}
+END_TEST
+
 static int count_seg(void *ctx, uint32_t seq, const Longhaul__Segment *seg) {
   ck_assert(seg != NULL);
   ck_assert_uint_eq(seg->seq, seq);
@@ -250,4 +278,5 @@ void lh_test_store_segments(TCase *tc) {
   tcase_add_test(tc, test_reward_before_segments);
   tcase_add_test(tc, test_gaps);
   tcase_add_test(tc, test_huge_gap_and_bad_seq);
+  tcase_add_test(tc, test_long_error_kept_cut);
 }
