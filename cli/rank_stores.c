@@ -1,6 +1,7 @@
 /* cli: every learner rank's store file of a run, found and opened as one
  * (cli/rank_stores.h). */
 #include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <stdlib.h>
@@ -11,33 +12,53 @@
 #include "learner/learner.h"
 #include "store/store.h"
 
-/* Whether file (with suffix) is the file of st. */
-static int same_file(const struct stat *st, const char *file, const char *suffix) {
-  char name[4096];
-  struct stat o;
-  if (snprintf(name, sizeof name, "%s%s", file, suffix) >= (int)sizeof name || stat(name, &o) != 0) return 0;
-  return o.st_dev == st->st_dev && o.st_ino == st->st_ino;
+/* path with its folder resolved (the file itself need not exist), in out
+ * (PATH_MAX bytes); -1 when the folder does not resolve. */
+static int canonical(const char *path, char *out) {
+  char dir[PATH_MAX], real[PATH_MAX];
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == path) snprintf(dir, sizeof dir, "/");
+  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  if (!realpath(dir, real)) return -1;
+  return snprintf(out, PATH_MAX, "%s/%s", real, base) < PATH_MAX ? 0 : -1;
 }
 
-static int store_is(const struct stat *st, const char *db) {
-  return same_file(st, db, "") || same_file(st, db, "-wal") || same_file(st, db, "-shm");
+/* Whether out (its stat in st when it exists, its canonical name in name)
+ * is file + suffix: the same file, or, while neither exists (a store's
+ * -wal comes and goes), the same name. */
+static int same_file(const struct stat *st, const char *name, const char *file, const char *suffix) {
+  char other[PATH_MAX], canon[PATH_MAX];
+  struct stat o;
+  if (snprintf(other, sizeof other, "%s%s", file, suffix) >= (int)sizeof other) return 0;
+  if (st && stat(other, &o) == 0) return o.st_dev == st->st_dev && o.st_ino == st->st_ino;
+  return name && canonical(other, canon) == 0 && strcmp(canon, name) == 0;
+}
+
+static int store_is(const struct stat *st, const char *name, const char *db) {
+  return same_file(st, name, db, "") || same_file(st, name, db, "-wal") || same_file(st, name, db, "-shm") ||
+         same_file(st, name, db, "-journal");
 }
 
 int lh_cli_dbs_holds(const lh_cli_dbs *d, const char *path) {
+  if (!d || !path) return 0;
   struct stat st;
-  if (!d || !path || stat(path, &st) != 0) return 0;
+  char name[PATH_MAX];
+  const struct stat *sp = stat(path, &st) == 0 ? &st : NULL;
+  const char *np = canonical(path, name) == 0 ? name : NULL;
   for (size_t i = 0; i < d->db.n; i++) {
-    if (store_is(&st, d->db.v[i])) return 1;
+    if (store_is(sp, np, d->db.v[i])) return 1;
     /* the rank files next to it, as lh_cli_dbs_open finds them */
     for (int r = 1; r <= 4096; r++) {
-      char rank[4096];
+      char rank[PATH_MAX];
       struct stat rs;
       if (snprintf(rank, sizeof rank, "%s.rank%d", d->db.v[i], r) >= (int)sizeof rank || stat(rank, &rs) != 0) break;
-      if (store_is(&st, rank)) return 1;
+      if (store_is(sp, np, rank)) return 1;
     }
   }
   for (size_t i = 0; i < d->rank_db.n; i++)
-    if (store_is(&st, d->rank_db.v[i])) return 1;
+    if (store_is(sp, np, d->rank_db.v[i])) return 1;
   return 0;
 }
 

@@ -294,15 +294,21 @@ char *lh_text_lines_read(char *str, int num, void *stream) {
   lh_text_lines *r = stream;
   if (!*r->text || r->too_long || num < 2) return NULL;
   size_t len = strcspn(r->text, "\n"), step = len + (r->text[len] == '\n');
+  /* a CRLF line goes without its CR (inih drops it anyway), so its limit
+   * is an LF line's */
+  if (len > 0 && r->text[len - 1] == '\r') len--;
   r->line++;
   if (len + 1 < (size_t)num) { /* the line and its newline fit */
-    memcpy(str, r->text, step);
-    str[step] = 0;
+    memcpy(str, r->text, len);
+    if (r->text[len] == '\r' || r->text[len] == '\n') str[len++] = '\n';
+    str[len] = 0;
   } else {
     /* inih would parse the pieces of a longer line as lines of their own
      * (a comment's tail as a key), so a comment goes as an empty line and
-     * anything else stops the reading: the caller names the line. */
-    size_t lead = strspn(r->text, " \t");
+     * anything else stops the reading: the caller names the line. The
+     * first line's UTF-8 byte order mark (inih skips it) is no content. */
+    size_t lead = r->line == 1 && !strncmp(r->text, "\xef\xbb\xbf", 3) ? 3 : 0;
+    lead += strspn(r->text + lead, " \t");
     if (r->text[lead] != ';' && r->text[lead] != '#') {
       r->too_long = r->line;
       return NULL;

@@ -20,7 +20,7 @@
 #define LH_MAX_TIMEOUT_MS 86400000.0        /* a resend, heartbeat or flush wait: a day */
 #define LH_MAX_IDLE_MS 31536000000.0        /* an idle episode's wait before it is aborted: a year */
 #define LH_MAX_QUEUE_MESSAGES (1 << 20)     /* messages an actor keeps unacked */
-#define LH_MAX_BYTES 9223372036854775807.0  /* a byte cap, as SQLite's int64 holds it */
+#define LH_MAX_BYTES 9223372036854774784.0  /* a byte cap SQLite's int64 holds (the largest double below 2^63) */
 
 /* The most of an episode's error text kept: it is stored with the episode
  * for good (retention drops payloads only), so the store keeps this much

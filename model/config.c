@@ -97,7 +97,11 @@ int lh_model_config_validate(const lh_model_config *cfg, lh_errbuf *err) {
     const lh_ini_key *k = &keys[i];
     if (k->kind == LH_INI_CHOICE || is_seed(k)) continue;
     double v = number_of(cfg, k);
-    if (!(v >= k->min && v <= k->max))
+    /* a float field against its bounds as floats: the float nearest a
+     * closed bound (tau = 1e-6) may lie just outside the double */
+    double lo = k->kind == LH_INI_F64 ? (double)(float)k->min : k->min;
+    double hi = k->kind == LH_INI_F64 ? (double)(float)k->max : k->max;
+    if (!(v >= lo && v <= hi))
       return lh_errbuf_set(err, LH_EMODEL_CONFIG_VALUE, "key '%s' = %g is outside [%g, %g]",
                            k->name, v, k->min, k->max);
   }

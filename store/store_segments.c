@@ -48,7 +48,7 @@ static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn
     }
     uint32_t seq = (uint32_t)seq64;
     if (seq > next) note_missing(r, (uint32_t)next, seq);
-    next = seq + 1;
+    next = seq64 + 1;
     r->received++;
     Longhaul__Segment *seg = NULL;
     if (sqlite3_column_type(st, 1) == SQLITE_NULL) {

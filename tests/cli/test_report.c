@@ -343,6 +343,11 @@ START_TEST(test_usage_errors) {
   HAS(err_buf, "is a file of a store it reads");
   char wal[600], link[600];
   snprintf(wal, sizeof wal, "%s-wal", db);
+  /* while no -wal exists (no learner on it), by its name: the page would
+   * have become the WAL of the next learner */
+  unlink(wal);
+  ck_assert_int_eq(report("--db", db, "--out", wal, NULL), 2);
+  HAS(err_buf, "is a file of a store it reads");
   FILE *w = fopen(wal, "a");
   ck_assert_ptr_nonnull(w);
   fclose(w);

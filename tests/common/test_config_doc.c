@@ -346,6 +346,18 @@ START_TEST(test_long_lines) {
   lh_errbuf e = {0};
   ck_assert_int_eq(lh_ini_doc_load(in_dir("long.ini"), NULL, 0, &doc, &e), LH_ECONFIG);
   ck_assert_msg(strstr(e.msg, "long.ini:3: the line is longer than 198 bytes"), "%s", e.msg);
+  /* CRLF lines have an LF line's limit, and a byte order mark does not
+   * make a long first-line comment a key line */
+  snprintf(text, sizeof text, "[learner]\r\ndb = %.193s\r\n", pad);
+  put("long.ini", text);
+  doc = load("long.ini", NULL, 0);
+  ck_assert_int_eq((int)strlen(lh_ini_doc_find(doc, "learner", "db")->value), 193);
+  lh_ini_doc_free(doc);
+  snprintf(text, sizeof text, "\xef\xbb\xbf; %.250s\n[learner]\nlr = 0.5\n", pad);
+  put("long.ini", text);
+  doc = load("long.ini", NULL, 0);
+  has(doc, "learner", "lr", "0.5", "long.ini:3");
+  lh_ini_doc_free(doc);
   /* 198 bytes are read whole */
   snprintf(text, sizeof text, "[learner]\ndb = %.193s\n", pad);
   put("long.ini", text);

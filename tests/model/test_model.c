@@ -125,6 +125,14 @@ START_TEST(test_config_errors) {
   expect_bad("[model]\ntau = 1x\n", LH_EMODEL_CONFIG_VALUE, "[model] tau = '1x' is not a number");
   expect_bad("[model]\ng_min = 1\n", LH_EMODEL_CONFIG_VALUE, "[model] g_min = '1'");
   expect_bad("[model]\ng_min = -1e300\n", LH_EMODEL_CONFIG_VALUE, "[model] g_min = '-1e300'");
+  {
+    /* the closed bounds themselves, whose nearest floats lie just past the
+     * doubles: taken */
+    lh_model_config b;
+    lh_errbuf be = {0};
+    ck_assert_msg(lh_model_config_parse_string("[model]\ntau = 1e-6\ng_min = -1e-6\nchunk = 1\n", &b, &be) == 0, "%s",
+                  be.msg);
+  }
   expect_bad("[model]\ntau = nan\n", LH_EMODEL_CONFIG_VALUE, "[model] tau = 'nan'");
   expect_bad("[model]\nd_model = 99999999999999999999\n", LH_EMODEL_CONFIG_VALUE, "[model] d_model = ");
   expect_bad("[model]\nbalance = loss\n", LH_EMODEL_CONFIG_VALUE,
