@@ -142,6 +142,9 @@ static void share_hint(lh_learner_service *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* actor_heartbeats rows kept when the store is near its cap. */
+#define LEARNER_HEARTBEATS_AT_CAP 4096
+
 /* Retention (learner.h, retain_versions): near the cap, old payloads go,
  * so a full store does not stay full. The versions kept cover every
  * episode the trainer may still admit. */
@@ -152,6 +155,15 @@ static void retain(lh_learner_service *s) {
   pthread_mutex_unlock(&s->mu);
   lh_errbuf e;
   if (!cap || !has_version || lh_store_used_bytes(s->store, &used, &e) || used < cap / 10 * 9) return;
+  /* Heartbeats first: a peer sending them under many names fills the
+   * store with rows no payload retention frees. The newest few thousand
+   * keep the fleet's status. */
+  uint64_t hb_deleted = 0;
+  if (lh_store_prune_heartbeats(s->store, LEARNER_HEARTBEATS_AT_CAP, &hb_deleted, &e))
+    LH_WARN("learner", "heartbeats not pruned at the cap: %s", e.msg);
+  else if (hb_deleted)
+    LH_INFO("learner", "retention pruned heartbeats=%llu kept=%d (the store is near its cap)",
+            (unsigned long long)hb_deleted, LEARNER_HEARTBEATS_AT_CAP);
   uint64_t keep = s->cfg.max_policy_lag + 2;
   if (s->cfg.retain_versions > keep) keep = s->cfg.retain_versions;
   uint64_t segments = 0, bytes = 0, after = used;

@@ -569,6 +569,13 @@ typedef struct {
 int lh_store_put_heartbeat(lh_store *s, const char *actor, const Longhaul__Heartbeat *hb,
                            int64_t time_ms, lh_errbuf *err);
 
+/* Deletes all but the newest `kept` rows of actor_heartbeats (at least
+ * 1), uncapped: retention calls it at a store's cap, since heartbeats
+ * under many names could otherwise hold a capped store full for good
+ * (a put at the cap is refused, so the prune after a put never comes).
+ * *deleted (may be NULL) gets how many rows went. */
+int lh_store_prune_heartbeats(lh_store *s, uint32_t kept, uint64_t *deleted, lh_errbuf *err);
+
 typedef int (*lh_store_heartbeat_fn)(void *ctx, const lh_store_heartbeat *h);
 /* Visits the newest heartbeat of every actor, by actor name. */
 int lh_store_latest_heartbeats(lh_store *s, lh_store_heartbeat_fn fn, void *ctx, lh_errbuf *err);

@@ -89,6 +89,21 @@ static int prune_all(lh_store *s, uint32_t kept, lh_errbuf *err) {
   return rc < 0 ? rc : 0;
 }
 
+int lh_store_prune_heartbeats(lh_store *s, uint32_t kept, uint64_t *deleted, lh_errbuf *err) {
+  if (deleted) *deleted = 0;
+  if (!s) return lh_errbuf_set(err, LH_EINVAL, "lh_store_prune_heartbeats: store is NULL");
+  if (s->readonly)
+    return lh_errbuf_set(err, LH_ESTORE_READONLY, "%s is open read-only; pruning needs lh_store_open", s->path);
+  int own = 0;
+  LH_TRY(lh_store_write_begin_uncapped(s, &own, err));
+  int rc = prune_all(s, kept ? kept : 1, err);
+  uint64_t n = rc < 0 ? 0 : (uint64_t)sqlite3_changes(s->db);
+  rc = lh_store_write_end(s, own, rc < 0 ? rc : 0, err);
+  if (rc < 0) return rc;
+  if (deleted) *deleted = n;
+  return 0;
+}
+
 int lh_store_put_heartbeat(lh_store *s, const char *actor, const Longhaul__Heartbeat *hb,
                            int64_t time_ms, lh_errbuf *err) {
   if (!s || !actor || !hb)

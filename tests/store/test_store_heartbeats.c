@@ -146,6 +146,36 @@ START_TEST(test_heartbeats_bounded_in_total) {
 }
 END_TEST
 
+/* A capped store filled by heartbeats under many names (a put at the cap
+ * is refused, so the prune after a put never runs): pruning them, as
+ * retention does at the cap, makes room again (before, the store stayed
+ * full for good and every actor was answered retry). */
+START_TEST(test_heartbeats_pruned_at_cap) {
+  lh_store_options o;
+  lh_store_options_default(&o);
+  o.max_bytes = 512 * 1024;
+  lh_store *s = NULL;
+  ck_assert_msg(lh_store_open_with(db, &o, &s, &e) == 0, "%s", e.msg);
+  Longhaul__Heartbeat hb = LONGHAUL__HEARTBEAT__INIT;
+  char name[256];
+  int rc = 0, i = 0;
+  for (; i < 100000 && rc == 0; i++) {
+    snprintf(name, sizeof name, "peer-%06d-%0200d", i, 0);
+    rc = lh_store_put_heartbeat(s, name, &hb, 1000 + i, &e);
+  }
+  ck_assert_int_eq(rc, LH_ESTORE_FULL);
+  uint64_t deleted = 0;
+  ck_assert_msg(lh_store_prune_heartbeats(s, 16, &deleted, &e) == 0, "%s", e.msg);
+  ck_assert_uint_ge(deleted, (uint64_t)(i - 1 - 16));
+  ck_assert_int_le(hb_table_rows(s), 16);
+  printf("heartbeats at a 512 KiB cap: %d put, %llu pruned\n", i - 1, (unsigned long long)deleted);
+  /* room again */
+  ck_assert_msg(lh_store_put_heartbeat(s, "a0", &hb, 0, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(lh_store_prune_heartbeats(NULL, 1, NULL, &e), LH_EINVAL);
+  lh_store_close(s);
+}
+END_TEST
+
 /* actor_heartbeats keeps at most the newest heartbeats_per_actor rows of
  * each actor, after every put: with a prune at every heartbeat (10 kept)
  * or every 5th (64), actors taking turns, in a batch, after a batch rolled
@@ -202,4 +232,5 @@ void lh_test_store_heartbeats(TCase *tc) {
   tcase_add_test(tc, test_heartbeats);
   tcase_add_test(tc, test_heartbeats_bounded);
   tcase_add_test(tc, test_heartbeats_bounded_in_total);
+  tcase_add_test(tc, test_heartbeats_pruned_at_cap);
 }
