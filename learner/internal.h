@@ -510,6 +510,10 @@ const lh_learner_admission_counts *lh_learner_trainer_admission(const lh_learner
 size_t lh_learner_trainer_backlog(const lh_learner_trainer *t);
 uint64_t lh_learner_trainer_backlog_cap(const lh_learner_trainer *t);
 double lh_learner_trainer_stale_share(const lh_learner_trainer *t);
+/* Episodes left out of a step since the start (quarantined as error: the
+ * model cannot be run on them as the actor ran it); their log line comes
+ * once per interval, the status line carries the count. */
+uint64_t lh_learner_trainer_left_out(const lh_learner_trainer *t);
 
 /* ---- the weights sockets (learner/publish.c) ------------------------------
  * Binds the weights PUB (WeightsAnnounce of each new version, with the

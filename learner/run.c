@@ -441,7 +441,7 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
           "status version=%llu steps_run=%llu received=%llu stored=%llu duplicates=%llu rejected=%llu "
           "retried=%llu rejected_run=%llu hellos=%llu heartbeats=%llu admitted=%llu dropped_stale=%llu chunks_sent=%llu "
           "backlog=%zu backlog_cap=%llu hold=%d stale_share=%.3f busy_fraction=%.3f ckpt_failures=%llu "
-          "weights_bytes_sent=%llu chunks_zstd=%llu weights_requests_held=%llu",
+          "weights_bytes_sent=%llu chunks_zstd=%llu weights_requests_held=%llu episodes_left_out=%llu",
           (unsigned long long)lh_learner_trainer_version(L->trainer), (unsigned long long)steps_run,
           (unsigned long long)c->received, (unsigned long long)c->stored, (unsigned long long)c->duplicates,
           (unsigned long long)c->rejected, (unsigned long long)c->retried, (unsigned long long)c->rejected_run,
@@ -451,7 +451,8 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
           lh_learner_trainer_backlog(L->trainer), (unsigned long long)lh_learner_trainer_backlog_cap(L->trainer),
           sc.hold, lh_learner_trainer_stale_share(L->trainer), busy, (unsigned long long)L->ckpt_failures,
           (unsigned long long)sc.weights.bytes_sent, (unsigned long long)sc.weights.chunks_zstd,
-          (unsigned long long)sc.weights.requests_held);
+          (unsigned long long)sc.weights.requests_held,
+          (unsigned long long)lh_learner_trainer_left_out(L->trainer));
 }
 
 /* Whether to stop now; with several ranks they stop at the same turn (a

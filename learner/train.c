@@ -248,6 +248,8 @@ size_t lh_learner_trainer_backlog(const lh_learner_trainer *t) {
 }
 uint64_t lh_learner_trainer_backlog_cap(const lh_learner_trainer *t) { return t ? t->backlog_cap : 0; }
 
+uint64_t lh_learner_trainer_left_out(const lh_learner_trainer *t) { return t ? t->left_out.total : 0; }
+
 double lh_learner_trainer_stale_share(const lh_learner_trainer *t) {
   if (!t) return NAN;
   uint64_t taken = 0, stale = 0;

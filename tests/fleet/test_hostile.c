@@ -194,6 +194,9 @@ START_TEST(test_stored_poison_quarantined) {
   learner_log(&f, 1, log, sizeof log);
   ck_assert_msg(WAIT_FOR(120, train_rows(f.db) >= 1), "no step (see %s)", log);
   stop_all(&f);
+  /* its log line comes once per interval; the status line at the stop
+   * carries the count */
+  ck_assert_msg(lh_proc_file_has(log, "episodes_left_out=1"), "see %s", log);
   lh_episode_row row;
   ck_assert_int_eq(lh_store_open_readonly(f.db, &s, &e), 0);
   ck_assert_int_eq(lh_store_episode_get(s, 22, &row, &e), 0);
