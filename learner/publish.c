@@ -38,13 +38,32 @@
  * atomic. The count lives apart from the publisher with a reference per
  * message in flight, since libzmq may free a message after the publisher
  * is gone (the socket's linger). */
+/* Each peer's share of the count too (by its routing id, in a table of
+ * PUBLISH_PEER_SLOTS; a slot whose peer holds nothing is taken over by a
+ * new peer): past the cap, a peer that was sent chunks and holds none of
+ * them now (an actor that reads its chunks) still gets its request
+ * served, up to twice the cap, while a new peer, or one that holds chunks
+ * it has not read, gets none. So peers that ask and never read fill the
+ * cap but cannot lock out the actors that read. */
+#define PUBLISH_PEER_SLOTS 1024
+#define PUBLISH_ID_BYTES 255 /* the longest routing id libzmq gives */
+typedef struct {
+  uint8_t id[PUBLISH_ID_BYTES];
+  uint8_t id_bytes; /* 0: a free slot */
+  _Atomic uint64_t bytes;
+  uint64_t used;    /* the publisher's request count at its last use */
+  uint64_t sent;    /* chunks sent to it */
+} queued_peer;
+
 typedef struct {
   _Atomic uint64_t bytes;
   _Atomic uint64_t refs; /* the publisher's, and one per message in flight */
+  queued_peer peers[PUBLISH_PEER_SLOTS];
 } queued_meter;
 
 typedef struct {
   queued_meter *q;
+  queued_peer *peer; /* NULL: no slot was free */
   size_t bytes;
 } queued_hint;
 
@@ -54,6 +73,7 @@ static void queued_release(queued_meter *q) {
 
 static void chunk_done(void *data, void *hint) {
   queued_hint *h = hint;
+  if (h->peer) atomic_fetch_sub(&h->peer->bytes, h->bytes);
   atomic_fetch_sub(&h->q->bytes, h->bytes);
   queued_release(h->q);
   free(h);
@@ -77,7 +97,7 @@ struct lh_learner_publisher {
   lh_learner_publisher_counts counts;
   lh_zsock_meter bad;  /* bad requests: counted, logged once per interval */
   queued_meter *queued;
-  uint64_t queue_cap;
+  uint64_t queue_cap, requests;
   lh_log_meter held;   /* requests cut short at queue_cap: counted, logged once per interval */
 };
 
@@ -132,6 +152,7 @@ lh_learner_publisher *lh_learner_publisher_new_curve(void *zmq_ctx, const char *
   }
   atomic_init(&p->queued->bytes, 0);
   atomic_init(&p->queued->refs, 1);
+  for (size_t i = 0; i < PUBLISH_PEER_SLOTS; i++) atomic_init(&p->queued->peers[i].bytes, 0);
   p->pub = bind_socket(zmq_ctx, ZMQ_PUB, pub_endpoint, curve, p->pub_endpoint, err);
   if (p->pub) p->router = bind_socket(zmq_ctx, ZMQ_ROUTER, router_endpoint, curve, p->router_endpoint, err);
   if (!p->router) {
@@ -168,9 +189,33 @@ void lh_learner_publisher_set_queue_cap(lh_learner_publisher *p, uint64_t bytes)
   if (p) p->queue_cap = bytes;
 }
 
-/* Sends buf (taking it over) as the last frame, counted in q until libzmq
- * frees it; 1 when the send failed (errno as zmq_errno). */
-static int send_counted(queued_meter *q, void *sock, uint8_t *buf, size_t n) {
+/* The slot of the peer of routing id id: its own, a free one, or the
+ * least recently used one whose peer holds nothing; NULL when every slot's
+ * peer holds chunks (then the peer is counted in the total alone). */
+static queued_peer *peer_slot(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes) {
+  if (!id || id_bytes == 0 || id_bytes > PUBLISH_ID_BYTES) return NULL;
+  queued_meter *q = p->queued;
+  size_t start = (size_t)(lh_hash64(id, id_bytes, 0) % PUBLISH_PEER_SLOTS);
+  queued_peer *spare = NULL;
+  for (size_t k = 0; k < PUBLISH_PEER_SLOTS; k++) {
+    queued_peer *s = &q->peers[(start + k) % PUBLISH_PEER_SLOTS];
+    if (s->id_bytes == id_bytes && !memcmp(s->id, id, id_bytes)) return s->used = p->requests, s;
+    if (atomic_load(&s->bytes) == 0 && (!spare || s->id_bytes == 0 || (spare->id_bytes && s->used < spare->used)))
+      spare = s;
+    if (s->id_bytes == 0) break; /* the probe of a new id ends at a free slot */
+  }
+  if (!spare) return NULL;
+  memcpy(spare->id, id, id_bytes);
+  spare->id_bytes = (uint8_t)id_bytes;
+  spare->used = p->requests;
+  spare->sent = 0;
+  return spare;
+}
+
+/* Sends buf (taking it over) as the last frame, counted in q (and in the
+ * peer's share) until libzmq frees it; 1 when the send failed (errno as
+ * zmq_errno). */
+static int send_counted(queued_meter *q, queued_peer *peer, void *sock, uint8_t *buf, size_t n) {
   queued_hint *h = malloc(sizeof *h);
   if (!h) {
     free(buf);
@@ -178,9 +223,10 @@ static int send_counted(queued_meter *q, void *sock, uint8_t *buf, size_t n) {
     return 1;
   }
   /* counted before libzmq may call chunk_done */
-  *h = (queued_hint){q, n};
+  *h = (queued_hint){q, peer, n};
   atomic_fetch_add(&q->refs, 1);
   atomic_fetch_add(&q->bytes, n);
+  if (peer) atomic_fetch_add(&peer->bytes, n);
   zmq_msg_t m;
   if (zmq_msg_init_data(&m, buf, n, chunk_done, h) != 0) {
     chunk_done(buf, h);
@@ -195,11 +241,15 @@ static int send_counted(queued_meter *q, void *sock, uint8_t *buf, size_t n) {
   return 0;
 }
 
+/* send_env's counted argument for a chunk whose peer has no slot. */
+static queued_peer counted_without_slot;
+#define COUNTED_WITHOUT_SLOT (&counted_without_slot)
+
 /* Encodes env (whose body the caller set) and sends it, after the given
  * routing frames; a counted one (a chunk) is held in the queued bytes
  * until libzmq lets it go. */
 static int send_env(lh_learner_publisher *p, void *sock, Longhaul__Envelope *env, const void *id, size_t id_bytes,
-                    int delimiter, int counted, lh_errbuf *err) {
+                    int delimiter, queued_peer *counted, lh_errbuf *err) {
   env->protocol = LH_WIRE_PROTOCOL;
   env->msg_id = ++p->next_msg_id;
   env->sender = "learner";
@@ -213,7 +263,7 @@ static int send_env(lh_learner_publisher *p, void *sock, Longhaul__Envelope *env
   if (id) bad = zmq_send(sock, id, id_bytes, ZMQ_SNDMORE) < 0;
   if (!bad && delimiter) bad = zmq_send(sock, "", 0, ZMQ_SNDMORE) < 0;
   if (!bad && counted) {
-    bad = send_counted(p->queued, sock, buf, n);
+    bad = send_counted(p->queued, counted == COUNTED_WITHOUT_SLOT ? NULL : counted, sock, buf, n);
   } else {
     if (!bad) bad = zmq_send(sock, buf, n, 0) < 0;
     free(buf);
@@ -238,7 +288,7 @@ int lh_learner_publisher_announce(lh_learner_publisher *p, lh_errbuf *err) {
   Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
   env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE;
   env.weights_announce = &a;
-  int rc = send_env(p, p->pub, &env, NULL, 0, 0, 0, err);
+  int rc = send_env(p, p->pub, &env, NULL, 0, 0, NULL, err);
   if (!rc) p->counts.announces++;
   return rc;
 }
@@ -304,13 +354,19 @@ static int serve_one(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes
     Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
     env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE;
     env.weights_announce = &a;
-    rc = send_env(p, p->router, &env, id, id_bytes, delimiter, 0, err);
+    rc = send_env(p, p->router, &env, id, id_bytes, delimiter, NULL, err);
     p->counts.redirects++;
   } else {
     if (count > PUBLISH_MAX_CHUNKS) count = PUBLISH_MAX_CHUNKS;
+    p->requests++;
+    queued_peer *peer = peer_slot(p, id, id_bytes);
+    /* a peer that was sent chunks and holds none has read them: served
+     * past the cap, up to twice it */
+    int reads = peer && peer->sent > 0 && atomic_load(&peer->bytes) == 0;
+    uint64_t cap = reads ? 2 * p->queue_cap : p->queue_cap;
     for (uint32_t i = 0; i < count && !rc; i++) {
       uint64_t queued = atomic_load(&p->queued->bytes);
-      if (queued >= p->queue_cap) {
+      if (queued >= cap) {
         p->counts.requests_held++;
         lh_log_meter_warn(&p->held,
                           "%llu chunk bytes queued for peers that have not read them, the cap %llu: a request "
@@ -325,8 +381,9 @@ static int serve_one(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes
       Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
       env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK;
       env.weights_chunk = &c;
-      rc = send_env(p, p->router, &env, id, id_bytes, delimiter, 1, err);
+      rc = send_env(p, p->router, &env, id, id_bytes, delimiter, peer ? peer : COUNTED_WITHOUT_SLOT, err);
       if (!rc) {
+        if (peer) peer->sent++;
         p->counts.chunks_sent++;
         p->counts.bytes_sent += c.data.len;
         p->counts.chunks_zstd += c.encoding == LONGHAUL__WEIGHTS_ENCODING__WEIGHTS_ENCODING_ZSTD;

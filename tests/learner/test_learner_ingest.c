@@ -514,6 +514,17 @@ START_TEST(test_weights_queued_bytes_capped) {
     ck_assert_int_eq(zmq_connect(never[k], rt_ep), 0);
   }
   const lh_learner_publisher_counts *c = lh_learner_publisher_get_counts(p);
+  /* an actor that reads: one request before the flood */
+  void *d = zmq_socket(ctx, ZMQ_DEALER);
+  zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
+  ck_assert_int_eq(zmq_connect(d, rt_ep), 0);
+  send_request(d, 5, 0, 4);
+  size_t first_served = 0;
+  for (int i = 0; i < 500 && !first_served; i++)
+    ck_assert_int_eq(lh_learner_publisher_poll(p, 10, &first_served, &e), 0);
+  for (int k = 0; k < 4; k++) lh_wire_free(recv_env(d));
+  for (int i = 0; i < 2000 && lh_learner_publisher_queued_bytes(p) > 0; i++)
+    ck_assert_int_eq(lh_learner_publisher_poll(p, 5, NULL, &e), 0);
   uint64_t most = 0;
   for (int round = 0; round < 4; round++)
     for (int k = 0; k < PEERS; k++)
@@ -530,24 +541,33 @@ START_TEST(test_weights_queued_bytes_capped) {
   ck_assert_uint_ge(most, CAP);
   printf("queued chunk bytes: at most %llu (cap %d), requests held %llu, chunks sent %llu\n",
          (unsigned long long)most, CAP, (unsigned long long)c->requests_held, (unsigned long long)c->chunks_sent);
+  /* the actor that read its first request is served in full meanwhile:
+   * past the cap a peer that was sent chunks and holds none still gets
+   * its request (up to twice the cap), so the peers that never read
+   * cannot lock the readers out */
+  for (uint32_t first = 0; first < CHUNKS; first += 16) {
+    send_request(d, 5, first, 16);
+    size_t served = 0;
+    for (int i = 0; i < 500 && !served; i++) ck_assert_int_eq(lh_learner_publisher_poll(p, 10, &served, &e), 0);
+    ck_assert_uint_lt(lh_learner_publisher_queued_bytes(p), 2 * CAP + CHUNK + 256);
+    for (uint32_t k = 0; k < 16; k++) {
+      Longhaul__Envelope *env = recv_env(d);
+      ck_assert_int_eq(env->body_case, LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK);
+      ck_assert_uint_eq(env->weights_chunk->offset, (uint64_t)(first + k) * CHUNK);
+      lh_wire_free(env);
+    }
+  }
+  /* the never-readers, still holding theirs, get nothing more */
+  uint64_t held = c->requests_held;
+  send_request(never[0], 5, 0, 16);
+  size_t served = 0;
+  for (int i = 0; i < 500 && !served; i++) ck_assert_int_eq(lh_learner_publisher_poll(p, 10, &served, &e), 0);
+  ck_assert_uint_eq(c->requests_held, held + 1);
   for (int k = 0; k < PEERS; k++) zmq_close(never[k]); /* their queued chunks are dropped */
   /* the ROUTER lets a gone peer's queue go when its thread next polls */
   for (int i = 0; i < 2000 && lh_learner_publisher_queued_bytes(p) > 0; i++)
     ck_assert_int_eq(lh_learner_publisher_poll(p, 5, NULL, &e), 0);
   ck_assert_uint_eq(lh_learner_publisher_queued_bytes(p), 0);
-  /* a reader is served in full */
-  void *d = zmq_socket(ctx, ZMQ_DEALER);
-  zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
-  ck_assert_int_eq(zmq_connect(d, rt_ep), 0);
-  send_request(d, 5, 0, 16);
-  size_t served = 0;
-  for (int i = 0; i < 500 && !served; i++) ck_assert_int_eq(lh_learner_publisher_poll(p, 10, &served, &e), 0);
-  for (int k = 0; k < 16; k++) {
-    Longhaul__Envelope *env = recv_env(d);
-    ck_assert_int_eq(env->body_case, LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK);
-    ck_assert_uint_eq(env->weights_chunk->offset, (uint64_t)k * CHUNK);
-    lh_wire_free(env);
-  }
   zmq_close(d);
   lh_learner_publisher_free(p); /* chunks libzmq still holds free the count after it */
   zmq_ctx_term(ctx);
