@@ -534,8 +534,10 @@ START_TEST(test_weights_queued_bytes_capped) {
         for (int i = 0; i < 500 && !served; i++) ck_assert_int_eq(lh_learner_publisher_poll(p, 10, &served, &e), 0);
         uint64_t q = lh_learner_publisher_queued_bytes(p);
         if (q > most) most = q;
-        /* at most one chunk and its envelope past the cap */
-        ck_assert_uint_lt(q, CAP + CHUNK + 256);
+        /* at most one chunk and its envelope past twice the cap: a peer
+         * whose first chunks went into its socket's kernel buffer holds
+         * none of them here and is served as a reader, up to twice it */
+        ck_assert_uint_lt(q, 2 * CAP + CHUNK + 256);
       }
   ck_assert_uint_gt(c->requests_held, 0);
   ck_assert_uint_ge(most, CAP);
