@@ -18,9 +18,7 @@ static int canonical(const char *path, char *out) {
   char dir[PATH_MAX], real[PATH_MAX];
   const char *slash = strrchr(path, '/');
   const char *base = slash ? slash + 1 : path;
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == path) snprintf(dir, sizeof dir, "/");
-  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  lh_path_folder(path, dir, sizeof dir);
   if (!realpath(dir, real)) return -1;
   return snprintf(out, PATH_MAX, "%s/%s", real, base) < PATH_MAX ? 0 : -1;
 }
@@ -74,10 +72,7 @@ static int highest_rank_file(const char *db, size_t *highest, lh_errbuf *err) {
   const char *slash = strrchr(db, '/');
   char dir[LH_LEARNER_TEXT_BYTES];
   const char *base = slash ? slash + 1 : db;
-  if (slash)
-    snprintf(dir, sizeof dir, "%.*s", (int)(slash - db == 0 ? 1 : slash - db), db);
-  else
-    snprintf(dir, sizeof dir, ".");
+  lh_path_folder(db, dir, sizeof dir);
   DIR *d = opendir(dir);
   if (!d) return lh_errbuf_set(err, LH_ESTORE_NO_FILE, "cannot list %s to find the rank stores of %s", dir, db);
   size_t blen = strlen(base);

@@ -79,22 +79,35 @@ lh_log_level lh_log_level_from_name(const char *name) {
   return (lh_log_level)(LH_LOG_OFF + 1);
 }
 
+size_t lh_text_control_escape(const char *s, char esc[5]) {
+  const unsigned char *p = (const unsigned char *)s;
+  if (*p && (*p < 0x20 || *p == 0x7f)) return snprintf(esc, 5, "\\x%02x", *p), 1;
+  if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) return snprintf(esc, 5, "\\x%02x", p[1]), 2;
+  return 0;
+}
+
 size_t lh_text_escape(const char *in, char *out, size_t cap) {
   if (!out || !cap) return 0;
   size_t o = 0;
-  const unsigned char *p = (const unsigned char *)(in ? in : "");
-  for (; *p; p++) {
-    char esc[8];
-    size_t n = 0;
-    if (*p < 0x20 || *p == 0x7f) n = (size_t)snprintf(esc, sizeof esc, "\\x%02x", *p);
-    else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) n = (size_t)snprintf(esc, sizeof esc, "\\x%02x", *++p);
-    else esc[0] = (char)*p, n = 1;
+  const char *p = in ? in : "";
+  while (*p) {
+    char esc[5];
+    size_t took = lh_text_control_escape(p, esc), n = took ? 4 : 1;
+    if (!took) esc[0] = *p, took = 1;
     if (o + n >= cap) break;
     memcpy(out + o, esc, n);
     o += n;
+    p += took;
   }
   out[o] = 0;
   return o;
+}
+
+void lh_path_folder(const char *path, char *out, size_t bytes) {
+  const char *slash = path ? strrchr(path, '/') : NULL;
+  if (!slash) snprintf(out, bytes, ".");
+  else if (slash == path) snprintf(out, bytes, "/");
+  else snprintf(out, bytes, "%.*s", (int)(slash - path), path);
 }
 
 size_t lh_text_cut_utf8(const char *s, size_t max) {

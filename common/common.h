@@ -80,6 +80,13 @@ size_t lh_text_escape(const char *in, char *out, size_t cap);
  * a UTF-8 character's start (strlen(s) when that is within max): where to
  * cut a valid text without splitting a character. */
 size_t lh_text_cut_utf8(const char *s, size_t max);
+/* The escape lh_text_escape writes for the control character at p (C0,
+ * DEL, or a C1 character's two bytes) into esc as "\xNN": the bytes of p
+ * it stands for, or 0 when p is no control character. */
+size_t lh_text_control_escape(const char *p, char esc[5]);
+/* The folder part of path ("." when it has none, "/" for the root), into
+ * out. */
+void lh_path_folder(const char *path, char *out, size_t bytes);
 
 /* The logger: one line each, `level component: message key=value ...`.
  * The whole message goes through lh_text_escape, so no text from a peer

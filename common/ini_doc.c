@@ -11,15 +11,15 @@
 #include "common/buf.h"
 
 #include <ini.h>
-
-/* The longest line inih's buffer (INI_MAX_LINE, with the newline and the
- * NUL) takes whole. */
-#define LH_INI_MAX_LINE_BYTES (INI_MAX_LINE - 2)
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* The longest line inih's buffer (INI_MAX_LINE, with the newline and the
+ * NUL) takes whole. */
+#define LH_INI_MAX_LINE_BYTES (INI_MAX_LINE - 2)
 
 const char *const lh_ini_known_sections[] = {"fleet", "model", "learner", "actor", "env", NULL};
 
@@ -113,13 +113,6 @@ static void known_list(char *out, size_t bytes) {
     snprintf(out + strlen(out), bytes - strlen(out), "%s%s", i ? ", " : "", lh_ini_known_sections[i]);
 }
 
-/* The folder part of name ("." when it has none), into out. */
-static void folder_of(const char *name, char *out, size_t bytes) {
-  const char *slash = name ? strrchr(name, '/') : NULL;
-  if (!slash) snprintf(out, bytes, ".");
-  else if (slash == name) snprintf(out, bytes, "/");
-  else snprintf(out, bytes, "%.*s", (int)(slash - name), name);
-}
 
 /* "a.ini -> b.ini -> last", cut at bytes - 1 (a message, not a path). */
 static void chain_text(const file_state *st, const char *last, char *out, size_t bytes) {
@@ -138,7 +131,7 @@ static int include(file_state *st, const char *value, int line) {
   char name[PATH_MAX], base[PATH_MAX], chain[LH_ERRMSG_BYTES];
   if (!*value)
     return lh_errbuf_set(st->err, doc->error, "%s:%d: include = '': name the file to include", st->name, line);
-  folder_of(st->name, base, sizeof base);
+  lh_path_folder(st->name, base, sizeof base);
   int n = value[0] == '/' || !strcmp(base, ".") ? snprintf(name, sizeof name, "%s", value)
                                                  : snprintf(name, sizeof name, "%s/%s", base, value);
   if (n < 0 || (size_t)n >= sizeof name)
@@ -231,7 +224,7 @@ static int read_file(lh_ini_doc *doc, const char *name, const char *text, const 
   st.real[st.depth] = have_real ? real : NULL;
   if (!doc->text || parent) {
     char where[PATH_MAX];
-    folder_of(st.name, where, sizeof where);
+    lh_path_folder(st.name, where, sizeof where);
     if (realpath(where, folder)) st.dir = own(doc, folder);
   }
   st.lines.text = text;

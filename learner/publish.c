@@ -241,15 +241,11 @@ static int send_counted(queued_meter *q, queued_peer *peer, void *sock, uint8_t 
   return 0;
 }
 
-/* send_env's counted argument for a chunk whose peer has no slot. */
-static queued_peer counted_without_slot;
-#define COUNTED_WITHOUT_SLOT (&counted_without_slot)
-
 /* Encodes env (whose body the caller set) and sends it, after the given
- * routing frames; a counted one (a chunk) is held in the queued bytes
- * until libzmq lets it go. */
+ * routing frames; a counted one (a chunk) is held in the queued bytes, and
+ * in peer's share (NULL: it has no slot), until libzmq lets it go. */
 static int send_env(lh_learner_publisher *p, void *sock, Longhaul__Envelope *env, const void *id, size_t id_bytes,
-                    int delimiter, queued_peer *counted, lh_errbuf *err) {
+                    int delimiter, int counted, queued_peer *peer, lh_errbuf *err) {
   env->protocol = LH_WIRE_PROTOCOL;
   env->msg_id = ++p->next_msg_id;
   env->sender = "learner";
@@ -263,7 +259,7 @@ static int send_env(lh_learner_publisher *p, void *sock, Longhaul__Envelope *env
   if (id) bad = zmq_send(sock, id, id_bytes, ZMQ_SNDMORE) < 0;
   if (!bad && delimiter) bad = zmq_send(sock, "", 0, ZMQ_SNDMORE) < 0;
   if (!bad && counted) {
-    bad = send_counted(p->queued, counted == COUNTED_WITHOUT_SLOT ? NULL : counted, sock, buf, n);
+    bad = send_counted(p->queued, peer, sock, buf, n);
   } else {
     if (!bad) bad = zmq_send(sock, buf, n, 0) < 0;
     free(buf);
@@ -288,7 +284,7 @@ int lh_learner_publisher_announce(lh_learner_publisher *p, lh_errbuf *err) {
   Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
   env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE;
   env.weights_announce = &a;
-  int rc = send_env(p, p->pub, &env, NULL, 0, 0, NULL, err);
+  int rc = send_env(p, p->pub, &env, NULL, 0, 0, 0, NULL, err);
   if (!rc) p->counts.announces++;
   return rc;
 }
@@ -354,7 +350,7 @@ static int serve_one(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes
     Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
     env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_ANNOUNCE;
     env.weights_announce = &a;
-    rc = send_env(p, p->router, &env, id, id_bytes, delimiter, NULL, err);
+    rc = send_env(p, p->router, &env, id, id_bytes, delimiter, 0, NULL, err);
     p->counts.redirects++;
   } else {
     if (count > PUBLISH_MAX_CHUNKS) count = PUBLISH_MAX_CHUNKS;
@@ -381,7 +377,7 @@ static int serve_one(lh_learner_publisher *p, const uint8_t *id, size_t id_bytes
       Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
       env.body_case = LONGHAUL__ENVELOPE__BODY_WEIGHTS_CHUNK;
       env.weights_chunk = &c;
-      rc = send_env(p, p->router, &env, id, id_bytes, delimiter, peer ? peer : COUNTED_WITHOUT_SLOT, err);
+      rc = send_env(p, p->router, &env, id, id_bytes, delimiter, 1, peer, err);
       if (!rc) {
         if (peer) peer->sent++;
         p->counts.chunks_sent++;

@@ -159,6 +159,7 @@ int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config
   lh_learner_trainer *t = calloc(1, sizeof *t);
   if (!t) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
   t->m = m, t->store = store, t->cfg = *cfg, t->base = *cfg;
+  t->left_out.component = t->beyond_group.component = "train";
   t->last_row_ns = lh_now_ns();
   t->temperature = temperature > 0 ? temperature : 1.0f;
   lh_learner_adv_baseline_init(&t->baseline, cfg->baseline_decay);
@@ -322,7 +323,6 @@ static int on_ready(void *ctx, const lh_episode_row *row) {
   int rc = lh_learner_batcher_add(t->batcher, &it, c->err);
   if (rc == LH_ELEARNER_BATCH_GROUP_FULL) {
     /* A group_size mismatch with the actors: train what fits, say so. */
-    t->beyond_group.component = "train";
     lh_log_meter_warn(&t->beyond_group, "episode=%llu group=%llu beyond group_size=%llu: skipped",
                       (unsigned long long)row->id, (unsigned long long)row->group_id,
                       (unsigned long long)t->cfg.group_size);
@@ -965,7 +965,6 @@ static int read_batch(lh_learner_trainer *t, step_batch *b, lh_errbuf *err) {
      * holds, it cannot end the learner. */
     if (!jr) jr = lh_learner_check_episode(b->eps[m], &t->limits, &e);
     if (jr) {
-      t->left_out.component = "train";
       lh_log_meter_warn(&t->left_out, "episode=%llu left out: %s", (unsigned long long)id, e.msg);
       lh_errbuf ig;
       lh_store_episode_set_status(t->store, id, LH_EPISODE_ERROR, e.msg, &ig);

@@ -32,16 +32,15 @@ static char *escape(const char *v) {
   size_t n = strlen(v);
   char *e = malloc(4 * n + 1), *p = e;
   if (!e) return NULL;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)v[i];
-    if (c == '\t') *p++ = '\\', *p++ = 't';
-    else if (c == '\n') *p++ = '\\', *p++ = 'n';
-    else if (c == '\r') *p++ = '\\', *p++ = 'r';
-    else if (c == '\\') *p++ = '\\', *p++ = '\\';
-    else if (c < 0x20 || c == 0x7f) p += sprintf(p, "\\x%02x", c);
-    else if (c == 0xc2 && i + 1 < n && (unsigned char)v[i + 1] >= 0x80 && (unsigned char)v[i + 1] <= 0x9f)
-      p += sprintf(p, "\\x%02x", (unsigned char)v[++i]);
-    else *p++ = (char)c;
+  for (size_t i = 0; i < n;) {
+    char c = v[i], esc[5];
+    size_t took;
+    if (c == '\t') *p++ = '\\', *p++ = 't', i++;
+    else if (c == '\n') *p++ = '\\', *p++ = 'n', i++;
+    else if (c == '\r') *p++ = '\\', *p++ = 'r', i++;
+    else if (c == '\\') *p++ = '\\', *p++ = '\\', i++;
+    else if ((took = lh_text_control_escape(v + i, esc))) memcpy(p, esc, 4), p += 4, i += took;
+    else *p++ = c, i++;
   }
   *p = 0;
   return e;
