@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/real.h"
+#include "kernels/cpu/tile_mm.h"
 
 #define LH_CHUNK_MAX 256
 
@@ -77,7 +78,7 @@ LH_VEC_CLONES static void chunk_prepare(chunk_pre *b, const lh_real *q, const lh
       b->Kb[e] = b->Kt[e] * b->Gl[c];
     }
   }
-  LH_MM(0, 1, L, L, dk, 1, b->Qt, dk, b->Kt, dk, 0, b->A, L);
+  lh_tile_mm(0, 1, L, L, dk, b->Qt, dk, b->Kt, dk, 0, b->A, L);
   for (int i = 0; i < L; i++)
     for (int j = i + 1; j < L; j++) b->A[i * L + j] = 0;
 }
@@ -99,15 +100,15 @@ static void head_forward(lh_real *pre_mem, int keep, lh_real *out, lh_real *S,
     const lh_real *V = v + (size_t)s * D;
     if (out) {
       lh_real *O = out + (size_t)s * D;
-      LH_MM(0, 0, L, dk, dk, 1, b.Qt, dk, S, dk, 0, O, (int)D);
-      LH_MM(0, 0, L, dk, L, 1, b.A, L, V, (int)D, 1, O, (int)D);
+      lh_tile_mm(0, 0, L, dk, dk, b.Qt, dk, S, dk, 0, O, (int)D);
+      lh_tile_mm(0, 0, L, dk, L, b.A, L, V, (int)D, 1, O, (int)D);
     }
     for (int i = 0; i < dk; i++) {
       lh_real gl = b.Gl[i];
 #pragma omp simd
       for (int j = 0; j < dk; j++) S[i * dk + j] *= gl;
     }
-    LH_MM(1, 0, dk, dk, L, 1, b.Kb, dk, V, (int)D, 1, S, dk);
+    lh_tile_mm(1, 0, dk, dk, L, b.Kb, dk, V, (int)D, 1, S, dk);
   }
 }
 
@@ -200,15 +201,15 @@ LH_VEC_CLONES static void chunk_backward(const chunk_pre *b, chunk_grad *w, lh_r
                            int dk) {
   const lh_real *dO = dout + (size_t)s * D, *V = v + (size_t)s * D;
   int ld = (int)D;
-  LH_MM(0, 1, L, dk, dk, 1, dO, ld, S0, dk, 0, w->dQt, dk);
-  LH_MM(0, 1, L, L, dk, 1, dO, ld, V, ld, 0, w->dA, L);
+  lh_tile_mm(0, 1, L, dk, dk, dO, ld, S0, dk, 0, w->dQt, dk);
+  lh_tile_mm(0, 1, L, L, dk, dO, ld, V, ld, 0, w->dA, L);
   for (int i = 0; i < L; i++)
     for (int j = i + 1; j < L; j++) w->dA[i * L + j] = 0;
-  LH_MM(0, 0, L, dk, L, 1, w->dA, L, b->Kt, dk, 1, w->dQt, dk);
-  LH_MM(1, 0, L, dk, L, 1, w->dA, L, b->Qt, dk, 0, w->dKt, dk);
-  LH_MM(1, 0, L, dk, L, 1, b->A, L, dO, ld, 0, w->dV, dk);
-  LH_MM(0, 0, L, dk, dk, 1, b->Kb, dk, dS, dk, 1, w->dV, dk);
-  LH_MM(0, 1, L, dk, dk, 1, V, ld, dS, dk, 0, w->dKb, dk);
+  lh_tile_mm(0, 0, L, dk, L, w->dA, L, b->Kt, dk, 1, w->dQt, dk);
+  lh_tile_mm(1, 0, L, dk, L, w->dA, L, b->Qt, dk, 0, w->dKt, dk);
+  lh_tile_mm(1, 0, L, dk, L, b->A, L, dO, ld, 0, w->dV, dk);
+  lh_tile_mm(0, 0, L, dk, dk, b->Kb, dk, dS, dk, 1, w->dV, dk);
+  lh_tile_mm(0, 1, L, dk, dk, V, ld, dS, dk, 0, w->dKb, dk);
   /* dG rows, then the terms only G_last sees, computed before dS changes. */
   lh_real *dGl = w->dG + (size_t)(L - 1) * dk;
 #pragma omp simd
@@ -229,7 +230,7 @@ LH_VEC_CLONES static void chunk_backward(const chunk_pre *b, chunk_grad *w, lh_r
 #pragma omp simd
     for (int j = 0; j < dk; j++) dS[c * dk + j] *= gl;
   }
-  LH_MM(1, 0, dk, dk, L, 1, b->Qt, dk, dO, ld, 1, dS, dk);
+  lh_tile_mm(1, 0, dk, dk, L, b->Qt, dk, dO, ld, 1, dS, dk);
   /* Reverse cumulative sum of dG gives dg. */
   for (int i = L - 2; i >= 0; i--) {
     lh_real *dGi = w->dG + (size_t)i * dk;

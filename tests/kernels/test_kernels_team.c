@@ -8,7 +8,11 @@
  *   pick another kernel for a smaller block, so those agree within float
  *   rounding (relative 5e-5 of the row's scale), not bit for bit;
  * - the instance's scratch arena is reused: a second identical step maps
- *   nothing new. */
+ *   nothing new;
+ * - the attention's tile products (kernels/cpu/tile_mm.h) equal, bit for
+ *   bit, each element's chain over k in ascending order from beta C, for
+ *   every transpose, odd shapes and tails, strides wider than the tile, and
+ *   beta 0 over a C full of NaN (read nothing, as BLAS). */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdint.h>
@@ -17,6 +21,7 @@
 #include <string.h>
 
 #include "kernels/cpu/team.h"
+#include "kernels/cpu/tile_mm.h"
 #include "kernels/cpu/vexp.h"
 #include "kernels/kernels.h"
 
@@ -220,12 +225,77 @@ START_TEST(test_same_bits_at_any_team_size) {
 }
 END_TEST
 
+/* The chain tile_mm.h promises for one element: from beta C (0 without
+ * reading C), then + a b per k in ascending order. */
+static float tile_chain(int ta, int tb, int i, int j, int K, const float *A, int lda,
+                        const float *B, int ldb, float beta, float c) {
+  float acc = beta == 0 ? 0 : beta * c;
+  for (int k = 0; k < K; k++) {
+    float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+    float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+    acc += a * b;
+  }
+  return acc;
+}
+
+START_TEST(test_tile_mm_chain) {
+  const int sizes[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 63, 64};
+  const int n_sizes = (int)(sizeof sizes / sizeof sizes[0]);
+  const int pad = 5; /* every row stride is wider than the tile */
+  size_t cap = (size_t)(LH_TILE_MAX + pad) * (LH_TILE_MAX + pad);
+  float *A = malloc(cap * sizeof(float)), *B = malloc(cap * sizeof(float));
+  float *C = malloc(cap * sizeof(float)), *C0 = malloc(cap * sizeof(float));
+  uint32_t r = 12345;
+  for (size_t e = 0; e < cap; e++) {
+    r = r * 1664525u + 1013904223u;
+    A[e] = (float)(r >> 8) / (float)(1u << 24) - 0.5f;
+    r = r * 1664525u + 1013904223u;
+    B[e] = (float)(r >> 8) / (float)(1u << 24) - 0.5f;
+    r = r * 1664525u + 1013904223u;
+    C0[e] = (float)(r >> 8) / (float)(1u << 24) - 0.5f;
+  }
+  long checked = 0;
+  for (int mi = 0; mi < n_sizes; mi++)
+    for (int ni = 0; ni < n_sizes; ni++)
+      for (int ki = 0; ki < n_sizes; ki += 2)
+        for (int t = 0; t < 8; t++) {
+          int M = sizes[mi], N = sizes[ni], K = sizes[(ki + mi) % n_sizes];
+          int ta = t & 1, tb = (t >> 1) & 1;
+          float beta = (t >> 2) ? 1.0f : 0.0f;
+          int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+          for (int i = 0; i < M; i++)
+            for (int j = 0; j < ldc; j++)
+              C[(size_t)i * ldc + j] = beta == 0 ? NAN : C0[(size_t)i * ldc + j];
+          lh_tile_mm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+          for (int i = 0; i < M; i++) {
+            for (int j = 0; j < N; j++) {
+              float want = tile_chain(ta, tb, i, j, K, A, lda, B, ldb, beta,
+                                      C0[(size_t)i * ldc + j]);
+              float got = C[(size_t)i * ldc + j];
+              ck_assert_msg(!memcmp(&want, &got, sizeof want),
+                            "ta %d tb %d beta %g M %d N %d K %d: C[%d][%d] = %.9g, chain %.9g",
+                            ta, tb, beta, M, N, K, i, j, got, want);
+              checked++;
+            }
+            /* the stride's padding is not written */
+            for (int j = N; j < ldc; j++) {
+              float was = beta == 0 ? NAN : C0[(size_t)i * ldc + j], now = C[(size_t)i * ldc + j];
+              ck_assert(!memcmp(&was, &now, sizeof was));
+            }
+          }
+        }
+  printf("tile products: %ld elements equal their chains\n", checked);
+  free(A), free(B), free(C), free(C0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("kernels_team");
   TCase *tc = tcase_create("team");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_vexp_against_libm);
   tcase_add_test(tc, test_same_bits_at_any_team_size);
+  tcase_add_test(tc, test_tile_mm_chain);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }
