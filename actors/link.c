@@ -32,6 +32,9 @@ struct lh_actors_link {
   lh_wire_limits lim;
   uint64_t msg_base, msg_count;
   uint64_t connects, acked, rejected;
+  uint64_t handshakes_refused;  /* connections the learner refused at the handshake */
+  int64_t reconnect_at_ms;      /* after a refusal: when to connect again (0: none due) */
+  lh_log_meter refusal_meter;
   int64_t last_weights_ms;
   int weights_new;
   uint64_t announced;  /* the newest version announced */
@@ -72,7 +75,8 @@ static int attach_monitor(lh_actors_link *l, void *s, lh_errbuf *err) {
   snprintf(mon, sizeof mon, "inproc://lh-actor-monitor-%p", (void *)l);
   lh_zsock_opts mo = {.linger_ms = l->cfg.linger_ms, .max_message_bytes = 4096};
   lh_errbuf me;
-  if (zmq_socket_monitor(s, mon, ZMQ_EVENT_CONNECTED) != 0 ||
+  int events = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL;
+  if (zmq_socket_monitor(s, mon, events) != 0 ||
       !(l->monitor = lh_zsock_open(l->ctx, ZMQ_PAIR, &mo, "actor monitor", &me)) || zmq_connect(l->monitor, mon) != 0)
     return lh_errbuf_set(err, LH_EZMQ, "actor link: cannot monitor the ingest socket: %s",
                          zmq_strerror(zmq_errno()));
@@ -377,6 +381,35 @@ static int on_connect(lh_actors_link *l, lh_errbuf *err) {
   return send_hello(l, err);
 }
 
+/* The learner refused the ingest connection at its handshake (its ZAP
+ * handler: the ingest at its peer cap, or a CURVE key it does not allow).
+ * libzmq ends such a connection for good, so the link connects again
+ * after LINK_REFUSED_RETRY_MS; the reconnection resends what is unacked. */
+#define LINK_REFUSED_RETRY_MS 1000
+static void on_refused(lh_actors_link *l, uint32_t status) {
+  l->handshakes_refused++;
+  l->reconnect_at_ms = now_ms() + LINK_REFUSED_RETRY_MS;
+  l->refusal_meter.component = "actor";
+  lh_log_meter_warn(&l->refusal_meter,
+                    "the learner refused the connection endpoint=%s status=%u (its ingest may be at its peer "
+                    "cap, [learner] ingest_queue_bytes, or may not allow this actor's CURVE key); connecting "
+                    "again in %d ms",
+                    l->cfg.ingest_endpoint, (unsigned)status, LINK_REFUSED_RETRY_MS);
+}
+
+/* A monitor event: a connection made, or refused at its handshake. */
+static int on_event(lh_actors_link *l, const zmq_msg_t *m, lh_errbuf *err) {
+  uint16_t event = ZMQ_EVENT_CONNECTED;
+  uint32_t value = 0;
+  if (zmq_msg_size(m) >= 6) {
+    memcpy(&event, zmq_msg_data((zmq_msg_t *)m), sizeof event);
+    memcpy(&value, (const uint8_t *)zmq_msg_data((zmq_msg_t *)m) + 2, sizeof value);
+  }
+  if (event == ZMQ_EVENT_CONNECTED) return on_connect(l, err);
+  on_refused(l, value);
+  return 0;
+}
+
 /* Drains the messages waiting on s: 0 ingest, 1 weights, 2 monitor events
  * (each a message of two frames). */
 static int drain(lh_actors_link *l, void *s, int which, lh_errbuf *err) {
@@ -392,7 +425,7 @@ static int drain(lh_actors_link *l, void *s, int which, lh_errbuf *err) {
     int more = zmq_msg_more(&m), rc = 0;
     if (which == 0) handle_ingest(l, zmq_msg_data(&m), zmq_msg_size(&m));
     else if (which == 1) handle_weights(l, zmq_msg_data(&m), zmq_msg_size(&m), err);
-    else rc = on_connect(l, err);
+    else rc = on_event(l, &m, err);
     zmq_msg_close(&m);
     while (more) {
       zmq_msg_init(&m);
@@ -420,6 +453,13 @@ int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err) {
   if (zmq_poll(items, n, timeout_ms) < 0 && zmq_errno() != EINTR)
     return lh_errbuf_set(err, LH_EZMQ, "actor link: poll failed: %s", zmq_strerror(zmq_errno()));
   LH_TRY(drain(l, l->monitor, 2, err));
+  if (l->reconnect_at_ms && now_ms() >= l->reconnect_at_ms) {
+    l->reconnect_at_ms = 0;
+    zmq_disconnect(l->ingest, l->cfg.ingest_endpoint);  /* ENOENT when libzmq dropped it already */
+    if (zmq_connect(l->ingest, l->cfg.ingest_endpoint) != 0)
+      return lh_errbuf_set(err, LH_EZMQ, "actor link: cannot connect to %s again: %s", l->cfg.ingest_endpoint,
+                           zmq_strerror(zmq_errno()));
+  }
   LH_TRY(drain(l, l->ingest, 0, err));
   if (l->sub) {
     LH_TRY(drain(l, l->sub, 1, err));

@@ -60,6 +60,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, blas_threads, 1, 256),
     LH_INI_KEY_U64(T, max_episode_tokens, 0, LH_MAX_COUNT),
     LH_INI_KEY_U64(T, max_message_bytes, 4096, 64 << 20),
+    LH_INI_KEY_U64(T, ingest_queue_bytes, 1, LH_MAX_BYTES),
     LH_INI_KEY_U64(T, retain_versions, 0, LH_MAX_COUNT),
     LH_INI_KEY_U64(T, weights_chunk_bytes, 4096, 16 << 20),
     LH_INI_KEY_CUSTOM(expert_parallel, parse_expert_parallel, 0),
@@ -106,8 +107,15 @@ void lh_learner_config_default(lh_learner_config *c) {
   c->blas_threads = 1;
   c->max_episode_tokens = (uint64_t)1 << 22;
   c->max_message_bytes = 16u << 20;
+  c->ingest_queue_bytes = (uint64_t)1 << 30;
   c->weights_chunk_bytes = 1u << 20;
   c->expert_parallel = 1;
+}
+
+int lh_learner_config_ingest_peers(const lh_learner_config *cfg) {
+  uint64_t per_peer = LH_LEARNER_INGEST_QUEUE_MESSAGES * (cfg->max_message_bytes ? cfg->max_message_bytes : 1);
+  uint64_t n = cfg->ingest_queue_bytes / per_peer;
+  return n < 1 ? 1 : n > LH_LEARNER_INGEST_MAX_PEERS ? LH_LEARNER_INGEST_MAX_PEERS : (int)n;
 }
 
 static int parse_advantage(const char *v, void *cfg, char *why, size_t why_bytes) {
@@ -165,6 +173,15 @@ int lh_learner_config_read(const lh_ini_doc *doc, lh_learner_config *cfg, lh_err
                          "%s: [learner] batch_episodes = %llu is not a multiple of group_size = %llu "
                          "(a batch holds whole groups)",
                          where, (unsigned long long)c.batch_episodes, (unsigned long long)c.group_size);
+  }
+  uint64_t per_peer = LH_LEARNER_INGEST_QUEUE_MESSAGES * c.max_message_bytes;
+  if (c.ingest_queue_bytes < per_peer) {
+    lh_ini_later_where(&SECTION, &lines, "ingest_queue_bytes", "max_message_bytes", where, sizeof where);
+    return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
+                         "%s: [learner] ingest_queue_bytes = %llu admits no peer: one connection may queue %d "
+                         "messages of max_message_bytes = %llu, %llu bytes",
+                         where, (unsigned long long)c.ingest_queue_bytes, LH_LEARNER_INGEST_QUEUE_MESSAGES,
+                         (unsigned long long)c.max_message_bytes, (unsigned long long)per_peer);
   }
   for (size_t i = 0; i < c.n_stages; i++)
     if (c.stages[i].batch_episodes % c.group_size != 0) {

@@ -1,8 +1,9 @@
-/* learner: CURVE for the learner's three sockets. With [learner]
- * curve_secret_key_file and curve_allowed_keys set, the learner's key is
- * read, the ZAP handler of its ZeroMQ context starts with the allow-list
- * of actor keys, and the sockets bound after it are CURVE servers that
- * admit only those keys. */
+/* learner: CURVE for the learner's three sockets, and the ZAP handler of
+ * its ZeroMQ context. With [learner] curve_secret_key_file and
+ * curve_allowed_keys set, the learner's key is read, the handler starts
+ * with the allow-list of actor keys, and the sockets bound after it are
+ * CURVE servers that admit only those keys. Either way the handler caps
+ * the ingest ROUTER's connections (ingest_queue_bytes). */
 #include <string.h>
 
 #include "learner/internal.h"
@@ -13,7 +14,9 @@ int lh_learner_curve_start(void *zmq_ctx, const lh_learner_config *cfg, lh_zsock
   memset(curve, 0, sizeof *curve);
   *zap = NULL;
   int has_secret = cfg->curve_secret_key_file[0] != 0, has_allowed = cfg->curve_allowed_keys[0] != 0;
-  if (!has_secret && !has_allowed) return 0;
+  /* Without CURVE the handler still runs, with no allow-list: it caps the
+   * ingest's connections (lh_learner_service_config.zap). */
+  if (!has_secret && !has_allowed) return lh_zsock_zap_start(zmq_ctx, NULL, zap, err);
   if (!has_secret || !has_allowed)
     return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
                          "[learner] curve_secret_key_file and curve_allowed_keys go together (CURVE without an "

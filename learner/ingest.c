@@ -21,8 +21,11 @@
 #define INGEST_ROUND_BYTES (64u << 20)
 /* Messages libzmq queues per peer before it stops reading that peer's
  * connection (TCP then holds the rest at the sender): with the message
- * size limit, what one peer can make the learner buffer. */
-#define INGEST_RCVHWM 4
+ * size limit, what one peer can make the learner buffer; the ZAP handler's
+ * cap on connections bounds it in all (lh_learner_ingest_new_curve). */
+#define INGEST_RCVHWM LH_LEARNER_INGEST_QUEUE_MESSAGES
+/* The ZAP domain of the ingest ROUTER when its peers are capped. */
+#define INGEST_ZAP_DOMAIN "longhaul.ingest"
 #define IDENTITY_BYTES 256
 /* Peers remembered for sharing the back-pressure budget: a fixed table,
  * so a flood of identities cannot grow memory; the oldest is replaced. */
@@ -129,12 +132,12 @@ static int peek_msg_id(const uint8_t *b, size_t n, uint64_t *id) {
 
 lh_learner_ingest *lh_learner_ingest_new(void *zmq_ctx, const char *endpoint, lh_store *store,
                                          const lh_wire_limits *lim, lh_errbuf *err) {
-  return lh_learner_ingest_new_curve(zmq_ctx, endpoint, store, lim, NULL, err);
+  return lh_learner_ingest_new_curve(zmq_ctx, endpoint, store, lim, NULL, NULL, 0, err);
 }
 
 lh_learner_ingest *lh_learner_ingest_new_curve(void *zmq_ctx, const char *endpoint, lh_store *store,
                                                const lh_wire_limits *lim, const lh_zsock_curve *curve,
-                                               lh_errbuf *err) {
+                                               lh_zsock_zap *zap, int max_peers, lh_errbuf *err) {
   if (!zmq_ctx || !endpoint || !store) {
     lh_errbuf_set(err, LH_EINVAL, "ingest: NULL context, endpoint or store");
     return NULL;
@@ -154,9 +157,16 @@ lh_learner_ingest *lh_learner_ingest_new_curve(void *zmq_ctx, const char *endpoi
   ig->bad.component = "ingest";
   ig->foreign.component = "ingest";
   lh_zsock_opts so = {.linger_ms = INGEST_LINGER_MS, .max_message_bytes = (int64_t)ig->lim.max_message_bytes,
-                      .rcvhwm = INGEST_RCVHWM, .curve = curve};
+                      .rcvhwm = INGEST_RCVHWM, .curve = curve,
+                      .zap_domain = zap && max_peers > 0 ? INGEST_ZAP_DOMAIN : NULL};
   lh_errbuf se;
   ig->sock = lh_zsock_open(zmq_ctx, ZMQ_ROUTER, &so, "ingest ROUTER", &se);
+  if (ig->sock && so.zap_domain &&
+      lh_zsock_zap_cap_peers(zap, ig->sock, INGEST_ZAP_DOMAIN, max_peers, "ingest ROUTER", &se)) {
+    lh_errbuf_set(err, se.code, "ingest: %s", se.msg);
+    lh_learner_ingest_free(ig);
+    return NULL;
+  }
   if (!ig->sock ||
       lh_zsock_bind(ig->sock, endpoint, curve, ig->endpoint, sizeof ig->endpoint, "ingest ROUTER", &se)) {
     lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET,

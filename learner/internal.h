@@ -373,10 +373,12 @@ typedef struct {
 lh_learner_ingest *lh_learner_ingest_new(void *zmq_ctx, const char *endpoint, lh_store *store,
                                          const lh_wire_limits *lim, lh_errbuf *err);
 /* The same with the ROUTER a CURVE server when curve has a secret key
- * (net/zsock.h: the caller runs the ZAP handler; NULL is plain). */
+ * (net/zsock.h: the caller runs the ZAP handler; NULL is plain), and with
+ * zap (the context's handler) its connections capped at max_peers, which
+ * bounds what libzmq queues for all peers together (NULL: no cap). */
 lh_learner_ingest *lh_learner_ingest_new_curve(void *zmq_ctx, const char *endpoint, lh_store *store,
                                                const lh_wire_limits *lim, const lh_zsock_curve *curve,
-                                               lh_errbuf *err);
+                                               lh_zsock_zap *zap, int max_peers, lh_errbuf *err);
 void lh_learner_ingest_free(lh_learner_ingest *ig);
 const char *lh_learner_ingest_endpoint(const lh_learner_ingest *ig);
 /* The socket, for a caller's own zmq_poll over several sockets. */
@@ -551,7 +553,8 @@ lh_learner_publisher *lh_learner_publisher_new_curve(void *zmq_ctx, const char *
  * curve_allowed_keys both set, reads the learner's secret key into curve
  * and starts the ZAP handler of zmq_ctx with the allow-list (*zap, to stop
  * with lh_zsock_zap_stop before the context ends); with neither, curve is
- * left plain and *zap NULL; one without the other is a config error. */
+ * left plain and the handler starts without an allow-list, to cap the
+ * ingest's connections; one without the other is a config error. */
 int lh_learner_curve_start(void *zmq_ctx, const lh_learner_config *cfg, lh_zsock_curve *curve, lh_zsock_zap **zap,
                            lh_errbuf *err);
 void lh_learner_publisher_free(lh_learner_publisher *p);
@@ -600,6 +603,8 @@ typedef struct {
   void *zmq_ctx;
   const lh_learner_config *cfg;  /* endpoints, db (this rank's), max_db_bytes, abort_after_ms */
   const lh_zsock_curve *curve;   /* NULL or plain: no CURVE */
+  lh_zsock_zap *zap;             /* the context's ZAP handler: caps the ingest's peers at
+                                    lh_learner_config_ingest_peers(cfg); NULL: no cap */
   int serve_weights;             /* rank 0: bind the weights PUB and ROUTER */
   uint32_t chunk_bytes;
   const lh_learner_model_limits *limits;  /* what the ingest lets in; NULL: the wire's checks only */

@@ -130,6 +130,11 @@ double lh_learner_episode_scale(size_t sampled, double N, double E);
  * (counted as carry_dropped). */
 typedef enum { LH_LEARNER_CARRY_TRAIN = 0, LH_LEARNER_CARRY_DROP = 1 } lh_learner_carry;
 
+/* Messages libzmq queues per ingest connection (ZMQ_RCVHWM): with
+ * max_message_bytes, what one peer can make the learner hold before it
+ * reads. */
+#define LH_LEARNER_INGEST_QUEUE_MESSAGES 4
+
 typedef struct {
   lh_learner_adv_kind advantage;    /* advantage = grpo | rloo | reinforce (grpo) */
   double baseline_decay;    /* reinforce running-mean decay, [0, 1) (0.9) */
@@ -189,6 +194,14 @@ typedef struct {
   uint64_t blas_threads;          /* the training thread's compute team, 1..256 (1) */
   uint64_t max_episode_tokens;    /* longer episodes are refused at ingest, 0 none (4194304) */
   uint64_t max_message_bytes;     /* the largest ingest message, 4096..64 MiB (16 MiB) */
+  /* What libzmq may queue on the ingest ROUTER for all peers together, in
+   * bytes (1 GiB). libzmq queues up to LH_LEARNER_INGEST_QUEUE_MESSAGES
+   * messages per connection, so this caps the connections open at once:
+   * ingest_queue_bytes / (LH_LEARNER_INGEST_QUEUE_MESSAGES *
+   * max_message_bytes) of them (16 with the defaults), counted by the ZAP
+   * handler, which refuses the handshake of one more. At least one
+   * connection's worth. */
+  uint64_t ingest_queue_bytes;
   /* Retention: with max_db_bytes set, once the store's pages in use pass
    * 90% of it, the payloads of segments older than the newest
    * retain_versions versions are dropped. Never fewer than
@@ -207,6 +220,10 @@ typedef struct {
 } lh_learner_config;
 
 void lh_learner_config_default(lh_learner_config *cfg);
+/* The ingest connections cfg admits at once (ingest_queue_bytes over one
+ * connection's queue), at least 1 and at most LH_LEARNER_INGEST_MAX_PEERS. */
+#define LH_LEARNER_INGEST_MAX_PEERS 65536
+int lh_learner_config_ingest_peers(const lh_learner_config *cfg);
 /* Reads the defaults, then the [learner] section of doc (common/ini_doc.h;
  * db, ckpt_dir and the CURVE files resolved against their file's folder). */
 int lh_learner_config_read(const lh_ini_doc *doc, lh_learner_config *cfg, lh_errbuf *err);

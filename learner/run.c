@@ -421,7 +421,7 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   LH_TRY(lh_learner_curve_start(L->zctx, &L->cfg, &L->curve, &L->zap, err));
   lh_learner_model_limits limits;
   lh_learner_model_limits_init(&limits, lh_model_get_config(L->m), &L->cfg);
-  lh_learner_service_config sc = {.zmq_ctx = L->zctx, .cfg = &L->cfg, .curve = &L->curve,
+  lh_learner_service_config sc = {.zmq_ctx = L->zctx, .cfg = &L->cfg, .curve = &L->curve, .zap = L->zap,
                                   .serve_weights = L->rank == 0, .chunk_bytes = (uint32_t)L->cfg.weights_chunk_bytes,
                                   .limits = &limits, .run_id = L->run_id};
   LH_TRY(lh_learner_service_new(&sc, &L->svc, err));
@@ -441,7 +441,8 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
           "status version=%llu steps_run=%llu received=%llu stored=%llu duplicates=%llu rejected=%llu "
           "retried=%llu rejected_run=%llu hellos=%llu heartbeats=%llu admitted=%llu dropped_stale=%llu chunks_sent=%llu "
           "backlog=%zu backlog_cap=%llu hold=%d stale_share=%.3f busy_fraction=%.3f ckpt_failures=%llu "
-          "weights_bytes_sent=%llu chunks_zstd=%llu weights_requests_held=%llu episodes_left_out=%llu",
+          "weights_bytes_sent=%llu chunks_zstd=%llu weights_requests_held=%llu episodes_left_out=%llu "
+          "ingest_peers=%d peers_refused=%llu",
           (unsigned long long)lh_learner_trainer_version(L->trainer), (unsigned long long)steps_run,
           (unsigned long long)c->received, (unsigned long long)c->stored, (unsigned long long)c->duplicates,
           (unsigned long long)c->rejected, (unsigned long long)c->retried, (unsigned long long)c->rejected_run,
@@ -452,7 +453,8 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
           sc.hold, lh_learner_trainer_stale_share(L->trainer), busy, (unsigned long long)L->ckpt_failures,
           (unsigned long long)sc.weights.bytes_sent, (unsigned long long)sc.weights.chunks_zstd,
           (unsigned long long)sc.weights.requests_held,
-          (unsigned long long)lh_learner_trainer_left_out(L->trainer));
+          (unsigned long long)lh_learner_trainer_left_out(L->trainer), lh_zsock_zap_open_peers(L->zap),
+          (unsigned long long)lh_zsock_zap_refused(L->zap));
 }
 
 /* Whether to stop now; with several ranks they stop at the same turn (a

@@ -86,7 +86,8 @@ int lh_learner_service_new(const lh_learner_service_config *c, lh_learner_servic
   lh_wire_limits lim;
   lh_wire_limits_default(&lim);
   lim.max_message_bytes = s->cfg.max_message_bytes;
-  s->ingest = lh_learner_ingest_new_curve(c->zmq_ctx, s->cfg.ingest_endpoint, s->store, &lim, c->curve, err);
+  s->ingest = lh_learner_ingest_new_curve(c->zmq_ctx, s->cfg.ingest_endpoint, s->store, &lim, c->curve, c->zap,
+                                          lh_learner_config_ingest_peers(&s->cfg), err);
   if (!s->ingest) return err ? err->code : LH_ELEARNER_INGEST_SOCKET;
   if (c->limits) lh_learner_ingest_set_model_limits(s->ingest, c->limits);
   if (c->run_id) {

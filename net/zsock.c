@@ -60,8 +60,9 @@ void *lh_zsock_open(void *ctx, int type, const lh_zsock_opts *o, const char *wha
       rc = zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof one);
       if (!rc) opt = "ZMQ_CURVE_SECRETKEY", rc = zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, c->secret, LH_ZSOCK_KEY_CHARS + 1);
       if (!rc) {
+        const char *domain = o->zap_domain ? o->zap_domain : LH_ZSOCK_ZAP_DOMAIN;
         opt = "ZMQ_ZAP_DOMAIN";
-        rc = zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, LH_ZSOCK_ZAP_DOMAIN, strlen(LH_ZSOCK_ZAP_DOMAIN));
+        rc = zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, domain, strlen(domain));
       }
       if (!rc) opt = "ZMQ_ZAP_ENFORCE_DOMAIN", rc = zmq_setsockopt(s, ZMQ_ZAP_ENFORCE_DOMAIN, &one, sizeof one);
     } else {
@@ -72,6 +73,15 @@ void *lh_zsock_open(void *ctx, int type, const lh_zsock_opts *o, const char *wha
       if (!rc) opt = "ZMQ_CURVE_PUBLICKEY", rc = zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, pub, LH_ZSOCK_KEY_CHARS + 1);
       if (!rc) opt = "ZMQ_CURVE_SECRETKEY", rc = zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, c->secret, LH_ZSOCK_KEY_CHARS + 1);
     }
+  }
+  if (!rc && !has_curve(o->curve) && o->zap_domain) {
+    /* A plain socket with a domain: libzmq asks the handler about every
+     * NULL-mechanism handshake, and with the domain enforced a context
+     * without a handler refuses them all rather than letting them by. */
+    int one = 1;
+    opt = "ZMQ_ZAP_DOMAIN";
+    rc = zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, o->zap_domain, strlen(o->zap_domain));
+    if (!rc) opt = "ZMQ_ZAP_ENFORCE_DOMAIN", rc = zmq_setsockopt(s, ZMQ_ZAP_ENFORCE_DOMAIN, &one, sizeof one);
   }
   if (rc) {
     lh_errbuf_set(err, LH_EZMQ, "%s: cannot set %s: %s", what, opt, zmq_strerror(zmq_errno()));
@@ -218,11 +228,27 @@ int lh_zsock_keys_generate(const char *dir, const char *name, char public_key[LH
 
 /* ---- the ZAP handler ---------------------------------------------------- */
 
+/* The capped socket, as the handler thread sees it: the monitor's PAIR
+ * end (handed over through an atomic pointer, the memory barrier libzmq
+ * asks for when a socket changes threads) and which fds are open. */
+typedef struct {
+  void *monitor;
+  char domain[64];
+  char what[64];
+  int max_peers;
+  uint8_t *open;    /* open[fd]: an accepted connection not yet closed */
+  size_t open_cap;
+} zap_cap;
+
 struct lh_zsock_zap {
+  void *ctx;
   void *sock;
   pthread_t thread;
   atomic_int stop;
   atomic_uint_least64_t accepted, refused;
+  atomic_int open_peers;
+  _Atomic(zap_cap *) handed;  /* set by lh_zsock_zap_cap_peers, taken by the thread */
+  zap_cap *cap;               /* the thread's */
   uint8_t (*keys)[32];
   size_t n_keys;
   int64_t last_log_ns;
@@ -292,6 +318,51 @@ static int frame_is(zmq_msg_t *f, const char *text) {
   return zmq_msg_size(f) == n && memcmp(zmq_msg_data(f), text, n) == 0;
 }
 
+static const char cap_why[] = "the socket has its most peers";
+
+/* Applies the capped socket's monitor events that are waiting: an
+ * accepted connection opens its fd, a closed or lost one frees it. Each
+ * event is two frames: a 6-byte (event, value) and the endpoint. */
+static void cap_drain(lh_zsock_zap *z) {
+  zap_cap *c = z->cap;
+  if (!c) return;
+  for (;;) {
+    zmq_msg_t f[2];
+    int n = 0;
+    if (lh_zsock_recv_frames(c->monitor, f, 2, ZMQ_DONTWAIT, &n) != 1) return;
+    if (n >= 1 && zmq_msg_size(&f[0]) >= 6) {
+      const uint8_t *d = zmq_msg_data(&f[0]);
+      uint16_t event;
+      uint32_t fd;
+      memcpy(&event, d, sizeof event);
+      memcpy(&fd, d + 2, sizeof fd);
+      if (event == ZMQ_EVENT_ACCEPTED) {
+        if (fd >= c->open_cap) {
+          size_t cap = c->open_cap ? c->open_cap : 1024;
+          while (cap <= fd) cap *= 2;
+          uint8_t *grown = realloc(c->open, cap);
+          if (grown) {
+            memset(grown + c->open_cap, 0, cap - c->open_cap);
+            c->open = grown, c->open_cap = cap;
+          }
+        }
+        if (fd < c->open_cap && !c->open[fd]) c->open[fd] = 1, atomic_fetch_add(&z->open_peers, 1);
+      } else if (event == ZMQ_EVENT_DISCONNECTED || event == ZMQ_EVENT_CLOSED) {
+        if (fd < c->open_cap && c->open[fd]) c->open[fd] = 0, atomic_fetch_sub(&z->open_peers, 1);
+      }
+    }
+    lh_zsock_frames_close(f, n);
+  }
+}
+
+/* Whether the capped socket has more connections open than it admits.
+ * The asking connection was accepted before its handshake began, so it is
+ * among them: with max_peers open it may stay, one more may not. */
+static int cap_full(lh_zsock_zap *z) {
+  cap_drain(z);
+  return atomic_load(&z->open_peers) > z->cap->max_peers;
+}
+
 /* Answers one ZAP request (RFC 27: version, request id, domain, address,
  * routing id, mechanism, credentials...). */
 static void zap_answer(lh_zsock_zap *z) {
@@ -307,11 +378,14 @@ static void zap_answer(lh_zsock_zap *z) {
     size_t an = zmq_msg_size(&f[3]) < sizeof peer - 1 ? zmq_msg_size(&f[3]) : sizeof peer - 1;
     memcpy(peer, zmq_msg_data(&f[3]), an);
     peer[an] = 0;
+    int capped = z->cap && frame_is(&f[2], z->cap->domain);
+    int curve = frame_is(&f[5], "CURVE");
     if (!frame_is(&f[0], "1.0")) why = "ZAP version is not 1.0";
-    else if (!frame_is(&f[2], LH_ZSOCK_ZAP_DOMAIN)) why = "not the longhaul ZAP domain";
-    else if (!frame_is(&f[5], "CURVE")) why = "not a CURVE peer";
-    else if (n < 7 || zmq_msg_size(&f[6]) != 32) why = "no CURVE public key";
-    else if (!key_allowed(z, zmq_msg_data(&f[6]))) why = "public key not in the allow-list";
+    else if (!capped && !frame_is(&f[2], LH_ZSOCK_ZAP_DOMAIN)) why = "not the longhaul ZAP domain";
+    else if (!curve && !(capped && frame_is(&f[5], "NULL"))) why = "not a CURVE peer";
+    else if (curve && (n < 7 || zmq_msg_size(&f[6]) != 32)) why = "no CURVE public key";
+    else if (curve && !key_allowed(z, zmq_msg_data(&f[6]))) why = "public key not in the allow-list";
+    else if (capped && cap_full(z)) why = cap_why;
   }
   /* The reply: version, the request id echoed, status code and text,
    * user id, metadata. */
@@ -332,20 +406,40 @@ static void zap_answer(lh_zsock_zap *z) {
   z->refused_since_log++;
   int64_t now = lh_now_ns();
   if (z->last_log_ns && now - z->last_log_ns < LH_ZSOCK_LOG_INTERVAL_NS) return;
-  LH_WARN("zap", "peer refused: %s address=%s (refused since last report=%llu total=%llu)", why, peer,
-          (unsigned long long)z->refused_since_log, (unsigned long long)total);
+  if (why == cap_why)
+    LH_WARN("zap", "peer refused: %s socket=%s max_peers=%d open=%d address=%s (refused since last report=%llu "
+            "total=%llu)", why, z->cap->what, z->cap->max_peers, atomic_load(&z->open_peers), peer,
+            (unsigned long long)z->refused_since_log, (unsigned long long)total);
+  else
+    LH_WARN("zap", "peer refused: %s address=%s (refused since last report=%llu total=%llu)", why, peer,
+            (unsigned long long)z->refused_since_log, (unsigned long long)total);
   z->last_log_ns = now;
   z->refused_since_log = 0;
+}
+
+static void cap_free(zap_cap *c) {
+  if (!c) return;
+  if (c->monitor) zmq_close(c->monitor);
+  free(c->open);
+  free(c);
 }
 
 static void *zap_thread(void *arg) {
   lh_zsock_zap *z = arg;
   while (!atomic_load(&z->stop)) {
-    zmq_pollitem_t item = {z->sock, 0, ZMQ_POLLIN, 0};
-    int pr = zmq_poll(&item, 1, ZAP_POLL_MS);
+    if (!z->cap) z->cap = atomic_exchange(&z->handed, NULL);
+    zmq_pollitem_t items[2] = {{z->sock, 0, ZMQ_POLLIN, 0}, {z->cap ? z->cap->monitor : NULL, 0, ZMQ_POLLIN, 0}};
+    int pr = zmq_poll(items, z->cap ? 2 : 1, ZAP_POLL_MS);
     if (pr < 0 && zmq_errno() == ETERM) break;
-    if (pr > 0) zap_answer(z);
+    /* A registration made while this poll waited is taken before the
+     * request is answered: it was made before its socket bound. */
+    if (!z->cap) z->cap = atomic_exchange(&z->handed, NULL);
+    if (pr > 0 && (items[1].revents & ZMQ_POLLIN)) cap_drain(z);
+    if (pr > 0 && (items[0].revents & ZMQ_POLLIN)) zap_answer(z);
   }
+  cap_free(z->cap);
+  z->cap = NULL;
+  cap_free(atomic_exchange(&z->handed, NULL));
   /* Unbinding an inproc endpoint is synchronous, closing is not: a new
    * handler may bind the endpoint as soon as this one is stopped. */
   zmq_unbind(z->sock, LH_ZSOCK_ZAP_ENDPOINT);
@@ -357,11 +451,13 @@ static void *zap_thread(void *arg) {
 int lh_zsock_zap_start(void *ctx, const char *allowed, lh_zsock_zap **out, lh_errbuf *err) {
   if (!out) return lh_errbuf_set(err, LH_EINVAL, "zap: out is NULL");
   *out = NULL;
-  if (!ctx || !allowed || !*allowed) return lh_errbuf_set(err, LH_ECONFIG, "zap: no allowed keys given");
+  if (!ctx) return lh_errbuf_set(err, LH_EINVAL, "zap: no ZeroMQ context");
+  int has_list = allowed && *allowed;
   lh_zsock_zap *z = calloc(1, sizeof *z);
   if (!z) return lh_errbuf_set(err, LH_ENOMEM, "zap: out of memory");
-  int rc = load_allowed(z, allowed, err);
-  if (rc == 0 && z->n_keys == 0)
+  z->ctx = ctx;
+  int rc = has_list ? load_allowed(z, allowed, err) : 0;
+  if (rc == 0 && has_list && z->n_keys == 0)
     rc = lh_errbuf_set(err, LH_ECONFIG, "allowed keys %s: no key in it (every peer would be refused)", allowed);
   lh_zsock_opts o = {.linger_ms = LH_ZSOCK_LINGER_NONE, .max_message_bytes = 4096};
   if (rc == 0 && !(z->sock = lh_zsock_open(ctx, ZMQ_REP, &o, "ZAP handler", err))) rc = err ? err->code : LH_EZMQ;
@@ -377,9 +473,48 @@ int lh_zsock_zap_start(void *ctx, const char *allowed, lh_zsock_zap **out, lh_er
     return rc;
   }
   LH_INFO("zap", "ZAP handler started domain=%s allowed_keys=%zu source=%s", LH_ZSOCK_ZAP_DOMAIN, z->n_keys,
-          allowed);
+          has_list ? allowed : "(none: no CURVE peer)");
   *out = z;
   return 0;
+}
+
+int lh_zsock_zap_cap_peers(lh_zsock_zap *z, void *s, const char *domain, int max_peers, const char *what,
+                           lh_errbuf *err) {
+  if (!z || !s || !domain || !*domain || max_peers < 1)
+    return lh_errbuf_set(err, LH_EINVAL, "zap: a capped socket needs a socket, a domain and max_peers >= 1");
+  if (strlen(domain) >= sizeof ((zap_cap *)0)->domain || !strcmp(domain, LH_ZSOCK_ZAP_DOMAIN))
+    return lh_errbuf_set(err, LH_EINVAL, "zap: domain '%s' cannot name a capped socket", domain);
+  if (z->cap || atomic_load(&z->handed))
+    return lh_errbuf_set(err, LH_EINVAL, "zap: this handler caps a socket already");
+  zap_cap *c = calloc(1, sizeof *c);
+  if (!c) return lh_errbuf_set(err, LH_ENOMEM, "zap: out of memory");
+  snprintf(c->domain, sizeof c->domain, "%s", domain);
+  snprintf(c->what, sizeof c->what, "%s", what ? what : "socket");
+  c->max_peers = max_peers;
+  char ep[64];
+  snprintf(ep, sizeof ep, "inproc://longhaul.zap-monitor.%p", (void *)c);
+  int rc = zmq_socket_monitor(s, ep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED);
+  if (rc == 0) {
+    lh_zsock_opts o = {.linger_ms = LH_ZSOCK_LINGER_NONE};
+    c->monitor = lh_zsock_open(z->ctx, ZMQ_PAIR, &o, "ZAP monitor", err);
+    if (!c->monitor) rc = -1;
+    else if (zmq_connect(c->monitor, ep) != 0)
+      rc = lh_errbuf_set(err, LH_EZMQ, "zap: cannot connect the monitor of %s: %s", c->what,
+                         zmq_strerror(zmq_errno()));
+  } else {
+    rc = lh_errbuf_set(err, LH_EZMQ, "zap: cannot monitor %s: %s", c->what, zmq_strerror(zmq_errno()));
+  }
+  if (rc) {
+    cap_free(c);
+    return rc < 0 && err ? err->code : rc;
+  }
+  atomic_store(&z->handed, c);
+  LH_INFO("zap", "peers capped socket=%s domain=%s max_peers=%d", c->what, c->domain, max_peers);
+  return 0;
+}
+
+int lh_zsock_zap_open_peers(const lh_zsock_zap *z) {
+  return z ? atomic_load(&((lh_zsock_zap *)z)->open_peers) : 0;
 }
 
 uint64_t lh_zsock_zap_accepted(const lh_zsock_zap *z) { return z ? atomic_load(&((lh_zsock_zap *)z)->accepted) : 0; }

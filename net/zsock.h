@@ -51,6 +51,11 @@ typedef struct {
    * make a process hold is about this times the message size. */
   int sndhwm, rcvhwm;
   const lh_zsock_curve *curve;  /* NULL or secret "": plain */
+  /* ZMQ_ZAP_DOMAIN for a server socket whose peers a ZAP handler caps
+   * (lh_zsock_zap_cap_peers); NULL: LH_ZSOCK_ZAP_DOMAIN when the socket
+   * is a CURVE server, none otherwise. Set, every handshake (CURVE or
+   * plain) goes to the handler, and without one it is refused. */
+  const char *zap_domain;
 } lh_zsock_opts;
 
 /* A new socket of type on ctx with the options of o applied; what names it
@@ -100,10 +105,26 @@ int lh_zsock_keys_generate(const char *dir, const char *name, char public_key[LH
  * LH_ZSOCK_ZAP_DOMAIN whose public key is in the allow-list and refuses
  * every other request (counted, logged once per interval). allowed is a
  * file of Z85 public keys, one a line (blank lines skipped; no comments,
- * as '#' is a Z85 character), or a folder whose *.pub files hold one each. Start it
- * before the server sockets bind; stop it before zmq_ctx_term. */
+ * as '#' is a Z85 character), or a folder whose *.pub files hold one each;
+ * NULL or "": no allow-list, so no CURVE peer is accepted (a handler that
+ * only caps peers). Start it before the server sockets bind; stop it
+ * before zmq_ctx_term. */
 typedef struct lh_zsock_zap lh_zsock_zap;
 int lh_zsock_zap_start(void *ctx, const char *allowed, lh_zsock_zap **out, lh_errbuf *err);
+/* Caps the connections of one server socket s (opened with zap_domain
+ * domain, not yet bound) at max_peers: the handler watches s's accepted
+ * and closed connections through a socket monitor and refuses the
+ * handshake of a connection that would make more than max_peers open
+ * (admitted or still in their handshake), counted and logged as a
+ * refusal; a CURVE peer must also be in the allow-list. libzmq bounds the
+ * messages it queues per connection (ZMQ_RCVHWM), not over all of them:
+ * this is what bounds them in all. One capped socket per handler. what
+ * names the socket in the log. */
+int lh_zsock_zap_cap_peers(lh_zsock_zap *z, void *s, const char *domain, int max_peers, const char *what,
+                           lh_errbuf *err);
+/* Connections of the capped socket open now (admitted or in their
+ * handshake); 0 without a capped socket. */
+int lh_zsock_zap_open_peers(const lh_zsock_zap *z);
 uint64_t lh_zsock_zap_accepted(const lh_zsock_zap *z);
 uint64_t lh_zsock_zap_refused(const lh_zsock_zap *z);
 size_t lh_zsock_zap_keys(const lh_zsock_zap *z);

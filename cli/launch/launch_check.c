@@ -6,6 +6,9 @@
  *   - the [fleet] env_server command's program (on PATH or at its path);
  *   - [learner] expert_parallel against the fleet's learners and the
  *     [model] experts (both multiples of it);
+ *   - the actors each learner rank gets against the connections its
+ *     ingest admits (ingest_queue_bytes over 4 max_message_bytes): the
+ *     ones past it would be refused at every connection;
  *   - the endpoints the fleet binds on this host: well-formed, not given
  *     twice, and free (a TCP port nobody listens on, an ipc:// path no
  *     live socket holds). ZeroMQ takes over a live ipc:// path silently,
@@ -235,9 +238,24 @@ static int check_expert_parallel(const lh_launch_fleet *f, const lh_learner_conf
                        e.msg, (unsigned long long)f->fleet.learners, mc->experts);
 }
 
+/* Actor i goes to rank i % ranks, so a rank gets ceil(actors / ranks). */
+static int check_ingest_peers(const lh_launch_fleet *f, const lh_learner_config *lc, lh_errbuf *err) {
+  uint64_t ranks = f->ranks ? f->ranks : 1, per_rank = (f->fleet.actors + ranks - 1) / ranks;
+  int admits = lh_learner_config_ingest_peers(lc);
+  if (per_rank <= (uint64_t)admits) return 0;
+  return lh_errbuf_set(err, LH_ECONFIG,
+                       "%s: %llu actors per learner rank, but its ingest admits %d connections ([learner] "
+                       "ingest_queue_bytes = %llu over %d messages of max_message_bytes = %llu): raise "
+                       "ingest_queue_bytes or lower max_message_bytes",
+                       f->config_path, (unsigned long long)per_rank, admits,
+                       (unsigned long long)lc->ingest_queue_bytes, LH_LEARNER_INGEST_QUEUE_MESSAGES,
+                       (unsigned long long)lc->max_message_bytes);
+}
+
 int lh_launch_check(const lh_launch_fleet *f, const lh_learner_config *lc, const lh_actors_config *ac,
                     const lh_model_config *mc, lh_errbuf *err) {
   LH_TRY(check_expert_parallel(f, lc, mc, err));
+  LH_TRY(check_ingest_peers(f, lc, err));
   LH_TRY(check_envs(f, ac, err));
   LH_TRY(check_env_server(f, err));
   if (f->fleet.learners) LH_TRY(check_endpoints(f, lc, err)); /* actors only: this host binds nothing */

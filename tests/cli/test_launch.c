@@ -207,6 +207,16 @@ START_TEST(test_bad_config) {
   ck_assert_msg(strstr(out, "fleet.ini:4: [learner] batch_episodes") != NULL, "%s", out);
   ck_assert_int_ne(access(f.logs, F_OK), 0); /* nothing started, no log folder */
   free(out);
+  /* more actors than the learner's ingest admits (2 connections here) */
+  ck_assert_int_eq(lh_proc_write_file(f.config, "[fleet]\nactors = 3\n[learner]\nmax_message_bytes = 1048576\n"
+                                                "ingest_queue_bytes = 8388608\n"),
+                   0);
+  lfx_start(&f);
+  ck_assert_int_eq(lfx_wait(&f, 30), 2);
+  out = lfx_read(&f, "launch.out");
+  ck_assert_msg(strstr(out, "3 actors per learner rank, but its ingest admits 2 connections") != NULL, "%s", out);
+  ck_assert_int_ne(access(f.logs, F_OK), 0);
+  free(out);
   lfx_cleanup(&f);
 }
 END_TEST

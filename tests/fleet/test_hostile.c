@@ -2,7 +2,8 @@
  * that are valid on the wire but not what the model can take, poisoned
  * episodes already in the store, and peers that flood or never read. A
  * DEALER in this process plays the peer. Each case prints what it
- * counted; memory bounds are checked on the learner's peak resident
+ * counted (and peers past the ingest's cap are refused, then admitted
+ * when others leave); memory bounds are checked on the learner's peak resident
  * memory (VmHWM), never on time. Run one case: test_hostile CASE. */
 #define _GNU_SOURCE
 #include "case_main.h"  /* check.h and the suite runner */
@@ -310,6 +311,48 @@ START_TEST(test_large_segments_flood) {
 }
 END_TEST
 
+/* Peers beyond the ingest's cap (ingest_queue_bytes): libzmq queues up to
+ * 4 messages per connection, so the learner caps its connections. Two
+ * DEALERs take the learner's two places (1 MiB messages, 8 MiB in all);
+ * an actor process started then is refused at its handshake, counted on
+ * the learner's status line and logged by the actor, and gets in as soon
+ * as the two leave: its episodes are stored, nothing lost. */
+START_TEST(test_many_peers_capped) {
+  fleet f;
+  fleet_init(&f, "hostile-peers", "max_message_bytes = 1048576\ningest_queue_bytes = 8388608\n", NULL, NULL);
+  start_learner(&f, 0);
+  char log[192], alog[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "bound endpoint=", 60), "no ingest (see %s)", log);
+  ck_assert_msg(lh_proc_wait_file(log, "max_peers=2", 60), "no cap (see %s)", log);
+  void *ctx = zmq_ctx_new();
+  void *hog[2];
+  for (int i = 0; i < 2; i++) {
+    hog[i] = dealer(ctx, f.ing);
+    send_valid_episode(hog[i], 41 + (uint64_t)i, 2);  /* acked: both admitted */
+  }
+  start_actors(&f, 1);
+  actor_log(&f, 0, alog, sizeof alog);
+  ck_assert_msg(lh_proc_wait_file(log, "the socket has its most peers", 120), "no refusal (see %s)", log);
+  ck_assert_msg(lh_proc_wait_file(alog, "the learner refused the connection", 120), "actor silent (see %s)", alog);
+  uint64_t before = stored_messages(f.db);
+  for (int i = 0; i < 2; i++) zmq_close(hog[i]);
+  /* the actor's next connection is admitted and its episodes stored */
+  ck_assert_msg(WAIT_FOR(300, stored_messages(f.db) >= before + 20), "actor never admitted (see %s)", alog);
+  ck_assert_msg(lh_proc_wait_file(log, "peers_refused=", 120), "no status line (see %s)", log);
+  stop_all(&f);
+  store_counts c;
+  actor_totals t;
+  tally(&f, 0, &c, &t);
+  print_totals("hostile peers past the cap", &t, &c, "max_peers=2");
+  ck_assert_uint_gt(t.acked, 0);
+  ck_assert_uint_eq(t.lost, 0);
+  ck_assert_uint_eq(t.unacked, 0);
+  zmq_ctx_term(ctx);
+  fleet_free(&f);
+}
+END_TEST
+
 /* A store at its cap (max_db_bytes) does not stay full: retention drops
  * the payloads of versions no step can admit any more, and writes go on;
  * nothing acked is lost. */
@@ -357,6 +400,7 @@ int main(int argc, char **argv) {
       {"weights_unread", test_weights_requests_unread, 0},
       {"large_segments", test_large_segments_flood, 0},
       {"full_store", test_full_store_retention, 0},
+      {"many_peers", test_many_peers_capped, 0},
   };
   return lh_test_cases_main("hostile", cases, sizeof cases / sizeof cases[0], 600, argc, argv);
 }

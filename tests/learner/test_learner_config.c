@@ -168,7 +168,8 @@ START_TEST(test_integer_ceilings) {
   static const char *const keys[] = {"max_policy_lag", "warmup_steps", "total_steps", "batch_episodes", "group_size",
                                      "train_window", "ckpt_every", "keep_checkpoints", "burn_in", "max_db_bytes",
                                      "abort_after_ms", "max_backlog_episodes", "max_episode_tokens",
-                                     "retain_versions", "blas_threads", "max_message_bytes", "weights_chunk_bytes"};
+                                     "retain_versions", "blas_threads", "max_message_bytes", "weights_chunk_bytes",
+                                     "ingest_queue_bytes"};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     char text[128], want[96];
     snprintf(text, sizeof text, "[learner]\n%s = 18446744073709551615\n", keys[i]);
@@ -256,6 +257,20 @@ START_TEST(test_cross_key_checks) {
                "fleet.ini:3: [learner] warmup_steps = 10 is above total_steps = 5", NULL);
   expect_error("[learner]\ngroup_size = 8\nbatch_episodes = 30\n", LH_ELEARNER_CONFIG_VALUE,
                "fleet.ini:3: [learner] batch_episodes = 30 is not a multiple of group_size = 8", NULL);
+  /* the ingest's queue in all must hold one connection's: 4 messages of
+   * max_message_bytes; the connections it admits follow from the two */
+  expect_error("[learner]\nmax_message_bytes = 1048576\ningest_queue_bytes = 4194303\n", LH_ELEARNER_CONFIG_VALUE,
+               "fleet.ini:3: [learner] ingest_queue_bytes = 4194303 admits no peer", "4194304 bytes");
+  lh_learner_config c;
+  lh_errbuf e;
+  lh_learner_config_default(&c);
+  ck_assert_int_eq(lh_learner_config_ingest_peers(&c), 16);
+  ck_assert_msg(parse("[learner]\nmax_message_bytes = 1048576\ningest_queue_bytes = 4194304\n", &c, &e) == 0, "%s",
+                e.msg);
+  ck_assert_int_eq(lh_learner_config_ingest_peers(&c), 1);
+  ck_assert_msg(parse("[learner]\nmax_message_bytes = 4096\ningest_queue_bytes = 1099511627776\n", &c, &e) == 0, "%s",
+                e.msg);
+  ck_assert_int_eq(lh_learner_config_ingest_peers(&c), LH_LEARNER_INGEST_MAX_PEERS);
 }
 END_TEST
 

@@ -5,7 +5,8 @@
  * process whose key is not (nothing of it stored, the refusals counted in
  * the learner's log) and answers nothing to a plain (non-CURVE) client;
  * CURVE keys given by halves, or a secret key file others can read, are
- * config errors. Plugins load only from allowed paths. */
+ * config errors. A ZAP handler caps a socket's connections (the ingest's
+ * bound in all). Plugins load only from allowed paths. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
@@ -200,6 +201,89 @@ static int plain_client_answers(void) {
   zmq_ctx_term(ctx);
   return got;
 }
+
+/* A ZAP handler without an allow-list caps one plain ROUTER at 2
+ * connections: two DEALERs are served, a third is refused at its
+ * handshake (counted) and its message never reaches the ROUTER; once one
+ * of the two leaves, its next connection is admitted and its message
+ * arrives. */
+static int wait_open_peers(const lh_zsock_zap *z, int want) {
+  for (int i = 0; i < 3000; i++) {
+    if (lh_zsock_zap_open_peers(z) == want) return 1;
+    usleep(10000);
+  }
+  return 0;
+}
+
+START_TEST(test_peer_cap) {
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "cap"), 0);
+  void *ctx = zmq_ctx_new();
+  lh_zsock_zap *z = NULL;
+  lh_errbuf e;
+  ck_assert_msg(lh_zsock_zap_start(ctx, NULL, &z, &e) == 0, "%s", e.msg);
+  lh_zsock_opts ro = {.linger_ms = LH_ZSOCK_LINGER_NONE, .zap_domain = "longhaul.test"};
+  void *r = lh_zsock_open(ctx, ZMQ_ROUTER, &ro, "capped ROUTER", &e);
+  ck_assert_ptr_nonnull(r);
+  /* the default domain and a second cap are refused */
+  ck_assert_int_eq(lh_zsock_zap_cap_peers(z, r, LH_ZSOCK_ZAP_DOMAIN, 2, "capped ROUTER", &e), LH_EINVAL);
+  ck_assert_msg(lh_zsock_zap_cap_peers(z, r, "longhaul.test", 2, "capped ROUTER", &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(lh_zsock_zap_cap_peers(z, r, "longhaul.other", 2, "capped ROUTER", &e), LH_EINVAL);
+  char ep[128];
+  snprintf(ep, sizeof ep, "ipc://%s/capped", dir);
+  ck_assert_int_eq(lh_zsock_bind(r, ep, NULL, NULL, 0, "capped ROUTER", &e), 0);
+  int timeout = 30000;
+  ck_assert_int_eq(zmq_setsockopt(r, ZMQ_RCVTIMEO, &timeout, sizeof timeout), 0);
+  lh_zsock_opts dopt = {.linger_ms = LH_ZSOCK_LINGER_NONE};
+  void *d[3];
+  char buf[16];
+  for (int i = 0; i < 3; i++) {
+    d[i] = lh_zsock_open(ctx, ZMQ_DEALER, &dopt, "DEALER", &e);
+    ck_assert_ptr_nonnull(d[i]);
+  }
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(zmq_connect(d[i], ep), 0);
+    snprintf(buf, sizeof buf, "from %d", i);
+    ck_assert_int_eq(zmq_send(d[i], buf, strlen(buf), 0), (int)strlen(buf));
+    zmq_msg_t f[2];
+    int n = 0;
+    ck_assert_int_eq(lh_zsock_recv_frames(r, f, 2, 0, &n), 1);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(memcmp(zmq_msg_data(&f[1]), buf, strlen(buf)), 0);
+    lh_zsock_frames_close(f, n);
+  }
+  ck_assert(wait_open_peers(z, 2));
+  ck_assert_uint_eq(lh_zsock_zap_refused(z), 0);
+  ck_assert_int_eq(zmq_connect(d[2], ep), 0);
+  ck_assert_int_eq(zmq_send(d[2], "from 2", 6, 0), 6);
+  for (int i = 0; i < 3000 && lh_zsock_zap_refused(z) < 1; i++) usleep(10000);
+  ck_assert_uint_eq(lh_zsock_zap_refused(z), 1);
+  ck_assert(wait_open_peers(z, 2)); /* the refused connection is closed */
+  zmq_pollitem_t item = {r, 0, ZMQ_POLLIN, 0};
+  ck_assert_int_eq(zmq_poll(&item, 1, 0), 0);
+  /* one leaves; the third connects again, as an actor does after a
+   * refusal (libzmq ends a refused connection for good), and is admitted */
+  zmq_close(d[0]);
+  ck_assert(wait_open_peers(z, 1));
+  zmq_disconnect(d[2], ep);
+  ck_assert_int_eq(zmq_connect(d[2], ep), 0);
+  ck_assert_int_eq(zmq_send(d[2], "again", 5, 0), 5);
+  zmq_msg_t f[2];
+  int n = 0;
+  ck_assert_int_eq(lh_zsock_recv_frames(r, f, 2, 0, &n), 1);
+  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(zmq_msg_size(&f[1]), 5);
+  ck_assert_int_eq(memcmp(zmq_msg_data(&f[1]), "again", 5), 0);
+  lh_zsock_frames_close(f, n);
+  ck_assert_uint_eq(lh_zsock_zap_refused(z), 1);
+  ck_assert(wait_open_peers(z, 2));
+  zmq_close(d[1]);
+  zmq_close(d[2]);
+  zmq_close(r);
+  lh_zsock_zap_stop(z);
+  zmq_ctx_term(ctx);
+  lh_proc_rmdir(dir);
+}
+END_TEST
 
 START_TEST(test_curve_allow_list_processes) {
   ck_assert(zmq_has("curve"));
@@ -520,6 +604,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_zsock_pieces);
   tcase_add_test(t, test_keys_generate);
   tcase_add_test(t, test_allow_list);
+  tcase_add_test(t, test_peer_cap);
   tcase_add_test(t, test_curve_allow_list_processes);
   tcase_add_test(t, test_curve_config_halves);
   tcase_add_test(t, test_plugin_paths);
