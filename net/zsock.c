@@ -230,14 +230,25 @@ int lh_zsock_keys_generate(const char *dir, const char *name, char public_key[LH
 
 /* The capped socket, as the handler thread sees it: the monitor's PAIR
  * end (handed over through an atomic pointer, the memory barrier libzmq
- * asks for when a socket changes threads) and which fds are open. */
+ * asks for when a socket changes threads), which fds are open and since
+ * when, and the counts of its monitor's events.
+ *
+ * libzmq's handshake events carry no fd, so which open connections are
+ * admitted is counted, not known: those in their handshake are the
+ * accepted ones that neither succeeded nor failed yet, and at most the
+ * open ones accepted within the socket's handshake timeout (no handshake
+ * lasts longer), which also bounds any drift of the counts; with none of
+ * those open, the counts start again from nothing in handshake. */
 typedef struct {
   void *monitor;
   char domain[64];
   char what[64];
   int max_peers;
-  uint8_t *open;    /* open[fd]: an accepted connection not yet closed */
+  int64_t handshake_ns;  /* the socket's ZMQ_HANDSHAKE_IVL */
+  int64_t *open_at;      /* open_at[fd]: when an open connection was accepted; 0 closed */
   size_t open_cap;
+  int open;
+  uint64_t accepted, succeeded, failed, approved;
 } zap_cap;
 
 struct lh_zsock_zap {
@@ -320,16 +331,16 @@ static int frame_is(zmq_msg_t *f, const char *text) {
 
 static const char cap_why[] = "the socket has its most peers";
 
-/* Applies the capped socket's monitor events that are waiting: an
- * accepted connection opens its fd, a closed or lost one frees it. Each
- * event is two frames: a 6-byte (event, value) and the endpoint. */
+/* Applies the capped socket's monitor events that are waiting. Each
+ * event is two frames: a 6-byte (event, value: the fd for accepted and
+ * closed connections) and the endpoint. */
 static void cap_drain(lh_zsock_zap *z) {
   zap_cap *c = z->cap;
   if (!c) return;
   for (;;) {
     zmq_msg_t f[2];
     int n = 0;
-    if (lh_zsock_recv_frames(c->monitor, f, 2, ZMQ_DONTWAIT, &n) != 1) return;
+    if (lh_zsock_recv_frames(c->monitor, f, 2, ZMQ_DONTWAIT, &n) != 1) break;
     if (n >= 1 && zmq_msg_size(&f[0]) >= 6) {
       const uint8_t *d = zmq_msg_data(&f[0]);
       uint16_t event;
@@ -337,30 +348,47 @@ static void cap_drain(lh_zsock_zap *z) {
       memcpy(&event, d, sizeof event);
       memcpy(&fd, d + 2, sizeof fd);
       if (event == ZMQ_EVENT_ACCEPTED) {
+        c->accepted++;
         if (fd >= c->open_cap) {
           size_t cap = c->open_cap ? c->open_cap : 1024;
           while (cap <= fd) cap *= 2;
-          uint8_t *grown = realloc(c->open, cap);
+          int64_t *grown = realloc(c->open_at, cap * sizeof *grown);
           if (grown) {
-            memset(grown + c->open_cap, 0, cap - c->open_cap);
-            c->open = grown, c->open_cap = cap;
+            memset(grown + c->open_cap, 0, (cap - c->open_cap) * sizeof *grown);
+            c->open_at = grown, c->open_cap = cap;
           }
         }
-        if (fd < c->open_cap && !c->open[fd]) c->open[fd] = 1, atomic_fetch_add(&z->open_peers, 1);
+        if (fd < c->open_cap && !c->open_at[fd]) c->open_at[fd] = lh_now_ns(), c->open++;
       } else if (event == ZMQ_EVENT_DISCONNECTED || event == ZMQ_EVENT_CLOSED) {
-        if (fd < c->open_cap && c->open[fd]) c->open[fd] = 0, atomic_fetch_sub(&z->open_peers, 1);
+        if (fd < c->open_cap && c->open_at[fd]) c->open_at[fd] = 0, c->open--;
+      } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        c->succeeded++;
+      } else {
+        c->failed++; /* HANDSHAKE_FAILED_NO_DETAIL, _PROTOCOL, _AUTH */
       }
     }
     lh_zsock_frames_close(f, n);
   }
+  atomic_store(&z->open_peers, c->open);
 }
 
-/* Whether the capped socket has more connections open than it admits.
- * The asking connection was accepted before its handshake began, so it is
- * among them: with max_peers open it may stay, one more may not. */
+/* Whether the capped socket has its most peers: those admitted and still
+ * open, and those approved whose handshake has not finished, against
+ * max_peers. The asking connection is in its handshake, not among them. */
 static int cap_full(lh_zsock_zap *z) {
+  zap_cap *c = z->cap;
   cap_drain(z);
-  return atomic_load(&z->open_peers) > z->cap->max_peers;
+  int64_t since = lh_now_ns() - c->handshake_ns;
+  uint64_t recent = 0;
+  for (size_t fd = 0; fd < c->open_cap; fd++) recent += c->open_at[fd] > since;
+  if (recent == 0) c->failed = c->accepted - c->succeeded; /* nothing can be in its handshake */
+  uint64_t done = c->succeeded + c->failed;
+  uint64_t in_handshake = c->accepted > done ? c->accepted - done : 0;
+  if (in_handshake > recent) in_handshake = recent;
+  uint64_t admitted = (uint64_t)c->open > in_handshake ? (uint64_t)c->open - in_handshake : 0;
+  uint64_t pending = c->approved > c->succeeded ? c->approved - c->succeeded : 0;
+  if (pending > in_handshake) pending = in_handshake;
+  return admitted + pending >= (uint64_t)c->max_peers;
 }
 
 /* Answers one ZAP request (RFC 27: version, request id, domain, address,
@@ -372,13 +400,14 @@ static void zap_answer(lh_zsock_zap *z) {
   if (r == 0 || r < 0) return;
   const char *why = NULL;
   char peer[64] = "";
+  int capped = 0;
   if (r == 2 || n < 6) {
     why = "malformed ZAP request";
   } else {
     size_t an = zmq_msg_size(&f[3]) < sizeof peer - 1 ? zmq_msg_size(&f[3]) : sizeof peer - 1;
     memcpy(peer, zmq_msg_data(&f[3]), an);
     peer[an] = 0;
-    int capped = z->cap && frame_is(&f[2], z->cap->domain);
+    capped = z->cap && frame_is(&f[2], z->cap->domain);
     int curve = frame_is(&f[5], "CURVE");
     if (!frame_is(&f[0], "1.0")) why = "ZAP version is not 1.0";
     else if (!capped && !frame_is(&f[2], LH_ZSOCK_ZAP_DOMAIN)) why = "not the longhaul ZAP domain";
@@ -399,6 +428,7 @@ static void zap_answer(lh_zsock_zap *z) {
   zmq_send(z->sock, "", 0, 0);
   lh_zsock_frames_close(f, n);
   if (!why) {
+    if (capped) z->cap->approved++;
     atomic_fetch_add(&z->accepted, 1);
     return;
   }
@@ -420,7 +450,7 @@ static void zap_answer(lh_zsock_zap *z) {
 static void cap_free(zap_cap *c) {
   if (!c) return;
   if (c->monitor) zmq_close(c->monitor);
-  free(c->open);
+  free(c->open_at);
   free(c);
 }
 
@@ -493,7 +523,14 @@ int lh_zsock_zap_cap_peers(lh_zsock_zap *z, void *s, const char *domain, int max
   c->max_peers = max_peers;
   char ep[64];
   snprintf(ep, sizeof ep, "inproc://longhaul.zap-monitor.%p", (void *)c);
-  int rc = zmq_socket_monitor(s, ep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED);
+  int ivl = 30000;
+  size_t ivl_bytes = sizeof ivl;
+  zmq_getsockopt(s, ZMQ_HANDSHAKE_IVL, &ivl, &ivl_bytes);
+  c->handshake_ns = (ivl > 0 ? ivl : 30000) * 1000000ll;
+  int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+  int rc = zmq_socket_monitor(s, ep, events);
   if (rc == 0) {
     lh_zsock_opts o = {.linger_ms = LH_ZSOCK_LINGER_NONE};
     c->monitor = lh_zsock_open(z->ctx, ZMQ_PAIR, &o, "ZAP monitor", err);

@@ -112,18 +112,20 @@ int lh_zsock_keys_generate(const char *dir, const char *name, char public_key[LH
 typedef struct lh_zsock_zap lh_zsock_zap;
 int lh_zsock_zap_start(void *ctx, const char *allowed, lh_zsock_zap **out, lh_errbuf *err);
 /* Caps the connections of one server socket s (opened with zap_domain
- * domain, not yet bound) at max_peers: the handler watches s's accepted
- * and closed connections through a socket monitor and refuses the
- * handshake of a connection that would make more than max_peers open
- * (admitted or still in their handshake), counted and logged as a
- * refusal; a CURVE peer must also be in the allow-list. libzmq bounds the
- * messages it queues per connection (ZMQ_RCVHWM), not over all of them:
- * this is what bounds them in all. One capped socket per handler. what
- * names the socket in the log. */
+ * domain, not yet bound) at max_peers: the handler watches s's
+ * connections and handshakes through a socket monitor and refuses the
+ * handshake of a connection when max_peers are admitted and open, or
+ * approved and finishing their handshake (counted and logged as a
+ * refusal); a CURVE peer must also be in the allow-list. Connections that
+ * have not finished a handshake hold no place, so a burst admits
+ * max_peers of its connections. libzmq bounds the messages it queues per
+ * connection (ZMQ_RCVHWM), not over all of them: this is what bounds them
+ * in all. One capped socket per handler. what names the socket in the
+ * log. */
 int lh_zsock_zap_cap_peers(lh_zsock_zap *z, void *s, const char *domain, int max_peers, const char *what,
                            lh_errbuf *err);
-/* Connections of the capped socket open now (admitted or in their
- * handshake); 0 without a capped socket. */
+/* Connections of the capped socket open now (admitted or not yet
+ * through their handshake); 0 without a capped socket. */
 int lh_zsock_zap_open_peers(const lh_zsock_zap *z);
 uint64_t lh_zsock_zap_accepted(const lh_zsock_zap *z);
 uint64_t lh_zsock_zap_refused(const lh_zsock_zap *z);

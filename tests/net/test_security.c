@@ -206,7 +206,7 @@ static int plain_client_answers(void) {
  * connections: two DEALERs are served, a third is refused at its
  * handshake (counted) and its message never reaches the ROUTER; once one
  * of the two leaves, its next connection is admitted and its message
- * arrives. */
+ * arrives. Six connecting at once: two are admitted. */
 static int wait_open_peers(const lh_zsock_zap *z, int want) {
   for (int i = 0; i < 3000; i++) {
     if (lh_zsock_zap_open_peers(z) == want) return 1;
@@ -278,6 +278,25 @@ START_TEST(test_peer_cap) {
   ck_assert(wait_open_peers(z, 2));
   zmq_close(d[1]);
   zmq_close(d[2]);
+  ck_assert(wait_open_peers(z, 0));
+  /* six at once: two admitted, four refused, however their handshakes
+   * interleave (the count is of admitted and approved connections, not of
+   * those still in their handshake) */
+  void *burst[6];
+  for (int i = 0; i < 6; i++) {
+    burst[i] = lh_zsock_open(ctx, ZMQ_DEALER, &dopt, "DEALER", &e);
+    ck_assert_int_eq(zmq_connect(burst[i], ep), 0);
+    ck_assert_int_eq(zmq_send(burst[i], "burst", 5, 0), 5);
+  }
+  for (int i = 0; i < 3000 && lh_zsock_zap_refused(z) < 5; i++) usleep(10000);
+  ck_assert_uint_eq(lh_zsock_zap_refused(z), 5);
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(lh_zsock_recv_frames(r, f, 2, 0, &n), 1);
+    lh_zsock_frames_close(f, n);
+  }
+  ck_assert(wait_open_peers(z, 2));
+  ck_assert_int_eq(zmq_poll(&item, 1, 0), 0);
+  for (int i = 0; i < 6; i++) zmq_close(burst[i]);
   zmq_close(r);
   lh_zsock_zap_stop(z);
   zmq_ctx_term(ctx);
