@@ -534,8 +534,13 @@ int lh_zsock_zap_cap_peers(lh_zsock_zap *z, void *s, const char *domain, int max
   if (rc == 0) {
     lh_zsock_opts o = {.linger_ms = LH_ZSOCK_LINGER_NONE};
     c->monitor = lh_zsock_open(z->ctx, ZMQ_PAIR, &o, "ZAP monitor", err);
+    /* libzmq drops a monitor event its pipe has no room for, and a lost
+     * close would hold a place for good: no high-water mark on this end
+     * makes the inproc pipe unbounded (the thread drains it at once). */
+    int unbounded = 0;
     if (!c->monitor) rc = -1;
-    else if (zmq_connect(c->monitor, ep) != 0)
+    else if (zmq_setsockopt(c->monitor, ZMQ_RCVHWM, &unbounded, sizeof unbounded) != 0 ||
+             zmq_connect(c->monitor, ep) != 0)
       rc = lh_errbuf_set(err, LH_EZMQ, "zap: cannot connect the monitor of %s: %s", c->what,
                          zmq_strerror(zmq_errno()));
   } else {
