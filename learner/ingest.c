@@ -26,6 +26,14 @@
 #define INGEST_RCVHWM LH_LEARNER_INGEST_QUEUE_MESSAGES
 /* The ZAP domain of the ingest ROUTER when its peers are capped. */
 #define INGEST_ZAP_DOMAIN "longhaul.ingest"
+/* A capped ingest counts every open connection, so connections that hold
+ * a place without being of use are closed: one whose handshake has not
+ * finished in 10 s (an honest one takes milliseconds), and one that has
+ * answered nothing, not even libzmq's own ping, for a minute (its host
+ * gone without a FIN). An actor closed so connects again by itself. */
+#define INGEST_HANDSHAKE_MS 10000
+#define INGEST_HEARTBEAT_MS 10000
+#define INGEST_HEARTBEAT_TIMEOUT_MS 60000
 #define IDENTITY_BYTES 256
 /* Peers remembered for sharing the back-pressure budget: a fixed table,
  * so a flood of identities cannot grow memory; the oldest is replaced. */
@@ -158,7 +166,9 @@ lh_learner_ingest *lh_learner_ingest_new_curve(void *zmq_ctx, const char *endpoi
   ig->foreign.component = "ingest";
   lh_zsock_opts so = {.linger_ms = INGEST_LINGER_MS, .max_message_bytes = (int64_t)ig->lim.max_message_bytes,
                       .rcvhwm = INGEST_RCVHWM, .curve = curve,
-                      .zap_domain = zap && max_peers > 0 ? INGEST_ZAP_DOMAIN : NULL};
+                      .zap_domain = zap && max_peers > 0 ? INGEST_ZAP_DOMAIN : NULL,
+                      .handshake_ms = INGEST_HANDSHAKE_MS, .heartbeat_ms = INGEST_HEARTBEAT_MS,
+                      .heartbeat_timeout_ms = INGEST_HEARTBEAT_TIMEOUT_MS};
   lh_errbuf se;
   ig->sock = lh_zsock_open(zmq_ctx, ZMQ_ROUTER, &so, "ingest ROUTER", &se);
   if (ig->sock && so.zap_domain &&

@@ -454,7 +454,7 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
           (unsigned long long)sc.weights.bytes_sent, (unsigned long long)sc.weights.chunks_zstd,
           (unsigned long long)sc.weights.requests_held,
           (unsigned long long)lh_learner_trainer_left_out(L->trainer), lh_zsock_zap_open_peers(L->zap),
-          (unsigned long long)lh_zsock_zap_refused(L->zap));
+          (unsigned long long)lh_zsock_zap_cap_refused(L->zap));
 }
 
 /* Whether to stop now; with several ranks they stop at the same turn (a

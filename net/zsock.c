@@ -47,6 +47,18 @@ void *lh_zsock_open(void *ctx, int type, const lh_zsock_opts *o, const char *wha
     opt = "ZMQ_RCVHWM";
     rc = zmq_setsockopt(s, ZMQ_RCVHWM, &o->rcvhwm, sizeof o->rcvhwm);
   }
+  if (!rc && o->handshake_ms > 0) {
+    opt = "ZMQ_HANDSHAKE_IVL";
+    rc = zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &o->handshake_ms, sizeof o->handshake_ms);
+  }
+  if (!rc && o->heartbeat_ms > 0) {
+    opt = "ZMQ_HEARTBEAT_IVL";
+    rc = zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &o->heartbeat_ms, sizeof o->heartbeat_ms);
+    if (!rc && o->heartbeat_timeout_ms > 0) {
+      opt = "ZMQ_HEARTBEAT_TIMEOUT";
+      rc = zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &o->heartbeat_timeout_ms, sizeof o->heartbeat_timeout_ms);
+    }
+  }
   if (!rc && has_curve(o->curve)) {
     const lh_zsock_curve *c = o->curve;
     if (!zmq_has("curve")) {
@@ -230,25 +242,23 @@ int lh_zsock_keys_generate(const char *dir, const char *name, char public_key[LH
 
 /* The capped socket, as the handler thread sees it: the monitor's PAIR
  * end (handed over through an atomic pointer, the memory barrier libzmq
- * asks for when a socket changes threads), which fds are open and since
- * when, and the counts of its monitor's events.
+ * asks for when a socket changes threads) and which fds are open.
  *
- * libzmq's handshake events carry no fd, so which open connections are
- * admitted is counted, not known: those in their handshake are the
- * accepted ones that neither succeeded nor failed yet, and at most the
- * open ones accepted within the socket's handshake timeout (no handshake
- * lasts longer), which also bounds any drift of the counts; with none of
- * those open, the counts start again from nothing in handshake. */
+ * Only the open connections are counted, from the monitor's accepted and
+ * closed events, which name their fd: libzmq's handshake events name
+ * none, some failed handshakes report no event at all, and a ZAP request
+ * does not say which connection asks, so a count of admitted connections
+ * drifts with what peers choose to send. The open count cannot: a
+ * connection admitted only while at most max_peers are open (itself
+ * among them) keeps the admitted ones at max_peers or fewer. */
 typedef struct {
   void *monitor;
   char domain[64];
   char what[64];
   int max_peers;
-  int64_t handshake_ns;  /* the socket's ZMQ_HANDSHAKE_IVL */
-  int64_t *open_at;      /* open_at[fd]: when an open connection was accepted; 0 closed */
+  uint8_t *open_fd;  /* open_fd[fd]: an accepted connection not yet closed */
   size_t open_cap;
   int open;
-  uint64_t accepted, succeeded, failed, approved;
 } zap_cap;
 
 struct lh_zsock_zap {
@@ -256,7 +266,7 @@ struct lh_zsock_zap {
   void *sock;
   pthread_t thread;
   atomic_int stop;
-  atomic_uint_least64_t accepted, refused;
+  atomic_uint_least64_t accepted, refused, cap_refused;
   atomic_int open_peers;
   _Atomic(zap_cap *) handed;  /* set by lh_zsock_zap_cap_peers, taken by the thread */
   zap_cap *cap;               /* the thread's */
@@ -332,8 +342,8 @@ static int frame_is(zmq_msg_t *f, const char *text) {
 static const char cap_why[] = "the socket has its most peers";
 
 /* Applies the capped socket's monitor events that are waiting. Each
- * event is two frames: a 6-byte (event, value: the fd for accepted and
- * closed connections) and the endpoint. */
+ * event is two frames: a 6-byte (event, value: the connection's fd) and
+ * the endpoint. */
 static void cap_drain(lh_zsock_zap *z) {
   zap_cap *c = z->cap;
   if (!c) return;
@@ -348,23 +358,18 @@ static void cap_drain(lh_zsock_zap *z) {
       memcpy(&event, d, sizeof event);
       memcpy(&fd, d + 2, sizeof fd);
       if (event == ZMQ_EVENT_ACCEPTED) {
-        c->accepted++;
         if (fd >= c->open_cap) {
           size_t cap = c->open_cap ? c->open_cap : 1024;
           while (cap <= fd) cap *= 2;
-          int64_t *grown = realloc(c->open_at, cap * sizeof *grown);
+          uint8_t *grown = realloc(c->open_fd, cap);
           if (grown) {
-            memset(grown + c->open_cap, 0, (cap - c->open_cap) * sizeof *grown);
-            c->open_at = grown, c->open_cap = cap;
+            memset(grown + c->open_cap, 0, cap - c->open_cap);
+            c->open_fd = grown, c->open_cap = cap;
           }
         }
-        if (fd < c->open_cap && !c->open_at[fd]) c->open_at[fd] = lh_now_ns(), c->open++;
-      } else if (event == ZMQ_EVENT_DISCONNECTED || event == ZMQ_EVENT_CLOSED) {
-        if (fd < c->open_cap && c->open_at[fd]) c->open_at[fd] = 0, c->open--;
-      } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-        c->succeeded++;
-      } else {
-        c->failed++; /* HANDSHAKE_FAILED_NO_DETAIL, _PROTOCOL, _AUTH */
+        if (fd < c->open_cap && !c->open_fd[fd]) c->open_fd[fd] = 1, c->open++;
+      } else if (fd < c->open_cap && c->open_fd[fd]) { /* DISCONNECTED, CLOSED */
+        c->open_fd[fd] = 0, c->open--;
       }
     }
     lh_zsock_frames_close(f, n);
@@ -372,23 +377,11 @@ static void cap_drain(lh_zsock_zap *z) {
   atomic_store(&z->open_peers, c->open);
 }
 
-/* Whether the capped socket has its most peers: those admitted and still
- * open, and those approved whose handshake has not finished, against
- * max_peers. The asking connection is in its handshake, not among them. */
+/* Whether one more connection would pass the cap: the asking connection
+ * was accepted before its handshake began, so it is among the open ones. */
 static int cap_full(lh_zsock_zap *z) {
-  zap_cap *c = z->cap;
   cap_drain(z);
-  int64_t since = lh_now_ns() - c->handshake_ns;
-  uint64_t recent = 0;
-  for (size_t fd = 0; fd < c->open_cap; fd++) recent += c->open_at[fd] > since;
-  if (recent == 0) c->failed = c->accepted - c->succeeded; /* nothing can be in its handshake */
-  uint64_t done = c->succeeded + c->failed;
-  uint64_t in_handshake = c->accepted > done ? c->accepted - done : 0;
-  if (in_handshake > recent) in_handshake = recent;
-  uint64_t admitted = (uint64_t)c->open > in_handshake ? (uint64_t)c->open - in_handshake : 0;
-  uint64_t pending = c->approved > c->succeeded ? c->approved - c->succeeded : 0;
-  if (pending > in_handshake) pending = in_handshake;
-  return admitted + pending >= (uint64_t)c->max_peers;
+  return z->cap->open > z->cap->max_peers;
 }
 
 /* Answers one ZAP request (RFC 27: version, request id, domain, address,
@@ -428,11 +421,11 @@ static void zap_answer(lh_zsock_zap *z) {
   zmq_send(z->sock, "", 0, 0);
   lh_zsock_frames_close(f, n);
   if (!why) {
-    if (capped) z->cap->approved++;
     atomic_fetch_add(&z->accepted, 1);
     return;
   }
   uint64_t total = atomic_fetch_add(&z->refused, 1) + 1;
+  if (why == cap_why) atomic_fetch_add(&z->cap_refused, 1);
   z->refused_since_log++;
   int64_t now = lh_now_ns();
   if (z->last_log_ns && now - z->last_log_ns < LH_ZSOCK_LOG_INTERVAL_NS) return;
@@ -450,7 +443,7 @@ static void zap_answer(lh_zsock_zap *z) {
 static void cap_free(zap_cap *c) {
   if (!c) return;
   if (c->monitor) zmq_close(c->monitor);
-  free(c->open_at);
+  free(c->open_fd);
   free(c);
 }
 
@@ -523,13 +516,7 @@ int lh_zsock_zap_cap_peers(lh_zsock_zap *z, void *s, const char *domain, int max
   c->max_peers = max_peers;
   char ep[64];
   snprintf(ep, sizeof ep, "inproc://longhaul.zap-monitor.%p", (void *)c);
-  int ivl = 30000;
-  size_t ivl_bytes = sizeof ivl;
-  zmq_getsockopt(s, ZMQ_HANDSHAKE_IVL, &ivl, &ivl_bytes);
-  c->handshake_ns = (ivl > 0 ? ivl : 30000) * 1000000ll;
-  int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+  int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED;
   int rc = zmq_socket_monitor(s, ep, events);
   if (rc == 0) {
     lh_zsock_opts o = {.linger_ms = LH_ZSOCK_LINGER_NONE};
@@ -553,6 +540,10 @@ int lh_zsock_zap_cap_peers(lh_zsock_zap *z, void *s, const char *domain, int max
   atomic_store(&z->handed, c);
   LH_INFO("zap", "peers capped socket=%s domain=%s max_peers=%d", c->what, c->domain, max_peers);
   return 0;
+}
+
+uint64_t lh_zsock_zap_cap_refused(const lh_zsock_zap *z) {
+  return z ? atomic_load(&((lh_zsock_zap *)z)->cap_refused) : 0;
 }
 
 int lh_zsock_zap_open_peers(const lh_zsock_zap *z) {

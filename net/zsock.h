@@ -56,6 +56,14 @@ typedef struct {
    * is a CURVE server, none otherwise. Set, every handshake (CURVE or
    * plain) goes to the handler, and without one it is refused. */
   const char *zap_domain;
+  /* ZMQ_HANDSHAKE_IVL: a connection that has not finished its handshake
+   * by then is closed; 0 leaves libzmq's 30 s. */
+  int handshake_ms;
+  /* ZMQ_HEARTBEAT_IVL and ZMQ_HEARTBEAT_TIMEOUT: a ZMTP ping every
+   * heartbeat_ms, and a connection that answers nothing for
+   * heartbeat_timeout_ms is closed (its peer's host gone, with no FIN ever
+   * coming); 0 sends none. libzmq answers pings by itself. */
+  int heartbeat_ms, heartbeat_timeout_ms;
 } lh_zsock_opts;
 
 /* A new socket of type on ctx with the options of o applied; what names it
@@ -112,21 +120,25 @@ int lh_zsock_keys_generate(const char *dir, const char *name, char public_key[LH
 typedef struct lh_zsock_zap lh_zsock_zap;
 int lh_zsock_zap_start(void *ctx, const char *allowed, lh_zsock_zap **out, lh_errbuf *err);
 /* Caps the connections of one server socket s (opened with zap_domain
- * domain, not yet bound) at max_peers: the handler watches s's
- * connections and handshakes through a socket monitor and refuses the
- * handshake of a connection when max_peers are admitted and open, or
- * approved and finishing their handshake (counted and logged as a
- * refusal); a CURVE peer must also be in the allow-list. Connections that
- * have not finished a handshake hold no place, so a burst admits
- * max_peers of its connections. libzmq bounds the messages it queues per
- * connection (ZMQ_RCVHWM), not over all of them: this is what bounds them
- * in all. One capped socket per handler. what names the socket in the
- * log. */
+ * domain, not yet bound) at max_peers: the handler counts s's open
+ * connections through a socket monitor (accepted, closed) and refuses the
+ * handshake of a connection while more than max_peers are open, itself
+ * among them (counted and logged as a refusal); a CURVE peer must also be
+ * in the allow-list. So at most max_peers admitted connections are open
+ * at any time, whatever peers send. Connections still in their handshake
+ * count too: a burst of more than max_peers may be refused whole, and
+ * each refused client connects again (libzmq ends a refused connection
+ * for good). libzmq bounds the messages it queues per connection
+ * (ZMQ_RCVHWM), not over all of them: this is what bounds them in all.
+ * One capped socket per handler. what names the socket in the log. */
 int lh_zsock_zap_cap_peers(lh_zsock_zap *z, void *s, const char *domain, int max_peers, const char *what,
                            lh_errbuf *err);
 /* Connections of the capped socket open now (admitted or not yet
  * through their handshake); 0 without a capped socket. */
 int lh_zsock_zap_open_peers(const lh_zsock_zap *z);
+/* Handshakes refused for the cap alone (lh_zsock_zap_refused counts
+ * every refusal, the allow-list's too). */
+uint64_t lh_zsock_zap_cap_refused(const lh_zsock_zap *z);
 uint64_t lh_zsock_zap_accepted(const lh_zsock_zap *z);
 uint64_t lh_zsock_zap_refused(const lh_zsock_zap *z);
 size_t lh_zsock_zap_keys(const lh_zsock_zap *z);

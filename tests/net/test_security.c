@@ -206,7 +206,7 @@ static int plain_client_answers(void) {
  * connections: two DEALERs are served, a third is refused at its
  * handshake (counted) and its message never reaches the ROUTER; once one
  * of the two leaves, its next connection is admitted and its message
- * arrives. Six connecting at once: two are admitted. */
+ * arrives. Six connecting at once: at most two are admitted. */
 static int wait_open_peers(const lh_zsock_zap *z, int want) {
   for (int i = 0; i < 3000; i++) {
     if (lh_zsock_zap_open_peers(z) == want) return 1;
@@ -279,23 +279,31 @@ START_TEST(test_peer_cap) {
   zmq_close(d[1]);
   zmq_close(d[2]);
   ck_assert(wait_open_peers(z, 0));
-  /* six at once: two admitted, four refused, however their handshakes
-   * interleave (the count is of admitted and approved connections, not of
-   * those still in their handshake) */
+  /* six at once: each ends refused or delivers its message, and at most
+   * two deliver (connections in their handshake count too, so a burst may
+   * be refused whole) */
   void *burst[6];
+  uint64_t refused_before = lh_zsock_zap_refused(z);
   for (int i = 0; i < 6; i++) {
     burst[i] = lh_zsock_open(ctx, ZMQ_DEALER, &dopt, "DEALER", &e);
     ck_assert_int_eq(zmq_connect(burst[i], ep), 0);
     ck_assert_int_eq(zmq_send(burst[i], "burst", 5, 0), 5);
   }
-  for (int i = 0; i < 3000 && lh_zsock_zap_refused(z) < 5; i++) usleep(10000);
-  ck_assert_uint_eq(lh_zsock_zap_refused(z), 5);
-  for (int i = 0; i < 2; i++) {
-    ck_assert_int_eq(lh_zsock_recv_frames(r, f, 2, 0, &n), 1);
-    lh_zsock_frames_close(f, n);
+  int delivered = 0;
+  timeout = 10;
+  ck_assert_int_eq(zmq_setsockopt(r, ZMQ_RCVTIMEO, &timeout, sizeof timeout), 0);
+  for (int i = 0; i < 6000 && delivered + (int)(lh_zsock_zap_refused(z) - refused_before) < 6; i++) {
+    if (lh_zsock_recv_frames(r, f, 2, 0, &n) == 1) {
+      delivered++;
+      lh_zsock_frames_close(f, n);
+    }
   }
-  ck_assert(wait_open_peers(z, 2));
-  ck_assert_int_eq(zmq_poll(&item, 1, 0), 0);
+  printf("peer cap: a burst of 6, %d delivered, %llu refused\n", delivered,
+         (unsigned long long)(lh_zsock_zap_refused(z) - refused_before));
+  ck_assert_int_eq(delivered + (int)(lh_zsock_zap_refused(z) - refused_before), 6);
+  ck_assert_int_le(delivered, 2);
+  ck_assert(wait_open_peers(z, delivered));
+  ck_assert_uint_eq(lh_zsock_zap_cap_refused(z), lh_zsock_zap_refused(z)); /* no allow-list here */
   for (int i = 0; i < 6; i++) zmq_close(burst[i]);
   zmq_close(r);
   lh_zsock_zap_stop(z);
