@@ -39,26 +39,19 @@ void *lh_zsock_open(void *ctx, int type, const lh_zsock_opts *o, const char *wha
     opt = "ZMQ_MAXMSGSIZE";
     rc = zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &o->max_message_bytes, sizeof o->max_message_bytes);
   }
-  if (!rc && o->sndhwm > 0) {
-    opt = "ZMQ_SNDHWM";
-    rc = zmq_setsockopt(s, ZMQ_SNDHWM, &o->sndhwm, sizeof o->sndhwm);
-  }
-  if (!rc && o->rcvhwm > 0) {
-    opt = "ZMQ_RCVHWM";
-    rc = zmq_setsockopt(s, ZMQ_RCVHWM, &o->rcvhwm, sizeof o->rcvhwm);
-  }
-  if (!rc && o->handshake_ms > 0) {
-    opt = "ZMQ_HANDSHAKE_IVL";
-    rc = zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &o->handshake_ms, sizeof o->handshake_ms);
-  }
-  if (!rc && o->heartbeat_ms > 0) {
-    opt = "ZMQ_HEARTBEAT_IVL";
-    rc = zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &o->heartbeat_ms, sizeof o->heartbeat_ms);
-    if (!rc && o->heartbeat_timeout_ms > 0) {
-      opt = "ZMQ_HEARTBEAT_TIMEOUT";
-      rc = zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &o->heartbeat_timeout_ms, sizeof o->heartbeat_timeout_ms);
-    }
-  }
+  /* The integer options, each set when asked for (positive); a heartbeat
+   * timeout goes with a heartbeat only. */
+  const struct {
+    int option, value;
+    const char *name;
+  } ints[] = {{ZMQ_SNDHWM, o->sndhwm, "ZMQ_SNDHWM"},
+              {ZMQ_RCVHWM, o->rcvhwm, "ZMQ_RCVHWM"},
+              {ZMQ_HANDSHAKE_IVL, o->handshake_ms, "ZMQ_HANDSHAKE_IVL"},
+              {ZMQ_HEARTBEAT_IVL, o->heartbeat_ms, "ZMQ_HEARTBEAT_IVL"},
+              {ZMQ_HEARTBEAT_TIMEOUT, o->heartbeat_ms > 0 ? o->heartbeat_timeout_ms : 0, "ZMQ_HEARTBEAT_TIMEOUT"}};
+  for (size_t i = 0; !rc && i < sizeof ints / sizeof ints[0]; i++)
+    if (ints[i].value > 0)
+      opt = ints[i].name, rc = zmq_setsockopt(s, ints[i].option, &ints[i].value, sizeof ints[i].value);
   if (!rc && has_curve(o->curve)) {
     const lh_zsock_curve *c = o->curve;
     if (!zmq_has("curve")) {
