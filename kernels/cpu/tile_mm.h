@@ -94,7 +94,7 @@ static inline __attribute__((always_inline)) void lh_tile_rows(int rows, int ta,
     }
 }
 
-LH_VEC_CLONES static void lh_tile_mm_n(int ta, int tb, int M, int N, int K, const lh_real *A,
+LH_VEC_CLONES __attribute__((unused)) static void lh_tile_mm_n(int ta, int tb, int M, int N, int K, const lh_real *A,
                                        int lda, const lh_real *B, int ldb, lh_real beta,
                                        lh_real *C, int ldc) {
   lh_real Bt[LH_TILE_MAX * LH_TILE_MAX];
@@ -111,13 +111,19 @@ LH_VEC_CLONES static void lh_tile_mm_n(int ta, int tb, int M, int N, int K, cons
 }
 
 /* C = op(A) op(B) + beta C (alpha 1): the tile kernel where every side fits
- * LH_TILE_MAX, else one BLAS call. */
+ * LH_TILE_MAX, else one BLAS call. An unoptimised build (Debug, the
+ * sanitizers' build) calls BLAS for all: the kernel's speed is the
+ * compiler's holding a row in registers, and without it a training step
+ * under ASan took several times as long. test_kernels_team checks the
+ * kernel itself (lh_tile_mm_n) in every build. */
 static inline void lh_tile_mm(int ta, int tb, int M, int N, int K, const lh_real *A, int lda,
                               const lh_real *B, int ldb, lh_real beta, lh_real *C, int ldc) {
+#ifdef __OPTIMIZE__
   if (M <= LH_TILE_MAX && N <= LH_TILE_MAX && K <= LH_TILE_MAX) {
     lh_tile_mm_n(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
     return;
   }
+#endif
   LH_MM(ta, tb, M, N, K, 1, A, lda, B, ldb, beta, C, ldc);
 }
 

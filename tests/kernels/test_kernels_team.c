@@ -267,7 +267,7 @@ START_TEST(test_tile_mm_chain) {
         for (int i = 0; i < M; i++)
           for (int j = 0; j < ldc; j++)
             C[(size_t)i * ldc + j] = beta == 0 ? NAN : C0[(size_t)i * ldc + j];
-        lh_tile_mm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+        lh_tile_mm_n(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
         for (int i = 0; i < M; i++) {
           for (int j = 0; j < N; j++) {
             float want = tile_chain(ta, tb, i, j, K, A, lda, B, ldb, beta,
