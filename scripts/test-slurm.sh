@@ -92,10 +92,19 @@ check_order() {
   esac
 }
 
+# Below the kernel's ephemeral range: the three fleets use these ports for
+# minutes, and a port from that range can meanwhile become the local end of
+# any process's outgoing connection (the third fleet's learner once found
+# its weights port so taken: "Address already in use", eight restarts).
 base=$(/usr/bin/python3 - <<'EOF'
 import socket, random
+lo = 32768
+try:
+    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    pass
 for _ in range(200):
-    p = random.randint(20000, 60000)
+    p = random.randint(10000, max(10001, lo - 20))
     socks = []
     try:
         for q in (p, p + 10, p + 1, p + 2):
