@@ -32,9 +32,8 @@ struct lh_actors_link {
   lh_wire_limits lim;
   uint64_t msg_base, msg_count;
   uint64_t connects, acked, rejected;
-  uint64_t handshakes_refused;  /* connections the learner refused at the handshake */
   int64_t reconnect_at_ms;      /* after a refusal: when to connect again (0: none due) */
-  lh_log_meter refusal_meter;
+  lh_log_meter refusal_meter;   /* counts the learner's refusals of the ingest connection */
   int64_t last_weights_ms;
   int weights_new;
   uint64_t announced;  /* the newest version announced */
@@ -114,6 +113,7 @@ int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actor
   l->cfg = *cfg;
   l->ctx = zmq_ctx;
   l->window = UINT32_MAX;
+  l->refusal_meter.component = "actor";
   l->name = malloc(strlen(cfg->name ? cfg->name : "") + 1);
   int rc = 0;
   if (!l->name) {
@@ -387,9 +387,7 @@ static int on_connect(lh_actors_link *l, lh_errbuf *err) {
  * after LINK_REFUSED_RETRY_MS; the reconnection resends what is unacked. */
 #define LINK_REFUSED_RETRY_MS 1000
 static void on_refused(lh_actors_link *l, uint32_t status) {
-  l->handshakes_refused++;
   l->reconnect_at_ms = now_ms() + LINK_REFUSED_RETRY_MS;
-  l->refusal_meter.component = "actor";
   lh_log_meter_warn(&l->refusal_meter,
                     "the learner refused the connection endpoint=%s status=%u (its ingest may be at its peer "
                     "cap, [learner] ingest_queue_bytes, or may not allow this actor's CURVE key); connecting "
