@@ -95,6 +95,8 @@ static const lh_backend cpu_backend = {
     OP(attn_recurrent_forward),
     OP(attn_recurrent_backward),
     OP(attn_decode_step),
+    OP(conv_forward),
+    OP(conv_backward),
     OP(moe_route_forward),
     OP(moe_route_backward),
     OP(moe_experts_forward),

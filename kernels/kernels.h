@@ -43,6 +43,9 @@ int lh_kernels_cuda_devices(char *name, int name_bytes);
 /* The version a table built from this header carries. */
 #define LH_BACKEND_VERSION 1
 
+/* The widest short convolution (conv_forward), the most [model] conv takes. */
+#define LH_CONV_MAX_WIDTH 8
+
 /* RMSNorm epsilon of the model (ARCHITECTURE.md §4). */
 #define LH_RMSNORM_EPS 1e-6f
 
@@ -180,6 +183,23 @@ struct lh_backend {
                                  const float *q, const float *k, const float *v,
                                  const float *g, const float *state_in,
                                  const int32_t *seq_offsets, int n_seq, int H, int dk);
+  // The short causal convolution of q, k and v, each channel on its own:
+  // out[t][c] = sum_{j<W} w[j][c] x[t-j][c] within each packed sequence
+  // (seq_offsets as above); x, out are (T,C), w is (W,C), W <=
+  // LH_CONV_MAX_WIDTH. Rows before a sequence's start come from its tail:
+  // sequence s's at tail_in + s * tail_stride, (W-1,C), oldest row first;
+  // tail_in NULL means zero rows. tail_out (same layout, or NULL) gets each
+  // sequence's last W-1 input rows, reaching into tail_in when the
+  // sequence is shorter; it may be tail_in (the tails go out last). The
+  // decode runs it on B sequences of one row each.
+  int (*conv_forward)(void *ctx, float *out, float *tail_out, const float *x, const float *w,
+                      const float *tail_in, size_t tail_stride, const int32_t *seq_offsets,
+                      int n_seq, int C, int W);
+  // dout is (T,C); dx (T,C) and dw (W,C) += ... (either may be NULL); the
+  // tail gets no gradient, like the attention state a window starts from.
+  int (*conv_backward)(void *ctx, float *dx, float *dw, const float *dout, const float *x,
+                       const float *w, const float *tail_in, size_t tail_stride,
+                       const int32_t *seq_offsets, int n_seq, int C, int W);
   // Batched decode: one new token for each of B independent sequences.
   // q, k, v, g, out are (B,H*dk), state is (B,H,dk,dk), updated in place:
   // S = diag(exp(g)) S + k^T v, out = q S.

@@ -120,8 +120,7 @@ __global__ void recurrent_bwd(float *dq, float *dk_, float *dv, float *dg, float
       for (int i = 0; i < dk; i++) dstate_in[si + (size_t)i * dk + j] += dS[(size_t)i * dk + j];
 }
 
-// The checks of the CPU form on a host copy of the offsets; returns T.
-static int check_offsets(lh_cuda_ctx *c, const int32_t *seq_offsets, int n_seq, int H, int dk,
+int lh_cuda_check_offsets(lh_cuda_ctx *c, const int32_t *seq_offsets, int n_seq, int H, int dk,
                          int *max_len) {
   if (n_seq <= 0 || H <= 0 || dk <= 0) return LH_EKERNELS_SHAPE;
   if (!seq_offsets) return LH_EKERNELS_NULL_ARG;
@@ -166,7 +165,7 @@ extern "C" int lh_cuda_attn_recurrent_forward(void *ctx, float *out, float *stat
   if (!ctx) return LH_EKERNELS_NULL_ARG;
   lh_cuda_ctx *c = lh_cuda(ctx);
   int max_len = 0;
-  int T = check_offsets(c, seq_offsets, n_seq, H, dk, &max_len);
+  int T = lh_cuda_check_offsets(c, seq_offsets, n_seq, H, dk, &max_len);
   if (T < 0) return T;
   if (!out || !q || !k || !v || !g) return LH_EKERNELS_NULL_ARG;
   size_t SS = (size_t)dk * dk;
@@ -190,7 +189,7 @@ extern "C" int lh_cuda_attn_recurrent_backward(void *ctx, float *dq, float *dk_,
   if (!ctx) return LH_EKERNELS_NULL_ARG;
   lh_cuda_ctx *c = lh_cuda(ctx);
   int max_len = 0;
-  int T = check_offsets(c, seq_offsets, n_seq, H, dk, &max_len);
+  int T = lh_cuda_check_offsets(c, seq_offsets, n_seq, H, dk, &max_len);
   if (T < 0) return T;
   if (!dout || !q || !k || !v || !g) return LH_EKERNELS_NULL_ARG;
   size_t SS = (size_t)dk * dk;

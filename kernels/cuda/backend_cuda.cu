@@ -174,6 +174,8 @@ static void fill_table(lh_cuda_ctx *c) {
   OP(attn_recurrent_forward);
   OP(attn_recurrent_backward);
   OP(attn_decode_step);
+  OP(conv_forward);
+  OP(conv_backward);
   OP(moe_route_forward);
   OP(moe_route_backward);
   OP(moe_experts_forward);

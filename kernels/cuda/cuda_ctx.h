@@ -89,6 +89,12 @@ void *lh_cuda_scratch(lh_cuda_ctx *c, int slot, size_t bytes);
 // it for the next use; *value gets the flag.
 int lh_cuda_read_flag(lh_cuda_ctx *c, int *value);
 
+// The checks of the CPU kernels on a host copy of a launch's sequence
+// offsets (device memory, n_seq+1): returns T, the last offset, or an error;
+// *max_len gets the longest sequence.
+int lh_cuda_check_offsets(lh_cuda_ctx *c, const int32_t *seq_offsets, int n_seq, int H, int dk,
+                          int *max_len);
+
 #define LH_CUDA_THREADS 256
 
 // Blocks for a grid-stride loop over n elements.
@@ -170,6 +176,12 @@ int lh_cuda_patch_forward(void *ctx, float *out, const float *image, int H, int 
 int lh_cuda_patch_backward(void *ctx, float *dw, float *db, float *dpos, const float *dout,
                            const float *image, int H, int W, int patch, const float *w,
                            int max_patches, int C);
+int lh_cuda_conv_forward(void *ctx, float *out, float *tail_out, const float *x, const float *w,
+                         const float *tail_in, size_t tail_stride, const int32_t *seq_offsets,
+                         int n_seq, int C, int W);
+int lh_cuda_conv_backward(void *ctx, float *dx, float *dw, const float *dout, const float *x,
+                          const float *w, const float *tail_in, size_t tail_stride,
+                          const int32_t *seq_offsets, int n_seq, int C, int W);
 int lh_cuda_attn_decode_step(void *ctx, float *out, float *state, const float *q,
                              const float *k, const float *v, const float *g, int B, int H,
                              int dk);

@@ -215,6 +215,60 @@ END_TEST
 START_TEST(test_grad_attention_recurrent) { attention_grad(1); }
 END_TEST
 
+/* ---- the short convolution ------------------------------------------------ */
+typedef struct {
+  int C, W, n_seq;
+  int32_t off[4];
+  double *x, *w, *tail, *out, *wout;
+} cv_env;
+
+static double cv_loss(void *p) {
+  cv_env *e = p;
+  ck_assert_int_eq(lh_cpu64_conv_forward(NULL, e->out, NULL, e->x, e->w, e->tail,
+                                         (size_t)(e->W - 1) * e->C, e->off, e->n_seq, e->C, e->W), 0);
+  return dot_d(e->out, e->wout, (size_t)e->off[e->n_seq] * e->C);
+}
+
+/* Three packed sequences, one shorter than the width, with tails. */
+START_TEST(test_grad_conv) {
+  test_rng r = {11};
+  cv_env e = {.C = 5, .W = 4, .n_seq = 3, .off = {0, 7, 9, 15}};
+  size_t T = 15, nx = T * e.C, nw = (size_t)e.W * e.C, nt = 3 * (size_t)(e.W - 1) * e.C;
+  e.x = alloc_d(nx), e.w = alloc_d(nw), e.tail = alloc_d(nt), e.out = alloc_d(nx), e.wout = alloc_d(nx);
+  fill_d(&r, e.x, nx, -1, 1), fill_d(&r, e.w, nw, -1, 1), fill_d(&r, e.tail, nt, -1, 1);
+  fill_d(&r, e.wout, nx, -1, 1);
+  double *dx = alloc_d(nx), *dw = alloc_d(nw);
+  ck_assert_int_eq(lh_cpu64_conv_backward(NULL, dx, dw, e.wout, e.x, e.w, e.tail, (size_t)(e.W - 1) * e.C,
+                                          e.off, e.n_seq, e.C, e.W), 0);
+  CHECK_GRAD("conv", "x", e.x, nx, dx, cv_loss, &e);
+  CHECK_GRAD("conv", "w", e.w, nw, dw, cv_loss, &e);
+  free(e.x), free(e.w), free(e.tail), free(e.out), free(e.wout), free(dx), free(dw);
+}
+END_TEST
+
+/* One sequence cut into windows of 5, 1, 2 and 6 rows, each continuing the
+ * tail the last one ended with (updated in place), gives the rows of one
+ * pass; the tail after the last window is the last W-1 rows. */
+START_TEST(test_conv_windows_equal_one_pass) {
+  test_rng r = {12};
+  int C = 3, W = 4, T = 14, cut[] = {0, 5, 6, 8, 14};
+  size_t nx = (size_t)T * C;
+  double *x = alloc_d(nx), *w = alloc_d((size_t)W * C), *one = alloc_d(nx), *win = alloc_d(nx);
+  double *tail = alloc_d((size_t)(W - 1) * C);
+  fill_d(&r, x, nx, -1, 1), fill_d(&r, w, (size_t)W * C, -1, 1);
+  int32_t off[2] = {0, T};
+  ck_assert_int_eq(lh_cpu64_conv_forward(NULL, one, NULL, x, w, NULL, 0, off, 1, C, W), 0);
+  for (int i = 0; i < 4; i++) {
+    int32_t o[2] = {0, cut[i + 1] - cut[i]};
+    ck_assert_int_eq(lh_cpu64_conv_forward(NULL, win + (size_t)cut[i] * C, tail, x + (size_t)cut[i] * C, w,
+                                           i ? tail : NULL, 0, o, 1, C, W), 0);
+  }
+  for (size_t i = 0; i < nx; i++) ck_assert_double_eq_tol(one[i], win[i], 1e-12);
+  for (size_t i = 0; i < (size_t)(W - 1) * C; i++) ck_assert_double_eq(tail[i], x[(size_t)(T - W + 1) * C + i]);
+  free(x), free(w), free(one), free(win), free(tail);
+}
+END_TEST
+
 /* ---- MoE routing and experts ---------------------------------------------- */
 typedef struct {
   int N, E, k, r, f;
@@ -512,6 +566,8 @@ int main(void) {
   tcase_add_test(tc, test_grad_embedding_patch);
   tcase_add_test(tc, test_grad_attention_chunked);
   tcase_add_test(tc, test_grad_attention_recurrent);
+  tcase_add_test(tc, test_grad_conv);
+  tcase_add_test(tc, test_conv_windows_equal_one_pass);
   tcase_add_test(tc, test_grad_moe_route);
   tcase_add_test(tc, test_grad_moe_experts);
   tcase_add_test(tc, test_grad_moe_experts_dense);

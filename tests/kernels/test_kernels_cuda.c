@@ -9,7 +9,8 @@
  * the output's scale, with margin);
  * chunked attention: fp32 1e-5 against the CPU's chunked form, bf16 1e-2
  * forward and 2e-2 backward, 1e-4 against the step-by-step kernels (see
- * test_attn_chunked). NCCL with a single rank.
+ * test_attn_chunked); the short convolution fp32 1e-5. NCCL with a single
+ * rank.
  *
  * Without a device this checks that opening the backend is a clear error
  * and exits 77 ("skipped: no CUDA device"). CUDA cannot be used in a child
@@ -501,6 +502,54 @@ static void recurrent_case(int dk) {
 START_TEST(test_attn_recurrent) {
   recurrent_case(16);
   recurrent_case(40);
+}
+END_TEST
+
+/* The short convolution: four sequences (one empty, one shorter than the
+ * tail), tails in and out, a tail updated in place, the decode's shape (B
+ * sequences of one row) and the backward adding into random gradients. */
+START_TEST(test_conv) {
+  test_rng r = {91};
+  const int CH = 37, W = 4, n_seq = 4;
+  int32_t offs[5] = {0, 9, 9, 11, 30};
+  const int T = offs[n_seq];
+  size_t n = (size_t)T * CH, tf = (size_t)(W - 1) * CH, nt = (size_t)n_seq * tf, nw = (size_t)W * CH;
+  float *x = rand_f(&r, n, -1, 1), *w = rand_f(&r, nw, -1, 1), *tin = rand_f(&r, nt, -1, 1);
+  float *dout = rand_f(&r, n, -1, 1), *dx = rand_f(&r, n, -1, 1), *dw = rand_f(&r, nw, -1, 1);
+  float *out = alloc_f(n), *tout = alloc_f(nt);
+  float *g_x = dev_f(x, n), *g_w = dev_f(w, nw), *g_tin = dev_f(tin, nt), *g_dout = dev_f(dout, n);
+  float *g_dx = dev_f(dx, n), *g_dw = dev_f(dw, nw), *g_out = dev_f(out, n), *g_tout = dev_f(tout, nt);
+  int32_t *g_offs = dev_i(offs, 5);
+  ck_assert_int_eq(C->conv_forward(NULL, out, tout, x, w, tin, tf, offs, n_seq, CH, W), 0);
+  ck_assert_int_eq(G->conv_forward(G->context, g_out, g_tout, g_x, g_w, g_tin, tf, g_offs, n_seq, CH, W), 0);
+  expect_near("conv_forward out", out, g_out, n, TOL_FP32);
+  expect_near("conv_forward tail", tout, g_tout, nt, TOL_FP32);
+  ck_assert_int_eq(C->conv_forward(NULL, out, NULL, x, w, NULL, tf, offs, n_seq, CH, W), 0);
+  ck_assert_int_eq(G->conv_forward(G->context, g_out, NULL, g_x, g_w, NULL, tf, g_offs, n_seq, CH, W), 0);
+  expect_near("conv_forward zero tails", out, g_out, n, TOL_FP32);
+  ck_assert_int_eq(C->conv_backward(NULL, dx, dw, dout, x, w, tin, tf, offs, n_seq, CH, W), 0);
+  ck_assert_int_eq(G->conv_backward(G->context, g_dx, g_dw, g_dout, g_x, g_w, g_tin, tf, g_offs, n_seq, CH, W), 0);
+  expect_near("conv_backward dx", dx, g_dx, n, TOL_FP32);
+  expect_near("conv_backward dw", dw, g_dw, nw, TOL_FP32);
+  /* in place: tail_out is tail_in */
+  float *win = copy_f(tin, nt), *g_win = dev_f(tin, nt);
+  ck_assert_int_eq(C->conv_forward(NULL, out, win, x, w, win, tf, offs, n_seq, CH, W), 0);
+  ck_assert_int_eq(G->conv_forward(G->context, g_out, g_win, g_x, g_w, g_win, tf, g_offs, n_seq, CH, W), 0);
+  expect_near("conv_forward in place out", out, g_out, n, TOL_FP32);
+  expect_near("conv_forward in place tail", win, g_win, nt, TOL_FP32);
+  /* the decode: 3 sequences of one row each, tails in place */
+  int32_t rows[4] = {0, 1, 2, 3}, *g_rows = dev_i(rows, 4);
+  ck_assert_int_eq(C->conv_forward(NULL, out, win, x, w, win, tf, rows, 3, CH, W), 0);
+  ck_assert_int_eq(G->conv_forward(G->context, g_out, g_win, g_x, g_w, g_win, tf, g_rows, 3, CH, W), 0);
+  expect_near("conv_forward decode out", out, g_out, (size_t)3 * CH, TOL_FP32);
+  expect_near("conv_forward decode tail", win, g_win, nt, TOL_FP32);
+  /* refused: a width over the limit, bad offsets */
+  ck_assert_int_eq(G->conv_forward(G->context, g_out, NULL, g_x, g_w, NULL, tf, g_offs, n_seq, CH,
+                                   LH_CONV_MAX_WIDTH + 1), LH_EKERNELS_SHAPE);
+  int32_t bad[5] = {0, 9, 8, 11, 30}, *g_bad = dev_i(bad, 5);
+  ck_assert_int_eq(G->conv_forward(G->context, g_out, NULL, g_x, g_w, NULL, tf, g_bad, n_seq, CH, W),
+                   LH_EKERNELS_SHAPE);
+  free(x), free(w), free(tin), free(dout), free(dx), free(dw), free(out), free(tout), free(win);
 }
 END_TEST
 
@@ -1023,6 +1072,7 @@ int main(void) {
   tcase_add_test(tc, test_vector);
   tcase_add_test(tc, test_adamw);
   tcase_add_test(tc, test_attn_recurrent);
+  tcase_add_test(tc, test_conv);
   tcase_add_test(tc, test_moe_route);
   tcase_add_test(tc, test_moe_experts);
   tcase_add_test(tc, test_moe_experts_bf16);
