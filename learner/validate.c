@@ -99,7 +99,7 @@ static int check_state(uint64_t episode, uint32_t seq, const float *state, size_
   if (!n_state) return 0;
   if (n_state != l->state_floats)
     return BAD(err, "episode %llu segment %u carries a recurrent state of %zu floats; the model's is %zu "
-               "(layers x heads x dk x dk)", (unsigned long long)episode, seq, n_state, l->state_floats);
+               "(layers x heads x dk x dk, and the convolution's tails)", (unsigned long long)episode, seq, n_state, l->state_floats);
   for (size_t i = 0; i < n_state; i++)
     if (!isfinite(state[i]))
       return BAD(err, "episode %llu segment %u state[%zu] = %g is not finite", (unsigned long long)episode, seq, i,

@@ -27,6 +27,7 @@ static int reserve_backward(lh_model_cache *c, const lh_model_config *cf) {
   GRAB(c->dgates, T * cf->topk);
   GRAB(c->dlogp_dev, T);
   GRAB(c->dentropy_dev, T);
+  if (cf->conv > 0) GRAB(c->dqkv_pre, 3 * T * d);
   c->have_bwd = 1;
   return LH_OK;
 }
@@ -132,11 +133,27 @@ int lh_model_backward(lh_model *m, lh_model_cache *c, const float *dlogp, const 
                                      c->offsets, c->n_seq, H, dk, cf->chunk));
     Z(c->dgraw, Td);
     LH_TRY(be->decay_gate_backward(ctx, c->dgraw, c->dg, lc->graw, Td, cf->g_min, cf->tau));
-    LH_TRY(be->scale(ctx, c->dq, Td, qscale));
+    /* through the convolution: dq, dk, dv before it */
+    float *dqkv[3] = {c->dq, c->dk, c->dv};
+    if (cf->conv > 0) {
+      int Wc = cf->conv;
+      size_t tf = lh_model_conv_tail_floats(cf), row = (size_t)(Wc - 1) * d;
+      const float *pre = c->qkv_pre + (size_t)l * 3 * Td;
+      const float *tin = c->tail_in + (size_t)l * c->n_seq * tf;
+      Z(c->dqkv_pre, 3 * Td);
+      for (int i = 0; i < 3; i++) {
+        LH_TRY(be->conv_backward(ctx, c->dqkv_pre + i * Td, D(conv) + (size_t)i * Wc * d, dqkv[i],
+                                 pre + i * Td, W(conv) + (size_t)i * Wc * d,
+                                 c->has_state ? tin + i * row : NULL, tf, c->offsets, c->n_seq,
+                                 d, Wc));
+        dqkv[i] = c->dqkv_pre + i * Td;
+      }
+    }
+    LH_TRY(be->scale(ctx, dqkv[0], Td, qscale));
     Z(c->du, Td);
-    LH_TRY(be->matmul_backward(ctx, c->du, D(wq), NULL, c->dq, lc->u, W(wq), T, d, d));
-    LH_TRY(be->matmul_backward(ctx, c->du, D(wk), NULL, c->dk, lc->u, W(wk), T, d, d));
-    LH_TRY(be->matmul_backward(ctx, c->du, D(wv), NULL, c->dv, lc->u, W(wv), T, d, d));
+    LH_TRY(be->matmul_backward(ctx, c->du, D(wq), NULL, dqkv[0], lc->u, W(wq), T, d, d));
+    LH_TRY(be->matmul_backward(ctx, c->du, D(wk), NULL, dqkv[1], lc->u, W(wk), T, d, d));
+    LH_TRY(be->matmul_backward(ctx, c->du, D(wv), NULL, dqkv[2], lc->u, W(wv), T, d, d));
     LH_TRY(be->matmul_backward(ctx, c->du, D(wg), D(bg), c->dgraw, lc->u, W(wg), T, d, d));
     LH_TRY(be->rmsnorm_backward(ctx, c->dh, D(attn_norm), c->du, lc->h_in, W(attn_norm), T, d,
                                 LH_RMSNORM_EPS));

@@ -35,6 +35,7 @@ static const lh_ini_key keys[] = {
     LH_INI_KEY_U64(T, chunk, 1, 1024),
     LH_INI_KEY_F64(T, g_min, -80, -1e-6, LH_INI_CLOSED),
     LH_INI_KEY_F64(T, tau, 1e-6, 1e6, LH_INI_CLOSED),
+    LH_INI_KEY_U64(T, conv, 0, LH_CONV_MAX_WIDTH),
     LH_INI_KEY_U64(T, vocab, LH_TOK_VOCAB, 1 << 24),
     LH_INI_KEY_U64(T, patch, 1, 1024),
     LH_INI_KEY_U64(T, max_patches, 1, 1 << 20),
@@ -81,6 +82,7 @@ void lh_model_config_default(lh_model_config *cfg) {
                            .chunk = 16,
                            .g_min = -5.0f,
                            .tau = 1.0f,
+                           .conv = 0,
                            .vocab = LH_TOK_VOCAB,
                            .patch = 8,
                            .max_patches = 64,
@@ -249,6 +251,8 @@ int lh_model_config_from_json_obj(const void *obj, lh_model_config *cfg, lh_errb
   for (size_t i = 0; i < N_KEYS; i++) {
     const lh_ini_key *k = &keys[i];
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k->name);
+    /* checkpoints written before the key existed have no convolution */
+    if (!it && k->offset == offsetof(lh_model_config, conv)) continue;
     if (!it)
       return lh_errbuf_set(err, LH_EMODEL_CKPT_METADATA, "model config JSON lacks key '%s'",
                            k->name);

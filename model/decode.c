@@ -25,6 +25,17 @@ void lh_model_decoder_free(lh_model_decoder *d) {
   free(d);
 }
 
+/* Offsets 0, 1, .., B: the convolution steps B rows as B sequences of one
+ * token each. */
+static int upload_row_offsets(lh_model_decoder *d) {
+  int32_t *o = malloc(((size_t)d->B + 1) * sizeof *o);
+  if (!o) return LH_ENOMEM;
+  for (int b = 0; b <= d->B; b++) o[b] = b;
+  int rc = d->m->be->upload(d->m->be->context, d->row_offsets, o, ((size_t)d->B + 1) * sizeof *o);
+  free(o);
+  return rc;
+}
+
 int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *err) {
   if (!m || !out) return LH_EINVAL;
   *out = NULL;
@@ -59,6 +70,13 @@ int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *
   A(d->logits, (size_t)B * cf->vocab, float);
   A(d->logp, (size_t)B * cf->vocab, float);
   A(d->tok, (size_t)B, int32_t);
+  d->tail_floats = lh_model_conv_tail_floats(cf);
+  if (cf->conv > 0) {
+    A(d->tail, (size_t)L * B * d->tail_floats + 1, float);
+    A(d->gathered_tail, (size_t)L * B * d->tail_floats + 1, float);
+    A(d->qkv_conv, 3 * Bd, float);
+    A(d->row_offsets, (size_t)B + 1, int32_t);
+  }
   d->cpu = strcmp(m->be->name, "cpu") == 0;
   if (d->cpu) {
     /* the CPU path's own buffers (backend memory is host memory there) */
@@ -76,9 +94,11 @@ int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *
   }
 #undef A
   d->xres_host = calloc((size_t)L * L + 1, sizeof(float));
-  d->host_state = malloc((size_t)L * d->state_floats * sizeof(float));
+  d->host_state = malloc(lh_model_state_floats(cf) * sizeof(float));
   if (!ok || !d->xres_host || !d->host_state ||
-      m->be->zero(m->be->context, d->state, (size_t)L * B * d->state_floats * sizeof(float))) {
+      m->be->zero(m->be->context, d->state, (size_t)L * B * d->state_floats * sizeof(float)) ||
+      (d->tail && m->be->zero(m->be->context, d->tail, (size_t)L * B * d->tail_floats * sizeof(float))) ||
+      (d->row_offsets && upload_row_offsets(d))) {
     lh_model_decoder_free(d);
     return lh_errbuf_set(err, LH_ENOMEM, "cannot allocate a decoder for %d sequences", B);
   }
@@ -89,16 +109,20 @@ int lh_model_decoder_new(lh_model *m, int B, lh_model_decoder **out, lh_errbuf *
 int lh_model_decoder_reset(lh_model_decoder *d, int b) {
   if (!d || b < 0 || b >= d->B) return LH_EINVAL;
   const lh_backend *be = d->m->be;
-  for (int l = 0; l < d->m->cfg.layers; l++)
+  for (int l = 0; l < d->m->cfg.layers; l++) {
     LH_TRY(be->zero(be->context, d->state + ((size_t)l * d->B + b) * d->state_floats,
                     d->state_floats * sizeof(float)));
+    if (d->tail_floats)
+      LH_TRY(be->zero(be->context, d->tail + ((size_t)l * d->B + b) * d->tail_floats,
+                      d->tail_floats * sizeof(float)));
+  }
   return LH_OK;
 }
 
 size_t lh_model_state_floats(const lh_model_config *cfg) {
   if (!cfg || cfg->heads <= 0 || cfg->layers <= 0 || cfg->d_model <= 0) return 0;
   size_t dk = (size_t)(cfg->d_model / cfg->heads);
-  return (size_t)cfg->layers * (size_t)cfg->heads * dk * dk;
+  return (size_t)cfg->layers * ((size_t)cfg->heads * dk * dk + lh_model_conv_tail_floats(cfg));
 }
 
 static int load_xres(lh_model_decoder *d) {
@@ -111,9 +135,10 @@ static int load_xres(lh_model_decoder *d) {
   return LH_OK;
 }
 
-/* One step of B sequences whose states are (L,B,H,dk,dk) at state (B <=
- * the decoder's B: the buffers are sized for that). */
-static int step_core(lh_model_decoder *d, float *state, int B, const int32_t *tokens,
+/* One step of B sequences whose states are (L,B,H,dk,dk) at state and
+ * whose convolution tails are (L,B,tail_floats) at tail (B <= the
+ * decoder's B: the buffers are sized for that). */
+static int step_core(lh_model_decoder *d, float *state, float *tail, int B, const int32_t *tokens,
                      float *logp, int32_t *experts, lh_errbuf *err) {
   lh_model *m = d->m;
   const lh_model_config *cf = &m->cfg;
@@ -137,8 +162,18 @@ static int step_core(lh_model_decoder *d, float *state, int B, const int32_t *to
     float *r_l = d->r + (size_t)l * Bd;
     LH_TRY(be->rmsnorm_forward(ctx, d->u, NULL, d->h, W(attn_norm), B, dm, LH_RMSNORM_EPS));
     LH_TRY(lh_model_attn_project(m, l, d->u, d->q, d->k, d->v, d->graw, d->g, B));
-    LH_TRY(be->attn_decode_step(ctx, d->o, state + (size_t)l * B * d->state_floats, d->q,
-                                d->k, d->v, d->g, B, H, dk));
+    float *q = d->q, *kk = d->k, *v = d->v;
+    if (cf->conv > 0) {
+      size_t tf = d->tail_floats, row = (size_t)(cf->conv - 1) * dm;
+      float *tl = tail + (size_t)l * B * tf, *pre[3] = {d->q, d->k, d->v};
+      for (int i = 0; i < 3; i++)
+        LH_TRY(be->conv_forward(ctx, d->qkv_conv + i * Bd, tl + i * row, pre[i],
+                                W(conv) + (size_t)i * cf->conv * dm, tl + i * row, tf,
+                                d->row_offsets, B, dm, cf->conv));
+      q = d->qkv_conv, kk = q + Bd, v = q + 2 * Bd;
+    }
+    LH_TRY(be->attn_decode_step(ctx, d->o, state + (size_t)l * B * d->state_floats, q, kk, v,
+                                d->g, B, H, dk));
     LH_TRY(be->rmsnorm_forward(ctx, d->on, NULL, d->o, W(head_norm), B * H, dk,
                                LH_RMSNORM_EPS));
     LH_TRY(be->matmul_forward(ctx, r_l, d->on, W(wo), NULL, B, dm, dm));
@@ -180,7 +215,7 @@ int lh_model_decode_step(lh_model_decoder *d, const int32_t *tokens, float *logp
     for (int b = 0; b < d->B; b++) rows[b] = b;
     return lh_decode_cpu_step(d, rows, d->B, tokens, logp, experts, err);
   }
-  return step_core(d, d->state, d->B, tokens, logp, experts, err);
+  return step_core(d, d->state, d->tail, d->B, tokens, logp, experts, err);
 }
 
 int lh_model_decode_step_rows(lh_model_decoder *d, const int32_t *rows, int n_rows,
@@ -199,17 +234,21 @@ int lh_model_decode_step_rows(lh_model_decoder *d, const int32_t *rows, int n_ro
   }
   if (d->cpu) return lh_decode_cpu_step(d, rows, n_rows, tokens, logp, experts, err);
   const lh_backend *be = d->m->be;
-  size_t sb = d->state_floats * sizeof(float);
+  size_t sf = d->state_floats, tf = d->tail_floats;
   /* gather the rows' states, step them together, scatter them back */
   for (int l = 0; l < L; l++)
-    for (int i = 0; i < n_rows; i++)
-      LH_TRY(be->copy(be->context, d->gathered + ((size_t)l * n_rows + i) * d->state_floats,
-                      d->state + ((size_t)l * B + rows[i]) * d->state_floats, sb));
-  LH_TRY(step_core(d, d->gathered, n_rows, tokens, logp, experts, err));
+    for (int i = 0; i < n_rows; i++) {
+      size_t at = (size_t)l * n_rows + i, from = (size_t)l * B + rows[i];
+      LH_TRY(be->copy(be->context, d->gathered + at * sf, d->state + from * sf, sf * sizeof(float)));
+      if (tf) LH_TRY(be->copy(be->context, d->gathered_tail + at * tf, d->tail + from * tf, tf * sizeof(float)));
+    }
+  LH_TRY(step_core(d, d->gathered, d->gathered_tail, n_rows, tokens, logp, experts, err));
   for (int l = 0; l < L; l++)
-    for (int i = 0; i < n_rows; i++)
-      LH_TRY(be->copy(be->context, d->state + ((size_t)l * B + rows[i]) * d->state_floats,
-                      d->gathered + ((size_t)l * n_rows + i) * d->state_floats, sb));
+    for (int i = 0; i < n_rows; i++) {
+      size_t at = (size_t)l * n_rows + i, to = (size_t)l * B + rows[i];
+      LH_TRY(be->copy(be->context, d->state + to * sf, d->gathered + at * sf, sf * sizeof(float)));
+      if (tf) LH_TRY(be->copy(be->context, d->tail + to * tf, d->gathered_tail + at * tf, tf * sizeof(float)));
+    }
   return LH_OK;
 }
 
@@ -221,19 +260,46 @@ int lh_model_decoder_set_prefill_chunks(lh_model_decoder *d, int chunks) {
 
 size_t lh_model_decoder_prefill_window(const lh_model_decoder *d) { return d ? d->prefill_window : 0; }
 
+/* Row b's state to out in lh_model_state_floats's layout: the attention's
+ * states of every layer, then the convolution's tails of every layer. */
+static int state_to_host(const lh_model_decoder *d, int b, float *out) {
+  const lh_backend *be = d->m->be;
+  int L = d->m->cfg.layers;
+  size_t sf = d->state_floats, tf = d->tail_floats;
+  for (int l = 0; l < L; l++) {
+    size_t at = (size_t)l * d->B + b;
+    LH_TRY(be->download(be->context, out + (size_t)l * sf, d->state + at * sf, sf * sizeof(float)));
+    if (tf)
+      LH_TRY(be->download(be->context, out + (size_t)L * sf + (size_t)l * tf, d->tail + at * tf,
+                          tf * sizeof(float)));
+  }
+  return LH_OK;
+}
+
+/* The inverse of state_to_host. */
+static int state_from_host(lh_model_decoder *d, int b, const float *in) {
+  const lh_backend *be = d->m->be;
+  int L = d->m->cfg.layers;
+  size_t sf = d->state_floats, tf = d->tail_floats;
+  for (int l = 0; l < L; l++) {
+    size_t at = (size_t)l * d->B + b;
+    LH_TRY(be->upload(be->context, d->state + at * sf, in + (size_t)l * sf, sf * sizeof(float)));
+    if (tf)
+      LH_TRY(be->upload(be->context, d->tail + at * tf, in + (size_t)L * sf + (size_t)l * tf,
+                        tf * sizeof(float)));
+  }
+  return LH_OK;
+}
+
 int lh_model_decoder_state_get(const lh_model_decoder *d, int b, float *out) {
   if (!d || !out || b < 0 || b >= d->B) return LH_EINVAL;
-  const lh_backend *be = d->m->be;
-  for (int l = 0; l < d->m->cfg.layers; l++)
-    LH_TRY(be->download(be->context, out + (size_t)l * d->state_floats,
-                        d->state + ((size_t)l * d->B + b) * d->state_floats, d->state_floats * sizeof(float)));
-  return LH_OK;
+  return state_to_host(d, b, out);
 }
 
 /* The prefill runs window after window on the decoder's one cache, so its
  * memory is that of one window (prefill_window tokens, or an image longer
- * than that), never that of the n tokens: the state (L,H,dk,dk) carried
- * from one window to the next in host_state is all that spans them. A
+ * than that), never that of the n tokens: the state (lh_model_state_floats)
+ * carried from one window to the next in host_state is all that spans them. A
  * window's end is a multiple of the chunk from the prefill's start unless
  * an image moves it, so the chunks, and with them the arithmetic, are
  * those of one pass over the n tokens. */
@@ -245,11 +311,8 @@ int lh_model_prefill(lh_model_decoder *d, int b, const int32_t *tokens, int n,
   lh_model *m = d->m;
   const lh_backend *be = m->be;
   void *ctx = be->context;
-  int L = m->cfg.layers, V = m->cfg.vocab;
-  size_t sb = d->state_floats * sizeof(float);
-  for (int l = 0; l < L; l++)
-    LH_TRY(be->download(ctx, d->host_state + (size_t)l * d->state_floats,
-                        d->state + ((size_t)l * d->B + b) * d->state_floats, sb));
+  int V = m->cfg.vocab;
+  LH_TRY(state_to_host(d, b, d->host_state));
   lh_model_span *spans = n_images ? malloc((size_t)n_images * sizeof *spans) : NULL;
   lh_model_image *rel = n_images ? malloc((size_t)n_images * sizeof *rel) : NULL;
   if (n_images && (!spans || !rel)) {
@@ -284,9 +347,7 @@ int lh_model_prefill(lh_model_decoder *d, int b, const int32_t *tokens, int n,
   free(spans);
   free(rel);
   LH_TRY(rc);
-  for (int l = 0; l < L; l++)
-    LH_TRY(be->upload(ctx, d->state + ((size_t)l * d->B + b) * d->state_floats,
-                      d->host_state + (size_t)l * d->state_floats, sb));
+  LH_TRY(state_from_host(d, b, d->host_state));
   if (logp_next) {
     LH_TRY(be->log_softmax_forward(ctx, d->logp, d->cache->logits + (last - 1) * V, 1, V));
     LH_TRY(be->download(ctx, logp_next, d->logp, (size_t)V * sizeof(float)));

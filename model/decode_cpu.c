@@ -112,6 +112,20 @@ static void experts(lh_model_decoder *d, float *out, const float *z, const int32
   }
 }
 
+/* One row through the short convolution, in place, and its tail (W-1
+ * rows, oldest first) moved on by it: the sums in conv_forward's order,
+ * so the CPU path and the backend's agree. */
+static void conv_row(float *x, float *tail, const float *w, int C, int W) {
+  for (int c = 0; c < C; c++) {
+    float acc = 0;
+    acc += w[c] * x[c];
+    for (int j = 1; j < W; j++) acc += w[(size_t)j * C + c] * tail[(size_t)(W - 1 - j) * C + c];
+    for (int r = 0; r + 1 < W - 1; r++) tail[(size_t)r * C + c] = tail[(size_t)(r + 1) * C + c];
+    if (W > 1) tail[(size_t)(W - 2) * C + c] = x[c];
+    x[c] = acc;
+  }
+}
+
 int lh_decode_cpu_step(lh_model_decoder *d, const int32_t *rows, int B, const int32_t *tokens,
                        float *logp, int32_t *experts_out, lh_errbuf *err) {
   lh_model *m = d->m;
@@ -143,6 +157,12 @@ int lh_decode_cpu_step(lh_model_decoder *d, const int32_t *rows, int B, const in
       for (int i = 0; i < dm; i++) {
         q[i] *= qscale;
         g[i] = g_min * sigmoidf((g[i] + bg[i]) / tau);
+      }
+      if (cf->conv > 0) {
+        float *tl = d->tail + ((size_t)l * d->B + (size_t)rows[b]) * d->tail_floats, *x3[3] = {q, kk, v};
+        size_t row = (size_t)(cf->conv - 1) * dm;
+        for (int i = 0; i < 3; i++)
+          conv_row(x3[i], tl + i * row, W(conv) + (size_t)i * cf->conv * dm, dm, cf->conv);
       }
       float *st = d->state + ((size_t)l * d->B + (size_t)rows[b]) * d->state_floats;
       for (int h = 0; h < H; h++)

@@ -57,11 +57,17 @@ struct lh_model_decoder {
   size_t state_floats;   /* H*dk*dk, one sequence and layer */
   float *state;          /* (L,B,H,dk,dk) backend */
   float *gathered;       /* the same size: the states of a subset of rows */
+  /* with the convolution: each row's tail per layer, (L,B,tail_floats)
+   * (lh_model_conv_tail_floats), the same for a subset of rows, q, k, v
+   * after the convolution (3,B,d) and offsets 0..B (B rows of one token) */
+  size_t tail_floats;
+  float *tail, *gathered_tail, *qkv_conv;
+  int32_t *row_offsets;
   float *h, *u, *q, *k, *v, *graw, *g, *o, *on, *r;  /* (B,d); r is (L,B,d) */
   float *z, *routed, *shared, *rl, *aff, *gates, *logits, *logp;
   int32_t *idx, *tok;
   float *xres_host;      /* (L,L) */
-  float *host_state;     /* (L,H,dk,dk) for prefill */
+  float *host_state;     /* lh_model_state_floats, for prefill */
   lh_model_cache *cache; /* prefill's forward, one window at a time */
   size_t prefill_window; /* tokens per prefill window */
   /* the CPU path (decode_cpu.c): packed products, state in place */

@@ -30,6 +30,7 @@ static void cache_release(lh_model_cache *c) {
   c->idx_host = NULL;
   c->have_bwd = 0;
   c->cap_T = c->cap_seq = c->cap_pixels = 0;
+  c->qkv_pre = c->tail_in = NULL;
 }
 
 void lh_model_cache_free(lh_model_cache *c) {
@@ -95,7 +96,12 @@ static int cache_reserve(lh_model_cache *c, const lh_model *m, int T, int n_seq,
   GRAB(c->offsets, (size_t)n_seq + 1, int32_t);
   GRAB(c->pixels, (size_t)pixels + 1, float);
   GRAB(c->load_dev, (size_t)L * E, float);
-  GRAB(c->state_out, (size_t)L * st, float);
+  size_t tail = (size_t)n_seq * lh_model_conv_tail_floats(cf);
+  GRAB(c->state_out, (size_t)L * (st + tail), float);
+  if (cf->conv > 0) {
+    GRAB(c->qkv_pre, (size_t)L * 3 * T * d, float);
+    GRAB(c->tail_in, (size_t)L * tail + 1, float);
+  }
   c->cap_T = T;
   c->cap_seq = n_seq;
   c->cap_pixels = pixels;
@@ -235,6 +241,31 @@ int lh_model_attn_project(const lh_model *m, int l, const float *u, float *q, fl
   return be->decay_gate_forward(ctx, g, graw, Nd, cf->g_min, cf->tau);
 }
 
+/* The short convolution of layer l: q, k, v from their projections pre
+ * (3,T,d), each sequence continuing its tail from the batch's state (zero
+ * rows without one); the tails it ends with go to the state out, after
+ * the attention's states. */
+static int forward_conv(lh_model *m, const lh_model_batch *b, lh_model_cache *c, int l,
+                        const float *pre) {
+  const lh_model_config *cf = &m->cfg;
+  const lh_backend *be = m->be;
+  const lh_model_layer_ids *id = &m->layer[l];
+  lh_model_layer_cache *lc = &c->layer[l];
+  int d = cf->d_model, dk = d / cf->heads, Wc = cf->conv;
+  size_t Td = (size_t)c->T * d, tf = lh_model_conv_tail_floats(cf);
+  size_t st_all = (size_t)cf->layers * c->n_seq * cf->heads * dk * dk;
+  size_t tails = (size_t)c->n_seq * tf, row = (size_t)(Wc - 1) * d;
+  float *tin = c->tail_in + (size_t)l * tails, *tout = c->state_out + st_all + (size_t)l * tails;
+  if (b->state_in && tails)
+    LH_TRY(be->upload(be->context, tin, b->state_in + st_all + (size_t)l * tails, tails * sizeof(float)));
+  float *out[3] = {lc->q, lc->k, lc->v};
+  for (int i = 0; i < 3; i++)
+    LH_TRY(be->conv_forward(be->context, out[i], tout + i * row, pre + i * Td,
+                            W(conv) + (size_t)i * Wc * d, b->state_in ? tin + i * row : NULL, tf,
+                            c->offsets, c->n_seq, d, Wc));
+  return LH_OK;
+}
+
 /* Block l's attention half: u = RMSNorm(h), r_l = LinAttn_l(u) (chunked,
  * from the batch's state when it has one), then
  * h_mid = h + r_l + sum_{j<l} c_{l,j} r_j. */
@@ -247,11 +278,17 @@ static int forward_attention(lh_model *m, const lh_model_batch *b, lh_model_cach
   int T = c->T, L = cf->layers, d = cf->d_model, H = cf->heads, dk = d / H;
   size_t Td = (size_t)T * d, st = (size_t)c->n_seq * H * dk * dk;
   LH_TRY(be->rmsnorm_forward(ctx, lc->u, NULL, lc->h_in, W(attn_norm), T, d, LH_RMSNORM_EPS));
-  LH_TRY(lh_model_attn_project(m, l, lc->u, lc->q, lc->k, lc->v, lc->graw, lc->g, T));
   const float *sin = NULL;
   if (b->state_in) {
     LH_TRY(be->upload(ctx, lc->state_in, b->state_in + (size_t)l * st, st * sizeof(float)));
     sin = lc->state_in;
+  }
+  if (cf->conv > 0) {
+    float *pre = c->qkv_pre + (size_t)l * 3 * Td;
+    LH_TRY(lh_model_attn_project(m, l, lc->u, pre, pre + Td, pre + 2 * Td, lc->graw, lc->g, T));
+    LH_TRY(forward_conv(m, b, c, l, pre));
+  } else {
+    LH_TRY(lh_model_attn_project(m, l, lc->u, lc->q, lc->k, lc->v, lc->graw, lc->g, T));
   }
   LH_TRY(be->attn_chunked_forward(ctx, lc->o, c->state_out + (size_t)l * st, lc->q, lc->k, lc->v,
                                   lc->g, sin, c->offsets, c->n_seq, H, dk, cf->chunk));
@@ -374,9 +411,9 @@ int lh_model_forward(lh_model *m, const lh_model_batch *b, lh_model_cache **cach
     LH_TRY(forward_moe(m, b, c, l, err));
   }
   LH_TRY(forward_output(m, b, c, logp, loss));
-  size_t st = (size_t)n_seq * cf->heads * (cf->d_model / cf->heads) * (cf->d_model / cf->heads);
   if (state_out)
-    LH_TRY(m->be->download(m->be->context, state_out, c->state_out, (size_t)cf->layers * st * sizeof(float)));
+    LH_TRY(m->be->download(m->be->context, state_out, c->state_out,
+                           (size_t)n_seq * lh_model_state_floats(cf) * sizeof(float)));
   c->valid = 1;
   return LH_OK;
 }

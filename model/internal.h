@@ -7,6 +7,7 @@
 /* Indices into the tensor table of one layer's tensors. */
 typedef struct {
   int attn_norm, wq, wk, wv, wg, wo, bg, head_norm, xres;  /* xres -1 for layer 0 */
+  int conv;  /* -1 without the convolution */
   int moe_norm, down, up, router, bias, w1, w3, w2, sw1, sw3, sw2;  /* sw* -1 without shared */
 } lh_model_layer_ids;
 
@@ -75,6 +76,13 @@ int lh_model_config_from_json_obj(const void *obj, lh_model_config *cfg, lh_errb
 int lh_model_attn_project(const lh_model *m, int l, const float *u, float *q, float *k, float *v,
                           float *graw, float *g, int N);
 
+/* The floats of one sequence's convolution tail in one layer: the last
+ * conv - 1 rows of q, k and v before the convolution, (3, conv - 1, d);
+ * 0 without the convolution. */
+static inline size_t lh_model_conv_tail_floats(const lh_model_config *cf) {
+  return cf->conv > 1 ? (size_t)3 * (size_t)(cf->conv - 1) * (size_t)cf->d_model : 0;
+}
+
 #endif
 
 /* ---- the forward's cache (forward.c, backward.c, decode.c, balance.c) --- */
@@ -107,11 +115,17 @@ struct lh_model_cache {
   float *load_dev;                        /* (L,E) backend, for aux */
   float *xres_host;                       /* (L,L) c_{l,j} at row l */
   int32_t *idx_host;                      /* (L,T,k) */
-  float *state_out;                       /* (L,n_seq,H,dk,dk) backend */
+  /* (L,n_seq,H,dk,dk), then the convolution's tails (L,n_seq,3,conv-1,d),
+   * backend */
+  float *state_out;
+  /* with the convolution: q, k, v before it (L,3,T,d), and the tails a
+   * window starts from (L,n_seq,3,conv-1,d) */
+  float *qkv_pre, *tail_in;
   /* backward scratch, allocated on the first backward */
   int have_bwd;
   float *dlogits, *dun, *dh, *du, *du2, *don, *do_, *dq, *dk, *dv, *dg, *dgraw, *dr;
   float *dmsum, *dz, *drl, *dgates, *dlogp_dev, *dentropy_dev;
+  float *dqkv_pre;                        /* (3,T,d) with the convolution */
   void *allocs[LH_MODEL_MAX_ALLOCS];
   int n_allocs;
 };

@@ -59,6 +59,7 @@ typedef enum {
 typedef struct {
   int d_model, layers, heads, experts, topk, shared_experts, latent, expert_hidden, chunk;
   float g_min, tau;
+  int conv;  /* the short causal convolution's width on q, k, v; 0: none */
   int vocab, patch, max_patches;
   lh_balance_kind balance;
   float bias_rate, quantile_rate, aux_weight;
@@ -124,7 +125,8 @@ void lh_model_free(lh_model *m);
 /* Re-initialises every parameter deterministically from seed: matrices
  * N(0, 1/fan_in), embed N(0,1), patch.pos N(0, 0.02^2), norms 1, xres 0,
  * biases 0 except the decay bias bg, which spreads the channels' initial
- * decay rates; out is scaled by 1/sqrt(d). */
+ * decay rates; out is scaled by 1/sqrt(d); the convolution the identity
+ * (tap 0 is 1, the others 0). */
 int lh_model_init(lh_model *m, uint64_t seed);
 const lh_model_config *lh_model_get_config(const lh_model *m);
 const lh_backend *lh_model_backend(const lh_model *m);
@@ -394,7 +396,9 @@ size_t lh_model_decoder_prefill_window(const lh_model_decoder *d);
 int lh_model_decoder_reset(lh_model_decoder *d, int b);
 /* The recurrent state a sequence carries from one token to the next: the
  * linear attention's S of every layer and head, (layers, heads, dk, dk)
- * floats (ARCHITECTURE.md §4 "LinAttn"; nothing else crosses a chunk): the
+ * floats (ARCHITECTURE.md §4 "LinAttn"), then with conv > 1 the last
+ * conv - 1 rows of q, k and v before their convolution, (layers, 3,
+ * conv - 1, d_model) floats; nothing else crosses a chunk: the
  * constant-size state a prefill carries from window to window.
  * lh_model_state_floats is its size for cfg (0 for a config without
  * heads); lh_model_decoder_state_get copies sequence b's state, after the

@@ -8,7 +8,7 @@
 
 #include "model/internal.h"
 
-enum { INIT_NORMAL, INIT_ONES, INIT_ZERO, INIT_DECAY_BIAS };
+enum { INIT_NORMAL, INIT_ONES, INIT_ZERO, INIT_DECAY_BIAS, INIT_CONV };
 
 typedef struct {
   int kind;
@@ -64,6 +64,12 @@ static void build_table(lh_model *m, int *count, size_t *offset) {
     T(wo, "attn.wo", 1, 1, 2, d, d, 0);
     T(bg, "attn.bg", 0, 1, 1, d, 0, 0);
     T(head_norm, "attn.head_norm", 0, 1, 1, dk, 0, 0);
+    /* (3, conv, d): q's, k's and v's taps, tap j on the row j back */
+    if (c->conv > 0) {
+      T(conv, "attn.conv", 0, 1, 3, 3, c->conv, d);
+    } else {
+      ids.conv = -1;
+    }
     if (l > 0) {
       T(xres, "xres", 0, 1, 1, l, 0, 0);
     } else {
@@ -204,6 +210,7 @@ static init_spec spec_of(const lh_model *m, int i) {
   if (i == m->out) return (init_spec){INIT_NORMAL, 1.0f / m->cfg.d_model};
   if (strstr(t->name, "norm")) return (init_spec){INIT_ONES, 0};
   if (strcmp(leaf, "bg") == 0) return (init_spec){INIT_DECAY_BIAS, 0};
+  if (strcmp(leaf, "conv") == 0) return (init_spec){INIT_CONV, 0};
   if (t->ndim == 1) return (init_spec){INIT_ZERO, 0};  /* patch.b, xres, moe.bias */
   int fan_in = t->shape[t->ndim - 1];
   return (init_spec){INIT_NORMAL, (float)(1.0 / sqrt((double)fan_in))};
@@ -231,6 +238,9 @@ int lh_model_init(lh_model *m, uint64_t seed) {
         case INIT_NORMAL: p[j] = (float)(sp.std * next_normal(&s)); break;
         case INIT_ONES: p[j] = 1.0f; break;
         case INIT_ZERO: p[j] = 0.0f; break;
+        /* the identity: each row itself, so a new model's attention is
+         * that of one without the convolution until training moves it */
+        case INIT_CONV: p[j] = (j / (size_t)m->cfg.d_model) % (size_t)m->cfg.conv == 0 ? 1.0f : 0.0f; break;
         case INIT_DECAY_BIAS: {
           /* channel c of each head starts with sigmoid(bg) spread over
            * (0.01, 0.5): decay rates from slow (long memory) to fast */
@@ -320,14 +330,10 @@ int lh_model_adamw_step(lh_model *m, const lh_adamw_params *p) {
 
 int lh_model_copy_params(lh_model *dst, const lh_model *src, lh_errbuf *err) {
   if (!dst || !src) return LH_EINVAL;
-  if (memcmp(&dst->cfg, &src->cfg, sizeof dst->cfg) != 0 || dst->n_floats != src->n_floats) {
-    /* the seed is only where the weights came from; any other key differs */
-    lh_model_config a = dst->cfg, b = src->cfg;
-    a.seed = b.seed = 0;
-    if (memcmp(&a, &b, sizeof a) != 0 || dst->n_floats != src->n_floats)
-      return lh_errbuf_set(err, LH_EMODEL_STATE,
-                           "cannot copy parameters between models of different configs");
-  }
+  /* key by key (the struct has padding); the seed is only where the
+   * weights came from, so the diff leaves it out */
+  if (lh_model_config_diff(&dst->cfg, &src->cfg, NULL, NULL, 0) != 0 || dst->n_floats != src->n_floats)
+    return lh_errbuf_set(err, LH_EMODEL_STATE, "cannot copy parameters between models of different configs");
   size_t bytes = src->n_floats * sizeof(float);
   dst->params_version++;
   if (dst->be == src->be) return dst->be->copy(dst->be->context, dst->params, src->params, bytes);

@@ -4,6 +4,7 @@
  *   relative, the whole gradient buffer within 1e-4 (every kernel is within
  *   1e-5; four layers of them, in another summation order, compound);
  * - the decode path (recurrent steps): log-probabilities within 1e-5;
+ * - both again with the short convolution (conv = 4, taps that mix);
  * - 50 AdamW steps with bf16 matrix products on CUDA against 50 fp32 steps
  *   on the CPU from the same initial weights: every CUDA loss finite and
  *   within 5% of the CPU's loss at the same step, and both runs learning
@@ -51,13 +52,26 @@ static void setup_batch(void) {
   batch.seq_offsets = offsets;
 }
 
-static lh_model *model_on(const lh_backend *be) {
+/* The model of cfg with the short convolution of width conv (0: none);
+ * its taps, the identity at init, set to the same mixing values on either
+ * backend. */
+static lh_model *model_on(const lh_backend *be, int conv) {
   lh_errbuf err;
   lh_errbuf_clear(&err);
   lh_model *m = NULL;
-  ck_assert_msg(lh_model_new(&cfg, be, &m, &err) == 0, "model on %s: %s", be->name, err.msg);
+  lh_model_config c = cfg;
+  c.conv = conv;
+  ck_assert_msg(lh_model_new(&c, be, &m, &err) == 0, "model on %s: %s", be->name, err.msg);
   ck_assert_int_eq(lh_model_init(m, 1234), 0);
   ck_assert_int_eq(lh_model_enable_training(m), 0);
+  for (int i = 0; i < lh_model_n_tensors(m); i++) {
+    const lh_model_tensor *t = lh_model_tensor_at(m, i);
+    if (!strstr(t->name, ".conv")) continue;
+    float *h = alloc_f(t->numel);
+    for (size_t j = 0; j < t->numel; j++) h[j] = (float)((int)((j * 2654435761u) % 1001) - 500) / 1000.0f;
+    ck_assert_int_eq(be->upload(be->context, lh_model_params(m) + t->offset, h, sizeof(float) * t->numel), 0);
+    free(h);
+  }
   return m;
 }
 
@@ -67,11 +81,12 @@ static float *host_copy(const lh_backend *be, const float *src, size_t n) {
   return h;
 }
 
-START_TEST(test_step_fp32) {
+static void step_fp32(int conv) {
   lh_errbuf err;
   lh_errbuf_clear(&err);
   ck_assert_int_eq(lh_backend_cuda_set_gemm(G, LH_GEMM_FP32), 0);
-  lh_model *mc = model_on(C), *mg = model_on(G);
+  lh_model *mc = model_on(C, conv), *mg = model_on(G, conv);
+  printf("train fp32, conv %d:\n", conv);
   size_t nf = lh_model_n_floats(mc);
   ck_assert_uint_eq(nf, lh_model_n_floats(mg));
   float *pc = host_copy(C, lh_model_params(mc), nf), *pg = host_copy(G, lh_model_params(mg), nf);
@@ -105,13 +120,18 @@ START_TEST(test_step_fp32) {
   lh_model_free(mc), lh_model_free(mg);
   free(pc), free(pg), free(gc), free(gg);
 }
+
+START_TEST(test_step_fp32) { step_fp32(0); }
 END_TEST
 
-START_TEST(test_decode_fp32) {
+START_TEST(test_step_fp32_conv) { step_fp32(4); }
+END_TEST
+
+static void decode_fp32(int conv) {
   lh_errbuf err;
   lh_errbuf_clear(&err);
   ck_assert_int_eq(lh_backend_cuda_set_gemm(G, LH_GEMM_FP32), 0);
-  lh_model *mc = model_on(C), *mg = model_on(G);
+  lh_model *mc = model_on(C, conv), *mg = model_on(G, conv);
   lh_model_decoder *dc = NULL, *dg = NULL;
   const int B = 2, V = cfg.vocab;
   ck_assert_msg(lh_model_decoder_new(mc, B, &dc, &err) == 0, "%s", err.msg);
@@ -125,12 +145,17 @@ START_TEST(test_decode_fp32) {
     double rel = rel_max_diff_f(lg, lc, (size_t)B * V);
     if (rel > worst) worst = rel;
   }
-  printf("decode fp32: 12 steps, logp max rel diff %.3e (tol 1e-5)\n", worst);
+  printf("decode fp32, conv %d: 12 steps, logp max rel diff %.3e (tol 1e-5)\n", conv, worst);
   ck_assert(worst <= 1e-5);
   lh_model_decoder_free(dc), lh_model_decoder_free(dg);
   lh_model_free(mc), lh_model_free(mg);
   free(lc), free(lg);
 }
+
+START_TEST(test_decode_fp32) { decode_fp32(0); }
+END_TEST
+
+START_TEST(test_decode_fp32_conv) { decode_fp32(4); }
 END_TEST
 
 /* STEPS AdamW steps on m; losses[i] is the loss of step i's forward. */
@@ -152,7 +177,7 @@ static void train(lh_model *m, double *losses) {
 }
 
 START_TEST(test_train_bf16) {
-  lh_model *mc = model_on(C), *mg = model_on(G);
+  lh_model *mc = model_on(C, 0), *mg = model_on(G, 0);
   ck_assert_int_eq(lh_backend_cuda_set_gemm(G, LH_GEMM_BF16), 0);
   double lc[STEPS], lg[STEPS], worst = 0;
   train(mc, lc);
@@ -208,7 +233,9 @@ int main(void) {
   TCase *tc = tcase_create("model");
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, test_step_fp32);
+  tcase_add_test(tc, test_step_fp32_conv);
   tcase_add_test(tc, test_decode_fp32);
+  tcase_add_test(tc, test_decode_fp32_conv);
   tcase_add_test(tc, test_train_bf16);
   suite_add_tcase(s, tc);
   int failed = lh_test_run(s, CK_NOFORK);

@@ -21,10 +21,11 @@
 #define MAXLEN 40
 #define TOL 1e-4
 
-static lh_model *demo_model(uint64_t seed) {
+static lh_model *demo_model(uint64_t seed, int conv) {
   lh_model_config cfg;
   lh_model_config_default(&cfg);
   cfg.seed = seed;
+  cfg.conv = conv;
   lh_model *m = NULL;
   lh_errbuf err = {0};
   ck_assert_msg(lh_model_new(&cfg, lh_backend_cpu(), &m, &err) == 0, "%s", err.msg);
@@ -96,23 +97,29 @@ static double decode_against_forward(lh_model *m, lh_model_decoder *d, int32_t s
   return worst;
 }
 
-START_TEST(test_decode_logits_match_forward) {
-  lh_model *m = demo_model(11);
+/* conv: the short convolution's width (0: none), its tails carried per row. */
+static void decode_logits_match_forward(int conv) {
+  lh_model *m = demo_model(11, conv);
   int32_t seqs[NSEQ][MAXLEN];
   make_seqs(seqs, 5);
   lh_model_decoder *d = NULL;
   ck_assert_int_eq(lh_model_decoder_new(m, NSEQ, &d, NULL), 0);
   double worst = decode_against_forward(m, d, seqs);
-  printf("decode (rows in subsets) vs training forward, every vocabulary entry: max |logp "
-         "difference| %.3e (tolerance %.0e)\n", worst, TOL);
+  printf("conv %d: decode (rows in subsets) vs training forward, every vocabulary entry: max |logp "
+         "difference| %.3e (tolerance %.0e)\n", conv, worst, TOL);
   ck_assert(worst < TOL);
   lh_model_decoder_free(d);
   lh_model_free(m);
 }
+
+START_TEST(test_decode_logits_match_forward) { decode_logits_match_forward(0); }
+END_TEST
+
+START_TEST(test_decode_logits_match_forward_conv) { decode_logits_match_forward(4); }
 END_TEST
 
 START_TEST(test_decode_packs_once_per_version) {
-  lh_model *m = demo_model(11), *fresh = demo_model(12);
+  lh_model *m = demo_model(11, 0), *fresh = demo_model(12, 0);
   int32_t seqs[NSEQ][MAXLEN];
   make_seqs(seqs, 9);
   lh_model_decoder *d = NULL;
@@ -139,8 +146,8 @@ START_TEST(test_decode_packs_once_per_version) {
 }
 END_TEST
 
-START_TEST(test_decode_equals_backend_path) {
-  lh_model *m = demo_model(21);
+static void decode_equals_backend_path(int conv) {
+  lh_model *m = demo_model(21, conv);
   const lh_model_config *cf = lh_model_get_config(m);
   int V = cf->vocab, L = cf->layers, k = cf->topk;
   int32_t seqs[NSEQ][MAXLEN];
@@ -165,8 +172,8 @@ START_TEST(test_decode_equals_backend_path) {
     for (int i = 0; i < n * V; i++) worst = fmax(worst, fabs(la[i] - lb[i]));
     for (int i = 0; i < L * n * k; i++) expert_diffs += ea[i] != eb[i];
   }
-  printf("decode CPU path vs backend path, rows in subsets: max |logp difference| %.3e, expert "
-         "differences %d\n", worst, expert_diffs);
+  printf("conv %d: decode CPU path vs backend path, rows in subsets: max |logp difference| %.3e, expert "
+         "differences %d\n", conv, worst, expert_diffs);
   ck_assert(worst < 1e-5);
   ck_assert_int_eq(expert_diffs, 0);
   free(la), free(lb), free(ea), free(eb);
@@ -174,6 +181,11 @@ START_TEST(test_decode_equals_backend_path) {
   lh_model_decoder_free(ref);
   lh_model_free(m);
 }
+
+START_TEST(test_decode_equals_backend_path) { decode_equals_backend_path(0); }
+END_TEST
+
+START_TEST(test_decode_equals_backend_path_conv) { decode_equals_backend_path(4); }
 END_TEST
 
 /* y = x W^T by plain loops in double. */
@@ -224,8 +236,10 @@ int main(void) {
   TCase *tc = tcase_create("decode");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_decode_logits_match_forward);
+  tcase_add_test(tc, test_decode_logits_match_forward_conv);
   tcase_add_test(tc, test_decode_packs_once_per_version);
   tcase_add_test(tc, test_decode_equals_backend_path);
+  tcase_add_test(tc, test_decode_equals_backend_path_conv);
   tcase_add_test(tc, test_packed_gemm_shapes);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);

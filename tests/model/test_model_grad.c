@@ -43,11 +43,12 @@ static void check_model_gradients(lh_balance_kind balance, int with_state, int v
                                   uint64_t seed, float temperature) {
   lh_model_config cfg = tm_small_config();
   cfg.balance = balance;
-  if (variant) {
+  if (variant == 1) {
     /* three layers (xres of two scalars), top-2 of 3 experts, no shared
      * expert, chunk 3 */
     cfg.layers = 3, cfg.experts = 3, cfg.topk = 2, cfg.shared_experts = 0, cfg.chunk = 3;
   }
+  if (variant == 2) cfg.conv = 3, cfg.chunk = 3; /* the short convolution, tails in the state */
   lh_model *m = NULL;
   lh_errbuf err = {0};
   ck_assert_int_eq(lh_model_new(&cfg, lh_backend_cpu(), &m, &err), 0);
@@ -55,8 +56,7 @@ static void check_model_gradients(lh_balance_kind balance, int with_state, int v
   ck_assert_int_eq(lh_model_enable_training(m), 0);
   tm_batch tb;
   tm_make_batch(&tb, 5);
-  int dk = cfg.d_model / cfg.heads;
-  size_t st_n = (size_t)cfg.layers * 2 * cfg.heads * dk * dk;
+  size_t st_n = 2 * lh_model_state_floats(&cfg); /* the batch's two sequences */
   float *state = calloc(st_n, sizeof(float));
   uint64_t s = 3;
   for (size_t i = 0; i < st_n; i++) state[i] = (float)(0.3 * tm_uniform(&s));
@@ -144,6 +144,12 @@ END_TEST
 START_TEST(test_grad_whole_model_aux_and_state) { check_model_gradients(LH_BALANCE_AUX, 1, 0, 13, 0); }
 END_TEST
 
+START_TEST(test_grad_whole_model_conv) { check_model_gradients(LH_BALANCE_BIAS, 0, 2, 13, 0); }
+END_TEST
+
+START_TEST(test_grad_whole_model_conv_and_state) { check_model_gradients(LH_BALANCE_BIAS, 1, 2, 13, 0); }
+END_TEST
+
 START_TEST(test_grad_whole_model_3_experts_no_shared) {
   check_model_gradients(LH_BALANCE_BIAS, 1, 1, 13, 0);
 }
@@ -192,6 +198,8 @@ int main(void) {
   TCase *tc = tcase_create("grad");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_grad_whole_model);
+  tcase_add_test(tc, test_grad_whole_model_conv);
+  tcase_add_test(tc, test_grad_whole_model_conv_and_state);
   tcase_add_test(tc, test_grad_whole_model_aux_and_state);
   tcase_add_test(tc, test_grad_whole_model_3_experts_no_shared);
   tcase_add_test(tc, test_grad_tempered_entropy_objective);

@@ -2,7 +2,8 @@
  * prefill window, the attention state carried between them) against one
  * pass over the same tokens: the next-token log-probabilities and the
  * carried state agree, with images placed so that windows must move off
- * them (cut before one, grow past one that starts a window); and the
+ * them (cut before one, grow past one that starts a window), without and
+ * with the short convolution (its tails carried too); and the
  * window rule itself (lh_model_window_end). Prints the largest difference. */
 #include "tests/model/test_model_util.h"
 #include "tests/case_main.h"
@@ -11,9 +12,9 @@
 
 #define N_TOK 301
 
-static lh_model *small_model(void) {
+static lh_model *small_model(int conv) {
   lh_model_config cfg = tm_small_config();
-  cfg.patch = 2, cfg.max_patches = 16;
+  cfg.patch = 2, cfg.max_patches = 16, cfg.conv = conv;
   lh_model *m = NULL;
   lh_errbuf err = {0};
   ck_assert_msg(lh_model_new(&cfg, lh_backend_cpu(), &m, &err) == 0, "%s", err.msg);
@@ -40,11 +41,7 @@ static int make_input(int32_t *tok, lh_model_image *im, float *pixels) {
   return 3;
 }
 
-static size_t state_floats(const lh_model *m) {
-  const lh_model_config *c = lh_model_get_config(m);
-  size_t dk = (size_t)(c->d_model / c->heads);
-  return (size_t)c->layers * c->heads * dk * dk;
-}
+static size_t state_floats(const lh_model *m) { return lh_model_state_floats(lh_model_get_config(m)); }
 
 /* Prefill of tok[0..split) then tok[split..N_TOK) (images relative to each
  * part), with the given chunks per window; next and state get the result. */
@@ -67,8 +64,8 @@ static void prefill_two(lh_model *m, int chunks, int split, const int32_t *tok, 
   lh_model_decoder_free(d);
 }
 
-START_TEST(test_windowed_equals_one_pass) {
-  lh_model *m = small_model();
+static void windowed_equals_one_pass(int conv) {
+  lh_model *m = small_model(conv);
   int32_t tok[N_TOK];
   lh_model_image im[3];
   float pixels[3 * 8 * 8 * 3];
@@ -89,21 +86,26 @@ START_TEST(test_windowed_equals_one_pass) {
         scale = fmax(scale, fabs(s_one[i]));
       }
     }
-  printf("windowed prefill (windows of 4, 8 and 20 tokens, 3 images) vs one pass over %d tokens: "
+  printf("conv %d: windowed prefill (windows of 4, 8 and 20 tokens, 3 images) vs one pass over %d tokens: "
          "max |next-token logp difference| %.3e, max |state difference| %.3e (state up to %.3e)\n",
-         N_TOK, worst_logp, worst_state, scale);
+         conv, N_TOK, worst_logp, worst_state, scale);
   ck_assert(worst_logp < 1e-4);
   ck_assert(worst_state < 1e-4 * fmax(1.0, scale));
   free(s_one);
   free(s_win);
   lh_model_free(m);
 }
+
+START_TEST(test_windowed_equals_one_pass) { windowed_equals_one_pass(0); }
+END_TEST
+
+START_TEST(test_windowed_equals_one_pass_conv) { windowed_equals_one_pass(4); }
 END_TEST
 
 /* The one-pass prefill itself against the training forward's final state,
  * so that the reference above is the model's function. */
-START_TEST(test_one_pass_is_the_forward) {
-  lh_model *m = small_model();
+static void one_pass_is_the_forward(int conv) {
+  lh_model *m = small_model(conv);
   int32_t tok[N_TOK], targets[N_TOK], offsets[2] = {0, N_TOK};
   lh_model_image im[3];
   float pixels[3 * 8 * 8 * 3];
@@ -120,13 +122,19 @@ START_TEST(test_one_pass_is_the_forward) {
   prefill_two(m, 2, 1, tok, im, n_im, next, s_win);
   double worst = 0;
   for (size_t i = 0; i < sf; i++) worst = fmax(worst, fabs(s_fwd[i] - s_win[i]));
-  printf("windowed prefill (8-token windows) vs training forward: max |state difference| %.3e\n", worst);
+  printf("conv %d: windowed prefill (8-token windows) vs training forward: max |state difference| %.3e\n", conv,
+         worst);
   ck_assert(worst < 1e-4);
   lh_model_cache_free(c);
   free(s_fwd);
   free(s_win);
   lh_model_free(m);
 }
+
+START_TEST(test_one_pass_is_the_forward) { one_pass_is_the_forward(0); }
+END_TEST
+
+START_TEST(test_one_pass_is_the_forward_conv) { one_pass_is_the_forward(4); }
 END_TEST
 
 /* The rule: a window moves before an image that begins inside it, grows
@@ -151,7 +159,9 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_window_end_rule);
   tcase_add_test(tc, test_windowed_equals_one_pass);
+  tcase_add_test(tc, test_windowed_equals_one_pass_conv);
   tcase_add_test(tc, test_one_pass_is_the_forward);
+  tcase_add_test(tc, test_one_pass_is_the_forward_conv);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }
