@@ -165,10 +165,15 @@ static int needle_reset(void *ctx, uint64_t seed, lh_env_obs *obs, lh_errbuf *er
     lh_str_printf(&e->text, "Document (%zu lines):\n", lines);
     lh_str_append(&e->text, e->doc.data, e->doc.len);
   }
+  /* The question comes last, right before the policy's first action: the
+   * id it copies into search(...) is then a few tokens back, not behind
+   * the tools' description (about 170 tokens, which a policy with
+   * decaying memory must first learn to span before it can learn to copy
+   * at all). */
   lh_str_printf(&e->text,
-                      "Question: what is the %s of the record with id %s?\n"
                       "Tools: <call>search(TERM)</call> lists the numbers of lines containing TERM; "
-                      "<call>read(N)</call> shows line N. Answer with the value, then <eos>.",
+                      "<call>read(N)</call> shows line N. Answer with the value, then <eos>.\n"
+                      "Question: what is the %s of the record with id %s?\n",
                       FIELD[e->field], e->id);
   if (!e->text.data) return lh_errbuf_set(err, LH_ENOMEM, "needle: out of memory for the observation");
   obs->text = e->text.data;
