@@ -43,8 +43,8 @@ static char *read_all(const char *path) {
 static int score_windows(lh_model *m, const lh_model_batch *b, int window, lh_model_cache **c,
                          float *logp, lh_errbuf *err) {
   const lh_model_config *cf = lh_model_get_config(m);
-  int dk = cf->d_model / cf->heads, n = b->n_tokens;
-  size_t st = (size_t)cf->layers * cf->heads * dk * dk;
+  int n = b->n_tokens;
+  size_t st = lh_model_state_floats(cf);
   float *state = calloc(st, sizeof(float));
   lh_model_image *rel = calloc((size_t)b->n_images + 1, sizeof *rel);
   lh_model_span *spans = calloc((size_t)b->n_images + 1, sizeof *spans);

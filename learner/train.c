@@ -553,8 +553,7 @@ static int burn_in(lh_learner_trainer *t, const lh_learner_episode *ep, size_t s
 static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, const float *adv, double N,
                          step_acc *acc, lh_errbuf *err) {
   const lh_model_config *mc = lh_model_get_config(t->m);
-  size_t dk = (size_t)(mc->d_model / mc->heads);
-  size_t state_floats = (size_t)mc->layers * (size_t)mc->heads * dk * dk;
+  size_t state_floats = lh_model_state_floats(mc);
   /* A window is train_window tokens, or an image longer than that which
    * starts it (lh_model_window_end). */
   size_t W = t->cfg.train_window > (size_t)mc->max_patches ? t->cfg.train_window : (size_t)mc->max_patches;

@@ -150,8 +150,7 @@ START_TEST(test_windows_with_carried_state) {
   int one[1] = {0};
   train_logp(m, seqs, 1, one, full);
   const lh_model_config *cf = lh_model_get_config(m);
-  int dk = cf->d_model / cf->heads;
-  size_t st = (size_t)cf->layers * cf->heads * dk * dk;
+  size_t st = lh_model_state_floats(cf);
   float *state = calloc(st, sizeof(float));
   /* windows of 23, 18 and 9 tokens: none a multiple of the chunk */
   const int cuts[4] = {0, 23, 41, 50};
