@@ -22,14 +22,21 @@ static const lh_real *row_at(const lh_real *x, const lh_real *tail, int start, i
   return tail + (size_t)(W - 1 + at) * C; /* at in [-(W-1), -1] */
 }
 
+/* The checks both directions share: returns T (the rows) or an error,
+ * and the team size for T rows in *team. */
+static int conv_check(void *ctx, const int32_t *seq_offsets, int n_seq, int C, int W, int *team) {
+  if (W <= 0 || W > LH_CONV_MAX_WIDTH) return LH_EKERNELS_SHAPE;
+  int T = lh_attn_check(seq_offsets, n_seq, 1, C);
+  if (T >= 0) *team = lh_cpu_team(ctx, (size_t)T * C * W / 65536 + 1);
+  return T;
+}
+
 int LH_CPU(conv_forward)(void *ctx, lh_real *out, lh_real *tail_out, const lh_real *x,
                          const lh_real *w, const lh_real *tail_in, size_t tail_stride,
                          const int32_t *seq_offsets, int n_seq, int C, int W) {
   if (!out || !x || !w) return LH_EKERNELS_NULL_ARG;
-  if (W <= 0 || W > LH_CONV_MAX_WIDTH) return LH_EKERNELS_SHAPE;
-  int T = lh_attn_check(seq_offsets, n_seq, 1, C);
+  int t_count, T = conv_check(ctx, seq_offsets, n_seq, C, W, &t_count);
   if (T < 0) return T;
-  int t_count = lh_cpu_team(ctx, (size_t)T * C * W / 65536 + 1);
   for (int s = 0; s < n_seq; s++) {
     int start = seq_offsets[s], n = seq_offsets[s + 1] - start;
     const lh_real *tin = tail_in ? tail_in + (size_t)s * tail_stride : NULL;
@@ -67,10 +74,8 @@ int LH_CPU(conv_backward)(void *ctx, lh_real *dx, lh_real *dw, const lh_real *do
                           size_t tail_stride, const int32_t *seq_offsets, int n_seq, int C,
                           int W) {
   if (!dout || !x || !w) return LH_EKERNELS_NULL_ARG;
-  if (W <= 0 || W > LH_CONV_MAX_WIDTH) return LH_EKERNELS_SHAPE;
-  int T = lh_attn_check(seq_offsets, n_seq, 1, C);
+  int t_count, T = conv_check(ctx, seq_offsets, n_seq, C, W, &t_count);
   if (T < 0) return T;
-  int t_count = lh_cpu_team(ctx, (size_t)T * C * W / 65536 + 1);
   for (int s = 0; s < n_seq; s++) {
     int start = seq_offsets[s], n = seq_offsets[s + 1] - start;
     const lh_real *tin = tail_in ? tail_in + (size_t)s * tail_stride : NULL;

@@ -97,14 +97,20 @@ __global__ void conv_bwd_w(float *dw, const float *dout, const float *x, const f
   }
 }
 
+// The checks both directions share, on a host copy of the offsets:
+// returns T (the rows) or an error.
+static int conv_check(lh_cuda_ctx *c, const int32_t *seq_offsets, int n_seq, int C, int W) {
+  if (W <= 0 || W > LH_CONV_MAX_WIDTH) return LH_EKERNELS_SHAPE;
+  int max_len = 0;
+  return lh_cuda_check_offsets(c, seq_offsets, n_seq, 1, C, &max_len);
+}
+
 extern "C" int lh_cuda_conv_forward(void *ctx, float *out, float *tail_out, const float *x,
                                     const float *w, const float *tail_in, size_t tail_stride,
                                     const int32_t *seq_offsets, int n_seq, int C, int W) {
   if (!ctx || !out || !x || !w) return LH_EKERNELS_NULL_ARG;
-  if (W <= 0 || W > LH_CONV_MAX_WIDTH) return LH_EKERNELS_SHAPE;
   lh_cuda_ctx *c = lh_cuda(ctx);
-  int max_len = 0;
-  int T = lh_cuda_check_offsets(c, seq_offsets, n_seq, 1, C, &max_len);
+  int T = conv_check(c, seq_offsets, n_seq, C, W);
   if (T < 0) return T;
   if (T > 0) {
     conv_fwd<<<lh_cuda_blocks((size_t)T * C), LH_CUDA_THREADS, 0, c->stream>>>(
@@ -124,10 +130,8 @@ extern "C" int lh_cuda_conv_backward(void *ctx, float *dx, float *dw, const floa
                                      size_t tail_stride, const int32_t *seq_offsets, int n_seq,
                                      int C, int W) {
   if (!ctx || !dout || !x || !w) return LH_EKERNELS_NULL_ARG;
-  if (W <= 0 || W > LH_CONV_MAX_WIDTH) return LH_EKERNELS_SHAPE;
   lh_cuda_ctx *c = lh_cuda(ctx);
-  int max_len = 0;
-  int T = lh_cuda_check_offsets(c, seq_offsets, n_seq, 1, C, &max_len);
+  int T = conv_check(c, seq_offsets, n_seq, C, W);
   if (T < 0) return T;
   if (dx && T > 0) {
     conv_bwd_x<<<lh_cuda_blocks((size_t)T * C), LH_CUDA_THREADS, 0, c->stream>>>(
