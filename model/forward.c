@@ -9,7 +9,12 @@
 #include "model/internal.h"
 
 void *lh_model_cache_alloc(lh_model_cache *c, size_t bytes) {
-  if (c->n_allocs == LH_MODEL_MAX_ALLOCS) return NULL;
+  if (c->n_allocs == c->cap_allocs) {
+    int cap = c->cap_allocs ? 2 * c->cap_allocs : 64;
+    void **grown = realloc(c->allocs, (size_t)cap * sizeof *grown);
+    if (!grown) return NULL;
+    c->allocs = grown, c->cap_allocs = cap;
+  }
   void *p = c->be->alloc(c->be->context, bytes ? bytes : 4);
   if (p) c->allocs[c->n_allocs++] = p;
   return p;
@@ -36,6 +41,7 @@ static void cache_release(lh_model_cache *c) {
 void lh_model_cache_free(lh_model_cache *c) {
   if (!c) return;
   cache_release(c);
+  free(c->allocs);
   free(c);
 }
 

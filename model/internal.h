@@ -96,8 +96,6 @@ typedef struct {
   float *state_in;                    /* (n_seq,H,dk,dk) or NULL */
 } lh_model_layer_cache;
 
-#define LH_MODEL_MAX_ALLOCS 512
-
 struct lh_model_cache {
   const lh_model *model;   /* the model of the last forward */
   const lh_backend *be;
@@ -126,8 +124,9 @@ struct lh_model_cache {
   float *dlogits, *dun, *dh, *du, *du2, *don, *do_, *dq, *dk, *dv, *dg, *dgraw, *dr;
   float *dmsum, *dz, *drl, *dgates, *dlogp_dev, *dentropy_dev;
   float *dqkv_pre;                        /* (3,T,d) with the convolution */
-  void *allocs[LH_MODEL_MAX_ALLOCS];
-  int n_allocs;
+  void **allocs;  /* every backend allocation above, grown as needed: a
+                   * few dozen a layer, so the count follows the depth */
+  int n_allocs, cap_allocs;
 };
 
 /* Backend allocation owned by the cache (freed with it); NULL when out of

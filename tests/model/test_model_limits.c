@@ -3,6 +3,7 @@
  * actor's segmenter accepts too, and one past the limit the config refuses
  * (naming the key) before any checkpoint is written. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -10,6 +11,7 @@
 #include "common/limits.h"
 #include "model/model.h"
 #include "proto/wire.h"
+#include "tests/model/test_model_util.h"
 
 static int segmenter_accepts(const lh_model_config *c) {
   lh_actors_segmenter_config sc = {.segment_tokens = 64, .routed_layers = (uint32_t)c->layers,
@@ -48,10 +50,35 @@ START_TEST(test_limits_agree) {
 }
 END_TEST
 
+/* The deepest model the config accepts trains: a forward and a backward
+ * over every layer (their scratch grows with the depth; it once stopped at
+ * about 23 layers with "out of memory"). */
+START_TEST(test_deepest_model_trains) {
+  lh_model_config c = tm_small_config();
+  c.layers = LH_MAX_LAYERS, c.d_model = 8, c.latent = 4, c.expert_hidden = 4;
+  lh_errbuf err = {0};
+  lh_model *m = NULL;
+  ck_assert_msg(lh_model_new(&c, lh_backend_cpu(), &m, &err) == 0, "%s", err.msg);
+  ck_assert_int_eq(lh_model_enable_training(m), 0);
+  tm_batch tb;
+  tm_make_batch(&tb, 5);
+  lh_model_cache *cache = NULL;
+  double loss = 0;
+  ck_assert_msg(lh_model_forward(m, &tb.batch, &cache, NULL, &loss, NULL, &err) == 0, "%s", err.msg);
+  ck_assert(isfinite(loss) && loss > 0);
+  ck_assert_int_eq(lh_model_zero_grads(m), 0);
+  ck_assert_msg(lh_model_backward(m, cache, NULL, NULL, &err) == 0, "%s", err.msg);
+  printf("%d layers: loss %.4f, forward and backward\n", c.layers, loss);
+  lh_model_cache_free(cache);
+  lh_model_free(m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("model_limits");
   TCase *tc = tcase_create("limits");
   tcase_add_test(tc, test_limits_agree);
+  tcase_add_test(tc, test_deepest_model_trains);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }
