@@ -45,6 +45,9 @@ int lh_kernels_cuda_devices(char *name, int name_bytes);
 
 /* The widest short convolution (conv_forward), the most [model] conv takes. */
 #define LH_CONV_MAX_WIDTH 8
+/* The longest chunk the chunked attention takes, the most [model] chunk
+ * takes. */
+#define LH_CHUNK_MAX 256
 
 /* RMSNorm epsilon of the model (ARCHITECTURE.md §4). */
 #define LH_RMSNORM_EPS 1e-6f

@@ -32,7 +32,7 @@ static const lh_ini_key keys[] = {
     LH_INI_KEY_U64(T, shared_experts, 0, 4096),
     LH_INI_KEY_U64(T, latent, 1, 65536),
     LH_INI_KEY_U64(T, expert_hidden, 1, 65536),
-    LH_INI_KEY_U64(T, chunk, 1, 1024),
+    LH_INI_KEY_U64(T, chunk, 1, LH_CHUNK_MAX), /* kernels/kernels.h */
     LH_INI_KEY_F64(T, g_min, -80, -1e-6, LH_INI_CLOSED),
     LH_INI_KEY_F64(T, tau, 1e-6, 1e6, LH_INI_CLOSED),
     LH_INI_KEY_U64(T, conv, 0, LH_CONV_MAX_WIDTH),

@@ -14,8 +14,6 @@
 #include "kernels/cpu/real.h"
 #include "kernels/cpu/tile_mm.h"
 
-#define LH_CHUNK_MAX 256
-
 /* What one chunk of one head needs, prepared from q, k, g: G (L,dk), its
  * exponentials eG = exp(G) and eGi = exp(-G) (L,dk), Qt, Kt, Kb (L,dk), the
  * masked A (L,L) and Gl = exp(G_last) (dk). exp(-G) and exp(G_last - G) come

@@ -30,8 +30,6 @@
 
 #include "kernels/cuda/cuda_ctx.h"
 
-// The CPU backend's largest chunk (kernels/cpu/attention_chunked.c).
-#define LH_CUDA_CHUNK_MAX 256
 #define CH 16          // rows of a chunk on the fast path
 #define DK_MAX 128     // largest head dim of the fast path
 #define CH_THREADS 128 // four warps per chunk block
@@ -594,7 +592,7 @@ extern "C" int lh_cuda_attn_chunked_forward(void *ctx, float *out, float *state_
                                             const float *g, const float *state_in,
                                             const int32_t *seq_offsets, int n_seq, int H, int dk,
                                             int chunk) {
-  if (chunk <= 0 || chunk > LH_CUDA_CHUNK_MAX) return LH_EKERNELS_SHAPE;
+  if (chunk <= 0 || chunk > LH_CHUNK_MAX) return LH_EKERNELS_SHAPE;
   if (!ctx) return LH_EKERNELS_NULL_ARG;
   lh_cuda_ctx *c = lh_cuda(ctx);
   int path = n_seq > 0 && H > 0 && dk > 0 ? pick_path(c, dk, chunk) : 0;
@@ -618,7 +616,7 @@ extern "C" int lh_cuda_attn_chunked_backward(void *ctx, float *dq, float *dk_, f
                                              const float *k, const float *v, const float *g,
                                              const float *state_in, const int32_t *seq_offsets,
                                              int n_seq, int H, int dk, int chunk) {
-  if (chunk <= 0 || chunk > LH_CUDA_CHUNK_MAX) return LH_EKERNELS_SHAPE;
+  if (chunk <= 0 || chunk > LH_CHUNK_MAX) return LH_EKERNELS_SHAPE;
   if (!ctx) return LH_EKERNELS_NULL_ARG;
   lh_cuda_ctx *c = lh_cuda(ctx);
   int path = n_seq > 0 && H > 0 && dk > 0 ? pick_path(c, dk, chunk) : 0;

@@ -9,6 +9,7 @@
 
 #include "actors/internal.h"
 #include "common/limits.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "proto/wire.h"
 #include "tests/model/test_model_util.h"
@@ -74,11 +75,38 @@ START_TEST(test_deepest_model_trains) {
 }
 END_TEST
 
+/* The longest chunk the config accepts is one the kernels take (the
+ * config once took 1024, the kernels 256: "bad shape" at the first
+ * forward); one past it the config refuses, naming the key. */
+START_TEST(test_longest_chunk_trains) {
+  lh_model_config c = tm_small_config();
+  c.chunk = LH_CHUNK_MAX, c.g_min = -0.3f;
+  lh_errbuf err = {0};
+  lh_model *m = NULL;
+  ck_assert_msg(lh_model_new(&c, lh_backend_cpu(), &m, &err) == 0, "%s", err.msg);
+  ck_assert_int_eq(lh_model_enable_training(m), 0);
+  tm_batch tb;
+  tm_make_batch(&tb, 6);
+  lh_model_cache *cache = NULL;
+  double loss = 0;
+  ck_assert_msg(lh_model_forward(m, &tb.batch, &cache, NULL, &loss, NULL, &err) == 0, "%s", err.msg);
+  ck_assert_int_eq(lh_model_zero_grads(m), 0);
+  ck_assert_msg(lh_model_backward(m, cache, NULL, NULL, &err) == 0, "%s", err.msg);
+  lh_model_cache_free(cache);
+  lh_model_free(m);
+  c.chunk = LH_CHUNK_MAX + 1, c.g_min = -0.1f;
+  ck_assert_int_eq(lh_model_config_validate(&c, &err), LH_EMODEL_CONFIG_VALUE);
+  ck_assert_msg(strstr(err.msg, "'chunk'") != NULL, "%s", err.msg);
+  printf("refused: %s\n", err.msg);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("model_limits");
   TCase *tc = tcase_create("limits");
   tcase_add_test(tc, test_limits_agree);
   tcase_add_test(tc, test_deepest_model_trains);
+  tcase_add_test(tc, test_longest_chunk_trains);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }
