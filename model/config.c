@@ -36,7 +36,9 @@ static const lh_ini_key keys[] = {
     LH_INI_KEY_F64(T, g_min, -80, -1e-6, LH_INI_CLOSED),
     LH_INI_KEY_F64(T, tau, 1e-6, 1e6, LH_INI_CLOSED),
     LH_INI_KEY_U64(T, conv, 0, LH_CONV_MAX_WIDTH),
-    LH_INI_KEY_U64(T, vocab, LH_TOK_VOCAB, 1 << 24),
+    /* the tokenizer's ids, no more: an id past them could be sampled and
+     * never written as text (ARCHITECTURE.md §4) */
+    LH_INI_KEY_U64(T, vocab, LH_TOK_VOCAB, LH_TOK_VOCAB),
     LH_INI_KEY_U64(T, patch, 1, 1024),
     LH_INI_KEY_U64(T, max_patches, 1, 1 << 20),
     {"balance", LH_INI_CHOICE, offsetof(T, balance), .bytes = sizeof(lh_balance_kind), .names = balance_names},
