@@ -9,6 +9,7 @@
  *   - the actors each learner rank gets against the connections its
  *     ingest admits (ingest_queue_bytes over 4 max_message_bytes): the
  *     ones past it would be refused at every connection;
+ *   - [actor] group_size against [learner] group_size: the same;
  *   - the endpoints the fleet binds on this host: well-formed, not given
  *     twice, and free (a TCP port nobody listens on, an ipc:// path no
  *     live socket holds). ZeroMQ takes over a live ipc:// path silently,
@@ -238,6 +239,18 @@ static int check_expert_parallel(const lh_launch_fleet *f, const lh_learner_conf
                        e.msg, (unsigned long long)f->fleet.learners, mc->experts);
 }
 
+/* The learner completes a group at its group_size and skips the episodes
+ * past it (a smaller one) or trains only groups it can fill (a larger
+ * one), so a fleet whose two sections differ wastes what its actors play. */
+static int check_group_size(const lh_launch_fleet *f, const lh_learner_config *lc, const lh_actors_config *ac,
+                            lh_errbuf *err) {
+  if (!f->fleet.actors || ac->group_size == lc->group_size) return 0;
+  return lh_errbuf_set(err, LH_ECONFIG,
+                       "%s: [actor] group_size = %llu differs from [learner] group_size = %llu: the learner "
+                       "trains groups of its own size, so give both the same",
+                       f->config_path, (unsigned long long)ac->group_size, (unsigned long long)lc->group_size);
+}
+
 /* Actor i goes to rank i % ranks, so a rank gets ceil(actors / ranks). */
 static int check_ingest_peers(const lh_launch_fleet *f, const lh_learner_config *lc, lh_errbuf *err) {
   uint64_t ranks = f->ranks ? f->ranks : 1, per_rank = (f->fleet.actors + ranks - 1) / ranks;
@@ -256,6 +269,7 @@ int lh_launch_check(const lh_launch_fleet *f, const lh_learner_config *lc, const
                     const lh_model_config *mc, lh_errbuf *err) {
   LH_TRY(check_expert_parallel(f, lc, mc, err));
   LH_TRY(check_ingest_peers(f, lc, err));
+  LH_TRY(check_group_size(f, lc, ac, err));
   LH_TRY(check_envs(f, ac, err));
   LH_TRY(check_env_server(f, err));
   if (f->fleet.learners) LH_TRY(check_endpoints(f, lc, err)); /* actors only: this host binds nothing */

@@ -217,6 +217,16 @@ START_TEST(test_bad_config) {
   ck_assert_msg(strstr(out, "3 actors per learner rank, but its ingest admits 2 connections") != NULL, "%s", out);
   ck_assert_int_ne(access(f.logs, F_OK), 0);
   free(out);
+  /* actors that play groups of another size than the learner trains */
+  ck_assert_int_eq(lh_proc_write_file(f.config, "[fleet]\nactors = 1\n[learner]\ngroup_size = 4\n"
+                                                "batch_episodes = 8\n[actor]\ngroup_size = 8\n"),
+                   0);
+  lfx_start(&f);
+  ck_assert_int_eq(lfx_wait(&f, 30), 2);
+  out = lfx_read(&f, "launch.out");
+  ck_assert_msg(strstr(out, "[actor] group_size = 8 differs from [learner] group_size = 4") != NULL, "%s", out);
+  ck_assert_int_ne(access(f.logs, F_OK), 0);
+  free(out);
   lfx_cleanup(&f);
 }
 END_TEST
