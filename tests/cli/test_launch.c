@@ -191,42 +191,29 @@ START_TEST(test_learner_killed) {
 }
 END_TEST
 
+/* A launch of the fleet file text is refused (exit 2) with a message
+ * holding what, before anything starts (no log folder). */
+static void expect_refused(lfx_fleet *f, const char *text, const char *what) {
+  ck_assert_int_eq(lh_proc_write_file(f->config, text), 0);
+  lfx_start(f);
+  ck_assert_int_eq(lfx_wait(f, 30), 2);
+  char *out = lfx_read(f, "launch.out");
+  ck_assert_msg(strstr(out, what) != NULL, "%s", out);
+  ck_assert_int_ne(access(f->logs, F_OK), 0);
+  free(out);
+}
+
 START_TEST(test_bad_config) {
   lfx_fleet f;
   lfx_init(&f, "bad");
-  ck_assert_int_eq(lh_proc_write_file(f.config, "[fleet]\nactors = 1\nbogus = 3\n"), 0);
-  lfx_start(&f);
-  ck_assert_int_eq(lfx_wait(&f, 30), 2);
-  char *out = lfx_read(&f, "launch.out");
-  ck_assert_msg(strstr(out, "fleet.ini:3: [fleet] unknown key 'bogus'") != NULL, "%s", out);
-  free(out);
-  ck_assert_int_eq(lh_proc_write_file(f.config, "[fleet]\nactors = 1\n[learner]\nbatch_episodes = 0\n"), 0);
-  lfx_start(&f);
-  ck_assert_int_eq(lfx_wait(&f, 30), 2);
-  out = lfx_read(&f, "launch.out");
-  ck_assert_msg(strstr(out, "fleet.ini:4: [learner] batch_episodes") != NULL, "%s", out);
-  ck_assert_int_ne(access(f.logs, F_OK), 0); /* nothing started, no log folder */
-  free(out);
+  expect_refused(&f, "[fleet]\nactors = 1\nbogus = 3\n", "fleet.ini:3: [fleet] unknown key 'bogus'");
+  expect_refused(&f, "[fleet]\nactors = 1\n[learner]\nbatch_episodes = 0\n", "fleet.ini:4: [learner] batch_episodes");
   /* more actors than the learner's ingest admits (2 connections here) */
-  ck_assert_int_eq(lh_proc_write_file(f.config, "[fleet]\nactors = 3\n[learner]\nmax_message_bytes = 1048576\n"
-                                                "ingest_queue_bytes = 8388608\n"),
-                   0);
-  lfx_start(&f);
-  ck_assert_int_eq(lfx_wait(&f, 30), 2);
-  out = lfx_read(&f, "launch.out");
-  ck_assert_msg(strstr(out, "3 actors per learner rank, but its ingest admits 2 connections") != NULL, "%s", out);
-  ck_assert_int_ne(access(f.logs, F_OK), 0);
-  free(out);
+  expect_refused(&f, "[fleet]\nactors = 3\n[learner]\nmax_message_bytes = 1048576\ningest_queue_bytes = 8388608\n",
+                 "3 actors per learner rank, but its ingest admits 2 connections");
   /* actors that play groups of another size than the learner trains */
-  ck_assert_int_eq(lh_proc_write_file(f.config, "[fleet]\nactors = 1\n[learner]\ngroup_size = 4\n"
-                                                "batch_episodes = 8\n[actor]\ngroup_size = 8\n"),
-                   0);
-  lfx_start(&f);
-  ck_assert_int_eq(lfx_wait(&f, 30), 2);
-  out = lfx_read(&f, "launch.out");
-  ck_assert_msg(strstr(out, "[actor] group_size = 8 differs from [learner] group_size = 4") != NULL, "%s", out);
-  ck_assert_int_ne(access(f.logs, F_OK), 0);
-  free(out);
+  expect_refused(&f, "[fleet]\nactors = 1\n[learner]\ngroup_size = 4\nbatch_episodes = 8\n[actor]\ngroup_size = 8\n",
+                 "[actor] group_size = 8 differs from [learner] group_size = 4");
   lfx_cleanup(&f);
 }
 END_TEST

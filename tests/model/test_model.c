@@ -144,7 +144,8 @@ START_TEST(test_config_errors) {
   expect_bad("[model]\nseed = -3\n", LH_EMODEL_CONFIG_VALUE, "[model] seed = '-3'");
   expect_bad("[model]\nvocab = 100\n", LH_EMODEL_CONFIG_VALUE, "[model] vocab = '100'");
   /* more ids than the tokenizer has would be sampled and end the actor */
-  expect_bad("[model]\nvocab = 70000\n", LH_EMODEL_CONFIG_VALUE, "[model] vocab = '70000' is not an integer in 264..264");
+  expect_bad("[model]\nvocab = 70000\n", LH_EMODEL_CONFIG_VALUE,
+             "[model] vocab = '70000' is not an integer in 264..264");
   expect_bad("[model]\nconv = 9\n", LH_EMODEL_CONFIG_VALUE, "[model] conv = '9' is not an integer in 0..8");
   /* a key given twice in one file was taken at its last value before */
   expect_bad("[model]\nd_model = 64\nheads = 4\nd_model = 32\n", LH_EMODEL_CONFIG_KEY,
