@@ -2,7 +2,8 @@
  * mistake stops the launch with one message instead of a crash loop:
  *   - every environment an actor will open, opened once here with the
  *     [env] options (the environment's own option table; a plugin's path
- *     and table), unless it lives on an env server that is not up yet;
+ *     and table), unless it lives on an env server that is not up yet,
+ *     and once more for each stage whose long groups size it;
  *   - the [fleet] env_server command's program (on PATH or at its path);
  *   - [learner] expert_parallel against the fleet's learners and the
  *     [model] experts (both multiples of it);
@@ -33,37 +34,68 @@
 #include "model/model.h"
 
 /* Opens env name with the [env] options as an actor would (without the
- * actor's own max_steps), and closes it again. */
+ * actor's own max_steps), with size_key = size in place of or beside them
+ * when size_key is given (a long group of a stage), and closes it again. */
 static int check_env(const char *config, const char *name, const lh_actors_config *ac, const char *who,
-                     lh_errbuf *err) {
-  lh_env_option opts[LH_ACTORS_ENV_OPTIONS];
-  int remote = 0;
+                     const char *size_key, uint64_t size, const char *sized_by, lh_errbuf *err) {
+  lh_env_option opts[LH_ACTORS_ENV_OPTIONS + 1];
+  char value[32];
+  snprintf(value, sizeof value, "%llu", (unsigned long long)size);
+  size_t n = 0;
+  int remote = 0, replaced = 0;
   for (uint32_t i = 0; i < ac->n_env_options; i++) {
-    opts[i] = (lh_env_option){ac->env_keys[i], ac->env_values[i]};
+    int sized = size_key && strcmp(ac->env_keys[i], size_key) == 0;
+    opts[n++] = (lh_env_option){ac->env_keys[i], sized ? value : ac->env_values[i]};
+    replaced |= sized;
     if (strcmp(ac->env_keys[i], "server") == 0) remote = 1;
   }
+  if (size_key && !replaced) opts[n++] = (lh_env_option){size_key, value};
   if (remote) return 0; /* the env server starts with the fleet; its actors report what it refuses */
   lh_env *env = NULL;
   lh_errbuf e;
   memset(&e, 0, sizeof e);
-  int rc = lh_env_open(name, opts, ac->n_env_options, &env, &e);
+  int rc = lh_env_open(name, opts, n, &env, &e);
   lh_env_free(env);
+  if (rc < 0 && size_key)
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: [env] cannot open environment '%s'%s at %s (%s = %s): %s", config,
+                         name, who, sized_by, size_key, value, e.msg);
   if (rc < 0)
     return lh_errbuf_set(err, LH_ECONFIG, "%s: [env] cannot open environment '%s'%s: %s", config, name, who, e.msg);
   return 0;
 }
 
-static int check_envs(const lh_launch_fleet *f, const lh_actors_config *ac, lh_errbuf *err) {
+/* An environment as configured, and as each stage's long groups size it
+ * ([actor] stage_option set to LH_ACTORS_STAGE_FILL of the stage's
+ * context), so that a stage past what the environment takes is refused
+ * here rather than ending every long episode of it. */
+static int check_env_sizes(const char *config, const char *name, const lh_actors_config *ac,
+                           const lh_learner_config *lc, const char *who, lh_errbuf *err) {
+  LH_TRY(check_env(config, name, ac, who, NULL, 0, NULL, err));
+  if (!ac->stage_option[0]) return 0;
+  for (size_t i = 0; i < lc->n_stages; i++) {
+    if (lc->stages[i].long_frac <= 0) continue;
+    uint64_t size = (uint64_t)((double)lc->stages[i].max_context * LH_ACTORS_STAGE_FILL);
+    char sized_by[160];
+    snprintf(sized_by, sizeof sized_by,
+             "the size [learner] stages gives stage %zu's long groups ([actor] stage_option, %g of its context %llu)",
+             i + 1, LH_ACTORS_STAGE_FILL, (unsigned long long)lc->stages[i].max_context);
+    LH_TRY(check_env(config, name, ac, who, ac->stage_option, size, sized_by, err));
+  }
+  return 0;
+}
+
+static int check_envs(const lh_launch_fleet *f, const lh_learner_config *lc, const lh_actors_config *ac,
+                      lh_errbuf *err) {
   const lh_launch_config *c = &f->fleet;
   if (!c->actors) return 0;
-  if (!c->n_actor_envs) return check_env(f->config_path, ac->env_name, ac, "", err);
+  if (!c->n_actor_envs) return check_env_sizes(f->config_path, ac->env_name, ac, lc, "", err);
   for (uint32_t i = 0; i < c->n_actor_envs && i < c->actors; i++) {
     int seen = 0;
     for (uint32_t j = 0; j < i; j++) seen |= strcmp(c->actor_envs[i], c->actor_envs[j]) == 0;
     if (seen) continue;
     char who[LH_LAUNCH_NAME_BYTES + 64];
     snprintf(who, sizeof who, " ([fleet] actor_envs entry %u)", i + 1);
-    LH_TRY(check_env(f->config_path, c->actor_envs[i], ac, who, err));
+    LH_TRY(check_env_sizes(f->config_path, c->actor_envs[i], ac, lc, who, err));
   }
   return 0;
 }
@@ -270,7 +302,7 @@ int lh_launch_check(const lh_launch_fleet *f, const lh_learner_config *lc, const
   LH_TRY(check_expert_parallel(f, lc, mc, err));
   LH_TRY(check_ingest_peers(f, lc, err));
   LH_TRY(check_group_size(f, lc, ac, err));
-  LH_TRY(check_envs(f, ac, err));
+  LH_TRY(check_envs(f, lc, ac, err));
   LH_TRY(check_env_server(f, err));
   if (f->fleet.learners) LH_TRY(check_endpoints(f, lc, err)); /* actors only: this host binds nothing */
   return 0;

@@ -214,6 +214,11 @@ START_TEST(test_bad_config) {
   /* actors that play groups of another size than the learner trains */
   expect_refused(&f, "[fleet]\nactors = 1\n[learner]\ngroup_size = 4\nbatch_episodes = 8\n[actor]\ngroup_size = 8\n",
                  "[actor] group_size = 8 differs from [learner] group_size = 4");
+  /* a stage whose long groups would size the environment past what it takes */
+  expect_refused(&f,
+                 "[fleet]\nactors = 1\n[learner]\nstages = 1024 episodes=16 long_frac=0.5, 16777216 long_frac=0.5\n"
+                 "[actor]\nstage_option = tokens\n[env]\nname = needle\n",
+                 "cannot open environment 'needle' at the size [learner] stages gives stage 2's long groups");
   lfx_cleanup(&f);
 }
 END_TEST
