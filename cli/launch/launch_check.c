@@ -11,6 +11,7 @@
  *     ingest admits (ingest_queue_bytes over 4 max_message_bytes): the
  *     ones past it would be refused at every connection;
  *   - [actor] group_size against [learner] group_size: the same;
+ *   - [learner] state_mode = stored against [actor] state_interval: set;
  *   - the endpoints the fleet binds on this host: well-formed, not given
  *     twice, and free (a TCP port nobody listens on, an ipc:// path no
  *     live socket holds). ZeroMQ takes over a live ipc:// path silently,
@@ -283,6 +284,18 @@ static int check_group_size(const lh_launch_fleet *f, const lh_learner_config *l
                        f->config_path, (unsigned long long)ac->group_size, (unsigned long long)lc->group_size);
 }
 
+/* A stored-state learner starts windows from the states the actors send;
+ * with none it recomputes every prefix, exact mode at the stored mode's
+ * promise, so the fleet that asks for it must have its actors send them. */
+static int check_state_mode(const lh_launch_fleet *f, const lh_learner_config *lc, const lh_actors_config *ac,
+                            lh_errbuf *err) {
+  if (!f->fleet.actors || lc->state_mode != LH_LEARNER_STATE_STORED || ac->state_interval) return 0;
+  return lh_errbuf_set(err, LH_ECONFIG,
+                       "%s: [learner] state_mode = stored, but [actor] state_interval = 0 sends no states: every "
+                       "step would recompute whole prefixes; set state_interval (e.g. 256) or state_mode = exact",
+                       f->config_path);
+}
+
 /* Actor i goes to rank i % ranks, so a rank gets ceil(actors / ranks). */
 static int check_ingest_peers(const lh_launch_fleet *f, const lh_learner_config *lc, lh_errbuf *err) {
   uint64_t ranks = f->ranks ? f->ranks : 1, per_rank = (f->fleet.actors + ranks - 1) / ranks;
@@ -302,6 +315,7 @@ int lh_launch_check(const lh_launch_fleet *f, const lh_learner_config *lc, const
   LH_TRY(check_expert_parallel(f, lc, mc, err));
   LH_TRY(check_ingest_peers(f, lc, err));
   LH_TRY(check_group_size(f, lc, ac, err));
+  LH_TRY(check_state_mode(f, lc, ac, err));
   LH_TRY(check_envs(f, lc, ac, err));
   LH_TRY(check_env_server(f, err));
   if (f->fleet.learners) LH_TRY(check_endpoints(f, lc, err)); /* actors only: this host binds nothing */

@@ -214,6 +214,9 @@ START_TEST(test_bad_config) {
   /* actors that play groups of another size than the learner trains */
   expect_refused(&f, "[fleet]\nactors = 1\n[learner]\ngroup_size = 4\nbatch_episodes = 8\n[actor]\ngroup_size = 8\n",
                  "[actor] group_size = 8 differs from [learner] group_size = 4");
+  /* a stored-state learner whose actors send no states */
+  expect_refused(&f, "[fleet]\nactors = 1\n[learner]\nstate_mode = stored\n",
+                 "[learner] state_mode = stored, but [actor] state_interval = 0 sends no states");
   /* a stage whose long groups would size the environment past what it takes */
   expect_refused(&f,
                  "[fleet]\nactors = 1\n[learner]\nstages = 1024 episodes=16 long_frac=0.5, 16777216 long_frac=0.5\n"
