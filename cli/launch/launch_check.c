@@ -11,7 +11,8 @@
  *     ingest admits (ingest_queue_bytes over 4 max_message_bytes): the
  *     ones past it would be refused at every connection;
  *   - [actor] group_size against [learner] group_size: the same;
- *   - [learner] state_mode = stored against [actor] state_interval: set;
+ *   - what the learner is asked to use that the actors send: states for
+ *     state_mode = stored, experts for routing_replay;
  *   - the endpoints the fleet binds on this host: well-formed, not given
  *     twice, and free (a TCP port nobody listens on, an ipc:// path no
  *     live socket holds). ZeroMQ takes over a live ipc:// path silently,
@@ -284,16 +285,25 @@ static int check_group_size(const lh_launch_fleet *f, const lh_learner_config *l
                        f->config_path, (unsigned long long)ac->group_size, (unsigned long long)lc->group_size);
 }
 
-/* A stored-state learner starts windows from the states the actors send;
- * with none it recomputes every prefix, exact mode at the stored mode's
- * promise, so the fleet that asks for it must have its actors send them. */
-static int check_state_mode(const lh_launch_fleet *f, const lh_learner_config *lc, const lh_actors_config *ac,
-                            lh_errbuf *err) {
-  if (!f->fleet.actors || lc->state_mode != LH_LEARNER_STATE_STORED || ac->state_interval) return 0;
-  return lh_errbuf_set(err, LH_ECONFIG,
-                       "%s: [learner] state_mode = stored, but [actor] state_interval = 0 sends no states: every "
-                       "step would recompute whole prefixes; set state_interval (e.g. 256) or state_mode = exact",
-                       f->config_path);
+/* What the learner is asked to use that only the actors can send: the
+ * states a stored-state learner starts windows from (without them it
+ * recomputes every prefix), the experts routing replay replays (without
+ * them it trains on its own routing). A fleet file that asks for one must
+ * have its actors send it. */
+static int check_actors_send(const lh_launch_fleet *f, const lh_learner_config *lc, const lh_actors_config *ac,
+                             lh_errbuf *err) {
+  if (!f->fleet.actors) return 0;
+  if (lc->state_mode == LH_LEARNER_STATE_STORED && !ac->state_interval)
+    return lh_errbuf_set(err, LH_ECONFIG,
+                         "%s: [learner] state_mode = stored, but [actor] state_interval = 0 sends no states: every "
+                         "step would recompute whole prefixes; set state_interval (e.g. 256) or state_mode = exact",
+                         f->config_path);
+  if (lc->routing_replay && !ac->record_routing)
+    return lh_errbuf_set(err, LH_ECONFIG,
+                         "%s: [learner] routing_replay = 1, but [actor] record_routing = 0 records no experts to "
+                         "replay; set record_routing = 1 or routing_replay = 0",
+                         f->config_path);
+  return 0;
 }
 
 /* Actor i goes to rank i % ranks, so a rank gets ceil(actors / ranks). */
@@ -315,7 +325,7 @@ int lh_launch_check(const lh_launch_fleet *f, const lh_learner_config *lc, const
   LH_TRY(check_expert_parallel(f, lc, mc, err));
   LH_TRY(check_ingest_peers(f, lc, err));
   LH_TRY(check_group_size(f, lc, ac, err));
-  LH_TRY(check_state_mode(f, lc, ac, err));
+  LH_TRY(check_actors_send(f, lc, ac, err));
   LH_TRY(check_envs(f, lc, ac, err));
   LH_TRY(check_env_server(f, err));
   if (f->fleet.learners) LH_TRY(check_endpoints(f, lc, err)); /* actors only: this host binds nothing */

@@ -217,6 +217,8 @@ START_TEST(test_bad_config) {
   /* a stored-state learner whose actors send no states */
   expect_refused(&f, "[fleet]\nactors = 1\n[learner]\nstate_mode = stored\n",
                  "[learner] state_mode = stored, but [actor] state_interval = 0 sends no states");
+  expect_refused(&f, "[fleet]\nactors = 1\n[learner]\nrouting_replay = 1\n",
+                 "[learner] routing_replay = 1, but [actor] record_routing = 0 records no experts");
   /* a stage whose long groups would size the environment past what it takes */
   expect_refused(&f,
                  "[fleet]\nactors = 1\n[learner]\nstages = 1024 episodes=16 long_frac=0.5, 16777216 long_frac=0.5\n"
