@@ -95,6 +95,14 @@ int lh_actors_config_parse(const char *text, const char *source, lh_actors_confi
  * stage's [env] option (stage_option), the rest being room for the
  * policy's actions and the tools' answers (lh_actors_runner_set_stage). */
 #define LH_ACTORS_STAGE_FILL 0.75
+/* That share of a stage's max_context: the value a long group of the stage
+ * gives stage_option. */
+uint64_t lh_actors_stage_env_size(uint64_t max_context);
+/* The n options opts with key = value: in place of key's entry, or after
+ * the others when none has key; into out (room for n + 1). Returns how
+ * many out holds. */
+size_t lh_actors_env_options_set(const lh_env_option *opts, size_t n, const char *key, const char *value,
+                                 lh_env_option *out);
 
 /* ---- transcripts (actors/transcript.c) -------------------------------------
  * An episode as the policy sees it, in the one format that SFT trains on and

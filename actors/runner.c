@@ -51,6 +51,7 @@ struct lh_actors_runner {
   lh_actors_runner_config cfg;
   char *actor, *env_name;
   lh_env_option *opts;
+  lh_env_option *sized_opts; /* opts with stage_option set: n_opts + 1 */
   char **opt_strings;
   size_t n_opts;
   lh_env_hub *hub, *own_hub;
@@ -112,6 +113,7 @@ void lh_actors_runner_free(lh_actors_runner *r) {
   for (size_t i = 0; r->opt_strings && i < 2 * r->n_opts; i++) free(r->opt_strings[i]);
   free(r->opt_strings);
   free(r->opts);
+  free(r->sized_opts);
   lh_env_hub_free(r->own_hub);
   lh_model_decoder_free(r->dec);
   lh_actors_sampler_free(r->sampler);
@@ -159,8 +161,9 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
    * steps against it and ends the episode as truncated). */
   size_t n_opts = cfg->n_env_options + (cfg->max_steps ? 1 : 0);
   r->opts = calloc(n_opts + 1, sizeof *r->opts);
+  r->sized_opts = calloc(n_opts + 1, sizeof *r->sized_opts);
   r->opt_strings = calloc(2 * n_opts + 1, sizeof *r->opt_strings);
-  if (!r->actor || !r->env_name || !r->opts || !r->opt_strings) goto oom;
+  if (!r->actor || !r->env_name || !r->opts || !r->sized_opts || !r->opt_strings) goto oom;
   r->n_opts = n_opts;
   for (size_t i = 0; i < cfg->n_env_options; i++) {
     r->opt_strings[2 * i] = lh_strdup0(cfg->env_options[i].key);
@@ -260,24 +263,35 @@ static int group_is_long(lh_actors_runner *r, uint64_t group, uint64_t task_seed
   return r->group_long;
 }
 
+uint64_t lh_actors_stage_env_size(uint64_t max_context) {
+  return (uint64_t)((double)max_context * LH_ACTORS_STAGE_FILL);
+}
+
+size_t lh_actors_env_options_set(const lh_env_option *opts, size_t n, const char *key, const char *value,
+                                 lh_env_option *out) {
+  size_t m = 0;
+  int replaced = 0;
+  for (size_t i = 0; i < n; i++) {
+    int here = strcmp(opts[i].key, key) == 0;
+    out[m++] = (lh_env_option){opts[i].key, here ? value : opts[i].value};
+    replaced |= here;
+  }
+  if (!replaced) out[m++] = (lh_env_option){key, value};
+  return m;
+}
+
 /* Opens the row's environment again when the episode needs another size
  * (stage_option = size, or as configured for size 0). */
 static int size_env(lh_actors_runner *r, row *w, uint64_t size, lh_errbuf *err) {
   if (!r->stage_option[0] || size == w->env_size) return 0;
-  lh_env_option opts[LH_ACTORS_ENV_OPTIONS + 2];
-  size_t n = 0;
-  int replaced = 0;
+  const lh_env_option *opts = r->opts;
+  size_t n = r->n_opts;
   char value[32];
-  snprintf(value, sizeof value, "%llu", (unsigned long long)size);
-  for (size_t i = 0; i < r->n_opts && n < LH_ACTORS_ENV_OPTIONS + 1; i++) {
-    if (size && !strcmp(r->opts[i].key, r->stage_option)) {
-      opts[n++] = (lh_env_option){r->opts[i].key, value};
-      replaced = 1;
-    } else {
-      opts[n++] = r->opts[i];
-    }
+  if (size) {
+    snprintf(value, sizeof value, "%llu", (unsigned long long)size);
+    n = lh_actors_env_options_set(r->opts, r->n_opts, r->stage_option, value, r->sized_opts);
+    opts = r->sized_opts;
   }
-  if (size && !replaced) opts[n++] = (lh_env_option){r->stage_option, value};
   lh_env *env = NULL;
   LH_TRY(lh_env_open_hub(r->hub, r->env_name, opts, n, &env, err));
   lh_env_free(w->env);
@@ -609,7 +623,7 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   LH_TRY(lh_model_decoder_reset(r->dec, (int)b));
   lh_env_obs obs;
   lh_errbuf e = {0};
-  int rc = size_env(r, w, is_long ? (uint64_t)((double)budget * LH_ACTORS_STAGE_FILL) : 0, &e);
+  int rc = size_env(r, w, is_long ? lh_actors_stage_env_size(budget) : 0, &e);
   if (rc == 0) rc = lh_env_reset(w->env, task_seed, &obs, &e);
   if (rc < 0) return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
   rc = lh_actors_transcript_begin(w->tr, &obs, &e);

@@ -68,7 +68,7 @@ int lh_cli_eval_context_read(const lh_ini_doc *doc, const char *ckpt_dir, lh_cli
     if (acfg.stage_option[0]) {
       snprintf(c->option, sizeof c->option, "%s", acfg.stage_option);
       snprintf(c->value, sizeof c->value, "%llu",
-               (unsigned long long)((double)c->max_context * LH_ACTORS_STAGE_FILL));
+               (unsigned long long)lh_actors_stage_env_size(c->max_context));
     }
   }
   if (c->max_context > INT_MAX) c->max_context = INT_MAX;

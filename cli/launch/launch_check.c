@@ -40,23 +40,21 @@
  * when size_key is given (a long group of a stage), and closes it again. */
 static int check_env(const char *config, const char *name, const lh_actors_config *ac, const char *who,
                      const char *size_key, uint64_t size, const char *sized_by, lh_errbuf *err) {
-  lh_env_option opts[LH_ACTORS_ENV_OPTIONS + 1];
+  lh_env_option opts[LH_ACTORS_ENV_OPTIONS], sized[LH_ACTORS_ENV_OPTIONS + 1];
   char value[32];
   snprintf(value, sizeof value, "%llu", (unsigned long long)size);
-  size_t n = 0;
-  int remote = 0, replaced = 0;
+  size_t n = ac->n_env_options;
+  int remote = 0;
   for (uint32_t i = 0; i < ac->n_env_options; i++) {
-    int sized = size_key && strcmp(ac->env_keys[i], size_key) == 0;
-    opts[n++] = (lh_env_option){ac->env_keys[i], sized ? value : ac->env_values[i]};
-    replaced |= sized;
+    opts[i] = (lh_env_option){ac->env_keys[i], ac->env_values[i]};
     if (strcmp(ac->env_keys[i], "server") == 0) remote = 1;
   }
-  if (size_key && !replaced) opts[n++] = (lh_env_option){size_key, value};
+  if (size_key) n = lh_actors_env_options_set(opts, n, size_key, value, sized);
   if (remote) return 0; /* the env server starts with the fleet; its actors report what it refuses */
   lh_env *env = NULL;
   lh_errbuf e;
   memset(&e, 0, sizeof e);
-  int rc = lh_env_open(name, opts, n, &env, &e);
+  int rc = lh_env_open(name, size_key ? sized : opts, n, &env, &e);
   lh_env_free(env);
   if (rc < 0 && size_key)
     return lh_errbuf_set(err, LH_ECONFIG, "%s: [env] cannot open environment '%s'%s at %s (%s = %s): %s", config,
@@ -76,7 +74,7 @@ static int check_env_sizes(const char *config, const char *name, const lh_actors
   if (!ac->stage_option[0]) return 0;
   for (size_t i = 0; i < lc->n_stages; i++) {
     if (lc->stages[i].long_frac <= 0) continue;
-    uint64_t size = (uint64_t)((double)lc->stages[i].max_context * LH_ACTORS_STAGE_FILL);
+    uint64_t size = lh_actors_stage_env_size(lc->stages[i].max_context);
     char sized_by[160];
     snprintf(sized_by, sizeof sized_by,
              "the size [learner] stages gives stage %zu's long groups ([actor] stage_option, %g of its context %llu)",
@@ -273,26 +271,22 @@ static int check_expert_parallel(const lh_launch_fleet *f, const lh_learner_conf
                        e.msg, (unsigned long long)f->fleet.learners, mc->experts);
 }
 
-/* The learner completes a group at its group_size and skips the episodes
- * past it (a smaller one) or trains only groups it can fill (a larger
- * one), so a fleet whose two sections differ wastes what its actors play. */
-static int check_group_size(const lh_launch_fleet *f, const lh_learner_config *lc, const lh_actors_config *ac,
-                            lh_errbuf *err) {
-  if (!f->fleet.actors || ac->group_size == lc->group_size) return 0;
-  return lh_errbuf_set(err, LH_ECONFIG,
-                       "%s: [actor] group_size = %llu differs from [learner] group_size = %llu: the learner "
-                       "trains groups of its own size, so give both the same",
-                       f->config_path, (unsigned long long)ac->group_size, (unsigned long long)lc->group_size);
-}
-
-/* What the learner is asked to use that only the actors can send: the
- * states a stored-state learner starts windows from (without them it
- * recomputes every prefix), the experts routing replay replays (without
- * them it trains on its own routing). A fleet file that asks for one must
- * have its actors send it. */
-static int check_actors_send(const lh_launch_fleet *f, const lh_learner_config *lc, const lh_actors_config *ac,
-                             lh_errbuf *err) {
+/* What the learner and the actors of one fleet file must agree on:
+ *   - the group size: the learner completes a group at its own and skips
+ *     the episodes past it (a smaller one) or trains only groups it can
+ *     fill (a larger one);
+ *   - what the learner is asked to use that only the actors send: the
+ *     states a stored-state learner starts windows from (without them it
+ *     recomputes every prefix), the experts routing replay replays
+ *     (without them it trains on its own routing). */
+static int check_learner_actors_agree(const lh_launch_fleet *f, const lh_learner_config *lc,
+                                      const lh_actors_config *ac, lh_errbuf *err) {
   if (!f->fleet.actors) return 0;
+  if (ac->group_size != lc->group_size)
+    return lh_errbuf_set(err, LH_ECONFIG,
+                         "%s: [actor] group_size = %llu differs from [learner] group_size = %llu: the learner "
+                         "trains groups of its own size, so give both the same",
+                         f->config_path, (unsigned long long)ac->group_size, (unsigned long long)lc->group_size);
   if (lc->state_mode == LH_LEARNER_STATE_STORED && !ac->state_interval)
     return lh_errbuf_set(err, LH_ECONFIG,
                          "%s: [learner] state_mode = stored, but [actor] state_interval = 0 sends no states: every "
@@ -324,8 +318,7 @@ int lh_launch_check(const lh_launch_fleet *f, const lh_learner_config *lc, const
                     const lh_model_config *mc, lh_errbuf *err) {
   LH_TRY(check_expert_parallel(f, lc, mc, err));
   LH_TRY(check_ingest_peers(f, lc, err));
-  LH_TRY(check_group_size(f, lc, ac, err));
-  LH_TRY(check_actors_send(f, lc, ac, err));
+  LH_TRY(check_learner_actors_agree(f, lc, ac, err));
   LH_TRY(check_envs(f, lc, ac, err));
   LH_TRY(check_env_server(f, err));
   if (f->fleet.learners) LH_TRY(check_endpoints(f, lc, err)); /* actors only: this host binds nothing */
