@@ -274,32 +274,46 @@ typedef struct {
  * to row b and keeps the next-token distribution. */
 static int feed(eval_run *r, int b, eval_slot *s, size_t from, lh_errbuf *err) {
   const lh_actors_transcript *t = s->t;
-  lh_model_image imgs[64];
-  int n_imgs = 0;
-  for (int i = 0; i < t->n_images; i++) {
-    if ((size_t)t->images[i].at < from) continue;
-    if (n_imgs == 64) return lh_errbuf_set(err, LH_ERANGE, "eval: more than 64 images in one observation");
-    imgs[n_imgs] = t->images[i];
-    imgs[n_imgs++].at -= (int)from;
+  lh_model_image small[16], *imgs = small;
+  int first = t->n_images, n_imgs;
+  while (first > 0 && (size_t)t->images[first - 1].at >= from) first--;
+  n_imgs = t->n_images - first;
+  if (n_imgs > (int)(sizeof small / sizeof small[0]) && !(imgs = malloc((size_t)n_imgs * sizeof *imgs)))
+    return lh_errbuf_set(err, LH_ENOMEM, "eval: out of memory for %d images", n_imgs);
+  for (int i = 0; i < n_imgs; i++) {
+    imgs[i] = t->images[first + i];
+    imgs[i].at -= (int)from;
   }
-  return lh_model_prefill(r->dec, b, t->tokens + from, (int)(t->len - from), imgs, n_imgs,
-                          r->logp + (size_t)b * r->vocab, err);
+  int rc = lh_model_prefill(r->dec, b, t->tokens + from, (int)(t->len - from), imgs, n_imgs,
+                            r->logp + (size_t)b * r->vocab, err);
+  if (imgs != small) free(imgs);
+  return rc;
 }
 
-/* Starts the next seed in slot b, or leaves it idle when none is left. */
+static int refused(eval_run *r, eval_slot *s, int rc, const lh_errbuf *why, lh_errbuf *err);
+
+/* Starts the next seed in slot b, or leaves it idle when none is left (an
+ * episode whose first observation is refused ends at once). */
 static int start(eval_run *r, int b, eval_slot *s, lh_errbuf *err) {
-  s->active = 0;
-  if (r->next >= r->n) return 0;
-  lh_env_obs obs;
-  s->seed = r->seeds[r->next++];
-  lh_actors_rng_seed(&s->rng, s->seed ^ 0x6576616c73616d70ull);
-  LH_TRY(lh_env_reset(r->envs[b], s->seed, &obs, err));
-  LH_TRY(lh_actors_transcript_begin(s->t, &obs, err));
-  LH_TRY(lh_model_decoder_reset(r->dec, b));
-  LH_TRY(feed(r, b, s, 0, err));
-  s->action_start = s->t->len;
-  s->active = 1;
-  return 0;
+  for (;;) {
+    s->active = 0;
+    if (r->next >= r->n) return 0;
+    lh_env_obs obs;
+    s->seed = r->seeds[r->next++];
+    lh_actors_rng_seed(&s->rng, s->seed ^ 0x6576616c73616d70ull);
+    LH_TRY(lh_env_reset(r->envs[b], s->seed, &obs, err));
+    lh_errbuf why = {0};
+    int rc = lh_actors_transcript_begin(s->t, &obs, &why);
+    if (rc) {
+      LH_TRY(refused(r, s, rc, &why, err));
+      continue;
+    }
+    LH_TRY(lh_model_decoder_reset(r->dec, b));
+    LH_TRY(feed(r, b, s, 0, err));
+    s->action_start = s->t->len;
+    s->active = 1;
+    return 0;
+  }
 }
 
 /* The action's tokens as the text lh_env_step takes (markers spelled out). */
@@ -333,6 +347,17 @@ static int show(eval_run *r, const eval_slot *s, const char *outcome, lh_errbuf 
   return 0;
 }
 
+/* An observation the transcript refuses (an image it cannot take, e.g.
+ * over the model's max_patches) ends that episode, not solved, with the
+ * reason in what is shown; the evaluation goes on, as an actor does. */
+static int refused(eval_run *r, eval_slot *s, int rc, const lh_errbuf *why, lh_errbuf *err) {
+  if (rc != LH_EACTORS_IMAGE) return lh_errbuf_set(err, rc, "%s", why->msg);
+  LH_WARN("eval", "seed %llu ends, not solved: %s", (unsigned long long)s->seed, why->msg);
+  char outcome[sizeof why->msg + 16];
+  snprintf(outcome, sizeof outcome, "ended: %s", why->msg);
+  return show(r, s, outcome, err);
+}
+
 /* One sampled token for slot b: either it continues the action (returns 1:
  * decode it with the others) or it ended the action, which is stepped, and
  * the slot has been fed its observation or moved to the next episode. */
@@ -357,7 +382,12 @@ static int advance(eval_run *r, int b, eval_slot *s, int32_t tok, lh_errbuf *err
     return start(r, b, s, err);
   }
   size_t from = s->t->len - 1;  /* the sampled token has not been fed yet */
-  LH_TRY(lh_actors_transcript_observation(s->t, &res.obs, err));
+  lh_errbuf why = {0};
+  int rc = lh_actors_transcript_observation(s->t, &res.obs, &why);
+  if (rc) {
+    LH_TRY(refused(r, s, rc, &why, err));
+    return start(r, b, s, err);
+  }
   if (s->t->len >= (size_t)r->p->max_context) {
     LH_TRY(show(r, s, "truncated", err));
     return start(r, b, s, err);

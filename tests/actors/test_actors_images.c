@@ -4,7 +4,9 @@
  * (5x5) goes in padded (6x6, black right and bottom) and its segments pass
  * the learner's checks, so the episodes play on; an image over max_patches
  * (15x15: 64 patches) ends its episode as an error with the reason, and
- * the runner goes on to the next episodes. */
+ * the runner goes on to the next episodes. Evaluation does the same: such
+ * an episode is not solved, is shown with the reason, and the seeds after
+ * it are played. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,12 +110,40 @@ START_TEST(test_too_many_patches_ends_one_episode) {
 }
 END_TEST
 
+START_TEST(test_eval_goes_past_a_refused_image) {
+  lh_model *m = tiny_model();
+  lh_env_option opts[2] = {{"size", "2"}, {"cell_px", "3"}}; /* 64 patches, over 16 */
+  lh_env *envs[2] = {NULL, NULL};
+  lh_errbuf err = {0};
+  for (int i = 0; i < 2; i++)
+    ck_assert_msg(lh_env_open("maze", opts, 2, &envs[i], &err) == 0, "%s", err.msg);
+  uint64_t seeds[5] = {1, 2, 3, 4, 5};
+  char *shown = NULL;
+  size_t shown_bytes = 0;
+  FILE *out = open_memstream(&shown, &shown_bytes);
+  ck_assert_ptr_nonnull(out);
+  lh_actors_eval_params p = {.max_context = 400, .max_action_tokens = 16, .show = out, .show_count = 5};
+  size_t wins = 99;
+  ck_assert_msg(lh_actors_eval(m, envs, 2, seeds, 5, &p, &wins, &err) == 0, "%s", err.msg);
+  fclose(out);
+  ck_assert_uint_eq(wins, 0);
+  int ended = 0;
+  for (const char *at = shown; (at = strstr(at, "ended: ")); at++) ended++;
+  ck_assert_int_eq(ended, 5); /* every seed played, each ended by its image */
+  ck_assert_ptr_nonnull(strstr(shown, "max_patches"));
+  free(shown);
+  for (int i = 0; i < 2; i++) lh_env_free(envs[i]);
+  lh_model_free(m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("actors_images");
   TCase *tc = tcase_create("images");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_odd_size_is_padded);
   tcase_add_test(tc, test_too_many_patches_ends_one_episode);
+  tcase_add_test(tc, test_eval_goes_past_a_refused_image);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }
