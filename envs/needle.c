@@ -32,7 +32,7 @@ static const char *const FIELD[] = {"city", "color", "code"};
 #define NEEDLE_TEXT_BYTES 512 /* the question, a search's hits, one line */
 
 typedef struct {
-  long tokens, show_document;
+  long tokens, show_document, remind;
   double noise;
   lh_str doc;          /* all lines */
   size_t *line_at;           /* offset of each line in doc */
@@ -46,7 +46,7 @@ typedef struct {
   lh_env_term terms[1];
 } needle_env;
 
-static const char OPTIONS[] = "tokens,show_document,expert_noise";
+static const char OPTIONS[] = "tokens,show_document,remind,expert_noise";
 
 static int needle_create(const lh_env_option *opts, size_t count, void **ctx, lh_errbuf *err) {
   LH_TRY(lh_env_opt_check_keys(opts, count, "needle", OPTIONS, err));
@@ -54,6 +54,7 @@ static int needle_create(const lh_env_option *opts, size_t count, void **ctx, lh
   if (!e) return lh_errbuf_set(err, LH_ENOMEM, "needle: out of memory");
   int rc = lh_env_opt_int(opts, count, "tokens", 2000, NEEDLE_MIN_TOKENS, NEEDLE_MAX_TOKENS, &e->tokens, err);
   if (!rc) rc = lh_env_opt_int(opts, count, "show_document", 1, 0, 1, &e->show_document, err);
+  if (!rc) rc = lh_env_opt_int(opts, count, "remind", 0, 0, 1, &e->remind, err);
   if (!rc) rc = lh_env_opt_double(opts, count, "expert_noise", 0, 0, 1, &e->noise, err);
   if (rc) {
     free(e);
@@ -229,8 +230,15 @@ static int needle_step(void *ctx, const char *action, size_t bytes, const lh_act
   needle_env *e = ctx;
   lh_str_clear(&e->text);
   if (a->kind == LH_ACTION_CALL) {
-    if (a->tool_bytes == 6 && memcmp(a->tool, "search", 6) == 0) do_search(e, a->args, a->args_bytes);
-    else do_read(e, a->args, a->args_bytes);
+    if (a->tool_bytes == 6 && memcmp(a->tool, "search", 6) == 0) {
+      do_search(e, a->args, a->args_bytes);
+    } else {
+      do_read(e, a->args, a->args_bytes);
+      /* The question's id and field again after the line, the field
+       * last: the answer that follows needs no memory reaching back to
+       * the first observation. */
+      if (e->remind) lh_str_printf(&e->text, "\nasked: %s %s", e->id, FIELD[e->field]);
+    }
   } else {
     int ok = a->args_bytes == strlen(e->answer) && strncasecmp(a->args, e->answer, a->args_bytes) == 0;
     lh_str_printf(&e->text, ok ? "correct: %s" : "wrong: the answer is %s", e->answer);
@@ -281,10 +289,12 @@ static const char *needle_describe(void *ctx) {
                       "shown at reset (show_document=1) and can be searched.\n"
                       "tools: search(TERM) -> line numbers (at most %d), read(N) -> line N\n"
                       "options: tokens=%ld (document length, %d..%d), show_document=%ld, "
+                      "remind=%ld (1: read's result ends with the question's id and field), "
                       "expert_noise=%g (0..1), max_steps (default 12)\n"
                       "reward: 1 for the right value (case-insensitive), else 0 (term 'correct'); "
                       "expert: search(id), read(line), answer",
-                      MAX_HITS, e->tokens, NEEDLE_MIN_TOKENS, NEEDLE_MAX_TOKENS, e->show_document, e->noise);
+                      MAX_HITS, e->tokens, NEEDLE_MIN_TOKENS, NEEDLE_MAX_TOKENS, e->show_document, e->remind,
+                      e->noise);
   return e->desc.data;
 }
 

@@ -323,6 +323,39 @@ START_TEST(test_needle_env) {
 }
 END_TEST
 
+/* remind = 1: read's result ends with the question's id and field (the
+ * answer then needs no memory of the first observation); search's does
+ * not, and the expert still solves the episode. */
+START_TEST(test_needle_remind) {
+  const lh_env_option opts[] = {{"remind", "1"}};
+  lh_env *env;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_open("needle", opts, 1, &env, &e), 0);
+  lh_env_obs obs;
+  ck_assert_int_eq(lh_env_reset(env, 5, &obs, &e), 0);
+  const char *q = strstr(obs.text, "Question: what is the ");
+  ck_assert_ptr_nonnull(q);
+  char field[16] = "", id[16] = "", want[48];
+  ck_assert_int_eq(sscanf(q, "Question: what is the %15s of the record with id %15[^?]", field, id), 2);
+  snprintf(want, sizeof want, "\nasked: %s %s", id, field);
+  lh_env_result res = {0};
+  for (int step = 0; step < 3; step++) {
+    const char *action;
+    ck_assert_int_eq(lh_env_expert(env, &action, &e), 0);
+    ck_assert_int_eq(lh_env_step(env, action, strlen(action), &res, &e), 0);
+    if (step == 0) ck_assert_ptr_null(strstr(res.obs.text, "asked:"));
+    if (step == 1) {
+      size_t n = strlen(res.obs.text), w = strlen(want);
+      ck_assert_msg(n > w && strcmp(res.obs.text + n - w, want) == 0, "read's result: %s", res.obs.text);
+    }
+  }
+  ck_assert(res.done && res.reward == 1.0f);
+  lh_env_free(env);
+  const lh_env_option bad[] = {{"remind", "2"}};
+  ck_assert_int_eq(lh_env_open("needle", bad, 1, &env, &e), LH_EENVS_BAD_OPTION);
+}
+END_TEST
+
 START_TEST(test_maze_env) {
   check_env("maze", NULL, 0, 0.05);
   lh_env *env;
@@ -629,6 +662,7 @@ int main(void) {
   tcase_add_test(tc, test_calc_eval);
   tcase_add_test(tc, test_calc_env);
   tcase_add_test(tc, test_needle_env);
+  tcase_add_test(tc, test_needle_remind);
   tcase_add_test(tc, test_maze_env);
   tcase_add_test(tc, test_expert_noise);
   tcase_add_test(tc, test_calc_observations);
