@@ -9,10 +9,20 @@
 #      maze (bench/learn_maze.ini, images): 600 steps on the expert with
 #      expert_noise = 0.2. Greedy play repeats a blocked move until the
 #      step limit there (0 successes before and after RL), so the figure
-#      that counts is the sampled one.
+#      that counts is the sampled one;
+#      needle (bench/learn_needle.ini, a staged run to 64K tokens): 1 500
+#      steps at lr 0.003 then 2 400 at lr 0.002 on 400-token documents
+#      (examples/needle.ini's recipe: it copies ids and line numbers and
+#      answers a field at random), then at lr 0.001 on 16K-token documents
+#      with remind = 1 (read's result ends with the asked field) until
+#      greedy success on 50 held-out seeds reaches 0.45, evaluated every
+#      10 steps: it copies line numbers of three digits and answers the
+#      asked field, often with a value not on the line.
 #   2. before: success on the 200 held-out seeds 1..200, greedy and sampled
 #      at the actors' temperature; the one that counts (calc: greedy, maze:
-#      sampled) must lie in [0.2, 0.7] for the figure to count.
+#      sampled) must lie in [0.2, 0.7] for the figure to count. needle is
+#      played at its last stage (65 536 tokens of context, a document of
+#      49 152 and 768 lines) and greedily only.
 #   3. RL: `longhaul launch` with 1 learner and 2 actors from that
 #      checkpoint for [fleet] steps (LH_LEARN_STEPS overrides) steps.
 #   4. after: the same 200 seeds, both ways, with the learner's last checkpoint.
@@ -21,14 +31,17 @@
 # fleet's own success rate per step; the
 # learner's busy fraction (time in steps over wall time) and the actors'
 # tokens/s (from their heartbeats in the store). Everything stays in
-# LH_LEARN_DIR (default BUILD/bench-learn, BUILD/bench-learn-maze for the
-# maze), report.html included.
+# LH_LEARN_DIR (default BUILD/bench-learn, BUILD/bench-learn-maze and
+# BUILD/bench-learn-needle), report.html included. LH_LEARN_INIT=DIR starts
+# from the warm start DIR/model.safetensors of an earlier run instead of
+# training it again.
 set -euo pipefail
 build=${1:-build}
 env=${2:-calc}
 src=$(cd "$(dirname "$0")/.." && pwd)
 bin=$(cd "$build" && pwd)/cli/longhaul
 target=${LH_LEARN_TARGET:-0.3}
+sft2_args=() sft3_args=() play=() sampled_too=1
 case $env in
   calc)
     ini=learn.ini gate=greedy work=${LH_LEARN_DIR:-$build/bench-learn}
@@ -39,8 +52,17 @@ case $env in
     ini=learn_maze.ini gate=sampled work=${LH_LEARN_DIR:-$build/bench-learn-maze}
     sft_args=(--steps 600 --lr 0.003 --warmup 20 --eval 200 --set env.expert_noise=0.2)
     sft_says="600 steps on the expert with expert_noise 0.2" ;;
+  needle)
+    ini=learn_needle.ini gate=greedy work=${LH_LEARN_DIR:-$build/bench-learn-needle}
+    sft_args=(--steps 1500 --lr 0.003 --warmup 20 --eval 0 --set learner.weight_decay=0 --set env.remind=0)
+    sft2_args=(--steps 2400 --lr 0.002 --warmup 20 --eval 200 --set learner.weight_decay=0 --set env.remind=0)
+    sft3_args=(--steps 300 --lr 0.001 --warmup 10 --eval 50 --eval-every 10 --target 0.45
+      --set env.tokens=16384 --set actor.max_context=20480 --set learner.weight_decay=0)
+    play=(--max-context 65536 --set env.tokens=49152)
+    sampled_too=0
+    sft_says="1500 + 2400 steps on 400-token documents, then on 16K-token ones with remind = 1 until greedy success >= 0.45 on 50 held-out seeds" ;;
   *)
-    echo "usage: bench/learn.sh [BUILD] [calc|maze]" >&2
+    echo "usage: bench/learn.sh [BUILD] [calc|maze|needle]" >&2
     exit 2 ;;
 esac
 rm -rf "$work"
@@ -57,12 +79,23 @@ rate() { sed -n 's/.*"success_rate": *\([0-9.eE+-]*\).*/\1/p'; }
 
 echo "== 1. SFT on $env, $sft_says"
 t0=$(date +%s)
-"$bin" sft --config learn.ini --out sft "${sft_args[@]}"
+if [ -n "${LH_LEARN_INIT:-}" ]; then
+  mkdir -p sft && cp "$LH_LEARN_INIT"/model.safetensors sft/
+  echo "(the warm start of LH_LEARN_INIT=$LH_LEARN_INIT, not trained again)"
+elif [ ${#sft2_args[@]} -gt 0 ]; then
+  "$bin" sft --config learn.ini --out sft1 "${sft_args[@]}"
+  "$bin" sft --config learn.ini --init sft1 --out sft2 "${sft2_args[@]}"
+  "$bin" sft --config learn.ini --init sft2 --out sft "${sft3_args[@]}"
+else
+  "$bin" sft --config learn.ini --out sft "${sft_args[@]}"
+fi
 t1=$(date +%s)
 temp=$(sed -n 's/^temperature = //p' learn.ini)
-before=$("$bin" eval --config learn.ini --ckpt sft --seeds 200 --json | rate)
-before_t=$("$bin" eval --config learn.ini --ckpt sft --seeds 200 --temperature "$temp" --json | rate)
-echo "SFT took $((t1 - t0)) s; before RL on seeds 1..200: greedy $before, sampled at T=$temp $before_t"
+before=$("$bin" eval --config learn.ini --ckpt sft --seeds 200 "${play[@]}" --json | rate)
+before_t=-
+[ "$sampled_too" = 1 ] &&
+  before_t=$("$bin" eval --config learn.ini --ckpt sft --seeds 200 "${play[@]}" --temperature "$temp" --json | rate)
+echo "SFT took $((t1 - t0)) s; before RL on seeds 1..200${play:+ (${play[*]})}: greedy $before, sampled at T=$temp $before_t"
 counted=$before
 [ "$gate" = sampled ] && counted=$before_t
 in_range=$(awk -v b="$counted" 'BEGIN { print (b >= 0.2 && b <= 0.7) ? "yes" : "no" }')
@@ -76,8 +109,10 @@ echo "== 2. RL: 1 learner, 2 actors, $(sed -n 's/^steps = //p' learn.ini) steps"
 t2=$(date +%s)
 "$bin" launch learn.ini --status plain 2>&1 | grep --line-buffered -E "name=learner |done reason" || true
 t3=$(date +%s)
-after=$("$bin" eval --config learn.ini --ckpt ckpt --seeds 200 --json | rate)
-after_t=$("$bin" eval --config learn.ini --ckpt ckpt --seeds 200 --temperature "$temp" --json | rate)
+after=$("$bin" eval --config learn.ini --ckpt ckpt --seeds 200 "${play[@]}" --json | rate)
+after_t=-
+[ "$sampled_too" = 1 ] &&
+  after_t=$("$bin" eval --config learn.ini --ckpt ckpt --seeds 200 "${play[@]}" --temperature "$temp" --json | rate)
 
 echo
 echo "== 3. the fleet's success rate per step (sampled at T=$temp; $(sed -n 's/^batch_episodes = //p' learn.ini) episodes a step)"
@@ -96,7 +131,8 @@ echo
 echo "== figures"
 gain() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.1f points", (a - b) * 100 }'; }
 echo "success on $env's held-out seeds 1..200 (target: +15 points; the $gate figure counts):"
-echo "  sampled at T=$temp, as the actors play: before $before_t, after $after_t ($(gain "$after_t" "$before_t"))"
+[ "$sampled_too" = 1 ] &&
+  echo "  sampled at T=$temp, as the actors play: before $before_t, after $after_t ($(gain "$after_t" "$before_t"))"
 echo "  greedy:                               before $before, after $after ($(gain "$after" "$before"))"
 echo "RL: $((t3 - t2)) s wall for the fleet"
 echo "learner busy fraction (mean over steps >= 2): $busy (target >= 0.9)"
