@@ -27,8 +27,8 @@ static const lh_cli_help HELP = {
         "rate. An episode ends at the context of the checkpoint's stage ([learner] stages, with [actor] "
         "stage_option sizing the environment as a long group of that stage), else at [actor] max_context; "
         "one whose observation the model cannot take (an image over its max_patches) ends there, not "
-        "solved, with a warning naming the seed, and the seeds after it are played. A [model] section, when FILE gives one, must be the checkpoint's model (exit 2 naming the keys "
-        "that differ).",
+        "solved, with a warning naming the seed, and the seeds after it are played. A [model] section, "
+        "when FILE gives one, must be the checkpoint's model (exit 2 naming the keys that differ).",
     .notes = "The result goes into the replay store --db FILE as a row of evals with the checkpoint's step (a "
         "learner's checkpoint), under a runs row of kind eval; a learner may be writing the same store "
         "meanwhile.",
