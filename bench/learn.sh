@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/learn.sh [BUILD] [calc|maze]: the proof that the RL loop learns, and
+# bench/learn.sh [BUILD] [calc|maze|needle]: the proof that the RL loop learns, and
 # the learner's and actors' figures from the same run.
 #
 #   1. SFT, the warm start:
