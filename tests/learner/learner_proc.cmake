@@ -12,5 +12,5 @@ lh_add_test(test_learner_cli SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_cli.
 add_dependencies(test_learner_cli longhaul)
 # A learner and two actor processes on calc, three steps (test_learner_e2e).
 lh_add_test(test_learner_e2e SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_e2e.c ${LH_LEARNER_FIXTURE}
-  LIBS lh_learner TIMEOUT 180)
+  LIBS lh_learner TIMEOUT 400)
 add_dependencies(test_learner_e2e longhaul)

@@ -9,7 +9,7 @@ lh_add_test(test_model SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model.c LIBS lh_mo
 target_compile_definitions(test_model PRIVATE _GNU_SOURCE)
 # longhaul init / score through the real binary.
 lh_add_test(test_model_cli SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model_cli.c ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
-  LIBS lh_model TIMEOUT 60)
+  LIBS lh_model TIMEOUT 240)
 add_dependencies(test_model_cli longhaul)
 # balancing rules on a synthetic router (MaxVio curves), dead experts.
 lh_add_test(test_model_balance SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model_balance.c

@@ -209,7 +209,7 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("model_cli");
   TCase *tc = tcase_create("cli");
-  tcase_set_timeout(tc, 60);
+  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_init_and_score);
   tcase_add_test(tc, test_cli_errors);
   suite_add_tcase(s, tc);
