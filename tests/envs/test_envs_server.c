@@ -1,5 +1,5 @@
-/* Tests of env servers in real processes: the C server (a forked child
- * running lh_envserver_serve) and the Python one (/usr/bin/python3), end
+/* Tests of env servers in real processes: the C server (this binary
+ * started again with --serve, running lh_envserver_serve) and the Python one (/usr/bin/python3), end
  * to end; a server killed (SIGKILL) or hung (SIGSTOP) mid-episode ends the
  * episode as error and the client keeps working with a new server. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
@@ -18,13 +18,22 @@ static void endpoint(char *buf, size_t cap, const char *tag) {
   snprintf(buf, cap, "ipc:///tmp/lh-envs-test-%d-%s.sock", (int)getpid(), tag);
 }
 
+/* The C server runs in this test's own binary, started again with
+ * `--serve EP MAX` (main). It is exec'd, not only forked: a test that
+ * restarts a server forks while its client's ZeroMQ threads run, and the
+ * child of a multithreaded process may call only async-signal-safe
+ * functions until it execs. A forked child that went on to serve inherited,
+ * under ASan, an allocator lock one of those threads held at the fork, and
+ * never answered (seen as 20 CREATE timeouts in a row beside a load). */
 static pid_t start_c_server_max(const char *ep, uint32_t max_sessions) {
+  char max[16];
+  snprintf(max, sizeof max, "%u", max_sessions);
   pid_t pid = fork();
   ck_assert(pid >= 0);
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  /* never outlive a failed test */
-    lh_errbuf e;
-    _exit(lh_envserver_serve(ep, max_sessions, &e) < 0 ? 3 : 0);
+    execl("/proc/self/exe", "test_envs_server", "--serve", ep, max, (char *)NULL);
+    _exit(127);
   }
   return pid;
 }
@@ -507,7 +516,11 @@ START_TEST(test_session_cap) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "--serve") == 0) { /* start_c_server_max's child */
+    lh_errbuf e;
+    return lh_envserver_serve(argv[2], (uint32_t)strtoul(argv[3], NULL, 10), &e) < 0 ? 3 : 0;
+  }
   Suite *s = suite_create("envs_server");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 120);
