@@ -34,6 +34,7 @@ struct lh_actors_link {
   uint64_t connects, acked, rejected;
   int64_t reconnect_at_ms;      /* after a refusal: when to connect again (0: none due) */
   lh_log_meter refusal_meter;   /* counts the learner's refusals of the ingest connection */
+  lh_log_meter resend_meter;    /* counts resends: the learner went quiet or away */
   int64_t last_weights_ms;
   int weights_new;
   uint64_t announced;  /* the newest version announced */
@@ -114,6 +115,7 @@ int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actor
   l->ctx = zmq_ctx;
   l->window = UINT32_MAX;
   l->refusal_meter.component = "actor";
+  l->resend_meter.component = "actor";
   l->name = malloc(strlen(cfg->name ? cfg->name : "") + 1);
   int rc = 0;
   if (!l->name) {
@@ -474,7 +476,7 @@ int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err) {
   /* Resends that are due, oldest first, until the socket would block:
    * what did not go stays due, first in line. */
   int64_t t = now_ms();
-  uint64_t id;
+  uint64_t id, resends = lh_actors_outbox_resends(l->outbox);
   const uint8_t *b;
   size_t bn;
   for (int k = 0; k < 256 && lh_actors_outbox_next_due(l->outbox, t, &id, &b, &bn); k++) {
@@ -485,6 +487,15 @@ int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err) {
       break;
     }
   }
+  /* Without this line an operator sees nothing of a learner that stopped
+   * acking until the outbox fills and generation pauses. */
+  if (lh_actors_outbox_resends(l->outbox) > resends)
+    lh_log_meter_warn(&l->resend_meter,
+                      "resent messages the learner did not ack endpoint=%s unacked=%zu (no ack within "
+                      "resend_timeout_ms=%lld, doubled per silent round, or a reconnection: the learner is "
+                      "down, restarting or overloaded)",
+                      l->cfg.ingest_endpoint, lh_actors_outbox_depth(l->outbox),
+                      (long long)l->cfg.resend_timeout_ms);
   if (l->refused.code) {
     if (err) *err = l->refused;
     return l->refused.code;
