@@ -26,7 +26,7 @@ static void setup(void) {
   const char *learner = "batch_episodes = 4\ngroup_size = 4\ntrain_window = 64\nckpt_every = 2\n"
                         "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\n"
                         "max_backlog_episodes = 1000\n";
-  const char *actor = "max_context = 400\ngroup_size = 4\nbatch = 8\n";
+  const char *actor = "max_context = 400\ngroup_size = 4\nbatch = 8\nresend_timeout_ms = 200\n";
   ck_assert_int_eq(lrfx_write_run_config(cfg_path, dir, learner, NULL, actor, "name = calc\n"), 0);
 }
 
@@ -61,19 +61,30 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
   return 0;
 }
 
+/* Reads the store once, read-only: its train steps to on_step (when not
+ * NULL) and its episodes to on_ep. Returns 0, or -1 while it cannot be
+ * read (not created yet, or a killed writer's WAL not recovered yet). */
+static int scan_store(lh_store_train_step_fn on_step, void *step_ctx, lh_store_episode_fn on_ep, void *ep_ctx) {
+  lh_store *s;
+  lh_errbuf e;
+  if (lh_store_open_readonly(db, &s, &e)) return -1;
+  int rc = (on_step && lh_store_train_steps(s, 0, 0, on_step, step_ctx, &e)) ||
+                   lh_store_episodes(s, NULL, on_ep, ep_ctx, NULL, &e)
+               ? -1
+               : 0;
+  lh_store_close(s);
+  return rc;
+}
+
 /* The store's train steps and ended episodes now (zeros while it cannot be
  * read). */
 static void read_run(step_rows *r, ep_counts *c) {
   memset(r, 0, sizeof *r);
   memset(c, 0, sizeof *c);
-  lh_store *s;
-  lh_errbuf e;
-  if (lh_store_open_readonly(db, &s, &e)) return;
-  if (lh_store_train_steps(s, 0, 0, on_step, r, &e) || lh_store_episodes(s, NULL, on_episode, c, NULL, &e)) {
+  if (scan_store(on_step, r, on_episode, c)) {
     memset(r, 0, sizeof *r);
     memset(c, 0, sizeof *c);
   }
-  lh_store_close(s);
 }
 
 /* The learner trains until the store shows what the test needs (three
@@ -133,17 +144,10 @@ static int on_gap(void *ctx, const lh_episode_row *r) {
   return 0;
 }
 
-/* The store's episodes now; rows and ended are -1 while it cannot be read
- * (not created yet, or a killed writer's WAL not recovered yet). */
+/* The store's episodes now; rows and ended are -1 while it cannot be read. */
 static gap_counts read_gaps(void) {
-  gap_counts c = {-1, -1, 0};
-  lh_store *s;
-  lh_errbuf e;
-  if (lh_store_open_readonly(db, &s, &e)) return c;
   gap_counts got = {0};
-  if (lh_store_episodes(s, NULL, on_gap, &got, NULL, &e) == 0) c = got;
-  lh_store_close(s);
-  return c;
+  return scan_store(NULL, NULL, on_gap, &got) ? (gap_counts){-1, -1, 0} : got;
 }
 
 /* Waits up to seconds for more than rows episodes in the store, more than
@@ -176,7 +180,16 @@ START_TEST(test_learner_killed_and_restarted) {
   waitpid(lp, &st, 0);
   gap_counts killed = wait_episodes(-1, -1, 30);  /* what the killed learner had committed */
   ck_assert_msg(killed.rows >= 0, "the store is unreadable after the kill (see %s)", dir);
-  lh_proc_sleep_ms(1000);  /* the actor keeps producing into its outbox; any amount will do */
+  /* The restart waits until the actor has resent unacked messages into
+   * the void (its resend warning after the kill), so that the restarted
+   * learner surely gets resends. */
+  char a0log[600];
+  snprintf(a0log, sizeof a0log, "%s/a0.log", dir);
+  int resent_lines = lh_proc_count_lines(a0log, "resent messages");
+  for (int i = 0; i < 1200 && lh_proc_count_lines(a0log, "resent messages") <= resent_lines; i++)
+    lh_proc_sleep_ms(50);
+  ck_assert_msg(lh_proc_count_lines(a0log, "resent messages") > resent_lines,
+                "the actor logged no resend in 60 s after the kill (see %s)", a0log);
   lp = spawn("learner2.log", l2);
   gap_counts resumed = wait_episodes(-1, killed.ended, 90);
   ck_assert_msg(resumed.ended > killed.ended, "no episode ended in 90 s after the restart (see %s/learner2.log)",
@@ -193,6 +206,11 @@ START_TEST(test_learner_killed_and_restarted) {
   printf("resend: ended=%d with gaps=%d\n", c.ended, c.gaps);
   ck_assert_int_gt(c.ended, 0);
   ck_assert_int_eq(c.gaps, 0);
+  /* The actor met the restarted learner with messages unacked. */
+  uint64_t unacked = 0;
+  ck_assert_int_eq(lh_proc_log_u64(a0log, "connects=2", "unacked", &unacked), 0);
+  printf("resend: unacked at the reconnection=%llu\n", (unsigned long long)unacked);
+  ck_assert_uint_gt(unacked, 0);
   /* The killed learner left its writer mark, so the second one checked the
    * file before writing (store.h, lh_store_options.writer); it stopped
    * cleanly and cleared its own. */
