@@ -6,7 +6,8 @@ target_compile_definitions(test_envs PRIVATE
   LH_TEST_PLUGIN_GOOD="$<TARGET_FILE:lh_env_reverse>"
   LH_TEST_PLUGIN_BAD_VERSION="$<TARGET_FILE:lh_env_bad_version>"
   LH_TEST_PLUGIN_BAD_SYMBOL="$<TARGET_FILE:lh_env_bad_symbol>")
-lh_add_test(test_envs_server SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_envs_server.c LIBS lh_envs TIMEOUT 240)
+lh_add_test(test_envs_server SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_envs_server.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/env_server_fixture.c LIBS lh_envs TIMEOUT 240)
 target_compile_definitions(test_envs_server PRIVATE
   LH_TEST_SOURCE_DIR="${CMAKE_SOURCE_DIR}" LH_TEST_PY_PROTO_DIR="${CMAKE_BINARY_DIR}/envs/python")
 if(TARGET lh_envs_python)

@@ -1,6 +1,6 @@
 /* Batch frames of env requests (EnvRequestBatch, proto/longhaul.proto)
- * against the C server (a forked lh_envserver_run) and the Python one
- * (/usr/bin/python3; skipped without its zmq and protobuf), by a raw
+ * against the C server and the Python one (env_server_fixture.h; the
+ * Python cases are skipped without its zmq and protobuf), by a raw
  * DEALER that frames requests itself:
  *   - a batch of N requests gets one frame of N answers, in order, each as
  *     the same request in process would give;
@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "env_server_fixture.h"
 #include "envs/env.h"
 #include "proto/wire.h"
 
@@ -36,21 +37,8 @@ static void endpoint(char *buf, size_t cap, const char *tag) {
 
 /* A C server with max_batch (0: the default), or the Python server. */
 static pid_t start_server(const char *ep, int python, uint32_t max_batch) {
-  pid_t pid = fork();
-  ck_assert(pid >= 0);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  /* never outlive a failed test */
-    if (python) {
-      char script[1024];
-      snprintf(script, sizeof script, "%s/envs/python/env_server.py", LH_TEST_SOURCE_DIR);
-      execl("/usr/bin/python3", "python3", script, "--bind", ep, "--proto-dir", LH_TEST_PY_PROTO_DIR, (char *)NULL);
-      _exit(127);
-    }
-    lh_log_set_level(LH_LOG_WARN);
-    lh_envserver_config cfg = {.max_batch = max_batch};
-    lh_errbuf e;
-    _exit(lh_envserver_run(ep, &cfg, &e) < 0 ? 3 : 0);
-  }
+  pid_t pid = python ? lh_envfx_start_python(ep) : lh_envfx_start_c(ep, 0, max_batch);
+  ck_assert(pid > 0);
   return pid;
 }
 
@@ -554,6 +542,8 @@ END_TEST
 START_TEST(test_hub_frame_refused) {
   char ep[256];
   endpoint(ep, sizeof ep, "refuser");
+  /* Forked without exec: this test process holds no ZeroMQ context (and so
+   * no other thread) yet, so the child may do anything. */
   pid_t pid = fork();
   ck_assert(pid >= 0);
   if (pid == 0) {
@@ -597,7 +587,9 @@ START_TEST(test_hub_frame_refused) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
+  int served = lh_envfx_serve_main(argc, argv); /* a server this suite started */
+  if (served >= 0) return served;
   Suite *su = suite_create("envs_batch");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 120);

@@ -1,7 +1,8 @@
-/* Tests of env servers in real processes: the C server (this binary
- * started again with --serve, running lh_envserver_serve) and the Python one (/usr/bin/python3), end
- * to end; a server killed (SIGKILL) or hung (SIGSTOP) mid-episode ends the
- * episode as error and the client keeps working with a new server. */
+/* Tests of env servers in real processes (env_server_fixture.h: the C
+ * server is this binary started again with --serve, the Python one
+ * /usr/bin/python3), end to end; a server killed (SIGKILL) or hung
+ * (SIGSTOP) mid-episode ends the episode as error and the client keeps
+ * working with a new server. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
@@ -12,44 +13,24 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "env_server_fixture.h"
 #include "envs/env.h"
 
 static void endpoint(char *buf, size_t cap, const char *tag) {
   snprintf(buf, cap, "ipc:///tmp/lh-envs-test-%d-%s.sock", (int)getpid(), tag);
 }
 
-/* The C server runs in this test's own binary, started again with
- * `--serve EP MAX` (main). It is exec'd, not only forked: a test that
- * restarts a server forks while its client's ZeroMQ threads run, and the
- * child of a multithreaded process may call only async-signal-safe
- * functions until it execs. A forked child that went on to serve inherited,
- * under ASan, an allocator lock one of those threads held at the fork, and
- * never answered (seen as 20 CREATE timeouts in a row beside a load). */
 static pid_t start_c_server_max(const char *ep, uint32_t max_sessions) {
-  char max[16];
-  snprintf(max, sizeof max, "%u", max_sessions);
-  pid_t pid = fork();
-  ck_assert(pid >= 0);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  /* never outlive a failed test */
-    execl("/proc/self/exe", "test_envs_server", "--serve", ep, max, (char *)NULL);
-    _exit(127);
-  }
+  pid_t pid = lh_envfx_start_c(ep, max_sessions, 0);
+  ck_assert(pid > 0);
   return pid;
 }
 
 static pid_t start_c_server(const char *ep) { return start_c_server_max(ep, 0); }
 
 static pid_t start_py_server(const char *ep) {
-  char script[1024];
-  snprintf(script, sizeof script, "%s/envs/python/env_server.py", getenv("LH_SOURCE_DIR") ? getenv("LH_SOURCE_DIR") : LH_TEST_SOURCE_DIR);
-  pid_t pid = fork();
-  ck_assert(pid >= 0);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    execl("/usr/bin/python3", "python3", script, "--bind", ep, "--proto-dir", LH_TEST_PY_PROTO_DIR, (char *)NULL);
-    _exit(127);
-  }
+  pid_t pid = lh_envfx_start_python(ep);
+  ck_assert(pid > 0);
   return pid;
 }
 
@@ -267,6 +248,8 @@ END_TEST
 START_TEST(test_garbage_server) {
   char ep[256];
   endpoint(ep, sizeof ep, "junk");
+  /* Forked without exec: this test process holds no ZeroMQ context (and so
+   * no other thread) yet, so the child may do anything. */
   pid_t pid = fork();
   ck_assert(pid >= 0);
   if (pid == 0) {
@@ -517,10 +500,8 @@ START_TEST(test_session_cap) {
 END_TEST
 
 int main(int argc, char **argv) {
-  if (argc == 4 && strcmp(argv[1], "--serve") == 0) { /* start_c_server_max's child */
-    lh_errbuf e;
-    return lh_envserver_serve(argv[2], (uint32_t)strtoul(argv[3], NULL, 10), &e) < 0 ? 3 : 0;
-  }
+  int served = lh_envfx_serve_main(argc, argv); /* a server this suite started */
+  if (served >= 0) return served;
   Suite *s = suite_create("envs_server");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 120);
