@@ -385,8 +385,10 @@ static int on_connect(lh_actors_link *l, lh_errbuf *err) {
 
 /* The learner refused the ingest connection at its handshake (its ZAP
  * handler: the ingest at its peer cap, or a CURVE key it does not allow).
- * libzmq ends such a connection for good, so the link connects again
- * after LINK_REFUSED_RETRY_MS; the reconnection resends what is unacked. */
+ * libzmq ends such a connection for good (it connects again by itself
+ * only when the connection closed before the refusal was read, as on a
+ * loaded machine), so the link connects again after
+ * LINK_REFUSED_RETRY_MS; the reconnection resends what is unacked. */
 #define LINK_REFUSED_RETRY_MS 1000
 static void on_refused(lh_actors_link *l, uint32_t status) {
   l->reconnect_at_ms = now_ms() + LINK_REFUSED_RETRY_MS;
