@@ -74,7 +74,12 @@ if [ -n "${LH_LEARN_STEPS:-}" ]; then
 fi
 sed -i "s|^\[fleet\]|[fleet]\ninit = $work/sft|" learn.ini
 
-rate() { sed -n 's/.*"success_rate": *\([0-9.eE+-]*\).*/\1/p'; }
+# Success on the held-out seeds 1..200 with the checkpoint $1, greedy;
+# what follows (--temperature T) goes to eval as well.
+held_out() {
+  "$bin" eval --config learn.ini --ckpt "$1" --seeds 200 "${play[@]}" "${@:2}" --json |
+    sed -n 's/.*"success_rate": *\([0-9.eE+-]*\).*/\1/p'
+}
 
 echo "== 1. SFT on $env, $sft_says"
 t0=$(date +%s)
@@ -90,8 +95,8 @@ else
 fi
 t1=$(date +%s)
 temp=$(sed -n 's/^temperature = //p' learn.ini)
-before=$("$bin" eval --config learn.ini --ckpt sft --seeds 200 "${play[@]}" --json | rate)
-before_t=$("$bin" eval --config learn.ini --ckpt sft --seeds 200 "${play[@]}" --temperature "$temp" --json | rate)
+before=$(held_out sft)
+before_t=$(held_out sft --temperature "$temp")
 echo "SFT took $((t1 - t0)) s; before RL on seeds 1..200${play:+ (${play[*]})}: greedy $before, sampled at T=$temp $before_t"
 counted=$before
 [ "$gate" = sampled ] && counted=$before_t
@@ -106,8 +111,8 @@ echo "== 2. RL: 1 learner, 2 actors, $(sed -n 's/^steps = //p' learn.ini) steps"
 t2=$(date +%s)
 "$bin" launch learn.ini --status plain 2>&1 | grep --line-buffered -E "name=learner |done reason" || true
 t3=$(date +%s)
-after=$("$bin" eval --config learn.ini --ckpt ckpt --seeds 200 "${play[@]}" --json | rate)
-after_t=$("$bin" eval --config learn.ini --ckpt ckpt --seeds 200 "${play[@]}" --temperature "$temp" --json | rate)
+after=$(held_out ckpt)
+after_t=$(held_out ckpt --temperature "$temp")
 
 echo
 echo "== 3. the fleet's success rate per step (sampled at T=$temp; $(sed -n 's/^batch_episodes = //p' learn.ini) episodes a step)"
