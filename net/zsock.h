@@ -129,8 +129,9 @@ int lh_zsock_zap_start(void *ctx, const char *allowed, lh_zsock_zap **out, lh_er
  * count too: a burst of more than max_peers may be refused whole, and
  * each refused client connects again (libzmq ends a refused connection
  * for good, but for one that closed before the client read the refusal:
- * that one it connects again by itself). libzmq bounds the messages it queues per connection
- * (ZMQ_RCVHWM), not over all of them: this is what bounds them in all.
+ * that one it connects again by itself). libzmq bounds the messages it
+ * queues per connection (ZMQ_RCVHWM), not over all of them: this is what
+ * bounds them in all.
  * One capped socket per handler. what names the socket in the log. */
 int lh_zsock_zap_cap_peers(lh_zsock_zap *z, void *s, const char *domain, int max_peers, const char *what,
                            lh_errbuf *err);

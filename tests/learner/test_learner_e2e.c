@@ -68,12 +68,10 @@ static int scan_store(lh_store_train_step_fn on_step, void *step_ctx, lh_store_e
   lh_store *s;
   lh_errbuf e;
   if (lh_store_open_readonly(db, &s, &e)) return -1;
-  int rc = (on_step && lh_store_train_steps(s, 0, 0, on_step, step_ctx, &e)) ||
-                   lh_store_episodes(s, NULL, on_ep, ep_ctx, NULL, &e)
-               ? -1
-               : 0;
+  int failed = (on_step && lh_store_train_steps(s, 0, 0, on_step, step_ctx, &e)) ||
+               lh_store_episodes(s, NULL, on_ep, ep_ctx, NULL, &e);
   lh_store_close(s);
-  return rc;
+  return failed ? -1 : 0;
 }
 
 /* The store's train steps and ended episodes now (zeros while it cannot be

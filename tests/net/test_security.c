@@ -216,13 +216,14 @@ static int wait_open_peers(const lh_zsock_zap *z, int want) {
   return 0;
 }
 
-/* The DEALERs that may be refused connect by hand only: libzmq connects a
- * refused DEALER again by itself when the connection closed before it
- * read the refusal (on a loaded machine), and such a connection, admitted
- * once a place frees, threw the counts off. */
-static void connect_once(void *dealer) {
+/* Connects a DEALER that may be refused, never to connect again by
+ * itself: libzmq connects a refused DEALER again when the connection
+ * closed before it read the refusal (on a loaded machine), and such a
+ * connection, admitted once a place frees, threw the counts off. */
+static void connect_by_hand(void *dealer, const char *ep) {
   int never = -1;
   ck_assert_int_eq(zmq_setsockopt(dealer, ZMQ_RECONNECT_IVL, &never, sizeof never), 0);
+  ck_assert_int_eq(zmq_connect(dealer, ep), 0);
 }
 
 /* A refusal that comes before the send ends the pipe the message would
@@ -270,8 +271,7 @@ START_TEST(test_peer_cap) {
   }
   ck_assert(wait_open_peers(z, 2));
   ck_assert_uint_eq(lh_zsock_zap_refused(z), 0);
-  connect_once(d[2]);
-  ck_assert_int_eq(zmq_connect(d[2], ep), 0);
+  connect_by_hand(d[2], ep);
   send_unless_refused(d[2], "from 2");
   for (int i = 0; i < 3000 && lh_zsock_zap_refused(z) < 1; i++) usleep(10000);
   ck_assert_uint_eq(lh_zsock_zap_refused(z), 1);
@@ -304,8 +304,7 @@ START_TEST(test_peer_cap) {
   uint64_t refused_before = lh_zsock_zap_refused(z);
   for (int i = 0; i < 6; i++) {
     burst[i] = lh_zsock_open(ctx, ZMQ_DEALER, &dopt, "DEALER", &e);
-    connect_once(burst[i]);
-    ck_assert_int_eq(zmq_connect(burst[i], ep), 0);
+    connect_by_hand(burst[i], ep);
     send_unless_refused(burst[i], "burst");
   }
   int delivered = 0;
