@@ -40,8 +40,14 @@ typedef struct {
   const char *value_label;  /* a heat map's colour legend caption (escaped); NULL: none */
   /* Line charts: smooth in [0, 1) is the weight of an exponential moving
    * average (debiased, as TensorBoard's); above 0 each series is drawn
-   * faint as measured and bold as smoothed (a <path class="smooth">). */
+   * faint as measured and bold as smoothed (a <path class="smooth">).
+   * The average's window is 1 / (1 - smooth) points of the chart's
+   * densest series (the smallest median gap between x values of any
+   * series): its memory restarts after a gap wider than that, so a
+   * sparse stretch is drawn as measured. */
   double smooth;
+  int measured;        /* never smooth: every point is a measurement of its
+                          own (held-out evaluations), drawn as measured */
   const struct lh_report_mark *marks;  /* vertical marks at x (where a context-extension stage began); NULL: none */
   size_t nmarks;
 } lh_report_axes;

@@ -429,7 +429,8 @@ void lh_report_page(lh_str *b, const lh_report_run *runs, size_t nruns, const lh
     lh_str_printf(b, "; <span id=\"watching\">rewritten while the run goes on, reloads every %d s</span>",
                      o->refresh_s);
   if (o->smooth > 0)
-    lh_str_printf(b, "; curves smoothed (moving average, weight %.2g), measured points faint", o->smooth);
+    lh_str_printf(b, "; curves smoothed (moving average, weight %.2g, restarting after a gap wider than its "
+                     "window), measured points faint; held-out evaluations drawn as measured", o->smooth);
   lh_str_puts(b, "</p>\n");
 
   int empty = 1;
@@ -502,7 +503,8 @@ void lh_report_page(lh_str *b, const lh_report_run *runs, size_t nruns, const lh
 
   lh_str_puts(b, "<h2>Evaluation</h2>\n<div class=\"grid\">\n");
   lh_report_axes eva = {.id = "svg-eval", .title = "Held-out success rate (sft and eval) by step",
-                        .xlabel = "step", .ylabel = "success rate", .y_fixed = 1, .ymin = 0, .ymax = 1};
+                        .xlabel = "step", .ylabel = "success rate", .y_fixed = 1, .ymin = 0, .ymax = 1,
+                        .measured = 1};
   grouped_chart(b, &p, offsetof(lh_report_data, evals), 0, &eva);
   lh_report_axes sfa = {.id = "svg-sft-loss", .title = "SFT loss by step", .xlabel = "SFT step", .ylabel = "loss"};
   grouped_chart(b, &p, offsetof(lh_report_data, sft), 0, &sfa);

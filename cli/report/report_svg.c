@@ -4,6 +4,7 @@
  * one decimal: the charts are a few hundred pixels wide. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/report/report.h"
@@ -191,6 +192,44 @@ static void legend(lh_str *b, const lh_report_series *s, size_t nseries, int row
   }
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The median gap between consecutive finite x values of a series; NAN
+ * with fewer than two points. */
+static double median_gap(const lh_report_series *s) {
+  size_t n = 0;
+  double *gaps = s->n > 1 ? malloc((s->n - 1) * sizeof *gaps) : NULL;
+  if (!gaps) return NAN;
+  double last = NAN;
+  for (size_t i = 0; i < s->n; i++) {
+    if (!isfinite(s->x[i]) || !isfinite(s->y[i])) continue;
+    if (isfinite(last)) gaps[n++] = fabs(s->x[i] - last);
+    last = s->x[i];
+  }
+  double m = NAN;
+  if (n) {
+    qsort(gaps, n, sizeof *gaps, cmp_double);
+    m = gaps[n / 2];
+  }
+  free(gaps);
+  return m;
+}
+
+/* The moving average's window in x units: 1 / (1 - w) points of the
+ * densest series (at least the width of one such gap). With no gaps at
+ * all (single points) the window is 0 and nothing is smoothed. */
+static double smoothing_window(double w, const lh_report_series *s, size_t nseries) {
+  double densest = INFINITY;
+  for (size_t k = 0; k < nseries; k++) {
+    double g = median_gap(&s[k]);
+    if (isfinite(g) && g > 0) densest = fmin(densest, g);
+  }
+  return isfinite(densest) ? densest * fmax(1.0, 1.0 / (1.0 - w)) : 0;
+}
+
 void lh_report_line_chart(lh_str *b, const lh_report_axes *a, const lh_report_series *s,
                           size_t nseries) {
   double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
@@ -218,7 +257,8 @@ void lh_report_line_chart(lh_str *b, const lh_report_axes *a, const lh_report_se
   axis_range xr = make_range(xlo, xhi, 8), yr = make_range(ylo, yhi, 5);
   draw_axes(b, &xr, &yr, RIGHT);
   double x0 = LEFT, x1 = WIDTH - RIGHT, y0 = HEIGHT - BOTTOM, y1 = TOP;
-  int smooth = a->smooth > 0 && a->smooth < 1;
+  int smooth = !a->measured && a->smooth > 0 && a->smooth < 1;
+  double window = smooth ? smoothing_window(a->smooth, s, nseries) : 0;
   for (size_t k = 0; k < nseries; k++) {
     /* One polyline per run of finite points: a NAN is a gap. Smoothed,
      * the measured line is faint and the smoothed one drawn over it. */
@@ -246,14 +286,20 @@ void lh_report_line_chart(lh_str *b, const lh_report_axes *a, const lh_report_se
     if (smooth) {
       /* An exponential moving average over the finite points, debiased
        * (divided by 1 - w^k) so that its start is not pulled to 0; a gap
-       * breaks the drawn line, not the average. */
-      double ema = 0, weight = 1;
+       * of NANs breaks the drawn line, not the average. A step in x wider
+       * than the window starts the average again: the point after it is
+       * drawn at its measured value, never pulled toward points far from
+       * it (an SFT evaluation every 50 steps smoothed like a per-step
+       * series ended at half its last measurement). */
+      double ema = 0, weight = 1, last_x = NAN;
       int first = 1, any = 0;
       for (size_t i = 0; i < s[k].n; i++) {
         if (!isfinite(s[k].x[i]) || !isfinite(s[k].y[i])) {
           first = 1;
           continue;
         }
+        if (isfinite(last_x) && fabs(s[k].x[i] - last_x) > window) ema = 0, weight = 1;
+        last_x = s[k].x[i];
         ema = a->smooth * ema + (1 - a->smooth) * s[k].y[i];
         weight *= a->smooth;
         double v = ema / (1 - weight);

@@ -24,10 +24,10 @@
 
 #define ODD_ENV "<b>calc&\"co\"</b>"
 #define ODD_ENV_ESCAPED "&lt;b&gt;calc&amp;&quot;co&quot;&lt;/b&gt;"
-enum { MANY_STEPS = 3000 };
+enum { MANY_STEPS = 3000, SPARSE_EVALS = 14 };
 enum { VERSIONS = 8, PER_VERSION = 5, STEPS = 12, LAYERS = 4, EXPERTS = 8, LONG_STEPS = 500, LONG_EXPERTS = 4 };
 
-static char dir[256], db[300], empty_db[300], long_db[300], old_db[300], many_db[300], page[300];
+static char dir[256], db[300], empty_db[300], long_db[300], old_db[300], many_db[300], sparse_db[300], page[300];
 static char out_buf[1 << 22], err_buf[1 << 16];
 static char html[1 << 22];
 
@@ -150,6 +150,25 @@ static void build_fixture(void) {
     put_episode(s, e, env, 1, 1, 1.0f);
   }
   ck_assert_msg(lh_store_commit(s, &err) == 0, "commit: %s", err.msg);
+  lh_store_close(s);
+
+  /* Sparse: SFT evaluations every 50 steps rising to 0.74 at step 700
+   * (make demo's warm start), and SFT's loss at 1.0 over steps 1..100,
+   * then, after a gap of 400 steps, at 0.2 over steps 501..510. */
+  snprintf(sparse_db, sizeof sparse_db, "%s/sparse.db", dir);
+  ck_assert_msg(lh_store_open(sparse_db, &s, &err) == 0, "open %s: %s", sparse_db, err.msg);
+  for (uint64_t k = 1; k <= SPARSE_EVALS; k++) {
+    lh_store_eval e = {.run_id = "sft-1", .kind = "sft", .has_step = 1, .step = 50 * k, .env = "calc",
+                       .seeds = 100, .episodes = 100, .successes = k == SPARSE_EVALS ? 74 : 3 * k,
+                       .reward_mean = NAN, .eval_ms = NAN, .time_ms = 1700000000000LL + (int64_t)k};
+    ck_assert_msg(lh_store_put_eval(s, &e, &err) == 0, "eval: %s", err.msg);
+  }
+  for (uint64_t k = 1; k <= 510; k++) {
+    if (k > 100 && k <= 500) continue;
+    lh_store_sft_step t = {.run_id = "sft-1", .step = k, .loss = k <= 100 ? 1.0 : 0.2, .lr = 1e-3, .grad_norm = 1,
+                           .tokens = 100, .time_ms = 1700000000000LL + (int64_t)k};
+    ck_assert_msg(lh_store_put_sft_step(s, &t, &err) == 0, "sft step: %s", err.msg);
+  }
   lh_store_close(s);
 
   ck_assert_msg(lh_store_open(db, &s, &err) == 0, "open %s: %s", db, err.msg);
@@ -603,6 +622,83 @@ static void y_ticks(const char *c, char *lo, char *hi, size_t cap) {
   }
 }
 
+/* The last "x,y" pair of the points (a polyline) or the path data (a
+ * smoothed path) of the element that starts with `opening` in a chart;
+ * fails when there is none. */
+static void last_drawn(const char *c, const char *opening, double *x, double *y) {
+  const char *e = strstr(c, opening);
+  ck_assert_msg(e != NULL, "no %s in the chart", opening);
+  const char *a = strstr(e, " points=\"");
+  const char *d = strstr(e, " d=\"");
+  if (!a || (d && d < a)) a = d;
+  ck_assert_msg(a != NULL, "%s has no points", opening);
+  a = strchr(a, '"') + 1;
+  const char *end = strchr(a, '"');
+  const char *last = NULL;
+  for (const char *p = a; p < end; p++)
+    if ((*p >= '0' && *p <= '9') || *p == '-' || *p == '.') {
+      if (p == a || p[-1] == ' ' || p[-1] == 'M' || p[-1] == 'L') last = p;
+    }
+  ck_assert(last != NULL);
+  ck_assert_int_eq(sscanf(last, "%lf,%lf", x, y), 2);
+}
+
+/* The centre of the point whose tooltip starts with `title`. */
+static void measured_point(const char *c, const char *title, double *x, double *y) {
+  const char *t = strstr(c, title);
+  ck_assert_msg(t != NULL, "no point titled %s", title);
+  const char *p = t;
+  while (p > c && strncmp(p, "<circle", 7) != 0) p--;
+  const char *cx = strstr(p, "cx=\""), *cy = strstr(p, "cy=\"");
+  ck_assert(cx && cy && cx < t && cy < t);
+  *x = strtod(cx + 4, NULL), *y = strtod(cy + 4, NULL);
+}
+
+/* A series' last drawn point sits on its last measurement: held-out
+ * evaluations are drawn as measured, never smoothed away from it. */
+static void check_last_drawn_is_measured(const char *c, const char *series, const char *last_title) {
+  char opening[160];
+  double x, y, mx, my;
+  measured_point(c, last_title, &mx, &my);
+  snprintf(opening, sizeof opening, "<polyline class=\"series\" data-series=\"%s\"", series);
+  last_drawn(c, opening, &x, &y);
+  fprintf(stderr, "%s: last drawn at (%.1f, %.1f), last measured at (%.1f, %.1f)\n", series, x, y, mx, my);
+  ck_assert(fabs(x - mx) < 0.11 && fabs(y - my) < 0.11);
+  snprintf(opening, sizeof opening, "<path class=\"smooth\" data-series=\"%s\"", series);
+  if (strstr(c, opening)) {
+    last_drawn(c, opening, &x, &y);
+    ck_assert(fabs(x - mx) < 0.11 && fabs(y - my) < 0.11);
+  }
+}
+
+/* Sparse series drawn as measured: SFT evaluations every 50 steps end on
+ * their last measurement (0.74 at step 700; a moving average over them
+ * ended near 0.37), and SFT's loss after a 400-step gap starts again at
+ * its measured 0.2, not pulled toward the 1.0 before the gap. */
+START_TEST(test_sparse_series) {
+  ck_assert_int_eq(report("--db", sparse_db, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  const char *c = chart(html, "svg-eval");
+  HAS_NOT(c, "class=\"smooth\"");
+  HAS_NOT(c, "stroke-opacity=\"0.3\"");
+  check_last_drawn_is_measured(c, "sft calc", "sft calc at step 700: 0.74</title>");
+  c = chart(html, "svg-sft-loss");
+  HAS(c, "<path class=\"smooth\" data-series=\"sft-1\"");
+  double mx, my;
+  measured_point(c, "sft-1 at SFT step 501: 0.2</title>", &mx, &my);
+  const char *path = strstr(c, "<path class=\"smooth\" data-series=\"sft-1\"");
+  char at[64];
+  snprintf(at, sizeof at, "L%.1f,%.1f ", mx, my);
+  const char *m = strstr(path, at);
+  if (!m) snprintf(at, sizeof at, "M%.1f,%.1f ", mx, my), m = strstr(path, at);
+  ck_assert_msg(m != NULL, "the smoothed loss does not pass through step 501's measured point (%s)", at);
+  /* Before the gap the average sits on the flat 1.0 as measured too. */
+  measured_point(c, "sft-1 at SFT step 100: 1</title>", &mx, &my);
+  snprintf(at, sizeof at, "%.1f,%.1f ", mx, my);
+  ck_assert_msg(strstr(path, at) != NULL, "the smoothed loss is off step 100's measured point");
+}
+END_TEST
+
 START_TEST(test_dashboard) {
   ck_assert_int_eq(report("--db", db, "--out", page, NULL), 0);
   slurp(page, html, sizeof html);
@@ -940,6 +1036,9 @@ START_TEST(test_render) {
     ck_assert_uint_eq(count(m, NULL, "class=\"legendbar\""), 1);
   }
   HAS_NOT(html, "id=\"no-expert-load\"");
+  /* As the browser parsed it: the SFT evaluation curve ends on its last
+   * measurement (0.8 at step 30). */
+  check_last_drawn_is_measured(chart(html, "svg-eval"), "sft calc", "sft calc at step 30: 0.8</title>");
 
   /* The screenshot of the page against one of a blank page of the same
    * size: charts, text and colour make the PNG many times larger. */
@@ -1032,6 +1131,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_escaping);
     tcase_add_test(tc, test_stdout);
     tcase_add_test(tc, test_dashboard);
+    tcase_add_test(tc, test_sparse_series);
     tcase_add_test(tc, test_compare);
     tcase_add_test(tc, test_watch);
     tcase_add_test(tc, test_thinning_and_many_envs);
