@@ -261,6 +261,31 @@ void lh_learner_episode_broadcast(const lh_learner_episode *ep, float advantage,
  * image so that every image lies whole in one window. */
 size_t lh_learner_episode_spans(const lh_learner_episode *ep, uint32_t patch, lh_model_span *out);
 
+/* ---- a group's shared prefix, run once a step (learner/shared_prefix.c) ----
+ * In exact mode the windows before an episode's first trained window are
+ * forward only, and the state they leave depends only on the episode's
+ * tokens, images and (with routing replay) recorded routing before it.
+ * The cache keeps that state per prefix for the step in progress, so the
+ * members of a group, which share their first observation, run it once;
+ * gradients are the unshared step's bit for bit. Cleared at each step. */
+typedef struct lh_learner_prefix_cache lh_learner_prefix_cache;
+int lh_learner_prefix_cache_new(size_t state_floats, lh_learner_prefix_cache **out, lh_errbuf *err);
+void lh_learner_prefix_cache_free(lh_learner_prefix_cache *c);
+void lh_learner_prefix_cache_clear(lh_learner_prefix_cache *c);
+/* A hash of ep's first upto positions (tokens, images, and recorded
+ * routing when with_routing): where to look; never 0 (0: no memory). */
+uint64_t lh_learner_prefix_key(const lh_learner_episode *ep, size_t upto, int with_routing);
+/* The state after the first upto positions of an episode of this step
+ * whose positions there are ep's, compared whole; NULL when none. */
+const float *lh_learner_prefix_cache_get(lh_learner_prefix_cache *c, const lh_learner_episode *ep, uint64_t key,
+                                         size_t upto, int with_routing);
+/* Keeps a copy of the state after ep's first upto positions; ep must live
+ * until the cache is cleared. LH_ENOMEM (the step goes on unshared). */
+int lh_learner_prefix_cache_put(lh_learner_prefix_cache *c, const lh_learner_episode *ep, uint64_t key, size_t upto,
+                                int with_routing, const float *state);
+/* Lookups answered from the cache, and the positions they did not run. */
+void lh_learner_prefix_cache_counts(const lh_learner_prefix_cache *c, uint64_t *hits, uint64_t *positions_saved);
+
 /* ---- what the model can take (learner/validate.c) --------------------------
  * A message can be valid on the wire and still be nothing the model can
  * train on: token ids past its vocabulary, routing of another shape, to

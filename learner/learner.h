@@ -153,6 +153,11 @@ typedef struct {
   uint64_t ckpt_every;      /* steps, >= 1 (50) */
   uint64_t keep_checkpoints; /* step-N folders kept after each checkpoint, 0 all (3) */
   int routing_replay;       /* true/false, yes/no, on/off, 1/0 (false) */
+  /* In exact mode, the windows before each episode's first trained one
+   * run once a step for all episodes whose tokens there are the same (a
+   * group's shared first observation; learner/shared_prefix.c). Not with
+   * expert_parallel > 1. (true) */
+  int share_prefix;
   /* Where a training window's attention state comes from (ARCHITECTURE.md
    * §5 "Stored state"): exact recomputes the whole prefix under the current
    * weights; stored starts from the nearest state the actor sent

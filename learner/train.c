@@ -100,6 +100,11 @@ struct lh_learner_trainer {
   uint64_t stage_dropped_pending;  /* carry drops not yet summed over the ranks */
   int stage_row_replace;           /* the next stages row drops later stages' rows (a resume) */
   int last_skipped;                /* the last step was skipped (its version was not published) */
+  /* [learner] share_prefix in exact mode: the state before each
+   * episode's first trained window, shared by the episodes of a step
+   * whose positions before it are the same (learner/shared_prefix.c);
+   * NULL: every episode runs its own. */
+  lh_learner_prefix_cache *prefixes;
 };
 
 /* Test hooks, read at every step after it took its batch: with
@@ -190,6 +195,8 @@ int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config
     lh_errbuf_set(err, rc, "train: cannot enable training: %s", lh_strerror(rc));
   else if ((rc = lh_model_balancer_new(mc, &t->balancer)))
     lh_errbuf_set(err, rc, "train: cannot create the balancer: %s", lh_strerror(rc));
+  else if (cfg->share_prefix && cfg->state_mode == LH_LEARNER_STATE_EXACT)
+    rc = lh_learner_prefix_cache_new(lh_model_state_floats(mc), &t->prefixes, err);
   if (rc) {
     lh_learner_trainer_free(t);
     return rc;
@@ -203,6 +210,7 @@ void lh_learner_trainer_free(lh_learner_trainer *t) {
   lh_learner_batcher_free(t->batcher);
   lh_model_balancer_free(t->balancer);
   lh_model_cache_free(t->cache);
+  lh_learner_prefix_cache_free(t->prefixes);
   lh_learner_experts_close(t->experts);
   free(t->seen.ids);
   free(t->done.ids);
@@ -548,6 +556,21 @@ static int burn_in(lh_learner_trainer *t, const lh_learner_episode *ep, size_t s
   return 0;
 }
 
+/* The start of ep's first training window whose targets hold a sampled
+ * token (the windows before it are forward only); 0 when that is the
+ * first window or none holds one. */
+static size_t first_trained_window(const lh_learner_episode *ep, size_t train_window, const lh_model_span *spans,
+                                   size_t n_spans) {
+  size_t first = 0;
+  while (first + 1 < ep->n && !ep->loss_mask[first + 1]) first++;
+  if (first + 1 >= ep->n) return 0;  /* token first + 1 is the first sampled: a target of the window holding first */
+  for (size_t start = 0, end; start < ep->n; start = end) {
+    end = lh_model_window_end(start, ep->n, train_window, spans, n_spans);
+    if (first < end) return start;
+  }
+  return 0;
+}
+
 /* Forward and backward of one episode, window by window, accumulating
  * gradients (every window's loss is normalised by the batch's N). */
 static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, const float *adv, double N,
@@ -607,10 +630,32 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
   int stored = t->cfg.state_mode == LH_LEARNER_STATE_STORED;
   size_t at = 0;  /* w.state_a holds the state after the first `at` tokens (zero at 0) */
   lh_learner_ppo_params pp = {t->cfg.clip_eps, t->cfg.is_cap, t->cfg.entropy_coef};
+  /* Exact mode with shared prefixes: the windows before the first one
+   * that trains are forward only; their state may already be this step's
+   * (another member of the group ran them), or is kept for the others. */
+  size_t shared_at = 0;
+  uint64_t shared_key = 0;
+  int with_routing = w.replay != NULL;
+  if (!rc && t->prefixes && !t->experts && (shared_at = first_trained_window(ep, t->cfg.train_window, spans, n_spans)) > 0) {
+    shared_key = lh_learner_prefix_key(ep, shared_at, with_routing);
+    const float *st = lh_learner_prefix_cache_get(t->prefixes, ep, shared_key, shared_at, with_routing);
+    if (st) {
+      memcpy(w.state_a, st, state_floats * sizeof *w.state_a);
+      at = shared_at;
+      shared_key = 0;
+    }
+  }
   size_t end = 0;
   for (size_t start = 0; start < ep->n && !rc; start = end) {
     end = lh_model_window_end(start, ep->n, t->cfg.train_window, spans, n_spans);
     if (start >= last_sampled) break;  /* the window's targets are start+1..end: none sampled from here */
+    if (!stored && end <= at) continue;  /* run by another member of the group: its state is in state_a */
+    if (shared_key && start == shared_at && at == start) {
+      /* the prefix's state, for the group's other members (without
+       * memory for it they run their own) */
+      (void)lh_learner_prefix_cache_put(t->prefixes, ep, shared_key, shared_at, with_routing, w.state_a);
+      shared_key = 0;
+    }
     size_t n = end - start;
     size_t sampled = fill_window(ep, adv, start, end, &w);
     /* Stored-state mode trains the windows that hold sampled tokens and
@@ -751,6 +796,7 @@ static int train_all(lh_learner_trainer *t, lh_learner_episode **eps, const floa
     memcpy(pairs, saved + nc, np * sizeof *saved);
     rc = lh_model_zero_grads(t->m);
     if (rc) rc = lh_errbuf_set(err, rc, "train: cannot zero the gradients: %s", lh_strerror(rc));
+    lh_learner_prefix_cache_clear(t->prefixes);  /* a pass begun again computes its prefixes again */
     /* With experts across ranks a rank's pass is not its own: its shard
      * holds the group's gradients, so a pass begun again is begun again by
      * the whole group (after each rank has served the others to the end). */

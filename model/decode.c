@@ -296,6 +296,11 @@ int lh_model_decoder_state_get(const lh_model_decoder *d, int b, float *out) {
   return state_to_host(d, b, out);
 }
 
+int lh_model_decoder_state_set(lh_model_decoder *d, int b, const float *in) {
+  if (!d || !in || b < 0 || b >= d->B) return LH_EINVAL;
+  return state_from_host(d, b, in);
+}
+
 /* The prefill runs window after window on the decoder's one cache, so its
  * memory is that of one window (prefill_window tokens, or an image longer
  * than that), never that of the n tokens: the state (lh_model_state_floats)

@@ -406,6 +406,10 @@ int lh_model_decoder_reset(lh_model_decoder *d, int b);
  * layout lh_model_batch.state_in takes for one sequence. */
 size_t lh_model_state_floats(const lh_model_config *cfg);
 int lh_model_decoder_state_get(const lh_model_decoder *d, int b, float *out);
+/* Sets sequence b's state to in (the layout state_get gives): the
+ * sequence goes on from there as if it had been fed the tokens that made
+ * in, bit for bit (how an actor forks a group's shared prefill). */
+int lh_model_decoder_state_set(lh_model_decoder *d, int b, const float *in);
 /* One token for each of the B sequences (recurrent step); logp (B,vocab,
  * host) gets log-probabilities of the next token; experts (layers, B, topk,
  * host) or NULL gets the routing (for routing replay). */

@@ -503,6 +503,91 @@ START_TEST(test_loss_norm) {
 }
 END_TEST
 
+/* Shared prefixes (learner/shared_prefix.c): 8 episodes in two groups of
+ * 4, each group's first SHARED tokens its task's (with, in the second
+ * pass, an image among them), the rest each episode's own. With
+ * share_prefix the windows before the first trained one (0..15 of 5
+ * tokens: 3 windows) run once per group; every gradient equals that of
+ * the same step without sharing, tensor by tensor, within 1e-5 of the
+ * tensor's largest (the same arithmetic: 0 is expected), and the forward
+ * ran 3 x 15 fewer positions per group. */
+#define SHARED 16
+static void write_shared(lh_store *s, lh_model *m, int image) {
+  const lrfx_shape shape = {.n_tokens = EP_TOKENS, .seg_tokens = SEG_TOKENS, .a = 31, .b = 7,
+                             .first_sampled = SHARED, .temperature = 0.7f};
+  for (uint64_t id = 1; id <= 8; id++) {
+    uint64_t group = 20 + (id - 1) / 4;
+    lrfx_episode ep;
+    lrfx_episode_init(&ep, &shape, id, group, id % 2 ? 1.0f : 0.0f);
+    for (int i = 0; i < SHARED; i++) ep.tokens[i] = (uint32_t)((group * 13 + (uint64_t)i * 5) % 200 + 32);
+    static uint8_t px[4 * 4 * 3];
+    float img_px[4 * 4 * 3];
+    lh_model_image img = {.at = IMG_AT + 1, .height = 4, .width = 4, .pixels = img_px};
+    Longhaul__Image im = LONGHAUL__IMAGE__INIT;
+    if (image) {
+      for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(i * 37 + group * 11);
+      lh_model_pixels_from_u8(px, 16, 3, img_px);
+      ep.tokens[IMG_AT] = LH_TOK_IMG;
+      for (int i = 1; i <= 4; i++) ep.tokens[IMG_AT + i] = LH_TOK_PAD;
+      im.offset = IMG_AT, im.width = 4, im.height = 4, im.channels = 3;
+      im.pixels.len = sizeof px, im.pixels.data = px;
+      ep.image = &im;
+    }
+    lh_errbuf e;
+    ck_assert_msg(lrfx_episode_sample(&ep, m, 0, image ? &img : NULL, &e) == 0, "%s", e.msg);
+    ck_assert_msg(lrfx_episode_put(s, &ep, &e) == 0, "%s", e.msg);
+  }
+}
+
+START_TEST(test_shared_prefix_step) {
+  for (int image = 0; image < 2; image++) {
+    make_dir();
+    char db2[160];
+    snprintf(db2, sizeof db2, "%s/unshared.db", dir);
+    lh_model *m[2] = {tiny_model(), tiny_model()};
+    lh_store *s[2];
+    lh_learner_trainer *t[2];
+    lh_learner_train_stats st[2];
+    lh_errbuf e;
+    for (int k = 0; k < 2; k++) {
+      ck_assert_int_eq(lh_store_open(k ? db2 : db, &s[k], &e), 0);
+      write_shared(s[k], m[k], image);
+      lh_learner_config cfg = small_cfg();
+      cfg.batch_episodes = 8, cfg.group_size = 4;
+      cfg.share_prefix = k == 0;
+      t[k] = scanned_trainer(m[k], s[k], &cfg);
+      ck_assert_int_eq(step(t[k], &st[k]), 1);
+      ck_assert_uint_eq(st[k].episodes, 8);
+      ck_assert_msg(st[k].logp_diff < 1e-5, "logp diff %g", st[k].logp_diff);
+    }
+    printf("shared prefix%s: forward positions %zu shared, %zu unshared; loss %.9g and %.9g\n",
+           image ? " (an image in it)" : "", st[0].run_positions, st[1].run_positions, st[0].loss, st[1].loss);
+    ck_assert_uint_eq(st[1].run_positions - st[0].run_positions, 2 * 3 * 15);
+    const float *g0 = lh_model_grads(m[0]), *g1 = lh_model_grads(m[1]);
+    double worst = 0;
+    for (int i = 0; i < lh_model_n_tensors(m[0]); i++) {
+      const lh_model_tensor *x = lh_model_tensor_at(m[0], i);
+      double big = 0, diff = 0;
+      for (size_t j = x->offset; j < x->offset + x->numel; j++) {
+        big = fmax(big, fabs(g1[j]));
+        diff = fmax(diff, fabs((double)g0[j] - g1[j]));
+      }
+      double rel = big > 0 ? diff / big : diff;
+      worst = fmax(worst, rel);
+      ck_assert_msg(rel <= 1e-5, "%s: gradients differ by %g of the tensor's largest %g", x->name, rel, big);
+    }
+    printf("shared prefix%s: largest gradient difference %g of a tensor's largest\n", image ? " (an image in it)" : "",
+           worst);
+    for (int k = 0; k < 2; k++) {
+      lh_learner_trainer_free(t[k]);
+      lh_model_free(m[k]);
+      lh_store_close(s[k]);
+    }
+    remove_dir();
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_train");
   TCase *tc = tcase_create("core");
@@ -515,6 +600,7 @@ int main(void) {
   tcase_add_test(tc, test_routing_replay);
   tcase_add_test(tc, test_stale_at_training_time);
   tcase_add_test(tc, test_loss_norm);
+  tcase_add_test(tc, test_shared_prefix_step);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }
