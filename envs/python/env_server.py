@@ -27,17 +27,18 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from longhaul_env import BadOption, Env, serve  # noqa: E402
+from longhaul_env import ActionError, BadOption, Env, parse_action, serve  # noqa: E402
 
-CALL = re.compile(r"<call>\s*([a-z_][a-z0-9_]*)\s*\((.*)\)\s*</call>\s*$", re.S)
 EOS = "<eos>"
 
 
 # calc(EXPR): a recursive-descent parser over Fraction, never eval(). The
 # input is hostile: its length, nesting, operator count and every value
 # (64-bit numerator and denominator, as envs/calc_parser.c) are bounded, and
-# each breach is an error observation.
-MAX_EXPR_CHARS = 1024  # under the client's 4096-byte bound on tool arguments
+# each breach is an error observation. The action around it is parsed
+# first by parse_action (the C parser's grammar, linear in the text), which
+# bounds the arguments to 4096 bytes before this parser sees them.
+MAX_EXPR_CHARS = 1024
 MAX_DEPTH = 64
 INT64_MAX = 2**63 - 1
 
@@ -197,20 +198,20 @@ class Calc(Env):
                 f"\nWhat is {chr(96 + self.stages)}?")
 
     def step(self, action):
-        m = CALL.search(action)
-        if m:
-            if m.group(1) != "calc":
-                return f"error: unknown tool '{m.group(1)}'; tools: calc", 0.0, False, {}
+        try:
+            a = parse_action(action, ["calc"])
+        except ActionError as e:
+            return f"error: {e}", 0.0, False, {}
+        if a.kind == "call":
             try:
-                v = calc_eval(m.group(2), self.max_ops)
+                v = calc_eval(a.args, self.max_ops)
             except CalcError as e:
                 return f"error: calc: {e}", 0.0, False, {}
             if self.progress < self.stages and v == self.values[self.progress]:
                 self.progress += 1
             return f"= {fmt(v)}", 0.0, False, {}
         goal = self.values[-1]
-        answer = action.split(EOS, 1)[0].strip()
-        ok = literal(answer) == goal
+        ok = literal(a.args) == goal
         obs = f"correct: {fmt(goal)}" if ok else f"wrong: the answer is {fmt(goal)}"
         return obs, {"correct": float(ok)}, True, {}
 
@@ -253,12 +254,13 @@ class Guess(Env):
                 "Answer with the number, then <eos>.")
 
     def step(self, action):
-        m = CALL.search(action)
-        if m:
-            if m.group(1) != "guess":
-                return f"error: unknown tool '{m.group(1)}'; tools: guess", 0.0, False, {}
+        try:
+            a = parse_action(action, ["guess"])
+        except ActionError as e:
+            return f"error: {e}", 0.0, False, {}
+        if a.kind == "call":
             try:
-                n = int(m.group(2).strip())
+                n = int(a.args.strip())
             except ValueError:
                 return "error: guess: expected an integer", 0.0, False, {}
             if n < self.secret:
@@ -269,7 +271,7 @@ class Guess(Env):
                 return "lower", 0.0, False, {}
             self.lo = self.hi = n
             return "correct", 0.0, False, {}
-        right = action.split(EOS, 1)[0].strip() == str(self.secret)
+        right = a.args == str(self.secret)
         obs = f"correct: {self.secret}" if right else f"wrong: it was {self.secret}"
         return obs, {"correct": 1.0 if right else 0.0}, True, {}
 

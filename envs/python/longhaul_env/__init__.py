@@ -23,9 +23,10 @@ import os
 import signal
 import sys
 
+from .action import Action, ActionError, parse_action  # noqa: F401  (public)
 from .errors import BadOption, EnvError  # noqa: F401  (public)
 
-__all__ = ["Env", "EnvError", "BadOption", "serve", "load_proto"]
+__all__ = ["Env", "EnvError", "BadOption", "serve", "load_proto", "parse_action", "Action", "ActionError"]
 
 
 class Env:
