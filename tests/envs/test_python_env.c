@@ -152,7 +152,10 @@ START_TEST(test_action_parser_matches_c) {
       "<call>guess(\xc3\xa9)</call>", "thought <call>guess(5)</call>", "<call>\tguess\n(5)\r</call>",
       "<call>abcdefghijklmnopqrstuvwxyz_abcdef(1)</call>", "<call>abcdefghijklmnopqrstuvwxyz_abcdefg(1)</call>",
       "<call>calc(1)", "</call>", "<cal<call>calc(1)</call>", "<eo<eos>", "<call>calc\x00(1)</call>",
-      "\x7f<eos>", "<call>Calc(1)</call>", "<call>calc(1) </call>", "<call>calc( 1 )x</call>"};
+      "\x7f<eos>", "<call>Calc(1)</call>", "<call>calc(1) </call>", "<call>calc( 1 )x</call>",
+      "<call>calc(1))</call>", "<call>calc(1) ) \n</call>", "<call>calc ) (</call>", "<call>calc()x)</call>",
+      "<call> \t</call>", "<call>calc</call>", "<call>calc (</call>", "<call>calc ()</call>", " x <eos>\t",
+      "\t\n <eos>", "a b\r\n<eos> \n"};
   char corpus[300], answers[300];
   snprintf(corpus, sizeof corpus, "%s/corpus", dir);
   snprintf(answers, sizeof answers, "%s/answers", dir);

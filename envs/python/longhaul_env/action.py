@@ -5,10 +5,11 @@ and the same messages, so that an environment served in Python sees what
 a built-in sees and the model reads the same error observation.
 
 The text is hostile: it may be megabytes long and full of markers. Every
-pass is one of bytes' own scans (encode, decode, count, find, strip and
-one anchored regex without backtracking), so the parse is linear in the
-text and runs at C speed; the arguments are bounded (max_arg_bytes)
-before any tool sees them."""
+pass is one of bytes' own scans (encode, decode, count, find) or an
+anchored match of one character class, which cannot backtrack, so the
+parse is linear in the text and runs at C speed; offsets are kept rather
+than slices, so a long call is not copied; and the arguments are bounded
+(max_arg_bytes) before any tool sees them."""
 import re
 from typing import NamedTuple, Optional
 
@@ -22,8 +23,9 @@ DEFAULT_MAX_ANSWER_BYTES = 4096
 
 CALL_OPEN, CALL_CLOSE, EOS = b"<call>", b"</call>", b"<eos>"
 SPACE = b" \t\n\r"  # toolcall.c's is_space: ASCII only, as the C trims
-# A tool name from the start of the call's body: one character class each,
-# so the match cannot backtrack.
+# A run of spaces, and a tool name, matched at a given offset: one
+# character class each, so neither match can backtrack.
+SPACES = re.compile(rb"[ \t\n\r]*")
 NAME = re.compile(rb"[a-z_][a-z0-9_]*")
 
 
@@ -40,27 +42,32 @@ class Action(NamedTuple):
     args: str
 
 
-def _bad_utf8(raw):
+def _bad_utf8(raw, checked):
     """The offset of the first byte that is not allowed (a NUL, or the start
     of a sequence that is not UTF-8: overlong forms, surrogates and code
-    points above U+10FFFF included, as toolcall.c's scan), or -1."""
+    points above U+10FFFF included, as toolcall.c's scan), or -1. checked:
+    raw came from a strict encode, so it is UTF-8 already."""
     nul = raw.find(b"\0")
-    try:
-        raw.decode("utf-8")
-        bad = -1
-    except UnicodeDecodeError as e:
-        bad = e.start
+    bad = -1
+    if not checked:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            bad = e.start
     if nul >= 0 and (bad < 0 or nul < bad):
         return nul
     return bad
 
 
 def _encode(text):
-    """text as UTF-8 bytes; a str holding lone surrogates keeps them as
-    bytes that _bad_utf8 refuses."""
+    """(text as UTF-8 bytes, whether they are known to be UTF-8): a str
+    holding lone surrogates keeps them as bytes that _bad_utf8 refuses."""
     if isinstance(text, (bytes, bytearray, memoryview)):
-        return bytes(text)
-    return text.encode("utf-8", "surrogatepass")
+        return bytes(text), False
+    try:
+        return text.encode("utf-8"), True
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass"), False
 
 
 def _known(tools, name):
@@ -74,28 +81,39 @@ def _tools_text(tools):
     return tools if isinstance(tools, str) else ",".join(tools)
 
 
-def _call(body, tools, max_arg_bytes):
-    body = body.strip(SPACE)
-    m = NAME.match(body)
+def _space_to(raw, at, end):
+    """The first offset from at (up to end) that is not toolcall.c's space."""
+    return SPACES.match(raw, at, end).end()
+
+
+def _call(raw, at, end, tools, max_arg_bytes):
+    """The call whose body is raw[at:end] (between <call> and </call>).
+    Offsets into raw rather than slices of it: a body may be megabytes,
+    and only the arguments, once bounded, are copied."""
+    at = _space_to(raw, at, end)
+    m = NAME.match(raw, at, end)
     if not m:
         raise ActionError(LH_EENVS_CALL_MALFORMED, "malformed call: expected a tool name ([a-z_][a-z0-9_]*) after <call>")
-    if m.end() > MAX_TOOL_NAME:
+    if m.end() - at > MAX_TOOL_NAME:
         raise ActionError(LH_EENVS_CALL_MALFORMED, f"malformed call: tool name longer than {MAX_TOOL_NAME} bytes")
     name = m.group().decode("ascii")
-    rest = body[m.end():].lstrip(SPACE)  # from the '(' on
-    if not rest.startswith(b"("):
+    paren = _space_to(raw, m.end(), end)
+    if paren >= end or raw[paren] != 0x28:  # '('
         raise ActionError(LH_EENVS_CALL_MALFORMED, f"malformed call: expected '(' after tool name '{name}'")
-    if len(rest) < 2 or not rest.endswith(b")"):
+    # The body, its trailing space trimmed, must end with ')' after the '(':
+    # the last ')' with nothing but space after it.
+    close = raw.rfind(b")", paren + 1, end)
+    if close < 0 or _space_to(raw, close + 1, end) != end:
         raise ActionError(LH_EENVS_CALL_MALFORMED, "malformed call: expected ')' right before </call>")
-    args = rest[1:-1]
-    if EOS in args:
+    if raw.find(EOS, paren + 1, close) >= 0:
         raise ActionError(LH_EENVS_CALL_MALFORMED, "malformed call: <eos> inside a tool call")
     if not _known(tools, name):
         raise ActionError(LH_EENVS_CALL_UNKNOWN_TOOL, f"unknown tool '{name}'; tools: {_tools_text(tools)}")
-    if len(args) > max_arg_bytes:
+    args_bytes = close - paren - 1
+    if args_bytes > max_arg_bytes:
         raise ActionError(LH_EENVS_CALL_ARGS_TOO_LONG,
-                          f"arguments of '{name}' are {len(args)} bytes; at most {max_arg_bytes}")
-    return Action("call", name, args.decode("utf-8"))
+                          f"arguments of '{name}' are {args_bytes} bytes; at most {max_arg_bytes}")
+    return Action("call", name, raw[paren + 1:close].decode("utf-8"))
 
 
 def parse_action(text, tools=None, max_arg_bytes=DEFAULT_MAX_ARG_BYTES, max_answer_bytes=DEFAULT_MAX_ANSWER_BYTES):
@@ -104,8 +122,8 @@ def parse_action(text, tools=None, max_arg_bytes=DEFAULT_MAX_ARG_BYTES, max_answ
     None accepts any well-formed name. Returns an Action or raises
     ActionError; an environment answers the error with the observation
     f"error: {e}" and the episode goes on."""
-    raw = _encode(text)
-    bad = _bad_utf8(raw)
+    raw, checked = _encode(text)
+    bad = _bad_utf8(raw, checked)
     if bad >= 0:
         raise ActionError(LH_EENVS_CALL_NOT_UTF8, f"not UTF-8: byte 0x{raw[bad]:02x} at offset {bad} is not allowed")
     # The three markers cannot overlap one another or themselves (each has
@@ -124,16 +142,18 @@ def parse_action(text, tools=None, max_arg_bytes=DEFAULT_MAX_ARG_BYTES, max_answ
         open_at, close_at = raw.find(CALL_OPEN), raw.find(CALL_CLOSE)
         if close_at < open_at:
             raise ActionError(LH_EENVS_CALL_UNBALANCED, "unbalanced markers: </call> before <call>")
-        if raw[close_at + len(CALL_CLOSE):].strip(SPACE):
+        if _space_to(raw, close_at + len(CALL_CLOSE), len(raw)) != len(raw):
             raise ActionError(LH_EENVS_CALL_TRAILING, "text after </call>: end the action there")
         if 0 <= eos < open_at:
             raise ActionError(LH_EENVS_CALL_TRAILING, "text after <eos>: the answer ended there")
-        return _call(raw[open_at + len(CALL_OPEN):close_at], tools, max_arg_bytes)
+        return _call(raw, open_at + len(CALL_OPEN), close_at, tools, max_arg_bytes)
     if eos < 0:
         raise ActionError(LH_EENVS_CALL_EMPTY, "no action: write <call>tool(args)</call> or ANSWER<eos>")
-    if raw[eos + len(EOS):].strip(SPACE):
+    if _space_to(raw, eos + len(EOS), len(raw)) != len(raw):
         raise ActionError(LH_EENVS_CALL_TRAILING, "text after <eos>: the answer ended there")
-    answer = raw[:eos].strip(SPACE)
+    # One copy, of the text before <eos>: its trailing space is trimmed
+    # from the right, which no scan from the left finds in linear time.
+    answer = raw[_space_to(raw, 0, eos):eos].rstrip(SPACE)
     if len(answer) > max_answer_bytes:
         raise ActionError(LH_EENVS_CALL_ANSWER_TOO_LONG, f"answer is {len(answer)} bytes; at most {max_answer_bytes}")
     return Action("answer", None, answer.decode("utf-8"))
