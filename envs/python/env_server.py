@@ -299,6 +299,16 @@ class Reverse(Env):
         return self.word[::-1] + EOS
 
 
+def size(text):
+    """BYTES with an optional K, M or G suffix (powers of 1024), as
+    `longhaul envs serve` takes them."""
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    digits = text[:-1] if scale > 1 else text
+    if not digits.isascii() or not digits.isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size (digits, then K, M or G)")
+    return int(digits) * scale
+
+
 def main():
     ap = argparse.ArgumentParser(description="longhaul env server (Python): the calc, guess and reverse environments")
     ap.add_argument("--bind", required=True, help="ZeroMQ endpoint, e.g. tcp://127.0.0.1:5601")
@@ -310,15 +320,27 @@ def main():
                     help="sessions of one client, a connection (default 256)")
     ap.add_argument("--idle-timeout-ms", type=int, default=600000,
                     help="close a session unused this long (default 600000)")
+    ap.add_argument("--workers", type=int, default=4,
+                    help="threads that run requests, one message of a client at a time (default 4)")
+    ap.add_argument("--max-request-bytes", type=size, default=256 << 20,
+                    help="what the messages read and not yet answered hold, all clients (default 256M; past it a "
+                         "message is dropped unanswered)")
+    ap.add_argument("--max-request-bytes-per-client", type=size, default=64 << 20,
+                    help="the same for one client (default 64M)")
     args = ap.parse_args()
-    for name in ("max_sessions", "max_sessions_per_client", "idle_timeout_ms"):
+    for name in ("max_sessions", "max_sessions_per_client", "idle_timeout_ms", "workers", "max_request_bytes",
+                 "max_request_bytes_per_client"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.workers > 256:
+        ap.error("--workers must be at most 256")
     if bool(args.curve_secret_key_file) != bool(args.curve_allowed_keys):
         ap.error("--curve-secret-key-file and --curve-allowed-keys go together")
     curve = (args.curve_secret_key_file, args.curve_allowed_keys) if args.curve_secret_key_file else None
     serve([Calc, Guess, Reverse], bind=args.bind, curve=curve, proto_dir=args.proto_dir, max_sessions=args.max_sessions,
-          max_sessions_per_client=args.max_sessions_per_client, idle_timeout_ms=args.idle_timeout_ms)
+          max_sessions_per_client=args.max_sessions_per_client, idle_timeout_ms=args.idle_timeout_ms,
+          workers=args.workers, max_request_bytes=args.max_request_bytes,
+          max_request_bytes_per_client=args.max_request_bytes_per_client)
 
 
 if __name__ == "__main__":

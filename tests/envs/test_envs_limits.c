@@ -10,7 +10,10 @@
  *   - an idle session is closed, its client's next request fails and the
  *     reset after it starts afresh;
  *   - sessions are their client's; peer names are escaped in the log;
- *   - the Python server's session caps and idle close. */
+ *   - the Python server's session caps and idle close;
+ *   - the Python server serves an honest client while another sends
+ *     actions of 256 KiB, and while another's step waits; what a client's
+ *     unanswered messages hold is capped. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
@@ -523,6 +526,184 @@ START_TEST(test_python_caps_idle) {
 }
 END_TEST
 
+/* The Python server: one client sends STEPs with actions of 256 KiB (the
+ * markers that made the regular expression it used try every start) and
+ * reads nothing until the other, honest client has played its episodes:
+ * the honest episodes complete, and each long action is answered with the
+ * parser's error observation. */
+START_TEST(test_python_long_actions) {
+  if (!lh_proc_have_python_envs()) {
+    printf("python server: /usr/bin/python3 with zmq and protobuf not found; skipped\n");
+    return;
+  }
+  server s;
+  start_python(&s, "envs-limits-pylong", NULL);
+  void *ctx = zmq_ctx_new();
+  void *evil = raw_client(ctx, &s, NULL, 0);
+  uint64_t rid = 0;
+  int32_t status;
+  uint64_t session = raw_create(evil, &rid, "guess", NULL, 0, &status, NULL, 0);
+  ck_assert_int_eq(status, 0);
+  Longhaul__EnvRequest q = LONGHAUL__ENV_REQUEST__INIT;
+  q.op = LONGHAUL__ENV_OP__ENV_OP_RESET, q.session_id = session, q.request_id = ++rid;
+  ck_assert_int_eq(raw_send(evil, &q, 0), 0);
+  Longhaul__Envelope *got;
+  raw_recv(evil, &got);
+  ck_assert_int_eq(got->env_response->status, 0);
+  lh_wire_free(got);
+  enum { ACTION_BYTES = 256 << 10, FLOOD = 16, EPISODES = 10 };
+  char *action = malloc(ACTION_BYTES + 1);
+  ck_assert_ptr_nonnull(action);
+  for (size_t i = 0; i < ACTION_BYTES; i += 8) memcpy(action + i, "<call>a(", 8);
+  action[ACTION_BYTES] = 0;
+  for (int i = 0; i < FLOOD; i++) {
+    q.op = LONGHAUL__ENV_OP__ENV_OP_STEP, q.request_id = ++rid, q.action = action;
+    ck_assert_int_eq(raw_send(evil, &q, 0), 0);
+  }
+  /* The honest client: a timeout far above an answer's time, so that only
+   * a server held by the other client fails it. */
+  const lh_env_option opts[] = {{"server", s.ep}, {"timeout_ms", "60000"}};
+  lh_env *env;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_open("guess", opts, 2, &env, &e), 0);
+  int solved = 0;
+  for (int i = 0; i < EPISODES; i++) solved += expert_episode(env, (uint64_t)i, &e);
+  lh_env_free(env);
+  int refused = 0;
+  for (int i = 0; i < FLOOD; i++) {
+    raw_recv(evil, &got);
+    const Longhaul__EnvResponse *r = got->env_response;
+    refused += r->status == 0 && r->observation && !r->done &&
+               strcmp(r->observation->text, "error: unbalanced markers: <call> without </call>") == 0;
+    lh_wire_free(got);
+  }
+  free(action);
+  zmq_close(evil);
+  zmq_ctx_term(ctx);
+  long peak_kb;
+  ck_assert_int_eq(stop(&s, &peak_kb), 0);
+  printf("python server, %d actions of 256 KiB from one client: the other solved %d/%d episodes; %d long actions "
+         "answered with the parser's error\n", FLOOD, solved, EPISODES, refused);
+  ck_assert_int_eq(solved, EPISODES);
+  ck_assert_int_eq(refused, FLOOD);
+  cleanup(&s);
+}
+END_TEST
+
+/* An environment whose step returns only once the test lets it (standing
+ * for a simulator or a tool that takes long), served beside guess. */
+static const char slow_env[] =
+    "import os, sys, time\n"
+    "sys.path.insert(0, sys.argv[2])\n"
+    "from longhaul_env import Env, serve\n"
+    "from env_server import Guess\n"
+    "class Slow(Env):\n"
+    "    name = 'slow'\n"
+    "    def reset(self, seed, options):\n"
+    "        return 'a step that waits'\n"
+    "    def step(self, action):\n"
+    "        while not os.path.exists(sys.argv[3]):\n"
+    "            time.sleep(0.01)\n"
+    "        return 'released', 1.0, True, {}\n"
+    "serve([Slow, Guess], bind=sys.argv[1], max_request_bytes_per_client=1 << 20)\n";
+
+/* The Python server: a client's step that does not return holds neither
+ * the server nor the other clients: an honest client plays its episodes
+ * to the end while it waits, and the waiting client's messages behind it
+ * are held up to its cap (1 MiB: three of six 300 KiB messages, the rest
+ * dropped unanswered and counted); once the step returns, its answer and
+ * the held ones come, in order. */
+START_TEST(test_python_slow_step) {
+  if (!lh_proc_have_python_envs()) {
+    printf("python server: /usr/bin/python3 with zmq and protobuf not found; skipped\n");
+    return;
+  }
+  server s;
+  ck_assert_int_eq(lh_proc_tmpdir(s.dir, sizeof s.dir, "envs-limits-pyslow"), 0);
+  snprintf(s.log, sizeof s.log, "%s/serve.log", s.dir);
+  snprintf(s.ep, sizeof s.ep, "ipc://%s/envs.sock", s.dir);
+  char script[160], release[160], pydir[1024];
+  snprintf(script, sizeof script, "%s/slow_env.py", s.dir);
+  snprintf(release, sizeof release, "%s/release", s.dir);
+  const char *src = getenv("LH_SOURCE_DIR") ? getenv("LH_SOURCE_DIR") : LH_TEST_SOURCE_DIR;
+  snprintf(pydir, sizeof pydir, "%s/envs/python", src);
+  ck_assert_int_eq(lh_proc_write_file(script, slow_env), 0);
+  const char *argv[] = {"/usr/bin/python3", script, s.ep, pydir, release, NULL};
+  s.pid = lh_proc_spawn(s.log, argv);
+  ck_assert(s.pid > 0);
+  ck_assert_msg(lh_proc_wait_file(s.log, "env server listening", 20), "the Python server did not start (see %s)",
+                s.log);
+  void *ctx = zmq_ctx_new();
+  void *waiter = raw_client(ctx, &s, NULL, 0);
+  uint64_t rid = 0;
+  int32_t status;
+  uint64_t session = raw_create(waiter, &rid, "slow", NULL, 0, &status, NULL, 0);
+  ck_assert_int_eq(status, 0);
+  Longhaul__EnvRequest q = LONGHAUL__ENV_REQUEST__INIT;
+  q.op = LONGHAUL__ENV_OP__ENV_OP_RESET, q.session_id = session, q.request_id = ++rid;
+  ck_assert_int_eq(raw_send(waiter, &q, 0), 0);
+  Longhaul__Envelope *got;
+  raw_recv(waiter, &got);
+  ck_assert_int_eq(got->env_response->status, 0);
+  lh_wire_free(got);
+  q.op = LONGHAUL__ENV_OP__ENV_OP_STEP, q.request_id = ++rid, q.action = "<call>go()</call>";
+  ck_assert_int_eq(raw_send(waiter, &q, 0), 0);
+  enum { HELD = 6, HELD_BYTES = 300 << 10, EPISODES = 5 };
+  char *big = malloc(HELD_BYTES + 1);
+  ck_assert_ptr_nonnull(big);
+  memset(big, 'x', HELD_BYTES);
+  big[HELD_BYTES] = 0;
+  uint64_t first_held = rid + 1;
+  for (int i = 0; i < HELD; i++) {
+    q.request_id = ++rid, q.action = big;
+    ck_assert_int_eq(raw_send(waiter, &q, 0), 0);
+  }
+  ck_assert_msg(lh_proc_wait_file(s.log, "dropped unanswered", 30), "no message dropped at the cap (see %s)", s.log);
+  /* the honest client, while the step waits */
+  const lh_env_option opts[] = {{"server", s.ep}, {"timeout_ms", "60000"}};
+  lh_env *env;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_open("guess", opts, 2, &env, &e), 0);
+  int solved = 0;
+  for (int i = 0; i < EPISODES; i++) solved += expert_episode(env, (uint64_t)i, &e);
+  lh_env_free(env);
+  zmq_pollitem_t item = {waiter, 0, ZMQ_POLLIN, 0};
+  int answered_early = zmq_poll(&item, 1, 0);
+  ck_assert_int_eq(lh_proc_write_file(release, ""), 0);
+  raw_recv(waiter, &got);
+  ck_assert_uint_eq(got->env_response->request_id, first_held - 1);
+  ck_assert_str_eq(got->env_response->observation->text, "released");
+  lh_wire_free(got);
+  int held = 0;
+  for (int i = 0; i < 3; i++, held++) {
+    raw_recv(waiter, &got);
+    ck_assert_uint_eq(got->env_response->request_id, first_held + (uint64_t)i);
+    lh_wire_free(got);
+  }
+  /* the next answer is the next request's: the three past the cap were dropped */
+  q.op = LONGHAUL__ENV_OP__ENV_OP_DESCRIBE, q.request_id = ++rid, q.action = NULL;
+  ck_assert_int_eq(raw_send(waiter, &q, 0), 0);
+  raw_recv(waiter, &got);
+  ck_assert_uint_eq(got->env_response->request_id, rid);
+  lh_wire_free(got);
+  free(big);
+  zmq_close(waiter);
+  zmq_ctx_term(ctx);
+  long peak_kb;
+  ck_assert_int_eq(stop(&s, &peak_kb), 0);
+  unsigned long long dropped = logged(&s, "env server stopped", "dropped");
+  printf("python server, a step that waits: the other client solved %d/%d meanwhile (answers to the waiting one "
+         "before its release: %d); of %d messages of 300 KiB behind it, %d held and %llu dropped at the cap "
+         "(1 MiB), %d log line(s)\n", solved, EPISODES, answered_early, HELD, held, dropped,
+         lh_proc_count_lines(s.log, "dropped unanswered"));
+  ck_assert_int_eq(solved, EPISODES);
+  ck_assert_int_eq(answered_early, 0);
+  ck_assert_uint_eq(dropped, 3);
+  ck_assert(lh_proc_file_has(s.log, "its cap (--max-request-bytes-per-client 1048576)"));
+  cleanup(&s);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("envs_limits");
   TCase *tc = tcase_create("core");
@@ -533,6 +714,8 @@ int main(void) {
   tcase_add_test(tc, test_idle_session_closed);
   tcase_add_test(tc, test_sessions_owned_names_escaped);
   tcase_add_test(tc, test_python_caps_idle);
+  tcase_add_test(tc, test_python_long_actions);
+  tcase_add_test(tc, test_python_slow_step);
   suite_add_tcase(su, tc);
   return lh_test_run(su, CK_FORK);
 }
