@@ -223,7 +223,8 @@ START_TEST(test_action_parser_matches_c) {
     else if (i == n_edge + 1) parse_line("<call>calc\x00(1)</call>", 22, line, sizeof line);
     else if (i < n_edge + 6) parse_line(longs[i - n_edge - 2], long_bytes[i - n_edge - 2], line, sizeof line);
     else parse_line(drawn[i - n_edge - 6], drawn_bytes[i - n_edge - 6], line, sizeof line);
-    if (strcmp(line, at) != 0 && differ++ < 5) printf("case %zu differs:\n  C:      %.300s\n  Python: %.300s\n", i, line, at);
+    if (strcmp(line, at) != 0 && differ++ < 5)
+      printf("case %zu differs:\n  C:      %.300s\n  Python: %.300s\n", i, line, at);
     at = nl + 1;
   }
   printf("action parser: %d cases, %d differ between envs/toolcall.c and longhaul_env\n", cases, differ);

@@ -93,7 +93,8 @@ def _call(raw, at, end, tools, max_arg_bytes):
     at = _space_to(raw, at, end)
     m = NAME.match(raw, at, end)
     if not m:
-        raise ActionError(LH_EENVS_CALL_MALFORMED, "malformed call: expected a tool name ([a-z_][a-z0-9_]*) after <call>")
+        raise ActionError(LH_EENVS_CALL_MALFORMED,
+                          "malformed call: expected a tool name ([a-z_][a-z0-9_]*) after <call>")
     if m.end() - at > MAX_TOOL_NAME:
         raise ActionError(LH_EENVS_CALL_MALFORMED, f"malformed call: tool name longer than {MAX_TOOL_NAME} bytes")
     name = m.group().decode("ascii")
