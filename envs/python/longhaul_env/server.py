@@ -23,6 +23,10 @@ from .wire import MAX_BATCH, MAX_BATCH_BYTES, WireError, decode
 
 MAX_SESSIONS = 1024
 MAX_SESSIONS_PER_CLIENT = 256
+# The most an encoded answer may be: what the C client takes
+# (proto/wire.h's LH_WIRE_DEFAULT_MAX_MESSAGE_BYTES).
+MAX_ANSWER_BYTES = 64 << 20
+LH_EWIRE_TOO_LARGE = -100
 IDLE_TIMEOUT_MS = 600000
 LOG_INTERVAL_S = 5.0
 
@@ -295,7 +299,19 @@ def answer(pb, envs, sessions, peer, raw, meter, msg_id):
             meter.bad(f"expected an env_request, got {body}")
             out.env_response.status = LH_EINVAL
             out.env_response.error = f"expected an env_request, got {body}"
-    return out.SerializeToString(), body == "shutdown"
+    encoded = out.SerializeToString()
+    if len(encoded) > MAX_ANSWER_BYTES:
+        # An environment's observation past what any client takes: say so
+        # instead, as the C server does, rather than send what is dropped
+        # (a batch's answer as a whole, for request 0).
+        rid = requests[0].request_id if body == "env_request" else 0
+        why = f"env server: the answer to request {rid} is {len(encoded)} bytes, over the {MAX_ANSWER_BYTES} a " \
+              "message may hold"
+        meter.bad(why[len("env server: "):])
+        bad = pb.Envelope(protocol=1, msg_id=msg_id, sender="envs-py")
+        bad.env_response.CopyFrom(response(pb, request_id=rid, status=LH_EWIRE_TOO_LARGE, error=why))
+        encoded = bad.SerializeToString()
+    return encoded, body == "shutdown"
 
 
 class AllowList:
