@@ -148,27 +148,29 @@ static void teardown(fixture *f) {
   ck_assert_int_eq(system(cmd), 0);
 }
 
-/* What the stand-in learner saw. */
+/* What the stand-in learner saw: up to MAX_EPISODES episodes (an actor
+ * told to run until stopped makes a few dozen a second). */
+#define MAX_EPISODES 256
 typedef struct {
   int hellos, heartbeats, segments, ends, aborted, duplicates;
   uint64_t ids[4096];
   int n_ids;
-  uint64_t episode_ids[64];
-  uint64_t seg_start[64][512];  /* per episode and seq; UINT64_MAX: not seen */
-  uint32_t seg_tokens[64][512];
-  int64_t end_segments[64];     /* -1 until its EpisodeEnd */
-  uint64_t end_tokens[64];
+  uint64_t episode_ids[MAX_EPISODES];
+  uint64_t seg_start[MAX_EPISODES][512];  /* per episode and seq; UINT64_MAX: not seen */
+  uint32_t seg_tokens[MAX_EPISODES][512];
+  int64_t end_segments[MAX_EPISODES];     /* -1 until its EpisodeEnd */
+  uint64_t end_tokens[MAX_EPISODES];
   int n_episodes;
   uint32_t last_outbox_depth;  /* of the latest Heartbeat */
   int segments_v1;   /* sampled tokens carrying version 1 */
   int two_versions;  /* episodes with sampled tokens of versions 0 and 1 */
-  int saw_v0[64], saw_v1[64];
+  int saw_v0[MAX_EPISODES], saw_v1[MAX_EPISODES];
 } seen;
 
 static int episode_slot(seen *s, uint64_t id) {
   for (int i = 0; i < s->n_episodes; i++)
     if (s->episode_ids[i] == id) return i;
-  ck_assert_int_lt(s->n_episodes, 64);
+  ck_assert_int_lt(s->n_episodes, MAX_EPISODES);
   s->episode_ids[s->n_episodes] = id;
   memset(s->seg_start[s->n_episodes], 0xff, sizeof s->seg_start[0]);
   s->end_segments[s->n_episodes] = -1;
@@ -533,10 +535,11 @@ static int serve_until_logged(fixture *f, seen *s, const char *log, const char *
  * the actor says it cannot reach it (one line for the three endpoints),
  * naming the endpoint and how long. Then the learner appears: "reached",
  * once, and its messages are acked. Then it goes away: "went away"; and
- * comes back: reached again, connects=2, and the actor finishes. */
+ * comes back: reached again, connects=2, and the actor finishes. A small
+ * outbox keeps the episodes made while nothing acks few. */
 START_TEST(test_unreachable_learner) {
   fixture f;
-  setup(&f, 1, "max_context = 400\nmax_steps = 3\nresend_timeout_ms = 300\n", NULL);
+  setup(&f, 1, "max_context = 400\nmax_steps = 3\nresend_timeout_ms = 300\noutbox_messages = 32\n", NULL);
   zmq_close(f.router);
   zmq_close(f.pubsock);
   zmq_close(f.wsock);
