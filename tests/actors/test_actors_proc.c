@@ -533,8 +533,10 @@ static int serve_until_logged(fixture *f, seen *s, const char *log, const char *
 
 /* No learner at any of the actor's endpoints: within resend_timeout_ms
  * the actor says it cannot reach it (one line for the three endpoints),
- * naming the endpoint and how long. Then the learner appears: "reached",
- * once, and its messages are acked. Then it goes away: "went away"; and
+ * naming the endpoint and how long. Then the learner's ingest appears:
+ * "reached", once, and its messages are acked; the weights endpoints, not
+ * yet there, get lines of their own until they appear. Then the ingest
+ * goes away: "went away"; and
  * comes back: reached again, connects=2, and the actor finishes. A small
  * outbox keeps the episodes made while nothing acks few. */
 START_TEST(test_unreachable_learner) {
@@ -552,10 +554,8 @@ START_TEST(test_unreachable_learner) {
   ck_assert(lh_proc_file_has(log, "its weights endpoints not reached either ([actor] learner_endpoint): nothing has "
                                   "accepted a connection there"));
   ck_assert_int_eq(lh_proc_count_lines(log, "cannot reach the learner's weights"), 0);
-  /* the learner appears */
+  /* the learner appears, its weights sockets not yet */
   f.router = bind_socket(&f, ZMQ_ROUTER, f.ingest);
-  f.pubsock = bind_socket(&f, ZMQ_PUB, f.pub);
-  f.wsock = bind_socket(&f, ZMQ_ROUTER, f.wrouter);
   static seen s;
   memset(&s, 0, sizeof s);
   snprintf(line, sizeof line, "reached the learner endpoint=%s after ", f.ingest);
@@ -567,6 +567,17 @@ START_TEST(test_unreachable_learner) {
   print_line(log, line);
   ck_assert_int_ge(warned, 1);
   ck_assert_int_eq(lh_proc_count_lines(log, "reached the learner endpoint="), 1);
+  /* now the weights endpoints have lines of their own, until they too are there */
+  ck_assert_msg(lh_proc_wait_file(log, "cannot reach the learner's weights publisher endpoint=", 20) &&
+                    lh_proc_wait_file(log, "cannot reach the learner's weights service endpoint=", 20),
+                "no weights warnings in %s", log);
+  f.pubsock = bind_socket(&f, ZMQ_PUB, f.pub);
+  f.wsock = bind_socket(&f, ZMQ_ROUTER, f.wrouter);
+  ck_assert_msg(lh_proc_wait_file(log, "reached the learner's weights publisher endpoint=", 20) &&
+                    lh_proc_wait_file(log, "reached the learner's weights service endpoint=", 20),
+                "the weights endpoints not reached (see %s)", log);
+  print_line(log, "cannot reach the learner's weights publisher");
+  print_line(log, "reached the learner's weights service");
   /* it goes away, and comes back */
   zmq_close(f.router);
   f.router = NULL;
