@@ -436,6 +436,42 @@ uint64_t lh_actors_runner_finished(const lh_actors_runner *r);
 int lh_actors_runner_done(const lh_actors_runner *r);
 
 
+/* ---- reaching the learner (actors/reach.c) ---------------------------------
+ * One socket's view of its learner endpoint, fed the events of its
+ * zmq_socket_monitor: reached once a ZMTP/CURVE handshake completed, and
+ * unreachable again when that connection ends. While unreachable, how far
+ * the last attempts got (nothing accepted, connected without a handshake,
+ * handshake refused) is what the warning says. A plain value; the link
+ * holds one per socket. */
+enum { LH_ACTORS_REACH_NOTHING = 0, LH_ACTORS_REACH_CONNECTED = 1, LH_ACTORS_REACH_FAILED = 2 };
+typedef struct {
+  const char *what;       /* "learner", "learner's weights publisher", ... */
+  const char *key;        /* the [actor] key that names the endpoint */
+  const char *endpoint;
+  int reached;            /* a handshake completed and its connection is open */
+  int ever;               /* reached at least once */
+  int stage;              /* LH_ACTORS_REACH_*: the furthest the attempts got since unreachable */
+  uint16_t failed_event;  /* the ZMQ_EVENT_HANDSHAKE_FAILED_* of stage FAILED */
+  int64_t since_ms;       /* unreachable since (the start, or the disconnection) */
+  int64_t warned_ms;      /* the last warning of this outage; 0: none yet */
+  uint64_t warnings;
+} lh_actors_reach;
+
+/* Starts unreachable at now_ms. The strings must outlive r. */
+void lh_actors_reach_init(lh_actors_reach *r, const char *what, const char *key, const char *endpoint,
+                          int64_t now_ms);
+/* Applies one monitor event (ZMQ_EVENT_*). Returns 1 when it made the
+ * endpoint reached (a handshake completed while unreachable), else 0; a
+ * reach after a warning logs one info line with how long it took. */
+int lh_actors_reach_event(lh_actors_reach *r, uint16_t event, int64_t now_ms);
+/* Once unreachable for after_ms, logs a warning naming the endpoint, how
+ * long, extra (may be NULL: key=value fields and what else to say), the
+ * key and why; then at most one per repeat_ms while it lasts. Returns 1
+ * when it logged. */
+int lh_actors_reach_check(lh_actors_reach *r, int64_t now_ms, int64_t after_ms, int64_t repeat_ms,
+                          const char *extra);
+
+
 /* ---- the link to the learner (actors/link.c) ------------------------------
  * The actor's three sockets (ARCHITECTURE.md §1): a DEALER to the learner's ingest
  * (Hello on every connection, then Segment / EpisodeEnd, kept in the

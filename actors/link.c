@@ -8,7 +8,9 @@
  * high-water mark) leaves its message due, and the next poll sends it. A
  * SUB to the weights PUB hears announcements and a DEALER to the weights
  * ROUTER fetches the chunks (actors/weights.c keeps them). Every socket
- * has a bounded ZMQ_LINGER. */
+ * has a bounded ZMQ_LINGER and a monitor: a connection counts from its
+ * completed handshake, and an endpoint not reached within
+ * resend_timeout_ms is warned about (actors/reach.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,12 +23,16 @@
 #include "proto/wire.h"
 
 #define WEIGHTS_WINDOW 8
+/* The sockets the link watches, in the order of its monitors. */
+enum { SOCK_INGEST = 0, SOCK_PUB = 1, SOCK_WEIGHTS = 2, SOCKS = 3 };
 
 struct lh_actors_link {
   lh_actors_link_config cfg;
   char *name;
   void *ctx;
-  void *ingest, *monitor, *sub, *wdealer;
+  void *ingest, *sub, *wdealer;
+  void *monitor[SOCKS];         /* each socket's monitor (NULL: that socket is not open) */
+  lh_actors_reach reach[SOCKS]; /* whether each reaches its endpoint */
   lh_actors_outbox *outbox;
   lh_actors_weights *weights;
   lh_wire_limits lim;
@@ -56,8 +62,11 @@ static void close_socket(void **s) {
 
 void lh_actors_link_free(lh_actors_link *l) {
   if (!l) return;
-  if (l->ingest) zmq_socket_monitor(l->ingest, NULL, 0);
-  close_socket(&l->monitor);
+  void *watched[SOCKS] = {l->ingest, l->sub, l->wdealer};
+  for (int i = 0; i < SOCKS; i++) {
+    if (watched[i] && l->monitor[i]) zmq_socket_monitor(watched[i], NULL, 0);
+    close_socket(&l->monitor[i]);
+  }
   close_socket(&l->ingest);
   close_socket(&l->sub);
   close_socket(&l->wdealer);
@@ -68,22 +77,26 @@ void lh_actors_link_free(lh_actors_link *l) {
   free(l);
 }
 
-/* The monitor of the ingest DEALER, attached before it connects so that
- * no connection event is missed (events with no listener are dropped). */
-static int attach_monitor(lh_actors_link *l, void *s, lh_errbuf *err) {
+/* A socket's monitor, attached before it connects so that no connection
+ * event is missed (events with no listener are dropped). */
+static int attach_monitor(lh_actors_link *l, void *s, int which, lh_errbuf *err) {
   char mon[96];
-  snprintf(mon, sizeof mon, "inproc://lh-actor-monitor-%p", (void *)l);
+  snprintf(mon, sizeof mon, "inproc://lh-actor-monitor-%p-%d", (void *)l, which);
   lh_zsock_opts mo = {.linger_ms = l->cfg.linger_ms, .max_message_bytes = 4096};
   lh_errbuf me;
-  int events = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL;
+  int events = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_DISCONNECTED;
   if (zmq_socket_monitor(s, mon, events) != 0 ||
-      !(l->monitor = lh_zsock_open(l->ctx, ZMQ_PAIR, &mo, "actor monitor", &me)) || zmq_connect(l->monitor, mon) != 0)
-    return lh_errbuf_set(err, LH_EZMQ, "actor link: cannot monitor the ingest socket: %s",
+      !(l->monitor[which] = lh_zsock_open(l->ctx, ZMQ_PAIR, &mo, "actor monitor", &me)) ||
+      zmq_connect(l->monitor[which], mon) != 0)
+    return lh_errbuf_set(err, LH_EZMQ, "actor link: cannot monitor the socket to %s: %s", l->reach[which].endpoint,
                          zmq_strerror(zmq_errno()));
   return 0;
 }
 
-static int open_socket(lh_actors_link *l, int type, const char *endpoint, void **out, lh_errbuf *err) {
+/* Opens the socket which (SOCK_*) into *out, its monitor attached, and
+ * connects it to endpoint; on failure *out is left for the link's free. */
+static int open_socket(lh_actors_link *l, int type, int which, const char *endpoint, void **out, lh_errbuf *err) {
   /* Each socket takes the learner's messages up to the wire's limit:
    * acks, announcements and weights chunks. */
   lh_zsock_opts so = {.linger_ms = l->cfg.linger_ms, .max_message_bytes = (int64_t)l->lim.max_message_bytes,
@@ -91,17 +104,11 @@ static int open_socket(lh_actors_link *l, int type, const char *endpoint, void *
   void *s = lh_zsock_open(l->ctx, type, &so, "actor link", err);
   if (!s) return err ? err->code : LH_EZMQ;
   if (type == ZMQ_SUB) zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0);
-  if (out == &l->ingest) {
-    l->ingest = s;  /* freed with the link on failure */
-    LH_TRY(attach_monitor(l, s, err));
-  }
-  if (zmq_connect(s, endpoint) != 0) {
-    int rc = lh_errbuf_set(err, LH_EZMQ, "actor link: cannot connect to %s: %s (check the endpoint in [actor])",
-                           endpoint, zmq_strerror(zmq_errno()));
-    if (out != &l->ingest) zmq_close(s);
-    return rc;
-  }
   *out = s;
+  LH_TRY(attach_monitor(l, s, which, err));
+  if (zmq_connect(s, endpoint) != 0)
+    return lh_errbuf_set(err, LH_EZMQ, "actor link: cannot connect to %s: %s (check the endpoint in [actor])",
+                         endpoint, zmq_strerror(zmq_errno()));
   return 0;
 }
 
@@ -147,7 +154,13 @@ int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actor
     rc = err ? err->code : LH_ENOMEM;
     goto fail;
   }
-  if ((rc = open_socket(l, ZMQ_DEALER, cfg->ingest_endpoint, &l->ingest, err)) < 0) goto fail;
+  int64_t t0 = now_ms();
+  lh_actors_reach_init(&l->reach[SOCK_INGEST], "learner", "learner_endpoint", cfg->ingest_endpoint, t0);
+  lh_actors_reach_init(&l->reach[SOCK_PUB], "learner's weights publisher", "weights_pub_endpoint",
+                       cfg->weights_pub_endpoint, t0);
+  lh_actors_reach_init(&l->reach[SOCK_WEIGHTS], "learner's weights service", "weights_endpoint",
+                       cfg->weights_endpoint, t0);
+  if ((rc = open_socket(l, ZMQ_DEALER, SOCK_INGEST, cfg->ingest_endpoint, &l->ingest, err)) < 0) goto fail;
   if (cfg->weights_pub_endpoint && *cfg->weights_pub_endpoint && strcmp(cfg->weights_pub_endpoint, "none") != 0) {
     l->weights = lh_actors_weights_new(cfg->max_weights_bytes ? cfg->max_weights_bytes : (size_t)1 << 32, err);
     if (l->weights) lh_actors_weights_set_zstd(l->weights, cfg->weights_zstd);
@@ -155,12 +168,12 @@ int lh_actors_link_new(void *zmq_ctx, const lh_actors_link_config *cfg, lh_actor
       rc = err ? err->code : LH_ENOMEM;
       goto fail;
     }
-    if ((rc = open_socket(l, ZMQ_SUB, cfg->weights_pub_endpoint, &l->sub, err)) < 0) goto fail;
+    if ((rc = open_socket(l, ZMQ_SUB, SOCK_PUB, cfg->weights_pub_endpoint, &l->sub, err)) < 0) goto fail;
     if (!cfg->weights_endpoint || !*cfg->weights_endpoint) {
       rc = lh_errbuf_set(err, LH_ECONFIG, "actor link: weights_pub_endpoint is set but weights_endpoint is not");
       goto fail;
     }
-    if ((rc = open_socket(l, ZMQ_DEALER, cfg->weights_endpoint, &l->wdealer, err)) < 0) goto fail;
+    if ((rc = open_socket(l, ZMQ_DEALER, SOCK_WEIGHTS, cfg->weights_endpoint, &l->wdealer, err)) < 0) goto fail;
   }
   /* Queued until the DEALER connects, so that it is the first message
    * the learner sees from us. */
@@ -369,8 +382,8 @@ static void handle_weights(lh_actors_link *l, const uint8_t *b, size_t n, lh_err
   request_weights(l, err);
 }
 
-/* A (re)connection of the ingest DEALER: Hello first, then everything
- * unacked goes again. */
+/* A (re)connection of the ingest DEALER, its handshake completed: Hello
+ * first, then everything unacked goes again. */
 static int on_connect(lh_actors_link *l, lh_errbuf *err) {
   l->connects++;
   LH_INFO("actor", "connected to the learner endpoint=%s connects=%llu unacked=%zu", l->cfg.ingest_endpoint,
@@ -399,21 +412,48 @@ static void on_refused(lh_actors_link *l, uint32_t status) {
                     l->cfg.ingest_endpoint, (unsigned)status, LINK_REFUSED_RETRY_MS);
 }
 
-/* A monitor event: a connection made, or refused at its handshake. */
-static int on_event(lh_actors_link *l, const zmq_msg_t *m, lh_errbuf *err) {
-  uint16_t event = ZMQ_EVENT_CONNECTED;
-  uint32_t value = 0;
-  if (zmq_msg_size(m) >= 6) {
-    memcpy(&event, zmq_msg_data((zmq_msg_t *)m), sizeof event);
-    memcpy(&value, (const uint8_t *)zmq_msg_data((zmq_msg_t *)m) + 2, sizeof value);
-  }
-  if (event == ZMQ_EVENT_CONNECTED) return on_connect(l, err);
-  on_refused(l, value);
+/* A monitor event of socket which (SOCK_*): its first frame is the event
+ * (16 bits) and its value (32 bits). The ingest's connection begins once
+ * its handshake completed (a TCP connection alone may reach something
+ * else), and a refused handshake is connected again later. */
+static int on_event(lh_actors_link *l, int which, const zmq_msg_t *m, lh_errbuf *err) {
+  if (zmq_msg_size(m) < 6) return 0;
+  uint16_t event;
+  uint32_t value;
+  memcpy(&event, zmq_msg_data((zmq_msg_t *)m), sizeof event);
+  memcpy(&value, (const uint8_t *)zmq_msg_data((zmq_msg_t *)m) + 2, sizeof value);
+  int reached = lh_actors_reach_event(&l->reach[which], event, now_ms());
+  if (which != SOCK_INGEST) return 0;
+  if (reached) return on_connect(l, err);
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) on_refused(l, value);
   return 0;
 }
 
-/* Drains the messages waiting on s: 0 ingest, 1 weights, 2 monitor events
- * (each a message of two frames). */
+/* Warns of an endpoint not reached within resend_timeout_ms, again at
+ * most once per that or LH_LOG_METER_INTERVAL_NS, whichever is longer.
+ * While the ingest is not reached, its line says whether the weights
+ * endpoints are not either (a learner that is down is one line, not
+ * three); their own lines come once the ingest is reached. */
+static void check_reach(lh_actors_link *l) {
+  int64_t t = now_ms(), after = l->cfg.resend_timeout_ms, repeat = LH_LOG_METER_INTERVAL_NS / 1000000;
+  if (repeat < after) repeat = after;
+  if (!l->reach[SOCK_INGEST].reached) {
+    char extra[160];
+    int n = snprintf(extra, sizeof extra, " unacked=%zu", lh_actors_outbox_depth(l->outbox));
+    if (l->sub && !l->reach[SOCK_PUB].reached && !l->reach[SOCK_WEIGHTS].reached)
+      snprintf(extra + n, sizeof extra - (size_t)n, ", its weights endpoints not reached either");
+    else if (l->sub && (!l->reach[SOCK_PUB].reached || !l->reach[SOCK_WEIGHTS].reached))
+      snprintf(extra + n, sizeof extra - (size_t)n, ", its %s not reached either",
+               l->reach[SOCK_PUB].reached ? "weights_endpoint" : "weights_pub_endpoint");
+    lh_actors_reach_check(&l->reach[SOCK_INGEST], t, after, repeat, extra);
+    return;
+  }
+  for (int i = SOCK_PUB; i < SOCKS; i++)
+    if (l->monitor[i]) lh_actors_reach_check(&l->reach[i], t, after, repeat, NULL);
+}
+
+/* Drains the messages waiting on s: 0 ingest, 1 weights, 2 + SOCK_* that
+ * socket's monitor events (each a message of two frames). */
 static int drain(lh_actors_link *l, void *s, int which, lh_errbuf *err) {
   for (int k = 0; k < 1024; k++) {
     zmq_msg_t m;
@@ -427,7 +467,7 @@ static int drain(lh_actors_link *l, void *s, int which, lh_errbuf *err) {
     int more = zmq_msg_more(&m), rc = 0;
     if (which == 0) handle_ingest(l, zmq_msg_data(&m), zmq_msg_size(&m));
     else if (which == 1) handle_weights(l, zmq_msg_data(&m), zmq_msg_size(&m), err);
-    else rc = on_event(l, &m, err);
+    else rc = on_event(l, which - 2, &m, err);
     zmq_msg_close(&m);
     while (more) {
       zmq_msg_init(&m);
@@ -446,15 +486,19 @@ int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err) {
     if (err) *err = l->refused;
     return l->refused.code;
   }
-  zmq_pollitem_t items[4] = {{l->ingest, 0, ZMQ_POLLIN, 0}, {l->monitor, 0, ZMQ_POLLIN, 0}};
-  int n = 2;
+  zmq_pollitem_t items[3 + SOCKS] = {{l->ingest, 0, ZMQ_POLLIN, 0}};  /* ingest, sub, wdealer, monitors */
+  int n = 1;
   if (l->sub) {
     items[n++] = (zmq_pollitem_t){l->sub, 0, ZMQ_POLLIN, 0};
     items[n++] = (zmq_pollitem_t){l->wdealer, 0, ZMQ_POLLIN, 0};
   }
+  for (int i = 0; i < SOCKS; i++)
+    if (l->monitor[i]) items[n++] = (zmq_pollitem_t){l->monitor[i], 0, ZMQ_POLLIN, 0};
   if (zmq_poll(items, n, timeout_ms) < 0 && zmq_errno() != EINTR)
     return lh_errbuf_set(err, LH_EZMQ, "actor link: poll failed: %s", zmq_strerror(zmq_errno()));
-  LH_TRY(drain(l, l->monitor, 2, err));
+  for (int i = 0; i < SOCKS; i++)
+    if (l->monitor[i]) LH_TRY(drain(l, l->monitor[i], 2 + i, err));
+  check_reach(l);
   if (l->reconnect_at_ms && now_ms() >= l->reconnect_at_ms) {
     l->reconnect_at_ms = 0;
     zmq_disconnect(l->ingest, l->cfg.ingest_endpoint);  /* ENOENT when libzmq dropped it already */

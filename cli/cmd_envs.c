@@ -406,7 +406,9 @@ int lh_cmd_envs(int argc, char **argv) {
       int s = lh_envserver_run(a.bind, &a.serve, &err);
       if (s < 0) {
         fprintf(stderr, "longhaul envs serve: %s (%s)\n", err.msg, lh_err_name(s));
-        rc = LH_EXIT_RUNTIME;
+        /* A key file or allow-list it cannot use is a usage error (2), which
+         * `longhaul launch` does not retry; a bind that failed is not. */
+        rc = lh_cli_exit_for_error(s);
       }
     }
   } else {

@@ -27,17 +27,18 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from longhaul_env import BadOption, Env, serve  # noqa: E402
+from longhaul_env import ActionError, BadOption, Env, parse_action, serve  # noqa: E402
 
-CALL = re.compile(r"<call>\s*([a-z_][a-z0-9_]*)\s*\((.*)\)\s*</call>\s*$", re.S)
 EOS = "<eos>"
 
 
 # calc(EXPR): a recursive-descent parser over Fraction, never eval(). The
 # input is hostile: its length, nesting, operator count and every value
 # (64-bit numerator and denominator, as envs/calc_parser.c) are bounded, and
-# each breach is an error observation.
-MAX_EXPR_CHARS = 1024  # under the client's 4096-byte bound on tool arguments
+# each breach is an error observation. The action around it is parsed
+# first by parse_action (the C parser's grammar, linear in the text), which
+# bounds the arguments to 4096 bytes before this parser sees them.
+MAX_EXPR_CHARS = 1024
 MAX_DEPTH = 64
 INT64_MAX = 2**63 - 1
 
@@ -197,20 +198,20 @@ class Calc(Env):
                 f"\nWhat is {chr(96 + self.stages)}?")
 
     def step(self, action):
-        m = CALL.search(action)
-        if m:
-            if m.group(1) != "calc":
-                return f"error: unknown tool '{m.group(1)}'; tools: calc", 0.0, False, {}
+        try:
+            a = parse_action(action, ["calc"])
+        except ActionError as e:
+            return f"error: {e}", 0.0, False, {}
+        if a.kind == "call":
             try:
-                v = calc_eval(m.group(2), self.max_ops)
+                v = calc_eval(a.args, self.max_ops)
             except CalcError as e:
                 return f"error: calc: {e}", 0.0, False, {}
             if self.progress < self.stages and v == self.values[self.progress]:
                 self.progress += 1
             return f"= {fmt(v)}", 0.0, False, {}
         goal = self.values[-1]
-        answer = action.split(EOS, 1)[0].strip()
-        ok = literal(answer) == goal
+        ok = literal(a.args) == goal
         obs = f"correct: {fmt(goal)}" if ok else f"wrong: the answer is {fmt(goal)}"
         return obs, {"correct": float(ok)}, True, {}
 
@@ -253,12 +254,13 @@ class Guess(Env):
                 "Answer with the number, then <eos>.")
 
     def step(self, action):
-        m = CALL.search(action)
-        if m:
-            if m.group(1) != "guess":
-                return f"error: unknown tool '{m.group(1)}'; tools: guess", 0.0, False, {}
+        try:
+            a = parse_action(action, ["guess"])
+        except ActionError as e:
+            return f"error: {e}", 0.0, False, {}
+        if a.kind == "call":
             try:
-                n = int(m.group(2).strip())
+                n = int(a.args.strip())
             except ValueError:
                 return "error: guess: expected an integer", 0.0, False, {}
             if n < self.secret:
@@ -269,7 +271,7 @@ class Guess(Env):
                 return "lower", 0.0, False, {}
             self.lo = self.hi = n
             return "correct", 0.0, False, {}
-        right = action.split(EOS, 1)[0].strip() == str(self.secret)
+        right = a.args == str(self.secret)
         obs = f"correct: {self.secret}" if right else f"wrong: it was {self.secret}"
         return obs, {"correct": 1.0 if right else 0.0}, True, {}
 
@@ -297,6 +299,16 @@ class Reverse(Env):
         return self.word[::-1] + EOS
 
 
+def size(text):
+    """BYTES with an optional K, M or G suffix (powers of 1024), as
+    `longhaul envs serve` takes them."""
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    digits = text[:-1] if scale > 1 else text
+    if not digits.isascii() or not digits.isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size (digits, then K, M or G)")
+    return int(digits) * scale
+
+
 def main():
     ap = argparse.ArgumentParser(description="longhaul env server (Python): the calc, guess and reverse environments")
     ap.add_argument("--bind", required=True, help="ZeroMQ endpoint, e.g. tcp://127.0.0.1:5601")
@@ -308,15 +320,27 @@ def main():
                     help="sessions of one client, a connection (default 256)")
     ap.add_argument("--idle-timeout-ms", type=int, default=600000,
                     help="close a session unused this long (default 600000)")
+    ap.add_argument("--workers", type=int, default=4,
+                    help="threads that run requests, one message of a client at a time (default 4)")
+    ap.add_argument("--max-request-bytes", type=size, default=256 << 20,
+                    help="what the messages read and not yet answered hold, all clients (default 256M; past it a "
+                         "message is dropped unanswered)")
+    ap.add_argument("--max-request-bytes-per-client", type=size, default=64 << 20,
+                    help="the same for one client (default 64M)")
     args = ap.parse_args()
-    for name in ("max_sessions", "max_sessions_per_client", "idle_timeout_ms"):
+    for name in ("max_sessions", "max_sessions_per_client", "idle_timeout_ms", "workers", "max_request_bytes",
+                 "max_request_bytes_per_client"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.workers > 256:
+        ap.error("--workers must be at most 256")
     if bool(args.curve_secret_key_file) != bool(args.curve_allowed_keys):
         ap.error("--curve-secret-key-file and --curve-allowed-keys go together")
     curve = (args.curve_secret_key_file, args.curve_allowed_keys) if args.curve_secret_key_file else None
     serve([Calc, Guess, Reverse], bind=args.bind, curve=curve, proto_dir=args.proto_dir, max_sessions=args.max_sessions,
-          max_sessions_per_client=args.max_sessions_per_client, idle_timeout_ms=args.idle_timeout_ms)
+          max_sessions_per_client=args.max_sessions_per_client, idle_timeout_ms=args.idle_timeout_ms,
+          workers=args.workers, max_request_bytes=args.max_request_bytes,
+          max_request_bytes_per_client=args.max_request_bytes_per_client)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ lh_add_test(test_actors_sampler SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_actors_sa
 # The segmenter, its messages checked with lh_wire_validate (test_actors_segmenter).
 lh_add_test(test_actors_segmenter SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_actors_segmenter.c
   LIBS lh_actors TIMEOUT 120)
-# The outbox and the heartbeat meter with an injected clock (test_actors_outbox).
+# The outbox, the heartbeat meter and the reach warnings with an injected clock (test_actors_outbox).
 lh_add_test(test_actors_outbox SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_actors_outbox.c
   LIBS lh_actors TIMEOUT 120)
 # The [actor] config and each of its errors (test_actors_config).

@@ -3,4 +3,4 @@ lh_add_test(test_actors_runner SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_actors_run
   LIBS lh_actors TIMEOUT 120)
 # The actor process (longhaul actor) against a stand-in learner's sockets (test_actors_proc).
 lh_add_test(test_actors_proc SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_actors_proc.c
-  LIBS lh_actors lh_learner PkgConfig::ZMQ TIMEOUT 180)
+  ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c LIBS lh_actors lh_learner PkgConfig::ZMQ TIMEOUT 180)

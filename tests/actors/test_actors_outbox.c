@@ -1,10 +1,13 @@
 /* Tests of actors/outbox.c: capacity in messages and bytes, acks of unknown
  * and duplicate ids, resend order and timeouts with an injected clock, the
  * reconnect path, sends that would have blocked (due again at once, in
- * order), and the id table under many collisions; and the heartbeat meter. */
+ * order), and the id table under many collisions; the heartbeat meter; and
+ * the warnings of an endpoint not reached (actors/reach.c). */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdlib.h>
 #include <string.h>
+
+#include <zmq.h>
 
 #include "actors/internal.h"
 
@@ -271,6 +274,36 @@ START_TEST(test_heartbeat_meter) {
 }
 END_TEST
 
+/* Reaching the learner, with an injected clock: no warning before
+ * after_ms, then one per repeat_ms, each saying how far the attempts got;
+ * a completed handshake is the reach (once), and a disconnection after it
+ * starts a new outage that says the learner went away. */
+START_TEST(test_reach_warnings) {
+  lh_actors_reach r;
+  lh_actors_reach_init(&r, "learner", "learner_endpoint", "ipc:///x", 1000);
+  ck_assert_int_eq(lh_actors_reach_check(&r, 1299, 300, 5000, NULL), 0);
+  ck_assert_int_eq(lh_actors_reach_check(&r, 1300, 300, 5000, NULL), 1);
+  ck_assert_int_eq(lh_actors_reach_check(&r, 6299, 300, 5000, NULL), 0);
+  ck_assert_int_eq(lh_actors_reach_check(&r, 6300, 300, 5000, NULL), 1);
+  ck_assert_int_eq(r.stage, LH_ACTORS_REACH_NOTHING);
+  ck_assert_int_eq(lh_actors_reach_event(&r, ZMQ_EVENT_CONNECTED, 6400), 0);
+  ck_assert_int_eq(r.stage, LH_ACTORS_REACH_CONNECTED);
+  ck_assert_int_eq(lh_actors_reach_event(&r, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH, 6500), 0);
+  ck_assert_int_eq(r.stage, LH_ACTORS_REACH_FAILED);
+  ck_assert_int_eq(lh_actors_reach_event(&r, ZMQ_EVENT_DISCONNECTED, 6600), 0);  /* not reached: no new outage */
+  ck_assert_int_eq(r.since_ms, 1000);
+  ck_assert_int_eq(lh_actors_reach_event(&r, ZMQ_EVENT_HANDSHAKE_SUCCEEDED, 7000), 1);
+  ck_assert_int_eq(lh_actors_reach_event(&r, ZMQ_EVENT_HANDSHAKE_SUCCEEDED, 7001), 0);
+  ck_assert(r.reached && r.ever && r.warned_ms == 0);
+  ck_assert_int_eq(lh_actors_reach_check(&r, 90000, 300, 5000, NULL), 0);
+  ck_assert_int_eq(lh_actors_reach_event(&r, ZMQ_EVENT_DISCONNECTED, 90000), 0);
+  ck_assert(!r.reached && r.since_ms == 90000 && r.stage == LH_ACTORS_REACH_NOTHING);
+  ck_assert_int_eq(lh_actors_reach_check(&r, 90299, 300, 5000, NULL), 0);
+  ck_assert_int_eq(lh_actors_reach_check(&r, 90300, 300, 5000, " unacked=3"), 1);
+  ck_assert_uint_eq(r.warnings, 3);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("actors_outbox");
   TCase *tc = tcase_create("core");
@@ -283,6 +316,7 @@ int main(void) {
   tcase_add_test(tc, test_many_colliding_ids_against_reference);
   tcase_add_test(tc, test_outbox_errors);
   tcase_add_test(tc, test_heartbeat_meter);
+  tcase_add_test(tc, test_reach_warnings);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }

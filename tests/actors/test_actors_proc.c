@@ -4,8 +4,10 @@
  * message with lh_wire_decode and acks it. Checked: segments and
  * EpisodeEnds arrive valid and reassemble, unacked messages come again
  * with their msg_id, new weights are swapped in mid-episode (later tokens
- * carry the new version), and SIGTERM ends the process cleanly (exit 0,
- * open episodes aborted). A tiny checkpoint (d 16) made with
+ * carry the new version), SIGTERM ends the process cleanly (exit 0,
+ * open episodes aborted), and an actor whose learner is not there, or
+ * answers no handshake, or goes away, says so within resend_timeout_ms
+ * and says when it reaches it. A tiny checkpoint (d 16) made with
  * lh_model_save; ipc:// endpoints in a temporary folder. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
@@ -16,8 +18,13 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "actors/actors.h"
 #include "learner/internal.h"
+#include "proc_util.h"
 #include "proto/wire.h"
 
 typedef struct {
@@ -101,6 +108,16 @@ static void spawn_with(fixture *f, const char *episodes, int ckpt) {
 
 static void spawn(fixture *f, const char *episodes) { spawn_with(f, episodes, 1); }
 
+/* The actor from the checkpoint with its output in log. */
+static void spawn_logged(fixture *f, const char *episodes, const char *log) {
+  const char *bin = getenv("LH_BIN");
+  ck_assert_msg(bin != NULL, "LH_BIN is not set");
+  const char *argv[] = {bin, "actor", "--config", f->config, "--name", "a0", "--ckpt", f->ckpt, "--episodes", episodes,
+                        NULL};
+  f->pid = lh_proc_spawn(log, argv);
+  ck_assert_int_gt(f->pid, 0);
+}
+
 static int wait_exit(fixture *f) {
   int status = 0;
   for (int i = 0; i < 3000; i++) {  /* safety bound, 30 s */
@@ -131,27 +148,29 @@ static void teardown(fixture *f) {
   ck_assert_int_eq(system(cmd), 0);
 }
 
-/* What the stand-in learner saw. */
+/* What the stand-in learner saw: up to MAX_EPISODES episodes (an actor
+ * told to run until stopped makes a few dozen a second). */
+#define MAX_EPISODES 256
 typedef struct {
   int hellos, heartbeats, segments, ends, aborted, duplicates;
   uint64_t ids[4096];
   int n_ids;
-  uint64_t episode_ids[64];
-  uint64_t seg_start[64][512];  /* per episode and seq; UINT64_MAX: not seen */
-  uint32_t seg_tokens[64][512];
-  int64_t end_segments[64];     /* -1 until its EpisodeEnd */
-  uint64_t end_tokens[64];
+  uint64_t episode_ids[MAX_EPISODES];
+  uint64_t seg_start[MAX_EPISODES][512];  /* per episode and seq; UINT64_MAX: not seen */
+  uint32_t seg_tokens[MAX_EPISODES][512];
+  int64_t end_segments[MAX_EPISODES];     /* -1 until its EpisodeEnd */
+  uint64_t end_tokens[MAX_EPISODES];
   int n_episodes;
   uint32_t last_outbox_depth;  /* of the latest Heartbeat */
   int segments_v1;   /* sampled tokens carrying version 1 */
   int two_versions;  /* episodes with sampled tokens of versions 0 and 1 */
-  int saw_v0[64], saw_v1[64];
+  int saw_v0[MAX_EPISODES], saw_v1[MAX_EPISODES];
 } seen;
 
 static int episode_slot(seen *s, uint64_t id) {
   for (int i = 0; i < s->n_episodes; i++)
     if (s->episode_ids[i] == id) return i;
-  ck_assert_int_lt(s->n_episodes, 64);
+  ck_assert_int_lt(s->n_episodes, MAX_EPISODES);
   s->episode_ids[s->n_episodes] = id;
   memset(s->seg_start[s->n_episodes], 0xff, sizeof s->seg_start[0]);
   s->end_segments[s->n_episodes] = -1;
@@ -492,6 +511,134 @@ START_TEST(test_weights_swap_mid_episode) {
 }
 END_TEST
 
+/* Prints the first line of log that holds needle. */
+static void print_line(const char *log, const char *needle) {
+  char *text = lh_proc_read_file(log), *at = text ? strstr(text, needle) : NULL;
+  if (at) {
+    while (at > text && at[-1] != '\n') at--;
+    printf("  %.*s\n", (int)strcspn(at, "\n"), at);
+  }
+  free(text);
+}
+
+/* Receives and acks on the ingest until the log holds needle and at
+ * least min_ids distinct tracked messages came (or the safety bound). */
+static int serve_until_logged(fixture *f, seen *s, const char *log, const char *needle, int min_ids) {
+  for (int i = 0; i < 2000; i++) {  /* safety bound, 20 s */
+    receive(f, s, 10, 0);
+    if (s->n_ids >= min_ids && lh_proc_file_has(log, needle)) return 1;
+  }
+  return 0;
+}
+
+/* No learner at any of the actor's endpoints: within resend_timeout_ms
+ * the actor says it cannot reach it (one line for the three endpoints),
+ * naming the endpoint and how long. Then the learner's ingest appears:
+ * "reached", once, and its messages are acked; the weights endpoints, not
+ * yet there, get lines of their own until they appear. Then the ingest
+ * goes away: "went away"; and
+ * comes back: reached again, connects=2, and the actor finishes. A small
+ * outbox keeps the episodes made while nothing acks few. */
+START_TEST(test_unreachable_learner) {
+  fixture f;
+  setup(&f, 1, "max_context = 400\nmax_steps = 3\nresend_timeout_ms = 300\noutbox_messages = 32\n", NULL);
+  zmq_close(f.router);
+  zmq_close(f.pubsock);
+  zmq_close(f.wsock);
+  f.router = f.pubsock = f.wsock = NULL;
+  char log[160], line[400];
+  snprintf(log, sizeof log, "%s/actor.log", f.dir);
+  spawn_logged(&f, "0", log);
+  snprintf(line, sizeof line, "cannot reach the learner endpoint=%s for ", f.ingest);
+  ck_assert_msg(lh_proc_wait_file(log, line, 20), "no unreachable warning in %s", log);
+  ck_assert(lh_proc_file_has(log, "its weights endpoints not reached either ([actor] learner_endpoint): nothing has "
+                                  "accepted a connection there"));
+  ck_assert_int_eq(lh_proc_count_lines(log, "cannot reach the learner's weights"), 0);
+  /* the learner appears, its weights sockets not yet */
+  f.router = bind_socket(&f, ZMQ_ROUTER, f.ingest);
+  static seen s;
+  memset(&s, 0, sizeof s);
+  snprintf(line, sizeof line, "reached the learner endpoint=%s after ", f.ingest);
+  ck_assert_msg(serve_until_logged(&f, &s, log, line, 4), "no reached line or no messages (see %s)", log);
+  int warned = lh_proc_count_lines(log, "cannot reach the learner endpoint=");
+  printf("actor process, no learner: %d warning line(s) before it appeared, then %d messages acked:\n", warned,
+         s.n_ids);
+  print_line(log, "cannot reach the learner endpoint=");
+  print_line(log, line);
+  ck_assert_int_ge(warned, 1);
+  ck_assert_int_eq(lh_proc_count_lines(log, "reached the learner endpoint="), 1);
+  /* now the weights endpoints have lines of their own, until they too are there */
+  ck_assert_msg(lh_proc_wait_file(log, "cannot reach the learner's weights publisher endpoint=", 20) &&
+                    lh_proc_wait_file(log, "cannot reach the learner's weights service endpoint=", 20),
+                "no weights warnings in %s", log);
+  f.pubsock = bind_socket(&f, ZMQ_PUB, f.pub);
+  f.wsock = bind_socket(&f, ZMQ_ROUTER, f.wrouter);
+  ck_assert_msg(lh_proc_wait_file(log, "reached the learner's weights publisher endpoint=", 20) &&
+                    lh_proc_wait_file(log, "reached the learner's weights service endpoint=", 20),
+                "the weights endpoints not reached (see %s)", log);
+  print_line(log, "cannot reach the learner's weights publisher");
+  print_line(log, "reached the learner's weights service");
+  /* it goes away, and comes back */
+  zmq_close(f.router);
+  f.router = NULL;
+  ck_assert_msg(lh_proc_wait_file(log, "went away", 20), "no went-away warning in %s", log);
+  f.router = bind_socket(&f, ZMQ_ROUTER, f.ingest);
+  ck_assert_msg(serve_until_logged(&f, &s, log, "connects=2", s.n_ids + 1), "not reached again (see %s)", log);
+  ck_assert_int_eq(lh_proc_count_lines(log, "reached the learner endpoint="), 2);
+  kill(f.pid, SIGTERM);
+  ck_assert_int_eq(serve_until_exit(&f, &s), 0);
+  uint64_t acked = 0, unacked = 1;
+  ck_assert_int_eq(lh_proc_log_u64(log, "stopped name=a0", "acked", &acked), 0);
+  ck_assert_int_eq(lh_proc_log_u64(log, "stopped name=a0", "unacked", &unacked), 0);
+  printf("actor process, the learner went away and came back: acked=%llu unacked=%llu, %d went-away line(s)\n",
+         (unsigned long long)acked, (unsigned long long)unacked, lh_proc_count_lines(log, "went away"));
+  print_line(log, "went away");
+  print_line(log, "connects=2");
+  ck_assert_uint_gt(acked, 0);
+  ck_assert_uint_eq(unacked, 0);
+  teardown(&f);
+}
+END_TEST
+
+/* Something accepts the TCP connection and never answers ZMTP (a plain
+ * listening socket that never reads): the warning says that a connection
+ * was made but no handshake completed. */
+START_TEST(test_handshake_never_completes) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(lfd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof a;
+  ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+  ck_assert_int_eq(listen(lfd, 16), 0);  /* the kernel completes the connection; nothing reads it */
+  ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &alen), 0);
+  fixture f;
+  setup(&f, 0, "max_context = 400\nmax_steps = 3\nresend_timeout_ms = 300\n", NULL);
+  /* the config's learner_endpoint line, pointed at the listener */
+  char *text = lh_proc_read_file(f.config), *at = text ? strstr(text, "learner_endpoint = ") : NULL;
+  ck_assert_ptr_nonnull(at);
+  char *rest = strchr(at, '\n');
+  ck_assert_ptr_nonnull(rest);
+  snprintf(f.ingest, sizeof f.ingest, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
+  static char rewritten[8192];
+  snprintf(rewritten, sizeof rewritten, "%.*slearner_endpoint = %s%s", (int)(at - text), text, f.ingest, rest);
+  free(text);
+  ck_assert_int_eq(lh_proc_write_file(f.config, rewritten), 0);
+  char log[160];
+  snprintf(log, sizeof log, "%s/actor.log", f.dir);
+  spawn_logged(&f, "0", log);
+  ck_assert_msg(lh_proc_wait_file(log, "no ZMTP/CURVE handshake completed", 20), "no handshake warning in %s", log);
+  char line[300];
+  snprintf(line, sizeof line, "cannot reach the learner endpoint=%s for ", f.ingest);
+  ck_assert(lh_proc_file_has(log, line));
+  printf("actor process, a listener that never answers: %d warning line(s)\n",
+         lh_proc_count_lines(log, "no ZMTP/CURVE handshake completed"));
+  print_line(log, "no ZMTP/CURVE handshake completed");
+  close(lfd);
+  teardown(&f);
+}
+END_TEST
+
 /* The new [actor] keys and the [env] section, and their errors. */
 START_TEST(test_config_keys) {
   lh_actors_config c;
@@ -565,6 +712,8 @@ int main(void) {
   tcase_add_test(tc, test_full_outbox_pauses);
   tcase_add_test(tc, test_reconnect_resends);
   tcase_add_test(tc, test_sigterm_exits_cleanly);
+  tcase_add_test(tc, test_unreachable_learner);
+  tcase_add_test(tc, test_handshake_never_completes);
   tcase_add_loop_test(tc, test_weights_swap_mid_episode, 0, 2);
   tcase_add_test(tc, test_config_keys);
   tcase_add_test(tc, test_cli_errors);

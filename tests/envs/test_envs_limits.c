@@ -10,7 +10,12 @@
  *   - an idle session is closed, its client's next request fails and the
  *     reset after it starts afresh;
  *   - sessions are their client's; peer names are escaped in the log;
- *   - the Python server's session caps and idle close. */
+ *   - the Python server's session caps and idle close;
+ *   - the Python server serves an honest client while another sends
+ *     actions of 256 KiB, and while another's step waits; what a client's
+ *     unanswered messages hold is capped; frames that would take its
+ *     protobuf parser seconds, and requests the C validator refuses, are
+ *     refused unparsed with the C server's codes. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
@@ -523,6 +528,301 @@ START_TEST(test_python_caps_idle) {
 }
 END_TEST
 
+/* The Python server: one client sends STEPs with actions of 256 KiB (the
+ * markers that made the regular expression it used try every start) and
+ * reads nothing until the other, honest client has played its episodes:
+ * the honest episodes complete, and each long action is answered with the
+ * parser's error observation. */
+START_TEST(test_python_long_actions) {
+  if (!lh_proc_have_python_envs()) {
+    printf("python server: /usr/bin/python3 with zmq and protobuf not found; skipped\n");
+    return;
+  }
+  server s;
+  start_python(&s, "envs-limits-pylong", NULL);
+  void *ctx = zmq_ctx_new();
+  void *evil = raw_client(ctx, &s, NULL, 0);
+  uint64_t rid = 0;
+  int32_t status;
+  uint64_t session = raw_create(evil, &rid, "guess", NULL, 0, &status, NULL, 0);
+  ck_assert_int_eq(status, 0);
+  Longhaul__EnvRequest q = LONGHAUL__ENV_REQUEST__INIT;
+  q.op = LONGHAUL__ENV_OP__ENV_OP_RESET, q.session_id = session, q.request_id = ++rid;
+  ck_assert_int_eq(raw_send(evil, &q, 0), 0);
+  Longhaul__Envelope *got;
+  raw_recv(evil, &got);
+  ck_assert_int_eq(got->env_response->status, 0);
+  lh_wire_free(got);
+  enum { ACTION_BYTES = 256 << 10, FLOOD = 16, EPISODES = 10 };
+  char *action = malloc(ACTION_BYTES + 1);
+  ck_assert_ptr_nonnull(action);
+  for (size_t i = 0; i < ACTION_BYTES; i += 8) memcpy(action + i, "<call>a(", 8);
+  action[ACTION_BYTES] = 0;
+  for (int i = 0; i < FLOOD; i++) {
+    q.op = LONGHAUL__ENV_OP__ENV_OP_STEP, q.request_id = ++rid, q.action = action;
+    ck_assert_int_eq(raw_send(evil, &q, 0), 0);
+  }
+  /* The honest client: a timeout far above an answer's time, so that only
+   * a server held by the other client fails it. */
+  const lh_env_option opts[] = {{"server", s.ep}, {"timeout_ms", "60000"}};
+  lh_env *env;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_open("guess", opts, 2, &env, &e), 0);
+  int solved = 0;
+  for (int i = 0; i < EPISODES; i++) solved += expert_episode(env, (uint64_t)i, &e);
+  lh_env_free(env);
+  int refused = 0;
+  for (int i = 0; i < FLOOD; i++) {
+    raw_recv(evil, &got);
+    const Longhaul__EnvResponse *r = got->env_response;
+    refused += r->status == 0 && r->observation && !r->done &&
+               strcmp(r->observation->text, "error: unbalanced markers: <call> without </call>") == 0;
+    lh_wire_free(got);
+  }
+  free(action);
+  zmq_close(evil);
+  zmq_ctx_term(ctx);
+  long peak_kb;
+  ck_assert_int_eq(stop(&s, &peak_kb), 0);
+  printf("python server, %d actions of 256 KiB from one client: the other solved %d/%d episodes; %d long actions "
+         "answered with the parser's error\n", FLOOD, solved, EPISODES, refused);
+  ck_assert_int_eq(solved, EPISODES);
+  ck_assert_int_eq(refused, FLOOD);
+  cleanup(&s);
+}
+END_TEST
+
+/* Sends one frame of raw bytes on d and reads the answer's status and
+ * error; returns how long it took in ms. */
+static double raw_frame(void *d, const uint8_t *bytes, size_t n, int32_t *status, char *error, size_t cap) {
+  int64_t t0 = lh_now_ns();
+  ck_assert_int_eq(zmq_send(d, "", 0, ZMQ_SNDMORE), 0);
+  ck_assert_int_eq(zmq_send(d, bytes, n, 0), (int)n);
+  Longhaul__Envelope *got;
+  raw_recv(d, &got);
+  *status = got->env_response->status;
+  snprintf(error, cap, "%s", got->env_response->error ? got->env_response->error : "");
+  lh_wire_free(got);
+  return (double)(lh_now_ns() - t0) / 1e6;
+}
+
+static size_t put_varint(uint8_t *p, uint64_t v) {
+  size_t n = 0;
+  for (; v >= 0x80; v >>= 7) p[n++] = (uint8_t)(v | 0x80);
+  p[n++] = (uint8_t)v;
+  return n;
+}
+
+/* The Python server: frames whose protobuf parse would take seconds and
+ * hundreds of MB (millions of two-byte fields: unknown ones in a request,
+ * empty entries of a batch, empty options), and requests the C validator
+ * refuses (too many options, a long env name, another protocol, an
+ * unknown op): each refused with the C server's code, none parsed whole,
+ * and the client's next request served. */
+START_TEST(test_python_hostile_frames) {
+  if (!lh_proc_have_python_envs()) {
+    printf("python server: /usr/bin/python3 with zmq and protobuf not found; skipped\n");
+    return;
+  }
+  server s;
+  start_python(&s, "envs-limits-pyframes", NULL);
+  void *ctx = zmq_ctx_new();
+  void *d = raw_client(ctx, &s, NULL, 0);
+  enum { BIG = 4 << 20 };
+  uint8_t *frame = malloc(BIG + 64);
+  ck_assert_ptr_nonnull(frame);
+  static const struct {
+    const char *what;
+    uint8_t field_key[3]; /* the body's key: env_request (18) or env_request_batch (100) */
+    uint8_t inner[3];     /* the field repeated inside it */
+    size_t step;          /* its bytes */
+  } floods[] = {{"unknown fields in a request", {0x92, 0x01, 0}, {0xf8, 0x01, 0x00}, 3},
+                {"empty entries of a batch", {0xa2, 0x06, 0}, {0x0a, 0x00, 0}, 2},
+                {"empty options of a request", {0x92, 0x01, 0}, {0x2a, 0x00, 0}, 2}};
+  int refused = 0;
+  for (size_t k = 0; k < sizeof floods / sizeof *floods; k++) {
+    size_t step = floods[k].step, body = (BIG / step) * step, n = 0;
+    frame[n++] = 0x08, frame[n++] = 0x01; /* protocol 1 */
+    frame[n++] = floods[k].field_key[0], frame[n++] = floods[k].field_key[1];
+    n += put_varint(frame + n, body);
+    for (size_t i = 0; i < body; i += step) memcpy(frame + n + i, floods[k].inner, step);
+    n += body;
+    int32_t status;
+    char error[LH_ERRMSG_BYTES];
+    double ms = raw_frame(d, frame, n, &status, error, sizeof error);
+    printf("python server, %zu bytes of %s: %s (%d) in %.0f ms\n", n, floods[k].what, error, status, ms);
+    refused += status == LH_EWIRE_EXPANSION;
+  }
+  /* what the C validator refuses */
+  Longhaul__KeyValue kv[300], *kvp[300];
+  char keys[300][8];
+  for (int i = 0; i < 300; i++) {
+    kv[i] = (Longhaul__KeyValue)LONGHAUL__KEY_VALUE__INIT;
+    snprintf(keys[i], sizeof keys[i], "k%d", i);
+    kv[i].key = keys[i], kv[i].value = "v", kvp[i] = &kv[i];
+  }
+  char long_name[301];
+  memset(long_name, 'g', 300);
+  long_name[300] = 0;
+  static const struct {
+    const char *what, *expect;
+    int32_t status;
+  } checks[] = {{"300 options", "env_request.options has 300 entries, over the limit of 256", LH_EWIRE_TOO_MANY_OPTIONS},
+                {"an env name of 300 bytes", "env_request.env_name is 300 bytes, over the limit of 256",
+                 LH_EWIRE_STRING_TOO_LONG},
+                {"protocol 2", "envelope.protocol=2 but this build speaks protocol 1", LH_EWIRE_PROTOCOL},
+                {"op 9", "env_request.op=9 is not one of create", LH_EWIRE_ENV_OP}};
+  for (int k = 0; k < 4; k++) {
+    Longhaul__EnvRequest q = LONGHAUL__ENV_REQUEST__INIT;
+    q.request_id = (uint64_t)k + 1, q.op = LONGHAUL__ENV_OP__ENV_OP_CREATE, q.env_name = "guess";
+    if (k == 0) q.n_options = 300, q.options = kvp;
+    if (k == 1) q.env_name = long_name;
+    if (k == 3) q.op = (Longhaul__EnvOp)9;
+    Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+    env.protocol = k == 2 ? 2 : LH_WIRE_PROTOCOL, env.msg_id = 1, env.sender = "test";
+    env.body_case = LONGHAUL__ENVELOPE__BODY_ENV_REQUEST, env.env_request = &q;
+    uint8_t *buf;
+    size_t n;
+    lh_errbuf e;
+    ck_assert_int_eq(lh_wire_encode(&env, &buf, &n, &e), 0);
+    int32_t status;
+    char error[LH_ERRMSG_BYTES];
+    raw_frame(d, buf, n, &status, error, sizeof error);
+    free(buf);
+    printf("python server, %s: %s (%d)\n", checks[k].what, error, status);
+    refused += status == checks[k].status && strstr(error, checks[k].expect) != NULL;
+  }
+  /* and the client is served */
+  uint64_t rid = 10;
+  int32_t status;
+  raw_create(d, &rid, "guess", NULL, 0, &status, NULL, 0);
+  free(frame);
+  zmq_close(d);
+  zmq_ctx_term(ctx);
+  long peak_kb;
+  ck_assert_int_eq(stop(&s, &peak_kb), 0);
+  printf("python server: %d of 7 hostile frames refused as the C server refuses them; peak resident %ld kB\n",
+         refused, peak_kb);
+  ck_assert_int_eq(refused, 7);
+  ck_assert_int_eq(status, 0);
+  cleanup(&s);
+}
+END_TEST
+
+/* An environment whose step returns only once the test lets it (standing
+ * for a simulator or a tool that takes long), served beside guess. */
+static const char slow_env[] =
+    "import os, sys, time\n"
+    "sys.path.insert(0, sys.argv[2])\n"
+    "from longhaul_env import Env, serve\n"
+    "from env_server import Guess\n"
+    "class Slow(Env):\n"
+    "    name = 'slow'\n"
+    "    def reset(self, seed, options):\n"
+    "        return 'a step that waits'\n"
+    "    def step(self, action):\n"
+    "        while not os.path.exists(sys.argv[3]):\n"
+    "            time.sleep(0.01)\n"
+    "        return 'released', 1.0, True, {}\n"
+    "serve([Slow, Guess], bind=sys.argv[1], max_request_bytes_per_client=1 << 20)\n";
+
+/* The Python server: a client's step that does not return holds neither
+ * the server nor the other clients: an honest client plays its episodes
+ * to the end while it waits, and the waiting client's messages behind it
+ * are held up to its cap (1 MiB: three of six 300 KiB messages, the rest
+ * dropped unanswered and counted); once the step returns, its answer and
+ * the held ones come, in order. */
+START_TEST(test_python_slow_step) {
+  if (!lh_proc_have_python_envs()) {
+    printf("python server: /usr/bin/python3 with zmq and protobuf not found; skipped\n");
+    return;
+  }
+  server s;
+  ck_assert_int_eq(lh_proc_tmpdir(s.dir, sizeof s.dir, "envs-limits-pyslow"), 0);
+  snprintf(s.log, sizeof s.log, "%s/serve.log", s.dir);
+  snprintf(s.ep, sizeof s.ep, "ipc://%s/envs.sock", s.dir);
+  char script[160], release[160], pydir[1024];
+  snprintf(script, sizeof script, "%s/slow_env.py", s.dir);
+  snprintf(release, sizeof release, "%s/release", s.dir);
+  const char *src = getenv("LH_SOURCE_DIR") ? getenv("LH_SOURCE_DIR") : LH_TEST_SOURCE_DIR;
+  snprintf(pydir, sizeof pydir, "%s/envs/python", src);
+  ck_assert_int_eq(lh_proc_write_file(script, slow_env), 0);
+  const char *argv[] = {"/usr/bin/python3", script, s.ep, pydir, release, NULL};
+  s.pid = lh_proc_spawn(s.log, argv);
+  ck_assert(s.pid > 0);
+  ck_assert_msg(lh_proc_wait_file(s.log, "env server listening", 20), "the Python server did not start (see %s)",
+                s.log);
+  void *ctx = zmq_ctx_new();
+  void *waiter = raw_client(ctx, &s, NULL, 0);
+  uint64_t rid = 0;
+  int32_t status;
+  uint64_t session = raw_create(waiter, &rid, "slow", NULL, 0, &status, NULL, 0);
+  ck_assert_int_eq(status, 0);
+  Longhaul__EnvRequest q = LONGHAUL__ENV_REQUEST__INIT;
+  q.op = LONGHAUL__ENV_OP__ENV_OP_RESET, q.session_id = session, q.request_id = ++rid;
+  ck_assert_int_eq(raw_send(waiter, &q, 0), 0);
+  Longhaul__Envelope *got;
+  raw_recv(waiter, &got);
+  ck_assert_int_eq(got->env_response->status, 0);
+  lh_wire_free(got);
+  q.op = LONGHAUL__ENV_OP__ENV_OP_STEP, q.request_id = ++rid, q.action = "<call>go()</call>";
+  ck_assert_int_eq(raw_send(waiter, &q, 0), 0);
+  enum { HELD = 6, HELD_BYTES = 300 << 10, EPISODES = 5 };
+  char *big = malloc(HELD_BYTES + 1);
+  ck_assert_ptr_nonnull(big);
+  memset(big, 'x', HELD_BYTES);
+  big[HELD_BYTES] = 0;
+  uint64_t first_held = rid + 1;
+  for (int i = 0; i < HELD; i++) {
+    q.request_id = ++rid, q.action = big;
+    ck_assert_int_eq(raw_send(waiter, &q, 0), 0);
+  }
+  ck_assert_msg(lh_proc_wait_file(s.log, "dropped unanswered", 30), "no message dropped at the cap (see %s)", s.log);
+  /* the honest client, while the step waits */
+  const lh_env_option opts[] = {{"server", s.ep}, {"timeout_ms", "60000"}};
+  lh_env *env;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_env_open("guess", opts, 2, &env, &e), 0);
+  int solved = 0;
+  for (int i = 0; i < EPISODES; i++) solved += expert_episode(env, (uint64_t)i, &e);
+  lh_env_free(env);
+  zmq_pollitem_t item = {waiter, 0, ZMQ_POLLIN, 0};
+  int answered_early = zmq_poll(&item, 1, 0);
+  ck_assert_int_eq(lh_proc_write_file(release, ""), 0);
+  raw_recv(waiter, &got);
+  ck_assert_uint_eq(got->env_response->request_id, first_held - 1);
+  ck_assert_str_eq(got->env_response->observation->text, "released");
+  lh_wire_free(got);
+  int held = 0;
+  for (int i = 0; i < 3; i++, held++) {
+    raw_recv(waiter, &got);
+    ck_assert_uint_eq(got->env_response->request_id, first_held + (uint64_t)i);
+    lh_wire_free(got);
+  }
+  /* the next answer is the next request's: the three past the cap were dropped */
+  q.op = LONGHAUL__ENV_OP__ENV_OP_DESCRIBE, q.request_id = ++rid, q.action = NULL;
+  ck_assert_int_eq(raw_send(waiter, &q, 0), 0);
+  raw_recv(waiter, &got);
+  ck_assert_uint_eq(got->env_response->request_id, rid);
+  lh_wire_free(got);
+  free(big);
+  zmq_close(waiter);
+  zmq_ctx_term(ctx);
+  long peak_kb;
+  ck_assert_int_eq(stop(&s, &peak_kb), 0);
+  unsigned long long dropped = logged(&s, "env server stopped", "dropped");
+  printf("python server, a step that waits: the other client solved %d/%d meanwhile (answers to the waiting one "
+         "before its release: %d); of %d messages of 300 KiB behind it, %d held and %llu dropped at the cap "
+         "(1 MiB), %d log line(s)\n", solved, EPISODES, answered_early, HELD, held, dropped,
+         lh_proc_count_lines(s.log, "dropped unanswered"));
+  ck_assert_int_eq(solved, EPISODES);
+  ck_assert_int_eq(answered_early, 0);
+  ck_assert_uint_eq(dropped, 3);
+  ck_assert(lh_proc_file_has(s.log, "its cap (--max-request-bytes-per-client 1048576)"));
+  cleanup(&s);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("envs_limits");
   TCase *tc = tcase_create("core");
@@ -533,6 +833,9 @@ int main(void) {
   tcase_add_test(tc, test_idle_session_closed);
   tcase_add_test(tc, test_sessions_owned_names_escaped);
   tcase_add_test(tc, test_python_caps_idle);
+  tcase_add_test(tc, test_python_long_actions);
+  tcase_add_test(tc, test_python_hostile_frames);
+  tcase_add_test(tc, test_python_slow_step);
   suite_add_tcase(su, tc);
   return lh_test_run(su, CK_FORK);
 }

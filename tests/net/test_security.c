@@ -6,7 +6,9 @@
  * the learner's log) and answers nothing to a plain (non-CURVE) client;
  * CURVE keys given by halves, or a secret key file others can read, are
  * config errors. A ZAP handler caps a socket's connections (the ingest's
- * bound in all). Plugins load only from allowed paths. */
+ * bound in all). Plugins load only from allowed paths. An env server (C
+ * or Python) given a key file that is not a regular file names it and
+ * exits 2 before it listens. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <errno.h>
 #include <signal.h>
@@ -642,6 +644,56 @@ START_TEST(test_python_env_server_curve) {
 }
 END_TEST
 
+/* A key file that is not a regular file (a FIFO: opening one waits for a
+ * writer) in the allow-list folder, and as the secret key: both servers
+ * refuse it by name before they listen and exit 2, a usage error
+ * `longhaul launch` does not retry. */
+START_TEST(test_env_server_key_fifo) {
+  int python = lh_proc_have_python_envs();
+  curve_env c;
+  curve_env_setup(&c);
+  char allowed[128], evil[160], fifo_key[128], line[320];
+  path_of(allowed, sizeof allowed, "allowed");
+  ck_assert_int_eq(mkdir(allowed, 0755), 0);
+  snprintf(evil, sizeof evil, "%s/ok.pub", allowed);
+  char *ok = lh_proc_read_file(c.allowed);
+  ck_assert_ptr_nonnull(ok);
+  ck_assert_int_eq(lh_proc_write_file(evil, ok), 0);
+  free(ok);
+  snprintf(evil, sizeof evil, "%s/evil.pub", allowed);
+  ck_assert_int_eq(mkfifo(evil, 0644), 0);
+  path_of(fifo_key, sizeof fifo_key, "keys/fifo.key");
+  ck_assert_int_eq(mkfifo(fifo_key, 0600), 0);
+  char script[512];
+  snprintf(script, sizeof script, "%s/envs/python/env_server.py", LH_TEST_SOURCE_DIR);
+  for (int k = 0; k < 4; k++) {
+    int py = k >= 2, secret_fifo = k % 2;
+    if (py && !python) {
+      printf("python env server: /usr/bin/python3 with zmq and protobuf not found; skipped\n");
+      break;
+    }
+    const char *key = secret_fifo ? fifo_key : c.key, *list = secret_fifo ? c.allowed : allowed;
+    char log[128];
+    snprintf(log, sizeof log, "%s/fifo-%d.log", dir, k);
+    const char *args[] = {"envs", "serve", "--bind", c.ep, "--curve-secret-key-file", key, "--curve-allowed-keys",
+                          list, NULL};
+    const char *argv[] = {"/usr/bin/python3", script, "--bind", c.ep, "--proto-dir", LH_TEST_PY_PROTO_DIR,
+                          "--curve-secret-key-file", key, "--curve-allowed-keys", list, NULL};
+    pid_t p = py ? lh_proc_spawn(log, argv) : lh_proc_spawn_longhaul(log, args);
+    ck_assert_int_gt(p, 0);
+    int rc = lh_proc_wait(p, 30, NULL);
+    snprintf(line, sizeof line, "%s: not a regular file (a folder, a device or a pipe)", secret_fifo ? fifo_key : evil);
+    printf("%s env server, a FIFO as %s: exit %d, %s\n", py ? "python" : "C",
+           secret_fifo ? "the secret key" : "an allowed key", rc,
+           lh_proc_file_has(log, line) ? "the file named" : "the file not named");
+    ck_assert_msg(rc == 2, "exit %d (see %s)", rc, log);
+    ck_assert_msg(lh_proc_file_has(log, line), "no '%s' in %s", line, log);
+    ck_assert(!lh_proc_file_has(log, "listening"));
+  }
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("security");
   TCase *t = tcase_create("curve");
@@ -656,6 +708,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_sql_parameters);
   tcase_add_test(t, test_env_server_curve);
   tcase_add_test(t, test_python_env_server_curve);
+  tcase_add_test(t, test_env_server_key_fifo);
   suite_add_tcase(s, t);
   return s;
 }

@@ -23,9 +23,10 @@ import os
 import signal
 import sys
 
+from .action import Action, ActionError, parse_action  # noqa: F401  (public)
 from .errors import BadOption, EnvError  # noqa: F401  (public)
 
-__all__ = ["Env", "EnvError", "BadOption", "serve", "load_proto"]
+__all__ = ["Env", "EnvError", "BadOption", "serve", "load_proto", "parse_action", "Action", "ActionError"]
 
 
 class Env:
@@ -80,12 +81,20 @@ def _stop(sig, frame):
 
 
 def serve(env, bind, curve=None, proto_dir=None, max_sessions=None, max_sessions_per_client=None,
-          idle_timeout_ms=None):
+          idle_timeout_ms=None, workers=None, max_request_bytes=None, max_request_bytes_per_client=None):
     """Serves env (an Env subclass, or a list of them) at bind (a ZeroMQ
     endpoint) until SIGTERM or SIGINT, then logs its totals and returns.
     curve: (secret key file, allowed keys file or folder) to serve with
-    CURVE, as `longhaul envs serve --curve-secret-key-file ...`."""
-    from . import server
+    CURVE, as `longhaul envs serve --curve-secret-key-file ...`; a key file
+    or allow-list that cannot be used (missing, not a regular file, not a
+    key) is reported by name and the process exits 2 before it listens.
+    workers: the threads that run requests (default 4), so that a slow
+    step of one client does not hold the others; max_request_bytes and
+    max_request_bytes_per_client: what the messages read and not yet
+    answered may hold (default 256 MiB and 64 MiB; past either a message
+    is dropped unanswered)."""
+    from . import pool
+    from .keys import KeyFileError
     envs = {}
     for cls in env if isinstance(env, (list, tuple)) else [env]:
         if not (isinstance(cls, type) and issubclass(cls, Env)) or not cls.name:
@@ -100,9 +109,15 @@ def serve(env, bind, curve=None, proto_dir=None, max_sessions=None, max_sessions
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, _stop)
     try:
-        server.run(envs, bind, pb, secret, allowed,
-                   {"max_sessions": max_sessions, "max_sessions_per_client": max_sessions_per_client,
-                    "idle_timeout_ms": idle_timeout_ms})
+        pool.run(envs, bind, pb, secret, allowed,
+                 {"max_sessions": max_sessions, "max_sessions_per_client": max_sessions_per_client,
+                  "idle_timeout_ms": idle_timeout_ms, "workers": workers, "max_request_bytes": max_request_bytes,
+                  "max_request_bytes_per_client": max_request_bytes_per_client})
+    except KeyFileError as e:
+        # A usage error, as `longhaul envs serve` reports one: starting
+        # again cannot fix it, so `longhaul launch` does not retry it.
+        print(f"error envs-py: env server: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

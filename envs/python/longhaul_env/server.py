@@ -1,36 +1,33 @@
 """The protocol side of longhaul_env.serve: EnvRequest/EnvResponse inside an
-Envelope (proto/longhaul.proto) over a ZeroMQ ROUTER socket (clients frame
-as a REQ would), one session per CREATE, serving only the client (ROUTER
-peer) that created it. As the C server (envs/envserver.c), it caps what
-clients can make it hold: sessions per client and in total (a CREATE past a
-cap is refused with LH_EAGAIN), sessions idle past idle_timeout_ms are
-closed, and at most HWM messages are queued per client each way (a client
-that does not read its replies has the rest dropped). As the C server, it
-takes a batch of requests in one frame (EnvRequestBatch) and answers it in
-one frame, in order, and says so in every answer (max_batch). Optional
-CURVE with a ZAP allow-list, as `longhaul envs serve`."""
-import os
+Envelope (proto/longhaul.proto), one session per CREATE, serving only the
+client (ROUTER peer) that created it. As the C server (envs/envserver.c),
+it caps what clients can make it hold: sessions per client and in total (a
+CREATE past a cap is refused with LH_EAGAIN), and sessions idle past
+idle_timeout_ms are closed. As the C server, it takes a batch of requests
+in one frame (EnvRequestBatch) and answers it in one frame, in order, and
+says so in every answer (max_batch). A frame is checked before protobuf
+parses it and validated after (wire.py).
+
+Everything here may run on several worker threads at once (pool.py), one
+message of a client at a time: the session table and the meters take a
+lock, and a session, being its client's alone, is only ever used by the
+thread running that client's message."""
 import sys
+import threading
 import time
 
-from .errors import (EnvError, LH_EAGAIN, LH_EINVAL, LH_ENOENT, LH_EENVS_SERVER_BATCH, LH_EENVS_SERVER_PROTOCOL,
-                     LH_EENVS_SERVER_REPLAY, LH_EENVS_UNKNOWN_ENV)
+from .errors import (EnvError, LH_EAGAIN, LH_EINVAL, LH_ENOENT, LH_EENVS_SERVER_BATCH, LH_EENVS_SERVER_REPLAY,
+                     LH_EENVS_UNKNOWN_ENV)
 from .session import Session
+from .wire import MAX_BATCH, MAX_BATCH_BYTES, WireError, decode
 
-# Bad input is refused, counted and logged at most once per interval; a
-# request frame is at most MAX_REQUEST_BYTES (ZMQ_MAXMSGSIZE) and a message
-# at most MAX_FRAMES requests, as the C server (envs/envserver.c).
-MAX_REQUEST_BYTES = 8 << 20
-MAX_FRAMES = 1024
-# A batch frame: at most MAX_BATCH requests in MAX_BATCH_BYTES (the whole
-# Envelope), as the C server (envs/internal.h's LH_ENVS_BATCH_MAX).
-MAX_BATCH = 1024
-MAX_BATCH_BYTES = 4 << 20
 MAX_SESSIONS = 1024
 MAX_SESSIONS_PER_CLIENT = 256
+# The most an encoded answer may be: what the C client takes
+# (proto/wire.h's LH_WIRE_DEFAULT_MAX_MESSAGE_BYTES).
+MAX_ANSWER_BYTES = 64 << 20
+LH_EWIRE_TOO_LARGE = -100
 IDLE_TIMEOUT_MS = 600000
-HWM = 64
-LINGER_MS = 1000
 LOG_INTERVAL_S = 5.0
 
 
@@ -43,69 +40,95 @@ def escape(raw, cap=64):
     return out if len(out) <= cap else out[:cap - 3] + "..."
 
 
-class BadMeter:
-    """Counts bad messages; one log line per interval with the count."""
+LOG_LOCK = threading.Lock()
+
+
+def log(level, message):
+    """One log line, written whole: workers log too, and print's separate
+    writes of the text and its newline could interleave."""
+    with LOG_LOCK:
+        sys.stderr.write(f"{level} envs-py: {message}\n")
+        sys.stderr.flush()
+
+
+class Meter:
+    """Counts events of one kind; one log line per interval with the count."""
 
     def __init__(self):
         self.total = self.since = 0
         self.last = None
+        self.lock = threading.Lock()
+
+    def count(self):
+        """Counts one; returns (since last report, total) when this one is
+        to be logged, else None."""
+        with self.lock:
+            self.total += 1
+            self.since += 1
+            now = time.monotonic()
+            if self.last is not None and now - self.last < LOG_INTERVAL_S:
+                return None
+            since, self.last, self.since = self.since, now, 0
+            return since, self.total
+
+
+class BadMeter(Meter):
+    """Bad messages."""
 
     def bad(self, what):
-        self.total += 1
-        self.since += 1
-        now = time.monotonic()
-        if self.last is not None and now - self.last < LOG_INTERVAL_S:
-            return
-        print(f"warn envs-py: bad message: {what} (bad since last report={self.since} total={self.total})",
-              file=sys.stderr, flush=True)
-        self.last, self.since = now, 0
+        due = self.count()
+        if due:
+            log("warn", f"bad message: {what} (bad since last report={due[0]} total={due[1]})")
 
 
-class RefusalMeter:
-    """Counts refusals (a cap met); one log line per interval with the count."""
+class RefusalMeter(Meter):
+    """Refusals: a cap met."""
 
-    def __init__(self):
-        self.total = self.since = 0
-        self.last = None
-
-    def refused(self, why, peer, env_name):
-        self.total += 1
-        self.since += 1
-        now = time.monotonic()
-        if self.last is not None and now - self.last < LOG_INTERVAL_S:
-            return
-        print(f"warn envs-py: env server refused: {escape(why, 512)} peer={escape(peer)} env={escape(env_name)} "
-              f"(refused since last report={self.since} total={self.total})", file=sys.stderr, flush=True)
-        self.last, self.since = now, 0
+    def refused(self, why, peer, env_name=""):
+        due = self.count()
+        if due:
+            log("warn", f"env server refused: {escape(why, 512)} peer={escape(peer)} env={escape(env_name)} "
+                        f"(refused since last report={due[0]} total={due[1]})")
 
 
 class Sessions:
-    """Sessions by id, each with its owner (a routing id) and when it was
-    last used; per-client counts; the caps."""
+    """Sessions by id, each with its owner (a routing id), when it was last
+    used and whether a request is running on it; per-client counts; the
+    caps. Every method takes the lock."""
 
     def __init__(self, max_sessions, max_per_client, idle_timeout_ms):
         self.max, self.max_per_client, self.idle_ms = max_sessions, max_per_client, idle_timeout_ms
         self.by_id, self.per_client = {}, {}
         self.next_id, self.idle_closed, self.last_sweep = 0, 0, time.monotonic()
         self.meter = RefusalMeter()
+        self.lock = threading.RLock()
 
     def sweep_s(self):
         return min(self.idle_ms / 4000.0, 1.0)
 
     def sweep(self, force=False):
         """Closes the sessions idle past the timeout (at most every sweep_s
-        unless force); logs how many."""
-        now = time.monotonic()
-        if not force and now - self.last_sweep < self.sweep_s():
-            return
-        self.last_sweep = now
-        idle = [sid for sid, g in self.by_id.items() if (now - g.last_used) * 1000 > self.idle_ms]
-        for sid in idle:
-            self.close(self.by_id[sid].owner, sid)
-        if idle:
-            self.idle_closed += len(idle)
-            print(f"info envs-py: env server closed idle sessions closed={len(idle)} idle_timeout_ms={self.idle_ms} "
-                  f"sessions={len(self.by_id)} idle_closed={self.idle_closed}", file=sys.stderr, flush=True)
+        unless force), but none a request is running on; logs how many."""
+        with self.lock:
+            now = time.monotonic()
+            if not force and now - self.last_sweep < self.sweep_s():
+                return
+            self.last_sweep = now
+            idle = [sid for sid, g in self.by_id.items() if not g.busy and (now - g.last_used) * 1000 > self.idle_ms]
+            for sid in idle:
+                self.close(self.by_id[sid].owner, sid)
+            if idle:
+                self.idle_closed += len(idle)
+                log("info", f"env server closed idle sessions closed={len(idle)} idle_timeout_ms={self.idle_ms} "
+                            f"sessions={len(self.by_id)} idle_closed={self.idle_closed}")
+
+    def count(self):
+        with self.lock:
+            return len(self.by_id)
+
+    def of(self, peer):
+        with self.lock:
+            return self.per_client.get(peer, 0)
 
     def over_cap(self, peer):
         mine = self.per_client.get(peer, 0)
@@ -117,44 +140,66 @@ class Sessions:
         return None
 
     def admit(self, peer, env_name):
-        if self.over_cap(peer):
-            self.sweep(force=True)  # idle sessions go first
-        why = self.over_cap(peer)
+        """Raises LH_EAGAIN when peer may not open one more session."""
+        with self.lock:
+            if self.over_cap(peer):
+                self.sweep(force=True)  # idle sessions go first
+            why = self.over_cap(peer)
         if why:
             self.meter.refused(why, peer, env_name)
             raise EnvError(LH_EAGAIN, why)
 
-    def add(self, peer, g):
-        self.next_id += 1
-        g.owner, g.last_used = peer, time.monotonic()
-        self.by_id[self.next_id] = g
-        self.per_client[peer] = self.per_client.get(peer, 0) + 1
-        return self.next_id
+    def add(self, peer, g, env_name):
+        """Adds g, made after admit; the caps are checked again, since
+        another client's CREATE may have taken the last place meanwhile."""
+        with self.lock:
+            why = self.over_cap(peer)
+            if not why:
+                self.next_id += 1
+                g.owner, g.last_used, g.busy = peer, time.monotonic(), 0
+                self.by_id[self.next_id] = g
+                self.per_client[peer] = self.per_client.get(peer, 0) + 1
+                return self.next_id
+        self.meter.refused(why, peer, env_name)
+        raise EnvError(LH_EAGAIN, why)
 
-    def get(self, peer, sid):
-        g = self.by_id.get(sid)
-        if g is None or g.owner != peer:
-            return None
-        g.last_used = time.monotonic()
-        return g
+    def take(self, peer, sid):
+        """peer's session sid, marked in use (the sweep leaves it) until
+        release; None when it has none of that id."""
+        with self.lock:
+            g = self.by_id.get(sid)
+            if g is None or g.owner != peer:
+                return None
+            g.last_used = time.monotonic()
+            g.busy += 1
+            return g
+
+    def release(self, g):
+        with self.lock:
+            g.busy -= 1
+            g.last_used = time.monotonic()
 
     def close(self, peer, sid):
-        g = self.by_id.get(sid)
-        if g is None or g.owner != peer:
-            return
-        del self.by_id[sid]
-        self.per_client[peer] -= 1
-        if not self.per_client[peer]:
-            del self.per_client[peer]
+        with self.lock:
+            g = self.by_id.get(sid)
+            if g is None or g.owner != peer:
+                return
+            del self.by_id[sid]
+            self.per_client[peer] -= 1
+            if not self.per_client[peer]:
+                del self.per_client[peer]
+
+
+def response(pb, **fields):
+    return pb.EnvResponse(max_batch=MAX_BATCH, max_batch_bytes=MAX_BATCH_BYTES, **fields)
 
 
 def run_request(pb, envs, sessions, peer, req, meter, batch_seen=None):
     """Runs one EnvRequest for peer; returns its EnvResponse. batch_seen: the
     sessions named before in the batch it came in (None: a frame of its own)."""
-    resp = pb.EnvResponse(max_batch=MAX_BATCH, max_batch_bytes=MAX_BATCH_BYTES)
+    resp = response(pb, request_id=req.request_id, session_id=req.session_id)
+    s = None
     try:
-        resp.request_id = req.request_id
-        resp.session_id = req.session_id
         if req.op == pb.ENV_OP_CREATE:
             cls = envs.get(req.env_name)
             if cls is None:
@@ -164,9 +209,9 @@ def run_request(pb, envs, sessions, peer, req, meter, batch_seen=None):
             opts = {kv.key: kv.value for kv in req.options}
             g = Session(cls, opts)
             g.last_request = req.request_id
-            resp.session_id = sessions.add(peer, g)
+            resp.session_id = sessions.add(peer, g, req.env_name)
             return resp
-        s = sessions.get(peer, req.session_id)
+        s = sessions.take(peer, req.session_id)
         if s is None:
             raise EnvError(LH_ENOENT, f"no session {req.session_id} for this client (closed, idle past "
                                       f"{sessions.idle_ms} ms, or never created: send CREATE)")
@@ -208,29 +253,24 @@ def run_request(pb, envs, sessions, peer, req, meter, batch_seen=None):
         resp.status, resp.error = e.code, str(e)
     except Exception as e:  # a bad message must not stop the server
         resp.status, resp.error = LH_EINVAL, f"env server: {type(e).__name__}: {e}"
+    finally:
+        if s is not None:
+            sessions.release(s)
     return resp
 
 
-def run_batch(pb, envs, sessions, peer, batch, frame_bytes, meter, out):
-    """Answers an EnvRequestBatch into out.env_response_batch, one response
-    per request in order; a batch past the bounds is refused whole with one
-    env_response (request 0) and none of it runs."""
-    n = len(batch.requests)
-    if n > MAX_BATCH or frame_bytes > MAX_BATCH_BYTES:
-        why = (f"env server: a batch of {n} requests in {frame_bytes} bytes, over the bound of {MAX_BATCH} "
-               f"requests and {MAX_BATCH_BYTES} bytes a frame (max_batch, max_batch_bytes in every answer); none run")
-        meter.bad(why)
-        out.env_response.status, out.env_response.error = LH_EENVS_SERVER_BATCH, why
-        return
+def run_batch(pb, envs, sessions, peer, requests, out, meter):
+    """Answers the requests of a batch frame (within its bounds: wire.py
+    refused it whole otherwise) into out.env_response_batch, one response
+    per request in order."""
     seen, above = set(), 0
     answers = out.env_response_batch
     answers.SetInParent()
-    for i, req in enumerate(batch.requests):
+    for i, req in enumerate(requests):
         if i > 0 and req.request_id <= above:
-            resp = pb.EnvResponse(request_id=req.request_id, session_id=req.session_id, max_batch=MAX_BATCH,
-                                  max_batch_bytes=MAX_BATCH_BYTES, status=LH_EENVS_SERVER_BATCH,
-                                  error=f"env server: request {req.request_id} of a batch is not above the one "
-                                        f"before it ({above}); not run")
+            resp = response(pb, request_id=req.request_id, session_id=req.session_id, status=LH_EENVS_SERVER_BATCH,
+                            error=f"env server: request {req.request_id} of a batch is not above the one before "
+                                  f"it ({above}); not run")
             meter.bad(resp.error)
         else:
             resp = run_request(pb, envs, sessions, peer, req, meter, seen)
@@ -240,57 +280,38 @@ def run_batch(pb, envs, sessions, peer, batch, frame_bytes, meter, out):
 
 def answer(pb, envs, sessions, peer, raw, meter, msg_id):
     """Handles one request frame from peer; returns (encoded answer, stop)."""
-    env = pb.Envelope()
     out = pb.Envelope(protocol=1, msg_id=msg_id, sender="envs-py")
     try:
-        env.ParseFromString(raw)
-    except Exception as e:
-        meter.bad(f"undecodable request: {type(e).__name__}")
-        out.env_response.CopyFrom(pb.EnvResponse(status=LH_EINVAL, error=f"env server: undecodable request: "
-                                                 f"{type(e).__name__}", max_batch=MAX_BATCH,
-                                                 max_batch_bytes=MAX_BATCH_BYTES))
+        body, requests = decode(pb, raw)
+    except WireError as e:
+        # Refused whole: one answer, for request 0, as the C server's.
+        why = str(e) if str(e).startswith("env server: ") else f"env server: {e}"
+        meter.bad(why[len("env server: "):])
+        out.env_response.CopyFrom(response(pb, status=e.code, error=why))
         return out.SerializeToString(), False
-    body = env.WhichOneof("body")
     if body == "env_request":
-        out.env_response.CopyFrom(run_request(pb, envs, sessions, peer, env.env_request, meter))
+        out.env_response.CopyFrom(run_request(pb, envs, sessions, peer, requests[0], meter))
     elif body == "env_request_batch":
-        run_batch(pb, envs, sessions, peer, env.env_request_batch, len(raw), meter, out)
+        run_batch(pb, envs, sessions, peer, requests, out, meter)
     else:
-        out.env_response.CopyFrom(pb.EnvResponse(max_batch=MAX_BATCH, max_batch_bytes=MAX_BATCH_BYTES))
+        out.env_response.CopyFrom(response(pb))
         if body != "shutdown":
             meter.bad(f"expected an env_request, got {body}")
             out.env_response.status = LH_EINVAL
             out.env_response.error = f"expected an env_request, got {body}"
-    return out.SerializeToString(), body == "shutdown"
-
-
-def read_key(path, secret):
-    """The Z85 key on the first line of path (as `longhaul keys generate`
-    writes it); a secret key file must not be readable by group or others."""
-    if secret and os.stat(path).st_mode & 0o077:
-        raise SystemExit(f"longhaul_env: secret key file {path} is readable by group or others; chmod 600 it")
-    with open(path) as f:
-        key = f.readline().strip()
-    if len(key) != 40:
-        raise SystemExit(f"longhaul_env: {path}: the first line is not a 40-character Z85 key")
-    return key.encode()
-
-
-def read_allowed(path):
-    """Allowed public keys: a file, one Z85 key a line, or a folder of .pub files."""
-    files = [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".pub")] \
-        if os.path.isdir(path) else [path]
-    keys = set()
-    for name in files:
-        with open(name) as f:
-            for line in f:
-                if line.strip():
-                    if len(line.strip()) != 40:
-                        raise SystemExit(f"longhaul_env: {name}: not a 40-character Z85 public key")
-                    keys.add(line.strip().encode())
-    if not keys:
-        raise SystemExit(f"longhaul_env: {path}: no key in it (every peer would be refused)")
-    return keys
+    encoded = out.SerializeToString()
+    if len(encoded) > MAX_ANSWER_BYTES:
+        # An environment's observation past what any client takes: say so
+        # instead, as the C server does, rather than send what is dropped
+        # (a batch's answer as a whole, for request 0).
+        rid = requests[0].request_id if body == "env_request" else 0
+        why = f"env server: the answer to request {rid} is {len(encoded)} bytes, over the {MAX_ANSWER_BYTES} a " \
+              "message may hold"
+        meter.bad(why[len("env server: "):])
+        bad = pb.Envelope(protocol=1, msg_id=msg_id, sender="envs-py")
+        bad.env_response.CopyFrom(response(pb, request_id=rid, status=LH_EWIRE_TOO_LARGE, error=why))
+        encoded = bad.SerializeToString()
+    return encoded, body == "shutdown"
 
 
 class AllowList:
@@ -305,92 +326,3 @@ class AllowList:
             return True
         self.meter.bad("zap: peer refused: public key not in the allow-list")
         return False
-
-
-def run(envs, bind, pb, secret_key_file=None, allowed_keys=None, limits=None):
-    import zmq
-    limits = limits or {}
-    ctx = zmq.Context()
-    auth = None
-    # A ROUTER, not a REP: a REP reads a message's frames from one peer at
-    # a time, so a peer that broke off inside one (transport garbage does
-    # that) could leave it waiting; a ROUTER goes on reading the others.
-    # Each message is [peer][empty delimiter][requests...].
-    sock = ctx.socket(zmq.ROUTER)
-    sock.setsockopt(zmq.LINGER, LINGER_MS)
-    sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
-    # Past SNDHWM messages queued to a peer that does not read, the ROUTER
-    # drops its replies; past RCVHWM it stops reading the peer.
-    sock.setsockopt(zmq.SNDHWM, HWM)
-    sock.setsockopt(zmq.RCVHWM, HWM)
-    if secret_key_file:
-        # CURVE with ZAP, as the C server: the handler admits only the
-        # allowed keys, and with the domain enforced no handler admits none.
-        from zmq.auth.thread import ThreadAuthenticator
-        secret = read_key(secret_key_file, True)
-        auth = ThreadAuthenticator(ctx)
-        auth.start()
-        auth.configure_curve_callback(domain="longhaul", credentials_provider=AllowList(read_allowed(allowed_keys)))
-        sock.curve_secretkey = secret
-        sock.curve_publickey = zmq.curve_public(secret)
-        sock.curve_server = True
-        sock.zap_domain = b"longhaul"
-        sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
-    sock.bind(bind)
-    sessions = Sessions(limits.get("max_sessions") or MAX_SESSIONS,
-                        limits.get("max_sessions_per_client") or MAX_SESSIONS_PER_CLIENT,
-                        limits.get("idle_timeout_ms") or IDLE_TIMEOUT_MS)
-    print(f"info envs-py: env server listening endpoint={bind} envs={','.join(sorted(envs))} max_sessions={sessions.max} "
-          f"max_sessions_per_client={sessions.max_per_client} idle_timeout_ms={sessions.idle_ms} hwm={HWM} "
-          f"curve={'on' if auth else 'off'}", file=sys.stderr, flush=True)
-    msg_id = 0
-    meter = BadMeter()
-    try:
-        loop(zmq, sock, pb, envs, sessions, meter, msg_id)
-    except SystemExit:
-        pass  # SIGTERM or SIGINT
-    finally:
-        print(f"info envs-py: env server stopped sessions={len(sessions.by_id)} refused={sessions.meter.total} "
-              f"idle_closed={sessions.idle_closed}", file=sys.stderr, flush=True)
-        sock.close()
-        if auth:
-            auth.stop()
-        ctx.term()
-
-
-def loop(zmq, sock, pb, envs, sessions, meter, msg_id):
-    while True:
-        # Idle sessions close even while no request comes.
-        sessions.sweep()
-        if not sock.poll(int(sessions.sweep_s() * 1000) or 1):
-            continue
-        # One message holds one or more requests, one Envelope per frame;
-        # the reply holds one answer per frame, in the same order. A message
-        # of more than MAX_FRAMES requests is read whole, dropped and
-        # answered with one error.
-        peer, frames, count = sock.recv(), [], 0
-        while sock.getsockopt(zmq.RCVMORE):
-            f = sock.recv()
-            count += 1
-            if count <= MAX_FRAMES + 2:  # the delimiter, then one request past the limit
-                frames.append(f)
-        if len(frames) < 2 or frames[0] != b"":
-            meter.bad("a message without the empty delimiter or without a request (dropped)")
-            continue
-        frames = frames[1:]
-        replies, stop = [], False
-        if len(frames) > MAX_FRAMES:
-            meter.bad(f"a message of more than {MAX_FRAMES} requests (dropped whole)")
-            out = pb.Envelope(protocol=1, msg_id=msg_id + 1, sender="envs-py")
-            out.env_response.status = LH_EENVS_SERVER_PROTOCOL
-            out.env_response.error = f"env server: a message of more than {MAX_FRAMES} requests (dropped whole)"
-            msg_id += 1
-            frames, replies = [], [out.SerializeToString()]
-        for raw in frames:
-            msg_id += 1
-            reply, halt = answer(pb, envs, sessions, peer, raw, meter, msg_id)
-            stop = stop or halt
-            replies.append(reply)
-        sock.send_multipart([peer, b""] + replies)
-        if stop:
-            break
