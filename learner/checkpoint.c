@@ -25,20 +25,48 @@ static int fsync_path(const char *path, int dir) {
   return rc;
 }
 
-/* Removes a directory of plain files (a stale temporary one, an old
- * checkpoint); 0 when it is gone, else -1 with errno. */
-static int remove_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return -1;
-  struct dirent *e;
-  char p[2 * LH_LEARNER_TEXT_BYTES];
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-    unlink(p);
+/* What goes on inside ckpt_dir goes through a descriptor of it (opened
+ * once per call, following ckpt_dir itself when it is a link: that is
+ * where the user put the checkpoints) and never through a symbolic link
+ * found inside it: entries are looked at with AT_SYMLINK_NOFOLLOW, folders
+ * opened with O_NOFOLLOW, and a link is only ever unlinked itself. So
+ * neither pruning nor replacing a checkpoint can remove or write anything
+ * outside ckpt_dir, whatever links someone left there. */
+static int open_ckpt_dir(const char *ckpt_dir) { return open(ckpt_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); }
+
+/* The deepest folder remove_at goes into: a checkpoint holds plain files,
+ * so this only bounds what a hand-made tree can make it do. */
+#define REMOVE_MAX_DEPTH 8
+
+/* Removes the entry name of the folder dfd: a folder with what it holds,
+ * anything else (a file, a symbolic link, whatever it points at) unlinked
+ * itself. 0 when it is gone (or was not there), else -1 with errno. */
+static int remove_at(int dfd, const char *name, int depth) {
+  struct stat sb;
+  if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW)) return errno == ENOENT ? 0 : -1;
+  if (!S_ISDIR(sb.st_mode)) return unlinkat(dfd, name, 0);
+  if (depth >= REMOVE_MAX_DEPTH) {
+    errno = ENOTEMPTY;
+    return -1;
   }
+  int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return -1;
+  }
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) remove_at(fd, e->d_name, depth + 1);
   closedir(d);
-  return rmdir(dir);
+  return unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+/* Whether the entry name of dfd is a symbolic link. */
+static int is_link_at(int dfd, const char *name) {
+  struct stat sb;
+  return fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(sb.st_mode);
 }
 
 /* The step of a folder named step-N (N decimal digits only), or -1. */
@@ -48,14 +76,19 @@ static long long step_of(const char *name) {
   return (long long)step;
 }
 
-/* The folder name ckpt_dir/latest holds, into name (cap bytes). 0; or -1
- * with errno set when the file cannot be read (ENOENT: there is none), or
- * -2 when it holds no step-N name. */
-static int read_latest_name(const char *ckpt_dir, char *name, size_t cap) {
-  char lf[LH_LEARNER_TEXT_BYTES + 32];
-  snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
-  FILE *f = fopen(lf, "rb");
-  if (!f) return -1;
+/* The folder name `latest` in the folder dfd holds, into name (cap
+ * bytes); with nofollow, a `latest` that is a symbolic link is not read
+ * (errno ELOOP). 0; or -1 with errno set when the file cannot be read
+ * (ENOENT: there is none), or -2 when it holds no step-N name. */
+static int read_latest_name(int dfd, int nofollow, char *name, size_t cap) {
+  int fd = openat(dfd, LH_LEARNER_LATEST_FILE, O_RDONLY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
+  FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+  if (!f) {
+    int saved_errno = errno;
+    if (fd >= 0) close(fd);
+    errno = saved_errno;
+    return -1;
+  }
   char line[128] = "";
   int ok = fgets(line, sizeof line, f) != NULL;
   int saved_errno = errno;
@@ -71,10 +104,10 @@ static int read_latest_name(const char *ckpt_dir, char *name, size_t cap) {
   return 0;
 }
 
-/* Whether ckpt_dir/latest names the folder name. */
-static int latest_names(const char *ckpt_dir, const char *name) {
+/* Whether `latest` in the folder dfd names the folder name. */
+static int latest_names(int dfd, const char *name) {
   char held[64];
-  return read_latest_name(ckpt_dir, held, sizeof held) == 0 && !strcmp(held, name);
+  return read_latest_name(dfd, 0, held, sizeof held) == 0 && !strcmp(held, name);
 }
 
 /* ---- the model's floats, piece by piece (lh_model_each_piece) ----------- */
@@ -272,6 +305,98 @@ static int load_optimizer(lh_model *m, const char *dir, lh_errbuf *err) {
   return rc;
 }
 
+/* Clears the temporary folder's name: a folder or a link there goes (the
+ * files would be written through a link); a file there is not the
+ * learner's to remove, so it stays and the write fails on it. */
+static void clear_tmp(int dfd, const char *name) {
+  struct stat sb;
+  if (!fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) && (S_ISDIR(sb.st_mode) || S_ISLNK(sb.st_mode)))
+    remove_at(dfd, name, 0);
+}
+
+/* save_files' work once ckpt_dir is open as dfd: the folder's files under a
+ * temporary name, renamed into place, then `latest`. */
+static int save_into(const char *ckpt_dir, int dfd, ckpt_stream *s, const lh_learner_state *st,
+                     const lh_learner_trainer *t, char *path_out, lh_errbuf *err) {
+  char name[64], tmp_name[96], tmp[LH_LEARNER_TEXT_BYTES], final[LH_LEARNER_TEXT_BYTES];
+  snprintf(name, sizeof name, "step-%08llu", (unsigned long long)st->step);
+  snprintf(tmp_name, sizeof tmp_name, ".tmp-%s-%ld", name, (long)getpid());
+  snprintf(tmp, sizeof tmp, "%s/%s", ckpt_dir, tmp_name);
+  snprintf(final, sizeof final, "%s/%s", ckpt_dir, name);
+  clear_tmp(dfd, tmp_name);
+  s->buffer = 0;
+  int rc = lh_model_save_pieces(s->m, tmp, s->piece, s->room, fill_piece, s, err);
+  /* Alone, a rank that could not write the parameters has nobody to
+   * serve the moments to. */
+  lh_errbuf opt_err;
+  int orc = s->group_rc || (rc && !s->x) ? 0 : save_optimizer(s, rc ? NULL : tmp, &opt_err);
+  if (s->group_rc) {
+    if (orc) *err = opt_err;
+    clear_tmp(dfd, tmp_name);
+    return LH_ELEARNER_COMM;
+  }
+  if (!rc && orc) rc = orc, *err = opt_err;
+  if (!rc) rc = lh_learner_state_save(tmp, st, err);
+  if (!rc && t) rc = lh_learner_trainer_save_done(t, tmp, err);
+  char p[2 * LH_LEARNER_TEXT_BYTES];
+  snprintf(p, sizeof p, "%s/model.safetensors", tmp);
+  if (!rc && (fsync_path(p, 0) || fsync_path(tmp, 1)))
+    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot flush %s: %s", tmp, strerror(errno));
+  /* A checkpoint of the same step from an earlier run is replaced: moved
+   * aside first and removed only once the new one is in place, since
+   * `latest` may name it. A link of that name is replaced the same way,
+   * the link itself removed and what it points at left alone. */
+  char old[sizeof tmp_name + 8];
+  snprintf(old, sizeof old, "%s.old", tmp_name);
+  remove_at(dfd, old, 0);
+  int was_link = !rc && is_link_at(dfd, name);
+  int moved = !rc && renameat(dfd, name, dfd, old) == 0;
+  if (!rc && renameat(dfd, tmp_name, dfd, name)) {
+    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    if (moved) renameat(dfd, old, dfd, name);
+    moved = 0;
+  }
+  if (moved) remove_at(dfd, old, 0);
+  if (moved && was_link)
+    LH_WARN("learner", "checkpoint: %s was a symbolic link; the checkpoint replaced the link (what it pointed at is "
+            "untouched)", final);
+  if (rc) {
+    clear_tmp(dfd, tmp_name);
+    return rc;
+  }
+  /* Then `latest`, through a temporary file created afresh (never opened
+   * through a link left at its name). */
+  char lt_name[32], lt[LH_LEARNER_TEXT_BYTES + 32], lf[LH_LEARNER_TEXT_BYTES + 32];
+  snprintf(lt_name, sizeof lt_name, ".%s.tmp", LH_LEARNER_LATEST_FILE);
+  snprintf(lt, sizeof lt, "%s/%s", ckpt_dir, lt_name);
+  snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
+  int renamed = 0, saved_errno = 0;
+  const char *failed = lt;
+  unlinkat(dfd, lt_name, 0);
+  int fd = openat(dfd, lt_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
+  if (!f) {
+    rc = -1, saved_errno = errno;
+    if (fd >= 0) close(fd);
+  }
+  if (f && (fprintf(f, "%s\n", name) < 0 || fflush(f) || fsync(fileno(f)))) rc = -1, saved_errno = errno;
+  if (f && fclose(f) && !rc) rc = -1, saved_errno = errno;
+  if (!rc && renameat(dfd, lt_name, dfd, LH_LEARNER_LATEST_FILE)) rc = -1, saved_errno = errno, failed = lf;
+  renamed = !rc;
+  if (!rc && fsync(dfd)) rc = -1, saved_errno = errno, failed = ckpt_dir;
+  if (rc) {
+    if (f) unlinkat(dfd, lt_name, 0);
+    /* `latest` still names the previous checkpoint: the new folder, which
+     * nothing names, goes (a full disk gets its space back). Once renamed,
+     * `latest` may name it, so it stays. */
+    if (!renamed && !latest_names(dfd, name)) remove_at(dfd, name, 0);
+    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot write %s (to name %s in %s): %s", failed, name,
+                         lf, strerror(saved_errno));
+  }
+  if (path_out) snprintf(path_out, LH_LEARNER_TEXT_BYTES, "%s", final);
+  return 0;
+}
+
 /* Rank 0's part of lh_learner_ckpt_save_group: the folder, its model
  * files streamed through s. Every piece is streamed whatever fails (the
  * group is in each exchange); s->group_rc says the exchange failed. */
@@ -285,74 +410,18 @@ static int save_files(const char *ckpt_dir, ckpt_stream *s, const lh_learner_sta
   else if (mkdir(ckpt_dir, 0777) && errno != EEXIST)
     rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot create %s: %s (set [learner] ckpt_dir)",
                        ckpt_dir, strerror(errno));
+  int dfd = rc ? -1 : open_ckpt_dir(ckpt_dir);
+  if (!rc && dfd < 0)
+    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot open %s: %s (set [learner] ckpt_dir)", ckpt_dir,
+                       strerror(errno));
   if (rc) {
     lh_errbuf served;
     if (s->x && serve(s, &served)) *err = served;
     return s->group_rc ? LH_ELEARNER_COMM : rc;
   }
-  char name[64], tmp[LH_LEARNER_TEXT_BYTES], final[LH_LEARNER_TEXT_BYTES];
-  snprintf(name, sizeof name, "step-%08llu", (unsigned long long)st->step);
-  snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%ld", ckpt_dir, name, (long)getpid());
-  snprintf(final, sizeof final, "%s/%s", ckpt_dir, name);
-  remove_tree(tmp);
-  s->buffer = 0;
-  rc = lh_model_save_pieces(s->m, tmp, s->piece, s->room, fill_piece, s, err);
-  /* Alone, a rank that could not write the parameters has nobody to
-   * serve the moments to. */
-  lh_errbuf opt_err;
-  int orc = s->group_rc || (rc && !s->x) ? 0 : save_optimizer(s, rc ? NULL : tmp, &opt_err);
-  if (s->group_rc) {
-    if (orc) *err = opt_err;
-    remove_tree(tmp);
-    return LH_ELEARNER_COMM;
-  }
-  if (!rc && orc) rc = orc, *err = opt_err;
-  if (!rc) rc = lh_learner_state_save(tmp, st, err);
-  if (!rc && t) rc = lh_learner_trainer_save_done(t, tmp, err);
-  char p[2 * LH_LEARNER_TEXT_BYTES];
-  snprintf(p, sizeof p, "%s/model.safetensors", tmp);
-  if (!rc && (fsync_path(p, 0) || fsync_path(tmp, 1)))
-    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot flush %s: %s", tmp, strerror(errno));
-  /* A checkpoint of the same step from an earlier run is replaced: moved
-   * aside first and removed only once the new one is in place, since
-   * `latest` may name it. */
-  char old[LH_LEARNER_TEXT_BYTES + 16];
-  snprintf(old, sizeof old, "%s.old", tmp);
-  remove_tree(old);
-  int moved = !rc && rename(final, old) == 0;
-  if (!rc && rename(tmp, final)) {
-    rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot rename %s to %s: %s", tmp, final, strerror(errno));
-    if (moved) rename(old, final);
-    moved = 0;
-  }
-  if (moved && remove_tree(old)) unlink(old); /* a stray file of that name */
-  if (rc) {
-    remove_tree(tmp);
-    return rc;
-  }
-  /* Then `latest`, through a temporary file. */
-  char lt[LH_LEARNER_TEXT_BYTES + 32], lf[LH_LEARNER_TEXT_BYTES + 32];
-  snprintf(lt, sizeof lt, "%s/.%s.tmp", ckpt_dir, LH_LEARNER_LATEST_FILE);
-  snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
-  int renamed = 0, saved_errno = 0;
-  const char *failed = lt;
-  FILE *f = fopen(lt, "wb");
-  if (!f || fprintf(f, "%s\n", name) < 0 || fflush(f) || fsync(fileno(f))) rc = -1, saved_errno = errno;
-  if (f && fclose(f) && !rc) rc = -1, saved_errno = errno;
-  if (!rc && rename(lt, lf)) rc = -1, saved_errno = errno, failed = lf;
-  renamed = !rc;
-  if (!rc && fsync_path(ckpt_dir, 1)) rc = -1, saved_errno = errno, failed = ckpt_dir;
-  if (rc) {
-    unlink(lt);
-    /* `latest` still names the previous checkpoint: the new folder, which
-     * nothing names, goes (a full disk gets its space back). Once renamed,
-     * `latest` may name it, so it stays. */
-    if (!renamed && !latest_names(ckpt_dir, name)) remove_tree(final);
-    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot write %s (to name %s in %s): %s", failed, name,
-                         lf, strerror(saved_errno));
-  }
-  if (path_out) snprintf(path_out, LH_LEARNER_TEXT_BYTES, "%s", final);
-  return 0;
+  rc = save_into(ckpt_dir, dfd, s, st, t, path_out, err);
+  close(dfd);
+  return rc;
 }
 
 int lh_learner_ckpt_save_group(const char *ckpt_dir, lh_model *m, lh_learner_experts *x, const lh_learner_state *st,
@@ -389,10 +458,22 @@ int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_sta
   return lh_learner_ckpt_save_group(ckpt_dir, m, NULL, st, t, path_out, err);
 }
 
+/* read_latest_name of the folder ckpt_dir, following `latest` when it is
+ * a link (reading it for a resume touches nothing). */
+static int read_latest_in(const char *ckpt_dir, char *name, size_t cap) {
+  int dfd = open_ckpt_dir(ckpt_dir);
+  if (dfd < 0) return -1;
+  int rc = read_latest_name(dfd, 0, name, cap);
+  int saved_errno = errno;
+  close(dfd);
+  errno = saved_errno;
+  return rc;
+}
+
 int lh_learner_ckpt_latest_dir(const char *ckpt_dir, char *dir, lh_errbuf *err) {
   char lf[LH_LEARNER_TEXT_BYTES + 32], name[64];
   snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
-  int rc = read_latest_name(ckpt_dir, name, sizeof name);
+  int rc = read_latest_in(ckpt_dir, name, sizeof name);
   if (rc == -1)
     return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot open %s: %s (nothing to resume from)", lf,
                          strerror(errno));
@@ -445,23 +526,30 @@ static int by_step(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The step-N folders of ckpt_dir, oldest first, into *out (malloc'd, may be
- * NULL when there are none). 0; -1 with errno when ckpt_dir cannot be read
- * (ENOENT: it is not there), -2 out of memory. */
-static int list_steps(const char *ckpt_dir, step_dir **out, size_t *n) {
+/* The step-N folders of the folder dfd, oldest first, into *out (malloc'd,
+ * may be NULL when there are none). With links (not NULL) a symbolic
+ * link of such a name is left out and counted there, never followed;
+ * without, a link to a folder counts as one. 0; -1 with errno when the
+ * folder cannot be read, -2 out of memory. */
+static int list_steps(int dfd, step_dir **out, size_t *n, size_t *links) {
   *out = NULL, *n = 0;
-  DIR *d = opendir(ckpt_dir);
-  if (!d) return -1;
+  int fd = dup(dfd);
+  DIR *d = fd < 0 ? NULL : fdopendir(fd);
+  if (!d) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  rewinddir(d);
   size_t cap = 0;
   int rc = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
     long long step = step_of(e->d_name);
     if (step < 0 || strlen(e->d_name) >= sizeof(*out)->name) continue;
-    char p[2 * LH_LEARNER_TEXT_BYTES];
     struct stat sb;
-    snprintf(p, sizeof p, "%s/%s", ckpt_dir, e->d_name);
-    if (stat(p, &sb) || !S_ISDIR(sb.st_mode)) continue;
+    if (fstatat(dfd, e->d_name, &sb, links ? AT_SYMLINK_NOFOLLOW : 0)) continue;
+    if (links && S_ISLNK(sb.st_mode)) (*links)++;
+    if (!S_ISDIR(sb.st_mode)) continue;
     if (*n == cap) {
       size_t grown = lh_grow_cap(cap, cap + 1, 16);
       if (!grown || lh_resize(out, grown, sizeof **out)) {
@@ -486,51 +574,75 @@ static int list_steps(const char *ckpt_dir, step_dir **out, size_t *n) {
 
 #define PRUNED_PREFIX ".prune-"
 
-/* Removes what an earlier prune left halfway (a crash while removing). */
-static void sweep_pruned(const char *ckpt_dir) {
-  DIR *d = opendir(ckpt_dir);
-  if (!d) return;
+/* Removes what an earlier prune left halfway (a crash while removing): the
+ * hidden folders, never a link of such a name (counted in *links). */
+static void sweep_pruned(int dfd, size_t *links) {
+  int fd = dup(dfd);
+  DIR *d = fd < 0 ? NULL : fdopendir(fd);
+  if (!d) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  rewinddir(d);
   struct dirent *e;
-  char p[2 * LH_LEARNER_TEXT_BYTES];
-  while ((e = readdir(d)))
-    if (!strncmp(e->d_name, PRUNED_PREFIX, strlen(PRUNED_PREFIX)) && step_of(e->d_name + strlen(PRUNED_PREFIX)) >= 0) {
-      snprintf(p, sizeof p, "%s/%s", ckpt_dir, e->d_name);
-      remove_tree(p);
-    }
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, PRUNED_PREFIX, strlen(PRUNED_PREFIX)) || step_of(e->d_name + strlen(PRUNED_PREFIX)) < 0)
+      continue;
+    struct stat sb;
+    if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW)) continue;
+    if (S_ISLNK(sb.st_mode)) (*links)++;
+    else if (S_ISDIR(sb.st_mode)) remove_at(dfd, e->d_name, 0);
+  }
   closedir(d);
 }
 
-int lh_learner_ckpt_prune(const char *ckpt_dir, uint64_t keep, size_t *removed, lh_errbuf *err) {
+int lh_learner_ckpt_prune(const char *ckpt_dir, uint64_t keep, size_t *removed, size_t *links, lh_errbuf *err) {
   if (removed) *removed = 0;
+  if (links) *links = 0;
   if (!ckpt_dir) return lh_errbuf_set(err, LH_EINVAL, "checkpoint: NULL directory");
   if (keep == 0) return 0;
+  int dfd = open_ckpt_dir(ckpt_dir);
+  if (dfd < 0)
+    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot open %s: %s", ckpt_dir, strerror(errno));
   char latest[64];
-  if (read_latest_name(ckpt_dir, latest, sizeof latest))
-    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: not pruning %s: its %s names no step-N folder",
-                         ckpt_dir, LH_LEARNER_LATEST_FILE);
+  int lrc = read_latest_name(dfd, 1, latest, sizeof latest);
+  if (lrc) {
+    int link = lrc == -1 && errno == ELOOP;
+    close(dfd);
+    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: not pruning %s: its %s %s", ckpt_dir,
+                         LH_LEARNER_LATEST_FILE,
+                         link ? "is a symbolic link (what it names cannot be told from what the learner wrote)"
+                              : "names no step-N folder");
+  }
   step_dir *steps = NULL;
-  size_t n = 0;
-  int lr = list_steps(ckpt_dir, &steps, &n);
-  if (lr)
+  size_t n = 0, found_links = 0;
+  int lr = list_steps(dfd, &steps, &n, &found_links);
+  if (lr) {
+    int saved_errno = errno;
+    close(dfd);
     return lh_errbuf_set(err, lr == -2 ? LH_ENOMEM : LH_ELEARNER_CKPT, "checkpoint: cannot list %s: %s", ckpt_dir,
-                         lr == -2 ? "out of memory" : strerror(errno));
+                         lr == -2 ? "out of memory" : strerror(saved_errno));
+  }
   int rc = 0;
-  sweep_pruned(ckpt_dir);
+  sweep_pruned(dfd, &found_links);
   for (size_t i = 0; n > keep && i < n - keep; i++) {
     if (!strcmp(steps[i].name, latest)) continue;
     /* Renamed out of sight first: a crash halfway leaves a hidden folder
      * (swept by the next prune), never a step-N folder missing files. */
-    char p[2 * LH_LEARNER_TEXT_BYTES], gone[2 * LH_LEARNER_TEXT_BYTES];
-    snprintf(p, sizeof p, "%s/%s", ckpt_dir, steps[i].name);
-    snprintf(gone, sizeof gone, "%s/" PRUNED_PREFIX "%s", ckpt_dir, steps[i].name);
-    remove_tree(gone);
-    if (rename(p, gone) || remove_tree(gone)) {
-      if (!rc) rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot remove %s: %s", p, strerror(errno));
+    char gone[sizeof PRUNED_PREFIX + sizeof steps[i].name];
+    snprintf(gone, sizeof gone, PRUNED_PREFIX "%s", steps[i].name);
+    remove_at(dfd, gone, 0);
+    if (renameat(dfd, steps[i].name, dfd, gone) || remove_at(dfd, gone, 0)) {
+      if (!rc)
+        rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot remove %s/%s: %s", ckpt_dir, steps[i].name,
+                           strerror(errno));
       continue;
     }
     if (removed) (*removed)++;
   }
   free(steps);
+  close(dfd);
+  if (links) *links = found_links;
   return rc;
 }
 
@@ -539,8 +651,14 @@ int lh_learner_ckpt_resume_find(const char *ckpt_dir, int *found, lh_errbuf *err
   *found = 0;
   step_dir *steps = NULL;
   size_t n = 0;
-  int lr = list_steps(ckpt_dir, &steps, &n);
-  if (lr == -1 && errno == ENOENT) return 0; /* no ckpt_dir: nothing to resume from */
+  int dfd = open_ckpt_dir(ckpt_dir);
+  if (dfd < 0 && errno == ENOENT) return 0; /* no ckpt_dir: nothing to resume from */
+  int lr = dfd < 0 ? -1 : list_steps(dfd, &steps, &n, NULL);
+  if (dfd >= 0) {
+    int saved_errno = errno;
+    close(dfd);
+    errno = saved_errno;
+  }
   if (lr)
     return lh_errbuf_set(err, lr == -2 ? LH_ENOMEM : LH_ELEARNER_CKPT,
                          "checkpoint: cannot read [learner] ckpt_dir %s: %s", ckpt_dir,
@@ -549,7 +667,7 @@ int lh_learner_ckpt_resume_find(const char *ckpt_dir, int *found, lh_errbuf *err
   snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
   if (n) snprintf(newest, sizeof newest, "%s", steps[n - 1].name);
   free(steps);
-  int rc = read_latest_name(ckpt_dir, name, sizeof name);
+  int rc = read_latest_in(ckpt_dir, name, sizeof name);
   int missing = rc == -1 && errno == ENOENT;
   if (missing && n == 0) return 0; /* empty: nothing to resume from */
   if (rc == 0) {

@@ -698,7 +698,11 @@ typedef struct lh_learner_experts lh_learner_experts;  /* learner/experts.c, bel
 /* Writes the checkpoint of st->step, with t's done episodes when t is not
  * NULL; *path_out (may be NULL, room for LH_LEARNER_TEXT_BYTES) gets its
  * directory. The model files are streamed one piece at a time
- * (lh_model_each_piece): the rank holds one piece besides its model. */
+ * (lh_model_each_piece): the rank holds one piece besides its model. A
+ * step-N of that step already there (an earlier run's) is replaced once the
+ * new one is in place; when it is a symbolic link the link goes, never
+ * what it points at (logged). Nothing is written through a link in
+ * ckpt_dir. */
 int lh_learner_ckpt_save(const char *ckpt_dir, lh_model *m, const lh_learner_state *st,
                          const lh_learner_trainer *t, char *path_out, lh_errbuf *err);
 /* The same for a model whose experts are sharded over x's group (x NULL:
@@ -737,10 +741,13 @@ int lh_learner_ckpt_resume_find(const char *ckpt_dir, int *found, lh_errbuf *err
  * keeps them all), never the one `latest` names, and what an interrupted
  * prune left; *removed (may be NULL) counts the folders removed. Each is
  * renamed to a hidden name before its files go, so a crash never leaves a
- * step-N folder missing files. LH_ELEARNER_CKPT naming the folder that
- * could not be removed (the others still are), or ckpt_dir when `latest`
- * names no step-N folder (then nothing is removed). */
-int lh_learner_ckpt_prune(const char *ckpt_dir, uint64_t keep, size_t *removed, lh_errbuf *err);
+ * step-N folder missing files. A symbolic link in ckpt_dir is never
+ * followed: a step-N or hidden name that is one stays, counted in *links
+ * (may be NULL), and a link inside a step folder is removed itself, never
+ * what it points at. LH_ELEARNER_CKPT naming the folder that could not be
+ * removed (the others still are), or ckpt_dir when `latest` names no
+ * step-N folder or is a link (then nothing is removed). */
+int lh_learner_ckpt_prune(const char *ckpt_dir, uint64_t keep, size_t *removed, size_t *links, lh_errbuf *err);
 
 /* ---- learner ranks (learner/allreduce.c) ----------------------------------
  * Data parallelism over M learner ranks (ARCHITECTURE.md §1): one MPI job launched

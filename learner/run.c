@@ -43,6 +43,7 @@ typedef struct {
   lh_learner_state st;
   uint64_t last_ckpt_step;
   int have_ckpt;               /* last_ckpt_step holds: resumed from it, or written this run */
+  size_t ckpt_links_said;      /* symbolic links in ckpt_dir the last prune found and logged */
   uint64_t ckpt_failures;      /* periodic checkpoints not written, this run */
   uint64_t ckpt_failing;       /* of those, since the last one written */
   int64_t ckpt_fail_log_ns;    /* when the last failure was logged */
@@ -153,9 +154,15 @@ static int checkpoint(learner *L, int *written, lh_errbuf *why, lh_errbuf *err) 
   if (L->rank != 0) return 0;
   LH_INFO("learner", "checkpoint path=%s step=%llu version=%llu", path, (unsigned long long)L->st.step,
           (unsigned long long)L->st.version);
-  size_t removed = 0;
+  size_t removed = 0, links = 0;
   lh_errbuf pe;
-  if (lh_learner_ckpt_prune(L->cfg.ckpt_dir, L->cfg.keep_checkpoints, &removed, &pe))
+  int prc = lh_learner_ckpt_prune(L->cfg.ckpt_dir, L->cfg.keep_checkpoints, &removed, &links, &pe);
+  /* Links are left alone; said once, and again when their count changes. */
+  if (links != L->ckpt_links_said)
+    LH_WARN("learner", "checkpoints: symbolic links in ckpt_dir left alone (never followed, never pruned) links=%zu "
+            "ckpt_dir=%s", links, L->cfg.ckpt_dir);
+  L->ckpt_links_said = links;
+  if (prc)
     LH_WARN("learner", "checkpoints not pruned: removed=%zu keep=%llu error=%s", removed,
             (unsigned long long)L->cfg.keep_checkpoints, pe.msg);
   else if (removed)

@@ -7,7 +7,8 @@
  * writes once the obstacle is gone, with two ranks as with one (mpirun,
  * skipped without it); a failed final checkpoint exits 1 and
  * --resume goes on from the one before; keep_checkpoints prunes, never the
- * folder `latest` names; --resume over step folders without a usable
+ * folder `latest` names, and neither pruning nor a checkpoint replacing
+ * one follows a symbolic link out of ckpt_dir; --resume over step folders without a usable
  * `latest` is an error naming it; a [model] that is not the checkpoint's is
  * refused naming the keys. Each case prints one `learner_ckpt:` line with
  * what it counted. Run one case by name: test_learner_ckpt CASE
@@ -331,14 +332,14 @@ START_TEST(test_prune) {
   size_t removed = 99;
   lh_errbuf e;
   /* No `latest`: nothing is removed. */
-  ck_assert_int_eq(lh_learner_ckpt_prune(r.ck, 2, &removed, &e), LH_ELEARNER_CKPT);
+  ck_assert_int_eq(lh_learner_ckpt_prune(r.ck, 2, &removed, NULL, &e), LH_ELEARNER_CKPT);
   ck_assert_uint_eq(removed, 0);
   ck_assert(there(r.ck, names[0]));
   /* `latest` names step 2 (an older one): it stays with the newest two. */
   ck_assert_int_eq(lh_proc_write_file(r.latest, "step-00000002\n"), 0);
-  ck_assert_int_eq(lh_learner_ckpt_prune(r.ck, 0, &removed, &e), 0);
+  ck_assert_int_eq(lh_learner_ckpt_prune(r.ck, 0, &removed, NULL, &e), 0);
   ck_assert_uint_eq(removed, 0);
-  ck_assert_msg(lh_learner_ckpt_prune(r.ck, 2, &removed, &e) == 0, "%s", e.msg);
+  ck_assert_msg(lh_learner_ckpt_prune(r.ck, 2, &removed, NULL, &e) == 0, "%s", e.msg);
   ck_assert_uint_eq(removed, 3);
   int kept_unit = 0;
   for (int i = 0; i < 6; i++) {
@@ -373,6 +374,152 @@ START_TEST(test_prune) {
          "6), other names untouched, interrupted prune swept; learner keep_checkpoints=2 over 5 steps: checkpoints "
          "written=%d, prune lines=%d, step folders left=%d (steps 4, 5)\n",
          removed, kept_unit, written, pruned_lines, folders);
+  zmq_close(d);
+  rig_free(&r);
+}
+END_TEST
+
+/* A folder outside ckpt_dir with three files, the victim a link in
+ * ckpt_dir points at; how many of its files are left, and whether each
+ * still holds its text. */
+static void make_victim(const char *dir) {
+  ck_assert_int_eq(mkdir(dir, 0755), 0);
+  for (int i = 0; i < 3; i++) {
+    char p[512];
+    ck_assert_int_lt(snprintf(p, sizeof p, "%s/file%d", dir, i), (int)sizeof p);
+    ck_assert_int_eq(lh_proc_write_file(p, "not a checkpoint\n"), 0);
+  }
+}
+
+static int victim_files_left(const char *dir) {
+  int n = 0;
+  for (int i = 0; i < 3; i++) {
+    char p[512];
+    ck_assert_int_lt(snprintf(p, sizeof p, "%s/file%d", dir, i), (int)sizeof p);
+    n += lh_proc_file_has(p, "not a checkpoint\n");
+  }
+  return n;
+}
+
+static void link_in(const char *ck, const char *name, const char *target) {
+  char p[512];
+  ck_assert_int_lt(snprintf(p, sizeof p, "%s/%s", ck, name), (int)sizeof p);
+  ck_assert_int_eq(symlink(target, p), 0);
+}
+
+static int is_link(const char *ck, const char *name) {
+  char p[512];
+  struct stat sb;
+  ck_assert_int_lt(snprintf(p, sizeof p, "%s/%s", ck, name), (int)sizeof p);
+  return lstat(p, &sb) == 0 && S_ISLNK(sb.st_mode);
+}
+
+/* Symbolic links in ckpt_dir are never followed by pruning or by
+ * replacing a checkpoint: a step-N link to a folder outside (pruned by
+ * hand, and under a learner's keep_checkpoints), a step-N link the learner
+ * writes that step's checkpoint over, a file link inside a step folder, an
+ * interrupted prune's hidden folder that is a link, `latest` and its
+ * temporary file as links. Each link is left (or, for the step the learner
+ * writes, replaced by the new folder) and what it points at is untouched. */
+START_TEST(test_links) {
+  rig r;
+  rig_init(&r, "ckpt-links", "keep_checkpoints = 1\n");
+  ck_assert_int_eq(mkdir(r.ck, 0755), 0);
+  char victim[4][224], outside_file[224], p[512];
+  for (int i = 0; i < 4; i++) {
+    snprintf(victim[i], sizeof victim[i], "%s/victim%d", r.dir, i);
+    make_victim(victim[i]);
+  }
+  /* By hand: step 1 a link (the oldest, due to go), steps 2..4 folders,
+   * step 2 holding a link to a file outside; latest names step 4, keep 2. */
+  link_in(r.ck, "step-00000001", victim[0]);
+  for (int i = 2; i <= 4; i++) {
+    snprintf(p, sizeof p, "step-%08d", i);
+    make_step_dir(r.ck, p);
+  }
+  snprintf(outside_file, sizeof outside_file, "%s/outside.txt", r.dir);
+  ck_assert_int_eq(lh_proc_write_file(outside_file, "not a checkpoint\n"), 0);
+  snprintf(p, sizeof p, "%s/step-00000002", r.ck);
+  link_in(p, "optimizer.bin", outside_file);
+  link_in(r.ck, ".prune-step-00000007", victim[1]);
+  ck_assert_int_eq(lh_proc_write_file(r.latest, "step-00000004\n"), 0);
+  size_t removed = 0, links = 0;
+  lh_errbuf e;
+  int rc = lh_learner_ckpt_prune(r.ck, 2, &removed, &links, &e);
+  int hand_left = victim_files_left(victim[0]), hand_hidden_left = victim_files_left(victim[1]);
+  int hand_file_left = lh_proc_file_has(outside_file, "not a checkpoint\n");
+  printf("learner_ckpt: links by hand: prune rc=%d removed=%zu links=%zu; step link's target files left %d of 3, "
+         "hidden link's %d of 3, file link's target kept %d\n",
+         rc, removed, links, hand_left, hand_hidden_left, hand_file_left);
+  fflush(stdout);
+  ck_assert_msg(rc == 0, "%s", e.msg);
+  ck_assert_int_eq(hand_left, 3);
+  ck_assert_int_eq(hand_hidden_left, 3);
+  ck_assert_int_eq(hand_file_left, 1);
+  ck_assert_uint_eq(removed, 1); /* step 2, its file link unlinked */
+  ck_assert_uint_eq(links, 2);
+  ck_assert(is_link(r.ck, "step-00000001") && is_link(r.ck, ".prune-step-00000007"));
+  ck_assert(!there(r.ck, "step-00000002") && there(r.ck, "step-00000003") && there(r.ck, "step-00000004"));
+  /* `latest` a link (to a file outside naming step 3): not pruned. */
+  snprintf(p, sizeof p, "%s/latest-outside", r.dir);
+  ck_assert_int_eq(lh_proc_write_file(p, "step-00000004\n"), 0);
+  ck_assert_int_eq(unlink(r.latest), 0);
+  ck_assert_int_eq(symlink(p, r.latest), 0);
+  int latest_rc = lh_learner_ckpt_prune(r.ck, 1, &removed, &links, &e);
+  printf("learner_ckpt: links by hand: latest a link: prune rc=%d removed=%zu (%s)\n", latest_rc, removed, e.msg);
+  fflush(stdout);
+  ck_assert_int_eq(latest_rc, LH_ELEARNER_CKPT);
+  ck_assert_uint_eq(removed, 0);
+  ck_assert(there(r.ck, "step-00000003"));
+  ck_assert_msg(strstr(e.msg, "symbolic link"), "%s", e.msg);
+  lh_proc_rmdir(r.dir);
+  zmq_ctx_term(r.zctx);
+
+  /* A learner, keep_checkpoints = 1, over two steps: its step 1 is a link
+   * to a folder outside, step 0 a link too, `.latest.tmp` a link to a
+   * file outside, an interrupted prune's folder a link. */
+  rig_init(&r, "ckpt-links", "keep_checkpoints = 1\n");
+  ck_assert_int_eq(mkdir(r.ck, 0755), 0);
+  for (int i = 0; i < 4; i++) {
+    snprintf(victim[i], sizeof victim[i], "%s/victim%d", r.dir, i);
+    make_victim(victim[i]);
+  }
+  snprintf(outside_file, sizeof outside_file, "%s/outside.txt", r.dir);
+  ck_assert_int_eq(lh_proc_write_file(outside_file, "not a checkpoint\n"), 0);
+  link_in(r.ck, "step-00000000", victim[0]);
+  link_in(r.ck, "step-00000001", victim[1]);
+  link_in(r.ck, ".prune-step-00000000", victim[2]);
+  link_in(r.ck, ".latest.tmp", outside_file);
+  pid_t pid = start(&r, "--steps", "2", NULL, NULL);
+  void *d = dealer(&r);
+  for (uint64_t g = 1; g <= 2; g++) send_group(d, g);
+  int exit_code = lh_proc_wait(pid, WAIT_S, NULL);
+  char log[192];
+  run_log(&r, 1, log, sizeof log);
+  int pruned_left = victim_files_left(victim[0]), replaced_left = victim_files_left(victim[1]);
+  int hidden_left = victim_files_left(victim[2]);
+  int file_kept = lh_proc_file_has(outside_file, "not a checkpoint\n");
+  int replaced_lines = lh_proc_count_lines(log, "was a symbolic link");
+  int link_lines = lh_proc_count_lines(log, "symbolic links in ckpt_dir");
+  printf("learner_ckpt: links under a learner (keep 1, 2 steps): exit %d; pruned step link's target files left %d "
+         "of 3, replaced step link's %d of 3, hidden link's %d of 3, .latest.tmp link's target kept %d; "
+         "replaced-link lines %d, links-left lines %d\n",
+         exit_code, pruned_left, replaced_left, hidden_left, file_kept, replaced_lines, link_lines);
+  fflush(stdout);
+  ck_assert_int_eq(exit_code, 0);
+  ck_assert_int_eq(pruned_left, 3);
+  ck_assert_int_eq(replaced_left, 3);
+  ck_assert_int_eq(hidden_left, 3);
+  ck_assert_int_eq(file_kept, 1);
+  ck_assert_int_eq(replaced_lines, 1);
+  ck_assert_int_ge(link_lines, 1);
+  /* Step 1's link was replaced by its checkpoint, then pruned (keep 1);
+   * step 0's link is left; step 2 is the checkpoint `latest` names. */
+  ck_assert(is_link(r.ck, "step-00000000") && is_link(r.ck, ".prune-step-00000000"));
+  ck_assert(!there(r.ck, "step-00000001"));
+  ck_assert(step_dir_there(&r, 2) && !is_link(r.ck, "step-00000002"));
+  ck_assert(!is_link(r.ck, "latest"));
+  ck_assert_uint_eq(load_latest_step(&r), 2);
   zmq_close(d);
   rig_free(&r);
 }
@@ -595,6 +742,7 @@ int main(int argc, char **argv) {
   if (!only || !strcmp(only, "fail")) tcase_add_test(tc, test_failed_checkpoints);
   if ((!only && mpirun[0]) || (only && !strcmp(only, "fail_ranks"))) tcase_add_test(tc, test_failed_checkpoint_ranks);
   if (!only || !strcmp(only, "prune")) tcase_add_test(tc, test_prune);
+  if (!only || !strcmp(only, "links")) tcase_add_test(tc, test_links);
   if (!only || !strcmp(only, "resume")) tcase_add_test(tc, test_resume_without_latest);
   if (!only || !strcmp(only, "model")) tcase_add_test(tc, test_model_mismatch);
   suite_add_tcase(s, tc);
