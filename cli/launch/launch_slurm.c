@@ -58,12 +58,31 @@ static int capture(char *const argv[], char *out, size_t bytes, lh_errbuf *err) 
   return 0;
 }
 
-/* Text that goes into an #SBATCH line or onto srun's command line as it
- * is: printable ASCII, no quotes or backslashes (nothing parses them). */
+/* Text that goes onto srun's command line as it is (argv, no shell):
+ * printable ASCII, no quotes or backslashes. */
 static int plain_text(const char *s, int spaces_ok) {
   for (; *s; s++)
     if (*s < 0x20 || *s > 0x7e || *s == '\'' || *s == '"' || *s == '\\' || (!spaces_ok && *s == ' ')) return 0;
   return 1;
+}
+
+/* What sbatch cannot take as it is in the value of an #SBATCH line: a
+ * newline or another control character would end the line (what follows
+ * it would be a shell command, and every #SBATCH line after a command is
+ * ignored); sbatch splits the line at blanks, takes quotes and
+ * backslashes as quoting and '#' as the start of a comment; '%' in a path
+ * is a pattern (%j, %x). Returns the first such byte's description into
+ * why (room for 48 bytes), or NULL when s is fine. */
+static const char *sbatch_refusal(const char *s, int spaces_ok, int paths, char *why) {
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '\n') return snprintf(why, 48, "a newline"), why;
+    if (c < 0x20 || c == 0x7f) return snprintf(why, 48, "the control character 0x%02x", c), why;
+    if (c > 0x7e) return snprintf(why, 48, "the byte 0x%02x (not ASCII)", c), why;
+    if (c == '\'' || c == '"' || c == '\\' || c == '#' || (paths && c == '%') || (!spaces_ok && c == ' '))
+      return snprintf(why, 48, "'%c'", c), why;
+  }
+  return NULL;
 }
 
 /* A host name or address: letters, digits, '.', '-', '_'. */
@@ -76,42 +95,54 @@ static int host_text(const char *s) {
   return 1;
 }
 
-/* s in single quotes for /bin/sh. */
+/* s as one word for /bin/sh: in single quotes, inside which the shell
+ * expands nothing ($, `, \, *, ; and blanks are all literal), each quote
+ * of its own written '\'' (close, an escaped quote, open again). A newline
+ * or a carriage return is written as "$nl" or "$cr" (set by the script
+ * before its command), so that every line of the script is the script's
+ * own: no value can start a line of its own (an #SBATCH one) or make a
+ * DOS line break, which sbatch refuses. */
 static void put_quoted(FILE *out, const char *s) {
   fputc('\'', out);
   for (; *s; s++)
     if (*s == '\'') fputs("'\\''", out);
+    else if (*s == '\n') fputs("'\"$nl\"'", out);
+    else if (*s == '\r') fputs("'\"$cr\"'", out);
     else fputc(*s, out);
   fputc('\'', out);
 }
 
 int lh_launch_slurm_write_script(const lh_launch_fleet *f, const char *path, lh_errbuf *err) {
   const lh_launch_config *c = &f->fleet;
-  const char *bad = !plain_text(c->slurm_partition, 0) ? "slurm_partition"
-                    : !plain_text(c->slurm_time, 0)    ? "slurm_time"
-                    : !plain_text(c->slurm_options, 1) ? "slurm_options"
-                                                       : NULL;
-  if (bad)
-    return lh_errbuf_set(err, LH_ECONFIG,
-                         "%s: [fleet] %s: an #SBATCH line takes printable text without quotes or backslashes%s",
-                         f->config_path, bad, strcmp(bad, "slurm_options") ? " or spaces" : "");
+  char why[48];
+  static const char *const keys[3] = {"slurm_partition", "slurm_time", "slurm_options"};
+  const char *values[3] = {c->slurm_partition, c->slurm_time, c->slurm_options};
+  for (int k = 0; k < 3; k++)
+    if (sbatch_refusal(values[k], k == 2, 0, why))
+      return lh_errbuf_set(err, LH_ECONFIG,
+                           "%s: [fleet] %s holds %s: an #SBATCH line takes printable ASCII without quotes, "
+                           "backslashes or '#'%s",
+                           f->config_path, keys[k], why, k == 2 ? "" : ", and this one no spaces");
   char cwd[LH_LAUNCH_PATH_BYTES], logs[2 * LH_LAUNCH_PATH_BYTES + 2];
   if (!getcwd(cwd, sizeof cwd)) return lh_errbuf_set(err, LH_ESYS, "slurm: getcwd: %s", strerror(errno));
   if (c->log_dir[0] == '/') snprintf(logs, sizeof logs, "%s", c->log_dir);
   else snprintf(logs, sizeof logs, "%s/%s", cwd, c->log_dir);
-  if (!plain_text(cwd, 0) || !plain_text(logs, 0))
+  const char *bad_dir = sbatch_refusal(cwd, 0, 1, why) ? cwd : sbatch_refusal(logs, 0, 1, why) ? logs : NULL;
+  if (bad_dir) {
+    char shown[256];
+    lh_text_escape(bad_dir, shown, sizeof shown);
     return lh_errbuf_set(err, LH_ECONFIG,
-                         "%s: the batch script's #SBATCH --chdir/--output cannot hold '%s' (spaces, quotes or "
-                         "control characters); launch from a plainer folder or set [fleet] log_dir",
-                         f->config_path, plain_text(cwd, 0) ? logs : cwd);
+                         "%s: the batch script's #SBATCH %s cannot hold '%s' (it holds %s; spaces, quotes, "
+                         "backslashes, '#', '%%' and control characters are refused): %s",
+                         f->config_path, bad_dir == cwd ? "--chdir" : "--output", shown, why,
+                         bad_dir == cwd ? "launch from a plainer folder" : "set [fleet] log_dir to a plainer folder");
+  }
   FILE *out = fopen(path, "w");
   if (!out) return lh_errbuf_set(err, LH_ESYS, "slurm: cannot write the batch script %s: %s", path, strerror(errno));
-  fprintf(out,
-          "#!/bin/sh\n"
-          "# The batch script of the fleet %s, written by `longhaul launch --slurm`\n"
-          "# (README.md, \"Slurm\"): inside the allocation the launcher runs each\n"
-          "# learner job and each actor as a job step (srun) and supervises them.\n",
-          f->config_path);
+  /* sbatch reads #SBATCH lines only up to the first command, so they all
+   * come first, right after the interpreter line; each value above was
+   * refused unless the line takes it as it is. */
+  fprintf(out, "#!/bin/sh\n");
   fprintf(out, "#SBATCH --job-name=longhaul\n");
   fprintf(out, "#SBATCH --ntasks=%llu\n", (unsigned long long)(c->learners + c->actors));
   if (c->slurm_nodes) fprintf(out, "#SBATCH --nodes=%llu\n", (unsigned long long)c->slurm_nodes);
@@ -126,13 +157,23 @@ int lh_launch_slurm_write_script(const lh_launch_fleet *f, const char *path, lh_
   fprintf(out, "#SBATCH --signal=B:TERM@%llu\n",
           (unsigned long long)(lh_launch_shutdown_ms(f, c->stop_timeout_ms) / 1000));
   if (c->slurm_options[0]) fprintf(out, "#SBATCH %s\n", c->slurm_options);
+  fprintf(out,
+          "# The batch script of a longhaul fleet, written by `longhaul launch --slurm`\n"
+          "# (README.md, \"Slurm\"): inside the allocation the launcher runs each\n"
+          "# learner job and each actor as a job step (srun) and supervises them.\n");
+  /* Every word from outside (paths, the run, the overrides) single-quoted,
+   * with the newline and the carriage return put_quoted refers to. */
+  fputs("nl=$(printf '\\nx'); nl=${nl%x}; cr=$(printf '\\r')\n", out);
   fputs("exec ", out);
   put_quoted(out, f->bin);
   fputs(" launch ", out);
   put_quoted(out, f->config_path);
   fputs(" --engine slurm --status plain", out);
   /* The run this submission named, and the overrides it was given. */
-  if (f->run_id[0]) fprintf(out, " --run-id %s", f->run_id);
+  if (f->run_id[0]) {
+    fputs(" --run-id ", out);
+    put_quoted(out, f->run_id);
+  }
   for (size_t k = 0; k < f->n_sets; k++) {
     fputs(" --set ", out);
     put_quoted(out, f->sets[k]);

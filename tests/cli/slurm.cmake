@@ -1,4 +1,5 @@
-# `longhaul launch --slurm`: the batch script and the refusals without a
+# `longhaul launch --slurm`: the batch script (run by sh with stub sbatch
+# and srun on names full of shell syntax) and the refusals without a
 # cluster (test_launch_slurm); a tiny
 # fleet through a private munged, slurmctld and slurmd on this machine
 # (test_slurm: scripts/test-slurm.sh, also `make test-slurm`; skipped
