@@ -4,12 +4,14 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 const char *lh_strerror(int err) {
@@ -260,17 +262,33 @@ void lh_file_sum_free(lh_file_sum *s) {
 
 int lh_read_text_file(const char *path, int file_error, char **text, size_t *bytes,
                       lh_errbuf *err) {
+  return lh_read_text_file_max(path, file_error, LH_TEXT_FILE_MAX_BYTES, text, bytes, err);
+}
+
+int lh_read_text_file_max(const char *path, int file_error, size_t max_bytes, char **text, size_t *bytes,
+                          lh_errbuf *err) {
   *text = NULL;
   if (bytes) *bytes = 0;
-  /* Before the open too: opening a pipe waits for its writer. */
+  if (max_bytes > LH_TEXT_FILE_MAX_BYTES) max_bytes = LH_TEXT_FILE_MAX_BYTES;
+  /* O_NONBLOCK: opening a pipe would wait for its writer; the file's kind
+   * is told from the open descriptor, so nothing can be swapped in
+   * between the check and the read. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return lh_errbuf_set(err, file_error, "%s: cannot open the file: %s", path, strerror(errno));
   struct stat st;
-  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
     return lh_errbuf_set(err, file_error, "%s: not a regular file (a folder, a device or a pipe)", path);
-  FILE *f = fopen(path, "rb");
-  if (!f) return lh_errbuf_set(err, file_error, "%s: cannot open the file: %s", path, strerror(errno));
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(f);
-    return lh_errbuf_set(err, file_error, "%s: not a regular file (a folder, a device or a pipe)", path);
+  }
+  if (st.st_size < 0 || (uint64_t)st.st_size > max_bytes) {
+    close(fd);
+    return lh_errbuf_set(err, file_error, "%s: %lld bytes, longer than %zu; not a config or key file", path,
+                         (long long)st.st_size, max_bytes);
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory reading the file", path);
   }
   lh_str buf = {0};
   char chunk[4096];
@@ -281,9 +299,8 @@ int lh_read_text_file(const char *path, int file_error, char **text, size_t *byt
       rc = lh_errbuf_set(err, LH_ENOMEM, "%s: out of memory reading the file", path);
       break;
     }
-    if (buf.len > LH_TEXT_FILE_MAX_BYTES) {
-      rc = lh_errbuf_set(err, file_error, "%s: longer than %u bytes; not a config or key file", path,
-                         LH_TEXT_FILE_MAX_BYTES);
+    if (buf.len > max_bytes) {
+      rc = lh_errbuf_set(err, file_error, "%s: longer than %zu bytes; not a config or key file", path, max_bytes);
       break;
     }
     if (got < sizeof chunk) {

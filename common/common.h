@@ -163,13 +163,19 @@ static inline uint64_t lh_get_le64(const uint8_t *b) {
 /* Reads the whole text file at path into a new NUL-terminated buffer
  * (*text, freed by the caller; *bytes its length). A file that cannot be
  * opened or read, that holds a NUL byte (so is not text), that is not a
- * regular file (/dev/zero would never end, a pipe may never be written),
- * or that is longer than LH_TEXT_FILE_MAX_BYTES gives file_error with
- * err naming the path; out of memory gives LH_ENOMEM. Its callers read
- * configs and keys, which are small. */
+ * regular file (/dev/zero would never end, a pipe may never be written;
+ * it is opened without waiting for a writer, so a pipe put in the file's
+ * place does not hang the open either), or that is longer than
+ * LH_TEXT_FILE_MAX_BYTES (told by its size before a byte is read, and
+ * again while reading, should it grow) gives file_error with err naming
+ * the path; out of memory gives LH_ENOMEM. Its callers read configs and
+ * keys, which are small. */
 #define LH_TEXT_FILE_MAX_BYTES (16u << 20)
 int lh_read_text_file(const char *path, int file_error, char **text, size_t *bytes,
                       lh_errbuf *err);
+/* The same with a cap of max_bytes (at most LH_TEXT_FILE_MAX_BYTES). */
+int lh_read_text_file_max(const char *path, int file_error, size_t max_bytes, char **text, size_t *bytes,
+                          lh_errbuf *err);
 
 /* INI text held in memory, handed to inih's ini_parse_stream one line at
  * a time by lh_text_lines_read (the stream argument is the lh_text_lines).

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The longest line inih's buffer (INI_MAX_LINE, with the newline and the
@@ -35,6 +36,7 @@ struct lh_ini_doc {
   char **sets;
   size_t n_sets;
   int any_section, file_error, error;
+  size_t files_read, bytes_read; /* by this document so far (LH_INI_MAX_FILES, LH_INI_MAX_BYTES) */
 };
 
 /* One file being read; chain holds the files that include it. */
@@ -150,6 +152,19 @@ static int include(file_state *st, const char *value, int line) {
     return lh_errbuf_set(st->err, doc->error, "%s:%d: include = %s: includes nest more than %d deep: %s", st->name,
                          line, value, LH_INI_MAX_DEPTH, chain);
   }
+  if (doc->files_read >= LH_INI_MAX_FILES)
+    return lh_errbuf_set(st->err, doc->error,
+                         "%s:%d: include = %s: a config reads at most %d files with its includes, and this would be "
+                         "file %zu",
+                         st->name, line, value, LH_INI_MAX_FILES, doc->files_read + 1);
+  /* Told by its size before it is read; read_file caps the read at what is
+   * left, should it grow meanwhile. */
+  struct stat sb;
+  if (stat(name, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > LH_INI_MAX_BYTES - doc->bytes_read)
+    return lh_errbuf_set(st->err, doc->error,
+                         "%s:%d: include = %s: %lld bytes, past the %u bytes a config reads with its includes "
+                         "(%zu read before it)",
+                         st->name, line, value, (long long)sb.st_size, LH_INI_MAX_BYTES, doc->bytes_read);
   size_t before = doc->n;
   int rc = read_file(doc, name, NULL, st, st->err);
   if (rc) return rc;
@@ -208,7 +223,11 @@ static int read_file(lh_ini_doc *doc, const char *name, const char *text, const 
   st.chain[st.depth] = st.name;
   char *buf = NULL;
   if (!text) {
-    int rc = lh_read_text_file(name, parent ? doc->error : doc->file_error, &buf, NULL, err);
+    size_t got = 0;
+    int rc = lh_read_text_file_max(name, parent ? doc->error : doc->file_error, LH_INI_MAX_BYTES - doc->bytes_read,
+                                   &buf, &got, err);
+    doc->files_read++;
+    doc->bytes_read += got;
     if (rc) {
       if (parent && err) { /* name the line of the include */
         char why[LH_ERRMSG_BYTES];

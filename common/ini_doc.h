@@ -14,8 +14,11 @@
  * theirs (a later include replaces an earlier one's); an override replaces
  * the file's value. A key given twice within one file is kept twice, so
  * that the section's reader reports it as a repeated key. Includes nest at
- * most LH_INI_MAX_DEPTH deep and may not form a cycle; an include path is
- * relative to the folder of the file it is written in.
+ * most LH_INI_MAX_DEPTH deep and may not form a cycle, and a document reads
+ * at most LH_INI_MAX_FILES files and LH_INI_MAX_BYTES bytes in all; an
+ * include path is relative to the folder of the file it is written in.
+ * Only regular files are read (a pipe or a device is refused without
+ * waiting on it).
  *
  * Paths written in a file resolve against the folder of that file
  * (lh_ini_entry_path); an override's against the current directory; text
@@ -30,6 +33,12 @@
 #define LH_INI_MAX_DEPTH 8      /* include nesting */
 #define LH_INI_MAX_ENTRIES 4096 /* keys in a document, with its includes */
 #define LH_INI_MAX_SETS 64      /* --set overrides of one command */
+/* What one document reads, the file and every include together (an
+ * include read twice counts twice): depth alone does not bound it, since
+ * a file may include another many times (12 includes a level, 7 levels
+ * deep, are three million reads). */
+#define LH_INI_MAX_FILES 64
+#define LH_INI_MAX_BYTES (16u << 20)
 
 /* The sections longhaul reads (NULL-terminated); any other is an error. */
 extern const char *const lh_ini_known_sections[];
@@ -61,7 +70,8 @@ typedef struct {
  * Returns 0, or the code with err naming the file and line: a file that
  * cannot be read, a syntax error, a key before the first section other
  * than include, include inside a section, an include cycle (naming the
- * chain) or one nested too deep, an unknown section (listing the known
+ * chain) or one nested too deep, an include past the files or bytes a
+ * document may read (naming it and the bound), an unknown section (listing the known
  * ones), a bad override (naming --set section.key), LH_ENOMEM, or
  * LH_EINVAL for NULL arguments. */
 int lh_ini_doc_open(const lh_ini_source *src, lh_ini_doc **out, lh_errbuf *err);

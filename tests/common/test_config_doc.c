@@ -1,15 +1,18 @@
 /* The config document (common/ini_doc.h): includes in order with the
- * including file's keys on top, include cycles and depth, a key repeated
- * within one file, --set overrides (valid, malformed, unknown section),
- * unknown sections with their header's line, paths resolved against the
- * folder of the file they are written in, and reading the same file and
- * overrides again. Real files in a temporary folder. */
+ * including file's keys on top, include cycles and depth, the files and
+ * bytes a document reads bounded (a fan-out of includes, huge files, a
+ * device or a pipe), a key repeated within one file, --set overrides
+ * (valid, malformed, unknown section), unknown sections with their
+ * header's line, paths resolved against the folder of the file they are
+ * written in, and reading the same file and overrides again. Real files
+ * in a temporary folder. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/ini_doc.h"
@@ -126,6 +129,77 @@ START_TEST(test_include_errors) {
   put("syntax.ini", "include = ok.ini\n");
   put("ok.ini", "[model]\nthis is not ini\n");
   load_fails("syntax.ini", NULL, 0, "ok.ini:2: syntax error", NULL);
+}
+END_TEST
+
+/* Writes dir/name as a file of bytes bytes: lines of comment (real text),
+ * or with sparse set a hole of that size (its size is all that is read). */
+static void put_sized(const char *name, long long bytes, int sparse) {
+  FILE *f = fopen(in_dir(name), "wb");
+  ck_assert_ptr_nonnull(f);
+  if (sparse) {
+    ck_assert_int_eq(ftruncate(fileno(f), (off_t)bytes), 0);
+  } else {
+    static const char line[] = "; a comment line of sixty-four bytes, to fill the file ........\n";
+    for (long long at = 0; at + 64 <= bytes; at += 64) ck_assert_uint_eq(fwrite(line, 1, 64, f), 64);
+  }
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+/* What one document reads is bounded in files and bytes, whatever the
+ * depth: 12 includes a level, 7 levels deep (3 million reads before the
+ * bound), two includes of 10 MiB, a single file of 1 GiB (a hole: refused
+ * by its size, before a byte is read), /dev/zero and a pipe as includes and
+ * a pipe as the config (refused without waiting for a writer). */
+START_TEST(test_include_bounds) {
+  for (int level = 1; level <= 7; level++) {
+    char name[32], text[512] = "";
+    snprintf(name, sizeof name, "fan%d.ini", level);
+    for (int k = 0; level < 7 && k < 12; k++)
+      snprintf(text + strlen(text), sizeof text - strlen(text), "include = fan%d.ini\n", level + 1);
+    if (level == 7) snprintf(text, sizeof text, "[model]\nseed = 7\n");
+    put(name, text);
+  }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  load_fails("fan1.ini", NULL, 0, "fan6.ini:7: include = fan7.ini: a config reads at most 64 files",
+             "this would be file 65");
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double fan_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+  /* 64 files in all is fine: the top file and 63 includes of one. */
+  char text[2048] = "";
+  for (int k = 0; k < 63; k++) snprintf(text + strlen(text), sizeof text - strlen(text), "include = fan7.ini\n");
+  put("wide.ini", text);
+  lh_ini_doc *doc = load("wide.ini", NULL, 0);
+  has(doc, "model", "seed", "7", "fan7.ini:2");
+  lh_ini_doc_free(doc);
+  snprintf(text + strlen(text), sizeof text - strlen(text), "include = fan7.ini\n");
+  put("wider.ini", text);
+  load_fails("wider.ini", NULL, 0, "wider.ini:64: include = fan7.ini: a config reads at most 64 files", NULL);
+  /* Bytes: 10 MiB read, then another 10 MiB past the 16 MiB bound. */
+  put_sized("ten.ini", 10ll << 20, 0);
+  put_sized("ten_hole.ini", 10ll << 20, 1);
+  put("twice.ini", "include = ten.ini\ninclude = ten_hole.ini\n[model]\nseed = 1\n");
+  load_fails("twice.ini", NULL, 0, "twice.ini:2: include = ten_hole.ini: 10485760 bytes, past the 16777216 bytes",
+             "(10485818 read before it)"); /* and twice.ini */
+  put_sized("huge.ini", 1ll << 30, 1);
+  load_fails("huge.ini", NULL, 0, "huge.ini: 1073741824 bytes, longer than 16777216", NULL);
+  put("big_include.ini", "include = huge.ini\n");
+  load_fails("big_include.ini", NULL, 0, "big_include.ini:1: include = huge.ini: 1073741824 bytes, past the", NULL);
+  /* Not regular files: refused at once, never read or waited on. */
+  put("zero.ini", "include = /dev/zero\n");
+  load_fails("zero.ini", NULL, 0, "zero.ini:1: include: /dev/zero: not a regular file", NULL);
+  ck_assert_int_eq(mkfifo(in_dir("pipe.ini"), 0644), 0);
+  put("piped.ini", "include = pipe.ini\n");
+  load_fails("piped.ini", NULL, 0, "piped.ini:1: include:", "pipe.ini: not a regular file");
+  lh_ini_doc *none = NULL;
+  lh_errbuf e = {0};
+  ck_assert_int_eq(lh_ini_doc_load(in_dir("pipe.ini"), NULL, 0, &none, &e), LH_ECONFIG);
+  ck_assert_msg(strstr(e.msg, "pipe.ini: not a regular file"), "%s", e.msg);
+  printf("config_doc: include bounds: 12 includes x 7 levels refused at file 65 in %.1f ms; 64 files read, the "
+         "65th refused; 10 MiB + 10 MiB refused at the second; 1 GiB file refused by its size; /dev/zero and a "
+         "pipe (include and config) refused\n",
+         fan_ms);
 }
 END_TEST
 
@@ -392,6 +466,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_include_order);
   tcase_add_test(tc, test_include_errors);
+  tcase_add_test(tc, test_include_bounds);
   tcase_add_test(tc, test_repeated_key);
   tcase_add_test(tc, test_set);
   tcase_add_test(tc, test_unknown_section);
