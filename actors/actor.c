@@ -95,8 +95,19 @@ static int load_curve(const lh_actors_config *a, lh_zsock_curve *curve, lh_errbu
   if (!has_secret || !has_server)
     return lh_errbuf_set(err, LH_EACTORS_CONFIG_VALUE, "[actor] curve_secret_key_file and curve_server_key_file "
                          "go together (CURVE needs this actor's secret key and the learner's public key)");
-  LH_TRY(lh_zsock_key_read(a->curve_secret_key_file, 1, curve->secret, err));
-  return lh_zsock_key_read(a->curve_server_key_file, 0, curve->server_key, err);
+  lh_errbuf why;
+  int rc = lh_zsock_key_read(a->curve_secret_key_file, 1, curve->secret, &why);
+  if (rc) return lh_errbuf_set(err, rc, "[actor] curve_secret_key_file: %s", why.msg);
+  rc = lh_zsock_key_read(a->curve_server_key_file, 0, curve->server_key, &why);
+  return rc ? lh_errbuf_set(err, rc, "[actor] curve_server_key_file: %s", why.msg) : 0;
+}
+
+int lh_actors_config_check_keys(const lh_actors_config *cfg, lh_errbuf *err) {
+  if (!cfg) return lh_errbuf_set(err, LH_EINVAL, "actor curve: NULL config");
+  lh_zsock_curve curve;
+  int rc = load_curve(cfg, &curve, err);
+  memset(&curve, 0, sizeof curve);
+  return rc;
 }
 
 int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, volatile sig_atomic_t *stop,

@@ -85,6 +85,11 @@ void lh_actors_config_default(lh_actors_config *cfg);
  * weights_pub_endpoint and weights_endpoint (a wildcard bind address
  * there is an error asking for [actor]'s own). */
 int lh_actors_config_read(const lh_ini_doc *doc, lh_actors_config *cfg, lh_errbuf *err);
+/* The files cfg's CURVE keys name, read as the actor will read them
+ * (actors/actor.c): curve_secret_key_file and curve_server_key_file both
+ * or neither, the secret key readable by its owner alone, each a key. 0,
+ * or a config error's code naming the key. */
+int lh_actors_config_check_keys(const lh_actors_config *cfg, lh_errbuf *err);
 /* Loads the defaults, then the [actor] section of the file at path. */
 int lh_actors_config_load(const char *path, lh_actors_config *cfg, lh_errbuf *err);
 /* The same from INI text in memory; source names it in messages. */

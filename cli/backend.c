@@ -10,5 +10,5 @@ int lh_cli_open_backend(const char *command, const char *name, const lh_backend 
   int rc = lh_backend_by_name(name ? name : "cpu", out, &err);
   if (rc == 0) return 0;
   fprintf(stderr, "longhaul %s: --backend %s: %s\n", command, name, err.msg);
-  return rc == LH_EKERNELS_UNKNOWN_BACKEND ? LH_EXIT_USAGE : LH_EXIT_RUNTIME;
+  return lh_cli_exit_for_error(rc); /* an unknown name 2, no GPU 1 */
 }

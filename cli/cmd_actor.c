@@ -89,7 +89,7 @@ int lh_cmd_actor(int argc, char **argv) {
   lh_ini_doc_free(doc);
   if (read_rc) {
     fprintf(stderr, "longhaul actor: %s\n", err.msg);
-    return LH_EXIT_USAGE;
+    return lh_cli_exit_for_error(read_rc);
   }
   if (env_name) {
     if (!*env_name || strlen(env_name) >= sizeof acfg.env_name) {
@@ -113,7 +113,7 @@ int lh_cmd_actor(int argc, char **argv) {
                     sizeof acfg.learner_endpoint - 1);
     if (err.code) {
       fprintf(stderr, "longhaul actor: --learner-rank %llu: %s\n", (unsigned long long)learner_rank, err.msg);
-      return LH_EXIT_USAGE;
+      return err.code == LH_EINVAL ? LH_EXIT_USAGE : lh_cli_exit_for_error(err.code);
     }
     memcpy(acfg.learner_endpoint, rank_endpoint, len + 1);
   }
@@ -124,10 +124,11 @@ int lh_cmd_actor(int argc, char **argv) {
   if (be->set_threads) be->set_threads(be->context, (int)acfg.blas_threads);
   lh_model *model = NULL;
   if (ckpt) {
-    if (lh_model_load(ckpt, be, &model, &err) < 0) {
+    int lrc = lh_model_load(ckpt, be, &model, &err);
+    if (lrc < 0) {
       fprintf(stderr, "longhaul actor: cannot load the checkpoint %s: %s\n", ckpt, err.msg);
       lh_backend_close(be);
-      return LH_EXIT_RUNTIME;
+      return lh_cli_exit_for_error(lrc);
     }
     int mx = lh_cli_model_match("actor", config, model_given, &mc, model, ckpt);
     if (mx) {
@@ -136,10 +137,11 @@ int lh_cmd_actor(int argc, char **argv) {
       return mx;
     }
   } else {
-    if (lh_model_new(&mc, be, &model, &err) < 0) {
+    int nrc = lh_model_new(&mc, be, &model, &err);
+    if (nrc < 0) {
       fprintf(stderr, "longhaul actor: cannot build the [model] of %s: %s\n", config, err.msg);
       lh_backend_close(be);
-      return LH_EXIT_RUNTIME;
+      return lh_cli_exit_for_error(nrc);
     }
   }
   /* SIGUSR1: what srun forwards (on SIGTERM it kills the step) */

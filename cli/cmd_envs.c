@@ -23,7 +23,8 @@ static const lh_cli_help HELP = {
         "give --opt curve_secret_key_file=KEY --opt curve_server_key_file=PUB). What clients can make it hold "
         "is capped (a client is one connection); a CREATE past a session cap is refused (EAGAIN) and the "
         "client's next reset asks again. BYTES take a K, M or G suffix (KiB, MiB, GiB).",
-    .exits = "0 ok (the episode played), 1 runtime error, 2 usage error.",
+    .exits = "0 ok (the episode played), 1 runtime error, 2 usage or config error (an unknown environment or "
+        "option, a plugin that cannot be loaded, a loose, missing or bad key file).",
 };
 
 typedef struct {
@@ -216,7 +217,7 @@ static int open_env(args *a, lh_env **env) {
   int rc = lh_env_open(a->name, a->opts, a->count, env, &err);
   if (rc < 0) {
     fprintf(stderr, "longhaul envs: cannot open '%s': %s (%s)\n", a->name, err.msg, lh_err_name(rc));
-    return LH_EXIT_RUNTIME;
+    return lh_cli_exit_for_error(rc);
   }
   return 0;
 }
@@ -298,7 +299,7 @@ static int cmd_play(args *a) {
   if ((rc = lh_env_reset(env, a->seed, &obs, &err)) < 0) {
     fprintf(stderr, "longhaul envs play: reset failed: %s (%s)\n", err.msg, lh_err_name(rc));
     lh_env_free(env);
-    return LH_EXIT_RUNTIME;
+    return lh_cli_exit_for_error(rc);
   }
   printf("== %s, seed %llu, max_steps %u ==\n", lh_env_name(env), (unsigned long long)a->seed,
          lh_env_max_steps(env));

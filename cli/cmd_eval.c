@@ -124,11 +124,12 @@ int lh_cmd_eval(int argc, char **argv) {
   /* The environment and its options are the config's: opening one first
    * tells a usage error from a runtime one. */
   lh_env *probe = NULL;
-  if (lh_env_open(env, o.opts, o.n, &probe, &err) < 0) {
+  int erc = lh_env_open(env, o.opts, o.n, &probe, &err);
+  if (erc < 0) {
     fprintf(stderr, "longhaul eval: environment '%s': %s\n", env, err.msg);
     lh_cli_env_section_free(&o);
     lh_ini_doc_free(doc);
-    return LH_EXIT_USAGE;
+    return lh_cli_exit_for_error(erc);
   }
   lh_env_free(probe);
   if (resolve_ckpt(ckpt, dir, &err)) {
@@ -182,12 +183,11 @@ int lh_cmd_eval(int argc, char **argv) {
   }
   lh_cli_run run;
   memset(&run, 0, sizeof run);
-  int usage = 0;
+  /* A bad [learner] section (where the default store is named) is the
+   * config's fault, and its code says so. */
   if (!rc) rc = lh_cli_run_start(&run, "eval", db, run_id, doc, argc, argv, &err);
   lh_ini_doc_free(doc);
   doc = NULL;
-  /* A bad [learner] section (where the default store is named) is the config's fault. */
-  if (rc && !db) usage = rc <= LH_ELEARNER_CONFIG_FILE && rc >= LH_ELEARNER_CONFIG_STAGES;
   if (!rc) rc = lh_cli_eval_policy(m, env, o.opts, o.n, ectx.max_context, seeds, (float)temperature, (size_t)show, stdout, &wins,
                                       &err);
   double eval_ms = (double)(lh_now_ns() - t0) / 1e6;
@@ -227,5 +227,5 @@ int lh_cmd_eval(int argc, char **argv) {
   lh_model_free(m);
   lh_backend_close(be);
   lh_cli_env_section_free(&o);
-  return rc ? usage ? LH_EXIT_USAGE : LH_EXIT_RUNTIME : LH_EXIT_OK;
+  return lh_cli_exit_for_error(rc);
 }

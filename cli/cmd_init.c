@@ -59,7 +59,7 @@ int lh_cmd_init(int argc, char **argv) {
   lh_ini_doc_free(doc);
   if (rc) {
     fprintf(stderr, "longhaul init: %s\n", err.msg);
-    return LH_EXIT_USAGE;
+    return lh_cli_exit_for_error(rc);
   }
   cfg.seed = seed;
   lh_model *m = NULL;
@@ -68,7 +68,7 @@ int lh_cmd_init(int argc, char **argv) {
   if (rc) {
     fprintf(stderr, "longhaul init: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
     lh_model_free(m);
-    return LH_EXIT_RUNTIME;
+    return lh_cli_exit_for_error(rc);
   }
   size_t params = 0;
   for (int i = 0; i < lh_model_n_tensors(m); i++) params += lh_model_tensor_at(m, i)->numel;

@@ -461,7 +461,7 @@ int lh_cmd_launch(int argc, char **argv) {
     fprintf(stderr, "longhaul launch: %s\n", err.msg);
     lh_launch_unlock(f);
     free(f);
-    return err.code == LH_ESYS ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
+    return lh_cli_exit_for_error(err.code);
   }
   if (slurm_submit || slurm_script) {
     /* The job's own launcher takes the locks: they must be free before
@@ -475,14 +475,14 @@ int lh_cmd_launch(int argc, char **argv) {
     fprintf(stderr, "longhaul launch: %s\n", err.msg);
     lh_launch_unlock(f);
     free(f);
-    return err.code == LH_ESYS ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
+    return lh_cli_exit_for_error(err.code);
   }
   if (dry_run) {
     int rc = lh_launch_plan(f, 0, plan_line, stdout, &err);
     if (rc) fprintf(stderr, "longhaul launch: %s\n", err.msg);
     lh_launch_unlock(f);
     free(f);
-    return rc ? LH_EXIT_USAGE : LH_EXIT_OK;
+    return lh_cli_exit_for_error(rc);
   }
   launcher L = {.f = f, .to_stderr = mode != 2, .ph = PHASE_RUN};
   char path[LH_LAUNCH_PATH_BYTES + 16];

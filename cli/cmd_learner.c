@@ -49,7 +49,8 @@ static const lh_cli_help HELP = {
         "segments are answered ACK_RETRY and the actors resend).",
     .exits = "0 done, 1 runtime error (a final checkpoint that could not be written among them: --resume goes on "
         "from the one before), 2 usage or config error (a checkpoint, from --resume or --init, whose [model] "
-        "is not the config's; --resume over step-N folders without a usable latest).",
+        "is not the config's; --resume over step-N folders without a usable latest; a loose, missing or bad key "
+        "file; a store another learner holds).",
 };
 
 typedef struct {
@@ -108,17 +109,19 @@ int lh_cmd_learner(int argc, char **argv) {
   lh_actors_config ac;
   lh_errbuf err;
   memset(&err, 0, sizeof err);
-  if (lh_actors_config_read(doc, &ac, &err)) {
+  int read_rc = lh_actors_config_read(doc, &ac, &err);
+  if (read_rc) {
     fprintf(stderr, "longhaul learner: %s\n", err.msg);
     lh_ini_doc_free(doc);
-    return LH_EXIT_USAGE;
+    return lh_cli_exit_for_error(read_rc);
   }
   char *command = lh_cli_command_line(argc, argv);
   lh_learner_run_args ra = {.config = a.config, .doc = doc, .init = a.init, .backend = a.backend, .resume = a.resume,
                             .steps = a.steps, .temperature = (float)ac.temperature, .stop = &stop_requested,
-                            .reload = &reload_requested, .run_id = a.run_id, .command = command};
+                            .reload = &reload_requested, .run_id = a.run_id, .command = command,
+                            .exit_code = lh_cli_exit_for_error};
   int rc = lh_learner_run(&ra);
   lh_ini_doc_free(doc);
   free(command);
-  return rc == LH_LEARNER_RUN_OK ? LH_EXIT_OK : rc == LH_LEARNER_RUN_USAGE ? LH_EXIT_USAGE : LH_EXIT_RUNTIME;
+  return lh_cli_exit_for_error(rc);
 }

@@ -55,7 +55,7 @@ int lh_cli_replay_open(const char *cmd, const lh_cli_dbs *dbs, lh_store **out) {
     /* The store's message says what the file is and what to do. */
     fprintf(stderr, "longhaul replay %s: cannot open store '%s': %s (%s)\n", cmd, db,
             err.msg[0] ? err.msg : lh_strerror(rc), lh_err_name(rc));
-    return LH_EXIT_RUNTIME;
+    return lh_cli_exit_for_error(rc);
   }
   return 0;
 }
@@ -63,7 +63,7 @@ int lh_cli_replay_open(const char *cmd, const lh_cli_dbs *dbs, lh_store **out) {
 int lh_cli_replay_fail(const char *cmd, const char *db, int code, const lh_errbuf *err) {
   fprintf(stderr, "longhaul replay %s: reading '%s': %s (%s)\n", cmd, db,
           err && err->msg[0] ? err->msg : lh_strerror(code), lh_err_name(code));
-  return LH_EXIT_RUNTIME;
+  return code ? lh_cli_exit_for_error(code) : LH_EXIT_RUNTIME;
 }
 
 int lh_cmd_replay(int argc, char **argv) {

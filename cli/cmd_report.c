@@ -105,7 +105,7 @@ static int load_runs(const report_args *a, lh_report_run *runs, size_t *nruns) {
       fprintf(stderr, "longhaul report: cannot read '%s': %s (%s)\n", name, err.msg[0] ? err.msg : lh_strerror(rc),
               lh_err_name(rc));
       for (size_t k = 0; k < r; k++) lh_report_data_free(&runs[k].d);
-      return LH_EXIT_RUNTIME;
+      return lh_cli_exit_for_error(rc);
     }
     runs[r].name = name;
     *nruns = r + 1;

@@ -253,7 +253,7 @@ int lh_cmd_sft(int argc, char **argv) {
   lh_cli_eval_context ectx;
   if (!rc && lh_cli_eval_context_read(doc, NULL, &ectx, msg, sizeof msg)) {
     lh_cli_env_section_free(&o);
-    rc = -1;
+    rc = LH_ECONFIG;
   }
   if (!rc) a.eval_context = ectx.max_context;
   if (a.lr > 0) lcfg.lr = a.lr;
@@ -261,7 +261,7 @@ int lh_cmd_sft(int argc, char **argv) {
   if (rc) {
     fprintf(stderr, "longhaul sft: %s\n", msg);
     lh_ini_doc_free(doc);
-    return LH_EXIT_USAGE;
+    return LH_EXIT_USAGE; /* reading sections of a document already checked whole */
   }
   if (!a.env) a.env = o.name;
   if (!a.env) {
@@ -277,7 +277,7 @@ int lh_cmd_sft(int argc, char **argv) {
     fprintf(stderr, "longhaul sft: environment '%s': %s\n", a.env, err.msg[0] ? err.msg : lh_strerror(rc));
     lh_cli_env_section_free(&o);
     lh_ini_doc_free(doc);
-    return LH_EXIT_USAGE;
+    return lh_cli_exit_for_error(rc);
   }
   lh_model *m = NULL;
   const lh_backend *be = NULL;
@@ -321,5 +321,5 @@ int lh_cmd_sft(int argc, char **argv) {
   lh_backend_close(be);
   lh_env_free(env);
   lh_cli_env_section_free(&o);
-  return rc ? LH_EXIT_RUNTIME : LH_EXIT_OK;
+  return lh_cli_exit_for_error(rc);
 }

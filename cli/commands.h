@@ -37,9 +37,11 @@ int lh_cmd_keys(int argc, char **argv);
 typedef struct lh_backend lh_backend;
 int lh_cli_open_backend(const char *command, const char *name, const lh_backend **out);
 
-/* The exit code of a failed call's lh_err code: LH_EXIT_USAGE for a
- * mistake in the config or an environment's options or plugin (never
- * worth a restart), LH_EXIT_RUNTIME for the rest (cli/exit_code.c). */
+/* The exit code of a failed call's lh_err code, the one mapping of every
+ * command: LH_EXIT_USAGE for a mistake in the config (and the files it
+ * names) or an environment's options or plugin (never worth a restart),
+ * LH_EXIT_RUNTIME for any other failure, LH_EXIT_OK for 0
+ * (cli/exit_code.c). */
 int lh_cli_exit_for_error(int code);
 
 /* Installs handler for each of signals[0..count) (cli/signals.c): no

@@ -18,7 +18,11 @@ int lh_cli_config_check(const lh_ini_doc *doc, lh_errbuf *err) {
   lh_actors_config actor;
   LH_TRY(lh_actors_config_read(doc, &actor, err));
   lh_model_config model;
-  return lh_model_config_read(doc, &model, err);
+  LH_TRY(lh_model_config_read(doc, &model, err));
+  /* The key files are values of the config too: a loose, missing or bad
+   * one is the same error for every command that reads it. */
+  LH_TRY(lh_learner_config_check_keys(&learner, err));
+  return lh_actors_config_check_keys(&actor, err);
 }
 
 int lh_cli_config_open(const char *command, const char *path, const lh_cli_sets *sets, lh_ini_doc **out) {
@@ -31,7 +35,7 @@ int lh_cli_config_open(const char *command, const char *path, const lh_cli_sets 
   if (rc) {
     fprintf(stderr, "longhaul %s: %s\n", command, err.msg);
     lh_ini_doc_free(doc);
-    return rc == LH_ENOMEM || rc == LH_ESYS ? LH_EXIT_RUNTIME : LH_EXIT_USAGE;
+    return lh_cli_exit_for_error(rc);
   }
   *out = doc;
   return 0;

@@ -17,14 +17,16 @@ typedef struct {
 } lh_cli_sets;
 
 /* Checks every section of doc with its module's reader ([fleet], [learner],
- * [actor] with [env], [model]), so that a bad key or an override of a key
- * no section knows is an error for every command, whichever sections it
- * uses. 0, or the first error's code with err. */
+ * [actor] with [env], [model]) and the CURVE key files [learner] and
+ * [actor] name, so that a bad key, an override of a key no section knows
+ * or a loose, missing or bad key file is an error for every command,
+ * whichever sections it uses. 0, or the first error's code with err. */
 int lh_cli_config_check(const lh_ini_doc *doc, lh_errbuf *err);
 
 /* The document of path with sets, checked (lh_cli_config_check): 0 with
  * *out (freed with lh_ini_doc_free), or the exit code after printing
- * "longhaul COMMAND: why" to stderr (2 for a config error). */
+ * "longhaul COMMAND: why" to stderr (lh_cli_exit_for_error: 2 for a
+ * config error). */
 int lh_cli_config_open(const char *command, const char *path, const lh_cli_sets *sets, lh_ini_doc **out);
 
 #endif

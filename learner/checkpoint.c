@@ -660,7 +660,7 @@ int lh_learner_ckpt_resume_find(const char *ckpt_dir, int *found, lh_errbuf *err
     errno = saved_errno;
   }
   if (lr)
-    return lh_errbuf_set(err, lr == -2 ? LH_ENOMEM : LH_ELEARNER_CKPT,
+    return lh_errbuf_set(err, lr == -2 ? LH_ENOMEM : LH_ECONFIG,
                          "checkpoint: cannot read [learner] ckpt_dir %s: %s", ckpt_dir,
                          lr == -2 ? "out of memory" : strerror(errno));
   char lf[LH_LEARNER_TEXT_BYTES + 32], name[64], newest[32] = "";
@@ -678,7 +678,7 @@ int lh_learner_ckpt_resume_find(const char *ckpt_dir, int *found, lh_errbuf *err
       *found = 1;
       return 0;
     }
-    return lh_errbuf_set(err, LH_ELEARNER_CKPT,
+    return lh_errbuf_set(err, LH_ECONFIG,
                          "checkpoint: %s names %s, which is not there: write the name of a step-N folder of %s "
                          "into it to resume from that one, or give an empty ckpt_dir to start fresh",
                          lf, name, ckpt_dir);
@@ -688,10 +688,10 @@ int lh_learner_ckpt_resume_find(const char *ckpt_dir, int *found, lh_errbuf *err
   else if (rc == -1) snprintf(why, sizeof why, "cannot be read (%s)", strerror(errno));
   else snprintf(why, sizeof why, "does not name a step-N folder");
   if (!n)
-    return lh_errbuf_set(err, LH_ELEARNER_CKPT,
+    return lh_errbuf_set(err, LH_ECONFIG,
                          "checkpoint: %s %s and %s holds no step-N folder: remove it to start fresh", lf, why,
                          ckpt_dir);
-  return lh_errbuf_set(err, LH_ELEARNER_CKPT,
+  return lh_errbuf_set(err, LH_ECONFIG,
                        "checkpoint: %s %s, but %s holds %zu step-N folder%s (the newest %s): --resume does not "
                        "start fresh over them; write the name of the one to resume from into it (echo %s > %s), "
                        "or move them away to start fresh",

@@ -26,3 +26,20 @@ int lh_learner_curve_start(void *zmq_ctx, const lh_learner_config *cfg, lh_zsock
   if (rc < 0) memset(curve, 0, sizeof *curve);
   return rc;
 }
+
+int lh_learner_config_check_keys(const lh_learner_config *cfg, lh_errbuf *err) {
+  if (!cfg) return lh_errbuf_set(err, LH_EINVAL, "learner curve: NULL config");
+  int has_secret = cfg->curve_secret_key_file[0] != 0, has_allowed = cfg->curve_allowed_keys[0] != 0;
+  if (!has_secret && !has_allowed) return 0;
+  if (!has_secret || !has_allowed)
+    return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
+                         "[learner] curve_secret_key_file and curve_allowed_keys go together (CURVE without an "
+                         "allow-list would authenticate nobody)");
+  char secret[LH_ZSOCK_KEY_CHARS + 1];
+  lh_errbuf why;
+  int rc = lh_zsock_key_read(cfg->curve_secret_key_file, 1, secret, &why);
+  memset(secret, 0, sizeof secret);
+  if (rc) return lh_errbuf_set(err, rc, "[learner] curve_secret_key_file: %s", why.msg);
+  rc = lh_zsock_allowed_check(cfg->curve_allowed_keys, NULL, &why);
+  return rc ? lh_errbuf_set(err, rc, "[learner] curve_allowed_keys: %s", why.msg) : 0;
+}

@@ -731,11 +731,13 @@ int lh_learner_ckpt_exists(const char *ckpt_dir);
 /* What `--resume` finds in ckpt_dir. *found = 1: `latest` names a step-N
  * folder that is there (load it with lh_learner_ckpt_load_latest); 0:
  * nothing to resume from, a run starts fresh (ckpt_dir is not there, or
- * holds neither `latest` nor a step-N folder). LH_ELEARNER_CKPT naming
+ * holds neither `latest` nor a step-N folder). LH_ECONFIG naming
  * ckpt_dir/latest when it is missing while step-N folders are there, or
  * cannot be read, names no step-N folder or one that is not there:
  * starting fresh would write over those folders, so the message says
- * which is the newest and how to go on. */
+ * which is the newest and how to go on; a restart cannot mend that, a
+ * person must (as for a config error). LH_ECONFIG too when ckpt_dir cannot
+ * be read. */
 int lh_learner_ckpt_resume_find(const char *ckpt_dir, int *found, lh_errbuf *err);
 /* Removes the oldest step-N folders of ckpt_dir beyond the newest keep (0:
  * keeps them all), never the one `latest` names, and what an interrupted

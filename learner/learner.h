@@ -232,6 +232,12 @@ int lh_learner_config_ingest_peers(const lh_learner_config *cfg);
 /* Reads the defaults, then the [learner] section of doc (common/ini_doc.h;
  * db, ckpt_dir and the CURVE files resolved against their file's folder). */
 int lh_learner_config_read(const lh_ini_doc *doc, lh_learner_config *cfg, lh_errbuf *err);
+/* The files cfg's CURVE keys name, read as the learner will read them
+ * (learner/curve.c): curve_secret_key_file and curve_allowed_keys both or
+ * neither, the secret key readable by its owner alone and a key, the
+ * allow-list a file or folder of keys with at least one. 0, or a config
+ * error's code naming the key. */
+int lh_learner_config_check_keys(const lh_learner_config *cfg, lh_errbuf *err);
 /* Loads the defaults, then the [learner] section of the file at path. */
 int lh_learner_config_load(const char *path, lh_learner_config *cfg, lh_errbuf *err);
 /* The same from INI text in memory; source names it in messages. */
@@ -289,11 +295,15 @@ typedef struct {
   volatile sig_atomic_t *reload;  /* set by SIGHUP: re-read max_db_bytes */
   const char *run_id;   /* --run-id; NULL: kept from the resumed run (rank 0's store), or a new one */
   const char *command;  /* the command line, for the runs row; may be NULL */
+  /* The process exit code of an lh_err code (the command's one mapping),
+   * which a failing rank of several ends the whole job with, so that
+   * mpirun exits as one rank alone would; NULL: 1. */
+  int (*exit_code)(int code);
 } lh_learner_run_args;
 
-/* 0 when done; LH_LEARNER_RUN_RUNTIME or LH_LEARNER_RUN_USAGE (a bad
- * config or argument) after printing the reason to stderr. */
-enum { LH_LEARNER_RUN_OK = 0, LH_LEARNER_RUN_RUNTIME = 1, LH_LEARNER_RUN_USAGE = 2 };
+/* 0 when done; else the lh_err code of what ended it (a config error's
+ * code for a bad config, checkpoint folder or argument), after printing
+ * the reason to stderr. The command turns the code into its exit code. */
 int lh_learner_run(const lh_learner_run_args *a);
 
 /* ---- SFT (learner/sft.c) ---------------------------------------------------

@@ -213,10 +213,9 @@ static int periodic_checkpoint(learner *L, lh_errbuf *err) {
  * came from): the actors build their model from the file and could not
  * take the learner's weights. Refused at start (a config error), naming
  * every key that differs. */
-static int same_model(learner *L, const lh_model_config *mc, const char *dir, int *usage_error, lh_errbuf *err) {
+static int same_model(learner *L, const lh_model_config *mc, const char *dir, lh_errbuf *err) {
   char diff[320];
   if (!lh_model_config_diff(mc, lh_model_get_config(L->m), "checkpoint", diff, sizeof diff)) return 0;
-  *usage_error = 1;
   return lh_errbuf_set(err, LH_ELEARNER_CONFIG_VALUE,
                        "%s: [model] %s (checkpoint %s): give [model] the checkpoint's values, or start from "
                        "another checkpoint",
@@ -226,22 +225,18 @@ static int same_model(learner *L, const lh_model_config *mc, const char *dir, in
 /* The model from the checkpoint `latest` names (--resume), the --init
  * directory or [model]. --resume over a ckpt_dir it cannot go on from
  * (step-N folders but no readable `latest` naming one) and a checkpoint
- * whose [model] is not the file's are config errors (*usage_error). */
-static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int *resumed, char *from,
-                      int *usage_error) {
+ * whose [model] is not the file's are config errors (their codes say so). */
+static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int *resumed, char *from) {
   const lh_learner_run_args *a = L->a;
   memset(&L->st, 0, sizeof L->st);
   lh_learner_adv_baseline_init(&L->st.baseline, L->cfg.baseline_decay);
   /* A rank of an expert group reads or makes its shard only. */
   int P = (int)L->cfg.expert_parallel, shards = P > 1 ? P : 1, shard = L->rank % shards;
   int found = 0;
-  if (a->resume && lh_learner_ckpt_resume_find(L->cfg.ckpt_dir, &found, err)) {
-    *usage_error = 1;
-    return err->code;
-  }
+  if (a->resume) LH_TRY(lh_learner_ckpt_resume_find(L->cfg.ckpt_dir, &found, err));
   if (found) {
     LH_TRY(lh_learner_ckpt_load_latest_shard(L->cfg.ckpt_dir, L->be, shard, shards, &L->m, &L->st, from, err));
-    LH_TRY(same_model(L, mc, from, usage_error, err));
+    LH_TRY(same_model(L, mc, from, err));
     *resumed = 1;
     L->last_ckpt_step = L->st.step;
     L->have_ckpt = 1;
@@ -251,7 +246,7 @@ static int open_model(learner *L, const lh_model_config *mc, lh_errbuf *err, int
   } else if (a->init) {
     if (a->resume) LH_INFO("learner", "no checkpoint in ckpt_dir=%s: starting from --init", L->cfg.ckpt_dir);
     LH_TRY(lh_model_load_shard(a->init, L->be, shard, shards, &L->m, err));
-    LH_TRY(same_model(L, mc, a->init, usage_error, err));
+    LH_TRY(same_model(L, mc, a->init, err));
     LH_INFO("learner", "init from=%s", a->init);
   } else {
     if (a->resume) LH_INFO("learner", "no checkpoint in ckpt_dir=%s: starting fresh", L->cfg.ckpt_dir);
@@ -353,9 +348,8 @@ static void end_run(learner *L, const char *outcome) {
   L->run_row = 0;
 }
 
-static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
+static int open_all(learner *L, lh_errbuf *err) {
   const lh_learner_run_args *a = L->a;
-  *usage_error = 1;
   lh_model_config mc;
   LH_TRY(read_config(a->doc, 0, a->config, &L->cfg, &mc, err));
   /* This rank's own ingest port and store file (learner.h, "learner ranks"). */
@@ -368,17 +362,13 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
   memcpy(L->cfg.db, rank_text, sizeof rank_text);
   /* One writing learner per store: a second one (another run in the same
    * folder, a stale restart) would re-train the first's episodes. Refused
-   * as a usage error (exit 2), naming the holder, so that no supervisor
-   * retries it in a loop. */
+   * naming the holder (LH_ESTORE_WRITER_LOCKED, a usage error: exit 2, so
+   * that no supervisor retries it in a loop). */
   char holder[2 * LH_LEARNER_TEXT_BYTES];
   snprintf(holder, sizeof holder, "longhaul learner rank %d --config %s", L->rank, a->config);
   LH_TRY(lh_store_lock_writer(L->cfg.db, holder, &L->lock, err));
-  int brc = lh_backend_by_name(a->backend ? a->backend : "cpu", &L->be, err);
-  if (brc) {
-    *usage_error = brc == LH_EKERNELS_UNKNOWN_BACKEND;  /* no GPU is a runtime error */
-    return brc;
-  }
-  *usage_error = 0;
+  /* An unknown backend is a usage error, no GPU a runtime one (their codes). */
+  LH_TRY(lh_backend_by_name(a->backend ? a->backend : "cpu", &L->be, err));
   /* Chosen, not inherited: the training thread's compute team is sized by
    * [learner] blas_threads (1 by default: the actors usually share the
    * machine); OpenBLAS runs single-threaded on each member (ARCHITECTURE.md
@@ -388,7 +378,7 @@ static int open_all(learner *L, lh_errbuf *err, int *usage_error) {
           (unsigned long long)L->cfg.blas_threads);
   int resumed = 0;
   char from[LH_LEARNER_TEXT_BYTES] = "";
-  LH_TRY(open_model(L, &mc, err, &resumed, from, usage_error));
+  LH_TRY(open_model(L, &mc, err, &resumed, from));
   if (L->cfg.expert_parallel > 1) log_shard(L);
   lh_store_options so;
   lh_store_options_default(&so);
@@ -569,29 +559,32 @@ static int run_loop(learner *L, lh_errbuf *err) {
   return 0;
 }
 
+/* The exit code the job ends with when a rank fails with code. */
+static int exit_code(const lh_learner_run_args *a, int code) { return a->exit_code ? a->exit_code(code) : 1; }
+
 int lh_learner_run(const lh_learner_run_args *a) {
   learner L;
   memset(&L, 0, sizeof L);
   L.a = a;
   lh_errbuf err;
   memset(&err, 0, sizeof err);
-  int usage_error = 0;
   /* One rank, or one of an mpirun job (MPI is started only then). */
   lh_learner_comm *comm = NULL;
-  if (lh_learner_comm_open(&comm, &err)) {
+  int rc = lh_learner_comm_open(&comm, &err);
+  if (rc) {
     fprintf(stderr, "longhaul learner: %s\n", err.msg);
-    return LH_LEARNER_RUN_RUNTIME;
+    return rc;
   }
   L.comm = comm, L.rank = lh_learner_comm_rank(comm), L.ranks = lh_learner_comm_size(comm);
-  int rc = open_all(&L, &err, &usage_error);
+  rc = open_all(&L, &err);
   if (rc) {
     fprintf(stderr, "longhaul learner: %s%s\n", L.ranks > 1 ? "rank failed, ending the job: " : "", err.msg);
     end_run(&L, "error");
     learner_close(&L);
     /* The other ranks would wait for this one for ever. */
-    lh_learner_comm_abort(comm, usage_error ? LH_LEARNER_RUN_USAGE : LH_LEARNER_RUN_RUNTIME);
+    lh_learner_comm_abort(comm, exit_code(a, rc));
     lh_learner_comm_close(comm);
-    return usage_error ? LH_LEARNER_RUN_USAGE : LH_LEARNER_RUN_RUNTIME;
+    return rc;
   }
   rc = run_loop(&L, &err);
   if (rc) fprintf(stderr, "longhaul learner: %s\n", err.msg);
@@ -600,9 +593,9 @@ int lh_learner_run(const lh_learner_run_args *a) {
             L.ranks);
     end_run(&L, "error");
     learner_close(&L);
-    lh_learner_comm_abort(comm, LH_LEARNER_RUN_RUNTIME);
+    lh_learner_comm_abort(comm, exit_code(a, rc));
     lh_learner_comm_close(comm);
-    return LH_LEARNER_RUN_RUNTIME;
+    return rc;
   }
   /* The service stops first: what arrived is stored and acked, and the
    * episodes it stored are the trainer's to checkpoint as not done. */
@@ -637,7 +630,7 @@ int lh_learner_run(const lh_learner_run_args *a) {
   }
   end_run(&L, rc ? "error" : "ok");
   learner_close(&L);
-  if (rc && L.ranks > 1) lh_learner_comm_abort(comm, LH_LEARNER_RUN_RUNTIME);
+  if (rc && L.ranks > 1) lh_learner_comm_abort(comm, exit_code(a, rc));
   lh_learner_comm_close(comm);
-  return rc ? LH_LEARNER_RUN_RUNTIME : LH_LEARNER_RUN_OK;
+  return rc;
 }

@@ -464,6 +464,19 @@ static void *zap_thread(void *arg) {
   return NULL;
 }
 
+int lh_zsock_allowed_check(const char *allowed, size_t *keys, lh_errbuf *err) {
+  if (keys) *keys = 0;
+  if (!allowed || !*allowed) return lh_errbuf_set(err, LH_ECONFIG, "allowed keys: no file or folder given");
+  lh_zsock_zap z;
+  memset(&z, 0, sizeof z);
+  int rc = load_allowed(&z, allowed, err);
+  if (rc == 0 && z.n_keys == 0)
+    rc = lh_errbuf_set(err, LH_ECONFIG, "allowed keys %s: no key in it (every peer would be refused)", allowed);
+  if (keys) *keys = z.n_keys;
+  free(z.keys);
+  return rc;
+}
+
 int lh_zsock_zap_start(void *ctx, const char *allowed, lh_zsock_zap **out, lh_errbuf *err) {
   if (!out) return lh_errbuf_set(err, LH_EINVAL, "zap: out is NULL");
   *out = NULL;

@@ -119,6 +119,11 @@ int lh_zsock_keys_generate(const char *dir, const char *name, char public_key[LH
  * before zmq_ctx_term. */
 typedef struct lh_zsock_zap lh_zsock_zap;
 int lh_zsock_zap_start(void *ctx, const char *allowed, lh_zsock_zap **out, lh_errbuf *err);
+/* Reads the allow-list allowed as lh_zsock_zap_start would, without a
+ * handler: 0 with *keys (may be NULL) its key count, or LH_ECONFIG naming
+ * what is wrong (a file that cannot be read, a line that is no key, no key
+ * at all). */
+int lh_zsock_allowed_check(const char *allowed, size_t *keys, lh_errbuf *err);
 /* Caps the connections of one server socket s (opened with zap_domain
  * domain, not yet bound) at max_peers: the handler counts s's open
  * connections through a socket monitor (accepted, closed) and refuses the

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/commands.h"
 #include "cli/launch/launch.h"
 #include "common/ini_doc.h"
 #include "learner/learner.h"
@@ -395,7 +396,7 @@ int lh_launch_slurm_command(const lh_launch_fleet *f, const char *path, int subm
   memset(&err, 0, sizeof err);
   if (lh_launch_slurm_write_script(f, path, &err)) {
     fprintf(stderr, "longhaul launch: %s\n", err.msg);
-    return err.code == LH_ESYS ? 1 : 2;
+    return lh_cli_exit_for_error(err.code);
   }
   if (!submit) {
     printf("wrote the batch script %s (submit it with: sbatch %s)\n", path, path);
@@ -404,7 +405,7 @@ int lh_launch_slurm_command(const lh_launch_fleet *f, const char *path, int subm
   char job[32];
   if (lh_launch_slurm_submit(path, job, sizeof job, &err)) {
     fprintf(stderr, "longhaul launch: %s\n", err.msg);
-    return 1;
+    return lh_cli_exit_for_error(err.code);
   }
   printf("submitted job %s (run %s, batch script %s); its launcher logs to %s/launch.log and %s/slurm-%s.out\n"
          "stop it in order with: scancel --batch --signal=TERM %s\n",

@@ -42,9 +42,10 @@ START_TEST(test_list_describe) {
   ck_assert(strstr(out, "tools: search(TERM)"));
   ck_assert_int_eq(run("envs describe maze --opt size=9", NULL), 0);
   ck_assert(strstr(out, "size=9"));
-  ck_assert_int_eq(run("envs describe chess", NULL), 1);
+  /* What the user named wrongly is a usage error, as for every command. */
+  ck_assert_int_eq(run("envs describe chess", NULL), 2);
   ck_assert(strstr(out, "unknown environment 'chess'"));
-  ck_assert_int_eq(run("envs describe calc --opt bogus=1", NULL), 1);
+  ck_assert_int_eq(run("envs describe calc --opt bogus=1", NULL), 2);
   ck_assert(strstr(out, "unknown option 'bogus'"));
   ck_assert_int_eq(run("envs describe", NULL), 2);
   ck_assert_int_eq(run("envs describe calc --opt novalue", NULL), 2);
@@ -99,7 +100,7 @@ START_TEST(test_play_plugin) {
   ck_assert_int_eq(run(args, NULL), 0);
   ck_assert(strstr(out, "episode over: success"));
   snprintf(args, sizeof args, "envs describe future --plugin '%s'", LH_TEST_PLUGIN_BAD_VERSION);
-  ck_assert_int_eq(run(args, NULL), 1);
+  ck_assert_int_eq(run(args, NULL), 2);
   ck_assert(strstr(out, "version 99 not supported"));
 }
 END_TEST
