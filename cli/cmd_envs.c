@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/term.h"
 #include "envs/env.h"
 
 #define MAX_OPTS 64
@@ -216,7 +217,7 @@ static int open_env(args *a, lh_env **env) {
   lh_errbuf_clear(&err);
   int rc = lh_env_open(a->name, a->opts, a->count, env, &err);
   if (rc < 0) {
-    fprintf(stderr, "longhaul envs: cannot open '%s': %s (%s)\n", a->name, err.msg, lh_err_name(rc));
+    lh_cli_term_printf(stderr, "longhaul envs: cannot open '%s': %s (%s)\n", a->name, err.msg, lh_err_name(rc));
     return lh_cli_exit_for_error(rc);
   }
   return 0;
@@ -265,15 +266,21 @@ static void draw_image(const lh_env_image *im, int ansi) {
   }
 }
 
+/* The observation's text is the environment's (a plugin's or an env
+ * server's): through the terminal filter (cli/term.h), its own lines kept;
+ * the images are drawn by this command, --ansi's colours its own. */
 static void show_obs(const lh_env_obs *obs, const args *a) {
   size_t n = obs->text_bytes;
+  const char *text = obs->text ? obs->text : "";
   if (a->max_text > 0 && n > (size_t)a->max_text) {
     size_t half = (size_t)a->max_text / 2;
-    printf("%.*s\n[... %zu bytes not shown ...]\n%.*s\n", (int)half, obs->text, n - 2 * half, (int)half,
-           obs->text + n - half);
+    lh_cli_term_write(stdout, text, half);
+    printf("\n[... %zu bytes not shown ...]\n", n - 2 * half);
+    lh_cli_term_write(stdout, text + n - half, half);
   } else {
-    printf("%.*s\n", (int)n, obs->text ? obs->text : "");
+    lh_cli_term_write(stdout, text, obs->text ? n : 0);
   }
+  putchar('\n');
   for (uint32_t i = 0; i < obs->image_count; i++) {
     printf("[image %u: %ux%u]\n", i, obs->images[i].width, obs->images[i].height);
     draw_image(&obs->images[i], a->ansi);
@@ -297,12 +304,12 @@ static int cmd_play(args *a) {
   lh_errbuf err;
   lh_env_obs obs;
   if ((rc = lh_env_reset(env, a->seed, &obs, &err)) < 0) {
-    fprintf(stderr, "longhaul envs play: reset failed: %s (%s)\n", err.msg, lh_err_name(rc));
+    lh_cli_term_printf(stderr, "longhaul envs play: reset failed: %s (%s)\n", err.msg, lh_err_name(rc));
     lh_env_free(env);
     return lh_cli_exit_for_error(rc);
   }
-  printf("== %s, seed %llu, max_steps %u ==\n", lh_env_name(env), (unsigned long long)a->seed,
-         lh_env_max_steps(env));
+  lh_cli_term_printf(stdout, "== %s, seed %llu, max_steps %u ==\n", lh_env_name(env), (unsigned long long)a->seed,
+                     lh_env_max_steps(env));
   show_obs(&obs, a);
   int interactive = isatty(STDIN_FILENO);
   float total = 0;
@@ -319,7 +326,7 @@ static int cmd_play(args *a) {
         if (getline(&line, &cap, stdin) < 0) break;
       }
       if ((rc = lh_env_expert(env, &action, &err)) < 0) {
-        fprintf(stderr, "longhaul envs play: expert failed: %s (%s)\n", err.msg, lh_err_name(rc));
+        lh_cli_term_printf(stderr, "longhaul envs play: expert failed: %s (%s)\n", err.msg, lh_err_name(rc));
         status = LH_EXIT_RUNTIME;
         break;
       }
@@ -336,16 +343,19 @@ static int cmd_play(args *a) {
       action = line;
       bytes = (size_t)n;
     }
-    printf("-- step %u: %.*s\n", lh_env_steps(env) + 1, (int)bytes, action);
+    lh_cli_term_printf(stdout, "-- step %u: %.*s\n", lh_env_steps(env) + 1, (int)bytes, action);
     lh_env_result res;
     rc = lh_env_step(env, action, bytes, &res, &err);
     show_obs(&res.obs, a);
     total += res.reward;
     printf("reward %g", res.reward);
-    for (uint32_t i = 0; i < res.term_count; i++) printf(" %s=%g", res.terms[i].name, res.terms[i].value);
+    for (uint32_t i = 0; i < res.term_count; i++) {
+      char name[256];
+      printf(" %s=%g", lh_cli_term_field(res.terms[i].name, name, sizeof name), res.terms[i].value);
+    }
     printf("\n");
     if (rc < 0) {
-      fprintf(stderr, "longhaul envs play: %s (%s)\n", err.msg, lh_err_name(rc));
+      lh_cli_term_printf(stderr, "longhaul envs play: %s (%s)\n", err.msg, lh_err_name(rc));
       status = LH_EXIT_RUNTIME;
     }
     if (res.done) {
@@ -387,7 +397,7 @@ int lh_cmd_envs(int argc, char **argv) {
     rc = parse_args(argc, argv, 2, &a, 1);
     lh_env *env;
     if (!rc && !(rc = open_env(&a, &env))) {
-      printf("%s\n", lh_env_describe(env));
+      lh_cli_term_printf(stdout, "%s\n", lh_env_describe(env));
       lh_env_free(env);
     }
   } else if (!strcmp(sub, "play")) {
@@ -406,7 +416,7 @@ int lh_cmd_envs(int argc, char **argv) {
       lh_errbuf_clear(&err);
       int s = lh_envserver_run(a.bind, &a.serve, &err);
       if (s < 0) {
-        fprintf(stderr, "longhaul envs serve: %s (%s)\n", err.msg, lh_err_name(s));
+        lh_cli_term_printf(stderr, "longhaul envs serve: %s (%s)\n", err.msg, lh_err_name(s));
         /* A key file or allow-list it cannot use is a usage error (2), which
          * `longhaul launch` does not retry; a bind that failed is not. */
         rc = lh_cli_exit_for_error(s);

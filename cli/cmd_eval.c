@@ -14,6 +14,7 @@
 #include "cli/model_match.h"
 #include "cli/policy_eval.h"
 #include "cli/run_record.h"
+#include "cli/term.h"
 #include "common/common.h"
 #include "learner/learner.h"
 #include "store/store.h"
@@ -74,7 +75,7 @@ int lh_cmd_eval(int argc, char **argv) {
   if (prc) return lh_cli_parse_exit(prc);
   uint64_t seeds = 0, show = 0;
   if (!config || !ckpt) {
-    fprintf(stderr, "longhaul eval: --config and --ckpt are required (see longhaul eval --help)\n");
+    lh_cli_term_printf(stderr, "longhaul eval: --config and --ckpt are required (see longhaul eval --help)\n");
     return LH_EXIT_USAGE;
   }
   if (lh_cli_u64("eval", "--seeds", seeds_s, 0, 1000000, &seeds) ||
@@ -86,12 +87,12 @@ int lh_cmd_eval(int argc, char **argv) {
   if (context_s && lh_cli_u64("eval", "--max-context", context_s, 2, 0x7fffffff, &max_context))
     return LH_EXIT_USAGE;
   if (!seeds) {
-    fprintf(stderr, "longhaul eval: --seeds must be at least 1\n");
+    lh_cli_term_printf(stderr, "longhaul eval: --seeds must be at least 1\n");
     return LH_EXIT_USAGE;
   }
   if (run_id && lh_cli_run_id_arg("eval", run_id)) return LH_EXIT_USAGE;
   if (db && !*db) {
-    fprintf(stderr, "longhaul eval: --db needs a file name (or none)\n");
+    lh_cli_term_printf(stderr, "longhaul eval: --db needs a file name (or none)\n");
     return LH_EXIT_USAGE;
   }
   lh_ini_doc *doc = NULL;
@@ -101,20 +102,21 @@ int lh_cmd_eval(int argc, char **argv) {
   char msg[512];
   int env_rc = lh_cli_env_section_read(doc, &o, msg, sizeof msg);
   if (env_rc) {
-    fprintf(stderr, "longhaul eval: %s\n", msg);
+    lh_cli_term_printf(stderr, "longhaul eval: %s\n", msg);
     lh_ini_doc_free(doc);
     return LH_EXIT_USAGE;
   }
   lh_cli_eval_context ectx;
   if (!env_rc && lh_cli_eval_context_read(doc, NULL, &ectx, msg, sizeof msg)) {
-    fprintf(stderr, "longhaul eval: %s\n", msg);
+    lh_cli_term_printf(stderr, "longhaul eval: %s\n", msg);
     lh_cli_env_section_free(&o);
     lh_ini_doc_free(doc);
     return LH_EXIT_USAGE;
   }
   if (!env) env = o.name;
   if (!env) {
-    fprintf(stderr, "longhaul eval: no environment: give --env NAME or name = NAME in [env] of %s\n", config);
+    lh_cli_term_printf(stderr, "longhaul eval: no environment: give --env NAME or name = NAME in [env] of %s\n",
+                       config);
     lh_cli_env_section_free(&o);
     lh_ini_doc_free(doc);
     return LH_EXIT_USAGE;
@@ -126,14 +128,14 @@ int lh_cmd_eval(int argc, char **argv) {
   lh_env *probe = NULL;
   int erc = lh_env_open(env, o.opts, o.n, &probe, &err);
   if (erc < 0) {
-    fprintf(stderr, "longhaul eval: environment '%s': %s\n", env, err.msg);
+    lh_cli_term_printf(stderr, "longhaul eval: environment '%s': %s\n", env, err.msg);
     lh_cli_env_section_free(&o);
     lh_ini_doc_free(doc);
     return lh_cli_exit_for_error(erc);
   }
   lh_env_free(probe);
   if (resolve_ckpt(ckpt, dir, &err)) {
-    fprintf(stderr, "longhaul eval: %s holds no model.safetensors, and %s\n", ckpt, err.msg);
+    lh_cli_term_printf(stderr, "longhaul eval: %s holds no model.safetensors, and %s\n", ckpt, err.msg);
     lh_cli_env_section_free(&o);
     lh_ini_doc_free(doc);
     return LH_EXIT_RUNTIME;
@@ -141,17 +143,18 @@ int lh_cmd_eval(int argc, char **argv) {
   /* The checkpoint's stage, now that the checkpoint is known. */
   if (lh_cli_eval_context_read(doc, dir, &ectx, msg, sizeof msg) == 0 && ectx.option[0] && !max_context &&
       lh_cli_env_section_set(&o, ectx.option, ectx.value)) {
-    fprintf(stderr, "longhaul eval: out of memory\n");
+    lh_cli_term_printf(stderr, "longhaul eval: out of memory\n");
     lh_cli_env_section_free(&o);
     lh_ini_doc_free(doc);
     return LH_EXIT_RUNTIME;
   }
   if (max_context) ectx.max_context = max_context, ectx.stage = -1;
   if (ectx.stage >= 0)
-    fprintf(stderr, "eval: context %llu of stage %d%s%s%s%s\n", (unsigned long long)ectx.max_context, ectx.stage,
-            ectx.option[0] ? " with " : "", ectx.option, ectx.option[0] ? " = " : "", ectx.value);
+    lh_cli_term_printf(stderr, "eval: context %llu of stage %d%s%s%s%s\n", (unsigned long long)ectx.max_context,
+                       ectx.stage, ectx.option[0] ? " with " : "", ectx.option, ectx.option[0] ? " = " : "",
+                       ectx.value);
   else
-    fprintf(stderr, "eval: context %llu\n", (unsigned long long)ectx.max_context);
+    lh_cli_term_printf(stderr, "eval: context %llu\n", (unsigned long long)ectx.max_context);
   int model_given = lh_cli_model_given(doc);
   lh_model_config mcfg;
   lh_errbuf merr;
@@ -196,11 +199,11 @@ int lh_cmd_eval(int argc, char **argv) {
                          .env = env, .seeds = seeds, .episodes = seeds, .successes = wins, .reward_mean = NAN,
                          .temperature = temperature, .checkpoint = dir, .eval_ms = eval_ms};
     if (lh_store_put_eval(run.store, &row, &le))
-      fprintf(stderr, "longhaul eval: the result was not stored in %s: %s\n", run.db, le.msg);
+      lh_cli_term_printf(stderr, "longhaul eval: the result was not stored in %s: %s\n", run.db, le.msg);
   }
   lh_cli_run_end(&run, rc == 0);
   if (rc) {
-    fprintf(stderr, "longhaul eval: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
+    lh_cli_term_printf(stderr, "longhaul eval: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
   } else if (json) {
     /* through cJSON, so that a path or a name with a quote stays valid JSON */
     cJSON *o = cJSON_CreateObject();
@@ -212,17 +215,19 @@ int lh_cmd_eval(int argc, char **argv) {
       text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!text) {
-      fprintf(stderr, "longhaul eval: no memory for the JSON result\n");
+      lh_cli_term_printf(stderr, "longhaul eval: no memory for the JSON result\n");
       rc = LH_ENOMEM;
     } else {
-      printf("%s\n", text);
+      lh_cli_term_json(stdout, text);
+      fputc('\n', stdout);
       cJSON_free(text);
     }
   } else {
     char how[32] = "greedy";
     if (temperature > 0) snprintf(how, sizeof how, "sampled at T=%g", temperature);
-    printf("eval: %s success rate %.3f (%zu/%llu held-out seeds 1..%llu, %s) in %.1fs\n", dir,
-           (double)wins / (double)seeds, wins, (unsigned long long)seeds, (unsigned long long)seeds, how, (double)(lh_now_ns() - t0) / 1e9);
+    lh_cli_term_printf(stdout, "eval: %s success rate %.3f (%zu/%llu held-out seeds 1..%llu, %s) in %.1fs\n", dir,
+                       (double)wins / (double)seeds, wins, (unsigned long long)seeds, (unsigned long long)seeds, how,
+                       (double)(lh_now_ns() - t0) / 1e9);
   }
   lh_model_free(m);
   lh_backend_close(be);

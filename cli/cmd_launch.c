@@ -16,6 +16,7 @@
 #include "cli/config.h"
 #include "cli/launch/launch.h"
 #include "cli/run_record.h"
+#include "cli/term.h"
 
 #define LAUNCH_TICK_MS 50
 #define LAUNCH_SCREEN_MS 1000   /* the terminal screen's refresh */
@@ -92,11 +93,14 @@ static int64_t now_ms(void) { return lh_now_ns() / 1000000; }
 
 static void event(launcher *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void event(launcher *L, const char *fmt, ...) {
-  char line[1024];
+  char raw[1024], line[4 * sizeof raw];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
+  /* An event may quote a child's last words or a store's message: one
+   * line, no control character (cli/term.h), in the log as on the screen. */
+  lh_cli_term_field(raw, line, sizeof line);
   time_t t = time(NULL);
   struct tm tm;
   gmtime_r(&t, &tm);
@@ -104,7 +108,7 @@ static void event(launcher *L, const char *fmt, ...) {
     fprintf(L->events, "%02d:%02d:%02d info launch: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec, line);
     fflush(L->events);
   }
-  if (L->to_stderr) fprintf(stderr, "info launch: %s\n", line);
+  if (L->to_stderr) lh_cli_term_printf(stderr, "info launch: %s\n", line);
   if (L->n_recent == LAUNCH_EVENTS) {
     memmove(L->recent[0], L->recent[1], sizeof L->recent[0] * (LAUNCH_EVENTS - 1));
     L->n_recent--;
@@ -385,9 +389,9 @@ static void screen(launcher *L, FILE *out, int ansi, int64_t up_ms) {
   for (int i = 0; i < L->n_recent; i++) {
     size_t n = strlen(L->recent[i]);
     if (n <= 77)
-      fprintf(out, "  %s\n", L->recent[i]);
+      lh_cli_term_printf(out, "  %s\n", L->recent[i]);
     else
-      fprintf(out, "  %.74s...\n", L->recent[i]);
+      lh_cli_term_printf(out, "  %.74s...\n", L->recent[i]);
   }
   fflush(out);
 }
@@ -458,7 +462,7 @@ int lh_cmd_launch(int argc, char **argv) {
   f->sets = sets.set, f->n_sets = sets.n;
   if (run_id) snprintf(f->run_id, sizeof f->run_id, "%s", run_id);
   if (lh_launch_fleet_init(f, config, &err)) {
-    fprintf(stderr, "longhaul launch: %s\n", err.msg);
+    lh_cli_term_printf(stderr, "longhaul launch: %s\n", err.msg);
     lh_launch_unlock(f);
     free(f);
     return lh_cli_exit_for_error(err.code);
@@ -472,14 +476,14 @@ int lh_cmd_launch(int argc, char **argv) {
     return rc;
   }
   if (!strcmp(engine, "slurm") && lh_launch_slurm_prepare(f, &err)) {
-    fprintf(stderr, "longhaul launch: %s\n", err.msg);
+    lh_cli_term_printf(stderr, "longhaul launch: %s\n", err.msg);
     lh_launch_unlock(f);
     free(f);
     return lh_cli_exit_for_error(err.code);
   }
   if (dry_run) {
     int rc = lh_launch_plan(f, 0, plan_line, stdout, &err);
-    if (rc) fprintf(stderr, "longhaul launch: %s\n", err.msg);
+    if (rc) lh_cli_term_printf(stderr, "longhaul launch: %s\n", err.msg);
     lh_launch_unlock(f);
     free(f);
     return lh_cli_exit_for_error(rc);
@@ -558,7 +562,7 @@ int lh_cmd_launch(int argc, char **argv) {
   L.to_stderr = 1;
   event(&L, "done reason=%s clean=%d uptime_s=%.1f restarts:%s", L.reason[0] ? L.reason : "none", clean,
         (double)(now_ms() - t0) / 1000.0, restarts);
-  if (L.failure[0]) fprintf(stderr, "longhaul launch: the fleet failed: %s\n", L.failure);
+  if (L.failure[0]) lh_cli_term_printf(stderr, "longhaul launch: the fleet failed: %s\n", L.failure);
   if (L.events) fclose(L.events);
   lh_launch_unlock(f);
   free(f);

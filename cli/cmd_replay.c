@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/replay/replay.h"
+#include "cli/term.h"
 
 typedef struct {
   lh_cli_sub sub; /* name and summary, for --help */
@@ -53,16 +54,16 @@ int lh_cli_replay_open(const char *cmd, const lh_cli_dbs *dbs, lh_store **out) {
   int rc = lh_cli_dbs_open(dbs, out, NULL, &err);
   if (rc < 0) {
     /* The store's message says what the file is and what to do. */
-    fprintf(stderr, "longhaul replay %s: cannot open store '%s': %s (%s)\n", cmd, db,
-            err.msg[0] ? err.msg : lh_strerror(rc), lh_err_name(rc));
+    lh_cli_term_printf(stderr, "longhaul replay %s: cannot open store '%s': %s (%s)\n", cmd, db,
+                       err.msg[0] ? err.msg : lh_strerror(rc), lh_err_name(rc));
     return lh_cli_exit_for_error(rc);
   }
   return 0;
 }
 
 int lh_cli_replay_fail(const char *cmd, const char *db, int code, const lh_errbuf *err) {
-  fprintf(stderr, "longhaul replay %s: reading '%s': %s (%s)\n", cmd, db,
-          err && err->msg[0] ? err->msg : lh_strerror(code), lh_err_name(code));
+  lh_cli_term_printf(stderr, "longhaul replay %s: reading '%s': %s (%s)\n", cmd, db,
+                     err && err->msg[0] ? err->msg : lh_strerror(code), lh_err_name(code));
   return code ? lh_cli_exit_for_error(code) : LH_EXIT_RUNTIME;
 }
 
@@ -74,7 +75,7 @@ int lh_cmd_replay(int argc, char **argv) {
     group_help(stdout);
     return LH_EXIT_OK;
   }
-  if (argc >= 2) fprintf(stderr, "longhaul replay: unknown subcommand '%s'\n\n", sub);
+  if (argc >= 2) lh_cli_term_printf(stderr, "longhaul replay: unknown subcommand '%s'\n\n", sub);
   group_help(stderr);
   return LH_EXIT_USAGE;
 }

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/rank_stores.h"
 #include "cli/report/report.h"
+#include "cli/term.h"
 #include "common/common.h"
 
 static const lh_cli_help HELP = {
@@ -102,8 +103,8 @@ static int load_runs(const report_args *a, lh_report_run *runs, size_t *nruns) {
       lh_store_close(s);
     }
     if (rc != 0) {
-      fprintf(stderr, "longhaul report: cannot read '%s': %s (%s)\n", name, err.msg[0] ? err.msg : lh_strerror(rc),
-              lh_err_name(rc));
+      lh_cli_term_printf(stderr, "longhaul report: cannot read '%s': %s (%s)\n", name,
+                         err.msg[0] ? err.msg : lh_strerror(rc), lh_err_name(rc));
       for (size_t k = 0; k < r; k++) lh_report_data_free(&runs[k].d);
       return lh_cli_exit_for_error(rc);
     }
@@ -153,8 +154,8 @@ static int report_once(const report_args *a, int quiet) {
     lh_errbuf_clear(&err);
     tb_rc = lh_report_tensorboard(a->tensorboard, runs, n, &err);
     if (tb_rc != 0)
-      fprintf(stderr, "longhaul report: cannot write TensorBoard events under '%s': %s\n", a->tensorboard,
-              err.msg[0] ? err.msg : lh_strerror(tb_rc));
+      lh_cli_term_printf(stderr, "longhaul report: cannot write TensorBoard events under '%s': %s\n", a->tensorboard,
+                         err.msg[0] ? err.msg : lh_strerror(tb_rc));
   }
   for (size_t r = 0; r < n; r++) lh_report_data_free(&runs[r].d);
   if (b.failed) {

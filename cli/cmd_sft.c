@@ -14,8 +14,9 @@
 #include "cli/config.h"
 #include "cli/model_match.h"
 #include "cli/policy_eval.h"
-#include "cli/sft_eta.h"
 #include "cli/run_record.h"
+#include "cli/sft_eta.h"
+#include "cli/term.h"
 #include "learner/learner.h"
 #include "store/store.h"
 
@@ -95,7 +96,7 @@ static int parse_args(int argc, char **argv, sft_args *a) {
   int rc = lh_cli_parse(&HELP, argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
   if (rc) return rc;
   if (!a->config || !a->out) {
-    fprintf(stderr, "longhaul sft: --config and --out are required (see longhaul sft --help)\n");
+    lh_cli_term_printf(stderr, "longhaul sft: --config and --out are required (see longhaul sft --help)\n");
     return LH_EXIT_USAGE;
   }
   if (lh_cli_u64("sft", "--steps", steps, 1, 100000000, &a->steps) ||
@@ -107,23 +108,23 @@ static int parse_args(int argc, char **argv, sft_args *a) {
     return LH_EXIT_USAGE;
   if (a->run_id && lh_cli_run_id_arg("sft", a->run_id)) return LH_EXIT_USAGE;
   if (a->db && !*a->db) {
-    fprintf(stderr, "longhaul sft: --db needs a file name (or none)\n");
+    lh_cli_term_printf(stderr, "longhaul sft: --db needs a file name (or none)\n");
     return LH_EXIT_USAGE;
   }
   if (a->warmup && lh_cli_u64("sft", "--warmup", a->warmup, 0, 100000000, &a->warmup_steps)) return LH_EXIT_USAGE;
   if (lr) {
     if (lh_parse_f64(lr, &a->lr) || !(a->lr > 0 && a->lr < 1e3)) {
-      fprintf(stderr, "longhaul sft: --lr '%s' is not a positive learning rate\n", lr);
+      lh_cli_term_printf(stderr, "longhaul sft: --lr '%s' is not a positive learning rate\n", lr);
       return LH_EXIT_USAGE;
     }
   }
   if (target) {
     if (lh_parse_f64(target, &a->target) || !(a->target > 0 && a->target <= 1)) {
-      fprintf(stderr, "longhaul sft: --target '%s' is not a success rate in (0, 1]\n", target);
+      lh_cli_term_printf(stderr, "longhaul sft: --target '%s' is not a success rate in (0, 1]\n", target);
       return LH_EXIT_USAGE;
     }
     if (!a->eval_every || !a->eval) {
-      fprintf(stderr, "longhaul sft: --target needs --eval-every N and --eval N above 0\n");
+      lh_cli_term_printf(stderr, "longhaul sft: --target needs --eval-every N and --eval N above 0\n");
       return LH_EXIT_USAGE;
     }
   }
@@ -134,7 +135,8 @@ static int parse_args(int argc, char **argv, sft_args *a) {
  * store is a record of the run, not its work). */
 static void store_warn(lh_cli_run *run, const char *what, const lh_errbuf *e) {
   if (run->warned) return;
-  fprintf(stderr, "longhaul sft: %s not stored in %s (later ones may be missing too): %s\n", what, run->db, e->msg);
+  lh_cli_term_printf(stderr, "longhaul sft: %s not stored in %s (later ones may be missing too): %s\n", what, run->db,
+                     e->msg);
   run->warned = 1;
 }
 
@@ -147,9 +149,9 @@ static int evaluate(lh_model *m, const sft_args *a, const lh_cli_env_section *o,
   int rc = lh_cli_eval_policy(m, a->env, o->opts, o->n, a->eval_context, a->eval, 0.0f, (size_t)a->show, stdout, &wins, err);
   double eval_ms = (double)(lh_now_ns() - t0) / 1e6;
   if (!rc)
-    printf("eval: step %llu success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n",
-           (unsigned long long)step, (double)wins / (double)a->eval, wins, (unsigned long long)a->eval,
-           (unsigned long long)a->eval, eval_ms / 1e3);
+    lh_cli_term_printf(stdout, "eval: step %llu success rate %.3f (%zu/%llu held-out seeds 1..%llu, greedy) in %.1fs\n",
+                       (unsigned long long)step, (double)wins / (double)a->eval, wins, (unsigned long long)a->eval,
+                       (unsigned long long)a->eval, eval_ms / 1e3);
   lh_store_eval row = {.run_id = run->run_id, .kind = "sft", .has_step = 1, .step = step, .env = a->env,
                        .seeds = a->eval, .episodes = a->eval, .successes = wins, .reward_mean = NAN,
                        .checkpoint = a->out, .eval_ms = eval_ms};
@@ -224,8 +226,8 @@ static int train(lh_model *m, lh_env *env, const lh_learner_config *lcfg, const 
   *res = (lh_learner_sft_result){.taken = a->steps};
   if (!rc) rc = lh_learner_sft_train(m, lcfg, &loop, res, err);
   if (!rc && res->reached)
-    fprintf(stderr, "sft: success rate %.3f reached --target %.3f at step %llu; stopping\n", res->rate, a->target,
-            (unsigned long long)res->taken);
+    lh_cli_term_printf(stderr, "sft: success rate %.3f reached --target %.3f at step %llu; stopping\n", res->rate,
+                       a->target, (unsigned long long)res->taken);
   if (c.tty) fputc('\n', stderr);
   if (!rc)
     fprintf(stderr, "sft: %llu steps, %zu tokens in %.1fs, %llu skipped\n", (unsigned long long)res->taken,
@@ -259,14 +261,14 @@ int lh_cmd_sft(int argc, char **argv) {
   if (a.lr > 0) lcfg.lr = a.lr;
   if (a.warmup) lcfg.warmup_steps = a.warmup_steps;
   if (rc) {
-    fprintf(stderr, "longhaul sft: %s\n", msg);
+    lh_cli_term_printf(stderr, "longhaul sft: %s\n", msg);
     lh_ini_doc_free(doc);
     return LH_EXIT_USAGE; /* reading sections of a document already checked whole */
   }
   if (!a.env) a.env = o.name;
   if (!a.env) {
-    fprintf(stderr, "longhaul sft: no environment: give --env NAME or name = NAME in [env] of %s\n",
-            a.config);
+    lh_cli_term_printf(stderr, "longhaul sft: no environment: give --env NAME or name = NAME in [env] of %s\n",
+                       a.config);
     lh_cli_env_section_free(&o);
     lh_ini_doc_free(doc);
     return LH_EXIT_USAGE;
@@ -274,7 +276,7 @@ int lh_cmd_sft(int argc, char **argv) {
   lh_env *env = NULL;
   rc = lh_env_open(a.env, o.opts, o.n, &env, &err);
   if (rc) {
-    fprintf(stderr, "longhaul sft: environment '%s': %s\n", a.env, err.msg[0] ? err.msg : lh_strerror(rc));
+    lh_cli_term_printf(stderr, "longhaul sft: environment '%s': %s\n", a.env, err.msg[0] ? err.msg : lh_strerror(rc));
     lh_cli_env_section_free(&o);
     lh_ini_doc_free(doc);
     return lh_cli_exit_for_error(rc);
@@ -307,15 +309,15 @@ int lh_cmd_sft(int argc, char **argv) {
   lh_ini_doc_free(doc);
   doc = NULL;
   if (!rc)
-    fprintf(stderr, "sft: run %s store %s\n", run.run_id, run.store ? run.db : "none");
+    lh_cli_term_printf(stderr, "sft: run %s store %s\n", run.run_id, run.store ? run.db : "none");
   lh_learner_sft_result res = {0};
   if (!rc) rc = train(m, env, &lcfg, &a, &o, &run, &res, &err);
   /* The model as it ended, unless the last evaluation already wrote it. */
   int fresh = res.evaluated_at != res.taken;
   if (!rc && fresh) rc = lh_learner_sft_save(m, a.out, &err);
-  if (!rc) printf("wrote %s/model.safetensors\n", a.out);
+  if (!rc) lh_cli_term_printf(stdout, "wrote %s/model.safetensors\n", a.out);
   if (!rc && a.eval && fresh) rc = evaluate(m, &a, &o, &run, res.taken, NULL, &err);
-  if (rc) fprintf(stderr, "longhaul sft: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
+  if (rc) lh_cli_term_printf(stderr, "longhaul sft: %s\n", err.msg[0] ? err.msg : lh_strerror(rc));
   lh_cli_run_end(&run, rc == 0);
   lh_model_free(m);
   lh_backend_close(be);

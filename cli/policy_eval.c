@@ -7,6 +7,7 @@
 
 #include "actors/actors.h"
 #include "cli/policy_eval.h"
+#include "cli/term.h"
 #include "learner/learner.h"
 
 int lh_cli_env_section_read(const lh_ini_doc *doc, lh_cli_env_section *o, char *msg, size_t cap) {
@@ -93,9 +94,19 @@ int lh_cli_eval_policy(lh_model *m, const char *env, const lh_env_option *opts, 
                        uint64_t max_context, uint64_t n, float temperature, size_t show, FILE *out, size_t *wins,
                        lh_errbuf *err) {
   eval_progress_state st = {.tty = isatty(2)};
-  lh_actors_eval_seeds_params p = {.max_context = max_context, .seeds = n, .temperature = temperature,
-                                   .show = show, .out = out, .progress = eval_progress, .progress_ctx = &st};
+  /* The shown episodes are what the environment and the policy wrote:
+   * through the terminal filter (cli/term.h). */
+  FILE *shown = show && out ? lh_cli_term_open(out) : NULL;
+  if (show && out && !shown) return lh_errbuf_set(err, LH_ENOMEM, "eval: out of memory for the shown episodes");
+  lh_actors_eval_seeds_params p = {.max_context = max_context,
+                                   .seeds = n,
+                                   .temperature = temperature,
+                                   .show = show,
+                                   .out = shown ? shown : out,
+                                   .progress = eval_progress,
+                                   .progress_ctx = &st};
   int rc = lh_actors_eval_seeds(m, env, opts, n_opts, &p, wins, err);
+  if (shown && fclose(shown) && !rc) rc = lh_errbuf_set(err, LH_EIO, "eval: cannot write the shown episodes");
   if (st.tty && st.lines) fputc('\n', stderr);
   return rc;
 }

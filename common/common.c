@@ -81,11 +81,19 @@ lh_log_level lh_log_level_from_name(const char *name) {
   return (lh_log_level)(LH_LOG_OFF + 1);
 }
 
-size_t lh_text_control_escape(const char *s, char esc[5]) {
+int lh_text_control_at(const char *s, size_t *took) {
   const unsigned char *p = (const unsigned char *)s;
-  if (*p && (*p < 0x20 || *p == 0x7f)) return snprintf(esc, 5, "\\x%02x", *p), 1;
-  if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) return snprintf(esc, 5, "\\x%02x", p[1]), 2;
-  return 0;
+  *took = 0;
+  if (*p && (*p < 0x20 || *p == 0x7f)) return *took = 1, *p;
+  if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) return *took = 2, p[1];
+  return -1;
+}
+
+size_t lh_text_control_escape(const char *s, char esc[5]) {
+  size_t took;
+  int code = lh_text_control_at(s, &took);
+  if (code >= 0) snprintf(esc, 5, "\\x%02x", (unsigned)code);
+  return took;
 }
 
 size_t lh_text_escape(const char *in, char *out, size_t cap) {

@@ -84,6 +84,12 @@ size_t lh_text_cut_utf8(const char *s, size_t max);
  * DEL, or a C1 character's two bytes) into esc as "\xNN": the bytes of p
  * it stands for, or 0 when p is no control character. */
 size_t lh_text_control_escape(const char *p, char esc[5]);
+/* The one test of what a control character is, for every output that
+ * escapes them (the logger, the terminal, JSON, CSV, HTML): the code of
+ * the one at p (0x00..0x1f, 0x7f, or 0x80..0x9f for a C1 character's two
+ * bytes C2 80..9F) with its length in *took, or -1 (*took 0) when p is
+ * none; the NUL that ends p is none. */
+int lh_text_control_at(const char *p, size_t *took);
 /* The folder part of path ("." when it has none, "/" for the root), into
  * out. */
 void lh_path_folder(const char *path, char *out, size_t bytes);

@@ -109,7 +109,8 @@ typedef struct {
  * dies. One line naming the command goes into the log first. */
 int lh_launch_child_spawn(lh_launch_child *c, char *const argv[], const char *log_path, lh_errbuf *err);
 /* The last line of the log at log_path that the child wrote (not the
- * launcher's start line), control characters as spaces; "" when none:
+ * launcher's start line), control characters and all as one field of
+ * terminal text (lh_cli_term_field: \xNN); "" when none:
  * what a child that exits with a usage error said about it. */
 void lh_launch_child_last_line(const char *log_path, char *out, size_t bytes);
 /* Sends sig to the child (and its process group); a no-op when not running. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/launch/launch.h"
+#include "cli/term.h"
 
 static void log_line(int fd, const lh_launch_child *c, char *const argv[]) {
   char line[LH_LAUNCH_COMMAND_BYTES + 256];
@@ -116,9 +117,8 @@ void lh_launch_child_last_line(const char *log_path, char *out, size_t bytes) {
     char *start = end;
     while (start > buf && start[-1] != '\n') start--;
     if (start < end && strncmp(start, "launch: start ", 14) != 0) {
-      snprintf(out, bytes, "%s", start);
-      for (char *c = out; *c; c++)
-        if ((unsigned char)*c < 0x20) *c = ' ';
+      /* A child's words, shown in the events: escaped as terminal text. */
+      lh_cli_term_field(start, out, bytes);
       return;
     }
     end = start;

@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "cli/launch/launch.h"
+#include "cli/term.h"
 #include "common/ini_doc.h"
 #include "learner/learner.h"
 
@@ -395,21 +396,23 @@ int lh_launch_slurm_command(const lh_launch_fleet *f, const char *path, int subm
   lh_errbuf err;
   memset(&err, 0, sizeof err);
   if (lh_launch_slurm_write_script(f, path, &err)) {
-    fprintf(stderr, "longhaul launch: %s\n", err.msg);
+    lh_cli_term_printf(stderr, "longhaul launch: %s\n", err.msg);
     return lh_cli_exit_for_error(err.code);
   }
   if (!submit) {
-    printf("wrote the batch script %s (submit it with: sbatch %s)\n", path, path);
+    lh_cli_term_printf(stdout, "wrote the batch script %s (submit it with: sbatch %s)\n", path, path);
     return 0;
   }
   char job[32];
   if (lh_launch_slurm_submit(path, job, sizeof job, &err)) {
-    fprintf(stderr, "longhaul launch: %s\n", err.msg);
+    lh_cli_term_printf(stderr, "longhaul launch: %s\n", err.msg);
     return lh_cli_exit_for_error(err.code);
   }
-  printf("submitted job %s (run %s, batch script %s); its launcher logs to %s/launch.log and %s/slurm-%s.out\n"
-         "stop it in order with: scancel --batch --signal=TERM %s\n",
-         job, f->run_id[0] ? f->run_id : "-", path, f->fleet.log_dir, f->fleet.log_dir, job, job);
+  lh_cli_term_printf(stdout,
+                     "submitted job %s (run %s, batch script %s); its launcher logs to %s/launch.log and "
+                     "%s/slurm-%s.out\n"
+                     "stop it in order with: scancel --batch --signal=TERM %s\n",
+                     job, f->run_id[0] ? f->run_id : "-", path, f->fleet.log_dir, f->fleet.log_dir, job, job);
   fflush(stdout);
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include "cli/launch/launch.h"
+#include "cli/term.h"
 #include "learner/learner.h"
 #include "store/store.h"
 
@@ -154,13 +155,15 @@ void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64
   progress(f, &lr, uptime_ms, prog, sizeof prog);
   if (ansi) {
     char b1[SCREEN_COLUMNS], b2[SCREEN_COLUMNS], b3[SCREEN_COLUMNS];
-    fprintf(out, "\033[H\033[2J");
-    fprintf(out, "longhaul launch %s  up %02lld:%02lld:%02lld\n", tail(f->config_path, 50, b1, sizeof b1),
-            (long long)(up / 3600), (long long)(up / 60 % 60), (long long)(up % 60));
-    fprintf(out, "store %s  logs %s/\n", tail(f->db, 34, b2, sizeof b2), tail(f->fleet.log_dir, 28, b3, sizeof b3));
-    fprintf(out, "%s\n\n", prog[0] ? tail(prog, SCREEN_COLUMNS - 1, b1, sizeof b1) : "runs until Ctrl-C or SIGTERM");
-    fprintf(out, LEARNER_ROW, "LEARNER", "state", "rst", "step", "version", "loss", "reward", "success", "maxvio",
-            "busy");
+    fputs("\033[H\033[2J", out); /* the screen redraw: the launcher's own control */
+    lh_cli_term_printf(out, "longhaul launch %s  up %02lld:%02lld:%02lld\n", tail(f->config_path, 50, b1, sizeof b1),
+                       (long long)(up / 3600), (long long)(up / 60 % 60), (long long)(up % 60));
+    lh_cli_term_printf(out, "store %s  logs %s/\n", tail(f->db, 34, b2, sizeof b2),
+                       tail(f->fleet.log_dir, 28, b3, sizeof b3));
+    lh_cli_term_printf(out, "%s\n\n",
+                       prog[0] ? tail(prog, SCREEN_COLUMNS - 1, b1, sizeof b1) : "runs until Ctrl-C or SIGTERM");
+    lh_cli_term_printf(out, LEARNER_ROW, "LEARNER", "state", "rst", "step", "version", "loss", "reward", "success",
+                       "maxvio", "busy");
   }
   for (size_t i = 0; i < f->n; i++) {
     const lh_launch_child *c = &f->child[i];
@@ -177,21 +180,21 @@ void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64
     char restarts[24];
     snprintf(restarts, sizeof restarts, "%llu", (unsigned long long)c->restarts);
     if (ansi)
-      fprintf(out, LEARNER_ROW, name, state_of(c), restarts, step, ver, loss, rw, sr, mv, bz);
+      lh_cli_term_printf(out, LEARNER_ROW, name, state_of(c), restarts, step, ver, loss, rw, sr, mv, bz);
     else if (c->role == LH_CHILD_ENV_SERVER)
-      fprintf(out, "info launch: status name=%s state=%s restarts=%llu\n", c->name, state_of(c),
-              (unsigned long long)c->restarts);
+      lh_cli_term_printf(out, "info launch: status name=%s state=%s restarts=%llu\n", c->name, state_of(c),
+                         (unsigned long long)c->restarts);
     else
-      fprintf(out,
-              "info launch: status name=%s ranks=%llu state=%s restarts=%llu step=%s version=%s loss=%s "
-              "reward_mean=%s success_rate=%s maxvio=%s busy_frac=%s\n",
-              c->name, (unsigned long long)f->fleet.learners, state_of(c), (unsigned long long)c->restarts, step,
-              ver, loss, rw, sr, mv, bz);
+      lh_cli_term_printf(out,
+                         "info launch: status name=%s ranks=%llu state=%s restarts=%llu step=%s version=%s loss=%s "
+                         "reward_mean=%s success_rate=%s maxvio=%s busy_frac=%s\n",
+                         c->name, (unsigned long long)f->fleet.learners, state_of(c), (unsigned long long)c->restarts,
+                         step, ver, loss, rw, sr, mv, bz);
   }
-  if (!ansi && prog[0]) fprintf(out, "info launch: progress %s\n", prog);
+  if (!ansi && prog[0]) lh_cli_term_printf(out, "info launch: progress %s\n", prog);
   if (ansi)
-    fprintf(out, "\n" ACTOR_ROW, "ACTOR", "state", "rst", "eps/s", "tokens/s", "lag", "outbox", "open", "eps",
-            "version", "hb");
+    lh_cli_term_printf(out, "\n" ACTOR_ROW, "ACTOR", "state", "rst", "eps/s", "tokens/s", "lag", "outbox", "open",
+                       "eps", "version", "hb");
   for (size_t i = 0; i < f->n; i++) {
     const lh_launch_child *c = &f->child[i];
     if (c->role != LH_CHILD_ACTOR) continue;
@@ -213,18 +216,22 @@ void lh_launch_status_print(const lh_launch_fleet *f, FILE *out, int ansi, int64
     char restarts[24];
     snprintf(restarts, sizeof restarts, "%llu", (unsigned long long)c->restarts);
     if (ansi)
-      fprintf(out, ACTOR_ROW, c->name, state_of(c), restarts, eps, tps, lag, outbox, open, done, ver, age);
+      lh_cli_term_printf(out, ACTOR_ROW, c->name, state_of(c), restarts, eps, tps, lag, outbox, open, done, ver, age);
     else
-      fprintf(out,
-              "info launch: status name=%s state=%s restarts=%llu episodes_per_s=%s tokens_per_s=%s "
-              "policy_lag=%s outbox_depth=%s open_episodes=%s episodes_done=%s version=%s heartbeat_age=%s\n",
-              c->name, state_of(c), (unsigned long long)c->restarts, eps, tps, lag, outbox, open, done, ver, age);
+      lh_cli_term_printf(
+          out,
+          "info launch: status name=%s state=%s restarts=%llu episodes_per_s=%s tokens_per_s=%s "
+          "policy_lag=%s outbox_depth=%s open_episodes=%s episodes_done=%s version=%s heartbeat_age=%s\n",
+          c->name, state_of(c), (unsigned long long)c->restarts, eps, tps, lag, outbox, open, done, ver, age);
   }
+  /* The store's message, one line whatever it quotes. */
+  char note[4 * sizeof store_note];
+  lh_cli_term_field(store_note, note, sizeof note);
   if (store_note[0] && ansi)
-    fprintf(out, "\n%.*s\n", SCREEN_COLUMNS - 1, store_note);
+    lh_cli_term_printf(out, "\n%.*s\n", SCREEN_COLUMNS - 1, note);
   else if (store_note[0])
-    fprintf(out, "info launch: %s\n", store_note);
-  if (ansi) fprintf(out, "\nCtrl-C: ordered shutdown (actors, then the learner); twice: kill now.\n");
+    lh_cli_term_printf(out, "info launch: %s\n", note);
+  if (ansi) lh_cli_term_printf(out, "\nCtrl-C: ordered shutdown (actors, then the learner); twice: kill now.\n");
   fflush(out);
   free(hb.h);
 }

@@ -1,15 +1,23 @@
 /* longhaul replay check: is a store's file whole? The check that opening a
  * store no longer runs (store.h, lh_store_options.quick_check), on demand. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli/commands.h"
 #include "cli/replay/replay.h"
+#include "cli/term.h"
 
+/* SQLite's findings name tables, indexes and rows of the file: text from
+ * the file itself, one escaped line each. */
 static int print_problem(void *ctx, const char *line) {
   (void)ctx;
-  printf("  %s\n", line);
+  size_t cap = 4 * strlen(line) + 1;
+  char small[1024], *shown = cap <= sizeof small ? small : malloc(cap);
+  if (!shown) return LH_ENOMEM;
+  lh_cli_term_printf(stdout, "  %s\n", lh_cli_term_field(line, shown, cap));
+  if (shown != small) free(shown);
   return 0;
 }
 
@@ -18,7 +26,7 @@ static int check_one(const char *path, int full, uint64_t max_problems) {
   const char *pragma = full ? "integrity_check" : "quick_check";
   struct stat stbuf;
   double mib = stat(path, &stbuf) == 0 ? (double)stbuf.st_size / (1 << 20) : 0.0;
-  printf("store %s (%.1f MiB): PRAGMA %s\n", path, mib, pragma);
+  lh_cli_term_printf(stdout, "store %s (%.1f MiB): PRAGMA %s\n", path, mib, pragma);
   fflush(stdout);
   lh_errbuf err;
   lh_errbuf_clear(&err);
@@ -27,18 +35,20 @@ static int check_one(const char *path, int full, uint64_t max_problems) {
   int rc = lh_store_check_file(path, full, (uint32_t)max_problems, print_problem, NULL, &problems, &err);
   double seconds = (double)(lh_now_ns() - t0) / 1e9;
   if (rc < 0) {
-    fprintf(stderr, "longhaul replay check: %s (%s)\n", err.msg[0] ? err.msg : lh_strerror(rc), lh_err_name(rc));
-    printf("damaged: the check could not run\n");
+    lh_cli_term_printf(stderr, "longhaul replay check: %s (%s)\n", err.msg[0] ? err.msg : lh_strerror(rc),
+                       lh_err_name(rc));
+    lh_cli_term_printf(stdout, "damaged: the check could not run\n");
     return 1;
   }
   if (problems == 0) {
-    printf("ok: no damage found (%.2f s)\n", seconds);
+    lh_cli_term_printf(stdout, "ok: no damage found (%.2f s)\n", seconds);
     return 0;
   }
-  printf("damaged: %llu problem%s%s (%.2f s); restore the store from a copy (`sqlite3 FILE .recover` may save "
-         "some rows)\n",
-         (unsigned long long)problems, problems == 1 ? "" : "s", problems >= max_problems ? " or more" : "",
-         seconds);
+  lh_cli_term_printf(
+      stdout,
+      "damaged: %llu problem%s%s (%.2f s); restore the store from a copy (`sqlite3 FILE .recover` may save "
+      "some rows)\n",
+      (unsigned long long)problems, problems == 1 ? "" : "s", problems >= max_problems ? " or more" : "", seconds);
   return 1;
 }
 

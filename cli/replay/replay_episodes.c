@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/replay/replay.h"
+#include "cli/term.h"
 
 enum { COL_ID, COL_ENV, COL_ACTOR, COL_STATUS, COL_OUTCOME, COL_STEPS, COL_TOKENS, COL_SEGMENTS,
        COL_REWARD, COL_VERSIONS, COL_GROUP, COL_SEED, COL_COUNT };
@@ -34,8 +35,8 @@ typedef struct {
 static void format_row(const lh_episode_row *r, row_cells c) {
   snprintf(c[COL_ID], sizeof c[0], "%llu", (unsigned long long)r->id);
   /* Names an actor sent: control characters escaped for the terminal. */
-  lh_text_escape(r->env[0] ? r->env : "-", c[COL_ENV], sizeof c[0]);
-  lh_text_escape(r->actor[0] ? r->actor : "-", c[COL_ACTOR], sizeof c[0]);
+  lh_cli_term_field(r->env[0] ? r->env : "-", c[COL_ENV], sizeof c[0]);
+  lh_cli_term_field(r->actor[0] ? r->actor : "-", c[COL_ACTOR], sizeof c[0]);
   const char *status = lh_episode_status_name(r->status);
   snprintf(c[COL_STATUS], sizeof c[0], "%s", status ? status : "?");
   const char *outcome = lh_episode_outcome_name(r->outcome);
@@ -61,13 +62,13 @@ static void print_cells(const table *t, const char *const *cells) {
   for (int k = 0; k < COL_COUNT; k++) {
     const char *sep = k ? "  " : "";
     if (k == COL_COUNT - 1 && !col_right[k])
-      printf("%s%s", sep, cells[k]);  /* no trailing blanks */
+      lh_cli_term_printf(stdout, "%s%s", sep, cells[k]);  /* no trailing blanks */
     else if (col_right[k])
-      printf("%s%*s", sep, t->width[k], cells[k]);
+      lh_cli_term_printf(stdout, "%s%*s", sep, t->width[k], cells[k]);
     else
-      printf("%s%-*s", sep, t->width[k], cells[k]);
+      lh_cli_term_printf(stdout, "%s%-*s", sep, t->width[k], cells[k]);
   }
-  putchar('\n');
+  lh_cli_term_write(stdout, "\n", 1);
 }
 
 static void print_row(const table *t, row_cells c) {

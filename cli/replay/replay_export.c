@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/replay/replay.h"
+#include "cli/term.h"
 #include "common/buf.h"
 
 /* 64-bit ids, seeds and counts go out exactly: up to 2^53 as decimal
@@ -166,7 +167,8 @@ static int export_one(lh_store *s, uint64_t id, FILE *out, lh_errbuf *err) {
   char *line = rc >= 0 ? cJSON_PrintUnformatted(o) : NULL;
   cJSON_Delete(o);
   if (rc >= 0 && !line) rc = lh_errbuf_set(err, LH_ENOMEM, "out of memory printing episode %llu", (unsigned long long)id);
-  if (rc >= 0 && (fputs(line, out) < 0 || fputc('\n', out) < 0))
+  /* cJSON writes C0 as \u00XX; DEL and C1 go the same way here. */
+  if (rc >= 0 && (lh_cli_term_json(out, line) || fputc('\n', out) < 0))
     rc = lh_errbuf_set(err, LH_EIO, "cannot write: %s", strerror(errno));
   free(line);
   return rc < 0 ? rc : 0;

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/replay/replay.h"
+#include "cli/term.h"
 
 typedef struct {
   lh_cli_transcript *transcript;
@@ -23,17 +24,17 @@ typedef struct {
 static void print_gap(show_state *st, uint32_t first, uint32_t count, uint64_t from_offset,
                       uint64_t to_offset) {
   lh_cli_transcript_break(st->transcript);
-  printf("-- gap:");
-  if (count == 1) printf(" segment %u is missing", first);
-  else if (count > 1) printf(" segments %u..%u are missing", first, first + count - 1);
+  lh_cli_term_printf(stdout, "-- gap:");
+  if (count == 1) lh_cli_term_printf(stdout, " segment %u is missing", first);
+  else if (count > 1) lh_cli_term_printf(stdout, " segments %u..%u are missing", first, first + count - 1);
   if (from_offset < to_offset)
-    printf("%s tokens %llu..%llu", count ? "," : "", (unsigned long long)from_offset,
-           (unsigned long long)(to_offset - 1));
-  printf(" --\n");
+    lh_cli_term_printf(stdout, "%s tokens %llu..%llu", count ? "," : "", (unsigned long long)from_offset,
+                       (unsigned long long)(to_offset - 1));
+  lh_cli_term_printf(stdout, " --\n");
 }
 
 static void print_token_table(const Longhaul__Segment *seg) {
-  printf("  %8s  %5s  %-8s %4s  %7s  %s\n", "OFFSET", "ID", "TEXT", "MASK", "VERSION", "LOGP");
+  lh_cli_term_printf(stdout, "  %8s  %5s  %-8s %4s  %7s  %s\n", "OFFSET", "ID", "TEXT", "MASK", "VERSION", "LOGP");
   for (size_t i = 0; i < seg->n_tokens; i++) {
     uint32_t tok = seg->tokens[i];
     char text[16];
@@ -44,11 +45,12 @@ static void print_token_table(const Longhaul__Segment *seg) {
     else if (tok < 256) snprintf(text, sizeof text, "\\x%02x", tok);
     else snprintf(text, sizeof text, "<?%u>", tok);
     int mask = i < seg->loss_mask.len ? seg->loss_mask.data[i] : 0;
-    printf("  %8llu  %5u  %-8s %4d  ", (unsigned long long)(seg->start_offset + i), tok, text, mask);
-    if (i < seg->n_policy_version) printf("%7u  ", seg->policy_version[i]);
-    else printf("%7s  ", "-");
-    if (i < seg->n_behavior_logp) printf("%.6g\n", (double)seg->behavior_logp[i]);
-    else printf("-\n");
+    lh_cli_term_printf(stdout, "  %8llu  %5u  %-8s %4d  ", (unsigned long long)(seg->start_offset + i), tok, text,
+                       mask);
+    if (i < seg->n_policy_version) lh_cli_term_printf(stdout, "%7u  ", seg->policy_version[i]);
+    else lh_cli_term_printf(stdout, "%7s  ", "-");
+    if (i < seg->n_behavior_logp) lh_cli_term_printf(stdout, "%.6g\n", (double)seg->behavior_logp[i]);
+    else lh_cli_term_printf(stdout, "-\n");
   }
 }
 
@@ -66,15 +68,15 @@ static void print_segment_header(const Longhaul__Segment *seg) {
       if (v > vmax) vmax = v;
     }
   }
-  printf("segment %u  tokens %llu..%llu (%zu: %zu policy, %zu env)", seg->seq,
-         (unsigned long long)seg->start_offset,
-         (unsigned long long)(seg->start_offset + (seg->n_tokens ? seg->n_tokens - 1 : 0)),
-         seg->n_tokens, sampled, seg->n_tokens - sampled);
-  if (vmin > vmax) printf("  versions -");
-  else if (vmin == vmax) printf("  version %u", vmin);
-  else printf("  versions %u..%u", vmin, vmax);
-  if (seg->n_images) printf("  images %zu", seg->n_images);
-  printf("\n");
+  lh_cli_term_printf(stdout, "segment %u  tokens %llu..%llu (%zu: %zu policy, %zu env)", seg->seq,
+                     (unsigned long long)seg->start_offset,
+                     (unsigned long long)(seg->start_offset + (seg->n_tokens ? seg->n_tokens - 1 : 0)), seg->n_tokens,
+                     sampled, seg->n_tokens - sampled);
+  if (vmin > vmax) lh_cli_term_printf(stdout, "  versions -");
+  else if (vmin == vmax) lh_cli_term_printf(stdout, "  version %u", vmin);
+  else lh_cli_term_printf(stdout, "  versions %u..%u", vmin, vmax);
+  if (seg->n_images) lh_cli_term_printf(stdout, "  images %zu", seg->n_images);
+  lh_cli_term_printf(stdout, "\n");
 }
 
 static int on_segment(void *ctx, uint32_t seq, const Longhaul__Segment *seg) {
@@ -89,7 +91,7 @@ static int on_segment(void *ctx, uint32_t seq, const Longhaul__Segment *seg) {
   st->prev_seq = seq;
   if (!seg) {
     lh_cli_transcript_break(st->transcript);
-    printf("segment %u  payload dropped by retention (its tokens are no longer stored)\n", seq);
+    lh_cli_term_printf(stdout, "segment %u  payload dropped by retention (its tokens are no longer stored)\n", seq);
     st->offset_known = 0;
     return 0;
   }
@@ -105,45 +107,46 @@ static void print_episode(const lh_episode_row *r) {
   const char *status = lh_episode_status_name(r->status);
   /* Names an actor sent: shown with their control characters escaped. */
   char env[4 * LH_STORE_NAME_BYTES], actor[4 * LH_STORE_NAME_BYTES];
-  lh_text_escape(r->env[0] ? r->env : "-", env, sizeof env);
-  lh_text_escape(r->actor[0] ? r->actor : "-", actor, sizeof actor);
-  printf("episode %llu  env %s  actor %s  status %s\n", (unsigned long long)r->id, env, actor,
-         status ? status : "?");
-  printf("  task seed %llu  group %llu  steps %u  tokens %llu (%llu stored)\n",
-         (unsigned long long)r->task_seed, (unsigned long long)r->group_id, r->steps,
-         (unsigned long long)r->tokens, (unsigned long long)r->tokens_received);
+  lh_cli_term_field(r->env[0] ? r->env : "-", env, sizeof env);
+  lh_cli_term_field(r->actor[0] ? r->actor : "-", actor, sizeof actor);
+  lh_cli_term_printf(stdout, "episode %llu  env %s  actor %s  status %s\n", (unsigned long long)r->id, env, actor,
+                     status ? status : "?");
+  lh_cli_term_printf(stdout, "  task seed %llu  group %llu  steps %u  tokens %llu (%llu stored)\n",
+                     (unsigned long long)r->task_seed, (unsigned long long)r->group_id, r->steps,
+                     (unsigned long long)r->tokens, (unsigned long long)r->tokens_received);
   if (r->has_versions)
-    printf("  versions %llu..%llu", (unsigned long long)r->min_version, (unsigned long long)r->max_version);
+    lh_cli_term_printf(stdout, "  versions %llu..%llu", (unsigned long long)r->min_version,
+                       (unsigned long long)r->max_version);
   else
-    printf("  versions -");
+    lh_cli_term_printf(stdout, "  versions -");
   if (r->has_end)
-    printf("  segments %u of %u stored", r->segments_received, r->segment_count);
+    lh_cli_term_printf(stdout, "  segments %u of %u stored", r->segments_received, r->segment_count);
   else
-    printf("  segments %u stored (no episode end yet)", r->segments_received);
-  if (r->payloads_dropped) printf(", %u payloads dropped", r->payloads_dropped);
-  printf("\n\n");
+    lh_cli_term_printf(stdout, "  segments %u stored (no episode end yet)", r->segments_received);
+  if (r->payloads_dropped) lh_cli_term_printf(stdout, ", %u payloads dropped", r->payloads_dropped);
+  lh_cli_term_printf(stdout, "\n\n");
 }
 
 static int print_outcome(lh_store *s, const char *db, const lh_episode_row *r,
                          const lh_segment_report *rep) {
-  printf("\n");
+  lh_cli_term_printf(stdout, "\n");
   if (rep->missing_count) {
-    printf("gaps: %u segment%s missing:", rep->missing_count, rep->missing_count == 1 ? "" : "s");
-    for (uint32_t k = 0; k < rep->missing_listed; k++) printf(" %u", rep->missing[k]);
-    if (rep->missing_listed < rep->missing_count) printf(" ...");
-    printf("\n");
+    lh_cli_term_printf(stdout, "gaps: %u segment%s missing:", rep->missing_count, rep->missing_count == 1 ? "" : "s");
+    for (uint32_t k = 0; k < rep->missing_listed; k++) lh_cli_term_printf(stdout, " %u", rep->missing[k]);
+    if (rep->missing_listed < rep->missing_count) lh_cli_term_printf(stdout, " ...");
+    lh_cli_term_printf(stdout, "\n");
   }
   if (!r->has_end) {
-    printf("outcome: none yet (the episode is running or its end was not stored)\n");
+    lh_cli_term_printf(stdout, "outcome: none yet (the episode is running or its end was not stored)\n");
   } else {
     const char *outcome = lh_episode_outcome_name(r->outcome);
-    printf("outcome: %s", outcome ? outcome : "unspecified");
-    if (r->has_reward) printf("  reward %g", r->reward);
-    printf("\n");
+    lh_cli_term_printf(stdout, "outcome: %s", outcome ? outcome : "unspecified");
+    if (r->has_reward) lh_cli_term_printf(stdout, "  reward %g", r->reward);
+    lh_cli_term_printf(stdout, "\n");
     if (r->error[0]) {
       char error[4 * sizeof r->error];
-      lh_text_escape(r->error, error, sizeof error);
-      printf("error: %s\n", error);
+      lh_cli_term_field(r->error, error, sizeof error);
+      lh_cli_term_printf(stdout, "error: %s\n", error);
     }
   }
   size_t count = 0;
@@ -161,20 +164,21 @@ static int print_outcome(lh_store *s, const char *db, const lh_episode_row *r,
     return lh_cli_replay_fail("show", db, e, &err);
   }
   if (count == 0) {
-    printf("reward terms: none\n");
+    lh_cli_term_printf(stdout, "reward terms: none\n");
   } else {
     int name_w = 4, value_w = 1;
     for (size_t k = 0; k < count; k++) {
-      char value[32];
+      char value[32], name[4 * LH_STORE_NAME_BYTES];
       int l = snprintf(value, sizeof value, "%g", terms[k].value);
       if (l > value_w) value_w = l;
-      if ((int)strlen(terms[k].name) > name_w) name_w = (int)strlen(terms[k].name);
+      int w = (int)strlen(lh_cli_term_field(terms[k].name, name, sizeof name));
+      if (w > name_w) name_w = w;
     }
-    printf("reward terms:\n");
+    lh_cli_term_printf(stdout, "reward terms:\n");
     for (size_t k = 0; k < count; k++) {
       char name[4 * LH_STORE_NAME_BYTES];
-      lh_text_escape(terms[k].name, name, sizeof name);
-      printf("  %-*s  %*g  (step %u)\n", name_w, name, value_w, terms[k].value, terms[k].step);
+      lh_cli_term_field(terms[k].name, name, sizeof name);
+      lh_cli_term_printf(stdout, "  %-*s  %*g  (step %u)\n", name_w, name, value_w, terms[k].value, terms[k].step);
     }
   }
   free(terms);
@@ -208,7 +212,7 @@ int lh_cli_replay_show(int argc, char **argv) {
   }
   uint64_t id;
   if (lh_cli_parse_id(pos[0], &id)) {
-    fprintf(stderr, "longhaul replay show: ID must be an episode id (a 64-bit integer), not '%s'\n", pos[0]);
+    lh_cli_term_printf(stderr, "longhaul replay show: ID must be an episode id (a 64-bit integer), not '%s'\n", pos[0]);
     return LH_EXIT_USAGE;
   }
   lh_store *s;
@@ -219,8 +223,8 @@ int lh_cli_replay_show(int argc, char **argv) {
   lh_errbuf_clear(&err);
   int e = lh_store_episode_get(s, id, &row, &err);
   if (e == LH_ESTORE_NO_EPISODE) {
-    fprintf(stderr, "longhaul replay show: no episode %llu in '%s' (see longhaul replay episodes)\n",
-            (unsigned long long)id, db);
+    lh_cli_term_printf(stderr, "longhaul replay show: no episode %llu in '%s' (see longhaul replay episodes)\n",
+                       (unsigned long long)id, db);
     lh_store_close(s);
     return LH_EXIT_RUNTIME;
   }
@@ -254,7 +258,7 @@ int lh_cli_replay_show(int argc, char **argv) {
     print_gap(&st, next, rep.expected - next, st.next_offset,
               st.offset_known && row.has_end ? row.tokens : 0);
   lh_cli_transcript_free(st.transcript);
-  if (!st.have_prev && rep.expected == 0) printf("(no segments stored)\n");
+  if (!st.have_prev && rep.expected == 0) lh_cli_term_printf(stdout, "(no segments stored)\n");
   rc = print_outcome(s, db, &row, &rep);
   lh_store_close(s);
   return rc;

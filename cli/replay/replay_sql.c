@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/replay/replay.h"
+#include "cli/term.h"
 
 /* As for `episodes`: widths from the first rows, the rest streamed. */
 #define BUFFERED_ROWS 1000
@@ -48,11 +49,11 @@ static char *escape(const char *v) {
 
 static void print_line(const sql_out *o, char *const *cells) {
   for (int k = 0; k < o->ncols; k++) {
-    if (!o->aligned) printf("%s%s", k ? "\t" : "", cells[k]);
-    else if (k == o->ncols - 1) printf("%s%s", k ? "  " : "", cells[k]);
-    else printf("%s%-*s", k ? "  " : "", o->width[k], cells[k]);
+    if (!o->aligned) lh_cli_term_printf(stdout, "%s%s", k ? "\t" : "", cells[k]);
+    else if (k == o->ncols - 1) lh_cli_term_printf(stdout, "%s%s", k ? "  " : "", cells[k]);
+    else lh_cli_term_printf(stdout, "%s%-*s", k ? "  " : "", o->width[k], cells[k]);
   }
-  putchar('\n');
+  lh_cli_term_write(stdout, "\n", 1);
 }
 
 static void flush(sql_out *o) {
@@ -180,18 +181,19 @@ int lh_cli_replay_sql(int argc, char **argv) {
   lh_store_close(s);
   const char *why = err.msg[0] ? err.msg : lh_strerror(e);
   if (e == LH_ESTORE_SQL_WRITE || e == LH_ESTORE_SQL_NEEDS_READONLY) {
-    fprintf(stderr, "longhaul replay sql: %s%s (%s)\n", strstr(why, "refused") ? "" : "refused: ", why,
-            lh_err_name(e));
+    lh_cli_term_printf(stderr, "longhaul replay sql: %s%s (%s)\n", strstr(why, "refused") ? "" : "refused: ", why,
+                       lh_err_name(e));
     return LH_EXIT_RUNTIME;
   }
   if (e == LH_ESTORE_SQL_PARSE || e == LH_ESTORE_SQL_MULTIPLE) {
-    fprintf(stderr, "longhaul replay sql: %s (%s)\n", why, lh_err_name(e));
+    lh_cli_term_printf(stderr, "longhaul replay sql: %s (%s)\n", why, lh_err_name(e));
     return LH_EXIT_RUNTIME;
   }
   if (e == LH_ESTORE_SQL_TIMEOUT) {
-    fprintf(stderr, "longhaul replay sql: %s; narrow the query (WHERE, LIMIT) or raise --timeout-ms "
-                    "(0: no limit) (%s)\n",
-            why, lh_err_name(e));
+    lh_cli_term_printf(stderr,
+                       "longhaul replay sql: %s; narrow the query (WHERE, LIMIT) or raise --timeout-ms "
+                       "(0: no limit) (%s)\n",
+                       why, lh_err_name(e));
     return LH_EXIT_RUNTIME;
   }
   if (e < 0) return lh_cli_replay_fail("sql", db, e, &err);

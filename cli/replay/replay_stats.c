@@ -1,17 +1,19 @@
-/* longhaul replay stats: what a store holds, in one screen. */
+/* longhaul replay stats: what a store holds, in one screen (every line
+ * through cli/term.h: names in it came from actors). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "cli/replay/replay.h"
+#include "cli/term.h"
 #include "common/buf.h"
 
 static void print_bytes(uint64_t bytes) {
-  if (bytes < 1024) printf("%llu B", (unsigned long long)bytes);
-  else if (bytes < (1ull << 20)) printf("%.1f KiB", (double)bytes / 1024.0);
-  else if (bytes < (1ull << 30)) printf("%.1f MiB", (double)bytes / (1 << 20));
-  else printf("%.1f GiB", (double)bytes / (1 << 30));
+  if (bytes < 1024) lh_cli_term_printf(stdout, "%llu B", (unsigned long long)bytes);
+  else if (bytes < (1ull << 20)) lh_cli_term_printf(stdout, "%.1f KiB", (double)bytes / 1024.0);
+  else if (bytes < (1ull << 30)) lh_cli_term_printf(stdout, "%.1f MiB", (double)bytes / (1 << 20));
+  else lh_cli_term_printf(stdout, "%.1f GiB", (double)bytes / (1 << 30));
 }
 
 /* The environments, collected first so that the table's columns fit. */
@@ -31,7 +33,7 @@ static int collect_env(void *ctx, const lh_store_env_stats *e) {
 enum { ENV_COLS = 2 + LH_EPISODE_STATUS_COUNT + 4 };
 
 static void env_cell(const lh_store_env_stats *e, int k, char *out, size_t cap) {
-  if (k == 0) snprintf(out, cap, "%s", e->env);
+  if (k == 0) lh_cli_term_field(e->env, out, cap); /* a name an actor sent */
   else if (k == 1) snprintf(out, cap, "%llu", (unsigned long long)e->episodes);
   else if (k < 2 + LH_EPISODE_STATUS_COUNT) snprintf(out, cap, "%llu", (unsigned long long)e->by_status[k - 2]);
   else if (k == 2 + LH_EPISODE_STATUS_COUNT) snprintf(out, cap, "%llu", (unsigned long long)e->successes);
@@ -56,7 +58,7 @@ static void print_envs(const env_table *t) {
   snprintf(head[4 + LH_EPISODE_STATUS_COUNT], sizeof head[0], "REWARDED");
   snprintf(head[5 + LH_EPISODE_STATUS_COUNT], sizeof head[0], "REWARD_MEAN");
   int width[ENV_COLS];
-  char cell[LH_STORE_NAME_BYTES];
+  char cell[4 * LH_STORE_NAME_BYTES];
   for (int k = 0; k < ENV_COLS; k++) {
     width[k] = (int)strlen(head[k]);
     for (size_t i = 0; i < t->count; i++) {
@@ -64,15 +66,15 @@ static void print_envs(const env_table *t) {
       if ((int)strlen(cell) > width[k]) width[k] = (int)strlen(cell);
     }
   }
-  printf("\nby environment:\n");
-  for (int k = 0; k < ENV_COLS; k++) printf(k ? "  %*s" : "%-*s", width[k], head[k]);
-  printf("\n");
+  lh_cli_term_printf(stdout, "\nby environment:\n");
+  for (int k = 0; k < ENV_COLS; k++) lh_cli_term_printf(stdout, k ? "  %*s" : "%-*s", width[k], head[k]);
+  lh_cli_term_printf(stdout, "\n");
   for (size_t i = 0; i < t->count; i++) {
     for (int k = 0; k < ENV_COLS; k++) {
       env_cell(&t->rows[i], k, cell, sizeof cell);
-      printf(k ? "  %*s" : "%-*s", width[k], cell);
+      lh_cli_term_printf(stdout, k ? "  %*s" : "%-*s", width[k], cell);
     }
-    printf("\n");
+    lh_cli_term_printf(stdout, "\n");
   }
 }
 
@@ -80,11 +82,15 @@ static void print_envs(const env_table *t) {
  * (its own episodes, and the earlier stages' carried or dropped). */
 static int print_stage(void *ctx, const lh_store_stage *r) {
   (void)ctx;
-  printf("stage        %u of run %s: max_context %llu from step %llu (version %llu); trained %llu episodes of its "
-         "own (%llu tokens, %llu successes); earlier stages' episodes carried %llu, dropped %llu\n",
-         r->stage, r->run_id, (unsigned long long)r->max_context, (unsigned long long)r->began_step,
-         (unsigned long long)r->began_version, (unsigned long long)r->episodes, (unsigned long long)r->tokens,
-         (unsigned long long)r->successes, (unsigned long long)r->carried, (unsigned long long)r->carry_dropped);
+  char run[4 * sizeof r->run_id];
+  lh_cli_term_printf(
+      stdout,
+      "stage        %u of run %s: max_context %llu from step %llu (version %llu); trained %llu episodes of its "
+      "own (%llu tokens, %llu successes); earlier stages' episodes carried %llu, dropped %llu\n",
+      r->stage, lh_cli_term_field(r->run_id, run, sizeof run), (unsigned long long)r->max_context,
+      (unsigned long long)r->began_step, (unsigned long long)r->began_version, (unsigned long long)r->episodes,
+      (unsigned long long)r->tokens, (unsigned long long)r->successes, (unsigned long long)r->carried,
+      (unsigned long long)r->carry_dropped);
   return 0;
 }
 
@@ -124,51 +130,53 @@ int lh_cli_replay_stats(int argc, char **argv) {
     lh_store_close(s);
     return lh_cli_replay_fail("stats", db, e, &err);
   }
-  printf("store        %s (schema %u, ", db, st.schema_version);
+  lh_cli_term_printf(stdout, "store        %s (schema %u, ", db, st.schema_version);
   print_bytes(st.file_bytes);
-  printf(")\n");
+  lh_cli_term_printf(stdout, ")\n");
   /* Every learner rank's file is read (README, "Learner ranks on several
    * hosts"); an episode id in two of them would be counted twice. */
   size_t ranks = lh_store_rank_count(s);
-  printf("rank stores  %zu read as one", ranks);
-  if (ranks > 1) printf(" (episode ids in more than one: %llu)", (unsigned long long)duplicates);
-  printf("\n");
-  printf("runs         %llu (evaluations %llu)\n", (unsigned long long)st.runs, (unsigned long long)st.evals);
-  printf("episodes     %llu:", (unsigned long long)st.episodes);
+  lh_cli_term_printf(stdout, "rank stores  %zu read as one", ranks);
+  if (ranks > 1) lh_cli_term_printf(stdout, " (episode ids in more than one: %llu)", (unsigned long long)duplicates);
+  lh_cli_term_printf(stdout, "\n");
+  lh_cli_term_printf(stdout, "runs         %llu (evaluations %llu)\n", (unsigned long long)st.runs,
+                     (unsigned long long)st.evals);
+  lh_cli_term_printf(stdout, "episodes     %llu:", (unsigned long long)st.episodes);
   for (int k = 0; k < LH_EPISODE_STATUS_COUNT; k++)
-    printf("%s %s %llu", k ? "," : "", lh_episode_status_name((lh_episode_status)k),
-           (unsigned long long)st.by_status[k]);
-  printf("\n             successes %llu, incomplete %llu (ended with segments missing or dropped)\n",
-         (unsigned long long)st.successes, (unsigned long long)st.incomplete);
-  printf("segments     %llu (payloads dropped %llu, payloads ", (unsigned long long)st.segments,
-         (unsigned long long)st.payloads_dropped);
+    lh_cli_term_printf(stdout, "%s %s %llu", k ? "," : "", lh_episode_status_name((lh_episode_status)k),
+                       (unsigned long long)st.by_status[k]);
+  lh_cli_term_printf(stdout,
+                     "\n             successes %llu, incomplete %llu (ended with segments missing or dropped)\n",
+                     (unsigned long long)st.successes, (unsigned long long)st.incomplete);
+  lh_cli_term_printf(stdout, "segments     %llu (payloads dropped %llu, payloads ", (unsigned long long)st.segments,
+                     (unsigned long long)st.payloads_dropped);
   print_bytes(st.payload_bytes);
-  printf(")\n");
-  printf("tokens       %llu\n", (unsigned long long)st.tokens);
+  lh_cli_term_printf(stdout, ")\n");
+  lh_cli_term_printf(stdout, "tokens       %llu\n", (unsigned long long)st.tokens);
   if (st.rewarded)
-    printf("rewards      %llu episodes rewarded, mean %.4f (min %g, max %g); %llu reward terms\n",
-           (unsigned long long)st.rewarded, st.reward_mean, st.reward_min, st.reward_max,
-           (unsigned long long)st.reward_terms);
+    lh_cli_term_printf(stdout, "rewards      %llu episodes rewarded, mean %.4f (min %g, max %g); %llu reward terms\n",
+                       (unsigned long long)st.rewarded, st.reward_mean, st.reward_min, st.reward_max,
+                       (unsigned long long)st.reward_terms);
   else
-    printf("rewards      none yet; %llu reward terms\n", (unsigned long long)st.reward_terms);
+    lh_cli_term_printf(stdout, "rewards      none yet; %llu reward terms\n", (unsigned long long)st.reward_terms);
   if (st.has_versions)
-    printf("versions     sampled tokens %llu..%llu;", (unsigned long long)st.min_version,
-           (unsigned long long)st.max_version);
+    lh_cli_term_printf(stdout, "versions     sampled tokens %llu..%llu;", (unsigned long long)st.min_version,
+                       (unsigned long long)st.max_version);
   else
-    printf("versions     no sampled tokens;");
+    lh_cli_term_printf(stdout, "versions     no sampled tokens;");
   if (st.policy_versions)
-    printf(" %llu published (latest %llu)\n", (unsigned long long)st.policy_versions,
-           (unsigned long long)st.latest_policy_version);
+    lh_cli_term_printf(stdout, " %llu published (latest %llu)\n", (unsigned long long)st.policy_versions,
+                       (unsigned long long)st.latest_policy_version);
   else
-    printf(" none published\n");
+    lh_cli_term_printf(stdout, " none published\n");
   if (st.train_steps)
-    printf("train steps  %llu (last step %llu)\n", (unsigned long long)st.train_steps,
-           (unsigned long long)st.last_train_step);
+    lh_cli_term_printf(stdout, "train steps  %llu (last step %llu)\n", (unsigned long long)st.train_steps,
+                       (unsigned long long)st.last_train_step);
   else
-    printf("train steps  0\n");
+    lh_cli_term_printf(stdout, "train steps  0\n");
   /* Context-extension stages (schema 10): where each began and what it trained. */
   if (st.schema_version >= 9 && lh_store_stages(s, NULL, print_stage, NULL, &err) < 0)
-    fprintf(stderr, "longhaul replay stats: the stages of %s: %s\n", db, err.msg);
+    lh_cli_term_printf(stderr, "longhaul replay stats: the stages of %s: %s\n", db, err.msg);
   if (envs.count) print_envs(&envs);
   free(envs.rows);
   lh_store_close(s);

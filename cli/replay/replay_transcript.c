@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/replay/replay.h"
+#include "cli/term.h"
 
 enum {
   TOK_BOS = 256, TOK_EOS, TOK_CALL, TOK_CALL_END, TOK_OBS, TOK_OBS_END, TOK_IMG, TOK_PAD,
@@ -63,12 +64,12 @@ static void open_line(lh_cli_transcript *t, int policy, line_kind kind) {
   if (t->line_open && t->line_policy == policy && t->line_kind == kind) return;
   int cont = t->continuation && !t->line_open && t->line_policy == policy && t->line_kind == kind;
   end_line(t);
-  fprintf(t->out, "%s%-7s", t->indent, policy ? "policy" : "env");
+  lh_cli_term_printf(t->out, "%s%-7s", t->indent, policy ? "policy" : "env");
   const char *marker = kind == KIND_CALL ? "[call] " : kind == KIND_OBS ? "[obs] " : "";
   if (cont)
-    fprintf(t->out, "%*s", (int)strlen(marker), "");
+    lh_cli_term_printf(t->out, "%*s", (int)strlen(marker), "");
   else
-    fputs(marker, t->out);
+    lh_cli_term_write(t->out, marker, strlen(marker));
   t->line_open = 1;
   t->line_policy = policy;
   t->line_kind = kind;
@@ -85,7 +86,7 @@ static void put_byte(FILE *out, unsigned c) {
   else if (c >= 0x20 && c < 0x7f)
     fputc((int)c, out);
   else
-    fprintf(out, "\\x%02x", c);
+    lh_cli_term_printf(out, "\\x%02x", c);
 }
 
 static const Longhaul__Image *image_at(const Longhaul__Segment *seg, size_t offset) {
@@ -133,14 +134,14 @@ void lh_cli_transcript_segment(lh_cli_transcript *t, const Longhaul__Segment *se
     const Longhaul__Image *img = image_at(seg, i);
     if (img) {
       open_line(t, policy, kind);
-      fprintf(t->out, "[image %ux%ux%u at offset %llu]", img->width, img->height, img->channels,
-              (unsigned long long)(seg->start_offset + i));
+      lh_cli_term_printf(t->out, "[image %ux%ux%u at offset %llu]", img->width, img->height, img->channels,
+                         (unsigned long long)(seg->start_offset + i));
       if (tok == TOK_IMG) continue;  /* the note stands for the <img> token */
     }
     if (tok == '\n') {
       if (!t->line_open) {
         /* An empty line: its tag alone, no trailing blanks. */
-        fprintf(t->out, "%s%s\n", t->indent, policy ? "policy" : "env");
+        lh_cli_term_printf(t->out, "%s%s\n", t->indent, policy ? "policy" : "env");
         t->line_policy = policy;
         t->line_kind = kind;
       }
@@ -161,10 +162,10 @@ void lh_cli_transcript_segment(lh_cli_transcript *t, const Longhaul__Segment *se
       run++;
     const char *name = lh_cli_token_name(tok);
     if (name)
-      fputs(name, t->out);
+      lh_cli_term_write(t->out, name, strlen(name));
     else
-      fprintf(t->out, "<?%u>", tok);
-    if (run > 1) fprintf(t->out, "x%zu", run);
+      lh_cli_term_printf(t->out, "<?%u>", tok);
+    if (run > 1) lh_cli_term_printf(t->out, "x%zu", run);
     i += run - 1;
   }
   end_line(t);

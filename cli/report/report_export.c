@@ -45,28 +45,41 @@ static void number(lh_str *b, double v, int whole, int json) {
     lh_str_printf(b, "%.17g", v);
 }
 
-/* A JSON string: quotes, backslashes and control bytes escaped. */
+/* A JSON string: quotes, backslashes and every control character (C0,
+ * DEL, C1) escaped as \u00XX, so no control byte is written raw. */
 static void json_string(lh_str *b, const char *s) {
   lh_str_puts(b, "\"");
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\')
-      lh_str_printf(b, "\\%c", *p);
-    else if (*p < 0x20)
-      lh_str_printf(b, "\\u%04x", *p);
-    else
-      lh_str_printf(b, "%c", *p);
+  for (const char *p = s; *p;) {
+    size_t took;
+    int code = lh_text_control_at(p, &took);
+    if (code >= 0) lh_str_printf(b, "\\u%04x", (unsigned)code), p += took;
+    else if (*p == '"' || *p == '\\') lh_str_printf(b, "\\%c", *p++);
+    else lh_str_append(b, p++, 1);
   }
   lh_str_puts(b, "\"");
 }
 
-/* A CSV field: quoted when it holds a comma, quote or line break. */
+/* A CSV field: quoted when it holds a comma, a quote or a control
+ * character; inside the quotes a newline stays (CSV allows it) and any
+ * other control character is written \xNN, as on a terminal, since CSV has
+ * no escape of its own for them. */
 static void csv_string(lh_str *b, const char *s) {
-  if (!strpbrk(s, ",\"\r\n")) {
+  int plain = !strpbrk(s, ",\"");
+  for (const char *p = s; plain && *p; p++) {
+    size_t took;
+    plain = lh_text_control_at(p, &took) < 0;
+  }
+  if (plain) {
     lh_str_puts(b, s);
     return;
   }
   lh_str_puts(b, "\"");
-  for (const char *p = s; *p; p++) lh_str_puts(b, *p == '"' ? "\"\"" : (char[2]){*p, 0});
+  for (const char *p = s; *p;) {
+    size_t took;
+    int code = *p == '\n' ? -1 : lh_text_control_at(p, &took);
+    if (code >= 0) lh_str_printf(b, "\\x%02x", (unsigned)code), p += took;
+    else lh_str_puts(b, *p == '"' ? "\"\"" : (char[2]){*p, 0}), p++;
+  }
   lh_str_puts(b, "\"");
 }
 

@@ -172,8 +172,8 @@ START_TEST(test_script_runs_quoted) {
   snprintf(stubs, sizeof stubs, "%s/stubs", dir);
   ck_assert_int_eq(mkdir(stubs, 0755), 0);
   snprintf(path, sizeof path, "%s/sbatch", stubs);
-  snprintf(text, sizeof text, "#!/bin/sh\nfor a in \"$@\"; do printf '%%s\\0' \"$a\"; done > %s/sbatch.args\necho 4242\n",
-           dir);
+  snprintf(text, sizeof text,
+           "#!/bin/sh\nfor a in \"$@\"; do printf '%%s\\0' \"$a\"; done > %s/sbatch.args\necho 4242\n", dir);
   ck_assert_int_eq(lh_proc_write_file(path, text), 0);
   ck_assert_int_eq(chmod(path, 0755), 0);
   snprintf(path, sizeof path, "%s/srun", stubs);
@@ -234,9 +234,9 @@ START_TEST(test_script_runs_quoted) {
     snprintf(name, sizeof name, "%s/pwned-%c", dir, *p);
     pwned += access(name, F_OK) == 0;
   }
-  printf("launch_slurm: hostile names: script lines %d, #SBATCH lines %d, after a command %d; srun step argv %d words, binary "
-         "path exact %d, --config exact %d, --set exact %d, --run-id exact %d; files the names would create %d; "
-         "job exit %d\n",
+  printf("launch_slurm: hostile names: script lines %d, #SBATCH lines %d, after a command %d; srun step argv %d "
+         "words, binary path exact %d, --config exact %d, --set exact %d, --run-id exact %d; files the names would "
+         "create %d; job exit %d\n",
          lines, total, late, n, bin_at >= 0, config_exact, set_exact, run_exact, pwned, job_rc);
   fflush(stdout);
   /* The interpreter, 5 #SBATCH lines, 3 of comment, the newline's and
