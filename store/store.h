@@ -39,7 +39,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 12
+#define LH_STORE_SCHEMA_VERSION 13
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
@@ -141,7 +141,8 @@ int lh_store_is_readonly(const lh_store *s);
  * and heartbeats of its own actors. Read as one, the files are one store:
  * the first file is the connection's main database, every other one is
  * ATTACHed (read-only) as rank1, rank2, ..., and TEMP views named
- * episodes, segments, rewards and actor_heartbeats, each the UNION ALL of
+ * episodes, segments, segment_payloads, rewards and actor_heartbeats (and
+ * the view segment_metadata), each the UNION ALL of
  * that table over the ranks, shadow the main database's tables for every
  * unqualified name (SQLite looks in temp first). Every read of this API
  * and `replay sql` thus sees all ranks; train_steps, train_step_layers,
@@ -689,12 +690,16 @@ int lh_store_stats_by_env(lh_store *s, lh_store_env_stats_fn fn, void *ctx, lh_e
 
 /* ---- retention --------------------------------------------------------- */
 
-/* Drops (sets to NULL) the payload of every segment whose newest sampled
- * token is older than min_version (segments without sampled tokens go with
- * the versions around them: they are dropped when their episode's
- * max_version is older). Episode rows, segment rows (tokens, versions) and
- * reward terms stay. One transaction (or joins the open batch).
- * *segments_dropped and *bytes_dropped may be NULL. */
+/* Drops the payload (and recurrent state) of every segment whose newest
+ * sampled token is older than min_version (segments without sampled tokens
+ * go with the versions around them: they are dropped when their episode's
+ * max_version is older): deletes its row of segment_payloads, or, for a
+ * segment stored before schema 13 with its payload in its own row, writes
+ * that row again without it, so that the pages they held go to the free
+ * list whatever their size (a store at its cap gets room back). Episode
+ * rows, segment rows (tokens, versions; dropped_ms set) and reward terms
+ * stay. One transaction (or joins the open batch). *segments_dropped and
+ * *bytes_dropped may be NULL. */
 int lh_store_drop_payloads_before(lh_store *s, uint64_t min_version, uint64_t *segments_dropped,
                                   uint64_t *bytes_dropped, lh_errbuf *err);
 /* Keeps the payloads of the keep_versions versions up to newest (the

@@ -289,6 +289,23 @@ static const char schema_v11[] =
 static const char schema_v12[] =
     "ALTER TABLE policy_versions ADD COLUMN checksum_algo TEXT NOT NULL DEFAULT 'lh_mx64';";
 
+/* Version 13 ("payload rows"): a segment's payload and recurrent state in
+ * a row of their own, keyed as the segment, which retention deletes.
+ * SQLite frees a page when its rows are deleted, not when they shrink: a
+ * payload set to NULL inside its segments row, as retention did before,
+ * freed only the overflow pages of a large one, and a store at its cap
+ * whose payloads sat in the leaf pages (calc's, a kilobyte or two) stayed
+ * full whatever was dropped. The segments rows stored from now on leave
+ * payload and state NULL (state_offset stays, for segments_state); the
+ * rows from before keep theirs until retention drops them. */
+static const char schema_v13[] =
+    "CREATE TABLE segment_payloads("
+    "  episode INTEGER NOT NULL,"
+    "  seq INTEGER NOT NULL,"
+    "  payload BLOB NOT NULL,"
+    "  state BLOB,"
+    "  PRIMARY KEY (episode, seq));";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
@@ -306,6 +323,8 @@ const lh_store_migration lh_store_migrations[] = {
     {10, "stages: where each context-extension stage began and what it trained", schema_v10},
     {11, "ppo diagnostics: train_steps.approx_kl, entropy, clip_frac, iw_mean, iw_max", schema_v11},
     {12, "policy_versions.checksum_algo: xxh3_64 from now on, lh_mx64 for rows from before", schema_v12},
+    {13, "payload rows: segment_payloads holds each new segment's payload and state, deleted by retention",
+     schema_v13},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 

@@ -32,7 +32,14 @@ static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn
   r->has_end = row.has_end;
   r->expected = row.segment_count;
   sqlite3_stmt *st;
-  LH_TRY(lh_store_prepare(s, "SELECT seq, payload FROM segments WHERE episode = ?1 ORDER BY seq",
+  /* A payload is in its row of segment_payloads (schema 13), or in the
+   * segments row when it was stored before; the subquery is run only for
+   * a row without one, and over rank stores each rank's key is searched
+   * (store_ranks.c). */
+  LH_TRY(lh_store_prepare(s,
+                          "SELECT seq, coalesce(payload, (SELECT p.payload FROM segment_payloads p"
+                          " WHERE p.episode = ?1 AND p.seq = segments.seq)) FROM segments WHERE episode = ?1"
+                          " ORDER BY seq",
                           &st, err));
   lh_store_bind_u64(st, 1, id);
   int64_t next = 0;  /* the seq number expected next (up to 2^32) */
@@ -137,7 +144,9 @@ int lh_store_segment_state(lh_store *s, uint64_t episode, uint64_t at_most, size
   if (!s || !offset || (n && !state)) return lh_errbuf_set(err, LH_EINVAL, "lh_store_segment_state: NULL argument");
   sqlite3_stmt *st;
   LH_TRY(lh_store_prepare(s,
-                          "SELECT state_offset, state, seq FROM segments INDEXED BY segments_state"
+                          "SELECT state_offset, coalesce(state, (SELECT p.state FROM segment_payloads p"
+                          " WHERE p.episode = ?1 AND p.seq = segments.seq)), seq"
+                          " FROM segments INDEXED BY segments_state"
                           " WHERE episode = ?1 AND state_offset IS NOT NULL AND state_offset <= ?2"
                           " ORDER BY state_offset DESC LIMIT 1",
                           &st, err));

@@ -50,5 +50,6 @@ void lh_test_store_readonly(TCase *tc);
 void lh_test_store_files(TCase *tc);
 void lh_test_store_heartbeats(TCase *tc);
 void lh_test_store_writers(TCase *tc);
+void lh_test_store_retention(TCase *tc);
 
 #endif

@@ -37,8 +37,11 @@ START_TEST(test_readonly) {
   ck_assert_int_eq(lh_store_sql(s, "  -- a comment\n WITH x AS (SELECT 2) SELECT * FROM x;",
                                 first_value, v, NULL, &e), 0);
   ck_assert_str_eq(v, "2");
-  ck_assert_int_eq(lh_store_sql(s, "SELECT payload FROM segments", first_value, v, NULL, &e), 0);
+  /* A payload is in its row of segment_payloads (schema 13). */
+  ck_assert_int_eq(lh_store_sql(s, "SELECT payload FROM segment_payloads", first_value, v, NULL, &e), 0);
   ck_assert(strncmp(v, "<blob ", 6) == 0);
+  ck_assert_int_eq(lh_store_sql(s, "SELECT payload IS NULL FROM segments", first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "1");
   ck_assert_int_eq(lh_store_sql(s, "PRAGMA table_info(episodes)", NULL, NULL, &rows, &e), 0);
   ck_assert_uint_gt(rows, 10);
   ck_assert_int_eq(lh_store_sql(s, "PRAGMA integrity_check", first_value, v, NULL, &e), 0);
