@@ -92,7 +92,12 @@ void lh_store_options_default(lh_store_options *o);
  * LH_ESTORE_NOT_SQLITE (the file is not a SQLite database),
  * LH_ESTORE_NOT_STORE (a SQLite database without the longhaul marker),
  * LH_ESTORE_CORRUPT (quick_check failed or SQLite reports corruption),
- * LH_ESTORE_TOO_NEW, LH_ESTORE_SQLITE. A new file gets WAL mode. */
+ * LH_ESTORE_TOO_NEW, LH_ESTORE_SCHEMA (a table, view, index or trigger
+ * that its schema version does not create, or one that differs from it,
+ * or one missing: the message names it; checked before anything is read,
+ * since SQLite runs a view's or trigger's SQL as the file says),
+ * LH_ESTORE_SQLITE. A new file gets WAL mode. The connection runs no
+ * trigger of the file's, whenever it was made. */
 int lh_store_open(const char *path, lh_store **out, lh_errbuf *err);
 /* Opens an existing store read-only (SQLITE_OPEN_READONLY), as every query
  * path does. Besides the errors above: LH_ESTORE_NO_FILE when path does not
@@ -124,7 +129,10 @@ typedef int (*lh_store_problem_fn)(void *ctx, const char *line);
  * every index matches its table). Opens it read-only, without the store's
  * open (so an old or damaged store can be checked) and hands every
  * problem line to fn (may be NULL) up to max_problems (0: SQLite's 100);
- * *problems is their count, 0 for a whole file. Returns 0 when the check
+ * a file with the store's application_id and a schema version this build
+ * knows also has its schema objects compared with that version's, each
+ * difference a line ("schema: view segment_metadata is not as schema 13
+ * creates it ..."); *problems is their count, 0 for a whole file. Returns 0 when the check
  * ran (whatever it found); LH_ESTORE_NO_FILE, LH_ESTORE_NOT_SQLITE,
  * LH_ESTORE_CORRUPT (SQLite could not even run it: the header or schema is
  * damaged; err says what it said), LH_ESTORE_SQLITE. */

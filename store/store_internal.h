@@ -93,6 +93,28 @@ typedef struct {
 extern const lh_store_migration lh_store_migrations[];
 extern const size_t lh_store_migration_count;
 
+/* The fingerprint of the schema each version's migrations make (entry
+ * version - 1): lh_store_schema_fingerprint of a database made by steps 1
+ * to version (store_schema.c; test_store checks every entry). */
+extern const uint64_t lh_store_schema_fingerprints[];
+
+/* The fingerprint of db's main schema: XXH3-64 of the type, name, table
+ * and SQL of every object of sqlite_schema in (type, name) order, SQLite's
+ * own statistics tables left out. 0, LH_ENOMEM, or a SQLite code with
+ * why (why_bytes) saying what SQLite said. */
+int lh_store_schema_fingerprint(sqlite3 *db, uint64_t *fingerprint, char *why, size_t why_bytes);
+/* Compares db's main schema object by object with the one the migrations
+ * make at version: fn gets a line naming each object that is extra,
+ * differs or is missing (until it returns non-zero; fn may be NULL),
+ * *differences their count. SQLITE_OK when it could compare, else a
+ * SQLite code and why. */
+int lh_store_schema_compare(sqlite3 *db, uint32_t version, lh_store_problem_fn fn, void *ctx,
+                            uint64_t *differences, char *why, size_t why_bytes);
+/* Refuses (LH_ESTORE_SCHEMA, the message naming the first object that
+ * differs) a store whose schema objects are not those of its version
+ * (store_verify.c). 0 for version 0 (a new file). */
+int lh_store_verify_schema(lh_store *s, uint32_t version, lh_errbuf *err);
+
 /* Maps a SQLite result code to the store's code (corruption, not a
  * database, full, busy, readonly, else LH_ESTORE_SQLITE) and writes a
  * message naming what was being done and the file. */

@@ -206,6 +206,23 @@ static int migrate(lh_store *s, lh_errbuf *err) {
   return lh_store_exec(s, "COMMIT", err);
 }
 
+/* What a connection lets a file's schema do, set before it reads one:
+ * no trigger of the file's runs (a store has none; one added to a store
+ * while a learner writes it must not run inside the learner), functions
+ * with side effects are not called from its views or defaults (trusted
+ * schema off), and the schema cannot be written as a table (defensive).
+ * lh_store_verify_schema refuses a file with objects of others at the
+ * open; this holds for what comes after. */
+static int harden(lh_store *s, lh_errbuf *err) {
+  sqlite3_busy_timeout(s->db, s->opt.busy_timeout_ms);
+  int off = 0, on = 0;
+  int rc = sqlite3_db_config(s->db, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, &off);
+  if (rc == SQLITE_OK) rc = sqlite3_db_config(s->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, &off);
+  if (rc == SQLITE_OK) rc = sqlite3_db_config(s->db, SQLITE_DBCONFIG_DEFENSIVE, 1, &on);
+  if (rc != SQLITE_OK) return lh_store_sqlite_err(s, rc, "setting the connection's limits", err);
+  return 0;
+}
+
 static int setup(lh_store *s, lh_errbuf *err) {
   int64_t tables = 0, app_id = 0, version = 0;
   LH_TRY(query_int(s, "SELECT count(*) FROM sqlite_schema", &tables, err));
@@ -236,6 +253,9 @@ static int setup(lh_store *s, lh_errbuf *err) {
       LH_TRY(quick_check(s, err));
     }
   }
+  /* Before any table or view is read: a file's objects are run by SQLite
+   * as they are written (store_verify.c). */
+  if (!empty) LH_TRY(lh_store_verify_schema(s, (uint32_t)version, err));
   if (version < LH_STORE_SCHEMA_VERSION) {
     if (s->readonly)
       return lh_errbuf_set(err, LH_ESTORE_NEEDS_MIGRATION,
@@ -280,7 +300,7 @@ int lh_store_open_with(const char *path, const lh_store_options *o, lh_store **o
     if (src != SQLITE_OK)
       rc = lh_store_sqlite_err(s, src, "opening", err);
     else
-      sqlite3_busy_timeout(s->db, s->opt.busy_timeout_ms);
+      rc = harden(s, err);
   }
   if (rc >= 0) rc = setup(s, err);
   if (rc < 0) {

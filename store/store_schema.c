@@ -328,5 +328,27 @@ const lh_store_migration lh_store_migrations[] = {
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 
+/* What each version's schema hashes to (store_verify.c), so that an open
+ * checks a file's schema with one read of sqlite_schema. A new migration
+ * adds its entry: test_store's test_schema_fingerprints prints it. */
+const uint64_t lh_store_schema_fingerprints[] = {
+    0x47cc86d5ffac306aull,  /* 1 */
+    0x764777d0718ce1a5ull,  /* 2 */
+    0x13f33cbafa2f3900ull,  /* 3 */
+    0x880972160cd510f6ull,  /* 4 */
+    0xc444d74f4df20bccull,  /* 5 */
+    0x9579be1e239c2f09ull,  /* 6 */
+    0x83f75a871675694eull,  /* 7 */
+    0x207467a96af58d79ull,  /* 8 */
+    0x9340a80f754f4e2eull,  /* 9 */
+    0x994a613fffbb9208ull,  /* 10 */
+    0x00183134517212e4ull,  /* 11 */
+    0xee7380254c4bfdceull,  /* 12 */
+    0x578c240b0191d5ecull,  /* 13 */
+};
+
+_Static_assert(sizeof lh_store_schema_fingerprints / sizeof lh_store_schema_fingerprints[0] ==
+                   LH_STORE_SCHEMA_VERSION,
+               "one schema fingerprint per schema version");
 _Static_assert(sizeof lh_store_migrations / sizeof lh_store_migrations[0] == LH_STORE_SCHEMA_VERSION,
                "one migration step per schema version");

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,6 +394,41 @@ START_TEST(test_full_store_retention) {
 }
 END_TEST
 
+/* A store with a trigger on insert into segments (and a view that never
+ * ends): a real learner refuses it at its open, naming the trigger, and
+ * exits 1 before it stores or runs anything of the file's. */
+START_TEST(test_crafted_store_refused) {
+  fleet f;
+  fleet_init(&f, "hostile-crafted", NULL, NULL, NULL);
+  lh_store *s = NULL;
+  lh_errbuf e;
+  ck_assert_msg(lh_store_open(f.db, &s, &e) == 0, "%s", e.msg);
+  lh_store_close(s);
+  sqlite3 *d;
+  ck_assert_int_eq(sqlite3_open(f.db, &d), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_exec(d,
+                                "CREATE TRIGGER stamp AFTER INSERT ON segments BEGIN"
+                                " UPDATE meta SET value = 'stamped' WHERE key = 'application'; END;"
+                                "DROP VIEW segment_metadata; CREATE VIEW segment_metadata AS WITH RECURSIVE r(x) AS"
+                                " (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT x AS created_ms, 1 AS sampled,"
+                                " 1 AS tokens, 1 AS payload_bytes, 1 AS min_version, 1 AS max_version,"
+                                " NULL AS dropped_ms FROM r",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  sqlite3_close(d);
+  start_learner(&f, 0);
+  int rc = lh_proc_wait(f.learner, 300, NULL);
+  f.learner = 0;
+  char log[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(rc == 1, "learner exit %d (see %s)", rc, log);
+  ck_assert_msg(lh_proc_file_has(log, "trigger stamp"), "the refusal names no trigger (see %s)", log);
+  ck_assert_msg(lh_proc_file_has(log, "replay.db"), "the refusal names no file (see %s)", log);
+  printf("hostile: crafted store: learner exit %d\n", rc);
+  fleet_free(&f);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   const lh_test_case cases[] = {
       {"model_input", test_model_input_refused, 0},
@@ -401,6 +437,7 @@ int main(int argc, char **argv) {
       {"large_segments", test_large_segments_flood, 0},
       {"full_store", test_full_store_retention, 0},
       {"many_peers", test_many_peers_capped, 0},
+      {"crafted_store", test_crafted_store_refused, 0},
   };
   return lh_test_cases_main("hostile", cases, sizeof cases / sizeof cases[0], 600, argc, argv);
 }
