@@ -82,6 +82,14 @@ typedef struct {
   uint32_t heartbeats_total;     /* actor_heartbeats rows kept in all, the newest ones, so
                                     that senders of many names cannot grow the table without
                                     end; default 1048576 (an hour of 291 actors); 0: all */
+  uint32_t time_budget_ms;       /* the most time one call into SQLite may take on this
+                                    connection (preparing a statement, or one step of it:
+                                    until it returns a row or ends; the open's own reads
+                                    too); past it SQLite is interrupted and the call fails
+                                    with LH_ESTORE_SQL_TIMEOUT. What a reader of a store it
+                                    does not trust sets (the read commands: a query
+                                    without end, or far longer than the store's size
+                                    explains, must not hold them). 0 (default): none */
 } lh_store_options;
 
 void lh_store_options_default(lh_store_options *o);
@@ -107,6 +115,9 @@ int lh_store_open_readonly(const char *path, lh_store **out, lh_errbuf *err);
 /* Either of the above, as o->readonly says; o may be NULL for defaults. */
 int lh_store_open_with(const char *path, const lh_store_options *o, lh_store **out,
                        lh_errbuf *err);
+/* Changes the time budget of an open store's calls into SQLite
+ * (lh_store_options.time_budget_ms; 0: none) from the next call on. */
+void lh_store_set_time_budget_ms(lh_store *s, uint32_t budget_ms);
 /* Changes the cap of an open store (lh_store_options.max_bytes; 0: none),
  * say when the learner re-reads its config: the next batch or put is
  * checked against the new cap. */

@@ -66,7 +66,9 @@ struct lh_store {
   sqlite3_stmt *st[ST_COUNT];
   lh_store_pending_episode *pending;  /* LH_STORE_PENDING entries */
   size_t pending_count;
-  uint32_t sql_timeout_ms;            /* lh_store_sql's budget; 0: none */
+  uint32_t sql_timeout_ms;            /* lh_store_sql's budget; 0: opt.time_budget_ms */
+  int64_t call_since_ns;              /* when the call into SQLite now running began; 0: none */
+  int timed_out;                      /* the progress handler stopped that call */
   lh_store_hb_count *hb_counts;       /* LH_STORE_HB_SLOTS; allocated by the first heartbeat */
   uint32_t hb_puts;                   /* heartbeats since the table was last pruned in all */
   size_t ranks;                       /* rank stores read as one (lh_store_open_ranks); 0: this file alone */
@@ -160,6 +162,14 @@ static inline int lh_store_bind_text(sqlite3_stmt *st, int i, const char *t) {
 }
 /* Copies column i as text into dst (cut to cap bytes; "" for NULL). */
 void lh_store_column_text(sqlite3_stmt *st, int i, char *dst, size_t cap);
+
+/* SQLite's virtual machine instructions between two looks at the clock of
+ * a time budget: a few microseconds. */
+#define LH_STORE_PROGRESS_INSTRUCTIONS 1000
+
+/* Sets the connection's time budget (opt.time_budget_ms) as its progress
+ * handler, or none without one; lh_store_sql puts it back after its own. */
+void lh_store_budget_install(lh_store *s);
 
 /* Sleeps ms milliseconds (the busy loop's pause). */
 void lh_store_sleep_ms(int ms);

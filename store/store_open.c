@@ -215,6 +215,7 @@ static int migrate(lh_store *s, lh_errbuf *err) {
  * open; this holds for what comes after. */
 static int harden(lh_store *s, lh_errbuf *err) {
   sqlite3_busy_timeout(s->db, s->opt.busy_timeout_ms);
+  lh_store_budget_install(s);
   int off = 0, on = 0;
   int rc = sqlite3_db_config(s->db, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, &off);
   if (rc == SQLITE_OK) rc = sqlite3_db_config(s->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, &off);

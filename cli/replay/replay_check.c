@@ -56,7 +56,7 @@ static const lh_cli_help HELP = {
 
 int lh_cli_replay_check(int argc, char **argv) {
   lh_cli_dbs dbs;
-  memset(&dbs, 0, sizeof dbs);
+  lh_cli_dbs_init(&dbs);
   int full = 0;
   uint64_t max_problems = 100;
   const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs),

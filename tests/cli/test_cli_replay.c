@@ -470,6 +470,40 @@ START_TEST(test_crafted_store) {
 }
 END_TEST
 
+/* Every read subcommand has a time budget (--timeout-ms, default 30 s):
+ * on a store of 300 000 episodes a budget of 1 ms stops the statistics,
+ * with its own error; 0 is no limit. The assertion is the refusal, not a
+ * time. */
+START_TEST(test_read_timeout) {
+  char path[400], sql[600];
+  snprintf(path, sizeof path, "%s/large.db", dir);
+  unlink(path);
+  sqlite3 *d;
+  ck_assert(sqlite3_open(db, &d) == SQLITE_OK);
+  snprintf(sql, sizeof sql, "VACUUM INTO '%s'", path);
+  ck_assert(sqlite3_exec(d, sql, NULL, NULL, NULL) == SQLITE_OK);
+  sqlite3_close(d);
+  ck_assert(sqlite3_open(path, &d) == SQLITE_OK);
+  ck_assert(sqlite3_exec(d,
+                         "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000)"
+                         " INSERT INTO episodes(id, actor, env, status, created_ms, updated_ms)"
+                         " SELECT 1000000 + x, 'a9', 'calc', 'running', x, x FROM c",
+                         NULL, NULL, NULL) == SQLITE_OK);
+  sqlite3_close(d);
+  ck_assert_int_eq(replay("stats", "--db", path, "--timeout-ms", "1", NULL), 1);
+  HAS(err_buf, "large.db");
+  HAS(err_buf, "time budget of 1 ms");
+  HAS(err_buf, "--timeout-ms");
+  HAS(err_buf, "ESTORE_SQL_TIMEOUT");
+  ck_assert_int_eq(replay("stats", "--db", path, "--timeout-ms", "0", NULL), 0);
+  HAS(out_buf, "episodes     30");
+  ck_assert_int_eq(replay("stats", "--db", path, NULL), 0);
+  ck_assert_int_eq(replay("episodes", "--db", path, "--timeout-ms", "4294967296", NULL), 2);
+  HAS(err_buf, "--timeout-ms 4294967296 is too large");
+  ck_assert_int_eq(replay("show", "--db", path, "--timeout-ms", "-1", "1", NULL), 2);
+}
+END_TEST
+
 /* ---- stats and episodes -------------------------------------------------- */
 
 START_TEST(test_stats) {
@@ -871,6 +905,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_usage_errors);
   tcase_add_test(tc, test_bad_store);
   tcase_add_test(tc, test_crafted_store);
+  tcase_add_test(tc, test_read_timeout);
   tcase_add_test(tc, test_stats);
   tcase_add_test(tc, test_episodes);
   tcase_add_test(tc, test_show_transcript);
