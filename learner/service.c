@@ -257,7 +257,15 @@ static void *service_main(void *arg) {
     if (stop) break;
     size_t handled = 0;
     if ((rc = turn(s, SERVICE_POLL_MS, &handled, &err))) break;
+    /* A lost write-ahead log (store.h, lh_store_wal_check) stops the
+     * learner: the round that found it was answered retry, and nothing
+     * more can be stored. Checked after every round (a commit checks it)
+     * and once a second without one. */
     now = lh_now_ns();
+    if (lh_store_wal_lost(s->store) || (now - last_sweep > SERVICE_SWEEP_NS && lh_store_wal_check(s->store, &err))) {
+      rc = lh_store_wal_check(s->store, &err);
+      break;
+    }
     if (now - last_sweep > SERVICE_SWEEP_NS) {
       sweep(s);
       retain(s);
@@ -269,7 +277,8 @@ static void *service_main(void *arg) {
     }
   }
   /* Whatever already arrived is stored and acked before the end, so the
-   * actors need not resend it. */
+   * actors need not resend it (not into a lost log: they resend it to the
+   * next learner). */
   size_t handled = 1;
   for (int i = 0; !rc && i < SERVICE_DRAIN_ROUNDS && handled; i++) {
     rc = lh_learner_ingest_poll(s->ingest, 0, &handled, &err);

@@ -90,6 +90,14 @@ typedef struct {
                                     does not trust sets (the read commands: a query
                                     without end, or far longer than the store's size
                                     explains, must not hold them). 0 (default): none */
+  uint32_t checkpoint_ms;        /* a read-write connection checkpoints its write-ahead log
+                                    into the store's file (PASSIVE: readers are not waited
+                                    for) after a commit once this long has passed since its
+                                    last checkpoint; default 1000; 0: by pages only */
+  uint32_t checkpoint_pages;     /* ... or once the log holds this many pages past it;
+                                    default 1000 (SQLite's own); 0: by time only. What a
+                                    lost -wal costs is at most the commits since the last
+                                    checkpoint (lh_store_wal_check) */
 } lh_store_options;
 
 void lh_store_options_default(lh_store_options *o);
@@ -115,6 +123,30 @@ int lh_store_open_readonly(const char *path, lh_store **out, lh_errbuf *err);
 /* Either of the above, as o->readonly says; o may be NULL for defaults. */
 int lh_store_open_with(const char *path, const lh_store_options *o, lh_store **out,
                        lh_errbuf *err);
+/* The write-ahead log (replay.db-wal) holds the commits since the last
+ * checkpoint. A read-write connection checks it after each of its commits
+ * (and at its close): the store's file and the -wal must be the files it
+ * opened, the -wal's header there and the frames it knows of still there
+ * (a truncation cuts them). When it finds them gone, the log is lost:
+ * the commit that found it reports LH_ESTORE_WAL_LOST (it is not made
+ * durable), every later write is refused with it, the message naming the
+ * -wal and what happened, and the close does not checkpoint the damaged
+ * log into the store's file, which keeps every commit up to the last
+ * checkpoint (store.h, lh_store_options.checkpoint_ms). This call runs the
+ * check without a commit, for a writer to call now and then (the
+ * learner's service, once a second): 0, or LH_ESTORE_WAL_LOST. An empty
+ * -wal may be another program's checkpoint (TRUNCATE): a one-row commit
+ * tells. A no-op on a read-only store. */
+int lh_store_wal_check(lh_store *s, lh_errbuf *err);
+/* Whether s found its write-ahead log lost (0 for NULL). */
+int lh_store_wal_lost(const lh_store *s);
+/* Takes the log of s as lost, as another connection of the same store
+ * found it (why: its message): each connection checks what it knows of
+ * the log, and the close of one that did not see the damage would let
+ * SQLite copy it into the store's file. A no-op on NULL or a read-only
+ * store. */
+void lh_store_wal_give_up(lh_store *s, const char *why);
+
 /* Changes the time budget of an open store's calls into SQLite
  * (lh_store_options.time_budget_ms; 0: none) from the next call on. */
 void lh_store_set_time_budget_ms(lh_store *s, uint32_t budget_ms);

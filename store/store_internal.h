@@ -9,6 +9,7 @@
 #define LH_STORE_INTERNAL_H
 
 #include <sqlite3.h>
+#include <sys/types.h>
 
 #include "store/store.h"
 
@@ -54,6 +55,23 @@ typedef struct {
   uint32_t puts;
 } lh_store_hb_count;
 
+/* A read-write connection's watch over its write-ahead log, and its
+ * checkpoints (store_wal.c). */
+typedef struct {
+  int on;                   /* a read-write connection of a file in WAL mode */
+  char *path;               /* the -wal, as SQLite names it */
+  int fd;                   /* this connection's own read-only descriptor of it; -1 before it is seen */
+  dev_t dev, db_dev;        /* the -wal's and the store file's identity when first seen */
+  ino_t ino, db_ino;
+  int have_header, empty;   /* a header was read; the -wal is empty now */
+  uint32_t salt[2], page;   /* the log's salts and page size, from its header */
+  uint32_t frames;          /* frames of the log checked, up to this connection's last commit */
+  uint32_t ckpt_frames;     /* frames the last checkpoint had copied */
+  int64_t ckpt_ns;          /* when it ran */
+  int lost;                 /* the log is gone or cut: every later write is refused */
+  char why[LH_ERRMSG_BYTES];
+} lh_store_wal;
+
 struct lh_store {
   sqlite3 *db;
   char *path;
@@ -72,11 +90,21 @@ struct lh_store {
   lh_store_hb_count *hb_counts;       /* LH_STORE_HB_SLOTS; allocated by the first heartbeat */
   uint32_t hb_puts;                   /* heartbeats since the table was last pruned in all */
   size_t ranks;                       /* rank stores read as one (lh_store_open_ranks); 0: this file alone */
+  lh_store_wal wal;
 };
 
 /* Applies the pending episode changes (a no-op when there are none). Every
  * read of episode rows on a writing connection calls it first. */
 int lh_store_flush(lh_store *s, lh_errbuf *err);
+
+/* Starts the watch of a read-write connection's write-ahead log and its
+ * checkpoints (store_wal.c), after the open's own writes: checks the log
+ * and checkpoints it. 0 or LH_ESTORE_WAL_LOST, LH_ENOMEM. */
+int lh_store_wal_start(lh_store *s, lh_errbuf *err);
+/* At the close: checks the whole log; when it is lost (or empty, which
+ * only a later commit could tell from a reset), tells SQLite not to
+ * checkpoint it into the store's file. Frees the watch. */
+void lh_store_wal_close(lh_store *s);
 
 /* Forgets the heartbeat counts, after a rollback: the rows a prune
  * deleted may be back, so each actor is pruned at its next heartbeat. */

@@ -22,6 +22,8 @@ void lh_store_options_default(lh_store_options *o) {
   o->quick_check = 0;
   o->heartbeats_per_actor = 3600;
   o->heartbeats_total = 1u << 20;
+  o->checkpoint_ms = 1000;
+  o->checkpoint_pages = 1000;
   lh_wire_limits_default(&o->limits);
 }
 
@@ -271,7 +273,8 @@ static int setup(lh_store *s, lh_errbuf *err) {
                                          "PRAGMA synchronous=FULL"};
   int sync = s->opt.synchronous < 0 ? 0 : s->opt.synchronous > 2 ? 2 : s->opt.synchronous;
   LH_TRY(lh_store_exec(s, "PRAGMA journal_mode=WAL", err));
-  return lh_store_exec(s, sync_sql[sync], err);
+  LH_TRY(lh_store_exec(s, sync_sql[sync], err));
+  return lh_store_wal_start(s, err);
 }
 
 int lh_store_open_with(const char *path, const lh_store_options *o, lh_store **out,
@@ -329,7 +332,9 @@ int lh_store_open_readonly(const char *path, lh_store **out, lh_errbuf *err) {
 void lh_store_close(lh_store *s) {
   if (!s) return;
   if (s->db && s->in_batch) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-  if (s->db && s->writer_marked) {
+  /* With the log lost the mark stays: the next writer's open checks the
+   * file (its commits since the last checkpoint are gone). */
+  if (s->db && s->writer_marked && lh_store_wal_check(s, NULL) == 0) {
     char *msg = NULL;
     if (sqlite3_exec(s->db, "DELETE FROM meta WHERE key = 'writer_open'", NULL, NULL, &msg) != SQLITE_OK)
       LH_WARN("store", "writer mark not cleared path=%s error=\"%s\": the next writer's open checks the file",
@@ -337,6 +342,7 @@ void lh_store_close(lh_store *s) {
     sqlite3_free(msg);
   }
   s->pending_count = 0;
+  if (s->db) lh_store_wal_close(s);
   for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
   free(s->pending);
   free(s->hb_counts);
@@ -355,6 +361,7 @@ int lh_store_begin(lh_store *s, lh_errbuf *err) {
   if (s->in_batch)
     return lh_errbuf_set(err, LH_ESTORE_TXN, "%s: a batch is already open (commit it first)",
                          s->path);
+  if (s->wal.lost) return lh_errbuf_set(err, LH_ESTORE_WAL_LOST, "%s", s->wal.why);
   LH_TRY(lh_store_exec(s, "BEGIN IMMEDIATE", err));
   int rc = lh_store_check_cap(s, err);
   if (rc < 0) {

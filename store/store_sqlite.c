@@ -48,6 +48,7 @@ int lh_store_sqlite_err(lh_store *s, int rc, const char *what, lh_errbuf *err) {
     case SQLITE_NOMEM: code = LH_ENOMEM; break;
     default: code = LH_ESTORE_SQLITE; break;
   }
+  if (s && s->wal.lost) return lh_errbuf_set(err, LH_ESTORE_WAL_LOST, "%s", s->wal.why);
   const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
   if ((rc & 0xff) == SQLITE_INTERRUPT && s && s->timed_out)
     return lh_errbuf_set(err, LH_ESTORE_SQL_TIMEOUT,
@@ -167,6 +168,7 @@ int lh_store_write_begin_uncapped(lh_store *s, int *own, lh_errbuf *err) {
     return lh_errbuf_set(err, LH_ESTORE_READONLY, "%s is open read-only; writes need lh_store_open",
                          s->path);
   if (s->in_batch) return 0;
+  if (s->wal.lost) return lh_errbuf_set(err, LH_ESTORE_WAL_LOST, "%s", s->wal.why);
   LH_TRY(lh_store_exec(s, "BEGIN IMMEDIATE", err));
   *own = 1;
   return 0;
