@@ -181,7 +181,9 @@ static void retain(lh_learner_service *s) {
     LH_INFO("learner", "retention keep_versions=%llu dropped_segments=%llu dropped_bytes=%llu used=%llu cap=%llu%s",
             (unsigned long long)keep, (unsigned long long)segments, (unsigned long long)bytes,
             (unsigned long long)after, (unsigned long long)cap,
-            after >= cap ? " (still full: the kept versions fill the cap; raise max_db_bytes)" : "");
+            after >= cap ? " (still full: what stays fills the cap, the payloads of the kept versions and the rows "
+                           "of every segment, episode and train step; raise max_db_bytes)"
+                         : "");
 }
 
 static void sweep(lh_learner_service *s) {
