@@ -7,8 +7,9 @@
 # other processes comes and goes): uncapped, and with [learner]
 # max_db_bytes = LH_CAP_BYTES (default 2000000). Per run, from the store
 # and the processes:
-#   stored seg/s  segments the store committed per second, over the second
-#                 half of the run (segments.created_ms)
+#   stored seg/s  segments the store committed per second over the second
+#                 half of the learner's run (runs.started_ms to ended_ms;
+#                 segments.created_ms)
 #   retentions    the learner's retention runs that dropped payloads
 #   file          the store's file at the end (page_count * page_size)
 #   lost          messages the actors had acked that the store does not
@@ -87,8 +88,8 @@ figures() {
   local w="$root/$1" db="$root/$1/replay.db"
   local q="sqlite3 -readonly $db"
   local mid end span rate ret file acked stored lost segs
-  mid=$($q "SELECT (min(created_ms) + max(created_ms)) / 2 FROM segments")
-  end=$($q "SELECT max(created_ms) FROM segments")
+  mid=$($q "SELECT (started_ms + coalesce(ended_ms, started_ms)) / 2 FROM runs WHERE kind = 'learner'")
+  end=$($q "SELECT coalesce(ended_ms, started_ms) FROM runs WHERE kind = 'learner'")
   span=$(awk -v a="$mid" -v b="$end" 'BEGIN { print ((b > a) ? (b - a) / 1000 : 1) }')
   rate=$($q "SELECT printf('%.1f', count(*) / $span) FROM segments WHERE created_ms >= $mid")
   segs=$($q "SELECT count(*) FROM segments")
