@@ -284,6 +284,7 @@ int lh_store_open_with(const char *path, const lh_store_options *o, lh_store **o
   if (!path || !*path) return lh_errbuf_set(err, LH_EINVAL, "store path is empty (give --db FILE)");
   lh_store *s = calloc(1, sizeof *s);
   if (!s) return lh_errbuf_set(err, LH_ENOMEM, "no memory for a store");
+  s->wal.fd = -1;  /* none: a read-only store, or one that never got to its watch */
   if (o)
     s->opt = *o;
   else

@@ -206,7 +206,6 @@ static int on_commit(void *ctx, sqlite3 *db, const char *name, int frames) {
 
 int lh_store_wal_start(lh_store *s, lh_errbuf *err) {
   lh_store_wal *w = &s->wal;
-  w->fd = -1;
   const char *wal = sqlite3_filename_wal(sqlite3_db_filename(s->db, "main"));
   struct stat st;
   if (!wal || stat(s->path, &st) != 0) return 0;  /* no file to watch (not WAL mode) */
@@ -270,7 +269,7 @@ void lh_store_wal_close(lh_store *s) {
   /* A lost log, or one that may be (empty), is not checkpointed into the
    * store's file by SQLite's close. */
   if (w->on && (w->lost || w->empty)) sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
-  if (w->fd >= 0) close(w->fd);
+  if (w->on && w->fd >= 0) close(w->fd);
   w->fd = -1;
   free(w->path);
   w->path = NULL;

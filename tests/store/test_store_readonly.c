@@ -2,6 +2,7 @@
  * SQL. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -212,7 +213,29 @@ START_TEST(test_time_budget) {
 }
 END_TEST
 
+/* Closing a store closes only what it opened: a read-only one, and one
+ * whose open failed, leave descriptor 0 alone (a zeroed watch of the
+ * write-ahead log once closed it, and a process started without stdin had
+ * its store's own file there). */
+START_TEST(test_close_leaves_other_descriptors) {
+  lh_store *s = open_rw();
+  lh_store_close(s);
+  int keep = dup(0);
+  int devnull = open("/dev/null", O_RDONLY);
+  ck_assert_int_ge(devnull, 0);
+  ck_assert_int_eq(dup2(devnull, 0), 0);
+  close(devnull);
+  s = open_ro();
+  lh_store_close(s);
+  ck_assert_int_ne(fcntl(0, F_GETFD), -1);
+  ck_assert_int_eq(lh_store_open("/nonexistent/folder/x.db", &s, &e) < 0, 1);
+  ck_assert_int_ne(fcntl(0, F_GETFD), -1);
+  if (keep >= 0) dup2(keep, 0), close(keep);
+}
+END_TEST
+
 void lh_test_store_readonly(TCase *tc) {
+  tcase_add_test(tc, test_close_leaves_other_descriptors);
   tcase_add_test(tc, test_readonly);
   tcase_add_test(tc, test_sql_timeout);
   tcase_add_test(tc, test_time_budget);
