@@ -31,10 +31,11 @@ static int run(lh_store *s, const char *sql, uint64_t min_version, int64_t now, 
 }
 
 /* The rows stored before schema 13 hold their payloads: set to NULL in
- * place, a small one would leave its leaf page as full of pages as before
- * (SQLite balances pages when rows go, not when they shrink). They are
- * deleted and written again without it, so that their pages empty and
- * go to the free list, and written back where new rows go. */
+ * place, a small one would leave its leaf page in use and mostly empty
+ * (SQLite balances pages when rows are deleted, not when they shrink). So
+ * they are deleted and written again without their payloads: the pages
+ * they held empty and go to the free list, and the rows, small now, go
+ * where new rows go. */
 static int rewrite_inline(lh_store *s, uint64_t min_version, int64_t now, lh_errbuf *err) {
   uint64_t moved = 0;
   LH_TRY(lh_store_exec(s,
