@@ -8,8 +8,9 @@
 # max_db_bytes = LH_CAP_BYTES (default 2000000). Per run, from the store
 # and the processes:
 #   stored seg/s  segments the store committed per second over the second
-#                 half of the learner's run (runs.started_ms to ended_ms;
-#                 segments.created_ms)
+#                 half of the run (from the learner's runs.started_ms for
+#                 LH_CAP_SECONDS; its ended_ms is not written into a store
+#                 that is full; segments.created_ms)
 #   retentions    the learner's retention runs that dropped payloads
 #   file          the store's file at the end (page_count * page_size)
 #   lost          messages the actors had acked that the store does not
@@ -88,8 +89,8 @@ figures() {
   local w="$root/$1" db="$root/$1/replay.db"
   local q="sqlite3 -readonly $db"
   local mid end span rate ret file acked stored lost segs
-  mid=$($q "SELECT (started_ms + coalesce(ended_ms, started_ms)) / 2 FROM runs WHERE kind = 'learner'")
-  end=$($q "SELECT coalesce(ended_ms, started_ms) FROM runs WHERE kind = 'learner'")
+  mid=$($q "SELECT started_ms + $seconds * 500 FROM runs WHERE kind = 'learner'")
+  end=$($q "SELECT started_ms + $seconds * 1000 FROM runs WHERE kind = 'learner'")
   span=$(awk -v a="$mid" -v b="$end" 'BEGIN { print ((b > a) ? (b - a) / 1000 : 1) }')
   rate=$($q "SELECT printf('%.1f', count(*) / $span) FROM segments WHERE created_ms >= $mid")
   segs=$($q "SELECT count(*) FROM segments")
