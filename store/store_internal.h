@@ -101,6 +101,10 @@ int lh_store_flush(lh_store *s, lh_errbuf *err);
  * checkpoints (store_wal.c), after the open's own writes: checks the log
  * and checkpoints it. 0 or LH_ESTORE_WAL_LOST, LH_ENOMEM. */
 int lh_store_wal_start(lh_store *s, lh_errbuf *err);
+/* After an I/O error of SQLite's on s: whether the log is why (a read of
+ * a frame of a log cut short fails so before any commit checks it); marks
+ * it lost when so. */
+void lh_store_wal_io_error(lh_store *s);
 /* At the close: checks the whole log; when it is lost (or empty, which
  * only a later commit could tell from a reset), tells SQLite not to
  * checkpoint it into the store's file. Frees the watch. */

@@ -48,6 +48,8 @@ int lh_store_sqlite_err(lh_store *s, int rc, const char *what, lh_errbuf *err) {
     case SQLITE_NOMEM: code = LH_ENOMEM; break;
     default: code = LH_ESTORE_SQLITE; break;
   }
+  /* An I/O error may be a read of a cut log (store_wal.c): then say so. */
+  if (s && (rc & 0xff) == SQLITE_IOERR) lh_store_wal_io_error(s);
   if (s && s->wal.lost) return lh_errbuf_set(err, LH_ESTORE_WAL_LOST, "%s", s->wal.why);
   const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
   if ((rc & 0xff) == SQLITE_INTERRUPT && s && s->timed_out)

@@ -240,6 +240,14 @@ int lh_store_wal_check(lh_store *s, lh_errbuf *err) {
 
 int lh_store_wal_lost(const lh_store *s) { return s && s->wal.lost; }
 
+void lh_store_wal_io_error(lh_store *s) {
+  if (!s || !s->wal.on || s->wal.lost) return;
+  /* SQLite reads a page's newest copy from the log when the log holds one:
+   * with the log cut, that read ends short, and an empty log cannot be one
+   * emptied by a checkpoint then (SQLite would not look in it). */
+  if (verify(s, 0) == 0 && s->wal.empty) lost(s, "was truncated to nothing (SQLite could not read its frames)");
+}
+
 void lh_store_wal_give_up(lh_store *s, const char *why) {
   if (!s || !s->wal.on || s->wal.lost) return;
   snprintf(s->wal.why, sizeof s->wal.why, "%s", why ? why : "the write-ahead log was lost");

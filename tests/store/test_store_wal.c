@@ -115,6 +115,22 @@ START_TEST(test_wal_truncated_after_checkpoint) {
 }
 END_TEST
 
+/* Truncated before another connection reads what the log held: SQLite's
+ * read of a frame ends short, and the error names the log (before: a disk
+ * I/O error, and a learner stopped on it saying nothing of the -wal). */
+START_TEST(test_wal_truncated_read) {
+  lh_store *trainer = open_writer(0);
+  lh_store *service = open_writer(0);
+  ck_assert_msg(put_batch(service, 1, 20) == 0, "%s", e.msg);
+  ck_assert_int_eq(truncate(wal, 0), 0);
+  lh_episode_row r;
+  assert_lost(lh_store_episode_get(trainer, 7, &r, &e), "a read of the other connection");
+  lh_store_close(service);
+  lh_store_close(trainer);
+  ck_assert_uint_eq(episodes_after(), 0);
+}
+END_TEST
+
 /* Truncated while the writer is idle: its check finds the log empty, a
  * one-row commit tells a truncation from a reset, and says lost. */
 START_TEST(test_wal_truncated_idle) {
@@ -216,6 +232,7 @@ END_TEST
 void lh_test_store_wal(TCase *tc) {
   tcase_add_test(tc, test_wal_truncated);
   tcase_add_test(tc, test_wal_truncated_after_checkpoint);
+  tcase_add_test(tc, test_wal_truncated_read);
   tcase_add_test(tc, test_wal_truncated_idle);
   tcase_add_test(tc, test_wal_cut_short);
   tcase_add_test(tc, test_wal_replaced);
