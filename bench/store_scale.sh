@@ -9,7 +9,7 @@
 #      stats` in-process against plain sqlite3's (ratios);
 #   3. the commands as a user runs them, best of 5 (show: 10; the report: 3):
 #      `longhaul replay show` of one episode against `sqlite3 DB "SELECT
-#      seq, payload ... WHERE episode = ID"`, `longhaul replay stats`,
+#      seq, payload FROM segment_payloads WHERE episode = ID"`, `longhaul replay stats`,
 #      `longhaul report` (target <= 3 s at 1M segments), each next to the
 #      scan of the table a schema-6 store made for the same figures, and
 #      `replay check` (the quick_check every open ran before schema 7);
@@ -76,7 +76,7 @@ echo "== the commands (wall time, best of 5; the report best of 3)"
 start_lh=$(best_ms 10 "$bin" --help)
 start_sq=$(best_ms 10 sqlite3 :memory: "SELECT 1")
 show_lh=$(best_ms 10 "$bin" replay show --db "$db" "$id")
-show_sq=$(best_ms 10 sqlite3 "$db" "SELECT seq, payload FROM segments WHERE episode = $id ORDER BY seq")
+show_sq=$(best_ms 10 sqlite3 "$db" "SELECT seq, payload FROM segment_payloads WHERE episode = $id ORDER BY seq")
 echo "replay show $id: $show_lh ms; sqlite3 the same query: $show_sq ms; ratio $(ratio "$show_lh" "$show_sq") (target <= 2; best of 10)"
 echo "  a process start alone: longhaul --help $start_lh ms (it loads 35 shared libraries: MPI, OpenBLAS, ZeroMQ),"
 echo "  sqlite3 :memory: $start_sq ms; the store's own part is the in-process figure above"

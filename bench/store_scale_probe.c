@@ -7,8 +7,8 @@
  *          open ran before schema 7's stores.
  *   show:  what `longhaul replay show ID` reads: the open, the episode
  *          row, every segment decoded; against sqlite3 opening the file
- *          and stepping through `SELECT seq, payload ... WHERE episode =
- *          ID` with every blob touched.
+ *          and stepping through `SELECT seq, payload FROM segment_payloads
+ *          WHERE episode = ID` (schema 13) with every blob touched.
  *   stats: lh_store_stats_get (what `replay stats` reads), against the
  *          same aggregate on the table (NOT INDEXED: the scan every
  *          schema-6 store did, through the payload pages).
@@ -76,8 +76,8 @@ static double plain_show(const char *db, uint64_t id, size_t *bytes) {
   sqlite3 *d;
   sqlite3_stmt *st;
   if (sqlite3_open_v2(db, &d, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) die("sqlite3 open", sqlite3_errmsg(d));
-  if (sqlite3_prepare_v2(d, "SELECT seq, payload FROM segments WHERE episode = ?1 ORDER BY seq", -1, &st, NULL) !=
-      SQLITE_OK)
+  if (sqlite3_prepare_v2(d, "SELECT seq, payload FROM segment_payloads WHERE episode = ?1 ORDER BY seq", -1, &st,
+                         NULL) != SQLITE_OK)
     die("sqlite3 prepare", sqlite3_errmsg(d));
   sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
   *bytes = 0;

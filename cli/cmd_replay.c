@@ -49,6 +49,9 @@ int lh_cli_replay_open(const char *cmd, const lh_cli_dbs *dbs, lh_store **out) {
     fprintf(stderr, "longhaul replay %s: --db FILE is required (the replay store to read)\n", cmd);
     return LH_EXIT_USAGE;
   }
+  char name[32];
+  snprintf(name, sizeof name, "replay %s", cmd);
+  if (lh_cli_dbs_check(name, dbs)) return LH_EXIT_USAGE;
   lh_errbuf err;
   lh_errbuf_clear(&err);
   int rc = lh_cli_dbs_open(dbs, out, NULL, &err);

@@ -87,7 +87,8 @@ static int load_runs(const report_args *a, lh_report_run *runs, size_t *nruns) {
   size_t total = 1 + a->compare.n;
   for (size_t r = 0; r < total; r++) {
     lh_cli_dbs one;
-    memset(&one, 0, sizeof one);
+    lh_cli_dbs_init(&one);
+    one.timeout_ms = a->dbs.timeout_ms;
     const lh_cli_dbs *dbs = &a->dbs;
     if (r > 0) {
       lh_cli_strings_add(&one.db, a->compare.v[r - 1]);
@@ -193,6 +194,7 @@ static int watch(const report_args *a) {
 int lh_cmd_report(int argc, char **argv) {
   report_args a;
   memset(&a, 0, sizeof a);
+  lh_cli_dbs_init(&a.dbs);
   a.title = "longhaul report";
   a.smooth = 0.6;
   const char *smooth = NULL, *watch_s = NULL, *fmt = NULL;
@@ -215,6 +217,7 @@ int lh_cmd_report(int argc, char **argv) {
        "per line"},
       {"--tensorboard", LH_CLI_OPT_STRING, &a.tensorboard, NULL, "DIR",
        "also write the per-step series as TensorBoard event files under DIR (one subfolder per run)"},
+      LH_CLI_TIMEOUT_OPT(&a.dbs),
   };
   size_t npos = 0;
   int rc_args = lh_cli_parse(&HELP, argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
@@ -226,6 +229,7 @@ int lh_cmd_report(int argc, char **argv) {
   for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++)
     if (texts[k] && !*texts[k]) return usage_error("%s needs a non-empty value", names[k]);
   if (!a.dbs.db.n) return usage_error("%s", "--db FILE is required (the replay store to report on)");
+  if (lh_cli_dbs_check("report", &a.dbs)) return LH_EXIT_USAGE;
   if (smooth && (lh_parse_f64(smooth, &a.smooth) != 0 || !(a.smooth >= 0 && a.smooth < 1)))
     return usage_error("--smooth '%s' must be a number in [0, 1)", smooth);
   if (watch_s) {
@@ -251,7 +255,7 @@ int lh_cmd_report(int argc, char **argv) {
   int over_store = strcmp(a.out, "-") != 0 && lh_cli_dbs_holds(&a.dbs, a.out);
   for (size_t r = 0; r < a.compare.n && !over_store; r++) {
     lh_cli_dbs one;
-    memset(&one, 0, sizeof one);
+    lh_cli_dbs_init(&one);
     lh_cli_strings_add(&one.db, a.compare.v[r]);
     over_store = lh_cli_dbs_holds(&one, a.out);
   }

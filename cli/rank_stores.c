@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/commands.h"
 #include "cli/rank_stores.h"
 #include "learner/learner.h"
 #include "store/store.h"
@@ -58,6 +59,18 @@ int lh_cli_dbs_holds(const lh_cli_dbs *d, const char *path) {
   for (size_t i = 0; i < d->rank_db.n; i++)
     if (store_is(sp, np, d->rank_db.v[i])) return 1;
   return 0;
+}
+
+void lh_cli_dbs_init(lh_cli_dbs *d) {
+  memset(d, 0, sizeof *d);
+  d->timeout_ms = LH_CLI_READ_TIMEOUT_MS;
+}
+
+int lh_cli_dbs_check(const char *cmd, const lh_cli_dbs *d) {
+  if (d->timeout_ms <= UINT32_MAX) return 0;
+  fprintf(stderr, "longhaul %s: --timeout-ms %llu is too large (at most %u; 0 for no limit)\n", cmd,
+          (unsigned long long)d->timeout_ms, UINT32_MAX);
+  return LH_EXIT_USAGE;
 }
 
 int lh_cli_strings_add(lh_cli_strings *l, const char *value) {
@@ -117,5 +130,8 @@ int lh_cli_dbs_open(const lh_cli_dbs *d, lh_store **out, size_t *ranks, lh_errbu
     }
   }
   if (ranks) *ranks = n;
-  return lh_store_open_ranks(paths, n, NULL, out, err);
+  lh_store_options o;
+  lh_store_options_default(&o);
+  o.time_budget_ms = d->timeout_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)d->timeout_ms;
+  return lh_store_open_ranks(paths, n, &o, out, err);
 }

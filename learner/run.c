@@ -588,6 +588,9 @@ int lh_learner_run(const lh_learner_run_args *a) {
   }
   rc = run_loop(&L, &err);
   if (rc) fprintf(stderr, "longhaul learner: %s\n", err.msg);
+  /* The service found the write-ahead log lost: the training thread's
+   * connection must not checkpoint it into the store's file either. */
+  if (rc == LH_ESTORE_WAL_LOST) lh_store_wal_give_up(L.store, err.msg);
   if (rc && L.ranks > 1) {
     fprintf(stderr, "longhaul learner: rank %d of %d failed, ending the job (restart it with --resume)\n", L.rank,
             L.ranks);

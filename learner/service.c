@@ -181,7 +181,9 @@ static void retain(lh_learner_service *s) {
     LH_INFO("learner", "retention keep_versions=%llu dropped_segments=%llu dropped_bytes=%llu used=%llu cap=%llu%s",
             (unsigned long long)keep, (unsigned long long)segments, (unsigned long long)bytes,
             (unsigned long long)after, (unsigned long long)cap,
-            after >= cap ? " (still full: the kept versions fill the cap; raise max_db_bytes)" : "");
+            after >= cap ? " (still full: what stays fills the cap, the payloads of the kept versions and the rows "
+                           "of every segment, episode and train step; raise max_db_bytes)"
+                         : "");
 }
 
 static void sweep(lh_learner_service *s) {
@@ -257,7 +259,15 @@ static void *service_main(void *arg) {
     if (stop) break;
     size_t handled = 0;
     if ((rc = turn(s, SERVICE_POLL_MS, &handled, &err))) break;
+    /* A lost write-ahead log (store.h, lh_store_wal_check) stops the
+     * learner: the round that found it was answered retry, and nothing
+     * more can be stored. Checked after every round (a commit checks it)
+     * and once a second without one. */
     now = lh_now_ns();
+    if (lh_store_wal_lost(s->store) || (now - last_sweep > SERVICE_SWEEP_NS && lh_store_wal_check(s->store, &err))) {
+      rc = lh_store_wal_check(s->store, &err);
+      break;
+    }
     if (now - last_sweep > SERVICE_SWEEP_NS) {
       sweep(s);
       retain(s);
@@ -269,7 +279,8 @@ static void *service_main(void *arg) {
     }
   }
   /* Whatever already arrived is stored and acked before the end, so the
-   * actors need not resend it. */
+   * actors need not resend it (not into a lost log: they resend it to the
+   * next learner). */
   size_t handled = 1;
   for (int i = 0; !rc && i < SERVICE_DRAIN_ROUNDS && handled; i++) {
     rc = lh_learner_ingest_poll(s->ingest, 0, &handled, &err);

@@ -39,7 +39,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 12
+#define LH_STORE_SCHEMA_VERSION 13
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
@@ -82,6 +82,22 @@ typedef struct {
   uint32_t heartbeats_total;     /* actor_heartbeats rows kept in all, the newest ones, so
                                     that senders of many names cannot grow the table without
                                     end; default 1048576 (an hour of 291 actors); 0: all */
+  uint32_t time_budget_ms;       /* the most time one call into SQLite may take on this
+                                    connection (preparing a statement, or one step of it:
+                                    until it returns a row or ends; the open's own reads
+                                    too); past it SQLite is interrupted and the call fails
+                                    with LH_ESTORE_SQL_TIMEOUT. What a reader of a store it
+                                    does not trust sets (the read commands: a query
+                                    without end, or far longer than the store's size
+                                    explains, must not hold them). 0 (default): none */
+  uint32_t checkpoint_ms;        /* a read-write connection checkpoints its write-ahead log
+                                    into the store's file (PASSIVE: readers are not waited
+                                    for) after a commit once this long has passed since its
+                                    last checkpoint; default 1000; 0: by pages only */
+  uint32_t checkpoint_pages;     /* ... or once the log holds this many pages past it;
+                                    default 1000 (SQLite's own); 0: by time only. What a
+                                    lost -wal costs is at most the commits since the last
+                                    checkpoint (lh_store_wal_check) */
 } lh_store_options;
 
 void lh_store_options_default(lh_store_options *o);
@@ -92,7 +108,12 @@ void lh_store_options_default(lh_store_options *o);
  * LH_ESTORE_NOT_SQLITE (the file is not a SQLite database),
  * LH_ESTORE_NOT_STORE (a SQLite database without the longhaul marker),
  * LH_ESTORE_CORRUPT (quick_check failed or SQLite reports corruption),
- * LH_ESTORE_TOO_NEW, LH_ESTORE_SQLITE. A new file gets WAL mode. */
+ * LH_ESTORE_TOO_NEW, LH_ESTORE_SCHEMA (a table, view, index or trigger
+ * that its schema version does not create, or one that differs from it,
+ * or one missing: the message names it; checked before anything is read,
+ * since SQLite runs a view's or trigger's SQL as the file says),
+ * LH_ESTORE_SQLITE. A new file gets WAL mode. The connection runs no
+ * trigger of the file's, whenever it was made. */
 int lh_store_open(const char *path, lh_store **out, lh_errbuf *err);
 /* Opens an existing store read-only (SQLITE_OPEN_READONLY), as every query
  * path does. Besides the errors above: LH_ESTORE_NO_FILE when path does not
@@ -102,6 +123,33 @@ int lh_store_open_readonly(const char *path, lh_store **out, lh_errbuf *err);
 /* Either of the above, as o->readonly says; o may be NULL for defaults. */
 int lh_store_open_with(const char *path, const lh_store_options *o, lh_store **out,
                        lh_errbuf *err);
+/* The write-ahead log (replay.db-wal) holds the commits since the last
+ * checkpoint. A read-write connection checks it after each of its commits
+ * (and at its close): the store's file and the -wal must be the files it
+ * opened, the -wal's header there and the frames it knows of still there
+ * (a truncation cuts them). When it finds them gone, the log is lost:
+ * the commit that found it reports LH_ESTORE_WAL_LOST (it is not made
+ * durable), every later write is refused with it, the message naming the
+ * -wal and what happened, and the close does not checkpoint the damaged
+ * log into the store's file, which keeps every commit up to the last
+ * checkpoint (store.h, lh_store_options.checkpoint_ms). This call runs the
+ * check without a commit, for a writer to call now and then (the
+ * learner's service, once a second): 0, or LH_ESTORE_WAL_LOST. An empty
+ * -wal may be another program's checkpoint (TRUNCATE): a one-row commit
+ * tells. A no-op on a read-only store. */
+int lh_store_wal_check(lh_store *s, lh_errbuf *err);
+/* Whether s found its write-ahead log lost (0 for NULL). */
+int lh_store_wal_lost(const lh_store *s);
+/* Takes the log of s as lost, as another connection of the same store
+ * found it (why: its message): each connection checks what it knows of
+ * the log, and the close of one that did not see the damage would let
+ * SQLite copy it into the store's file. A no-op on NULL or a read-only
+ * store. */
+void lh_store_wal_give_up(lh_store *s, const char *why);
+
+/* Changes the time budget of an open store's calls into SQLite
+ * (lh_store_options.time_budget_ms; 0: none) from the next call on. */
+void lh_store_set_time_budget_ms(lh_store *s, uint32_t budget_ms);
 /* Changes the cap of an open store (lh_store_options.max_bytes; 0: none),
  * say when the learner re-reads its config: the next batch or put is
  * checked against the new cap. */
@@ -124,7 +172,10 @@ typedef int (*lh_store_problem_fn)(void *ctx, const char *line);
  * every index matches its table). Opens it read-only, without the store's
  * open (so an old or damaged store can be checked) and hands every
  * problem line to fn (may be NULL) up to max_problems (0: SQLite's 100);
- * *problems is their count, 0 for a whole file. Returns 0 when the check
+ * a file with the store's application_id and a schema version this build
+ * knows also has its schema objects compared with that version's, each
+ * difference a line ("schema: view segment_metadata is not as schema 13
+ * creates it ..."); *problems is their count, 0 for a whole file. Returns 0 when the check
  * ran (whatever it found); LH_ESTORE_NO_FILE, LH_ESTORE_NOT_SQLITE,
  * LH_ESTORE_CORRUPT (SQLite could not even run it: the header or schema is
  * damaged; err says what it said), LH_ESTORE_SQLITE. */
@@ -141,7 +192,8 @@ int lh_store_is_readonly(const lh_store *s);
  * and heartbeats of its own actors. Read as one, the files are one store:
  * the first file is the connection's main database, every other one is
  * ATTACHed (read-only) as rank1, rank2, ..., and TEMP views named
- * episodes, segments, rewards and actor_heartbeats, each the UNION ALL of
+ * episodes, segments, segment_payloads, rewards and actor_heartbeats (and
+ * the view segment_metadata), each the UNION ALL of
  * that table over the ranks, shadow the main database's tables for every
  * unqualified name (SQLite looks in temp first). Every read of this API
  * and `replay sql` thus sees all ranks; train_steps, train_step_layers,
@@ -689,12 +741,16 @@ int lh_store_stats_by_env(lh_store *s, lh_store_env_stats_fn fn, void *ctx, lh_e
 
 /* ---- retention --------------------------------------------------------- */
 
-/* Drops (sets to NULL) the payload of every segment whose newest sampled
- * token is older than min_version (segments without sampled tokens go with
- * the versions around them: they are dropped when their episode's
- * max_version is older). Episode rows, segment rows (tokens, versions) and
- * reward terms stay. One transaction (or joins the open batch).
- * *segments_dropped and *bytes_dropped may be NULL. */
+/* Drops the payload (and recurrent state) of every segment whose newest
+ * sampled token is older than min_version (segments without sampled tokens
+ * go with the versions around them: they are dropped when their episode's
+ * max_version is older): deletes its row of segment_payloads, or, for a
+ * segment stored before schema 13 with its payload in its own row, writes
+ * that row again without it, so that the pages they held go to the free
+ * list whatever their size (a store at its cap gets room back). Episode
+ * rows, segment rows (tokens, versions; dropped_ms set) and reward terms
+ * stay. One transaction (or joins the open batch). *segments_dropped and
+ * *bytes_dropped may be NULL. */
 int lh_store_drop_payloads_before(lh_store *s, uint64_t min_version, uint64_t *segments_dropped,
                                   uint64_t *bytes_dropped, lh_errbuf *err);
 /* Keeps the payloads of the keep_versions versions up to newest (the

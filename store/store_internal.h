@@ -9,6 +9,7 @@
 #define LH_STORE_INTERNAL_H
 
 #include <sqlite3.h>
+#include <sys/types.h>
 
 #include "store/store.h"
 
@@ -21,6 +22,7 @@ enum {
   ST_REWARD_INSERT,
   ST_EP_OWNER,
   ST_SEG_STORED,
+  ST_PAYLOAD_INSERT,
   ST_COUNT
 };
 
@@ -53,6 +55,23 @@ typedef struct {
   uint32_t puts;
 } lh_store_hb_count;
 
+/* A read-write connection's watch over its write-ahead log, and its
+ * checkpoints (store_wal.c). */
+typedef struct {
+  int on;                   /* a read-write connection of a file in WAL mode */
+  char *path;               /* the -wal, as SQLite names it */
+  int fd;                   /* this connection's own read-only descriptor of it; -1 before it is seen */
+  dev_t dev, db_dev;        /* the -wal's and the store file's identity when first seen */
+  ino_t ino, db_ino;
+  int have_header, empty;   /* a header was read; the -wal is empty now */
+  uint32_t salt[2], page;   /* the log's salts and page size, from its header */
+  uint32_t frames;          /* frames of the log checked, up to this connection's last commit */
+  uint32_t ckpt_frames;     /* frames the last checkpoint had copied */
+  int64_t ckpt_ns;          /* when it ran */
+  int lost;                 /* the log is gone or cut: every later write is refused */
+  char why[LH_ERRMSG_BYTES];
+} lh_store_wal;
+
 struct lh_store {
   sqlite3 *db;
   char *path;
@@ -65,15 +84,31 @@ struct lh_store {
   sqlite3_stmt *st[ST_COUNT];
   lh_store_pending_episode *pending;  /* LH_STORE_PENDING entries */
   size_t pending_count;
-  uint32_t sql_timeout_ms;            /* lh_store_sql's budget; 0: none */
+  uint32_t sql_timeout_ms;            /* lh_store_sql's budget; 0: opt.time_budget_ms */
+  int64_t call_since_ns;              /* when the call into SQLite now running began; 0: none */
+  int timed_out;                      /* the progress handler stopped that call */
   lh_store_hb_count *hb_counts;       /* LH_STORE_HB_SLOTS; allocated by the first heartbeat */
   uint32_t hb_puts;                   /* heartbeats since the table was last pruned in all */
   size_t ranks;                       /* rank stores read as one (lh_store_open_ranks); 0: this file alone */
+  lh_store_wal wal;
 };
 
 /* Applies the pending episode changes (a no-op when there are none). Every
  * read of episode rows on a writing connection calls it first. */
 int lh_store_flush(lh_store *s, lh_errbuf *err);
+
+/* Starts the watch of a read-write connection's write-ahead log and its
+ * checkpoints (store_wal.c), after the open's own writes: checks the log
+ * and checkpoints it. 0 or LH_ESTORE_WAL_LOST, LH_ENOMEM. */
+int lh_store_wal_start(lh_store *s, lh_errbuf *err);
+/* After an I/O error of SQLite's on s: whether the log is why (a read of
+ * a frame of a log cut short fails so before any commit checks it); marks
+ * it lost when so. */
+void lh_store_wal_io_error(lh_store *s);
+/* At the close: checks the whole log; when it is lost (or empty, which
+ * only a later commit could tell from a reset), tells SQLite not to
+ * checkpoint it into the store's file. Frees the watch. */
+void lh_store_wal_close(lh_store *s);
 
 /* Forgets the heartbeat counts, after a rollback: the rows a prune
  * deleted may be back, so each actor is pruned at its next heartbeat. */
@@ -91,6 +126,28 @@ typedef struct {
  * (store_schema.c). Tests use the first ones to build an old file. */
 extern const lh_store_migration lh_store_migrations[];
 extern const size_t lh_store_migration_count;
+
+/* The fingerprint of the schema each version's migrations make (entry
+ * version - 1): lh_store_schema_fingerprint of a database made by steps 1
+ * to version (store_schema.c; test_store checks every entry). */
+extern const uint64_t lh_store_schema_fingerprints[];
+
+/* The fingerprint of db's main schema: XXH3-64 of the type, name, table
+ * and SQL of every object of sqlite_schema in (type, name) order, SQLite's
+ * own statistics tables left out. 0, LH_ENOMEM, or a SQLite code with
+ * why (why_bytes) saying what SQLite said. */
+int lh_store_schema_fingerprint(sqlite3 *db, uint64_t *fingerprint, char *why, size_t why_bytes);
+/* Compares db's main schema object by object with the one the migrations
+ * make at version: fn gets a line naming each object that is extra,
+ * differs or is missing (until it returns non-zero; fn may be NULL),
+ * *differences their count. SQLITE_OK when it could compare, else a
+ * SQLite code and why. */
+int lh_store_schema_compare(sqlite3 *db, uint32_t version, lh_store_problem_fn fn, void *ctx,
+                            uint64_t *differences, char *why, size_t why_bytes);
+/* Refuses (LH_ESTORE_SCHEMA, the message naming the first object that
+ * differs) a store whose schema objects are not those of its version
+ * (store_verify.c). 0 for version 0 (a new file). */
+int lh_store_verify_schema(lh_store *s, uint32_t version, lh_errbuf *err);
 
 /* Maps a SQLite result code to the store's code (corruption, not a
  * database, full, busy, readonly, else LH_ESTORE_SQLITE) and writes a
@@ -137,6 +194,14 @@ static inline int lh_store_bind_text(sqlite3_stmt *st, int i, const char *t) {
 }
 /* Copies column i as text into dst (cut to cap bytes; "" for NULL). */
 void lh_store_column_text(sqlite3_stmt *st, int i, char *dst, size_t cap);
+
+/* SQLite's virtual machine instructions between two looks at the clock of
+ * a time budget: a few microseconds. */
+#define LH_STORE_PROGRESS_INSTRUCTIONS 1000
+
+/* Sets the connection's time budget (opt.time_budget_ms) as its progress
+ * handler, or none without one; lh_store_sql puts it back after its own. */
+void lh_store_budget_install(lh_store *s);
 
 /* Sleeps ms milliseconds (the busy loop's pause). */
 void lh_store_sleep_ms(int ms);

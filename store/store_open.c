@@ -22,6 +22,8 @@ void lh_store_options_default(lh_store_options *o) {
   o->quick_check = 0;
   o->heartbeats_per_actor = 3600;
   o->heartbeats_total = 1u << 20;
+  o->checkpoint_ms = 1000;
+  o->checkpoint_pages = 1000;
   lh_wire_limits_default(&o->limits);
 }
 
@@ -206,6 +208,24 @@ static int migrate(lh_store *s, lh_errbuf *err) {
   return lh_store_exec(s, "COMMIT", err);
 }
 
+/* What a connection lets a file's schema do, set before it reads one:
+ * no trigger of the file's runs (a store has none; one added to a store
+ * while a learner writes it must not run inside the learner), functions
+ * with side effects are not called from its views or defaults (trusted
+ * schema off), and the schema cannot be written as a table (defensive).
+ * lh_store_verify_schema refuses a file with objects of others at the
+ * open; this holds for what comes after. */
+static int harden(lh_store *s, lh_errbuf *err) {
+  sqlite3_busy_timeout(s->db, s->opt.busy_timeout_ms);
+  lh_store_budget_install(s);
+  int off = 0, on = 0;
+  int rc = sqlite3_db_config(s->db, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, &off);
+  if (rc == SQLITE_OK) rc = sqlite3_db_config(s->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, &off);
+  if (rc == SQLITE_OK) rc = sqlite3_db_config(s->db, SQLITE_DBCONFIG_DEFENSIVE, 1, &on);
+  if (rc != SQLITE_OK) return lh_store_sqlite_err(s, rc, "setting the connection's limits", err);
+  return 0;
+}
+
 static int setup(lh_store *s, lh_errbuf *err) {
   int64_t tables = 0, app_id = 0, version = 0;
   LH_TRY(query_int(s, "SELECT count(*) FROM sqlite_schema", &tables, err));
@@ -236,6 +256,9 @@ static int setup(lh_store *s, lh_errbuf *err) {
       LH_TRY(quick_check(s, err));
     }
   }
+  /* Before any table or view is read: a file's objects are run by SQLite
+   * as they are written (store_verify.c). */
+  if (!empty) LH_TRY(lh_store_verify_schema(s, (uint32_t)version, err));
   if (version < LH_STORE_SCHEMA_VERSION) {
     if (s->readonly)
       return lh_errbuf_set(err, LH_ESTORE_NEEDS_MIGRATION,
@@ -250,7 +273,8 @@ static int setup(lh_store *s, lh_errbuf *err) {
                                          "PRAGMA synchronous=FULL"};
   int sync = s->opt.synchronous < 0 ? 0 : s->opt.synchronous > 2 ? 2 : s->opt.synchronous;
   LH_TRY(lh_store_exec(s, "PRAGMA journal_mode=WAL", err));
-  return lh_store_exec(s, sync_sql[sync], err);
+  LH_TRY(lh_store_exec(s, sync_sql[sync], err));
+  return lh_store_wal_start(s, err);
 }
 
 int lh_store_open_with(const char *path, const lh_store_options *o, lh_store **out,
@@ -260,6 +284,7 @@ int lh_store_open_with(const char *path, const lh_store_options *o, lh_store **o
   if (!path || !*path) return lh_errbuf_set(err, LH_EINVAL, "store path is empty (give --db FILE)");
   lh_store *s = calloc(1, sizeof *s);
   if (!s) return lh_errbuf_set(err, LH_ENOMEM, "no memory for a store");
+  s->wal.fd = -1;  /* none: a read-only store, or one that never got to its watch */
   if (o)
     s->opt = *o;
   else
@@ -280,7 +305,7 @@ int lh_store_open_with(const char *path, const lh_store_options *o, lh_store **o
     if (src != SQLITE_OK)
       rc = lh_store_sqlite_err(s, src, "opening", err);
     else
-      sqlite3_busy_timeout(s->db, s->opt.busy_timeout_ms);
+      rc = harden(s, err);
   }
   if (rc >= 0) rc = setup(s, err);
   if (rc < 0) {
@@ -308,7 +333,9 @@ int lh_store_open_readonly(const char *path, lh_store **out, lh_errbuf *err) {
 void lh_store_close(lh_store *s) {
   if (!s) return;
   if (s->db && s->in_batch) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-  if (s->db && s->writer_marked) {
+  /* With the log lost the mark stays: the next writer's open checks the
+   * file (its commits since the last checkpoint are gone). */
+  if (s->db && s->writer_marked && lh_store_wal_check(s, NULL) == 0) {
     char *msg = NULL;
     if (sqlite3_exec(s->db, "DELETE FROM meta WHERE key = 'writer_open'", NULL, NULL, &msg) != SQLITE_OK)
       LH_WARN("store", "writer mark not cleared path=%s error=\"%s\": the next writer's open checks the file",
@@ -316,6 +343,7 @@ void lh_store_close(lh_store *s) {
     sqlite3_free(msg);
   }
   s->pending_count = 0;
+  if (s->db) lh_store_wal_close(s);
   for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
   free(s->pending);
   free(s->hb_counts);
@@ -334,6 +362,7 @@ int lh_store_begin(lh_store *s, lh_errbuf *err) {
   if (s->in_batch)
     return lh_errbuf_set(err, LH_ESTORE_TXN, "%s: a batch is already open (commit it first)",
                          s->path);
+  if (s->wal.lost) return lh_errbuf_set(err, LH_ESTORE_WAL_LOST, "%s", s->wal.why);
   LH_TRY(lh_store_exec(s, "BEGIN IMMEDIATE", err));
   int rc = lh_store_check_cap(s, err);
   if (rc < 0) {

@@ -1,13 +1,64 @@
 /* store: retention. Old payloads go; the rows that describe them stay, so
- * statistics and the episode list still cover the whole run. The pages
- * freed are reused by later inserts (the file does not shrink). */
+ * statistics and the episode list still cover the whole run. A payload's
+ * row is deleted (schema 13), so the pages it held go to the free list,
+ * where later inserts take them (the file does not shrink). */
 #include "store/store_internal.h"
 
-/* Which segments a drop below ?1 takes: those whose newest sampled token
- * is older, and those without sampled tokens whose episode is older. */
-#define DROP_WHERE                                                                         \
-  " WHERE payload IS NOT NULL AND (max_version < ?1 OR (max_version IS NULL AND episode IN" \
+/* Which segments a drop below ?1 takes: those whose payload is still
+ * stored and whose newest sampled token is older, and those without
+ * sampled tokens whose episode is older. A row stored before schema 13
+ * holds its payload itself, ahead of dropped_ms: testing the payload
+ * first reads no overflow page of it. */
+#define KEPT "(payload IS NOT NULL OR dropped_ms IS NULL)"
+#define OLDER                                                                               \
+  "(max_version < ?1 OR (max_version IS NULL AND episode IN"                                 \
   " (SELECT id FROM episodes WHERE max_version < ?1)))"
+#define DROP_WHERE " WHERE " KEPT " AND " OLDER
+
+/* Runs sql with ?1 = min_version and ?2 = now (a statement without them
+ * leaves them unbound); *changes (may be NULL) gets the rows it changed. */
+static int run(lh_store *s, const char *sql, uint64_t min_version, int64_t now, const char *what,
+               uint64_t *changes, lh_errbuf *err) {
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_prepare(s, sql, &st, err));
+  int params = sqlite3_bind_parameter_count(st);
+  if (params >= 1) lh_store_bind_u64(st, 1, min_version);
+  if (params >= 2) sqlite3_bind_int64(st, 2, now);
+  int rc = lh_store_step(s, st, what, err);
+  sqlite3_finalize(st);
+  if (rc >= 0 && changes) *changes = (uint64_t)sqlite3_changes(s->db);
+  return rc < 0 ? rc : 0;
+}
+
+/* The rows stored before schema 13 hold their payloads: set to NULL in
+ * place, a small one would leave its leaf page in use and mostly empty
+ * (SQLite balances pages when rows are deleted, not when they shrink). So
+ * they are deleted and written again without their payloads: the pages
+ * they held empty and go to the free list, and the rows, small now, go
+ * where new rows go. */
+static int rewrite_inline(lh_store *s, uint64_t min_version, int64_t now, lh_errbuf *err) {
+  uint64_t moved = 0;
+  LH_TRY(lh_store_exec(s,
+                       "CREATE TEMP TABLE IF NOT EXISTS retention_inline(episode, seq, start_offset, tokens,"
+                       " sampled, min_version, max_version, images, payload_bytes, created_ms)",
+                       err));
+  int rc = run(s,
+               "INSERT INTO temp.retention_inline SELECT episode, seq, start_offset, tokens, sampled, min_version,"
+               " max_version, images, payload_bytes, created_ms FROM segments WHERE payload IS NOT NULL AND " OLDER,
+               min_version, now, "finding payloads stored in their segments' rows", &moved, err);
+  if (rc >= 0 && moved)
+    rc = run(s,
+             "DELETE FROM segments WHERE (episode, seq) IN (SELECT episode, seq FROM temp.retention_inline)",
+             min_version, now, "deleting segments rows with their payloads", NULL, err);
+  if (rc >= 0 && moved)
+    rc = run(s,
+             "INSERT INTO segments(episode, seq, start_offset, tokens, sampled, min_version, max_version, images,"
+             " payload_bytes, created_ms, dropped_ms) SELECT episode, seq, start_offset, tokens, sampled,"
+             " min_version, max_version, images, payload_bytes, created_ms, ?2 FROM temp.retention_inline",
+             min_version, now, "writing segments rows again without their payloads", NULL, err);
+  int drc = lh_store_exec(s, "DELETE FROM temp.retention_inline", err);
+  return rc < 0 ? rc : drc;
+}
 
 static int drop(lh_store *s, uint64_t min_version, uint64_t *segments, uint64_t *bytes,
                 lh_errbuf *err) {
@@ -25,26 +76,27 @@ static int drop(lh_store *s, uint64_t min_version, uint64_t *segments, uint64_t 
   if (rc < 0) return rc;
   if (*segments == 0) return 0;
   int64_t now = lh_wall_ms();
-  LH_TRY(lh_store_prepare(s, "UPDATE segments SET payload = NULL, state = NULL, state_offset = NULL, dropped_ms = ?2" DROP_WHERE, &st,
-                          err));
-  lh_store_bind_u64(st, 1, min_version);
-  sqlite3_bind_int64(st, 2, now);
-  rc = lh_store_step(s, st, "dropping payloads", err);
-  sqlite3_finalize(st);
-  if (rc < 0) return rc;
+  /* The payload rows go first (the segments rows still say which), then
+   * the rows from before schema 13, then the mark on the rest. */
+  LH_TRY(run(s, "DELETE FROM segment_payloads WHERE (episode, seq) IN (SELECT episode, seq FROM segments" DROP_WHERE
+                ")",
+             min_version, now, "deleting payloads", NULL, err));
+  LH_TRY(rewrite_inline(s, min_version, now, err));
+  LH_TRY(run(s,
+             "UPDATE segments SET state_offset = NULL, dropped_ms = ?2 WHERE payload IS NULL AND dropped_ms IS NULL"
+             " AND " OLDER,
+             min_version, now, "dropping payloads", NULL, err));
   /* Every episode with a segment dropped now has min_version below the
-   * bound, so recounting those covers them; the count reads only the
-   * columns stored before the payload, never its overflow pages. */
-  LH_TRY(lh_store_prepare(s,
-                          "UPDATE episodes SET payloads_dropped = (SELECT count(*) FROM segments g"
-                          " WHERE g.episode = episodes.id AND g.payload IS NULL), updated_ms = ?2"
-                          " WHERE min_version < ?1",
-                          &st, err));
-  lh_store_bind_u64(st, 1, min_version);
-  sqlite3_bind_int64(st, 2, now);
-  rc = lh_store_step(s, st, "counting dropped payloads per episode", err);
-  sqlite3_finalize(st);
-  return rc < 0 ? rc : 0;
+   * bound and, before this drop, a payload left; the count reads only the
+   * columns stored before a payload, never its overflow pages, and only
+   * the rows whose count changed are written. */
+  return run(s,
+             "UPDATE episodes SET payloads_dropped = (SELECT count(*) FROM segments g"
+             "   WHERE g.episode = episodes.id AND g.payload IS NULL AND g.dropped_ms IS NOT NULL), updated_ms = ?2"
+             " WHERE min_version < ?1 AND payloads_dropped < segments_received AND payloads_dropped <>"
+             "  (SELECT count(*) FROM segments g WHERE g.episode = episodes.id AND g.payload IS NULL"
+             "   AND g.dropped_ms IS NOT NULL)",
+             min_version, now, "counting dropped payloads per episode", NULL, err);
 }
 
 int lh_store_drop_payloads_before(lh_store *s, uint64_t min_version, uint64_t *segments_dropped,

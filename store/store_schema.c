@@ -289,6 +289,23 @@ static const char schema_v11[] =
 static const char schema_v12[] =
     "ALTER TABLE policy_versions ADD COLUMN checksum_algo TEXT NOT NULL DEFAULT 'lh_mx64';";
 
+/* Version 13 ("payload rows"): a segment's payload and recurrent state in
+ * a row of their own, keyed as the segment, which retention deletes.
+ * SQLite frees a page when its rows are deleted, not when they shrink: a
+ * payload set to NULL inside its segments row, as retention did before,
+ * freed only the overflow pages of a large one, and a store at its cap
+ * whose payloads sat in the leaf pages (calc's, a kilobyte or two) stayed
+ * full whatever was dropped. The segments rows stored from now on leave
+ * payload and state NULL (state_offset stays, for segments_state); the
+ * rows from before keep theirs until retention drops them. */
+static const char schema_v13[] =
+    "CREATE TABLE segment_payloads("
+    "  episode INTEGER NOT NULL,"
+    "  seq INTEGER NOT NULL,"
+    "  payload BLOB NOT NULL,"
+    "  state BLOB,"
+    "  PRIMARY KEY (episode, seq));";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
@@ -306,8 +323,32 @@ const lh_store_migration lh_store_migrations[] = {
     {10, "stages: where each context-extension stage began and what it trained", schema_v10},
     {11, "ppo diagnostics: train_steps.approx_kl, entropy, clip_frac, iw_mean, iw_max", schema_v11},
     {12, "policy_versions.checksum_algo: xxh3_64 from now on, lh_mx64 for rows from before", schema_v12},
+    {13, "payload rows: segment_payloads holds each new segment's payload and state, deleted by retention",
+     schema_v13},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 
+/* What each version's schema hashes to (store_verify.c), so that an open
+ * checks a file's schema with one read of sqlite_schema. A new migration
+ * adds its entry: test_store's test_schema_fingerprints prints it. */
+const uint64_t lh_store_schema_fingerprints[] = {
+    0x47cc86d5ffac306aull,  /* 1 */
+    0x764777d0718ce1a5ull,  /* 2 */
+    0x13f33cbafa2f3900ull,  /* 3 */
+    0x880972160cd510f6ull,  /* 4 */
+    0xc444d74f4df20bccull,  /* 5 */
+    0x9579be1e239c2f09ull,  /* 6 */
+    0x83f75a871675694eull,  /* 7 */
+    0x207467a96af58d79ull,  /* 8 */
+    0x9340a80f754f4e2eull,  /* 9 */
+    0x994a613fffbb9208ull,  /* 10 */
+    0x00183134517212e4ull,  /* 11 */
+    0xee7380254c4bfdceull,  /* 12 */
+    0x578c240b0191d5ecull,  /* 13 */
+};
+
+_Static_assert(sizeof lh_store_schema_fingerprints / sizeof lh_store_schema_fingerprints[0] ==
+                   LH_STORE_SCHEMA_VERSION,
+               "one schema fingerprint per schema version");
 _Static_assert(sizeof lh_store_migrations / sizeof lh_store_migrations[0] == LH_STORE_SCHEMA_VERSION,
                "one migration step per schema version");

@@ -21,6 +21,45 @@ static void note_missing(lh_segment_report *r, uint32_t from, uint32_t to) {
  * frees it after the call. */
 typedef int (*owned_fn)(void *ctx, uint32_t seq, Longhaul__Segment *seg);
 
+/* The payload rows of an episode, walked in seq order beside its segment
+ * rows (segment_payloads, schema 13), and the read of a payload stored in
+ * its segment's row (before schema 13). */
+typedef struct {
+  sqlite3_stmt *rows, *inline_payload;
+  int rc;  /* of the last step of rows */
+} payload_walk;
+
+/* The payload of segment seq into *buf, *bytes: the walk's row for seq
+ * when there is one (valid until its next step), else the one in the
+ * segments row, else none (*buf NULL: dropped). 0 or a negative lh_err. */
+static int payload_of(lh_store *s, payload_walk *w, uint64_t id, int64_t seq, const void **buf, size_t *bytes,
+                      lh_errbuf *err) {
+  *buf = NULL, *bytes = 0;
+  while (w->rc == SQLITE_ROW && sqlite3_column_int64(w->rows, 0) < seq)
+    w->rc = lh_store_step(s, w->rows, "reading payloads", err);
+  if (w->rc < 0) return w->rc;
+  if (w->rc == SQLITE_ROW && sqlite3_column_int64(w->rows, 0) == seq) {
+    *buf = sqlite3_column_blob(w->rows, 1);
+    *bytes = (size_t)sqlite3_column_bytes(w->rows, 1);
+    if (!*buf) *buf = "";  /* a blob of no bytes */
+    return 0;
+  }
+  if (!w->inline_payload)
+    LH_TRY(lh_store_prepare(s, "SELECT payload FROM segments WHERE episode = ?1 AND seq = ?2", &w->inline_payload,
+                            err));
+  sqlite3_reset(w->inline_payload);
+  lh_store_bind_u64(w->inline_payload, 1, id);
+  sqlite3_bind_int64(w->inline_payload, 2, seq);
+  int rc = lh_store_step(s, w->inline_payload, "reading a payload", err);
+  if (rc < 0) return rc;
+  if (rc == SQLITE_ROW && sqlite3_column_type(w->inline_payload, 0) != SQLITE_NULL) {
+    *buf = sqlite3_column_blob(w->inline_payload, 0);
+    *bytes = (size_t)sqlite3_column_bytes(w->inline_payload, 0);
+    if (!*buf) *buf = "";
+  }
+  return 0;
+}
+
 static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn keep, void *ctx,
                       lh_segment_report *report, lh_errbuf *err) {
   lh_segment_report local;
@@ -31,13 +70,26 @@ static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn
   LH_TRY(lh_store_episode_get(s, id, &row, err));
   r->has_end = row.has_end;
   r->expected = row.segment_count;
+  /* Two walks of the keys in seq order, merged here: the segment rows'
+   * (the key's index alone) and the payload rows'. A join would seek each
+   * segment's row and then its payload's; over rank stores, whose tables
+   * are union views, it would read every rank's payloads (store_ranks.c).
+   * A segment without a payload row has its payload in its own row
+   * (stored before schema 13) or none (dropped). */
   sqlite3_stmt *st;
-  LH_TRY(lh_store_prepare(s, "SELECT seq, payload FROM segments WHERE episode = ?1 ORDER BY seq",
-                          &st, err));
+  LH_TRY(lh_store_prepare(s, "SELECT seq FROM segments WHERE episode = ?1 ORDER BY seq", &st, err));
   lh_store_bind_u64(st, 1, id);
+  payload_walk w = {NULL, NULL, 0};
+  int rc = lh_store_prepare(s, "SELECT seq, payload FROM segment_payloads WHERE episode = ?1 ORDER BY seq", &w.rows,
+                            err);
+  if (rc < 0) {
+    sqlite3_finalize(st);
+    return rc;
+  }
+  lh_store_bind_u64(w.rows, 1, id);
+  w.rc = lh_store_step(s, w.rows, "reading payloads", err);
   int64_t next = 0;  /* the seq number expected next (up to 2^32) */
-  int rc;
-  while ((rc = lh_store_step(s, st, "reading segments", err)) == SQLITE_ROW) {
+  while (w.rc >= 0 && (rc = lh_store_step(s, st, "reading segments", err)) == SQLITE_ROW) {
     int64_t seq64 = sqlite3_column_int64(st, 0);
     if (seq64 < next || seq64 > UINT32_MAX) { /* written by something else, or damaged */
       rc = lh_errbuf_set(err, LH_ESTORE_PAYLOAD,
@@ -51,11 +103,12 @@ static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn
     next = seq64 + 1;
     r->received++;
     Longhaul__Segment *seg = NULL;
-    if (sqlite3_column_type(st, 1) == SQLITE_NULL) {
+    const void *buf = NULL;
+    size_t bytes = 0;
+    if ((rc = payload_of(s, &w, id, seq64, &buf, &bytes, err)) < 0) break;
+    if (!buf) {
       r->dropped++;
     } else {
-      const uint8_t *buf = sqlite3_column_blob(st, 1);
-      size_t bytes = (size_t)sqlite3_column_bytes(st, 1);
       lh_errbuf why = {0};
       int drc = lh_wire_segment_decode(buf, bytes, &s->opt.limits, &seg, &why);
       if (drc < 0) {
@@ -86,7 +139,10 @@ static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn
       break;
     }
   }
+  if (w.rc < 0) rc = w.rc;
   sqlite3_finalize(st);
+  sqlite3_finalize(w.rows);
+  sqlite3_finalize(w.inline_payload);
   if (rc < 0) return rc;
   if (r->expected > next) note_missing(r, (uint32_t)next, r->expected);
   r->complete = r->has_end && r->missing_count == 0 && r->dropped == 0 &&
@@ -137,7 +193,9 @@ int lh_store_segment_state(lh_store *s, uint64_t episode, uint64_t at_most, size
   if (!s || !offset || (n && !state)) return lh_errbuf_set(err, LH_EINVAL, "lh_store_segment_state: NULL argument");
   sqlite3_stmt *st;
   LH_TRY(lh_store_prepare(s,
-                          "SELECT state_offset, state, seq FROM segments INDEXED BY segments_state"
+                          "SELECT state_offset, coalesce(state, (SELECT p.state FROM segment_payloads p"
+                          " WHERE p.episode = ?1 AND p.seq = segments.seq)), seq"
+                          " FROM segments INDEXED BY segments_state"
                           " WHERE episode = ?1 AND state_offset IS NOT NULL AND state_offset <= ?2"
                           " ORDER BY state_offset DESC LIMIT 1",
                           &st, err));

@@ -22,8 +22,6 @@
 
 #include "store/store_internal.h"
 
-/* SQLite's instructions between two looks at the clock: a few microseconds. */
-#define PROGRESS_INSTRUCTIONS 1000
 
 /* PRAGMAs that only read when called without a value. */
 static const char *const pragma_reads[] = {
@@ -240,12 +238,15 @@ int lh_store_sql_ints(lh_store *s, const char *sql, const int64_t *params, int n
                          "%s: SQL queries run only on a store opened read-only", s->path);
   sql_guard g;
   memset(&g, 0, sizeof g);
-  g.budget_ns = (int64_t)s->sql_timeout_ms * 1000000;
+  /* The statement's own budget, else the connection's, for the statement
+   * as a whole (the time in fn not counted). */
+  g.budget_ns = (int64_t)(s->sql_timeout_ms ? s->sql_timeout_ms : s->opt.time_budget_ms) * 1000000;
   sqlite3_set_authorizer(s->db, authorize, &g);
-  if (g.budget_ns > 0) sqlite3_progress_handler(s->db, PROGRESS_INSTRUCTIONS, progress, &g);
+  if (g.budget_ns > 0) sqlite3_progress_handler(s->db, LH_STORE_PROGRESS_INSTRUCTIONS, progress, &g);
   int rc = run_guarded(s, &g, sql, params, n_params, fn, ctx, rows, err);
-  /* The store's own statements (opening, its queries) run unguarded. */
-  sqlite3_progress_handler(s->db, 0, NULL, NULL);
+  /* The store's own statements (opening, its queries) run without the
+   * authorizer, under the connection's budget. */
+  lh_store_budget_install(s);
   sqlite3_set_authorizer(s->db, NULL, NULL);
   return rc;
 }

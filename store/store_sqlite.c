@@ -6,6 +6,31 @@
 
 #include "store/store_internal.h"
 
+/* The connection's time budget: stops the call into SQLite that began at
+ * call_since_ns once it has run time_budget_ms. Outside the store's calls
+ * (call_since_ns 0: a ROLLBACK on a failure path, a close) nothing is
+ * stopped. */
+static int over_budget(void *ctx) {
+  lh_store *s = ctx;
+  if (!s->call_since_ns || lh_now_ns() - s->call_since_ns < (int64_t)s->opt.time_budget_ms * 1000000) return 0;
+  s->timed_out = 1;
+  return 1;
+}
+
+void lh_store_budget_install(lh_store *s) {
+  if (s->opt.time_budget_ms)
+    sqlite3_progress_handler(s->db, LH_STORE_PROGRESS_INSTRUCTIONS, over_budget, s);
+  else
+    sqlite3_progress_handler(s->db, 0, NULL, NULL);
+}
+
+/* Around every call into SQLite: the budget counts from enter. */
+static void call_enter(lh_store *s) {
+  s->timed_out = 0;
+  s->call_since_ns = lh_now_ns();
+}
+static void call_leave(lh_store *s) { s->call_since_ns = 0; }
+
 void lh_store_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
@@ -23,7 +48,16 @@ int lh_store_sqlite_err(lh_store *s, int rc, const char *what, lh_errbuf *err) {
     case SQLITE_NOMEM: code = LH_ENOMEM; break;
     default: code = LH_ESTORE_SQLITE; break;
   }
+  /* An I/O error may be a read of a cut log (store_wal.c): then say so. */
+  if (s && (rc & 0xff) == SQLITE_IOERR) lh_store_wal_io_error(s);
+  if (s && s->wal.lost) return lh_errbuf_set(err, LH_ESTORE_WAL_LOST, "%s", s->wal.why);
   const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
+  if ((rc & 0xff) == SQLITE_INTERRUPT && s && s->timed_out)
+    return lh_errbuf_set(err, LH_ESTORE_SQL_TIMEOUT,
+                         "%s on %s ran past its time budget of %u ms and was stopped (a read of a large store "
+                         "may need a larger --timeout-ms, 0 for none; a store made to run without end is "
+                         "refused by its schema check, so check it: longhaul replay check)",
+                         what, s->path ? s->path : "store", s->opt.time_budget_ms);
   const char *hint = "";
   if (code == LH_ESTORE_CORRUPT)
     hint = " (restore it from a copy; `sqlite3 FILE .recover` may save some rows)";
@@ -46,7 +80,9 @@ static int is_busy(int rc) {
 int lh_store_exec(lh_store *s, const char *sql, lh_errbuf *err) {
   int64_t start = lh_now_ns();
   for (;;) {
+    call_enter(s);
     int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+    call_leave(s);
     if (rc == SQLITE_OK) return 0;
     if (!is_busy(rc) || (lh_now_ns() - start) / 1000000 >= s->opt.max_wait_ms)
       return lh_store_sqlite_err(s, rc, sql, err);
@@ -58,7 +94,9 @@ int lh_store_prepare(lh_store *s, const char *sql, sqlite3_stmt **st, lh_errbuf 
   *st = NULL;
   int64_t start = lh_now_ns();
   for (;;) {
+    call_enter(s);
     int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
+    call_leave(s);
     if (rc == SQLITE_OK) return 0;
     /* Preparing reads the schema, which a writer's lock can delay. */
     if (!is_busy(rc) || (lh_now_ns() - start) / 1000000 >= s->opt.max_wait_ms)
@@ -76,7 +114,9 @@ int lh_store_cached(lh_store *s, int which, const char *sql, sqlite3_stmt **st, 
 int lh_store_step(lh_store *s, sqlite3_stmt *st, const char *what, lh_errbuf *err) {
   int64_t start = lh_now_ns();
   for (;;) {
+    call_enter(s);
     int rc = sqlite3_step(st);
+    call_leave(s);
     if (rc == SQLITE_ROW || rc == SQLITE_DONE) return rc;
     sqlite3_reset(st);
     /* Inside a batch we hold the write lock, so BUSY cannot happen there;
@@ -85,6 +125,12 @@ int lh_store_step(lh_store *s, sqlite3_stmt *st, const char *what, lh_errbuf *er
       return lh_store_sqlite_err(s, rc, what, err);
     lh_store_sleep_ms(1);
   }
+}
+
+void lh_store_set_time_budget_ms(lh_store *s, uint32_t budget_ms) {
+  if (!s) return;
+  s->opt.time_budget_ms = budget_ms;
+  lh_store_budget_install(s);
 }
 
 void lh_store_set_max_bytes(lh_store *s, uint64_t max_bytes) {
@@ -124,6 +170,7 @@ int lh_store_write_begin_uncapped(lh_store *s, int *own, lh_errbuf *err) {
     return lh_errbuf_set(err, LH_ESTORE_READONLY, "%s is open read-only; writes need lh_store_open",
                          s->path);
   if (s->in_batch) return 0;
+  if (s->wal.lost) return lh_errbuf_set(err, LH_ESTORE_WAL_LOST, "%s", s->wal.why);
   LH_TRY(lh_store_exec(s, "BEGIN IMMEDIATE", err));
   *own = 1;
   return 0;

@@ -13,10 +13,16 @@
 #include "common/limits.h"
 #include "store/store_internal.h"
 
+/* The segment's row holds its metadata; its payload and state go to a row
+ * of segment_payloads (schema 13), which retention deletes. */
 static const char sql_seg_insert[] =
     "INSERT OR IGNORE INTO segments(episode, seq, start_offset, tokens, sampled, min_version,"
-    " max_version, images, payload_bytes, payload, created_ms, state_offset, state)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+    " max_version, images, payload_bytes, created_ms, state_offset)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+/* OR REPLACE: a payload row without its segment row (a store changed by
+ * hand) must not refuse the segment. */
+static const char sql_payload_insert[] =
+    "INSERT OR REPLACE INTO segment_payloads(episode, seq, payload, state) VALUES (?1, ?2, ?3, ?4)";
 
 /* A segment that arrives first creates the episode as running; later ones
  * add their tokens and widen the version range (NULL-aware min/max). The
@@ -70,10 +76,12 @@ static const char sql_ep_owner[] =
     "SELECT actor, env, group_id, task_seed, segment_count,"
     " (SELECT max(seq) FROM segments WHERE episode = ?1) FROM episodes WHERE id = ?1";
 
-/* A stored segment, to tell a resend from a conflicting one. */
+/* A stored segment, to tell a resend from a conflicting one: its payload
+ * from its row of segment_payloads, or from the segments row itself when
+ * it was stored before schema 13; NULL once retention dropped it. */
 static const char sql_seg_stored[] =
-    "SELECT payload, payload_bytes, start_offset, tokens FROM segments"
-    " WHERE episode = ?1 AND seq = ?2";
+    "SELECT coalesce(payload, (SELECT p.payload FROM segment_payloads p WHERE p.episode = ?1 AND p.seq = ?2)),"
+    " payload_bytes, start_offset, tokens FROM segments WHERE episode = ?1 AND seq = ?2";
 
 static const char sql_reward_insert[] =
     "INSERT OR IGNORE INTO rewards(episode, term, value, step) VALUES (?1, ?2, ?3, ?4)";
@@ -334,19 +342,30 @@ static int insert_segment(lh_store *s, const Longhaul__Segment *seg, const uint8
   }
   sqlite3_bind_int64(st, 8, (sqlite3_int64)seg->n_images);
   sqlite3_bind_int64(st, 9, (sqlite3_int64)payload_bytes);
-  sqlite3_bind_blob64(st, 10, payload, payload_bytes, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 11, now);
-  if (seg->n_state) {
-    lh_store_bind_u64(st, 12, seg->state_offset);
-    sqlite3_bind_blob64(st, 13, seg->state, seg->n_state * sizeof *seg->state, SQLITE_STATIC);
-  } else {
-    sqlite3_bind_null(st, 12);
-    sqlite3_bind_null(st, 13);
-  }
+  sqlite3_bind_int64(st, 10, now);
+  if (seg->n_state)
+    lh_store_bind_u64(st, 11, seg->state_offset);
+  else
+    sqlite3_bind_null(st, 11);
   int rc = lh_store_step(s, st, "inserting a segment", err);
   sqlite3_reset(st);
   if (rc < 0) return rc;
   if (sqlite3_changes(s->db) == 0) return segment_resent(s, seg, payload, payload_bytes, inserted, err);
+  LH_TRY(lh_store_cached(s, ST_PAYLOAD_INSERT, sql_payload_insert, &st, err));
+  lh_store_bind_u64(st, 1, seg->episode_id);
+  sqlite3_bind_int64(st, 2, seg->seq);
+  /* zeroblob: a blob of no bytes stays a blob, never NULL */
+  if (payload_bytes)
+    sqlite3_bind_blob64(st, 3, payload, payload_bytes, SQLITE_STATIC);
+  else
+    sqlite3_bind_zeroblob(st, 3, 0);
+  if (seg->n_state)
+    sqlite3_bind_blob64(st, 4, seg->state, seg->n_state * sizeof *seg->state, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(st, 4);
+  rc = lh_store_step(s, st, "inserting a segment's payload", err);
+  sqlite3_reset(st);
+  if (rc < 0) return rc;
   *inserted = 1;
   return pending_add(s, p, &o, seg, sampled, vmin, vmax, now, err);
 }

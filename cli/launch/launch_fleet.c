@@ -149,6 +149,9 @@ void lh_launch_store_options(lh_store_options *o) {
   o->readonly = 1;
   o->quick_check = 0;
   o->max_wait_ms = 1000;
+  /* The supervision loop reads the store for its screen and its watchdog:
+   * no query of them may hold it (their reads are index seeks). */
+  o->time_budget_ms = 10000;
 }
 
 lh_store *lh_launch_fleet_store(const lh_launch_fleet *f) {

@@ -58,13 +58,15 @@ static const lh_cli_help HELP = {
     .about = "Reads the whole file and checks its pages: PRAGMA quick_check, or with --full PRAGMA "
         "integrity_check. Opening a store does not check it, so that an open costs the same at 1 GB and at "
         "100 GB; a learner's open checks it only after a learner did not shut down cleanly. Any SQLite file "
-        "can be checked, whatever its schema version. Prints 'ok' or every problem SQLite reports.",
+        "can be checked, whatever its schema version. Prints 'ok' or every problem SQLite reports; a longhaul "
+        "store also has its tables, views, indexes and triggers compared with those of its schema version, "
+        "and each one added, changed or missing is a problem ('schema: ...').",
     .exits = "0 the file is whole, 1 it is damaged or cannot be read, 2 usage error.",
 };
 
 int lh_cli_replay_check(int argc, char **argv) {
   lh_cli_dbs dbs;
-  memset(&dbs, 0, sizeof dbs);
+  lh_cli_dbs_init(&dbs);
   int full = 0;
   uint64_t max_problems = 100;
   const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs),

@@ -118,13 +118,13 @@ static const lh_cli_help HELP = {
 
 int lh_cli_replay_episodes(int argc, char **argv) {
   lh_cli_dbs dbs;
-  memset(&dbs, 0, sizeof dbs);
+  lh_cli_dbs_init(&dbs);
   lh_cli_filter_args fa;
   memset(&fa, 0, sizeof fa);
-  lh_cli_opt opts[2 + LH_CLI_FILTER_OPT_COUNT] = {LH_CLI_DB_OPTS(&dbs)};
-  lh_cli_filter_opts(&fa, opts + 2);
+  lh_cli_opt opts[3 + LH_CLI_FILTER_OPT_COUNT] = {LH_CLI_DB_OPTS(&dbs), LH_CLI_TIMEOUT_OPT(&dbs)};
+  lh_cli_filter_opts(&fa, opts + 3);
   size_t npos;
-  int rc = lh_cli_parse(&HELP, argc, argv, opts, 2 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
+  int rc = lh_cli_parse(&HELP, argc, argv, opts, 3 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
   if (rc) return lh_cli_parse_exit(rc);
   lh_episode_filter f;
   if ((rc = lh_cli_filter_build("episodes", &fa, 100, &f))) return rc;

@@ -212,17 +212,18 @@ static const lh_cli_help HELP = {
 int lh_cli_replay_export(int argc, char **argv) {
   const char *format = "jsonl", *out_path = NULL;
   lh_cli_dbs dbs;
-  memset(&dbs, 0, sizeof dbs);
+  lh_cli_dbs_init(&dbs);
   lh_cli_filter_args fa;
   memset(&fa, 0, sizeof fa);
-  lh_cli_opt opts[4 + LH_CLI_FILTER_OPT_COUNT] = {LH_CLI_DB_OPTS(&dbs),
+  lh_cli_opt opts[5 + LH_CLI_FILTER_OPT_COUNT] = {LH_CLI_DB_OPTS(&dbs),
                                                   {"--format", LH_CLI_OPT_STRING, &format, NULL, "jsonl",
                                                    "the only format there is (default)"},
                                                   {"--out", LH_CLI_OPT_STRING, &out_path, NULL, "FILE",
-                                                   "write to FILE instead of stdout ('-' is stdout)"}};
-  lh_cli_filter_opts(&fa, opts + 4);
+                                                   "write to FILE instead of stdout ('-' is stdout)"},
+                                                  LH_CLI_TIMEOUT_OPT(&dbs)};
+  lh_cli_filter_opts(&fa, opts + 5);
   size_t npos;
-  int rc = lh_cli_parse(&HELP, argc, argv, opts, 4 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
+  int rc = lh_cli_parse(&HELP, argc, argv, opts, 5 + LH_CLI_FILTER_OPT_COUNT, NULL, 0, &npos);
   if (rc) return lh_cli_parse_exit(rc);
   if (strcmp(format, "jsonl") != 0) {
     fprintf(stderr, "longhaul replay export: --format '%s' is not known (jsonl is the one there is)\n",

@@ -199,12 +199,15 @@ static const lh_cli_help HELP = {
 
 int lh_cli_replay_show(int argc, char **argv) {
   lh_cli_dbs dbs;
-  memset(&dbs, 0, sizeof dbs);
+  lh_cli_dbs_init(&dbs);
   int tokens = 0;
-  const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs), {"--tokens", LH_CLI_OPT_FLAG, &tokens, NULL, NULL, "also list every token: offset, id, text, mask, version, logp"}};
+  const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs),
+                             {"--tokens", LH_CLI_OPT_FLAG, &tokens, NULL, NULL,
+                              "also list every token: offset, id, text, mask, version, logp"},
+                             LH_CLI_TIMEOUT_OPT(&dbs)};
   const char *pos[1];
   size_t npos;
-  int rc = lh_cli_parse(&HELP, argc, argv, opts, 3, pos, 1, &npos);
+  int rc = lh_cli_parse(&HELP, argc, argv, opts, sizeof opts / sizeof opts[0], pos, 1, &npos);
   if (rc) return lh_cli_parse_exit(rc);
   if (npos == 0) {
     fprintf(stderr, "longhaul replay show: which episode? give its ID (see longhaul replay episodes)\n");

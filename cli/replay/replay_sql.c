@@ -145,7 +145,7 @@ static const lh_cli_help HELP = {
 
 int lh_cli_replay_sql(int argc, char **argv) {
   lh_cli_dbs dbs;
-  memset(&dbs, 0, sizeof dbs);
+  lh_cli_dbs_init(&dbs);
   int aligned = 0;
   uint64_t timeout_ms = DEFAULT_TIMEOUT_MS;
   const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs), {"--aligned", LH_CLI_OPT_FLAG, &aligned, NULL, NULL, "pad the columns into a table"},
@@ -165,6 +165,8 @@ int lh_cli_replay_sql(int argc, char **argv) {
                     "\"SELECT id, env, reward FROM episodes\"\n");
     return LH_EXIT_USAGE;
   }
+  /* The one budget holds for the statement and for the open's reads. */
+  dbs.timeout_ms = timeout_ms;
   lh_store *s;
   if ((rc = lh_cli_replay_open("sql", &dbs, &s))) return rc;
   const char *db = dbs.db.v[0];

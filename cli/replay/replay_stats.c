@@ -104,10 +104,10 @@ static const lh_cli_help HELP = {
 
 int lh_cli_replay_stats(int argc, char **argv) {
   lh_cli_dbs dbs;
-  memset(&dbs, 0, sizeof dbs);
-  const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs)};
+  lh_cli_dbs_init(&dbs);
+  const lh_cli_opt opts[] = {LH_CLI_DB_OPTS(&dbs), LH_CLI_TIMEOUT_OPT(&dbs)};
   size_t npos;
-  int rc = lh_cli_parse(&HELP, argc, argv, opts, 2, NULL, 0, &npos);
+  int rc = lh_cli_parse(&HELP, argc, argv, opts, sizeof opts / sizeof opts[0], NULL, 0, &npos);
   if (rc) return lh_cli_parse_exit(rc);
   lh_store *s;
   if ((rc = lh_cli_replay_open("stats", &dbs, &s))) return rc;

@@ -435,6 +435,75 @@ START_TEST(test_bad_store) {
 }
 END_TEST
 
+/* A copy of the fixture whose view segment_metadata was redefined as a
+ * query without end: before, `replay stats` ran it for good. Every read
+ * subcommand refuses the file at its open, naming the view; `replay
+ * check` lists it as a finding. The test waits for each process's exit. */
+START_TEST(test_crafted_store) {
+  char path[400], sql[600];
+  snprintf(path, sizeof path, "%s/crafted.db", dir);
+  unlink(path);
+  sqlite3 *d;
+  ck_assert(sqlite3_open(db, &d) == SQLITE_OK);
+  snprintf(sql, sizeof sql, "VACUUM INTO '%s'", path);
+  ck_assert(sqlite3_exec(d, sql, NULL, NULL, NULL) == SQLITE_OK);
+  sqlite3_close(d);
+  ck_assert(sqlite3_open(path, &d) == SQLITE_OK);
+  ck_assert(sqlite3_exec(d,
+                         "DROP VIEW segment_metadata; CREATE VIEW segment_metadata AS WITH RECURSIVE r(x) AS"
+                         " (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT x AS created_ms, 1 AS sampled,"
+                         " 1 AS tokens, 1 AS payload_bytes, 1 AS min_version, 1 AS max_version,"
+                         " NULL AS dropped_ms FROM r",
+                         NULL, NULL, NULL) == SQLITE_OK);
+  sqlite3_close(d);
+  const char *subs[][3] = {{"stats", NULL, NULL}, {"episodes", NULL, NULL}, {"show", "1", NULL},
+                           {"export", NULL, NULL}, {"sql", "SELECT count(*) FROM segment_metadata", NULL}};
+  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+    ck_assert_int_eq(replay(subs[i][0], "--db", path, subs[i][1], subs[i][2], NULL), 1);
+    HAS(err_buf, "crafted.db");
+    HAS(err_buf, "view segment_metadata");
+    HAS(err_buf, "ESTORE_SCHEMA");
+    ck_assert_str_eq(out_buf, "");
+  }
+  ck_assert_int_eq(replay("check", "--db", path, NULL), 1);
+  HAS(out_buf, "schema: view segment_metadata");
+}
+END_TEST
+
+/* Every read subcommand has a time budget (--timeout-ms, default 30 s):
+ * on a store of 300 000 episodes a budget of 1 ms stops the statistics,
+ * with its own error; 0 is no limit. The assertion is the refusal, not a
+ * time. */
+START_TEST(test_read_timeout) {
+  char path[400], sql[600];
+  snprintf(path, sizeof path, "%s/large.db", dir);
+  unlink(path);
+  sqlite3 *d;
+  ck_assert(sqlite3_open(db, &d) == SQLITE_OK);
+  snprintf(sql, sizeof sql, "VACUUM INTO '%s'", path);
+  ck_assert(sqlite3_exec(d, sql, NULL, NULL, NULL) == SQLITE_OK);
+  sqlite3_close(d);
+  ck_assert(sqlite3_open(path, &d) == SQLITE_OK);
+  ck_assert(sqlite3_exec(d,
+                         "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000)"
+                         " INSERT INTO episodes(id, actor, env, status, created_ms, updated_ms)"
+                         " SELECT 1000000 + x, 'a9', 'calc', 'running', x, x FROM c",
+                         NULL, NULL, NULL) == SQLITE_OK);
+  sqlite3_close(d);
+  ck_assert_int_eq(replay("stats", "--db", path, "--timeout-ms", "1", NULL), 1);
+  HAS(err_buf, "large.db");
+  HAS(err_buf, "time budget of 1 ms");
+  HAS(err_buf, "--timeout-ms");
+  HAS(err_buf, "ESTORE_SQL_TIMEOUT");
+  ck_assert_int_eq(replay("stats", "--db", path, "--timeout-ms", "0", NULL), 0);
+  HAS(out_buf, "episodes     30");
+  ck_assert_int_eq(replay("stats", "--db", path, NULL), 0);
+  ck_assert_int_eq(replay("episodes", "--db", path, "--timeout-ms", "4294967296", NULL), 2);
+  HAS(err_buf, "--timeout-ms 4294967296 is too large");
+  ck_assert_int_eq(replay("show", "--db", path, "--timeout-ms", "-1", "1", NULL), 2);
+}
+END_TEST
+
 /* ---- stats and episodes -------------------------------------------------- */
 
 START_TEST(test_stats) {
@@ -835,6 +904,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_help);
   tcase_add_test(tc, test_usage_errors);
   tcase_add_test(tc, test_bad_store);
+  tcase_add_test(tc, test_crafted_store);
+  tcase_add_test(tc, test_read_timeout);
   tcase_add_test(tc, test_stats);
   tcase_add_test(tc, test_episodes);
   tcase_add_test(tc, test_show_transcript);

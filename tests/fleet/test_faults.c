@@ -289,6 +289,72 @@ START_TEST(test_store_full) {
 }
 END_TEST
 
+/* Messages in the store's file alone, without its -wal (what a truncated
+ * log leaves): a copy of it read as a store; 0 while a copy is torn by a
+ * checkpoint under way. */
+static uint64_t file_alone_messages(const fleet *f) {
+  char copy[200], cmd[1200];
+  path_in(f, copy, sizeof copy, "file-alone.db");
+  snprintf(cmd, sizeof cmd, "rm -f '%s' '%s-wal' '%s-shm' && cp '%s' '%s'", copy, copy, copy, f->db, copy);
+  if (system(cmd) != 0) return 0;
+  return stored_messages(copy);
+}
+
+/* The learner's write-ahead log truncated under it (replay.db-wal to 0
+ * bytes), once the store's file alone holds 100 messages: the learner
+ * notices at its next commit (that round is answered retry) and stops
+ * with exit code 1 and a message naming the -wal; the store reopens whole
+ * (before, it read as "not a database": nothing had been checkpointed),
+ * with at least what its file held before the truncation. What was acked
+ * after the last checkpoint is lost (printed); a learner restarted on it
+ * checks it and goes on, the actors resending what was not acked. */
+START_TEST(test_wal_truncated) {
+  fleet f;
+  fleet_init(&f, "faults-wal", NULL, NULL, NULL);
+  start_learner(&f, 0);
+  start_actors(&f, 2);
+  uint64_t in_file = 0;
+  ck_assert_msg(WAIT_FOR(300, (in_file = file_alone_messages(&f)) >= 100), "the store's file alone never held "
+                "100 messages (see %s)", f.dir);
+  uint64_t with_log = stored_messages(f.db);
+  char wal[200], log1[192];
+  snprintf(wal, sizeof wal, "%s-wal", f.db);
+  learner_log(&f, 1, log1, sizeof log1);
+  ck_assert_int_eq(truncate(wal, 0), 0);
+  int rc = lh_proc_wait(f.learner, 300, NULL);
+  f.learner = 0;
+  ck_assert_msg(rc == 1, "learner exit %d (see %s)", rc, log1);
+  ck_assert_msg(lh_proc_file_has(log1, "longhaul learner: ") && lh_proc_file_has(log1, "replay.db-wal (the "
+                "write-ahead log of"), "no message naming the -wal (see %s)", log1);
+  uint64_t problems = 1;
+  lh_errbuf e;
+  ck_assert_msg(lh_store_check_file(f.db, 0, 0, NULL, NULL, &problems, &e) == 0 && problems == 0,
+                "the store is not whole: %s (see %s)", e.msg, f.dir);
+  uint64_t survived = stored_messages(f.db);
+  ck_assert_uint_ge(survived, in_file);
+  start_learner(&f, 1);
+  char log2[192];
+  learner_log(&f, 2, log2, sizeof log2);
+  ck_assert_msg(WAIT_FOR(300, stored_messages(f.db) > survived + 20), "nothing stored after the restart (see %s)",
+                log2);
+  ck_assert_msg(lh_proc_file_has(log2, "unclean shutdown"), "the restarted learner did not check the file (see %s)",
+                log2);
+  stop_all(&f);
+  store_counts c;
+  actor_totals t;
+  tally(&f, 0, &c, &t);
+  char extra[256];
+  snprintf(extra, sizeof extra, "in_file_before=%llu with_log_before=%llu survived=%llu learner_exit=%d",
+           (unsigned long long)in_file, (unsigned long long)with_log, (unsigned long long)survived, rc);
+  print_totals("write-ahead log truncated under the learner", &t, &c, extra);
+  ck_assert_uint_eq(t.unacked, 0);
+  ck_assert_uint_gt(t.acked, 0);
+  /* What the log alone held when it went is all that was lost. */
+  ck_assert_uint_le(t.lost, t.acked - in_file);
+  fleet_free(&f);
+}
+END_TEST
+
 /* Ingest on a store opened read-only, in this process, for a real actor
  * process: every segment is answered ACK_RETRY with the reason logged;
  * then the ingest is rebuilt on the store opened read-write (the same
@@ -775,6 +841,7 @@ int main(int argc, char **argv) {
       {"env_server_hang", test_env_server_hung, 0},
       {"store_full", test_store_full, 0},
       {"store_readonly", test_store_readonly, 0},
+      {"wal_truncated", test_wal_truncated, 0},
       {"weights_corrupt", test_weights_chunk_corrupted, 0},
       {"weights_corrupt_whole", test_weights_chunk_recomputed, 0},
       {"weights_replaced_mid_fetch", test_weights_replaced_mid_fetch, 0},

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,6 +394,86 @@ START_TEST(test_full_store_retention) {
 }
 END_TEST
 
+/* The same cap, small: 2 MB, with calc's small segments (128 tokens, a
+ * payload of about 1.5 KB), whose payloads sit in the leaf pages of the
+ * store. Retention deletes their rows, the
+ * pages go to the free list and take new rows, so writes go on past many
+ * fills of the cap, the file stays near it, and nothing acked is lost.
+ * Before (payloads set to NULL in their rows), retention freed no page and
+ * the store stayed full at its first fill. */
+START_TEST(test_full_store_small_payloads) {
+  fleet f;
+  fleet_init(&f, "hostile-full-small", "max_policy_lag = 1\nmax_db_bytes = 2000000\n", "segment_tokens = 128\n", NULL);
+  start_learner(&f, 0);
+  start_actors(&f, 2);
+  char log[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "retention keep_versions=", 300), "no retention (see %s)", log);
+  uint64_t at_retention = stored_messages(f.db);
+  /* More messages past the first fill than the whole cap could hold */
+  ck_assert_msg(WAIT_FOR(300, stored_messages(f.db) >= 3 * at_retention),
+                "writes did not go on past the cap (see %s)", log);
+  stop_all(&f);
+  store_counts c;
+  actor_totals t;
+  tally(&f, 0, &c, &t);
+  lh_store *s = NULL;
+  lh_errbuf e;
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_open_readonly(f.db, &s, &e), 0);
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  lh_store_close(s);
+  int retentions = lh_proc_count_lines(log, "retention keep_versions=");
+  char extra[256];
+  snprintf(extra, sizeof extra, "cap=2000000 file_bytes=%llu segments=%llu payloads_dropped=%llu at_first_retention=%llu "
+           "retentions=%d", (unsigned long long)st.file_bytes, (unsigned long long)st.segments,
+           (unsigned long long)st.payloads_dropped, (unsigned long long)at_retention, retentions);
+  print_totals("hostile full store, small payloads", &t, &c, extra);
+  ck_assert_uint_gt(st.payloads_dropped, 0);
+  ck_assert_uint_eq(t.lost, 0);
+  ck_assert_uint_eq(t.unacked, 0);
+  ck_assert_uint_eq(t.stored, t.acked);
+  /* the file stays near the cap: freed pages are taken again */
+  ck_assert_uint_lt(st.file_bytes, 2 * 2000000);
+  fleet_free(&f);
+}
+END_TEST
+
+/* A store with a trigger on insert into segments (and a view that never
+ * ends): a real learner refuses it at its open, naming the trigger, and
+ * exits 1 before it stores or runs anything of the file's. */
+START_TEST(test_crafted_store_refused) {
+  fleet f;
+  fleet_init(&f, "hostile-crafted", NULL, NULL, NULL);
+  lh_store *s = NULL;
+  lh_errbuf e;
+  ck_assert_msg(lh_store_open(f.db, &s, &e) == 0, "%s", e.msg);
+  lh_store_close(s);
+  sqlite3 *d;
+  ck_assert_int_eq(sqlite3_open(f.db, &d), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_exec(d,
+                                "CREATE TRIGGER stamp AFTER INSERT ON segments BEGIN"
+                                " UPDATE meta SET value = 'stamped' WHERE key = 'application'; END;"
+                                "DROP VIEW segment_metadata; CREATE VIEW segment_metadata AS WITH RECURSIVE r(x) AS"
+                                " (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT x AS created_ms, 1 AS sampled,"
+                                " 1 AS tokens, 1 AS payload_bytes, 1 AS min_version, 1 AS max_version,"
+                                " NULL AS dropped_ms FROM r",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  sqlite3_close(d);
+  start_learner(&f, 0);
+  int rc = lh_proc_wait(f.learner, 300, NULL);
+  f.learner = 0;
+  char log[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(rc == 1, "learner exit %d (see %s)", rc, log);
+  ck_assert_msg(lh_proc_file_has(log, "trigger stamp"), "the refusal names no trigger (see %s)", log);
+  ck_assert_msg(lh_proc_file_has(log, "replay.db"), "the refusal names no file (see %s)", log);
+  printf("hostile: crafted store: learner exit %d\n", rc);
+  fleet_free(&f);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   const lh_test_case cases[] = {
       {"model_input", test_model_input_refused, 0},
@@ -400,7 +481,9 @@ int main(int argc, char **argv) {
       {"weights_unread", test_weights_requests_unread, 0},
       {"large_segments", test_large_segments_flood, 0},
       {"full_store", test_full_store_retention, 0},
+      {"full_store_small", test_full_store_small_payloads, 0},
       {"many_peers", test_many_peers_capped, 0},
+      {"crafted_store", test_crafted_store_refused, 0},
   };
   return lh_test_cases_main("hostile", cases, sizeof cases / sizeof cases[0], 600, argc, argv);
 }

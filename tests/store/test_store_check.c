@@ -303,6 +303,59 @@ START_TEST(test_metadata_scans_use_the_index) {
 }
 END_TEST
 
+/* The payloads of rank stores read as one (schema 13: segment_payloads,
+ * a union view over the ranks): an episode of rank 1 decodes whole, and
+ * reading it searches each rank's key of segment_payloads, never a scan
+ * of the payloads of every rank. */
+static int payload_plan_row(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  plan_rows *p = ctx;
+  const char *detail = ncols >= 4 ? values[3] : NULL;
+  if (!detail || strstr(detail, "segment_payloads") == NULL) return 0;
+  p->scans++;
+  p->covered += strncmp(detail, "SEARCH", 6) == 0;
+  strncat(p->plan, detail, sizeof p->plan - strlen(p->plan) - 2);
+  strcat(p->plan, ";");
+  return 0;
+}
+
+static int first_col(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  snprintf(ctx, 64, "%s", ncols > 0 && values[0] ? values[0] : "NULL");
+  return 0;
+}
+
+START_TEST(test_rank_payloads) {
+  char rank1[160];
+  snprintf(rank1, sizeof rank1, "%s/replay.db.rank1", dir);
+  static sfx_seg g;
+  for (int r = 0; r < 2; r++) {
+    lh_store *s = NULL;
+    ck_assert_msg(lh_store_open(r ? rank1 : db, &s, &e) == 0, "%s", e.msg);
+    for (uint32_t q = 0; q < 3; q++) {
+      sfx_seg_plain(&g, 100 * (uint64_t)(r + 1), q, 64, 1);
+      put_seg(s, &g.seg);
+    }
+    lh_store_close(s);
+  }
+  const char *paths[] = {db, rank1};
+  lh_store *s = NULL;
+  ck_assert_msg(lh_store_open_ranks(paths, 2, NULL, &s, &e) == 0, "%s", e.msg);
+  lh_segment_report rep;
+  ck_assert_msg(lh_store_episode_segments(s, 200, NULL, NULL, &rep, &e) == 0, "%s", e.msg);
+  ck_assert_uint_eq(rep.received, 3);
+  ck_assert_uint_eq(rep.dropped, 0);
+  plan_rows p = {0, 0, ""};
+  ck_assert_msg(lh_store_sql(s, "EXPLAIN QUERY PLAN SELECT seq, payload FROM segment_payloads WHERE episode = 200"
+                                " ORDER BY seq", payload_plan_row, &p, NULL, &e) == 0, "%s", e.msg);
+  ck_assert_msg(p.scans == 2 && p.covered == 2, "%s", p.plan);
+  char v[64] = "";
+  ck_assert_msg(lh_store_sql(s, "SELECT count(*) FROM segment_payloads", first_col, v, NULL, &e) == 0, "%s", e.msg);
+  ck_assert_str_eq(v, "6");
+  lh_store_close(s);
+}
+END_TEST
+
 START_TEST(test_cli_check) {
   const char *bin = lh_proc_longhaul();
   ck_assert_msg(bin != NULL, "LH_BIN is not set");
@@ -342,6 +395,7 @@ int main(void) {
   tcase_add_test(tc, test_unclean_writer_is_checked);
   tcase_add_test(tc, test_migration_v7);
   tcase_add_test(tc, test_metadata_scans_use_the_index);
+  tcase_add_test(tc, test_rank_payloads);
   tcase_add_test(tc, test_cli_check);
   suite_add_tcase(su, tc);
   return lh_test_run(su, CK_FORK);

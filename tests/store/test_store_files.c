@@ -128,9 +128,9 @@ END_TEST
 START_TEST(test_payload_mismatch) {
   make_store();
   /* Another episode's payload under episode 1, and a payload cut short. */
-  raw_exec(db, "UPDATE segments SET payload = (SELECT payload FROM segments WHERE episode = 2)"
+  raw_exec(db, "UPDATE segment_payloads SET payload = (SELECT payload FROM segment_payloads WHERE episode = 2)"
                " WHERE episode = 1;"
-               "UPDATE segments SET payload = substr(payload, 1, 20) WHERE episode = 3");
+               "UPDATE segment_payloads SET payload = substr(payload, 1, 20) WHERE episode = 3");
   lh_store *s = open_ro();
   lh_segment_report rep;
   ck_assert_int_eq(lh_store_episode_segments(s, 1, NULL, NULL, &rep, &e), LH_ESTORE_PAYLOAD);

@@ -2,6 +2,7 @@
  * SQL. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -37,8 +38,11 @@ START_TEST(test_readonly) {
   ck_assert_int_eq(lh_store_sql(s, "  -- a comment\n WITH x AS (SELECT 2) SELECT * FROM x;",
                                 first_value, v, NULL, &e), 0);
   ck_assert_str_eq(v, "2");
-  ck_assert_int_eq(lh_store_sql(s, "SELECT payload FROM segments", first_value, v, NULL, &e), 0);
+  /* A payload is in its row of segment_payloads (schema 13). */
+  ck_assert_int_eq(lh_store_sql(s, "SELECT payload FROM segment_payloads", first_value, v, NULL, &e), 0);
   ck_assert(strncmp(v, "<blob ", 6) == 0);
+  ck_assert_int_eq(lh_store_sql(s, "SELECT payload IS NULL FROM segments", first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "1");
   ck_assert_int_eq(lh_store_sql(s, "PRAGMA table_info(episodes)", NULL, NULL, &rows, &e), 0);
   ck_assert_uint_gt(rows, 10);
   ck_assert_int_eq(lh_store_sql(s, "PRAGMA integrity_check", first_value, v, NULL, &e), 0);
@@ -168,7 +172,71 @@ START_TEST(test_sql_timeout) {
 }
 END_TEST
 
+/* The connection's time budget (lh_store_options.time_budget_ms) stops a
+ * store query of its own that runs past it, as it stops a `replay sql`
+ * one: the statistics of 300 000 episodes under a budget of 1 ms (the
+ * scan takes tens of ms). Without a budget, or with a large one, they are
+ * read; the store answers after the stop. The assertion is the refusal,
+ * not a time. */
+START_TEST(test_time_budget) {
+  lh_store *s = open_rw();
+  lh_store_close(s);
+  raw_exec(db, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000)"
+               " INSERT INTO episodes(id, actor, env, status, created_ms, updated_ms)"
+               " SELECT x, 'a0', 'calc', 'running', x, x FROM c");
+  s = open_ro();
+  lh_store_stats st;
+  lh_store_set_time_budget_ms(s, 1);
+  int rc = lh_store_stats_get(s, &st, &e);
+  ck_assert_msg(rc == LH_ESTORE_SQL_TIMEOUT, "%s: %s", lh_err_name(rc), e.msg);
+  ck_assert_msg(strstr(e.msg, "time budget of 1 ms") != NULL, "%s", e.msg);
+  ck_assert_msg(strstr(e.msg, db) != NULL, "%s", e.msg);
+  /* lh_store_sql without a budget of its own takes the connection's */
+  char v[64];
+  rc = lh_store_sql(s, "SELECT count(*), sum(length(actor || env)) FROM episodes", first_value, v, NULL, &e);
+  ck_assert_msg(rc == LH_ESTORE_SQL_TIMEOUT, "%s: %s", lh_err_name(rc), e.msg);
+  lh_store_set_time_budget_ms(s, 0);
+  ck_assert_msg(lh_store_stats_get(s, &st, &e) == 0, "%s", e.msg);
+  ck_assert_uint_eq(st.episodes, 300000);
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM episodes", first_value, v, NULL, &e), 0);
+  ck_assert_str_eq(v, "300000");
+  lh_store_close(s);
+  /* as an option, in force from the open on */
+  lh_store_options o;
+  lh_store_options_default(&o);
+  o.readonly = 1;
+  o.time_budget_ms = 600000;
+  ck_assert_int_eq(lh_store_open_with(db, &o, &s, &e), 0);
+  ck_assert_msg(lh_store_stats_get(s, &st, &e) == 0, "%s", e.msg);
+  lh_store_close(s);
+  lh_store_set_time_budget_ms(NULL, 5);
+}
+END_TEST
+
+/* Closing a store closes only what it opened: a read-only one, and one
+ * whose open failed, leave descriptor 0 alone (a zeroed watch of the
+ * write-ahead log once closed it, and a process started without stdin had
+ * its store's own file there). */
+START_TEST(test_close_leaves_other_descriptors) {
+  lh_store *s = open_rw();
+  lh_store_close(s);
+  int keep = dup(0);
+  int devnull = open("/dev/null", O_RDONLY);
+  ck_assert_int_ge(devnull, 0);
+  ck_assert_int_eq(dup2(devnull, 0), 0);
+  close(devnull);
+  s = open_ro();
+  lh_store_close(s);
+  ck_assert_int_ne(fcntl(0, F_GETFD), -1);
+  ck_assert_int_eq(lh_store_open("/nonexistent/folder/x.db", &s, &e) < 0, 1);
+  ck_assert_int_ne(fcntl(0, F_GETFD), -1);
+  if (keep >= 0) dup2(keep, 0), close(keep);
+}
+END_TEST
+
 void lh_test_store_readonly(TCase *tc) {
+  tcase_add_test(tc, test_close_leaves_other_descriptors);
   tcase_add_test(tc, test_readonly);
   tcase_add_test(tc, test_sql_timeout);
+  tcase_add_test(tc, test_time_budget);
 }
