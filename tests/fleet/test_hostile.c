@@ -87,6 +87,7 @@ START_TEST(test_model_input_refused) {
   start_learner(&f, 0);
   void *ctx = zmq_ctx_new();
   void *d = dealer(ctx, f.ing);
+  lh_peer_hello(d, "a0");
   static uint8_t pixels[96 * 96 * 3];
   int refused = 0, cases = 0;
   send_valid_episode(d, 11, 5);
@@ -135,14 +136,17 @@ START_TEST(test_model_input_refused) {
   image(&im[0], pixels, 12, 8, 3);
   big.s.n_images = 1, big.s.images = imp;
   cases++, refused += send_segment(d, &big.s, 1009, "a0") == LONGHAUL__ACK_STATUS__ACK_REJECTED;
-  /* 10: names that would drive a terminal: a Hello, and a segment whose
-   * actor is its sender; the log shows them escaped. */
+  /* 10: names that would drive a terminal: a Hello (from a connection of
+   * its own: d holds a0), and a segment whose actor is its sender; the log
+   * shows them escaped. */
+  void *evil = dealer(ctx, f.ing);
   Longhaul__Envelope hello = LONGHAUL__ENVELOPE__INIT;
   Longhaul__Hello h = LONGHAUL__HELLO__INIT;
   h.role = "actor", h.name = "evil\n\x1b[2J";
   hello.body_case = LONGHAUL__ENVELOPE__BODY_HELLO, hello.hello = &h;
-  lh_peer_send(d, &hello, 1010, "evil\n\x1b[2J");
-  ck_assert_int_eq(lh_peer_ack_of(d, 1010), LONGHAUL__ACK_STATUS__ACK_STORED);
+  lh_peer_send(evil, &hello, 1010, "evil\n\x1b[2J");
+  ck_assert_int_eq(lh_peer_ack_of(evil, 1010), LONGHAUL__ACK_STATUS__ACK_STORED);
+  zmq_close(evil);
   /* The rest of the valid group: a step follows, and the learner lives. */
   send_valid_episode(d, 15, 5);
   send_valid_episode(d, 17, 5);
@@ -280,6 +284,7 @@ START_TEST(test_large_segments_flood) {
   ck_assert_msg(lh_proc_wait_file(log, "bound endpoint=", 60), "no ingest (see %s)", log);
   void *ctx = zmq_ctx_new();
   void *d = dealer(ctx, f.ing);
+  lh_peer_hello(d, "a0");
   send_valid_episode(d, 31, 2);
   long before = lh_proc_vmhwm_kb(f.learner);
   /* 40 segments of 15 MiB: 4 images of 1280 x 1024 each. */
@@ -329,6 +334,7 @@ START_TEST(test_many_peers_capped) {
   void *hog[2];
   for (int i = 0; i < 2; i++) {
     hog[i] = dealer(ctx, f.ing);
+    lh_peer_hello(hog[i], "a0");  /* the second takes a0 over: each sends in turn */
     send_valid_episode(hog[i], 41 + (uint64_t)i, 2);  /* acked: both admitted */
   }
   start_actors(&f, 1);
