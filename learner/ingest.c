@@ -508,13 +508,19 @@ static void admit_round(lh_learner_ingest *ig, size_t n) {
     if (e->kind != KIND_STORE || !ig->budgeted) continue;
     uint64_t episode = entry_episode(e);
     if (lh_learner_peers_is_open(ig->peers, index, episode, now)) continue;
-    lh_episode_row row;
-    lh_errbuf se;
-    int known = lh_store_episode_get(ig->store, episode, &row, &se) == 0;
-    /* Ended already (a resend), or another actor's (the store refuses it). */
-    if (known && (row.has_end || strcmp(row.actor, e->env->sender))) continue;
-    int r = known ? (lh_learner_peers_adopt(ig->peers, index, episode, now) ? -1 : 1)
-                  : lh_learner_peers_open(ig->peers, index, episode, now);
+    /* A name past its credit is held back before the store is asked: a
+     * flood of new ids costs the learner a hash lookup each, not a query.
+     * An episode of it the store does holds waits for its credit too. */
+    int r = 0;
+    if (lh_learner_peers_may_open(ig->peers, index)) {
+      lh_episode_row row;
+      lh_errbuf se;
+      int known = lh_store_episode_get(ig->store, episode, &row, &se) == 0;
+      /* Ended already (a resend), or another actor's (the store refuses it). */
+      if (known && (row.has_end || strcmp(row.actor, e->env->sender))) continue;
+      r = known ? (lh_learner_peers_adopt(ig->peers, index, episode, now) ? -1 : 1)
+                : lh_learner_peers_open(ig->peers, index, episode, now);
+    }
     if (r == 1) continue;
     e->kind = KIND_NONE;
     e->status = LONGHAUL__ACK_STATUS__ACK_RETRY, e->why = r == 0 ? WHY_WINDOW : WHY_FULL;

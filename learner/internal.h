@@ -354,12 +354,17 @@ uint64_t lh_learner_batcher_discarded(const lh_learner_batcher *b);
  * keep open: its open episodes plus its credit. Credit is handed out a
  * group at a time from what the cap leaves free after the untrained
  * backlog, the open episodes and the credit already out, in turn to the
- * names heard from in the last LH_LEARNER_PEER_ACTIVE_NS that hold less
- * than their share (the cap over those names, in whole groups), and taken
- * back when the cap shrinks below what is out or a name goes quiet. So the
- * open episodes and credit of all names stay within the cap (plus a group
- * a name), and no name takes more of what the trainer frees than another
- * that asks for it. Open episodes are a fixed table too (at most 16384). */
+ * names heard from in the last LH_LEARNER_PEER_ACTIVE_NS: first to those
+ * below their share (the cap over those names, in whole groups), then to
+ * any, so that no room a batch needs stays idle. While a name is below its
+ * share, credit above the share others hold comes back, and so does credit
+ * a name left unused for 2 s (its lease): that name is sated, told one
+ * group of slack as its window and granted nothing until it opens an
+ * episode again. All credit comes back when the cap shrinks below what is
+ * out or a name goes quiet. So the open episodes and credit of all names
+ * stay within the cap (plus a group a name), and no name takes more of
+ * what the trainer frees than another that asks for it. Open episodes are
+ * a fixed table too (at most 16384). */
 #define LH_LEARNER_PEERS_MAX 1024
 #define LH_LEARNER_PEER_NAME_BYTES 257  /* the wire's names, 256 bytes at most */
 #define LH_LEARNER_PEER_CONN_BYTES 256  /* a ROUTER routing id */
@@ -406,6 +411,8 @@ void lh_learner_peers_set_backlog(lh_learner_peers *p, int64_t cap, int64_t untr
 /* 1 when episode is open (of any name; touched when name index's), 0 when
  * the learner does not know it. */
 int lh_learner_peers_is_open(lh_learner_peers *p, int index, uint64_t episode, int64_t now_ns);
+/* Whether name index may open a new episode now (credit or slack left). */
+int lh_learner_peers_may_open(const lh_learner_peers *p, int index);
 /* A new episode of name index: 1 opened (credit taken), 0 past its credit
  * and slack (answer ACK_RETRY), -1 the open table is full (the same). */
 int lh_learner_peers_open(lh_learner_peers *p, int index, uint64_t episode, int64_t now_ns);

@@ -12,7 +12,10 @@
  * handed out, the open episodes and the untrained backlog together stay
  * under the cap, and the grants go round the names below their share in
  * turn, so that one that opens and ends episodes as fast as it can takes
- * no more of what the trainer frees than any other name that asks. */
+ * no more of what the trainer frees than any other name that asks. Credit
+ * is a lease: left unused while another name is short of its share, it
+ * comes back, so that a name that stopped cannot hold the room a batch
+ * needs; what nobody below its share asks for goes to any name that does. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,10 @@
 /* The most grants one call hands out: the rest waits for the next round,
  * so that a huge cap with groups of 1 cannot make one round long. */
 #define GRANTS_PER_CALL 4096
+/* Credit a name has not used (opened no episode with) for this long comes
+ * back while another name is below its share: a name that stopped, or
+ * whose episodes all run, must not hold the room a batch needs. */
+#define CREDIT_LEASE_NS 2000000000ll
 
 typedef struct {
   char name[LH_LEARNER_PEER_NAME_BYTES];
@@ -34,6 +41,8 @@ typedef struct {
   char key[LH_LEARNER_PEER_KEY_BYTES];  /* the CURVE public key (Z85); "" without CURVE */
   uint64_t pid;                         /* the Hello's */
   int64_t seen_ns;                      /* its bound connection last spoke */
+  int64_t used_ns;                      /* it last opened an episode, or was granted credit */
+  int sated;                            /* its credit lapsed unused: no grants until it opens again */
   int64_t open, credit;                 /* credit < 0: opened past its grants (the slack) */
 } peer;
 
@@ -151,14 +160,19 @@ static int insert_open(lh_learner_peers *p, int index, uint64_t episode, int64_t
   return 0;
 }
 
+int lh_learner_peers_may_open(const lh_learner_peers *p, int index) {
+  return !p->budgeted || p->peers[index].credit > -(int64_t)p->group;
+}
+
 int lh_learner_peers_open(lh_learner_peers *p, int index, uint64_t episode, int64_t now_ns) {
   peer *q = &p->peers[index];
   /* One group of slack past the grants: an honest actor decides on the
    * window of the last Ack it read, which may predate the ends it just
    * sent. */
-  if (p->budgeted && q->credit <= -(int64_t)p->group) return 0;
+  if (!lh_learner_peers_may_open(p, index)) return 0;
   if (insert_open(p, index, episode, now_ns)) return -1;
   if (p->budgeted) q->credit--;
+  q->used_ns = now_ns, q->sated = 0;
   return 1;
 }
 
@@ -292,18 +306,24 @@ void lh_learner_peers_grant(lh_learner_peers *p, uint64_t ends_since, int64_t no
   /* A name's share of the cap, in whole groups, at least one group. */
   int64_t share = n_active ? p->cap / (int64_t)n_active / g * g : p->cap;
   if (share < g) share = g;
-  /* While a name is below its share, credit above the share that others
-   * hold and have not used comes back (a name that came when another
-   * held the whole cap gets its share as the trainer frees room, not
-   * after the other spent all of it). */
-  int hungry = 0;
-  for (size_t i = 0; i < p->n && !hungry; i++)
-    hungry = active(&p->peers[i], now_ns) && p->peers[i].open + p->peers[i].credit < share;
+  /* While a name that asks for credit (not sated) is below its share,
+   * credit above the share that others hold comes back (a name that came
+   * when another held the whole cap gets its share as the trainer frees
+   * room, not after the other spent all of it), and so does credit left
+   * unused past its lease: its name is sated until it opens an episode
+   * again. */
+  int short_of_share = 0;
+  for (size_t i = 0; i < p->n && !short_of_share; i++) {
+    const peer *q = &p->peers[i];
+    short_of_share = active(q, now_ns) && !q->sated && q->open + q->credit < share;
+  }
   int64_t held = 0, owed = 0;
   for (size_t i = 0; i < p->n; i++) {
     peer *q = &p->peers[i];
     int64_t over = q->open + q->credit - share;
-    if (hungry && q->credit > 0 && over > 0) {
+    int lapsed = q->credit > 0 && now_ns - q->used_ns >= CREDIT_LEASE_NS;
+    if (short_of_share && lapsed) over = q->credit, q->sated = 1;
+    if (short_of_share && q->credit > 0 && over > 0) {
       int64_t take = q->credit < over ? q->credit : over;
       q->credit -= take;
       p->counts.reclaimed += (uint64_t)take;
@@ -330,26 +350,33 @@ void lh_learner_peers_grant(lh_learner_peers *p, uint64_t ends_since, int64_t no
     free_now += take;
     p->counts.reclaimed += (uint64_t)take;
   }
-  /* What is free goes a group at a time round the names below their share. */
-  for (int k = 0; k < GRANTS_PER_CALL && n_active && free_now >= g; k++) {
-    size_t i = 0;
-    int found = 0;
-    for (size_t step = 0; step < p->n && !found; step++) {
-      i = (p->cursor + step) % p->n;
-      const peer *q = &p->peers[i];
-      found = active(q, now_ns) && q->open + q->credit < share;
+  /* What is free goes a group at a time round the names that ask for it:
+   * first those below their share, then (so that the room a batch needs
+   * is never left idle) any of them. */
+  for (int pass = 0; pass < 2; pass++)
+    for (int k = 0; k < GRANTS_PER_CALL && n_active && free_now >= g; k++) {
+      size_t i = 0;
+      int found = 0;
+      for (size_t step = 0; step < p->n && !found; step++) {
+        i = (p->cursor + step) % p->n;
+        const peer *q = &p->peers[i];
+        found = active(q, now_ns) && !q->sated && (pass || q->open + q->credit < share);
+      }
+      if (!found) break;
+      p->peers[i].credit += g;
+      p->peers[i].used_ns = now_ns;
+      free_now -= g;
+      p->counts.granted += (uint64_t)g;
+      p->cursor = (i + 1) % p->n;
     }
-    if (!found) break;
-    p->peers[i].credit += g;
-    free_now -= g;
-    p->counts.granted += (uint64_t)g;
-    p->cursor = (i + 1) % p->n;
-  }
 }
 
 uint32_t lh_learner_peers_window(const lh_learner_peers *p, int index) {
   if (!p || index < 0 || (size_t)index >= p->n) return 0;
-  int64_t w = p->peers[index].open + p->peers[index].credit;
+  const peer *q = &p->peers[index];
+  /* A sated name is told its slack: one group, which it opens on when it
+   * wants more again, and so asks for credit. */
+  int64_t w = q->open + (q->sated && q->credit < (int64_t)p->group ? (int64_t)p->group : q->credit);
   return w <= 0 ? 0 : w > UINT32_MAX ? UINT32_MAX : (uint32_t)w;
 }
 

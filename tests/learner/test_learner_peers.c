@@ -138,13 +138,54 @@ START_TEST(test_credit) {
   /* Episodes left open past the idle limit no longer count. */
   lh_learner_peers_expire(p, 100);
   ck_assert_int_eq(lh_learner_peers_open_count(p, honest), 0);
-  /* A name gone quiet gives its credit back. */
+  /* A name gone quiet gives its credit back; credit left unused past its
+   * lease comes back too, its name sated: told one group of slack, and
+   * granted nothing until it opens an episode again. */
   lh_learner_peers_set_backlog(p, 16, 0, 4);
   lh_learner_peers_grant(p, 0, 8);
-  ck_assert_int_eq(lh_learner_peers_check(p, CONN_A, 5, "a0", LH_LEARNER_PEER_ACTIVE_NS + 9, &honest), LH_PEER_BOUND);
-  lh_learner_peers_grant(p, 0, LH_LEARNER_PEER_ACTIVE_NS + 9);
+  ck_assert_uint_eq(lh_learner_peers_window(p, honest), 8);
+  int64_t later = LH_LEARNER_PEER_ACTIVE_NS + 9;
+  ck_assert_int_eq(lh_learner_peers_check(p, CONN_A, 5, "a0", later, &honest), LH_PEER_BOUND);
+  lh_learner_peers_grant(p, 0, later);
   ck_assert_uint_eq(lh_learner_peers_window(p, flood), 0);
+  ck_assert_uint_eq(lh_learner_peers_window(p, honest), 4);
+  ck_assert_int_eq(lh_learner_peers_open(p, honest, 5000, later + 1), 1);
+  /* Alone now, it may take the whole cap (16: 1 open, 15 credit). */
+  lh_learner_peers_grant(p, 0, later + 1);
   ck_assert_uint_eq(lh_learner_peers_window(p, honest), 16);
+  lh_learner_peers_free(p);
+}
+END_TEST
+
+/* A name that holds credit and opens nothing (a peer that stopped
+ * sending, still heard from) does not keep the room a batch needs: with a
+ * cap of one batch (16) and a share of 8 each, the other name's 8 ended
+ * episodes wait for 8 more, and the idle name's credit comes back after
+ * its lease (2 s), so the busy name fills the batch. */
+START_TEST(test_credit_idle) {
+  lh_learner_peers *p = lh_learner_peers_new();
+  int busy = -1, idle = -1;
+  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_A, 5, "busy", NULL, 1, 1, &busy), LH_PEER_BOUND);
+  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_B, 5, "idle", NULL, 2, 1, &idle), LH_PEER_BOUND);
+  lh_learner_peers_set_backlog(p, 16, 0, 4);
+  lh_learner_peers_grant(p, 0, 1);
+  ck_assert_uint_eq(lh_learner_peers_window(p, busy), 8);
+  ck_assert_uint_eq(lh_learner_peers_window(p, idle), 8);
+  int64_t t = 2;
+  for (uint64_t e = 1; e <= 8; e++) ck_assert_int_eq(lh_learner_peers_open(p, busy, e, t), 1);
+  for (uint64_t e = 1; e <= 8; e++) lh_learner_peers_close(p, e);
+  lh_learner_peers_set_backlog(p, 16, 8, 4);
+  lh_learner_peers_grant(p, 0, t);
+  ck_assert_uint_eq(lh_learner_peers_window(p, busy), 0);  /* within the lease: the idle name keeps its 8 */
+  t = 3000000000ll;  /* past the lease; both still heard from */
+  ck_assert_int_eq(lh_learner_peers_check(p, CONN_A, 5, "busy", t, &busy), LH_PEER_BOUND);
+  ck_assert_int_eq(lh_learner_peers_check(p, CONN_B, 5, "idle", t, &idle), LH_PEER_BOUND);
+  lh_learner_peers_grant(p, 0, t);
+  ck_assert_uint_eq(lh_learner_peers_window(p, busy), 8);
+  ck_assert_uint_eq(lh_learner_peers_window(p, idle), 4);  /* sated: its slack */
+  for (uint64_t e = 9; e <= 16; e++) ck_assert_int_eq(lh_learner_peers_open(p, busy, e, t), 1);
+  printf("peers: idle credit back after its lease: the busy name opened 16 of a cap of 16 (share 8), reclaimed=%llu\n",
+         (unsigned long long)lh_learner_peers_get_counts(p)->reclaimed);
   lh_learner_peers_free(p);
 }
 END_TEST
@@ -484,6 +525,7 @@ int main(void) {
   tcase_add_test(tc, test_names_curve_key);
   tcase_add_test(tc, test_names_table_full);
   tcase_add_test(tc, test_credit);
+  tcase_add_test(tc, test_credit_idle);
   tcase_add_test(tc, test_open_table);
   tcase_add_test(tc, test_ingest_names);
   tcase_add_test(tc, test_ingest_window);
