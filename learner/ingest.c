@@ -525,6 +525,7 @@ static void admit_round(lh_learner_ingest *ig, size_t n) {
     e->kind = KIND_NONE;
     e->status = LONGHAUL__ACK_STATUS__ACK_RETRY, e->why = r == 0 ? WHY_WINDOW : WHY_FULL;
     ig->counts.held_window++;
+    if (r == 0) lh_learner_peers_refused(ig->peers, index, now);
     lh_log_meter_warn(&ig->window,
                       "held back a new episode past its actor's window (answered retry) actor=%s episode=%llu "
                       "window=%u open=%lld%s",
@@ -650,6 +651,7 @@ static int send_acks(lh_learner_ingest *ig, size_t n, lh_errbuf *err) {
       int who = a->peer >= 0 ? a->peer : lh_learner_peers_of_conn(ig->peers, a->identity, a->identity_bytes);
       ack.window = who >= 0 ? lh_learner_peers_window(ig->peers, who) : 0;
       ack.hold = ack.window == 0;
+      lh_learner_peers_told(ig->peers, who, ack.window);
     }
     char why[256];
     if (a->why == WHY_NO_HELLO) ack.reason = "no Hello under this name from this connection; say Hello, then resend";
@@ -696,6 +698,53 @@ static int send_acks(lh_learner_ingest *ig, size_t n, lh_errbuf *err) {
   }
   free(ids);
   return rc;
+}
+
+/* An Ack of no message to name index's connection, with its window. */
+static int push_window(lh_learner_ingest *ig, int index, lh_errbuf *err) {
+  size_t conn_bytes = 0;
+  const uint8_t *conn = lh_learner_peers_conn(ig->peers, index, &conn_bytes);
+  if (!conn) return 0;
+  Longhaul__Ack ack = LONGHAUL__ACK__INIT;
+  ack.status = LONGHAUL__ACK_STATUS__ACK_STORED;
+  ack.window = lh_learner_peers_window(ig->peers, index);
+  ack.hold = ack.window == 0;
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  env.protocol = LH_WIRE_PROTOCOL;
+  env.msg_id = ++ig->next_msg_id;
+  env.sender = "learner";
+  env.run_id = ig->run_id;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_ACK;
+  env.ack = &ack;
+  uint8_t *buf = NULL;
+  size_t bytes = 0;
+  lh_errbuf e;
+  if (lh_wire_encode(&env, &buf, &bytes, &e))
+    return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: cannot encode an ack: %s", e.msg);
+  int rc = 0;
+  /* A connection gone makes the ROUTER drop it; a full queue too: the
+   * actor's next message gets the window anyway. */
+  if (send_frame(ig->sock, conn, conn_bytes, ZMQ_SNDMORE | ZMQ_DONTWAIT) ||
+      send_frame(ig->sock, buf, bytes, ZMQ_DONTWAIT)) {
+    int en = zmq_errno();
+    if (en != EHOSTUNREACH && en != EAGAIN)
+      rc = lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: cannot send an ack: %s", zmq_strerror(en));
+  } else {
+    ig->counts.acks_sent++;
+    lh_learner_peers_told(ig->peers, index, ack.window);
+  }
+  free(buf);
+  return rc;
+}
+
+int lh_learner_ingest_tick(lh_learner_ingest *ig, lh_errbuf *err) {
+  if (!ig || !ig->budgeted) return 0;
+  int64_t now = lh_now_ns();
+  lh_learner_peers_grant(ig->peers, 0, now);
+  size_t n = lh_learner_peers_count(ig->peers);
+  for (size_t i = 0; i < n; i++)
+    if (lh_learner_peers_window_grew(ig->peers, (int)i, now)) LH_TRY(push_window(ig, (int)i, err));
+  return 0;
 }
 
 int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handled, lh_errbuf *err) {

@@ -361,10 +361,13 @@ uint64_t lh_learner_batcher_discarded(const lh_learner_batcher *b);
  * a name left unused for 2 s (its lease): that name is sated, told one
  * group of slack as its window and granted nothing until it opens an
  * episode again. All credit comes back when the cap shrinks below what is
- * out or a name goes quiet. So the open episodes and credit of all names
- * stay within the cap (plus a group a name), and no name takes more of
- * what the trainer frees than another that asks for it. Open episodes are
- * a fixed table too (at most 16384). */
+ * out or a name goes quiet. A name held back past its window more than a
+ * group's worth within 2 s ignores its window: it is served last, below
+ * its share, from what the others leave, and its shortfall takes no credit
+ * back from them. So the open episodes and credit of all names stay within
+ * the cap (plus a group a name), and no name takes more of what the
+ * trainer frees than another that asks for it. Open episodes are a fixed
+ * table too (at most 16384). */
 #define LH_LEARNER_PEERS_MAX 1024
 #define LH_LEARNER_PEER_NAME_BYTES 257  /* the wire's names, 256 bytes at most */
 #define LH_LEARNER_PEER_CONN_BYTES 256  /* a ROUTER routing id */
@@ -404,6 +407,16 @@ lh_learner_peer_verdict lh_learner_peers_check(lh_learner_peers *p, const uint8_
 const char *lh_learner_peers_name(const lh_learner_peers *p, int index);
 /* The name conn is bound to (its index), or -1. */
 int lh_learner_peers_of_conn(const lh_learner_peers *p, const uint8_t *conn, size_t conn_bytes);
+/* Names in the table (indexes 0..count-1), and the connection name index
+ * is bound to (its routing id, *conn_bytes long; NULL for no name). */
+size_t lh_learner_peers_count(const lh_learner_peers *p);
+const uint8_t *lh_learner_peers_conn(const lh_learner_peers *p, int index, size_t *conn_bytes);
+/* The window an Ack last told name index, and whether its window has
+ * grown by a group or more since (it is heard from, and the backlog set):
+ * an actor held at its window sends only heartbeats, so the ingest tells
+ * it at once (lh_learner_ingest_tick). */
+void lh_learner_peers_told(lh_learner_peers *p, int index, uint32_t window);
+int lh_learner_peers_window_grew(const lh_learner_peers *p, int index, int64_t now_ns);
 /* The cap on untrained plus open episodes, the untrained ones now (ended,
  * stored, not yet trained) and the group size; set every turn. Without it
  * nothing is counted against credit and windows are not sent. */
@@ -416,6 +429,10 @@ int lh_learner_peers_may_open(const lh_learner_peers *p, int index);
 /* A new episode of name index: 1 opened (credit taken), 0 past its credit
  * and slack (answer ACK_RETRY), -1 the open table is full (the same). */
 int lh_learner_peers_open(lh_learner_peers *p, int index, uint64_t episode, int64_t now_ns);
+/* A new episode of name index was held back past its window: more than a
+ * group of them within 2 s and the name counts as ignoring its window,
+ * served last from what the other names leave. */
+void lh_learner_peers_refused(lh_learner_peers *p, int index, int64_t now_ns);
 /* An episode the store already holds running (started before this
  * learner): counted open, no credit taken. 0, or -1 when the table is full. */
 int lh_learner_peers_adopt(lh_learner_peers *p, int index, uint64_t episode, int64_t now_ns);
@@ -510,6 +527,11 @@ const uint64_t *lh_learner_ingest_touched(const lh_learner_ingest *ig, size_t *n
  * carries its name's window (Ack.window, and Ack.hold when it is 0). An
  * ingest never given one holds nothing back and sends neither (no limit). */
 void lh_learner_ingest_set_backlog(lh_learner_ingest *ig, int64_t cap, int64_t untrained, uint64_t group_size);
+/* Between rounds (every turn of the service): hands out the credit the
+ * trainer freed, and tells each name whose window grew by a group its new
+ * window in an Ack of no message (an actor held at its window would wait
+ * for its next heartbeat's Ack). 0, or a socket error. */
+int lh_learner_ingest_tick(lh_learner_ingest *ig, lh_errbuf *err);
 /* The store's idle sweep ([learner] abort_after_ms): an open episode with
  * no message for this long no longer counts against its name (60 s). */
 void lh_learner_ingest_set_abort_after(lh_learner_ingest *ig, uint64_t abort_after_ms);

@@ -15,7 +15,8 @@
  * no more of what the trainer frees than any other name that asks. Credit
  * is a lease: left unused while another name is short of its share, it
  * comes back, so that a name that stopped cannot hold the room a batch
- * needs; what nobody below its share asks for goes to any name that does. */
+ * needs; what nobody below its share asks for goes to any name that does.
+ * A name that keeps opening past its window is served last. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,9 @@ typedef struct {
   int64_t seen_ns;                      /* its bound connection last spoke */
   int64_t used_ns;                      /* it last opened an episode, or was granted credit */
   int sated;                            /* its credit lapsed unused: no grants until it opens again */
+  uint32_t told;                        /* the window its connection was last sent */
+  uint64_t refused;                     /* new episodes held back past its window since refused_ns */
+  int64_t refused_ns;
   int64_t open, credit;                 /* credit < 0: opened past its grants (the slack) */
 } peer;
 
@@ -90,6 +94,16 @@ void lh_learner_peers_free(lh_learner_peers *p) {
 
 const lh_learner_peers_counts *lh_learner_peers_get_counts(const lh_learner_peers *p) {
   return p ? &p->counts : NULL;
+}
+
+/* Heard from lately: a name that counts for shares and keeps its credit. */
+static int active(const peer *q, int64_t now_ns) { return now_ns - q->seen_ns < LH_LEARNER_PEER_ACTIVE_NS; }
+
+/* More than a group of new episodes held back past its window within a
+ * lease: the name ignores its window (an actor that reads its Acks is
+ * held back at most its slack's worth, when the cap shrank under it). */
+static int ignores_window(const peer *q, int64_t now_ns, uint64_t group) {
+  return now_ns - q->refused_ns < CREDIT_LEASE_NS && q->refused > group;
 }
 
 /* ---- open episodes ---------------------------------------------------- */
@@ -174,6 +188,13 @@ int lh_learner_peers_open(lh_learner_peers *p, int index, uint64_t episode, int6
   if (p->budgeted) q->credit--;
   q->used_ns = now_ns, q->sated = 0;
   return 1;
+}
+
+void lh_learner_peers_refused(lh_learner_peers *p, int index, int64_t now_ns) {
+  if (!p || index < 0 || (size_t)index >= p->n) return;
+  peer *q = &p->peers[index];
+  if (now_ns - q->refused_ns >= CREDIT_LEASE_NS) q->refused_ns = now_ns, q->refused = 0;
+  q->refused++;
 }
 
 int lh_learner_peers_adopt(lh_learner_peers *p, int index, uint64_t episode, int64_t now_ns) {
@@ -284,6 +305,23 @@ const char *lh_learner_peers_name(const lh_learner_peers *p, int index) {
   return p && index >= 0 && (size_t)index < p->n ? p->peers[index].name : "";
 }
 
+size_t lh_learner_peers_count(const lh_learner_peers *p) { return p ? p->n : 0; }
+
+const uint8_t *lh_learner_peers_conn(const lh_learner_peers *p, int index, size_t *conn_bytes) {
+  if (!p || index < 0 || (size_t)index >= p->n) return NULL;
+  *conn_bytes = p->peers[index].conn_bytes;
+  return p->peers[index].conn;
+}
+
+void lh_learner_peers_told(lh_learner_peers *p, int index, uint32_t window) {
+  if (p && index >= 0 && (size_t)index < p->n) p->peers[index].told = window;
+}
+
+int lh_learner_peers_window_grew(const lh_learner_peers *p, int index, int64_t now_ns) {
+  if (!p || !p->budgeted || index < 0 || (size_t)index >= p->n || !active(&p->peers[index], now_ns)) return 0;
+  return (uint64_t)lh_learner_peers_window(p, index) >= (uint64_t)p->peers[index].told + p->group;
+}
+
 /* ---- credit ----------------------------------------------------------- */
 
 void lh_learner_peers_set_backlog(lh_learner_peers *p, int64_t cap, int64_t untrained, uint64_t group) {
@@ -291,7 +329,6 @@ void lh_learner_peers_set_backlog(lh_learner_peers *p, int64_t cap, int64_t untr
   p->cap = cap, p->untrained = untrained, p->group = group ? group : 1;
 }
 
-static int active(const peer *q, int64_t now_ns) { return now_ns - q->seen_ns < LH_LEARNER_PEER_ACTIVE_NS; }
 
 void lh_learner_peers_grant(lh_learner_peers *p, uint64_t ends_since, int64_t now_ns) {
   if (!p->budgeted) return;
@@ -315,7 +352,8 @@ void lh_learner_peers_grant(lh_learner_peers *p, uint64_t ends_since, int64_t no
   int short_of_share = 0;
   for (size_t i = 0; i < p->n && !short_of_share; i++) {
     const peer *q = &p->peers[i];
-    short_of_share = active(q, now_ns) && !q->sated && q->open + q->credit < share;
+    short_of_share = active(q, now_ns) && !q->sated && !ignores_window(q, now_ns, p->group) &&
+                     q->open + q->credit < share;
   }
   int64_t held = 0, owed = 0;
   for (size_t i = 0; i < p->n; i++) {
@@ -352,15 +390,17 @@ void lh_learner_peers_grant(lh_learner_peers *p, uint64_t ends_since, int64_t no
   }
   /* What is free goes a group at a time round the names that ask for it:
    * first those below their share, then (so that the room a batch needs
-   * is never left idle) any of them. */
-  for (int pass = 0; pass < 2; pass++)
+   * is never left idle) any of them; a name that ignores its window is
+   * served last, below its share, from what the others leave. */
+  for (int pass = 0; pass < 3; pass++)
     for (int k = 0; k < GRANTS_PER_CALL && n_active && free_now >= g; k++) {
       size_t i = 0;
       int found = 0;
       for (size_t step = 0; step < p->n && !found; step++) {
         i = (p->cursor + step) % p->n;
         const peer *q = &p->peers[i];
-        found = active(q, now_ns) && !q->sated && (pass || q->open + q->credit < share);
+        int below = q->open + q->credit < share, ignores = ignores_window(q, now_ns, p->group);
+        found = active(q, now_ns) && !q->sated && (pass == 2 ? ignores && below : !ignores && (pass || below));
       }
       if (!found) break;
       p->peers[i].credit += g;

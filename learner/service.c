@@ -232,6 +232,7 @@ static int turn(lh_learner_service *s, int timeout_ms, size_t *handled, lh_errbu
   if (pr < 0 && zmq_errno() != EINTR)
     return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "service: poll failed: %s", zmq_strerror(zmq_errno()));
   apply_settings(s);
+  LH_TRY(lh_learner_ingest_tick(s->ingest, err));
   *handled = 0;
   if (pr > 0 && (items[0].revents & ZMQ_POLLIN)) {
     LH_TRY(lh_learner_ingest_poll(s->ingest, 0, handled, err));

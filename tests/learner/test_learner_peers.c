@@ -190,6 +190,42 @@ START_TEST(test_credit_idle) {
 }
 END_TEST
 
+/* A name that ignores its window (more than a group held back within a
+ * lease) is served last: what the trainer frees goes to the name that
+ * keeps to its window, past its share, and the other gets what is left;
+ * two seconds of keeping to it and it is served in turn again. */
+START_TEST(test_credit_ignores_window) {
+  lh_learner_peers *p = lh_learner_peers_new();
+  int honest = -1, flood = -1;
+  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_A, 5, "a0", NULL, 1, 1, &honest), LH_PEER_BOUND);
+  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_B, 5, "flood", NULL, 2, 1, &flood), LH_PEER_BOUND);
+  lh_learner_peers_set_backlog(p, 16, 0, 4);
+  lh_learner_peers_grant(p, 0, 2);
+  uint64_t e = 1000;
+  int opened = 0;
+  for (int k = 0; k < 20; k++, e++) {
+    if (lh_learner_peers_open(p, flood, e, 3) == 1) opened++;
+    else lh_learner_peers_refused(p, flood, 3);
+  }
+  ck_assert_int_eq(opened, 12);
+  for (uint64_t x = 1000; x < 1012; x++) lh_learner_peers_close(p, x);
+  /* The trainer took all 12: 12 free; the honest name gets them (8 + 12),
+   * the flood nothing. */
+  lh_learner_peers_set_backlog(p, 16, 0, 4);
+  lh_learner_peers_grant(p, 0, 4);
+  ck_assert_uint_eq(lh_learner_peers_window(p, honest), 20);
+  ck_assert_uint_eq(lh_learner_peers_window(p, flood), 0);
+  /* Past the lease, keeping to its window: served in turn again (the
+   * honest name's unused credit is past its lease too, and comes back). */
+  int64_t later = 3 + 2100000000ll;
+  ck_assert_int_eq(lh_learner_peers_check(p, CONN_A, 5, "a0", later, &honest), LH_PEER_BOUND);
+  ck_assert_int_eq(lh_learner_peers_check(p, CONN_B, 5, "flood", later, &flood), LH_PEER_BOUND);
+  lh_learner_peers_grant(p, 0, later);
+  ck_assert_uint_gt(lh_learner_peers_window(p, flood), 0);
+  lh_learner_peers_free(p);
+}
+END_TEST
+
 /* Open episodes are a hash table with deletion by backward shift: many
  * ids in, every other one out, the rest still found. */
 START_TEST(test_open_table) {
@@ -526,6 +562,7 @@ int main(void) {
   tcase_add_test(tc, test_names_table_full);
   tcase_add_test(tc, test_credit);
   tcase_add_test(tc, test_credit_idle);
+  tcase_add_test(tc, test_credit_ignores_window);
   tcase_add_test(tc, test_open_table);
   tcase_add_test(tc, test_ingest_names);
   tcase_add_test(tc, test_ingest_window);
