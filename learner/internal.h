@@ -336,7 +336,7 @@ uint64_t lh_learner_batcher_discarded(const lh_learner_batcher *b);
 
 /* ---- the ingest's peers (learner/peers.c) ---------------------------------
  * Names bound to connections, and the episodes each name may keep open
- * (ARCHITECTURE.md §1, "Names and connections" and "Back-pressure").
+ * (ARCHITECTURE.md §1, and §5 "What gets in" and "Back-pressure").
  *
  * A name is bound to the connection (ROUTER routing id) that said Hello
  * under it, and under CURVE to that connection's public key; a Segment,

@@ -1,7 +1,7 @@
 /* learner: the ingest's peers: which connection speaks in which actor's
- * name, and the episodes each name may keep open (ARCHITECTURE.md §1,
- * "Names and connections" and "Back-pressure"; learner/internal.h says
- * what each call promises).
+ * name, and the episodes each name may keep open (ARCHITECTURE.md §1, and
+ * §5 "What gets in" and "Back-pressure"; learner/internal.h says what
+ * each call promises).
  *
  * Names live in a fixed table, so that no flood of names or connections
  * grows memory: a new name past it replaces the one heard from least
