@@ -199,9 +199,10 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
       pauses++;
       LH_DEBUG("actor", "outbox full: generation paused unacked=%zu", lh_actors_link_unacked(link));
     }
-    /* Idle (paused, waiting, or held with no episode open): the poll
-     * waits for traffic instead of spinning. */
-    int idle = !all_sent || waiting || (lh_actors_link_window(link) == 0 && lh_actors_runner_open_episodes(r) == 0);
+    /* Idle (paused, waiting, or no episode open: the window left no room
+     * for a group, whatever its size): the poll waits for traffic, an Ack
+     * that opens the window among it, instead of spinning. */
+    int idle = !all_sent || waiting || lh_actors_runner_open_episodes(r) == 0;
     int got = lh_actors_link_poll(link, idle ? 20 : 0, err);
     if (got < 0) {
       rc = got;

@@ -200,6 +200,11 @@ int lh_actors_outbox_has_room(const lh_actors_outbox *ob, size_t n);
 int lh_actors_outbox_ack(lh_actors_outbox *ob, uint64_t msg_id);
 /* The same, with the time it was first pushed (for its ack latency). */
 int lh_actors_outbox_ack_at(lh_actors_outbox *ob, uint64_t msg_id, int64_t *pushed_ms);
+/* Marks the message waiting under msg_id (1; 0 when none is): counted by
+ * lh_actors_outbox_marked until it is acked. The link marks EpisodeEnds,
+ * so that it knows how many ended episodes the learner still counts open. */
+int lh_actors_outbox_mark(lh_actors_outbox *ob, uint64_t msg_id);
+size_t lh_actors_outbox_marked(const lh_actors_outbox *ob);
 /* The bytes of the message waiting under msg_id (*n of them; valid until
  * it is acked), or NULL when none is waiting. */
 const uint8_t *lh_actors_outbox_peek(const lh_actors_outbox *ob, uint64_t msg_id, size_t *n);
@@ -533,7 +538,11 @@ uint64_t lh_actors_link_connects(const lh_actors_link *l);
  * policy_lag is it minus the version in use. */
 uint64_t lh_actors_link_announced(const lh_actors_link *l);
 /* Back-pressure: the most episodes the learner's last Ack lets this actor
- * keep open (Ack.window; 0 for Ack.hold; UINT32_MAX before any window). */
+ * keep running (Ack.window; 0 for Ack.hold; UINT32_MAX before any window),
+ * less the episodes that ended here and whose EpisodeEnd the learner has
+ * not acked yet: it counts an episode open until it stores the end, and
+ * refuses a new one past the window (learner/peers.c), so an episode
+ * whose messages wait in the outbox still holds its place. */
 uint32_t lh_actors_link_window(const lh_actors_link *l);
 /* With LH_ACK_LOG naming a file in the environment, the link appends one
  * line per Segment or EpisodeEnd acked STORED or DUPLICATE: the wall

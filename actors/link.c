@@ -5,7 +5,11 @@
  * until acked and are resent after resend_timeout_ms, or at once when the
  * DEALER reconnects (a socket monitor reports each connection; every one
  * begins with a Hello); a send that would block (the pipe at its
- * high-water mark) leaves its message due, and the next poll sends it. A
+ * high-water mark) leaves its message due, and the next poll sends it.
+ * The learner takes messages in our name only from a connection that said
+ * Hello under it (learner/peers.c), so a Hello that could not be sent is
+ * sent by the next poll, before anything else, and an ACK_RETRY (which a
+ * learner that lost our Hello answers) brings another one. A
  * SUB to the weights PUB hears announcements and a DEALER to the weights
  * ROUTER fetches the chunks (actors/weights.c keeps them). Every socket
  * has a bounded ZMQ_LINGER and a monitor: a connection counts from its
@@ -49,6 +53,8 @@ struct lh_actors_link {
   FILE *ack_log;         /* LH_ACK_LOG's file, or NULL */
   char run_id[LH_RUN_ID_BYTES];  /* this actor's run; "" none */
   lh_errbuf refused;     /* code LH_EACTORS_RUN_MISMATCH once a learner of another run refused us */
+  int hello_due;         /* a Hello to send before anything else (its last send would have blocked) */
+  int64_t hello_ms;      /* when the last Hello went */
 };
 
 static int send_hello(lh_actors_link *l, lh_errbuf *err);
@@ -205,6 +211,10 @@ static int encode(lh_actors_link *l, Longhaul__Envelope *env, uint8_t **buf, siz
   return lh_wire_encode(env, buf, n, err);
 }
 
+/* A Hello again after an ACK_RETRY at most this often: a learner that
+ * answers retry for another reason (a full store) gets one a second. */
+#define LINK_HELLO_AGAIN_MS 1000
+
 static int send_hello(lh_actors_link *l, lh_errbuf *err) {
   Longhaul__Hello h = LONGHAUL__HELLO__INIT;
   h.role = "actor";
@@ -223,6 +233,8 @@ static int send_hello(lh_actors_link *l, lh_errbuf *err) {
   int rc = encode(l, &env, &buf, &n, err);
   if (rc == 0) rc = send_bytes(l->ingest, buf, n, err);
   free(buf);
+  l->hello_due = rc == 0;  /* it would have blocked: the next poll tries again */
+  if (rc == 1) l->hello_ms = now_ms();
   return rc < 0 ? rc : 0;
 }
 
@@ -242,9 +254,10 @@ int lh_actors_link_send(lh_actors_link *l, Longhaul__Envelope *env, lh_errbuf *e
                            lh_actors_outbox_depth(l->outbox));
     }
     rc = lh_actors_outbox_push(l->outbox, env->msg_id, buf, n, now_ms(), err);
-    /* Behind messages whose sends blocked: it waits its turn (the poll
-     * sends them in order). */
-    if (rc == 0 && lh_actors_outbox_has_unsent(l->outbox)) {
+    if (rc == 0 && env->body_case == LONGHAUL__ENVELOPE__BODY_EPISODE_END) lh_actors_outbox_mark(l->outbox, env->msg_id);
+    /* Behind messages whose sends blocked, or a Hello that did: it waits
+     * its turn (the poll sends them in order). */
+    if (rc == 0 && (lh_actors_outbox_has_unsent(l->outbox) || l->hello_due)) {
       lh_actors_outbox_unsent(l->outbox, env->msg_id);
       free(buf);
       return 0;
@@ -287,7 +300,12 @@ static void handle_ingest(lh_actors_link *l, const uint8_t *b, size_t n) {
     uint32_t w = a->hold ? 0 : a->window ? a->window : UINT32_MAX;
     if (w != l->window) LH_DEBUG("actor", "learner back-pressure window=%u", w);
     l->window = w;
-    /* RETRY leaves the messages waiting: the timeout resends them. */
+    /* RETRY leaves the messages waiting: the timeout resends them. The
+     * learner may have no Hello of ours on this connection (it restarted
+     * and what we queued went ahead of the Hello, or it forgot our name):
+     * one more Hello makes the resends count. */
+    if (a->status == LONGHAUL__ACK_STATUS__ACK_RETRY && now_ms() - l->hello_ms >= LINK_HELLO_AGAIN_MS)
+      l->hello_due = 1;
     if (a->status == LONGHAUL__ACK_STATUS__ACK_STORED || a->status == LONGHAUL__ACK_STATUS__ACK_DUPLICATE) {
       int64_t t = now_ms(), wall = l->ack_log ? lh_wall_ms() : 0, pushed = 0;
       for (size_t i = 0; i < a->n_msg_ids; i++) {
@@ -507,6 +525,7 @@ int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err) {
                            zmq_strerror(zmq_errno()));
   }
   LH_TRY(drain(l, l->ingest, 0, err));
+  if (l->hello_due) LH_TRY(send_hello(l, err));
   if (l->sub) {
     LH_TRY(drain(l, l->sub, 1, err));
     LH_TRY(drain(l, l->wdealer, 1, err));
@@ -525,7 +544,7 @@ int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err) {
   uint64_t id, resends = lh_actors_outbox_resends(l->outbox);
   const uint8_t *b;
   size_t bn;
-  for (int k = 0; k < 256 && lh_actors_outbox_next_due(l->outbox, t, &id, &b, &bn); k++) {
+  for (int k = 0; k < 256 && !l->hello_due && lh_actors_outbox_next_due(l->outbox, t, &id, &b, &bn); k++) {
     int sent = send_bytes(l->ingest, b, bn, err);
     if (sent < 0) return sent;
     if (!sent) {
@@ -568,7 +587,11 @@ uint64_t lh_actors_link_resends(const lh_actors_link *l) { return l ? lh_actors_
 uint64_t lh_actors_link_connects(const lh_actors_link *l) { return l ? l->connects : 0; }
 uint64_t lh_actors_link_acked(const lh_actors_link *l) { return l ? l->acked : 0; }
 uint64_t lh_actors_link_announced(const lh_actors_link *l) { return l ? l->announced : 0; }
-uint32_t lh_actors_link_window(const lh_actors_link *l) { return l ? l->window : UINT32_MAX; }
+uint32_t lh_actors_link_window(const lh_actors_link *l) {
+  if (!l || l->window == UINT32_MAX) return UINT32_MAX;
+  size_t ended = lh_actors_outbox_marked(l->outbox);
+  return ended >= l->window ? 0 : l->window - (uint32_t)ended;
+}
 void lh_actors_link_set_version(lh_actors_link *l, uint64_t version) {
   if (l) l->cfg.policy_version = version;
 }

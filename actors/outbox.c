@@ -25,6 +25,7 @@ typedef struct {
   int64_t pushed_ms;  /* the first send: an ack's latency counts from here */
   int64_t wait_ms;    /* due again this long after sent_ms (the timeout, backed off) */
   int went;           /* a send of it went out (a hand-out of it since is a resend) */
+  int marked;         /* lh_actors_outbox_mark: counted in marked until it goes */
   uint32_t prev, next;
 } slot;
 
@@ -41,6 +42,7 @@ struct lh_actors_outbox {
   uint32_t *table;      /* slot index + 1; 0 is empty */
   size_t table_mask;
   size_t depth, bytes;
+  size_t marked;      /* waiting messages marked (the link marks EpisodeEnds) */
   uint64_t resends;
   /* Backoff: while resends bring no ack (the learner is stopped or busy
    * beyond the timeout, the connection itself alive), each round waits
@@ -192,6 +194,7 @@ int lh_actors_outbox_ack_at(lh_actors_outbox *ob, uint64_t msg_id, int64_t *push
   table_delete(ob, p);
   if (ob->handed == i) ob->handed = NIL;
   list_unlink(ob, i);
+  if (ob->slots[i].marked) ob->marked--;
   free(ob->slots[i].data);
   ob->bytes -= ob->slots[i].n;
   ob->slots[i].data = NULL;
@@ -199,6 +202,17 @@ int lh_actors_outbox_ack_at(lh_actors_outbox *ob, uint64_t msg_id, int64_t *push
   ob->depth--;
   return 1;
 }
+
+int lh_actors_outbox_mark(lh_actors_outbox *ob, uint64_t msg_id) {
+  if (!ob) return 0;
+  size_t p = find_pos(ob, msg_id);
+  if (!ob->table[p]) return 0;
+  slot *s = &ob->slots[ob->table[p] - 1];
+  if (!s->marked) s->marked = 1, ob->marked++;
+  return 1;
+}
+
+size_t lh_actors_outbox_marked(const lh_actors_outbox *ob) { return ob ? ob->marked : 0; }
 
 const uint8_t *lh_actors_outbox_peek(const lh_actors_outbox *ob, uint64_t msg_id, size_t *n) {
   if (!ob) return NULL;

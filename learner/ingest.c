@@ -1,7 +1,9 @@
 /* learner: the ingest ROUTER. Messages are read in rounds; a round's
  * Segments and EpisodeEnds go into the store in one transaction, and the
  * acks go out only after it committed, so an ack always means the message
- * is durable (ARCHITECTURE.md §1). */
+ * is durable (ARCHITECTURE.md §1). Before that, each message in an actor's
+ * name must come from the connection that said Hello under the name, and
+ * a new episode must fit its name's window (learner/peers.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,15 +36,21 @@
 #define INGEST_HANDSHAKE_MS 10000
 #define INGEST_HEARTBEAT_MS 10000
 #define INGEST_HEARTBEAT_TIMEOUT_MS 60000
-#define IDENTITY_BYTES 256
-/* Peers remembered for sharing the back-pressure budget: a fixed table,
- * so a flood of identities cannot grow memory; the oldest is replaced. */
-#define INGEST_PEERS 1024
-#define INGEST_PEER_ACTIVE_NS 10000000000ll
+#define IDENTITY_BYTES LH_LEARNER_PEER_CONN_BYTES
+/* Open episodes with no message for [learner] abort_after_ms (the store's
+ * idle sweep ends them as aborted; 60 s unless set) no longer count
+ * against their name's window; looked for once a second. */
+#define INGEST_EXPIRE_EVERY_NS 1000000000ll
+#define INGEST_ABORT_AFTER_MS 60000
 
 /* KIND_HEARTBEAT: an actor's Heartbeat, a row of actor_heartbeats written
- * in the round's batch (acked at once: it is a report, not data). */
-enum { KIND_NONE = 0, KIND_STORE = 1, KIND_HEARTBEAT = 2 };
+ * in the round's batch (acked at once: it is a report, not data).
+ * KIND_HELLO: a Hello, which binds its name to its connection before the
+ * round's other messages are judged. */
+enum { KIND_NONE = 0, KIND_STORE = 1, KIND_HEARTBEAT = 2, KIND_HELLO = 3 };
+
+/* Why a message was held back or refused, for its Ack's reason. */
+enum { WHY_NONE = 0, WHY_NO_HELLO, WHY_NAME, WHY_KEY, WHY_WINDOW, WHY_FULL };
 
 /* One message of a round: who sent it, how to answer, what to store. */
 typedef struct {
@@ -62,6 +70,9 @@ typedef struct {
   size_t seg_at, seg_bytes;
   int acked;
   char foreign_run[LH_RUN_ID_BYTES];  /* refused for its run: the sender's run id; "" otherwise */
+  char key[LH_LEARNER_PEER_KEY_BYTES];  /* the connection's CURVE key (ZAP User-Id); "" without CURVE */
+  int peer;                           /* the sender's name (learner/peers.c) once bound; -1 */
+  int why;                            /* WHY_*: for the Ack's reason */
 } entry;
 
 struct lh_learner_ingest {
@@ -75,6 +86,8 @@ struct lh_learner_ingest {
   lh_learner_ingest_counts counts;
   lh_zsock_meter bad;         /* bad input: counted, logged once per interval */
   lh_zsock_meter foreign;     /* messages of another run: the same */
+  lh_zsock_meter names;       /* messages in a name their connection does not hold */
+  lh_log_meter window;        /* new episodes held back past their window */
   char run_id[LH_RUN_ID_BYTES];  /* this learner's run ("": no run check) */
   int64_t hello_window_ns;    /* hellos logged in the current interval, and held back */
   uint64_t hellos_logged, hellos_held;
@@ -84,18 +97,13 @@ struct lh_learner_ingest {
   uint64_t failed_since_log;
   uint64_t *touched;  /* episodes the last committed round wrote */
   size_t n_touched;
-  /* Back-pressure (lh_learner_ingest_set_budget): the episodes the fleet
-   * may still have open, and the group size windows are rounded to; the
-   * peers heard from lately share the budget. */
-  int64_t budget;
-  uint64_t group;
+  /* Names bound to connections and their back-pressure credit
+   * (lh_learner_ingest_set_backlog). */
+  lh_learner_peers *peers;
   int budgeted;
+  int64_t abort_after_ns, last_expire_ns;
   uint64_t round_ends;  /* EpisodeEnds the current round stored */
   size_t round_bytes;   /* message bytes the current round took in */
-  struct {
-    uint64_t key;  /* hash of the peer's routing id; 0: free */
-    int64_t seen_ns;
-  } peers[INGEST_PEERS];
 };
 
 /* Reads field 2 (msg_id, a varint) of a top-level Envelope without parsing
@@ -153,8 +161,9 @@ lh_learner_ingest *lh_learner_ingest_new_curve(void *zmq_ctx, const char *endpoi
   lh_learner_ingest *ig = calloc(1, sizeof *ig);
   if (ig) ig->round = calloc(INGEST_MAX_ROUND, sizeof *ig->round);
   if (ig) ig->touched = calloc(INGEST_MAX_ROUND, sizeof *ig->touched);
-  if (!ig || !ig->round || !ig->touched) {
-    if (ig) free(ig->round), free(ig->touched), free(ig);
+  if (ig) ig->peers = lh_learner_peers_new();
+  if (!ig || !ig->round || !ig->touched || !ig->peers) {
+    if (ig) free(ig->round), free(ig->touched), lh_learner_peers_free(ig->peers), free(ig);
     lh_errbuf_set(err, LH_ENOMEM, "ingest: out of memory");
     return NULL;
   }
@@ -164,6 +173,9 @@ lh_learner_ingest *lh_learner_ingest_new_curve(void *zmq_ctx, const char *endpoi
   ig->max_round = INGEST_MAX_ROUND;
   ig->bad.component = "ingest";
   ig->foreign.component = "ingest";
+  ig->names.component = "ingest";
+  ig->window.component = "ingest";
+  ig->abort_after_ns = (int64_t)INGEST_ABORT_AFTER_MS * 1000000;
   lh_zsock_opts so = {.linger_ms = INGEST_LINGER_MS, .max_message_bytes = (int64_t)ig->lim.max_message_bytes,
                       .rcvhwm = INGEST_RCVHWM, .curve = curve,
                       .zap_domain = zap && max_peers > 0 ? INGEST_ZAP_DOMAIN : NULL,
@@ -195,6 +207,7 @@ void lh_learner_ingest_free(lh_learner_ingest *ig) {
   if (ig->sock) zmq_close(ig->sock);
   free(ig->round);
   free(ig->touched);
+  lh_learner_peers_free(ig->peers);
   free(ig);
 }
 
@@ -208,47 +221,17 @@ void *lh_learner_ingest_socket(lh_learner_ingest *ig) { return ig ? ig->sock : N
 const lh_learner_ingest_counts *lh_learner_ingest_get_counts(const lh_learner_ingest *ig) {
   return ig ? &ig->counts : NULL;
 }
-void lh_learner_ingest_set_budget(lh_learner_ingest *ig, int64_t budget, uint64_t group_size) {
+void lh_learner_ingest_set_backlog(lh_learner_ingest *ig, int64_t cap, int64_t untrained, uint64_t group_size) {
   if (!ig) return;
-  ig->budget = budget, ig->group = group_size ? group_size : 1, ig->budgeted = 1;
+  lh_learner_peers_set_backlog(ig->peers, cap, untrained, group_size);
+  ig->budgeted = 1;
 }
 
-static uint64_t peer_key(const uint8_t *id, size_t n) { return lh_hash64(id, n, 0x70656572ull) | 1; }
-
-/* Notes that the peer with this routing id was heard from now. */
-static void peer_seen(lh_learner_ingest *ig, const uint8_t *id, size_t n) {
-  uint64_t key = peer_key(id, n);
-  int64_t now = lh_now_ns();
-  size_t oldest = 0;
-  for (size_t i = 0; i < INGEST_PEERS; i++) {
-    if (ig->peers[i].key == key || !ig->peers[i].key) {
-      ig->peers[i].key = key, ig->peers[i].seen_ns = now;
-      return;
-    }
-    if (ig->peers[i].seen_ns < ig->peers[oldest].seen_ns) oldest = i;
-  }
-  ig->peers[oldest].key = key, ig->peers[oldest].seen_ns = now;
+void lh_learner_ingest_set_abort_after(lh_learner_ingest *ig, uint64_t abort_after_ms) {
+  if (ig && abort_after_ms) ig->abort_after_ns = (int64_t)abort_after_ms * 1000000;
 }
 
-/* The window of a peer's Ack: the budget less what the round itself
- * ended, in whole groups, shared by the peers heard from lately; the
- * groups that do not divide evenly go to the first peers in the table's
- * (stable) order, so the windows never add up to more than the budget. */
-static uint32_t ack_window(const lh_learner_ingest *ig, const uint8_t *id, size_t n) {
-  int64_t left = ig->budget - (int64_t)ig->round_ends;
-  if (left < (int64_t)ig->group) return 0;
-  uint64_t key = peer_key(id, n), groups = (uint64_t)left / ig->group, active = 0, rank = 0;
-  int64_t now = lh_now_ns();
-  for (size_t i = 0; i < INGEST_PEERS && ig->peers[i].key; i++) {
-    if (now - ig->peers[i].seen_ns >= INGEST_PEER_ACTIVE_NS) continue;
-    if (ig->peers[i].key == key) rank = active;
-    active++;
-  }
-  if (!active) active = 1;
-  uint64_t mine = groups / active + (rank < groups % active);
-  uint64_t w = mine * ig->group;
-  return w > UINT32_MAX ? UINT32_MAX : (uint32_t)w;
-}
+const lh_learner_peers *lh_learner_ingest_peers(const lh_learner_ingest *ig) { return ig ? ig->peers : NULL; }
 
 void lh_learner_ingest_set_round(lh_learner_ingest *ig, size_t max_round) {
   if (!ig) return;
@@ -260,7 +243,7 @@ static void log_bad(lh_learner_ingest *ig, const char *what) { lh_zsock_meter_ba
 /* A Hello is news worth a line, but a peer reconnecting in a loop must not
  * flood the log: at most INGEST_HELLO_LINES lines per interval, then one
  * line saying how many were held back. */
-static void log_hello(lh_learner_ingest *ig, const Longhaul__Envelope *env) {
+static void log_hello(lh_learner_ingest *ig, const Longhaul__Envelope *env, const char *bound) {
   int64_t now = lh_now_ns();
   if (!ig->hello_window_ns || now - ig->hello_window_ns >= INGEST_LOG_INTERVAL_NS) {
     if (ig->hellos_held)
@@ -271,8 +254,8 @@ static void log_hello(lh_learner_ingest *ig, const Longhaul__Envelope *env) {
     ig->hellos_held++;
     return;
   }
-  LH_INFO("ingest", "hello sender=%s role=%s name=%s pid=%llu", env->sender, env->hello->role, env->hello->name,
-          (unsigned long long)env->hello->pid);
+  LH_INFO("ingest", "hello sender=%s role=%s name=%s pid=%llu bound=%s", env->sender, env->hello->role,
+          env->hello->name, (unsigned long long)env->hello->pid, bound);
 }
 
 void lh_learner_ingest_set_model_limits(lh_learner_ingest *ig, const lh_learner_model_limits *l) {
@@ -382,7 +365,10 @@ static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
   } else {
     e->identity_bytes = zmq_msg_size(&frames[0]);
     memcpy(e->identity, zmq_msg_data(&frames[0]), e->identity_bytes);
-    peer_seen(ig, e->identity, e->identity_bytes);
+    /* The ZAP handler names a CURVE peer by its public key (net/zsock.c);
+     * a name bound under a key stays with it. */
+    const char *user = zmq_msg_gets((zmq_msg_t *)payload, "User-Id");
+    snprintf(e->key, sizeof e->key, "%s", user ? user : "");
     const uint8_t *b = zmq_msg_data((zmq_msg_t *)payload);
     size_t bytes = zmq_msg_size((zmq_msg_t *)payload);
     ig->round_bytes += bytes;
@@ -413,10 +399,10 @@ static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
           break;
         }
         case LONGHAUL__ENVELOPE__BODY_HELLO:
-          /* Acked so that a sender that keeps it in its outbox lets it go. */
+          /* Acked so that a sender that keeps it in its outbox lets it go;
+           * bind_round decides how (its name may be another's). */
           ig->counts.hellos++;
-          log_hello(ig, e->env);
-          e->status = LONGHAUL__ACK_STATUS__ACK_STORED;
+          e->kind = KIND_HELLO;
           break;
         case LONGHAUL__ENVELOPE__BODY_HEARTBEAT:
           ig->counts.heartbeats++;
@@ -439,6 +425,114 @@ static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
   }
   for (int i = 0; i < n; i++) zmq_msg_close(&frames[i]);
   return rc;
+}
+
+/* A message in a name its connection does not hold: held back (ACK_RETRY)
+ * when the connection has said no Hello yet (an actor reconnected, its
+ * Hello behind what it queued: it resends once its Hello is in), refused
+ * (ACK_REJECTED) when the connection said Hello under another name, or
+ * (a Hello) the name is bound under another CURVE key. Counted, and one
+ * line per interval. */
+static void refuse_name(lh_learner_ingest *ig, entry *e, lh_learner_peer_verdict v) {
+  const char *what;
+  e->kind = KIND_NONE;
+  if (v == LH_PEER_NO_HELLO) {
+    e->status = LONGHAUL__ACK_STATUS__ACK_RETRY, e->why = WHY_NO_HELLO;
+    ig->counts.held_hello++;
+    what = "from a connection that said no Hello under it (answered retry)";
+  } else {
+    e->status = LONGHAUL__ACK_STATUS__ACK_REJECTED, e->why = v == LH_PEER_OTHER_KEY ? WHY_KEY : WHY_NAME;
+    ig->counts.rejected++, ig->counts.refused_name++;
+    what = v == LH_PEER_OTHER_KEY ? "bound under another CURVE key (refused)"
+           : e->env->body_case == LONGHAUL__ENVELOPE__BODY_HELLO
+               ? "from a connection that holds another name, or not its sender's (refused)"
+               : "from a connection that said Hello under another name (refused)";
+  }
+  char why[512];
+  snprintf(why, sizeof why, "a %s in the name '%s' %s", lh_wire_body_name(e->env->body_case), e->env->sender, what);
+  lh_zsock_meter_bad(&ig->names, why);
+}
+
+/* Binds the names of the round's Hellos, before the round's other
+ * messages are judged: what a reconnected actor queued ahead of its Hello
+ * on the same connection is then its own. */
+static void bind_round(lh_learner_ingest *ig, size_t n) {
+  int64_t now = lh_now_ns();
+  for (size_t i = 0; i < n; i++) {
+    entry *e = &ig->round[i];
+    if (e->kind != KIND_HELLO) continue;
+    const Longhaul__Hello *h = e->env->hello;
+    uint64_t rebinds = lh_learner_peers_get_counts(ig->peers)->rebinds;
+    int index = -1;
+    /* The name is the sender's: what its messages are judged by. */
+    lh_learner_peer_verdict v =
+        h->name && *h->name && strcmp(h->name, e->env->sender)
+            ? LH_PEER_OTHER_NAME
+            : lh_learner_peers_hello(ig->peers, e->identity, e->identity_bytes, e->env->sender, e->key, h->pid, now,
+                                     &index);
+    log_hello(ig, e->env, v != LH_PEER_BOUND ? "refused"
+                          : lh_learner_peers_get_counts(ig->peers)->rebinds > rebinds ? "taken_over" : "yes");
+    if (v != LH_PEER_BOUND) {
+      refuse_name(ig, e, v);
+      continue;
+    }
+    e->kind = KIND_NONE, e->peer = index;
+    e->status = LONGHAUL__ACK_STATUS__ACK_STORED;
+  }
+}
+
+static uint64_t entry_episode(const entry *e) {
+  return e->env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT ? e->env->segment->episode_id
+                                                               : e->env->episode_end->episode_id;
+}
+
+/* Judges the round's Segments, EpisodeEnds and Heartbeats: each must come
+ * from the connection its sender's name is bound to; with back-pressure,
+ * a new episode (one neither open nor in the store) must fit its name's
+ * credit, and one the store holds running from before (a learner
+ * restarted under its actors) is counted open at no charge. What fails is
+ * held back or refused, never stored. */
+static void admit_round(lh_learner_ingest *ig, size_t n) {
+  int64_t now = lh_now_ns();
+  for (size_t i = 0; i < n; i++) {
+    entry *e = &ig->round[i];
+    if (e->kind != KIND_STORE && e->kind != KIND_HEARTBEAT) continue;
+    int index = -1;
+    lh_learner_peer_verdict v =
+        lh_learner_peers_check(ig->peers, e->identity, e->identity_bytes, e->env->sender, now, &index);
+    if (v != LH_PEER_BOUND) {
+      refuse_name(ig, e, v);
+      continue;
+    }
+    e->peer = index;
+    if (e->kind != KIND_STORE || !ig->budgeted) continue;
+    uint64_t episode = entry_episode(e);
+    if (lh_learner_peers_is_open(ig->peers, index, episode, now)) continue;
+    /* A name past its credit is held back before the store is asked: a
+     * flood of new ids costs the learner a hash lookup each, not a query.
+     * An episode of it the store does holds waits for its credit too. */
+    int r = 0;
+    if (lh_learner_peers_may_open(ig->peers, index)) {
+      lh_episode_row row;
+      lh_errbuf se;
+      int known = lh_store_episode_get(ig->store, episode, &row, &se) == 0;
+      /* Ended already (a resend), or another actor's (the store refuses it). */
+      if (known && (row.has_end || strcmp(row.actor, e->env->sender))) continue;
+      r = known ? (lh_learner_peers_adopt(ig->peers, index, episode, now) ? -1 : 1)
+                : lh_learner_peers_open(ig->peers, index, episode, now);
+    }
+    if (r == 1) continue;
+    e->kind = KIND_NONE;
+    e->status = LONGHAUL__ACK_STATUS__ACK_RETRY, e->why = r == 0 ? WHY_WINDOW : WHY_FULL;
+    ig->counts.held_window++;
+    if (r == 0) lh_learner_peers_refused(ig->peers, index, now);
+    lh_log_meter_warn(&ig->window,
+                      "held back a new episode past its actor's window (answered retry) actor=%s episode=%llu "
+                      "window=%u open=%lld%s",
+                      e->env->sender, (unsigned long long)episode, lh_learner_peers_window(ig->peers, index),
+                      (long long)lh_learner_peers_open_count(ig->peers, index),
+                      r < 0 ? " (the learner's table of open episodes is full)" : "");
+  }
 }
 
 /* Writes the round's store entries in one batch. On any failure the batch
@@ -516,6 +610,7 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
     if (x->status == LONGHAUL__ACK_STATUS__ACK_STORED) ig->counts.stored++;
     else ig->counts.duplicates++;
     int is_seg = x->env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT;
+    if (!is_seg) lh_learner_peers_close(ig->peers, x->env->episode_end->episode_id);
     if (is_seg) ig->counts.segments++;
     else ig->counts.episode_ends++;
     if (x->status == LONGHAUL__ACK_STATUS__ACK_STORED) {
@@ -540,8 +635,9 @@ static int send_acks(lh_learner_ingest *ig, size_t n, lh_errbuf *err) {
     size_t k = 0;
     for (size_t j = i; j < n; j++) {
       entry *b = &ig->round[j];
-      if (b->acked || !b->has_id || b->status != a->status || b->identity_bytes != a->identity_bytes ||
-          memcmp(b->identity, a->identity, a->identity_bytes) != 0 || strcmp(b->foreign_run, a->foreign_run) != 0)
+      if (b->acked || !b->has_id || b->status != a->status || b->why != a->why ||
+          b->identity_bytes != a->identity_bytes || memcmp(b->identity, a->identity, a->identity_bytes) != 0 ||
+          strcmp(b->foreign_run, a->foreign_run) != 0)
         continue;
       ids[k++] = b->msg_id;
       b->acked = 1;
@@ -551,11 +647,22 @@ static int send_acks(lh_learner_ingest *ig, size_t n, lh_errbuf *err) {
     ack.msg_ids = ids;
     ack.status = (Longhaul__AckStatus)a->status;
     if (ig->budgeted) {
-      ack.window = ack_window(ig, a->identity, a->identity_bytes);
+      /* The window of the name the connection holds; none: hold. */
+      int who = a->peer >= 0 ? a->peer : lh_learner_peers_of_conn(ig->peers, a->identity, a->identity_bytes);
+      ack.window = who >= 0 ? lh_learner_peers_window(ig->peers, who) : 0;
       ack.hold = ack.window == 0;
+      lh_learner_peers_told(ig->peers, who, ack.window);
     }
     char why[256];
-    if (a->status == LONGHAUL__ACK_STATUS__ACK_RETRY) ack.reason = "store write failed; resend later";
+    if (a->why == WHY_NO_HELLO) ack.reason = "no Hello under this name from this connection; say Hello, then resend";
+    else if (a->why == WHY_NAME)
+      ack.reason = "this name is bound to another connection, or this connection said Hello under another name; "
+                   "do not resend";
+    else if (a->why == WHY_KEY) ack.reason = "this name is bound to another CURVE key; do not resend";
+    else if (a->why == WHY_WINDOW)
+      ack.reason = "a new episode past this actor's back-pressure window; resend when the window allows";
+    else if (a->why == WHY_FULL) ack.reason = "the learner holds its most open episodes; resend later";
+    else if (a->status == LONGHAUL__ACK_STATUS__ACK_RETRY) ack.reason = "store write failed; resend later";
     else if (a->foreign_run[0]) {
       snprintf(why, sizeof why, "this learner's run is %s, the message's run is %s; do not resend", ig->run_id,
                a->foreign_run);
@@ -593,6 +700,53 @@ static int send_acks(lh_learner_ingest *ig, size_t n, lh_errbuf *err) {
   return rc;
 }
 
+/* An Ack of no message to name index's connection, with its window. */
+static int push_window(lh_learner_ingest *ig, int index, lh_errbuf *err) {
+  size_t conn_bytes = 0;
+  const uint8_t *conn = lh_learner_peers_conn(ig->peers, index, &conn_bytes);
+  if (!conn) return 0;
+  Longhaul__Ack ack = LONGHAUL__ACK__INIT;
+  ack.status = LONGHAUL__ACK_STATUS__ACK_STORED;
+  ack.window = lh_learner_peers_window(ig->peers, index);
+  ack.hold = ack.window == 0;
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  env.protocol = LH_WIRE_PROTOCOL;
+  env.msg_id = ++ig->next_msg_id;
+  env.sender = "learner";
+  env.run_id = ig->run_id;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_ACK;
+  env.ack = &ack;
+  uint8_t *buf = NULL;
+  size_t bytes = 0;
+  lh_errbuf e;
+  if (lh_wire_encode(&env, &buf, &bytes, &e))
+    return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: cannot encode an ack: %s", e.msg);
+  int rc = 0;
+  /* A connection gone makes the ROUTER drop it; a full queue too: the
+   * actor's next message gets the window anyway. */
+  if (send_frame(ig->sock, conn, conn_bytes, ZMQ_SNDMORE | ZMQ_DONTWAIT) ||
+      send_frame(ig->sock, buf, bytes, ZMQ_DONTWAIT)) {
+    int en = zmq_errno();
+    if (en != EHOSTUNREACH && en != EAGAIN)
+      rc = lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: cannot send an ack: %s", zmq_strerror(en));
+  } else {
+    ig->counts.acks_sent++;
+    lh_learner_peers_told(ig->peers, index, ack.window);
+  }
+  free(buf);
+  return rc;
+}
+
+int lh_learner_ingest_tick(lh_learner_ingest *ig, lh_errbuf *err) {
+  if (!ig || !ig->budgeted) return 0;
+  int64_t now = lh_now_ns();
+  lh_learner_peers_grant(ig->peers, 0, now);
+  size_t n = lh_learner_peers_count(ig->peers);
+  for (size_t i = 0; i < n; i++)
+    if (lh_learner_peers_window_grew(ig->peers, (int)i, now)) LH_TRY(push_window(ig, (int)i, err));
+  return 0;
+}
+
 int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handled, lh_errbuf *err) {
   if (handled) *handled = 0;
   if (!ig) return lh_errbuf_set(err, LH_EINVAL, "ingest: NULL ingest");
@@ -611,7 +765,7 @@ int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handle
   while (n < ig->max_round && ig->round_bytes < INGEST_ROUND_BYTES) {
     entry *e = &ig->round[n];
     memset(e, 0, sizeof *e);
-    e->status = -1;
+    e->status = -1, e->peer = -1;
     int r = recv_one(ig, e, err);
     if (r < 0) {
       rc = zmq_errno() == EINTR ? 0 : LH_ELEARNER_INGEST_SOCKET;
@@ -621,7 +775,15 @@ int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handle
     if (r == 2) continue;
     n++;
   }
+  bind_round(ig, n);
+  admit_round(ig, n);
   store_round(ig, n);
+  int64_t now = lh_now_ns();
+  if (ig->budgeted) lh_learner_peers_grant(ig->peers, ig->round_ends, now);
+  if (now - ig->last_expire_ns >= INGEST_EXPIRE_EVERY_NS) {
+    lh_learner_peers_expire(ig->peers, now - ig->abort_after_ns);
+    ig->last_expire_ns = now;
+  }
   int arc = send_acks(ig, n, err);
   for (size_t i = 0; i < n; i++) {
     entry *x = &ig->round[i];

@@ -90,6 +90,7 @@ int lh_learner_service_new(const lh_learner_service_config *c, lh_learner_servic
                                           lh_learner_config_ingest_peers(&s->cfg), err);
   if (!s->ingest) return err ? err->code : LH_ELEARNER_INGEST_SOCKET;
   if (c->limits) lh_learner_ingest_set_model_limits(s->ingest, c->limits);
+  lh_learner_ingest_set_abort_after(s->ingest, s->cfg.abort_after_ms);
   if (c->run_id) {
     snprintf(s->run_id, sizeof s->run_id, "%s", c->run_id);
     LH_TRY(lh_learner_ingest_set_run(s->ingest, c->run_id, err));
@@ -206,8 +207,11 @@ static void sweep(lh_learner_service *s) {
 static void apply_settings(lh_learner_service *s) {
   pthread_mutex_lock(&s->mu);
   /* The fleet may keep open what the cap leaves after the untrained
-   * episodes: the trainer's backlog and the ends it has not taken yet. */
-  int64_t budget = (int64_t)s->backlog_cap - (int64_t)(s->backlog + s->untaken_ends);
+   * episodes: the trainer's backlog and the ends it has not taken yet
+   * (the ingest shares it out as credit, learner/peers.c). */
+  int64_t untrained = (int64_t)(s->backlog + s->untaken_ends);
+  int64_t budget = (int64_t)s->backlog_cap - untrained;
+  int64_t cap = (int64_t)s->backlog_cap;
   int hold = budget < (int64_t)s->cfg.group_size;
   int changed = s->max_bytes_changed;
   s->counts.untaken_ends = s->untaken_ends;
@@ -215,7 +219,7 @@ static void apply_settings(lh_learner_service *s) {
   s->max_bytes_changed = 0;
   s->counts.hold = hold;
   pthread_mutex_unlock(&s->mu);
-  if (s->backlog_cap) lh_learner_ingest_set_budget(s->ingest, budget, s->cfg.group_size);
+  if (cap) lh_learner_ingest_set_backlog(s->ingest, cap, untrained, s->cfg.group_size);
   if (hold != s->hold_sent) {
     LH_DEBUG("learner", "back-pressure hold=%d budget=%lld", hold, (long long)budget);
     s->hold_sent = hold;
@@ -230,6 +234,7 @@ static int turn(lh_learner_service *s, int timeout_ms, size_t *handled, lh_errbu
   if (pr < 0 && zmq_errno() != EINTR)
     return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "service: poll failed: %s", zmq_strerror(zmq_errno()));
   apply_settings(s);
+  LH_TRY(lh_learner_ingest_tick(s->ingest, err));
   *handled = 0;
   if (pr > 0 && (items[0].revents & ZMQ_POLLIN)) {
     LH_TRY(lh_learner_ingest_poll(s->ingest, 0, handled, err));

@@ -386,6 +386,7 @@ static void zap_answer(lh_zsock_zap *z) {
   if (r == 0 || r < 0) return;
   const char *why = NULL;
   char peer[64] = "";
+  char user[LH_ZSOCK_KEY_CHARS + 1] = "";
   int capped = 0;
   if (r == 2 || n < 6) {
     why = "malformed ZAP request";
@@ -401,6 +402,10 @@ static void zap_answer(lh_zsock_zap *z) {
     else if (curve && (n < 7 || zmq_msg_size(&f[6]) != 32)) why = "no CURVE public key";
     else if (curve && !key_allowed(z, zmq_msg_data(&f[6]))) why = "public key not in the allow-list";
     else if (capped && cap_full(z)) why = cap_why;
+    /* The user id a CURVE peer's messages carry (their "User-Id"
+     * property): its public key, so that a server can tell which key
+     * sent what (the learner binds actor names to it). */
+    if (!why && curve && !zmq_z85_encode(user, zmq_msg_data(&f[6]), 32)) user[0] = 0;
   }
   /* The reply: version, the request id echoed, status code and text,
    * user id, metadata. */
@@ -410,7 +415,7 @@ static void zap_answer(lh_zsock_zap *z) {
   else zmq_send(z->sock, "", 0, ZMQ_SNDMORE);
   zmq_send(z->sock, code, 3, ZMQ_SNDMORE);
   zmq_send(z->sock, why ? why : "OK", strlen(why ? why : "OK"), ZMQ_SNDMORE);
-  zmq_send(z->sock, "", 0, ZMQ_SNDMORE);
+  zmq_send(z->sock, user, strlen(user), ZMQ_SNDMORE);
   zmq_send(z->sock, "", 0, 0);
   lh_zsock_frames_close(f, n);
   if (!why) {

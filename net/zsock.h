@@ -115,7 +115,9 @@ int lh_zsock_keys_generate(const char *dir, const char *name, char public_key[LH
  * file of Z85 public keys, one a line (blank lines skipped; no comments,
  * as '#' is a Z85 character), or a folder whose *.pub files hold one each;
  * NULL or "": no allow-list, so no CURVE peer is accepted (a handler that
- * only caps peers). Start it before the server sockets bind; stop it
+ * only caps peers). An accepted CURVE peer's messages carry its public
+ * key, 40 Z85 characters, as their "User-Id" property (zmq_msg_gets); a
+ * plain peer's is "". Start it before the server sockets bind; stop it
  * before zmq_ctx_term. */
 typedef struct lh_zsock_zap lh_zsock_zap;
 int lh_zsock_zap_start(void *ctx, const char *allowed, lh_zsock_zap **out, lh_errbuf *err);

@@ -24,6 +24,17 @@ void lh_peer_send(void *d, Longhaul__Envelope *env, uint64_t msg_id, const char 
   free(buf);
 }
 
+void lh_peer_hello(void *d, const char *name) {
+  static uint64_t next_id = 1ull << 50;  /* apart from the tests' own msg ids */
+  Longhaul__Hello h = LONGHAUL__HELLO__INIT;
+  h.role = "actor", h.name = (char *)(name ? name : "a0");
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_HELLO, env.hello = &h;
+  uint64_t id = next_id++;
+  lh_peer_send(d, &env, id, h.name);
+  ck_assert_int_eq(lh_peer_ack_of(d, id), LONGHAUL__ACK_STATUS__ACK_STORED);
+}
+
 Longhaul__Envelope *lh_peer_recv(void *d) {
   static uint8_t buf[4 << 20];
   int got = zmq_recv(d, buf, sizeof buf, 0);

@@ -1,7 +1,7 @@
 /* A peer of a real learner process, played by a DEALER in the test: the
- * connection, one envelope out, one in, the status of one message's ack,
- * and a whole small episode sent and acked, as an actor at version 0
- * would. Every failure fails the test. */
+ * connection, its Hello, one envelope out, one in, the status of one
+ * message's ack, and a whole small episode sent and acked, as an actor at
+ * version 0 would. Every failure fails the test. */
 #ifndef LH_TESTS_PEER_FIXTURE_H
 #define LH_TESTS_PEER_FIXTURE_H
 
@@ -16,6 +16,10 @@
 /* A DEALER connected to endpoint, linger 0, receives waiting up to
  * timeout_ms. */
 void *lh_peer_dealer(void *zmq_ctx, const char *endpoint, int timeout_ms);
+/* A Hello under name (NULL: "a0"), waiting for its ack, which must be
+ * ACK_STORED: the learner takes a name's messages only from the
+ * connection that said Hello under it. */
+void lh_peer_hello(void *d, const char *name);
 /* Fills the envelope's header (sender may be NULL: "a0"), encodes, sends. */
 void lh_peer_send(void *d, Longhaul__Envelope *env, uint64_t msg_id, const char *sender);
 /* The next message, decoded (free with lh_wire_free). */

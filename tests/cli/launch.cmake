@@ -26,11 +26,13 @@ foreach(t examples envserver)
   endif()
 endforeach()
 # What the launcher refuses before starting (config mistakes, a second
-# fleet on a store or log folder), a child's usage error, and the watchdog:
-# one ctest entry per case.
-foreach(c config second usage watch_actor watch_learner actors_only)
+# fleet on a store or log folder), a child's usage error, and the watchdog
+# (heartbeats spoofed in a stopped actor's name among them): one ctest
+# entry per case.
+foreach(c config second usage watch_actor watch_spoofed watch_learner actors_only)
   lh_add_test(test_launch_guard_${c} SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_launch_guard.c
     ${CMAKE_CURRENT_SOURCE_DIR}/launch_fixture.c ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
-    LIBS lh_store LABELS proc TIMEOUT 300 ARGS ${c})
+    ${CMAKE_CURRENT_SOURCE_DIR}/peer_fixture.c
+    LIBS lh_store PkgConfig::ZMQ LABELS proc TIMEOUT 300 ARGS ${c})
   add_dependencies(test_launch_guard_${c} longhaul)
 endforeach()

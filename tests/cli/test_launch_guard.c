@@ -11,6 +11,9 @@
  *              names the child and what it said;
  *   watch_actor    an actor stopped with SIGSTOP is found by the watchdog
  *              from the store's heartbeats and restarted;
+ *   watch_spoofed  the same while another connection sends heartbeats in
+ *              the stopped actor's name: the learner stores none of them,
+ *              so the watchdog is not fooled;
  *   watch_learner  a learner that never steps is restarted once, and then
  *              the fleet fails loudly (exit 1), never a silent hang;
  *   actors_only    a second launch with learners = 0 runs actors for the
@@ -26,7 +29,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <zmq.h>
+
 #include "launch_fixture.h"
+#include "peer_fixture.h"
 #include "proc_util.h"
 
 static void calc_fleet(lfx_fleet *f, const char *tag, const lfx_override *more, int n_more) {
@@ -211,6 +217,58 @@ START_TEST(test_watch_actor) {
 }
 END_TEST
 
+/* Heartbeats in actor-1's name from a connection of this test, one every
+ * 100 ms, until the watchdog names actor-1 (at most 120 s): none may reach
+ * the store. */
+START_TEST(test_watch_spoofed) {
+  lfx_fleet f;
+  lfx_override o[] = {{"fleet.stall_timeout_s", "20"}, {"fleet.stop_timeout_ms", "2000"}};
+  calc_fleet(&f, "guard-watch-spoofed", o, 2);
+  lfx_start(&f);
+  ck_assert_msg(lfx_wait_sql(&f, "SELECT count(*) FROM train_steps", 1, 120), "no train step (%s)", f.dir);
+  pid_t actor = read_pid(&f, "actor-1");
+  ck_assert_int_gt(actor, 0);
+  char ing[LFX_PATH + 16];
+  snprintf(ing, sizeof ing, "ipc://%s/ing", f.dir);
+  void *ctx = zmq_ctx_new();
+  void *d = lh_peer_dealer(ctx, ing, 1000);
+  ck_assert_int_eq(kill(actor, SIGSTOP), 0);
+  Longhaul__Heartbeat hb = LONGHAUL__HEARTBEAT__INIT;
+  hb.role = "actor", hb.policy_version = 4242424;  /* no honest heartbeat says this */
+  uint64_t sent = 0;
+  int found = 0;
+  int64_t stopped_ms = lh_wall_ms();
+  char out_path[LFX_PATH * 2];
+  snprintf(out_path, sizeof out_path, "%s/launch.out", f.dir);
+  for (int i = 0; i < 1200 && !(found = lh_proc_file_has(out_path, "watchdog: name=actor-1")); i++) {
+    Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+    env.body_case = LONGHAUL__ENVELOPE__BODY_HEARTBEAT, env.heartbeat = &hb;
+    lh_peer_send(d, &env, ++sent, "actor-1");
+    char drop[4096];
+    while (zmq_recv(d, drop, sizeof drop, ZMQ_DONTWAIT) > 0) {
+    }
+    lh_proc_sleep_ms(100);
+  }
+  int64_t spoofed = lfx_sql_int(&f, "SELECT count(*) FROM actor_heartbeats WHERE policy_version = 4242424");
+  printf("launch_guard: watch_spoofed: %llu heartbeats in actor-1's name from another connection, %lld stored; "
+         "watchdog named actor-1=%d after %.1f s (stall_timeout_s 20)\n",
+         (unsigned long long)sent, (long long)spoofed, found, (double)(lh_wall_ms() - stopped_ms) / 1000);
+  fflush(stdout);
+  zmq_close(d);
+  zmq_ctx_term(ctx);
+  ck_assert_msg(found, "the watchdog never named actor-1 (%s)", f.dir);
+  ck_assert_int_eq(spoofed, 0);
+  ck_assert_msg(lfx_wait_file(&f, "launch.out", "attempt=2", 60), "actor-1 not restarted");
+  kill(f.launcher, SIGTERM);
+  int rc = lfx_wait(&f, 120);
+  char *out = lfx_read(&f, "launch.out");
+  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, tail(out));
+  ck_assert_msg(has(out, "no new heartbeat in the store"), "%s", tail(out));
+  free(out);
+  lfx_cleanup(&f);
+}
+END_TEST
+
 START_TEST(test_watch_learner) {
   lfx_fleet f;
   /* One actor: with no other to compare its heartbeats with, only the
@@ -295,6 +353,7 @@ END_TEST
 int main(int argc, char **argv) {
   const lh_test_case cases[] = {{"config", test_config, 0},         {"second", test_second, 0},
                                        {"usage", test_usage, 0},           {"watch_actor", test_watch_actor, 0},
+                                       {"watch_spoofed", test_watch_spoofed, 0},
                                        {"watch_learner", test_watch_learner, 0},
                                        {"actors_only", test_actors_only, 0}};
   return lh_test_cases_main("launch_guard", cases, sizeof cases / sizeof cases[0], 300, argc, argv);

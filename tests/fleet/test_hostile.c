@@ -1,12 +1,15 @@
 /* Hostile peers against a real `longhaul learner` (issue 14): messages
  * that are valid on the wire but not what the model can take, poisoned
- * episodes already in the store, and peers that flood or never read. A
- * DEALER in this process plays the peer. Each case prints what it
- * counted (and peers past the ingest's cap are refused, then admitted
- * when others leave); memory bounds are checked on the learner's peak resident
- * memory (VmHWM), never on time. Run one case: test_hostile CASE. */
+ * episodes already in the store, peers that flood or never read, a peer
+ * that ignores its back-pressure window beside an honest actor process,
+ * and messages in another actor's name. A DEALER in this process plays
+ * the peer. Each case prints what it counted (and peers past the ingest's
+ * cap are refused, then admitted when others leave); memory bounds are
+ * checked on the learner's peak resident memory (VmHWM), and progress by
+ * waiting for the store, never on time. Run one case: test_hostile CASE. */
 #define _GNU_SOURCE
 #include "case_main.h"  /* check.h and the suite runner */
+#include <errno.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -88,6 +91,7 @@ START_TEST(test_model_input_refused) {
   start_learner(&f, 0);
   void *ctx = zmq_ctx_new();
   void *d = dealer(ctx, f.ing);
+  lh_peer_hello(d, "a0");
   static uint8_t pixels[96 * 96 * 3];
   int refused = 0, cases = 0;
   send_valid_episode(d, 11, 5);
@@ -136,14 +140,17 @@ START_TEST(test_model_input_refused) {
   image(&im[0], pixels, 12, 8, 3);
   big.s.n_images = 1, big.s.images = imp;
   cases++, refused += send_segment(d, &big.s, 1009, "a0") == LONGHAUL__ACK_STATUS__ACK_REJECTED;
-  /* 10: names that would drive a terminal: a Hello, and a segment whose
-   * actor is its sender; the log shows them escaped. */
+  /* 10: names that would drive a terminal: a Hello (from a connection of
+   * its own: d holds a0), and a segment whose actor is its sender; the log
+   * shows them escaped. */
+  void *evil = dealer(ctx, f.ing);
   Longhaul__Envelope hello = LONGHAUL__ENVELOPE__INIT;
   Longhaul__Hello h = LONGHAUL__HELLO__INIT;
   h.role = "actor", h.name = "evil\n\x1b[2J";
   hello.body_case = LONGHAUL__ENVELOPE__BODY_HELLO, hello.hello = &h;
-  lh_peer_send(d, &hello, 1010, "evil\n\x1b[2J");
-  ck_assert_int_eq(lh_peer_ack_of(d, 1010), LONGHAUL__ACK_STATUS__ACK_STORED);
+  lh_peer_send(evil, &hello, 1010, "evil\n\x1b[2J");
+  ck_assert_int_eq(lh_peer_ack_of(evil, 1010), LONGHAUL__ACK_STATUS__ACK_STORED);
+  zmq_close(evil);
   /* The rest of the valid group: a step follows, and the learner lives. */
   send_valid_episode(d, 15, 5);
   send_valid_episode(d, 17, 5);
@@ -281,6 +288,7 @@ START_TEST(test_large_segments_flood) {
   ck_assert_msg(lh_proc_wait_file(log, "bound endpoint=", 60), "no ingest (see %s)", log);
   void *ctx = zmq_ctx_new();
   void *d = dealer(ctx, f.ing);
+  lh_peer_hello(d, "a0");
   send_valid_episode(d, 31, 2);
   long before = lh_proc_vmhwm_kb(f.learner);
   /* 40 segments of 15 MiB: 4 images of 1280 x 1024 each. */
@@ -330,6 +338,7 @@ START_TEST(test_many_peers_capped) {
   void *hog[2];
   for (int i = 0; i < 2; i++) {
     hog[i] = dealer(ctx, f.ing);
+    lh_peer_hello(hog[i], "a0");  /* the second takes a0 over: each sends in turn */
     send_valid_episode(hog[i], 41 + (uint64_t)i, 2);  /* acked: both admitted */
   }
   start_actors(&f, 1);
@@ -439,6 +448,155 @@ START_TEST(test_full_store_small_payloads) {
 }
 END_TEST
 
+/* ---- peers past their window, and names that are not theirs ------------ */
+
+static int first_int(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  *(int64_t *)ctx = ncols > 0 && values[0] ? atoll(values[0]) : -1;
+  return 0;
+}
+
+/* sql's first column of its first row on the store read-only (beside the
+ * running learner); -1 while the store cannot be read. */
+static int64_t sql_int(const char *db, const char *sql) {
+  lh_store *s = NULL;
+  lh_errbuf e;
+  if (lh_store_open_readonly(db, &s, &e)) return -1;
+  int64_t v = -1;
+  if (lh_store_sql(s, sql, first_int, &v, NULL, &e)) v = -1;
+  lh_store_close(s);
+  return v;
+}
+
+/* Episodes of actor begun (their first message stored) after wall time
+ * after_ms and ended complete or truncated: what the actor started then
+ * (one ending then may have started long before). */
+static int64_t ended_of(const char *db, const char *actor, int64_t after_ms) {
+  char sql[256];
+  snprintf(sql, sizeof sql,
+           "SELECT count(*) FROM episodes WHERE actor = '%s' AND status IN ('complete', 'truncated') AND created_ms > %lld",
+           actor, (long long)after_ms);
+  return sql_int(db, sql);
+}
+
+/* What a flooding peer counted of the acks it read. */
+typedef struct {
+  uint64_t sent, stored, retried, rejected;
+  uint32_t window;
+} flood_counts;
+
+/* Reads the acks waiting on d without blocking. */
+static void read_acks(void *d, flood_counts *fc) {
+  static uint8_t buf[1 << 16];
+  int got;
+  while ((got = zmq_recv(d, buf, sizeof buf, ZMQ_DONTWAIT)) > 0) {
+    Longhaul__Envelope *env;
+    lh_errbuf e;
+    if (lh_wire_decode(buf, (size_t)got, NULL, &env, &e)) continue;
+    if (env->body_case == LONGHAUL__ENVELOPE__BODY_ACK) {
+      Longhaul__Ack *a = env->ack;
+      if (a->status == LONGHAUL__ACK_STATUS__ACK_STORED) fc->stored += a->n_msg_ids;
+      else if (a->status == LONGHAUL__ACK_STATUS__ACK_RETRY) fc->retried += a->n_msg_ids;
+      else if (a->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) fc->rejected += a->n_msg_ids;
+      fc->window = a->hold ? 0 : a->window;
+    }
+    lh_wire_free(env);
+  }
+}
+
+/* Sends one message without blocking for long: while the learner's queue
+ * for this peer is full, the acks are read (so that its answers are not
+ * dropped) and the send tried again. */
+static void flood_send(void *d, Longhaul__Envelope *env, uint64_t msg_id, flood_counts *fc) {
+  env->protocol = LH_WIRE_PROTOCOL, env->msg_id = msg_id, env->sender = "flood";
+  uint8_t *buf;
+  size_t n;
+  lh_errbuf e;
+  ck_assert_msg(lh_wire_encode(env, &buf, &n, &e) == 0, "%s", e.msg);
+  while (zmq_send(d, buf, n, ZMQ_DONTWAIT) < 0) {
+    ck_assert_int_eq(zmq_errno(), EAGAIN);
+    zmq_pollitem_t it = {d, 0, ZMQ_POLLIN | ZMQ_POLLOUT, 0};
+    zmq_poll(&it, 1, 100);
+    read_acks(d, fc);
+  }
+  free(buf);
+  fc->sent++;
+  read_acks(d, fc);
+}
+
+/* Episode id of the flood: one segment (msg id 2k) and, when whole, its
+ * end (2k + 1), in groups of 4 as the learner's group_size asks, so that
+ * its episodes train like anyone's. */
+static void flood_episode(void *d, uint64_t k, int whole, flood_counts *fc) {
+  uint64_t id = 1000000 + k, group = 1000000 + k / 4;
+  seg_buf b;
+  make_segment(&b, id, 0, group, "flood");
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_SEGMENT, env.segment = &b.s;
+  flood_send(d, &env, 2 * k, fc);
+  if (!whole) return;
+  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
+  end.episode_id = id, end.actor = "flood", end.env = "calc", end.segment_count = 1, end.total_tokens = SEG_TOKENS;
+  end.reward = (float)(k % 2), end.group_id = group, end.task_seed = group;
+  end.outcome = k % 2 ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
+  env = (Longhaul__Envelope)LONGHAUL__ENVELOPE__INIT;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_EPISODE_END, env.episode_end = &end;
+  flood_send(d, &env, 2 * k + 1, fc);
+}
+
+/* The cap on untrained and open episodes in these cases (groups of 4). */
+#define FLOOD_CAP 16
+
+/* A peer that ignores its window and hold opens new episodes (a segment
+ * each, never an end) beside an honest actor process: the learner stores
+ * at most its share of the cap and a group of slack (<= FLOOD_CAP + 4 in
+ * all), answers the rest ACK_RETRY, and the honest actor's episodes are
+ * stored meanwhile. */
+START_TEST(test_flood_open) {
+  fleet f;
+  fleet_init(&f, "hostile-flood-open", "max_backlog_episodes = 16\n", NULL, NULL);
+  start_learner(&f, 0);
+  char log[192], alog[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "bound endpoint=", 60), "no ingest (see %s)", log);
+  start_actors(&f, 1);
+  actor_log(&f, 0, alog, sizeof alog);
+  ck_assert_msg(WAIT_FOR(300, ended_of(f.db, "a0", 0) >= 4), "the honest actor stored nothing (see %s)", alog);
+  void *ctx = zmq_ctx_new();
+  void *d = dealer(ctx, f.ing);
+  lh_peer_hello(d, "flood");
+  enum { OPEN = 400 };
+  flood_counts fc = {0};
+  int64_t start_ms = lh_wall_ms();
+  for (uint64_t k = 0; k < OPEN; k++) flood_episode(d, k, 0, &fc);
+  /* Every segment answered (stored or held back), whatever the acks' grouping. */
+  for (int i = 0; i < 20 * 300 && fc.stored + fc.retried + fc.rejected < OPEN; i++) {
+    zmq_pollitem_t it = {d, 0, ZMQ_POLLIN, 0};
+    zmq_poll(&it, 1, 50);
+    read_acks(d, &fc);
+  }
+  ck_assert_uint_eq(fc.stored + fc.retried + fc.rejected, OPEN);
+  ck_assert_msg(WAIT_FOR(300, ended_of(f.db, "a0", start_ms) >= 8), "the honest actor stored nothing during the flood "
+                "(see %s)", alog);
+  int64_t rows = sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'flood'");
+  int64_t honest = ended_of(f.db, "a0", start_ms);
+  stop_all(&f);
+  long long held = lh_proc_log_value(log, "held_window");
+  printf("hostile: flood of open episodes: sent=%llu stored=%llu (rows %lld, bound %d) held back=%llu "
+         "(learner held_window=%lld); honest episodes stored meanwhile=%lld\n",
+         (unsigned long long)fc.sent, (unsigned long long)fc.stored, (long long)rows, FLOOD_CAP + 4,
+         (unsigned long long)fc.retried, held, (long long)honest);
+  fflush(stdout);
+  ck_assert_int_le(rows, FLOOD_CAP + 4);
+  ck_assert_uint_le(fc.stored, FLOOD_CAP + 4);
+  ck_assert_uint_ge(fc.retried, OPEN - FLOOD_CAP - 4);
+  ck_assert_int_ge(held, (long long)fc.retried);
+  zmq_close(d);
+  zmq_ctx_term(ctx);
+  fleet_free(&f);
+}
+END_TEST
+
 /* A store with a trigger on insert into segments (and a view that never
  * ends): a real learner refuses it at its open, naming the trigger, and
  * exits 1 before it stores or runs anything of the file's. */
@@ -474,6 +632,130 @@ START_TEST(test_crafted_store_refused) {
 }
 END_TEST
 
+/* The same peer sending whole episodes of new ids as fast as the learner
+ * takes them, ignoring its window: the honest actor's episodes are stored
+ * during the flood (before, none were: the flood held the whole backlog),
+ * and the flood's new episodes past its credit are held back. Waits for 8
+ * honest episodes during the flood, not for a time. */
+START_TEST(test_flood_whole) {
+  fleet f;
+  fleet_init(&f, "hostile-flood", "max_backlog_episodes = 16\n", NULL, NULL);
+  start_learner(&f, 0);
+  char log[192], alog[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "bound endpoint=", 60), "no ingest (see %s)", log);
+  start_actors(&f, 1);
+  actor_log(&f, 0, alog, sizeof alog);
+  ck_assert_msg(WAIT_FOR(300, ended_of(f.db, "a0", 0) >= 4), "the honest actor stored nothing (see %s)", alog);
+  void *ctx = zmq_ctx_new();
+  void *d = dealer(ctx, f.ing);
+  lh_peer_hello(d, "flood");
+  flood_counts fc = {0};
+  int64_t start_ms = lh_wall_ms(), honest = 0;
+  /* Bounded by the honest actor's progress; 300 s at most for a learner
+   * that lets the flood take everything. */
+  uint64_t k = 0;
+  for (; lh_wall_ms() - start_ms < 300000; k++) {
+    flood_episode(d, k, 1, &fc);
+    if (k % 256 == 0 && (honest = ended_of(f.db, "a0", start_ms)) >= 8) break;
+  }
+  int64_t flood_stored = sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'flood' AND status = 'complete'");
+  stop_all(&f);
+  long long held = lh_proc_log_value(log, "held_window");
+  printf("hostile: flood of whole episodes: sent=%llu episodes, stored=%lld, messages held back=%llu "
+         "(learner held_window=%lld); honest episodes stored during the flood=%lld in %.1f s\n",
+         (unsigned long long)k, (long long)flood_stored, (unsigned long long)fc.retried, held, (long long)honest,
+         (double)(lh_wall_ms() - start_ms) / 1000);
+  fflush(stdout);
+  ck_assert_int_ge(honest, 8);
+  ck_assert_uint_gt(fc.retried, 0);
+  ck_assert_int_gt(held, 0);
+  zmq_close(d);
+  zmq_ctx_term(ctx);
+  fleet_free(&f);
+}
+END_TEST
+
+/* A peer sends Heartbeats, Segments and EpisodeEnds in a running honest
+ * actor's name from its own connection: first without a Hello (held back,
+ * ACK_RETRY), then after a Hello under its own name (refused,
+ * ACK_REJECTED); none is stored, each is counted. The honest actor trains
+ * on; killed and started again, it takes its name back on its new
+ * connection and its episodes are stored. */
+START_TEST(test_names_spoofed) {
+  fleet f;
+  fleet_init(&f, "hostile-names", NULL, NULL, NULL);
+  start_learner(&f, 0);
+  char log[192], alog[192];
+  learner_log(&f, 1, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "bound endpoint=", 60), "no ingest (see %s)", log);
+  start_actors(&f, 1);
+  actor_log(&f, 0, alog, sizeof alog);
+  ck_assert_msg(WAIT_FOR(300, ended_of(f.db, "a0", 0) >= 4), "the honest actor stored nothing (see %s)", alog);
+  void *ctx = zmq_ctx_new();
+  int statuses[2][4];
+  for (int round = 0; round < 2; round++) {
+    void *d = dealer(ctx, f.ing);
+    if (round == 1) lh_peer_hello(d, "mallory");
+    uint64_t base = 7000 + 10 * (uint64_t)round;
+    Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+    Longhaul__Heartbeat hb = LONGHAUL__HEARTBEAT__INIT;
+    hb.role = "actor", hb.policy_version = 4242424;  /* no honest heartbeat says this */
+    env.body_case = LONGHAUL__ENVELOPE__BODY_HEARTBEAT, env.heartbeat = &hb;
+    lh_peer_send(d, &env, base, "a0");
+    seg_buf b;
+    make_segment(&b, 777000 + (uint64_t)round, 0, 77, "a0");
+    env = (Longhaul__Envelope)LONGHAUL__ENVELOPE__INIT;
+    env.body_case = LONGHAUL__ENVELOPE__BODY_SEGMENT, env.segment = &b.s;
+    lh_peer_send(d, &env, base + 1, "a0");
+    Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
+    end.episode_id = 777000 + (uint64_t)round, end.actor = "a0", end.env = "calc", end.segment_count = 1;
+    end.total_tokens = SEG_TOKENS, end.group_id = 77, end.task_seed = 77;
+    end.outcome = LONGHAUL__OUTCOME__OUTCOME_SUCCESS, end.reward = 1;
+    env = (Longhaul__Envelope)LONGHAUL__ENVELOPE__INIT;
+    env.body_case = LONGHAUL__ENVELOPE__BODY_EPISODE_END, env.episode_end = &end;
+    lh_peer_send(d, &env, base + 2, "a0");
+    /* and a heartbeat under a name nobody said Hello under */
+    env = (Longhaul__Envelope)LONGHAUL__ENVELOPE__INIT;
+    env.body_case = LONGHAUL__ENVELOPE__BODY_HEARTBEAT, env.heartbeat = &hb;
+    lh_peer_send(d, &env, base + 3, "ghost");
+    lh_peer_acks(d, base, 4, statuses[round]);
+    zmq_close(d);
+  }
+  int64_t spoofed_hb = sql_int(f.db, "SELECT count(*) FROM actor_heartbeats WHERE policy_version = 4242424");
+  int64_t spoofed_eps = sql_int(f.db, "SELECT count(*) FROM episodes WHERE id IN (777000, 777001)");
+  int64_t ghost = sql_int(f.db, "SELECT count(*) FROM actor_heartbeats WHERE actor = 'ghost'");
+  /* The honest actor, killed and started again under its name. */
+  lh_proc_kill(f.actors[0]);
+  int64_t restart_ms = lh_wall_ms();
+  start_actors(&f, 1);
+  ck_assert_msg(WAIT_FOR(300, ended_of(f.db, "a0", restart_ms) >= 4), "the restarted actor stored nothing (see %s)",
+                alog);
+  int taken_over = lh_proc_file_has(log, "name=a0 pid=") && lh_proc_file_has(log, "bound=taken_over");
+  stop_all(&f);
+  long long held = lh_proc_log_value(log, "held_hello"), refused = lh_proc_log_value(log, "refused_name");
+  printf("hostile: names: without a Hello statuses %d %d %d %d, after a Hello as mallory %d %d %d %d "
+         "(0 stored, 2 rejected, 3 retry); stored: spoofed heartbeats=%lld episodes=%lld ghost heartbeats=%lld; "
+         "learner held_hello=%lld refused_name=%lld; restarted actor took its name back=%d\n",
+         statuses[0][0], statuses[0][1], statuses[0][2], statuses[0][3], statuses[1][0], statuses[1][1],
+         statuses[1][2], statuses[1][3], (long long)spoofed_hb, (long long)spoofed_eps, (long long)ghost, held,
+         refused, taken_over);
+  fflush(stdout);
+  for (int i = 0; i < 4; i++) {
+    ck_assert_int_eq(statuses[0][i], LONGHAUL__ACK_STATUS__ACK_RETRY);
+    ck_assert_int_eq(statuses[1][i], LONGHAUL__ACK_STATUS__ACK_REJECTED);
+  }
+  ck_assert_int_eq(spoofed_hb, 0);
+  ck_assert_int_eq(spoofed_eps, 0);
+  ck_assert_int_eq(ghost, 0);
+  ck_assert_int_ge(held, 4);
+  ck_assert_int_ge(refused, 4);
+  ck_assert(taken_over);
+  zmq_ctx_term(ctx);
+  fleet_free(&f);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   const lh_test_case cases[] = {
       {"model_input", test_model_input_refused, 0},
@@ -484,6 +766,9 @@ int main(int argc, char **argv) {
       {"full_store_small", test_full_store_small_payloads, 0},
       {"many_peers", test_many_peers_capped, 0},
       {"crafted_store", test_crafted_store_refused, 0},
+      {"flood_open", test_flood_open, 0},
+      {"flood_whole", test_flood_whole, 0},
+      {"names", test_names_spoofed, 0},
   };
   return lh_test_cases_main("hostile", cases, sizeof cases / sizeof cases[0], 600, argc, argv);
 }

@@ -206,7 +206,9 @@ static void peer_of_other_run(fleet *f) {
     lh_wire_free(a);
   }
   ck_assert_int_eq(sql_int(f->db, "SELECT count(*) FROM episodes WHERE id = 424242"), 0);
-  /* without a run id: any run's */
+  /* without a run id: any run's (its Hello first: the refused one bound
+   * no name) */
+  lh_peer_hello(d, "p9");
   env = (Longhaul__Envelope)LONGHAUL__ENVELOPE__INIT;
   env.body_case = LONGHAUL__ENVELOPE__BODY_SEGMENT, env.segment = &seg;
   lh_peer_send(d, &env, 904, "p9");

@@ -2,6 +2,10 @@
 # with an actor's link as its peer (test_learner_ingest).
 lh_add_test(test_learner_ingest SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_ingest.c
   ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c LIBS lh_learner lh_actors PkgConfig::ZMQ TIMEOUT 120)
+# The ingest's peers: names bound to connections and keys, back-pressure
+# credit, against a real ingest with hostile DEALERs (test_learner_peers).
+lh_add_test(test_learner_peers SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_peers.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c LIBS lh_learner PkgConfig::ZMQ TIMEOUT 120)
 # The RL training step over the store on a tiny model (test_learner_train).
 lh_add_test(test_learner_train SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_train.c ${LH_LEARNER_FIXTURE}
   LIBS lh_learner TIMEOUT 120)

@@ -100,7 +100,12 @@ static void run_log(const rig *r, int run, char *out, size_t cap) {
   rig_path(r, out, cap, name);
 }
 
-static void *dealer_to(rig *r, const char *endpoint) { return lh_peer_dealer(r->zctx, endpoint, 30000); }
+/* A DEALER to an ingest that has said Hello as "a0". */
+static void *dealer_to(rig *r, const char *endpoint) {
+  void *d = lh_peer_dealer(r->zctx, endpoint, 30000);
+  lh_peer_hello(d, "a0");
+  return d;
+}
 
 static void *dealer(rig *r) { return dealer_to(r, r->ing); }
 

@@ -78,6 +78,13 @@ static int wait_exit(pid_t pid) {
 
 static void *dealer(void *ctx, const char *ep) { return lh_peer_dealer(ctx, ep, 20000); }
 
+/* A DEALER to the ingest that has said Hello as "a0" (acked: the learner is up). */
+static void *actor_dealer(void *ctx, const char *ep) {
+  void *d = dealer(ctx, ep);
+  lh_peer_hello(d, "a0");
+  return d;
+}
+
 static void read_latest(char *out, size_t cap) {
   char p[160];
   snprintf(p, sizeof p, "%s/latest", ck);
@@ -114,7 +121,7 @@ START_TEST(test_trains_publishes_checkpoints) {
   setup_dir(NULL);
   pid_t pid = spawn("--steps", "1", NULL);
   void *ctx = zmq_ctx_new();
-  void *d = dealer(ctx, ing), *w = dealer(ctx, wrt);
+  void *d = actor_dealer(ctx, ing), *w = dealer(ctx, wrt);
   /* A new actor asks for a version it does not know: it is told the current one. */
   Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
   Longhaul__WeightsRequest req = LONGHAUL__WEIGHTS_REQUEST__INIT;
@@ -162,12 +169,14 @@ START_TEST(test_sigterm_then_resume) {
   ck_assert_str_eq(latest, "step-00000000");
   /* Resume: the rest of the group arrives, one step, version 1. */
   pid = spawn("--resume", "--steps", "1");
+  lh_peer_hello(d, "a0");  /* a new connection to the new learner: an actor says Hello on each */
   lh_peer_send_episode(d, 2, 7, 0.0f);
   ck_assert_int_eq(wait_exit(pid), 0);
   read_latest(latest, sizeof latest);
   ck_assert_str_eq(latest, "step-00000001");
   /* And again: it continues from step 1 and version 1. */
   pid = spawn("--resume", "--steps", "1");
+  lh_peer_hello(d, "a0");
   lh_peer_send_episode(d, 3, 8, 1.0f);
   lh_peer_send_episode(d, 4, 8, 0.0f);
   ck_assert_int_eq(wait_exit(pid), 0);
@@ -297,7 +306,7 @@ START_TEST(test_kill_resume_bit_identical) {
     setup_dir(NULL);
     pid_t pid = spawn("--steps", "4", NULL);
     void *ctx = zmq_ctx_new();
-    void *d = dealer(ctx, ing);
+    void *d = actor_dealer(ctx, ing);
     for (uint64_t g = 1; g <= 4; g++) {
       lh_peer_send_episode(d, 2 * g - 1, g, 1.0f);
       lh_peer_send_episode(d, 2 * g, g, 0.0f);
@@ -315,7 +324,7 @@ START_TEST(test_kill_resume_bit_identical) {
         ck_assert_int_eq(wait_exit(pid), -1);
         pid = spawn("--resume", "--steps", "2");
         zmq_close(d);
-        d = dealer(ctx, ing);
+        d = actor_dealer(ctx, ing);
       }
     }
     ck_assert_int_eq(wait_exit(pid), 0);

@@ -91,6 +91,19 @@ static void send_msg(void *dealer, const msg *m) {
   free(buf);
 }
 
+/* A Hello as name with msg_id id: the ingest takes a name's messages only
+ * from the connection that said Hello under it. */
+static void send_hello(void *dealer, const char *name, uint64_t id) {
+  Longhaul__Hello h = LONGHAUL__HELLO__INIT;
+  h.role = "actor", h.name = (char *)name;
+  msg m;
+  memset(&m, 0, sizeof m);
+  longhaul__envelope__init(&m.env);
+  m.env.protocol = LH_WIRE_PROTOCOL, m.env.msg_id = id, m.env.sender = (char *)name;
+  m.env.body_case = LONGHAUL__ENVELOPE__BODY_HELLO, m.env.hello = &h;
+  send_msg(dealer, &m);
+}
+
 /* Receives one Ack (waiting up to 10 s); returns its status and ids. */
 static int recv_ack(void *dealer, uint64_t *ids, size_t cap, size_t *n) {
   int timeout = 10000;
@@ -110,10 +123,15 @@ static int recv_ack(void *dealer, uint64_t *ids, size_t cap, size_t *n) {
   return status;
 }
 
-/* Polls until the ingest has handled `want` envelopes in all. */
+/* Envelopes the rig's Hello took, left out of pump's counts. */
+static uint64_t pump_base;
+
+/* Polls until the ingest has handled `want` envelopes in all (besides the
+ * rig's Hello). */
 static void pump(lh_learner_ingest *ig, uint64_t want) {
   const lh_learner_ingest_counts *c = lh_learner_ingest_get_counts(ig);
   lh_errbuf e;
+  want += pump_base;
   for (int i = 0; i < 2000 && c->received + c->bad_frames < want; i++)
     ck_assert_msg(lh_learner_ingest_poll(ig, 10, NULL, &e) == 0, "%s", e.msg);
   ck_assert_uint_eq(c->received + c->bad_frames, want);
@@ -139,6 +157,15 @@ static void rig_open(rig *r) {
   int linger = 0;
   zmq_setsockopt(r->dealer, ZMQ_LINGER, &linger, sizeof linger);
   ck_assert_int_eq(zmq_connect(r->dealer, ep), 0);
+  /* The dealer is actor a0: its Hello first, acked. */
+  pump_base = 0;
+  send_hello(r->dealer, "a0", 999999);
+  pump(r->ig, 1);
+  uint64_t ids[8];
+  size_t n;
+  ck_assert_int_eq(recv_ack(r->dealer, ids, 8, &n), LONGHAUL__ACK_STATUS__ACK_STORED);
+  ck_assert_uint_eq(ids[0], 999999);
+  pump_base = 1;
 }
 
 static void rig_close(rig *r) {
@@ -307,6 +334,7 @@ START_TEST(test_second_process) {
     int linger = 0;
     zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
     zmq_connect(d, ep);
+    send_hello(d, "a0", 99);
     msg m;
     for (uint32_t s = 0; s < 20; s++) {
       make_segment(&m, 100 + s, 42, s, 4);
@@ -316,7 +344,7 @@ START_TEST(test_second_process) {
     send_msg(d, &m);
     size_t acked = 0, n;
     uint64_t ids[64];
-    while (acked < 21) {
+    while (acked < 22) {  /* the Hello, 20 segments, the end */
       if (recv_ack(d, ids, 64, &n) != LONGHAUL__ACK_STATUS__ACK_STORED) _exit(2);
       acked += n;
     }

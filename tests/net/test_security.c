@@ -24,6 +24,7 @@
 #include "net/zsock.h"
 #include "proto/wire.h"
 #include "store/store.h"
+#include "peer_fixture.h"
 #include "proc_util.h"
 
 static char dir[64];
@@ -396,6 +397,156 @@ START_TEST(test_curve_allow_list_processes) {
 }
 END_TEST
 
+static int ok_episodes(void) {
+  lh_store *s;
+  lh_errbuf e;
+  char db[128];
+  path_of(db, sizeof db, "replay.db");
+  if (lh_store_open_readonly(db, &s, &e)) return 0;
+  ep_counts c = {0};
+  lh_store_episodes(s, NULL, on_episode, &c, NULL, &e);
+  lh_store_close(s);
+  return c.ok_ended;
+}
+
+static int first_int(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  *(long long *)ctx = ncols > 0 && values[0] ? atoll(values[0]) : -1;
+  return 0;
+}
+
+/* Under CURVE a name is bound to the key that said Hello under it: a peer
+ * holding another allowed key can neither take an actor's name with a
+ * Hello nor send in it; the actor, killed and started again with its own
+ * key, takes its name back on its new connection. */
+START_TEST(test_curve_names) {
+  ck_assert(zmq_has("curve"));
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
+  gen_key("learner");
+  gen_key("ok");
+  gen_key("other");
+  char allowed[96];
+  path_of(allowed, sizeof allowed, "allowed");
+  ck_assert_int_eq(mkdir(allowed, 0700), 0);
+  const char *names[] = {"ok", "other"};
+  for (int i = 0; i < 2; i++) {
+    char from[128], to[128];
+    snprintf(from, sizeof from, "%s/keys/%s.pub", dir, names[i]);
+    snprintf(to, sizeof to, "%s/allowed/%s.pub", dir, names[i]);
+    char *pub = lh_proc_read_file(from);
+    ck_assert_int_eq(lh_proc_write_file(to, pub), 0);
+    free(pub);
+  }
+  write_config("ok.ini", "ok", curve_learner());
+  char okini[128], llog[128], oklog[128];
+  path_of(okini, sizeof okini, "ok.ini");
+  path_of(llog, sizeof llog, "learner.log");
+  path_of(oklog, sizeof oklog, "ok.log");
+  const char *largs[] = {"learner", "--config", okini, "--steps", "100000", NULL};
+  pid_t lp = lh_proc_spawn_longhaul(llog, largs);
+  ck_assert_msg(lh_proc_wait_file(llog, "curve=on", 60), "the learner did not bind (see %s)", llog);
+  const char *oargs[] = {"actor", "--config", okini, "--name", "ok", NULL};
+  pid_t op = lh_proc_spawn_longhaul(oklog, oargs);
+  ck_assert_int_gt(op, 0);
+  int i;
+  for (i = 0; i < 1200 && ok_episodes() < 2; i++) lh_proc_sleep_ms(100);
+  ck_assert_msg(ok_episodes() >= 2, "the allowed actor stored nothing (see %s)", oklog);
+  /* A CURVE DEALER holding the other allowed key. */
+  char key_path[128], pub_path[128];
+  path_of(key_path, sizeof key_path, "keys/other.key");
+  path_of(pub_path, sizeof pub_path, "keys/learner.pub");
+  lh_zsock_curve cv;
+  memset(&cv, 0, sizeof cv);
+  lh_errbuf e;
+  ck_assert_int_eq(lh_zsock_key_read(key_path, 1, cv.secret, &e), 0);
+  ck_assert_int_eq(lh_zsock_key_read(pub_path, 0, cv.server_key, &e), 0);
+  void *ctx = zmq_ctx_new();
+  lh_zsock_opts so = {.linger_ms = LH_ZSOCK_LINGER_NONE, .curve = &cv};
+  void *d = lh_zsock_open(ctx, ZMQ_DEALER, &so, "test dealer", &e);
+  ck_assert_msg(d != NULL, "%s", e.msg);
+  int timeout = 30000;
+  zmq_setsockopt(d, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+  char ep[128];
+  snprintf(ep, sizeof ep, "ipc://%s/ing", dir);
+  ck_assert_int_eq(zmq_connect(d, ep), 0);
+  Longhaul__Hello h = LONGHAUL__HELLO__INIT;
+  h.role = "actor", h.name = "ok";
+  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_HELLO, env.hello = &h;
+  lh_peer_send(d, &env, 1, "ok");
+  int hello_as_ok = lh_peer_ack_of(d, 1);
+  Longhaul__Heartbeat hb = LONGHAUL__HEARTBEAT__INIT;
+  hb.role = "actor", hb.policy_version = 4242424;
+  env = (Longhaul__Envelope)LONGHAUL__ENVELOPE__INIT;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_HEARTBEAT, env.heartbeat = &hb;
+  lh_peer_send(d, &env, 2, "ok");
+  int hb_unbound = lh_peer_ack_of(d, 2);
+  h.name = "other";
+  env = (Longhaul__Envelope)LONGHAUL__ENVELOPE__INIT;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_HELLO, env.hello = &h;
+  lh_peer_send(d, &env, 3, "other");
+  int hello_as_other = lh_peer_ack_of(d, 3);
+  env = (Longhaul__Envelope)LONGHAUL__ENVELOPE__INIT;
+  env.body_case = LONGHAUL__ENVELOPE__BODY_HEARTBEAT, env.heartbeat = &hb;
+  lh_peer_send(d, &env, 4, "ok");
+  int hb_bound_other = lh_peer_ack_of(d, 4);
+  zmq_close(d);
+  zmq_ctx_term(ctx);
+  /* The actor killed and started again with its key: its name back, and
+   * episodes it began stored (the killed one's open episodes are swept as
+   * aborted a minute on, so they are not counted). */
+  kill(op, SIGKILL);
+  lh_proc_wait(op, 30, NULL);
+  int64_t restart_ms = lh_wall_ms();
+  op = lh_proc_spawn_longhaul(oklog, oargs);
+  ck_assert_int_gt(op, 0);
+  int taken_over = lh_proc_wait_file(llog, "bound=taken_over", 120);
+  char fresh_sql[200];
+  snprintf(fresh_sql, sizeof fresh_sql,
+           "SELECT count(*) FROM episodes WHERE actor = 'ok' AND status IN ('complete', 'truncated') AND "
+           "created_ms > %lld", (long long)restart_ms);
+  long long fresh = 0;
+  for (i = 0; i < 1200 && taken_over && fresh < 2; i++) {
+    lh_store *rs;
+    char rdb[128];
+    path_of(rdb, sizeof rdb, "replay.db");
+    if (lh_store_open_readonly(rdb, &rs, &e) == 0) {
+      lh_store_sql(rs, fresh_sql, first_int, &fresh, NULL, &e);
+      lh_store_close(rs);
+    }
+    if (fresh < 2) lh_proc_sleep_ms(100);
+  }
+  kill(op, SIGTERM);
+  int orc = lh_proc_wait(op, 60, NULL);
+  kill(lp, SIGTERM);
+  int lrc = lh_proc_wait(lp, 60, NULL);
+  char db[128];
+  path_of(db, sizeof db, "replay.db");
+  lh_store *s;
+  ck_assert_msg(lh_store_open_readonly(db, &s, &e) == 0, "%s", e.msg);
+  long long spoofed = -1;
+  ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM actor_heartbeats WHERE policy_version = 4242424", first_int,
+                                &spoofed, NULL, &e), 0);
+  lh_store_close(s);
+  printf("curve names: another allowed key: Hello as ok %d (2 rejected), heartbeat as ok %d (3 retry), Hello as "
+         "itself %d (0 stored), then heartbeat as ok %d; stored spoofed heartbeats=%lld; restarted actor took its "
+         "name back=%d and stored %lld episodes it began; exits actor=%d learner=%d\n",
+         hello_as_ok, hb_unbound, hello_as_other, hb_bound_other, spoofed, taken_over, fresh, orc, lrc);
+  fflush(stdout);
+  ck_assert_int_eq(hello_as_ok, LONGHAUL__ACK_STATUS__ACK_REJECTED);
+  ck_assert_int_eq(hb_unbound, LONGHAUL__ACK_STATUS__ACK_RETRY);
+  ck_assert_int_eq(hello_as_other, LONGHAUL__ACK_STATUS__ACK_STORED);
+  ck_assert_int_eq(hb_bound_other, LONGHAUL__ACK_STATUS__ACK_REJECTED);
+  ck_assert_int_eq(spoofed, 0);
+  ck_assert_msg(taken_over, "the restarted actor did not take its name back (see %s and %s)", llog, oklog);
+  ck_assert_int_ge(fresh, 2);
+  ck_assert(lh_proc_file_has(llog, "bound under another CURVE key"));
+  ck_assert_int_eq(orc, 0);
+  ck_assert_int_eq(lrc, 0);
+  lh_proc_rmdir(dir);
+}
+END_TEST
+
 /* Half a CURVE config is an error that says what goes with what. */
 START_TEST(test_curve_config_halves) {
   ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sec"), 0);
@@ -703,6 +854,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_allow_list);
   tcase_add_test(t, test_peer_cap);
   tcase_add_test(t, test_curve_allow_list_processes);
+  tcase_add_test(t, test_curve_names);
   tcase_add_test(t, test_curve_config_halves);
   tcase_add_test(t, test_plugin_paths);
   tcase_add_test(t, test_sql_parameters);
