@@ -13,7 +13,7 @@
 #include "common/common.h"
 #include "learner/internal.h"
 #include "proto/wire.h"
-#include "store/store.h"
+#include "store/store_internal.h"
 
 #define N_BYTES 100000
 /* Lengths on each side of XXH3's internal boundaries (16, 128, 240, a
@@ -286,28 +286,31 @@ static void algo_of(sqlite3 *db, int version, const char *want) {
   sqlite3_finalize(st);
 }
 
-/* A store of schema 11 (before checksum_algo), made by taking the column
- * and the migration back out of a new one, migrates on a read-write open:
- * its rows are lh_mx64, the rows written after xxh3_64. */
+/* A store of schema 11 (before checksum_algo), made as that build made
+ * one (the first 11 migrations of the table, with its version 1 row),
+ * migrates on a read-write open: its rows are lh_mx64, the rows written
+ * after xxh3_64. */
 START_TEST(test_older_store_migrates) {
   make_dir();
   char path[160];
   snprintf(path, sizeof path, "%s/replay.db", tmpdir);
   lh_errbuf e;
   lh_store *s = NULL;
-  ck_assert_msg(lh_store_open(path, &s, &e) == 0, "%s", e.msg);
   lh_store_policy_version v = {.version = 1, .step = 1, .checksum = 0x1234, .total_bytes = 10};
-  ck_assert_msg(lh_store_put_policy_version(s, &v, NULL, &e) == 0, "%s", e.msg);
-  lh_store_close(s);
-
   sqlite3 *db = NULL;
   ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
-  algo_of(db, 1, "xxh3_64");
+  sql(db, "PRAGMA journal_mode = WAL;");
+  for (int i = 0; i < 11; i++) {
+    ck_assert_int_eq(lh_store_migrations[i].version, i + 1);
+    sql(db, lh_store_migrations[i].sql);
+    char row[96];
+    snprintf(row, sizeof row, "INSERT INTO migrations VALUES (%d, 'v%d', 0);", i + 1, i + 1);
+    sql(db, row);
+  }
   sql(db,
-      "ALTER TABLE policy_versions DROP COLUMN checksum_algo;"
-      "DELETE FROM migrations WHERE version = 12;"
-      "UPDATE meta SET value = '11' WHERE key = 'schema_version';"
-      "PRAGMA user_version = 11;");
+      "INSERT INTO meta VALUES ('application', '" LH_STORE_APPLICATION "'), ('schema_version', '11');"
+      "INSERT INTO policy_versions(version, step, checksum, total_bytes, created_ms) VALUES (1, 1, 4660, 10, 1);"
+      "PRAGMA application_id = 1279808083; PRAGMA user_version = 11;");
   sqlite3_close(db);
 
   ck_assert_int_eq(lh_store_open_readonly(path, &s, &e), LH_ESTORE_NEEDS_MIGRATION);
