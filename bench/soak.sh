@@ -4,13 +4,18 @@
 # bench/soak_inject.py injects a mix of hostile faults every 2 s (input the
 # model cannot take, episode id collisions, ends that never complete,
 # garbage and oversized messages, weights requests never read, names with
-# control characters, SIGSTOP of an actor or the learner). Every 10 s it
+# control characters, SIGSTOP of an actor or the learner, a peer that
+# ignores its back-pressure window, heartbeats spoofed in an actor's name),
+# with the store at a small cap (LH_SOAK_CAP bytes, 8000000: retention
+# deletes payloads throughout the run). Every 10 s it
 # reads each process's resident memory from /proc. At the end it prints,
 # from the processes and the store:
 #   acked    what the actors say was acked (their last log lines)
 #   stored   the rows of their messages in the store
 #   lost     acked but not stored (target 0)
 #   learner restarts (target 0)
+#   spoofed heartbeats stored (target 0), the window flood's episodes
+#   stored against those sent, retentions run
 #   peak resident memory of every process, and its growth after warm-up
 #   (the first fifth of the run) to the end (target: flat)
 set -euo pipefail
@@ -20,6 +25,7 @@ bin=$(cd "$build" && pwd)/cli/longhaul
 pydir=$(cd "$build" && pwd)/envs/python
 root=${LH_SOAK_DIR:-$build/bench-soak}
 seconds=${LH_SOAK_SECONDS:-600}
+cap=${LH_SOAK_CAP:-8000000}
 rm -rf "$root"
 mkdir -p "$root"
 root=$(cd "$root" && pwd)
@@ -51,7 +57,7 @@ total_steps = 1000000
 warmup_steps = 0
 ckpt_every = 20
 keep_checkpoints = 2
-max_db_bytes = 200000000
+max_db_bytes = $cap
 abort_after_ms = 10000
 ingest_endpoint = tcp://127.0.0.1:5755
 weights_pub_endpoint = tcp://127.0.0.1:5756
@@ -85,7 +91,8 @@ learner=$(child " learner ")
 actors=$(for i in 0 1; do child "--name actor-$i"; done | paste -sd, -)
 echo "soak: ${seconds} s, learner pid $learner, actor pids $actors, faults every 2 s"
 PYTHONPATH="$pydir" /usr/bin/python3 "$src/bench/soak_inject.py" --ingest tcp://127.0.0.1:5755 \
-  --weights tcp://127.0.0.1:5757 --seconds "$((seconds - 20))" --stop-pids "$actors,$learner" > inject.out 2>&1 &
+  --weights tcp://127.0.0.1:5757 --seconds "$((seconds - 20))" --stop-pids "$actors,$learner" \
+  --actor-names actor-0,actor-1 > inject.out 2>&1 &
 inject=$!
 start=$(date +%s)
 : > memory.txt
@@ -113,10 +120,18 @@ refused=$(sed -n 's/.*status version=.* rejected=\([0-9]*\).*/\1/p' logs/learner
 steps=$(sqlite3 -readonly replay.db "SELECT count(*) FROM train_steps")
 echo "soak: acked=$acked stored=$stored lost=$((acked > stored ? acked - stored : 0)) learner_restarts=$restarts" \
   "steps=$steps rejected=${refused:-0}"
+spoofed=$(sqlite3 -readonly replay.db "SELECT count(*) FROM actor_heartbeats WHERE policy_version = 4242424")
+flood_sent=$(sed -n 's/.*window_flood_episodes=\([0-9]*\).*/\1/p' inject.out)
+flood_stored=$(sqlite3 -readonly replay.db "SELECT count(*) FROM episodes WHERE actor = 'soak-flood'")
+held=$(sed -n 's/.*status version=.* held_window=\([0-9]*\).*/\1/p' logs/learner.log | tail -1)
+retentions=$(grep -c "retention dropped" logs/learner.log || true)
+echo "soak: spoofed heartbeats stored=$spoofed; window flood: episodes sent=${flood_sent:-0}" \
+  "stored=$flood_stored held_window=${held:-0}; cap=$cap bytes, retentions=$retentions," \
+  "file $(stat -c %s replay.db) bytes"
 warm=$((seconds / 5))
 awk -v warm="$warm" '{ if ($3 > peak[$2]) peak[$2] = $3
     if ($1 >= warm && $1 < warm + 30 && $3 > after[$2]) after[$2] = $3
     last[$2] = $3 }
   END { for (n in peak) printf "  %-10s peak %7d kB; after warm-up %7d kB, at the end %7d kB (growth %+.1f%%)\n",
           n, peak[n], after[n], last[n], after[n] ? 100 * (last[n] - after[n]) / after[n] : 0 }' memory.txt | sort
-echo "targets: lost 0, learner restarts 0, memory flat after warm-up"
+echo "targets: lost 0, learner restarts 0, spoofed heartbeats stored 0, memory flat after warm-up"

@@ -13,6 +13,17 @@ rotating mix against a running learner, and prints what it injected:
   unread     50 weights requests for the whole version, never read
   names      a Hello whose name holds a newline and an escape sequence
   stop       SIGSTOP to one of --stop-pids for 3 s, then SIGCONT
+  window_flood  a peer that ignores its back-pressure window: whole
+             episodes of new ids for 2 s as fast as the socket takes them,
+             every Ack unread
+  spoof_heartbeats  heartbeats in a running actor's name (--actor-names)
+             from other connections, one without a Hello and one that said
+             Hello as itself, marked policy_version 4242424: none may be
+             stored
+
+The learner takes a name's segments, ends and heartbeats only from the
+connection that said Hello under it, so the faults that test what lies
+behind that (model, collision, late_end) say Hello first.
 
 Needs pyzmq and the generated longhaul_pb2 (BUILD/envs/python on
 PYTHONPATH). Every socket it opens it closes; it never waits on a reply.
@@ -55,8 +66,9 @@ def segment(env, episode, seq, tokens, sender):
 
 
 class Injector:
-    def __init__(self, ingest, weights, stop_pids, seed):
+    def __init__(self, ingest, weights, stop_pids, seed, actor_names=()):
         self.ctx = zmq.Context()
+        self.actor_names = list(actor_names)
         self.ingest = ingest
         self.weights = weights
         self.stop_pids = stop_pids
@@ -70,12 +82,23 @@ class Injector:
         d.connect(endpoint)
         return d
 
-    def send(self, endpoint, env_or_bytes):
+    def send(self, endpoint, env_or_bytes, hello=None):
+        """One message on a connection of its own, after a Hello under
+        hello when given."""
         d = self.dealer(endpoint)
+        if hello:
+            self.hello(d, hello)
         data = env_or_bytes if isinstance(env_or_bytes, bytes) else env_or_bytes.SerializeToString()
         d.send(data)
         time.sleep(0.05)  # let the connection carry it before the close
         d.close()
+
+    def hello(self, d, name):
+        """A Hello under name on DEALER d."""
+        e = envelope(name, self.next_id())
+        e.hello.role = "actor"
+        e.hello.name = name
+        d.send(e.SerializeToString())
 
     def next_id(self):
         self.msg += 1
@@ -94,14 +117,14 @@ class Injector:
             s.routed_experts.extend([4000] * (8 * 4 * 2))
         else:
             s.tokens[3] = 263 + 1000
-        self.send(self.ingest, e)
+        self.send(self.ingest, e, hello="soak-model")
 
     def collision(self):
         episode = self.rng.getrandbits(62) | 1
         for sender in ("soak-a", "soak-b"):
             e = envelope(sender, self.next_id())
             segment(e, episode, 0, [41] * 8, sender)
-            self.send(self.ingest, e)
+            self.send(self.ingest, e, hello=sender)
 
     def late_end(self):
         e = envelope("soak-end", self.next_id())
@@ -112,7 +135,7 @@ class Injector:
         end.segment_count = 5
         end.total_tokens = 40
         end.outcome = pb.OUTCOME_SUCCESS
-        self.send(self.ingest, e)
+        self.send(self.ingest, e, hello="soak-end")
 
     def garbage(self):
         self.send(self.ingest, os.urandom(self.rng.randrange(1, 4096)))
@@ -144,8 +167,55 @@ class Injector:
         except ProcessLookupError:
             pass
 
+    def window_flood(self, seconds=2.0):
+        d = self.dealer(self.ingest)
+        d.setsockopt(zmq.SNDHWM, 1000)
+        self.hello(d, "soak-flood")
+        end = time.time() + seconds
+        sent = 0
+        while time.time() < end:
+            episode = self.rng.getrandbits(62) | 1
+            e = envelope("soak-flood", self.next_id())
+            s = segment(e, episode, 0, [42] * 8, "soak-flood")
+            s.group_id = s.task_seed = episode >> 2
+            x = envelope("soak-flood", self.next_id())
+            x.episode_end.episode_id = episode
+            x.episode_end.actor = "soak-flood"
+            x.episode_end.env = "calc"
+            x.episode_end.segment_count = 1
+            x.episode_end.total_tokens = 8
+            x.episode_end.outcome = pb.OUTCOME_SUCCESS
+            x.episode_end.group_id = x.episode_end.task_seed = episode >> 2
+            try:
+                d.send(e.SerializeToString(), zmq.NOBLOCK)
+                d.send(x.SerializeToString(), zmq.NOBLOCK)
+                sent += 1
+            except zmq.Again:
+                time.sleep(0.001)
+            while d.poll(0):  # the Acks dropped: the window is ignored
+                d.recv()
+        d.close()
+        self.counts["window_flood_episodes"] = self.counts.get("window_flood_episodes", 0) + sent
+
+    def spoof_heartbeats(self):
+        if not self.actor_names:
+            return
+        victim = self.rng.choice(self.actor_names)
+        for own_hello in (False, True):
+            d = self.dealer(self.ingest)
+            if own_hello:
+                self.hello(d, "soak-spoof")
+            for _ in range(5):
+                e = envelope(victim, self.next_id())
+                e.heartbeat.role = "actor"
+                e.heartbeat.policy_version = 4242424
+                d.send(e.SerializeToString())
+            time.sleep(0.05)
+            d.close()
+
     def run(self, seconds, every):
-        faults = ["model", "collision", "late_end", "garbage", "unread", "names", "stop"]
+        faults = ["model", "collision", "late_end", "garbage", "unread", "names", "stop", "window_flood",
+                  "spoof_heartbeats"]
         end = time.time() + seconds
         i = 0
         while time.time() < end:
@@ -166,9 +236,11 @@ def main():
     p.add_argument("--every", type=float, default=2.0)
     p.add_argument("--stop-pids", default="")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--actor-names", default="")
     a = p.parse_args()
     pids = [int(x) for x in a.stop_pids.split(",") if x]
-    Injector(a.ingest, a.weights, pids, a.seed).run(a.seconds, a.every)
+    names = [x for x in a.actor_names.split(",") if x]
+    Injector(a.ingest, a.weights, pids, a.seed, names).run(a.seconds, a.every)
     return 0
 
 
