@@ -31,8 +31,8 @@ const char *lh_store_path(const lh_store *s) { return s ? s->path : NULL; }
 int lh_store_is_readonly(const lh_store *s) { return s ? s->readonly : 0; }
 int lh_store_open_checked(const lh_store *s) { return s ? s->checked : 0; }
 
-/* Reads the SQLite header magic without SQLite, so that a file of garbage
- * gets its own error before SQLite touches (or, read-write, rewrites) it. */
+/* What a path must be before SQLite opens it: a regular file, or nothing
+ * yet for a read-write open (SQLite creates it). */
 static int check_file(const char *path, int readonly, lh_errbuf *err) {
   struct stat stbuf;
   if (stat(path, &stbuf) != 0) {
@@ -45,18 +45,38 @@ static int check_file(const char *path, int readonly, lh_errbuf *err) {
   }
   if (!S_ISREG(stbuf.st_mode))
     return lh_errbuf_set(err, LH_ESTORE_NOT_SQLITE, "%s is not a regular file", path);
-  if (stbuf.st_size == 0) return 0;
+  return 0;
+}
+
+/* Reads the SQLite header magic before any statement, so that a file of
+ * garbage gets its own error before SQLite reads it as a database (or,
+ * read-write, writes to it). It reads through the descriptor SQLite opened,
+ * never one of its own: closing a second descriptor of the file drops
+ * every POSIX lock the process holds on it, the shared lock of each other
+ * connection to the store in this process included, and another process's
+ * close would then take itself for the last connection and delete the
+ * -wal under them. SQLite's own descriptors of one file are kept open
+ * together while any holds a lock. */
+static int check_header(lh_store *s, lh_errbuf *err) {
+  sqlite3_file *file = NULL;
+  if (sqlite3_file_control(s->db, "main", SQLITE_FCNTL_FILE_POINTER, &file) != SQLITE_OK || !file ||
+      !file->pMethods)
+    return lh_errbuf_set(err, LH_ESTORE_SQLITE, "cannot read %s: SQLite holds no file for it", s->path);
+  sqlite3_int64 bytes = 0;
+  int rc = file->pMethods->xFileSize(file, &bytes);
+  if (rc != SQLITE_OK) return lh_store_sqlite_err(s, rc, "reading the file's size", err);
+  if (bytes == 0) return 0;
   static const char magic[16] = "SQLite format 3";
   char head[16] = {0};
-  FILE *f = fopen(path, "rb");
-  if (!f) return lh_errbuf_set(err, LH_ESTORE_SQLITE, "cannot read %s: %s", path, strerror(errno));
-  size_t n = fread(head, 1, sizeof head, f);
-  fclose(f);
-  if (n < sizeof head || memcmp(head, magic, sizeof magic) != 0)
+  rc = bytes < (sqlite3_int64)sizeof head ? SQLITE_IOERR_SHORT_READ
+                                          : file->pMethods->xRead(file, head, sizeof head, 0);
+  if (rc != SQLITE_OK && rc != SQLITE_IOERR_SHORT_READ)
+    return lh_store_sqlite_err(s, rc, "reading the header", err);
+  if (rc == SQLITE_IOERR_SHORT_READ || memcmp(head, magic, sizeof magic) != 0)
     return lh_errbuf_set(err, LH_ESTORE_NOT_SQLITE,
                          "%s is not a SQLite database (its first bytes are not the SQLite header); "
                          "is --db the right file?",
-                         path);
+                         s->path);
   return 0;
 }
 
@@ -305,7 +325,8 @@ int lh_store_open_with(const char *path, const lh_store_options *o, lh_store **o
     if (src != SQLITE_OK)
       rc = lh_store_sqlite_err(s, src, "opening", err);
     else
-      rc = harden(s, err);
+      rc = check_header(s, err);
+    if (rc >= 0) rc = harden(s, err);
   }
   if (rc >= 0) rc = setup(s, err);
   if (rc < 0) {

@@ -182,9 +182,46 @@ START_TEST(test_full) {
 }
 END_TEST
 
+/* A second connection in one process leaves the first one's locks: the
+ * process holds its shared lock on the store's file while any connection
+ * is open, so another process's close (an eval's, beside a learner) does
+ * not take it for the last one, checkpoint the log and delete the -wal
+ * under the writer. The open's look at the file's first bytes closed a
+ * descriptor of the file, and a close of any descriptor drops every POSIX
+ * lock the process holds on it: the learner's second connection's open
+ * did, and its log was deleted by the next eval to close. */
+START_TEST(test_second_connection_keeps_locks) {
+  char wal[300];
+  snprintf(wal, sizeof wal, "%s-wal", db);
+  lh_store_options o;
+  lh_store_options_default(&o);
+  o.writer = 1;
+  lh_store *writer = NULL;
+  ck_assert_msg(lh_store_open_with(db, &o, &writer, &e) == 0, "%s", e.msg);
+  lh_store *second = open_rw(), *reader = open_ro();
+  lh_store_close(reader);
+  char *other[] = {"store_writer", "write", db, "1", "10", "2", "5", NULL};
+  ck_assert_int_eq(wait_exit(spawn(other, NULL)), 0);
+  ck_assert_msg(access(wal, F_OK) == 0, "%s was deleted by another process's close", wal);
+  ck_assert_msg(lh_store_begin(writer, &e) == 0, "%s", e.msg);
+  ck_assert_msg(lh_store_exec(writer, "INSERT OR REPLACE INTO meta(key, value) VALUES ('t', '1')", &e) >= 0, "%s",
+                e.msg);
+  ck_assert_msg(lh_store_commit(writer, &e) == 0, "%s %s", lh_err_name(e.code), e.msg);
+  ck_assert_msg(lh_store_wal_check(second, &e) == 0, "%s", e.msg);
+  lh_store_close(second);
+  lh_store_close(writer);
+  lh_store *s = open_ro();
+  lh_store_stats st;
+  ck_assert_int_eq(lh_store_stats_get(s, &st, &e), 0);
+  ck_assert_uint_eq(st.episodes, 10);
+  lh_store_close(s);
+}
+END_TEST
+
 void lh_test_store_writers(TCase *tc) {
   tcase_add_test(tc, test_two_writers_one_reader);
   tcase_add_test(tc, test_killed_writer);
   tcase_add_test(tc, test_busy_limit);
   tcase_add_test(tc, test_full);
+  tcase_add_test(tc, test_second_connection_keeps_locks);
 }
