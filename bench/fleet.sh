@@ -16,7 +16,9 @@
 # The reference, measured in the same run with the learner's own BLAS
 # threads: bench_model's training step of the same model at train_window
 # tokens. Then, from these per-process costs, the scaling to 64 actors and
-# 8 learners on paper (README, "Scaling").
+# 8 learners on paper (README, "Scaling"). Flat groups are trained too
+# ([learner] skip_flat_groups = false): a fresh model's are all flat, and
+# what is measured is the learner's work.
 set -euo pipefail
 build=${1:-build}
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,7 +54,7 @@ for n in 1 2 4; do
   w="$root/a$n"
   mkdir -p "$w"
   sed -e "s/^actors = .*/actors = $n/" -e "s/^steps = .*/steps = 0\nduration_s = $seconds/" \
-      -e "s|^total_steps = .*|total_steps = 100000|" "$ini" > "$w/fleet.ini"
+      -e "s|^total_steps = .*|total_steps = 100000\nskip_flat_groups = false|" "$ini" > "$w/fleet.ini"
   if [ -n "${LH_FLEET_INIT:-}" ]; then sed -i "s|^\[fleet\]|[fleet]\ninit = $LH_FLEET_INIT|" "$w/fleet.ini"; fi
   (cd "$w" && LH_ACK_LOG="$w/acks.log" "$bin" launch fleet.ini --status off > launch.out 2>&1) || true
   db="$w/replay.db"

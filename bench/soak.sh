@@ -49,6 +49,8 @@ latent = 16
 expert_hidden = 32
 chunk = 8
 [learner]
+; the fresh model's groups are flat (every reward 0): trained all the same
+skip_flat_groups = false
 batch_episodes = 16
 group_size = 4
 max_policy_lag = 2

@@ -56,6 +56,8 @@ expert_hidden = 8
 chunk = 4
 seed = 3
 [learner]
+; the fresh model's groups are flat (every reward 0): trained all the same
+skip_flat_groups = false
 batch_episodes = 4
 group_size = 4
 train_window = 64

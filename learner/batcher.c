@@ -26,6 +26,11 @@ struct lh_learner_batcher {
   size_t ready;  /* admitted episodes in complete groups */
   size_t pending;
   uint64_t closed_early, discarded;
+  /* lh_learner_batcher_skip_flat */
+  int skip_flat;
+  int (*on_flat)(void *ctx, const lh_learner_batch_item *item);
+  void *flat_ctx;
+  uint64_t flat_groups, flat_episodes;
 };
 
 lh_learner_batcher *lh_learner_batcher_new(size_t batch_episodes, size_t group_size,
@@ -60,17 +65,40 @@ static void remove_group(lh_learner_batcher *b, size_t i) {
   b->n_groups--;
 }
 
-/* Marks group i complete, or discards it when nothing in it was admitted. */
-static void complete(lh_learner_batcher *b, size_t i) {
+/* Whether every arrived member of g has the same reward (two at least):
+ * under grpo and rloo each of its advantages is then 0, so it teaches
+ * nothing. */
+static int flat(const group *g) {
+  if (g->n < 2) return 0;
+  for (size_t j = 1; j < g->n; j++)
+    if (g->items[j].reward != g->items[0].reward) return 0;
+  return 1;
+}
+
+/* Marks group i complete, or discards it when nothing in it was admitted
+ * or, with skip_flat, when it is flat (its admitted members go to
+ * on_flat). A negative code of on_flat is returned; the group is gone
+ * either way. */
+static int complete(lh_learner_batcher *b, size_t i) {
   group *g = &b->groups[i];
   b->pending--;
   if (g->admitted == 0) {
     b->discarded++;
     remove_group(b, i);
-    return;
+    return 0;
+  }
+  if (b->skip_flat && flat(g)) {
+    int rc = 0;
+    for (size_t j = 0; j < g->n && !rc; j++)
+      if (g->items[j].admitted && b->on_flat) rc = b->on_flat(b->flat_ctx, &g->items[j]);
+    b->flat_groups++;
+    b->flat_episodes += g->admitted;
+    remove_group(b, i);
+    return rc;
   }
   g->completed = ++b->next_completion;
   b->ready += g->admitted;
+  return 0;
 }
 
 int lh_learner_batcher_add(lh_learner_batcher *b, const lh_learner_batch_item *item, lh_errbuf *err) {
@@ -101,15 +129,13 @@ int lh_learner_batcher_add(lh_learner_batcher *b, const lh_learner_batch_item *i
   group *g = &b->groups[gi];
   g->items[g->n++] = *item;
   g->admitted += item->admitted != 0;
-  if (g->n == b->group_size) {
-    complete(b, gi);
-  } else if (b->pending > b->max_pending) {
+  if (g->n == b->group_size) return complete(b, gi);
+  if (b->pending > b->max_pending) {
     /* Close the oldest incomplete group (the array is in arrival order). */
     for (size_t i = 0; i < b->n_groups; i++)
       if (!b->groups[i].completed) {
         b->closed_early++;
-        complete(b, i);
-        break;
+        return complete(b, i);
       }
   }
   return 0;
@@ -185,6 +211,17 @@ size_t lh_learner_batcher_ready(const lh_learner_batcher *b) { return b ? b->rea
 size_t lh_learner_batcher_pending_groups(const lh_learner_batcher *b) { return b ? b->pending : 0; }
 uint64_t lh_learner_batcher_closed_early(const lh_learner_batcher *b) { return b ? b->closed_early : 0; }
 uint64_t lh_learner_batcher_discarded(const lh_learner_batcher *b) { return b ? b->discarded : 0; }
+
+void lh_learner_batcher_skip_flat(lh_learner_batcher *b, int on,
+                                  int (*on_flat)(void *ctx, const lh_learner_batch_item *item), void *ctx) {
+  if (!b) return;
+  b->skip_flat = on, b->on_flat = on_flat, b->flat_ctx = ctx;
+}
+
+void lh_learner_batcher_flat(const lh_learner_batcher *b, uint64_t *groups, uint64_t *episodes) {
+  if (groups) *groups = b ? b->flat_groups : 0;
+  if (episodes) *episodes = b ? b->flat_episodes : 0;
+}
 
 void lh_learner_batcher_set_batch(lh_learner_batcher *b, size_t batch_episodes) {
   if (b && batch_episodes >= 1) b->batch_episodes = batch_episodes;

@@ -41,6 +41,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, keep_checkpoints, 0, LH_MAX_COUNT),
     LH_INI_KEY_BOOL(T, routing_replay),
     LH_INI_KEY_BOOL(T, share_prefix),
+    LH_INI_KEY_BOOL(T, skip_flat_groups),
     LH_INI_KEY_CHOICE(T, state_mode, "exact", "stored"),
     LH_INI_KEY_CHOICE(T, loss_norm, "token", "episode"),
     LH_INI_KEY_U64(T, burn_in, 0, LH_MAX_WINDOW_TOKENS),
@@ -94,6 +95,7 @@ void lh_learner_config_default(lh_learner_config *c) {
   c->keep_checkpoints = 3;
   c->routing_replay = 0;
   c->share_prefix = 1;
+  c->skip_flat_groups = 1;
   c->state_mode = LH_LEARNER_STATE_EXACT;
   c->loss_norm = LH_LEARNER_LOSS_NORM_TOKEN;
   c->burn_in = 64;

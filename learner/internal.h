@@ -334,7 +334,9 @@ lh_learner_batcher *lh_learner_batcher_new(size_t batch_episodes, size_t group_s
                                            size_t max_pending_groups, lh_errbuf *err);
 void lh_learner_batcher_free(lh_learner_batcher *b);
 /* Adds one episode. LH_ELEARNER_BATCH_DUPLICATE for an episode id already
- * pending, LH_ELEARNER_BATCH_GROUP_FULL for a member beyond group_size. */
+ * pending, LH_ELEARNER_BATCH_GROUP_FULL for a member beyond group_size;
+ * a negative code of on_flat (lh_learner_batcher_skip_flat) when the
+ * episode completed a flat group. */
 int lh_learner_batcher_add(lh_learner_batcher *b, const lh_learner_batch_item *item, lh_errbuf *err);
 /* When a batch is ready: copies its admitted episodes, group by group, into
  * out (room for cap; batch_episodes + group_size - 1 always suffices),
@@ -349,6 +351,15 @@ int lh_learner_batcher_take(lh_learner_batcher *b, lh_learner_batch_item *out, s
  * stops it). Groups with a fresh member stay whole. */
 long lh_learner_batcher_drop_stale(lh_learner_batcher *b, uint64_t min_version,
                                    int (*on_drop)(void *ctx, const lh_learner_batch_item *item), void *ctx);
+/* With on, a group whose arrived members all have the same reward (two at
+ * least) is dropped when it completes instead of waiting for a batch:
+ * under grpo and rloo its advantages are all 0, so a step would spend a
+ * forward and a backward on it and learn nothing, and the batch fills from
+ * other groups instead. on_flat (may be NULL) sees each admitted episode
+ * of such a group. lh_learner_batcher_flat counts them. */
+void lh_learner_batcher_skip_flat(lh_learner_batcher *b, int on,
+                                  int (*on_flat)(void *ctx, const lh_learner_batch_item *item), void *ctx);
+void lh_learner_batcher_flat(const lh_learner_batcher *b, uint64_t *groups, uint64_t *episodes);
 /* From now on a batch holds at least batch_episodes (>= 1) admitted
  * episodes (a context-extension stage's own batch size). */
 void lh_learner_batcher_set_batch(lh_learner_batcher *b, size_t batch_episodes);
@@ -509,6 +520,7 @@ typedef struct {
                              connection, or a Hello in a name held under another CURVE key */
   uint64_t held_hello;    /* answered ACK_RETRY: in a name its connection has said no Hello under */
   uint64_t held_window;   /* answered ACK_RETRY: a new episode past its name's window */
+  uint64_t held_prefix;   /* answered ACK_RETRY: a member of a shared prefix whose leader is not stored yet */
   uint64_t bad_frames;  /* messages with a wrong frame count (not acked) */
   uint64_t hellos, heartbeats;
   uint64_t segments, episode_ends;  /* stored or duplicate, by kind */
@@ -635,6 +647,11 @@ typedef struct {
    * bridged from a stored state or by recomputation. */
   size_t run_positions, states_used, burn_ins;
   double logp_diff_mean;  /* mean |learner - behavior logp| over this rank's current-version tokens */
+  /* Of tokens, those trained with an advantage of exactly 0 (every rank's);
+   * and the groups left out as flat since the previous step
+   * (lh_learner_batcher_skip_flat: every reward the same). */
+  size_t zero_adv_tokens;
+  uint64_t flat_groups;
 } lh_learner_train_stats;
 
 /* st (may be NULL) is a resumed state (step, version, position, baseline,

@@ -158,6 +158,12 @@ typedef struct {
    * group's shared first observation; learner/shared_prefix.c). Not with
    * expert_parallel > 1. (true) */
   int share_prefix;
+  /* A group whose rewards are all the same is not trained: under grpo and
+   * rloo its advantages are all 0 (it would cost a forward and a backward
+   * and teach nothing), so it is left out when it completes and the batch
+   * fills from other groups; counted in train_steps.flat_groups. No effect
+   * under reinforce, whose advantages are against a running mean. (true) */
+  int skip_flat_groups;
   /* Where a training window's attention state comes from (ARCHITECTURE.md
    * §5 "Stored state"): exact recomputes the whole prefix under the current
    * weights; stored starts from the nearest state the actor sent

@@ -100,6 +100,7 @@ struct lh_learner_trainer {
   uint64_t stage_dropped_pending;  /* carry drops not yet summed over the ranks */
   int stage_row_replace;           /* the next stages row drops later stages' rows (a resume) */
   int last_skipped;                /* the last step was skipped (its version was not published) */
+  uint64_t flat_groups_counted;    /* the batcher's flat groups at the previous train_steps row */
   /* [learner] share_prefix in exact mode: the state before each
    * episode's first trained window, shared by the episodes of a step
    * whose positions before it are the same (learner/shared_prefix.c);
@@ -155,6 +156,13 @@ static int apply_stage(lh_learner_trainer *t) {
   return size_batch(t);
 }
 
+/* An admitted episode of a flat group (lh_learner_batcher_skip_flat):
+ * done with, as a trained one is, so that no scan offers it again. */
+static int on_flat(void *ctx, const lh_learner_batch_item *item) {
+  lh_learner_trainer *t = ctx;
+  return set_add(&t->done, item->episode_id);
+}
+
 int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config *cfg, float temperature,
                            const lh_learner_state *st, lh_learner_trainer **out, lh_errbuf *err) {
   if (!m || !store || !cfg || !out) return lh_errbuf_set(err, LH_EINVAL, "train: NULL model, store, config or out");
@@ -197,6 +205,9 @@ int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config
     lh_errbuf_set(err, rc, "train: cannot create the balancer: %s", lh_strerror(rc));
   else if (cfg->share_prefix && cfg->state_mode == LH_LEARNER_STATE_EXACT)
     rc = lh_learner_prefix_cache_new(lh_model_state_floats(mc), &t->prefixes, err);
+  if (!rc)
+    lh_learner_batcher_skip_flat(t->batcher, cfg->skip_flat_groups && cfg->advantage != LH_LEARNER_ADV_REINFORCE,
+                                 on_flat, t);
   if (rc) {
     lh_learner_trainer_free(t);
     return rc;
@@ -427,6 +438,7 @@ typedef struct {
   size_t run_positions;    /* positions the forward ran over (windows and burn-ins) */
   size_t states_used;      /* windows started from an actor's stored state */
   size_t burn_ins;         /* gaps before a trained window bridged (stored state or recomputation) */
+  size_t zero_adv_tokens;  /* sampled tokens trained with an advantage of exactly 0 */
   int nonfinite;  /* a window's log-probabilities were not finite: skip the step */
 } step_acc;
 
@@ -709,6 +721,7 @@ static int train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, co
       acc->ratio_sum += ps.ratio_mean * (double)ps.tokens;
       if (ps.ratio_max > acc->ratio_max) acc->ratio_max = ps.ratio_max;
       acc->tokens += ps.tokens;
+      for (size_t i = 0; i < n; i++) acc->zero_adv_tokens += w.mask[i] && w.adv[i] == 0.0f;
       if (ps.current_tokens) {
         acc->current += ps.current_tokens;
         acc->logp_diff_sum += ps.logp_diff_mean * (double)ps.current_tokens;
@@ -1033,6 +1046,7 @@ static int read_batch(lh_learner_trainer *t, step_batch *b, lh_errbuf *err) {
 static void step_figures(const step_acc *acc, double norm, lh_learner_train_stats *st) {
   st->loss = acc->loss, st->policy_loss = acc->policy_loss, st->grad_norm = norm, st->tokens = acc->tokens;
   st->run_positions = acc->run_positions, st->states_used = acc->states_used, st->burn_ins = acc->burn_ins;
+  st->zero_adv_tokens = acc->zero_adv_tokens;
   st->logp_diff_mean = acc->current ? acc->logp_diff_sum / (double)acc->current : NAN;
   st->lag_mean = acc->tokens ? acc->lag_sum / (double)acc->tokens : 0, st->lag_max = acc->lag_max;
   st->logp_diff = acc->current ? acc->logp_diff : NAN, st->current_tokens = acc->current;
@@ -1101,10 +1115,14 @@ static int optimize(lh_learner_trainer *t, step_batch *b, double gN, double gE, 
 typedef struct {
   double rsum, succ, trained, dropped_stale;
   double own, own_tokens, own_succ, carried, carry_dropped;
+  double flat_groups;  /* left out as flat since the previous step (every rank's) */
+  uint64_t flat_now;   /* this rank's batcher's count, for the next step's */
+  double zero_adv_tokens;  /* sampled tokens trained with an advantage of 0 (every rank's) */
 } step_counts;
 
 /* Counts what this rank trained, summed over every rank's batch when sum. */
-static int count_trained(lh_learner_trainer *t, const step_batch *b, int sum, step_counts *c, lh_errbuf *err) {
+static int count_trained(lh_learner_trainer *t, const step_batch *b, int sum, size_t zero_adv_tokens, step_counts *c,
+                         lh_errbuf *err) {
   double rsum = 0;
   size_t succ = 0, trained = 0;
   double own = 0, own_tokens = 0, own_succ = 0, carried = 0, carry_dropped = (double)t->stage_dropped_pending;
@@ -1115,13 +1133,16 @@ static int count_trained(lh_learner_trainer *t, const step_batch *b, int sum, st
     if (b->earlier[i]) carried++;
     else if (b->eps[i]->sampled) own++, own_tokens += (double)b->eps[i]->n, own_succ += b->success[i];
   }
-  double v[9] = {rsum, (double)succ, (double)trained, (double)t->admission.dropped_stale, own, own_tokens,
-                 own_succ, carried, carry_dropped};
+  uint64_t flat = 0;
+  lh_learner_batcher_flat(t->batcher, &flat, NULL);
+  double v[11] = {rsum, (double)succ, (double)trained, (double)t->admission.dropped_stale, own, own_tokens,
+                  own_succ, carried, carry_dropped, (double)(flat - t->flat_groups_counted), (double)zero_adv_tokens};
   /* The train_steps row's figures over every rank's batch. */
-  if (sum) LH_TRY(lh_learner_comm_allreduce_f64(t->comm, v, 9, LH_LEARNER_COMM_SUM, err));
+  if (sum) LH_TRY(lh_learner_comm_allreduce_f64(t->comm, v, 11, LH_LEARNER_COMM_SUM, err));
   *c = (step_counts){.rsum = v[0], .succ = (double)(size_t)v[1], .trained = (double)(size_t)v[2],
                      .dropped_stale = v[3], .own = v[4], .own_tokens = v[5], .own_succ = v[6],
-                     .carried = v[7], .carry_dropped = v[8]};
+                     .carried = v[7], .carry_dropped = v[8], .flat_groups = v[9], .flat_now = flat,
+                     .zero_adv_tokens = v[10]};
   return 0;
 }
 
@@ -1163,6 +1184,7 @@ static int write_row(lh_learner_trainer *t, const lh_learner_train_stats *st, do
   row.skipped = st->skipped, row.step_ms = st->step_ms, row.busy_frac = st->busy_frac;
   row.approx_kl = st->approx_kl, row.entropy = st->entropy, row.clip_frac = st->clip_frac;
   row.iw_mean = st->iw_mean, row.iw_max = st->iw_max;
+  row.flat_groups = st->flat_groups, row.zero_adv_tokens = st->zero_adv_tokens;
   backlog_update(t);
   row.stale_share = lh_learner_trainer_stale_share(t), row.backlog_cap = t->backlog_cap;
   const lh_model_config *mc = lh_model_get_config(t->m);
@@ -1231,7 +1253,7 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   st.serve_ms = (double)(x1.serve_ns - x0.serve_ns) / 1e6;
   st.exchange_bytes = x1.bytes - x0.bytes;
   step_counts c = {0};
-  if (!rc) rc = count_trained(t, &b, multi && gN > 0, &c, err);
+  if (!rc) rc = count_trained(t, &b, multi && gN > 0, st.zero_adv_tokens, &c, err);
   batch_free(&b);
   if (rc) return rc;
   size_t m = (size_t)c.trained;
@@ -1239,7 +1261,10 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   st.allreduce_ms = lh_learner_comm_backend_ms(t->comm) - reduce_ms0;
   st.reward_mean = m ? c.rsum / (double)m : 0;
   st.success_rate = m ? c.succ / (double)m : 0;
+  st.flat_groups = (uint64_t)c.flat_groups;
+  st.zero_adv_tokens = (size_t)c.zero_adv_tokens;
   if (gN == 0) return 0;  /* nothing to train on (on any rank): no step */
+  t->flat_groups_counted = c.flat_now;
   t->step++;
   st.version = t->version;
   int64_t row_ns = lh_now_ns();

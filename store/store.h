@@ -39,7 +39,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 13
+#define LH_STORE_SCHEMA_VERSION 14
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
@@ -247,6 +247,12 @@ int lh_store_in_batch(const lh_store *s);
  * names the episode and what differs). The ingest answers it
  * ACK_REJECTED: a resend would be refused again. */
 #define LH_STORE_REFUSED (-1)
+/* *inserted for a member of a shared prefix whose leader is not stored,
+ * or not yet the segment that ends where the prefix does while the
+ * leader may still send it (a leader's message held back and resent can
+ * come after its members'): not stored, err says why; the ingest answers
+ * ACK_RETRY for a while, then ACK_REJECTED (learner/ingest.c). */
+#define LH_STORE_NO_PREFIX (-2)
 
 /* Validates seg (lh_wire_validate_segment with the store's limits), stores
  * its encoding (lh_wire_segment_encode) as the payload under (episode_id,
@@ -449,6 +455,10 @@ typedef struct {
    * the share of tokens whose gradient the clip or cap cut, and the
    * importance weights r = p/behaviour: mean and largest. */
   double approx_kl, entropy, clip_frac, iw_mean, iw_max;
+  /* Schema 14: groups left out as flat since the previous step (every
+   * reward the same, [learner] skip_flat_groups), and the sampled tokens
+   * trained with an advantage of exactly 0. */
+  uint64_t flat_groups, zero_adv_tokens;
 } lh_store_train_step;
 /* Non-finite loss and metrics are stored as NULL. With experts > 0 and
  * expert_load set, the layers * experts loads go to train_step_experts in
@@ -498,6 +508,9 @@ typedef struct {
   uint32_t payloads_dropped;       /* segments whose payload retention removed */
   int64_t created_ms, updated_ms, ended_ms;  /* ended_ms 0 while running */
   int64_t swept_ms;                /* when the idle sweep ended it; 0 if it never did */
+  /* Its first prefix_tokens tokens are episode prefix_episode's, its
+   * group's shared prefix (both 0: the episode is whole; schema 14) */
+  uint64_t prefix_episode, prefix_tokens;
 } lh_episode_row;
 
 /* Which episodes lh_store_episodes visits. Fields left as
@@ -542,7 +555,16 @@ typedef struct {
   uint32_t missing_count;     /* seq numbers with no row */
   uint32_t missing_listed;    /* entries of missing[] used */
   uint32_t missing[LH_STORE_MAX_GAPS];  /* the first missing seq numbers, ascending */
-  int complete;               /* has_end, no gap, nothing dropped, received == expected */
+  int complete;               /* has_end, no gap, nothing dropped, received == expected,
+                                 and a shared prefix (below) whole */
+  /* A shared prefix (schema 14): the episode's first prefix_tokens tokens
+   * are episode prefix_episode's segments that end there, walked first
+   * (their episode_id is prefix_episode's); prefix_segments of them were
+   * stored with payloads, and prefix_whole says they cover the prefix
+   * without a gap or a dropped payload. */
+  uint64_t prefix_episode, prefix_tokens;
+  uint32_t prefix_segments;
+  int prefix_whole;
 } lh_segment_report;
 
 /* Called per stored segment in seq order. seg is the decoded, validated
@@ -550,7 +572,8 @@ typedef struct {
  * retention dropped it. Return as for lh_store_episode_fn. */
 typedef int (*lh_store_segment_fn)(void *ctx, uint32_t seq, const Longhaul__Segment *seg);
 
-/* Reassembles episode id: decodes each stored payload with
+/* Reassembles episode id (a member of a shared prefix: the prefix's
+ * segments first, as the report says, then its own): decodes each stored payload with
  * lh_wire_segment_decode (LH_ESTORE_PAYLOAD naming the episode and seq when
  * one does not decode or names another episode/seq), hands it to fn (may
  * be NULL to only check) and fills *report (may be NULL). Gaps are not an
@@ -564,7 +587,8 @@ int lh_store_episode_segments_array(lh_store *s, uint64_t id, Longhaul__Segment 
                                     size_t *count, lh_segment_report *report, lh_errbuf *err);
 /* The recurrent state stored with one of episode's segments (Segment.state,
  * schema 9: kept in segments.state, not in the payload) at the largest
- * offset <= at_most: returns 1 with *offset and state[0..n) (float32,
+ * offset <= at_most, or when none of its own is, one of its shared
+ * prefix's segments at an offset up to the prefix's end: returns 1 with *offset and state[0..n) (float32,
  * native byte order), 0 when there is none; LH_ESTORE_PAYLOAD when the
  * stored one is not n floats. Its values are as the ingest checked them;
  * a caller that distrusts the file checks them again. */

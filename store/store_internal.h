@@ -42,6 +42,7 @@ typedef struct {
    * segment of the batch is checked against without a query. */
   int has_count;           /* an EpisodeEnd is stored: segment_count holds */
   uint32_t segment_count;
+  uint64_t prefix_episode, prefix_tokens;  /* its shared prefix (0: whole) */
   char actor[LH_STORE_NAME_BYTES], env[LH_STORE_NAME_BYTES];
 } lh_store_pending_episode;
 

@@ -43,7 +43,7 @@ void lh_episode_filter_init(lh_episode_filter *f) {
 #define EPISODE_COLUMNS                                                                    \
   "id, actor, env, task_seed, group_id, status, outcome, error, steps, tokens,"            \
   " tokens_received, reward, min_version, max_version, ended_ms, segment_count,"           \
-  " segments_received, payloads_dropped, created_ms, updated_ms, swept_ms"
+  " segments_received, payloads_dropped, created_ms, updated_ms, swept_ms, prefix_episode, prefix_tokens"
 
 /* Every filter is a bound parameter; an unused one is bound so that its
  * clause is true. The status mask is tested bit by bit on the status's
@@ -88,6 +88,8 @@ static void read_row(sqlite3_stmt *st, lh_episode_row *r) {
   r->created_ms = sqlite3_column_int64(st, 18);
   r->updated_ms = sqlite3_column_int64(st, 19);
   r->swept_ms = sqlite3_column_int64(st, 20);
+  r->prefix_episode = lh_store_column_u64(st, 21);
+  r->prefix_tokens = lh_store_column_u64(st, 22);
 }
 
 int lh_store_episodes(lh_store *s, const lh_episode_filter *f, lh_store_episode_fn fn, void *ctx,

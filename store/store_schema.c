@@ -306,6 +306,18 @@ static const char schema_v13[] =
     "  state BLOB,"
     "  PRIMARY KEY (episode, seq));";
 
+/* Version 14 ("shared prefixes"): an episode whose first tokens are its
+ * group's shared prefix names the episode that holds them (the group's
+ * leader, same actor and group) and how many (NULL: the episode is whole;
+ * ARCHITECTURE.md §6 "Shared prefixes"); a train step counts the groups
+ * left out as flat (every reward the same: nothing to learn under grpo or
+ * rloo) and the sampled tokens it trained with an advantage of 0. */
+static const char schema_v14[] =
+    "ALTER TABLE episodes ADD COLUMN prefix_episode INTEGER;"
+    "ALTER TABLE episodes ADD COLUMN prefix_tokens INTEGER;"
+    "ALTER TABLE train_steps ADD COLUMN flat_groups INTEGER;"
+    "ALTER TABLE train_steps ADD COLUMN zero_adv_tokens INTEGER;";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
@@ -325,6 +337,8 @@ const lh_store_migration lh_store_migrations[] = {
     {12, "policy_versions.checksum_algo: xxh3_64 from now on, lh_mx64 for rows from before", schema_v12},
     {13, "payload rows: segment_payloads holds each new segment's payload and state, deleted by retention",
      schema_v13},
+    {14, "shared prefixes: episodes.prefix_episode, prefix_tokens; train_steps.flat_groups, zero_adv_tokens",
+     schema_v14},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 
@@ -345,6 +359,7 @@ const uint64_t lh_store_schema_fingerprints[] = {
     0x00183134517212e4ull,  /* 11 */
     0xee7380254c4bfdceull,  /* 12 */
     0x578c240b0191d5ecull,  /* 13 */
+    0xc5862f1b934b36f1ull,  /* 14 */
 };
 
 _Static_assert(sizeof lh_store_schema_fingerprints / sizeof lh_store_schema_fingerprints[0] ==

@@ -64,12 +64,13 @@ static int update_balance(lh_store *s, const lh_store_train_step *t, lh_errbuf *
   return rc < 0 ? rc : 0;
 }
 
-/* The step's PPO diagnostics (schema 11), on the row just inserted. */
+/* The step's PPO diagnostics (schema 11) and its flat groups and tokens of
+ * advantage 0 (schema 14), on the row just inserted. */
 static int update_ppo(lh_store *s, const lh_store_train_step *t, lh_errbuf *err) {
   sqlite3_stmt *st;
   LH_TRY(lh_store_prepare(s,
                           "UPDATE train_steps SET approx_kl = ?2, entropy = ?3, clip_frac = ?4, iw_mean = ?5,"
-                          " iw_max = ?6 WHERE step = ?1",
+                          " iw_max = ?6, flat_groups = ?7, zero_adv_tokens = ?8 WHERE step = ?1",
                           &st, err));
   lh_store_bind_u64(st, 1, t->step);
   bind_metric(st, 2, t->approx_kl);
@@ -77,6 +78,8 @@ static int update_ppo(lh_store *s, const lh_store_train_step *t, lh_errbuf *err)
   bind_metric(st, 4, t->clip_frac);
   bind_metric(st, 5, t->iw_mean);
   bind_metric(st, 6, t->iw_max);
+  lh_store_bind_u64(st, 7, t->flat_groups);
+  lh_store_bind_u64(st, 8, t->zero_adv_tokens);
   int rc = lh_store_step(s, st, "storing a train step's PPO diagnostics", err);
   sqlite3_finalize(st);
   return rc < 0 ? rc : 0;
@@ -270,7 +273,8 @@ int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
                           "SELECT step, version, run_id, loss, reward_mean, success_rate, tokens,"
                           " episodes, dropped_stale, lag_mean, lag_max, logp_diff, grad_norm, lr,"
                           " skipped, maxvio, step_ms, time_ms, busy_frac, stale_share, backlog_cap, positions,"
-                          " dead, balance, balance_ms, approx_kl, entropy, clip_frac, iw_mean, iw_max"
+                          " dead, balance, balance_ms, approx_kl, entropy, clip_frac, iw_mean, iw_max,"
+                          " flat_groups, zero_adv_tokens"
                           " FROM train_steps"
                           " WHERE step >= ?1 ORDER BY step LIMIT ?2",
                           &st, err));
@@ -329,6 +333,8 @@ int lh_store_train_steps(lh_store *s, uint64_t from_step, uint32_t limit,
     t->clip_frac = column_metric(st, 27);
     t->iw_mean = column_metric(st, 28);
     t->iw_max = column_metric(st, 29);
+    t->flat_groups = lh_store_column_u64(st, 30);
+    t->zero_adv_tokens = lh_store_column_u64(st, 31);
     int r = read_experts(s, &c, t, err);
     if (r < 0) {
       rc = r;

@@ -145,6 +145,9 @@ int lrfx_write_run_config(const char *path, const char *dir, const char *learner
                    "[model]\nd_model = 16\nlayers = 2\nheads = 2\nexperts = 4\ntopk = 2\n"
                    "shared_experts = 1\nlatent = 8\nexpert_hidden = 8\nchunk = 4\nseed = 3\n"
                    "[learner]\n%s"
+                   /* the tiny model's groups are flat (every reward 0);
+                    * the tests count its steps */
+                   "skip_flat_groups = false\n"
                    "ingest_endpoint = %s\nweights_pub_endpoint = ipc://%s/pub\n"
                    "weights_endpoint = ipc://%s/w\ndb = %s/replay.db\nckpt_dir = %s/ckpt\n"
                    "[actor]\nlearner_endpoint = %s\nweights_pub_endpoint = ipc://%s/pub\n"

@@ -122,6 +122,9 @@ typedef struct {
    * step's wall time in balancing; balance: the rule of the last step */
   double *dead_total, *balance_ms;
   char balance[16];
+  /* groups left out as flat since the step before, and the share of its
+   * sampled tokens trained with an advantage of 0 (schema 14; NAN before) */
+  double *flat_groups, *zero_adv_share;
   /* PPO diagnostics (schema 11; NAN before) and the optimizer's figures */
   double *approx_kl, *entropy, *clip_frac, *iw_mean, *iw_max, *grad_norm, *lr, *logp_diff;
   /* the other x axes of a step: policy version after it, seconds since

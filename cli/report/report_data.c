@@ -27,6 +27,8 @@ void lh_report_data_free(lh_report_data *d) {
   free(d->lag_mean);
   free(d->stale_share);
   free(d->dead_total);
+  free(d->flat_groups);
+  free(d->zero_adv_share);
   free(d->balance_ms);
   free(d->lag_max);
   free(d->tok_s_step);
@@ -239,7 +241,8 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
     size_t cap = d->step_cap ? d->step_cap * 2 : 256;
     double **cols[] = {&d->step, &d->loss, &d->reward_mean, &d->success_rate,
                        &d->lag_mean, &d->lag_max, &d->tok_s_step, &d->tok_s_wall, &d->stale_share,
-                       &d->dead_total, &d->balance_ms, &d->approx_kl, &d->entropy, &d->clip_frac,
+                       &d->dead_total, &d->balance_ms, &d->flat_groups, &d->zero_adv_share, &d->approx_kl,
+                       &d->entropy, &d->clip_frac,
                        &d->iw_mean, &d->iw_max, &d->grad_norm, &d->lr, &d->logp_diff,
                        &d->step_version, &d->wall_s, &d->samples};
     for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++)
@@ -269,6 +272,9 @@ static int on_step(void *ctx, const lh_store_train_step *t) {
   d->wall_s[i] = i ? (double)(t->time_ms - d->time_ms[0]) / 1000.0 : 0.0;
   d->samples[i] = (i ? d->samples[i - 1] : 0.0) + (double)t->tokens;
   d->balance_ms[i] = t->balance_ms;
+  /* a row from before schema 14 reads 0 for both: drawn as measured then */
+  d->flat_groups[i] = (double)t->flat_groups;
+  d->zero_adv_share[i] = t->tokens ? (double)t->zero_adv_tokens / (double)t->tokens : NAN;
   d->dead_total[i] = t->layers && t->balance[0] ? 0 : NAN;
   for (uint32_t l = 0; l < t->layers && l < LH_STORE_MAX_LAYERS && isfinite(d->dead_total[i]); l++)
     d->dead_total[i] = t->dead[l] >= 0 ? d->dead_total[i] + t->dead[l] : NAN;

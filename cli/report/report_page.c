@@ -527,9 +527,17 @@ void lh_report_page(lh_str *b, const lh_report_run *runs, size_t nruns, const lh
              f_success, 1, &unit);
   step_chart(b, &p, "svg-loss", "Loss over train steps", "loss", f_loss, 1, &none);
   step_chart(b, &p, "svg-tokens", "Trained tokens per second", "tokens/s", f_tok, 2, &zero);
+  static const field f_flat[] = {FIELD("flat groups", flat_groups)};
+  static const field f_zero[] = {FIELD("advantage 0", zero_adv_share)};
+  step_chart(b, &p, "svg-flat-groups", "Groups left out as flat (every reward the same) before each train step",
+             "groups", f_flat, 1, &zero);
+  step_chart(b, &p, "svg-zero-adv", "Share of each step's trained tokens whose advantage was 0", "share", f_zero, 1,
+             &unit);
   lh_str_puts(b, "<p class=\"note\">Tokens the learner trained on per second of the step itself, and per "
                     "wall-clock second since the previous step (which includes waiting for episodes). A dashed "
-                    "line marks where a context-extension stage began.</p>\n");
+                    "line marks where a context-extension stage began. A flat group teaches nothing under grpo "
+                    "or rloo (each of its advantages is 0): with <code>[learner] skip_flat_groups</code> it is "
+                    "left out, counted here, and the steps train groups that teach (schema 14).</p>\n");
   lh_str_puts(b, "</div>\n<h2>PPO diagnostics</h2>\n<div class=\"grid\">\n");
   static const field f_kl[] = {FIELD("approx KL", approx_kl)};
   static const field f_ent[] = {FIELD("entropy", entropy)};

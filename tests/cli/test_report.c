@@ -205,6 +205,7 @@ static void build_fixture(void) {
     t.approx_kl = 0.001 * (double)step, t.entropy = 3.0 - 0.1 * (double)step, t.clip_frac = 0.02 * (double)step;
     t.iw_mean = 1.0 + 0.01 * (double)step, t.iw_max = 2.0 + 0.5 * (double)step;
     t.grad_norm = 10.0 / (double)step, t.lr = 1e-4, t.logp_diff = 0.001;
+    t.flat_groups = step % 3, t.zero_adv_tokens = step == 2 ? t.tokens / 4 : 0; /* schema 14 */
     t.time_ms = 1700000000000LL + 500 * (int64_t)step;
     ck_assert_msg(lh_store_put_train_step(s, &t, NULL, &err) == 0, "train step: %s", err.msg);
   }
@@ -791,6 +792,10 @@ START_TEST(test_dashboard) {
   HAS(chart(html, "svg-lr"), "lr at train step 1: 0.0001</title>");
   HAS_NOT(chart(html, "svg-lr"), "class=\"smooth\"");  /* a schedule is drawn as it is */
   HAS(chart(html, "svg-logp-diff"), "logp diff at train step 1: 0.001</title>");
+  /* flat groups left out and tokens of advantage 0 (schema 14) */
+  HAS(chart(html, "svg-flat-groups"), "flat groups at train step 5: 2</title>");
+  HAS(chart(html, "svg-zero-adv"), "advantage 0 at train step 2: 0.25</title>");
+  HAS(chart(html, "svg-zero-adv"), "advantage 0 at train step 3: 0</title>");
   /* Curves per environment: one per environment. */
   c = chart(html, "svg-env-success");
   HAS(c, "data-series=\"calc\"");

@@ -159,6 +159,74 @@ START_TEST(test_stale_groups_dropped) {
 }
 END_TEST
 
+/* Flat groups (every reward the same) are left out as they complete, their
+ * admitted episodes handed to on_flat, counted; the batch forms from the
+ * groups that teach; off, they wait like any other; a group of one is
+ * never flat; a stale member's reward counts toward flatness. */
+typedef struct {
+  uint64_t ids[16];
+  int n;
+} flat_seen;
+
+static int on_flat(void *ctx, const lh_learner_batch_item *it) {
+  flat_seen *f = ctx;
+  f->ids[f->n++] = it->episode_id;
+  return 0;
+}
+
+static void add_reward(lh_learner_batcher *b, uint64_t ep, uint64_t group, float reward, int admitted) {
+  lh_learner_batch_item it = {.episode_id = ep, .group_id = group, .reward = reward, .admitted = admitted};
+  lh_errbuf e;
+  ck_assert_msg(lh_learner_batcher_add(b, &it, &e) == 0, "%s", e.msg);
+}
+
+START_TEST(test_flat_groups_skipped) {
+  lh_learner_batcher *b = lh_learner_batcher_new(4, 2, 100, NULL);
+  flat_seen f = {0};
+  lh_learner_batcher_skip_flat(b, 1, on_flat, &f);
+  lh_learner_batch_item out[8];
+  size_t n;
+  add_reward(b, 1, 10, 0.0f, 1);
+  add_reward(b, 2, 10, 0.0f, 1);  /* flat: all failed */
+  add_reward(b, 3, 11, 1.0f, 1);
+  add_reward(b, 4, 11, 1.0f, 0);  /* flat: all solved (one stale: counts, not handed on) */
+  add_reward(b, 5, 12, 1.0f, 1);
+  add_reward(b, 6, 12, 0.0f, 1);  /* teaches */
+  ck_assert_uint_eq(lh_learner_batcher_ready(b), 2);
+  ck_assert_int_eq(lh_learner_batcher_take(b, out, 8, &n, NULL), 0);
+  add_reward(b, 7, 13, 0.5f, 1);
+  add_reward(b, 8, 13, 0.25f, 1);
+  ck_assert_int_eq(lh_learner_batcher_take(b, out, 8, &n, NULL), 1);
+  ck_assert_uint_eq(n, 4);
+  uint64_t want[4] = {5, 6, 7, 8};
+  for (int i = 0; i < 4; i++) ck_assert_uint_eq(out[i].episode_id, want[i]);
+  uint64_t groups, episodes;
+  lh_learner_batcher_flat(b, &groups, &episodes);
+  ck_assert_uint_eq(groups, 2);
+  ck_assert_uint_eq(episodes, 3);
+  ck_assert_int_eq(f.n, 3);
+  ck_assert_uint_eq(f.ids[0], 1);
+  ck_assert_uint_eq(f.ids[1], 2);
+  ck_assert_uint_eq(f.ids[2], 3);
+  lh_learner_batcher_free(b);
+
+  /* Off: a flat group waits for a batch like any other. */
+  b = lh_learner_batcher_new(2, 2, 100, NULL);
+  add_reward(b, 1, 10, 0.0f, 1);
+  add_reward(b, 2, 10, 0.0f, 1);
+  ck_assert_int_eq(lh_learner_batcher_take(b, out, 8, &n, NULL), 1);
+  ck_assert_uint_eq(n, 2);
+  lh_learner_batcher_free(b);
+
+  /* Groups of one are never flat. */
+  b = lh_learner_batcher_new(1, 1, 100, NULL);
+  lh_learner_batcher_skip_flat(b, 1, NULL, NULL);
+  add_reward(b, 1, 10, 0.0f, 1);
+  ck_assert_int_eq(lh_learner_batcher_take(b, out, 8, &n, NULL), 1);
+  lh_learner_batcher_free(b);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_batcher");
   TCase *tc = tcase_create("core");
@@ -167,6 +235,7 @@ int main(void) {
   tcase_add_test(tc, test_oldest_incomplete_group_closed_early);
   tcase_add_test(tc, test_batcher_errors);
   tcase_add_test(tc, test_stale_groups_dropped);
+  tcase_add_test(tc, test_flat_groups_skipped);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }

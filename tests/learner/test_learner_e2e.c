@@ -138,7 +138,8 @@ static int on_gap(void *ctx, const lh_episode_row *r) {
   c->rows++;
   if (!r->has_end) return 0;
   c->ended++;
-  if (r->segments_received != r->segment_count || r->tokens_received != r->tokens) c->gaps++;
+  /* a member of a shared prefix received its own tokens; the prefix's are its leader's */
+  if (r->segments_received != r->segment_count || r->tokens_received + r->prefix_tokens != r->tokens) c->gaps++;
   return 0;
 }
 
