@@ -136,6 +136,7 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
                                     .episodes = cfg->episodes,
                                     .record_routing = a->record_routing != 0,
                                     .state_interval = a->state_interval,
+                                    .share_prefix = a->share_prefix != 0,
                                     .beyond_context = a->beyond_context != 0,
                                     .max_episode_tokens = a->max_episode_tokens,
                                     .stage_option = a->stage_option};
@@ -250,10 +251,15 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
     stats->version = version;
     stats->pauses = pauses;
   }
-  LH_INFO("actor", "stopped name=%s episodes=%llu tokens=%llu resends=%llu acked=%llu unacked=%zu pauses=%llu",
+  uint64_t shared = 0, shared_tokens = 0;
+  lh_actors_runner_shared(r, &shared, &shared_tokens);
+  LH_INFO("actor",
+          "stopped name=%s episodes=%llu tokens=%llu resends=%llu acked=%llu unacked=%zu pauses=%llu "
+          "shared_prefixes=%llu shared_prefix_tokens=%llu",
           cfg->name, (unsigned long long)lh_actors_runner_finished(r), (unsigned long long)meter.tokens,
           (unsigned long long)lh_actors_link_resends(link), (unsigned long long)lh_actors_link_acked(link),
-          lh_actors_link_unacked(link), (unsigned long long)pauses);
+          lh_actors_link_unacked(link), (unsigned long long)pauses, (unsigned long long)shared,
+          (unsigned long long)shared_tokens);
   lh_actors_segment_free(p.seg);
   lh_actors_episode_end_free(p.end);
   lh_actors_runner_free(r);

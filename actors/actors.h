@@ -63,6 +63,7 @@ typedef struct {
   uint64_t flush_timeout_ms;   /* wait for acks on exit, >= 1 (5000) */
   uint64_t record_routing;     /* 1: record each token's experts (routing replay), 0 or 1 (0) */
   uint64_t state_interval;     /* tokens between recurrent states sent with the segments, 0 none (0) */
+  uint64_t share_prefix;       /* 1: a group's members share the prefill of their first observation, 0 or 1 (1) */
   uint64_t beyond_context;     /* 1: max_context and the stage's do not end an episode, 0 or 1 (0) */
   uint64_t max_episode_tokens; /* the cap with beyond_context, >= 2 (4194304, the learner's default) */
   uint64_t weights_zstd;       /* 1: weights chunks may come zstd-compressed, 0 or 1 (0) */

@@ -38,6 +38,7 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_U64(T, flush_timeout_ms, 1, LH_MAX_TIMEOUT_MS),
     LH_INI_KEY_U64(T, record_routing, 0, 1),
     LH_INI_KEY_U64(T, state_interval, 0, LH_MAX_COUNT),
+    LH_INI_KEY_U64(T, share_prefix, 0, 1),
     LH_INI_KEY_U64(T, beyond_context, 0, 1),
     LH_INI_KEY_U64(T, max_episode_tokens, 2, LH_MAX_COUNT),
     LH_INI_KEY_U64(T, weights_zstd, 0, 1),
@@ -65,6 +66,7 @@ void lh_actors_config_default(lh_actors_config *c) {
   snprintf(c->weights_endpoint, sizeof c->weights_endpoint, "tcp://127.0.0.1:5557");
   c->max_context = 4096;
   c->max_steps = 0;
+  c->share_prefix = 1;
   c->flush_timeout_ms = 5000;
   snprintf(c->env_name, sizeof c->env_name, "calc");
 }

@@ -151,6 +151,19 @@ int lh_actors_segmenter_push_image(lh_actors_segmenter *s, uint32_t width, uint3
 int lh_actors_segmenter_set_state(lh_actors_segmenter *s, uint64_t offset, const float *state, size_t n,
                                   lh_errbuf *err);
 
+/* Starts the episode from a group's shared prefix (ARCHITECTURE.md §6
+ * "Shared prefixes"): its first prefix_tokens tokens are those of episode
+ * prefix_episode, sent there, so this one's first segment starts at offset
+ * prefix_tokens, and every segment and the EpisodeEnd name the prefix
+ * (total_tokens counts it). Only before anything is pushed. */
+int lh_actors_segmenter_set_prefix(lh_actors_segmenter *s, uint64_t prefix_episode, uint64_t prefix_tokens,
+                                   lh_errbuf *err);
+
+/* Cuts the open segment here, however short (nothing when it is empty):
+ * the leader of a group cuts its segments where the shared prefix ends,
+ * so that the prefix is whole segments, sent before any member's. */
+int lh_actors_segmenter_cut(lh_actors_segmenter *s, lh_errbuf *err);
+
 /* The oldest segment ready to send, or NULL. The caller owns it and frees it
  * with lh_actors_segment_free. seq counts 0, 1, 2 ...; start_offset is the episode
  * offset of its first token; image offsets are relative to the segment. */
@@ -385,6 +398,11 @@ typedef struct {
    * segment that holds that token (Segment.state, for a stored-state
    * learner); prefills stop there to take it. 0: no states. */
   uint64_t state_interval;
+  /* With share_prefix (and group_size > 1), the members of a group share
+   * the prefill of their common first observation: the first to start
+   * prefills it, the others take its state (ARCHITECTURE.md §6 "Shared
+   * prefixes"), and their segments name its episode for those tokens. */
+  int share_prefix;
   /* With beyond_context, neither max_context nor the stage's ends an
    * episode (they still size the environment): it runs until the
    * environment ends it, its max_steps, or max_episode_tokens tokens; the
@@ -437,6 +455,9 @@ size_t lh_actors_runner_queued(const lh_actors_runner *r);
 int lh_actors_runner_abort(lh_actors_runner *r, const char *reason, lh_errbuf *err);
 uint32_t lh_actors_runner_open_episodes(const lh_actors_runner *r);
 uint64_t lh_actors_runner_finished(const lh_actors_runner *r);
+/* Episodes that took a shared prefix instead of prefilling it, and the
+ * prefix tokens they did not prefill. */
+void lh_actors_runner_shared(const lh_actors_runner *r, uint64_t *episodes, uint64_t *tokens);
 /* 1 when the episodes limit is reached and every episode has ended. */
 int lh_actors_runner_done(const lh_actors_runner *r);
 

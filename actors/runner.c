@@ -15,7 +15,10 @@
 #include "actors/internal.h"
 #include "proto/wire.h"
 
-typedef enum { ROW_FREE, ROW_POLICY, ROW_ENV } row_state;
+/* ROW_FORK: the episode has begun (its environment reset, its first
+ * observation in the transcript) and waits for its group's leader to
+ * finish the prefill of the prefix they share (struct prefix_share). */
+typedef enum { ROW_FREE, ROW_POLICY, ROW_ENV, ROW_FORK } row_state;
 
 typedef struct {
   row_state state;
@@ -40,7 +43,29 @@ typedef struct {
   uint32_t max_context;  /* this episode's token budget; 0: no limit */
   size_t next_state;     /* the fed count at which the next recurrent state is due (state_interval) */
   uint64_t env_size;     /* the stage_option value the row's env was opened with; 0: as configured */
+  lh_actors_rng rng;     /* the episode's own sampler stream, seeded by its number */
+  int share;             /* the prefix_share it leads or waits for; -1: none */
 } row;
+
+/* A group's shared prefix (ARCHITECTURE.md §6 "Shared prefixes"). The
+ * episodes of a group play one task, so their first observations are the
+ * same tokens: the first member to start (the leader) prefills them, and
+ * the others take the recurrent state and next-token distribution it
+ * reaches, instead of prefilling the same tokens again. Their segments
+ * then start after the prefix and name the leader's episode, whose
+ * segments are cut where the prefix ends, so the prefix crosses the wire
+ * and lands in the store once. */
+typedef struct {
+  uint64_t group;     /* the group's number + 1; 0: a free slot */
+  uint64_t leader;    /* the leader's episode id */
+  uint32_t started;   /* members started, the leader included */
+  int ready;          /* the leader's prefill is done: state and logp hold */
+  int failed;         /* the leader ended before it: nobody shares */
+  size_t tokens;      /* the prefix: the first observation's length */
+  uint64_t hash;      /* XXH3-64 of its tokens and images */
+  float *state;       /* (lh_model_state_floats) after the prefix */
+  float *logp;        /* (vocab) the distribution of the first action token */
+} prefix_share;
 
 typedef struct {
   Longhaul__Segment *seg;
@@ -58,7 +83,6 @@ struct lh_actors_runner {
   lh_model *model;
   lh_model_decoder *dec;
   lh_actors_sampler *sampler;
-  lh_actors_rng rng;
   int vocab;
   int record;          /* routing recorded: L layers x K slots of E experts */
   size_t LK;
@@ -71,6 +95,9 @@ struct lh_actors_runner {
   uint32_t group_budget;
   uint64_t long_groups, short_groups;
   row *rows;
+  prefix_share *shares;  /* batch slots: a group in flight holds at most one */
+  size_t share_floats;   /* lh_model_state_floats */
+  uint64_t prefixes_shared, prefix_tokens_shared;
   uint64_t started, finished;
   uint32_t window;  /* back-pressure (lh_actors_runner_set_window) */
   int stopped;
@@ -104,6 +131,11 @@ void lh_actors_runner_free(lh_actors_runner *r) {
     free(w->experts);
   }
   free(r->rows);
+  for (uint32_t b = 0; r->shares && b <= r->cfg.batch; b++) {
+    free(r->shares[b].state);
+    free(r->shares[b].logp);
+  }
+  free(r->shares);
   for (size_t i = 0; i < r->q_n; i++) {
     item *it = &r->q[(r->q_head + i) % r->q_cap];
     lh_actors_segment_free(it->seg);
@@ -193,9 +225,13 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
     rc = err ? err->code : LH_ECONFIG;
     goto fail;
   }
-  lh_actors_rng_seed(&r->rng, cfg->seed);
   if ((rc = lh_model_decoder_new(model, (int)cfg->batch, &r->dec, err)) < 0) goto fail;
   r->rows = calloc(cfg->batch, sizeof *r->rows);
+  if (cfg->share_prefix && cfg->group_size > 1) {
+    r->shares = calloc((size_t)cfg->batch + 1, sizeof *r->shares);
+    r->share_floats = lh_model_state_floats(mc);
+    if (!r->shares) goto oom;
+  }
   r->dec_rows = malloc(cfg->batch * sizeof *r->dec_rows);
   r->dec_tokens = malloc(cfg->batch * sizeof *r->dec_tokens);
   r->dec_logp = malloc((size_t)cfg->batch * r->vocab * sizeof *r->dec_logp);
@@ -210,6 +246,7 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
     row *w = &r->rows[b];
     w->logp = malloc((size_t)r->vocab * sizeof *w->logp);
     if (!w->logp) goto oom;
+    w->share = -1;
     w->tr = lh_actors_transcript_new(mc->patch, err);
     if (!w->tr) {
       rc = err ? err->code : LH_ENOMEM;
@@ -347,6 +384,11 @@ uint32_t lh_actors_runner_open_episodes(const lh_actors_runner *r) {
 
 uint64_t lh_actors_runner_finished(const lh_actors_runner *r) { return r ? r->finished : 0; }
 
+void lh_actors_runner_shared(const lh_actors_runner *r, uint64_t *episodes, uint64_t *tokens) {
+  if (episodes) *episodes = r ? r->prefixes_shared : 0;
+  if (tokens) *tokens = r ? r->prefix_tokens_shared : 0;
+}
+
 /* Stopped, or every episode asked for started. */
 static int start_limit(const lh_actors_runner *r) {
   return r->stopped || (r->cfg.episodes && r->started >= r->cfg.episodes);
@@ -469,6 +511,150 @@ static void forget(const lh_actors_runner *r, row *w) {
   }
 }
 
+/* ---- shared prefixes ------------------------------------------------------ */
+
+/* XXH3-64 of the transcript's first n positions (tokens, then each image's
+ * place, size and pixels): two members share a prefix only when their
+ * first observations hash alike and have the same length. */
+static int prefix_hash(const row *w, size_t n, uint64_t *out, lh_errbuf *err) {
+  lh_file_sum *h = NULL;
+  if (lh_file_sum_new(0, &h) < 0) return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a prefix hash");
+  size_t first = lh_actors_transcript_first(w->tr);
+  lh_file_sum_add(h, lh_actors_transcript_tokens(w->tr), (n - first) * sizeof(int32_t));
+  const lh_model_image *im = lh_actors_transcript_images(w->tr);
+  for (int i = 0; i < lh_actors_transcript_n_images(w->tr); i++) {
+    if ((size_t)im[i].at >= n) break;
+    int32_t dims[3] = {im[i].at, im[i].height, im[i].width};
+    lh_file_sum_add(h, dims, sizeof dims);
+    lh_file_sum_add(h, im[i].pixels, (size_t)im[i].height * (size_t)im[i].width * 3 * sizeof(float));
+  }
+  *out = lh_file_sum_value(h);
+  lh_file_sum_free(h);
+  return 0;
+}
+
+/* Frees share i once every member of its group has started and no row
+ * leads it or waits for it. */
+static void share_release(lh_actors_runner *r, int i) {
+  prefix_share *sh = &r->shares[i];
+  if (!sh->group || sh->started < r->cfg.group_size) return;
+  for (uint32_t b = 0; b < r->cfg.batch; b++)
+    if (r->rows[b].share == i) return;
+  sh->group = 0;
+}
+
+/* Row b (its episode just begun, in ROW_FORK or waiting) takes the shared
+ * prefix of share w->share: the state and distribution the leader reached,
+ * its segments starting after the prefix and naming the leader's episode,
+ * and (with state_interval) the state at the prefix's end in its first
+ * segment, where a stored-state learner starts it. */
+static int fork_row(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
+  row *w = &r->rows[b];
+  int i = w->share;
+  prefix_share *sh = &r->shares[i];
+  LH_TRY(lh_model_decoder_state_set(r->dec, (int)b, sh->state));
+  memcpy(w->logp, sh->logp, (size_t)r->vocab * sizeof *w->logp);
+  LH_TRY(lh_actors_segmenter_set_prefix(w->seg, sh->leader, sh->tokens, err));
+  if (r->cfg.state_interval) {
+    size_t every = r->cfg.state_interval;
+    w->next_state = (sh->tokens / every + 1) * every;
+    LH_TRY(lh_actors_segmenter_set_state(w->seg, sh->tokens, sh->state, r->share_floats, err));
+  }
+  w->fed = w->pushed = sh->tokens;
+  w->images_pushed = lh_actors_transcript_first_image(w->tr) + lh_actors_transcript_n_images(w->tr);
+  w->have_logp = 1;
+  w->state = ROW_POLICY;
+  w->share = -1;
+  r->prefixes_shared++;
+  r->prefix_tokens_shared += sh->tokens;
+  forget(r, w);
+  share_release(r, i);
+  return 0;
+}
+
+/* The leader (row b) has prefilled the prefix and pushed it: its segments
+ * are cut there, so that the prefix is whole segments sent before any
+ * member's; the state and distribution it reached are kept for the members
+ * to come, and those waiting fork now. */
+static int share_ready(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
+  row *w = &r->rows[b];
+  int i = w->share;
+  prefix_share *sh = &r->shares[i];
+  LH_TRY(lh_model_decoder_state_get(r->dec, (int)b, sh->state));
+  memcpy(sh->logp, w->logp, (size_t)r->vocab * sizeof *sh->logp);
+  sh->ready = 1;
+  w->share = -1;
+  LH_TRY(lh_actors_segmenter_cut(w->seg, err));
+  if (r->cfg.state_interval)
+    LH_TRY(lh_actors_segmenter_set_state(w->seg, sh->tokens, sh->state, r->share_floats, err));
+  LH_TRY(drain_segments(r, w, err));
+  for (uint32_t c = 0; c < r->cfg.batch; c++)
+    if (r->rows[c].state == ROW_FORK && r->rows[c].share == i) LH_TRY(fork_row(r, c, err));
+  share_release(r, i);
+  return 0;
+}
+
+/* Row b's episode, of group `group`, has begun with its first observation
+ * (n positions) in the transcript. The group's first member leads a new
+ * share and prefills as usual; a later one with the same prefix forks from
+ * the leader's state (or waits in ROW_FORK until the leader has it).
+ * Returns 1 when the row needs no prefill of its own, 0 when it prefills
+ * (the leader, or a member whose first observation differs: an
+ * environment that is not deterministic in its seed plays unshared). */
+static int join_share(lh_actors_runner *r, uint32_t b, uint64_t group, uint64_t episode_id, size_t n,
+                      lh_errbuf *err) {
+  row *w = &r->rows[b];
+  uint64_t hash = 0;
+  LH_TRY(prefix_hash(w, n, &hash, err));
+  int i = -1, free_slot = -1;
+  for (uint32_t k = 0; k <= r->cfg.batch && i < 0; k++) {
+    if (r->shares[k].group == group + 1) i = (int)k;
+    else if (!r->shares[k].group && free_slot < 0) free_slot = (int)k;
+  }
+  if (i < 0) {
+    if (free_slot < 0) return 0;  /* cannot happen: a slot per row, and one more */
+    prefix_share *sh = &r->shares[free_slot];
+    if (!sh->state && r->share_floats && !(sh->state = malloc(r->share_floats * sizeof *sh->state)))
+      return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a shared prefix's state");
+    if (!sh->logp && !(sh->logp = malloc((size_t)r->vocab * sizeof *sh->logp)))
+      return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a shared prefix's distribution");
+    *sh = (prefix_share){.group = group + 1, .leader = episode_id, .started = 1, .tokens = n, .hash = hash,
+                         .state = sh->state, .logp = sh->logp};
+    w->share = free_slot;
+    return 0;
+  }
+  prefix_share *sh = &r->shares[i];
+  sh->started++;
+  if (sh->failed || sh->tokens != n || sh->hash != hash) {
+    share_release(r, i);
+    return 0;
+  }
+  w->share = i;
+  if (sh->ready) {
+    LH_TRY(fork_row(r, b, err));
+    return 1;
+  }
+  w->state = ROW_FORK;
+  return 1;
+}
+
+/* Row b leaves its share before the share was ready (its episode ended):
+ * a leader's waiting members prefill on their own, and no later member
+ * shares. */
+static void share_leave(lh_actors_runner *r, uint32_t b) {
+  row *w = &r->rows[b];
+  int i = w->share;
+  if (i < 0) return;
+  w->share = -1;
+  prefix_share *sh = &r->shares[i];
+  if (w->state != ROW_FORK) {
+    sh->failed = 1;
+    for (uint32_t c = 0; c < r->cfg.batch; c++)
+      if (r->rows[c].state == ROW_FORK && r->rows[c].share == i) r->rows[c].state = ROW_POLICY, r->rows[c].share = -1;
+  }
+  share_release(r, i);
+}
+
 /* Feeds the next prefill window of the transcript tokens not yet fed
  * (lh_model_window_end cuts it: an image stays whole), images included,
  * and pushes what it fed to the segmenter: an observation of any length
@@ -530,6 +716,7 @@ static int prefill_new(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   w->fed = end;
   w->have_logp = end == n;
   LH_TRY(push_new(r, w, w->fed, err));
+  if (w->have_logp && w->share >= 0) LH_TRY(share_ready(r, b, err));
   forget(r, w);
   return 0;
 }
@@ -577,6 +764,7 @@ static int finish(lh_actors_runner *r, row *w, Longhaul__Outcome outcome, float 
   else lh_actors_episode_end_free(end);
   lh_actors_segmenter_free(w->seg);
   w->seg = NULL;
+  if (w->share >= 0) share_leave(r, (uint32_t)(w - r->rows));
   w->state = ROW_FREE;
   w->have_logp = 0;
   r->finished++;
@@ -619,6 +807,11 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
     w->max_context = r->cfg.max_episode_tokens && r->cfg.max_episode_tokens < UINT32_MAX
                          ? (uint32_t)r->cfg.max_episode_tokens : UINT32_MAX;
   w->next_state = r->cfg.state_interval ? r->cfg.state_interval : SIZE_MAX;
+  w->share = -1;
+  /* The episode's own sampler stream: what it samples does not depend on
+   * when its rows step beside others (a member that forks a shared prefix
+   * samples what it would have sampled after prefilling it). */
+  lh_actors_rng_seed(&w->rng, mix(r->cfg.seed ^ 0x73616d706c657273ull, k));
   lh_actors_transcript_clear(w->tr);
   LH_TRY(lh_model_decoder_reset(r->dec, (int)b));
   lh_env_obs obs;
@@ -643,6 +836,11 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
     return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err);
   }
   w->action_start = n;
+  if (r->shares) {
+    int shared = join_share(r, b, group, episode_id, n, err);
+    if (shared < 0) return shared;
+    if (shared) return 0;
+  }
   return prefill_new(r, b, err);
 }
 
@@ -733,7 +931,7 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
     row *w = &r->rows[b];
     if (w->state != ROW_POLICY || !w->have_logp) continue;
     lh_actors_sample s;
-    LH_TRY(lh_actors_sampler_sample(r->sampler, w->logp, &r->rng, &s, err));
+    LH_TRY(lh_actors_sampler_sample(r->sampler, w->logp, &w->rng, &s, err));
     w->have_logp = 0;
     LH_TRY(lh_actors_transcript_policy_token(w->tr, (int32_t)s.token, err));
     size_t n = lh_actors_transcript_len(w->tr);

@@ -34,6 +34,8 @@ struct lh_actors_segmenter {
   uint32_t *routed;
   Longhaul__Image **images;
   size_t n_images;
+  /* the group's shared prefix this episode starts from (both 0: none) */
+  uint64_t prefix_episode, prefix_tokens;
   /* episode totals */
   uint64_t total_tokens;
   uint32_t seq;
@@ -188,6 +190,8 @@ static int cut(lh_actors_segmenter *s, lh_errbuf *err) {
   seg->group_id = s->cfg.group_id;
   seg->task_seed = s->cfg.task_seed;
   seg->start_offset = s->total_tokens - n;
+  seg->prefix_episode_id = s->prefix_episode;
+  seg->prefix_tokens = s->prefix_tokens;
   seg->actor = lh_strdup0(s->actor);
   seg->env = lh_strdup0(s->env);
   seg->n_tokens = n;
@@ -349,6 +353,31 @@ int lh_actors_segmenter_push_image(lh_actors_segmenter *s, uint32_t width, uint3
   return 0;
 }
 
+int lh_actors_segmenter_set_prefix(lh_actors_segmenter *s, uint64_t prefix_episode, uint64_t prefix_tokens,
+                                   lh_errbuf *err) {
+  if (!s || !prefix_episode || !prefix_tokens || prefix_episode == s->cfg.episode_id)
+    return lh_errbuf_set(err, LH_EINVAL, "segmenter set_prefix: needs another episode and at least one token");
+  if (s->total_tokens || s->n_images || s->finished)
+    return lh_errbuf_set(err, LH_EINVAL, "segmenter set_prefix: episode %llu has begun",
+                         (unsigned long long)s->cfg.episode_id);
+  s->prefix_episode = prefix_episode;
+  s->prefix_tokens = prefix_tokens;
+  s->total_tokens = prefix_tokens;
+  return 0;
+}
+
+int lh_actors_segmenter_cut(lh_actors_segmenter *s, lh_errbuf *err) {
+  if (!s) return lh_errbuf_set(err, LH_EINVAL, "segmenter cut: NULL segmenter");
+  if (s->finished)
+    return lh_errbuf_set(err, LH_EACTORS_SEGMENT_FINISHED, "segmenter cut: episode %llu already finished",
+                         (unsigned long long)s->cfg.episode_id);
+  if (s->n_images && s->images[s->n_images - 1]->offset >= s->n)
+    return lh_errbuf_set(err, LH_EACTORS_SEGMENT_IMAGE,
+                         "segmenter cut: an image was placed at offset %llu but no token followed it",
+                         (unsigned long long)s->total_tokens);
+  return s->n ? cut(s, err) : 0;
+}
+
 Longhaul__Segment *lh_actors_segmenter_pop(lh_actors_segmenter *s) {
   if (!s || s->n_ready == 0) return NULL;
   Longhaul__Segment *seg = s->ready[s->ready_head];
@@ -381,6 +410,8 @@ static Longhaul__EpisodeEnd *build_end(const lh_actors_segmenter *s, const lh_ac
   e->task_seed = s->cfg.task_seed;
   e->segment_count = s->seq;
   e->total_tokens = s->total_tokens;
+  e->prefix_episode_id = s->prefix_episode;
+  e->prefix_tokens = s->prefix_tokens;
   e->outcome = res->outcome;
   e->reward = res->reward;
   e->steps = res->steps;

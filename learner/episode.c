@@ -17,6 +17,60 @@ void lh_learner_episode_free(lh_learner_episode *ep) {
   free(ep);
 }
 
+/* Orders the segments of one episode (id) by seq into by_seq (n of
+ * them, each once, seq 0..n-1) and checks that they run without a gap
+ * from `from` to `to`, each naming the shared prefix (prefix, prefix_tokens)
+ * and routing as the first. 0 or an error naming the episode. */
+static int order(Longhaul__Segment *const *segs, size_t n_segs, uint64_t id, size_t n, uint64_t prefix,
+                 uint64_t prefix_tokens, uint64_t from, uint64_t to, const Longhaul__Segment *shape,
+                 const Longhaul__Segment **by_seq, lh_errbuf *err) {
+  for (size_t i = 0; i < n_segs; i++) {
+    const Longhaul__Segment *s = segs[i];
+    if (s->episode_id != id) continue;
+    if (s->seq >= n)
+      return lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS,
+                           "episode join: episode %llu has segment seq %u but only %zu segments",
+                           (unsigned long long)id, s->seq, n);
+    if (by_seq[s->seq])
+      return lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS, "episode join: episode %llu has segment seq %u twice",
+                           (unsigned long long)id, s->seq);
+    if (s->routed_layers != shape->routed_layers || s->routed_topk != shape->routed_topk)
+      return lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS,
+                           "episode join: episode %llu segment %u routes %ux%u, segment %u of episode %llu %ux%u",
+                           (unsigned long long)id, s->seq, s->routed_layers, s->routed_topk, shape->seq,
+                           (unsigned long long)shape->episode_id, shape->routed_layers, shape->routed_topk);
+    if (s->prefix_episode_id != prefix || s->prefix_tokens != prefix_tokens)
+      return lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS,
+                           "episode join: episode %llu segment %u names the shared prefix of %llu tokens of episode "
+                           "%llu, not %llu of episode %llu",
+                           (unsigned long long)id, s->seq, (unsigned long long)s->prefix_tokens,
+                           (unsigned long long)s->prefix_episode_id, (unsigned long long)prefix_tokens,
+                           (unsigned long long)prefix);
+    by_seq[s->seq] = s;
+  }
+  uint64_t at = from;
+  for (size_t i = 0; i < n; i++) {
+    if (!by_seq[i])
+      return lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS, "episode join: episode %llu has no segment %zu",
+                           (unsigned long long)id, i);
+    if (by_seq[i]->start_offset != at)
+      return lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS,
+                           "episode join: episode %llu segment %zu starts at %llu, but the segments before end at %llu",
+                           (unsigned long long)id, i, (unsigned long long)by_seq[i]->start_offset,
+                           (unsigned long long)at);
+    at += by_seq[i]->n_tokens;
+  }
+  if (at != to && !prefix && !from)
+    return lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS, "episode join: episode %llu's segments hold %llu tokens, "
+                         "its end says %llu", (unsigned long long)id, (unsigned long long)at, (unsigned long long)to);
+  if (at != to)
+    return lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS,
+                         "episode join: episode %llu's segments end at %llu, not at %llu%s", (unsigned long long)id,
+                         (unsigned long long)at, (unsigned long long)to,
+                         from ? " (its end's token count)" : " (where the shared prefix ends)");
+  return 0;
+}
+
 int lh_learner_episode_join(Longhaul__Segment *const *segs, size_t n_segs, uint64_t total_tokens,
                             lh_learner_episode **out, lh_errbuf *err) {
   if (out) *out = NULL;
@@ -24,49 +78,37 @@ int lh_learner_episode_join(Longhaul__Segment *const *segs, size_t n_segs, uint6
   if (n_segs == 0)
     return lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS, "episode join: no segments (episode has %llu tokens)",
                          (unsigned long long)total_tokens);
-  /* Order by seq without moving the caller's array. */
-  const Longhaul__Segment **by_seq = calloc(n_segs, sizeof *by_seq);
-  if (!by_seq) return lh_errbuf_set(err, LH_ENOMEM, "episode join: out of memory");
+  for (size_t i = 0; i < n_segs; i++)
+    if (!segs[i]) return lh_errbuf_set(err, LH_EINVAL, "episode join: segment %zu is NULL", i);
+  /* The episode is the one whose segments name a shared prefix, when one
+   * does (its prefix's segments, its leader's, come with it); else the
+   * one episode all are of. */
+  const Longhaul__Segment *s0 = segs[n_segs - 1];
+  for (size_t i = 0; i < n_segs; i++)
+    if (segs[i]->prefix_episode_id) s0 = segs[i];
+  uint64_t id = s0->episode_id, prefix = s0->prefix_episode_id, p = s0->prefix_tokens;
+  size_t n_own = 0, n_prefix = 0, n_images = 0;
   int rc = 0;
-  const Longhaul__Segment *s0 = segs[0];
-  size_t n_images = 0;
   for (size_t i = 0; i < n_segs && rc == 0; i++) {
     const Longhaul__Segment *s = segs[i];
-    if (!s) {
-      rc = lh_errbuf_set(err, LH_EINVAL, "episode join: segment %zu is NULL", i);
-    } else if (s->episode_id != s0->episode_id) {
+    if (s->episode_id == id) n_own++;
+    else if (prefix && s->episode_id == prefix) n_prefix++;
+    else
       rc = lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS, "episode join: segment of episode %llu among episode %llu's",
-                         (unsigned long long)s->episode_id, (unsigned long long)s0->episode_id);
-    } else if (s->seq >= n_segs) {
-      rc = lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS,
-                         "episode join: episode %llu has segment seq %u but only %zu segments",
-                         (unsigned long long)s0->episode_id, s->seq, n_segs);
-    } else if (by_seq[s->seq]) {
-      rc = lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS, "episode join: episode %llu has segment seq %u twice",
-                         (unsigned long long)s0->episode_id, s->seq);
-    } else if (s->routed_layers != s0->routed_layers || s->routed_topk != s0->routed_topk) {
-      rc = lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS,
-                         "episode join: episode %llu segment %u routes %ux%u, segment %u %ux%u",
-                         (unsigned long long)s0->episode_id, s->seq, s->routed_layers, s->routed_topk, s0->seq,
-                         s0->routed_layers, s0->routed_topk);
-    } else {
-      by_seq[s->seq] = s;
-      n_images += s->n_images;
-    }
+                         (unsigned long long)s->episode_id, (unsigned long long)id);
+    n_images += s->n_images;
   }
-  uint64_t at = 0;
-  for (size_t i = 0; i < n_segs && rc == 0; i++) {
-    if (by_seq[i]->start_offset != at)
-      rc = lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS,
-                         "episode join: episode %llu segment %zu starts at %llu, but the segments before end at %llu",
-                         (unsigned long long)s0->episode_id, i, (unsigned long long)by_seq[i]->start_offset,
-                         (unsigned long long)at);
-    at += by_seq[i]->n_tokens;
-  }
-  if (rc == 0 && at != total_tokens)
+  if (rc == 0 && prefix && !n_prefix)
     rc = lh_errbuf_set(err, LH_ELEARNER_EPISODE_SEGMENTS,
-                       "episode join: episode %llu's segments hold %llu tokens, its end says %llu",
-                       (unsigned long long)s0->episode_id, (unsigned long long)at, (unsigned long long)total_tokens);
+                       "episode join: episode %llu starts with %llu tokens of episode %llu, none of whose segments came",
+                       (unsigned long long)id, (unsigned long long)p, (unsigned long long)prefix);
+  /* In order: the prefix's segments (seq 0.., from 0 to the prefix's
+   * end, whole themselves), then the episode's own (to total_tokens). */
+  const Longhaul__Segment **by_seq = calloc(n_segs, sizeof *by_seq);
+  if (!by_seq) return lh_errbuf_set(err, LH_ENOMEM, "episode join: out of memory");
+  if (rc == 0 && prefix) rc = order(segs, n_segs, prefix, n_prefix, 0, 0, 0, p, s0, by_seq, err);
+  if (rc == 0) rc = order(segs, n_segs, id, n_own, prefix, p, p, total_tokens, s0, by_seq + n_prefix, err);
+  uint64_t at = total_tokens;
   lh_learner_episode *ep = NULL;
   if (rc == 0) {
     size_t n = (size_t)at, per = (size_t)s0->routed_layers * s0->routed_topk;
@@ -86,7 +128,7 @@ int lh_learner_episode_join(Longhaul__Segment *const *segs, size_t n_segs, uint6
         (per && !ep->routed_experts) || (n_images && (!ep->images || !ep->image_offsets))) {
       rc = lh_errbuf_set(err, LH_ENOMEM, "episode join: out of memory for %zu tokens", n);
     } else {
-      ep->episode_id = s0->episode_id;
+      ep->episode_id = id;
       ep->group_id = s0->group_id;
       ep->task_seed = s0->task_seed;
       ep->n = n;

@@ -50,7 +50,20 @@
 enum { KIND_NONE = 0, KIND_STORE = 1, KIND_HEARTBEAT = 2, KIND_HELLO = 3 };
 
 /* Why a message was held back or refused, for its Ack's reason. */
-enum { WHY_NONE = 0, WHY_NO_HELLO, WHY_NAME, WHY_KEY, WHY_WINDOW, WHY_FULL };
+enum { WHY_NONE = 0, WHY_NO_HELLO, WHY_NAME, WHY_KEY, WHY_WINDOW, WHY_FULL, WHY_PREFIX };
+
+/* Members of a shared prefix whose leader is not stored yet (store.h,
+ * LH_STORE_NO_PREFIX) are answered ACK_RETRY until the first such answer
+ * to their episode is abort_after_ms old: a leader's message held back
+ * (its actor's window, a learner restarted under it) and resent can come
+ * after its members'. Then ACK_REJECTED, so that a reference to an
+ * episode that never comes is not resent for ever. A fixed table; the
+ * oldest entry makes room. */
+#define INGEST_PREFIX_WAITS 1024
+typedef struct {
+  uint64_t episode;
+  int64_t since_ns;
+} prefix_wait;
 
 /* One message of a round: who sent it, how to answer, what to store. */
 typedef struct {
@@ -104,7 +117,20 @@ struct lh_learner_ingest {
   int64_t abort_after_ns, last_expire_ns;
   uint64_t round_ends;  /* EpisodeEnds the current round stored */
   size_t round_bytes;   /* message bytes the current round took in */
+  prefix_wait waits[INGEST_PREFIX_WAITS];
+  size_t n_waits, next_wait;
 };
+
+/* Whether a member (episode) whose leader is not stored may still wait
+ * for it (ACK_RETRY) rather than be refused. */
+static int prefix_may_wait(lh_learner_ingest *ig, uint64_t episode, int64_t now) {
+  int64_t limit = ig->abort_after_ns ? ig->abort_after_ns : (int64_t)60000 * 1000000;
+  for (size_t i = 0; i < ig->n_waits; i++)
+    if (ig->waits[i].episode == episode) return now - ig->waits[i].since_ns < limit;
+  size_t slot = ig->n_waits < INGEST_PREFIX_WAITS ? ig->n_waits++ : ig->next_wait++ % INGEST_PREFIX_WAITS;
+  ig->waits[slot] = (prefix_wait){episode, now};
+  return 1;
+}
 
 /* Reads field 2 (msg_id, a varint) of a top-level Envelope without parsing
  * the rest, so that a message that fails validation can still be rejected
@@ -561,7 +587,12 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
       rc = lh_store_put_segment(ig->store, x->env->segment, &inserted, &e);
     else
       rc = lh_store_put_episode_end(ig->store, x->env->episode_end, &inserted, &e);
-    if (rc == 0 && inserted == LH_STORE_REFUSED) {
+    if (rc == 0 && inserted == LH_STORE_NO_PREFIX &&
+        prefix_may_wait(ig, entry_episode(x), lh_now_ns())) {
+      x->status = LONGHAUL__ACK_STATUS__ACK_RETRY, x->why = WHY_PREFIX;
+      continue;
+    }
+    if (rc == 0 && (inserted == LH_STORE_REFUSED || inserted == LH_STORE_NO_PREFIX)) {
       /* It contradicts its episode (another actor's id, other content
        * under a stored key): refused alone, the round goes on. */
       x->status = LONGHAUL__ACK_STATUS__ACK_REJECTED;
@@ -605,6 +636,10 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
     }
     if (x->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) {
       ig->counts.rejected++, ig->counts.refused++;
+      continue;
+    }
+    if (x->why == WHY_PREFIX) {
+      ig->counts.held_prefix++;
       continue;
     }
     if (x->status == LONGHAUL__ACK_STATUS__ACK_STORED) ig->counts.stored++;
@@ -662,6 +697,8 @@ static int send_acks(lh_learner_ingest *ig, size_t n, lh_errbuf *err) {
     else if (a->why == WHY_WINDOW)
       ack.reason = "a new episode past this actor's back-pressure window; resend when the window allows";
     else if (a->why == WHY_FULL) ack.reason = "the learner holds its most open episodes; resend later";
+    else if (a->why == WHY_PREFIX)
+      ack.reason = "the episode whose tokens this one's shared prefix names is not stored yet; resend later";
     else if (a->status == LONGHAUL__ACK_STATUS__ACK_RETRY) ack.reason = "store write failed; resend later";
     else if (a->foreign_run[0]) {
       snprintf(why, sizeof why, "this learner's run is %s, the message's run is %s; do not resend", ig->run_id,

@@ -436,7 +436,8 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
   const lh_learner_admission_counts *ad = lh_learner_trainer_admission(L->trainer);
   LH_INFO("learner",
           "status version=%llu steps_run=%llu received=%llu stored=%llu duplicates=%llu rejected=%llu "
-          "retried=%llu rejected_run=%llu refused_name=%llu held_hello=%llu held_window=%llu hellos=%llu heartbeats=%llu "
+          "retried=%llu rejected_run=%llu refused_name=%llu held_hello=%llu held_window=%llu held_prefix=%llu hellos=%llu "
+          "heartbeats=%llu "
           "admitted=%llu dropped_stale=%llu chunks_sent=%llu "
           "backlog=%zu backlog_cap=%llu hold=%d stale_share=%.3f busy_fraction=%.3f ckpt_failures=%llu "
           "weights_bytes_sent=%llu chunks_zstd=%llu weights_requests_held=%llu episodes_left_out=%llu "
@@ -445,7 +446,7 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
           (unsigned long long)c->received, (unsigned long long)c->stored, (unsigned long long)c->duplicates,
           (unsigned long long)c->rejected, (unsigned long long)c->retried, (unsigned long long)c->rejected_run,
           (unsigned long long)c->refused_name, (unsigned long long)c->held_hello, (unsigned long long)c->held_window,
-          (unsigned long long)c->hellos,
+          (unsigned long long)c->held_prefix, (unsigned long long)c->hellos,
           (unsigned long long)c->heartbeats, (unsigned long long)ad->admitted,
           (unsigned long long)ad->dropped_stale, (unsigned long long)sc.weights.chunks_sent,
           lh_learner_trainer_backlog(L->trainer), (unsigned long long)lh_learner_trainer_backlog_cap(L->trainer),

@@ -206,6 +206,23 @@ static int check_state(const Longhaul__Segment *s, const char *path, lh_errbuf *
   return 0;
 }
 
+/* A shared prefix reference (Segment, EpisodeEnd): none (both 0), or
+ * another episode's first prefix_tokens tokens, at least one. Whether the
+ * episode exists, is of the same actor and group and holds that many
+ * tokens is the learner's to check (learner/ingest.c): the wire sees one
+ * message. */
+static int check_prefix(uint64_t episode_id, uint64_t prefix_episode, uint64_t prefix_tokens, const char *path,
+                        lh_errbuf *err) {
+  if (!prefix_episode != !prefix_tokens)
+    return lh_errbuf_set(err, LH_EWIRE_VALUE_RANGE,
+                         "%s.prefix_episode_id=%llu and prefix_tokens=%llu: both or neither must be set", path,
+                         (unsigned long long)prefix_episode, (unsigned long long)prefix_tokens);
+  if (prefix_episode && prefix_episode == episode_id)
+    return lh_errbuf_set(err, LH_EWIRE_VALUE_RANGE, "%s.prefix_episode_id=%llu is the episode itself", path,
+                         (unsigned long long)prefix_episode);
+  return 0;
+}
+
 static int check_segment(const Longhaul__Segment *s, const lh_wire_limits *lim, const char *path,
                          lh_errbuf *err) {
   LH_TRY(check_string(s->actor, lim->max_string_bytes, path, "actor", err));
@@ -248,6 +265,12 @@ static int check_segment(const Longhaul__Segment *s, const lh_wire_limits *lim, 
   }
   LH_TRY(check_routing(s, lim, path, err));
   LH_TRY(check_state(s, path, err));
+  LH_TRY(check_prefix(s->episode_id, s->prefix_episode_id, s->prefix_tokens, path, err));
+  if (s->start_offset < s->prefix_tokens)
+    return lh_errbuf_set(err, LH_EWIRE_VALUE_RANGE,
+                         "%s.start_offset=%llu lies inside its shared prefix of %llu tokens (episode %llu)", path,
+                         (unsigned long long)s->start_offset, (unsigned long long)s->prefix_tokens,
+                         (unsigned long long)s->prefix_episode_id);
   return check_images(s->images, s->n_images, n, lim, path, err);
 }
 
@@ -291,6 +314,10 @@ static int check_episode_end(const Longhaul__EpisodeEnd *e, const lh_wire_limits
   }
   LH_TRY(check_finite(e->reward, path, "reward", err));
   LH_TRY(check_terms(e->terms, e->n_terms, lim, path, err));
+  LH_TRY(check_prefix(e->episode_id, e->prefix_episode_id, e->prefix_tokens, path, err));
+  if (e->total_tokens < e->prefix_tokens)
+    return lh_errbuf_set(err, LH_EWIRE_VALUE_RANGE, "%s.total_tokens=%llu is fewer than its shared prefix's %llu",
+                         path, (unsigned long long)e->total_tokens, (unsigned long long)e->prefix_tokens);
   return check_string(e->error, lim->max_text_bytes, path, "error", err);
 }
 

@@ -60,6 +60,106 @@ static int payload_of(lh_store *s, payload_walk *w, uint64_t id, int64_t seq, co
   return 0;
 }
 
+/* Decodes segment seq of episode id from its payload (buf NULL: dropped,
+ * *seg NULL) and checks that it is that segment. 0 or LH_ESTORE_PAYLOAD. */
+static int decode_payload(lh_store *s, uint64_t id, uint32_t seq, const void *buf, size_t bytes,
+                          Longhaul__Segment **seg, lh_errbuf *err) {
+  *seg = NULL;
+  if (!buf) return 0;
+  lh_errbuf why = {0};
+  if (lh_wire_segment_decode(buf, bytes, &s->opt.limits, seg, &why) < 0)
+    return lh_errbuf_set(err, LH_ESTORE_PAYLOAD, "%s: the payload of episode %llu segment %u does not decode: %s",
+                         s->path, (unsigned long long)id, seq, why.msg);
+  if ((*seg)->episode_id != id || (*seg)->seq != seq) {
+    int rc = lh_errbuf_set(err, LH_ESTORE_PAYLOAD,
+                           "%s: the payload stored as episode %llu segment %u is episode %llu segment %u", s->path,
+                           (unsigned long long)id, seq, (unsigned long long)(*seg)->episode_id, (*seg)->seq);
+    lh_wire_segment_free(*seg);
+    *seg = NULL;
+    return rc;
+  }
+  return 0;
+}
+
+/* Hands seg (may be NULL) to keep (which takes it over) or fn (after
+ * which it is freed): 0 to go on, SQLITE_DONE when the callback asked to
+ * stop, or its negative code. */
+static int hand_on(lh_store_segment_fn fn, owned_fn keep, void *ctx, uint32_t seq, Longhaul__Segment *seg) {
+  int cb;
+  if (keep) {
+    cb = keep(ctx, seq, seg);
+  } else {
+    cb = fn ? fn(ctx, seq, seg) : 0;
+    lh_wire_segment_free(seg);
+  }
+  return cb == 0 ? 0 : cb < 0 ? cb : SQLITE_DONE;
+}
+
+/* A member's shared prefix (ARCHITECTURE.md §6 "Shared prefixes"): the
+ * segments of episode row->prefix_episode that begin before
+ * row->prefix_tokens, in seq order, handed on before the episode's own;
+ * r->prefix_whole when they run from 0 to exactly prefix_tokens with no
+ * gap and no payload dropped. A segment whose payload retention dropped
+ * is counted, not handed on. 0, SQLITE_DONE (a callback stopped) or a
+ * negative code. */
+static int walk_prefix(lh_store *s, const lh_episode_row *row, lh_store_segment_fn fn, owned_fn keep, void *ctx,
+                       lh_segment_report *r, lh_errbuf *err) {
+  uint64_t id = row->prefix_episode, end = row->prefix_tokens;
+  r->prefix_episode = id, r->prefix_tokens = end;
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_prepare(s,
+                          "SELECT seq, start_offset, tokens FROM segments WHERE episode = ?1 AND start_offset < ?2"
+                          " ORDER BY seq",
+                          &st, err));
+  lh_store_bind_u64(st, 1, id);
+  lh_store_bind_u64(st, 2, end > INT64_MAX ? INT64_MAX : end);
+  payload_walk w = {NULL, NULL, 0};
+  int rc = lh_store_prepare(s, "SELECT seq, payload FROM segment_payloads WHERE episode = ?1 ORDER BY seq", &w.rows,
+                            err);
+  if (rc < 0) {
+    sqlite3_finalize(st);
+    return rc;
+  }
+  lh_store_bind_u64(w.rows, 1, id);
+  w.rc = lh_store_step(s, w.rows, "reading a shared prefix's payloads", err);
+  uint64_t at = 0;
+  int whole = 1, stopped = 0;
+  int64_t next = 0;
+  while (w.rc >= 0 && (rc = lh_store_step(s, st, "reading a shared prefix's segments", err)) == SQLITE_ROW) {
+    int64_t seq64 = sqlite3_column_int64(st, 0);
+    uint64_t start = lh_store_column_u64(st, 1), tokens = lh_store_column_u64(st, 2);
+    if (seq64 < 0 || seq64 > UINT32_MAX || seq64 != next || start != at || start + tokens > end) whole = 0;
+    next = seq64 + 1;
+    at = start + tokens;
+    const void *buf = NULL;
+    size_t bytes = 0;
+    Longhaul__Segment *seg = NULL;
+    if ((rc = payload_of(s, &w, id, seq64, &buf, &bytes, err)) < 0) break;
+    if (!buf) {
+      whole = 0;
+      continue;
+    }
+    if ((rc = decode_payload(s, id, (uint32_t)seq64, buf, bytes, &seg, err)) < 0) break;
+    r->prefix_segments++;
+    int cb = hand_on(fn, keep, ctx, (uint32_t)seq64, seg);
+    if (cb < 0) {
+      rc = cb;
+      break;
+    }
+    if (cb == SQLITE_DONE) {
+      stopped = 1;
+      break;
+    }
+  }
+  if (w.rc < 0) rc = w.rc;
+  sqlite3_finalize(st);
+  sqlite3_finalize(w.rows);
+  sqlite3_finalize(w.inline_payload);
+  if (rc < 0) return rc;
+  r->prefix_whole = whole && at == end;
+  return stopped ? SQLITE_DONE : 0;
+}
+
 static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn keep, void *ctx,
                       lh_segment_report *report, lh_errbuf *err) {
   lh_segment_report local;
@@ -70,6 +170,11 @@ static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn
   LH_TRY(lh_store_episode_get(s, id, &row, err));
   r->has_end = row.has_end;
   r->expected = row.segment_count;
+  if (row.prefix_episode) {
+    int prc = walk_prefix(s, &row, fn, keep, ctx, r, err);
+    if (prc < 0) return prc;
+    if (prc == SQLITE_DONE) return 0;
+  }
   /* Two walks of the keys in seq order, merged here: the segment rows'
    * (the key's index alone) and the payload rows'. A join would seek each
    * segment's row and then its payload's; over rank stores, whose tables
@@ -106,38 +211,9 @@ static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn
     const void *buf = NULL;
     size_t bytes = 0;
     if ((rc = payload_of(s, &w, id, seq64, &buf, &bytes, err)) < 0) break;
-    if (!buf) {
-      r->dropped++;
-    } else {
-      lh_errbuf why = {0};
-      int drc = lh_wire_segment_decode(buf, bytes, &s->opt.limits, &seg, &why);
-      if (drc < 0) {
-        rc = lh_errbuf_set(err, LH_ESTORE_PAYLOAD,
-                           "%s: the payload of episode %llu segment %u does not decode: %s",
-                           s->path, (unsigned long long)id, seq, why.msg);
-        break;
-      }
-      if (seg->episode_id != id || seg->seq != seq) {
-        rc = lh_errbuf_set(err, LH_ESTORE_PAYLOAD,
-                           "%s: the payload stored as episode %llu segment %u is episode %llu "
-                           "segment %u",
-                           s->path, (unsigned long long)id, seq,
-                           (unsigned long long)seg->episode_id, seg->seq);
-        lh_wire_segment_free(seg);
-        break;
-      }
-    }
-    int cb;
-    if (keep) {
-      cb = keep(ctx, seq, seg);
-    } else {
-      cb = fn ? fn(ctx, seq, seg) : 0;
-      lh_wire_segment_free(seg);
-    }
-    if (cb != 0) {
-      rc = cb < 0 ? cb : SQLITE_DONE;
-      break;
-    }
+    if (!buf) r->dropped++;
+    if ((rc = decode_payload(s, id, seq, buf, bytes, &seg, err)) < 0) break;
+    if ((rc = hand_on(fn, keep, ctx, seq, seg)) != 0) break;
   }
   if (w.rc < 0) rc = w.rc;
   sqlite3_finalize(st);
@@ -146,7 +222,7 @@ static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn
   if (rc < 0) return rc;
   if (r->expected > next) note_missing(r, (uint32_t)next, r->expected);
   r->complete = r->has_end && r->missing_count == 0 && r->dropped == 0 &&
-                r->received == r->expected;
+                r->received == r->expected && (!row.prefix_episode || r->prefix_whole);
   return 0;
 }
 
@@ -188,9 +264,10 @@ int lh_store_episode_segments_array(lh_store *s, uint64_t id, Longhaul__Segment 
   return 0;
 }
 
-int lh_store_segment_state(lh_store *s, uint64_t episode, uint64_t at_most, size_t n, uint64_t *offset,
-                           float *state, lh_errbuf *err) {
-  if (!s || !offset || (n && !state)) return lh_errbuf_set(err, LH_EINVAL, "lh_store_segment_state: NULL argument");
+/* The state stored with one of episode's own segments at the largest
+ * offset <= at_most: 1 (found), 0 (none) or a negative code. */
+static int own_state(lh_store *s, uint64_t episode, uint64_t at_most, size_t n, uint64_t *offset, float *state,
+                     lh_errbuf *err) {
   sqlite3_stmt *st;
   LH_TRY(lh_store_prepare(s,
                           "SELECT state_offset, coalesce(state, (SELECT p.state FROM segment_payloads p"
@@ -217,6 +294,22 @@ int lh_store_segment_state(lh_store *s, uint64_t episode, uint64_t at_most, size
   }
   sqlite3_finalize(st);
   return rc < 0 ? rc : found;
+}
+
+int lh_store_segment_state(lh_store *s, uint64_t episode, uint64_t at_most, size_t n, uint64_t *offset,
+                           float *state, lh_errbuf *err) {
+  if (!s || !offset || (n && !state)) return lh_errbuf_set(err, LH_EINVAL, "lh_store_segment_state: NULL argument");
+  int found = own_state(s, episode, at_most, n, offset, state, err);
+  if (found) return found;
+  /* Before an episode's own segments, its shared prefix's states hold
+   * (its leader's, up to the prefix's end: the state there is the same). */
+  lh_episode_row row;
+  lh_errbuf ignored;
+  int rc = lh_store_episode_get(s, episode, &row, &ignored);
+  if (rc == LH_ESTORE_NO_EPISODE || (rc == 0 && !row.prefix_episode)) return 0;
+  if (rc < 0) return lh_errbuf_set(err, rc, "%s", ignored.msg);
+  return own_state(s, row.prefix_episode, at_most < row.prefix_tokens ? at_most : row.prefix_tokens, n, offset,
+                   state, err);
 }
 
 void lh_store_segments_free(Longhaul__Segment **segs, size_t count) {

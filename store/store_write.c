@@ -36,8 +36,8 @@ static const char sql_payload_insert[] =
   " AND segments_received + excluded.segments_received = segment_count"
 static const char sql_ep_upsert_seg[] =
     "INSERT INTO episodes(id, actor, env, task_seed, group_id, status, tokens_received,"
-    " segments_received, min_version, max_version, created_ms, updated_ms)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?10, ?7, ?8, ?9, ?9)"
+    " segments_received, min_version, max_version, created_ms, updated_ms, prefix_episode, prefix_tokens)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?10, ?7, ?8, ?9, ?9, ?11, ?12)"
     " ON CONFLICT(id) DO UPDATE SET"
     "  status = CASE WHEN " SWEPT_SHORT_NOW_WHOLE
     "    THEN CASE outcome WHEN 'truncated' THEN 'truncated' ELSE 'complete' END ELSE status END,"
@@ -53,8 +53,8 @@ static const char sql_ep_upsert_seg[] =
 /* An EpisodeEnd that comes before any segment creates the row. */
 static const char sql_ep_insert_end[] =
     "INSERT INTO episodes(id, actor, env, task_seed, group_id, status, outcome, error, steps,"
-    " tokens, reward, segment_count, created_ms, updated_ms, ended_ms)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?13)";
+    " tokens, reward, segment_count, created_ms, updated_ms, ended_ms, prefix_episode, prefix_tokens)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?13, ?14, ?15)";
 
 /* The first EpisodeEnd of an episode that has a row (its segments came
  * first, or the sweep ended it): the end's figures go in. Its status,
@@ -74,7 +74,14 @@ static const char sql_ep_update_end[] =
 /* What the checks of a put need to know about the episode it names. */
 static const char sql_ep_owner[] =
     "SELECT actor, env, group_id, task_seed, segment_count,"
-    " (SELECT max(seq) FROM segments WHERE episode = ?1) FROM episodes WHERE id = ?1";
+    " (SELECT max(seq) FROM segments WHERE episode = ?1), prefix_episode, prefix_tokens"
+    " FROM episodes WHERE id = ?1";
+
+/* Whether a group's leader holds the shared prefix a member names: one
+ * of its segments ends exactly where the prefix ends (its segments are
+ * cut there, and come before any member's). */
+static const char sql_prefix_cut[] =
+    "SELECT 1 FROM segments WHERE episode = ?1 AND start_offset + tokens = ?2 LIMIT 1";
 
 /* A stored segment, to tell a resend from a conflicting one: its payload
  * from its row of segment_payloads, or from the segments row itself when
@@ -88,6 +95,17 @@ static const char sql_reward_insert[] =
 
 static const char *nonempty(const char *s) { return s && *s ? s : NULL; }
 static const char *text_or_empty(const char *s) { return s ? s : ""; }
+
+/* A shared prefix's two columns at i and i + 1: NULL for a whole episode. */
+static void bind_prefix(sqlite3_stmt *st, int i, uint64_t episode, uint64_t tokens) {
+  if (episode) {
+    lh_store_bind_u64(st, i, episode);
+    lh_store_bind_u64(st, i + 1, tokens);
+  } else {
+    sqlite3_bind_null(st, i);
+    sqlite3_bind_null(st, i + 1);
+  }
+}
 
 static void copy_name(char *dst, const char *src) {
   size_t n = src ? strlen(src) : 0;
@@ -118,6 +136,7 @@ int lh_store_flush(lh_store *s, lh_errbuf *err) {
     }
     sqlite3_bind_int64(st, 9, p->updated_ms);
     sqlite3_bind_int64(st, 10, p->segments);
+    bind_prefix(st, 11, p->prefix_episode, p->prefix_tokens);
     rc = lh_store_step(s, st, "updating the episode of a segment", err);
     sqlite3_reset(st);
   }
@@ -137,6 +156,7 @@ typedef struct {
   uint32_t segment_count;
   int has_seq;          /* a segment is stored: max_seq holds */
   uint32_t max_seq;
+  uint64_t prefix_episode, prefix_tokens;  /* its shared prefix (0: whole) */
 } episode_owner;
 
 static lh_store_pending_episode *pending_find(lh_store *s, uint64_t id) {
@@ -164,6 +184,8 @@ static int owner_read(lh_store *s, uint64_t id, episode_owner *o, lh_errbuf *err
     o->segment_count = (uint32_t)sqlite3_column_int64(st, 4);
     o->has_seq = sqlite3_column_type(st, 5) != SQLITE_NULL;
     o->max_seq = (uint32_t)sqlite3_column_int64(st, 5);
+    o->prefix_episode = lh_store_column_u64(st, 6);
+    o->prefix_tokens = lh_store_column_u64(st, 7);
   }
   sqlite3_reset(st);
   return rc < 0 ? rc : 0;
@@ -212,6 +234,83 @@ static int owner_differs(const char *o_actor, const char *o_env, uint64_t o_grou
   return 1;
 }
 
+/* ---- shared prefixes ---- */
+
+/* Whether a message of episode id names another shared prefix than the
+ * one the store holds for it (o_prefix, o_tokens; both 0: whole);
+ * refuses it (returns 1) when so. */
+static int prefix_differs(uint64_t o_prefix, uint64_t o_tokens, uint64_t id, const char *what, uint64_t prefix,
+                          uint64_t tokens, int *inserted, lh_errbuf *err) {
+  if (prefix == o_prefix && tokens == o_tokens) return 0;
+  refuse(inserted, err,
+         "episode %llu starts with the first %llu tokens of episode %llu, but its %s names %llu tokens of "
+         "episode %llu (refused)",
+         (unsigned long long)id, (unsigned long long)o_tokens, (unsigned long long)o_prefix, what,
+         (unsigned long long)tokens, (unsigned long long)prefix);
+  return 1;
+}
+
+/* A message that makes episode id, which names the first `tokens` tokens
+ * of episode `prefix` as its group's shared prefix: the prefix must be
+ * stored, an episode of the same actor, environment, group and task seed,
+ * whole itself (a prefix is its leader's own tokens: no chain, so no
+ * cycle), with a segment that ends where the prefix does (the leader cuts
+ * its segments there and sends them before any member's, so they are
+ * stored first). Returns 1 when refused, 0 when accepted, or a negative
+ * code. */
+static int prefix_refused(lh_store *s, uint64_t id, const char *what, const char *actor, const char *env,
+                          uint64_t group, uint64_t seed, uint64_t prefix, uint64_t tokens, int *inserted,
+                          lh_errbuf *err) {
+  unsigned long long ep = (unsigned long long)id, pe = (unsigned long long)prefix, n = (unsigned long long)tokens;
+  if (s->pending && pending_find(s, prefix)) LH_TRY(lh_store_flush(s, err));
+  episode_owner l;
+  LH_TRY(owner_read(s, prefix, &l, err));
+  char a[LH_STORE_NAME_BYTES], v[LH_STORE_NAME_BYTES];
+  copy_name(a, actor);
+  copy_name(v, env);
+  if (!l.found) {
+    refuse(inserted, err, "episode %llu names the first %llu tokens of episode %llu as its shared prefix, but no "
+           "such episode is stored (%s refused)", ep, n, pe, what);
+    *inserted = LH_STORE_NO_PREFIX;
+    return 1;
+  }
+  if (strcmp(l.actor, a) || strcmp(l.env, v) || l.group_id != group || l.task_seed != seed) {
+    refuse(inserted, err, "episode %llu of actor %s, group %llu names episode %llu of actor %s, group %llu as its "
+           "shared prefix: a prefix is shared within a group of one actor (%s refused)", ep, a,
+           (unsigned long long)group, pe, l.actor, (unsigned long long)l.group_id, what);
+    return 1;
+  }
+  if (l.prefix_episode) {
+    refuse(inserted, err, "episode %llu names episode %llu as its shared prefix, which starts from episode %llu's "
+           "itself: a prefix is one episode's own tokens (%s refused)", ep, pe,
+           (unsigned long long)l.prefix_episode, what);
+    return 1;
+  }
+  sqlite3_stmt *st;
+  LH_TRY(lh_store_prepare(s, sql_prefix_cut, &st, err));
+  lh_store_bind_u64(st, 1, prefix);
+  lh_store_bind_u64(st, 2, tokens);
+  int rc = lh_store_step(s, st, "reading a shared prefix's segments", err);
+  sqlite3_finalize(st);
+  if (rc < 0) return rc;
+  if (rc != SQLITE_ROW) {
+    refuse(inserted, err, "episode %llu names the first %llu tokens of episode %llu as its shared prefix, but no "
+           "stored segment of it ends there (%s refused)", ep, n, pe, what);
+    /* Until the leader has all its segments, the one that ends there may
+     * yet come (held back and resent after its members' messages). */
+    LH_TRY(lh_store_prepare(s, "SELECT segments_received < segment_count OR segment_count IS NULL FROM episodes"
+                               " WHERE id = ?1", &st, err));
+    lh_store_bind_u64(st, 1, prefix);
+    rc = lh_store_step(s, st, "counting a shared prefix's segments", err);
+    int short_of_segments = rc == SQLITE_ROW && sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (rc < 0) return rc;
+    if (short_of_segments) *inserted = LH_STORE_NO_PREFIX;
+    return 1;
+  }
+  return 0;
+}
+
 /* ---- segments ---- */
 
 /* Adds a stored segment's tokens and versions to its episode's pending
@@ -229,6 +328,8 @@ static int pending_add(lh_store *s, lh_store_pending_episode *p, const episode_o
     p->group_id = seg->group_id;
     p->has_count = o->has_count;
     p->segment_count = o->segment_count;
+    p->prefix_episode = seg->prefix_episode_id;
+    p->prefix_tokens = seg->prefix_tokens;
     copy_name(p->actor, seg->actor);
     copy_name(p->env, seg->env);
   }
@@ -300,15 +401,24 @@ static int insert_segment(lh_store *s, const Longhaul__Segment *seg, const uint8
   lh_store_pending_episode *p = pending_find(s, seg->episode_id);
   if (p) {
     if (owner_differs(p->actor, p->env, p->group_id, p->task_seed, seg->episode_id, what, seg->actor,
-                      seg->env, seg->group_id, seg->task_seed, inserted, err))
+                      seg->env, seg->group_id, seg->task_seed, inserted, err) ||
+        prefix_differs(p->prefix_episode, p->prefix_tokens, seg->episode_id, what, seg->prefix_episode_id,
+                       seg->prefix_tokens, inserted, err))
       return 0;
     o.has_count = p->has_count;
     o.segment_count = p->segment_count;
   } else {
     LH_TRY(owner_read(s, seg->episode_id, &o, err));
-    if (o.found && owner_differs(o.actor, o.env, o.group_id, o.task_seed, seg->episode_id, what,
-                                 seg->actor, seg->env, seg->group_id, seg->task_seed, inserted, err))
+    if (o.found && (owner_differs(o.actor, o.env, o.group_id, o.task_seed, seg->episode_id, what, seg->actor,
+                                  seg->env, seg->group_id, seg->task_seed, inserted, err) ||
+                    prefix_differs(o.prefix_episode, o.prefix_tokens, seg->episode_id, what,
+                                   seg->prefix_episode_id, seg->prefix_tokens, inserted, err)))
       return 0;
+    if (!o.found && seg->prefix_episode_id) {
+      int r = prefix_refused(s, seg->episode_id, what, seg->actor, seg->env, seg->group_id, seg->task_seed,
+                             seg->prefix_episode_id, seg->prefix_tokens, inserted, err);
+      if (r) return r < 0 ? r : 0;
+    }
   }
   if (o.has_count && seg->seq >= o.segment_count)
     return refuse(inserted, err,
@@ -468,7 +578,9 @@ static int insert_end(lh_store *s, const Longhaul__EpisodeEnd *end, int *inserte
   LH_TRY(owner_read(s, end->episode_id, &o, err));
   if (o.found) {
     if (owner_differs(o.actor, o.env, o.group_id, o.task_seed, end->episode_id, "EpisodeEnd",
-                      end->actor, end->env, end->group_id, end->task_seed, inserted, err))
+                      end->actor, end->env, end->group_id, end->task_seed, inserted, err) ||
+        prefix_differs(o.prefix_episode, o.prefix_tokens, end->episode_id, "EpisodeEnd", end->prefix_episode_id,
+                       end->prefix_tokens, inserted, err))
       return 0;
     if (o.has_count) return 0;  /* the first EpisodeEnd wins: a duplicate */
     if (o.has_seq && o.max_seq >= end->segment_count)
@@ -477,12 +589,18 @@ static int insert_end(lh_store *s, const Longhaul__EpisodeEnd *end, int *inserte
                     "segments (refused)",
                     (unsigned long long)end->episode_id, o.max_seq, o.actor, end->segment_count);
   }
+  if (!o.found && end->prefix_episode_id) {
+    int r = prefix_refused(s, end->episode_id, "EpisodeEnd", end->actor, end->env, end->group_id, end->task_seed,
+                           end->prefix_episode_id, end->prefix_tokens, inserted, err);
+    if (r) return r < 0 ? r : 0;
+  }
   sqlite3_stmt *st;
   if (o.found)
     LH_TRY(lh_store_cached(s, ST_EP_UPDATE_END, sql_ep_update_end, &st, err));
   else
     LH_TRY(lh_store_cached(s, ST_EP_INSERT_END, sql_ep_insert_end, &st, err));
   bind_end(st, end, lh_wall_ms());
+  if (!o.found) bind_prefix(st, 14, end->prefix_episode_id, end->prefix_tokens);
   int rc = lh_store_step(s, st, "recording an episode end", err);
   sqlite3_reset(st);
   if (rc < 0) return rc;

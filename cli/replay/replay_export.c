@@ -75,6 +75,7 @@ static cJSON *report_json(const lh_segment_report *rep) {
   bad = bad || add_num(o, "missing_count", rep->missing_count) ||
         add_num(o, "dropped", rep->dropped) ||
         !cJSON_AddBoolToObject(o, "complete", rep->complete);
+  if (!bad && rep->prefix_episode) bad = !cJSON_AddBoolToObject(o, "prefix_whole", rep->prefix_whole);
   if (bad) {
     cJSON_Delete(o);
     return NULL;
@@ -103,6 +104,10 @@ static cJSON *episode_json(const lh_episode_row *r) {
         add_num(o, "segments_received", r->segments_received) ||
         add_num(o, "payloads_dropped", r->payloads_dropped) || add_num(o, "created_ms", (double)r->created_ms) ||
         add_num(o, "updated_ms", (double)r->updated_ms) || add_num(o, "ended_ms", (double)r->ended_ms);
+  /* A member of a shared prefix: its segments begin with its leader's
+   * (their episode_id says so), so the episode reads whole. */
+  if (r->prefix_episode)
+    bad = bad || add_u64(o, "prefix_episode", r->prefix_episode) || add_u64(o, "prefix_tokens", r->prefix_tokens);
   if (bad) {
     cJSON_Delete(o);
     return NULL;
@@ -110,11 +115,22 @@ static cJSON *episode_json(const lh_episode_row *r) {
   return o;
 }
 
+typedef struct {
+  cJSON *segments;
+  uint64_t id;  /* the episode exported */
+} segments_ctx;
+
 static int add_segment(void *ctx, uint32_t seq, const Longhaul__Segment *seg) {
-  cJSON *segments = ctx;
+  segments_ctx *c = ctx;
+  cJSON *segments = c->segments;
   cJSON *j;
   if (seg) {
     j = lh_cli_segment_json(seg);
+    /* a segment of the shared prefix is its leader's: which one */
+    if (j && seg->episode_id != c->id && add_u64(j, "episode", seg->episode_id)) {
+      cJSON_Delete(j);
+      j = NULL;
+    }
   } else {
     /* Retention dropped the payload: the row says which one. */
     j = cJSON_CreateObject();
@@ -156,7 +172,8 @@ static int export_one(lh_store *s, uint64_t id, FILE *out, lh_errbuf *err) {
   lh_segment_report rep;
   memset(&rep, 0, sizeof rep);
   if (rc >= 0) {
-    rc = lh_store_episode_segments(s, id, add_segment, segments, &rep, err);
+    segments_ctx sc = {segments, id};
+    rc = lh_store_episode_segments(s, id, add_segment, &sc, &rep, err);
     if (rc == LH_ENOMEM) lh_errbuf_set(err, rc, "out of memory encoding episode %llu", (unsigned long long)id);
   }
   cJSON *gaps = rc >= 0 ? report_json(&rep) : NULL;

@@ -8,6 +8,7 @@
 #include "cli/term.h"
 
 typedef struct {
+  uint64_t id;            /* the episode shown (its shared prefix's segments are another's) */
   lh_cli_transcript *transcript;
   int tokens;             /* --tokens: list every token too */
   int have_prev;
@@ -81,6 +82,16 @@ static void print_segment_header(const Longhaul__Segment *seg) {
 
 static int on_segment(void *ctx, uint32_t seq, const Longhaul__Segment *seg) {
   show_state *st = ctx;
+  if (seg && seg->episode_id != st->id) {
+    /* the group's shared prefix, its leader's segments: shown as the
+     * episode's first tokens, with whose they are */
+    lh_cli_term_printf(stdout, "shared prefix, episode %llu ", (unsigned long long)seg->episode_id);
+    print_segment_header(seg);
+    lh_cli_transcript_segment(st->transcript, seg);
+    if (st->tokens) print_token_table(seg);
+    st->next_offset = seg->start_offset + seg->n_tokens;
+    return 0;
+  }
   uint32_t expect = st->have_prev ? st->prev_seq + 1 : 0;
   uint32_t missing = seq > expect ? seq - expect : 0;
   /* Which tokens are missing is known only between stored payloads. */
@@ -124,12 +135,18 @@ static void print_episode(const lh_episode_row *r) {
   else
     lh_cli_term_printf(stdout, "  segments %u stored (no episode end yet)", r->segments_received);
   if (r->payloads_dropped) lh_cli_term_printf(stdout, ", %u payloads dropped", r->payloads_dropped);
+  if (r->prefix_episode)
+    lh_cli_term_printf(stdout, "\n  tokens 0..%llu are the group's shared prefix, stored once with episode %llu",
+                       (unsigned long long)(r->prefix_tokens - 1), (unsigned long long)r->prefix_episode);
   lh_cli_term_printf(stdout, "\n\n");
 }
 
 static int print_outcome(lh_store *s, const char *db, const lh_episode_row *r,
                          const lh_segment_report *rep) {
   lh_cli_term_printf(stdout, "\n");
+  if (rep->prefix_episode && !rep->prefix_whole)
+    lh_cli_term_printf(stdout, "gap: the shared prefix of episode %llu is not whole (%u of its segments stored with "
+                       "payloads)\n", (unsigned long long)rep->prefix_episode, rep->prefix_segments);
   if (rep->missing_count) {
     lh_cli_term_printf(stdout, "gaps: %u segment%s missing:", rep->missing_count, rep->missing_count == 1 ? "" : "s");
     for (uint32_t k = 0; k < rep->missing_listed; k++) lh_cli_term_printf(stdout, " %u", rep->missing[k]);
@@ -240,6 +257,7 @@ int lh_cli_replay_show(int argc, char **argv) {
   memset(&st, 0, sizeof st);
   st.tokens = tokens;
   st.offset_known = 1;
+  st.id = id;
   st.transcript = lh_cli_transcript_new(stdout, "  ");
   if (!st.transcript) {
     lh_store_close(s);

@@ -160,6 +160,7 @@ typedef struct {
   uint32_t seg_tokens[MAX_EPISODES][512];
   int64_t end_segments[MAX_EPISODES];     /* -1 until its EpisodeEnd */
   uint64_t end_tokens[MAX_EPISODES];
+  uint64_t prefix_tokens[MAX_EPISODES];   /* a member's shared prefix: its leader's tokens */
   int n_episodes;
   uint32_t last_outbox_depth;  /* of the latest Heartbeat */
   int segments_v1;   /* sampled tokens carrying version 1 */
@@ -243,6 +244,7 @@ static int receive(fixture *f, seen *s, int timeout_ms, int skip_ack) {
         int k = episode_slot(s, seg->episode_id);
         ck_assert_uint_lt(seg->seq, 512);
         s->seg_start[k][seg->seq] = seg->start_offset;
+        s->prefix_tokens[k] = seg->prefix_tokens;
         s->seg_tokens[k][seg->seq] = (uint32_t)seg->n_tokens;
         s->segments++;
         for (size_t t = 0; t < seg->n_tokens; t++)
@@ -272,12 +274,13 @@ static int receive(fixture *f, seen *s, int timeout_ms, int skip_ack) {
 }
 
 /* Every episode that ended arrived whole: seqs 0 .. segment_count-1, each
- * once (duplicates were dropped above), contiguous, as many tokens as its
- * EpisodeEnd says. Messages may arrive out of order after resends. */
+ * once (duplicates were dropped above), contiguous from its shared prefix's
+ * end (0 when it has none), as many tokens as its EpisodeEnd says.
+ * Messages may arrive out of order after resends. */
 static void verify_episodes(const seen *s) {
   for (int k = 0; k < s->n_episodes; k++) {
     if (s->end_segments[k] < 0) continue;
-    uint64_t at = 0;
+    uint64_t at = s->prefix_tokens[k];
     for (int64_t q = 0; q < s->end_segments[k]; q++) {
       ck_assert_msg(s->seg_start[k][q] != UINT64_MAX, "episode %d: segment %lld never arrived", k, (long long)q);
       ck_assert_uint_eq(s->seg_start[k][q], at);

@@ -57,6 +57,13 @@ typedef struct {
   float *state;         /* the last recurrent state its segments carried (state_interval) */
   size_t n_state, state_offset, states;
   Longhaul__EpisodeEnd *end;
+  /* a shared prefix: the episode's first prefix_tokens tokens are episode
+   * prefix_episode's (its arrays hold zeros there until resolve_prefixes) */
+  uint64_t prefix_episode, prefix_tokens;
+  size_t first_order;   /* the order of its first segment among all taken */
+  size_t cuts[256];     /* where its segments end, and the order each came in */
+  size_t cut_order[256];
+  int n_cuts;
 } episode;
 
 /* routed_layers every segment must carry (0: not recorded). */
@@ -65,6 +72,7 @@ static uint32_t expect_layers;
 typedef struct {
   episode ep[64];
   int n;
+  size_t taken;  /* segments taken so far, for the order they came in */
 } collection;
 
 static episode *find(collection *c, uint64_t id) {
@@ -96,7 +104,22 @@ static void take(collection *c, Longhaul__Segment *seg, Longhaul__EpisodeEnd *en
     ck_assert_ptr_null(e->end);  /* segments come before their EpisodeEnd */
     ck_assert_uint_ne(seg->episode_id, 0);
     ck_assert_uint_eq(seg->seq, e->next_seq);
+    if (seg->seq == 0 && seg->prefix_tokens) {
+      /* a member of a group that shares its prefix: the leader's tokens
+       * go there later (resolve_prefixes) */
+      e->prefix_episode = seg->prefix_episode_id, e->prefix_tokens = seg->prefix_tokens;
+      e->tokens = calloc(seg->prefix_tokens, sizeof *e->tokens);
+      e->mask = calloc(seg->prefix_tokens, 1);
+      e->logp = calloc(seg->prefix_tokens, sizeof *e->logp);
+      e->version = calloc(seg->prefix_tokens, sizeof *e->version);
+      e->n = seg->prefix_tokens;
+    }
+    ck_assert_uint_eq(seg->prefix_episode_id, e->prefix_episode);
+    ck_assert_uint_eq(seg->prefix_tokens, e->prefix_tokens);
     ck_assert_uint_eq(seg->start_offset, e->n);
+    if (seg->seq == 0) e->first_order = c->taken;
+    if (e->n_cuts < 256) e->cuts[e->n_cuts] = seg->start_offset + seg->n_tokens, e->cut_order[e->n_cuts++] = c->taken;
+    c->taken++;
     ck_assert_uint_eq(seg->routed_layers, expect_layers);
     if (expect_layers) {
       size_t per = (size_t)seg->routed_layers * seg->routed_topk;
@@ -134,6 +157,41 @@ static void drain(lh_actors_runner *r, collection *c) {
   Longhaul__Segment *seg;
   Longhaul__EpisodeEnd *end;
   while (lh_actors_runner_pop(r, &seg, &end)) take(c, seg, end);
+}
+
+/* Each member of a shared prefix takes its leader's first prefix_tokens
+ * tokens, after checking that the leader is of the same group, that one
+ * of its segments ends exactly there, and that those segments all came
+ * before the member's first. Returns how many episodes shared. */
+static int resolve_prefixes(collection *c) {
+  int shared = 0;
+  for (int i = 0; i < c->n; i++) {
+    episode *e = &c->ep[i];
+    if (!e->prefix_episode) continue;
+    episode *l = NULL;
+    for (int j = 0; j < c->n; j++)
+      if (c->ep[j].id == e->prefix_episode) l = &c->ep[j];
+    ck_assert_ptr_nonnull(l);
+    ck_assert_uint_eq(l->prefix_episode, 0);  /* a leader has no prefix of its own */
+    ck_assert_uint_eq(l->group, e->group);
+    ck_assert_uint_ge(l->n, e->prefix_tokens);
+    int cut = 0;
+    for (int k = 0; k < l->n_cuts; k++)
+      if (l->cuts[k] == e->prefix_tokens) {
+        cut = 1;
+        ck_assert_uint_lt(l->cut_order[k], e->first_order);
+      }
+    ck_assert_msg(cut, "leader %llu has no segment ending at %llu", (unsigned long long)l->id,
+                  (unsigned long long)e->prefix_tokens);
+    size_t p = e->prefix_tokens;
+    memcpy(e->tokens, l->tokens, p * sizeof *e->tokens);
+    memcpy(e->mask, l->mask, p);
+    memcpy(e->logp, l->logp, p * sizeof *e->logp);
+    memcpy(e->version, l->version, p * sizeof *e->version);
+    for (size_t t = 0; t < p; t++) ck_assert_uint_eq(e->mask[t], 0);  /* the prefix is the environment's */
+    shared++;
+  }
+  return shared;
 }
 
 static void free_collection(collection *c) {
@@ -579,6 +637,169 @@ START_TEST(test_states_and_beyond_context) {
 }
 END_TEST
 
+/* Shared prefixes: the members of a group take the state their leader
+ * reached after their common first observation instead of prefilling it,
+ * their segments starting after it and naming the leader, whose segments
+ * are cut there and sent first. With the same seeds every episode is,
+ * token for token and bit for bit (log-probabilities and versions), the
+ * one unshared play gives: on calc; on needle's long first observation (6
+ * prefill windows) with a weight change in the middle of it (the new
+ * weights, and their version on the later windows' tokens, in both); on
+ * maze, whose observations are images; with recurrent states, where each
+ * member's first segment carries the state at the prefix's end. */
+static void play(lh_model *m, const lh_actors_runner_config *cfg, int change_at, collection *c,
+                 uint64_t *shared, uint64_t *shared_tokens) {
+  lh_actors_runner *r = NULL;
+  lh_errbuf err = {0};
+  ck_assert_msg(lh_actors_runner_new(m, cfg, &r, &err) == 0, "%s", err.msg);
+  for (int i = 0; i < 100000 && !lh_actors_runner_done(r); i++) {
+    if (i == change_at) {
+      /* new weights mid-prefill, as an actor swaps them between steps */
+      float *p = lh_model_params(m);
+      for (size_t j = 0; j < lh_model_n_floats(m); j += 7) p[j] *= 1.01f;
+      lh_actors_runner_set_version(r, 3);
+    }
+    int rc = lh_actors_runner_step(r, &err);
+    ck_assert_msg(rc >= 0, "step %d: %s", i, err.msg);
+    drain(r, c);
+  }
+  ck_assert(lh_actors_runner_done(r));
+  drain(r, c);
+  lh_actors_runner_shared(r, shared, shared_tokens);
+  lh_actors_runner_free(r);
+}
+
+static void same_play(const char *what, const lh_actors_runner_config *base, int change_at) {
+  static collection c[2];
+  memset(c, 0, sizeof c);
+  uint64_t shared[2], tokens[2];
+  for (int k = 0; k < 2; k++) {
+    lh_model *m = tiny_model();
+    lh_actors_runner_config cfg = *base;
+    cfg.share_prefix = k == 0;
+    play(m, &cfg, change_at, &c[k], &shared[k], &tokens[k]);
+    lh_model_free(m);
+  }
+  int members = resolve_prefixes(&c[0]);
+  ck_assert_int_eq(resolve_prefixes(&c[1]), 0);
+  ck_assert_uint_eq(shared[1], 0);
+  ck_assert_int_eq(c[0].n, c[1].n);
+  int groups = (int)(base->episodes / base->group_size);
+  ck_assert_int_eq(members, groups * (int)(base->group_size - 1));
+  ck_assert_uint_eq(shared[0], (uint64_t)members);
+  size_t sampled = 0, versions = 0;
+  int bitwise = 0;
+  double worst = 0;
+  for (int i = 0; i < c[0].n; i++) {
+    episode *a = &c[0].ep[i], *b = NULL;
+    for (int j = 0; j < c[1].n; j++)
+      if (c[1].ep[j].id == a->id) b = &c[1].ep[j];
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_nonnull(a->end);
+    ck_assert_uint_eq(a->n, b->n);
+    ck_assert_uint_eq(a->end->total_tokens, a->n);
+    ck_assert_uint_eq(a->end->prefix_tokens, a->prefix_tokens);
+    ck_assert_msg(memcmp(a->tokens, b->tokens, a->n * sizeof *a->tokens) == 0, "%s: episode %d tokens", what, i);
+    ck_assert(memcmp(a->mask, b->mask, a->n) == 0);
+    /* Bit for bit, but where the decode steps of other rows beside it
+     * differ: members of a group that unshared play starts one by one (as
+     * rows free up) prefill and decode at other steps, and a batched
+     * decode step of another number of rows sums in another order. */
+    int same = 1;
+    for (size_t t = 0; t < a->n; t++) {
+      /* relative to the value's size: a float near -8 has steps of 9.5e-7 */
+      double d = fabs((double)a->logp[t] - b->logp[t]) / fmax(1.0, fabs((double)b->logp[t]));
+      worst = fmax(worst, d);
+      same &= memcmp(&a->logp[t], &b->logp[t], sizeof *a->logp) == 0;
+      ck_assert_msg(d <= 1e-6, "%s: episode %d (%s %llu) logp at %zu of %zu: %.9g shared, %.9g unshared", what, i,
+                    a->prefix_episode ? "member" : "leader", (unsigned long long)a->id, t, a->n, (double)a->logp[t],
+                    (double)b->logp[t]);
+    }
+    bitwise += same;
+    ck_assert_msg(memcmp(a->version, b->version, a->n * sizeof *a->version) == 0, "%s: episode %d versions", what,
+                  i);
+    ck_assert_int_eq(a->end->outcome, b->end->outcome);
+    for (size_t t = 0; t < a->n; t++) sampled += a->mask[t], versions += a->version[t] == 3;
+  }
+  printf("shared prefix, %s: %d episodes, %d members took their leader's prefix (%llu tokens not prefilled), "
+         "%zu sampled tokens, %zu tokens at the new version; tokens and versions equal to unshared play, "
+         "log-probabilities bit for bit in %d of %d episodes, largest relative difference %.3g\n",
+         what, c[0].n, members, (unsigned long long)tokens[0], sampled, versions, bitwise, c[0].n, worst);
+  if (change_at >= 0) ck_assert_uint_gt(versions, 0);
+  free_collection(&c[0]);
+  free_collection(&c[1]);
+}
+
+START_TEST(test_shared_prefix_equals_unshared) {
+  lh_actors_runner_config cfg = base_config();
+  cfg.batch = 4, cfg.group_size = 2, cfg.episodes = 8;
+  same_play("calc", &cfg, -1);
+
+  lh_env_option needle[] = {{"tokens", "1400"}};
+  cfg = base_config();
+  cfg.env = "needle", cfg.env_options = needle, cfg.n_env_options = 1;
+  cfg.batch = 4, cfg.group_size = 4, cfg.episodes = 8, cfg.max_context = 2400, cfg.max_steps = 2;
+  cfg.segment_tokens = 100;
+  same_play("needle, weights changed mid-prefill", &cfg, 2);
+
+  lh_env_option maze[] = {{"size", "2"}, {"cell_px", "1"}};
+  cfg = base_config();
+  cfg.env = "maze", cfg.env_options = maze, cfg.n_env_options = 2;
+  cfg.batch = 3, cfg.group_size = 3, cfg.episodes = 6, cfg.max_context = 400, cfg.max_steps = 3;
+  same_play("maze (images)", &cfg, -1);
+
+  cfg = base_config();
+  cfg.env = "needle", cfg.env_options = needle, cfg.n_env_options = 1;
+  cfg.batch = 2, cfg.group_size = 2, cfg.episodes = 4, cfg.max_context = 2400, cfg.max_steps = 2;
+  cfg.segment_tokens = 100, cfg.state_interval = 128;
+  same_play("needle with states", &cfg, -1);
+}
+END_TEST
+
+/* A member forks its leader's state: its first segment carries the state
+ * at the prefix's end, equal to the leader's after those tokens (the
+ * training forward over them agrees within float rounding). */
+START_TEST(test_shared_prefix_state) {
+  lh_model *m = tiny_model();
+  lh_env_option needle[] = {{"tokens", "600"}};
+  lh_actors_runner_config cfg = base_config();
+  cfg.env = "needle", cfg.env_options = needle, cfg.n_env_options = 1;
+  cfg.batch = 2, cfg.group_size = 2, cfg.episodes = 2, cfg.max_context = 2400, cfg.max_steps = 1;
+  cfg.segment_tokens = 4096, cfg.state_interval = 4096, cfg.share_prefix = 1;
+  collection *c = calloc(1, sizeof *c);
+  uint64_t shared, tokens;
+  play(m, &cfg, -1, c, &shared, &tokens);
+  ck_assert_uint_eq(shared, 1);
+  ck_assert_int_eq(resolve_prefixes(c), 1);
+  size_t sf = lh_model_state_floats(lh_model_get_config(m));
+  lh_errbuf err = {0};
+  for (int i = 0; i < c->n; i++) {
+    episode *e = &c->ep[i];
+    /* both carry the state at the prefix's end: the one-segment leader and the member */
+    ck_assert_uint_eq(e->states, 1);
+    ck_assert_uint_eq(e->n_state, sf);
+    size_t k = e->state_offset;
+    ck_assert_uint_eq(k, tokens);
+    int32_t *tok = malloc(k * sizeof *tok);
+    float *state = malloc(sf * sizeof *state);
+    for (size_t j = 0; j < k; j++) tok[j] = (int32_t)e->tokens[j];
+    int32_t offs[2] = {0, (int32_t)k};
+    lh_model_batch b = {.n_tokens = (int)k, .tokens = tok, .n_seq = 1, .seq_offsets = offs};
+    lh_model_cache *cache = NULL;
+    ck_assert_msg(lh_model_forward(m, &b, &cache, NULL, NULL, state, &err) == 0, "%s", err.msg);
+    double worst = 0;
+    for (size_t j = 0; j < sf; j++) worst = fmax(worst, fabs((double)state[j] - e->state[j]));
+    printf("shared prefix state of episode %d at %zu: against the forward max |diff| %g\n", i, k, worst);
+    ck_assert_msg(worst < 1e-4, "state differs by %g", worst);
+    lh_model_cache_free(cache);
+    free(tok), free(state);
+  }
+  free_collection(c);
+  free(c);
+  lh_model_free(m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("actors_runner");
   TCase *tc = tcase_create("runner");
@@ -591,6 +812,8 @@ int main(void) {
   tcase_add_test(tc, test_abort_and_errors);
   tcase_add_test(tc, test_stage_sizes_episodes);
   tcase_add_test(tc, test_states_and_beyond_context);
+  tcase_add_test(tc, test_shared_prefix_equals_unshared);
+  tcase_add_test(tc, test_shared_prefix_state);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }

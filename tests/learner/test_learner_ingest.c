@@ -247,6 +247,61 @@ START_TEST(test_duplicates_acked_stored_once) {
 }
 END_TEST
 
+/* A member of a shared prefix whose leader's segment comes after it (held
+ * back and resent): answered ACK_RETRY, stored once the leader's segment
+ * that ends where the prefix does is; one naming an episode that never
+ * comes is answered ACK_RETRY until abort_after_ms has passed since its
+ * first answer, then ACK_REJECTED; neither is stored meanwhile. */
+START_TEST(test_member_waits_for_its_leader) {
+  rig r;
+  rig_open(&r);
+  lh_learner_ingest_set_abort_after(r.ig, 200);
+  msg m;
+  uint64_t ids[8];
+  size_t n;
+  /* the member (11) first: its prefix is the leader's (10) first 8 tokens */
+  make_segment(&m, 1, 11, 0, 8);
+  m.seg.start_offset = 8, m.seg.prefix_episode_id = 10, m.seg.prefix_tokens = 8;
+  send_msg(r.dealer, &m);
+  pump(r.ig, 1);
+  ck_assert_int_eq(recv_ack(r.dealer, ids, 8, &n), LONGHAUL__ACK_STATUS__ACK_RETRY);
+  ck_assert_uint_eq(lh_learner_ingest_get_counts(r.ig)->held_prefix, 1);
+  lh_episode_row row;
+  lh_errbuf e;
+  ck_assert_int_eq(lh_store_episode_get(r.store, 11, &row, &e), LH_ESTORE_NO_EPISODE);
+  /* the leader's segment, then the member's resend */
+  msg l;
+  make_segment(&l, 2, 10, 0, 8);
+  send_msg(r.dealer, &l);
+  pump(r.ig, 2);
+  ck_assert_int_eq(recv_ack(r.dealer, ids, 8, &n), LONGHAUL__ACK_STATUS__ACK_STORED);
+  m.env.msg_id = 3;
+  send_msg(r.dealer, &m);
+  pump(r.ig, 3);
+  ck_assert_int_eq(recv_ack(r.dealer, ids, 8, &n), LONGHAUL__ACK_STATUS__ACK_STORED);
+  ck_assert_int_eq(lh_store_episode_get(r.store, 11, &row, &e), 0);
+  ck_assert_uint_eq(row.prefix_episode, 10);
+  /* a prefix that never comes: retried, then refused once 200 ms passed
+   * since the first answer (the test waits for the refusal, not a time) */
+  make_segment(&m, 4, 12, 0, 8);
+  m.seg.start_offset = 8, m.seg.prefix_episode_id = 999, m.seg.prefix_tokens = 8;
+  int status = -1, retried = 0;
+  for (uint64_t id = 4; id < 100000 && status != LONGHAUL__ACK_STATUS__ACK_REJECTED; id++) {
+    m.env.msg_id = id;
+    send_msg(r.dealer, &m);
+    pump(r.ig, id);
+    status = recv_ack(r.dealer, ids, 8, &n);
+    retried += status == LONGHAUL__ACK_STATUS__ACK_RETRY;
+  }
+  ck_assert_int_eq(status, LONGHAUL__ACK_STATUS__ACK_REJECTED);
+  ck_assert_int_ge(retried, 1);
+  ck_assert_int_eq(lh_store_episode_get(r.store, 12, &row, &e), LH_ESTORE_NO_EPISODE);
+  printf("member before its leader: retried, then stored; a prefix never stored: %d retries, then refused\n",
+         retried);
+  rig_close(&r);
+}
+END_TEST
+
 START_TEST(test_garbage_does_not_stop_it) {
   rig r;
   rig_open(&r);
@@ -700,6 +755,7 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_acked_means_stored);
   tcase_add_test(tc, test_duplicates_acked_stored_once);
+  tcase_add_test(tc, test_member_waits_for_its_leader);
   tcase_add_test(tc, test_garbage_does_not_stop_it);
   tcase_add_test(tc, test_store_failure_answers_retry);
   tcase_add_test(tc, test_second_process);

@@ -57,8 +57,8 @@ static int seg(lh_store *s, const Longhaul__Segment *g) {
   int rc = lh_store_put_segment(s, g, &ins, &e);
   ck_assert_msg(rc == 0, "put_segment episode %llu seq %u: %s", (unsigned long long)g->episode_id,
                 g->seq, e.msg);
-  ck_assert(ins == 1 || ins == 0 || ins == LH_STORE_REFUSED);
-  if (ins == LH_STORE_REFUSED) ck_assert_int_eq(e.code, LH_ESTORE_REFUSED);
+  ck_assert(ins == 1 || ins == 0 || ins == LH_STORE_REFUSED || ins == LH_STORE_NO_PREFIX);
+  if (ins == LH_STORE_REFUSED || ins == LH_STORE_NO_PREFIX) ck_assert_int_eq(e.code, LH_ESTORE_REFUSED);
   return ins;
 }
 
@@ -560,6 +560,107 @@ START_TEST(test_writer_lock) {
 }
 END_TEST
 
+/* Shared prefixes (ARCHITECTURE.md §6): a member names the first tokens of
+ * its group's leader, stored once. Refused: a prefix that is not stored,
+ * one of another actor or group, a member's (a chain, so no cycle), a
+ * length at which no segment of the leader ends, a later segment or an
+ * end that names another prefix than the episode's first message did; an
+ * episode that names itself is not even a valid message. The honest
+ * member is stored and reads whole, its resend a duplicate. */
+START_TEST(test_shared_prefix_refs) {
+  lh_store *s = open_rw();
+  static sfx_seg f;
+  static sfx_end x;
+  int refused = 0;
+  /* leader 40 (group 10): two segments, cut at 16 */
+  for (uint32_t q = 0; q < 2; q++) {
+    make_seg(&f, 40, q, "a0");
+    ck_assert_int_eq(seg(s, &f.seg), 1);
+  }
+  /* a member: its first segment starts where the prefix ends */
+  make_seg(&f, 41, 0, "a0");
+  f.seg.start_offset = 16, f.seg.prefix_episode_id = 40, f.seg.prefix_tokens = 16;
+  ck_assert_int_eq(seg(s, &f.seg), 1);
+  ck_assert_int_eq(seg(s, &f.seg), 0);  /* a resend */
+  /* its second names another length, then no prefix: refused */
+  make_seg(&f, 41, 1, "a0");
+  f.seg.start_offset = 32, f.seg.prefix_episode_id = 40, f.seg.prefix_tokens = 32;
+  REFUSE(seg(s, &f.seg));
+  ck_assert(strstr(e.msg, "starts with the first 16 tokens of episode 40"));
+  f.seg.prefix_episode_id = 0, f.seg.prefix_tokens = 0;
+  REFUSE(seg(s, &f.seg));
+  /* no segment of the leader ends at 8: while the leader is not whole
+   * that segment may yet come (the ingest lets the member wait); once it
+   * is, refused */
+  make_seg(&f, 42, 0, "a0");
+  f.seg.start_offset = 8, f.seg.prefix_episode_id = 40, f.seg.prefix_tokens = 8;
+  ck_assert_int_eq(seg(s, &f.seg), LH_STORE_NO_PREFIX);
+  ck_assert(strstr(e.msg, "no stored segment of it ends there"));
+  sfx_end_init(&x, 40, "calc", 2, LONGHAUL__OUTCOME__OUTCOME_FAILURE, 0.0f);
+  x.end.actor = "a0", x.end.group_id = 10, x.end.task_seed = 1010, x.end.total_tokens = 32;
+  ck_assert_int_eq(end(s, &x.end), 1);
+  REFUSE(seg(s, &f.seg));
+  ck_assert(strstr(e.msg, "no stored segment of it ends there"));
+  /* a member's tokens as a prefix: a chain */
+  make_seg(&f, 43, 0, "a0");
+  f.seg.start_offset = 16, f.seg.prefix_episode_id = 41, f.seg.prefix_tokens = 16;
+  REFUSE(seg(s, &f.seg));
+  ck_assert(strstr(e.msg, "a prefix is one episode's own tokens"));
+  /* another group (44: group 11), another actor, a prefix never stored */
+  make_seg(&f, 44, 0, "a0");
+  f.seg.start_offset = 16, f.seg.prefix_episode_id = 40, f.seg.prefix_tokens = 16;
+  REFUSE(seg(s, &f.seg));
+  ck_assert(strstr(e.msg, "shared within a group of one actor"));
+  make_seg(&f, 42, 0, "b0");
+  f.seg.start_offset = 16, f.seg.prefix_episode_id = 40, f.seg.prefix_tokens = 16;
+  REFUSE(seg(s, &f.seg));
+  /* a prefix not stored (yet: the ingest lets it wait a while) */
+  make_seg(&f, 42, 0, "a0");
+  f.seg.start_offset = 16, f.seg.prefix_episode_id = 999, f.seg.prefix_tokens = 16;
+  ck_assert_int_eq(seg(s, &f.seg), LH_STORE_NO_PREFIX);
+  refused++;
+  ck_assert(strstr(e.msg, "no such episode is stored"));
+  /* an end that creates its episode names a prefix as checked; one that
+   * names another than the episode's segments did is refused */
+  sfx_end_init(&x, 43, "calc", 1, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
+  x.end.actor = "a0", x.end.group_id = 10, x.end.task_seed = 1010;
+  x.end.prefix_episode_id = 41, x.end.prefix_tokens = 16, x.end.total_tokens = 32;
+  REFUSE(end(s, &x.end));
+  sfx_end_init(&x, 41, "calc", 1, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
+  x.end.actor = "a0", x.end.group_id = 10, x.end.task_seed = 1010, x.end.total_tokens = 32;
+  REFUSE(end(s, &x.end));
+  x.end.prefix_episode_id = 40, x.end.prefix_tokens = 16;
+  ck_assert_int_eq(end(s, &x.end), 1);
+  /* an episode that names itself: not a valid message */
+  make_seg(&f, 45, 0, "a0");
+  f.seg.start_offset = 16, f.seg.prefix_episode_id = 45, f.seg.prefix_tokens = 16;
+  int ins = 7;
+  ck_assert_int_lt(lh_store_put_segment(s, &f.seg, &ins, &e), 0);
+  ck_assert(strstr(e.msg, "is the episode itself"));
+  /* the member reads whole: the leader's first segment, then its own */
+  Longhaul__Segment **segs = NULL;
+  size_t n = 0;
+  lh_segment_report rep;
+  ck_assert_int_eq(lh_store_episode_segments_array(s, 41, &segs, &n, &rep, &e), 0);
+  ck_assert_uint_eq(n, 2);
+  ck_assert_uint_eq(segs[0]->episode_id, 40);
+  ck_assert_uint_eq(segs[0]->start_offset, 0);
+  ck_assert_uint_eq(segs[1]->episode_id, 41);
+  ck_assert_uint_eq(segs[1]->start_offset, 16);
+  ck_assert(rep.prefix_whole && rep.complete && rep.prefix_segments == 1);
+  lh_store_segments_free(segs, n);
+  lh_episode_row r = row_of(s, 41);
+  ck_assert_uint_eq(r.prefix_episode, 40);
+  ck_assert_uint_eq(r.prefix_tokens, 16);
+  ck_assert_uint_eq(r.tokens, 32);
+  ck_assert_uint_eq(r.tokens_received, 16);
+  ck_assert(is_ready(s, 41));
+  printf("shared prefix references: %d refused, the member stored whole\n", refused);
+  ck_assert_int_eq(refused, 9);
+  lh_store_close(s);
+}
+END_TEST
+
 static Suite *hostile_suite(void) {
   Suite *su = suite_create("store_hostile");
   TCase *tc = tcase_create("store_hostile");
@@ -571,6 +672,7 @@ static Suite *hostile_suite(void) {
   tcase_add_test(tc, test_segment_conflict);
   tcase_add_test(tc, test_past_the_end);
   tcase_add_test(tc, test_writer_lock);
+  tcase_add_test(tc, test_shared_prefix_refs);
   suite_add_tcase(su, tc);
   return su;
 }
