@@ -153,6 +153,7 @@ max_patches = 64
 seed = 1
 
 [learner]
+skip_flat_groups = false
 expert_parallel = $ep
 batch_episodes = 4
 group_size = 4

@@ -117,6 +117,7 @@ expert_hidden = 8
 chunk = 4
 seed = 3
 [learner]
+skip_flat_groups = false
 batch_episodes = 4
 group_size = 4
 train_window = 64
