@@ -60,6 +60,22 @@ static int payload_of(lh_store *s, payload_walk *w, uint64_t id, int64_t seq, co
   return 0;
 }
 
+/* Starts w's walk of episode id's payload rows in seq order, at its
+ * first row. 0 or a negative code (w holds nothing to finalize then). */
+static int payload_walk_begin(lh_store *s, payload_walk *w, uint64_t id, lh_errbuf *err) {
+  *w = (payload_walk){NULL, NULL, 0};
+  LH_TRY(lh_store_prepare(s, "SELECT seq, payload FROM segment_payloads WHERE episode = ?1 ORDER BY seq", &w->rows,
+                          err));
+  lh_store_bind_u64(w->rows, 1, id);
+  w->rc = lh_store_step(s, w->rows, "reading payloads", err);
+  return 0;
+}
+
+static void payload_walk_end(payload_walk *w) {
+  sqlite3_finalize(w->rows);
+  sqlite3_finalize(w->inline_payload);
+}
+
 /* Decodes segment seq of episode id from its payload (buf NULL: dropped,
  * *seg NULL) and checks that it is that segment. 0 or LH_ESTORE_PAYLOAD. */
 static int decode_payload(lh_store *s, uint64_t id, uint32_t seq, const void *buf, size_t bytes,
@@ -113,15 +129,12 @@ static int walk_prefix(lh_store *s, const lh_episode_row *row, lh_store_segment_
                           &st, err));
   lh_store_bind_u64(st, 1, id);
   lh_store_bind_u64(st, 2, end > INT64_MAX ? INT64_MAX : end);
-  payload_walk w = {NULL, NULL, 0};
-  int rc = lh_store_prepare(s, "SELECT seq, payload FROM segment_payloads WHERE episode = ?1 ORDER BY seq", &w.rows,
-                            err);
+  payload_walk w;
+  int rc = payload_walk_begin(s, &w, id, err);
   if (rc < 0) {
     sqlite3_finalize(st);
     return rc;
   }
-  lh_store_bind_u64(w.rows, 1, id);
-  w.rc = lh_store_step(s, w.rows, "reading a shared prefix's payloads", err);
   uint64_t at = 0;
   int whole = 1, stopped = 0;
   int64_t next = 0;
@@ -153,8 +166,7 @@ static int walk_prefix(lh_store *s, const lh_episode_row *row, lh_store_segment_
   }
   if (w.rc < 0) rc = w.rc;
   sqlite3_finalize(st);
-  sqlite3_finalize(w.rows);
-  sqlite3_finalize(w.inline_payload);
+  payload_walk_end(&w);
   if (rc < 0) return rc;
   r->prefix_whole = whole && at == end;
   return stopped ? SQLITE_DONE : 0;
@@ -184,15 +196,12 @@ static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn
   sqlite3_stmt *st;
   LH_TRY(lh_store_prepare(s, "SELECT seq FROM segments WHERE episode = ?1 ORDER BY seq", &st, err));
   lh_store_bind_u64(st, 1, id);
-  payload_walk w = {NULL, NULL, 0};
-  int rc = lh_store_prepare(s, "SELECT seq, payload FROM segment_payloads WHERE episode = ?1 ORDER BY seq", &w.rows,
-                            err);
+  payload_walk w;
+  int rc = payload_walk_begin(s, &w, id, err);
   if (rc < 0) {
     sqlite3_finalize(st);
     return rc;
   }
-  lh_store_bind_u64(w.rows, 1, id);
-  w.rc = lh_store_step(s, w.rows, "reading payloads", err);
   int64_t next = 0;  /* the seq number expected next (up to 2^32) */
   while (w.rc >= 0 && (rc = lh_store_step(s, st, "reading segments", err)) == SQLITE_ROW) {
     int64_t seq64 = sqlite3_column_int64(st, 0);
@@ -217,8 +226,7 @@ static int reassemble(lh_store *s, uint64_t id, lh_store_segment_fn fn, owned_fn
   }
   if (w.rc < 0) rc = w.rc;
   sqlite3_finalize(st);
-  sqlite3_finalize(w.rows);
-  sqlite3_finalize(w.inline_payload);
+  payload_walk_end(&w);
   if (rc < 0) return rc;
   if (r->expected > next) note_missing(r, (uint32_t)next, r->expected);
   r->complete = r->has_end && r->missing_count == 0 && r->dropped == 0 &&
