@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/scale_memory.sh [BUILD]: the actor's memory and prefill rate
-# against the context (issue 16, item 1), on the demo model
+# against the context, on the demo model
 # (examples/model.ini). One actor (batch 1, one OpenBLAS thread:
 # [actor] blas_threads = 1) plays one `needle` episode whose first
 # observation is a document of each size in LH_SCALE_MEMORY_TOKENS

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/scale_train.sh [BUILD]: learner policy tokens trained per second on
-# long episodes in stored-state mode, against short episodes (issue 16,
-# target >= 0.5), with exact recomputation on the long episodes for
+# long episodes in stored-state mode, against short episodes (target
+# >= 0.5), with exact recomputation on the long episodes for
 # reference, and how far each mode's log-probabilities stray from exact
 # (ARCHITECTURE.md §5 "Stored state").
 #

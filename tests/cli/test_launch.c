@@ -1,7 +1,7 @@
-/* `longhaul launch` as a real process over a tiny calc fleet (issue 6,
- * "Tests"): SIGTERM shuts it down in order and it exits 0 with a final
- * checkpoint, a store that passes integrity_check and every message the
- * actors saw acked in the store; an actor killed with SIGKILL is restarted
+/* `longhaul launch` as a real process over a tiny calc fleet: SIGTERM
+ * shuts it down in order and it exits 0 with a final checkpoint, a store
+ * that passes integrity_check and every message the actors saw acked in
+ * the store; an actor killed with SIGKILL is restarted
  * (the restart counted), its open episodes end as aborted after
  * abort_after_ms, and no aborted episode is trained on; the learner
  * SIGKILLed comes back with --resume and loses no acked message; a bad [fleet] key

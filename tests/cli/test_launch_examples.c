@@ -1,4 +1,4 @@
-/* The fleets of examples/ (issue 6, "Examples"): each file is copied with
+/* The fleets of examples/: each file is copied with
  * the model and batches shrunk, endpoints and paths made private, and run
  * with `longhaul launch` to its end: calc, needle (stages), plugin (the
  * dlopen reverse environment) and maze (images) for two learner steps each.

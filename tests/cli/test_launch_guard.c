@@ -1,5 +1,5 @@
 /* What `longhaul launch` refuses and watches, with the launcher and its
- * fleet as real processes over a tiny calc fleet (issue 15, "Tests"):
+ * fleet as real processes over a tiny calc fleet:
  *   config     mistakes found before any child starts (exit 2, the file,
  *              section and key named): an environment's unknown option, an
  *              env server program that does not exist, an ingest port in

@@ -1,4 +1,4 @@
-/* A stop during a long step loses nothing (issue 16, "Tests"): a fleet
+/* A stop during a long step loses nothing: a fleet
  * whose learner takes 3 s a step (LH_LEARNER_TEST_STEP_DELAY_MS, counted
  * in the step's own time) under [fleet] stop_timeout_ms = 2000 is stopped
  * with SIGTERM while a step is under way (held at its start by

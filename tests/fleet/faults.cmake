@@ -1,4 +1,4 @@
-# Fault tests with real processes (issue 8): the learner SIGKILLed mid-step
+# Fault tests with real processes: the learner SIGKILLed mid-step
 # and mid-ingest, the env server killed and hung, the store full and
 # read-only, its write-ahead log truncated, a corrupted weights chunk, and
 # 8 actors under load. One

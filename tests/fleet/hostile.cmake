@@ -1,4 +1,4 @@
-# Hostile peers against a real learner (issue 14): wire-valid input the
+# Hostile peers against a real learner: wire-valid input the
 # model cannot take, a poisoned store, unread weights requests, large
 # segments back to back, more peers than the ingest admits, a store whose
 # schema was crafted, a peer that ignores its back-pressure window (opening

@@ -1,4 +1,4 @@
-# Run identity (issue 15): the runs row and run_id columns after a real
+# Run identity: the runs row and run_id columns after a real
 # learner run, an actor of another run refused beside one that trains,
 # the store's step from schema 5 to 6, the rows of sft and eval. One
 # executable (test_run_identity CASE), one ctest entry per case.

@@ -1,4 +1,4 @@
-/* Fault tests with real processes (issue 8, "Faults survived" and "Load"):
+/* Fault tests with real processes:
  * `longhaul learner`, `longhaul actor` and `longhaul envs serve` on ipc://
  * endpoints in a temporary folder, a tiny model (d 16). Each fault is
  * injected for real (SIGKILL, SIGSTOP, a store cap lowered at run time

@@ -1,4 +1,4 @@
-/* Hostile peers against a real `longhaul learner` (issue 14): messages
+/* Hostile peers against a real `longhaul learner`: messages
  * that are valid on the wire but not what the model can take, poisoned
  * episodes already in the store, peers that flood or never read, a peer
  * that ignores its back-pressure window beside an honest actor process,

@@ -1,4 +1,4 @@
-# The asynchronous learner with real processes (issue 13): acks and a
+# The asynchronous learner with real processes: acks and a
 # weights fetch while a training step is held open, a 60 s fleet's
 # resends, and back-pressure against a slowed learner. One executable
 # (test_learner_async CASE), one ctest entry per case, label "proc".

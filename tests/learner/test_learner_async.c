@@ -1,4 +1,4 @@
-/* The asynchronous learner with real processes (issue 13): acks and
+/* The asynchronous learner with real processes: acks and
  * weights while a training step is held open, a fleet's resends, and
  * back-pressure against a slowed learner. Each case prints what it
  * counted on one line (print_totals). Run one case by name: test_learner_async

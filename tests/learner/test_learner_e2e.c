@@ -1,4 +1,4 @@
-/* End to end (issue 5 "Tests"): `longhaul learner` and two `longhaul actor`
+/* End to end: `longhaul learner` and two `longhaul actor`
  * processes on ipc:// endpoints in a temporary directory, a tiny model on
  * calc, at least three training steps. Versions advance, actors take new weights
  * mid-episode (some episode's tokens carry two versions), the store holds

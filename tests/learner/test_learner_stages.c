@@ -1,6 +1,6 @@
-/* Context-extension stages end to end (issue 16, "Tests": a stage schedule
- * where the last stage is reached, trains its own episodes, and survives a
- * resume): `longhaul learner` and two `longhaul actor` processes on calc
+/* Context-extension stages end to end (a stage schedule where the last
+ * stage is reached, trains its own episodes, and survives a resume):
+ * `longhaul learner` and two `longhaul actor` processes on calc
  * with a tiny model and three stages of small contexts, each of the first
  * two moving on after 8 episodes of its own. The store's stages rows show
  * every stage begun in order, each having trained its own episodes; the

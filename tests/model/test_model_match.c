@@ -1,4 +1,4 @@
-/* Limits follow the config (issue 16, item 8): `longhaul eval` plays at
+/* Limits follow the config: `longhaul eval` plays at
  * the context of the config and of the checkpoint's stage (no fixed 4096),
  * and eval, actor and sft refuse a [model] section that is given and
  * differs from the model of --ckpt / --init (exit 2, naming each key that

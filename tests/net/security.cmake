@@ -1,4 +1,4 @@
-# Security (issue 8): `longhaul keys generate`, the ZAP allow-list, a CURVE
+# Security: `longhaul keys generate`, the ZAP allow-list, a CURVE
 # learner with an allowed and a refused actor process and a plain client,
 # actor names bound to their CURVE keys, and where plugins may load from
 # (test_security).

@@ -1,4 +1,4 @@
-/* Bad input on every open port (issue 8, part 3), each over real sockets
+/* Bad input on every open port, each over real sockets
  * to a real process: the learner's ingest ROUTER and weights ROUTER
  * (`longhaul learner`), the C env server (`longhaul envs serve`) and the
  * Python one (envs/python/env_server.py). Each gets transport garbage

@@ -1,4 +1,4 @@
-/* Security (issue 8, part 4): CURVE with a ZAP allow-list on the learner's
+/* Security: CURVE with a ZAP allow-list on the learner's
  * sockets, over real processes. `longhaul keys generate` writes a key pair
  * with the right modes; a learner with CURVE and an allow-list acks the
  * segments of an actor process whose key is allowed, refuses an actor

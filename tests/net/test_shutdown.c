@@ -1,4 +1,4 @@
-/* Shutdown never hangs (issue 8, part 5): a process asked to stop
+/* Shutdown never hangs: a process asked to stop
  * (SIGTERM) exits within 10 s even when its peers are gone. An actor
  * whose learner was SIGKILLed waits at most [actor] flush_timeout_ms
  * (2000 here) for acks, then exits (its sockets linger 1 s at most); a learner whose actor was
