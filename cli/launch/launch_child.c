@@ -34,9 +34,17 @@ int lh_launch_child_spawn(lh_launch_child *c, char *const argv[], const char *lo
     return lh_errbuf_set(err, LH_ESYS, "cannot open the log %s of %s: %s", log_path, c->name, strerror(errno));
   log_line(fd, c, argv);
   pid_t parent = getpid();
+  /* Signals stay blocked from before the fork until the child has put
+   * back the default actions: a SIGTERM sent to a child just started (a
+   * shutdown right after a restart) would otherwise run the launcher's
+   * handler in the child, which only sets a flag there, and be lost. */
+  sigset_t all, before;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &before);
   pid_t pid = fork();
   if (pid < 0) {
     int en = errno;
+    sigprocmask(SIG_SETMASK, &before, NULL);
     close(fd);
     return lh_errbuf_set(err, LH_ESYS, "cannot fork %s: %s", c->name, strerror(en));
   }
@@ -45,12 +53,14 @@ int lh_launch_child_spawn(lh_launch_child *c, char *const argv[], const char *lo
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(127); /* the launcher died before prctl */
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
+    signal(SIGUSR1, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL); /* a signal that came meanwhile acts now */
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     dup2(fd, 1);
@@ -79,6 +89,7 @@ int lh_launch_child_spawn(lh_launch_child *c, char *const argv[], const char *lo
     dprintf(2, "launch: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
   }
+  sigprocmask(SIG_SETMASK, &before, NULL);
   close(fd);
   setpgid(pid, pid); /* also here, so a signal sent at once finds the group */
   c->pid = pid;
