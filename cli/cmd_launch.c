@@ -64,7 +64,8 @@ static const lh_cli_help HELP = {
         "SIGINT/SIGTERM (or duration_s, or steps, or a Slurm job's time limit drawing near): ordered shutdown: "
         "SIGTERM to the actors (they abort open episodes and flush their outboxes), then to the learner (SIGUSR1 to mpirun, which forwards it to "
         "every rank; it acks what is stored and writes a final checkpoint), then to the env server; what is "
-        "not gone after stop_timeout_ms gets SIGKILL. A second signal kills at once.",
+        "not gone after stop_timeout_ms gets SIGKILL (an actor: after the longer of stop_timeout_ms and its "
+        "flush_timeout_ms + 4000 ms, the time it may take to deliver what it holds). A second signal kills at once.",
     .exits = "0 every child shut down cleanly, 1 a child failed or had to be killed, 2 usage or config error.",
 };
 
@@ -261,7 +262,8 @@ static void watchdog_step(launcher *L, int64_t now) {
         why, (unsigned long long)f->fleet.stall_timeout_s);
   c->watchdog_restarts++;
   c->kill_at_ms = now + (int64_t)(c->role == LH_CHILD_LEARNER ? lh_launch_learner_stop_ms(f, NULL)
-                                                                : f->fleet.stop_timeout_ms);
+                                  : c->role == LH_CHILD_ACTOR  ? lh_launch_actor_stop_ms(f)
+                                                               : f->fleet.stop_timeout_ms);
   lh_launch_child_signal(c, SIGTERM);
   lh_launch_child_signal(c, SIGCONT);
 }
@@ -297,9 +299,11 @@ static void time_limit_step(launcher *L, int64_t now) {
   if (left > (int64_t)need) return;
   event(L,
         "slurm: job=%s time limit in %lld s, and the ordered stop may take %llu s (the learner %llu ms: longest recent "
-        "step %.0f ms x %d or stop_timeout_ms; the actors and env servers stop_timeout_ms each; %d s to spare)",
+        "step %.0f ms x %d or stop_timeout_ms; the actors %llu ms: stop_timeout_ms or flush_timeout_ms + %d ms; the "
+        "env servers stop_timeout_ms; %d s to spare)",
         f->slurm.job_id, (long long)(left / 1000), (unsigned long long)(need / 1000), (unsigned long long)learner_ms,
-        step_ms, LH_LAUNCH_STOP_STEP_FACTOR, LH_LAUNCH_STOP_MARGIN_S);
+        step_ms, LH_LAUNCH_STOP_STEP_FACTOR, (unsigned long long)lh_launch_actor_stop_ms(f),
+        LH_LAUNCH_ACTOR_STOP_MARGIN_MS, LH_LAUNCH_STOP_MARGIN_S);
   begin_shutdown(L, "time limit");
 }
 
@@ -341,6 +345,9 @@ static void shutdown_step(launcher *L) {
         event(L, "stopping the learner: waiting up to %llu ms (stop_timeout_ms=%llu, longest recent step %.0f ms x %d)",
               (unsigned long long)wait_ms, (unsigned long long)f->fleet.stop_timeout_ms, step_ms,
               LH_LAUNCH_STOP_STEP_FACTOR);
+      } else if (role == LH_CHILD_ACTOR) {
+        /* An actor asked to stop delivers what it holds first. */
+        wait_ms = lh_launch_actor_stop_ms(f);
       }
       L->phase_deadline_ms = now + (int64_t)wait_ms;
       for (size_t i = 0; i < f->n; i++) {

@@ -123,6 +123,8 @@ typedef struct {
   char config_path[LH_LAUNCH_PATH_BYTES];  /* absolute */
   char bin[LH_LAUNCH_PATH_BYTES];          /* this binary (/proc/self/exe) */
   char db[LH_LAUNCH_PATH_BYTES];           /* [learner] db: rank 0's store, for the status screen */
+  uint64_t actor_flush_ms;                 /* [actor] flush_timeout_ms: how long an actor waits for acks
+                                              once asked to stop (lh_launch_actor_stop_ms) */
   uint64_t ranks;                          /* learner ranks: [fleet] learners, or for an actors-only fleet
                                               the entries of [learner] ingest_endpoints (1 without) */
   char run_id[LH_RUN_ID_BYTES];            /* this launch's run (launch --run-id, or a new one; none for an
@@ -177,9 +179,18 @@ void lh_launch_fleet_log_path(const lh_launch_fleet *f, size_t i, char *out, siz
  * step time (0 when the store has none yet). */
 #define LH_LAUNCH_STOP_STEP_FACTOR 3
 uint64_t lh_launch_learner_stop_ms(const lh_launch_fleet *f, double *step_ms);
+/* How long an actor may take to stop (its SIGTERM to its SIGKILL, in the
+ * ordered shutdown and for a stuck actor): the longer of [fleet]
+ * stop_timeout_ms and the actors' [actor] flush_timeout_ms plus
+ * LH_LAUNCH_ACTOR_STOP_MARGIN_MS. An actor asked to stop waits that long
+ * for the acks of what it holds, then closes its sockets (their linger is
+ * at most 2 s): a SIGKILL before would throw away episodes it could still
+ * deliver. */
+#define LH_LAUNCH_ACTOR_STOP_MARGIN_MS 4000
+uint64_t lh_launch_actor_stop_ms(const lh_launch_fleet *f);
 /* How long a whole ordered shutdown may take when the learner may take
- * learner_ms: the actors' phase and the env servers' (stop_timeout_ms
- * each), the learner's, and LH_LAUNCH_STOP_MARGIN_S for the launcher to
+ * learner_ms: the actors' phase (lh_launch_actor_stop_ms), the env
+ * servers' (stop_timeout_ms), the learner's, and LH_LAUNCH_STOP_MARGIN_S for the launcher to
  * exit. A Slurm job begins its stop this long before its time limit. */
 #define LH_LAUNCH_STOP_MARGIN_S 30
 uint64_t lh_launch_shutdown_ms(const lh_launch_fleet *f, uint64_t learner_ms);

@@ -68,6 +68,7 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
     return lh_errbuf_set(err, LH_ESYS, "cannot find this binary through /proc/self/exe: %s", strerror(errno));
   f->bin[n] = 0;
   snprintf(f->db, sizeof f->db, "%s", lc.db);
+  f->actor_flush_ms = ac.flush_timeout_ms;
   const lh_launch_config *c = &f->fleet;
   if (c->init[0]) {
     char model[LH_LAUNCH_PATH_BYTES + 32];

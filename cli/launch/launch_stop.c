@@ -7,7 +7,9 @@
  * longest of the learner's last 8 steps, as the store records them
  * (train_steps.step_ms: measured, never what a process says of itself).
  * The whole shutdown's length follows from it, which a Slurm job needs to
- * begin its stop in time before its limit (lh_launch_shutdown_ms). */
+ * begin its stop in time before its limit (lh_launch_shutdown_ms). An
+ * actor's wait follows from its own flush_timeout_ms the same way
+ * (lh_launch_actor_stop_ms). */
 #include <stdlib.h>
 
 #include "cli/launch/launch.h"
@@ -36,6 +38,11 @@ uint64_t lh_launch_learner_stop_ms(const lh_launch_fleet *f, double *step_ms) {
   return wait > f->fleet.stop_timeout_ms ? wait : f->fleet.stop_timeout_ms;
 }
 
+uint64_t lh_launch_actor_stop_ms(const lh_launch_fleet *f) {
+  uint64_t flush = f->actor_flush_ms + LH_LAUNCH_ACTOR_STOP_MARGIN_MS;
+  return flush > f->fleet.stop_timeout_ms ? flush : f->fleet.stop_timeout_ms;
+}
+
 uint64_t lh_launch_shutdown_ms(const lh_launch_fleet *f, uint64_t learner_ms) {
-  return 2 * f->fleet.stop_timeout_ms + learner_ms + (uint64_t)LH_LAUNCH_STOP_MARGIN_S * 1000;
+  return lh_launch_actor_stop_ms(f) + f->fleet.stop_timeout_ms + learner_ms + (uint64_t)LH_LAUNCH_STOP_MARGIN_S * 1000;
 }
