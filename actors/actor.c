@@ -254,11 +254,11 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
   uint64_t shared = 0, shared_tokens = 0;
   lh_actors_runner_shared(r, &shared, &shared_tokens);
   LH_INFO("actor",
-          "stopped name=%s episodes=%llu tokens=%llu resends=%llu acked=%llu unacked=%zu pauses=%llu "
-          "shared_prefixes=%llu shared_prefix_tokens=%llu",
+          "stopped name=%s episodes=%llu tokens=%llu resends=%llu acked=%llu unacked=%zu rejected=%llu "
+          "pauses=%llu shared_prefixes=%llu shared_prefix_tokens=%llu",
           cfg->name, (unsigned long long)lh_actors_runner_finished(r), (unsigned long long)meter.tokens,
           (unsigned long long)lh_actors_link_resends(link), (unsigned long long)lh_actors_link_acked(link),
-          lh_actors_link_unacked(link), (unsigned long long)pauses, (unsigned long long)shared,
+          lh_actors_link_unacked(link), (unsigned long long)lh_actors_link_rejected(link), (unsigned long long)pauses, (unsigned long long)shared,
           (unsigned long long)shared_tokens);
   lh_actors_segment_free(p.seg);
   lh_actors_episode_end_free(p.end);

@@ -554,6 +554,8 @@ size_t lh_actors_link_unacked(const lh_actors_link *l);
 uint64_t lh_actors_link_resends(const lh_actors_link *l);
 /* Segments and EpisodeEnds acked STORED or DUPLICATE so far (each once). */
 uint64_t lh_actors_link_acked(const lh_actors_link *l);
+/* Messages the learner answered ACK_REJECTED: dropped, never stored. */
+uint64_t lh_actors_link_rejected(const lh_actors_link *l);
 uint64_t lh_actors_link_connects(const lh_actors_link *l);
 /* The newest version announced so far (0 before any): the heartbeat's
  * policy_lag is it minus the version in use. */

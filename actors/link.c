@@ -586,6 +586,7 @@ size_t lh_actors_link_unacked(const lh_actors_link *l) { return l ? lh_actors_ou
 uint64_t lh_actors_link_resends(const lh_actors_link *l) { return l ? lh_actors_outbox_resends(l->outbox) : 0; }
 uint64_t lh_actors_link_connects(const lh_actors_link *l) { return l ? l->connects : 0; }
 uint64_t lh_actors_link_acked(const lh_actors_link *l) { return l ? l->acked : 0; }
+uint64_t lh_actors_link_rejected(const lh_actors_link *l) { return l ? l->rejected : 0; }
 uint64_t lh_actors_link_announced(const lh_actors_link *l) { return l ? l->announced : 0; }
 uint32_t lh_actors_link_window(const lh_actors_link *l) {
   if (!l || l->window == UINT32_MAX) return UINT32_MAX;

@@ -188,13 +188,14 @@ void totals(const fleet *f, const store_counts *c, actor_totals *t) {
   for (int i = 0; i < f->n_actors; i++) {
     char log[192];
     actor_log(f, i, log, sizeof log);
-    uint64_t acked = 0, unacked = 0, resends = 0, pauses = 0;
+    uint64_t acked = 0, unacked = 0, rejected = 0, resends = 0, pauses = 0;
     ck_assert_msg(lh_proc_log_u64(log, "stopped name=", "acked", &acked) == 0, "no stopped line in %s", log);
     lh_proc_log_u64(log, "stopped name=", "unacked", &unacked);
+    lh_proc_log_u64(log, "stopped name=", "rejected", &rejected);
     lh_proc_log_u64(log, "stopped name=", "resends", &resends);
     lh_proc_log_u64(log, "stopped name=", "pauses", &pauses);
-    t->acked += acked, t->unacked += unacked, t->resends += resends, t->pauses += pauses;
-    t->sent += acked + unacked;
+    t->acked += acked, t->unacked += unacked, t->rejected += rejected, t->resends += resends, t->pauses += pauses;
+    t->sent += acked + unacked + rejected;
     t->stored += c->msgs[i];
     if (acked > c->msgs[i]) t->lost += acked - c->msgs[i];
   }
@@ -208,8 +209,10 @@ void tally(const fleet *f, int64_t after_ms, store_counts *c, actor_totals *t) {
 }
 
 void print_totals(const char *fault, const actor_totals *t, const store_counts *c, const char *extra) {
-  printf("faults: %s: sent=%llu acked=%llu stored=%llu lost=%llu resends=%llu episodes=%llu ended=%llu gaps=%llu %s\n",
-         fault, (unsigned long long)t->sent, (unsigned long long)t->acked, (unsigned long long)t->stored,
+  printf("faults: %s: sent=%llu acked=%llu rejected=%llu stored=%llu lost=%llu resends=%llu episodes=%llu ended=%llu "
+         "gaps=%llu %s\n",
+         fault, (unsigned long long)t->sent, (unsigned long long)t->acked, (unsigned long long)t->rejected,
+         (unsigned long long)t->stored,
          (unsigned long long)t->lost, (unsigned long long)t->resends, (unsigned long long)c->episodes,
          (unsigned long long)c->ended, (unsigned long long)c->gaps, extra ? extra : "");
   fflush(stdout);

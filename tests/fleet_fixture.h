@@ -30,7 +30,7 @@ typedef struct {
 } store_counts;
 
 typedef struct {
-  uint64_t sent, acked, unacked, stored, lost, resends, pauses;
+  uint64_t sent, acked, unacked, rejected, stored, lost, resends, pauses;
 } actor_totals;
 
 /* Polls (10 ms) until cond holds or seconds pass; returns whether it held. */
@@ -60,7 +60,8 @@ void fleet_free(fleet *f);
  * while the file is not there yet. */
 int count_store(const char *db, int64_t after_ms, store_counts *c);
 /* The actors' own counts (their "stopped" line) against the store: sent =
- * acked + unacked, lost = acked messages the store does not hold. */
+ * acked + unacked + rejected, lost = acked messages the store does not
+ * hold. */
 void totals(const fleet *f, const store_counts *c, actor_totals *t);
 /* The store read (all episodes; ok_after and error_after count those ended
  * after after_ms) and the actors' totals against it. */
