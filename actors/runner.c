@@ -58,7 +58,6 @@ typedef struct {
 typedef struct {
   uint64_t group;     /* the group's number + 1; 0: a free slot */
   uint64_t leader;    /* the leader's episode id */
-  uint32_t started;   /* members started, the leader included */
   int ready;          /* the leader's prefill is done: state and logp hold */
   int failed;         /* the leader ended before it: nobody shares */
   size_t tokens;      /* the prefix: the first observation's length */
@@ -533,11 +532,12 @@ static int prefix_hash(const row *w, size_t n, uint64_t *out, lh_errbuf *err) {
   return 0;
 }
 
-/* Frees share i once every member of its group has started and no row
- * leads it or waits for it. */
+/* Frees share i once every episode of its group has started (whether it
+ * joined the share or ended before it could: a reset that failed) and no
+ * row leads it or waits for it. */
 static void share_release(lh_actors_runner *r, int i) {
   prefix_share *sh = &r->shares[i];
-  if (!sh->group || sh->started < r->cfg.group_size) return;
+  if (!sh->group || r->started < sh->group * r->cfg.group_size) return;
   for (uint32_t b = 0; b < r->cfg.batch; b++)
     if (r->rows[b].share == i) return;
   sh->group = 0;
@@ -607,9 +607,11 @@ static int join_share(lh_actors_runner *r, uint32_t b, uint64_t group, uint64_t 
   uint64_t hash = 0;
   LH_TRY(prefix_hash(w, n, &hash, err));
   int i = -1, free_slot = -1;
-  for (uint32_t k = 0; k <= r->cfg.batch && i < 0; k++) {
+  for (uint32_t k = 0; k <= r->cfg.batch && i < 0; k++)
     if (r->shares[k].group == group + 1) i = (int)k;
-    else if (!r->shares[k].group && free_slot < 0) free_slot = (int)k;
+  for (uint32_t k = 0; k <= r->cfg.batch && i < 0 && free_slot < 0; k++) {
+    share_release(r, (int)k);  /* a group whose last episodes ended at their start */
+    if (!r->shares[k].group) free_slot = (int)k;
   }
   if (i < 0) {
     if (free_slot < 0) return 0;  /* cannot happen: a slot per row, and one more */
@@ -618,13 +620,12 @@ static int join_share(lh_actors_runner *r, uint32_t b, uint64_t group, uint64_t 
       return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a shared prefix's state");
     if (!sh->logp && !(sh->logp = malloc((size_t)r->vocab * sizeof *sh->logp)))
       return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a shared prefix's distribution");
-    *sh = (prefix_share){.group = group + 1, .leader = episode_id, .started = 1, .tokens = n, .hash = hash,
-                         .state = sh->state, .logp = sh->logp};
+    *sh = (prefix_share){.group = group + 1, .leader = episode_id, .tokens = n, .hash = hash, .state = sh->state,
+                         .logp = sh->logp};
     w->share = free_slot;
     return 0;
   }
   prefix_share *sh = &r->shares[i];
-  sh->started++;
   if (sh->failed || sh->tokens != n || sh->hash != hash) {
     share_release(r, i);
     return 0;
