@@ -54,11 +54,14 @@ typedef struct {
  * reaches, instead of prefilling the same tokens again. Their segments
  * then start after the prefix and name the leader's episode, whose
  * segments are cut where the prefix ends, so the prefix crosses the wire
- * and lands in the store once. */
+ * and lands in the store once. A member that starts after new weights
+ * came leads the share again (join_share): the state of the old weights
+ * is not the prefill it would have done. */
 typedef struct {
   uint64_t group;     /* the group's number + 1; 0: a free slot */
   uint64_t leader;    /* the leader's episode id */
   int ready;          /* the leader's prefill is done: state and logp hold */
+  uint64_t version;   /* the weights' version when it was done */
   int failed;         /* the leader ended before it: nobody shares */
   size_t tokens;      /* the prefix: the first observation's length */
   uint64_t hash;      /* XXH3-64 of its tokens and images */
@@ -583,6 +586,7 @@ static int share_ready(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   LH_TRY(lh_model_decoder_state_get(r->dec, (int)b, sh->state));
   memcpy(sh->logp, w->logp, (size_t)r->vocab * sizeof *sh->logp);
   sh->ready = 1;
+  sh->version = r->version;
   w->share = -1;
   LH_TRY(lh_actors_segmenter_cut(w->seg, err));
   if (r->cfg.state_interval)
@@ -600,7 +604,12 @@ static int share_ready(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
  * the leader's state (or waits in ROW_FORK until the leader has it).
  * Returns 1 when the row needs no prefill of its own, 0 when it prefills
  * (the leader, or a member whose first observation differs: an
- * environment that is not deterministic in its seed plays unshared). */
+ * environment that is not deterministic in its seed plays unshared). A
+ * member that starts after the share was ready, under other weights than
+ * those that computed it, prefills and leads the share anew for the
+ * members after it: the old state and distribution are not what its own
+ * prefill gives, and its first token would carry a version that did not
+ * compute it. */
 static int join_share(lh_actors_runner *r, uint32_t b, uint64_t group, uint64_t episode_id, size_t n,
                       lh_errbuf *err) {
   row *w = &r->rows[b];
@@ -631,6 +640,11 @@ static int join_share(lh_actors_runner *r, uint32_t b, uint64_t group, uint64_t 
     return 0;
   }
   w->share = i;
+  if (sh->ready && sh->version != r->version) {
+    /* nobody waits on a ready share: this row leads it from now on */
+    sh->ready = 0, sh->leader = episode_id;
+    return 0;
+  }
   if (sh->ready) {
     LH_TRY(fork_row(r, b, err));
     return 1;

@@ -820,6 +820,25 @@ START_TEST(test_shared_prefix_state) {
 }
 END_TEST
 
+/* More members than rows (group_size 4, batch 2): the last two of a group
+ * start after the leader's prefill is done. New weights come between: a
+ * member started under them prefills the prefix itself, as unshared play
+ * does, and leads the share for the members after it (before, it forked
+ * the old weights' state and distribution and stamped its first token
+ * with the new version: its log-probabilities were not the new weights').
+ * Every token, version and log-probability as in unshared play. */
+START_TEST(test_shared_prefix_after_weights_change) {
+  lh_env_option needle[] = {{"tokens", "1400"}};
+  lh_actors_runner_config cfg = base_config();
+  cfg.env = "needle", cfg.env_options = needle, cfg.n_env_options = 1;
+  cfg.batch = 2, cfg.group_size = 4, cfg.episodes = 8, cfg.max_context = 2400, cfg.max_steps = 2;
+  cfg.segment_tokens = 100;
+  /* group 0: episode 1 forks the leader's state, episode 2 leads again
+   * under the new weights, 3 forks its; group 1: one leader, 3 members */
+  same_play_ex("needle, more members than rows, weights changed after the first fork", &cfg, -1, 1, 5);
+}
+END_TEST
+
 /* Members that end before they join (a reset that fails: every third of
  * the flaky plugin, so the last episode of each group of 3) still count
  * as started: every group's share is freed once its episodes have all
@@ -865,6 +884,7 @@ int main(void) {
   tcase_add_test(tc, test_states_and_beyond_context);
   tcase_add_test(tc, test_shared_prefix_equals_unshared);
   tcase_add_test(tc, test_shared_prefix_state);
+  tcase_add_test(tc, test_shared_prefix_after_weights_change);
   tcase_add_test(tc, test_shared_prefix_members_that_fail);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
