@@ -54,12 +54,14 @@ typedef struct {
  * reaches, instead of prefilling the same tokens again. Their segments
  * then start after the prefix and name the leader's episode, whose
  * segments are cut where the prefix ends, so the prefix crosses the wire
- * and lands in the store once. */
+ * and lands in the store once. A member that starts after new weights
+ * came leads the share again (join_share): the state of the old weights
+ * is not the prefill it would have done. */
 typedef struct {
   uint64_t group;     /* the group's number + 1; 0: a free slot */
   uint64_t leader;    /* the leader's episode id */
-  uint32_t started;   /* members started, the leader included */
   int ready;          /* the leader's prefill is done: state and logp hold */
+  uint64_t version;   /* the weights' version when it was done */
   int failed;         /* the leader ended before it: nobody shares */
   size_t tokens;      /* the prefix: the first observation's length */
   uint64_t hash;      /* XXH3-64 of its tokens and images */
@@ -533,11 +535,12 @@ static int prefix_hash(const row *w, size_t n, uint64_t *out, lh_errbuf *err) {
   return 0;
 }
 
-/* Frees share i once every member of its group has started and no row
- * leads it or waits for it. */
+/* Frees share i once every episode of its group has started (whether it
+ * joined the share or ended before it could: a reset that failed) and no
+ * row leads it or waits for it. */
 static void share_release(lh_actors_runner *r, int i) {
   prefix_share *sh = &r->shares[i];
-  if (!sh->group || sh->started < r->cfg.group_size) return;
+  if (!sh->group || r->started < sh->group * r->cfg.group_size) return;
   for (uint32_t b = 0; b < r->cfg.batch; b++)
     if (r->rows[b].share == i) return;
   sh->group = 0;
@@ -583,6 +586,7 @@ static int share_ready(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   LH_TRY(lh_model_decoder_state_get(r->dec, (int)b, sh->state));
   memcpy(sh->logp, w->logp, (size_t)r->vocab * sizeof *sh->logp);
   sh->ready = 1;
+  sh->version = r->version;
   w->share = -1;
   LH_TRY(lh_actors_segmenter_cut(w->seg, err));
   if (r->cfg.state_interval)
@@ -600,16 +604,23 @@ static int share_ready(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
  * the leader's state (or waits in ROW_FORK until the leader has it).
  * Returns 1 when the row needs no prefill of its own, 0 when it prefills
  * (the leader, or a member whose first observation differs: an
- * environment that is not deterministic in its seed plays unshared). */
+ * environment that is not deterministic in its seed plays unshared). A
+ * member that starts after the share was ready, under other weights than
+ * those that computed it, prefills and leads the share anew for the
+ * members after it: the old state and distribution are not what its own
+ * prefill gives, and its first token would carry a version that did not
+ * compute it. */
 static int join_share(lh_actors_runner *r, uint32_t b, uint64_t group, uint64_t episode_id, size_t n,
                       lh_errbuf *err) {
   row *w = &r->rows[b];
   uint64_t hash = 0;
   LH_TRY(prefix_hash(w, n, &hash, err));
   int i = -1, free_slot = -1;
-  for (uint32_t k = 0; k <= r->cfg.batch && i < 0; k++) {
+  for (uint32_t k = 0; k <= r->cfg.batch && i < 0; k++)
     if (r->shares[k].group == group + 1) i = (int)k;
-    else if (!r->shares[k].group && free_slot < 0) free_slot = (int)k;
+  for (uint32_t k = 0; k <= r->cfg.batch && i < 0 && free_slot < 0; k++) {
+    share_release(r, (int)k);  /* a group whose last episodes ended at their start */
+    if (!r->shares[k].group) free_slot = (int)k;
   }
   if (i < 0) {
     if (free_slot < 0) return 0;  /* cannot happen: a slot per row, and one more */
@@ -618,18 +629,22 @@ static int join_share(lh_actors_runner *r, uint32_t b, uint64_t group, uint64_t 
       return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a shared prefix's state");
     if (!sh->logp && !(sh->logp = malloc((size_t)r->vocab * sizeof *sh->logp)))
       return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a shared prefix's distribution");
-    *sh = (prefix_share){.group = group + 1, .leader = episode_id, .started = 1, .tokens = n, .hash = hash,
-                         .state = sh->state, .logp = sh->logp};
+    *sh = (prefix_share){.group = group + 1, .leader = episode_id, .tokens = n, .hash = hash, .state = sh->state,
+                         .logp = sh->logp};
     w->share = free_slot;
     return 0;
   }
   prefix_share *sh = &r->shares[i];
-  sh->started++;
   if (sh->failed || sh->tokens != n || sh->hash != hash) {
     share_release(r, i);
     return 0;
   }
   w->share = i;
+  if (sh->ready && sh->version != r->version) {
+    /* nobody waits on a ready share: this row leads it from now on */
+    sh->ready = 0, sh->leader = episode_id;
+    return 0;
+  }
   if (sh->ready) {
     LH_TRY(fork_row(r, b, err));
     return 1;

@@ -1017,6 +1017,13 @@ static int read_batch(lh_learner_trainer *t, step_batch *b, lh_errbuf *err) {
     b->earlier[m] = (uint8_t)before;
     if (!jr) jr = lh_store_episode_segments_array(t->store, id, &b->segs[m], &b->n_segs[m], NULL, &e);
     if (!jr) jr = lh_learner_episode_join(b->segs[m], b->n_segs[m], row.tokens, &b->eps[m], &e);
+    /* The join takes the episode to be the one its segments say: a member
+     * of a shared prefix with no segment of its own would read as its
+     * leader's first tokens, under the leader's id. */
+    if (!jr && b->eps[m]->episode_id != id)
+      jr = lh_errbuf_set(&e, LH_ELEARNER_EPISODE_SEGMENTS,
+                         "episode join: episode %llu reads as episode %llu's tokens alone (no segment of its own)",
+                         (unsigned long long)id, (unsigned long long)b->eps[m]->episode_id);
     /* An episode the model cannot be run on as the actor ran it (another
      * routing shape, experts it lacks, an image across windows) is left
      * out, not trained on without what the policy saw: whatever the store

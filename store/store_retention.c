@@ -6,13 +6,18 @@
 
 /* Which segments a drop below ?1 takes: those whose payload is still
  * stored and whose newest sampled token is older, and those without
- * sampled tokens whose episode is older. A row stored before schema 13
- * holds its payload itself, ahead of dropped_ms: testing the payload
- * first reads no overflow page of it. */
+ * sampled tokens whose episode is older; but none of an episode that
+ * holds the shared prefix of a member with a sampled token at ?1 or newer
+ * (ARCHITECTURE.md §6 "Shared prefixes"): the member may still be
+ * trained, and reads its first tokens from there. A row stored before
+ * schema 13 holds its payload itself, ahead of dropped_ms: testing the
+ * payload first reads no overflow page of it. */
 #define KEPT "(payload IS NOT NULL OR dropped_ms IS NULL)"
 #define OLDER                                                                               \
-  "(max_version < ?1 OR (max_version IS NULL AND episode IN"                                 \
-  " (SELECT id FROM episodes WHERE max_version < ?1)))"
+  "((max_version < ?1 OR (max_version IS NULL AND episode IN"                                \
+  " (SELECT id FROM episodes WHERE max_version < ?1)))"                                      \
+  " AND episode NOT IN (SELECT prefix_episode FROM episodes"                                 \
+  "  WHERE prefix_episode IS NOT NULL AND max_version >= ?1))"
 #define DROP_WHERE " WHERE " KEPT " AND " OLDER
 
 /* Runs sql with ?1 = min_version and ?2 = now (a statement without them

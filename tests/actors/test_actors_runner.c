@@ -647,13 +647,19 @@ END_TEST
  * weights, and their version on the later windows' tokens, in both); on
  * maze, whose observations are images; with recurrent states, where each
  * member's first segment carries the state at the prefix's end. */
-static void play(lh_model *m, const lh_actors_runner_config *cfg, int change_at, collection *c,
-                 uint64_t *shared, uint64_t *shared_tokens) {
+/* change_at: the runner step before which the weights change (-1:
+ * never); with *fork_change set, the step after the first member forked
+ * instead, written back to change_at. */
+static void play_at(lh_model *m, const lh_actors_runner_config *cfg, int *change_at, int fork_change,
+                    collection *c, uint64_t *shared, uint64_t *shared_tokens) {
   lh_actors_runner *r = NULL;
   lh_errbuf err = {0};
   ck_assert_msg(lh_actors_runner_new(m, cfg, &r, &err) == 0, "%s", err.msg);
   for (int i = 0; i < 100000 && !lh_actors_runner_done(r); i++) {
-    if (i == change_at) {
+    uint64_t forked = 0;
+    lh_actors_runner_shared(r, &forked, NULL);
+    if (fork_change && forked && *change_at < 0) *change_at = i;
+    if (i == *change_at) {
       /* new weights mid-prefill, as an actor swaps them between steps */
       float *p = lh_model_params(m);
       for (size_t j = 0; j < lh_model_n_floats(m); j += 7) p[j] *= 1.01f;
@@ -669,7 +675,17 @@ static void play(lh_model *m, const lh_actors_runner_config *cfg, int change_at,
   lh_actors_runner_free(r);
 }
 
-static void same_play(const char *what, const lh_actors_runner_config *base, int change_at) {
+static void play(lh_model *m, const lh_actors_runner_config *cfg, int change_at, collection *c,
+                 uint64_t *shared, uint64_t *shared_tokens) {
+  play_at(m, cfg, &change_at, 0, c, shared, shared_tokens);
+}
+
+/* Shared play against unshared play of the same seeds. fork_change: the
+ * weights change at the step after the first member forked (the unshared
+ * play changes them at the same step); members: how many episodes must
+ * take a shared prefix (-1: every one but each group's leader). */
+static void same_play_ex(const char *what, const lh_actors_runner_config *base, int change_at, int fork_change,
+                         int expect_members) {
   static collection c[2];
   memset(c, 0, sizeof c);
   uint64_t shared[2], tokens[2];
@@ -677,7 +693,7 @@ static void same_play(const char *what, const lh_actors_runner_config *base, int
     lh_model *m = tiny_model();
     lh_actors_runner_config cfg = *base;
     cfg.share_prefix = k == 0;
-    play(m, &cfg, change_at, &c[k], &shared[k], &tokens[k]);
+    play_at(m, &cfg, &change_at, fork_change && k == 0, &c[k], &shared[k], &tokens[k]);
     lh_model_free(m);
   }
   int members = resolve_prefixes(&c[0]);
@@ -685,7 +701,7 @@ static void same_play(const char *what, const lh_actors_runner_config *base, int
   ck_assert_uint_eq(shared[1], 0);
   ck_assert_int_eq(c[0].n, c[1].n);
   int groups = (int)(base->episodes / base->group_size);
-  ck_assert_int_eq(members, groups * (int)(base->group_size - 1));
+  ck_assert_int_eq(members, expect_members >= 0 ? expect_members : groups * (int)(base->group_size - 1));
   ck_assert_uint_eq(shared[0], (uint64_t)members);
   size_t sampled = 0, versions = 0;
   int bitwise = 0;
@@ -728,6 +744,10 @@ static void same_play(const char *what, const lh_actors_runner_config *base, int
   if (change_at >= 0) ck_assert_uint_gt(versions, 0);
   free_collection(&c[0]);
   free_collection(&c[1]);
+}
+
+static void same_play(const char *what, const lh_actors_runner_config *base, int change_at) {
+  same_play_ex(what, base, change_at, 0, -1);
 }
 
 START_TEST(test_shared_prefix_equals_unshared) {
@@ -800,6 +820,56 @@ START_TEST(test_shared_prefix_state) {
 }
 END_TEST
 
+/* More members than rows (group_size 4, batch 2): the last two of a group
+ * start after the leader's prefill is done. New weights come between: a
+ * member started under them prefills the prefix itself, as unshared play
+ * does, and leads the share for the members after it (before, it forked
+ * the old weights' state and distribution and stamped its first token
+ * with the new version: its log-probabilities were not the new weights').
+ * Every token, version and log-probability as in unshared play. */
+START_TEST(test_shared_prefix_after_weights_change) {
+  lh_env_option needle[] = {{"tokens", "1400"}};
+  lh_actors_runner_config cfg = base_config();
+  cfg.env = "needle", cfg.env_options = needle, cfg.n_env_options = 1;
+  cfg.batch = 2, cfg.group_size = 4, cfg.episodes = 8, cfg.max_context = 2400, cfg.max_steps = 2;
+  cfg.segment_tokens = 100;
+  /* group 0: episode 1 forks the leader's state, episode 2 leads again
+   * under the new weights, 3 forks its; group 1: one leader, 3 members */
+  same_play_ex("needle, more members than rows, weights changed after the first fork", &cfg, -1, 1, 5);
+}
+END_TEST
+
+/* Members that end before they join (a reset that fails: every third of
+ * the flaky plugin, so the last episode of each group of 3) still count
+ * as started: every group's share is freed once its episodes have all
+ * started, so each group's second episode shares its leader's prefix.
+ * Before, such a group's share was never freed, and after batch + 1 such
+ * groups no member shared any more. */
+START_TEST(test_shared_prefix_members_that_fail) {
+  lh_model *m = tiny_model();
+  lh_env_option flaky[] = {{"plugin", LH_TEST_PLUGIN_FLAKY}};
+  lh_actors_runner_config cfg = base_config();
+  cfg.env = "flaky", cfg.env_options = flaky, cfg.n_env_options = 1;
+  cfg.batch = 2, cfg.group_size = 3, cfg.episodes = 36, cfg.max_context = 400, cfg.max_steps = 1;
+  cfg.share_prefix = 1;
+  collection *c = calloc(1, sizeof *c);
+  uint64_t shared = 0, tokens = 0;
+  play(m, &cfg, -1, c, &shared, &tokens);
+  int errors = 0;
+  for (int i = 0; i < c->n; i++) errors += c->ep[i].end->outcome == LONGHAUL__OUTCOME__OUTCOME_ERROR;
+  int members = resolve_prefixes(c);
+  printf("shared prefix with failing resets: %d episodes, %d ended at their reset, %d members shared "
+         "(%llu tokens not prefilled)\n", c->n, errors, members, (unsigned long long)tokens);
+  ck_assert_int_eq(c->n, 36);
+  ck_assert_int_eq(errors, 12);
+  ck_assert_int_eq(members, 12);
+  ck_assert_uint_eq(shared, 12);
+  free_collection(c);
+  free(c);
+  lh_model_free(m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("actors_runner");
   TCase *tc = tcase_create("runner");
@@ -814,6 +884,8 @@ int main(void) {
   tcase_add_test(tc, test_states_and_beyond_context);
   tcase_add_test(tc, test_shared_prefix_equals_unshared);
   tcase_add_test(tc, test_shared_prefix_state);
+  tcase_add_test(tc, test_shared_prefix_after_weights_change);
+  tcase_add_test(tc, test_shared_prefix_members_that_fail);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }

@@ -5,7 +5,12 @@
  * two steps. The store keeps the states (segments.state_offset), the
  * learner starts windows from them (its log says states_used > 0), and at
  * version 0, where the actor's states are the learner's own, its
- * log-probabilities match the actor's below 1e-4. */
+ * log-probabilities match the actor's below 1e-4. With shared prefixes
+ * (ARCHITECTURE.md §6), a member's first trained window starts from a
+ * state too: its own at the prefix's end, equal to its leader's there, or
+ * its leader's before it; its log-probabilities match as closely as whole
+ * episodes' do, also with more members than the actor's rows (members
+ * that start after their leader ended). */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <signal.h>
 #include <stdio.h>
@@ -21,15 +26,22 @@
 
 static char dir[64], cfg_path[128], db[128];
 
-static void setup(void) {
+/* The run's config: share_prefix on the actor, group_size on both, the
+ * actor's rows. */
+static void setup(int share, int group_size, int rows) {
   ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "stored-e2e"), 0);
   snprintf(cfg_path, sizeof cfg_path, "%s/run.ini", dir);
   snprintf(db, sizeof db, "%s/replay.db", dir);
-  const char *learner = "batch_episodes = 2\ngroup_size = 2\ntrain_window = 32\nckpt_every = 100\n"
-                        "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\n"
-                        "max_backlog_episodes = 1000\nstate_mode = stored\nburn_in = 8\n";
-  const char *actor = "max_context = 1200\ngroup_size = 2\nbatch = 4\nmax_steps = 3\n"
-                      "segment_tokens = 32\nstate_interval = 32\n";
+  char learner[512], actor[512];
+  snprintf(learner, sizeof learner,
+           "batch_episodes = 2\ngroup_size = %d\ntrain_window = 32\nckpt_every = 100\n"
+           "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\n"
+           "max_backlog_episodes = 1000\nstate_mode = stored\nburn_in = 8\n",
+           group_size);
+  snprintf(actor, sizeof actor,
+           "max_context = 1200\ngroup_size = %d\nbatch = %d\nmax_steps = 3\n"
+           "segment_tokens = 32\nstate_interval = 32\nshare_prefix = %d\n",
+           group_size, rows, share);
   const char *env = "name = needle\ntokens = 400\n";
   ck_assert_int_eq(lrfx_write_run_config(cfg_path, dir, learner, NULL, actor, env), 0);
 }
@@ -63,8 +75,58 @@ static long most_states_used(void) {
   return most;
 }
 
-START_TEST(test_actor_states_train_stored) {
-  setup();
+/* Each member's stored states as a stored-state learner reads them
+ * (lh_store_segment_state): at its prefix's end its own, equal to its
+ * leader's there bit for bit; before it its leader's (the same offsets,
+ * the same floats). Returns the members checked. */
+typedef struct {
+  uint64_t id[64], prefix[64], tokens[64];
+  int n;
+} members_seen;
+
+static int on_episode(void *ctx, const lh_episode_row *r) {
+  members_seen *m = ctx;
+  if (r->prefix_episode && m->n < 64)
+    m->id[m->n] = r->id, m->prefix[m->n] = r->prefix_episode, m->tokens[m->n] = r->prefix_tokens, m->n++;
+  return 0;
+}
+
+static int check_member_states(lh_store *s) {
+  lh_errbuf e;
+  members_seen m = {.n = 0};
+  ck_assert_msg(lh_store_episodes(s, NULL, on_episode, &m, NULL, &e) == 0, "%s", e.msg);
+  lh_model *model = lrfx_model(3);  /* the run's */
+  size_t n = lh_model_state_floats(lh_model_get_config(model));
+  lh_model_free(model);
+  float *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
+  for (int i = 0; i < m.n; i++) {
+    uint64_t p = m.tokens[i], off_m = 0, off_l = 0;
+    int fm = lh_store_segment_state(s, m.id[i], p, n, &off_m, a, &e);
+    int fl = lh_store_segment_state(s, m.prefix[i], p, n, &off_l, b, &e);
+    ck_assert_msg(fm == 1 && off_m == p, "member %llu: no state of its own at its prefix's end %llu (%d at %llu)",
+                  (unsigned long long)m.id[i], (unsigned long long)p, fm, (unsigned long long)off_m);
+    ck_assert_msg(fl == 1 && off_l == p && memcmp(a, b, n * sizeof *a) == 0,
+                  "member %llu: its state at %llu is not its leader's", (unsigned long long)m.id[i],
+                  (unsigned long long)p);
+    fm = lh_store_segment_state(s, m.id[i], p - 1, n, &off_m, a, &e);
+    fl = lh_store_segment_state(s, m.prefix[i], p - 1, n, &off_l, b, &e);
+    ck_assert_msg(fm == 1 && fl == 1 && off_m == off_l && off_m < p && memcmp(a, b, n * sizeof *a) == 0,
+                  "member %llu: before its prefix's end it does not read its leader's state (%d %d at %llu %llu)",
+                  (unsigned long long)m.id[i], fm, fl, (unsigned long long)off_m, (unsigned long long)off_l);
+  }
+  free(a), free(b);
+  return m.n;
+}
+
+typedef struct {
+  double first_logp_diff;
+  long states_used;
+  int members;
+} run_result;
+
+/* Two steps of a learner beside one actor, in the run's config. */
+static run_result run(int share, int group_size, int rows) {
+  setup(share, group_size, rows);
   const char *largs[] = {"learner", "--config", cfg_path, "--steps", "2", NULL};
   const char *a0[] = {"actor", "--config", cfg_path, "--name", "a0", "--index", "0", NULL};
   pid_t lp = spawn("learner.log", largs);
@@ -84,22 +146,40 @@ START_TEST(test_actor_states_train_stored) {
                                 lrfx_first_text, with_state, NULL, &e), 0);
   ck_assert_int_eq(lh_store_sql(s, "SELECT count(*) FROM segments", lrfx_first_text, segs, NULL,
                                 &e), 0);
-  long used = most_states_used();
-  printf("stored e2e: segments=%s with_state=%s states_used(max per step)=%ld first logp_diff=%g\n", segs,
-         with_state, used, r.first_logp_diff);
+  run_result out = {.first_logp_diff = r.first_logp_diff, .states_used = most_states_used()};
+  out.members = check_member_states(s);
+  printf("stored e2e (share_prefix=%d group_size=%d rows=%d): segments=%s with_state=%s members=%d "
+         "states_used(max per step)=%ld first logp_diff=%g\n",
+         share, group_size, rows, segs, with_state, out.members, out.states_used, out.first_logp_diff);
   ck_assert_int_gt(atoi(with_state), 0);
-  ck_assert_int_gt(used, 0);
-  ck_assert_msg(r.first_logp_diff < 1e-4, "alignment at version 0: %g", r.first_logp_diff);
+  ck_assert_int_gt(out.states_used, 0);
+  ck_assert_msg(out.first_logp_diff < 1e-4, "alignment at version 0: %g", out.first_logp_diff);
   lh_store_close(s);
   lh_proc_rmdir(dir);
+  return out;
+}
+
+START_TEST(test_actor_states_train_stored) {
+  run_result whole = run(0, 2, 4);
+  ck_assert_int_eq(whole.members, 0);
+}
+END_TEST
+
+START_TEST(test_shared_prefix_states_train_stored) {
+  run_result shared = run(1, 2, 4);
+  ck_assert_int_gt(shared.members, 0);
+  /* more members than rows: those after the first start once a row frees */
+  run_result late = run(1, 4, 2);
+  ck_assert_int_gt(late.members, 0);
 }
 END_TEST
 
 int main(void) {
   Suite *s = suite_create("learner_stored_e2e");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 240);
+  tcase_set_timeout(tc, 480);
   tcase_add_test(tc, test_actor_states_train_stored);
+  tcase_add_test(tc, test_shared_prefix_states_train_stored);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }

@@ -231,7 +231,61 @@ START_TEST(test_inline_payloads_migrated) {
 }
 END_TEST
 
+/* A shared prefix (ARCHITECTURE.md §6): a group's leader (40) holds the
+ * first 16 tokens of its member (41), environment tokens only, and
+ * samples at version 1; the member samples at version 5. Retention below
+ * version 3 drops the payloads of an unshared episode of version 1 (50),
+ * but keeps the leader's while its member is newer than the bound: the
+ * member still reads whole and may still be trained. Below version 6 both
+ * go, and the member reads as not whole. Before, the first drop took the
+ * leader's prefix (no sampled token, its episode older than the bound). */
+START_TEST(test_shared_prefix_kept_for_members) {
+  lh_store *s = open_rw();
+  static sfx_seg g;
+  sfx_seg_init(&g, 40, 0, "a0", "calc");
+  for (int i = 0; i < 16; i++) sfx_seg_token(&g, 'p', 0, 1);
+  put_seg(s, &g.seg, 1);
+  sfx_seg_init(&g, 40, 1, "a0", "calc");
+  g.seg.start_offset = 16;
+  sfx_seg_fill(&g, 16, 1);
+  put_seg(s, &g.seg, 1);
+  sfx_seg_init(&g, 41, 0, "a0", "calc");
+  g.seg.start_offset = 16, g.seg.prefix_episode_id = 40, g.seg.prefix_tokens = 16;
+  sfx_seg_fill(&g, 16, 5);
+  put_seg(s, &g.seg, 1);
+  sfx_seg_plain(&g, 50, 0, 16, 1);
+  put_seg(s, &g.seg, 1);
+  for (uint64_t id = 40; id <= 50; id += 10) {
+    sfx_end x;
+    sfx_end_init(&x, id, id == 50 ? "needle" : "calc", 2, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
+    x.end.segment_count = id == 50 ? 1 : 2, x.end.total_tokens = id == 50 ? 16 : 32;
+    put_end(s, &x.end, 1);
+  }
+  sfx_end x;
+  sfx_end_init(&x, 41, "calc", 1, LONGHAUL__OUTCOME__OUTCOME_FAILURE, 0.0f);
+  x.end.total_tokens = 32, x.end.prefix_episode_id = 40, x.end.prefix_tokens = 16;
+  put_end(s, &x.end, 1);
+  uint64_t segs = 0;
+  ck_assert_msg(lh_store_drop_payloads_before(s, 3, &segs, NULL, &e) == 0, "%s", e.msg);
+  lh_segment_report rep;
+  ck_assert_int_eq(lh_store_episode_segments(s, 41, NULL, NULL, &rep, &e), 0);
+  printf("retention below 3: %llu payloads dropped; the member reads %s (%u prefix segments)\n",
+         (unsigned long long)segs, rep.prefix_whole ? "whole" : "not whole", rep.prefix_segments);
+  ck_assert_uint_eq(segs, 1);  /* episode 50's */
+  ck_assert(rep.prefix_whole && rep.complete);
+  ck_assert_int_eq(lh_store_episode_segments(s, 40, NULL, NULL, &rep, &e), 0);
+  ck_assert(rep.complete);
+  ck_assert_msg(lh_store_drop_payloads_before(s, 6, &segs, NULL, &e) == 0, "%s", e.msg);
+  ck_assert_uint_eq(segs, 3);
+  ck_assert_int_eq(lh_store_episode_segments(s, 41, NULL, NULL, &rep, &e), 0);
+  ck_assert(!rep.prefix_whole && !rep.complete);
+  ck_assert_uint_eq(rep.prefix_segments, 0);
+  lh_store_close(s);
+}
+END_TEST
+
 void lh_test_store_retention(TCase *tc) {
   tcase_add_test(tc, test_cap_small_payloads);
   tcase_add_test(tc, test_inline_payloads_migrated);
+  tcase_add_test(tc, test_shared_prefix_kept_for_members);
 }
