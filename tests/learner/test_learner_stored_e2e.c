@@ -34,10 +34,10 @@ static void setup(int share, int group_size, int rows) {
   snprintf(db, sizeof db, "%s/replay.db", dir);
   char learner[512], actor[512];
   snprintf(learner, sizeof learner,
-           "batch_episodes = 2\ngroup_size = %d\ntrain_window = 32\nckpt_every = 100\n"
+           "batch_episodes = %d\ngroup_size = %d\ntrain_window = 32\nckpt_every = 100\n"
            "warmup_steps = 0\ntotal_steps = 10\nmax_policy_lag = 4\n"
            "max_backlog_episodes = 1000\nstate_mode = stored\nburn_in = 8\n",
-           group_size);
+           group_size, group_size);
   snprintf(actor, sizeof actor,
            "max_context = 1200\ngroup_size = %d\nbatch = %d\nmax_steps = 3\n"
            "segment_tokens = 32\nstate_interval = 32\nshare_prefix = %d\n",
