@@ -15,8 +15,9 @@
  * for it on the host). Call it from the thread that drives the table.
  *
  * Without the CUDA backend or NCCL in this build, or without a device,
- * every call is LH_EKERNELS_NOT_AVAILABLE with err saying so (the
- * learner then uses its host all-reduce). */
+ * every call is LH_EKERNELS_NOT_AVAILABLE with err saying so. The learner
+ * does not call these yet: its gradient all-reduce and expert exchange go
+ * through MPI in host memory for every backend (learner/allreduce.c). */
 #ifndef LH_KERNELS_NCCL_H
 #define LH_KERNELS_NCCL_H
 
