@@ -39,7 +39,7 @@
 /* The schema version this build writes (PRAGMA user_version; also the
  * meta table's schema_version). Older files are migrated on a read-write
  * open; a newer file is refused (LH_ESTORE_TOO_NEW). */
-#define LH_STORE_SCHEMA_VERSION 14
+#define LH_STORE_SCHEMA_VERSION 15
 /* meta.application and PRAGMA application_id ('LHRS'): what marks a
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
@@ -743,6 +743,13 @@ typedef struct {
   uint64_t min_version, max_version;     /* over the stored sampled tokens */
   uint64_t train_steps;
   uint64_t last_train_step;              /* 0 when none */
+  /* Of the figures above, those of the episodes retention retired (their
+   * rows deleted, their figures kept in retired_episodes; schema 15): the
+   * totals above count them. */
+  uint64_t retired_episodes, retired_segments;
+  int has_retired_versions;
+  uint64_t retired_min_version, retired_max_version;  /* of their sampled tokens */
+  int64_t retired_first_ms, retired_last_ms;          /* the first one's start, the last one's end; 0 none */
 } lh_store_stats;
 
 int lh_store_stats_get(lh_store *s, lh_store_stats *st, lh_errbuf *err);
@@ -758,6 +765,7 @@ typedef struct {
   uint64_t tokens;                       /* over the stored segments */
   uint64_t rewarded;
   double reward_mean;                    /* 0 when none rewarded */
+  uint64_t retired;                      /* of episodes, those retired (counted in every figure above) */
 } lh_store_env_stats;
 typedef int (*lh_store_env_stats_fn)(void *ctx, const lh_store_env_stats *e);
 /* One row per environment, by name. */
@@ -782,6 +790,47 @@ int lh_store_drop_payloads_before(lh_store *s, uint64_t min_version, uint64_t *s
  * versions a peer chose) and drops older ones as above. */
 int lh_store_retain_versions(lh_store *s, uint64_t newest, uint64_t keep_versions, uint64_t *segments_dropped,
                              uint64_t *bytes_dropped, lh_errbuf *err);
+
+/* What one lh_store_retire_episodes call deleted. */
+typedef struct {
+  uint64_t episodes;      /* episodes rows */
+  uint64_t segments;      /* segments rows */
+  uint64_t reward_terms;  /* rewards rows */
+  uint64_t leaders_kept;  /* episodes it would have taken, kept as the leaders of shared prefixes a member
+                             not retired still needs */
+} lh_store_retired;
+
+/* Retires up to max_episodes episodes, those that ended first: deletes
+ * their episodes, segments (and any segment_payloads) and rewards rows,
+ * after adding what `replay stats` and `longhaul report` count of them
+ * into retired_episodes, retired_versions and retired_rewards (schema 15),
+ * which the statistics add in. An episode is retired only when it can no
+ * longer be trained or read for training: it ended before ended_before_ms
+ * (the learner passes now less 10 s, or less abort_after_ms when shorter,
+ * so that a resend of it is not expected), every payload it has is dropped (retention drops only
+ * those of versions no step admits), it is whole or ended by the learner
+ * (aborted, error), and no member of its shared prefix stays (a leader
+ * goes with its members or after them). One transaction (or joins the
+ * open batch), not capped: it is what frees a store at its cap. *out may
+ * be NULL. */
+int lh_store_retire_episodes(lh_store *s, int64_t ended_before_ms, uint32_t max_episodes, lh_store_retired *out,
+                             lh_errbuf *err);
+/* Thins the per-step rows of the train steps before the newest
+ * keep_newest_steps, in groups of `every` steps (step / every): of the
+ * expert loads (train_step_experts) each group keeps one row per layer and
+ * expert, its mean load, under the group's first step (the report's heat
+ * maps average steps into columns anyway); of train_step_layers and
+ * train_steps it keeps its first step's rows. Further back the groups grow
+ * by `every` per level: past keep_newest_steps * every steps, one step's
+ * rows in every every^2, and so on, so that the rows of steps kept grow
+ * with the log of the run's length (about keep_newest_steps a level).
+ * policy_versions is thinned the same way by version. The train_steps and
+ * policy_versions rows deleted are counted into retired_steps (schema 15),
+ * which the statistics add in; the newest step and version always stay.
+ * Idempotent: what is done is left as it is. *rows_deleted (may be NULL)
+ * gets the rows it removed. every must be 2 or more (LH_EINVAL). */
+int lh_store_thin_step_rows(lh_store *s, uint64_t keep_newest_steps, uint32_t every, uint64_t *rows_deleted,
+                            lh_errbuf *err);
 
 /* ---- read-only SQL (`longhaul replay sql`) ---------------------------- */
 

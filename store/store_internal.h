@@ -91,6 +91,7 @@ struct lh_store {
   lh_store_hb_count *hb_counts;       /* LH_STORE_HB_SLOTS; allocated by the first heartbeat */
   uint32_t hb_puts;                   /* heartbeats since the table was last pruned in all */
   size_t ranks;                       /* rank stores read as one (lh_store_open_ranks); 0: this file alone */
+  uint64_t steps_thinned_below;       /* step rows thinned below this step (lh_store_thin_step_rows) */
   lh_store_wal wal;
 };
 

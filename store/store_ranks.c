@@ -16,9 +16,11 @@
 
 /* The tables each rank writes for its own actors, and segment_metadata,
  * the view of the segments' small columns: its union reads each rank's
- * covering index (store_schema.c, schema 7). */
-static const char *const per_rank_tables[] = {"episodes", "segments", "segment_payloads", "segment_metadata",
-                                              "rewards", "actor_heartbeats"};
+ * covering index (store_schema.c, schema 7), and the aggregates of the
+ * episodes each rank retired (schema 15). */
+static const char *const per_rank_tables[] = {"episodes",         "segments",         "segment_payloads",
+                                              "segment_metadata", "rewards",          "actor_heartbeats",
+                                              "retired_episodes", "retired_versions", "retired_rewards"};
 
 size_t lh_store_max_ranks(void) {
   sqlite3 *db = NULL;

@@ -318,6 +318,70 @@ static const char schema_v14[] =
     "ALTER TABLE train_steps ADD COLUMN flat_groups INTEGER;"
     "ALTER TABLE train_steps ADD COLUMN zero_adv_tokens INTEGER;";
 
+/* Version 15 ("retired rows"): at a store's cap, after the payloads of
+ * old versions are dropped, retention deletes whole old episodes (their
+ * episodes, segments and rewards rows) that can no longer be trained: ended,
+ * every payload dropped, no member of their shared prefix left
+ * (store_retire.c). What the readers summarise of them is added into
+ * aggregates that stay: retired_episodes per environment, actor, status
+ * and outcome (counts, tokens, rewards, versions and times), so that
+ * `replay stats` and the report's totals cover the whole run;
+ * retired_versions per environment and newest policy version (the
+ * report's reward and success per version); retired_rewards per
+ * environment and reward term; retired_steps, one row, the train_steps
+ * and policy_versions rows of old steps thinned away (lh_store_thin_step_rows),
+ * so that the counts of steps and versions stay the run's. episodes_retirable holds the ended
+ * episodes whose payloads are all dropped, in the order they ended, so
+ * that retention finds the oldest without reading the table;
+ * episodes_prefix the members of shared prefixes by leader, so that a
+ * leader is kept while a member is. */
+static const char schema_v15[] =
+    "CREATE TABLE retired_episodes("
+    "  env TEXT NOT NULL,"
+    "  actor TEXT NOT NULL,"
+    "  status TEXT NOT NULL,"
+    "  outcome TEXT NOT NULL,"
+    "  episodes INTEGER NOT NULL DEFAULT 0,"
+    "  ends INTEGER NOT NULL DEFAULT 0,"
+    "  swept INTEGER NOT NULL DEFAULT 0,"
+    "  incomplete INTEGER NOT NULL DEFAULT 0,"
+    "  segments INTEGER NOT NULL DEFAULT 0,"
+    "  segments_missing INTEGER NOT NULL DEFAULT 0,"
+    "  tokens INTEGER NOT NULL DEFAULT 0,"
+    "  steps INTEGER NOT NULL DEFAULT 0,"
+    "  rewarded INTEGER NOT NULL DEFAULT 0,"
+    "  reward_sum REAL NOT NULL DEFAULT 0,"
+    "  reward_min REAL,"
+    "  reward_max REAL,"
+    "  reward_terms INTEGER NOT NULL DEFAULT 0,"
+    "  min_version INTEGER,"
+    "  max_version INTEGER,"
+    "  first_created_ms INTEGER,"
+    "  last_ended_ms INTEGER,"
+    "  retired_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (env, actor, status, outcome));"
+    "CREATE TABLE retired_versions("
+    "  env TEXT NOT NULL,"
+    "  version INTEGER NOT NULL,"
+    "  episodes INTEGER NOT NULL DEFAULT 0,"
+    "  rewarded INTEGER NOT NULL DEFAULT 0,"
+    "  reward_sum REAL NOT NULL DEFAULT 0,"
+    "  successes INTEGER NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY (env, version));"
+    "CREATE TABLE retired_rewards("
+    "  env TEXT NOT NULL,"
+    "  term TEXT NOT NULL,"
+    "  terms INTEGER NOT NULL DEFAULT 0,"
+    "  value_sum REAL NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY (env, term));"
+    "CREATE TABLE retired_steps("
+    "  id INTEGER PRIMARY KEY CHECK (id = 1),"
+    "  train_steps INTEGER NOT NULL DEFAULT 0,"
+    "  policy_versions INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX episodes_retirable ON episodes(ended_ms)"
+    "  WHERE ended_ms IS NOT NULL AND payloads_dropped = segments_received;"
+    "CREATE INDEX episodes_prefix ON episodes(prefix_episode) WHERE prefix_episode IS NOT NULL;";
+
 const lh_store_migration lh_store_migrations[] = {
     {1, "tables of ARCHITECTURE.md §7: runs, policy_versions, episodes, segments, rewards, train_steps",
      schema_v1},
@@ -339,6 +403,9 @@ const lh_store_migration lh_store_migrations[] = {
      schema_v13},
     {14, "shared prefixes: episodes.prefix_episode, prefix_tokens; train_steps.flat_groups, zero_adv_tokens",
      schema_v14},
+    {15, "retired rows: retired_episodes, retired_versions, retired_rewards, retired_steps; episodes_retirable, "
+         "episodes_prefix",
+     schema_v15},
 };
 const size_t lh_store_migration_count = sizeof lh_store_migrations / sizeof lh_store_migrations[0];
 
@@ -360,6 +427,7 @@ const uint64_t lh_store_schema_fingerprints[] = {
     0xee7380254c4bfdceull,  /* 12 */
     0x578c240b0191d5ecull,  /* 13 */
     0xc5862f1b934b36f1ull,  /* 14 */
+    0xa618fec358bf0e06ull,  /* 15 */
 };
 
 _Static_assert(sizeof lh_store_schema_fingerprints / sizeof lh_store_schema_fingerprints[0] ==

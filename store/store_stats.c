@@ -1,4 +1,5 @@
-/* store: statistics over the whole store and per environment. */
+/* store: statistics over the whole store and per environment: the rows
+ * still stored and, added in, the episodes retention retired (schema 15). */
 #include <string.h>
 
 #include "store/store_internal.h"
@@ -44,6 +45,40 @@ static void read_segments(sqlite3_stmt *st, lh_store_stats *o) {
   o->min_version = lh_store_column_u64(st, 4);
   o->max_version = lh_store_column_u64(st, 5);
 }
+/* The retired episodes (retired_episodes, schema 15), added into the
+ * figures of the rows still stored. */
+static void read_retired(sqlite3_stmt *st, lh_store_stats *o) {
+  uint64_t episodes = lh_store_column_u64(st, 0);
+  if (!episodes) return;
+  uint64_t rewarded = lh_store_column_u64(st, 4);
+  double reward_sum = sqlite3_column_double(st, 5);
+  if (rewarded) {
+    double min = sqlite3_column_double(st, 6), max = sqlite3_column_double(st, 7);
+    o->reward_mean = (o->reward_mean * (double)o->rewarded + reward_sum) / (double)(o->rewarded + rewarded);
+    o->reward_min = o->rewarded && o->reward_min < min ? o->reward_min : min;
+    o->reward_max = o->rewarded && o->reward_max > max ? o->reward_max : max;
+    o->rewarded += rewarded;
+  }
+  o->retired_episodes = episodes;
+  o->episodes += episodes;
+  o->successes += lh_store_column_u64(st, 1);
+  o->incomplete += lh_store_column_u64(st, 2);
+  o->retired_segments = lh_store_column_u64(st, 3);
+  o->segments += o->retired_segments;
+  o->payloads_dropped += o->retired_segments;  /* a retired episode's payloads were all dropped */
+  o->tokens += lh_store_column_u64(st, 8);
+  o->reward_terms += lh_store_column_u64(st, 9);
+  if (sqlite3_column_type(st, 10) != SQLITE_NULL) {
+    uint64_t vmin = lh_store_column_u64(st, 10), vmax = lh_store_column_u64(st, 11);
+    o->has_retired_versions = 1;
+    o->retired_min_version = vmin, o->retired_max_version = vmax;
+    if (!o->has_versions || vmin < o->min_version) o->min_version = vmin;
+    if (!o->has_versions || vmax > o->max_version) o->max_version = vmax;
+    o->has_versions = 1;
+  }
+  o->retired_first_ms = sqlite3_column_int64(st, 12);
+  o->retired_last_ms = sqlite3_column_int64(st, 13);
+}
 
 int lh_store_stats_get(lh_store *s, lh_store_stats *st_out, lh_errbuf *err) {
   if (!s || !st_out) return lh_errbuf_set(err, LH_EINVAL, "lh_store_stats_get: store or out is NULL");
@@ -60,9 +95,11 @@ int lh_store_stats_get(lh_store *s, lh_store_stats *st_out, lh_errbuf *err) {
                    read_file, o, err);
   if (rc >= 0)
     rc = one_row(s,
-                 "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM policy_versions),"
+                 "SELECT (SELECT count(*) FROM runs),"
+                 " (SELECT count(*) FROM policy_versions) + (SELECT coalesce(sum(policy_versions), 0) FROM retired_steps),"
                  " (SELECT coalesce(max(version), 0) FROM policy_versions),"
-                 " (SELECT count(*) FROM rewards), (SELECT count(*) FROM train_steps),"
+                 " (SELECT count(*) FROM rewards),"
+                 " (SELECT count(*) FROM train_steps) + (SELECT coalesce(sum(train_steps), 0) FROM retired_steps),"
                  " (SELECT coalesce(max(step), 0) FROM train_steps),"
                  " (SELECT count(*) FROM evals)",
                  read_counts, o, err);
@@ -82,9 +119,21 @@ int lh_store_stats_get(lh_store *s, lh_store_stats *st_out, lh_errbuf *err) {
                  " coalesce(sum(CASE WHEN dropped_ms IS NULL THEN payload_bytes ELSE 0 END), 0),"
                  " coalesce(sum(tokens), 0), min(min_version), max(max_version) FROM segment_metadata",
                  read_segments, o, err);
+  if (rc >= 0)
+    rc = one_row(s,
+                 "SELECT coalesce(sum(episodes), 0), coalesce(sum(CASE WHEN outcome = 'success' THEN episodes END), 0),"
+                 " coalesce(sum(incomplete), 0), coalesce(sum(segments), 0), coalesce(sum(rewarded), 0),"
+                 " coalesce(sum(reward_sum), 0), coalesce(min(reward_min), 0), coalesce(max(reward_max), 0),"
+                 " coalesce(sum(tokens), 0), coalesce(sum(reward_terms), 0), min(min_version), max(max_version),"
+                 " coalesce(min(first_created_ms), 0), coalesce(max(last_ended_ms), 0) FROM retired_episodes",
+                 read_retired, o, err);
   if (rc >= 0) {
     sqlite3_stmt *st = NULL;
-    rc = lh_store_prepare(s, "SELECT status, count(*) FROM episodes GROUP BY status", &st, err);
+    rc = lh_store_prepare(s,
+                          "SELECT status, sum(n) FROM (SELECT status, count(*) AS n FROM episodes GROUP BY status"
+                          " UNION ALL SELECT status, sum(episodes) FROM retired_episodes GROUP BY status)"
+                          " GROUP BY status",
+                          &st, err);
     while (rc >= 0 && (rc = lh_store_step(s, st, "counting episodes", err)) == SQLITE_ROW) {
       int status = lh_episode_status_from_name((const char *)sqlite3_column_text(st, 0));
       if (status >= 0) o->by_status[status] = lh_store_column_u64(st, 1);
@@ -99,12 +148,25 @@ int lh_store_stats_by_env(lh_store *s, lh_store_env_stats_fn fn, void *ctx, lh_e
   if (!s || !fn) return lh_errbuf_set(err, LH_EINVAL, "lh_store_stats_by_env: store or fn is NULL");
   LH_TRY(lh_store_flush(s, err));
   sqlite3_stmt *st;
+  /* The rows still stored and the retired ones (retired_episodes, schema
+   * 15), one row per environment. */
   LH_TRY(lh_store_prepare(s,
-                          "SELECT env, count(*), sum(status = 'running'), sum(status = 'complete'),"
-                          " sum(status = 'truncated'), sum(status = 'aborted'),"
-                          " sum(status = 'error'), sum(outcome = 'success'),"
-                          " sum(tokens_received), count(reward), coalesce(avg(reward), 0)"
-                          " FROM episodes GROUP BY env ORDER BY env",
+                          "SELECT env, sum(n), sum(running), sum(complete), sum(truncated), sum(aborted), sum(error),"
+                          " sum(successes), sum(tokens), sum(rewarded),"
+                          " coalesce(sum(reward_sum) / nullif(sum(rewarded), 0), 0), sum(retired) FROM ("
+                          "  SELECT env, count(*) AS n, sum(status = 'running') AS running,"
+                          "   sum(status = 'complete') AS complete, sum(status = 'truncated') AS truncated,"
+                          "   sum(status = 'aborted') AS aborted, sum(status = 'error') AS error,"
+                          "   sum(outcome = 'success') AS successes, sum(tokens_received) AS tokens,"
+                          "   count(reward) AS rewarded, coalesce(sum(reward), 0) AS reward_sum, 0 AS retired"
+                          "  FROM episodes GROUP BY env"
+                          "  UNION ALL SELECT env, sum(episodes), 0, sum(CASE WHEN status = 'complete' THEN episodes END),"
+                          "   sum(CASE WHEN status = 'truncated' THEN episodes END),"
+                          "   sum(CASE WHEN status = 'aborted' THEN episodes END),"
+                          "   sum(CASE WHEN status = 'error' THEN episodes END),"
+                          "   sum(CASE WHEN outcome = 'success' THEN episodes END), sum(tokens), sum(rewarded),"
+                          "   sum(reward_sum), sum(episodes) FROM retired_episodes GROUP BY env)"
+                          " GROUP BY env ORDER BY env",
                           &st, err));
   lh_store_env_stats e;
   int rc;
@@ -117,6 +179,7 @@ int lh_store_stats_by_env(lh_store *s, lh_store_env_stats_fn fn, void *ctx, lh_e
     e.tokens = lh_store_column_u64(st, 8);
     e.rewarded = lh_store_column_u64(st, 9);
     e.reward_mean = sqlite3_column_double(st, 10);
+    e.retired = lh_store_column_u64(st, 11);
     int r = fn(ctx, &e);
     if (r != 0) {
       rc = r < 0 ? r : SQLITE_DONE;

@@ -9,6 +9,7 @@ lh_add_test(test_store SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_store.c
   ${CMAKE_CURRENT_LIST_DIR}/test_store_train.c ${CMAKE_CURRENT_LIST_DIR}/test_store_readonly.c
   ${CMAKE_CURRENT_LIST_DIR}/test_store_files.c ${CMAKE_CURRENT_LIST_DIR}/test_store_heartbeats.c
   ${CMAKE_CURRENT_LIST_DIR}/test_store_writers.c ${CMAKE_CURRENT_LIST_DIR}/test_store_retention.c
+  ${CMAKE_CURRENT_LIST_DIR}/test_store_retire.c
   ${CMAKE_CURRENT_LIST_DIR}/test_store_schema.c ${CMAKE_CURRENT_LIST_DIR}/test_store_wal.c
   ${LH_STORE_FIXTURE}
   LIBS lh_store PkgConfig::SQLITE TIMEOUT 240 ARGS $<TARGET_FILE:store_writer>)

@@ -165,6 +165,7 @@ static Suite *store_suite(void) {
   lh_test_store_heartbeats(tc);
   lh_test_store_writers(tc);
   lh_test_store_retention(tc);
+  lh_test_store_retire(tc);
   lh_test_store_schema(tc);
   lh_test_store_wal(tc);
   suite_add_tcase(su, tc);

@@ -51,6 +51,7 @@ void lh_test_store_files(TCase *tc);
 void lh_test_store_heartbeats(TCase *tc);
 void lh_test_store_writers(TCase *tc);
 void lh_test_store_retention(TCase *tc);
+void lh_test_store_retire(TCase *tc);
 void lh_test_store_schema(TCase *tc);
 void lh_test_store_wal(TCase *tc);
 
