@@ -798,6 +798,8 @@ typedef struct {
   uint64_t versions;      /* versions published */
   uint64_t untaken_ends;  /* episodes ended and stored, not yet taken by the trainer */
   uint64_t retained_segments;  /* segment payloads retention dropped */
+  uint64_t retired_episodes;   /* episodes retention retired at the cap (their rows deleted) */
+  uint64_t retired_segments;   /* their segments rows */
   int hold;
 } lh_learner_service_counts;
 

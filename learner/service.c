@@ -58,6 +58,12 @@ struct lh_learner_service {
   uint64_t version;  /* the trainer's newest version (lh_learner_service_set_version), for retention */
   int has_version;
   lh_learner_service_counts counts;
+  /* What retirement did since its last log line (retire_rows), and when
+   * that line was. */
+  lh_store_retired retired_since;
+  uint64_t thinned_since;
+  int64_t retired_logged_ns;
+  int64_t started_ms;  /* wall time of lh_learner_service_start */
 };
 
 int lh_learner_service_new(const lh_learner_service_config *c, lh_learner_service **out, lh_errbuf *err) {
@@ -146,6 +152,73 @@ static void share_hint(lh_learner_service *s) {
 
 /* actor_heartbeats rows kept when the store is near its cap. */
 #define LEARNER_HEARTBEATS_AT_CAP 4096
+/* Retirement at the cap (retire_rows): episodes per transaction, and
+ * transactions per sweep at most. */
+#define RETIRE_BATCH 1024
+#define RETIRE_BATCHES 16
+/* An episode ended this long ago (or abort_after_ms, when shorter) may be
+ * retired: an actor resends a message whose ack was lost within its
+ * resend_timeout_ms (5 s by default) of reaching the learner. Nothing is
+ * retired in the first RETIRE_AFTER_MS after the service started: the
+ * acks a learner before it lost come again once the actors reach this one. */
+#define RETIRE_AFTER_MS 10000
+/* The train steps whose rows stay whole at the cap; older ones are
+ * thinned in groups of RETIRE_STEP_GROUP steps, of RETIRE_STEP_GROUP^2
+ * further back, and so on (store.h, lh_store_thin_step_rows). */
+#define RETIRE_KEEP_STEPS 256
+#define RETIRE_STEP_GROUP 8
+/* At most one line about retirement per this many ns (the counts since). */
+#define RETIRE_LOG_NS 10000000000ll
+
+/* Still near the cap once old payloads are gone: the rows that describe
+ * them fill it. The rows of old train steps are thinned (store.h,
+ * lh_store_thin_step_rows), then old episodes that can no longer be trained are
+ * retired (store.h, lh_store_retire_episodes), a batch at a time, until
+ * the pages in use fall below 80% of the cap or none is left to retire.
+ * *used is updated. Logged at most once per RETIRE_LOG_NS. */
+static void retire_rows(lh_learner_service *s, uint64_t cap, uint64_t *used) {
+  lh_errbuf e;
+  uint64_t thinned = 0;
+  if (lh_store_thin_step_rows(s->store, RETIRE_KEEP_STEPS, RETIRE_STEP_GROUP, &thinned, &e))
+    LH_WARN("learner", "the rows of old train steps not thinned at the cap: %s", e.msg);
+  s->thinned_since += thinned;
+  uint64_t after_ms = s->cfg.abort_after_ms < RETIRE_AFTER_MS ? s->cfg.abort_after_ms : RETIRE_AFTER_MS;
+  int64_t now_ms = lh_wall_ms(), ended_before = now_ms - (int64_t)after_ms;
+  int settled = now_ms - s->started_ms >= RETIRE_AFTER_MS;
+  lh_store_retired sum = {0};
+  for (int i = 0; settled && i < RETIRE_BATCHES && *used >= cap / 10 * 8; i++) {
+    lh_store_retired r;
+    if (lh_store_retire_episodes(s->store, ended_before, RETIRE_BATCH, &r, &e)) {
+      LH_WARN("learner", "retirement failed: %s", e.msg);
+      break;
+    }
+    sum.episodes += r.episodes, sum.segments += r.segments, sum.reward_terms += r.reward_terms;
+    sum.leaders_kept = r.leaders_kept;
+    if (lh_store_used_bytes(s->store, used, &e) || r.episodes == 0) break;
+  }
+  pthread_mutex_lock(&s->mu);
+  s->counts.retired_episodes += sum.episodes;
+  s->counts.retired_segments += sum.segments;
+  uint64_t total = s->counts.retired_episodes;
+  pthread_mutex_unlock(&s->mu);
+  lh_store_retired *since = &s->retired_since;
+  since->episodes += sum.episodes, since->segments += sum.segments, since->reward_terms += sum.reward_terms;
+  since->leaders_kept = sum.leaders_kept;
+  int64_t now = lh_now_ns();
+  if ((!since->episodes && !s->thinned_since) || (s->retired_logged_ns && now - s->retired_logged_ns < RETIRE_LOG_NS))
+    return;
+  LH_INFO("learner",
+          "retention retired episodes=%llu segments=%llu reward_terms=%llu step_rows=%llu leaders_kept=%llu "
+          "since_s=%.0f retired_total=%llu retire_after_ms=%llu used=%llu cap=%llu",
+          (unsigned long long)since->episodes, (unsigned long long)since->segments,
+          (unsigned long long)since->reward_terms, (unsigned long long)s->thinned_since,
+          (unsigned long long)since->leaders_kept,
+          s->retired_logged_ns ? (double)(now - s->retired_logged_ns) / 1e9 : 0.0, (unsigned long long)total,
+          (unsigned long long)after_ms, (unsigned long long)*used, (unsigned long long)cap);
+  memset(since, 0, sizeof *since);
+  s->thinned_since = 0;
+  s->retired_logged_ns = now;
+}
 
 /* Retention (learner.h, retain_versions): near the cap, old payloads go,
  * so a full store does not stay full. The versions kept cover every
@@ -177,13 +250,15 @@ static void retain(lh_learner_service *s) {
   pthread_mutex_lock(&s->mu);
   s->counts.retained_segments += segments;
   pthread_mutex_unlock(&s->mu);
+  if (after >= cap / 10 * 9) retire_rows(s, cap, &after);
   /* Once per sweep at most, and only when it did something or cannot. */
   if (segments || after >= cap)
     LH_INFO("learner", "retention keep_versions=%llu dropped_segments=%llu dropped_bytes=%llu used=%llu cap=%llu%s",
             (unsigned long long)keep, (unsigned long long)segments, (unsigned long long)bytes,
             (unsigned long long)after, (unsigned long long)cap,
-            after >= cap ? " (still full: what stays fills the cap, the payloads of the kept versions and the rows "
-                           "of every segment, episode and train step; raise max_db_bytes)"
+            after >= cap ? " (still full: what stays fills the cap: the payloads of the kept versions, the rows of "
+                           "the episodes not retired yet (running, trainable, or ended in the last seconds) and the "
+                           "rows of the newest train steps; raise max_db_bytes)"
                          : "");
 }
 
@@ -303,6 +378,7 @@ int lh_learner_service_start(lh_learner_service *s, lh_errbuf *err) {
   if (!s || s->started) return lh_errbuf_set(err, LH_EINVAL, "service: NULL or already started");
   /* pthread_create is a full barrier: the sockets made on this thread
    * migrate to the new one safely (ZeroMQ's rule for moving a socket). */
+  s->started_ms = lh_wall_ms();
   int prc = pthread_create(&s->thread, NULL, service_main, s);
   if (prc) return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "service: cannot start its thread: %s", strerror(prc));
   s->started = 1;

@@ -384,6 +384,10 @@ int lh_learner_trainer_offer(lh_learner_trainer *t, const uint64_t *ids, size_t 
     if (set_find(&t->seen, ids[i], &at) || set_find(&t->done, ids[i], &at)) continue;
     lh_episode_row row;
     int rc = lh_store_episode_get(t->store, ids[i], &row, err);
+    /* Gone: retention retired it at the cap (store.h,
+     * lh_store_retire_episodes), which it does only to episodes that can
+     * no longer be trained. */
+    if (rc == LH_ESTORE_NO_EPISODE) continue;
     if (rc) return rc;
     /* Ready as lh_episode_filter.ready_only says: ended, every expected
      * segment stored with its payload. */
@@ -999,9 +1003,12 @@ static int read_batch(lh_learner_trainer *t, step_batch *b, lh_errbuf *err) {
     int jr = lh_store_episode_get(t->store, id, &row, &e);
     /* Staleness again at training time: an episode admitted when it
      * arrived may have waited in the batcher while the version moved on
-     * (actors faster than the learner). */
-    if (!jr && row.has_versions && t->version - row.min_version > t->cfg.max_policy_lag &&
-        row.min_version <= t->version) {
+     * (actors faster than the learner). One no longer stored was retired
+     * at the store's cap, which takes only episodes whose payloads
+     * retention dropped: of versions no step admits, so stale as well. */
+    if (jr == LH_ESTORE_NO_EPISODE ||
+        (!jr && row.has_versions && t->version - row.min_version > t->cfg.max_policy_lag &&
+         row.min_version <= t->version)) {
       t->admission.dropped_stale++;
       if (t->admission.admitted) t->admission.admitted--;
       continue;
