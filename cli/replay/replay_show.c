@@ -202,6 +202,23 @@ static int print_outcome(lh_store *s, const char *db, const lh_episode_row *r,
   return LH_EXIT_OK;
 }
 
+static int first_u64(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  if (ncols >= 1 && values[0]) *(uint64_t *)ctx = strtoull(values[0], NULL, 10);
+  return 0;
+}
+
+/* The episodes retention retired at the store's cap (retired_episodes,
+ * schema 15): their ids are not kept, so one asked for may be among them.
+ * 0 when none, or when the count cannot be read (the message is then the
+ * plain one). */
+static uint64_t retired_episodes(lh_store *s) {
+  uint64_t n = 0;
+  lh_errbuf err;
+  if (lh_store_sql(s, "SELECT coalesce(sum(episodes), 0) FROM retired_episodes", first_u64, &n, NULL, &err)) return 0;
+  return n;
+}
+
 static const lh_cli_help HELP = {
     .cmd = "replay show",
     .usage = "--db FILE ID [OPTIONS]",
@@ -243,8 +260,16 @@ int lh_cli_replay_show(int argc, char **argv) {
   lh_errbuf_clear(&err);
   int e = lh_store_episode_get(s, id, &row, &err);
   if (e == LH_ESTORE_NO_EPISODE) {
-    lh_cli_term_printf(stderr, "longhaul replay show: no episode %llu in '%s' (see longhaul replay episodes)\n",
-                       (unsigned long long)id, db);
+    uint64_t retired = retired_episodes(s);
+    if (retired)
+      lh_cli_term_printf(stderr,
+                         "longhaul replay show: no episode %llu in '%s': it is not stored, or it is one of the %llu "
+                         "episodes retention retired at the store's cap (their rows deleted, their figures counted "
+                         "in longhaul replay stats; see longhaul replay episodes for those stored)\n",
+                         (unsigned long long)id, db, (unsigned long long)retired);
+    else
+      lh_cli_term_printf(stderr, "longhaul replay show: no episode %llu in '%s' (see longhaul replay episodes)\n",
+                         (unsigned long long)id, db);
     lh_store_close(s);
     return LH_EXIT_RUNTIME;
   }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/commands.h"
 #include "cli/replay/replay.h"
@@ -14,6 +15,30 @@ static void print_bytes(uint64_t bytes) {
   else if (bytes < (1ull << 20)) lh_cli_term_printf(stdout, "%.1f KiB", (double)bytes / 1024.0);
   else if (bytes < (1ull << 30)) lh_cli_term_printf(stdout, "%.1f MiB", (double)bytes / (1 << 20));
   else lh_cli_term_printf(stdout, "%.1f GiB", (double)bytes / (1 << 30));
+}
+
+/* Milliseconds since the epoch as UTC (ISO 8601, to the second). */
+static const char *utc(int64_t ms, char *out, size_t cap) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  if (!gmtime_r(&t, &tm) || !strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm)) snprintf(out, cap, "%lld ms", (long long)ms);
+  return out;
+}
+
+/* The episodes retention retired at the store's cap: their rows are gone,
+ * their figures (retired_episodes, schema 15) are in every count above. */
+static void print_retired(const lh_store_stats *st) {
+  char from[40], to[40];
+  lh_cli_term_printf(stdout, "retired      %llu episodes, %llu segments, at the store's cap (in the counts above: "
+                     "their rows deleted, their figures kept in retired_episodes)",
+                     (unsigned long long)st->retired_episodes, (unsigned long long)st->retired_segments);
+  if (st->has_retired_versions)
+    lh_cli_term_printf(stdout, "; versions %llu..%llu", (unsigned long long)st->retired_min_version,
+                       (unsigned long long)st->retired_max_version);
+  if (st->retired_first_ms > 0)
+    lh_cli_term_printf(stdout, "; begun from %s, ended by %s", utc(st->retired_first_ms, from, sizeof from),
+                       utc(st->retired_last_ms, to, sizeof to));
+  lh_cli_term_printf(stdout, "\n");
 }
 
 /* The environments, collected first so that the table's columns fit. */
@@ -30,7 +55,7 @@ static int collect_env(void *ctx, const lh_store_env_stats *e) {
 }
 
 /* Column k of row i of the environment table as text (k 0 is the name). */
-enum { ENV_COLS = 2 + LH_EPISODE_STATUS_COUNT + 4 };
+enum { ENV_COLS = 2 + LH_EPISODE_STATUS_COUNT + 5 };
 
 static void env_cell(const lh_store_env_stats *e, int k, char *out, size_t cap) {
   if (k == 0) lh_cli_term_field(e->env, out, cap); /* a name an actor sent */
@@ -39,8 +64,10 @@ static void env_cell(const lh_store_env_stats *e, int k, char *out, size_t cap) 
   else if (k == 2 + LH_EPISODE_STATUS_COUNT) snprintf(out, cap, "%llu", (unsigned long long)e->successes);
   else if (k == 3 + LH_EPISODE_STATUS_COUNT) snprintf(out, cap, "%llu", (unsigned long long)e->tokens);
   else if (k == 4 + LH_EPISODE_STATUS_COUNT) snprintf(out, cap, "%llu", (unsigned long long)e->rewarded);
-  else if (e->rewarded) snprintf(out, cap, "%.4f", e->reward_mean);
-  else snprintf(out, cap, "-");
+  else if (k == 5 + LH_EPISODE_STATUS_COUNT) {
+    if (e->rewarded) snprintf(out, cap, "%.4f", e->reward_mean);
+    else snprintf(out, cap, "-");
+  } else snprintf(out, cap, "%llu", (unsigned long long)e->retired);
 }
 
 static void print_envs(const env_table *t) {
@@ -57,6 +84,7 @@ static void print_envs(const env_table *t) {
   snprintf(head[3 + LH_EPISODE_STATUS_COUNT], sizeof head[0], "TOKENS");
   snprintf(head[4 + LH_EPISODE_STATUS_COUNT], sizeof head[0], "REWARDED");
   snprintf(head[5 + LH_EPISODE_STATUS_COUNT], sizeof head[0], "REWARD_MEAN");
+  snprintf(head[6 + LH_EPISODE_STATUS_COUNT], sizeof head[0], "RETIRED");
   int width[ENV_COLS];
   char cell[4 * LH_STORE_NAME_BYTES];
   for (int k = 0; k < ENV_COLS; k++) {
@@ -98,7 +126,8 @@ static const lh_cli_help HELP = {
     .cmd = "replay stats",
     .usage = "--db FILE",
     .about = "Counts of episodes by status and by environment, segments, tokens, the reward mean, the range of "
-        "policy versions and the train steps.",
+        "policy versions and the train steps, over the whole run: the episodes retention retired at the store's cap "
+        "(their rows deleted) are counted from the aggregates it kept, and listed on a line of their own.",
     .exits = "0 ok, 1 runtime error (e.g. the store cannot be opened), 2 usage error.",
 };
 
@@ -153,6 +182,7 @@ int lh_cli_replay_stats(int argc, char **argv) {
   print_bytes(st.payload_bytes);
   lh_cli_term_printf(stdout, ")\n");
   lh_cli_term_printf(stdout, "tokens       %llu\n", (unsigned long long)st.tokens);
+  if (st.retired_episodes) print_retired(&st);
   if (st.rewarded)
     lh_cli_term_printf(stdout, "rewards      %llu episodes rewarded, mean %.4f (min %g, max %g); %llu reward terms\n",
                        (unsigned long long)st.rewarded, st.reward_mean, st.reward_min, st.reward_max,

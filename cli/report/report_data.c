@@ -364,24 +364,32 @@ int lh_report_data_load(lh_store *s, lh_report_data *d, lh_errbuf *err) {
   load_ctx c = {.d = d};
   if (rc == 0) rc = lh_store_stats_by_env(s, on_env, &c, err);
   /* Episodes by the newest policy version that sampled them: the version
-   * their reward speaks for. Only ended episodes have a reward. */
+   * their reward speaks for. Only ended episodes have a reward. Those
+   * retention retired at the cap count from retired_versions (schema 15). */
   c.cap = 0;
   if (rc == 0)
     rc = lh_store_sql(s,
-                      "SELECT max_version, avg(reward), "
-                      "avg(CASE WHEN outcome = 'success' THEN 1.0 ELSE 0.0 END), count(*) "
-                      "FROM episodes WHERE reward IS NOT NULL AND max_version IS NOT NULL "
-                      "GROUP BY max_version ORDER BY max_version",
+                      "SELECT v, sum(reward_sum) / sum(n), sum(successes) * 1.0 / sum(n), sum(n) FROM ("
+                      " SELECT max_version AS v, sum(reward) AS reward_sum, sum(outcome = 'success') AS successes,"
+                      "  count(*) AS n FROM episodes WHERE reward IS NOT NULL AND max_version IS NOT NULL"
+                      "  GROUP BY max_version"
+                      " UNION ALL SELECT version, reward_sum, successes, rewarded FROM retired_versions"
+                      "  WHERE rewarded > 0)"
+                      " GROUP BY v ORDER BY v",
                       on_version, &c, NULL, err);
   if (rc == 0) rc = load_ingest(s, &c, err);
   if (rc == 0) rc = lh_store_train_steps(s, 0, 0, on_step, &c, err);
-  /* Curves per environment: reward and success by policy version. */
+  /* Curves per environment: reward and success by policy version, the
+   * retired episodes' too. */
   if (rc == 0)
     rc = load_grouped(s,
-                      "SELECT env, max_version, avg(reward), "
-                      "avg(CASE WHEN outcome = 'success' THEN 1.0 ELSE 0.0 END) "
-                      "FROM episodes WHERE reward IS NOT NULL AND max_version IS NOT NULL "
-                      "GROUP BY env, max_version ORDER BY env, max_version",
+                      "SELECT env, v, sum(reward_sum) / sum(n), sum(successes) * 1.0 / sum(n) FROM ("
+                      " SELECT env, max_version AS v, sum(reward) AS reward_sum,"
+                      "  sum(outcome = 'success') AS successes, count(*) AS n FROM episodes"
+                      "  WHERE reward IS NOT NULL AND max_version IS NOT NULL GROUP BY env, max_version"
+                      " UNION ALL SELECT env, version, reward_sum, successes, rewarded FROM retired_versions"
+                      "  WHERE rewarded > 0)"
+                      " GROUP BY env, v ORDER BY env, v",
                       &d->env_curves, &d->dropped_groups, err);
   /* Held-out evaluations (sft, eval) and SFT's loss. */
   if (rc == 0)

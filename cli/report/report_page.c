@@ -72,6 +72,16 @@ static void summary(lh_str *b, const lh_report_data *d, size_t run) {
   else
     cell_u64(b, st->max_version);
   lh_str_puts(b, "</tr>\n</table>\n");
+  if (st->retired_episodes) {
+    if (run)
+      lh_str_printf(b, "<p class=\"note\" id=\"retired-%zu\">", run);
+    else
+      lh_str_puts(b, "<p class=\"note\" id=\"retired\">");
+    lh_str_printf(b, "Of these, %llu episodes (%llu segments) were retired at the store's cap: their rows are "
+                     "deleted, and the counts and the curves by policy version take them from the aggregates the "
+                     "store kept (<code>retired_episodes</code>, <code>retired_versions</code>).</p>\n",
+                  (unsigned long long)st->retired_episodes, (unsigned long long)st->retired_segments);
+  }
   if (d->env_count == 0) return;
   if (run)
     lh_str_printf(b, "<table id=\"envs-%zu\">\n<tr><th>environment</th><th>episodes</th>", run);

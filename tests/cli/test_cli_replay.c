@@ -546,6 +546,80 @@ START_TEST(test_stats) {
 }
 END_TEST
 
+static int table_rows(void);
+
+/* A store of its own whose older episodes retention retired at the cap:
+ * `replay stats` counts them in every total (from retired_episodes) and
+ * on a line of their own, `replay episodes` lists the rows still stored,
+ * `replay show` of a retired id says it may be among the retired, and
+ * `replay check` finds the file whole. */
+START_TEST(test_stats_retired) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/retired.db", dir);
+  lh_store *s;
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  ck_assert_msg(lh_store_open(path, &s, &err) == 0, "open %s: %s", path, err.msg);
+  builder b = {.n = 0};
+  add_tok(&b, BOS, 0, 0);
+  add_text(&b, "2+2=", 0, 0);
+  add_text(&b, "4", 1, 1);  /* 6 tokens, version 1 */
+  /* episodes 10..13 (calc, version 1): 10 and 12 successes, reward 1 */
+  for (uint64_t id = 10; id <= 13; id++) {
+    put_segment(s, id, 0, 0, "calc", "a0", &b, NULL);
+    int win = id % 2 == 0;
+    put_end(s, id, "calc", "a0", win ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE,
+            win ? 1.0f : 0.0f, 1, b.n, "correct", win ? 1.0f : 0.0f, NULL, 0.0f, NULL);
+  }
+  b.n = 0;
+  add_tok(&b, BOS, 0, 0);
+  add_text(&b, "9", 1, 9);  /* 2 tokens, version 9, running */
+  put_segment(s, 20, 0, 0, "calc", "a0", &b, NULL);
+  uint64_t dropped = 0;
+  ck_assert_msg(lh_store_drop_payloads_before(s, 5, &dropped, NULL, &err) == 0, "%s", err.msg);
+  ck_assert_uint_eq(dropped, 4);
+  lh_store_retired r;
+  ck_assert_msg(lh_store_retire_episodes(s, INT64_MAX, 1000, &r, &err) == 0, "%s", err.msg);
+  ck_assert_uint_eq(r.episodes, 4);
+  lh_store_close(s);
+  ck_assert_int_eq(replay("stats", "--db", path, NULL), 0);
+  char line[512];
+  line_starting("episodes ", line, sizeof line);
+  HAS(line, " 5:");
+  HAS(line, "running 1");
+  HAS(line, "complete 4");
+  line_starting("             successes", line, sizeof line);
+  HAS(line, "successes 2");
+  line_starting("segments ", line, sizeof line);
+  HAS(line, " 5 ");
+  HAS(line, "payloads dropped 4");
+  line_starting("tokens ", line, sizeof line);
+  HAS(line, " 26");
+  line_starting("retired ", line, sizeof line);
+  HAS(line, "4 episodes, 4 segments");
+  HAS(line, "versions 1..1");
+  line_starting("rewards ", line, sizeof line);
+  HAS(line, "4 episodes rewarded, mean 0.5000");
+  HAS(line, "4 reward terms");
+  line_starting("versions ", line, sizeof line);
+  HAS(line, "1..9");
+  line_starting("calc ", line, sizeof line);
+  HAS(line, " 5 ");
+  ck_assert_msg(strlen(line) > 2 && strcmp(line + strlen(line) - 2, " 4") == 0, "no RETIRED 4 at the end of: %s",
+                line);
+  ck_assert_int_eq(replay("episodes", "--db", path, NULL), 0);
+  ck_assert_int_eq(table_rows(), 1);
+  /* A retired episode's id: not stored, and the message says it may be
+   * among the retired */
+  ck_assert_int_eq(replay("show", "--db", path, "10", NULL), 1);
+  HAS(err_buf, "no episode 10 in");
+  HAS(err_buf, "one of the 4 episodes retention retired at the store's cap");
+  ck_assert_int_eq(replay("show", "--db", path, "20", NULL), 0);
+  ck_assert_int_eq(replay("check", "--db", path, NULL), 0);
+  HAS(out_buf, "ok: no damage found");
+}
+END_TEST
+
 /* Counts the lines of out_buf that start with an episode id (right-aligned). */
 static int table_rows(void) {
   int rows = 0;
@@ -907,6 +981,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_crafted_store);
   tcase_add_test(tc, test_read_timeout);
   tcase_add_test(tc, test_stats);
+  tcase_add_test(tc, test_stats_retired);
   tcase_add_test(tc, test_episodes);
   tcase_add_test(tc, test_show_transcript);
   tcase_add_test(tc, test_show_image_and_gap);

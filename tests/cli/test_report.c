@@ -590,6 +590,63 @@ START_TEST(test_page_charts) {
 }
 END_TEST
 
+/* The text of the element of html that starts with `start`, to its
+ * closing `end` (copied into out). */
+static void element(const char *page_text, const char *start, const char *end, char *out, size_t cap) {
+  const char *p = strstr(page_text, start);
+  ck_assert_msg(p != NULL, "no %s in the page", start);
+  const char *q = strstr(p, end);
+  ck_assert(q != NULL);
+  size_t n = (size_t)(q - p) + strlen(end);
+  ck_assert(n < cap);
+  memcpy(out, p, n);
+  out[n] = 0;
+}
+
+/* Episodes retired at the store's cap (schema 15): the summary, the
+ * environments and the curves by policy version read as they did before
+ * their rows went, and a note says how many were retired. */
+START_TEST(test_retired) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/retired.db", dir);
+  lh_store *s;
+  lh_errbuf err;
+  lh_errbuf_clear(&err);
+  ck_assert_msg(lh_store_open(path, &s, &err) == 0, "open %s: %s", path, err.msg);
+  uint64_t id = 1;
+  for (uint32_t v = 1; v <= 6; v++)
+    for (int k = 0; k < 4; k++) put_episode(s, id++, k == 3 ? ODD_ENV : "calc", v, 1, k < (int)v % 4 ? 1.0f : 0.2f);
+  put_episode(s, id++, "calc", 6, 0, 0);
+  lh_store_close(s);
+  static char summary[1 << 14], envs[1 << 14], reward[1 << 16], success[1 << 16];
+  ck_assert_int_eq(report("--db", path, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  HAS_NOT(html, "id=\"retired\"");
+  element(html, "<table id=\"summary\">", "</table>", summary, sizeof summary);
+  element(html, "<table id=\"envs\">", "</table>", envs, sizeof envs);
+  snprintf(reward, sizeof reward, "%s", chart(html, "svg-reward"));
+  snprintf(success, sizeof success, "%s", chart(html, "svg-success"));
+  ck_assert_msg(lh_store_open(path, &s, &err) == 0, "open %s: %s", path, err.msg);
+  uint64_t dropped = 0;
+  lh_store_retired r;
+  ck_assert_int_eq(lh_store_drop_payloads_before(s, 5, &dropped, NULL, &err), 0);
+  ck_assert_msg(lh_store_retire_episodes(s, INT64_MAX, 1000, &r, &err) == 0, "%s", err.msg);
+  ck_assert_uint_eq(r.episodes, 16);  /* versions 1..4 */
+  lh_store_close(s);
+  ck_assert_int_eq(report("--db", path, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  HAS(html, "<p class=\"note\" id=\"retired\">Of these, 16 episodes (16 segments) were retired");
+  char now[1 << 14];
+  element(html, "<table id=\"summary\">", "</table>", now, sizeof now);
+  ck_assert_str_eq(now, summary);
+  element(html, "<table id=\"envs\">", "</table>", now, sizeof now);
+  ck_assert_str_eq(now, envs);
+  ck_assert_str_eq(chart(html, "svg-reward"), reward);
+  ck_assert_str_eq(chart(html, "svg-success"), success);
+  HAS(reward, "data-points=\"6\"");
+}
+END_TEST
+
 /* Train steps without expert rows (an older run): the MaxVio map, and a
  * note where the expert-load maps would be. */
 START_TEST(test_no_expert_rows) {
@@ -1194,6 +1251,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_unwritable_out);
     tcase_add_test(tc, test_empty_store);
     tcase_add_test(tc, test_page_charts);
+    tcase_add_test(tc, test_retired);
     tcase_add_test(tc, test_no_expert_rows);
     tcase_add_test(tc, test_long_run);
     tcase_add_test(tc, test_escaping);
