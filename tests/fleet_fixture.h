@@ -27,6 +27,11 @@ typedef struct {
   uint64_t msgs[MAX_ACTORS];  /* segments + EpisodeEnds stored, per actor */
   int64_t after_ms;           /* count episodes ended after this wall time: */
   uint64_t ok_after, error_after;
+  /* Of the figures above, those of the episodes retention retired at the
+   * store's cap (retired_episodes): rows gone, messages still stored. A
+   * retired episode was whole or ended by the learner, so no gap of it
+   * is counted. */
+  uint64_t retired;
 } store_counts;
 
 typedef struct {
