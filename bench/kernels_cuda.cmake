@@ -4,6 +4,6 @@
 # device" and exits 0 without a device. Only where CUDA is compiled in.
 if(LH_HAVE_CUDA)
   add_executable(bench_kernels_cuda ${CMAKE_CURRENT_SOURCE_DIR}/bench_kernels_cuda.c)
-  target_link_libraries(bench_kernels_cuda PRIVATE lh_model lh_kernels CUDA::cudart
+  target_link_libraries(bench_kernels_cuda PRIVATE lh_model lh_kernels lh_kernels_cuda CUDA::cudart
     CUDA::cublas)
 endif()

@@ -45,9 +45,12 @@ static void usage(FILE *out) {
 static void version(void) {
   char device[256];
   int devices = lh_kernels_cuda_devices(device, sizeof device);
+  lh_errbuf why = {0};
   printf("longhaul %s\n", LH_VERSION);
   if (!lh_kernels_cuda_compiled())
     printf("backends: cpu (CUDA not compiled in)\n");
+  else if (lh_kernels_cuda_load(&why) != 0)
+    printf("backends: cpu; cuda compiled in, but %s\n", why.msg);
   else if (devices == 0)
     printf("backends: cpu; cuda compiled in, no CUDA device found\n");
   else

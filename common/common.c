@@ -92,7 +92,7 @@ int lh_text_control_at(const char *s, size_t *took) {
 size_t lh_text_control_escape(const char *s, char esc[5]) {
   size_t took;
   int code = lh_text_control_at(s, &took);
-  if (code >= 0) snprintf(esc, 5, "\\x%02x", (unsigned)code);
+  if (code >= 0) snprintf(esc, 5, "\\x%02x", (unsigned)(unsigned char)code);
   return took;
 }
 

@@ -146,9 +146,7 @@ void lh_backend_cuda_close(const lh_backend *b);
 int lh_backend_cuda_open(const lh_backend **out, size_t pool_bytes, lh_errbuf *err) {
   (void)pool_bytes;
   if (out) *out = NULL;
-  return lh_errbuf_set(err, LH_EKERNELS_NOT_AVAILABLE,
-                       "backend 'cuda' is not available: this build has no CUDA (nvcc was not "
-                       "found when it was configured); use --backend cpu");
+  return lh_kernels_cuda_load(err);
 }
 
 int lh_backend_cuda_set_gemm(const lh_backend *b, lh_gemm_mode mode) {

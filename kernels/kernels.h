@@ -36,9 +36,16 @@
 /* Whether this build has the CUDA backend compiled in (1) or not (0). */
 int lh_kernels_cuda_compiled(void);
 
-/* Number of usable CUDA devices (0 when the backend is not compiled, there
- * is no driver or no device); the first device's name goes to name. */
+/* Number of usable CUDA devices (0 when the backend is not compiled, its
+ * library cannot be loaded, there is no driver or no device); the first
+ * device's name goes to name. */
 int lh_kernels_cuda_devices(char *name, int name_bytes);
+
+/* Loads the CUDA backend's library, liblonghaul_cuda.so, once per process
+ * (kernels/cuda_loader.c; a program that never asks for CUDA never maps
+ * CUDA's libraries). LH_EKERNELS_NOT_AVAILABLE with err saying why when
+ * this build has no CUDA or the library cannot be loaded. */
+int lh_kernels_cuda_load(lh_errbuf *err);
 
 /* The version a table built from this header carries. */
 #define LH_BACKEND_VERSION 1

@@ -4,15 +4,14 @@
 
 #include "kernels/kernels.h"
 
-#ifdef LH_HAVE_CUDA
-int lh_cuda_device_count(char *name, int name_bytes);
-int lh_kernels_cuda_compiled(void) { return 1; }
-int lh_kernels_cuda_devices(char *name, int name_bytes) {
-  if (name && name_bytes > 0) name[0] = '\0';
-  return lh_cuda_device_count(name, name_bytes);
-}
-#else
+#ifndef LH_HAVE_CUDA
+/* With CUDA compiled in, these are kernels/cuda_loader.c's. */
 int lh_kernels_cuda_compiled(void) { return 0; }
+int lh_kernels_cuda_load(lh_errbuf *err) {
+  return lh_errbuf_set(err, LH_EKERNELS_NOT_AVAILABLE,
+                       "backend 'cuda' is not available: this build has no CUDA (nvcc was not found when it was "
+                       "configured); use --backend cpu");
+}
 int lh_kernels_cuda_devices(char *name, int name_bytes) {
   if (name && name_bytes > 0) name[0] = '\0';
   return 0;

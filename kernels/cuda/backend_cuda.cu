@@ -246,7 +246,10 @@ static int ctx_open(lh_cuda_ctx *c, size_t pool_bytes, lh_errbuf *err) {
 
 extern "C" int lh_cuda_device_count(char *name, int name_bytes);
 
-extern "C" int lh_backend_cuda_open(const lh_backend **out, size_t pool_bytes, lh_errbuf *err) {
+/* The library's entry points, which kernels/cuda_loader.c finds with
+ * dlsym and puts behind kernels.h's lh_backend_cuda_open, _close and
+ * _set_gemm. */
+extern "C" int lh_cuda_module_open(const lh_backend **out, size_t pool_bytes, lh_errbuf *err) {
   if (out) *out = NULL;
   if (!out) return lh_errbuf_set(err, LH_EKERNELS_NULL_ARG, "cuda: out is required");
   int count = 0;
@@ -281,9 +284,9 @@ static lh_cuda_ctx *ctx_of(const lh_backend *b) {
   return (lh_cuda_ctx *)b->context;
 }
 
-extern "C" void lh_backend_cuda_close(const lh_backend *b) { ctx_destroy(ctx_of(b)); }
+extern "C" void lh_cuda_module_close(const lh_backend *b) { ctx_destroy(ctx_of(b)); }
 
-extern "C" int lh_backend_cuda_set_gemm(const lh_backend *b, lh_gemm_mode mode) {
+extern "C" int lh_cuda_module_set_gemm(const lh_backend *b, lh_gemm_mode mode) {
   lh_cuda_ctx *c = ctx_of(b);
   if (!c) return LH_EKERNELS_NULL_ARG;
   if (mode != LH_GEMM_FP32 && mode != LH_GEMM_BF16) return LH_EKERNELS_SHAPE;

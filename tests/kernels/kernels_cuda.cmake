@@ -4,7 +4,7 @@
 # where the CUDA backend is compiled in.
 if(LH_HAVE_CUDA)
   lh_add_test(test_kernels_cuda SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_cuda.c
-    LIBS lh_kernels TIMEOUT 120)
+    LIBS lh_kernels lh_kernels_cuda TIMEOUT 120)
 endif()
 # kernels_cuda_train: the default model on CUDA against the CPU (one fp32
 # step, decode, 50 bf16 steps tracking the fp32 CPU run); exits 77 without a
@@ -12,5 +12,5 @@ endif()
 if(LH_HAVE_CUDA)
   lh_add_test(test_kernels_cuda_train
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_cuda_train.c
-    LIBS lh_model lh_kernels TIMEOUT 240)
+    LIBS lh_model lh_kernels lh_kernels_cuda TIMEOUT 240)
 endif()
