@@ -277,8 +277,10 @@ check_order
 
 # A third fleet with a time limit of 2 minutes and steps of 15 s
 # (LH_LEARNER_TEST_STEP_DELAY_MS, which sbatch and srun pass on): the batch
-# script's --signal would come 60 s before the limit, but the learner may
-# need 3 x 15 s to stop, so the launcher begins the ordered stop itself,
+# script's --signal would come 69 s before the limit (the actors' phase
+# flush_timeout_ms + 4 s = 19 s, the learner's and the env server's
+# stop_timeout_ms = 10 s each, 30 s to spare), but the learner may need
+# 3 x 15 s to stop, so the launcher begins the ordered stop itself,
 # once the time left is less than the whole stop may take, and the job
 # ends COMPLETED before Slurm would kill it.
 if [ "$ep" = 1 ]; then
@@ -289,7 +291,7 @@ if [ "$ep" = 1 ]; then
   out=$(LH_LEARNER_TEST_STEP_DELAY_MS=15000 "$bin" launch fleet.ini --slurm) || fail "launch --slurm: $out"
   job=$(echo "$out" | sed -n 's/^submitted job \([0-9]*\).*/\1/p')
   [ -n "$job" ] || fail "no job id in: $out"
-  grep -q -- '#SBATCH --signal=B:TERM@60$' logs/slurm.sh || fail "the batch script's --signal is not 60 s"
+  grep -q -- '#SBATCH --signal=B:TERM@69$' logs/slurm.sh || fail "the batch script's --signal is not 69 s"
   wait_job "$job"
   grep -q "slurm: job=$job time limit in 1[0-9][0-9] s; " logs/launch.log || fail "the launcher did not read the time limit"
   grep -q 'shutdown reason=time limit' logs/launch.log || fail "the launcher did not stop before the time limit"
