@@ -15,6 +15,8 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_PARALLEL ?= 1
 PREFIX ?= /usr/local
+# When this make began: `make test` prints its whole time at the end.
+MAKE_START := $(shell date +%s)
 
 .PHONY: all deps build install test test-asan test-valgrind test-slurm fuzz demo bench clean
 
@@ -33,9 +35,9 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	$(MAKE) test-asan
-	$(MAKE) test-valgrind
+	@(cd $(BUILD) && ctest --output-on-failure -j $(JOBS)) && $(MAKE) test-asan && $(MAKE) test-valgrind; \
+	  rc=$$?; echo "make test: $$(( $$(date +%s) - $(MAKE_START) )) s wall, set-up and build included (exit $$rc)"; \
+	  exit $$rc
 
 # The unit tests once more under ASan+UBSan (CUDA off: the sanitizers
 # do not apply to device code).
