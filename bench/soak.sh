@@ -113,11 +113,14 @@ while kill -0 "$launch" 2>/dev/null; do
 done
 wait "$inject" || true
 cat inject.out
-# acked: every life's last line; stored: the rows of their messages.
+# acked: every life's last line; stored: the rows of their messages, and
+# those of the episodes retired at the cap (their sums, schema 15).
 acked=$(cat logs/actor-*.log | sed -n 's/.*stopped name=.* acked=\([0-9]*\).*/\1/p' | awk '{s += $1} END {print s + 0}')
 stored=$(sqlite3 -readonly replay.db "SELECT (SELECT count(*) FROM segments s JOIN episodes e ON s.episode = e.id
   WHERE e.actor LIKE 'actor-%') + (SELECT count(*) FROM episodes WHERE actor LIKE 'actor-%' AND ended_ms IS NOT NULL
-  AND segment_count IS NOT NULL)")
+  AND segment_count IS NOT NULL) + (SELECT coalesce(sum(segments) + sum(ends), 0) FROM retired_episodes
+  WHERE actor LIKE 'actor-%')")
+retired=$(sqlite3 -readonly replay.db "SELECT coalesce(sum(episodes), 0) FROM retired_episodes")
 refused=$(sed -n 's/.*status version=.* rejected=\([0-9]*\).*/\1/p' logs/learner.log | tail -1)
 steps=$(sqlite3 -readonly replay.db "SELECT count(*) FROM train_steps")
 echo "soak: acked=$acked stored=$stored lost=$((acked > stored ? acked - stored : 0)) learner_restarts=$restarts" \
@@ -128,7 +131,7 @@ flood_stored=$(sqlite3 -readonly replay.db "SELECT count(*) FROM episodes WHERE 
 held=$(sed -n 's/.*status version=.* held_window=\([0-9]*\).*/\1/p' logs/learner.log | tail -1)
 retentions=$(grep -c "retention dropped" logs/learner.log || true)
 echo "soak: spoofed heartbeats stored=$spoofed; window flood: episodes sent=${flood_sent:-0}" \
-  "stored=$flood_stored held_window=${held:-0}; cap=$cap bytes, retentions=$retentions," \
+  "stored=$flood_stored held_window=${held:-0}; cap=$cap bytes, retentions=$retentions, retired=$retired," \
   "file $(stat -c %s replay.db) bytes"
 warm=$((seconds / 5))
 awk -v warm="$warm" '{ if ($3 > peak[$2]) peak[$2] = $3

@@ -210,7 +210,8 @@ int count_store(const char *db, int64_t after_ms, store_counts *c) {
 
 
 /* The actors' own counts (their "stopped" line) against the store: sent =
- * acked + unacked, lost = acked messages the store does not hold. */
+ * acked + unacked + rejected, lost = acked messages the store does not
+ * hold. */
 void totals(const fleet *f, const store_counts *c, actor_totals *t) {
   memset(t, 0, sizeof *t);
   for (int i = 0; i < f->n_actors; i++) {
