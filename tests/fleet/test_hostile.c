@@ -743,10 +743,16 @@ START_TEST(test_names_spoofed) {
   int64_t spoofed_hb = sql_int(f.db, "SELECT count(*) FROM actor_heartbeats WHERE policy_version = 4242424");
   int64_t spoofed_eps = sql_int(f.db, "SELECT count(*) FROM episodes WHERE id IN (777000, 777001)");
   int64_t ghost = sql_int(f.db, "SELECT count(*) FROM actor_heartbeats WHERE actor = 'ghost'");
-  /* The honest actor, killed and started again under its name. */
+  /* The honest actor, killed and started again under its name. Its
+   * episodes are counted from once it has the weights: by then the killed
+   * one's last messages are stored, and the new one is past its start
+   * (a SIGTERM before its handler would end it with 143). */
   lh_proc_kill(f.actors[0]);
-  int64_t restart_ms = lh_wall_ms();
+  int swapped = lh_proc_count_lines(alog, "weights swapped");
   start_actors(&f, 1);
+  ck_assert_msg(WAIT_FOR(300, lh_proc_count_lines(alog, "weights swapped") > swapped),
+                "the restarted actor never took the weights (see %s)", alog);
+  int64_t restart_ms = lh_wall_ms();
   ck_assert_msg(WAIT_FOR(300, ended_of(f.db, "a0", restart_ms) >= 4), "the restarted actor stored nothing (see %s)",
                 alog);
   int taken_over = lh_proc_file_has(log, "name=a0 pid=") && lh_proc_file_has(log, "bound=taken_over");
