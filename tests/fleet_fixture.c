@@ -258,6 +258,22 @@ void assert_nothing_lost(const actor_totals *t, const store_counts *c) {
 }
 
 
+static int first_int(void *ctx, int ncols, const char *const *names, const char *const *values) {
+  (void)names;
+  *(int64_t *)ctx = ncols > 0 && values[0] ? atoll(values[0]) : -1;
+  return 0;
+}
+
+int64_t store_sql_int(const char *db, const char *sql) {
+  lh_store *s = NULL;
+  lh_errbuf e;
+  if (lh_store_open_readonly(db, &s, &e)) return -1;
+  int64_t v = -1;
+  if (lh_store_sql(s, sql, first_int, &v, NULL, &e)) v = -1;
+  lh_store_close(s);
+  return v;
+}
+
 uint64_t stored_messages(const char *db) {
   store_counts c;
   return count_store(db, 0, &c) == 0 ? c.segments + c.ends : 0;

@@ -76,6 +76,10 @@ void print_totals(const char *fault, const actor_totals *t, const store_counts *
  * whole. */
 void assert_nothing_lost(const actor_totals *t, const store_counts *c);
 uint64_t stored_messages(const char *db);
+/* sql's first column of its first row on the store read-only (beside the
+ * running learner); -1 while the store cannot be read, or for no row or
+ * NULL. */
+int64_t store_sql_int(const char *db, const char *sql);
 /* Rows of train_steps in the store (0 while it is not there yet). */
 uint64_t train_rows(const char *db);
 int log_lines(const fleet *f, int run, const char *needle);

@@ -468,24 +468,6 @@ END_TEST
 
 /* ---- peers past their window, and names that are not theirs ------------ */
 
-static int first_int(void *ctx, int ncols, const char *const *names, const char *const *values) {
-  (void)names;
-  *(int64_t *)ctx = ncols > 0 && values[0] ? atoll(values[0]) : -1;
-  return 0;
-}
-
-/* sql's first column of its first row on the store read-only (beside the
- * running learner); -1 while the store cannot be read. */
-static int64_t sql_int(const char *db, const char *sql) {
-  lh_store *s = NULL;
-  lh_errbuf e;
-  if (lh_store_open_readonly(db, &s, &e)) return -1;
-  int64_t v = -1;
-  if (lh_store_sql(s, sql, first_int, &v, NULL, &e)) v = -1;
-  lh_store_close(s);
-  return v;
-}
-
 /* Episodes of actor begun (their first message stored) after wall time
  * after_ms and ended complete or truncated: what the actor started then
  * (one ending then may have started long before). */
@@ -494,7 +476,7 @@ static int64_t ended_of(const char *db, const char *actor, int64_t after_ms) {
   snprintf(sql, sizeof sql,
            "SELECT count(*) FROM episodes WHERE actor = '%s' AND status IN ('complete', 'truncated') AND created_ms > %lld",
            actor, (long long)after_ms);
-  return sql_int(db, sql);
+  return store_sql_int(db, sql);
 }
 
 /* What a flooding peer counted of the acks it read. */
@@ -596,7 +578,7 @@ START_TEST(test_flood_open) {
   ck_assert_uint_eq(fc.stored + fc.retried + fc.rejected, OPEN);
   ck_assert_msg(WAIT_FOR(300, ended_of(f.db, "a0", start_ms) >= 8), "the honest actor stored nothing during the flood "
                 "(see %s)", alog);
-  int64_t rows = sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'flood'");
+  int64_t rows = store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'flood'");
   int64_t honest = ended_of(f.db, "a0", start_ms);
   stop_all(&f);
   long long held = lh_proc_log_value(log, "held_window");
@@ -677,7 +659,8 @@ START_TEST(test_flood_whole) {
     flood_episode(d, k, 1, &fc);
     if (k % 256 == 0 && (honest = ended_of(f.db, "a0", start_ms)) >= 8) break;
   }
-  int64_t flood_stored = sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'flood' AND status = 'complete'");
+  int64_t flood_stored =
+      store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'flood' AND status = 'complete'");
   stop_all(&f);
   long long held = lh_proc_log_value(log, "held_window");
   printf("hostile: flood of whole episodes: sent=%llu episodes, stored=%lld, messages held back=%llu "
@@ -740,9 +723,9 @@ START_TEST(test_names_spoofed) {
     lh_peer_acks(d, base, 4, statuses[round]);
     zmq_close(d);
   }
-  int64_t spoofed_hb = sql_int(f.db, "SELECT count(*) FROM actor_heartbeats WHERE policy_version = 4242424");
-  int64_t spoofed_eps = sql_int(f.db, "SELECT count(*) FROM episodes WHERE id IN (777000, 777001)");
-  int64_t ghost = sql_int(f.db, "SELECT count(*) FROM actor_heartbeats WHERE actor = 'ghost'");
+  int64_t spoofed_hb = store_sql_int(f.db, "SELECT count(*) FROM actor_heartbeats WHERE policy_version = 4242424");
+  int64_t spoofed_eps = store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE id IN (777000, 777001)");
+  int64_t ghost = store_sql_int(f.db, "SELECT count(*) FROM actor_heartbeats WHERE actor = 'ghost'");
   /* The honest actor, killed and started again under its name. Its
    * episodes are counted from once it has the weights: by then the killed
    * one's last messages are stored, and the new one is past its start

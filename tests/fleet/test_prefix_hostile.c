@@ -125,22 +125,6 @@ static void send_member(void *d, const char *actor, uint64_t id, uint64_t group,
   ck_assert_int_eq(end_status(d, &e), LONGHAUL__ACK_STATUS__ACK_STORED);
 }
 
-static int first_int(void *ctx, int ncols, const char *const *names, const char *const *values) {
-  (void)ncols, (void)names;
-  *(int64_t *)ctx = values[0] ? atoll(values[0]) : 0;
-  return 0;
-}
-
-static int64_t sql_int(const char *db, const char *sql) {
-  lh_store *s = NULL;
-  lh_errbuf e;
-  if (lh_store_open_readonly(db, &s, &e)) return -1;
-  int64_t v = -1;
-  if (lh_store_sql(s, sql, first_int, &v, NULL, &e)) v = -1;
-  lh_store_close(s);
-  return v;
-}
-
 static const char *status_name(int s) {
   switch (s) {
     case LONGHAUL__ACK_STATUS__ACK_STORED: return "stored";
@@ -184,7 +168,7 @@ START_TEST(test_prefix_refs) {
   ck_assert_msg(lh_proc_wait_file(log, "bound endpoint=", 60), "no ingest (see %s)", log);
   start_actors(&f, 1);
   actor_log(&f, 0, alog, sizeof alog);
-  ck_assert_msg(WAIT_FOR(300, sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'a0' AND prefix_episode "
+  ck_assert_msg(WAIT_FOR(300, store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'a0' AND prefix_episode "
                                             "IS NOT NULL AND status = 'complete'") >= 3),
                 "the honest actor stored no member (see %s)", alog);
   void *ctx = zmq_ctx_new();
@@ -259,17 +243,17 @@ START_TEST(test_prefix_refs) {
     record(waits[i], st, r + 1);
   }
   /* Nothing of it stored but the valid leaders and members. */
-  int64_t stored = sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor IN ('h0', 'h1') AND id NOT IN "
+  int64_t stored = store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor IN ('h0', 'h1') AND id NOT IN "
                                  "(1001, 2001, 2103, 2108, 2401, 2402)");
-  int64_t segs_2108 = sql_int(f.db, "SELECT count(*) FROM segments WHERE episode = 2108");
-  int64_t segs_2401 = sql_int(f.db, "SELECT count(*) FROM segments WHERE episode = 2401");
-  int64_t prefix_2108 = sql_int(f.db, "SELECT prefix_episode FROM episodes WHERE id = 2108");
+  int64_t segs_2108 = store_sql_int(f.db, "SELECT count(*) FROM segments WHERE episode = 2108");
+  int64_t segs_2401 = store_sql_int(f.db, "SELECT count(*) FROM segments WHERE episode = 2401");
+  int64_t prefix_2108 = store_sql_int(f.db, "SELECT prefix_episode FROM episodes WHERE id = 2108");
   /* The honest actor and the steps went on. */
-  ck_assert_msg(WAIT_FOR(300, sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'a0' AND prefix_episode "
+  ck_assert_msg(WAIT_FOR(300, store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'a0' AND prefix_episode "
                                             "IS NOT NULL AND status = 'complete'") >= 6 &&
                                   train_rows(f.db) >= steps_before + 2),
                 "no progress after the attacks (see %s)", log);
-  int64_t honest = sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'a0' AND status = 'complete'");
+  int64_t honest = store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'a0' AND status = 'complete'");
   ck_assert_int_eq(lh_proc_poll(f.learner), -1);
   zmq_close(h0);
   zmq_close(h1);
@@ -317,7 +301,7 @@ START_TEST(test_prefix_flood) {
   ck_assert_msg(lh_proc_wait_file(log, "bound endpoint=", 60), "no ingest (see %s)", log);
   start_actors(&f, 1);
   actor_log(&f, 0, alog, sizeof alog);
-  ck_assert_msg(WAIT_FOR(300, sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'a0' AND status = "
+  ck_assert_msg(WAIT_FOR(300, store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'a0' AND status = "
                                             "'complete'") >= 4),
                 "the honest actor stored nothing (see %s)", alog);
   void *ctx = zmq_ctx_new();
@@ -329,7 +313,7 @@ START_TEST(test_prefix_flood) {
   long before = lh_proc_vmhwm_kb(f.learner);
   int64_t flood_ms = lh_wall_ms();
   int64_t honest_before =
-      sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'a0' AND status = 'complete'");
+      store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'a0' AND status = 'complete'");
   enum { FLOOD = 3000, AT_ONCE = 100 };
   int status[AT_ONCE];
   uint64_t retried = 0, other = 0;
@@ -349,10 +333,10 @@ START_TEST(test_prefix_flood) {
   make_seg(&l, "h0", 1, 0, 90, 0, 0, 0, 0);
   ck_assert_int_eq(seg_status(d, &l), LONGHAUL__ACK_STATUS__ACK_STORED);
   int stored = seg_status(d, &m);
-  ck_assert_msg(WAIT_FOR(300, sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'a0' AND status = "
+  ck_assert_msg(WAIT_FOR(300, store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE actor = 'a0' AND status = "
                                             "'complete'") >= honest_before + 4),
                 "the honest actor stored nothing after the flood (see %s)", alog);
-  int64_t flood_stored = sql_int(f.db, "SELECT count(*) FROM episodes WHERE id >= 100000 AND id < 200000");
+  int64_t flood_stored = store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE id >= 100000 AND id < 200000");
   ck_assert_int_eq(lh_proc_poll(f.learner), -1);
   zmq_close(d);
   zmq_ctx_term(ctx);
@@ -425,12 +409,12 @@ START_TEST(test_prefix_quarantine) {
   char log[192];
   learner_log(&f, 1, log, sizeof log);
   const char *errors = "SELECT count(*) FROM episodes WHERE status = 'error'";
-  ck_assert_msg(WAIT_FOR(300, sql_int(f.db, errors) >= 6 && train_rows(f.db) >= 1), "see %s", log);
+  ck_assert_msg(WAIT_FOR(300, store_sql_int(f.db, errors) >= 6 && train_rows(f.db) >= 1), "see %s", log);
   ck_assert_int_eq(lh_proc_poll(f.learner), -1);
   stop_all(&f);
-  int64_t wrong = sql_int(f.db, "SELECT count(*) FROM episodes WHERE status = 'error' AND id NOT IN "
+  int64_t wrong = store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE status = 'error' AND id NOT IN "
                                 "(603, 604, 611, 612, 613, 614)");
-  int64_t left = sql_int(f.db, "SELECT count(*) FROM episodes WHERE status = 'error' AND id IN "
+  int64_t left = store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE status = 'error' AND id IN "
                                "(603, 604, 611, 612, 613, 614)");
   char why[4][512];
   const uint64_t ids[4] = {603, 604, 611, 612};
