@@ -17,6 +17,7 @@
 set -euo pipefail
 build=${1:-build}
 bin=$(cd "$build" && pwd)/cli/longhaul
+src=$(cd "$(dirname "$0")/.." && pwd)
 peer=$(cd "$build" && pwd)/bench/flood_peer
 seconds=${LH_FLOOD_SECONDS:-30}
 lag=${LH_FLOOD_LAG:-1000}
@@ -30,17 +31,7 @@ mkdir -p "$root"
 root=$(cd "$root" && pwd)
 db=$root/replay.db
 cat > "$root/run.ini" <<EOF
-[model]
-d_model = 16
-layers = 2
-heads = 2
-experts = 4
-topk = 2
-shared_experts = 1
-latent = 8
-expert_hidden = 8
-chunk = 4
-seed = 3
+include = $src/bench/model_tiny.ini
 [learner]
 ; the fresh model's groups are flat (every reward 0): trained all the same
 skip_flat_groups = false

@@ -34,6 +34,7 @@
 # run: 5.7 segments a second over the second half against 34.8).
 set -euo pipefail
 build=${1:-build}
+src=$(cd "$(dirname "$0")/.." && pwd)
 bin=$(cd "$build" && pwd)/cli/longhaul
 root=${LH_CAP_DIR:-$build/bench-store-cap}
 seconds=${LH_CAP_SECONDS:-480}
@@ -70,6 +71,7 @@ run() {
   count "$1" &
   local counter=$!
   cat > "$w/fleet.ini" << EOF
+include = $src/bench/model_tiny.ini
 [fleet]
 learners = 1
 actors = 2
@@ -77,17 +79,6 @@ log_dir = logs
 duration_s = $seconds
 stop_timeout_ms = 30000
 status_interval_ms = 10000
-[model]
-d_model = 16
-layers = 2
-heads = 2
-experts = 4
-topk = 2
-shared_experts = 1
-latent = 8
-expert_hidden = 8
-chunk = 4
-seed = 3
 [learner]
 ; the fresh model's groups are flat (every reward 0): trained all the same
 skip_flat_groups = false
