@@ -59,32 +59,20 @@ static int has(const char *text, const char *needle) { return strstr(text, needl
 /* The end of a long output's events, for a failure's message (Check
  * bounds it): the status lines, repeated every interval, left out. */
 static const char *tail(const char *text) {
-  static char events[1501];
+  static char *events;
+  free(events);
+  events = malloc(strlen(text) + 1);
+  if (!events) return text;
   size_t n = 0;
-  const char *starts[4096];
-  int k = 0;
-  for (const char *p = text; *p && k < 4096;) {
+  for (const char *p = text; *p;) {
     const char *nl = strchr(p, '\n');
-    const char *end = nl ? nl + 1 : p + strlen(p);
-    if (strncmp(p, "info launch: status name=", 25) != 0) starts[k++] = p;
-    p = end;
-  }
-  /* the newest lines that fit, oldest first */
-  int first = k;
-  while (first > 0) {
-    const char *nl = strchr(starts[first - 1], '\n');
-    size_t len = nl ? (size_t)(nl - starts[first - 1]) + 1 : strlen(starts[first - 1]);
-    if (n + len > 1500) break;
-    n += len, first--;
-  }
-  n = 0;
-  for (int i = first; i < k; i++) {
-    const char *nl = strchr(starts[i], '\n');
-    size_t len = nl ? (size_t)(nl - starts[i]) + 1 : strlen(starts[i]);
-    memcpy(events + n, starts[i], len), n += len;
+    size_t len = nl ? (size_t)(nl - p) + 1 : strlen(p);
+    if (strncmp(p, "info launch: status name=", 25) != 0) memcpy(events + n, p, len), n += len;
+    p += len;
   }
   events[n] = 0;
-  return events;
+  const char *from = n > 1500 ? strchr(events + n - 1500, '\n') : NULL;
+  return from ? from + 1 : events;
 }
 
 START_TEST(test_config) {
