@@ -99,6 +99,7 @@ static const lh_backend cpu_backend = {
     OP(conv_backward),
     OP(moe_route_forward),
     OP(moe_route_backward),
+    OP(moe_router_backward),
     OP(moe_experts_forward),
     OP(moe_experts_backward),
     OP(log_softmax_forward),

@@ -98,7 +98,19 @@ int lh_kernels_cuda_devices(char *name, int name_bytes) {
 int lh_backend_cuda_open(const lh_backend **out, size_t pool_bytes, lh_errbuf *err) {
   if (out) *out = NULL;
   LH_TRY(lh_kernels_cuda_load(err));
-  return mod.open(out, pool_bytes, err);
+  LH_TRY(mod.open(out, pool_bytes, err));
+  /* A library of another build fills a table of another layout: refused
+   * before any of its entries is called. */
+  if ((*out)->version != LH_BACKEND_VERSION) {
+    int version = (*out)->version;
+    mod.close(*out);
+    *out = NULL;
+    return lh_errbuf_set(err, LH_EKERNELS_NOT_AVAILABLE,
+                         "backend 'cuda': %s fills backend table version %d, this program needs %d "
+                         "(a library of another build: rebuild, or point LH_CUDA_LIBRARY at this build's)",
+                         LIB_NAME, version, LH_BACKEND_VERSION);
+  }
+  return LH_OK;
 }
 
 void lh_backend_cuda_close(const lh_backend *b) {

@@ -48,7 +48,7 @@ int lh_kernels_cuda_devices(char *name, int name_bytes);
 int lh_kernels_cuda_load(lh_errbuf *err);
 
 /* The version a table built from this header carries. */
-#define LH_BACKEND_VERSION 1
+#define LH_BACKEND_VERSION 2
 
 /* The widest short convolution (conv_forward), the most [model] conv takes. */
 #define LH_CONV_MAX_WIDTH 8
@@ -233,6 +233,18 @@ struct lh_backend {
   int (*moe_route_backward)(void *ctx, float *dlogits, const float *dgates,
                             const float *affinity, const int32_t *expert_idx, int N, int E,
                             int k);
+  // The router's backward without the dense (N,E) gradient, for routings
+  // where only the chosen experts' logits carry one (every balancing but
+  // aux, whose loss reaches every logit): with dl (N,k) the values
+  // moe_route_backward puts at expert_idx, dz (N,r) += sum_j dl[n][j]
+  // router[idx[n][j]] and drouter (E,r) += sum over the pairs (n, j) routed
+  // to e of dl[n][j] z[n]; router is (E,r). Equal to moe_route_backward into
+  // a zeroed (N,E) then matmul_backward through the router, up to the order
+  // of the sums. Either output may be NULL. On LH_EKERNELS_INDEX (an index
+  // outside 0..E-1) nothing is written.
+  int (*moe_router_backward)(void *ctx, float *dz, float *drouter, const float *dgates,
+                             const float *affinity, const int32_t *expert_idx, const float *z,
+                             const float *router, int N, int E, int k, int r);
   // z is (N,r), expert_idx and gates are (N,k), w1 and w3 are (E,f,r), w2 is
   // (E,r,f), out is (N,r):
   // out[n] = sum_j gates[n][j] * F_{e_j}(z[n]), F_e(z) = w2_e (silu(w1_e z) * (w3_e z)).

@@ -23,7 +23,7 @@ static int reserve_backward(lh_model_cache *c, const lh_model_config *cf) {
   GRAB(c->dr, (size_t)cf->layers * T * d);
   GRAB(c->dmsum, T * cf->latent);
   GRAB(c->dz, T * cf->latent);
-  GRAB(c->drl, T * cf->experts);
+  if (cf->balance == LH_BALANCE_AUX) GRAB(c->drl, T * cf->experts);  /* the dense router gradient */
   GRAB(c->dgates, T * cf->topk);
   GRAB(c->dlogp_dev, T);
   GRAB(c->dentropy_dev, T);
@@ -85,19 +85,30 @@ int lh_model_backward(lh_model *m, lh_model_cache *c, const float *dlogp, const 
                                       lc->scache, lc->z, NULL, NULL, W(sw1), W(sw2), W(sw3), T,
                                       S, S, r, f));
     Z(c->dgates, (size_t)T * k);
-    if (m->shards > 1)
+    int64_t t0 = lh_now_ns();
+    if (m->shards > 1) {
       LH_TRY(lh_model_ep_backward(m, l, c->dz, c->dgates, c->dmsum, lc->z,
                                   c->idx_host + (size_t)l * T * k, lc->gates, T, err));
-    else
+    } else {
       LH_TRY(be->moe_experts_backward(ctx, c->dz, D(w1), D(w2), D(w3), c->dgates, c->dmsum,
                                       lc->rcache, lc->z, lc->idx, lc->gates, W(w1), W(w2), W(w3),
                                       T, E, k, r, f));
-    Z(c->drl, (size_t)T * E);
-    LH_TRY(be->moe_route_backward(ctx, c->drl, c->dgates, lc->aff, lc->idx, T, E, k));
-    if (cf->balance == LH_BALANCE_AUX)
+      m->moe_times.experts_ns += lh_now_ns() - t0;
+    }
+    t0 = lh_now_ns();
+    /* Only the chosen experts' logits have a gradient, unless the aux
+     * loss reaches every one: then the dense (T,E) form. */
+    if (cf->balance == LH_BALANCE_AUX) {
+      Z(c->drl, (size_t)T * E);
+      LH_TRY(be->moe_route_backward(ctx, c->drl, c->dgates, lc->aff, lc->idx, T, E, k));
       LH_TRY(be->moe_aux_loss_backward(ctx, c->drl, 1.0f, lc->aff, c->load_dev + (size_t)l * E,
                                        T, E, cf->aux_weight));
-    LH_TRY(be->matmul_backward(ctx, c->dz, D(router), NULL, c->drl, lc->z, W(router), T, r, E));
+      LH_TRY(be->matmul_backward(ctx, c->dz, D(router), NULL, c->drl, lc->z, W(router), T, r, E));
+    } else {
+      LH_TRY(be->moe_router_backward(ctx, c->dz, D(router), c->dgates, lc->aff, lc->idx, lc->z,
+                                     W(router), T, E, k, r));
+    }
+    m->moe_times.route_ns += lh_now_ns() - t0;
     Z(c->du2, Td);
     LH_TRY(be->matmul_backward(ctx, c->du2, D(down), NULL, c->dz, lc->u2, W(down), T, d, r));
     LH_TRY(be->rmsnorm_backward(ctx, c->dh, D(moe_norm), c->du2, lc->hmid, W(moe_norm), T, d,

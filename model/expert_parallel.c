@@ -144,6 +144,12 @@ void lh_model_expert_traffic_get(const lh_model *m, lh_model_expert_traffic *out
   if (m && m->ep) *out = m->ep->traffic;
 }
 
+void lh_model_moe_times_get(const lh_model *m, lh_model_moe_times *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (m) *out = m->moe_times;
+}
+
 /* Bytes of one token vector in a request: z, and in a backward the
  * output's gradient after it. */
 static size_t vector_bytes(uint32_t kind, int r) {

@@ -321,6 +321,7 @@ static int forward_moe(lh_model *m, const lh_model_batch *b, lh_model_cache *c, 
   float *h_out = l + 1 < L ? c->layer[l + 1].h_in : c->h_final;
   LH_TRY(be->rmsnorm_forward(ctx, lc->u2, NULL, lc->hmid, W(moe_norm), T, d, LH_RMSNORM_EPS));
   LH_TRY(be->matmul_forward(ctx, lc->z, lc->u2, W(down), NULL, T, d, r));
+  int64_t t0 = lh_now_ns();
   LH_TRY(be->matmul_forward(ctx, lc->rlogits, lc->z, W(router), NULL, T, r, E));
   if (b->replay_experts)
     LH_TRY(be->upload(ctx, lc->idx, b->replay_experts + (size_t)l * T * k, (size_t)T * k * sizeof(int32_t)));
@@ -329,12 +330,16 @@ static int forward_moe(lh_model *m, const lh_model_batch *b, lh_model_cache *c, 
   if (rc) return lh_errbuf_set(err, rc, "layer %d routing failed: %s", l, lh_strerror(rc));
   int32_t *ih = c->idx_host + (size_t)l * T * k;
   LH_TRY(be->download(ctx, ih, lc->idx, (size_t)T * k * sizeof(int32_t)));
+  int64_t t1 = lh_now_ns();
+  m->moe_times.route_ns += t1 - t0;
   /* A shard's routed experts are spread over its group (expert_parallel.c). */
-  if (m->shards > 1)
+  if (m->shards > 1) {
     LH_TRY(lh_model_ep_forward(m, l, lc->routed, lc->z, ih, lc->gates, T, err));
-  else
+  } else {
     LH_TRY(be->moe_experts_forward(ctx, lc->routed, lc->rcache, lc->z, lc->idx, lc->gates, W(w1), W(w2),
                                    W(w3), T, E, k, r, f));
+    m->moe_times.experts_ns += lh_now_ns() - t1;
+  }
   LH_TRY(be->copy(ctx, lc->msum, lc->routed, (size_t)T * r * sizeof(float)));
   if (S > 0) {
     LH_TRY(be->moe_experts_forward(ctx, lc->shared, lc->scache, lc->z, NULL, NULL, W(sw1), W(sw2),

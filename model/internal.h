@@ -28,6 +28,7 @@ struct lh_model {
    * [e_first, e_first + e_local) of cfg.experts, shard of shards. */
   int shard, shards, e_first, e_local;
   struct lh_model_ep *ep;          /* the exchange's (expert_parallel.c); NULL */
+  lh_model_moe_times moe_times;   /* forward.c, backward.c */
 };
 
 /* The exchange of a sharded model (expert_parallel.c): the routed experts'

@@ -202,6 +202,16 @@ typedef struct {
   int64_t transport_ns, serve_ns;
 } lh_model_expert_traffic;
 void lh_model_expert_traffic_get(const lh_model *m, lh_model_expert_traffic *out);
+/* Where the MoE layers' time went so far, forwards and backwards together,
+ * by the host's clock around the backend's calls (the CPU backend's calls
+ * return when done; a GPU's launches return before, so there these are
+ * launch times): routing (the router's product, top-k and gates, and their
+ * backward) and the routed experts' products run here. With a sharded
+ * model the experts run inside the exchange: its serve_ns above. */
+typedef struct {
+  int64_t route_ns, experts_ns;
+} lh_model_moe_times;
+void lh_model_moe_times_get(const lh_model *m, lh_model_moe_times *out);
 
 /* ---- a whole model in pieces (model/pieces.c) --------------------------- *
  * The floats of a whole model (a file, a gathered buffer) walked in pieces,

@@ -1,6 +1,8 @@
 /* MoE routing: sigmoid affinities, top-k over affinity + balancing bias
  * (ties to the lower expert index), gates normalised over the chosen
  * experts. The bias picks experts but carries no gradient. */
+#include <string.h>
+
 #include "kernels/cpu/real.h"
 
 /* The k best experts of one row by value s[e] + bias[e], in decreasing
@@ -178,6 +180,83 @@ int LH_CPU(moe_route_backward)(void *ctx, lh_real *dlogits, const lh_real *dgate
     }
   }
   return bad ? LH_EKERNELS_INDEX : LH_OK;
+}
+
+/* The router's backward when only the chosen experts' logits have a
+ * gradient (every balancing but aux): the values moe_route_backward would
+ * put at expert_idx, dl (N,k), taken straight into dz (N,r) += sum_j dl
+ * router[e_j] and drouter (E,r) += sum of dl z over the pairs routed to e.
+ * The dense form writes an (N,E) gradient and multiplies it by the whole
+ * router twice: at 1024 experts top 16 that is 64 times the products this
+ * takes, and 4 bytes of memory per token and expert. Sums are taken in a
+ * fixed order (a token's slots in order; an expert's pairs in token order),
+ * so the result is the same at any team size. Indices are checked first:
+ * on LH_EKERNELS_INDEX nothing is written. */
+int LH_CPU(moe_router_backward)(void *ctx, lh_real *dz, lh_real *drouter, const lh_real *dgates,
+                                const lh_real *affinity, const int32_t *expert_idx, const lh_real *z,
+                                const lh_real *router, int N, int E, int k, int r) {
+  if (N < 0 || E <= 0 || k <= 0 || k > E || r <= 0) return LH_EKERNELS_SHAPE;
+  if (N == 0 || (!dz && !drouter)) return LH_OK;
+  if (!dgates || !affinity || !expert_idx || !z || !router) return LH_EKERNELS_NULL_ARG;
+  size_t P = (size_t)N * k;
+  for (size_t p = 0; p < P; p++)
+    if (expert_idx[p] < 0 || expert_idx[p] >= E) return LH_EKERNELS_INDEX;
+  /* dl (P reals), then the pairs grouped by expert: start (E+1), order (P) */
+  size_t reals = (P * sizeof(lh_real) + 63) / 64 * 64;
+  void *owned;
+  char *mem = lh_cpu_scratch(ctx, reals + sizeof(int) * (P + (size_t)E + 1), &owned);
+  if (!mem) return LH_ENOMEM;
+  lh_real *dl = (lh_real *)(void *)mem;
+  int *start = (int *)(void *)(mem + reals), *order = start + E + 1;
+  int t = lh_cpu_team(ctx, P / LH_ROUTE_TEAM_UNIT + 1);
+#pragma omp parallel for num_threads(t) schedule(static)
+  for (int n = 0; n < N; n++) {
+    const lh_real *s = affinity + (size_t)n * E, *dg = dgates + (size_t)n * k;
+    const int32_t *idx = expert_idx + (size_t)n * k;
+    lh_real sum = 0, dot = 0;
+    for (int j = 0; j < k; j++) sum += s[idx[j]];
+    for (int j = 0; j < k; j++) dot += dg[j] * s[idx[j]] / sum;
+    for (int j = 0; j < k; j++) {
+      lh_real se = s[idx[j]];
+      dl[(size_t)n * k + j] = (dg[j] - dot) / sum * se * (1 - se);
+    }
+  }
+  if (dz) {
+    t = lh_cpu_team(ctx, P * (size_t)r / LH_ROUTE_TEAM_UNIT + 1);
+#pragma omp parallel for num_threads(t) schedule(static)
+    for (int n = 0; n < N; n++) {
+      lh_real *d = dz + (size_t)n * r;
+      for (int j = 0; j < k; j++) {
+        lh_real g = dl[(size_t)n * k + j];
+        const lh_real *w = router + (size_t)expert_idx[(size_t)n * k + j] * r;
+#pragma omp simd
+        for (int c = 0; c < r; c++) d[c] += g * w[c];
+      }
+    }
+  }
+  if (drouter) {
+    memset(start, 0, sizeof(int) * ((size_t)E + 1));
+    for (size_t p = 0; p < P; p++) start[expert_idx[p] + 1]++;
+    for (int e = 0; e < E; e++) start[e + 1] += start[e];
+    /* order is filled through start[e] moving up to start[e + 1]; put back */
+    for (size_t p = 0; p < P; p++) order[start[expert_idx[p]]++] = (int)p;
+    for (int e = E; e > 0; e--) start[e] = start[e - 1];
+    start[0] = 0;
+    t = lh_cpu_team(ctx, P * (size_t)r / LH_ROUTE_TEAM_UNIT + 1);
+#pragma omp parallel for num_threads(t) schedule(dynamic, 16)
+    for (int e = 0; e < E; e++) {
+      lh_real *w = drouter + (size_t)e * r;
+      for (int i = start[e]; i < start[e + 1]; i++) {
+        int p = order[i];
+        lh_real g = dl[p];
+        const lh_real *x = z + (size_t)(p / k) * r;
+#pragma omp simd
+        for (int c = 0; c < r; c++) w[c] += g * x[c];
+      }
+    }
+  }
+  free(owned);
+  return LH_OK;
 }
 
 /* aux = weight * E * sum_e load_e * mean_n p[n][e], p = s / sum_e s. */

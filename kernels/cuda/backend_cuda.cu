@@ -178,6 +178,7 @@ static void fill_table(lh_cuda_ctx *c) {
   OP(conv_backward);
   OP(moe_route_forward);
   OP(moe_route_backward);
+  OP(moe_router_backward);
   OP(moe_experts_forward);
   OP(moe_experts_backward);
   OP(moe_aux_loss_forward);

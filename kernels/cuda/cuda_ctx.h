@@ -200,6 +200,9 @@ int lh_cuda_moe_route_forward(void *ctx, int32_t *expert_idx, float *gates, floa
 int lh_cuda_moe_route_backward(void *ctx, float *dlogits, const float *dgates,
                                const float *affinity, const int32_t *expert_idx, int N, int E,
                                int k);
+int lh_cuda_moe_router_backward(void *ctx, float *dz, float *drouter, const float *dgates,
+                                const float *affinity, const int32_t *expert_idx, const float *z,
+                                const float *router, int N, int E, int k, int r);
 int lh_cuda_moe_aux_loss_forward(void *ctx, double *loss, const float *affinity,
                                  const float *load, int N, int E, float weight);
 int lh_cuda_moe_aux_loss_backward(void *ctx, float *dlogits, float dloss,

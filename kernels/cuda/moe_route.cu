@@ -165,6 +165,75 @@ extern "C" int lh_cuda_moe_route_backward(void *ctx, float *dlogits, const float
   return LH_OK;
 }
 
+// The router's backward without the dense (N,E) gradient
+// (kernels/kernels.h, moe_router_backward): dl (N,k) per token as
+// route_bwd computes it, then dz (N,r) += sum_j dl router[e_j], one thread
+// per element, and drouter (E,r) += dl z over the pairs, one thread per
+// pair and column (atomic adds: the order of an expert's sum is free, equal
+// to the CPU backend's within rounding).
+__global__ void router_dl(float *dl, const float *dgates, const float *affinity,
+                          const int32_t *expert_idx, int N, int E, int k) {
+  LH_ROW_FOR(n, N) {
+    const float *s = affinity + (size_t)n * E, *dg = dgates + (size_t)n * k;
+    const int32_t *idx = expert_idx + (size_t)n * k;
+    float sum = 0.0f, dot = 0.0f;
+    for (int j = 0; j < k; j++) sum += s[idx[j]];
+    for (int j = 0; j < k; j++) dot += dg[j] * s[idx[j]] / sum;
+    for (int j = 0; j < k; j++) {
+      float se = s[idx[j]];
+      dl[(size_t)n * k + j] = (dg[j] - dot) / sum * se * (1.0f - se);
+    }
+  }
+}
+
+__global__ void router_dz(float *dz, const float *dl, const int32_t *expert_idx, const float *router,
+                          size_t N, int k, int r) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * r; i += (size_t)gridDim.x * blockDim.x) {
+    size_t n = i / r;
+    int c = (int)(i % r);
+    float acc = 0.0f;
+    for (int j = 0; j < k; j++)
+      acc += dl[n * k + j] * router[(size_t)expert_idx[n * k + j] * r + c];
+    dz[i] += acc;
+  }
+}
+
+__global__ void router_dw(float *drouter, const float *dl, const int32_t *expert_idx, const float *z,
+                          size_t P, int k, int r) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < P * r; i += (size_t)gridDim.x * blockDim.x) {
+    size_t p = i / r;
+    int c = (int)(i % r);
+    atomicAdd(&drouter[(size_t)expert_idx[p] * r + c], dl[p] * z[(p / k) * r + c]);
+  }
+}
+
+extern "C" int lh_cuda_moe_router_backward(void *ctx, float *dz, float *drouter, const float *dgates,
+                                           const float *affinity, const int32_t *expert_idx,
+                                           const float *z, const float *router, int N, int E, int k,
+                                           int r) {
+  if (N < 0 || E <= 0 || k <= 0 || k > E || r <= 0) return LH_EKERNELS_SHAPE;
+  if (N == 0 || (!dz && !drouter)) return LH_OK;
+  if (!ctx || !dgates || !affinity || !expert_idx || !z || !router) return LH_EKERNELS_NULL_ARG;
+  lh_cuda_ctx *c = lh_cuda(ctx);
+  LH_TRY(lh_cuda_check_ids(c, expert_idx, N * k, 0, E));
+  size_t P = (size_t)N * k;
+  float *dl = (float *)lh_cuda_scratch(c, 0, sizeof(float) * P);
+  if (!dl) return LH_ENOMEM;
+  router_dl<<<lh_cuda_blocks((size_t)N), LH_CUDA_THREADS, 0, c->stream>>>(dl, dgates, affinity, expert_idx,
+                                                                          N, E, k);
+  LH_CUDA_LAUNCHED();
+  if (dz) {
+    router_dz<<<lh_cuda_blocks((size_t)N * r), LH_CUDA_THREADS, 0, c->stream>>>(dz, dl, expert_idx, router,
+                                                                               (size_t)N, k, r);
+    LH_CUDA_LAUNCHED();
+  }
+  if (drouter) {
+    router_dw<<<lh_cuda_blocks(P * r), LH_CUDA_THREADS, 0, c->stream>>>(drouter, dl, expert_idx, z, P, k, r);
+    LH_CUDA_LAUNCHED();
+  }
+  return LH_OK;
+}
+
 // Sum over rows of (load . s) / sum(s), in double; one atomic per block.
 __global__ void aux_fwd(double *acc_out, const float *affinity, const float *load, int N,
                         int E) {

@@ -391,6 +391,40 @@ START_TEST(test_grad_moe_through_gates) {
 }
 END_TEST
 
+/* The router's sparse backward equals the dense one it replaces:
+ * moe_route_backward into a zeroed (N,E) gradient, then the router's
+ * matmul_backward; both add into the same dz and drouter. */
+START_TEST(test_router_backward_sparse) {
+  test_rng r = {31};
+  int N = 37, E = 64, k = 5, R = 6;
+  size_t nl = (size_t)N * E, nk = (size_t)N * k, nz = (size_t)N * R, nw = (size_t)E * R;
+  double *logits = alloc_d(nl), *aff = alloc_d(nl), *gates = alloc_d(nk), *dg = alloc_d(nk);
+  double *z = alloc_d(nz), *w = alloc_d(nw), *dl = alloc_d(nl);
+  double *dz_dense = alloc_d(nz), *dw_dense = alloc_d(nw), *dz = alloc_d(nz), *dw = alloc_d(nw);
+  int32_t *idx = calloc(nk, sizeof(int32_t));
+  fill_d(&r, logits, nl, -3, 3), fill_d(&r, dg, nk, -1, 1), fill_d(&r, z, nz, -1, 1), fill_d(&r, w, nw, -1, 1);
+  fill_d(&r, dz_dense, nz, -1, 1), fill_d(&r, dw_dense, nw, -1, 1);
+  double *dz0 = alloc_d(nz), *dw0 = alloc_d(nw);
+  memcpy(dz, dz_dense, nz * sizeof(double)), memcpy(dw, dw_dense, nw * sizeof(double));
+  memcpy(dz0, dz_dense, nz * sizeof(double)), memcpy(dw0, dw_dense, nw * sizeof(double));
+  ck_assert_int_eq(lh_cpu64_moe_route_forward(NULL, idx, gates, aff, logits, NULL, N, E, k, 0), 0);
+  memset(dl, 0, nl * sizeof(double));
+  ck_assert_int_eq(lh_cpu64_moe_route_backward(NULL, dl, dg, aff, idx, N, E, k), 0);
+  ck_assert_int_eq(lh_cpu64_matmul_backward(NULL, dz_dense, dw_dense, NULL, dl, z, w, N, R, E), 0);
+  ck_assert_int_eq(lh_cpu64_moe_router_backward(NULL, dz, dw, dg, aff, idx, z, w, N, E, k, R), 0);
+  for (size_t i = 0; i < nz; i++) ck_assert_msg(fabs(dz[i] - dz_dense[i]) <= 1e-12, "dz[%zu]", i);
+  for (size_t i = 0; i < nw; i++) ck_assert_msg(fabs(dw[i] - dw_dense[i]) <= 1e-12, "drouter[%zu]", i);
+  /* either output alone */
+  ck_assert_int_eq(lh_cpu64_moe_router_backward(NULL, NULL, dw, dg, aff, idx, z, w, N, E, k, R), 0);
+  ck_assert_int_eq(lh_cpu64_moe_router_backward(NULL, dz, NULL, dg, aff, idx, z, w, N, E, k, R), 0);
+  /* each added its share once more: dz = dz0 + 2 (dz_dense - dz0) */
+  for (size_t i = 0; i < nz; i++) ck_assert(fabs(dz[i] - (2 * dz_dense[i] - dz0[i])) <= 1e-12);
+  for (size_t i = 0; i < nw; i++) ck_assert(fabs(dw[i] - (2 * dw_dense[i] - dw0[i])) <= 1e-12);
+  free(logits), free(aff), free(gates), free(dg), free(z), free(w), free(dl), free(dz_dense), free(dw_dense);
+  free(dz), free(dw), free(idx), free(dz0), free(dw0);
+}
+END_TEST
+
 /* The aux balancing loss from router logits (load held constant). */
 typedef struct {
   int N, E;
@@ -573,6 +607,7 @@ int main(void) {
   tcase_add_test(tc, test_grad_moe_experts_dense);
   tcase_add_test(tc, test_grad_moe_through_gates);
   tcase_add_test(tc, test_grad_moe_aux_loss);
+  tcase_add_test(tc, test_router_backward_sparse);
   tcase_add_test(tc, test_grad_logprob);
   suite_add_tcase(s, tc);
   TCase *tp = tcase_create("precision");

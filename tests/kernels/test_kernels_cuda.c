@@ -590,6 +590,19 @@ START_TEST(test_moe_route) {
   ck_assert_int_eq(
       G->moe_route_backward(G->context, g_dlogits, g_dgates, g_aff, g_idx, N, E, k), 0);
   expect_near("moe_route_backward", dlogits, g_dlogits, ne, TOL_FP32);
+  /* the router's sparse backward: dz (N,R) and drouter (E,R) added into */
+  {
+    const int R = 12;
+    size_t nz = (size_t)N * R, nw = (size_t)E * R;
+    float *z = rand_f(&r, nz, -1, 1), *w = rand_f(&r, nw, -1, 1);
+    float *dz = rand_f(&r, nz, -1, 1), *dw = rand_f(&r, nw, -1, 1);
+    float *g_z = dev_f(z, nz), *g_w = dev_f(w, nw), *g_dz = dev_f(dz, nz), *g_dw = dev_f(dw, nw);
+    ck_assert_int_eq(C->moe_router_backward(NULL, dz, dw, dgates, aff, idx, z, w, N, E, k, R), 0);
+    ck_assert_int_eq(G->moe_router_backward(G->context, g_dz, g_dw, g_dgates, g_aff, g_idx, g_z, g_w, N, E, k, R), 0);
+    expect_near("moe_router_backward dz", dz, g_dz, nz, TOL_FP32);
+    expect_near("moe_router_backward drouter", dw, g_dw, nw, TOL_FP32);
+    free(z), free(w), free(dz), free(dw);
+  }
   double lc = 0, lg = 0;
   ck_assert_int_eq(C->moe_aux_loss_forward(NULL, &lc, aff, load, N, E, 0.01f), 0);
   ck_assert_int_eq(G->moe_aux_loss_forward(G->context, &lg, g_aff, g_load, N, E, 0.01f), 0);
@@ -609,6 +622,8 @@ START_TEST(test_moe_route) {
       LH_EKERNELS_INDEX);
   ck_assert_int_eq(G->moe_route_backward(G->context, g_dlogits, g_dgates, g_aff, g_oor, 1, E, k),
                    LH_EKERNELS_INDEX);
+  ck_assert_int_eq(G->moe_router_backward(G->context, g_dlogits, NULL, g_dgates, g_aff, g_oor, g_logits, g_logits,
+                                          1, E, k, 4), LH_EKERNELS_INDEX);
   ck_assert_int_eq(
       G->moe_route_forward(G->context, g_idx, g_gates, g_aff, g_logits, NULL, N, E, E + 1, 0),
       LH_EKERNELS_SHAPE);

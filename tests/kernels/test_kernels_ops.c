@@ -365,6 +365,7 @@ START_TEST(test_backend_table) {
       (void *)b->attn_chunked_forward, (void *)b->attn_chunked_backward,
       (void *)b->attn_recurrent_forward, (void *)b->attn_recurrent_backward,
       (void *)b->attn_decode_step, (void *)b->moe_route_forward, (void *)b->moe_route_backward,
+      (void *)b->moe_router_backward,
       (void *)b->moe_experts_forward, (void *)b->moe_experts_backward,
       (void *)b->log_softmax_forward, (void *)b->logprob_forward, (void *)b->logprob_backward,
       (void *)b->scale, (void *)b->axpy, (void *)b->dot, (void *)b->sum_squares,
@@ -433,6 +434,14 @@ START_TEST(test_error_paths) {
   ck_assert_int_eq(b->moe_route_forward(NULL, idx, gates, aff, buf, NULL, 1, 4, 2, 1), LH_EKERNELS_INDEX);
   ck_assert_int_eq(b->moe_route_forward(NULL, idx + 2, gates, aff, buf, NULL, 1, 4, 2, 1), LH_EKERNELS_INDEX);
   ck_assert_int_eq(b->moe_route_backward(NULL, out, buf, aff, idx + 2, 1, 4, 2), LH_EKERNELS_INDEX);
+  /* The router's sparse backward: a bad index writes nothing. */
+  out[0] = 7;
+  ck_assert_int_eq(b->moe_router_backward(NULL, out, out + 8, buf, aff, idx + 2, buf, buf, 1, 4, 2, 2),
+                   LH_EKERNELS_INDEX);
+  ck_assert(out[0] == 7);
+  ck_assert_int_eq(b->moe_router_backward(NULL, out, NULL, NULL, aff, idx, buf, buf, 1, 4, 2, 2),
+                   LH_EKERNELS_NULL_ARG);
+  ck_assert_int_eq(b->moe_router_backward(NULL, out, NULL, buf, aff, idx, buf, buf, 1, 4, 2, 0), LH_EKERNELS_SHAPE);
   /* Experts: index out of range, dense form with k != E, missing cache,
    * gates without indices. */
   ck_assert_int_eq(b->moe_experts_forward(NULL, out, NULL, buf, idx + 2, gates, buf, buf, buf, 1, 4, 2, 2, 2),

@@ -159,6 +159,14 @@ static size_t run_all(const lh_backend *b, float *out, size_t cut[2]) {
   o += (size_t)NR * ER * 2 + (size_t)NR * KR;
   for (int i = 0; i < NR * KR; i++) out[o + (size_t)i] = (float)ridx[i];
   o += (size_t)NR * KR;
+  /* The router's sparse backward: tokens shared out for dz, experts for
+   * drouter. */
+  float *rz = filled((size_t)NR * R, 23, -1, 1), *router = filled((size_t)ER * R, 24, -0.5f, 0.5f);
+  float *rdz = out + o, *drouter = rdz + (size_t)NR * R;
+  memset(rdz, 0, sizeof(float) * ((size_t)NR + ER) * R);
+  ck_assert_int_eq(b->moe_router_backward(x, rdz, drouter, dgr, aff, ridx, rz, router, NR, ER, KR, R), 0);
+  o += ((size_t)NR + ER) * R;
+  free(rz), free(router);
   ridx[(NR - 3) * KR + 1] = ridx[(NR - 3) * KR];
   ck_assert_int_eq(b->moe_route_forward(x, ridx, rg, aff, logits, rbias, NR, ER, KR, 1),
                    LH_EKERNELS_INDEX);
