@@ -17,7 +17,9 @@
 #   spoofed heartbeats stored (target 0), the window flood's episodes
 #   stored against those sent, retentions run
 #   peak resident memory of every process, and its growth after warm-up
-#   (the first fifth of the run) to the end (target: flat)
+#   (the first fifth of the run) to the end (target: flat), and the
+#   learner's own account of where its memory is over the same span (its
+#   status lines: glibc heap in use and held, SQLite's share)
 set -euo pipefail
 build=${1:-build}
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -139,4 +141,12 @@ awk -v warm="$warm" '{ if ($3 > peak[$2]) peak[$2] = $3
     last[$2] = $3 }
   END { for (n in peak) printf "  %-10s peak %7d kB; after warm-up %7d kB, at the end %7d kB (growth %+.1f%%)\n",
           n, peak[n], after[n], last[n], after[n] ? 100 * (last[n] - after[n]) / after[n] : 0 }' memory.txt | sort
+# The learner's status lines come every 10 s: the one at the end of warm-up
+# and the last.
+sed -n 's/.*status version=.* heap_in_use=\([0-9]*\) heap_held=\([0-9]*\) sqlite_bytes=\([0-9]*\).*/\1 \2 \3/p' \
+  logs/learner.log > heap.txt
+awk -v at=$((warm / 10 + 1)) 'NR == at { for (i = 1; i <= 3; i++) a[i] = $i } { for (i = 1; i <= 3; i++) z[i] = $i }
+  END { split("heap in use,heap held,SQLite", n, ",")
+        for (i = 1; i <= 3; i++) printf "  learner %-11s after warm-up %7d kB, at the end %7d kB (%+d kB)\n",
+          n[i], a[i] / 1024, z[i] / 1024, (z[i] - a[i]) / 1024 }' heap.txt
 echo "targets: lost 0, learner restarts 0, spoofed heartbeats stored 0, memory flat after warm-up"

@@ -9,6 +9,7 @@
  * checkpoints, sets the back-pressure flag from the trainer's backlog, and
  * runs every collective of the learner ranks (MPI is called from this
  * thread only). */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -430,6 +431,12 @@ static int open_all(learner *L, lh_errbuf *err) {
 }
 
 static void status_line(learner *L, uint64_t steps_run, double busy) {
+  /* Where the memory is, for a soak that watches it (bench/soak.sh): the
+   * heap's bytes in use and held from the system (glibc's count, every
+   * arena; 0 under a sanitizer's allocator), and SQLite's share of them. */
+  struct mallinfo2 heap = mallinfo2();
+  int64_t sqlite_used, sqlite_peak;
+  lh_store_memory(&sqlite_used, &sqlite_peak);
   lh_learner_service_counts sc;
   lh_learner_service_counts_get(L->svc, &sc);
   const lh_learner_ingest_counts *c = &sc.ingest;
@@ -441,7 +448,7 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
           "admitted=%llu dropped_stale=%llu chunks_sent=%llu "
           "backlog=%zu backlog_cap=%llu hold=%d stale_share=%.3f busy_fraction=%.3f ckpt_failures=%llu "
           "weights_bytes_sent=%llu chunks_zstd=%llu weights_requests_held=%llu episodes_left_out=%llu "
-          "ingest_peers=%d peers_refused=%llu",
+          "ingest_peers=%d peers_refused=%llu heap_in_use=%zu heap_held=%zu sqlite_bytes=%lld sqlite_peak=%lld",
           (unsigned long long)lh_learner_trainer_version(L->trainer), (unsigned long long)steps_run,
           (unsigned long long)c->received, (unsigned long long)c->stored, (unsigned long long)c->duplicates,
           (unsigned long long)c->rejected, (unsigned long long)c->retried, (unsigned long long)c->rejected_run,
@@ -454,7 +461,8 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
           (unsigned long long)sc.weights.bytes_sent, (unsigned long long)sc.weights.chunks_zstd,
           (unsigned long long)sc.weights.requests_held,
           (unsigned long long)lh_learner_trainer_left_out(L->trainer), lh_zsock_zap_open_peers(L->zap),
-          (unsigned long long)lh_zsock_zap_cap_refused(L->zap));
+          (unsigned long long)lh_zsock_zap_cap_refused(L->zap), heap.uordblks + heap.hblkhd, heap.arena + heap.hblkhd,
+          (long long)sqlite_used, (long long)sqlite_peak);
 }
 
 /* Whether to stop now; with several ranks they stop at the same turn (a

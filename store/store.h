@@ -102,6 +102,11 @@ typedef struct {
 
 void lh_store_options_default(lh_store_options *o);
 
+/* SQLite's heap in this process, every connection together (its page
+ * caches, statements, schema): *used now and *peak since the start. For a
+ * process's status line: what part of its memory the store holds. */
+void lh_store_memory(int64_t *used, int64_t *peak);
+
 /* Opens (creating if absent, migrating if older) the store at path for
  * reading and writing. On success *out is a new store the caller closes
  * with lh_store_close; on failure *out is NULL and err says why:

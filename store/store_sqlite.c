@@ -31,6 +31,11 @@ static void call_enter(lh_store *s) {
 }
 static void call_leave(lh_store *s) { s->call_since_ns = 0; }
 
+void lh_store_memory(int64_t *used, int64_t *peak) {
+  *used = sqlite3_memory_used();
+  *peak = sqlite3_memory_highwater(0);
+}
+
 void lh_store_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
