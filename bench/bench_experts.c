@@ -1,0 +1,330 @@
+/* What a thousand experts cost (bench/experts_1024.sh runs it): a learner
+ * step of the 1,024-expert model (examples/experts_1024.ini's [model]:
+ * top 16, experts cut eight ways) against the 16-expert demo model
+ * (examples/model.ini: top 2) of equal routed compute, in the same run, at
+ * one rank and at [learner] expert_parallel = 2 (two ranks under mpirun,
+ * one group; each rank trains its own store, the same episodes a step
+ * whatever P). Each step is split, from the model's own clocks around its
+ * calls (lh_model_moe_times, lh_model_expert_traffic; the CPU backend's
+ * calls return when done), into:
+ *   route     the router's product, top-k and gates, and their backward;
+ *   exchange  the expert all-to-all's transport, waiting for the group
+ *             included (P = 2);
+ *   experts   the routed experts' products (at P = 2 the exchange serves
+ *             them: its serve time);
+ *   rest      everything else: attention, the shared expert, the output,
+ *             reading the batch, the optimizer.
+ * Printed per model and P: the mean of the measured steps (the first step
+ * warms up) and their CPU time, the active parameters per token (from the
+ * tensor table: routed experts at topk / experts, the embedding at one
+ * row, the image patch tensors at none) and the whole model's. Its line
+ * `step_ratio P=1 R` is read by bench/experts_1024.sh (target R <= 1.5).
+ * Usage: bench_experts [--steps N] [--episodes B] [--tokens T] [--base INI]
+ *                      [--fine INI]; it launches itself under mpirun for
+ * P = 2 (skipped, with a line saying so, without mpirun or MPI). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench/bench_episodes.h"
+#include "common/ini_doc.h"
+#include "learner/internal.h"
+
+#ifndef LH_SOURCE_DIR
+#define LH_SOURCE_DIR "."
+#endif
+
+#define SEG_TOKENS 128
+#define PROMPT 16
+#define GROUP_SIZE 2
+#define N_MODELS 2
+#define MAX_P 2
+
+/* One rank's figures, means over the measured steps, written by the worker
+ * for the launcher (the same binary). */
+typedef struct {
+  double step_ms, cpu_ms, route_ms, exchange_ms, experts_ms, loss;
+} rank_result;
+
+static double cpu_ms_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int read_model(const char *ini, lh_model_config *mc, lh_errbuf *e) {
+  lh_ini_doc *doc = NULL;
+  int rc = lh_ini_doc_load(ini, NULL, 0, &doc, e);
+  if (!rc) rc = lh_model_config_read(doc, mc, e);
+  lh_ini_doc_free(doc);
+  return rc;
+}
+
+/* The parameters one text token runs through, and the whole model's. */
+static void active_params(const lh_model_config *mc, double *active, double *whole) {
+  lh_model *m = NULL;
+  lh_errbuf e;
+  *active = *whole = 0;
+  if (lh_model_new_shard_uninit(mc, lh_backend_cpu(), 0, 1, &m, &e)) return;
+  for (int i = 0; i < lh_model_n_tensors(m); i++) {
+    const lh_model_tensor *t = lh_model_tensor_at(m, i);
+    *whole += (double)t->numel;
+    if (t->expert_shard) *active += (double)t->numel * mc->topk / mc->experts;
+    else if (!strcmp(t->name, "embed")) *active += mc->d_model;
+    else if (strncmp(t->name, "patch.", 6)) *active += (double)t->numel;
+  }
+  lh_model_free(m);
+}
+
+static int worker(const char *dir, const char *ini, int P, int steps, int episodes, int tokens) {
+  lh_errbuf e;
+  lh_learner_comm *comm = NULL;
+  if (lh_learner_comm_open(&comm, &e)) {
+    fprintf(stderr, "bench_experts: %s\n", e.msg);
+    return 2;
+  }
+  int rank = lh_learner_comm_rank(comm), R = lh_learner_comm_size(comm), rc = 0;
+  char db0[600], db[LH_LEARNER_TEXT_BYTES], path[700];
+  snprintf(db0, sizeof db0, "%s/replay.db", dir);
+  lh_model_config mc;
+  lh_model *m = NULL;
+  lh_store *s = NULL;
+  lh_learner_trainer *t = NULL;
+  rank_result res;
+  memset(&res, 0, sizeof res);
+  /* One compute thread per rank, a learner's default [learner]
+   * blas_threads (learner/run.c). */
+  const lh_backend *be = lh_backend_cpu();
+  if (be->set_threads) be->set_threads(be->context, 1);
+  rc = read_model(ini, &mc, &e);
+  if (!rc && R != P) rc = lh_errbuf_set(&e, LH_EINVAL, "%d ranks for expert_parallel %d: one group wanted", R, P);
+  if (!rc) rc = lh_learner_rank_db(db0, rank, db, &e);
+  if (!rc) rc = lh_store_open(db, &s, &e);
+  if (!rc) rc = lh_model_new_shard(&mc, be, rank % P, P, &m, &e);
+  lh_learner_config cfg;
+  lh_learner_config_default(&cfg);
+  cfg.batch_episodes = (uint64_t)episodes, cfg.group_size = GROUP_SIZE, cfg.max_policy_lag = 1000;
+  cfg.train_window = (uint64_t)tokens, cfg.expert_parallel = (uint64_t)P;
+  if (!rc) rc = lh_learner_trainer_new(m, s, &cfg, 1.0f, NULL, &t, &e);
+  if (!rc && P > 1) rc = lh_learner_trainer_set_comm(t, comm, &e);
+  if (!rc) rc = lh_learner_trainer_scan(t, NULL, &e);
+  lh_model_moe_times m0 = {0}, m1;
+  lh_model_expert_traffic x0 = {0}, x1;
+  double cpu0 = 0;
+  int done = 0;
+  for (int k = 0; !rc && k < steps; k++) {
+    if (k == 1) cpu0 = cpu_ms_now(), lh_model_moe_times_get(m, &m0), lh_model_expert_traffic_get(m, &x0);
+    int stepped = 0;
+    lh_learner_train_stats st;
+    rc = lh_learner_trainer_step(t, &stepped, &st, &e);
+    if (!rc && (!stepped || st.skipped)) rc = lh_errbuf_set(&e, LH_ELEARNER_TRAIN, "step %d did not train", k);
+    if (rc || k == 0) continue;  /* the first step warms up */
+    res.step_ms += st.step_ms, res.loss = st.loss;
+    done++;
+  }
+  if (!rc && done) {
+    res.cpu_ms = (cpu_ms_now() - cpu0) / done;
+    lh_model_moe_times_get(m, &m1);
+    lh_model_expert_traffic_get(m, &x1);
+    res.step_ms /= done;
+    res.route_ms = (double)(m1.route_ns - m0.route_ns) / 1e6 / done;
+    res.exchange_ms = (double)(x1.transport_ns - x0.transport_ns) / 1e6 / done;
+    res.experts_ms = (double)(m1.experts_ns - m0.experts_ns + x1.serve_ns - x0.serve_ns) / 1e6 / done;
+  }
+  if (!rc) {
+    snprintf(path, sizeof path, "%s/result.rank%d", dir, rank);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(&res, sizeof res, 1, f) != 1) rc = lh_errbuf_set(&e, LH_EIO, "cannot write %s", path);
+    if (f && fclose(f) && !rc) rc = lh_errbuf_set(&e, LH_EIO, "cannot write %s", path);
+  }
+  if (rc) fprintf(stderr, "bench_experts rank %d: %s\n", rank, e.msg);
+  lh_learner_trainer_free(t);
+  lh_store_close(s);
+  lh_model_free(m);
+  if (rc) lh_learner_comm_abort(comm, 1);
+  lh_learner_comm_close(comm);
+  return rc ? 1 : 0;
+}
+
+/* ---- the launcher ---------------------------------------------------------- */
+
+/* Rank r's store under dir for P ranks: the same episodes whatever P (ids
+ * from r), with the behaviour log-probabilities of the initial model. */
+static int write_stores(const char *dir, const lh_model_config *mc, int P, int steps, int episodes, int tokens,
+                        lh_errbuf *e) {
+  lh_model *whole = NULL;
+  LH_TRY(lh_model_new(mc, lh_backend_cpu(), &whole, e));
+  char db0[700], db[LH_LEARNER_TEXT_BYTES];
+  snprintf(db0, sizeof db0, "%s/replay.db", dir);
+  int rc = mkdir(dir, 0700) ? lh_errbuf_set(e, LH_EIO, "cannot make %s", dir) : 0;
+  for (int r = 0; !rc && r < P; r++) {
+    lh_store *s = NULL;
+    rc = lh_learner_rank_db(db0, r, db, e);
+    if (!rc) rc = lh_store_open(db, &s, e);
+    for (int g = 0; !rc && g < steps * episodes / GROUP_SIZE; g++)
+      for (int k = 0; !rc && k < GROUP_SIZE; k++) {
+        uint64_t id = 1 + (uint64_t)r * 100000 + (uint64_t)(g * GROUP_SIZE + k);
+        rc = lh_bench_write_episode(s, whole, id, 1000 + (uint64_t)r * 100000 + (uint64_t)g, (float)(k % 2),
+                                    tokens, SEG_TOKENS, PROMPT, e);
+      }
+    lh_store_close(s);
+  }
+  lh_model_free(whole);
+  return rc;
+}
+
+static int read_result(const char *dir, int rank, rank_result *out) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/result.rank%d", dir, rank);
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  int ok = fread(out, sizeof *out, 1, f) == 1;
+  fclose(f);
+  return ok ? 0 : -1;
+}
+
+/* The mean of P ranks' results into out; -1 when one is missing. */
+static int ranks_mean(const char *dir, int P, rank_result *out) {
+  memset(out, 0, sizeof *out);
+  for (int r = 0; r < P; r++) {
+    rank_result x;
+    if (read_result(dir, r, &x)) return -1;
+    const double *a = (const double *)&x;
+    double *o = (double *)out;
+    for (size_t j = 0; j < sizeof x / sizeof(double); j++) o[j] += a[j] / P;
+  }
+  return 0;
+}
+
+static int run_ranks(const char *self, const char *dir, const char *ini, int P, int steps, int episodes,
+                     int tokens, int mpi) {
+  char cmd[4096];
+  if (!mpi)
+    snprintf(cmd, sizeof cmd, "'%s' --worker '%s' '%s' %d %d %d %d", self, dir, ini, P, steps, episodes, tokens);
+  else
+    snprintf(cmd, sizeof cmd,
+             "mpirun --oversubscribe --bind-to none -n %d --mca btl self,vader --mca mpi_yield_when_idle 1 "
+             "--mca btl_vader_single_copy_mechanism none '%s' --worker '%s' '%s' %d %d %d %d",
+             P, self, dir, ini, P, steps, episodes, tokens);
+  return system(cmd);
+}
+
+static int positive(const char *text, uint64_t max) {
+  uint64_t v;  /* the project's one number rule (common/common.h) */
+  return lh_parse_u64(text, &v) == 0 && v > 0 && v <= max ? (int)v : -1;
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: bench_experts [--steps N (measured, 4)] [--episodes B (per rank a step, 16)] "
+          "[--tokens T (an episode's, 512)] [--base INI (examples/model.ini)] "
+          "[--fine INI (examples/experts_1024.ini)]\n");
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  if (lh_kernels_wait_passive(argv) != 0) {
+    perror("bench_experts: re-running with OMP_WAIT_POLICY=PASSIVE");
+    return 1;
+  }
+  lh_log_set_level(LH_LOG_WARN);
+  if (argc == 9 && !strcmp(argv[1], "--worker")) {
+    int P = positive(argv[4], MAX_P), steps = positive(argv[5], 1000), ep = positive(argv[6], 4096);
+    int tok = positive(argv[7], 1 << 20);
+    if (P < 0 || steps < 2 || ep < 0 || tok < 0) return usage();
+    return worker(argv[2], argv[3], P, steps, ep, tok);
+  }
+  int measured = 4, episodes = 16, tokens = 512;
+  const char *inis[N_MODELS] = {LH_SOURCE_DIR "/examples/model.ini", LH_SOURCE_DIR "/examples/experts_1024.ini"};
+  for (int i = 1; i < argc; i++) {
+    if (i + 1 >= argc) return usage();
+    if (!strcmp(argv[i], "--steps")) measured = positive(argv[++i], 1000);
+    else if (!strcmp(argv[i], "--episodes")) episodes = positive(argv[++i], 4096);
+    else if (!strcmp(argv[i], "--tokens")) tokens = positive(argv[++i], 1 << 20);
+    else if (!strcmp(argv[i], "--base")) inis[0] = argv[++i];
+    else if (!strcmp(argv[i], "--fine")) inis[1] = argv[++i];
+    else return usage();
+    if (measured < 0 || episodes < 0 || tokens < 0) return usage();
+  }
+  if (tokens % SEG_TOKENS || tokens <= PROMPT || episodes % GROUP_SIZE) {
+    fprintf(stderr, "bench_experts: --tokens must be a multiple of %d, --episodes of %d\n", SEG_TOKENS,
+            GROUP_SIZE);
+    return 2;
+  }
+  int steps = measured + 1;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  char self[1024];
+  if (!realpath(argv[0], self)) return 1;
+  int mpi = lh_learner_comm_mpi_built() && !system("command -v mpirun > /dev/null 2>&1");
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  lh_model_config mc[N_MODELS];
+  double active[N_MODELS], whole[N_MODELS];
+  for (int i = 0; i < N_MODELS; i++) {
+    lh_errbuf e;
+    if (read_model(inis[i], &mc[i], &e)) {
+      fprintf(stderr, "bench_experts: %s\n", e.msg);
+      return 1;
+    }
+    active_params(&mc[i], &active[i], &whole[i]);
+  }
+  printf("bench_experts: per rank a step %d episodes x %d tokens (%d tokens), whatever P; 1 warm-up step + %d "
+         "measured; 1 compute thread per rank; P = 2: two ranks, one group, under mpirun (waiting ranks yield "
+         "their core)\n", episodes, tokens, episodes * tokens, measured);
+  for (int i = 0; i < N_MODELS; i++)
+    printf("model %d: %s: %d experts top %d, expert_hidden %d, %d shared; active parameters per token %.3f M "
+           "(%.2fx the first's), whole model %.2f M\n", i, inis[i], mc[i].experts, mc[i].topk,
+           mc[i].expert_hidden, mc[i].shared_experts, active[i] / 1e6, active[i] / active[0], whole[i] / 1e6);
+  char root[64] = "/tmp/lh-bench-experts-XXXXXX", dir[300];
+  if (!mkdtemp(root)) return 1;
+  rank_result res[N_MODELS][MAX_P + 1];
+  int ok[N_MODELS][MAX_P + 1] = {{0}}, failed = 0;
+  for (int P = 1; P <= MAX_P; P++) {
+    if (P > 1 && !mpi) {
+      printf("P = %d: skipped (%s)\n", P, lh_learner_comm_mpi_built() ? "mpirun not found" : "built without MPI");
+      continue;
+    }
+    for (int i = 0; i < N_MODELS; i++) {
+      lh_errbuf e;
+      snprintf(dir, sizeof dir, "%s/m%d-P%d", root, i, P);
+      if (write_stores(dir, &mc[i], P, steps, episodes, tokens, &e)) {
+        fprintf(stderr, "bench_experts: stores: %s\n", e.msg);
+        failed = 1;
+        continue;
+      }
+      if (run_ranks(self, dir, inis[i], P, steps, episodes, tokens, mpi) || ranks_mean(dir, P, &res[i][P])) {
+        fprintf(stderr, "bench_experts: model %d at P = %d failed\n", i, P);
+        failed = 1;
+        continue;
+      }
+      ok[i][P] = 1;
+    }
+  }
+  printf("time per step, ms (mean over the ranks and the measured steps; share of the step):\n");
+  printf("  %-16s %2s %8s %8s %7s | %15s %15s %15s %15s\n", "model", "P", "step", "cpu", "vs 16", "route",
+         "exchange", "experts", "rest");
+  for (int P = 1; P <= MAX_P; P++)
+    for (int i = 0; i < N_MODELS; i++) {
+      if (!ok[i][P]) continue;
+      const rank_result *x = &res[i][P];
+      char name[32], ratio[16] = "-";
+      snprintf(name, sizeof name, "%d x top %d", mc[i].experts, mc[i].topk);
+      if (ok[0][P]) snprintf(ratio, sizeof ratio, "%.2fx", x->step_ms / res[0][P].step_ms);
+      double rest = x->step_ms - x->route_ms - x->exchange_ms - x->experts_ms;
+      printf("  %-16s %2d %8.1f %8.1f %7s | %7.1f (%4.1f%%) %7.1f (%4.1f%%) %7.1f (%4.1f%%) %7.1f (%4.1f%%)\n", name,
+             P, x->step_ms, x->cpu_ms, ratio, x->route_ms, 100 * x->route_ms / x->step_ms, x->exchange_ms,
+             100 * x->exchange_ms / x->step_ms, x->experts_ms, 100 * x->experts_ms / x->step_ms, rest,
+             100 * rest / x->step_ms);
+    }
+  for (int P = 1; P <= MAX_P; P++)
+    if (ok[0][P] && ok[1][P])
+      printf("step_ratio P=%d %.2f (%d experts against %d, same run%s)\n", P,
+             res[1][P].step_ms / res[0][P].step_ms, mc[1].experts, mc[0].experts, P == 1 ? "; target <= 1.5" : "");
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  if (system(cmd)) fprintf(stderr, "bench_experts: could not remove %s\n", root);
+  return failed;
+}
