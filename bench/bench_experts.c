@@ -231,7 +231,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   lh_log_set_level(LH_LOG_WARN);
-  if (argc == 9 && !strcmp(argv[1], "--worker")) {
+  if (argc == 8 && !strcmp(argv[1], "--worker")) {
     int P = positive(argv[4], MAX_P), steps = positive(argv[5], 1000), ep = positive(argv[6], 4096);
     int tok = positive(argv[7], 1 << 20);
     if (P < 0 || steps < 2 || ep < 0 || tok < 0) return usage();
