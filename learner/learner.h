@@ -244,6 +244,10 @@ int lh_learner_config_read(const lh_ini_doc *doc, lh_learner_config *cfg, lh_err
  * allow-list a file or folder of keys with at least one. 0, or a config
  * error's code naming the key. */
 int lh_learner_config_check_keys(const lh_learner_config *cfg, lh_errbuf *err);
+/* Appends the reference of [learner] (every key: its values, default and
+ * doc, from the reader's table; common/ini_section.h) in Markdown to out:
+ * 0, LH_ENOMEM, or LH_EINVAL naming a key without a doc. */
+int lh_learner_config_reference(lh_str *out, lh_errbuf *err);
 /* Loads the defaults, then the [learner] section of the file at path. */
 int lh_learner_config_load(const char *path, lh_learner_config *cfg, lh_errbuf *err);
 /* The same from INI text in memory; source names it in messages. */

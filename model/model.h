@@ -14,6 +14,7 @@
 
 #include "common/common.h"
 #include "common/ini_doc.h"
+#include "common/str.h"
 #include "kernels/kernels.h"
 
 /* ---- tokens (ARCHITECTURE.md §4 "Tokens") ---------------------------------------- */
@@ -68,6 +69,10 @@ typedef struct {
 
 /* The demo model of ARCHITECTURE.md §4. */
 void lh_model_config_default(lh_model_config *cfg);
+/* Appends the reference of [model] (every key: its values, default and
+ * doc, from the reader's table; common/ini_section.h) in Markdown to out:
+ * 0, LH_ENOMEM, or LH_EINVAL naming a key without a doc. */
+int lh_model_config_reference(lh_str *out, lh_errbuf *err);
 /* Checks ranges and divisibility (d_model % heads, topk <= experts, ...);
  * LH_EMODEL_CONFIG_VALUE with the key named in err. */
 int lh_model_config_validate(const lh_model_config *cfg, lh_errbuf *err);
