@@ -49,7 +49,7 @@ static const lh_ini_key keys[] = {
                    "starts as the identity; its tails (the last W - 1 rows) are part of the state a window "
                    "carries and a segment's `state` holds."),
     /* the tokenizer's ids, no more: an id past them could be sampled and
-     * never written as text (ARCHITECTURE.md §4) */
+     * never written as text (docs/model.md) */
     LH_INI_KEY_U64(T, vocab, LH_TOK_VOCAB, LH_TOK_VOCAB,
                    "The byte-level tokenizer's ids (256 bytes and 8 special tokens), and no other value."),
     LH_INI_KEY_U64(T, patch, 1, 1024,

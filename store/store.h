@@ -3,7 +3,7 @@
  * One file in WAL mode holds the runs, the policy versions the learner
  * published, every episode (a row per episode, its segments' payloads and
  * its reward terms) and the learner's per-step metrics. The schema is
- * documented in README.md so that a user can query the file with sqlite3.
+ * documented in docs/store.md (longhaul help store) so that a user can query the file with sqlite3.
  *
  * Writers (learners) open it read-write; lh_store_open creates a new file
  * or migrates an older schema in place. Readers (the `replay` commands)
