@@ -53,7 +53,7 @@ test-valgrind: build
 	./scripts/valgrind-tests.sh $(BUILD)
 
 # A tiny fleet through a private Slurm (munged, slurmctld, slurmd) on this
-# machine: `longhaul launch --slurm` (README.md, "Slurm"). Also the ctest
+# machine: `longhaul launch --slurm` (docs/operations.md, "Slurm"). Also the ctest
 # entry test_slurm; exits 77 (skipped) without Slurm or when not root.
 test-slurm: build
 	./scripts/test-slurm.sh $(BUILD)

@@ -24,6 +24,7 @@
 
 #include "common/common.h"
 #include "common/ini_doc.h"
+#include "common/str.h"
 #include "envs/env.h"
 #include "model/model.h"
 
@@ -79,6 +80,10 @@ typedef struct {
 } lh_actors_config;
 
 void lh_actors_config_default(lh_actors_config *cfg);
+/* Appends the reference of [actor] and [env] (every [actor] key from the
+ * reader's table, common/ini_section.h) in Markdown to out: 0, LH_ENOMEM,
+ * or LH_EINVAL naming a key without a doc. */
+int lh_actors_config_reference(lh_str *out, lh_errbuf *err);
 /* Reads the defaults, then the [actor] and [env] sections of doc
  * (common/ini_doc.h): curve_*_key_file and [env] plugin resolved against
  * their file's folder; learner_endpoint, weights_pub_endpoint and

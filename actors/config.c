@@ -15,34 +15,85 @@
 #include "common/ini_section.h"
 #include "common/limits.h"
 
+/* Every key of [actor], with what it does: the reader, its "known keys"
+ * hint and the reference (docs/configuration.md) walk this one table. */
 #define T lh_actors_config
 static const lh_ini_key KEYS[] = {
-    LH_INI_KEY_U64(T, batch, 1, 65536),
-    LH_INI_KEY_F64(T, temperature, 0, 1e6, LH_INI_CLOSED),
-    LH_INI_KEY_F64(T, top_p, 0, 1, LH_INI_OPEN_MIN),
-    LH_INI_KEY_U64(T, seed, 0, INFINITY),
-    LH_INI_KEY_U64(T, segment_tokens, 1, 65536),
-    LH_INI_KEY_U64(T, outbox_messages, 1, LH_MAX_QUEUE_MESSAGES),
-    LH_INI_KEY_U64(T, outbox_bytes, 1, LH_MAX_BYTES),
-    LH_INI_KEY_U64(T, resend_timeout_ms, 1, LH_MAX_TIMEOUT_MS),
-    LH_INI_KEY_U64(T, heartbeat_ms, 1, LH_MAX_TIMEOUT_MS),
-    LH_INI_KEY_U64(T, blas_threads, 1, 256),
-    LH_INI_KEY_U64(T, group_size, 1, LH_MAX_GROUP_SIZE),
-    LH_INI_KEY_STR(T, learner_endpoint, 0),
-    LH_INI_KEY_STR(T, weights_pub_endpoint, 0),
-    LH_INI_KEY_STR(T, weights_endpoint, 0),
-    LH_INI_KEY_PATH(T, curve_secret_key_file, 0),
-    LH_INI_KEY_PATH(T, curve_server_key_file, 0),
-    LH_INI_KEY_U64(T, max_context, 0, LH_MAX_COUNT),
-    LH_INI_KEY_U64(T, max_steps, 0, 1000000000),
-    LH_INI_KEY_U64(T, flush_timeout_ms, 1, LH_MAX_TIMEOUT_MS),
-    LH_INI_KEY_U64(T, record_routing, 0, 1),
-    LH_INI_KEY_U64(T, state_interval, 0, LH_MAX_COUNT),
-    LH_INI_KEY_U64(T, share_prefix, 0, 1),
-    LH_INI_KEY_U64(T, beyond_context, 0, 1),
-    LH_INI_KEY_U64(T, max_episode_tokens, 2, LH_MAX_COUNT),
-    LH_INI_KEY_U64(T, weights_zstd, 0, 1),
-    LH_INI_KEY_STR(T, stage_option, 0),
+    LH_INI_KEY_U64(T, batch, 1, 65536, "Episodes the actor runs at once, their decode steps batched."),
+    LH_INI_KEY_F64(T, temperature, 0, 1e6, LH_INI_CLOSED,
+                   "Sampling temperature (0: greedy). The learner's forward uses the same temperature."),
+    LH_INI_KEY_F64(T, top_p, 0, 1, LH_INI_OPEN_MIN, "Nucleus sampling: the smallest set of tokens holding this "
+                   "much probability (1: every token)."),
+    LH_INI_KEY_U64(T, seed, 0, INFINITY, "Mixed with the actor's index into its sampling and task seeds."),
+    LH_INI_KEY_U64(T, segment_tokens, 1, 65536,
+                   "Positions per segment: a segment is sent as soon as it holds this many."),
+    LH_INI_KEY_U64(T, outbox_messages, 1, LH_MAX_QUEUE_MESSAGES,
+                   "Messages kept until acked; a full outbox pauses sampling."),
+    LH_INI_KEY_U64(T, outbox_bytes, 1, LH_MAX_BYTES, "Bytes kept until acked; a full outbox pauses sampling."),
+    LH_INI_KEY_U64(T, resend_timeout_ms, 1, LH_MAX_TIMEOUT_MS,
+                   "A message not acked by then goes again, the wait doubling per silent round; the actor "
+                   "warns, at most once per 5 s, while it resends. An endpoint whose ZMTP/CURVE handshake has "
+                   "not completed within it, from the start or since its connection ended, is warned about, "
+                   "again at most once per 5 s or `resend_timeout_ms`, whichever is longer (`cannot reach the "
+                   "learner endpoint=... for 5017 ms unacked=1024 ...`, saying whether nothing accepted a "
+                   "connection, no handshake completed, the handshake was refused or the peer went away); one "
+                   "line says when such an endpoint is reached (`reached the learner endpoint=... after N ms "
+                   "unreachable`)."),
+    LH_INI_KEY_U64(T, heartbeat_ms, 1, LH_MAX_TIMEOUT_MS,
+                   "Between Heartbeats (the learner stores them in `actor_heartbeats`; the launcher's watchdog "
+                   "reads them)."),
+    LH_INI_KEY_U64(T, blas_threads, 1, 256,
+                   "The actor's compute team (OpenMP threads, OpenBLAS single-threaded on each), set whatever "
+                   "`OMP_NUM_THREADS` or `OPENBLAS_NUM_THREADS` say."),
+    LH_INI_KEY_U64(T, group_size, 1, LH_MAX_GROUP_SIZE,
+                   "Episodes per task seed (a group); equal to `[learner] group_size`."),
+    LH_INI_KEY_STR(T, learner_endpoint, 0,
+                   "The learner's ingest; when not given, `[learner] ingest_endpoint` (an error when that binds "
+                   "a wildcard host, `tcp://*:P`, `tcp://0.0.0.0:P` or `tcp://[::]:P`). With `[learner] "
+                   "ingest_endpoints`, entry `--learner-rank` of it instead."),
+    LH_INI_KEY_STR(T, weights_pub_endpoint, 0,
+                   "Where version announcements come from; when not given, `[learner] weights_pub_endpoint`. "
+                   "`none` turns weight updates off."),
+    LH_INI_KEY_STR(T, weights_endpoint, 0,
+                   "Where chunks are fetched; when not given, `[learner] weights_endpoint`."),
+    LH_INI_KEY_PATH(T, curve_secret_key_file, 0,
+                    "This actor's CURVE secret key (`NAME.key`); with `curve_server_key_file` its sockets are "
+                    "CURVE clients of the learner, whose allow-list must hold its public key."),
+    LH_INI_KEY_PATH(T, curve_server_key_file, 0, "The learner's public key (`NAME.pub`)."),
+    LH_INI_KEY_U64(T, max_context, 0, LH_MAX_COUNT,
+                   "Tokens per episode (0: no limit of the actor's own; the learner refuses an episode past its "
+                   "`max_episode_tokens`); an episode that reaches it ends as truncated, unless "
+                   "`beyond_context`. A context-extension stage caps it at the stage's."),
+    LH_INI_KEY_U64(T, max_steps, 0, 1000000000,
+                   "Environment steps per episode (0: the environment's default)."),
+    LH_INI_KEY_U64(T, flush_timeout_ms, 1, LH_MAX_TIMEOUT_MS,
+                   "Asked to stop, the actor ends its open episodes as aborted and waits this long for its "
+                   "outbox to be acked."),
+    LH_INI_KEY_U64(T, record_routing, 0, 1,
+                   "1: record each sampled token's experts per layer in its segment, for `[learner] "
+                   "routing_replay`."),
+    LH_INI_KEY_U64(T, state_interval, 0, LH_MAX_COUNT,
+                   "Tokens between the recurrent states sent with the segments, for `[learner] state_mode = "
+                   "stored` (0: none). At least `segment_tokens`, best a multiple of it: one segment carries "
+                   "at most one state, so a smaller interval is refused."),
+    LH_INI_KEY_U64(T, share_prefix, 0, 1,
+                   "1: the episodes of a group share the prefill of their common first observation: the first "
+                   "to start prefills it, the others take its recurrent state, and their segments name its "
+                   "episode for those tokens, so the prefix crosses the wire and lands in the store once "
+                   "([shared prefixes](actors.md#shared-prefixes)); 0: each prefills its own."),
+    LH_INI_KEY_U64(T, beyond_context, 0, 1,
+                   "1: neither `max_context` nor the stage's ends an episode, they only size the environment, "
+                   "and it runs until the environment ends it, `max_steps`, or `max_episode_tokens`."),
+    LH_INI_KEY_U64(T, max_episode_tokens, 2, LH_MAX_COUNT,
+                   "The cap under `beyond_context`; keep it within the learner's."),
+    LH_INI_KEY_U64(T, weights_zstd, 0, 1,
+                   "1 lets weights chunks come zstd-compressed where that makes them 1/16 smaller: trained "
+                   "float32 weights shrink by about 7%, and the learner's service thread pays the compression "
+                   "once per version, so turn it on where the network out of rank 0, not the learner's CPU, is "
+                   "the limit (`bench_sync_delta`)."),
+    LH_INI_KEY_STR(T, stage_option, 0,
+                   "The `[env]` option that sizes long episodes to a context-extension stage (e.g. needle's "
+                   "`tokens`): a long group gets it set to 3/4 of the stage's `max_context`."),
 };
 #undef T
 
@@ -128,6 +179,24 @@ static const lh_ini_section SECTION = {
     .name = "actor", .keys = KEYS, .n_keys = sizeof KEYS / sizeof KEYS[0],
     .unknown_key_error = LH_EACTORS_CONFIG_UNKNOWN_KEY, .duplicate_error = LH_EACTORS_CONFIG_DUPLICATE,
     .value_error = LH_EACTORS_CONFIG_VALUE, .syntax_error = LH_EACTORS_CONFIG_FILE, .other = on_other_key};
+
+int lh_actors_config_reference(lh_str *out, lh_errbuf *err) {
+  lh_actors_config defaults;
+  lh_actors_config_default(&defaults);
+  int rc = lh_ini_section_reference(&SECTION, &defaults, out, err);
+  if (rc == 0)
+    rc = lh_str_printf(out,
+                       "## [env]\n\n"
+                       "- **`name`**: the environment the actors play; default `%s`. A built-in one (`calc`, "
+                       "`needle`, `maze`), a plugin's or an env server's (`longhaul envs list`).\n"
+                       "- every other key is an option for the environment, which refuses the ones it does not "
+                       "know (`longhaul envs describe NAME` lists them; [envs/README.md](../envs/README.md)). "
+                       "`plugin` is a path, resolved against the folder of the file it is written in. At most "
+                       "%d options, keys under %d bytes and values under %d bytes.\n\n",
+                       defaults.env_name, LH_ACTORS_ENV_OPTIONS, LH_ACTORS_ENV_NAME_BYTES, LH_ACTORS_ENDPOINT_BYTES);
+  if (rc == LH_ENOMEM) return lh_errbuf_set(err, rc, "config reference: no memory for [env]");
+  return rc;
+}
 
 /* A bind address every interface answers on, which no actor can connect
  * to: tcp:// with host "*", 0.0.0.0 or [::]. */

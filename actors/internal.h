@@ -62,7 +62,7 @@ int lh_actors_rng_load(lh_actors_rng *r, const uint8_t in[LH_ACTORS_RNG_STATE_BY
  * learner must divide its logits by the same temperature before its
  * log-softmax, and then it computes this number up to float rounding (at
  * T = 1 it is the model's own log p; the sampler works in double and rounds
- * once, well inside ARCHITECTURE.md §5's 1e-5). The nucleus is a sampling heuristic, not part of the
+ * once, well inside docs/learner.md's 1e-5). The nucleus is a sampling heuristic, not part of the
  * policy being trained; `sample_logp` is the log-probability the token was
  * actually drawn with (nucleus renormalised), for diagnostics. For T = 0,
  * `logp` is the log-softmax at temperature 1 and `sample_logp` is 0. */
@@ -135,14 +135,14 @@ int lh_actors_segmenter_push(lh_actors_segmenter *s, uint32_t token, int sampled
                       uint32_t version, const uint32_t *experts, lh_errbuf *err);
 
 /* Places an image at the offset of the next token pushed (the <img> token
- * that precedes its patches, ARCHITECTURE.md §4); pixels (width*height*channels
+ * that precedes its patches, docs/model.md); pixels (width*height*channels
  * bytes, HWC) are copied. An image must be followed by a token before
  * lh_actors_segmenter_finish. */
 int lh_actors_segmenter_push_image(lh_actors_segmenter *s, uint32_t width, uint32_t height, uint32_t channels,
                             const uint8_t *pixels, lh_errbuf *err);
 
 /* Hands in the model's recurrent state after the first offset tokens of the
- * episode (n floats, copied; ARCHITECTURE.md §5 "Stored state"). It goes
+ * episode (n floats, copied; docs/learner.md "Stored state"). It goes
  * with the segment that holds token offset (Segment.state and
  * state_offset), the first one given for that segment; a state at an
  * offset already cut, or not after the last one given, is ignored. The
@@ -151,7 +151,7 @@ int lh_actors_segmenter_push_image(lh_actors_segmenter *s, uint32_t width, uint3
 int lh_actors_segmenter_set_state(lh_actors_segmenter *s, uint64_t offset, const float *state, size_t n,
                                   lh_errbuf *err);
 
-/* Starts the episode from a group's shared prefix (ARCHITECTURE.md §6
+/* Starts the episode from a group's shared prefix (docs/actors.md
  * "Shared prefixes"): its first prefix_tokens tokens are those of episode
  * prefix_episode, sent there, so this one's first segment starts at offset
  * prefix_tokens, and every segment and the EpisodeEnd name the prefix
@@ -400,7 +400,7 @@ typedef struct {
   uint64_t state_interval;
   /* With share_prefix (and group_size > 1), the members of a group share
    * the prefill of their common first observation: the first to start
-   * prefills it, the others take its state (ARCHITECTURE.md §6 "Shared
+   * prefills it, the others take its state (docs/actors.md "Shared
    * prefixes"), and their segments name its episode for those tokens. */
   int share_prefix;
   /* With beyond_context, neither max_context nor the stage's ends an

@@ -47,7 +47,7 @@ typedef struct {
   int share;             /* the prefix_share it leads or waits for; -1: none */
 } row;
 
-/* A group's shared prefix (ARCHITECTURE.md §6 "Shared prefixes"). The
+/* A group's shared prefix (docs/actors.md "Shared prefixes"). The
  * episodes of a group play one task, so their first observations are the
  * same tokens: the first member to start (the leader) prefills them, and
  * the others take the recurrent state and next-token distribution it
@@ -453,7 +453,7 @@ static int push_new(lh_actors_runner *r, row *w, size_t n, lh_errbuf *err) {
   return drain_segments(r, w, err);
 }
 
-/* The state hook (ARCHITECTURE.md §5 "Stored state"): called after every
+/* The state hook (docs/learner.md "Stored state"): called after every
  * feed, decode step or prefill piece, with fed the tokens the model has
  * taken; when a state is due ([actor] state_interval), the row's
  * recurrent state after those tokens goes to its segmenter, which sends

@@ -88,7 +88,7 @@ static int push_text(lh_actors_transcript *t, const char *text, size_t bytes, in
 }
 
 /* An image of any size goes in padded with black on the right and at the
- * bottom to the next multiple of the patch (ARCHITECTURE.md §4 "Inputs"):
+ * bottom to the next multiple of the patch (docs/model.md "Inputs"):
  * the pixels kept, and the segment's copy, are the padded image, so the
  * learner sees what the actor's model saw. LH_EACTORS_IMAGE when it has no
  * pixels, 1 or 3 channels, or more patches than max_patches. */

@@ -1,4 +1,4 @@
-/* Experts across ranks (ARCHITECTURE.md §5, "Experts across ranks"): what
+/* Experts across ranks (docs/learner.md, "Experts across ranks"): what
  * [learner] expert_parallel = P costs and saves per learner rank, on a
  * model whose routed experts are nearly all of its weights (d_model 64, 2
  * layers, latent 32, expert_hidden 64) at 256 experts top 8 and 1024

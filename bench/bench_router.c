@@ -1,4 +1,4 @@
-/* The router at scale (ARCHITECTURE.md §4 "MoE" and "Balancing"), from one
+/* The router at scale (docs/model.md "MoE" and "Balancing"), from one
  * run, each figure next to its reference:
  *  1. routing time per token at 1024 experts top 16 against 16 experts top
  *     2 (the demo), the router's logits (matmul from the latent, r = 64)

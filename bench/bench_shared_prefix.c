@@ -1,5 +1,5 @@
-/* bench_shared_prefix: what sharing a group's prefix saves (ARCHITECTURE.md
- * §6 "Shared prefixes"), each figure against its reference from the same
+/* bench_shared_prefix: what sharing a group's prefix saves (docs/actors.md
+ * "Shared prefixes"), each figure against its reference from the same
  * run, through the real runner, store and trainer.
  *
  *   bench_shared_prefix [--tokens T] [--group G] [--model MODEL.ini]

@@ -1,5 +1,5 @@
 /* bench_state: what a learner step costs per policy token, and how far its
- * log-probabilities stray, in each [learner] state_mode (ARCHITECTURE.md §5
+ * log-probabilities stray, in each [learner] state_mode (docs/learner.md
  * "Stored state"), through the real trainer over a real SQLite store.
  *
  *   bench_state --tokens T --policy P [--episodes E] [--window W]

@@ -16,7 +16,7 @@
 # The reference, measured in the same run with the learner's own BLAS
 # threads: bench_model's training step of the same model at train_window
 # tokens. Then, from these per-process costs, the scaling to 64 actors and
-# 8 learners on paper (README, "Scaling"). Flat groups are trained too
+# 8 learners on paper (docs/benchmarks.md, "Scaling on paper"). Flat groups are trained too
 # ([learner] skip_flat_groups = false): a fresh model's are all flat, and
 # what is measured is the learner's work.
 set -euo pipefail

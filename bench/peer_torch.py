@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The peer of bench_model: one training step (forward, backward, AdamW) of
-the same model (ARCHITECTURE.md §4) in PyTorch on CPU, written as fast as
+the same model (docs/model.md) in PyTorch on CPU, written as fast as
 PyTorch reasonably runs this math.
 
 Same math as longhaul: byte embedding, pre-norm blocks with chunked linear

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/scale.sh [BUILD]: the seed's sizes, each figure next to its
-# reference from the same run (README.md, "Benchmarks"):
+# reference from the same run (docs/benchmarks.md):
 #
 #   1. bench/scale_memory.sh: the actor's peak resident memory at 64K, 256K
 #      and 1M context tokens against 4K (target <= 1.5x), and the prefill

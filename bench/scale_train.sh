@@ -3,7 +3,7 @@
 # long episodes in stored-state mode, against short episodes (target
 # >= 0.5), with exact recomputation on the long episodes for
 # reference, and how far each mode's log-probabilities stray from exact
-# (ARCHITECTURE.md §5 "Stored state").
+# (docs/learner.md "Stored state").
 #
 # Each figure is one learner step of bench_state (the real trainer over a
 # real SQLite store) on EPISODES episodes of one group whose last POLICY

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/shared_prefix.sh [BUILD]: what sharing a group's prefix saves
-# (ARCHITECTURE.md §6 "Shared prefixes"), each figure against its
+# (docs/actors.md "Shared prefixes"), each figure against its
 # reference from the same run: bench_shared_prefix on needle at
 # LH_PREFIX_TOKENS (65536) tokens with groups of 8, the demo model
 # (examples/model.ini) at its init, one thread on each side. Its last line:

@@ -120,7 +120,7 @@ int lh_cmd_actor(int argc, char **argv) {
   const lh_backend *be = NULL;
   int bx = lh_cli_open_backend("actor", backend, &be);
   if (bx) return bx;
-  /* Chosen, not inherited: [actor] blas_threads (1; README, "Threads"). */
+  /* Chosen, not inherited: [actor] blas_threads (1; docs/operations.md, "Threads are chosen"). */
   if (be->set_threads) be->set_threads(be->context, (int)acfg.blas_threads);
   lh_model *model = NULL;
   if (ckpt) {

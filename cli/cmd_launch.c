@@ -425,7 +425,7 @@ int lh_cmd_launch(int argc, char **argv) {
       {"--engine", LH_CLI_OPT_STRING, &engine, NULL, "local|slurm",
        "slurm: each child is a job step of the allocation it runs in (`srun --ntasks=M --mpi=pmix longhaul "
        "learner`, one `srun --ntasks=1 --overlap longhaul actor` per actor), supervised and restarted as "
-       "below (README.md, \"Slurm\")"},
+       "below (docs/operations.md, \"Slurm\")"},
       {"--dry-run", LH_CLI_OPT_FLAG, &dry_run, NULL, NULL,
        "check everything a launch checks (taking its locks for that moment), print the plan and start "
        "nothing: the learner ranks with their hosts, endpoints and stores, the expert groups of [learner] "

@@ -1,5 +1,5 @@
 /* longhaul score: log-probabilities of a given sequence under a checkpoint
- * (ARCHITECTURE.md §4 "Scoring interface"). */
+ * (docs/model.md "Scoring interface"). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

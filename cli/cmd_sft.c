@@ -1,5 +1,5 @@
 /* longhaul sft: a supervised warm start from an environment's expert
- * (ARCHITECTURE.md §5 "SFT"). Flags, config, wiring, printing and exit
+ * (docs/learner.md, "What a step computes": SFT). Flags, config, wiring, printing and exit
  * codes live here; the demonstrations are actors/ (sft_demos.c, greedy
  * evaluation) and the training loop learner/ (sft.c). */
 #include <errno.h>

@@ -30,6 +30,9 @@ int lh_cmd_report(int argc, char **argv);
 int lh_cmd_actor(int argc, char **argv);
 int lh_cmd_learner(int argc, char **argv);
 int lh_cmd_keys(int argc, char **argv);
+/* `longhaul help config | store` (argv[0] is "help"): the config or store
+ * reference in Markdown (cli/cmd_help.c). */
+int lh_cmd_help_topic(int argc, char **argv);
 
 /* The backend --backend NAME asks for ("cpu" when name is NULL): 0, or the
  * exit code after printing why it cannot be had (an unknown name: usage;

@@ -31,11 +31,13 @@ static void print_commands(FILE *out) {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: longhaul COMMAND [ARGS...]\n"
-          "       longhaul --help | --version\n\n"
+          "       longhaul --help | --version\n"
+          "       longhaul help config | store\n\n"
           "An actor-learner system for reinforcement learning of sparse\n"
           "mixture-of-experts policies on long tool-using episodes.\n\n");
   print_commands(out);
-  fprintf(out, "\nRun 'longhaul COMMAND --help' for a command's options.\n\n"
+  fprintf(out, "\nRun 'longhaul COMMAND --help' for a command's options, 'longhaul help config' for every\n"
+               "config key and 'longhaul help store' for every table of the replay store (Markdown).\n\n"
                "environment:\n"
                "  LH_LOG_LEVEL  debug, info (default), warn, error or off\n"
                "  LH_LOG_TIME   1: every log line starts with its UTC time (ISO 8601); the\n"
@@ -81,6 +83,7 @@ int main(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   const char *name = argv[1];
+  if (strcmp(name, "help") == 0 && argc > 2) return output_written(name, lh_cmd_help_topic(argc - 1, argv + 1));
   if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
     usage(stdout);
     return LH_EXIT_OK;

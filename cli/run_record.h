@@ -1,4 +1,4 @@
-/* cli: a command's run (README, "Run ids"): its run id (--run-id, or a
+/* cli: a command's run (docs/operations.md, "Run ids"): its run id (--run-id, or a
  * new one), its command line, and the runs row that `longhaul sft` and
  * `longhaul eval` write into a replay store beside their evaluations. */
 #ifndef LH_CLI_RUN_RECORD_H

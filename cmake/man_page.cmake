@@ -40,5 +40,5 @@ foreach(c ${commands})
   endif()
 endforeach()
 string(APPEND page ".SH EXIT STATUS\n0 ok, 1 runtime failure, 2 usage or configuration error.\n"
-  ".SH SEE ALSO\nREADME.md and ARCHITECTURE.md of the longhaul sources; pkg-config longhaul-env for plugins.\n")
+  ".SH SEE ALSO\nREADME.md, ARCHITECTURE.md and docs/ of the longhaul sources; longhaul help config and longhaul help store; pkg-config longhaul-env for plugins.\n")
 file(WRITE ${OUT} "${page}")

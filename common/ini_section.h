@@ -16,7 +16,12 @@
  *
  * Keys of other sections are skipped, or handed to the section's `other`
  * callback so that a module can read a second, free-form section in the
- * same pass (the actors' [env]). */
+ * same pass (the actors' [env]).
+ *
+ * Each key carries its documentation, so that the reference of every key
+ * (docs/configuration.md, `longhaul help config`) is printed from the
+ * tables the readers use: its kind and range from the table, its default
+ * from the section's default config, and what it does from its doc. */
 #ifndef LH_INI_SECTION_H
 #define LH_INI_SECTION_H
 
@@ -25,6 +30,7 @@
 
 #include "common/common.h"
 #include "common/ini_doc.h"
+#include "common/str.h"
 
 typedef enum {
   LH_INI_U64,    /* uint64_t, or int when the field is int-sized: decimal digits, in [min, max] */
@@ -38,6 +44,10 @@ typedef enum {
 
 /* The open ends of an F64 range (integers' ranges are closed). */
 enum { LH_INI_CLOSED = 0, LH_INI_OPEN_MIN = 1, LH_INI_OPEN_MAX = 2 };
+
+/* A special kind's value in cfg written as a config would give it (the
+ * reference's default): 0, or -1 when out is too small. */
+typedef int (*lh_ini_format_fn)(const void *cfg, char *out, size_t bytes);
 
 /* A special kind's parser: reads value into the config struct cfg and
  * returns 0, or returns -1 with why set to what is wrong, worded to follow
@@ -55,26 +65,38 @@ typedef struct {
   int allow_empty;        /* STR */
   lh_ini_parse_fn parse;  /* CUSTOM */
   int error;              /* CUSTOM: the code of a bad value; 0 for the section's value_error */
+  lh_ini_format_fn format; /* CUSTOM: the value as text, for the default in the reference */
+  /* What the key does, in Markdown sentences (never NULL or empty: the
+   * reference refuses a key without it). A CUSTOM key's doc says what
+   * form its value takes. */
+  const char *doc;
 } lh_ini_key;
 
-/* Table rows for a key named like its field in the struct type. */
-#define LH_INI_KEY_U64(type, key, lo, hi) \
-  {#key, LH_INI_U64, offsetof(type, key), .min = (lo), .max = (hi), .bytes = sizeof(((type *)0)->key)}
-#define LH_INI_KEY_F64(type, key, lo, hi, open_ends)                                                  \
+/* Table rows for a key named like its field in the struct type, each with
+ * its documentation last. */
+#define LH_INI_KEY_U64(type, key, lo, hi, doc_text)                                                  \
+  {#key, LH_INI_U64, offsetof(type, key), .min = (lo), .max = (hi), .bytes = sizeof(((type *)0)->key), \
+   .doc = (doc_text)}
+#define LH_INI_KEY_F64(type, key, lo, hi, open_ends, doc_text)                                        \
   {#key, LH_INI_F64, offsetof(type, key), .min = (lo), .max = (hi), .open = (open_ends),              \
-   .bytes = sizeof(((type *)0)->key)}
-#define LH_INI_KEY_BOOL(type, key) {#key, LH_INI_BOOL, offsetof(type, key), .min = 0}
-#define LH_INI_KEY_STR(type, key, empty_ok) \
-  {#key, LH_INI_STR, offsetof(type, key), .bytes = sizeof(((type *)0)->key), .allow_empty = (empty_ok)}
-#define LH_INI_KEY_PATH(type, key, empty_ok) \
-  {#key, LH_INI_PATH, offsetof(type, key), .bytes = sizeof(((type *)0)->key), .allow_empty = (empty_ok)}
+   .bytes = sizeof(((type *)0)->key), .doc = (doc_text)}
+#define LH_INI_KEY_BOOL(type, key, doc_text) {#key, LH_INI_BOOL, offsetof(type, key), .min = 0, .doc = (doc_text)}
+#define LH_INI_KEY_STR(type, key, empty_ok, doc_text)                                                 \
+  {#key, LH_INI_STR, offsetof(type, key), .bytes = sizeof(((type *)0)->key), .allow_empty = (empty_ok), \
+   .doc = (doc_text)}
+#define LH_INI_KEY_PATH(type, key, empty_ok, doc_text)                                                 \
+  {#key, LH_INI_PATH, offsetof(type, key), .bytes = sizeof(((type *)0)->key), .allow_empty = (empty_ok), \
+   .doc = (doc_text)}
 /* An enum whose values 0, 1, ... are named by the strings given, in order:
- * LH_INI_KEY_CHOICE(T, loss_norm, "token", "episode"), in a table at file
- * scope (the names are a compound literal, static only there). */
-#define LH_INI_KEY_CHOICE(type, key, ...)                                                     \
+ * LH_INI_KEY_CHOICE(T, loss_norm, "doc", "token", "episode"), in a table
+ * at file scope (the names are a compound literal, static only there). */
+#define LH_INI_KEY_CHOICE(type, key, doc_text, ...)                                           \
   {#key, LH_INI_CHOICE, offsetof(type, key), .bytes = sizeof(((type *)0)->key),             \
-   .names = (const char *const[]){__VA_ARGS__, NULL}}
-#define LH_INI_KEY_CUSTOM(key, parse_fn, code) {#key, LH_INI_CUSTOM, 0, .parse = (parse_fn), .error = (code)}
+   .names = (const char *const[]){__VA_ARGS__, NULL}, .doc = (doc_text)}
+/* A key of its own form: parse_fn reads it, format_fn (may be NULL, then
+ * the doc gives the default) writes it back for the reference. */
+#define LH_INI_KEY_CUSTOM(key, parse_fn, code, format_fn, doc_text) \
+  {#key, LH_INI_CUSTOM, 0, .parse = (parse_fn), .error = (code), .format = (format_fn), .doc = (doc_text)}
 
 /* Checks value against key k (any kind but PATH, whose value is resolved
  * against the file it was written in) and stores it in cfg: 0, or -1 with
@@ -140,5 +162,14 @@ int lh_ini_later_line(const lh_ini_section *sec, const lh_ini_lines *lines, cons
  * section's file ("config") when neither was given. */
 void lh_ini_later_where(const lh_ini_section *sec, const lh_ini_lines *lines, const char *a, const char *b,
                         char *out, size_t bytes);
+
+/* Appends the reference of section sec to out, in Markdown: a heading
+ * "## [name]" and, per key in the table's order, a list item with its
+ * name, what values it takes (from its kind and bounds), its default (its
+ * value in defaults, a config as the section's reader starts from) and
+ * its doc. Returns 0; LH_ENOMEM; or LH_EINVAL with err naming the section
+ * and key when a key has no doc, or a table that cannot be described
+ * (an unknown kind, a CUSTOM key's format failing). */
+int lh_ini_section_reference(const lh_ini_section *sec, const void *defaults, lh_str *out, lh_errbuf *err);
 
 #endif

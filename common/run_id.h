@@ -1,5 +1,5 @@
 /* common: run ids, the name every process of one training run shares
- * (README, "Run ids"). The learner makes one (or is given one with
+ * (docs/operations.md, "Run ids"). The learner makes one (or is given one with
  * --run-id), writes it into the store's rows and answers each actor by it;
  * an actor given one sends it with every message, so that a stale actor of
  * another run is refused before anything of it is stored. */

@@ -20,7 +20,7 @@
  *   (what it needs from the forward, e.g. the MoE cache, is passed in).
  * - Nothing here keeps global state. The CPU backend's threads are one
  *   OpenMP team per process, sized per backend instance by set_threads;
- *   OpenBLAS's own pool is kept at one thread (ARCHITECTURE.md §4.2).
+ *   OpenBLAS's own pool is kept at one thread (docs/model.md "CPU threads, exp and scratch").
  *
  * The table is versioned like ggml's backend and SQLite's VFS: fields are
  * only ever appended at the end and `version` says how many exist, so code
@@ -56,7 +56,7 @@ int lh_kernels_cuda_load(lh_errbuf *err);
  * takes. */
 #define LH_CHUNK_MAX 256
 
-/* RMSNorm epsilon of the model (ARCHITECTURE.md §4). */
+/* RMSNorm epsilon of the model (docs/model.md). */
 #define LH_RMSNORM_EPS 1e-6f
 
 /* AdamW hyper-parameters of one step. step is 1-based (bias correction uses
@@ -301,7 +301,7 @@ struct lh_backend {
                     size_t n, const lh_adamw_params *p, int decay);
 
   /* ---- appended in version 1 (new fields go below, never above) -------- */
-  // The conventional balancing loss of balance = aux (ARCHITECTURE.md §4), for
+  // The conventional balancing loss of balance = aux (docs/model.md), for
   // comparison with the bias rules. affinity is (N,E) from moe_route_forward,
   // load is (E), the fraction of routed (token, slot) pairs per expert, held
   // constant; p = affinity normalised over experts per token:
@@ -355,8 +355,8 @@ void lh_backend_close(const lh_backend *b);
  * naming what failed and what to do. */
 int lh_backend_by_name(const char *name, const lh_backend **out, lh_errbuf *err);
 
-/* The CPU team's idle members sleep rather than spin (ARCHITECTURE.md
- * §4.2): on shared cores a spinning member takes the core its partner
+/* The CPU team's idle members sleep rather than spin (docs/model.md,
+ * "CPU threads, exp and scratch"): on shared cores a spinning member takes the core its partner
  * waits for. libgomp reads OMP_WAIT_POLICY when the process loads, before
  * main, so a program calls this first thing in main: when the variable is
  * not set it sets PASSIVE and runs the program again (execv of

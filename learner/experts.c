@@ -1,4 +1,4 @@
-/* learner: experts across ranks (ARCHITECTURE.md §5, "Experts across
+/* learner: experts across ranks (docs/learner.md, "Experts across
  * ranks"). With [learner] expert_parallel = P the R ranks form R / P groups
  * of P consecutive ranks; rank g P + s holds shard s of every MoE layer's
  * routed experts (model/expert_parallel.c moves the tokens within the

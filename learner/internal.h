@@ -116,7 +116,7 @@ typedef struct {
   double ratio_max;       /* largest r (the importance weight before truncation) */
   double approx_kl;       /* mean of (r - 1) - log r: KL(behaviour || learner), the k3 estimator */
   size_t current_tokens;  /* sampled tokens whose version is current_version */
-  double logp_diff_mean;  /* mean |logp - behavior_logp| over those (ARCHITECTURE.md §5 alignment) */
+  double logp_diff_mean;  /* mean |logp - behavior_logp| over those (docs/learner.md, "What a step computes": alignment) */
   double logp_diff_max;
 } lh_learner_ppo_stats;
 
@@ -257,7 +257,7 @@ void lh_learner_episode_broadcast(const lh_learner_episode *ep, float advantage,
 /* The positions of the episode's images' patches (model patch side patch),
  * one span per image into out (ep->n_images entries); returns how many.
  * The training windows are cut with lh_model_window_end over them
- * (ARCHITECTURE.md §4 "Windows"): train_window tokens each, moved off an
+ * (docs/model.md "Windows"): train_window tokens each, moved off an
  * image so that every image lies whole in one window. */
 size_t lh_learner_episode_spans(const lh_learner_episode *ep, uint32_t patch, lh_model_span *out);
 
@@ -372,7 +372,7 @@ uint64_t lh_learner_batcher_discarded(const lh_learner_batcher *b);
 
 /* ---- the ingest's peers (learner/peers.c) ---------------------------------
  * Names bound to connections, and the episodes each name may keep open
- * (ARCHITECTURE.md §1, and §5 "What gets in" and "Back-pressure").
+ * (ARCHITECTURE.md §1, and docs/learner.md "What gets in" and "Back-pressure").
  *
  * A name is bound to the connection (ROUTER routing id) that said Hello
  * under it, and under CURVE to that connection's public key; a Segment,
@@ -763,7 +763,7 @@ void lh_learner_publisher_set_queue_cap(lh_learner_publisher *p, uint64_t bytes)
  * serve chunks), the sweep of episodes whose actor is gone, all on their
  * own thread with their own connection to the store. An ack thus waits for
  * its commit only, and a fetch for its chunks only, whatever a training
- * step is doing (ARCHITECTURE.md, "The learner process").
+ * step is doing (docs/learner.md, "The learner process").
  *
  * The training thread talks to it through calls that are each
  * thread-safe: lh_learner_service_take (episode ids newly stored, which may

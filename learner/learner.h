@@ -89,7 +89,7 @@ typedef struct {
 /* The largest [learner] expert_parallel. */
 #define LH_LEARNER_MAX_EXPERT_PARALLEL 4096
 
-/* One context-extension stage (README, "Context-extension stages"):
+/* One context-extension stage (docs/operations.md, "Context-extension stages"):
  * `MAX_CONTEXT key=value ...`. A stage advances by what it has trained of
  * its own episodes (learner/stage.c), never by learner steps: every stage
  * but the last gives episodes= or tokens= (both: both must be reached),
@@ -110,8 +110,8 @@ typedef struct {
 typedef enum { LH_LEARNER_STATE_EXACT = 0, LH_LEARNER_STATE_STORED = 1 } lh_learner_state_mode;
 const char *lh_learner_state_mode_name(lh_learner_state_mode mode);
 
-/* How the policy loss weighs its tokens (ARCHITECTURE.md, "A training
- * step"): token, a mean over every sampled token of the step (a long
+/* How the policy loss weighs its tokens (docs/learner.md, "What a step
+ * computes"): token, a mean over every sampled token of the step (a long
  * episode weighs more); episode, each episode's tokens averaged first and
  * the episodes then averaged, so every episode weighs the same whatever
  * its length. */
@@ -164,8 +164,8 @@ typedef struct {
    * fills from other groups; counted in train_steps.flat_groups. No effect
    * under reinforce, whose advantages are against a running mean. (true) */
   int skip_flat_groups;
-  /* Where a training window's attention state comes from (ARCHITECTURE.md
-   * §5 "Stored state"): exact recomputes the whole prefix under the current
+  /* Where a training window's attention state comes from (docs/learner.md
+   * "Stored state"): exact recomputes the whole prefix under the current
    * weights; stored starts from the nearest state the actor sent
    * (Segment.state) at least burn_in tokens before the window and re-runs
    * only those tokens, without gradient, and trains only the windows that
@@ -223,7 +223,7 @@ typedef struct {
    * chunks that changed, so smaller chunks send less of a model with
    * frozen parts, at more messages per version. */
   uint64_t weights_chunk_bytes;   /* 4096..16 MiB (1 MiB) */
-  /* Expert parallelism (README, "Expert parallelism"): the R learner ranks
+  /* Expert parallelism (docs/operations.md, "Expert parallelism"): the R learner ranks
    * form groups of P consecutive ranks (ranks gP .. gP+P-1), each rank of
    * a group holding experts/P of every MoE layer's routed experts; R and
    * [model] experts must be multiples of P (lh_learner_expert_parallel_check). */
@@ -244,6 +244,10 @@ int lh_learner_config_read(const lh_ini_doc *doc, lh_learner_config *cfg, lh_err
  * allow-list a file or folder of keys with at least one. 0, or a config
  * error's code naming the key. */
 int lh_learner_config_check_keys(const lh_learner_config *cfg, lh_errbuf *err);
+/* Appends the reference of [learner] (every key: its values, default and
+ * doc, from the reader's table; common/ini_section.h) in Markdown to out:
+ * 0, LH_ENOMEM, or LH_EINVAL naming a key without a doc. */
+int lh_learner_config_reference(lh_str *out, lh_errbuf *err);
 /* Loads the defaults, then the [learner] section of the file at path. */
 int lh_learner_config_load(const char *path, lh_learner_config *cfg, lh_errbuf *err);
 /* The same from INI text in memory; source names it in messages. */

@@ -1,6 +1,6 @@
 /* learner: the ingest's peers: which connection speaks in which actor's
  * name, and the episodes each name may keep open (ARCHITECTURE.md §1, and
- * §5 "What gets in" and "Back-pressure"; learner/internal.h says what
+ * docs/learner.md "What gets in" and "Back-pressure"; learner/internal.h says what
  * each call promises).
  *
  * Names live in a fixed table, so that no flood of names or connections

@@ -1,5 +1,5 @@
 /* learner: the learner process from top to bottom (learner.h, "the
- * learner process"; ARCHITECTURE.md, "The learner process").
+ * learner process"; docs/learner.md, "The learner process").
  *
  * Two threads. The service thread (learner/service.c) owns every socket
  * and a store connection of its own: it stores and acks, serves weights
@@ -287,7 +287,7 @@ static int read_config(const lh_ini_doc *given, int reread, const char *config, 
   return rc;
 }
 
-/* The run this learner serves (README, "Run ids"): --run-id; else, when
+/* The run this learner serves (docs/operations.md, "Run ids"): --run-id; else, when
  * it resumed a checkpoint, the run of the newest learner row of rank 0's
  * store (a resumed run stays one run, whatever restarted it); else a new
  * one. Rank 0 decides and tells the others, so that every rank's rows and
@@ -372,8 +372,8 @@ static int open_all(learner *L, lh_errbuf *err) {
   LH_TRY(lh_backend_by_name(a->backend ? a->backend : "cpu", &L->be, err));
   /* Chosen, not inherited: the training thread's compute team is sized by
    * [learner] blas_threads (1 by default: the actors usually share the
-   * machine); OpenBLAS runs single-threaded on each member (ARCHITECTURE.md
-   * §4.2). The service thread does no compute. */
+   * machine); OpenBLAS runs single-threaded on each member (docs/model.md,
+   * "CPU threads, exp and scratch"). The service thread does no compute. */
   if (L->be->set_threads) L->be->set_threads(L->be->context, (int)L->cfg.blas_threads);
   LH_INFO("learner", "threads training=1 team=%llu blas_per_member=1 service=1",
           (unsigned long long)L->cfg.blas_threads);

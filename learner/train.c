@@ -504,7 +504,7 @@ static int inside_image(const lh_learner_episode *ep, uint64_t at, const lh_mode
   return 0;
 }
 
-/* Stored-state mode (ARCHITECTURE.md §5 "Stored state"): brings w->state_a,
+/* Stored-state mode (docs/learner.md "Stored state"): brings w->state_a,
  * which holds the state after *at tokens under the current weights, to the
  * state after start tokens. The nearest state the actor sent at least
  * burn_in tokens before start replaces it when that is later than *at;

@@ -1,4 +1,4 @@
-/* Routers' balancing (ARCHITECTURE.md §4 "Balancing"): per step and layer, the load of
+/* Routers' balancing (docs/model.md "Balancing"): per step and layer, the load of
  * each expert (fraction of routed (token, slot) pairs), MaxVio, experts dead
  * over the last 100 steps, the time it all took, and the bias updates of
  * the `bias` (auxiliary-loss-free, sign of the load gap), `adaptive` (the

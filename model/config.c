@@ -24,28 +24,52 @@ static const char *const balance_names[] = {"bias", "quantile", "aux", "none", "
  * one table, so they cannot drift apart. */
 #define T lh_model_config
 static const lh_ini_key keys[] = {
-    LH_INI_KEY_U64(T, d_model, 1, 65536),
-    LH_INI_KEY_U64(T, layers, 1, LH_MAX_LAYERS), /* common/limits.h: what an actor serves */
-    LH_INI_KEY_U64(T, heads, 1, 4096),
-    LH_INI_KEY_U64(T, experts, 1, LH_MAX_EXPERTS),
-    LH_INI_KEY_U64(T, topk, 1, LH_MAX_TOPK),
-    LH_INI_KEY_U64(T, shared_experts, 0, 4096),
-    LH_INI_KEY_U64(T, latent, 1, 65536),
-    LH_INI_KEY_U64(T, expert_hidden, 1, 65536),
-    LH_INI_KEY_U64(T, chunk, 1, LH_CHUNK_MAX), /* kernels/kernels.h */
-    LH_INI_KEY_F64(T, g_min, -80, -1e-6, LH_INI_CLOSED),
-    LH_INI_KEY_F64(T, tau, 1e-6, 1e6, LH_INI_CLOSED),
-    LH_INI_KEY_U64(T, conv, 0, LH_CONV_MAX_WIDTH),
+    LH_INI_KEY_U64(T, d_model, 1, 65536, "The model's width d: the vector of every position."),
+    LH_INI_KEY_U64(T, layers, 1, LH_MAX_LAYERS, /* common/limits.h: what an actor serves */
+                   "Blocks, each linear attention then a mixture of experts."),
+    LH_INI_KEY_U64(T, heads, 1, 4096,
+                   "Attention heads; a head's width is `d_model` / `heads`, so `heads` divides `d_model`."),
+    LH_INI_KEY_U64(T, experts, 1, LH_MAX_EXPERTS,
+                   "Routed experts E of every MoE layer; a multiple of `[learner] expert_parallel`."),
+    LH_INI_KEY_U64(T, topk, 1, LH_MAX_TOPK, "Experts each position is routed to; at most `experts`."),
+    LH_INI_KEY_U64(T, shared_experts, 0, 4096, "Experts every position goes through besides its routed ones."),
+    LH_INI_KEY_U64(T, latent, 1, 65536,
+                   "The MoE's latent width r: a position is projected down to r before the router and the "
+                   "experts, and back up after."),
+    LH_INI_KEY_U64(T, expert_hidden, 1, 65536, "The hidden width f of each expert's SwiGLU."),
+    LH_INI_KEY_U64(T, chunk, 1, LH_CHUNK_MAX, /* kernels/kernels.h */
+                   "Chunk length C of the chunked linear attention that training runs; `chunk` times "
+                   "|`g_min`| may be at most 88, so that exp(-G) stays finite in fp32."),
+    LH_INI_KEY_F64(T, g_min, -80, -1e-6, LH_INI_CLOSED,
+                   "The lower bound of the log-decay, g = `g_min` sigmoid((W_g u + b_g) / `tau`): a channel "
+                   "keeps at least exp(`g_min`) of its state a position."),
+    LH_INI_KEY_F64(T, tau, 1e-6, 1e6, LH_INI_CLOSED, "The temperature of the decay gate."),
+    LH_INI_KEY_U64(T, conv, 0, LH_CONV_MAX_WIDTH,
+                   "Width W of a short causal convolution of q, k and v before the recurrence (0: none). It "
+                   "starts as the identity; its tails (the last W - 1 rows) are part of the state a window "
+                   "carries and a segment's `state` holds."),
     /* the tokenizer's ids, no more: an id past them could be sampled and
-     * never written as text (ARCHITECTURE.md §4) */
-    LH_INI_KEY_U64(T, vocab, LH_TOK_VOCAB, LH_TOK_VOCAB),
-    LH_INI_KEY_U64(T, patch, 1, 1024),
-    LH_INI_KEY_U64(T, max_patches, 1, 1 << 20),
-    {"balance", LH_INI_CHOICE, offsetof(T, balance), .bytes = sizeof(lh_balance_kind), .names = balance_names},
-    LH_INI_KEY_F64(T, bias_rate, 0, 1e3, LH_INI_CLOSED),
-    LH_INI_KEY_F64(T, quantile_rate, 0, 1e3, LH_INI_CLOSED),
-    LH_INI_KEY_F64(T, aux_weight, 0, 1e3, LH_INI_CLOSED),
-    LH_INI_KEY_U64(T, seed, 0, INFINITY),
+     * never written as text (docs/model.md) */
+    LH_INI_KEY_U64(T, vocab, LH_TOK_VOCAB, LH_TOK_VOCAB,
+                   "The byte-level tokenizer's ids (256 bytes and 8 special tokens), and no other value."),
+    LH_INI_KEY_U64(T, patch, 1, 1024,
+                   "Side in pixels of the square patches an image is cut into; an image is padded with black "
+                   "to multiples of it."),
+    LH_INI_KEY_U64(T, max_patches, 1, 1 << 20,
+                   "The most patches of one image (the rows of the patch position table); an image with more "
+                   "ends its episode as error."),
+    {"balance", LH_INI_CHOICE, offsetof(T, balance), .bytes = sizeof(lh_balance_kind), .names = balance_names,
+     .doc = "How the routers are balanced after each optimizer step: `adaptive`, a sign rule with a step per "
+            "expert that adapts; `bias`, a fixed step of `bias_rate` (auxiliary-loss-free); `quantile`, "
+            "equal quantiles of the affinities; `aux`, a conventional auxiliary loss; `none` "
+            "([balancing](model.md#balancing))."},
+    LH_INI_KEY_F64(T, bias_rate, 0, 1e3, LH_INI_CLOSED,
+                   "`bias`'s step; `adaptive`'s first step, its steps kept within [3 `bias_rate`, "
+                   "max(0.05, `bias_rate`)]."),
+    LH_INI_KEY_F64(T, quantile_rate, 0, 1e3, LH_INI_CLOSED, "`quantile`'s step."),
+    LH_INI_KEY_F64(T, aux_weight, 0, 1e3, LH_INI_CLOSED, "The weight of `aux`'s loss."),
+    LH_INI_KEY_U64(T, seed, 0, INFINITY,
+                   "Seed of the initial weights. The one key a checkpoint's `[model]` need not match."),
 };
 #undef T
 #define N_KEYS (sizeof keys / sizeof keys[0])
@@ -93,6 +117,12 @@ void lh_model_config_default(lh_model_config *cfg) {
                            .quantile_rate = 0.5f,
                            .aux_weight = 1e-2f,
                            .seed = 0};
+}
+
+int lh_model_config_reference(lh_str *out, lh_errbuf *err) {
+  lh_model_config defaults;
+  lh_model_config_default(&defaults);
+  return lh_ini_section_reference(&SECTION, &defaults, out, err);
 }
 
 int lh_model_config_validate(const lh_model_config *cfg, lh_errbuf *err) {

@@ -1,4 +1,4 @@
-/* model: the expert exchange of a sharded model (ARCHITECTURE.md §5,
+/* model: the expert exchange of a sharded model (docs/learner.md,
  * "Experts across ranks"). A rank's routed (token, slot) pairs go to the
  * rank that holds their expert and the experts' output comes back; in the
  * backward the pairs go again with the output's gradient, and the input's

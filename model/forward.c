@@ -1,4 +1,4 @@
-/* The training forward over packed sequences (ARCHITECTURE.md §4, chunked attention):
+/* The training forward over packed sequences (docs/model.md, chunked attention):
  * embeddings and image patches, the blocks with their cross-layer
  * attention residuals and MoE, the output log-probabilities; everything the
  * backward needs stays in the cache. */

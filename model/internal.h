@@ -72,7 +72,7 @@ int lh_model_config_from_json_obj(const void *obj, lh_model_config *cfg, lh_errb
 
 /* The attention's projections of layer l for N positions of u (the
  * RMSNorm'd input, N x d): q (scaled by dk^-1/2), k, v, the gate's raw
- * value graw and the log-decay g (ARCHITECTURE.md §4, LinAttn); the
+ * value graw and the log-decay g (docs/model.md, LinAttn); the
  * training forward and the decoder both take them from here. */
 int lh_model_attn_project(const lh_model *m, int l, const float *u, float *q, float *k, float *v,
                           float *graw, float *g, int N);

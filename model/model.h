@@ -1,4 +1,4 @@
-/* model: the sparse multimodal MoE policy of ARCHITECTURE.md §4.
+/* model: the sparse multimodal MoE policy of docs/model.md.
  *
  * The tokenizer, the [model] config, the parameter buffer with its table of
  * named views, safetensors checkpoints, the training forward/backward over
@@ -14,9 +14,10 @@
 
 #include "common/common.h"
 #include "common/ini_doc.h"
+#include "common/str.h"
 #include "kernels/kernels.h"
 
-/* ---- tokens (ARCHITECTURE.md §4 "Tokens") ---------------------------------------- */
+/* ---- tokens (docs/model.md "Tokens") ---------------------------------------- */
 enum {
   LH_TOK_BOS = 256,
   LH_TOK_EOS = 257,
@@ -66,8 +67,12 @@ typedef struct {
   uint64_t seed;
 } lh_model_config;
 
-/* The demo model of ARCHITECTURE.md §4. */
+/* The demo model of docs/model.md. */
 void lh_model_config_default(lh_model_config *cfg);
+/* Appends the reference of [model] (every key: its values, default and
+ * doc, from the reader's table; common/ini_section.h) in Markdown to out:
+ * 0, LH_ENOMEM, or LH_EINVAL naming a key without a doc. */
+int lh_model_config_reference(lh_str *out, lh_errbuf *err);
 /* Checks ranges and divisibility (d_model % heads, topk <= experts, ...);
  * LH_EMODEL_CONFIG_VALUE with the key named in err. */
 int lh_model_config_validate(const lh_model_config *cfg, lh_errbuf *err);
@@ -155,7 +160,7 @@ int lh_model_zero_grads(lh_model *m);
  * per tensor flag. */
 int lh_model_adamw_step(lh_model *m, const lh_adamw_params *p);
 
-/* ---- expert parallelism (ARCHITECTURE.md §5, "Experts across ranks") ------ */
+/* ---- expert parallelism (docs/learner.md, "Experts across ranks") ------ */
 /* A model that holds shard `shard` of `shards` of every MoE layer's routed
  * experts (moe.w1, w3, w2: experts / shards of them, from expert
  * shard * experts / shards); every other tensor is whole. Its initial
@@ -406,7 +411,7 @@ size_t lh_model_decoder_prefill_window(const lh_model_decoder *d);
 int lh_model_decoder_reset(lh_model_decoder *d, int b);
 /* The recurrent state a sequence carries from one token to the next: the
  * linear attention's S of every layer and head, (layers, heads, dk, dk)
- * floats (ARCHITECTURE.md §4 "LinAttn"), then with conv > 1 the last
+ * floats (docs/model.md "LinAttn"), then with conv > 1 the last
  * conv - 1 rows of q, k and v before their convolution, (layers, 3,
  * conv - 1, d_model) floats; nothing else crosses a chunk: the
  * constant-size state a prefill carries from window to window.
@@ -439,14 +444,14 @@ int lh_model_decode_step_rows(lh_model_decoder *d, const int32_t *rows, int n_ro
  * window (lh_model_window_end cuts them, so an image stays whole), each
  * window starting from the state the one before left: the memory a
  * prefill takes is that of one window, whatever n, and the result is the
- * one-pass forward's up to float rounding (ARCHITECTURE.md §4 "Windows"). */
+ * one-pass forward's up to float rounding (docs/model.md "Windows"). */
 int lh_model_prefill(lh_model_decoder *d, int b, const int32_t *tokens, int n,
                      const lh_model_image *images, int n_images, float *logp_next,
                      lh_errbuf *err);
 
 /* ---- balancing ----------------------------------------------------------- */
 typedef struct lh_model_balancer lh_model_balancer;
-/* Statistics and bias updates for layers x experts routers (ARCHITECTURE.md §4
+/* Statistics and bias updates for layers x experts routers (docs/model.md
  * "Balancing"), with the rule and rates of cfg. */
 int lh_model_balancer_new(const lh_model_config *cfg, lh_model_balancer **out);
 void lh_model_balancer_free(lh_model_balancer *b);

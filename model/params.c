@@ -1,5 +1,5 @@
 /* The parameter buffer: one allocation holding every tensor, a table of
- * named views with ARCHITECTURE.md §4's names and shapes, seeded initialisation, and
+ * named views with docs/model.md's names and shapes, seeded initialisation, and
  * the gradient and AdamW moment buffers of the same layout. */
 #include <math.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* The byte-level tokenizer of ARCHITECTURE.md §4: ids 0..255 are bytes, 256..263 the
+/* The byte-level tokenizer of docs/model.md: ids 0..255 are bytes, 256..263 the
  * special tokens, spelled as markup when markup is on. */
 #include <string.h>
 

@@ -3,7 +3,7 @@
  * A forward pass (lh_model_forward) needs each image's patches inside its
  * tokens, so every place that runs a long sequence in windows (the actor's
  * prefill, the learner's train windows, `score --window`) cuts it with
- * this one rule (ARCHITECTURE.md §4 "Windows"). */
+ * this one rule (docs/model.md "Windows"). */
 #include "model/model.h"
 
 size_t lh_model_window_end(size_t start, size_t n, size_t window, const lh_model_span *spans, size_t n_spans) {

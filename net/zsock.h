@@ -15,7 +15,17 @@
  * allow-list: CURVE without ZAP encrypts but authenticates nobody, and with
  * the domain enforced a server with no handler refuses every peer. A client
  * socket is given its own key pair and the server's public key. Keys are
- * 40-character Z85 text, as zmq_curve_keypair writes them. */
+ * 40-character Z85 text, as zmq_curve_keypair writes them.
+ *
+ * Why a module of its own: common/ is what every module links, and the
+ * sockets in it made even kernels/ link ZeroMQ; net/zsock.c includes only
+ * common/common.h, and only envs/, actors/, learner/ and cli/ include it.
+ * It is not part of proto/ either: proto/ is the codec (bytes to
+ * messages) and store/ links it to keep segments, while nothing in the
+ * store touches a socket; a socket layer inside proto/ would give the
+ * store ZeroMQ. So net/ (library lh_net) sits beside proto/, above
+ * common/, and common/, kernels/, proto/, store/ and model/ link no
+ * ZeroMQ (ARCHITECTURE.md §2.2). */
 #ifndef LH_NET_ZSOCK_H
 #define LH_NET_ZSOCK_H
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test-slurm`: a tiny fleet launched through a real Slurm on this
-# machine (README.md, "Slurm"). Starts a private munged, slurmctld and
+# machine (docs/operations.md, "Slurm"). Starts a private munged, slurmctld and
 # slurmd (scripts/slurm-cluster.sh), submits `longhaul launch FLEET.ini
 # --slurm` on two nodes (two learner ranks as one MPI job step, one rank
 # per node, two actors as steps of their own), kills one actor's step and then the learner's and checks the
@@ -256,7 +256,7 @@ check_order
 echo "test-slurm: launch.log:"
 sed 's/^/  /' logs/launch.log | tail -n 20
 
-# A second fleet with no end of its own, stopped the way README.md says:
+# A second fleet with no end of its own, stopped the way docs/operations.md says:
 # SIGTERM to the batch script's launcher alone, which stops the steps in order.
 mkdir -p "$tmp/fleet2"
 sed 's/^steps = .*/steps = 0/' "$tmp/fleet/fleet.ini" > "$tmp/fleet2/fleet.ini"

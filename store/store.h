@@ -3,7 +3,7 @@
  * One file in WAL mode holds the runs, the policy versions the learner
  * published, every episode (a row per episode, its segments' payloads and
  * its reward terms) and the learner's per-step metrics. The schema is
- * documented in README.md so that a user can query the file with sqlite3.
+ * documented in docs/store.md (longhaul help store) so that a user can query the file with sqlite3.
  *
  * Writers (learners) open it read-write; lh_store_open creates a new file
  * or migrates an older schema in place. Readers (the `replay` commands)
@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "common/str.h"
 #include "proto/wire.h"
 
 /* The schema version this build writes (PRAGMA user_version; also the
@@ -44,6 +45,13 @@
  * SQLite file as a longhaul store. */
 #define LH_STORE_APPLICATION "longhaul-replay-store"
 #define LH_STORE_APPLICATION_ID 0x4C485253
+
+/* Appends the reference of the schema this build makes (every table, view
+ * and index, each column with its type, key and the version that added
+ * it, and what each holds; store_schema_doc.c) in Markdown to out: 0,
+ * LH_ENOMEM, LH_ESTORE_SQLITE, or LH_EINVAL naming an object or column
+ * without a doc, or a doc that names none. */
+int lh_store_schema_reference(lh_str *out, lh_errbuf *err);
 
 /* Fixed text sizes of the rows below (bytes including the NUL). Names are
  * bounded by the wire limits (256 bytes); longer error text is cut. */

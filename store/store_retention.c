@@ -8,7 +8,7 @@
  * stored and whose newest sampled token is older, and those without
  * sampled tokens whose episode is older; but none of an episode that
  * holds the shared prefix of a member with a sampled token at ?1 or newer
- * (ARCHITECTURE.md §6 "Shared prefixes"): the member may still be
+ * (docs/actors.md "Shared prefixes"): the member may still be
  * trained, and reads its first tokens from there. A row stored before
  * schema 13 holds its payload itself, ahead of dropped_ms: testing the
  * payload first reads no overflow page of it. */

@@ -2,7 +2,7 @@
  *
  * A new file runs every step; a file at version v runs the steps above v.
  * Steps are only ever appended: a released step never changes, so every
- * file that ran it has the same tables. README.md documents the result. */
+ * file that ran it has the same tables. docs/store.md documents the result (longhaul help store). */
 #include "store/store_internal.h"
 
 /* Version 1: the tables of ARCHITECTURE.md §7. */
@@ -240,7 +240,7 @@ static const char schema_v8[] =
     "ALTER TABLE train_steps ADD COLUMN balance_ms REAL;";
 
 /* Version 9 ("stored state"): the recurrent state a segment came with
- * (Segment.state, ARCHITECTURE.md §5 "Stored state") and its episode
+ * (Segment.state, docs/learner.md "Stored state") and its episode
  * offset, NULL when none. The state is kept beside the payload, not in
  * it, so that a learner reads the one state a window starts from and
  * decodes the payloads without any (a state is tens of kilobytes, the
@@ -309,7 +309,7 @@ static const char schema_v13[] =
 /* Version 14 ("shared prefixes"): an episode whose first tokens are its
  * group's shared prefix names the episode that holds them (the group's
  * leader, same actor and group) and how many (NULL: the episode is whole;
- * ARCHITECTURE.md §6 "Shared prefixes"); a train step counts the groups
+ * docs/actors.md "Shared prefixes"); a train step counts the groups
  * left out as flat (every reward the same: nothing to learn under grpo or
  * rloo) and the sampled tokens it trained with an advantage of 0. */
 static const char schema_v14[] =

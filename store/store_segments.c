@@ -111,7 +111,7 @@ static int hand_on(lh_store_segment_fn fn, owned_fn keep, void *ctx, uint32_t se
   return cb == 0 ? 0 : cb < 0 ? cb : SQLITE_DONE;
 }
 
-/* A member's shared prefix (ARCHITECTURE.md §6 "Shared prefixes"): the
+/* A member's shared prefix (docs/actors.md "Shared prefixes"): the
  * segments of episode row->prefix_episode that begin before
  * row->prefix_tokens, in seq order, handed on before the episode's own;
  * r->prefix_whole when they run from 0 to exactly prefix_tokens with no

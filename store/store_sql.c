@@ -159,7 +159,7 @@ static int run_guarded(lh_store *s, sql_guard *g, const char *sql, const int64_t
   guard_leave(g);
   if (rc == SQLITE_AUTH) return refused_err(g, err);
   if (rc != SQLITE_OK)
-    return lh_errbuf_set(err, LH_ESTORE_SQL_PARSE, "SQL does not compile: %s (see README for the schema)",
+    return lh_errbuf_set(err, LH_ESTORE_SQL_PARSE, "SQL does not compile: %s (see docs/store.md or longhaul help store for the schema)",
                          sqlite3_errmsg(s->db));
   if (!st) return lh_errbuf_set(err, LH_ESTORE_SQL_PARSE, "the SQL text holds no statement");
   /* What follows the first statement must be nothing SQLite would run:

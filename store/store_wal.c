@@ -1,5 +1,5 @@
 /* store: the write-ahead log of a writing connection, watched, and the
- * checkpoints that bound what losing it costs (ARCHITECTURE.md §7, "The
+ * checkpoints that bound what losing it costs (docs/store.md, "The
  * write-ahead log").
  *
  * A commit in WAL mode is durable in the -wal file alone until a

@@ -1,4 +1,4 @@
-/* A router simulation for the balancing rules (ARCHITECTURE.md §4
+/* A router simulation for the balancing rules (docs/model.md
  * "Balancing"), shared by tests/model/test_model_router_sim.c and
  * bench/bench_router.c: one layer of E experts, top k, N fresh tokens per
  * step routed by the CPU backend's kernel with the current bias, then one

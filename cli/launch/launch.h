@@ -72,6 +72,10 @@ typedef struct {
 } lh_launch_config;
 
 void lh_launch_config_default(lh_launch_config *c);
+/* Appends the reference of [fleet] (every key: its values, default and
+ * doc, from the reader's table; common/ini_section.h) in Markdown to out:
+ * 0, LH_ENOMEM, or LH_EINVAL naming a key without a doc. */
+int lh_launch_config_reference(lh_str *out, lh_errbuf *err);
 /* Reads [fleet] of the INI file at path over the defaults; other sections
  * are the other modules'. An unknown key, a repeated key or a bad value is
  * LH_ECONFIG with err naming the file, the line and the key. */

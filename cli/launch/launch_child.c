@@ -75,7 +75,7 @@ int lh_launch_child_spawn(lh_launch_child *c, char *const argv[], const char *lo
     /* A compute team whose idle members sleep rather than spin: on shared
      * cores a spinning member takes the core its partner waits for (a
      * 2-thread step was 3x slower than 1 thread at load 10 spinning, 1.56x
-     * faster passive; ARCHITECTURE.md §4.2). Read by libgomp when the
+     * faster passive; docs/model.md "CPU threads, exp and scratch"). Read by libgomp when the
      * child starts, so it is set here; the user's own setting wins. */
     setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
     /* The same for the learner ranks' MPI: Open MPI busy-polls while a

@@ -10,32 +10,73 @@
 #include "common/limits.h"
 
 static int parse_envs(const char *v, void *cfg, char *why, size_t why_bytes);
+static int format_envs(const void *cfg, char *out, size_t bytes);
 
+/* Every key of [fleet], with what it does: the reader, its "known keys"
+ * hint and the reference (docs/configuration.md) walk this one table. */
 #define T lh_launch_config
 static const lh_ini_key KEYS[] = {
-    LH_INI_KEY_U64(T, learners, 0, LH_LAUNCH_MAX_LEARNERS),
-    LH_INI_KEY_U64(T, actors, 0, LH_LAUNCH_MAX_ACTORS),
-    LH_INI_KEY_U64(T, first_actor, 0, 1000000),
-    LH_INI_KEY_PATH(T, log_dir, 0),
-    LH_INI_KEY_PATH(T, init, 1),
-    LH_INI_KEY_U64(T, steps, 0, LH_MAX_COUNT),
-    LH_INI_KEY_U64(T, duration_s, 0, 100.0 * 365 * 86400),
-    LH_INI_KEY_U64(T, restart_backoff_ms, 1, 3600000),
-    LH_INI_KEY_U64(T, restart_backoff_max_ms, 1, 86400000),
-    LH_INI_KEY_U64(T, max_restarts, 0, 1000000),
-    LH_INI_KEY_U64(T, stop_timeout_ms, 1, 3600000),
-    LH_INI_KEY_U64(T, status_interval_ms, 100, 3600000),
-    LH_INI_KEY_U64(T, stall_timeout_s, 0, 30 * 86400),
-    LH_INI_KEY_STR(T, mpirun, 0),
-    LH_INI_KEY_STR(T, env_server, 1),
-    LH_INI_KEY_CUSTOM(actor_envs, parse_envs, 0),
-    LH_INI_KEY_STR(T, slurm_partition, 1),
-    LH_INI_KEY_STR(T, slurm_time, 1),
-    LH_INI_KEY_U64(T, slurm_nodes, 0, LH_LAUNCH_MAX_LEARNERS + LH_LAUNCH_MAX_ACTORS),
-    LH_INI_KEY_STR(T, slurm_options, 1),
-    LH_INI_KEY_STR(T, slurm_step_options, 1),
-    LH_INI_KEY_STR(T, slurm_mpi, 0),
-    LH_INI_KEY_STR(T, srun, 0),
+    LH_INI_KEY_U64(T, learners, 0, LH_LAUNCH_MAX_LEARNERS,
+                   "M learner ranks. 0: actors only, for learners started elsewhere; 1 runs `longhaul learner` "
+                   "as a plain child; M > 1 runs `mpirun --oversubscribe -n M longhaul learner` (rank r binds "
+                   "its ingest at entry r of `[learner] ingest_endpoints`, or without it at the "
+                   "`ingest_endpoint` port + 10 r, and keeps the store `db.rank<r>`). With `ingest_endpoints` "
+                   "its entries must number M (checked before anything starts)."),
+    LH_INI_KEY_U64(T, actors, 0, LH_LAUNCH_MAX_ACTORS,
+                   "N actors, `actor-0` .. `actor-(N-1)`; actor i is bound to rank i mod M (`--learner-rank`)."),
+    LH_INI_KEY_U64(T, first_actor, 0, 1000000,
+                   "The first actor's index: `actor-<first_actor>` .. (actors of several hosts keep distinct "
+                   "names)."),
+    LH_INI_KEY_PATH(T, log_dir, 0,
+                    "One log per child, `<name>.log`, appended across restarts (each start adds a `launch: "
+                    "start` line with the command); `<name>.pid`; the launcher's own events in `launch.log`."),
+    LH_INI_KEY_PATH(T, init, 1,
+                    "An SFT checkpoint folder: the learner's `--init`, the actors' `--ckpt`."),
+    LH_INI_KEY_U64(T, steps, 0, LH_MAX_COUNT,
+                   "Stop in order once the store holds this many train steps (0: never)."),
+    LH_INI_KEY_U64(T, duration_s, 0, 100.0 * 365 * 86400, "Stop in order after this many seconds (0: never)."),
+    LH_INI_KEY_U64(T, restart_backoff_ms, 1, 3600000,
+                   "The first restart delay, doubled per consecutive restart up to `restart_backoff_max_ms` "
+                   "(the count starts over once a child stayed up 60 s)."),
+    LH_INI_KEY_U64(T, restart_backoff_max_ms, 1, 86400000,
+                   "The cap of the restart delay; at least `restart_backoff_ms`."),
+    LH_INI_KEY_U64(T, max_restarts, 0, 1000000, "Restarts per child; one more death ends the fleet (exit 1)."),
+    LH_INI_KEY_U64(T, stop_timeout_ms, 1, 3600000,
+                   "Per shutdown phase; then SIGKILL. The learner's phase (and a stuck learner's restart) "
+                   "waits the longer of this and 3 times the longest of its last 8 train steps "
+                   "(`train_steps.step_ms`), so that a stop during a long step lets the step end and the final "
+                   "checkpoint be written; the launcher logs the wait it chose (`stopping the learner: "
+                   "waiting up to N ms`). The actors' phase (and a stuck actor's restart) waits the longer of "
+                   "this and `[actor] flush_timeout_ms` + 4000, the time an actor may take to deliver what it "
+                   "holds."),
+    LH_INI_KEY_U64(T, status_interval_ms, 100, 3600000, "Plain status lines when stdout is not a terminal."),
+    LH_INI_KEY_U64(T, stall_timeout_s, 0, 30 * 86400,
+                   "The watchdog: this long without a new train step, or without a new heartbeat of an actor, "
+                   "is a stuck process ([operations](operations.md#longhaul-launch)); 0: no watchdog. Set it "
+                   "above the longest step plus the time the actors take to fill the first batch."),
+    LH_INI_KEY_STR(T, mpirun, 0, "The MPI launcher for M > 1."),
+    LH_INI_KEY_STR(T, env_server, 1,
+                   "A command line (run by `/bin/sh` in the launcher's current folder) started first and "
+                   "stopped last, supervised like the rest."),
+    LH_INI_KEY_CUSTOM(actor_envs, parse_envs, 0, format_envs,
+                      "Names separated by commas (`calc, needle`): actor i plays entry i mod n instead of "
+                      "`[env] name` (`--env`); the `[env]` options go to each, so they must suit all."),
+    LH_INI_KEY_STR(T, slurm_partition, 1, "sbatch `--partition` ([operations](operations.md#slurm))."),
+    LH_INI_KEY_STR(T, slurm_time, 1,
+                   "sbatch `--time` (`2:00:00`); the launcher begins the ordered shutdown itself once less time "
+                   "is left than it may take; SIGTERM reaches it that many seconds before the limit all the "
+                   "same, counting the learner's phase as `stop_timeout_ms` (`--signal=B:TERM@...`)."),
+    LH_INI_KEY_U64(T, slurm_nodes, 0, LH_LAUNCH_MAX_LEARNERS + LH_LAUNCH_MAX_ACTORS,
+                   "sbatch `--nodes` (0: Slurm's choice)."),
+    LH_INI_KEY_STR(T, slurm_options, 1,
+                   "More sbatch options, one `#SBATCH` line (`--gres=gpu:1 --account=rl`)."),
+    LH_INI_KEY_STR(T, slurm_step_options, 1,
+                   "More srun options for every step, separated by spaces (at most 16; e.g. "
+                   "`--mem-per-cpu=4G` for the learner where memory is a consumable resource)."),
+    LH_INI_KEY_STR(T, slurm_mpi, 0,
+                   "srun `--mpi` of the learner step for M > 1 (`srun --mpi=list`; Debian's OpenMPI 4.1 works "
+                   "with `pmix`)."),
+    LH_INI_KEY_STR(T, srun, 0, "The srun to run."),
 };
 #undef T
 
@@ -84,6 +125,26 @@ static int parse_envs(const char *v, void *cfg, char *why, size_t why_bytes) {
   }
   if (!c->n_actor_envs) return snprintf(why, why_bytes, "is empty (leave the key out for [env] name)"), -1;
   return 0;
+}
+
+/* actor_envs as the config gives it: the names joined by ", ". */
+static int format_envs(const void *cfg, char *out, size_t bytes) {
+  const lh_launch_config *c = cfg;
+  size_t n = 0;
+  if (!bytes) return -1;
+  out[0] = 0;
+  for (size_t i = 0; i < c->n_actor_envs; i++) {
+    int w = snprintf(out + n, bytes - n, "%s%s", i ? ", " : "", c->actor_envs[i]);
+    if (w < 0 || (size_t)w >= bytes - n) return -1;
+    n += (size_t)w;
+  }
+  return 0;
+}
+
+int lh_launch_config_reference(lh_str *out, lh_errbuf *err) {
+  lh_launch_config defaults;
+  lh_launch_config_default(&defaults);
+  return lh_ini_section_reference(&SECTION, &defaults, out, err);
 }
 
 int lh_launch_config_read(const lh_ini_doc *doc, lh_launch_config *cfg, lh_errbuf *err) {

@@ -109,7 +109,7 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
   /* Locked before the endpoints are checked: a second launch of the same
    * fleet hears that the fleet runs, not that its ports are taken. */
   /* One run per launch: its learner restarts resume it, and a learner
-   * refuses actors of any other (README, "Run ids"). */
+   * refuses actors of any other (docs/operations.md, "Run ids"). */
   if (f->run_id[0]) LH_TRY(lh_run_id_check(f->run_id, err));
   else if (c->learners) LH_TRY(lh_run_id_new(f->run_id, err));
   char holder[2 * LH_LAUNCH_PATH_BYTES + LH_RUN_ID_BYTES + 64];

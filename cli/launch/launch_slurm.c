@@ -161,7 +161,7 @@ int lh_launch_slurm_write_script(const lh_launch_fleet *f, const char *path, lh_
   if (c->slurm_options[0]) fprintf(out, "#SBATCH %s\n", c->slurm_options);
   fprintf(out,
           "# The batch script of a longhaul fleet, written by `longhaul launch --slurm`\n"
-          "# (README.md, \"Slurm\"): inside the allocation the launcher runs each\n"
+          "# (docs/operations.md, \"Slurm\"): inside the allocation the launcher runs each\n"
           "# learner job and each actor as a job step (srun) and supervises them.\n");
   /* Every word from outside (paths, the run, the overrides) single-quoted,
    * with the newline and the carriage return put_quoted refers to. */

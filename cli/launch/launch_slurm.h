@@ -1,4 +1,4 @@
-/* cli: a fleet launched through Slurm (README "Slurm", ARCHITECTURE.md §1).
+/* cli: a fleet launched through Slurm (docs/operations.md "Slurm", ARCHITECTURE.md §1).
  *
  * Two halves. On the submit host, `longhaul launch FLEET.ini --slurm`
  * writes a batch script (lh_launch_slurm_write_script) whose body runs

@@ -139,7 +139,8 @@ static const lh_cli_help HELP = {
     .about = "Runs one read-only statement and prints a header line and one line per row, tab-separated. NULL "
         "prints as NULL, a BLOB as <blob N bytes>. A statement that would write or change the connection "
         "(INSERT, UPDATE, DELETE, DROP, CREATE, ATTACH, BEGIN, a PRAGMA given a value, ...) is refused. The "
-        "tables are described in README.md; '.schema' in sqlite3 shows them too.",
+        "tables are described in docs/store.md and by 'longhaul help store'; '.schema' in sqlite3 shows them "
+        "too.",
     .exits = "0 ok, 1 runtime error (e.g. the store cannot be opened), 2 usage error.",
 };
 

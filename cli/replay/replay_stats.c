@@ -162,7 +162,7 @@ int lh_cli_replay_stats(int argc, char **argv) {
   lh_cli_term_printf(stdout, "store        %s (schema %u, ", db, st.schema_version);
   print_bytes(st.file_bytes);
   lh_cli_term_printf(stdout, ")\n");
-  /* Every learner rank's file is read (README, "Learner ranks on several
+  /* Every learner rank's file is read (docs/operations.md, "Learner ranks on several
    * hosts"); an episode id in two of them would be counted twice. */
   size_t ranks = lh_store_rank_count(s);
   lh_cli_term_printf(stdout, "rank stores  %zu read as one", ranks);

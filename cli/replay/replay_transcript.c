@@ -1,5 +1,5 @@
 /* cli replay: token streams as readable text. Ids 0..255 are bytes; the
- * special tokens follow them (ARCHITECTURE.md §4, "Tokens"). */
+ * special tokens follow them (docs/model.md, "Tokens"). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -385,7 +385,7 @@ static void reward_range(page_ctx *p) {
  * drawing of each per-step chart that goes with the checked one. A
  * --watch reload resets it: Chromium keeps no radio state over a reload,
  * and a fragment (:target) turns the refresh into a move inside the page
- * that no longer reloads (README, `longhaul report`). */
+ * that no longer reloads (docs/cli.md, `longhaul report`). */
 static void x_choice(lh_str *b) {
   for (int x = 0; x < X_COUNT; x++)
     lh_str_printf(b, "<input type=\"radio\" name=\"xaxis\" id=\"x-%s\"%s>", x_key[x], x == 0 ? " checked" : "");

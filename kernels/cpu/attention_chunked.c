@@ -1,4 +1,4 @@
-/* Linear attention in chunks (ARCHITECTURE.md §4, "Chunked form"), the training path.
+/* Linear attention in chunks (docs/model.md, "Chunked form"), the training path.
  * Within a chunk of L <= C rows starting at s, per head and key channel:
  * G_i = sum_{m<=i} g_m (inclusive), Qt = q * exp(G), Kt = k * exp(-G),
  * Kb = k * exp(G_last - G), A = mask(Qt Kt^T) (lower triangle with diagonal):

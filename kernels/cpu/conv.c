@@ -1,4 +1,4 @@
-/* The short causal convolution of q, k and v (ARCHITECTURE.md §4.2): each
+/* The short causal convolution of q, k and v (docs/model.md "CPU threads, exp and scratch"): each
  * channel mixes its own last W rows within a sequence, the rows before a
  * sequence's start coming from its tail (the W-1 input rows a window
  * before it ended with). It gives attention the previous tokens at each

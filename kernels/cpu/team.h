@@ -1,4 +1,4 @@
-/* The CPU backend's thread team and scratch arena (ARCHITECTURE.md, "CPU
+/* The CPU backend's thread team and scratch arena (docs/model.md, "CPU
  * threads").
  *
  * The rule for the cores: one pool only. The CPU kernels' own loops and

@@ -1,5 +1,5 @@
 /* Products of small tiles: the chunked attention's (chunk, head width)
- * blocks (ARCHITECTURE.md, "CPU threads").
+ * blocks (docs/model.md, "CPU threads").
  *
  * C (M,N) = op(A) op(B) + beta C, row-major, for M, N and K up to
  * LH_TILE_MAX. A training step of the demo model makes about 12 000 such

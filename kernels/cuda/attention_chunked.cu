@@ -1,4 +1,4 @@
-// Chunked linear attention on CUDA (ARCHITECTURE.md §4, "Chunked form"), the same
+// Chunked linear attention on CUDA (docs/model.md, "Chunked form"), the same
 // math as kernels/cpu/attention_chunked.c. Per chunk of 16 rows starting at
 // s, per head and key channel: G_i = sum_{m<=i} g_m, Qt = q exp(G),
 // Kt = k exp(-G), Kb = Kt exp(G_last), A = mask(Qt Kt^T) (diagonal kept):

@@ -1,4 +1,4 @@
-/* actors: images of any size never cost the actor (ARCHITECTURE.md §6).
+/* actors: images of any size never cost the actor (docs/model.md "Inputs").
  * The runner in process on a tiny model (patch 2, max_patches 16) and the
  * maze environment: an image whose sides are not multiples of the patch
  * (5x5) goes in padded (6x6, black right and bottom) and its segments pass

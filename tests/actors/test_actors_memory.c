@@ -1,4 +1,4 @@
-/* The actor's memory is constant in the context (ARCHITECTURE.md §6
+/* The actor's memory is constant in the context (docs/actors.md
  * "Memory"): `longhaul actor` (LH_BIN) plays one `needle` episode whose
  * first observation is a document of 4 096 tokens, then one of 262 144,
  * against a stand-in learner that acks every message; the peak resident

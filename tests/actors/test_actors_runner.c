@@ -584,7 +584,7 @@ START_TEST(test_stage_sizes_episodes) {
 }
 END_TEST
 
-/* [actor] state_interval and beyond_context (ARCHITECTURE.md §5 "Stored
+/* [actor] state_interval and beyond_context (docs/learner.md "Stored
  * state"): needle episodes whose document the stage sizes to 225 tokens
  * run past the stage's 300 (to max_episode_tokens at most), their
  * segments carry the recurrent state every 64 tokens (prefill pieces and

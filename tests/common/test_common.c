@@ -171,15 +171,15 @@ static int parse_silent(const char *v, void *cfg, char *why, size_t why_bytes) {
 
 #define T demo_config
 static const lh_ini_key DEMO_KEYS[] = {
-    LH_INI_KEY_U64(T, count, 1, 100),
-    LH_INI_KEY_U64(T, limit, 0, INFINITY),
-    LH_INI_KEY_F64(T, ratio, 0, 1, LH_INI_OPEN_MIN | LH_INI_OPEN_MAX),
-    LH_INI_KEY_F64(T, scale, 1, INFINITY, LH_INI_CLOSED),
-    LH_INI_KEY_BOOL(T, verbose),
-    LH_INI_KEY_STR(T, path, 0),
-    LH_INI_KEY_STR(T, note, 1),
-    LH_INI_KEY_CUSTOM(pair, parse_pair, LH_ERANGE),
-    LH_INI_KEY_CUSTOM(silent, parse_silent, 0),
+    LH_INI_KEY_U64(T, count, 1, 100, "a count"),
+    LH_INI_KEY_U64(T, limit, 0, INFINITY, "a limit"),
+    LH_INI_KEY_F64(T, ratio, 0, 1, LH_INI_OPEN_MIN | LH_INI_OPEN_MAX, "a ratio"),
+    LH_INI_KEY_F64(T, scale, 1, INFINITY, LH_INI_CLOSED, "a scale"),
+    LH_INI_KEY_BOOL(T, verbose, "verbose"),
+    LH_INI_KEY_STR(T, path, 0, "a path"),
+    LH_INI_KEY_STR(T, note, 1, "a note"),
+    LH_INI_KEY_CUSTOM(pair, parse_pair, LH_ERANGE, NULL, "two integers a:b"),
+    LH_INI_KEY_CUSTOM(silent, parse_silent, 0, NULL, "never valid"),
 };
 #undef T
 
@@ -344,6 +344,45 @@ START_TEST(test_ini_bad_arguments) {
 }
 END_TEST
 
+/* The reference of a section (common/ini_reference.c): each key's values,
+ * default and doc, from the table and a default config; a key without a
+ * doc is refused by name. */
+START_TEST(test_ini_reference) {
+  demo_config c;
+  demo_default(&c);
+  lh_str out = {0};
+  lh_errbuf e = {0};
+  ck_assert_int_eq(lh_ini_section_reference(&DEMO, &c, &out, &e), 0);
+  ck_assert_msg(strncmp(out.data, "## [demo]\n\n", 11) == 0, "%s", out.data);
+  static const char *const want[] = {
+      "- **`count`**: an integer in 1..100; default `5`.\n  a count\n",
+      "- **`limit`**: an integer, at least 0; default `0`.",
+      "- **`ratio`**: a number in (0, 1); default `0.5`.",
+      "- **`scale`**: a number >= 1; default `2`.",
+      "- **`verbose`**: true or false (also yes/no, on/off, 1/0); default `false`.",
+      "- **`path`**: a text of 1 to 7 bytes; default `p`.",
+      "- **`note`**: a text of 0 to 7 bytes; default none.",
+      "- **`pair`**.\n  two integers a:b\n",
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    ck_assert_msg(strstr(out.data, want[i]), "the reference lacks '%s':\n%s", want[i], out.data);
+  lh_str_free(&out);
+  /* a key without a doc */
+  lh_ini_key keys[sizeof DEMO_KEYS / sizeof DEMO_KEYS[0]];
+  memcpy(keys, DEMO_KEYS, sizeof keys);
+  keys[4].doc = "";
+  lh_ini_section sec = DEMO;
+  sec.keys = keys;
+  ck_assert_int_eq(lh_ini_section_reference(&sec, &c, &out, &e), LH_EINVAL);
+  ck_assert_msg(strstr(e.msg, "[demo] verbose has no documentation"), "%s", e.msg);
+  keys[4].doc = NULL;
+  ck_assert_int_eq(lh_ini_section_reference(&sec, &c, &out, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_ini_section_reference(NULL, &c, &out, &e), LH_EINVAL);
+  ck_assert_int_eq(lh_ini_section_reference(&DEMO, NULL, &out, &e), LH_EINVAL);
+  lh_str_free(&out);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("common");
   TCase *tc = tcase_create("core");
@@ -358,6 +397,7 @@ int main(void) {
   tcase_add_test(tc, test_ini_bad_values);
   tcase_add_test(tc, test_ini_other_sections);
   tcase_add_test(tc, test_ini_bad_arguments);
+  tcase_add_test(tc, test_ini_reference);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }

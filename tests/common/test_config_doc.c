@@ -300,7 +300,7 @@ START_TEST(test_paths) {
   typedef struct {
     char db[64], tiny[8];
   } paths;
-  static const lh_ini_key keys[] = {LH_INI_KEY_PATH(paths, db, 0), LH_INI_KEY_PATH(paths, tiny, 0)};
+  static const lh_ini_key keys[] = {LH_INI_KEY_PATH(paths, db, 0, "a path"), LH_INI_KEY_PATH(paths, tiny, 0, "a path")};
   static const lh_ini_section sec = {.name = "learner", .keys = keys, .n_keys = 2, .unknown_key_error = LH_ENOENT,
                                      .duplicate_error = LH_EAGAIN, .value_error = LH_ERANGE,
                                      .syntax_error = LH_EINVAL};
@@ -326,8 +326,8 @@ typedef enum { PICK_A = 0, PICK_B = 1, PICK_C = 2 } pick;
 typedef struct {
   pick first, second;
 } picks;
-static const lh_ini_key pick_keys[] = {LH_INI_KEY_CHOICE(picks, first, "alpha", "beta", "gamma"),
-                                       LH_INI_KEY_CHOICE(picks, second, "alpha", "beta", "gamma")};
+static const lh_ini_key pick_keys[] = {LH_INI_KEY_CHOICE(picks, first, "a pick", "alpha", "beta", "gamma"),
+                                       LH_INI_KEY_CHOICE(picks, second, "a pick", "alpha", "beta", "gamma")};
 
 START_TEST(test_choice) {
   static const lh_ini_section sec = {.name = "learner", .keys = pick_keys, .n_keys = 2, .unknown_key_error = LH_ENOENT,
@@ -359,10 +359,10 @@ typedef struct {
   double wide;
 } widths;
 static const lh_ini_key width_keys[] = {
-    LH_INI_KEY_U64(widths, count, 1, 1000),
-    LH_INI_KEY_F64(widths, rate, 0, INFINITY, LH_INI_CLOSED),
-    LH_INI_KEY_U64(widths, big, 0, INFINITY),
-    LH_INI_KEY_F64(widths, wide, 0, INFINITY, LH_INI_CLOSED),
+    LH_INI_KEY_U64(widths, count, 1, 1000, "a count"),
+    LH_INI_KEY_F64(widths, rate, 0, INFINITY, LH_INI_CLOSED, "a rate"),
+    LH_INI_KEY_U64(widths, big, 0, INFINITY, "a big count"),
+    LH_INI_KEY_F64(widths, wide, 0, INFINITY, LH_INI_CLOSED, "a wide rate"),
 };
 static const lh_ini_key unbounded_int = {"count", LH_INI_U64, offsetof(widths, count), .min = 0, .max = INFINITY,
                                          .bytes = sizeof(int)};

@@ -1,4 +1,4 @@
-/* Shared prefixes (ARCHITECTURE.md §6) against a real `longhaul learner`,
+/* Shared prefixes (docs/actors.md) against a real `longhaul learner`,
  * beside an honest actor process whose groups share their prefixes: a
  * DEALER in this process says Hello under names of its own and sends
  * members that name other episodes' tokens as their prefix. Each case

@@ -1,4 +1,4 @@
-/* Run identity (README, "Run ids"): the runs row and the run_id of every
+/* Run identity (docs/operations.md, "Run ids"): the runs row and the run_id of every
  * row after a real learner run, a learner resumed under its run id, an
  * actor of another run refused while one of the right run trains beside
  * it, the store's step from schema 5 to 6, and the rows `longhaul sft`

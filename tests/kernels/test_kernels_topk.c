@@ -17,7 +17,7 @@ static uint64_t next_u64(uint64_t *s) {
   return *s;
 }
 
-/* The old selection, verbatim but for the types (ARCHITECTURE.md §4: ties
+/* The old selection, verbatim but for the types (docs/model.md: ties
  * go to the lower expert index). */
 #define REFERENCE(T)                                                                   \
   static void reference_##T(int32_t *idx, const T *s, const T *bias, int E, int k) { \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/learner/netns_hosts.sh LONGHAUL: learner ranks on two hosts and actors on a
-# third, the hosts being network namespaces joined by a bridge (README,
+# third, the hosts being network namespaces joined by a bridge (docs/operations.md,
 # "Learner ranks on several hosts", way (a)).
 #
 #   10.77.0.1  host0: learner rank 0 (ingest, weights PUB and ROUTER)

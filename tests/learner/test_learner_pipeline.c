@@ -6,7 +6,7 @@
  * GRPO advantages, and descends the PPO-clip gradient (dlogp chained
  * through the log-softmax by hand). The test asserts that the success rate
  * rises from chance to near 1, that learner and behavior log-probabilities
- * agree at the current version (ARCHITECTURE.md §5 alignment), and that a second
+ * agree at the current version (docs/learner.md, "What a step computes": alignment), and that a second
  * PPO epoch on the same batch clips. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>

@@ -1,4 +1,4 @@
-/* Stored-state training (ARCHITECTURE.md §5 "Stored state") on a tiny
+/* Stored-state training (docs/learner.md "Stored state") on a tiny
  * model (d 16) and real SQLite stores: an episode whose last window holds
  * the sampled tokens, with the recurrent states an actor's decoder took
  * every segment. One step in exact mode and one in stored mode, from the

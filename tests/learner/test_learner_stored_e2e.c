@@ -1,4 +1,4 @@
-/* End to end, stored-state mode (ARCHITECTURE.md §5 "Stored state"): a
+/* End to end, stored-state mode (docs/learner.md "Stored state"): a
  * `longhaul learner` with [learner] state_mode = stored and a `longhaul
  * actor` that sends its recurrent state every 32 tokens ([actor]
  * state_interval) play needle with a 400-token document on a tiny model,
@@ -6,7 +6,7 @@
  * learner starts windows from them (its log says states_used > 0), and at
  * version 0, where the actor's states are the learner's own, its
  * log-probabilities match the actor's below 1e-4. With shared prefixes
- * (ARCHITECTURE.md §6), a member's first trained window starts from a
+ * (docs/actors.md "Shared prefixes"), a member's first trained window starts from a
  * state too: its own at the prefix's end, equal to its leader's there, or
  * its leader's before it; its log-probabilities match as closely as whole
  * episodes' do, also with more members than the actor's rows (members

@@ -1,5 +1,5 @@
 /* model: the expert exchange's requests as a shard receives them
- * (model/expert_parallel.c, ARCHITECTURE.md §5 "Experts across ranks").
+ * (model/expert_parallel.c, docs/learner.md "Experts across ranks").
  * Shard 0 of 2 drains the exchange through a transport that plays rank 1:
  * it hands the shard a header and a request written here, byte by byte,
  * and keeps the shard's reply. A request carries each token vector once

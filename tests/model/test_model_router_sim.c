@@ -1,5 +1,5 @@
 /* The balancing rules on the router simulation of tests/router_sim.h, at the
- * sizes of ARCHITECTURE.md §4 "Balancing": 1024 experts top 16 and the demo's
+ * sizes of docs/model.md "Balancing": 1024 experts top 16 and the demo's
  * 16 experts top 2, skewed scores that drift. `adaptive` must bring MaxVio
  * below the target within the stated number of steps, keep it there, and
  * leave no dead expert; the curves of the rules are printed. Counts, never

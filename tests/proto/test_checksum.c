@@ -1,7 +1,7 @@
 /* Checksums are XXH3-64 (common/common.h lh_xxh3_64): the same numbers as
  * Python's xxhash for the same bytes, a weights message of the older
  * algorithm refused naming both, and the files and store rows written with
- * the older one still read (README.md "Checksums"). */
+ * the older one still read (docs/wire.md "Checksums"). */
 #include <check.h>
 #include <sqlite3.h>
 #include <stdio.h>

@@ -560,7 +560,7 @@ START_TEST(test_writer_lock) {
 }
 END_TEST
 
-/* Shared prefixes (ARCHITECTURE.md §6): a member names the first tokens of
+/* Shared prefixes (docs/actors.md): a member names the first tokens of
  * its group's leader, stored once. Refused: a prefix that is not stored,
  * one of another actor or group, a member's (a chain, so no cycle), a
  * length at which no segment of the leader ends, a later segment or an

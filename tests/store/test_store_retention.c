@@ -231,7 +231,7 @@ START_TEST(test_inline_payloads_migrated) {
 }
 END_TEST
 
-/* A shared prefix (ARCHITECTURE.md §6): a group's leader (40) holds the
+/* A shared prefix (docs/actors.md "Shared prefixes"): a group's leader (40) holds the
  * first 16 tokens of its member (41), environment tokens only, and
  * samples at version 1; the member samples at version 5. Retention below
  * version 3 drops the payloads of an unshared episode of version 1 (50),

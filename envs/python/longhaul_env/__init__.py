@@ -14,7 +14,7 @@
     serve(Reverse, bind="tcp://127.0.0.1:5601")
 
 An actor reaches it with `[env] name = reverse` and `server = tcp://...`
-(README, "Python environments"). serve() speaks the env-server protocol
+(envs/README.md, "Python environments"). serve() speaks the env-server protocol
 (EnvRequest/EnvResponse of proto/longhaul.proto over ZeroMQ), with the C
 server's limits, optional CURVE, and a clean stop on SIGTERM or SIGINT.
 """

@@ -1,0 +1,45 @@
+# A reference page from the binary (cli/cmd_help.c): `BIN help TOPIC`
+# is the whole of FILE, or, when FILE holds the line
+# "<!-- BEGIN longhaul help TOPIC -->", what lies between it and
+# "<!-- END longhaul help TOPIC -->". Run by `cmake -P` with BIN, TOPIC,
+# FILE and MODE: `write` brings FILE up to date (the docs target),
+# `check` fails, saying how to bring it up to date, when it is not (the
+# test_docs_* tests of tests/docs.cmake).
+execute_process(COMMAND ${BIN} help ${TOPIC} OUTPUT_VARIABLE printed ERROR_VARIABLE why RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "doc_page.cmake: `longhaul help ${TOPIC}` failed (${rc}): ${why}")
+endif()
+set(begin "<!-- BEGIN longhaul help ${TOPIC} -->\n")
+set(end "<!-- END longhaul help ${TOPIC} -->")
+set(old "")
+if(EXISTS ${FILE})
+  file(READ ${FILE} old)
+endif()
+string(FIND "${old}" "${begin}" at)
+if(at EQUAL -1)
+  set(new "${printed}")
+else()
+  string(FIND "${old}" "${end}" stop)
+  if(stop LESS at)
+    message(FATAL_ERROR "doc_page.cmake: ${FILE} has '${begin}' but no '${end}' after it")
+  endif()
+  string(LENGTH "${begin}" begin_len)
+  math(EXPR inside "${at} + ${begin_len}")
+  string(SUBSTRING "${old}" 0 ${inside} head)
+  string(SUBSTRING "${old}" ${stop} -1 tail)
+  set(new "${head}${printed}${tail}")
+endif()
+if(MODE STREQUAL "write")
+  if(NOT new STREQUAL old)
+    file(WRITE ${FILE} "${new}")
+    message(STATUS "wrote ${FILE} from `longhaul help ${TOPIC}`")
+  endif()
+elseif(NOT new STREQUAL old)
+  get_filename_component(name ${FILE} NAME)
+  set(printed_file ${CMAKE_CURRENT_BINARY_DIR}/${name}.printed)
+  file(WRITE ${printed_file} "${new}")
+  message(FATAL_ERROR "${FILE} is stale: it is not what `longhaul help ${TOPIC}` prints now (that is in "
+    "${printed_file}; diff them). Write it again with `cmake --build build --target docs`.")
+else()
+  message(STATUS "${FILE} is what `longhaul help ${TOPIC}` prints")
+endif()
