@@ -6,114 +6,14 @@
  * is the one place that turns observations and actions into tokens; the
  * runner feeds what it appended since the last feed to the model (prefill
  * for observations, one decode step per sampled token) and to the
- * episode's segmenter. */
+ * episode's segmenter. A group's shared prefix is runner_share.c's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/buf.h"
-#include "actors/internal.h"
+#include "actors/runner_internal.h"
 #include "proto/wire.h"
-
-/* ROW_FORK: the episode has begun (its environment reset, its first
- * observation in the transcript) and waits for its group's leader to
- * finish the prefill of the prefix they share (struct prefix_share). */
-typedef enum { ROW_FREE, ROW_POLICY, ROW_ENV, ROW_FORK } row_state;
-
-typedef struct {
-  row_state state;
-  lh_env *env;
-  lh_actors_transcript *tr;
-  lh_actors_segmenter *seg;
-  size_t pushed;       /* transcript tokens already in the segmenter */
-  size_t fed;          /* transcript tokens already fed to the model */
-  int images_pushed;   /* transcript images already in the segmenter */
-  size_t action_start; /* where the current action began in the transcript */
-  int have_logp;       /* logp holds the next-token distribution */
-  float *logp;         /* (vocab) */
-  /* Per kept transcript position (index = position - the transcript's
-   * first): the sampler's logp (sampled ones), the version, and
-   * layers*topk experts when routing is recorded. */
-  float *behavior;
-  uint32_t *version;
-  uint32_t *experts;
-  size_t cap;
-  size_t end_at;       /* tokens that belong to the episode when it ends (SIZE_MAX: all) */
-  uint32_t steps;
-  uint32_t max_context;  /* this episode's token budget; 0: no limit */
-  size_t next_state;     /* the fed count at which the next recurrent state is due (state_interval) */
-  uint64_t env_size;     /* the stage_option value the row's env was opened with; 0: as configured */
-  lh_actors_rng rng;     /* the episode's own sampler stream, seeded by its number */
-  int share;             /* the prefix_share it leads or waits for; -1: none */
-} row;
-
-/* A group's shared prefix (docs/actors.md "Shared prefixes"). The
- * episodes of a group play one task, so their first observations are the
- * same tokens: the first member to start (the leader) prefills them, and
- * the others take the recurrent state and next-token distribution it
- * reaches, instead of prefilling the same tokens again. Their segments
- * then start after the prefix and name the leader's episode, whose
- * segments are cut where the prefix ends, so the prefix crosses the wire
- * and lands in the store once. A member that starts after new weights
- * came leads the share again (join_share): the state of the old weights
- * is not the prefill it would have done. */
-typedef struct {
-  uint64_t group;     /* the group's number + 1; 0: a free slot */
-  uint64_t leader;    /* the leader's episode id */
-  int ready;          /* the leader's prefill is done: state and logp hold */
-  uint64_t version;   /* the weights' version when it was done */
-  int failed;         /* the leader ended before it: nobody shares */
-  size_t tokens;      /* the prefix: the first observation's length */
-  uint64_t hash;      /* XXH3-64 of its tokens and images */
-  float *state;       /* (lh_model_state_floats) after the prefix */
-  float *logp;        /* (vocab) the distribution of the first action token */
-} prefix_share;
-
-typedef struct {
-  Longhaul__Segment *seg;
-  Longhaul__EpisodeEnd *end;
-} item;
-
-struct lh_actors_runner {
-  lh_actors_runner_config cfg;
-  char *actor, *env_name;
-  lh_env_option *opts;
-  lh_env_option *sized_opts; /* opts with stage_option set: n_opts + 1 */
-  char **opt_strings;
-  size_t n_opts;
-  lh_env_hub *hub, *own_hub;
-  lh_model *model;
-  lh_model_decoder *dec;
-  lh_actors_sampler *sampler;
-  int vocab;
-  int record;          /* routing recorded: L layers x K slots of E experts */
-  size_t LK;
-  int32_t *dec_experts, *one_experts;
-  uint64_t version;
-  lh_actors_stage stage;
-  char *stage_option;
-  uint64_t group_long_for;   /* the group whose draw group_long holds (+1; 0: none) */
-  int group_long;
-  uint32_t group_budget;
-  uint64_t long_groups, short_groups;
-  row *rows;
-  prefix_share *shares;  /* batch slots: a group in flight holds at most one */
-  size_t share_floats;   /* lh_model_state_floats */
-  uint64_t prefixes_shared, prefix_tokens_shared;
-  uint64_t started, finished;
-  uint32_t window;  /* back-pressure (lh_actors_runner_set_window) */
-  int stopped;
-  /* per step scratch */
-  float *state;        /* (lh_model_state_floats) a row's recurrent state, with state_interval */
-  size_t state_floats;
-  uint8_t *image_bytes;  /* an image's pixels as the segment carries them */
-  size_t image_bytes_cap;
-  int32_t *dec_rows, *dec_tokens;
-  float *dec_logp;
-  /* the output queue, a ring */
-  item *q;
-  size_t q_head, q_n, q_cap;
-};
 
 static uint64_t mix(uint64_t a, uint64_t b) {
   uint64_t v[2] = {a, b};
@@ -123,7 +23,7 @@ static uint64_t mix(uint64_t a, uint64_t b) {
 void lh_actors_runner_free(lh_actors_runner *r) {
   if (!r) return;
   for (uint32_t b = 0; r->rows && b < r->cfg.batch; b++) {
-    row *w = &r->rows[b];
+    lh_actors_row *w = &r->rows[b];
     lh_env_free(w->env);
     lh_actors_transcript_free(w->tr);
     lh_actors_segmenter_free(w->seg);
@@ -139,7 +39,7 @@ void lh_actors_runner_free(lh_actors_runner *r) {
   }
   free(r->shares);
   for (size_t i = 0; i < r->q_n; i++) {
-    item *it = &r->q[(r->q_head + i) % r->q_cap];
+    lh_actors_queue_item *it = &r->q[(r->q_head + i) % r->q_cap];
     lh_actors_segment_free(it->seg);
     lh_actors_episode_end_free(it->end);
   }
@@ -245,7 +145,7 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
     if (!(r->state = malloc(r->state_floats * sizeof *r->state))) goto oom;
   }
   for (uint32_t b = 0; b < cfg->batch; b++) {
-    row *w = &r->rows[b];
+    lh_actors_row *w = &r->rows[b];
     w->logp = malloc((size_t)r->vocab * sizeof *w->logp);
     if (!w->logp) goto oom;
     w->share = -1;
@@ -321,7 +221,7 @@ size_t lh_actors_env_options_set(const lh_env_option *opts, size_t n, const char
 
 /* Opens the row's environment again when the episode needs another size
  * (stage_option = size, or as configured for size 0). */
-static int size_env(lh_actors_runner *r, row *w, uint64_t size, lh_errbuf *err) {
+static int size_env(lh_actors_runner *r, lh_actors_row *w, uint64_t size, lh_errbuf *err) {
   if (!r->stage_option[0] || size == w->env_size) return 0;
   const lh_env_option *opts = r->opts;
   size_t n = r->n_opts;
@@ -342,7 +242,7 @@ static int size_env(lh_actors_runner *r, row *w, uint64_t size, lh_errbuf *err) 
 static int enqueue(lh_actors_runner *r, Longhaul__Segment *seg, Longhaul__EpisodeEnd *end, lh_errbuf *err) {
   if (r->q_n == r->q_cap) {
     size_t cap = r->q_cap ? 2 * r->q_cap : 16;
-    item *q = malloc(cap * sizeof *q);
+    lh_actors_queue_item *q = malloc(cap * sizeof *q);
     if (!q) {
       lh_actors_segment_free(seg);
       lh_actors_episode_end_free(end);
@@ -354,11 +254,11 @@ static int enqueue(lh_actors_runner *r, Longhaul__Segment *seg, Longhaul__Episod
     r->q_cap = cap;
     r->q_head = 0;
   }
-  r->q[(r->q_head + r->q_n++) % r->q_cap] = (item){seg, end};
+  r->q[(r->q_head + r->q_n++) % r->q_cap] = (lh_actors_queue_item){seg, end};
   return 0;
 }
 
-static int drain_segments(lh_actors_runner *r, row *w, lh_errbuf *err) {
+int lh_actors_row_drain(lh_actors_runner *r, lh_actors_row *w, lh_errbuf *err) {
   Longhaul__Segment *s;
   while ((s = lh_actors_segmenter_pop(w->seg)) != NULL) LH_TRY(enqueue(r, s, NULL, err));
   return 0;
@@ -368,7 +268,7 @@ int lh_actors_runner_pop(lh_actors_runner *r, Longhaul__Segment **seg, Longhaul_
   if (seg) *seg = NULL;
   if (end) *end = NULL;
   if (!r || !r->q_n || !seg || !end) return 0;
-  item it = r->q[r->q_head];
+  lh_actors_queue_item it = r->q[r->q_head];
   r->q_head = (r->q_head + 1) % r->q_cap;
   r->q_n--;
   *seg = it.seg;
@@ -403,7 +303,7 @@ int lh_actors_runner_done(const lh_actors_runner *r) {
 
 /* Room for the per-token arrays of the transcript's kept positions up to
  * position n. */
-static int reserve(const lh_actors_runner *r, row *w, size_t n, lh_errbuf *err) {
+static int reserve(const lh_actors_runner *r, lh_actors_row *w, size_t n, lh_errbuf *err) {
   n -= lh_actors_transcript_first(w->tr);
   if (n <= w->cap) return 0;
   size_t cap = lh_grow_cap(w->cap, n, 256);
@@ -423,7 +323,7 @@ static int reserve(const lh_actors_runner *r, row *w, size_t n, lh_errbuf *err) 
  * into it, with the images at their <img> tokens: the transcript's own
  * (padded) pixels, back in bytes (x/255 read back exactly), so that the
  * learner gets the image the actor's model saw. */
-static int push_new(lh_actors_runner *r, row *w, size_t n, lh_errbuf *err) {
+static int push_new(lh_actors_runner *r, lh_actors_row *w, size_t n, lh_errbuf *err) {
   const int32_t *tok = lh_actors_transcript_tokens(w->tr);
   const uint8_t *mask = lh_actors_transcript_mask(w->tr);
   const lh_model_image *im = lh_actors_transcript_images(w->tr);
@@ -450,7 +350,7 @@ static int push_new(lh_actors_runner *r, row *w, size_t n, lh_errbuf *err) {
                                     r->record ? w->experts + i * r->LK : NULL, err));
   }
   if (n > w->pushed) w->pushed = n;
-  return drain_segments(r, w, err);
+  return lh_actors_row_drain(r, w, err);
 }
 
 /* The state hook (docs/learner.md "Stored state"): called after every
@@ -459,7 +359,7 @@ static int push_new(lh_actors_runner *r, row *w, size_t n, lh_errbuf *err) {
  * recurrent state after those tokens goes to its segmenter, which sends
  * it with the segment that holds token fed. */
 static int state_hook(lh_actors_runner *r, uint32_t b, size_t fed, lh_errbuf *err) {
-  row *w = &r->rows[b];
+  lh_actors_row *w = &r->rows[b];
   if (!r->cfg.state_interval || fed < w->next_state) return 0;
   size_t every = r->cfg.state_interval;
   w->next_state = (fed / every + 1) * every;
@@ -471,7 +371,7 @@ static int state_hook(lh_actors_runner *r, uint32_t b, size_t fed, lh_errbuf *er
  * row's next_state is taken there: next_state itself, or, when that falls
  * among an image's patches, just after them (a forward takes an image
  * whole). n when no state is due inside. */
-static size_t piece_end(const lh_actors_runner *r, const row *w, size_t at, size_t n) {
+static size_t piece_end(const lh_actors_runner *r, const lh_actors_row *w, size_t at, size_t n) {
   if (!r->cfg.state_interval || w->next_state <= at || w->next_state >= n) return n;
   size_t end = w->next_state;
   const lh_model_image *im = lh_actors_transcript_images(w->tr);
@@ -488,7 +388,7 @@ static size_t piece_end(const lh_actors_runner *r, const row *w, size_t at, size
  * 4096 positions can go, so that the moves cost O(1) a token; the row's
  * memory is thus bounded by the current action, a prefill window and an
  * observation not yet fed, whatever the episode's length. */
-static void forget(const lh_actors_runner *r, row *w) {
+void lh_actors_row_forget(const lh_actors_runner *r, lh_actors_row *w) {
   size_t upto = w->pushed < w->fed ? w->pushed : w->fed;
   if (w->state == ROW_POLICY && w->action_start < upto) upto = w->action_start;
   size_t first = lh_actors_transcript_first(w->tr);
@@ -513,163 +413,6 @@ static void forget(const lh_actors_runner *r, row *w) {
   }
 }
 
-/* ---- shared prefixes ------------------------------------------------------ */
-
-/* XXH3-64 of the transcript's first n positions (tokens, then each image's
- * place, size and pixels): two members share a prefix only when their
- * first observations hash alike and have the same length. */
-static int prefix_hash(const row *w, size_t n, uint64_t *out, lh_errbuf *err) {
-  lh_file_sum *h = NULL;
-  if (lh_file_sum_new(0, &h) < 0) return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a prefix hash");
-  size_t first = lh_actors_transcript_first(w->tr);
-  lh_file_sum_add(h, lh_actors_transcript_tokens(w->tr), (n - first) * sizeof(int32_t));
-  const lh_model_image *im = lh_actors_transcript_images(w->tr);
-  for (int i = 0; i < lh_actors_transcript_n_images(w->tr); i++) {
-    if ((size_t)im[i].at >= n) break;
-    int32_t dims[3] = {im[i].at, im[i].height, im[i].width};
-    lh_file_sum_add(h, dims, sizeof dims);
-    lh_file_sum_add(h, im[i].pixels, (size_t)im[i].height * (size_t)im[i].width * 3 * sizeof(float));
-  }
-  *out = lh_file_sum_value(h);
-  lh_file_sum_free(h);
-  return 0;
-}
-
-/* Frees share i once every episode of its group has started (whether it
- * joined the share or ended before it could: a reset that failed) and no
- * row leads it or waits for it. */
-static void share_release(lh_actors_runner *r, int i) {
-  prefix_share *sh = &r->shares[i];
-  if (!sh->group || r->started < sh->group * r->cfg.group_size) return;
-  for (uint32_t b = 0; b < r->cfg.batch; b++)
-    if (r->rows[b].share == i) return;
-  sh->group = 0;
-}
-
-/* Row b (its episode just begun, in ROW_FORK or waiting) takes the shared
- * prefix of share w->share: the state and distribution the leader reached,
- * its segments starting after the prefix and naming the leader's episode,
- * and (with state_interval) the state at the prefix's end in its first
- * segment, where a stored-state learner starts it. */
-static int fork_row(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
-  row *w = &r->rows[b];
-  int i = w->share;
-  prefix_share *sh = &r->shares[i];
-  LH_TRY(lh_model_decoder_state_set(r->dec, (int)b, sh->state));
-  memcpy(w->logp, sh->logp, (size_t)r->vocab * sizeof *w->logp);
-  LH_TRY(lh_actors_segmenter_set_prefix(w->seg, sh->leader, sh->tokens, err));
-  if (r->cfg.state_interval) {
-    size_t every = r->cfg.state_interval;
-    w->next_state = (sh->tokens / every + 1) * every;
-    LH_TRY(lh_actors_segmenter_set_state(w->seg, sh->tokens, sh->state, r->share_floats, err));
-  }
-  w->fed = w->pushed = sh->tokens;
-  w->images_pushed = lh_actors_transcript_first_image(w->tr) + lh_actors_transcript_n_images(w->tr);
-  w->have_logp = 1;
-  w->state = ROW_POLICY;
-  w->share = -1;
-  r->prefixes_shared++;
-  r->prefix_tokens_shared += sh->tokens;
-  forget(r, w);
-  share_release(r, i);
-  return 0;
-}
-
-/* The leader (row b) has prefilled the prefix and pushed it: its segments
- * are cut there, so that the prefix is whole segments sent before any
- * member's; the state and distribution it reached are kept for the members
- * to come, and those waiting fork now. */
-static int share_ready(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
-  row *w = &r->rows[b];
-  int i = w->share;
-  prefix_share *sh = &r->shares[i];
-  LH_TRY(lh_model_decoder_state_get(r->dec, (int)b, sh->state));
-  memcpy(sh->logp, w->logp, (size_t)r->vocab * sizeof *sh->logp);
-  sh->ready = 1;
-  sh->version = r->version;
-  w->share = -1;
-  LH_TRY(lh_actors_segmenter_cut(w->seg, err));
-  if (r->cfg.state_interval)
-    LH_TRY(lh_actors_segmenter_set_state(w->seg, sh->tokens, sh->state, r->share_floats, err));
-  LH_TRY(drain_segments(r, w, err));
-  for (uint32_t c = 0; c < r->cfg.batch; c++)
-    if (r->rows[c].state == ROW_FORK && r->rows[c].share == i) LH_TRY(fork_row(r, c, err));
-  share_release(r, i);
-  return 0;
-}
-
-/* Row b's episode, of group `group`, has begun with its first observation
- * (n positions) in the transcript. The group's first member leads a new
- * share and prefills as usual; a later one with the same prefix forks from
- * the leader's state (or waits in ROW_FORK until the leader has it).
- * Returns 1 when the row needs no prefill of its own, 0 when it prefills
- * (the leader, or a member whose first observation differs: an
- * environment that is not deterministic in its seed plays unshared). A
- * member that starts after the share was ready, under other weights than
- * those that computed it, prefills and leads the share anew for the
- * members after it: the old state and distribution are not what its own
- * prefill gives, and its first token would carry a version that did not
- * compute it. */
-static int join_share(lh_actors_runner *r, uint32_t b, uint64_t group, uint64_t episode_id, size_t n,
-                      lh_errbuf *err) {
-  row *w = &r->rows[b];
-  uint64_t hash = 0;
-  LH_TRY(prefix_hash(w, n, &hash, err));
-  int i = -1, free_slot = -1;
-  for (uint32_t k = 0; k <= r->cfg.batch && i < 0; k++)
-    if (r->shares[k].group == group + 1) i = (int)k;
-  for (uint32_t k = 0; k <= r->cfg.batch && i < 0 && free_slot < 0; k++) {
-    share_release(r, (int)k);  /* a group whose last episodes ended at their start */
-    if (!r->shares[k].group) free_slot = (int)k;
-  }
-  if (i < 0) {
-    if (free_slot < 0) return 0;  /* cannot happen: a slot per row, and one more */
-    prefix_share *sh = &r->shares[free_slot];
-    if (!sh->state && r->share_floats && !(sh->state = malloc(r->share_floats * sizeof *sh->state)))
-      return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a shared prefix's state");
-    if (!sh->logp && !(sh->logp = malloc((size_t)r->vocab * sizeof *sh->logp)))
-      return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a shared prefix's distribution");
-    *sh = (prefix_share){.group = group + 1, .leader = episode_id, .tokens = n, .hash = hash, .state = sh->state,
-                         .logp = sh->logp};
-    w->share = free_slot;
-    return 0;
-  }
-  prefix_share *sh = &r->shares[i];
-  if (sh->failed || sh->tokens != n || sh->hash != hash) {
-    share_release(r, i);
-    return 0;
-  }
-  w->share = i;
-  if (sh->ready && sh->version != r->version) {
-    /* nobody waits on a ready share: this row leads it from now on */
-    sh->ready = 0, sh->leader = episode_id;
-    return 0;
-  }
-  if (sh->ready) {
-    LH_TRY(fork_row(r, b, err));
-    return 1;
-  }
-  w->state = ROW_FORK;
-  return 1;
-}
-
-/* Row b leaves its share before the share was ready (its episode ended):
- * a leader's waiting members prefill on their own, and no later member
- * shares. */
-static void share_leave(lh_actors_runner *r, uint32_t b) {
-  row *w = &r->rows[b];
-  int i = w->share;
-  if (i < 0) return;
-  w->share = -1;
-  prefix_share *sh = &r->shares[i];
-  if (w->state != ROW_FORK) {
-    sh->failed = 1;
-    for (uint32_t c = 0; c < r->cfg.batch; c++)
-      if (r->rows[c].state == ROW_FORK && r->rows[c].share == i) r->rows[c].state = ROW_POLICY, r->rows[c].share = -1;
-  }
-  share_release(r, i);
-}
-
 /* Feeds the next prefill window of the transcript tokens not yet fed
  * (lh_model_window_end cuts it: an image stays whole), images included,
  * and pushes what it fed to the segmenter: an observation of any length
@@ -678,7 +421,7 @@ static void share_leave(lh_actors_runner *r, uint32_t b) {
  * (piece_end). When the last window is in, the row holds the next
  * distribution. */
 static int prefill_new(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
-  row *w = &r->rows[b];
+  lh_actors_row *w = &r->rows[b];
   size_t n = lh_actors_transcript_len(w->tr), first = lh_actors_transcript_first(w->tr);
   if (n <= w->fed) return 0;
   const int32_t *tok = lh_actors_transcript_tokens(w->tr);
@@ -731,8 +474,8 @@ static int prefill_new(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   w->fed = end;
   w->have_logp = end == n;
   LH_TRY(push_new(r, w, w->fed, err));
-  if (w->have_logp && w->share >= 0) LH_TRY(share_ready(r, b, err));
-  forget(r, w);
+  if (w->have_logp && w->share >= 0) LH_TRY(lh_actors_share_ready(r, b, err));
+  lh_actors_row_forget(r, w);
   return 0;
 }
 
@@ -748,8 +491,8 @@ static Longhaul__Outcome outcome_of(lh_env_outcome o) {
 
 /* Ends the row's episode: the segmenter's last segment and the EpisodeEnd
  * go to the queue, and the row is free again. */
-static int finish(lh_actors_runner *r, row *w, Longhaul__Outcome outcome, float reward, const lh_env_term *terms,
-                  uint32_t n_terms, const char *why, lh_errbuf *err) {
+static int finish(lh_actors_runner *r, lh_actors_row *w, Longhaul__Outcome outcome, float reward,
+                  const lh_env_term *terms, uint32_t n_terms, const char *why, lh_errbuf *err) {
   /* Tokens never fed (the last action's end) have no routing: their
    * experts are recorded as 0; no target follows them, so a replay of
    * them changes nothing the learner trains on. */
@@ -774,12 +517,12 @@ static int finish(lh_actors_runner *r, row *w, Longhaul__Outcome outcome, float 
                                   .error = why};
   Longhaul__EpisodeEnd *end = NULL;
   int rc = prc < 0 ? prc : lh_actors_segmenter_finish(w->seg, &res, &end, err);
-  if (rc == 0) rc = drain_segments(r, w, err);
+  if (rc == 0) rc = lh_actors_row_drain(r, w, err);
   if (rc == 0) rc = enqueue(r, NULL, end, err);
   else lh_actors_episode_end_free(end);
   lh_actors_segmenter_free(w->seg);
   w->seg = NULL;
-  if (w->share >= 0) share_leave(r, (uint32_t)(w - r->rows));
+  if (w->share >= 0) lh_actors_share_leave(r, (uint32_t)(w - r->rows));
   w->state = ROW_FREE;
   w->have_logp = 0;
   r->finished++;
@@ -789,7 +532,7 @@ static int finish(lh_actors_runner *r, row *w, Longhaul__Outcome outcome, float 
 /* Starts episode number r->started on row b: ids, segmenter, reset, the
  * first observation into the transcript, the segmenter and the model. */
 static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
-  row *w = &r->rows[b];
+  lh_actors_row *w = &r->rows[b];
   uint64_t k = r->started++, group = k / r->cfg.group_size;
   uint64_t episode_id = mix(r->cfg.id_salt, k) | 1;  /* never 0 */
   uint64_t group_id = mix(r->cfg.id_salt ^ 0x67726f7570ull, group) | 1;
@@ -852,7 +595,7 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   }
   w->action_start = n;
   if (r->shares) {
-    int shared = join_share(r, b, group, episode_id, n, err);
+    int shared = lh_actors_share_join(r, b, group, episode_id, n, err);
     if (shared < 0) return shared;
     if (shared) return 0;
   }
@@ -862,7 +605,7 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
 /* The environment's answer to the row's action: the episode ends, or the
  * observation goes into the transcript, the segmenter and the model. */
 static int collect(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
-  row *w = &r->rows[b];
+  lh_actors_row *w = &r->rows[b];
   lh_env_result res;
   lh_errbuf e = {0};
   int rc = lh_env_step_end(w->env, &res, &e);
@@ -895,7 +638,7 @@ static int collect(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
 /* The action the row just ended, as text with its markers, begun on the
  * environment. A failure to begin ends the episode as an error. */
 static int begin_action(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
-  row *w = &r->rows[b];
+  lh_actors_row *w = &r->rows[b];
   const int32_t *tok = lh_actors_transcript_tokens(w->tr) + (w->action_start - lh_actors_transcript_first(w->tr));
   size_t n = lh_actors_transcript_len(w->tr) - w->action_start, need = 0;
   char small[4096], *text = small;
@@ -936,14 +679,14 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
     if (r->rows[b].state == ROW_FREE && may_start(r)) LH_TRY(start(r, b, err));
   /* Rows still feeding an observation take its next prefill window. */
   for (uint32_t b = 0; b < B; b++) {
-    row *w = &r->rows[b];
+    lh_actors_row *w = &r->rows[b];
     if (w->state == ROW_POLICY && !w->have_logp && w->fed < lh_actors_transcript_len(w->tr))
       LH_TRY(prefill_new(r, b, err));
   }
   /* Every row on the policy's turn with a distribution samples a token. */
   int sampled = 0, n_dec = 0, n_env = 0;
   for (uint32_t b = 0; b < B; b++) {
-    row *w = &r->rows[b];
+    lh_actors_row *w = &r->rows[b];
     if (w->state != ROW_POLICY || !w->have_logp) continue;
     lh_actors_sample s;
     LH_TRY(lh_actors_sampler_sample(r->sampler, w->logp, &w->rng, &s, err));
@@ -976,7 +719,7 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
                                      r->record ? r->dec_experts : NULL, err));
     size_t K = r->LK ? (size_t)lh_model_get_config(r->model)->topk : 0, L = K ? r->LK / K : 0;
     for (int i = 0; i < n_dec; i++) {
-      row *w = &r->rows[r->dec_rows[i]];
+      lh_actors_row *w = &r->rows[r->dec_rows[i]];
       memcpy(w->logp, r->dec_logp + (size_t)i * r->vocab, (size_t)r->vocab * sizeof *w->logp);
       w->have_logp = 1;
       size_t t = lh_actors_transcript_len(w->tr) - 1;  /* the token just fed */
@@ -988,7 +731,7 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
       w->fed = t + 1;
       LH_TRY(state_hook(r, (uint32_t)r->dec_rows[i], w->fed, err));
       LH_TRY(push_new(r, w, w->fed, err));
-      forget(r, w);
+      lh_actors_row_forget(r, w);
     }
   }
   /* The environments' answers. The action's last token (</call>) is fed
@@ -1003,7 +746,7 @@ int lh_actors_runner_abort(lh_actors_runner *r, const char *reason, lh_errbuf *e
   r->stopped = 1;
   int first = 0;
   for (uint32_t b = 0; b < r->cfg.batch; b++) {
-    row *w = &r->rows[b];
+    lh_actors_row *w = &r->rows[b];
     if (w->state == ROW_FREE) continue;
     if (w->state == ROW_ENV) {
       lh_env_result res;
@@ -1015,3 +758,4 @@ int lh_actors_runner_abort(lh_actors_runner *r, const char *reason, lh_errbuf *e
   }
   return first;
 }
+

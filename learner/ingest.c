@@ -1,7 +1,7 @@
 /* learner: the ingest ROUTER. Messages are read in rounds; a round's
  * Segments and EpisodeEnds go into the store in one transaction, and the
- * acks go out only after it committed, so an ack always means the message
- * is durable (ARCHITECTURE.md §1). Before that, each message in an actor's
+ * acks go out only after it committed (ingest_acks.c), so an ack always
+ * means the message is durable (ARCHITECTURE.md §1). Before that, each message in an actor's
  * name must come from the connection that said Hello under the name, and
  * a new episode must fit its name's window (learner/peers.c). */
 #include <stdio.h>
@@ -11,7 +11,7 @@
 
 #include "common/run_id.h"
 #include "net/zsock.h"
-#include "learner/internal.h"
+#include "learner/ingest_internal.h"
 
 #define INGEST_MAX_ROUND 256
 #define INGEST_LINGER_MS 200
@@ -36,90 +36,11 @@
 #define INGEST_HANDSHAKE_MS 10000
 #define INGEST_HEARTBEAT_MS 10000
 #define INGEST_HEARTBEAT_TIMEOUT_MS 60000
-#define IDENTITY_BYTES LH_LEARNER_PEER_CONN_BYTES
 /* Open episodes with no message for [learner] abort_after_ms (the store's
  * idle sweep ends them as aborted; 60 s unless set) no longer count
  * against their name's window; looked for once a second. */
 #define INGEST_EXPIRE_EVERY_NS 1000000000ll
 #define INGEST_ABORT_AFTER_MS 60000
-
-/* KIND_HEARTBEAT: an actor's Heartbeat, a row of actor_heartbeats written
- * in the round's batch (acked at once: it is a report, not data).
- * KIND_HELLO: a Hello, which binds its name to its connection before the
- * round's other messages are judged. */
-enum { KIND_NONE = 0, KIND_STORE = 1, KIND_HEARTBEAT = 2, KIND_HELLO = 3 };
-
-/* Why a message was held back or refused, for its Ack's reason. */
-enum { WHY_NONE = 0, WHY_NO_HELLO, WHY_NAME, WHY_KEY, WHY_WINDOW, WHY_FULL, WHY_PREFIX };
-
-/* Members of a shared prefix whose leader is not stored yet (store.h,
- * LH_STORE_NO_PREFIX) are answered ACK_RETRY until the first such answer
- * to their episode is abort_after_ms old: a leader's message held back
- * (its actor's window, a learner restarted under it) and resent can come
- * after its members'. Then ACK_REJECTED, so that a reference to an
- * episode that never comes is not resent for ever. A fixed table; the
- * oldest entry makes room. */
-#define INGEST_PREFIX_WAITS 1024
-typedef struct {
-  uint64_t episode;
-  int64_t since_ns;
-} prefix_wait;
-
-/* One message of a round: who sent it, how to answer, what to store. */
-typedef struct {
-  uint8_t identity[IDENTITY_BYTES];
-  size_t identity_bytes;
-  int delimiter;          /* the peer put an empty frame before the payload */
-  int has_id;
-  uint64_t msg_id;
-  int status;             /* Longhaul__AckStatus, or -1: no ack */
-  int kind;
-  Longhaul__Envelope *env;
-  /* a segment's payload frame, kept until the round is stored so that the
-   * store takes the segment's bytes as they arrived (seg_at, seg_bytes in
-   * the frame) */
-  zmq_msg_t frame;
-  int has_frame;
-  size_t seg_at, seg_bytes;
-  int acked;
-  char foreign_run[LH_RUN_ID_BYTES];  /* refused for its run: the sender's run id; "" otherwise */
-  char key[LH_LEARNER_PEER_KEY_BYTES];  /* the connection's CURVE key (ZAP User-Id); "" without CURVE */
-  int peer;                           /* the sender's name (learner/peers.c) once bound; -1 */
-  int why;                            /* WHY_*: for the Ack's reason */
-} entry;
-
-struct lh_learner_ingest {
-  void *sock;
-  lh_store *store;
-  lh_wire_limits lim;
-  char endpoint[LH_LEARNER_TEXT_BYTES];
-  size_t max_round;
-  entry *round;
-  uint64_t next_msg_id;
-  lh_learner_ingest_counts counts;
-  lh_zsock_meter bad;         /* bad input: counted, logged once per interval */
-  lh_zsock_meter foreign;     /* messages of another run: the same */
-  lh_zsock_meter names;       /* messages in a name their connection does not hold */
-  lh_log_meter window;        /* new episodes held back past their window */
-  char run_id[LH_RUN_ID_BYTES];  /* this learner's run ("": no run check) */
-  int64_t hello_window_ns;    /* hellos logged in the current interval, and held back */
-  uint64_t hellos_logged, hellos_held;
-  int has_limits;             /* check segments and ends against the model (limits) */
-  lh_learner_model_limits limits;
-  int64_t last_fail_log_ns;  /* store failures: logged once per interval too */
-  uint64_t failed_since_log;
-  uint64_t *touched;  /* episodes the last committed round wrote */
-  size_t n_touched;
-  /* Names bound to connections and their back-pressure credit
-   * (lh_learner_ingest_set_backlog). */
-  lh_learner_peers *peers;
-  int budgeted;
-  int64_t abort_after_ns, last_expire_ns;
-  uint64_t round_ends;  /* EpisodeEnds the current round stored */
-  size_t round_bytes;   /* message bytes the current round took in */
-  prefix_wait waits[INGEST_PREFIX_WAITS];
-  size_t n_waits, next_wait;
-};
 
 /* Whether a member (episode) whose leader is not stored may still wait
  * for it (ACK_RETRY) rather than be refused. */
@@ -128,7 +49,7 @@ static int prefix_may_wait(lh_learner_ingest *ig, uint64_t episode, int64_t now)
   for (size_t i = 0; i < ig->n_waits; i++)
     if (ig->waits[i].episode == episode) return now - ig->waits[i].since_ns < limit;
   size_t slot = ig->n_waits < INGEST_PREFIX_WAITS ? ig->n_waits++ : ig->next_wait++ % INGEST_PREFIX_WAITS;
-  ig->waits[slot] = (prefix_wait){episode, now};
+  ig->waits[slot] = (lh_learner_ingest_prefix_wait){episode, now};
   return 1;
 }
 
@@ -314,7 +235,7 @@ static const char *message_run(const Longhaul__Envelope *env) {
  * outlived it). A message without a run id (an actor started by hand) is
  * any run's. Returns 1 when refused, with the entry answered ACK_REJECTED
  * and its reason kept for the Ack. */
-static int refuse_foreign(lh_learner_ingest *ig, entry *e) {
+static int refuse_foreign(lh_learner_ingest *ig, lh_learner_ingest_entry *e) {
   switch (e->env->body_case) {
     case LONGHAUL__ENVELOPE__BODY_HELLO:
     case LONGHAUL__ENVELOPE__BODY_SEGMENT:
@@ -350,7 +271,7 @@ static int check_store_entry(lh_learner_ingest *ig, const Longhaul__Envelope *en
 /* Keeps a segment's payload frame in e (moved, not copied) with where the
  * Segment's bytes lie in it; without them (not one segment field) the
  * store encodes the decoded segment instead. */
-static void keep_segment_bytes(entry *e, zmq_msg_t *payload, const uint8_t *b, size_t bytes) {
+static void keep_segment_bytes(lh_learner_ingest_entry *e, zmq_msg_t *payload, const uint8_t *b, size_t bytes) {
   const uint8_t *seg;
   size_t seg_bytes;
   if (e->env->body_case != LONGHAUL__ENVELOPE__BODY_SEGMENT ||
@@ -367,7 +288,7 @@ static void keep_segment_bytes(entry *e, zmq_msg_t *payload, const uint8_t *b, s
 /* Reads the frames of one message into e. Returns 1 for a message, 0 when
  * nothing was waiting, -1 for a socket error; a message of the wrong shape
  * is drained, counted and returns 2 (no entry). */
-static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
+static int recv_one(lh_learner_ingest *ig, lh_learner_ingest_entry *e, lh_errbuf *err) {
   zmq_msg_t frames[3];
   int n = 0, rc = 1;
   int got = lh_zsock_recv_frames(ig->sock, frames, 3, ZMQ_DONTWAIT, &n);
@@ -459,7 +380,7 @@ static int recv_one(lh_learner_ingest *ig, entry *e, lh_errbuf *err) {
  * (ACK_REJECTED) when the connection said Hello under another name, or
  * (a Hello) the name is bound under another CURVE key. Counted, and one
  * line per interval. */
-static void refuse_name(lh_learner_ingest *ig, entry *e, lh_learner_peer_verdict v) {
+static void refuse_name(lh_learner_ingest *ig, lh_learner_ingest_entry *e, lh_learner_peer_verdict v) {
   const char *what;
   e->kind = KIND_NONE;
   if (v == LH_PEER_NO_HELLO) {
@@ -485,7 +406,7 @@ static void refuse_name(lh_learner_ingest *ig, entry *e, lh_learner_peer_verdict
 static void bind_round(lh_learner_ingest *ig, size_t n) {
   int64_t now = lh_now_ns();
   for (size_t i = 0; i < n; i++) {
-    entry *e = &ig->round[i];
+    lh_learner_ingest_entry *e = &ig->round[i];
     if (e->kind != KIND_HELLO) continue;
     const Longhaul__Hello *h = e->env->hello;
     uint64_t rebinds = lh_learner_peers_get_counts(ig->peers)->rebinds;
@@ -507,7 +428,7 @@ static void bind_round(lh_learner_ingest *ig, size_t n) {
   }
 }
 
-static uint64_t entry_episode(const entry *e) {
+static uint64_t entry_episode(const lh_learner_ingest_entry *e) {
   return e->env->body_case == LONGHAUL__ENVELOPE__BODY_SEGMENT ? e->env->segment->episode_id
                                                                : e->env->episode_end->episode_id;
 }
@@ -521,7 +442,7 @@ static uint64_t entry_episode(const entry *e) {
 static void admit_round(lh_learner_ingest *ig, size_t n) {
   int64_t now = lh_now_ns();
   for (size_t i = 0; i < n; i++) {
-    entry *e = &ig->round[i];
+    lh_learner_ingest_entry *e = &ig->round[i];
     if (e->kind != KIND_STORE && e->kind != KIND_HEARTBEAT) continue;
     int index = -1;
     lh_learner_peer_verdict v =
@@ -572,7 +493,7 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
   int rc = lh_store_begin(ig->store, &e);
   int begun = rc == 0;
   for (size_t i = 0; i < n && rc == 0; i++) {
-    entry *x = &ig->round[i];
+    lh_learner_ingest_entry *x = &ig->round[i];
     if (x->kind == KIND_HEARTBEAT) {
       rc = lh_store_put_heartbeat(ig->store, x->env->sender, x->env->heartbeat, 0, &e);
       continue;
@@ -625,7 +546,7 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
     ig->counts.rounds++;
   }
   for (size_t i = 0; i < n; i++) {
-    entry *x = &ig->round[i];
+    lh_learner_ingest_entry *x = &ig->round[i];
     /* a heartbeat's row went with a round rolled back: not STORED */
     if (x->kind == KIND_HEARTBEAT && rc) x->status = LONGHAUL__ACK_STATUS__ACK_RETRY;
     if (x->kind != KIND_STORE) continue;
@@ -655,135 +576,6 @@ static void store_round(lh_learner_ingest *ig, size_t n) {
   }
 }
 
-static int send_frame(void *sock, const void *data, size_t n, int flags) {
-  return zmq_send(sock, data, n, flags) < 0 ? -1 : 0;
-}
-
-/* One Ack per (peer, status) of the round, naming every msg_id it covers. */
-static int send_acks(lh_learner_ingest *ig, size_t n, lh_errbuf *err) {
-  uint64_t *ids = malloc(n * sizeof *ids);
-  if (!ids) return lh_errbuf_set(err, LH_ENOMEM, "ingest: out of memory for acks");
-  int rc = 0;
-  for (size_t i = 0; i < n && rc == 0; i++) {
-    entry *a = &ig->round[i];
-    if (a->acked || !a->has_id || a->status < 0) continue;
-    size_t k = 0;
-    for (size_t j = i; j < n; j++) {
-      entry *b = &ig->round[j];
-      if (b->acked || !b->has_id || b->status != a->status || b->why != a->why ||
-          b->identity_bytes != a->identity_bytes || memcmp(b->identity, a->identity, a->identity_bytes) != 0 ||
-          strcmp(b->foreign_run, a->foreign_run) != 0)
-        continue;
-      ids[k++] = b->msg_id;
-      b->acked = 1;
-    }
-    Longhaul__Ack ack = LONGHAUL__ACK__INIT;
-    ack.n_msg_ids = k;
-    ack.msg_ids = ids;
-    ack.status = (Longhaul__AckStatus)a->status;
-    if (ig->budgeted) {
-      /* The window of the name the connection holds; none: hold. */
-      int who = a->peer >= 0 ? a->peer : lh_learner_peers_of_conn(ig->peers, a->identity, a->identity_bytes);
-      ack.window = who >= 0 ? lh_learner_peers_window(ig->peers, who) : 0;
-      ack.hold = ack.window == 0;
-      lh_learner_peers_told(ig->peers, who, ack.window);
-    }
-    char why[256];
-    if (a->why == WHY_NO_HELLO) ack.reason = "no Hello under this name from this connection; say Hello, then resend";
-    else if (a->why == WHY_NAME)
-      ack.reason = "this name is bound to another connection, or this connection said Hello under another name; "
-                   "do not resend";
-    else if (a->why == WHY_KEY) ack.reason = "this name is bound to another CURVE key; do not resend";
-    else if (a->why == WHY_WINDOW)
-      ack.reason = "a new episode past this actor's back-pressure window; resend when the window allows";
-    else if (a->why == WHY_FULL) ack.reason = "the learner holds its most open episodes; resend later";
-    else if (a->why == WHY_PREFIX)
-      ack.reason = "the episode whose tokens this one's shared prefix names is not stored yet; resend later";
-    else if (a->status == LONGHAUL__ACK_STATUS__ACK_RETRY) ack.reason = "store write failed; resend later";
-    else if (a->foreign_run[0]) {
-      snprintf(why, sizeof why, "this learner's run is %s, the message's run is %s; do not resend", ig->run_id,
-               a->foreign_run);
-      ack.reason = why;
-    } else if (a->status == LONGHAUL__ACK_STATUS__ACK_REJECTED) ack.reason = "invalid message; do not resend";
-    Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
-    env.protocol = LH_WIRE_PROTOCOL;
-    env.msg_id = ++ig->next_msg_id;
-    env.sender = "learner";
-    env.run_id = ig->run_id;  /* an actor of another run tells its refusal by it */
-    env.body_case = LONGHAUL__ENVELOPE__BODY_ACK;
-    env.ack = &ack;
-    uint8_t *buf = NULL;
-    size_t bytes = 0;
-    lh_errbuf e;
-    if (lh_wire_encode(&env, &buf, &bytes, &e)) {
-      rc = lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: cannot encode an ack: %s", e.msg);
-      break;
-    }
-    /* A peer that went away makes the ROUTER drop the reply silently; the
-     * actor resends on reconnect and gets ACK_DUPLICATE then. */
-    if (send_frame(ig->sock, a->identity, a->identity_bytes, ZMQ_SNDMORE) ||
-        (a->delimiter && send_frame(ig->sock, "", 0, ZMQ_SNDMORE)) ||
-        send_frame(ig->sock, buf, bytes, 0)) {
-      int en = zmq_errno();
-      if (en != EHOSTUNREACH && en != EAGAIN)
-        rc = lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: cannot send an ack: %s",
-                           zmq_strerror(en));
-    } else {
-      ig->counts.acks_sent++;
-    }
-    free(buf);
-  }
-  free(ids);
-  return rc;
-}
-
-/* An Ack of no message to name index's connection, with its window. */
-static int push_window(lh_learner_ingest *ig, int index, lh_errbuf *err) {
-  size_t conn_bytes = 0;
-  const uint8_t *conn = lh_learner_peers_conn(ig->peers, index, &conn_bytes);
-  if (!conn) return 0;
-  Longhaul__Ack ack = LONGHAUL__ACK__INIT;
-  ack.status = LONGHAUL__ACK_STATUS__ACK_STORED;
-  ack.window = lh_learner_peers_window(ig->peers, index);
-  ack.hold = ack.window == 0;
-  Longhaul__Envelope env = LONGHAUL__ENVELOPE__INIT;
-  env.protocol = LH_WIRE_PROTOCOL;
-  env.msg_id = ++ig->next_msg_id;
-  env.sender = "learner";
-  env.run_id = ig->run_id;
-  env.body_case = LONGHAUL__ENVELOPE__BODY_ACK;
-  env.ack = &ack;
-  uint8_t *buf = NULL;
-  size_t bytes = 0;
-  lh_errbuf e;
-  if (lh_wire_encode(&env, &buf, &bytes, &e))
-    return lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: cannot encode an ack: %s", e.msg);
-  int rc = 0;
-  /* A connection gone makes the ROUTER drop it; a full queue too: the
-   * actor's next message gets the window anyway. */
-  if (send_frame(ig->sock, conn, conn_bytes, ZMQ_SNDMORE | ZMQ_DONTWAIT) ||
-      send_frame(ig->sock, buf, bytes, ZMQ_DONTWAIT)) {
-    int en = zmq_errno();
-    if (en != EHOSTUNREACH && en != EAGAIN)
-      rc = lh_errbuf_set(err, LH_ELEARNER_INGEST_SOCKET, "ingest: cannot send an ack: %s", zmq_strerror(en));
-  } else {
-    ig->counts.acks_sent++;
-    lh_learner_peers_told(ig->peers, index, ack.window);
-  }
-  free(buf);
-  return rc;
-}
-
-int lh_learner_ingest_tick(lh_learner_ingest *ig, lh_errbuf *err) {
-  if (!ig || !ig->budgeted) return 0;
-  int64_t now = lh_now_ns();
-  lh_learner_peers_grant(ig->peers, 0, now);
-  size_t n = lh_learner_peers_count(ig->peers);
-  for (size_t i = 0; i < n; i++)
-    if (lh_learner_peers_window_grew(ig->peers, (int)i, now)) LH_TRY(push_window(ig, (int)i, err));
-  return 0;
-}
-
 int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handled, lh_errbuf *err) {
   if (handled) *handled = 0;
   if (!ig) return lh_errbuf_set(err, LH_EINVAL, "ingest: NULL ingest");
@@ -800,7 +592,7 @@ int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handle
   int rc = 0;
   ig->round_ends = 0, ig->round_bytes = 0;
   while (n < ig->max_round && ig->round_bytes < INGEST_ROUND_BYTES) {
-    entry *e = &ig->round[n];
+    lh_learner_ingest_entry *e = &ig->round[n];
     memset(e, 0, sizeof *e);
     e->status = -1, e->peer = -1;
     int r = recv_one(ig, e, err);
@@ -821,12 +613,13 @@ int lh_learner_ingest_poll(lh_learner_ingest *ig, int timeout_ms, size_t *handle
     lh_learner_peers_expire(ig->peers, now - ig->abort_after_ns);
     ig->last_expire_ns = now;
   }
-  int arc = send_acks(ig, n, err);
+  int arc = lh_learner_ingest_send_acks(ig, n, err);
   for (size_t i = 0; i < n; i++) {
-    entry *x = &ig->round[i];
+    lh_learner_ingest_entry *x = &ig->round[i];
     lh_wire_free(x->env), x->env = NULL;
     if (x->has_frame) zmq_msg_close(&x->frame), x->has_frame = 0;
   }
   if (handled) *handled = n;
   return rc ? rc : arc;
 }
+

@@ -589,7 +589,7 @@ void lh_learner_ingest_set_model_limits(lh_learner_ingest *ig, const lh_learner_
  * makes no difference. LH_EINVAL for a run_id that is not one. */
 int lh_learner_ingest_set_run(lh_learner_ingest *ig, const char *run_id, lh_errbuf *err);
 
-/* ---- the training step (learner/train.c) ----------------------------------
+/* ---- the training step (learner/train*.c, train_internal.h lists them) ----
  * The RL step of the learner process over the replay store: scan finds the
  * store's episodes that are ready (ended, every segment stored) and not yet
  * consumed, applies admission (staleness against the trainer's version,

@@ -1,8 +1,9 @@
 /* learner: the learner process and its parts (ARCHITECTURE.md §5): the
  * process itself (run.c) and its service thread (service.c: ingest,
- * weights publishing, the idle sweep); the trainer (train.c) and what it
- * is made of: advantage estimators, admission by staleness, the PPO-clip
- * loss, the [learner] config and the learning-rate schedule, joining an
+ * weights publishing, the idle sweep); the trainer (train.c and the
+ * train_*.c beside it, listed in train_internal.h) and what it is made
+ * of: advantage estimators, admission by staleness, the PPO-clip loss,
+ * the [learner] config and the learning-rate schedule, joining an
  * episode's segments, batches of whole groups, back-pressure; weights
  * served in chunks, checkpoints, learner ranks and SFT.
  *

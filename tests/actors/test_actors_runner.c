@@ -1,10 +1,11 @@
-/* Tests of actors/runner.c in process: a tiny random model (d 16) plays
- * calc, B episodes at once. Every message passes lh_wire_validate inside
- * its envelope; an episode's segments reassemble into one contiguous token
- * stream that matches its EpisodeEnd; groups share a task seed; the
- * behavior log-probabilities are the model's own (training forward over
- * the reassembled tokens); a version set mid-run stamps the later tokens;
- * an environment that fails ends its episode as error. */
+/* Tests of actors/runner.c and runner_share.c in process: a tiny random
+ * model (d 16) plays calc, B episodes at once. Every message passes
+ * lh_wire_validate inside its envelope; an episode's segments reassemble
+ * into one contiguous token stream that matches its EpisodeEnd; groups
+ * share a task seed; the behavior log-probabilities are the model's own
+ * (training forward over the reassembled tokens); a version set mid-run
+ * stamps the later tokens; an environment that fails ends its episode as
+ * error. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdlib.h>

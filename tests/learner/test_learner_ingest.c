@@ -1,11 +1,11 @@
-/* Tests of learner/ingest.c over real ZeroMQ sockets (a DEALER in this
- * process, as an actor would connect, and one in a forked child) and a real
- * SQLite store: an ack means the message is stored, a duplicate is acked and
- * stored once, garbage is counted and does not stop the ingest, a failing
- * store answers ACK_RETRY, an actor link's burst sent while no learner
- * listened (more than the socket's high-water mark) is all acked once one
- * does, none of it left for the resend timeout. Also the [learner] keys
- * the process needs. */
+/* Tests of learner/ingest.c and ingest_acks.c over real ZeroMQ sockets (a
+ * DEALER in this process, as an actor would connect, and one in a forked
+ * child) and a real SQLite store: an ack means the message is stored, a
+ * duplicate is acked and stored once, garbage is counted and does not
+ * stop the ingest, a failing store answers ACK_RETRY, an actor link's
+ * burst sent while no learner listened (more than the socket's high-water
+ * mark) is all acked once one does, none of it left for the resend
+ * timeout. Also the [learner] keys the process needs. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <stdio.h>
 #include <stdlib.h>

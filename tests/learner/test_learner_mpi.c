@@ -1,5 +1,5 @@
 /* Tests of the learner ranks (learner/allreduce.c and the rank-aware step
- * of learner/train.c): the single-rank comm needs no MPI; the rank-aware
+ * of learner/train_*.c: train_optim.c, train_ranks.c): the single-rank comm needs no MPI; the rank-aware
  * step over a transport that reduces nothing gives one rank's weights bit
  * for bit, and balance = quantile is refused with two ranks; two ranks under
  * `mpirun -n 2`, each with half of every batch in its own store, end each

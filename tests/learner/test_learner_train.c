@@ -1,4 +1,4 @@
-/* Tests of learner/train.c on a tiny model (d 16) and a real SQLite store:
+/* Tests of the trainer (learner/train*.c) on a tiny model (d 16) and a real SQLite store:
  * episodes written as an actor would (segments, then the end), one PPO step
  * over windows with carried state whose log-probabilities match the
  * behavior ones at version 0 below 1e-5, a train_steps row, no episode
