@@ -44,11 +44,23 @@ int lh_learner_train_apply_stage(lh_learner_trainer *t) {
   return size_batch(t);
 }
 
+int lh_learner_train_done(lh_learner_trainer *t, uint64_t id, uint64_t oldest) {
+  lh_learner_id_set_remove(&t->seen, id);
+  return lh_learner_id_set_add(&t->done, id, oldest);
+}
+
+void lh_learner_train_forget(lh_learner_trainer *t) {
+  /* Stale now is stale for good: the version only grows. A scan after a
+   * resume that meets a forgotten episode drops it as stale again, so it
+   * is never trained twice (it is counted in dropped_stale once more). */
+  if (t->version > t->cfg.max_policy_lag) lh_learner_id_set_prune(&t->done, t->version - t->cfg.max_policy_lag);
+}
+
 /* An admitted episode of a flat group (lh_learner_batcher_skip_flat):
  * done with, as a trained one is, so that no scan offers it again. */
 static int on_flat(void *ctx, const lh_learner_batch_item *item) {
   lh_learner_trainer *t = ctx;
-  return lh_learner_id_set_add(&t->done, item->episode_id);
+  return lh_learner_train_done(t, item->episode_id, item->oldest_version);
 }
 
 int lh_learner_trainer_new(lh_model *m, lh_store *store, const lh_learner_config *cfg, float temperature,
@@ -111,8 +123,8 @@ void lh_learner_trainer_free(lh_learner_trainer *t) {
   lh_model_cache_free(t->cache);
   lh_learner_prefix_cache_free(t->prefixes);
   lh_learner_experts_close(t->experts);
-  free(t->seen.ids);
-  free(t->done.ids);
+  lh_learner_id_set_free(&t->seen);
+  lh_learner_id_set_free(&t->done);
   free(t->items);
   free(t->scratch_bias);
   for (size_t i = 0; i < t->n_others; i++) free(t->others[i].ids);

@@ -12,7 +12,7 @@
  * and counted as dropped for staleness. */
 static int on_stale(void *ctx, const lh_learner_batch_item *item) {
   lh_learner_trainer *t = ctx;
-  if (lh_learner_id_set_add(&t->done, item->episode_id)) return LH_ENOMEM;
+  if (lh_learner_train_done(t, item->episode_id, item->oldest_version)) return LH_ENOMEM;
   t->admission.dropped_stale++;
   if (t->admission.admitted) t->admission.admitted--;
   return 0;
@@ -102,7 +102,7 @@ int lh_learner_train_read_batch(lh_learner_trainer *t, lh_learner_step_batch *b,
     uint64_t id = t->items[i].episode_id;
     b->all_rewards[i] = t->items[i].reward;
     b->all_keys[i] = t->items[i].group_id;
-    if (lh_learner_id_set_add(&t->done, id)) {
+    if (lh_learner_train_done(t, id, t->items[i].oldest_version)) {
       rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
       break;
     }

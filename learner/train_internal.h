@@ -26,9 +26,11 @@
 /* Steps over which the stale share is measured (back-pressure). */
 #define LH_LEARNER_STALE_WINDOW 8
 
-/* A sorted set of episode ids. */
+/* A sorted set of episode ids, each with its key (train_ids.c): the
+ * oldest version its episode sampled with. keys is NULL in a set of ids
+ * alone (another rank's done list, gathered for a checkpoint). */
 typedef struct {
-  uint64_t *ids;
+  uint64_t *ids, *keys;
   size_t n, cap;
 } lh_learner_id_set;
 
@@ -47,10 +49,13 @@ struct lh_learner_trainer {
   lh_learner_adv_baseline baseline;
   lh_learner_admission_counts admission;
   /* Episode ids are the actors' (hashes, in no order), so what has been
-   * used is kept as sets: seen = handed to the batcher in this process;
-   * done = trained, dropped or left out, which a checkpoint keeps (an
-   * admitted episode still waiting in the batcher is not done: after a
-   * resume it is scanned again). */
+   * used is kept as sets: seen = handed to the batcher in this process
+   * and waiting there; done = trained, dropped or left out, which a
+   * checkpoint keeps (an admitted episode still waiting in the batcher is
+   * not done: after a resume it is scanned again). An id leaves seen when
+   * it is done, and done once its episode is too old for any step to
+   * train (lh_learner_train_forget): both stay as large as the window of
+   * trainable versions, whatever the run's length. */
   lh_learner_id_set seen, done;
   lh_learner_batch_item *items;
   size_t cap_items;
@@ -134,13 +139,26 @@ typedef struct {
 /* ---- id sets (train_ids.c) ------------------------------------------------ */
 /* 1 when id is in s; *at is where it is, or where it would go. */
 int lh_learner_id_set_find(const lh_learner_id_set *s, uint64_t id, size_t *at);
-/* Adds id (nothing when present): 0, or LH_ENOMEM. */
-int lh_learner_id_set_add(lh_learner_id_set *s, uint64_t id);
+/* Adds id with its key (nothing when present): 0, or LH_ENOMEM. */
+int lh_learner_id_set_add(lh_learner_id_set *s, uint64_t id, uint64_t key);
+/* Takes id out (nothing when absent). */
+void lh_learner_id_set_remove(lh_learner_id_set *s, uint64_t id);
+/* Forgets every id whose key is below `below`; how many went. */
+size_t lh_learner_id_set_prune(lh_learner_id_set *s, uint64_t below);
+void lh_learner_id_set_free(lh_learner_id_set *s);
 
 /* ---- the trainer (train.c) ------------------------------------------------ */
 /* The stage in force's lr, train_window and batch_episodes into t->cfg
  * (nothing without stages); LH_ENOMEM when the batch's items do not fit. */
 int lh_learner_train_apply_stage(lh_learner_trainer *t);
+/* Episode id is done with (trained, dropped or left out); oldest is the
+ * oldest version it sampled with (the trainer's version when it sampled
+ * none). 0, or LH_ENOMEM. */
+int lh_learner_train_done(lh_learner_trainer *t, uint64_t id, uint64_t oldest);
+/* After a step: forgets the done ids no scan could admit again, those
+ * whose oldest version is further behind the trainer's than
+ * max_policy_lag. */
+void lh_learner_train_forget(lh_learner_trainer *t);
 /* After each step: the step's intake joins the stale window, and the
  * back-pressure cap moves. */
 void lh_learner_train_backlog_update(lh_learner_trainer *t);

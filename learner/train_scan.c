@@ -8,6 +8,7 @@ typedef struct {
   size_t added;
   int rc;
   lh_errbuf *err;
+  int scan;  /* a scan of the store, not ids handed over */
 } scan_ctx;
 
 static Longhaul__Outcome row_outcome(const lh_episode_row *row) {
@@ -24,6 +25,11 @@ static int on_ready(void *ctx, const lh_episode_row *row) {
   /* Staleness over the sampled tokens; an episode without any sampled
    * token is as fresh as the learner (it has nothing to train on). */
   uint64_t oldest = row->has_versions ? row->min_version : t->version;
+  /* A scan of the store passes over what no step may train any more:
+   * done and forgotten since (lh_learner_train_forget), or come stale
+   * while the learner was down or its id was lost on the way; counted
+   * neither time. An id the ingest hands over is judged as usual. */
+  if (c->scan && t->version > t->cfg.max_policy_lag && oldest < t->version - t->cfg.max_policy_lag) return 0;
   lh_learner_admission a = lh_learner_admission_check(t->version, oldest, row_outcome(row),
                                                       t->cfg.max_policy_lag, &t->admission);
   lh_learner_batch_item it = {.episode_id = row->id, .group_id = row->group_id,
@@ -35,11 +41,12 @@ static int on_ready(void *ctx, const lh_episode_row *row) {
     lh_log_meter_warn(&t->beyond_group, "episode=%llu group=%llu beyond group_size=%llu: skipped",
                       (unsigned long long)row->id, (unsigned long long)row->group_id,
                       (unsigned long long)t->cfg.group_size);
-    rc = lh_learner_id_set_add(&t->done, row->id);
+    rc = lh_learner_train_done(t, row->id, oldest);
   } else if (!rc && a != LH_LEARNER_ADMIT) {
-    rc = lh_learner_id_set_add(&t->done, row->id);
+    rc = lh_learner_train_done(t, row->id, oldest);
+  } else if (!rc) {
+    rc = lh_learner_id_set_add(&t->seen, row->id, oldest);
   }
-  if (!rc) rc = lh_learner_id_set_add(&t->seen, row->id);
   if (rc == LH_ENOMEM) rc = lh_errbuf_set(c->err, rc, "train: out of memory");
   if (rc) return c->rc = rc;
   if (a != LH_LEARNER_ADMIT)
@@ -58,7 +65,7 @@ int lh_learner_trainer_scan(lh_learner_trainer *t, size_t *added, lh_errbuf *err
   f.ready_only = 1;
   f.status_mask = (1u << LH_EPISODE_COMPLETE) | (1u << LH_EPISODE_TRUNCATED) | (1u << LH_EPISODE_ABORTED) |
                   (1u << LH_EPISODE_ERROR);
-  scan_ctx c = {.t = t, .err = err};
+  scan_ctx c = {.t = t, .err = err, .scan = 1};
   int rc = lh_store_episodes(t->store, &f, on_ready, &c, NULL, err);
   if (!rc) rc = c.rc;
   if (added) *added = c.added;

@@ -156,7 +156,9 @@ static int load_done_file(lh_learner_trainer *t, const char *path, uint64_t expe
       rc = lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: %s is truncated or fails its checksum", path);
   }
   for (size_t i = 0; !rc && i < count; i++)
-    if (lh_learner_id_set_add(&t->done, lh_get_le64(buf + 16 + 8 * i)))
+    /* the file keeps ids alone: each is kept as if of the state's version,
+     * at least as long as its own would keep it */
+    if (lh_learner_id_set_add(&t->done, lh_get_le64(buf + 16 + 8 * i), t->version))
       rc = lh_errbuf_set(err, LH_ENOMEM, "checkpoint: out of memory");
   free(buf);
   fclose(f);

@@ -82,6 +82,7 @@ static int step_once(lh_learner_trainer *t, int *took, int *stepped, lh_learner_
   double since_ms = (double)(row_ns - t->last_row_ns) / 1e6;
   st.busy_frac = since_ms > 0 ? fmin(1.0, st.step_ms / since_ms) : 1.0;
   t->last_row_ns = row_ns;
+  lh_learner_train_forget(t);
   LH_TRY(lh_learner_train_write_row(t, &st, c.dropped_stale, err));
   LH_TRY(lh_learner_train_stage_after(t, &st, &c, err));
   if (stats) *stats = st;

@@ -217,9 +217,13 @@ START_TEST(test_step_aligned_and_recorded) {
   ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
   ck_assert_uint_eq(added, 0);
   ck_assert_int_eq(step(t, NULL), 0);
-  /* Episodes sampled at version 0 are stale for version 1 with lag 0. */
+  /* Episodes sampled at version 0 are stale for version 1 with lag 0:
+   * handed over, they are dropped and counted; a scan passes over them. */
   write_episodes(s, m, 5, 2);
   ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
+  ck_assert_uint_eq(added, 0);
+  uint64_t stale_ids[2] = {5, 6};
+  ck_assert_int_eq(lh_learner_trainer_offer(t, stale_ids, 2, &added, &e), 0);
   ck_assert_uint_eq(added, 2);
   ck_assert_uint_eq(lh_learner_trainer_admission(t)->dropped_stale, 2);
   ck_assert_int_eq(step(t, NULL), 0);
@@ -229,7 +233,9 @@ START_TEST(test_step_aligned_and_recorded) {
   lh_learner_trainer_state(t, &ls);
   ck_assert_uint_eq(ls.step, 1);
   ck_assert_uint_eq(ls.version, 1);
-  ck_assert_uint_eq(ls.ingest_position, 6);  /* done: 4 trained, 2 dropped */
+  /* done: the 2 dropped; the 4 trained were forgotten once a step made
+   * them stale (nothing can train them again) */
+  ck_assert_uint_eq(ls.ingest_position, 2);
   ck_assert_uint_eq(ls.admission.dropped_stale, 2);
   free(before);
   finish(t, m, s);
@@ -369,6 +375,57 @@ START_TEST(test_resume_exact) {
 }
 END_TEST
 
+/* The done set is as large as the window of trainable versions, not the
+ * run: 30 steps of 2 episodes each (lag 1) leave at most the last two
+ * versions' ids in it, and a resume from a checkpoint taken then trains
+ * none of the episodes it forgot, nor any it kept. */
+START_TEST(test_done_ids_bounded) {
+  lh_store *s = open_store();
+  lh_errbuf e;
+  lh_learner_config cfg = small_cfg();
+  cfg.batch_episodes = 2, cfg.max_policy_lag = 1, cfg.total_steps = 100;
+  lh_model *m = tiny_model();
+  lh_learner_trainer *t = scanned_trainer(m, s, &cfg);
+  enum { STEPS = 30 };
+  for (uint64_t i = 0; i < STEPS; i++) {
+    /* two episodes at the trainer's version, handed over as the ingest does */
+    uint64_t ids[2] = {100 + 2 * i, 101 + 2 * i};
+    uint32_t v = (uint32_t)lh_learner_trainer_version(t);
+    write_episode(s, m, ids[0], 1000 + i, 1.0f, v);
+    write_episode(s, m, ids[1], 1000 + i, 0.0f, v);
+    size_t added;
+    ck_assert_int_eq(lh_learner_trainer_offer(t, ids, 2, &added, &e), 0);
+    ck_assert_uint_eq(added, 2);
+    ck_assert_int_eq(step(t, NULL), 1);
+    lh_learner_state ls;
+    lh_learner_trainer_state(t, &ls);
+    ck_assert_msg(ls.ingest_position <= 2 * (cfg.max_policy_lag + 1), "step %llu: %llu ids kept",
+                  (unsigned long long)i, (unsigned long long)ls.ingest_position);
+  }
+  ck_assert_uint_eq(lh_learner_trainer_version(t), STEPS);
+  lh_learner_state st;
+  memset(&st, 0, sizeof st);
+  lh_learner_trainer_state(t, &st);
+  char ck[160], path[LH_LEARNER_TEXT_BYTES], from[LH_LEARNER_TEXT_BYTES];
+  snprintf(ck, sizeof ck, "%s/ckpt", dir);
+  ck_assert_msg(lh_learner_ckpt_save(ck, m, &st, t, path, &e) == 0, "%s", e.msg);
+  lh_learner_trainer_free(t);
+  lh_model *c;
+  lh_learner_state st2;
+  ck_assert_msg(lh_learner_ckpt_load_latest(ck, lh_backend_cpu(), &c, &st2, from, &e) == 0, "%s", e.msg);
+  ck_assert_int_eq(lh_learner_trainer_new(c, s, &cfg, 0.7f, &st2, &t, &e), 0);
+  ck_assert_msg(lh_learner_trainer_load_done(t, from, st2.ingest_position, &e) == 0, "%s", e.msg);
+  size_t added;
+  ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
+  ck_assert_uint_eq(added, 0);
+  ck_assert_int_eq(step(t, NULL), 0);
+  ck_assert_uint_eq(lh_learner_trainer_admission(t)->dropped_stale, st2.admission.dropped_stale);
+  lh_learner_trainer_free(t);
+  lh_model_free(c);
+  finish(NULL, m, s);
+}
+END_TEST
+
 /* Routing replay: the actor's recorded experts are used instead of top-k.
  * Its own routing gives the same log-probabilities; a forced one does not. */
 START_TEST(test_routing_replay) {
@@ -427,9 +484,11 @@ START_TEST(test_stale_at_training_time) {
   ck_assert_int_eq(step(t, NULL), 0);
   ck_assert_uint_eq(lh_learner_trainer_admission(t)->dropped_stale, 2);
   ck_assert_uint_eq(lh_learner_trainer_admission(t)->admitted, 2);
+  /* done: the 2 dropped at the second call (no step since); the 2 trained
+   * were forgotten by the step that made them stale */
   lh_learner_state ls;
   lh_learner_trainer_state(t, &ls);
-  ck_assert_uint_eq(ls.ingest_position, 4);
+  ck_assert_uint_eq(ls.ingest_position, 2);
   finish(t, m, s);
 }
 END_TEST
@@ -597,6 +656,7 @@ int main(void) {
   tcase_add_test(tc, test_nonfinite_step_skipped);
   tcase_add_test(tc, test_bad_join_marked_error_and_args);
   tcase_add_test(tc, test_resume_exact);
+  tcase_add_test(tc, test_done_ids_bounded);
   tcase_add_test(tc, test_routing_replay);
   tcase_add_test(tc, test_stale_at_training_time);
   tcase_add_test(tc, test_loss_norm);
