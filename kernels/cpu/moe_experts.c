@@ -12,6 +12,7 @@
  * results do not depend on it. Scratch comes from lh_cpu_scratch. */
 
 #include "kernels/cpu/real.h"
+#include "kernels/cpu/tile_mm.h"
 
 /* Pairs grouped by expert: order[start[e] .. start[e+1]) are the pair ids
  * (n*k + j) routed to e, in increasing token order; pos[p] is where pair p
@@ -177,6 +178,36 @@ static int combine_rows(const void *ctx, lh_real *dst, int overwrite, const lh_r
   return failed ? LH_ENOMEM : LH_OK;
 }
 
+/* An expert's product, C = op(A) op(B) + beta C. Fine-grained experts
+ * (1,024 of expert_hidden 8, top 16) make hundreds of thousands of small
+ * products a step, on which a BLAS call's set-up outweighs the arithmetic:
+ * a product small enough to stay on one thread anyway (lh_cpu_mm's rule)
+ * whose sides other than the token count fit LH_TILE_MAX goes to the tile
+ * kernel, the token count cut into blocks of LH_TILE_MAX: as rows of C,
+ * which are independent, or as the inner dimension, whose blocks are added
+ * in ascending order (each element the same chain as one pass). */
+static void expert_mm(const void *mctx, int ta, int tb, int M, int N, int K, const lh_real *A, int lda,
+                      const lh_real *B, int ldb, lh_real beta, lh_real *C, int ldc) {
+  int small = 2.0 * M * (double)N * K < 4e6 && N <= LH_TILE_MAX;
+  if (small && K <= LH_TILE_MAX) {
+    for (int m0 = 0; m0 < M; m0 += LH_TILE_MAX) {
+      int mb = M - m0 < LH_TILE_MAX ? M - m0 : LH_TILE_MAX;
+      lh_tile_mm(ta, tb, mb, N, K, ta ? A + m0 : A + (size_t)m0 * lda, lda, B, ldb, beta, C + (size_t)m0 * ldc,
+                 ldc);
+    }
+    return;
+  }
+  if (small && M <= LH_TILE_MAX && !tb) {
+    for (int k0 = 0; k0 < K; k0 += LH_TILE_MAX) {
+      int kb = K - k0 < LH_TILE_MAX ? K - k0 : LH_TILE_MAX;
+      lh_tile_mm(ta, 0, M, N, kb, ta ? A + (size_t)k0 * lda : A + k0, lda, B + (size_t)k0 * ldb, ldb,
+                 k0 ? 1 : beta, C, ldc);
+    }
+    return;
+  }
+  lh_cpu_mm(mctx, ta, tb, M, N, K, 1, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* Expert e's forward on its c grouped rows from offset o. mctx: the team
  * context for its products (NULL-equivalent when already in a region). */
 static void expert_forward(const void *mctx, int e, int o, int c, const grouping *gr,
@@ -186,10 +217,10 @@ static void expert_forward(const void *mctx, int e, int o, int c, const grouping
   lh_real *Xe = X + (size_t)o * r, *H1e = H1 + (size_t)o * f, *H3e = H3 + (size_t)o * f;
   lh_real *Ae = A + (size_t)o * f;
   gather_rows_team(mctx, Xe, z, gr->order + o, c, k, r);
-  lh_cpu_mm(mctx, 0, 1, c, f, r, 1, Xe, r, w1 + (size_t)e * f * r, r, 0, H1e, f);
-  lh_cpu_mm(mctx, 0, 1, c, f, r, 1, Xe, r, w3 + (size_t)e * f * r, r, 0, H3e, f);
+  expert_mm(mctx, 0, 1, c, f, r, Xe, r, w1 + (size_t)e * f * r, r, 0, H1e, f);
+  expert_mm(mctx, 0, 1, c, f, r, Xe, r, w3 + (size_t)e * f * r, r, 0, H3e, f);
   loop_team(mctx, LOOP_SILU_PRODUCT, Ae, NULL, H1e, H3e, (size_t)c * f);
-  lh_cpu_mm(mctx, 0, 1, c, r, f, 1, Ae, f, w2 + (size_t)e * r * f, f, 0, Y + (size_t)o * r, r);
+  expert_mm(mctx, 0, 1, c, r, f, Ae, f, w2 + (size_t)e * r * f, f, 0, Y + (size_t)o * r, r);
 }
 
 int LH_CPU(moe_experts_forward)(void *ctx, lh_real *out, lh_real *cache, const lh_real *z,
@@ -250,15 +281,15 @@ static void expert_backward(const void *mctx, int e, int o, int c, const groupin
   /* sigmoid(H1) once, kept in dH3 until dA is known (the division in it
    * was most of these loops' time). */
   loop_team(mctx, LOOP_SILU_PRODUCT, dw2 ? a : NULL, d3, h1, h3, cf);
-  if (dw2) lh_cpu_mm(mctx, 1, 0, r, f, c, 1, dY + orr, r, a, f, 1, dw2 + (size_t)e * r * f, f);
+  if (dw2) expert_mm(mctx, 1, 0, r, f, c, dY + orr, r, a, f, 1, dw2 + (size_t)e * r * f, f);
   /* dA into dH1, then split into the two branches in place. */
-  lh_cpu_mm(mctx, 0, 0, c, f, r, 1, dY + orr, r, w2e, f, 0, d1, f);
+  expert_mm(mctx, 0, 0, c, f, r, dY + orr, r, w2e, f, 0, d1, f);
   loop_team(mctx, LOOP_SPLIT_DA, d1, d3, h1, h3, cf);
-  if (dw1) lh_cpu_mm(mctx, 1, 0, f, r, c, 1, d1, f, X + orr, r, 1, dw1 + (size_t)e * f * r, r);
-  if (dw3) lh_cpu_mm(mctx, 1, 0, f, r, c, 1, d3, f, X + orr, r, 1, dw3 + (size_t)e * f * r, r);
+  if (dw1) expert_mm(mctx, 1, 0, f, r, c, d1, f, X + orr, r, 1, dw1 + (size_t)e * f * r, r);
+  if (dw3) expert_mm(mctx, 1, 0, f, r, c, d3, f, X + orr, r, 1, dw3 + (size_t)e * f * r, r);
   if (dX) {
-    lh_cpu_mm(mctx, 0, 0, c, r, f, 1, d1, f, w1e, r, 0, dX + orr, r);
-    lh_cpu_mm(mctx, 0, 0, c, r, f, 1, d3, f, w3e, r, 1, dX + orr, r);
+    expert_mm(mctx, 0, 0, c, r, f, d1, f, w1e, r, 0, dX + orr, r);
+    expert_mm(mctx, 0, 0, c, r, f, d3, f, w3e, r, 1, dX + orr, r);
   }
 }
 
