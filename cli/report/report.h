@@ -50,6 +50,10 @@ typedef struct {
                           own (held-out evaluations), drawn as measured */
   const struct lh_report_mark *marks;  /* vertical marks at x (where a context-extension stage began); NULL: none */
   size_t nmarks;
+  /* A heat map whose row r stands for row_bin rows of the data (r * row_bin
+   * up to the next bin's first, exclusive): its labels say the range. 0 or
+   * 1: a row each. */
+  size_t row_bin, row_total;
 } lh_report_axes;
 
 /* A vertical mark on a line chart: a dashed line at x, labelled. */

@@ -10,7 +10,7 @@
 
 #include "cli/report/report.h"
 
-enum { MAX_HEAT_COLUMNS = 150, MAX_LAG_BINS = 24, MAX_LOAD_CELLS = 60000 };
+enum { MAX_HEAT_COLUMNS = 150, MAX_LAG_BINS = 24, MAX_LOAD_CELLS = 60000, MAX_LOAD_ROWS = 64 };
 
 static const char css[] =
     "body{font-family:sans-serif;margin:24px;color:#222;background:#fff;max-width:800px}"
@@ -191,10 +191,15 @@ static double cell_mean(const lh_report_data *d, size_t group, size_t l, size_t 
 /* The expert-load heat maps, one per layer: experts (rows) over train
  * steps (the data's load columns, merged further so that all the maps
  * together keep to MAX_LOAD_CELLS cells), coloured by the mean load share
- * on one scale for every layer, from 0 to the largest share. A store
+ * on one scale for every layer, from 0 to the largest share. More experts
+ * than MAX_LOAD_ROWS (a thousand fine-grained ones) are binned, a row per
+ * bin of consecutive experts showing the bin's most loaded expert: what
+ * MaxVio reads, while a row an expert would be under a pixel high. A store
  * without expert rows (a run from before schema 4) gets a note instead. */
 static void expert_load(lh_str *b, const lh_report_data *d) {
-  size_t L = d->load_layers, E = d->load_experts, cols = d->load_cols, block = L * E;
+  size_t L = d->load_layers, E = d->load_experts, cols = d->load_cols;
+  size_t bin = E > MAX_LOAD_ROWS ? (E + MAX_LOAD_ROWS - 1) / MAX_LOAD_ROWS : 1, rows = (E + bin - 1) / bin;
+  size_t block = L * rows;
   if (block == 0 || cols == 0 || d->load_steps == 0) {
     lh_str_puts(b, "<p class=\"note\" id=\"no-expert-load\">No per-expert load in this store: its train "
                       "steps have no <code>train_step_experts</code> rows (a run written before store schema "
@@ -204,7 +209,7 @@ static void expert_load(lh_str *b, const lh_report_data *d) {
   size_t group = (block * cols + MAX_LOAD_CELLS - 1) / MAX_LOAD_CELLS;
   if (group == 0) group = 1;
   size_t shown = (cols + group - 1) / group;
-  double *values = malloc(E * shown * sizeof *values), *col_x = malloc(shown * sizeof *col_x);
+  double *values = malloc(rows * shown * sizeof *values), *col_x = malloc(shown * sizeof *col_x);
   if (!values || !col_x) {
     free(values);
     free(col_x);
@@ -220,14 +225,22 @@ static void expert_load(lh_str *b, const lh_report_data *d) {
       }
   for (size_t c = 0; c < shown; c++) col_x[c] = d->load_col_step[c * group];
   for (size_t l = 0; l < L; l++) {
-    for (size_t x = 0; x < E; x++)
-      for (size_t c = 0; c < shown; c++) values[x * shown + c] = cell_mean(d, group, l, x, c);
+    for (size_t r = 0; r < rows; r++)
+      for (size_t c = 0; c < shown; c++) {
+        double v = NAN;
+        for (size_t x = r * bin; x < (r + 1) * bin && x < E; x++) {
+          double m = cell_mean(d, group, l, x, c);
+          if (isfinite(m) && (!isfinite(v) || m > v)) v = m;
+        }
+        values[r * shown + c] = v;
+      }
     char id[32], title[96];
     snprintf(id, sizeof id, "svg-load-%zu", l);
     snprintf(title, sizeof title, "Expert load share, layer %zu, over train steps", l);
-    lh_report_axes a = {.id = id, .title = title, .xlabel = "train step", .ylabel = "expert",
-                        .y_fixed = 1, .ymin = 0, .ymax = top > 0 ? top : 1, .value_label = "share"};
-    lh_report_heatmap(b, &a, "expert", values, E, shown, col_x);
+    lh_report_axes a = {.id = id, .title = title, .xlabel = "train step", .ylabel = bin > 1 ? "experts" : "expert",
+                        .y_fixed = 1, .ymin = 0, .ymax = top > 0 ? top : 1, .value_label = "share",
+                        .row_bin = bin, .row_total = E};
+    lh_report_heatmap(b, &a, "expert", values, rows, shown, col_x);
   }
   free(values);
   free(col_x);
@@ -237,6 +250,11 @@ static void expert_load(lh_str *b, const lh_report_data *d) {
                    "load is 1/%zu = %.3g), averaged over the %zu train step%s of a column. One colour scale "
                    "for every layer, from 0 to the largest share (%.3g). Grey: steps without expert rows.</p>\n",
                    E, 1.0 / (double)E, d->load_width * group, d->load_width * group == 1 ? "" : "s", top);
+  if (bin > 1)
+    lh_str_printf(b,
+                  "<p class=\"note\" id=\"expert-load-bins\">%zu experts: each row is a bin of %zu consecutive "
+                  "experts and shows its most loaded one (the balance MaxVio reads); experts without load show "
+                  "in the dead experts chart below.</p>\n", E, bin);
 }
 
 /* ---- the dashboard ------------------------------------------------------- */

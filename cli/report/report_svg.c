@@ -405,6 +405,17 @@ static void heat_color(double t, char out[8]) {
   snprintf(out, 8, "#%02x%02x%02x", c[0] & 255, c[1] & 255, c[2] & 255);
 }
 
+/* Row r's number, or with binned rows the range it stands for. */
+static void row_name(lh_str *b, const lh_report_axes *a, size_t r) {
+  if (a->row_bin <= 1) {
+    lh_str_printf(b, " %zu", r);
+    return;
+  }
+  size_t first = r * a->row_bin, last = first + a->row_bin - 1;
+  if (a->row_total && last >= a->row_total) last = a->row_total - 1;
+  lh_str_printf(b, "s %zu-%zu", first, last);
+}
+
 void lh_report_heatmap(lh_str *b, const lh_report_axes *a, const char *row_label,
                        const double *values, size_t rows, size_t cols, const double *col_x) {
   enum { LEGEND = 90 };
@@ -441,7 +452,8 @@ void lh_report_heatmap(lh_str *b, const lh_report_axes *a, const char *row_label
                        "fill=\"%s\"><title>",
                        x0 + cw * (double)c, y1 + ch * (double)r, cw + 0.3, ch + 0.3, color);
       lh_report_escape(b, row_label);
-      lh_str_printf(b, " %zu, ", r);
+      row_name(b, a, r);
+      lh_str_puts(b, ", ");
       lh_report_escape(b, a->xlabel);
       if (isfinite(v))
         lh_str_printf(b, " %.6g: %.4g</title></rect>\n", col_x[c], v);
@@ -455,7 +467,8 @@ void lh_report_heatmap(lh_str *b, const lh_report_axes *a, const char *row_label
     lh_str_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", x0 - 6,
                      y1 + ch * ((double)r + 0.5) + 4);
     lh_report_escape(b, row_label);
-    lh_str_printf(b, " %zu</text>\n", r);
+    row_name(b, a, r);
+    lh_str_puts(b, "</text>\n");
   }
   /* Column labels: about 8 of the columns' x values. */
   size_t step = cols > 8 ? (cols + 7) / 8 : 1;

@@ -28,6 +28,9 @@ enum { MANY_STEPS = 3000, SPARSE_EVALS = 14 };
 enum { VERSIONS = 8, PER_VERSION = 5, STEPS = 12, LAYERS = 4, EXPERTS = 8, LONG_STEPS = 500, LONG_EXPERTS = 4 };
 
 static char dir[256], db[300], empty_db[300], long_db[300], old_db[300], many_db[300], sparse_db[300], page[300];
+static char wide_db[300];
+#define WIDE_EXPERTS 1024
+#define WIDE_STEPS 30
 static char out_buf[1 << 22], err_buf[1 << 16];
 static char html[1 << 22];
 
@@ -148,6 +151,26 @@ static void build_fixture(void) {
     char env[16];
     snprintf(env, sizeof env, "env%02llu", (unsigned long long)e);
     put_episode(s, e, env, 1, 1, 1.0f);
+  }
+  ck_assert_msg(lh_store_commit(s, &err) == 0, "commit: %s", err.msg);
+  lh_store_close(s);
+
+  /* Wide: 30 train steps of 2 layers of 1,024 experts, evenly loaded but
+   * for expert 700 of layer 0 (0.01) and expert 5 of layer 1 (none). */
+  snprintf(wide_db, sizeof wide_db, "%s/wide.db", dir);
+  ck_assert_msg(lh_store_open(wide_db, &s, &err) == 0, "open %s: %s", wide_db, err.msg);
+  ck_assert(lh_store_begin(s, &err) == 0);
+  static double wide_load[2 * WIDE_EXPERTS];
+  for (int x = 0; x < 2 * WIDE_EXPERTS; x++) wide_load[x] = 1.0 / WIDE_EXPERTS;
+  wide_load[700] = 0.01, wide_load[WIDE_EXPERTS + 5] = 0;
+  for (uint64_t step = 1; step <= WIDE_STEPS; step++) {
+    lh_store_train_step t;
+    memset(&t, 0, sizeof t);
+    t.step = step, t.version = step, t.loss = 1, t.tokens = 100, t.layers = 2;
+    t.maxvio[0] = 0.01 * WIDE_EXPERTS - 1, t.maxvio[1] = 0.0;
+    t.time_ms = 1700000000000LL + (int64_t)step;
+    t.experts = WIDE_EXPERTS, t.expert_load = wide_load;
+    ck_assert_msg(lh_store_put_train_step(s, &t, NULL, &err) == 0, "train step: %s", err.msg);
   }
   ck_assert_msg(lh_store_commit(s, &err) == 0, "commit: %s", err.msg);
   lh_store_close(s);
@@ -312,7 +335,7 @@ static size_t count(const char *from, const char *to, const char *what) {
 /* The text of the svg with id (from its tag to its </svg>), into a static
  * buffer; fails when the page has no such chart. */
 static const char *chart(const char *page_text, const char *id) {
-  static char buf[1 << 18];
+  static char buf[1 << 20];
   char tag[64];
   snprintf(tag, sizeof tag, "<svg id=\"%s\"", id);
   const char *p = strstr(page_text, tag);
@@ -660,6 +683,25 @@ START_TEST(test_no_expert_rows) {
   ck_assert_int_eq(report("--db", empty_db, "--out", page, NULL), 0);
   slurp(page, html, sizeof html);
   HAS(html, "id=\"no-expert-load\"");
+}
+END_TEST
+
+/* A thousand experts: each layer's map has a row per bin of 16 experts
+ * (64 rows), showing the bin's most loaded expert, labelled with its
+ * range; the note says so. */
+START_TEST(test_thousand_experts) {
+  ck_assert_int_eq(report("--db", wide_db, "--out", page, NULL), 0);
+  slurp(page, html, sizeof html);
+  const char *c = chart(html, "svg-load-0");
+  ck_assert_uint_eq(count(c, NULL, "class=\"cell\""), 64 * WIDE_STEPS);
+  HAS(c, "experts 688-703, train step 1: 0.01</title>");
+  HAS(c, "experts 0-15, train step 30: 0.0009766</title>");
+  HAS(c, ">experts 0-15</text>");
+  HAS_NOT(c, "expert 1023,");
+  c = chart(html, "svg-load-1");
+  ck_assert_uint_eq(count(c, NULL, "class=\"cell\""), 64 * WIDE_STEPS);
+  HAS(html, "id=\"expert-load-bins\"");
+  HAS(html, "1024 experts: each row is a bin of 16 consecutive experts");
 }
 END_TEST
 
@@ -1254,6 +1296,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_retired);
     tcase_add_test(tc, test_no_expert_rows);
     tcase_add_test(tc, test_long_run);
+    tcase_add_test(tc, test_thousand_experts);
     tcase_add_test(tc, test_escaping);
     tcase_add_test(tc, test_stdout);
     tcase_add_test(tc, test_dashboard);
