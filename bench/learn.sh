@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# bench/learn.sh [BUILD] [calc|maze|needle]: the proof that the RL loop learns, and
-# the learner's and actors' figures from the same run.
+# bench/learn.sh [BUILD] [calc|experts_1024|maze|needle]: the proof that the RL loop
+# learns, and the learner's and actors' figures from the same run.
 #
 #   1. SFT, the warm start:
 #      calc (bench/learn.ini): until the greedy success rate on 100 held-out
 #      seeds reaches LH_LEARN_TARGET (0.3), evaluated every 25 steps: a warm
 #      start that is neither helpless nor done;
+#      experts_1024: calc's run with the [model] of
+#      examples/experts_1024.ini (1,024 experts top 16, one rank), for
+#      bench/experts_1024.sh against calc's 16-expert run;
 #      maze (bench/learn_maze.ini, images): 600 steps on the expert with
 #      expert_noise = 0.2. Greedy play repeats a blocked move until the
 #      step limit there (0 successes before and after RL), so the figure
@@ -27,7 +30,11 @@
 #      checkpoint for [fleet] steps (LH_LEARN_STEPS overrides) steps.
 #   4. after: the same 200 seeds, both ways, with the learner's last checkpoint.
 # Printed: before, after and the gain (target: +15 points), sampled at the
-# actors' temperature (what RL optimises) and greedy; the curve of the
+# actors' temperature (what RL optimises) and greedy; the balance over
+# the RL steps after a warm-up of 20 (the worst layer's MaxVio per step,
+# its mean and largest, and the experts dead: no token for 10 steps in a
+# row; from the store's train_step_layers and train_step_experts), which
+# with the greedy figures goes to LH_LEARN_DIR/record.txt; the curve of the
 # fleet's own success rate per step; the
 # learner's busy fraction (time in steps over wall time) and the actors'
 # tokens/s (from their heartbeats in the store). Everything stays in
@@ -48,6 +55,11 @@ case $env in
     sft_args=(--steps 3000 --batch 8 --lr 0.003 --warmup 20 --eval 100 --eval-every 25
       --target "$target")
     sft_says="until greedy success >= $target on 100 held-out seeds" ;;
+  experts_1024)
+    ini=learn.ini gate=greedy work=${LH_LEARN_DIR:-$build/bench-learn-experts_1024}
+    sft_args=(--steps 3000 --batch 8 --lr 0.003 --warmup 20 --eval 100 --eval-every 25
+      --target "$target")
+    sft_says="until greedy success >= $target on 100 held-out seeds" ;;
   maze)
     ini=learn_maze.ini gate=sampled work=${LH_LEARN_DIR:-$build/bench-learn-maze}
     sft_args=(--steps 600 --lr 0.003 --warmup 20 --eval 200 --set env.expert_noise=0.2)
@@ -61,7 +73,7 @@ case $env in
     play=(--max-context 65536 --set env.tokens=49152)
     sft_says="1500 + 2400 steps on 400-token documents, then on 16K-token ones with remind = 1 until greedy success >= 0.45 on 50 held-out seeds" ;;
   *)
-    echo "usage: bench/learn.sh [BUILD] [calc|maze|needle]" >&2
+    echo "usage: bench/learn.sh [BUILD] [calc|experts_1024|maze|needle]" >&2
     exit 2 ;;
 esac
 rm -rf "$work"
@@ -69,6 +81,13 @@ mkdir -p "$work"
 work=$(cd "$work" && pwd)
 cd "$work"
 cp "$src/bench/$ini" learn.ini
+if [ "$env" = experts_1024 ]; then
+  # the experts' keys of examples/experts_1024.ini's [model], over calc's
+  for key in experts topk expert_hidden shared_experts; do
+    value=$(sed -n '/^\[model\]/,/^\[/s/^'"$key"' = \([0-9]*\).*/\1/p' "$src/examples/experts_1024.ini")
+    [ -n "$value" ] && sed -i "/^\[model\]/,/^\[/s/^$key = .*/$key = $value/" learn.ini
+  done
+fi
 if [ -n "${LH_LEARN_STEPS:-}" ]; then
   sed -i "s/^steps = .*/steps = $LH_LEARN_STEPS/; s/^total_steps = .*/total_steps = $LH_LEARN_STEPS/" learn.ini
 fi
@@ -137,3 +156,20 @@ echo "RL: $((t3 - t2)) s wall for the fleet"
 echo "learner busy fraction (mean over steps >= 2): $busy (target >= 0.9)"
 echo "actor tokens/s, sum over actors: $tok ($per_actor)"
 echo "report: $work/report.html"
+
+# Balance over the RL steps after a warm-up of 20: the worst layer's MaxVio
+# per step (its mean and largest), and the experts that had no token for
+# 10 steps in a row (runs of consecutive steps found as step - row_number).
+warm=20
+maxvio=$(sqlite3 replay.db "SELECT printf('%.2f %.2f', avg(w), max(w)) FROM (SELECT max(maxvio) AS w
+  FROM train_step_layers WHERE step >= $warm GROUP BY step)")
+dead=$(sqlite3 replay.db "WITH z AS (SELECT layer, expert, step,
+    step - row_number() OVER (PARTITION BY layer, expert ORDER BY step) AS run
+    FROM train_step_experts WHERE step >= $warm AND load = 0)
+  SELECT count(*) FROM (SELECT DISTINCT layer, expert FROM z GROUP BY layer, expert, run HAVING count(*) >= 10)")
+experts=$(sed -n '/^\[model\]/,/^\[/s/^experts = //p' learn.ini)
+echo "balance over RL steps >= $warm ($experts experts): worst layer's MaxVio per step mean ${maxvio% *}, largest ${maxvio#* };" \
+  "experts dead (no token for 10 steps in a row): $dead"
+echo "before=$before after=$after gain=$(awk -v a="$after" -v b="$before" 'BEGIN { printf "%.1f", (a - b) * 100 }')" \
+  "maxvio=${maxvio% *} maxvio_max=${maxvio#* } dead=$dead experts=$experts" > record.txt
+echo "record: $work/record.txt"
