@@ -208,6 +208,13 @@ long lh_learner_batcher_drop_stale(lh_learner_batcher *b, uint64_t min_version,
 }
 
 size_t lh_learner_batcher_ready(const lh_learner_batcher *b) { return b ? b->ready : 0; }
+
+int lh_learner_batcher_has(const lh_learner_batcher *b, uint64_t id) {
+  for (size_t i = 0; b && i < b->n_groups; i++)
+    for (size_t j = 0; j < b->groups[i].n; j++)
+      if (b->groups[i].items[j].episode_id == id) return 1;
+  return 0;
+}
 size_t lh_learner_batcher_pending_groups(const lh_learner_batcher *b) { return b ? b->pending : 0; }
 uint64_t lh_learner_batcher_closed_early(const lh_learner_batcher *b) { return b ? b->closed_early : 0; }
 uint64_t lh_learner_batcher_discarded(const lh_learner_batcher *b) { return b ? b->discarded : 0; }

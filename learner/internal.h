@@ -366,6 +366,8 @@ void lh_learner_batcher_set_batch(lh_learner_batcher *b, size_t batch_episodes);
 /* Admitted episodes in complete groups waiting for a batch; groups still
  * incomplete; groups closed early; groups discarded with no admitted member. */
 size_t lh_learner_batcher_ready(const lh_learner_batcher *b);
+/* Whether episode id waits in the batcher (admitted or not). */
+int lh_learner_batcher_has(const lh_learner_batcher *b, uint64_t id);
 size_t lh_learner_batcher_pending_groups(const lh_learner_batcher *b);
 uint64_t lh_learner_batcher_closed_early(const lh_learner_batcher *b);
 uint64_t lh_learner_batcher_discarded(const lh_learner_batcher *b);

@@ -22,6 +22,10 @@ static int on_ready(void *ctx, const lh_episode_row *row) {
   lh_learner_trainer *t = c->t;
   size_t at;
   if (lh_learner_id_set_find(&t->seen, row->id, &at) || lh_learner_id_set_find(&t->done, row->id, &at)) return 0;
+  /* A member its group holds but that was not admitted is done, not seen,
+   * and done forgets it once stale while its group may still wait: the
+   * batcher says whether it is there. */
+  if (lh_learner_batcher_has(t->batcher, row->id)) return 0;
   /* Staleness over the sampled tokens; an episode without any sampled
    * token is as fresh as the learner (it has nothing to train on). */
   uint64_t oldest = row->has_versions ? row->min_version : t->version;

@@ -426,6 +426,41 @@ START_TEST(test_done_ids_bounded) {
 }
 END_TEST
 
+/* An episode dropped on arrival waits in its incomplete group, done but
+ * not seen; once a step forgets it, the same id handed over again is
+ * still recognised as waiting, not added twice (which was an error that
+ * stopped the learner). */
+START_TEST(test_forgotten_member_waits) {
+  lh_store *s = open_store();
+  lh_errbuf e;
+  lh_model *m = tiny_model();
+  lh_learner_config cfg = small_cfg();  /* max_policy_lag 0, batch 4, groups of 2 */
+  write_episodes(s, m, 1, 4);
+  lh_learner_trainer *t = scanned_trainer(m, s, &cfg);
+  ck_assert_int_eq(step(t, NULL), 1);
+  /* version 1: episode 50 of version 0 is stale, alone in group 500 */
+  write_episode(s, m, 50, 500, 1.0f, 0);
+  uint64_t id = 50;
+  size_t added;
+  ck_assert_int_eq(lh_learner_trainer_offer(t, &id, 1, &added, &e), 0);
+  ck_assert_uint_eq(added, 1);
+  ck_assert_uint_eq(lh_learner_trainer_admission(t)->dropped_stale, 1);
+  /* a step at version 1 forgets it (version 2) */
+  uint64_t fresh[4] = {5, 6, 7, 8};
+  for (int i = 0; i < 4; i++) write_episode(s, m, fresh[i], 20 + (uint64_t)i / 2, (float)(i % 2), 1);
+  ck_assert_int_eq(lh_learner_trainer_offer(t, fresh, 4, &added, &e), 0);
+  ck_assert_uint_eq(added, 4);
+  ck_assert_int_eq(step(t, NULL), 1);
+  ck_assert_uint_eq(lh_learner_trainer_version(t), 2);
+  ck_assert_msg(lh_learner_trainer_offer(t, &id, 1, &added, &e) == 0, "%s", e.msg);
+  ck_assert_uint_eq(added, 0);
+  ck_assert_int_eq(lh_learner_trainer_scan(t, &added, &e), 0);
+  ck_assert_uint_eq(added, 0);
+  ck_assert_uint_eq(lh_learner_trainer_admission(t)->dropped_stale, 1);
+  finish(t, m, s);
+}
+END_TEST
+
 /* Routing replay: the actor's recorded experts are used instead of top-k.
  * Its own routing gives the same log-probabilities; a forced one does not. */
 START_TEST(test_routing_replay) {
@@ -657,6 +692,7 @@ int main(void) {
   tcase_add_test(tc, test_bad_join_marked_error_and_args);
   tcase_add_test(tc, test_resume_exact);
   tcase_add_test(tc, test_done_ids_bounded);
+  tcase_add_test(tc, test_forgotten_member_waits);
   tcase_add_test(tc, test_routing_replay);
   tcase_add_test(tc, test_stale_at_training_time);
   tcase_add_test(tc, test_loss_norm);
