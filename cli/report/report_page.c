@@ -237,7 +237,10 @@ static void expert_load(lh_str *b, const lh_report_data *d) {
     char id[32], title[96];
     snprintf(id, sizeof id, "svg-load-%zu", l);
     snprintf(title, sizeof title, "Expert load share, layer %zu, over train steps", l);
-    lh_report_axes a = {.id = id, .title = title, .xlabel = "train step", .ylabel = bin > 1 ? "experts" : "expert",
+    char ylabel[48];
+    if (bin > 1) snprintf(ylabel, sizeof ylabel, "experts, %zu a row", bin);
+    else snprintf(ylabel, sizeof ylabel, "expert");
+    lh_report_axes a = {.id = id, .title = title, .xlabel = "train step", .ylabel = ylabel,
                         .y_fixed = 1, .ymin = 0, .ymax = top > 0 ? top : 1, .value_label = "share",
                         .row_bin = bin, .row_total = E};
     lh_report_heatmap(b, &a, "expert", values, rows, shown, col_x);

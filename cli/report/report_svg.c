@@ -466,9 +466,16 @@ void lh_report_heatmap(lh_str *b, const lh_report_axes *a, const char *row_label
   for (size_t r = 0; r < rows; r += every) {
     lh_str_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", x0 - 6,
                      y1 + ch * ((double)r + 0.5) + 4);
-    lh_report_escape(b, row_label);
-    row_name(b, a, r);
-    lh_str_puts(b, "</text>\n");
+    /* binned rows: the range alone, the axis's title names them */
+    if (a->row_bin > 1) {
+      size_t first = r * a->row_bin, last = first + a->row_bin - 1;
+      if (a->row_total && last >= a->row_total) last = a->row_total - 1;
+      lh_str_printf(b, "%zu-%zu</text>\n", first, last);
+    } else {
+      lh_report_escape(b, row_label);
+      row_name(b, a, r);
+      lh_str_puts(b, "</text>\n");
+    }
   }
   /* Column labels: about 8 of the columns' x values. */
   size_t step = cols > 8 ? (cols + 7) / 8 : 1;
