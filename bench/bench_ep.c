@@ -181,7 +181,7 @@ static int worker(const char *dir, int experts, int topk, int P, int steps) {
     return 2;
   }
   int rank = lh_learner_comm_rank(comm), R = lh_learner_comm_size(comm), rc = 0;
-  char db0[600], db[LH_LEARNER_TEXT_BYTES], path[700];
+  char db0[600], db[LH_LEARNER_TEXT_BYTES];
   snprintf(db0, sizeof db0, "%s/replay.db", dir);
   lh_model_config mc = shape_config(experts, topk);
   lh_model *m = NULL;
@@ -237,12 +237,7 @@ static int worker(const char *dir, int experts, int topk, int P, int steps) {
     if (!rc && P > 1) rc = exchange_alone(comm, res.rounds, mean_bytes, &res.alone_ms, &e);
     if (!rc) rc = checkpoint_peaks(comm, t, m, dir, &res, &e);
   }
-  if (!rc) {
-    snprintf(path, sizeof path, "%s/result.rank%d", dir, rank);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(&res, sizeof res, 1, f) != 1) rc = lh_errbuf_set(&e, LH_EIO, "cannot write %s", path);
-    if (f && fclose(f) && !rc) rc = lh_errbuf_set(&e, LH_EIO, "cannot write %s", path);
-  }
+  if (!rc) rc = lh_bench_result_write(dir, rank, &res, sizeof res, &e);
   if (rc) fprintf(stderr, "bench_ep rank %d: %s\n", rank, e.msg);
   lh_learner_trainer_free(t);
   lh_store_close(s);
@@ -258,40 +253,13 @@ static int worker(const char *dir, int experts, int topk, int P, int steps) {
  * store holds the same episodes whatever P (ids from r), with the
  * behaviour log-probabilities of the whole initial model. */
 static int write_stores(const char *shape_dir, const lh_model_config *mc, int steps, lh_errbuf *e) {
-  lh_model *whole = NULL;
-  LH_TRY(lh_model_new(mc, lh_backend_cpu(), &whole, e));
-  int rc = 0;
-  char dir[600], db0[700], db[LH_LEARNER_TEXT_BYTES];
-  for (int p = 0; !rc && p < N_P; p++) {
-    int P = shard_counts[p];
-    snprintf(dir, sizeof dir, "%s/P%d", shape_dir, P);
-    if (mkdir(dir, 0700)) rc = lh_errbuf_set(e, LH_EIO, "cannot make %s", dir);
-    snprintf(db0, sizeof db0, "%s/replay.db", dir);
-    for (int r = 0; !rc && r < P; r++) {
-      lh_store *s = NULL;
-      rc = lh_learner_rank_db(db0, r, db, e);
-      if (!rc) rc = lh_store_open(db, &s, e);
-      for (int g = 0; !rc && g < steps * BATCH / GROUP_SIZE; g++)
-        for (int k = 0; !rc && k < GROUP_SIZE; k++) {
-          uint64_t id = 1 + (uint64_t)r * 100000 + (uint64_t)(g * GROUP_SIZE + k);
-          rc = lh_bench_write_episode(s, whole, id, 1000 + (uint64_t)r * 100000 + (uint64_t)g, (float)(k % 2),
-                                      EP_TOKENS, SEG_TOKENS, PROMPT, e);
-        }
-      lh_store_close(s);
-    }
+  char dir[600];
+  for (int p = 0; p < N_P; p++) {
+    snprintf(dir, sizeof dir, "%s/P%d", shape_dir, shard_counts[p]);
+    LH_TRY(lh_bench_rank_stores(dir, mc, shard_counts[p], steps * BATCH / GROUP_SIZE, GROUP_SIZE, EP_TOKENS,
+                                SEG_TOKENS, PROMPT, e));
   }
-  lh_model_free(whole);
-  return rc;
-}
-
-static int read_result(const char *dir, int rank, rank_result *out) {
-  char path[700];
-  snprintf(path, sizeof path, "%s/result.rank%d", dir, rank);
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  int ok = fread(out, sizeof *out, 1, f) == 1;
-  fclose(f);
-  return ok ? 0 : -1;
+  return 0;
 }
 
 /* One configuration's figures over its ranks: times and bytes their mean,
@@ -405,12 +373,9 @@ static void print_shape(const shape *sh, const run_figures *f, int steps, char t
  * shared cores the poll takes the core a computing rank of the group
  * waits for. */
 static int run_ranks(const char *self, const char *dir, const shape *sh, int P, int steps, int busy_poll) {
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd,
-           "mpirun --oversubscribe --bind-to none -n %d --mca btl self,vader --mca mpi_yield_when_idle %d "
-           "--mca btl_vader_single_copy_mechanism none '%s' --worker '%s' %d %d %d %d",
-           P, busy_poll ? 0 : 1, self, dir, sh->experts, sh->topk, P, steps);
-  return system(cmd);
+  char args[1024];
+  snprintf(args, sizeof args, "--worker '%s' %d %d %d %d", dir, sh->experts, sh->topk, P, steps);
+  return lh_bench_mpirun(P, busy_poll, self, args);
 }
 
 static int positive(const char *text, uint64_t max) {
@@ -522,7 +487,7 @@ int main(int argc, char **argv) {
       }
       rank_result r[MAX_P];
       int ok = 1;
-      for (int k = 0; k < P; k++) ok = ok && read_result(dir, k, &r[k]) == 0;
+      for (int k = 0; k < P; k++) ok = ok && lh_bench_result_read(dir, k, &r[k], sizeof r[k]) == 0;
       if (!ok) {
         failed = 1;
         continue;

@@ -1,7 +1,9 @@
 /* Synthetic episodes for the learner benchmarks (bench/bench_episodes.h). */
 #include "bench/bench_episodes.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 int lh_bench_write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group, float reward, int tokens,
                            int seg_tokens, int prompt, lh_errbuf *err) {
@@ -47,4 +49,55 @@ int lh_bench_write_episode(lh_store *s, lh_model *m, uint64_t id, uint64_t group
   if (!rc) rc = lh_store_commit(s, err);
   free(tok), free(tgt), free(logp), free(blogp), free(utok), free(ver), free(mask);
   return rc;
+}
+
+int lh_bench_rank_stores(const char *dir, const lh_model_config *mc, int ranks, int groups, int group_size,
+                         int tokens, int seg_tokens, int prompt, lh_errbuf *err) {
+  lh_model *whole = NULL;
+  LH_TRY(lh_model_new(mc, lh_backend_cpu(), &whole, err));
+  char db0[700], db[LH_LEARNER_TEXT_BYTES];
+  snprintf(db0, sizeof db0, "%s/replay.db", dir);
+  int rc = mkdir(dir, 0700) ? lh_errbuf_set(err, LH_EIO, "cannot make %s", dir) : 0;
+  for (int r = 0; !rc && r < ranks; r++) {
+    lh_store *s = NULL;
+    rc = lh_learner_rank_db(db0, r, db, err);
+    if (!rc) rc = lh_store_open(db, &s, err);
+    for (int g = 0; !rc && g < groups; g++)
+      for (int k = 0; !rc && k < group_size; k++) {
+        uint64_t id = 1 + (uint64_t)r * 100000 + (uint64_t)(g * group_size + k);
+        rc = lh_bench_write_episode(s, whole, id, 1000 + (uint64_t)r * 100000 + (uint64_t)g, (float)(k % 2),
+                                    tokens, seg_tokens, prompt, err);
+      }
+    lh_store_close(s);
+  }
+  lh_model_free(whole);
+  return rc;
+}
+
+int lh_bench_result_write(const char *dir, int rank, const void *res, size_t bytes, lh_errbuf *err) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/result.rank%d", dir, rank);
+  FILE *f = fopen(path, "wb");
+  int rc = f && fwrite(res, bytes, 1, f) == 1 ? 0 : -1;
+  if (f && fclose(f)) rc = -1;
+  return rc ? lh_errbuf_set(err, LH_EIO, "cannot write %s", path) : 0;
+}
+
+int lh_bench_result_read(const char *dir, int rank, void *res, size_t bytes) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/result.rank%d", dir, rank);
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  int ok = fread(res, bytes, 1, f) == 1;
+  fclose(f);
+  return ok ? 0 : -1;
+}
+
+int lh_bench_mpirun(int P, int busy_poll, const char *self, const char *args) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "mpirun --oversubscribe --bind-to none -n %d --mca btl self,vader --mca mpi_yield_when_idle %d "
+           "--mca btl_vader_single_copy_mechanism none '%s' %s",
+           P, busy_poll ? 0 : 1, self, args);
+  return system(cmd);
 }

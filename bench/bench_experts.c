@@ -88,7 +88,7 @@ static int worker(const char *dir, const char *ini, int P, int steps, int episod
     return 2;
   }
   int rank = lh_learner_comm_rank(comm), R = lh_learner_comm_size(comm), rc = 0;
-  char db0[600], db[LH_LEARNER_TEXT_BYTES], path[700];
+  char db0[600], db[LH_LEARNER_TEXT_BYTES];
   snprintf(db0, sizeof db0, "%s/replay.db", dir);
   lh_model_config mc;
   lh_model *m = NULL;
@@ -135,12 +135,7 @@ static int worker(const char *dir, const char *ini, int P, int steps, int episod
     res.exchange_ms = (double)(x1.transport_ns - x0.transport_ns) / 1e6 / done;
     res.experts_ms = (double)(m1.experts_ns - m0.experts_ns + x1.serve_ns - x0.serve_ns) / 1e6 / done;
   }
-  if (!rc) {
-    snprintf(path, sizeof path, "%s/result.rank%d", dir, rank);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(&res, sizeof res, 1, f) != 1) rc = lh_errbuf_set(&e, LH_EIO, "cannot write %s", path);
-    if (f && fclose(f) && !rc) rc = lh_errbuf_set(&e, LH_EIO, "cannot write %s", path);
-  }
+  if (!rc) rc = lh_bench_result_write(dir, rank, &res, sizeof res, &e);
   if (rc) fprintf(stderr, "bench_experts rank %d: %s\n", rank, e.msg);
   lh_learner_trainer_free(t);
   lh_store_close(s);
@@ -152,47 +147,12 @@ static int worker(const char *dir, const char *ini, int P, int steps, int episod
 
 /* ---- the launcher ---------------------------------------------------------- */
 
-/* Rank r's store under dir for P ranks: the same episodes whatever P (ids
- * from r), with the behaviour log-probabilities of the initial model. */
-static int write_stores(const char *dir, const lh_model_config *mc, int P, int steps, int episodes, int tokens,
-                        lh_errbuf *e) {
-  lh_model *whole = NULL;
-  LH_TRY(lh_model_new(mc, lh_backend_cpu(), &whole, e));
-  char db0[700], db[LH_LEARNER_TEXT_BYTES];
-  snprintf(db0, sizeof db0, "%s/replay.db", dir);
-  int rc = mkdir(dir, 0700) ? lh_errbuf_set(e, LH_EIO, "cannot make %s", dir) : 0;
-  for (int r = 0; !rc && r < P; r++) {
-    lh_store *s = NULL;
-    rc = lh_learner_rank_db(db0, r, db, e);
-    if (!rc) rc = lh_store_open(db, &s, e);
-    for (int g = 0; !rc && g < steps * episodes / GROUP_SIZE; g++)
-      for (int k = 0; !rc && k < GROUP_SIZE; k++) {
-        uint64_t id = 1 + (uint64_t)r * 100000 + (uint64_t)(g * GROUP_SIZE + k);
-        rc = lh_bench_write_episode(s, whole, id, 1000 + (uint64_t)r * 100000 + (uint64_t)g, (float)(k % 2),
-                                    tokens, SEG_TOKENS, PROMPT, e);
-      }
-    lh_store_close(s);
-  }
-  lh_model_free(whole);
-  return rc;
-}
-
-static int read_result(const char *dir, int rank, rank_result *out) {
-  char path[700];
-  snprintf(path, sizeof path, "%s/result.rank%d", dir, rank);
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  int ok = fread(out, sizeof *out, 1, f) == 1;
-  fclose(f);
-  return ok ? 0 : -1;
-}
-
 /* The mean of P ranks' results into out; -1 when one is missing. */
 static int ranks_mean(const char *dir, int P, rank_result *out) {
   memset(out, 0, sizeof *out);
   for (int r = 0; r < P; r++) {
     rank_result x;
-    if (read_result(dir, r, &x)) return -1;
+    if (lh_bench_result_read(dir, r, &x, sizeof x)) return -1;
     const double *a = (const double *)&x;
     double *o = (double *)out;
     for (size_t j = 0; j < sizeof x / sizeof(double); j++) o[j] += a[j] / P;
@@ -200,16 +160,14 @@ static int ranks_mean(const char *dir, int P, rank_result *out) {
   return 0;
 }
 
+/* P ranks of the worker (one process without MPI). */
 static int run_ranks(const char *self, const char *dir, const char *ini, int P, int steps, int episodes,
                      int tokens, int mpi) {
+  char args[2048];
+  snprintf(args, sizeof args, "--worker '%s' '%s' %d %d %d %d", dir, ini, P, steps, episodes, tokens);
+  if (mpi) return lh_bench_mpirun(P, 0, self, args);
   char cmd[4096];
-  if (!mpi)
-    snprintf(cmd, sizeof cmd, "'%s' --worker '%s' '%s' %d %d %d %d", self, dir, ini, P, steps, episodes, tokens);
-  else
-    snprintf(cmd, sizeof cmd,
-             "mpirun --oversubscribe --bind-to none -n %d --mca btl self,vader --mca mpi_yield_when_idle 1 "
-             "--mca btl_vader_single_copy_mechanism none '%s' --worker '%s' '%s' %d %d %d %d",
-             P, self, dir, ini, P, steps, episodes, tokens);
+  snprintf(cmd, sizeof cmd, "'%.1024s' %.2048s", self, args);
   return system(cmd);
 }
 
@@ -290,7 +248,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N_MODELS; i++) {
       lh_errbuf e;
       snprintf(dir, sizeof dir, "%s/m%d-P%d", root, i, P);
-      if (write_stores(dir, &mc[i], P, steps, episodes, tokens, &e)) {
+      if (lh_bench_rank_stores(dir, &mc[i], P, steps * episodes / GROUP_SIZE, GROUP_SIZE, tokens, SEG_TOKENS, PROMPT,
+                               &e)) {
         fprintf(stderr, "bench_experts: stores: %s\n", e.msg);
         failed = 1;
         continue;

@@ -119,20 +119,26 @@ __global__ void route_fwd(int *flag, int32_t *expert_idx, float *gates, float *a
   }
 }
 
-// ds_j = (dg_j - sum_i dg_i g_i) / sum for chosen j; dlogit = ds s (1 - s).
+// Row n's gradient of its chosen logits: ds_j = (dg_j - sum_i dg_i g_i) /
+// sum for chosen j; dlogit_j = ds_j s_j (1 - s_j): added into out[e_j] (the
+// row of E logits) when add, else written to out[j] (a row of k).
+__device__ static void chosen_grads(float *out, int add, const float *affinity,
+                                    const float *dgates, const int32_t *expert_idx, int n, int E, int k) {
+  const float *s = affinity + (size_t)n * E, *dg = dgates + (size_t)n * k;
+  const int32_t *idx = expert_idx + (size_t)n * k;
+  float sum = 0.0f, dot = 0.0f;
+  for (int j = 0; j < k; j++) sum += s[idx[j]];
+  for (int j = 0; j < k; j++) dot += dg[j] * s[idx[j]] / sum;
+  for (int j = 0; j < k; j++) {
+    float se = s[idx[j]], v = (dg[j] - dot) / sum * se * (1.0f - se);
+    if (add) out[idx[j]] += v;
+    else out[j] = v;
+  }
+}
+
 __global__ void route_bwd(float *dlogits, const float *dgates, const float *affinity,
                           const int32_t *expert_idx, int N, int E, int k) {
-  LH_ROW_FOR(n, N) {
-    const float *s = affinity + (size_t)n * E, *dg = dgates + (size_t)n * k;
-    const int32_t *idx = expert_idx + (size_t)n * k;
-    float sum = 0.0f, dot = 0.0f;
-    for (int j = 0; j < k; j++) sum += s[idx[j]];
-    for (int j = 0; j < k; j++) dot += dg[j] * s[idx[j]] / sum;
-    for (int j = 0; j < k; j++) {
-      float se = s[idx[j]];
-      dlogits[(size_t)n * E + idx[j]] += (dg[j] - dot) / sum * se * (1.0f - se);
-    }
-  }
+  LH_ROW_FOR(n, N) chosen_grads(dlogits + (size_t)n * E, 1, affinity, dgates, expert_idx, n, E, k);
 }
 
 extern "C" int lh_cuda_moe_route_forward(void *ctx, int32_t *expert_idx, float *gates,
@@ -173,17 +179,7 @@ extern "C" int lh_cuda_moe_route_backward(void *ctx, float *dlogits, const float
 // to the CPU backend's within rounding).
 __global__ void router_dl(float *dl, const float *dgates, const float *affinity,
                           const int32_t *expert_idx, int N, int E, int k) {
-  LH_ROW_FOR(n, N) {
-    const float *s = affinity + (size_t)n * E, *dg = dgates + (size_t)n * k;
-    const int32_t *idx = expert_idx + (size_t)n * k;
-    float sum = 0.0f, dot = 0.0f;
-    for (int j = 0; j < k; j++) sum += s[idx[j]];
-    for (int j = 0; j < k; j++) dot += dg[j] * s[idx[j]] / sum;
-    for (int j = 0; j < k; j++) {
-      float se = s[idx[j]];
-      dl[(size_t)n * k + j] = (dg[j] - dot) / sum * se * (1.0f - se);
-    }
-  }
+  LH_ROW_FOR(n, N) chosen_grads(dl + (size_t)n * k, 0, affinity, dgates, expert_idx, n, E, k);
 }
 
 __global__ void router_dz(float *dz, const float *dl, const int32_t *expert_idx, const float *router,

@@ -21,24 +21,7 @@ fail() {
 }
 
 # Three consecutive TCP ports of 127.0.0.1 that nobody listens on now.
-port=$(python3 - <<'EOF'
-import socket
-for base in range(20000 + (__import__("os").getpid() * 7) % 30000, 60000, 3):
-    socks = []
-    try:
-        for p in range(base, base + 3):
-            s = socket.socket()
-            s.bind(("127.0.0.1", p))
-            socks.append(s)
-        print(base)
-        break
-    except OSError:
-        pass
-    finally:
-        for s in socks:
-            s.close()
-EOF
-)
+port=$("$(dirname "$0")/../free_ports.py" 3 || true)
 [ -n "$port" ] || fail "no three free TCP ports"
 
 cd "$dir"

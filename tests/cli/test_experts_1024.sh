@@ -30,24 +30,7 @@ fail() {
 
 # Thirteen consecutive free TCP ports of 127.0.0.1: rank 0's three and
 # rank 1's ingest (rank 0's + 10).
-port=$(python3 - <<'PY'
-import os, socket
-for base in range(20000 + (os.getpid() * 7) % 30000, 60000, 13):
-    socks = []
-    try:
-        for p in range(base, base + 13):
-            s = socket.socket()
-            s.bind(("127.0.0.1", p))
-            socks.append(s)
-        print(base)
-        break
-    except OSError:
-        pass
-    finally:
-        for s in socks:
-            s.close()
-PY
-)
+port=$("$(dirname "$0")/../free_ports.py" 13 || true)
 [ -n "$port" ] || fail "no free TCP ports"
 cd "$dir"
 sets=(--set "fleet.log_dir=$dir/logs" --set "learner.db=$dir/replay.db" --set "learner.ckpt_dir=$dir/ckpt"
