@@ -11,39 +11,9 @@
  * (the combine, dz) are taken in the same order at any team size, so the
  * results do not depend on it. Scratch comes from lh_cpu_scratch. */
 
+#include "kernels/cpu/moe_pairs.h"
 #include "kernels/cpu/real.h"
 #include "kernels/cpu/tile_mm.h"
-
-/* Pairs grouped by expert: order[start[e] .. start[e+1]) are the pair ids
- * (n*k + j) routed to e, in increasing token order; pos[p] is where pair p
- * sits in that order. All four live in the call's scratch. */
-typedef struct {
-  int *order, *start, *pos, *fill;
-} grouping;
-
-/* Ints of scratch a grouping takes, rounded up to whole 64-byte lines. */
-static size_t grouping_ints(size_t P, int E) {
-  return (2 * P + 2 * (size_t)E + 1 + 15) / 16 * 16;
-}
-
-static int group_pairs(grouping *gr, int *mem, const int32_t *expert_idx, int N, int E, int k) {
-  size_t P = (size_t)N * k;
-  gr->order = mem, gr->pos = mem + P, gr->start = mem + 2 * P, gr->fill = gr->start + E + 1;
-  memset(gr->start, 0, sizeof(int) * ((size_t)E + 1));
-  for (size_t p = 0; p < P; p++) {
-    int e = expert_idx ? expert_idx[p] : (int)(p % (size_t)k);
-    if (e < 0 || e >= E) return LH_EKERNELS_INDEX;
-    gr->start[e + 1]++;
-  }
-  for (int e = 0; e < E; e++) gr->start[e + 1] += gr->start[e];
-  memcpy(gr->fill, gr->start, sizeof(int) * (size_t)E);
-  for (size_t p = 0; p < P; p++) {
-    int e = expert_idx ? expert_idx[p] : (int)(p % (size_t)k);
-    gr->pos[p] = gr->fill[e];
-    gr->order[gr->fill[e]++] = (int)p;
-  }
-  return LH_OK;
-}
 
 static int check_args(const int32_t *expert_idx, const lh_real *gates, int N, int E, int k,
                       int r, int f) {

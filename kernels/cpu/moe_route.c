@@ -1,8 +1,7 @@
 /* MoE routing: sigmoid affinities, top-k over affinity + balancing bias
  * (ties to the lower expert index), gates normalised over the chosen
  * experts. The bias picks experts but carries no gradient. */
-#include <string.h>
-
+#include "kernels/cpu/moe_pairs.h"
 #include "kernels/cpu/real.h"
 
 /* The k best experts of one row by value s[e] + bias[e], in decreasing
@@ -152,6 +151,21 @@ int LH_CPU(moe_route_forward)(void *ctx, int32_t *expert_idx, lh_real *gates,
   return bad ? LH_EKERNELS_INDEX : LH_OK;
 }
 
+/* One row's gradient of its chosen logits: with g_j = s_j / sum,
+ * ds_j = (dg_j - sum_i dg_i g_i) / sum, dlogit_j = ds_j s_j (1 - s_j);
+ * added into out[e_j] (the row's E logits) when add, else written to
+ * out[j] (a row of k). s is the row's affinities, dg its gates' gradient. */
+static void chosen_grads(lh_real *out, int add, const lh_real *s, const lh_real *dg, const int32_t *idx, int k) {
+  lh_real sum = 0, dot = 0;
+  for (int j = 0; j < k; j++) sum += s[idx[j]];
+  for (int j = 0; j < k; j++) dot += dg[j] * s[idx[j]] / sum;
+  for (int j = 0; j < k; j++) {
+    lh_real se = s[idx[j]], v = (dg[j] - dot) / sum * se * (1 - se);
+    if (add) out[idx[j]] += v;
+    else out[j] = v;
+  }
+}
+
 /* g_j = s_j / sum: ds_j = (dg_j - sum_i dg_i g_i) / sum for chosen j, then
  * dlogit = ds * s (1 - s). */
 int LH_CPU(moe_route_backward)(void *ctx, lh_real *dlogits, const lh_real *dgates,
@@ -171,13 +185,7 @@ int LH_CPU(moe_route_backward)(void *ctx, lh_real *dlogits, const lh_real *dgate
       bad = 1;
       continue;
     }
-    lh_real sum = 0, dot = 0;
-    for (int j = 0; j < k; j++) sum += s[idx[j]];
-    for (int j = 0; j < k; j++) dot += dg[j] * s[idx[j]] / sum;
-    for (int j = 0; j < k; j++) {
-      lh_real se = s[idx[j]];
-      dlogits[(size_t)n * E + idx[j]] += (dg[j] - dot) / sum * se * (1 - se);
-    }
+    chosen_grads(dlogits + (size_t)n * E, 1, s, dg, idx, k);
   }
   return bad ? LH_EKERNELS_INDEX : LH_OK;
 }
@@ -198,29 +206,23 @@ int LH_CPU(moe_router_backward)(void *ctx, lh_real *dz, lh_real *drouter, const 
   if (N < 0 || E <= 0 || k <= 0 || k > E || r <= 0) return LH_EKERNELS_SHAPE;
   if (N == 0 || (!dz && !drouter)) return LH_OK;
   if (!dgates || !affinity || !expert_idx || !z || !router) return LH_EKERNELS_NULL_ARG;
-  size_t P = (size_t)N * k;
-  for (size_t p = 0; p < P; p++)
-    if (expert_idx[p] < 0 || expert_idx[p] >= E) return LH_EKERNELS_INDEX;
-  /* dl (P reals), then the pairs grouped by expert: start (E+1), order (P) */
-  size_t reals = (P * sizeof(lh_real) + 63) / 64 * 64;
+  /* the pairs grouped by expert (which checks every index), then dl (P) */
+  size_t P = (size_t)N * k, gi = grouping_ints(P, E);
   void *owned;
-  char *mem = lh_cpu_scratch(ctx, reals + sizeof(int) * (P + (size_t)E + 1), &owned);
+  int *mem = lh_cpu_scratch(ctx, sizeof(int) * gi + sizeof(lh_real) * P, &owned);
   if (!mem) return LH_ENOMEM;
-  lh_real *dl = (lh_real *)(void *)mem;
-  int *start = (int *)(void *)(mem + reals), *order = start + E + 1;
+  grouping gr;
+  int rc = group_pairs(&gr, mem, expert_idx, N, E, k);
+  if (rc < 0) {
+    free(owned);
+    return rc;
+  }
+  lh_real *dl = (lh_real *)(void *)(mem + gi);
   int t = lh_cpu_team(ctx, P / LH_ROUTE_TEAM_UNIT + 1);
 #pragma omp parallel for num_threads(t) schedule(static)
-  for (int n = 0; n < N; n++) {
-    const lh_real *s = affinity + (size_t)n * E, *dg = dgates + (size_t)n * k;
-    const int32_t *idx = expert_idx + (size_t)n * k;
-    lh_real sum = 0, dot = 0;
-    for (int j = 0; j < k; j++) sum += s[idx[j]];
-    for (int j = 0; j < k; j++) dot += dg[j] * s[idx[j]] / sum;
-    for (int j = 0; j < k; j++) {
-      lh_real se = s[idx[j]];
-      dl[(size_t)n * k + j] = (dg[j] - dot) / sum * se * (1 - se);
-    }
-  }
+  for (int n = 0; n < N; n++)
+    chosen_grads(dl + (size_t)n * k, 0, affinity + (size_t)n * E, dgates + (size_t)n * k,
+                 expert_idx + (size_t)n * k, k);
   if (dz) {
     t = lh_cpu_team(ctx, P * (size_t)r / LH_ROUTE_TEAM_UNIT + 1);
 #pragma omp parallel for num_threads(t) schedule(static)
@@ -235,19 +237,12 @@ int LH_CPU(moe_router_backward)(void *ctx, lh_real *dz, lh_real *drouter, const 
     }
   }
   if (drouter) {
-    memset(start, 0, sizeof(int) * ((size_t)E + 1));
-    for (size_t p = 0; p < P; p++) start[expert_idx[p] + 1]++;
-    for (int e = 0; e < E; e++) start[e + 1] += start[e];
-    /* order is filled through start[e] moving up to start[e + 1]; put back */
-    for (size_t p = 0; p < P; p++) order[start[expert_idx[p]]++] = (int)p;
-    for (int e = E; e > 0; e--) start[e] = start[e - 1];
-    start[0] = 0;
     t = lh_cpu_team(ctx, P * (size_t)r / LH_ROUTE_TEAM_UNIT + 1);
 #pragma omp parallel for num_threads(t) schedule(dynamic, 16)
     for (int e = 0; e < E; e++) {
       lh_real *w = drouter + (size_t)e * r;
-      for (int i = start[e]; i < start[e + 1]; i++) {
-        int p = order[i];
+      for (int i = gr.start[e]; i < gr.start[e + 1]; i++) {
+        int p = gr.order[i];
         lh_real g = dl[p];
         const lh_real *x = z + (size_t)(p / k) * r;
 #pragma omp simd
