@@ -49,11 +49,15 @@ int lh_learner_train_done(lh_learner_trainer *t, uint64_t id, uint64_t oldest) {
   return lh_learner_id_set_add(&t->done, id, oldest);
 }
 
+uint64_t lh_learner_train_oldest_trainable(const lh_learner_trainer *t) {
+  return t->version > t->cfg.max_policy_lag ? t->version - t->cfg.max_policy_lag : 0;
+}
+
 void lh_learner_train_forget(lh_learner_trainer *t) {
-  /* Stale now is stale for good: the version only grows. A scan after a
-   * resume that meets a forgotten episode drops it as stale again, so it
-   * is never trained twice (it is counted in dropped_stale once more). */
-  if (t->version > t->cfg.max_policy_lag) lh_learner_id_set_prune(&t->done, t->version - t->cfg.max_policy_lag);
+  /* Stale now is stale for good: the version only grows. A scan of the
+   * store passes over a forgotten episode (lh_learner_trainer_scan), so
+   * it is never trained twice. */
+  lh_learner_id_set_prune(&t->done, lh_learner_train_oldest_trainable(t));
 }
 
 /* An admitted episode of a flat group (lh_learner_batcher_skip_flat):

@@ -69,7 +69,7 @@ int lh_learner_train_take_batch(lh_learner_trainer *t, int multi, size_t *n, lh_
   *n = 0;
   /* Groups that went stale while waiting (actors faster than the learner)
    * leave first, so the batch is made of the freshest groups instead. */
-  uint64_t min_version = t->version > t->cfg.max_policy_lag ? t->version - t->cfg.max_policy_lag : 0;
+  uint64_t min_version = lh_learner_train_oldest_trainable(t);
   long stale = lh_learner_batcher_drop_stale(t->batcher, min_version, on_stale, t);
   if (stale < 0) return lh_errbuf_set(err, (int)stale, "train: out of memory");
   if (stale)

@@ -151,6 +151,9 @@ void lh_learner_id_set_free(lh_learner_id_set *s);
 /* The stage in force's lr, train_window and batch_episodes into t->cfg
  * (nothing without stages); LH_ENOMEM when the batch's items do not fit. */
 int lh_learner_train_apply_stage(lh_learner_trainer *t);
+/* The oldest version a step may train now: an episode that sampled with
+ * an older one is stale (max_policy_lag behind the trainer's version). */
+uint64_t lh_learner_train_oldest_trainable(const lh_learner_trainer *t);
 /* Episode id is done with (trained, dropped or left out); oldest is the
  * oldest version it sampled with (the trainer's version when it sampled
  * none). 0, or LH_ENOMEM. */

@@ -33,7 +33,7 @@ static int on_ready(void *ctx, const lh_episode_row *row) {
    * done and forgotten since (lh_learner_train_forget), or come stale
    * while the learner was down or its id was lost on the way; counted
    * neither time. An id the ingest hands over is judged as usual. */
-  if (c->scan && t->version > t->cfg.max_policy_lag && oldest < t->version - t->cfg.max_policy_lag) return 0;
+  if (c->scan && oldest < lh_learner_train_oldest_trainable(t)) return 0;
   lh_learner_admission a = lh_learner_admission_check(t->version, oldest, row_outcome(row),
                                                       t->cfg.max_policy_lag, &t->admission);
   lh_learner_batch_item it = {.episode_id = row->id, .group_id = row->group_id,
