@@ -405,15 +405,22 @@ static void heat_color(double t, char out[8]) {
   snprintf(out, 8, "#%02x%02x%02x", c[0] & 255, c[1] & 255, c[2] & 255);
 }
 
-/* Row r's number, or with binned rows the range it stands for. */
+/* The rows of the data binned row r stands for, "first-last". */
+static void bin_range(lh_str *b, const lh_report_axes *a, size_t r) {
+  size_t first = r * a->row_bin, last = first + a->row_bin - 1;
+  if (a->row_total && last >= a->row_total) last = a->row_total - 1;
+  lh_str_printf(b, "%zu-%zu", first, last);
+}
+
+/* Row r's name after row_label: its number, or with binned rows the range
+ * it stands for (row_label made plural). */
 static void row_name(lh_str *b, const lh_report_axes *a, size_t r) {
   if (a->row_bin <= 1) {
     lh_str_printf(b, " %zu", r);
     return;
   }
-  size_t first = r * a->row_bin, last = first + a->row_bin - 1;
-  if (a->row_total && last >= a->row_total) last = a->row_total - 1;
-  lh_str_printf(b, "s %zu-%zu", first, last);
+  lh_str_puts(b, "s ");
+  bin_range(b, a, r);
 }
 
 void lh_report_heatmap(lh_str *b, const lh_report_axes *a, const char *row_label,
@@ -468,14 +475,12 @@ void lh_report_heatmap(lh_str *b, const lh_report_axes *a, const char *row_label
                      y1 + ch * ((double)r + 0.5) + 4);
     /* binned rows: the range alone, the axis's title names them */
     if (a->row_bin > 1) {
-      size_t first = r * a->row_bin, last = first + a->row_bin - 1;
-      if (a->row_total && last >= a->row_total) last = a->row_total - 1;
-      lh_str_printf(b, "%zu-%zu</text>\n", first, last);
+      bin_range(b, a, r);
     } else {
       lh_report_escape(b, row_label);
       row_name(b, a, r);
-      lh_str_puts(b, "</text>\n");
     }
+    lh_str_puts(b, "</text>\n");
   }
   /* Column labels: about 8 of the columns' x values. */
   size_t step = cols > 8 ? (cols + 7) / 8 : 1;
