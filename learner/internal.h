@@ -402,10 +402,12 @@ uint64_t lh_learner_batcher_discarded(const lh_learner_batcher *b);
  * out or a name goes quiet. A name held back past its window more than a
  * group's worth within 2 s ignores its window: it is served last, below
  * its share, from what the others leave, and its shortfall takes no credit
- * back from them. So the open episodes and credit of all names stay within
- * the cap (plus a group a name), and no name takes more of what the
- * trainer frees than another that asks for it. Open episodes are a fixed
- * table too (at most 16384). */
+ * back from them. A quiet name's open episodes take no room either (a
+ * stopped actor's group must not hold a cap of one batch until the idle
+ * limit; it may end them when it wakes). So the open episodes and credit
+ * of the names heard from stay within the cap (plus a group a name), and
+ * no name takes more of what the trainer frees than another that asks
+ * for it. Open episodes are a fixed table too (at most 16384). */
 #define LH_LEARNER_PEERS_MAX 1024
 #define LH_LEARNER_PEER_NAME_BYTES 257  /* the wire's names, 256 bytes at most */
 #define LH_LEARNER_PEER_CONN_BYTES 256  /* a ROUTER routing id */

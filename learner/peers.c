@@ -334,11 +334,16 @@ void lh_learner_peers_grant(lh_learner_peers *p, uint64_t ends_since, int64_t no
   if (!p->budgeted) return;
   int64_t g = (int64_t)p->group;
   size_t n_active = 0;
+  int64_t open_active = 0;
   for (size_t i = 0; i < p->n; i++) {
     peer *q = &p->peers[i];
-    /* A name gone quiet gives its credit back (and is forgiven its slack). */
+    /* A name gone quiet gives its credit back (and is forgiven its slack),
+     * and its open episodes stop taking room: a stopped actor's group
+     * must not hold a cap of one batch until the idle limit ends its
+     * episodes (they are still taken when it wakes, past the cap by at
+     * most its window). */
     if (!active(q, now_ns)) q->credit = 0;
-    else n_active++;
+    else n_active++, open_active += q->open;
   }
   /* A name's share of the cap, in whole groups, at least one group. */
   int64_t share = n_active ? p->cap / (int64_t)n_active / g * g : p->cap;
@@ -370,10 +375,11 @@ void lh_learner_peers_grant(lh_learner_peers *p, uint64_t ends_since, int64_t no
     else owed -= q->credit;
   }
   /* What is free: the cap less the untrained backlog (with the ends stored
-   * since it was counted), the open episodes and the credit held. The
+   * since it was counted), the active names' open episodes and the credit
+   * held. The
    * episodes a name opened on its slack are its own debt, repaid from its
    * next grants, not taken from the others' credit. */
-  int64_t free_now = p->cap - p->untrained - (int64_t)ends_since - (int64_t)p->n_open - held + owed;
+  int64_t free_now = p->cap - p->untrained - (int64_t)ends_since - open_active - held + owed;
   /* Over the cap (it shrank, or the backlog grew from episodes nobody
    * was granted): credit comes back, from the name that holds most. */
   while (free_now < 0) {

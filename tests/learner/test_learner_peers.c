@@ -190,6 +190,42 @@ START_TEST(test_credit_idle) {
 }
 END_TEST
 
+/* A name that stops mid-group (an actor stopped, its episodes open) holds
+ * no room once it is quiet: with a cap of one group (the least a stale
+ * share leaves), the other name is granted that group after 10 s, not
+ * when the idle limit ends the stopped name's episodes. */
+START_TEST(test_credit_quiet_open) {
+  lh_learner_peers *p = lh_learner_peers_new();
+  int live = -1, stopped = -1;
+  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_A, 5, "live", NULL, 1, 1, &live), LH_PEER_BOUND);
+  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_B, 5, "stopped", NULL, 2, 1, &stopped), LH_PEER_BOUND);
+  lh_learner_peers_set_backlog(p, 4, 0, 4);
+  lh_learner_peers_grant(p, 0, 1);
+  int who = lh_learner_peers_window(p, live) ? live : stopped;
+  if (who == live) {  /* the stopped name must hold the group: live ends its own */
+    for (uint64_t e = 1; e <= 4; e++) ck_assert_int_eq(lh_learner_peers_open(p, live, e, 1), 1);
+    for (uint64_t e = 1; e <= 4; e++) lh_learner_peers_close(p, e);
+    lh_learner_peers_grant(p, 0, 2);
+  }
+  ck_assert_uint_eq(lh_learner_peers_window(p, stopped), 4);
+  for (uint64_t e = 100; e <= 103; e++) ck_assert_int_eq(lh_learner_peers_open(p, stopped, e, 3), 1);
+  lh_learner_peers_grant(p, 0, 4);
+  ck_assert_uint_eq(lh_learner_peers_window(p, live), 0);
+  int64_t t = LH_LEARNER_PEER_ACTIVE_NS + 5;  /* live still heard from, stopped not */
+  ck_assert_int_eq(lh_learner_peers_check(p, CONN_A, 5, "live", t, &live), LH_PEER_BOUND);
+  lh_learner_peers_grant(p, 0, t);
+  ck_assert_uint_eq(lh_learner_peers_window(p, live), 4);
+  ck_assert_int_eq(lh_learner_peers_open_count(p, stopped), 4); /* still open: it may end them */
+  /* Woken, its open episodes count again: the cap is over, and no new
+   * credit goes out until the backlog drains. */
+  ck_assert_int_eq(lh_learner_peers_check(p, CONN_B, 5, "stopped", t + 1, &stopped), LH_PEER_BOUND);
+  lh_learner_peers_grant(p, 0, t + 1);
+  ck_assert_uint_eq(lh_learner_peers_window(p, live), 0);
+  ck_assert_uint_eq(lh_learner_peers_window(p, stopped), 4);
+  lh_learner_peers_free(p);
+}
+END_TEST
+
 /* A name that ignores its window (more than a group held back within a
  * lease) is served last: what the trainer frees goes to the name that
  * keeps to its window, past its share, and the other gets what is left;
@@ -562,6 +598,7 @@ int main(void) {
   tcase_add_test(tc, test_names_table_full);
   tcase_add_test(tc, test_credit);
   tcase_add_test(tc, test_credit_idle);
+  tcase_add_test(tc, test_credit_quiet_open);
   tcase_add_test(tc, test_credit_ignores_window);
   tcase_add_test(tc, test_open_table);
   tcase_add_test(tc, test_ingest_names);
