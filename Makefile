@@ -2,7 +2,8 @@
 #   make demo   SFT warm start, then an RL fleet on the default environment
 #   make test   configure, build, run every test; then the unit tests again
 #               under AddressSanitizer and UndefinedBehaviorSanitizer, and
-#               the store and wire suites under valgrind
+#               the store and wire suites under valgrind (scripts/test.sh
+#               runs the passes side by side where the cores are idle)
 #   make fuzz   the libFuzzer harnesses (clang), FUZZ_SECONDS each
 #   make install  the longhaul binary, its man page, the plugin header
 #               and longhaul-env.pc under PREFIX (default /usr/local)
@@ -35,17 +36,15 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 test: build
-	@(cd $(BUILD) && ctest --output-on-failure -j $(JOBS)) && $(MAKE) test-asan && $(MAKE) test-valgrind; \
+	@CMAKE_FLAGS="$(CMAKE_FLAGS)" ./scripts/test.sh all $(BUILD) $(ASAN_BUILD) $(JOBS); \
 	  rc=$$?; echo "make test: $$(( $$(date +%s) - $(MAKE_START) )) s wall, set-up and build included (exit $$rc)"; \
 	  exit $$rc
 
 # The unit tests once more under ASan+UBSan (CUDA off: the sanitizers
-# do not apply to device code).
+# do not apply to device code; -O1, as AddressSanitizer advises).
 test-asan: deps
-	cmake -S . -B $(ASAN_BUILD) -DLH_SANITIZE=ON -DLH_CUDA=off -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)
-	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j $(JOBS) -L unit
+	CMAKE_FLAGS="$(CMAKE_FLAGS)" ./scripts/test.sh asan-build $(ASAN_BUILD) $(JOBS)
+	./scripts/test.sh asan $(ASAN_BUILD) $(JOBS)
 
 # The store and wire suites of the ordinary build under valgrind's memcheck
 # (0 errors, no leaks).

@@ -655,7 +655,7 @@ START_TEST(test_python_hostile_frames) {
   }
   /* what the C validator refuses */
   Longhaul__KeyValue kv[300], *kvp[300];
-  char keys[300][8];
+  char keys[300][16];
   for (int i = 0; i < 300; i++) {
     kv[i] = (Longhaul__KeyValue)LONGHAUL__KEY_VALUE__INIT;
     snprintf(keys[i], sizeof keys[i], "k%d", i);

@@ -256,7 +256,7 @@ START_TEST(test_peer_cap) {
   ck_assert_int_eq(zmq_setsockopt(r, ZMQ_RCVTIMEO, &timeout, sizeof timeout), 0);
   lh_zsock_opts dopt = {.linger_ms = LH_ZSOCK_LINGER_NONE};
   void *d[3];
-  char buf[16];
+  char buf[32];
   for (int i = 0; i < 3; i++) {
     d[i] = lh_zsock_open(ctx, ZMQ_DEALER, &dopt, "DEALER", &e);
     ck_assert_ptr_nonnull(d[i]);

@@ -17,7 +17,7 @@
 static uint8_t *batch_frame(size_t *bytes) {
   static Longhaul__EnvRequest q[N_REQUESTS];
   static Longhaul__EnvRequest *qp[N_REQUESTS];
-  static char action[N_REQUESTS][32];
+  static char action[N_REQUESTS][48];
   for (int i = 0; i < N_REQUESTS; i++) {
     q[i] = (Longhaul__EnvRequest)LONGHAUL__ENV_REQUEST__INIT;
     q[i].request_id = 1000 + (uint64_t)i;
@@ -47,7 +47,7 @@ static void check_batch(const Longhaul__Envelope *got) {
   ck_assert_uint_eq(got->env_request_batch->n_requests, N_REQUESTS);
   for (int i = 0; i < N_REQUESTS; i++) {
     const Longhaul__EnvRequest *r = got->env_request_batch->requests[i];
-    char want[32];
+    char want[48];
     snprintf(want, sizeof want, "<call>calc(%d+1)</call>", i);
     ck_assert_uint_eq(r->request_id, 1000 + (uint64_t)i);
     ck_assert_uint_eq(r->session_id, 7 + (uint64_t)i);

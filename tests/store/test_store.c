@@ -152,23 +152,30 @@ int expert_row(void *ctx, const lh_store_train_step *t) {
   return 0;
 }
 
+/* One case per concern, named after its file (test_store_<name>.c):
+ * CK_RUN_CASE=<name> runs one, as scripts/valgrind-tests.sh does to run
+ * the slow ones side by side. */
+static const struct {
+  const char *name;
+  void (*add)(TCase *);
+} concerns[] = {
+    {"segments", lh_test_store_segments}, {"queries", lh_test_store_queries},
+    {"train", lh_test_store_train},       {"readonly", lh_test_store_readonly},
+    {"files", lh_test_store_files},       {"heartbeats", lh_test_store_heartbeats},
+    {"writers", lh_test_store_writers},   {"retention", lh_test_store_retention},
+    {"retire", lh_test_store_retire},     {"schema", lh_test_store_schema},
+    {"wal", lh_test_store_wal},
+};
+
 static Suite *store_suite(void) {
   Suite *su = suite_create("store");
-  TCase *tc = tcase_create("store");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 120);
-  lh_test_store_segments(tc);
-  lh_test_store_queries(tc);
-  lh_test_store_train(tc);
-  lh_test_store_readonly(tc);
-  lh_test_store_files(tc);
-  lh_test_store_heartbeats(tc);
-  lh_test_store_writers(tc);
-  lh_test_store_retention(tc);
-  lh_test_store_retire(tc);
-  lh_test_store_schema(tc);
-  lh_test_store_wal(tc);
-  suite_add_tcase(su, tc);
+  for (size_t i = 0; i < sizeof concerns / sizeof concerns[0]; i++) {
+    TCase *tc = tcase_create(concerns[i].name);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    concerns[i].add(tc);
+    suite_add_tcase(su, tc);
+  }
   return su;
 }
 

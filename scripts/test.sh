@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# make test's passes, arranged to fit 15 minutes on 2 cores.
+#   scripts/test.sh all BUILD_DIR ASAN_BUILD_DIR JOBS   (make test, after make build)
+#   scripts/test.sh asan-build ASAN_BUILD_DIR JOBS      the ASan+UBSan build
+#   scripts/test.sh asan ASAN_BUILD_DIR JOBS            its unit tests (make test-asan)
+# all runs, each pass printing its time, the first failure ending the run
+# with its code:
+# 1. every test of the ordinary build (ctest), while the ASan+UBSan build
+#    compiles beside it at the lowest priority: the fleet tests wait on
+#    processes and leave about a third of the cores idle, which the build
+#    takes without slowing them;
+# 2. the unit tests again under ASan+UBSan, while valgrind's memcheck runs
+#    the store and wire suites of the ordinary build beside them
+#    (scripts/valgrind-tests.sh, niced: it takes what the sanitized tests
+#    leave, then the whole machine).
+# The sanitized build is optimised (-O1, as AddressSanitizer advises): at
+# -O0 its unit tests took twice as long.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+usage="usage: scripts/test.sh all BUILD ASAN_BUILD JOBS | asan-build ASAN_BUILD JOBS | asan ASAN_BUILD JOBS"
+mode=${1:?$usage}
+shift
+
+case "$mode" in
+asan-build)
+  asan=${1:?$usage}
+  # CMAKE_FLAGS: make's, passed on (word-split on purpose).
+  # shellcheck disable=SC2086
+  cmake -S . -B "$asan" -DLH_SANITIZE=ON -DLH_CUDA=off -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=-g -O1" \
+    ${CMAKE_FLAGS:-} && cmake --build "$asan" -j "${2:-2}"
+  exit $?
+  ;;
+asan)
+  asan=${1:?$usage}
+  cd "$asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --output-on-failure -j "${2:-2}" -L unit
+  exit $?
+  ;;
+all) ;;
+*)
+  echo "$usage" >&2
+  exit 2
+  ;;
+esac
+
+build=${1:?$usage}
+asan=${2:?$usage}
+jobs=${3:-2}
+logs="$build/test-logs"
+mkdir -p "$logs"
+start=$SECONDS
+
+# The background job of a pass runs in its own process group, so that a
+# failure in the foreground stops all of it.
+bg=
+stop_bg() {
+  if [ -n "$bg" ]; then
+    kill -- -"$bg" 2>/dev/null
+    wait "$bg" 2>/dev/null
+    bg=
+  fi
+}
+trap stop_bg EXIT
+# in_background NICENESS LOG COMMAND...
+in_background() {
+  local niceness=$1 log=$2
+  shift 2
+  set -m
+  nice -n "$niceness" "$@" >"$log" 2>&1 &
+  bg=$!
+  set +m
+}
+# fail MESSAGE CODE [LOG]: says what failed, with the end of its log.
+fail() {
+  stop_bg
+  echo "make test: $1 (exit $2)" >&2
+  if [ -n "${3:-}" ]; then
+    echo "--- the end of $3:" >&2
+    tail -n 60 "$3" >&2
+  fi
+  exit "$2"
+}
+
+t=$SECONDS
+in_background 19 "$logs/asan-build.log" "$0" asan-build "$asan" "$jobs"
+(cd "$build" && ctest --output-on-failure -j "$jobs") || fail "ctest failed" $?
+echo "make test: ctest $((SECONDS - t)) s"
+t=$SECONDS
+wait "$bg" || fail "the ASan+UBSan build failed" $? "$logs/asan-build.log"
+bg=
+echo "make test: the ASan+UBSan build, begun beside ctest, ended $((SECONDS - t)) s after it ($logs/asan-build.log)"
+
+t=$SECONDS
+in_background 10 "$logs/valgrind.log" ./scripts/valgrind-tests.sh "$build"
+"$0" asan "$asan" "$jobs" || fail "the unit tests under ASan+UBSan failed" $?
+echo "make test: the unit tests under ASan+UBSan $((SECONDS - t)) s"
+t=$SECONDS
+wait "$bg" || fail "valgrind failed" $? "$logs/valgrind.log"
+bg=
+cat "$logs/valgrind.log"
+echo "make test: valgrind, begun beside them, ended $((SECONDS - t)) s after them"
+echo "make test: every pass in $((SECONDS - start)) s"
