@@ -7,8 +7,10 @@
 #      seeds reaches LH_LEARN_TARGET (0.3), evaluated every 25 steps: a warm
 #      start that is neither helpless nor done;
 #      experts_1024: calc's run with the [model] of
-#      examples/experts_1024.ini (1,024 experts top 16, one rank), for
-#      bench/experts_1024.sh against calc's 16-expert run;
+#      examples/experts_1024.ini (1,024 experts top 16, one rank) and its
+#      balancing rule (adaptive; LH_LEARN_BALANCE=bias|quantile|none|aux
+#      picks another, for the comparison), for bench/experts_1024.sh
+#      against calc's 16-expert run;
 #      maze (bench/learn_maze.ini, images): 600 steps on the expert with
 #      expert_noise = 0.2. Greedy play repeats a blocked move until the
 #      step limit there (0 successes before and after RL), so the figure
@@ -87,6 +89,8 @@ if [ "$env" = experts_1024 ]; then
     value=$(sed -n '/^\[model\]/,/^\[/s/^'"$key"' = \([0-9]*\).*/\1/p' "$src/examples/experts_1024.ini")
     [ -n "$value" ] && sed -i "/^\[model\]/,/^\[/s/^$key = .*/$key = $value/" learn.ini
   done
+  # the rule the example runs with (examples/model.ini's), unless told
+  sed -i "/^\[model\]/,/^\[/s/^balance = .*/balance = ${LH_LEARN_BALANCE:-adaptive}/" learn.ini
 fi
 if [ -n "${LH_LEARN_STEPS:-}" ]; then
   sed -i "s/^steps = .*/steps = $LH_LEARN_STEPS/; s/^total_steps = .*/total_steps = $LH_LEARN_STEPS/" learn.ini
@@ -168,8 +172,9 @@ dead=$(sqlite3 replay.db "WITH z AS (SELECT layer, expert, step,
     FROM train_step_experts WHERE step >= $warm AND load = 0)
   SELECT count(*) FROM (SELECT DISTINCT layer, expert FROM z GROUP BY layer, expert, run HAVING count(*) >= 10)")
 experts=$(sed -n '/^\[model\]/,/^\[/s/^experts = //p' learn.ini)
-echo "balance over RL steps >= $warm ($experts experts): worst layer's MaxVio per step mean ${maxvio% *}, largest ${maxvio#* };" \
+balance=$(sed -n '/^\[model\]/,/^\[/s/^balance = //p' learn.ini)
+echo "balance ($balance) over RL steps >= $warm ($experts experts): worst layer's MaxVio per step mean ${maxvio% *}, largest ${maxvio#* };" \
   "experts dead (no token for 10 steps in a row): $dead"
 echo "before=$before after=$after gain=$(awk -v a="$after" -v b="$before" 'BEGIN { printf "%.1f", (a - b) * 100 }')" \
-  "maxvio=${maxvio% *} maxvio_max=${maxvio#* } dead=$dead experts=$experts" > record.txt
+  "maxvio=${maxvio% *} maxvio_max=${maxvio#* } dead=$dead experts=$experts balance=$balance" > record.txt
 echo "record: $work/record.txt"

@@ -5,14 +5,14 @@
 #   scripts/test.sh asan ASAN_BUILD_DIR JOBS            its unit tests (make test-asan)
 # all runs, each pass printing its time, the first failure ending the run
 # with its code:
-# 1. every test of the ordinary build (ctest), while the ASan+UBSan build
-#    compiles beside it at the lowest priority: the fleet tests wait on
-#    processes and leave about a third of the cores idle, which the build
-#    takes without slowing them;
-# 2. the unit tests again under ASan+UBSan, while valgrind's memcheck runs
-#    the store and wire suites of the ordinary build beside them
-#    (scripts/valgrind-tests.sh, niced: it takes what the sanitized tests
-#    leave, then the whole machine).
+# 1. every test of the ordinary build (ctest). The fleet tests wait on
+#    processes and leave about a third of the cores idle: beside them, at
+#    the lowest priority, the ASan+UBSan build compiles and valgrind's
+#    memcheck runs the store and wire suites of the ordinary build
+#    (scripts/valgrind-tests.sh), taking that idle time without slowing
+#    them;
+# 2. the unit tests again under ASan+UBSan, as soon as their build is done,
+#    while valgrind goes on with what they leave; then valgrind's end.
 # The sanitized build is optimised (-O1, as AddressSanitizer advises): at
 # -O0 its unit tests took twice as long.
 set -uo pipefail
@@ -50,25 +50,27 @@ logs="$build/test-logs"
 mkdir -p "$logs"
 start=$SECONDS
 
-# The background job of a pass runs in its own process group, so that a
-# failure in the foreground stops all of it.
-bg=
+# The background jobs run in process groups of their own, so that a
+# failure in the foreground stops all of them.
+bgs=()
 stop_bg() {
-  if [ -n "$bg" ]; then
-    kill -- -"$bg" 2>/dev/null
-    wait "$bg" 2>/dev/null
-    bg=
-  fi
+  for pid in "${bgs[@]}"; do
+    kill -- -"$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+  bgs=()
 }
 trap stop_bg EXIT
-# in_background NICENESS LOG COMMAND...
+# in_background LOG COMMAND...: at the lowest priority; its pid in $last.
+last=
 in_background() {
-  local niceness=$1 log=$2
-  shift 2
+  local log=$1
+  shift
   set -m
-  nice -n "$niceness" "$@" >"$log" 2>&1 &
-  bg=$!
+  nice -n 19 "$@" >"$log" 2>&1 &
+  last=$!
   set +m
+  bgs+=("$last")
 }
 # fail MESSAGE CODE [LOG]: says what failed, with the end of its log.
 fail() {
@@ -82,21 +84,21 @@ fail() {
 }
 
 t=$SECONDS
-in_background 19 "$logs/asan-build.log" "$0" asan-build "$asan" "$jobs"
+in_background "$logs/asan-build.log" "$0" asan-build "$asan" "$jobs"
+asan_build=$last
+in_background "$logs/valgrind.log" ./scripts/valgrind-tests.sh "$build"
+valgrind=$last
 (cd "$build" && ctest --output-on-failure -j "$jobs") || fail "ctest failed" $?
 echo "make test: ctest $((SECONDS - t)) s"
 t=$SECONDS
-wait "$bg" || fail "the ASan+UBSan build failed" $? "$logs/asan-build.log"
-bg=
+wait "$asan_build" || fail "the ASan+UBSan build failed" $? "$logs/asan-build.log"
 echo "make test: the ASan+UBSan build, begun beside ctest, ended $((SECONDS - t)) s after it ($logs/asan-build.log)"
-
 t=$SECONDS
-in_background 10 "$logs/valgrind.log" ./scripts/valgrind-tests.sh "$build"
 "$0" asan "$asan" "$jobs" || fail "the unit tests under ASan+UBSan failed" $?
 echo "make test: the unit tests under ASan+UBSan $((SECONDS - t)) s"
 t=$SECONDS
-wait "$bg" || fail "valgrind failed" $? "$logs/valgrind.log"
-bg=
+wait "$valgrind" || fail "valgrind failed" $? "$logs/valgrind.log"
+bgs=()
 cat "$logs/valgrind.log"
-echo "make test: valgrind, begun beside them, ended $((SECONDS - t)) s after them"
+echo "make test: valgrind, begun beside ctest, ended $((SECONDS - t)) s after the ASan+UBSan tests"
 echo "make test: every pass in $((SECONDS - start)) s"

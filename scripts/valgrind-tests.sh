@@ -6,6 +6,8 @@
 # invalid access, use of uninitialised memory or leak (definite, indirect
 # or possible) fails it. Two jobs run at a time, the longest first, so
 # that the store's slow concerns do not leave one core idle at the end.
+# Memcheck runs code tens of times slower, and make test runs it niced
+# beside other passes: the cases' own timeouts are stretched tenfold.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:?usage: scripts/valgrind-tests.sh BUILD_DIR}
@@ -44,7 +46,7 @@ run_one() {
   if [ "$job" != "$s" ]; then pick=("CK_RUN_CASE=${job#*:}"); fi
   if [ "$s" = test_store ]; then args=("$tests/store_writer"); fi
   local log="$logs/${job/:/-}.log" start=$SECONDS rc=0
-  (cd "$tests" && env CK_FORK=no CK_DEFAULT_TIMEOUT=600 "${pick[@]}" \
+  (cd "$tests" && env CK_FORK=no CK_DEFAULT_TIMEOUT=600 CK_TIMEOUT_MULTIPLIER=10 "${pick[@]}" \
     valgrind --error-exitcode=1 --leak-check=full \
       --errors-for-leak-kinds=definite,indirect,possible --show-leak-kinds=definite,indirect,possible \
       "./$s" "${args[@]}") >"$log" 2>&1 || rc=$?

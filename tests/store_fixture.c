@@ -25,12 +25,14 @@ void sfx_seg_init(sfx_seg *f, uint64_t episode, uint32_t seq, const char *actor,
   f->seg.task_seed = 1000 + episode / 4;
 }
 
+float sfx_logp(size_t i) { return -0.25f - (float)(i % 7) * 0.125f; }
+
 void sfx_seg_token(sfx_seg *f, uint32_t token, int sampled, uint32_t version) {
   size_t i = f->seg.n_tokens;
   if (i >= SFX_MAX_TOKENS) return;
   f->tokens[i] = token;
   f->mask[i] = sampled ? 1 : 0;
-  f->logp[i] = sampled ? -0.25f - (float)(i % 7) * 0.125f : 0.0f;
+  f->logp[i] = sampled ? sfx_logp(i) : 0.0f;
   f->version[i] = version;
   for (int k = 0; k < SFX_LAYERS * SFX_TOPK; k++)
     f->experts[i * SFX_LAYERS * SFX_TOPK + k] = (uint32_t)((i + (size_t)k * 3) % 16);

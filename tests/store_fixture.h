@@ -3,6 +3,8 @@
 #ifndef LH_TEST_STORE_FIXTURE_H
 #define LH_TEST_STORE_FIXTURE_H
 
+#include <stddef.h>
+
 #include "proto/wire.h"
 #include "store/store.h"
 
@@ -19,12 +21,15 @@ typedef struct {
   uint32_t experts[SFX_MAX_TOKENS * SFX_LAYERS * SFX_TOPK];
   Longhaul__Image img[4], *imgp[4];
   uint8_t pix[4][4 * 3 * 3];
-  char actor[32], env[32];
+  char actor[257], env[257];  /* the wire's names: 256 bytes at most */
 } sfx_seg;
 
 /* Starts an empty segment (routing recorded, SFX_LAYERS x SFX_TOPK). */
 void sfx_seg_init(sfx_seg *f, uint64_t episode, uint32_t seq, const char *actor, const char *env);
-/* Appends one token: sampled tokens carry version and a logp < 0. */
+/* The behavior log-probability of a sampled token at index i of its
+ * segment: -0.25 - (i % 7) / 8. */
+float sfx_logp(size_t i);
+/* Appends one token: sampled tokens carry version and sfx_logp. */
 void sfx_seg_token(sfx_seg *f, uint32_t token, int sampled, uint32_t version);
 /* Appends text as byte tokens. */
 void sfx_seg_text(sfx_seg *f, const char *text, int sampled, uint32_t version);
@@ -39,7 +44,7 @@ void sfx_seg_plain(sfx_seg *f, uint64_t episode, uint32_t seq, uint32_t n, uint3
 typedef struct {
   Longhaul__EpisodeEnd end;
   Longhaul__RewardTerm term[2], *termp[2];
-  char actor[32], env[32];
+  char actor[257], env[257];
 } sfx_end;
 
 /* An EpisodeEnd with two reward terms ("correct" at step 1 and "format"

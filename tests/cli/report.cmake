@@ -1,7 +1,7 @@
 # cli report: `longhaul report` run as a real process on a fixture store
 # written through store/ (test_report), and the page it writes rendered in
 # headless Chromium (test_report_render; skipped, exit 77, without chromium).
-lh_add_test(test_report SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_report.c
+lh_add_test(test_report SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_report.c ${LH_STORE_FIXTURE}
   LIBS lh_store lh_proto lh_common PkgConfig::SQLITE TIMEOUT 300)
 add_dependencies(test_report longhaul)
 add_test(NAME test_report_render COMMAND test_report --render WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
+#include "tests/store_fixture.h"
 
 enum { BOS = 256, EOS, CALL, CALL_END, OBS, OBS_END, IMG, PAD };
 
@@ -24,87 +25,37 @@ static char out_buf[1 << 20], err_buf[1 << 16];
 
 /* ---- the fixture --------------------------------------------------------- */
 
-typedef struct {
-  uint32_t tokens[512];
-  uint8_t mask[512];
-  float logp[512];
-  uint32_t version[512];
-  size_t n;
-} builder;
-
-static void add_tok(builder *b, uint32_t tok, int policy, uint32_t version) {
-  ck_assert(b->n < 512);
-  b->tokens[b->n] = tok;
-  b->mask[b->n] = (uint8_t)policy;
-  b->logp[b->n] = policy ? -0.25f : 0.0f;
-  b->version[b->n] = policy ? version : 0;
-  b->n++;
-}
-
-static void add_text(builder *b, const char *text, int policy, uint32_t version) {
-  for (const char *p = text; *p; p++) add_tok(b, (unsigned char)*p, policy, version);
-}
-
-/* Stores b as segment seq of episode id (tokens from start_offset), with
- * image (may be NULL) at segment offset image_offset. */
+/* Stores b (tests/store_fixture.h, begun by sfx_seg_init) as segment seq of
+ * episode id of env by actor, tokens from start_offset, with image (may be
+ * NULL) at its offset; the group is id % 2, the task seed 100 + id. */
 static void put_segment(lh_store *s, uint64_t id, uint32_t seq, uint64_t start_offset, const char *env,
-                        const char *actor, const builder *b, Longhaul__Image *image) {
-  Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
-  seg.episode_id = id;
-  seg.seq = seq;
-  seg.actor = (char *)actor;
-  seg.env = (char *)env;
-  seg.start_offset = start_offset;
-  seg.n_tokens = b->n;
-  seg.tokens = (uint32_t *)b->tokens;
-  seg.loss_mask.len = b->n;
-  seg.loss_mask.data = (uint8_t *)b->mask;
-  seg.n_behavior_logp = b->n;
-  seg.behavior_logp = (float *)b->logp;
-  seg.n_policy_version = b->n;
-  seg.policy_version = (uint32_t *)b->version;
-  seg.group_id = id % 2;
-  seg.task_seed = 100 + id;
-  Longhaul__Image *images[1] = {image};
-  if (image) {
-    seg.n_images = 1;
-    seg.images = images;
-  }
+                        const char *actor, sfx_seg *b, Longhaul__Image *image) {
+  snprintf(b->actor, sizeof b->actor, "%s", actor);
+  snprintf(b->env, sizeof b->env, "%s", env);
+  b->seg.episode_id = id, b->seg.seq = seq, b->seg.start_offset = start_offset;
+  b->seg.group_id = id % 2, b->seg.task_seed = 100 + id;
+  if (image) b->imgp[0] = image, b->seg.n_images = 1;
   lh_errbuf err;
   lh_errbuf_clear(&err);
   int inserted = 0;
-  int rc = lh_store_put_segment(s, &seg, &inserted, &err);
+  int rc = lh_store_put_segment(s, &b->seg, &inserted, &err);
   ck_assert_msg(rc == 0 && inserted == 1, "put_segment %llu/%u: %s", (unsigned long long)id, seq, err.msg);
 }
 
 static void put_end(lh_store *s, uint64_t id, const char *env, const char *actor, Longhaul__Outcome outcome,
                     float reward, uint32_t segments, uint64_t tokens, const char *term_a, float value_a,
                     const char *term_b, float value_b, const char *error) {
-  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
-  end.episode_id = id;
-  end.actor = (char *)actor;
-  end.env = (char *)env;
-  end.segment_count = segments;
-  end.total_tokens = tokens;
-  end.outcome = outcome;
-  end.reward = reward;
-  end.group_id = id % 2;
-  end.task_seed = 100 + id;
-  end.steps = 2;
-  end.error = (char *)(error ? error : "");
-  Longhaul__RewardTerm a = LONGHAUL__REWARD_TERM__INIT, b = LONGHAUL__REWARD_TERM__INIT;
-  a.name = (char *)term_a;
-  a.value = value_a;
-  a.step = 2;
-  b.name = (char *)term_b;
-  b.value = value_b;
-  b.step = 1;
-  Longhaul__RewardTerm *terms[2] = {&a, &b};
-  end.n_terms = term_b ? 2 : 1;
-  end.terms = terms;
+  sfx_end e;
+  sfx_end_init(&e, id, env, segments, outcome, reward);
+  snprintf(e.actor, sizeof e.actor, "%s", actor);
+  e.end.total_tokens = tokens, e.end.group_id = id % 2, e.end.task_seed = 100 + id;
+  e.end.error = (char *)(error ? error : "");
+  e.term[0].name = (char *)term_a, e.term[0].value = value_a, e.term[0].step = 2;
+  e.term[1].name = (char *)term_b, e.term[1].value = value_b, e.term[1].step = 1;
+  e.end.n_terms = term_b ? 2 : 1;
   lh_errbuf err;
   lh_errbuf_clear(&err);
-  int rc = lh_store_put_episode_end(s, &end, NULL, &err);
+  int rc = lh_store_put_episode_end(s, &e.end, NULL, &err);
   ck_assert_msg(rc == 0, "put_episode_end %llu: %s", (unsigned long long)id, err.msg);
 }
 
@@ -123,31 +74,32 @@ static void build_fixture(void) {
   ck_assert_msg(lh_store_open(db, &s, &err) == 0, "open %s: %s", db, err.msg);
   ck_assert(lh_store_begin(s, &err) == 0);
 
-  builder b = {.n = 0};
-  add_tok(&b, BOS, 0, 0);
-  add_text(&b, "What is 1+2?\ttab\\ \x01" "end\n", 0, 0);
-  add_tok(&b, CALL, 1, 3);
-  add_text(&b, "calc(1+2)", 1, 3);
-  add_tok(&b, CALL_END, 1, 3);
+  static sfx_seg b;
+  sfx_seg_init(&b, 0, 0, "a0", "calc");
+  sfx_seg_token(&b, BOS, 0, 0);
+  sfx_seg_text(&b, "What is 1+2?\ttab\\ \x01" "end\n", 0, 0);
+  sfx_seg_token(&b, CALL, 1, 3);
+  sfx_seg_text(&b, "calc(1+2)", 1, 3);
+  sfx_seg_token(&b, CALL_END, 1, 3);
   put_segment(s, 1, 0, 0, "calc", "a0", &b, NULL);
-  size_t first = b.n;
-  b.n = 0;
-  add_tok(&b, OBS, 0, 0);
-  add_text(&b, "3", 0, 0);
-  add_tok(&b, OBS_END, 0, 0);
-  add_text(&b, "The answer is 3", 1, 4);
-  add_tok(&b, EOS, 1, 4);
+  size_t first = b.seg.n_tokens;
+  sfx_seg_init(&b, 0, 0, "a0", "calc");
+  sfx_seg_token(&b, OBS, 0, 0);
+  sfx_seg_text(&b, "3", 0, 0);
+  sfx_seg_token(&b, OBS_END, 0, 0);
+  sfx_seg_text(&b, "The answer is 3", 1, 4);
+  sfx_seg_token(&b, EOS, 1, 4);
   put_segment(s, 1, 1, first, "calc", "a0", &b, NULL);
-  put_end(s, 1, "calc", "a0", LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f, 2, first + b.n, "correct", 1.0f,
+  put_end(s, 1, "calc", "a0", LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f, 2, first + b.seg.n_tokens, "correct", 1.0f,
           "format", 0.5f, NULL);
 
-  b.n = 0;
-  add_tok(&b, BOS, 0, 0);
-  add_text(&b, "Reach the goal.", 0, 0);
-  add_tok(&b, OBS, 0, 0);
-  add_tok(&b, IMG, 0, 0);
-  for (int k = 0; k < 4; k++) add_tok(&b, PAD, 0, 0);
-  add_tok(&b, OBS_END, 0, 0);
+  sfx_seg_init(&b, 0, 0, "a0", "calc");
+  sfx_seg_token(&b, BOS, 0, 0);
+  sfx_seg_text(&b, "Reach the goal.", 0, 0);
+  sfx_seg_token(&b, OBS, 0, 0);
+  sfx_seg_token(&b, IMG, 0, 0);
+  for (int k = 0; k < 4; k++) sfx_seg_token(&b, PAD, 0, 0);
+  sfx_seg_token(&b, OBS_END, 0, 0);
   uint8_t pixels[4 * 3 * 3];
   memset(pixels, 7, sizeof pixels);
   Longhaul__Image image = LONGHAUL__IMAGE__INIT;
@@ -158,32 +110,32 @@ static void build_fixture(void) {
   image.pixels.len = sizeof pixels;
   image.pixels.data = pixels;
   ck_assert_uint_eq(b.tokens[image.offset], IMG);
-  add_tok(&b, CALL, 1, 5);
-  add_text(&b, "move(N)", 1, 5);
-  add_tok(&b, CALL_END, 1, 5);
+  sfx_seg_token(&b, CALL, 1, 5);
+  sfx_seg_text(&b, "move(N)", 1, 5);
+  sfx_seg_token(&b, CALL_END, 1, 5);
   put_segment(s, 2, 0, 0, "maze", "a1", &b, &image);
-  size_t len0 = b.n;
-  b.n = 0;
-  add_tok(&b, OBS, 0, 0);
-  add_text(&b, "Blocked", 0, 0);
-  add_tok(&b, OBS_END, 0, 0);
-  add_tok(&b, EOS, 1, 6);
+  size_t len0 = b.seg.n_tokens;
+  sfx_seg_init(&b, 0, 0, "a0", "calc");
+  sfx_seg_token(&b, OBS, 0, 0);
+  sfx_seg_text(&b, "Blocked", 0, 0);
+  sfx_seg_token(&b, OBS_END, 0, 0);
+  sfx_seg_token(&b, EOS, 1, 6);
   put_segment(s, 2, 2, len0 + 10, "maze", "a1", &b, NULL);  /* seq 1 never arrives */
-  put_end(s, 2, "maze", "a1", LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, 4, len0 + 10 + b.n, "reached_goal",
+  put_end(s, 2, "maze", "a1", LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, 4, len0 + 10 + b.seg.n_tokens, "reached_goal",
           0.0f, NULL, 0, NULL);
 
-  b.n = 0;
-  add_tok(&b, BOS, 0, 0);
-  add_text(&b, "What is\n\n2*3?", 0, 0);
-  add_text(&b, "6", 1, 7);
+  sfx_seg_init(&b, 0, 0, "a0", "calc");
+  sfx_seg_token(&b, BOS, 0, 0);
+  sfx_seg_text(&b, "What is\n\n2*3?", 0, 0);
+  sfx_seg_text(&b, "6", 1, 7);
   put_segment(s, 3, 0, 0, "calc", "a0", &b, NULL);
 
-  b.n = 0;
-  add_tok(&b, BOS, 0, 0);
-  add_text(&b, "Find the record.", 0, 0);
-  add_text(&b, "42", 1, 1);
+  sfx_seg_init(&b, 0, 0, "a0", "calc");
+  sfx_seg_token(&b, BOS, 0, 0);
+  sfx_seg_text(&b, "Find the record.", 0, 0);
+  sfx_seg_text(&b, "42", 1, 1);
   put_segment(s, 4, 0, 0, "needle", "a2", &b, NULL);
-  put_end(s, 4, "needle", "a2", LONGHAUL__OUTCOME__OUTCOME_ABORTED, 0.0f, 1, b.n, "found", 0.0f, NULL, 0,
+  put_end(s, 4, "needle", "a2", LONGHAUL__OUTCOME__OUTCOME_ABORTED, 0.0f, 1, b.seg.n_tokens, "found", 0.0f, NULL, 0,
           "actor a2 restarted");
   uint64_t dropped = 0;
   ck_assert_msg(lh_store_drop_payloads_before(s, 2, &dropped, NULL, &err) == 0, "retention: %s", err.msg);
@@ -560,20 +512,21 @@ START_TEST(test_stats_retired) {
   lh_errbuf err;
   lh_errbuf_clear(&err);
   ck_assert_msg(lh_store_open(path, &s, &err) == 0, "open %s: %s", path, err.msg);
-  builder b = {.n = 0};
-  add_tok(&b, BOS, 0, 0);
-  add_text(&b, "2+2=", 0, 0);
-  add_text(&b, "4", 1, 1);  /* 6 tokens, version 1 */
+  static sfx_seg b;
+  sfx_seg_init(&b, 0, 0, "a0", "calc");
+  sfx_seg_token(&b, BOS, 0, 0);
+  sfx_seg_text(&b, "2+2=", 0, 0);
+  sfx_seg_text(&b, "4", 1, 1);  /* 6 tokens, version 1 */
   /* episodes 10..13 (calc, version 1): 10 and 12 successes, reward 1 */
   for (uint64_t id = 10; id <= 13; id++) {
     put_segment(s, id, 0, 0, "calc", "a0", &b, NULL);
     int win = id % 2 == 0;
     put_end(s, id, "calc", "a0", win ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE,
-            win ? 1.0f : 0.0f, 1, b.n, "correct", win ? 1.0f : 0.0f, NULL, 0.0f, NULL);
+            win ? 1.0f : 0.0f, 1, b.seg.n_tokens, "correct", win ? 1.0f : 0.0f, NULL, 0.0f, NULL);
   }
-  b.n = 0;
-  add_tok(&b, BOS, 0, 0);
-  add_text(&b, "9", 1, 9);  /* 2 tokens, version 9, running */
+  sfx_seg_init(&b, 0, 0, "a0", "calc");
+  sfx_seg_token(&b, BOS, 0, 0);
+  sfx_seg_text(&b, "9", 1, 9);  /* 2 tokens, version 9, running */
   put_segment(s, 20, 0, 0, "calc", "a0", &b, NULL);
   uint64_t dropped = 0;
   ck_assert_msg(lh_store_drop_payloads_before(s, 5, &dropped, NULL, &err) == 0, "%s", err.msg);
@@ -822,7 +775,7 @@ START_TEST(test_export) {
   ck_assert_int_eq(cJSON_GetArraySize(get(s0, "logps")), ntok);
   ck_assert_int_eq((int)cJSON_GetArrayItem(get(s0, "tokens"), 0)->valuedouble, BOS);
   ck_assert_int_eq((int)cJSON_GetArrayItem(get(s0, "loss_mask"), ntok - 1)->valuedouble, 1);
-  ck_assert(cJSON_GetArrayItem(get(s0, "logps"), ntok - 1)->valuedouble == -0.25);
+  ck_assert(cJSON_GetArrayItem(get(s0, "logps"), ntok - 1)->valuedouble == sfx_logp((size_t)ntok - 1));
   ck_assert_int_eq((int)get(s1, "start_offset")->valuedouble, ntok);
   ck_assert(cJSON_IsTrue(get(get(ep[0], "gaps"), "complete")));
   /* Episode 2: the image (no pixels) and the gap. */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
+#include "tests/store_fixture.h"
 
 #define BIG_ID 9223372036854775813ull   /* 2^63 + 5 */
 #define BIG_ID_SQLITE "-9223372036854775803"
@@ -22,21 +23,21 @@
 
 static char dir[256], db[300], out[1 << 16];
 
+/* Episode id (task seed, group): 4 byte tokens, the last 2 sampled at
+ * version 1, and its end, a success of reward 1. */
 static void put_episode(lh_store *s, uint64_t id, uint64_t seed, uint64_t group) {
-  uint32_t tokens[4] = {'a', 'b', 'c', 'd'}, version[4] = {0, 0, 1, 1};
-  uint8_t mask[4] = {0, 0, 1, 1};
-  float logp[4] = {0, 0, -0.5f, -0.5f};
-  Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
-  seg.episode_id = id, seg.actor = "a0", seg.env = "calc", seg.n_tokens = 4, seg.tokens = tokens;
-  seg.loss_mask.len = 4, seg.loss_mask.data = mask, seg.n_behavior_logp = 4, seg.behavior_logp = logp;
-  seg.n_policy_version = 4, seg.policy_version = version, seg.task_seed = seed, seg.group_id = group;
+  static sfx_seg seg;
+  sfx_seg_init(&seg, id, 0, "a0", "calc");
+  seg.seg.task_seed = seed, seg.seg.group_id = group;
+  sfx_seg_text(&seg, "ab", 0, 0);
+  sfx_seg_text(&seg, "cd", 1, 1);
   lh_errbuf err;
   lh_errbuf_clear(&err);
-  ck_assert_msg(lh_store_put_segment(s, &seg, NULL, &err) == 0, "%s", err.msg);
-  Longhaul__EpisodeEnd e = LONGHAUL__EPISODE_END__INIT;
-  e.episode_id = id, e.actor = "a0", e.env = "calc", e.segment_count = 1, e.total_tokens = 4;
-  e.outcome = LONGHAUL__OUTCOME__OUTCOME_SUCCESS, e.reward = 1, e.task_seed = seed, e.group_id = group, e.steps = 1;
-  ck_assert_msg(lh_store_put_episode_end(s, &e, NULL, &err) == 0, "%s", err.msg);
+  ck_assert_msg(lh_store_put_segment(s, &seg.seg, NULL, &err) == 0, "%s", err.msg);
+  sfx_end e;
+  sfx_end_init(&e, id, "calc", 1, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
+  e.end.total_tokens = 4, e.end.task_seed = seed, e.end.group_id = group, e.end.steps = 1, e.end.n_terms = 0;
+  ck_assert_msg(lh_store_put_episode_end(s, &e.end, NULL, &err) == 0, "%s", err.msg);
 }
 
 static void setup(void) {

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
+#include "tests/store_fixture.h"
 
 #define ODD_ENV "<b>calc&\"co\"</b>"
 #define ODD_ENV_ESCAPED "&lt;b&gt;calc&amp;&quot;co&quot;&lt;/b&gt;"
@@ -36,46 +37,25 @@ static char html[1 << 22];
 
 /* ---- the fixture --------------------------------------------------------- */
 
+/* Episode id of env (task seed id, no group): 8 byte tokens, the last 6
+ * sampled at version; then, with end, its end (reward, success above 0.5,
+ * no reward terms). */
 static void put_episode(lh_store *s, uint64_t id, const char *env, uint32_t version, int end, float reward) {
-  uint32_t tokens[8], version_of[8];
-  uint8_t mask[8];
-  float logp[8];
-  for (int i = 0; i < 8; i++) {
-    tokens[i] = (uint32_t)('a' + i);
-    mask[i] = i >= 2;
-    logp[i] = mask[i] ? -0.5f : 0.0f;
-    version_of[i] = mask[i] ? version : 0;
-  }
-  Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
-  seg.episode_id = id;
-  seg.seq = 0;
-  seg.actor = "a0";
-  seg.env = (char *)env;
-  seg.n_tokens = 8;
-  seg.tokens = tokens;
-  seg.loss_mask.len = 8;
-  seg.loss_mask.data = mask;
-  seg.n_behavior_logp = 8;
-  seg.behavior_logp = logp;
-  seg.n_policy_version = 8;
-  seg.policy_version = version_of;
-  seg.task_seed = id;
+  static sfx_seg seg;
+  sfx_seg_init(&seg, id, 0, "a0", env);
+  seg.seg.group_id = 0, seg.seg.task_seed = id;
+  sfx_seg_text(&seg, "ab", 0, 0);
+  sfx_seg_text(&seg, "cdefgh", 1, version);
   lh_errbuf err;
   lh_errbuf_clear(&err);
-  ck_assert_msg(lh_store_put_segment(s, &seg, NULL, &err) == 0, "segment %llu: %s", (unsigned long long)id,
+  ck_assert_msg(lh_store_put_segment(s, &seg.seg, NULL, &err) == 0, "segment %llu: %s", (unsigned long long)id,
                 err.msg);
   if (!end) return;
-  Longhaul__EpisodeEnd e = LONGHAUL__EPISODE_END__INIT;
-  e.episode_id = id;
-  e.actor = "a0";
-  e.env = (char *)env;
-  e.segment_count = 1;
-  e.total_tokens = 8;
-  e.outcome = reward > 0.5f ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE;
-  e.reward = reward;
-  e.task_seed = id;
-  e.steps = 1;
-  ck_assert_msg(lh_store_put_episode_end(s, &e, NULL, &err) == 0, "end %llu: %s", (unsigned long long)id,
+  sfx_end e;
+  sfx_end_init(&e, id, env, 1,
+               reward > 0.5f ? LONGHAUL__OUTCOME__OUTCOME_SUCCESS : LONGHAUL__OUTCOME__OUTCOME_FAILURE, reward);
+  e.end.total_tokens = 8, e.end.group_id = 0, e.end.task_seed = id, e.end.steps = 1, e.end.n_terms = 0;
+  ck_assert_msg(lh_store_put_episode_end(s, &e.end, NULL, &err) == 0, "end %llu: %s", (unsigned long long)id,
                 err.msg);
 }
 

@@ -27,6 +27,7 @@
 
 #include "proc_util.h"
 #include "store/store.h"
+#include "tests/store_fixture.h"
 
 /* ESC sequences (clear the screen; a window title ended by BEL; colour by
  * a C1 CSI), CR, BEL, DEL and a newline: what a hostile peer would send. */
@@ -110,55 +111,31 @@ static void teardown(void) { lh_proc_rmdir(dir); }
 
 /* ---- the hostile store ---------------------------------------------------- */
 
-typedef struct {
-  uint32_t tokens[256];
-  uint8_t mask[256];
-  float logp[256];
-  uint32_t version[256];
-  size_t n;
-} builder;
-
-static void add_tok(builder *b, uint32_t tok, int policy) {
-  ck_assert(b->n < 256);
-  b->tokens[b->n] = tok, b->mask[b->n] = (uint8_t)policy;
-  b->logp[b->n] = policy ? -0.5f : 0.0f, b->version[b->n] = policy ? 1 : 0;
-  b->n++;
-}
-
-static void add_text(builder *b, const char *text, int policy) {
-  for (const char *p = text; *p; p++) add_tok(b, (unsigned char)*p, policy);
-}
-
 static void put_episode(lh_store *s, uint64_t id, const char *env, const char *actor, const char *error) {
-  builder b = {.n = 0};
-  add_tok(&b, BOS, 0);
-  add_text(&b, "task: " HOSTILE, 0);
-  add_tok(&b, CALL, 1);
-  add_text(&b, "calc(" HOSTILE ")", 1);
-  add_tok(&b, CALL_END, 1);
-  add_tok(&b, OBS, 0);
-  add_text(&b, HOSTILE, 0);
-  add_tok(&b, OBS_END, 0);
-  add_tok(&b, EOS, 1);
-  Longhaul__Segment seg = LONGHAUL__SEGMENT__INIT;
-  seg.episode_id = id, seg.seq = 0, seg.actor = (char *)actor, seg.env = (char *)env;
-  seg.n_tokens = b.n, seg.tokens = b.tokens;
-  seg.loss_mask.len = b.n, seg.loss_mask.data = b.mask;
-  seg.n_behavior_logp = b.n, seg.behavior_logp = b.logp;
-  seg.n_policy_version = b.n, seg.policy_version = b.version;
-  seg.group_id = id, seg.task_seed = id;
+  static sfx_seg b;
+  sfx_seg_init(&b, id, 0, actor, env);
+  b.seg.group_id = id, b.seg.task_seed = id;
+  sfx_seg_token(&b, BOS, 0, 0);
+  sfx_seg_text(&b, "task: " HOSTILE, 0, 0);
+  sfx_seg_token(&b, CALL, 1, 1);
+  sfx_seg_text(&b, "calc(" HOSTILE ")", 1, 1);
+  sfx_seg_token(&b, CALL_END, 1, 1);
+  sfx_seg_token(&b, OBS, 0, 0);
+  sfx_seg_text(&b, HOSTILE, 0, 0);
+  sfx_seg_token(&b, OBS_END, 0, 0);
+  sfx_seg_token(&b, EOS, 1, 1);
   lh_errbuf err;
   lh_errbuf_clear(&err);
   int inserted = 0;
-  ck_assert_msg(lh_store_put_segment(s, &seg, &inserted, &err) == 0, "%s", err.msg);
-  Longhaul__EpisodeEnd end = LONGHAUL__EPISODE_END__INIT;
-  end.episode_id = id, end.actor = (char *)actor, end.env = (char *)env;
-  end.segment_count = 1, end.total_tokens = b.n, end.outcome = LONGHAUL__OUTCOME__OUTCOME_SUCCESS;
-  end.reward = 1.0f, end.group_id = id, end.task_seed = id, end.steps = 1, end.error = (char *)error;
-  Longhaul__RewardTerm term = LONGHAUL__REWARD_TERM__INIT, *terms[1] = {&term};
-  term.name = (char *)HOSTILE, term.value = 1.0f, term.step = 1;
-  end.n_terms = 1, end.terms = terms;
-  ck_assert_msg(lh_store_put_episode_end(s, &end, NULL, &err) == 0, "%s", err.msg);
+  ck_assert_msg(lh_store_put_segment(s, &b.seg, &inserted, &err) == 0, "%s", err.msg);
+  sfx_end end;
+  sfx_end_init(&end, id, env, 1, LONGHAUL__OUTCOME__OUTCOME_SUCCESS, 1.0f);
+  snprintf(end.actor, sizeof end.actor, "%s", actor);
+  end.end.total_tokens = b.seg.n_tokens, end.end.group_id = id, end.end.task_seed = id, end.end.steps = 1;
+  end.end.error = (char *)error;
+  /* one reward term, named by the hostile text */
+  end.term[0].name = (char *)HOSTILE, end.term[0].value = 1.0f, end.term[0].step = 1, end.end.n_terms = 1;
+  ck_assert_msg(lh_store_put_episode_end(s, &end.end, NULL, &err) == 0, "%s", err.msg);
 }
 
 static void build_store(void) {

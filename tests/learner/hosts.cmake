@@ -4,7 +4,7 @@
 # of one mpirun job on two "hosts" and the actors on a third, CURVE on
 # (test_hosts_netns, tests/learner/netns_hosts.sh; skipped without root, ip netns
 # or an MPI build).
-lh_add_test(test_hosts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hosts.c ${CMAKE_CURRENT_SOURCE_DIR}/store_fixture.c
+lh_add_test(test_hosts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hosts.c ${LH_STORE_FIXTURE}
   ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c LIBS lh_learner lh_store TIMEOUT 120)
 add_dependencies(test_hosts longhaul)
 add_test(NAME test_hosts_netns COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/netns_hosts.sh $<TARGET_FILE:longhaul>)

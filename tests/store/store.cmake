@@ -1,7 +1,6 @@
 # store: the replay store suite (test_store: test_store.c, the fixture and
 # main, and one test_store_<concern>.c per concern), with store_writer, the helper
 # process it runs by fork/exec for the multi-process and SIGKILL tests.
-set(LH_STORE_FIXTURE ${CMAKE_CURRENT_SOURCE_DIR}/store_fixture.c)
 add_executable(store_writer ${CMAKE_CURRENT_LIST_DIR}/store_writer.c ${LH_STORE_FIXTURE})
 target_link_libraries(store_writer PRIVATE lh_store)
 lh_add_test(test_store SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_store.c
