@@ -403,7 +403,7 @@ START_TEST(test_full_store_retention) {
 }
 END_TEST
 
-/* The same cap, small: 2 MB, with calc's small segments (128 tokens, a
+/* A smaller cap, 1 MB, with calc's small segments (128 tokens, a
  * payload of about 1.5 KB), whose payloads sit in the leaf pages of the
  * store. Retention deletes their rows, the pages go to the free list and
  * take new rows; once the rows that describe them (segments, episodes,
@@ -415,7 +415,7 @@ END_TEST
  * kept filled the cap for good (every write answered retry). */
 START_TEST(test_full_store_small_payloads) {
   fleet f;
-  fleet_init(&f, "hostile-full-small", "max_policy_lag = 1\nmax_db_bytes = 2000000\n", "segment_tokens = 128\n", NULL);
+  fleet_init(&f, "hostile-full-small", "max_policy_lag = 1\nmax_db_bytes = 1000000\n", "segment_tokens = 128\n", NULL);
   start_learner(&f, 0);
   start_actors(&f, 2);
   char log[192];
@@ -441,7 +441,7 @@ START_TEST(test_full_store_small_payloads) {
   int retentions = lh_proc_count_lines(log, "retention keep_versions=");
   int full = lh_proc_count_lines(log, "still full");
   char extra[384];
-  snprintf(extra, sizeof extra, "cap=2000000 file_bytes=%llu segments=%llu payloads_dropped=%llu at_first_retention=%llu "
+  snprintf(extra, sizeof extra, "cap=1000000 file_bytes=%llu segments=%llu payloads_dropped=%llu at_first_retention=%llu "
            "retentions=%d still_full=%d retired_episodes=%llu retired_segments=%llu train_steps=%llu",
            (unsigned long long)st.file_bytes, (unsigned long long)st.segments,
            (unsigned long long)st.payloads_dropped, (unsigned long long)at_retention, retentions, full,
@@ -458,7 +458,7 @@ START_TEST(test_full_store_small_payloads) {
   ck_assert_uint_eq(t.unacked, 0);
   ck_assert_uint_eq(t.stored, t.acked);
   /* the file stays near the cap: freed pages are taken again */
-  ck_assert_uint_lt(st.file_bytes, 2 * 2000000);
+  ck_assert_uint_lt(st.file_bytes, 2 * 1000000);
   uint64_t problems = 99;
   ck_assert_msg(lh_store_check_file(f.db, 0, 0, NULL, NULL, &problems, &e) == 0, "%s", e.msg);
   ck_assert_uint_eq(problems, 0);

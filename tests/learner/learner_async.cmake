@@ -1,5 +1,5 @@
 # The asynchronous learner with real processes: acks and a
-# weights fetch while a training step is held open, a 60 s fleet's
+# weights fetch while a training step is held open, a 30 s fleet's
 # resends, and back-pressure against a slowed learner. One executable
 # (test_learner_async CASE), one ctest entry per case, label "proc".
 add_executable(test_learner_async ${CMAKE_CURRENT_LIST_DIR}/test_learner_async.c

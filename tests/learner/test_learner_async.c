@@ -80,7 +80,7 @@ START_TEST(test_acks_and_weights_during_a_step) {
 }
 END_TEST
 
-/* A fleet of 2 actors for LH_ASYNC_FLEET_SECONDS (60): resends are under
+/* A fleet of 2 actors for LH_ASYNC_FLEET_SECONDS (30): resends are under
  * 20% of what the learner received, and every acked message is stored. A
  * learner that acked only between its steps (a second and more, twice the
  * resend timeout) would see most messages twice; one that acks during
@@ -91,7 +91,7 @@ START_TEST(test_fleet_resends) {
   fleet f;
   fleet_init(&f, "async-fleet", "batch_episodes = 8\ngroup_size = 4\n", NULL, NULL);
   const char *env = getenv("LH_ASYNC_FLEET_SECONDS");
-  int seconds = env && atoi(env) > 0 ? atoi(env) : 60;
+  int seconds = env && atoi(env) > 0 ? atoi(env) : 30;
   /* Steps of a second and more, twice the actors' resend timeout: a
    * learner that acked only between steps would see most messages again. */
   start_learner_with(&f, "LH_LEARNER_TEST_STEP_DELAY_MS", "1000");
