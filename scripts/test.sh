@@ -14,7 +14,7 @@
 # 2. the unit tests again under ASan+UBSan, as soon as their build is done,
 #    while valgrind goes on with what they leave; then valgrind's end.
 # The sanitized build is optimised (-O1, as AddressSanitizer advises for
-# speed; -O0 is far slower on the kernels' loops).
+# reasonable speed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 usage="usage: scripts/test.sh all BUILD ASAN_BUILD JOBS | asan-build ASAN_BUILD JOBS | asan ASAN_BUILD JOBS"
