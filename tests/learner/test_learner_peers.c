@@ -97,17 +97,26 @@ START_TEST(test_names_table_full) {
 }
 END_TEST
 
+/* Two names, a (on CONN_A) and b (CONN_B), under a cap of cap episodes
+ * in groups of group, nothing untrained, and the first grants at now_ns. */
+static lh_learner_peers *two_names(const char *a, int *ia, const char *b, int *ib, int64_t cap, uint64_t group,
+                                   int64_t now_ns) {
+  lh_learner_peers *p = lh_learner_peers_new();
+  ck_assert_ptr_nonnull(p);
+  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_A, 5, a, NULL, 1, 1, ia), LH_PEER_BOUND);
+  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_B, 5, b, NULL, 2, 1, ib), LH_PEER_BOUND);
+  lh_learner_peers_set_backlog(p, cap, 0, group);
+  lh_learner_peers_grant(p, 0, now_ns);
+  return p;
+}
+
 /* Credit: a name opens new episodes with it, one group of slack past it;
  * ends do not give it back (the episodes join the untrained backlog);
  * what the trainer frees goes round the names below their share. */
 START_TEST(test_credit) {
-  lh_learner_peers *p = lh_learner_peers_new();
   int honest = -1, flood = -1;
-  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_A, 5, "a0", NULL, 1, 1, &honest), LH_PEER_BOUND);
-  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_B, 5, "flood", NULL, 2, 1, &flood), LH_PEER_BOUND);
   /* cap 16, nothing untrained, groups of 4: a share of 8 each */
-  lh_learner_peers_set_backlog(p, 16, 0, 4);
-  lh_learner_peers_grant(p, 0, 2);
+  lh_learner_peers *p = two_names("a0", &honest, "flood", &flood, 16, 4, 2);
   ck_assert_uint_eq(lh_learner_peers_window(p, honest), 8);
   ck_assert_uint_eq(lh_learner_peers_window(p, flood), 8);
   /* The flood opens what its credit and one group of slack allow. */
@@ -163,12 +172,8 @@ END_TEST
  * episodes wait for 8 more, and the idle name's credit comes back after
  * its lease (2 s), so the busy name fills the batch. */
 START_TEST(test_credit_idle) {
-  lh_learner_peers *p = lh_learner_peers_new();
   int busy = -1, idle = -1;
-  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_A, 5, "busy", NULL, 1, 1, &busy), LH_PEER_BOUND);
-  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_B, 5, "idle", NULL, 2, 1, &idle), LH_PEER_BOUND);
-  lh_learner_peers_set_backlog(p, 16, 0, 4);
-  lh_learner_peers_grant(p, 0, 1);
+  lh_learner_peers *p = two_names("busy", &busy, "idle", &idle, 16, 4, 1);
   ck_assert_uint_eq(lh_learner_peers_window(p, busy), 8);
   ck_assert_uint_eq(lh_learner_peers_window(p, idle), 8);
   int64_t t = 2;
@@ -195,12 +200,8 @@ END_TEST
  * share leaves), the other name is granted that group after 10 s, not
  * when the idle limit ends the stopped name's episodes. */
 START_TEST(test_credit_quiet_open) {
-  lh_learner_peers *p = lh_learner_peers_new();
   int live = -1, stopped = -1;
-  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_A, 5, "live", NULL, 1, 1, &live), LH_PEER_BOUND);
-  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_B, 5, "stopped", NULL, 2, 1, &stopped), LH_PEER_BOUND);
-  lh_learner_peers_set_backlog(p, 4, 0, 4);
-  lh_learner_peers_grant(p, 0, 1);
+  lh_learner_peers *p = two_names("live", &live, "stopped", &stopped, 4, 4, 1);
   int who = lh_learner_peers_window(p, live) ? live : stopped;
   if (who == live) {  /* the stopped name must hold the group: live ends its own */
     for (uint64_t e = 1; e <= 4; e++) ck_assert_int_eq(lh_learner_peers_open(p, live, e, 1), 1);
@@ -231,12 +232,8 @@ END_TEST
  * keeps to its window, past its share, and the other gets what is left;
  * two seconds of keeping to it and it is served in turn again. */
 START_TEST(test_credit_ignores_window) {
-  lh_learner_peers *p = lh_learner_peers_new();
   int honest = -1, flood = -1;
-  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_A, 5, "a0", NULL, 1, 1, &honest), LH_PEER_BOUND);
-  ck_assert_int_eq(lh_learner_peers_hello(p, CONN_B, 5, "flood", NULL, 2, 1, &flood), LH_PEER_BOUND);
-  lh_learner_peers_set_backlog(p, 16, 0, 4);
-  lh_learner_peers_grant(p, 0, 2);
+  lh_learner_peers *p = two_names("a0", &honest, "flood", &flood, 16, 4, 2);
   uint64_t e = 1000;
   int opened = 0;
   for (int k = 0; k < 20; k++, e++) {
