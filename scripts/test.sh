@@ -11,8 +11,9 @@
 #    memcheck runs the store and wire suites of the ordinary build
 #    (scripts/valgrind-tests.sh), taking that idle time without slowing
 #    them;
-# 2. the unit tests again under ASan+UBSan, as soon as their build is done,
-#    while valgrind goes on with what they leave; then valgrind's end.
+# 2. the unit tests again under ASan+UBSan, as soon as their build is done
+#    (once ctest ends the build is no longer niced), while valgrind goes on
+#    with what they leave; then valgrind's end, no longer niced.
 # The sanitized build is optimised (-O1, as AddressSanitizer advises for
 # reasonable speed).
 set -uo pipefail
@@ -72,6 +73,11 @@ in_background() {
   set +m
   bgs+=("$last")
 }
+# to_front PID: background job PID is what the run waits for now: back to
+# this script's priority, where the system allows it (a lower niceness
+# takes root); else it goes on niced. On a machine busy with other work a
+# niced job would get next to nothing.
+to_front() { renice -n "$(nice)" -g "$1" >/dev/null 2>&1 || true; }
 # fail MESSAGE CODE [LOG]: says what failed, with the end of its log.
 fail() {
   stop_bg
@@ -93,12 +99,14 @@ valgrind=$last
 (cd "$build" && ctest --output-on-failure -j "$jobs") || fail "ctest failed" $?
 echo "make test: ctest $((SECONDS - t)) s"
 t=$SECONDS
+to_front "$asan_build"
 wait "$asan_build" || fail "the ASan+UBSan build failed" $? "$logs/asan-build.log"
 echo "make test: the ASan+UBSan build, begun beside ctest, ended $((SECONDS - t)) s after it ($logs/asan-build.log)"
 t=$SECONDS
 "$0" asan "$asan" "$jobs" || fail "the unit tests under ASan+UBSan failed" $?
 echo "make test: the unit tests under ASan+UBSan $((SECONDS - t)) s"
 t=$SECONDS
+to_front "$valgrind"
 wait "$valgrind" || fail "valgrind failed" $? "$logs/valgrind.log"
 bgs=()
 cat "$logs/valgrind.log"

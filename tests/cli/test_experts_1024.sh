@@ -8,8 +8,10 @@
 #      half of the experts it holds, rank 0's store has the steps with a
 #      load row for every one of the 1,024 experts of every layer, and the
 #      checkpoint holds the balancer's state;
-#   2. that checkpoint, written at expert_parallel = 2, resumed by one
-#      learner at expert_parallel = 1 (model, optimizer, balancer);
+#   2. that checkpoint, written at expert_parallel = 2, resumed by two
+#      learner ranks at expert_parallel = 2 under mpirun (each its shard),
+#      then by one learner at expert_parallel = 1 (model, optimizer,
+#      balancer);
 #   3. `longhaul report` on the store: the expert-load maps binned, 64 rows
 #      of 16 experts each.
 # Exit 77 (skipped) without mpirun. LH_KEEP=1 keeps the folder.
@@ -22,7 +24,7 @@ dir=$(mktemp -d /tmp/lh-test-experts-XXXXXX)
 if [ "${LH_KEEP:-0}" = 1 ]; then echo "test_experts_1024: keeping $dir"; else trap 'rm -rf "$dir"' EXIT; fi
 fail() {
   echo "test_experts_1024: FAILED: $*" >&2
-  for f in "$dir"/out.txt "$dir"/logs/launch.log "$dir"/logs/learner*.log "$dir"/resume.log; do
+  for f in "$dir"/out.txt "$dir"/logs/launch.log "$dir"/logs/learner*.log "$dir"/resume2.log "$dir"/resume.log; do
     [ -f "$f" ] && { echo "---- $f, last 30 lines:" >&2; tail -n 30 "$f" >&2; }
   done
   exit 1
@@ -57,7 +59,23 @@ rows=$(sqlite3 replay.db "SELECT count(*) FROM train_step_experts WHERE step = (
 latest=ckpt/$(cat ckpt/latest)
 [ -s "$latest/balancer.bin" ] || fail "the checkpoint $latest holds no balancer state"
 
-# 2. One learner at expert_parallel = 1 resumes the checkpoint of two.
+# 2. Two ranks at expert_parallel = 2 resume the checkpoint of two, each
+# its shard; then one learner at expert_parallel = 1 resumes it whole.
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -n 2 \
+  "$bin" learner --config "$src/examples/experts_1024.ini" "${sets[@]}" --resume > resume2.log 2>&1 &
+ranks=$!
+for _ in $(seq 600); do
+  [ "$(grep -c "resumed ckpt_dir=.* step=[1-9]" resume2.log)" -ge 2 ] && break
+  kill -0 "$ranks" 2>/dev/null || break
+  sleep 0.1
+done
+[ "$(grep -c "resumed ckpt_dir=.* step=[1-9]" resume2.log)" -ge 2 ] ||
+  { kill "$ranks" 2>/dev/null || true; fail "the two ranks did not both resume at expert_parallel = 2"; }
+kill -TERM "$ranks"
+rc=0
+wait "$ranks" || rc=$?
+[ "$rc" = 0 ] || fail "the resumed ranks exited $rc after SIGTERM"
+
 "$bin" learner --config "$src/examples/experts_1024.ini" "${sets[@]}" --set fleet.learners=1 \
   --set learner.expert_parallel=1 --resume > resume.log 2>&1 &
 learner=$!
@@ -76,4 +94,4 @@ wait "$learner" || rc=$?
 "$bin" report --db replay.db --out report.html > /dev/null || fail "report failed"
 grep -q 'id="expert-load-bins"' report.html || fail "the report does not bin the experts"
 grep -q '>0-15</text>' report.html || fail "the report's expert rows are not labelled by bin"
-echo "test_experts_1024: ok: $steps steps at expert_parallel = 2, resumed at 1; report binned"
+echo "test_experts_1024: ok: $steps steps at expert_parallel = 2, resumed at 2 and at 1; report binned"
