@@ -376,9 +376,8 @@ void lh_learner_peers_grant(lh_learner_peers *p, uint64_t ends_since, int64_t no
   }
   /* What is free: the cap less the untrained backlog (with the ends stored
    * since it was counted), the active names' open episodes and the credit
-   * held. The
-   * episodes a name opened on its slack are its own debt, repaid from its
-   * next grants, not taken from the others' credit. */
+   * held. The episodes a name opened on its slack are its own debt, repaid
+   * from its next grants, not taken from the others' credit. */
   int64_t free_now = p->cap - p->untrained - (int64_t)ends_since - open_active - held + owed;
   /* Over the cap (it shrank, or the backlog grew from episodes nobody
    * was granted): credit comes back, from the name that holds most. */

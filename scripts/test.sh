@@ -101,6 +101,7 @@ echo "make test: ctest $((SECONDS - t)) s"
 t=$SECONDS
 to_front "$asan_build"
 wait "$asan_build" || fail "the ASan+UBSan build failed" $? "$logs/asan-build.log"
+bgs=("$valgrind")  # the build's group is gone: its id may be anyone's now
 echo "make test: the ASan+UBSan build, begun beside ctest, ended $((SECONDS - t)) s after it ($logs/asan-build.log)"
 t=$SECONDS
 "$0" asan "$asan" "$jobs" || fail "the unit tests under ASan+UBSan failed" $?
