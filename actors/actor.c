@@ -110,6 +110,33 @@ int lh_actors_config_check_keys(const lh_actors_config *cfg, lh_errbuf *err) {
   return rc;
 }
 
+/* The agent endpoint of [env] name = agent: actor i of a fleet serves on
+ * the configured port + i (port 0: one the system picks). */
+static int open_agent(const lh_actors_actor_config *cfg, const lh_actors_config *a, uint64_t salt,
+                      lh_actors_agent **out, lh_errbuf *err) {
+  char address[LH_ACTORS_ENDPOINT_BYTES + 16];
+  snprintf(address, sizeof address, "%s", a->agent_address);
+  char *colon = strrchr(address, ':');
+  long port = colon ? strtol(colon + 1, NULL, 10) : 0;
+  if (colon && port > 0) {
+    if (port + (long)cfg->index > 65535)
+      return lh_errbuf_set(err, LH_ECONFIG, "[actor] agent_address = %s: actor %u would serve past port 65535",
+                           a->agent_address, (unsigned)cfg->index);
+    snprintf(colon + 1, sizeof address - (size_t)(colon + 1 - address), "%ld", port + (long)cfg->index);
+  }
+  lh_actors_agent_config ac = {.address = address,
+                               .key_file = a->agent_key_file,
+                               .max_episodes = (uint32_t)a->agent_max_episodes,
+                               .timeout_ms = a->agent_timeout_ms,
+                               .max_body_bytes = a->agent_max_body_bytes,
+                               .group_size = (uint32_t)a->group_size,
+                               .temperature = a->temperature,
+                               .top_p = a->top_p,
+                               .max_tokens = (uint32_t)(a->max_context > UINT32_MAX ? UINT32_MAX : a->max_context),
+                               .salt = salt};
+  return lh_actors_agent_new(&ac, out, err);
+}
+
 int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, volatile sig_atomic_t *stop,
                         lh_actors_actor_stats *stats, lh_errbuf *err) {
   if (!cfg || !cfg->actor || !model) return lh_errbuf_set(err, LH_EINVAL, "actor: NULL config or model");
@@ -155,11 +182,23 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
                               .pid = (uint64_t)getpid(),
                               .run_id = cfg->run_id,
                               .weights_zstd = a->weights_zstd != 0};
+  lh_actors_agent *agent = NULL;
+  if (strcmp(a->env_name, LH_ACTORS_AGENT_ENV) == 0) {
+    LH_TRY(open_agent(cfg, a, salt, &agent, err));
+    rc_cfg.agent = agent;
+  }
   lh_zsock_curve curve;
-  LH_TRY(load_curve(a, &curve, err));
+  int crc = load_curve(a, &curve, err);
+  if (crc < 0) {
+    lh_actors_agent_free(agent);
+    return crc;
+  }
   if (curve.secret[0]) lc.curve = &curve;
   void *ctx = zmq_ctx_new();
-  if (!ctx) return lh_errbuf_set(err, LH_EZMQ, "actor: zmq_ctx_new failed");
+  if (!ctx) {
+    lh_actors_agent_free(agent);
+    return lh_errbuf_set(err, LH_EZMQ, "actor: zmq_ctx_new failed");
+  }
   lh_env_hub *hub = NULL;
   lh_actors_runner *r = NULL;
   lh_actors_link *link = NULL;
@@ -168,6 +207,7 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
   lh_env_hub_set_stop(hub, stop);  /* env-server waits end when a stop is asked for */
   rc_cfg.hub = hub;
   if (rc == 0) rc = lh_actors_link_new(ctx, &lc, &link, err);
+  if (rc == 0 && agent) lh_actors_link_set_wake_fd(link, lh_actors_agent_wake_fd(agent));
   if (rc == 0) rc = lh_actors_runner_new(model, &rc_cfg, &r, err);
   lh_actors_meter meter;
   lh_actors_meter_init(&meter, now_ms());
@@ -203,8 +243,9 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
     /* Idle (paused, waiting, or no episode open: the window left no room
      * for a group, whatever its size): the poll waits for traffic, an Ack
      * that opens the window among it, instead of spinning. */
-    int idle = !all_sent || waiting || lh_actors_runner_open_episodes(r) == 0;
+    int idle = !all_sent || waiting || lh_actors_runner_open_episodes(r) == 0 || lh_actors_runner_waiting(r);
     int got = lh_actors_link_poll(link, idle ? 20 : 0, err);
+    lh_actors_agent_clear_wake(agent);  /* what woke the poll is in the table for the next step */
     if (got < 0) {
       rc = got;
       break;
@@ -262,7 +303,14 @@ int lh_actors_actor_run(const lh_actors_actor_config *cfg, lh_model *model, vola
           (unsigned long long)shared_tokens);
   lh_actors_segment_free(p.seg);
   lh_actors_episode_end_free(p.end);
+  if (agent) {
+    uint64_t rewrites = 0, refused = 0, turns = 0;
+    lh_actors_agent_counts(agent, &rewrites, &refused, &turns);
+    LH_INFO("actor", "agent endpoint turns=%llu rewrites=%llu refused=%llu", (unsigned long long)turns,
+            (unsigned long long)rewrites, (unsigned long long)refused);
+  }
   lh_actors_runner_free(r);
+  lh_actors_agent_free(agent);
   lh_env_hub_free(hub);
   lh_actors_link_free(link);
   zmq_ctx_term(ctx);

@@ -36,6 +36,9 @@
 #define LH_ACTORS_ENDPOINT_BYTES 256
 #define LH_ACTORS_ENV_NAME_BYTES 64
 #define LH_ACTORS_ENV_OPTIONS 32
+/* `[env] name = agent`: the actor serves its policy to agent programs
+ * over HTTP instead of playing an environment (docs/agents.md). */
+#define LH_ACTORS_AGENT_ENV "agent"
 
 typedef struct {
   uint64_t batch;              /* B episodes decoded together, 1..65536 (8) */
@@ -71,6 +74,12 @@ typedef struct {
   /* The [env] option a context-extension stage sizes long episodes by
    * (e.g. needle's "tokens"; lh_actors_runner_set_stage); empty: none. */
   char stage_option[LH_ACTORS_ENDPOINT_BYTES];          /* () */
+  /* The agent endpoint, with [env] name = agent (docs/agents.md). */
+  char agent_address[LH_ACTORS_ENDPOINT_BYTES];         /* host:port, actor i on port + i (127.0.0.1:8700) */
+  char agent_key_file[LH_ACTORS_ENDPOINT_BYTES];        /* a bearer token's file (none: loopback only) */
+  uint64_t agent_max_episodes;  /* opened and waiting, 1..65536 (256) */
+  uint64_t agent_timeout_ms;    /* an agent silent this long loses its episode (300000) */
+  uint64_t agent_max_body_bytes; /* a request body's most, 1 KiB..64 MiB (4194304) */
   /* The [env] section: name, and every other key an option for the
    * environment (which refuses the ones it does not know). */
   char env_name[LH_ACTORS_ENV_NAME_BYTES];              /* (calc) */
@@ -153,6 +162,11 @@ int lh_actors_transcript_action(lh_actors_transcript *t, const char *text, size_
                                 lh_errbuf *err);
 /* One token the policy drew (mask 1). */
 int lh_actors_transcript_policy_token(lh_actors_transcript *t, int32_t token, lh_errbuf *err);
+/* A token with the given mask (0: not trained), and text as tokens with
+ * mask 0, its marker spellings special tokens when markup is set: how an
+ * agent's turns go in (docs/agents.md). */
+int lh_actors_transcript_token(lh_actors_transcript *t, int32_t token, uint8_t mask, lh_errbuf *err);
+int lh_actors_transcript_text(lh_actors_transcript *t, const char *text, size_t bytes, int markup, lh_errbuf *err);
 /* <obs> text and images </obs>, mask 0. */
 int lh_actors_transcript_observation(lh_actors_transcript *t, const lh_env_obs *obs,
                                      lh_errbuf *err);

@@ -91,6 +91,19 @@ static const lh_ini_key KEYS[] = {
                    "float32 weights shrink by about 7%, and the learner's service thread pays the compression "
                    "once per version, so turn it on where the network out of rank 0, not the learner's CPU, is "
                    "the limit (`bench_sync_delta`)."),
+    LH_INI_KEY_STR(T, agent_address, 0,
+                   "With `[env] name = agent`: where the actor serves its policy to agent programs over HTTP "
+                   "(`host:port`, an IPv4 host or `localhost`; port 0 picks a free one; actor i of a fleet "
+                   "serves on port + i). Beyond loopback it needs `agent_key_file` ([agents](agents.md))."),
+    LH_INI_KEY_PATH(T, agent_key_file, 0,
+                    "A file holding one bearer token (16..255 bytes) the agents must send (`Authorization: Bearer "
+                    "...`); required when `agent_address` is beyond loopback."),
+    LH_INI_KEY_U64(T, agent_max_episodes, 1, 65536,
+                   "Agent episodes open or waiting to open at once; an agent that opens one more gets 429."),
+    LH_INI_KEY_U64(T, agent_timeout_ms, 1, LH_MAX_TIMEOUT_MS,
+                   "An agent episode whose agent sends nothing this long after a turn's answer ends as aborted."),
+    LH_INI_KEY_U64(T, agent_max_body_bytes, 1024, 64u << 20,
+                   "The largest request body the agent endpoint reads; a larger one gets 413."),
     LH_INI_KEY_STR(T, stage_option, 0,
                    "The `[env]` option that sizes long episodes to a context-extension stage (e.g. needle's "
                    "`tokens`): a long group gets it set to 3/4 of the stage's `max_context`."),
@@ -119,6 +132,10 @@ void lh_actors_config_default(lh_actors_config *c) {
   c->max_steps = 0;
   c->share_prefix = 1;
   c->flush_timeout_ms = 5000;
+  snprintf(c->agent_address, sizeof c->agent_address, "127.0.0.1:8700");
+  c->agent_max_episodes = 256;
+  c->agent_timeout_ms = 300000;
+  c->agent_max_body_bytes = 4u << 20;
   snprintf(c->env_name, sizeof c->env_name, "calc");
 }
 

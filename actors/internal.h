@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "actors/actors.h"
+#include "actors/agent.h"
 #include "net/zsock.h"
 #include "proto/longhaul.pb-c.h"
 
@@ -413,6 +414,9 @@ typedef struct {
   /* The environment option that sizes a long episode to the stage
    * (lh_actors_runner_set_stage), e.g. needle's "tokens"; NULL or "": none. */
   const char *stage_option;
+  /* An agent endpoint (docs/agents.md): its agents open the episodes and
+   * play the environment's part; env and its options are then unused. */
+  lh_actors_agent *agent;
 } lh_actors_runner_config;
 
 /* model is borrowed and must outlive the runner; new weights go into it
@@ -454,6 +458,9 @@ size_t lh_actors_runner_queued(const lh_actors_runner *r);
  * EpisodeEnd) and starts no more: how an actor stops on a signal. */
 int lh_actors_runner_abort(lh_actors_runner *r, const char *reason, lh_errbuf *err);
 uint32_t lh_actors_runner_open_episodes(const lh_actors_runner *r);
+/* 1 when no row has a token to sample or a prefill to feed: every open
+ * episode waits for its agent (docs/agents.md), so the actor may sleep. */
+int lh_actors_runner_waiting(const lh_actors_runner *r);
 uint64_t lh_actors_runner_finished(const lh_actors_runner *r);
 /* Episodes that took a shared prefix instead of prefilling it, and the
  * prefix tokens they did not prefill. */
@@ -541,6 +548,9 @@ int lh_actors_link_send(lh_actors_link *l, Longhaul__Envelope *env, lh_errbuf *e
  * then on the call returns LH_EACTORS_RUN_MISMATCH, err naming both runs
  * (the actor stops: it belongs to no run this learner serves). */
 int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err);
+/* A file descriptor whose readability also ends the poll's wait (the
+ * agent endpoint's, lh_actors_agent_wake_fd); -1: none. */
+void lh_actors_link_set_wake_fd(lh_actors_link *l, int fd);
 /* The latest complete weights (lh_model_serialize bytes), or NULL. */
 const uint8_t *lh_actors_link_weights(const lh_actors_link *l, uint64_t *version, size_t *bytes);
 /* What fetching those weights took (lh_actors_weights_last_fetch): 1, or 0

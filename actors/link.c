@@ -37,6 +37,7 @@ struct lh_actors_link {
   void *ingest, *sub, *wdealer;
   void *monitor[SOCKS];         /* each socket's monitor (NULL: that socket is not open) */
   lh_actors_reach reach[SOCKS]; /* whether each reaches its endpoint */
+  int wake_fd;                  /* also ends a poll's wait; 0 or -1: none */
   lh_actors_outbox *outbox;
   lh_actors_weights *weights;
   lh_wire_limits lim;
@@ -498,14 +499,19 @@ static int drain(lh_actors_link *l, void *s, int which, lh_errbuf *err) {
   return 0;
 }
 
+void lh_actors_link_set_wake_fd(lh_actors_link *l, int fd) {
+  if (l) l->wake_fd = fd;
+}
+
 int lh_actors_link_poll(lh_actors_link *l, int timeout_ms, lh_errbuf *err) {
   if (!l) return lh_errbuf_set(err, LH_EINVAL, "actor link poll: NULL link");
   if (l->refused.code) {
     if (err) *err = l->refused;
     return l->refused.code;
   }
-  zmq_pollitem_t items[3 + SOCKS] = {{l->ingest, 0, ZMQ_POLLIN, 0}};  /* ingest, sub, wdealer, monitors */
+  zmq_pollitem_t items[4 + SOCKS] = {{l->ingest, 0, ZMQ_POLLIN, 0}};  /* ingest, sub, wdealer, monitors, wake */
   int n = 1;
+  if (l->wake_fd > 0) items[n++] = (zmq_pollitem_t){NULL, l->wake_fd, ZMQ_POLLIN, 0};
   if (l->sub) {
     items[n++] = (zmq_pollitem_t){l->sub, 0, ZMQ_POLLIN, 0};
     items[n++] = (zmq_pollitem_t){l->wdealer, 0, ZMQ_POLLIN, 0};

@@ -129,7 +129,7 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
   }
   if ((rc = lh_model_decoder_new(model, (int)cfg->batch, &r->dec, err)) < 0) goto fail;
   r->rows = calloc(cfg->batch, sizeof *r->rows);
-  if (cfg->share_prefix && cfg->group_size > 1) {
+  if (cfg->share_prefix && cfg->group_size > 1 && !cfg->agent) {
     r->shares = calloc((size_t)cfg->batch + 1, sizeof *r->shares);
     r->share_floats = lh_model_state_floats(mc);
     if (!r->shares) goto oom;
@@ -155,7 +155,7 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
       goto fail;
     }
     lh_actors_transcript_set_max_patches(w->tr, mc->max_patches);
-    if ((rc = lh_env_open_hub(r->hub, r->env_name, r->opts, r->n_opts, &w->env, err)) < 0) goto fail;
+    if (!cfg->agent && (rc = lh_env_open_hub(r->hub, r->env_name, r->opts, r->n_opts, &w->env, err)) < 0) goto fail;
   }
   *out = r;
   return 0;
@@ -296,6 +296,12 @@ static int start_limit(const lh_actors_runner *r) {
   return r->stopped || (r->cfg.episodes && r->started >= r->cfg.episodes);
 }
 
+int lh_actors_runner_waiting(const lh_actors_runner *r) {
+  for (uint32_t b = 0; r && b < r->cfg.batch; b++)
+    if (r->rows[b].state == ROW_POLICY || r->rows[b].state == ROW_FORK) return 0;
+  return 1;
+}
+
 int lh_actors_runner_done(const lh_actors_runner *r) {
   if (!r) return 1;
   return start_limit(r) && lh_actors_runner_open_episodes(r) == 0;
@@ -420,7 +426,7 @@ void lh_actors_row_forget(const lh_actors_runner *r, lh_actors_row *w) {
  * steps. A window goes in as pieces that end where a recurrent state is due
  * (piece_end). When the last window is in, the row holds the next
  * distribution. */
-static int prefill_new(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
+int lh_actors_row_prefill(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   lh_actors_row *w = &r->rows[b];
   size_t n = lh_actors_transcript_len(w->tr), first = lh_actors_transcript_first(w->tr);
   if (n <= w->fed) return 0;
@@ -479,7 +485,7 @@ static int prefill_new(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   return 0;
 }
 
-static Longhaul__Outcome outcome_of(lh_env_outcome o) {
+Longhaul__Outcome lh_actors_outcome_of(lh_env_outcome o) {
   switch (o) {
     case LH_ENV_SUCCESS: return LONGHAUL__OUTCOME__OUTCOME_SUCCESS;
     case LH_ENV_FAILURE: return LONGHAUL__OUTCOME__OUTCOME_FAILURE;
@@ -491,8 +497,8 @@ static Longhaul__Outcome outcome_of(lh_env_outcome o) {
 
 /* Ends the row's episode: the segmenter's last segment and the EpisodeEnd
  * go to the queue, and the row is free again. */
-static int finish(lh_actors_runner *r, lh_actors_row *w, Longhaul__Outcome outcome, float reward,
-                  const lh_env_term *terms, uint32_t n_terms, const char *why, lh_errbuf *err) {
+int lh_actors_row_finish(lh_actors_runner *r, lh_actors_row *w, Longhaul__Outcome outcome, float reward,
+                         const lh_env_term *terms, uint32_t n_terms, const char *why, lh_errbuf *err) {
   /* Tokens never fed (the last action's end) have no routing: their
    * experts are recorded as 0; no target follows them, so a replay of
    * them changes nothing the learner trains on. */
@@ -522,6 +528,7 @@ static int finish(lh_actors_runner *r, lh_actors_row *w, Longhaul__Outcome outco
   else lh_actors_episode_end_free(end);
   lh_actors_segmenter_free(w->seg);
   w->seg = NULL;
+  if (w->agent) lh_actors_agent_row_end(r, w, why);
   if (w->share >= 0) lh_actors_share_leave(r, (uint32_t)(w - r->rows));
   w->state = ROW_FREE;
   w->have_logp = 0;
@@ -533,11 +540,13 @@ static int finish(lh_actors_runner *r, lh_actors_row *w, Longhaul__Outcome outco
  * first observation into the transcript, the segmenter and the model. */
 static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   lh_actors_row *w = &r->rows[b];
+  lh_actors_agent_turn opening = {0};
+  if (r->cfg.agent && lh_actors_agent_take(r->cfg.agent, &opening) != LH_AGENT_TURN) return 0;  /* none waits */
   uint64_t k = r->started++, group = k / r->cfg.group_size;
   uint64_t episode_id = mix(r->cfg.id_salt, k) | 1;  /* never 0 */
-  uint64_t group_id = mix(r->cfg.id_salt ^ 0x67726f7570ull, group) | 1;
-  uint64_t task_seed = mix(r->cfg.seed, group);
-  int is_long = group_is_long(r, group, task_seed);
+  uint64_t group_id = opening.handle ? opening.group_id : mix(r->cfg.id_salt ^ 0x67726f7570ull, group) | 1;
+  uint64_t task_seed = opening.handle ? opening.task_seed : mix(r->cfg.seed, group);
+  int is_long = opening.handle ? 0 : group_is_long(r, group, task_seed);
   uint32_t budget = r->group_budget;
   lh_actors_segmenter_config sc = {.episode_id = episode_id,
                                    .group_id = group_id,
@@ -566,6 +575,7 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
                          ? (uint32_t)r->cfg.max_episode_tokens : UINT32_MAX;
   w->next_state = r->cfg.state_interval ? r->cfg.state_interval : SIZE_MAX;
   w->share = -1;
+  lh_actors_agent_row_begin(w, &opening);
   /* The episode's own sampler stream: what it samples does not depend on
    * when its rows step beside others (a member that forks a shared prefix
    * samples what it would have sampled after prefilling it). */
@@ -574,24 +584,27 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   LH_TRY(lh_model_decoder_reset(r->dec, (int)b));
   lh_env_obs obs;
   lh_errbuf e = {0};
-  int rc = size_env(r, w, is_long ? lh_actors_stage_env_size(budget) : 0, &e);
-  if (rc == 0) rc = lh_env_reset(w->env, task_seed, &obs, &e);
-  if (rc < 0) return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
+  int rc = 0;
+  if (opening.handle) obs = (lh_env_obs){.text = opening.text, .text_bytes = opening.bytes};
+  else rc = size_env(r, w, is_long ? lh_actors_stage_env_size(budget) : 0, &e);
+  if (rc == 0 && !opening.handle) rc = lh_env_reset(w->env, task_seed, &obs, &e);
+  if (rc < 0) return lh_actors_row_finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
   rc = lh_actors_transcript_begin(w->tr, &obs, &e);
   if (rc == LH_EACTORS_IMAGE) {
     /* an image the model cannot take ends this episode, not the actor:
      * it keeps <bos> and ends with the reason */
     w->end_at = 1;
     LH_WARN("actor", "episode %llu ends: %s", (unsigned long long)episode_id, e.msg);
-    return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
+    return lh_actors_row_finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
   }
   if (rc < 0) return lh_errbuf_set(err, rc, "%s", e.msg);
   size_t n = lh_actors_transcript_len(w->tr);
+  w->turn_prompt = (uint32_t)n;
   LH_TRY(reserve(r, w, n, err));
   if (w->max_context && n >= w->max_context) {
     if (r->record) memset(w->experts, 0, n * r->LK * sizeof *w->experts);
     LH_TRY(push_new(r, w, n, err));
-    return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err);
+    return lh_actors_row_finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err);
   }
   w->action_start = n;
   if (r->shares) {
@@ -599,27 +612,28 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
     if (shared < 0) return shared;
     if (shared) return 0;
   }
-  return prefill_new(r, b, err);
+  return lh_actors_row_prefill(r, b, err);
 }
 
 /* The environment's answer to the row's action: the episode ends, or the
  * observation goes into the transcript, the segmenter and the model. */
 static int collect(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   lh_actors_row *w = &r->rows[b];
+  if (w->agent) return lh_actors_agent_row_collect(r, b, err);
   lh_env_result res;
   lh_errbuf e = {0};
   int rc = lh_env_step_end(w->env, &res, &e);
   w->steps++;
-  if (rc < 0) return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
+  if (rc < 0) return lh_actors_row_finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
   if (res.done)
-    return finish(r, w, outcome_of(res.outcome), res.reward, res.terms, res.term_count, NULL, err);
+    return lh_actors_row_finish(r, w, lh_actors_outcome_of(res.outcome), res.reward, res.terms, res.term_count, NULL, err);
   size_t before = lh_actors_transcript_len(w->tr);
   rc = lh_actors_transcript_observation(w->tr, &res.obs, &e);
   if (rc == LH_EACTORS_IMAGE) {
     /* the episode ends before the observation, with the reason */
     w->end_at = before;
     LH_WARN("actor", "episode ends at step %u: %s", w->steps, e.msg);
-    return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
+    return lh_actors_row_finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
   }
   if (rc < 0) return lh_errbuf_set(err, rc, "%s", e.msg);
   size_t n = lh_actors_transcript_len(w->tr);
@@ -627,18 +641,19 @@ static int collect(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
     /* The observation would fill the context: the episode is cut here,
      * without it, so that no stored episode passes max_context. */
     w->end_at = before;
-    return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err);
+    return lh_actors_row_finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err);
   }
   LH_TRY(reserve(r, w, n, err));
   w->state = ROW_POLICY;
   w->action_start = n;
-  return prefill_new(r, b, err);
+  return lh_actors_row_prefill(r, b, err);
 }
 
 /* The action the row just ended, as text with its markers, begun on the
  * environment. A failure to begin ends the episode as an error. */
 static int begin_action(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   lh_actors_row *w = &r->rows[b];
+  if (w->agent) return lh_actors_agent_row_answer(r, b, err);
   const int32_t *tok = lh_actors_transcript_tokens(w->tr) + (w->action_start - lh_actors_transcript_first(w->tr));
   size_t n = lh_actors_transcript_len(w->tr) - w->action_start, need = 0;
   char small[4096], *text = small;
@@ -654,7 +669,7 @@ static int begin_action(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   w->state = ROW_ENV;
   if (rc < 0) {
     w->steps++;
-    return finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
+    return lh_actors_row_finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ERROR, 0.0f, NULL, 0, e.msg, err);
   }
   return 0;
 }
@@ -667,6 +682,8 @@ void lh_actors_runner_set_window(lh_actors_runner *r, uint32_t window) {
  * room for the whole group in the window. */
 static int may_start(const lh_actors_runner *r) {
   if (start_limit(r)) return 0;
+  if (r->cfg.agent)  /* an agent's episodes start one at a time, as they come */
+    return r->window == UINT32_MAX || (uint64_t)lh_actors_runner_open_episodes(r) + 1 <= r->window;
   if (r->window == UINT32_MAX || r->started % r->cfg.group_size) return 1;
   return (uint64_t)lh_actors_runner_open_episodes(r) + r->cfg.group_size <= r->window;
 }
@@ -681,7 +698,7 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
   for (uint32_t b = 0; b < B; b++) {
     lh_actors_row *w = &r->rows[b];
     if (w->state == ROW_POLICY && !w->have_logp && w->fed < lh_actors_transcript_len(w->tr))
-      LH_TRY(prefill_new(r, b, err));
+      LH_TRY(lh_actors_row_prefill(r, b, err));
   }
   /* Every row on the policy's turn with a distribution samples a token. */
   int sampled = 0, n_dec = 0, n_env = 0;
@@ -691,18 +708,20 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
     lh_actors_sample s;
     LH_TRY(lh_actors_sampler_sample(r->sampler, w->logp, &w->rng, &s, err));
     w->have_logp = 0;
-    LH_TRY(lh_actors_transcript_policy_token(w->tr, (int32_t)s.token, err));
+    LH_TRY(w->masked ? lh_actors_transcript_token(w->tr, (int32_t)s.token, 0, err)
+                     : lh_actors_transcript_policy_token(w->tr, (int32_t)s.token, err));
     size_t n = lh_actors_transcript_len(w->tr);
     LH_TRY(reserve(r, w, n, err));
     size_t i = n - 1 - lh_actors_transcript_first(w->tr);
     w->behavior[i] = s.logp;
     w->version[i] = (uint32_t)r->version;
     sampled++;
-    if (s.token == LH_TOK_CALL_END || s.token == LH_TOK_EOS) {
+    int turn_over = w->agent && lh_actors_agent_turn_over(r, w);  /* an agent's max_tokens or stop */
+    if (s.token == LH_TOK_CALL_END || s.token == LH_TOK_EOS || turn_over) {
       LH_TRY(begin_action(r, b, err));
       n_env += w->state == ROW_ENV;
     } else if (w->max_context && n >= w->max_context) {
-      LH_TRY(finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err));
+      LH_TRY(lh_actors_row_finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err));
     } else {
       r->dec_rows[n_dec] = (int32_t)b;
       r->dec_tokens[n_dec] = (int32_t)s.token;
@@ -748,12 +767,12 @@ int lh_actors_runner_abort(lh_actors_runner *r, const char *reason, lh_errbuf *e
   for (uint32_t b = 0; b < r->cfg.batch; b++) {
     lh_actors_row *w = &r->rows[b];
     if (w->state == ROW_FREE) continue;
-    if (w->state == ROW_ENV) {
+    if (w->state == ROW_ENV && w->env) {
       lh_env_result res;
       lh_errbuf e = {0};
       (void)lh_env_step_end(w->env, &res, &e);  /* the answer no longer matters */
     }
-    int rc = finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ABORTED, 0.0f, NULL, 0, reason ? reason : "aborted", err);
+    int rc = lh_actors_row_finish(r, w, LONGHAUL__OUTCOME__OUTCOME_ABORTED, 0.0f, NULL, 0, reason ? reason : "aborted", err);
     if (rc < 0 && !first) first = rc;
   }
   return first;

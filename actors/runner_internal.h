@@ -39,6 +39,13 @@ typedef struct {
   uint64_t env_size;     /* the stage_option value the row's env was opened with; 0: as configured */
   lh_actors_rng rng;     /* the episode's own sampler stream, seeded by its number */
   int share;             /* the lh_actors_prefix_share it leads or waits for; -1: none */
+  /* An agent's episode (docs/agents.md): its handle in the agent table
+   * (0: none), the turn's sampled tokens and cap, and whether the agent
+   * rewrote the history: the tokens sampled since are not trained. */
+  uint64_t agent;
+  uint32_t turn_tokens, turn_max, turn_prompt;
+  int turn_cut;          /* the turn reached its max_tokens */
+  int masked;
 } lh_actors_row;
 
 /* A group's shared prefix (docs/actors.md "Shared prefixes"). The
@@ -114,6 +121,28 @@ struct lh_actors_runner {
 void lh_actors_row_forget(const lh_actors_runner *r, lh_actors_row *w);
 /* Moves w's finished segments to the output queue. */
 int lh_actors_row_drain(lh_actors_runner *r, lh_actors_row *w, lh_errbuf *err);
+
+/* Feeds the row's next prefill window (runner.c). */
+int lh_actors_row_prefill(lh_actors_runner *r, uint32_t b, lh_errbuf *err);
+/* Ends the row's episode: its last segment and EpisodeEnd to the queue. */
+int lh_actors_row_finish(lh_actors_runner *r, lh_actors_row *w, Longhaul__Outcome outcome, float reward,
+                         const lh_env_term *terms, uint32_t n_terms, const char *why, lh_errbuf *err);
+Longhaul__Outcome lh_actors_outcome_of(lh_env_outcome o);
+
+/* ---- an agent's episodes (runner_agent.c) --------------------------------- */
+/* The row takes the opening's episode (handle 0: an environment's). */
+void lh_actors_agent_row_begin(lh_actors_row *w, const lh_actors_agent_turn *opening);
+/* Whether the row's turn ends after the token just sampled: the turn's
+ * max_tokens or one of its stop strings (<eos> and </call> end every turn). */
+int lh_actors_agent_turn_over(lh_actors_runner *r, lh_actors_row *w);
+/* Answers the agent with the row's turn (finish_reason "length" when its
+ * max_tokens cut it, else "stop"); the row waits for the agent's next move. */
+int lh_actors_agent_row_answer(lh_actors_runner *r, uint32_t b, lh_errbuf *err);
+/* The agent's next move, when it made one: a turn to read, or the end. */
+int lh_actors_agent_row_collect(lh_actors_runner *r, uint32_t b, lh_errbuf *err);
+/* The row's episode ended (lh_actors_row_finish): a turn in flight is
+ * answered with what it has, and the agent table lets the episode go. */
+void lh_actors_agent_row_end(lh_actors_runner *r, lh_actors_row *w, const char *why);
 
 /* ---- shared prefixes (runner_share.c) ------------------------------------- */
 /* Row b, a leader whose prefill is done, makes its share ready and forks

@@ -162,6 +162,18 @@ int lh_actors_transcript_policy_token(lh_actors_transcript *t, int32_t token, lh
   return push(t, token, 1, err);
 }
 
+int lh_actors_transcript_token(lh_actors_transcript *t, int32_t token, uint8_t mask, lh_errbuf *err) {
+  if (!t) return lh_errbuf_set(err, LH_EINVAL, "transcript: NULL transcript");
+  if (token < 0 || token >= LH_TOK_VOCAB)
+    return lh_errbuf_set(err, LH_EMODEL_TOKEN, "transcript: token %d outside [0, %d)", token, LH_TOK_VOCAB);
+  return push(t, token, mask, err);
+}
+
+int lh_actors_transcript_text(lh_actors_transcript *t, const char *text, size_t bytes, int markup, lh_errbuf *err) {
+  if (!t) return lh_errbuf_set(err, LH_EINVAL, "transcript: NULL transcript");
+  return push_text(t, text, bytes, markup, 0, err);
+}
+
 int lh_actors_transcript_observation(lh_actors_transcript *t, const lh_env_obs *obs,
                                      lh_errbuf *err) {
   if (!t || !obs) return lh_errbuf_set(err, LH_EINVAL, "transcript: observation needs t and obs");

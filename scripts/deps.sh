@@ -12,7 +12,8 @@ packages=(
   libsqlite3-dev sqlite3   # replay store
   check libsubunit-dev     # unit tests
   libopenmpi-dev openmpi-bin   # multi-learner collectives
-  libcjson-dev             # safetensors headers, JSON export
+  libcjson-dev             # safetensors headers, JSON export, the agent endpoint
+  libmicrohttpd-dev        # the agent endpoint's HTTP server
   libinih-dev              # INI config
   libzstd-dev              # zstd-compressed weights chunks
   libxxhash-dev python3-xxhash   # XXH3-64 checksums (wire, checkpoints, store)

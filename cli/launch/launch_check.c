@@ -50,6 +50,7 @@ static int check_env(const char *config, const char *name, const lh_actors_confi
     if (strcmp(ac->env_keys[i], "server") == 0) remote = 1;
   }
   if (size_key) n = lh_actors_env_options_set(opts, n, size_key, value, sized);
+  if (!strcmp(name, LH_ACTORS_AGENT_ENV)) return 0; /* agents play it: nothing to open */
   if (remote) return 0; /* the env server starts with the fleet; its actors report what it refuses */
   lh_env *env = NULL;
   lh_errbuf e;

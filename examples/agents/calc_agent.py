@@ -1,0 +1,60 @@
+"""A calc agent in plain Python: it plays longhaul's calc task through any
+OpenAI-compatible endpoint (OPENAI_BASE_URL), a group of episodes per task.
+    python3 calc_agent.py [TASKS]     (0 or none: until stopped)"""
+import ast, json, os, random, re, sys, threading, urllib.request
+from fractions import Fraction
+
+BASE = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8700/v1")
+KEY, GROUP = os.environ.get("OPENAI_API_KEY", "none"), int(os.environ.get("LONGHAUL_GROUP_SIZE", "8"))
+OPS = {ast.Add: Fraction.__add__, ast.Sub: Fraction.__sub__, ast.Mult: Fraction.__mul__, ast.Div: Fraction.__truediv__}
+
+def post(path, body, headers=None):
+    h = {"Content-Type": "application/json", "Authorization": "Bearer " + KEY, **(headers or {})}
+    with urllib.request.urlopen(urllib.request.Request(BASE + path, json.dumps(body).encode(), h), timeout=3600) as r:
+        return json.load(r)
+
+def value(node):  # exact arithmetic: integers, + - * /, parentheses
+    if isinstance(node, ast.Constant) and type(node.value) is int: return Fraction(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub): return -value(node.operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in OPS: return OPS[type(node.op)](value(node.left), value(node.right))
+    raise ValueError("not arithmetic")
+
+def text(q): return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
+
+def task(rng, stages=1):  # the prompt of longhaul's calc, stages=1 digits=1
+    lines, x = [], Fraction(rng.randint(2, 9))
+    for k in range(stages):
+        while True:
+            a, b, o1, o2 = rng.randint(2, 9), rng.randint(2, 9), rng.choice("+-*/"), rng.choice("+-*/")
+            form = rng.choice(["({} %s %d) %s %d" % (o1, a, o2, b), "%d %s ({} %s %d)" % (a, o1, o2, b)])
+            try: x, prev = value(ast.parse(form.format(f"({x})"), mode="eval").body), (chr(96 + k) if k else str(x))
+            except ZeroDivisionError: continue
+            break
+        lines.append(f"  {chr(97 + k)} = " + form.format(prev))
+    return ("The tool <call>calc(EXPR)</call> evaluates EXPR exactly (integers, + - * /, parentheses; at most 3 "
+            "operators; it knows no variables). Answer with an integer or a fraction p/q, then <eos>.\nVariables:\n"
+            + "\n".join(lines) + f"\nWhat is {chr(96 + stages)}?"), x
+
+def play(episode, name, prompt, answer):
+    msgs, reward = [{"role": "user", "content": prompt}], 0.0
+    for _ in range(4):
+        out = post("/chat/completions", {"model": "longhaul", "messages": msgs},
+                   {"X-Longhaul-Episode": episode, "X-Longhaul-Task": name})["choices"][0]["message"]["content"]
+        msgs.append({"role": "assistant", "content": out})
+        call = re.fullmatch(r"(?s).*?<call>calc\((.*)\)</call>\s*", out)
+        if not call:
+            final = re.fullmatch(r"\s*(-?\d+)(?:/(\d+))?\s*<eos>\s*", out)
+            reward = float(bool(final) and Fraction(int(final[1]), int(final[2] or 1)) == answer)
+            break
+        try: result = "= " + text(value(ast.parse(call.group(1), mode="eval").body))
+        except (ValueError, SyntaxError, ZeroDivisionError) as e: result = f"error: calc: {e}"
+        msgs.append({"role": "tool", "content": result})
+    post(f"/episodes/{episode}/reward", {"reward": reward, "terms": {"correct": reward}})
+
+rng, n = random.Random(os.getpid()), int(sys.argv[1]) if len(sys.argv) > 1 else 0
+for t in range(n or 10 ** 12):
+    prompt, answer = task(rng)
+    name = f"calc-{os.getpid()}-{t}"
+    group = [threading.Thread(target=play, args=(f"{name}-{m}", name, prompt, answer)) for m in range(GROUP)]
+    [g.start() for g in group]
+    [g.join() for g in group]

@@ -1,0 +1,94 @@
+/* The agent endpoint (docs/agents.md) in a real fleet: a learner and an
+ * actor with [env] name = agent as `longhaul` processes, driven by Python's
+ * http.client (tests/fleet/agent_client.py): tokens recorded exactly
+ * across turns, a rewritten history, groups, the end with and without a
+ * reward, a vanished agent, the completions endpoint and every hostile
+ * case; then nothing the actor sent is lost. A second case: the actor
+ * refuses to serve beyond loopback without a key file.
+ *
+ * Run one case by its name: test_agent_endpoint CASE. */
+#define _GNU_SOURCE
+#include "case_main.h"  /* check.h and the suite runner */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fleet_fixture.h"
+#include "proc_util.h"
+
+#define TOKEN "test-token-0123456789abcdef"
+
+static void agent_fleet(fleet *f, const char *tag, const char *actor_extra) {
+  fleet_init(f, tag, "group_size = 2\nbatch_episodes = 2\n", actor_extra, "name = agent\n");
+}
+
+START_TEST(test_agent_clients) {
+  fleet f;
+  char key[200], actor[512];
+  /* fleet_init makes the folder; the key file and the actor's keys follow */
+  agent_fleet(&f, "agent-endpoint", "");
+  path_in(&f, key, sizeof key, "agent.key");
+  ck_assert_int_eq(lh_proc_write_file(key, TOKEN "\n"), 0);
+  snprintf(actor, sizeof actor,
+           "group_size = 2\nbatch = 8\nmax_context = 400\nagent_address = 127.0.0.1:0\nagent_key_file = %s\n"
+           "agent_max_episodes = 8\nagent_timeout_ms = 3000\nagent_max_body_bytes = 65536\n",
+           key);
+  snprintf(f.actor_extra, sizeof f.actor_extra, "%s", actor);
+  write_config(&f);
+  start_learner(&f, 0);
+  start_actors(&f, 1);
+  char log[192];
+  actor_log(&f, 0, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "agent: serving", 60), "the actor serves no agents (see %s)", log);
+  uint64_t port = 0;
+  ck_assert_int_eq(lh_proc_log_u64(log, "agent: serving", "port", &port), 0);
+  ck_assert_msg(lh_proc_wait_file(log, "weights swapped", 60), "no weights (see %s)", log);
+  char port_s[16], script[512], client_log[256];
+  snprintf(port_s, sizeof port_s, "%llu", (unsigned long long)port);
+  snprintf(script, sizeof script, "%s/tests/fleet/agent_client.py", getenv("LH_SOURCE_DIR"));
+  path_in(&f, client_log, sizeof client_log, "client.log");
+  const char *argv[] = {"python3", script, port_s, key, lh_proc_longhaul(), f.db, NULL};
+  pid_t client = lh_proc_spawn(client_log, argv);
+  ck_assert_int_gt(client, 0);
+  int rc = lh_proc_wait(client, 600, NULL);
+  char *out = lh_proc_read_file(client_log);
+  printf("%s", out ? out : "");
+  ck_assert_msg(rc == 0, "agent_client.py exit %d:\n%s", rc, out ? out : "");
+  free(out);
+  stop_all(&f);
+  /* the actor's own counts: one rewrite, refusals, and nothing lost */
+  ck_assert_int_eq(lh_proc_log_value(log, "rewrites"), 1);
+  ck_assert_int_ge(lh_proc_log_value(log, "refused"), 20);
+  store_counts c;
+  actor_totals t;
+  tally(&f, 0, &c, &t);
+  print_totals("agent endpoint", &t, &c, NULL);
+  assert_nothing_lost(&t, &c);
+  fleet_free(&f);
+}
+END_TEST
+
+/* Beyond loopback without a key file the actor does not start (exit 2,
+ * the reason named), and a key file that holds no token is refused too. */
+START_TEST(test_agent_loopback) {
+  fleet f;
+  agent_fleet(&f, "agent-loopback", "agent_address = 0.0.0.0:0\n");
+  char cmd[1024], out[4096];
+  snprintf(cmd, sizeof cmd, "%s actor --config %s --name a0 2>&1", lh_proc_longhaul(), f.cfg);
+  int rc = lh_proc_run_capture(cmd, out, sizeof out);
+  ck_assert_msg(rc == 2 && strstr(out, "beyond loopback") && strstr(out, "agent_key_file"), "exit %d: %s", rc, out);
+  char key[200];
+  path_in(&f, key, sizeof key, "short.key");
+  ck_assert_int_eq(lh_proc_write_file(key, "short\n"), 0);
+  snprintf(f.actor_extra, sizeof f.actor_extra, "agent_address = 127.0.0.1:0\nagent_key_file = %s\n", key);
+  write_config(&f);
+  rc = lh_proc_run_capture(cmd, out, sizeof out);
+  ck_assert_msg(rc == 2 && strstr(out, "16..255 bytes"), "exit %d: %s", rc, out);
+  fleet_free(&f);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  const lh_test_case cases[] = {{"clients", test_agent_clients, 0}, {"loopback", test_agent_loopback, 0}};
+  return lh_test_cases_main("agent_endpoint", cases, sizeof cases / sizeof cases[0], 600, argc, argv);
+}
