@@ -69,7 +69,7 @@ static const lh_cli_help HELP = {
     .exits = "0 every child shut down cleanly, 1 a child failed or had to be killed, 2 usage or config error.",
 };
 
-typedef enum { PHASE_RUN, PHASE_ACTORS, PHASE_LEARNER, PHASE_ENV, PHASE_DONE } phase;
+typedef enum { PHASE_RUN, PHASE_AGENTS, PHASE_ACTORS, PHASE_LEARNER, PHASE_ENV, PHASE_DONE } phase;
 
 typedef struct {
   lh_launch_fleet *f;
@@ -161,8 +161,8 @@ static void describe_exit(int status, char *out, size_t bytes) {
 static void begin_shutdown(launcher *L, const char *why) {
   if (L->ph != PHASE_RUN) return;
   snprintf(L->reason, sizeof L->reason, "%s", why);
-  event(L, "shutdown reason=%s: stopping the actors", why);
-  L->ph = PHASE_ACTORS;
+  event(L, "shutdown reason=%s: stopping the %s", why, L->f->fleet.agents ? "agents" : "actors");
+  L->ph = PHASE_AGENTS;
   L->phase_deadline_ms = 0;
 }
 
@@ -172,6 +172,11 @@ static void on_exit_running(launcher *L, lh_launch_child *c) {
   char how[64];
   describe_exit(c->last_status, how, sizeof how);
   int code = WIFEXITED(c->last_status) ? WEXITSTATUS(c->last_status) : -1;
+  if (c->role == LH_CHILD_AGENT && code == 0) {  /* an agent that finished its work */
+    c->done = 1;
+    event(L, "finished name=%s %s", c->name, how);
+    return;
+  }
   /* 2: the child's usage or config error; 126, 127: the shell or exec
    * could not run the program. A restart cannot fix either. */
   if (code == LH_EXIT_USAGE || code == 126 || code == 127) {
@@ -330,8 +335,8 @@ static int role_running(const lh_launch_fleet *f, lh_launch_role role) {
  * begins, SIGKILL to those left at its deadline, the next phase when none
  * is left. */
 static void shutdown_step(launcher *L) {
-  static const lh_launch_role role_of[] = {[PHASE_ACTORS] = LH_CHILD_ACTOR, [PHASE_LEARNER] = LH_CHILD_LEARNER,
-                                           [PHASE_ENV] = LH_CHILD_ENV_SERVER};
+  static const lh_launch_role role_of[] = {[PHASE_AGENTS] = LH_CHILD_AGENT, [PHASE_ACTORS] = LH_CHILD_ACTOR,
+                                           [PHASE_LEARNER] = LH_CHILD_LEARNER, [PHASE_ENV] = LH_CHILD_ENV_SERVER};
   lh_launch_fleet *f = L->f;
   while (L->ph != PHASE_RUN && L->ph != PHASE_DONE) {
     lh_launch_role role = role_of[L->ph];
@@ -360,7 +365,7 @@ static void shutdown_step(launcher *L) {
            * turn and it exits 0); on SIGTERM it would end the job itself.
            * So does srun, for a job step's tasks (cli/launch/launch_slurm.c). */
           if ((c->role == LH_CHILD_LEARNER && f->fleet.learners > 1) ||
-              (f->slurm.on && c->role != LH_CHILD_ENV_SERVER))
+              (f->slurm.on && (c->role == LH_CHILD_LEARNER || c->role == LH_CHILD_ACTOR)))
             kill(c->pid, SIGUSR1);
           else lh_launch_child_signal(c, SIGTERM);
         } else {
@@ -382,6 +387,7 @@ static void shutdown_step(launcher *L) {
     if (role_running(f, role)) return;
     L->ph++;
     L->phase_deadline_ms = 0;
+    if (L->ph == PHASE_ACTORS && f->fleet.agents) event(L, "agents stopped: stopping the actors");
     if (L->ph == PHASE_LEARNER) event(L, "actors stopped: stopping the learner");
     else if (L->ph == PHASE_ENV && f->child[0].role == LH_CHILD_ENV_SERVER) event(L, "learner stopped: stopping the env server");
   }

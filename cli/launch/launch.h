@@ -35,6 +35,7 @@
 
 #define LH_LAUNCH_MAX_LEARNERS 64
 #define LH_LAUNCH_MAX_ACTORS 256
+#define LH_LAUNCH_MAX_AGENTS 256
 #define LH_LAUNCH_PATH_BYTES 512
 #define LH_LAUNCH_NAME_BYTES 64
 #define LH_LAUNCH_COMMAND_BYTES 2048
@@ -57,6 +58,9 @@ typedef struct {
                                      this long is a stuck process; 0: no watchdog (900) */
   char mpirun[LH_LAUNCH_PATH_BYTES];   /* the MPI launcher for M > 1 (mpirun) */
   char env_server[LH_LAUNCH_COMMAND_BYTES];  /* command run by /bin/sh as a supervised child ("") */
+  uint64_t agents;                /* agent programs, 0..256, each a supervised child (0) */
+  char agent_command[LH_LAUNCH_COMMAND_BYTES];  /* their command, run by /bin/sh, with OPENAI_BASE_URL
+                                                  the endpoint of actor j mod N (docs/agents.md) ("") */
   uint32_t n_actor_envs;          /* actor_envs = calc,needle: actor i gets entry i mod n */
   char actor_envs[LH_LAUNCH_MAX_ACTORS][LH_LAUNCH_NAME_BYTES];
   /* Slurm (cli/launch/launch_slurm.h): sbatch's --partition, --time, --nodes (0:
@@ -87,12 +91,12 @@ int lh_launch_config_parse(const char *text, const char *source, lh_launch_confi
 
 /* ---- one child ---------------------------------------------------------- */
 
-typedef enum { LH_CHILD_LEARNER, LH_CHILD_ACTOR, LH_CHILD_ENV_SERVER } lh_launch_role;
+typedef enum { LH_CHILD_LEARNER, LH_CHILD_ACTOR, LH_CHILD_ENV_SERVER, LH_CHILD_AGENT } lh_launch_role;
 
 typedef struct {
-  char name[LH_LAUNCH_NAME_BYTES];  /* learner, actor-<i>, env-server: the log's name */
+  char name[LH_LAUNCH_NAME_BYTES];  /* learner, actor-<i>, env-server, agent-<j>: the log's name */
   lh_launch_role role;
-  int index;                        /* actor index; 0 otherwise */
+  int index;                        /* actor or agent index; 0 otherwise */
   pid_t pid;                        /* 0 when not running */
   int64_t started_ms;               /* monotonic, of the current or last start */
   int64_t restart_at_ms;            /* monotonic; 0 when no restart is due */
@@ -135,8 +139,11 @@ typedef struct {
                                               actors-only fleet not given one): --run-id of every child */
   const char *const *sets;                 /* --set overrides: read with the file and given to every */
   size_t n_sets;                           /* child; set by the caller before lh_launch_fleet_init */
-  size_t n;                                /* children: env server, learner, actors, in that order */
-  lh_launch_child child[LH_LAUNCH_MAX_ACTORS + 2];
+  size_t n;                                /* children: env server, learner, actors, agents, in that order */
+  lh_launch_child child[LH_LAUNCH_MAX_ACTORS + LH_LAUNCH_MAX_AGENTS + 2];
+  char agent_base[LH_LAUNCH_PATH_BYTES];   /* http://HOST: of [actor] agent_address, its port below */
+  uint64_t agent_port, agent_group;        /* actor i serves on agent_port + i; [actor] group_size */
+  char agent_key_file[LH_LAUNCH_PATH_BYTES]; /* [actor] agent_key_file: the agents' OPENAI_API_KEY */
   lh_launch_slurm slurm;                   /* --engine slurm (cli/launch/launch_slurm.c) */
   lh_file_lock *store_lock, *logs_lock;    /* lh_launch_lock's */
 } lh_launch_fleet;

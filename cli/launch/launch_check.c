@@ -126,20 +126,20 @@ static int executable(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-static int check_env_server(const lh_launch_fleet *f, lh_errbuf *err) {
-  const char *cmd = f->fleet.env_server;
+/* A command's first program is there: on PATH or at its path. */
+static int check_program(const lh_launch_fleet *f, const char *key, const char *cmd, lh_errbuf *err) {
   if (!cmd[0]) return 0;
   char prog[LH_LAUNCH_PATH_BYTES];
   if (first_program(cmd, prog, sizeof prog))
-    return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] env_server = '%s' names no program", f->config_path, cmd);
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] %s = '%s' names no program", f->config_path, key, cmd);
   if (strchr(prog, '/')) {
     if (executable(prog)) return 0;
     char cwd[LH_LAUNCH_PATH_BYTES] = "?";
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "?");
     return lh_errbuf_set(err, LH_ECONFIG,
-                         "%s: [fleet] env_server: '%s' is not an executable file (a relative path is taken from %s, "
+                         "%s: [fleet] %s: '%s' is not an executable file (a relative path is taken from %s, "
                          "the folder the launcher runs in)",
-                         f->config_path, prog, cwd);
+                         f->config_path, key, prog, cwd);
   }
   const char *path = getenv("PATH");
   if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
@@ -151,8 +151,30 @@ static int check_env_server(const lh_launch_fleet *f, lh_errbuf *err) {
     p += n;
     if (*p == ':') p++;
   }
-  return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] env_server: no program '%s' on PATH (%s)", f->config_path, prog,
+  return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] %s: no program '%s' on PATH (%s)", f->config_path, key, prog,
                        path);
+}
+
+/* Agents need actors that serve them: [env] name = agent on a fixed port,
+ * and a key file path the shell can quote. */
+static int check_agents(const lh_launch_fleet *f, const lh_actors_config *ac, lh_errbuf *err) {
+  const lh_launch_config *c = &f->fleet;
+  if (!c->agents) return 0;
+  const char *p = f->config_path;
+  if (!c->agent_command[0])
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] agents = %llu needs agent_command", p,
+                         (unsigned long long)c->agents);
+  if (!c->actors) return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] agents need actors to serve them", p);
+  if (strcmp(ac->env_name, LH_ACTORS_AGENT_ENV) || c->n_actor_envs)
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] agents need actors with [env] name = agent (and no "
+                         "[fleet] actor_envs)", p);
+  if (!f->agent_port)
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] agents need [actor] agent_address with a port (not 0): "
+                         "agent j is told actor j's port", p);
+  if (strchr(ac->agent_key_file, '\''))
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: [actor] agent_key_file: a path without quotes, for the agents' "
+                         "shell", p);
+  return check_program(f, "agent_command", c->agent_command, err);
 }
 
 /* ---- endpoints ---------------------------------------------------------- */
@@ -321,7 +343,8 @@ int lh_launch_check(const lh_launch_fleet *f, const lh_learner_config *lc, const
   LH_TRY(check_ingest_peers(f, lc, err));
   LH_TRY(check_learner_actors_agree(f, lc, ac, err));
   LH_TRY(check_envs(f, lc, ac, err));
-  LH_TRY(check_env_server(f, err));
+  LH_TRY(check_program(f, "env_server", f->fleet.env_server, err));
+  LH_TRY(check_agents(f, ac, err));
   if (f->fleet.learners) LH_TRY(check_endpoints(f, lc, err)); /* actors only: this host binds nothing */
   return 0;
 }

@@ -58,6 +58,14 @@ static const lh_ini_key KEYS[] = {
     LH_INI_KEY_STR(T, env_server, 1,
                    "A command line (run by `/bin/sh` in the launcher's current folder) started first and "
                    "stopped last, supervised like the rest."),
+    LH_INI_KEY_U64(T, agents, 0, LH_LAUNCH_MAX_AGENTS,
+                   "Agent programs started after the actors, each a supervised child running `agent_command`; "
+                   "agent j talks to actor j mod N, whose endpoint it gets in `OPENAI_BASE_URL` (with `[env] "
+                   "name = agent`; [agents](agents.md)). An agent that exits 0 is done and not started again."),
+    LH_INI_KEY_STR(T, agent_command, 1,
+                   "The agents' command line, run by `/bin/sh` in the launcher's current folder with "
+                   "`OPENAI_BASE_URL`, `OPENAI_API_KEY` (the token of `[actor] agent_key_file`, or `none`), "
+                   "`LONGHAUL_GROUP_SIZE` (`[actor] group_size`) and `LONGHAUL_AGENT_INDEX` set."),
     LH_INI_KEY_CUSTOM(actor_envs, parse_envs, 0, format_envs,
                       "Names separated by commas (`calc, needle`): actor i plays entry i mod n instead of "
                       "`[env] name` (`--env`); the `[env]` options go to each, so they must suit all."),

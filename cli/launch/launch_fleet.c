@@ -115,6 +115,13 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
   char holder[2 * LH_LAUNCH_PATH_BYTES + LH_RUN_ID_BYTES + 64];
   snprintf(holder, sizeof holder, "longhaul launch %s (run %s, logs in %s)", f->config_path, f->run_id, c->log_dir);
   LH_TRY(lh_launch_lock(f, holder, err));
+  /* What agent j is told: actor j mod N's endpoint (docs/agents.md). */
+  const char *colon = strrchr(ac.agent_address, ':');
+  f->agent_port = colon ? strtoull(colon + 1, NULL, 10) : 0;
+  snprintf(f->agent_base, sizeof f->agent_base, "http://%.*s:", colon ? (int)(colon - ac.agent_address) : 0,
+           ac.agent_address);
+  f->agent_group = ac.group_size;
+  snprintf(f->agent_key_file, sizeof f->agent_key_file, "%s", ac.agent_key_file);
   LH_TRY(lh_launch_check(f, &lc, &ac, &mc, err));
   if (c->env_server[0]) {
     lh_launch_child *ch = &f->child[f->n++];
@@ -131,6 +138,12 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
     snprintf(ch->name, sizeof ch->name, "actor-%llu", (unsigned long long)(c->first_actor + i));
     ch->role = LH_CHILD_ACTOR;
     ch->index = (int)(c->first_actor + i);
+  }
+  for (uint64_t j = 0; j < c->agents; j++) {
+    lh_launch_child *ch = &f->child[f->n++];
+    snprintf(ch->name, sizeof ch->name, "agent-%llu", (unsigned long long)j);
+    ch->role = LH_CHILD_AGENT;
+    ch->index = (int)j;
   }
   return 0;
 }
@@ -188,10 +201,23 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
   char *argv[40 + 2 * LH_INI_MAX_SETS + 32];
   int n = 0;
   char index[32], rank[32], learners[32];
+  static char sh[] = "/bin/sh", dash_c[] = "-c";
+  static char cmd[LH_LAUNCH_COMMAND_BYTES + 2 * LH_LAUNCH_PATH_BYTES + 256];
   if (c->role == LH_CHILD_ENV_SERVER) {
-    static char sh[] = "/bin/sh", dash_c[] = "-c";
-    static char cmd[LH_LAUNCH_COMMAND_BYTES + 8];
     snprintf(cmd, sizeof cmd, "exec %s", fc->env_server);
+    argv[n++] = sh, argv[n++] = dash_c, argv[n++] = cmd;
+  } else if (c->role == LH_CHILD_AGENT) {
+    /* Agent j talks to actor j mod N; the key file's path was checked to
+     * hold no quote (launch_check.c). */
+    uint64_t actor = fc->first_actor + (uint64_t)c->index % (fc->actors ? fc->actors : 1);
+    char key[LH_LAUNCH_PATH_BYTES + 32];
+    if (f->agent_key_file[0]) snprintf(key, sizeof key, "\"$(cat '%s')\"", f->agent_key_file);
+    else snprintf(key, sizeof key, "none");
+    snprintf(cmd, sizeof cmd,
+             "OPENAI_BASE_URL=%s%llu/v1 OPENAI_API_KEY=%s LONGHAUL_GROUP_SIZE=%llu LONGHAUL_AGENT_INDEX=%d "
+             "exec %s",
+             f->agent_base, (unsigned long long)(f->agent_port + actor), key, (unsigned long long)f->agent_group,
+             c->index, fc->agent_command);
     argv[n++] = sh, argv[n++] = dash_c, argv[n++] = cmd;
   } else if (c->role == LH_CHILD_LEARNER) {
     if (f->slurm.on) {
@@ -219,8 +245,9 @@ int lh_launch_fleet_start(lh_launch_fleet *f, size_t i, lh_errbuf *err) {
       argv[n++] = "--learner-rank", argv[n++] = rank;
     }
   }
-  if (c->role != LH_CHILD_ENV_SERVER && f->run_id[0]) argv[n++] = "--run-id", argv[n++] = f->run_id;
-  if (c->role != LH_CHILD_ENV_SERVER)
+  int ours = c->role == LH_CHILD_LEARNER || c->role == LH_CHILD_ACTOR;  /* longhaul's own processes */
+  if (ours && f->run_id[0]) argv[n++] = "--run-id", argv[n++] = f->run_id;
+  if (ours)
     for (size_t k = 0; k < f->n_sets && k < LH_INI_MAX_SETS; k++)
       argv[n++] = "--set", argv[n++] = (char *)f->sets[k];
   n = lh_launch_slurm_sets(f, i, argv, n);

@@ -139,5 +139,8 @@ int lh_launch_plan(const lh_launch_fleet *f, int groups_only, lh_launch_plan_lin
     put(line, ctx, "  %s: rank %llu env %s", ch->name, (unsigned long long)((uint64_t)ch->index % f->ranks), env);
   }
   put(line, ctx, "env server: %s", c->env_server[0] ? c->env_server : "none");
+  if (c->agents)
+    put(line, ctx, "agents: %llu, each `%s` with OPENAI_BASE_URL=%s<port of actor j mod %llu>/v1",
+        (unsigned long long)c->agents, c->agent_command, f->agent_base, (unsigned long long)c->actors);
   return 0;
 }

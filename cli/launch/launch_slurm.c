@@ -328,6 +328,9 @@ int lh_launch_slurm_prepare(lh_launch_fleet *f, lh_errbuf *err) {
                          LH_INI_MAX_SETS - LH_SLURM_SETS, LH_SLURM_SETS);
   /* The learner's endpoints as the children would read them: the file
    * with the launcher's own --set overrides. */
+  if (c->agents)
+    return lh_errbuf_set(err, LH_ECONFIG, "%s: [fleet] agents: launch --engine slurm does not start agent programs "
+                         "yet; start them beside the actors", f->config_path);
   s->on = 1;
   /* An actors-only fleet (learners = 0) connects to learners that run
    * elsewhere, at the endpoints its file names. */
@@ -350,7 +353,7 @@ int lh_launch_slurm_prepare(lh_launch_fleet *f, lh_errbuf *err) {
 int lh_launch_slurm_step(lh_launch_fleet *f, size_t i, char **argv, int n) {
   lh_launch_slurm *s = &f->slurm;
   const lh_launch_child *c = &f->child[i];
-  if (!s->on || c->role == LH_CHILD_ENV_SERVER) return n;
+  if (!s->on || (c->role != LH_CHILD_LEARNER && c->role != LH_CHILD_ACTOR)) return n;
   argv[n++] = f->fleet.srun;
   if (c->role == LH_CHILD_LEARNER) {
     /* Rank r on node r mod K: cyclic over the first K nodes, in the
@@ -381,7 +384,8 @@ int lh_launch_slurm_step(lh_launch_fleet *f, size_t i, char **argv, int n) {
 
 int lh_launch_slurm_sets(lh_launch_fleet *f, size_t i, char **argv, int n) {
   lh_launch_slurm *s = &f->slurm;
-  if (!s->on || !s->endpoints || f->child[i].role == LH_CHILD_ENV_SERVER) return n;
+  if (!s->on || !s->endpoints || (f->child[i].role != LH_CHILD_LEARNER && f->child[i].role != LH_CHILD_ACTOR))
+    return n;
   argv[n++] = "--set", argv[n++] = s->set_ingest;
   for (int k = 0; k < LH_SLURM_SETS - 1; k++) argv[n++] = "--set", argv[n++] = s->set[k];
   return n;

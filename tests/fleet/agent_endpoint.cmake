@@ -2,10 +2,11 @@
 # agents over HTTP, driven by Python's http.client (agent_client.py).
 # One executable (test_agent_endpoint CASE), one ctest entry per case.
 add_executable(test_agent_endpoint ${CMAKE_CURRENT_LIST_DIR}/test_agent_endpoint.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/fleet_fixture.c ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/fleet_fixture.c ${CMAKE_CURRENT_SOURCE_DIR}/launch_fixture.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c)
 target_link_libraries(test_agent_endpoint PRIVATE lh_store PkgConfig::SQLITE PkgConfig::CHECK Threads::Threads m)
 add_dependencies(test_agent_endpoint longhaul)
-foreach(case clients loopback)
+foreach(case clients loopback launch)
   add_test(NAME test_agent_endpoint_${case} COMMAND test_agent_endpoint ${case}
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(test_agent_endpoint_${case} PROPERTIES LABELS proc TIMEOUT 600

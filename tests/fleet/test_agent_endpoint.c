@@ -4,7 +4,9 @@
  * across turns, a rewritten history, groups, the end with and without a
  * reward, a vanished agent, the completions endpoint and every hostile
  * case; then nothing the actor sent is lost. A second case: the actor
- * refuses to serve beyond loopback without a key file.
+ * refuses to serve beyond loopback without a key file. A third: `launch`
+ * starts examples/agent.ini's Python agents as supervised children, the
+ * fleet trains on their episodes, and the agents stop first.
  *
  * Run one case by its name: test_agent_endpoint CASE. */
 #define _GNU_SOURCE
@@ -13,7 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <signal.h>
+
 #include "fleet_fixture.h"
+#include "launch_fixture.h"
 #include "proc_util.h"
 
 #define TOKEN "test-token-0123456789abcdef"
@@ -88,7 +93,35 @@ START_TEST(test_agent_loopback) {
 }
 END_TEST
 
+START_TEST(test_agent_launch) {
+  lfx_fleet f;
+  lfx_init(&f, "agents");
+  char *src = lfx_example("agent.ini"), command[512], address[64];
+  snprintf(command, sizeof command, "/usr/bin/python3 %s/examples/agents/calc_agent.py", getenv("LH_SOURCE_DIR"));
+  int port = lh_proc_free_tcp_port();
+  ck_assert_int_gt(port, 0);
+  snprintf(address, sizeof address, "127.0.0.1:%d", port);
+  const lfx_override over[] = {{"fleet.agent_command", command}, {"actor.agent_address", address},
+                               {"fleet.duration_s", "0"}, {"actor.batch", "8"}, {"fleet.agents", "3"}};
+  lfx_write_config(&f, src, over, sizeof over / sizeof over[0]);
+  free(src);
+  lfx_start(&f);
+  /* both actors serve, the learner steps on the agents' episodes */
+  ck_assert_msg(lfx_wait_sql(&f, "SELECT count(DISTINCT actor) FROM episodes WHERE env = 'agent' AND ended_ms > 0", 2,
+                             240), "agent episodes of both actors (see %s)", f.logs);
+  ck_assert_msg(lfx_wait_sql(&f, "SELECT count(*) FROM train_steps", 2, 240), "no train steps (see %s)", f.logs);
+  kill(f.launcher, SIGTERM);
+  ck_assert_int_eq(lfx_wait(&f, 180), 0);
+  char *out = lfx_read(&f, "launch.out");
+  ck_assert_msg(strstr(out, "agents stopped: stopping the actors") && strstr(out, "agent-2"), "%s", out);
+  free(out);
+  lfx_assert_intact(&f);
+  lfx_cleanup(&f);
+}
+END_TEST
+
 int main(int argc, char **argv) {
-  const lh_test_case cases[] = {{"clients", test_agent_clients, 0}, {"loopback", test_agent_loopback, 0}};
+  const lh_test_case cases[] = {{"clients", test_agent_clients, 0}, {"loopback", test_agent_loopback, 0},
+                                {"launch", test_agent_launch, 0}};
   return lh_test_cases_main("agent_endpoint", cases, sizeof cases / sizeof cases[0], 600, argc, argv);
 }
