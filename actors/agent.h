@@ -70,6 +70,7 @@ typedef struct {
   int observation;           /* wrap the text as <obs>...</obs> (a chat turn after the first) */
   int restart;               /* the history was rewritten: text is all of it */
   uint32_t max_tokens;       /* the turn's cap on sampled tokens */
+  uint32_t n_stop;           /* the turn's stop strings (lh_actors_agent_stop_at) */
 } lh_actors_agent_turn;
 
 typedef enum { LH_AGENT_NONE = 0, LH_AGENT_TURN, LH_AGENT_END, LH_AGENT_GONE } lh_actors_agent_event;

@@ -354,7 +354,8 @@ static void fill_turn(struct lh_agent_entry *e, lh_actors_agent_turn *t) {
                               .bytes = e->text.len,
                               .observation = e->obs,
                               .restart = e->restart,
-                              .max_tokens = e->max_tokens};
+                              .max_tokens = e->max_tokens,
+                              .n_stop = e->n_stop};
   e->turn_ready = 0;
   e->state = EP_TURN;
   e->turn++;

@@ -18,6 +18,7 @@ void lh_actors_agent_row_begin(lh_actors_row *w, const lh_actors_agent_turn *ope
   w->turn_tokens = 0;
   w->turn_cut = 0;
   w->turn_max = opening->max_tokens;
+  w->turn_stops = opening->n_stop;
   w->turn_prompt = 0;
 }
 
@@ -36,6 +37,7 @@ int lh_actors_agent_turn_over(lh_actors_runner *r, lh_actors_row *w) {
   w->turn_tokens++;
   w->turn_cut = w->turn_max && w->turn_tokens >= w->turn_max;
   if (w->turn_cut) return 1;
+  if (!w->turn_stops) return 0;
   /* A stop string is at most LH_AGENT_STOP_BYTES: the last that many
    * tokens hold it, whatever markers they spell. */
   size_t n = lh_actors_transcript_len(w->tr), from = w->action_start;
@@ -100,6 +102,7 @@ static int read_turn(lh_actors_runner *r, uint32_t b, const lh_actors_agent_turn
   w->turn_tokens = 0;
   w->turn_cut = 0;
   w->turn_max = t->max_tokens;
+  w->turn_stops = t->n_stop;
   w->turn_prompt = (uint32_t)(n - before);
   if (w->max_context && n >= w->max_context) {
     /* as an environment's observation that fills the context: cut before it */

@@ -45,6 +45,7 @@ typedef struct {
   uint64_t agent;
   uint32_t turn_tokens, turn_max, turn_prompt;
   int turn_cut;          /* the turn reached its max_tokens */
+  uint32_t turn_stops;   /* the turn's stop strings: 0 spares the check per token */
   int masked;
 } lh_actors_row;
 

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# bench/learn.sh [BUILD] [calc|experts_1024|maze|needle]: the proof that the RL loop
+# bench/learn.sh [BUILD] [calc|agent|experts_1024|maze|needle]: the proof that the RL loop
 # learns, and the learner's and actors' figures from the same run.
 #
 #   1. SFT, the warm start:
 #      calc (bench/learn.ini): until the greedy success rate on 100 held-out
 #      seeds reaches LH_LEARN_TARGET (0.3), evaluated every 25 steps: a warm
 #      start that is neither helpless nor done;
+#      agent: calc's run, whose RL goes through the actors' agent endpoint
+#      instead (docs/agents.md): 4 Python agents (examples/agents/
+#      calc_agent.py, launched by [fleet] agents) play calc's task over
+#      HTTP; the held-out seeds are played by `eval` on the built-in calc
+#      as for calc, so the two runs' gains compare;
 #      experts_1024: calc's run with the [model] of
 #      examples/experts_1024.ini (1,024 experts top 16, one rank) and its
 #      balancing rule (adaptive; LH_LEARN_BALANCE=bias|quantile|none|aux
@@ -57,6 +62,11 @@ case $env in
     sft_args=(--steps 3000 --batch 8 --lr 0.003 --warmup 20 --eval 100 --eval-every 25
       --target "$target")
     sft_says="until greedy success >= $target on 100 held-out seeds" ;;
+  agent)
+    ini=learn.ini gate=greedy work=${LH_LEARN_DIR:-$build/bench-learn-agent}
+    sft_args=(--steps 3000 --batch 8 --lr 0.003 --warmup 20 --eval 100 --eval-every 25
+      --target "$target")
+    sft_says="until greedy success >= $target on 100 held-out seeds" ;;
   experts_1024)
     ini=learn.ini gate=greedy work=${LH_LEARN_DIR:-$build/bench-learn-experts_1024}
     sft_args=(--steps 3000 --batch 8 --lr 0.003 --warmup 20 --eval 100 --eval-every 25
@@ -75,7 +85,7 @@ case $env in
     play=(--max-context 65536 --set env.tokens=49152)
     sft_says="1500 + 2400 steps on 400-token documents, then on 16K-token ones with remind = 1 until greedy success >= 0.45 on 50 held-out seeds" ;;
   *)
-    echo "usage: bench/learn.sh [BUILD] [calc|experts_1024|maze|needle]" >&2
+    echo "usage: bench/learn.sh [BUILD] [calc|agent|experts_1024|maze|needle]" >&2
     exit 2 ;;
 esac
 rm -rf "$work"
@@ -96,6 +106,15 @@ if [ -n "${LH_LEARN_STEPS:-}" ]; then
   sed -i "s/^steps = .*/steps = $LH_LEARN_STEPS/; s/^total_steps = .*/total_steps = $LH_LEARN_STEPS/" learn.ini
 fi
 sed -i "s|^\[fleet\]|[fleet]\ninit = $work/sft|" learn.ini
+rl_ini=learn.ini
+if [ "$env" = agent ]; then
+  # The RL fleet's actors serve calc_agent.py over HTTP; SFT and the
+  # held-out evaluations play the built-in calc of learn.ini.
+  rl_ini=learn_agent.ini
+  sed -e "s|^\[fleet\]|[fleet]\nagents = 4\nagent_command = /usr/bin/python3 $src/examples/agents/calc_agent.py|" \
+    -e "s|^\[actor\]|[actor]\nagent_address = 127.0.0.1:${LH_LEARN_AGENT_PORT:-5680}\nagent_timeout_ms = 60000|" \
+    -e "s|^name = calc|name = agent|" -e "/^stages = /d" -e "/^digits = /d" learn.ini > "$rl_ini"
+fi
 
 # Success on the held-out seeds 1..200 with the checkpoint $1, greedy;
 # what follows (--temperature T) goes to eval as well.
@@ -130,9 +149,9 @@ if [ "$in_range" != yes ]; then
 fi
 
 echo
-echo "== 2. RL: 1 learner, 2 actors, $(sed -n 's/^steps = //p' learn.ini) steps"
+echo "== 2. RL: 1 learner, 2 actors$([ "$env" = agent ] && echo ", 4 agents over HTTP"), $(sed -n 's/^steps = //p' learn.ini) steps"
 t2=$(date +%s)
-"$bin" launch learn.ini --status plain 2>&1 | grep --line-buffered -E "name=learner |done reason" || true
+"$bin" launch "$rl_ini" --status plain 2>&1 | grep --line-buffered -E "name=learner |done reason" || true
 t3=$(date +%s)
 after=$(held_out ckpt)
 after_t=$(held_out ckpt --temperature "$temp")

@@ -46,15 +46,22 @@ def play(episode, name, prompt, answer):
             final = re.fullmatch(r"\s*(-?\d+)(?:/(\d+))?\s*<eos>\s*", out)
             reward = float(bool(final) and Fraction(int(final[1]), int(final[2] or 1)) == answer)
             break
-        try: result = "= " + text(value(ast.parse(call.group(1), mode="eval").body))
+        try:
+            tree = ast.parse(call.group(1), mode="eval")
+            ops = sum(isinstance(n, (ast.BinOp, ast.UnaryOp)) for n in ast.walk(tree))
+            result = "= " + text(value(tree.body)) if ops <= 3 else "error: calc: more than 3 operators"
         except (ValueError, SyntaxError, ZeroDivisionError) as e: result = f"error: calc: {e}"
         msgs.append({"role": "tool", "content": result})
     post(f"/episodes/{episode}/reward", {"reward": reward, "terms": {"correct": reward}})
 
-rng, n = random.Random(os.getpid()), int(sys.argv[1]) if len(sys.argv) > 1 else 0
-for t in range(n or 10 ** 12):
-    prompt, answer = task(rng)
-    name = f"calc-{os.getpid()}-{t}"
-    group = [threading.Thread(target=play, args=(f"{name}-{m}", name, prompt, answer)) for m in range(GROUP)]
-    [g.start() for g in group]
-    [g.join() for g in group]
+def main(tasks=0):
+    rng = random.Random(os.getpid())
+    for t in range(tasks or 10 ** 12):
+        prompt, answer = task(rng)
+        name = f"calc-{os.getpid()}-{t}"
+        group = [threading.Thread(target=play, args=(f"{name}-{m}", name, prompt, answer)) for m in range(GROUP)]
+        [g.start() for g in group]
+        [g.join() for g in group]
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 0)

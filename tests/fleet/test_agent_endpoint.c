@@ -6,7 +6,10 @@
  * case; then nothing the actor sent is lost. A second case: the actor
  * refuses to serve beyond loopback without a key file. A third: `launch`
  * starts examples/agent.ini's Python agents as supervised children, the
- * fleet trains on their episodes, and the agents stop first.
+ * fleet trains on their episodes, and the agents stop first. A fourth:
+ * examples/agents/calc_agent.ts with the official `openai` npm package
+ * under Node (installed from the lock file into the build folder once;
+ * skipped where there is no node or npm).
  *
  * Run one case by its name: test_agent_endpoint CASE. */
 #define _GNU_SOURCE
@@ -120,8 +123,51 @@ START_TEST(test_agent_launch) {
 }
 END_TEST
 
+START_TEST(test_agent_node) {
+  char out[8192], cmd[2048];
+  if (lh_proc_run_capture("command -v node && command -v npm", out, sizeof out) != 0) {
+    printf("agent node: no node or npm here: skipped\n");
+    return;
+  }
+  /* The example's package, installed from its lock file once per build
+   * folder (node_modules kept), and compiled. */
+  const char *src = getenv("LH_SOURCE_DIR"), *dir = getenv("LH_AGENT_NODE_DIR");
+  ck_assert_ptr_nonnull(dir);
+  snprintf(cmd, sizeof cmd,
+           "set -e; mkdir -p %s; cd %s; for f in package.json package-lock.json tsconfig.json calc_agent.ts; do "
+           "cmp -s %s/examples/agents/$f $f || cp %s/examples/agents/$f $f; done; "
+           "grep -q '\"version\": \"6.49.0\"' node_modules/openai/package.json 2>/dev/null || "
+           "npm ci --no-audit --no-fund || npm ci --no-audit --no-fund; npx tsc -p . 2>&1",
+           dir, dir, src, src);
+  int rc = lh_proc_run_capture(cmd, out, sizeof out);
+  ck_assert_msg(rc == 0, "npm ci / tsc (exit %d): %s", rc, out);
+  fleet f;
+  agent_fleet(&f, "agent-node", "group_size = 2\nbatch = 8\nagent_address = 127.0.0.1:0\n");
+  start_learner(&f, 0);
+  start_actors(&f, 1);
+  char log[192];
+  actor_log(&f, 0, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "weights swapped", 60), "no weights (see %s)", log);
+  uint64_t port = 0;
+  ck_assert_int_eq(lh_proc_log_u64(log, "agent: serving", "port", &port), 0);
+  snprintf(cmd, sizeof cmd,
+           "cd %s && OPENAI_BASE_URL=http://127.0.0.1:%llu/v1 LONGHAUL_GROUP_SIZE=2 timeout 300 node calc_agent.js 3 2>&1",
+           dir, (unsigned long long)port);
+  rc = lh_proc_run_capture(cmd, out, sizeof out);
+  ck_assert_msg(rc == 0, "node calc_agent.js (exit %d): %s", rc, out);
+  /* three tasks, a group of two each, every episode whole and rewarded */
+  ck_assert_msg(WAIT_FOR(60, store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE env = 'agent' AND status = "
+                                                  "'complete' AND reward IS NOT NULL") == 6),
+                "6 agent episodes stored");
+  ck_assert_int_eq(store_sql_int(f.db, "SELECT count(DISTINCT group_id) FROM episodes WHERE env = 'agent'"), 3);
+  ck_assert_int_eq(store_sql_int(f.db, "SELECT max(steps) >= 1 FROM episodes WHERE env = 'agent'"), 1);
+  stop_all(&f);
+  fleet_free(&f);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   const lh_test_case cases[] = {{"clients", test_agent_clients, 0}, {"loopback", test_agent_loopback, 0},
-                                {"launch", test_agent_launch, 0}};
+                                {"launch", test_agent_launch, 0}, {"node", test_agent_node, 0}};
   return lh_test_cases_main("agent_endpoint", cases, sizeof cases / sizeof cases[0], 600, argc, argv);
 }
