@@ -528,7 +528,10 @@ int lh_actors_row_finish(lh_actors_runner *r, lh_actors_row *w, Longhaul__Outcom
   else lh_actors_episode_end_free(end);
   lh_actors_segmenter_free(w->seg);
   w->seg = NULL;
-  if (w->agent) lh_actors_agent_row_end(r, w, why);
+  if (w->agent)
+    lh_actors_agent_row_end(r, w, why                                               ? why
+                                  : outcome == LONGHAUL__OUTCOME__OUTCOME_TRUNCATED ? "its context is full (max_context)"
+                                                                                    : "ended by the actor");
   if (w->share >= 0) lh_actors_share_leave(r, (uint32_t)(w - r->rows));
   w->state = ROW_FREE;
   w->have_logp = 0;
@@ -548,6 +551,10 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   uint64_t task_seed = opening.handle ? opening.task_seed : mix(r->cfg.seed, group);
   int is_long = opening.handle ? 0 : group_is_long(r, group, task_seed);
   uint32_t budget = r->group_budget;
+  if (opening.handle) {  /* an agent's episode: the actor's context, within the stage's */
+    budget = r->cfg.max_context;
+    if (r->stage.max_context && (!budget || budget > r->stage.max_context)) budget = (uint32_t)r->stage.max_context;
+  }
   lh_actors_segmenter_config sc = {.episode_id = episode_id,
                                    .group_id = group_id,
                                    .task_seed = task_seed,

@@ -167,6 +167,22 @@ def completions():
     assert decode(runs[2][1]) == " more", runs
 
 
+def context():
+    """A turn that fills max_context (400) is answered with what it has; a
+    prompt past it ends the episode at once."""
+    msgs = [{"role": "user", "content": "c" * 390}]
+    d = expect(200, chat("ctx", msgs, task="t-ctx"), "a turn at the context's end")
+    assert d["usage"]["completion_tokens"] <= 9, d
+    if d["choices"][0]["finish_reason"] == "length":
+        msgs += [{"role": "assistant", "content": d["choices"][0]["message"]["content"]}, {"role": "tool", "content": "x"}]
+        got = expect(409, chat("ctx", msgs, task="t-ctx"), "a turn after the context filled")
+        assert "has ended" in got["error"]["message"], got
+    else:
+        expect(200, request("POST", "/v1/episodes/ctx/end"), "end")
+    got = expect(409, chat("ctx2", [{"role": "user", "content": "d" * 500}], task="t-ctx"), "a prompt past the context")
+    assert "context is full" in got["error"]["message"], got
+
+
 def hostile():
     ok = [{"role": "user", "content": "hostile"}]
     expect(401, request("POST", "/v1/chat/completions", {"messages": ok}, {"X-Longhaul-Episode": "h"}, token=False), "no token")
@@ -206,7 +222,7 @@ def busy():
     slow.close()
 
 
-for scenario in (hostile, exact, rewrite, group, completions, busy, vanished_and_unrewarded):
+for scenario in (hostile, exact, rewrite, group, completions, context, busy, vanished_and_unrewarded):
     t0 = time.time()
     try:
         scenario()
