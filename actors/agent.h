@@ -99,8 +99,9 @@ size_t lh_actors_agent_stop_at(lh_actors_agent *a, uint64_t handle, const char *
 void lh_actors_agent_reply(lh_actors_agent *a, uint64_t handle, const char *text, size_t bytes, const char *finish,
                            uint32_t prompt_tokens, uint32_t completion_tokens, uint64_t version);
 /* The actor ended the episode (its context is full, it stops, an error):
- * a request waiting on it is answered with why, later ones get 409. */
-void lh_actors_agent_close(lh_actors_agent *a, uint64_t handle, const char *why);
+ * a request waiting on it is answered with status (409; 503 when the
+ * actor stops, so that an agent tries again) and why; later ones get 409. */
+void lh_actors_agent_close(lh_actors_agent *a, uint64_t handle, int status, const char *why);
 /* Counters for the actor's log: rewritten histories, refused requests. */
 void lh_actors_agent_counts(const lh_actors_agent *a, uint64_t *rewrites, uint64_t *refused, uint64_t *turns);
 
@@ -181,6 +182,7 @@ struct lh_actors_agent {
   lh_actors_agent_config cfg;
   char address[256], token[256];
   void *daemon;                      /* struct MHD_Daemon * */
+  void *sweeper;                     /* the request deadline's thread and clocks (agent_http.c) */
   uint16_t port;
   int wake_fd;
   void (*resume)(void *conn);        /* the server's: wakes a suspended connection */

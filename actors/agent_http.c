@@ -6,8 +6,10 @@
  * reaches the table: a bad field is a 400 naming it. A turn waits for its
  * answer with its connection suspended, so the server thread goes on with
  * every other client; a slow client costs its own connection only, which
- * the server drops after 30 s without a byte. Beyond loopback a bearer
- * token from a key file is required. */
+ * the server drops after 30 s without a byte, and one that has not sent a
+ * whole request REQUEST_DEADLINE_S after its connection or its last answer
+ * (a client that trickles a byte now and then) is cut by the sweeper
+ * thread. Beyond loopback a bearer token from a key file is required. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -19,17 +21,100 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "actors/agent.h"
 
 #define IDLE_TIMEOUT_S 30u
+#define REQUEST_DEADLINE_S 30 /* no sooner than the idle timeout: a keep-alive client between requests is not cut earlier */
+#define EXTRA_CONNECTIONS 1024u /* past agent_max_episodes: clients between requests, refused ones */
+
+/* A connection as the sweeper sees it (the socket context of
+ * MHD_OPTION_NOTIFY_CONNECTION), in the server's list under clock_mu. */
+typedef struct conn_clock {
+  int fd, waiting, cut;
+  int64_t since_ms;  /* its connection or its last answer */
+  struct conn_clock *prev, *next;
+} conn_clock;
+
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_t thread;
+  int running, stop;
+  conn_clock *head;
+} sweeper;
+
+static int64_t clock_ms(void) { return lh_now_ns() / 1000000; }
 
 typedef struct {
   lh_str body;
   int too_big, suspended;
   lh_agent_wait wait;
 } request;
+
+/* The connection's clock: waiting (for the runner: no deadline) or not,
+ * restarted at each answer. */
+static void clock_set(lh_actors_agent *a, struct MHD_Connection *c, int waiting) {
+  const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  sweeper *s = a->sweeper;
+  conn_clock *k = info ? info->socket_context : NULL;
+  if (!k || !s) return;
+  pthread_mutex_lock(&s->mu);
+  k->waiting = waiting;
+  if (!waiting) k->since_ms = clock_ms();
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  sweeper *s = ((lh_actors_agent *)cls)->sweeper;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    conn_clock *k = calloc(1, sizeof *k);
+    if (!k || !info) {
+      free(k);
+      return;
+    }
+    k->fd = info->connect_fd;
+    k->since_ms = clock_ms();
+    pthread_mutex_lock(&s->mu);
+    k->next = s->head;
+    if (s->head) s->head->prev = k;
+    s->head = k;
+    pthread_mutex_unlock(&s->mu);
+    *socket_context = k;
+  } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+    conn_clock *k = *socket_context;
+    pthread_mutex_lock(&s->mu);
+    if (k->prev) k->prev->next = k->next;
+    else s->head = k->next;
+    if (k->next) k->next->prev = k->prev;
+    pthread_mutex_unlock(&s->mu);
+    free(k);
+    *socket_context = NULL;
+  }
+}
+
+/* Cuts each connection past its deadline: shutdown() makes the server's
+ * thread see it end and close it as any other. */
+static void *sweep(void *arg) {
+  sweeper *s = arg;
+  pthread_mutex_lock(&s->mu);
+  while (!s->stop) {
+    int64_t now = clock_ms();
+    for (conn_clock *k = s->head; k; k = k->next)
+      if (!k->waiting && !k->cut && now - k->since_ms > REQUEST_DEADLINE_S * 1000) {
+        k->cut = 1;
+        shutdown(k->fd, SHUT_RDWR);
+      }
+    pthread_mutex_unlock(&s->mu);
+    usleep(250 * 1000);
+    pthread_mutex_lock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
 
 static enum MHD_Result send_json(struct MHD_Connection *c, int status, const char *json) {
   struct MHD_Response *r = MHD_create_response_from_buffer(strlen(json), (void *)json, MHD_RESPMEM_MUST_COPY);
@@ -142,8 +227,23 @@ static const char *const CHAT_FIELDS[] = {"model", "messages", "temperature", "t
 static const char *const COMPLETION_FIELDS[] = {"model", "prompt", "temperature", "top_p", "max_tokens", "stop",
                                                 "n", "stream", "metadata", "user", NULL};
 
+/* Whether a JSON text holds a NUL character (a raw byte or the escape
+ * \u0000): cJSON's strings end at it, so the rest of a field would be
+ * dropped without a word. An escaped backslash is skipped whole. */
+static int holds_nul(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (!s[i]) return 1;
+    if (s[i] != '\\' || i + 1 >= n) continue;
+    if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return 1;
+    i++;
+  }
+  return 0;
+}
+
 static enum MHD_Result turn(lh_actors_agent *a, struct MHD_Connection *c, request *rq, lh_agent_kind kind) {
   lh_errbuf err = {0};
+  if (holds_nul(rq->body.data, rq->body.len))
+    return send_error(a, c, 400, "the body holds a NUL character (\\u0000), which no field may");
   cJSON *root = cJSON_ParseWithLength(rq->body.data ? rq->body.data : "", rq->body.len);
   if (!cJSON_IsObject(root)) {
     cJSON_Delete(root);
@@ -172,6 +272,7 @@ static enum MHD_Result turn(lh_actors_agent *a, struct MHD_Connection *c, reques
   /* Suspended before the table has it: the runner may answer at once, and
    * a resume must never come before its suspend. */
   rq->suspended = 1;
+  clock_set(a, c, 1);  /* the runner's time is no client's slowness */
   MHD_suspend_connection(c);
   status = lh_agent_table_turn(a, &q, &rq->wait, &err);
   lh_agent_messages_free(&m);
@@ -299,7 +400,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
-  (void)cls, (void)c, (void)why;
+  (void)why;
+  clock_set(cls, c, 0);  /* the next request's deadline counts from here */
   request *rq = *con_cls;
   if (!rq) return;
   lh_str_free(&rq->body);
@@ -367,12 +469,21 @@ int lh_actors_agent_new(const lh_actors_agent_config *cfg, lh_actors_agent **out
   if (rc == 0) rc = lh_agent_table_init(a, err);
   if (rc == 0 && (a->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
     rc = lh_errbuf_set(err, LH_EIO, "agent: eventfd: %s", strerror(errno));
+  sweeper *s = rc == 0 ? calloc(1, sizeof *s) : NULL;
+  if (rc == 0 && !s) rc = lh_errbuf_set(err, LH_ENOMEM, "agent: out of memory");
+  if (rc == 0) {
+    pthread_mutex_init(&s->mu, NULL);
+    a->sweeper = s;
+    if (pthread_create(&s->thread, NULL, sweep, s) != 0) rc = lh_errbuf_set(err, LH_EIO, "agent: no sweeper thread");
+    else s->running = 1;
+  }
   if (rc == 0) {
     a->resume = resume;
     a->daemon = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME, ntohs(sa.sin_port), NULL,
                                  NULL, handle, a, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_episodes + 64),
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_episodes + EXTRA_CONNECTIONS),
                                  MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S,
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, (void *)a,
                                  MHD_OPTION_NOTIFY_COMPLETED, completed, (void *)a, MHD_OPTION_END);
     if (!a->daemon) rc = lh_errbuf_set(err, LH_EIO, "agent: cannot serve on %s (in use?)", cfg->address);
   }
@@ -392,7 +503,18 @@ void lh_actors_agent_free(lh_actors_agent *a) {
   if (!a) return;
   if (a->daemon) {
     lh_agent_table_drain(a, 503, "the actor is stopping");
-    MHD_stop_daemon(a->daemon);
+    MHD_stop_daemon(a->daemon);  /* closes every connection: their clocks go */
+  }
+  sweeper *s = a->sweeper;
+  if (s) {
+    if (s->running) {
+      pthread_mutex_lock(&s->mu);
+      s->stop = 1;
+      pthread_mutex_unlock(&s->mu);
+      pthread_join(s->thread, NULL);
+    }
+    pthread_mutex_destroy(&s->mu);
+    free(s);
   }
   lh_agent_table_free(a);
   if (a->wake_fd >= 0) close(a->wake_fd);

@@ -19,7 +19,9 @@
 
 #include "actors/agent.h"
 
-#define ENDED_RING 1024
+/* Ended episodes' names are remembered this many (8 bytes each), so a
+ * late or retried request cannot open a second episode under one. */
+#define ENDED_RING 65536
 
 typedef enum { EP_FREE = 0, EP_QUEUED, EP_TURN, EP_WAITING } ep_state;
 
@@ -29,6 +31,8 @@ struct lh_agent_entry {
   char id[LH_AGENT_ID_BYTES + 1];
   lh_agent_kind kind;
   uint64_t group_id, task_seed;
+  int task;                   /* its slot in tasks (which holds its group while task_serial matches); -1: none */
+  uint64_t task_serial;
   uint64_t hist;              /* chat: the messages' chained hash */
   uint32_t hist_n;            /* chat: how many messages it covers */
   XXH3_state_t *text_hash;    /* completions: the prompt and completions so far */
@@ -43,10 +47,13 @@ struct lh_agent_entry {
   lh_agent_wait *wait;
 };
 
-/* A task whose last group is not full yet. */
+/* A task whose last group is not full yet: its next episode joins that
+ * group, whether the members play at once or one after another. A slot
+ * whose members have all ended may be taken by a new task when no slot is
+ * free (the group it held stays short: its agent never opened the rest). */
 struct lh_agent_task {
   uint64_t hash, serial;
-  uint32_t members;
+  uint32_t members, open;
   int used;
 };
 
@@ -135,6 +142,11 @@ static void answer_error(lh_actors_agent *a, struct lh_agent_entry *e, int statu
 /* The slot goes free and its name is remembered as ended. */
 static void retire(lh_actors_agent *a, struct lh_agent_entry *e) {
   a->ended[a->ended_at++ % ENDED_RING] = e->name_hash;
+  if (e->task >= 0) {
+    struct lh_agent_task *t = &a->tasks[e->task];
+    int same = t->used && t->hash == e->task_seed && t->serial == e->task_serial;  /* not a slot reused since */
+    if (same && t->open) t->open--;
+  }
   entry_clear(e);
 }
 
@@ -154,6 +166,7 @@ static int id_ok(const char *s) {
  * task joins group k / group_size of it. */
 static int assign_group(lh_actors_agent *a, struct lh_agent_entry *e, const char *task, lh_errbuf *err) {
   uint64_t salt = a->cfg.salt;
+  e->task = -1;
   if (!task || !*task) {
     if (a->cfg.group_size > 1)
       return lh_errbuf_set(err, 400, "this actor forms groups of %u episodes of one task: name the task "
@@ -165,11 +178,14 @@ static int assign_group(lh_actors_agent *a, struct lh_agent_entry *e, const char
   }
   if (!id_ok(task)) return lh_errbuf_set(err, 400, "task: 1..%d bytes of [A-Za-z0-9._:-]", LH_AGENT_ID_BYTES);
   uint64_t h = lh_hash64(task, strlen(task), salt);
-  struct lh_agent_task *t = NULL, *free_slot = NULL;
+  struct lh_agent_task *t = NULL, *free_slot = NULL, *idle = NULL;
   for (uint32_t i = 0; i < a->cfg.max_episodes; i++) {
-    if (a->tasks[i].used && a->tasks[i].hash == h) t = &a->tasks[i];
-    else if (!a->tasks[i].used && !free_slot) free_slot = &a->tasks[i];
+    struct lh_agent_task *s = &a->tasks[i];
+    if (s->used && s->hash == h) t = s;
+    else if (!s->used && !free_slot) free_slot = s;
+    else if (s->used && !s->open && (!idle || s->serial < idle->serial)) idle = s;  /* the oldest idle */
   }
+  if (!free_slot) free_slot = idle;
   if (!t) {
     /* A task whose last group filled (or a new one) opens a group whose
      * serial is the handle count, never used before for it. The table
@@ -179,9 +195,15 @@ static int assign_group(lh_actors_agent *a, struct lh_agent_entry *e, const char
     *t = (struct lh_agent_task){.hash = h, .serial = a->next_handle, .members = 0, .used = 1};
   }
   uint64_t key[2] = {h, t->serial};
+  e->task_serial = t->serial;
   e->task_seed = h;
   e->group_id = lh_hash64(key, sizeof key, salt ^ 0x67726f7570ull) | 1;
-  if (++t->members == a->cfg.group_size) t->used = 0;  /* full: the next episode of the task opens a new group */
+  if (++t->members == a->cfg.group_size) {
+    t->used = 0;  /* full: the next episode of the task opens a new group */
+  } else {
+    t->open++;  /* the open members of a group still short */
+    e->task = (int)(t - a->tasks);
+  }
   return 0;
 }
 
@@ -295,6 +317,12 @@ int lh_agent_table_turn(lh_actors_agent *a, const lh_agent_request *q, lh_agent_
           entry_clear(e);
           e = NULL;
           status = lh_errbuf_set(err, 500, "out of memory for the episode");
+        } else if (a->cfg.max_tokens && e->text.len + 1 >= a->cfg.max_tokens) {
+          /* <bos> and a byte a token: it leaves the policy no room */
+          status = lh_errbuf_set(err, 400, "the first prompt is %zu tokens, and the actor's max_context is %u",
+                                 e->text.len + 1, a->cfg.max_tokens);
+          entry_clear(e);
+          e = NULL;
         }
       }
     }
@@ -483,13 +511,13 @@ void lh_actors_agent_reply(lh_actors_agent *a, uint64_t handle, const char *text
   pthread_mutex_unlock(MU(a));
 }
 
-void lh_actors_agent_close(lh_actors_agent *a, uint64_t handle, const char *why) {
+void lh_actors_agent_close(lh_actors_agent *a, uint64_t handle, int status, const char *why) {
   pthread_mutex_lock(MU(a));
   struct lh_agent_entry *e = by_handle(a, handle);
   if (e) {
     char msg[LH_ERRMSG_BYTES + 64];
     snprintf(msg, sizeof msg, "episode %s has ended: %s", e->id, why ? why : "ended by the actor");
-    if (e->wait) answer_error(a, e, 409, msg);
+    if (e->wait) answer_error(a, e, status, msg);
     retire(a, e);
   }
   pthread_mutex_unlock(MU(a));

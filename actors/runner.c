@@ -609,6 +609,10 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   w->turn_prompt = (uint32_t)n;
   LH_TRY(reserve(r, w, n, err));
   if (w->max_context && n >= w->max_context) {
+    if (opening.handle) {  /* an agent's prompt past a stage's context: only <bos> is kept */
+      w->end_at = 1;
+      return lh_actors_row_finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err);
+    }
     if (r->record) memset(w->experts, 0, n * r->LK * sizeof *w->experts);
     LH_TRY(push_new(r, w, n, err));
     return lh_actors_row_finish(r, w, LONGHAUL__OUTCOME__OUTCOME_TRUNCATED, 0.0f, NULL, 0, NULL, err);

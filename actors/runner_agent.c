@@ -75,7 +75,7 @@ int lh_actors_agent_row_answer(lh_actors_runner *r, uint32_t b, lh_errbuf *err) 
 void lh_actors_agent_row_end(lh_actors_runner *r, lh_actors_row *w, const char *why) {
   lh_errbuf e = {0};
   if (w->state == ROW_POLICY && w->turn_tokens) (void)answer(r, w, "length", &e);  /* the context filled mid-turn */
-  lh_actors_agent_close(r->cfg.agent, w->agent, why);
+  lh_actors_agent_close(r->cfg.agent, w->agent, r->stopped ? 503 : 409, why);
   w->agent = 0;
 }
 

@@ -1,7 +1,7 @@
 """A calc agent in plain Python: it plays longhaul's calc task through any
 OpenAI-compatible endpoint (OPENAI_BASE_URL), a group of episodes per task.
     python3 calc_agent.py [TASKS]     (0 or none: until stopped)"""
-import ast, json, os, random, re, sys, threading, urllib.request
+import ast, json, os, random, re, sys, threading, urllib.error, urllib.request
 from fractions import Fraction
 
 BASE = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8700/v1")
@@ -36,6 +36,11 @@ def task(rng, stages=1):  # the prompt of longhaul's calc, stages=1 digits=1
             + "\n".join(lines) + f"\nWhat is {chr(96 + stages)}?"), x
 
 def play(episode, name, prompt, answer):
+    try: run(episode, name, prompt, answer)
+    except urllib.error.HTTPError as e:  # 409: the actor ended it (its context is full)
+        if e.code != 409: raise
+
+def run(episode, name, prompt, answer):
     msgs, reward = [{"role": "user", "content": prompt}], 0.0
     for _ in range(4):
         out = post("/chat/completions", {"model": "longhaul", "messages": msgs},

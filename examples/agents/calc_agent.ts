@@ -50,7 +50,11 @@ async function play(episode: string, name: string, prompt: string, answer: Q) {
   let reward = 0;
   for (let step = 0; step < 4; step++) {
     const r = await client.chat.completions.create({ model: "longhaul", messages },
-      { headers: { "X-Longhaul-Episode": episode, "X-Longhaul-Task": name } });
+      { headers: { "X-Longhaul-Episode": episode, "X-Longhaul-Task": name } }).catch((e) => {
+        if (e instanceof OpenAI.APIError && e.status === 409) return null; // the actor ended it: its context is full
+        throw e;
+      });
+    if (!r) return;
     const out = r.choices[0].message.content ?? "", call = out.match(/^[\s\S]*?<call>calc\(([\s\S]*)\)<\/call>\s*$/);
     messages.push({ role: "assistant", content: out });
     if (!call) {

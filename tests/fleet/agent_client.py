@@ -179,8 +179,8 @@ def context():
         assert "has ended" in got["error"]["message"], got
     else:
         expect(200, request("POST", "/v1/episodes/ctx/end"), "end")
-    got = expect(409, chat("ctx2", [{"role": "user", "content": "d" * 500}], task="t-ctx"), "a prompt past the context")
-    assert "context is full" in got["error"]["message"], got
+    got = expect(400, chat("ctx2", [{"role": "user", "content": "d" * 500}], task="t-ctx"), "a prompt past the context")
+    assert "max_context" in got["error"]["message"], got
 
 
 def hostile():
@@ -196,6 +196,7 @@ def hostile():
     expect(400, chat("h", ok, task="t-h", stop=["a", "b", "c", "d", "e"]), "five stops")
     expect(400, chat("h", ok, task="t-h", max_tokens=10 ** 9), "max_tokens past the context")
     expect(400, chat("h", [{"role": "robot", "content": "x"}], task="t-h"), "a bad role")
+    expect(400, chat("h", [{"role": "user", "content": "cut\u0000here"}], task="t-h"), "a NUL in content")
     expect(400, chat("h", [{"role": "user", "content": [{"type": "image_url"}]}], task="t-h"), "an image part")
     expect(400, chat("h", ok), "no task with groups of 2")
     expect(404, chat("h", ok + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}], task="t-h"), "history of an unknown episode")
