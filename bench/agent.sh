@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# bench/agent.sh [BUILD] [SECONDS]: what a turn costs through the agent
+# bench/agent.sh [BUILD] [SECONDS] [CKPT]: what a turn costs through the agent
 # endpoint (docs/agents.md), against the same environment played through
 # an env server, in the same run. Both runs: one learner, one actor
-# (batch 16, groups of 8, the demo model at its init, one thread), the calc
+# (batch 16, groups of 8, the demo model, one thread), the calc
 # task of examples/agents/calc_agent.py, 16 episodes in flight:
 #   env server: bench/agent_peers.py server, a longhaul_env env server
 #               (Debian's /usr/bin/python3, which has zmq and protobuf);
 #   agent:      2 x bench/agent_peers.py agent, calc_agent.py's loop over
 #               HTTP, a group of 8 each.
+# The model is CKPT (a folder with model.safetensors: bench/learn.sh's
+# sft warm start, which writes well-formed calls; [model] is then
+# bench/learn.ini's, which trained it) when given, else the
+# demo model at its init, whose turns are mostly malformed: the env
+# server path then answers them in the actor (an error observation)
+# without a round trip, and times only the few it sees.
 # Turns per second are counted from the store (the steps of the episodes
 # that ended in the measured SECONDS, default 60, after 10 s of warm-up);
 # the latency of a turn (observation handed over -> action back, as the
@@ -21,6 +27,11 @@ build=${1:-build}
 secs=${2:-60}
 src=$(cd "$(dirname "$0")/.." && pwd)
 bin=$(cd "$build" && pwd)/cli/longhaul
+init=() model="include = $src/examples/model.ini"
+if [ -n "${3:-}" ]; then
+  init=(--init "$(cd "$3" && pwd)")
+  model=$(sed -n '/^\[model\]/,/^\[/p' "$src/bench/learn.ini" | sed '$d')
+fi
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -35,10 +46,11 @@ now_ms() { date +%s%3N; }
 # One run: $1 the name, $2 the [env] section; the peers come from start_peers.
 config() {
   cat > "$work/$1.ini" <<EOF
-include = $src/examples/model.ini
+$model
 [learner]
 batch_episodes = 16
 group_size = 8
+max_policy_lag = 1000  ; no stale drops: they shrink the credit window, which then measures the learner
 ingest_endpoint = ipc://$work/$1-ing
 weights_pub_endpoint = ipc://$work/$1-pub
 weights_endpoint = ipc://$work/$1-w
@@ -61,11 +73,13 @@ EOF
 run() {
   local name=$1
   pids=()
-  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$bin" learner --config "$work/$name.ini" > "$work/$name-learner.log" 2>&1 &
+  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$bin" learner --config "$work/$name.ini" "${init[@]}" \
+    > "$work/$name-learner.log" 2>&1 &
   pids+=($!)
   start_peers "$name"
   OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$bin" actor --config "$work/$name.ini" --name a0 > "$work/$name-actor.log" 2>&1 &
   pids+=($!)
+  for _ in $(seq 300); do grep -q "weights swapped" "$work/$name-actor.log" 2>/dev/null && break; sleep 0.1; done
   start_agents "$name"
   sleep 10
   local t0 t1
@@ -85,7 +99,8 @@ run() {
 
 agent_port=$(free_port)
 server_ep="tcp://127.0.0.1:$(free_port)"
-echo "bench/agent: ${secs} s a run, one thread for each process; $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)" >&2
+echo "bench/agent: ${secs} s a run, one thread for each process, model ${3:-at its init}; $(nproc) cores," \
+  "load $(cut -d' ' -f1 /proc/loadavg)" >&2
 
 config envserver "name = calc_py
 server = $server_ep"

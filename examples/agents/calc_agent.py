@@ -1,17 +1,31 @@
 """A calc agent in plain Python: it plays longhaul's calc task through any
 OpenAI-compatible endpoint (OPENAI_BASE_URL), a group of episodes per task.
     python3 calc_agent.py [TASKS]     (0 or none: until stopped)"""
-import ast, json, os, random, re, sys, threading, urllib.error, urllib.request
+import ast, http.client, json, os, random, re, sys, threading, time, urllib.parse
 from fractions import Fraction
 
-BASE = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8700/v1")
+BASE = urllib.parse.urlsplit(os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8700/v1"))
 KEY, GROUP = os.environ.get("OPENAI_API_KEY", "none"), int(os.environ.get("LONGHAUL_GROUP_SIZE", "8"))
 OPS = {ast.Add: Fraction.__add__, ast.Sub: Fraction.__sub__, ast.Mult: Fraction.__mul__, ast.Div: Fraction.__truediv__}
 
-def post(path, body, headers=None):
+class Ended(Exception): pass  # 409: the actor ended the episode (its context is full)
+local = threading.local()  # one kept-alive connection a thread
+
+def post(path, body, headers=None, tries=60):  # a minute for an actor that is starting
     h = {"Content-Type": "application/json", "Authorization": "Bearer " + KEY, **(headers or {})}
-    with urllib.request.urlopen(urllib.request.Request(BASE + path, json.dumps(body).encode(), h), timeout=3600) as r:
-        return json.load(r)
+    try:
+        if not getattr(local, "conn", None): local.conn = http.client.HTTPConnection(BASE.hostname, BASE.port, timeout=3600)
+        local.conn.request("POST", BASE.path + path, json.dumps(body), h)
+        r = local.conn.getresponse()
+        data = json.loads(r.read())
+    except (OSError, http.client.HTTPException):
+        local.conn = None
+        if tries <= 1: raise
+        time.sleep(1)
+        return post(path, body, headers, tries - 1)
+    if r.status == 409: raise Ended(data)
+    if r.status != 200: raise RuntimeError(f"{r.status} {data}")
+    return data
 
 def value(node):  # exact arithmetic: integers, + - * /, parentheses
     if isinstance(node, ast.Constant) and type(node.value) is int: return Fraction(node.value)
@@ -37,8 +51,7 @@ def task(rng, stages=1):  # the prompt of longhaul's calc, stages=1 digits=1
 
 def play(episode, name, prompt, answer):
     try: run(episode, name, prompt, answer)
-    except urllib.error.HTTPError as e:  # 409: the actor ended it (its context is full)
-        if e.code != 409: raise
+    except Ended: pass
 
 def run(episode, name, prompt, answer):
     msgs, reward = [{"role": "user", "content": prompt}], 0.0
@@ -59,14 +72,19 @@ def run(episode, name, prompt, answer):
         msgs.append({"role": "tool", "content": result})
     post(f"/episodes/{episode}/reward", {"reward": reward, "terms": {"correct": reward}})
 
-def main(tasks=0):
-    rng = random.Random(os.getpid())
-    for t in range(tasks or 10 ** 12):
-        prompt, answer = task(rng)
-        name = f"calc-{os.getpid()}-{t}"
-        group = [threading.Thread(target=play, args=(f"{name}-{m}", name, prompt, answer)) for m in range(GROUP)]
-        [g.start() for g in group]
-        [g.join() for g in group]
+def main(tasks=0):  # GROUP workers, no barrier: every GROUP episodes opened share a task
+    rng, lock, opened, current = random.Random(os.getpid()), threading.Lock(), [0], [None]
+    def worker():
+        while True:
+            with lock:
+                k = opened[0]
+                if tasks and k >= tasks * GROUP: return
+                opened[0], current[0] = k + 1, current[0] if k % GROUP else task(rng)
+                (prompt, answer), name = current[0], f"calc-{os.getpid()}-{k // GROUP}"
+            play(f"{name}-{k % GROUP}", name, prompt, answer)
+    workers = [threading.Thread(target=worker) for _ in range(GROUP)]
+    [w.start() for w in workers]
+    [w.join() for w in workers]
 
 if __name__ == "__main__":
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
