@@ -30,6 +30,19 @@ static void agent_fleet(fleet *f, const char *tag, const char *actor_extra) {
   fleet_init(f, tag, "group_size = 2\nbatch_episodes = 2\n", actor_extra, "name = agent\n");
 }
 
+/* Starts the learner and one actor; the port the actor serves agents on,
+ * once it has the learner's weights. */
+static uint64_t serve_agents(fleet *f) {
+  start_learner(f, 0);
+  start_actors(f, 1);
+  char log[192];
+  actor_log(f, 0, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "weights swapped", 60), "no weights (see %s)", log);
+  uint64_t port = 0;
+  ck_assert_msg(lh_proc_log_u64(log, "agent: serving", "port", &port) == 0, "the actor serves no agents (see %s)", log);
+  return port;
+}
+
 START_TEST(test_agent_clients) {
   fleet f;
   char key[200], actor[512];
@@ -43,14 +56,9 @@ START_TEST(test_agent_clients) {
            key);
   snprintf(f.actor_extra, sizeof f.actor_extra, "%s", actor);
   write_config(&f);
-  start_learner(&f, 0);
-  start_actors(&f, 1);
+  uint64_t port = serve_agents(&f);
   char log[192];
   actor_log(&f, 0, log, sizeof log);
-  ck_assert_msg(lh_proc_wait_file(log, "agent: serving", 60), "the actor serves no agents (see %s)", log);
-  uint64_t port = 0;
-  ck_assert_int_eq(lh_proc_log_u64(log, "agent: serving", "port", &port), 0);
-  ck_assert_msg(lh_proc_wait_file(log, "weights swapped", 60), "no weights (see %s)", log);
   char port_s[16], script[512], client_log[256];
   snprintf(port_s, sizeof port_s, "%llu", (unsigned long long)port);
   snprintf(script, sizeof script, "%s/tests/fleet/agent_client.py", getenv("LH_SOURCE_DIR"));
@@ -143,13 +151,7 @@ START_TEST(test_agent_node) {
   ck_assert_msg(rc == 0, "npm ci / tsc (exit %d): %s", rc, out);
   fleet f;
   agent_fleet(&f, "agent-node", "group_size = 2\nbatch = 8\nmax_context = 2048\nagent_address = 127.0.0.1:0\n");
-  start_learner(&f, 0);
-  start_actors(&f, 1);
-  char log[192];
-  actor_log(&f, 0, log, sizeof log);
-  ck_assert_msg(lh_proc_wait_file(log, "weights swapped", 60), "no weights (see %s)", log);
-  uint64_t port = 0;
-  ck_assert_int_eq(lh_proc_log_u64(log, "agent: serving", "port", &port), 0);
+  uint64_t port = serve_agents(&f);
   snprintf(cmd, sizeof cmd,
            "cd %s && OPENAI_BASE_URL=http://127.0.0.1:%llu/v1 LONGHAUL_GROUP_SIZE=2 timeout 300 node calc_agent.js 3 2>&1",
            dir, (unsigned long long)port);
