@@ -295,6 +295,8 @@ static enum MHD_Result end_episode(lh_actors_agent *a, struct MHD_Connection *c,
                                    int rewarded) {
   lh_errbuf err = {0};
   lh_actors_agent_end end = {.rewarded = rewarded};
+  if (holds_nul(rq->body.data, rq->body.len))  /* a term's name would be cut at it */
+    return send_error(a, c, 400, "the body holds a NUL character (\\u0000), which no field may");
   cJSON *root = rq->body.len ? cJSON_ParseWithLength(rq->body.data, rq->body.len) : cJSON_CreateObject();
   int status = cJSON_IsObject(root) ? 0 : lh_errbuf_set(&err, 400, "the body is not a JSON object");
   static const char *const REWARD_FIELDS[] = {"reward", "terms", NULL}, *const END_FIELDS[] = {NULL};

@@ -202,6 +202,7 @@ def hostile():
     expect(404, chat("h", ok + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}], task="t-h"), "history of an unknown episode")
     expect(404, request("POST", "/v1/episodes/nobody/reward", {"reward": 1}), "reward of an unknown episode")
     expect(400, request("POST", "/v1/episodes/nobody/reward", {"reward": "high"}), "a reward not a number")
+    expect(400, request("POST", "/v1/episodes/nobody/reward", {"reward": 1, "terms": {"a\u0000b": 1}}), "a NUL in a term")
     expect(404, request("GET", "/v1/nothing"), "unknown path")
     expect(405, request("GET", "/v1/chat/completions"), "wrong method")
     expect(413, request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 200000}]}, {"X-Longhaul-Episode": "big"}), "too big")
