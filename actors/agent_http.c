@@ -31,7 +31,10 @@
 #define EXTRA_CONNECTIONS 1024u /* past agent_max_episodes: clients between requests, refused ones */
 
 /* A connection as the sweeper sees it (the socket context of
- * MHD_OPTION_NOTIFY_CONNECTION), in the server's list under clock_mu. */
+ * MHD_OPTION_NOTIFY_CONNECTION), in the server's list under the sweeper's
+ * lock. fd is our own dup of the connection's socket: libmicrohttpd closes
+ * its descriptor before it says the connection closed, and a shutdown()
+ * through a number closed meanwhile could hit a socket opened since. */
 typedef struct conn_clock {
   int fd, waiting, cut;
   int64_t since_ms;  /* its connection or its last answer */
@@ -72,11 +75,10 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     conn_clock *k = calloc(1, sizeof *k);
-    if (!k || !info) {
+    if (!k || !info || (k->fd = dup(info->connect_fd)) < 0) {  /* no clock: the idle timeout alone */
       free(k);
       return;
     }
-    k->fd = info->connect_fd;
     k->since_ms = clock_ms();
     pthread_mutex_lock(&s->mu);
     k->next = s->head;
@@ -91,6 +93,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     else s->head = k->next;
     if (k->next) k->next->prev = k->prev;
     pthread_mutex_unlock(&s->mu);
+    close(k->fd);
     free(k);
     *socket_context = NULL;
   }
