@@ -172,6 +172,10 @@ int lh_agent_table_init(lh_actors_agent *a, lh_errbuf *err);
 void lh_agent_table_free(lh_actors_agent *a);
 /* Answers every waiting request with status and message (the actor stops). */
 void lh_agent_table_drain(lh_actors_agent *a, int status, const char *msg);
+/* OpenAI's error shape ({"error": {"message", "type", "code"}}) for every
+ * refusal, the server's and the table's; cJSON_free the result (NULL: out
+ * of memory). */
+char *lh_agent_error_json(int status, const char *msg);
 /* Counts a request refused (for lh_actors_agent_counts). */
 void lh_agent_table_refused(lh_actors_agent *a);
 

@@ -128,8 +128,7 @@ static enum MHD_Result send_json(struct MHD_Connection *c, int status, const cha
   return ok;
 }
 
-/* OpenAI's error shape; cJSON_free the result (NULL: out of memory). */
-static char *error_json(int status, const char *msg) {
+char *lh_agent_error_json(int status, const char *msg) {
   cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
   cJSON_AddStringToObject(e, "message", msg);
   cJSON_AddStringToObject(e, "type", status >= 500 ? "server_error" : "invalid_request_error");
@@ -141,7 +140,7 @@ static char *error_json(int status, const char *msg) {
 
 static enum MHD_Result send_error(lh_actors_agent *a, struct MHD_Connection *c, int status, const char *msg) {
   if (a) lh_agent_table_refused(a);
-  char *s = error_json(status, msg);
+  char *s = lh_agent_error_json(status, msg);
   enum MHD_Result ok = send_json(c, status, s ? s : "{}");
   cJSON_free(s);
   return ok;
@@ -281,7 +280,7 @@ static enum MHD_Result turn(lh_actors_agent *a, struct MHD_Connection *c, reques
   lh_agent_messages_free(&m);
   cJSON_Delete(root);
   if (status) {  /* refused (the table counted it): answered on the resume */
-    char *s = error_json(status, err.msg);
+    char *s = lh_agent_error_json(status, err.msg);
     pthread_mutex_lock(a->mu);
     rq->wait.status = s ? status : 500;
     lh_str_clear(&rq->wait.body);

@@ -130,13 +130,9 @@ static void answer(lh_actors_agent *a, struct lh_agent_entry *e, int status, con
 }
 
 static void answer_error(lh_actors_agent *a, struct lh_agent_entry *e, int status, const char *msg) {
-  cJSON *root = cJSON_CreateObject(), *er = cJSON_AddObjectToObject(root, "error");
-  cJSON_AddStringToObject(er, "message", msg);
-  cJSON_AddStringToObject(er, "type", status >= 500 ? "server_error" : "invalid_request_error");
-  char *s = cJSON_PrintUnformatted(root);
+  char *s = lh_agent_error_json(status, msg);
   answer(a, e, status, s ? s : "{}");
   cJSON_free(s);
-  cJSON_Delete(root);
 }
 
 /* The slot goes free and its name is remembered as ended. */
