@@ -121,8 +121,11 @@ typedef struct {
  * for a 400. */
 int lh_agent_messages_read(const void *json, lh_agent_messages *m, lh_errbuf *err);
 void lh_agent_messages_free(lh_agent_messages *m);
-/* The hash of messages [0, n) as the history check compares them. */
-uint64_t lh_agent_messages_hash(const lh_agent_messages *m, uint32_t n);
+/* The chained hash the history check compares: h (LH_AGENT_HISTORY_SEED
+ * for none) extended by messages [from, n), so that a request's earlier
+ * messages are hashed once and the hash of all goes on from theirs. */
+#define LH_AGENT_HISTORY_SEED 0x6c6f6e676861756cull
+uint64_t lh_agent_messages_hash(uint64_t h, const lh_agent_messages *m, uint32_t from, uint32_t n);
 /* The hash of a history of hash h extended by one assistant message. */
 uint64_t lh_agent_history_extend(uint64_t h, const char *text, size_t bytes);
 /* Renders messages [from, n) as the policy reads them: their contents

@@ -122,9 +122,8 @@ static uint64_t extend(uint64_t h, const char *role, const char *text, size_t by
   return lh_hash64(text, bytes, h);
 }
 
-uint64_t lh_agent_messages_hash(const lh_agent_messages *m, uint32_t n) {
-  uint64_t h = 0x6c6f6e676861756cull;
-  for (uint32_t i = 0; i < n && i < m->n; i++) h = extend(h, m->role[i], m->text[i], m->bytes[i]);
+uint64_t lh_agent_messages_hash(uint64_t h, const lh_agent_messages *m, uint32_t from, uint32_t n) {
+  for (uint32_t i = from; i < n && i < m->n; i++) h = extend(h, m->role[i], m->text[i], m->bytes[i]);
   return h;
 }
 

@@ -213,7 +213,8 @@ static int set_params(struct lh_agent_entry *e, const lh_agent_request *q) {
 /* A follow-up turn of a chat episode: the new messages, or (rewritten
  * history) all of them. */
 static int chat_follow(lh_actors_agent *a, struct lh_agent_entry *e, const lh_agent_messages *m) {
-  int ok = m->n > e->hist_n && lh_agent_messages_hash(m, e->hist_n) == e->hist;
+  uint64_t earlier = lh_agent_messages_hash(LH_AGENT_HISTORY_SEED, m, 0, e->hist_n);
+  int ok = m->n > e->hist_n && earlier == e->hist;
   for (uint32_t i = e->hist_n; ok && i < m->n; i++) ok = strcmp(m->role[i], "assistant") != 0;
   e->restart = !ok;
   e->obs = ok;
@@ -223,7 +224,7 @@ static int chat_follow(lh_actors_agent *a, struct lh_agent_entry *e, const lh_ag
             "from what the agent sent, its later tokens masked", e->id, e->turn);
   }
   uint32_t from = e->hist_n;
-  e->hist = lh_agent_messages_hash(m, m->n);
+  e->hist = lh_agent_messages_hash(earlier, m, from, m->n);  /* all m->n: earlier covers min(from, m->n) */
   e->hist_n = m->n;
   return ok ? lh_agent_render(m, from, &e->text) : lh_agent_render_all(m, &e->text);
 }
@@ -296,7 +297,7 @@ int lh_agent_table_turn(lh_actors_agent *a, const lh_agent_request *q, lh_agent_
       } else {
         e->state = EP_QUEUED;
         if (q->kind == LH_AGENT_CHAT) {
-          e->hist = lh_agent_messages_hash(q->msgs, q->msgs->n);
+          e->hist = lh_agent_messages_hash(LH_AGENT_HISTORY_SEED, q->msgs, 0, q->msgs->n);
           e->hist_n = q->msgs->n;
           rc = lh_agent_render(q->msgs, 0, &e->text);
         } else {
