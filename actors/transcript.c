@@ -155,11 +155,7 @@ int lh_actors_transcript_action(lh_actors_transcript *t, const char *text, size_
 }
 
 int lh_actors_transcript_policy_token(lh_actors_transcript *t, int32_t token, lh_errbuf *err) {
-  if (!t) return lh_errbuf_set(err, LH_EINVAL, "transcript: NULL transcript");
-  if (token < 0 || token >= LH_TOK_VOCAB)
-    return lh_errbuf_set(err, LH_EMODEL_TOKEN, "transcript: token %d outside [0, %d)", token,
-                         LH_TOK_VOCAB);
-  return push(t, token, 1, err);
+  return lh_actors_transcript_token(t, token, 1, err);
 }
 
 int lh_actors_transcript_token(lh_actors_transcript *t, int32_t token, uint8_t mask, lh_errbuf *err) {
