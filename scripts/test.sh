@@ -16,8 +16,18 @@
 #    with what they leave; then valgrind's end, no longer niced.
 # The sanitized build is optimised (-O1, as AddressSanitizer advises for
 # reasonable speed).
+#
+# Two settings for speed, neither of which changes what a test checks:
+# - OpenMP threads sleep when idle (OMP_WAIT_POLICY=passive) instead of
+#   spinning: two tests run at once on two cores, and a spinning team
+#   takes the core the other test needs (the unit tests: 104 s -> 89 s);
+# - ASan's quarantine of freed memory is 16 MB, not 256: the tests free
+#   model-sized buffers every step, and with the default each new buffer
+#   is fresh pages, so page faults took most of their time (the sanitized
+#   unit tests: 226 s -> 183 s). A use right after a free is still caught.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 usage="usage: scripts/test.sh all BUILD ASAN_BUILD JOBS | asan-build ASAN_BUILD JOBS | asan ASAN_BUILD JOBS"
 mode=${1:?$usage}
 shift
@@ -33,7 +43,7 @@ asan-build)
   ;;
 asan)
   asan=${1:?$usage}
-  cd "$asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  cd "$asan" && ASAN_OPTIONS=detect_leaks=1:quarantine_size_mb=16${ASAN_OPTIONS:+:$ASAN_OPTIONS} UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j "${2:-2}" -L unit
   exit $?
   ;;
