@@ -129,7 +129,7 @@ int lh_actors_runner_new(lh_model *model, const lh_actors_runner_config *cfg, lh
   }
   if ((rc = lh_model_decoder_new(model, (int)cfg->batch, &r->dec, err)) < 0) goto fail;
   r->rows = calloc(cfg->batch, sizeof *r->rows);
-  if (cfg->share_prefix && cfg->group_size > 1 && !cfg->agent) {
+  if (cfg->share_prefix && cfg->group_size > 1) {
     r->shares = calloc((size_t)cfg->batch + 1, sizeof *r->shares);
     r->share_floats = lh_model_state_floats(mc);
     if (!r->shares) goto oom;
@@ -619,7 +619,7 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
   }
   w->action_start = n;
   if (r->shares) {
-    int shared = lh_actors_share_join(r, b, group, episode_id, n, err);
+    int shared = lh_actors_share_join(r, b, opening.handle ? opening.group_id : group + 1, episode_id, n, err);
     if (shared < 0) return shared;
     if (shared) return 0;
   }

@@ -60,7 +60,8 @@ typedef struct {
  * came leads the share again (lh_actors_share_join): the state of the old weights
  * is not the prefill it would have done. */
 typedef struct {
-  uint64_t group;     /* the group's number + 1; 0: a free slot */
+  uint64_t group;     /* the group's key (its number + 1, or an agent group's id); 0: a free slot */
+  uint32_t members;   /* its episodes that have joined, the leader's included */
   uint64_t leader;    /* the leader's episode id */
   int ready;          /* the leader's prefill is done: state and logp hold */
   uint64_t version;   /* the weights' version when it was done */
@@ -149,10 +150,11 @@ void lh_actors_agent_row_end(lh_actors_runner *r, lh_actors_row *w, const char *
 /* Row b, a leader whose prefill is done, makes its share ready and forks
  * the members waiting for it. */
 int lh_actors_share_ready(lh_actors_runner *r, uint32_t b, lh_errbuf *err);
-/* Row b's episode of group has begun (n positions of first observation):
- * it leads its group's share or joins it. 1 when the row needs no prefill
- * of its own, 0 when it prefills. */
-int lh_actors_share_join(lh_actors_runner *r, uint32_t b, uint64_t group, uint64_t episode_id, size_t n,
+/* Row b's episode has begun (n positions of first observation): it leads
+ * the share of its group (group_key: the group's number + 1, or an agent
+ * group's id) or joins it. 1 when the row needs no prefill of its own, 0
+ * when it prefills. */
+int lh_actors_share_join(lh_actors_runner *r, uint32_t b, uint64_t group_key, uint64_t episode_id, size_t n,
                          lh_errbuf *err);
 /* Row b leaves its share before the share was ready (its episode ended). */
 void lh_actors_share_leave(lh_actors_runner *r, uint32_t b);

@@ -27,15 +27,22 @@ static int prefix_hash(const lh_actors_row *w, size_t n, uint64_t *out, lh_errbu
   return 0;
 }
 
+/* Whether a row leads share i or waits for it. */
+static int share_in_use(const lh_actors_runner *r, int i) {
+  for (uint32_t b = 0; b < r->cfg.batch; b++)
+    if (r->rows[b].share == i) return 1;
+  return 0;
+}
+
 /* Frees share i once every episode of its group has started (whether it
  * joined the share or ended before it could: a reset that failed) and no
- * row leads it or waits for it. */
+ * row leads it or waits for it. An agent group's episodes start when its
+ * agents open them: it is whole when group_size of them have joined. */
 static void share_release(lh_actors_runner *r, int i) {
   lh_actors_prefix_share *sh = &r->shares[i];
-  if (!sh->group || r->started < sh->group * r->cfg.group_size) return;
-  for (uint32_t b = 0; b < r->cfg.batch; b++)
-    if (r->rows[b].share == i) return;
-  sh->group = 0;
+  if (!sh->group) return;
+  if (r->cfg.agent ? sh->members < r->cfg.group_size : r->started < sh->group * r->cfg.group_size) return;
+  if (!share_in_use(r, i)) sh->group = 0;
 }
 
 /* Row b (its episode just begun, in ROW_FORK or waiting) takes the shared
@@ -102,18 +109,24 @@ int lh_actors_share_ready(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
  * members after it: the old state and distribution are not what its own
  * prefill gives, and its first token would carry a version that did not
  * compute it. */
-int lh_actors_share_join(lh_actors_runner *r, uint32_t b, uint64_t group, uint64_t episode_id, size_t n,
+int lh_actors_share_join(lh_actors_runner *r, uint32_t b, uint64_t group_key, uint64_t episode_id, size_t n,
                          lh_errbuf *err) {
   lh_actors_row *w = &r->rows[b];
   uint64_t hash = 0;
   LH_TRY(prefix_hash(w, n, &hash, err));
   int i = -1, free_slot = -1;
   for (uint32_t k = 0; k <= r->cfg.batch && i < 0; k++)
-    if (r->shares[k].group == group + 1) i = (int)k;
+    if (r->shares[k].group == group_key) i = (int)k;
   for (uint32_t k = 0; k <= r->cfg.batch && i < 0 && free_slot < 0; k++) {
     share_release(r, (int)k);  /* a group whose last episodes ended at their start */
     if (!r->shares[k].group) free_slot = (int)k;
   }
+  /* An environment's groups start in turn, so a slot per row and one more
+   * always leaves one free. An agent group's members come when its agents
+   * open them, if ever: a share no row leads or waits for gives its slot
+   * up (a member that comes after it prefills for itself). */
+  for (uint32_t k = 0; k <= r->cfg.batch && i < 0 && free_slot < 0; k++)
+    if (!share_in_use(r, (int)k)) free_slot = (int)k;
   if (i < 0) {
     if (free_slot < 0) return 0;  /* cannot happen: a slot per row, and one more */
     lh_actors_prefix_share *sh = &r->shares[free_slot];
@@ -121,12 +134,13 @@ int lh_actors_share_join(lh_actors_runner *r, uint32_t b, uint64_t group, uint64
       return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a shared prefix's state");
     if (!sh->logp && !(sh->logp = malloc((size_t)r->vocab * sizeof *sh->logp)))
       return lh_errbuf_set(err, LH_ENOMEM, "runner: out of memory for a shared prefix's distribution");
-    *sh = (lh_actors_prefix_share){.group = group + 1, .leader = episode_id, .tokens = n, .hash = hash,
-                                   .state = sh->state, .logp = sh->logp};
+    *sh = (lh_actors_prefix_share){.group = group_key, .leader = episode_id, .tokens = n, .hash = hash,
+                                   .members = 1, .state = sh->state, .logp = sh->logp};
     w->share = free_slot;
     return 0;
   }
   lh_actors_prefix_share *sh = &r->shares[i];
+  sh->members++;
   if (sh->failed || sh->tokens != n || sh->hash != hash) {
     share_release(r, i);
     return 0;

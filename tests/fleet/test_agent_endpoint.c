@@ -6,7 +6,8 @@
  * case; then nothing the actor sent is lost. A second case: the actor
  * refuses to serve beyond loopback without a key file. A third: `launch`
  * starts examples/agent.ini's Python agents as supervised children, the
- * fleet trains on their episodes, and the agents stop first. A fourth:
+ * fleet trains on their episodes, a task's members share the prefill of
+ * their first prompt, and the agents stop first. A fourth:
  * examples/agents/calc_agent.ts with the official `openai` npm package
  * under Node (installed from the lock file into the build folder once;
  * skipped where there is no node or npm).
@@ -121,6 +122,9 @@ START_TEST(test_agent_launch) {
   ck_assert_msg(lfx_wait_sql(&f, "SELECT count(DISTINCT actor) FROM episodes WHERE env = 'agent' AND ended_ms > 0", 2,
                              240), "agent episodes of both actors (see %s)", f.logs);
   ck_assert_msg(lfx_wait_sql(&f, "SELECT count(*) FROM train_steps", 2, 240), "no train steps (see %s)", f.logs);
+  /* a task's members share the prefill of their first prompt: stored once */
+  ck_assert_msg(lfx_wait_sql(&f, "SELECT count(*) FROM episodes WHERE env = 'agent' AND prefix_episode IS NOT NULL", 1,
+                             240), "no agent episode took its group's shared prefix (see %s)", f.logs);
   kill(f.launcher, SIGTERM);
   ck_assert_int_eq(lfx_wait(&f, 180), 0);
   char *out = lfx_read(&f, "launch.out");
