@@ -38,6 +38,13 @@ void lh_proc_rmdir(const char *dir) {
   if (system(cmd) != 0) fprintf(stderr, "proc_util: could not remove %s\n", dir);
 }
 
+void lh_proc_rm_db(const char *path) {
+  char p[4096];
+  unlink(path);
+  snprintf(p, sizeof p, "%s-wal", path), unlink(p);
+  snprintf(p, sizeof p, "%s-shm", path), unlink(p);
+}
+
 int lh_proc_write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;

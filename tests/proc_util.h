@@ -16,6 +16,8 @@
 int lh_proc_tmpdir(char *dir, size_t cap, const char *tag);
 /* rm -rf of dir (only paths under /tmp/lh-). */
 void lh_proc_rmdir(const char *dir);
+/* Unlinks the SQLite file at path with its -wal and -shm (a store). */
+void lh_proc_rm_db(const char *path);
 /* Writes text to path; 0 or -1. */
 int lh_proc_write_file(const char *path, const char *text);
 /* A TCP port of 127.0.0.1 that nobody listened on a moment ago (bound to

@@ -12,6 +12,7 @@ lh_add_test(test_learner_train SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_tr
 # `longhaul learner` as a real process: trains, publishes, checkpoints, stops
 # on SIGTERM, resumes (test_learner_cli).
 lh_add_test(test_learner_cli SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_cli.c ${CMAKE_CURRENT_SOURCE_DIR}/peer_fixture.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
   LIBS lh_learner PkgConfig::ZMQ TIMEOUT 180)
 add_dependencies(test_learner_cli longhaul)
 # A learner and two actor processes on calc, three steps (test_learner_e2e).

@@ -13,13 +13,13 @@
 
 #include "learner/internal.h"
 #include "peer_fixture.h"
+#include "proc_util.h"
 
 
 static char dir[64], cfg_path[128], db[128], ck[128], ing[160], wpub[160], wrt[160];
 
 static void setup_dir(const char *extra) {
-  strcpy(dir, "/tmp/lh_lcli_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "lcli"), 0);
   snprintf(cfg_path, sizeof cfg_path, "%s/run.ini", dir);
   snprintf(db, sizeof db, "%s/replay.db", dir);
   snprintf(ck, sizeof ck, "%s/ckpt", dir);
@@ -40,11 +40,7 @@ static void setup_dir(const char *extra) {
   fclose(f);
 }
 
-static void remove_dir(void) {
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
-}
+static void remove_dir(void) { lh_proc_rmdir(dir); }
 
 static pid_t spawn(const char *a1, const char *a2, const char *a3) {
   const char *bin = getenv("LH_BIN");
@@ -214,6 +210,7 @@ START_TEST(test_usage_and_config_errors) {
   ck_assert_int_eq(WEXITSTATUS(system(cmd)), 0);
   /* --backend: an unknown name is a usage error; cuda where no GPU can be
    * opened is a runtime error that says so (where one can, it would run). */
+  remove_dir();
   setup_dir(NULL);
   snprintf(cmd, sizeof cmd, "'%s' learner --config '%s' --backend tpu 2>/dev/null", bin, cfg_path);
   ck_assert_int_eq(WEXITSTATUS(system(cmd)), 2);

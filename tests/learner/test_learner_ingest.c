@@ -656,6 +656,7 @@ START_TEST(test_weights_queued_bytes_capped) {
   zmq_close(d);
   lh_learner_publisher_free(p); /* chunks libzmq still holds free the count after it */
   zmq_ctx_term(ctx);
+  remove_dir();
 }
 END_TEST
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "learner/internal.h"
+#include "proc_util.h"
 #include "store/store.h"
 
 START_TEST(test_loss_figures) {
@@ -51,7 +52,7 @@ static int got_step(void *ctx, const lh_store_train_step *t) {
 START_TEST(test_store_round_trip) {
   char db[128];
   snprintf(db, sizeof db, "/tmp/lh-test-ppo-diag-%d.db", (int)getpid());
-  unlink(db);
+  lh_proc_rm_db(db);
   lh_store *s;
   lh_errbuf e;
   lh_errbuf_clear(&e);
@@ -75,7 +76,7 @@ START_TEST(test_store_round_trip) {
   ck_assert_double_eq_tol(got.t[1].iw_mean, 1.02, 1e-15);
   ck_assert_double_eq_tol(got.t[1].iw_max, 3.5, 1e-15);
   lh_store_close(s);
-  unlink(db);
+  lh_proc_rm_db(db);
 }
 END_TEST
 

@@ -14,6 +14,7 @@
 
 #include "actors/actors.h"
 #include "learner/learner.h"
+#include "proc_util.h"
 
 static lh_env *open_calc(const char *stages) {
   lh_env_option opts[2] = {{"stages", stages}, {"digits", "1"}};
@@ -262,8 +263,8 @@ START_TEST(test_loss_falls) {
   ck_assert_int_eq(lh_actors_eval(m, envs, 3, seeds, 5, &p, &wins, &err), LH_EINVAL);
 
   /* the checkpoint is written through a temporary directory, then renamed */
-  char dir[] = "/tmp/lh_sft_XXXXXX";
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char dir[64];
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "sft"), 0);
   ck_assert_msg(lh_learner_sft_save(m, dir, &err) == 0, "%s", err.msg);
   ck_assert_int_eq(lh_learner_sft_save(m, dir, &err), 0); /* over the old one */
   DIR *d = opendir(dir);
@@ -282,6 +283,7 @@ START_TEST(test_loss_falls) {
   lh_learner_sft_free(s);
   lh_env_free(env);
   lh_model_free(m);
+  lh_proc_rmdir(dir);
 }
 END_TEST
 
@@ -374,8 +376,8 @@ static const char *ini =
     "expert_hidden = 16\n[learner]\nlr = 3e-3\nwarmup_steps = 2\n[env]\nstages = 1\ndigits = 1\n";
 
 START_TEST(test_cli) {
-  char work[] = "/tmp/lh_sft_cli_XXXXXX";
-  ck_assert_ptr_nonnull(mkdtemp(work));
+  char work[64];
+  ck_assert_int_eq(lh_proc_tmpdir(work, sizeof work, "sft-cli"), 0);
   char cfg[256], cmd[2048], out[1 << 16];
   snprintf(cfg, sizeof cfg, "%s/sft.ini", work);
   write_text(cfg, ini);
@@ -513,8 +515,7 @@ START_TEST(test_cli) {
   write_text(cfg, ini);
   snprintf(cmd, sizeof cmd, "%s sft --config %s --env calc --out %s/x --init %s/none", bin(), cfg, work, work);
   ck_assert_msg(run(cmd, out, sizeof out) == 1, "%s", out);
-  snprintf(cmd, sizeof cmd, "rm -rf %s", work);
-  ck_assert_int_eq(system(cmd), 0);
+  lh_proc_rmdir(work);
 }
 END_TEST
 

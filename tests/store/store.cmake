@@ -10,12 +10,12 @@ lh_add_test(test_store SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_store.c
   ${CMAKE_CURRENT_LIST_DIR}/test_store_writers.c ${CMAKE_CURRENT_LIST_DIR}/test_store_retention.c
   ${CMAKE_CURRENT_LIST_DIR}/test_store_retire.c
   ${CMAKE_CURRENT_LIST_DIR}/test_store_schema.c ${CMAKE_CURRENT_LIST_DIR}/test_store_wal.c
-  ${LH_STORE_FIXTURE}
+  ${LH_STORE_FIXTURE} ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
   LIBS lh_store PkgConfig::SQLITE TIMEOUT 240 ARGS $<TARGET_FILE:store_writer>)
 add_dependencies(test_store store_writer)
 # store_hostile: what hostile or broken peers and a second learner try
 # against the store (test_store_hostile): late ends after the idle sweep,
 # ends that never complete, colliding episode ids, conflicting resends,
 # the writer lock across processes.
-lh_add_test(test_store_hostile SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_store_hostile.c ${LH_STORE_FIXTURE}
+lh_add_test(test_store_hostile SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_store_hostile.c ${LH_STORE_FIXTURE} ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c
   LIBS lh_store PkgConfig::SQLITE TIMEOUT 120)

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "proc_util.h"
 #include "store/store_internal.h"
 #include "tests/store_fixture.h"
 #include "tests/store/test_store.h"
@@ -24,20 +25,12 @@ lh_errbuf e;
 
 void setup(void) {
   snprintf(db, sizeof db, "/tmp/lh-test-store-%d.db", (int)getpid());
-  char p[300];
-  unlink(db);
-  snprintf(p, sizeof p, "%s-wal", db), unlink(p);
-  snprintf(p, sizeof p, "%s-shm", db), unlink(p);
+  lh_proc_rm_db(db);
   memset(&e, 0, sizeof e);
   lh_log_set_level(LH_LOG_WARN);
 }
 
-void teardown(void) {
-  char p[300];
-  unlink(db);
-  snprintf(p, sizeof p, "%s-wal", db), unlink(p);
-  snprintf(p, sizeof p, "%s-shm", db), unlink(p);
-}
+void teardown(void) { lh_proc_rm_db(db); }
 
 lh_store *open_rw(void) {
   lh_store *s = NULL;

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "proc_util.h"
 #include "store/store_internal.h"
 #include "tests/store_fixture.h"
 
@@ -21,9 +22,7 @@ static lh_errbuf e;
 
 static void remove_files(void) {
   char p[300];
-  unlink(db);
-  snprintf(p, sizeof p, "%s-wal", db), unlink(p);
-  snprintf(p, sizeof p, "%s-shm", db), unlink(p);
+  lh_proc_rm_db(db);
   snprintf(p, sizeof p, "%s.writer", db), unlink(p);
 }
 

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "proc_util.h"
 #include "store/store_internal.h"
 #include "tests/store_fixture.h"
 #include "tests/store/test_store.h"
@@ -225,7 +226,7 @@ START_TEST(test_file_alone_after_checkpoint) {
   ck_assert_msg(lh_store_stats_get(c, &st, &e) == 0, "%s", e.msg);
   ck_assert_uint_eq(st.episodes, 30);
   lh_store_close(c);
-  unlink(copy);
+  lh_proc_rm_db(copy);
 }
 END_TEST
 

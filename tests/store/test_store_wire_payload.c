@@ -11,21 +11,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "proc_util.h"
 #include "tests/store_fixture.h"
 
 static char db[128];
 
 static void setup(void) {
   snprintf(db, sizeof db, "/tmp/lh-test-store-wire-%d.db", (int)getpid());
-  unlink(db);
+  lh_proc_rm_db(db);
 }
 
-static void teardown(void) {
-  char p[160];
-  unlink(db);
-  snprintf(p, sizeof p, "%s-wal", db), unlink(p);
-  snprintf(p, sizeof p, "%s-shm", db), unlink(p);
-}
+static void teardown(void) { lh_proc_rm_db(db); }
 
 /* env's encoding with seg as its body. */
 static uint8_t *envelope_of(Longhaul__Segment *seg, size_t *bytes) {
