@@ -26,7 +26,7 @@
 #   is fresh pages, so page faults took most of their time (the sanitized
 #   unit tests: 226 s -> 183 s). A use right after a free is still caught.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 usage="usage: scripts/test.sh all BUILD ASAN_BUILD JOBS | asan-build ASAN_BUILD JOBS | asan ASAN_BUILD JOBS"
 mode=${1:?$usage}
@@ -87,7 +87,21 @@ in_background() {
 # this script's priority, where the system allows it (a lower niceness
 # takes root); else it goes on niced. On a machine busy with other work a
 # niced job would get next to nothing.
-to_front() { renice -n "$(nice)" -g "$1" >/dev/null 2>&1 || true; }
+# Its process group, and every process below its leader: a test that puts
+# a child in a group of its own (test_store's writers under valgrind) would
+# stay niced, and under load its parent waits on it for most of an hour.
+descendants() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    echo "$p"
+    descendants "$p"
+  done
+}
+to_front() {
+  renice -n "$(nice)" -g "$1" >/dev/null 2>&1 || true
+  # shellcheck disable=SC2046  # one pid a word
+  renice -n "$(nice)" -p $(descendants "$1") >/dev/null 2>&1 || true
+}
 # fail MESSAGE CODE [LOG]: says what failed, with the end of its log.
 fail() {
   stop_bg
