@@ -8,6 +8,7 @@
 #   slurm_cluster_start DIR NODES CPUS   writes DIR/slurm.conf, starts the
 #                                  daemons, exports SLURM_CONF, waits until
 #                                  every node is idle (return 1 if not)
+#   slurm_cluster_free_ports OFF...  prints P with every P+OFF free
 #   slurm_cluster_stop             cancels the cluster's jobs, waits for
 #                                  them, stops the daemons it started (by
 #                                  their pids) and waits for them to exit
@@ -15,8 +16,32 @@
 
 SLURM_CLUSTER_PIDS=()
 
-slurm_cluster_free_port() {
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+# Prints a port P such that P plus each offset given is free now, chosen
+# below the kernel's ephemeral range: a port from that range can become the
+# local end of any process's outgoing connection while the daemons or a
+# fleet are still to bind it (a slurmd once found its port so taken,
+# "Address already in use", and the cluster never came up).
+slurm_cluster_free_ports() {
+  /usr/bin/python3 - "$@" <<'PY'
+import socket, random, sys
+offsets = [int(a) for a in sys.argv[1:]] or [0]
+lo = 32768
+try:
+    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    pass
+for _ in range(200):
+    p = random.randint(10000, max(10001, lo - 1 - max(offsets)))
+    socks = []
+    try:
+        for q in offsets:
+            s = socket.socket(); s.bind(("0.0.0.0", p + q)); socks.append(s)
+        print(p); break
+    except OSError:
+        pass
+    finally:
+        for s in socks: s.close()
+PY
 }
 
 # Polls cmd (a string run by bash) every 0.2 s for up to $1 seconds.
@@ -45,7 +70,9 @@ slurm_cluster_start() {
 
   local host ctld_port mem user i names=""
   host=$(hostname -s)
-  ctld_port=$(slurm_cluster_free_port)
+  # The controller at P, node i at P+i: distinct by construction.
+  ctld_port=$(slurm_cluster_free_ports $(seq 0 "$nodes"))
+  [ -n "$ctld_port" ] || return 1
   mem=$(awk -v n="$nodes" '/MemTotal/ {print int($2 / 1024 / 2 / n)}' /proc/meminfo)
   user=$(id -un)
   cat > "$dir/slurm.conf" <<EOF
@@ -85,7 +112,7 @@ EOF
   # step's folder, which would collide between two nodes on one machine).
   for ((i = 1; i <= nodes; i++)); do
     mkdir -p "$dir/spool/lh-n$i" "$dir/tmp/lh-n$i"
-    echo "NodeName=lh-n$i NodeHostname=lh-n$i NodeAddr=127.0.0.$i Port=$(slurm_cluster_free_port)" \
+    echo "NodeName=lh-n$i NodeHostname=lh-n$i NodeAddr=127.0.0.$i Port=$((ctld_port + i))" \
       "CPUs=$cpus RealMemory=$mem State=UNKNOWN" >> "$dir/slurm.conf"
     names="$names${names:+,}lh-n$i"
   done

@@ -52,7 +52,6 @@ fail() {
   exit 1
 }
 
-# Four free ports P, P+10 (rank 1's ingest), P+1, P+2.
 # Waits (up to 300 s) for job $1 to leave the queue; fails unless it ended
 # COMPLETED with exit code 0.
 wait_job() {
@@ -92,35 +91,13 @@ check_order() {
   esac
 }
 
-# Below the kernel's ephemeral range: the three fleets use these ports for
-# minutes, and a port from that range can meanwhile become the local end of
-# any process's outgoing connection (the third fleet's learner once found
-# its weights port so taken: "Address already in use", eight restarts).
-base=$(/usr/bin/python3 - <<'EOF'
-import socket, random
-lo = 32768
-try:
-    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-except (OSError, ValueError, IndexError):
-    pass
-for _ in range(200):
-    p = random.randint(10000, max(10001, lo - 20))
-    socks = []
-    try:
-        for q in (p, p + 10, p + 1, p + 2):
-            s = socket.socket(); s.bind(("0.0.0.0", q)); socks.append(s)
-        print(p); break
-    except OSError:
-        pass
-    finally:
-        for s in socks: s.close()
-EOF
-)
-[ -n "$base" ] || fail "no free ports"
-
 echo "test-slurm: starting munged, slurmctld, slurmd under $tmp/cluster"
 slurm_cluster_start "$tmp/cluster" 2 4 || fail "the cluster did not come up (logs in $tmp/cluster/log)"
 sinfo
+# Four free ports P, P+10 (rank 1's ingest), P+1, P+2, picked once the
+# daemons hold theirs, so that no port is picked twice.
+base=$(slurm_cluster_free_ports 0 10 1 2)
+[ -n "$base" ] || fail "no free ports"
 
 steps=60
 mkdir -p "$tmp/fleet"
