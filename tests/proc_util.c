@@ -16,14 +16,45 @@
 #include <time.h>
 #include <unistd.h>
 
-int lh_proc_free_tcp_port(void) {
+/* Below the kernel's ephemeral range: a port from that range can become
+ * the local end of any process's outgoing connection between the test's
+ * check and the bind of the process it starts. */
+static int ephemeral_low(void) {
+  int lo = 32768;
+  FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (f) {
+    if (fscanf(f, "%d", &lo) != 1) lo = 32768;
+    fclose(f);
+  }
+  return lo;
+}
+
+static int bindable(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof sa;
-  int ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &len) == 0;
+  if (fd < 0) return 0;
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
   close(fd);
-  return ok ? ntohs(sa.sin_port) : -1;
+  return ok;
+}
+
+int lh_proc_free_tcp_port(void) {
+  int hi = ephemeral_low() - 16, span = hi > 10016 ? hi - 10000 : 1;
+  /* One stream a process, so that calls in a row give different ports
+   * (the ports given are not bound until the test's processes start). */
+  static unsigned seed;
+  static int given[64], n_given;
+  if (!seed) seed = ((unsigned)getpid() * 2654435761u) ^ (unsigned)time(NULL) ^ 1u;
+  for (int i = 0; i < 500; i++) {
+    seed = seed * 1103515245u + 12345u;
+    int p = 10000 + (int)((seed >> 8) % (unsigned)span), seen = 0;
+    for (int k = 0; k < n_given && k < 64; k++) seen |= abs(given[k] - p) <= 1;
+    if (seen || !bindable(p) || !bindable(p + 1)) continue;  /* tests use P and P + 1 */
+    given[n_given++ % 64] = p;
+    return p;
+  }
+  return -1;
 }
 
 int lh_proc_tmpdir(char *dir, size_t cap, const char *tag) {

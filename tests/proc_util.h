@@ -20,9 +20,10 @@ void lh_proc_rmdir(const char *dir);
 void lh_proc_rm_db(const char *path);
 /* Writes text to path; 0 or -1. */
 int lh_proc_write_file(const char *path, const char *text);
-/* A TCP port of 127.0.0.1 that nobody listened on a moment ago (bound to
- * port 0 and let go), for a config whose endpoints must be free; -1 when
- * no socket could be bound. */
+/* A TCP port P of 127.0.0.1 that, with P + 1, nobody listened on a moment
+ * ago, below the kernel's ephemeral range (an outgoing connection cannot
+ * take it meanwhile), for a config whose endpoints must be free; -1 when
+ * none was found. */
 int lh_proc_free_tcp_port(void);
 
 /* Starts argv[0] (a path, or a program on PATH) with stdout and stderr appended to log (NULL:
