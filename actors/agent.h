@@ -3,14 +3,17 @@
  * With `[env] name = agent` an actor plays no environment of its own: it
  * serves its policy over HTTP (OpenAI's chat-completions and completions
  * shapes) to agent programs, and each request is one turn of an episode
- * the agent names. Three files:
+ * the agent names. Four files:
  *   agent_http.c   the server (libmicrohttpd, its own thread): routes,
  *                  bounded bodies, the bearer token, JSON in and out;
  *   agent_chat.c   the chat template (longhaul-chat-1) and the check that
  *                  a turn extends the tokens the actor recorded;
  *   agent_table.c  the episodes between the two threads: the openings the
- *                  runner takes, the turns it answers, the ends and the
- *                  agents that vanished.
+ *                  runner takes, the turns it answers (a request of n > 1
+ *                  opens a group's members and waits for them all), the
+ *                  ends (an episode's roles end together) and the agents
+ *                  that vanished;
+ *   agent_json.c   the answers and refusals in OpenAI's JSON shapes.
  * The runner (runner_agent.c) plays agent episodes in its rows like its
  * own: batched decode, per-token versions, segments, acks and the credit
  * window are the same. Only the table's functions cross threads, under
@@ -30,7 +33,9 @@
 #define LH_AGENT_ID_BYTES 64      /* an episode's or a task's name, [A-Za-z0-9._:-] */
 #define LH_AGENT_MAX_STOP 4       /* stop strings a request may give */
 #define LH_AGENT_STOP_BYTES 64    /* bytes of one */
+#define LH_AGENT_ROLE_BYTES 32    /* a role's name, [A-Za-z0-9._:-] */
 #define LH_AGENT_MAX_TERMS 16     /* named reward terms */
+#define LH_AGENT_MAX_ROLES 16     /* roles an episode may hold (and a reward may name) */
 #define LH_AGENT_MAX_MESSAGES 4096
 
 typedef struct lh_actors_agent lh_actors_agent;
@@ -65,6 +70,7 @@ void lh_actors_agent_clear_wake(lh_actors_agent *a);
 typedef struct {
   uint64_t handle;           /* the table's name for the episode */
   uint64_t group_id, task_seed;
+  char role[LH_AGENT_ROLE_BYTES + 1]; /* "" none: the episode's one sample */
   const char *text;
   size_t bytes;
   int observation;           /* wrap the text as <obs>...</obs> (a chat turn after the first) */
@@ -81,6 +87,11 @@ typedef struct {
   uint32_t n_terms;
   char names[LH_AGENT_MAX_TERMS][32];
   float values[LH_AGENT_MAX_TERMS];
+  /* a reward of its own for some roles (the request's "roles"); the
+   * table gives each role's sample its own as reward */
+  uint32_t n_roles;
+  char roles[LH_AGENT_MAX_ROLES][LH_AGENT_ROLE_BYTES + 1];
+  float role_rewards[LH_AGENT_MAX_ROLES];
 } lh_actors_agent_end;
 
 /* An episode an agent opened, if any waits: LH_AGENT_TURN with *t. */
@@ -156,6 +167,8 @@ typedef enum { LH_AGENT_CHAT = 1, LH_AGENT_COMPLETION = 2 } lh_agent_kind;
 typedef struct {
   lh_agent_kind kind;
   const char *episode, *task;         /* task "" or NULL: none */
+  const char *role;                   /* "" or NULL: none */
+  uint32_t n;                         /* members to open (the request's n), 1 a turn of one episode */
   const lh_agent_messages *msgs;      /* chat */
   const char *prompt;                 /* completions */
   size_t prompt_bytes;
@@ -168,17 +181,31 @@ typedef struct {
  * server suspends the connection), else the HTTP status of a refusal with
  * its message in err. */
 int lh_agent_table_turn(lh_actors_agent *a, const lh_agent_request *q, lh_agent_wait *w, lh_errbuf *err);
-/* Ends an episode (reward or not): the HTTP status, 200 when taken. */
+/* Ends an episode, every role of it (reward or not): the HTTP status, 200
+ * when taken. */
 int lh_agent_table_end(lh_actors_agent *a, const char *episode, const lh_actors_agent_end *end, lh_errbuf *err);
 /* The table's memory for cfg.max_episodes, and its release. */
 int lh_agent_table_init(lh_actors_agent *a, lh_errbuf *err);
 void lh_agent_table_free(lh_actors_agent *a);
 /* Answers every waiting request with status and message (the actor stops). */
 void lh_agent_table_drain(lh_actors_agent *a, int status, const char *msg);
+/* ---- the answers' JSON (agent_json.c) ------------------------------------ */
+
 /* OpenAI's error shape ({"error": {"message", "type", "code"}}) for every
  * refusal, the server's and the table's; cJSON_free the result (NULL: out
  * of memory). */
 char *lh_agent_error_json(int status, const char *msg);
+struct cJSON;
+/* One choice: index, the message (chat) or text, finish_reason; NULL out
+ * of memory. */
+struct cJSON *lh_agent_choice_json(lh_agent_kind kind, const char *text, size_t bytes, const char *finish,
+                                   uint32_t index);
+/* The answer around its choices (OpenAI's id, object, created, model,
+ * usage) with longhaul's fields lh under "longhaul" and the template's
+ * name added to them; takes choices and lh (either NULL: out of memory);
+ * cJSON_free the result. */
+char *lh_agent_response_json(lh_agent_kind kind, const char *id, struct cJSON *choices, uint32_t prompt_tokens,
+                             uint32_t completion_tokens, struct cJSON *lh);
 /* Counts a request refused (for lh_actors_agent_counts). */
 void lh_agent_table_refused(lh_actors_agent *a);
 

@@ -128,16 +128,6 @@ static enum MHD_Result send_json(struct MHD_Connection *c, int status, const cha
   return ok;
 }
 
-char *lh_agent_error_json(int status, const char *msg) {
-  cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
-  cJSON_AddStringToObject(e, "message", msg);
-  cJSON_AddStringToObject(e, "type", status >= 500 ? "server_error" : "invalid_request_error");
-  cJSON_AddNumberToObject(e, "code", status);
-  char *s = cJSON_PrintUnformatted(root);
-  cJSON_Delete(root);
-  return s;
-}
-
 static enum MHD_Result send_error(lh_actors_agent *a, struct MHD_Connection *c, int status, const char *msg) {
   if (a) lh_agent_table_refused(a);
   char *s = lh_agent_error_json(status, msg);
@@ -172,9 +162,15 @@ static int read_sampling(lh_actors_agent *a, const cJSON *root, lh_agent_request
   if (!rc) rc = read_same(root, "top_p", a->cfg.top_p, err);
   if (rc) return rc;
   const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "n");
-  if (n && !cJSON_IsNull(n) && (!cJSON_IsNumber(n) || n->valuedouble != 1))
-    return lh_errbuf_set(err, 400, "n must be 1: open one episode per member, with one X-Longhaul-Task, to form a "
-                         "group");
+  q->n = 1;
+  if (n && !cJSON_IsNull(n)) {
+    /* n members of a group: each an episode of its own, answered together */
+    if (!cJSON_IsNumber(n) || n->valuedouble < 1 || n->valuedouble > a->cfg.group_size ||
+        n->valuedouble != floor(n->valuedouble))
+      return lh_errbuf_set(err, 400, "n must be a whole number in 1..%u (the actor's group_size): n > 1 opens that "
+                           "many members of a group", a->cfg.group_size);
+    q->n = (uint32_t)n->valuedouble;
+  }
   const cJSON *stream = cJSON_GetObjectItemCaseSensitive(root, "stream");
   if (stream && !cJSON_IsFalse(stream) && !cJSON_IsNull(stream))
     return lh_errbuf_set(err, 400, "stream is not supported: a turn is answered whole");
@@ -208,10 +204,11 @@ static int read_sampling(lh_actors_agent *a, const cJSON *root, lh_agent_request
   return 0;
 }
 
-/* The episode's and task's names: headers first, then metadata. */
+/* The episode's, task's and role's names: headers first, then metadata. */
 static int read_names(struct MHD_Connection *c, const cJSON *root, lh_agent_request *q, lh_errbuf *err) {
   q->episode = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Longhaul-Episode");
   q->task = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Longhaul-Task");
+  q->role = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Longhaul-Role");
   const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "metadata");
   if (md && !cJSON_IsNull(md)) {
     if (!cJSON_IsObject(md)) return lh_errbuf_set(err, 400, "metadata must be an object of strings");
@@ -220,6 +217,8 @@ static int read_names(struct MHD_Connection *c, const cJSON *root, lh_agent_requ
     const cJSON *ep = cJSON_GetObjectItemCaseSensitive(md, "episode"), *task = cJSON_GetObjectItemCaseSensitive(md, "task");
     if (!q->episode && ep) q->episode = ep->valuestring;
     if (!q->task && task) q->task = task->valuestring;
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(md, "role");
+    if (!q->role && role) q->role = role->valuestring;
   }
   return 0;
 }
@@ -301,7 +300,7 @@ static enum MHD_Result end_episode(lh_actors_agent *a, struct MHD_Connection *c,
     return send_error(a, c, 400, "the body holds a NUL character (\\u0000), which no field may");
   cJSON *root = rq->body.len ? cJSON_ParseWithLength(rq->body.data, rq->body.len) : cJSON_CreateObject();
   int status = cJSON_IsObject(root) ? 0 : lh_errbuf_set(&err, 400, "the body is not a JSON object");
-  static const char *const REWARD_FIELDS[] = {"reward", "terms", NULL}, *const END_FIELDS[] = {NULL};
+  static const char *const REWARD_FIELDS[] = {"reward", "terms", "roles", NULL}, *const END_FIELDS[] = {NULL};
   const char *bad = status ? NULL : unknown_field(root, rewarded ? REWARD_FIELDS : END_FIELDS);
   if (bad) status = lh_errbuf_set(&err, 400, "unknown field '%.40s'", bad);
   if (!status && rewarded) {
@@ -318,6 +317,19 @@ static enum MHD_Result end_episode(lh_actors_agent *a, struct MHD_Connection *c,
       else {
         snprintf(end.names[end.n_terms], sizeof end.names[0], "%s", t->string);
         end.values[end.n_terms++] = (float)t->valuedouble;
+      }
+    }
+    const cJSON *roles = cJSON_GetObjectItemCaseSensitive(root, "roles");  /* a reward of its own per role */
+    if (!status && roles && !cJSON_IsObject(roles)) status = lh_errbuf_set(&err, 400, "roles must be an object");
+    for (const cJSON *r = roles ? roles->child : NULL; !status && r; r = r->next) {
+      if (end.n_roles == LH_AGENT_MAX_ROLES || !r->string || !*r->string ||
+          strlen(r->string) > LH_AGENT_ROLE_BYTES || !cJSON_IsNumber(r) || !isfinite(r->valuedouble) ||
+          fabs(r->valuedouble) > 1e6)
+        status = lh_errbuf_set(&err, 400, "roles: at most %d role names of 1..%d bytes, each a finite reward within "
+                               "1e6", LH_AGENT_MAX_ROLES, LH_AGENT_ROLE_BYTES);
+      else {
+        snprintf(end.roles[end.n_roles], sizeof end.roles[0], "%s", r->string);
+        end.role_rewards[end.n_roles++] = (float)r->valuedouble;
       }
     }
   }

@@ -555,11 +555,15 @@ static int start(lh_actors_runner *r, uint32_t b, lh_errbuf *err) {
     budget = r->cfg.max_context;
     if (r->stage.max_context && (!budget || budget > r->stage.max_context)) budget = (uint32_t)r->stage.max_context;
   }
+  /* A role's samples are stored under "agent:ROLE", so that SQL tells
+   * them apart (docs/agents.md, "Roles"). */
+  char env[LH_AGENT_ROLE_BYTES + 64];
+  snprintf(env, sizeof env, "%s%s%s", r->env_name, opening.role[0] ? ":" : "", opening.role);
   lh_actors_segmenter_config sc = {.episode_id = episode_id,
                                    .group_id = group_id,
                                    .task_seed = task_seed,
                                    .actor = r->actor,
-                                   .env = r->env_name,
+                                   .env = env,
                                    .segment_tokens = r->cfg.segment_tokens,
                                    .vocab = (uint32_t)r->vocab};
   if (r->record) {

@@ -31,10 +31,12 @@ def request(method, path, body=None, headers=None, token=True, raw=None):
     return r.status, json.loads(text) if text else None
 
 
-def chat(episode, messages, task=None, **params):
+def chat(episode, messages, task=None, role=None, **params):
     h = {"X-Longhaul-Episode": episode}
     if task:
         h["X-Longhaul-Task"] = task
+    if role:
+        h["X-Longhaul-Role"] = role
     return request("POST", "/v1/chat/completions", dict(model="longhaul", messages=messages, **params), h)
 
 
@@ -58,11 +60,11 @@ def decode(tokens):
     return "".join(out).replace("\x00", "\ufffd")
 
 
-def stored(episode_content, timeout=60):
+def stored(episode_content, timeout=60, env="agent"):
     """The stored episode whose text holds episode_content, once ended."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        out = subprocess.run([LONGHAUL, "replay", "export", "--db", STORE, "--env", "agent"], capture_output=True, text=True)
+        out = subprocess.run([LONGHAUL, "replay", "export", "--db", STORE, "--env", env], capture_output=True, text=True)
         for line in out.stdout.splitlines():
             ep = json.loads(line)
             text = "".join(s["text"] for s in ep["segments"])
@@ -143,6 +145,57 @@ def group():
     assert out["g1"]["task_seed"] == out["g3"]["task_seed"], out
 
 
+def fan():
+    """n = 2 opens two members of a group at once, answered together; each
+    then plays on under its own name."""
+    prompt = "fan: n opens a group"
+    d = expect(200, chat("fan", [{"role": "user", "content": prompt}], n=2, max_tokens=6), "n = 2")
+    assert d["longhaul"]["episodes"] == ["fan.0", "fan.1"], d
+    assert [c["index"] for c in d["choices"]] == [0, 1], d
+    assert [c["longhaul"]["episode"] for c in d["choices"]] == ["fan.0", "fan.1"], d
+    assert 2 <= d["usage"]["completion_tokens"] <= 12, d  # the two members' turns, 6 tokens at most each
+    expect(400, chat("fan.0", [{"role": "user", "content": prompt}], n=2), "n = 2 on an open member")
+    expect(409, chat("fan", [{"role": "user", "content": prompt}], n=2), "n = 2 again: its members are open")
+    first = d["choices"][0]["message"]["content"]
+    msgs = [{"role": "user", "content": prompt}, {"role": "assistant", "content": first}, {"role": "tool", "content": "fan result"}]
+    d2 = expect(200, chat("fan.0", msgs, max_tokens=4), "a member's second turn")
+    assert d2["longhaul"]["episode"] == "fan.0" and d2["longhaul"]["turn"] == 2 and not d2["longhaul"]["rewritten"], d2
+    expect(200, request("POST", "/v1/episodes/fan.0/reward", {"reward": 1.0}), "reward 0")
+    expect(200, request("POST", "/v1/episodes/fan.1/reward", {"reward": 0.0}), "reward 1")
+    a, b = stored("fan result"), None
+    deadline = time.time() + 60
+    while b is None and time.time() < deadline:  # the other member: the same prompt, no second turn
+        out = subprocess.run([LONGHAUL, "replay", "export", "--db", STORE, "--env", "agent"], capture_output=True, text=True)
+        for line in out.stdout.splitlines():
+            ep = json.loads(line)
+            if ep["ended"] and ep["id"] != a["id"] and ep["group_id"] == a["group_id"]:
+                b = ep
+        time.sleep(0.2)
+    assert b is not None, "the second member was not stored in the first's group"
+    assert a["task_seed"] == b["task_seed"] and a["outcome"] == "success" and b["outcome"] == "failure", (a, b)
+    assert decode(turns(b)[0][1]).startswith("<bos>" + prompt), b
+
+
+def roles():
+    """An episode of two roles: each role's turns are a sample of its own
+    (its env agent:ROLE, a group with the same role of the other members),
+    and the episode's reward ends them all, a role's own where given."""
+    for member in ("duo", "duo2"):
+        expect(200, chat(member, [{"role": "user", "content": f"roles: plan [{member}]"}], task="t-duo", role="planner", max_tokens=4), member + " planner")
+        d = expect(200, chat(member, [{"role": "user", "content": f"roles: code [{member}]"}], task="t-duo", role="coder", max_tokens=4), member + " coder")
+        assert d["longhaul"]["role"] == "coder" and d["longhaul"]["episode"] == member, d
+    expect(400, request("POST", "/v1/episodes/duo/reward", {"reward": 1, "roles": {"tester": 0.5}}), "a role the episode lacks")
+    expect(400, chat("duo", [{"role": "user", "content": "x"}], task="t-duo", role="bad role!"), "a bad role name")
+    expect(200, request("POST", "/v1/episodes/duo/reward", {"reward": 1.0, "roles": {"coder": 0.25}}), "duo's reward")
+    expect(200, request("POST", "/v1/episodes/duo2/reward", {"reward": 0.0}), "duo2's reward")
+    expect(409, chat("duo", [{"role": "user", "content": "late"}], task="t-duo", role="tester"), "a role after the end")
+    plan, code = stored("roles: plan [duo]", env="agent:planner"), stored("roles: code [duo]", env="agent:coder")
+    plan2, code2 = stored("roles: plan [duo2]", env="agent:planner"), stored("roles: code [duo2]", env="agent:coder")
+    assert plan["reward"] == 1.0 and code["reward"] == 0.25 and plan2["reward"] == 0.0 == code2["reward"], (plan, code)
+    assert plan["group_id"] == plan2["group_id"] != code["group_id"] == code2["group_id"], (plan, code, plan2, code2)
+    assert plan["task_seed"] == code["task_seed"] == plan2["task_seed"], (plan, code, plan2)
+
+
 def vanished_and_unrewarded():
     expect(200, chat("quiet", [{"role": "user", "content": "vanished: an agent that goes away"}], task="t-quiet", max_tokens=4), "quiet")
     expect(200, chat("noreward", [{"role": "user", "content": "unrewarded: ended without one"}], task="t-quiet", max_tokens=4), "end")
@@ -181,6 +234,8 @@ def context():
         expect(200, request("POST", "/v1/episodes/ctx/end"), "end")
     got = expect(400, chat("ctx2", [{"role": "user", "content": "d" * 500}], task="t-ctx"), "a prompt past the context")
     assert "max_context" in got["error"]["message"], got
+    got = expect(400, chat("ctx3", [{"role": "user", "content": "d" * 500}], task="t-ctx", n=2), "n = 2 past the context")
+    assert "max_context" in got["error"]["message"], got
 
 
 def hostile():
@@ -191,7 +246,9 @@ def hostile():
     expect(400, request("POST", "/v1/chat/completions", {"messages": ok}), "no episode name")
     expect(400, chat("bad name!", ok, task="t-h"), "a bad episode name")
     expect(400, chat("h", ok, task="t-h", temperature=0.2), "another temperature")
-    expect(400, chat("h", ok, task="t-h", n=2), "n = 2")
+    for n in (0, 1.5, 3, "2"):
+        expect(400, chat("h", ok, task="t-h", n=n), f"n = {n!r} (groups of 2)")
+    expect(400, chat("h" * 63, ok, n=2), "n = 2 with a name too long for its members'")
     expect(400, chat("h", ok, task="t-h", stream=True), "stream")
     expect(400, chat("h", ok, task="t-h", stop=["a", "b", "c", "d", "e"]), "five stops")
     expect(400, chat("h", ok, task="t-h", max_tokens=10 ** 9), "max_tokens past the context")
@@ -219,12 +276,17 @@ def busy():
     for n in names:  # agent_max_episodes = 8: each opened and answered
         expect(200, chat(n, [{"role": "user", "content": "busy " + n}], task="t-busy", max_tokens=2), n)
     expect(429, chat("full8", [{"role": "user", "content": "one too many"}], task="t-busy"), "past the cap")
-    for n in names:
+    expect(200, request("POST", "/v1/episodes/full0/end"), "full0")
+    expect(429, chat("fanbusy", [{"role": "user", "content": "two, one free"}], task="t-busy", n=2), "n = 2, one slot free")
+    for n in names[1:]:
         expect(200, request("POST", f"/v1/episodes/{n}/end"), n)
+    d = expect(200, chat("fanbusy", [{"role": "user", "content": "two, all free"}], task="t-busy", n=2, max_tokens=2), "n = 2 after the refusal")
+    for name in d["longhaul"]["episodes"]:
+        expect(200, request("POST", f"/v1/episodes/{name}/end"), name)
     slow.close()
 
 
-for scenario in (hostile, exact, rewrite, group, completions, context, busy, vanished_and_unrewarded):
+for scenario in (hostile, exact, rewrite, group, fan, roles, completions, context, busy, vanished_and_unrewarded):
     t0 = time.time()
     try:
         scenario()
