@@ -196,6 +196,21 @@ def roles():
     assert plan["task_seed"] == code["task_seed"] == plan2["task_seed"], (plan, code, plan2)
 
 
+def role_waits():
+    """A role waits past agent_timeout_ms (3 s) while another plays: the
+    episode is not silent, so the waiting role is not aborted."""
+    expect(200, chat("wait", [{"role": "user", "content": "role waits: [judge]"}], task="t-wait", role="judge", max_tokens=2), "judge")
+    msgs = [{"role": "user", "content": "role waits: [worker]"}]
+    t0 = time.time()
+    while time.time() - t0 < 4.5:  # past the judge's timeout, the worker busy throughout
+        d = expect(200, chat("wait", msgs, task="t-wait", role="worker", max_tokens=2), "worker")
+        msgs += [{"role": "assistant", "content": d["choices"][0]["message"]["content"]}, {"role": "tool", "content": "k"}]
+        time.sleep(0.5)
+    expect(200, request("POST", "/v1/episodes/wait/reward", {"reward": 1.0}), "reward")
+    judge = stored("role waits: [judge]", env="agent:judge")
+    assert judge["outcome"] == "success", judge
+
+
 def vanished_and_unrewarded():
     expect(200, chat("quiet", [{"role": "user", "content": "vanished: an agent that goes away"}], task="t-quiet", max_tokens=4), "quiet")
     expect(200, chat("noreward", [{"role": "user", "content": "unrewarded: ended without one"}], task="t-quiet", max_tokens=4), "end")
@@ -286,7 +301,7 @@ def busy():
     slow.close()
 
 
-for scenario in (hostile, exact, rewrite, group, fan, roles, completions, context, busy, vanished_and_unrewarded):
+for scenario in (hostile, exact, rewrite, group, fan, roles, role_waits, completions, context, busy, vanished_and_unrewarded):
     t0 = time.time()
     try:
         scenario()
