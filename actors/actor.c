@@ -130,6 +130,7 @@ static int open_agent(const lh_actors_actor_config *cfg, const lh_actors_config 
                                .timeout_ms = a->agent_timeout_ms,
                                .max_body_bytes = a->agent_max_body_bytes,
                                .group_size = (uint32_t)a->group_size,
+                               .rows = (uint32_t)a->batch,
                                .temperature = a->temperature,
                                .top_p = a->top_p,
                                .max_tokens = (uint32_t)(a->max_context > UINT32_MAX ? UINT32_MAX : a->max_context),

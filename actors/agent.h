@@ -47,6 +47,7 @@ typedef struct {
   uint64_t timeout_ms;       /* an episode whose agent is silent this long is aborted */
   uint64_t max_body_bytes;   /* a request body past it gets 413 */
   uint32_t group_size;       /* episodes of one task that form a group */
+  uint32_t rows;             /* the actor's batch: a request's n members must play at once (0: no bound) */
   double temperature, top_p; /* the actor's: a request may repeat them, not change them */
   uint32_t max_tokens;       /* the most a request's max_tokens may be (the actor's max_context) */
   uint64_t salt;             /* the actor's id salt, mixed into group ids */

@@ -170,6 +170,9 @@ static int read_sampling(lh_actors_agent *a, const cJSON *root, lh_agent_request
       return lh_errbuf_set(err, 400, "n must be a whole number in 1..%u (the actor's group_size): n > 1 opens that "
                            "many members of a group", a->cfg.group_size);
     q->n = (uint32_t)n->valuedouble;
+    if (a->cfg.rows && q->n > a->cfg.rows)
+      return lh_errbuf_set(err, 400, "n = %u is past the actor's batch (%u rows): a request's members play at once",
+                           q->n, a->cfg.rows);
   }
   const cJSON *stream = cJSON_GetObjectItemCaseSensitive(root, "stream");
   if (stream && !cJSON_IsFalse(stream) && !cJSON_IsNull(stream))

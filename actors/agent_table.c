@@ -53,8 +53,9 @@ struct lh_agent_entry {
   lh_agent_wait *wait;
   char role[LH_AGENT_ROLE_BYTES + 1];
   uint64_t base_group;        /* the group before the role is mixed in: a sibling role's starts from it */
-  struct lh_agent_fan *fan;   /* the n > 1 request its first answer goes to (then NULL) */
+  struct lh_agent_fan *fan;   /* the n > 1 request it was opened by, until that is answered */
   uint32_t fan_at;
+  int fan_done;               /* its first answer is in the fan */
 };
 
 /* A request of n > 1 that waits for its members' first answers. */
@@ -111,7 +112,7 @@ static void entry_clear(struct lh_agent_entry *e) {
 void lh_agent_table_free(lh_actors_agent *a) {
   for (uint32_t i = 0; a->entries && i < a->cfg.max_episodes; i++) {
     struct lh_agent_fan *f = a->entries[i].fan;  /* each member still to answer holds one count */
-    if (f && --f->left == 0) fan_free(f);
+    if (f && !a->entries[i].fan_done && --f->left == 0) fan_free(f);
     entry_clear(&a->entries[i]);
   }
   if (a->mu) pthread_mutex_destroy(a->mu);
@@ -187,10 +188,14 @@ static char *fan_json(struct lh_agent_fan *f);
 static void fan_finish(lh_actors_agent *a, struct lh_agent_fan *f) {
   char *s = f->status == 200 ? fan_json(f) : NULL, *oom = NULL;
   if (f->status == 200 && !s) f->status = 500, oom = lh_agent_error_json(500, "out of memory for the answer");
-  for (uint32_t i = 0; f->status != 200 && i < f->n; i++) {
+  for (uint32_t i = 0; i < f->n; i++) {
     uint32_t slot = (uint32_t)(f->handles[i] & 0xffffffffu);
     struct lh_agent_entry *e = slot < a->cfg.max_episodes ? &a->entries[slot] : NULL;
-    if (e && e->state == EP_WAITING && e->handle == f->handles[i] && !e->turn_ready && !e->end_ready) {
+    if (!e || e->state == EP_FREE || e->handle != f->handles[i]) continue;
+    e->fan = NULL;
+    e->fan_done = 0;
+    e->last_ms = now_ms();  /* the agent's clock starts now that it has the answer */
+    if (f->status != 200 && e->state == EP_WAITING && !e->turn_ready && !e->end_ready) {
       memset(&e->end, 0, sizeof e->end);
       e->end_ready = 1;
       wake(a);
@@ -206,7 +211,7 @@ static void fan_finish(lh_actors_agent *a, struct lh_agent_fan *f) {
 /* Member e's first answer: its choice, or a refusal (status, json). */
 static void fan_take(lh_actors_agent *a, struct lh_agent_entry *e, int status, const char *json, cJSON *choice) {
   struct lh_agent_fan *f = e->fan;
-  e->fan = NULL;
+  e->fan_done = 1;
   if (status == 200 && choice) {
     f->choices[e->fan_at] = choice;
   } else {
@@ -221,7 +226,7 @@ static void fan_take(lh_actors_agent *a, struct lh_agent_entry *e, int status, c
 
 /* Answers e's waiting request and lets its connection go on. */
 static void answer(lh_actors_agent *a, struct lh_agent_entry *e, int status, const char *json) {
-  if (e->fan) return fan_take(a, e, status, json, NULL);
+  if (e->fan && !e->fan_done) return fan_take(a, e, status, json, NULL);
   lh_agent_wait *w = e->wait;
   if (!w) return;
   e->wait = NULL;
@@ -580,8 +585,10 @@ int lh_agent_table_end(lh_actors_agent *a, const char *episode, const lh_actors_
 void lh_agent_table_drain(lh_actors_agent *a, int status, const char *msg) {
   pthread_mutex_lock(MU(a));
   a->stopping = 1;
-  for (uint32_t i = 0; i < a->cfg.max_episodes; i++)
-    if (a->entries[i].wait || a->entries[i].fan) answer_error(a, &a->entries[i], status, msg);
+  for (uint32_t i = 0; i < a->cfg.max_episodes; i++) {
+    struct lh_agent_entry *e = &a->entries[i];
+    if (e->wait || (e->fan && !e->fan_done)) answer_error(a, e, status, msg);
+  }
   pthread_mutex_unlock(MU(a));
 }
 
@@ -648,7 +655,8 @@ lh_actors_agent_event lh_actors_agent_poll(lh_actors_agent *a, uint64_t handle, 
   } else if (e->state == EP_WAITING && e->turn_ready) {
     fill_turn(e, t);
     ev = LH_AGENT_TURN;
-  } else if (e->state == EP_WAITING && now_ms() - e->last_ms > (int64_t)a->cfg.timeout_ms && !episode_busy(a, e)) {
+  } else if (e->state == EP_WAITING && !e->fan && now_ms() - e->last_ms > (int64_t)a->cfg.timeout_ms &&
+             !episode_busy(a, e)) {  /* a member of a fan still waiting for the others: not the agent's silence */
     LH_WARN("agent", "episode %s: no request for %llu ms ([actor] agent_timeout_ms): aborted", e->id,
             (unsigned long long)a->cfg.timeout_ms);
     retire(a, e);
@@ -686,10 +694,13 @@ static char *answer_json(const struct lh_agent_entry *e, const char *text, size_
   char id[LH_AGENT_ID_BYTES + 32];
   snprintf(id, sizeof id, "%s-%s-%u", e->kind == LH_AGENT_CHAT ? "chatcmpl" : "cmpl", e->id, e->turn);
   cJSON *choices = cJSON_CreateArray(), *c = lh_agent_choice_json(e->kind, text, bytes, finish, 0);
-  if (choices && c) cJSON_AddItemToArray(choices, c);
-  else cJSON_Delete(c), c = NULL;
-  return lh_agent_response_json(e->kind, id, c ? choices : (cJSON_Delete(choices), NULL), prompt_tokens, completion_tokens,
-                       turn_fields(e, version));
+  if (!choices || !c) {
+    cJSON_Delete(choices);
+    cJSON_Delete(c);
+    return NULL;
+  }
+  cJSON_AddItemToArray(choices, c);
+  return lh_agent_response_json(e->kind, id, choices, prompt_tokens, completion_tokens, turn_fields(e, version));
 }
 
 /* A fan's answer: choice i is member i's first turn and names its
@@ -730,7 +741,7 @@ void lh_actors_agent_reply(lh_actors_agent *a, uint64_t handle, const char *text
       XXH3_64bits_update(e->text_hash, text, bytes);
       e->text_bytes += bytes;
     }
-    if (e->fan) {  /* a member's first turn: its choice waits for the others' */
+    if (e->fan && !e->fan_done) {  /* a member's first turn: its choice waits for the others' */
       cJSON *c = lh_agent_choice_json(e->kind, text, bytes, finish, e->fan_at);
       if (c) cJSON_AddItemToObject(c, "longhaul", turn_fields(e, version));
       struct lh_agent_fan *f = e->fan;
@@ -759,7 +770,7 @@ void lh_actors_agent_close(lh_actors_agent *a, uint64_t handle, int status, cons
   if (e) {
     char msg[LH_ERRMSG_BYTES + 64];
     snprintf(msg, sizeof msg, "episode %s has ended: %s", e->id, why ? why : "ended by the actor");
-    if (e->wait || e->fan) answer_error(a, e, status, msg);
+    if (e->wait || (e->fan && !e->fan_done)) answer_error(a, e, status, msg);
     retire(a, e);
   }
   pthread_mutex_unlock(MU(a));
