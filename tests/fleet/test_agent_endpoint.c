@@ -147,10 +147,10 @@ START_TEST(test_agent_node) {
   ck_assert_ptr_nonnull(dir);
   snprintf(cmd, sizeof cmd,
            "set -e; mkdir -p %s; cd %s; for f in package.json package-lock.json tsconfig.json calc_agent.ts; do "
-           "cmp -s %s/examples/agents/$f $f || cp %s/examples/agents/$f $f; done; "
+           "cmp -s %s/examples/agents/$f $f || cp %s/examples/agents/$f $f; done; cp %s/tests/fleet/agent_n.mjs .; "
            "grep -q '\"version\": \"6.49.0\"' node_modules/openai/package.json 2>/dev/null || "
            "npm ci --no-audit --no-fund || npm ci --no-audit --no-fund; npx tsc -p . 2>&1",
-           dir, dir, src, src);
+           dir, dir, src, src, src);
   int rc = lh_proc_run_capture(cmd, out, sizeof out);
   ck_assert_msg(rc == 0, "npm ci / tsc (exit %d): %s", rc, out);
   fleet f;
@@ -161,12 +161,17 @@ START_TEST(test_agent_node) {
            dir, (unsigned long long)port);
   rc = lh_proc_run_capture(cmd, out, sizeof out);
   ck_assert_msg(rc == 0, "node calc_agent.js (exit %d): %s", rc, out);
-  /* three tasks, a group of two each, every episode whole and ended: with
-   * its reward, or cut at the context by the actor (a rambling policy) */
+  snprintf(cmd, sizeof cmd, "cd %s && OPENAI_BASE_URL=http://127.0.0.1:%llu/v1 timeout 120 node agent_n.mjs 2>&1", dir,
+           (unsigned long long)port);
+  rc = lh_proc_run_capture(cmd, out, sizeof out);
+  ck_assert_msg(rc == 0, "node agent_n.mjs (exit %d): %s", rc, out);
+  /* three tasks, a group of two each, and agent_n's group: every episode
+   * whole and ended, with its reward, or cut at the context by the actor
+   * (a rambling policy) */
   ck_assert_msg(WAIT_FOR(60, store_sql_int(f.db, "SELECT count(*) FROM episodes WHERE env = 'agent' AND ((status = "
-                                                  "'complete' AND reward IS NOT NULL) OR status = 'truncated')") == 6),
-                "6 agent episodes stored");
-  ck_assert_int_eq(store_sql_int(f.db, "SELECT count(DISTINCT group_id) FROM episodes WHERE env = 'agent'"), 3);
+                                                  "'complete' AND reward IS NOT NULL) OR status = 'truncated')") == 8),
+                "8 agent episodes stored");
+  ck_assert_int_eq(store_sql_int(f.db, "SELECT count(DISTINCT group_id) FROM episodes WHERE env = 'agent'"), 4);
   ck_assert_int_eq(store_sql_int(f.db, "SELECT max(steps) >= 1 FROM episodes WHERE env = 'agent'"), 1);
   stop_all(&f);
   fleet_free(&f);
