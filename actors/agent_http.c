@@ -165,10 +165,9 @@ static int read_sampling(lh_actors_agent *a, const cJSON *root, lh_agent_request
   q->n = 1;
   if (n && !cJSON_IsNull(n)) {
     /* n members of a group: each an episode of its own, answered together */
-    if (!cJSON_IsNumber(n) || n->valuedouble < 1 || n->valuedouble > a->cfg.group_size ||
-        n->valuedouble != floor(n->valuedouble))
-      return lh_errbuf_set(err, 400, "n must be a whole number in 1..%u (the actor's group_size): n > 1 opens that "
-                           "many members of a group", a->cfg.group_size);
+    if (!cJSON_IsNumber(n) || (n->valuedouble != 1 && n->valuedouble != a->cfg.group_size))
+      return lh_errbuf_set(err, 400, "n must be 1 or %u (the actor's group_size): n = %u opens a whole group",
+                           a->cfg.group_size, a->cfg.group_size);
     q->n = (uint32_t)n->valuedouble;
     if (a->cfg.rows && q->n > a->cfg.rows)
       return lh_errbuf_set(err, 400, "n = %u is past the actor's batch (%u rows): a request's members play at once",

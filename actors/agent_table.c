@@ -362,10 +362,10 @@ static int completion_follow(lh_actors_agent *a, struct lh_agent_entry *e, const
 }
 
 /* Opens slot as sample (name, q's role) of request q, in the group of
- * task or of an open sibling role: 0, or the status of a refusal (the
- * slot left free). */
+ * task, or in that of like (an open sibling role, or a fan's group): 0,
+ * or the status of a refusal (the slot left free). */
 static int open_entry(lh_actors_agent *a, uint32_t slot, const lh_agent_request *q, const char *name, const char *task,
-                      const struct lh_agent_entry *sib, lh_errbuf *err) {
+                      const struct lh_agent_entry *like, lh_errbuf *err) {
   struct lh_agent_entry *e = &a->entries[slot];
   memset(e, 0, sizeof *e);
   e->handle = (++a->next_handle << 32) | slot;
@@ -374,10 +374,10 @@ static int open_entry(lh_actors_agent *a, uint32_t slot, const lh_agent_request 
   snprintf(e->role, sizeof e->role, "%s", q->role ? q->role : "");
   e->name_hash = name_hash(e->id, e->role);
   int rc = 0;
-  if (sib) {  /* another role of an open episode: its group, counted once */
+  if (like) {  /* another role of an open episode (its group, counted once), or a fan's member */
     e->task = -1;
-    e->task_seed = sib->task_seed;
-    e->base_group = sib->base_group;
+    e->task_seed = like->task_seed;
+    e->base_group = like->base_group;
   } else if ((rc = assign_group(a, e, task, err)) != 0) {
     memset(e, 0, sizeof *e);
     return rc;
@@ -433,8 +433,10 @@ static uint32_t free_slots(const lh_actors_agent *a, uint32_t *slots, uint32_t w
   return n;
 }
 
-/* A request of n > 1: members EPISODE.0 .. EPISODE.n-1 of the task (the
- * episode's name when the request names none), answered together. */
+/* A request of n > 1 (n = group_size): members EPISODE.0 .. EPISODE.n-1,
+ * a group of their own of the task (the episode's name when the request
+ * names none; a group of single requests of the task is not joined, so
+ * that the n are one group), answered together. */
 static int open_fan(lh_actors_agent *a, const lh_agent_request *q, lh_agent_wait *w, lh_errbuf *err) {
   uint32_t n = q->n, count, used;
   char name[LH_AGENT_ID_BYTES + 16];
@@ -452,6 +454,12 @@ static int open_fan(lh_actors_agent *a, const lh_agent_request *q, lh_agent_wait
   }
   if (holds_history(q))
     return lh_errbuf_set(err, 400, "n > 1 opens new episodes: their messages cannot hold an assistant turn");
+  const char *task = q->task && *q->task ? q->task : q->episode;
+  if (!id_ok(task)) return lh_errbuf_set(err, 400, "task: 1..%d bytes of [A-Za-z0-9._:-]", LH_AGENT_ID_BYTES);
+  /* the members' group: the task's seed, a group id no other group has */
+  struct lh_agent_entry group = {.task_seed = lh_hash64(task, strlen(task), a->cfg.salt)};
+  uint64_t key[3] = {group.task_seed, a->next_handle, 0x66616eull};
+  group.base_group = lh_hash64(key, sizeof key, a->cfg.salt ^ 0x67726f7570ull) | 1;
   uint32_t *slots = calloc(n, sizeof *slots);
   struct lh_agent_fan *f = calloc(1, sizeof *f);
   if (f) f->handles = calloc(n, sizeof *f->handles), f->choices = calloc(n, sizeof *f->choices);
@@ -461,11 +469,10 @@ static int open_fan(lh_actors_agent *a, const lh_agent_request *q, lh_agent_wait
   else if (free_slots(a, slots, n, &used) < n)
     status = lh_errbuf_set(err, 429, "too many open episodes (%u, [actor] agent_max_episodes) for %u more: end some "
                            "first", used, n);
-  const char *task = q->task && *q->task ? q->task : q->episode;
   uint32_t opened = 0;
   for (; !status && opened < n; opened++) {
     snprintf(name, sizeof name, "%s.%u", q->episode, opened);
-    if ((status = open_entry(a, slots[opened], q, name, task, NULL, err)) != 0) break;
+    if ((status = open_entry(a, slots[opened], q, name, task, &group, err)) != 0) break;
     struct lh_agent_entry *e = &a->entries[slots[opened]];
     e->fan = f;
     e->fan_at = opened;

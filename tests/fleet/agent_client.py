@@ -149,7 +149,9 @@ def fan():
     """n = 2 opens two members of a group at once, answered together; each
     then plays on under its own name."""
     prompt = "fan: n opens a group"
-    d = expect(200, chat("fan", [{"role": "user", "content": prompt}], n=2, max_tokens=6), "n = 2")
+    # a single request of the task first: its group is left to single requests
+    expect(200, chat("fanpre", [{"role": "user", "content": "fan: a single first"}], task="t-fan", max_tokens=2), "single")
+    d = expect(200, chat("fan", [{"role": "user", "content": prompt}], task="t-fan", n=2, max_tokens=6), "n = 2")
     assert d["longhaul"]["episodes"] == ["fan.0", "fan.1"], d
     assert [c["index"] for c in d["choices"]] == [0, 1], d
     assert [c["longhaul"]["episode"] for c in d["choices"]] == ["fan.0", "fan.1"], d
@@ -174,6 +176,9 @@ def fan():
     assert b is not None, "the second member was not stored in the first's group"
     assert a["task_seed"] == b["task_seed"] and a["outcome"] == "success" and b["outcome"] == "failure", (a, b)
     assert decode(turns(b)[0][1]).startswith("<bos>" + prompt), b
+    expect(200, request("POST", "/v1/episodes/fanpre/end"), "the single's end")
+    single = stored("fan: a single first")
+    assert single["group_id"] != a["group_id"] and single["task_seed"] == a["task_seed"], (single, a)
 
 
 def roles():
