@@ -96,11 +96,13 @@ static int worker(const char *dir, const char *ini, int P, int steps, int episod
   lh_learner_trainer *t = NULL;
   rank_result res;
   memset(&res, 0, sizeof res);
-  /* One compute thread per rank, a learner's default [learner]
-   * blas_threads (learner/run.c). */
-  const lh_backend *be = lh_backend_cpu();
-  if (be->set_threads) be->set_threads(be->context, 1);
-  rc = read_model(ini, &mc, &e);
+  /* The learner's backend (learner/run.c): an instance with its own
+   * scratch arena, so a step maps no memory after the first, and one
+   * compute thread per rank, a learner's default [learner] blas_threads. */
+  const lh_backend *be = NULL;
+  rc = lh_backend_by_name("cpu", &be, &e);
+  if (!rc && be->set_threads) be->set_threads(be->context, 1);
+  if (!rc) rc = read_model(ini, &mc, &e);
   if (!rc && R != P) rc = lh_errbuf_set(&e, LH_EINVAL, "%d ranks for expert_parallel %d: one group wanted", R, P);
   if (!rc) rc = lh_learner_rank_db(db0, rank, db, &e);
   if (!rc) rc = lh_store_open(db, &s, &e);
@@ -140,6 +142,7 @@ static int worker(const char *dir, const char *ini, int P, int steps, int episod
   lh_learner_trainer_free(t);
   lh_store_close(s);
   lh_model_free(m);
+  lh_backend_close(be);
   if (rc) lh_learner_comm_abort(comm, 1);
   lh_learner_comm_close(comm);
   return rc ? 1 : 0;

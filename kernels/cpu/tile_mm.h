@@ -30,50 +30,49 @@ typedef lh_real lh_tile_vec __attribute__((vector_size(32)));
 #define LH_TILE_LOAD(v, p) memcpy(&(v), (p), sizeof(lh_tile_vec))
 #define LH_TILE_STORE(p, v) memcpy((p), &(v), sizeof(lh_tile_vec))
 
-/* Rows i and i+1 (rows 2: both, else i alone) of C, columns [j, j + NV
- * vectors), NV 1, 2 or 4 (a constant where it is inlined): the rows' columns
- * stay in registers, two rows so that two independent chains hide the
- * adds' latency. */
+/* Rows i .. i+rows-1 of C (rows 1, 2 or 4), columns [j, j + NV vectors),
+ * NV 1, 2 or 4 (constants where it is inlined; rows 4 only with NV 1): the
+ * rows' columns stay in registers, several rows so that independent chains
+ * hide the adds' latency. One vector of columns (expert_hidden 8, the
+ * fine-grained experts' products) takes four rows: with two, each step of
+ * k waited on the add before it, and those products ran at half speed. */
 static inline __attribute__((always_inline)) void lh_tile_block(int rows, int NV, int ta, int K,
                                                                const lh_real *A, int lda,
                                                                const lh_real *B, int ldb,
                                                                lh_real beta, lh_real *C,
                                                                int ldc, int i, int j) {
-  lh_tile_vec z = {0}, a0[4] = {z, z, z, z}, a1[4] = {z, z, z, z};
-  lh_real *c0 = C + (size_t)i * ldc + j, *c1 = c0 + ldc;
+  lh_tile_vec z = {0}, a[4][4] = {{z, z, z, z}, {z, z, z, z}, {z, z, z, z}, {z, z, z, z}};
   if (beta != 0) {
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; v++) {
-      lh_tile_vec t;
-      LH_TILE_LOAD(t, c0 + v * LH_TILE_VW);
-      a0[v] = beta * t;
-      if (rows == 2) {
-        LH_TILE_LOAD(t, c1 + v * LH_TILE_VW);
-        a1[v] = beta * t;
+    for (int r = 0; r < rows; r++)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; v++) {
+        lh_tile_vec t;
+        LH_TILE_LOAD(t, C + (size_t)(i + r) * ldc + j + v * LH_TILE_VW);
+        a[r][v] = beta * t;
       }
-    }
   }
   for (int k = 0; k < K; k++) {
-    lh_real x0 = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
-    lh_real x1 = rows == 2 ? (ta ? A[(size_t)k * lda + i + 1] : A[(size_t)(i + 1) * lda + k]) : 0;
+    lh_real x[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < rows; r++) x[r] = ta ? A[(size_t)k * lda + i + r] : A[(size_t)(i + r) * lda + k];
     const lh_real *b = B + (size_t)k * ldb + j;
 #pragma GCC unroll 4
     for (int v = 0; v < NV; v++) {
       lh_tile_vec bv;
       LH_TILE_LOAD(bv, b + v * LH_TILE_VW);
-      a0[v] += x0 * bv;
-      if (rows == 2) a1[v] += x1 * bv;
+#pragma GCC unroll 4
+      for (int r = 0; r < rows; r++) a[r][v] += x[r] * bv;
     }
   }
 #pragma GCC unroll 4
-  for (int v = 0; v < NV; v++) {
-    LH_TILE_STORE(c0 + v * LH_TILE_VW, a0[v]);
-    if (rows == 2) LH_TILE_STORE(c1 + v * LH_TILE_VW, a1[v]);
-  }
+  for (int r = 0; r < rows; r++)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) LH_TILE_STORE(C + (size_t)(i + r) * ldc + j + v * LH_TILE_VW, a[r][v]);
 }
 
-/* Rows i (and i+1), every column: blocks of 4 vectors, then of 1, then the
- * columns past the last whole vector one by one (the same chain per
+/* Rows i .. i+rows-1, every column: blocks of 4 vectors, then of 1, then
+ * the columns past the last whole vector one by one (the same chain per
  * element). */
 static inline __attribute__((always_inline)) void lh_tile_rows(int rows, int ta, int N, int K,
                                                               const lh_real *A, int lda,
@@ -81,8 +80,9 @@ static inline __attribute__((always_inline)) void lh_tile_rows(int rows, int ta,
                                                               lh_real beta, lh_real *C,
                                                               int ldc, int i) {
   int j = 0;
-  for (; j + 4 * LH_TILE_VW <= N; j += 4 * LH_TILE_VW)
-    lh_tile_block(rows, 4, ta, K, A, lda, B, ldb, beta, C, ldc, i, j);
+  if (rows <= 2)
+    for (; j + 4 * LH_TILE_VW <= N; j += 4 * LH_TILE_VW)
+      lh_tile_block(rows, 4, ta, K, A, lda, B, ldb, beta, C, ldc, i, j);
   for (; j + LH_TILE_VW <= N; j += LH_TILE_VW)
     lh_tile_block(rows, 1, ta, K, A, lda, B, ldb, beta, C, ldc, i, j);
   for (int r = i; r < i + rows; r++)
@@ -106,6 +106,9 @@ LH_VEC_CLONES __attribute__((unused)) static void lh_tile_mm_n(int ta, int tb, i
     ldb = N;
   }
   int i = 0;
+  /* Narrow C (no block of 4 vectors): four rows at a time (lh_tile_block). */
+  if (N < 4 * LH_TILE_VW)
+    for (; i + 4 <= M; i += 4) lh_tile_rows(4, ta, N, K, A, lda, B, ldb, beta, C, ldc, i);
   for (; i + 2 <= M; i += 2) lh_tile_rows(2, ta, N, K, A, lda, B, ldb, beta, C, ldc, i);
   if (i < M) lh_tile_rows(1, ta, N, K, A, lda, B, ldb, beta, C, ldc, i);
 }

@@ -57,7 +57,8 @@ static double draw(uint64_t *r, int mode) {
 
 static const int sizes[][2] = {{1, 1},   {2, 1},   {2, 2},   {5, 3},    {16, 2},   {16, 16},
                                {64, 8},  {65, 64}, {100, 64}, {130, 65}, {1024, 16}, {1031, 64},
-                               {4096, 16}, {7, 7},  {33, 1}};
+                               {4096, 16}, {7, 7},  {33, 1},   {1000, 16}, {129, 16}, {200, 24},
+                               {67, 8}};
 
 /* mode 0..3 as draw(); every shape, with and without bias, `rows` rows. */
 static void check_mode(int mode, int rows) {
