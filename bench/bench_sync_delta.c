@@ -19,7 +19,11 @@
  * bytes, and bytes on the wire with zstd) over the version's size, and the
  * time from the announcement to the version verified at the actor over the
  * time of a full fetch (every chunk differs, zstd refused). Times are the
- * median of REPEATS. */
+ * median of REPEATS.
+ *
+ * Usage: bench_sync_delta [--config INI]: the model of INI's [model]
+ * (examples/experts_1024.ini: 1,024 experts, where the experts are most of
+ * the version) instead of the demo's. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,6 +32,7 @@
 #include <zmq.h>
 
 #include "actors/internal.h"
+#include "common/ini_doc.h"
 #include "learner/internal.h"
 
 #define REPEATS 7
@@ -237,8 +242,31 @@ static uint32_t chunks_differing(const uint8_t *a, const uint8_t *b, size_t n, u
   return d;
 }
 
-int main(void) {
-  lh_log_set_level(LH_LOG_WARN); /* a line per version otherwise */
+/* The model: the demo's (model/config.c defaults), or INI's [model]. */
+static void read_model(const char *ini, lh_model_config *mc) {
+  lh_model_config_default(mc);
+  if (!ini) return;
+  lh_ini_doc *doc = NULL;
+  lh_errbuf e = {0};
+  int rc = lh_ini_doc_load(ini, NULL, 0, &doc, &e);
+  if (!rc) rc = lh_model_config_read(doc, mc, &e);
+  lh_ini_doc_free(doc);
+  if (rc) die(ini, e.msg);
+}
+
+int main(int argc, char **argv) {
+  const char *ini = NULL;
+  if (argc == 3 && !strcmp(argv[1], "--config")) {
+    ini = argv[2];
+  } else if (argc != 1) {
+    fprintf(stderr, "usage: bench_sync_delta [--config INI (a model other than the demo's)]\n");
+    return 2;
+  }
+  lh_model_config mc0;
+  read_model(ini, &mc0);
+  /* errors only: a line per version otherwise, and the actor link, which
+   * has no learner here (weights alone), warns that none answers */
+  lh_log_set_level(LH_LOG_ERROR);
   void *ctx = zmq_ctx_new();
   const uint32_t chunk_sizes[2] = {1u << 20, 64u << 10};
   pair pairs[2][2]; /* [chunk size][zstd] */
@@ -249,18 +277,18 @@ int main(void) {
                                  {"experts frozen", experts_frozen}};
   const int ks[3] = {1, 10, 100};
   printf("weights sync after k learner steps: an actor holding the version k steps back fetches the newest.\n"
-         "demo model (d 128, 4 layers, 16 experts top 2), AdamW lr 5e-4 wd 0 (examples/calc.ini), %d warm-up steps,\n"
+         "model %s (d %d, %d layers, %d experts top %d, expert_hidden %d), AdamW lr 5e-4 wd 0 (examples/calc.ini), %d warm-up steps,\n"
          "4x64 random tokens per step. Threads: the publisher serves in 1 thread, the actor link polls in 1,\n"
          "ZeroMQ has 1 I/O thread, training ran before (1 thread, not during the fetches).\n"
          "fetched = chunk bytes fetched / version size; +zstd = bytes on the wire with zstd / version size;\n"
          "time = announcement -> verified at the actor / a full fetch of the same version (every chunk, no zstd),\n"
          "median of %d; zstd cost = the learner compressing every chunk of the version once (1 thread).\n\n",
-         WARMUP_STEPS, REPEATS);
+         ini ? ini : "the demo's", mc0.d_model, mc0.layers, mc0.experts, mc0.topk, mc0.expert_hidden, WARMUP_STEPS,
+         REPEATS);
   printf("%-17s %6s %5s %14s %9s %7s %12s %9s %10s %10s\n", "run", "chunk", "steps", "chunks changed", "fetched",
          "+zstd", "full fetch", "time", "time+zstd", "zstd cost");
   for (int s = 0; s < 3; s++) {
-    lh_model_config mc;
-    lh_model_config_default(&mc);
+    lh_model_config mc = mc0;
     mc.seed = 1;
     trainer t = {.frozen = scenarios[s].frozen, .rng = 12345};
     lh_errbuf e = {0};
