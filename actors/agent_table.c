@@ -189,9 +189,8 @@ static void fan_finish(lh_actors_agent *a, struct lh_agent_fan *f) {
   char *s = f->status == 200 ? fan_json(f) : NULL, *oom = NULL;
   if (f->status == 200 && !s) f->status = 500, oom = lh_agent_error_json(500, "out of memory for the answer");
   for (uint32_t i = 0; i < f->n; i++) {
-    uint32_t slot = (uint32_t)(f->handles[i] & 0xffffffffu);
-    struct lh_agent_entry *e = slot < a->cfg.max_episodes ? &a->entries[slot] : NULL;
-    if (!e || e->state == EP_FREE || e->handle != f->handles[i]) continue;
+    struct lh_agent_entry *e = by_handle(a, f->handles[i]);
+    if (!e) continue;
     e->fan = NULL;
     e->fan_done = 0;
     e->last_ms = now_ms();  /* the agent's clock starts now that it has the answer */

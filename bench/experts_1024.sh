@@ -15,7 +15,10 @@
 #      MaxVio and the dead experts over the RL steps after 20 (targets:
 #      +15 points and within 5 of the 16-expert model; MaxVio <= 0.5, no
 #      dead expert). A run not recorded yet is said, and its figures are
-#      n/a.
+#      n/a. With the run's store beside its record, bench/maxvio_floor.py
+#      prints how low a step's MaxVio could go on those episodes: with a
+#      router that sends each distinct context to random experts, and
+#      with a balanced assignment of them.
 # Its last line is
 #   1024 experts: step S.SSx, maxvio M.MM, dead D, gain G.G points
 set -euo pipefail
@@ -48,7 +51,7 @@ if [ -f "$record" ]; then
   maxvio=$(field "$record" maxvio) dead=$(field "$record" dead) gain=$(field "$record" gain)
   echo "learning run ($record, $(date -u -r "$record" '+%Y-%m-%d %H:%M UTC')): greedy before $(field "$record" before)," \
     "after $(field "$record" after), gain $gain points; worst layer's MaxVio over RL steps >= 20 mean $maxvio," \
-    "largest $(field "$record" maxvio_max); dead experts $dead"
+    "largest $(field "$record" maxvio_max), over the run's summed load $(field "$record" maxvio_run); dead experts $dead"
   if [ -f "$base" ]; then
     echo "16-expert run ($base): greedy before $(field "$base" before), after $(field "$base" after)," \
       "gain $(field "$base" gain) points; MaxVio mean $(field "$base" maxvio)"
@@ -57,5 +60,11 @@ if [ -f "$record" ]; then
   fi
 else
   echo "learning run: none recorded ($record; bench/learn.sh $build experts_1024)"
+fi
+# The learning run's own floor for a step's MaxVio (bench/maxvio_floor.py):
+# its steps' repeated contexts route alike under any router.
+if [ -f "$record" ] && [ -f "$(dirname "$record")/replay.db" ]; then
+  /usr/bin/python3 "$src/bench/maxvio_floor.py" "$build/cli/longhaul" "$(dirname "$record")/replay.db" ||
+    echo "maxvio_floor: not measured"
 fi
 echo "1024 experts: step ${step:-n/a}x, maxvio $maxvio, dead $dead, gain $gain points"

@@ -42,7 +42,8 @@
 # Printed: before, after and the gain (target: +15 points), sampled at the
 # actors' temperature (what RL optimises) and greedy; the balance over
 # the RL steps after a warm-up of 20 (the worst layer's MaxVio per step,
-# its mean and largest, and the experts dead: no token for 10 steps in a
+# its mean and largest, and the MaxVio of the summed load over those
+# steps; and the experts dead: no token for 10 steps in a
 # row; from the store's train_step_layers and train_step_experts), which
 # with the greedy figures goes to LH_LEARN_DIR/record.txt; the curve of the
 # fleet's own success rate per step; the
@@ -131,6 +132,24 @@ t0=$(date +%s)
 if [ -n "${LH_LEARN_INIT:-}" ]; then
   mkdir -p sft && cp "$LH_LEARN_INIT"/model.safetensors sft/
   echo "(the warm start of LH_LEARN_INIT=$LH_LEARN_INIT, not trained again)"
+  if [ "$env" = experts_1024 ] && [ -n "${LH_LEARN_BALANCE:-}" ]; then
+    # the same weights (and balancing biases) under another rule: the rule
+    # is the checkpoint's [model] balance, which eval and the fleet check
+    /usr/bin/python3 - sft/model.safetensors "$LH_LEARN_BALANCE" <<'PY'
+import json, struct, sys
+path, rule = sys.argv[1], sys.argv[2]
+data = open(path, "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+head = json.loads(data[8:8 + n])
+cfg = json.loads(head["__metadata__"]["config"])
+cfg["balance"] = rule
+head["__metadata__"]["config"] = json.dumps(cfg, separators=(",", ":"))
+text = json.dumps(head, separators=(",", ":")).encode()
+text += b" " * (-len(text) % 8)
+open(path, "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+PY
+    echo "(its [model] balance set to $LH_LEARN_BALANCE for this run)"
+  fi
 elif [ ${#sft2_args[@]} -gt 0 ]; then
   "$bin" sft --config learn.ini --out sft1 "${sft_args[@]}"
   "$bin" sft --config learn.ini --init sft1 --out sft2 "${sft2_args[@]}"
@@ -189,6 +208,12 @@ echo "report: $work/report.html"
 warm=20
 maxvio=$(sqlite3 replay.db "SELECT printf('%.2f %.2f', avg(w), max(w)) FROM (SELECT max(maxvio) AS w
   FROM train_step_layers WHERE step >= $warm GROUP BY step)")
+# The same over the run's summed load (each expert's load added over those
+# steps): the global MaxVio of the loss-free balancing paper, over the
+# training batches rather than a validation set.
+maxvio_run=$(sqlite3 replay.db "WITH s AS (SELECT layer, expert, sum(load) AS l FROM train_step_experts
+    WHERE step >= $warm GROUP BY layer, expert)
+  SELECT printf('%.2f', max(v)) FROM (SELECT max(l) / avg(l) - 1 AS v FROM s GROUP BY layer)")
 dead=$(sqlite3 replay.db "WITH z AS (SELECT layer, expert, step,
     step - row_number() OVER (PARTITION BY layer, expert ORDER BY step) AS run
     FROM train_step_experts WHERE step >= $warm AND load = 0)
@@ -196,7 +221,7 @@ dead=$(sqlite3 replay.db "WITH z AS (SELECT layer, expert, step,
 experts=$(sed -n '/^\[model\]/,/^\[/s/^experts = //p' learn.ini)
 balance=$(sed -n '/^\[model\]/,/^\[/s/^balance = //p' learn.ini)
 echo "balance ($balance) over RL steps >= $warm ($experts experts): worst layer's MaxVio per step mean ${maxvio% *}, largest ${maxvio#* };" \
-  "experts dead (no token for 10 steps in a row): $dead"
+  "over the run's summed load $maxvio_run; experts dead (no token for 10 steps in a row): $dead"
 echo "before=$before after=$after gain=$(awk -v a="$after" -v b="$before" 'BEGIN { printf "%.1f", (a - b) * 100 }')" \
-  "maxvio=${maxvio% *} maxvio_max=${maxvio#* } dead=$dead experts=$experts balance=$balance" > record.txt
+  "maxvio=${maxvio% *} maxvio_max=${maxvio#* } maxvio_run=$maxvio_run dead=$dead experts=$experts balance=$balance" > record.txt
 echo "record: $work/record.txt"

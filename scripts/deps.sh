@@ -19,6 +19,7 @@ packages=(
   libxxhash-dev python3-xxhash   # XXH3-64 checksums (wire, checkpoints, store)
   python3-zmq python3-protobuf protobuf-compiler   # Python env server example
   python3-torch            # the PyTorch peer of bench_model
+  python3-numpy            # bench/maxvio_floor.py
   chromium                 # renders longhaul report's page in its test
   clang                    # libFuzzer harnesses (make fuzz)
   valgrind                 # memcheck pass of make test

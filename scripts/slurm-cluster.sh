@@ -17,31 +17,10 @@
 SLURM_CLUSTER_PIDS=()
 
 # Prints a port P such that P plus each offset given is free now, chosen
-# below the kernel's ephemeral range: a port from that range can become the
-# local end of any process's outgoing connection while the daemons or a
-# fleet are still to bind it (a slurmd once found its port so taken,
-# "Address already in use", and the cluster never came up).
+# below the kernel's ephemeral range (tests/free_ports.py, the tests' one
+# rule for ports, says why).
 slurm_cluster_free_ports() {
-  /usr/bin/python3 - "$@" <<'PY'
-import socket, random, sys
-offsets = [int(a) for a in sys.argv[1:]] or [0]
-lo = 32768
-try:
-    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-except (OSError, ValueError, IndexError):
-    pass
-for _ in range(200):
-    p = random.randint(10000, max(10001, lo - 1 - max(offsets)))
-    socks = []
-    try:
-        for q in offsets:
-            s = socket.socket(); s.bind(("0.0.0.0", p + q)); socks.append(s)
-        print(p); break
-    except OSError:
-        pass
-    finally:
-        for s in socks: s.close()
-PY
+  /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/../tests/free_ports.py" --offsets "$@"
 }
 
 # Polls cmd (a string run by bash) every 0.2 s for up to $1 seconds.

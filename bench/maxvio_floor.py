@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""bench/maxvio_floor.py LONGHAUL DB [EXPERTS TOPK BATCH GROUP]: how low a
+learner step's MaxVio can go on a run's own episodes, whatever the router.
+
+Identical contexts (the same tokens from the start) route alike under any
+router, so a step's load comes in lumps: a prefix that every episode shares
+(calc's instruction) lands on its experts once per episode. This reads the
+run's episodes whole (`longhaul replay export`), draws steps of BATCH
+episodes in groups of GROUP as the learner takes them (default 96 in 8, at
+1,024 experts top 16), merges each step's episodes into a prefix tree (one
+node a distinct context, weighted by the episodes through it) and prints
+the step's MaxVio, mean over 20 drawn steps, for two routers:
+  random: each context to TOPK experts drawn at random, a router that
+          splits every context but knows nothing of the load;
+  best:   contexts in decreasing weight, each to the TOPK experts least
+          loaded so far (a greedy balanced assignment: about the lowest
+          MaxVio any router reaches on these steps).
+The share of the step's routed tokens that repeat a context routed before in
+the same step is printed too. Uses numpy (python3-numpy)."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+binary, db = sys.argv[1], sys.argv[2]
+E, K, BATCH, GROUP = (int(a) for a in (sys.argv[3:7] + ["1024", "16", "96", "8"][len(sys.argv) - 3:]))
+out = subprocess.run([binary, "replay", "export", "--db", db, "--status", "complete,truncated"],
+                     check=True, capture_output=True, text=True).stdout
+groups = {}
+for line in out.splitlines():
+    ep = json.loads(line)
+    toks = [t for seg in ep["segments"] for t in seg["tokens"]]
+    groups.setdefault(ep["group_id"], []).append(toks)
+full = [g[:GROUP] for g in groups.values() if len(g) >= GROUP]
+if len(full) < BATCH // GROUP:
+    sys.exit(f"maxvio_floor: {len(full)} whole groups of {GROUP} in {db}, {BATCH // GROUP} wanted")
+
+
+def contexts(episodes):
+    """The weights of a step's distinct contexts (prefix tree nodes)."""
+    children, weight = [{}], [0]
+    for toks in episodes:
+        node = 0
+        for t in toks:
+            nxt = children[node].get(t)
+            if nxt is None:
+                nxt = len(weight)
+                children[node][t] = nxt
+                children.append({})
+                weight.append(0)
+            weight[nxt] += 1
+            node = nxt
+    return np.array(weight[1:], dtype=np.int64)
+
+
+rng = np.random.default_rng(1)
+rand, best, repeat = [], [], []
+for _ in range(20):
+    pick = rng.choice(len(full), BATCH // GROUP, replace=False)
+    w = contexts([toks for i in pick for toks in full[i]])
+    repeat.append(1 - len(w) / float(w.sum()))
+    load = np.zeros(E)
+    for x in w:
+        load[rng.choice(E, K, replace=False)] += x
+    rand.append(load.max() / load.mean() - 1)
+    load = np.zeros(E)
+    for x in np.sort(w)[::-1]:
+        load[np.argpartition(load, K)[:K]] += x
+    best.append(load.max() / load.mean() - 1)
+print(f"maxvio_floor: {len(full)} groups of {GROUP} in {db}; steps of {BATCH} episodes, {E} experts top {K}, "
+      f"20 steps drawn")
+print(f"routed tokens that repeat a context routed before in the same step: {np.mean(repeat):.2f}")
+print(f"step MaxVio, random router {np.mean(rand):.2f} (min {np.min(rand):.2f}, max {np.max(rand):.2f}), "
+      f"best assignment {np.mean(best):.2f}")
+print(f"floor: random={np.mean(rand):.2f} best={np.mean(best):.2f}")
