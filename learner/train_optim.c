@@ -8,9 +8,48 @@
 
 #include "learner/train_internal.h"
 
+/* `quantile`'s histograms summed over ranks, in place, through doubles
+ * (exact for counts below 2^53) a block at a time, so that its quantiles
+ * are those of every rank's tokens. */
+#define HIST_BLOCK ((size_t)1 << 20)
+static int reduce_histograms(lh_learner_trainer *t, lh_errbuf *err) {
+  const lh_model_config *mc = lh_model_get_config(t->m);
+  uint32_t *hist;
+  size_t *tokens;
+  int bins;
+  int rc = lh_model_balancer_histograms(t->balancer, &hist, &bins, &tokens);
+  if (rc) return lh_errbuf_set(err, rc, "train: balancer histograms: %s", lh_strerror(rc));
+  if (!hist) return 0;
+  size_t L = (size_t)mc->layers, n = L * (size_t)mc->experts * (size_t)bins;
+  double *d = malloc((n < HIST_BLOCK ? n : HIST_BLOCK) * sizeof *d);
+  if (!d) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for the histograms' sum");
+  int over = 0;
+  for (size_t at = 0; at < n && !rc; at += HIST_BLOCK) {
+    size_t m = n - at < HIST_BLOCK ? n - at : HIST_BLOCK;
+    for (size_t i = 0; i < m; i++) d[i] = hist[at + i];
+    rc = lh_learner_comm_allreduce_f64(t->comm, d, m, LH_LEARNER_COMM_SUM, err);
+    for (size_t i = 0; !rc && i < m; i++) {
+      over |= d[i] > UINT32_MAX;
+      hist[at + i] = d[i] > UINT32_MAX ? UINT32_MAX : (uint32_t)d[i];
+    }
+  }
+  for (size_t l = 0; !rc && l < L; l++) d[l] = (double)tokens[l];
+  if (!rc) rc = lh_learner_comm_allreduce_f64(t->comm, d, L, LH_LEARNER_COMM_SUM, err);
+  for (size_t l = 0; !rc && l < L; l++) {
+    over |= d[l] > UINT32_MAX;
+    tokens[l] = (size_t)d[l];
+  }
+  free(d);
+  if (!rc && over)
+    rc = lh_errbuf_set(err, LH_ELEARNER_TRAIN, "train: balance = quantile: a step of more than %u tokens over "
+                       "the ranks overflows its histograms; use smaller batches", UINT32_MAX);
+  return rc;
+}
+
 /* Sums what every rank's batch gave, in place, before the clip and the
  * optimizer: the gradients (one flat buffer), the routers' expert counts
- * (so the bias update and MaxVio see the global loads), the loss sums and
+ * (so the bias update and MaxVio see the global loads) and `quantile`'s
+ * histograms, the loss sums and
  * the non-finite flag (so a skipped step is skipped on every rank), and the
  * largest lag and alignment figures. */
 static int reduce_step(lh_learner_trainer *t, lh_learner_step_acc *acc, lh_errbuf *err) {
@@ -23,6 +62,7 @@ static int reduce_step(lh_learner_trainer *t, lh_learner_step_acc *acc, lh_errbu
   LH_TRY(lh_learner_comm_allreduce_f64(t->comm, counts, (size_t)mc->layers * (size_t)mc->experts,
                                        LH_LEARNER_COMM_SUM, err));
   LH_TRY(lh_learner_comm_allreduce_f64(t->comm, pairs, (size_t)mc->layers, LH_LEARNER_COMM_SUM, err));
+  LH_TRY(reduce_histograms(t, err));
   double sum[10] = {acc->loss, acc->policy_loss, acc->clip_sum, acc->lag_sum, (double)acc->tokens,
                     (double)acc->current, (double)acc->nonfinite, acc->kl_sum, acc->entropy_sum,
                     acc->ratio_sum};

@@ -9,11 +9,6 @@
 int lh_learner_trainer_set_comm(lh_learner_trainer *t, lh_learner_comm *c, lh_errbuf *err) {
   if (!t) return lh_errbuf_set(err, LH_EINVAL, "train: NULL trainer");
   const lh_model_config *mc = lh_model_get_config(t->m);
-  if (lh_learner_comm_size(c) > 1 && mc->balance == LH_BALANCE_QUANTILE)
-    return lh_errbuf_set(err, LH_ELEARNER_COMM,
-                         "train: [model] balance = quantile needs every token's router scores and cannot run on %d "
-                         "learner ranks; use balance = bias, or one learner",
-                         lh_learner_comm_size(c));
   t->comm = c;
   t->rank = lh_learner_comm_rank(c);
   lh_learner_experts_close(t->experts);

@@ -305,6 +305,14 @@ int lh_model_balancer_counts(lh_model_balancer *b, double **counts, double **pai
   return LH_OK;
 }
 
+int lh_model_balancer_histograms(lh_model_balancer *b, uint32_t **hist, int *bins, size_t **tokens) {
+  if (!b || !hist || !bins || !tokens) return LH_EINVAL;
+  *hist = b->hist;
+  *bins = QUANTILE_BINS;
+  *tokens = b->n_scores;
+  return LH_OK;
+}
+
 double lh_model_balancer_ms(const lh_model_balancer *b) { return b ? b->last_ms : NAN; }
 
 /* State layout: "LHBAL001", layers and experts (int32 each), steps

@@ -478,6 +478,12 @@ int lh_model_balancer_dead(const lh_model_balancer *b, int layer);
  * data-parallel learners sum them over ranks first, so that every rank's
  * bias update, MaxVio and dead-expert count see the global loads. */
 int lh_model_balancer_counts(lh_model_balancer *b, double **counts, double **pairs);
+/* `quantile`'s histograms of the current step: (layers, experts, bins)
+ * counts of affinities (*bins per expert), and each layer's number of
+ * tokens in them (layers); writable until lh_model_balancer_step, to be
+ * summed over ranks as the counts are (a sum of histograms is the
+ * histogram of all the ranks' tokens). *hist NULL under another rule. */
+int lh_model_balancer_histograms(lh_model_balancer *b, uint32_t **hist, int *bins, size_t **tokens);
 /* Wall time of the last ended step's balancing, in milliseconds: every
  * observe since the step before, and the step itself (the bias rule, the
  * statistics, and for step_model the bias's way to and from the backend). */

@@ -1,7 +1,7 @@
 /* Tests of the learner ranks (learner/allreduce.c and the rank-aware step
  * of learner/train_*.c: train_optim.c, train_ranks.c): the single-rank comm needs no MPI; the rank-aware
  * step over a transport that reduces nothing gives one rank's weights bit
- * for bit, and balance = quantile is refused with two ranks; two ranks under
+ * for bit, under balance = quantile too; two ranks under
  * `mpirun -n 2`, each with half of every batch in its own store, end each
  * of 3 steps with the same weights as one rank with the whole batch
  * (within 1e-6) and with bit-identical weights on both ranks; rank 0 alone
@@ -36,9 +36,23 @@
 
 static char self_path[1024];
 
-/* The suite's model: the tiny one at test_learner_train's seed. */
+/* The suite's model: the tiny one at test_learner_train's seed; with
+ * quantile set, under balance = quantile (its histograms summed over the
+ * ranks). */
 #define MODEL_SEED 7
-static lh_model *tiny_model(void) { return lrfx_model(MODEL_SEED); }
+static int quantile;
+static lh_model_config tiny_config(void) {
+  lh_model_config c = lrfx_model_config(MODEL_SEED);
+  if (quantile) c.balance = LH_BALANCE_QUANTILE;
+  return c;
+}
+static lh_model *tiny_model(void) {
+  lh_model_config c = tiny_config();
+  lh_model *m = NULL;
+  lh_errbuf e;
+  ck_assert_msg(lh_model_new(&c, lh_backend_cpu(), &m, &e) == 0, "%s", e.msg);
+  return m;
+}
 
 static lh_learner_config cfg_for(uint64_t batch_episodes) {
   lh_learner_config c;
@@ -67,7 +81,8 @@ static void write_group(lh_store *s, lh_model *m, int g) {
 /* ---- one rank of the MPI job ------------------------------------------------
  * MODE "train": 3 steps on this rank's store (DIR/replay.db, .rank1), each
  * checked bit-identical across ranks, rank 0 writing its parameters after
- * each step (DIR/params.step<k>), then a checkpoint (DIR/ckpt). MODE
+ * each step (DIR/params.step<k>), then a checkpoint (DIR/ckpt);
+ * "train-quantile" the same under balance = quantile. MODE
  * "resume": loads that checkpoint and this rank's done set, scans, and
  * checks nothing is offered again and the weights are the saved ones. */
 static int worker(const char *mode, const char *dir) {
@@ -88,7 +103,8 @@ static int worker(const char *mode, const char *dir) {
   snprintf(db0, sizeof db0, "%s/replay.db", dir);
   snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
   lh_learner_config cfg = cfg_for(GROUP_SIZE);  /* half of the one-rank batch */
-  lh_model_config model_cfg = lrfx_model_config(MODEL_SEED);
+  quantile = !strcmp(mode, "train-quantile");
+  lh_model_config model_cfg = tiny_config();
   lh_store *s = NULL;
   lh_model *m = NULL;
   lh_learner_trainer *t = NULL;
@@ -262,7 +278,7 @@ END_TEST
 /* A stand-in transport that claims two ranks but reduces nothing (each
  * "sum" is this process's own value): the trainer's rank-aware path then
  * computes exactly what one rank does, which shows it adds nothing of its
- * own to the arithmetic; and balance = quantile is refused with it. */
+ * own to the arithmetic, under balance = quantile too. */
 static int fake_calls;
 static int fake_f32(void *ctx, float *buf, size_t n, lh_learner_comm_op op) {
   (void)ctx, (void)buf, (void)n, (void)op;
@@ -336,22 +352,15 @@ START_TEST(test_rank_path_adds_nothing) {
   train_three(two, db, rank_path, nf);
   ck_assert_int_gt(fake_calls, 0);
   ck_assert_int_eq(memcmp(one_rank, rank_path, nf * sizeof(float)), 0);
-  /* balance = quantile cannot be reduced over ranks. */
-  lh_model_config c;
-  lh_model_config_default(&c);
-  c.d_model = 16, c.layers = 2, c.heads = 2, c.experts = 4, c.topk = 2;
-  c.shared_experts = 1, c.latent = 8, c.expert_hidden = 8, c.chunk = 4, c.balance = LH_BALANCE_QUANTILE;
-  ck_assert_int_eq(lh_model_new(&c, lh_backend_cpu(), &m, &e), 0);
-  lh_store *s;
-  ck_assert_int_eq(lh_store_open(db, &s, &e), 0);
-  lh_learner_config cfg = cfg_for(2 * GROUP_SIZE);
-  lh_learner_trainer *t;
-  ck_assert_int_eq(lh_learner_trainer_new(m, s, &cfg, 0.7f, NULL, &t, &e), 0);
-  ck_assert_int_eq(lh_learner_trainer_set_comm(t, two, &e), LH_ELEARNER_COMM);
-  ck_assert_ptr_nonnull(strstr(e.msg, "quantile"));
-  lh_learner_trainer_free(t);
-  lh_store_close(s);
-  lh_model_free(m);
+  /* The same under balance = quantile, whose histograms the rank path
+   * sums (here, each its own). */
+  quantile = 1;
+  train_three(NULL, db, one_rank, nf);
+  fake_calls = 0;
+  train_three(two, db, rank_path, nf);
+  quantile = 0;
+  ck_assert_int_gt(fake_calls, 0);
+  ck_assert_int_eq(memcmp(one_rank, rank_path, nf * sizeof(float)), 0);
   lh_learner_comm_close(two);
   free(one_rank), free(rank_path);
   char cmd[160];
@@ -360,15 +369,19 @@ START_TEST(test_rank_path_adds_nothing) {
 }
 END_TEST
 
-START_TEST(test_two_ranks_match_one) {
-  char dir[64], one[128], two[128], path[256];
-  strcpy(dir, "/tmp/lh_mpi_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+/* Stores for one rank (DIR/one) and two (DIR/two), 3 steps on one rank
+ * with the whole batch, then the 2-rank job MODE on the halves: each step's
+ * weights equal on both ranks and within 1e-6 of one rank's. The one-rank
+ * steps' figures go to ref_stats; under quantile, the balancing bias must
+ * have moved. */
+static void two_ranks_match_one(const char *mode, const char *dir, lh_learner_train_stats *ref_stats) {
+  char one[128], two[128], path[256];
   snprintf(one, sizeof one, "%s/one", dir);
   snprintf(two, sizeof two, "%s/two", dir);
   ck_assert_int_eq(mkdir(one, 0777), 0);
   ck_assert_int_eq(mkdir(two, 0777), 0);
   lh_errbuf e;
+  quantile = !strcmp(mode, "train-quantile");
   lh_model *m = tiny_model();
   size_t nf = lh_model_n_floats(m);
   /* One store with every group; rank 0's with the even groups, rank 1's
@@ -392,7 +405,6 @@ START_TEST(test_two_ranks_match_one) {
   ck_assert_msg(lh_learner_trainer_new(m, s1, &cfg, 0.7f, NULL, &t, &e) == 0, "%s", e.msg);
   ck_assert_int_eq(lh_learner_trainer_scan(t, NULL, &e), 0);
   float *ref[STEPS];
-  lh_learner_train_stats ref_stats[STEPS];
   for (int k = 0; k < STEPS; k++) {
     int stepped = 0;
     ck_assert_msg(lh_learner_trainer_step(t, &stepped, &ref_stats[k], &e) == 0, "%s", e.msg);
@@ -400,14 +412,26 @@ START_TEST(test_two_ranks_match_one) {
     ck_assert_double_eq(ref_stats[k].allreduce_ms, 0);
     ref[k] = malloc(nf * sizeof(float));
     memcpy(ref[k], lh_model_params(m), nf * sizeof(float));
-    printf("one rank step %d: loss=%.9g tokens=%zu episodes=%zu\n", k + 1, ref_stats[k].loss, ref_stats[k].tokens,
-           ref_stats[k].episodes);
+    printf("%s, one rank step %d: loss=%.9g tokens=%zu episodes=%zu\n", mode, k + 1, ref_stats[k].loss,
+           ref_stats[k].tokens, ref_stats[k].episodes);
+  }
+  if (quantile) {
+    /* the rule moved the first layer's bias (it starts at 0) */
+    double moved = 0;
+    for (int i = 0; i < lh_model_n_tensors(m); i++) {
+      const lh_model_tensor *x = lh_model_tensor_at(m, i);
+      if (!strcmp(x->name, "layers.0.moe.bias"))
+        for (size_t j = 0; j < x->numel; j++) moved = fmax(moved, fabs((double)ref[STEPS - 1][x->offset + j]));
+    }
+    printf("quantile: the largest bias of layer 0 after %d steps %.3g\n", STEPS, moved);
+    ck_assert_msg(moved > 0, "balance = quantile left the bias at 0");
   }
   lh_learner_trainer_free(t);
   lh_store_close(s1);
   lh_model_free(m);
+  quantile = 0;
   /* Two ranks, half each. */
-  ck_assert_msg(run_job("train", two) == 0, "the 2-rank job failed (see its log above)");
+  ck_assert_msg(run_job(mode, two) == 0, "the 2-rank job %s failed (see its log above)", mode);
   for (int k = 0; k < STEPS; k++) {
     snprintf(path, sizeof path, "%s/params.step%d", two, k + 1);
     float *p0 = lrfx_read_floats(path, nf);
@@ -418,10 +442,21 @@ START_TEST(test_two_ranks_match_one) {
     ck_assert_int_eq(memcmp(p0, p1, nf * sizeof(float)), 0);
     double maxdiff = 0;
     for (size_t i = 0; i < nf; i++) maxdiff = fmax(maxdiff, fabs((double)p0[i] - (double)ref[k][i]));
-    printf("step %d: two ranks vs one: max |dw| = %.3g over %zu parameters\n", k + 1, maxdiff, nf);
-    ck_assert_msg(maxdiff <= 1e-6, "step %d: weights differ by %g", k + 1, maxdiff);
+    printf("%s, step %d: two ranks vs one: max |dw| = %.3g over %zu parameters\n", mode, k + 1, maxdiff, nf);
+    ck_assert_msg(maxdiff <= 1e-6, "%s, step %d: weights differ by %g", mode, k + 1, maxdiff);
     free(p0), free(p1), free(ref[k]);
   }
+}
+
+START_TEST(test_two_ranks_match_one) {
+  char dir[64], two[128], path[256];
+  strcpy(dir, "/tmp/lh_mpi_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(two, sizeof two, "%s/two", dir);
+  lh_errbuf e;
+  lh_store *r0, *r1;
+  lh_learner_train_stats ref_stats[STEPS];
+  two_ranks_match_one("train", dir, ref_stats);
   /* Rank 0 wrote the run's rows, with the figures of both halves. */
   rows_ctx r = {0};
   snprintf(path, sizeof path, "%s/replay.db", two);
@@ -449,6 +484,19 @@ START_TEST(test_two_ranks_match_one) {
   ck_assert_int_eq(access(path, R_OK), 0);
   ck_assert_msg(run_job("resume", two) == 0, "the 2-rank resume failed (see its log above)");
   char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* balance = quantile over two ranks: their histograms summed, the bias
+ * moves as one rank's over the whole batch does. */
+START_TEST(test_two_ranks_quantile) {
+  char dir[64], cmd[160];
+  strcpy(dir, "/tmp/lh_mpi_q_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  lh_learner_train_stats ref_stats[STEPS];
+  two_ranks_match_one("train-quantile", dir, ref_stats);
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   ck_assert_int_eq(system(cmd), 0);
 }
@@ -627,6 +675,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("ranks");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_two_ranks_match_one);
+    tcase_add_test(tc, test_two_ranks_quantile);
     tcase_add_test(tc, test_mpirun_learner_with_actors);
     suite_add_tcase(s, tc);
   }
