@@ -8,7 +8,7 @@
  * order, ties to the lower index: the order of k repeated scans with a
  * strict > (the reference, kept for rows holding a NaN, where that order is
  * not a total order, and for k above LH_ROUTE_HEAP_MAX). Otherwise the k
- * best seen so far, kept sorted, over one pass (select_topk): experts
+ * best seen so far, kept sorted, over one pass (route_row): experts
  * come in increasing index, so a newcomer enters only when its value is
  * strictly above the last's, which keeps ties with the lower index. */
 #define LH_ROUTE_HEAP_MAX 64
@@ -57,11 +57,12 @@ static int sorted_k(int32_t *idx, const lh_real *v, const int32_t *ids, int n_in
   return nan;
 }
 
-/* The row's values v = s + bias into v, the smallest of the maxima of k
- * blocks that cover it into *floor (k experts are at least that good, so
- * the k best are all at or above it), and whether a NaN is there: one
- * vector pass. */
-LH_VEC_CLONES static int row_floor(lh_real *v, const lh_real *s, const lh_real *bias, int E, int k,
+/* The row's affinities s = sigmoid(z), its values v = s + bias, the
+ * smallest of the maxima of k blocks that cover it into *floor (k experts
+ * are at least that good, so the k best are all at or above it), and
+ * whether a NaN is there: one vector pass (the sigmoid is the same
+ * function as sigmoid_row's, so the same bits). */
+LH_VEC_CLONES static int row_floor(lh_real *v, lh_real *s, const lh_real *z, const lh_real *bias, int E, int k,
                                    lh_real *floor) {
   int span = E / k, nan = 0;
   lh_real lo = INFINITY;
@@ -70,7 +71,8 @@ LH_VEC_CLONES static int row_floor(lh_real *v, const lh_real *s, const lh_real *
     lh_real mx = -INFINITY;
 #pragma omp simd reduction(max : mx) reduction(| : nan)
     for (int e = from; e < to; e++) {
-      lh_real val = s[e] + (bias ? bias[e] : 0);
+      lh_real se = lh_sigmoid(z[e]), val = se + (bias ? bias[e] : 0);
+      s[e] = se;
       v[e] = val;
       nan |= val != val;
       mx = val > mx ? val : mx;
@@ -82,10 +84,10 @@ LH_VEC_CLONES static int row_floor(lh_real *v, const lh_real *s, const lh_real *
 }
 
 /* The experts whose value v[e] is at or above floor into cand, in index
- * order; returns how many. Each 64 experts' compares go into a mask in one
- * vector pass and only its set bits are visited: written one expert at a
- * time, the count's dependence from one compare to the next store was
- * most of the routing kernel. */
+ * order; returns how many. Each 64 experts' compares go into a mask and
+ * only its set bits are visited: written one expert at a time, the count's
+ * dependence from one compare to the next store was most of the routing
+ * kernel. */
 LH_VEC_CLONES static int row_candidates(int32_t *cand, const lh_real *v, int E, lh_real floor) {
   int n = 0;
   for (int b = 0; b < E; b += 64) {
@@ -98,45 +100,47 @@ LH_VEC_CLONES static int row_candidates(int32_t *cand, const lh_real *v, int E, 
   return n;
 }
 
-/* The k best experts of a row. Where a row has at least LH_ROUTE_SPAN_MIN
- * experts a chosen one, the candidates are first cut to those at or above
- * the floor of row_floor (written without a branch; about 50 of 1024 at
- * top 16 on random rows), kept in index order, and the sorted k is taken
- * over them alone: the same experts in the same order, since every one of
- * the k best is a candidate. At 1024 experts top 16 (bench_router) the
- * routing kernel took 1.7 us a token this way against 4.0 us with the
- * sorted k over all 1024 and 4.7 us with a heap, whose sift down's
- * branches the processor could not predict. */
+/* s = sigmoid(z), E elements, cloned for AVX2 (LH_VEC_CLONES: the same
+ * bits either way). */
+LH_VEC_CLONES static void sigmoid_row(lh_real *s, const lh_real *z, int E) {
+#pragma omp simd
+  for (int e = 0; e < E; e++) s[e] = lh_sigmoid(z[e]);
+}
+
+/* A row's affinities s = sigmoid(z) and its k best experts. Where a row
+ * has at least LH_ROUTE_SPAN_MIN experts a chosen one, the sigmoid comes
+ * with row_floor's pass, the candidates are cut to those at or above its
+ * floor (about 50 of 1024 at top 16 on random rows), kept in index order,
+ * and the sorted k is taken over them alone: the same experts in the same
+ * order, since every one of the k best is a candidate. At 1024 experts top
+ * 16 (bench_router) the routing kernel, sigmoid and gates included, took
+ * 2.7-2.9 us a token this way against 4.0 us with the sorted k over all
+ * 1024 and 4.7 us with a heap, whose sift down's branches the processor
+ * could not predict. */
 #define LH_ROUTE_SPAN_MIN 8
-static void select_topk(int32_t *idx, const lh_real *s, const lh_real *bias, int E, int k, lh_real *v,
-                        int32_t *cand) {
-  if (k > LH_ROUTE_HEAP_MAX) {
-    select_topk_scan(idx, s, bias, E, k);
-    return;
-  }
+static void route_row(int32_t *idx, lh_real *s, const lh_real *z, const lh_real *bias, int E, int k, lh_real *v,
+                      int32_t *cand) {
   int nan;
-  if (E / k >= LH_ROUTE_SPAN_MIN) {
+  if (k <= LH_ROUTE_HEAP_MAX && E / k >= LH_ROUTE_SPAN_MIN) {
     lh_real floor;
-    nan = row_floor(v, s, bias, E, k, &floor);
+    nan = row_floor(v, s, z, bias, E, k, &floor);
     if (!nan) {
       int n = row_candidates(cand, v, E, floor);
       for (int i = 0; i < n; i++) v[i] = v[cand[i]];
       nan = sorted_k(idx, v, cand, n, k);
     }
-  } else if (bias) {
-    for (int e = 0; e < E; e++) v[e] = s[e] + bias[e];
-    nan = sorted_k(idx, v, NULL, E, k);
   } else {
-    nan = sorted_k(idx, s, NULL, E, k);
+    sigmoid_row(s, z, E);
+    if (k > LH_ROUTE_HEAP_MAX) {
+      nan = 1;
+    } else if (bias) {
+      for (int e = 0; e < E; e++) v[e] = s[e] + bias[e];
+      nan = sorted_k(idx, v, NULL, E, k);
+    } else {
+      nan = sorted_k(idx, s, NULL, E, k);
+    }
   }
-  if (nan) select_topk_scan(idx, s, bias, E, k); /* NaN: the reference order */
-}
-
-/* s = sigmoid(z), E elements: at 1024 experts most of a row's routing
- * cost, so cloned for AVX2 (LH_VEC_CLONES: the same bits either way). */
-LH_VEC_CLONES static void sigmoid_row(lh_real *s, const lh_real *z, int E) {
-#pragma omp simd
-  for (int e = 0; e < E; e++) s[e] = lh_sigmoid(z[e]);
+  if (nan) select_topk_scan(idx, s, bias, E, k); /* NaN, or k above the sorted k's: the reference order */
 }
 
 int LH_CPU(moe_route_forward)(void *ctx, int32_t *expert_idx, lh_real *gates,
@@ -148,7 +152,7 @@ int LH_CPU(moe_route_forward)(void *ctx, int32_t *expert_idx, lh_real *gates,
   /* Rows are independent: tokens are shared out on the team (a row that
    * replays a bad expert list marks the call; the others still run). */
   int t = lh_cpu_team(ctx, (size_t)N * (size_t)E / LH_ROUTE_TEAM_UNIT + 1), bad = 0;
-  /* each member's row of values and of candidates (select_topk) */
+  /* each member's row of values and of candidates (route_row) */
   size_t member = ((sizeof(lh_real) + sizeof(int32_t)) * (size_t)E + 63) / 64 * 64;
   void *owned = NULL;
   char *mem = replay ? NULL : lh_cpu_scratch(ctx, member * (size_t)t, &owned);
@@ -158,8 +162,8 @@ int LH_CPU(moe_route_forward)(void *ctx, int32_t *expert_idx, lh_real *gates,
     const lh_real *z = logits + (size_t)n * E;
     lh_real *s = affinity + (size_t)n * E;
     int32_t *idx = expert_idx + (size_t)n * k;
-    sigmoid_row(s, z, E);
     if (replay) {
+      sigmoid_row(s, z, E);
       int row_bad = 0;
       for (int j = 0; j < k; j++) {
         row_bad |= idx[j] < 0 || idx[j] >= E;
@@ -175,7 +179,7 @@ int LH_CPU(moe_route_forward)(void *ctx, int32_t *expert_idx, lh_real *gates,
 #else
       char *mine = mem;
 #endif
-      select_topk(idx, s, bias, E, k, (lh_real *)(void *)mine, (int32_t *)(void *)(mine + sizeof(lh_real) * E));
+      route_row(idx, s, z, bias, E, k, (lh_real *)(void *)mine, (int32_t *)(void *)(mine + sizeof(lh_real) * E));
     }
     lh_real sum = 0;
     for (int j = 0; j < k; j++) sum += s[idx[j]];

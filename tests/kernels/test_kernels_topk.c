@@ -3,7 +3,8 @@
  * copied here as the reference: on random rows, with many ties (values
  * drawn from a few levels), biases, -0/+0, infinities and NaN, the chosen
  * experts and their order must be the same, in fp32 (the backend) and in
- * fp64 (the gradient-check build). */
+ * fp64 (the gradient-check build); and replaying the chosen experts gives
+ * the same affinities and gates bit for bit. */
 #include "tests/case_main.h"  /* check.h and the suite runner */
 #include <math.h>
 #include <stdlib.h>
@@ -86,6 +87,15 @@ static void check_mode(int mode, int rows) {
       const double *bdp = with_bias ? bd : NULL;
       ck_assert_int_eq(be->moe_route_forward(be->context, got, gf, af, lf, bfp, N, E, k, 0), 0);
       for (int n = 0; n < N; n++) reference_float(want + (size_t)n * k, af + (size_t)n * E, bfp, E, k);
+      /* replaying the chosen experts gives the same affinities and gates,
+       * bit for bit (the selection computes its sigmoid in its own pass) */
+      if (mode < 3) {
+        float *af2 = malloc(ne * sizeof *af2), *gf2 = malloc(nk * sizeof *gf2);
+        ck_assert_int_eq(be->moe_route_forward(be->context, got, gf2, af2, lf, bfp, N, E, k, 1), 0);
+        ck_assert_msg(!memcmp(af, af2, ne * sizeof *af) && !memcmp(gf, gf2, nk * sizeof *gf),
+                      "mode %d E %d k %d: replay's affinities or gates differ", mode, E, k);
+        free(af2), free(gf2);
+      }
       for (size_t i = 0; i < nk; i++)
         if (got[i] != want[i])
           ck_abort_msg("fp32 mode %d E %d k %d bias %d row %zu slot %zu: %d, reference %d", mode, E, k,
