@@ -24,7 +24,10 @@ import sys
 import numpy as np
 
 binary, db = sys.argv[1], sys.argv[2]
-E, K, BATCH, GROUP = (int(a) for a in (sys.argv[3:7] + ["1024", "16", "96", "8"][len(sys.argv) - 3:]))
+sizes = [1024, 16, 96, 8]  # experts, top-k, a step's episodes, a group's
+for i, a in enumerate(sys.argv[3:7]):
+    sizes[i] = int(a)
+E, K, BATCH, GROUP = sizes
 out = subprocess.run([binary, "replay", "export", "--db", db, "--status", "complete,truncated"],
                      check=True, capture_output=True, text=True).stdout
 groups = {}
