@@ -314,6 +314,33 @@ static void clear_tmp(int dfd, const char *name) {
     remove_at(dfd, name, 0);
 }
 
+/* Names the folder name (in ckpt_dir, open as dfd) in `latest`, through a
+ * temporary file created afresh (never opened through a link left at its
+ * name), flushed and renamed over it. */
+static int write_latest(const char *ckpt_dir, int dfd, const char *name, lh_errbuf *err) {
+  char lt_name[32], lt[LH_LEARNER_TEXT_BYTES + 32], lf[LH_LEARNER_TEXT_BYTES + 32];
+  snprintf(lt_name, sizeof lt_name, ".%s.tmp", LH_LEARNER_LATEST_FILE);
+  snprintf(lt, sizeof lt, "%s/%s", ckpt_dir, lt_name);
+  snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
+  int rc = 0, saved_errno = 0;
+  const char *failed = lt;
+  unlinkat(dfd, lt_name, 0);
+  int fd = openat(dfd, lt_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
+  if (!f) {
+    rc = -1, saved_errno = errno;
+    if (fd >= 0) close(fd);
+  }
+  if (f && (fprintf(f, "%s\n", name) < 0 || fflush(f) || fsync(fileno(f)))) rc = -1, saved_errno = errno;
+  if (f && fclose(f) && !rc) rc = -1, saved_errno = errno;
+  if (!rc && renameat(dfd, lt_name, dfd, LH_LEARNER_LATEST_FILE)) rc = -1, saved_errno = errno, failed = lf;
+  if (!rc && fsync(dfd)) rc = -1, saved_errno = errno, failed = ckpt_dir;
+  if (!rc) return 0;
+  if (f) unlinkat(dfd, lt_name, 0);
+  return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot write %s (to name %s in %s): %s", failed, name, lf,
+                       strerror(saved_errno));
+}
+
 /* save_files' work once ckpt_dir is open as dfd: the folder's files under a
  * temporary name, renamed into place, then `latest`. */
 static int save_into(const char *ckpt_dir, int dfd, ckpt_stream *s, const lh_learner_state *st,
@@ -364,35 +391,13 @@ static int save_into(const char *ckpt_dir, int dfd, ckpt_stream *s, const lh_lea
     clear_tmp(dfd, tmp_name);
     return rc;
   }
-  /* Then `latest`, through a temporary file created afresh (never opened
-   * through a link left at its name). */
-  char lt_name[32], lt[LH_LEARNER_TEXT_BYTES + 32], lf[LH_LEARNER_TEXT_BYTES + 32];
-  snprintf(lt_name, sizeof lt_name, ".%s.tmp", LH_LEARNER_LATEST_FILE);
-  snprintf(lt, sizeof lt, "%s/%s", ckpt_dir, lt_name);
-  snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
-  int renamed = 0, saved_errno = 0;
-  const char *failed = lt;
-  unlinkat(dfd, lt_name, 0);
-  int fd = openat(dfd, lt_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-  FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
-  if (!f) {
-    rc = -1, saved_errno = errno;
-    if (fd >= 0) close(fd);
-  }
-  if (f && (fprintf(f, "%s\n", name) < 0 || fflush(f) || fsync(fileno(f)))) rc = -1, saved_errno = errno;
-  if (f && fclose(f) && !rc) rc = -1, saved_errno = errno;
-  if (!rc && renameat(dfd, lt_name, dfd, LH_LEARNER_LATEST_FILE)) rc = -1, saved_errno = errno, failed = lf;
-  renamed = !rc;
-  if (!rc && fsync(dfd)) rc = -1, saved_errno = errno, failed = ckpt_dir;
-  if (rc) {
-    if (f) unlinkat(dfd, lt_name, 0);
-    /* `latest` still names the previous checkpoint: the new folder, which
-     * nothing names, goes (a full disk gets its space back). Once renamed,
-     * `latest` may name it, so it stays. */
-    if (!renamed && !latest_names(dfd, name)) remove_at(dfd, name, 0);
-    return lh_errbuf_set(err, LH_ELEARNER_CKPT, "checkpoint: cannot write %s (to name %s in %s): %s", failed, name,
-                         lf, strerror(saved_errno));
-  }
+  /* Then `latest`. */
+  rc = write_latest(ckpt_dir, dfd, name, err);
+  /* `latest` still names the previous checkpoint: the new folder, which
+   * nothing names, goes (a full disk gets its space back). Once renamed,
+   * `latest` may name it, so it stays. */
+  if (rc && !latest_names(dfd, name)) remove_at(dfd, name, 0);
+  if (rc) return rc;
   if (path_out) snprintf(path_out, LH_LEARNER_TEXT_BYTES, "%s", final);
   return 0;
 }
@@ -654,21 +659,35 @@ int lh_learner_ckpt_resume_find(const char *ckpt_dir, int *found, lh_errbuf *err
   int dfd = open_ckpt_dir(ckpt_dir);
   if (dfd < 0 && errno == ENOENT) return 0; /* no ckpt_dir: nothing to resume from */
   int lr = dfd < 0 ? -1 : list_steps(dfd, &steps, &n, NULL);
-  if (dfd >= 0) {
+  if (lr) {
     int saved_errno = errno;
-    close(dfd);
-    errno = saved_errno;
-  }
-  if (lr)
+    if (dfd >= 0) close(dfd);
     return lh_errbuf_set(err, lr == -2 ? LH_ENOMEM : LH_ECONFIG,
                          "checkpoint: cannot read [learner] ckpt_dir %s: %s", ckpt_dir,
-                         lr == -2 ? "out of memory" : strerror(errno));
+                         lr == -2 ? "out of memory" : strerror(saved_errno));
+  }
   char lf[LH_LEARNER_TEXT_BYTES + 32], name[64], newest[32] = "";
   snprintf(lf, sizeof lf, "%s/%s", ckpt_dir, LH_LEARNER_LATEST_FILE);
   if (n) snprintf(newest, sizeof newest, "%s", steps[n - 1].name);
   free(steps);
   int rc = read_latest_in(ckpt_dir, name, sizeof name);
   int missing = rc == -1 && errno == ENOENT;
+  /* A learner stopped between renaming its first checkpoint's folder
+   * into place and naming it in `latest` leaves that one whole folder and
+   * no `latest` (every later checkpoint finds the previous `latest`
+   * there). It is the only checkpoint there is, so --resume names it and
+   * goes on from it; with several folders, which one a run should go on
+   * from is a person's choice. */
+  if (missing && n == 1) {
+    int wrc = write_latest(ckpt_dir, dfd, newest, err);
+    close(dfd);
+    if (wrc) return wrc;
+    LH_WARN("learner", "checkpoint: %s was missing and %s holds one step-N folder, %s (the learner stopped before "
+            "naming its first checkpoint): %s now names it", lf, ckpt_dir, newest, LH_LEARNER_LATEST_FILE);
+    *found = 1;
+    return 0;
+  }
+  close(dfd);
   if (missing && n == 0) return 0; /* empty: nothing to resume from */
   if (rc == 0) {
     char p[2 * LH_LEARNER_TEXT_BYTES];

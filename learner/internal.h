@@ -672,8 +672,11 @@ int lh_learner_ckpt_exists(const char *ckpt_dir);
 /* What `--resume` finds in ckpt_dir. *found = 1: `latest` names a step-N
  * folder that is there (load it with lh_learner_ckpt_load_latest); 0:
  * nothing to resume from, a run starts fresh (ckpt_dir is not there, or
- * holds neither `latest` nor a step-N folder). LH_ECONFIG naming
- * ckpt_dir/latest when it is missing while step-N folders are there, or
+ * holds neither `latest` nor a step-N folder). With no `latest` and one
+ * step-N folder (a learner stopped between renaming its first checkpoint
+ * into place and naming it), `latest` is written naming that folder and
+ * *found = 1. LH_ECONFIG naming ckpt_dir/latest when it is missing while
+ * several step-N folders are there, or
  * cannot be read, names no step-N folder or one that is not there:
  * starting fresh would write over those folders, so the message says
  * which is the newest and how to go on; a restart cannot mend that, a

@@ -625,6 +625,38 @@ START_TEST(test_resume_without_latest) {
 }
 END_TEST
 
+/* A learner stopped between renaming its first checkpoint's folder into
+ * place and naming it in `latest` (SIGKILL there) leaves one whole step
+ * folder and no `latest`: --resume goes on from that folder, says so and
+ * names it in `latest`. */
+START_TEST(test_resume_first_unnamed) {
+  rig r;
+  rig_init(&r, "ckpt-first", NULL);
+  pid_t pid = start(&r, "--steps", "1", NULL, NULL);
+  void *d = dealer(&r);
+  send_group(d, 1);
+  ck_assert_int_eq(lh_proc_wait(pid, WAIT_S, NULL), 0);
+  ck_assert(step_dir_there(&r, 1));
+  ck_assert_int_eq(count_prefixed(r.ck, "step-"), 1);
+  ck_assert_int_eq(unlink(r.latest), 0);
+  pid = start(&r, "--resume", NULL, NULL, NULL);
+  char log[192];
+  run_log(&r, 2, log, sizeof log);
+  ck_assert_msg(lh_proc_wait_file(log, "info learner: resumed", WAIT_S), "not resumed");
+  ck_assert_int_eq(kill(pid, SIGTERM), 0);
+  ck_assert_int_eq(lh_proc_wait(pid, WAIT_S, NULL), 0);
+  uint64_t step = 0;
+  ck_assert_int_eq(lh_proc_log_u64(log, "info learner: resumed", "step", &step), 0);
+  ck_assert_uint_eq(step, 1);
+  ck_assert_msg(lh_proc_file_has(log, "holds one step-N folder, step-00000001"), "no warning naming the folder");
+  ck_assert_msg(lh_proc_file_has(r.latest, "step-00000001"), "latest does not name the folder");
+  printf("learner_ckpt: first checkpoint without latest: --resume went on from step %llu and named it\n",
+         (unsigned long long)step);
+  zmq_close(d);
+  rig_free(&r);
+}
+END_TEST
+
 static char *read_bytes(const char *path, long *n) {
   FILE *f = fopen(path, "rb");
   ck_assert_msg(f != NULL, "cannot open %s", path);
@@ -749,6 +781,7 @@ int main(int argc, char **argv) {
   if (!only || !strcmp(only, "prune")) tcase_add_test(tc, test_prune);
   if (!only || !strcmp(only, "links")) tcase_add_test(tc, test_links);
   if (!only || !strcmp(only, "resume")) tcase_add_test(tc, test_resume_without_latest);
+  if (!only || !strcmp(only, "resume_first")) tcase_add_test(tc, test_resume_first_unnamed);
   if (!only || !strcmp(only, "model")) tcase_add_test(tc, test_model_mismatch);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
