@@ -16,7 +16,9 @@ the step's MaxVio, mean over 20 drawn steps, for two routers:
           loaded so far (a greedy balanced assignment: about the lowest
           MaxVio any router reaches on these steps).
 The share of the step's routed tokens that repeat a context routed before in
-the same step is printed too. Uses numpy (python3-numpy)."""
+the same step is printed too, and the random router's MaxVio were each
+distinct context routed once a step, at BATCH, 2 BATCH and 4 BATCH episodes
+(the noise of a step's load alone, no repeats). Uses numpy (python3-numpy)."""
 import json
 import subprocess
 import sys
@@ -76,4 +78,22 @@ print(f"maxvio_floor: {len(full)} groups of {GROUP} in {db}; steps of {BATCH} ep
 print(f"routed tokens that repeat a context routed before in the same step: {np.mean(repeat):.2f}")
 print(f"step MaxVio, random router {np.mean(rand):.2f} (min {np.min(rand):.2f}, max {np.max(rand):.2f}), "
       f"best assignment {np.mean(best):.2f}")
+# Were each distinct context trained once a step (a prefix tree over the
+# step's episodes, not built today), a step would route each of them once:
+# the random router's MaxVio on those alone, at this step size and larger.
+for scale in (1, 2, 4):
+    groups_wanted = scale * BATCH // GROUP
+    if len(full) < groups_wanted:
+        break
+    once, sizes = [], []
+    for _ in range(20):
+        pick = rng.choice(len(full), groups_wanted, replace=False)
+        n = len(contexts([toks for i in pick for toks in full[i]]))
+        load = np.zeros(E)
+        for _ in range(n):
+            load[rng.choice(E, K, replace=False)] += 1
+        once.append(load.max() / load.mean() - 1)
+        sizes.append(n)
+    print(f"each distinct context routed once, steps of {scale * BATCH} episodes: {np.mean(sizes):.0f} tokens a "
+          f"step, random router {np.mean(once):.2f}")
 print(f"floor: random={np.mean(rand):.2f} best={np.mean(best):.2f}")
