@@ -549,6 +549,20 @@ static void first_line(char *out, size_t cap, const char *text) {
   out[n] = 0;
 }
 
+/* Starts `learner --resume` (run number run), waits for it to say it
+ * resumed, stops it with SIGTERM: the step it resumed at; its log's path
+ * into log (cap bytes). */
+static uint64_t resume_and_stop(rig *r, int run, char *log, size_t cap) {
+  pid_t pid = start(r, "--resume", NULL, NULL, NULL);
+  run_log(r, run, log, cap);
+  ck_assert_msg(lh_proc_wait_file(log, "info learner: resumed", WAIT_S), "not resumed");
+  ck_assert_int_eq(kill(pid, SIGTERM), 0);
+  ck_assert_int_eq(lh_proc_wait(pid, WAIT_S, NULL), 0);
+  uint64_t step = 0;
+  ck_assert_int_eq(lh_proc_log_u64(log, "info learner: resumed", "step", &step), 0);
+  return step;
+}
+
 /* --resume over step folders without a usable `latest`: an error (exit 2)
  * naming it, the folders untouched; an empty ckpt_dir starts fresh. */
 START_TEST(test_resume_without_latest) {
@@ -587,14 +601,8 @@ START_TEST(test_resume_without_latest) {
   first_line(first_error, sizeof first_error, out);
   /* With `latest` back, --resume goes on from step 2. */
   ck_assert_int_eq(lh_proc_write_file(r.latest, "step-00000002\n"), 0);
-  pid = start(&r, "--resume", NULL, NULL, NULL);
   char log[192];
-  run_log(&r, 2, log, sizeof log);
-  ck_assert_msg(lh_proc_wait_file(log, "info learner: resumed", WAIT_S), "not resumed");
-  ck_assert_int_eq(kill(pid, SIGTERM), 0);
-  ck_assert_int_eq(lh_proc_wait(pid, WAIT_S, NULL), 0);
-  uint64_t step = 0;
-  ck_assert_int_eq(lh_proc_log_u64(log, "info learner: resumed", "step", &step), 0);
+  uint64_t step = resume_and_stop(&r, 2, log, sizeof log);
   ck_assert_uint_eq(step, 2);
   /* An empty ckpt_dir, and one that is not there: --resume starts fresh. */
   int fresh = 0;
@@ -639,14 +647,8 @@ START_TEST(test_resume_first_unnamed) {
   ck_assert(step_dir_there(&r, 1));
   ck_assert_int_eq(count_prefixed(r.ck, "step-"), 1);
   ck_assert_int_eq(unlink(r.latest), 0);
-  pid = start(&r, "--resume", NULL, NULL, NULL);
   char log[192];
-  run_log(&r, 2, log, sizeof log);
-  ck_assert_msg(lh_proc_wait_file(log, "info learner: resumed", WAIT_S), "not resumed");
-  ck_assert_int_eq(kill(pid, SIGTERM), 0);
-  ck_assert_int_eq(lh_proc_wait(pid, WAIT_S, NULL), 0);
-  uint64_t step = 0;
-  ck_assert_int_eq(lh_proc_log_u64(log, "info learner: resumed", "step", &step), 0);
+  uint64_t step = resume_and_stop(&r, 2, log, sizeof log);
   ck_assert_uint_eq(step, 1);
   ck_assert_msg(lh_proc_file_has(log, "holds one step-N folder, step-00000001"), "no warning naming the folder");
   ck_assert_msg(lh_proc_file_has(r.latest, "step-00000001"), "latest does not name the folder");
