@@ -677,8 +677,10 @@ int lh_learner_ckpt_resume_find(const char *ckpt_dir, int *found, lh_errbuf *err
    * no `latest` (every later checkpoint finds the previous `latest`
    * there). It is the only checkpoint there is, so --resume names it and
    * goes on from it; with several folders, which one a run should go on
-   * from is a person's choice. */
-  if (missing && n == 1) {
+   * from is a person's choice, and a link of that name is not one the
+   * learner wrote. */
+  struct stat lone;
+  if (missing && n == 1 && !fstatat(dfd, newest, &lone, AT_SYMLINK_NOFOLLOW) && S_ISDIR(lone.st_mode)) {
     int wrc = write_latest(ckpt_dir, dfd, newest, err);
     close(dfd);
     if (wrc) return wrc;

@@ -652,8 +652,19 @@ START_TEST(test_resume_first_unnamed) {
   ck_assert_uint_eq(step, 1);
   ck_assert_msg(lh_proc_file_has(log, "holds one step-N folder, step-00000001"), "no warning naming the folder");
   ck_assert_msg(lh_proc_file_has(r.latest, "step-00000001"), "latest does not name the folder");
-  printf("learner_ckpt: first checkpoint without latest: --resume went on from step %llu and named it\n",
-         (unsigned long long)step);
+  /* A lone step-N that is a symbolic link is no checkpoint the learner
+   * wrote: refused as before, the link and its target left alone. */
+  char folder[256], moved[256], out[4096];
+  snprintf(folder, sizeof folder, "%s/step-00000001", r.ck);
+  snprintf(moved, sizeof moved, "%s/elsewhere", r.dir);
+  ck_assert_int_eq(rename(folder, moved), 0);
+  ck_assert_int_eq(symlink(moved, folder), 0);
+  ck_assert_int_eq(unlink(r.latest), 0);
+  int rc = run_to_end(&r, "--resume --steps 1", out, sizeof out);
+  ck_assert_msg(rc == 2 && strstr(out, "is missing, but"), "a lone link: exit %d: %s", rc, out);
+  ck_assert(step_dir_there(&r, 1));
+  printf("learner_ckpt: first checkpoint without latest: --resume went on from step %llu and named it; a lone "
+         "step-N link refused (exit %d)\n", (unsigned long long)step, rc);
   zmq_close(d);
   rig_free(&r);
 }
