@@ -88,7 +88,9 @@ static const lh_ini_key KEYS[] = {
                     "each of its advantages is 0: it is dropped as it completes, counted in "
                     "`train_steps.flat_groups`, and the batch fills from other groups. Under `reinforce` it "
                     "has no effect, its advantages being against a running mean. A fleet whose policy solves "
-                    "nothing yet takes no step until some group is not flat."),
+                    "nothing yet takes no step until some group is not flat: the learner says so once, as soon as a "
+                    "batch's worth of episodes has been left out with no step run, and its status line counts "
+                    "`flat_groups` and `flat_episodes`."),
     LH_INI_KEY_CHOICE(T, state_mode,
                       "Where a training window's attention state comes from: `exact` recomputes it under the "
                       "current weights from the episode's start; `stored` starts a window after a gap from "

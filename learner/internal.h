@@ -480,6 +480,10 @@ double lh_learner_trainer_stale_share(const lh_learner_trainer *t);
  * model cannot be run on them as the actor ran it); their log line comes
  * once per interval, the status line carries the count. */
 uint64_t lh_learner_trainer_left_out(const lh_learner_trainer *t);
+/* Groups, and their episodes, left out since the start because their
+ * rewards were all equal ([learner] skip_flat_groups); the status line
+ * carries both. */
+void lh_learner_trainer_flat(const lh_learner_trainer *t, uint64_t *groups, uint64_t *episodes);
 
 /* ---- the weights sockets (learner/publish.c) ------------------------------
  * Binds the weights PUB (WeightsAnnounce of each new version, with the

@@ -44,6 +44,7 @@ typedef struct {
   lh_learner_state st;
   uint64_t last_ckpt_step;
   int have_ckpt;               /* last_ckpt_step holds: resumed from it, or written this run */
+  int flat_warned;             /* the "every group flat, no step" warning was given */
   size_t ckpt_links_said;      /* symbolic links in ckpt_dir the last prune found and logged */
   uint64_t ckpt_failures;      /* periodic checkpoints not written, this run */
   uint64_t ckpt_failing;       /* of those, since the last one written */
@@ -430,6 +431,21 @@ static int open_all(learner *L, lh_errbuf *err) {
   return lh_learner_service_start(L->svc, err);
 }
 
+/* Under skip_flat_groups a policy that never succeeds (or always does)
+ * gives only flat groups: no step ever runs, which the status line's
+ * counts alone would leave a person to work out. Said once, as soon as a
+ * batch's worth of episodes has been left out with no step run. */
+static void warn_all_flat(learner *L, uint64_t steps_run) {
+  uint64_t groups = 0, episodes = 0;
+  lh_learner_trainer_flat(L->trainer, &groups, &episodes);
+  if (L->flat_warned || steps_run > 0 || episodes < L->cfg.batch_episodes) return;
+  L->flat_warned = 1;
+  LH_WARN("learner", "no step yet: every group completed so far had equal rewards, so none taught anything "
+          "(flat_groups=%llu flat_episodes=%llu left out by [learner] skip_flat_groups); a policy that never "
+          "succeeds wants a warm start (longhaul sft), and skip_flat_groups = false trains such groups anyway",
+          (unsigned long long)groups, (unsigned long long)episodes);
+}
+
 static void status_line(learner *L, uint64_t steps_run, double busy) {
   /* Where the memory is, for a soak that watches it (bench/soak.sh): the
    * heap's bytes in use and held from the system (glibc's count, every
@@ -441,6 +457,8 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
   lh_learner_service_counts_get(L->svc, &sc);
   const lh_learner_ingest_counts *c = &sc.ingest;
   const lh_learner_admission_counts *ad = lh_learner_trainer_admission(L->trainer);
+  uint64_t flat_groups = 0, flat_episodes = 0;
+  lh_learner_trainer_flat(L->trainer, &flat_groups, &flat_episodes);
   LH_INFO("learner",
           "status version=%llu steps_run=%llu received=%llu stored=%llu duplicates=%llu rejected=%llu "
           "retried=%llu rejected_run=%llu refused_name=%llu held_hello=%llu held_window=%llu held_prefix=%llu hellos=%llu "
@@ -448,7 +466,7 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
           "admitted=%llu dropped_stale=%llu chunks_sent=%llu "
           "backlog=%zu backlog_cap=%llu hold=%d stale_share=%.3f busy_fraction=%.3f ckpt_failures=%llu "
           "weights_bytes_sent=%llu chunks_zstd=%llu weights_requests_held=%llu episodes_left_out=%llu "
-          "ingest_peers=%d peers_refused=%llu heap_in_use=%zu heap_held=%zu sqlite_bytes=%lld sqlite_peak=%lld",
+          "flat_groups=%llu flat_episodes=%llu ingest_peers=%d peers_refused=%llu heap_in_use=%zu heap_held=%zu sqlite_bytes=%lld sqlite_peak=%lld",
           (unsigned long long)lh_learner_trainer_version(L->trainer), (unsigned long long)steps_run,
           (unsigned long long)c->received, (unsigned long long)c->stored, (unsigned long long)c->duplicates,
           (unsigned long long)c->rejected, (unsigned long long)c->retried, (unsigned long long)c->rejected_run,
@@ -460,7 +478,8 @@ static void status_line(learner *L, uint64_t steps_run, double busy) {
           sc.hold, lh_learner_trainer_stale_share(L->trainer), busy, (unsigned long long)L->ckpt_failures,
           (unsigned long long)sc.weights.bytes_sent, (unsigned long long)sc.weights.chunks_zstd,
           (unsigned long long)sc.weights.requests_held,
-          (unsigned long long)lh_learner_trainer_left_out(L->trainer), lh_zsock_zap_open_peers(L->zap),
+          (unsigned long long)lh_learner_trainer_left_out(L->trainer), (unsigned long long)flat_groups,
+          (unsigned long long)flat_episodes, lh_zsock_zap_open_peers(L->zap),
           (unsigned long long)lh_zsock_zap_cap_refused(L->zap), heap.uordblks + heap.hblkhd, heap.arena + heap.hblkhd,
           (long long)sqlite_used, (long long)sqlite_peak);
 }
@@ -552,6 +571,7 @@ static int run_loop(learner *L, lh_errbuf *err) {
       if ((s.step + 1) % L->cfg.ckpt_every == 0) LH_TRY(periodic_checkpoint(L, err));
     }
     set_backlog(L);
+    warn_all_flat(L, steps_run);
     /* Nothing to train: wait for the service's next stored ids. */
     wait_ms = stepped ? 0 : RUN_WAIT_MS;
     if (*L->a->reload) {

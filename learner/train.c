@@ -153,6 +153,10 @@ uint64_t lh_learner_trainer_backlog_cap(const lh_learner_trainer *t) { return t 
 
 uint64_t lh_learner_trainer_left_out(const lh_learner_trainer *t) { return t ? t->left_out.total : 0; }
 
+void lh_learner_trainer_flat(const lh_learner_trainer *t, uint64_t *groups, uint64_t *episodes) {
+  lh_learner_batcher_flat(t ? t->batcher : NULL, groups, episodes);
+}
+
 double lh_learner_trainer_stale_share(const lh_learner_trainer *t) {
   if (!t) return NAN;
   uint64_t taken = 0, stale = 0;

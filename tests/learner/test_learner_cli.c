@@ -145,6 +145,37 @@ START_TEST(test_trains_publishes_checkpoints) {
 }
 END_TEST
 
+/* Groups whose rewards are all equal teach nothing and are left out
+ * (skip_flat_groups, on by default): with only such groups no step runs,
+ * and the learner says why once instead of waiting in silence; a group
+ * that teaches then gives the step. */
+START_TEST(test_only_flat_groups_said) {
+  setup_dir(NULL);
+  pid_t pid = spawn("--steps", "1", NULL);
+  void *ctx = zmq_ctx_new();
+  void *d = actor_dealer(ctx, ing);
+  for (uint64_t g = 1; g <= 2; g++) {
+    lh_peer_send_episode(d, 2 * g - 1, g, 0.0f);
+    lh_peer_send_episode(d, 2 * g, g, 0.0f);
+  }
+  char log[128];
+  snprintf(log, sizeof log, "%s/learner.log", dir);
+  ck_assert_msg(lh_proc_wait_file(log, "no step yet: every group completed so far had equal rewards", 60),
+                "no warning about flat groups");
+  ck_assert_msg(lh_proc_file_has(log, "left out by [learner] skip_flat_groups"), "the warning does not name skip_flat_groups");
+  ck_assert_int_eq(train_rows().n, 0);
+  lh_peer_send_episode(d, 5, 3, 1.0f);
+  lh_peer_send_episode(d, 6, 3, 0.0f);
+  ck_assert_int_eq(wait_exit(pid), 0);
+  ck_assert_int_eq(train_rows().n, 1);
+  ck_assert_msg(lh_proc_file_has(log, "flat_groups=2 flat_episodes=4 ingest_peers="), "no counts on the status line");
+  printf("learner_cli: 2 flat groups: no step, the learner said why; a third group trained\n");
+  zmq_close(d);
+  zmq_ctx_term(ctx);
+  remove_dir();
+}
+END_TEST
+
 START_TEST(test_sigterm_then_resume) {
   setup_dir(NULL);
   pid_t pid = spawn(NULL, NULL, NULL);
@@ -346,6 +377,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 90);
   tcase_add_test(tc, test_trains_publishes_checkpoints);
+  tcase_add_test(tc, test_only_flat_groups_said);
   tcase_add_test(tc, test_sigterm_then_resume);
   tcase_add_test(tc, test_usage_and_config_errors);
   tcase_add_test(tc, test_init_from_checkpoint);
