@@ -433,8 +433,8 @@ int lh_cmd_launch(int argc, char **argv) {
        "learner`, one `srun --ntasks=1 --overlap longhaul actor` per actor), supervised and restarted as "
        "below (docs/operations.md, \"Slurm\")"},
       {"--dry-run", LH_CLI_OPT_FLAG, &dry_run, NULL, NULL,
-       "check everything a launch checks (taking its locks for that moment), print the plan and start "
-       "nothing: the learner ranks with their hosts, endpoints and stores, the expert groups of [learner] "
+       "check everything a launch checks (its locks checked, none kept), create nothing (no folder or lock "
+       "file), print the plan and start nothing: the learner ranks with their hosts, endpoints and stores, the expert groups of [learner] "
        "expert_parallel (P consecutive ranks; the learner count and [model] experts must be multiples of "
        "P, else exit 2), the actors and their ranks"},
       {"--set", LH_CLI_OPT_SETS, &sets, NULL, "S.K=V",
@@ -472,7 +472,7 @@ int lh_cmd_launch(int argc, char **argv) {
   }
   lh_errbuf err;
   memset(&err, 0, sizeof err);
-  f->sets = sets.set, f->n_sets = sets.n;
+  f->sets = sets.set, f->n_sets = sets.n, f->dry_run = dry_run;
   if (run_id) snprintf(f->run_id, sizeof f->run_id, "%s", run_id);
   if (lh_launch_fleet_init(f, config, &err)) {
     lh_cli_term_printf(stderr, "longhaul launch: %s\n", err.msg);

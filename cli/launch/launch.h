@@ -139,6 +139,8 @@ typedef struct {
                                               actors-only fleet not given one): --run-id of every child */
   const char *const *sets;                 /* --set overrides: read with the file and given to every */
   size_t n_sets;                           /* child; set by the caller before lh_launch_fleet_init */
+  int dry_run;                             /* --dry-run, set by the caller before lh_launch_fleet_init:
+                                              no folder or lock file is created, the locks only checked */
   size_t n;                                /* children: env server, learner, actors, agents, in that order */
   lh_launch_child child[LH_LAUNCH_MAX_ACTORS + LH_LAUNCH_MAX_AGENTS + 2];
   char agent_base[LH_LAUNCH_PATH_BYTES];   /* http://HOST: of [actor] agent_address, its port below */
@@ -161,8 +163,10 @@ int lh_launch_check(const lh_launch_fleet *f, const lh_learner_config *lc, const
                     const lh_model_config *mc, lh_errbuf *err);
 /* Takes the fleet's locks on its store and log folder (launch_lock.c);
  * holder describes this launch. LH_ECONFIG naming the fleet that holds
- * one, or LH_EIO. Released by lh_launch_unlock or the process's end. */
-int lh_launch_lock(lh_launch_fleet *f, const char *holder, lh_errbuf *err);
+ * one, or LH_EIO. Released by lh_launch_unlock or the process's end.
+ * With probe (--dry-run) the same check, but no lock is kept and no lock
+ * file created: one that is not there is held by nobody. */
+int lh_launch_lock(lh_launch_fleet *f, const char *holder, int probe, lh_errbuf *err);
 void lh_launch_unlock(lh_launch_fleet *f);
 
 /* Starts child i (first start or a restart: the learner's restarts add

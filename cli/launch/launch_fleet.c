@@ -42,10 +42,11 @@ static int make_dirs(const char *path, lh_errbuf *err) {
 int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf *err) {
   const char *const *sets = f->sets;
   size_t n_sets = f->n_sets;
+  int dry_run = f->dry_run;
   char run_id[LH_RUN_ID_BYTES];
   memcpy(run_id, f->run_id, sizeof run_id);
   memset(f, 0, sizeof *f);
-  f->sets = sets, f->n_sets = n_sets;
+  f->sets = sets, f->n_sets = n_sets, f->dry_run = dry_run;
   memcpy(f->run_id, run_id, sizeof run_id);
   /* Every section is checked here, so a bad key stops the launch before
    * any process starts (each child would only stop on its own). */
@@ -97,12 +98,13 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
-  LH_TRY(make_dirs(c->log_dir, err));
+  /* A dry run creates nothing: the folders are made by the launch. */
+  if (!dry_run) LH_TRY(make_dirs(c->log_dir, err));
   /* The store's folder too: the fleet's lock lives beside the store. */
   char db_dir[LH_LAUNCH_PATH_BYTES];
   snprintf(db_dir, sizeof db_dir, "%s", lc.db);
   char *slash = strrchr(db_dir, '/');
-  if (c->learners && slash && slash != db_dir) {
+  if (!dry_run && c->learners && slash && slash != db_dir) {
     *slash = 0;
     LH_TRY(make_dirs(db_dir, err));
   }
@@ -114,7 +116,7 @@ int lh_launch_fleet_init(lh_launch_fleet *f, const char *config_path, lh_errbuf 
   else if (c->learners) LH_TRY(lh_run_id_new(f->run_id, err));
   char holder[2 * LH_LAUNCH_PATH_BYTES + LH_RUN_ID_BYTES + 64];
   snprintf(holder, sizeof holder, "longhaul launch %s (run %s, logs in %s)", f->config_path, f->run_id, c->log_dir);
-  LH_TRY(lh_launch_lock(f, holder, err));
+  LH_TRY(lh_launch_lock(f, holder, dry_run, err));
   /* What agent j is told: actor j mod N's endpoint (docs/agents.md). */
   const char *colon = strrchr(ac.agent_address, ':');
   f->agent_port = colon ? strtoull(colon + 1, NULL, 10) : 0;

@@ -126,6 +126,13 @@ START_TEST(test_plan_groups) {
   ck_assert_ptr_null(strstr(out, "expert group"));
   /* --dry-run writes no batch script. */
   ck_assert_int_eq(launch(&f, "", "--dry-run --slurm-script job.sh", out), 2);
+  /* Nor the log folder, nor a lock file beside the store. */
+  char path[LFX_PATH * 2];
+  ck_assert_msg(access(f.logs, F_OK) != 0, "%s exists after --dry-run", f.logs);
+  snprintf(path, sizeof path, "%s.fleet", f.db);
+  ck_assert_msg(access(path, F_OK) != 0, "%s exists after --dry-run", path);
+  snprintf(path, sizeof path, "%s.writer", f.db);
+  ck_assert_msg(access(path, F_OK) != 0, "%s exists after --dry-run", path);
   lfx_cleanup(&f);
 }
 END_TEST

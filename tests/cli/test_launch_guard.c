@@ -137,6 +137,13 @@ START_TEST(test_second) {
   char *out = lh_proc_read_file(out_path);
   ck_assert_msg(has(out, "is in use by another fleet") && has(out, a.config), "%s", tail(out));
   free(out);
+  /* A dry run checks the locks as a launch does (it keeps none). */
+  const char *dry[] = {"launch", b.config, "--dry-run", NULL};
+  second = lh_proc_spawn_longhaul(out_path, dry);
+  ck_assert_int_eq(lh_proc_wait(second, 60, NULL), 2);
+  out = lh_proc_read_file(out_path);
+  ck_assert_msg(has(out, "is in use by another fleet") && has(out, a.config), "--dry-run: %s", tail(out));
+  free(out);
   /* Another log folder, the same store. */
   char other_logs[LFX_PATH + 32], line[LFX_PATH + 64];
   snprintf(other_logs, sizeof other_logs, "%s/logs-b", a.dir);
