@@ -34,20 +34,21 @@
 #      needle_1m (bench/learn_needle_1m.ini, needle's run carried through
 #      256K to a 1M stage): needle's warm start (LH_LEARN_INIT=BUILD/
 #      bench-learn-needle/sft takes an earlier needle run's).
-#   2. before: success on the 200 held-out seeds 1..200, greedy and sampled
-#      at the actors' temperature; the one that counts (calc: greedy, maze:
-#      sampled) must lie in [0.2, 0.7] for the figure to count. needle is
-#      played at its last stage (65 536 tokens of context, a document of
-#      49 152 and 768 lines), where greedy counts. needle_1m is played at
-#      256K (a document of 196 608 tokens) on the 200 seeds and at 1M (786
-#      432) on seeds 1..LH_LEARN_SEEDS_1M (50), greedy, each with its
-#      sampling error; its gate only warns, since the issue's own figure
-#      is the gain at 256K and 1M against the warm start. The actors'
-#      resident memory is sampled every 5 s during RL (VmRSS) and its
-#      peak given per stage.
+#   2. before: success on the held-out seeds 1..LH_LEARN_SEEDS (200),
+#      greedy and sampled at the actors' temperature; the one that counts
+#      (calc: greedy, maze: sampled) must lie in [0.2, 0.7] for the figure
+#      to count. needle is played at its last stage (65 536 tokens of
+#      context, a document of 49 152 and 768 lines), where greedy counts.
+#      needle_1m is played greedily only, at 256K (a document of 196 608
+#      tokens) on those seeds and at 1M (786 432) on seeds
+#      1..LH_LEARN_SEEDS_1M (50), the two evaluations side by side (one
+#      thread each), each figure with its sampling error; its gate only
+#      warns, since the issue's own figure is the gain at 256K and 1M
+#      against the warm start. The actors' resident memory is sampled
+#      every 5 s during RL (VmRSS) and its peak given per stage.
 #   3. RL: `longhaul launch` with 1 learner and 2 actors from that
 #      checkpoint for [fleet] steps (LH_LEARN_STEPS overrides) steps.
-#   4. after: the same 200 seeds, both ways, with the learner's last checkpoint.
+#   4. after: the same seeds, the same ways, with the learner's last checkpoint.
 # Printed: before, after and the gain (target: +15 points), sampled at the
 # actors' temperature (what RL optimises) and greedy; the balance over
 # the RL steps after a warm-up of 20 (the worst layer's MaxVio per step,
@@ -142,10 +143,11 @@ if [ "$env" = agent ]; then
     -e "s|^name = calc|name = agent|" -e "/^stages = /d" -e "/^digits = /d" learn.ini > "$rl_ini"
 fi
 
-# Success on the held-out seeds 1..200 with the checkpoint $1, greedy;
+# Success on the held-out seeds 1..$seeds with the checkpoint $1, greedy;
 # what follows (--temperature T) goes to eval as well.
+seeds=${LH_LEARN_SEEDS:-200}
 held_out() {
-  "$bin" eval --config learn.ini --ckpt "$1" --seeds 200 "${play[@]}" "${@:2}" --json |
+  "$bin" eval --config learn.ini --ckpt "$1" --seeds "$seeds" "${play[@]}" "${@:2}" --json |
     sed -n 's/.*"success_rate": *\([0-9.eE+-]*\).*/\1/p'
 }
 # needle_1m: greedy success at 1M on seeds 1..LH_LEARN_SEEDS_1M, with $1.
@@ -153,6 +155,15 @@ seeds_1m=${LH_LEARN_SEEDS_1M:-50}
 held_out_1m() {
   "$bin" eval --config learn.ini --ckpt "$1" --seeds "$seeds_1m" "${play_1m[@]}" --json |
     sed -n 's/.*"success_rate": *\([0-9.eE+-]*\).*/\1/p'
+}
+# needle_1m: greedy at 256K and at 1M with $1, side by side (each eval is
+# one thread; the two take about as long), as "p256 p1m".
+held_out_both() {
+  held_out "$1" > greedy_256k.txt &
+  local at_256k=$!
+  held_out_1m "$1" > greedy_1m.txt
+  wait "$at_256k"
+  echo "$(cat greedy_256k.txt) $(cat greedy_1m.txt)"
 }
 # A rate p of n seeds with its sampling error: p +- sqrt(p (1 - p) / n).
 with_error() { awk -v p="$1" -v n="$2" 'BEGIN { printf "%.3f +- %.3f", p, sqrt(p * (1 - p) / n) }'; }
@@ -189,12 +200,15 @@ else
 fi
 t1=$(date +%s)
 temp=$(key_of temperature)
-before=$(held_out sft)
-before_t=$(held_out sft --temperature "$temp")
-echo "SFT took $((t1 - t0)) s; before RL on seeds 1..200${play:+ (${play[*]})}: greedy $before, sampled at T=$temp $before_t"
 if [ "$env" = needle_1m ]; then
-  before_1m=$(held_out_1m sft)
-  echo "before RL at 1M on seeds 1..$seeds_1m (${play_1m[*]}): greedy $(with_error "$before_1m" "$seeds_1m")"
+  read -r before before_1m <<< "$(held_out_both sft)"
+  before_t="not played"
+  echo "SFT took $((t1 - t0)) s; before RL, greedy: at 256K on seeds 1..$seeds (${play[*]}) $(with_error "$before" "$seeds"),"
+  echo "  at 1M on seeds 1..$seeds_1m (${play_1m[*]}) $(with_error "$before_1m" "$seeds_1m")"
+else
+  before=$(held_out sft)
+  before_t=$(held_out sft --temperature "$temp")
+  echo "SFT took $((t1 - t0)) s; before RL on seeds 1..$seeds${play:+ (${play[*]})}: greedy $before, sampled at T=$temp $before_t"
 fi
 counted=$before
 [ "$gate" = sampled ] && counted=$before_t
@@ -224,9 +238,13 @@ sampler=$!
 touch rss.stop
 wait "$sampler" || true
 t3=$(date +%s)
-after=$(held_out ckpt)
-after_t=$(held_out ckpt --temperature "$temp")
-[ "$env" = needle_1m ] && after_1m=$(held_out_1m ckpt)
+if [ "$env" = needle_1m ]; then
+  read -r after after_1m <<< "$(held_out_both ckpt)"
+  after_t="not played"
+else
+  after=$(held_out ckpt)
+  after_t=$(held_out ckpt --temperature "$temp")
+fi
 
 echo
 echo "== 3. the fleet's success rate per step (sampled at T=$temp; $(key_of batch_episodes) episodes a step)"
@@ -244,13 +262,15 @@ per_actor=$(sqlite3 replay.db "SELECT group_concat(actor || ' ' || printf('%.0f'
 echo
 echo "== figures"
 gain() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.1f points", (a - b) * 100 }'; }
-echo "success on $env's held-out seeds 1..200 (target: +15 points; the $gate figure counts):"
-echo "  sampled at T=$temp, as the actors play: before $before_t, after $after_t ($(gain "$after_t" "$before_t"))"
-echo "  greedy:                               before $before, after $after ($(gain "$after" "$before"))"
+if [ "$env" != needle_1m ]; then
+  echo "success on $env's held-out seeds 1..$seeds (target: +15 points; the $gate figure counts):"
+  echo "  sampled at T=$temp, as the actors play: before $before_t, after $after_t ($(gain "$after_t" "$before_t"))"
+  echo "  greedy:                               before $before, after $after ($(gain "$after" "$before"))"
+fi
 echo "RL: $((t3 - t2)) s wall for the fleet"
 if [ "$env" = needle_1m ]; then
   echo "needle_1m, greedy with sampling errors (targets: +15 points at 256K, 1M above the warm start):"
-  echo "  at 256K on seeds 1..200: before $(with_error "$before" 200), after $(with_error "$after" 200) ($(gain "$after" "$before"))"
+  echo "  at 256K on seeds 1..$seeds: before $(with_error "$before" "$seeds"), after $(with_error "$after" "$seeds") ($(gain "$after" "$before"))"
   echo "  at 1M on seeds 1..$seeds_1m: before $(with_error "$before_1m" "$seeds_1m"), after $(with_error "$after_1m" "$seeds_1m") ($(gain "$after_1m" "$before_1m"))"
 fi
 # The actors' peak resident memory per stage (a sample is the stage's
@@ -288,7 +308,7 @@ experts=$(key_of experts)
 balance=$(key_of balance)
 echo "balance ($balance) over RL steps >= $warm ($experts experts): worst layer's MaxVio per step mean ${maxvio% *}, largest ${maxvio#* };" \
   "over the run's summed load $maxvio_run; experts dead (no token for 10 steps in a row): $dead"
-[ "$env" = needle_1m ] && echo "before_1m=$before_1m after_1m=$after_1m seeds_1m=$seeds_1m" > record_1m.txt
+[ "$env" = needle_1m ] && echo "before_1m=$before_1m after_1m=$after_1m seeds_1m=$seeds_1m seeds=$seeds" > record_1m.txt
 echo "before=$before after=$after gain=$(awk -v a="$after" -v b="$before" 'BEGIN { printf "%.1f", (a - b) * 100 }')" \
   "maxvio=${maxvio% *} maxvio_max=${maxvio#* } maxvio_run=$maxvio_run dead=$dead experts=$experts balance=$balance" > record.txt
 echo "record: $work/record.txt"
