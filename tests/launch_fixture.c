@@ -218,6 +218,23 @@ char *lfx_read(const lfx_fleet *f, const char *name) {
   return text;
 }
 
+const char *lfx_events_tail(const char *text) {
+  static char *events;
+  free(events);
+  events = malloc(strlen(text) + 1);
+  if (!events) return text;
+  size_t n = 0;
+  for (const char *p = text; *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) + 1 : strlen(p);
+    if (strncmp(p, "info launch: status name=", 25) != 0) memcpy(events + n, p, len), n += len;
+    p += len;
+  }
+  events[n] = 0;
+  const char *from = n > 1500 ? strchr(events + n - 1500, '\n') : NULL;
+  return from ? from + 1 : events;
+}
+
 int lfx_wait_file(const lfx_fleet *f, const char *name, const char *needle, int seconds) {
   char path[LFX_PATH * 2];
   snprintf(path, sizeof path, "%s/%s", f->dir, name);

@@ -48,6 +48,12 @@ void lfx_assert_intact(const lfx_fleet *f);
 int lfx_wait_sql(const lfx_fleet *f, const char *sql, int64_t want, int seconds);
 /* The whole text of f->dir/name (malloc'd, "" when absent). */
 char *lfx_read(const lfx_fleet *f, const char *name);
+/* The end of a launcher's output for a failure's message, whose length
+ * Check bounds (a longer one is lost, and the test ends with "Message
+ * string too long" and no reason): the last 1,500 bytes or so of its
+ * lines, the status lines repeated every interval left out. Points into
+ * a buffer the next call reuses. */
+const char *lfx_events_tail(const char *text);
 /* Polls (up to seconds) until f->dir/name holds needle: 1 found, 0 not. */
 int lfx_wait_file(const lfx_fleet *f, const char *name, const char *needle, int seconds);
 /* The text of examples/<name> under LH_SOURCE_DIR (malloc'd). */

@@ -81,7 +81,7 @@ START_TEST(test_sigterm_clean) {
   kill(f.launcher, SIGTERM);
   int rc = lfx_wait(&f, 120);
   char *out = lfx_read(&f, "launch.out");
-  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, out);
+  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, lfx_events_tail(out));
   ck_assert_ptr_nonnull(strstr(out, "done reason=signal clean=1"));
   /* The order: both actors stopped before the learner was told to. */
   char *order = strstr(out, "actors stopped: stopping the learner");
@@ -132,7 +132,7 @@ START_TEST(test_actor_killed) {
   kill(f.launcher, SIGTERM);
   int rc = lfx_wait(&f, 120);
   char *out = lfx_read(&f, "launch.out");
-  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, out);
+  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, lfx_events_tail(out));
   ck_assert_ptr_nonnull(strstr(out, "actor-0=0 actor-1=1"));
   int64_t swept = lfx_sql_int(&f, "SELECT count(*) FROM episodes WHERE error LIKE '%abort_after_ms%'");
   int64_t swept_ended = lfx_sql_int(&f,
@@ -182,7 +182,7 @@ START_TEST(test_learner_killed) {
   kill(f.launcher, SIGTERM);
   int rc = lfx_wait(&f, 120);
   char *out = lfx_read(&f, "launch.out");
-  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, out);
+  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, lfx_events_tail(out));
   ck_assert_ptr_nonnull(strstr(out, "learner=1 actor-0=0 actor-1=0"));
   for (int i = 0; i < 2; i++) acked_all_stored(&f, i, "learner-kill");
   lfx_assert_intact(&f);
@@ -198,7 +198,7 @@ static void expect_refused(lfx_fleet *f, const char *text, const char *what) {
   lfx_start(f);
   ck_assert_int_eq(lfx_wait(f, 30), 2);
   char *out = lfx_read(f, "launch.out");
-  ck_assert_msg(strstr(out, what) != NULL, "%s", out);
+  ck_assert_msg(strstr(out, what) != NULL, "no '%s' in: %s", what, lfx_events_tail(out));
   ck_assert_int_ne(access(f->logs, F_OK), 0);
   free(out);
 }
@@ -235,7 +235,7 @@ START_TEST(test_two_learners) {
   lfx_start(&f);
   int rc = lfx_wait(&f, 240);
   char *out = lfx_read(&f, "launch.out");
-  ck_assert_msg(rc == 0, "launcher exit %d (see %s): %s", rc, f.dir, out);
+  ck_assert_msg(rc == 0, "launcher exit %d (see %s): %s", rc, f.dir, lfx_events_tail(out));
   ck_assert_ptr_nonnull(strstr(out, "done reason=steps done clean=1"));
   ck_assert_ptr_nonnull(strstr(out, "actors stopped: stopping the learner"));
   char *llog = lfx_read(&f, "logs/learner.log");

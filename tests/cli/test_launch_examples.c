@@ -27,7 +27,7 @@ static int run_example(lfx_fleet *f, const char *name, const lfx_override *more,
   char *out = lfx_read(f, "launch.out");
   char *tail = strstr(out, "done reason=");
   printf("example %s: exit %d %.120s\n", name, rc, tail ? tail : "(no done line)");
-  ck_assert_msg(rc == 0, "example %s: launcher exit %d (see %s):\n%s", name, rc, f->dir, out);
+  ck_assert_msg(rc == 0, "example %s: launcher exit %d (see %s):\n%s", name, rc, f->dir, lfx_events_tail(out));
   free(out);
   return rc;
 }
@@ -40,7 +40,7 @@ static void two_steps(lfx_fleet *fp, const char *name, const lfx_override *more,
   for (int i = 0; i < n_more; i++) o[n++] = more[i];
   run_example(&f, name, o, n);
   char *out = lfx_read(&f, "launch.out");
-  ck_assert_msg(strstr(out, "done reason=steps done clean=1") != NULL, "%s", out);
+  ck_assert_msg(strstr(out, "done reason=steps done clean=1") != NULL, "%s", lfx_events_tail(out));
   free(out);
   ck_assert_int_ge(lfx_sql_int(&f, "SELECT count(*) FROM train_steps"), 2);
   ck_assert_int_gt(lfx_sql_int(&f, "SELECT count(*) FROM episodes WHERE status = 'complete' OR status = 'truncated'"),

@@ -56,32 +56,13 @@ static int run_launch(lfx_fleet *f, char **out) {
 
 static int has(const char *text, const char *needle) { return strstr(text, needle) != NULL; }
 
-/* The end of a long output's events, for a failure's message (Check
- * bounds it): the status lines, repeated every interval, left out. */
-static const char *tail(const char *text) {
-  static char *events;
-  free(events);
-  events = malloc(strlen(text) + 1);
-  if (!events) return text;
-  size_t n = 0;
-  for (const char *p = text; *p;) {
-    const char *nl = strchr(p, '\n');
-    size_t len = nl ? (size_t)(nl - p) + 1 : strlen(p);
-    if (strncmp(p, "info launch: status name=", 25) != 0) memcpy(events + n, p, len), n += len;
-    p += len;
-  }
-  events[n] = 0;
-  const char *from = n > 1500 ? strchr(events + n - 1500, '\n') : NULL;
-  return from ? from + 1 : events;
-}
-
 START_TEST(test_config) {
   lfx_fleet f;
   char *out;
   lfx_override env[] = {{"env.digts", "1"}};
   calc_fleet(&f, "guard-env", env, 1);
   ck_assert_int_eq(run_launch(&f, &out), 2);
-  ck_assert_msg(has(out, "[env] cannot open environment 'calc'") && has(out, "digts"), "%s", tail(out));
+  ck_assert_msg(has(out, "[env] cannot open environment 'calc'") && has(out, "digts"), "%s", lfx_events_tail(out));
   char learner_log[LFX_PATH + 32];
   snprintf(learner_log, sizeof learner_log, "%s/learner.log", f.logs);
   ck_assert_int_ne(access(learner_log, F_OK), 0); /* nothing started */
@@ -91,7 +72,7 @@ START_TEST(test_config) {
   lfx_override server[] = {{"fleet.env_server", "no-such-env-server-program --port 1"}};
   calc_fleet(&f, "guard-server", server, 1);
   ck_assert_int_eq(run_launch(&f, &out), 2);
-  ck_assert_msg(has(out, "[fleet] env_server: no program 'no-such-env-server-program'"), "%s", tail(out));
+  ck_assert_msg(has(out, "[fleet] env_server: no program 'no-such-env-server-program'"), "%s", lfx_events_tail(out));
   free(out);
   lfx_cleanup(&f);
 
@@ -107,7 +88,8 @@ START_TEST(test_config) {
   lfx_override port[] = {{"learner.ingest_endpoint", ep}, {"actor.learner_endpoint", ep}};
   calc_fleet(&f, "guard-port", port, 2);
   ck_assert_int_eq(run_launch(&f, &out), 2);
-  ck_assert_msg(has(out, "[learner] ingest_endpoint = '") && has(out, "is in use on this host"), "%s", tail(out));
+  ck_assert_msg(has(out, "[learner] ingest_endpoint = '") && has(out, "is in use on this host"),
+                "%s", lfx_events_tail(out));
   close(fd);
   free(out);
   lfx_cleanup(&f);
@@ -135,14 +117,14 @@ START_TEST(test_second) {
   pid_t second = lh_proc_spawn_longhaul(out_path, args);
   ck_assert_int_eq(lh_proc_wait(second, 60, NULL), 2);
   char *out = lh_proc_read_file(out_path);
-  ck_assert_msg(has(out, "is in use by another fleet") && has(out, a.config), "%s", tail(out));
+  ck_assert_msg(has(out, "is in use by another fleet") && has(out, a.config), "%s", lfx_events_tail(out));
   free(out);
   /* A dry run checks the locks as a launch does (it keeps none). */
   const char *dry[] = {"launch", b.config, "--dry-run", NULL};
   second = lh_proc_spawn_longhaul(out_path, dry);
   ck_assert_int_eq(lh_proc_wait(second, 60, NULL), 2);
   out = lh_proc_read_file(out_path);
-  ck_assert_msg(has(out, "is in use by another fleet") && has(out, a.config), "--dry-run: %s", tail(out));
+  ck_assert_msg(has(out, "is in use by another fleet") && has(out, a.config), "--dry-run: %s", lfx_events_tail(out));
   free(out);
   /* Another log folder, the same store. */
   char other_logs[LFX_PATH + 32], line[LFX_PATH + 64];
@@ -158,7 +140,7 @@ START_TEST(test_second) {
   second = lh_proc_spawn_longhaul(out_path, args);
   ck_assert_int_eq(lh_proc_wait(second, 60, NULL), 2);
   out = lh_proc_read_file(out_path);
-  ck_assert_msg(has(out, "[learner] db = ") && has(out, "is in use by another fleet"), "%s", tail(out));
+  ck_assert_msg(has(out, "[learner] db = ") && has(out, "is in use by another fleet"), "%s", lfx_events_tail(out));
   free(out);
   free(moved);
   free(text);
@@ -170,7 +152,7 @@ START_TEST(test_second) {
   kill(a.launcher, SIGTERM);
   int rc = lfx_wait(&a, 120);
   out = lfx_read(&a, "launch.out");
-  ck_assert_msg(rc == 0, "fleet A exit %d: %s", rc, tail(out));
+  ck_assert_msg(rc == 0, "fleet A exit %d: %s", rc, lfx_events_tail(out));
   /* The launch's run id: the learner's runs row and every train step. */
   const char *at_id = strstr(out, "fleet run_id=");
   ck_assert_ptr_nonnull(at_id);
@@ -197,9 +179,9 @@ START_TEST(test_usage) {
   ck_assert_int_eq(run_launch(&f, &out), 1);
   ck_assert_msg(has(out, "exited name=env-server exit=2: a usage or config error, not restarted: "
                          "server.ini:7: [server] unknown key bogus"),
-                "%s", tail(out));
-  ck_assert_msg(has(out, "the fleet failed: env-server exit=2"), "%s", tail(out));
-  ck_assert_msg(has(out, "env-server=0"), "restarted: %s", tail(out));
+                "%s", lfx_events_tail(out));
+  ck_assert_msg(has(out, "the fleet failed: env-server exit=2"), "%s", lfx_events_tail(out));
+  ck_assert_msg(has(out, "env-server=0"), "restarted: %s", lfx_events_tail(out));
   free(out);
   lfx_cleanup(&f);
 }
@@ -229,9 +211,9 @@ START_TEST(test_watch_actor) {
   kill(f.launcher, SIGTERM);
   int rc = lfx_wait(&f, 120);
   char *out = lfx_read(&f, "launch.out");
-  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, tail(out));
-  ck_assert_msg(has(out, "no new heartbeat in the store"), "%s", tail(out));
-  ck_assert_msg(!has(out, "watchdog: name=learner") && !has(out, "watchdog: name=actor-0"), "%s", tail(out));
+  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, lfx_events_tail(out));
+  ck_assert_msg(has(out, "no new heartbeat in the store"), "%s", lfx_events_tail(out));
+  ck_assert_msg(!has(out, "watchdog: name=learner") && !has(out, "watchdog: name=actor-0"), "%s", lfx_events_tail(out));
   free(out);
   lfx_cleanup(&f);
 }
@@ -282,8 +264,8 @@ START_TEST(test_watch_spoofed) {
   kill(f.launcher, SIGTERM);
   int rc = lfx_wait(&f, 120);
   char *out = lfx_read(&f, "launch.out");
-  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, tail(out));
-  ck_assert_msg(has(out, "no new heartbeat in the store"), "%s", tail(out));
+  ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, lfx_events_tail(out));
+  ck_assert_msg(has(out, "no new heartbeat in the store"), "%s", lfx_events_tail(out));
   free(out);
   lfx_cleanup(&f);
 }
@@ -304,10 +286,11 @@ START_TEST(test_watch_learner) {
   unsetenv("LH_LEARNER_TEST_STEP_GATE");
   int rc = lfx_wait(&f, 240);
   char *out = lfx_read(&f, "launch.out");
-  ck_assert_msg(rc == 1, "launcher exit %d: %s", rc, tail(out));
-  ck_assert_msg(has(out, "watchdog: name=learner") && has(out, "stuck: no train step for"), "%s", tail(out));
-  ck_assert_msg(has(out, "the fleet failed: watchdog: learner is stuck and a restart did not help"), "%s", tail(out));
-  ck_assert_msg(has(out, "learner=1"), "one restart: %s", tail(out));
+  ck_assert_msg(rc == 1, "launcher exit %d: %s", rc, lfx_events_tail(out));
+  ck_assert_msg(has(out, "watchdog: name=learner") && has(out, "stuck: no train step for"), "%s", lfx_events_tail(out));
+  ck_assert_msg(has(out, "the fleet failed: watchdog: learner is stuck and a restart did not help"),
+                "%s", lfx_events_tail(out));
+  ck_assert_msg(has(out, "learner=1"), "one restart: %s", lfx_events_tail(out));
   free(out);
   lfx_cleanup(&f);
 }
@@ -350,7 +333,7 @@ START_TEST(test_actors_only) {
   char path[LFX_PATH + 32];
   snprintf(path, sizeof path, "%s/c.out", f.dir);
   out = lh_proc_read_file(path);
-  ck_assert_msg(strstr(out, "exited name=actor-0 exit=2") && strstr(out, "some-other-run"), "%s", tail(out));
+  ck_assert_msg(strstr(out, "exited name=actor-0 exit=2") && strstr(out, "some-other-run"), "%s", lfx_events_tail(out));
   free(out);
   /* Actors of this run, on "another host": actor-4 and actor-5. */
   const char *right[] = {"--set", "fleet.learners=0", "--set", "fleet.actors=2", "--set", "fleet.first_actor=4",
@@ -364,7 +347,7 @@ START_TEST(test_actors_only) {
   kill(f.launcher, SIGTERM);
   int rc = lfx_wait(&f, 120);
   out = lfx_read(&f, "launch.out");
-  ck_assert_msg(rc == 0, "learners' fleet exit %d: %s", rc, tail(out));
+  ck_assert_msg(rc == 0, "learners' fleet exit %d: %s", rc, lfx_events_tail(out));
   free(out);
   lfx_cleanup(&f);
 }

@@ -67,8 +67,7 @@ START_TEST(test_stop_during_long_step) {
   ck_assert_msg(began, "the launcher did not come to the learner");
   int rc = lfx_wait(&f, 180);
   char *out = lfx_read(&f, "launch.out");
-  size_t len = strlen(out);
-  const char *tail = len > 1500 ? out + len - 1500 : out;
+  const char *tail = lfx_events_tail(out);
   ck_assert_msg(rc == 0, "launcher exit %d: %s", rc, tail);
   ck_assert_msg(strstr(out, "stopping the learner: waiting up to"), "%s", tail);
   ck_assert_msg(!strstr(out, "killing name="), "a child was killed: %s", tail);

@@ -128,7 +128,8 @@ START_TEST(test_agent_launch) {
   kill(f.launcher, SIGTERM);
   ck_assert_int_eq(lfx_wait(&f, 180), 0);
   char *out = lfx_read(&f, "launch.out");
-  ck_assert_msg(strstr(out, "agents stopped: stopping the actors") && strstr(out, "agent-2"), "%s", out);
+  ck_assert_msg(strstr(out, "agents stopped: stopping the actors") && strstr(out, "agent-2"),
+                "%s", lfx_events_tail(out));
   free(out);
   lfx_assert_intact(&f);
   lfx_cleanup(&f);
