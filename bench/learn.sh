@@ -56,7 +56,8 @@
 # steps; and the experts dead: no token for 10 steps in a
 # row; from the store's train_step_layers and train_step_experts), which
 # with the greedy figures goes to LH_LEARN_DIR/record.txt; the curve of the
-# fleet's own success rate per step; the
+# fleet's own success rate per step; for needle, where the fleet's own
+# episodes went wrong per stage (bench/needle_breakdown.sh); the
 # learner's busy fraction (time in steps over wall time) and the actors'
 # tokens/s (from their heartbeats in the store). Everything stays in
 # LH_LEARN_DIR (default BUILD/bench-learn, BUILD/bench-learn-maze and
@@ -283,6 +284,11 @@ if [ -s actor_rss.txt ]; then
                  if (!base) base = peak[i]
                  printf "actor resident memory, stage %d (%d tokens): peak %d kB, %.2fx the first sampled stage'"'"'s\n",
                         st[i], ctx[i], peak[i], peak[i] / base } }' - actor_rss.txt
+fi
+# needle: where the fleet's own episodes went wrong, stage by stage.
+if [ "$env" = needle ] || [ "$env" = needle_1m ]; then
+  echo "where the fleet's last 200 ended episodes of each stage went wrong (bench/needle_breakdown.sh):"
+  bash "$src/bench/needle_breakdown.sh" "$bin" replay.db 200 | sed 's/^/  /'
 fi
 echo "learner busy fraction (mean over steps >= 2): $busy (target >= 0.9)"
 echo "actor tokens/s, sum over actors: $tok ($per_actor)"
