@@ -694,11 +694,16 @@ void lh_actors_runner_set_window(lh_actors_runner *r, uint32_t window) {
 }
 
 /* Whether the episode to start next may: one that begins a group needs
- * room for the whole group in the window. */
+ * room for the whole group in the window; a later member of a group whose
+ * leader is still prefilling the shared prefix waits to start until it is
+ * done (it then forks at once), so that the members do not each hold a
+ * copy of a long first observation (5 bytes a token in the transcript,
+ * and the environment's own) for the whole prefill. */
 static int may_start(const lh_actors_runner *r) {
   if (start_limit(r)) return 0;
   if (r->cfg.agent)  /* an agent's episodes start one at a time, as they come */
     return r->window == UINT32_MAX || (uint64_t)lh_actors_runner_open_episodes(r) + 1 <= r->window;
+  if (r->started % r->cfg.group_size && lh_actors_share_pending(r, r->started / r->cfg.group_size + 1)) return 0;
   if (r->window == UINT32_MAX || r->started % r->cfg.group_size) return 1;
   return (uint64_t)lh_actors_runner_open_episodes(r) + r->cfg.group_size <= r->window;
 }
@@ -715,6 +720,11 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
     if (w->state == ROW_POLICY && !w->have_logp && w->fed < lh_actors_transcript_len(w->tr))
       LH_TRY(lh_actors_row_prefill(r, b, err));
   }
+  /* Members whose leader's prefill was done just now start (and fork)
+   * under the weights that computed it, before any swap between steps. */
+  if (r->shares)
+    for (uint32_t b = 0; b < B; b++)
+      if (r->rows[b].state == ROW_FREE && may_start(r)) LH_TRY(start(r, b, err));
   /* Every row on the policy's turn with a distribution samples a token. */
   int sampled = 0, n_dec = 0, n_env = 0;
   for (uint32_t b = 0; b < B; b++) {

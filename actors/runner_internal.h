@@ -156,6 +156,10 @@ int lh_actors_share_ready(lh_actors_runner *r, uint32_t b, lh_errbuf *err);
  * when it prefills. */
 int lh_actors_share_join(lh_actors_runner *r, uint32_t b, uint64_t group_key, uint64_t episode_id, size_t n,
                          lh_errbuf *err);
+/* Whether the share of group group_key has a leader still prefilling it:
+ * the group's next members wait to start (runner.c's may_start) rather
+ * than each hold a copy of the first observation meanwhile. */
+int lh_actors_share_pending(const lh_actors_runner *r, uint64_t group_key);
 /* Row b leaves its share before the share was ready (its episode ended). */
 void lh_actors_share_leave(lh_actors_runner *r, uint32_t b);
 

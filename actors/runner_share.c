@@ -34,6 +34,14 @@ static int share_in_use(const lh_actors_runner *r, int i) {
   return 0;
 }
 
+int lh_actors_share_pending(const lh_actors_runner *r, uint64_t group_key) {
+  for (uint32_t k = 0; r->shares && k <= r->cfg.batch; k++) {
+    const lh_actors_prefix_share *sh = &r->shares[k];
+    if (sh->group == group_key) return !sh->ready && !sh->failed && share_in_use(r, (int)k);
+  }
+  return 0;
+}
+
 /* Frees share i once every episode of its group has started (whether it
  * joined the share or ended before it could: a reset that failed) and no
  * row leads it or waits for it. An agent group's episodes start when its

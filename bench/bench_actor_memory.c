@@ -1,5 +1,7 @@
-/* bench_actor_memory CONFIG CKPT TOKENS: runs `longhaul actor` (LH_BIN)
- * for one `needle` episode whose document is TOKENS tokens, as configured
+/* bench_actor_memory CONFIG CKPT TOKENS ENDPOINT [EPISODES]: runs
+ * `longhaul actor` (LH_BIN) for EPISODES (1) `needle` episodes whose
+ * document is TOKENS tokens (a group of them, with CONFIG's [actor]
+ * batch and group_size, shares one), as configured
  * in CONFIG ([model], [actor], [env]; its learner_endpoint is bound here
  * by a stand-in learner that acks every Segment and EpisodeEnd), and
  * prints one line:
@@ -27,8 +29,8 @@ static double now_s(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: bench_actor_memory CONFIG CKPT TOKENS ENDPOINT\n");
+  if (argc != 5 && argc != 6) {
+    fprintf(stderr, "usage: bench_actor_memory CONFIG CKPT TOKENS ENDPOINT [EPISODES]\n");
     return 2;
   }
   const char *bin = getenv("LH_BIN");
@@ -48,8 +50,8 @@ int main(int argc, char **argv) {
   if (pid == 0) {
     char set[64];
     snprintf(set, sizeof set, "env.tokens=%s", argv[3]);
-    execl(bin, bin, "actor", "--config", argv[1], "--name", "a0", "--ckpt", argv[2], "--episodes", "1", "--set", set,
-          (char *)NULL);
+    execl(bin, bin, "actor", "--config", argv[1], "--name", "a0", "--ckpt", argv[2], "--episodes",
+          argc > 5 ? argv[5] : "1", "--set", set, (char *)NULL);
     _exit(127);
   }
   long peak = 0;

@@ -12,9 +12,13 @@
 # included, the process's start and model load not) against the 4K run's
 # (target at the largest size >= 0.8). The first size is the
 # reference. The machine's load is printed: the rates share its cores.
+# LH_SCALE_MEMORY_GROUP=N plays one group of N episodes instead ([actor]
+# batch and group_size N, stored states every 1,024 tokens, as the needle
+# runs of bench/learn.sh): the members share the leader's prefill.
 set -euo pipefail
 build=${1:-build}
 sizes=${LH_SCALE_MEMORY_TOKENS:-4096 65536 262144 1048576}
+group=${LH_SCALE_MEMORY_GROUP:-1}
 bin=$(cd "$build" && pwd)/cli/longhaul
 probe=$(cd "$build" && pwd)/bench/bench_actor_memory
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,9 +31,10 @@ cat > "$work/actor.ini" <<INI
 include = $src/examples/model.ini
 [learner]
 [actor]
-batch = 1
-group_size = 1
+batch = $group
+group_size = $group
 segment_tokens = 512
+$([ "$group" -gt 1 ] && echo "state_interval = 1024")
 max_steps = 1
 max_context = $((largest + largest / 4 + 1000))
 learner_endpoint = ipc://$work/ingest
@@ -40,12 +45,12 @@ seed = 3
 [env]
 name = needle
 INI
-echo "scale_memory: demo model (examples/model.ini), needle, actor batch 1, blas_threads 1; load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
+echo "scale_memory: demo model (examples/model.ini), needle, actor batch $group (a group of $group), blas_threads 1; load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 printf '%-10s %10s %8s %12s %8s\n' tokens hwm_kB vs_first prefill_tok/s vs_first
 ref_kb=0
 ref_rate=0
 for n in $sizes; do
-  line=$(LH_BIN=$bin "$probe" "$work/actor.ini" "$work/ckpt" "$n" "ipc://$work/ingest" 2> "$work/actor-$n.log") || {
+  line=$(LH_BIN=$bin "$probe" "$work/actor.ini" "$work/ckpt" "$n" "ipc://$work/ingest" "$group" 2> "$work/actor-$n.log") || {
     echo "scale_memory: the actor at $n tokens failed: $line (log: tail below)"
     tail -5 "$work/actor-$n.log"
     exit 1
