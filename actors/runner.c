@@ -708,12 +708,17 @@ static int may_start(const lh_actors_runner *r) {
   return (uint64_t)lh_actors_runner_open_episodes(r) + r->cfg.group_size <= r->window;
 }
 
+/* Free rows take the next episodes, as back-pressure allows. */
+static int start_free_rows(lh_actors_runner *r, lh_errbuf *err) {
+  for (uint32_t b = 0; b < r->cfg.batch; b++)
+    if (r->rows[b].state == ROW_FREE && may_start(r)) LH_TRY(start(r, b, err));
+  return 0;
+}
+
 int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
   if (!r) return lh_errbuf_set(err, LH_EINVAL, "runner step: NULL runner");
   uint32_t B = r->cfg.batch;
-  /* Free rows take the next episodes, as back-pressure allows. */
-  for (uint32_t b = 0; b < B; b++)
-    if (r->rows[b].state == ROW_FREE && may_start(r)) LH_TRY(start(r, b, err));
+  LH_TRY(start_free_rows(r, err));
   /* Rows still feeding an observation take its next prefill window. */
   for (uint32_t b = 0; b < B; b++) {
     lh_actors_row *w = &r->rows[b];
@@ -722,9 +727,7 @@ int lh_actors_runner_step(lh_actors_runner *r, lh_errbuf *err) {
   }
   /* Members whose leader's prefill was done just now start (and fork)
    * under the weights that computed it, before any swap between steps. */
-  if (r->shares)
-    for (uint32_t b = 0; b < B; b++)
-      if (r->rows[b].state == ROW_FREE && may_start(r)) LH_TRY(start(r, b, err));
+  if (r->shares) LH_TRY(start_free_rows(r, err));
   /* Every row on the policy's turn with a distribution samples a token. */
   int sampled = 0, n_dec = 0, n_env = 0;
   for (uint32_t b = 0; b < B; b++) {

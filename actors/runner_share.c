@@ -34,12 +34,18 @@ static int share_in_use(const lh_actors_runner *r, int i) {
   return 0;
 }
 
+/* The slot of group group_key's share, or -1. */
+static int share_of(const lh_actors_runner *r, uint64_t group_key) {
+  for (uint32_t k = 0; r->shares && k <= r->cfg.batch; k++)
+    if (r->shares[k].group == group_key) return (int)k;
+  return -1;
+}
+
 int lh_actors_share_pending(const lh_actors_runner *r, uint64_t group_key) {
-  for (uint32_t k = 0; r->shares && k <= r->cfg.batch; k++) {
-    const lh_actors_prefix_share *sh = &r->shares[k];
-    if (sh->group == group_key) return !sh->ready && !sh->failed && share_in_use(r, (int)k);
-  }
-  return 0;
+  int i = share_of(r, group_key);
+  if (i < 0) return 0;
+  const lh_actors_prefix_share *sh = &r->shares[i];
+  return !sh->ready && !sh->failed && share_in_use(r, i);
 }
 
 /* Frees share i once every episode of its group has started (whether it
@@ -122,9 +128,7 @@ int lh_actors_share_join(lh_actors_runner *r, uint32_t b, uint64_t group_key, ui
   lh_actors_row *w = &r->rows[b];
   uint64_t hash = 0;
   LH_TRY(prefix_hash(w, n, &hash, err));
-  int i = -1, free_slot = -1;
-  for (uint32_t k = 0; k <= r->cfg.batch && i < 0; k++)
-    if (r->shares[k].group == group_key) i = (int)k;
+  int i = share_of(r, group_key), free_slot = -1;
   for (uint32_t k = 0; k <= r->cfg.batch && i < 0 && free_slot < 0; k++) {
     share_release(r, (int)k);  /* a group whose last episodes ended at their start */
     if (!r->shares[k].group) free_slot = (int)k;

@@ -29,10 +29,7 @@ ids=$(sqlite3 -readonly -separator ' ' "$db" "
 [ -n "$ids" ] || { echo "needle_breakdown: no ended needle episode with a policy version in $db" >&2; exit 1; }
 while read -r stage id; do
   "$bin" replay show --db "$db" "$id" | awk -v stage="$stage" '
-    /Question: what is the / {
-      match($0, /what is the [a-z]+ of/); field = substr($0, RSTART + 12, RLENGTH - 15)
-      match($0, /id ID-[A-Z0-9]+\?/); qid = substr($0, RSTART + 3, RLENGTH - 4)
-    }
+    /Question: what is the / { match($0, /id ID-[A-Z0-9]+\?/); qid = substr($0, RSTART + 3, RLENGTH - 4) }
     /^  env    L[0-9]+ id=ID-/ { match($0, /L[0-9]+/); n = substr($0, RSTART + 1, RLENGTH - 1)
                                  match($0, / id=ID-[A-Z0-9]+/); at[substr($0, RSTART + 4, RLENGTH - 4)] = n }
     /^  policy \[call\] search\(/ && !searched { searched = 1; s = $0; sub(/.*search\(/, "", s); sub(/\).*/, "", s); term = s }
