@@ -35,6 +35,10 @@ static const lh_cli_help HELP = {
 };
 
 int lh_cmd_actor(int argc, char **argv) {
+  /* A stage's observations and the weights it fetches are large and come
+   * and go: without this, a 1M stage's freed documents stayed resident
+   * (docs/actors.md "Memory"). */
+  lh_malloc_return_large();
   const char *config = NULL, *name = NULL, *ckpt = NULL, *env_name = NULL, *backend = NULL, *run_id = NULL;
   uint64_t index = 0, episodes = 0, learner_rank = 0;
   lh_cli_sets sets = {0};

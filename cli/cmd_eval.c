@@ -49,6 +49,7 @@ static int resolve_ckpt(const char *dir, char *out, lh_errbuf *err) {
 }
 
 int lh_cmd_eval(int argc, char **argv) {
+  lh_malloc_return_large();  /* a long stage's documents come and go, as in an actor */
   const char *config = NULL, *ckpt = NULL, *env = NULL, *seeds_s = "200", *show_s = "0", *backend = NULL,
              *temp_s = "0", *db = NULL, *run_id = NULL, *context_s = NULL;
   int json = 0;

@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -170,6 +171,8 @@ void lh_log_meter_warn(lh_log_meter *m, const char *fmt, ...) {
   m->last_log_ns = now;
   m->since_log = 0;
 }
+
+void lh_malloc_return_large(void) { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
 
 int64_t lh_now_ns(void) {
   struct timespec ts;

@@ -127,6 +127,15 @@ void lh_log_meter_warn(lh_log_meter *m, const char *fmt, ...) __attribute__((for
 #define LH_WARN(comp, ...) lh_log(LH_LOG_WARN, comp, __VA_ARGS__)
 #define LH_ERROR(comp, ...) lh_log(LH_LOG_ERROR, comp, __VA_ARGS__)
 
+/* Has every block of 1 MiB or more in its own mapping, returned to the
+ * system when freed, for the process's lifetime. glibc otherwise raises its
+ * mmap threshold after a large block is freed (up to 32 MiB), after which
+ * large blocks come from the heap and stay resident once freed: a process
+ * whose buffers grow and shrink with its inputs (a long observation, a
+ * reply, a weights fetch) keeps its largest footprint for good. Called
+ * first thing by the long-lived processes that hold such buffers. */
+void lh_malloc_return_large(void);
+
 /* Monotonic clock in nanoseconds and wall clock in milliseconds. */
 int64_t lh_now_ns(void);
 int64_t lh_wall_ms(void);

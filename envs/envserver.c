@@ -12,7 +12,6 @@
  * envserver_budget.c; frames by ZMQ_MAXMSGSIZE, queued messages per peer
  * by the HWMs. */
 #include <errno.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,13 +378,9 @@ int lh_envserver_run(const char *endpoint, const lh_envserver_config *cfg, lh_er
   if (has_secret != has_allowed)
     return lh_errbuf_set(err, LH_EINVAL, "env server: a CURVE secret key and allowed keys go together");
   /* The caps bound what sessions and replies hold; what a freed reply or
-   * frame held must go back to the system too. glibc raises its mmap
-   * threshold after a large block is freed (up to 32 MiB), after which a
-   * large block comes from the heap and stays resident once freed: a
-   * library that allocates at load (CUDA's) was enough to add 50 MB to
-   * the server's peak. A fixed threshold keeps every block of 1 MiB or
-   * more in its own mapping, returned when freed. */
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+   * frame held must go back to the system too (a library that allocates
+   * at load, CUDA's, was enough to add 50 MB to the server's peak). */
+  lh_malloc_return_large();
   lh_envs_budget *budget;
   LH_TRY(lh_envs_budget_new(cfg, &budget, err));
   lh_zsock_curve curve;
