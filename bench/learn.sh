@@ -63,7 +63,8 @@
 # LH_LEARN_DIR (default BUILD/bench-learn, BUILD/bench-learn-maze and
 # BUILD/bench-learn-needle), report.html included. LH_LEARN_INIT=DIR starts
 # from the warm start DIR/model.safetensors of an earlier run instead of
-# training it again.
+# training it again, and measures its figures before RL once
+# (DIR/held_out.txt).
 set -euo pipefail
 build=${1:-build}
 env=${2:-calc}
@@ -166,6 +167,27 @@ held_out_both() {
   wait "$at_256k"
   echo "$(cat greedy_256k.txt) $(cat greedy_1m.txt)"
 }
+# With LH_LEARN_INIT, the warm start's figures before RL are those of a
+# fixed checkpoint: they are kept in LH_LEARN_INIT/held_out.txt, keyed by
+# the checkpoint's SHA-256, the environment and how it is played, and
+# measured once (delete the file after a change to the model's arithmetic).
+# measured_once KEY CMD...: CMD's output, or what it gave before for KEY.
+measured_once() {
+  local key value cache=${LH_LEARN_INIT:+$LH_LEARN_INIT/held_out.txt}
+  key="$(sha256sum sft/model.safetensors | cut -c1-16) $env $1"
+  shift
+  if [ -n "$cache" ] && [ -f "$cache" ]; then
+    value=$(awk -F '\t' -v k="$key" '$1 == k { v = $2 } END { print v }' "$cache")
+    if [ -n "$value" ]; then
+      echo "(before RL: measured by an earlier run, $cache: $key)" >&2
+      echo "$value"
+      return
+    fi
+  fi
+  value=$("$@")
+  [ -n "$cache" ] && printf '%s\t%s\n' "$key" "$value" >> "$cache"
+  echo "$value"
+}
 # A rate p of n seeds with its sampling error: p +- sqrt(p (1 - p) / n).
 with_error() { awk -v p="$1" -v n="$2" 'BEGIN { printf "%.3f +- %.3f", p, sqrt(p * (1 - p) / n) }'; }
 
@@ -202,13 +224,14 @@ fi
 t1=$(date +%s)
 temp=$(key_of temperature)
 if [ "$env" = needle_1m ]; then
-  read -r before before_1m <<< "$(held_out_both sft)"
+  read -r before before_1m <<< "$(measured_once "greedy seeds=$seeds ${play[*]}, seeds=$seeds_1m ${play_1m[*]}" \
+                                    held_out_both sft)"
   before_t="not played"
   echo "SFT took $((t1 - t0)) s; before RL, greedy: at 256K on seeds 1..$seeds (${play[*]}) $(with_error "$before" "$seeds"),"
   echo "  at 1M on seeds 1..$seeds_1m (${play_1m[*]}) $(with_error "$before_1m" "$seeds_1m")"
 else
-  before=$(held_out sft)
-  before_t=$(held_out sft --temperature "$temp")
+  before=$(measured_once "greedy seeds=$seeds ${play[*]}" held_out sft)
+  before_t=$(measured_once "T=$temp seeds=$seeds ${play[*]}" held_out sft --temperature "$temp")
   echo "SFT took $((t1 - t0)) s; before RL on seeds 1..$seeds${play:+ (${play[*]})}: greedy $before, sampled at T=$temp $before_t"
 fi
 counted=$before
