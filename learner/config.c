@@ -82,7 +82,12 @@ static const lh_ini_key KEYS[] = {
                     "In exact mode, the forward-only windows before an episode's first trained window run "
                     "once a step for all the step's episodes whose tokens, images and recorded routing there "
                     "are the same, as a group's shared first observation is; the gradients are those of the "
-                    "unshared step bit for bit. Off under `expert_parallel` > 1."),
+                    "unshared step bit for bit. And the step's episodes trained in one window (every sampled "
+                    "token within `train_window` of the start, no image, a model without `conv`) are merged "
+                    "into a prefix tree: each distinct context runs forward and backward once, the gradient "
+                    "carried back across each shared part's end, so the gradients are the unshared step's up "
+                    "to float rounding and the routers' load counts each context once "
+                    "([a step's prefix tree](learner.md#a-steps-prefix-tree)). Off under `expert_parallel` > 1."),
     LH_INI_KEY_BOOL(T, skip_flat_groups,
                     "A group whose rewards are all the same is not trained, since under `grpo` and `rloo` "
                     "each of its advantages is 0: it is dropped as it completes, counted in "

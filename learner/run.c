@@ -543,9 +543,11 @@ static int run_loop(learner *L, lh_errbuf *err) {
       busy_ms += s.step_ms;
       LH_INFO("learner",
               "step=%llu version=%llu loss=%.6g reward_mean=%.4g success_rate=%.3f episodes=%zu tokens=%zu "
-              "lag_mean=%.3g logp_diff=%.3g grad_norm=%.4g lr=%.3g skipped=%d step_ms=%.1f",
+              "lag_mean=%.3g logp_diff=%.3g grad_norm=%.4g lr=%.3g skipped=%d step_ms=%.1f positions=%zu "
+              "run_positions=%zu",
               (unsigned long long)s.step, (unsigned long long)s.version, s.loss, s.reward_mean, s.success_rate,
-              s.episodes, s.tokens, s.lag_mean, s.logp_diff, s.grad_norm, s.lr, s.skipped, s.step_ms);
+              s.episodes, s.tokens, s.lag_mean, s.logp_diff, s.grad_norm, s.lr, s.skipped, s.step_ms, s.positions,
+              s.run_positions);
       if (L->cfg.state_mode == LH_LEARNER_STATE_STORED) {
         LH_INFO("learner", "step=%llu state_mode=stored run_positions=%zu states_used=%zu tokens=%zu",
                 (unsigned long long)s.step, s.run_positions, s.states_used, s.tokens);

@@ -8,6 +8,8 @@
  *   train_batch.c    a batch taken from the batcher and read back
  *   train_windows.c  one episode's forward and backward, window by window,
  *                    with the burn-in of stored-state mode
+ *   train_tree.c     the step's one-window episodes as a prefix tree, each
+ *                    distinct context forward and backward once
  *   train_optim.c    the batch's gradient, summed over ranks, and AdamW
  *   train_rows.c     what a step trained, and its train_steps row
  *   train_stage.c    the stage's row and its turn to the next stage
@@ -179,6 +181,24 @@ int lh_learner_train_read_batch(lh_learner_trainer *t, lh_learner_step_batch *b,
  * window's loss normalised by N; sums into acc. */
 int lh_learner_train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, const float *adv, double N,
                              lh_learner_step_acc *acc, lh_errbuf *err);
+
+/* One PPO call's figures into acc: its loss and stats over n positions of
+ * mask, adv and ver (the lag counted against version). */
+void lh_learner_acc_add(lh_learner_step_acc *acc, const lh_learner_ppo_stats *ps, double loss, int has_entropy,
+                        const uint8_t *mask, const float *adv, const uint32_t *ver, size_t n, uint64_t version);
+
+/* ---- the prefix tree (train_tree.c) ---------------------------------------- */
+/* Whether the step's tree takes ep: [learner] share_prefix in exact mode,
+ * one rank's experts, a model without conv, no images, routing recorded
+ * in the model's shape under routing_replay, and every sampled token in
+ * the first window. */
+int lh_learner_train_tree_eligible(const lh_learner_trainer *t, const lh_learner_episode *ep);
+/* Forward and backward of the episodes eps[i] with in_tree[i] (advs[i]
+ * their per-token advantages) as one prefix tree, each loss normalised by
+ * N, summed into acc and the gradients; the balancer observes each
+ * forward. acc->nonfinite set ends it early (the step is skipped). */
+int lh_learner_train_tree(lh_learner_trainer *t, lh_learner_episode *const *eps, float *const *advs,
+                          const uint8_t *in_tree, size_t m, double N, lh_learner_step_acc *acc, lh_errbuf *err);
 
 /* ---- the optimizer step (train_optim.c) ----------------------------------- */
 /* Advantages, gradients over the batch (and the ranks), then AdamW and the

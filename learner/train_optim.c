@@ -76,8 +76,41 @@ static int reduce_step(lh_learner_trainer *t, lh_learner_step_acc *acc, lh_errbu
   return 0;
 }
 
-/* Forward and backward of every episode of the batch into the gradients.
- * An episode whose forward or backward fails (data the checks let through,
+/* The episodes of the batch the prefix tree takes (learner/train_tree.c),
+ * all at once with their per-token advantages, marked in in[] (m,
+ * zeroed here): 0, or LH_ENOMEM. When the tree fails, *tree_failed is
+ * set and in[] cleared: the batch is run again without it, so that the
+ * episode at fault is found and quarantined alone. */
+static int train_tree(lh_learner_trainer *t, lh_learner_episode **eps, const float *advs, const uint8_t *skip,
+                      size_t m, double N, uint8_t *in, lh_learner_step_acc *acc, int *tree_failed,
+                      lh_errbuf *err) {
+  memset(in, 0, m);
+  float **adv = calloc(m ? m : 1, sizeof *adv);
+  int rc = adv ? 0 : LH_ENOMEM;
+  size_t k = 0;
+  for (size_t i = 0; i < m && !rc; i++) {
+    if (skip[i] || !lh_learner_train_tree_eligible(t, eps[i])) continue;
+    if (!(adv[i] = malloc(eps[i]->n * sizeof **adv))) rc = LH_ENOMEM;
+    else lh_learner_episode_broadcast(eps[i], advs[i], adv[i]), in[i] = 1, k++;
+  }
+  if (rc) rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for the prefix tree's advantages");
+  lh_errbuf e;
+  int erc = rc || k < 2 ? 0 : lh_learner_train_tree(t, eps, adv, in, m, N, acc, &e);
+  if (erc == LH_ENOMEM) rc = lh_errbuf_set(err, erc, "%s", e.msg);
+  else if (erc) {
+    LH_WARN("train", "step=%llu: the prefix tree failed (%s); the batch runs again episode by episode",
+            (unsigned long long)t->step, e.msg);
+    *tree_failed = 1;
+  }
+  for (size_t i = 0; adv && i < m; i++) free(adv[i]);
+  free(adv);
+  if (rc || erc || k < 2) memset(in, 0, m);  /* a tree of one shares nothing: that episode runs alone */
+  return rc;
+}
+
+/* Forward and backward of every episode of the batch into the gradients:
+ * the prefix tree's first, then each other episode on its own. An episode
+ * whose forward or backward fails (data the checks let through,
  * a kernel refusing its input) is quarantined: it ends as error in the
  * store with the reason, is marked in skip, and the batch is run again
  * without it from zeroed gradients and the balancer's counts as they were,
@@ -91,10 +124,15 @@ static int train_all(lh_learner_trainer *t, lh_learner_episode **eps, const floa
   size_t nc = (size_t)mc->layers * (size_t)mc->experts, np = (size_t)mc->layers;
   LH_TRY(lh_model_balancer_counts(t->balancer, &counts, &pairs));
   double *saved = malloc((nc + np) * sizeof *saved);
-  if (!saved) return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
+  uint8_t *in_tree = calloc(m ? m : 1, 1);
+  if (!saved || !in_tree) {
+    free(saved);
+    free(in_tree);
+    return lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
+  }
   memcpy(saved, counts, nc * sizeof *saved);
   memcpy(saved + nc, pairs, np * sizeof *saved);
-  int rc = 0;
+  int rc = 0, tree_failed = 0;
   for (int again = 1; again && !rc;) {
     again = 0;
     memset(acc, 0, sizeof *acc);
@@ -103,12 +141,20 @@ static int train_all(lh_learner_trainer *t, lh_learner_episode **eps, const floa
     rc = lh_model_zero_grads(t->m);
     if (rc) rc = lh_errbuf_set(err, rc, "train: cannot zero the gradients: %s", lh_strerror(rc));
     lh_learner_prefix_cache_clear(t->prefixes);  /* a pass begun again computes its prefixes again */
+    if (!rc && !tree_failed) {
+      int failed = 0;
+      rc = train_tree(t, eps, advs, skip, m, N, in_tree, acc, &failed, err);
+      if (failed) {
+        tree_failed = again = 1;
+        continue;
+      }
+    }
     /* With experts across ranks a rank's pass is not its own: its shard
      * holds the group's gradients, so a pass begun again is begun again by
      * the whole group (after each rank has served the others to the end). */
     int failed_here = 0;
     for (size_t i = 0; i < m && !rc && !again; i++) {
-      if (skip[i]) continue;
+      if (skip[i] || in_tree[i]) continue;
       float *adv = malloc(eps[i]->n * sizeof *adv);
       if (!adv) {
         rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory");
@@ -132,6 +178,7 @@ static int train_all(lh_learner_trainer *t, lh_learner_episode **eps, const floa
     }
   }
   free(saved);
+  free(in_tree);
   return rc;
 }
 

@@ -183,6 +183,30 @@ static size_t first_trained_window(const lh_learner_episode *ep, size_t train_wi
   return 0;
 }
 
+void lh_learner_acc_add(lh_learner_step_acc *acc, const lh_learner_ppo_stats *ps, double loss, int has_entropy,
+                        const uint8_t *mask, const float *adv, const uint32_t *ver, size_t n, uint64_t version) {
+  acc->loss += loss;
+  acc->policy_loss += ps->policy_loss;
+  acc->clip_sum += ps->clip_frac * (double)ps->tokens;
+  acc->kl_sum += ps->approx_kl * (double)ps->tokens;
+  acc->entropy_sum += has_entropy ? ps->entropy_mean * (double)ps->tokens : NAN;
+  acc->ratio_sum += ps->ratio_mean * (double)ps->tokens;
+  if (ps->ratio_max > acc->ratio_max) acc->ratio_max = ps->ratio_max;
+  acc->tokens += ps->tokens;
+  for (size_t i = 0; i < n; i++) acc->zero_adv_tokens += mask[i] && adv[i] == 0.0f;
+  if (ps->current_tokens) {
+    acc->current += ps->current_tokens;
+    acc->logp_diff_sum += ps->logp_diff_mean * (double)ps->current_tokens;
+    if (ps->logp_diff_max > acc->logp_diff) acc->logp_diff = ps->logp_diff_max;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (!mask[i]) continue;
+    double lag = version >= ver[i] ? (double)(version - ver[i]) : 0.0;
+    acc->lag_sum += lag;
+    if (lag > acc->lag_max) acc->lag_max = lag;
+  }
+}
+
 /* Forward and backward of one episode, window by window, accumulating
  * gradients (every window's loss is normalised by the batch's N). */
 int lh_learner_train_episode(lh_learner_trainer *t, const lh_learner_episode *ep, const float *adv, double N,
@@ -313,26 +337,7 @@ int lh_learner_train_episode(lh_learner_trainer *t, const lh_learner_episode *ep
       for (size_t i = 0; i < n; i++) w.dentropy[i] = w.mask[i] ? (float)ps.dloss_dentropy : 0.0f;
       rc = lh_model_backward(t->m, t->cache, w.dlogp, pp.entropy_coef > 0 ? w.dentropy : NULL, err);
       if (rc) break;
-      acc->loss += loss;
-      acc->policy_loss += ps.policy_loss;
-      acc->clip_sum += ps.clip_frac * (double)ps.tokens;
-      acc->kl_sum += ps.approx_kl * (double)ps.tokens;
-      acc->entropy_sum += has_entropy ? ps.entropy_mean * (double)ps.tokens : NAN;
-      acc->ratio_sum += ps.ratio_mean * (double)ps.tokens;
-      if (ps.ratio_max > acc->ratio_max) acc->ratio_max = ps.ratio_max;
-      acc->tokens += ps.tokens;
-      for (size_t i = 0; i < n; i++) acc->zero_adv_tokens += w.mask[i] && w.adv[i] == 0.0f;
-      if (ps.current_tokens) {
-        acc->current += ps.current_tokens;
-        acc->logp_diff_sum += ps.logp_diff_mean * (double)ps.current_tokens;
-        if (ps.logp_diff_max > acc->logp_diff) acc->logp_diff = ps.logp_diff_max;
-      }
-      for (size_t i = 0; i < n; i++) {
-        if (!w.mask[i]) continue;
-        double lag = t->version >= w.ver[i] ? (double)(t->version - w.ver[i]) : 0.0;
-        acc->lag_sum += lag;
-        if (lag > acc->lag_max) acc->lag_max = lag;
-      }
+      lh_learner_acc_add(acc, &ps, loss, has_entropy, w.mask, w.adv, w.ver, n, t->version);
     }
     float *s = w.state_a;
     w.state_a = w.state_b, w.state_b = s;

@@ -1,6 +1,8 @@
 /* The backward of lh_model_forward, layer by layer in reverse. Gradients
  * ADD into the model's gradient buffer (the caller zeroes it once per
- * step). The attention state a window started from gets no gradient. */
+ * step). The attention state a window started from gets a gradient only
+ * when asked (lh_model_backward_states: a prefix tree's node, whose
+ * children started from its state). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,13 +30,25 @@ static int reserve_backward(lh_model_cache *c, const lh_model_config *cf) {
   GRAB(c->dlogp_dev, T);
   GRAB(c->dentropy_dev, T);
   if (cf->conv > 0) GRAB(c->dqkv_pre, 3 * T * d);
+  size_t st = (size_t)c->cap_seq * cf->heads * (d / cf->heads) * (d / cf->heads);
+  GRAB(c->dstate_out_dev, st);
+  GRAB(c->dstate_in_dev, st);
   c->have_bwd = 1;
   return LH_OK;
 }
 
 int lh_model_backward(lh_model *m, lh_model_cache *c, const float *dlogp, const float *dentropy,
                       lh_errbuf *err) {
+  return lh_model_backward_states(m, c, dlogp, dentropy, NULL, NULL, err);
+}
+
+int lh_model_backward_states(lh_model *m, lh_model_cache *c, const float *dlogp, const float *dentropy,
+                             const float *dstate_out, float *dstate_in, lh_errbuf *err) {
   if (!m || !c) return LH_EINVAL;
+  if ((dstate_out || dstate_in) && m->cfg.conv > 0)
+    return lh_errbuf_set(err, LH_EMODEL_STATE,
+                         "backward: a state's gradient does not cross a convolution's tail (conv = %d); "
+                         "only a model without conv carries it", m->cfg.conv);
   if (!m->grads)
     return lh_errbuf_set(err, LH_EMODEL_STATE,
                          "backward needs gradients: call lh_model_enable_training first");
@@ -139,9 +153,18 @@ int lh_model_backward(lh_model *m, lh_model_cache *c, const float *dlogp, const 
     Z(c->dk, Td);
     Z(c->dv, Td);
     Z(c->dg, Td);
-    LH_TRY(be->attn_chunked_backward(ctx, c->dq, c->dk, c->dv, c->dg, NULL, c->do_, NULL, lc->q,
-                                     lc->k, lc->v, lc->g, c->has_state ? lc->state_in : NULL,
-                                     c->offsets, c->n_seq, H, dk, cf->chunk));
+    /* the gradient into the state each sequence started from, and out of
+     * the one it ended with: (layers, n_seq, H, dk, dk) host, layer l's
+     * block at l * st */
+    size_t st = (size_t)c->n_seq * H * dk * dk;
+    if (dstate_out) LH_TRY(be->upload(ctx, c->dstate_out_dev, dstate_out + (size_t)l * st, st * sizeof(float)));
+    if (dstate_in) Z(c->dstate_in_dev, st);
+    LH_TRY(be->attn_chunked_backward(ctx, c->dq, c->dk, c->dv, c->dg, dstate_in ? c->dstate_in_dev : NULL,
+                                     c->do_, dstate_out ? c->dstate_out_dev : NULL, lc->q, lc->k, lc->v, lc->g,
+                                     c->has_state ? lc->state_in : NULL, c->offsets, c->n_seq, H, dk,
+                                     cf->chunk));
+    if (dstate_in)
+      LH_TRY(be->download(ctx, dstate_in + (size_t)l * st, c->dstate_in_dev, st * sizeof(float)));
     Z(c->dgraw, Td);
     LH_TRY(be->decay_gate_backward(ctx, c->dgraw, c->dg, lc->graw, Td, cf->g_min, cf->tau));
     /* through the convolution: dq, dk, dv before it */

@@ -121,6 +121,7 @@ struct lh_model_cache {
    * window starts from (L,n_seq,3,conv-1,d) */
   float *qkv_pre, *tail_in;
   /* backward scratch, allocated on the first backward */
+  float *dstate_out_dev, *dstate_in_dev;  /* (cap_seq,H,dk,dk): one layer's state gradients */
   int have_bwd;
   float *dlogits, *dun, *dh, *du, *du2, *don, *do_, *dq, *dk, *dv, *dg, *dgraw, *dr;
   float *dmsum, *dz, *drl, *dgates, *dlogp_dev, *dentropy_dev;

@@ -324,7 +324,7 @@ typedef struct {
   const lh_model_image *images;
   /* (layers, n_seq, heads, dk, dk) attention state each sequence starts
    * from (a window continuing the previous one), or NULL for zeros. The
-   * gradient stops there. */
+   * gradient stops there, unless lh_model_backward_states carries it. */
   const float *state_in;
   /* (layers, T, topk) routing replay: experts to use instead of top-k, or
    * NULL to route. */
@@ -359,6 +359,16 @@ int lh_model_forward(lh_model *m, const lh_model_batch *batch, lh_model_cache **
  * gradient is added too. */
 int lh_model_backward(lh_model *m, lh_model_cache *cache, const float *dlogp,
                       const float *dentropy, lh_errbuf *err);
+/* The same, with the attention state's gradient carried across the
+ * forward's ends: dstate_out (layers, n_seq, heads, dk, dk) host, or NULL
+ * for zero, is d objective / d state_out (the state each sequence ended
+ * with, which later tokens read: a prefix tree's children); dstate_in,
+ * the same shape, or NULL, gets (=) d objective / d state_in (zeros in,
+ * when the forward had none). Only the linear attention's S: a model with
+ * conv > 0 is refused (LH_EMODEL_STATE), its tails' gradient not being
+ * carried. */
+int lh_model_backward_states(lh_model *m, lh_model_cache *cache, const float *dlogp, const float *dentropy,
+                             const float *dstate_out, float *dstate_in, lh_errbuf *err);
 /* Per-position entropy -sum_v p log p of the next-token distribution of
  * the last forward (tempered as its batch said): (T) host copy. Its
  * gradient comes in through lh_model_backward's dentropy (T, or NULL). */

@@ -682,6 +682,94 @@ START_TEST(test_shared_prefix_step) {
 }
 END_TEST
 
+/* The prefix tree (learner/train_tree.c): 12 one-window episodes of 40
+ * tokens in 3 groups of 4, sampled from token 12 on. All share tokens
+ * 0..9, a group shares 10..21, and in each group member 2 repeats member
+ * 1 whole and member 3 repeats it up to token 30; in group 1, member 2
+ * stops sampling at 30, so it is a prefix of member 1's. With
+ * share_prefix the step runs the tree (root, groups, members); every
+ * gradient equals the step without it within 1e-4 of the tensor's largest
+ * (float rounding: the chunks are cut elsewhere), the loss and the tokens
+ * trained are the same, and the forward ran fewer positions. The second
+ * pass replays recorded routing. */
+#define TREE_TOKENS 40
+static void write_tree(lh_store *s, lh_model *m, int routing) {
+  const lrfx_shape shape = {.n_tokens = TREE_TOKENS, .seg_tokens = SEG_TOKENS, .a = 31, .b = 7,
+                             .first_sampled = 12, .temperature = 0.7f};
+  lrfx_episode first;
+  for (uint64_t id = 1; id <= 12; id++) {
+    uint64_t group = 40 + (id - 1) / 4, member = (id - 1) % 4;
+    lrfx_episode ep;
+    lrfx_episode_init(&ep, &shape, id, group, id % 3 ? 1.0f : 0.0f);
+    for (int i = 0; i < TREE_TOKENS; i++) {
+      if (i < 10) ep.tokens[i] = (uint32_t)(i * 7 % 200 + 32);
+      else if (i < 22) ep.tokens[i] = (uint32_t)((group * 13 + (uint64_t)i * 5) % 200 + 32);
+      else if (member == 1 || (member == 2 && i < 30)) ep.tokens[i] = first.tokens[i];
+    }
+    lh_errbuf e;
+    ck_assert_msg(lrfx_episode_sample(&ep, m, 0, NULL, &e) == 0, "%s", e.msg);
+    if (group == 41 && member == 1)
+      for (int i = 30; i < TREE_TOKENS; i++) ep.mask[i] = 0;
+    ep.send_routing = routing;
+    if (member == 0) first = ep;
+    ck_assert_msg(lrfx_episode_put(s, &ep, &e) == 0, "%s", e.msg);
+  }
+}
+
+START_TEST(test_prefix_tree_step) {
+  for (int routing = 0; routing < 2; routing++) {
+    make_dir();
+    char db2[160];
+    snprintf(db2, sizeof db2, "%s/unshared.db", dir);
+    lh_model *m[2] = {tiny_model(), tiny_model()};
+    lh_store *s[2];
+    lh_learner_trainer *t[2];
+    lh_learner_train_stats st[2];
+    lh_errbuf e;
+    for (int k = 0; k < 2; k++) {
+      ck_assert_int_eq(lh_store_open(k ? db2 : db, &s[k], &e), 0);
+      write_tree(s[k], m[k], routing);
+      lh_learner_config cfg = small_cfg();
+      cfg.batch_episodes = 12, cfg.group_size = 4, cfg.train_window = 64;
+      cfg.routing_replay = routing;
+      cfg.share_prefix = k == 0;
+      t[k] = scanned_trainer(m[k], s[k], &cfg);
+      ck_assert_int_eq(step(t[k], &st[k]), 1);
+      ck_assert_uint_eq(st[k].episodes, 12);
+      ck_assert_msg(st[k].logp_diff < 1e-5, "logp diff %g", st[k].logp_diff);
+    }
+    printf("prefix tree%s: forward positions %zu in the tree, %zu one by one; loss %.9g and %.9g; tokens %zu\n",
+           routing ? " (routing replayed)" : "", st[0].run_positions, st[1].run_positions, st[0].loss, st[1].loss,
+           st[0].tokens);
+    ck_assert_uint_eq(st[0].tokens, st[1].tokens);
+    ck_assert_msg(fabs(st[0].loss - st[1].loss) <= 1e-5 * fmax(1.0, fabs(st[1].loss)), "losses %.9g and %.9g",
+                  st[0].loss, st[1].loss);
+    ck_assert_uint_lt(st[0].run_positions, st[1].run_positions / 2);
+    const float *g0 = lh_model_grads(m[0]), *g1 = lh_model_grads(m[1]);
+    double worst = 0;
+    for (int i = 0; i < lh_model_n_tensors(m[0]); i++) {
+      const lh_model_tensor *x = lh_model_tensor_at(m[0], i);
+      double big = 0, diff = 0;
+      for (size_t j = x->offset; j < x->offset + x->numel; j++) {
+        big = fmax(big, fabs(g1[j]));
+        diff = fmax(diff, fabs((double)g0[j] - g1[j]));
+      }
+      double rel = big > 0 ? diff / big : diff;
+      worst = fmax(worst, rel);
+      ck_assert_msg(rel <= 1e-4, "%s: gradients differ by %g of the tensor's largest %g", x->name, rel, big);
+    }
+    printf("prefix tree%s: largest gradient difference %.2e of a tensor's largest\n",
+           routing ? " (routing replayed)" : "", worst);
+    for (int k = 0; k < 2; k++) {
+      lh_learner_trainer_free(t[k]);
+      lh_model_free(m[k]);
+      lh_store_close(s[k]);
+    }
+    remove_dir();
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learner_train");
   TCase *tc = tcase_create("core");
@@ -697,6 +785,7 @@ int main(void) {
   tcase_add_test(tc, test_stale_at_training_time);
   tcase_add_test(tc, test_loss_norm);
   tcase_add_test(tc, test_shared_prefix_step);
+  tcase_add_test(tc, test_prefix_tree_step);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }

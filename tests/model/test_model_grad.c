@@ -193,6 +193,101 @@ START_TEST(test_grad_custom_dlogp) {
 }
 END_TEST
 
+/* A prefix tree's arithmetic (lh_model_backward_states): sequences P+A
+ * and P+B (A and B start with the same token, so P's last target is
+ * shared) packed in one forward, against P forward once and A, B
+ * continuing from its final state, their state gradients summed into P's
+ * backward. Every parameter's gradient agrees within 1e-4 of its tensor's
+ * largest: float rounding, the chunks being cut elsewhere (1.5e-5 at most
+ * here; P's backward without its children's state gradient is off by 1.07
+ * of layers.1.attn.bg's largest). A model with conv is refused: its tails' gradient is not
+ * carried. */
+START_TEST(test_grad_split_state) {
+  lh_model_config cfg = tm_small_config();
+  cfg.balance = LH_BALANCE_BIAS;
+  lh_model *m = NULL;
+  lh_errbuf err = {0};
+  ck_assert_int_eq(lh_model_new(&cfg, lh_backend_cpu(), &m, &err), 0);
+  tm_perturb(m, 5, 0.1);
+  ck_assert_int_eq(lh_model_enable_training(m), 0);
+  enum { P = 7, A = 6, B = 5 };
+  int32_t tok[P + A + P + B], tgt[P + A + P + B];
+  uint64_t s = 11;
+  for (int i = 0; i < P + A; i++) tok[i] = (int32_t)(tm_next(&s) % (uint64_t)cfg.vocab);
+  for (int i = 0; i < P; i++) tok[P + A + i] = tok[i];
+  tok[P + A + P] = tok[P];
+  for (int i = 1; i < B; i++) tok[P + A + P + i] = (int32_t)(tm_next(&s) % (uint64_t)cfg.vocab);
+  for (int q = 0; q < 2; q++) {
+    int at = q ? P + A : 0, n = q ? P + B : P + A;
+    for (int i = 0; i < n; i++) tgt[at + i] = i + 1 < n ? tok[at + i + 1] : -1;
+  }
+  float w[P + A + P + B];
+  for (int i = 0; i < P + A + P + B; i++) w[i] = tgt[i] >= 0 ? (float)(0.1 * tm_uniform(&s)) : 0.0f;
+  /* whole: the two sequences packed */
+  int32_t offs_whole[3] = {0, P + A, P + A + P + B};
+  lh_model_batch whole = {.n_tokens = P + A + P + B, .tokens = tok, .targets = tgt, .n_seq = 2,
+                          .seq_offsets = offs_whole};
+  lh_model_cache *c = NULL, *c2 = NULL;
+  ck_assert_int_eq(lh_model_forward(m, &whole, &c, NULL, NULL, NULL, &err), 0);
+  ck_assert_int_eq(lh_model_zero_grads(m), 0);
+  ck_assert_int_eq(lh_model_backward(m, c, w, NULL, &err), 0);
+  size_t n = lh_model_n_floats(m), sf = lh_model_state_floats(&cfg);
+  float *g_whole = malloc(n * sizeof(float));
+  memcpy(g_whole, lh_model_grads(m), n * sizeof(float));
+  /* split: P once; A and B from its state */
+  int32_t offs_p[2] = {0, P}, kid_tok[A + B], kid_tgt[A + B], offs_k[3] = {0, A, A + B};
+  float wp[P], wk[A + B];
+  for (int i = 0; i < P; i++) wp[i] = w[i] + w[P + A + i];
+  for (int i = 0; i < A; i++) kid_tok[i] = tok[P + i], kid_tgt[i] = tgt[P + i], wk[i] = w[P + i];
+  for (int i = 0; i < B; i++)
+    kid_tok[A + i] = tok[P + A + P + i], kid_tgt[A + i] = tgt[P + A + P + i], wk[A + i] = w[P + A + P + i];
+  lh_model_batch bp = {.n_tokens = P, .tokens = tok, .targets = tgt, .n_seq = 1, .seq_offsets = offs_p};
+  float *st = calloc(sf, sizeof(float)), *st2 = calloc(2 * sf, sizeof(float));
+  float *dst2 = calloc(2 * sf, sizeof(float)), *dst = calloc(sf, sizeof(float));
+  ck_assert_int_eq(lh_model_forward(m, &bp, &c, NULL, NULL, st, &err), 0);
+  size_t per = sf / (size_t)cfg.layers;  /* a layer's state of one sequence */
+  for (int l = 0; l < cfg.layers; l++)
+    for (int q = 0; q < 2; q++) memcpy(st2 + ((size_t)l * 2 + q) * per, st + (size_t)l * per, per * sizeof(float));
+  lh_model_batch bk = {.n_tokens = A + B, .tokens = kid_tok, .targets = kid_tgt, .n_seq = 2, .seq_offsets = offs_k,
+                       .state_in = st2};
+  ck_assert_int_eq(lh_model_forward(m, &bk, &c2, NULL, NULL, NULL, &err), 0);
+  ck_assert_int_eq(lh_model_zero_grads(m), 0);
+  ck_assert_msg(lh_model_backward_states(m, c2, wk, NULL, NULL, dst2, &err) == 0, "%s", err.msg);
+  for (int l = 0; l < cfg.layers; l++)
+    for (int q = 0; q < 2; q++)
+      for (size_t i = 0; i < per; i++) dst[(size_t)l * per + i] += dst2[((size_t)l * 2 + q) * per + i];
+  ck_assert_msg(lh_model_backward_states(m, c, wp, NULL, dst, NULL, &err) == 0, "%s", err.msg);
+  const float *g = lh_model_grads(m);
+  double worst = 0;
+  for (int i = 0; i < lh_model_n_tensors(m); i++) {
+    const lh_model_tensor *t = lh_model_tensor_at(m, i);
+    double big = 0, diff = 0;
+    for (size_t j = t->offset; j < t->offset + t->numel; j++)
+      big = fmax(big, fabs(g_whole[j])), diff = fmax(diff, fabs((double)g[j] - g_whole[j]));
+    double rel = big > 0 ? diff / big : diff;
+    worst = fmax(worst, rel);
+    ck_assert_msg(rel <= 1e-4, "%s: split and whole differ by %g of the tensor's largest %g", t->name, rel, big);
+  }
+  printf("split state: largest gradient difference %.2e of a tensor's largest\n", worst);
+  free(g_whole), free(st), free(st2), free(dst2), free(dst);
+  lh_model_cache_free(c);
+  lh_model_cache_free(c2);
+  lh_model_free(m);
+  /* conv: refused, with a sentence */
+  cfg.conv = 3, cfg.chunk = 3;
+  ck_assert_int_eq(lh_model_new(&cfg, lh_backend_cpu(), &m, &err), 0);
+  ck_assert_int_eq(lh_model_enable_training(m), 0);
+  c = NULL;
+  ck_assert_int_eq(lh_model_forward(m, &bp, &c, NULL, NULL, NULL, &err), 0);
+  float *d = calloc(lh_model_state_floats(&cfg), sizeof(float));
+  ck_assert_int_eq(lh_model_backward_states(m, c, wp, NULL, d, NULL, &err), LH_EMODEL_STATE);
+  ck_assert_msg(strstr(err.msg, "conv") != NULL, "%s", err.msg);
+  free(d);
+  lh_model_cache_free(c);
+  lh_model_free(m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("model_grad");
   TCase *tc = tcase_create("grad");
@@ -204,6 +299,7 @@ int main(void) {
   tcase_add_test(tc, test_grad_whole_model_3_experts_no_shared);
   tcase_add_test(tc, test_grad_tempered_entropy_objective);
   tcase_add_test(tc, test_grad_custom_dlogp);
+  tcase_add_test(tc, test_grad_split_state);
   suite_add_tcase(s, tc);
   return lh_test_run(s, CK_FORK);
 }
