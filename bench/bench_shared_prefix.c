@@ -24,6 +24,13 @@
  * 4. Flat groups: four calc groups (rewards set: two flat, two of 0 and 1)
  *    trained once with [learner] skip_flat_groups and once without: the
  *    share of trained sampled tokens whose advantage is exactly 0.
+ * 5. The prefix tree (docs/learner.md "A step's prefix tree"): a step of
+ *    96 calc episodes in groups of 8 (rewards 0 and 1 by place, so that
+ *    no group is flat), which share calc's instruction and a group's
+ *    question, trained with [learner] share_prefix on and off from the
+ *    same weights: the step's wall time and forward positions. At its
+ *    init the policy's answers part at once; a trained policy's repeat
+ *    one another, and share more.
  *
  * Prints a line per figure and last exactly
  *   shared prefix: actor A.AAx, store S.SSx, learner exact L.LLx */
@@ -255,10 +262,45 @@ int main(int argc, char **argv) {
   }
   printf("share of trained tokens with advantage 0: %.3f with filtering, %.3f without\n", zero_share[0],
          zero_share[1]);
+  fflush(stdout);
+
+  /* 5. The prefix tree over a step of calc. */
+  cc.batch = 32, cc.group_size = 8, cc.episodes = 96, cc.seed = 11;
+  messages tree = {0};
+  play(m, &cc, &tree, &ignored);
+  float tree_rewards[96];
+  uint64_t tgroups[12] = {0};
+  int tplaced[12] = {0}, n_tgroups = 0;
+  size_t n_ends = 0;
+  for (size_t i = 0; i < tree.n && n_ends < 96; i++) {
+    if (!tree.end[i]) continue;
+    int g = 0;
+    while (g < n_tgroups && tgroups[g] != tree.end[i]->group_id) g++;
+    if (g == n_tgroups && n_tgroups < 12) tgroups[n_tgroups++] = tree.end[i]->group_id;
+    tree_rewards[n_ends++] = (float)(tplaced[g < 12 ? g : 11]++ % 2);
+  }
+  char tree_db[512];
+  snprintf(tree_db, sizeof tree_db, "%s/bench-shared-prefix-tree.db", o.dir);
+  store_of(tree_db, &tree, tree_rewards);
+  c.group_size = 8, c.batch_episodes = 96, c.train_window = 512, c.skip_flat_groups = 0;
+  lh_learner_train_stats ts[2];
+  double tree_s[2];
+  for (int k = 0; k < 2; k++) {
+    c.share_prefix = k == 0;
+    tree_s[k] = step_over(tree_db, m, w0, &c, &ts[k]);
+    printf("learner prefix tree %s: one step over %zu calc episodes (%zu positions) in %.2f s, the forward over "
+           "%zu positions, loss %.6g\n",
+           k ? "off" : "on ", ts[k].episodes, ts[k].positions, tree_s[k], ts[k].run_positions, ts[k].loss);
+    fflush(stdout);
+  }
+  printf("learner prefix tree: the step %.2fx faster, %.2fx fewer forward positions\n", tree_s[1] / tree_s[0],
+         (double)ts[1].run_positions / (double)(ts[0].run_positions ? ts[0].run_positions : 1));
   printf("shared prefix: actor %.2fx, store %.2fx, learner exact %.2fx\n", actor_x, store_x, learner_x);
   for (int k = 0; k < 2; k++) messages_free(&run[k]), unlink(db[k]);
   messages_free(&calc);
+  messages_free(&tree);
   unlink(calc_db);
+  unlink(tree_db);
   free(w0);
   lh_model_free(m);
   return 0;

@@ -47,7 +47,8 @@
 #      against the warm start. The actors' resident memory is sampled
 #      every 5 s during RL (VmRSS) and its peak given per stage.
 #   3. RL: `longhaul launch` with 1 learner and 2 actors from that
-#      checkpoint for [fleet] steps (LH_LEARN_STEPS overrides) steps.
+#      checkpoint for [fleet] steps (LH_LEARN_STEPS overrides) steps of
+#      [learner] batch_episodes (LH_LEARN_BATCH overrides) episodes.
 #   4. after: the same seeds, the same ways, with the learner's last checkpoint.
 # Printed: before, after and the gain (target: +15 points), sampled at the
 # actors' temperature (what RL optimises) and greedy; the balance over
@@ -130,6 +131,9 @@ if [ "$env" = experts_1024 ]; then
   done
   # the rule the example runs with (examples/model.ini's), unless told
   sed -i "/^\[model\]/,/^\[/s/^balance = .*/balance = ${LH_LEARN_BALANCE:-adaptive}/" learn.ini
+fi
+if [ -n "${LH_LEARN_BATCH:-}" ]; then
+  sed -i "s/^batch_episodes = .*/batch_episodes = $LH_LEARN_BATCH/" learn.ini
 fi
 if [ -n "${LH_LEARN_STEPS:-}" ]; then
   sed -i "s/^steps = .*/steps = $LH_LEARN_STEPS/; s/^total_steps = .*/total_steps = $LH_LEARN_STEPS/" learn.ini

@@ -16,9 +16,13 @@ the step's MaxVio, mean over 20 drawn steps, for two routers:
           loaded so far (a greedy balanced assignment: about the lowest
           MaxVio any router reaches on these steps).
 The share of the step's routed tokens that repeat a context routed before in
-the same step is printed too, and the random router's MaxVio were each
-distinct context routed once a step, at BATCH, 2 BATCH and 4 BATCH episodes
-(the noise of a step's load alone, no repeats). Uses numpy (python3-numpy)."""
+the same step is printed too; then, each distinct context routed once a step
+as the learner's prefix tree trains it, at BATCH, 2 BATCH and 4 BATCH
+episodes: the random router's MaxVio (the noise of a step's load alone, no
+repeats), and that of a router that sends every context ending in the same
+token to the same experts, its lumps placed as evenly as they go (how far a
+first layer routing by the token would be from balance). Uses numpy
+(python3-numpy)."""
 import json
 import subprocess
 import sys
@@ -42,9 +46,10 @@ if len(full) < BATCH // GROUP:
     sys.exit(f"maxvio_floor: {len(full)} whole groups of {GROUP} in {db}, {BATCH // GROUP} wanted")
 
 
-def contexts(episodes):
-    """The weights of a step's distinct contexts (prefix tree nodes)."""
-    children, weight = [{}], [0]
+def contexts(episodes, with_tokens=False):
+    """The weights of a step's distinct contexts (prefix tree nodes), and
+    with_tokens the token each ends with."""
+    children, weight, last = [{}], [0], [0]
     for toks in episodes:
         node = 0
         for t in toks:
@@ -54,9 +59,11 @@ def contexts(episodes):
                 children[node][t] = nxt
                 children.append({})
                 weight.append(0)
+                last.append(t)
             weight[nxt] += 1
             node = nxt
-    return np.array(weight[1:], dtype=np.int64)
+    w = np.array(weight[1:], dtype=np.int64)
+    return (w, np.array(last[1:], dtype=np.int64)) if with_tokens else w
 
 
 rng = np.random.default_rng(1)
@@ -78,22 +85,34 @@ print(f"maxvio_floor: {len(full)} groups of {GROUP} in {db}; steps of {BATCH} ep
 print(f"routed tokens that repeat a context routed before in the same step: {np.mean(repeat):.2f}")
 print(f"step MaxVio, random router {np.mean(rand):.2f} (min {np.min(rand):.2f}, max {np.max(rand):.2f}), "
       f"best assignment {np.mean(best):.2f}")
-# Were each distinct context trained once a step (a prefix tree over the
-# step's episodes, not built today), a step would route each of them once:
-# the random router's MaxVio on those alone, at this step size and larger.
+# Each distinct context trained once a step (the learner's prefix tree,
+# learner/train_tree.c) routes once: the random router's MaxVio on those
+# alone, at this step size and larger; and a router that sends every
+# context ending in the same token to the same experts (as a first layer,
+# whose input is mostly the token's embedding, nearly does), its lumps
+# (one a token) placed as evenly as they can be: the byte vocabulary's
+# frequent tokens (the space, digits) are lumps no bias can split.
 for scale in (1, 2, 4):
     groups_wanted = scale * BATCH // GROUP
     if len(full) < groups_wanted:
         break
-    once, sizes = [], []
+    once, sizes, by_token, top_share = [], [], [], []
     for _ in range(20):
         pick = rng.choice(len(full), groups_wanted, replace=False)
-        n = len(contexts([toks for i in pick for toks in full[i]]))
+        w, last = contexts([toks for i in pick for toks in full[i]], with_tokens=True)
+        n = len(w)
         load = np.zeros(E)
         for _ in range(n):
             load[rng.choice(E, K, replace=False)] += 1
         once.append(load.max() / load.mean() - 1)
         sizes.append(n)
+        lumps = np.bincount(last)
+        top_share.append(lumps.max() / n)
+        load = np.zeros(E)
+        for x in np.sort(lumps[lumps > 0])[::-1]:
+            load[np.argpartition(load, K)[:K]] += x
+        by_token.append(load.max() / load.mean() - 1)
     print(f"each distinct context routed once, steps of {scale * BATCH} episodes: {np.mean(sizes):.0f} tokens a "
-          f"step, random router {np.mean(once):.2f}")
+          f"step, random router {np.mean(once):.2f}; routed by token alone, best placement {np.mean(by_token):.2f} "
+          f"(the most frequent token {np.mean(top_share):.3f} of the contexts)")
 print(f"floor: random={np.mean(rand):.2f} best={np.mean(best):.2f}")
