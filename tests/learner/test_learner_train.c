@@ -691,7 +691,10 @@ END_TEST
  * gradient equals the step without it within 1e-4 of the tensor's largest
  * (float rounding: the chunks are cut elsewhere), the loss and the tokens
  * trained are the same, and the forward ran fewer positions. The second
- * pass replays recorded routing. */
+ * pass replays recorded routing. In the third the tree fails
+ * (LH_LEARNER_TEST_TREE_FAIL, as when a kernel refuses a node): the
+ * batch runs again one episode at a time, from zeroed gradients, and
+ * equals the step without the tree. */
 #define TREE_TOKENS 40
 static void write_tree(lh_store *s, lh_model *m, int routing) {
   const lrfx_shape shape = {.n_tokens = TREE_TOKENS, .seg_tokens = SEG_TOKENS, .a = 31, .b = 7,
@@ -717,10 +720,13 @@ static void write_tree(lh_store *s, lh_model *m, int routing) {
 }
 
 START_TEST(test_prefix_tree_step) {
-  for (int routing = 0; routing < 2; routing++) {
+  for (int pass_i = 0; pass_i < 3; pass_i++) {
+    int routing = pass_i == 1;
+    if (pass_i == 2) setenv("LH_LEARNER_TEST_TREE_FAIL", "1", 1);
     make_dir();
     char db2[160];
     snprintf(db2, sizeof db2, "%s/unshared.db", dir);
+    const char *pass = pass_i == 2 ? " (the tree failing)" : routing ? " (routing replayed)" : "";
     lh_model *m[2] = {tiny_model(), tiny_model()};
     lh_store *s[2];
     lh_learner_trainer *t[2];
@@ -739,12 +745,12 @@ START_TEST(test_prefix_tree_step) {
       ck_assert_msg(st[k].logp_diff < 1e-5, "logp diff %g", st[k].logp_diff);
     }
     printf("prefix tree%s: forward positions %zu in the tree, %zu one by one; loss %.9g and %.9g; tokens %zu\n",
-           routing ? " (routing replayed)" : "", st[0].run_positions, st[1].run_positions, st[0].loss, st[1].loss,
-           st[0].tokens);
+           pass, st[0].run_positions, st[1].run_positions, st[0].loss, st[1].loss, st[0].tokens);
     ck_assert_uint_eq(st[0].tokens, st[1].tokens);
     ck_assert_msg(fabs(st[0].loss - st[1].loss) <= 1e-5 * fmax(1.0, fabs(st[1].loss)), "losses %.9g and %.9g",
                   st[0].loss, st[1].loss);
-    ck_assert_uint_lt(st[0].run_positions, st[1].run_positions / 2);
+    if (pass_i < 2) ck_assert_uint_lt(st[0].run_positions, st[1].run_positions / 2);
+    else ck_assert_uint_eq(st[0].run_positions, st[1].run_positions);
     const float *g0 = lh_model_grads(m[0]), *g1 = lh_model_grads(m[1]);
     double worst = 0;
     for (int i = 0; i < lh_model_n_tensors(m[0]); i++) {
@@ -758,8 +764,8 @@ START_TEST(test_prefix_tree_step) {
       worst = fmax(worst, rel);
       ck_assert_msg(rel <= 1e-4, "%s: gradients differ by %g of the tensor's largest %g", x->name, rel, big);
     }
-    printf("prefix tree%s: largest gradient difference %.2e of a tensor's largest\n",
-           routing ? " (routing replayed)" : "", worst);
+    printf("prefix tree%s: largest gradient difference %.2e of a tensor's largest\n", pass, worst);
+    unsetenv("LH_LEARNER_TEST_TREE_FAIL");
     for (int k = 0; k < 2; k++) {
       lh_learner_trainer_free(t[k]);
       lh_model_free(m[k]);
