@@ -597,6 +597,62 @@ START_TEST(test_loss_norm) {
 }
 END_TEST
 
+/* The largest difference of a's and b's gradients, tensor by tensor, as a
+ * share of b's tensor's largest; fails the test above tol. */
+static double grads_agree(lh_model *a, lh_model *b, double tol) {
+  const float *g0 = lh_model_grads(a), *g1 = lh_model_grads(b);
+  double worst = 0;
+  for (int i = 0; i < lh_model_n_tensors(a); i++) {
+    const lh_model_tensor *x = lh_model_tensor_at(a, i);
+    double big = 0, diff = 0;
+    for (size_t j = x->offset; j < x->offset + x->numel; j++) {
+      big = fmax(big, fabs(g1[j]));
+      diff = fmax(diff, fabs((double)g0[j] - g1[j]));
+    }
+    double rel = big > 0 ? diff / big : diff;
+    worst = fmax(worst, rel);
+    ck_assert_msg(rel <= tol, "%s: gradients differ by %g of the tensor's largest %g", x->name, rel, big);
+  }
+  return worst;
+}
+
+/* One step over the same episodes with share_prefix on (k = 0) and off
+ * (k = 1), each on a model and store of its own (write fills a store,
+ * given arg), with cfg; each step trains `episodes` episodes. */
+typedef struct {
+  lh_model *m[2];
+  lh_store *s[2];
+  lh_learner_trainer *t[2];
+  lh_learner_train_stats st[2];
+} pair_run;
+
+static void pair_step(pair_run *p, void (*write)(lh_store *, lh_model *, int), int arg, lh_learner_config cfg,
+                      size_t episodes) {
+  make_dir();
+  char db2[160];
+  snprintf(db2, sizeof db2, "%s/unshared.db", dir);
+  lh_errbuf e;
+  for (int k = 0; k < 2; k++) {
+    p->m[k] = tiny_model();
+    ck_assert_int_eq(lh_store_open(k ? db2 : db, &p->s[k], &e), 0);
+    write(p->s[k], p->m[k], arg);
+    cfg.share_prefix = k == 0;
+    p->t[k] = scanned_trainer(p->m[k], p->s[k], &cfg);
+    ck_assert_int_eq(step(p->t[k], &p->st[k]), 1);
+    ck_assert_uint_eq(p->st[k].episodes, episodes);
+    ck_assert_msg(p->st[k].logp_diff < 1e-5, "logp diff %g", p->st[k].logp_diff);
+  }
+}
+
+static void pair_free(pair_run *p) {
+  for (int k = 0; k < 2; k++) {
+    lh_learner_trainer_free(p->t[k]);
+    lh_model_free(p->m[k]);
+    lh_store_close(p->s[k]);
+  }
+  remove_dir();
+}
+
 /* Shared prefixes (learner/shared_prefix.c): 8 episodes in two groups of
  * 4, each group's first SHARED tokens its task's (with, in the second
  * pass, an image among them), the rest each episode's own. With
@@ -635,49 +691,18 @@ static void write_shared(lh_store *s, lh_model *m, int image) {
 
 START_TEST(test_shared_prefix_step) {
   for (int image = 0; image < 2; image++) {
-    make_dir();
-    char db2[160];
-    snprintf(db2, sizeof db2, "%s/unshared.db", dir);
-    lh_model *m[2] = {tiny_model(), tiny_model()};
-    lh_store *s[2];
-    lh_learner_trainer *t[2];
-    lh_learner_train_stats st[2];
-    lh_errbuf e;
-    for (int k = 0; k < 2; k++) {
-      ck_assert_int_eq(lh_store_open(k ? db2 : db, &s[k], &e), 0);
-      write_shared(s[k], m[k], image);
-      lh_learner_config cfg = small_cfg();
-      cfg.batch_episodes = 8, cfg.group_size = 4;
-      cfg.share_prefix = k == 0;
-      t[k] = scanned_trainer(m[k], s[k], &cfg);
-      ck_assert_int_eq(step(t[k], &st[k]), 1);
-      ck_assert_uint_eq(st[k].episodes, 8);
-      ck_assert_msg(st[k].logp_diff < 1e-5, "logp diff %g", st[k].logp_diff);
-    }
+    lh_learner_config cfg = small_cfg();
+    cfg.batch_episodes = 8, cfg.group_size = 4;
+    pair_run p;
+    pair_step(&p, write_shared, image, cfg, 8);
     printf("shared prefix%s: forward positions %zu shared, %zu unshared; loss %.9g and %.9g\n",
-           image ? " (an image in it)" : "", st[0].run_positions, st[1].run_positions, st[0].loss, st[1].loss);
-    ck_assert_uint_eq(st[1].run_positions - st[0].run_positions, 2 * 3 * 15);
-    const float *g0 = lh_model_grads(m[0]), *g1 = lh_model_grads(m[1]);
-    double worst = 0;
-    for (int i = 0; i < lh_model_n_tensors(m[0]); i++) {
-      const lh_model_tensor *x = lh_model_tensor_at(m[0], i);
-      double big = 0, diff = 0;
-      for (size_t j = x->offset; j < x->offset + x->numel; j++) {
-        big = fmax(big, fabs(g1[j]));
-        diff = fmax(diff, fabs((double)g0[j] - g1[j]));
-      }
-      double rel = big > 0 ? diff / big : diff;
-      worst = fmax(worst, rel);
-      ck_assert_msg(rel <= 1e-5, "%s: gradients differ by %g of the tensor's largest %g", x->name, rel, big);
-    }
+           image ? " (an image in it)" : "", p.st[0].run_positions, p.st[1].run_positions, p.st[0].loss,
+           p.st[1].loss);
+    ck_assert_uint_eq(p.st[1].run_positions - p.st[0].run_positions, 2 * 3 * 15);
+    double worst = grads_agree(p.m[0], p.m[1], 1e-5);
     printf("shared prefix%s: largest gradient difference %g of a tensor's largest\n", image ? " (an image in it)" : "",
            worst);
-    for (int k = 0; k < 2; k++) {
-      lh_learner_trainer_free(t[k]);
-      lh_model_free(m[k]);
-      lh_store_close(s[k]);
-    }
-    remove_dir();
+    pair_free(&p);
   }
 }
 END_TEST
@@ -723,27 +748,13 @@ START_TEST(test_prefix_tree_step) {
   for (int pass_i = 0; pass_i < 3; pass_i++) {
     int routing = pass_i == 1;
     if (pass_i == 2) setenv("LH_LEARNER_TEST_TREE_FAIL", "1", 1);
-    make_dir();
-    char db2[160];
-    snprintf(db2, sizeof db2, "%s/unshared.db", dir);
     const char *pass = pass_i == 2 ? " (the tree failing)" : routing ? " (routing replayed)" : "";
-    lh_model *m[2] = {tiny_model(), tiny_model()};
-    lh_store *s[2];
-    lh_learner_trainer *t[2];
-    lh_learner_train_stats st[2];
-    lh_errbuf e;
-    for (int k = 0; k < 2; k++) {
-      ck_assert_int_eq(lh_store_open(k ? db2 : db, &s[k], &e), 0);
-      write_tree(s[k], m[k], routing);
-      lh_learner_config cfg = small_cfg();
-      cfg.batch_episodes = 12, cfg.group_size = 4, cfg.train_window = 64;
-      cfg.routing_replay = routing;
-      cfg.share_prefix = k == 0;
-      t[k] = scanned_trainer(m[k], s[k], &cfg);
-      ck_assert_int_eq(step(t[k], &st[k]), 1);
-      ck_assert_uint_eq(st[k].episodes, 12);
-      ck_assert_msg(st[k].logp_diff < 1e-5, "logp diff %g", st[k].logp_diff);
-    }
+    lh_learner_config cfg = small_cfg();
+    cfg.batch_episodes = 12, cfg.group_size = 4, cfg.train_window = 64;
+    cfg.routing_replay = routing;
+    pair_run p;
+    pair_step(&p, write_tree, routing, cfg, 12);
+    const lh_learner_train_stats *st = p.st;
     printf("prefix tree%s: forward positions %zu in the tree, %zu one by one; loss %.9g and %.9g; tokens %zu\n",
            pass, st[0].run_positions, st[1].run_positions, st[0].loss, st[1].loss, st[0].tokens);
     ck_assert_uint_eq(st[0].tokens, st[1].tokens);
@@ -751,27 +762,10 @@ START_TEST(test_prefix_tree_step) {
                   st[0].loss, st[1].loss);
     if (pass_i < 2) ck_assert_uint_lt(st[0].run_positions, st[1].run_positions / 2);
     else ck_assert_uint_eq(st[0].run_positions, st[1].run_positions);
-    const float *g0 = lh_model_grads(m[0]), *g1 = lh_model_grads(m[1]);
-    double worst = 0;
-    for (int i = 0; i < lh_model_n_tensors(m[0]); i++) {
-      const lh_model_tensor *x = lh_model_tensor_at(m[0], i);
-      double big = 0, diff = 0;
-      for (size_t j = x->offset; j < x->offset + x->numel; j++) {
-        big = fmax(big, fabs(g1[j]));
-        diff = fmax(diff, fabs((double)g0[j] - g1[j]));
-      }
-      double rel = big > 0 ? diff / big : diff;
-      worst = fmax(worst, rel);
-      ck_assert_msg(rel <= 1e-4, "%s: gradients differ by %g of the tensor's largest %g", x->name, rel, big);
-    }
+    double worst = grads_agree(p.m[0], p.m[1], 1e-4);
     printf("prefix tree%s: largest gradient difference %.2e of a tensor's largest\n", pass, worst);
     unsetenv("LH_LEARNER_TEST_TREE_FAIL");
-    for (int k = 0; k < 2; k++) {
-      lh_learner_trainer_free(t[k]);
-      lh_model_free(m[k]);
-      lh_store_close(s[k]);
-    }
-    remove_dir();
+    pair_free(&p);
   }
 }
 END_TEST
