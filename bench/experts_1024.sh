@@ -17,8 +17,10 @@
 #      dead expert). A run not recorded yet is said, and its figures are
 #      n/a. With the run's store beside its record, bench/maxvio_floor.py
 #      prints how low a step's MaxVio could go on those episodes: with a
-#      router that sends each distinct context to random experts, and
-#      with a balanced assignment of them.
+#      router that sends each distinct context to random experts, with a
+#      balanced assignment of them, and, each distinct context routed
+#      once as the learner's prefix tree trains it, with random experts
+#      and with experts chosen by the context's last token alone.
 # Its last line is
 #   1024 experts: step S.SSx, maxvio M.MM, dead D, gain G.G points
 set -euo pipefail
