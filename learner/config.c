@@ -87,7 +87,8 @@ static const lh_ini_key KEYS[] = {
                     "into a prefix tree: each distinct context runs forward and backward once, the gradient "
                     "carried back across each shared part's end, so the gradients are the unshared step's up "
                     "to float rounding and the routers' load counts each context once "
-                    "([a step's prefix tree](learner.md#a-steps-prefix-tree)). Off under `expert_parallel` > 1."),
+                    "([a step's prefix tree](learner.md#a-steps-prefix-tree)), with `expert_parallel` > 1 too "
+                    "(the shared windows are off there)."),
     LH_INI_KEY_BOOL(T, skip_flat_groups,
                     "A group whose rewards are all the same is not trained, since under `grpo` and `rloo` "
                     "each of its advantages is 0: it is dropped as it completes, counted in "

@@ -189,8 +189,8 @@ void lh_learner_acc_add(lh_learner_step_acc *acc, const lh_learner_ppo_stats *ps
 
 /* ---- the prefix tree (train_tree.c) ---------------------------------------- */
 /* Whether the step's tree takes ep: [learner] share_prefix in exact mode,
- * one rank's experts, a model without conv, no images, routing recorded
- * in the model's shape under routing_replay, and every sampled token in
+ * a model without conv, no images, under routing_replay no recorded
+ * routing of another shape than the model's, and every sampled token in
  * the first window. */
 int lh_learner_train_tree_eligible(const lh_learner_trainer *t, const lh_learner_episode *ep);
 /* Forward and backward of the episodes eps[i] with in_tree[i] (advs[i]

@@ -141,18 +141,14 @@ static int train_all(lh_learner_trainer *t, lh_learner_episode **eps, const floa
     rc = lh_model_zero_grads(t->m);
     if (rc) rc = lh_errbuf_set(err, rc, "train: cannot zero the gradients: %s", lh_strerror(rc));
     lh_learner_prefix_cache_clear(t->prefixes);  /* a pass begun again computes its prefixes again */
-    if (!rc && !tree_failed) {
-      int failed = 0;
-      rc = train_tree(t, eps, advs, skip, m, N, in_tree, acc, &failed, err);
-      if (failed) {
-        tree_failed = again = 1;
-        continue;
-      }
-    }
     /* With experts across ranks a rank's pass is not its own: its shard
      * holds the group's gradients, so a pass begun again is begun again by
      * the whole group (after each rank has served the others to the end). */
     int failed_here = 0;
+    if (!rc && !tree_failed) {
+      rc = train_tree(t, eps, advs, skip, m, N, in_tree, acc, &failed_here, err);
+      if (failed_here) tree_failed = again = 1;
+    }
     for (size_t i = 0; i < m && !rc && !again; i++) {
       if (skip[i] || in_tree[i]) continue;
       float *adv = malloc(eps[i]->n * sizeof *adv);

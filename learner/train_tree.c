@@ -45,6 +45,7 @@ typedef struct {
   const lh_learner_episode *ep;
   const float *adv;  /* per token */
   size_t len;
+  int routed;  /* routing replay, with the episode's recorded routing */
 } tree_ep;
 
 typedef struct {
@@ -68,12 +69,15 @@ typedef struct {
   lh_errbuf *err;
 } tree;
 
-/* Position i's key of episode x against y's: the token, then (with
- * routing replay, at a position the episode runs) its recorded experts. */
+/* Position i's key of episode x against y's: the token, whether the
+ * episode replays recorded routing (one that does never shares a node with
+ * one that routes), then at a position the episode runs its recorded
+ * experts. */
 static int key_cmp(const tree *tr, const tree_ep *x, const tree_ep *y, size_t i) {
   uint32_t a = x->ep->tokens[i], b = y->ep->tokens[i];
   if (a != b) return a < b ? -1 : 1;
-  if (!tr->replay) return 0;
+  if (x->routed != y->routed) return x->routed - y->routed;
+  if (!x->routed) return 0;
   int rx = i < x->len, ry = i < y->len;
   if (rx != ry) return rx - ry;
   if (!rx) return 0;
@@ -219,9 +223,11 @@ static int run_leaves(tree *tr, const leaves *ls, size_t a, const float *state, 
   size_t L = (size_t)tr->L, S = tr->state_floats / L;
   for (size_t first = 0, last; first < ls->n; first = last) {
     size_t T = 0;
+    int routed = tr->e[tr->order[ls->v[first].lo]].routed;
     for (last = first; last < ls->n; last++) {
-      size_t len = tr->e[tr->order[ls->v[last].lo]].len - a;
-      if (last > first && T + len > tr->window) break;
+      const tree_ep *x = &tr->e[tr->order[ls->v[last].lo]];
+      size_t len = x->len - a;
+      if (last > first && (T + len > tr->window || x->routed != routed)) break;  /* one replay or none a forward */
       T += len;
     }
     size_t k = last - first, at = 0;
@@ -233,7 +239,7 @@ static int run_leaves(tree *tr, const leaves *ls, size_t a, const float *state, 
       at += ep->len - a;
     }
     tr->offs[k] = (int32_t)T;
-    if (tr->replay)
+    if (routed)
       for (size_t s = 0; s < k; s++) {
         const tree_ep *ep = &tr->e[tr->order[ls->v[first + s].lo]];
         fill_replay(tr, ep, a, ep->len, (size_t)tr->offs[s], T);
@@ -251,7 +257,7 @@ static int run_leaves(tree *tr, const leaves *ls, size_t a, const float *state, 
         for (size_t s = 0; s < k; s++) memcpy(tr->states_in + (l * k + s) * S, state + l * S, S * sizeof(float));
     lh_model_batch b = {.n_tokens = (int)T, .tokens = tr->tokens, .targets = tr->targets, .n_seq = (int)k,
                         .seq_offsets = tr->offs, .state_in = state ? tr->states_in : NULL,
-                        .replay_experts = tr->replay ? tr->replay_rows : NULL, .temperature = tr->t->temperature};
+                        .replay_experts = routed ? tr->replay_rows : NULL, .temperature = tr->t->temperature};
     int has_entropy;
     LH_TRY(forward(tr, &tr->t->cache, &b, NULL, &has_entropy));
     for (size_t s = 0; s < k; s++) {
@@ -278,10 +284,10 @@ static int node(tree *tr, size_t lo, size_t hi, size_t a, size_t end, int depth,
   const tree_ep *x = &tr->e[tr->order[lo]];
   size_t n = end - a;
   fill(tr, x, a, end, 0, lo, hi);
-  if (tr->replay) fill_replay(tr, x, a, end, 0, n);
+  if (x->routed) fill_replay(tr, x, a, end, 0, n);
   int32_t offs[2] = {0, (int32_t)n};
   lh_model_batch b = {.n_tokens = (int)n, .tokens = tr->tokens, .targets = tr->targets, .n_seq = 1,
-                      .seq_offsets = offs, .state_in = state, .replay_experts = tr->replay ? tr->replay_rows : NULL,
+                      .seq_offsets = offs, .state_in = state, .replay_experts = x->routed ? tr->replay_rows : NULL,
                       .temperature = tr->t->temperature};
   float *mine = calloc(3 * tr->state_floats + n * 2, sizeof(float));
   if (!mine) return lh_errbuf_set(tr->err, LH_ENOMEM, "train: out of memory for a prefix tree's node");
@@ -345,13 +351,12 @@ static size_t last_sampled(const lh_learner_episode *ep) {
 
 int lh_learner_train_tree_eligible(const lh_learner_trainer *t, const lh_learner_episode *ep) {
   const lh_model_config *mc = lh_model_get_config(t->m);
-  if (!t->cfg.share_prefix || t->cfg.state_mode != LH_LEARNER_STATE_EXACT || t->experts || mc->conv > 0 ||
-      ep->n_images)
+  if (!t->cfg.share_prefix || t->cfg.state_mode != LH_LEARNER_STATE_EXACT || mc->conv > 0 || ep->n_images)
     return 0;
-  /* under routing replay, only episodes that recorded it in the model's
-   * shape (the others run alone, which says what is wrong) */
-  if (t->cfg.routing_replay && (!ep->routed_experts || ep->routed_layers != (uint32_t)mc->layers ||
-                                ep->routed_topk != (uint32_t)mc->topk))
+  /* under routing replay, recorded routing of another shape runs alone,
+   * which says what is wrong */
+  if (t->cfg.routing_replay && ep->routed_experts &&
+      (ep->routed_layers != (uint32_t)mc->layers || ep->routed_topk != (uint32_t)mc->topk))
     return 0;
   size_t last = last_sampled(ep);
   return last > 0 && last <= t->cfg.train_window;
@@ -381,7 +386,7 @@ int lh_learner_train_tree(lh_learner_trainer *t, lh_learner_episode *const *eps,
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) ok &= (*f[i] = malloc(W * sizeof(float))) != NULL;
   ok = ok && (tr.blogp = malloc(W * sizeof(float))) && (tr.adv = malloc(W * sizeof(float)));
   ok = ok && (tr.mask = malloc(W)) && (tr.ver = malloc(W * sizeof(uint32_t)));
-  tr.replay = t->cfg.routing_replay;  /* every episode in the tree has its routing then (eligible) */
+  tr.replay = t->cfg.routing_replay;
   ok = ok && (!tr.replay || (tr.replay_rows = malloc((size_t)tr.L * W * (size_t)tr.K * sizeof(int32_t))));
   size_t *tmp = ok ? malloc(k * sizeof *tmp) : NULL;
   ok = ok && tmp;
@@ -389,6 +394,7 @@ int lh_learner_train_tree(lh_learner_trainer *t, lh_learner_episode *const *eps,
     if (!in_tree[i]) continue;
     tree_ep *x = &tr.e[q];
     x->ep = eps[i], x->adv = advs[i], x->len = last_sampled(eps[i]);
+    x->routed = tr.replay && eps[i]->routed_experts;
     tr.order[q] = q;
     q++;
   }

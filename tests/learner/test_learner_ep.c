@@ -12,7 +12,13 @@
  * and neither holds a whole model's bytes beyond its shard), and gathers
  * its shards into the weights' bytes (the checkpoint's model file). In
  * step 1 one rank quarantines an episode mid-pass
- * (BAD_ID), so the group's pass begun again is checked too. Without mpirun or an MPI build the suite
+ * (BAD_ID), so the group's pass begun again is checked too. The same
+ * 2-rank job again with one-window episodes whose groups share their
+ * first 12 tokens (LH_TEST_EP_WINDOW = 64, handed to the ranks): each
+ * rank trains its episodes as a prefix tree (learner/train_tree.c), whose
+ * expert exchanges interleave nodes' forwards with their children's, and
+ * BAD_ID's refusal makes the tree fail mid-pass on rank 1 and the group
+ * run its pass again. Without mpirun or an MPI build the suite
  * checks the one-rank parts (a shard's initial values are the whole
  * model's slice; a lone shard refuses to run without its group) and exits
  * 77 (skipped).
@@ -56,10 +62,17 @@ static lh_model_config tiny_config(void) {
   return c;
 }
 
+/* The prefix-tree job's window (LH_TEST_EP_WINDOW), or 0. */
+static int tree_window(void) {
+  const char *w = getenv("LH_TEST_EP_WINDOW");
+  return w ? atoi(w) : 0;
+}
+
 static lh_learner_config cfg_for(uint64_t batch_episodes, uint64_t P) {
   lh_learner_config c;
   lh_learner_config_default(&c);
-  c.batch_episodes = batch_episodes, c.group_size = GROUP_SIZE, c.train_window = 7;
+  c.batch_episodes = batch_episodes, c.group_size = GROUP_SIZE;
+  c.train_window = tree_window() ? (uint64_t)tree_window() : 7;
   c.max_policy_lag = 10, c.lr = 1e-3, c.warmup_steps = 0, c.total_steps = 10;
   c.expert_parallel = P;
   c.routing_replay = 1;
@@ -75,6 +88,8 @@ static int write_episode(lh_store *s, lh_model *whole, uint64_t id, uint64_t gro
   lrfx_episode ep;
   lh_errbuf e;
   lrfx_episode_init(&ep, &shape, id, group, reward);
+  if (tree_window())
+    for (int i = 0; i < 12; i++) ep.tokens[i] = (uint32_t)((group * 13 + (uint64_t)i * 5) % 200 + 32);
   if (lrfx_episode_sample(&ep, whole, 0, NULL, &e)) return -1;
   if (id == BAD_ID) {
     /* Layer 0 routes to experts 0 and 1, so its exchange runs; layer 1
@@ -213,6 +228,13 @@ static int worker(int P, int first, int steps, const char *dir) {
       rc = 1;
       goto out;
     }
+    /* the tree ran (step 1 runs its pass again without it on rank 1) */
+    if (tree_window() && k > 1 && ts.run_positions >= ts.positions) {
+      fprintf(stderr, "rank %d: step %d ran %zu positions for %zu: no prefix tree\n", rank, k, ts.run_positions,
+              ts.positions);
+      rc = 1;
+      goto out;
+    }
     int sk = (int)st.step + k;
     snprintf(path, sizeof path, "%s/params.step%d.rank%d", dir, sk, rank);
     rc = lrfx_write_floats(path, lh_model_params(m), nf);
@@ -319,9 +341,9 @@ static int have_mpi(void) {
 static int run_job(int ranks, int P, int first, int steps, const char *dir) {
   char cmd[2048];
   snprintf(cmd, sizeof cmd,
-           "mpirun --oversubscribe -n %d --mca btl self,vader --mca btl_vader_single_copy_mechanism none "
+           "mpirun --oversubscribe -n %d --mca btl self,vader --mca btl_vader_single_copy_mechanism none %s "
            "'%s' --worker %d %d %d '%s' > '%s/job.log' 2>&1",
-           ranks, self_path, P, first, steps, dir, dir);
+           ranks, tree_window() ? "-x LH_TEST_EP_WINDOW" : "", self_path, P, first, steps, dir, dir);
   int rc = system(cmd);
   snprintf(cmd, sizeof cmd, "cat '%s/job.log'", dir);
   if (system(cmd)) return -1;
@@ -518,6 +540,29 @@ START_TEST(test_jobs_match_one_rank) {
 }
 END_TEST
 
+/* The prefix tree across ranks: 2 ranks, expert_parallel = 2, one-window
+ * episodes whose groups share their first tokens, against one rank with
+ * the whole model and batch (itself a tree) for two steps. */
+START_TEST(test_tree_job_matches_one_rank) {
+  if (!have_mpi()) return;
+  setenv("LH_TEST_EP_WINDOW", "64", 1);
+  char dir[64], path[256];
+  strcpy(dir, "/tmp/lh_ep_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  reference ref;
+  run_reference(dir, &ref);
+  snprintf(path, sizeof path, "%s/tree", dir);
+  ck_assert_int_eq(mkdir(path, 0777), 0);
+  ck_assert_msg(run_job(2, 2, 0, 2, path) == 0, "the tree job failed (its log is above)");
+  check_job(path, 2, 2, 0, 2, &ref);
+  reference_free(&ref);
+  unsetenv("LH_TEST_EP_WINDOW");
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 
 /* ---- a real job: a rank killed mid-step --------------------------------- */
 
@@ -706,6 +751,7 @@ int main(int argc, char **argv) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, test_shard_is_the_slice);
   tcase_add_test(tc, test_jobs_match_one_rank);
+  tcase_add_test(tc, test_tree_job_matches_one_rank);
   tcase_add_test(tc, test_rank_killed_mid_step);
   suite_add_tcase(s, tc);
   int rc = lh_test_run(s, CK_FORK);
