@@ -401,9 +401,10 @@ int lh_learner_train_tree(lh_learner_trainer *t, lh_learner_episode *const *eps,
   tr.n = k;
   int rc = 0;
   if (!ok) rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for a prefix tree of %zu episodes", k);
-  /* test hook: a tree that fails, as one whose node a kernel refuses */
+  /* Test hook: LH_LEARNER_TEST_TREE_FAIL=R fails the tree of rank R's
+   * first step, as one whose node a kernel refuses. */
   const char *fail = getenv("LH_LEARNER_TEST_TREE_FAIL");
-  if (!rc && fail && *fail == '1')
+  if (!rc && fail && *fail && atoi(fail) == t->rank && t->step == 0)
     rc = lh_errbuf_set(err, LH_ELEARNER_TRAIN, "train: the prefix tree fails (LH_LEARNER_TEST_TREE_FAIL)");
   if (!rc) {
     sort_order(&tr, tr.order, tmp, k);

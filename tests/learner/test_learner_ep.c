@@ -11,14 +11,14 @@
  * pieces, and every rank loads its shard back (the round trip is exact,
  * and neither holds a whole model's bytes beyond its shard), and gathers
  * its shards into the weights' bytes (the checkpoint's model file). In
- * step 1 one rank quarantines an episode mid-pass
- * (BAD_ID), so the group's pass begun again is checked too. The same
- * 2-rank job again with one-window episodes whose groups share their
- * first 12 tokens (LH_TEST_EP_WINDOW = 64, handed to the ranks): each
- * rank trains its episodes as a prefix tree (learner/train_tree.c), whose
- * expert exchanges interleave nodes' forwards with their children's, and
- * BAD_ID's refusal makes the tree fail mid-pass on rank 1 and the group
- * run its pass again. Without mpirun or an MPI build the suite
+ * step 1 an episode's recorded routing (BAD_ID) is refused where its
+ * batch is read, and left out on every layout. The same 2-rank job again
+ * with one-window episodes whose groups share their first 12 tokens
+ * (LH_TEST_EP_WINDOW = 64, handed to the ranks): each rank trains its
+ * episodes as a prefix tree (learner/train_tree.c), whose expert
+ * exchanges interleave nodes' forwards with their children's, and rank
+ * 1's tree fails in step 1 (LH_LEARNER_TEST_TREE_FAIL = 1), so the whole
+ * group runs its pass again, rank 1 one episode at a time. Without mpirun or an MPI build the suite
  * checks the one-rank parts (a shard's initial values are the whole
  * model's slice; a lone shard refuses to run without its group) and exits
  * 77 (skipped).
@@ -48,9 +48,8 @@
 #define GROUPS_PER_STEP 4
 #define ALL_STEPS 3
 /* An episode of group 1 (rank 1's in every layout) whose recorded routing
- * repeats an expert in a row: the forward refuses it mid-pass, the trainer
- * quarantines it, and with experts across ranks the whole group runs its
- * pass again. The reference quarantines it too. */
+ * repeats an expert in a row: the batch's read refuses it and leaves it
+ * out, as the reference does. */
 #define BAD_ID (100 + GROUP_SIZE * 1)
 
 static char self_path[1024];
@@ -343,7 +342,8 @@ static int run_job(int ranks, int P, int first, int steps, const char *dir) {
   snprintf(cmd, sizeof cmd,
            "mpirun --oversubscribe -n %d --mca btl self,vader --mca btl_vader_single_copy_mechanism none %s "
            "'%s' --worker %d %d %d '%s' > '%s/job.log' 2>&1",
-           ranks, tree_window() ? "-x LH_TEST_EP_WINDOW" : "", self_path, P, first, steps, dir, dir);
+           ranks, tree_window() ? "-x LH_TEST_EP_WINDOW -x LH_LEARNER_TEST_TREE_FAIL" : "", self_path, P, first,
+           steps, dir, dir);
   int rc = system(cmd);
   snprintf(cmd, sizeof cmd, "cat '%s/job.log'", dir);
   if (system(cmd)) return -1;
@@ -421,8 +421,9 @@ static void compare_shard(const float *x, const float *g, int shard, int P, cons
   lh_model_free(sm), lh_model_free(wm);
 }
 
-/* Steps [from, to) of the job in dir match the reference. */
-static void check_job(const char *dir, int ranks, int P, int from, int to, const reference *ref) {
+/* Steps [from, to) of the job in dir match the reference, the weights
+ * within dw_tol. */
+static void check_job(const char *dir, int ranks, int P, int from, int to, const reference *ref, double dw_tol) {
   lh_model_config mc = tiny_config();
   lh_model *sm = NULL;
   lh_errbuf e;
@@ -453,7 +454,7 @@ static void check_job(const char *dir, int ranks, int P, int from, int to, const
      * the gradients within 1e-4 of their tensor's largest. */
     ck_assert_msg(dl <= 1e-5, "step %d: loss differs by %g", k + 1, dl);
     ck_assert_msg(dg <= 1e-4, "step %d: gradients differ by %g", k + 1, dg);
-    ck_assert_msg(dw <= 1e-5, "step %d: weights differ by %g", k + 1, dw);
+    ck_assert_msg(dw <= dw_tol, "step %d: weights differ by %g", k + 1, dw);
   }
 }
 
@@ -522,7 +523,7 @@ START_TEST(test_jobs_match_one_rank) {
     ck_assert_int_eq(mkdir(path, 0777), 0);
     ck_assert_msg(run_job(jobs[j].ranks, jobs[j].P, 0, 2, path) == 0, "job %s failed (its log is above)",
                   jobs[j].name);
-    check_job(path, jobs[j].ranks, jobs[j].P, 0, 2, &ref);
+    check_job(path, jobs[j].ranks, jobs[j].P, 0, 2, &ref, 1e-5);
   }
   /* Resume with 2 shards from the 4-shard job's checkpoint: step 3. */
   char from[300], to[300];
@@ -532,7 +533,7 @@ START_TEST(test_jobs_match_one_rank) {
   snprintf(path, sizeof path, "%s/resume", dir);
   ck_assert_int_eq(mkdir(path, 0777), 0);
   ck_assert_msg(run_job(2, 2, 2 * GROUPS_PER_STEP, 1, path) == 0, "the resumed job failed (its log is above)");
-  check_job(path, 2, 2, 2, 3, &ref);
+  check_job(path, 2, 2, 2, 3, &ref, 1e-5);
   reference_free(&ref);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -542,7 +543,9 @@ END_TEST
 
 /* The prefix tree across ranks: 2 ranks, expert_parallel = 2, one-window
  * episodes whose groups share their first tokens, against one rank with
- * the whole model and batch (itself a tree) for two steps. */
+ * the whole model and batch (itself a tree) for two steps; in the job,
+ * rank 1's tree fails in its first step and the group runs the pass
+ * again. */
 START_TEST(test_tree_job_matches_one_rank) {
   if (!have_mpi()) return;
   setenv("LH_TEST_EP_WINDOW", "64", 1);
@@ -551,12 +554,18 @@ START_TEST(test_tree_job_matches_one_rank) {
   ck_assert_ptr_nonnull(mkdtemp(dir));
   reference ref;
   run_reference(dir, &ref);
+  setenv("LH_LEARNER_TEST_TREE_FAIL", "1", 1);  /* rank 1's first step, in the job */
   snprintf(path, sizeof path, "%s/tree", dir);
   ck_assert_int_eq(mkdir(path, 0777), 0);
   ck_assert_msg(run_job(2, 2, 0, 2, path) == 0, "the tree job failed (its log is above)");
-  check_job(path, 2, 2, 0, 2, &ref);
+  /* Rank 1's first step ran its episodes one by one where the reference
+   * ran a tree: the same gradients to float rounding, but AdamW divides
+   * each by its own size, so an element whose gradient is rounding moves
+   * by up to lr (1e-3) either way: the weights within 2 lr. */
+  check_job(path, 2, 2, 0, 2, &ref, 2e-3);
   reference_free(&ref);
   unsetenv("LH_TEST_EP_WINDOW");
+  unsetenv("LH_LEARNER_TEST_TREE_FAIL");
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   ck_assert_int_eq(system(cmd), 0);

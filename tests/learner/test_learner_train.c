@@ -747,7 +747,7 @@ static void write_tree(lh_store *s, lh_model *m, int routing) {
 START_TEST(test_prefix_tree_step) {
   for (int pass_i = 0; pass_i < 3; pass_i++) {
     int routing = pass_i == 1;
-    if (pass_i == 2) setenv("LH_LEARNER_TEST_TREE_FAIL", "1", 1);
+    if (pass_i == 2) setenv("LH_LEARNER_TEST_TREE_FAIL", "0", 1);  /* rank 0's first step */
     const char *pass = pass_i == 2 ? " (the tree failing)" : routing ? " (routing replayed)" : "";
     lh_learner_config cfg = small_cfg();
     cfg.batch_episodes = 12, cfg.group_size = 4, cfg.train_window = 64;
