@@ -178,6 +178,36 @@ void lh_learner_episode_broadcast(const lh_learner_episode *ep, float advantage,
   for (size_t t = 0; t < ep->n; t++) adv_out[t] = ep->loss_mask[t] ? advantage : 0.0f;
 }
 
+size_t lh_learner_episode_last_sampled(const lh_learner_episode *ep) {
+  for (size_t j = ep->n; j-- > 1;)
+    if (ep->loss_mask[j]) return j;
+  return 0;
+}
+
+size_t lh_learner_episode_targets(const lh_learner_episode *ep, const float *adv, size_t start, size_t end,
+                                  uint8_t *mask, float *blogp, float *adv_out, uint32_t *ver) {
+  size_t sampled = 0;
+  for (size_t i = 0; i < end - start; i++) {
+    size_t j = start + i + 1;
+    int has = j < ep->n;
+    mask[i] = has ? ep->loss_mask[j] : 0;
+    blogp[i] = has ? ep->behavior_logp[j] : 0;
+    adv_out[i] = has && adv ? adv[j] : 0;
+    ver[i] = has ? ep->policy_version[j] : 0;
+    sampled += mask[i];
+  }
+  return sampled;
+}
+
+void lh_learner_episode_replay(const lh_learner_episode *ep, size_t start, size_t end, int32_t *rows, size_t T,
+                               size_t at) {
+  size_t L = ep->routed_layers, K = ep->routed_topk;
+  for (size_t l = 0; l < L; l++)
+    for (size_t i = start; i < end; i++)
+      for (size_t q = 0; q < K; q++)
+        rows[(l * T + at + i - start) * K + q] = (int32_t)ep->routed_experts[(i * L + l) * K + q];
+}
+
 size_t lh_learner_episode_spans(const lh_learner_episode *ep, uint32_t patch, lh_model_span *out) {
   if (!ep || !out || !patch) return 0;
   for (size_t i = 0; i < ep->n_images; i++) {

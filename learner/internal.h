@@ -256,6 +256,19 @@ int lh_learner_episode_join(Longhaul__Segment *const *segs, size_t n_segs, uint6
 void lh_learner_episode_free(lh_learner_episode *ep);
 /* adv_out[t] = advantage where the token was sampled, 0 elsewhere. */
 void lh_learner_episode_broadcast(const lh_learner_episode *ep, float advantage, float *adv_out);
+/* The index of the episode's last sampled token (0: none sampled). */
+size_t lh_learner_episode_last_sampled(const lh_learner_episode *ep);
+/* The loss arrays of positions [start, end) (position i predicts token
+ * i + 1, so each is token i + 1's; 0 past the last token): loss mask,
+ * behaviour log-probability, advantage (from adv, per token; NULL: 0) and
+ * policy version, end - start each. Returns how many are sampled. */
+size_t lh_learner_episode_targets(const lh_learner_episode *ep, const float *adv, size_t start, size_t end,
+                                  uint8_t *mask, float *blogp, float *adv_out, uint32_t *ver);
+/* The recorded routing of positions [start, end), [token][layer][slot] in
+ * the episode, into rows, the (layers, T, topk) replay array of a forward
+ * of T positions, at its positions at.. . */
+void lh_learner_episode_replay(const lh_learner_episode *ep, size_t start, size_t end, int32_t *rows, size_t T,
+                               size_t at);
 /* The positions of the episode's images' patches (model patch side patch),
  * one span per image into out (ep->n_images entries); returns how many.
  * The training windows are cut with lh_model_window_end over them

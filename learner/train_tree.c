@@ -9,7 +9,7 @@
  * rule can spread, and most of its work is repeated.
  *
  * Here the episodes trained in one window from their first token
- * (docs/learner.md "Shared prefixes") are sorted and merged: a node is a
+ * (docs/learner.md "A step's prefix tree") are sorted and merged: a node is a
  * run of positions whose tokens, targets and recorded routing are the same
  * for every episode through it, forwarded once from its parent's final
  * state; its children start from its state. Each episode's loss over a
@@ -51,10 +51,9 @@ typedef struct {
 typedef struct {
   lh_learner_trainer *t;
   tree_ep *e;
-  size_t n;
   size_t *order;  /* episodes sorted by their keys */
   size_t state_floats, window;
-  int replay, L, K;
+  int L, K;
   double N;
   lh_learner_ppo_params pp;
   lh_learner_step_acc *acc;
@@ -126,16 +125,6 @@ static void fill(tree *tr, const tree_ep *x, size_t a, size_t b, size_t at, size
   }
 }
 
-/* The replay rows of those positions into the (layers, T, topk) array of
- * a forward of T positions. */
-static void fill_replay(tree *tr, const tree_ep *x, size_t a, size_t b, size_t at, size_t T) {
-  size_t L = (size_t)tr->L, K = (size_t)tr->K;
-  for (size_t l = 0; l < L; l++)
-    for (size_t i = a; i < b; i++)
-      for (size_t q = 0; q < K; q++)
-        tr->replay_rows[(l * T + at + i - a) * K + q] = (int32_t)x->ep->routed_experts[(i * L + l) * K + q];
-}
-
 /* Each of episodes [lo, hi)'s loss over positions [a, b), which sit at
  * rows at.. of the forward's logp: their dlogp and dentropy summed there. */
 static int losses(tree *tr, size_t lo, size_t hi, size_t a, size_t b, size_t at, int has_entropy) {
@@ -146,14 +135,7 @@ static int losses(tree *tr, size_t lo, size_t hi, size_t a, size_t b, size_t at,
   for (size_t i = 0; i < n; i++) tr->dlogp[at + i] = 0, tr->dentropy[at + i] = 0;
   for (size_t q = lo; q < hi; q++) {
     const tree_ep *x = &tr->e[tr->order[q]];
-    size_t sampled = 0;
-    for (size_t i = 0; i < n; i++) {
-      size_t j = a + i + 1;
-      mask[i] = x->ep->loss_mask[j], blogp[i] = x->ep->behavior_logp[j];
-      adv[i] = x->adv[j], ver[i] = x->ep->policy_version[j];
-      sampled += mask[i];
-    }
-    if (!sampled) continue;
+    if (!lh_learner_episode_targets(x->ep, x->adv, a, b, mask, blogp, adv, ver)) continue;
     for (size_t i = 0; i < n; i++)
       if (mask[i] && !isfinite(tr->logp[at + i])) {
         tr->acc->nonfinite = 1;
@@ -242,7 +224,7 @@ static int run_leaves(tree *tr, const leaves *ls, size_t a, const float *state, 
     if (routed)
       for (size_t s = 0; s < k; s++) {
         const tree_ep *ep = &tr->e[tr->order[ls->v[first + s].lo]];
-        fill_replay(tr, ep, a, ep->len, (size_t)tr->offs[s], T);
+        lh_learner_episode_replay(ep->ep, a, ep->len, tr->replay_rows, T, (size_t)tr->offs[s]);
       }
     if (state && k > tr->cap_seq) {
       float *si = realloc(tr->states_in, k * tr->state_floats * sizeof(float));
@@ -284,7 +266,7 @@ static int node(tree *tr, size_t lo, size_t hi, size_t a, size_t end, int depth,
   const tree_ep *x = &tr->e[tr->order[lo]];
   size_t n = end - a;
   fill(tr, x, a, end, 0, lo, hi);
-  if (x->routed) fill_replay(tr, x, a, end, 0, n);
+  if (x->routed) lh_learner_episode_replay(x->ep, a, end, tr->replay_rows, n, 0);
   int32_t offs[2] = {0, (int32_t)n};
   lh_model_batch b = {.n_tokens = (int)n, .tokens = tr->tokens, .targets = tr->targets, .n_seq = 1,
                       .seq_offsets = offs, .state_in = state, .replay_experts = x->routed ? tr->replay_rows : NULL,
@@ -309,8 +291,7 @@ static int node(tree *tr, size_t lo, size_t hi, size_t a, size_t end, int depth,
   if (!rc && !tr->acc->nonfinite)
     rc = lh_model_backward_states(tr->t->m, tr->caches[depth], dlogp, tr->pp.entropy_coef > 0 ? dent : NULL,
                                   dout, state ? din : NULL, tr->err);
-  if (!rc && state)
-    for (size_t i = 0; i < tr->state_floats; i++) dstate[i] += din[i];
+  if (!rc && state) add_states(tr, dstate, din, 1);
   free(mine);
   return rc;
 }
@@ -342,13 +323,6 @@ static int grow(tree *tr, size_t lo, size_t hi, size_t a, int depth, const float
   return 0;
 }
 
-/* The episode's last sampled token (0: none). */
-static size_t last_sampled(const lh_learner_episode *ep) {
-  for (size_t j = ep->n; j-- > 1;)
-    if (ep->loss_mask[j]) return j;
-  return 0;
-}
-
 int lh_learner_train_tree_eligible(const lh_learner_trainer *t, const lh_learner_episode *ep) {
   const lh_model_config *mc = lh_model_get_config(t->m);
   if (!t->cfg.share_prefix || t->cfg.state_mode != LH_LEARNER_STATE_EXACT || mc->conv > 0 || ep->n_images)
@@ -358,7 +332,7 @@ int lh_learner_train_tree_eligible(const lh_learner_trainer *t, const lh_learner
   if (t->cfg.routing_replay && ep->routed_experts &&
       (ep->routed_layers != (uint32_t)mc->layers || ep->routed_topk != (uint32_t)mc->topk))
     return 0;
-  size_t last = last_sampled(ep);
+  size_t last = lh_learner_episode_last_sampled(ep);
   return last > 0 && last <= t->cfg.train_window;
 }
 
@@ -386,19 +360,18 @@ int lh_learner_train_tree(lh_learner_trainer *t, lh_learner_episode *const *eps,
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) ok &= (*f[i] = malloc(W * sizeof(float))) != NULL;
   ok = ok && (tr.blogp = malloc(W * sizeof(float))) && (tr.adv = malloc(W * sizeof(float)));
   ok = ok && (tr.mask = malloc(W)) && (tr.ver = malloc(W * sizeof(uint32_t)));
-  tr.replay = t->cfg.routing_replay;
-  ok = ok && (!tr.replay || (tr.replay_rows = malloc((size_t)tr.L * W * (size_t)tr.K * sizeof(int32_t))));
+  int replay = t->cfg.routing_replay;
+  ok = ok && (!replay || (tr.replay_rows = malloc((size_t)tr.L * W * (size_t)tr.K * sizeof(int32_t))));
   size_t *tmp = ok ? malloc(k * sizeof *tmp) : NULL;
   ok = ok && tmp;
   for (size_t i = 0, q = 0; ok && i < m; i++) {
     if (!in_tree[i]) continue;
     tree_ep *x = &tr.e[q];
-    x->ep = eps[i], x->adv = advs[i], x->len = last_sampled(eps[i]);
-    x->routed = tr.replay && eps[i]->routed_experts;
+    x->ep = eps[i], x->adv = advs[i], x->len = lh_learner_episode_last_sampled(eps[i]);
+    x->routed = replay && eps[i]->routed_experts;
     tr.order[q] = q;
     q++;
   }
-  tr.n = k;
   int rc = 0;
   if (!ok) rc = lh_errbuf_set(err, LH_ENOMEM, "train: out of memory for a prefix tree of %zu episodes", k);
   /* Test hook: LH_LEARNER_TEST_TREE_FAIL=R fails the tree of rank R's

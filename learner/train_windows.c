@@ -64,27 +64,14 @@ static int window_images(const lh_learner_episode *ep, float *const *pixels, siz
  * Returns how many of the window's targets were sampled. */
 static size_t fill_window(const lh_learner_episode *ep, const float *adv, size_t start, size_t end,
                           window_bufs *w) {
-  size_t n = end - start, sampled = 0;
+  size_t n = end - start;
+  size_t sampled = lh_learner_episode_targets(ep, adv, start, end, w->mask, w->blogp, w->adv, w->ver);
   for (size_t i = 0; i < n; i++) {
-    size_t j = start + i + 1;
     w->tokens[i] = (int32_t)ep->tokens[start + i];
-    int has = j < ep->n;
-    w->mask[i] = has ? ep->loss_mask[j] : 0;
-    w->targets[i] = w->mask[i] ? (int32_t)ep->tokens[j] : -1;
-    w->blogp[i] = has ? ep->behavior_logp[j] : 0;
-    w->adv[i] = has && adv ? adv[j] : 0;
-    w->ver[i] = has ? ep->policy_version[j] : 0;
-    sampled += w->mask[i];
+    w->targets[i] = w->mask[i] ? (int32_t)ep->tokens[start + i + 1] : -1;
   }
-  /* Routing replay: the experts the actor used for each input token,
-   * [token][layer][slot] in the segment, (layers, T, topk) for the model. */
-  if (w->replay) {
-    size_t L = ep->routed_layers, K = ep->routed_topk;
-    for (size_t l = 0; l < L; l++)
-      for (size_t i = 0; i < n; i++)
-        for (size_t q = 0; q < K; q++)
-          w->replay[(l * n + i) * K + q] = (int32_t)ep->routed_experts[((start + i) * L + l) * K + q];
-  }
+  /* Routing replay: the experts the actor used for each input token. */
+  if (w->replay) lh_learner_episode_replay(ep, start, end, w->replay, n, 0);
   return sampled;
 }
 
@@ -257,12 +244,7 @@ int lh_learner_train_episode(lh_learner_trainer *t, const lh_learner_episode *ep
   size_t n_spans = spans ? lh_learner_episode_spans(ep, (uint32_t)mc->patch, spans) : 0;
   /* Windows after the last sampled token train nothing and carry nothing
    * forward: neither mode runs them. */
-  size_t last_sampled = 0;
-  for (size_t j = ep->n; j-- > 1;)
-    if (ep->loss_mask[j]) {
-      last_sampled = j;
-      break;
-    }
+  size_t last_sampled = lh_learner_episode_last_sampled(ep);
   int stored = t->cfg.state_mode == LH_LEARNER_STATE_STORED;
   size_t at = 0;  /* w.state_a holds the state after the first `at` tokens (zero at 0) */
   lh_learner_ppo_params pp = {t->cfg.clip_eps, t->cfg.is_cap, t->cfg.entropy_coef};

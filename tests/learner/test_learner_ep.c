@@ -458,6 +458,18 @@ static void check_job(const char *dir, int ranks, int P, int from, int to, const
   }
 }
 
+/* Job NAME (a folder of dir): ranks ranks, expert_parallel P, from group
+ * FIRST for STEPS steps; steps [from, from + steps) match the reference,
+ * the weights within dw_tol. */
+static void job_checked(const char *dir, const char *name, int ranks, int P, int first, int steps, int from,
+                        const reference *ref, double dw_tol) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  ck_assert_int_eq(mkdir(path, 0777), 0);
+  ck_assert_msg(run_job(ranks, P, first, steps, path) == 0, "job %s failed (its log is above)", name);
+  check_job(path, ranks, P, from, from + steps, ref, dw_tol);
+}
+
 START_TEST(test_shard_is_the_slice) {
   /* A shard's initial values are the whole model's slice; its expert
    * tensors hold experts / P experts; a lone shard without its group
@@ -509,7 +521,7 @@ END_TEST
 
 START_TEST(test_jobs_match_one_rank) {
   if (!have_mpi()) return;
-  char dir[64], path[256];
+  char dir[64];
   strcpy(dir, "/tmp/lh_ep_XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(dir));
   reference ref;
@@ -518,22 +530,14 @@ START_TEST(test_jobs_match_one_rank) {
     const char *name;
     int ranks, P;
   } jobs[] = {{"r2p2", 2, 2}, {"r4p4", 4, 4}, {"r4p2", 4, 2}};
-  for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
-    snprintf(path, sizeof path, "%s/%s", dir, jobs[j].name);
-    ck_assert_int_eq(mkdir(path, 0777), 0);
-    ck_assert_msg(run_job(jobs[j].ranks, jobs[j].P, 0, 2, path) == 0, "job %s failed (its log is above)",
-                  jobs[j].name);
-    check_job(path, jobs[j].ranks, jobs[j].P, 0, 2, &ref, 1e-5);
-  }
+  for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++)
+    job_checked(dir, jobs[j].name, jobs[j].ranks, jobs[j].P, 0, 2, 0, &ref, 1e-5);
   /* Resume with 2 shards from the 4-shard job's checkpoint: step 3. */
   char from[300], to[300];
   snprintf(from, sizeof from, "%s/r4p4/ckpt", dir);
   snprintf(to, sizeof to, "%s/ckpt4", dir);
   ck_assert_int_eq(rename(from, to), 0);
-  snprintf(path, sizeof path, "%s/resume", dir);
-  ck_assert_int_eq(mkdir(path, 0777), 0);
-  ck_assert_msg(run_job(2, 2, 2 * GROUPS_PER_STEP, 1, path) == 0, "the resumed job failed (its log is above)");
-  check_job(path, 2, 2, 2, 3, &ref, 1e-5);
+  job_checked(dir, "resume", 2, 2, 2 * GROUPS_PER_STEP, 1, 2, &ref, 1e-5);
   reference_free(&ref);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -549,20 +553,17 @@ END_TEST
 START_TEST(test_tree_job_matches_one_rank) {
   if (!have_mpi()) return;
   setenv("LH_TEST_EP_WINDOW", "64", 1);
-  char dir[64], path[256];
+  char dir[64];
   strcpy(dir, "/tmp/lh_ep_XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(dir));
   reference ref;
   run_reference(dir, &ref);
   setenv("LH_LEARNER_TEST_TREE_FAIL", "1", 1);  /* rank 1's first step, in the job */
-  snprintf(path, sizeof path, "%s/tree", dir);
-  ck_assert_int_eq(mkdir(path, 0777), 0);
-  ck_assert_msg(run_job(2, 2, 0, 2, path) == 0, "the tree job failed (its log is above)");
   /* Rank 1's first step ran its episodes one by one where the reference
    * ran a tree: the same gradients to float rounding, but AdamW divides
    * each by its own size, so an element whose gradient is rounding moves
    * by up to lr (1e-3) either way: the weights within 2 lr. */
-  check_job(path, 2, 2, 0, 2, &ref, 2e-3);
+  job_checked(dir, "tree", 2, 2, 0, 2, 0, &ref, 2e-3);
   reference_free(&ref);
   unsetenv("LH_TEST_EP_WINDOW");
   unsetenv("LH_LEARNER_TEST_TREE_FAIL");
