@@ -17,10 +17,15 @@
  * Printed per model and P: the mean of the measured steps (the first step
  * warms up) and their CPU time, the active parameters per token (from the
  * tensor table: routed experts at topk / experts, the embedding at one
- * row, the image patch tensors at none) and the whole model's. Its line
- * `step_ratio P=1 R` is read by bench/experts_1024.sh (target R <= 1.5).
- * Usage: bench_experts [--steps N] [--episodes B] [--tokens T] [--base INI]
- *                      [--fine INI]; it launches itself under mpirun for
+ * row, the image patch tensors at none) and the whole model's.
+ * The two models run in rounds (--rounds, 3), each round both of them at
+ * every P, the second round in the other order and so on: a shared
+ * machine's slow minute then falls on both sides of some round rather than
+ * on one model only. The table gives the means over the rounds; each
+ * round's ratio is printed, and the line `step_ratio P=1 R` (read by
+ * bench/experts_1024.sh, target R <= 1.5) gives their median.
+ * Usage: bench_experts [--steps N] [--rounds N] [--episodes B] [--tokens T]
+ *                      [--base INI] [--fine INI]; it launches itself under mpirun for
  * P = 2 (skipped, with a line saying so, without mpirun or MPI). */
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +48,7 @@
 #define GROUP_SIZE 2
 #define N_MODELS 2
 #define MAX_P 2
+#define MAX_ROUNDS 15
 
 /* One rank's figures, means over the measured steps, written by the worker
  * for the launcher (the same binary). */
@@ -174,15 +180,21 @@ static int run_ranks(const char *self, const char *dir, const char *ini, int P, 
   return system(cmd);
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 static int positive(const char *text, uint64_t max) {
   uint64_t v;  /* the project's one number rule (common/common.h) */
   return lh_parse_u64(text, &v) == 0 && v > 0 && v <= max ? (int)v : -1;
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: bench_experts [--steps N (measured, 4)] [--episodes B (per rank a step, 16)] "
+  fprintf(stderr, "usage: bench_experts [--steps N (measured, 4)] [--rounds N (3, at most %d)] "
+          "[--episodes B (per rank a step, 16)] "
           "[--tokens T (an episode's, 512)] [--base INI (examples/model.ini)] "
-          "[--fine INI (examples/experts_1024.ini)]\n");
+          "[--fine INI (examples/experts_1024.ini)]\n", MAX_ROUNDS);
   return 2;
 }
 
@@ -198,17 +210,18 @@ int main(int argc, char **argv) {
     if (P < 0 || steps < 2 || ep < 0 || tok < 0) return usage();
     return worker(argv[2], argv[3], P, steps, ep, tok);
   }
-  int measured = 4, episodes = 16, tokens = 512;
+  int measured = 4, rounds = 3, episodes = 16, tokens = 512;
   const char *inis[N_MODELS] = {LH_SOURCE_DIR "/examples/model.ini", LH_SOURCE_DIR "/examples/experts_1024.ini"};
   for (int i = 1; i < argc; i++) {
     if (i + 1 >= argc) return usage();
     if (!strcmp(argv[i], "--steps")) measured = positive(argv[++i], 1000);
+    else if (!strcmp(argv[i], "--rounds")) rounds = positive(argv[++i], MAX_ROUNDS);
     else if (!strcmp(argv[i], "--episodes")) episodes = positive(argv[++i], 4096);
     else if (!strcmp(argv[i], "--tokens")) tokens = positive(argv[++i], 1 << 20);
     else if (!strcmp(argv[i], "--base")) inis[0] = argv[++i];
     else if (!strcmp(argv[i], "--fine")) inis[1] = argv[++i];
     else return usage();
-    if (measured < 0 || episodes < 0 || tokens < 0) return usage();
+    if (measured < 0 || rounds < 0 || episodes < 0 || tokens < 0) return usage();
   }
   if (tokens % SEG_TOKENS || tokens <= PROMPT || episodes % GROUP_SIZE) {
     fprintf(stderr, "bench_experts: --tokens must be a multiple of %d, --episodes of %d\n", SEG_TOKENS,
@@ -233,39 +246,61 @@ int main(int argc, char **argv) {
     active_params(&mc[i], &active[i], &whole[i]);
   }
   printf("bench_experts: per rank a step %d episodes x %d tokens (%d tokens), whatever P; 1 warm-up step + %d "
-         "measured; 1 compute thread per rank; P = 2: two ranks, one group, under mpirun (waiting ranks yield "
-         "their core)\n", episodes, tokens, episodes * tokens, measured);
+         "measured; %d rounds, the models' order alternating; 1 compute thread per rank; P = 2: two ranks, one "
+         "group, under mpirun (waiting ranks yield their core)\n", episodes, tokens, episodes * tokens, measured,
+         rounds);
   for (int i = 0; i < N_MODELS; i++)
     printf("model %d: %s: %d experts top %d, expert_hidden %d, %d shared; active parameters per token %.3f M "
            "(%.2fx the first's), whole model %.2f M\n", i, inis[i], mc[i].experts, mc[i].topk,
            mc[i].expert_hidden, mc[i].shared_experts, active[i] / 1e6, active[i] / active[0], whole[i] / 1e6);
-  char root[64] = "/tmp/lh-bench-experts-XXXXXX", dir[300];
+  char root[64] = "/tmp/lh-bench-experts-XXXXXX", dir[300], cmd[400];
   if (!mkdtemp(root)) return 1;
   rank_result res[N_MODELS][MAX_P + 1];
-  int ok[N_MODELS][MAX_P + 1] = {{0}}, failed = 0;
-  for (int P = 1; P <= MAX_P; P++) {
-    if (P > 1 && !mpi) {
+  memset(res, 0, sizeof res);
+  /* ok: the rounds a model completed at P; ratio: each round's, where both did */
+  int ok[N_MODELS][MAX_P + 1] = {{0}}, n_ratio[MAX_P + 1] = {0}, failed = 0;
+  double ratio[MAX_P + 1][MAX_ROUNDS];
+  for (int P = 2; P <= MAX_P; P++)
+    if (!mpi)
       printf("P = %d: skipped (%s)\n", P, lh_learner_comm_mpi_built() ? "mpirun not found" : "built without MPI");
-      continue;
-    }
-    for (int i = 0; i < N_MODELS; i++) {
-      lh_errbuf e;
-      snprintf(dir, sizeof dir, "%s/m%d-P%d", root, i, P);
-      if (lh_bench_rank_stores(dir, &mc[i], P, steps * episodes / GROUP_SIZE, GROUP_SIZE, tokens, SEG_TOKENS, PROMPT,
-                               &e)) {
-        fprintf(stderr, "bench_experts: stores: %s\n", e.msg);
-        failed = 1;
-        continue;
+  for (int round = 0; round < rounds; round++) {  /* odd rounds run the models in the other order */
+    for (int P = 1; P <= MAX_P; P++) {
+      if (P > 1 && !mpi) continue;
+      rank_result one[N_MODELS];
+      int done = 0;
+      for (int j = 0; j < N_MODELS; j++) {
+        int i = round % 2 ? N_MODELS - 1 - j : j;
+        lh_errbuf e;
+        snprintf(dir, sizeof dir, "%s/m%d-P%d-r%d", root, i, P, round);
+        if (lh_bench_rank_stores(dir, &mc[i], P, steps * episodes / GROUP_SIZE, GROUP_SIZE, tokens, SEG_TOKENS, PROMPT,
+                                 &e)) {
+          fprintf(stderr, "bench_experts: stores: %s\n", e.msg);
+          failed = 1;
+          continue;
+        }
+        if (run_ranks(self, dir, inis[i], P, steps, episodes, tokens, mpi) || ranks_mean(dir, P, &one[i])) {
+          fprintf(stderr, "bench_experts: model %d at P = %d failed\n", i, P);
+          failed = 1;
+          continue;
+        }
+        const double *a = (const double *)&one[i];
+        double *o = (double *)&res[i][P];
+        for (size_t f = 0; f < sizeof one[i] / sizeof(double); f++) o[f] += a[f];
+        ok[i][P]++;
+        done++;
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);  /* a round's stores go as it ends: the disk holds one */
+        if (system(cmd)) fprintf(stderr, "bench_experts: could not remove %s\n", dir);
       }
-      if (run_ranks(self, dir, inis[i], P, steps, episodes, tokens, mpi) || ranks_mean(dir, P, &res[i][P])) {
-        fprintf(stderr, "bench_experts: model %d at P = %d failed\n", i, P);
-        failed = 1;
-        continue;
-      }
-      ok[i][P] = 1;
+      if (done == N_MODELS) ratio[P][n_ratio[P]++] = one[1].step_ms / one[0].step_ms;
     }
   }
-  printf("time per step, ms (mean over the ranks and the measured steps; share of the step):\n");
+  for (int P = 1; P <= MAX_P; P++)
+    for (int i = 0; i < N_MODELS; i++)
+      if (ok[i][P]) {
+        double *o = (double *)&res[i][P];
+        for (size_t f = 0; f < sizeof res[i][P] / sizeof(double); f++) o[f] /= ok[i][P];
+      }
+  printf("time per step, ms (mean over the rounds, the ranks and the measured steps; share of the step):\n");
   printf("  %-16s %2s %8s %8s %7s | %15s %15s %15s %15s\n", "model", "P", "step", "cpu", "vs 16", "route",
          "exchange", "experts", "rest");
   for (int P = 1; P <= MAX_P; P++)
@@ -281,11 +316,17 @@ int main(int argc, char **argv) {
              100 * x->exchange_ms / x->step_ms, x->experts_ms, 100 * x->experts_ms / x->step_ms, rest,
              100 * rest / x->step_ms);
     }
-  for (int P = 1; P <= MAX_P; P++)
-    if (ok[0][P] && ok[1][P])
-      printf("step_ratio P=%d %.2f (%d experts against %d, same run%s)\n", P,
-             res[1][P].step_ms / res[0][P].step_ms, mc[1].experts, mc[0].experts, P == 1 ? "; target <= 1.5" : "");
-  char cmd[400];
+  for (int P = 1; P <= MAX_P; P++) {
+    int n = n_ratio[P];
+    if (!n) continue;
+    char each[MAX_ROUNDS * 8] = "";
+    for (int r = 0; r < n; r++)
+      snprintf(each + strlen(each), sizeof each - strlen(each), "%s%.2f", r ? " " : "", ratio[P][r]);
+    qsort(ratio[P], (size_t)n, sizeof(double), cmp_double);
+    double median = n % 2 ? ratio[P][n / 2] : (ratio[P][n / 2 - 1] + ratio[P][n / 2]) / 2;
+    printf("step_ratio P=%d %.2f (%d experts against %d, the median of %d rounds: %s%s)\n", P, median,
+           mc[1].experts, mc[0].experts, n, each, P == 1 ? "; target <= 1.5" : "");
+  }
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   if (system(cmd)) fprintf(stderr, "bench_experts: could not remove %s\n", root);
   return failed;

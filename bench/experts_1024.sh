@@ -14,8 +14,13 @@
 #      held-out greedy success before and after RL, the worst layer's
 #      MaxVio and the dead experts over the RL steps after 20 (targets:
 #      +15 points and within 5 of the 16-expert model; MaxVio <= 0.5, no
-#      dead expert). A run not recorded yet is said, and its figures are
-#      n/a. With the run's store beside its record, bench/maxvio_floor.py
+#      dead expert). The last line's MaxVio is the run's: each expert's
+#      load summed over those steps (the loss-free balancing paper's global
+#      form); the line before it gives the per-step figures too, and the
+#      hottest rank's excess a step with the experts over 2 and 8 ranks (what
+#      a step's imbalance costs under expert_parallel). A run not recorded
+#      yet is said, and its figures are n/a. With the run's store beside its
+#      record, bench/maxvio_floor.py
 #      prints how low a step's MaxVio could go on those episodes: with a
 #      router that sends each distinct context to random experts, with a
 #      balanced assignment of them, and, each distinct context routed
@@ -50,10 +55,12 @@ record=${LH_EXPERTS_RECORD:-$build/bench-learn-experts_1024/record.txt}
 base=$build/bench-learn/record.txt
 maxvio=n/a dead=n/a gain=n/a
 if [ -f "$record" ]; then
-  maxvio=$(field "$record" maxvio) dead=$(field "$record" dead) gain=$(field "$record" gain)
+  maxvio=$(field "$record" maxvio_run) dead=$(field "$record" dead) gain=$(field "$record" gain)
   echo "learning run ($record, $(date -u -r "$record" '+%Y-%m-%d %H:%M UTC')): greedy before $(field "$record" before)," \
-    "after $(field "$record" after), gain $gain points; worst layer's MaxVio over RL steps >= 20 mean $maxvio," \
-    "largest $(field "$record" maxvio_max), over the run's summed load $(field "$record" maxvio_run); dead experts $dead"
+    "after $(field "$record" after), gain $gain points; worst layer's MaxVio over RL steps >= 20: over the run's" \
+    "summed load $maxvio, per step mean $(field "$record" maxvio) and largest $(field "$record" maxvio_max);" \
+    "dead experts $dead;" \
+    "the hottest rank's excess per step, the experts over 2 / 8 ranks, $(field "$record" rank2) / $(field "$record" rank8)"
   if [ -f "$base" ]; then
     echo "16-expert run ($base): greedy before $(field "$base" before), after $(field "$base" after)," \
       "gain $(field "$base" gain) points; MaxVio mean $(field "$base" maxvio)"

@@ -339,9 +339,22 @@ dead=$(sqlite3 replay.db "WITH z AS (SELECT layer, expert, step,
   SELECT count(*) FROM (SELECT DISTINCT layer, expert FROM z GROUP BY layer, expert, run HAVING count(*) >= 10)")
 experts=$(key_of experts)
 balance=$(key_of balance)
+# What a step's imbalance costs under [learner] expert_parallel = P: rank j
+# holds experts j E/P .. (j+1) E/P - 1, so its share of the step's work is
+# their summed load; the worst layer's hottest rank over the mean, per step
+# (mean over the steps), at P = 2 and 8.
+rank_imbalance() {
+  sqlite3 replay.db "WITH r AS (SELECT step, layer, expert * $1 / $experts AS rank, sum(load) AS l
+      FROM train_step_experts WHERE step >= $warm GROUP BY step, layer, rank),
+    v AS (SELECT step, max(l) / avg(l) - 1 AS v FROM r GROUP BY step, layer)
+    SELECT printf('%.3f', avg(w)) FROM (SELECT max(v) AS w FROM v GROUP BY step)"
+}
+rank2=$(rank_imbalance 2) rank8=$(rank_imbalance 8)
 echo "balance ($balance) over RL steps >= $warm ($experts experts): worst layer's MaxVio per step mean ${maxvio% *}, largest ${maxvio#* };" \
-  "over the run's summed load $maxvio_run; experts dead (no token for 10 steps in a row): $dead"
+  "over the run's summed load $maxvio_run; experts dead (no token for 10 steps in a row): $dead;" \
+  "the hottest rank's excess per step with the experts over 2 / 8 ranks: $rank2 / $rank8"
 [ "$env" = needle_1m ] && echo "before_1m=$before_1m after_1m=$after_1m seeds_1m=$seeds_1m seeds=$seeds" > record_1m.txt
 echo "before=$before after=$after gain=$(awk -v a="$after" -v b="$before" 'BEGIN { printf "%.1f", (a - b) * 100 }')" \
-  "maxvio=${maxvio% *} maxvio_max=${maxvio#* } maxvio_run=$maxvio_run dead=$dead experts=$experts balance=$balance" > record.txt
+  "maxvio=${maxvio% *} maxvio_max=${maxvio#* } maxvio_run=$maxvio_run dead=$dead experts=$experts balance=$balance" \
+  "rank2=$rank2 rank8=$rank8" > record.txt
 echo "record: $work/record.txt"
