@@ -344,10 +344,11 @@ balance=$(key_of balance)
 # their summed load; the worst layer's hottest rank over the mean, per step
 # (mean over the steps), at P = 2 and 8.
 rank_imbalance() {
+  case $experts in '' | *[!0-9]*) echo n/a; return ;; esac
   sqlite3 replay.db "WITH r AS (SELECT step, layer, expert * $1 / $experts AS rank, sum(load) AS l
       FROM train_step_experts WHERE step >= $warm GROUP BY step, layer, rank),
     v AS (SELECT step, max(l) / avg(l) - 1 AS v FROM r GROUP BY step, layer)
-    SELECT printf('%.3f', avg(w)) FROM (SELECT max(v) AS w FROM v GROUP BY step)"
+    SELECT printf('%.3f', avg(w)) FROM (SELECT max(v) AS w FROM v GROUP BY step)" || echo n/a
 }
 rank2=$(rank_imbalance 2) rank8=$(rank_imbalance 8)
 echo "balance ($balance) over RL steps >= $warm ($experts experts): worst layer's MaxVio per step mean ${maxvio% *}, largest ${maxvio#* };" \
