@@ -48,7 +48,14 @@
 #      every 5 s during RL (VmRSS) and its peak given per stage.
 #   3. RL: `longhaul launch` with 1 learner and 2 actors from that
 #      checkpoint for [fleet] steps (LH_LEARN_STEPS overrides) steps of
-#      [learner] batch_episodes (LH_LEARN_BATCH overrides) episodes.
+#      [learner] batch_episodes (LH_LEARN_BATCH overrides) episodes per
+#      learner rank. LH_LEARN_RANKS=N runs N learner ranks under mpirun
+#      ([fleet] learners), and LH_LEARN_EP=P shares the experts over P of
+#      them ([learner] expert_parallel; docs/learner.md "Experts across
+#      ranks"); the balance figures are rank 0's store's, which holds the
+#      group's load, and the held-out seeds are played with the checkpoint
+#      the ranks wrote together. SFT and the evaluations run on one
+#      process, as always.
 #   4. after: the same seeds, the same ways, with the learner's last checkpoint.
 # Printed: before, after and the gain (target: +15 points), sampled at the
 # actors' temperature (what RL optimises) and greedy; the balance over
@@ -147,6 +154,21 @@ if [ "$env" = agent ]; then
   sed -e "s|^\[fleet\]|[fleet]\nagents = 4\nagent_command = /usr/bin/python3 $src/examples/agents/calc_agent.py|" \
     -e "s|^\[actor\]|[actor]\nagent_address = 127.0.0.1:${LH_LEARN_AGENT_PORT:-5680}\nagent_timeout_ms = 60000|" \
     -e "s|^name = calc|name = agent|" -e "/^stages = /d" -e "/^digits = /d" learn.ini > "$rl_ini"
+fi
+# Learner ranks, and experts shared over them, for the RL fleet alone.
+if [ -n "${LH_LEARN_RANKS:-}${LH_LEARN_EP:-}" ]; then
+  if [ "$rl_ini" = learn.ini ]; then
+    cp learn.ini learn_rl.ini
+    rl_ini=learn_rl.ini
+  fi
+  if [ -n "${LH_LEARN_RANKS:-}" ]; then
+    if grep -q '^learners = ' "$rl_ini"; then
+      sed -i "s/^learners = .*/learners = $LH_LEARN_RANKS/" "$rl_ini"
+    else
+      sed -i "s|^\[fleet\]|[fleet]\nlearners = $LH_LEARN_RANKS|" "$rl_ini"
+    fi
+  fi
+  [ -n "${LH_LEARN_EP:-}" ] && sed -i "s|^\[learner\]|[learner]\nexpert_parallel = $LH_LEARN_EP|" "$rl_ini"
 fi
 
 # Success on the held-out seeds 1..$seeds with the checkpoint $1, greedy;
@@ -249,7 +271,10 @@ elif [ "$in_range" != yes ]; then
 fi
 
 echo
-echo "== 2. RL: 1 learner, 2 actors$([ "$env" = agent ] && echo ", 4 agents over HTTP"), $(sed -n 's/^steps = //p' learn.ini) steps"
+ranks=$(sed -n 's/^learners = //p' "$rl_ini")
+ep=$(sed -n 's/^expert_parallel = //p' "$rl_ini")
+echo "== 2. RL: ${ranks:-1} learner rank(s)${ep:+, experts over $ep of them}, 2 actors$([ "$env" = agent ] &&
+  echo ", 4 agents over HTTP"), $(sed -n 's/^steps = //p' learn.ini) steps"
 t2=$(date +%s)
 # The actors' resident memory every 5 s (epoch ms, pid, VmRSS kB) until
 # the fleet is done.
@@ -281,10 +306,14 @@ sqlite3 replay.db "SELECT step, printf('%.3f', success_rate), printf('%.3f', rew
   awk -F'|' 'BEGIN { print "step  success  reward  busy  step_ms" }
              { bar = ""; for (i = 0; i < $2 * 40; i++) bar = bar "#"; printf "%4d  %7s  %6s  %4s  %7s  %s\n", $1, $2, $3, $4, $5, bar }'
 busy=$(sqlite3 replay.db "SELECT printf('%.3f', avg(busy_frac)) FROM train_steps WHERE step >= 2")
-tok=$(sqlite3 replay.db "SELECT printf('%.0f', sum(t)) FROM (SELECT actor, avg(tokens_per_s) AS t
-  FROM actor_heartbeats WHERE tokens_per_s > 0 GROUP BY actor)")
-per_actor=$(sqlite3 replay.db "SELECT group_concat(actor || ' ' || printf('%.0f', t), ', ') FROM
-  (SELECT actor, avg(tokens_per_s) AS t FROM actor_heartbeats WHERE tokens_per_s > 0 GROUP BY actor)")
+# An actor's heartbeats go to the learner rank it sends to: every rank's
+# store (replay.db, replay.db.rank1, ...), each actor's mean over all its rows.
+heartbeats=$(for f in replay.db $(ls replay.db.rank* 2>/dev/null | grep -E '\.rank[0-9]+$' || true); do
+  sqlite3 -separator ' ' "$f" "SELECT actor, tokens_per_s FROM actor_heartbeats WHERE tokens_per_s > 0"
+done)
+per_actor=$(awk '{ n[$1]++; s[$1] += $2 } END { for (a in n) printf "%s %.0f\n", a, s[a] / n[a] }' <<< "$heartbeats" |
+  sort | paste -sd, - | sed 's/,/, /g')
+tok=$(awk '{ n[$1]++; s[$1] += $2 } END { for (a in n) t += s[a] / n[a]; printf "%.0f", t }' <<< "$heartbeats")
 "$bin" report --db replay.db --out report.html >/dev/null
 
 echo
