@@ -62,11 +62,13 @@ int lh_proc_tmpdir(char *dir, size_t cap, const char *tag) {
   return mkdtemp(dir) ? 0 : -1;
 }
 
-void lh_proc_rmdir(const char *dir) {
-  if (!dir || strncmp(dir, "/tmp/lh-", 8) != 0 || strchr(dir, '\'')) return;
+int lh_proc_rmdir(const char *dir) {
+  if (!dir || strncmp(dir, "/tmp/lh-", 8) != 0 || strchr(dir, '\'')) return -1;
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0) fprintf(stderr, "proc_util: could not remove %s\n", dir);
+  if (system(cmd) == 0) return 0;
+  fprintf(stderr, "proc_util: could not remove %s\n", dir);
+  return -1;
 }
 
 void lh_proc_rm_db(const char *path) {

@@ -14,8 +14,9 @@
 
 /* mkdtemp of /tmp/lh-<tag>-XXXXXX into dir (cap >= 32). 0 or -1. */
 int lh_proc_tmpdir(char *dir, size_t cap, const char *tag);
-/* rm -rf of dir (only paths under /tmp/lh-). */
-void lh_proc_rmdir(const char *dir);
+/* rm -rf of dir (only paths under /tmp/lh-): 0, or -1 when it was not
+ * such a path or could not be removed (said on stderr). */
+int lh_proc_rmdir(const char *dir);
 /* Unlinks the SQLite file at path with its -wal and -shm (a store). */
 void lh_proc_rm_db(const char *path);
 /* Writes text to path; 0 or -1. */

@@ -479,8 +479,8 @@ START_TEST(test_shard_is_the_slice) {
   lh_model *whole = NULL, *shard = NULL;
   ck_assert_int_eq(lh_model_new(&mc, lh_backend_cpu(), &whole, &e), 0);
   /* Each shard read from the whole model's file is that slice too. */
-  char dir[] = "/tmp/lh_epslice_XXXXXX";
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char dir[64];
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "epslice"), 0);
   ck_assert_msg(lh_model_save(whole, dir, &e) == 0, "%s", e.msg);
   for (int P = 2; P <= 8; P *= 2) {
     for (int s = 0; s < P; s++) {
@@ -513,17 +513,14 @@ START_TEST(test_shard_is_the_slice) {
   ck_assert_int_ne(lh_model_new_shard(&mc, lh_backend_cpu(), 0, 3, &shard, &e), 0);
   ck_assert_ptr_nonnull(strstr(e.msg, "multiple"));
   lh_model_free(whole);
-  char cmd[96];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(lh_proc_rmdir(dir), 0);
 }
 END_TEST
 
 START_TEST(test_jobs_match_one_rank) {
   if (!have_mpi()) return;
   char dir[64];
-  strcpy(dir, "/tmp/lh_ep_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "ep"), 0);
   reference ref;
   run_reference(dir, &ref);
   struct {
@@ -539,9 +536,7 @@ START_TEST(test_jobs_match_one_rank) {
   ck_assert_int_eq(rename(from, to), 0);
   job_checked(dir, "resume", 2, 2, 2 * GROUPS_PER_STEP, 1, 2, &ref, 1e-5);
   reference_free(&ref);
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(lh_proc_rmdir(dir), 0);
 }
 END_TEST
 
@@ -554,8 +549,7 @@ START_TEST(test_tree_job_matches_one_rank) {
   if (!have_mpi()) return;
   setenv("LH_TEST_EP_WINDOW", "64", 1);
   char dir[64];
-  strcpy(dir, "/tmp/lh_ep_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "ep"), 0);
   reference ref;
   run_reference(dir, &ref);
   setenv("LH_LEARNER_TEST_TREE_FAIL", "1", 1);  /* rank 1's first step, in the job */
@@ -567,9 +561,7 @@ START_TEST(test_tree_job_matches_one_rank) {
   reference_free(&ref);
   unsetenv("LH_TEST_EP_WINDOW");
   unsetenv("LH_LEARNER_TEST_TREE_FAIL");
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(lh_proc_rmdir(dir), 0);
 }
 END_TEST
 
@@ -673,8 +665,7 @@ START_TEST(test_rank_killed_mid_step) {
   const char *bin = getenv("LH_BIN");
   ck_assert_msg(bin != NULL, "LH_BIN is not set");
   char dir[64], run[128], a1_cfg[128], ing0[128], ing1[128], path[256], log[256], db0[256], db1[256];
-  strcpy(dir, "/tmp/lh_epkill_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "epkill"), 0);
   snprintf(run, sizeof run, "%s/run.ini", dir);
   snprintf(a1_cfg, sizeof a1_cfg, "%s/a1.ini", dir);
   snprintf(ing0, sizeof ing0, "ipc://%s/ing", dir);
@@ -744,8 +735,7 @@ START_TEST(test_rank_killed_mid_step) {
   free(before0), free(before1), free(after);
   snprintf(cmd, sizeof cmd, "grep -c 'resumed ckpt_dir' '%s' > /dev/null", log);
   ck_assert_msg(system(cmd) == 0, "the job did not resume from its checkpoint (see %s)", log);
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(lh_proc_rmdir(dir), 0);
 }
 END_TEST
 
