@@ -67,19 +67,32 @@ def contexts(episodes, with_tokens=False):
 
 
 rng = np.random.default_rng(1)
+
+
+def random_maxvio(weights):
+    """MaxVio when each of the weighted contexts goes to K random experts."""
+    load = np.zeros(E)
+    for x in weights:
+        load[rng.choice(E, K, replace=False)] += x
+    return load.max() / load.mean() - 1
+
+
+def placed_maxvio(weights):
+    """MaxVio when the weighted lumps go, heaviest first, each to the K
+    experts least loaded so far."""
+    load = np.zeros(E)
+    for x in np.sort(weights)[::-1]:
+        load[np.argpartition(load, K)[:K]] += x
+    return load.max() / load.mean() - 1
+
+
 rand, best, repeat = [], [], []
 for _ in range(20):
     pick = rng.choice(len(full), BATCH // GROUP, replace=False)
     w = contexts([toks for i in pick for toks in full[i]])
     repeat.append(1 - len(w) / float(w.sum()))
-    load = np.zeros(E)
-    for x in w:
-        load[rng.choice(E, K, replace=False)] += x
-    rand.append(load.max() / load.mean() - 1)
-    load = np.zeros(E)
-    for x in np.sort(w)[::-1]:
-        load[np.argpartition(load, K)[:K]] += x
-    best.append(load.max() / load.mean() - 1)
+    rand.append(random_maxvio(w))
+    best.append(placed_maxvio(w))
 print(f"maxvio_floor: {len(full)} groups of {GROUP} in {db}; steps of {BATCH} episodes, {E} experts top {K}, "
       f"20 steps drawn")
 print(f"routed tokens that repeat a context routed before in the same step: {np.mean(repeat):.2f}")
@@ -101,17 +114,11 @@ for scale in (1, 2, 4):
         pick = rng.choice(len(full), groups_wanted, replace=False)
         w, last = contexts([toks for i in pick for toks in full[i]], with_tokens=True)
         n = len(w)
-        load = np.zeros(E)
-        for _ in range(n):
-            load[rng.choice(E, K, replace=False)] += 1
-        once.append(load.max() / load.mean() - 1)
+        once.append(random_maxvio(np.ones(n)))
         sizes.append(n)
         lumps = np.bincount(last)
         top_share.append(lumps.max() / n)
-        load = np.zeros(E)
-        for x in np.sort(lumps[lumps > 0])[::-1]:
-            load[np.argpartition(load, K)[:K]] += x
-        by_token.append(load.max() / load.mean() - 1)
+        by_token.append(placed_maxvio(lumps[lumps > 0]))
     print(f"each distinct context routed once, steps of {scale * BATCH} episodes: {np.mean(sizes):.0f} tokens a "
           f"step, random router {np.mean(once):.2f}; routed by token alone, best placement {np.mean(by_token):.2f} "
           f"(the most frequent token {np.mean(top_share):.3f} of the contexts)")
