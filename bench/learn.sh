@@ -311,9 +311,9 @@ busy=$(sqlite3 replay.db "SELECT printf('%.3f', avg(busy_frac)) FROM train_steps
 heartbeats=$(for f in replay.db $(ls replay.db.rank* 2>/dev/null | grep -E '\.rank[0-9]+$' || true); do
   sqlite3 -separator ' ' "$f" "SELECT actor, tokens_per_s FROM actor_heartbeats WHERE tokens_per_s > 0"
 done)
-per_actor=$(awk '{ n[$1]++; s[$1] += $2 } END { for (a in n) printf "%s %.0f\n", a, s[a] / n[a] }' <<< "$heartbeats" |
-  sort | paste -sd, - | sed 's/,/, /g')
-tok=$(awk '{ n[$1]++; s[$1] += $2 } END { for (a in n) t += s[a] / n[a]; printf "%.0f", t }' <<< "$heartbeats")
+means=$(awk '{ n[$1]++; s[$1] += $2 } END { for (a in n) printf "%s %.6f\n", a, s[a] / n[a] }' <<< "$heartbeats" | sort)
+per_actor=$(awk '{ printf "%s%s %.0f", (NR > 1 ? ", " : ""), $1, $2 }' <<< "$means")
+tok=$(awk '{ t += $2 } END { printf "%.0f", t }' <<< "$means")
 "$bin" report --db replay.db --out report.html >/dev/null
 
 echo
