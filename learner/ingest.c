@@ -455,18 +455,24 @@ static void admit_round(lh_learner_ingest *ig, size_t n) {
     if (e->kind != KIND_STORE || !ig->budgeted) continue;
     uint64_t episode = entry_episode(e);
     if (lh_learner_peers_is_open(ig->peers, index, episode, now)) continue;
-    /* A name past its credit is held back before the store is asked: a
-     * flood of new ids costs the learner a hash lookup each, not a query.
-     * An episode of it the store does holds waits for its credit too. */
-    int r = 0;
-    if (lh_learner_peers_may_open(ig->peers, index)) {
+    /* A message of an episode the store holds ended (a segment resent
+     * after its EpisodeEnd got in: it was held back while its episode was
+     * new) or of another actor (the store refuses it) opens nothing and
+     * needs no credit: held back, it would leave its episode a gap until
+     * the trainer frees room. So the store is asked even past the credit,
+     * except for a name that ignores its window: its flood of new ids
+     * costs the learner a hash lookup each, not a query. An episode the
+     * store holds running from before waits for its credit, as a new one
+     * does. */
+    int may = lh_learner_peers_may_open(ig->peers, index), r = 0;
+    if (may || !lh_learner_peers_ignores_window(ig->peers, index, now)) {
       lh_episode_row row;
       lh_errbuf se;
       int known = lh_store_episode_get(ig->store, episode, &row, &se) == 0;
-      /* Ended already (a resend), or another actor's (the store refuses it). */
       if (known && (row.has_end || strcmp(row.actor, e->env->sender))) continue;
-      r = known ? (lh_learner_peers_adopt(ig->peers, index, episode, now) ? -1 : 1)
-                : lh_learner_peers_open(ig->peers, index, episode, now);
+      if (may)
+        r = known ? (lh_learner_peers_adopt(ig->peers, index, episode, now) ? -1 : 1)
+                  : lh_learner_peers_open(ig->peers, index, episode, now);
     }
     if (r == 1) continue;
     e->kind = KIND_NONE;

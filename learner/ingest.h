@@ -117,6 +117,8 @@ int lh_learner_peers_open(lh_learner_peers *p, int index, uint64_t episode, int6
  * group of them within 2 s and the name counts as ignoring its window,
  * served last from what the other names leave. */
 void lh_learner_peers_refused(lh_learner_peers *p, int index, int64_t now_ns);
+/* Whether name index counts as ignoring its window now (above). */
+int lh_learner_peers_ignores_window(const lh_learner_peers *p, int index, int64_t now_ns);
 /* An episode the store already holds running (started before this
  * learner): counted open, no credit taken. 0, or -1 when the table is full. */
 int lh_learner_peers_adopt(lh_learner_peers *p, int index, uint64_t episode, int64_t now_ns);

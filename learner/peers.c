@@ -197,6 +197,10 @@ void lh_learner_peers_refused(lh_learner_peers *p, int index, int64_t now_ns) {
   q->refused++;
 }
 
+int lh_learner_peers_ignores_window(const lh_learner_peers *p, int index, int64_t now_ns) {
+  return p && index >= 0 && (size_t)index < p->n && ignores_window(&p->peers[index], now_ns, p->group);
+}
+
 int lh_learner_peers_adopt(lh_learner_peers *p, int index, uint64_t episode, int64_t now_ns) {
   return insert_open(p, index, episode, now_ns);
 }

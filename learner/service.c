@@ -52,6 +52,13 @@ struct lh_learner_service {
   pending_version pending;  /* handed over, not yet published (bytes NULL: none) */
   uint64_t backlog, backlog_cap;  /* the trainer's (lh_learner_service_set_backlog) */
   uint64_t untaken_ends, ends_seen;  /* ends stored and not yet taken; the ingest's count at the last round */
+  /* Ends the trainer took that its backlog did not count yet: they stay
+   * untrained until its next lh_learner_service_set_backlog. Forgotten at
+   * the take, they left the cap that many episodes short for as long as
+   * the trainer took to offer them (a step's length), and the ingest
+   * granted that room as credit, then took it back from actors that had
+   * already opened episodes with it. */
+  uint64_t taken_ends;
   int hold_sent;
   uint64_t max_bytes;
   int max_bytes_changed;
@@ -284,7 +291,7 @@ static void apply_settings(lh_learner_service *s) {
   /* The fleet may keep open what the cap leaves after the untrained
    * episodes: the trainer's backlog and the ends it has not taken yet
    * (the ingest shares it out as credit, learner/peers.c). */
-  int64_t untrained = (int64_t)(s->backlog + s->untaken_ends);
+  int64_t untrained = (int64_t)(s->backlog + s->untaken_ends + s->taken_ends);
   int64_t budget = (int64_t)s->backlog_cap - untrained;
   int64_t cap = (int64_t)s->backlog_cap;
   int hold = budget < (int64_t)s->cfg.group_size;
@@ -423,7 +430,7 @@ void lh_learner_service_take(lh_learner_service *s, uint64_t *ids, size_t cap, s
   memcpy(ids, s->hint, k * sizeof *ids);
   memmove(s->hint, s->hint + k, (s->n_hint - k) * sizeof *s->hint);
   s->n_hint -= k;
-  if (!s->n_hint) s->untaken_ends = 0;  /* every stored end is the trainer's now */
+  if (!s->n_hint) s->taken_ends += s->untaken_ends, s->untaken_ends = 0;  /* every stored end is the trainer's now */
   *n = k;
   *rescan = s->hint_lost;
   s->hint_lost = 0;
@@ -457,6 +464,7 @@ void lh_learner_service_set_backlog(lh_learner_service *s, uint64_t backlog, uin
   if (!s) return;
   pthread_mutex_lock(&s->mu);
   s->backlog = backlog, s->backlog_cap = cap;
+  s->taken_ends = 0;  /* the backlog counts what the trainer took */
   pthread_mutex_unlock(&s->mu);
 }
 

@@ -235,6 +235,18 @@ void totals(const fleet *f, const store_counts *c, actor_totals *t) {
 void tally(const fleet *f, int64_t after_ms, store_counts *c, actor_totals *t) {
   ck_assert_int_eq(count_store(f->db, after_ms, c), 0);
   totals(f, c, t);
+  if (!t->unacked && !t->lost && !c->gaps) return;
+  /* What the processes said of it: the learner's last counts and what it
+   * last held back, each actor's last warnings. */
+  char log[192];
+  learner_log(f, f->learner_runs, log, sizeof log);
+  lh_proc_print_last(log, "status version=");
+  lh_proc_print_last(log, "held back");
+  for (int i = 0; i < f->n_actors; i++) {
+    actor_log(f, i, log, sizeof log);
+    lh_proc_print_last(log, "resent messages");
+    lh_proc_print_last(log, "stopping with messages");
+  }
 }
 
 void print_totals(const char *fault, const actor_totals *t, const store_counts *c, const char *extra) {

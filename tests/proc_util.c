@@ -198,6 +198,16 @@ int lh_proc_count_lines(const char *path, const char *needle) {
   return n;
 }
 
+void lh_proc_print_last(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  char line[8192], last[8192] = "";
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, needle)) memcpy(last, line, sizeof last);
+  fclose(f);
+  if (last[0]) printf("%s: %s%s", path, last, strchr(last, '\n') ? "" : "\n");
+}
+
 int lh_proc_log_u64(const char *path, const char *needle, const char *key, uint64_t *out) {
   FILE *f = fopen(path, "r");
   if (!f) return -1;

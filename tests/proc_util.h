@@ -67,6 +67,10 @@ int lh_proc_wait_file(const char *path, const char *needle, int seconds);
 
 /* Lines of the file at path holding needle (0 when unreadable). */
 int lh_proc_count_lines(const char *path, const char *needle);
+/* Prints the last line of path holding needle, after the path (nothing
+ * when there is none): the evidence a failed fleet check leaves in the
+ * test's output, its folder being gone by the time anyone reads it. */
+void lh_proc_print_last(const char *path, const char *needle);
 /* From the last line of path holding needle, the unsigned value of
  * "key=" (0 found, -1 not). */
 int lh_proc_log_u64(const char *path, const char *needle, const char *key, uint64_t *out);

@@ -3,7 +3,8 @@
 lh_add_test(test_learner_ingest SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_ingest.c
   ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c LIBS lh_learner lh_actors PkgConfig::ZMQ TIMEOUT 120)
 # The ingest's peers: names bound to connections and keys, back-pressure
-# credit, against a real ingest with hostile DEALERs (test_learner_peers).
+# credit, against a real ingest with hostile DEALERs, and the service's
+# count of what is untrained across the trainer's hand-off (test_learner_peers).
 lh_add_test(test_learner_peers SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_learner_peers.c
   ${CMAKE_CURRENT_SOURCE_DIR}/proc_util.c LIBS lh_learner PkgConfig::ZMQ TIMEOUT 120)
 # The RL training step over the store on a tiny model (test_learner_train).
