@@ -424,6 +424,28 @@ static void *dealer(void *ctx) {
   return d;
 }
 
+/* A real ingest on a fresh store in a folder of its own, the acks read so
+ * far cleared; ingest_close undoes it. */
+static lh_learner_ingest *ingest_open(lh_store **store, void **ctx) {
+  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "peers"), 0);
+  snprintf(db, sizeof db, "%s/replay.db", dir);
+  snprintf(ep, sizeof ep, "ipc://%s/ingest", dir);
+  lh_errbuf e;
+  ck_assert_msg(lh_store_open(db, store, &e) == 0, "%s", e.msg);
+  *ctx = zmq_ctx_new();
+  lh_learner_ingest *ig = lh_learner_ingest_new(*ctx, ep, *store, NULL, &e);
+  ck_assert_msg(ig != NULL, "%s", e.msg);
+  acks_clear();
+  return ig;
+}
+
+static void ingest_close(lh_learner_ingest *ig, lh_store *store, void *ctx) {
+  lh_learner_ingest_free(ig);
+  lh_store_close(store);
+  zmq_ctx_term(ctx);
+  lh_proc_rmdir(dir);
+}
+
 static int first_int(void *ctx, int ncols, const char *const *names, const char *const *values) {
   (void)names;
   *(int64_t *)ctx = ncols > 0 && values[0] ? atoll(values[0]) : -1;
@@ -446,16 +468,9 @@ static int64_t sql_int(const char *sql) {
  * name), counted, never stored; a0's own are stored; a new connection's
  * Hello as a0 takes the name over. */
 START_TEST(test_ingest_names) {
-  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "peers"), 0);
-  snprintf(db, sizeof db, "%s/replay.db", dir);
-  snprintf(ep, sizeof ep, "ipc://%s/ingest", dir);
-  lh_errbuf e;
   lh_store *store;
-  ck_assert_msg(lh_store_open(db, &store, &e) == 0, "%s", e.msg);
-  void *ctx = zmq_ctx_new();
-  lh_learner_ingest *ig = lh_learner_ingest_new(ctx, ep, store, NULL, &e);
-  ck_assert_msg(ig != NULL, "%s", e.msg);
-  acks_clear();
+  void *ctx;
+  lh_learner_ingest *ig = ingest_open(&store, &ctx);
   void *a0 = dealer(ctx), *spoof = dealer(ctx), *later = dealer(ctx);
   msg m;
   hello(&m, 1, "a0");
@@ -533,10 +548,7 @@ START_TEST(test_ingest_names) {
   printf("peers: a segment queued ahead of its connection's Hello: %s\n",
          first == LONGHAUL__ACK_STATUS__ACK_STORED ? "stored (same round)" : "held back (an earlier round)");
   zmq_close(a0), zmq_close(spoof), zmq_close(later), zmq_close(again);
-  lh_learner_ingest_free(ig);
-  lh_store_close(store);
-  zmq_ctx_term(ctx);
-  lh_proc_rmdir(dir);
+  ingest_close(ig, store, ctx);
 }
 END_TEST
 
@@ -545,16 +557,9 @@ END_TEST
  * 8 and a group of slack) and the rest held back with ACK_RETRY; the other
  * name keeps its window and its episodes are stored meanwhile. */
 START_TEST(test_ingest_window) {
-  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "peers"), 0);
-  snprintf(db, sizeof db, "%s/replay.db", dir);
-  snprintf(ep, sizeof ep, "ipc://%s/ingest", dir);
-  lh_errbuf e;
   lh_store *store;
-  ck_assert_msg(lh_store_open(db, &store, &e) == 0, "%s", e.msg);
-  void *ctx = zmq_ctx_new();
-  lh_learner_ingest *ig = lh_learner_ingest_new(ctx, ep, store, NULL, &e);
-  ck_assert_msg(ig != NULL, "%s", e.msg);
-  acks_clear();
+  void *ctx;
+  lh_learner_ingest *ig = ingest_open(&store, &ctx);
   void *a0 = dealer(ctx), *flood = dealer(ctx);
   msg m;
   hello(&m, 1, "a0");
@@ -605,10 +610,7 @@ START_TEST(test_ingest_window) {
   ck_assert_int_eq(a.status, LONGHAUL__ACK_STATUS__ACK_RETRY);
   ck_assert_msg(strstr(a.reason, "window"), "%s", a.reason);
   zmq_close(a0), zmq_close(flood);
-  lh_learner_ingest_free(ig);
-  lh_store_close(store);
-  zmq_ctx_term(ctx);
-  lh_proc_rmdir(dir);
+  ingest_close(ig, store, ctx);
 }
 END_TEST
 
@@ -618,16 +620,9 @@ END_TEST
  * leave its episode a gap until the trainer freed room. A new episode is
  * still held back. */
 START_TEST(test_ingest_late_segment) {
-  ck_assert_int_eq(lh_proc_tmpdir(dir, sizeof dir, "peers"), 0);
-  snprintf(db, sizeof db, "%s/replay.db", dir);
-  snprintf(ep, sizeof ep, "ipc://%s/ingest", dir);
-  lh_errbuf e;
   lh_store *store;
-  ck_assert_msg(lh_store_open(db, &store, &e) == 0, "%s", e.msg);
-  void *ctx = zmq_ctx_new();
-  lh_learner_ingest *ig = lh_learner_ingest_new(ctx, ep, store, NULL, &e);
-  ck_assert_msg(ig != NULL, "%s", e.msg);
-  acks_clear();
+  void *ctx;
+  lh_learner_ingest *ig = ingest_open(&store, &ctx);
   void *a0 = dealer(ctx);
   msg m;
   hello(&m, 1, "a0");
@@ -662,10 +657,7 @@ START_TEST(test_ingest_late_segment) {
   segment(&m, 51, "a0", 700);
   ck_assert_int_eq(send_and_wait(ig, a0, &m), LONGHAUL__ACK_STATUS__ACK_RETRY);
   zmq_close(a0);
-  lh_learner_ingest_free(ig);
-  lh_store_close(store);
-  zmq_ctx_term(ctx);
-  lh_proc_rmdir(dir);
+  ingest_close(ig, store, ctx);
 }
 END_TEST
 
