@@ -289,8 +289,9 @@ static void sweep(lh_learner_service *s) {
 static void apply_settings(lh_learner_service *s) {
   pthread_mutex_lock(&s->mu);
   /* The fleet may keep open what the cap leaves after the untrained
-   * episodes: the trainer's backlog and the ends it has not taken yet
-   * (the ingest shares it out as credit, learner/peers.c). */
+   * episodes: the trainer's backlog, the ends it has not taken yet and
+   * those it took but has not counted yet (the ingest shares it out as
+   * credit, learner/peers.c). */
   int64_t untrained = (int64_t)(s->backlog + s->untaken_ends + s->taken_ends);
   int64_t budget = (int64_t)s->backlog_cap - untrained;
   int64_t cap = (int64_t)s->backlog_cap;
