@@ -362,50 +362,35 @@ static void acks_clear(void) {
   for (size_t i = 0; i < ACKS; i++) acks[i].status = -1;
 }
 
-/* Polls the ingest until the Ack of msg id reaches d (bounded by turns). */
+/* Records the Acks that reached d, waiting up to wait_ms for the first. */
+static void read_acks(void *d, int wait_ms) {
+  zmq_pollitem_t item = {d, 0, ZMQ_POLLIN, 0};
+  if (zmq_poll(&item, 1, wait_ms) <= 0) return;
+  lh_errbuf e;
+  uint8_t buf[65536];
+  int got;
+  while ((got = zmq_recv(d, buf, sizeof buf, ZMQ_DONTWAIT)) > 0) {
+    Longhaul__Envelope *env;
+    ck_assert_msg(lh_wire_decode(buf, (size_t)got, NULL, &env, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(env->body_case, LONGHAUL__ENVELOPE__BODY_ACK);
+    for (size_t i = 0; i < env->ack->n_msg_ids; i++) {
+      uint64_t k = env->ack->msg_ids[i];
+      ck_assert_uint_lt(k, ACKS);
+      acks[k] = (ack_of){.status = env->ack->status, .window = env->ack->window, .hold = env->ack->hold};
+      snprintf(acks[k].reason, sizeof acks[k].reason, "%s", env->ack->reason ? env->ack->reason : "");
+    }
+    lh_wire_free(env);
+  }
+}
+
+/* Waits until the Ack of msg id reaches d: the ingest ig polled here, or
+ * (ig NULL) a service whose thread polls its own (bounded by turns). */
 static ack_of wait_ack(lh_learner_ingest *ig, void *d, uint64_t id) {
   ck_assert_uint_lt(id, ACKS);
   lh_errbuf e;
-  for (int turn = 0; turn < 5000 && acks[id].status < 0; turn++) {
-    ck_assert_msg(lh_learner_ingest_poll(ig, 2, NULL, &e) == 0, "%s", e.msg);
-    uint8_t buf[65536];
-    int got;
-    while ((got = zmq_recv(d, buf, sizeof buf, ZMQ_DONTWAIT)) > 0) {
-      Longhaul__Envelope *env;
-      ck_assert_msg(lh_wire_decode(buf, (size_t)got, NULL, &env, &e) == 0, "%s", e.msg);
-      ck_assert_int_eq(env->body_case, LONGHAUL__ENVELOPE__BODY_ACK);
-      for (size_t i = 0; i < env->ack->n_msg_ids; i++) {
-        uint64_t k = env->ack->msg_ids[i];
-        ck_assert_uint_lt(k, ACKS);
-        acks[k] = (ack_of){.status = env->ack->status, .window = env->ack->window, .hold = env->ack->hold};
-        snprintf(acks[k].reason, sizeof acks[k].reason, "%s", env->ack->reason ? env->ack->reason : "");
-      }
-      lh_wire_free(env);
-    }
-  }
-  ck_assert_msg(acks[id].status >= 0, "no ack of message %llu", (unsigned long long)id);
-  return acks[id];
-}
-
-/* Reads d until the Ack of msg id arrives (the service's thread polls the
- * ingest; bounded by turns of 10 ms). */
-static ack_of wait_service_ack(void *d, uint64_t id) {
-  ck_assert_uint_lt(id, ACKS);
-  lh_errbuf e;
-  zmq_pollitem_t item = {d, 0, ZMQ_POLLIN, 0};
-  for (int turn = 0; turn < 3000 && acks[id].status < 0; turn++) {
-    if (zmq_poll(&item, 1, 10) <= 0) continue;
-    uint8_t buf[65536];
-    int got = zmq_recv(d, buf, sizeof buf, 0);
-    ck_assert_int_gt(got, 0);
-    Longhaul__Envelope *env;
-    ck_assert_msg(lh_wire_decode(buf, (size_t)got, NULL, &env, &e) == 0, "%s", e.msg);
-    if (env->body_case == LONGHAUL__ENVELOPE__BODY_ACK)
-      for (size_t i = 0; i < env->ack->n_msg_ids; i++)
-        if (env->ack->msg_ids[i] < ACKS)
-          acks[env->ack->msg_ids[i]] = (ack_of){.status = env->ack->status, .window = env->ack->window,
-                                                .hold = env->ack->hold};
-    lh_wire_free(env);
+  for (int turn = 0; turn < (ig ? 5000 : 3000) && acks[id].status < 0; turn++) {
+    if (ig) ck_assert_msg(lh_learner_ingest_poll(ig, 2, NULL, &e) == 0, "%s", e.msg);
+    read_acks(d, ig ? 0 : 10);
   }
   ck_assert_msg(acks[id].status >= 0, "no ack of message %llu", (unsigned long long)id);
   return acks[id];
@@ -686,12 +671,12 @@ START_TEST(test_service_taken_ends) {
   msg m;
   hello(&m, 1, "a0");
   send_msg(a0, &m);
-  ck_assert_int_eq(wait_service_ack(a0, 1).status, LONGHAUL__ACK_STATUS__ACK_STORED);
+  ck_assert_int_eq(wait_ack(NULL, a0, 1).status, LONGHAUL__ACK_STATUS__ACK_STORED);
   /* Eight episodes, each ended: they are untrained now. */
   for (uint64_t k = 0; k < 8; k++) {
     end(&m, 10 + k, "a0", 800 + k);
     send_msg(a0, &m);
-    ck_assert_int_eq(wait_service_ack(a0, 10 + k).status, LONGHAUL__ACK_STATUS__ACK_STORED);
+    ck_assert_int_eq(wait_ack(NULL, a0, 10 + k).status, LONGHAUL__ACK_STATUS__ACK_STORED);
   }
   uint64_t ids[64];
   size_t n = 0, got = 0;
@@ -702,11 +687,11 @@ START_TEST(test_service_taken_ends) {
   /* Taken, not yet in the trainer's backlog: still untrained. */
   heartbeat(&m, 30, "a0", 0);
   send_msg(a0, &m);
-  uint32_t between = wait_service_ack(a0, 30).window;
+  uint32_t between = wait_ack(NULL, a0, 30).window;
   lh_learner_service_set_backlog(svc, 8, 16);
   heartbeat(&m, 31, "a0", 0);
   send_msg(a0, &m);
-  uint32_t after = wait_service_ack(a0, 31).window;
+  uint32_t after = wait_ack(NULL, a0, 31).window;
   printf("peers: cap 16, 8 episodes ended: window %u after the trainer took them, %u once its backlog counts them\n",
          between, after);
   ck_assert_uint_eq(between, 8);
