@@ -155,20 +155,23 @@ if [ "$env" = agent ]; then
     -e "s|^\[actor\]|[actor]\nagent_address = 127.0.0.1:${LH_LEARN_AGENT_PORT:-5680}\nagent_timeout_ms = 60000|" \
     -e "s|^name = calc|name = agent|" -e "/^stages = /d" -e "/^digits = /d" learn.ini > "$rl_ini"
 fi
+# set_key FILE SECTION KEY VALUE: KEY's line in [SECTION] says VALUE, the
+# line added after the section's header where it has none.
+set_key() {
+  if sed -n "/^\[$2\]/,/^\[/p" "$1" | grep -q "^$3 = "; then
+    sed -i "/^\[$2\]/,/^\[/s/^$3 = .*/$3 = $4/" "$1"
+  else
+    sed -i "s|^\[$2\]|[$2]\n$3 = $4|" "$1"
+  fi
+}
 # Learner ranks, and experts shared over them, for the RL fleet alone.
 if [ -n "${LH_LEARN_RANKS:-}${LH_LEARN_EP:-}" ]; then
   if [ "$rl_ini" = learn.ini ]; then
     cp learn.ini learn_rl.ini
     rl_ini=learn_rl.ini
   fi
-  if [ -n "${LH_LEARN_RANKS:-}" ]; then
-    if grep -q '^learners = ' "$rl_ini"; then
-      sed -i "s/^learners = .*/learners = $LH_LEARN_RANKS/" "$rl_ini"
-    else
-      sed -i "s|^\[fleet\]|[fleet]\nlearners = $LH_LEARN_RANKS|" "$rl_ini"
-    fi
-  fi
-  [ -n "${LH_LEARN_EP:-}" ] && sed -i "s|^\[learner\]|[learner]\nexpert_parallel = $LH_LEARN_EP|" "$rl_ini"
+  [ -n "${LH_LEARN_RANKS:-}" ] && set_key "$rl_ini" fleet learners "$LH_LEARN_RANKS"
+  [ -n "${LH_LEARN_EP:-}" ] && set_key "$rl_ini" learner expert_parallel "$LH_LEARN_EP"
 fi
 
 # Success on the held-out seeds 1..$seeds with the checkpoint $1, greedy;
@@ -308,7 +311,8 @@ sqlite3 replay.db "SELECT step, printf('%.3f', success_rate), printf('%.3f', rew
 busy=$(sqlite3 replay.db "SELECT printf('%.3f', avg(busy_frac)) FROM train_steps WHERE step >= 2")
 # An actor's heartbeats go to the learner rank it sends to: every rank's
 # store (replay.db, replay.db.rank1, ...), each actor's mean over all its rows.
-heartbeats=$(for f in replay.db $(ls replay.db.rank* 2>/dev/null | grep -E '\.rank[0-9]+$' || true); do
+heartbeats=$(for f in replay.db replay.db.rank*; do
+  [[ $f == replay.db || $f =~ \.rank[0-9]+$ ]] || continue  # not their -wal and -shm files, nor an unmatched glob
   sqlite3 -separator ' ' "$f" "SELECT actor, tokens_per_s FROM actor_heartbeats WHERE tokens_per_s > 0"
 done)
 means=$(awk '{ n[$1]++; s[$1] += $2 } END { for (a in n) printf "%s %.6f\n", a, s[a] / n[a] }' <<< "$heartbeats" | sort)
