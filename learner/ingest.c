@@ -437,8 +437,8 @@ static uint64_t entry_episode(const lh_learner_ingest_entry *e) {
  * from the connection its sender's name is bound to; with back-pressure,
  * a new episode (one neither open nor in the store) must fit its name's
  * credit, and one the store holds running from before (a learner
- * restarted under its actors) is counted open at no charge. What fails is
- * held back or refused, never stored. */
+ * restarted under its actors) is counted open at no charge while the
+ * name may open one. What fails is held back or refused, never stored. */
 static void admit_round(lh_learner_ingest *ig, size_t n) {
   int64_t now = lh_now_ns();
   for (size_t i = 0; i < n; i++) {
@@ -462,8 +462,8 @@ static void admit_round(lh_learner_ingest *ig, size_t n) {
      * the trainer frees room. So the store is asked even past the credit,
      * except for a name that ignores its window: its flood of new ids
      * costs the learner a hash lookup each, not a query. An episode the
-     * store holds running from before waits for its credit, as a new one
-     * does. */
+     * store holds running from before is counted open without taking
+     * credit, but only while its name may open one (credit or slack). */
     int may = lh_learner_peers_may_open(ig->peers, index), r = 0;
     if (may || !lh_learner_peers_ignores_window(ig->peers, index, now)) {
       lh_episode_row row;
